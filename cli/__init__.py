@@ -1,0 +1,1 @@
+"""The ``gmp`` command line: a thin typer app; each module owns one command group."""

@@ -1,0 +1,58 @@
+"""Helpers shared by the command modules."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from typing import Any, Callable, TypeVar
+
+import typer
+
+from gmp.errors import GmpError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def handle_errors(fn: F) -> F:
+    """Turn GmpError (and unreadable files) into ``error: ...`` on stderr and exit code 2.
+
+    Every command function is wrapped, so the behaviour is the same under the
+    console script and typer's ``CliRunner``.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except GmpError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+        except (FileNotFoundError, PermissionError, IsADirectoryError) as exc:
+            typer.echo(f"error: cannot read {exc.filename}: {exc.strerror}", err=True)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def echo_json(obj: Any) -> None:
+    typer.echo(json.dumps(obj, indent=2, default=_default))
+
+
+def _default(o: Any) -> Any:
+    import numpy as np
+
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    return str(o)
+
+
+def console():
+    """A rich console on stdout (tables)."""
+    from rich.console import Console
+
+    return Console(file=sys.stdout, width=160)

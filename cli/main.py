@@ -1,0 +1,70 @@
+"""Entry point of the ``gmp`` command.
+
+Each command group lives in its own module exposing ``register(app)``; this
+module only wires them together and turns :class:`gmp.errors.GmpError` into a
+one-line message on stderr with exit code 2 (never a traceback).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+
+import typer
+
+from gmp import __version__
+from gmp.errors import GmpError
+
+app = typer.Typer(
+    name="gmp",
+    help="gmp: graph-based placement of samples and embedding rows for distributed CTR training.\n\n"
+    "Pipeline: 'gmp data import|synth' -> 'gmp partition' -> 'gmp report' -> 'gmp train'.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+#: command modules, in help order; each defines register(app).
+COMMAND_MODULES = ("cli.data", "cli.partition", "cli.train", "cli.simulate")
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"gmp {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log each step's timing to stderr."),
+    version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(message)s", stream=sys.stderr)
+
+
+for _name in COMMAND_MODULES:
+    try:
+        _mod = importlib.import_module(_name)
+    except ModuleNotFoundError as _exc:  # a command group not yet present in this checkout
+        if _exc.name != _name:
+            raise
+        continue
+    _mod.register(app)
+
+
+def main() -> None:
+    """Console-script entry: progress bars when stderr is a terminal, then the app."""
+    from gmp import progress
+
+    progress.enable(sys.stderr.isatty())
+    try:
+        app()
+    except GmpError as exc:  # a command that forgot @handle_errors
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,464 @@
+"""The prepared-dataset format: what every importer writes and everything
+downstream (graph, partitioners, trainer) reads.
+
+A prepared dataset is a directory::
+
+    criteo-1m/
+    ├── dataset.json      header: format, schema_version, counts, fields, split, sha256
+    ├── indptr.npy        int64  [num_samples + 1]   CSR row pointers
+    ├── indices.npy       int32  [num_edges]          embedding ids (int64 if > 2^31-1)
+    ├── labels.npy        float32 [num_samples]       0.0 / 1.0
+    └── dense.npy         float32 [num_samples, num_dense]   (absent when num_dense == 0)
+
+Sample ``i`` uses embedding ids ``indices[indptr[i]:indptr[i+1]]`` (multi-hot
+allowed: a multi-valued field contributes several ids; duplicates are removed
+within a sample). Embedding ids are global: field ``f`` owns the contiguous
+range ``[offset_f, offset_f + num_values_f)``. Inside every categorical or
+multi-valued field, local id 0 is the field's *missing* value and local id 1
+its shared *rare* value (values seen fewer than ``--min-count`` times); real
+values follow, most frequent first. A hashed field has ``hash_buckets``
+values and no rare id (local ids 0 = missing, 1.. = buckets). Ids that never
+occur in the data are allowed (e.g. an unused rare id); consumers must not
+treat them as real embeddings (their degree is 0).
+
+**Split.** The last ``split.num_test`` samples in dataset order are the test
+set; samples ``[0, split.num_train)`` are the training set. Partitioners place
+every sample (the trainer only trains on the training range).
+
+**Hash.** ``sha256`` is :func:`gmp._io.hash_arrays` over indptr, indices,
+labels and dense (in that order: name, dtype, shape, raw bytes). Placement
+manifests record it, so a manifest cannot be used with another dataset.
+
+All arrays are plain ``.npy`` files and are memory-mapped when read.
+
+Example ``dataset.json``::
+
+    {
+      "format": "gmp.dataset",
+      "schema_version": 1,
+      "gmp_version": "0.1.0",
+      "created": "2026-11-22T00:00:00+00:00",
+      "source": {"format": "criteo", "inputs": ["train.txt.gz"],
+                 "options": {"min_count": 10, "max_bad_lines": 0}},
+      "num_samples": 1000000,
+      "num_embeddings": 1228411,
+      "num_edges": 26000000,
+      "num_dense": 13,
+      "fields": [
+        {"name": "I1", "kind": "dense", "num_values": 0, "offset": null, "column": 0},
+        {"name": "C1", "kind": "categorical", "num_values": 1262, "offset": 0,
+         "missing_id": 0, "rare_id": 1, "hash_buckets": null},
+        {"name": "genres", "kind": "multi", "num_values": 21, "offset": 1262,
+         "missing_id": 1262, "rare_id": 1263, "hash_buckets": null}
+      ],
+      "label_rate": 0.2561,
+      "num_bad_lines": 0,
+      "bad_lines": [],
+      "split": {"method": "tail", "test_fraction": 0.1, "num_train": 900000, "num_test": 100000},
+      "sha256": "9f2c..."
+    }
+
+``bad_lines`` holds the first 10 skipped lines as ``{"line": N, "reason": "..."}``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from .. import __version__
+from .._io import atomic_directory, hash_arrays, index_dtype, load_npy, read_versioned_json, write_json
+from ..errors import DatasetError
+
+FORMAT = "gmp.dataset"
+SCHEMA_VERSION = 1
+FIELD_KINDS = ("categorical", "multi", "dense")
+_FIX = "re-create it with 'gmp data import' or 'gmp data synth'."
+
+
+@dataclass(frozen=True)
+class FieldInfo:
+    """One input field. ``offset`` is its first global embedding id (None for dense)."""
+
+    name: str
+    kind: str
+    num_values: int
+    offset: int | None
+    missing_id: int | None = None
+    rare_id: int | None = None
+    hash_buckets: int | None = None
+    column: int | None = None  # dense fields: column in dense.npy
+
+    def __post_init__(self) -> None:
+        if self.kind not in FIELD_KINDS:
+            raise DatasetError(f"field {self.name!r} has kind {self.kind!r}, expected one of {FIELD_KINDS}.")
+        if self.kind != "dense" and (self.offset is None or self.offset < 0 or self.num_values < 0):
+            raise DatasetError(f"field {self.name!r} needs a non-negative offset and num_values.")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "num_values": int(self.num_values),
+            "offset": None if self.offset is None else int(self.offset),
+            "missing_id": self.missing_id,
+            "rare_id": self.rare_id,
+            "hash_buckets": self.hash_buckets,
+            "column": self.column,
+        }
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> "FieldInfo":
+        return cls(
+            name=str(obj["name"]),
+            kind=str(obj["kind"]),
+            num_values=int(obj.get("num_values", 0)),
+            offset=None if obj.get("offset") is None else int(obj["offset"]),
+            missing_id=obj.get("missing_id"),
+            rare_id=obj.get("rare_id"),
+            hash_buckets=obj.get("hash_buckets"),
+            column=obj.get("column"),
+        )
+
+
+@dataclass
+class PreparedDataset:
+    """A prepared dataset opened from disk (arrays memory-mapped by default)."""
+
+    path: Path
+    meta: dict[str, Any]
+    indptr: np.ndarray
+    indices: np.ndarray
+    labels: np.ndarray
+    dense: np.ndarray | None
+    fields: list[FieldInfo] = field(default_factory=list)
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.meta["num_samples"])
+
+    @property
+    def num_embeddings(self) -> int:
+        return int(self.meta["num_embeddings"])
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.meta["num_edges"])
+
+    @property
+    def num_dense(self) -> int:
+        return int(self.meta.get("num_dense", 0))
+
+    @property
+    def sha256(self) -> str:
+        return str(self.meta["sha256"])
+
+    @property
+    def num_train(self) -> int:
+        return int(self.meta["split"]["num_train"])
+
+    @property
+    def num_test(self) -> int:
+        return int(self.meta["split"]["num_test"])
+
+    @property
+    def categorical_fields(self) -> list[FieldInfo]:
+        return [f for f in self.fields if f.kind != "dense"]
+
+    def field_of_embedding(self) -> np.ndarray:
+        """Field index (into :attr:`categorical_fields`) of every embedding id, int16/int32."""
+        cats = self.categorical_fields
+        dtype = np.int16 if len(cats) < 2**15 else np.int32
+        out = np.full(self.num_embeddings, -1, dtype=dtype)
+        for i, f in enumerate(cats):
+            out[f.offset : f.offset + f.num_values] = i
+        return out
+
+    def verify_hash(self) -> None:
+        """Recompute the content hash and raise :class:`DatasetError` if it differs."""
+        got = compute_sha256(self.indptr, self.indices, self.labels, self.dense)
+        if got != self.sha256:
+            raise DatasetError(
+                f"{self.path}: arrays do not match the sha256 in dataset.json (got {got[:12]}…, "
+                f"expected {self.sha256[:12]}…); the files were modified or corrupted: {_FIX}"
+            )
+
+
+def compute_sha256(indptr, indices, labels, dense) -> str:
+    arrays = [("indptr", indptr), ("indices", indices), ("labels", labels)]
+    if dense is not None:
+        arrays.append(("dense", dense))
+    return hash_arrays(arrays)
+
+
+def load_dataset(path: str | os.PathLike, *, mmap: bool = True) -> PreparedDataset:
+    """Open a prepared dataset, checking version and every array's shape and dtype.
+
+    Raises
+    ------
+    DatasetError
+        With a one-line message naming the file that is wrong and the fix.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise DatasetError(f"{path} is not a directory; pass a prepared dataset ({_FIX})")
+    meta = read_versioned_json(
+        path / "dataset.json", fmt=FORMAT, max_version=SCHEMA_VERSION, error=DatasetError, fix=_FIX
+    )
+    meta = _upgrade(meta)
+    for key in ("num_samples", "num_embeddings", "num_edges", "fields", "split", "sha256"):
+        if key not in meta:
+            raise DatasetError(f"{path / 'dataset.json'} lacks the key {key!r}; {_FIX}")
+    n, e, m = int(meta["num_samples"]), int(meta["num_edges"]), int(meta["num_embeddings"])
+    indptr = load_npy(path / "indptr.npy", error=DatasetError, mmap=mmap, fix=_FIX)
+    indices = load_npy(path / "indices.npy", error=DatasetError, mmap=mmap, fix=_FIX)
+    labels = load_npy(path / "labels.npy", error=DatasetError, mmap=mmap, fix=_FIX)
+    _expect(path / "indptr.npy", indptr, (n + 1,), ("i8",))
+    _expect(path / "indices.npy", indices, (e,), ("i4", "i8"))
+    _expect(path / "labels.npy", labels, (n,), ("f4",))
+    if int(indptr[0]) != 0 or int(indptr[-1]) != e:
+        raise DatasetError(
+            f"{path / 'indptr.npy'}: expected indptr[0] == 0 and indptr[-1] == num_edges ({e}), "
+            f"got {int(indptr[0])} and {int(indptr[-1])}; {_FIX}"
+        )
+    num_dense = int(meta.get("num_dense", 0))
+    dense = None
+    if num_dense:
+        dense = load_npy(path / "dense.npy", error=DatasetError, mmap=mmap, fix=_FIX)
+        _expect(path / "dense.npy", dense, (n, num_dense), ("f4",))
+    fields = [FieldInfo.from_json(f) for f in meta["fields"]]
+    for f in fields:
+        if f.kind != "dense" and f.offset + f.num_values > m:
+            raise DatasetError(
+                f"{path / 'dataset.json'}: field {f.name!r} ends at id {f.offset + f.num_values}, "
+                f"beyond num_embeddings {m}; {_FIX}"
+            )
+    split = meta["split"]
+    if int(split.get("num_train", -1)) + int(split.get("num_test", -1)) != n:
+        raise DatasetError(f"{path / 'dataset.json'}: split.num_train + split.num_test != num_samples; {_FIX}")
+    return PreparedDataset(path, meta, indptr, indices, labels, dense, fields)
+
+
+def _expect(path: Path, arr: np.ndarray, shape: tuple[int, ...], dtypes: Sequence[str]) -> None:
+    if arr.shape != shape:
+        raise DatasetError(f"{path} has shape {arr.shape}, expected {shape} from dataset.json; {_FIX}")
+    if arr.dtype.str.lstrip("<>|=") not in dtypes:
+        raise DatasetError(f"{path} has dtype {arr.dtype}, expected one of {list(dtypes)}; {_FIX}")
+
+
+def _upgrade(meta: dict[str, Any]) -> dict[str, Any]:
+    """Upgrade an older header one version at a time (only version 1 exists)."""
+    return meta
+
+
+class DatasetWriter:
+    """Build a prepared dataset chunk by chunk, in bounded memory.
+
+    Chunks are appended to raw temporary files; :meth:`finish` turns them into
+    ``.npy`` arrays (optionally remapping provisional ids through ``remap``),
+    hashes them and writes ``dataset.json``. Everything happens inside an
+    atomic temporary directory: if :meth:`finish` is never reached (an
+    exception, a crash) nothing that looks like a dataset is left at ``out``.
+
+    Use as a context manager::
+
+        with DatasetWriter(out, num_dense=13) as w:
+            for chunk in chunks:
+                w.add(lengths, ids, labels, dense)
+            w.finish(fields=..., num_embeddings=..., source=...)
+    """
+
+    def __init__(self, out: str | os.PathLike, *, num_dense: int = 0, overwrite: bool = False,
+                 provisional_dtype: np.dtype | type = np.int64):
+        self.out = Path(out)
+        self.num_dense = int(num_dense)
+        self.overwrite = overwrite
+        self._provisional_dtype = np.dtype(provisional_dtype)
+        self._ctx = None
+        self._dir: Path | None = None
+        self._files: dict[str, Any] = {}
+        self.num_samples = 0
+        self.num_edges = 0
+        self._finished = False
+
+    def __enter__(self) -> "DatasetWriter":
+        self._ctx = atomic_directory(self.out, overwrite=self.overwrite)
+        self._dir = self._ctx.__enter__()
+        for name in ("lengths", "ids", "labels", "dense"):
+            self._files[name] = open(self._dir / f"_{name}.bin", "wb")
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        for f in self._files.values():
+            f.close()
+        if exc_type is None and not self._finished:
+            err = DatasetError("DatasetWriter closed without finish(); nothing was written.")
+            self._ctx.__exit__(DatasetError, err, None)
+            raise err
+        return bool(self._ctx.__exit__(exc_type, exc, tb))
+
+    @property
+    def tmpdir(self) -> Path:
+        """The temporary directory (for extra files such as vocabularies)."""
+        assert self._dir is not None, "use DatasetWriter as a context manager"
+        return self._dir
+
+    def add(self, lengths: np.ndarray, ids: np.ndarray, labels: np.ndarray, dense: np.ndarray | None = None) -> None:
+        """Append samples: ``lengths[i]`` ids per sample, ``ids`` concatenated."""
+        lengths = np.asarray(lengths, dtype=np.int32)
+        ids = np.asarray(ids, dtype=self._provisional_dtype)
+        labels = np.asarray(labels, dtype=np.float32)
+        if lengths.ndim != 1 or labels.shape != lengths.shape or int(lengths.sum()) != ids.size:
+            raise DatasetError(
+                f"chunk is inconsistent: {lengths.size} lengths summing to {int(lengths.sum())}, "
+                f"{ids.size} ids, {labels.size} labels."
+            )
+        if self.num_dense:
+            dense = np.asarray(dense, dtype=np.float32)
+            if dense.shape != (lengths.size, self.num_dense):
+                raise DatasetError(f"dense chunk has shape {dense.shape}, expected {(lengths.size, self.num_dense)}.")
+            self._files["dense"].write(np.ascontiguousarray(dense).tobytes())
+        self._files["lengths"].write(lengths.tobytes())
+        self._files["ids"].write(ids.tobytes())
+        self._files["labels"].write(labels.tobytes())
+        self.num_samples += lengths.size
+        self.num_edges += ids.size
+
+    def finish(
+        self,
+        *,
+        fields: Sequence[FieldInfo],
+        num_embeddings: int,
+        source: Mapping[str, Any],
+        remap: np.ndarray | None = None,
+        test_fraction: float = 0.1,
+        num_bad_lines: int = 0,
+        bad_lines: Sequence[Mapping[str, Any]] = (),
+        dedupe: bool = True,
+        extra: Mapping[str, Any] | None = None,
+        chunk_samples: int = 1 << 20,
+    ) -> dict[str, Any]:
+        """Write the final arrays and ``dataset.json``; returns the header.
+
+        ``remap`` (if given) maps provisional ids to final embedding ids.
+        ``dedupe`` removes repeated ids within a sample (multi-hot fields).
+        """
+        if self.num_samples == 0:
+            raise DatasetError("no samples to write: the input is empty (or every line was skipped).")
+        if not 0.0 <= test_fraction < 1.0:
+            raise DatasetError(f"test fraction must be in [0, 1), got {test_fraction}.")
+        for f in self._files.values():
+            f.close()
+        d = self.tmpdir
+        n = self.num_samples
+        lengths = np.fromfile(d / "_lengths.bin", dtype=np.int32)
+        raw_ids = np.memmap(d / "_ids.bin", dtype=self._provisional_dtype, mode="r", shape=(self.num_edges,)) \
+            if self.num_edges else np.zeros(0, dtype=self._provisional_dtype)
+        idx_dtype = index_dtype(max(int(num_embeddings) - 1, 0))
+        # Pass 1: remap + sort/dedupe each sample, writing a compacted id stream.
+        out_ids = np.lib.format.open_memmap(d / "_indices_full.npy", mode="w+", dtype=idx_dtype,
+                                            shape=(max(self.num_edges, 1),))
+        new_lengths = np.empty(n, dtype=np.int64)
+        starts = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths, out=starts[1:])
+        pos = 0
+        for s0 in range(0, n, chunk_samples):
+            s1 = min(n, s0 + chunk_samples)
+            a, b = int(starts[s0]), int(starts[s1])
+            chunk = np.asarray(raw_ids[a:b])
+            if remap is not None:
+                chunk = remap[chunk]
+            chunk = chunk.astype(idx_dtype, copy=False)
+            if chunk.size and (chunk.min() < 0 or chunk.max() >= num_embeddings):
+                raise DatasetError(
+                    f"embedding id out of range [0, {num_embeddings}) in samples {s0}..{s1}: importer bug."
+                )
+            lens = lengths[s0:s1].astype(np.int64)
+            if dedupe and chunk.size:
+                row = np.repeat(np.arange(s1 - s0, dtype=np.int64), lens)
+                order = np.lexsort((chunk, row))
+                row, chunk = row[order], chunk[order]
+                keep = np.ones(chunk.size, dtype=bool)
+                keep[1:] = (row[1:] != row[:-1]) | (chunk[1:] != chunk[:-1])
+                chunk, row = chunk[keep], row[keep]
+                lens = np.bincount(row, minlength=s1 - s0).astype(np.int64)
+            new_lengths[s0:s1] = lens
+            out_ids[pos : pos + chunk.size] = chunk
+            pos += chunk.size
+        num_edges = pos
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(new_lengths, out=indptr[1:])
+        del raw_ids
+        np.save(d / "indptr.npy", indptr)
+        final = np.lib.format.open_memmap(d / "indices.npy", mode="w+", dtype=idx_dtype, shape=(num_edges,))
+        step = 1 << 26
+        for a in range(0, num_edges, step):
+            final[a : a + step] = out_ids[a : a + step]
+        final.flush()
+        del final, out_ids
+        (d / "_indices_full.npy").unlink()
+        labels = np.fromfile(d / "_labels.bin", dtype=np.float32)
+        np.save(d / "labels.npy", labels)
+        dense = None
+        if self.num_dense:
+            dense = np.fromfile(d / "_dense.bin", dtype=np.float32).reshape(n, self.num_dense)
+            np.save(d / "dense.npy", dense)
+        for name in ("lengths", "ids", "labels", "dense"):
+            (d / f"_{name}.bin").unlink(missing_ok=True)
+        indices = np.load(d / "indices.npy", mmap_mode="r")
+        sha = compute_sha256(indptr, indices, labels, dense)
+        del indices
+        num_test = int(round(n * test_fraction))
+        meta: dict[str, Any] = {
+            "format": FORMAT,
+            "schema_version": SCHEMA_VERSION,
+            "gmp_version": __version__,
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "source": dict(source),
+            "num_samples": n,
+            "num_embeddings": int(num_embeddings),
+            "num_edges": int(num_edges),
+            "num_dense": self.num_dense,
+            "fields": [f.to_json() for f in fields],
+            "label_rate": float(labels.mean()) if n else 0.0,
+            "num_bad_lines": int(num_bad_lines),
+            "bad_lines": [dict(b) for b in list(bad_lines)[:10]],
+            "split": {"method": "tail", "test_fraction": float(test_fraction),
+                      "num_train": n - num_test, "num_test": num_test},
+            "sha256": sha,
+        }
+        if extra:
+            meta.update(extra)
+        write_json(d / "dataset.json", meta)
+        self._finished = True
+        return meta
+
+
+def write_dataset(
+    out: str | os.PathLike,
+    *,
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    labels: np.ndarray,
+    dense: np.ndarray | None,
+    fields: Sequence[FieldInfo],
+    num_embeddings: int,
+    source: Mapping[str, Any],
+    test_fraction: float = 0.1,
+    overwrite: bool = False,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """Write an in-memory dataset (convenience for tests and small data)."""
+    indptr = np.asarray(indptr, dtype=np.int64)
+    lengths = np.diff(indptr)
+    num_dense = 0 if dense is None else int(np.asarray(dense).shape[1])
+    with DatasetWriter(out, num_dense=num_dense, overwrite=overwrite) as w:
+        w.add(lengths, np.asarray(indices), np.asarray(labels), dense)
+        return w.finish(fields=fields, num_embeddings=num_embeddings, source=source,
+                        test_fraction=test_fraction, **kwargs)

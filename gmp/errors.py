@@ -1,0 +1,49 @@
+"""Errors raised by gmp.
+
+Every error a user can cause is a :class:`GmpError`. Subclasses also inherit
+the builtin they resemble, so callers that catch ``ValueError`` or ``OSError``
+keep working. Messages name the thing, what was expected, what was found and
+the fix; the CLI prints them as one line on stderr and exits non-zero.
+"""
+
+from __future__ import annotations
+
+
+class GmpError(Exception):
+    """Base class of every error gmp raises on purpose."""
+
+
+class DatasetError(GmpError, ValueError):
+    """A prepared dataset is missing, corrupt, or of an unsupported version."""
+
+
+class ImportDataError(GmpError, ValueError):
+    """Raw input could not be imported (bad lines, empty input, bad options)."""
+
+
+class GraphError(GmpError, ValueError):
+    """A graph's arrays are inconsistent."""
+
+
+class TopologyError(GmpError, ValueError):
+    """A worker cost matrix is invalid."""
+
+
+class PlacementError(GmpError, ValueError):
+    """A placement is inconsistent with its graph or with itself."""
+
+
+class ManifestError(GmpError, ValueError):
+    """A placement manifest is missing, corrupt, or of an unsupported version."""
+
+
+class PartitionError(GmpError, ValueError):
+    """A partitioner was asked for something it cannot do."""
+
+
+class MissingDependencyError(GmpError, ImportError):
+    """An optional dependency is not installed."""
+
+
+class TrainingError(GmpError, RuntimeError):
+    """Training cannot start or continue."""

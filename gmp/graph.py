@@ -1,0 +1,249 @@
+"""The sample–embedding bipartite graph: the one graph type that flows through gmp.
+
+Samples are one side, embedding rows the other; an edge (i, e) means sample i
+looks up embedding row e. The graph is stored as CSR in both directions with
+int64 offsets and int32 ids where they fit (the full Criteo-Kaggle scale has
+~1.19 billion edges, so offsets must be int64)::
+
+    sample_indptr     int64 [num_samples + 1]     sample -> embeddings
+    sample_indices    int32 [num_edges]
+    emb_indptr        int64 [num_embeddings + 1]  embedding -> samples (built lazily)
+    emb_indices       int32 [num_edges]           (sample ids, ascending per embedding)
+
+The arrays may be memory-mapped views of a prepared dataset. scipy sparse
+*arrays* are available as :meth:`BipartiteGraph.sample_csr` and
+:meth:`BipartiteGraph.embedding_csr` (note scipy gives indices the dtype of
+indptr, so those views cost 8 bytes per edge above 2^31 edges; the hot loops
+use the raw arrays).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numba
+import numpy as np
+import scipy.sparse as sp
+
+from ._io import index_dtype
+from .errors import GraphError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .datasets.format import PreparedDataset
+
+
+@dataclass(frozen=True)
+class GraphStats:
+    """Degree statistics of the embedding side (what HET-GMP's skew argument needs)."""
+
+    num_samples: int
+    num_embeddings: int
+    num_active_embeddings: int  # embeddings with degree > 0
+    num_edges: int
+    mean_sample_degree: float
+    max_sample_degree: int
+    max_embedding_degree: int
+    top1pct_access_share: float  # share of all accesses that hit the top 1% of active embeddings
+    top01pct_access_share: float
+
+    def to_json(self) -> dict:
+        return {k: (float(v) if isinstance(v, float) else int(v)) for k, v in self.__dict__.items()}
+
+
+class BipartiteGraph:
+    """Samples x embeddings incidence, CSR both ways.
+
+    Build with :func:`build_graph` (from a prepared dataset) or
+    :meth:`from_csr` (from arrays); both end in :meth:`check`.
+    """
+
+    def __init__(self, sample_indptr: np.ndarray, sample_indices: np.ndarray, num_embeddings: int,
+                 *, sha256: str | None = None, check: bool = True):
+        self.sample_indptr = sample_indptr
+        self.sample_indices = sample_indices
+        self.num_embeddings = int(num_embeddings)
+        self.sha256 = sha256
+        self._emb_indptr: np.ndarray | None = None
+        self._emb_indices: np.ndarray | None = None
+        self._emb_degree: np.ndarray | None = None
+        if check:
+            self.check()
+
+    # -- construction -----------------------------------------------------
+    @classmethod
+    def from_csr(cls, indptr, indices, num_embeddings: int | None = None, **kw) -> "BipartiteGraph":
+        """From CSR arrays; ``num_embeddings`` defaults to ``max(indices) + 1``."""
+        indptr = np.asarray(indptr, dtype=np.int64)
+        indices = np.asarray(indices)
+        if num_embeddings is None:
+            num_embeddings = int(indices.max()) + 1 if indices.size else 0
+        indices = indices.astype(index_dtype(max(num_embeddings - 1, 0)), copy=False)
+        return cls(indptr, indices, num_embeddings, **kw)
+
+    @classmethod
+    def from_lists(cls, rows: list[list[int]], num_embeddings: int | None = None) -> "BipartiteGraph":
+        """From a list of per-sample id lists (tests and tiny examples)."""
+        lengths = np.array([len(r) for r in rows], dtype=np.int64)
+        indptr = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=indptr[1:])
+        indices = np.array([i for r in rows for i in sorted(set(r))], dtype=np.int64)
+        if any(len(set(r)) != len(r) for r in rows):
+            raise GraphError("from_lists: a sample lists the same embedding twice.")
+        return cls.from_csr(indptr, indices, num_embeddings)
+
+    def check(self) -> None:
+        """Validate shapes, dtypes and id ranges (raises :class:`GraphError`)."""
+        ip, ix = self.sample_indptr, self.sample_indices
+        if ip.ndim != 1 or ip.size < 1 or ip.dtype != np.int64:
+            raise GraphError(f"sample_indptr must be 1-D int64 with >= 1 entry, got {ip.dtype} {ip.shape}.")
+        if ix.ndim != 1 or ix.dtype not in (np.int32, np.int64):
+            raise GraphError(f"sample_indices must be 1-D int32/int64, got {ix.dtype} {ix.shape}.")
+        if int(ip[0]) != 0 or int(ip[-1]) != ix.size:
+            raise GraphError(f"sample_indptr must run from 0 to num_edges={ix.size}, got {int(ip[0])}..{int(ip[-1])}.")
+        if ip.size > 1 and _any_decreasing(np.asarray(ip)):
+            raise GraphError("sample_indptr is not non-decreasing.")
+        if ix.size:
+            lo, hi = _min_max(np.asarray(ix))
+            if lo < 0 or hi >= self.num_embeddings:
+                raise GraphError(f"embedding ids must lie in [0, {self.num_embeddings}), got [{lo}, {hi}].")
+
+    # -- sizes --------------------------------------------------------------
+    @property
+    def num_samples(self) -> int:
+        return int(self.sample_indptr.size - 1)
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.sample_indices.size)
+
+    def sample_degree(self) -> np.ndarray:
+        return np.diff(self.sample_indptr)
+
+    def embedding_degree(self) -> np.ndarray:
+        """Number of samples using each embedding (int64)."""
+        if self._emb_degree is None:
+            self._emb_degree = np.diff(self.emb_indptr)
+        return self._emb_degree
+
+    # -- transpose ------------------------------------------------------------
+    @property
+    def emb_indptr(self) -> np.ndarray:
+        self._build_transpose()
+        return self._emb_indptr  # type: ignore[return-value]
+
+    @property
+    def emb_indices(self) -> np.ndarray:
+        self._build_transpose()
+        return self._emb_indices  # type: ignore[return-value]
+
+    def _build_transpose(self) -> None:
+        if self._emb_indptr is not None:
+            return
+        counts = np.bincount(np.asarray(self.sample_indices), minlength=self.num_embeddings).astype(np.int64)
+        indptr = np.zeros(self.num_embeddings + 1, dtype=np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        out = np.empty(self.num_edges, dtype=index_dtype(max(self.num_samples - 1, 0)))
+        _transpose_fill(np.asarray(self.sample_indptr), np.asarray(self.sample_indices), indptr, out)
+        self._emb_indptr, self._emb_indices = indptr, out
+
+    # -- scipy views -----------------------------------------------------------
+    def sample_csr(self, dtype=np.float32) -> sp.csr_array:
+        """samples x embeddings as a scipy ``csr_array`` of ones."""
+        data = np.ones(self.num_edges, dtype=dtype)
+        return sp.csr_array((data, np.asarray(self.sample_indices), np.asarray(self.sample_indptr)),
+                            shape=(self.num_samples, self.num_embeddings))
+
+    def embedding_csr(self, dtype=np.float32) -> sp.csr_array:
+        """embeddings x samples (the transpose) as a scipy ``csr_array`` of ones."""
+        data = np.ones(self.num_edges, dtype=dtype)
+        return sp.csr_array((data, self.emb_indices, self.emb_indptr),
+                            shape=(self.num_embeddings, self.num_samples))
+
+    # -- statistics -------------------------------------------------------------
+    def stats(self) -> GraphStats:
+        deg = self.embedding_degree()
+        sdeg = self.sample_degree()
+        active = deg[deg > 0]
+        total = float(active.sum()) if active.size else 0.0
+
+        def share(frac: float) -> float:
+            if not active.size:
+                return 0.0
+            k = max(1, int(np.ceil(active.size * frac)))
+            top = np.partition(active, active.size - k)[active.size - k :]
+            return float(top.sum()) / total
+
+        return GraphStats(
+            num_samples=self.num_samples,
+            num_embeddings=self.num_embeddings,
+            num_active_embeddings=int(active.size),
+            num_edges=self.num_edges,
+            mean_sample_degree=float(sdeg.mean()) if sdeg.size else 0.0,
+            max_sample_degree=int(sdeg.max()) if sdeg.size else 0,
+            max_embedding_degree=int(deg.max()) if deg.size else 0,
+            top1pct_access_share=share(0.01),
+            top01pct_access_share=share(0.001),
+        )
+
+    def cooccurrence(self, *, max_samples: int | None = None) -> sp.csr_array:
+        """Weighted embedding co-occurrence graph (HET-GMP Fig. 3, what METIS cuts).
+
+        ``W[a, b]`` = number of samples that use both embeddings a and b
+        (a != b); symmetric, zero diagonal, int64 weights. Computed as
+        ``A^T A`` on the first ``max_samples`` samples (all by default). Its
+        size grows with the square of the sample degree (325 pairs per sample
+        for 26 fields), so callers bound ``max_samples`` at large scale.
+        """
+        n = self.num_samples if max_samples is None else min(self.num_samples, int(max_samples))
+        end = int(self.sample_indptr[n])
+        a = sp.csr_array(
+            (np.ones(end, dtype=np.int64), np.asarray(self.sample_indices[:end]), np.asarray(self.sample_indptr[: n + 1])),
+            shape=(n, self.num_embeddings),
+        )
+        w = (a.T @ a).tocsr()
+        w.setdiag(0)
+        w.eliminate_zeros()
+        w.sort_indices()
+        return w
+
+
+def build_graph(dataset: "PreparedDataset", *, verify_hash: bool = False) -> BipartiteGraph:
+    """The bipartite graph of a prepared dataset (arrays stay memory-mapped)."""
+    if verify_hash:
+        dataset.verify_hash()
+    return BipartiteGraph(np.asarray(dataset.indptr), dataset.indices, dataset.num_embeddings,
+                          sha256=dataset.sha256)
+
+
+@numba.njit(cache=True, nogil=True)
+def _transpose_fill(indptr, indices, emb_indptr, out):  # pragma: no cover - compiled
+    # Counting sort: samples visited in order, so each embedding's sample list
+    # comes out ascending.
+    pos = emb_indptr[:-1].copy()
+    n = indptr.size - 1
+    for i in range(n):
+        for k in range(indptr[i], indptr[i + 1]):
+            e = indices[k]
+            out[pos[e]] = i
+            pos[e] += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _any_decreasing(a):  # pragma: no cover - compiled
+    for i in range(1, a.size):
+        if a[i] < a[i - 1]:
+            return True
+    return False
+
+
+@numba.njit(cache=True, nogil=True)
+def _min_max(a):  # pragma: no cover - compiled
+    lo = a[0]
+    hi = a[0]
+    for v in a:
+        if v < lo:
+            lo = v
+        if v > hi:
+            hi = v
+    return lo, hi

@@ -1,0 +1,81 @@
+"""Partitioner registry.
+
+Every partitioner is a plain function with one signature::
+
+    fn(graph: BipartiteGraph, topology: Topology, *, seed: int, options: OptionsDataclass) -> Placement
+
+and is registered in :data:`PARTITIONERS` below (explicit, easy to grep).
+Options of each algorithm are a frozen dataclass validated in
+``__post_init__``; :func:`run_partitioner` builds it from a plain mapping and
+rejects unknown keys with a clear message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from ..errors import PartitionError
+from ..graph import BipartiteGraph
+from ..placement import Placement
+from ..topology import Topology
+
+
+@dataclass(frozen=True)
+class PartitionerSpec:
+    name: str
+    module: str  # module inside gmp.partition holding `partition` and `Options`
+    description: str
+
+    def load(self) -> tuple[Callable[..., Placement], type]:
+        mod = importlib.import_module(f"{__name__}.{self.module}")
+        return mod.partition, mod.Options
+
+
+#: name -> spec. Adding a partitioner: write gmp/partition/NAME.py with
+#: ``Options`` and ``partition``, add it here, and the common test battery
+#: (tests/test_partitioners.py) picks it up.
+PARTITIONERS: dict[str, PartitionerSpec] = {
+    "random": PartitionerSpec("random", "random", "samples and embeddings uniformly at random, balanced (HET-MP baseline)"),
+}
+
+
+def register(spec: PartitionerSpec) -> None:
+    PARTITIONERS[spec.name] = spec
+
+
+def get_partitioner(name: str) -> tuple[Callable[..., Placement], type]:
+    if name not in PARTITIONERS:
+        raise PartitionError(f"unknown partitioner {name!r}; choose one of: {', '.join(sorted(PARTITIONERS))}.")
+    return PARTITIONERS[name].load()
+
+
+def make_options(name: str, options: Mapping[str, Any] | None = None) -> Any:
+    """Build partitioner ``name``'s options dataclass from a mapping (unknown keys are errors)."""
+    _, options_cls = get_partitioner(name)
+    options = dict(options or {})
+    known = {f.name for f in dataclasses.fields(options_cls)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise PartitionError(
+            f"partitioner {name!r} has no option(s) {', '.join(unknown)}; it takes: {', '.join(sorted(known)) or 'none'}."
+        )
+    return options_cls(**options)
+
+
+def run_partitioner(name: str, graph: BipartiteGraph, topology: Topology, *, seed: int = 0,
+                    options: Mapping[str, Any] | None = None) -> Placement:
+    """Run a registered partitioner and validate its result against the graph."""
+    fn, _ = get_partitioner(name)
+    opts = make_options(name, options)
+    placement = fn(graph, topology, seed=int(seed), options=opts)
+    placement.check(num_samples=graph.num_samples, num_embeddings=graph.num_embeddings)
+    if placement.num_workers != topology.num_workers:
+        raise PartitionError(f"partitioner {name!r} returned {placement.num_workers} workers, expected {topology.num_workers}.")
+    return placement
+
+
+def options_to_json(options: Any) -> dict[str, Any]:
+    return dataclasses.asdict(options) if dataclasses.is_dataclass(options) else dict(options or {})

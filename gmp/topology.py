@@ -1,0 +1,155 @@
+"""Worker-to-worker communication cost matrices.
+
+``cost[i, j]`` is the relative cost of moving one embedding row from worker
+``i`` to worker ``j`` (HET-GMP Eq. 3 weighs remote accesses by it). Three ways
+to get one:
+
+* ``"8"`` — 8 homogeneous workers, cost 1 between any two;
+* ``"2x8"`` — 2 machines x 8 GPUs; intra-machine cost 1, inter-machine cost
+  ``inter_cost`` (10 by default, the bandwidth ratio of HET-GMP section 7.2);
+* a JSON file ``{"cost": [[0, 1], [1, 0]]}`` (or a bare nested list).
+
+Every matrix is validated: square, finite, non-negative, zero diagonal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import TopologyError
+
+DEFAULT_INTER_COST = 10.0
+
+
+@dataclass(frozen=True, eq=False)
+class Topology:
+    """A validated ``num_workers x num_workers`` cost matrix (float64)."""
+
+    cost: np.ndarray
+    name: str = "custom"
+    #: machine index of every worker (hierarchical topologies), else all zeros
+    machine_of: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        c = np.asarray(self.cost, dtype=np.float64)
+        object.__setattr__(self, "cost", c)
+        validate_cost(c, where=self.name)
+        if self.machine_of is None:
+            object.__setattr__(self, "machine_of", np.zeros(c.shape[0], dtype=np.int32))
+
+    @property
+    def num_workers(self) -> int:
+        return int(self.cost.shape[0])
+
+    @property
+    def num_machines(self) -> int:
+        return int(self.machine_of.max()) + 1 if self.num_workers else 0
+
+    @property
+    def is_uniform(self) -> bool:
+        off = self.cost[~np.eye(self.num_workers, dtype=bool)]
+        return bool(off.size == 0 or np.all(off == off[0]))
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "cost": self.cost.tolist(), "machine_of": self.machine_of.tolist()}
+
+    @classmethod
+    def from_json(cls, obj: dict) -> "Topology":
+        mo = obj.get("machine_of")
+        return cls(np.asarray(obj["cost"], dtype=np.float64), name=str(obj.get("name", "custom")),
+                   machine_of=None if mo is None else np.asarray(mo, dtype=np.int32))
+
+
+def validate_cost(cost: np.ndarray, *, where: str = "cost matrix") -> None:
+    if cost.ndim != 2 or cost.shape[0] != cost.shape[1] or cost.shape[0] < 1:
+        raise TopologyError(f"{where}: expected a square N x N matrix with N >= 1, got shape {cost.shape}.")
+    if not np.all(np.isfinite(cost)):
+        raise TopologyError(f"{where}: entries must be finite numbers.")
+    if np.any(cost < 0):
+        i, j = np.argwhere(cost < 0)[0]
+        raise TopologyError(f"{where}: cost[{i}][{j}] = {cost[i, j]} is negative; costs must be >= 0.")
+    if np.any(np.diag(cost) != 0):
+        i = int(np.flatnonzero(np.diag(cost) != 0)[0])
+        raise TopologyError(f"{where}: cost[{i}][{i}] = {cost[i, i]}; the diagonal must be 0 (local access is free).")
+
+
+def homogeneous(num_workers: int) -> Topology:
+    if num_workers < 1:
+        raise TopologyError(f"number of workers must be >= 1, got {num_workers}.")
+    cost = np.ones((num_workers, num_workers)) - np.eye(num_workers)
+    return Topology(cost, name=str(num_workers))
+
+
+def hierarchical(num_machines: int, workers_per_machine: int, *, intra_cost: float = 1.0,
+                 inter_cost: float = DEFAULT_INTER_COST) -> Topology:
+    """``num_machines`` x ``workers_per_machine`` workers; worker w is on machine w // workers_per_machine."""
+    if num_machines < 1 or workers_per_machine < 1:
+        raise TopologyError(f"topology {num_machines}x{workers_per_machine}: both numbers must be >= 1.")
+    if intra_cost < 0 or inter_cost < 0:
+        raise TopologyError("intra- and inter-machine costs must be >= 0.")
+    machine = np.repeat(np.arange(num_machines, dtype=np.int32), workers_per_machine)
+    same = machine[:, None] == machine[None, :]
+    cost = np.where(same, intra_cost, inter_cost).astype(np.float64)
+    np.fill_diagonal(cost, 0.0)
+    return Topology(cost, name=f"{num_machines}x{workers_per_machine}", machine_of=machine)
+
+
+def parse_topology(spec: str, *, inter_cost: float = DEFAULT_INTER_COST) -> Topology:
+    """Parse ``"8"`` or ``"2x8"``."""
+    spec = spec.strip().lower()
+    if re.fullmatch(r"\d+", spec):
+        return homogeneous(int(spec))
+    m = re.fullmatch(r"(\d+)x(\d+)", spec)
+    if m:
+        return hierarchical(int(m.group(1)), int(m.group(2)), inter_cost=inter_cost)
+    raise TopologyError(f"topology {spec!r} not understood; expected N (e.g. 8) or MxG (e.g. 2x8), or use --topology-file.")
+
+
+def load_topology(path: str | os.PathLike) -> Topology:
+    """Read ``{"cost": [[...]], "machine_of": [...]?}`` or a bare nested list from JSON."""
+    path = Path(path)
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise TopologyError(f"cannot read topology file {path}: {exc.strerror}.") from None
+    except ValueError as exc:
+        raise TopologyError(f"topology file {path} is not valid JSON: {exc}.") from None
+    if isinstance(obj, list):
+        obj = {"cost": obj}
+    if not isinstance(obj, dict) or "cost" not in obj:
+        raise TopologyError(f"topology file {path}: expected an object with a 'cost' matrix.")
+    try:
+        cost = np.asarray(obj["cost"], dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TopologyError(f"topology file {path}: 'cost' must be a square matrix of numbers.") from None
+    mo = obj.get("machine_of")
+    if mo is not None:
+        mo = np.asarray(mo, dtype=np.int32)
+        if mo.shape != (cost.shape[0],) or (mo.size and mo.min() < 0):
+            raise TopologyError(f"topology file {path}: 'machine_of' must list one machine index >= 0 per worker.")
+    validate_cost(cost, where=f"topology file {path}")
+    return Topology(cost, name=str(obj.get("name", path.stem)), machine_of=mo)
+
+
+def resolve_topology(workers: int | None, spec: str | None, file: str | None, *,
+                     inter_cost: float = DEFAULT_INTER_COST) -> Topology:
+    """The topology the CLI flags describe, checked against ``--workers``."""
+    if spec and file:
+        raise TopologyError("give --topology or --topology-file, not both.")
+    if file:
+        topo = load_topology(file)
+    elif spec:
+        topo = parse_topology(spec, inter_cost=inter_cost)
+    elif workers:
+        topo = homogeneous(workers)
+    else:
+        raise TopologyError("give --workers N, --topology or --topology-file.")
+    if workers is not None and workers != topo.num_workers:
+        raise TopologyError(f"--workers {workers} disagrees with the topology's {topo.num_workers} workers.")
+    return topo
