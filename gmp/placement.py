@@ -34,6 +34,9 @@ class Placement:
     method: str = "unknown"
     options: Mapping[str, Any] = field(default_factory=dict)
     seed: int | None = None
+    #: free-form diagnostics from the partitioner (e.g. per-round convergence log
+    #: under ``"rounds"``); stored in the manifest, rendered by the report.
+    info: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def edge_cut(cls, num_workers: int, sample_worker, embedding_primary, **kw) -> "Placement":
@@ -59,6 +62,7 @@ class Placement:
             method=kw.get("method", self.method),
             options=kw.get("options", self.options),
             seed=kw.get("seed", self.seed),
+            info=kw.get("info", self.info),
         )
 
     @property

@@ -17,7 +17,8 @@ range ``[offset_f, offset_f + num_values_f)``. Inside every categorical or
 multi-valued field, local id 0 is the field's *missing* value and local id 1
 its shared *rare* value (values seen fewer than ``--min-count`` times); real
 values follow, most frequent first. A hashed field has ``hash_buckets``
-values and no rare id (local ids 0 = missing, 1.. = buckets). Ids that never
+values and no rare id (local ids 0 = missing, 1.. = buckets). Synthetic
+fields have neither (``missing_id`` and ``rare_id`` are null). Ids that never
 occur in the data are allowed (e.g. an unused rare id); consumers must not
 treat them as real embeddings (their degree is 0).
 

@@ -39,6 +39,12 @@ class PartitionerSpec:
 #: (tests/test_partitioners.py) picks it up.
 PARTITIONERS: dict[str, PartitionerSpec] = {
     "random": PartitionerSpec("random", "random", "samples and embeddings uniformly at random, balanced (HET-MP baseline)"),
+    "metis": PartitionerSpec("metis", "metis", "pymetis on the weighted embedding co-occurrence graph; samples follow their embeddings"),
+    "metis-bipartite": PartitionerSpec("metis-bipartite", "metis_bipartite", "pymetis on the sample-embedding bipartite graph"),
+    "greedy-stream": PartitionerSpec("greedy-stream", "greedy_stream", "one-pass min-max streaming (Alistarh et al. 2015)"),
+    "hybrid": PartitionerSpec("hybrid", "hybrid", "HET-GMP: iterative 1D edge-cut + 2D vertex-cut replication"),
+    "bicut": PartitionerSpec("bicut", "bicut", "BiCut/Aweto bipartite-oriented greedy (Chen et al. 2015)"),
+    "hypergraph": PartitionerSpec("hypergraph", "hypergraph", "Mt-KaHyPar km1 on samples x embedding hyperedges (optional extra)"),
 }
 
 
