@@ -1,0 +1,610 @@
+"""Streaming machinery shared by every raw-data importer.
+
+Design
+------
+An importer never holds the whole input text. :func:`iter_chunks` reads each
+input file (plain or gzip, detected by its magic bytes, not its name) in
+blocks of ``chunk_bytes`` bytes, cuts every block at its last newline and
+carries the partial line over to the next block, so each :class:`Chunk` holds
+complete lines and knows the 1-based line number of its first line.
+
+Delimited formats (Criteo, Avazu, CSV, MovieLens) are split by a compiled
+(numba) tokenizer, :func:`tokenize`, that returns the byte offsets of every
+column of every line in the chunk; columns are then converted a whole block
+at a time by compiled parsers (:func:`parse_int_block`, :func:`parse_hex_block`,
+:func:`parse_float_block`, :func:`hash_token_block`). Each parser returns a
+status per cell (0 ok, 1 empty, 2 malformed), so a malformed line is found
+without a Python loop over lines; only the (rare) bad lines are turned into
+messages.
+
+Bad lines
+---------
+:class:`BadLines` counts malformed lines and keeps the first 10 as
+``{"file", "line", "reason"}``. The limit is ``--max-bad-lines`` (default 0:
+strict). The check runs after each chunk, so when the limit is exceeded the
+import stops at the end of that chunk and the message lists the malformed
+lines found so far (the first 10), e.g.::
+
+    criteo.tsv: 2 malformed lines in the first 5 lines read, more than
+    --max-bad-lines 0: criteo.tsv line 2: expected 40 tab-separated columns,
+    got 12; criteo.tsv line 5: column 15 (C1) is not hexadecimal: 'zz12';
+    fix the input or pass --max-bad-lines N to skip up to N malformed lines.
+
+Errors on the input itself (missing or unreadable path, a directory, a
+truncated or corrupt gzip stream, empty input) raise
+:class:`~gmp.errors.ImportDataError` with a one-line message.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import os
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO, Iterator, Sequence
+
+import numba
+import numpy as np
+
+from ..errors import ImportDataError
+
+log = logging.getLogger(__name__)
+
+#: bytes read per block (the tokenizer's offset arrays scale with it).
+DEFAULT_CHUNK_BYTES = 16 << 20
+#: how many bad lines are kept verbatim (the rest are only counted).
+KEEP_BAD_LINES = 10
+
+OK, EMPTY, BAD = 0, 1, 2
+
+
+# --------------------------------------------------------------------------
+# bad-line accounting
+# --------------------------------------------------------------------------
+@dataclass
+class BadLines:
+    """Counts malformed lines; keeps the first :data:`KEEP_BAD_LINES`."""
+
+    max_bad_lines: int = 0
+    count: int = 0
+    first: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.max_bad_lines < 0:
+            raise ImportDataError(f"--max-bad-lines must be >= 0, got {self.max_bad_lines}.")
+
+    def add(self, file: str, line: int, reason: str) -> None:
+        self.count += 1
+        if len(self.first) < KEEP_BAD_LINES:
+            self.first.append({"file": file, "line": int(line), "reason": reason})
+
+    def add_many(self, file: str, lines: np.ndarray, reason_of) -> None:
+        """Count ``lines`` (line numbers) as bad; ``reason_of(k)`` gives the k-th's reason
+        (called only for the ones kept)."""
+        for k in range(min(len(lines), KEEP_BAD_LINES - len(self.first))):
+            self.first.append({"file": file, "line": int(lines[k]), "reason": reason_of(k)})
+        self.count += int(len(lines))
+
+    def check(self, *, name: str, lines_read: int) -> None:
+        """Raise :class:`ImportDataError` if more than ``max_bad_lines`` were seen."""
+        if self.count <= self.max_bad_lines:
+            return
+        shown = "; ".join(f"{b['file']} line {b['line']}: {b['reason']}" for b in self.first)
+        more = f" (first {len(self.first)} shown)" if self.count > len(self.first) else ""
+        raise ImportDataError(
+            f"{name}: {self.count} malformed line{'s' if self.count != 1 else ''} in the first "
+            f"{lines_read} lines read, more than --max-bad-lines {self.max_bad_lines}{more}: {shown}; "
+            f"fix the input or pass --max-bad-lines N to skip up to N malformed lines."
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {"num_bad_lines": self.count, "bad_lines": list(self.first)}
+
+
+# --------------------------------------------------------------------------
+# reading
+# --------------------------------------------------------------------------
+@dataclass
+class Chunk:
+    """Complete lines of one input file."""
+
+    file: str  # display name (the path as given)
+    first_line: int  # 1-based line number of the chunk's first line
+    data: bytes  # complete lines; the last one may lack its newline at EOF
+    progress: int  # bytes of the underlying (possibly compressed) file consumed so far
+
+
+def check_inputs(paths: Sequence[str | os.PathLike]) -> list[Path]:
+    """Every input must be a readable regular file; one clear error otherwise."""
+    if not paths:
+        raise ImportDataError("no input files given; pass at least one INPUT path.")
+    out = []
+    for p in paths:
+        p = Path(p)
+        if not p.exists():
+            raise ImportDataError(f"{p}: no such file; check the INPUT path.")
+        if p.is_dir():
+            raise ImportDataError(f"{p} is a directory; pass the data file(s) inside it.")
+        if not os.access(p, os.R_OK):
+            raise ImportDataError(f"{p}: permission denied; make the file readable.")
+        out.append(p)
+    return out
+
+
+def _open(path: Path) -> tuple[BinaryIO, BinaryIO]:
+    """(stream to read, raw file for progress); gzip is detected by magic bytes."""
+    try:
+        raw = open(path, "rb")
+    except OSError as exc:
+        raise ImportDataError(f"cannot read {path}: {exc.strerror}.") from None
+    magic = raw.read(2)
+    raw.seek(0)
+    if magic == b"\x1f\x8b":
+        return gzip.GzipFile(fileobj=raw, mode="rb"), raw
+    return raw, raw
+
+
+def _read(stream: BinaryIO, path: Path, size: int, line: int) -> bytes:
+    try:
+        return stream.read(size)
+    except EOFError:
+        raise ImportDataError(
+            f"{path}: truncated gzip file (the compressed stream ends before its end marker, after line "
+            f"{line - 1}); re-download or re-compress the file."
+        ) from None
+    except (gzip.BadGzipFile, zlib.error) as exc:
+        raise ImportDataError(f"{path}: corrupt gzip data near line {line} ({exc}); re-download the file.") from None
+    except OSError as exc:
+        raise ImportDataError(f"cannot read {path}: {exc}.") from None
+
+
+def read_header(path: Path) -> bytes:
+    """The first line of ``path`` (without its newline); b"" for an empty file."""
+    stream, raw = _open(path)
+    try:
+        buf = b""
+        while b"\n" not in buf:
+            block = _read(stream, path, 1 << 16, 1)
+            if not block:
+                break
+            buf += block
+        return buf.split(b"\n", 1)[0].rstrip(b"\r")
+    finally:
+        stream.close()
+        raw.close()
+
+
+def iter_chunks(path: Path, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES, skip_lines: int = 0) -> Iterator[Chunk]:
+    """Yield :class:`Chunk` s of complete lines of ``path`` (plain or gzip).
+
+    ``skip_lines`` leading lines (a header) are dropped; line numbers still
+    count them.
+    """
+    name = str(path)
+    stream, raw = _open(path)
+    try:
+        carry = b""
+        line = 1
+        to_skip = skip_lines
+        while True:
+            block = _read(stream, path, chunk_bytes, line)
+            eof = not block
+            data = carry + block
+            if eof:
+                carry = b""
+            else:
+                cut = data.rfind(b"\n")
+                if cut < 0:  # one line longer than a block: keep reading
+                    carry = data
+                    continue
+                data, carry = data[: cut + 1], data[cut + 1 :]
+            while to_skip and data:
+                nl = data.find(b"\n")
+                data = b"" if nl < 0 else data[nl + 1 :]
+                line += 1
+                to_skip -= 1
+            if data:
+                yield Chunk(name, line, data, raw.tell())
+                line += data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+            if eof:
+                return
+    finally:
+        stream.close()
+        raw.close()
+
+
+def total_size(paths: Sequence[Path]) -> int:
+    return int(sum(p.stat().st_size for p in paths))
+
+
+# --------------------------------------------------------------------------
+# compiled kernels
+# --------------------------------------------------------------------------
+@numba.njit(cache=True, nogil=True)
+def _count_lines(buf):  # pragma: no cover - compiled
+    n = 0
+    for i in range(buf.size):
+        if buf[i] == 10:
+            n += 1
+    if buf.size and buf[buf.size - 1] != 10:
+        n += 1
+    return n
+
+
+@numba.njit(cache=True, nogil=True)
+def _tokenize(buf, sep, starts, ends, ncols):  # pragma: no cover - compiled
+    max_cols = starts.shape[1]
+    line = 0
+    col = 0
+    start = 0
+    n = buf.size
+    for i in range(n + 1):
+        c = 10 if i == n else buf[i]
+        if c == sep:
+            if col < max_cols:
+                starts[line, col] = start
+                ends[line, col] = i
+            col += 1
+            start = i + 1
+        elif c == 10:
+            if i == n and start >= n:
+                break  # the buffer ended with a newline
+            e = i
+            if e > start and buf[e - 1] == 13:  # CRLF
+                e -= 1
+            if col < max_cols:
+                starts[line, col] = start
+                ends[line, col] = e
+            ncols[line] = col + 1
+            # unused columns: empty spans
+            for j in range(col + 1, max_cols):
+                starts[line, j] = e
+                ends[line, j] = e
+            line += 1
+            col = 0
+            start = i + 1
+    return line
+
+
+def tokenize(data: bytes, sep: str, max_cols: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Split complete lines into columns.
+
+    Returns ``(buf, starts, ends, ncols)``: ``buf`` is the chunk as uint8,
+    ``starts/ends`` int32 ``[num_lines, max_cols]`` byte spans (columns past a
+    line's end are empty spans), ``ncols`` the true column count of each line
+    (may exceed ``max_cols``). A trailing ``\\r`` is dropped.
+    """
+    buf = np.frombuffer(data, dtype=np.uint8)
+    n = _count_lines(buf)
+    starts = np.empty((n, max_cols), dtype=np.int32)
+    ends = np.empty((n, max_cols), dtype=np.int32)
+    ncols = np.empty(n, dtype=np.int32)
+    got = _tokenize(buf, ord(sep), starts, ends, ncols)
+    assert got == n, (got, n)
+    return buf, starts, ends, ncols
+
+
+@numba.njit(cache=True, nogil=True)
+def parse_int_block(buf, starts, ends):  # pragma: no cover - compiled
+    """Decimal integers (optional sign, optional ``.0``-free); status per cell."""
+    n, k = starts.shape
+    vals = np.zeros((n, k), dtype=np.int64)
+    status = np.zeros((n, k), dtype=np.int8)
+    for i in range(n):
+        for j in range(k):
+            s = starts[i, j]
+            e = ends[i, j]
+            # strip spaces
+            while s < e and buf[s] == 32:
+                s += 1
+            while e > s and buf[e - 1] == 32:
+                e -= 1
+            if s == e:
+                status[i, j] = 1
+                continue
+            neg = False
+            if buf[s] == 45 or buf[s] == 43:
+                neg = buf[s] == 45
+                s += 1
+                if s == e or e - s > 18:
+                    status[i, j] = 2
+                    continue
+            if e - s > 18:
+                status[i, j] = 2
+                continue
+            v = 0
+            ok = True
+            for p in range(s, e):
+                d = buf[p] - 48
+                if d < 0 or d > 9:
+                    ok = False
+                    break
+                v = v * 10 + d
+            if not ok:
+                status[i, j] = 2
+                continue
+            vals[i, j] = -v if neg else v
+    return vals, status
+
+
+@numba.njit(cache=True, nogil=True)
+def parse_hex_block(buf, starts, ends):  # pragma: no cover - compiled
+    """Hexadecimal tokens of 1..16 digits -> uint64 (the value is the key)."""
+    n, k = starts.shape
+    vals = np.zeros((n, k), dtype=np.uint64)
+    status = np.zeros((n, k), dtype=np.int8)
+    for i in range(n):
+        for j in range(k):
+            s = starts[i, j]
+            e = ends[i, j]
+            if s == e:
+                status[i, j] = 1
+                continue
+            if e - s > 16:
+                status[i, j] = 2
+                continue
+            v = np.uint64(0)
+            ok = True
+            for p in range(s, e):
+                c = buf[p]
+                if 48 <= c <= 57:
+                    d = c - 48
+                elif 97 <= c <= 102:
+                    d = c - 87
+                elif 65 <= c <= 70:
+                    d = c - 55
+                else:
+                    ok = False
+                    break
+                v = (v << np.uint64(4)) | np.uint64(d)
+            if not ok:
+                status[i, j] = 2
+                continue
+            vals[i, j] = v
+    return vals, status
+
+
+@numba.njit(cache=True, nogil=True)
+def _parse_float(buf, s, e):  # pragma: no cover - compiled
+    # [sign] digits [. digits] [(e|E) [sign] digits]; returns (value, ok)
+    neg = False
+    if s < e and (buf[s] == 45 or buf[s] == 43):
+        neg = buf[s] == 45
+        s += 1
+    mant = 0.0
+    ndig = 0
+    scale = 0
+    while s < e and 48 <= buf[s] <= 57:
+        mant = mant * 10.0 + (buf[s] - 48)
+        s += 1
+        ndig += 1
+    if s < e and buf[s] == 46:
+        s += 1
+        while s < e and 48 <= buf[s] <= 57:
+            mant = mant * 10.0 + (buf[s] - 48)
+            s += 1
+            ndig += 1
+            scale -= 1
+    if ndig == 0:
+        return 0.0, False
+    if s < e and (buf[s] == 101 or buf[s] == 69):
+        s += 1
+        eneg = False
+        if s < e and (buf[s] == 45 or buf[s] == 43):
+            eneg = buf[s] == 45
+            s += 1
+        ex = 0
+        nd = 0
+        while s < e and 48 <= buf[s] <= 57:
+            ex = ex * 10 + (buf[s] - 48)
+            s += 1
+            nd += 1
+            if ex > 400:
+                ex = 400
+        if nd == 0:
+            return 0.0, False
+        scale += -ex if eneg else ex
+    if s != e:
+        return 0.0, False
+    v = mant * 10.0 ** scale if scale >= 0 else mant / 10.0 ** (-scale)
+    return (-v if neg else v), True
+
+
+@numba.njit(cache=True, nogil=True)
+def parse_float_block(buf, starts, ends):  # pragma: no cover - compiled
+    """Decimal floats (``1``, ``-2.5``, ``3e-4``); status per cell."""
+    n, k = starts.shape
+    vals = np.zeros((n, k), dtype=np.float64)
+    status = np.zeros((n, k), dtype=np.int8)
+    for i in range(n):
+        for j in range(k):
+            s = starts[i, j]
+            e = ends[i, j]
+            while s < e and buf[s] == 32:
+                s += 1
+            while e > s and buf[e - 1] == 32:
+                e -= 1
+            if s == e:
+                status[i, j] = 1
+                continue
+            v, ok = _parse_float(buf, s, e)
+            if ok:
+                vals[i, j] = v
+            else:
+                status[i, j] = 2
+    return vals, status
+
+
+@numba.njit(cache=True, nogil=True)
+def _mix64(h):  # pragma: no cover - compiled
+    # splitmix64 finaliser: spreads FNV's low-entropy high bits.
+    h ^= h >> np.uint64(30)
+    h *= np.uint64(0xBF58476D1CE4E5B9)
+    h ^= h >> np.uint64(27)
+    h *= np.uint64(0x94D049BB133111EB)
+    h ^= h >> np.uint64(31)
+    return h
+
+
+@numba.njit(cache=True, nogil=True)
+def _hash_span(buf, s, e):  # pragma: no cover - compiled
+    h = np.uint64(0xCBF29CE484222325)  # FNV-1a 64
+    for p in range(s, e):
+        h ^= np.uint64(buf[p])
+        h *= np.uint64(0x100000001B3)
+    return _mix64(h)
+
+
+@numba.njit(cache=True, nogil=True)
+def hash_token_block(buf, starts, ends, strip_quotes):  # pragma: no cover - compiled
+    """64-bit key of every token (FNV-1a + splitmix64); status 1 for empty."""
+    n, k = starts.shape
+    vals = np.zeros((n, k), dtype=np.uint64)
+    status = np.zeros((n, k), dtype=np.int8)
+    for i in range(n):
+        for j in range(k):
+            s = starts[i, j]
+            e = ends[i, j]
+            if strip_quotes and e - s >= 2 and buf[s] == 34 and buf[e - 1] == 34:
+                s += 1
+                e -= 1
+            if s == e:
+                status[i, j] = 1
+                continue
+            vals[i, j] = _hash_span(buf, s, e)
+    return vals, status
+
+
+@numba.njit(cache=True, nogil=True)
+def split_multi(buf, starts, ends, sep, strip_quotes):  # pragma: no cover - compiled
+    """Split each span of a multi-valued column at ``sep``: (lengths, keys)."""
+    n = starts.size
+    lengths = np.zeros(n, dtype=np.int32)
+    total = 0
+    for i in range(n):
+        s = starts[i]
+        e = ends[i]
+        if strip_quotes and e - s >= 2 and buf[s] == 34 and buf[e - 1] == 34:
+            s += 1
+            e -= 1
+        if s == e:
+            continue
+        cnt = 1
+        for p in range(s, e):
+            if buf[p] == sep:
+                cnt += 1
+        total += cnt
+    keys = np.zeros(total, dtype=np.uint64)
+    pos = 0
+    for i in range(n):
+        s = starts[i]
+        e = ends[i]
+        if strip_quotes and e - s >= 2 and buf[s] == 34 and buf[e - 1] == 34:
+            s += 1
+            e -= 1
+        if s == e:
+            continue
+        t = s
+        for p in range(s, e + 1):
+            if p == e or buf[p] == sep:
+                if p > t:  # empty pieces ("a||b") are dropped
+                    keys[pos] = _hash_span(buf, t, p)
+                    pos += 1
+                    lengths[i] += 1
+                t = p + 1
+    return lengths, keys[:pos]
+
+
+def hash_strings(values: Sequence[bytes | str]) -> np.ndarray:
+    """The same 64-bit keys as :func:`hash_token_block`, for Python strings."""
+    parts = [v.encode() if isinstance(v, str) else v for v in values]
+    data = b"\n".join(parts) + b"\n"
+    buf = np.frombuffer(data, dtype=np.uint8)
+    lens = np.array([len(p) for p in parts], dtype=np.int64)
+    s = np.zeros(len(parts), dtype=np.int64)
+    if len(parts) > 1:
+        s[1:] = np.cumsum(lens[:-1] + 1)
+    e = s + lens
+    keys, _ = hash_token_block(buf, s.reshape(-1, 1).astype(np.int32), e.reshape(-1, 1).astype(np.int32), False)
+    return keys.reshape(-1)
+
+
+def token(buf: np.ndarray, s: int, e: int, limit: int = 24) -> str:
+    """A token's text for an error message (shortened)."""
+    text = bytes(buf[s:e]).decode("utf-8", errors="replace")
+    return repr(text if len(text) <= limit else text[:limit] + "…")
+
+
+def log1p_clamped(values: np.ndarray) -> np.ndarray:
+    """``log(1 + max(x, 0))`` as float32 (negative counts clamp to 0 first)."""
+    return np.log1p(np.maximum(values, 0).astype(np.float64)).astype(np.float32)
+
+
+# --------------------------------------------------------------------------
+# the shared import driver
+# --------------------------------------------------------------------------
+@dataclass
+class CommonOptions:
+    """Options every importer takes (the CLI's shared flags)."""
+
+    min_count: int = 1
+    hash_sizes: dict[str, int] = field(default_factory=dict)
+    max_bad_lines: int = 0
+    test_fraction: float = 0.1
+    overwrite: bool = False
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES
+
+    def __post_init__(self) -> None:
+        if self.min_count < 1:
+            raise ImportDataError(f"--min-count must be >= 1, got {self.min_count}.")
+        if self.max_bad_lines < 0:
+            raise ImportDataError(f"--max-bad-lines must be >= 0, got {self.max_bad_lines}.")
+        if not 0.0 <= self.test_fraction < 1.0:
+            raise ImportDataError(f"--test-fraction must be in [0, 1), got {self.test_fraction}.")
+        if self.chunk_bytes < 1:
+            raise ImportDataError(f"chunk size must be positive, got {self.chunk_bytes}.")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"min_count": self.min_count, "hash": dict(self.hash_sizes), "max_bad_lines": self.max_bad_lines,
+                "test_fraction": self.test_fraction}
+
+
+class Progress:
+    """Adapts per-file byte positions to one progress bar over all inputs."""
+
+    def __init__(self, advance, paths: Sequence[Path]):
+        self._advance = advance
+        self._done = 0
+        self._last = 0
+
+    def update(self, chunk: Chunk) -> None:
+        self._advance(chunk.progress - self._last)
+        self._last = chunk.progress
+
+    def next_file(self) -> None:
+        self._last = 0
+
+
+def finish_import(writer, vocab, bad: BadLines, *, fmt: str, paths: Sequence[Path], lines_read: int,
+                  common: CommonOptions, format_options: dict[str, Any], dense_names: Sequence[str] = (),
+                  extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Check the import produced samples, then write the final arrays and header."""
+    from .format import FieldInfo
+
+    names = ", ".join(str(p) for p in paths)
+    if lines_read == 0:
+        raise ImportDataError(f"{names}: the input is empty (no data lines); pass a non-empty {fmt} file.")
+    if writer.num_samples == 0:
+        raise ImportDataError(f"{names}: all {lines_read} data lines were malformed; nothing to import "
+                              f"(first: {bad.first[0]['file']} line {bad.first[0]['line']}: {bad.first[0]['reason']}).")
+    bad.check(name=names, lines_read=lines_read)
+    cat_fields, num_embeddings, remap = vocab.finish()
+    fields = [FieldInfo(n, "dense", 0, None, column=j) for j, n in enumerate(dense_names)] + cat_fields
+    source = {"format": fmt, "inputs": [str(p) for p in paths],
+              "options": {**common.to_json(), **format_options}, "num_lines": int(lines_read)}
+    log.info("%s: %d lines, %d samples, %d bad", names, lines_read, writer.num_samples, bad.count)
+    return writer.finish(fields=fields, num_embeddings=num_embeddings, source=source, remap=remap,
+                         test_fraction=common.test_fraction, num_bad_lines=bad.count, bad_lines=bad.first,
+                         extra=extra)

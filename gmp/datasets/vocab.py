@@ -1,0 +1,217 @@
+"""Per-field vocabularies: raw value keys -> embedding ids, in one pass.
+
+Design
+------
+Importers reduce every raw categorical value to a 64-bit key (the hex value
+itself for Criteo, a 64-bit FNV-1a/splitmix64 hash of the token text
+otherwise) and hand blocks of keys to :meth:`Vocabulary.lookup`. Because the
+final id of a value depends on its frequency, which is only known at the end,
+lookup returns *provisional* ids: one dense id space shared by all fields,
+allocated in order of first appearance (a compiled loop over a numba typed
+dict per field), with an occurrence count per id. The writer stores the
+provisional ids; :meth:`Vocabulary.finish` computes the final ids and the
+``remap`` array that :meth:`gmp.datasets.format.DatasetWriter.finish` applies.
+
+Final local ids inside a field (see :mod:`gmp.datasets.format`):
+
+* ``0`` — missing (empty cell, absent multi-valued list),
+* ``1`` — rare: every value seen fewer than ``min_count`` times,
+* ``2..`` — the kept values, most frequent first (ties: first seen first).
+
+A *hashed* field (``--hash FIELD=SIZE``) skips the vocabulary: value ->
+``1 + mix(key) % SIZE``, missing -> 0, no rare id; its ``num_values`` is
+``SIZE + 1``. Hashing bounds memory and the embedding table for fields with
+tens of millions of values at the cost of collisions.
+
+Key collisions: two distinct token texts share a 64-bit hash with probability
+about ``n^2 / 2^65`` for ``n`` distinct values (~1e-8 for a million values);
+Criteo hex values are keyed by their exact value and never collide.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numba
+import numpy as np
+from numba import types
+from numba.typed import Dict
+
+from ..errors import ImportDataError
+from .format import FieldInfo
+
+
+@numba.njit(cache=True, nogil=True)
+def _assign(table, keys, present, missing_pid, next_pid, out, counts, pid_field, field):  # pragma: no cover
+    for i in range(keys.size):
+        if not present[i]:
+            out[i] = missing_pid
+            counts[missing_pid] += 1
+            continue
+        k = keys[i]
+        if k in table:
+            v = table[k]
+        else:
+            v = next_pid
+            table[k] = v
+            pid_field[v] = field
+            next_pid += 1
+        counts[v] += 1
+        out[i] = v
+    return next_pid
+
+
+def mix64(keys: np.ndarray) -> np.ndarray:
+    """splitmix64 finaliser, vectorised (uint64 arithmetic wraps)."""
+    h = keys.astype(np.uint64, copy=True)
+    with np.errstate(over="ignore"):
+        h ^= h >> np.uint64(30)
+        h *= np.uint64(0xBF58476D1CE4E5B9)
+        h ^= h >> np.uint64(27)
+        h *= np.uint64(0x94D049BB133111EB)
+        h ^= h >> np.uint64(31)
+    return h
+
+
+@dataclass
+class _Field:
+    name: str
+    kind: str  # "categorical" or "multi"
+    missing_pid: int
+    hash_size: int | None
+    table: object | None  # numba typed Dict (vocabulary fields)
+
+
+class Vocabulary:
+    """Provisional ids for every categorical field of one import.
+
+    Parameters
+    ----------
+    min_count
+        Values seen fewer times map to the field's rare id (1 keeps all).
+    hash_sizes
+        ``{field name: SIZE}`` for fields that are hashed instead.
+
+    Examples
+    --------
+    >>> v = Vocabulary(min_count=2)
+    >>> f = v.add_field("C1")
+    >>> pids = v.lookup(f, np.array([7, 7, 9, 0], np.uint64), np.array([1, 1, 1, 0], bool))
+    >>> fields, n, remap = v.finish()
+    >>> remap[pids].tolist()   # 7 kept (local 2), 9 rare (1), missing (0)
+    [2, 2, 1, 0]
+    """
+
+    def __init__(self, *, min_count: int = 1, hash_sizes: Mapping[str, int] | None = None):
+        if min_count < 1:
+            raise ImportDataError(f"--min-count must be >= 1, got {min_count}.")
+        self.min_count = int(min_count)
+        self.hash_sizes = dict(hash_sizes or {})
+        for name, size in self.hash_sizes.items():
+            if int(size) < 1:
+                raise ImportDataError(f"--hash {name}={size}: the size must be a positive integer.")
+        self.fields: list[_Field] = []
+        self._by_name: dict[str, int] = {}
+        self._next = 0
+        self._counts = np.zeros(1 << 16, dtype=np.int64)
+        self._pid_field = np.full(1 << 16, -1, dtype=np.int32)
+
+    # -- building ---------------------------------------------------------
+    def add_field(self, name: str, kind: str = "categorical") -> int:
+        """Register a field; returns its index (used by :meth:`lookup`)."""
+        if name in self._by_name:
+            raise ImportDataError(f"field {name!r} appears twice; field names must be unique.")
+        idx = len(self.fields)
+        size = self.hash_sizes.get(name)
+        missing = self._alloc(1 + (int(size) if size else 0), idx)
+        table = None if size else Dict.empty(key_type=types.uint64, value_type=types.int64)
+        self.fields.append(_Field(name, kind, missing, int(size) if size else None, table))
+        self._by_name[name] = idx
+        return idx
+
+    def index(self, name: str) -> int:
+        return self._by_name[name]
+
+    def set_kind(self, idx: int, kind: str) -> None:
+        self.fields[idx].kind = kind
+
+    def check_hash_fields(self) -> None:
+        """Every ``--hash`` name must be a field of this import."""
+        unknown = sorted(set(self.hash_sizes) - set(self._by_name))
+        if unknown:
+            raise ImportDataError(
+                f"--hash names unknown field(s) {unknown}; this input's fields are {list(self._by_name)}."
+            )
+
+    def _alloc(self, num: int, field: int) -> int:
+        first = self._next
+        self._ensure(first + num)
+        self._pid_field[first : first + num] = field
+        self._next += num
+        return first
+
+    def _ensure(self, size: int) -> None:
+        if size > self._counts.size:
+            new = max(size, 2 * self._counts.size)
+            self._counts = np.concatenate([self._counts, np.zeros(new - self._counts.size, np.int64)])
+            self._pid_field = np.concatenate([self._pid_field, np.full(new - self._pid_field.size, -1, np.int32)])
+
+    def lookup(self, field: int, keys: np.ndarray, present: np.ndarray) -> np.ndarray:
+        """Provisional ids (int64) of ``keys``; ``present[i] == False`` means missing."""
+        f = self.fields[field]
+        keys = np.ascontiguousarray(keys, dtype=np.uint64).reshape(-1)
+        present = np.ascontiguousarray(present, dtype=np.bool_).reshape(-1)
+        if f.hash_size is not None:
+            out = np.where(present, f.missing_pid + 1 + (mix64(keys) % np.uint64(f.hash_size)).astype(np.int64),
+                           f.missing_pid).astype(np.int64)
+            if out.size:
+                self._bincount_add(out)
+            return out
+        self._ensure(self._next + keys.size)
+        out = np.empty(keys.size, dtype=np.int64)
+        self._next = int(_assign(f.table, keys, present, f.missing_pid, self._next, out, self._counts,
+                                 self._pid_field, field))
+        return out
+
+    def _bincount_add(self, ids: np.ndarray) -> None:
+        lo, hi = int(ids.min()), int(ids.max())
+        self._counts[lo : hi + 1] += np.bincount(ids - lo, minlength=hi - lo + 1)
+
+    def count_of(self, field: int) -> int:
+        """Distinct non-missing values seen so far in a vocabulary field."""
+        t = self.fields[field].table
+        return len(t) if t is not None else 0
+
+    # -- final ids --------------------------------------------------------
+    def finish(self) -> tuple[list[FieldInfo], int, np.ndarray]:
+        """``(fields, num_embeddings, remap)``: final FieldInfo per categorical
+        field (offsets in registration order), the embedding count, and the
+        provisional -> final id array."""
+        remap = np.full(max(self._next, 1), -1, dtype=np.int64)
+        pid_field = self._pid_field[: self._next]
+        counts = self._counts[: self._next]
+        order = np.argsort(pid_field, kind="stable")
+        bounds = np.searchsorted(pid_field[order], np.arange(len(self.fields) + 1))
+        infos: list[FieldInfo] = []
+        offset = 0
+        for i, f in enumerate(self.fields):
+            pids = order[bounds[i] : bounds[i + 1]]  # ascending = first-seen order
+            if f.hash_size is not None:
+                num_values = f.hash_size + 1
+                remap[f.missing_pid : f.missing_pid + num_values] = offset + np.arange(num_values)
+                infos.append(FieldInfo(f.name, f.kind, num_values, offset, missing_id=offset, rare_id=None,
+                                       hash_buckets=f.hash_size))
+            else:
+                values = pids[pids != f.missing_pid]
+                c = counts[values]
+                keep = c >= self.min_count
+                kept = values[keep]
+                kept = kept[np.argsort(-c[keep], kind="stable")]
+                remap[f.missing_pid] = offset
+                remap[values[~keep]] = offset + 1
+                remap[kept] = offset + 2 + np.arange(kept.size)
+                num_values = 2 + int(kept.size)
+                infos.append(FieldInfo(f.name, f.kind, num_values, offset, missing_id=offset, rare_id=offset + 1))
+            offset += num_values
+        return infos, offset, remap
