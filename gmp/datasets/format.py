@@ -400,7 +400,7 @@ class DatasetWriter:
         final = np.lib.format.open_memmap(d / "indices.npy", mode="w+", dtype=idx_dtype, shape=(num_edges,))
         step = 1 << 26
         for a in range(0, num_edges, step):
-            final[a : a + step] = out_ids[a : a + step]
+            final[a : a + step] = out_ids[a : min(a + step, num_edges)]  # out_ids may be longer (dedupe)
         final.flush()
         del final, out_ids
         (d / "_indices_full.npy").unlink()
