@@ -144,6 +144,18 @@ class Vocabulary:
                 f"--hash names unknown field(s) {unknown}; this input's fields are {list(self._by_name)}."
             )
 
+    def reorder(self, order: list[int]) -> None:
+        """Put the fields in ``order`` (old indices); provisional ids stay valid,
+        only the final offsets follow the new order."""
+        if sorted(order) != list(range(len(self.fields))):
+            raise ImportDataError(f"internal: reorder needs a permutation of {len(self.fields)} fields.")
+        new_of_old = np.empty(len(order), dtype=np.int32)
+        new_of_old[order] = np.arange(len(order), dtype=np.int32)
+        self.fields = [self.fields[i] for i in order]
+        self._by_name = {f.name: i for i, f in enumerate(self.fields)}
+        used = self._pid_field[: self._next]
+        used[:] = new_of_old[used]
+
     def _alloc(self, num: int, field: int) -> int:
         first = self._next
         self._ensure(first + num)

@@ -1,0 +1,322 @@
+"""Importer for MovieLens-100K: RecBole atomic files or the classic GroupLens layout.
+
+Both layouts give the same fields (RecBole's names): ``user_id``,
+``item_id``, the user's ``age``, ``gender``, ``occupation``, ``zip_code``,
+the item's ``release_year`` and the multi-valued genre list ``class``.
+One sample per rating; label = 1 when ``rating >= --rating-threshold``
+(default 4). Samples keep the order of the ratings file (so the tail test
+split is the file's last ratings).
+
+RecBole atomic (``INPUT`` = ``ml-100k.inter`` or the directory holding it;
+``ml-100k.user`` / ``ml-100k.item`` are read from beside it when present)::
+
+    ml-100k.inter   user_id:token  item_id:token  rating:float  timestamp:float
+                    196            242            3             881250949
+    ml-100k.user    user_id:token  age:token  gender:token  occupation:token  zip_code:token
+                    1              24         M             technician        85711
+    ml-100k.item    item_id:token  movie_title:token_seq  release_year:token  class:token_seq
+                    1              Toy Story              1995                Animation Children's Comedy
+
+Tab-separated with a typed header ``name:type``. ``token`` columns become
+categorical fields, ``token_seq`` columns multi-valued fields (values
+separated by spaces), ``float`` columns of the ``.inter`` file other than
+the rating, and of the side files, are not features. ``--ignore`` drops
+columns (default: ``movie_title`` — a per-item free text that duplicates
+``item_id``; and ``timestamp``).
+
+Classic (``INPUT`` = ``u.data`` or the ``ml-100k/`` directory)::
+
+    u.data   user \\t item \\t rating \\t timestamp          196	242	3	881250949
+    u.user   user|age|gender|occupation|zip                 1|24|M|technician|85711
+    u.item   id|title|release date|video date|url|19 genre flags (0/1), latin-1
+             1|Toy Story (1995)|01-Jan-1995||http://...|0|0|0|1|1|1|0|...
+
+Genre names come from ``u.genre`` when present, else the standard 19.
+
+Malformed lines: a ratings line with the wrong column count or a
+non-numeric rating; a side-file line with the wrong column count. A rating
+whose user or item is absent from the side files is *not* malformed: its
+side fields take their missing ids.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import ImportDataError
+from ..progress import task
+from .csvfmt import _interleave
+from .format import DatasetWriter
+from .importers import BadLines, CommonOptions, finish_import, hash_strings, iter_chunks, read_header, total_size
+from .vocab import Vocabulary
+
+CLASSIC_GENRES = ["unknown", "Action", "Adventure", "Animation", "Children's", "Comedy", "Crime", "Documentary",
+                  "Drama", "Fantasy", "Film-Noir", "Horror", "Musical", "Mystery", "Romance", "Sci-Fi", "Thriller",
+                  "War", "Western"]
+DEFAULT_IGNORE = ("movie_title", "timestamp")
+
+
+@dataclass
+class _Side:
+    """A side table (users or items): key -> categorical keys and multi-valued lists."""
+
+    cat_names: list[str]
+    multi_names: list[str]
+    index: dict[bytes, int] = field(default_factory=dict)
+    cat_rows: list[list[bytes | None]] = field(default_factory=list)
+    multi_rows: list[list[list[bytes]]] = field(default_factory=list)
+
+    def add(self, key: bytes, cats: list[bytes | None], multis: list[list[bytes]]) -> None:
+        self.index[key] = len(self.cat_rows)
+        self.cat_rows.append(cats)
+        self.multi_rows.append(multis)
+
+    def freeze(self) -> None:
+        """Key arrays with one extra all-missing row at the end (unknown key)."""
+        n = len(self.cat_rows)
+        k = len(self.cat_names)
+        flat = [v if v is not None else b"" for row in self.cat_rows for v in row]
+        keys = hash_strings(flat) if flat else np.zeros(0, np.uint64)
+        self.cat_keys = np.zeros((n + 1, k), np.uint64)
+        self.cat_keys[:n] = keys.reshape(n, k)
+        self.cat_present = np.zeros((n + 1, k), bool)
+        self.cat_present[:n] = np.array([[v is not None and v != b"" for v in row] for row in self.cat_rows],
+                                        dtype=bool).reshape(n, k)
+        self.multi = []
+        for j in range(len(self.multi_names)):
+            lists = [row[j] for row in self.multi_rows] + [[]]
+            lens = np.array([len(x) for x in lists], np.int64)
+            indptr = np.concatenate([[0], np.cumsum(lens)])
+            flatm = [v for x in lists for v in x]
+            self.multi.append((indptr, hash_strings(flatm) if flatm else np.zeros(0, np.uint64)))
+
+    def rows_of(self, keys: list[bytes]) -> np.ndarray:
+        missing = len(self.cat_rows)
+        return np.array([self.index.get(k, missing) for k in keys], dtype=np.int64)
+
+
+def _empty_side() -> _Side:
+    s = _Side([], [])
+    s.freeze()
+    return s
+
+
+def _typed_header(path: Path) -> list[tuple[str, str]]:
+    header = read_header(path)
+    if not header.strip():
+        raise ImportDataError(f"{path}: the input is empty (no header line); expected a RecBole atomic file.")
+    cols = []
+    for c in header.decode("utf-8", errors="replace").split("\t"):
+        name, _, typ = c.strip().partition(":")
+        if typ not in ("token", "token_seq", "float", "float_seq"):
+            raise ImportDataError(f"{path}: header column {c!r} is not 'name:type' with type token, token_seq, float "
+                                  f"or float_seq; is this a RecBole atomic file?")
+        cols.append((name, typ))
+    return cols
+
+
+def _resolve_layout(inputs: Sequence[str | os.PathLike]) -> tuple[str, Path, Path | None, Path | None]:
+    """(layout, ratings file, users file, items file)."""
+    if len(inputs) != 1:
+        raise ImportDataError(f"movielens takes one INPUT (the ratings file or its directory), got {len(inputs)}.")
+    p = Path(inputs[0])
+    if not p.exists():
+        raise ImportDataError(f"{p}: no such file or directory; check the INPUT path.")
+    if p.is_dir():
+        inter = sorted(p.glob("*.inter"))
+        if inter:
+            p = inter[0]
+        elif (p / "u.data").is_file():
+            p = p / "u.data"
+        else:
+            raise ImportDataError(f"{p} holds neither a RecBole '*.inter' file nor a classic 'u.data'; "
+                                  f"fetch the data with 'gmp data fetch movielens-100k'.")
+    if not os.access(p, os.R_OK):
+        raise ImportDataError(f"{p}: permission denied; make the file readable.")
+    if p.suffix == ".inter" or p.name.endswith(".inter.gz"):
+        stem = p.name[: p.name.index(".inter")]
+        u, i = p.with_name(stem + ".user"), p.with_name(stem + ".item")
+        return "atomic", p, (u if u.is_file() else None), (i if i.is_file() else None)
+    u, i = p.with_name("u.user"), p.with_name("u.item")
+    return "classic", p, (u if u.is_file() else None), (i if i.is_file() else None)
+
+
+def _read_atomic_side(path: Path, key: str, ignore: set[str], bad: BadLines) -> _Side:
+    cols = _typed_header(path)
+    names = [c for c, _ in cols]
+    if key not in names:
+        raise ImportDataError(f"{path}: the header has no {key!r} column; got {names}.")
+    kj = names.index(key)
+    cat = [j for j, (c, t) in enumerate(cols) if t == "token" and j != kj and c not in ignore]
+    multi = [j for j, (c, t) in enumerate(cols) if t == "token_seq" and c not in ignore]
+    side = _Side([names[j] for j in cat], [names[j] for j in multi])
+    for chunk in iter_chunks(path, skip_lines=1):
+        lines = chunk.data.split(b"\n")
+        if chunk.data.endswith(b"\n"):
+            lines.pop()
+        for k, line in enumerate(lines):
+            parts = line.rstrip(b"\r").split(b"\t")
+            if len(parts) != len(cols):
+                bad.add(chunk.file, chunk.first_line + k, f"expected {len(cols)} tab-separated columns, got {len(parts)}")
+                continue
+            side.add(parts[kj], [parts[j] for j in cat], [parts[j].split() for j in multi])
+    side.freeze()
+    return side
+
+
+def _read_classic_users(path: Path, bad: BadLines) -> _Side:
+    side = _Side(["age", "gender", "occupation", "zip_code"], [])
+    for chunk in iter_chunks(path):
+        lines = chunk.data.split(b"\n")
+        if chunk.data.endswith(b"\n"):
+            lines.pop()
+        for k, line in enumerate(lines):
+            parts = line.rstrip(b"\r").split(b"|")
+            if len(parts) != 5:
+                bad.add(chunk.file, chunk.first_line + k, f"expected 5 '|'-separated columns, got {len(parts)}")
+                continue
+            side.add(parts[0], parts[1:5], [])
+    side.freeze()
+    return side
+
+
+def _read_classic_items(path: Path, bad: BadLines) -> _Side:
+    genres = CLASSIC_GENRES
+    gfile = path.with_name("u.genre")
+    if gfile.is_file():
+        names = [ln.split("|")[0] for ln in gfile.read_text(encoding="latin-1").splitlines() if ln.strip()]
+        if names:
+            genres = names
+    side = _Side(["release_year"], ["class"])
+    want = 5 + len(genres)
+    for chunk in iter_chunks(path):
+        lines = chunk.data.split(b"\n")
+        if chunk.data.endswith(b"\n"):
+            lines.pop()
+        for k, line in enumerate(lines):
+            parts = line.rstrip(b"\r").split(b"|")
+            if len(parts) != want:
+                bad.add(chunk.file, chunk.first_line + k, f"expected {want} '|'-separated columns, got {len(parts)}")
+                continue
+            date = parts[2].strip()
+            year = date[-4:] if len(date) >= 4 and date[-4:].isdigit() else None
+            g = [genres[j].encode() for j, flag in enumerate(parts[5:]) if flag.strip() == b"1"]
+            side.add(parts[0], [year], [g])
+    side.freeze()
+    return side
+
+
+def import_movielens(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
+                     rating_threshold: float = 4.0, ignore: Sequence[str] | None = None,
+                     common: CommonOptions | None = None) -> dict[str, Any]:
+    """Import MovieLens ratings (+ user and item side files) into a prepared dataset."""
+    common = common or CommonOptions()
+    layout, ratings, users_path, items_path = _resolve_layout(inputs)
+    ignore_set = set(DEFAULT_IGNORE if ignore is None else ignore)
+    bad = BadLines(common.max_bad_lines)
+    if layout == "atomic":
+        cols = _typed_header(ratings)
+        names = [c for c, _ in cols]
+        for need in ("user_id", "item_id", "rating"):
+            if need not in names:
+                raise ImportDataError(f"{ratings}: the header has no {need!r} column; got {names}.")
+        inter_cat = [j for j, (c, t) in enumerate(cols) if t == "token" and c not in ignore_set]
+        inter_multi = [j for j, (c, t) in enumerate(cols) if t == "token_seq" and c not in ignore_set]
+        sep, skip, ncols = b"\t", 1, len(cols)
+        uj, ij, rj = names.index("user_id"), names.index("item_id"), names.index("rating")
+        users = _read_atomic_side(users_path, "user_id", ignore_set, bad) if users_path else _empty_side()
+        items = _read_atomic_side(items_path, "item_id", ignore_set, bad) if items_path else _empty_side()
+    else:
+        names = ["user_id", "item_id", "rating", "timestamp"]
+        inter_cat, inter_multi = [0, 1], []
+        sep, skip, ncols = b"\t", 0, 4
+        uj, ij, rj = 0, 1, 2
+        users = _read_classic_users(users_path, bad) if users_path else _empty_side()
+        items = _read_classic_items(items_path, bad) if items_path else _empty_side()
+    vocab = Vocabulary(min_count=common.min_count, hash_sizes=common.hash_sizes)
+    f_inter = [vocab.add_field(names[j]) for j in inter_cat]
+    f_user = [vocab.add_field(n) for n in users.cat_names]
+    f_item = [vocab.add_field(n) for n in items.cat_names]
+    f_imulti = [vocab.add_field(names[j], "multi") for j in inter_multi]
+    f_umulti = [vocab.add_field(n, "multi") for n in users.multi_names]
+    f_itmulti = [vocab.add_field(n, "multi") for n in items.multi_names]
+    vocab.check_hash_fields()
+    lines_read = 0
+    paths = [ratings]
+    with DatasetWriter(out, num_dense=0, overwrite=common.overwrite) as writer, \
+            task("Importing movielens", total=total_size(paths), unit="B") as advance:
+        last = 0
+        for chunk in iter_chunks(ratings, chunk_bytes=common.chunk_bytes, skip_lines=skip):
+            lines = chunk.data.split(b"\n")
+            if chunk.data.endswith(b"\n"):
+                lines.pop()
+            lines_read += len(lines)
+            rows, labels = [], []
+            for k, line in enumerate(lines):
+                parts = line.rstrip(b"\r").split(sep)
+                if len(parts) != ncols:
+                    reason = "empty line" if not line.strip() else \
+                        f"expected {ncols} tab-separated columns, got {len(parts)}"
+                    bad.add(chunk.file, chunk.first_line + k, reason)
+                    continue
+                try:
+                    rating = float(parts[rj])
+                except ValueError:
+                    bad.add(chunk.file, chunk.first_line + k,
+                            f"rating (column {rj + 1}) is not a number: {parts[rj].decode('utf-8', 'replace')[:24]!r}")
+                    continue
+                rows.append(parts)
+                labels.append(1.0 if rating >= rating_threshold else 0.0)
+            bad.check(name=str(ratings), lines_read=lines_read)
+            advance(chunk.progress - last)
+            last = chunk.progress
+            if not rows:
+                continue
+            m = len(rows)
+            parts_out: list[tuple[np.ndarray | None, np.ndarray]] = []
+            for f, j in zip(f_inter, inter_cat):
+                toks = [r[j] for r in rows]
+                parts_out.append((None, vocab.lookup(f, hash_strings(toks), np.array([t != b"" for t in toks]))))
+            urow = users.rows_of([r[uj] for r in rows])
+            irow = items.rows_of([r[ij] for r in rows])
+            for side, row, fids in ((users, urow, f_user), (items, irow, f_item)):
+                for j, f in enumerate(fids):
+                    parts_out.append((None, vocab.lookup(f, side.cat_keys[row, j], side.cat_present[row, j])))
+            for f, j in zip(f_imulti, inter_multi):
+                lists = [r[j].split() for r in rows]
+                parts_out.append(_multi_part(vocab, f, [len(x) for x in lists],
+                                             hash_strings([v for x in lists for v in x]) if any(lists) else None))
+            for side, row, fids in ((users, urow, f_umulti), (items, irow, f_itmulti)):
+                for j, f in enumerate(fids):
+                    indptr, keys = side.multi[j]
+                    lens = indptr[row + 1] - indptr[row]
+                    take = np.repeat(indptr[row], lens) + (np.arange(int(lens.sum())) -
+                                                            np.repeat(np.cumsum(lens) - lens, lens))
+                    parts_out.append(_multi_part(vocab, f, lens, keys[take]))
+            lengths, ids = _interleave(parts_out, m)
+            writer.add(lengths, ids, np.asarray(labels, np.float32))
+        options = {"layout": layout, "rating_threshold": rating_threshold, "ignore": sorted(ignore_set),
+                   "users": str(users_path) if users_path else None, "items": str(items_path) if items_path else None}
+        return finish_import(writer, vocab, bad, fmt="movielens", paths=paths, lines_read=lines_read,
+                             common=common, format_options=options)
+
+
+def _multi_part(vocab: Vocabulary, f: int, lens, keys) -> tuple[np.ndarray, np.ndarray]:
+    """Ids of a multi-valued field; an empty list becomes one missing id."""
+    lens = np.asarray(lens, dtype=np.int64)
+    keys = np.zeros(0, np.uint64) if keys is None else np.asarray(keys, np.uint64)
+    empty = lens == 0
+    out_lens = np.where(empty, 1, lens)
+    ids = np.empty(int(out_lens.sum()), np.int64)
+    first = np.concatenate([[0], np.cumsum(out_lens)[:-1]])
+    is_missing = np.zeros(ids.size, bool)
+    is_missing[first[empty]] = True
+    ids[~is_missing] = vocab.lookup(f, keys, np.ones(keys.size, bool))
+    if empty.any():
+        ids[is_missing] = vocab.lookup(f, np.zeros(int(empty.sum()), np.uint64), np.zeros(int(empty.sum()), bool))
+    return out_lens, ids
