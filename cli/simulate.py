@@ -1,0 +1,80 @@
+"""``gmp simulate``: replay an epoch with a runtime schedule and count cache pulls and pushes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ._common import console, echo_json, handle_errors
+
+
+def load_placement(dataset, manifest: Optional[Path], workers: Optional[int], seed: int):
+    """The placement to simulate: the manifest's, or (no manifest) random over ``workers``."""
+    from gmp.errors import ManifestError, TrainingError
+
+    if manifest is None:
+        from gmp.graph import build_graph
+        from gmp.partition import run_partitioner
+        from gmp.topology import homogeneous
+
+        if workers is None:
+            raise TrainingError("Without --manifest, --workers is required (rows are then placed at random).")
+        return run_partitioner("random", build_graph(dataset), homogeneous(workers), seed=seed)
+    try:
+        from gmp.manifest import load_manifest
+    except ModuleNotFoundError as exc:  # pragma: no cover - until gmp.manifest lands
+        raise ManifestError("This checkout has no gmp.manifest module; run without --manifest.") from exc
+    loaded = load_manifest(manifest, dataset=dataset)
+    placement = getattr(loaded, "placement", loaded)
+    if workers is not None and workers != placement.num_workers:
+        raise TrainingError(f"--workers {workers} does not match the manifest {manifest}, which places rows on "
+                            f"{placement.num_workers} workers. Drop --workers or partition again.")
+    return placement
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("simulate")
+    @handle_errors
+    def simulate_cmd(
+        dataset: Path = typer.Option(..., "--dataset", help="Prepared dataset directory."),
+        manifest: Optional[Path] = typer.Option(None, "--manifest",
+                                                help="Placement manifest (default: random placement over --workers)."),
+        workers: Optional[int] = typer.Option(None, "--workers", help="Workers (must match the manifest)."),
+        schedule: str = typer.Option("herald", "--schedule", help="naive | herald"),
+        on_demand: Optional[bool] = typer.Option(None, "--on-demand/--no-on-demand",
+                                                 help="On-demand synchronisation (default: on for herald, off for naive)."),
+        cache_rows: Optional[int] = typer.Option(None, "--cache-rows",
+                                                 help="Cached rows per worker (default: 10% of the embedding rows)."),
+        cache_policy: str = typer.Option("lru", "--cache-policy", help="lru | lookahead"),
+        lookahead: int = typer.Option(0, "--lookahead", help="Look-ahead window in global batches."),
+        batch_size: int = typer.Option(128, "--batch-size", help="Samples per worker per iteration."),
+        embedding_dim: int = typer.Option(16, "--embedding-dim", help="Row width for the byte counts (float32)."),
+        seed: int = typer.Option(0, "--seed", help="Seed of the sample order (and of the random placement)."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    ) -> None:
+        """Count the embedding pulls/pushes one epoch incurs under a schedule, without training."""
+        from gmp.datasets.format import load_dataset
+        from gmp.simulate import simulate
+
+        ds = load_dataset(dataset)
+        placement = load_placement(ds, manifest, workers, seed)
+        result = simulate(ds.indptr, ds.indices, placement, num_train=ds.num_train, batch_size=batch_size,
+                          schedule=schedule, on_demand=on_demand, cache_rows=cache_rows, cache_policy=cache_policy,
+                          lookahead=lookahead, seed=seed, embedding_dim=embedding_dim)
+        out = result.to_json()
+        if as_json:
+            echo_json(out)
+            return
+        from rich.table import Table
+
+        table = Table(title=f"gmp simulate: {out['schedule']}, on-demand {'on' if out['on_demand'] else 'off'}, "
+                            f"{out['workers']} workers, {out['batches']} batches")
+        table.add_column("quantity")
+        table.add_column("value", justify="right")
+        for key in ("pulls", "pull_miss", "pull_stale", "pushes", "push_sync", "push_plan", "push_evict",
+                    "push_flush", "rows_pulled_bytes", "rows_pushed_bytes", "prefetchable_pulls",
+                    "schedule_ms_per_batch"):
+            table.add_row(key, f"{out[key]:,}" if isinstance(out[key], int) else f"{out[key]:.3f}")
+        console().print(table)

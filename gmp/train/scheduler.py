@@ -1,0 +1,622 @@
+"""Herald runtime scheduling: location-aware batch assignment and on-demand synchronisation.
+
+This module implements Herald (APNet'22) Algorithm 1 on top of a gmp
+:class:`~gmp.placement.Placement`, and the replica state machine that both the
+simulator (:mod:`gmp.simulate`) and the trainer's ``--schedule herald`` run,
+so that the simulator's counts are the trainer's counts by construction.
+
+The setting
+-----------
+Worker ``w`` holds its primaries and secondaries (placement) and a cache of at
+most ``--cache-rows`` other rows (:mod:`gmp.train.cache`). The primary of a
+row plays Herald's parameter server: pushes go to it, pulls come from it.
+Training walks *global batches*: a seeded order over the training samples cut
+into consecutive chunks of ``N * B`` samples (the last chunk may be shorter).
+
+Assignment (which worker trains which sample of a global batch):
+
+* ``naive``: the global batch is split into N consecutive parts of B samples
+  (``np.array_split`` sizes for a short last batch).
+* ``herald`` (Algorithm 1): ``score(i, w)`` = number of the sample's rows for
+  which ``w`` is the primary or holds a copy *with the latest version*
+  (Herald 3.2: "exist in the worker cache (with the latest version)"); a
+  primary always counts, since making it current needs only the dirty
+  holder's push, never a pull. Samples are visited in batch order and each
+  goes to the available worker with the highest score (lines 7-13); a worker
+  is unavailable once it has its B samples (line 10), so every worker gets
+  exactly B. Ties: fewer samples assigned so far first, then lower worker id.
+
+Replica state per row: ``valid`` (bit mask of workers holding the latest
+version) and ``dirty`` (the one non-primary worker holding pending updates, or
+-1). Per iteration t, after the assignment:
+
+1. **Reads.** Worker w needs every row of its samples. It is served locally
+   when w is the primary or holds a valid copy; otherwise it **pulls** the row
+   from the primary (``pull_miss`` when w held no copy, ``pull_stale`` when a
+   secondary/cached copy was invalidated). A pulled non-local row enters w's
+   cache (or is refreshed there).
+2. **Updates** (after backward). Let W be the workers that used the row.
+   * One writer, the primary: the primary is current, every other copy stale.
+   * One writer w, not the primary: with on-demand synchronisation w keeps
+     the update (``dirty = w``; only w's copy is current); without it
+     (naive synchronisation, Herald's baseline) w **pushes** it at once
+     (``push_sync``) and both w and the primary are current.
+   * Several writers: their contributions must be combined, so every
+     non-primary writer pushes (``push_sync``) and only the primary is current
+     (in both modes; a pending update of a writer is part of its push).
+3. **Eviction.** Each cache is trimmed to capacity; a victim with pending
+   updates is pushed (``push_evict``).
+4. **Communication plan** (Algorithm 1 line 15), computed once batch t+1 is
+   assigned: every dirty row that a worker other than its holder uses in
+   batch t+1 is pushed by the holder at the end of iteration t
+   (``push_plan``); the holder stays current. Herald's plan also lists clean
+   cached rows; those need no transfer, so they are dropped here.
+5. **Epoch end:** every pending update is pushed (``push_flush``).
+
+At staleness 0 this keeps training exactly equal to one worker (Herald 3.3):
+a row updated in iteration t by A alone stays only on A until somebody else
+reads it, and step 4 pushes it (and every other copy is already invalid)
+before that read; a row updated by several workers is combined at its primary
+before anyone reads it again. The engine *checks* this invariant on every
+read and raises if it is ever violated.
+
+Counting: ``pulls`` = rows fetched from a primary into a worker, ``pushes`` =
+rows whose accumulated updates are sent to their primary; bytes are rows x
+``embedding_dim`` x 4 (float32), optimizer state not included. Every pull
+carries ``ready``: the last iteration after which the primary holds the row's
+latest version -- a pull for iteration t with ``ready < t - 1`` can be issued
+at least one whole iteration early (cDLRM look-ahead prefetch); the simulator
+reports that share as ``prefetchable_pulls``.
+
+Performance: every step is a numba kernel over int64 bit masks (at most 63
+workers); the assignment of 8192 x 26 over 8 workers runs in a few ms on one
+core (``bench/herald_bench.py``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+import numba
+import numpy as np
+
+from ..errors import TrainingError
+from ..placement import Placement
+from .cache import MAX_WORKERS, WorkerCaches, cache_touch, cache_trim, window_add
+
+#: assignment strategies of the runtime scheduler
+ASSIGNMENTS = ("naive", "herald")
+
+#: event kinds (index into EVENT_NAMES)
+PULL_MISS, PULL_STALE, PUSH_SYNC, PUSH_PLAN, PUSH_EVICT, PUSH_FLUSH = range(6)
+EVENT_NAMES = ("pull_miss", "pull_stale", "push_sync", "push_plan", "push_evict", "push_flush")
+PULL_KINDS = (PULL_MISS, PULL_STALE)
+PUSH_KINDS = (PUSH_SYNC, PUSH_PLAN, PUSH_EVICT, PUSH_FLUSH)
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+@numba.njit(cache=True)
+def _gather(indptr, indices, samples):  # pragma: no cover - compiled
+    m = samples.size
+    b_indptr = np.zeros(m + 1, dtype=np.int64)
+    for i in range(m):
+        s = samples[i]
+        b_indptr[i + 1] = b_indptr[i] + (indptr[s + 1] - indptr[s])
+    b_indices = np.empty(b_indptr[m], dtype=np.int64)
+    for i in range(m):
+        s = samples[i]
+        o = b_indptr[i]
+        for j in range(indptr[s], indptr[s + 1]):
+            b_indices[o + j - indptr[s]] = indices[j]
+    return b_indptr, b_indices
+
+
+@numba.njit(cache=True)
+def _scores(b_indptr, b_indices, valid, primary, num_workers):  # pragma: no cover - compiled
+    m = b_indptr.size - 1
+    out = np.zeros((m, num_workers), dtype=np.int32)
+    for s in range(m):
+        for j in range(b_indptr[s], b_indptr[s + 1]):
+            r = b_indices[j]
+            mask = valid[r] | (np.int64(1) << np.int64(primary[r]))
+            for w in range(num_workers):
+                out[s, w] += (mask >> w) & 1
+    return out
+
+
+@numba.njit(cache=True)
+def _assign_greedy(b_indptr, b_indices, valid, primary, capacities):  # pragma: no cover - compiled
+    """Herald Algorithm 1, lines 1-13 (see module docstring for the tie rule)."""
+    m = b_indptr.size - 1
+    n = capacities.size
+    worker_of = np.empty(m, dtype=np.int32)
+    load = np.zeros(n, dtype=np.int64)
+    score = np.zeros(n, dtype=np.int64)
+    for s in range(m):
+        for w in range(n):
+            score[w] = 0
+        for j in range(b_indptr[s], b_indptr[s + 1]):
+            r = b_indices[j]
+            # line 3: score(i, w) = |cache(w) ∩ embs(i)|, cache(w) = current copies + primaries
+            mask = valid[r] | (np.int64(1) << np.int64(primary[r]))
+            for w in range(n):
+                score[w] += (mask >> w) & 1
+        best = -1
+        for w in range(n):  # line 8: best available worker
+            if load[w] >= capacities[w]:
+                continue
+            if best < 0 or score[w] > score[best] or (score[w] == score[best] and load[w] < load[best]):
+                best = w
+        worker_of[s] = best  # line 9
+        load[best] += 1  # lines 10-11: full workers drop out via the capacity test above
+    return worker_of
+
+
+@numba.njit(cache=True)
+def _mark_writers(b_indptr, b_indices, worker_of, writers, touched):  # pragma: no cover - compiled
+    nt = 0
+    for s in range(b_indptr.size - 1):
+        bit = np.int64(1) << np.int64(worker_of[s])
+        for j in range(b_indptr[s], b_indptr[s + 1]):
+            r = b_indices[j]
+            if writers[r] == 0:
+                touched[nt] = r
+                nt += 1
+            writers[r] |= bit
+    return nt
+
+
+@numba.njit(cache=True)
+def _emit(ev_kind, ev_worker, ev_row, ev_ready, ne, kind, w, r, ready):  # pragma: no cover - compiled
+    ev_kind[ne] = kind
+    ev_worker[ne] = w
+    ev_row[ne] = r
+    ev_ready[ne] = ready
+    return ne + 1
+
+
+@numba.njit(cache=True)
+def _plan(touched, nt, writers, dirty, valid, primary, available, t_prev,
+          ev_kind, ev_worker, ev_row, ev_ready, ne):  # pragma: no cover - compiled
+    """Algorithm 1 line 15: dirty rows another worker reads next are pushed by their holder."""
+    for i in range(nt):
+        r = touched[i]
+        a = dirty[r]
+        if a >= 0 and (writers[r] & ~(np.int64(1) << np.int64(a))) != 0:
+            ne = _emit(ev_kind, ev_worker, ev_row, ev_ready, ne, 3, a, r, t_prev)
+            dirty[r] = -1
+            valid[r] |= np.int64(1) << np.int64(primary[r])
+            available[r] = t_prev
+    return ne
+
+
+@numba.njit(cache=True)
+def _reads(touched, nt, writers, primary, local, valid, dirty, available, num_workers,
+           cached, prev, nxt, head, tail, size,
+           ev_kind, ev_worker, ev_row, ev_ready, ne):  # pragma: no cover - compiled
+    violations = 0
+    for i in range(nt):
+        r = touched[i]
+        m = writers[r]
+        p = primary[r]
+        for w in range(num_workers):
+            if (m >> w) & 1 == 0:
+                continue
+            if dirty[r] >= 0 and dirty[r] != w:
+                violations += 1  # someone else holds pending updates: the plan failed
+            if w == p:
+                continue
+            bit = np.int64(1) << np.int64(w)
+            if (valid[r] & bit) == 0:
+                kind = 1 if ((local[r] | cached[r]) & bit) != 0 else 0
+                ne = _emit(ev_kind, ev_worker, ev_row, ev_ready, ne, kind, w, r, available[r])
+                valid[r] |= bit
+            if (local[r] & bit) == 0:
+                cache_touch(w, r, cached, prev, nxt, head, tail, size)
+    return ne, violations
+
+
+@numba.njit(cache=True)
+def _writes(touched, nt, writers, primary, valid, dirty, available, on_demand, t, num_workers,
+            ev_kind, ev_worker, ev_row, ev_ready, ne):  # pragma: no cover - compiled
+    for i in range(nt):
+        r = touched[i]
+        m = writers[r]
+        p = primary[r]
+        pbit = np.int64(1) << np.int64(p)
+        if m & (m - 1) == 0:  # a single writer
+            w = 0
+            while (m >> w) & 1 == 0:
+                w += 1
+            if w == p:
+                valid[r] = pbit
+                available[r] = t
+            elif on_demand:
+                dirty[r] = w
+                valid[r] = m
+            else:
+                ne = _emit(ev_kind, ev_worker, ev_row, ev_ready, ne, 2, w, r, t)
+                valid[r] = m | pbit
+                available[r] = t
+        else:  # several writers: combine at the primary
+            for w in range(num_workers):
+                if (m >> w) & 1 and w != p:
+                    ne = _emit(ev_kind, ev_worker, ev_row, ev_ready, ne, 2, w, r, t)
+            valid[r] = pbit
+            dirty[r] = -1
+            available[r] = t
+        writers[r] = 0
+    return ne
+
+
+@numba.njit(cache=True)
+def _trim_all(num_workers, capacity, lookahead_policy, window_count, cached, prev, nxt, head, tail, size,
+              valid, dirty, primary, available, t, buf,
+              ev_kind, ev_worker, ev_row, ev_ready, ne):  # pragma: no cover - compiled
+    for w in range(num_workers):
+        k = cache_trim(w, capacity, lookahead_policy, window_count, cached, prev, nxt, head, tail, size, buf)
+        bit = np.int64(1) << np.int64(w)
+        for i in range(k):
+            r = buf[i]
+            valid[r] &= ~bit
+            if dirty[r] == w:
+                ne = _emit(ev_kind, ev_worker, ev_row, ev_ready, ne, 4, w, r, t)
+                dirty[r] = -1
+                valid[r] |= np.int64(1) << np.int64(primary[r])
+                available[r] = t
+    return ne
+
+
+# --------------------------------------------------------------------------- pure functions
+
+
+def _as_masks(resident, num_embeddings: int) -> np.ndarray:
+    if isinstance(resident, np.ndarray) and resident.dtype == np.int64 and resident.ndim == 1:
+        return resident
+    return resident_masks(num_embeddings, resident)
+
+
+def resident_masks(num_embeddings: int, rows_by_worker) -> np.ndarray:
+    """int64 [num_embeddings] bit masks from ``{worker: rows}`` (or a list indexed by worker)."""
+    items = rows_by_worker.items() if hasattr(rows_by_worker, "items") else enumerate(rows_by_worker)
+    out = np.zeros(num_embeddings, dtype=np.int64)
+    for w, rows in items:
+        rows = np.asarray(list(rows), dtype=np.int64)
+        out[rows] |= np.int64(1) << np.int64(w)
+    return out
+
+
+def _csr(batch) -> tuple[np.ndarray, np.ndarray]:
+    if isinstance(batch, tuple) and len(batch) == 2:
+        return np.asarray(batch[0], dtype=np.int64), np.asarray(batch[1], dtype=np.int64)
+    indptr = np.zeros(len(batch) + 1, dtype=np.int64)
+    indptr[1:] = np.cumsum([len(s) for s in batch])
+    indices = np.asarray([r for s in batch for r in s], dtype=np.int64)
+    return indptr, indices
+
+
+def score_matrix(batch, primary, resident, num_workers: int) -> np.ndarray:
+    """Algorithm 1 line 3: int32 [num_samples, num_workers] scores.
+
+    Parameters
+    ----------
+    batch : list of row-id lists, or (indptr, indices)
+    primary : int array [num_embeddings]
+    resident : int64 bit masks [num_embeddings], or ``{worker: rows}`` of
+        current non-primary copies (secondaries and cached rows).
+    """
+    primary = np.asarray(primary, dtype=np.int32)
+    indptr, indices = _csr(batch)
+    return _scores(indptr, indices, _as_masks(resident, primary.size), primary, int(num_workers))
+
+
+def location_aware_assignment(batch, primary, resident, capacities) -> np.ndarray:
+    """Herald Algorithm 1 (lines 1-13): int32 worker per sample, exactly ``capacities[w]`` each.
+
+    Examples
+    --------
+    >>> location_aware_assignment([[0], [1], [0]], primary=[0, 1], resident={}, capacities=[2, 1]).tolist()
+    [0, 1, 0]
+    """
+    primary = np.asarray(primary, dtype=np.int32)
+    capacities = np.asarray(capacities, dtype=np.int64)
+    indptr, indices = _csr(batch)
+    if int(capacities.sum()) != indptr.size - 1:
+        raise TrainingError(f"capacities sum to {int(capacities.sum())}, the batch has {indptr.size - 1} samples.")
+    return _assign_greedy(indptr, indices, _as_masks(resident, primary.size), primary, capacities)
+
+
+def naive_assignment(capacities) -> np.ndarray:
+    """Consecutive split: the first ``capacities[0]`` samples to worker 0, and so on."""
+    capacities = np.asarray(capacities, dtype=np.int64)
+    return np.repeat(np.arange(capacities.size, dtype=np.int32), capacities)
+
+
+def communication_plan(batch, worker_of, dirty, num_workers: int) -> list[np.ndarray]:
+    """Algorithm 1 line 15 restricted to rows with pending updates.
+
+    For each worker A, the rows whose pending updates A holds (``dirty[r] == A``)
+    and that some other worker uses in ``batch`` under ``worker_of``: A must push
+    them before that batch is trained. Rows ascending.
+    """
+    indptr, indices = _csr(batch)
+    worker_of = np.asarray(worker_of, dtype=np.int64)
+    dirty = np.asarray(dirty, dtype=np.int64)
+    sample_of_edge = np.repeat(np.arange(indptr.size - 1), np.diff(indptr))
+    users = worker_of[sample_of_edge]
+    holders = dirty[indices]
+    hit = (holders >= 0) & (users != holders)
+    return [np.unique(indices[hit & (holders == a)]) for a in range(num_workers)]
+
+
+def batch_capacities(num_samples: int, num_workers: int) -> np.ndarray:
+    """Samples per worker of a global batch: ``np.array_split`` sizes (B each when full)."""
+    base, extra = divmod(int(num_samples), int(num_workers))
+    caps = np.full(num_workers, base, dtype=np.int64)
+    caps[:extra] += 1
+    return caps
+
+
+# --------------------------------------------------------------------------- the engine
+
+
+@dataclass
+class BatchSchedule:
+    """What the scheduler decided for one global batch.
+
+    ``events`` lists, in order, the transfers around this iteration:
+    ``push_plan`` events belong to the *end of the previous iteration* (they
+    need this batch's assignment), then this iteration's pulls (before
+    forward), its ``push_sync`` pushes and ``push_evict`` pushes (after
+    backward). ``event_ready[i]`` is, for a pull, the last iteration after
+    which the primary holds the row's latest version.
+    """
+
+    iteration: int
+    samples: np.ndarray  # int64 [m] global sample ids, batch order
+    worker_of: np.ndarray  # int32 [m]
+    num_workers: int
+    event_kind: np.ndarray
+    event_worker: np.ndarray
+    event_row: np.ndarray
+    event_ready: np.ndarray
+    schedule_s: float = 0.0
+
+    def worker_samples(self, worker: int) -> np.ndarray:
+        """Global sample ids of ``worker`` in batch order."""
+        return self.samples[self.worker_of == worker]
+
+    def rows(self, kind: int | Sequence[int], worker: int | None = None) -> np.ndarray:
+        kinds = (kind,) if isinstance(kind, int) else tuple(kind)
+        sel = np.isin(self.event_kind, kinds)
+        if worker is not None:
+            sel &= self.event_worker == worker
+        return self.event_row[sel]
+
+    def pulls(self, worker: int) -> np.ndarray:
+        """Rows ``worker`` fetches from their primaries before this iteration."""
+        return self.rows(PULL_KINDS, worker)
+
+    def plan(self, worker: int) -> np.ndarray:
+        """Rows ``worker`` pushes at the end of the *previous* iteration (its communication plan)."""
+        return self.rows(PUSH_PLAN, worker)
+
+    def pushes_after(self, worker: int) -> np.ndarray:
+        """Rows ``worker`` pushes right after this iteration's update (sync + evictions)."""
+        return self.rows((PUSH_SYNC, PUSH_EVICT), worker)
+
+    def counts(self) -> np.ndarray:
+        return np.bincount(self.event_kind, minlength=len(EVENT_NAMES)).astype(np.int64)
+
+
+@dataclass
+class ScheduleTotals:
+    """Event counts accumulated over batches."""
+
+    by_kind: np.ndarray = field(default_factory=lambda: np.zeros(len(EVENT_NAMES), dtype=np.int64))
+    prefetchable_pulls: int = 0
+    batches: int = 0
+    schedule_s: float = 0.0
+
+    @property
+    def pulls(self) -> int:
+        return int(self.by_kind[list(PULL_KINDS)].sum())
+
+    @property
+    def pushes(self) -> int:
+        return int(self.by_kind[list(PUSH_KINDS)].sum())
+
+    def add(self, sched: BatchSchedule) -> None:
+        self.by_kind += sched.counts()
+        is_pull = np.isin(sched.event_kind, PULL_KINDS)
+        self.prefetchable_pulls += int(np.count_nonzero(is_pull & (sched.event_ready < sched.iteration - 1)))
+        self.batches += 1
+        self.schedule_s += sched.schedule_s
+
+    def to_json(self) -> dict:
+        out = {name: int(v) for name, v in zip(EVENT_NAMES, self.by_kind)}
+        out.update(pulls=self.pulls, pushes=self.pushes, prefetchable_pulls=self.prefetchable_pulls,
+                   batches=self.batches)
+        return out
+
+
+class RuntimeScheduler:
+    """Herald's data-loader-side scheduler: assigns global batches and tracks every replica.
+
+    Parameters
+    ----------
+    indptr, indices : sample CSR of the whole dataset (``BipartiteGraph.sample_indptr/indices``)
+    placement : Placement (primaries, secondaries)
+    batch_size : int
+        Samples per worker (B); global batches hold ``num_workers * batch_size``.
+    assignment : {"naive", "herald"}
+    on_demand : bool
+        Herald's on-demand synchronisation (else naive: push every update at once).
+    cache_rows, cache_policy, lookahead : cache configuration (:mod:`gmp.train.cache`);
+        ``lookahead`` is the look-ahead window in global batches for the
+        ``lookahead`` policy.
+
+    Call :meth:`start_epoch` with the epoch's sample order, then
+    :meth:`next_batch` until it returns None (which flushes pending updates;
+    :attr:`flush` then holds the epoch-end pushes). Caches persist across epochs.
+    """
+
+    def __init__(self, indptr, indices, placement: Placement, *, batch_size: int, assignment: str = "herald",
+                 on_demand: bool = True, cache_rows: int = 0, cache_policy: str = "lru", lookahead: int = 0,
+                 check: bool = True) -> None:
+        if assignment not in ASSIGNMENTS:
+            raise TrainingError(f"Unknown schedule {assignment!r}; expected one of {', '.join(ASSIGNMENTS)}.")
+        n = placement.num_workers
+        if n > MAX_WORKERS:
+            raise TrainingError(f"The Herald scheduler supports up to {MAX_WORKERS} workers, got {n}.")
+        if batch_size < 1:
+            raise TrainingError(f"--batch-size must be >= 1, got {batch_size}.")
+        if lookahead < 0:
+            raise TrainingError(f"--lookahead must be >= 0, got {lookahead}.")
+        self.indptr = np.asarray(indptr)
+        self.indices = np.asarray(indices)
+        self.placement = placement
+        self.num_workers = n
+        self.batch_size = int(batch_size)
+        self.assignment = assignment
+        self.on_demand = bool(on_demand)
+        self.lookahead = int(lookahead)
+        self.check = check
+        e = placement.num_embeddings
+        self.primary = np.ascontiguousarray(placement.embedding_primary, dtype=np.int32)
+        self.local = np.left_shift(np.int64(1), self.primary.astype(np.int64))
+        if placement.num_secondaries:
+            emb = np.repeat(np.arange(e, dtype=np.int64), np.diff(placement.secondary_indptr))
+            np.bitwise_or.at(self.local, emb,
+                             np.left_shift(np.int64(1), np.asarray(placement.secondary_workers, dtype=np.int64)))
+        # a secondary starts as a copy of its primary: current
+        self.valid = self.local.copy()
+        self.dirty = np.full(e, -1, dtype=np.int32)
+        self.available = np.full(e, -1, dtype=np.int64)
+        self.writers = np.zeros(e, dtype=np.int64)
+        self.caches = WorkerCaches(n, e, capacity=cache_rows, policy=cache_policy)
+        self.iteration = -1  # global iteration counter across epochs
+        self.totals = ScheduleTotals()
+        self.flush: np.ndarray | None = None
+        self._order = np.zeros(0, dtype=np.int64)
+        self._pos = 0
+        self._window: list[tuple[np.ndarray, np.ndarray]] = []
+
+    # ---- epoch / batch stream
+
+    @property
+    def global_batch(self) -> int:
+        return self.num_workers * self.batch_size
+
+    def num_batches(self, order_size: int | None = None) -> int:
+        size = self._order.size if order_size is None else order_size
+        return -(-size // self.global_batch)
+
+    def start_epoch(self, order) -> None:
+        """Begin an epoch over ``order`` (global sample ids in training order)."""
+        self._order = np.ascontiguousarray(order, dtype=np.int64)
+        self._pos = 0  # index of the next global batch in this epoch
+        self._window = []
+        self.flush = None
+        if self.caches.lookahead_policy and self.lookahead > 0:
+            self.caches.window_count[:] = 0
+            for k in range(self.lookahead):  # window = batches 0 .. K-1; shifted in next_batch
+                self._window_push(k)
+
+    def _batch_samples(self, k: int) -> np.ndarray:
+        g = self.global_batch
+        return self._order[k * g: (k + 1) * g]
+
+    def _window_push(self, k: int) -> None:
+        samples = self._batch_samples(k)
+        if samples.size:
+            _, idx = _gather(self.indptr, self.indices, samples)
+            window_add(idx, 1, self.caches.window_count)
+            self._window.append((np.int64(k), idx))
+
+    def _window_shift(self, k: int) -> None:
+        """Make the window batches k+1 .. k+K (called at iteration k before eviction)."""
+        while self._window and self._window[0][0] <= k:
+            _, idx = self._window.pop(0)
+            window_add(idx, -1, self.caches.window_count)
+        nxt = k + self.lookahead
+        if not self._window or self._window[-1][0] < nxt:
+            self._window_push(nxt)
+
+    # ---- one batch
+
+    def _assign(self, b_indptr, b_indices, caps) -> np.ndarray:
+        if self.assignment == "naive":
+            return naive_assignment(caps)
+        return _assign_greedy(b_indptr, b_indices, self.valid, self.primary, caps)
+
+    def next_batch(self) -> BatchSchedule | None:
+        """Schedule the next global batch of the epoch; None (after flushing) at the end."""
+        k = self._pos
+        samples = self._batch_samples(k)
+        if samples.size == 0:
+            self._finish_epoch()
+            return None
+        t0 = time.perf_counter()
+        self.iteration += 1
+        t = self.iteration
+        n = self.num_workers
+        b_indptr, b_indices = _gather(self.indptr, self.indices, samples)
+        caps = batch_capacities(samples.size, n)
+        worker_of = self._assign(b_indptr, b_indices, caps)
+        nnz = b_indices.size
+        touched = np.empty(max(nnz, 1), dtype=np.int64)
+        nt = _mark_writers(b_indptr, b_indices, worker_of, self.writers, touched)
+        cap = 4 * nnz + 16
+        ev_kind = np.empty(cap, dtype=np.int8)
+        ev_worker = np.empty(cap, dtype=np.int32)
+        ev_row = np.empty(cap, dtype=np.int64)
+        ev_ready = np.empty(cap, dtype=np.int64)
+        ne = 0
+        if self.on_demand:  # plan of iteration t-1 (line 15), needs this assignment
+            ne = _plan(touched, nt, self.writers, self.dirty, self.valid, self.primary, self.available, t - 1,
+                       ev_kind, ev_worker, ev_row, ev_ready, ne)
+        c = self.caches
+        ne, violations = _reads(touched, nt, self.writers, self.primary, self.local, self.valid, self.dirty,
+                                self.available, n, c.cached, c.prev, c.next, c.head, c.tail, c.size,
+                                ev_kind, ev_worker, ev_row, ev_ready, ne)
+        if violations and self.check:
+            raise TrainingError(f"Herald scheduler invariant broken at iteration {t}: {violations} reads of rows "
+                                "whose pending updates another worker still holds. This is a bug in gmp.")
+        ne = _writes(touched, nt, self.writers, self.primary, self.valid, self.dirty, self.available,
+                     self.on_demand, t, n, ev_kind, ev_worker, ev_row, ev_ready, ne)
+        if c.lookahead_policy and self.lookahead > 0:
+            self._window_shift(k)
+        buf = np.empty(max(int(c.size.max()), 1), dtype=np.int64)
+        ne = _trim_all(n, c.capacity, c.lookahead_policy and self.lookahead > 0, c.window_count, c.cached, c.prev,
+                       c.next, c.head, c.tail, c.size, self.valid, self.dirty, self.primary, self.available, t,
+                       buf, ev_kind, ev_worker, ev_row, ev_ready, ne)
+        self._pos += 1
+        sched = BatchSchedule(t, samples, worker_of, n, ev_kind[:ne].copy(), ev_worker[:ne].copy(),
+                              ev_row[:ne].copy(), ev_ready[:ne].copy())
+        sched.schedule_s = time.perf_counter() - t0
+        self.totals.add(sched)
+        return sched
+
+    def _finish_epoch(self) -> None:
+        rows = np.flatnonzero(self.dirty >= 0)
+        workers = self.dirty[rows].astype(np.int32)
+        self.flush = np.stack([workers.astype(np.int64), rows]) if rows.size else np.zeros((2, 0), dtype=np.int64)
+        self.totals.by_kind[PUSH_FLUSH] += rows.size
+        self.valid[rows] |= np.left_shift(np.int64(1), self.primary[rows].astype(np.int64))
+        self.available[rows] = self.iteration
+        self.dirty[rows] = -1
+
+    def flush_rows(self, worker: int) -> np.ndarray:
+        """Rows ``worker`` pushed at the end of the epoch (after :meth:`next_batch` returned None)."""
+        if self.flush is None:
+            return np.zeros(0, dtype=np.int64)
+        return self.flush[1][self.flush[0] == worker]
+
+    def __iter__(self) -> Iterator[BatchSchedule]:
+        while (s := self.next_batch()) is not None:
+            yield s

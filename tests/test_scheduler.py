@@ -1,0 +1,442 @@
+"""Herald Algorithm 1, communication plans and the replica state machine.
+
+Known answers are derived by hand in the comments; the engine is also checked
+against a slow pure-Python reference and by an exact integer "toy trainer"
+that replays the engine's transfers and must match single-worker training.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, defaultdict
+
+import numpy as np
+import pytest
+
+from gmp.errors import TrainingError
+from gmp.placement import Placement
+from gmp.train.scheduler import (
+    EVENT_NAMES,
+    PULL_MISS,
+    PULL_STALE,
+    PUSH_EVICT,
+    PUSH_PLAN,
+    PUSH_SYNC,
+    RuntimeScheduler,
+    batch_capacities,
+    communication_plan,
+    location_aware_assignment,
+    naive_assignment,
+    resident_masks,
+    score_matrix,
+)
+
+# two workers, rows 0-2 primary on worker 0, rows 3-5 on worker 1
+PRIMARY = [0, 0, 0, 1, 1, 1]
+
+
+def test_scores_count_primaries_and_current_copies():
+    # worker 1 holds a current copy of row 0 (cache); worker 0 of nothing extra
+    batch = [[0, 1], [3, 4], [0, 3], [4, 5]]
+    s = score_matrix(batch, PRIMARY, {1: [0]}, 2)
+    # s0: w0 primaries 0,1 -> 2; w1 copy of 0 -> 1.  s2: w0 row 0 -> 1; w1 copy 0 + primary 3 -> 2
+    assert s.tolist() == [[2, 1], [0, 2], [1, 2], [0, 2]]
+
+
+def test_assignment_prefers_best_worker_under_exact_balance():
+    batch = [[0, 1], [3, 4], [0, 3], [4, 5]]
+    got = location_aware_assignment(batch, PRIMARY, {1: [0]}, [2, 2])
+    # s0 -> w0 (2>1); s1 -> w1; s2 -> w1 (2>1), w1 now full; s3 prefers w1 (2 vs 0) but only w0 is left
+    assert got.tolist() == [0, 1, 1, 0]
+    assert np.bincount(got, minlength=2).tolist() == [2, 2]
+
+
+@pytest.mark.parametrize("caps, expected", [([2, 2], [0, 1, 0, 1]), ([3, 1], [0, 1, 0, 0]), ([1, 3], [0, 1, 1, 1])])
+def test_ties_go_to_the_less_loaded_then_lower_worker(caps, expected):
+    # every sample scores 1 on both workers (row 0 primary on w0, row 3 on w1)
+    got = location_aware_assignment([[0, 3]] * 4, PRIMARY, {}, caps)
+    assert got.tolist() == expected
+
+
+def test_assignment_is_exactly_balanced_on_random_batches():
+    rng = np.random.default_rng(1)
+    e, n = 200, 5
+    primary = rng.integers(0, n, e)
+    resident = rng.integers(0, 2 ** n, e).astype(np.int64)
+    batch = [rng.choice(e, 6, replace=False).tolist() for _ in range(103)]
+    caps = batch_capacities(103, n)
+    assert caps.tolist() == [21, 21, 21, 20, 20]
+    got = location_aware_assignment(batch, primary, resident, caps)
+    assert np.bincount(got, minlength=n).tolist() == caps.tolist()
+    # reference greedy in plain Python
+    sc = score_matrix(batch, primary, resident, n)
+    load = [0] * n
+    for i in range(len(batch)):
+        avail = [w for w in range(n) if load[w] < caps[w]]
+        best = max(avail, key=lambda w: (sc[i, w], -load[w], -w))
+        assert got[i] == best
+        load[best] += 1
+    assert got.tolist() == location_aware_assignment(batch, primary, resident, caps).tolist()  # deterministic
+
+
+def test_capacities_must_cover_the_batch():
+    with pytest.raises(TrainingError, match="capacities sum to 3"):
+        location_aware_assignment([[0]] * 4, PRIMARY, {}, [2, 1])
+
+
+def test_naive_assignment_is_consecutive():
+    assert naive_assignment([2, 1, 1]).tolist() == [0, 0, 1, 2]
+
+
+def test_communication_plan_by_hand():
+    # pending updates: row 2 held by w1, row 4 by w0, row 5 by w1
+    dirty = np.full(6, -1)
+    dirty[[2, 4, 5]] = [1, 0, 1]
+    batch = [[2, 0], [4], [5], [2]]
+    worker_of = [0, 0, 1, 1]
+    plan = communication_plan(batch, worker_of, dirty, 2)
+    # row 2: w0 reads it (s0) -> holder w1 pushes; row 4 only read by its holder w0; row 5 by its holder w1
+    assert [p.tolist() for p in plan] == [[], [2]]
+
+
+def test_resident_masks():
+    assert resident_masks(4, {0: [1], 2: [1, 3]}).tolist() == [0, 5, 0, 4]
+
+
+# --------------------------------------------------------------------------- the engine on a hand-checked epoch
+
+# rows 0,1 primary on w0; rows 2,3 on w1; B = 1, two workers, cache of 1 row
+TINY_PRIMARY = [0, 0, 1, 1]
+TINY_ROWS = [[0, 2], [2, 3], [1, 2], [3], [2], [0], [3], [1], [0], [3]]
+
+
+def _engine(rows, primary, *, n, b=1, assignment="naive", on_demand=True, cap=1, policy="lru", k=0, sec=None):
+    indptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    indptr[1:] = np.cumsum([len(r) for r in rows])
+    indices = np.array([i for r in rows for i in r], dtype=np.int32)
+    pl = Placement.edge_cut(n, np.zeros(len(rows), dtype=np.int32), np.asarray(primary, dtype=np.int32))
+    if sec is not None:
+        pl = pl.with_secondaries(*sec)
+    eng = RuntimeScheduler(indptr, indices, pl, batch_size=b, assignment=assignment, on_demand=on_demand,
+                           cache_rows=cap, cache_policy=policy, lookahead=k)
+    return eng
+
+
+def _events(s):
+    return [(EVENT_NAMES[k], int(w), int(r)) for k, w, r in zip(s.event_kind, s.event_worker, s.event_row)]
+
+
+def test_tiny_epoch_on_demand_by_hand():
+    eng = _engine(TINY_ROWS, TINY_PRIMARY, n=2)
+    eng.start_epoch(np.arange(10))
+    got = [_events(s) for s in eng]
+    assert got == [
+        # t0: w0 {0,2}, w1 {2,3}: w0 pulls row 2; row 2 written by both -> w0 pushes at once
+        [("pull_miss", 0, 2), ("push_sync", 0, 2)],
+        # t1: w0 {1,2}: its cached copy of 2 was invalidated by w1 -> re-pull; w0 alone writes 2 -> dirty
+        [("pull_stale", 0, 2)],
+        # t2: w0 {2} hit (dirty, its own); w1 {0} pulls row 0 and keeps its update (dirty on w1)
+        [("pull_miss", 1, 0)],
+        # t3: w0 {3}, w1 {1} pull; caches overflow: w0 evicts dirty 2, w1 evicts dirty 0 -> pushes
+        [("pull_miss", 0, 3), ("pull_miss", 1, 1), ("push_evict", 0, 2), ("push_evict", 1, 0)],
+        # t4: w1 reads row 3 (its primary) while w0 holds its pending update -> plan of t3 pushes it
+        [("push_plan", 0, 3)],
+    ]
+    assert eng.flush_rows(1).tolist() == [1] and eng.flush_rows(0).tolist() == []
+    t = eng.totals.to_json()
+    assert (t["pulls"], t["pushes"], t["push_flush"]) == (5, 5, 1)
+
+
+def test_tiny_epoch_naive_sync_by_hand():
+    eng = _engine(TINY_ROWS, TINY_PRIMARY, n=2, on_demand=False)
+    eng.start_epoch(np.arange(10))
+    got = [_events(s) for s in eng]
+    assert got == [
+        [("pull_miss", 0, 2), ("push_sync", 0, 2)],
+        [("pull_stale", 0, 2), ("push_sync", 0, 2)],
+        # w0's copy of 2 stayed current after its own push: hit
+        [("pull_miss", 1, 0), ("push_sync", 0, 2), ("push_sync", 1, 0)],
+        [("pull_miss", 0, 3), ("pull_miss", 1, 1), ("push_sync", 0, 3), ("push_sync", 1, 1)],
+        [],
+    ]
+    t = eng.totals.to_json()
+    assert (t["pulls"], t["pushes"]) == (5, 6)
+
+
+def test_secondaries_are_refreshed_not_cached():
+    # row 2 (primary w1) has a secondary on w0; w1 writes it, then w0 reads it
+    rows = [[0], [2], [2], [3]]
+    sec = (np.array([0, 0, 0, 1, 1]), np.array([0]))
+    eng = _engine(rows, TINY_PRIMARY, n=2, cap=0, sec=sec)
+    eng.start_epoch(np.arange(4))
+    got = [_events(s) for s in eng]
+    assert got == [[], [("pull_stale", 0, 2)]]
+    assert eng.caches.size.tolist() == [0, 0]
+
+
+def test_plan_push_precedes_another_workers_read():
+    # w0 (non-primary) alone writes row 2 twice, then w1 and w0 both read it; cache large
+    rows = [[2], [3], [2], [3], [2], [2]]  # w1 only uses row 3 (its primary) until t2
+    eng = _engine(rows, TINY_PRIMARY, n=2, cap=10)
+    eng.start_epoch(np.arange(6))
+    got = [_events(s) for s in eng]
+    assert got == [
+        [("pull_miss", 0, 2)],
+        [],  # w0's own pending update, no transfer
+        # t2: the plan of t1 makes w0 push; w1 is the primary (no pull); both write -> w0 pushes again
+        [("push_plan", 0, 2), ("push_sync", 0, 2)],
+    ]
+
+
+# --------------------------------------------------------------------------- reference implementation
+
+
+def reference(rows, primary, n, b, order, *, assignment, on_demand, cap, policy, k, secondaries=()):
+    """Slow, independent re-implementation of the module docstring's rules."""
+    primary = list(primary)
+    local = defaultdict(set)
+    for r, p in enumerate(primary):
+        local[r].add(p)
+    for r, w in secondaries:
+        local[r].add(w)
+    valid = {r: set(local[r]) for r in range(len(primary))}
+    dirty = {}
+    caches = [OrderedDict() for _ in range(n)]
+    counts = defaultdict(int)
+    g = n * b
+    batches = [order[i:i + g] for i in range(0, len(order), g)]
+    assigned = []
+    for t, batch in enumerate(batches):
+        caps = [len(batch) // n + (1 if w < len(batch) % n else 0) for w in range(n)]
+        if assignment == "naive":
+            worker_of = [w for w in range(n) for _ in range(caps[w])]
+        else:
+            load = [0] * n
+            worker_of = []
+            for s in batch:
+                sc = [sum(1 for r in rows[s] if w == primary[r] or w in valid[r]) for w in range(n)]
+                avail = [w for w in range(n) if load[w] < caps[w]]
+                best = max(avail, key=lambda w: (sc[w], -load[w], -w))
+                worker_of.append(best)
+                load[best] += 1
+        assigned.append(worker_of)
+        users = {}
+        for s, w in zip(batch, worker_of):
+            for r in rows[s]:
+                users.setdefault(r, set()).add(w)
+        if on_demand:
+            for r, us in users.items():
+                a = dirty.get(r)
+                if a is not None and us - {a}:
+                    counts["push_plan"] += 1
+                    del dirty[r]
+                    valid[r].add(primary[r])
+        for r, us in users.items():
+            for w in sorted(us):
+                assert dirty.get(r) in (None, w)
+                if w == primary[r]:
+                    continue
+                if w not in valid[r]:
+                    counts["pull_stale" if (w in local[r] or r in caches[w]) else "pull_miss"] += 1
+                    valid[r].add(w)
+                if w not in local[r]:
+                    caches[w][r] = True
+                    caches[w].move_to_end(r)
+        for r, us in users.items():
+            p = primary[r]
+            if len(us) == 1:
+                (w,) = us
+                if w == p:
+                    valid[r] = {p}
+                elif on_demand:
+                    dirty[r] = w
+                    valid[r] = {w}
+                else:
+                    counts["push_sync"] += 1
+                    valid[r] = {w, p}
+            else:
+                counts["push_sync"] += len(us - {p})
+                valid[r] = {p}
+                dirty.pop(r, None)
+        window = {r for bt in batches[t + 1:t + 1 + k] for s in bt for r in rows[s]} if policy == "lookahead" else set()
+        for w in range(n):
+            while len(caches[w]) > cap:
+                victim = next((r for r in caches[w] if r not in window), None) if policy == "lookahead" else None
+                if victim is None:
+                    victim = next(iter(caches[w]))
+                del caches[w][victim]
+                valid[victim].discard(w)
+                if dirty.get(victim) == w:
+                    counts["push_evict"] += 1
+                    del dirty[victim]
+                    valid[victim].add(primary[victim])
+    counts["push_flush"] += len(dirty)
+    return dict(counts), assigned
+
+
+def _random_case(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 5))
+    e = int(rng.integers(8, 40))
+    s = int(rng.integers(20, 80))
+    rows = []
+    for _ in range(s):
+        d = int(rng.integers(1, 5))
+        # skewed ids so rows are shared and reused
+        ids = np.unique(np.minimum((rng.pareto(1.0, d) * 3).astype(int), e - 1))
+        rows.append(ids.tolist())
+    primary = rng.integers(0, n, e).tolist()
+    sec = []
+    for r in range(e):
+        for w in range(n):
+            if w != primary[r] and rng.random() < 0.1:
+                sec.append((r, w))
+    return rng, n, e, rows, primary, sec
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("assignment", ["naive", "herald"])
+def test_engine_matches_reference(seed, assignment):
+    rng, n, e, rows, primary, sec = _random_case(seed)
+    b = int(rng.integers(1, 4))
+    on_demand = bool(rng.integers(0, 2))
+    cap = int(rng.integers(0, 6))
+    policy = ["lru", "lookahead"][seed % 2]
+    k = int(rng.integers(0, 4))
+    order = rng.permutation(len(rows))
+    secondaries = sorted(sec)
+    indptr_s = np.zeros(e + 1, dtype=np.int64)
+    np.add.at(indptr_s, np.array([r + 1 for r, _ in secondaries], dtype=np.int64), 1)
+    sec_csr = (np.cumsum(indptr_s), np.array([w for _, w in secondaries], dtype=np.int32))
+    eng = _engine(rows, primary, n=n, b=b, assignment=assignment, on_demand=on_demand, cap=cap, policy=policy, k=k,
+                  sec=sec_csr)
+    eng.start_epoch(order)
+    assigned = [s.worker_of.tolist() for s in eng]
+    want, want_assigned = reference(rows, primary, n, b, order.tolist(), assignment=assignment, on_demand=on_demand,
+                                    cap=cap, policy=policy, k=k, secondaries=secondaries)
+    got = {name: int(v) for name, v in zip(EVENT_NAMES, eng.totals.by_kind) if v}
+    assert assigned == want_assigned
+    assert got == {key: v for key, v in want.items() if v}
+
+
+# --------------------------------------------------------------------------- exactness at s = 0
+
+
+def _toy_step(v, s):
+    """An exact, non-linear integer 'gradient step' of row value v by sample s."""
+    return (3 * v + 7 * s) % 11 + 1
+
+
+def single_worker(rows, e, order, g):
+    val = np.zeros(e, dtype=np.int64)
+    for i in range(0, len(order), g):
+        delta = np.zeros(e, dtype=np.int64)
+        for s in order[i:i + g]:
+            for r in rows[s]:
+                delta[r] -= _toy_step(val[r], s)
+        val += delta
+    return val
+
+
+def replay_distributed(eng, rows, e, order):
+    """Apply the engine's transfers like a trainer would: copies, pending deltas, pushes, pulls."""
+    n = eng.num_workers
+    primary = eng.primary
+    ps = np.zeros(e, dtype=np.int64)  # the primaries' values
+    copy = [dict() for _ in range(n)]  # non-primary copies (secondaries start as copies)
+    for r in range(e):
+        for w in range(n):
+            if w != primary[r] and (eng.local[r] >> w) & 1:
+                copy[w][r] = 0
+    pending = [defaultdict(int) for _ in range(n)]
+
+    def push(w, r):
+        ps[r] += pending[w].pop(r, 0)
+
+    eng.start_epoch(order)
+    while (sch := eng.next_batch()) is not None:
+        ev = list(zip(sch.event_kind.tolist(), sch.event_worker.tolist(), sch.event_row.tolist()))
+        for kind, w, r in ev:  # end of the previous iteration: the communication plan
+            if kind == PUSH_PLAN:
+                push(w, r)
+        for kind, w, r in ev:  # before forward: pulls
+            if kind in (PULL_MISS, PULL_STALE):
+                copy[w][r] = ps[r]
+        grads = [defaultdict(int) for _ in range(n)]
+        for w in range(n):
+            for s in sch.worker_samples(w):
+                for r in rows[s]:
+                    v = ps[r] if w == primary[r] else copy[w][r]
+                    grads[w][r] -= _toy_step(v, s)
+        for w in range(n):
+            for r, d in grads[w].items():
+                if w == primary[r]:
+                    ps[r] += d
+                else:
+                    copy[w][r] += d
+                    pending[w][r] += d
+        for kind, w, r in ev:  # after the update: sync pushes, then evictions
+            if kind == PUSH_SYNC:
+                push(w, r)
+        for kind, w, r in ev:
+            if kind == PUSH_EVICT:
+                push(w, r)
+        # a copy that was written by others after a push is stale; the engine pulls it again
+        for w in range(n):
+            for r in list(pending[w]):
+                if pending[w][r] == 0:
+                    del pending[w][r]
+    for w in range(n):
+        for r in eng.flush_rows(w).tolist():
+            push(w, r)
+    assert all(not p for p in pending)
+    return ps
+
+
+@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("assignment", ["naive", "herald"])
+@pytest.mark.parametrize("on_demand", [False, True])
+def test_transfers_keep_training_exact(seed, assignment, on_demand):
+    rng, n, e, rows, primary, sec = _random_case(100 + seed)
+    b = int(rng.integers(1, 4))
+    cap = int(rng.integers(0, 6))
+    secondaries = sorted(sec)
+    indptr_s = np.zeros(e + 1, dtype=np.int64)
+    np.add.at(indptr_s, np.array([r + 1 for r, _ in secondaries], dtype=np.int64), 1)
+    sec_csr = (np.cumsum(indptr_s), np.array([w for _, w in secondaries], dtype=np.int32))
+    eng = _engine(rows, primary, n=n, b=b, assignment=assignment, on_demand=on_demand, cap=cap,
+                  policy=["lru", "lookahead"][seed % 2], k=seed % 3, sec=sec_csr)
+    order = rng.permutation(len(rows))
+    want = single_worker(rows, e, order.tolist(), n * b)
+    got = replay_distributed(eng, rows, e, order)
+    assert got.tolist() == want.tolist()
+
+
+def test_toy_replay_detects_a_missing_plan_push():
+    # sanity of the exactness test itself: drop the plan pushes and the result must differ
+    rows = [[2], [0], [2], [1], [0], [2], [2], [2]]
+    eng = _engine(rows, TINY_PRIMARY, n=2, cap=10)
+    order = np.arange(len(rows))
+    want = single_worker(rows, 4, order.tolist(), 2)
+    eng.start_epoch(order)
+    orig = eng.next_batch
+
+    def no_plan():
+        s = orig()
+        if s is not None:
+            keep = s.event_kind != PUSH_PLAN
+            s.event_kind, s.event_worker, s.event_row = s.event_kind[keep], s.event_worker[keep], s.event_row[keep]
+        return s
+
+    eng.next_batch = no_plan
+    with pytest.raises((AssertionError, KeyError)):
+        got = replay_distributed(eng, rows, 4, order)
+        assert got.tolist() == want.tolist()
+
+
+def test_unknown_assignment_and_too_many_workers():
+    pl = Placement.edge_cut(2, [0], [0, 1])
+    with pytest.raises(TrainingError, match="Unknown schedule"):
+        RuntimeScheduler(np.array([0, 1]), np.array([0]), pl, batch_size=1, assignment="magic")
+    big = Placement.edge_cut(64, [0], [0, 1])
+    with pytest.raises(TrainingError, match="up to 63 workers"):
+        RuntimeScheduler(np.array([0, 1]), np.array([0]), big, batch_size=1)
