@@ -1,0 +1,112 @@
+"""The communication-engine interface shared by the local and distributed engines.
+
+The worker logic (:mod:`gmp.train.loop`) is written once, "vectorised over
+the workers this process hosts": every collective takes one entry per local
+worker. The distributed engine hosts exactly one worker per process
+(``local_workers == [rank]``); the local engine hosts all of them and
+exchanges tensors in memory. Both count the bytes each worker *sends* to
+another worker, per category:
+
+``embedding_rows``   rows returned to readers (remote reads and secondary refreshes)
+``gradients``        gradient rows pushed to primaries
+``ids_clocks``       requested ids with their clocks, the owners' clocks, pushed ids
+``dense_allreduce``  each worker's dense-gradient contribution (numel x itemsize)
+
+Messages a worker sends to itself are free. The few bytes of per-peer size
+headers that variable-size exchanges need are not counted. Bytes are counted
+only while :attr:`CommEngine.counting` is true (evaluation turns it off).
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from typing import Iterator, Sequence
+
+import numpy as np
+import torch
+
+CATEGORIES = ("embedding_rows", "gradients", "ids_clocks", "dense_allreduce")
+_CAT_INDEX = {c: i for i, c in enumerate(CATEGORIES)}
+
+
+class CommEngine(abc.ABC):
+    """Collectives over the workers; see the module docstring."""
+
+    world_size: int
+    local_workers: list[int]
+
+    def __init__(self) -> None:
+        self.counting = True
+        self.bytes = np.zeros((len(self.local_workers), len(CATEGORIES)), dtype=np.int64)
+
+    # -- accounting -------------------------------------------------------
+    def count(self, local_index: int, category: str, nbytes: int) -> None:
+        if self.counting:
+            self.bytes[local_index, _CAT_INDEX[category]] += int(nbytes)
+
+    @contextlib.contextmanager
+    def not_counted(self) -> Iterator[None]:
+        old, self.counting = self.counting, False
+        try:
+            yield
+        finally:
+            self.counting = old
+
+    def _count_sends(self, sends: Sequence[Sequence[torch.Tensor]], category: str | None) -> None:
+        if category is None:
+            return
+        for i, w in enumerate(self.local_workers):
+            for dst, t in enumerate(sends[i]):
+                if dst != w:
+                    self.count(i, category, t.numel() * t.element_size())
+
+    # -- collectives ------------------------------------------------------
+    @abc.abstractmethod
+    def alltoallv(self, sends: Sequence[Sequence[torch.Tensor]], category: str | None) -> list[list[torch.Tensor]]:
+        """Variable-size all-to-all.
+
+        ``sends[i][dst]`` is what local worker ``i`` sends to worker ``dst``
+        (tensors of one dtype, any first dimension, equal trailing shape,
+        ``world_size`` entries each). Returns ``recv[i][src]``.
+        """
+
+    @abc.abstractmethod
+    def all_reduce_dense(self, flat: torch.Tensor) -> torch.Tensor:
+        """Sum of the dense gradients of all workers.
+
+        ``flat`` is this process's contribution (in the local engine the
+        shared model already holds the sum over its workers).
+        """
+
+    @abc.abstractmethod
+    def sum_across(self, values: np.ndarray) -> np.ndarray:
+        """Element-wise sum of a float64/int64 vector over processes (identity locally)."""
+
+    @abc.abstractmethod
+    def gather(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """All workers' 1-D arrays (one per local worker given), in worker order, on every process."""
+
+    def barrier(self) -> None:
+        """Synchronise processes (no-op locally)."""
+
+    def broadcast_object(self, obj):
+        """Worker 0's ``obj`` on every process (identity locally)."""
+        return obj
+
+    @property
+    def is_main(self) -> bool:
+        """True on the process that writes logs and shared files."""
+        return 0 in self.local_workers
+
+    def device_for(self, worker: int) -> torch.device:
+        return torch.device("cpu")
+
+    def close(self) -> None:
+        """Release process groups."""
+
+    # -- helpers ----------------------------------------------------------
+    def total_bytes(self) -> dict[str, int]:
+        """Bytes per category summed over all workers (collective in the distributed engine)."""
+        tot = self.sum_across(self.bytes.sum(axis=0).astype(np.float64))
+        return {c: int(round(v)) for c, v in zip(CATEGORIES, tot)}

@@ -1,0 +1,602 @@
+"""The training loop and the worker logic, shared by both engines.
+
+One :class:`Trainer` per process drives the workers that process hosts
+(all of them under the local engine, one under ``torchrun``); every phase
+below is a loop over those workers followed by one collective of the
+:class:`~gmp.train.comm.CommEngine`. Per step (HET-GMP section 6, "Decentralized
+Communication"):
+
+1. **Request.** Each worker takes its batch from the schedule, finds the
+   distinct rows it uses, and sends ``(id, clock)`` for every row it does not
+   hold (clock -1) and — unless ``s = inf`` — every row it holds as a
+   secondary (its replica clock) to the row's primary (``ids_clocks``).
+2. **Serve.** Each primary answers every request with its current clock
+   (``ids_clocks``) and, for remote reads and for secondaries failing the
+   intra-embedding bound, the row (``embedding_rows``).
+3. **Inter-embedding check** (only when ``0 < s < inf`` and the placement has
+   secondaries): secondaries that fail the bound of
+   :func:`~gmp.train.consistency.inter_stale` are fetched in a second round.
+4. **Forward/backward** on the distinct rows as a leaf tensor; the loss is the
+   sum of BCE over the worker's samples divided by the *global* batch size,
+   so gradients add up to those of the mean over the union of all batches.
+5. **Push.** Gradients of rows that are not primary on the worker go to
+   their primaries with their ids (``gradients`` + ``ids_clocks``).
+6. **Update.** Each primary sums its own and the received gradients of a row
+   and applies the embedding optimizer once (clock + 1); dense gradients are
+   all-reduced (``dense_allreduce``) and the dense optimizer steps.
+
+Per step and worker, remote rows read = distinct non-local rows of its batch
+and rows pushed = distinct non-primary rows — the same quantities as
+:func:`gmp.metrics.batch_remote_reads` / ``batch_remote_pushes``. Refreshes
+of secondaries are counted as ``staleness_refreshes``. With ``s > 0`` all
+secondaries are brought up to date at the end of every epoch (also counted).
+
+Evaluation reads primaries only (every non-primary row is pulled, uncounted),
+each worker scoring a share of the test split.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import numba
+import numpy as np
+import torch
+
+from .. import progress
+from ..errors import TrainingError
+from ..placement import Placement
+from .comm import CATEGORIES, CommEngine
+from .consistency import inter_stale, intra_stale
+from .models import Batch, bce_sum, make_model
+from .schedule import Schedule, ScheduleContext, Step, make_schedule
+from .store import EmbeddingStore
+
+log = logging.getLogger("gmp.train")
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+COUNTERS = ("remote_rows_read", "remote_rows_pushed", "staleness_refreshes")
+
+
+@dataclass
+class TrainConfig:
+    """Training hyper-parameters (what ``gmp train`` parses)."""
+
+    model: str = "wdl"
+    embedding_dim: int = 16
+    optimizer: str = "adagrad"
+    lr: float = 0.01
+    batch_size: int = 256
+    epochs: int = 1
+    staleness: float = 0.0
+    seed: int = 0
+    schedule: str = "static"
+    shuffle: str = "seeded"
+    dtype: str = "float32"
+    hidden: tuple[int, ...] = (128, 64)
+    eval_batch_size: int = 4096
+    log_every: int = 0
+    schedule_options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise TrainingError(f"dtype must be one of {list(DTYPES)}, got {self.dtype!r}.")
+        if not (self.staleness >= 0):
+            raise TrainingError(f"--staleness must be >= 0 (or inf), got {self.staleness}.")
+        if self.epochs < 0:
+            raise TrainingError(f"--epochs must be >= 0, got {self.epochs}.")
+        if not (self.lr > 0):
+            raise TrainingError(f"--lr must be > 0, got {self.lr}.")
+        self.hidden = tuple(int(h) for h in self.hidden)
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["staleness"] = "inf" if math.isinf(self.staleness) else self.staleness
+        d["hidden"] = list(self.hidden)
+        return d
+
+
+class TrainData:
+    """The dataset arrays the trainer reads (samples, fields, labels, access frequencies)."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+        self.indptr = np.asarray(dataset.indptr)
+        self.indices = np.asarray(dataset.indices)
+        self.labels = np.asarray(dataset.labels)
+        self.dense = None if dataset.dense is None else np.asarray(dataset.dense)
+        self.num_train = dataset.num_train
+        self.num_samples = dataset.num_samples
+        self.num_embeddings = dataset.num_embeddings
+        self.num_dense = dataset.num_dense
+        self.field_of = dataset.field_of_embedding().astype(np.int64)
+        self.num_fields = len(dataset.categorical_fields)
+        if self.num_fields == 0:
+            raise TrainingError(f"{dataset.path}: the dataset has no categorical field to embed.")
+        end = int(self.indptr[self.num_train])
+        self.freq = np.bincount(self.indices[:end], minlength=self.num_embeddings).astype(np.int64)
+
+    def gather(self, samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """CSR (ptr, ids) of the given samples, ids int64."""
+        return _gather(self.indptr, self.indices, np.asarray(samples, dtype=np.int64))
+
+
+@numba.njit(cache=True)
+def _gather(indptr, indices, samples):  # pragma: no cover - compiled
+    n = samples.size
+    ptr = np.empty(n + 1, dtype=np.int64)
+    ptr[0] = 0
+    for k in range(n):
+        s = samples[k]
+        ptr[k + 1] = ptr[k] + indptr[s + 1] - indptr[s]
+    out = np.empty(ptr[n], dtype=np.int64)
+    for k in range(n):
+        a = indptr[samples[k]]
+        for j in range(ptr[k + 1] - ptr[k]):
+            out[ptr[k] + j] = indices[a + j]
+    return ptr, out
+
+
+def _group_by_owner(idx: np.ndarray, owner: np.ndarray, num_workers: int) -> tuple[np.ndarray, np.ndarray]:
+    """Reorder ``idx`` by ``owner[idx]`` (stable); return (order, bounds[num_workers + 1])."""
+    order = idx[np.argsort(owner[idx], kind="stable")]
+    bounds = np.searchsorted(owner[order], np.arange(num_workers + 1))
+    return order, bounds
+
+
+@dataclass
+class _WorkerStep:
+    """Scratch state of one worker during one step."""
+
+    samples: np.ndarray
+    ptr: np.ndarray
+    uniq: np.ndarray
+    inv: np.ndarray
+    slots: np.ndarray
+    is_primary: np.ndarray
+    is_secondary: np.ndarray
+    req: np.ndarray = None  # indices into uniq, grouped by owner
+    req_bounds: np.ndarray = None
+    req_clock: np.ndarray = None
+    true_clock: np.ndarray = None
+    rows: torch.Tensor = None
+    grad: torch.Tensor = None
+
+
+class Trainer:
+    """Trains one model over the workers hosted by ``engine`` (see the module docstring)."""
+
+    def __init__(self, data: TrainData, placement: Placement, config: TrainConfig, engine: CommEngine,
+                 *, schedule: Schedule | None = None):
+        if placement.num_workers != engine.world_size:
+            raise TrainingError(f"the manifest places rows on {placement.num_workers} workers but the engine runs "
+                                f"{engine.world_size}; use --workers {placement.num_workers} "
+                                f"(torchrun --nproc-per-node {placement.num_workers}).")
+        placement.check(num_samples=data.num_samples, num_embeddings=data.num_embeddings)
+        self.data = data
+        self.placement = placement
+        self.config = config
+        self.engine = engine
+        self.num_workers = engine.world_size
+        self.primary = np.asarray(placement.embedding_primary)
+        self.has_secondaries = placement.num_secondaries > 0
+        self.staleness = float(config.staleness)
+        self.dtype = DTYPES[config.dtype]
+        self.device = engine.device_for(engine.local_workers[0])
+        self.model = make_model(config.model, num_fields=data.num_fields, num_dense=data.num_dense,
+                                embedding_dim=config.embedding_dim, hidden=config.hidden, seed=config.seed,
+                                dtype=self.dtype).to(self.device)
+        self.row_dim = self.model.row_dim
+        self.stores = [EmbeddingStore(w, placement, row_dim=self.row_dim, optimizer=config.optimizer, lr=config.lr,
+                                      seed=config.seed, dtype=self.dtype, device=engine.device_for(w))
+                       for w in engine.local_workers]
+        params = list(self.model.parameters())
+        if config.optimizer == "sgd":
+            self.dense_opt = torch.optim.SGD(params, lr=config.lr)
+        else:
+            self.dense_opt = torch.optim.Adagrad(params, lr=config.lr, eps=1e-10)
+        if schedule is None:
+            ctx = ScheduleContext(placement, data.num_train, config.batch_size, seed=config.seed,
+                                  shuffle=config.shuffle, dataset=data.dataset, options=dict(config.schedule_options))
+            schedule = make_schedule(config.schedule, ctx)
+        if schedule.num_workers != self.num_workers:
+            raise TrainingError(f"schedule is for {schedule.num_workers} workers, the engine runs {self.num_workers}.")
+        self.schedule = schedule
+        # position and epoch accumulators (checkpointed)
+        self.epoch = 0
+        self.step_in_epoch = 0
+        self.counters = np.zeros((len(self.stores), len(COUNTERS)), dtype=np.int64)
+        self.acc = {"loss_sum": 0.0, "samples": 0, "steps": 0, "train_seconds": 0.0}
+        self.history: list[dict[str, Any]] = []
+        self.schedule.bind(self)
+
+    # ------------------------------------------------------------------ step
+    def _count(self, li: int, name: str, value: int) -> None:
+        if self.engine.counting:
+            self.counters[li, COUNTERS.index(name)] += int(value)
+
+    def _prepare(self, li: int, samples: np.ndarray) -> _WorkerStep:
+        store = self.stores[li]
+        ptr, ids = self.data.gather(samples)
+        uniq, inv = np.unique(ids, return_inverse=True)
+        slots = store.lookup(uniq)
+        return _WorkerStep(samples, ptr, uniq, inv.reshape(-1), slots, store.is_primary_slot(slots),
+                           store.is_secondary_slot(slots))
+
+    def _int_tensor(self, a: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(np.ascontiguousarray(a, dtype=np.int64))
+
+    def _read_rows(self, ws: list[_WorkerStep], *, check_secondaries: bool, staleness: float,
+                   refresh: bool = True) -> None:
+        """Phases 1-3: fill ``ws[i].rows`` ([U, row_dim]) obeying the staleness bound.
+
+        ``staleness = -1`` pulls every non-primary row; ``refresh=False`` leaves
+        the replicas untouched (evaluation reads the primaries' values only).
+        """
+        n = self.num_workers
+        sends = []
+        for li, s in enumerate(ws):
+            store = self.stores[li]
+            need = ~s.is_primary if check_secondaries else (s.slots < 0)
+            s.req, s.req_bounds = _group_by_owner(np.flatnonzero(need), self.primary[s.uniq], n)
+            sl = s.slots[s.req]
+            s.req_clock = np.where(sl >= 0, store.clock[np.maximum(sl, 0)], -1)
+            payload = np.stack([s.uniq[s.req], s.req_clock], axis=1)
+            sends.append([self._int_tensor(payload[s.req_bounds[d]:s.req_bounds[d + 1]]) for d in range(n)])
+        recv = self.engine.alltoallv(sends, "ids_clocks")
+        reply_clock, reply_rows = [], []
+        for li in range(len(ws)):
+            store = self.stores[li]
+            rc, rr = [], []
+            for src in range(n):
+                msg = recv[li][src].cpu().numpy().reshape(-1, 2)
+                oslots = store.lookup(msg[:, 0])
+                if np.any((oslots < 0) | (oslots >= store.num_primary)):
+                    raise TrainingError(f"worker {store.worker} was asked for rows it is not primary of.")
+                oc = store.clock[oslots]
+                rc.append(self._int_tensor(oc))
+                rr.append(store.read(oslots[intra_stale(oc, msg[:, 1], staleness)]))
+            reply_clock.append(rc)
+            reply_rows.append(rr)
+        clocks = self.engine.alltoallv(reply_clock, "ids_clocks")
+        rows = self.engine.alltoallv(reply_rows, "embedding_rows")
+        second_round = []
+        for li, s in enumerate(ws):
+            store = self.stores[li]
+            u = s.uniq.size
+            true_clock = np.full(u, -1, dtype=np.int64)
+            true_clock[s.is_primary] = store.clock[s.slots[s.is_primary]]
+            out = torch.empty(u, self.row_dim, dtype=self.dtype, device=store.device)
+            held = s.slots >= 0
+            out[torch.as_tensor(np.flatnonzero(held), device=store.device)] = store.read(s.slots[held])
+            for src in range(n):
+                part = s.req[s.req_bounds[src]:s.req_bounds[src + 1]]
+                c = clocks[li][src].cpu().numpy().reshape(-1)
+                true_clock[part] = c
+                got = part[intra_stale(c, s.req_clock[s.req_bounds[src]:s.req_bounds[src + 1]], staleness)]
+                if got.size:
+                    r = rows[li][src].to(store.device, self.dtype)
+                    out[torch.as_tensor(got, device=store.device)] = r
+                    sec = got[s.slots[got] >= 0]
+                    if sec.size and refresh:  # intra-embedding refresh of secondaries (Sec. 5.3 (1))
+                        store.refresh(s.slots[sec], r[torch.as_tensor(s.slots[got] >= 0, device=r.device)],
+                                      true_clock[sec])
+                        self._count(li, "staleness_refreshes", sec.size)
+            self._count(li, "remote_rows_read", int((s.slots < 0).sum()))
+            s.true_clock = true_clock
+            s.rows = out
+            if check_secondaries and self.has_secondaries and 0 < staleness and refresh:
+                read_clock = true_clock.copy()
+                read_clock[s.is_secondary] = store.clock[s.slots[s.is_secondary]]
+                refreshable = s.is_secondary & (read_clock < true_clock)
+                flagged = np.flatnonzero(inter_stale(s.ptr, s.inv, read_clock, self.data.freq[s.uniq], refreshable,
+                                                     staleness))
+                second_round.append(flagged)
+        if second_round:  # every process takes this branch together (same config, same placement)
+            self._inter_round(ws, second_round)
+
+    def _inter_round(self, ws: list[_WorkerStep], flagged: list[np.ndarray]) -> None:
+        """Phase 3: refresh the secondaries that failed the inter-embedding bound (Sec. 5.3 (2))."""
+        n = self.num_workers
+        orders, sends = [], []
+        for li, s in enumerate(ws):
+            order, bounds = _group_by_owner(flagged[li], self.primary[s.uniq], n)
+            orders.append((order, bounds))
+            ids = s.uniq[order]
+            sends.append([self._int_tensor(ids[bounds[d]:bounds[d + 1]]) for d in range(n)])
+        recv = self.engine.alltoallv(sends, "ids_clocks")
+        replies = [[self.stores[li].read(self.stores[li].lookup(recv[li][src].cpu().numpy())) for src in range(n)]
+                   for li in range(len(ws))]
+        rows = self.engine.alltoallv(replies, "embedding_rows")
+        for li, s in enumerate(ws):
+            store = self.stores[li]
+            order, bounds = orders[li]
+            for src in range(n):
+                part = order[bounds[src]:bounds[src + 1]]
+                if part.size:
+                    r = rows[li][src].to(store.device, self.dtype)
+                    s.rows[torch.as_tensor(part, device=store.device)] = r
+                    store.refresh(s.slots[part], r, s.true_clock[part])
+                    self._count(li, "staleness_refreshes", part.size)
+
+    def _batch(self, s: _WorkerStep, device) -> Batch:
+        f = self.data.num_fields
+        entry_sample = np.repeat(np.arange(s.samples.size, dtype=np.int64), np.diff(s.ptr))
+        ids_field = self.data.field_of[s.uniq[s.inv]]
+        if np.any(ids_field < 0):
+            raise TrainingError("a sample uses an embedding id outside every field of the dataset.")
+        dense = None
+        if self.data.num_dense:
+            dense = torch.as_tensor(np.asarray(self.data.dense[s.samples]), device=device)
+        return Batch(int(s.samples.size), torch.as_tensor(s.inv, dtype=torch.int64, device=device),
+                     torch.as_tensor(entry_sample * f + ids_field, device=device), dense,
+                     torch.as_tensor(np.asarray(self.data.labels[s.samples]), device=device))
+
+    def train_step(self, step: Step) -> float:
+        """Run one synchronous step of all local workers; return the sum of their sample losses."""
+        total = step.global_batch_size
+        if total == 0:
+            return 0.0
+        if len(step.samples) != self.num_workers:
+            raise TrainingError(f"schedule gave {len(step.samples)} batches for {self.num_workers} workers.")
+        ws = [self._prepare(li, step.samples[w]) for li, w in enumerate(self.engine.local_workers)]
+        check = not math.isinf(self.staleness)
+        self._read_rows(ws, check_secondaries=check, staleness=self.staleness)
+        # phase 4: forward/backward; dense grads accumulate over local workers
+        self.dense_opt.zero_grad(set_to_none=False)
+        loss_sum = 0.0
+        for li, s in enumerate(ws):
+            leaf = s.rows.detach().requires_grad_(True)
+            if s.samples.size:
+                batch = self._batch(s, leaf.device)
+                loss = bce_sum(self.model(leaf, batch), batch.labels)
+                (loss / total).backward()
+                loss_sum += float(loss.detach())
+            s.grad = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+        # phase 5: push gradients of non-primary rows to their primaries
+        n = self.num_workers
+        id_sends, grad_sends, pushed = [], [], []
+        for li, s in enumerate(ws):
+            order, bounds = _group_by_owner(np.flatnonzero(~s.is_primary), self.primary[s.uniq], n)
+            pushed.append(order)
+            ids = s.uniq[order]
+            g = s.grad[torch.as_tensor(order, dtype=torch.int64, device=s.grad.device)]
+            id_sends.append([self._int_tensor(ids[bounds[d]:bounds[d + 1]]) for d in range(n)])
+            grad_sends.append([g[bounds[d]:bounds[d + 1]] for d in range(n)])
+            self._count(li, "remote_rows_pushed", order.size)
+        rid = self.engine.alltoallv(id_sends, "ids_clocks")
+        rgrad = self.engine.alltoallv(grad_sends, "gradients")
+        # phase 6: each primary sums its gradients and steps once
+        for li, s in enumerate(ws):
+            store = self.stores[li]
+            own = np.flatnonzero(s.is_primary)
+            slot_parts = [s.slots[own]] + [store.lookup(rid[li][src].cpu().numpy()) for src in range(n)]
+            grad_parts = [s.grad[torch.as_tensor(own, dtype=torch.int64, device=s.grad.device)]]
+            grad_parts += [rgrad[li][src].to(store.device, self.dtype) for src in range(n)]
+            all_slots = np.concatenate(slot_parts)
+            if all_slots.size == 0:
+                continue
+            uslots, where = np.unique(all_slots, return_inverse=True)
+            summed = torch.zeros(uslots.size, self.row_dim, dtype=self.dtype, device=store.device)
+            summed.index_add_(0, torch.as_tensor(where.reshape(-1), device=store.device),
+                              torch.cat([g.to(store.device) for g in grad_parts]))
+            store.apply_gradients(uslots, summed)
+        self._dense_step()
+        return loss_sum
+
+    def _dense_step(self) -> None:
+        params = list(self.model.parameters())
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        flat = torch.cat([p.grad.reshape(-1) for p in params])
+        flat = self.engine.all_reduce_dense(flat)
+        offset = 0
+        for p in params:
+            k = p.numel()
+            p.grad.copy_(flat[offset:offset + k].view_as(p))
+            offset += k
+        self.dense_opt.step()
+
+    # ------------------------------------------------------- epoch-end sync
+    def sync_secondaries(self) -> None:
+        """Bring every secondary up to date with its primary (end of epoch when s > 0)."""
+        if not self.has_secondaries:
+            return
+        ws = []
+        for li, store in enumerate(self.stores):
+            sec = np.arange(store.num_primary, store.num_rows, dtype=np.int64)
+            uniq = store.ids[sec]
+            ws.append(_WorkerStep(np.zeros(0, np.int64), np.zeros(1, np.int64), uniq, np.zeros(0, np.int64), sec,
+                                  np.zeros(sec.size, bool), np.ones(sec.size, bool)))
+        self._read_rows(ws, check_secondaries=True, staleness=0.0)
+
+    # ------------------------------------------------------------ evaluate
+    def evaluate(self) -> dict[str, float]:
+        """AUC and logloss of the current primaries on the test split."""
+        from sklearn.metrics import roc_auc_score
+
+        test = np.arange(self.data.num_train, self.data.num_samples, dtype=np.int64)
+        if test.size == 0:
+            return {"test_auc": float("nan"), "test_logloss": float("nan")}
+        n = self.num_workers
+        chunk = max(1, self.config.eval_batch_size) * n
+        logits = [[] for _ in self.stores]
+        sample_ids = [[] for _ in self.stores]
+        self.model.eval()
+        with self.engine.not_counted(), torch.no_grad():
+            for start in range(0, test.size, chunk):
+                parts = np.array_split(test[start:start + chunk], n)
+                ws = [self._prepare(li, parts[w]) for li, w in enumerate(self.engine.local_workers)]
+                self._read_rows(ws, check_secondaries=True, staleness=-1.0, refresh=False)
+                for li, s in enumerate(ws):
+                    if s.samples.size:
+                        batch = self._batch(s, s.rows.device)
+                        logits[li].append(self.model(s.rows, batch).double().cpu().numpy())
+                        sample_ids[li].append(s.samples.astype(np.float64))
+        self.model.train()
+        mine_l = [np.concatenate(x) if x else np.zeros(0) for x in logits]
+        mine_s = [np.concatenate(x) if x else np.zeros(0) for x in sample_ids]
+        all_l = np.concatenate(self.engine.gather(mine_l))
+        all_s = np.concatenate(self.engine.gather(mine_s)).astype(np.int64)
+        order = np.argsort(all_s, kind="stable")
+        z = all_l[order]
+        y = np.asarray(self.data.labels[all_s[order]], dtype=np.float64)
+        # logloss from logits: log(1 + e^z) - y z, computed stably
+        logloss = float(np.mean(np.logaddexp(0.0, z) - y * z))
+        auc = float(roc_auc_score(y, z)) if 0 < y.sum() < y.size else float("nan")
+        return {"test_auc": auc, "test_logloss": logloss}
+
+    # ------------------------------------------------------------ the loop
+    def _reset_epoch(self) -> None:
+        self.counters[:] = 0
+        self.engine.bytes[:] = 0
+        self.acc = {"loss_sum": 0.0, "samples": 0, "steps": 0, "train_seconds": 0.0}
+
+    def _global(self) -> tuple[np.ndarray, dict[str, int], float]:
+        counters = self.engine.sum_across(self.counters.sum(axis=0).astype(np.float64))
+        loss = float(self.engine.sum_across(np.array([self.acc["loss_sum"]]))[0])
+        return counters, self.engine.total_bytes(), loss
+
+    def _record(self, kind: str, extra: dict[str, Any]) -> dict[str, Any]:
+        counters, nbytes, loss = self._global()
+        samples = self.acc["samples"]
+        secs = self.acc["train_seconds"]
+        steps = max(1, self.acc["steps"])
+        rec = {"epoch": self.epoch + 1, "step": self.step_in_epoch, "kind": kind,
+               "train_loss": loss / samples if samples else float("nan"),
+               "samples": samples, "steps": self.acc["steps"],
+               "samples_per_sec": samples / secs if secs > 0 else float("nan"),
+               "train_seconds": secs, "bytes": nbytes,
+               "embedding_bytes_per_step": (nbytes["embedding_rows"] + nbytes["gradients"]) / steps}
+        for name, v in zip(COUNTERS, counters):
+            rec[name] = int(round(v))
+        rec.update(extra)
+        return rec
+
+    def memory(self) -> list[dict[str, int]]:
+        return [s.memory_bytes() for s in self.stores]
+
+    def fit(self, *, on_record: Callable[[dict[str, Any]], None] | None = None,
+            on_epoch_end: Callable[["Trainer"], None] | None = None,
+            stop_after_steps: int | None = None) -> list[dict[str, Any]]:
+        """Train from the current position to ``config.epochs``.
+
+        ``on_record`` receives every JSON record (per epoch, and every
+        ``log_every`` steps); ``on_epoch_end`` runs after each epoch (checkpoints).
+        ``stop_after_steps`` stops after that many steps of this call (tests
+        of interrupt/resume); the position is kept so a checkpoint saved then
+        resumes exactly there. Returns the epoch records of this call.
+        """
+        done = 0
+        records = []
+        show = progress.enabled() and self.engine.is_main
+        while self.epoch < self.config.epochs:
+            num_steps = self.schedule.num_steps(self.epoch)
+            bar = _Bar(show, f"epoch {self.epoch + 1}/{self.config.epochs}", num_steps, self.step_in_epoch)
+            with bar:
+                for step in self.schedule.steps(self.epoch, self.step_in_epoch):
+                    if stop_after_steps is not None and done >= stop_after_steps:
+                        return records
+                    t0 = time.perf_counter()
+                    loss = self.train_step(step)
+                    self.acc["train_seconds"] += time.perf_counter() - t0
+                    self.acc["loss_sum"] += loss
+                    self.acc["samples"] += step.global_batch_size
+                    self.acc["steps"] += 1
+                    self.step_in_epoch = step.index + 1
+                    done += 1
+                    bar.update(self.acc)
+                    if self.config.log_every and self.step_in_epoch % self.config.log_every == 0:
+                        rec = self._record("step", {})
+                        if on_record:
+                            on_record(rec)
+            if self.staleness > 0:
+                with _timed(self.acc):
+                    self.sync_secondaries()
+            metrics = self.evaluate()
+            rec = self._record("epoch", metrics)
+            rec["memory_bytes_per_worker"] = [int(x) for x in np.concatenate(self.engine.gather(
+                [np.array([m["total_bytes"]], dtype=np.float64) for m in self.memory()]))]
+            records.append(rec)
+            self.history.append(rec)
+            if on_record:
+                on_record(rec)
+            self.epoch += 1
+            self.step_in_epoch = 0
+            self._reset_epoch()
+            if on_epoch_end:
+                on_epoch_end(self)
+        return records
+
+    # ---------------------------------------------------------- state
+    def embedding_table(self) -> np.ndarray:
+        """The global model's rows (primaries), float64 [num_embeddings, row_dim]; local engine only."""
+        if len(self.stores) != self.num_workers:
+            raise TrainingError("embedding_table() needs every worker in this process (local engine).")
+        out = np.zeros((self.data.num_embeddings, self.row_dim), dtype=np.float64)
+        for store in self.stores:
+            p = store.num_primary
+            out[store.ids[:p]] = store.table[:p].double().cpu().numpy()
+        return out
+
+
+class _timed:
+    def __init__(self, acc):
+        self.acc = acc
+
+    def __enter__(self):
+        self.t0 = time.perf_counter()
+
+    def __exit__(self, *exc):
+        self.acc["train_seconds"] += time.perf_counter() - self.t0
+
+
+class _Bar:
+    """A rich progress bar with loss and samples/s (no-op when disabled)."""
+
+    def __init__(self, show: bool, description: str, total: int, completed: int):
+        self.show, self.description, self.total, self.completed = show, description, total, completed
+
+    def __enter__(self):
+        if self.show:
+            import sys
+
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
+
+            self.progress = Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
+                                     TextColumn("loss {task.fields[loss]}  {task.fields[rate]} samples/s"),
+                                     TimeRemainingColumn(), console=Console(file=sys.stderr), transient=True)
+            self.progress.__enter__()
+            self.tid = self.progress.add_task(self.description, total=self.total, completed=self.completed,
+                                              loss="-", rate="-")
+        return self
+
+    def update(self, acc) -> None:
+        if self.show:
+            loss = acc["loss_sum"] / acc["samples"] if acc["samples"] else float("nan")
+            rate = acc["samples"] / acc["train_seconds"] if acc["train_seconds"] else 0.0
+            self.progress.update(self.tid, advance=1, loss=f"{loss:.4f}", rate=f"{rate:,.0f}")
+
+    def __exit__(self, *exc):
+        if self.show:
+            self.progress.__exit__(*exc)
+
+
+def json_line(rec: dict[str, Any]) -> str:
+    """One JSON line (NaN written as null)."""
+    def fix(v):
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if isinstance(v, dict):
+            return {k: fix(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [fix(x) for x in v]
+        return v
+
+    return json.dumps(fix(rec))

@@ -1,0 +1,72 @@
+"""Helpers for the trainer tests: a small random CTR dataset and a plain-PyTorch reference trainer."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from gmp.datasets.format import FieldInfo, load_dataset, write_dataset
+from gmp.train.models import Batch, bce_sum, make_model
+from gmp.train.store import ADAGRAD_EPS, initial_rows
+
+
+def make_ctr_dataset(out, *, num_samples=240, field_sizes=(7, 11, 5), num_dense=2, multi=True, test_fraction=0.25,
+                     seed=0):
+    """A random dataset with skewed ids, optional multi-hot last field, dense features; returns its path."""
+    rng = np.random.default_rng(seed)
+    offsets = np.concatenate([[0], np.cumsum(field_sizes)])
+    rows = []
+    for _ in range(num_samples):
+        ids = []
+        for f, size in enumerate(field_sizes):
+            k = 1 + (rng.integers(0, 3) if (multi and f == len(field_sizes) - 1) else 0)
+            vals = np.unique(np.minimum(rng.zipf(1.6, size=k) - 1, size - 1))
+            ids.extend(int(offsets[f] + v) for v in vals)
+        rows.append(sorted(ids))
+    indptr = np.cumsum([0] + [len(r) for r in rows])
+    indices = np.array([i for r in rows for i in r])
+    labels = (rng.random(num_samples) < 0.3).astype(np.float32)
+    dense = rng.normal(size=(num_samples, num_dense)).astype(np.float32) * 3 if num_dense else None
+    fields = [FieldInfo(f"I{j}", "dense", 0, None, column=j) for j in range(num_dense)]
+    fields += [FieldInfo(f"C{f}", "multi" if (multi and f == len(field_sizes) - 1) else "categorical", int(s),
+                         int(offsets[f])) for f, s in enumerate(field_sizes)]
+    write_dataset(out, indptr=indptr, indices=indices, labels=labels, dense=dense, fields=fields,
+                  num_embeddings=int(offsets[-1]), source={"format": "test"}, test_fraction=test_fraction)
+    return out
+
+
+def reference_train(dataset_path, global_batches_per_epoch, *, model="wdl", embedding_dim=4, optimizer="sgd",
+                    lr=0.1, seed=0, hidden=(8,), dtype=torch.float64):
+    """Plain PyTorch on one full embedding table: mean BCE over each global batch, torch.optim step.
+
+    ``global_batches_per_epoch`` is a list (one per epoch) of lists of sample-id arrays.
+    Returns (table float64 [num_embeddings, row_dim], model).
+    """
+    ds = load_dataset(dataset_path)
+    f_of = ds.field_of_embedding().astype(np.int64)
+    num_fields = len(ds.categorical_fields)
+    net = make_model(model, num_fields=num_fields, num_dense=ds.num_dense, embedding_dim=embedding_dim,
+                     hidden=hidden, seed=seed, dtype=dtype)
+    table = torch.nn.Parameter(torch.as_tensor(initial_rows(np.arange(ds.num_embeddings), net.row_dim, seed),
+                                               dtype=dtype))
+    params = [table] + list(net.parameters())
+    opt = (torch.optim.SGD(params, lr=lr) if optimizer == "sgd"
+           else torch.optim.Adagrad(params, lr=lr, eps=ADAGRAD_EPS))
+    for batches in global_batches_per_epoch:
+        for samples in batches:
+            samples = np.asarray(samples, dtype=np.int64)
+            if samples.size == 0:
+                continue
+            ids, seg = [], []
+            for k, s in enumerate(samples):
+                for e in ds.indices[ds.indptr[s]:ds.indptr[s + 1]]:
+                    ids.append(int(e))
+                    seg.append(k * num_fields + int(f_of[e]))
+            dense = torch.as_tensor(np.asarray(ds.dense[samples])) if ds.num_dense else None
+            batch = Batch(samples.size, torch.tensor(ids), torch.tensor(seg), dense,
+                          torch.as_tensor(np.asarray(ds.labels[samples])))
+            opt.zero_grad()
+            loss = bce_sum(net(table, batch), batch.labels) / samples.size
+            loss.backward()
+            opt.step()
+    return table.detach().numpy().astype(np.float64), net
