@@ -1,0 +1,274 @@
+"""``gmp data``: import raw data, describe a prepared dataset, fetch public data.
+
+    gmp data import criteo train.txt.gz --out data/criteo --min-count 10
+    gmp data info data/criteo [--json]
+    gmp data fetch movielens-100k --out data/ml-100k-raw
+
+The synthetic generator (``gmp data synth``) lives in :mod:`cli.synth` and is
+attached to this group when present.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, List, Optional
+
+import typer
+
+from ._common import console, echo_json, handle_errors
+
+FORMATS = ("criteo", "avazu", "movielens", "libsvm", "libfm", "libffm", "csv")
+
+data_app = typer.Typer(
+    name="data",
+    help="Import raw data into gmp's prepared-dataset format, inspect it, or fetch public samples.",
+    no_args_is_help=True,
+)
+
+
+def _split_names(value: Optional[str]) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()] if value else []
+
+
+def parse_hash(specs: list[str]) -> dict[str, int]:
+    """``["C3=1000000", ...]`` -> ``{"C3": 1000000}`` with a clear error."""
+    from gmp.errors import ImportDataError
+
+    out: dict[str, int] = {}
+    for spec in specs:
+        name, sep, size = spec.partition("=")
+        if not sep or not name.strip() or not size.strip().isdigit() or int(size) < 1:
+            raise ImportDataError(f"--hash {spec!r}: expected FIELD=SIZE with a positive integer SIZE, e.g. C3=1000000.")
+        out[name.strip()] = int(size)
+    return out
+
+
+@data_app.command("import")
+@handle_errors
+def import_cmd(
+    fmt: str = typer.Argument(..., metavar="FORMAT", help=f"Input format: {', '.join(FORMATS)}."),
+    inputs: List[Path] = typer.Argument(..., metavar="INPUT...",
+                                        help="Input file(s), plain or gzip (movielens: the ratings file or its directory)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Output directory (the prepared dataset)."),
+    min_count: int = typer.Option(1, "--min-count",
+                                  help="Values seen fewer times share their field's 'rare' id (1 keeps all)."),
+    hash_: List[str] = typer.Option([], "--hash", metavar="FIELD=SIZE",
+                                    help="Hash FIELD into SIZE buckets instead of a vocabulary (repeatable)."),
+    max_bad_lines: int = typer.Option(0, "--max-bad-lines",
+                                      help="Skip up to N malformed lines (recorded in dataset.json); 0 = strict."),
+    test_fraction: float = typer.Option(0.1, "--test-fraction", help="The last fraction of samples is the test set."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace --out if it exists."),
+    chunk_mb: int = typer.Option(16, "--chunk-mb", help="Read the input in blocks of this many MiB."),
+    split_hour: bool = typer.Option(True, "--split-hour/--no-split-hour",
+                                    help="avazu: split 'hour' (YYMMDDHH) into hour_of_day and weekday (default)."),
+    rating_threshold: float = typer.Option(4.0, "--rating-threshold",
+                                           help="movielens: label = 1 when rating >= this."),
+    label: Optional[str] = typer.Option(None, "--label", help="csv: name of the label column."),
+    label_positive: Optional[str] = typer.Option(None, "--label-positive",
+                                                 help="csv: label = 1 when the label cell equals this text."),
+    label_threshold: float = typer.Option(0.5, "--label-threshold",
+                                          help="csv: numeric label = 1 when value >= this."),
+    cat: Optional[str] = typer.Option(None, "--cat",
+                                      help="csv: categorical columns, comma-separated (default: all unnamed ones)."),
+    multi: Optional[str] = typer.Option(None, "--multi", help="csv: multi-valued columns, comma-separated."),
+    multi_sep: str = typer.Option("|", "--multi-sep", help="csv: separator inside multi-valued cells."),
+    dense: Optional[str] = typer.Option(None, "--dense", help="csv: numeric columns, comma-separated."),
+    dense_transform: str = typer.Option("log1p", "--dense-transform",
+                                        help="csv: 'log1p' (log(1+max(x,0))) or 'none'."),
+    ignore: Optional[str] = typer.Option(None, "--ignore",
+                                         help="csv/movielens: columns to drop (movielens default: movie_title,timestamp)."),
+    sep: Optional[str] = typer.Option(None, "--sep", help="csv: delimiter (default: tab for .tsv/.txt, else comma)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the written dataset.json header."),
+) -> None:
+    """Import raw data into a prepared dataset.
+
+    Formats: criteo (TSV: label, I1-I13, C1-C26), avazu (CSV with header),
+    movielens (RecBole .inter/.user/.item or classic u.data/u.user/u.item),
+    libsvm/libfm (label idx:val, field = token position), libffm
+    (label field:idx:val), csv (generic; name the columns with --label,
+    --cat, --multi, --dense). Malformed lines stop the import unless
+    --max-bad-lines allows skipping them. See docs/datasets.md.
+    """
+    from gmp.datasets.importers import CommonOptions
+    from gmp.errors import ImportDataError
+
+    fmt = fmt.lower()
+    if fmt not in FORMATS:
+        raise ImportDataError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}.")
+    # Format-specific flags given to another format are mistakes, not silently ignored.
+    given = {
+        "--no-split-hour": not split_hour, "--rating-threshold": rating_threshold != 4.0,
+        "--label": label is not None, "--label-positive": label_positive is not None,
+        "--label-threshold": label_threshold != 0.5, "--cat": cat is not None, "--multi": multi is not None,
+        "--multi-sep": multi_sep != "|", "--dense": dense is not None, "--dense-transform": dense_transform != "log1p",
+        "--ignore": ignore is not None, "--sep": sep is not None,
+    }
+    allowed = {"avazu": {"--no-split-hour"}, "movielens": {"--rating-threshold", "--ignore"},
+               "csv": {"--label", "--label-positive", "--label-threshold", "--cat", "--multi", "--multi-sep",
+                       "--dense", "--dense-transform", "--ignore", "--sep"}}.get(fmt, set())
+    wrong = [flag for flag, on in given.items() if on and flag not in allowed]
+    if wrong:
+        raise ImportDataError(f"{', '.join(wrong)} do{'es' if len(wrong) == 1 else ''} not apply to format {fmt!r}; "
+                              f"see 'gmp data import --help'.")
+    if chunk_mb < 1:
+        raise ImportDataError(f"--chunk-mb must be >= 1, got {chunk_mb}.")
+    common = CommonOptions(min_count=min_count, hash_sizes=parse_hash(hash_), max_bad_lines=max_bad_lines,
+                           test_fraction=test_fraction, overwrite=overwrite, chunk_bytes=chunk_mb << 20)
+    meta = run_import(fmt, inputs, out, common, split_hour=split_hour, rating_threshold=rating_threshold,
+                      label=label, label_positive=label_positive, label_threshold=label_threshold,
+                      cat=cat, multi=multi, multi_sep=multi_sep, dense=dense, dense_transform=dense_transform,
+                      ignore=ignore, sep=sep)
+    if as_json:
+        echo_json(meta)
+        return
+    num_fields = sum(1 for f in meta["fields"] if f["kind"] != "dense")
+    skipped = f", {meta['num_bad_lines']} malformed lines skipped" if meta["num_bad_lines"] else ""
+    typer.echo(f"imported {meta['num_samples']:,} samples ({meta['split']['num_test']:,} test), "
+               f"{meta['num_embeddings']:,} embeddings in {num_fields} fields, {meta['num_dense']} dense, "
+               f"label rate {meta['label_rate']:.4f}{skipped} -> {out}")
+
+
+def run_import(fmt: str, inputs: list[Path], out: Path, common, **opts: Any) -> dict[str, Any]:
+    """Dispatch to the importer of ``fmt`` (importers are loaded lazily)."""
+    if fmt == "criteo":
+        from gmp.datasets.criteo import import_criteo
+
+        return import_criteo(inputs, out, common=common)
+    if fmt == "avazu":
+        from gmp.datasets.avazu import import_avazu
+
+        return import_avazu(inputs, out, split_hour=opts["split_hour"], common=common)
+    if fmt == "movielens":
+        from gmp.datasets.movielens import import_movielens
+
+        ignore = None if opts["ignore"] is None else _split_names(opts["ignore"])
+        return import_movielens(inputs, out, rating_threshold=opts["rating_threshold"], ignore=ignore, common=common)
+    if fmt in ("libsvm", "libfm", "libffm"):
+        from gmp.datasets.libsvm import import_libsvm
+
+        return import_libsvm(inputs, out, ffm=fmt == "libffm", fmt=fmt, common=common)
+    from gmp.datasets.csvfmt import CsvOptions, import_csv
+
+    options = CsvOptions(label=opts["label"] or "", categorical=_split_names(opts["cat"]) if opts["cat"] else None,
+                         multi=_split_names(opts["multi"]), dense=_split_names(opts["dense"]),
+                         ignore=_split_names(opts["ignore"]), sep=_unescape(opts["sep"]),
+                         multi_sep=opts["multi_sep"], label_positive=opts["label_positive"],
+                         label_threshold=opts["label_threshold"], dense_transform=opts["dense_transform"])
+    return import_csv(inputs, out, options=options, common=common)
+
+
+def _unescape(sep: Optional[str]) -> Optional[str]:
+    return {"\\t": "\t", "tab": "\t", "comma": ",", "space": " "}.get(sep, sep) if sep is not None else None
+
+
+def dataset_info(path: Path) -> dict[str, Any]:
+    """Counts, per-field cardinalities and degree skew of a prepared dataset."""
+    import numpy as np
+
+    from gmp.datasets.format import load_dataset
+    from gmp.graph import build_graph
+
+    ds = load_dataset(path)
+    graph = build_graph(ds)
+    stats = graph.stats().to_json()
+    deg = graph.embedding_degree()
+    fields = []
+    for f in ds.fields:
+        row: dict[str, Any] = {"name": f.name, "kind": f.kind}
+        if f.kind == "dense":
+            row.update(column=f.column)
+        else:
+            d = np.asarray(deg[f.offset : f.offset + f.num_values])
+            active = d[d > 0]
+            k = max(1, int(np.ceil(active.size * 0.01))) if active.size else 0
+            top = float(np.sort(active)[-k:].sum() / active.sum()) if active.size else 0.0
+            missing = int(deg[f.missing_id]) if f.missing_id is not None else None
+            rare = int(deg[f.rare_id]) if f.rare_id is not None else None
+            row.update(num_values=f.num_values, offset=f.offset, num_active=int(active.size),
+                       max_degree=int(d.max()) if d.size else 0, top1pct_access_share=top,
+                       missing_accesses=missing, rare_accesses=rare, hash_buckets=f.hash_buckets)
+        fields.append(row)
+    meta = ds.meta
+    return {
+        "path": str(path),
+        "source": meta.get("source", {}),
+        "num_samples": ds.num_samples,
+        "num_train": ds.num_train,
+        "num_test": ds.num_test,
+        "num_embeddings": ds.num_embeddings,
+        "num_edges": ds.num_edges,
+        "num_dense": ds.num_dense,
+        "label_rate": meta.get("label_rate"),
+        "num_bad_lines": meta.get("num_bad_lines", 0),
+        "sha256": ds.sha256,
+        "graph": stats,
+        "fields": fields,
+    }
+
+
+@data_app.command("info")
+@handle_errors
+def info_cmd(
+    path: Path = typer.Argument(..., metavar="DIR", help="A prepared dataset directory."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Counts, per-field cardinalities and skew (share of accesses to the top 1% of embeddings, max degree)."""
+    info = dataset_info(path)
+    if as_json:
+        echo_json(info)
+        return
+    from rich.table import Table
+
+    g = info["graph"]
+    src = info["source"]
+    con = console()
+    con.print(f"[bold]{path}[/bold]  (source: {src.get('format', '?')}, sha256 {info['sha256'][:12]})")
+    con.print(f"samples {info['num_samples']:,} (train {info['num_train']:,}, test {info['num_test']:,}), "
+              f"embeddings {info['num_embeddings']:,} ({g['num_active_embeddings']:,} used), edges {info['num_edges']:,}, "
+              f"dense {info['num_dense']}, label rate {info['label_rate']:.4f}, bad lines skipped {info['num_bad_lines']}")
+    con.print(f"skew: top 1% of used embeddings get {g['top1pct_access_share']:.1%} of accesses "
+              f"(top 0.1%: {g['top01pct_access_share']:.1%}); max embedding degree {g['max_embedding_degree']:,}; "
+              f"sample degree mean {g['mean_sample_degree']:.2f}, max {g['max_sample_degree']}")
+    table = Table("field", "kind", "values", "used", "max degree", "top 1% share", "missing", "rare")
+    dense_names = [f["name"] for f in info["fields"] if f["kind"] == "dense"]
+    if dense_names:
+        con.print(f"dense columns: {', '.join(dense_names)}")
+    for f in info["fields"]:
+        if f["kind"] == "dense":
+            continue
+        kind = f["kind"] + (f" (hash {f['hash_buckets']})" if f["hash_buckets"] else "")
+        table.add_row(f["name"], kind, f"{f['num_values']:,}", f"{f['num_active']:,}", f"{f['max_degree']:,}",
+                      f"{f['top1pct_access_share']:.1%}", "" if f["missing_accesses"] is None else f"{f['missing_accesses']:,}",
+                      "" if f["rare_accesses"] is None else f"{f['rare_accesses']:,}")
+    con.print(table)
+
+
+@data_app.command("fetch")
+@handle_errors
+def fetch_cmd(
+    name: str = typer.Argument(..., metavar="NAME", help="Data set to fetch: movielens-100k."),
+    out: Path = typer.Option(Path("data/ml-100k-raw"), "--out", "-o", help="Directory for the raw files."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace files already there."),
+    wheel: Optional[Path] = typer.Option(None, "--wheel", help="Use this recbole-1.2.1 wheel instead of downloading."),
+) -> None:
+    """Fetch a public data set that may not be redistributed (MovieLens-100K via the recbole wheel on PyPI)."""
+    from gmp.datasets.fetch import fetch
+
+    files = fetch(name, out, overwrite=overwrite, wheel=wheel)
+    typer.echo(f"fetched {name}: {', '.join(str(f) for f in files)}")
+    typer.echo(f"next: gmp data import movielens {out} --out <DIR>")
+
+
+try:  # the synthetic generator is another module (written separately)
+    from cli.synth import register as _register_synth
+except ModuleNotFoundError as _exc:  # pragma: no cover - until cli/synth.py lands
+    if _exc.name not in ("cli.synth", "cli"):
+        raise
+    _register_synth = None
+if _register_synth is not None:
+    _register_synth(data_app)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``data`` group to the root app."""
+    app.add_typer(data_app, name="data")

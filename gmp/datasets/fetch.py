@@ -1,0 +1,92 @@
+"""Fetch small public data sets at run time (never committed to the repository).
+
+``movielens-100k``: the GroupLens terms forbid redistributing MovieLens, so
+gmp does not ship it. The RecBole project publishes ml-100k in its atomic
+format inside the ``recbole`` 1.2.1 wheel on PyPI; :func:`fetch_movielens_100k`
+runs ``pip download --no-deps recbole==1.2.1`` into a temporary directory
+and extracts ``recbole/dataset_example/ml-100k/ml-100k.{inter,user,item}``
+from the wheel (a zip) into ``out``::
+
+    gmp data fetch movielens-100k --out data/ml-100k-raw
+    gmp data import movielens data/ml-100k-raw --out data/ml-100k
+
+Without network access (or pip) it fails with one clear message.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from ..errors import ImportDataError
+
+log = logging.getLogger(__name__)
+
+RECBOLE_VERSION = "1.2.1"
+ML100K_MEMBERS = ("ml-100k.inter", "ml-100k.user", "ml-100k.item")
+DATASETS = {"movielens-100k": "MovieLens-100K ratings + users + items (RecBole atomic files, from the recbole wheel)"}
+
+
+def fetch(name: str, out: str | os.PathLike, *, overwrite: bool = False, wheel: str | os.PathLike | None = None
+          ) -> list[Path]:
+    """Fetch data set ``name`` into directory ``out``; returns the files written."""
+    if name != "movielens-100k":
+        raise ImportDataError(f"unknown data set {name!r}; gmp can fetch: {', '.join(DATASETS)}.")
+    return fetch_movielens_100k(out, overwrite=overwrite, wheel=wheel)
+
+
+def fetch_movielens_100k(out: str | os.PathLike, *, overwrite: bool = False,
+                         wheel: str | os.PathLike | None = None) -> list[Path]:
+    """Extract ml-100k's atomic files from the recbole wheel into ``out``.
+
+    ``wheel`` skips the download (a recbole wheel already on disk).
+    """
+    out = Path(out)
+    targets = [out / m for m in ML100K_MEMBERS]
+    if any(t.exists() for t in targets) and not overwrite:
+        raise ImportDataError(f"{out} already holds ml-100k files; pass --overwrite or choose another --out.")
+    with tempfile.TemporaryDirectory(prefix="gmp-fetch-") as tmp:
+        whl = Path(wheel) if wheel else _download_recbole(Path(tmp))
+        try:
+            with zipfile.ZipFile(whl) as z:
+                out.mkdir(parents=True, exist_ok=True)
+                for member, target in zip(ML100K_MEMBERS, targets):
+                    src = f"recbole/dataset_example/ml-100k/{member}"
+                    try:
+                        info = z.getinfo(src)
+                    except KeyError:
+                        raise ImportDataError(f"{whl} has no {src}; expected recbole {RECBOLE_VERSION}.") from None
+                    part = target.with_name(f".{target.name}.part")
+                    with z.open(info) as fin, open(part, "wb") as fout:
+                        shutil.copyfileobj(fin, fout)
+                    os.replace(part, target)
+        except zipfile.BadZipFile:
+            raise ImportDataError(f"{whl} is not a valid wheel (zip); delete it and fetch again.") from None
+    log.info("fetched ml-100k into %s", out)
+    return targets
+
+
+def _download_recbole(tmp: Path) -> Path:
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+           f"recbole=={RECBOLE_VERSION}", "-d", str(tmp)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    except FileNotFoundError:
+        raise ImportDataError("cannot run pip to download recbole; install pip in this environment.") from None
+    except subprocess.TimeoutExpired:
+        raise ImportDataError("downloading the recbole wheel from PyPI timed out; check the network and retry.") \
+            from None
+    wheels = sorted(tmp.glob("recbole-*.whl"))
+    if proc.returncode != 0 or not wheels:
+        last = (proc.stderr or proc.stdout or "").strip().splitlines()[-1:] or ["no output"]
+        raise ImportDataError(
+            f"could not download recbole=={RECBOLE_VERSION} from PyPI (are you offline?): {last[0]}; "
+            f"retry with network access, or pass a downloaded wheel with --wheel."
+        )
+    return wheels[0]
