@@ -1,0 +1,478 @@
+"""``hybrid``: HET-GMP's balanced hybrid graph partitioning (SIGMOD'22, section 5.2, Algorithm 1).
+
+Two steps.
+
+**1D step (edge-cut), up to ``rounds`` rounds.** Start from a seeded random
+balanced placement of samples and (used) embeddings. Each round sweeps every
+sample vertex in id order, then every embedding vertex in id order, and moves
+it to the worker that minimises *marginal communication cost plus balance
+penalties* (Algorithm 1, lines 3-5). The round is logged and the loop stops
+early when it improved the objective by less than ``tol`` (relative).
+
+The objective the sweeps descend is::
+
+    J = sum_x sum_w f(count[x, w]) * C'[p(x), w]                  (Eq. 3, soft count)
+      + alpha/2 * sum_i (samples_i    - samples/N)^2             (Eq. 4, compute)
+      + beta/2  * sum_i (primaries_i  - primaries/N)^2           (Eq. 4, memory)
+      + gamma/(2 d) * sum_i (served_i - d)^2                     (Eq. 5, hot spots)
+
+* ``count[x, w]`` is the number of samples on worker w using embedding x, kept
+  as a compact int32 [num_embeddings, N] array and updated incrementally when
+  a sample moves. Traffic is de-duplicated within a batch, so the cost of c
+  users is the *soft count* ``f(c) = (1 - (1 - c/m)^b) * m/b`` with m = samples
+  per worker and b = ``batch_size`` (the expected number of a worker's batches
+  that touch the embedding), not c; with m < b there is one batch of m samples
+  (b is replaced by m). ``f`` is a lookup table, c = 0 .. cap + 1. Pushes of
+  gradients follow the same path back, so reads and pushes share the weight.
+* ``C[p, w]`` is the topology's cost of moving a row from primary p to worker
+  w. ``C'`` scales row p by ``1 + gamma * (served_p / d - 1)`` where
+  ``served_p`` is the weighted traffic worker p serves and d its mean: this
+  is the gradient of the Eq. 5 term, linearised once per round (so the sweep
+  stays a cheap table lookup), which makes overloaded servers look more
+  expensive. gamma is therefore "relative to the communication term".
+* The balance terms are quadratic so that their *marginal* cost is exactly
+  Eq. 4: adding a vertex to partition i costs ``alpha * (|G_i| - |G|/N)``
+  (plus 1/2); moving one from a to b costs ``alpha * (load_b - load_a + 1)``.
+
+Eq. 2 as printed, ``delta_g = delta_c - delta_b``, *subtracts* the balance
+term, which would reward imbalance; we implement the intended
+"communication plus imbalance".
+
+Hard caps make balance a guarantee, not only a penalty: a vertex never moves
+onto a worker holding ``sample_cap(samples, N, max_imbalance)`` samples (or
+the same cap for primaries over the used embeddings). The random start is
+balanced to within one, so every intermediate and the final placement
+respect both caps.
+
+Embedding ids no sample uses (degree 0) are not vertices of the graph: they
+are excluded from the sweeps, the counts and the primary cap, and are
+spread over the least-loaded workers at the end (they cost memory only).
+
+**2D step (vertex-cut replication, Eq. 6).** After the last 1D round, each
+worker w receives as *secondaries* the non-local used embeddings with the
+highest expected remote traffic to w, ``f(count[x, w]) * C[p(x), w]`` (Eq. 6's
+numerator; its denominator is the same for every candidate of w and does not
+change the order), until its budget: ``replication_budget`` x the number of
+used embeddings, or with ``memory_per_worker`` the number of
+``embedding_dim`` float32 rows that fit next to w's primaries. Never on the
+primary's worker; ties go to the lower embedding id. Algorithm 1 repeats the
+2D step inside the loop, but the next round's 1D step moves primaries and
+recomputes everything, so only the last round's replicas survive; we run it
+once at the end (same result, less work).
+
+**Hierarchical topologies.** Nothing special is needed: with ``2x8`` the
+inter-machine entries of C are 10x the intra-machine ones, so every marginal
+cost prefers a worker on the machine that already holds the traffic, and the
+result clusters traffic at machine level first, then at worker level.
+
+**Determinism.** All sweeps are sequential in a fixed vertex order (the
+paper's algorithm); the only randomness is the seeded start. Results are
+bit-identical for a given seed regardless of the number of numba threads
+(the authors' OpenMP code races on shared counters; this one does not).
+``threads`` only bounds numba's thread pool for the duration of the call.
+
+**Memory** at the full Criteo-Kaggle scale (45.8M samples, 33.8M embeddings,
+1.19B edges, 8 workers): count 1.08 GB, the graph's CSR (memory-mapped) 5.1
+GB, per-vertex arrays ~0.5 GB, the soft-count table 48 MB; the
+embedding->sample transpose is never built.
+
+Per-round log (``placement.info["rounds"]``, also ``logging.info``): a list
+of dicts, round 0 being the random start, with keys ``round``, ``objective``,
+``comm_weighted`` (Eq. 3, soft count, cost-weighted), ``expected_remote_reads``
+(the soft-count estimate of the report's ``batch_remote_reads``; within ~0.2%
+of it on Criteo-like data), ``remote_accesses`` and ``epoch_unique_remote``
+(exact, the report's definitions, without secondaries), ``sample_imbalance``,
+``primary_imbalance``, ``traffic_imbalance`` (max/mean), ``moved_samples``,
+``moved_embeddings``, ``seconds``. ``info["replication"]`` has the 2D step's
+budgets, secondaries per worker and expected reads after replication. The
+exact ``batch_remote_reads`` is left to the report (one more pass over all
+edges: 40+ s at full scale, too costly to repeat per round).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from typing import Iterator
+
+import numba
+import numpy as np
+
+from ..errors import PartitionError
+from ..graph import BipartiteGraph
+from ..placement import Placement
+from ..progress import task
+from ..topology import Topology
+from . import _hybrid_kernels as K
+from ._common import check_max_imbalance, place_unused_embeddings, sample_cap
+from .random import balanced_random_assignment
+
+log = logging.getLogger(__name__)
+
+#: bytes per embedding value (float32 rows)
+VALUE_BYTES = 4
+#: samples decided together (in parallel, against one snapshot) in a sweep; see _hybrid_kernels.sweep_samples
+SAMPLE_BLOCK = 4096
+
+
+@dataclass(frozen=True)
+class Options:
+    """Options of ``hybrid``.
+
+    Parameters
+    ----------
+    rounds
+        Maximum number of 1D rounds T (Algorithm 1). Default 5.
+    tol
+        Stop early when a round lowers the objective by less than this
+        fraction of its previous value. Default 1e-3.
+    alpha, beta
+        Weights of the sample and primary balance terms (Eq. 4). ``None``:
+        the paper's defaults ``100 N / |samples|`` and ``100 N / |used embeddings|``.
+    gamma
+        Weight of the traffic-served balance term (Eq. 5), relative to the
+        communication term. Default 0.01.
+    max_imbalance
+        Hard cap: no worker holds more than ``max_imbalance`` x the mean
+        number of samples, nor of primaries. Default 1.05.
+    replication_budget
+        2D step: secondaries per worker as a fraction of the used embeddings.
+        Default 0.01 (the paper's "top 1%"); 0 disables the 2D step.
+    memory_per_worker
+        2D step alternative: bytes of embedding rows (primaries + secondaries)
+        a worker may hold; overrides ``replication_budget`` when given.
+    embedding_dim
+        Row width used with ``memory_per_worker`` (float32 values). Default 16.
+    batch_size
+        Per-worker batch B of the soft count (use the report's). Default 512.
+    threads
+        Bound numba's thread pool during the call (None: numba's default).
+        The result does not depend on it.
+    """
+
+    rounds: int = 5
+    tol: float = 1e-3
+    alpha: float | None = None
+    beta: float | None = None
+    gamma: float = 0.01
+    max_imbalance: float = 1.05
+    replication_budget: float = 0.01
+    memory_per_worker: int | None = None
+    embedding_dim: int = 16
+    batch_size: int = 512
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.rounds, int) or self.rounds < 0:
+            raise PartitionError(f"hybrid: rounds must be an integer >= 0, got {self.rounds!r}.")
+        for name in ("tol", "gamma"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise PartitionError(f"hybrid: {name} must be a finite number >= 0, got {v!r}.")
+        for name in ("alpha", "beta"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0):
+                raise PartitionError(f"hybrid: {name} must be a finite number >= 0 (or omitted for the default), got {v!r}.")
+        check_max_imbalance(self.max_imbalance)
+        rb = self.replication_budget
+        if not isinstance(rb, (int, float)) or not (0.0 <= rb <= 1.0):
+            raise PartitionError(f"hybrid: replication_budget must be a fraction in [0, 1], got {rb!r}.")
+        if self.memory_per_worker is not None and (not isinstance(self.memory_per_worker, int) or self.memory_per_worker < 0):
+            raise PartitionError(f"hybrid: memory_per_worker must be a number of bytes >= 0, got {self.memory_per_worker!r}.")
+        if not isinstance(self.embedding_dim, int) or self.embedding_dim < 1:
+            raise PartitionError(f"hybrid: embedding_dim must be an integer >= 1, got {self.embedding_dim!r}.")
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise PartitionError(f"hybrid: batch_size must be an integer >= 1, got {self.batch_size!r}.")
+        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
+            raise PartitionError(f"hybrid: threads must be an integer >= 1 (or omitted), got {self.threads!r}.")
+
+
+# --------------------------------------------------------------------------
+# pieces (public so tests can check them against slow references)
+# --------------------------------------------------------------------------
+def soft_count_table(max_count: int, samples_per_worker: float, batch_size: int) -> np.ndarray:
+    """float64 [max_count + 2]: f(c) = (1 - (1 - c/m)^b) * m/b, the expected batches touching an
+    embedding used by c of a worker's m samples (b = min(batch_size, m); f is clamped at m/b for c >= m).
+
+    Examples
+    --------
+    >>> soft_count_table(3, 10.0, 1)      # b = 1: f(c) = c, the plain count of Eq. 3
+    array([0., 1., 2., 3., 4.])
+    """
+    m = max(float(samples_per_worker), 1.0)
+    b = float(min(batch_size, m))
+    c = np.arange(max_count + 2, dtype=np.float64)
+    base = np.clip(1.0 - c / m, 0.0, 1.0)
+    return (1.0 - base**b) * (m / b)
+
+
+def default_weights(num_workers: int, num_samples: int, num_used_embeddings: int) -> tuple[float, float]:
+    """The paper's alpha = 100 N / |samples| and beta = 100 N / |embeddings| (used ones)."""
+    return 100.0 * num_workers / max(num_samples, 1), 100.0 * num_workers / max(num_used_embeddings, 1)
+
+
+def imbalance(load: np.ndarray) -> float:
+    """max / mean of a load vector (1.0 when empty or all zero)."""
+    load = np.asarray(load, dtype=np.float64)
+    mean = load.mean() if load.size else 0.0
+    return float(load.max() / mean) if mean > 0 else 1.0
+
+
+@contextmanager
+def _numba_threads(threads: int | None) -> Iterator[None]:
+    if threads is None:
+        yield
+        return
+    old = numba.get_num_threads()
+    numba.set_num_threads(min(int(threads), numba.config.NUMBA_NUM_THREADS))
+    try:
+        yield
+    finally:
+        numba.set_num_threads(old)
+
+
+class _State:
+    """The mutable 1D state and the objective bookkeeping."""
+
+    def __init__(self, graph: BipartiteGraph, topology: Topology, options: Options, rng: np.random.Generator):
+        self.graph = graph
+        self.indptr = np.asarray(graph.sample_indptr)
+        self.indices = np.asarray(graph.sample_indices)
+        n = topology.num_workers
+        self.num_workers = n
+        self.cost = np.ascontiguousarray(topology.cost, dtype=np.float64)
+        self.batch_size = options.batch_size
+        num_samples, num_embeddings = graph.num_samples, graph.num_embeddings
+
+        # Algorithm 1 line 1: random balanced partitions (samples, then used embeddings)
+        self.sw = balanced_random_assignment(num_samples, n, rng)
+        self.count = np.zeros((num_embeddings, n), dtype=np.int32)
+        K.count_samples(self.indptr, self.indices, self.sw, self.count)
+        # used <=> degree > 0 <=> the embedding is a vertex of the graph (no phantom ids)
+        self.active = K.used_rows(self.count)
+        self.num_used = int(np.count_nonzero(self.active))
+        self.prim = np.full(num_embeddings, -1, dtype=np.int32)
+        used_ids = np.flatnonzero(self.active)
+        self.prim[used_ids] = balanced_random_assignment(used_ids.size, n, rng)
+        del used_ids
+
+        self.sample_cap = sample_cap(num_samples, n, options.max_imbalance)
+        self.primary_cap = sample_cap(self.num_used, n, options.max_imbalance)
+        self.sample_load = np.bincount(self.sw, minlength=n).astype(np.int64)
+        self.primary_load = np.bincount(self.prim[self.active], minlength=n).astype(np.int64)
+
+        a, b = default_weights(n, num_samples, self.num_used)
+        self.alpha = float(options.alpha) if options.alpha is not None else a
+        self.beta = float(options.beta) if options.beta is not None else b
+        self.gamma = float(options.gamma)
+
+        # count[x, w] never exceeds a worker's samples (<= cap); the sweep reads f[c + 1]
+        self.f = soft_count_table(self.sample_cap, num_samples / n, self.batch_size)
+        self.df = np.diff(self.f)
+
+        self.served = np.zeros(n, dtype=np.float64)
+        self.received = np.zeros(n, dtype=np.float64)
+        self._fw = np.zeros(n, dtype=np.float64)
+        self._total = np.zeros(n, dtype=np.float64)
+
+    # -- objective ----------------------------------------------------------
+    def summary(self) -> dict:
+        """Objective terms and metrics of the current state (fills self.served)."""
+        weighted, reads, remote, unique = K.traffic_summary(self.prim, self.count, self.active, self.f, self.cost,
+                                                    self.served, self.received)
+        n = self.num_workers
+        s_dev = self.sample_load - self.sample_load.mean()
+        p_dev = self.primary_load - self.primary_load.mean()
+        d_mean = float(self.served.mean())
+        traffic_pen = (self.gamma / (2.0 * d_mean)) * float(np.sum((self.served - d_mean) ** 2)) if d_mean > 0 else 0.0
+        obj = (float(weighted) + self.alpha / 2.0 * float(s_dev @ s_dev) + self.beta / 2.0 * float(p_dev @ p_dev)
+               + traffic_pen)
+        return {
+            "objective": obj,
+            "comm_weighted": float(weighted),
+            "expected_remote_reads": float(reads),
+            "remote_accesses": int(remote),
+            "epoch_unique_remote": int(unique),
+            "sample_imbalance": imbalance(self.sample_load),
+            "primary_imbalance": imbalance(self.primary_load),
+            "traffic_imbalance": imbalance(self.served) if n > 1 else 1.0,
+        }
+
+    def effective_cost(self) -> np.ndarray:
+        """C' = C with row p scaled by 1 + gamma (served_p / mean - 1): Eq. 5 linearised at the round start."""
+        d_mean = float(self.served.mean())
+        if self.gamma == 0.0 or d_mean <= 0.0:
+            return self.cost.copy()
+        factor = 1.0 + self.gamma * (self.served / d_mean - 1.0)
+        return np.ascontiguousarray(self.cost * factor[:, None])
+
+    # -- sweeps ---------------------------------------------------------------
+    def sweep(self, ceff: np.ndarray) -> tuple[int, int]:
+        moved_s = K.sweep_samples(self.indptr, self.indices, self.sw, self.prim, self.count, self.df, ceff,
+                                  self.sample_load, np.int64(self.sample_cap), self.alpha, SAMPLE_BLOCK)
+        moved_e = K.sweep_embeddings(self.prim, self.count, self.active, self.f, ceff, self.primary_load,
+                                     np.int64(self.primary_cap), self.beta, self._fw, self._total)
+        return int(moved_s), int(moved_e)
+
+
+def replication_budgets(num_workers: int, num_used: int, primary_load: np.ndarray, options: Options) -> np.ndarray:
+    """Secondaries allowed per worker (int64 [N]).
+
+    ``replication_budget * num_used`` (floored) each, or with
+    ``memory_per_worker`` the rows that fit beside the worker's primaries:
+    ``memory_per_worker // (embedding_dim * 4) - primaries``, at least 0.
+    """
+    if options.memory_per_worker is not None:
+        rows = options.memory_per_worker // (options.embedding_dim * VALUE_BYTES)
+        budget = np.maximum(rows - np.asarray(primary_load, dtype=np.int64), 0)
+        if np.any(rows < primary_load):
+            log.warning("hybrid: memory_per_worker=%d B holds %d rows, fewer than some worker's %d primaries; "
+                        "no secondaries there.", options.memory_per_worker, rows, int(np.max(primary_load)))
+        return budget.astype(np.int64)
+    return np.full(num_workers, int(math.floor(options.replication_budget * num_used + 1e-9)), dtype=np.int64)
+
+
+def choose_secondaries(state: _State, budgets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Eq. 6 greedy: per worker the top-``budget`` candidates by expected traffic, ties by lower id.
+
+    Returns ``(indptr, workers)`` (CSR over embeddings, workers ascending) and
+    ``(w_indptr, w_ids)`` (the same secondaries as a CSR over workers).
+    """
+    n = state.num_workers
+    num_embeddings = state.prim.size
+    ids_buf = np.empty(num_embeddings, dtype=np.int64)
+    score_buf = np.empty(num_embeddings, dtype=np.float64)
+    per_worker: list[np.ndarray] = []
+    for w in range(n):
+        k = int(budgets[w])
+        if k <= 0:
+            per_worker.append(np.zeros(0, dtype=np.int64))
+            continue
+        m = K.replication_scores(state.prim, state.count, state.active, state.f, state.cost, w, ids_buf, score_buf)
+        ids, scores = ids_buf[:m], score_buf[:m]
+        if m <= k:
+            chosen = ids.copy()
+        else:
+            # k-th largest score t: take all > t, then the lowest ids among == t (ids are ascending)
+            t = np.partition(scores, m - k)[m - k]
+            above = ids[scores > t]
+            at = ids[scores == t][: k - above.size]
+            chosen = np.concatenate([above, at])
+        per_worker.append(np.sort(chosen))
+    w_indptr = np.zeros(n + 1, dtype=np.int64)
+    w_indptr[1:] = np.cumsum([c.size for c in per_worker])
+    w_ids = np.concatenate(per_worker) if per_worker else np.zeros(0, dtype=np.int64)
+    # transpose to a CSR over embeddings (workers ascending within a row: stable sort by embedding)
+    w_of = np.repeat(np.arange(n, dtype=np.int32), np.diff(w_indptr))
+    order = np.argsort(w_ids, kind="stable")
+    indptr = np.zeros(num_embeddings + 1, dtype=np.int64)
+    np.cumsum(np.bincount(w_ids, minlength=num_embeddings), out=indptr[1:])
+    return indptr, w_of[order].astype(np.int32), w_indptr, w_ids
+
+
+def partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options: Options) -> Placement:
+    """HET-GMP hybrid partitioning (Algorithm 1): T rounds of 1D sweeps, then the 2D replication step.
+
+    Parameters
+    ----------
+    graph, topology
+        The bipartite graph and the worker cost matrix (Eq. 3's weights).
+    seed
+        Seeds the random start (the only randomness).
+    options
+        :class:`Options`.
+
+    Returns
+    -------
+    Placement
+        ``info["rounds"]`` holds the per-round log, ``info["replication"]``
+        the 2D step's summary.
+    """
+    with _numba_threads(options.threads):
+        return _partition(graph, topology, seed=seed, options=options)
+
+
+def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options: Options) -> Placement:
+    n = topology.num_workers
+    if n > 64:
+        raise PartitionError(f"hybrid supports up to 64 workers, got {n}; use fewer workers or another method.")
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    state = _State(graph, topology, options, rng)
+    rounds: list[dict] = []
+
+    def record(r: int, seconds: float, moved: tuple[int, int]) -> dict:
+        entry = {"round": r, **state.summary()}
+        entry["moved_samples"], entry["moved_embeddings"] = moved
+        entry["seconds"] = round(seconds, 4)
+        rounds.append(entry)
+        log.info("hybrid round %d: objective %.6g, expected batch remote reads %.6g, remote_accesses %d, "
+                 "epoch_unique_remote %d, imbalance samples %.4f primaries %.4f traffic %.4f, "
+                 "moved %d samples %d embeddings, %.2f s",
+                 r, entry["objective"], entry["expected_remote_reads"], entry["remote_accesses"],
+                 entry["epoch_unique_remote"], entry["sample_imbalance"], entry["primary_imbalance"],
+                 entry["traffic_imbalance"], entry["moved_samples"], entry["moved_embeddings"], seconds)
+        return entry
+
+    prev = record(0, time.perf_counter() - t0, (0, 0))["objective"]
+    with task("Hybrid partitioning (1D rounds)", total=options.rounds) as advance:
+        for r in range(1, options.rounds + 1):
+            t_r = time.perf_counter()
+            ceff = state.effective_cost()  # state.served is current: summary() ran last
+            moved = state.sweep(ceff)
+            obj = record(r, time.perf_counter() - t_r, moved)["objective"]
+            advance(1)
+            improvement = (prev - obj) / prev if prev > 0 else 0.0
+            prev = obj
+            if improvement < options.tol:
+                log.info("hybrid: round %d improved the objective by %.3g < tol %.3g; stopping.", r, improvement,
+                         options.tol)
+                break
+
+    # 2D step (Eq. 6)
+    t2 = time.perf_counter()
+    budgets = replication_budgets(n, state.num_used, state.primary_load, options)
+    if int(budgets.sum()) > 0:
+        indptr, workers, w_indptr, w_ids = choose_secondaries(state, budgets)
+    else:
+        indptr = np.zeros(graph.num_embeddings + 1, dtype=np.int64)
+        workers = np.zeros(0, dtype=np.int32)
+        w_indptr, w_ids = np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    # expected batch reads once the secondaries serve locally (unweighted soft count)
+    expected_1d = rounds[-1]["expected_remote_reads"]
+    saved = 0.0
+    for w in range(n):
+        ids = w_ids[w_indptr[w]:w_indptr[w + 1]]
+        saved += float(state.f[state.count[ids, w]].sum())
+    replication = {
+        "budget_per_worker": budgets.tolist(),
+        "secondaries_per_worker": np.diff(w_indptr).tolist(),
+        "num_secondaries": int(workers.size),
+        "expected_remote_reads": expected_1d - saved,
+        "expected_remote_pushes": expected_1d,
+        "seconds": round(time.perf_counter() - t2, 4),
+    }
+    log.info("hybrid 2D step: %d secondaries, expected batch remote reads %.6g -> %.6g, %.2f s", workers.size,
+             expected_1d, expected_1d - saved, replication["seconds"])
+
+    prim = state.prim
+    if not state.active.all():
+        place_unused_embeddings(prim, n)  # phantom ids: memory only, least-loaded workers
+    info = {
+        "rounds": rounds,
+        "replication": replication,
+        "alpha": state.alpha,
+        "beta": state.beta,
+        "gamma": state.gamma,
+        "sample_cap": state.sample_cap,
+        "primary_cap": state.primary_cap,
+        "num_used_embeddings": state.num_used,
+        "seconds": round(time.perf_counter() - t0, 4),
+    }
+    placement = Placement.edge_cut(n, state.sw, prim, method="hybrid", options=asdict(options), seed=seed, info=info)
+    if workers.size:
+        placement = placement.with_secondaries(indptr, workers)
+    return placement
