@@ -1,0 +1,597 @@
+"""Raw-data importers: values checked against a slow pure-Python reference and
+hand-derived ids; every malformed-input case with its error text."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gmp.datasets import load_dataset
+from gmp.datasets.avazu import import_avazu
+from gmp.datasets.criteo import import_criteo
+from gmp.datasets.csvfmt import CsvOptions, import_csv
+from gmp.datasets.importers import CommonOptions, hash_strings, iter_chunks
+from gmp.datasets.libsvm import import_libsvm
+from gmp.datasets.movielens import import_movielens
+from gmp.datasets.vocab import Vocabulary
+from gmp.errors import ImportDataError
+
+FIX = Path(__file__).parent / "data" / "import"
+CRITEO = FIX / "criteo_small.tsv"
+
+
+def opts(**kw) -> CommonOptions:
+    return CommonOptions(**kw)
+
+
+def rows_of(ds) -> list[list[int]]:
+    ip, ix = np.asarray(ds.indptr), np.asarray(ds.indices)
+    return [ix[ip[i] : ip[i + 1]].tolist() for i in range(ds.num_samples)]
+
+
+def assert_nothing_left(parent: Path, name: str) -> None:
+    left = [p.name for p in parent.iterdir() if p.name == name or p.name.startswith(f".{name}.tmp")]
+    assert left == [], left
+
+
+# ---------------------------------------------------------------------------
+# a slow reference for Criteo: plain str.split, Counter, sorted()
+# ---------------------------------------------------------------------------
+def reference_criteo(path: Path, min_count: int = 1):
+    lines = [ln.rstrip("\n").split("\t") for ln in open(path)]
+    lines = [ln + [""] * (40 - len(ln)) for ln in lines]
+    labels = [float(ln[0]) for ln in lines]
+    dense = [[math.log1p(max(int(v), 0)) if v else 0.0 for v in ln[1:14]] for ln in lines]
+    rows: list[set[int]] = [set() for _ in lines]
+    offset = 0
+    sizes = []
+    for j in range(26):
+        col = [ln[14 + j] for ln in lines]
+        counts = Counter(int(v, 16) for v in col if v)
+        first_seen = {}
+        for v in col:
+            if v:
+                first_seen.setdefault(int(v, 16), len(first_seen))
+        kept = sorted((k for k in counts if counts[k] >= min_count), key=lambda k: (-counts[k], first_seen[k]))
+        local = {k: 2 + i for i, k in enumerate(kept)}
+        for r, v in enumerate(col):
+            lid = 0 if not v else local.get(int(v, 16), 1)
+            rows[r].add(offset + lid)
+        sizes.append(2 + len(kept))
+        offset += 2 + len(kept)
+    return labels, np.array(dense, dtype=np.float32), [sorted(r) for r in rows], sizes, offset
+
+
+@pytest.mark.parametrize("min_count", [1, 2, 3])
+def test_criteo_matches_reference(tmp_path, min_count):
+    meta = import_criteo([CRITEO], tmp_path / "out", common=opts(min_count=min_count))
+    ds = load_dataset(tmp_path / "out")
+    labels, dense, rows, sizes, total = reference_criteo(CRITEO, min_count)
+    assert ds.labels.tolist() == labels
+    np.testing.assert_allclose(ds.dense, dense, rtol=1e-6)
+    assert rows_of(ds) == rows
+    assert ds.num_embeddings == total
+    cats = [f for f in ds.fields if f.kind != "dense"]
+    assert [f.num_values for f in cats] == sizes
+    assert [f.name for f in ds.fields] == [f"I{i}" for i in range(1, 14)] + [f"C{i}" for i in range(1, 27)]
+    assert all(f.missing_id == f.offset and f.rare_id == f.offset + 1 for f in cats)
+    assert meta["source"]["options"]["min_count"] == min_count
+    assert meta["num_bad_lines"] == 0
+
+
+def test_criteo_hand_checked_values(tmp_path):
+    import_criteo([CRITEO], tmp_path / "out")
+    ds = load_dataset(tmp_path / "out")
+    # C1 = 68fd1e64 in rows 0, 1, 3 (most frequent -> local 2), 287e684f (row 2) -> 3, 8cf07265 -> 4, 05db9164 -> 5
+    c1 = [r[0] for r in rows_of(ds)]
+    assert c1 == [2, 2, 3, 2, 4, 5]
+    # row 4 (line 5) has 37 columns: C24..C26 are padded as missing (local 0)
+    f = {x.name: x for x in ds.fields}
+    row4 = set(rows_of(ds)[4])
+    for name in ("C24", "C25", "C26"):
+        assert f[name].missing_id in row4
+    # I2 = -1 in row 4 is clamped to 0 before log1p; I1 = 3 -> log(4)
+    assert ds.dense[4, 1] == 0.0
+    assert ds.dense[4, 0] == pytest.approx(math.log(4.0))
+    # empty I3 in row 4 -> 0
+    assert ds.dense[4, 2] == 0.0
+
+
+def test_criteo_chunking_and_gzip_give_identical_datasets(tmp_path):
+    big = import_criteo([CRITEO], tmp_path / "a")
+    small = import_criteo([CRITEO], tmp_path / "b", common=opts(chunk_bytes=100))
+    gz = tmp_path / "c.tsv.gz"
+    gz.write_bytes(gzip.compress(CRITEO.read_bytes()))
+    zipped = import_criteo([gz], tmp_path / "c", common=opts(chunk_bytes=333))
+    assert big["sha256"] == small["sha256"] == zipped["sha256"]
+
+
+def test_criteo_crlf_and_no_final_newline(tmp_path):
+    text = CRITEO.read_text().rstrip("\n").replace("\n", "\r\n")
+    p = tmp_path / "crlf.tsv"
+    p.write_text(text)
+    a = import_criteo([p], tmp_path / "a")
+    b = import_criteo([CRITEO], tmp_path / "b")
+    assert a["sha256"] == b["sha256"]
+
+
+def test_criteo_two_inputs_concatenate(tmp_path):
+    meta = import_criteo([CRITEO, CRITEO], tmp_path / "out")
+    assert meta["num_samples"] == 12
+    ds = load_dataset(tmp_path / "out")
+    assert rows_of(ds)[:6] == rows_of(ds)[6:]
+
+
+def test_criteo_hashed_field(tmp_path):
+    meta = import_criteo([CRITEO], tmp_path / "out", common=opts(hash_sizes={"C1": 4}))
+    ds = load_dataset(tmp_path / "out")
+    c1 = next(f for f in ds.fields if f.name == "C1")
+    assert (c1.num_values, c1.hash_buckets, c1.rare_id, c1.missing_id) == (5, 4, None, 0)
+    ids = [r[0] for r in rows_of(ds)]
+    assert all(1 <= i <= 4 for i in ids)
+    assert ids[0] == ids[1] == ids[3]  # same value 68fd1e64, same bucket
+    assert meta["source"]["options"]["hash"] == {"C1": 4}
+
+
+def test_unknown_hash_field_is_rejected(tmp_path):
+    with pytest.raises(ImportDataError, match=r"--hash names unknown field\(s\) \['C99'\]"):
+        import_criteo([CRITEO], tmp_path / "out", common=opts(hash_sizes={"C99": 4}))
+    assert_nothing_left(tmp_path, "out")
+
+
+# ---------------------------------------------------------------------------
+# malformed lines: one test per case, each with its error text and line number
+# ---------------------------------------------------------------------------
+GOOD = CRITEO.read_text().splitlines()[0]
+
+
+def _criteo_with(tmp_path: Path, bad_line: str) -> Path:
+    p = tmp_path / "in.tsv"
+    p.write_text("\n".join([GOOD, GOOD, bad_line, GOOD]) + "\n")
+    return p
+
+
+@pytest.mark.parametrize(
+    "bad_line, message",
+    [
+        ("0\t1\t2", r"line 3: expected 40 tab-separated columns \(37-39 are padded\), got 3"),
+        ("\t".join(GOOD.split("\t") + ["x", "y"]), r"line 3: expected 40 tab-separated columns .*got 42"),
+        ("\t".join(GOOD.split("\t")[:36]), r"line 3: expected 40 tab-separated columns .*got 36"),
+        ("yes" + GOOD[1:], r"line 3: label \(column 1\) is not 0 or 1: 'yes'"),
+        ("2" + GOOD[1:], r"line 3: label \(column 1\) is not 0 or 1: '2'"),
+        ("\t".join(["0", "1.5"] + GOOD.split("\t")[2:]), r"line 3: column 2 \(I1\) is not an integer: '1.5'"),
+        ("\t".join(GOOD.split("\t")[:14] + ["68fd1e6g"] + GOOD.split("\t")[15:]),
+         r"line 3: column 15 \(C1\) is not hexadecimal: '68fd1e6g'"),
+        ("\t".join(GOOD.split("\t")[:39] + ["0123456789abcdef0"]),
+         r"line 3: column 40 \(C26\) is not hexadecimal: '0123456789abcdef0'"),
+        ("", r"line 3: empty line"),
+    ],
+    ids=["too-few-columns", "too-many-columns", "36-columns", "label-text", "label-2", "dense-float", "bad-hex",
+         "hex-too-long", "empty-line"],
+)
+def test_criteo_malformed_line_fails_strict(tmp_path, bad_line, message):
+    p = _criteo_with(tmp_path, bad_line)
+    with pytest.raises(ImportDataError, match=message) as err:
+        import_criteo([p], tmp_path / "out")
+    text = str(err.value)
+    assert "1 malformed line in the first 4 lines read, more than --max-bad-lines 0" in text
+    assert f"{p} line 3" in text and "pass --max-bad-lines N" in text
+    assert "\n" not in text
+    assert_nothing_left(tmp_path, "out")
+
+
+def test_criteo_malformed_fixture_lists_every_bad_line(tmp_path):
+    with pytest.raises(ImportDataError) as err:
+        import_criteo([FIX / "criteo_bad.tsv"], tmp_path / "out")
+    text = str(err.value)
+    assert "4 malformed lines" in text
+    for n in (2, 3, 4, 5):
+        assert f"criteo_bad.tsv line {n}:" in text
+    assert "criteo_bad.tsv line 1:" not in text and "line 6:" not in text
+
+
+def test_bad_lines_skipped_and_recorded(tmp_path):
+    meta = import_criteo([FIX / "criteo_bad.tsv"], tmp_path / "out", common=opts(max_bad_lines=4))
+    assert meta["num_samples"] == 2 and meta["num_bad_lines"] == 4
+    on_disk = json.loads((tmp_path / "out" / "dataset.json").read_text())
+    assert on_disk["num_bad_lines"] == 4
+    assert [b["line"] for b in on_disk["bad_lines"]] == [2, 3, 4, 5]
+    assert on_disk["bad_lines"][3]["reason"] == "column 16 (C2) is not hexadecimal: 'zz16a946'"
+    assert on_disk["source"]["options"]["max_bad_lines"] == 4
+
+
+def test_bad_lines_over_limit_fail(tmp_path):
+    with pytest.raises(ImportDataError, match=r"4 malformed lines .* more than --max-bad-lines 3"):
+        import_criteo([FIX / "criteo_bad.tsv"], tmp_path / "out", common=opts(max_bad_lines=3))
+    assert_nothing_left(tmp_path, "out")
+
+
+def test_only_first_ten_bad_lines_listed(tmp_path):
+    p = tmp_path / "in.tsv"
+    p.write_text("\n".join([GOOD] + ["0\t1"] * 15 + [GOOD]) + "\n")
+    with pytest.raises(ImportDataError) as err:
+        import_criteo([p], tmp_path / "out", common=opts(chunk_bytes=64))
+    text = str(err.value)
+    assert text.count(": expected 40 tab-separated columns") >= 1
+    # strict mode stops after the chunk where the limit was exceeded; with 64-byte
+    # chunks the first bad line is alone in its chunk.
+    meta = import_criteo([p], tmp_path / "ok", common=opts(max_bad_lines=15))
+    assert meta["num_bad_lines"] == 15 and len(meta["bad_lines"]) == 10
+    assert [b["line"] for b in meta["bad_lines"]] == list(range(2, 12))
+    with pytest.raises(ImportDataError, match=r"15 malformed lines .*\(first 10 shown\)") as err:
+        import_criteo([p], tmp_path / "out2", common=opts(max_bad_lines=14))
+    assert str(err.value).count(" line ") == 10
+
+
+def test_all_lines_bad_is_an_error(tmp_path):
+    p = tmp_path / "in.tsv"
+    p.write_text("0\t1\n1\t2\n")
+    with pytest.raises(ImportDataError, match=r"all 2 data lines were malformed"):
+        import_criteo([p], tmp_path / "out", common=opts(max_bad_lines=5))
+    assert_nothing_left(tmp_path, "out")
+
+
+# ---------------------------------------------------------------------------
+# bad input files
+# ---------------------------------------------------------------------------
+def test_empty_input(tmp_path):
+    p = tmp_path / "empty.tsv"
+    p.write_text("")
+    with pytest.raises(ImportDataError, match=r"empty.tsv: the input is empty \(no data lines\)"):
+        import_criteo([p], tmp_path / "out")
+    assert_nothing_left(tmp_path, "out")
+
+
+def test_empty_gzip_input(tmp_path):
+    p = tmp_path / "empty.tsv.gz"
+    p.write_bytes(gzip.compress(b""))
+    with pytest.raises(ImportDataError, match=r"the input is empty"):
+        import_criteo([p], tmp_path / "out")
+
+
+def test_truncated_gzip(tmp_path):
+    data = gzip.compress(CRITEO.read_bytes() * 50)
+    p = tmp_path / "cut.tsv.gz"
+    p.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ImportDataError, match=r"cut.tsv.gz: truncated gzip file .*re-download or re-compress"):
+        import_criteo([p], tmp_path / "out")
+    assert_nothing_left(tmp_path, "out")
+
+
+def test_corrupt_gzip(tmp_path):
+    data = bytearray(gzip.compress(CRITEO.read_bytes() * 50))
+    data[20:60] = b"\xff" * 40
+    p = tmp_path / "bad.tsv.gz"
+    p.write_bytes(bytes(data))
+    with pytest.raises(ImportDataError, match=r"bad.tsv.gz: (corrupt gzip data|truncated gzip)"):
+        import_criteo([p], tmp_path / "out")
+
+
+def test_missing_path(tmp_path):
+    with pytest.raises(ImportDataError, match=r"nope.tsv: no such file; check the INPUT path"):
+        import_criteo([tmp_path / "nope.tsv"], tmp_path / "out")
+    assert_nothing_left(tmp_path, "out")
+
+
+def test_directory_as_input(tmp_path):
+    with pytest.raises(ImportDataError, match=r"is a directory; pass the data file"):
+        import_criteo([tmp_path], tmp_path / "out")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can read files without read permission")
+def test_unreadable_path(tmp_path):
+    p = tmp_path / "locked.tsv"
+    shutil.copy(CRITEO, p)
+    p.chmod(0)
+    with pytest.raises(ImportDataError, match=r"locked.tsv: permission denied"):
+        import_criteo([p], tmp_path / "out")
+
+
+def test_existing_output_needs_overwrite(tmp_path):
+    import_criteo([CRITEO], tmp_path / "out")
+    with pytest.raises(Exception, match=r"already exists and is not empty; .*--overwrite"):
+        import_criteo([CRITEO], tmp_path / "out")
+    import_criteo([CRITEO], tmp_path / "out", common=opts(overwrite=True))
+
+
+def test_iter_chunks_line_numbers(tmp_path):
+    p = tmp_path / "x.txt"
+    p.write_bytes(b"h\n" + b"".join(b"line%d\n" % i for i in range(1, 50)))
+    seen = []
+    for c in iter_chunks(p, chunk_bytes=7, skip_lines=1):
+        for k, ln in enumerate(c.data.splitlines()):
+            seen.append((c.first_line + k, ln))
+    assert seen == [(i + 1, b"line%d" % i) for i in range(1, 50)]
+
+
+# ---------------------------------------------------------------------------
+# vocabulary
+# ---------------------------------------------------------------------------
+def test_vocabulary_orders_by_frequency_then_first_seen():
+    v = Vocabulary(min_count=2)
+    a = v.add_field("A")
+    b = v.add_field("B")
+    pa = v.lookup(a, np.array([5, 9, 9, 7, 5, 3, 3, 0], np.uint64), np.array([1, 1, 1, 1, 1, 1, 1, 0], bool))
+    pb = v.lookup(b, np.array([1, 1], np.uint64), np.array([1, 1], bool))
+    pa2 = v.lookup(a, np.array([3], np.uint64), np.array([1], bool))
+    fields, n, remap = v.finish()
+    # A: 3 x3 -> 2, then 5 and 9 (x2 each; 5 seen first) -> 3, 4; 7 (x1) rare -> 1; missing -> 0
+    assert remap[pa].tolist() == [3, 4, 4, 1, 3, 2, 2, 0]
+    assert remap[pa2].tolist() == [2]
+    assert (fields[0].num_values, fields[1].offset) == (5, 5)
+    assert remap[pb].tolist() == [7, 7]
+    assert n == 8
+
+
+def test_vocabulary_rejects_bad_options():
+    with pytest.raises(ImportDataError, match="--min-count must be >= 1"):
+        Vocabulary(min_count=0)
+    with pytest.raises(ImportDataError, match="the size must be a positive integer"):
+        Vocabulary(hash_sizes={"C1": 0})
+
+
+def test_hash_strings_is_stable():
+    k = hash_strings(["a", "b", "a"])
+    assert k[0] == k[2] != k[1]
+    assert hash_strings([b"a"])[0] == k[0]
+
+
+# ---------------------------------------------------------------------------
+# avazu
+# ---------------------------------------------------------------------------
+def test_avazu_hour_split(tmp_path):
+    meta = import_avazu([FIX / "avazu_small.csv"], tmp_path / "out")
+    ds = load_dataset(tmp_path / "out")
+    names = [f.name for f in ds.fields]
+    assert "id" not in names and "click" not in names and "hour" not in names
+    assert names[-2:] == ["hour_of_day", "weekday"] and len(names) == 23
+    assert ds.labels.tolist() == [0, 0, 1, 0, 1]
+    assert ds.dense is None
+    f = {x.name: x for x in ds.fields}
+    # hours 00, 00, 23, 07, 16 -> local ids by frequency: 0h -> 2, 23h -> 3, 7h -> 4, 16h -> 5
+    hod = [next(i for i in r if f["hour_of_day"].offset <= i < f["hour_of_day"].offset + 6) - f["hour_of_day"].offset
+           for r in rows_of(ds)]
+    assert hod == [2, 2, 3, 4, 5]
+    # 2014-10-21 and -22 are Tue/Wed, 25 Sat, 26 Sun: Tue x2 -> 2, Wed -> 3, Sat -> 4, Sun -> 5
+    wd = [next(i for i in r if f["weekday"].offset <= i < f["weekday"].offset + 6) - f["weekday"].offset
+          for r in rows_of(ds)]
+    assert wd == [2, 2, 3, 4, 5]
+    # device_ip is unique per row except none repeated: 5 values + missing + rare
+    assert f["device_ip"].num_values == 7
+    assert meta["source"]["options"]["split_hour"] is True
+
+
+def test_avazu_no_split_keeps_hour(tmp_path):
+    import_avazu([FIX / "avazu_small.csv"], tmp_path / "out", split_hour=False)
+    ds = load_dataset(tmp_path / "out")
+    f = {x.name: x for x in ds.fields}
+    assert "hour" in f and "weekday" not in f
+    assert f["hour"].num_values == 2 + 4  # 14102100 (x2), 14102223, 14102507, 14102616
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda c: c[:1] + ["2"] + c[2:], r"line 3: column 2 \(click\) is not 0 or 1: '2'"),
+        (lambda c: c[:1] + ["x"] + c[2:], r"line 3: label column 'click' is not a number: 'x'"),
+        (lambda c: c[:2] + ["14023100"] + c[3:], r"line 3: column 3 \(hour\) is not a YYMMDDHH timestamp: '14023100'"),
+        (lambda c: c[:2] + ["141021"] + c[3:], r"line 3: column 3 \(hour\) is not a YYMMDDHH timestamp: '141021'"),
+        (lambda c: c[:2] + ["14102124"] + c[3:], r"line 3: column 3 \(hour\) is not a YYMMDDHH"),
+        (lambda c: c[:10], r"line 3: expected 24 comma-separated columns, got 10"),
+    ],
+    ids=["click-2", "click-text", "feb-31", "short-hour", "hour-24", "columns"],
+)
+def test_avazu_malformed(tmp_path, edit, message):
+    lines = (FIX / "avazu_small.csv").read_text().splitlines()
+    lines[2] = ",".join(edit(lines[2].split(",")))
+    p = tmp_path / "in.csv"
+    p.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ImportDataError, match=message):
+        import_avazu([p], tmp_path / "out")
+    assert_nothing_left(tmp_path, "out")
+
+
+def test_avazu_without_click_column(tmp_path):
+    lines = (FIX / "avazu_small.csv").read_text().splitlines()
+    p = tmp_path / "test.csv"
+    p.write_text("\n".join(",".join(c for k, c in enumerate(l.split(",")) if k != 1) for l in lines) + "\n")
+    with pytest.raises(ImportDataError, match=r"has no 'click' column \(the competition's test file has no labels\)"):
+        import_avazu([p], tmp_path / "out")
+
+
+def test_avazu_header_only_is_empty(tmp_path):
+    p = tmp_path / "h.csv"
+    p.write_text((FIX / "avazu_small.csv").read_text().splitlines()[0] + "\n")
+    with pytest.raises(ImportDataError, match="the input is empty"):
+        import_avazu([p], tmp_path / "out")
+
+
+# ---------------------------------------------------------------------------
+# csv
+# ---------------------------------------------------------------------------
+def test_csv_roles_and_values(tmp_path):
+    o = CsvOptions(label="income", label_positive=">50K", dense=["age", "hours"], multi=["tags"])
+    meta = import_csv([FIX / "mixed_small.csv"], tmp_path / "out", options=o)
+    ds = load_dataset(tmp_path / "out")
+    assert [(f.name, f.kind) for f in ds.fields] == [("age", "dense"), ("hours", "dense"), ("workclass", "categorical"),
+                                                    ("education", "categorical"), ("tags", "multi")]
+    assert ds.labels.tolist() == [0, 0, 1, 1, 0]
+    # workclass: Private x3 (one quoted) -> 2, State-gov -> 3, Self-emp -> 4 (offset 0)
+    # education: Bachelors x3 -> 7, HS-grad -> 8, 11th -> 9 (offset 5)
+    # tags: a x3 -> 12, b x2 -> 13, c x2 -> 14, empty -> missing 10 (offset 10); 'a|c|a' dedupes
+    assert rows_of(ds) == [[3, 7, 12, 13], [4, 7, 10], [2, 8, 13], [2, 9, 12, 14], [2, 7, 14]]
+    np.testing.assert_allclose(ds.dense[:, 0], np.log1p([39, 50, 38, 53, 28]), rtol=1e-6)
+    assert ds.dense[4, 1] == 0.0  # empty hours
+    assert meta["source"]["options"]["label_positive"] == ">50K"
+
+
+def test_csv_numeric_label_and_default_categoricals(tmp_path):
+    p = tmp_path / "t.tsv"
+    p.write_text("y\ta\tb\n1\tx\tp\n-1\ty\tp\n0.7\tx\tq\n")
+    import_csv([p], tmp_path / "out", options=CsvOptions(label="y", dense_transform="none"))
+    ds = load_dataset(tmp_path / "out")
+    assert ds.labels.tolist() == [1, 0, 1]
+    assert [f.name for f in ds.fields] == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("53,Private,11th", r"line 3: expected 6 comma-separated columns, got 3"),
+        ("50,Self-emp,Bachelors,13,,zero", r"line 3: label column 'income' is not a number: 'zero'"),
+        ("50,Self-emp,Bachelors,13,,", r"line 3: label column 'income' is empty"),
+        ("38,Private,HS-grad,forty,b,1", r"line 3: column 4 \(hours\) is not a number: 'forty'"),
+    ],
+    ids=["columns", "label-text", "label-empty", "dense-text"],
+)
+def test_csv_malformed(tmp_path, line, message):
+    lines = (FIX / "mixed_bad.csv").read_text().splitlines()
+    p = tmp_path / "in.csv"
+    p.write_text("\n".join([lines[0], lines[1], line, lines[1]]) + "\n")
+    o = CsvOptions(label="income", dense=["age", "hours"], multi=["tags"])
+    with pytest.raises(ImportDataError, match=message):
+        import_csv([p], tmp_path / "out", options=o)
+
+
+def test_csv_fixture_bad_lines_skipped(tmp_path):
+    o = CsvOptions(label="income", dense=["age", "hours"], multi=["tags"])
+    meta = import_csv([FIX / "mixed_bad.csv"], tmp_path / "out", options=o, common=opts(max_bad_lines=4))
+    assert meta["num_samples"] == 1 and [b["line"] for b in meta["bad_lines"]] == [3, 4, 5, 6]
+
+
+def test_csv_unknown_column(tmp_path):
+    with pytest.raises(ImportDataError, match=r"--dense names column 'nope', which is not in the header"):
+        import_csv([FIX / "mixed_small.csv"], tmp_path / "out", options=CsvOptions(label="income", dense=["nope"]))
+    with pytest.raises(ImportDataError, match=r"csv import needs --label COLUMN"):
+        CsvOptions()
+
+
+# ---------------------------------------------------------------------------
+# libsvm / libffm
+# ---------------------------------------------------------------------------
+def test_libsvm_field_is_token_position(tmp_path):
+    import_libsvm([FIX / "small.libsvm"], tmp_path / "out")
+    ds = load_dataset(tmp_path / "out")
+    assert [(f.name, f.num_values, f.offset) for f in ds.fields] == [("f1", 4, 0), ("f2", 3, 4), ("f3", 4, 7)]
+    # f1: 3 (x3) -> 2, 5 -> 3; f2: 17 -> 6 (4:0 is dropped: value 0); f3: 120 -> 9, 9 -> 10
+    assert rows_of(ds) == [[2, 6, 9], [3, 6], [2, 10], [2]]
+    assert ds.labels.tolist() == [1, 0, 0, 1]  # label > 0
+
+
+def test_libffm_given_fields_and_multi(tmp_path):
+    import_libsvm([FIX / "small.libffm"], tmp_path / "out", ffm=True, fmt="libffm")
+    ds = load_dataset(tmp_path / "out")
+    assert [(f.name, f.kind, f.num_values) for f in ds.fields] == [("f0", "categorical", 4), ("f1", "multi", 4),
+                                                                   ("f2", "categorical", 4)]
+    assert rows_of(ds) == [[2, 6, 10], [3, 6, 7], [2, 11]]
+
+
+@pytest.mark.parametrize(
+    "line, ffm, message",
+    [
+        ("yes 5:1", False, r"line 2: label is not a number: 'yes'"),
+        ("0 3:1 abc", False, r"line 2: token 2 'abc' is not idx:val"),
+        ("1 3:x", False, r"line 2: value of token 1 is not a number: 'x'"),
+        ("0 -3:1", False, r"line 2: index in '-3:1' is not a non-negative integer"),
+        ("0 3.5:1", False, r"line 2: index in '3.5:1' is not a non-negative integer"),
+        ("1 3:1", True, r"line 2: token 1 '3:1' is not field:idx:val"),
+        ("0 a:3:1", True, r"line 2: field in 'a:3:1' is not a non-negative integer"),
+        ("", False, r"line 2: empty line"),
+    ],
+    ids=["label", "no-colon", "value", "negative-index", "float-index", "ffm-two-parts", "ffm-field", "empty"],
+)
+def test_libsvm_malformed(tmp_path, line, ffm, message):
+    p = tmp_path / "in.txt"
+    good = "1 0:3:1" if ffm else "1 3:1"
+    p.write_text(f"{good}\n{line}\n{good}\n")
+    with pytest.raises(ImportDataError, match=message):
+        import_libsvm([p], tmp_path / "out", ffm=ffm)
+    assert_nothing_left(tmp_path, "out")
+
+
+# ---------------------------------------------------------------------------
+# movielens
+# ---------------------------------------------------------------------------
+def test_movielens_atomic_and_classic_agree(tmp_path):
+    a = import_movielens([FIX / "ml_atomic"], tmp_path / "a")
+    c = import_movielens([FIX / "ml_classic" / "u.data"], tmp_path / "c")
+    assert a["sha256"] == c["sha256"]
+    assert a["source"]["options"]["layout"] == "atomic" and c["source"]["options"]["layout"] == "classic"
+    ds = load_dataset(tmp_path / "a")
+    f = {x.name: x for x in ds.fields}
+    assert list(f) == ["user_id", "item_id", "age", "gender", "occupation", "zip_code", "release_year", "class"]
+    assert f["class"].kind == "multi"
+    assert ds.labels.tolist() == [1, 0, 1, 0, 1, 0, 1]  # rating >= 4
+    rows = rows_of(ds)
+    # rating 7: user 4 has no profile -> missing age/gender/occupation/zip
+    for name in ("age", "gender", "occupation", "zip_code"):
+        assert f[name].missing_id in rows[6]
+    # item 12 (rating 4) has no genres -> missing class; item 13 has no year -> missing year
+    assert f["class"].missing_id in rows[3]
+    assert f["release_year"].missing_id in rows[4]
+    # item 10 has 3 genres: Animation, Children's, Comedy (ids of the class field)
+    cls = [i for i in rows[0] if f["class"].offset <= i < f["class"].offset + f["class"].num_values]
+    assert len(cls) == 3
+    # Comedy appears with items 10 (x3 ratings) and 13 (x1): most frequent -> local 2
+    assert f["class"].offset + 2 in cls
+
+
+def test_movielens_threshold_and_ignore(tmp_path):
+    import_movielens([FIX / "ml_atomic" / "ml.inter"], tmp_path / "a", rating_threshold=5, ignore=["zip_code"])
+    ds = load_dataset(tmp_path / "a")
+    assert ds.labels.tolist() == [1, 0, 0, 0, 0, 0, 1]
+    names = [x.name for x in ds.fields]
+    assert "zip_code" not in names and "movie_title" in names  # ignore replaces the default list
+
+
+def test_movielens_malformed(tmp_path):
+    d = tmp_path / "ml"
+    shutil.copytree(FIX / "ml_atomic", d)
+    with open(d / "ml.inter", "a") as fh:
+        fh.write("5\t10\tfive\t1\n5\t10\n")
+    with pytest.raises(ImportDataError, match=r"line 9: rating \(column 3\) is not a number: 'five'.*"
+                                              r"line 10: expected 4 tab-separated columns, got 2"):
+        import_movielens([d], tmp_path / "out")
+    meta = import_movielens([d], tmp_path / "out", common=opts(max_bad_lines=2))
+    assert meta["num_samples"] == 7 and meta["num_bad_lines"] == 2
+
+
+def test_movielens_bad_paths(tmp_path):
+    with pytest.raises(ImportDataError, match=r"holds neither a RecBole '\*.inter' file nor a classic 'u.data'"):
+        import_movielens([tmp_path], tmp_path / "out")
+    p = tmp_path / "x.inter"
+    p.write_text("user_id\titem_id\n1\t2\n")
+    with pytest.raises(ImportDataError, match=r"header column 'user_id' is not 'name:type'"):
+        import_movielens([p], tmp_path / "out")
+
+
+ML100K = Path(os.environ.get("GMP_ML100K_RAW", "/work/gmpdata/ml-100k-raw"))
+
+
+@pytest.mark.skipif(not (ML100K / "ml-100k.inter").is_file(),
+                    reason=f"real MovieLens-100K not fetched at {ML100K} (gmp data fetch movielens-100k)")
+def test_real_movielens_100k(tmp_path):
+    meta = import_movielens([ML100K], tmp_path / "ml")
+    assert meta["num_samples"] == 100_000 and meta["num_bad_lines"] == 0
+    f = {x["name"]: x for x in meta["fields"]}
+    assert f["user_id"]["num_values"] == 943 + 2 and f["item_id"]["num_values"] == 1682 + 2
+    assert f["gender"]["num_values"] == 2 + 2
+    assert 0.5 < meta["label_rate"] < 0.6
+
+
+def test_unreadable_path_message(tmp_path, monkeypatch):
+    # Runs as root too: pretend the permission check fails.
+    import gmp.datasets.importers as imp
+
+    monkeypatch.setattr(imp.os, "access", lambda path, mode: False)
+    with pytest.raises(ImportDataError, match=r"criteo_small.tsv: permission denied; make the file readable"):
+        import_criteo([CRITEO], tmp_path / "out")
+    assert_nothing_left(tmp_path, "out")
