@@ -51,6 +51,10 @@ def register(app: typer.Typer) -> None:
         lookahead: int = typer.Option(0, "--lookahead", help="Look-ahead window in global batches."),
         batch_size: int = typer.Option(128, "--batch-size", help="Samples per worker per iteration."),
         embedding_dim: int = typer.Option(16, "--embedding-dim", help="Row width for the byte counts (float32)."),
+        read_only_replicas: bool = typer.Option(False, "--read-only-replicas",
+                                                help="The trainer's store: non-primary copies are never written "
+                                                     "locally (use with --cache-rows 0 --no-on-demand to predict "
+                                                     "gmp train's counts)."),
         seed: int = typer.Option(0, "--seed", help="Seed of the sample order (and of the random placement)."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ) -> None:
@@ -62,7 +66,8 @@ def register(app: typer.Typer) -> None:
         placement = load_placement(ds, manifest, workers, seed)
         result = simulate(ds.indptr, ds.indices, placement, num_train=ds.num_train, batch_size=batch_size,
                           schedule=schedule, on_demand=on_demand, cache_rows=cache_rows, cache_policy=cache_policy,
-                          lookahead=lookahead, seed=seed, embedding_dim=embedding_dim)
+                          lookahead=lookahead, seed=seed, embedding_dim=embedding_dim,
+                          read_only_replicas=read_only_replicas)
         out = result.to_json()
         if as_json:
             echo_json(out)

@@ -16,6 +16,14 @@ semantics of every count):
 * ``schedule_ms_per_batch``: mean wall time of one scheduler step
   (assignment + communication plan + snapshot update), single thread.
 
+**Matching the trainer.** ``gmp train`` (any schedule) has no cache and
+pushes every non-primary update at once, and its secondaries are read-only
+(written through to the primary). With ``--cache-rows 0 --no-on-demand
+--read-only-replicas`` the simulator's ``pull_miss``, ``pull_stale`` and
+``pushes`` equal the trainer's ``remote_rows_read``,
+``staleness_refreshes`` (s = 0) and ``remote_rows_pushed`` for the same
+manifest, schedule, batch size and seed (tests/test_simulate.py).
+
 Global batches are drawn as the trainer's ``naive`` schedule draws them
 (:func:`epoch_order`: a seeded permutation of the training samples, cut into
 chunks of ``num_workers * batch_size``); ``--schedule naive`` splits each into
@@ -89,7 +97,7 @@ class SimulationResult:
 def simulate(indptr, indices, placement: Placement, *, num_train: int, batch_size: int, schedule: str = "herald",
              on_demand: bool | None = None, cache_rows: int | None = None, cache_policy: str = "lru",
              lookahead: int = 0, seed: int = 0, epoch: int = 0, embedding_dim: int = 16,
-             order: np.ndarray | None = None) -> SimulationResult:
+             read_only_replicas: bool = False, order: np.ndarray | None = None) -> SimulationResult:
     """Replay one epoch (samples ``[0, num_train)`` in :func:`epoch_order`) and count transfers.
 
     Parameters
@@ -99,6 +107,7 @@ def simulate(indptr, indices, placement: Placement, *, num_train: int, batch_siz
     schedule : {"naive", "herald"}
     on_demand : default ``schedule == "herald"``
     cache_rows : default :func:`default_cache_rows`
+    read_only_replicas : the trainer's store semantics (see :class:`RuntimeScheduler`)
     order : optional explicit sample order (overrides ``seed``/``epoch``)
     """
     if schedule not in ASSIGNMENTS:
@@ -112,7 +121,7 @@ def simulate(indptr, indices, placement: Placement, *, num_train: int, batch_siz
     t0 = time.perf_counter()
     sched = RuntimeScheduler(indptr, indices, placement, batch_size=batch_size, assignment=schedule,
                              on_demand=on_demand, cache_rows=cache_rows, cache_policy=cache_policy,
-                             lookahead=lookahead)
+                             lookahead=lookahead, read_only_replicas=read_only_replicas)
     sched.start_epoch(epoch_order(num_train, seed, epoch) if order is None else order)
     for _ in sched:
         pass
@@ -122,6 +131,7 @@ def simulate(indptr, indices, placement: Placement, *, num_train: int, batch_siz
         "schedule": schedule, "on_demand": bool(on_demand), "workers": placement.num_workers,
         "batch_size": int(batch_size), "cache_rows": int(cache_rows), "cache_policy": cache_policy,
         "lookahead": int(lookahead), "seed": int(seed), "embedding_dim": int(embedding_dim),
+        "read_only_replicas": bool(read_only_replicas),
         "batches": tot.batches, "samples": int(sched._order.size),
     }
     ms = 1000.0 * tot.schedule_s / max(tot.batches, 1)

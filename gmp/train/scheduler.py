@@ -40,7 +40,9 @@ version) and ``dirty`` (the one non-primary worker holding pending updates, or
    * One writer w, not the primary: with on-demand synchronisation w keeps
      the update (``dirty = w``; only w's copy is current); without it
      (naive synchronisation, Herald's baseline) w **pushes** it at once
-     (``push_sync``) and both w and the primary are current.
+     (``push_sync``) and both w and the primary are current (only the
+     primary with ``read_only_replicas``, the trainer's store, where a
+     worker never writes its copy of a row it is not primary of).
    * Several writers: their contributions must be combined, so every
      non-primary writer pushes (``push_sync``) and only the primary is current
      (in both modes; a pending update of a writer is part of its push).
@@ -221,7 +223,7 @@ def _reads(touched, nt, writers, primary, local, valid, dirty, available, num_wo
 
 
 @numba.njit(cache=True)
-def _writes(touched, nt, writers, primary, valid, dirty, available, on_demand, t, num_workers,
+def _writes(touched, nt, writers, primary, valid, dirty, available, on_demand, keep_written, t, num_workers,
             ev_kind, ev_worker, ev_row, ev_ready, ne):  # pragma: no cover - compiled
     for i in range(nt):
         r = touched[i]
@@ -240,7 +242,7 @@ def _writes(touched, nt, writers, primary, valid, dirty, available, on_demand, t
                 valid[r] = m
             else:
                 ne = _emit(ev_kind, ev_worker, ev_row, ev_ready, ne, 2, w, r, t)
-                valid[r] = m | pbit
+                valid[r] = (m | pbit) if keep_written else pbit
                 available[r] = t
         else:  # several writers: combine at the primary
             for w in range(num_workers):
@@ -385,6 +387,7 @@ class BatchSchedule:
     event_row: np.ndarray
     event_ready: np.ndarray
     schedule_s: float = 0.0
+    index_in_epoch: int = 0
 
     def worker_samples(self, worker: int) -> np.ndarray:
         """Global sample ids of ``worker`` in batch order."""
@@ -459,6 +462,12 @@ class RuntimeScheduler:
     cache_rows, cache_policy, lookahead : cache configuration (:mod:`gmp.train.cache`);
         ``lookahead`` is the look-ahead window in global batches for the
         ``lookahead`` policy.
+    read_only_replicas : bool
+        The trainer's store semantics (:mod:`gmp.train.consistency`): a
+        non-primary copy is never written locally, so after a synchronous
+        push only the primary is current (the writer refreshes on its next
+        read). Default False: the writer's copy stays current (Herald's
+        cache). Irrelevant to pending (on-demand) updates.
 
     Call :meth:`start_epoch` with the epoch's sample order, then
     :meth:`next_batch` until it returns None (which flushes pending updates;
@@ -467,7 +476,7 @@ class RuntimeScheduler:
 
     def __init__(self, indptr, indices, placement: Placement, *, batch_size: int, assignment: str = "herald",
                  on_demand: bool = True, cache_rows: int = 0, cache_policy: str = "lru", lookahead: int = 0,
-                 check: bool = True) -> None:
+                 read_only_replicas: bool = False, check: bool = True) -> None:
         if assignment not in ASSIGNMENTS:
             raise TrainingError(f"Unknown schedule {assignment!r}; expected one of {', '.join(ASSIGNMENTS)}.")
         n = placement.num_workers
@@ -485,6 +494,7 @@ class RuntimeScheduler:
         self.assignment = assignment
         self.on_demand = bool(on_demand)
         self.lookahead = int(lookahead)
+        self.read_only_replicas = bool(read_only_replicas)
         self.check = check
         e = placement.num_embeddings
         self.primary = np.ascontiguousarray(placement.embedding_primary, dtype=np.int32)
@@ -588,7 +598,7 @@ class RuntimeScheduler:
             raise TrainingError(f"Herald scheduler invariant broken at iteration {t}: {violations} reads of rows "
                                 "whose pending updates another worker still holds. This is a bug in gmp.")
         ne = _writes(touched, nt, self.writers, self.primary, self.valid, self.dirty, self.available,
-                     self.on_demand, t, n, ev_kind, ev_worker, ev_row, ev_ready, ne)
+                     self.on_demand, not self.read_only_replicas, t, n, ev_kind, ev_worker, ev_row, ev_ready, ne)
         if c.lookahead_policy and self.lookahead > 0:
             self._window_shift(k)
         buf = np.empty(max(int(c.size.max()), 1), dtype=np.int64)
@@ -599,6 +609,7 @@ class RuntimeScheduler:
         sched = BatchSchedule(t, samples, worker_of, n, ev_kind[:ne].copy(), ev_worker[:ne].copy(),
                               ev_row[:ne].copy(), ev_ready[:ne].copy())
         sched.schedule_s = time.perf_counter() - t0
+        sched.index_in_epoch = k
         self.totals.add(sched)
         return sched
 
@@ -620,3 +631,154 @@ class RuntimeScheduler:
     def __iter__(self) -> Iterator[BatchSchedule]:
         while (s := self.next_batch()) is not None:
             yield s
+
+
+# --------------------------------------------------------------------------- trainer integration
+
+
+try:  # the trainer's Schedule interface (gmp.train.schedule)
+    from .schedule import Schedule as _ScheduleBase
+except ImportError:  # pragma: no cover - trainer not present in this checkout
+    _ScheduleBase = object
+
+
+class HeraldSchedule(_ScheduleBase):
+    """``gmp train --schedule herald``: the naive schedule's global batches, assigned by Algorithm 1.
+
+    Every rank builds the same :class:`RuntimeScheduler` and runs it over the
+    same global batches as :class:`gmp.train.schedule.NaiveSchedule` (same
+    order, same ``array_split`` sizes), so the schedule is deterministic and
+    needs no communication. Options (``ScheduleContext.options``):
+
+    * ``cache_rows`` (0), ``cache_policy`` ("lru"), ``on_demand`` (False),
+      ``read_only_replicas`` (True): the replica model the assignment scores
+      with. The defaults describe the trainer's store (no cache, every
+      non-primary update pushed at once, secondaries written through), so
+      the scheduler's counts are exactly the trainer's ``remote_rows_read``
+      (``pull_miss``), ``staleness_refreshes`` (``pull_stale``, s = 0) and
+      ``remote_rows_pushed`` (pushes). Other values change the assignment
+      (and the simulated counts) but not the model: at s = 0 any split of a
+      global batch trains the same model (Herald 3.3).
+    * ``lookahead`` (0): when > 0 the scheduler runs that many batches ahead
+      in a background thread (:class:`gmp.train.prefetch.Prefetcher`); its
+      stall/overlap are in :meth:`prefetch_stats`.
+
+    ``Step.info["herald"]`` holds the :class:`BatchSchedule` (assignment,
+    pulls, communication plan) and, with a look-ahead, ``Step.info["prefetch"]``
+    the :class:`gmp.train.prefetch.PrefetchPlan`.
+    """
+
+    def __init__(self, placement: Placement, indptr, indices, num_train: int, batch_size: int, *, seed: int = 0,
+                 shuffle: str = "seeded", cache_rows: int = 0, cache_policy: str = "lru", on_demand: bool = False,
+                 read_only_replicas: bool = True, lookahead: int = 0) -> None:
+        from .schedule import NaiveSchedule
+
+        self._naive = NaiveSchedule(placement.num_workers, num_train, batch_size, seed=seed, shuffle=shuffle)
+        self.num_workers = placement.num_workers
+        self.placement = placement
+        self.indptr, self.indices = indptr, indices
+        self.engine_options = dict(batch_size=batch_size, assignment="herald", on_demand=bool(on_demand),
+                                   cache_rows=int(cache_rows), cache_policy=cache_policy, lookahead=int(lookahead),
+                                   read_only_replicas=bool(read_only_replicas))
+        self.lookahead = int(lookahead)
+        self._engine: RuntimeScheduler | None = None
+        self._position = (0, 0)  # (epoch, batches consumed in that epoch) of self._engine
+        self._prefetch_stats = {"items": 0, "produce_s": 0.0, "stall_s": 0.0}
+        self._new_engine()  # validate the options now, not at the first step
+
+    def _new_engine(self) -> RuntimeScheduler:
+        self._engine = RuntimeScheduler(self.indptr, self.indices, self.placement, **self.engine_options)
+        self._position = (0, 0)
+        self._epoch_started = False
+        return self._engine
+
+    def num_steps(self, epoch: int) -> int:
+        return self._naive.num_steps(epoch)
+
+    def bind(self, trainer) -> None:  # the Schedule hook; nothing to learn from the trainer
+        return None
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        return None
+
+    def _engine_at(self, epoch: int, start: int) -> RuntimeScheduler:
+        """The engine positioned at step ``start`` of ``epoch`` (replays from scratch if needed)."""
+        if self._engine is None or self._position != (epoch, start) or (start == 0 and self._epoch_started):
+            eng = self._new_engine()
+            for e in range(epoch):
+                eng.start_epoch(self._naive.epoch_order(e))
+                for _ in eng:
+                    pass
+            eng.start_epoch(self._naive.epoch_order(epoch))
+            for _ in range(start):
+                eng.next_batch()
+            self._position = (epoch, start)
+        elif start == 0:
+            self._engine.start_epoch(self._naive.epoch_order(epoch))
+        self._epoch_started = True
+        return self._engine
+
+    def _batches(self, epoch: int, start: int):
+        eng = self._engine_at(epoch, start)
+        while (sched := eng.next_batch()) is not None:
+            self._position = (epoch, self._position[1] + 1)
+            yield sched
+        self._position = (epoch + 1, 0)
+        self._epoch_started = False
+
+    def steps(self, epoch: int, start: int = 0):
+        from .prefetch import Prefetcher, plan_prefetch
+        from .schedule import Step
+
+        n = self.num_workers
+        if self.lookahead > 0:
+            pf = Prefetcher(self._batches(epoch, start), self.lookahead,
+                            prepare=lambda s: plan_prefetch(s, self.indptr, self.indices))
+            completed = False
+            try:
+                for sched, plan in pf:
+                    yield Step(sched.index_in_epoch, [sched.worker_samples(w) for w in range(n)],
+                               info={"herald": sched, "prefetch": plan})
+                completed = True
+            finally:
+                pf.close()
+                st = pf.stats()
+                for k in ("items", "produce_s", "stall_s"):
+                    self._prefetch_stats[k] += st[k]
+                if not completed:  # the thread ran ahead of the consumer: replay on the next call
+                    self._engine = None
+            return
+        for sched in self._batches(epoch, start):
+            yield Step(sched.index_in_epoch, [sched.worker_samples(w) for w in range(n)], info={"herald": sched})
+
+    def prefetch_stats(self) -> dict[str, float]:
+        st = dict(self._prefetch_stats)
+        st["overlap"] = max(0.0, 1.0 - st["stall_s"] / st["produce_s"]) if st["produce_s"] > 0 else 1.0
+        return st
+
+
+def _herald_factory(context) -> HeraldSchedule:
+    ds = context.dataset
+    if ds is None:
+        raise TrainingError("--schedule herald needs the dataset's samples (ScheduleContext.dataset is None).")
+    opts = dict(context.options or {})
+    known = {"cache_rows", "cache_policy", "on_demand", "read_only_replicas", "lookahead"}
+    unknown = set(opts) - known
+    if unknown:
+        raise TrainingError(f"unknown option(s) for --schedule herald: {sorted(unknown)}; expected {sorted(known)}.")
+    return HeraldSchedule(context.placement, np.asarray(ds.indptr), np.asarray(ds.indices), context.num_train,
+                          context.batch_size, seed=context.seed, shuffle=context.shuffle, **opts)
+
+
+def _register() -> None:
+    try:
+        from .schedule import register_schedule
+    except ImportError:  # pragma: no cover - trainer not present in this checkout
+        return
+    register_schedule("herald", _herald_factory)
+
+
+_register()

@@ -1,0 +1,202 @@
+"""``gmp simulate`` and ``gmp train --schedule herald``.
+
+* the simulator on a tiny hand-checked epoch (the same epoch as
+  tests/test_scheduler.py, through :func:`gmp.simulate.simulate`);
+* the CLI (``--json`` keys, byte arithmetic, bad input);
+* integration with the trainer: the simulator's counts equal the counts the
+  trainer measures, and ``--schedule herald`` at s = 0 trains the same model
+  as one worker (with and without the look-ahead prefetcher and the
+  cache-aware assignment).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from cli.main import app
+from gmp.datasets.format import load_dataset
+from gmp.placement import Placement
+from gmp.simulate import epoch_order, simulate
+
+TINY_PRIMARY = [0, 0, 1, 1]
+TINY_ROWS = [[0, 2], [2, 3], [1, 2], [3], [2], [0], [3], [1], [0], [3]]
+
+
+def _csr(rows):
+    indptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    indptr[1:] = np.cumsum([len(r) for r in rows])
+    return indptr, np.array([i for r in rows for i in r], dtype=np.int32)
+
+
+@pytest.mark.parametrize("on_demand, pulls, pushes", [(True, 5, 5), (False, 5, 6)])
+def test_tiny_epoch_by_hand(on_demand, pulls, pushes):
+    # derivation step by step: tests/test_scheduler.py::test_tiny_epoch_*_by_hand
+    indptr, indices = _csr(TINY_ROWS)
+    pl = Placement.edge_cut(2, np.zeros(10, dtype=np.int32), TINY_PRIMARY)
+    res = simulate(indptr, indices, pl, num_train=10, batch_size=1, schedule="naive", on_demand=on_demand,
+                   cache_rows=1, embedding_dim=8, order=np.arange(10)).to_json()
+    assert (res["pulls"], res["pushes"]) == (pulls, pushes)
+    assert res["rows_pulled_bytes"] == pulls * 8 * 4 and res["rows_pushed_bytes"] == pushes * 8 * 4
+    assert res["batches"] == 5 and res["samples"] == 10
+
+
+def test_herald_on_the_tiny_epoch_by_hand():
+    # Algorithm 1 with 2 workers, B = 1, cache 1, on-demand:
+    # t0 s0 [0,2] scores (w0 1: row 0; w1 1: row 2) tie -> w0; s1 [2,3] -> w1 (only one left)
+    #    same as naive: pull (w0,2), shared write -> push; valid(2) = {w1}
+    # t1 s2 [1,2]: w0 1 (row 1), w1 1 (row 2) tie -> w0; s3 [3] -> w1.   w0 re-pulls 2 (stale), dirty on w0
+    # t2 s4 [2]: w0 holds the latest 2 -> score w0 1, w1 1 (primary) tie -> w0 (loads equal); s5 [0] -> w1: pull
+    # t3 s6 [3]: w0 0, w1 1 -> w1; s7 [1] -> w0 (its primary, no pull)
+    #    w1 {3} primary; w0 {1} primary: no transfer, no eviction
+    # t4 s8 [0]: w0 0? row 0 is dirty on w1 -> w1 holds the latest: w1 1, w0 1 (primary) tie -> w0;
+    #    then s9 [3] -> w1. Plan of t3: w1 must push row 0 (w0 reads it)
+    # epoch end: row 2 still dirty on w0 -> flush
+    indptr, indices = _csr(TINY_ROWS)
+    pl = Placement.edge_cut(2, np.zeros(10, dtype=np.int32), TINY_PRIMARY)
+    res = simulate(indptr, indices, pl, num_train=10, batch_size=1, schedule="herald", on_demand=True,
+                   cache_rows=1, order=np.arange(10)).to_json()
+    assert (res["pull_miss"], res["pull_stale"]) == (2, 1)
+    assert (res["push_sync"], res["push_plan"], res["push_evict"], res["push_flush"]) == (1, 1, 0, 1)
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_cli_json(tiny_dataset):
+    r = CliRunner().invoke(app, ["simulate", "--dataset", str(tiny_dataset), "--workers", "2", "--schedule", "herald",
+                                 "--batch-size", "1", "--cache-rows", "2", "--embedding-dim", "3", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    for key in ("pulls", "pushes", "rows_pulled_bytes", "rows_pushed_bytes", "schedule_ms_per_batch"):
+        assert key in out
+    assert out["rows_pulled_bytes"] == out["pulls"] * 12 and out["rows_pushed_bytes"] == out["pushes"] * 12
+    assert out["on_demand"] is True and out["batches"] == 2  # 4 training samples, global batch 2
+    assert out["pulls"] == out["pull_miss"] + out["pull_stale"]
+    assert out["pushes"] == sum(out[k] for k in ("push_sync", "push_plan", "push_evict", "push_flush"))
+
+
+def test_cli_table_and_errors(tiny_dataset):
+    runner = CliRunner()
+    r = runner.invoke(app, ["simulate", "--dataset", str(tiny_dataset), "--workers", "2", "--schedule", "naive"])
+    assert r.exit_code == 0, r.output
+    assert "pulls" in r.output
+    r = runner.invoke(app, ["simulate", "--dataset", str(tiny_dataset), "--workers", "2", "--schedule", "magic"])
+    assert r.exit_code == 2 and "Unknown schedule 'magic'" in r.output
+    r = runner.invoke(app, ["simulate", "--dataset", str(tiny_dataset), "--schedule", "naive"])
+    assert r.exit_code == 2 and "--workers is required" in r.output
+    r = runner.invoke(app, ["simulate", "--dataset", str(tiny_dataset), "--workers", "2", "--cache-policy", "fifo"])
+    assert r.exit_code == 2 and "Unknown cache policy" in r.output
+
+
+def test_epoch_order_matches_the_trainers_naive_schedule():
+    from gmp.train.schedule import NaiveSchedule
+
+    assert epoch_order(50, 7, 2).tolist() == NaiveSchedule(3, 50, 4, seed=7).epoch_order(2).tolist()
+
+
+# --------------------------------------------------------------------------- the trainer
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def ctr(tmp_path_factory):
+    from train_data import make_ctr_dataset
+
+    path = make_ctr_dataset(tmp_path_factory.mktemp("ctr") / "ds")
+    return path, load_dataset(path)
+
+
+def _placement(ds, n, secondaries=0.0, seed=1):
+    from test_train_equivalence import random_placement
+
+    return random_placement(ds, n, secondaries=secondaries, seed=seed)
+
+
+def _config(**kw):
+    from gmp.train.loop import TrainConfig
+
+    base = dict(model="wdl", embedding_dim=4, optimizer="adagrad", lr=0.1, batch_size=12, epochs=1,
+                schedule="herald", dtype="float64", hidden=(8,), seed=3)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+@pytest.mark.parametrize("schedule", ["naive", "herald"])
+@pytest.mark.parametrize("num_workers,secondaries", [(2, 0.0), (4, 0.0), (3, 0.5)])
+def test_simulator_counts_equal_trainer_counts(ctr, schedule, num_workers, secondaries):
+    from gmp.train.engine_local import LocalEngine
+    from gmp.train.loop import TrainData, Trainer
+
+    _, ds = ctr
+    pl = _placement(ds, num_workers, secondaries)
+    cfg = _config(schedule=schedule)
+    rec = Trainer(TrainData(ds), pl, cfg, LocalEngine(num_workers)).fit()[-1]
+    sim = simulate(ds.indptr, ds.indices, pl, num_train=ds.num_train, batch_size=cfg.batch_size, schedule=schedule,
+                   on_demand=False, cache_rows=0, read_only_replicas=True, seed=cfg.seed).to_json()
+    assert rec["remote_rows_read"] > 0
+    assert sim["pull_miss"] == rec["remote_rows_read"]
+    assert sim["pull_stale"] == rec["staleness_refreshes"]
+    assert sim["pushes"] == rec["remote_rows_pushed"]
+
+
+def test_herald_reads_fewer_remote_rows_than_naive(ctr):
+    _, ds = ctr
+    pl = _placement(ds, 4)
+    kw = dict(num_train=ds.num_train, batch_size=12, on_demand=False, cache_rows=0, read_only_replicas=True)
+    naive = simulate(ds.indptr, ds.indices, pl, schedule="naive", **kw).to_json()
+    herald = simulate(ds.indptr, ds.indices, pl, schedule="herald", **kw).to_json()
+    assert herald["pulls"] < naive["pulls"]
+
+
+@pytest.mark.parametrize("options", [{}, {"lookahead": 2}, {"cache_rows": 5, "on_demand": True,
+                                                            "read_only_replicas": False, "lookahead": 1}])
+@pytest.mark.parametrize("num_workers,secondaries", [(2, 0.0), (3, 0.5)])
+def test_herald_at_s0_equals_one_worker(ctr, options, num_workers, secondaries):
+    from gmp.train.engine_local import LocalEngine
+    from gmp.train.loop import TrainData, Trainer
+
+    torch.use_deterministic_algorithms(True)
+    try:
+        _, ds = ctr
+        data = TrainData(ds)
+        many = Trainer(data, _placement(ds, num_workers, secondaries),
+                       _config(batch_size=12, epochs=2, schedule_options=options), LocalEngine(num_workers))
+        one = Trainer(data, _placement(ds, 1), _config(batch_size=12 * num_workers, epochs=2, schedule="naive"),
+                      LocalEngine(1))
+        r_many, r_one = many.fit(), one.fit()
+    finally:
+        torch.use_deterministic_algorithms(False)
+    np.testing.assert_allclose(many.embedding_table(), one.embedding_table(), rtol=1e-9, atol=1e-12)
+    for p, q in zip(many.model.parameters(), one.model.parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-9, atol=1e-12)
+    assert r_many[-1]["train_loss"] == pytest.approx(r_one[-1]["train_loss"], rel=1e-9)
+    # and the herald split really differs from the naive split somewhere
+    assert many.schedule.__class__.__name__ == "HeraldSchedule"
+
+
+def test_herald_schedule_resumes_mid_epoch(ctr):
+    from gmp.train.scheduler import HeraldSchedule
+
+    _, ds = ctr
+    pl = _placement(ds, 3)
+    full = HeraldSchedule(pl, ds.indptr, ds.indices, ds.num_train, 8, seed=2, cache_rows=4, on_demand=True)
+    want = [[a.tolist() for a in s.samples] for e in range(2) for s in full.steps(e)]
+    part = HeraldSchedule(pl, ds.indptr, ds.indices, ds.num_train, 8, seed=2, cache_rows=4, on_demand=True,
+                          lookahead=2)
+    got = []
+    it = part.steps(0)
+    for _ in range(3):
+        got.append([a.tolist() for a in next(it).samples])
+    it.close()  # interrupted: the prefetch thread ran ahead
+    got += [[a.tolist() for a in s.samples] for s in part.steps(0, 3)]
+    got += [[a.tolist() for a in s.samples] for s in part.steps(1)]
+    assert got == want
+    # every worker gets exactly B samples in full batches, every training sample once per epoch
+    per_epoch = len(want) // 2
+    assert sorted(i for s in want[:per_epoch] for a in s for i in a) == list(range(ds.num_train))
+    assert part.prefetch_stats()["items"] > 0
