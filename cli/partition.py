@@ -1,0 +1,217 @@
+"""``gmp partition``, ``gmp report`` and ``gmp compare``: place samples and embedding rows,
+score the placement, and compare partitioners.
+
+Thin: parse flags, call :mod:`gmp.partition`, :mod:`gmp.metrics`,
+:mod:`gmp.manifest`, :mod:`gmp.report` and :mod:`gmp.compare`, print.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from ._common import console, handle_errors
+
+#: partitioner flags -> Options field names (passed through only when given)
+PARTITIONER_FLAGS = ("rounds", "tol", "alpha", "beta", "gamma", "max_imbalance", "replication_budget",
+                     "memory_per_worker", "threads")
+
+_UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 10**3, "kib": 2**10, "m": 2**20, "mb": 10**6, "mib": 2**20,
+          "g": 2**30, "gb": 10**9, "gib": 2**30, "t": 2**40, "tb": 10**12, "tib": 2**40}
+
+
+def parse_bytes(text: str) -> int:
+    """``"512MiB"`` / ``"2GB"`` / ``"1000"`` -> bytes."""
+    from gmp.errors import PartitionError
+
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise PartitionError(f"--memory-per-worker {text!r} not understood; expected bytes like 1048576, 512MiB or 2GB.")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def _load_partitioner_or_explain(method: str):
+    from gmp.errors import PartitionError
+    from gmp.partition import PARTITIONERS, get_partitioner
+
+    try:
+        return get_partitioner(method)
+    except ModuleNotFoundError as exc:
+        spec = PARTITIONERS[method]
+        if exc.name and exc.name.endswith(f"gmp.partition.{spec.module}"):
+            raise PartitionError(
+                f"method {method!r} is registered but gmp/partition/{spec.module}.py is not in this installation; "
+                f"choose another --method."
+            ) from None
+        raise PartitionError(f"method {method!r} needs the module {exc.name!r}; install it (pip install {exc.name}).") from None
+
+
+def _summary(metrics: dict[str, Any], title: str) -> None:
+    from rich.table import Table
+
+    from gmp.report import tables
+
+    out = console()
+    for headers, rows in (tables.metrics_table(metrics), tables.summary_table(metrics)):
+        t = Table(title=title, title_justify="left")
+        title = ""
+        for h in headers:
+            t.add_column(h, justify="left" if h in ("metric", "quantity") else "right")
+        for r in rows:
+            t.add_row(*r)
+        out.print(t)
+
+
+def partition(
+    dataset: Path = typer.Argument(..., help="Prepared dataset directory (from 'gmp data import|synth')."),
+    workers: Optional[int] = typer.Option(None, "--workers", "-w", help="Number of workers (or give --topology)."),
+    method: str = typer.Option(..., "--method", "-m", help="Partitioner: random, metis, metis-bipartite, "
+                               "greedy-stream, hybrid, bicut, hypergraph."),
+    topology: Optional[str] = typer.Option(None, "--topology", help="N workers (e.g. 8) or MxG machines x GPUs (e.g. 2x8)."),
+    topology_file: Optional[Path] = typer.Option(None, "--topology-file", help="JSON cost matrix {\"cost\": [[...]]}."),
+    inter_cost: float = typer.Option(10.0, "--inter-cost", help="Inter-machine cost for --topology MxG (intra = 1)."),
+    batch_size: int = typer.Option(512, "--batch-size", help="Per-worker batch size the batch metrics (and partitioners that take it) use."),
+    embedding_dim: int = typer.Option(16, "--embedding-dim", help="Embedding width for byte figures and memory budgets."),
+    seed: int = typer.Option(0, "--seed", help="Random seed (the random reference uses the same seed)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Manifest directory [default: placements/DATASET.METHOD.wN]."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out directory."),
+    rounds: Optional[int] = typer.Option(None, "--rounds", help="Partitioner option: refinement rounds."),
+    tol: Optional[float] = typer.Option(None, "--tol", help="Partitioner option: stop when a round improves less than this."),
+    alpha: Optional[float] = typer.Option(None, "--alpha", help="Partitioner option: sample-balance weight."),
+    beta: Optional[float] = typer.Option(None, "--beta", help="Partitioner option: embedding-balance weight."),
+    gamma: Optional[float] = typer.Option(None, "--gamma", help="Partitioner option: traffic-balance weight."),
+    max_imbalance: Optional[float] = typer.Option(None, "--max-imbalance", help="Partitioner option: hard cap on max/mean load."),
+    replication_budget: Optional[float] = typer.Option(None, "--replication-budget", help="Partitioner option: secondaries per worker as a fraction of embeddings."),
+    memory_per_worker: Optional[str] = typer.Option(None, "--memory-per-worker", help="Partitioner option: replica memory per worker (e.g. 512MiB)."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="Partitioner option: worker threads."),
+) -> None:
+    """Partition a dataset's sample-embedding graph and write a placement manifest + report."""
+    from gmp.compare import method_options, peak_rss_bytes
+    from gmp.datasets.format import load_dataset
+    from gmp.graph import build_graph
+    from gmp.manifest import write_manifest
+    from gmp.metrics import compute_metrics
+    from gmp.partition import run_partitioner
+    from gmp.progress import task
+    from gmp.report import build_report, write_report
+    from gmp.topology import resolve_topology
+
+    topo = resolve_topology(workers, topology, str(topology_file) if topology_file else None, inter_cost=inter_cost)
+    _load_partitioner_or_explain(method)
+    flags = {"rounds": rounds, "tol": tol, "alpha": alpha, "beta": beta, "gamma": gamma,
+             "max_imbalance": max_imbalance, "replication_budget": replication_budget,
+             "memory_per_worker": parse_bytes(memory_per_worker) if memory_per_worker is not None else None,
+             "threads": threads}
+    given = {k: v for k, v in flags.items() if v is not None}
+    options = method_options(method, given, batch_size=batch_size, embedding_dim=embedding_dim)
+    ds = load_dataset(dataset)
+    graph = build_graph(ds)
+    out = out or Path("placements") / f"{Path(dataset).resolve().name}.{method}.w{topo.num_workers}"
+
+    with task(f"Partitioning {graph.num_samples:,} samples with {method} on {topo.num_workers} workers"):
+        t0 = time.perf_counter()
+        placement = run_partitioner(method, graph, topo, seed=seed, options=options)
+        seconds = time.perf_counter() - t0
+    peak = peak_rss_bytes()
+    with task("Computing metrics (and the random reference)"):
+        metrics = compute_metrics(graph, placement, topo, batch_size=batch_size, embedding_dim=embedding_dim,
+                                  seed=seed, partition_seconds=seconds, peak_rss_bytes=peak)
+        report = build_report(placement=placement, topology=topo, metrics=metrics, source="partition",
+                              dataset_sha256=ds.sha256, graph=graph)
+    with task("Writing manifest and report"):
+        write_manifest(out, placement, dataset_sha256=ds.sha256, num_samples=ds.num_samples,
+                       num_embeddings=ds.num_embeddings, topology=topo, metrics=metrics,
+                       report_files=lambda tmp: write_report(tmp, report, formats=("json", "md")),
+                       partition_seconds=seconds, peak_rss_bytes=peak, overwrite=overwrite)
+    _summary(metrics, f"{method} on {topo.num_workers} workers ({topo.name}), batch {batch_size}")
+    typer.echo(f"wrote {out} (manifest.json, arrays, report.json, report.md, plots)")
+
+
+def report(
+    manifest: Path = typer.Argument(..., help="Placement manifest directory (from 'gmp partition')."),
+    dataset: Optional[Path] = typer.Option(None, "--dataset", "-d", help="Recompute every metric from this dataset (hash must match)."),
+    fmt: str = typer.Option("md", "--format", "-f", help="md, json or html."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write report.FORMAT and the plots into this directory instead of printing."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Recompute with another per-worker batch (needs --dataset)."),
+    embedding_dim: Optional[int] = typer.Option(None, "--embedding-dim", help="Recompute byte figures for another width (needs --dataset)."),
+) -> None:
+    """Validate a placement manifest and print (or write) its quality report."""
+    from gmp.datasets.format import load_dataset
+    from gmp.errors import ManifestError
+    from gmp.manifest import load_manifest
+    from gmp.progress import task
+    from gmp.report import REPORT_FORMATS, render, report_from_manifest, write_report
+
+    if fmt not in REPORT_FORMATS:
+        raise ManifestError(f"--format {fmt!r} not understood; choose one of {', '.join(REPORT_FORMATS)}.")
+    ds = load_dataset(dataset) if dataset is not None else None
+    with task("Validating manifest"):
+        m = load_manifest(manifest, dataset=ds)
+    with task("Computing metrics" if ds is not None else "Reading report"):
+        rep = report_from_manifest(m, dataset=ds, batch_size=batch_size, embedding_dim=embedding_dim)
+    if out is not None:
+        names = write_report(out, rep, formats=(fmt,))
+        typer.echo(f"wrote {', '.join(str(Path(out) / n) for n in names)}")
+        return
+    if fmt == "md":
+        rep["plots"] = []  # plot files are not next to stdout; use --out for them
+    typer.echo(render(rep, fmt))
+
+
+def compare(
+    dataset: Path = typer.Argument(..., help="Prepared dataset directory."),
+    methods: str = typer.Option(..., "--methods", help="Comma-separated partitioners, e.g. random,metis,hybrid."),
+    workers: Optional[int] = typer.Option(None, "--workers", "-w", help="Number of workers (or give --topology)."),
+    topology: Optional[str] = typer.Option(None, "--topology", help="N or MxG (e.g. 2x8)."),
+    topology_file: Optional[Path] = typer.Option(None, "--topology-file", help="JSON cost matrix."),
+    inter_cost: float = typer.Option(10.0, "--inter-cost", help="Inter-machine cost for --topology MxG."),
+    batch_size: int = typer.Option(512, "--batch-size", help="Per-worker batch size."),
+    embedding_dim: int = typer.Option(16, "--embedding-dim", help="Embedding width for byte figures."),
+    seed: int = typer.Option(0, "--seed", help="Seed of every partitioner and of the random reference."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Also write the table to FILE.md or FILE.json."),
+    isolate: bool = typer.Option(True, "--isolate/--no-isolate", help="Run each partitioner in its own process so its peak RSS is its own."),
+) -> None:
+    """Run several partitioners on one dataset; print a HET-GMP-Table-3-shaped comparison."""
+    from rich.table import Table
+
+    from gmp._io import write_json
+    from gmp.compare import compare as run_compare
+    from gmp.compare import comparison_table, render_comparison_md
+    from gmp.datasets.format import load_dataset
+    from gmp.errors import PartitionError
+    from gmp.graph import build_graph
+    from gmp.topology import resolve_topology
+
+    names = [m.strip() for m in methods.split(",") if m.strip()]
+    if out is not None and out.suffix not in (".md", ".json"):
+        raise PartitionError(f"--out {out}: expected a .md or .json file name.")
+    topo = resolve_topology(workers, topology, str(topology_file) if topology_file else None, inter_cost=inter_cost)
+    ds = load_dataset(dataset)
+    graph = build_graph(ds)
+    result = run_compare(graph, topo, names, seed=seed, batch_size=batch_size, embedding_dim=embedding_dim,
+                         dataset_path=dataset if isolate else None, isolate=isolate)
+    headers, rows = comparison_table(result)
+    t = Table(title=f"{graph.num_samples:,} samples, {topo.num_workers} workers ({topo.name}), batch {batch_size}; "
+              "red. = reduction vs random", title_justify="left")
+    for h in headers:
+        t.add_column(h, justify="left" if h == "method" else "right")
+    for r in rows:
+        t.add_row(*r)
+    console().print(t)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if out.suffix == ".json":
+            write_json(out, result)
+        else:
+            out.write_text(render_comparison_md(result), encoding="utf-8")
+        typer.echo(f"wrote {out}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("partition")(handle_errors(partition))
+    app.command("report")(handle_errors(report))
+    app.command("compare")(handle_errors(compare))

@@ -1,0 +1,294 @@
+"""Run several partitioners on one dataset and tabulate them like HET-GMP Table 3.
+
+Each row is one method: every communication metric with its reduction versus
+``random`` (same graph, same seed), the replication factor, sample balance,
+the partition time and the peak memory.
+
+**Peak memory.** With ``isolate=True`` (the default when a dataset path is
+given, and what ``gmp compare`` does) each partitioner runs in its own
+freshly spawned Python process, which loads the dataset (memory-mapped),
+builds the graph, runs the partitioner and saves the placement; the row's
+``peak_rss_bytes`` is that child's ``ru_maxrss`` (its high-water mark: the
+interpreter and imports, ~0.2 GB, plus the dataset pages it touched, plus
+the partitioner), and ``base_rss_bytes`` is the child's RSS just before the
+partitioner started, so ``peak - base`` approximates the partitioner's own
+footprint. A child that is killed (e.g. out of memory) or raises gives a
+row that says so instead of numbers. With ``isolate=False`` every method runs
+in this process and ``peak_rss_bytes`` is this process's high-water mark so
+far (monotonic across rows; ``rss_kind`` says which).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import multiprocessing as mp
+import os
+import resource
+import shutil
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from . import __version__
+from .errors import GmpError, PartitionError
+from .graph import BipartiteGraph
+from .metrics import COMM_METRICS, compute_metrics
+from .placement import Placement
+from .progress import task
+from .topology import Topology
+
+log = logging.getLogger(__name__)
+
+FORMAT = "gmp.compare"
+SCHEMA_VERSION = 1
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set size so far (Linux ``ru_maxrss`` is in KiB)."""
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def current_rss_bytes() -> int | None:
+    try:
+        import psutil
+
+        return int(psutil.Process().memory_info().rss)
+    except Exception:  # pragma: no cover - psutil missing or restricted
+        return None
+
+
+def method_options(name: str, given: Mapping[str, Any], *, batch_size: int, embedding_dim: int,
+                   strict: bool = True) -> dict[str, Any]:
+    """The options dict for partitioner ``name``.
+
+    ``given`` (user flags) must all be fields of the method's Options (else a
+    :class:`PartitionError` naming the flags, when ``strict``); ``batch_size``
+    and ``embedding_dim`` are added when the Options has such fields.
+    """
+    from .partition import get_partitioner
+
+    _, options_cls = get_partitioner(name)
+    fields = {f.name for f in dataclasses.fields(options_cls)}
+    unknown = sorted(set(given) - fields)
+    if unknown and strict:
+        flags = ", ".join("--" + k.replace("_", "-") for k in unknown)
+        takes = ", ".join("--" + k.replace("_", "-") for k in sorted(fields)) or "no options"
+        raise PartitionError(f"method {name!r} does not take {flags}; it takes: {takes}.")
+    opts = {k: v for k, v in given.items() if k in fields}
+    if "batch_size" in fields and "batch_size" not in opts:
+        opts["batch_size"] = int(batch_size)
+    if "embedding_dim" in fields and "embedding_dim" not in opts:
+        opts["embedding_dim"] = int(embedding_dim)
+    return opts
+
+
+def _child(dataset_path: str, method: str, topology_json: dict, seed: int, options: dict, out_dir: str,
+           conn) -> None:  # pragma: no cover - runs in a spawned process
+    try:
+        from gmp.datasets.format import load_dataset
+        from gmp.graph import build_graph
+        from gmp.partition import run_partitioner
+        from gmp.topology import Topology as _Topology
+
+        graph = build_graph(load_dataset(dataset_path))
+        topo = _Topology.from_json(topology_json)
+        base = current_rss_bytes()
+        t0 = time.perf_counter()
+        placement = run_partitioner(method, graph, topo, seed=seed, options=options)
+        seconds = time.perf_counter() - t0
+        peak = peak_rss_bytes()
+        for name in ("sample_worker", "embedding_primary", "secondary_indptr", "secondary_workers"):
+            np.save(Path(out_dir) / f"{name}.npy", getattr(placement, name))
+        conn.send({"ok": True, "seconds": seconds, "peak_rss_bytes": peak, "base_rss_bytes": base,
+                   "method": placement.method, "options": dict(placement.options), "seed": placement.seed,
+                   "info": dict(placement.info or {})})
+    except BaseException as exc:  # report every failure to the parent as a row
+        msg = str(exc) if isinstance(exc, GmpError) else f"{type(exc).__name__}: {exc}"
+        if not isinstance(exc, (GmpError, ImportError, MemoryError)):
+            log.debug("%s", traceback.format_exc())
+        conn.send({"ok": False, "error": msg})
+    finally:
+        conn.close()
+
+
+def _run_isolated(dataset_path: str, method: str, topology: Topology, seed: int, options: dict,
+                  num_workers: int) -> tuple[Placement | None, dict]:
+    ctx = mp.get_context("spawn")
+    tmp = tempfile.mkdtemp(prefix=f"gmp-compare-{method}-")
+    try:
+        recv, send = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_child, args=(dataset_path, method, topology.to_json(), seed, options, tmp, send))
+        proc.start()
+        send.close()
+        try:
+            result = recv.recv()
+        except EOFError:
+            result = None
+        proc.join()
+        if result is None:
+            code = proc.exitcode
+            why = "killed (likely out of memory)" if code is not None and code < 0 else f"exited with code {code}"
+            return None, {"status": f"not run: process {why}"}
+        if not result["ok"]:
+            return None, {"status": f"not run: {result['error']}"}
+        arrays = {name: np.load(Path(tmp) / f"{name}.npy") for name in
+                  ("sample_worker", "embedding_primary", "secondary_indptr", "secondary_workers")}
+        placement = Placement(num_workers=num_workers, method=result["method"], options=result["options"],
+                              seed=result["seed"], info=result["info"], **arrays)
+        return placement, {"status": "ok", "seconds": result["seconds"], "peak_rss_bytes": result["peak_rss_bytes"],
+                           "base_rss_bytes": result["base_rss_bytes"], "rss_kind": "child process peak"}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run_inline(graph: BipartiteGraph, method: str, topology: Topology, seed: int,
+                options: dict) -> tuple[Placement | None, dict]:
+    from .partition import run_partitioner
+
+    base = current_rss_bytes()
+    t0 = time.perf_counter()
+    try:
+        placement = run_partitioner(method, graph, topology, seed=seed, options=options)
+    except (GmpError, ImportError, MemoryError) as exc:
+        msg = str(exc) if isinstance(exc, GmpError) else f"{type(exc).__name__}: {exc}"
+        return None, {"status": f"not run: {msg}"}
+    return placement, {"status": "ok", "seconds": time.perf_counter() - t0, "peak_rss_bytes": peak_rss_bytes(),
+                       "base_rss_bytes": base, "rss_kind": "process high-water mark"}
+
+
+def compare(graph: BipartiteGraph, topology: Topology, methods: Sequence[str], *, seed: int = 0,
+            batch_size: int = 512, embedding_dim: int = 16,
+            options: Mapping[str, Mapping[str, Any]] | None = None,
+            dataset_path: str | os.PathLike | None = None, isolate: bool | None = None) -> dict[str, Any]:
+    """Run ``methods`` on ``graph`` and score each against ``random`` (same seed).
+
+    Parameters
+    ----------
+    graph, topology
+        The graph and the worker topology.
+    methods
+        Registered partitioner names (unknown names are an error; a method
+        whose module or dependency is missing gives a "not run" row).
+    options
+        Per-method option mappings (``{"hybrid": {"rounds": 3}}``), merged
+        with ``batch_size``/``embedding_dim`` where the method takes them.
+    dataset_path, isolate
+        With a ``dataset_path`` each method runs in its own spawned process
+        (``isolate`` defaults to True) so its peak memory is its own.
+
+    Returns
+    -------
+    dict
+        ``{"format": "gmp.compare", "schema_version": 1, "settings": {...},
+        "rows": [{"method", "status", "seconds", "peak_rss_bytes",
+        "base_rss_bytes", "rss_kind", "metrics": {...} | None}, ...]}``.
+    """
+    from .partition import PARTITIONERS, run_partitioner
+
+    unknown = [m for m in methods if m not in PARTITIONERS]
+    if unknown:
+        raise PartitionError(f"unknown method(s) {', '.join(unknown)}; choose from: {', '.join(sorted(PARTITIONERS))}.")
+    if not methods:
+        raise PartitionError("give at least one method, e.g. --methods random,metis.")
+    if isolate is None:
+        isolate = dataset_path is not None
+    if isolate and dataset_path is None:
+        raise PartitionError("isolate=True needs dataset_path (the child process loads the dataset itself).")
+    options = dict(options or {})
+    reference = run_partitioner("random", graph, topology, seed=seed)
+    rows = []
+    for method in methods:
+        row: dict[str, Any] = {"method": method}
+        try:
+            opts = method_options(method, options.get(method, {}), batch_size=batch_size,
+                                  embedding_dim=embedding_dim)
+        except ImportError as exc:
+            rows.append({**row, "status": f"not run: {exc}", "metrics": None})
+            continue
+        with task(f"Partitioning with {method}"):
+            if isolate:
+                placement, info = _run_isolated(str(dataset_path), method, topology, seed, opts, topology.num_workers)
+            else:
+                placement, info = _run_inline(graph, method, topology, seed, opts)
+        row.update(info)
+        if placement is None:
+            row["metrics"] = None
+            rows.append(row)
+            continue
+        with task(f"Scoring {method}"):
+            metrics = compute_metrics(graph, placement, topology, batch_size=batch_size, embedding_dim=embedding_dim,
+                                      reference=reference, partition_seconds=info["seconds"],
+                                      peak_rss_bytes=info["peak_rss_bytes"])
+        row["metrics"] = metrics
+        row["options"] = dict(placement.options)
+        rows.append(row)
+    return {
+        "format": FORMAT,
+        "schema_version": SCHEMA_VERSION,
+        "gmp_version": __version__,
+        "settings": {"methods": list(methods), "num_workers": topology.num_workers, "topology": topology.name,
+                     "seed": seed, "batch_size": batch_size, "embedding_dim": embedding_dim,
+                     "num_samples": graph.num_samples, "num_embeddings": graph.num_embeddings,
+                     "num_edges": graph.num_edges, "isolated": bool(isolate),
+                     "dataset_sha256": graph.sha256},
+        "rows": rows,
+    }
+
+
+#: column order of the Table-3-shaped table: (metric, short label)
+TABLE_METRICS = (
+    ("batch_remote_reads", "batch reads"),
+    ("batch_remote_pushes", "batch pushes"),
+    ("epoch_unique_remote", "epoch unique"),
+    ("remote_accesses", "remote accesses"),
+    ("remote_accesses_weighted", "weighted"),
+)
+
+
+def comparison_table(result: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """``(headers, rows)``: per method each metric and its reduction vs random, replication,
+    sample balance, time and peak RSS (HET-GMP Table 3 shape)."""
+    from .report.tables import fmt_bytes, fmt_num, fmt_pct
+
+    headers = ["method"]
+    for _, label in TABLE_METRICS:
+        headers += [label, "red."]
+    headers += ["replication", "balance (samples)", "time (s)", "peak RSS"]
+    rows = []
+    for r in result["rows"]:
+        m = r.get("metrics")
+        if m is None:
+            rows.append([r["method"]] + [r["status"]] + [""] * (len(headers) - 2))
+            continue
+        red = m["reduction_vs_random"]
+        cells = [r["method"]]
+        for key, _ in TABLE_METRICS:
+            cells += [fmt_num(m[key], 1), fmt_pct(red[key])]
+        cells += [fmt_num(m["replication_factor"]), fmt_num(m["balance"]["samples"]),
+                  f"{r['seconds']:.2f}", fmt_bytes(r.get("peak_rss_bytes"))]
+        rows.append(cells)
+    return headers, rows
+
+
+def render_comparison_md(result: Mapping[str, Any]) -> str:
+    from .report.markdown import md_table
+
+    s = result["settings"]
+    lines = [
+        f"# Partitioner comparison: {s['num_samples']:,} samples, {s['num_embeddings']:,} embeddings, "
+        f"{s['num_edges']:,} edges, {s['num_workers']} workers (topology {s['topology']})",
+        "",
+        f"Per-worker batch {s['batch_size']}, seed {s['seed']}; 'red.' = reduction vs random "
+        "(same graph and seed; negative = more traffic than random). Peak RSS: "
+        + ("each partitioner's own child process (includes the interpreter and the dataset pages it touched)."
+           if s.get("isolated") else "this process's high-water mark so far."),
+        "",
+        md_table(comparison_table(result)),
+        "",
+    ]
+    return "\n".join(lines)

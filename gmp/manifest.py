@@ -1,0 +1,416 @@
+"""The placement manifest: the versioned on-disk form of a :class:`~gmp.placement.Placement`.
+
+``gmp partition`` writes it, ``gmp report`` and ``gmp train`` read it. A
+manifest is a directory::
+
+    criteo-1m.hybrid.w8/
+    ├── manifest.json            header: format, schema_version, dataset hash, counts,
+    │                            topology, partitioner, metrics summary, array index
+    ├── sample_worker.npy        int32 [num_samples]          worker of every sample (dataset order)
+    ├── embedding_primary.npy    int32 [num_embeddings]       primary worker of every embedding id
+    ├── secondary_indptr.npy     int64 [num_embeddings + 1]   CSR over embedding ids ...
+    ├── secondary_workers.npy    int32 [num_secondaries]      ... the workers holding a secondary replica
+    ├── report.json              the quality report (format "gmp.report", see gmp.report)
+    ├── report.md                the same for people
+    └── *.png                    traffic heatmap, per-worker loads, degree distribution
+
+Embedding ``e``'s secondaries are ``secondary_workers[secondary_indptr[e]:secondary_indptr[e+1]]``
+(empty for a pure edge-cut placement); a secondary is never on the primary's
+worker and never listed twice. Ids that never occur in the dataset (degree
+0) still get a primary (any worker) so the arrays cover every id; no metric
+counts them.
+
+The directory is written atomically (built in a hidden temporary sibling,
+then renamed), so a crash never leaves a directory that reads as valid.
+``placement_sha256`` is :func:`gmp._io.hash_arrays` over the four arrays
+(in the order above); reading recomputes it, so a modified array is caught.
+
+Reading (:func:`load_manifest`) checks, each failure a one-line
+:class:`~gmp.errors.ManifestError` naming the file and the fix: the format
+and ``schema_version`` (newer versions are refused; older ones are upgraded
+one step at a time — only version 1 exists so far), the dataset hash and
+counts against the dataset it is used with, every array's shape and dtype,
+worker ids in ``[0, num_workers)``, secondaries never on their primary's
+worker, the placement hash, and the topology.
+
+Example ``manifest.json``::
+
+    {
+      "format": "gmp.placement",
+      "schema_version": 1,
+      "gmp_version": "0.1.0",
+      "created": "2026-11-22T01:00:00+00:00",
+      "dataset_sha256": "5b0d6c1f...",
+      "num_samples": 6,
+      "num_embeddings": 6,
+      "num_workers": 2,
+      "num_secondaries": 1,
+      "topology": {"name": "2", "cost": [[0.0, 1.0], [1.0, 0.0]], "machine_of": [0, 0]},
+      "partitioner": {
+        "name": "hybrid",
+        "options": {"rounds": 5, "tol": 0.001},
+        "seed": 0,
+        "info": {"rounds": [{"round": 1, "objective": 12.0, "seconds": 0.01}]}
+      },
+      "batch_size": 512,
+      "embedding_dim": 16,
+      "partition_seconds": 0.02,
+      "peak_rss_bytes": 123456789,
+      "metrics": {
+        "remote_accesses": 1, "remote_accesses_weighted": 1.0, "epoch_unique_remote": 1,
+        "batch_remote_reads": 1, "batch_remote_pushes": 2, "batch_size": 512,
+        "replication_factor": 1.1667,
+        "reduction_vs_random": {"remote_accesses": 0.8, "remote_accesses_weighted": 0.8,
+                                "epoch_unique_remote": 0.75, "batch_remote_reads": 0.75,
+                                "batch_remote_pushes": 0.5},
+        "balance": {"samples": 1.0, "edges": 1.0, "rows_held": 1.14, "traffic_served": 2.0,
+                    "traffic_received": 2.0}
+      },
+      "arrays": {
+        "sample_worker": {"file": "sample_worker.npy", "dtype": "int32", "shape": [6]},
+        "embedding_primary": {"file": "embedding_primary.npy", "dtype": "int32", "shape": [6]},
+        "secondary_indptr": {"file": "secondary_indptr.npy", "dtype": "int64", "shape": [7]},
+        "secondary_workers": {"file": "secondary_workers.npy", "dtype": "int32", "shape": [1]}
+      },
+      "placement_sha256": "0e5f...",
+      "report_files": ["report.json", "report.md", "traffic.png", "loads.png", "degrees.png"]
+    }
+
+``metrics`` is a summary (the scalar metrics, reductions and balance); the
+full metrics (traffic matrix, per-worker loads) are in ``report.json``.
+``partitioner.info`` is free-form diagnostics from the partitioner (the
+hybrid partitioner's per-round log lives under ``"rounds"``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+import numba
+import numpy as np
+
+from . import __version__
+from ._io import atomic_directory, hash_arrays, load_npy, read_versioned_json, write_json
+from .errors import GmpError, ManifestError, TopologyError
+from .placement import Placement
+from .topology import Topology
+
+log = logging.getLogger(__name__)
+
+FORMAT = "gmp.placement"
+SCHEMA_VERSION = 1
+MANIFEST_FILE = "manifest.json"
+_FIX = "re-create it with 'gmp partition'."
+
+#: name -> (dtype, file); the shapes follow from the header's counts
+ARRAYS = {
+    "sample_worker": ("int32", "sample_worker.npy"),
+    "embedding_primary": ("int32", "embedding_primary.npy"),
+    "secondary_indptr": ("int64", "secondary_indptr.npy"),
+    "secondary_workers": ("int32", "secondary_workers.npy"),
+}
+
+#: metric keys copied into manifest.json's summary (the rest stays in report.json)
+SUMMARY_KEYS = (
+    "remote_accesses", "remote_accesses_weighted", "epoch_unique_remote", "batch_remote_reads",
+    "batch_remote_pushes", "batch_remote_reads_bytes", "batch_remote_pushes_bytes", "batch_size",
+    "embedding_dim", "replication_factor", "reduction_vs_random", "balance",
+)
+
+
+@dataclass
+class Manifest:
+    """A validated placement manifest opened from disk."""
+
+    path: Path
+    meta: dict[str, Any]
+    placement: Placement
+    topology: Topology
+
+    @property
+    def dataset_sha256(self) -> str:
+        return str(self.meta["dataset_sha256"])
+
+    @property
+    def num_workers(self) -> int:
+        return int(self.meta["num_workers"])
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.meta["num_samples"])
+
+    @property
+    def num_embeddings(self) -> int:
+        return int(self.meta["num_embeddings"])
+
+    @property
+    def method(self) -> str:
+        return str(self.meta["partitioner"]["name"])
+
+
+def _placement_hash(placement: Placement) -> str:
+    return hash_arrays([(name, getattr(placement, name)) for name in ARRAYS])
+
+
+def write_manifest(
+    out: str | os.PathLike,
+    placement: Placement,
+    *,
+    dataset_sha256: str,
+    num_samples: int,
+    num_embeddings: int,
+    topology: Topology,
+    metrics: Mapping[str, Any] | None = None,
+    report_files: Callable[[Path], Iterable[str]] | Mapping[str, bytes | str] | None = None,
+    partition_seconds: float | None = None,
+    peak_rss_bytes: int | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write ``placement`` as a manifest directory at ``out`` (atomically) and return its path.
+
+    Parameters
+    ----------
+    placement
+        Validated against ``num_samples``/``num_embeddings``/``topology`` first.
+    dataset_sha256, num_samples, num_embeddings
+        The dataset it was made for (:attr:`PreparedDataset.sha256` etc.).
+    metrics
+        :func:`gmp.metrics.compute_metrics` output; its summary goes into manifest.json.
+    report_files
+        Extra files written inside the same atomic directory: either a
+        callable ``write(tmpdir) -> names`` or a mapping ``name -> content``.
+    partition_seconds, peak_rss_bytes
+        Measured by the caller.
+    overwrite
+        Replace an existing non-empty ``out``.
+    """
+    try:
+        placement.check(num_samples=num_samples, num_embeddings=num_embeddings)
+    except GmpError as exc:
+        raise ManifestError(f"cannot write manifest {out}: {exc}") from None
+    if placement.num_workers != topology.num_workers:
+        raise ManifestError(
+            f"cannot write manifest {out}: the placement has {placement.num_workers} workers, "
+            f"the topology {topology.num_workers}."
+        )
+    metrics = dict(metrics or {})
+    from .partition import options_to_json
+
+    with atomic_directory(out, overwrite=overwrite) as tmp:
+        arrays_meta = {}
+        for name, (dtype, fname) in ARRAYS.items():
+            arr = np.ascontiguousarray(getattr(placement, name), dtype=dtype)
+            np.save(tmp / fname, arr, allow_pickle=False)
+            arrays_meta[name] = {"file": fname, "dtype": dtype, "shape": list(arr.shape)}
+        names: list[str] = []
+        if callable(report_files):
+            names = [str(n) for n in report_files(tmp)]
+        elif report_files:
+            for name, content in report_files.items():
+                data = content.encode("utf-8") if isinstance(content, str) else bytes(content)
+                (tmp / name).write_bytes(data)
+                names.append(str(name))
+        meta = {
+            "format": FORMAT,
+            "schema_version": SCHEMA_VERSION,
+            "gmp_version": __version__,
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "dataset_sha256": str(dataset_sha256),
+            "num_samples": int(num_samples),
+            "num_embeddings": int(num_embeddings),
+            "num_workers": int(placement.num_workers),
+            "num_secondaries": int(placement.num_secondaries),
+            "topology": topology.to_json(),
+            "partitioner": {
+                "name": placement.method,
+                "options": options_to_json(placement.options),
+                "seed": placement.seed,
+                "info": dict(placement.info or {}),
+            },
+            "batch_size": metrics.get("batch_size"),
+            "embedding_dim": metrics.get("embedding_dim"),
+            "partition_seconds": None if partition_seconds is None else float(partition_seconds),
+            "peak_rss_bytes": None if peak_rss_bytes is None else int(peak_rss_bytes),
+            "metrics": {k: metrics[k] for k in SUMMARY_KEYS if k in metrics},
+            "arrays": arrays_meta,
+            "placement_sha256": _placement_hash(placement),
+            "report_files": names,
+        }
+        write_json(tmp / MANIFEST_FILE, meta)
+    log.info("wrote manifest %s", out)
+    return Path(out)
+
+
+# --------------------------------------------------------------------------- reading
+def _upgrade(meta: dict[str, Any], path: Path) -> dict[str, Any]:
+    """Upgrade an older header one version at a time (only version 1 exists)."""
+    upgrades: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}  # v -> upgrade to v + 1
+    while meta["schema_version"] < SCHEMA_VERSION:
+        meta = upgrades[meta["schema_version"]](meta)
+    return meta
+
+
+@numba.njit(cache=True, nogil=True)
+def _first_secondary_on_primary(primary, sec_indptr, sec_workers):  # pragma: no cover - compiled
+    # -> (embedding, -1) for a secondary on its primary's worker, (embedding, 1) for a repeat, (-1, 0) if fine
+    for e in range(primary.size):
+        for q in range(sec_indptr[e], sec_indptr[e + 1]):
+            if sec_workers[q] == primary[e]:
+                return e, -1
+            for r in range(sec_indptr[e], q):
+                if sec_workers[r] == sec_workers[q]:
+                    return e, 1
+    return -1, 0
+
+
+@numba.njit(cache=True, nogil=True)
+def _min_max(a):  # pragma: no cover - compiled
+    lo = a[0]
+    hi = a[0]
+    for v in a:
+        if v < lo:
+            lo = v
+        if v > hi:
+            hi = v
+    return lo, hi
+
+
+@numba.njit(cache=True, nogil=True)
+def _is_nondecreasing(a):  # pragma: no cover - compiled
+    for i in range(1, a.size):
+        if a[i] < a[i - 1]:
+            return False
+    return True
+
+
+def load_manifest(path: str | os.PathLike, *, dataset: Any = None, mmap: bool = True,
+                  verify_hash: bool = True) -> Manifest:
+    """Open and validate a manifest directory (or its manifest.json).
+
+    Parameters
+    ----------
+    path
+        The manifest directory.
+    dataset
+        A :class:`~gmp.datasets.format.PreparedDataset` the manifest will be
+        used with: its sha256 and counts must match.
+    mmap
+        Memory-map the arrays (default) instead of reading them.
+    verify_hash
+        Recompute ``placement_sha256`` over the arrays (default).
+
+    Raises
+    ------
+    ManifestError
+        One line naming the file that is wrong and the fix.
+    """
+    path = Path(path)
+    if path.is_file() and path.name == MANIFEST_FILE:
+        path = path.parent
+    if not path.is_dir():
+        raise ManifestError(f"{path} is not a directory; pass a placement manifest directory ({_FIX})")
+    mfile = path / MANIFEST_FILE
+    meta = read_versioned_json(mfile, fmt=FORMAT, max_version=SCHEMA_VERSION, error=ManifestError, fix=_FIX)
+    meta = _upgrade(meta, mfile)
+    for key in ("dataset_sha256", "num_samples", "num_embeddings", "num_workers", "topology", "partitioner"):
+        if key not in meta:
+            raise ManifestError(f"{mfile} lacks the key {key!r}; {_FIX}")
+    try:
+        n, m, w = int(meta["num_samples"]), int(meta["num_embeddings"]), int(meta["num_workers"])
+    except (TypeError, ValueError):
+        raise ManifestError(f"{mfile}: num_samples, num_embeddings and num_workers must be integers; {_FIX}") from None
+    if n < 0 or m < 0 or w < 1:
+        raise ManifestError(f"{mfile}: expected num_samples >= 0, num_embeddings >= 0, num_workers >= 1, "
+                            f"got {n}, {m}, {w}; {_FIX}")
+
+    if dataset is not None:
+        if str(meta["dataset_sha256"]) != str(dataset.sha256):
+            raise ManifestError(
+                f"{mfile} was made for dataset sha256 {str(meta['dataset_sha256'])[:12]}…, but {dataset.path} "
+                f"has sha256 {str(dataset.sha256)[:12]}…; use the dataset it was made for or re-run "
+                f"'gmp partition {dataset.path}'."
+            )
+        if (n, m) != (dataset.num_samples, dataset.num_embeddings):
+            raise ManifestError(
+                f"{mfile} covers {n} samples x {m} embeddings, {dataset.path} has "
+                f"{dataset.num_samples} x {dataset.num_embeddings}; re-run 'gmp partition {dataset.path}'."
+            )
+
+    try:
+        topology = Topology.from_json(meta["topology"])
+    except (TopologyError, KeyError, TypeError, ValueError) as exc:
+        raise ManifestError(f"{mfile}: invalid topology ({exc}); {_FIX}") from None
+    if topology.num_workers != w:
+        raise ManifestError(f"{mfile}: topology has {topology.num_workers} workers, num_workers is {w}; {_FIX}")
+
+    arrays = {}
+    for name, (dtype, fname) in ARRAYS.items():
+        f = path / fname
+        arr = load_npy(f, error=ManifestError, mmap=mmap, fix=_FIX)
+        arrays[name] = arr
+        if arr.dtype != np.dtype(dtype):
+            raise ManifestError(f"{f} has dtype {arr.dtype}, expected {dtype}; {_FIX}")
+    expected = {"sample_worker": (n,), "embedding_primary": (m,), "secondary_indptr": (m + 1,)}
+    for name, shape in expected.items():
+        if arrays[name].shape != shape:
+            raise ManifestError(
+                f"{path / ARRAYS[name][1]} has shape {arrays[name].shape}, expected {shape} from "
+                f"{MANIFEST_FILE}; {_FIX}"
+            )
+    sw = arrays["secondary_workers"]
+    ip = arrays["secondary_indptr"]
+    if sw.ndim != 1:
+        raise ManifestError(f"{path / ARRAYS['secondary_workers'][1]} must be 1-D, got shape {sw.shape}; {_FIX}")
+    ipa = np.asarray(ip)
+    if int(ipa[0]) != 0 or int(ipa[-1]) != sw.size or not _is_nondecreasing(ipa):
+        raise ManifestError(
+            f"{path / ARRAYS['secondary_indptr'][1]} must run non-decreasing from 0 to "
+            f"len(secondary_workers) = {sw.size}, got {int(ipa[0])}..{int(ipa[-1])}; {_FIX}"
+        )
+    for name in ("sample_worker", "embedding_primary", "secondary_workers"):
+        arr = np.asarray(arrays[name])
+        if arr.size:
+            lo, hi = _min_max(arr)
+            if lo < 0 or hi >= w:
+                raise ManifestError(
+                    f"{path / ARRAYS[name][1]} holds worker ids in [{int(lo)}, {int(hi)}], expected "
+                    f"[0, {w}) for num_workers {w}; {_FIX}"
+                )
+    if sw.size:
+        e, kind = _first_secondary_on_primary(np.asarray(arrays["embedding_primary"]), ipa, np.asarray(sw))
+        if kind == -1:
+            raise ManifestError(
+                f"{path / ARRAYS['secondary_workers'][1]}: embedding {int(e)} has a secondary on its primary's "
+                f"worker {int(arrays['embedding_primary'][e])}; {_FIX}"
+            )
+        if kind == 1:
+            raise ManifestError(
+                f"{path / ARRAYS['secondary_workers'][1]}: embedding {int(e)} lists the same secondary "
+                f"worker twice; {_FIX}"
+            )
+
+    part = meta["partitioner"] if isinstance(meta["partitioner"], dict) else {}
+    placement = Placement(
+        num_workers=w,
+        sample_worker=arrays["sample_worker"],
+        embedding_primary=arrays["embedding_primary"],
+        secondary_indptr=arrays["secondary_indptr"],
+        secondary_workers=arrays["secondary_workers"],
+        method=str(part.get("name", "unknown")),
+        options=dict(part.get("options") or {}),
+        seed=part.get("seed"),
+        info=dict(part.get("info") or {}),
+    )
+    if verify_hash and "placement_sha256" in meta:
+        got = _placement_hash(placement)
+        if got != meta["placement_sha256"]:
+            raise ManifestError(
+                f"{path}: the arrays do not match placement_sha256 in {MANIFEST_FILE} (got {got[:12]}…, "
+                f"expected {str(meta['placement_sha256'])[:12]}…); the files were modified or corrupted: {_FIX}"
+            )
+    return Manifest(path=path, meta=meta, placement=placement, topology=topology)

@@ -1,0 +1,522 @@
+"""Placement quality metrics: pure functions of (graph, placement[, topology]).
+
+Every partitioner is scored by this one module, so numbers in reports,
+comparisons and the trainer's cross-checks mean the same thing everywhere.
+
+Definitions
+-----------
+A row (embedding) ``e`` is *local* to worker ``w`` when ``w`` is its primary
+or holds a secondary replica of it. Sample ``i`` runs on worker
+``sample_worker[i]``; an edge ``(i, e)`` is *remote* when ``e`` is not local
+to that worker. A remote row is always *served by its primary* (primaries are
+the authoritative, always-current copy — HET-GMP section 5.3), so traffic is
+attributed to ``(primary[e], reader)``.
+
+``remote_accesses``
+    Number of remote edges, i.e. HET-GMP Eq. 3 summed over workers (every
+    (sample, embedding) access counted once, no de-duplication).
+``remote_accesses_weighted``
+    The same with each remote edge multiplied by ``topology.cost[primary[e],
+    w]`` (the weighted edge cut of HET-GMP section 5.2). With a homogeneous
+    topology it equals ``remote_accesses``.
+``epoch_unique_remote``
+    Sum over workers of the number of *distinct* non-local embeddings its
+    samples use in the whole epoch (what a worker would fetch once per epoch
+    with an unbounded cache).
+``batch_remote_reads``
+    Each worker's samples, in dataset order, cut into consecutive chunks of
+    ``batch_size`` (the per-worker batch; the last chunk may be shorter).
+    Per chunk the distinct non-local embeddings are counted; summed over
+    chunks and workers. This is the number of rows a static-schedule training
+    epoch pulls (traffic is de-duplicated within a batch).
+``batch_remote_pushes``
+    The same, counting distinct embeddings that are *not primary* on the
+    worker (reads of a secondary are local, but its gradient is pushed to the
+    primary).
+``traffic_matrix``
+    int64 ``[num_workers, num_workers]``; entry ``[i, j]`` = rows served by
+    worker ``i`` (the primary) to worker ``j`` (the reader) per epoch, in
+    ``batch_remote_reads`` terms. The diagonal is zero; the matrix sums to
+    ``batch_remote_reads``. Row sums are the traffic *served*, column sums the
+    traffic *received*.
+``balance``
+    max / mean over workers of: samples, edges (compute), rows held (primaries
+    + secondaries), traffic served, traffic received. 1.0 is perfect balance;
+    a quantity that is zero on every worker reports 1.0.
+``replication_factor``
+    (primaries + secondaries) / active embeddings, counted over *active*
+    embeddings only (degree > 0). 1.0 means no replication (pure edge-cut);
+    with ``k`` secondaries per active row on average it is ``1 + k``.
+
+Embeddings of degree 0 (ids that never occur in the data) never count: they
+generate no traffic, and rows held and the replication factor skip them.
+
+The batch metrics accept ``num_train`` to restrict them to samples
+``[0, num_train)`` (the training range the trainer walks); by default every
+sample of the graph counts, which is what the partitioners optimise and
+what the report shows.
+
+Implementation: numba kernels over the CSR arrays with integer counters. The
+batch kernel visits each worker's samples in dataset order (a counting sort
+of ``sample_worker``) and keeps one int32 "last chunk stamp" per embedding,
+so distinct-per-chunk counting needs O(num_embeddings) memory and no dense
+workers x embeddings array. Membership in the secondary CSR is a scan of the
+embedding's (short) slice. Memory at full Criteo-Kaggle scale (45.8M samples,
+33.8M embeddings, 1.19B edges): the interleaved stamp arrays (270 MB), the sample order
+(183 MB) and the degree array (270 MB) on top of the graph itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, NamedTuple
+
+import numba
+import numpy as np
+
+from .graph import BipartiteGraph
+from .placement import Placement
+from .topology import Topology
+
+log = logging.getLogger(__name__)
+
+#: bytes per embedding value (float32 rows and gradients)
+BYTES_PER_VALUE = 4
+
+#: the metrics that have a "reduction vs random" (lower is better)
+COMM_METRICS = (
+    "remote_accesses",
+    "remote_accesses_weighted",
+    "epoch_unique_remote",
+    "batch_remote_reads",
+    "batch_remote_pushes",
+)
+
+BALANCE_KEYS = ("samples", "edges", "rows_held", "traffic_served", "traffic_received")
+
+
+# --------------------------------------------------------------------------- kernels
+@numba.njit(cache=True, nogil=True)
+def _is_local(e, w, primary, sec_indptr, sec_workers):  # pragma: no cover - compiled
+    if primary[e] == w:
+        return True
+    if sec_workers.size == 0:
+        return False
+    for k in range(sec_indptr[e], sec_indptr[e + 1]):
+        if sec_workers[k] == w:
+            return True
+    return False
+
+
+@numba.njit(cache=True, nogil=True)
+def _edge_matrix(indptr, indices, sample_worker, primary, sec_indptr, sec_workers, num_workers):  # pragma: no cover
+    # mat[server, reader]: remote edges (HET-GMP Eq. 3 counts, before weighting)
+    mat = np.zeros((num_workers, num_workers), dtype=np.int64)
+    for i in range(indptr.size - 1):
+        w = sample_worker[i]
+        for k in range(indptr[i], indptr[i + 1]):
+            e = indices[k]
+            if not _is_local(e, w, primary, sec_indptr, sec_workers):
+                mat[primary[e], w] += 1
+    return mat
+
+
+@numba.njit(cache=True, nogil=True)
+def _worker_order(sample_worker, num_workers, stop):  # pragma: no cover - compiled
+    # counting sort: the samples [0, stop) of each worker, in dataset order
+    starts = np.zeros(num_workers + 1, dtype=np.int64)
+    for i in range(stop):
+        starts[sample_worker[i] + 1] += 1
+    for w in range(num_workers):
+        starts[w + 1] += starts[w]
+    pos = starts[:-1].copy()
+    order = np.empty(stop, dtype=np.int64)
+    for i in range(stop):
+        w = sample_worker[i]
+        order[pos[w]] = i
+        pos[w] += 1
+    return starts, order
+
+
+@numba.njit(cache=True, nogil=True)
+def _traffic_kernel(indptr, indices, order, starts, primary, sec_indptr, sec_workers,
+                    num_workers, num_embeddings, batch_size):  # pragma: no cover - compiled
+    # One pass over every worker's samples in dataset order, all four [N, N] counts:
+    #   edge[server, reader]  remote edges (HET-GMP Eq. 3 counts, before weighting)
+    #   read[server, reader]  distinct non-local rows per chunk of batch_size
+    #   push[pusher, primary] distinct non-primary rows per chunk
+    #   epoch[server, reader] distinct non-local rows per worker over the epoch
+    edge = np.zeros((num_workers, num_workers), dtype=np.int64)
+    read = np.zeros((num_workers, num_workers), dtype=np.int64)
+    push = np.zeros((num_workers, num_workers), dtype=np.int64)
+    epoch = np.zeros((num_workers, num_workers), dtype=np.int64)
+    # stamps[2e]: last chunk (1-based, global) that touched e; stamps[2e + 1]: last worker
+    # (1-based). Interleaved so both live in one cache line (the loop is memory-bound).
+    stamps = np.zeros(2 * num_embeddings, dtype=np.int32)
+    has_secondaries = sec_workers.size > 0
+    chunk = 0
+    for w in range(num_workers):
+        for p in range(starts[w], starts[w + 1]):
+            if (p - starts[w]) % batch_size == 0:
+                chunk += 1
+            i = order[p]
+            for k in range(indptr[i], indptr[i + 1]):
+                e = indices[k]
+                pe = primary[e]
+                if pe == w:
+                    continue
+                local = False
+                if has_secondaries:
+                    for q in range(sec_indptr[e], sec_indptr[e + 1]):
+                        if sec_workers[q] == w:
+                            local = True
+                            break
+                if not local:
+                    edge[pe, w] += 1
+                    if stamps[2 * e + 1] != w + 1:
+                        stamps[2 * e + 1] = w + 1
+                        epoch[pe, w] += 1
+                if stamps[2 * e] != chunk:
+                    stamps[2 * e] = chunk
+                    push[w, pe] += 1
+                    if not local:
+                        read[pe, w] += 1
+    return edge, read, push, epoch
+
+
+@numba.njit(cache=True, nogil=True)
+def _degree(indices, num_embeddings):  # pragma: no cover - compiled
+    deg = np.zeros(num_embeddings, dtype=np.int64)
+    for e in indices:
+        deg[e] += 1
+    return deg
+
+
+@numba.njit(cache=True, nogil=True)
+def _worker_loads(indptr, sample_worker, num_workers):  # pragma: no cover - compiled
+    samples = np.zeros(num_workers, dtype=np.int64)
+    edges = np.zeros(num_workers, dtype=np.int64)
+    for i in range(indptr.size - 1):
+        w = sample_worker[i]
+        samples[w] += 1
+        edges[w] += indptr[i + 1] - indptr[i]
+    return samples, edges
+
+
+@numba.njit(cache=True, nogil=True)
+def _rows_held(degree, primary, sec_indptr, sec_workers, num_workers):  # pragma: no cover - compiled
+    prim = np.zeros(num_workers, dtype=np.int64)
+    sec = np.zeros(num_workers, dtype=np.int64)
+    active = 0
+    for e in range(primary.size):
+        if degree[e] == 0:
+            continue
+        active += 1
+        prim[primary[e]] += 1
+        for q in range(sec_indptr[e], sec_indptr[e + 1]):
+            sec[sec_workers[q]] += 1
+    return prim, sec, active
+
+
+# --------------------------------------------------------------------------- helpers
+def _arrays(graph: BipartiteGraph, placement: Placement):
+    _check_compatible(graph, placement)
+    return (np.asarray(graph.sample_indptr), np.asarray(graph.sample_indices),
+            np.asarray(placement.sample_worker), np.asarray(placement.embedding_primary),
+            np.asarray(placement.secondary_indptr), np.asarray(placement.secondary_workers))
+
+
+def _check_compatible(graph: BipartiteGraph, placement: Placement) -> None:
+    from .errors import PlacementError
+
+    if placement.num_samples != graph.num_samples or placement.num_embeddings != graph.num_embeddings:
+        raise PlacementError(
+            f"placement covers {placement.num_samples} samples x {placement.num_embeddings} embeddings, "
+            f"the graph has {graph.num_samples} x {graph.num_embeddings}; use the placement made for this dataset."
+        )
+
+
+def embedding_degree(graph: BipartiteGraph) -> np.ndarray:
+    """Samples per embedding, int64 [num_embeddings], without building the transpose."""
+    cached = getattr(graph, "_emb_degree", None)
+    if cached is not None:
+        return cached
+    if getattr(graph, "_emb_indptr", None) is not None:
+        return np.diff(graph._emb_indptr)
+    return _degree(np.asarray(graph.sample_indices), graph.num_embeddings)
+
+
+def edge_traffic_matrix(graph: BipartiteGraph, placement: Placement) -> np.ndarray:
+    """int64 [N, N]: remote edges, entry [i, j] served by worker i to samples on worker j."""
+    ip, ix, sw, pr, si, sws = _arrays(graph, placement)
+    return _edge_matrix(ip, ix, sw, pr, si, sws, placement.num_workers)
+
+
+class Traffic(NamedTuple):
+    """The four int64 [N, N] traffic counts of one placement (see the module docstring).
+
+    ``edge[i, j]``, ``read[i, j]``, ``epoch[i, j]``: served by primary ``i`` to
+    reader ``j`` (remote edges; distinct rows per chunk; distinct rows per
+    epoch). ``push[j, i]``: gradients worker ``j`` pushes to primary ``i``.
+    """
+
+    edge: np.ndarray
+    read: np.ndarray
+    push: np.ndarray
+    epoch: np.ndarray
+
+
+def traffic(graph: BipartiteGraph, placement: Placement, batch_size: int, *,
+            num_train: int | None = None) -> Traffic:
+    """All traffic counts in one pass over each worker's samples in dataset order.
+
+    ``batch_size`` is the per-worker batch; ``num_train`` restricts the pass
+    to samples ``[0, num_train)``.
+    """
+    from .errors import PlacementError
+
+    ip, ix, sw, pr, si, sws = _arrays(graph, placement)
+    stop = graph.num_samples if num_train is None else int(num_train)
+    if not 0 <= stop <= graph.num_samples:
+        raise PlacementError(f"num_train must lie in [0, {graph.num_samples}], got {num_train}.")
+    if int(batch_size) < 1:
+        raise PlacementError(f"batch_size must be >= 1, got {batch_size}.")
+    n = placement.num_workers
+    starts, order = _worker_order(sw, n, stop)
+    return Traffic(*_traffic_kernel(ip, ix, order, starts, pr, si, sws, n, graph.num_embeddings,
+                                    np.int64(batch_size)))
+
+
+def _ratio(values: np.ndarray) -> float:
+    """max / mean over workers; 1.0 when everything is zero."""
+    values = np.asarray(values, dtype=np.float64)
+    mean = values.mean() if values.size else 0.0
+    return float(values.max() / mean) if mean > 0 else 1.0
+
+
+# --------------------------------------------------------------------------- public metrics
+def remote_accesses(graph: BipartiteGraph, placement: Placement) -> int:
+    """Remote (sample, embedding) edges: HET-GMP Eq. 3 summed over workers."""
+    return int(edge_traffic_matrix(graph, placement).sum())
+
+
+def remote_accesses_weighted(graph: BipartiteGraph, placement: Placement, topology: Topology) -> float:
+    """Remote edges weighted by ``topology.cost[primary, reader]`` (weighted Eq. 3)."""
+    return float((edge_traffic_matrix(graph, placement) * topology.cost).sum())
+
+
+def epoch_unique_remote(graph: BipartiteGraph, placement: Placement, *, num_train: int | None = None) -> int:
+    """Sum over workers of the distinct non-local embeddings its samples use."""
+    return int(traffic(graph, placement, 1, num_train=num_train).epoch.sum())
+
+
+def batch_remote_reads(graph: BipartiteGraph, placement: Placement, batch_size: int, *,
+                       num_train: int | None = None) -> int:
+    """Distinct non-local rows per per-worker chunk of ``batch_size``, summed (rows pulled per epoch)."""
+    return int(traffic(graph, placement, batch_size, num_train=num_train).read.sum())
+
+
+def batch_remote_pushes(graph: BipartiteGraph, placement: Placement, batch_size: int, *,
+                        num_train: int | None = None) -> int:
+    """Distinct non-primary rows per per-worker chunk of ``batch_size``, summed (gradients pushed per epoch)."""
+    return int(traffic(graph, placement, batch_size, num_train=num_train).push.sum())
+
+
+def traffic_matrix(graph: BipartiteGraph, placement: Placement, batch_size: int, *,
+                   num_train: int | None = None) -> np.ndarray:
+    """int64 [N, N]; ``[i, j]`` = rows served by worker i to worker j per epoch (batch_remote_reads terms)."""
+    return traffic(graph, placement, batch_size, num_train=num_train).read
+
+
+def replication_factor(placement: Placement, graph: BipartiteGraph | None = None) -> float:
+    """(primaries + secondaries) / active embeddings.
+
+    Active embeddings are those of degree > 0 in ``graph``; without a graph
+    every embedding counts as active. 1.0 when there are none.
+    """
+    if graph is None:
+        degree = np.ones(placement.num_embeddings, dtype=np.int64)
+    else:
+        _check_compatible(graph, placement)
+        degree = embedding_degree(graph)
+    prim, sec, active = _rows_held(degree, np.asarray(placement.embedding_primary),
+                                   np.asarray(placement.secondary_indptr),
+                                   np.asarray(placement.secondary_workers), placement.num_workers)
+    return float(prim.sum() + sec.sum()) / active if active else 1.0
+
+
+def per_worker(graph: BipartiteGraph, placement: Placement, batch_size: int, *,
+               counts: Traffic | None = None) -> dict[str, list[int]]:
+    """Per-worker loads, int lists of length N.
+
+    Keys: samples, edges, primaries, secondaries, rows_held (active rows
+    only), remote_accesses, epoch_unique_remote, batch_remote_reads (received),
+    batch_remote_pushes (sent), traffic_served (reads served as primary),
+    traffic_received (= batch_remote_reads).
+    """
+    n = placement.num_workers
+    if counts is None:
+        counts = traffic(graph, placement, batch_size)
+    samples, edges = _worker_loads(np.asarray(graph.sample_indptr), np.asarray(placement.sample_worker), n)
+    prim, sec, _ = _rows_held(embedding_degree(graph), np.asarray(placement.embedding_primary),
+                              np.asarray(placement.secondary_indptr), np.asarray(placement.secondary_workers), n)
+    out = {
+        "samples": samples,
+        "edges": edges,
+        "primaries": prim,
+        "secondaries": sec,
+        "rows_held": prim + sec,
+        "remote_accesses": counts.edge.sum(axis=0),
+        "epoch_unique_remote": counts.epoch.sum(axis=0),
+        "batch_remote_reads": counts.read.sum(axis=0),
+        "batch_remote_pushes": counts.push.sum(axis=1),
+        "traffic_served": counts.read.sum(axis=1),
+        "traffic_received": counts.read.sum(axis=0),
+    }
+    return {k: [int(x) for x in v] for k, v in out.items()}
+
+
+def balance(graph: BipartiteGraph, placement: Placement, batch_size: int, *,
+            loads: dict[str, list[int]] | None = None) -> dict[str, float]:
+    """max/mean over workers of samples, edges, rows_held, traffic_served, traffic_received."""
+    if loads is None:
+        loads = per_worker(graph, placement, batch_size)
+    return {k: _ratio(np.asarray(loads[k])) for k in BALANCE_KEYS}
+
+
+def reduction(value: float, reference: float) -> float:
+    """``1 - value / reference`` (0.6 = 60% less than the reference; negative = worse); 0.0 if reference is 0."""
+    return float(1.0 - value / reference) if reference > 0 else 0.0
+
+
+def _comm_metrics(graph: BipartiteGraph, placement: Placement, topology: Topology,
+                  batch_size: int) -> tuple[dict[str, float], Traffic]:
+    t = traffic(graph, placement, batch_size)
+    values = {
+        "remote_accesses": int(t.edge.sum()),
+        "remote_accesses_weighted": float((t.edge * topology.cost).sum()),
+        "epoch_unique_remote": int(t.epoch.sum()),
+        "batch_remote_reads": int(t.read.sum()),
+        "batch_remote_pushes": int(t.push.sum()),
+    }
+    return values, t
+
+
+def compute_metrics(graph: BipartiteGraph, placement: Placement, topology: Topology, *,
+                    batch_size: int = 512, embedding_dim: int = 16,
+                    reference: Placement | None = None, seed: int | None = None,
+                    partition_seconds: float | None = None,
+                    peak_rss_bytes: int | None = None) -> dict[str, Any]:
+    """Every metric of the report, as the JSON-ready ``metrics`` object.
+
+    Parameters
+    ----------
+    graph, placement, topology
+        What to score. ``topology.num_workers`` must equal ``placement.num_workers``.
+    batch_size
+        Per-worker batch for the batch metrics.
+    embedding_dim
+        Row width for the ``*_bytes`` figures (float32 values).
+    reference
+        The placement the ``reduction_vs_random`` fractions compare against.
+        ``None`` runs the registry's ``random`` partitioner on the same graph
+        with ``seed`` (default: ``placement.seed``, else 0).
+    partition_seconds, peak_rss_bytes
+        Measured by the caller; copied into the result (``None`` if unknown).
+
+    Returns
+    -------
+    dict
+        Keys: ``remote_accesses``, ``remote_accesses_weighted``,
+        ``epoch_unique_remote``, ``batch_remote_reads``, ``batch_remote_pushes``
+        (+ ``*_bytes`` and ``batch_remote_reads_weighted``), ``batch_size``,
+        ``embedding_dim``, ``reduction_vs_random``, ``reference``,
+        ``balance``, ``replication_factor``, ``traffic_matrix``,
+        ``per_worker``, ``num_workers``, ``num_samples``, ``num_edges``,
+        ``num_active_embeddings``, ``partition_seconds``, ``peak_rss_bytes``.
+
+    Examples
+    --------
+    >>> from gmp.graph import BipartiteGraph
+    >>> from gmp.topology import homogeneous
+    >>> g = BipartiteGraph.from_lists([[0, 1], [1, 2]], num_embeddings=3)
+    >>> p = Placement.edge_cut(2, [0, 1], [0, 0, 1])
+    >>> m = compute_metrics(g, p, homogeneous(2), batch_size=1, reference=p)
+    >>> m["remote_accesses"], m["batch_remote_reads"], m["reduction_vs_random"]["remote_accesses"]
+    (1, 1, 0.0)
+    """
+    from .errors import PlacementError
+
+    if topology.num_workers != placement.num_workers:
+        raise PlacementError(
+            f"topology has {topology.num_workers} workers, the placement {placement.num_workers}; "
+            "use the topology the placement was made for."
+        )
+    if int(batch_size) < 1 or int(embedding_dim) < 1:
+        raise PlacementError(f"batch_size and embedding_dim must be >= 1, got {batch_size} and {embedding_dim}.")
+    batch_size, embedding_dim = int(batch_size), int(embedding_dim)
+    values, counts = _comm_metrics(graph, placement, topology, batch_size)
+    read = counts.read
+
+    if reference is None:
+        from .partition import run_partitioner
+
+        ref_seed = seed if seed is not None else (placement.seed if placement.seed is not None else 0)
+        reference = run_partitioner("random", graph, topology, seed=int(ref_seed))
+        ref_name = f"random (seed {int(ref_seed)})"
+    else:
+        ref_name = f"{reference.method} (seed {reference.seed})"
+    ref_values = _comm_metrics(graph, reference, topology, batch_size)[0]
+
+    loads = per_worker(graph, placement, batch_size, counts=counts)
+    degree = embedding_degree(graph)
+    num_active = int(np.count_nonzero(degree))
+    row_bytes = embedding_dim * BYTES_PER_VALUE
+    held = int(sum(loads["rows_held"]))
+    metrics: dict[str, Any] = dict(values)
+    metrics.update({
+        "batch_remote_reads_weighted": float((read * topology.cost).sum()),
+        "batch_size": batch_size,
+        "embedding_dim": embedding_dim,
+        "bytes_per_row": row_bytes,
+        "remote_accesses_bytes": values["remote_accesses"] * row_bytes,
+        "epoch_unique_remote_bytes": values["epoch_unique_remote"] * row_bytes,
+        "batch_remote_reads_bytes": values["batch_remote_reads"] * row_bytes,
+        "batch_remote_pushes_bytes": values["batch_remote_pushes"] * row_bytes,
+        "reduction_vs_random": {k: reduction(values[k], ref_values[k]) for k in COMM_METRICS},
+        "reference": {"placement": ref_name, **ref_values},
+        "balance": {k: _ratio(np.asarray(loads[k])) for k in BALANCE_KEYS},
+        "replication_factor": held / num_active if num_active else 1.0,
+        "traffic_matrix": read.tolist(),
+        "per_worker": loads,
+        "num_workers": placement.num_workers,
+        "num_samples": graph.num_samples,
+        "num_edges": graph.num_edges,
+        "num_active_embeddings": num_active,
+        "num_secondaries": int(sum(loads["secondaries"])),
+        "partition_seconds": None if partition_seconds is None else float(partition_seconds),
+        "peak_rss_bytes": None if peak_rss_bytes is None else int(peak_rss_bytes),
+    })
+    return metrics
+
+
+def degree_distribution(graph: BipartiteGraph, *, num_bins: int = 40) -> dict[str, list]:
+    """Log-binned embedding degree histogram of the active embeddings (for the log-log plot).
+
+    Returns ``{"bin_edges": [...], "counts": [...]}``: ``counts[k]`` embeddings
+    have degree in ``[bin_edges[k], bin_edges[k+1])``; edges are integers
+    spaced geometrically from 1 to max degree + 1.
+    """
+    deg = embedding_degree(graph)
+    deg = deg[deg > 0]
+    if not deg.size:
+        return {"bin_edges": [1, 2], "counts": [0]}
+    top = int(deg.max()) + 1
+    edges = np.unique(np.floor(np.logspace(0, math.log10(top), num_bins + 1)).astype(np.int64))
+    if edges[-1] < top:
+        edges = np.append(edges, top)
+    if edges.size < 2:
+        edges = np.array([1, top], dtype=np.int64)
+    counts, _ = np.histogram(deg, bins=edges)
+    return {"bin_edges": [int(x) for x in edges], "counts": [int(x) for x in counts]}

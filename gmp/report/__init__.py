@@ -1,0 +1,227 @@
+"""The partition quality report: ``report.json`` (machine-readable), ``report.md`` /
+HTML (for people) and PNG plots.
+
+``gmp partition`` writes the report into the manifest directory; ``gmp
+report MANIFEST_DIR`` re-renders it after re-validating the manifest's arrays,
+and with ``--dataset`` recomputes every metric from the arrays (the dataset's
+hash must match the manifest's).
+
+``report.json``::
+
+    {
+      "format": "gmp.report",
+      "schema_version": 1,
+      "gmp_version": "0.1.0",
+      "created": "2026-11-22T01:00:00+00:00",
+      "source": "partition",             # or "recomputed from dataset", "report.json", "manifest summary"
+      "dataset_sha256": "5b0d6c1f...",
+      "settings": {"method": "random", "options": {}, "seed": 0, "num_workers": 2,
+                   "topology": {"name": "2", "cost": [[0, 1], [1, 0]], "machine_of": [0, 0]},
+                   "batch_size": 512, "embedding_dim": 16, "dataset_sha256": "5b0d..."},
+      "graph": {"num_samples": 6, "num_embeddings": 6, "num_active_embeddings": 6, "num_edges": 12, ...},
+      "metrics": { ... gmp.metrics.compute_metrics(...) ... },
+      "degree_distribution": {"bin_edges": [1, 2, 3], "counts": [0, 6]},
+      "convergence": [{"round": 1, "objective": ..., "seconds": ...}, ...] or null,
+      "plots": ["traffic.png", "loads.png", "degrees.png"]
+    }
+
+``metrics`` holds at least ``remote_accesses``, ``remote_accesses_weighted``,
+``epoch_unique_remote``, ``batch_remote_reads``, ``batch_remote_pushes``,
+``batch_size``, ``reduction_vs_random`` (same metric names, fractions),
+``balance`` (``samples``, ``edges``, ``rows_held``, ``traffic_served``,
+``traffic_received``: max/mean), ``replication_factor``, ``traffic_matrix``,
+``partition_seconds`` and ``peak_rss_bytes``; see :mod:`gmp.metrics` for
+the definitions.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from .. import __version__
+from .._io import read_versioned_json, write_json
+from ..errors import ManifestError
+from .html import render_html
+from .markdown import render_markdown
+from .plots import PLOT_FILES, write_plots
+
+FORMAT = "gmp.report"
+SCHEMA_VERSION = 1
+REPORT_FORMATS = ("md", "json", "html")
+
+__all__ = ["FORMAT", "SCHEMA_VERSION", "build_report", "report_from_manifest", "write_report", "render",
+           "load_report", "render_markdown", "render_html"]
+
+
+def build_report(*, placement, topology, metrics: Mapping[str, Any], source: str,
+                 dataset_sha256: str | None = None, graph=None,
+                 degree_distribution: Mapping[str, Any] | None = None,
+                 graph_stats: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Assemble the report dict from a placement and its metrics.
+
+    ``graph`` (a :class:`~gmp.graph.BipartiteGraph`) supplies the graph
+    statistics and the degree distribution; without it pass them explicitly.
+    """
+    from ..metrics import degree_distribution as _degrees
+    from ..partition import options_to_json
+
+    if graph is not None:
+        from ..metrics import embedding_degree
+
+        deg = embedding_degree(graph)
+        sdeg = np.diff(np.asarray(graph.sample_indptr))
+        graph_stats = {
+            "num_samples": graph.num_samples,
+            "num_embeddings": graph.num_embeddings,
+            "num_active_embeddings": int(np.count_nonzero(deg)),
+            "num_edges": graph.num_edges,
+            "mean_sample_degree": float(sdeg.mean()) if sdeg.size else 0.0,
+            "max_embedding_degree": int(deg.max()) if deg.size else 0,
+        }
+        degree_distribution = _degrees(graph)
+    rounds = (placement.info or {}).get("rounds") if placement.info else None
+    return {
+        "format": FORMAT,
+        "schema_version": SCHEMA_VERSION,
+        "gmp_version": __version__,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "source": source,
+        "dataset_sha256": dataset_sha256,
+        "settings": {
+            "method": placement.method,
+            "options": options_to_json(placement.options),
+            "seed": placement.seed,
+            "num_workers": placement.num_workers,
+            "topology": topology.to_json(),
+            "batch_size": metrics.get("batch_size"),
+            "embedding_dim": metrics.get("embedding_dim"),
+            "dataset_sha256": dataset_sha256,
+        },
+        "graph": dict(graph_stats) if graph_stats else None,
+        "metrics": dict(metrics),
+        "degree_distribution": dict(degree_distribution) if degree_distribution else None,
+        "convergence": list(rounds) if rounds else None,
+        "plots": [],
+    }
+
+
+def load_report(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a ``report.json`` (format and version checked)."""
+    return read_versioned_json(Path(path), fmt=FORMAT, max_version=SCHEMA_VERSION, error=ManifestError,
+                               fix="re-create it with 'gmp report MANIFEST_DIR --dataset DATASET_DIR'.")
+
+
+def report_from_manifest(manifest, *, dataset=None, batch_size: int | None = None,
+                         embedding_dim: int | None = None) -> dict[str, Any]:
+    """The report of a loaded :class:`~gmp.manifest.Manifest`.
+
+    With ``dataset`` (whose hash must match; check it with
+    ``load_manifest(path, dataset=dataset)``) every metric is recomputed from
+    the arrays. Without it the stored ``report.json`` is used after checking
+    that its per-worker sample and primary counts match the arrays; if there is
+    no report.json, the manifest's metric summary and what the arrays alone
+    give (per-worker samples, rows held) are shown.
+    """
+    meta = manifest.meta
+    placement = manifest.placement
+    bs = int(batch_size or meta.get("batch_size") or 512)
+    dim = int(embedding_dim or meta.get("embedding_dim") or 16)
+    if dataset is not None:
+        from ..graph import build_graph
+        from ..metrics import compute_metrics
+
+        if str(dataset.sha256) != manifest.dataset_sha256:
+            raise ManifestError(
+                f"{manifest.path / 'manifest.json'} was made for dataset sha256 {manifest.dataset_sha256[:12]}…, "
+                f"but {dataset.path} has sha256 {str(dataset.sha256)[:12]}…; use the dataset it was made for."
+            )
+        graph = build_graph(dataset)
+        metrics = compute_metrics(graph, placement, manifest.topology, batch_size=bs, embedding_dim=dim,
+                                  seed=placement.seed, partition_seconds=meta.get("partition_seconds"),
+                                  peak_rss_bytes=meta.get("peak_rss_bytes"))
+        return build_report(placement=placement, topology=manifest.topology, metrics=metrics,
+                            source="recomputed from dataset", dataset_sha256=manifest.dataset_sha256, graph=graph)
+
+    samples = np.bincount(np.asarray(placement.sample_worker), minlength=placement.num_workers)
+    stored_path = manifest.path / "report.json"
+    if stored_path.is_file() and batch_size is None and embedding_dim is None:
+        stored = load_report(stored_path)
+        loads = (stored.get("metrics") or {}).get("per_worker") or {}
+        if loads.get("samples") is not None and [int(x) for x in loads["samples"]] != samples.tolist():
+            raise ManifestError(
+                f"{stored_path}: per-worker sample counts {loads['samples']} do not match sample_worker.npy "
+                f"({samples.tolist()}); regenerate it with 'gmp report {manifest.path} --dataset DATASET_DIR'."
+            )
+        report = build_report(placement=placement, topology=manifest.topology, metrics=stored["metrics"],
+                              source="report.json (arrays re-validated)", dataset_sha256=manifest.dataset_sha256,
+                              degree_distribution=stored.get("degree_distribution"), graph_stats=stored.get("graph"))
+        return report
+    if batch_size is not None or embedding_dim is not None:
+        raise ManifestError("--batch-size/--embedding-dim need --dataset DATASET_DIR to recompute the metrics.")
+    metrics = dict(meta.get("metrics") or {})
+    prim = np.bincount(np.asarray(placement.embedding_primary), minlength=placement.num_workers)
+    sec = np.bincount(np.asarray(placement.secondary_workers), minlength=placement.num_workers)
+    metrics["per_worker"] = {"samples": samples.tolist(), "primaries": prim.tolist(), "secondaries": sec.tolist(),
+                             "rows_held": (prim + sec).tolist()}
+    metrics["partition_seconds"] = meta.get("partition_seconds")
+    metrics["peak_rss_bytes"] = meta.get("peak_rss_bytes")
+    return build_report(placement=placement, topology=manifest.topology, metrics=metrics,
+                        source="manifest summary (no report.json; pass --dataset for every metric)",
+                        dataset_sha256=manifest.dataset_sha256)
+
+
+def write_report(out_dir: str | os.PathLike, report: dict[str, Any],
+                 formats: Iterable[str] = ("json", "md")) -> list[str]:
+    """Write the plots and ``report.<fmt>`` for each format into ``out_dir``; return the file names."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plots = write_plots(report, out_dir)
+    report["plots"] = plots
+    names = list(plots)
+    for fmt in formats:
+        if fmt not in REPORT_FORMATS:
+            raise ManifestError(f"unknown report format {fmt!r}; choose one of {', '.join(REPORT_FORMATS)}.")
+        name = f"report.{fmt}"
+        if fmt == "json":
+            write_json(out_dir / name, report)
+        elif fmt == "md":
+            (out_dir / name).write_text(render_markdown(report, images=plots), encoding="utf-8")
+        else:
+            (out_dir / name).write_text(render_html(report, images=[out_dir / p for p in plots]), encoding="utf-8")
+        names.append(name)
+    return names
+
+
+def render(report: dict[str, Any], fmt: str) -> str:
+    """The report as one string (json, md, or html with plots inlined)."""
+    import json
+
+    if fmt == "json":
+        return json.dumps(report, indent=2, default=_default)
+    if fmt == "md":
+        return render_markdown(report, images=report.get("plots") or [])
+    if fmt == "html":
+        tmp = Path(tempfile.mkdtemp(prefix="gmp-report-"))
+        try:
+            plots = write_plots(report, tmp)
+            return render_html(report, images=[tmp / p for p in plots])
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    raise ManifestError(f"unknown report format {fmt!r}; choose one of {', '.join(REPORT_FORMATS)}.")
+
+
+def _default(o: Any) -> Any:
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    return str(o)

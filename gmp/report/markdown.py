@@ -1,0 +1,55 @@
+"""Render a report dict as Markdown (report.md)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from . import tables
+
+
+def md_table(table: tables.Table) -> str:
+    headers, rows = table
+    esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731
+    out = ["| " + " | ".join(esc(h) for h in headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    out += ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def render_markdown(report: Mapping[str, Any], *, images: Sequence[str] = ()) -> str:
+    """The report as Markdown; ``images`` are PNG paths (relative to the .md) to embed."""
+    settings = report.get("settings") or {}
+    metrics = report.get("metrics") or {}
+    parts = [
+        f"# Placement report: {settings.get('method')} on {settings.get('num_workers')} workers",
+        "",
+        f"Source: {report.get('source')}. Batch size {metrics.get('batch_size')} per worker, "
+        f"embedding dim {metrics.get('embedding_dim')} (float32). Reductions are relative to "
+        f"{(metrics.get('reference') or {}).get('placement', 'random')} on the same graph "
+        "(0.6 = 60% less traffic; negative = more).",
+        "",
+        "## Communication",
+        "",
+        md_table(tables.metrics_table(metrics)),
+        "",
+        "## Balance and memory",
+        "",
+        md_table(tables.summary_table(metrics)),
+        "",
+        "## Per worker",
+        "",
+        md_table(tables.per_worker_table(metrics)),
+        "",
+    ]
+    rounds = report.get("convergence")
+    if rounds:
+        parts += ["## Convergence (per round)", "", md_table(tables.convergence_table(rounds)), ""]
+    if images:
+        parts += ["## Plots", ""]
+        parts += [f"![{name}]({name})" for name in images]
+        parts.append("")
+    parts += ["## Settings", "", md_table(tables.settings_table(settings)), ""]
+    graph = report.get("graph")
+    if graph:
+        parts += ["## Graph", "", md_table((["quantity", "value"],
+                                              [[k.replace("_", " "), tables.fmt_num(v)] for k, v in graph.items()])), ""]
+    return "\n".join(parts)
