@@ -55,6 +55,9 @@ def register(app: typer.Typer) -> None:
                                                 help="The trainer's store: non-primary copies are never written "
                                                      "locally (use with --cache-rows 0 --no-on-demand to predict "
                                                      "gmp train's counts)."),
+        parameter_server: bool = typer.Option(False, "--parameter-server",
+                                              help="Herald's setting: all rows on a separate PS (the manifest's "
+                                                   "primaries are ignored)."),
         seed: int = typer.Option(0, "--seed", help="Seed of the sample order (and of the random placement)."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ) -> None:
@@ -67,7 +70,7 @@ def register(app: typer.Typer) -> None:
         result = simulate(ds.indptr, ds.indices, placement, num_train=ds.num_train, batch_size=batch_size,
                           schedule=schedule, on_demand=on_demand, cache_rows=cache_rows, cache_policy=cache_policy,
                           lookahead=lookahead, seed=seed, embedding_dim=embedding_dim,
-                          read_only_replicas=read_only_replicas)
+                          read_only_replicas=read_only_replicas, parameter_server=parameter_server)
         out = result.to_json()
         if as_json:
             echo_json(out)

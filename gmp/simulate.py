@@ -71,6 +71,12 @@ def epoch_order(num_train: int, seed: int, epoch: int = 0) -> np.ndarray:
     return np.random.default_rng(seed + epoch).permutation(int(num_train)).astype(np.int64)
 
 
+def parameter_server_placement(num_workers: int, num_embeddings: int) -> Placement:
+    """Herald's setting: every primary on an extra worker ``num_workers`` (the PS) that trains nothing."""
+    return Placement.edge_cut(num_workers + 1, np.zeros(0, dtype=np.int32),
+                              np.full(num_embeddings, num_workers, dtype=np.int32), method="parameter-server")
+
+
 def default_cache_rows(num_embeddings: int) -> int:
     """Default ``--cache-rows``: 10% of the embedding rows per worker (Herald: 10% of GPU memory)."""
     return max(1, int(num_embeddings) // 10)
@@ -97,7 +103,8 @@ class SimulationResult:
 def simulate(indptr, indices, placement: Placement, *, num_train: int, batch_size: int, schedule: str = "herald",
              on_demand: bool | None = None, cache_rows: int | None = None, cache_policy: str = "lru",
              lookahead: int = 0, seed: int = 0, epoch: int = 0, embedding_dim: int = 16,
-             read_only_replicas: bool = False, order: np.ndarray | None = None) -> SimulationResult:
+             read_only_replicas: bool = False, parameter_server: bool = False,
+             order: np.ndarray | None = None) -> SimulationResult:
     """Replay one epoch (samples ``[0, num_train)`` in :func:`epoch_order`) and count transfers.
 
     Parameters
@@ -108,6 +115,10 @@ def simulate(indptr, indices, placement: Placement, *, num_train: int, batch_siz
     on_demand : default ``schedule == "herald"``
     cache_rows : default :func:`default_cache_rows`
     read_only_replicas : the trainer's store semantics (see :class:`RuntimeScheduler`)
+    parameter_server : Herald's own setting: the placement's primaries are
+        ignored and every row lives on a separate parameter server (an extra
+        worker that trains nothing), so every row a worker uses is either
+        cached or pulled (:func:`parameter_server_placement`)
     order : optional explicit sample order (overrides ``seed``/``epoch``)
     """
     if schedule not in ASSIGNMENTS:
@@ -119,16 +130,20 @@ def simulate(indptr, indices, placement: Placement, *, num_train: int, batch_siz
     if cache_rows is None:
         cache_rows = default_cache_rows(placement.num_embeddings)
     t0 = time.perf_counter()
+    trainers = placement.num_workers
+    if parameter_server:
+        placement = parameter_server_placement(trainers, placement.num_embeddings)
     sched = RuntimeScheduler(indptr, indices, placement, batch_size=batch_size, assignment=schedule,
                              on_demand=on_demand, cache_rows=cache_rows, cache_policy=cache_policy,
-                             lookahead=lookahead, read_only_replicas=read_only_replicas)
+                             lookahead=lookahead, read_only_replicas=read_only_replicas, num_trainers=trainers)
     sched.start_epoch(epoch_order(num_train, seed, epoch) if order is None else order)
     for _ in sched:
         pass
     wall = time.perf_counter() - t0
     tot = sched.totals
     config = {
-        "schedule": schedule, "on_demand": bool(on_demand), "workers": placement.num_workers,
+        "schedule": schedule, "on_demand": bool(on_demand), "workers": trainers,
+        "parameter_server": bool(parameter_server),
         "batch_size": int(batch_size), "cache_rows": int(cache_rows), "cache_policy": cache_policy,
         "lookahead": int(lookahead), "seed": int(seed), "embedding_dim": int(embedding_dim),
         "read_only_replicas": bool(read_only_replicas),

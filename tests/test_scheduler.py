@@ -340,13 +340,12 @@ def single_worker(rows, e, order, g):
 def replay_distributed(eng, rows, e, order):
     """Apply the engine's transfers like a trainer would: copies, pending deltas, pushes, pulls."""
     n = eng.num_workers
-    primary = eng.primary
+    primary = eng.placement.embedding_primary
     ps = np.zeros(e, dtype=np.int64)  # the primaries' values
     copy = [dict() for _ in range(n)]  # non-primary copies (secondaries start as copies)
     for r in range(e):
-        for w in range(n):
-            if w != primary[r] and (eng.local[r] >> w) & 1:
-                copy[w][r] = 0
+        for w in eng.placement.secondaries_of(r).tolist():
+            copy[w][r] = 0
     pending = [defaultdict(int) for _ in range(n)]
 
     def push(w, r):

@@ -200,3 +200,21 @@ def test_herald_schedule_resumes_mid_epoch(ctr):
     per_epoch = len(want) // 2
     assert sorted(i for s in want[:per_epoch] for a in s for i in a) == list(range(ds.num_train))
     assert part.prefetch_stats()["items"] > 0
+
+
+def test_parameter_server_setting_counts_every_use_without_cache(ctr):
+    # Herald's setting, no cache, naive sync: every distinct row a worker uses is pulled and pushed
+    _, ds = ctr
+    n, b = 3, 8
+    pl = _placement(ds, n)
+    res = simulate(ds.indptr, ds.indices, pl, num_train=ds.num_train, batch_size=b, schedule="naive",
+                   on_demand=False, cache_rows=0, parameter_server=True, seed=4).to_json()
+    order = epoch_order(ds.num_train, 4)
+    want = 0
+    for start in range(0, order.size, n * b):
+        for part in np.array_split(order[start:start + n * b], n):
+            rows = [ds.indices[ds.indptr[s]:ds.indptr[s + 1]] for s in part]
+            want += np.unique(np.concatenate(rows)).size if rows else 0
+    assert res["pulls"] == res["pull_miss"] == want
+    assert res["pushes"] == res["push_sync"] == want
+    assert res["workers"] == n and res["parameter_server"] is True

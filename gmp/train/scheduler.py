@@ -159,6 +159,12 @@ def _assign_greedy(b_indptr, b_indices, valid, primary, capacities):  # pragma: 
 
 
 @numba.njit(cache=True)
+def _mark_used(indices, used):  # pragma: no cover - compiled
+    for j in range(indices.size):
+        used[indices[j]] = True
+
+
+@numba.njit(cache=True)
 def _mark_writers(b_indptr, b_indices, worker_of, writers, touched):  # pragma: no cover - compiled
     nt = 0
     for s in range(b_indptr.size - 1):
@@ -476,7 +482,7 @@ class RuntimeScheduler:
 
     def __init__(self, indptr, indices, placement: Placement, *, batch_size: int, assignment: str = "herald",
                  on_demand: bool = True, cache_rows: int = 0, cache_policy: str = "lru", lookahead: int = 0,
-                 read_only_replicas: bool = False, check: bool = True) -> None:
+                 read_only_replicas: bool = False, num_trainers: int | None = None, check: bool = True) -> None:
         if assignment not in ASSIGNMENTS:
             raise TrainingError(f"Unknown schedule {assignment!r}; expected one of {', '.join(ASSIGNMENTS)}.")
         n = placement.num_workers
@@ -487,22 +493,38 @@ class RuntimeScheduler:
         if lookahead < 0:
             raise TrainingError(f"--lookahead must be >= 0, got {lookahead}.")
         self.indptr = np.asarray(indptr)
-        self.indices = np.asarray(indices)
         self.placement = placement
         self.num_workers = n
+        self.num_trainers = n if num_trainers is None else int(num_trainers)
+        if not 1 <= self.num_trainers <= n:
+            raise TrainingError(f"num_trainers must be in [1, {n}], got {num_trainers}.")
         self.batch_size = int(batch_size)
         self.assignment = assignment
         self.on_demand = bool(on_demand)
         self.lookahead = int(lookahead)
         self.read_only_replicas = bool(read_only_replicas)
         self.check = check
-        e = placement.num_embeddings
-        self.primary = np.ascontiguousarray(placement.embedding_primary, dtype=np.int32)
-        self.local = np.left_shift(np.int64(1), self.primary.astype(np.int64))
+        # Compact the rows to those some sample uses: the per-row state (and the
+        # caches' 8 bytes per row and worker) then scales with the active rows,
+        # not with the id space (33.8M ids at Criteo-Kaggle scale).
+        indices = np.asarray(indices)
+        used = np.zeros(placement.num_embeddings, dtype=np.bool_)
+        _mark_used(indices, used)
+        self.row_ids = np.flatnonzero(used).astype(np.int64)  # compact row -> global id
+        remap = np.full(placement.num_embeddings, -1, dtype=np.int32)
+        remap[self.row_ids] = np.arange(self.row_ids.size, dtype=np.int32)
+        self.indices = remap[indices]
+        e = int(self.row_ids.size)
+        self.num_rows = e
+        primary_full = np.asarray(placement.embedding_primary, dtype=np.int32)
+        self.primary = np.ascontiguousarray(primary_full[self.row_ids])
+        local_full = np.left_shift(np.int64(1), primary_full.astype(np.int64))
         if placement.num_secondaries:
-            emb = np.repeat(np.arange(e, dtype=np.int64), np.diff(placement.secondary_indptr))
-            np.bitwise_or.at(self.local, emb,
+            emb = np.repeat(np.arange(placement.num_embeddings, dtype=np.int64), np.diff(placement.secondary_indptr))
+            np.bitwise_or.at(local_full, emb,
                              np.left_shift(np.int64(1), np.asarray(placement.secondary_workers, dtype=np.int64)))
+        self.local = np.ascontiguousarray(local_full[self.row_ids])
+        del local_full, remap
         # a secondary starts as a copy of its primary: current
         self.valid = self.local.copy()
         self.dirty = np.full(e, -1, dtype=np.int32)
@@ -520,7 +542,7 @@ class RuntimeScheduler:
 
     @property
     def global_batch(self) -> int:
-        return self.num_workers * self.batch_size
+        return self.num_trainers * self.batch_size
 
     def num_batches(self, order_size: int | None = None) -> int:
         size = self._order.size if order_size is None else order_size
@@ -576,7 +598,8 @@ class RuntimeScheduler:
         t = self.iteration
         n = self.num_workers
         b_indptr, b_indices = _gather(self.indptr, self.indices, samples)
-        caps = batch_capacities(samples.size, n)
+        caps = np.zeros(n, dtype=np.int64)
+        caps[:self.num_trainers] = batch_capacities(samples.size, self.num_trainers)
         worker_of = self._assign(b_indptr, b_indices, caps)
         nnz = b_indices.size
         touched = np.empty(max(nnz, 1), dtype=np.int64)
@@ -607,7 +630,7 @@ class RuntimeScheduler:
                        buf, ev_kind, ev_worker, ev_row, ev_ready, ne)
         self._pos += 1
         sched = BatchSchedule(t, samples, worker_of, n, ev_kind[:ne].copy(), ev_worker[:ne].copy(),
-                              ev_row[:ne].copy(), ev_ready[:ne].copy())
+                              self.row_ids[ev_row[:ne]], ev_ready[:ne].copy())
         sched.schedule_s = time.perf_counter() - t0
         sched.index_in_epoch = k
         self.totals.add(sched)
@@ -616,7 +639,8 @@ class RuntimeScheduler:
     def _finish_epoch(self) -> None:
         rows = np.flatnonzero(self.dirty >= 0)
         workers = self.dirty[rows].astype(np.int32)
-        self.flush = np.stack([workers.astype(np.int64), rows]) if rows.size else np.zeros((2, 0), dtype=np.int64)
+        self.flush = (np.stack([workers.astype(np.int64), self.row_ids[rows]]) if rows.size
+                      else np.zeros((2, 0), dtype=np.int64))
         self.totals.by_kind[PUSH_FLUSH] += rows.size
         self.valid[rows] |= np.left_shift(np.int64(1), self.primary[rows].astype(np.int64))
         self.available[rows] = self.iteration
