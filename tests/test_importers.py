@@ -595,3 +595,25 @@ def test_unreadable_path_message(tmp_path, monkeypatch):
     with pytest.raises(ImportDataError, match=r"criteo_small.tsv: permission denied; make the file readable"):
         import_criteo([CRITEO], tmp_path / "out")
     assert_nothing_left(tmp_path, "out")
+
+
+@pytest.mark.parametrize("name, run", [
+    ("criteo", lambda o: import_criteo([CRITEO], o)),
+    ("avazu", lambda o: import_avazu([FIX / "avazu_small.csv"], o)),
+    ("csv", lambda o: import_csv([FIX / "mixed_small.csv"], o, options=CsvOptions(label="income", label_positive=">50K",
+                                                                             multi=["tags"]))),
+    ("libsvm", lambda o: import_libsvm([FIX / "small.libsvm"], o)),
+    ("libffm", lambda o: import_libsvm([FIX / "small.libffm"], o, ffm=True)),
+    ("movielens", lambda o: import_movielens([FIX / "ml_classic"], o)),
+])
+def test_every_sample_is_sorted_and_duplicate_free(tmp_path, name, run):
+    run(tmp_path / "out")
+    ds = load_dataset(tmp_path / "out")
+    for r in rows_of(ds):
+        assert r == sorted(set(r))
+    # every id lies inside the range of exactly one field, and each field is used once per
+    # sample unless it is multi-valued
+    for r in rows_of(ds):
+        owners = [next(f.name for f in ds.categorical_fields if f.offset <= i < f.offset + f.num_values) for i in r]
+        single = [o for o in owners if next(f for f in ds.fields if f.name == o).kind == "categorical"]
+        assert len(single) == len(set(single))

@@ -135,4 +135,5 @@ def import_libsvm(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *
         # Fields in numeric order (they were registered in order of first appearance).
         vocab.reorder([fields[f] for f in sorted(fields)])
         return finish_import(writer, vocab, bad, fmt=fmt, paths=paths, lines_read=lines_read, common=common,
-                             format_options={"field": "given (libffm)" if ffm else "token position"})
+                             format_options={"field": "given (libffm)" if ffm else "token position"},
+                             dedupe=True if ffm else None)
