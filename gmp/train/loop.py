@@ -212,7 +212,14 @@ class Trainer:
         self.counters = np.zeros((len(self.stores), len(COUNTERS)), dtype=np.int64)
         self.acc = {"loss_sum": 0.0, "samples": 0, "steps": 0, "train_seconds": 0.0}
         self.history: list[dict[str, Any]] = []
+        self.interrupted = False
+        self._stop_flag = False  # set by request_stop() (a signal handler); agreed on at the next step
+        self._stop_now = False
         self.schedule.bind(self)
+
+    def request_stop(self) -> None:
+        """Ask :meth:`fit` to stop after the current step (safe from a signal handler)."""
+        self._stop_flag = True
 
     # ------------------------------------------------------------------ step
     def _count(self, li: int, name: str, value: int) -> None:
@@ -393,8 +400,11 @@ class Trainer:
         for p in params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-        flat = torch.cat([p.grad.reshape(-1) for p in params])
+        # one control element rides along: any worker asking to stop stops all of them at this step
+        stop = torch.tensor([1.0 if self._stop_flag else 0.0], dtype=params[0].dtype, device=params[0].device)
+        flat = torch.cat([p.grad.reshape(-1) for p in params] + [stop])
         flat = self.engine.all_reduce_dense(flat)
+        self._stop_now = bool(flat[-1].item() > 0)
         offset = 0
         for p in params:
             k = p.numel()
@@ -500,7 +510,8 @@ class Trainer:
             bar = _Bar(show, f"epoch {self.epoch + 1}/{self.config.epochs}", num_steps, self.step_in_epoch)
             with bar:
                 for step in self.schedule.steps(self.epoch, self.step_in_epoch):
-                    if stop_after_steps is not None and done >= stop_after_steps:
+                    if (stop_after_steps is not None and done >= stop_after_steps) or self._stop_now:
+                        self.interrupted = True
                         return records
                     t0 = time.perf_counter()
                     loss = self.train_step(step)

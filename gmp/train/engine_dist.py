@@ -1,0 +1,139 @@
+"""The distributed engine: one process per worker under ``torchrun``.
+
+Rank, world size and local rank come from the environment torchrun sets
+(``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``; ``MASTER_ADDR``/``MASTER_PORT`` for
+the rendezvous), so the usual multi-machine flags work unchanged::
+
+    torchrun --nnodes 2 --node-rank 0 --nproc-per-node 4 \\
+             --rdzv-backend c10d --rdzv-endpoint host0:29500 \\
+             -m cli.main train --engine distributed --dataset D --manifest M
+
+Backend: NCCL with ``cuda:<LOCAL_RANK>`` when CUDA is available, gloo on CPU
+otherwise (``GMP_DIST_BACKEND`` overrides).
+
+Variable-size all-to-all: ``dist.all_to_all`` with tensor lists is not
+implemented by gloo in every torch version, but ``all_to_all_single`` with
+split sizes is, on gloo and NCCL alike. Each exchange therefore first swaps
+the per-peer row counts (one int64 per peer, ``all_to_all_single``), then the
+flattened payload with ``input_split_sizes``/``output_split_sizes``.
+Dense gradients are summed with one ``all_reduce`` over a flat buffer
+(equivalent to DDP's bucketed all-reduce, without its hooks, since the model's
+input rows are not parameters).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from typing import Sequence
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ..errors import TrainingError
+from .comm import CommEngine
+
+ENV_HINT = ("run it under torchrun, e.g. 'torchrun --standalone --nproc-per-node N -m cli.main train "
+            "--engine distributed ...'")
+
+
+def world_from_env() -> tuple[int, int, int]:
+    """(rank, world_size, local_rank) from torchrun's environment, or a TrainingError."""
+    try:
+        rank = int(os.environ["RANK"])
+        world = int(os.environ["WORLD_SIZE"])
+        local = int(os.environ.get("LOCAL_RANK", rank))
+    except (KeyError, ValueError):
+        raise TrainingError(f"--engine distributed needs RANK and WORLD_SIZE in the environment; {ENV_HINT}.") from None
+    return rank, world, local
+
+
+class DistributedEngine(CommEngine):
+    def __init__(self, *, backend: str | None = None, timeout_s: float = 600.0):
+        rank, world, local = world_from_env()
+        use_cuda = torch.cuda.is_available()
+        backend = backend or os.environ.get("GMP_DIST_BACKEND") or ("nccl" if use_cuda else "gloo")
+        if backend == "nccl":
+            if not use_cuda:
+                raise TrainingError("backend nccl needs CUDA; use gloo on CPU machines.")
+            torch.cuda.set_device(local % torch.cuda.device_count())
+            self._device = torch.device("cuda", local % torch.cuda.device_count())
+        else:
+            self._device = torch.device("cpu")
+        self.backend = backend
+        self.rank = rank
+        self.world_size = world
+        self.local_workers = [rank]
+        if not dist.is_initialized():
+            kw = {"device_id": self._device} if backend == "nccl" else {}
+            dist.init_process_group(backend, timeout=_dt.timedelta(seconds=timeout_s), **kw)
+        if dist.get_world_size() != world or dist.get_rank() != rank:
+            raise TrainingError("the process group disagrees with RANK/WORLD_SIZE from the environment.")
+        super().__init__()
+
+    def device_for(self, worker: int) -> torch.device:
+        return self._device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def alltoallv(self, sends: Sequence[Sequence[torch.Tensor]], category: str | None) -> list[list[torch.Tensor]]:
+        (mine,) = sends
+        if len(mine) != self.world_size:
+            raise TrainingError("alltoallv: one tensor per destination is required.")
+        self._count_sends(sends, category)
+        trailing = tuple(mine[0].shape[1:])
+        per_row = int(np.prod(trailing)) if trailing else 1
+        dev = self._device
+        send_counts = torch.tensor([int(t.shape[0]) for t in mine], dtype=torch.int64, device=dev)
+        recv_counts = torch.empty_like(send_counts)
+        dist.all_to_all_single(recv_counts, send_counts)
+        rc = recv_counts.tolist()
+        flat = torch.cat([t.reshape(-1).to(dev) for t in mine])
+        out = torch.empty(sum(rc) * per_row, dtype=flat.dtype, device=dev)
+        dist.all_to_all_single(out, flat, [c * per_row for c in rc], [int(t.shape[0]) * per_row for t in mine])
+        parts = torch.split(out, [c * per_row for c in rc])
+        return [[p.view(-1, *trailing) if trailing else p for p in parts]]
+
+    def all_reduce_dense(self, flat: torch.Tensor) -> torch.Tensor:
+        if self.world_size > 1:
+            self.count(0, "dense_allreduce", flat.numel() * flat.element_size())
+        flat = flat.to(self._device)
+        dist.all_reduce(flat)
+        return flat
+
+    def sum_across(self, values: np.ndarray) -> np.ndarray:
+        t = torch.as_tensor(np.asarray(values, dtype=np.float64), device=self._device).clone()
+        dist.all_reduce(t)
+        return t.cpu().numpy()
+
+    def gather(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        (mine,) = arrays
+        t = torch.as_tensor(np.asarray(mine, dtype=np.float64).reshape(-1), device=self._device)
+        size = torch.tensor([t.numel()], dtype=torch.int64, device=self._device)
+        sizes = [torch.empty_like(size) for _ in range(self.world_size)]
+        dist.all_gather(sizes, size)
+        sizes = [int(s.item()) for s in sizes]
+        longest = max(sizes)
+        padded = torch.zeros(longest, dtype=torch.float64, device=self._device)
+        padded[: t.numel()] = t
+        bufs = [torch.empty_like(padded) for _ in range(self.world_size)]
+        dist.all_gather(bufs, padded)
+        return [b[:k].cpu().numpy() for b, k in zip(bufs, sizes)]
+
+    def barrier(self) -> None:
+        if self.backend == "nccl":
+            dist.barrier(device_ids=[self._device.index])
+        else:
+            dist.barrier()
+
+    def broadcast_object(self, obj):
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def close(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -1,0 +1,159 @@
+"""``gmp train`` as a library call: validate every input, build the engine and
+trainer, train, log, checkpoint.
+
+Everything that can be refused is refused before the first step, with one
+line: an unreadable or corrupt dataset, a manifest for another dataset (hash
+mismatch), a worker count that does not match the manifest (``--workers`` or
+the torchrun world size), an unknown model / optimizer / schedule.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from ..datasets.format import load_dataset
+from ..errors import TrainingError
+from ..placement import Placement
+from .checkpoint import load_checkpoint, placement_sha256, save_checkpoint
+from .loop import TrainConfig, TrainData, Trainer, json_line
+from .models import MODELS
+from .schedule import SHUFFLES, schedule_names
+from .store import OPTIMIZERS
+
+log = logging.getLogger("gmp.train")
+ENGINES = ("local", "distributed")
+
+
+def validate_config(config: TrainConfig) -> None:
+    if config.model not in MODELS:
+        raise TrainingError(f"unknown --model {config.model!r}; expected one of {list(MODELS)}.")
+    if config.optimizer not in OPTIMIZERS:
+        raise TrainingError(f"unknown --optimizer {config.optimizer!r}; expected one of {list(OPTIMIZERS)}.")
+    if config.schedule not in schedule_names():
+        raise TrainingError(f"unknown --schedule {config.schedule!r}; expected one of {schedule_names()}.")
+    if config.shuffle not in SHUFFLES:
+        raise TrainingError(f"unknown --shuffle {config.shuffle!r}; expected one of {list(SHUFFLES)}.")
+    if config.batch_size < 1:
+        raise TrainingError(f"--batch-size must be >= 1, got {config.batch_size}.")
+    if config.embedding_dim < 1:
+        raise TrainingError(f"--embedding-dim must be >= 1, got {config.embedding_dim}.")
+
+
+def load_placement(dataset, manifest: str | os.PathLike | None, workers: int | None) -> Placement:
+    """The manifest's placement (validated against the dataset), or everything on one worker."""
+    if manifest is None:
+        if workers not in (None, 1):
+            raise TrainingError(f"--workers {workers} needs a --manifest placing rows on {workers} workers "
+                                f"(make one with 'gmp partition'); without a manifest training uses 1 worker.")
+        zeros_s = np.zeros(dataset.num_samples, dtype=np.int32)
+        return Placement.edge_cut(1, zeros_s, np.zeros(dataset.num_embeddings, dtype=np.int32), method="single")
+    try:
+        from ..manifest import load_manifest
+    except ImportError as exc:  # pragma: no cover - the manifest module is part of gmp
+        raise TrainingError(f"cannot read manifests: {exc}") from None
+    placement = load_manifest(manifest, dataset=dataset).placement
+    if workers is not None and workers != placement.num_workers:
+        raise TrainingError(f"--workers {workers} does not match the manifest {manifest}, which places rows on "
+                            f"{placement.num_workers} workers; pass --workers {placement.num_workers} or another manifest.")
+    return placement
+
+
+def make_engine(name: str, num_workers: int):
+    if os.environ.get("GMP_TORCH_THREADS"):
+        torch.set_num_threads(int(os.environ["GMP_TORCH_THREADS"]))
+    if name == "local":
+        from .engine_local import LocalEngine
+
+        return LocalEngine(num_workers)
+    if name == "distributed":
+        from .engine_dist import DistributedEngine, world_from_env
+
+        _, world, _ = world_from_env()
+        if world != num_workers:
+            raise TrainingError(f"torchrun started {world} processes but the manifest places rows on {num_workers} "
+                                f"workers; use 'torchrun --nproc-per-node {num_workers}' (times --nnodes).")
+        if "OMP_NUM_THREADS" not in os.environ and not os.environ.get("GMP_TORCH_THREADS"):
+            # share the machine's cores between the processes of this node: oversubscribed
+            # intra-op thread pools make small kernels (index_add) orders of magnitude slower
+            per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // per_node))
+        return DistributedEngine()
+    raise TrainingError(f"unknown --engine {name!r}; expected one of {list(ENGINES)}.")
+
+
+def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config: TrainConfig, *,
+          engine: str = "local", workers: int | None = None, checkpoint_dir: str | os.PathLike | None = None,
+          resume: bool = False, log_json: str | os.PathLike | None = None,
+          on_record: Callable[[dict[str, Any]], None] | None = None,
+          stop_after_steps: int | None = None, verify_hash: bool = True) -> list[dict[str, Any]]:
+    """Train and return the epoch records (see :mod:`gmp.train.loop` for the keys).
+
+    ``stop_after_steps`` simulates an interrupt after that many steps (a
+    checkpoint is written when ``checkpoint_dir`` is set) and raises
+    :class:`TrainingError` like a real interrupt does.
+    """
+    validate_config(config)
+    if resume and checkpoint_dir is None:
+        raise TrainingError("--resume needs --checkpoint-dir (where the interrupted run saved its checkpoints).")
+    ds = load_dataset(dataset)
+    if verify_hash:
+        ds.verify_hash()
+    placement = load_placement(ds, manifest, workers)
+    placement.check(num_samples=ds.num_samples, num_embeddings=ds.num_embeddings)
+    data = TrainData(ds)
+    eng = make_engine(engine, placement.num_workers)
+    try:
+        trainer = Trainer(data, placement, config, eng)
+        psha = placement_sha256(placement)
+        if resume:
+            if not (Path(checkpoint_dir) / "latest" / "checkpoint.json").is_file():
+                raise TrainingError(f"--resume: no checkpoint in {checkpoint_dir}; run without --resume first.")
+            load_checkpoint(trainer, checkpoint_dir, dataset_sha256=ds.sha256, placement_sha=psha)
+        log_file = None
+        if log_json is not None and eng.is_main:
+            log_file = open(log_json, "a" if resume else "w", encoding="utf-8")
+
+        def record(rec: dict[str, Any]) -> None:
+            rec = {**rec, "engine": engine, "workers": placement.num_workers, "schedule": config.schedule,
+                   "staleness": "inf" if math.isinf(config.staleness) else config.staleness}
+            if log_file is not None:
+                log_file.write(json_line(rec) + "\n")
+                log_file.flush()
+            if on_record is not None and eng.is_main:
+                on_record(rec)
+
+        def checkpoint(t: Trainer) -> None:
+            if checkpoint_dir is not None:
+                save_checkpoint(t, checkpoint_dir, dataset_sha256=ds.sha256, placement_sha=psha)
+
+        old_handler = None
+        if eng.is_main or engine == "distributed":
+            try:
+                old_handler = signal.signal(signal.SIGINT, lambda *_: trainer.request_stop())
+            except ValueError:  # not in the main thread
+                old_handler = None
+        try:
+            records = trainer.fit(on_record=record, on_epoch_end=checkpoint, stop_after_steps=stop_after_steps)
+        finally:
+            if old_handler is not None:
+                signal.signal(signal.SIGINT, old_handler)
+            if log_file is not None:
+                log_file.close()
+        if trainer.interrupted:
+            where = f"epoch {trainer.epoch + 1} step {trainer.step_in_epoch}"
+            if checkpoint_dir is None:
+                raise TrainingError(f"interrupted at {where}; no --checkpoint-dir, so nothing was saved.")
+            checkpoint(trainer)
+            raise TrainingError(f"interrupted at {where}; checkpoint saved in {checkpoint_dir}, "
+                                f"continue with the same command plus --resume.")
+        return records
+    finally:
+        eng.close()

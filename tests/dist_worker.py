@@ -1,0 +1,49 @@
+"""Run under torchrun by tests/test_train_distributed.py: train with the
+distributed engine on a placement given as .npz, save each rank's primaries.
+
+usage: torchrun ... tests/dist_worker.py DATASET PLACEMENT.npz OUT_DIR CONFIGS_JSON
+
+CONFIGS_JSON is a list of TrainConfig dicts, trained one after the other in the
+same process group (torchrun start-up dominates the test's time); results go
+to OUT_DIR/<index>/.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from gmp.datasets.format import load_dataset
+from gmp.placement import Placement
+from gmp.train.engine_dist import DistributedEngine
+from gmp.train.loop import TrainConfig, TrainData, Trainer
+
+
+def main() -> None:
+    dataset, placement_npz, out, cfg = sys.argv[1:5]
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    z = np.load(placement_npz)
+    placement = Placement(int(z["num_workers"]), z["sample_worker"], z["embedding_primary"], z["secondary_indptr"],
+                          z["secondary_workers"])
+    engine = DistributedEngine()
+    data = TrainData(load_dataset(dataset))
+    for i, config in enumerate(json.loads(cfg)):
+        engine.bytes[:] = 0
+        trainer = Trainer(data, placement, TrainConfig(**config), engine)
+        records = trainer.fit()
+        store = trainer.stores[0]
+        p = store.num_primary
+        d = Path(out) / str(i)
+        d.mkdir(exist_ok=True)
+        np.savez(d / f"rank{engine.rank}.npz", ids=store.ids[:p], rows=store.table[:p].double().numpy(),
+                 dense=torch.cat([q.detach().reshape(-1) for q in trainer.model.parameters()]).double().numpy())
+        if engine.rank == 0:
+            (d / "records.json").write_text(json.dumps(records))
+    engine.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""The distributed engine under torchrun (gloo, CPU processes) equals the local engine."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from gmp.datasets.format import load_dataset
+from gmp.placement import Placement
+from gmp.train.engine_local import LocalEngine
+from gmp.train.loop import TrainConfig, TrainData, Trainer
+from train_data import make_ctr_dataset
+
+pytestmark = pytest.mark.distributed
+HERE = Path(__file__).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(nproc: int, args: list[str], *, timeout: float = 240) -> subprocess.CompletedProcess:
+    torchrun_bin = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
+    cmd = [torchrun_bin, "--nnodes", "1", "--nproc-per-node", str(nproc), "--rdzv-backend", "c10d",
+           "--rdzv-endpoint", f"127.0.0.1:{free_port()}", *args]
+    env = {**__import__("os").environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE.parent)}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@pytest.fixture(scope="module")
+def ctr(tmp_path_factory):
+    path = make_ctr_dataset(tmp_path_factory.mktemp("ctr") / "ds")
+    return path, load_dataset(path)
+
+
+def placement_with_secondaries(ds, n, seed=2):
+    rng = np.random.default_rng(seed)
+    pl = Placement.edge_cut(n, rng.integers(0, n, ds.num_samples), rng.integers(0, n, ds.num_embeddings))
+    sec = [[w for w in range(n) if w != pl.embedding_primary[e] and rng.random() < 0.4]
+           for e in range(ds.num_embeddings)]
+    return pl.with_secondaries(np.cumsum([0] + [len(s) for s in sec]),
+                               np.array([w for s in sec for w in s], dtype=np.int32))
+
+
+def test_distributed_equals_local(ctr, tmp_path):
+    """naive and static, 3 gloo processes, a placement with secondaries, s = 0: the same
+    model, losses, AUC, byte counts and row counters as the local engine (which the
+    equivalence tests tie to single-process training)."""
+    path, ds = ctr
+    n = 3
+    pl = placement_with_secondaries(ds, n)
+    np.savez(tmp_path / "pl.npz", num_workers=n, sample_worker=pl.sample_worker,
+             embedding_primary=pl.embedding_primary, secondary_indptr=pl.secondary_indptr,
+             secondary_workers=pl.secondary_workers)
+    configs = [dict(model=model, embedding_dim=4, optimizer="adagrad", lr=0.1, batch_size=16, epochs=2,
+                    schedule=schedule, dtype="float64", hidden=[8], seed=4)
+               for model, schedule in (("deepfm", "naive"), ("wdl", "static"))]
+    res = torchrun(n, [str(HERE / "dist_worker.py"), str(path), str(tmp_path / "pl.npz"), str(tmp_path),
+                       json.dumps(configs)])
+    assert res.returncode == 0, res.stderr[-3000:]
+    torch.use_deterministic_algorithms(True)
+    for i, cfg in enumerate(configs):
+        local = Trainer(TrainData(ds), pl, TrainConfig(**cfg), LocalEngine(n))
+        local_records = local.fit()
+        table = local.embedding_table()
+        dense = torch.cat([q.detach().reshape(-1) for q in local.model.parameters()]).numpy()
+        seen = 0
+        for r in range(n):
+            z = np.load(tmp_path / str(i) / f"rank{r}.npz")
+            np.testing.assert_allclose(z["rows"], table[z["ids"]], rtol=1e-9, atol=1e-12)
+            np.testing.assert_allclose(z["dense"], dense, rtol=1e-9, atol=1e-12)
+            seen += z["ids"].size
+        assert seen == ds.num_embeddings
+        dist_records = json.loads((tmp_path / str(i) / "records.json").read_text())
+        assert len(dist_records) == len(local_records) == cfg["epochs"]
+        for a, b in zip(dist_records, local_records):
+            assert a["bytes"] == b["bytes"]
+            for key in ("remote_rows_read", "remote_rows_pushed", "staleness_refreshes", "samples"):
+                assert a[key] == b[key], key
+            assert a["test_auc"] == pytest.approx(b["test_auc"], abs=1e-9)
+            assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-9)
