@@ -1,0 +1,714 @@
+"""Synthetic CTR data with the two properties HET-GMP exploits: skew and locality.
+
+``gmp data synth`` writes a prepared dataset (:mod:`gmp.datasets.format`) of
+CTR-like samples: one id per categorical field, 13 dense features and a 0/1
+label from a hidden logistic model. Everything is drawn from a *generative
+story* with a handful of knobs, each of which changes the sample–embedding
+graph in a known way (measured numbers: ``docs/synth.md``).
+
+The story of one sample
+-----------------------
+1. **Community.** The sample picks one of ``K = num_communities`` latent
+   communities uniformly at random.
+2. **Categorical ids.** For every field ``f`` with ``n_f`` values, a seeded
+   random permutation ``perm_f`` maps popularity *ranks* ``g = 0..n_f-1`` to
+   value ids (so popular ids are not simply the low ids). A rank is drawn from
+   the mixture
+
+   * with probability ``1 - tail``: ``Zipf(skew)``, ``P(g) ∝ (g + 1) ** -skew``
+     (the **skew** knob: the power-law exponent of value popularity);
+   * with probability ``tail``: uniform over all ``n_f`` ranks (the **tail**
+     knob: a long tail of rarely-seen values, like the millions of
+     once-seen ids of real click logs).
+
+   For *local* fields (high cardinality, see below) the draw is, with
+   probability ``locality``, made inside the sample's community instead:
+   community ``c`` owns the ranks ``g ≡ c (mod K)`` (its *slice*: every K-th
+   rank, so each community owns a share of the popular head as well as of
+   the tail); a rank ``r`` is drawn from the same Zipf/tail mixture over the
+   slice's ``s_c = ceil((n_f - c) / K)`` entries and mapped to ``g = r*K + c``.
+   Because ``(r K)^-skew ∝ r^-skew``, the community draw has the same shape
+   as the global one, and averaged over the (uniform) communities the
+   marginal popularity of every field stays Zipf/tail whatever ``locality``
+   is: locality changes *who* co-accesses a value, not how often it is used.
+3. **Dense features.** ``z_j ~ N(shift[c, j], 1)`` for ``j < 13`` (a
+   community-dependent mean, so dense features carry community signal too);
+   the stored feature is ``log1p(floor(exp(mu_j + z_j)))``, a log-transformed
+   count like prepared Criteo integer columns.
+4. **Label.** ``logit = b0 + bias[c] + sum_f w_f(id_f) + sum_j v_j z_j`` with
+   per-value weights ``w_f(id)`` uniform with standard deviation
+   ``sigma_value`` (a hash of (seed, id): no table needed), dense
+   coefficients ``v_j ~ N(0, sigma_dense)`` and community biases
+   ``bias[c] ~ N(0, sigma_community)``; ``label ~ Bernoulli(sigmoid(logit))``.
+   ``b0`` is calibrated by bisection on a fixed pilot of 16,384 samples so
+   the label rate is about ``label_rate`` (0.256, Criteo's). The true
+   click probability is saved (``synth_ctr.npy``), so the *Bayes AUC* — the
+   AUC of the true probabilities, the best any model can reach — is exact;
+   it is written to ``dataset.json`` under ``synth.bayes_auc`` (test split).
+
+**Local fields.** A field is local when its *unscaled* preset cardinality is
+at least ``local_min_values`` (10,000 for ``criteo-kaggle``: the 10 fields
+C3, C4, C7, C10, C12, C15, C16, C21, C24, C26; 1,000 for ``tiny``) and its
+scaled cardinality gives every community at least 2 values
+(``n_f >= 2 K``). Which fields are local therefore does not change with
+``--scale``. Low-cardinality fields are global: their values are hot, used
+by every community, and are what 2D replication (vertex-cut) is for.
+
+What the knobs do to the graph
+------------------------------
+* ``skew`` (default 1.1): the power-law exponent. Higher -> more accesses go
+  to the top 1% of embeddings (``BipartiteGraph.stats().top1pct_access_share``),
+  fewer distinct values are used, a larger max degree.
+* ``tail`` (default 0.3): share of draws spread uniformly. Higher -> more
+  distinct (mostly once-seen) values, closer to the real ~33.8M distinct
+  values of Criteo-Kaggle at full size, and a slightly lower top-1% share.
+* ``num_communities`` K (default 64) and ``locality`` L (default 0.7): for a
+  sample of community c a fraction ``L + (1 - L) P(g ≡ c mod K)`` (≈ L for
+  large K) of its local-field ids fall in c's slice. A partition that puts
+  whole communities (samples and their slices) on one worker keeps those
+  accesses local: with W workers the local-field remote share drops from
+  ``(W-1)/W`` (random placement) to about ``(1 - L)(W-1)/W``. L = 0 gives
+  no exploitable locality; K controls how finely the locality is cut (K
+  < W cannot be balanced without splitting communities).
+
+Determinism
+-----------
+All randomness comes from ``numpy.random.SeedSequence(seed)``: the tables
+(value permutations, dense/community parameters) from seeded
+``default_rng`` generators, and the samples from a *counter-based* stream:
+sample ``i`` draws its uniforms from a SplitMix64 sequence started at
+``mix(key ^ mix(i))`` (``key`` from the SeedSequence). Each sample depends
+only on ``(seed, i)``, so the output is identical for any ``--chunk-samples``
+(and any thread count), and ``--samples`` N is a prefix of ``--samples`` M > N
+(apart from the train/test split and the split-dependent Bayes AUC).
+
+Sampling method
+---------------
+Zipf ranks use Hörmann & Derflinger's *rejection-inversion* (ACM TOMACS
+1996; the formulation of Apache Commons' ``RejectionInversionZipfSampler``):
+exact for any exponent >= 0 and any finite support, O(1) expected time and
+no per-value table, so a 10M-value field costs nothing to set up. The only
+per-value tables are the permutations (int32, 4 bytes per embedding, 135 MB
+at Criteo-Kaggle scale). Generation runs in a numba kernel chunk by chunk;
+memory is bounded by ``chunk_samples``, not by ``num_samples``.
+
+Files written besides the prepared-dataset arrays
+--------------------------------------------------
+``synth_community.npy`` (int16/int32 [num_samples], each sample's community)
+and ``synth_ctr.npy`` (float32 [num_samples], the true click probability);
+``dataset.json`` gets a ``"synth"`` object with every knob, the local fields,
+``b0`` and ``bayes_auc``. Ids within a sample are unique by construction
+(one per field, ascending because field ranges are contiguous), so the
+dataset is written without the dedupe pass.
+
+Example
+-------
+>>> from gmp.datasets.synth import preset_config, synthesize
+>>> cfg = preset_config("tiny", num_samples=10_000, seed=0)
+>>> meta = synthesize(cfg, "/tmp/tiny-synth", overwrite=True)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import numba
+import numpy as np
+
+from ..errors import DatasetError
+from ..progress import task
+from .format import DatasetWriter, FieldInfo, PreparedDataset
+
+log = logging.getLogger(__name__)
+
+#: bump when the generative story changes (a seed then gives different data).
+SYNTH_VERSION = 1
+
+#: Criteo Kaggle (display advertising challenge) per-field cardinalities, C1..C26.
+CRITEO_KAGGLE_CARDINALITIES = (
+    1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194,
+    27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572,
+)
+#: rows of the Criteo Kaggle training file (train.txt).
+CRITEO_KAGGLE_SAMPLES = 45_840_617
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named field layout."""
+
+    name: str
+    cardinalities: tuple[int, ...]
+    default_samples: int
+    local_min_values: int
+    num_dense: int = 13
+    description: str = ""
+
+    def field_names(self) -> tuple[str, ...]:
+        return tuple(f"C{i + 1}" for i in range(len(self.cardinalities)))
+
+
+PRESETS: dict[str, Preset] = {
+    "criteo-kaggle": Preset(
+        "criteo-kaggle", CRITEO_KAGGLE_CARDINALITIES, 1_000_000, 10_000,
+        description="the 26 Criteo Kaggle categorical fields (33.8M values at --scale 1) + 13 dense; "
+        f"the real file has {CRITEO_KAGGLE_SAMPLES:,} samples",
+    ),
+    "tiny": Preset(
+        "tiny", (3, 12, 50, 300, 2_000, 10_000, 30_000, 60_000), 20_000, 1_000,
+        description="8 fields (102,365 values) + 13 dense, for demos and tests",
+    ),
+}
+
+#: samples used to calibrate the intercept b0 (fixed, so b0 does not depend on --samples).
+_PILOT_SAMPLES = 16_384
+
+
+@dataclass(frozen=True)
+class SynthConfig:
+    """Every knob of the generator (validated on construction).
+
+    Build one with :func:`preset_config` or directly (tests use custom
+    ``cardinalities``). ``local_fields`` marks the fields that draw from
+    their community's slice with probability ``locality``.
+    """
+
+    cardinalities: tuple[int, ...]
+    num_samples: int
+    local_fields: tuple[bool, ...] | None = None
+    field_names: tuple[str, ...] | None = None
+    seed: int = 0
+    skew: float = 1.1
+    tail: float = 0.3
+    num_communities: int = 64
+    locality: float = 0.7
+    num_dense: int = 13
+    test_fraction: float = 0.1
+    label_rate: float = 0.256
+    sigma_value: float = 0.3
+    sigma_dense: float = 0.2
+    sigma_community: float = 0.4
+    preset: str | None = None
+    scale: float = 1.0
+    local_min_values: int | None = None
+
+    def __post_init__(self) -> None:
+        cards = tuple(int(c) for c in self.cardinalities)
+        object.__setattr__(self, "cardinalities", cards)
+        if not cards:
+            raise DatasetError("synth: need at least one categorical field, got none.")
+        if min(cards) < 1:
+            raise DatasetError(f"synth: every field needs >= 1 value, got cardinalities {cards}.")
+        if sum(cards) > np.iinfo(np.int32).max:
+            raise DatasetError(f"synth: {sum(cards):,} embeddings exceed int32 ids; lower --scale.")
+        _check_int("--samples", self.num_samples, 1)
+        _check_int("--seed", self.seed, 0)
+        _check_int("--communities", self.num_communities, 1)
+        _check_int("num_dense", self.num_dense, 0)
+        _check_range("--skew", self.skew, 0.0, 10.0)
+        _check_range("--tail", self.tail, 0.0, 1.0)
+        _check_range("--locality", self.locality, 0.0, 1.0)
+        _check_range("--scale", self.scale, 0.0, math.inf, low_open=True)
+        if not 0.0 <= float(self.test_fraction) < 1.0:
+            raise DatasetError(f"synth: --test-fraction must be in [0, 1), got {self.test_fraction}.")
+        if not 0.0 < float(self.label_rate) < 1.0:
+            raise DatasetError(f"synth: label_rate must be in (0, 1), got {self.label_rate}.")
+        for name in ("sigma_value", "sigma_dense", "sigma_community"):
+            _check_range(name, getattr(self, name), 0.0, 100.0)
+        if self.local_fields is None:
+            object.__setattr__(self, "local_fields", tuple(c >= 2 * self.num_communities for c in cards))
+        local = tuple(bool(x) for x in self.local_fields)
+        if len(local) != len(cards):
+            raise DatasetError(f"synth: local_fields has {len(local)} entries for {len(cards)} fields.")
+        # A community needs >= 2 values of a field for its slice to mean anything.
+        local = tuple(x and c >= 2 * self.num_communities for x, c in zip(local, cards))
+        object.__setattr__(self, "local_fields", local)
+        if self.field_names is None:
+            object.__setattr__(self, "field_names", tuple(f"C{i + 1}" for i in range(len(cards))))
+        if len(self.field_names) != len(cards):
+            raise DatasetError(f"synth: {len(self.field_names)} field names for {len(cards)} fields.")
+
+    @property
+    def num_fields(self) -> int:
+        return len(self.cardinalities)
+
+    @property
+    def num_embeddings(self) -> int:
+        return int(sum(self.cardinalities))
+
+    @property
+    def offsets(self) -> np.ndarray:
+        out = np.zeros(self.num_fields, dtype=np.int64)
+        np.cumsum(self.cardinalities[:-1], out=out[1:])
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["cardinalities"] = list(self.cardinalities)
+        d["local_fields"] = [n for n, loc in zip(self.field_names, self.local_fields) if loc]
+        d["field_names"] = list(self.field_names)
+        return d
+
+
+def _check_int(name: str, value: Any, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise DatasetError(f"synth: {name} must be an integer >= {low}, got {value!r}.")
+
+
+def _check_range(name: str, value: Any, low: float, high: float, *, low_open: bool = False) -> None:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise DatasetError(f"synth: {name} must be a number, got {value!r}.") from None
+    bad = (v <= low if low_open else v < low) or v > high or math.isnan(v)
+    if bad:
+        lo = "(" if low_open else "["
+        raise DatasetError(f"synth: {name} must be in {lo}{low}, {high}], got {value!r}.")
+
+
+def preset_config(preset: str, *, num_samples: int | None = None, scale: float = 1.0,
+                  local_min_values: int | None = None, **knobs: Any) -> SynthConfig:
+    """The :class:`SynthConfig` of a named preset.
+
+    Cardinalities are multiplied by ``scale`` (rounded, at least 1). A field
+    is local when its *unscaled* cardinality is >= ``local_min_values``
+    (the preset's default when None) and its scaled one >= 2 * communities.
+
+    Raises
+    ------
+    DatasetError
+        For an unknown preset or a bad knob value.
+    """
+    if preset not in PRESETS:
+        raise DatasetError(f"synth: unknown preset {preset!r}; choose one of {sorted(PRESETS)}.")
+    p = PRESETS[preset]
+    _check_range("--scale", scale, 0.0, math.inf, low_open=True)
+    threshold = p.local_min_values if local_min_values is None else local_min_values
+    _check_int("--local-threshold", threshold, 1)
+    cards = tuple(max(1, int(round(c * float(scale)))) for c in p.cardinalities)
+    local = tuple(c >= threshold for c in p.cardinalities)
+    return SynthConfig(
+        cardinalities=cards,
+        num_samples=p.default_samples if num_samples is None else num_samples,
+        local_fields=local,
+        field_names=p.field_names(),
+        num_dense=p.num_dense,
+        preset=preset,
+        scale=float(scale),
+        local_min_values=int(threshold),
+        **knobs,
+    )
+
+
+# ---------------------------------------------------------------------------
+# The numba kernels: a counter-based uniform stream and rejection-inversion Zipf.
+
+_GAMMA = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_S30 = np.uint64(30)
+_S27 = np.uint64(27)
+_S31 = np.uint64(31)
+_S11 = np.uint64(11)
+_TWO_M53 = 1.0 / 9007199254740992.0
+_SQRT3 = math.sqrt(3.0)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _mix64(z):  # pragma: no cover - compiled
+    # SplitMix64 finaliser (Steele, Lea & Flood 2014).
+    z = (z ^ (z >> _S30)) * _MIX1
+    z = (z ^ (z >> _S27)) * _MIX2
+    return z ^ (z >> _S31)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _uniform(state):  # pragma: no cover - compiled
+    state = state + _GAMMA
+    return state, np.float64(_mix64(state) >> _S11) * _TWO_M53
+
+
+@numba.njit(cache=True, nogil=True)
+def _helper1(x):  # pragma: no cover - compiled
+    if abs(x) > 1e-8:
+        return math.log1p(x) / x
+    return 1.0 - x * (0.5 - x * (1.0 / 3.0 - x * 0.25))
+
+
+@numba.njit(cache=True, nogil=True)
+def _helper2(x):  # pragma: no cover - compiled
+    if abs(x) > 1e-8:
+        return math.expm1(x) / x
+    return 1.0 + x * 0.5 * (1.0 + x * (1.0 / 3.0) * (1.0 + x * 0.25))
+
+
+@numba.njit(cache=True, nogil=True)
+def _h_integral(x, a):  # pragma: no cover - compiled
+    lx = math.log(x)
+    return _helper2((1.0 - a) * lx) * lx
+
+
+@numba.njit(cache=True, nogil=True)
+def _h(x, a):  # pragma: no cover - compiled
+    return math.exp(-a * math.log(x))
+
+
+@numba.njit(cache=True, nogil=True)
+def _h_integral_inverse(x, a):  # pragma: no cover - compiled
+    t = x * (1.0 - a)
+    if t < -1.0:
+        t = -1.0
+    return math.exp(_helper1(t) * x)
+
+
+@numba.njit(cache=True, nogil=True)
+def _zipf_params(n, a):  # pragma: no cover - compiled
+    """(h_integral_x1, h_integral_n, s) of rejection-inversion for support 1..n."""
+    hx1 = _h_integral(1.5, a) - 1.0
+    hn = _h_integral(n + 0.5, a)
+    s = 2.0 - _h_integral_inverse(_h_integral(2.5, a) - _h(2.0, a), a)
+    return hx1, hn, s
+
+
+@numba.njit(cache=True, nogil=True)
+def _zipf_rank(state, n, a, hx1, hn, s):  # pragma: no cover - compiled
+    """A 0-based rank g with P(g) ∝ (g+1)^-a, g < n (Hörmann & Derflinger 1996)."""
+    if n <= 1:
+        return state, 0
+    while True:
+        state, v = _uniform(state)
+        u = hn + v * (hx1 - hn)
+        x = _h_integral_inverse(u, a)
+        k = np.int64(x + 0.5)
+        if k < 1:
+            k = 1
+        elif k > n:
+            k = n
+        if k - x <= s or u >= _h_integral(k + 0.5, a) - _h(np.float64(k), a):
+            return state, k - 1
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _generate(start, count, key, wkey, num_comm, locality, tail, skew,
+              card, offset, is_local, perm, gparams, lparams, value_scale,
+              dense_mu, dense_coef, comm_shift, comm_bias, b0,
+              ids, dense, logit, label, community):  # pragma: no cover - compiled
+    num_fields = card.size
+    num_dense = dense_mu.size
+    # Samples are independent (counter-based stream), so the parallel loop
+    # gives bit-identical output for any thread count.
+    for i in numba.prange(count):
+        state = _mix64(key ^ _mix64(np.uint64(start + i)))
+        state, u = _uniform(state)
+        c = np.int64(u * num_comm)
+        if c >= num_comm:
+            c = num_comm - 1
+        community[i] = c
+        acc = b0 + comm_bias[c]
+        for f in range(num_fields):
+            n = card[f]
+            in_comm = False
+            if is_local[f]:
+                state, u = _uniform(state)
+                in_comm = u < locality
+            state, u = _uniform(state)
+            if in_comm:
+                q = n // num_comm
+                rem = n - q * num_comm
+                p = 0 if c < rem else 1
+                size = q + 1 if c < rem else q
+                if u < tail:
+                    r = np.int64(u / tail * size)
+                    if r >= size:
+                        r = size - 1
+                else:
+                    state, r = _zipf_rank(state, size, skew, lparams[f, p, 0], lparams[f, p, 1],
+                                          lparams[f, p, 2])
+                g = r * num_comm + c
+            else:
+                if u < tail:
+                    g = np.int64(u / tail * n)
+                    if g >= n:
+                        g = n - 1
+                else:
+                    state, g = _zipf_rank(state, n, skew, gparams[f, 0], gparams[f, 1], gparams[f, 2])
+            e = offset[f] + perm[offset[f] + g]
+            ids[i, f] = e
+            hw = np.float64(_mix64(wkey ^ _mix64(np.uint64(e))) >> _S11) * _TWO_M53
+            acc += value_scale[f] * (2.0 * hw - 1.0)
+        j = 0
+        while j < num_dense:
+            state, u1 = _uniform(state)
+            state, u2 = _uniform(state)
+            rad = math.sqrt(-2.0 * math.log(1.0 - u1))
+            for t in range(2):
+                if j >= num_dense:
+                    break
+                zz = rad * (math.cos(2.0 * math.pi * u2) if t == 0 else math.sin(2.0 * math.pi * u2))
+                zz += comm_shift[c, j]
+                dense[i, j] = math.log1p(math.floor(math.exp(dense_mu[j] + zz)))
+                acc += dense_coef[j] * zz
+                j += 1
+        logit[i] = acc
+        state, u = _uniform(state)
+        label[i] = 1.0 if u * (1.0 + math.exp(-acc)) < 1.0 else 0.0
+
+
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class SynthChunk:
+    """Samples ``[start, start + len)`` of a synthetic dataset, in memory."""
+
+    start: int
+    ids: np.ndarray        # int32 [n, num_fields], global embedding ids (ascending per row)
+    dense: np.ndarray      # float32 [n, num_dense]
+    labels: np.ndarray     # float32 [n]
+    ctr: np.ndarray        # float32 [n], true click probability
+    logit: np.ndarray      # float64 [n]
+    community: np.ndarray  # int32 [n]
+
+
+class SyntheticCTR:
+    """A seeded generator: builds its tables once, then makes any sample range.
+
+    ``generate(a, b)`` returns samples ``a..b-1``; each depends only on the
+    seed and its index, so chunks can be made in any order and size.
+    """
+
+    def __init__(self, config: SynthConfig, *, calibrate: bool = True):
+        self.config = cfg = config
+        ss = np.random.SeedSequence(cfg.seed)
+        self._key, self._wkey = (np.uint64(x) for x in ss.generate_state(2, dtype=np.uint64))
+        self.card = np.asarray(cfg.cardinalities, dtype=np.int64)
+        self.offset = cfg.offsets
+        self.is_local = np.asarray(cfg.local_fields, dtype=np.bool_)
+        self.perm = _permutations(cfg)
+        self._inverse_perm: dict[int, np.ndarray] = {}
+        k = cfg.num_communities
+        self.gparams = np.zeros((cfg.num_fields, 3), dtype=np.float64)
+        self.lparams = np.zeros((cfg.num_fields, 2, 3), dtype=np.float64)
+        for f, n in enumerate(cfg.cardinalities):
+            self.gparams[f] = _zipf_params(float(n), cfg.skew)
+            q = n // k
+            self.lparams[f, 0] = _zipf_params(float(max(q + 1, 1)), cfg.skew)
+            self.lparams[f, 1] = _zipf_params(float(max(q, 1)), cfg.skew)
+        rng = np.random.default_rng(np.random.SeedSequence(cfg.seed, spawn_key=(2,)))
+        d = cfg.num_dense
+        self.dense_mu = rng.uniform(0.0, 3.0, size=d)
+        self.dense_coef = rng.normal(0.0, cfg.sigma_dense, size=d)
+        self.comm_shift = rng.normal(0.0, 0.5, size=(k, d))
+        self.comm_bias = rng.normal(0.0, cfg.sigma_community, size=k)
+        # Uniform weights on [-sqrt(3) s, sqrt(3) s] have standard deviation s.
+        self.value_scale = np.full(cfg.num_fields, _SQRT3 * cfg.sigma_value, dtype=np.float64)
+        self.b0 = self._calibrate_intercept() if calibrate else 0.0
+
+    def _raw(self, start: int, stop: int, b0: float) -> SynthChunk:
+        cfg = self.config
+        n = stop - start
+        ids = np.empty((n, cfg.num_fields), dtype=np.int32)
+        dense = np.empty((n, cfg.num_dense), dtype=np.float32)
+        logit = np.empty(n, dtype=np.float64)
+        labels = np.empty(n, dtype=np.float32)
+        comm = np.empty(n, dtype=np.int32)
+        _generate(start, n, self._key, self._wkey, cfg.num_communities, float(cfg.locality), float(cfg.tail),
+                  float(cfg.skew), self.card, self.offset, self.is_local, self.perm, self.gparams,
+                  self.lparams, self.value_scale, self.dense_mu, self.dense_coef, self.comm_shift,
+                  self.comm_bias, float(b0), ids, dense, logit, labels, comm)
+        ctr = (1.0 / (1.0 + np.exp(-logit))).astype(np.float32)
+        return SynthChunk(start, ids, dense, labels, ctr, logit, comm)
+
+    def _calibrate_intercept(self) -> float:
+        """b0 with mean sigmoid(b0 + logit) == label_rate on a fixed pilot (bisection)."""
+        pilot = self._raw(0, _PILOT_SAMPLES, 0.0).logit
+        lo, hi = -30.0, 30.0
+        for _ in range(60):
+            mid = 0.5 * (lo + hi)
+            rate = float(np.mean(1.0 / (1.0 + np.exp(-(pilot + mid)))))
+            lo, hi = (mid, hi) if rate < self.config.label_rate else (lo, mid)
+        return 0.5 * (lo + hi)
+
+    def generate(self, start: int, stop: int) -> SynthChunk:
+        """Samples ``start .. stop-1`` (any range; independent of other calls)."""
+        if not 0 <= start <= stop:
+            raise DatasetError(f"synth: bad sample range [{start}, {stop}).")
+        return self._raw(int(start), int(stop), self.b0)
+
+    def owner_community(self, field_index: int, local_ids: np.ndarray) -> np.ndarray:
+        """Community whose slice holds each value of a local field (-1 for global fields).
+
+        ``local_ids`` are ids within the field (global id minus the field offset).
+        """
+        cfg = self.config
+        local_ids = np.asarray(local_ids, dtype=np.int64)
+        if not cfg.local_fields[field_index]:
+            return np.full(local_ids.shape, -1, dtype=np.int64)
+        inv = self._inverse_perm.get(field_index)
+        if inv is None:
+            a, n = int(self.offset[field_index]), cfg.cardinalities[field_index]
+            inv = np.empty(n, dtype=np.int64)
+            inv[self.perm[a : a + n]] = np.arange(n)
+            self._inverse_perm[field_index] = inv
+        return inv[local_ids] % cfg.num_communities
+
+    def rank_of(self, field_index: int, local_ids: np.ndarray) -> np.ndarray:
+        """Popularity rank (0 = most popular) of values of a field."""
+        a, n = int(self.offset[field_index]), self.config.cardinalities[field_index]
+        inv = np.empty(n, dtype=np.int64)
+        inv[self.perm[a : a + n]] = np.arange(n)
+        return inv[np.asarray(local_ids, dtype=np.int64)]
+
+
+def _permutations(cfg: SynthConfig) -> np.ndarray:
+    """One seeded random permutation (rank -> local id) per field, concatenated (int32)."""
+    perm = np.empty(cfg.num_embeddings, dtype=np.int32)
+    for f, (n, a) in enumerate(zip(cfg.cardinalities, cfg.offsets)):
+        rng = np.random.default_rng(np.random.SeedSequence(cfg.seed, spawn_key=(1, f)))
+        perm[a : a + n] = rng.permutation(n).astype(np.int32)
+    return perm
+
+
+def rank_pmf(n: int, skew: float, tail: float) -> np.ndarray:
+    """Analytic probability of each popularity rank of an ``n``-valued field (float64 [n])."""
+    p = np.arange(1, n + 1, dtype=np.float64) ** -float(skew)
+    p /= p.sum()
+    return (1.0 - tail) * p + tail / n
+
+
+def fields_of(config: SynthConfig) -> list[FieldInfo]:
+    """The FieldInfo list of a synthetic dataset: dense I1..I13, then the categorical fields."""
+    out = [FieldInfo(f"I{j + 1}", "dense", 0, None, column=j) for j in range(config.num_dense)]
+    for name, n, off in zip(config.field_names, config.cardinalities, config.offsets):
+        out.append(FieldInfo(name, "categorical", int(n), int(off), missing_id=None, rare_id=None))
+    return out
+
+
+def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
+    """ROC AUC by the rank-sum (Mann–Whitney) formula, ties averaged; nan if one class only."""
+    from scipy.stats import rankdata
+
+    labels = np.asarray(labels) > 0.5
+    num_pos = int(labels.sum())
+    num_neg = labels.size - num_pos
+    if num_pos == 0 or num_neg == 0:
+        return float("nan")
+    ranks = rankdata(np.asarray(scores, dtype=np.float64))
+    return float((ranks[labels].sum() - num_pos * (num_pos + 1) / 2.0) / (num_pos * num_neg))
+
+
+def synthesize(config: SynthConfig, out: str | os.PathLike, *, chunk_samples: int = 1 << 18,
+               overwrite: bool = False) -> dict[str, Any]:
+    """Generate ``config.num_samples`` samples and write a prepared dataset to ``out``.
+
+    Memory is bounded by ``chunk_samples`` (plus the permutation tables and
+    the writer's final pass), not by the number of samples. Returns the
+    ``dataset.json`` header.
+    """
+    _check_int("--chunk-samples", chunk_samples, 1)
+    cfg = config
+    gen = SyntheticCTR(cfg)
+    n = cfg.num_samples
+    num_test = int(round(n * cfg.test_fraction))
+    eval_start = n - num_test if num_test else 0
+    comm_dtype = np.int16 if cfg.num_communities <= np.iinfo(np.int16).max else np.int32
+    eval_labels: list[np.ndarray] = []
+    eval_ctr: list[np.ndarray] = []
+    with DatasetWriter(out, num_dense=cfg.num_dense, overwrite=overwrite, provisional_dtype=np.int32) as w:
+        comm_out = np.lib.format.open_memmap(w.tmpdir / "synth_community.npy", mode="w+", dtype=comm_dtype,
+                                             shape=(n,))
+        ctr_out = np.lib.format.open_memmap(w.tmpdir / "synth_ctr.npy", mode="w+", dtype=np.float32, shape=(n,))
+        lengths = np.full(min(chunk_samples, n), cfg.num_fields, dtype=np.int32)
+        with task(f"Generating {n:,} synthetic samples", total=n) as advance:
+            for s0 in range(0, n, chunk_samples):
+                s1 = min(n, s0 + chunk_samples)
+                ch = gen.generate(s0, s1)
+                w.add(lengths[: s1 - s0], ch.ids.reshape(-1), ch.labels, ch.dense)
+                comm_out[s0:s1] = ch.community
+                ctr_out[s0:s1] = ch.ctr
+                if s1 > eval_start:
+                    a = max(0, eval_start - s0)
+                    eval_labels.append(ch.labels[a:].copy())
+                    eval_ctr.append(ch.ctr[a:].copy())
+                advance(s1 - s0)
+        comm_out.flush()
+        ctr_out.flush()
+        del comm_out, ctr_out
+        bayes_auc = roc_auc(np.concatenate(eval_labels), np.concatenate(eval_ctr))
+        synth_meta = cfg.to_json()
+        synth_meta.update({
+            "synth_version": SYNTH_VERSION,
+            "b0": gen.b0,
+            "bayes_auc": bayes_auc,
+            "bayes_auc_on": "test" if num_test else "all",
+            "files": {"community": "synth_community.npy", "ctr": "synth_ctr.npy"},
+        })
+        options = {k: synth_meta[k] for k in ("preset", "scale", "seed", "skew", "tail", "num_communities",
+                                               "locality", "local_min_values", "test_fraction")}
+        meta = w.finish(
+            fields=fields_of(cfg),
+            num_embeddings=cfg.num_embeddings,
+            source={"format": "synth", "inputs": [], "options": options},
+            test_fraction=cfg.test_fraction,
+            dedupe=False,
+            extra={"synth": synth_meta},
+        )
+    log.info("synth: wrote %s (%d samples, bayes auc %.4f)", out, n, bayes_auc)
+    return meta
+
+
+def load_community(dataset: PreparedDataset) -> np.ndarray:
+    """Each sample's community (memory-mapped) of a synthetic dataset."""
+    path = Path(dataset.path) / "synth_community.npy"
+    if "synth" not in dataset.meta or not path.is_file():
+        raise DatasetError(f"{dataset.path} is not a synthetic dataset with communities "
+                           "(no synth_community.npy); generate it with 'gmp data synth'.")
+    return np.load(path, mmap_mode="r")
+
+
+def config_of(dataset: PreparedDataset) -> SynthConfig:
+    """The :class:`SynthConfig` that generated a synthetic dataset (from its dataset.json)."""
+    meta = dataset.meta.get("synth")
+    if not isinstance(meta, Mapping):
+        raise DatasetError(f"{dataset.path} was not made by 'gmp data synth' (no 'synth' in dataset.json).")
+    d = dict(meta)
+    names = list(d["field_names"])
+    local_names = set(d["local_fields"])
+    keep = {f.name for f in SynthConfig.__dataclass_fields__.values()}  # type: ignore[attr-defined]
+    d = {k: v for k, v in d.items() if k in keep}
+    d["cardinalities"] = tuple(d["cardinalities"])
+    d["field_names"] = tuple(names)
+    d["local_fields"] = tuple(nm in local_names for nm in names)
+    return SynthConfig(**d)
+
+
+def planted_placement(dataset: PreparedDataset, num_workers: int):
+    """The partition the generator planted: a reference point for partitioners.
+
+    Community ``c``'s samples go to worker ``c mod W``; each value of a local
+    field goes to the worker of the community whose slice holds it; values
+    of global fields are spread by id (``id mod W``). No replication.
+    Returns a :class:`gmp.placement.Placement` (method ``"planted"``).
+    """
+    from ..placement import Placement
+
+    cfg = config_of(dataset)
+    if num_workers < 1:
+        raise DatasetError(f"planted_placement: num_workers must be >= 1, got {num_workers}.")
+    gen = SyntheticCTR(cfg, calibrate=False)  # tables only
+    community = np.asarray(load_community(dataset))
+    sample_worker = (community.astype(np.int64) % num_workers).astype(np.int32)
+    primary = (np.arange(cfg.num_embeddings, dtype=np.int64) % num_workers).astype(np.int32)
+    for f, n in enumerate(cfg.cardinalities):
+        if cfg.local_fields[f]:
+            a = int(gen.offset[f])
+            owner = gen.owner_community(f, np.arange(n))
+            primary[a : a + n] = (owner % num_workers).astype(np.int32)
+            gen._inverse_perm.clear()  # one field's inverse at a time
+    return Placement.edge_cut(num_workers, sample_worker, primary, method="planted",
+                              options={"num_communities": cfg.num_communities}, seed=cfg.seed)
