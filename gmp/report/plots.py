@@ -42,7 +42,7 @@ def plot_traffic(report: Mapping[str, Any], path: Path) -> Path | None:
     im = ax.imshow(m, cmap="Blues", interpolation="nearest")
     ax.set_xlabel("reading worker")
     ax.set_ylabel("serving worker (primary)")
-    ax.set_title(f"Rows served per epoch (batch {report['metrics'].get('batch_size')})")
+    ax.set_title(f"Rows served per epoch (batch {report['metrics'].get('batch_size')})", fontsize=10)
     ticks = np.arange(n) if n <= 32 else np.arange(0, n, max(1, n // 16))
     ax.set_xticks(ticks)
     ax.set_yticks(ticks)

@@ -1,0 +1,282 @@
+"""Metrics: hand-computed known answers, a slow pure-Python reference, invariances."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gmp import metrics as M
+from gmp.errors import PlacementError
+from gmp.graph import BipartiteGraph
+from gmp.placement import Placement
+from gmp.topology import Topology, homogeneous
+
+# --------------------------------------------------------------------------- the hand-built case
+# 9 samples over 7 embedding ids; id 6 never occurs (degree 0, must count nowhere).
+ROWS = [[0, 1], [0, 2], [1, 3], [0, 3], [2, 4], [4, 5], [0, 5], [3, 5], [1, 5]]
+SAMPLE_WORKER = [0, 0, 1, 0, 1, 2, 2, 1, 2]  # w0: s0 s1 s3 | w1: s2 s4 s7 | w2: s5 s6 s8
+PRIMARY = [0, 1, 2, 1, 2, 0, 1]
+# cost[i, j]: moving a row from worker i to worker j (asymmetric on purpose)
+COST = [[0, 1, 4], [2, 0, 8], [3, 5, 0]]
+# secondaries: e2 on {0, 1}, e5 on {2}, unused e6 on {0}
+SEC_INDPTR = [0, 0, 0, 2, 2, 2, 3, 4]
+SEC_WORKERS = [0, 1, 2, 0]
+
+
+@pytest.fixture
+def graph() -> BipartiteGraph:
+    return BipartiteGraph.from_lists(ROWS, num_embeddings=7)
+
+
+@pytest.fixture
+def topo() -> Topology:
+    return Topology(np.array(COST, dtype=float), name="asym")
+
+
+@pytest.fixture
+def edge_cut() -> Placement:
+    return Placement.edge_cut(3, SAMPLE_WORKER, PRIMARY, method="hand", seed=0)
+
+
+@pytest.fixture
+def with_secondaries(edge_cut) -> Placement:
+    return edge_cut.with_secondaries(SEC_INDPTR, SEC_WORKERS)
+
+
+def test_known_answers_without_secondaries(graph, topo, edge_cut):
+    # Remote edges: w0 reads e1, e2, e3; w1 e2, e4, e5; w2 e5, e0, e5, e1, e5  -> 11
+    assert M.remote_accesses(graph, edge_cut) == 11
+    # weighted: 2*C[1,0] + C[2,0] + 2*C[2,1] + C[0,1] + 4*C[0,2] + C[1,2] = 4+3+10+1+16+8
+    assert M.remote_accesses_weighted(graph, edge_cut, topo) == 42.0
+    # distinct per worker: {1,2,3} + {2,4,5} + {0,1,5}
+    assert M.epoch_unique_remote(graph, edge_cut) == 9
+    # B=2: w0 [s0 s1]{1,2} [s3]{3}; w1 [s2 s4]{2,4} [s7]{5}; w2 [s5 s6]{0,5} [s8]{1,5}
+    assert M.batch_remote_reads(graph, edge_cut, 2) == 10
+    assert M.batch_remote_pushes(graph, edge_cut, 2) == 10  # no secondaries: pushes == reads
+    assert M.batch_remote_reads(graph, edge_cut, 1) == 11  # every sample its own batch
+    assert M.batch_remote_reads(graph, edge_cut, 3) == 9  # one batch per worker = the epoch
+    assert M.traffic_matrix(graph, edge_cut, 2).tolist() == [[0, 1, 3], [2, 0, 1], [1, 2, 0]]
+    assert M.replication_factor(edge_cut, graph) == 1.0
+    bal = M.balance(graph, edge_cut, 2)
+    assert bal == pytest.approx({"samples": 1.0, "edges": 1.0, "rows_held": 1.0,
+                                 "traffic_served": 4 / (10 / 3), "traffic_received": 4 / (10 / 3)})
+
+
+def test_known_answers_with_secondaries(graph, topo, with_secondaries):
+    p = with_secondaries
+    # Remote edges: w0 e1, e3; w1 e4, e5; w2 e0, e1
+    assert M.remote_accesses(graph, p) == 6
+    # 2*C[1,0] + C[2,1] + C[0,1] + C[0,2] + C[1,2] = 4 + 5 + 1 + 4 + 8
+    assert M.remote_accesses_weighted(graph, p, topo) == 22.0
+    assert M.epoch_unique_remote(graph, p) == 6
+    assert M.batch_remote_reads(graph, p, 2) == 6
+    # pushes only depend on primaries: w0 {1,2}+{3}; w1 {2,4}+{5}; w2 {0,5}+{1,5}
+    assert M.batch_remote_pushes(graph, p, 2) == 10
+    assert M.traffic_matrix(graph, p, 2).tolist() == [[0, 1, 1], [2, 0, 1], [0, 1, 0]]
+    # active rows: 6 primaries + 3 secondaries (e6's secondary is a phantom and does not count)
+    assert M.replication_factor(p, graph) == 1.5
+    bal = M.balance(graph, p, 2)
+    assert bal["rows_held"] == 1.0 and bal["traffic_served"] == 1.5 and bal["traffic_received"] == 1.0
+    loads = M.per_worker(graph, p, 2)
+    assert loads == {
+        "samples": [3, 3, 3], "edges": [6, 6, 6], "primaries": [2, 2, 2], "secondaries": [1, 1, 1],
+        "rows_held": [3, 3, 3], "remote_accesses": [2, 2, 2], "epoch_unique_remote": [2, 2, 2],
+        "batch_remote_reads": [2, 2, 2], "batch_remote_pushes": [3, 3, 4], "traffic_served": [2, 3, 1],
+        "traffic_received": [2, 2, 2],
+    }
+
+
+def test_num_train_restricts_batch_metrics(graph, edge_cut):
+    # samples s0..s5 only: w0 {1,2}+{3}; w1 [s2 s4] {2,4}; w2 [s5] {5}
+    assert M.batch_remote_reads(graph, edge_cut, 2, num_train=6) == 6
+    assert M.batch_remote_reads(graph, edge_cut, 2, num_train=0) == 0
+    with pytest.raises(PlacementError, match="num_train must lie in"):
+        M.batch_remote_reads(graph, edge_cut, 2, num_train=10)
+
+
+def test_compute_metrics_known_answers(graph, topo, edge_cut, with_secondaries):
+    m = M.compute_metrics(graph, with_secondaries, topo, batch_size=2, embedding_dim=8, reference=edge_cut,
+                          partition_seconds=1.5, peak_rss_bytes=1000)
+    assert m["remote_accesses"] == 6 and m["remote_accesses_weighted"] == 22.0
+    assert m["epoch_unique_remote"] == 6 and m["batch_remote_reads"] == 6 and m["batch_remote_pushes"] == 10
+    assert m["batch_size"] == 2
+    assert m["batch_remote_reads_bytes"] == 6 * 8 * 4 and m["batch_remote_pushes_bytes"] == 10 * 8 * 4
+    assert m["reduction_vs_random"] == pytest.approx({
+        "remote_accesses": 1 - 6 / 11, "remote_accesses_weighted": 1 - 22 / 42, "epoch_unique_remote": 1 - 6 / 9,
+        "batch_remote_reads": 1 - 6 / 10, "batch_remote_pushes": 0.0})
+    assert m["batch_remote_reads_weighted"] == 2 * 2 + 5 + 1 + 4 + 8  # [1,0]x2, [2,1], [0,1], [0,2], [1,2]
+    assert m["replication_factor"] == 1.5 and m["num_active_embeddings"] == 6 and m["num_secondaries"] == 3
+    assert m["traffic_matrix"] == [[0, 1, 1], [2, 0, 1], [0, 1, 0]]
+    assert m["partition_seconds"] == 1.5 and m["peak_rss_bytes"] == 1000
+    assert set(m["balance"]) == {"samples", "edges", "rows_held", "traffic_served", "traffic_received"}
+
+
+def test_compute_metrics_default_reference_is_seeded_random(graph, topo, edge_cut):
+    from gmp.partition import run_partitioner
+
+    rnd = run_partitioner("random", graph, topo, seed=7)
+    m = M.compute_metrics(graph, edge_cut, topo, batch_size=2, seed=7)
+    assert m["reference"]["placement"] == "random (seed 7)"
+    assert m["reference"]["batch_remote_reads"] == M.batch_remote_reads(graph, rnd, 2)
+    # the random placement scored against itself: zero reduction
+    same = M.compute_metrics(graph, rnd, topo, batch_size=2, seed=7)
+    assert all(v == 0.0 for v in same["reduction_vs_random"].values())
+
+
+def test_homogeneous_weighted_equals_unweighted(graph, edge_cut):
+    assert M.remote_accesses_weighted(graph, edge_cut, homogeneous(3)) == M.remote_accesses(graph, edge_cut)
+
+
+def test_mismatched_shapes_and_arguments(graph, topo):
+    small = Placement.edge_cut(3, [0, 1], [0, 1, 2, 0, 1, 2, 0])
+    with pytest.raises(PlacementError, match="placement covers 2 samples"):
+        M.remote_accesses(graph, small)
+    p = Placement.edge_cut(3, SAMPLE_WORKER, PRIMARY)
+    with pytest.raises(PlacementError, match="batch_size must be >= 1"):
+        M.batch_remote_reads(graph, p, 0)
+    with pytest.raises(PlacementError, match="topology has 2 workers"):
+        M.compute_metrics(graph, p, homogeneous(2), reference=p)
+
+
+def test_degree_distribution_skips_unused_ids(graph):
+    d = M.degree_distribution(graph)
+    assert sum(d["counts"]) == 6  # e6 has degree 0
+    deg = np.array([4, 3, 2, 3, 2, 4])
+    edges = np.array(d["bin_edges"])
+    assert d["counts"] == np.histogram(deg, bins=edges)[0].tolist()
+
+
+# --------------------------------------------------------------------------- slow reference
+def reference_metrics(rows, sample_worker, primary, secondaries, cost, batch_size):
+    """Pure-Python, dict-and-set implementation of every metric (independent of the kernels)."""
+    n = len(cost)
+    local = [{primary[e]} | set(secondaries[e]) for e in range(len(primary))]
+    degree = [0] * len(primary)
+    for r in rows:
+        for e in r:
+            degree[e] += 1
+    remote = 0
+    weighted = 0.0
+    for i, r in enumerate(rows):
+        w = sample_worker[i]
+        for e in r:
+            if w not in local[e]:
+                remote += 1
+                weighted += cost[primary[e]][w]
+    per_worker_samples = [[i for i in range(len(rows)) if sample_worker[i] == w] for w in range(n)]
+    epoch = 0
+    reads = pushes = 0
+    matrix = [[0] * n for _ in range(n)]
+    for w in range(n):
+        used = set()
+        for i in per_worker_samples[w]:
+            used |= set(rows[i])
+        epoch += len([e for e in used if w not in local[e]])
+        samples = per_worker_samples[w]
+        for start in range(0, len(samples), batch_size):
+            chunk = set()
+            for i in samples[start:start + batch_size]:
+                chunk |= set(rows[i])
+            for e in chunk:
+                if w not in local[e]:
+                    reads += 1
+                    matrix[primary[e]][w] += 1
+                if primary[e] != w:
+                    pushes += 1
+    active = [e for e in range(len(primary)) if degree[e] > 0]
+    held = sum(1 + len(secondaries[e]) for e in active)
+    return {
+        "remote_accesses": remote, "remote_accesses_weighted": weighted, "epoch_unique_remote": epoch,
+        "batch_remote_reads": reads, "batch_remote_pushes": pushes, "traffic_matrix": matrix,
+        "replication_factor": held / len(active) if active else 1.0,
+    }
+
+
+@st.composite
+def instances(draw):
+    num_workers = draw(st.integers(1, 5))
+    num_embeddings = draw(st.integers(1, 12))
+    num_samples = draw(st.integers(0, 25))
+    rows = [sorted(draw(st.sets(st.integers(0, num_embeddings - 1), max_size=min(5, num_embeddings))))
+            for _ in range(num_samples)]
+    sample_worker = [draw(st.integers(0, num_workers - 1)) for _ in range(num_samples)]
+    primary = [draw(st.integers(0, num_workers - 1)) for _ in range(num_embeddings)]
+    secondaries = [sorted(draw(st.sets(st.sampled_from([w for w in range(num_workers) if w != primary[e]]),
+                                       max_size=num_workers - 1)) if num_workers > 1 else set())
+                   for e in range(num_embeddings)]
+    cost = [[0 if i == j else draw(st.integers(1, 9)) for j in range(num_workers)] for i in range(num_workers)]
+    batch_size = draw(st.integers(1, 6))
+    return rows, sample_worker, primary, secondaries, cost, batch_size
+
+
+def build(rows, sample_worker, primary, secondaries, num_workers):
+    graph = BipartiteGraph.from_lists(rows, num_embeddings=len(primary))
+    indptr = np.zeros(len(primary) + 1, dtype=np.int64)
+    indptr[1:] = np.cumsum([len(s) for s in secondaries])
+    workers = np.array([w for s in secondaries for w in s], dtype=np.int32)
+    placement = Placement.edge_cut(num_workers, np.array(sample_worker, dtype=np.int32),
+                                   np.array(primary, dtype=np.int32)).with_secondaries(indptr, workers)
+    placement.check(num_samples=len(rows), num_embeddings=len(primary))
+    return graph, placement
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instances())
+def test_fast_metrics_match_reference(inst):
+    rows, sample_worker, primary, secondaries, cost, batch_size = inst
+    n = len(cost)
+    graph, placement = build(rows, sample_worker, primary, secondaries, n)
+    topo = Topology(np.array(cost, dtype=float))
+    ref = reference_metrics(rows, sample_worker, primary, secondaries, cost, batch_size)
+    m = M.compute_metrics(graph, placement, topo, batch_size=batch_size, reference=placement)
+    for key in ("remote_accesses", "epoch_unique_remote", "batch_remote_reads", "batch_remote_pushes",
+                "traffic_matrix"):
+        assert m[key] == ref[key], key
+    assert m["remote_accesses_weighted"] == pytest.approx(ref["remote_accesses_weighted"])
+    assert m["replication_factor"] == pytest.approx(ref["replication_factor"])
+    # the individual functions agree with compute_metrics
+    assert M.remote_accesses(graph, placement) == ref["remote_accesses"]
+    assert M.batch_remote_pushes(graph, placement, batch_size) == ref["batch_remote_pushes"]
+    assert M.replication_factor(placement, graph) == pytest.approx(ref["replication_factor"])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instances(), st.randoms(use_true_random=False))
+def test_metrics_invariant_under_relabelling_workers(inst, rnd):
+    rows, sample_worker, primary, secondaries, cost, batch_size = inst
+    n = len(cost)
+    perm = list(range(n))
+    rnd.shuffle(perm)
+    graph, p = build(rows, sample_worker, primary, secondaries, n)
+    _, q = build(rows, [perm[w] for w in sample_worker], [perm[w] for w in primary],
+                 [sorted(perm[w] for w in s) for s in secondaries], n)
+    c = np.array(cost, dtype=float)
+    c2 = np.zeros_like(c)
+    for i in range(n):
+        for j in range(n):
+            c2[perm[i], perm[j]] = c[i, j]
+    a = M.compute_metrics(graph, p, Topology(c), batch_size=batch_size, reference=p)
+    b = M.compute_metrics(graph, q, Topology(c2), batch_size=batch_size, reference=q)
+    for key in M.COMM_METRICS + ("replication_factor",):
+        assert a[key] == pytest.approx(b[key]), key
+    assert a["balance"] == pytest.approx(b["balance"])
+    ta, tb = np.array(a["traffic_matrix"]), np.array(b["traffic_matrix"])
+    assert np.array_equal(tb[np.ix_(perm, perm)], ta)
+
+
+def test_random_graph_large_enough_to_chunk():
+    # a bigger seeded instance (many chunks per worker) against the reference
+    rng = np.random.default_rng(3)
+    rows = [sorted(set(rng.integers(0, 40, size=4).tolist())) for _ in range(300)]
+    sw = rng.integers(0, 4, size=300).tolist()
+    primary = rng.integers(0, 4, size=40).tolist()
+    secondaries = [sorted(set(rng.integers(0, 4, size=2).tolist()) - {primary[e]}) if e % 3 == 0 else []
+                   for e in range(40)]
+    cost = (np.ones((4, 4)) - np.eye(4)).tolist()
+    graph, placement = build(rows, sw, primary, secondaries, 4)
+    for b in (1, 7, 32, 1000):
+        ref = reference_metrics(rows, sw, primary, secondaries, cost, b)
+        assert M.batch_remote_reads(graph, placement, b) == ref["batch_remote_reads"]
+        assert M.batch_remote_pushes(graph, placement, b) == ref["batch_remote_pushes"]
