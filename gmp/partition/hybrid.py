@@ -107,7 +107,7 @@ from ..placement import Placement
 from ..progress import task
 from ..topology import Topology
 from . import _hybrid_kernels as K
-from ._common import check_max_imbalance, place_unused_embeddings, sample_cap
+from ._common import check_max_imbalance, enforce_cap, place_unused_embeddings, sample_cap
 from .random import balanced_random_assignment
 
 log = logging.getLogger(__name__)
@@ -235,29 +235,34 @@ def _numba_threads(threads: int | None) -> Iterator[None]:
 
 
 class _State:
-    """The mutable 1D state and the objective bookkeeping."""
+    """The mutable 1D state of one level (machines or workers) and the objective bookkeeping.
 
-    def __init__(self, graph: BipartiteGraph, topology: Topology, options: Options, rng: np.random.Generator):
-        self.graph = graph
+    ``prim = None``: the used embeddings get a seeded random balanced
+    placement (Algorithm 1 line 1); else ``prim`` (with ``-1`` on unused ids)
+    is taken as the start.
+    """
+
+    def __init__(self, graph: BipartiteGraph, cost: np.ndarray, options: Options, sw: np.ndarray,
+                 prim: np.ndarray | None, rng: np.random.Generator, *, batch_size: int):
         self.indptr = np.asarray(graph.sample_indptr)
         self.indices = np.asarray(graph.sample_indices)
-        n = topology.num_workers
+        n = int(cost.shape[0])
         self.num_workers = n
-        self.cost = np.ascontiguousarray(topology.cost, dtype=np.float64)
-        self.batch_size = options.batch_size
+        self.cost = np.ascontiguousarray(cost, dtype=np.float64)
         num_samples, num_embeddings = graph.num_samples, graph.num_embeddings
 
-        # Algorithm 1 line 1: random balanced partitions (samples, then used embeddings)
-        self.sw = balanced_random_assignment(num_samples, n, rng)
+        self.sw = sw
         self.count = np.zeros((num_embeddings, n), dtype=np.int32)
         K.count_samples(self.indptr, self.indices, self.sw, self.count)
         # used <=> degree > 0 <=> the embedding is a vertex of the graph (no phantom ids)
         self.active = K.used_rows(self.count)
         self.num_used = int(np.count_nonzero(self.active))
-        self.prim = np.full(num_embeddings, -1, dtype=np.int32)
-        used_ids = np.flatnonzero(self.active)
-        self.prim[used_ids] = balanced_random_assignment(used_ids.size, n, rng)
-        del used_ids
+        if prim is None:
+            prim = np.full(num_embeddings, -1, dtype=np.int32)
+            used_ids = np.flatnonzero(self.active)
+            prim[used_ids] = balanced_random_assignment(used_ids.size, n, rng)
+            del used_ids
+        self.prim = prim
 
         self.sample_cap = sample_cap(num_samples, n, options.max_imbalance)
         self.primary_cap = sample_cap(self.num_used, n, options.max_imbalance)
@@ -270,7 +275,7 @@ class _State:
         self.gamma = float(options.gamma)
 
         # count[x, w] never exceeds a worker's samples (<= cap); the sweep reads f[c + 1]
-        self.f = soft_count_table(self.sample_cap, num_samples / n, self.batch_size)
+        self.f = soft_count_table(self.sample_cap, num_samples / n, batch_size)
         self.df = np.diff(self.f)
 
         self.served = np.zeros(n, dtype=np.float64)
@@ -395,30 +400,56 @@ def partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options: 
         return _partition(graph, topology, seed=seed, options=options)
 
 
-def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options: Options) -> Placement:
-    n = topology.num_workers
-    if n > 64:
-        raise PartitionError(f"hybrid supports up to 64 workers, got {n}; use fewer workers or another method.")
-    t0 = time.perf_counter()
-    rng = np.random.default_rng(seed)
-    state = _State(graph, topology, options, rng)
-    rounds: list[dict] = []
+def machine_cost(topology: Topology) -> np.ndarray:
+    """Machine x machine cost: the mean worker-to-worker cost between two machines (0 on the diagonal)."""
+    mo = np.asarray(topology.machine_of)
+    num_machines = int(mo.max()) + 1
+    out = np.zeros((num_machines, num_machines))
+    for i in range(num_machines):
+        for j in range(num_machines):
+            if i != j:
+                out[i, j] = topology.cost[np.ix_(mo == i, mo == j)].mean()
+    return out
+
+
+def _is_hierarchical(topology: Topology) -> bool:
+    mo = np.asarray(topology.machine_of)
+    num_machines = int(mo.max()) + 1 if mo.size else 1
+    return 1 < num_machines < topology.num_workers
+
+
+def _spread_within_machines(machine_part: np.ndarray, machine_of: np.ndarray, rng: np.random.Generator,
+                            skip: np.ndarray | None = None) -> np.ndarray:
+    """Worker ids: the items of each machine dealt at random, balanced, over that machine's workers."""
+    out = np.full(machine_part.size, -1, dtype=np.int32)
+    for m in range(int(machine_of.max()) + 1):
+        workers = np.flatnonzero(machine_of == m).astype(np.int32)
+        mask = machine_part == m
+        if skip is not None:
+            mask &= ~skip
+        ids = np.flatnonzero(mask)
+        out[ids] = workers[balanced_random_assignment(ids.size, workers.size, rng)]
+    return out
+
+
+def _run_rounds(state: _State, options: Options, rounds: list[dict], level: str, t_start: float) -> None:
+    """Algorithm 1 lines 2-5 on one level: up to ``options.rounds`` sweeps, logged into ``rounds``."""
 
     def record(r: int, seconds: float, moved: tuple[int, int]) -> dict:
-        entry = {"round": r, **state.summary()}
+        entry = {"round": r, "level": level, **state.summary()}
         entry["moved_samples"], entry["moved_embeddings"] = moved
         entry["seconds"] = round(seconds, 4)
         rounds.append(entry)
-        log.info("hybrid round %d: objective %.6g, expected batch remote reads %.6g, remote_accesses %d, "
+        log.info("hybrid %s round %d: objective %.6g, expected batch remote reads %.6g, remote_accesses %d, "
                  "epoch_unique_remote %d, imbalance samples %.4f primaries %.4f traffic %.4f, "
                  "moved %d samples %d embeddings, %.2f s",
-                 r, entry["objective"], entry["expected_remote_reads"], entry["remote_accesses"],
+                 level, r, entry["objective"], entry["expected_remote_reads"], entry["remote_accesses"],
                  entry["epoch_unique_remote"], entry["sample_imbalance"], entry["primary_imbalance"],
                  entry["traffic_imbalance"], entry["moved_samples"], entry["moved_embeddings"], seconds)
         return entry
 
-    prev = record(0, time.perf_counter() - t0, (0, 0))["objective"]
-    with task("Hybrid partitioning (1D rounds)", total=options.rounds) as advance:
+    prev = record(0, time.perf_counter() - t_start, (0, 0))["objective"]
+    with task(f"Hybrid partitioning ({level} level, 1D rounds)", total=options.rounds) as advance:
         for r in range(1, options.rounds + 1):
             t_r = time.perf_counter()
             ceff = state.effective_cost()  # state.served is current: summary() ran last
@@ -428,13 +459,52 @@ def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options:
             improvement = (prev - obj) / prev if prev > 0 else 0.0
             prev = obj
             if improvement < options.tol:
-                log.info("hybrid: round %d improved the objective by %.3g < tol %.3g; stopping.", r, improvement,
-                         options.tol)
+                log.info("hybrid %s level: round %d improved the objective by %.3g < tol %.3g; stopping.", level, r,
+                         improvement, options.tol)
                 break
+
+
+def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options: Options) -> Placement:
+    n = topology.num_workers
+    if n > 64:
+        raise PartitionError(f"hybrid supports up to 64 workers, got {n}; use fewer workers or another method.")
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    rounds: list[dict] = []
+    if _is_hierarchical(topology):
+        # machine level first: machines are the partitions, a machine's batch is its workers' batches
+        mo = np.asarray(topology.machine_of, dtype=np.int32)
+        num_machines = int(mo.max()) + 1
+        per_machine = n // num_machines
+        msw = balanced_random_assignment(graph.num_samples, num_machines, rng)
+        mstate = _State(graph, machine_cost(topology), options, msw, None, rng,
+                        batch_size=options.batch_size * max(per_machine, 1))
+        _run_rounds(mstate, options, rounds, "machine", t0)
+        t1 = time.perf_counter()
+        # then worker level, starting from the machine-level placement spread inside each machine
+        sw = _spread_within_machines(mstate.sw, mo, rng)
+        prim = _spread_within_machines(mstate.prim, mo, rng, skip=~mstate.active)
+        del mstate
+        # the spread is balanced to within one per machine; repair the rare excess over the worker caps
+        enforce_cap(sw, n, sample_cap(graph.num_samples, n, options.max_imbalance), rng)
+        used = prim >= 0
+        prim_used = prim[used]
+        enforce_cap(prim_used, n, sample_cap(int(used.sum()), n, options.max_imbalance), rng)
+        prim[used] = prim_used
+        state = _State(graph, topology.cost, options, sw, prim, rng, batch_size=options.batch_size)
+        _run_rounds(state, options, rounds, "worker", t1)
+    else:
+        sw = balanced_random_assignment(graph.num_samples, n, rng)
+        state = _State(graph, topology.cost, options, sw, None, rng, batch_size=options.batch_size)
+        _run_rounds(state, options, rounds, "worker", t0)
 
     # 2D step (Eq. 6)
     t2 = time.perf_counter()
-    budgets = replication_budgets(n, state.num_used, state.primary_load, options)
+    prim = state.prim
+    if not state.active.all():
+        place_unused_embeddings(prim, n)  # phantom ids: memory only, least-loaded workers
+    # every primary row (phantoms too) occupies memory next to the secondaries
+    budgets = replication_budgets(n, state.num_used, np.bincount(prim, minlength=n), options)
     if int(budgets.sum()) > 0:
         indptr, workers, w_indptr, w_ids = choose_secondaries(state, budgets)
     else:
@@ -458,9 +528,6 @@ def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options:
     log.info("hybrid 2D step: %d secondaries, expected batch remote reads %.6g -> %.6g, %.2f s", workers.size,
              expected_1d, expected_1d - saved, replication["seconds"])
 
-    prim = state.prim
-    if not state.active.all():
-        place_unused_embeddings(prim, n)  # phantom ids: memory only, least-loaded workers
     info = {
         "rounds": rounds,
         "replication": replication,
