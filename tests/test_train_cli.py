@@ -1,0 +1,201 @@
+"""``gmp train`` end to end: JSON logs, bytes and row counters against gmp.metrics,
+checkpoint/resume, and refusal of bad input before training."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from cli.main import app
+from gmp import metrics
+from gmp.datasets.format import load_dataset
+from gmp.errors import TrainingError
+from gmp.graph import build_graph
+from gmp.manifest import write_manifest
+from gmp.placement import Placement
+from gmp.topology import homogeneous
+from gmp.train.loop import TrainConfig
+from gmp.train.run import train
+from gmp.train.schedule import StaticSchedule
+from train_data import make_ctr_dataset
+
+KEYS = {"epoch", "train_loss", "test_auc", "test_logloss", "samples_per_sec", "bytes", "remote_rows_read",
+        "remote_rows_pushed", "staleness_refreshes"}
+BYTE_KEYS = {"embedding_rows", "gradients", "ids_clocks", "dense_allreduce"}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def ctr(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli")
+    path = make_ctr_dataset(root / "ds", num_samples=400, field_sizes=(9, 13, 6, 5))
+    return root, path, load_dataset(path)
+
+
+def manifest_for(root, ds, n, *, secondaries=0.0, seed=0, name=None):
+    rng = np.random.default_rng(seed)
+    pl = Placement.edge_cut(n, rng.integers(0, n, ds.num_samples), rng.integers(0, n, ds.num_embeddings),
+                            method="test")
+    if secondaries:
+        sec = [[w for w in range(n) if w != pl.embedding_primary[e] and rng.random() < secondaries]
+               for e in range(ds.num_embeddings)]
+        pl = pl.with_secondaries(np.cumsum([0] + [len(s) for s in sec]),
+                                 np.array([w for s in sec for w in s], dtype=np.int32))
+    out = root / (name or f"m{n}-{secondaries}-{seed}")
+    if not out.exists():
+        write_manifest(out, pl, dataset_sha256=ds.sha256, num_samples=ds.num_samples,
+                       num_embeddings=ds.num_embeddings, topology=homogeneous(n))
+    return out, pl
+
+
+def run_cli(*args):
+    res = CliRunner().invoke(app, ["train", *map(str, args)])
+    return res
+
+
+def read_log(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+def test_cli_writes_one_json_line_per_epoch_with_the_documented_keys(ctr, tmp_path):
+    root, path, ds = ctr
+    man, _ = manifest_for(root, ds, 2)
+    res = run_cli("--dataset", path, "--manifest", man, "--epochs", 2, "--batch-size", 32, "--model", "dcn",
+                  "--log-json", tmp_path / "log.jsonl", "--log-every", 4)
+    assert res.exit_code == 0, res.output
+    lines = read_log(tmp_path / "log.jsonl")
+    epochs = [r for r in lines if r["kind"] == "epoch"]
+    assert [r["epoch"] for r in epochs] == [1, 2]
+    assert len([r for r in lines if r["kind"] == "step"]) == 2 * (-(-ds.num_train // 2 // 32) // 4)
+    for r in epochs:
+        assert KEYS <= set(r) and set(r["bytes"]) == BYTE_KEYS
+        assert 0.0 <= r["test_auc"] <= 1.0 and r["test_logloss"] > 0
+        assert r["samples"] == ds.num_train
+        assert r["bytes"]["embedding_rows"] > 0 and r["bytes"]["dense_allreduce"] > 0
+    # stdout carries the same lines
+    out_lines = [json.loads(x) for x in res.stdout.splitlines() if x.startswith("{")]
+    assert [r["test_auc"] for r in out_lines if r["kind"] == "epoch"] == [r["test_auc"] for r in epochs]
+
+
+@pytest.mark.parametrize("n,batch", [(2, 16), (3, 7)])
+def test_remote_rows_equal_the_reports_batch_traffic(ctr, tmp_path, n, batch):
+    """s = 0, static, --shuffle none, no secondaries: measured rows read/pushed per epoch
+    equal gmp.metrics' batch_remote_reads / batch_remote_pushes, and bytes follow from them."""
+    root, path, ds = ctr
+    man, pl = manifest_for(root, ds, n, seed=n)
+    log = tmp_path / "log.jsonl"
+    res = run_cli("--dataset", path, "--manifest", man, "--schedule", "static", "--shuffle", "none",
+                  "--batch-size", batch, "--epochs", 2, "--embedding-dim", 5, "--model", "wdl", "--log-json", log)
+    assert res.exit_code == 0, res.output
+    graph = build_graph(ds)
+    reads = metrics.batch_remote_reads(graph, pl, batch, num_train=ds.num_train)
+    pushes = metrics.batch_remote_pushes(graph, pl, batch, num_train=ds.num_train)
+    assert reads > 0
+    for r in read_log(log):
+        assert r["remote_rows_read"] == reads
+        assert r["remote_rows_pushed"] == pushes
+        assert r["staleness_refreshes"] == 0
+        row_bytes = (5 + 1) * 4  # wdl rows carry the wide weight; float32
+        assert r["bytes"]["embedding_rows"] == reads * row_bytes
+        assert r["bytes"]["gradients"] == pushes * row_bytes
+        # request: id + clock; reply: clock; push: id  (8 bytes each)
+        assert r["bytes"]["ids_clocks"] == reads * 24 + pushes * 8
+
+
+def test_resume_after_an_interrupt_equals_an_uninterrupted_run(ctr, tmp_path):
+    root, path, ds = ctr
+    man, pl = manifest_for(root, ds, 3, secondaries=0.4)
+    cfg = TrainConfig(model="deepfm", batch_size=16, epochs=3, optimizer="adagrad", schedule="static", lr=0.05,
+                      staleness=2)
+    full = train(path, man, cfg, checkpoint_dir=tmp_path / "a")
+    steps_per_epoch = StaticSchedule(pl, ds.num_train, 16).num_steps(0)
+    with pytest.raises(TrainingError, match="interrupted at epoch 2 step 3; checkpoint saved.*--resume"):
+        train(path, man, cfg, checkpoint_dir=tmp_path / "b", stop_after_steps=steps_per_epoch + 3,
+              log_json=tmp_path / "b.jsonl")
+    head = json.loads((tmp_path / "b" / "latest" / "checkpoint.json").read_text())
+    assert (head["epoch"], head["step"]) == (1, 3)
+    resumed = train(path, man, cfg, checkpoint_dir=tmp_path / "b", resume=True, log_json=tmp_path / "b.jsonl")
+    assert len(resumed) == 2  # epochs 2 and 3 were (re)run to their ends
+    for a, b in zip(full[1:], resumed):
+        for key in ("train_loss", "test_auc", "test_logloss", "bytes", "remote_rows_read", "remote_rows_pushed",
+                    "staleness_refreshes", "samples", "steps"):
+            assert a[key] == b[key], key
+    for w in range(3):
+        fa = torch.load(tmp_path / "a" / "latest" / f"worker-{w:05d}.pt", weights_only=False)["store"]
+        fb = torch.load(tmp_path / "b" / "latest" / f"worker-{w:05d}.pt", weights_only=False)["store"]
+        assert torch.equal(fa["table"], fb["table"]) and torch.equal(fa["opt_state"], fb["opt_state"])
+    assert [r["epoch"] for r in read_log(tmp_path / "b.jsonl")] == [1, 2, 3]
+
+
+def test_resume_through_the_cli_extends_training(ctr, tmp_path):
+    root, path, ds = ctr
+    man, _ = manifest_for(root, ds, 2)
+    common = ["--dataset", path, "--manifest", man, "--batch-size", 32, "--schedule", "naive"]
+    assert run_cli(*common, "--epochs", 2, "--log-json", tmp_path / "full.jsonl").exit_code == 0
+    assert run_cli(*common, "--epochs", 1, "--checkpoint-dir", tmp_path / "ck").exit_code == 0
+    res = run_cli(*common, "--epochs", 2, "--checkpoint-dir", tmp_path / "ck", "--resume",
+                  "--log-json", tmp_path / "res.jsonl")
+    assert res.exit_code == 0, res.output
+    full, resumed = read_log(tmp_path / "full.jsonl"), read_log(tmp_path / "res.jsonl")
+    assert resumed[-1]["epoch"] == 2
+    assert resumed[-1]["test_auc"] == full[-1]["test_auc"] and resumed[-1]["train_loss"] == full[-1]["train_loss"]
+    bad = run_cli(*common, "--epochs", 2, "--checkpoint-dir", tmp_path / "ck", "--resume", "--lr", "0.5")
+    assert bad.exit_code == 2 and "lr=0.01" in bad.output
+
+
+def _one_line_error(res, pattern):
+    assert res.exit_code == 2, res.output
+    err = [x for x in res.output.splitlines() if x.strip()]
+    assert len(err) == 1 and err[0].startswith("error: "), res.output
+    assert pytest.importorskip("re").search(pattern, err[0]), err[0]
+
+
+def test_bad_input_is_refused_before_training(ctr, tmp_path):
+    root, path, ds = ctr
+    man, _ = manifest_for(root, ds, 2)
+    other = make_ctr_dataset(tmp_path / "other", num_samples=400, field_sizes=(9, 13, 6, 5), seed=9)
+    _one_line_error(run_cli("--dataset", other, "--manifest", man), "another dataset|sha256|hash")
+    _one_line_error(run_cli("--dataset", path, "--manifest", man, "--workers", 3), "--workers 3.*2 workers")
+    _one_line_error(run_cli("--dataset", path, "--manifest", man, "--model", "xgboost"), "unknown --model 'xgboost'")
+    _one_line_error(run_cli("--dataset", path, "--optimizer", "adam"), "unknown --optimizer")
+    _one_line_error(run_cli("--dataset", path, "--staleness", "-1"), "--staleness")
+    _one_line_error(run_cli("--dataset", path, "--resume"), "--resume needs --checkpoint-dir")
+    broken = tmp_path / "broken"
+    shutil.copytree(path, broken)
+    np.save(broken / "labels.npy", np.zeros(3, dtype=np.float32))
+    _one_line_error(run_cli("--dataset", broken), "labels.npy")
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(path, corrupt)
+    labels = np.load(corrupt / "labels.npy")
+    np.save(corrupt / "labels.npy", 1 - labels)
+    _one_line_error(run_cli("--dataset", corrupt), "sha256")
+    bad_man = tmp_path / "badman"
+    shutil.copytree(man, bad_man)
+    (bad_man / "embedding_primary.npy").write_bytes(b"garbage")
+    _one_line_error(run_cli("--dataset", path, "--manifest", bad_man), "embedding_primary")
+
+
+def test_distributed_world_size_must_match_the_manifest(ctr, monkeypatch):
+    root, path, ds = ctr
+    man, _ = manifest_for(root, ds, 2)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    _one_line_error(run_cli("--dataset", path, "--manifest", man, "--engine", "distributed"),
+                    "torchrun started 3 processes.*2 workers")
+    monkeypatch.delenv("RANK")
+    _one_line_error(run_cli("--dataset", path, "--manifest", man, "--engine", "distributed"), "torchrun")
