@@ -329,9 +329,13 @@ def parse_int_block(buf, starts, ends):  # pragma: no cover - compiled
     return vals, status
 
 
+_HEX_VALUE = np.full(256, -1, dtype=np.int8)
+for _c, _v in zip(b"0123456789abcdefABCDEF", list(range(16)) + list(range(10, 16))):
+    _HEX_VALUE[_c] = _v
+
+
 @numba.njit(cache=True, nogil=True)
-def parse_hex_block(buf, starts, ends):  # pragma: no cover - compiled
-    """Hexadecimal tokens of 1..16 digits -> uint64 (the value is the key)."""
+def _parse_hex_block(buf, starts, ends, table):  # pragma: no cover - compiled
     n, k = starts.shape
     vals = np.zeros((n, k), dtype=np.uint64)
     status = np.zeros((n, k), dtype=np.int8)
@@ -346,24 +350,21 @@ def parse_hex_block(buf, starts, ends):  # pragma: no cover - compiled
                 status[i, j] = 2
                 continue
             v = np.uint64(0)
-            ok = True
+            bad = 0
             for p in range(s, e):
-                c = buf[p]
-                if 48 <= c <= 57:
-                    d = c - 48
-                elif 97 <= c <= 102:
-                    d = c - 87
-                elif 65 <= c <= 70:
-                    d = c - 55
-                else:
-                    ok = False
-                    break
-                v = (v << np.uint64(4)) | np.uint64(d)
-            if not ok:
+                d = table[buf[p]]
+                bad |= d
+                v = (v << np.uint64(4)) | np.uint64(d & 15)
+            if bad < 0:  # some digit was -1 (not hexadecimal)
                 status[i, j] = 2
                 continue
             vals[i, j] = v
     return vals, status
+
+
+def parse_hex_block(buf, starts, ends):
+    """Hexadecimal tokens of 1..16 digits -> uint64 (the value is the key); status per cell."""
+    return _parse_hex_block(buf, starts, ends, _HEX_VALUE)
 
 
 @numba.njit(cache=True, nogil=True)

@@ -7,8 +7,8 @@ itself for Criteo, a 64-bit FNV-1a/splitmix64 hash of the token text
 otherwise) and hand blocks of keys to :meth:`Vocabulary.lookup`. Because the
 final id of a value depends on its frequency, which is only known at the end,
 lookup returns *provisional* ids: one dense id space shared by all fields,
-allocated in order of first appearance (a compiled loop over a numba typed
-dict per field), with an occurrence count per id. The writer stores the
+allocated in order of first appearance (a compiled loop over an
+open-addressing hash table per field), with an occurrence count per id. The writer stores the
 provisional ids; :meth:`Vocabulary.finish` computes the final ids and the
 ``remap`` array that :meth:`gmp.datasets.format.DatasetWriter.finish` applies.
 
@@ -35,31 +35,86 @@ from typing import Mapping
 
 import numba
 import numpy as np
-from numba import types
-from numba.typed import Dict
 
 from ..errors import ImportDataError
 from .format import FieldInfo
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _slot(k, mask):  # pragma: no cover - compiled
+    # splitmix64 finaliser: keys may be low-entropy (small integers, Criteo's 32-bit hashes)
+    h = k
+    h ^= h >> np.uint64(30)
+    h *= np.uint64(0xBF58476D1CE4E5B9)
+    h ^= h >> np.uint64(27)
+    h *= np.uint64(0x94D049BB133111EB)
+    h ^= h >> np.uint64(31)
+    return np.int64(h & mask)
+
+
 @numba.njit(cache=True, nogil=True)
-def _assign(table, keys, present, missing_pid, next_pid, out, counts, pid_field, field):  # pragma: no cover
+def _assign(slots, keys, present, missing_pid, next_pid, out, pid_field, field):  # pragma: no cover
+    # Open-addressing hash table (linear probing). Each slot is one 32-byte row
+    # [key, provisional id + 1 (0 = empty), count, unused], so a lookup touches one
+    # cache line. The caller keeps the load factor <= 1/2, so probes are short.
+    cap = slots.shape[0]
+    mask = np.uint64(cap - 1)
     for i in range(keys.size):
         if not present[i]:
             out[i] = missing_pid
-            counts[missing_pid] += 1
             continue
         k = keys[i]
-        if k in table:
-            v = table[k]
-        else:
-            v = next_pid
-            table[k] = v
-            pid_field[v] = field
-            next_pid += 1
-        counts[v] += 1
-        out[i] = v
+        j = _slot(k, mask)
+        while True:
+            if slots[j, 1] == 0:
+                slots[j, 0] = k
+                slots[j, 1] = np.uint64(next_pid + 1)
+                pid_field[next_pid] = field
+                next_pid += 1
+                break
+            if slots[j, 0] == k:
+                break
+            j = (j + 1) & (cap - 1)
+        slots[j, 2] += np.uint64(1)
+        out[i] = np.int64(slots[j, 1]) - 1
     return next_pid
+
+
+@numba.njit(cache=True, nogil=True)
+def _rehash(slots, new_slots):  # pragma: no cover - compiled
+    cap = new_slots.shape[0]
+    mask = np.uint64(cap - 1)
+    for i in range(slots.shape[0]):
+        if slots[i, 1] != 0:
+            j = _slot(slots[i, 0], mask)
+            while new_slots[j, 1] != 0:
+                j = (j + 1) & (cap - 1)
+            new_slots[j, 0] = slots[i, 0]
+            new_slots[j, 1] = slots[i, 1]
+            new_slots[j, 2] = slots[i, 2]
+
+
+class _Table:
+    """uint64 key -> (provisional id, count), grown by doubling (load factor <= 1/2)."""
+
+    def __init__(self, capacity: int = 1 << 10):
+        self.slots = np.zeros((capacity, 4), dtype=np.uint64)
+        self.size = 0
+
+    def reserve(self, extra: int) -> None:
+        need = 2 * (self.size + extra)
+        cap = self.slots.shape[0]
+        if need <= cap:
+            return
+        while cap < need:
+            cap *= 2
+        new = np.zeros((cap, 4), dtype=np.uint64)
+        _rehash(self.slots, new)
+        self.slots = new
+
+    def ids_and_counts(self) -> tuple[np.ndarray, np.ndarray]:
+        used = self.slots[:, 1] != 0
+        return self.slots[used, 1].astype(np.int64) - 1, self.slots[used, 2].astype(np.int64)
 
 
 def mix64(keys: np.ndarray) -> np.ndarray:
@@ -114,7 +169,6 @@ class Vocabulary:
         self.fields: list[_Field] = []
         self._by_name: dict[str, int] = {}
         self._next = 0
-        self._counts = np.zeros(1 << 16, dtype=np.int64)
         self._pid_field = np.full(1 << 16, -1, dtype=np.int32)
 
     # -- building ---------------------------------------------------------
@@ -125,7 +179,7 @@ class Vocabulary:
         idx = len(self.fields)
         size = self.hash_sizes.get(name)
         missing = self._alloc(1 + (int(size) if size else 0), idx)
-        table = None if size else Dict.empty(key_type=types.uint64, value_type=types.int64)
+        table = None if size else _Table()
         self.fields.append(_Field(name, kind, missing, int(size) if size else None, table))
         self._by_name[name] = idx
         return idx
@@ -164,36 +218,33 @@ class Vocabulary:
         return first
 
     def _ensure(self, size: int) -> None:
-        if size > self._counts.size:
-            new = max(size, 2 * self._counts.size)
-            self._counts = np.concatenate([self._counts, np.zeros(new - self._counts.size, np.int64)])
+        if size > self._pid_field.size:
+            new = max(size, 2 * self._pid_field.size)
             self._pid_field = np.concatenate([self._pid_field, np.full(new - self._pid_field.size, -1, np.int32)])
 
     def lookup(self, field: int, keys: np.ndarray, present: np.ndarray) -> np.ndarray:
         """Provisional ids (int64) of ``keys``; ``present[i] == False`` means missing."""
         f = self.fields[field]
-        keys = np.ascontiguousarray(keys, dtype=np.uint64).reshape(-1)
-        present = np.ascontiguousarray(present, dtype=np.bool_).reshape(-1)
+        keys = np.asarray(keys, dtype=np.uint64)
+        present = np.asarray(present, dtype=np.bool_)
+        if keys.ndim != 1:
+            keys, present = keys.reshape(-1), present.reshape(-1)
         if f.hash_size is not None:
-            out = np.where(present, f.missing_pid + 1 + (mix64(keys) % np.uint64(f.hash_size)).astype(np.int64),
-                           f.missing_pid).astype(np.int64)
-            if out.size:
-                self._bincount_add(out)
-            return out
+            return np.where(present, f.missing_pid + 1 + (mix64(keys) % np.uint64(f.hash_size)).astype(np.int64),
+                            f.missing_pid).astype(np.int64)
         self._ensure(self._next + keys.size)
+        f.table.reserve(keys.size)
         out = np.empty(keys.size, dtype=np.int64)
-        self._next = int(_assign(f.table, keys, present, f.missing_pid, self._next, out, self._counts,
+        before = self._next
+        self._next = int(_assign(f.table.slots, keys, present, f.missing_pid, self._next, out,
                                  self._pid_field, field))
+        f.table.size += self._next - before
         return out
-
-    def _bincount_add(self, ids: np.ndarray) -> None:
-        lo, hi = int(ids.min()), int(ids.max())
-        self._counts[lo : hi + 1] += np.bincount(ids - lo, minlength=hi - lo + 1)
 
     def count_of(self, field: int) -> int:
         """Distinct non-missing values seen so far in a vocabulary field."""
         t = self.fields[field].table
-        return len(t) if t is not None else 0
+        return t.size if t is not None else 0
 
     # -- final ids --------------------------------------------------------
     def finish(self) -> tuple[list[FieldInfo], int, np.ndarray]:
@@ -202,7 +253,11 @@ class Vocabulary:
         provisional -> final id array."""
         remap = np.full(max(self._next, 1), -1, dtype=np.int64)
         pid_field = self._pid_field[: self._next]
-        counts = self._counts[: self._next]
+        counts = np.zeros(max(self._next, 1), dtype=np.int64)
+        for f in self.fields:
+            if f.table is not None:
+                ids, c = f.table.ids_and_counts()
+                counts[ids] = c
         order = np.argsort(pid_field, kind="stable")
         bounds = np.searchsorted(pid_field[order], np.arange(len(self.fields) + 1))
         infos: list[FieldInfo] = []
