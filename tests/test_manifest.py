@@ -1,0 +1,236 @@
+"""Placement manifest: round trip, golden v1 files, and every invalid-manifest case with its error text."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gmp.datasets.format import load_dataset, write_dataset
+from gmp.errors import GmpError, ManifestError
+from gmp.manifest import SCHEMA_VERSION, load_manifest, write_manifest
+from gmp.placement import Placement
+from gmp.topology import hierarchical, homogeneous
+
+GOLDEN = Path(__file__).parent / "data" / "manifest_v1"
+# The tiny_dataset fixture's content hash (conftest.py); the golden manifest was made for it.
+TINY_SHA256 = "de274a42daaa90df27467dad0f25ed350a77868af57ac70dea27c4766b7dfd4c"
+
+
+def make_placement() -> Placement:
+    p = Placement.edge_cut(2, [0, 0, 0, 1, 1, 1], [0, 0, 0, 1, 1, 1], method="hand",
+                           options={"rounds": 3, "tol": 0.5}, seed=4,
+                           info={"rounds": [{"round": 1, "objective": 3.0}], "note": "x"})
+    return p.with_secondaries([0, 0, 0, 1, 1, 1, 2], [1, 0])
+
+
+def write(out: Path, placement: Placement | None = None, **kw) -> Path:
+    args = dict(dataset_sha256=TINY_SHA256, num_samples=6, num_embeddings=6, topology=homogeneous(2),
+                metrics={"batch_remote_reads": 3, "batch_size": 2, "per_worker": {"samples": [3, 3]}},
+                partition_seconds=0.25, peak_rss_bytes=1234)
+    args.update(kw)
+    return write_manifest(out, placement or make_placement(), **args)
+
+
+@pytest.fixture
+def golden(tmp_path) -> Path:
+    out = tmp_path / "golden"
+    shutil.copytree(GOLDEN, out)
+    return out
+
+
+def test_round_trip(tmp_path, tiny_dataset):
+    ds = load_dataset(tiny_dataset)
+    assert ds.sha256 == TINY_SHA256
+    p = make_placement()
+    path = write(tmp_path / "m", p, topology=hierarchical(1, 2, inter_cost=10))
+    m = load_manifest(path, dataset=ds)
+    for name in ("sample_worker", "embedding_primary", "secondary_indptr", "secondary_workers"):
+        got, want = getattr(m.placement, name), getattr(p, name)
+        assert got.dtype == want.dtype and np.array_equal(got, want), name
+    assert m.placement.method == "hand" and m.placement.seed == 4
+    assert dict(m.placement.options) == {"rounds": 3, "tol": 0.5}
+    assert m.placement.info["rounds"] == [{"round": 1, "objective": 3.0}]
+    assert m.meta["partitioner"]["info"]["note"] == "x"
+    assert m.topology.name == "1x2" and np.array_equal(m.topology.cost, [[0, 1], [1, 0]])
+    assert (m.num_workers, m.num_samples, m.num_embeddings, m.dataset_sha256) == (2, 6, 6, TINY_SHA256)
+    assert m.meta["partition_seconds"] == 0.25 and m.meta["peak_rss_bytes"] == 1234
+    # only the summary keys reach manifest.json
+    assert m.meta["metrics"] == {"batch_remote_reads": 3, "batch_size": 2}
+    assert m.meta["num_secondaries"] == 2 and m.meta["schema_version"] == SCHEMA_VERSION
+    m.placement.check(num_samples=6, num_embeddings=6)
+    # load via the manifest.json path, and without mmap
+    assert load_manifest(path / "manifest.json", mmap=False).placement.num_secondaries == 2
+
+
+def test_golden_v1_reads_with_exact_values(tiny_dataset):
+    m = load_manifest(GOLDEN, dataset=load_dataset(tiny_dataset))
+    p = m.placement
+    assert p.sample_worker.tolist() == [0, 0, 0, 1, 1, 1]
+    assert p.embedding_primary.tolist() == [0, 0, 0, 1, 1, 1]
+    assert p.secondary_indptr.tolist() == [0, 0, 0, 1, 1, 1, 1]
+    assert p.secondary_workers.tolist() == [1]
+    assert p.method == "hand" and p.seed == 0 and dict(p.options) == {"note": "golden v1"}
+    assert [r["objective"] for r in p.info["rounds"]] == [3.0, 1.0]
+    assert m.meta["created"] == "2026-11-22T00:00:00+00:00" and m.meta["gmp_version"] == "0.1.0"
+    assert m.meta["schema_version"] == 1 and m.meta["format"] == "gmp.placement"
+    assert m.meta["placement_sha256"] == "f6bdcab410c0ca2a55c7da0f245291dde7fbbdc8420a9ffce16d0c4e009cc9b9"
+    met = m.meta["metrics"]
+    # with e2 replicated on worker 1 nothing is remote; sample 5 still pushes e2's gradient
+    assert (met["remote_accesses"], met["batch_remote_reads"], met["batch_remote_pushes"]) == (0, 0, 1)
+    assert met["replication_factor"] == pytest.approx(7 / 6)
+    assert met["batch_size"] == 2 and met["embedding_dim"] == 4 and met["batch_remote_pushes_bytes"] == 16
+    assert m.meta["report_files"] == ["report.json"]
+
+
+def test_golden_metrics_recompute_exactly(tiny_dataset):
+    from gmp.graph import build_graph
+    from gmp.metrics import compute_metrics
+
+    m = load_manifest(GOLDEN)
+    stored = json.loads((GOLDEN / "report.json").read_text())["metrics"]
+    fresh = compute_metrics(build_graph(load_dataset(tiny_dataset)), m.placement, m.topology, batch_size=2,
+                            embedding_dim=4, seed=0)
+    for key in ("remote_accesses", "epoch_unique_remote", "batch_remote_reads", "batch_remote_pushes",
+                "traffic_matrix", "per_worker", "balance", "reduction_vs_random", "replication_factor"):
+        assert fresh[key] == stored[key], key
+
+
+def _edit_meta(path: Path, **changes) -> None:
+    meta = json.loads((path / "manifest.json").read_text())
+    meta.update(changes)
+    (path / "manifest.json").write_text(json.dumps(meta))
+
+
+def _save(path: Path, name: str, arr) -> None:
+    np.save(path / f"{name}.npy", np.asarray(arr))
+
+
+INVALID_CASES = {
+    "newer_version": (lambda p: _edit_meta(p, schema_version=2),
+                      r"manifest\.json has schema_version 2; this gmp reads up to 1\. Upgrade gmp"),
+    "bad_version": (lambda p: _edit_meta(p, schema_version="1"),
+                    r"schema_version '1', expected a positive integer; re-create it with 'gmp partition'"),
+    "wrong_format": (lambda p: _edit_meta(p, format="gmp.dataset"),
+                     r"manifest\.json has format 'gmp\.dataset', expected 'gmp\.placement'"),
+    "not_json": (lambda p: (p / "manifest.json").write_text("{oops"), r"manifest\.json is not valid JSON"),
+    "missing_manifest": (lambda p: (p / "manifest.json").unlink(), r"manifest\.json not found; re-create it"),
+    "missing_key": (lambda p: _drop_key(p, "dataset_sha256"),
+                    r"lacks the key 'dataset_sha256'"),
+    "wrong_shape": (lambda p: _save(p, "sample_worker", np.zeros(7, dtype=np.int32)),
+                    r"sample_worker\.npy has shape \(7,\), expected \(6,\) from manifest\.json"),
+    "wrong_dtype": (lambda p: _save(p, "embedding_primary", np.zeros(6, dtype=np.int64)),
+                    r"embedding_primary\.npy has dtype int64, expected int32"),
+    "worker_out_of_range": (lambda p: _save(p, "sample_worker", np.array([0, 0, 0, 1, 1, 5], dtype=np.int32)),
+                            r"sample_worker\.npy holds worker ids in \[0, 5\], expected \[0, 2\) for num_workers 2"),
+    "negative_worker": (lambda p: _save(p, "secondary_workers", np.array([-1], dtype=np.int32)),
+                        r"secondary_workers\.npy holds worker ids in \[-1, -1\]"),
+    "secondary_on_primary": (lambda p: _save(p, "secondary_workers", np.array([0], dtype=np.int32)),
+                             r"secondary_workers\.npy: embedding 2 has a secondary on its primary's worker 0"),
+    "bad_indptr": (lambda p: _save(p, "secondary_indptr", np.array([0, 0, 0, 1, 1, 1, 2], dtype=np.int64)),
+                   r"secondary_indptr\.npy must run non-decreasing from 0 to len\(secondary_workers\) = 1"),
+    "missing_array": (lambda p: (p / "embedding_primary.npy").unlink(),
+                      r"embedding_primary\.npy not found; re-create it with 'gmp partition'"),
+    "corrupt_npy": (lambda p: (p / "secondary_indptr.npy").write_bytes(b"\x93NUMPY garbage"),
+                    r"secondary_indptr\.npy is not a readable \.npy array"),
+    "truncated_npy": (lambda p: (p / "sample_worker.npy").write_bytes((p / "sample_worker.npy").read_bytes()[:-8]),
+                      r"sample_worker\.npy is not a readable \.npy array"),
+    "modified_array": (lambda p: _save(p, "sample_worker", np.array([1, 0, 0, 1, 1, 1], dtype=np.int32)),
+                       r"the arrays do not match placement_sha256 in manifest\.json"),
+    "topology_mismatch": (lambda p: _edit_meta(p, topology={"name": "3", "cost": [[0, 1, 1], [1, 0, 1], [1, 1, 0]]}),
+                          r"topology has 3 workers, num_workers is 2"),
+    "bad_topology": (lambda p: _edit_meta(p, topology={"cost": [[0, -1], [1, 0]]}),
+                     r"invalid topology .*negative"),
+}
+
+
+def _drop_key(path: Path, key: str) -> None:
+    meta = json.loads((path / "manifest.json").read_text())
+    del meta[key]
+    (path / "manifest.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("case", sorted(INVALID_CASES))
+def test_invalid_manifest_is_refused(golden, case):
+    corrupt, message = INVALID_CASES[case]
+    corrupt(golden)
+    with pytest.raises(ManifestError, match=message) as info:
+        load_manifest(golden)
+    text = str(info.value)
+    assert "\n" not in text
+    assert str(golden) in text  # names the file (or directory)
+
+
+def test_duplicate_secondary_is_refused(tmp_path):
+    p = Placement.edge_cut(3, [0, 1], [0, 1]).with_secondaries([0, 2, 2], [1, 2])
+    path = write_manifest(tmp_path / "m", p, dataset_sha256="x", num_samples=2, num_embeddings=2,
+                          topology=homogeneous(3))
+    np.save(path / "secondary_workers.npy", np.array([1, 1], dtype=np.int32))
+    with pytest.raises(ManifestError, match="embedding 0 lists the same secondary worker twice"):
+        load_manifest(path)
+
+
+def test_dataset_hash_mismatch_is_refused(golden, tmp_path, tiny_rows):
+    rows = [r[::-1] for r in tiny_rows][::-1]
+    other = tmp_path / "other"
+    write_dataset(other, indptr=np.cumsum([0] + [len(r) for r in rows]), indices=np.array([i for r in rows for i in r]),
+                  labels=np.zeros(6, dtype=np.float32), dense=None, fields=[], num_embeddings=6,
+                  source={"format": "test"}, test_fraction=0.5)
+    ds = load_dataset(other)
+    with pytest.raises(ManifestError, match=r"was made for dataset sha256 de274a42daaa…, but .*other has sha256 "
+                                            r".*re-run 'gmp partition"):
+        load_manifest(golden, dataset=ds)
+
+
+def test_not_a_directory(tmp_path):
+    with pytest.raises(ManifestError, match="is not a directory; pass a placement manifest directory"):
+        load_manifest(tmp_path / "nope")
+
+
+def test_write_refuses_existing_and_invalid(tmp_path):
+    path = write(tmp_path / "m")
+    with pytest.raises(GmpError, match="already exists and is not empty; choose another --out or pass --overwrite"):
+        write(path)
+    write(path, overwrite=True)
+    bad = Placement.edge_cut(2, [0, 0, 0, 1, 1, 3], [0] * 6)
+    with pytest.raises(ManifestError, match="cannot write manifest .*worker ids outside"):
+        write(tmp_path / "bad", bad)
+    with pytest.raises(ManifestError, match="the placement has 2 workers, the topology 3"):
+        write(tmp_path / "bad", topology=homogeneous(3))
+    assert not (tmp_path / "bad").exists()
+
+
+def test_write_is_atomic(tmp_path):
+    def explode(tmp: Path):
+        (tmp / "report.json").write_text("{}")
+        raise RuntimeError("crash while writing the report")
+
+    with pytest.raises(RuntimeError, match="crash"):
+        write(tmp_path / "m", report_files=explode)
+    assert list(tmp_path.iterdir()) == []  # no half-written directory, no temporary left
+
+
+def test_report_files_mapping_and_callable(tmp_path):
+    path = write(tmp_path / "a", report_files={"report.md": "# hi\n", "x.bin": b"\x00\x01"})
+    assert (path / "report.md").read_text() == "# hi\n" and (path / "x.bin").read_bytes() == b"\x00\x01"
+    assert json.loads((path / "manifest.json").read_text())["report_files"] == ["report.md", "x.bin"]
+    path = write(tmp_path / "b", report_files=lambda tmp: [(tmp / "r.txt").write_text("r") and "r.txt"])
+    assert (path / "r.txt").read_text() == "r"
+
+
+def test_module_docstring_example_is_valid_json():
+    import re
+
+    import gmp.manifest
+
+    doc = gmp.manifest.__doc__
+    start = doc.index("Example ``manifest.json``::")
+    block = doc[start:].split("::", 1)[1]
+    text = block[: block.index("\n\n``metrics``")]
+    text = re.sub(r'"([0-9a-f]+)\.\.\."', r'"\1"', text)
+    obj = json.loads(text)
+    assert obj["format"] == "gmp.placement" and obj["schema_version"] == SCHEMA_VERSION
+    assert set(obj["arrays"]) == {"sample_worker", "embedding_primary", "secondary_indptr", "secondary_workers"}
