@@ -11,7 +11,8 @@ Usage::
     python bench/partition_bench.py --sizes 1m,10m --workers 8 \\
         --methods random,metis,metis-bipartite,greedy-stream
     python bench/partition_bench.py --datasets /work/gmpdata/ml-100k --methods random,hybrid:rounds=5
-    python bench/partition_bench.py --sizes 1m --methods 'hybrid:rounds=1,hybrid:rounds=5,hybrid:rounds=5;replication_budget=0'
+    python bench/partition_bench.py --sizes 1m \\
+        --methods 'hybrid:rounds=1,hybrid:rounds=5,hybrid:rounds=5;replication_budget=0'
 
 Methods. ``NAME`` or ``NAME:key=value,key=value`` (options of that
 partitioner; values parsed as JSON when they parse, else strings). Because

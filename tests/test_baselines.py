@@ -12,8 +12,9 @@ import pytest
 from gmp.errors import MissingDependencyError, PartitionError
 from gmp.graph import BipartiteGraph
 from gmp.partition import make_options, run_partitioner
-from gmp.partition._common import (assign_samples_by_majority, choose_primaries, count_embedding_workers,
-                                   enforce_cap, import_pymetis, place_unused_embeddings, sample_cap, seeded_order)
+from gmp.partition._common import (assign_samples_by_majority, choose_primaries, compact_ids,
+                                   count_embedding_workers, enforce_cap, import_pymetis, place_unused_embeddings,
+                                   sample_cap, seeded_order)
 from gmp.partition.metis import choose_rows, cooccurrence_csr
 from gmp.partition.metis_bipartite import bipartite_csr
 from gmp.topology import homogeneous
@@ -67,8 +68,15 @@ def test_assign_samples_respects_cap_and_order():
 def test_count_and_choose_primaries_tie_breaking_and_cap():
     g = BipartiteGraph.from_lists([[0, 1], [0, 1], [1, 2], [2], [3]], num_embeddings=5)
     sw = np.array([0, 1, 1, 0, 1], dtype=np.int32)
-    counts = count_embedding_workers(g.sample_indptr, g.sample_indices, sw, 5, 2)
+    ids, local = compact_ids(g.sample_indices, 6)
+    np.testing.assert_array_equal(ids, [0, 1, 2, 3])
+    np.testing.assert_array_equal(local, [0, 1, 2, 3, -1, -1])
+    counts = count_embedding_workers(g.sample_indptr, g.sample_indices, sw, np.arange(5, dtype=np.int32), 5, 2)
     np.testing.assert_array_equal(counts, [[1, 1], [1, 2], [1, 1], [0, 1], [0, 0]])
+    # a compact numbering counts only the selected ids
+    _, sel = compact_ids(g.sample_indices, 5, select=np.array([1, 3]))
+    np.testing.assert_array_equal(count_embedding_workers(g.sample_indptr, g.sample_indices, sw, sel, 2, 2),
+                                  [[1, 2], [0, 1]])
     # e0 tie, loads 0:0 -> 0; e1 -> 1 (2 > 1); e2 tie, loads 1:1 -> 0; e3 -> 1; e4 unused stays -1
     np.testing.assert_array_equal(choose_primaries(counts), [0, 1, 0, 1, -1])
     # cap 1 per worker: e0 -> 0, e1 -> 1, e2: both full -> least loaded (tie) -> 0, e3: both at cap -> 1
@@ -77,6 +85,8 @@ def test_count_and_choose_primaries_tie_breaking_and_cap():
     # pre-placed primaries are kept and count as load
     pre = np.array([1, -1, -1, -1, -1], dtype=np.int32)
     np.testing.assert_array_equal(choose_primaries(counts, pre), [1, 1, 0, 1, -1])
+    # load placed elsewhere breaks ties: worker 0 already holds 5 -> e0 and e2 go to 1
+    np.testing.assert_array_equal(choose_primaries(counts, initial_load=np.array([5, 0])), [1, 1, 1, 1, -1])
 
 
 def test_place_unused_embeddings_least_loaded_first():
@@ -228,7 +238,8 @@ def test_metis_row_subset_places_unseen_embeddings_by_majority():
     degree = np.bincount(g.sample_indices, minlength=g.num_embeddings)
     assert p.info["metis_vertices"] + p.info["embeddings_placed_after_metis"] == np.count_nonzero(degree)
     # every used embedding sits with the majority of its samples here (communities are clean)
-    counts = count_embedding_workers(g.sample_indptr, g.sample_indices, p.sample_worker, g.num_embeddings, 2)
+    counts = count_embedding_workers(g.sample_indptr, g.sample_indices, p.sample_worker,
+                                     np.arange(g.num_embeddings, dtype=np.int32), g.num_embeddings, 2)
     used = degree > 0
     assert np.all(counts[used, p.embedding_primary[used]] == counts[used].max(axis=1))
     # the 5 unused ids even out the primaries (water-filling onto the lighter worker)

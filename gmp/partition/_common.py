@@ -7,6 +7,8 @@ compiled with numba and deterministic (no threads, fixed tie-breaking):
 * :func:`assign_samples_by_majority` — every sample goes to the worker that
   already holds most of its embeddings (primaries), subject to a hard cap on
   samples per worker. Ties go to the least-loaded worker, then the lowest id.
+* :func:`compact_ids` — a dense numbering of the ids that occur, so
+  per-embedding state is sized by the used ids, not the id space.
 * :func:`count_embedding_workers` + :func:`choose_primaries` — every embedding
   goes to the worker that holds most of its samples; ties go to the worker
   with the fewest primaries so far, then the lowest id; an optional cap bounds
@@ -127,58 +129,92 @@ def _assign_by_majority(indptr, indices, primary, num_workers, cap, order, out):
 # --------------------------------------------------------------------------
 # embeddings follow their samples
 # --------------------------------------------------------------------------
-def count_embedding_workers(indptr: np.ndarray, indices: np.ndarray, sample_worker: np.ndarray,
-                            num_embeddings: int, num_workers: int) -> np.ndarray:
-    """int32 [num_embeddings, num_workers]: how many samples of each worker use each embedding.
+def compact_ids(indices: np.ndarray, num_embeddings: int, select: np.ndarray | None = None):
+    """Dense numbering of the embeddings that occur (or of the ``select`` ids).
 
-    One streaming pass over the sample CSR (no transpose needed); memory
-    ``4 * num_embeddings * num_workers`` bytes (1.1 GB for 33.8M embeddings
-    and 8 workers).
+    Returns ``(ids, local)``: ``ids`` int32 [num_used] ascending, and
+    ``local`` int32 [num_embeddings] with ``local[ids[k]] == k`` and -1
+    elsewhere. Per-embedding state is then sized by the ids that occur, not
+    by the id space (Criteo-Kaggle's 33.8M ids at 1M samples are mostly
+    unused).
     """
-    counts = np.zeros((int(num_embeddings), int(num_workers)), dtype=np.int32)
+    if select is None:
+        seen = np.zeros(int(num_embeddings), dtype=np.bool_)
+        _mark(np.asarray(indices), seen)
+        ids = np.flatnonzero(seen).astype(np.int32)
+        del seen
+    else:
+        ids = np.asarray(select, dtype=np.int32)
+    local = np.full(int(num_embeddings), -1, dtype=np.int32)
+    local[ids] = np.arange(ids.size, dtype=np.int32)
+    return ids, local
+
+
+@numba.njit(cache=True, nogil=True)
+def _mark(indices, seen):  # pragma: no cover - compiled
+    for k in range(indices.size):
+        seen[indices[k]] = True
+
+
+def count_embedding_workers(indptr: np.ndarray, indices: np.ndarray, sample_worker: np.ndarray,
+                            local: np.ndarray, num_local: int, num_workers: int) -> np.ndarray:
+    """int32 [num_local, num_workers]: how many samples of each worker use each (compact) embedding.
+
+    ``local`` maps embedding ids to rows (-1: not counted), see
+    :func:`compact_ids`. One streaming pass over the sample CSR (no
+    transpose); memory ``4 * num_local * num_workers`` bytes.
+    """
+    counts = np.zeros((int(num_local), int(num_workers)), dtype=np.int32)
     _count_embedding_workers(np.asarray(indptr), np.asarray(indices), np.asarray(sample_worker, dtype=np.int32),
-                             counts)
+                             np.asarray(local, dtype=np.int32), counts)
     return counts
 
 
 @numba.njit(cache=True, nogil=True)
-def _count_embedding_workers(indptr, indices, sample_worker, counts):  # pragma: no cover - compiled
+def _count_embedding_workers(indptr, indices, sample_worker, local, counts):  # pragma: no cover - compiled
     for i in range(indptr.size - 1):
         w = sample_worker[i]
         for k in range(indptr[i], indptr[i + 1]):
-            counts[indices[k], w] += 1
+            r = local[indices[k]]
+            if r >= 0:
+                counts[r, w] += 1
 
 
 def choose_primaries(counts: np.ndarray, embedding_primary: np.ndarray | None = None, *,
-                     cap: int | None = None) -> np.ndarray:
+                     cap: int | None = None, initial_load: np.ndarray | None = None) -> np.ndarray:
     """Each used embedding's primary = the worker with most of its samples.
 
     Parameters
     ----------
     counts
-        int32 [num_embeddings, num_workers] from :func:`count_embedding_workers`.
+        int32 [num_rows, num_workers] from :func:`count_embedding_workers`.
     embedding_primary
-        int32 [num_embeddings] to fill in place: only entries ``< 0`` whose
-        embedding is used (row sum > 0) are decided; existing primaries count
-        towards the load. ``None``: start from all-unassigned.
+        int32 [num_rows] to fill in place: only entries ``< 0`` whose row is
+        used (row sum > 0) are decided; existing primaries count towards the
+        load. ``None``: start from all-unassigned.
     cap
         Optional hard cap on primaries per worker (counting those already
         placed). When the favourite worker is full the next best one is taken.
+    initial_load
+        Primaries per worker placed elsewhere (e.g. rows outside this compact
+        numbering), added to the load used for tie-breaking and the cap.
 
     Returns
     -------
     numpy.ndarray
-        The int32 primary array (unused, unassigned embeddings stay ``-1``).
+        The int32 primary array (unused, unassigned rows stay ``-1``).
 
     Notes
     -----
-    Embeddings are decided in id order; ties go to the worker with fewer
-    primaries so far, then the lower id, so the result is deterministic.
+    Rows are decided in order; ties go to the worker with fewer primaries so
+    far, then the lower id, so the result is deterministic.
     """
-    num_embeddings, num_workers = counts.shape
+    num_rows, num_workers = counts.shape
     if embedding_primary is None:
-        embedding_primary = np.full(num_embeddings, UNASSIGNED, dtype=np.int32)
+        embedding_primary = np.full(num_rows, UNASSIGNED, dtype=np.int32)
     load = np.bincount(embedding_primary[embedding_primary >= 0], minlength=num_workers).astype(np.int64)
+    if initial_load is not None:
+        load += np.asarray(initial_load, dtype=np.int64)
     big = np.int64(cap) if cap is not None else np.int64(2**62)
     _choose_primaries(counts, embedding_primary, load, big)
     return embedding_primary

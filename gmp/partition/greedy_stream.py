@@ -21,11 +21,13 @@ partitioning", items = samples, topics = embeddings):
    workers.
 
 State: the per-(embedding, worker) sample counts, int32
-``[num_embeddings, num_workers]`` — "held" is ``count > 0`` and step 3 reads
-the same counts, so one pass over the data does both steps. That is
-``4 * num_workers`` bytes per embedding (1.1 GB for Criteo-Kaggle's 33.8M
-embeddings on 8 workers); a bitset would be 8x smaller for step 2 but step 3
-would then need a second pass or the 4.8 GB transpose.
+``[num_used_embeddings, num_workers]`` — "held" is ``count > 0`` and step 3
+reads the same counts, so one pass over the data does both steps — plus an
+int32 map from embedding id to its row (ids that never occur get no row; a
+cheap pass over the ids finds them). That is ``4 * num_workers + 4`` bytes
+per embedding (1.2 GB for Criteo-Kaggle's 33.8M embeddings on 8 workers); a
+bitset would be 4x smaller for step 2 but step 3 would then need a second
+pass or the 4.8 GB transpose.
 
 Deterministic for a given ``seed`` (single-threaded numba loop).
 """
@@ -42,7 +44,8 @@ from ..graph import BipartiteGraph
 from ..placement import Placement
 from ..progress import task
 from ..topology import Topology
-from ._common import UNASSIGNED, check_max_imbalance, choose_primaries, place_unused_embeddings, sample_cap, seeded_order
+from ._common import (UNASSIGNED, check_max_imbalance, choose_primaries, compact_ids, place_unused_embeddings,
+                      sample_cap, seeded_order)
 
 ORDERS = ("random", "dataset")
 
@@ -88,19 +91,20 @@ def partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options: 
     cap = sample_cap(n, num_workers, options.max_imbalance)
     order = seeded_order(n, rng) if options.order == "random" else np.arange(n, dtype=np.int64)
 
-    counts = np.zeros((graph.num_embeddings, num_workers), dtype=np.int32)
+    used, local = compact_ids(graph.sample_indices, graph.num_embeddings)
+    counts = np.zeros((used.size, num_workers), dtype=np.int32)
     sample_worker = np.empty(n, dtype=np.int32)
     with task("greedy-stream: streaming samples", total=n) as advance:
-        _stream(np.asarray(graph.sample_indptr), np.asarray(graph.sample_indices), order, np.int64(cap), counts,
-                sample_worker)
+        _stream(np.asarray(graph.sample_indptr), np.asarray(graph.sample_indices), local, order, np.int64(cap),
+                counts, sample_worker)
         advance(n)
+    del local
 
-    primary = np.full(graph.num_embeddings, UNASSIGNED, dtype=np.int32)
     emb_cap = None
     if options.embedding_max_imbalance is not None:
-        used = int(np.count_nonzero(counts.any(axis=1)))
-        emb_cap = sample_cap(used, num_workers, options.embedding_max_imbalance)
-    choose_primaries(counts, primary, cap=emb_cap)
+        emb_cap = sample_cap(used.size, num_workers, options.embedding_max_imbalance)
+    primary = np.full(graph.num_embeddings, UNASSIGNED, dtype=np.int32)
+    primary[used] = choose_primaries(counts, cap=emb_cap)
     del counts
     place_unused_embeddings(primary, num_workers)
     return Placement.edge_cut(num_workers, sample_worker, primary, method="greedy-stream", options=asdict(options),
@@ -108,7 +112,7 @@ def partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options: 
 
 
 @numba.njit(cache=True, nogil=True)
-def _stream(indptr, indices, order, cap, counts, out):  # pragma: no cover - compiled
+def _stream(indptr, indices, local, order, cap, counts, out):  # pragma: no cover - compiled
     num_workers = counts.shape[1]
     load = np.zeros(num_workers, dtype=np.int64)
     overlap = np.zeros(num_workers, dtype=np.int64)
@@ -116,7 +120,7 @@ def _stream(indptr, indices, order, cap, counts, out):  # pragma: no cover - com
         i = order[t]
         overlap[:] = 0
         for k in range(indptr[i], indptr[i + 1]):
-            e = indices[k]
+            e = local[indices[k]]
             for w in range(num_workers):
                 if counts[e, w] > 0:  # worker w already holds embedding e
                     overlap[w] += 1
@@ -129,4 +133,4 @@ def _stream(indptr, indices, order, cap, counts, out):  # pragma: no cover - com
         out[i] = best
         load[best] += 1
         for k in range(indptr[i], indptr[i + 1]):
-            counts[indices[k], best] += 1
+            counts[local[indices[k]], best] += 1

@@ -46,7 +46,8 @@ from ..placement import Placement
 from ..progress import task
 from ..topology import Topology
 from ._common import (UNASSIGNED, assign_samples_by_majority, check_max_imbalance, choose_primaries,
-                      count_embedding_workers, place_unused_embeddings, run_metis, sample_cap, seeded_order)
+                      compact_ids, count_embedding_workers, place_unused_embeddings, run_metis, sample_cap,
+                      seeded_order)
 
 PTYPES = ("kway", "recursive")
 
@@ -118,14 +119,17 @@ def partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options: 
     with task("metis: placing samples"):
         sample_worker = assign_samples_by_majority(indptr, indices, primary, num_workers, cap,
                                                    order=seeded_order(graph.num_samples, rng))
-    unseen = (primary < 0) & (degree > 0)
-    if unseen.any():
-        counts = count_embedding_workers(indptr, indices, sample_worker, graph.num_embeddings, num_workers)
-        choose_primaries(counts, primary)
+    unseen = np.flatnonzero((primary < 0) & (degree > 0)).astype(np.int32)
+    if unseen.size:
+        _, local = compact_ids(indices, graph.num_embeddings, select=unseen)
+        counts = count_embedding_workers(indptr, indices, sample_worker, local, unseen.size, num_workers)
+        del local
+        placed = np.bincount(primary[primary >= 0], minlength=num_workers)
+        primary[unseen] = choose_primaries(counts, initial_load=placed)
         del counts
     place_unused_embeddings(primary, num_workers)
     info = {"rows_in_cooccurrence_graph": num_rows_used, "metis_vertices": int(vertex_embedding.size),
-            "embeddings_placed_after_metis": int(unseen.sum())}
+            "embeddings_placed_after_metis": int(unseen.size)}
     return Placement.edge_cut(num_workers, sample_worker, primary, method="metis", options=asdict(options),
                               seed=seed, info=info)
 
