@@ -3,8 +3,9 @@
 Generates ``--rows`` (default 1M) Criteo-like lines (vectorised: Zipf-ish hex
 values per field, empty fields, 1% of rows with up to 3 trailing columns
 stripped, a few negative I2 values) into ``--dir`` (default /work/gmpdata),
-then times the import in a child process and prints rows/s, MB/s and the
-child's peak RSS (``resource.getrusage(RUSAGE_CHILDREN)``).
+then times the import in a child process and prints rows/s (wall clock and
+per CPU-second: on a shared machine the CPU time is the steadier number),
+MB/s and the child's peak RSS (``resource.getrusage(RUSAGE_CHILDREN)``).
 
     python bench/import_bench.py                       # 1M rows
     python bench/import_bench.py --rows 200000 --gzip  # also time a .gz copy
@@ -93,20 +94,21 @@ def generate(path: Path, rows: int, seed: int = 0, block: int = 100_000) -> None
     os.replace(tmp, path)
 
 
-def time_import(inp: Path, out: Path, extra: list[str]) -> tuple[float, int, str]:
+def time_import(inp: Path, out: Path, extra: list[str]) -> tuple[float, int, float, str]:
     gmp = shutil.which("gmp") or str(Path(sys.executable).with_name("gmp"))
     cmd = [gmp, "data", "import", "criteo", str(inp), "--out", str(out), "--overwrite", *extra]
     # A fresh wrapper process per measurement, so RUSAGE_CHILDREN's max RSS is this import's alone.
     wrapper = ("import resource, subprocess, sys, time; t0 = time.perf_counter(); "
                "p = subprocess.run(sys.argv[1:], capture_output=True, text=True); w = time.perf_counter() - t0; "
-               "sys.stderr.write(p.stderr); print(p.returncode, w, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); "
+               "r = resource.getrusage(resource.RUSAGE_CHILDREN); sys.stderr.write(p.stderr); "
+               "print(p.returncode, w, r.ru_maxrss, r.ru_utime + r.ru_stime); "
                "print(p.stdout.strip())")
     proc = subprocess.run([sys.executable, "-c", wrapper, *cmd], capture_output=True, text=True)
     first, _, rest = proc.stdout.partition("\n")
-    rc, wall, peak_kb = first.split()
+    rc, wall, peak_kb, cpu = first.split()
     if int(rc) != 0:
         sys.exit(f"import failed: {proc.stderr.strip()}")
-    return float(wall), int(peak_kb), rest.strip() + "\n  command: " + " ".join(cmd)
+    return float(wall), int(peak_kb), float(cpu), rest.strip() + "\n  command: " + " ".join(cmd)
 
 
 def main() -> None:
@@ -136,10 +138,12 @@ def main() -> None:
     generate(small, 1000, 1)
     time_import(small, args.dir / "criteo-bench-warmup", [])
     for inp in inputs:
-        wall, peak_kb, detail = time_import(inp, args.dir / "criteo-bench-out", ["--min-count", str(args.min_count)])
+        wall, peak_kb, cpu, detail = time_import(inp, args.dir / "criteo-bench-out",
+                                                 ["--min-count", str(args.min_count)])
         size = inp.stat().st_size
-        print(f"{inp.name}: {args.rows:,} rows in {wall:.2f}s = {args.rows / wall:,.0f} rows/s, "
-              f"{size / wall / 1e6:.1f} MB/s of input, peak RSS {peak_kb / 1024:.0f} MiB")
+        print(f"{inp.name}: {args.rows:,} rows in {wall:.2f}s wall = {args.rows / wall:,.0f} rows/s "
+              f"({size / wall / 1e6:.1f} MB/s of input); CPU {cpu:.2f}s = {args.rows / cpu:,.0f} rows per CPU-second; "
+              f"peak RSS {peak_kb / 1024:.0f} MiB (whole gmp process, incl. interpreter start)")
         print(f"  {detail}")
 
 

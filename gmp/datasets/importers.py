@@ -618,4 +618,4 @@ def finish_import(writer, vocab, bad: BadLines, *, fmt: str, paths: Sequence[Pat
         dedupe = any(f.kind == "multi" for f in cat_fields)
     return writer.finish(fields=fields, num_embeddings=num_embeddings, source=source, remap=remap,
                          test_fraction=common.test_fraction, num_bad_lines=bad.count, bad_lines=bad.first,
-                         extra=extra, dedupe=dedupe)
+                         extra=extra, dedupe=dedupe, chunk_samples=1 << 18)
