@@ -43,7 +43,7 @@ def synth(
                                         "from the sample's community slice (0 = no locality)."),
     local_threshold: Optional[int] = typer.Option(None, "--local-threshold",
                                                   help="A field is high-cardinality (local) when its unscaled "
-                                                       "preset cardinality is >= this [default: 10,000 for "
+                                                       "preset cardinality is >= this (default: 10,000 for "
                                                        "criteo-kaggle, 1,000 for tiny)."),
     test_fraction: float = typer.Option(0.1, "--test-fraction",
                                         help="The last fraction of samples is the test split."),

@@ -27,10 +27,12 @@ The story of one sample
    rank, so each community owns a share of the popular head as well as of
    the tail); a rank ``r`` is drawn from the same Zipf/tail mixture over the
    slice's ``s_c = ceil((n_f - c) / K)`` entries and mapped to ``g = r*K + c``.
-   Because ``(r K)^-skew ∝ r^-skew``, the community draw has the same shape
-   as the global one, and averaged over the (uniform) communities the
-   marginal popularity of every field stays Zipf/tail whatever ``locality``
-   is: locality changes *who* co-accesses a value, not how often it is used.
+   The marginal popularity of rank ``g`` (with ``c = g mod K``) is therefore
+   ``(1 - L) P_n(g) + (L / K) P_{s_c}(g // K)``: each community's favourite
+   values are, inside the community, as popular as the global favourites.
+   With ``skew <= 1`` this has nearly the global shape (``(rK)^-a / Z_n ≈
+   r^-a / (K Z_{n/K})``); with ``skew > 1`` the head flattens, so the top-1%
+   access share drops a little as ``locality`` grows (measured in docs/synth.md).
 3. **Dense features.** ``z_j ~ N(shift[c, j], 1)`` for ``j < 13`` (a
    community-dependent mean, so dense features carry community signal too);
    the stored feature is ``log1p(floor(exp(mu_j + z_j)))``, a log-transformed

@@ -1,0 +1,308 @@
+"""Tests of the synthetic CTR generator (gmp.datasets.synth, gmp data synth)."""
+
+from __future__ import annotations
+
+import json
+
+import numba
+import numpy as np
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from gmp.datasets import load_dataset
+from gmp.datasets.synth import (
+    CRITEO_KAGGLE_CARDINALITIES,
+    SynthConfig,
+    SyntheticCTR,
+    config_of,
+    load_community,
+    planted_placement,
+    preset_config,
+    roc_auc,
+    synthesize,
+)
+from gmp.errors import DatasetError
+from gmp.graph import build_graph
+
+
+def _zipf_tail_pmf(n: int, a: float, t: float) -> np.ndarray:
+    # Written out independently of gmp's rank_pmf: P(rank g) = (1-t) (g+1)^-a / H + t / n.
+    w = np.array([(g + 1.0) ** (-a) for g in range(n)])
+    return (1.0 - t) * w / w.sum() + t / n
+
+
+def _arrays(path):
+    ds = load_dataset(path)
+    return ds, [np.asarray(x) for x in (ds.indptr, ds.indices, ds.labels, ds.dense)]
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("synth") / "tiny"
+    synthesize(preset_config("tiny", num_samples=20_000, seed=3), out, chunk_samples=4096)
+    return out
+
+
+# -- format ---------------------------------------------------------------------
+
+
+def test_tiny_dataset_layout(tiny_dir):
+    ds, (indptr, indices, labels, dense) = _arrays(tiny_dir)
+    cfg = config_of(ds)
+    assert ds.num_samples == 20_000 and ds.num_dense == 13
+    assert ds.num_embeddings == sum(cfg.cardinalities) == 102_365
+    assert [f.name for f in ds.fields[:13]] == [f"I{j + 1}" for j in range(13)]
+    cats = ds.categorical_fields
+    assert [f.num_values for f in cats] == [3, 12, 50, 300, 2_000, 10_000, 30_000, 60_000]
+    assert all(f.missing_id is None and f.rare_id is None for f in cats)
+    # One id per field, inside the field's contiguous range (hence ascending).
+    assert np.array_equal(indptr, np.arange(0, 8 * 20_000 + 1, 8))
+    ids = indices.reshape(-1, 8)
+    for j, f in enumerate(cats):
+        assert ids[:, j].min() >= f.offset and ids[:, j].max() < f.offset + f.num_values
+    assert set(np.unique(labels)) <= {0.0, 1.0}
+    assert np.isfinite(dense).all() and dense.min() >= 0.0
+    assert ds.num_test == 2_000
+    assert cfg.local_fields == (False,) * 4 + (True,) * 4
+    ds.verify_hash()
+
+
+def test_criteo_preset_cardinalities_and_scale():
+    cfg = preset_config("criteo-kaggle", num_samples=10)
+    assert cfg.cardinalities == CRITEO_KAGGLE_CARDINALITIES
+    assert cfg.num_embeddings == 33_762_577
+    local = [n for n, loc in zip(cfg.field_names, cfg.local_fields) if loc]
+    assert local == ["C3", "C4", "C7", "C10", "C12", "C15", "C16", "C21", "C24", "C26"]
+    small = preset_config("criteo-kaggle", num_samples=10, scale=0.001)
+    assert small.cardinalities[2] == 10131 and small.cardinalities[8] == 1  # 3 * 0.001 -> min 1
+    # C7 scales to 13 values < 2 * 64 communities: demoted to a global field.
+    assert not small.local_fields[6] and small.local_fields[2]
+
+
+# -- determinism ----------------------------------------------------------------------
+
+
+def test_same_seed_same_data_any_chunk_size(tmp_path, tiny_dir):
+    cfg = preset_config("tiny", num_samples=20_000, seed=3)
+    meta = synthesize(cfg, tmp_path / "b", chunk_samples=7_777)
+    ref, ref_arrays = _arrays(tiny_dir)
+    _, arrays = _arrays(tmp_path / "b")
+    assert meta["sha256"] == ref.sha256
+    for a, b in zip(arrays, ref_arrays):
+        assert np.array_equal(a, b)
+    assert np.array_equal(np.load(tmp_path / "b" / "synth_ctr.npy"), np.load(tiny_dir / "synth_ctr.npy"))
+
+
+def test_generate_ranges_compose_and_threads_do_not_matter():
+    gen = SyntheticCTR(preset_config("tiny", num_samples=10, seed=5))
+    whole = gen.generate(0, 3_000)
+    parts = [gen.generate(a, b) for a, b in ((0, 1), (1, 1_234), (1_234, 3_000))]
+    assert np.array_equal(np.concatenate([p.ids for p in parts]), whole.ids)
+    assert np.array_equal(np.concatenate([p.dense for p in parts]), whole.dense)
+    assert np.array_equal(np.concatenate([p.labels for p in parts]), whole.labels)
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        single = gen.generate(0, 3_000)
+    finally:
+        numba.set_num_threads(before)
+    assert np.array_equal(single.ids, whole.ids) and np.array_equal(single.ctr, whole.ctr)
+
+
+def test_different_seed_different_data(tmp_path, tiny_dir):
+    meta = synthesize(preset_config("tiny", num_samples=20_000, seed=4), tmp_path / "s4")
+    _, a = _arrays(tmp_path / "s4")
+    _, b = _arrays(tiny_dir)
+    assert meta["sha256"] != load_dataset(tiny_dir).sha256
+    assert np.mean(a[1] != b[1]) > 0.3 and not np.array_equal(a[3], b[3])
+
+
+# -- skew ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("skew,tail", [(0.0, 0.0), (0.7, 0.0), (1.1, 0.0), (1.1, 0.3), (2.0, 0.0)])
+def test_rank_distribution_matches_zipf_tail(skew, tail):
+    n, num = 40, 200_000
+    gen = SyntheticCTR(SynthConfig(cardinalities=(n,), num_samples=10, skew=skew, tail=tail, num_dense=0,
+                                   num_communities=1))
+    ranks = gen.rank_of(0, gen.generate(0, num).ids[:, 0])
+    observed = np.bincount(ranks, minlength=n)
+    expected = _zipf_tail_pmf(n, skew, tail) * num
+    # Pearson chi-square, 39 degrees of freedom: the 99.9% quantile is 72.1.
+    chi2 = float(((observed - expected) ** 2 / expected).sum())
+    assert chi2 < 72.1
+
+
+def test_top1pct_share_grows_with_skew_and_matches_analytic():
+    n, num = 20_000, 300_000
+    shares, graph_shares = [], []
+    for skew in (0.6, 1.0, 1.4):
+        gen = SyntheticCTR(SynthConfig(cardinalities=(n,), num_samples=10, skew=skew, tail=0.0, num_dense=0,
+                                       num_communities=1))
+        ids = gen.generate(0, num).ids[:, 0]
+        ranks = gen.rank_of(0, ids)
+        share = float(np.mean(ranks < n // 100))  # accesses to the analytically top 1% of values
+        analytic = _zipf_tail_pmf(n, skew, 0.0)[: n // 100].sum()
+        assert share == pytest.approx(analytic, abs=0.006)  # ~6 binomial standard deviations
+        shares.append(share)
+        from gmp.graph import BipartiteGraph
+
+        g = BipartiteGraph.from_csr(np.arange(num + 1, dtype=np.int64), ids.astype(np.int32), n)
+        graph_shares.append(g.stats().top1pct_access_share)
+    assert shares[0] < shares[1] < shares[2]
+    assert graph_shares[0] < graph_shares[1] < graph_shares[2]
+
+
+# -- locality -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("locality", [0.0, 0.5, 0.9])
+def test_locality_share_of_own_slice(locality):
+    n, k, num = 5_000, 16, 60_000
+    cfg = SynthConfig(cardinalities=(7, n), num_samples=10, num_communities=k, locality=locality,
+                      num_dense=0, skew=1.1, tail=0.3)
+    assert cfg.local_fields == (False, True)
+    gen = SyntheticCTR(cfg)
+    ch = gen.generate(0, num)
+    own = gen.owner_community(1, ch.ids[:, 1] - n * 0 - 7)
+    frac = float(np.mean(own == ch.community))
+    pmf = _zipf_tail_pmf(n, 1.1, 0.3)
+    p_slice = np.array([pmf[c::k].sum() for c in range(k)])  # global draw landing in slice c
+    expected = locality + (1.0 - locality) * float(p_slice[ch.community].mean())
+    assert frac == pytest.approx(expected, abs=0.012)
+    # Global fields have no owner.
+    assert (gen.owner_community(0, ch.ids[:, 0]) == -1).all()
+    # Communities are uniform.
+    assert np.bincount(ch.community, minlength=k).min() > num / k * 0.85
+
+
+@pytest.mark.parametrize("skew", [0.8, 1.3])
+def test_marginal_with_locality_is_the_mixture(skew):
+    # P(g) = (1 - L) P_n(g) + (L / K) P_{s_c}(g // K) with c = g mod K, s_c = ceil((n - c) / K).
+    n, k, L, t, num = 50, 4, 0.6, 0.2, 200_000
+    cfg = SynthConfig(cardinalities=(n,), num_samples=10, num_communities=k, locality=L, num_dense=0,
+                      skew=skew, tail=t)
+    gen = SyntheticCTR(cfg)
+    ranks = gen.rank_of(0, gen.generate(0, num).ids[:, 0])
+    pmf = (1.0 - L) * _zipf_tail_pmf(n, skew, t)
+    for c in range(k):
+        s_c = -(-(n - c) // k)
+        pmf[c::k] += L / k * _zipf_tail_pmf(s_c, skew, t)
+    assert pmf.sum() == pytest.approx(1.0)
+    observed = np.bincount(ranks, minlength=n)
+    chi2 = float(((observed - pmf * num) ** 2 / (pmf * num)).sum())
+    assert chi2 < 86.7  # 99.9% quantile of chi-square with 49 degrees of freedom
+
+
+def test_planted_placement_beats_random(tiny_dir):
+    ds = load_dataset(tiny_dir)
+    pl = planted_placement(ds, 4)
+    comm = np.asarray(load_community(ds))
+    assert np.array_equal(pl.sample_worker, comm % 4)
+    ids = np.asarray(ds.indices).reshape(-1, 8)
+    local_remote = pl.embedding_primary[ids[:, 4:]] != pl.sample_worker[:, None]
+    # About (1 - L) * 3/4 = 0.225 instead of 0.75 for a random placement.
+    assert 0.15 < local_remote.mean() < 0.3
+
+
+# -- labels -------------------------------------------------------------------------------
+
+
+def test_labels_learnable(tiny_dir):
+    from scipy import sparse
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import roc_auc_score
+
+    ds, (indptr, indices, labels, dense) = _arrays(tiny_dir)
+    ctr = np.load(tiny_dir / "synth_ctr.npy")
+    n_train = ds.num_train
+    bayes = roc_auc_score(labels[n_train:], ctr[n_train:])
+    assert bayes > 0.7
+    assert ds.meta["synth"]["bayes_auc"] == pytest.approx(bayes, abs=1e-9)
+    assert roc_auc(labels, ctr) == pytest.approx(roc_auc_score(labels, ctr), abs=1e-9)
+    assert 0.2 < labels.mean() < 0.32  # calibrated towards 0.256
+    x = sparse.csr_matrix((np.ones(indices.size), indices, indptr), shape=(ds.num_samples, ds.num_embeddings))
+    x = sparse.hstack([x, sparse.csr_matrix(dense / 5.0)]).tocsr()
+    model = LogisticRegression(C=0.3, max_iter=300).fit(x[:n_train], labels[:n_train])
+    auc = roc_auc_score(labels[n_train:], model.predict_proba(x[n_train:])[:, 1])
+    assert auc > 0.6
+
+
+# -- errors -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(num_samples=-5), r"--samples must be an integer >= 1, got -5"),
+    (dict(num_samples=0), r"--samples must be an integer >= 1"),
+    (dict(locality=1.5), r"--locality must be in \[0.0, 1.0\], got 1.5"),
+    (dict(locality=-0.1), r"--locality must be in"),
+    (dict(skew=-1.0), r"--skew must be in"),
+    (dict(num_communities=0), r"--communities must be an integer >= 1"),
+    (dict(scale=0.0), r"--scale must be in \(0.0"),
+    (dict(seed=-1), r"--seed must be an integer >= 0"),
+    (dict(test_fraction=1.0), r"--test-fraction must be in \[0, 1\)"),
+])
+def test_bad_knobs(kwargs, match):
+    kw = dict(num_samples=100)
+    kw.update(kwargs)
+    with pytest.raises(DatasetError, match=match):
+        preset_config("tiny", **kw)
+
+
+def test_unknown_preset():
+    with pytest.raises(DatasetError, match=r"unknown preset 'avazu'; choose one of \['criteo-kaggle', 'tiny'\]"):
+        preset_config("avazu", num_samples=10)
+
+
+def test_bad_chunk_size(tmp_path):
+    with pytest.raises(DatasetError, match="--chunk-samples must be an integer >= 1"):
+        synthesize(preset_config("tiny", num_samples=10), tmp_path / "x", chunk_samples=0)
+    assert not (tmp_path / "x").exists()
+
+
+# -- CLI ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def data_app():
+    from cli.synth import register
+
+    app = typer.Typer()
+    data = typer.Typer()
+    register(data)
+    app.add_typer(data, name="data")
+    return app
+
+
+def test_cli_synth(tmp_path, data_app):
+    out = tmp_path / "cli"
+    res = CliRunner().invoke(data_app, ["data", "synth", "--preset", "tiny", "--samples", "3000", "--seed", "1",
+                                        "--locality", "0.5", "--communities", "8", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)
+    assert summary["num_samples"] == 3000 and summary["num_edges"] == 24_000
+    ds = load_dataset(out)
+    assert ds.meta["synth"]["locality"] == 0.5 and ds.meta["synth"]["num_communities"] == 8
+    assert build_graph(ds).stats().num_edges == 24_000
+
+
+@pytest.mark.parametrize("args,match", [
+    (["--samples", "-3"], "--samples must be an integer >= 1, got -3"),
+    (["--locality", "2"], r"--locality must be in \[0.0, 1.0\], got 2.0"),
+    (["--preset", "nope"], "unknown preset 'nope'"),
+])
+def test_cli_errors(tmp_path, data_app, args, match):
+    import re
+
+    res = CliRunner().invoke(data_app, ["data", "synth", "--preset", "tiny", *args, "--out", str(tmp_path / "e")])
+    assert res.exit_code == 2
+    assert re.search(match, res.output) and "Traceback" not in res.output
+    assert not (tmp_path / "e").exists()
+
+
+def test_main_app_has_synth():
+    from cli.main import app
+
+    res = CliRunner().invoke(app, ["data", "synth", "--help"])
+    assert res.exit_code == 0 and "--locality" in res.output
