@@ -59,7 +59,7 @@ def plot_traffic(report: Mapping[str, Any], path: Path) -> Path | None:
                 if m[i, j] > 0:
                     ax.text(j, i, _short(m[i, j]), ha="center", va="center", fontsize=7,
                             color="white" if m[i, j] > 0.6 * top else "black")
-    fig.colorbar(im, ax=ax, label="rows")
+    fig.colorbar(im, ax=ax, label="rows", fraction=0.046, pad=0.04)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -1,0 +1,226 @@
+"""``gmp partition``, ``gmp report`` and ``gmp compare`` through typer's CliRunner."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cli.main import app
+from gmp.manifest import load_manifest
+from gmp.partition import PARTITIONERS
+
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def module_present(method: str) -> bool:
+    try:
+        importlib.import_module(f"gmp.partition.{PARTITIONERS[method].module}")
+    except ModuleNotFoundError:
+        return False
+    return True
+
+
+@pytest.fixture
+def partitioned(tiny_dataset, tmp_path) -> Path:
+    out = tmp_path / "p"
+    res = invoke("partition", tiny_dataset, "--workers", 2, "--method", "random", "--batch-size", 2,
+                 "--seed", 3, "--out", out)
+    assert res.exit_code == 0, res.output
+    return out
+
+
+def test_partition_writes_manifest_and_report(partitioned, tiny_dataset):
+    from gmp.datasets.format import load_dataset
+
+    names = {p.name for p in partitioned.iterdir()}
+    assert names == {"manifest.json", "sample_worker.npy", "embedding_primary.npy", "secondary_indptr.npy",
+                     "secondary_workers.npy", "report.json", "report.md", "traffic.png", "loads.png", "degrees.png"}
+    m = load_manifest(partitioned, dataset=load_dataset(tiny_dataset))
+    assert m.placement.method == "random" and m.placement.seed == 3 and m.num_workers == 2
+    rep = json.loads((partitioned / "report.json").read_text())
+    assert rep["metrics"]["batch_size"] == 2 and rep["metrics"]["partition_seconds"] >= 0
+    assert rep["metrics"]["peak_rss_bytes"] > 0
+    # random scored against random with the same seed
+    assert all(v == 0.0 for v in rep["metrics"]["reduction_vs_random"].values())
+    assert m.meta["report_files"] == ["traffic.png", "loads.png", "degrees.png", "report.json", "report.md"]
+
+
+def test_partition_prints_summary(tiny_dataset, tmp_path):
+    res = invoke("partition", tiny_dataset, "--topology", "1x2", "--method", "random", "--out", tmp_path / "p")
+    assert res.exit_code == 0, res.output
+    assert "batch remote reads (rows pulled / epoch)" in res.output
+    assert "balance: samples (max/mean)" in res.output
+    assert f"wrote {tmp_path / 'p'}" in res.output
+
+
+def test_report_formats(partitioned, tmp_path):
+    res = invoke("report", partitioned)
+    assert res.exit_code == 0, res.output
+    assert res.output.startswith("# Placement report: random on 2 workers")
+    res = invoke("report", partitioned, "--format", "json")
+    assert res.exit_code == 0
+    obj = json.loads(res.output)
+    assert obj["format"] == "gmp.report" and obj["source"] == "report.json (arrays re-validated)"
+    res = invoke("report", partitioned, "--format", "html")
+    assert res.exit_code == 0 and "data:image/png;base64," in res.output
+    res = invoke("report", partitioned, "--format", "md", "--out", tmp_path / "r")
+    assert res.exit_code == 0, res.output
+    assert {p.name for p in (tmp_path / "r").iterdir()} == {"report.md", "traffic.png", "loads.png", "degrees.png"}
+    res = invoke("report", partitioned, "--format", "pdf")
+    assert res.exit_code == 2 and "error: --format 'pdf' not understood" in res.output
+
+
+def test_report_recomputes_with_dataset(partitioned, tiny_dataset):
+    stored = json.loads((partitioned / "report.json").read_text())["metrics"]
+    res = invoke("report", partitioned, "--dataset", tiny_dataset, "--format", "json")
+    assert res.exit_code == 0, res.output
+    fresh = json.loads(res.output)
+    assert fresh["source"] == "recomputed from dataset"
+    for key in ("remote_accesses", "batch_remote_reads", "batch_remote_pushes", "traffic_matrix", "per_worker",
+                "balance", "reduction_vs_random"):
+        assert fresh["metrics"][key] == stored[key], key
+    res = invoke("report", partitioned, "--dataset", tiny_dataset, "--format", "json", "--batch-size", 1)
+    assert res.exit_code == 0 and json.loads(res.output)["metrics"]["batch_size"] == 1
+
+
+def test_report_refuses_other_dataset(partitioned, tmp_path):
+    import numpy as np
+
+    from gmp.datasets.format import write_dataset
+
+    other = tmp_path / "other"
+    write_dataset(other, indptr=np.array([0, 1, 2]), indices=np.array([0, 1]), labels=np.zeros(2, dtype=np.float32),
+                  dense=None, fields=[], num_embeddings=2, source={"format": "test"}, test_fraction=0.5)
+    res = invoke("report", partitioned, "--dataset", other)
+    assert res.exit_code == 2
+    assert "error:" in res.output and "was made for dataset sha256" in res.output
+    assert "Traceback" not in res.output
+
+
+def test_report_refuses_corrupt_manifest(partitioned):
+    (partitioned / "sample_worker.npy").write_bytes(b"junk")
+    res = invoke("report", partitioned)
+    assert res.exit_code == 2 and "sample_worker.npy is not a readable .npy array" in res.output
+
+
+def test_partition_errors(tiny_dataset, tmp_path):
+    res = invoke("partition", tiny_dataset, "--workers", 2, "--method", "random", "--rounds", 3, "--out", tmp_path / "a")
+    assert res.exit_code == 2 and "error: method 'random' does not take --rounds; it takes: no options" in res.output
+    res = invoke("partition", tiny_dataset, "--workers", 2, "--method", "nope", "--out", tmp_path / "a")
+    assert res.exit_code == 2 and "unknown partitioner 'nope'" in res.output
+    res = invoke("partition", tiny_dataset, "--workers", 3, "--topology", "2x2", "--method", "random")
+    assert res.exit_code == 2 and "--workers 3 disagrees with the topology's 4 workers" in res.output
+    res = invoke("partition", tmp_path / "missing", "--workers", 2, "--method", "random")
+    assert res.exit_code == 2 and "is not a directory" in res.output
+    out = tmp_path / "b"
+    assert invoke("partition", tiny_dataset, "-w", 2, "-m", "random", "--out", out).exit_code == 0
+    res = invoke("partition", tiny_dataset, "-w", 2, "-m", "random", "--out", out)
+    assert res.exit_code == 2 and "already exists and is not empty" in res.output
+    assert invoke("partition", tiny_dataset, "-w", 2, "-m", "random", "--out", out, "--overwrite").exit_code == 0
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary directories left
+
+
+def test_topology_file(tiny_dataset, tmp_path):
+    f = tmp_path / "costs.json"
+    f.write_text(json.dumps({"cost": [[0, 3], [5, 0]]}))
+    res = invoke("partition", tiny_dataset, "--topology-file", f, "-m", "random", "--out", tmp_path / "p")
+    assert res.exit_code == 0, res.output
+    rep = json.loads((tmp_path / "p" / "report.json").read_text())
+    edge = rep["metrics"]["traffic_matrix"]
+    assert rep["settings"]["topology"]["cost"] == [[0, 3], [5, 0]]
+    assert rep["metrics"]["batch_remote_reads_weighted"] == 3 * edge[0][1] + 5 * edge[1][0]
+
+
+def test_parse_bytes():
+    from cli.partition import parse_bytes
+    from gmp.errors import PartitionError
+
+    assert parse_bytes("1024") == 1024 and parse_bytes("2KiB") == 2048 and parse_bytes("1.5MB") == 1_500_000
+    assert parse_bytes("1GiB") == 2**30
+    with pytest.raises(PartitionError, match="--memory-per-worker '12 apples' not understood"):
+        parse_bytes("12 apples")
+
+
+OTHER_METHODS = sorted(m for m in PARTITIONERS if m != "random")
+
+
+@pytest.mark.parametrize("method", OTHER_METHODS)
+def test_partition_every_registered_method(method, tiny_dataset, tmp_path):
+    if not module_present(method):
+        pytest.skip(f"gmp/partition/{PARTITIONERS[method].module}.py is not in this checkout yet")
+    res = invoke("partition", tiny_dataset, "--workers", 2, "--method", method, "--batch-size", 2,
+                 "--out", tmp_path / "p")
+    if res.exit_code == 2 and ("install" in res.output or "not installed" in res.output):
+        pytest.skip(f"{method}: optional dependency missing ({res.output.strip()})")
+    assert res.exit_code == 0, res.output
+    m = load_manifest(tmp_path / "p")
+    assert m.placement.method == method
+    # batch_size reaches partitioners that take it
+    if "batch_size" in m.meta["partitioner"]["options"]:
+        assert m.meta["partitioner"]["options"]["batch_size"] == 2
+
+
+def test_partition_options_pass_through_to_hybrid(tiny_dataset, tmp_path):
+    if not module_present("hybrid"):
+        pytest.skip("gmp/partition/hybrid.py is not in this checkout yet")
+    res = invoke("partition", tiny_dataset, "-w", 2, "-m", "hybrid", "--rounds", 2, "--tol", 0, "--gamma", 0.5,
+                 "--replication-budget", 0.2, "--embedding-dim", 8, "--out", tmp_path / "h")
+    assert res.exit_code == 0, res.output
+    m = load_manifest(tmp_path / "h")
+    opts = m.meta["partitioner"]["options"]
+    assert (opts["rounds"], opts["tol"], opts["gamma"], opts["replication_budget"], opts["embedding_dim"]) == \
+        (2, 0.0, 0.5, 0.2, 8)
+    assert "## Convergence (per round)" in (tmp_path / "h" / "report.md").read_text()
+
+
+def test_compare_inline(tiny_dataset, tmp_path):
+    methods = ["random"] + [m for m in ("greedy-stream", "metis", "hybrid") if module_present(m)]
+    out = tmp_path / "cmp.json"
+    res = invoke("compare", tiny_dataset, "--workers", 2, "--methods", ",".join(methods), "--batch-size", 2,
+                 "--no-isolate", "--out", out)
+    assert res.exit_code == 0, res.output
+    assert "red." in res.output and "random" in res.output
+    obj = json.loads(out.read_text())
+    assert obj["format"] == "gmp.compare" and [r["method"] for r in obj["rows"]] == methods
+    first = obj["rows"][0]
+    assert first["status"] == "ok" and first["rss_kind"] == "process high-water mark"
+    assert all(v == 0.0 for v in first["metrics"]["reduction_vs_random"].values())
+
+
+def test_compare_isolated_markdown(tiny_dataset, tmp_path):
+    out = tmp_path / "cmp.md"
+    res = invoke("compare", tiny_dataset, "--workers", 2, "--methods", "random", "--out", out)
+    assert res.exit_code == 0, res.output
+    text = out.read_text()
+    assert "| method | batch reads | red. |" in text and "| random |" in text
+    assert "each partitioner's own child process" in text
+
+
+def test_compare_errors(tiny_dataset, tmp_path):
+    res = invoke("compare", tiny_dataset, "-w", 2, "--methods", "random,bogus")
+    assert res.exit_code == 2 and "unknown method(s) bogus" in res.output
+    res = invoke("compare", tiny_dataset, "-w", 2, "--methods", "random", "--out", tmp_path / "x.txt")
+    assert res.exit_code == 2 and "expected a .md or .json file name" in res.output
+
+
+def test_compare_reports_failed_method_as_row(tiny_graph):
+    from gmp.compare import compare, comparison_table
+    from gmp.topology import homogeneous
+
+    # a method whose options cannot be built on this graph raises a GmpError -> a "not run" row
+    res = compare(tiny_graph, homogeneous(2), ["random"], options={"random": {}}, isolate=False)
+    assert res["rows"][0]["status"] == "ok"
+    if module_present("greedy-stream"):
+        res = compare(tiny_graph, homogeneous(2), ["greedy-stream"], options={"greedy-stream": {"max_imbalance": 0.5}},
+                      isolate=False)
+        assert res["rows"][0]["status"].startswith("not run:")
+        headers, rows = comparison_table(res)
+        assert rows[0][1].startswith("not run:")
