@@ -118,3 +118,17 @@ def test_the_reference_is_sensitive_to_the_batches(ctr):
     ref_table, _ = reference_train(path, [[s.samples[0] for s in other.steps(e)] for e in range(2)], lr=cfg.lr,
                                    embedding_dim=cfg.embedding_dim, seed=cfg.seed, hidden=cfg.hidden)
     assert not np.allclose(tr.embedding_table(), ref_table, rtol=1e-6)
+
+
+def test_one_id_per_field_fast_path_equals_the_reference(tmp_path):
+    """Datasets with exactly one id per field skip pooling; the model must not change."""
+    path = make_ctr_dataset(tmp_path / "onehot", multi=False)
+    ds = load_dataset(path)
+    cfg = config(model="dcn", optimizer="adagrad", batch_size=24)
+    tr = Trainer(TrainData(ds), random_placement(ds, 2, secondaries=0.3), cfg, LocalEngine(2))
+    tr.fit()
+    one = NaiveSchedule(1, ds.num_train, 48, seed=cfg.seed)
+    batches = [[s.samples[0] for s in one.steps(e)] for e in range(cfg.epochs)]
+    ref_table, ref_net = reference_train(path, batches, model="dcn", optimizer="adagrad", lr=cfg.lr,
+                                         embedding_dim=cfg.embedding_dim, seed=cfg.seed, hidden=cfg.hidden)
+    assert_same_model(tr, ref_table, ref_net)

@@ -339,8 +339,10 @@ class Trainer:
         dense = None
         if self.data.num_dense:
             dense = torch.as_tensor(np.asarray(self.data.dense[s.samples]), device=device)
+        seg = entry_sample * f + ids_field
+        one_hot = seg.size == s.samples.size * f and bool(np.all(seg == np.arange(seg.size)))
         return Batch(int(s.samples.size), torch.as_tensor(s.inv, dtype=torch.int64, device=device),
-                     torch.as_tensor(entry_sample * f + ids_field, device=device), dense,
+                     None if one_hot else torch.as_tensor(seg, device=device), dense,
                      torch.as_tensor(np.asarray(self.data.labels[s.samples]), device=device))
 
     def train_step(self, step: Step) -> float:

@@ -44,7 +44,7 @@ class Batch:
 
     num_samples: int
     entry_row: torch.Tensor  # int64 [num_entries]
-    entry_seg: torch.Tensor  # int64 [num_entries]
+    entry_seg: torch.Tensor | None  # int64 [num_entries]; None: entry e is segment e (one id per field)
     dense: torch.Tensor | None  # [num_samples, num_dense]
     labels: torch.Tensor  # [num_samples]
 
@@ -72,8 +72,10 @@ class CTRModel(nn.Module):
 
     def pool(self, rows: torch.Tensor, batch: Batch) -> torch.Tensor:
         """[batch, num_fields, row_dim] sum-pooled rows."""
-        out = rows.new_zeros(batch.num_samples * self.num_fields, self.row_dim)
-        out = out.index_add(0, batch.entry_seg, rows.index_select(0, batch.entry_row))
+        picked = rows.index_select(0, batch.entry_row)
+        if batch.entry_seg is None:  # exactly one id per field, in field order: nothing to pool
+            return picked.view(batch.num_samples, self.num_fields, self.row_dim)
+        out = rows.new_zeros(batch.num_samples * self.num_fields, self.row_dim).index_add(0, batch.entry_seg, picked)
         return out.view(batch.num_samples, self.num_fields, self.row_dim)
 
     def deep_input(self, emb: torch.Tensor, batch: Batch) -> torch.Tensor:
