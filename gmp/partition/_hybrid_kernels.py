@@ -31,6 +31,13 @@ def count_samples(indptr, indices, sw, count):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
+def remap(indices, local, out):  # pragma: no cover - compiled
+    """out[k] = local[indices[k]] (embedding ids to their compact numbering)."""
+    for k in range(indices.size):
+        out[k] = local[indices[k]]
+
+
+@numba.njit(cache=True, nogil=True)
 def used_rows(count):  # pragma: no cover - compiled
     """bool [num_embeddings]: rows with any user."""
     out = np.zeros(count.shape[0], dtype=np.bool_)

@@ -107,7 +107,7 @@ from ..placement import Placement
 from ..progress import task
 from ..topology import Topology
 from . import _hybrid_kernels as K
-from ._common import check_max_imbalance, enforce_cap, place_unused_embeddings, sample_cap
+from ._common import check_max_imbalance, compact_ids, enforce_cap, place_unused_embeddings, sample_cap
 from .random import balanced_random_assignment
 
 log = logging.getLogger(__name__)
@@ -471,6 +471,15 @@ def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options:
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
     rounds: list[dict] = []
+    full_graph = graph
+    # work on the ids that occur: criteo-1m has a 33.8M id space but ~2M used ids; per-embedding state
+    # and sweeps then scale with the used ids (phantom ids are never vertices)
+    used_ids, local = compact_ids(graph.sample_indices, graph.num_embeddings)
+    if used_ids.size < graph.num_embeddings:
+        cindices = np.empty(graph.num_edges, dtype=np.int32)
+        K.remap(np.asarray(graph.sample_indices), local, cindices)
+        graph = BipartiteGraph(np.asarray(graph.sample_indptr), cindices, used_ids.size, check=False)
+    del local
     if _is_hierarchical(topology):
         # machine level first: machines are the partitions, a machine's batch is its workers' batches
         mo = np.asarray(topology.machine_of, dtype=np.int32)
@@ -500,9 +509,13 @@ def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options:
 
     # 2D step (Eq. 6)
     t2 = time.perf_counter()
-    prim = state.prim
-    if not state.active.all():
-        place_unused_embeddings(prim, n)  # phantom ids: memory only, least-loaded workers
+    num_embeddings = full_graph.num_embeddings
+    if graph is full_graph:
+        prim = state.prim
+    else:
+        prim = np.full(num_embeddings, -1, dtype=np.int32)
+        prim[used_ids] = state.prim
+    place_unused_embeddings(prim, n)  # phantom ids: memory only, least-loaded workers
     # every primary row (phantoms too) occupies memory next to the secondaries
     budgets = replication_budgets(n, state.num_used, np.bincount(prim, minlength=n), options)
     if int(budgets.sum()) > 0:
@@ -511,6 +524,12 @@ def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options:
         indptr = np.zeros(graph.num_embeddings + 1, dtype=np.int64)
         workers = np.zeros(0, dtype=np.int32)
         w_indptr, w_ids = np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    if graph is not full_graph:  # secondary CSR back to the full id space
+        per_row = np.zeros(num_embeddings, dtype=np.int64)
+        per_row[used_ids] = np.diff(indptr)
+        indptr = np.zeros(num_embeddings + 1, dtype=np.int64)
+        np.cumsum(per_row, out=indptr[1:])
+        del per_row
     # expected batch reads once the secondaries serve locally (unweighted soft count)
     expected_1d = rounds[-1]["expected_remote_reads"]
     saved = 0.0
