@@ -57,9 +57,9 @@ def assert_same_model(trainer, ref_table, ref_net):
         np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-9, atol=1e-12, err_msg=name)
 
 
-@pytest.mark.parametrize("model,optimizer", [("wdl", "sgd"), ("dcn", "adagrad"), ("deepfm", "adagrad"),
-                                             ("wdl", "adagrad")])
-@pytest.mark.parametrize("num_workers,secondaries", [(1, 0.0), (2, 0.0), (4, 0.0), (3, 0.5)])
+@pytest.mark.parametrize("model,optimizer,num_workers,secondaries", [
+    ("wdl", "sgd", 1, 0.0), ("wdl", "sgd", 4, 0.0), ("wdl", "adagrad", 3, 0.5), ("dcn", "adagrad", 2, 0.0),
+    ("dcn", "sgd", 3, 0.5), ("deepfm", "adagrad", 4, 0.0), ("deepfm", "sgd", 3, 0.5)])
 def test_naive_equals_single_process(ctr, model, optimizer, num_workers, secondaries):
     path, ds = ctr
     global_batch = 48
