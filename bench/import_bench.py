@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import os
-import resource
 import shutil
 import subprocess
 import sys

@@ -24,7 +24,6 @@ hexadecimal. Parsing is compiled (numba) over blocks of raw bytes.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np

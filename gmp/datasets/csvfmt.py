@@ -232,19 +232,7 @@ def run_delimited(paths: list[Path], out, *, fmt: str, plan: _Plan, common: Comm
                     lens, keys = split_multi(buf, np.ascontiguousarray(starts[good, c]),
                                              np.ascontiguousarray(ends[good, c]), ord(opts.multi_sep), True)
                     # an empty list is the field's missing value (one id)
-                    empty = lens == 0
-                    pid_vals = vocab.lookup(f, keys, np.ones(keys.size, dtype=bool))
-                    if empty.any():
-                        miss = vocab.lookup(f, np.zeros(int(empty.sum()), np.uint64), np.zeros(int(empty.sum()), bool))
-                        lens2 = np.where(empty, 1, lens)
-                        merged = np.empty(int(lens2.sum()), dtype=np.int64)
-                        starts_out = np.concatenate([[0], np.cumsum(lens2)[:-1]])
-                        is_miss_pos = np.zeros(merged.size, dtype=bool)
-                        is_miss_pos[starts_out[empty]] = True
-                        merged[is_miss_pos] = miss
-                        merged[~is_miss_pos] = pid_vals
-                        lens, pid_vals = lens2, merged
-                    parts.append((lens.astype(np.int64), pid_vals))
+                    parts.append(vocab.lookup_multi(f, lens, keys))
                 lengths, ids = _interleave(parts, m)
                 dense = None
                 if num_dense:

@@ -521,6 +521,8 @@ def split_multi(buf, starts, ends, sep, strip_quotes):  # pragma: no cover - com
 def hash_strings(values: Sequence[bytes | str]) -> np.ndarray:
     """The same 64-bit keys as :func:`hash_token_block`, for Python strings."""
     parts = [v.encode() if isinstance(v, str) else v for v in values]
+    if not parts:
+        return np.zeros(0, dtype=np.uint64)
     data = b"\n".join(parts) + b"\n"
     buf = np.frombuffer(data, dtype=np.uint8)
     lens = np.array([len(p) for p in parts], dtype=np.int64)
@@ -570,22 +572,6 @@ class CommonOptions:
     def to_json(self) -> dict[str, Any]:
         return {"min_count": self.min_count, "hash": dict(self.hash_sizes), "max_bad_lines": self.max_bad_lines,
                 "test_fraction": self.test_fraction}
-
-
-class Progress:
-    """Adapts per-file byte positions to one progress bar over all inputs."""
-
-    def __init__(self, advance, paths: Sequence[Path]):
-        self._advance = advance
-        self._done = 0
-        self._last = 0
-
-    def update(self, chunk: Chunk) -> None:
-        self._advance(chunk.progress - self._last)
-        self._last = chunk.progress
-
-    def next_file(self) -> None:
-        self._last = 0
 
 
 def finish_import(writer, vocab, bad: BadLines, *, fmt: str, paths: Sequence[Path], lines_read: int,

@@ -41,7 +41,6 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import ImportDataError
 from ..progress import task
 from .format import DatasetWriter
 from .importers import BadLines, CommonOptions, check_inputs, finish_import, iter_chunks, total_size

@@ -81,7 +81,7 @@ class _Side:
         n = len(self.cat_rows)
         k = len(self.cat_names)
         flat = [v if v is not None else b"" for row in self.cat_rows for v in row]
-        keys = hash_strings(flat) if flat else np.zeros(0, np.uint64)
+        keys = hash_strings(flat)
         self.cat_keys = np.zeros((n + 1, k), np.uint64)
         self.cat_keys[:n] = keys.reshape(n, k)
         self.cat_present = np.zeros((n + 1, k), bool)
@@ -93,7 +93,7 @@ class _Side:
             lens = np.array([len(x) for x in lists], np.int64)
             indptr = np.concatenate([[0], np.cumsum(lens)])
             flatm = [v for x in lists for v in x]
-            self.multi.append((indptr, hash_strings(flatm) if flatm else np.zeros(0, np.uint64)))
+            self.multi.append((indptr, hash_strings(flatm)))
 
     def rows_of(self, keys: list[bytes]) -> np.ndarray:
         missing = len(self.cat_rows)
@@ -289,34 +289,18 @@ def import_movielens(inputs: Sequence[str | os.PathLike], out: str | os.PathLike
                     parts_out.append((None, vocab.lookup(f, side.cat_keys[row, j], side.cat_present[row, j])))
             for f, j in zip(f_imulti, inter_multi):
                 lists = [r[j].split() for r in rows]
-                parts_out.append(_multi_part(vocab, f, [len(x) for x in lists],
-                                             hash_strings([v for x in lists for v in x]) if any(lists) else None))
+                parts_out.append(vocab.lookup_multi(f, [len(x) for x in lists],
+                                                    hash_strings([v for x in lists for v in x])))
             for side, row, fids in ((users, urow, f_umulti), (items, irow, f_itmulti)):
                 for j, f in enumerate(fids):
                     indptr, keys = side.multi[j]
                     lens = indptr[row + 1] - indptr[row]
                     take = np.repeat(indptr[row], lens) + (np.arange(int(lens.sum())) -
                                                             np.repeat(np.cumsum(lens) - lens, lens))
-                    parts_out.append(_multi_part(vocab, f, lens, keys[take]))
+                    parts_out.append(vocab.lookup_multi(f, lens, keys[take]))
             lengths, ids = _interleave(parts_out, m)
             writer.add(lengths, ids, np.asarray(labels, np.float32))
         options = {"layout": layout, "rating_threshold": rating_threshold, "ignore": sorted(ignore_set),
                    "users": str(users_path) if users_path else None, "items": str(items_path) if items_path else None}
         return finish_import(writer, vocab, bad, fmt="movielens", paths=paths, lines_read=lines_read,
                              common=common, format_options=options)
-
-
-def _multi_part(vocab: Vocabulary, f: int, lens, keys) -> tuple[np.ndarray, np.ndarray]:
-    """Ids of a multi-valued field; an empty list becomes one missing id."""
-    lens = np.asarray(lens, dtype=np.int64)
-    keys = np.zeros(0, np.uint64) if keys is None else np.asarray(keys, np.uint64)
-    empty = lens == 0
-    out_lens = np.where(empty, 1, lens)
-    ids = np.empty(int(out_lens.sum()), np.int64)
-    first = np.concatenate([[0], np.cumsum(out_lens)[:-1]])
-    is_missing = np.zeros(ids.size, bool)
-    is_missing[first[empty]] = True
-    ids[~is_missing] = vocab.lookup(f, keys, np.ones(keys.size, bool))
-    if empty.any():
-        ids[is_missing] = vocab.lookup(f, np.zeros(int(empty.sum()), np.uint64), np.zeros(int(empty.sum()), bool))
-    return out_lens, ids

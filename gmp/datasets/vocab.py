@@ -241,6 +241,26 @@ class Vocabulary:
         f.table.size += self._next - before
         return out
 
+    def lookup_multi(self, field: int, lengths: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Ids of a multi-valued field: sample ``i`` has ``lengths[i]`` of ``keys``.
+
+        Returns ``(lengths, ids)`` where an empty list became one missing id.
+        """
+        lengths = np.asarray(lengths, dtype=np.int64)
+        keys = np.asarray(keys, dtype=np.uint64)
+        empty = lengths == 0
+        out_lengths = np.where(empty, 1, lengths)
+        ids = np.empty(int(out_lengths.sum()), np.int64)
+        first = np.zeros(lengths.size, np.int64)
+        np.cumsum(out_lengths[:-1], out=first[1:])
+        is_missing = np.zeros(ids.size, bool)
+        is_missing[first[empty]] = True
+        ids[~is_missing] = self.lookup(field, keys, np.ones(keys.size, bool))
+        num_empty = int(empty.sum())
+        if num_empty:
+            ids[is_missing] = self.lookup(field, np.zeros(num_empty, np.uint64), np.zeros(num_empty, bool))
+        return out_lengths, ids
+
     def count_of(self, field: int) -> int:
         """Distinct non-missing values seen so far in a vocabulary field."""
         t = self.fields[field].table
