@@ -179,3 +179,24 @@ def test_help_lists_commands():
         assert cmd in r.stdout
     r = runner.invoke(app, ["data", "import", "--help"])
     assert r.exit_code == 0 and "--max-bad-lines" in r.stdout
+
+
+def test_info_hand_checked_on_tiny_dataset(tiny_dataset):
+    # rows [[0,1],[1,2],[0,2],[3,4],[4,5],[2,3]]; A = ids 0..2, B = ids 3..5
+    r = invoke("info", tiny_dataset, "--json")
+    assert r.exit_code == 0, r.output
+    info = json.loads(r.stdout)
+    a, b = (f for f in info["fields"] if f["kind"] != "dense")
+    # degrees: A = (2, 2, 3), B = (2, 2, 1); the top 1% of a field is its single busiest id
+    assert (a["num_active"], a["max_degree"], a["top1pct_access_share"]) == (3, 3, pytest.approx(3 / 7))
+    assert (b["num_active"], b["max_degree"], b["top1pct_access_share"]) == (3, 2, pytest.approx(2 / 5))
+    assert a["missing_accesses"] is None and a["rare_accesses"] is None
+    g = info["graph"]
+    assert (g["num_edges"], g["max_embedding_degree"], g["top1pct_access_share"]) == (12, 3, pytest.approx(3 / 12))
+    assert (info["num_train"], info["num_test"]) == (4, 2)
+
+
+def test_synth_is_attached_when_present():
+    pytest.importorskip("cli.synth")
+    r = runner.invoke(app, ["data", "synth", "--help"])
+    assert r.exit_code == 0 and "--seed" in r.stdout
