@@ -52,11 +52,16 @@ def _slot(k, mask):  # pragma: no cover - compiled
     return np.int64(h & mask)
 
 
+_ONE = np.uint64(1)
+_SHIFT = np.uint64(32)
+_LOW = np.uint64(0xFFFFFFFF)
+
+
 @numba.njit(cache=True, nogil=True)
 def _assign(slots, keys, present, missing_pid, next_pid, out, pid_field, field):  # pragma: no cover
-    # Open-addressing hash table (linear probing). Each slot is one 32-byte row
-    # [key, provisional id + 1 (0 = empty), count, unused], so a lookup touches one
-    # cache line. The caller keeps the load factor <= 1/2, so probes are short.
+    # Open-addressing hash table (linear probing). A slot is 16 bytes:
+    # [key, (provisional id + 1) << 32 | count]; word 1 == 0 marks an empty slot.
+    # Four slots share a cache line; the caller keeps the load factor <= 1/2.
     cap = slots.shape[0]
     mask = np.uint64(cap - 1)
     for i in range(keys.size):
@@ -66,17 +71,20 @@ def _assign(slots, keys, present, missing_pid, next_pid, out, pid_field, field):
         k = keys[i]
         j = _slot(k, mask)
         while True:
-            if slots[j, 1] == 0:
+            w = slots[j, 1]
+            if w == 0:
                 slots[j, 0] = k
-                slots[j, 1] = np.uint64(next_pid + 1)
+                w = np.uint64(next_pid + 1) << _SHIFT
                 pid_field[next_pid] = field
                 next_pid += 1
                 break
             if slots[j, 0] == k:
                 break
             j = (j + 1) & (cap - 1)
-        slots[j, 2] += np.uint64(1)
-        out[i] = np.int64(slots[j, 1]) - 1
+        if (w & _LOW) != _LOW:  # the count saturates at 2^32 - 1 (only compared with --min-count)
+            w += _ONE
+        slots[j, 1] = w
+        out[i] = np.int64(w >> _SHIFT) - 1
     return next_pid
 
 
@@ -91,14 +99,17 @@ def _rehash(slots, new_slots):  # pragma: no cover - compiled
                 j = (j + 1) & (cap - 1)
             new_slots[j, 0] = slots[i, 0]
             new_slots[j, 1] = slots[i, 1]
-            new_slots[j, 2] = slots[i, 2]
 
 
 class _Table:
-    """uint64 key -> (provisional id, count), grown by doubling (load factor <= 1/2)."""
+    """uint64 key -> (provisional id, count), grown by doubling (load factor <= 1/2).
+
+    16 bytes per slot, at most 4 slots per distinct value: a field with 10M
+    values (Criteo-Kaggle's largest) needs a 2^25-slot table, 512 MiB.
+    """
 
     def __init__(self, capacity: int = 1 << 10):
-        self.slots = np.zeros((capacity, 4), dtype=np.uint64)
+        self.slots = np.zeros((capacity, 2), dtype=np.uint64)
         self.size = 0
 
     def reserve(self, extra: int) -> None:
@@ -108,13 +119,13 @@ class _Table:
             return
         while cap < need:
             cap *= 2
-        new = np.zeros((cap, 4), dtype=np.uint64)
+        new = np.zeros((cap, 2), dtype=np.uint64)
         _rehash(self.slots, new)
         self.slots = new
 
     def ids_and_counts(self) -> tuple[np.ndarray, np.ndarray]:
-        used = self.slots[:, 1] != 0
-        return self.slots[used, 1].astype(np.int64) - 1, self.slots[used, 2].astype(np.int64)
+        w = self.slots[self.slots[:, 1] != 0, 1]
+        return (w >> _SHIFT).astype(np.int64) - 1, (w & _LOW).astype(np.int64)
 
 
 def mix64(keys: np.ndarray) -> np.ndarray:
