@@ -31,7 +31,7 @@ def test_workers_are_independent():
     c.access(1, [2, 1])
     assert c.trim(0).tolist() == [1] and c.trim(1).tolist() == [2]
     assert c.rows(0).tolist() == [2] and c.rows(1).tolist() == [1]
-    assert c.cached[1] == 0b10 and c.cached[2] == 0b01
+    assert c.contains(1, 1) and not c.contains(0, 1) and c.contains(0, 2) and not c.contains(1, 2)
 
 
 def test_lookahead_evicts_rows_outside_the_window_first():

@@ -137,7 +137,7 @@ def test_tiny_epoch_on_demand_by_hand():
         # t2: w0 {2} hit (dirty, its own); w1 {0} pulls row 0 and keeps its update (dirty on w1)
         [("pull_miss", 1, 0)],
         # t3: w0 {3}, w1 {1} pull; caches overflow: w0 evicts dirty 2, w1 evicts dirty 0 -> pushes
-        [("pull_miss", 0, 3), ("pull_miss", 1, 1), ("push_evict", 0, 2), ("push_evict", 1, 0)],
+        [("pull_miss", 1, 1), ("pull_miss", 0, 3), ("push_evict", 0, 2), ("push_evict", 1, 0)],
         # t4: w1 reads row 3 (its primary) while w0 holds its pending update -> plan of t3 pushes it
         [("push_plan", 0, 3)],
     ]
@@ -154,8 +154,8 @@ def test_tiny_epoch_naive_sync_by_hand():
         [("pull_miss", 0, 2), ("push_sync", 0, 2)],
         [("pull_stale", 0, 2), ("push_sync", 0, 2)],
         # w0's copy of 2 stayed current after its own push: hit
-        [("pull_miss", 1, 0), ("push_sync", 0, 2), ("push_sync", 1, 0)],
-        [("pull_miss", 0, 3), ("pull_miss", 1, 1), ("push_sync", 0, 3), ("push_sync", 1, 1)],
+        [("pull_miss", 1, 0), ("push_sync", 1, 0), ("push_sync", 0, 2)],
+        [("pull_miss", 1, 1), ("pull_miss", 0, 3), ("push_sync", 1, 1), ("push_sync", 0, 3)],
         [],
     ]
     t = eng.totals.to_json()
@@ -230,7 +230,7 @@ def reference(rows, primary, n, b, order, *, assignment, on_demand, cap, policy,
                     counts["push_plan"] += 1
                     del dirty[r]
                     valid[r].add(primary[r])
-        for r, us in users.items():
+        for r, us in sorted(users.items()):  # rows in ascending id order (the LRU tie rule)
             for w in sorted(us):
                 assert dirty.get(r) in (None, w)
                 if w == primary[r]:

@@ -24,10 +24,10 @@ therefore never evicted before they are used, and a ``capacity`` of 0 means
 "nothing is kept across iterations" (every remote row is pulled each time it
 is used and its update pushed right after — HET-GMP's uncached 1D behaviour).
 
-**Recency is (iteration, first use in batch order).** A row touched in
-iteration t is moved to the most-recently-used end in the order in which the
-scheduler visits rows (first occurrence in the global batch, samples in batch
-order, ids in CSR order), so the eviction order is fully deterministic.
+**Recency is (iteration, row id).** The rows a worker touches in iteration
+t become the most recently used, in ascending row id (the scheduler visits
+a batch's rows in id order, which also makes its memory accesses one
+ascending sweep), so the eviction order is fully deterministic.
 
 **Policies.**
 
@@ -41,11 +41,17 @@ order, ids in CSR order), so the eviction order is fully deterministic.
   depend on the very cache state being decided. With ``lookahead = 0`` the
   policy is exactly LRU.
 
-Storage: a doubly linked list per worker threaded through dense
-``int32 [num_workers, num_embeddings]`` ``prev``/``next`` arrays (8 bytes per
-row per worker) plus a membership bit mask per row (``int64``, hence at most
-63 workers); every operation is O(1) except the look-ahead scan, which walks
-the list from its LRU end until it has found enough unneeded rows.
+Storage: LRU with lazy deletion. Every touch stamps the row
+(``stamp[row, worker]``, a global touch counter; -1 = not cached) and appends
+``(row, stamp)`` to the worker's queue; an entry is *live* while the row's
+stamp still equals it, so the live entries, head to tail, are the cached rows
+from least to most recently used. Eviction pops from the head, skipping dead
+entries; the queue is compacted in place when it fills. A touch costs one
+random write and one sequential append (no pointer chasing), eviction is
+sequential; the look-ahead scan walks the queue from its head until it has
+found enough unneeded rows. The queue holds ``2 * (capacity + touches per
+iteration)`` entries per worker, 8 bytes of stamp per row and worker.
+Workers: at most 63 (the scheduler's int64 worker masks).
 """
 
 from __future__ import annotations
@@ -62,53 +68,43 @@ MAX_WORKERS = 63
 
 
 @numba.njit(cache=True)
-def _unlink(w, r, prev, nxt, head, tail):  # pragma: no cover - compiled
-    p = prev[w, r]
-    n = nxt[w, r]
-    if p >= 0:
-        nxt[w, p] = n
-    else:
-        head[w] = n
-    if n >= 0:
-        prev[w, n] = p
-    else:
-        tail[w] = p
-    prev[w, r] = -1
-    nxt[w, r] = -1
+def _compact(w, stamp, q_row, q_stamp, head, tail):  # pragma: no cover - compiled
+    """Move the live entries of worker ``w``'s queue to its front, in order."""
+    k = 0
+    for i in range(head[w], tail[w]):
+        r = q_row[w, i]
+        if stamp[r, w] == q_stamp[w, i]:
+            q_row[w, k] = r
+            q_stamp[w, k] = q_stamp[w, i]
+            k += 1
+    head[w] = 0
+    tail[w] = k
 
 
-@numba.njit(cache=True)
-def _append(w, r, prev, nxt, head, tail):  # pragma: no cover - compiled
-    t = tail[w]
-    prev[w, r] = t
-    nxt[w, r] = -1
-    if t >= 0:
-        nxt[w, t] = r
-    else:
-        head[w] = r
-    tail[w] = r
-
-
-@numba.njit(cache=True)
-def cache_touch(w, r, cached, prev, nxt, head, tail, size):  # pragma: no cover - compiled
+@numba.njit(cache=True, inline="always")  # no call: array arguments cost NRT refcounts
+def cache_touch(w, r, stamp, q_row, q_stamp, head, tail, size, clock):  # pragma: no cover - compiled
     """Mark row ``r`` most recently used on worker ``w``; insert it if absent.
 
-    Returns True when the row was inserted (it was not cached).
+    ``clock`` is a 1-element int64 array (the global touch counter). Returns
+    True when the row was inserted (it was not cached).
     """
-    bit = np.int64(1) << np.int64(w)
-    if cached[r] & bit:
-        if tail[w] != r:
-            _unlink(w, r, prev, nxt, head, tail)
-            _append(w, r, prev, nxt, head, tail)
-        return False
-    cached[r] |= bit
-    _append(w, r, prev, nxt, head, tail)
-    size[w] += 1
-    return True
+    inserted = stamp[r, w] < 0
+    if inserted:
+        size[w] += 1
+    elif q_row[w, tail[w] - 1] == r and q_stamp[w, tail[w] - 1] == stamp[r, w]:
+        return False  # already the most recent entry
+    if tail[w] == q_row.shape[1]:
+        _compact(w, stamp, q_row, q_stamp, head, tail)
+    clock[0] += 1
+    stamp[r, w] = clock[0]
+    q_row[w, tail[w]] = r
+    q_stamp[w, tail[w]] = clock[0]
+    tail[w] += 1
+    return inserted
 
 
 @numba.njit(cache=True)
-def cache_trim(w, capacity, lookahead_policy, window_count, cached, prev, nxt, head, tail, size, out):
+def cache_trim(w, capacity, lookahead_policy, window_count, stamp, q_row, q_stamp, head, tail, size, out):
     """Evict rows of worker ``w`` until it holds at most ``capacity``.
 
     Victims are written to ``out`` in eviction order; returns how many.
@@ -119,34 +115,29 @@ def cache_trim(w, capacity, lookahead_policy, window_count, cached, prev, nxt, h
     k = 0
     if need <= 0:
         return 0
-    bit = np.int64(1) << np.int64(w)
     if lookahead_policy:
-        r = head[w]
-        while r >= 0 and k < need:
-            n = nxt[w, r]
-            if window_count[r] == 0:
-                _unlink(w, r, prev, nxt, head, tail)
-                cached[r] &= ~bit
+        for i in range(head[w], tail[w]):
+            if k >= need:
+                break
+            r = q_row[w, i]
+            if stamp[r, w] == q_stamp[w, i] and window_count[r] == 0:
+                stamp[r, w] = -1
                 out[k] = r
                 k += 1
-            r = n
+    i = head[w]
     while k < need:
-        r = head[w]
-        _unlink(w, r, prev, nxt, head, tail)
-        cached[r] &= ~bit
-        out[k] = r
-        k += 1
+        r = q_row[w, i]
+        if stamp[r, w] == q_stamp[w, i]:
+            stamp[r, w] = -1
+            out[k] = r
+            k += 1
+        i += 1
+    head[w] = i
     size[w] -= k
+    if head[w] == tail[w]:
+        head[w] = 0
+        tail[w] = 0
     return k
-
-
-@numba.njit(cache=True)
-def cache_remove(w, r, cached, prev, nxt, head, tail, size):  # pragma: no cover - compiled
-    bit = np.int64(1) << np.int64(w)
-    if cached[r] & bit:
-        _unlink(w, r, prev, nxt, head, tail)
-        cached[r] &= ~bit
-        size[w] -= 1
 
 
 @numba.njit(cache=True)
@@ -192,44 +183,61 @@ class WorkerCaches:
         self.capacity = int(capacity)
         self.policy = policy
         e = max(int(num_embeddings), 1)
-        self.cached = np.zeros(e, dtype=np.int64)  # bit w: row cached on worker w
-        self.prev = np.full((num_workers, e), -1, dtype=np.int32)
-        self.next = np.full((num_workers, e), -1, dtype=np.int32)
-        self.head = np.full(num_workers, -1, dtype=np.int32)
-        self.tail = np.full(num_workers, -1, dtype=np.int32)
+        self.stamp = np.full((e, num_workers), -1, dtype=np.int64)  # last touch; -1: not cached
+        self.queue_len = 16
+        self.q_row = np.zeros((num_workers, self.queue_len), dtype=np.int32)
+        self.q_stamp = np.zeros((num_workers, self.queue_len), dtype=np.int64)
+        self.head = np.zeros(num_workers, dtype=np.int64)
+        self.tail = np.zeros(num_workers, dtype=np.int64)
         self.size = np.zeros(num_workers, dtype=np.int64)
+        self.clock = np.zeros(1, dtype=np.int64)
         #: occurrences of each row in the look-ahead window (maintained by the owner)
         self.window_count = np.zeros(e, dtype=np.int32)
+
+    def reserve(self, touches: int) -> None:
+        """Make the queues hold ``2 * (capacity + touches)`` entries (call before an iteration)."""
+        need = 2 * (self.capacity + int(touches)) + 16
+        if need <= self.queue_len:
+            return
+        for w in range(self.num_workers):
+            _compact(w, self.stamp, self.q_row, self.q_stamp, self.head, self.tail)
+        q_row = np.zeros((self.num_workers, need), dtype=np.int32)
+        q_stamp = np.zeros((self.num_workers, need), dtype=np.int64)
+        q_row[:, :self.queue_len] = self.q_row
+        q_stamp[:, :self.queue_len] = self.q_stamp
+        self.q_row, self.q_stamp, self.queue_len = q_row, q_stamp, need
 
     @property
     def lookahead_policy(self) -> bool:
         return self.policy == "lookahead"
 
     def contains(self, worker: int, row: int) -> bool:
-        return bool(self.cached[row] >> worker & 1)
+        return bool(self.stamp[row, worker] >= 0)
 
     def rows(self, worker: int) -> np.ndarray:
         """Cached rows of ``worker`` from least to most recently used."""
-        out = []
-        r = int(self.head[worker])
-        while r >= 0:
-            out.append(r)
-            r = int(self.next[worker, r])
-        return np.asarray(out, dtype=np.int64)
+        w = worker
+        sl = slice(int(self.head[w]), int(self.tail[w]))
+        rows, stamps = self.q_row[w, sl], self.q_stamp[w, sl]
+        live = self.stamp[rows, w] == stamps
+        return rows[live].astype(np.int64)
 
     def access(self, worker: int, rows) -> np.ndarray:
         """Touch ``rows`` in order on ``worker``; returns the rows that were inserted (misses)."""
+        rows = np.asarray(rows, dtype=np.int64).ravel()
+        self.reserve(rows.size)
         missed = []
-        for r in np.asarray(rows, dtype=np.int64).ravel():
-            if cache_touch(worker, r, self.cached, self.prev, self.next, self.head, self.tail, self.size):
+        for r in rows:
+            if cache_touch(worker, r, self.stamp, self.q_row, self.q_stamp, self.head, self.tail, self.size,
+                           self.clock):
                 missed.append(int(r))
         return np.asarray(missed, dtype=np.int64)
 
     def trim(self, worker: int) -> np.ndarray:
         """Evict down to ``capacity`` per the policy; returns the victims in eviction order."""
         out = np.empty(max(int(self.size[worker]), 1), dtype=np.int64)
-        k = cache_trim(worker, self.capacity, self.lookahead_policy, self.window_count, self.cached,
-                       self.prev, self.next, self.head, self.tail, self.size, out)
+        k = cache_trim(worker, self.capacity, self.lookahead_policy, self.window_count, self.stamp,
+                       self.q_row, self.q_stamp, self.head, self.tail, self.size, out)
         return out[:k].copy()
 
     def set_window(self, batches) -> None:

@@ -86,7 +86,7 @@ import numpy as np
 
 from ..errors import TrainingError
 from ..placement import Placement
-from .cache import MAX_WORKERS, WorkerCaches, cache_touch, cache_trim, window_add
+from .cache import MAX_WORKERS, WorkerCaches, _compact, cache_trim, window_add
 
 #: assignment strategies of the runtime scheduler
 ASSIGNMENTS = ("naive", "herald")
@@ -117,22 +117,56 @@ def _gather(indptr, indices, samples):  # pragma: no cover - compiled
     return b_indptr, b_indices
 
 
+# Per-row state: one 32-byte record per (compacted) row, so that a row costs
+# one cache miss, not one per array (the kernels are memory-bound):
+#   st[r, VALID]   workers holding the latest version; the primary's bit is
+#                  always set (a primary is current after at most a push, and
+#                  always scores, Algorithm 1 line 3)
+#   st[r, LOCAL]   primary + secondaries (resident for good)
+#   st[r, WRITERS] workers using the row in the batch being processed
+#   st[r, META]    primary | (dirty + 1) << 7 | (available + 1) << 14
+VALID, LOCAL, WRITERS, META = 0, 1, 2, 3
+_M7 = np.int64(127)
+
+
+@numba.njit(cache=True, inline="always")  # no call: array arguments cost NRT refcounts
+def _prim(meta):  # pragma: no cover - compiled
+    return meta & _M7
+
+
+@numba.njit(cache=True, inline="always")  # no call: array arguments cost NRT refcounts
+def _dirty(meta):  # pragma: no cover - compiled
+    return ((meta >> 7) & _M7) - 1
+
+
+@numba.njit(cache=True, inline="always")  # no call: array arguments cost NRT refcounts
+def _avail(meta):  # pragma: no cover - compiled
+    return (meta >> 14) - 1
+
+
+@numba.njit(cache=True, inline="always")  # no call: array arguments cost NRT refcounts
+def _meta(p, d, a):  # pragma: no cover - compiled
+    return np.int64(p) | (np.int64(d + 1) << 7) | (np.int64(a + 1) << 14)
+
+
 @numba.njit(cache=True)
-def _scores(b_indptr, b_indices, valid, primary, num_workers):  # pragma: no cover - compiled
+def _scores(b_indptr, b_indices, resident, num_workers):  # pragma: no cover - compiled
     m = b_indptr.size - 1
     out = np.zeros((m, num_workers), dtype=np.int32)
     for s in range(m):
         for j in range(b_indptr[s], b_indptr[s + 1]):
-            r = b_indices[j]
-            mask = valid[r] | (np.int64(1) << np.int64(primary[r]))
+            mask = resident[b_indices[j]]
             for w in range(num_workers):
                 out[s, w] += (mask >> w) & 1
     return out
 
 
 @numba.njit(cache=True)
-def _assign_greedy(b_indptr, b_indices, valid, primary, capacities):  # pragma: no cover - compiled
-    """Herald Algorithm 1, lines 1-13 (see module docstring for the tie rule)."""
+def _assign_greedy(b_indptr, b_indices, resident, capacities):  # pragma: no cover - compiled
+    """Herald Algorithm 1, lines 1-13 (see module docstring for the tie rule).
+
+    ``resident[r]``: bit mask of workers where row r scores (primary or current copy).
+    """
     m = b_indptr.size - 1
     n = capacities.size
     worker_of = np.empty(m, dtype=np.int32)
@@ -142,9 +176,8 @@ def _assign_greedy(b_indptr, b_indices, valid, primary, capacities):  # pragma: 
         for w in range(n):
             score[w] = 0
         for j in range(b_indptr[s], b_indptr[s + 1]):
-            r = b_indices[j]
             # line 3: score(i, w) = |cache(w) ∩ embs(i)|, cache(w) = current copies + primaries
-            mask = valid[r] | (np.int64(1) << np.int64(primary[r]))
+            mask = resident[b_indices[j]]
             for w in range(n):
                 score[w] += (mask >> w) & 1
         best = -1
@@ -165,117 +198,136 @@ def _mark_used(indices, used):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True)
-def _mark_writers(b_indptr, b_indices, worker_of, writers, touched):  # pragma: no cover - compiled
+def _mark_writers(b_indptr, b_indices, worker_of, st, touched):  # pragma: no cover - compiled
     nt = 0
     for s in range(b_indptr.size - 1):
         bit = np.int64(1) << np.int64(worker_of[s])
         for j in range(b_indptr[s], b_indptr[s + 1]):
             r = b_indices[j]
-            if writers[r] == 0:
+            if st[r, 2] == 0:
                 touched[nt] = r
                 nt += 1
-            writers[r] |= bit
+            st[r, 2] |= bit
     return nt
 
 
 @numba.njit(cache=True)
-def _emit(ev_kind, ev_worker, ev_row, ev_ready, ne, kind, w, r, ready):  # pragma: no cover - compiled
-    ev_kind[ne] = kind
-    ev_worker[ne] = w
-    ev_row[ne] = r
-    ev_ready[ne] = ready
-    return ne + 1
-
-
-@numba.njit(cache=True)
-def _plan(touched, nt, writers, dirty, valid, primary, available, t_prev,
-          ev_kind, ev_worker, ev_row, ev_ready, ne):  # pragma: no cover - compiled
+def _plan(touched, nt, st, t_prev, ev, ne):  # pragma: no cover - compiled
     """Algorithm 1 line 15: dirty rows another worker reads next are pushed by their holder."""
     for i in range(nt):
         r = touched[i]
-        a = dirty[r]
-        if a >= 0 and (writers[r] & ~(np.int64(1) << np.int64(a))) != 0:
-            ne = _emit(ev_kind, ev_worker, ev_row, ev_ready, ne, 3, a, r, t_prev)
-            dirty[r] = -1
-            valid[r] |= np.int64(1) << np.int64(primary[r])
-            available[r] = t_prev
+        meta = st[r, 3]
+        a = _dirty(meta)
+        if a >= 0 and (st[r, 2] & ~(np.int64(1) << np.int64(a))) != 0:
+            ev[ne, 0] = 3
+            ev[ne, 1] = a
+            ev[ne, 2] = r
+            ev[ne, 3] = t_prev
+            ne += 1
+            st[r, 3] = _meta(_prim(meta), -1, t_prev)
     return ne
 
 
 @numba.njit(cache=True)
-def _reads(touched, nt, writers, primary, local, valid, dirty, available, num_workers,
-           cached, prev, nxt, head, tail, size,
-           ev_kind, ev_worker, ev_row, ev_ready, ne):  # pragma: no cover - compiled
+def _reads(touched, nt, st, num_workers, stamp, q_row, q_stamp, head, tail, size, clock,
+           ev, ne):  # pragma: no cover - compiled
     violations = 0
     for i in range(nt):
         r = touched[i]
-        m = writers[r]
-        p = primary[r]
+        m = st[r, 2]
+        meta = st[r, 3]
+        p = _prim(meta)
+        d = _dirty(meta)
+        local = st[r, 1]
         for w in range(num_workers):
             if (m >> w) & 1 == 0:
                 continue
-            if dirty[r] >= 0 and dirty[r] != w:
+            if d >= 0 and d != w:
                 violations += 1  # someone else holds pending updates: the plan failed
             if w == p:
                 continue
             bit = np.int64(1) << np.int64(w)
-            if (valid[r] & bit) == 0:
-                kind = 1 if ((local[r] | cached[r]) & bit) != 0 else 0
-                ne = _emit(ev_kind, ev_worker, ev_row, ev_ready, ne, kind, w, r, available[r])
-                valid[r] |= bit
-            if (local[r] & bit) == 0:
-                cache_touch(w, r, cached, prev, nxt, head, tail, size)
+            if (st[r, 0] & bit) == 0:
+                kind = 1 if ((local & bit) != 0 or stamp[r, w] >= 0) else 0
+                ev[ne, 0] = kind
+                ev[ne, 1] = w
+                ev[ne, 2] = r
+                ev[ne, 3] = _avail(meta)
+                ne += 1
+                st[r, 0] |= bit
+            if (local & bit) == 0:  # cache_touch, inlined (a call costs 5x here)
+                if stamp[r, w] < 0:
+                    size[w] += 1
+                elif q_row[w, tail[w] - 1] == r and q_stamp[w, tail[w] - 1] == stamp[r, w]:
+                    continue
+                if tail[w] == q_row.shape[1]:
+                    _compact(w, stamp, q_row, q_stamp, head, tail)
+                clock[0] += 1
+                stamp[r, w] = clock[0]
+                q_row[w, tail[w]] = r
+                q_stamp[w, tail[w]] = clock[0]
+                tail[w] += 1
     return ne, violations
 
 
 @numba.njit(cache=True)
-def _writes(touched, nt, writers, primary, valid, dirty, available, on_demand, keep_written, t, num_workers,
-            ev_kind, ev_worker, ev_row, ev_ready, ne):  # pragma: no cover - compiled
+def _writes(touched, nt, st, on_demand, keep_written, t, num_workers,
+            ev, ne):  # pragma: no cover - compiled
     for i in range(nt):
         r = touched[i]
-        m = writers[r]
-        p = primary[r]
+        m = st[r, 2]
+        meta = st[r, 3]
+        p = _prim(meta)
         pbit = np.int64(1) << np.int64(p)
         if m & (m - 1) == 0:  # a single writer
             w = 0
             while (m >> w) & 1 == 0:
                 w += 1
             if w == p:
-                valid[r] = pbit
-                available[r] = t
+                st[r, 0] = pbit
+                st[r, 3] = _meta(p, -1, t)
             elif on_demand:
-                dirty[r] = w
-                valid[r] = m
+                st[r, 0] = m | pbit
+                st[r, 3] = _meta(p, w, _avail(meta))
             else:
-                ne = _emit(ev_kind, ev_worker, ev_row, ev_ready, ne, 2, w, r, t)
-                valid[r] = (m | pbit) if keep_written else pbit
-                available[r] = t
+                ev[ne, 0] = 2
+                ev[ne, 1] = w
+                ev[ne, 2] = r
+                ev[ne, 3] = t
+                ne += 1
+                st[r, 0] = (m | pbit) if keep_written else pbit
+                st[r, 3] = _meta(p, -1, t)
         else:  # several writers: combine at the primary
             for w in range(num_workers):
                 if (m >> w) & 1 and w != p:
-                    ne = _emit(ev_kind, ev_worker, ev_row, ev_ready, ne, 2, w, r, t)
-            valid[r] = pbit
-            dirty[r] = -1
-            available[r] = t
-        writers[r] = 0
+                    ev[ne, 0] = 2
+                    ev[ne, 1] = w
+                    ev[ne, 2] = r
+                    ev[ne, 3] = t
+                    ne += 1
+            st[r, 0] = pbit
+            st[r, 3] = _meta(p, -1, t)
+        st[r, 2] = 0
     return ne
 
 
 @numba.njit(cache=True)
-def _trim_all(num_workers, capacity, lookahead_policy, window_count, cached, prev, nxt, head, tail, size,
-              valid, dirty, primary, available, t, buf,
-              ev_kind, ev_worker, ev_row, ev_ready, ne):  # pragma: no cover - compiled
+def _trim_all(num_workers, capacity, lookahead_policy, window_count, stamp, q_row, q_stamp, head, tail, size,
+              st, t, buf, ev, ne):  # pragma: no cover - compiled
     for w in range(num_workers):
-        k = cache_trim(w, capacity, lookahead_policy, window_count, cached, prev, nxt, head, tail, size, buf)
+        k = cache_trim(w, capacity, lookahead_policy, window_count, stamp, q_row, q_stamp, head, tail, size, buf)
         bit = np.int64(1) << np.int64(w)
         for i in range(k):
             r = buf[i]
-            valid[r] &= ~bit
-            if dirty[r] == w:
-                ne = _emit(ev_kind, ev_worker, ev_row, ev_ready, ne, 4, w, r, t)
-                dirty[r] = -1
-                valid[r] |= np.int64(1) << np.int64(primary[r])
-                available[r] = t
+            st[r, 0] &= ~bit
+            meta = st[r, 3]
+            if _dirty(meta) == w:
+                ev[ne, 0] = 4
+                ev[ne, 1] = w
+                ev[ne, 2] = r
+                ev[ne, 3] = t
+                ne += 1
+                st[r, 3] = _meta(_prim(meta), -1, t)
     return ne
 
 
@@ -286,6 +338,11 @@ def _as_masks(resident, num_embeddings: int) -> np.ndarray:
     if isinstance(resident, np.ndarray) and resident.dtype == np.int64 and resident.ndim == 1:
         return resident
     return resident_masks(num_embeddings, resident)
+
+
+def _with_primary(resident, primary) -> np.ndarray:
+    primary = np.asarray(primary, dtype=np.int64)
+    return _as_masks(resident, primary.size) | np.left_shift(np.int64(1), primary)
 
 
 def resident_masks(num_embeddings: int, rows_by_worker) -> np.ndarray:
@@ -317,9 +374,8 @@ def score_matrix(batch, primary, resident, num_workers: int) -> np.ndarray:
     resident : int64 bit masks [num_embeddings], or ``{worker: rows}`` of
         current non-primary copies (secondaries and cached rows).
     """
-    primary = np.asarray(primary, dtype=np.int32)
     indptr, indices = _csr(batch)
-    return _scores(indptr, indices, _as_masks(resident, primary.size), primary, int(num_workers))
+    return _scores(indptr, indices, _with_primary(resident, primary), int(num_workers))
 
 
 def location_aware_assignment(batch, primary, resident, capacities) -> np.ndarray:
@@ -335,7 +391,7 @@ def location_aware_assignment(batch, primary, resident, capacities) -> np.ndarra
     indptr, indices = _csr(batch)
     if int(capacities.sum()) != indptr.size - 1:
         raise TrainingError(f"capacities sum to {int(capacities.sum())}, the batch has {indptr.size - 1} samples.")
-    return _assign_greedy(indptr, indices, _as_masks(resident, primary.size), primary, capacities)
+    return _assign_greedy(indptr, indices, _with_primary(resident, primary), capacities)
 
 
 def naive_assignment(capacities) -> np.ndarray:
@@ -441,7 +497,7 @@ class ScheduleTotals:
 
     def add(self, sched: BatchSchedule) -> None:
         self.by_kind += sched.counts()
-        is_pull = np.isin(sched.event_kind, PULL_KINDS)
+        is_pull = sched.event_kind <= PULL_STALE  # PULL_KINDS are the two lowest codes
         self.prefetchable_pulls += int(np.count_nonzero(is_pull & (sched.event_ready < sched.iteration - 1)))
         self.batches += 1
         self.schedule_s += sched.schedule_s
@@ -517,19 +573,17 @@ class RuntimeScheduler:
         e = int(self.row_ids.size)
         self.num_rows = e
         primary_full = np.asarray(placement.embedding_primary, dtype=np.int32)
-        self.primary = np.ascontiguousarray(primary_full[self.row_ids])
+        primary = primary_full[self.row_ids].astype(np.int64)
         local_full = np.left_shift(np.int64(1), primary_full.astype(np.int64))
         if placement.num_secondaries:
             emb = np.repeat(np.arange(placement.num_embeddings, dtype=np.int64), np.diff(placement.secondary_indptr))
             np.bitwise_or.at(local_full, emb,
                              np.left_shift(np.int64(1), np.asarray(placement.secondary_workers, dtype=np.int64)))
-        self.local = np.ascontiguousarray(local_full[self.row_ids])
+        self.st = np.zeros((e, 4), dtype=np.int64)
+        self.st[:, LOCAL] = local_full[self.row_ids]
         del local_full, remap
-        # a secondary starts as a copy of its primary: current
-        self.valid = self.local.copy()
-        self.dirty = np.full(e, -1, dtype=np.int32)
-        self.available = np.full(e, -1, dtype=np.int64)
-        self.writers = np.zeros(e, dtype=np.int64)
+        self.st[:, VALID] = self.st[:, LOCAL]  # a secondary starts as a copy of its primary: current
+        self.st[:, META] = primary | (np.int64(0) << 7) | (np.int64(0) << 14)  # dirty -1, available -1
         self.caches = WorkerCaches(n, e, capacity=cache_rows, policy=cache_policy)
         self.iteration = -1  # global iteration counter across epochs
         self.totals = ScheduleTotals()
@@ -537,6 +591,9 @@ class RuntimeScheduler:
         self._order = np.zeros(0, dtype=np.int64)
         self._pos = 0
         self._window: list[tuple[np.ndarray, np.ndarray]] = []
+        self._touched = np.empty(0, dtype=np.int64)
+        self._ev = np.empty((0, 4), dtype=np.int64)
+        self._evicted = np.empty(16, dtype=np.int64)
 
     # ---- epoch / batch stream
 
@@ -584,7 +641,7 @@ class RuntimeScheduler:
     def _assign(self, b_indptr, b_indices, caps) -> np.ndarray:
         if self.assignment == "naive":
             return naive_assignment(caps)
-        return _assign_greedy(b_indptr, b_indices, self.valid, self.primary, caps)
+        return _assign_greedy(b_indptr, b_indices, self.st[:, VALID], caps)
 
     def next_batch(self) -> BatchSchedule | None:
         """Schedule the next global batch of the epoch; None (after flushing) at the end."""
@@ -602,49 +659,63 @@ class RuntimeScheduler:
         caps[:self.num_trainers] = batch_capacities(samples.size, self.num_trainers)
         worker_of = self._assign(b_indptr, b_indices, caps)
         nnz = b_indices.size
-        touched = np.empty(max(nnz, 1), dtype=np.int64)
-        nt = _mark_writers(b_indptr, b_indices, worker_of, self.writers, touched)
-        cap = 4 * nnz + 16
-        ev_kind = np.empty(cap, dtype=np.int8)
-        ev_worker = np.empty(cap, dtype=np.int32)
-        ev_row = np.empty(cap, dtype=np.int64)
-        ev_ready = np.empty(cap, dtype=np.int64)
+        if self._touched.size < max(nnz, 1):  # buffers reused across batches (no page faults per step)
+            self._touched = np.empty(max(nnz, 1), dtype=np.int64)
+            self._ev = np.empty((4 * nnz + 16, 4), dtype=np.int64)
+        touched = self._touched
+        nt = _mark_writers(b_indptr, b_indices, worker_of, self.st, touched)
+        # Visit the batch's rows in ascending id order: it fixes the recency order
+        # within an iteration (gmp.train.cache) and turns the kernels' random
+        # accesses into one ascending sweep (TLB- and prefetcher-friendly).
+        touched[:nt].sort()
+        ev = self._ev  # (kind, worker, row, ready) per event; at most 4 per batch entry
         ne = 0
         if self.on_demand:  # plan of iteration t-1 (line 15), needs this assignment
-            ne = _plan(touched, nt, self.writers, self.dirty, self.valid, self.primary, self.available, t - 1,
-                       ev_kind, ev_worker, ev_row, ev_ready, ne)
+            ne = _plan(touched, nt, self.st, t - 1, ev, ne)
         c = self.caches
-        ne, violations = _reads(touched, nt, self.writers, self.primary, self.local, self.valid, self.dirty,
-                                self.available, n, c.cached, c.prev, c.next, c.head, c.tail, c.size,
-                                ev_kind, ev_worker, ev_row, ev_ready, ne)
+        c.reserve(nnz)
+        ne, violations = _reads(touched, nt, self.st, n, c.stamp, c.q_row, c.q_stamp, c.head, c.tail, c.size, c.clock,
+                                ev, ne)
         if violations and self.check:
             raise TrainingError(f"Herald scheduler invariant broken at iteration {t}: {violations} reads of rows "
                                 "whose pending updates another worker still holds. This is a bug in gmp.")
-        ne = _writes(touched, nt, self.writers, self.primary, self.valid, self.dirty, self.available,
-                     self.on_demand, not self.read_only_replicas, t, n, ev_kind, ev_worker, ev_row, ev_ready, ne)
+        ne = _writes(touched, nt, self.st, self.on_demand, not self.read_only_replicas, t, n,
+                     ev, ne)
         if c.lookahead_policy and self.lookahead > 0:
             self._window_shift(k)
-        buf = np.empty(max(int(c.size.max()), 1), dtype=np.int64)
-        ne = _trim_all(n, c.capacity, c.lookahead_policy and self.lookahead > 0, c.window_count, c.cached, c.prev,
-                       c.next, c.head, c.tail, c.size, self.valid, self.dirty, self.primary, self.available, t,
-                       buf, ev_kind, ev_worker, ev_row, ev_ready, ne)
+        if self._evicted.size < int(c.size.max()):
+            self._evicted = np.empty(2 * int(c.size.max()), dtype=np.int64)
+        buf = self._evicted
+        ne = _trim_all(n, c.capacity, c.lookahead_policy and self.lookahead > 0, c.window_count, c.stamp, c.q_row,
+                       c.q_stamp, c.head, c.tail, c.size, self.st, t,
+                       buf, ev, ne)
         self._pos += 1
-        sched = BatchSchedule(t, samples, worker_of, n, ev_kind[:ne].copy(), ev_worker[:ne].copy(),
-                              self.row_ids[ev_row[:ne]], ev_ready[:ne].copy())
+        ev = ev[:ne]
+        sched = BatchSchedule(t, samples, worker_of, n, ev[:, 0].astype(np.int8), ev[:, 1].astype(np.int32),
+                              self.row_ids[ev[:, 2]], ev[:, 3].copy())
         sched.schedule_s = time.perf_counter() - t0
         sched.index_in_epoch = k
         self.totals.add(sched)
         return sched
 
     def _finish_epoch(self) -> None:
-        rows = np.flatnonzero(self.dirty >= 0)
-        workers = self.dirty[rows].astype(np.int32)
-        self.flush = (np.stack([workers.astype(np.int64), self.row_ids[rows]]) if rows.size
+        dirty = self.dirty
+        rows = np.flatnonzero(dirty >= 0)
+        workers = dirty[rows]
+        self.flush = (np.stack([workers, self.row_ids[rows]]) if rows.size
                       else np.zeros((2, 0), dtype=np.int64))
         self.totals.by_kind[PUSH_FLUSH] += rows.size
-        self.valid[rows] |= np.left_shift(np.int64(1), self.primary[rows].astype(np.int64))
-        self.available[rows] = self.iteration
-        self.dirty[rows] = -1
+        self.st[rows, META] = self.primary[rows] | ((self.iteration + 1) << 14)  # dirty -1, available = now
+
+    @property
+    def primary(self) -> np.ndarray:
+        """int64 [num_rows] primary worker of each (compacted) row."""
+        return self.st[:, META] & 127
+
+    @property
+    def dirty(self) -> np.ndarray:
+        """int64 [num_rows] worker holding pending updates of each row, -1 if none."""
+        return ((self.st[:, META] >> 7) & 127) - 1
 
     def flush_rows(self, worker: int) -> np.ndarray:
         """Rows ``worker`` pushed at the end of the epoch (after :meth:`next_batch` returned None)."""
