@@ -86,8 +86,10 @@ def import_cmd(
     movielens (RecBole .inter/.user/.item or classic u.data/u.user/u.item),
     libsvm/libfm (label idx:val, field = token position), libffm
     (label field:idx:val), csv (generic; name the columns with --label,
-    --cat, --multi, --dense). Malformed lines stop the import unless
-    --max-bad-lines allows skipping them. See docs/datasets.md.
+    --cat, --multi, --dense). Dense integers are stored as log(1+max(x,0)).
+    Inside each field, id 0 is 'missing' and id 1 'rare' (--min-count).
+    Malformed lines stop the import unless --max-bad-lines allows skipping
+    them. See docs/datasets.md.
     """
     from gmp.datasets.importers import CommonOptions
     from gmp.errors import ImportDataError
