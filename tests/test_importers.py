@@ -658,3 +658,23 @@ def test_criteo_property_matches_reference(tmp_path_factory, text, min_count, ch
     np.testing.assert_allclose(ds.dense, dense, rtol=1e-6)
     assert rows_of(ds) == rows
     assert ds.num_embeddings == total
+
+
+@pytest.mark.parametrize("fixture, run, bad_lines", [
+    ("criteo_bad.tsv", lambda p, o, c: import_criteo([p], o, common=c), [2, 3, 4, 5]),
+    ("avazu_bad.csv", lambda p, o, c: import_avazu([p], o, common=c), [3, 4, 5]),
+    ("bad.libsvm", lambda p, o, c: import_libsvm([p], o, common=c), [2, 3, 4, 5, 6]),
+    ("bad.libffm", lambda p, o, c: import_libsvm([p], o, ffm=True, common=c), [2, 3]),
+    ("mixed_bad.csv", lambda p, o, c: import_csv([p], o, options=CsvOptions(label="income", dense=["age", "hours"],
+                                                                          multi=["tags"]), common=c), [3, 4, 5, 6]),
+])
+def test_malformed_fixtures_strict_and_skipping(tmp_path, fixture, run, bad_lines):
+    p = FIX / fixture
+    with pytest.raises(ImportDataError) as err:
+        run(p, tmp_path / "strict", opts())
+    for n in bad_lines:
+        assert f"{fixture} line {n}: " in str(err.value)
+    assert_nothing_left(tmp_path, "strict")
+    meta = run(p, tmp_path / "skip", opts(max_bad_lines=len(bad_lines)))
+    assert [b["line"] for b in meta["bad_lines"]] == bad_lines
+    assert meta["num_bad_lines"] == len(bad_lines)
