@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gmp.datasets import load_dataset
 from gmp.datasets.avazu import import_avazu
@@ -623,8 +625,6 @@ def test_every_sample_is_sorted_and_duplicate_free(tmp_path, name, run):
 # property: any well-formed Criteo text imports exactly like the reference,
 # whatever the block size
 # ---------------------------------------------------------------------------
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 _hexes = st.sampled_from(["", "0", "ff", "68fd1e64", "80E26C9B", "deadbeef", "0123456789abcdef"])
 _ints = st.one_of(st.just(""), st.integers(-3, 10**6).map(str))
