@@ -56,20 +56,27 @@ The batch metrics accept ``num_train`` to restrict them to samples
 sample of the graph counts, which is what the partitioners optimise and
 what the report shows.
 
-Implementation: numba kernels over the CSR arrays with integer counters. The
-batch kernel visits each worker's samples in dataset order (a counting sort
-of ``sample_worker``) and keeps one int32 "last chunk stamp" per embedding,
-so distinct-per-chunk counting needs O(num_embeddings) memory and no dense
-workers x embeddings array. Membership in the secondary CSR is a scan of the
-embedding's (short) slice. Memory at full Criteo-Kaggle scale (45.8M samples,
-33.8M embeddings, 1.19B edges): the interleaved stamp arrays (270 MB), the sample order
-(183 MB) and the degree array (270 MB) on top of the graph itself.
+Implementation: numba kernels over the CSR arrays with integer counters. One
+pass (:func:`traffic`) visits each worker's samples in dataset order (a
+counting sort of ``sample_worker``) and keeps, per embedding, an int32 "last
+chunk" stamp and an int32 "last worker" stamp, so distinct-per-chunk and
+distinct-per-epoch counting need O(num_embeddings) memory and no dense workers
+x embeddings array; stamps are globally unique, so they are never reset.
+Membership in the secondary CSR is a scan of the embedding's (short) slice.
+Workers are spread over numba threads (at most one per worker, each thread
+with its own stamps, within :data:`STAMP_MEMORY_BYTES`); a worker writes only
+its own column/row of the counts, so results do not depend on the thread
+count. Memory at full Criteo-Kaggle scale (45.8M samples, 33.8M embeddings,
+1.19B edges): 270 MB of stamps per thread, the sample order (366 MB) and the
+degree array (270 MB) on top of the (memory-mapped) graph. Measured speed
+is in ``docs/report.md``.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import weakref
 from typing import Any, NamedTuple
 
 import numba
@@ -139,49 +146,52 @@ def _worker_order(sample_worker, num_workers, stop):  # pragma: no cover - compi
     return starts, order
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, parallel=True)
 def _traffic_kernel(indptr, indices, order, starts, primary, sec_indptr, sec_workers,
-                    num_workers, num_embeddings, batch_size):  # pragma: no cover - compiled
+                    num_workers, num_embeddings, batch_size, num_threads):  # pragma: no cover - compiled
     # One pass over every worker's samples in dataset order, all four [N, N] counts:
     #   edge[server, reader]  remote edges (HET-GMP Eq. 3 counts, before weighting)
     #   read[server, reader]  distinct non-local rows per chunk of batch_size
     #   push[pusher, primary] distinct non-primary rows per chunk
     #   epoch[server, reader] distinct non-local rows per worker over the epoch
+    # Thread t handles workers t, t + T, ...; worker w only writes column w of edge/read/
+    # epoch and row w of push, so threads never write the same cell and the integer counts
+    # do not depend on the thread count.
     edge = np.zeros((num_workers, num_workers), dtype=np.int64)
     read = np.zeros((num_workers, num_workers), dtype=np.int64)
     push = np.zeros((num_workers, num_workers), dtype=np.int64)
     epoch = np.zeros((num_workers, num_workers), dtype=np.int64)
-    # stamps[2e]: last chunk (1-based, global) that touched e; stamps[2e + 1]: last worker
-    # (1-based). Interleaved so both live in one cache line (the loop is memory-bound).
-    stamps = np.zeros(2 * num_embeddings, dtype=np.int32)
     has_secondaries = sec_workers.size > 0
-    chunk = 0
-    for w in range(num_workers):
-        for p in range(starts[w], starts[w + 1]):
-            if (p - starts[w]) % batch_size == 0:
-                chunk += 1
-            i = order[p]
-            for k in range(indptr[i], indptr[i + 1]):
-                e = indices[k]
-                pe = primary[e]
-                if pe == w:
-                    continue
-                local = False
-                if has_secondaries:
-                    for q in range(sec_indptr[e], sec_indptr[e + 1]):
-                        if sec_workers[q] == w:
-                            local = True
-                            break
-                if not local:
-                    edge[pe, w] += 1
-                    if stamps[2 * e + 1] != w + 1:
-                        stamps[2 * e + 1] = w + 1
-                        epoch[pe, w] += 1
-                if stamps[2 * e] != chunk:
-                    stamps[2 * e] = chunk
-                    push[w, pe] += 1
+    for t in numba.prange(num_threads):
+        # stamps[2e]: last chunk that touched e, as (first position of the chunk in `order`) + 1,
+        # unique over all workers; stamps[2e + 1]: last worker + 1. Interleaved so both share a
+        # cache line (the loop is bound by cache misses). One array per thread, never reset.
+        stamps = np.zeros(2 * num_embeddings, dtype=np.int32)
+        for w in range(t, num_workers, num_threads):
+            for p in range(starts[w], starts[w + 1]):
+                chunk = starts[w] + ((p - starts[w]) // batch_size) * batch_size + 1
+                i = order[p]
+                for k in range(indptr[i], indptr[i + 1]):
+                    e = indices[k]
+                    pe = primary[e]
+                    if pe == w:
+                        continue
+                    local = False
+                    if has_secondaries:
+                        for q in range(sec_indptr[e], sec_indptr[e + 1]):
+                            if sec_workers[q] == w:
+                                local = True
+                                break
                     if not local:
-                        read[pe, w] += 1
+                        edge[pe, w] += 1
+                        if stamps[2 * e + 1] != w + 1:
+                            stamps[2 * e + 1] = w + 1
+                            epoch[pe, w] += 1
+                    if stamps[2 * e] != chunk:
+                        stamps[2 * e] = chunk
+                        push[w, pe] += 1
+                        if not local:
+                            read[pe, w] += 1
     return edge, read, push, epoch
 
 
@@ -237,14 +247,22 @@ def _check_compatible(graph: BipartiteGraph, placement: Placement) -> None:
         )
 
 
+_DEGREE_CACHE: "weakref.WeakKeyDictionary[BipartiteGraph, np.ndarray]" = weakref.WeakKeyDictionary()
+
+
 def embedding_degree(graph: BipartiteGraph) -> np.ndarray:
-    """Samples per embedding, int64 [num_embeddings], without building the transpose."""
+    """Samples per embedding, int64 [num_embeddings], without building the transpose (cached per graph)."""
     cached = getattr(graph, "_emb_degree", None)
     if cached is not None:
         return cached
-    if getattr(graph, "_emb_indptr", None) is not None:
-        return np.diff(graph._emb_indptr)
-    return _degree(np.asarray(graph.sample_indices), graph.num_embeddings)
+    cached = _DEGREE_CACHE.get(graph)
+    if cached is None:
+        if getattr(graph, "_emb_indptr", None) is not None:
+            cached = np.diff(graph._emb_indptr)
+        else:
+            cached = _degree(np.asarray(graph.sample_indices), graph.num_embeddings)
+        _DEGREE_CACHE[graph] = cached
+    return cached
 
 
 def edge_traffic_matrix(graph: BipartiteGraph, placement: Placement) -> np.ndarray:
@@ -285,7 +303,17 @@ def traffic(graph: BipartiteGraph, placement: Placement, batch_size: int, *,
     n = placement.num_workers
     starts, order = _worker_order(sw, n, stop)
     return Traffic(*_traffic_kernel(ip, ix, order, starts, pr, si, sws, n, graph.num_embeddings,
-                                    np.int64(batch_size)))
+                                    np.int64(batch_size), _num_threads(n, graph.num_embeddings)))
+
+
+#: stamp memory allowed for the parallel traffic pass (each thread holds 8 bytes per embedding)
+STAMP_MEMORY_BYTES = 2 << 30
+
+
+def _num_threads(num_workers: int, num_embeddings: int) -> int:
+    """Threads for the traffic pass: numba's pool, at most one per worker, within STAMP_MEMORY_BYTES."""
+    by_memory = max(1, STAMP_MEMORY_BYTES // max(1, 8 * num_embeddings))
+    return int(max(1, min(numba.get_num_threads(), num_workers, by_memory)))
 
 
 def _ratio(values: np.ndarray) -> float:

@@ -280,3 +280,26 @@ def test_random_graph_large_enough_to_chunk():
         ref = reference_metrics(rows, sw, primary, secondaries, cost, b)
         assert M.batch_remote_reads(graph, placement, b) == ref["batch_remote_reads"]
         assert M.batch_remote_pushes(graph, placement, b) == ref["batch_remote_pushes"]
+
+
+def test_thread_count_does_not_change_counts():
+    import numba
+
+    rng = np.random.default_rng(11)
+    rows = [sorted(set(rng.integers(0, 50, size=5).tolist())) for _ in range(400)]
+    sw = rng.integers(0, 5, size=400).tolist()
+    primary = rng.integers(0, 5, size=50).tolist()
+    secondaries = [sorted(set(rng.integers(0, 5, size=2).tolist()) - {primary[e]}) for e in range(50)]
+    graph, placement = build(rows, sw, primary, secondaries, 5)
+    before = numba.get_num_threads()
+    try:
+        results = []
+        for threads in (1, min(2, numba.config.NUMBA_NUM_THREADS)):
+            numba.set_num_threads(threads)
+            results.append(M.traffic(graph, placement, 16))
+    finally:
+        numba.set_num_threads(before)
+    for a, b in zip(*results):
+        assert np.array_equal(a, b)
+    ref = reference_metrics(rows, sw, primary, secondaries, [[0] * 5] * 5, 16)
+    assert int(results[0].read.sum()) == ref["batch_remote_reads"]
