@@ -58,6 +58,9 @@ def register(app: typer.Typer) -> None:
         parameter_server: bool = typer.Option(False, "--parameter-server",
                                               help="Herald's setting: all rows on a separate PS (the manifest's "
                                                    "primaries are ignored)."),
+        min_frequency: float = typer.Option(0.0, "--min-frequency",
+                                            help="Count only rows used by more than this fraction of the training "
+                                                 "samples (Herald caches frequency > 1e-5)."),
         seed: int = typer.Option(0, "--seed", help="Seed of the sample order (and of the random placement)."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ) -> None:
@@ -70,7 +73,8 @@ def register(app: typer.Typer) -> None:
         result = simulate(ds.indptr, ds.indices, placement, num_train=ds.num_train, batch_size=batch_size,
                           schedule=schedule, on_demand=on_demand, cache_rows=cache_rows, cache_policy=cache_policy,
                           lookahead=lookahead, seed=seed, embedding_dim=embedding_dim,
-                          read_only_replicas=read_only_replicas, parameter_server=parameter_server)
+                          read_only_replicas=read_only_replicas, parameter_server=parameter_server,
+                          min_frequency=min_frequency)
         out = result.to_json()
         if as_json:
             echo_json(out)

@@ -53,6 +53,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import numba
 import numpy as np
 
 from .errors import TrainingError
@@ -69,6 +70,34 @@ def epoch_order(num_train: int, seed: int, epoch: int = 0) -> np.ndarray:
     Must match the trainer's ``naive`` schedule (``gmp.train.schedule``).
     """
     return np.random.default_rng(seed + epoch).permutation(int(num_train)).astype(np.int64)
+
+
+@numba.njit(cache=True)
+def _filter_csr(indptr, indices, keep, num_samples):  # pragma: no cover - compiled
+    out_ptr = np.zeros(num_samples + 1, dtype=np.int64)
+    out_idx = np.empty(indptr[num_samples], dtype=indices.dtype)
+    k = 0
+    for s in range(num_samples):
+        for j in range(indptr[s], indptr[s + 1]):
+            if keep[indices[j]]:
+                out_idx[k] = indices[j]
+                k += 1
+        out_ptr[s + 1] = k
+    return out_ptr, out_idx[:k]
+
+
+def hot_rows_only(indptr, indices, num_train: int, min_frequency: float):
+    """The training samples' CSR restricted to rows used by more than ``min_frequency * num_train`` of them.
+
+    Herald (section 2.3) caches only embeddings with a frequency above 1e-5;
+    the others are served outside the cache. ``simulate(min_frequency=...)``
+    counts the transfers of the cached (hot) rows only.
+    """
+    indptr = np.asarray(indptr[: num_train + 1])
+    indices = np.asarray(indices[: int(indptr[-1])])
+    degree = np.bincount(indices, minlength=int(indices.max()) + 1 if indices.size else 0)
+    keep = degree > min_frequency * num_train
+    return _filter_csr(indptr, indices, keep, int(num_train))
 
 
 def parameter_server_placement(num_workers: int, num_embeddings: int) -> Placement:
@@ -103,7 +132,7 @@ class SimulationResult:
 def simulate(indptr, indices, placement: Placement, *, num_train: int, batch_size: int, schedule: str = "herald",
              on_demand: bool | None = None, cache_rows: int | None = None, cache_policy: str = "lru",
              lookahead: int = 0, seed: int = 0, epoch: int = 0, embedding_dim: int = 16,
-             read_only_replicas: bool = False, parameter_server: bool = False,
+             read_only_replicas: bool = False, parameter_server: bool = False, min_frequency: float = 0.0,
              order: np.ndarray | None = None) -> SimulationResult:
     """Replay one epoch (samples ``[0, num_train)`` in :func:`epoch_order`) and count transfers.
 
@@ -119,6 +148,9 @@ def simulate(indptr, indices, placement: Placement, *, num_train: int, batch_siz
         ignored and every row lives on a separate parameter server (an extra
         worker that trains nothing), so every row a worker uses is either
         cached or pulled (:func:`parameter_server_placement`)
+    min_frequency : count only rows used by more than this fraction of the
+        training samples (Herald caches embeddings with frequency > 1e-5);
+        0 counts every row (:func:`hot_rows_only`)
     order : optional explicit sample order (overrides ``seed``/``epoch``)
     """
     if schedule not in ASSIGNMENTS:
@@ -130,6 +162,8 @@ def simulate(indptr, indices, placement: Placement, *, num_train: int, batch_siz
     if cache_rows is None:
         cache_rows = default_cache_rows(placement.num_embeddings)
     t0 = time.perf_counter()
+    if min_frequency > 0:
+        indptr, indices = hot_rows_only(indptr, indices, num_train, min_frequency)
     trainers = placement.num_workers
     if parameter_server:
         placement = parameter_server_placement(trainers, placement.num_embeddings)
@@ -146,7 +180,7 @@ def simulate(indptr, indices, placement: Placement, *, num_train: int, batch_siz
         "parameter_server": bool(parameter_server),
         "batch_size": int(batch_size), "cache_rows": int(cache_rows), "cache_policy": cache_policy,
         "lookahead": int(lookahead), "seed": int(seed), "embedding_dim": int(embedding_dim),
-        "read_only_replicas": bool(read_only_replicas),
+        "read_only_replicas": bool(read_only_replicas), "min_frequency": float(min_frequency),
         "batches": tot.batches, "samples": int(sched._order.size),
     }
     ms = 1000.0 * tot.schedule_s / max(tot.batches, 1)

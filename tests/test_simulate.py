@@ -218,3 +218,33 @@ def test_parameter_server_setting_counts_every_use_without_cache(ctr):
     assert res["pulls"] == res["pull_miss"] == want
     assert res["pushes"] == res["push_sync"] == want
     assert res["workers"] == n and res["parameter_server"] is True
+
+
+def test_hot_rows_only_by_hand():
+    from gmp.simulate import hot_rows_only
+
+    indptr, indices = _csr([[0, 1], [0, 2], [0, 3], [1], [2, 3]])  # the last sample is not training
+    # training degrees: row 0: 3, row 1: 2, rows 2 and 3: 1; threshold 0.3 * 4 = 1.2 keeps rows 0 and 1
+    ptr, idx = hot_rows_only(indptr, indices, 4, 0.3)
+    assert ptr.tolist() == [0, 2, 3, 4, 5] and idx.tolist() == [0, 1, 0, 0, 1]
+
+
+def test_cli_with_a_manifest(tiny_dataset, tmp_path):
+    from gmp.manifest import write_manifest
+    from gmp.topology import homogeneous
+
+    ds = load_dataset(tiny_dataset)
+    pl = Placement.edge_cut(2, [0, 1, 0, 1, 0, 1], [0, 0, 1, 1, 0, 1], method="random", seed=0)
+    m = write_manifest(tmp_path / "m", pl, dataset_sha256=ds.sha256, num_samples=ds.num_samples,
+                       num_embeddings=ds.num_embeddings, topology=homogeneous(2))
+    runner = CliRunner()
+    base = ["simulate", "--dataset", str(tiny_dataset), "--manifest", str(m), "--batch-size", "1", "--json",
+            "--schedule", "naive", "--cache-rows", "0", "--no-on-demand"]
+    r = runner.invoke(app, base)
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    want = simulate(ds.indptr, ds.indices, pl, num_train=ds.num_train, batch_size=1, schedule="naive",
+                    on_demand=False, cache_rows=0).to_json()
+    assert (out["pulls"], out["pushes"], out["workers"]) == (want["pulls"], want["pushes"], 2)
+    r = runner.invoke(app, base + ["--workers", "3"])
+    assert r.exit_code == 2 and "--workers 3 does not match" in r.output

@@ -1,0 +1,280 @@
+"""Herald benchmark (not a test): Table 1, scheduler time per batch, and training with --schedule herald.
+
+Three parts, each printed as a markdown table:
+
+1. **Table 1 of Herald** (APNet'22): cache pulls / pushes / overall traffic of
+   one epoch, normalised to naive, for naive / on-demand only /
+   location-aware only / Herald (both) -- plus Herald with the look-ahead
+   cache policy -- in two settings:
+
+   * ``ps``: Herald's own setting: every row on a separate parameter server,
+     each of the N workers caches ``--cache-fraction`` of the active rows (LRU);
+   * ``ps-hot``: the same, counting only the rows Herald caches (frequency
+     > ``--min-frequency``, 1e-5; the others are served outside the cache);
+   * ``manifest``: gmp's setting: primaries (and secondaries) from a manifest
+     (``--manifest``; default a random placement over N workers), same caches.
+
+2. **Scheduler time** for global batches of ``--timing-batch`` (8192) samples
+   x 26 fields over N = 8 workers, single thread (``NUMBA_NUM_THREADS=1``, set
+   before numba loads): Algorithm 1's assignment alone, and the full step
+   (assignment + communication plan + snapshot/cache update), min and median
+   over ``--timing-batches`` batches after warm-up.
+
+3. **Training** (``--train``): ``gmp train``'s trainer (local engine) on a small
+   criteo-kaggle-preset dataset with ``--schedule static``, ``naive`` and
+   ``herald`` on the same manifest: samples/s, embedding bytes per iteration,
+   remote rows read/pushed per iteration.
+
+Usage::
+
+    python bench/herald_bench.py --dataset /work/gmpdata/criteo-1m --workers 8 --batch-size 128
+    python bench/herald_bench.py --skip-table --train --train-samples 50000
+
+Numbers and commands: docs/herald.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("NUMBA_NUM_THREADS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+from gmp.datasets.format import load_dataset  # noqa: E402
+from gmp.placement import Placement  # noqa: E402
+from gmp.simulate import epoch_order, parameter_server_placement, simulate  # noqa: E402
+from gmp.train.scheduler import VALID, RuntimeScheduler, _assign_greedy, _gather, batch_capacities  # noqa: E402
+
+SETTINGS = ("ps", "ps-hot", "manifest")
+ROWS = [
+    ("naive", "naive", False, "lru"),
+    ("on-demand only", "naive", True, "lru"),
+    ("location-aware only", "herald", False, "lru"),
+    ("Herald (both)", "herald", True, "lru"),
+    ("Herald + look-ahead cache", "herald", True, "lookahead"),
+]
+
+
+def random_placement(num_samples: int, num_embeddings: int, n: int, seed: int = 0) -> Placement:
+    rng = np.random.default_rng(seed)
+    return Placement.edge_cut(n, rng.integers(0, n, num_samples, dtype=np.int32),
+                              rng.integers(0, n, num_embeddings, dtype=np.int32), method="random", seed=seed)
+
+
+def active_rows(ds, num_train: int) -> int:
+    used = np.zeros(ds.num_embeddings, dtype=bool)
+    used[np.asarray(ds.indices[: int(ds.indptr[num_train])])] = True
+    return int(used.sum())
+
+
+def table1(ds, placement, args) -> list[dict]:
+    order = epoch_order(ds.num_train, args.seed)
+    if args.samples:
+        order = order[: args.samples]
+    rows_active = active_rows(ds, ds.num_train)
+    cache_rows = max(1, int(args.cache_fraction * rows_active))
+    out = []
+    for setting in SETTINGS:
+        for label, schedule, on_demand, policy in ROWS:
+            t0 = time.perf_counter()
+            res = simulate(ds.indptr, ds.indices, placement, num_train=ds.num_train, batch_size=args.batch_size,
+                           schedule=schedule, on_demand=on_demand, cache_rows=cache_rows, cache_policy=policy,
+                           lookahead=args.lookahead, seed=args.seed, embedding_dim=args.embedding_dim,
+                           parameter_server=setting.startswith("ps"),
+                           min_frequency=args.min_frequency if setting.endswith("hot") else 0.0,
+                           order=order).to_json()
+            res.update(setting=setting, label=label, active_rows=rows_active, wall_s=time.perf_counter() - t0)
+            out.append(res)
+            print(f"  {setting:8s} {label:26s} pulls {res['pulls']:>11,} pushes {res['pushes']:>11,} "
+                  f"({res['wall_s']:.0f} s)", file=sys.stderr, flush=True)
+    return out
+
+
+def print_table1(results: list[dict]) -> None:
+    for setting in SETTINGS:
+        rows = [r for r in results if r["setting"] == setting]
+        if not rows:
+            continue
+        base = rows[0]
+        r0 = rows[0]
+        hot = f", rows with frequency > {r0['min_frequency']:g} only" if r0["min_frequency"] else ""
+        print(f"\n### Table 1, setting `{setting}`{hot} ({r0['workers']} workers, B = {r0['batch_size']}, "
+              f"cache {r0['cache_rows']:,} rows/worker = {r0['cache_rows'] / r0['active_rows']:.1%} of "
+              f"{r0['active_rows']:,} active rows, {r0['batches']} batches)\n")
+        print("| optimization | pulls | pushes | pull | push | overall | prefetchable pulls | ms/batch |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for r in rows:
+            pull = r["pulls"] / max(base["pulls"], 1)
+            push = r["pushes"] / max(base["pushes"], 1)
+            overall = (r["pulls"] + r["pushes"]) / max(base["pulls"] + base["pushes"], 1)
+            pre = r["prefetchable_pulls"] / max(r["pulls"], 1)
+            print(f"| {r['label']} | {r['pulls']:,} | {r['pushes']:,} | {pull:.2f} | {push:.2f} | {overall:.2f} | "
+                  f"{pre:.0%} | {r['schedule_ms_per_batch']:.1f} |")
+        print("\nHerald's Table 1 (Criteo Kaggle): on-demand 1 / 0.84 / 0.91, location-aware 0.52 / 0.85 / 0.69, "
+              "Herald 0.52 / 0.42 / 0.46 (pull / push / overall).")
+
+
+def timing(ds, placement, args) -> dict:
+    """Scheduler ms per global batch of args.timing_batch samples over args.timing_workers workers."""
+    n = args.timing_workers
+    b = args.timing_batch // n
+    if placement.num_workers != n:
+        placement = random_placement(ds.num_samples, ds.num_embeddings, n, args.seed)
+    rows_active = active_rows(ds, ds.num_train)
+    eng = RuntimeScheduler(ds.indptr, ds.indices, placement, batch_size=b, assignment="herald", on_demand=True,
+                           cache_rows=max(1, int(args.cache_fraction * rows_active)))
+    eng.start_epoch(epoch_order(ds.num_train, args.seed))
+    for _ in range(args.timing_warmup):
+        eng.next_batch()
+    t_assign, t_step, t_cpu, t_assign_cpu, fields = [], [], [], [], []
+    for _ in range(args.timing_batches):
+        samples = eng._batch_samples(eng._pos)
+        caps = batch_capacities(samples.size, n)
+        t0, c0 = time.perf_counter(), time.thread_time()
+        bi, bx = _gather(eng.indptr, eng.indices, samples)
+        _assign_greedy(bi, bx, eng.st[:, VALID], caps)
+        t_assign.append(time.perf_counter() - t0)
+        t_assign_cpu.append(time.thread_time() - c0)
+        fields.append(bx.size / samples.size)
+        c0 = time.thread_time()
+        sched = eng.next_batch()
+        t_cpu.append(time.thread_time() - c0)
+        t_step.append(sched.schedule_s)
+    ms = lambda v: (1000 * float(np.min(v)), 1000 * float(np.median(v)))  # noqa: E731
+    return {"workers": n, "batch_samples": args.timing_batch, "ids_per_sample": float(np.mean(fields)),
+            "assign_ms_min": ms(t_assign)[0], "assign_ms_median": ms(t_assign)[1],
+            "step_ms_min": ms(t_step)[0], "step_ms_median": ms(t_step)[1],
+            "assign_cpu_ms_median": ms(t_assign_cpu)[1], "step_cpu_ms_median": ms(t_cpu)[1],
+            "batches": args.timing_batches, "numba_threads": os.environ.get("NUMBA_NUM_THREADS"),
+            "load_avg": os.getloadavg()[0]}
+
+
+def print_timing(t: dict) -> None:
+    print(f"\n### Scheduler time per batch ({t['batch_samples']} samples x {t['ids_per_sample']:.0f} ids over "
+          f"{t['workers']} workers, NUMBA_NUM_THREADS={t['numba_threads']}, load average {t['load_avg']:.1f})\n")
+    print("| part | wall min ms | wall median ms | CPU median ms |")
+    print("|---|---:|---:|---:|")
+    print(f"| Algorithm 1 assignment (lines 1-13, incl. batch gather) | {t['assign_ms_min']:.2f} | "
+          f"{t['assign_ms_median']:.2f} | {t['assign_cpu_ms_median']:.2f} |")
+    print(f"| full step (assignment + plan + snapshot/cache update + events) | {t['step_ms_min']:.2f} | "
+          f"{t['step_ms_median']:.2f} | {t['step_cpu_ms_median']:.2f} |")
+
+
+def train_part(args) -> list[dict]:
+    import torch
+
+    from gmp.datasets.synth import preset_config, synthesize
+    from gmp.graph import build_graph
+    from gmp.partition import run_partitioner
+    from gmp.topology import homogeneous
+    from gmp.train.engine_local import LocalEngine
+    from gmp.train.loop import TrainConfig, TrainData, Trainer
+
+    torch.set_num_threads(1)
+    path = Path(args.train_dataset or f"/work/gmpdata/herald-train-{args.train_samples // 1000}k")
+    if not (path / "dataset.json").exists():
+        cfg = preset_config("criteo-kaggle", num_samples=args.train_samples, scale=args.train_scale, seed=0)
+        synthesize(cfg, path, overwrite=True)
+    ds = load_dataset(path)
+    n = args.train_workers
+    placement = None
+    for method in args.train_partitioners.split(","):
+        try:
+            t0 = time.perf_counter()
+            placement = run_partitioner(method, build_graph(ds), homogeneous(n), seed=0)
+            print(f"  partitioned with {method} in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+            break
+        except Exception as exc:  # noqa: BLE001 - fall back to the next method
+            print(f"  partitioner {method} failed: {exc}", file=sys.stderr)
+    out = []
+    for schedule in ("static", "naive", "herald"):
+        cfg = TrainConfig(model="wdl", embedding_dim=args.embedding_dim, optimizer="adagrad", lr=0.01,
+                          batch_size=args.train_batch_size, epochs=1, schedule=schedule, seed=0)
+        tr = Trainer(TrainData(ds), placement, cfg, LocalEngine(n))
+        rec = tr.fit()[-1]
+        steps = max(rec["steps"], 1)
+        out.append({"schedule": schedule, "partitioner": placement.method, "workers": n,
+                    "samples_per_sec": rec["samples_per_sec"], "embedding_bytes_per_step": rec["embedding_bytes_per_step"],
+                    "remote_rows_read_per_step": rec["remote_rows_read"] / steps,
+                    "remote_rows_pushed_per_step": rec["remote_rows_pushed"] / steps,
+                    "test_auc": rec["test_auc"], "steps": rec["steps"], "dataset": str(path)})
+        print(f"  {schedule}: {rec['samples_per_sec']:.0f} samples/s", file=sys.stderr, flush=True)
+    return out
+
+
+def print_train(rows: list[dict]) -> None:
+    r0 = rows[0]
+    print(f"\n### Training, local engine, {r0['workers']} workers, {r0['partitioner']} manifest, "
+          f"{r0['dataset']} ({r0['steps']} static steps)\n")
+    print("| schedule | samples/s | embedding bytes / iteration | remote rows read / it. | rows pushed / it. | "
+          "test AUC |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['schedule']} | {r['samples_per_sec']:.0f} | {r['embedding_bytes_per_step']:,.0f} | "
+              f"{r['remote_rows_read_per_step']:,.0f} | {r['remote_rows_pushed_per_step']:,.0f} | "
+              f"{r['test_auc']:.4f} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dataset", default="/work/gmpdata/criteo-1m")
+    ap.add_argument("--manifest", default=None, help="placement manifest (default: random placement)")
+    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--batch-size", type=int, default=128, help="per worker (Herald: 128)")
+    ap.add_argument("--cache-fraction", type=float, default=0.05,
+                    help="cache rows per worker as a fraction of the active rows (Herald: 1.6 GB of 1 KB rows "
+                         "for 33.8M rows, ~5%%)")
+    ap.add_argument("--lookahead", type=int, default=8)
+    ap.add_argument("--min-frequency", type=float, default=1e-5, help="hot-row threshold of the ps-hot setting")
+    ap.add_argument("--embedding-dim", type=int, default=16)
+    ap.add_argument("--samples", type=int, default=0, help="simulate only the first N samples of the epoch")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--skip-table", action="store_true")
+    ap.add_argument("--skip-timing", action="store_true")
+    ap.add_argument("--timing-batch", type=int, default=8192)
+    ap.add_argument("--timing-workers", type=int, default=8)
+    ap.add_argument("--timing-batches", type=int, default=30)
+    ap.add_argument("--timing-warmup", type=int, default=10)
+    ap.add_argument("--train", action="store_true", help="also run the training comparison")
+    ap.add_argument("--train-dataset", default=None)
+    ap.add_argument("--train-samples", type=int, default=50_000)
+    ap.add_argument("--train-scale", type=float, default=0.02)
+    ap.add_argument("--train-workers", type=int, default=4)
+    ap.add_argument("--train-batch-size", type=int, default=256)
+    ap.add_argument("--train-partitioners", default="hybrid,metis,random")
+    ap.add_argument("--json", default=None, help="also write all results to this file")
+    args = ap.parse_args()
+
+    results: dict = {"command": " ".join(sys.argv)}
+    if not args.skip_table or not args.skip_timing:
+        ds = load_dataset(args.dataset)
+        if args.manifest:
+            from gmp.manifest import load_manifest
+
+            placement = load_manifest(args.manifest, dataset=ds).placement
+        else:
+            placement = random_placement(ds.num_samples, ds.num_embeddings, args.workers, args.seed)
+        print(f"# Herald bench: {args.dataset} ({ds.num_samples:,} samples, {ds.num_embeddings:,} ids), "
+              f"placement {placement.method}", flush=True)
+        if not args.skip_table:
+            results["table1"] = table1(ds, placement, args)
+            print_table1(results["table1"])
+        if not args.skip_timing:
+            results["timing"] = timing(ds, placement, args)
+            print_timing(results["timing"])
+    if args.train:
+        results["train"] = train_part(args)
+        print_train(results["train"])
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()
