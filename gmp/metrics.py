@@ -146,53 +146,55 @@ def _worker_order(sample_worker, num_workers, stop):  # pragma: no cover - compi
     return starts, order
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
-def _traffic_kernel(indptr, indices, order, starts, primary, sec_indptr, sec_workers,
-                    num_workers, num_embeddings, batch_size, num_threads):  # pragma: no cover - compiled
-    # One pass over every worker's samples in dataset order, all four [N, N] counts:
+@numba.njit(cache=True, nogil=True)
+def _traffic_part(indptr, indices, order, starts, primary, sec_indptr, sec_workers, num_embeddings,
+                  batch_size, first, step, edge, read, push, epoch):  # pragma: no cover - compiled
+    # Workers first, first + step, ... in one pass over each one's samples in dataset order:
     #   edge[server, reader]  remote edges (HET-GMP Eq. 3 counts, before weighting)
     #   read[server, reader]  distinct non-local rows per chunk of batch_size
     #   push[pusher, primary] distinct non-primary rows per chunk
     #   epoch[server, reader] distinct non-local rows per worker over the epoch
-    # Thread t handles workers t, t + T, ...; worker w only writes column w of edge/read/
-    # epoch and row w of push, so threads never write the same cell and the integer counts
-    # do not depend on the thread count.
-    edge = np.zeros((num_workers, num_workers), dtype=np.int64)
-    read = np.zeros((num_workers, num_workers), dtype=np.int64)
-    push = np.zeros((num_workers, num_workers), dtype=np.int64)
-    epoch = np.zeros((num_workers, num_workers), dtype=np.int64)
+    # Worker w only writes column w of edge/read/epoch and row w of push, so parts running
+    # in parallel never write the same cell and the counts do not depend on the thread count.
+    num_workers = starts.size - 1
     has_secondaries = sec_workers.size > 0
-    for t in numba.prange(num_threads):
-        # stamps[2e]: last chunk that touched e, as (first position of the chunk in `order`) + 1,
-        # unique over all workers; stamps[2e + 1]: last worker + 1. Interleaved so both share a
-        # cache line (the loop is bound by cache misses). One array per thread, never reset.
-        stamps = np.zeros(2 * num_embeddings, dtype=np.int32)
-        for w in range(t, num_workers, num_threads):
-            for p in range(starts[w], starts[w + 1]):
-                chunk = starts[w] + ((p - starts[w]) // batch_size) * batch_size + 1
-                i = order[p]
-                for k in range(indptr[i], indptr[i + 1]):
-                    e = indices[k]
-                    pe = primary[e]
-                    if pe == w:
-                        continue
-                    local = False
-                    if has_secondaries:
-                        for q in range(sec_indptr[e], sec_indptr[e + 1]):
-                            if sec_workers[q] == w:
-                                local = True
-                                break
+    # stamps[2e]: last chunk that touched e, as (first position of the chunk in `order`) + 1,
+    # unique over all workers; stamps[2e + 1]: last worker + 1. Interleaved so both share a
+    # cache line (the loop is bound by cache misses). Never reset.
+    stamps = np.zeros(2 * num_embeddings, dtype=np.int32)
+    for w in range(first, num_workers, step):
+        for p in range(starts[w], starts[w + 1]):
+            chunk = starts[w] + ((p - starts[w]) // batch_size) * batch_size + 1
+            i = order[p]
+            for k in range(indptr[i], indptr[i + 1]):
+                e = indices[k]
+                pe = primary[e]
+                if pe == w:
+                    continue
+                local = False
+                if has_secondaries:
+                    for q in range(sec_indptr[e], sec_indptr[e + 1]):
+                        if sec_workers[q] == w:
+                            local = True
+                            break
+                if not local:
+                    edge[pe, w] += 1
+                    if stamps[2 * e + 1] != w + 1:
+                        stamps[2 * e + 1] = w + 1
+                        epoch[pe, w] += 1
+                if stamps[2 * e] != chunk:
+                    stamps[2 * e] = chunk
+                    push[w, pe] += 1
                     if not local:
-                        edge[pe, w] += 1
-                        if stamps[2 * e + 1] != w + 1:
-                            stamps[2 * e + 1] = w + 1
-                            epoch[pe, w] += 1
-                    if stamps[2 * e] != chunk:
-                        stamps[2 * e] = chunk
-                        push[w, pe] += 1
-                        if not local:
-                            read[pe, w] += 1
-    return edge, read, push, epoch
+                        read[pe, w] += 1
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _traffic_parallel(indptr, indices, order, starts, primary, sec_indptr, sec_workers, num_embeddings,
+                      batch_size, num_threads, edge, read, push, epoch):  # pragma: no cover - compiled
+    for t in numba.prange(num_threads):
+        _traffic_part(indptr, indices, order, starts, primary, sec_indptr, sec_workers, num_embeddings,
+                      batch_size, t, num_threads, edge, read, push, epoch)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -302,16 +304,28 @@ def traffic(graph: BipartiteGraph, placement: Placement, batch_size: int, *,
         raise PlacementError(f"batch_size must be >= 1, got {batch_size}.")
     n = placement.num_workers
     starts, order = _worker_order(sw, n, stop)
-    return Traffic(*_traffic_kernel(ip, ix, order, starts, pr, si, sws, n, graph.num_embeddings,
-                                    np.int64(batch_size), _num_threads(n, graph.num_embeddings)))
+    counts = Traffic(*(np.zeros((n, n), dtype=np.int64) for _ in range(4)))
+    threads = _num_threads(n, graph.num_embeddings, graph.num_edges)
+    args = (ip, ix, order, starts, pr, si, sws, graph.num_embeddings, np.int64(batch_size))
+    if threads == 1:
+        _traffic_part(*args, 0, 1, *counts)
+    else:
+        _traffic_parallel(*args, threads, *counts)
+    return counts
 
 
 #: stamp memory allowed for the parallel traffic pass (each thread holds 8 bytes per embedding)
 STAMP_MEMORY_BYTES = 2 << 30
 
 
-def _num_threads(num_workers: int, num_embeddings: int) -> int:
+#: below this many edges the traffic pass runs on the calling thread (no pool start-up)
+PARALLEL_MIN_EDGES = 1 << 20
+
+
+def _num_threads(num_workers: int, num_embeddings: int, num_edges: int) -> int:
     """Threads for the traffic pass: numba's pool, at most one per worker, within STAMP_MEMORY_BYTES."""
+    if num_edges < PARALLEL_MIN_EDGES:
+        return 1
     by_memory = max(1, STAMP_MEMORY_BYTES // max(1, 8 * num_embeddings))
     return int(max(1, min(numba.get_num_threads(), num_workers, by_memory)))
 
