@@ -248,3 +248,49 @@ def test_cli_with_a_manifest(tiny_dataset, tmp_path):
     assert (out["pulls"], out["pushes"], out["workers"]) == (want["pulls"], want["pushes"], 2)
     r = runner.invoke(app, base + ["--workers", "3"])
     assert r.exit_code == 2 and "--workers 3 does not match" in r.output
+
+
+@pytest.mark.distributed
+def test_herald_distributed_engine_equals_one_worker(ctr, tmp_path):
+    """--schedule herald under torchrun (2 gloo processes), s = 0, with and without the
+    look-ahead prefetch thread and cache-aware scoring: every rank's primaries equal a
+    single worker's model, and the counters equal the local engine's."""
+    from test_train_distributed import HERE, torchrun
+
+    from gmp.train.engine_local import LocalEngine
+    from gmp.train.loop import TrainConfig, TrainData, Trainer
+
+    path, ds = ctr
+    n = 2
+    pl = _placement(ds, n, 0.5, seed=3)
+    np.savez(tmp_path / "pl.npz", num_workers=n, sample_worker=pl.sample_worker,
+             embedding_primary=pl.embedding_primary, secondary_indptr=pl.secondary_indptr,
+             secondary_workers=pl.secondary_workers)
+    base = dict(model="wdl", embedding_dim=4, optimizer="adagrad", lr=0.1, batch_size=10, epochs=2,
+                schedule="herald", dtype="float64", hidden=[8], seed=4)
+    configs = [dict(base), dict(base, schedule_options={"lookahead": 2, "cache_rows": 6, "on_demand": True,
+                                                         "read_only_replicas": False})]
+    res = torchrun(n, [str(HERE / "dist_worker.py"), str(path), str(tmp_path / "pl.npz"), str(tmp_path),
+                       json.dumps(configs)])
+    assert res.returncode == 0, res.stderr[-3000:]
+    torch.use_deterministic_algorithms(True)
+    try:
+        one = Trainer(TrainData(ds), _placement(ds, 1),
+                      TrainConfig(**dict(base, schedule="naive", batch_size=base["batch_size"] * n)), LocalEngine(1))
+        one.fit()
+        table = one.embedding_table()
+        for i, cfg in enumerate(configs):
+            seen = 0
+            for r in range(n):
+                z = np.load(tmp_path / str(i) / f"rank{r}.npz")
+                np.testing.assert_allclose(z["rows"], table[z["ids"]], rtol=1e-9, atol=1e-12)
+                seen += z["ids"].size
+            assert seen == ds.num_embeddings
+            local = Trainer(TrainData(ds), pl, TrainConfig(**cfg), LocalEngine(n))
+            local_records = local.fit()
+            dist_records = json.loads((tmp_path / str(i) / "records.json").read_text())
+            for a, b in zip(dist_records, local_records):
+                for key in ("remote_rows_read", "remote_rows_pushed", "staleness_refreshes", "samples"):
+                    assert a[key] == b[key], key
+    finally:
+        torch.use_deterministic_algorithms(False)
