@@ -439,3 +439,63 @@ def test_unknown_assignment_and_too_many_workers():
     big = Placement.edge_cut(64, [0], [0, 1])
     with pytest.raises(TrainingError, match="up to 63 workers"):
         RuntimeScheduler(np.array([0, 1]), np.array([0]), big, batch_size=1)
+
+
+# --------------------------------------------------------------------------- look-ahead prefetch
+
+
+def test_prefetch_plan_by_hand():
+    from gmp.train.prefetch import plan_prefetch
+
+    eng = _engine(TINY_ROWS, TINY_PRIMARY, n=2)
+    indptr = np.cumsum([0] + [len(r) for r in TINY_ROWS])
+    indices = np.array([i for r in TINY_ROWS for i in r])
+    eng.start_epoch(np.arange(10))
+    plans = [plan_prefetch(s, indptr, indices) for s in eng]
+    assert [u.tolist() for u in plans[0].unique_ids] == [[0, 2], [2, 3]]
+    # t0 and t1: row 2 was written in the previous iteration (or there is none): on the critical path
+    assert [p.num_late for p in plans] == [1, 1, 0, 0, 0]
+    # t2: row 0 last written at t0 by its primary; t3: rows 3 and 1 last written at t0 / t1 -> fetchable early
+    assert [[a.tolist() for a in p.early_pulls] for p in plans[2:4]] == [[[], [0]], [[3], [1]]]
+
+
+def test_prefetcher_keeps_order_counts_and_reraises():
+    from gmp.train.prefetch import Prefetcher
+
+    pf = Prefetcher(range(7), 3, prepare=lambda x: x * x)
+    assert list(pf) == [(i, i * i) for i in range(7)]
+    st = pf.stats()
+    assert st["items"] == 7 and 0.0 <= st["overlap"] <= 1.0
+
+    def boom():
+        yield 1
+        raise ValueError("bad batch")
+
+    with pytest.raises(ValueError, match="bad batch"):
+        list(Prefetcher(boom(), 2))
+    with pytest.raises(TrainingError, match="--lookahead must be >= 1"):
+        Prefetcher(range(3), 0)
+
+
+def test_prefetcher_runs_ahead_and_stops_when_closed():
+    import threading
+    import time as _time
+
+    from gmp.train.prefetch import Prefetcher
+
+    produced = []
+
+    def source():
+        for i in range(100):
+            produced.append(i)
+            yield i
+
+    pf = Prefetcher(source(), 4)
+    it = iter(pf)
+    assert next(it) == (0, None)
+    deadline = _time.time() + 5
+    while len(produced) < 5 and _time.time() < deadline:  # the thread fills the queue (4) + 1 in hand
+        _time.sleep(0.01)
+    assert 5 <= len(produced) <= 6
+    it.close()
+    assert not any(t.name == "gmp-prefetch" and t.is_alive() for t in threading.enumerate())
