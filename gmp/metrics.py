@@ -556,8 +556,8 @@ def degree_distribution(graph: BipartiteGraph, *, num_bins: int = 40) -> dict[st
         return {"bin_edges": [1, 2], "counts": [0]}
     top = int(deg.max()) + 1
     edges = np.unique(np.floor(np.logspace(0, math.log10(top), num_bins + 1)).astype(np.int64))
-    if edges[-1] < top:
-        edges = np.append(edges, top)
+    if edges[-1] < top:  # float rounding in logspace; widen the last bin rather than add a 1-wide one
+        edges[-1] = top
     if edges.size < 2:
         edges = np.array([1, top], dtype=np.int64)
     counts, _ = np.histogram(deg, bins=edges)
