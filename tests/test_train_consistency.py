@@ -91,7 +91,7 @@ def tiny(tmp_path, rows):
     return load_dataset(tmp_path / "d")
 
 
-def refresh_steps(ds, staleness, num_steps=12):
+def refresh_steps(ds, staleness, num_steps=12, monkeypatch=None):
     """Worker 0 trains sample 0 and worker 1 sample 1 at every step; row 0 is primary on
     worker 0 with a secondary on worker 1. Returns the steps at which worker 1 refreshed."""
     torch.use_deterministic_algorithms(True)
@@ -99,6 +99,8 @@ def refresh_steps(ds, staleness, num_steps=12):
     cfg = TrainConfig(model="wdl", embedding_dim=2, hidden=(4,), lr=0.1, optimizer="sgd", staleness=staleness,
                       dtype="float64", batch_size=1)
     tr = Trainer(TrainData(ds), pl, cfg, LocalEngine(2), schedule=ReplaySchedule([[[0], [1]]] * num_steps))
+    # without local application of own updates, a refreshed replica must equal the primary as read
+    monkeypatch.setattr(tr.stores[1], "apply_local", lambda slots, grads: None)
     k = COUNTERS.index("staleness_refreshes")
     steps = []
     for step in tr.schedule.steps(0):
@@ -110,25 +112,53 @@ def refresh_steps(ds, staleness, num_steps=12):
             # the replica read at this step is the primary's value before the step's update
             slot = int(tr.stores[1].lookup(np.array([0]))[0])
             assert torch.equal(tr.stores[1].table[slot], primary_row)
+            assert tr.stores[1].clock[slot] == step.index  # the primary's clock when it was read
         assert tr.stores[0].clock[0] == step.index + 1  # one update per step (both workers' gradients)
     assert tr.counters[0, k] == 0
     return steps
 
 
-def test_intra_bound_refreshes_every_s_plus_one_steps(tmp_path):
+def test_intra_bound_refreshes_every_s_plus_one_steps(tmp_path, monkeypatch):
     ds = tiny(tmp_path, [[0, 3], [0], [1, 5]])  # worker 1's sample uses only the secondary row
     # primary clock at step t is t; replica r refreshed when t - r > s
-    assert refresh_steps(ds, 0) == list(range(1, 12))
-    assert refresh_steps(ds, 3) == [4, 8]
-    assert refresh_steps(ds, 5) == [6]
-    assert refresh_steps(ds, math.inf) == []
+    assert refresh_steps(ds, 0, monkeypatch=monkeypatch) == list(range(1, 12))
+    assert refresh_steps(ds, 3, monkeypatch=monkeypatch) == [4, 8]
+    assert refresh_steps(ds, 5, monkeypatch=monkeypatch) == [6]
+    assert refresh_steps(ds, math.inf, monkeypatch=monkeypatch) == []
 
 
-def test_inter_bound_refreshes_when_the_normalised_gap_exceeds_s(tmp_path):
+def test_inter_bound_refreshes_when_the_normalised_gap_exceeds_s(tmp_path, monkeypatch):
     ds = tiny(tmp_path, [[0, 3], [0, 4], [1, 5]])
     # worker 1 reads row 0 (secondary, clock r, p=2) with row 4 (its primary, clock t, p=1):
     # intra: t - r > 3; inter: |r * 1/2 - t| > 3 while r < t.
     # t=4: intra (4 > 3) -> r=4; t=5: 5 - 2 = 3 ok; t=6: 6 - 2 = 4 -> r=6; t=7: 7 - 3 = 4 -> r=7; ...
-    assert refresh_steps(ds, 3) == [4, 6, 7, 8, 9, 10, 11]
+    assert refresh_steps(ds, 3, monkeypatch=monkeypatch) == [4, 6, 7, 8, 9, 10, 11]
     # without the inter pair (s large enough for it) only the intra period remains
-    assert refresh_steps(ds, 20) == []
+    assert refresh_steps(ds, 20, monkeypatch=monkeypatch) == []
+
+
+def test_secondaries_apply_their_own_updates_between_refreshes(tmp_path):
+    """s > 0 (SGD): after a step without refresh, worker 1's replica moved by exactly
+    -lr * (its own gradient), which is also what it pushed to the primary."""
+    ds = tiny(tmp_path, [[0, 3], [0], [1, 5]])
+    pl = Placement.edge_cut(2, [0, 1, 0], [0, 0, 0, 0, 1, 1]).with_secondaries([0, 1, 1, 1, 1, 1, 1], [1])
+    cfg = TrainConfig(model="wdl", embedding_dim=2, hidden=(4,), lr=0.1, optimizer="sgd", staleness=5,
+                      dtype="float64", batch_size=1)
+    pushed = []
+    tr = Trainer(TrainData(ds), pl, cfg, LocalEngine(2), schedule=ReplaySchedule([[[], [1]]] * 3))
+    real = tr.engine.alltoallv
+
+    def spy(sends, category):
+        if category == "gradients":
+            pushed.append(sends[1][0].clone())
+        return real(sends, category)
+
+    tr.engine.alltoallv = spy
+    slot = int(tr.stores[1].lookup(np.array([0]))[0])
+    for step in tr.schedule.steps(0):
+        before = tr.stores[1].table[slot].clone()
+        primary_before = tr.stores[0].table[0].clone()
+        tr.train_step(step)
+        torch.testing.assert_close(tr.stores[1].table[slot], before - 0.1 * pushed[-1][0], rtol=0, atol=1e-15)
+        torch.testing.assert_close(tr.stores[0].table[0], primary_before - 0.1 * pushed[-1][0], rtol=0, atol=1e-15)
+    assert tr.counters.sum() > 0 and tr.counters[1, COUNTERS.index("staleness_refreshes")] == 0

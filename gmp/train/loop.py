@@ -386,6 +386,10 @@ class Trainer:
             slot_parts = [s.slots[own]] + [store.lookup(rid[li][src].cpu().numpy()) for src in range(n)]
             grad_parts = [s.grad[torch.as_tensor(own, dtype=torch.int64, device=s.grad.device)]]
             grad_parts += [rgrad[li][src].to(store.device, self.dtype) for src in range(n)]
+            if self.staleness > 0 and s.is_secondary.any():  # own updates visible locally (store docstring)
+                sec = np.flatnonzero(s.is_secondary)
+                store.apply_local(s.slots[sec], s.grad[torch.as_tensor(sec, dtype=torch.int64,
+                                                                       device=s.grad.device)])
             all_slots = np.concatenate(slot_parts)
             if all_slots.size == 0:
                 continue

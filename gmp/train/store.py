@@ -22,6 +22,12 @@ equal to torch's dense ``SGD``/``Adagrad`` on a full table):
 
 * ``sgd``:     ``x -= lr * g``
 * ``adagrad``: ``h += g*g;  x -= lr * g / (sqrt(h) + eps)``  (torch.optim.Adagrad, eps 1e-10)
+
+With ``s > 0`` a worker also applies its own gradient to the secondaries it
+holds (:meth:`EmbeddingStore.apply_local`; Adagrad with a per-replica sum of
+squares of the worker's own gradients), so it sees its own updates between
+refreshes; the clock is not advanced, and a refresh overwrites the replica
+with the primary, which has received the same gradients.
 """
 
 from __future__ import annotations
@@ -126,6 +132,10 @@ class EmbeddingStore:
         self.clock = np.zeros(self.num_rows, dtype=np.int64)
         self.opt_state = (torch.zeros(self.num_primary, self.row_dim, dtype=dtype, device=self.device)
                           if optimizer == "adagrad" else None)
+        # secondaries: Adagrad sum of squares of this worker's own gradients (the "extra space for
+        # stale gradients" of HET-GMP section 6), used to apply them locally when s > 0
+        self.local_state = (torch.zeros(self.num_rows - self.num_primary, self.row_dim, dtype=dtype,
+                                        device=self.device) if optimizer == "adagrad" else None)
         expected = int(placement.rows_held()[worker])
         if self.num_rows != expected:  # memory plan of the manifest: rows held per worker
             raise TrainingError(f"worker {worker} holds {self.num_rows} rows, the placement plans {expected}; "
@@ -171,6 +181,27 @@ class EmbeddingStore:
             self.table[idx] = self.table.index_select(0, idx) - self.lr * grads / (h.sqrt() + ADAGRAD_EPS)
         self.clock[slots] += 1
 
+    def apply_local(self, slots: np.ndarray, grads: torch.Tensor) -> None:
+        """Apply this worker's own gradients to its secondary replicas (clocks unchanged).
+
+        The same gradients are pushed to the primaries; this only lets the
+        worker see its own updates before the next refresh. Adagrad uses the
+        sum of squares of the worker's own gradients on the row.
+        """
+        if slots.size == 0:
+            return
+        if np.any(slots < self.num_primary):
+            raise TrainingError("apply_local: only secondaries take local updates.")
+        idx = torch.as_tensor(slots, dtype=torch.int64, device=self.device)
+        grads = grads.to(self.device, self.dtype)
+        if self.optimizer == "sgd":
+            self.table.index_add_(0, idx, grads, alpha=-self.lr)
+        else:
+            lidx = idx - self.num_primary
+            h = self.local_state.index_select(0, lidx) + grads * grads
+            self.local_state[lidx] = h
+            self.table[idx] = self.table.index_select(0, idx) - self.lr * grads / (h.sqrt() + ADAGRAD_EPS)
+
     # -- bookkeeping ------------------------------------------------------
     def memory_bytes(self) -> dict[str, int]:
         item = self.table.element_size()
@@ -179,7 +210,7 @@ class EmbeddingStore:
             "primaries": self.num_primary,
             "secondaries": self.num_rows - self.num_primary,
             "table_bytes": self.num_rows * self.row_dim * item,
-            "optimizer_bytes": 0 if self.opt_state is None else self.num_primary * self.row_dim * item,
+            "optimizer_bytes": 0 if self.opt_state is None else self.num_rows * self.row_dim * item,
             "clock_bytes": int(self.clock.nbytes),
             "map_bytes": self.slots.nbytes,
         }
@@ -188,7 +219,8 @@ class EmbeddingStore:
 
     def state_dict(self) -> dict:
         return {"ids": self.ids.copy(), "table": self.table.detach().cpu().clone(), "clock": self.clock.copy(),
-                "opt_state": None if self.opt_state is None else self.opt_state.detach().cpu().clone()}
+                "opt_state": None if self.opt_state is None else self.opt_state.detach().cpu().clone(),
+                "local_state": None if self.local_state is None else self.local_state.detach().cpu().clone()}
 
     def load_state_dict(self, state: dict) -> None:
         if not np.array_equal(state["ids"], self.ids):
@@ -200,3 +232,4 @@ class EmbeddingStore:
             if state["opt_state"] is None:
                 raise TrainingError("checkpoint has no optimizer state; resume with the same --optimizer.")
             self.opt_state.copy_(state["opt_state"].to(self.device, self.dtype))
+            self.local_state.copy_(state["local_state"].to(self.device, self.dtype))
