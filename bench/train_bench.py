@@ -60,7 +60,7 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=0.01, help="criteo-kaggle cardinality scale")
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--epochs", type=int, default=1)
-    ap.add_argument("--batch-size", type=int, default=1024)
+    ap.add_argument("--batch-size", type=int, default=256, help="per worker")
     ap.add_argument("--model", default="wdl")
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--replication-budget", type=float, default=0.05, help="hybrid 2D secondaries per worker")
@@ -117,11 +117,12 @@ def main() -> None:
     print("-" * len(head))
     for r in results:
         eb = r["embedding_bytes_per_step"]
-        red = f"{100 * (1 - eb / base):+.1f}%" if r["method"] != "random" else "-"
+        red = f"{100 * (1 - eb / base):.1f}%" if r["method"] != "random" else "-"
         print(f"{r['method']:<16}{r['s']:>7}{r['samples_per_sec']:>12,.0f}{eb / 1e6:>13.2f}{red:>11}"
               f"{r.get('staleness_refreshes', 0):>11,}{r['test_auc']:>10.4f}{r['test_logloss']:>9.4f}")
     print("\nemb MB/iter: embedding rows pulled + gradients pushed per iteration, summed over workers "
-          "(ddp: the replicated table's gradient in the all-reduce). 'vs random': negative = less traffic.")
+          "(ddp: the replicated table's gradient in the all-reduce).\n'vs random': reduction of that traffic "
+          "relative to the random placement (positive = less traffic).")
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=2))
 
