@@ -191,7 +191,7 @@ def test_objective_matches_reference(batch_size, gamma):
 
 
 def test_sequential_sweeps_never_increase_the_objective():
-    # block = 1 is the paper's sequential sweep: every move has a negative exact marginal cost (gamma = 0)
+    # the sequential sweep: every move has a negative exact marginal cost (gamma = 0)
     rng = np.random.default_rng(11)
     g = random_graph(rng, 300, 80, 5)
     topo = hierarchical(2, 2)
@@ -201,7 +201,7 @@ def test_sequential_sweeps_never_increase_the_objective():
     for _ in range(4):
         ceff = st.effective_cost()
         H.K.sweep_samples(st.indptr, st.indices, st.sw, st.prim, st.count, st.df, ceff, st.sample_load,
-                          np.int64(st.sample_cap), st.alpha, 1)
+                          np.int64(st.sample_cap), st.alpha, st._gain)
         mid = st.summary()["objective"]
         assert mid <= prev + 1e-9
         H.K.sweep_embeddings(st.prim, st.count, st.active, st.f, ceff, st.primary_load, np.int64(st.primary_cap),
@@ -223,7 +223,7 @@ def test_sequential_sweeps_never_increase_the_objective():
 @pytest.fixture(scope="module")
 def medium_graph():
     rng = np.random.default_rng(5)
-    # skewed ids, 9000 samples (three sweep blocks), ids 3000.. never used (phantoms)
+    # skewed ids, 9000 samples, ids 3000.. never used (phantoms)
     ids = np.minimum(rng.zipf(1.3, size=(9000, 6)) - 1, 2999)
     rows = [sorted(set(r.tolist())) for r in ids]
     return BipartiteGraph.from_lists(rows, 3500)
