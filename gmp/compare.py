@@ -253,7 +253,7 @@ TABLE_METRICS = (
 def comparison_table(result: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     """``(headers, rows)``: per method each metric and its reduction vs random, replication,
     sample balance, time and peak RSS (HET-GMP Table 3 shape)."""
-    from .report.tables import fmt_bytes, fmt_num, fmt_pct
+    from .report.tables import fmt_bytes, fmt_num, fmt_pct, fmt_ratio
 
     headers = ["method"]
     for _, label in TABLE_METRICS:
@@ -269,7 +269,7 @@ def comparison_table(result: Mapping[str, Any]) -> tuple[list[str], list[list[st
         cells = [r["method"]]
         for key, _ in TABLE_METRICS:
             cells += [fmt_num(m[key], 1), fmt_pct(red[key])]
-        cells += [fmt_num(m["replication_factor"]), fmt_num(m["balance"]["samples"]),
+        cells += [fmt_ratio(m["replication_factor"]), fmt_ratio(m["balance"]["samples"]),
                   f"{r['seconds']:.2f}", fmt_bytes(r.get("peak_rss_bytes"))]
         rows.append(cells)
     return headers, rows
