@@ -45,11 +45,16 @@ def torchrun_cmd(nproc: int) -> list[str]:
             "--rdzv-endpoint", f"127.0.0.1:{port}"]
 
 
-def run(cmd: list[str]) -> None:
+def run(cmd: list[str], *, done: Path | None = None) -> None:
+    """Run a command; a failure is fatal unless ``done`` (its result file) was written."""
     print("$", " ".join(map(str, cmd)), file=sys.stderr, flush=True)
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     res = subprocess.run(list(map(str, cmd)), cwd=ROOT, env=env, capture_output=True, text=True)
     if res.returncode != 0:
+        if done is not None and done.is_file() and done.stat().st_size:
+            print(f"warning: exit code {res.returncode} after the result was written:\n{res.stderr[-1500:]}",
+                  file=sys.stderr)
+            return
         raise SystemExit(f"command failed ({res.returncode}):\n{res.stderr[-4000:]}")
 
 
@@ -95,7 +100,7 @@ def main() -> None:
         run(torchrun_cmd(n) + ["-m", "cli.main", "train", "--engine", "distributed", "--dataset", data,
                                "--manifest", work / f"{data.name}.{method}.w{n}", "--model", args.model,
                                "--schedule", "static", "--staleness", s, "--epochs", args.epochs,
-                               "--batch-size", args.batch_size, "--lr", args.lr, "--log-json", log])
+                               "--batch-size", args.batch_size, "--lr", args.lr, "--log-json", log], done=log)
         rec = [json.loads(x) for x in log.read_text().splitlines()][-1]
         rec["method"], rec["s"] = method, s
         results.append(rec)
@@ -103,7 +108,7 @@ def main() -> None:
         out = logs / "ddp.json"
         run(torchrun_cmd(n) + [ROOT / "bench" / "ddp_baseline.py", "--dataset", data, "--model", args.model,
                                "--batch-size", args.batch_size, "--epochs", args.epochs, "--lr", args.lr,
-                               "--out", out])
+                               "--out", out], done=out)
         ddp = json.loads(out.read_text())
         ddp["s"] = "-"
         results.append(ddp)

@@ -136,4 +136,9 @@ class DistributedEngine(CommEngine):
 
     def close(self) -> None:
         if dist.is_initialized():
-            dist.destroy_process_group()
+            # let every rank finish its last collective before the group is torn down (tearing
+            # gloo down while a peer is still sending aborted a rank at exit in the bench)
+            try:
+                self.barrier()
+            finally:
+                dist.destroy_process_group()

@@ -194,6 +194,7 @@ class Trainer:
         self.stores = [EmbeddingStore(w, placement, row_dim=self.row_dim, optimizer=config.optimizer, lr=config.lr,
                                       seed=config.seed, dtype=self.dtype, device=engine.device_for(w))
                        for w in engine.local_workers]
+        self._check_memory_plan()
         params = list(self.model.parameters())
         if config.optimizer == "sgd":
             self.dense_opt = torch.optim.SGD(params, lr=config.lr)
@@ -216,6 +217,33 @@ class Trainer:
         self._stop_flag = False  # set by request_stop() (a signal handler); agreed on at the next step
         self._stop_now = False
         self.schedule.bind(self)
+
+    def _check_memory_plan(self) -> None:
+        """Compare the rows each worker holds with the manifest's plan.
+
+        Every store already checked that it holds exactly the rows the placement
+        lists (``Placement.rows_held``). When the partitioner was given a memory
+        budget (``memory_per_worker`` bytes of ``embedding_dim`` float32 rows,
+        the hybrid partitioner), the secondaries must fit in it beside the
+        primaries; the table this trainer allocates (row width, dtype and
+        optimizer state included) is logged against the plan.
+        """
+        opts = dict(self.placement.options or {})
+        budget = opts.get("memory_per_worker")
+        for store in self.stores:
+            mem = store.memory_bytes()
+            log.info("worker %d holds %d rows (%d primaries, %d secondaries): %d bytes", store.worker, mem["rows"],
+                     mem["primaries"], mem["secondaries"], mem["total_bytes"])
+            if budget is None:
+                continue
+            rows_planned = int(budget) // (int(opts.get("embedding_dim", 16)) * 4)
+            if mem["secondaries"] and mem["rows"] > max(rows_planned, mem["primaries"]):
+                raise TrainingError(f"worker {store.worker} holds {mem['rows']} rows, more than the manifest's memory "
+                                    f"plan of {rows_planned} rows ({budget} bytes); re-run 'gmp partition'.")
+            if mem["table_bytes"] > int(budget):
+                log.warning("worker %d: the embedding table takes %d bytes, the plan assumed %d "
+                            "(row width %d, %s)", store.worker, mem["table_bytes"], budget, self.row_dim,
+                            self.config.dtype)
 
     def request_stop(self) -> None:
         """Ask :meth:`fit` to stop after the current step (safe from a signal handler)."""
