@@ -194,18 +194,22 @@ def train_part(args) -> list[dict]:
         except Exception as exc:  # noqa: BLE001 - fall back to the next method
             print(f"  partitioner {method} failed: {exc}", file=sys.stderr)
     out = []
-    for schedule in ("static", "naive", "herald"):
+    for schedule, options in (("static", {}), ("naive", {}), ("herald", {}),
+                              ("herald", {"lookahead": args.train_lookahead})):
         cfg = TrainConfig(model="wdl", embedding_dim=args.embedding_dim, optimizer="adagrad", lr=0.01,
-                          batch_size=args.train_batch_size, epochs=1, schedule=schedule, seed=0)
+                          batch_size=args.train_batch_size, epochs=1, schedule=schedule, seed=0,
+                          schedule_options=options)
         tr = Trainer(TrainData(ds), placement, cfg, LocalEngine(n))
         rec = tr.fit()[-1]
         steps = max(rec["steps"], 1)
-        out.append({"schedule": schedule, "partitioner": placement.method, "workers": n,
+        label = schedule + (f" --lookahead {options['lookahead']}" if options.get("lookahead") else "")
+        pf = tr.schedule.prefetch_stats() if options.get("lookahead") else {}
+        out.append({"schedule": label, "partitioner": placement.method, "workers": n, "prefetch": pf,
                     "samples_per_sec": rec["samples_per_sec"], "embedding_bytes_per_step": rec["embedding_bytes_per_step"],
                     "remote_rows_read_per_step": rec["remote_rows_read"] / steps,
                     "remote_rows_pushed_per_step": rec["remote_rows_pushed"] / steps,
                     "test_auc": rec["test_auc"], "steps": rec["steps"], "dataset": str(path)})
-        print(f"  {schedule}: {rec['samples_per_sec']:.0f} samples/s", file=sys.stderr, flush=True)
+        print(f"  {label}: {rec['samples_per_sec']:.0f} samples/s {pf}", file=sys.stderr, flush=True)
     return out
 
 
@@ -220,6 +224,11 @@ def print_train(rows: list[dict]) -> None:
         print(f"| {r['schedule']} | {r['samples_per_sec']:.0f} | {r['embedding_bytes_per_step']:,.0f} | "
               f"{r['remote_rows_read_per_step']:,.0f} | {r['remote_rows_pushed_per_step']:,.0f} | "
               f"{r['test_auc']:.4f} |")
+    for r in rows:
+        if r["prefetch"]:
+            p = r["prefetch"]
+            print(f"\n`{r['schedule']}`: the prefetch thread scheduled {p['items']} batches in {p['produce_s']:.2f} s; "
+                  f"the trainer waited {p['stall_s']:.3f} s for them (overlap {p['overlap']:.0%}).")
 
 
 def main() -> None:
@@ -249,6 +258,7 @@ def main() -> None:
     ap.add_argument("--train-workers", type=int, default=4)
     ap.add_argument("--train-batch-size", type=int, default=256)
     ap.add_argument("--train-partitioners", default="hybrid,metis,random")
+    ap.add_argument("--train-lookahead", type=int, default=4)
     ap.add_argument("--json", default=None, help="also write all results to this file")
     args = ap.parse_args()
 
