@@ -245,7 +245,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         res = r["result"]
         if "error" in res:
-            lines.append(f"| {r['dataset']} | {r['label']} | did not run: {res['error']} |" + " |" * 10)
+            lines.append(f"| {r['dataset']} | {r['label']} | did not run: {res['error']} |" + " |" * 9)
             continue
         m = res["metrics"]
         red = m.get("reduction_vs_random", {})
