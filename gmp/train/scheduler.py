@@ -486,6 +486,13 @@ class ScheduleTotals:
     prefetchable_pulls: int = 0
     batches: int = 0
     schedule_s: float = 0.0
+    first_schedule_s: float = 0.0  # includes loading the compiled kernels
+
+    def ms_per_batch(self) -> float:
+        """Mean scheduler time per batch in ms, the first batch excluded when there are others."""
+        if self.batches > 1:
+            return 1000.0 * (self.schedule_s - self.first_schedule_s) / (self.batches - 1)
+        return 1000.0 * self.schedule_s / max(self.batches, 1)
 
     @property
     def pulls(self) -> int:
@@ -501,6 +508,8 @@ class ScheduleTotals:
         self.prefetchable_pulls += int(np.count_nonzero(is_pull & (sched.event_ready < sched.iteration - 1)))
         self.batches += 1
         self.schedule_s += sched.schedule_s
+        if self.batches == 1:
+            self.first_schedule_s = sched.schedule_s
 
     def to_json(self) -> dict:
         out = {name: int(v) for name, v in zip(EVENT_NAMES, self.by_kind)}
