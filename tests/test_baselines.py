@@ -301,3 +301,20 @@ def test_bench_parses_method_variants():
                    ("hybrid:rounds=5,replication_budget=0", "hybrid", {"rounds": 5, "replication_budget": 0}),
                    ("greedy-stream", "greedy-stream", {})]
     assert bench.parse_size("10m") == 10_000_000 and bench.parse_size("100k") == 100_000
+
+
+def test_bench_table_has_a_row_per_method_and_says_did_not_run():
+    spec = importlib.util.spec_from_file_location("partition_bench", ROOT / "bench" / "partition_bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    ok = {"metrics": {"batch_remote_reads": 10, "remote_accesses": 20, "epoch_unique_remote": 5,
+                      "reduction_vs_random": {"batch_remote_reads": 0.5, "remote_accesses": 0.25,
+                                              "epoch_unique_remote": 0.0},
+                      "balance": {"samples": 1.05, "rows_held": 1.2}},
+          "partition_seconds": 1.25, "peak_rss_bytes": 2**30}
+    rows = [{"dataset": "d", "label": "metis", "result": ok},
+            {"dataset": "d", "label": "metis-bipartite", "result": {"error": "needs about 65 GiB"}}]
+    lines = bench.format_table(rows).splitlines()
+    assert len(lines) == 4 and all(line.count("|") == 13 for line in lines)
+    assert lines[2] == "| d | metis | 10 | 50.0% | 20 | 25.0% | 5 | 0.0% | 1.050 | 1.200 | 1.2 | 1.00 |"
+    assert "did not run: needs about 65 GiB" in lines[3]
