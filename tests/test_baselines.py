@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gmp.errors import MissingDependencyError, PartitionError
 from gmp.graph import BipartiteGraph
@@ -318,3 +320,46 @@ def test_bench_table_has_a_row_per_method_and_says_did_not_run():
     assert len(lines) == 4 and all(line.count("|") == 13 for line in lines)
     assert lines[2] == "| d | metis | 10 | 50.0% | 20 | 25.0% | 5 | 0.0% | 1.050 | 1.200 | 1.2 | 1.00 |"
     assert "did not run: needs about 65 GiB" in lines[3]
+
+
+def majority_reference(rows, primary, num_workers, cap, order):
+    """Slow restatement of assign_samples_by_majority."""
+    load = [0] * num_workers
+    out = [0] * len(rows)
+    for i in order:
+        votes = [sum(1 for e in rows[i] if primary[e] == w) for w in range(num_workers)]
+        best = max((w for w in range(num_workers) if load[w] < cap), key=lambda w: (votes[w], -load[w], -w))
+        out[i] = best
+        load[best] += 1
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_assign_samples_by_majority_matches_reference(data):
+    num_workers = data.draw(st.integers(1, 5))
+    num_embeddings = data.draw(st.integers(1, 12))
+    rows = data.draw(st.lists(st.lists(st.integers(0, num_embeddings - 1), max_size=5, unique=True), max_size=25))
+    primary = np.array(data.draw(st.lists(st.integers(-1, num_workers - 1), min_size=num_embeddings,
+                                          max_size=num_embeddings)), dtype=np.int32)
+    imbalance = data.draw(st.sampled_from([1.0, 1.05, 1.5]))
+    cap = sample_cap(len(rows), num_workers, imbalance)
+    order = data.draw(st.permutations(range(len(rows))))
+    g = BipartiteGraph.from_lists(rows, num_embeddings=num_embeddings)
+    got = assign_samples_by_majority(g.sample_indptr, g.sample_indices, primary, num_workers, cap,
+                                     order=np.array(order, dtype=np.int64))
+    assert got.tolist() == majority_reference(rows, primary, num_workers, cap, order)
+    assert np.bincount(got, minlength=num_workers).max(initial=0) <= cap
+
+
+@settings(max_examples=60, deadline=None)
+@given(assignment=st.lists(st.integers(0, 3), max_size=40), imbalance=st.sampled_from([1.0, 1.1, 2.0]),
+       seed=st.integers(0, 100))
+def test_enforce_cap_properties(assignment, imbalance, seed):
+    a = np.array(assignment, dtype=np.int32)
+    cap = sample_cap(a.size, 4, imbalance)
+    out = enforce_cap(a.copy(), 4, cap, np.random.default_rng(seed))
+    before, after = np.bincount(a, minlength=4), np.bincount(out, minlength=4)
+    assert after.max(initial=0) <= cap
+    # only the excess above the cap moves
+    assert np.count_nonzero(out != a) == int(np.maximum(before - cap, 0).sum())
