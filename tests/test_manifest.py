@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gmp.datasets.format import load_dataset, write_dataset
 from gmp.errors import GmpError, ManifestError
@@ -234,3 +236,26 @@ def test_module_docstring_example_is_valid_json():
     obj = json.loads(text)
     assert obj["format"] == "gmp.placement" and obj["schema_version"] == SCHEMA_VERSION
     assert set(obj["arrays"]) == {"sample_worker", "embedding_primary", "secondary_indptr", "secondary_workers"}
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_round_trip_random_placements(tmp_path_factory, data):
+    num_workers = data.draw(st.integers(1, 6))
+    n = data.draw(st.integers(0, 20))
+    m = data.draw(st.integers(0, 15))
+    sw = data.draw(st.lists(st.integers(0, num_workers - 1), min_size=n, max_size=n))
+    prim = data.draw(st.lists(st.integers(0, num_workers - 1), min_size=m, max_size=m))
+    secs = [sorted(data.draw(st.sets(st.sampled_from([w for w in range(num_workers) if w != prim[e]]),
+                                     max_size=num_workers - 1)) if num_workers > 1 else set()) for e in range(m)]
+    indptr = np.zeros(m + 1, dtype=np.int64)
+    indptr[1:] = np.cumsum([len(s) for s in secs])
+    p = Placement.edge_cut(num_workers, np.array(sw, dtype=np.int32), np.array(prim, dtype=np.int32),
+                           method="prop", seed=data.draw(st.integers(0, 9))).with_secondaries(
+        indptr, np.array([w for s in secs for w in s], dtype=np.int32))
+    out = tmp_path_factory.mktemp("rt") / "m"
+    write_manifest(out, p, dataset_sha256="h", num_samples=n, num_embeddings=m, topology=homogeneous(num_workers))
+    q = load_manifest(out, mmap=data.draw(st.booleans())).placement
+    for name in ("sample_worker", "embedding_primary", "secondary_indptr", "secondary_workers"):
+        assert np.array_equal(getattr(q, name), getattr(p, name)), name
+    assert (q.num_workers, q.method, q.seed) == (num_workers, "prop", p.seed)
