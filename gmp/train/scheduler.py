@@ -198,120 +198,6 @@ def _mark_used(indices, used):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True)
-def _mark_writers(b_indptr, b_indices, worker_of, st, touched):  # pragma: no cover - compiled
-    nt = 0
-    for s in range(b_indptr.size - 1):
-        bit = np.int64(1) << np.int64(worker_of[s])
-        for j in range(b_indptr[s], b_indptr[s + 1]):
-            r = b_indices[j]
-            if st[r, 2] == 0:
-                touched[nt] = r
-                nt += 1
-            st[r, 2] |= bit
-    return nt
-
-
-@numba.njit(cache=True)
-def _plan(touched, nt, st, t_prev, ev, ne):  # pragma: no cover - compiled
-    """Algorithm 1 line 15: dirty rows another worker reads next are pushed by their holder."""
-    for i in range(nt):
-        r = touched[i]
-        meta = st[r, 3]
-        a = _dirty(meta)
-        if a >= 0 and (st[r, 2] & ~(np.int64(1) << np.int64(a))) != 0:
-            ev[ne, 0] = 3
-            ev[ne, 1] = a
-            ev[ne, 2] = r
-            ev[ne, 3] = t_prev
-            ne += 1
-            st[r, 3] = _meta(_prim(meta), -1, t_prev)
-    return ne
-
-
-@numba.njit(cache=True)
-def _reads(touched, nt, st, num_workers, stamp, q_row, q_stamp, head, tail, size, clock,
-           ev, ne):  # pragma: no cover - compiled
-    violations = 0
-    for i in range(nt):
-        r = touched[i]
-        m = st[r, 2]
-        meta = st[r, 3]
-        p = _prim(meta)
-        d = _dirty(meta)
-        local = st[r, 1]
-        for w in range(num_workers):
-            if (m >> w) & 1 == 0:
-                continue
-            if d >= 0 and d != w:
-                violations += 1  # someone else holds pending updates: the plan failed
-            if w == p:
-                continue
-            bit = np.int64(1) << np.int64(w)
-            if (st[r, 0] & bit) == 0:
-                kind = 1 if ((local & bit) != 0 or stamp[r, w] >= 0) else 0
-                ev[ne, 0] = kind
-                ev[ne, 1] = w
-                ev[ne, 2] = r
-                ev[ne, 3] = _avail(meta)
-                ne += 1
-                st[r, 0] |= bit
-            if (local & bit) == 0:  # cache_touch, inlined (a call costs 5x here)
-                if stamp[r, w] < 0:
-                    size[w] += 1
-                elif q_row[w, tail[w] - 1] == r and q_stamp[w, tail[w] - 1] == stamp[r, w]:
-                    continue
-                if tail[w] == q_row.shape[1]:
-                    _compact(w, stamp, q_row, q_stamp, head, tail)
-                clock[0] += 1
-                stamp[r, w] = clock[0]
-                q_row[w, tail[w]] = r
-                q_stamp[w, tail[w]] = clock[0]
-                tail[w] += 1
-    return ne, violations
-
-
-@numba.njit(cache=True)
-def _writes(touched, nt, st, on_demand, keep_written, t, num_workers,
-            ev, ne):  # pragma: no cover - compiled
-    for i in range(nt):
-        r = touched[i]
-        m = st[r, 2]
-        meta = st[r, 3]
-        p = _prim(meta)
-        pbit = np.int64(1) << np.int64(p)
-        if m & (m - 1) == 0:  # a single writer
-            w = 0
-            while (m >> w) & 1 == 0:
-                w += 1
-            if w == p:
-                st[r, 0] = pbit
-                st[r, 3] = _meta(p, -1, t)
-            elif on_demand:
-                st[r, 0] = m | pbit
-                st[r, 3] = _meta(p, w, _avail(meta))
-            else:
-                ev[ne, 0] = 2
-                ev[ne, 1] = w
-                ev[ne, 2] = r
-                ev[ne, 3] = t
-                ne += 1
-                st[r, 0] = (m | pbit) if keep_written else pbit
-                st[r, 3] = _meta(p, -1, t)
-        else:  # several writers: combine at the primary
-            for w in range(num_workers):
-                if (m >> w) & 1 and w != p:
-                    ev[ne, 0] = 2
-                    ev[ne, 1] = w
-                    ev[ne, 2] = r
-                    ev[ne, 3] = t
-                    ne += 1
-            st[r, 0] = pbit
-            st[r, 3] = _meta(p, -1, t)
-        st[r, 2] = 0
-    return ne
-
-
-@numba.njit(cache=True)
 def _trim_all(num_workers, capacity, lookahead_policy, window_count, stamp, q_row, q_stamp, head, tail, size,
               st, t, buf, ev, ne):  # pragma: no cover - compiled
     for w in range(num_workers):
@@ -329,6 +215,135 @@ def _trim_all(num_workers, capacity, lookahead_policy, window_count, stamp, q_ro
                 ne += 1
                 st[r, 3] = _meta(_prim(meta), -1, t)
     return ne
+
+
+@numba.njit(cache=True)
+def _assign_mark(indptr, indices, samples, st, capacities, greedy, worker_of, touched):  # pragma: no cover
+    """One pass over the batch straight from the dataset CSR: Algorithm 1 (lines 1-13, when
+    ``greedy``; else ``worker_of`` is given) fused with marking each row's writers
+    (``st[r, WRITERS]``) and listing the batch's distinct rows in ``touched``."""
+    m = samples.size
+    n = capacities.size
+    load = np.zeros(n, dtype=np.int64)
+    score = np.zeros(n, dtype=np.int64)
+    nt = 0
+    for i in range(m):
+        s = samples[i]
+        a = indptr[s]
+        b = indptr[s + 1]
+        if greedy:
+            for w in range(n):
+                score[w] = 0
+            for j in range(a, b):
+                # line 3: score(i, w) = |cache(w) ∩ embs(i)|, cache(w) = current copies + primaries
+                mask = st[indices[j], 0]
+                for w in range(n):
+                    score[w] += (mask >> w) & 1
+            best = -1
+            for w in range(n):  # line 8: best available worker
+                if load[w] >= capacities[w]:
+                    continue
+                if best < 0 or score[w] > score[best] or (score[w] == score[best] and load[w] < load[best]):
+                    best = w
+            worker_of[i] = best  # line 9
+            load[best] += 1  # lines 10-11: full workers drop out via the capacity test
+        bit = np.int64(1) << np.int64(worker_of[i])
+        for j in range(a, b):  # the sample's records are in L1 now
+            r = indices[j]
+            if st[r, 2] == 0:
+                touched[nt] = r
+                nt += 1
+            st[r, 2] |= bit
+    return nt
+
+
+@numba.njit(cache=True)
+def _sync_rows(touched, nt, st, num_workers, on_demand, keep_written, t, stamp, q_row, q_stamp, head, tail, size,
+               clock, ev, n_plan, n_pull, n_sync):  # pragma: no cover - compiled
+    """Per distinct row of the batch, in one pass: the plan of t-1 (Algorithm 1 line 15),
+    the reads of t (pulls, cache touches) and the updates of t (pushes, validity).
+    Events go to three regions of ``ev`` starting at ``n_plan``, ``n_pull``, ``n_sync``."""
+    violations = 0
+    for i in range(nt):
+        r = touched[i]
+        m = st[r, 2]
+        meta = st[r, 3]
+        p = _prim(meta)
+        d = _dirty(meta)
+        av = _avail(meta)
+        pbit = np.int64(1) << np.int64(p)
+        if on_demand and d >= 0 and (m & ~(np.int64(1) << np.int64(d))) != 0:  # the communication plan
+            ev[n_plan, 0] = 3
+            ev[n_plan, 1] = d
+            ev[n_plan, 2] = r
+            ev[n_plan, 3] = t - 1
+            n_plan += 1
+            d = -1
+            av = t - 1
+        local = st[r, 1]
+        valid = st[r, 0]
+        for w in range(num_workers):  # reads
+            if (m >> w) & 1 == 0:
+                continue
+            if d >= 0 and d != w:
+                violations += 1  # someone else holds pending updates: the plan failed
+            if w == p:
+                continue
+            bit = np.int64(1) << np.int64(w)
+            if (valid & bit) == 0:
+                ev[n_pull, 0] = 1 if ((local & bit) != 0 or stamp[r, w] >= 0) else 0
+                ev[n_pull, 1] = w
+                ev[n_pull, 2] = r
+                ev[n_pull, 3] = av
+                n_pull += 1
+                valid |= bit
+            if (local & bit) == 0:  # cache_touch, inlined (a call costs 5x here)
+                if stamp[r, w] < 0:
+                    size[w] += 1
+                elif q_row[w, tail[w] - 1] == r and q_stamp[w, tail[w] - 1] == stamp[r, w]:
+                    continue
+                if tail[w] == q_row.shape[1]:
+                    _compact(w, stamp, q_row, q_stamp, head, tail)
+                clock[0] += 1
+                stamp[r, w] = clock[0]
+                q_row[w, tail[w]] = r
+                q_stamp[w, tail[w]] = clock[0]
+                tail[w] += 1
+        if m & (m - 1) == 0:  # updates: a single writer
+            w = 0
+            while (m >> w) & 1 == 0:
+                w += 1
+            if w == p:
+                valid = pbit
+                d = -1
+                av = t
+            elif on_demand:
+                valid = m | pbit
+                d = w
+            else:
+                ev[n_sync, 0] = 2
+                ev[n_sync, 1] = w
+                ev[n_sync, 2] = r
+                ev[n_sync, 3] = t
+                n_sync += 1
+                valid = (m | pbit) if keep_written else pbit
+                d = -1
+                av = t
+        else:  # several writers: combine at the primary
+            for w in range(num_workers):
+                if (m >> w) & 1 and w != p:
+                    ev[n_sync, 0] = 2
+                    ev[n_sync, 1] = w
+                    ev[n_sync, 2] = r
+                    ev[n_sync, 3] = t
+                    n_sync += 1
+            valid = pbit
+            d = -1
+            av = t
+        st[r, 0] = valid
+        st[r, 3] = _meta(p, d, av)
+        st[r, 2] = 0
+    return n_plan, n_pull, n_sync, violations
 
 
 # --------------------------------------------------------------------------- pure functions
@@ -647,11 +662,6 @@ class RuntimeScheduler:
 
     # ---- one batch
 
-    def _assign(self, b_indptr, b_indices, caps) -> np.ndarray:
-        if self.assignment == "naive":
-            return naive_assignment(caps)
-        return _assign_greedy(b_indptr, b_indices, self.st[:, VALID], caps)
-
     def next_batch(self) -> BatchSchedule | None:
         """Schedule the next global batch of the epoch; None (after flushing) at the end."""
         k = self._pos
@@ -663,43 +673,39 @@ class RuntimeScheduler:
         self.iteration += 1
         t = self.iteration
         n = self.num_workers
-        b_indptr, b_indices = _gather(self.indptr, self.indices, samples)
         caps = np.zeros(n, dtype=np.int64)
         caps[:self.num_trainers] = batch_capacities(samples.size, self.num_trainers)
-        worker_of = self._assign(b_indptr, b_indices, caps)
-        nnz = b_indices.size
+        nnz = int((self.indptr[samples + 1] - self.indptr[samples]).sum())
         if self._touched.size < max(nnz, 1):  # buffers reused across batches (no page faults per step)
             self._touched = np.empty(max(nnz, 1), dtype=np.int64)
             self._ev = np.empty((4 * nnz + 16, 4), dtype=np.int64)
         touched = self._touched
-        nt = _mark_writers(b_indptr, b_indices, worker_of, self.st, touched)
+        greedy = self.assignment == "herald"
+        worker_of = np.empty(samples.size, dtype=np.int32) if greedy else naive_assignment(caps)
+        nt = _assign_mark(self.indptr, self.indices, samples, self.st, caps, greedy, worker_of, touched)
         # Visit the batch's rows in ascending id order: it fixes the recency order
         # within an iteration (gmp.train.cache) and turns the kernels' random
         # accesses into one ascending sweep (TLB- and prefetcher-friendly).
         touched[:nt].sort()
-        ev = self._ev  # (kind, worker, row, ready) per event; at most 4 per batch entry
-        ne = 0
-        if self.on_demand:  # plan of iteration t-1 (line 15), needs this assignment
-            ne = _plan(touched, nt, self.st, t - 1, ev, ne)
+        ev = self._ev  # (kind, worker, row, ready); regions: plan | pulls | sync pushes | evictions
+        off_pull, off_sync, off_evict = nt, nt + nnz, nt + 2 * nnz
         c = self.caches
         c.reserve(nnz)
-        ne, violations = _reads(touched, nt, self.st, n, c.stamp, c.q_row, c.q_stamp, c.head, c.tail, c.size, c.clock,
-                                ev, ne)
+        n_plan, n_pull, n_sync, violations = _sync_rows(
+            touched, nt, self.st, n, self.on_demand, not self.read_only_replicas, t, c.stamp, c.q_row, c.q_stamp,
+            c.head, c.tail, c.size, c.clock, ev, 0, off_pull, off_sync)
         if violations and self.check:
             raise TrainingError(f"Herald scheduler invariant broken at iteration {t}: {violations} reads of rows "
                                 "whose pending updates another worker still holds. This is a bug in gmp.")
-        ne = _writes(touched, nt, self.st, self.on_demand, not self.read_only_replicas, t, n,
-                     ev, ne)
         if c.lookahead_policy and self.lookahead > 0:
             self._window_shift(k)
         if self._evicted.size < int(c.size.max()):
             self._evicted = np.empty(2 * int(c.size.max()), dtype=np.int64)
-        buf = self._evicted
-        ne = _trim_all(n, c.capacity, c.lookahead_policy and self.lookahead > 0, c.window_count, c.stamp, c.q_row,
-                       c.q_stamp, c.head, c.tail, c.size, self.st, t,
-                       buf, ev, ne)
+        n_evict = _trim_all(n, c.capacity, c.lookahead_policy and self.lookahead > 0, c.window_count, c.stamp,
+                            c.q_row, c.q_stamp, c.head, c.tail, c.size, self.st, t, self._evicted, ev, off_evict)
+        ev = np.concatenate([ev[:n_plan], ev[off_pull:n_pull], ev[off_sync:n_sync], ev[off_evict:n_evict]])
+        ne = ev.shape[0]
         self._pos += 1
-        ev = ev[:ne]
         sched = BatchSchedule(t, samples, worker_of, n, ev[:, 0].astype(np.int8), ev[:, 1].astype(np.int32),
                               self.row_ids[ev[:, 2]], ev[:, 3].copy())
         sched.schedule_s = time.perf_counter() - t0
