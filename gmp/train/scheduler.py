@@ -71,7 +71,7 @@ at least one whole iteration early (cDLRM look-ahead prefetch); the simulator
 reports that share as ``prefetchable_pulls``.
 
 Performance: every step is a numba kernel over int64 bit masks (at most 63
-workers); the assignment of 8192 x 26 over 8 workers runs in a few ms on one
+workers), compiled with ``nogil`` so the look-ahead thread overlaps with training; the assignment of 8192 x 26 over 8 workers runs in a few ms on one
 core (``bench/herald_bench.py``).
 """
 
@@ -101,7 +101,7 @@ PUSH_KINDS = (PUSH_SYNC, PUSH_PLAN, PUSH_EVICT, PUSH_FLUSH)
 # --------------------------------------------------------------------------- kernels
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _gather(indptr, indices, samples):  # pragma: no cover - compiled
     m = samples.size
     b_indptr = np.zeros(m + 1, dtype=np.int64)
@@ -161,7 +161,7 @@ def _scores(b_indptr, b_indices, resident, num_workers):  # pragma: no cover - c
     return out
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _assign_greedy(b_indptr, b_indices, resident, capacities):  # pragma: no cover - compiled
     """Herald Algorithm 1, lines 1-13 (see module docstring for the tie rule).
 
@@ -191,13 +191,13 @@ def _assign_greedy(b_indptr, b_indices, resident, capacities):  # pragma: no cov
     return worker_of
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _mark_used(indices, used):  # pragma: no cover - compiled
     for j in range(indices.size):
         used[indices[j]] = True
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _trim_all(num_workers, capacity, lookahead_policy, window_count, stamp, q_row, q_stamp, head, tail, size,
               st, t, buf, ev, ne):  # pragma: no cover - compiled
     for w in range(num_workers):
@@ -217,7 +217,7 @@ def _trim_all(num_workers, capacity, lookahead_policy, window_count, stamp, q_ro
     return ne
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _assign_mark(indptr, indices, samples, st, capacities, greedy, worker_of, touched):  # pragma: no cover
     """One pass over the batch straight from the dataset CSR: Algorithm 1 (lines 1-13, when
     ``greedy``; else ``worker_of`` is given) fused with marking each row's writers
@@ -257,7 +257,7 @@ def _assign_mark(indptr, indices, samples, st, capacities, greedy, worker_of, to
     return nt
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _sync_rows(touched, nt, st, num_workers, on_demand, keep_written, t, stamp, q_row, q_stamp, head, tail, size,
                clock, ev, n_plan, n_pull, n_sync):  # pragma: no cover - compiled
     """Per distinct row of the batch, in one pass: the plan of t-1 (Algorithm 1 line 15),
@@ -465,6 +465,7 @@ class BatchSchedule:
     event_ready: np.ndarray
     schedule_s: float = 0.0
     index_in_epoch: int = 0
+    _counts: np.ndarray | None = field(default=None, repr=False)
 
     def worker_samples(self, worker: int) -> np.ndarray:
         """Global sample ids of ``worker`` in batch order."""
@@ -490,7 +491,10 @@ class BatchSchedule:
         return self.rows((PUSH_SYNC, PUSH_EVICT), worker)
 
     def counts(self) -> np.ndarray:
-        return np.bincount(self.event_kind, minlength=len(EVENT_NAMES)).astype(np.int64)
+        """int64 [len(EVENT_NAMES)] events per kind."""
+        if self._counts is None:
+            self._counts = np.bincount(self.event_kind.astype(np.intp), minlength=len(EVENT_NAMES)).astype(np.int64)
+        return self._counts
 
 
 @dataclass
@@ -703,11 +707,14 @@ class RuntimeScheduler:
             self._evicted = np.empty(2 * int(c.size.max()), dtype=np.int64)
         n_evict = _trim_all(n, c.capacity, c.lookahead_policy and self.lookahead > 0, c.window_count, c.stamp,
                             c.q_row, c.q_stamp, c.head, c.tail, c.size, self.st, t, self._evicted, ev, off_evict)
-        ev = np.concatenate([ev[:n_plan], ev[off_pull:n_pull], ev[off_sync:n_sync], ev[off_evict:n_evict]])
-        ne = ev.shape[0]
+        pulls = ev[off_pull:n_pull]
+        num_stale = int(np.count_nonzero(pulls[:, 0]))
+        counts = np.array([pulls.shape[0] - num_stale, num_stale, n_sync - off_sync, n_plan, n_evict - off_evict, 0],
+                          dtype=np.int64)
+        ev = np.concatenate([ev[:n_plan], pulls, ev[off_sync:n_sync], ev[off_evict:n_evict]])
         self._pos += 1
         sched = BatchSchedule(t, samples, worker_of, n, ev[:, 0].astype(np.int8), ev[:, 1].astype(np.int32),
-                              self.row_ids[ev[:, 2]], ev[:, 3].copy())
+                              self.row_ids[ev[:, 2]], ev[:, 3].copy(), _counts=counts)
         sched.schedule_s = time.perf_counter() - t0
         sched.index_in_epoch = k
         self.totals.add(sched)
