@@ -71,8 +71,12 @@ at least one whole iteration early (cDLRM look-ahead prefetch); the simulator
 reports that share as ``prefetchable_pulls``.
 
 Performance: every step is a numba kernel over int64 bit masks (at most 63
-workers), compiled with ``nogil`` so the look-ahead thread overlaps with training; the assignment of 8192 x 26 over 8 workers runs in a few ms on one
-core (``bench/herald_bench.py``).
+workers), compiled with ``nogil`` so the look-ahead thread overlaps with
+training. The kernels are memory-bound: each row's state is one 32-byte
+record, the assignment is fused with marking the batch's rows (reading the
+dataset CSR directly), and the plan, reads and updates of a row are one pass
+over the batch's distinct rows in ascending id order. Measured times:
+``docs/herald.md`` (``bench/herald_bench.py``).
 """
 
 from __future__ import annotations
