@@ -52,6 +52,9 @@ def register(app: typer.Typer) -> None:
         resume: bool = typer.Option(False, "--resume", help="Continue from --checkpoint-dir exactly where it stopped."),
         log_json: Optional[Path] = typer.Option(None, "--log-json", help="Append one JSON line per epoch here."),
         log_every: int = typer.Option(0, "--log-every", help="Also log a JSON line every K steps (0 = off)."),
+        lookahead: int = typer.Option(0, "--lookahead",
+                                      help="--schedule herald: run the scheduler this many batches ahead in a "
+                                           "background thread (0 = inline)."),
     ) -> None:
         """Train WDL / DCN / DeepFM from a placement manifest (HET-GMP primaries/secondaries, bounded staleness).
 
@@ -63,6 +66,7 @@ def register(app: typer.Typer) -> None:
 
         config = TrainConfig(model=model, embedding_dim=embedding_dim, optimizer=optimizer, lr=lr,
                              batch_size=batch_size, epochs=epochs, staleness=_parse_staleness(staleness), seed=seed,
-                             schedule=schedule, shuffle=shuffle, log_every=log_every)
+                             schedule=schedule, shuffle=shuffle, log_every=log_every,
+                             schedule_options={"lookahead": lookahead} if schedule == "herald" else {})
         train(dataset, manifest, config, engine=engine, workers=workers, checkpoint_dir=checkpoint_dir,
               resume=resume, log_json=log_json, on_record=lambda rec: typer.echo(json_line(rec)))

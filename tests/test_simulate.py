@@ -294,3 +294,27 @@ def test_herald_distributed_engine_equals_one_worker(ctr, tmp_path):
                     assert a[key] == b[key], key
     finally:
         torch.use_deterministic_algorithms(False)
+
+
+def test_cli_train_herald_counts_equal_cli_simulate(tiny_dataset, tmp_path):
+    """Both commands on the same manifest: gmp train --schedule herald --lookahead 2 measures
+    exactly what gmp simulate predicts for the trainer's store."""
+    from gmp.manifest import write_manifest
+    from gmp.topology import homogeneous
+
+    ds = load_dataset(tiny_dataset)
+    pl = Placement.edge_cut(2, [0, 1, 0, 1, 0, 1], [0, 1, 1, 0, 0, 1], method="random", seed=0)
+    m = write_manifest(tmp_path / "m", pl, dataset_sha256=ds.sha256, num_samples=ds.num_samples,
+                       num_embeddings=ds.num_embeddings, topology=homogeneous(2))
+    runner = CliRunner()
+    common = ["--dataset", str(tiny_dataset), "--manifest", str(m), "--batch-size", "1", "--seed", "5"]
+    r = runner.invoke(app, ["train", *common, "--schedule", "herald", "--lookahead", "2", "--epochs", "1",
+                            "--embedding-dim", "4"])
+    assert r.exit_code == 0, r.output
+    rec = json.loads([line for line in r.output.splitlines() if line.startswith("{")][-1])
+    r = runner.invoke(app, ["simulate", *common, "--schedule", "herald", "--cache-rows", "0", "--no-on-demand",
+                            "--read-only-replicas", "--json"])
+    assert r.exit_code == 0, r.output
+    sim = json.loads(r.output)
+    assert (sim["pull_miss"], sim["pushes"]) == (rec["remote_rows_read"], rec["remote_rows_pushed"])
+    assert sim["pull_miss"] > 0
