@@ -37,7 +37,7 @@ import numpy as np
 from . import __version__
 from .errors import GmpError, PartitionError
 from .graph import BipartiteGraph
-from .metrics import COMM_METRICS, compute_metrics
+from .metrics import compute_metrics
 from .placement import Placement
 from .progress import task
 from .topology import Topology

@@ -82,6 +82,7 @@ from typing import Any, NamedTuple
 import numba
 import numpy as np
 
+from .errors import PlacementError
 from .graph import BipartiteGraph
 from .placement import Placement
 from .topology import Topology
@@ -240,8 +241,6 @@ def _arrays(graph: BipartiteGraph, placement: Placement):
 
 
 def _check_compatible(graph: BipartiteGraph, placement: Placement) -> None:
-    from .errors import PlacementError
-
     if placement.num_samples != graph.num_samples or placement.num_embeddings != graph.num_embeddings:
         raise PlacementError(
             f"placement covers {placement.num_samples} samples x {placement.num_embeddings} embeddings, "
@@ -294,8 +293,6 @@ def traffic(graph: BipartiteGraph, placement: Placement, batch_size: int, *,
     ``batch_size`` is the per-worker batch; ``num_train`` restricts the pass
     to samples ``[0, num_train)``.
     """
-    from .errors import PlacementError
-
     ip, ix, sw, pr, si, sws = _arrays(graph, placement)
     stop = graph.num_samples if num_train is None else int(num_train)
     if not 0 <= stop <= graph.num_samples:
@@ -488,8 +485,6 @@ def compute_metrics(graph: BipartiteGraph, placement: Placement, topology: Topol
     >>> m["remote_accesses"], m["batch_remote_reads"], m["reduction_vs_random"]["remote_accesses"]
     (1, 1, 0.0)
     """
-    from .errors import PlacementError
-
     if topology.num_workers != placement.num_workers:
         raise PlacementError(
             f"topology has {topology.num_workers} workers, the placement {placement.num_workers}; "

@@ -56,7 +56,7 @@ FORMAT = "gmp.report"
 SCHEMA_VERSION = 1
 REPORT_FORMATS = ("md", "json", "html")
 
-__all__ = ["FORMAT", "SCHEMA_VERSION", "build_report", "report_from_manifest", "write_report", "render",
+__all__ = ["FORMAT", "SCHEMA_VERSION", "PLOT_FILES", "build_report", "report_from_manifest", "write_report", "render",
            "load_report", "render_markdown", "render_html"]
 
 
