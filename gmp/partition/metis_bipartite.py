@@ -19,9 +19,10 @@ moving a seeded random choice of excess samples to the least-loaded workers
 
 Memory. METIS needs the graph with both edge directions as int64 (16 bytes
 per edge, pymetis's ``idx_t`` is 64-bit) and much more while coarsening:
-measured with pymetis 2025.2 on 1M x 26 criteo-like samples (26M edges,
-1.7M vertices) the process peaked at 6.3 GiB, about 256 bytes per edge, so
-10M x 26 would need about 62 GiB. When the estimate
+measured with pymetis 2025.2 on 1M x 26 criteo-like samples (26M edges)
+the process peaked at 6.3 GiB (1.7M vertices) and 7.3 GiB (criteo-kaggle
+preset, 369 s), about 256 bytes per edge, so 10M x 26 would need about
+65 GiB. When the estimate
 (:data:`MEMORY_PER_EDGE` per edge + :data:`MEMORY_PER_VERTEX` per vertex)
 exceeds ``max_memory_gib`` (default 8) the partitioner refuses with a
 :class:`PartitionError` naming the estimate (the benchmark table then says
