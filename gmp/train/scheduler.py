@@ -624,6 +624,7 @@ class RuntimeScheduler:
         self._pos = 0
         self._window: list[tuple[np.ndarray, np.ndarray]] = []
         self._touched = np.empty(0, dtype=np.int64)
+        self._max_degree = int(np.diff(self.indptr).max()) if self.indptr.size > 1 else 0
         self._ev = np.empty((0, 4), dtype=np.int64)
         self._evicted = np.empty(16, dtype=np.int64)
 
@@ -683,7 +684,7 @@ class RuntimeScheduler:
         n = self.num_workers
         caps = np.zeros(n, dtype=np.int64)
         caps[:self.num_trainers] = batch_capacities(samples.size, self.num_trainers)
-        nnz = int((self.indptr[samples + 1] - self.indptr[samples]).sum())
+        nnz = samples.size * self._max_degree  # bound on the batch's ids (buffers only)
         if self._touched.size < max(nnz, 1):  # buffers reused across batches (no page faults per step)
             self._touched = np.empty(max(nnz, 1), dtype=np.int64)
             self._ev = np.empty((4 * nnz + 16, 4), dtype=np.int64)
