@@ -318,3 +318,31 @@ def test_cli_train_herald_counts_equal_cli_simulate(tiny_dataset, tmp_path):
     sim = json.loads(r.output)
     assert (sim["pull_miss"], sim["pushes"]) == (rec["remote_rows_read"], rec["remote_rows_pushed"])
     assert sim["pull_miss"] > 0
+
+
+def test_herald_interrupt_and_resume_equals_an_uninterrupted_run(ctr, tmp_path):
+    from gmp.errors import TrainingError
+    from gmp.manifest import write_manifest
+    from gmp.topology import homogeneous
+    from gmp.train.loop import TrainConfig
+    from gmp.train.run import train
+
+    path, ds = ctr
+    pl = _placement(ds, 3, 0.4)
+    man = write_manifest(tmp_path / "m", pl, dataset_sha256=ds.sha256, num_samples=ds.num_samples,
+                         num_embeddings=ds.num_embeddings, topology=homogeneous(3))
+    cfg = TrainConfig(model="wdl", batch_size=16, epochs=2, optimizer="adagrad", schedule="herald", lr=0.05,
+                      embedding_dim=4, hidden=(8,),
+                      schedule_options={"lookahead": 2, "cache_rows": 4, "on_demand": True})
+    full = train(path, man, cfg, checkpoint_dir=tmp_path / "a")
+    with pytest.raises(TrainingError, match="interrupted"):
+        train(path, man, cfg, checkpoint_dir=tmp_path / "b", stop_after_steps=5)
+    resumed = train(path, man, cfg, checkpoint_dir=tmp_path / "b", resume=True)
+    assert len(full) == 2 and len(resumed) == 1  # 4 steps per epoch: interrupted in epoch 2
+    for a, b in zip(full[1:], resumed):
+        for key in ("train_loss", "test_auc", "remote_rows_read", "remote_rows_pushed", "samples", "steps"):
+            assert a[key] == b[key], key
+    for w in range(3):
+        fa = torch.load(tmp_path / "a" / "latest" / f"worker-{w:05d}.pt", weights_only=False)["store"]
+        fb = torch.load(tmp_path / "b" / "latest" / f"worker-{w:05d}.pt", weights_only=False)["store"]
+        assert torch.equal(fa["table"], fb["table"])
