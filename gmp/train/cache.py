@@ -7,12 +7,13 @@ Each worker holds three kinds of embedding rows:
 * a **cache** of at most ``capacity`` other rows, fetched on demand.
 
 This module manages only the third kind: which rows each worker's cache holds,
-their recency, and which rows to evict. Replica *validity* and pending updates
-live with the scheduler state (:mod:`gmp.train.scheduler`), which calls
-:func:`cache_touch` / :func:`cache_trim` from its compiled kernels; dirty
-("pending-update") tracking is the ``dirty`` array passed to
-:func:`cache_trim`: an evicted row whose pending updates are held by the
-evicting worker must be pushed to its primary, and the trim reports it.
+their recency, and which rows to evict. Replica *validity* and the
+pending-update ("dirty") holder of each row live in the scheduler's per-row
+record (:mod:`gmp.train.scheduler`, one 32-byte record per row so a row costs
+one cache miss), whose compiled kernels touch the caches (an inlined copy of
+:func:`cache_touch`) and call :func:`cache_trim`; for every victim the
+scheduler clears the worker's validity bit and, when the victim's pending
+updates are held by the evicting worker, pushes them (``push_evict``).
 
 Design choices (where the papers leave room):
 
