@@ -49,7 +49,7 @@ import numpy as np  # noqa: E402
 
 from gmp.datasets.format import load_dataset  # noqa: E402
 from gmp.placement import Placement  # noqa: E402
-from gmp.simulate import epoch_order, parameter_server_placement, simulate  # noqa: E402
+from gmp.simulate import epoch_order, simulate  # noqa: E402
 from gmp.train.scheduler import VALID, RuntimeScheduler, _assign_greedy, _gather, batch_capacities  # noqa: E402
 
 SETTINGS = ("ps", "ps-hot", "manifest")
