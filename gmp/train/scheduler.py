@@ -60,7 +60,12 @@ a row updated in iteration t by A alone stays only on A until somebody else
 reads it, and step 4 pushes it (and every other copy is already invalid)
 before that read; a row updated by several workers is combined at its primary
 before anyone reads it again. The engine *checks* this invariant on every
-read and raises if it is ever violated.
+read and raises if it is ever violated. Only s = 0 is modelled (Herald's
+setting): with a staleness bound s > 0 reads of slightly stale copies would be
+allowed and fewer plan pushes needed; that is not simulated. A holder of
+pending updates applies the row's optimizer step itself, so an implementation
+moves the row's optimizer state (Adagrad's accumulator) with the row; its
+bytes are not counted.
 
 Counting: ``pulls`` = rows fetched from a primary into a worker, ``pushes`` =
 rows whose accumulated updates are sent to their primary; bytes are rows x
