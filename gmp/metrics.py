@@ -442,6 +442,21 @@ def _comm_metrics(graph: BipartiteGraph, placement: Placement, topology: Topolog
     return values, t
 
 
+#: reference placement -> graph -> (batch_size, cost bytes) -> its communication metrics, so scoring
+#: several placements against one reference (gmp compare) pays for the reference's pass once
+_REFERENCE_CACHE: "weakref.WeakKeyDictionary[Placement, weakref.WeakKeyDictionary]" = weakref.WeakKeyDictionary()
+
+
+def _reference_values(graph: BipartiteGraph, reference: Placement, topology: Topology,
+                      batch_size: int) -> dict[str, float]:
+    per_graph = _REFERENCE_CACHE.setdefault(reference, weakref.WeakKeyDictionary())
+    per_settings = per_graph.setdefault(graph, {})
+    key = (int(batch_size), topology.cost.tobytes())
+    if key not in per_settings:
+        per_settings[key] = _comm_metrics(graph, reference, topology, batch_size)[0]
+    return dict(per_settings[key])
+
+
 def compute_metrics(graph: BipartiteGraph, placement: Placement, topology: Topology, *,
                     batch_size: int = 512, embedding_dim: int = 16,
                     reference: Placement | None = None, seed: int | None = None,
@@ -504,7 +519,7 @@ def compute_metrics(graph: BipartiteGraph, placement: Placement, topology: Topol
         ref_name = f"random (seed {int(ref_seed)})"
     else:
         ref_name = f"{reference.method} (seed {reference.seed})"
-    ref_values = _comm_metrics(graph, reference, topology, batch_size)[0]
+    ref_values = _reference_values(graph, reference, topology, batch_size)
 
     loads = per_worker(graph, placement, batch_size, counts=counts)
     degree = embedding_degree(graph)

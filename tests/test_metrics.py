@@ -305,3 +305,15 @@ def test_thread_count_does_not_change_counts(monkeypatch):
         assert np.array_equal(a, b)
     ref = reference_metrics(rows, sw, primary, secondaries, [[0] * 5] * 5, 16)
     assert int(results[0].read.sum()) == ref["batch_remote_reads"]
+
+
+def test_reference_values_are_cached_per_settings(graph, topo, edge_cut, with_secondaries, monkeypatch):
+    calls = []
+    real = M._comm_metrics
+    monkeypatch.setattr(M, "_comm_metrics", lambda *a: calls.append(a[1]) or real(*a))
+    M.compute_metrics(graph, with_secondaries, topo, batch_size=2, reference=edge_cut)
+    M.compute_metrics(graph, edge_cut, topo, batch_size=2, reference=edge_cut)
+    assert sum(c is edge_cut for c in calls) == 2  # once as the reference, once scored itself
+    m = M.compute_metrics(graph, with_secondaries, topo, batch_size=3, reference=edge_cut)
+    assert sum(c is edge_cut for c in calls) == 3  # another batch size: recomputed
+    assert m["reference"]["batch_remote_reads"] == 9
