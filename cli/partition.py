@@ -77,7 +77,7 @@ def partition(
     batch_size: int = typer.Option(512, "--batch-size", help="Per-worker batch size the batch metrics (and partitioners that take it) use."),
     embedding_dim: int = typer.Option(16, "--embedding-dim", help="Embedding width for byte figures and memory budgets."),
     seed: int = typer.Option(0, "--seed", help="Random seed (the random reference uses the same seed)."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Manifest directory [default: placements/DATASET.METHOD.wN]."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Manifest directory (default: placements/DATASET.METHOD.wN)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out directory."),
     rounds: Optional[int] = typer.Option(None, "--rounds", help="Partitioner option: refinement rounds."),
     tol: Optional[float] = typer.Option(None, "--tol", help="Partitioner option: stop when a round improves less than this."),
