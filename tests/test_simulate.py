@@ -346,3 +346,17 @@ def test_herald_interrupt_and_resume_equals_an_uninterrupted_run(ctr, tmp_path):
         fa = torch.load(tmp_path / "a" / "latest" / f"worker-{w:05d}.pt", weights_only=False)["store"]
         fb = torch.load(tmp_path / "b" / "latest" / f"worker-{w:05d}.pt", weights_only=False)["store"]
         assert torch.equal(fa["table"], fb["table"])
+
+
+def test_herald_schedule_refuses_bad_options(ctr):
+    from gmp.errors import TrainingError
+    from gmp.train.schedule import ScheduleContext, make_schedule
+
+    _, ds = ctr
+    pl = _placement(ds, 2)
+    with pytest.raises(TrainingError, match=r"unknown option\(s\) for --schedule herald: \['bogus'\]"):
+        make_schedule("herald", ScheduleContext(pl, ds.num_train, 8, dataset=ds, options={"bogus": 1}))
+    with pytest.raises(TrainingError, match="needs the dataset's samples"):
+        make_schedule("herald", ScheduleContext(pl, ds.num_train, 8))
+    with pytest.raises(TrainingError, match="Unknown cache policy"):
+        make_schedule("herald", ScheduleContext(pl, ds.num_train, 8, dataset=ds, options={"cache_policy": "mru"}))
