@@ -119,7 +119,8 @@ def partition(
     peak = peak_rss_bytes()
     with task("Computing metrics (and the random reference)"):
         metrics = compute_metrics(graph, placement, topo, batch_size=batch_size, embedding_dim=embedding_dim,
-                                  seed=seed, partition_seconds=seconds, peak_rss_bytes=peak)
+                                  seed=seed, partition_seconds=seconds, peak_rss_bytes=peak,
+                                  num_train=ds.num_train)
         report = build_report(placement=placement, topology=topo, metrics=metrics, source="partition",
                               dataset_sha256=ds.sha256, graph=graph)
     with task("Writing manifest and report"):

@@ -461,7 +461,8 @@ def compute_metrics(graph: BipartiteGraph, placement: Placement, topology: Topol
                     batch_size: int = 512, embedding_dim: int = 16,
                     reference: Placement | None = None, seed: int | None = None,
                     partition_seconds: float | None = None,
-                    peak_rss_bytes: int | None = None) -> dict[str, Any]:
+                    peak_rss_bytes: int | None = None,
+                    num_train: int | None = None) -> dict[str, Any]:
     """Every metric of the report, as the JSON-ready ``metrics`` object.
 
     Parameters
@@ -478,6 +479,11 @@ def compute_metrics(graph: BipartiteGraph, placement: Placement, topology: Topol
         with ``seed`` (default: ``placement.seed``, else 0).
     partition_seconds, peak_rss_bytes
         Measured by the caller; copied into the result (``None`` if unknown).
+    num_train
+        When given, ``train`` holds the batch metrics over samples
+        ``[0, num_train)`` only (the training range the trainer walks; one
+        more pass), so a training epoch's logged counts can be checked
+        against the report.
 
     Returns
     -------
@@ -488,7 +494,8 @@ def compute_metrics(graph: BipartiteGraph, placement: Placement, topology: Topol
         ``embedding_dim``, ``reduction_vs_random``, ``reference``,
         ``balance``, ``replication_factor``, ``traffic_matrix``,
         ``per_worker``, ``num_workers``, ``num_samples``, ``num_edges``,
-        ``num_active_embeddings``, ``partition_seconds``, ``peak_rss_bytes``.
+        ``num_active_embeddings``, ``partition_seconds``, ``peak_rss_bytes``,
+        and ``train`` (``None`` unless ``num_train`` is given).
 
     Examples
     --------
@@ -549,7 +556,17 @@ def compute_metrics(graph: BipartiteGraph, placement: Placement, topology: Topol
         "num_secondaries": int(sum(loads["secondaries"])),
         "partition_seconds": None if partition_seconds is None else float(partition_seconds),
         "peak_rss_bytes": None if peak_rss_bytes is None else int(peak_rss_bytes),
+        "train": None,
     })
+    if num_train is not None:
+        t = traffic(graph, placement, batch_size, num_train=num_train)
+        metrics["train"] = {
+            "num_train": int(num_train),
+            "remote_accesses": int(t.edge.sum()),
+            "epoch_unique_remote": int(t.epoch.sum()),
+            "batch_remote_reads": int(t.read.sum()),
+            "batch_remote_pushes": int(t.push.sum()),
+        }
     return metrics
 
 

@@ -48,6 +48,7 @@ def test_partition_writes_manifest_and_report(partitioned, tiny_dataset):
     rep = json.loads((partitioned / "report.json").read_text())
     assert rep["metrics"]["batch_size"] == 2 and rep["metrics"]["partition_seconds"] >= 0
     assert rep["metrics"]["peak_rss_bytes"] > 0
+    assert rep["metrics"]["train"]["num_train"] == 4  # tiny_dataset: last third is the test split
     # random scored against random with the same seed
     assert all(v == 0.0 for v in rep["metrics"]["reduction_vs_random"].values())
     assert m.meta["report_files"] == ["traffic.png", "loads.png", "degrees.png", "report.json", "report.md"]

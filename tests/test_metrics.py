@@ -113,6 +113,15 @@ def test_compute_metrics_known_answers(graph, topo, edge_cut, with_secondaries):
     assert set(m["balance"]) == {"samples", "edges", "rows_held", "traffic_served", "traffic_received"}
 
 
+def test_compute_metrics_training_range(graph, topo, edge_cut):
+    m = M.compute_metrics(graph, edge_cut, topo, batch_size=2, reference=edge_cut, num_train=6)
+    # samples s0..s5: w0 [s0 s1]{1,2} [s3]{3}; w1 [s2 s4]{2,4}; w2 [s5]{5}
+    assert m["train"] == {"num_train": 6, "remote_accesses": 6, "epoch_unique_remote": 6,
+                          "batch_remote_reads": 6, "batch_remote_pushes": 6}
+    assert m["batch_remote_reads"] == 10  # the headline metrics still cover every sample
+    assert M.compute_metrics(graph, edge_cut, topo, batch_size=2, reference=edge_cut)["train"] is None
+
+
 def test_compute_metrics_default_reference_is_seeded_random(graph, topo, edge_cut):
     from gmp.partition import run_partitioner
 

@@ -145,7 +145,7 @@ def report_from_manifest(manifest, *, dataset=None, batch_size: int | None = Non
         graph = build_graph(dataset)
         metrics = compute_metrics(graph, placement, manifest.topology, batch_size=bs, embedding_dim=dim,
                                   seed=placement.seed, partition_seconds=meta.get("partition_seconds"),
-                                  peak_rss_bytes=meta.get("peak_rss_bytes"))
+                                  peak_rss_bytes=meta.get("peak_rss_bytes"), num_train=dataset.num_train)
         return build_report(placement=placement, topology=manifest.topology, metrics=metrics,
                             source="recomputed from dataset", dataset_sha256=manifest.dataset_sha256, graph=graph)
 

@@ -81,6 +81,11 @@ def summary_table(metrics: Mapping[str, Any]) -> Table:
         ["active embeddings", fmt_int(metrics.get("num_active_embeddings"))],
     ]
     rows += [[f"balance: {k.replace('_', ' ')} (max/mean)", fmt_ratio(v)] for k, v in bal.items()]
+    train = metrics.get("train")
+    if train:
+        n = fmt_int(train.get("num_train"))
+        rows += [[f"training range (first {n} samples): {k.replace('_', ' ')}", fmt_int(train.get(k))]
+                 for k in ("batch_remote_reads", "batch_remote_pushes")]
     rows += [
         ["partition time", fmt_seconds(metrics.get("partition_seconds"))],
         ["peak RSS", fmt_bytes(metrics.get("peak_rss_bytes"))],
