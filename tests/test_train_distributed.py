@@ -89,3 +89,32 @@ def test_distributed_equals_local(ctr, tmp_path):
                 assert a[key] == b[key], key
             assert a["test_auc"] == pytest.approx(b["test_auc"], abs=1e-9)
             assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-9)
+
+
+@pytest.mark.slow
+def test_cli_under_torchrun_matches_the_local_engine(tmp_path):
+    """'torchrun -m cli.main train --engine distributed' with a manifest: same log as --engine local."""
+    from gmp.manifest import write_manifest
+    from gmp.topology import homogeneous
+
+    path = make_ctr_dataset(tmp_path / "ds", num_samples=300, multi=False)
+    ds = load_dataset(path)
+    pl = placement_with_secondaries(ds, 2)
+    write_manifest(tmp_path / "m", pl, dataset_sha256=ds.sha256, num_samples=ds.num_samples,
+                   num_embeddings=ds.num_embeddings, topology=homogeneous(2))
+    args = ["train", "--dataset", str(path), "--manifest", str(tmp_path / "m"), "--batch-size", "16",
+            "--staleness", "3", "--epochs", "2"]
+    res = torchrun(2, ["-m", "cli.main", *args, "--engine", "distributed", "--log-json", str(tmp_path / "d.jsonl")])
+    assert res.returncode == 0, res.stderr[-3000:]
+    from typer.testing import CliRunner
+    from cli.main import app
+
+    torch.set_num_threads(1)
+    out = CliRunner().invoke(app, [*args, "--log-json", str(tmp_path / "l.jsonl")])
+    assert out.exit_code == 0, out.output
+    d = [json.loads(x) for x in (tmp_path / "d.jsonl").read_text().splitlines()]
+    loc = [json.loads(x) for x in (tmp_path / "l.jsonl").read_text().splitlines()]
+    assert [r["engine"] for r in d] == ["distributed"] * 2
+    for a, b in zip(d, loc):
+        assert a["bytes"] == b["bytes"] and a["staleness_refreshes"] == b["staleness_refreshes"]
+        assert a["test_auc"] == pytest.approx(b["test_auc"], abs=1e-5)
