@@ -499,3 +499,20 @@ def test_prefetcher_runs_ahead_and_stops_when_closed():
     assert 5 <= len(produced) <= 6
     it.close()
     assert not any(t.name == "gmp-prefetch" and t.is_alive() for t in threading.enumerate())
+
+
+@pytest.mark.parametrize("policy, k, pulls", [("lru", 0, 3), ("lookahead", 1, 2), ("lookahead", 0, 3)])
+def test_lookahead_policy_keeps_the_row_needed_next(policy, k, pulls):
+    # one trainer (worker 0) and a parameter server (worker 1, primary of everything); cache of 1 row.
+    # t0 pulls row 0; t1 pulls row 1 and must evict one: LRU drops 0 (re-pulled at t2),
+    # the look-ahead policy sees row 0 in the next batch and drops 1 instead.
+    rows = [[0], [1], [0]]
+    indptr = np.array([0, 1, 2, 3])
+    indices = np.array([0, 1, 0], dtype=np.int32)
+    pl = Placement.edge_cut(2, np.zeros(3, dtype=np.int32), np.ones(2, dtype=np.int32))
+    eng = RuntimeScheduler(indptr, indices, pl, batch_size=1, assignment="naive", on_demand=False, cache_rows=1,
+                           cache_policy=policy, lookahead=k, num_trainers=1)
+    eng.start_epoch(np.arange(len(rows)))
+    for _ in eng:
+        pass
+    assert eng.totals.pulls == pulls
