@@ -23,7 +23,9 @@ Three parts, each printed as a markdown table:
 3. **Training** (``--train``): ``gmp train``'s trainer (local engine) on a small
    criteo-kaggle-preset dataset with ``--schedule static``, ``naive`` and
    ``herald`` on the same manifest: samples/s, embedding bytes per iteration,
-   remote rows read/pushed per iteration.
+   remote rows read/pushed per iteration. With ``--train-manifest M
+   --train-dataset D``: ``gmp train --engine distributed`` under torchrun on
+   that manifest instead.
 
 Usage::
 
@@ -213,6 +215,49 @@ def train_part(args) -> list[dict]:
     return out
 
 
+def train_torchrun(args) -> list[dict]:
+    """``gmp train --engine distributed`` under torchrun for static / naive / herald on one manifest."""
+    import shutil
+    import socket
+    import subprocess
+    import tempfile
+
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
+    man = json.loads((Path(args.train_manifest) / "manifest.json").read_text())
+    n = int(man["num_workers"])
+    out = []
+    tmp = Path(tempfile.mkdtemp(prefix="herald-train-", dir="/work/gmpdata/herald-bench"))
+    runs = [("static", []), ("naive", []), ("herald", []), (f"herald --lookahead {args.train_lookahead}",
+                                                            ["--lookahead", str(args.train_lookahead)])]
+    for label, extra in runs:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        log = tmp / (label.replace(" ", "_").replace("-", "") + ".jsonl")
+        cmd = [torchrun, "--nnodes", "1", "--nproc-per-node", str(n), "--rdzv-backend", "c10d",
+               "--rdzv-endpoint", f"127.0.0.1:{port}", "-m", "cli.main", "train", "--engine", "distributed",
+               "--dataset", str(args.train_dataset), "--manifest", str(args.train_manifest), "--model", "wdl",
+               "--schedule", label.split()[0], "--staleness", "0", "--epochs", "1",
+               "--batch-size", str(args.train_batch_size), "--lr", "0.01", "--log-json", str(log), *extra]
+        print("$ " + " ".join(cmd), file=sys.stderr, flush=True)
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+        res = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if res.returncode != 0 or not log.exists():
+            print(f"  {label} failed: {res.stderr[-2000:]}", file=sys.stderr)
+            continue
+        rec = [json.loads(x) for x in log.read_text().splitlines() if x.strip()][-1]
+        steps = max(rec["steps"], 1)
+        out.append({"schedule": label, "partitioner": man["partitioner"]["name"], "workers": n, "prefetch": {},
+                    "samples_per_sec": rec["samples_per_sec"],
+                    "embedding_bytes_per_step": rec["embedding_bytes_per_step"],
+                    "remote_rows_read_per_step": rec["remote_rows_read"] / steps,
+                    "remote_rows_pushed_per_step": rec["remote_rows_pushed"] / steps,
+                    "test_auc": rec["test_auc"], "steps": rec["steps"],
+                    "dataset": f"{args.train_dataset} (distributed engine, {args.train_manifest})"})
+        print(f"  {label}: {rec['samples_per_sec']:.0f} samples/s", file=sys.stderr, flush=True)
+    return out
+
+
 def print_train(rows: list[dict]) -> None:
     r0 = rows[0]
     print(f"\n### Training, local engine, {r0['workers']} workers, {r0['partitioner']} manifest, "
@@ -259,6 +304,8 @@ def main() -> None:
     ap.add_argument("--train-batch-size", type=int, default=256)
     ap.add_argument("--train-partitioners", default="hybrid,metis,random")
     ap.add_argument("--train-lookahead", type=int, default=4)
+    ap.add_argument("--train-manifest", default=None,
+                    help="train with --engine distributed under torchrun on this manifest (and --train-dataset)")
     ap.add_argument("--json", default=None, help="also write all results to this file")
     args = ap.parse_args()
 
@@ -280,7 +327,7 @@ def main() -> None:
             results["timing"] = timing(ds, placement, args)
             print_timing(results["timing"])
     if args.train:
-        results["train"] = train_part(args)
+        results["train"] = train_torchrun(args) if args.train_manifest else train_part(args)
         print_train(results["train"])
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2, default=str))
