@@ -210,7 +210,7 @@ def train_part(args) -> list[dict]:
                     "samples_per_sec": rec["samples_per_sec"], "embedding_bytes_per_step": rec["embedding_bytes_per_step"],
                     "remote_rows_read_per_step": rec["remote_rows_read"] / steps,
                     "remote_rows_pushed_per_step": rec["remote_rows_pushed"] / steps,
-                    "test_auc": rec["test_auc"], "steps": rec["steps"], "dataset": str(path)})
+                    "test_auc": rec["test_auc"], "steps": rec["steps"], "dataset": f"{path} (local engine)"})
         print(f"  {label}: {rec['samples_per_sec']:.0f} samples/s {pf}", file=sys.stderr, flush=True)
     return out
 
@@ -260,7 +260,7 @@ def train_torchrun(args) -> list[dict]:
 
 def print_train(rows: list[dict]) -> None:
     r0 = rows[0]
-    print(f"\n### Training, local engine, {r0['workers']} workers, {r0['partitioner']} manifest, "
+    print(f"\n### Training, {r0['workers']} workers, {r0['partitioner']} manifest, "
           f"{r0['dataset']} ({r0['steps']} static steps)\n")
     print("| schedule | samples/s | embedding bytes / iteration | remote rows read / it. | rows pushed / it. | "
           "test AUC |")
