@@ -148,10 +148,10 @@ def test_secondaries_apply_their_own_updates_between_refreshes(tmp_path):
     tr = Trainer(TrainData(ds), pl, cfg, LocalEngine(2), schedule=ReplaySchedule([[[], [1]]] * 3))
     real = tr.engine.alltoallv
 
-    def spy(sends, category):
+    def spy(sends, category, **kw):
         if category == "gradients":
             pushed.append(sends[1][0].clone())
-        return real(sends, category)
+        return real(sends, category, **kw)
 
     tr.engine.alltoallv = spy
     slot = int(tr.stores[1].lookup(np.array([0]))[0])

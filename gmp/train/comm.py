@@ -63,12 +63,16 @@ class CommEngine(abc.ABC):
 
     # -- collectives ------------------------------------------------------
     @abc.abstractmethod
-    def alltoallv(self, sends: Sequence[Sequence[torch.Tensor]], category: str | None) -> list[list[torch.Tensor]]:
+    def alltoallv(self, sends: Sequence[Sequence[torch.Tensor]], category: str | None, *,
+                  recv_counts: Sequence[Sequence[int]] | None = None) -> list[list[torch.Tensor]]:
         """Variable-size all-to-all.
 
         ``sends[i][dst]`` is what local worker ``i`` sends to worker ``dst``
         (tensors of one dtype, any first dimension, equal trailing shape,
         ``world_size`` entries each). Returns ``recv[i][src]``.
+        ``recv_counts[i][src]``, when the caller knows them, are the first
+        dimensions local worker ``i`` will receive; the distributed engine then
+        skips its size exchange (the local engine checks them).
         """
 
     @abc.abstractmethod

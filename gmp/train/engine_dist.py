@@ -13,9 +13,10 @@ otherwise (``GMP_DIST_BACKEND`` overrides).
 
 Variable-size all-to-all: ``dist.all_to_all`` with tensor lists is not
 implemented by gloo in every torch version, but ``all_to_all_single`` with
-split sizes is, on gloo and NCCL alike. Each exchange therefore first swaps
-the per-peer row counts (one int64 per peer, ``all_to_all_single``), then the
-flattened payload with ``input_split_sizes``/``output_split_sizes``.
+split sizes is, on gloo and NCCL alike. An exchange first swaps the per-peer
+row counts (one int64 per peer, ``all_to_all_single``) unless the caller
+already knows them (replies to requests, gradients following their ids), then
+the flattened payload with ``input_split_sizes``/``output_split_sizes``.
 Dense gradients are summed with one ``all_reduce`` over a flat buffer
 (equivalent to DDP's bucketed all-reduce, without its hooks, since the model's
 input rows are not parameters).
@@ -79,7 +80,8 @@ class DistributedEngine(CommEngine):
     def is_main(self) -> bool:
         return self.rank == 0
 
-    def alltoallv(self, sends: Sequence[Sequence[torch.Tensor]], category: str | None) -> list[list[torch.Tensor]]:
+    def alltoallv(self, sends: Sequence[Sequence[torch.Tensor]], category: str | None, *,
+                  recv_counts: Sequence[Sequence[int]] | None = None) -> list[list[torch.Tensor]]:
         (mine,) = sends
         if len(mine) != self.world_size:
             raise TrainingError("alltoallv: one tensor per destination is required.")
@@ -87,10 +89,13 @@ class DistributedEngine(CommEngine):
         trailing = tuple(mine[0].shape[1:])
         per_row = int(np.prod(trailing)) if trailing else 1
         dev = self._device
-        send_counts = torch.tensor([int(t.shape[0]) for t in mine], dtype=torch.int64, device=dev)
-        recv_counts = torch.empty_like(send_counts)
-        dist.all_to_all_single(recv_counts, send_counts)
-        rc = recv_counts.tolist()
+        if recv_counts is not None:
+            rc = [int(c) for c in recv_counts[0]]
+        else:
+            send_counts = torch.tensor([int(t.shape[0]) for t in mine], dtype=torch.int64, device=dev)
+            counts = torch.empty_like(send_counts)
+            dist.all_to_all_single(counts, send_counts)
+            rc = counts.tolist()
         flat = torch.cat([t.reshape(-1).to(dev) for t in mine])
         out = torch.empty(sum(rc) * per_row, dtype=flat.dtype, device=dev)
         dist.all_to_all_single(out, flat, [c * per_row for c in rc], [int(t.shape[0]) * per_row for t in mine])

@@ -34,10 +34,17 @@ class LocalEngine(CommEngine):
     def device_for(self, worker: int) -> torch.device:
         return self._device
 
-    def alltoallv(self, sends: Sequence[Sequence[torch.Tensor]], category: str | None) -> list[list[torch.Tensor]]:
+    def alltoallv(self, sends: Sequence[Sequence[torch.Tensor]], category: str | None, *,
+                  recv_counts: Sequence[Sequence[int]] | None = None) -> list[list[torch.Tensor]]:
         n = self.world_size
         if len(sends) != n or any(len(s) != n for s in sends):
             raise TrainingError("alltoallv: every worker must send one tensor to every worker.")
+        if recv_counts is not None:  # the distributed engine trusts these: check them here
+            for dst in range(n):
+                for src in range(n):
+                    if int(sends[src][dst].shape[0]) != int(recv_counts[dst][src]):
+                        raise TrainingError(f"alltoallv: worker {dst} expected {recv_counts[dst][src]} rows from "
+                                            f"{src}, got {sends[src][dst].shape[0]} ({category}).")
         self._count_sends(sends, category)
         return [[sends[src][dst] for src in range(n)] for dst in range(n)]
 

@@ -297,8 +297,14 @@ class Trainer:
                 rr.append(store.read(oslots[intra_stale(oc, msg[:, 1], staleness)]))
             reply_clock.append(rc)
             reply_rows.append(rr)
-        clocks = self.engine.alltoallv(reply_clock, "ids_clocks")
-        rows = self.engine.alltoallv(reply_rows, "embedding_rows")
+        # reply sizes follow from the requests (clocks) and from the clocks (rows): no size exchange
+        clocks = self.engine.alltoallv(reply_clock, "ids_clocks", recv_counts=[
+            [int(s.req_bounds[src + 1] - s.req_bounds[src]) for src in range(n)] for s in ws])
+        need = [[intra_stale(clocks[li][src].cpu().numpy().reshape(-1),
+                             s.req_clock[s.req_bounds[src]:s.req_bounds[src + 1]], staleness) for src in range(n)]
+                for li, s in enumerate(ws)]
+        rows = self.engine.alltoallv(reply_rows, "embedding_rows",
+                                     recv_counts=[[int(m.sum()) for m in need[li]] for li in range(len(ws))])
         second_round = []
         for li, s in enumerate(ws):
             store = self.stores[li]
@@ -312,7 +318,7 @@ class Trainer:
                 part = s.req[s.req_bounds[src]:s.req_bounds[src + 1]]
                 c = clocks[li][src].cpu().numpy().reshape(-1)
                 true_clock[part] = c
-                got = part[intra_stale(c, s.req_clock[s.req_bounds[src]:s.req_bounds[src + 1]], staleness)]
+                got = part[need[li][src]]
                 if got.size:
                     r = rows[li][src].to(store.device, self.dtype)
                     out[torch.as_tensor(got, device=store.device)] = r
@@ -346,7 +352,8 @@ class Trainer:
         recv = self.engine.alltoallv(sends, "ids_clocks")
         replies = [[self.stores[li].read(self.stores[li].lookup(recv[li][src].cpu().numpy())) for src in range(n)]
                    for li in range(len(ws))]
-        rows = self.engine.alltoallv(replies, "embedding_rows")
+        rows = self.engine.alltoallv(replies, "embedding_rows",
+                                     recv_counts=[[int(b[src + 1] - b[src]) for src in range(n)] for _, b in orders])
         for li, s in enumerate(ws):
             store = self.stores[li]
             order, bounds = orders[li]
@@ -406,7 +413,8 @@ class Trainer:
             grad_sends.append([g[bounds[d]:bounds[d + 1]] for d in range(n)])
             self._count(li, "remote_rows_pushed", order.size)
         rid = self.engine.alltoallv(id_sends, "ids_clocks")
-        rgrad = self.engine.alltoallv(grad_sends, "gradients")
+        rgrad = self.engine.alltoallv(grad_sends, "gradients",
+                                      recv_counts=[[int(t.shape[0]) for t in r] for r in rid])
         # phase 6: each primary sums its gradients and steps once
         for li, s in enumerate(ws):
             store = self.stores[li]
