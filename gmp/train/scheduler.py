@@ -850,11 +850,15 @@ class HeraldSchedule(_ScheduleBase):
 
     def _batches(self, epoch: int, start: int):
         eng = self._engine_at(epoch, start)
+        done = start
         while (sched := eng.next_batch()) is not None:
-            self._position = (epoch, self._position[1] + 1)
+            done += 1
+            if self._engine is eng:  # a prefetch thread left behind must not move a newer engine's position
+                self._position = (epoch, done)
             yield sched
-        self._position = (epoch + 1, 0)
-        self._epoch_started = False
+        if self._engine is eng:
+            self._position = (epoch + 1, 0)
+            self._epoch_started = False
 
     def steps(self, epoch: int, start: int = 0):
         from .prefetch import Prefetcher, plan_prefetch
