@@ -46,7 +46,7 @@ def register(app: typer.Typer) -> None:
         on_demand: Optional[bool] = typer.Option(None, "--on-demand/--no-on-demand",
                                                  help="On-demand synchronisation (default: on for herald, off for naive)."),
         cache_rows: Optional[int] = typer.Option(None, "--cache-rows",
-                                                 help="Cached rows per worker (default: 10% of the embedding rows)."),
+                                                 help="Cached rows per worker (default: 10% of the rows the training samples use)."),
         cache_policy: str = typer.Option("lru", "--cache-policy", help="lru | lookahead"),
         lookahead: int = typer.Option(0, "--lookahead", help="Look-ahead window in global batches."),
         batch_size: int = typer.Option(128, "--batch-size", help="Samples per worker per iteration."),

@@ -108,9 +108,22 @@ def parameter_server_placement(num_workers: int, num_embeddings: int) -> Placeme
                               np.full(num_embeddings, num_workers, dtype=np.int32), method="parameter-server")
 
 
-def default_cache_rows(num_embeddings: int) -> int:
-    """Default ``--cache-rows``: 10% of the embedding rows per worker (Herald: 10% of GPU memory)."""
-    return max(1, int(num_embeddings) // 10)
+def active_rows(indptr, indices, num_train: int) -> int:
+    """Number of distinct rows the training samples use."""
+    end = int(indptr[num_train])
+    idx = np.asarray(indices[:end])
+    if idx.size == 0:
+        return 0
+    used = np.zeros(int(idx.max()) + 1, dtype=np.bool_)
+    used[idx] = True
+    return int(np.count_nonzero(used))
+
+
+def default_cache_rows(num_active_rows: int) -> int:
+    """Default ``--cache-rows``: 10% of the rows the training samples use, per worker
+    (Herald: each cache is 10% of a GPU's memory). Ids no sample uses do not count:
+    synthetic Criteo-Kaggle data declares 33.8M ids of which a 1M-sample set uses ~2.6M."""
+    return max(1, int(num_active_rows) // 10)
 
 
 @dataclass
@@ -162,7 +175,7 @@ def simulate(indptr, indices, placement: Placement, *, num_train: int, batch_siz
     if on_demand is None:
         on_demand = schedule == "herald"
     if cache_rows is None:
-        cache_rows = default_cache_rows(placement.num_embeddings)
+        cache_rows = default_cache_rows(active_rows(indptr, indices, num_train))
     t0 = time.perf_counter()
     if min_frequency > 0:
         indptr, indices = hot_rows_only(indptr, indices, num_train, min_frequency)
