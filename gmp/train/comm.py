@@ -39,6 +39,8 @@ class CommEngine(abc.ABC):
     def __init__(self) -> None:
         self.counting = True
         self.bytes = np.zeros((len(self.local_workers), len(CATEGORIES)), dtype=np.int64)
+        #: wall seconds spent inside alltoallv / all_reduce_dense while counting (this process)
+        self.seconds = 0.0
 
     # -- accounting -------------------------------------------------------
     def count(self, local_index: int, category: str, nbytes: int) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import time
 from typing import Sequence
 
 import numpy as np
@@ -82,6 +83,15 @@ class DistributedEngine(CommEngine):
 
     def alltoallv(self, sends: Sequence[Sequence[torch.Tensor]], category: str | None, *,
                   recv_counts: Sequence[Sequence[int]] | None = None) -> list[list[torch.Tensor]]:
+        t0 = time.perf_counter()
+        try:
+            return self._alltoallv(sends, category, recv_counts=recv_counts)
+        finally:
+            if self.counting:
+                self.seconds += time.perf_counter() - t0
+
+    def _alltoallv(self, sends: Sequence[Sequence[torch.Tensor]], category: str | None, *,
+                  recv_counts: Sequence[Sequence[int]] | None = None) -> list[list[torch.Tensor]]:
         (mine,) = sends
         if len(mine) != self.world_size:
             raise TrainingError("alltoallv: one tensor per destination is required.")
@@ -103,6 +113,14 @@ class DistributedEngine(CommEngine):
         return [[p.view(-1, *trailing) if trailing else p for p in parts]]
 
     def all_reduce_dense(self, flat: torch.Tensor) -> torch.Tensor:
+        t0 = time.perf_counter()
+        try:
+            return self._all_reduce_dense(flat)
+        finally:
+            if self.counting:
+                self.seconds += time.perf_counter() - t0
+
+    def _all_reduce_dense(self, flat: torch.Tensor) -> torch.Tensor:
         if self.world_size > 1:
             self.count(0, "dense_allreduce", flat.numel() * flat.element_size())
         flat = flat.to(self._device)

@@ -11,6 +11,7 @@ sum an all-reduce would produce.
 
 from __future__ import annotations
 
+import time
 from typing import Sequence
 
 import numpy as np
@@ -36,6 +37,15 @@ class LocalEngine(CommEngine):
 
     def alltoallv(self, sends: Sequence[Sequence[torch.Tensor]], category: str | None, *,
                   recv_counts: Sequence[Sequence[int]] | None = None) -> list[list[torch.Tensor]]:
+        t0 = time.perf_counter()
+        try:
+            return self._alltoallv(sends, category, recv_counts=recv_counts)
+        finally:
+            if self.counting:
+                self.seconds += time.perf_counter() - t0
+
+    def _alltoallv(self, sends: Sequence[Sequence[torch.Tensor]], category: str | None, *,
+                  recv_counts: Sequence[Sequence[int]] | None = None) -> list[list[torch.Tensor]]:
         n = self.world_size
         if len(sends) != n or any(len(s) != n for s in sends):
             raise TrainingError("alltoallv: every worker must send one tensor to every worker.")
@@ -49,6 +59,14 @@ class LocalEngine(CommEngine):
         return [[sends[src][dst] for src in range(n)] for dst in range(n)]
 
     def all_reduce_dense(self, flat: torch.Tensor) -> torch.Tensor:
+        t0 = time.perf_counter()
+        try:
+            return self._all_reduce_dense(flat)
+        finally:
+            if self.counting:
+                self.seconds += time.perf_counter() - t0
+
+    def _all_reduce_dense(self, flat: torch.Tensor) -> torch.Tensor:
         if self.world_size > 1:
             for i in range(self.world_size):
                 self.count(i, "dense_allreduce", flat.numel() * flat.element_size())

@@ -507,6 +507,7 @@ class Trainer:
     def _reset_epoch(self) -> None:
         self.counters[:] = 0
         self.engine.bytes[:] = 0
+        self.engine.seconds = 0.0
         self.acc = {"loss_sum": 0.0, "samples": 0, "steps": 0, "train_seconds": 0.0}
 
     def _global(self) -> tuple[np.ndarray, dict[str, int], float]:
@@ -524,11 +525,17 @@ class Trainer:
                "samples": samples, "steps": self.acc["steps"],
                "samples_per_sec": samples / secs if secs > 0 else float("nan"),
                "train_seconds": secs, "bytes": nbytes,
+               # max over processes of the time inside collectives (local engine: in-memory exchange)
+               "comm_seconds": self._max_comm_seconds(),
                "embedding_bytes_per_step": (nbytes["embedding_rows"] + nbytes["gradients"]) / steps}
         for name, v in zip(COUNTERS, counters):
             rec[name] = int(round(v))
         rec.update(extra)
         return rec
+
+    def _max_comm_seconds(self) -> float:
+        per = np.concatenate(self.engine.gather([np.array([self.engine.seconds])] * len(self.stores)))
+        return float(per.max())
 
     def memory(self) -> list[dict[str, int]]:
         return [s.memory_bytes() for s in self.stores]

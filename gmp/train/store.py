@@ -46,10 +46,11 @@ _CHUNK_BITS = 16
 DENSE_MAP_MAX_IDS = 1 << 24
 
 
-def initial_rows(ids: np.ndarray, row_dim: int, seed: int) -> np.ndarray:
-    """float64 [len(ids), row_dim]: the deterministic initial value of each global id."""
+def initial_rows(ids: np.ndarray, row_dim: int, seed: int, dtype=np.float64) -> np.ndarray:
+    """[len(ids), row_dim] of ``dtype``: the deterministic initial value of each global id
+    (drawn in float64, then cast)."""
     ids = np.asarray(ids, dtype=np.int64)
-    out = np.empty((ids.size, row_dim), dtype=np.float64)
+    out = np.empty((ids.size, row_dim), dtype=dtype)
     if ids.size == 0:
         return out
     order = np.argsort(ids, kind="stable")
@@ -128,7 +129,8 @@ class EmbeddingStore:
         self.ids = np.concatenate([prim_ids, sec_ids])
         self.num_rows = int(self.ids.size)
         self.slots = SlotMap(self.ids, placement.num_embeddings)
-        self.table = torch.as_tensor(initial_rows(self.ids, self.row_dim, seed), dtype=dtype).to(self.device)
+        np_dtype = np.float32 if dtype == torch.float32 else np.float64
+        self.table = torch.as_tensor(initial_rows(self.ids, self.row_dim, seed, np_dtype), dtype=dtype).to(self.device)
         self.clock = np.zeros(self.num_rows, dtype=np.int64)
         self.opt_state = (torch.zeros(self.num_primary, self.row_dim, dtype=dtype, device=self.device)
                           if optimizer == "adagrad" else None)
