@@ -516,3 +516,9 @@ def test_lookahead_policy_keeps_the_row_needed_next(policy, k, pulls):
     for _ in eng:
         pass
     assert eng.totals.pulls == pulls
+
+
+def test_placement_too_small_for_the_samples_is_refused():
+    pl = Placement.edge_cut(2, [0, 1], [0, 1])
+    with pytest.raises(TrainingError, match="embedding id 5 but the placement has 2 rows"):
+        RuntimeScheduler(np.array([0, 1, 2]), np.array([0, 5]), pl, batch_size=1)

@@ -601,6 +601,9 @@ class RuntimeScheduler:
         # caches' 8 bytes per row and worker) then scales with the active rows,
         # not with the id space (33.8M ids at Criteo-Kaggle scale).
         indices = np.asarray(indices)
+        if indices.size and int(indices.max()) >= placement.num_embeddings:
+            raise TrainingError(f"The samples use embedding id {int(indices.max())} but the placement has "
+                                f"{placement.num_embeddings} rows; use the manifest made for this dataset.")
         used = np.zeros(placement.num_embeddings, dtype=np.bool_)
         _mark_used(indices, used)
         self.row_ids = np.flatnonzero(used).astype(np.int64)  # compact row -> global id
@@ -609,16 +612,18 @@ class RuntimeScheduler:
         self.indices = remap[indices]
         e = int(self.row_ids.size)
         self.num_rows = e
-        primary_full = np.asarray(placement.embedding_primary, dtype=np.int32)
-        primary = primary_full[self.row_ids].astype(np.int64)
-        local_full = np.left_shift(np.int64(1), primary_full.astype(np.int64))
+        primary = np.asarray(placement.embedding_primary)[self.row_ids].astype(np.int64)
+        local = np.left_shift(np.int64(1), primary)
         if placement.num_secondaries:
             emb = np.repeat(np.arange(placement.num_embeddings, dtype=np.int64), np.diff(placement.secondary_indptr))
-            np.bitwise_or.at(local_full, emb,
-                             np.left_shift(np.int64(1), np.asarray(placement.secondary_workers, dtype=np.int64)))
+            row = remap[emb]
+            keep = row >= 0  # secondaries of rows no sample uses do not matter
+            np.bitwise_or.at(local, row[keep],
+                             np.left_shift(np.int64(1), np.asarray(placement.secondary_workers, dtype=np.int64)[keep]))
+            del emb, row, keep
+        del remap
         self.st = np.zeros((e, 4), dtype=np.int64)
-        self.st[:, LOCAL] = local_full[self.row_ids]
-        del local_full, remap
+        self.st[:, LOCAL] = local
         self.st[:, VALID] = self.st[:, LOCAL]  # a secondary starts as a copy of its primary: current
         self.st[:, META] = primary | (np.int64(0) << 7) | (np.int64(0) << 14)  # dirty -1, available -1
         self.caches = WorkerCaches(n, e, capacity=cache_rows, policy=cache_policy)
