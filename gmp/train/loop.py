@@ -159,12 +159,12 @@ class _WorkerStep:
     slots: np.ndarray
     is_primary: np.ndarray
     is_secondary: np.ndarray
-    req: np.ndarray = None  # indices into uniq, grouped by owner
-    req_bounds: np.ndarray = None
-    req_clock: np.ndarray = None
-    true_clock: np.ndarray = None
-    rows: torch.Tensor = None
-    grad: torch.Tensor = None
+    req: np.ndarray | None = None  # indices into uniq of the rows requested, grouped by owner
+    req_bounds: np.ndarray | None = None  # req[req_bounds[d]:req_bounds[d+1]] go to worker d
+    req_clock: np.ndarray | None = None  # clock sent with each request (-1: not held)
+    true_clock: np.ndarray | None = None  # primary clock of every row of uniq
+    rows: torch.Tensor | None = None  # [len(uniq), row_dim] values read
+    grad: torch.Tensor | None = None  # their gradients
 
 
 class Trainer:
