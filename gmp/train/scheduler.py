@@ -92,6 +92,7 @@ from typing import Iterator, Sequence
 
 import numba
 import numpy as np
+from numba.cpython.unsafe.numbers import trailing_zeros  # llvm.cttz
 
 from ..errors import TrainingError
 from ..placement import Placement
@@ -126,15 +127,25 @@ def _gather(indptr, indices, samples):  # pragma: no cover - compiled
     return b_indptr, b_indices
 
 
-# Per-row state: one 32-byte record per (compacted) row, so that a row costs
-# one cache miss, not one per array (the kernels are memory-bound):
-#   st[r, VALID]   workers holding the latest version; the primary's bit is
-#                  always set (a primary is current after at most a push, and
-#                  always scores, Algorithm 1 line 3)
-#   st[r, LOCAL]   primary + secondaries (resident for good)
-#   st[r, WRITERS] workers using the row in the batch being processed
-#   st[r, META]    primary | (dirty + 1) << 7 | (available + 1) << 14
-VALID, LOCAL, WRITERS, META = 0, 1, 2, 3
+# Per-row state (compacted rows), split by how often the kernels touch it:
+#   valid[r]  workers holding the latest version; the primary's bit is always set
+#             (a primary is current after at most a push, and always scores,
+#             Algorithm 1 line 3). Read for every id of a batch, so it is stored in
+#             the narrowest unsigned type that holds N bits (uint8 for N <= 8: 2.6
+#             MB for Criteo-Kaggle's 2.6M active rows, resident in L2/L3).
+#   local[r]  primary + secondaries (resident for good), same type
+#   wr[r]     workers using the row in the batch being processed (0 between batches)
+#   meta[r]   int64: primary | (dirty + 1) << 7 | (available + 1) << 14
+
+
+def _mask_dtype(num_workers: int):
+    """Narrowest dtype holding ``num_workers`` bits (bit masks are read as int64 in the kernels)."""
+    for dt, bits in ((np.uint8, 8), (np.uint16, 16), (np.uint32, 32)):
+        if num_workers <= bits:
+            return dt
+    return np.int64
+
+
 _M7 = np.int64(127)
 
 
@@ -208,46 +219,80 @@ def _mark_used(indices, used):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True)
 def _trim_all(num_workers, capacity, lookahead_policy, window_count, stamp, q_row, q_stamp, head, tail, size,
-              st, t, buf, ev, ne):  # pragma: no cover - compiled
+              valid, meta, t, buf, ev_w, ev_r):  # pragma: no cover - compiled
+    """Step 3 (eviction): trim every cache; a victim loses its validity bit and, when its
+    pending updates are the evicting worker's, is pushed (events to ``ev_w``/``ev_r``)."""
+    ne = 0
     for w in range(num_workers):
         k = cache_trim(w, capacity, lookahead_policy, window_count, stamp, q_row, q_stamp, head, tail, size, buf)
         bit = np.int64(1) << np.int64(w)
         for i in range(k):
             r = buf[i]
-            st[r, 0] &= ~bit
-            meta = st[r, 3]
-            if _dirty(meta) == w:
-                ev[ne, 0] = 4
-                ev[ne, 1] = w
-                ev[ne, 2] = r
-                ev[ne, 3] = t
+            valid[r] = np.int64(valid[r]) & ~bit
+            mt = meta[r]
+            if _dirty(mt) == w:
+                ev_w[ne] = w
+                ev_r[ne] = r
                 ne += 1
-                st[r, 3] = _meta(_prim(meta), -1, t)
+                meta[r] = _meta(_prim(mt), -1, t)
     return ne
 
 
+#: ``_SPREAD[b]`` has byte k equal to bit k of ``b``: adding ``_SPREAD[mask byte]`` to one int64
+#: accumulator scores 8 workers at once (SWAR; a sample has at most 255 ids, else the plain loop)
+_SPREAD = np.array([sum(((b >> k) & 1) << (8 * k) for k in range(8)) for b in range(256)], dtype=np.uint64).view(np.int64)
+
+
 @numba.njit(cache=True, nogil=True)
-def _assign_mark(indptr, indices, samples, st, capacities, greedy, worker_of, touched):  # pragma: no cover
-    """One pass over the batch straight from the dataset CSR: Algorithm 1 (lines 1-13, when
-    ``greedy``; else ``worker_of`` is given) fused with marking each row's writers
-    (``st[r, WRITERS]``) and listing the batch's distinct rows in ``touched``."""
+def _assign_mark(indptr, indices, samples, valid, wr, capacities, greedy, swar, spread, worker_of, b_ptr, b_idx,
+                 touched):  # pragma: no cover - compiled
+    """Gather the batch's ids from the dataset CSR, run Algorithm 1 (lines 1-13, when
+    ``greedy``; else ``worker_of`` is given) and mark each row's writers (``wr``), listing the
+    batch's distinct rows in ``touched``. Returns (number of ids, number of distinct rows)."""
     m = samples.size
     n = capacities.size
-    load = np.zeros(n, dtype=np.int64)
-    score = np.zeros(n, dtype=np.int64)
-    nt = 0
+    # gather: all bounds first (independent loads overlap), then the ids, contiguous
+    b_ptr[0] = 0
     for i in range(m):
         s = samples[i]
-        a = indptr[s]
-        b = indptr[s + 1]
+        b_ptr[i + 1] = b_ptr[i] + (indptr[s + 1] - indptr[s])
+    for i in range(m):
+        s = samples[i]
+        o = b_ptr[i] - indptr[s]
+        for j in range(indptr[s], indptr[s + 1]):
+            b_idx[o + j] = indices[j]
+    nb = (n + 7) >> 3
+    acc = np.zeros(nb, dtype=np.int64)
+    score = np.zeros(n, dtype=np.int64)
+    load = np.zeros(n, dtype=np.int64)
+    nt = 0
+    for i in range(m):
+        a = b_ptr[i]
+        b = b_ptr[i + 1]
         if greedy:
-            for w in range(n):
-                score[w] = 0
-            for j in range(a, b):
-                # line 3: score(i, w) = |cache(w) ∩ embs(i)|, cache(w) = current copies + primaries
-                mask = st[indices[j], 0]
+            # line 3: score(i, w) = |cache(w) ∩ embs(i)|, cache(w) = current copies + primaries
+            if swar and nb == 1:
+                a0 = np.int64(0)
+                for j in range(a, b):
+                    a0 += spread[np.int64(valid[b_idx[j]])]
                 for w in range(n):
-                    score[w] += (mask >> w) & 1
+                    score[w] = (a0 >> (8 * w)) & 255
+            elif swar:
+                for k in range(nb):
+                    acc[k] = 0
+                for j in range(a, b):
+                    mask = np.int64(valid[b_idx[j]])
+                    for k in range(nb):
+                        acc[k] += spread[(mask >> (8 * k)) & 255]
+                for w in range(n):
+                    score[w] = (acc[w >> 3] >> (8 * (w & 7))) & 255
+            else:
+                for w in range(n):
+                    score[w] = 0
+                for j in range(a, b):
+                    mask = np.int64(valid[b_idx[j]])
+                    for w in range(n):
+                        score[w] += (mask >> w) & 1
             best = -1
             for w in range(n):  # line 8: best available worker
                 if load[w] >= capacities[w]:
@@ -257,102 +302,162 @@ def _assign_mark(indptr, indices, samples, st, capacities, greedy, worker_of, to
             worker_of[i] = best  # line 9
             load[best] += 1  # lines 10-11: full workers drop out via the capacity test
         bit = np.int64(1) << np.int64(worker_of[i])
-        for j in range(a, b):  # the sample's records are in L1 now
-            r = indices[j]
-            if st[r, 2] == 0:
+        for j in range(a, b):  # the sample's rows are in L1 now
+            r = b_idx[j]
+            x = np.int64(wr[r])
+            if x == 0:
                 touched[nt] = r
                 nt += 1
-            st[r, 2] |= bit
-    return nt
+            wr[r] = x | bit
+    return b_ptr[m], nt
+
+
+_CHUNK = 256  # rows whose state is loaded ahead (one burst of independent cache misses) per block
 
 
 @numba.njit(cache=True, nogil=True)
-def _sync_rows(touched, nt, st, num_workers, on_demand, keep_written, t, stamp, q_row, q_stamp, head, tail, size,
-               clock, ev, n_plan, n_pull, n_sync):  # pragma: no cover - compiled
+def _sync_rows(touched, nt, valid, local, wr, meta, num_workers, on_demand, keep_written, t, stamp, q_row, q_stamp,
+               head, tail, size, clock, plan_w, plan_r, pull_k, pull_w, pull_r, pull_a, sync_w, sync_r,
+               out):  # pragma: no cover - compiled
     """Per distinct row of the batch, in one pass: the plan of t-1 (Algorithm 1 line 15),
     the reads of t (pulls, cache touches) and the updates of t (pushes, validity).
-    Events go to three regions of ``ev`` starting at ``n_plan``, ``n_pull``, ``n_sync``."""
+    Events go to the plan / pull / sync buffers; ``out`` receives
+    (plans, pulls, syncs, violations, stale pulls, early pulls, -, sink)."""
+    n_plan = 0
+    n_pull = 0
+    n_sync = 0
     violations = 0
-    for i in range(nt):
-        r = touched[i]
-        m = st[r, 2]
-        meta = st[r, 3]
-        p = _prim(meta)
-        d = _dirty(meta)
-        av = _avail(meta)
-        pbit = np.int64(1) << np.int64(p)
-        if on_demand and d >= 0 and (m & ~(np.int64(1) << np.int64(d))) != 0:  # the communication plan
-            ev[n_plan, 0] = 3
-            ev[n_plan, 1] = d
-            ev[n_plan, 2] = r
-            ev[n_plan, 3] = t - 1
-            n_plan += 1
-            d = -1
-            av = t - 1
-        local = st[r, 1]
-        valid = st[r, 0]
-        for w in range(num_workers):  # reads
-            if (m >> w) & 1 == 0:
-                continue
-            if d >= 0 and d != w:
-                violations += 1  # someone else holds pending updates: the plan failed
-            if w == p:
-                continue
-            bit = np.int64(1) << np.int64(w)
-            if (valid & bit) == 0:
-                ev[n_pull, 0] = 1 if ((local & bit) != 0 or stamp[r, w] >= 0) else 0
-                ev[n_pull, 1] = w
-                ev[n_pull, 2] = r
-                ev[n_pull, 3] = av
-                n_pull += 1
-                valid |= bit
-            if (local & bit) == 0:  # cache_touch, inlined (a call costs 5x here)
-                if stamp[r, w] < 0:
-                    size[w] += 1
-                elif q_row[w, tail[w] - 1] == r and q_stamp[w, tail[w] - 1] == stamp[r, w]:
+    n_stale = 0
+    n_early = 0
+    sink = np.int64(0)
+    last = stamp.shape[1] - 1
+    for c0 in range(0, nt, _CHUNK):
+        c1 = min(c0 + _CHUNK, nt)
+        for i in range(c0, c1):  # touch the block's records first: their cache misses overlap
+            r = touched[i]
+            sink += meta[r] + stamp[r, 0] + stamp[r, last] + np.int64(valid[r]) + np.int64(local[r])
+        for i in range(c0, c1):
+            r = touched[i]
+            m = np.int64(wr[r])
+            mt = meta[r]
+            p = _prim(mt)
+            d = _dirty(mt)
+            av = _avail(mt)
+            pbit = np.int64(1) << np.int64(p)
+            if on_demand and d >= 0 and (m & ~(np.int64(1) << np.int64(d))) != 0:  # the communication plan
+                plan_w[n_plan] = d
+                plan_r[n_plan] = r
+                n_plan += 1
+                d = -1
+                av = t - 1
+            loc = np.int64(local[r])
+            val = np.int64(valid[r])
+            mm = m
+            while mm != 0:  # reads, by each worker using the row (ascending)
+                w = trailing_zeros(mm)
+                mm &= mm - 1
+                if d >= 0 and d != w:
+                    violations += 1  # someone else holds pending updates: the plan failed
+                if w == p:
                     continue
-                if tail[w] == q_row.shape[1]:
-                    _compact(w, stamp, q_row, q_stamp, head, tail)
-                clock[0] += 1
-                stamp[r, w] = clock[0]
-                q_row[w, tail[w]] = r
-                q_stamp[w, tail[w]] = clock[0]
-                tail[w] += 1
-        if m & (m - 1) == 0:  # updates: a single writer
-            w = 0
-            while (m >> w) & 1 == 0:
-                w += 1
-            if w == p:
-                valid = pbit
-                d = -1
-                av = t
-            elif on_demand:
-                valid = m | pbit
-                d = w
-            else:
-                ev[n_sync, 0] = 2
-                ev[n_sync, 1] = w
-                ev[n_sync, 2] = r
-                ev[n_sync, 3] = t
-                n_sync += 1
-                valid = (m | pbit) if keep_written else pbit
-                d = -1
-                av = t
-        else:  # several writers: combine at the primary
-            for w in range(num_workers):
-                if (m >> w) & 1 and w != p:
-                    ev[n_sync, 0] = 2
-                    ev[n_sync, 1] = w
-                    ev[n_sync, 2] = r
-                    ev[n_sync, 3] = t
+                bit = np.int64(1) << np.int64(w)
+                if (val & bit) == 0:
+                    stale = (loc & bit) != 0 or stamp[r, w] >= 0
+                    pull_k[n_pull] = 1 if stale else 0
+                    pull_w[n_pull] = w
+                    pull_r[n_pull] = r
+                    pull_a[n_pull] = av
+                    n_pull += 1
+                    n_stale += stale
+                    n_early += av < t - 1
+                    val |= bit
+                if (loc & bit) == 0:  # cache_touch, inlined (a call costs 5x here)
+                    if stamp[r, w] < 0:
+                        size[w] += 1
+                    elif q_row[w, tail[w] - 1] == r and q_stamp[w, tail[w] - 1] == stamp[r, w]:
+                        continue
+                    if tail[w] == q_row.shape[1]:
+                        _compact(w, stamp, q_row, q_stamp, head, tail)
+                    clock[0] += 1
+                    stamp[r, w] = clock[0]
+                    q_row[w, tail[w]] = r
+                    q_stamp[w, tail[w]] = clock[0]
+                    tail[w] += 1
+            if m & (m - 1) == 0:  # updates: a single writer
+                w = trailing_zeros(m)
+                if w == p:
+                    val = pbit
+                    d = -1
+                    av = t
+                elif on_demand:
+                    val = m | pbit
+                    d = w
+                else:
+                    sync_w[n_sync] = w
+                    sync_r[n_sync] = r
                     n_sync += 1
-            valid = pbit
-            d = -1
-            av = t
-        st[r, 0] = valid
-        st[r, 3] = _meta(p, d, av)
-        st[r, 2] = 0
-    return n_plan, n_pull, n_sync, violations
+                    val = (m | pbit) if keep_written else pbit
+                    d = -1
+                    av = t
+            else:  # several writers: combine at the primary
+                mm = m & ~pbit
+                while mm != 0:
+                    w = trailing_zeros(mm)
+                    mm &= mm - 1
+                    sync_w[n_sync] = w
+                    sync_r[n_sync] = r
+                    n_sync += 1
+                val = pbit
+                d = -1
+                av = t
+            valid[r] = val
+            meta[r] = _meta(p, d, av)
+            wr[r] = 0
+    out[0] = n_plan
+    out[1] = n_pull
+    out[2] = n_sync
+    out[3] = violations
+    out[4] = n_stale
+    out[5] = n_early
+    out[7] = sink
+    return n_plan
+
+
+@numba.njit(cache=True, nogil=True)
+def _assemble(row_ids, t, plan_w, plan_r, n_plan, pull_k, pull_w, pull_r, pull_a, n_pull, sync_w, sync_r, n_sync,
+              ev_w, ev_r, n_evict):  # pragma: no cover - compiled
+    """The batch's event arrays (kind, worker, global row, ready): plan | pulls | sync | evictions."""
+    total = n_plan + n_pull + n_sync + n_evict
+    kind = np.empty(total, dtype=np.int8)
+    worker = np.empty(total, dtype=np.int32)
+    row = np.empty(total, dtype=np.int64)
+    ready = np.empty(total, dtype=np.int64)
+    o = 0
+    for i in range(n_plan):
+        kind[o] = 3
+        worker[o] = plan_w[i]
+        row[o] = row_ids[plan_r[i]]
+        ready[o] = t - 1
+        o += 1
+    for i in range(n_pull):
+        kind[o] = pull_k[i]
+        worker[o] = pull_w[i]
+        row[o] = row_ids[pull_r[i]]
+        ready[o] = pull_a[i]
+        o += 1
+    for i in range(n_sync):
+        kind[o] = 2
+        worker[o] = sync_w[i]
+        row[o] = row_ids[sync_r[i]]
+        ready[o] = t
+        o += 1
+    for i in range(n_evict):
+        kind[o] = 4
+        worker[o] = ev_w[i]
+        row[o] = row_ids[ev_r[i]]
+        ready[o] = t
+        o += 1
+    return kind, worker, row, ready
 
 
 # --------------------------------------------------------------------------- pure functions
@@ -475,6 +580,7 @@ class BatchSchedule:
     schedule_s: float = 0.0
     index_in_epoch: int = 0
     _counts: np.ndarray | None = field(default=None, repr=False)
+    _prefetchable: int | None = field(default=None, repr=False)
 
     def worker_samples(self, worker: int) -> np.ndarray:
         """Global sample ids of ``worker`` in batch order."""
@@ -532,8 +638,11 @@ class ScheduleTotals:
 
     def add(self, sched: BatchSchedule) -> None:
         self.by_kind += sched.counts()
-        is_pull = sched.event_kind <= PULL_STALE  # PULL_KINDS are the two lowest codes
-        self.prefetchable_pulls += int(np.count_nonzero(is_pull & (sched.event_ready < sched.iteration - 1)))
+        if sched._prefetchable is not None:  # counted by the engine's kernel
+            self.prefetchable_pulls += int(sched._prefetchable)
+        else:
+            is_pull = sched.event_kind <= PULL_STALE  # PULL_KINDS are the two lowest codes
+            self.prefetchable_pulls += int(np.count_nonzero(is_pull & (sched.event_ready < sched.iteration - 1)))
         self.batches += 1
         self.schedule_s += sched.schedule_s
         if self.batches == 1:
@@ -622,10 +731,12 @@ class RuntimeScheduler:
                              np.left_shift(np.int64(1), np.asarray(placement.secondary_workers, dtype=np.int64)[keep]))
             del emb, row, keep
         del remap
-        self.st = np.zeros((e, 4), dtype=np.int64)
-        self.st[:, LOCAL] = local
-        self.st[:, VALID] = self.st[:, LOCAL]  # a secondary starts as a copy of its primary: current
-        self.st[:, META] = primary | (np.int64(0) << 7) | (np.int64(0) << 14)  # dirty -1, available -1
+        mt = _mask_dtype(n)
+        self.local = local.astype(mt)
+        self.valid = self.local.copy()  # a secondary starts as a copy of its primary: current
+        self.meta = primary | (np.int64(0) << 7) | (np.int64(0) << 14)  # dirty -1, available -1
+        self._wr = np.zeros(e, dtype=mt)
+        del local, primary
         self.caches = WorkerCaches(n, e, capacity=cache_rows, policy=cache_policy)
         self.iteration = -1  # global iteration counter across epochs
         self.totals = ScheduleTotals()
@@ -633,9 +744,10 @@ class RuntimeScheduler:
         self._order = np.zeros(0, dtype=np.int64)
         self._pos = 0
         self._window: list[tuple[np.ndarray, np.ndarray]] = []
-        self._touched = np.empty(0, dtype=np.int64)
         self._max_degree = int(np.diff(self.indptr).max()) if self.indptr.size > 1 else 0
-        self._ev = np.empty((0, 4), dtype=np.int64)
+        self._swar = self._max_degree <= 255  # per-sample scores fit a byte (see _SPREAD)
+        self._buf_ids = -1  # capacity (ids) of the per-batch buffers (_alloc_buffers), reused across batches
+        self._b_ptr = np.empty(0, dtype=np.int64)
         self._evicted = np.empty(16, dtype=np.int64)
 
     # ---- epoch / batch stream
@@ -695,24 +807,25 @@ class RuntimeScheduler:
         caps = np.zeros(n, dtype=np.int64)
         caps[:self.num_trainers] = batch_capacities(samples.size, self.num_trainers)
         nnz = samples.size * self._max_degree  # bound on the batch's ids (buffers only)
-        if self._touched.size < max(nnz, 1):  # buffers reused across batches (no page faults per step)
-            self._touched = np.empty(max(nnz, 1), dtype=np.int64)
-            self._ev = np.empty((4 * nnz + 16, 4), dtype=np.int64)
-        touched = self._touched
+        if self._buf_ids < nnz or self._b_ptr.size <= samples.size:
+            self._alloc_buffers(samples.size, nnz)
         greedy = self.assignment == "herald"
         worker_of = np.empty(samples.size, dtype=np.int32) if greedy else naive_assignment(caps)
-        nt = _assign_mark(self.indptr, self.indices, samples, self.st, caps, greedy, worker_of, touched)
+        _, nt = _assign_mark(self.indptr, self.indices, samples, self.valid, self._wr, caps, greedy, self._swar,
+                             _SPREAD, worker_of, self._b_ptr, self._b_idx, self._touched)
         # Visit the batch's rows in ascending id order: it fixes the recency order
         # within an iteration (gmp.train.cache) and turns the kernels' random
         # accesses into one ascending sweep (TLB- and prefetcher-friendly).
-        touched[:nt].sort()
-        ev = self._ev  # (kind, worker, row, ready); regions: plan | pulls | sync pushes | evictions
-        off_pull, off_sync, off_evict = nt, nt + nnz, nt + 2 * nnz
+        touched = self._touched[:nt]
+        touched.sort()
         c = self.caches
         c.reserve(nnz)
-        n_plan, n_pull, n_sync, violations = _sync_rows(
-            touched, nt, self.st, n, self.on_demand, not self.read_only_replicas, t, c.stamp, c.q_row, c.q_stamp,
-            c.head, c.tail, c.size, c.clock, ev, 0, off_pull, off_sync)
+        out = self._out
+        _sync_rows(touched, nt, self.valid, self.local, self._wr, self.meta, n, self.on_demand,
+                   not self.read_only_replicas, t, c.stamp, c.q_row, c.q_stamp, c.head, c.tail, c.size, c.clock,
+                   self._plan_w, self._plan_r, self._pull_k, self._pull_w, self._pull_r, self._pull_a,
+                   self._sync_w, self._sync_r, out)
+        n_plan, n_pull, n_sync, violations, n_stale, n_early = (int(x) for x in out[:6])
         if violations and self.check:
             raise TrainingError(f"Herald scheduler invariant broken at iteration {t}: {violations} reads of rows "
                                 "whose pending updates another worker still holds. This is a bug in gmp.")
@@ -721,19 +834,34 @@ class RuntimeScheduler:
         if self._evicted.size < int(c.size.max()):
             self._evicted = np.empty(2 * int(c.size.max()), dtype=np.int64)
         n_evict = _trim_all(n, c.capacity, c.lookahead_policy and self.lookahead > 0, c.window_count, c.stamp,
-                            c.q_row, c.q_stamp, c.head, c.tail, c.size, self.st, t, self._evicted, ev, off_evict)
-        pulls = ev[off_pull:n_pull]
-        num_stale = int(np.count_nonzero(pulls[:, 0]))
-        counts = np.array([pulls.shape[0] - num_stale, num_stale, n_sync - off_sync, n_plan, n_evict - off_evict, 0],
-                          dtype=np.int64)
-        ev = np.concatenate([ev[:n_plan], pulls, ev[off_sync:n_sync], ev[off_evict:n_evict]])
+                            c.q_row, c.q_stamp, c.head, c.tail, c.size, self.valid, self.meta, t, self._evicted,
+                            self._ev_w, self._ev_r)
+        kind, worker, row, ready = _assemble(self.row_ids, t, self._plan_w, self._plan_r, n_plan, self._pull_k,
+                                             self._pull_w, self._pull_r, self._pull_a, n_pull, self._sync_w,
+                                             self._sync_r, n_sync, self._ev_w, self._ev_r, n_evict)
+        counts = np.array([n_pull - n_stale, n_stale, n_sync, n_plan, n_evict, 0], dtype=np.int64)
         self._pos += 1
-        sched = BatchSchedule(t, samples, worker_of, n, ev[:, 0].astype(np.int8), ev[:, 1].astype(np.int32),
-                              self.row_ids[ev[:, 2]], ev[:, 3].copy(), _counts=counts)
+        sched = BatchSchedule(t, samples, worker_of, n, kind, worker, row, ready, _counts=counts,
+                              _prefetchable=n_early)
         sched.schedule_s = time.perf_counter() - t0
         sched.index_in_epoch = k
         self.totals.add(sched)
         return sched
+
+    def _alloc_buffers(self, num_samples: int, nnz: int) -> None:
+        """Per-batch scratch buffers for up to ``nnz`` ids (reused: no page faults per step)."""
+        nnz = max(int(nnz), 1)
+        self._buf_ids = nnz
+        self._b_ptr = np.empty(num_samples + 1, dtype=np.int64)
+        self._b_idx = np.empty(nnz, dtype=np.int32)
+        self._touched = np.empty(nnz, dtype=np.int32)
+        self._plan_w, self._plan_r = np.empty(nnz, dtype=np.int32), np.empty(nnz, dtype=np.int32)
+        self._pull_k = np.empty(nnz, dtype=np.int8)
+        self._pull_w, self._pull_r = np.empty(nnz, dtype=np.int32), np.empty(nnz, dtype=np.int32)
+        self._pull_a = np.empty(nnz, dtype=np.int64)
+        self._sync_w, self._sync_r = np.empty(nnz, dtype=np.int32), np.empty(nnz, dtype=np.int32)
+        self._ev_w, self._ev_r = np.empty(nnz + 16, dtype=np.int32), np.empty(nnz + 16, dtype=np.int32)
+        self._out = np.zeros(8, dtype=np.int64)
 
     def _finish_epoch(self) -> None:
         dirty = self.dirty
@@ -742,17 +870,17 @@ class RuntimeScheduler:
         self.flush = (np.stack([workers, self.row_ids[rows]]) if rows.size
                       else np.zeros((2, 0), dtype=np.int64))
         self.totals.by_kind[PUSH_FLUSH] += rows.size
-        self.st[rows, META] = self.primary[rows] | ((self.iteration + 1) << 14)  # dirty -1, available = now
+        self.meta[rows] = self.primary[rows] | ((self.iteration + 1) << 14)  # dirty -1, available = now
 
     @property
     def primary(self) -> np.ndarray:
         """int64 [num_rows] primary worker of each (compacted) row."""
-        return self.st[:, META] & 127
+        return self.meta & 127
 
     @property
     def dirty(self) -> np.ndarray:
         """int64 [num_rows] worker holding pending updates of each row, -1 if none."""
-        return ((self.st[:, META] >> 7) & 127) - 1
+        return ((self.meta >> 7) & 127) - 1
 
     def flush_rows(self, worker: int) -> np.ndarray:
         """Rows ``worker`` pushed at the end of the epoch (after :meth:`next_batch` returned None)."""
