@@ -25,6 +25,19 @@ def _parse_staleness(text: str) -> float:
     return value
 
 
+def _herald_options(schedule: str, **opts) -> dict:
+    """Schedule options for ``--schedule herald``; the herald-only flags are refused with other schedules."""
+    if schedule == "herald":
+        return opts
+    defaults = {"lookahead": 0, "on_demand": False, "cache_rows": 0, "cache_policy": "lru", "read_only_replicas": True}
+    changed = [k for k, v in opts.items() if v != defaults[k]]
+    if changed:
+        flag = "--" + changed[0].replace("_", "-")
+        raise TrainingError(f"{flag} applies to --schedule herald only, got --schedule {schedule}; drop {flag} or "
+                            f"use --schedule herald.")
+    return {}
+
+
 def register(app: typer.Typer) -> None:
     @app.command("train")
     @handle_errors
@@ -54,7 +67,22 @@ def register(app: typer.Typer) -> None:
         log_every: int = typer.Option(0, "--log-every", help="Also log a JSON line every K steps (0 = off)."),
         lookahead: int = typer.Option(0, "--lookahead",
                                       help="--schedule herald: run the scheduler this many batches ahead in a "
-                                           "background thread (0 = inline)."),
+                                           "background thread (0 = inline) and fetch the rows of the next "
+                                           "step early when their values are already final; also the window "
+                                           "of --cache-policy lookahead."),
+        on_demand: bool = typer.Option(False, "--on-demand/--no-on-demand",
+                                       help="--schedule herald (s = 0): keep a worker's updates of rows it is not "
+                                            "primary of until the communication plan, an eviction or the epoch "
+                                            "end needs them (Herald's on-demand synchronisation)."),
+        cache_rows: int = typer.Option(0, "--cache-rows",
+                                       help="--schedule herald (s = 0): rows each worker caches beyond its "
+                                            "primaries and secondaries."),
+        cache_policy: str = typer.Option("lru", "--cache-policy", help="lru | lookahead (evict first the rows "
+                                                                      "the next --lookahead batches do not use)."),
+        read_only_replicas: bool = typer.Option(True, "--read-only-replicas/--writable-replicas",
+                                                help="--schedule herald: after a synchronous push only the primary "
+                                                     "is current (read-only) or the writer's copy too (writable, "
+                                                     "Herald's cache; s = 0)."),
     ) -> None:
         """Train WDL / DCN / DeepFM from a placement manifest (HET-GMP primaries/secondaries, bounded staleness).
 
@@ -67,6 +95,8 @@ def register(app: typer.Typer) -> None:
         config = TrainConfig(model=model, embedding_dim=embedding_dim, optimizer=optimizer, lr=lr,
                              batch_size=batch_size, epochs=epochs, staleness=_parse_staleness(staleness), seed=seed,
                              schedule=schedule, shuffle=shuffle, log_every=log_every,
-                             schedule_options={"lookahead": lookahead} if schedule == "herald" else {})
+                             schedule_options=_herald_options(schedule, lookahead=lookahead, on_demand=on_demand,
+                                                              cache_rows=cache_rows, cache_policy=cache_policy,
+                                                              read_only_replicas=read_only_replicas))
         train(dataset, manifest, config, engine=engine, workers=workers, checkpoint_dir=checkpoint_dir,
               resume=resume, log_json=log_json, on_record=lambda rec: typer.echo(json_line(rec)))

@@ -60,6 +60,10 @@ from .store import EmbeddingStore
 log = logging.getLogger("gmp.train")
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 COUNTERS = ("remote_rows_read", "remote_rows_pushed", "staleness_refreshes")
+#: per-kind transfers of ``--schedule herald`` (s = 0), the runtime scheduler's event names (+ prefetch)
+HERALD_COUNTERS = ("pull_miss", "pull_stale", "push_sync", "push_plan", "push_evict", "push_flush",
+                   "prefetched_rows")
+ALL_COUNTERS = COUNTERS + HERALD_COUNTERS
 
 
 @dataclass
@@ -210,7 +214,10 @@ class Trainer:
         # position and epoch accumulators (checkpointed)
         self.epoch = 0
         self.step_in_epoch = 0
-        self.counters = np.zeros((len(self.stores), len(COUNTERS)), dtype=np.int64)
+        self.counters = np.zeros((len(self.stores), len(ALL_COUNTERS)), dtype=np.int64)
+        self.herald = self._herald_mode()
+        self._staged: list[tuple[np.ndarray, torch.Tensor] | None] = [None] * len(self.stores)
+        self._prefetch_stats = {"produce_s": 0.0, "stall_s": 0.0, "items": 0}
         self.acc = {"loss_sum": 0.0, "samples": 0, "steps": 0, "train_seconds": 0.0}
         self.history: list[dict[str, Any]] = []
         self.interrupted = False
@@ -252,7 +259,7 @@ class Trainer:
     # ------------------------------------------------------------------ step
     def _count(self, li: int, name: str, value: int) -> None:
         if self.engine.counting:
-            self.counters[li, COUNTERS.index(name)] += int(value)
+            self.counters[li, ALL_COUNTERS.index(name)] += int(value)
 
     def _prepare(self, li: int, samples: np.ndarray) -> _WorkerStep:
         store = self.stores[li]
@@ -382,6 +389,8 @@ class Trainer:
 
     def train_step(self, step: Step) -> float:
         """Run one synchronous step of all local workers; return the sum of their sample losses."""
+        if self.herald is not None and "herald" in step.info:
+            return self._herald_step(step)
         total = step.global_batch_size
         if total == 0:
             return 0.0
@@ -390,17 +399,7 @@ class Trainer:
         ws = [self._prepare(li, step.samples[w]) for li, w in enumerate(self.engine.local_workers)]
         check = not math.isinf(self.staleness)
         self._read_rows(ws, check_secondaries=check, staleness=self.staleness)
-        # phase 4: forward/backward; dense grads accumulate over local workers
-        self.dense_opt.zero_grad(set_to_none=False)
-        loss_sum = 0.0
-        for li, s in enumerate(ws):
-            leaf = s.rows.detach().requires_grad_(True)
-            if s.samples.size:
-                batch = self._batch(s, leaf.device)
-                loss = bce_sum(self.model(leaf, batch), batch.labels)
-                (loss / total).backward()
-                loss_sum += float(loss.detach())
-            s.grad = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+        loss_sum = self._forward_backward(ws, total)  # phase 4
         # phase 5: push gradients of non-primary rows to their primaries
         n = self.num_workers
         id_sends, grad_sends, pushed = [], [], []
@@ -436,6 +435,276 @@ class Trainer:
             store.apply_gradients(uslots, summed)
         self._dense_step()
         return loss_sum
+
+    def _forward_backward(self, ws: list[_WorkerStep], total: int) -> float:
+        """Phase 4: forward/backward of every local worker; dense grads accumulate over them."""
+        self.dense_opt.zero_grad(set_to_none=False)
+        loss_sum = 0.0
+        for li, s in enumerate(ws):
+            leaf = s.rows.detach().requires_grad_(True)
+            if s.samples.size:
+                batch = self._batch(s, leaf.device)
+                loss = bce_sum(self.model(leaf, batch), batch.labels)
+                (loss / total).backward()
+                loss_sum += float(loss.detach())
+            s.grad = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+        return loss_sum
+
+    # ------------------------------------------------- herald (runtime-driven)
+    def _herald_mode(self) -> dict[str, Any] | None:
+        """The runtime scheduler's options when ``--schedule herald`` drives the transfers (s = 0), else None.
+
+        At s = 0 every pull and push of a herald step is the one the
+        :class:`~gmp.train.scheduler.RuntimeScheduler` lists (module docstring of
+        :mod:`gmp.train.scheduler`); the trainer's per-worker store keeps the
+        cache and the pending updates (:mod:`gmp.train.store`). With s > 0 the
+        scheduler only assigns samples and the store works as for any schedule,
+        which is exact only without cache and on-demand synchronisation.
+        """
+        opts = getattr(self.schedule, "engine_options", None)
+        if opts is None or not hasattr(self.schedule, "_batches"):
+            return None
+        if self.staleness != 0:
+            if opts["cache_rows"] or opts["on_demand"] or not opts["read_only_replicas"]:
+                raise TrainingError("--cache-rows > 0, --on-demand and writable replicas need --staleness 0 "
+                                    "(the runtime scheduler models s = 0 only, Herald section 3.3); use "
+                                    "--staleness 0 or --cache-rows 0 --no-on-demand --read-only-replicas.")
+            return None
+        for store in self.stores:
+            store.enable_cache()
+        return dict(opts)
+
+    def _herald_source(self, epoch: int, start: int):
+        """(BatchSchedule, per-local-worker ids in the scheduler's cache after that batch)."""
+        hs = self.schedule
+        for sched in hs._batches(epoch, start):
+            eng = hs._engine
+            snap = None
+            if eng is not None:  # the state right after this batch (this runs before the next next_batch)
+                snap = [np.sort(eng.row_ids[eng.caches.rows(w)]) for w in self.engine.local_workers]
+            yield sched, snap
+
+    def _herald_steps(self, epoch: int, start: int):
+        """Steps of the runtime-driven herald schedule; each with the next step's schedule (or None)."""
+        from .prefetch import Prefetcher
+
+        hs = self.schedule
+        n = self.num_workers
+        k = int(self.herald["lookahead"])
+        self._staged = [None] * len(self.stores)
+        pf = Prefetcher(self._herald_source(epoch, start), k) if k > 0 else None
+        items = (item for item, _ in pf) if pf is not None else self._herald_source(epoch, start)
+        completed = False
+        try:
+            cur = next(items, None)
+            while cur is not None:
+                nxt = next(items, None)
+                sched, snap = cur
+                step = Step(sched.index_in_epoch, [sched.worker_samples(w) for w in range(n)],
+                            info={"herald": sched, "cache_after": snap,
+                                  "next": nxt[0] if nxt is not None else None})
+                yield step
+                cur = nxt
+            completed = True
+        finally:
+            if pf is not None:
+                pf.close()
+                st = pf.stats()
+                for key in ("items", "produce_s", "stall_s"):
+                    self._prefetch_stats[key] += st[key]
+            if not completed:  # the scheduler ran ahead of training: replay it on the next call
+                hs._engine = None
+
+    def _steps(self, epoch: int, start: int):
+        if self.herald is not None:
+            return self._herald_steps(epoch, start)
+        return self.schedule.steps(epoch, start)
+
+    def _push_pending(self, rows_per_worker: list[np.ndarray], kind: str) -> None:
+        """Push the copies of ``rows_per_worker[li]`` (pending updates applied) to their primaries."""
+        n = self.num_workers
+        id_sends, pay_sends = [], []
+        for li, rows in enumerate(rows_per_worker):
+            store = self.stores[li]
+            rows = np.asarray(rows, dtype=np.int64)
+            slots = store.lookup(rows)
+            if np.any(slots < store.num_primary) or not np.all(store.dirty[slots]):
+                raise TrainingError(f"worker {store.worker}: the runtime scheduler asks for a {kind} of rows "
+                                    f"without pending updates here. This is a bug in gmp.")
+            order, bounds = _group_by_owner(np.arange(rows.size), self.primary[rows], n)
+            pay = store.read_payload(slots[order])
+            id_sends.append([self._int_tensor(rows[order[bounds[d]:bounds[d + 1]]]) for d in range(n)])
+            pay_sends.append([pay[bounds[d]:bounds[d + 1]] for d in range(n)])
+            store.dirty[slots] = False
+            self._count(li, kind, rows.size)
+            self._count(li, "remote_rows_pushed", rows.size)
+        rid = self.engine.alltoallv(id_sends, "ids_clocks")
+        rpay = self.engine.alltoallv(pay_sends, "gradients",
+                                     recv_counts=[[int(t.shape[0]) for t in r] for r in rid])
+        for li, store in enumerate(self.stores):
+            for src in range(n):
+                ids = rid[li][src].cpu().numpy()
+                if ids.size:
+                    store.overwrite_primary(store.lookup(ids), rpay[li][src])
+
+    def _pull(self, sched, nxt) -> None:
+        """Pull this step's rows (those fetched one step early come from the stage) and, with a
+        look-ahead, fetch the next step's provably final rows early."""
+        from .scheduler import PULL_KINDS, PULL_MISS, PULL_STALE
+
+        n = self.num_workers
+        early = self.herald["lookahead"] > 0 and nxt is not None
+        req_sends, wants = [], []
+        for li, w in enumerate(self.engine.local_workers):
+            store = self.stores[li]
+            self._count(li, "pull_miss", sched.rows(PULL_MISS, w).size)
+            self._count(li, "pull_stale", sched.rows(PULL_STALE, w).size)
+            self._count(li, "remote_rows_read", sched.rows(PULL_MISS, w).size)
+            self._count(li, "staleness_refreshes", sched.rows(PULL_STALE, w).size)
+            rows = np.unique(sched.pulls(w))
+            staged = self._staged[li]
+            self._staged[li] = None
+            pre = None
+            if staged is not None and staged[0].size:  # fetched one step early (provably final values)
+                have = np.isin(rows, staged[0])
+                pos = np.searchsorted(staged[0], rows[have])
+                pre = (rows[have], staged[1][torch.as_tensor(pos, dtype=torch.int64, device=staged[1].device)])
+                self._count(li, "prefetched_rows", int(have.sum()))
+                rows = rows[~have]
+            ahead = np.zeros(0, dtype=np.int64)
+            if early:  # ready < t+1 - 1: the primary's value is final before this step's updates
+                sel = np.isin(nxt.event_kind, PULL_KINDS) & (nxt.event_worker == w) & \
+                    (nxt.event_ready < nxt.iteration - 1)
+                ahead = np.unique(nxt.event_row[sel])
+            want = np.concatenate([rows, ahead])
+            order, bounds = _group_by_owner(np.arange(want.size), self.primary[want], n)
+            wants.append((want, rows.size, order, bounds, pre))
+            req_sends.append([self._int_tensor(want[order[bounds[d]:bounds[d + 1]]]) for d in range(n)])
+        rid = self.engine.alltoallv(req_sends, "ids_clocks")
+        replies = []
+        for li, store in enumerate(self.stores):
+            rep = []
+            for src in range(n):
+                ids = rid[li][src].cpu().numpy()
+                slots = store.lookup(ids)
+                if np.any((slots < 0) | (slots >= store.num_primary)):
+                    raise TrainingError(f"worker {store.worker} was asked for rows it is not primary of.")
+                rep.append(store.read_payload(slots) if ids.size else
+                           torch.zeros(0, store.payload_dim, dtype=self.dtype, device=store.device))
+            replies.append(rep)
+        got = self.engine.alltoallv(replies, "embedding_rows",
+                                    recv_counts=[[int(w[3][d + 1] - w[3][d]) for d in range(n)] for w in wants])
+        for li, (want, now, order, bounds, pre) in enumerate(wants):
+            store = self.stores[li]
+            pay = torch.cat([g.to(store.device, self.dtype) for g in got[li]]) if want.size else \
+                torch.zeros(0, store.payload_dim, dtype=self.dtype, device=store.device)
+            inv = np.empty(want.size, dtype=np.int64)
+            inv[order] = np.arange(want.size)
+            pay = pay[torch.as_tensor(inv, dtype=torch.int64, device=pay.device)]  # back to want order
+            rows, rows_pay = want[:now], pay[:now]
+            if pre is not None:  # one install in id order, early or not: the cache layout is the same
+                rows = np.concatenate([rows, pre[0]])
+                rows_pay = torch.cat([rows_pay, pre[1].to(rows_pay.device)])
+                srt = np.argsort(rows, kind="stable")
+                rows, rows_pay = rows[srt], rows_pay[torch.as_tensor(srt, dtype=torch.int64, device=rows_pay.device)]
+            self._install(li, rows, rows_pay)
+            if want.size > now:
+                ahead = want[now:]
+                self._staged[li] = (ahead, pay[now:])  # ahead is sorted (np.unique)
+
+    def _install(self, li: int, rows: np.ndarray, payload: torch.Tensor) -> None:
+        store = self.stores[li]
+        slots = store.lookup(rows)
+        if np.any((slots >= 0) & (slots < store.num_primary)):
+            raise TrainingError(f"worker {store.worker}: the runtime scheduler pulls a row it is primary of. "
+                                f"This is a bug in gmp.")
+        new = slots < 0
+        if new.any():
+            slots[new] = store.cache_insert(rows[new])
+        if np.any(store.dirty[slots]):
+            raise TrainingError(f"worker {store.worker}: a pull would overwrite pending updates. This is a bug in gmp.")
+        store.install_copies(slots, payload)
+
+    def _herald_step(self, step: Step) -> float:
+        """One s = 0 step whose every transfer is the runtime scheduler's (see :meth:`_herald_mode`)."""
+        from .scheduler import PUSH_EVICT, PUSH_SYNC
+
+        sched = step.info["herald"]
+        total = step.global_batch_size
+        n = self.num_workers
+        local = self.engine.local_workers
+        # end of the previous iteration: the communication plan (Algorithm 1 line 15)
+        self._push_pending([sched.plan(w) for w in local], "push_plan")
+        self._pull(sched, step.info.get("next"))
+        ws = [self._prepare(li, step.samples[w]) for li, w in enumerate(local)]
+        for li, s in enumerate(ws):
+            if np.any(s.slots < 0):
+                raise TrainingError(f"worker {local[li]} lacks rows the runtime scheduler holds valid there. "
+                                    f"This is a bug in gmp.")
+            s.rows = self.stores[li].read(s.slots)
+        loss_sum = self._forward_backward(ws, total) if total else 0.0
+        # synchronous pushes (naive sync, or several writers): gradients to the primaries
+        id_sends, grad_sends = [], []
+        for li, s in enumerate(ws):
+            store = self.stores[li]
+            sync = np.unique(sched.rows(PUSH_SYNC, local[li]))
+            pos = np.searchsorted(s.uniq, sync)
+            if sync.size and (np.any(pos >= s.uniq.size) or np.any(s.uniq[np.minimum(pos, s.uniq.size - 1)] != sync)
+                              or np.any(s.is_primary[pos])):
+                raise TrainingError(f"worker {store.worker}: the runtime scheduler pushes rows it did not use. "
+                                    f"This is a bug in gmp.")
+            copies = np.flatnonzero(~s.is_primary)
+            pending = np.setdiff1d(copies, pos, assume_unique=True)
+            if pending.size and not self.herald["on_demand"]:
+                raise TrainingError(f"worker {store.worker}: an update left unpushed without on-demand "
+                                    f"synchronisation. This is a bug in gmp.")
+            order, bounds = _group_by_owner(pos, self.primary[s.uniq], n)
+            g = s.grad[torch.as_tensor(order, dtype=torch.int64, device=s.grad.device)]
+            id_sends.append([self._int_tensor(s.uniq[order[bounds[d]:bounds[d + 1]]]) for d in range(n)])
+            grad_sends.append([g[bounds[d]:bounds[d + 1]] for d in range(n)])
+            self._count(li, "push_sync", sync.size)
+            self._count(li, "remote_rows_pushed", sync.size)
+            if np.any(store.dirty[s.slots[pos]]):
+                raise TrainingError(f"worker {store.worker}: a synchronous push of a row with pending updates. "
+                                    f"This is a bug in gmp.")
+            # the worker's own step on its copies (exactly the primary's formula and state)
+            store.apply_copy(s.slots[copies], s.grad[torch.as_tensor(copies, dtype=torch.int64,
+                                                                     device=s.grad.device)])
+            store.dirty[s.slots[pending]] = True  # on-demand: kept until a plan/eviction/epoch end
+        rid = self.engine.alltoallv(id_sends, "ids_clocks")
+        rgrad = self.engine.alltoallv(grad_sends, "gradients",
+                                      recv_counts=[[int(t.shape[0]) for t in r] for r in rid])
+        for li, s in enumerate(ws):
+            store = self.stores[li]
+            own = np.flatnonzero(s.is_primary)
+            slot_parts = [s.slots[own]] + [store.lookup(rid[li][src].cpu().numpy()) for src in range(n)]
+            grad_parts = [s.grad[torch.as_tensor(own, dtype=torch.int64, device=s.grad.device)]]
+            grad_parts += [rgrad[li][src].to(store.device, self.dtype) for src in range(n)]
+            all_slots = np.concatenate(slot_parts)
+            if all_slots.size == 0:
+                continue
+            uslots, where = np.unique(all_slots, return_inverse=True)
+            summed = torch.zeros(uslots.size, self.row_dim, dtype=self.dtype, device=store.device)
+            summed.index_add_(0, torch.as_tensor(where.reshape(-1), device=store.device),
+                              torch.cat([g.to(store.device) for g in grad_parts]))
+            store.apply_gradients(uslots, summed)
+        # evictions: pending updates of victims go to their primaries, then the cache forgets them
+        self._push_pending([sched.rows(PUSH_EVICT, w) for w in local], "push_evict")
+        snap = step.info.get("cache_after")
+        if snap is not None:
+            for li, store in enumerate(self.stores):
+                store.cache_drop(np.setdiff1d(store.cached_ids(), snap[li], assume_unique=True))
+        self._dense_step()
+        return loss_sum
+
+    def flush_pending(self) -> None:
+        """Epoch end: every pending update goes to its primary (the scheduler's ``push_flush``)."""
+        rows = []
+        for store in self.stores:
+            sl = np.flatnonzero(store.dirty)
+            rows.append(np.where(sl < store.num_rows, store.ids[np.minimum(sl, store.num_rows - 1)],
+                                 store.cache_ids[np.maximum(sl - store.num_rows, 0)]))
+        self._push_pending(rows, "push_flush")
 
     def _dense_step(self) -> None:
         params = list(self.model.parameters())
@@ -509,6 +778,7 @@ class Trainer:
         self.engine.bytes[:] = 0
         self.engine.seconds = 0.0
         self.acc = {"loss_sum": 0.0, "samples": 0, "steps": 0, "train_seconds": 0.0}
+        self._prefetch_stats = {"produce_s": 0.0, "stall_s": 0.0, "items": 0}
 
     def _global(self) -> tuple[np.ndarray, dict[str, int], float]:
         counters = self.engine.sum_across(self.counters.sum(axis=0).astype(np.float64))
@@ -530,6 +800,22 @@ class Trainer:
                "embedding_bytes_per_step": (nbytes["embedding_rows"] + nbytes["gradients"]) / steps}
         for name, v in zip(COUNTERS, counters):
             rec[name] = int(round(v))
+        if self.herald is not None:
+            h = {name: int(round(v)) for name, v in zip(ALL_COUNTERS, counters) if name in HERALD_COUNTERS}
+            h["pulls"] = h["pull_miss"] + h["pull_stale"]
+            h["pushes"] = sum(h[k] for k in ("push_sync", "push_plan", "push_evict", "push_flush"))
+            h.update({k: self.herald[k] for k in ("on_demand", "cache_rows", "cache_policy", "read_only_replicas")})
+            rec["herald"] = h
+            if self.herald["lookahead"] > 0:
+                st = self._prefetch_stats
+                late = h["pulls"] - h["prefetched_rows"]
+                rec["prefetch"] = {
+                    "lookahead": int(self.herald["lookahead"]),
+                    "early_rows": h["prefetched_rows"], "late_rows": late,
+                    "early_share": h["prefetched_rows"] / h["pulls"] if h["pulls"] else 1.0,
+                    "scheduler_produce_s": st["produce_s"], "scheduler_stall_s": st["stall_s"],
+                    "scheduler_overlap": (max(0.0, 1.0 - st["stall_s"] / st["produce_s"])
+                                          if st["produce_s"] > 0 else 1.0)}
         rec.update(extra)
         return rec
 
@@ -558,7 +844,7 @@ class Trainer:
             num_steps = self.schedule.num_steps(self.epoch)
             bar = _Bar(show, f"epoch {self.epoch + 1}/{self.config.epochs}", num_steps, self.step_in_epoch)
             with bar:
-                for step in self.schedule.steps(self.epoch, self.step_in_epoch):
+                for step in self._steps(self.epoch, self.step_in_epoch):
                     if (stop_after_steps is not None and done >= stop_after_steps) or self._stop_now:
                         self.interrupted = True
                         return records
@@ -578,6 +864,9 @@ class Trainer:
             if self.staleness > 0:
                 with _timed(self.acc):
                     self.sync_secondaries()
+            if self.herald is not None:
+                with _timed(self.acc):
+                    self.flush_pending()
             metrics = self.evaluate()
             rec = self._record("epoch", metrics)
             rec["memory_bytes_per_worker"] = [int(x) for x in np.concatenate(self.engine.gather(

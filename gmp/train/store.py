@@ -28,9 +28,28 @@ holds (:meth:`EmbeddingStore.apply_local`; Adagrad with a per-replica sum of
 squares of the worker's own gradients), so it sees its own updates between
 refreshes; the clock is not advanced, and a refresh overwrites the replica
 with the primary, which has received the same gradients.
+
+**Cache and pending updates (``--schedule herald`` at s = 0).** With
+:meth:`EmbeddingStore.enable_cache` the store also keeps copies of rows that
+are neither primary nor secondary on the worker, in slots
+``[num_rows, num_rows + allocated)`` (the table grows by doubling; the
+runtime scheduler bounds how many are live: ``--cache-rows`` between
+iterations, plus the batch's rows during one). Every non-primary slot
+(secondary or cached) then holds a *copy* of the primary row: its value and,
+with Adagrad, a copy of the primary's sum of squares (``copy_state``), so the
+worker can apply the optimizer step to its copy exactly as the primary would
+(:meth:`apply_copy`), and a ``dirty`` flag for updates not yet pushed.
+A push of pending updates sends the copy's value (and state), which
+overwrites the primary (:meth:`overwrite_primary`): at s = 0 the runtime
+scheduler guarantees nobody else read or wrote the row in between, so this
+is the single-worker update sequence, bit for bit. In this mode
+``copy_state`` replaces the per-replica ``local_state`` of ``s > 0`` (the
+two modes never mix: cache and pending updates need s = 0).
 """
 
 from __future__ import annotations
+
+import heapq
 
 import numpy as np
 import torch
@@ -138,6 +157,9 @@ class EmbeddingStore:
         # stale gradients" of HET-GMP section 6), used to apply them locally when s > 0
         self.local_state = (torch.zeros(self.num_rows - self.num_primary, self.row_dim, dtype=dtype,
                                         device=self.device) if optimizer == "adagrad" else None)
+        self.dirty = np.zeros(self.num_rows, dtype=bool)  # copies with pending updates (herald, s = 0)
+        self._cache_map = None
+        self.cache_ids = np.zeros(0, dtype=np.int64)
         expected = int(placement.rows_held()[worker])
         if self.num_rows != expected:  # memory plan of the manifest: rows held per worker
             raise TrainingError(f"worker {worker} holds {self.num_rows} rows, the placement plans {expected}; "
@@ -145,14 +167,176 @@ class EmbeddingStore:
 
     # -- lookups ----------------------------------------------------------
     def lookup(self, gids: np.ndarray) -> np.ndarray:
-        """Local slots of ``gids`` (int64, -1 where not held)."""
-        return self.slots.lookup(gids)
+        """Local slots of ``gids`` (int64, -1 where not held; cached rows included)."""
+        out = self.slots.lookup(gids)
+        if self._cache_map is not None and out.size:
+            miss = out < 0
+            if miss.any():
+                out[miss] = self._cache_lookup(np.asarray(gids, dtype=np.int64)[miss])
+        return out
 
     def is_primary_slot(self, slots: np.ndarray) -> np.ndarray:
         return (slots >= 0) & (slots < self.num_primary)
 
     def is_secondary_slot(self, slots: np.ndarray) -> np.ndarray:
+        return (slots >= self.num_primary) & (slots < self.num_rows)
+
+    def is_copy_slot(self, slots: np.ndarray) -> np.ndarray:
+        """Secondary or cached slots (copies of another worker's primary)."""
         return slots >= self.num_primary
+
+    # -- cache (herald, s = 0) ----------------------------------------------
+    def enable_cache(self) -> None:
+        """Allow rows beyond the placement's (see the module docstring); idempotent."""
+        if self._cache_map is not None:
+            return
+        n = self.slots.num_embeddings
+        self._cache_map = np.full(n, -1, dtype=np.int64) if n <= DENSE_MAP_MAX_IDS else {}
+        self.cache_ids = np.zeros(0, dtype=np.int64)  # global id of each cache slot, -1 when free
+        self._free: list[int] = []  # a heap of free cache slots
+        if self.optimizer == "adagrad" and self.local_state is not None:
+            self.local_state.zero_()  # copy_state: copies of the primaries' sums (secondaries start at 0)
+
+    @property
+    def copy_state(self) -> torch.Tensor | None:
+        """Adagrad sums of squares of the copies (slots ``num_primary ..``), in cache mode."""
+        return self.local_state
+
+    def _cache_lookup(self, gids: np.ndarray) -> np.ndarray:
+        if isinstance(self._cache_map, dict):
+            return np.array([self._cache_map.get(int(g), -1) for g in gids], dtype=np.int64)
+        return self._cache_map[gids]
+
+    def _cache_set(self, gids: np.ndarray, slots: np.ndarray) -> None:
+        if isinstance(self._cache_map, dict):
+            for g, sl in zip(gids.tolist(), slots.tolist()):
+                if sl < 0:
+                    self._cache_map.pop(g, None)
+                else:
+                    self._cache_map[g] = sl
+        else:
+            self._cache_map[gids] = slots
+
+    def _grow(self, extra: int) -> None:
+        old = self.cache_ids.size
+        self._grow_to(max(2 * old, old + extra, 16))
+
+    def _grow_to(self, new: int) -> None:
+        old = self.cache_ids.size
+        add = new - old
+        if add <= 0:
+            return
+        self.table = torch.cat([self.table, torch.zeros(add, self.row_dim, dtype=self.dtype, device=self.device)])
+        if self.local_state is not None:
+            self.local_state = torch.cat([self.local_state, torch.zeros(add, self.row_dim, dtype=self.dtype,
+                                                                        device=self.device)])
+        self.clock = np.concatenate([self.clock, np.zeros(add, dtype=np.int64)])
+        self.dirty = np.concatenate([self.dirty, np.zeros(add, dtype=bool)])
+        self.cache_ids = np.concatenate([self.cache_ids, np.full(add, -1, dtype=np.int64)])
+        for sl in range(self.num_rows + old, self.num_rows + new):
+            heapq.heappush(self._free, sl)
+
+    def cache_insert(self, gids: np.ndarray) -> np.ndarray:
+        """Slots for ``gids`` (distinct, not primary/secondary here), allocating cache slots for new ones."""
+        gids = np.asarray(gids, dtype=np.int64)
+        slots = self._cache_lookup(gids) if gids.size else np.zeros(0, dtype=np.int64)
+        new = np.flatnonzero(slots < 0)
+        if new.size:
+            if len(self._free) < new.size:
+                self._grow(new.size - len(self._free))
+            # always the lowest free slot: the layout depends only on the sequence of inserts and drops
+            got = np.array([heapq.heappop(self._free) for _ in range(new.size)], dtype=np.int64)
+            slots[new] = got
+            self.cache_ids[got - self.num_rows] = gids[new]
+            self.dirty[got] = False
+            self._cache_set(gids[new], got)
+        return slots
+
+    def cache_drop(self, gids: np.ndarray) -> int:
+        """Forget the cached copies of ``gids`` (absent ones ignored); returns how many were held."""
+        gids = np.asarray(gids, dtype=np.int64)
+        if gids.size == 0:
+            return 0
+        slots = self._cache_lookup(gids)
+        held = slots >= 0
+        sl = slots[held]
+        if np.any(self.dirty[sl]):
+            raise TrainingError(f"worker {self.worker}: a cached row with pending updates was dropped without "
+                                f"a push. This is a bug in gmp.")
+        self.cache_ids[sl - self.num_rows] = -1
+        self._cache_set(gids[held], np.full(sl.size, -1, dtype=np.int64))
+        for x in sl.tolist():
+            heapq.heappush(self._free, x)
+        return int(sl.size)
+
+    def cached_ids(self) -> np.ndarray:
+        """Sorted global ids of the rows in the cache."""
+        if self._cache_map is None:
+            return np.zeros(0, dtype=np.int64)
+        return np.sort(self.cache_ids[self.cache_ids >= 0])
+
+    def read_payload(self, slots: np.ndarray) -> torch.Tensor:
+        """Row values, with Adagrad followed by the row's sum of squares: [k, row_dim * (1 or 2)].
+
+        ``slots`` all primary (what a pull returns) or all copies (what a push of
+        pending updates sends)."""
+        idx = torch.as_tensor(slots, dtype=torch.int64, device=self.device)
+        vals = self.table.index_select(0, idx)
+        if self.optimizer == "sgd":
+            return vals
+        if np.all(slots < self.num_primary):
+            st = self.opt_state.index_select(0, idx)
+        elif np.all(slots >= self.num_primary):
+            st = self.local_state.index_select(0, idx - self.num_primary)
+        else:
+            raise TrainingError("read_payload: mixed primary and copy slots.")
+        return torch.cat([vals, st], dim=1)
+
+    @property
+    def payload_dim(self) -> int:
+        return self.row_dim * (1 if self.optimizer == "sgd" else 2)
+
+    def install_copies(self, slots: np.ndarray, payload: torch.Tensor) -> None:
+        """Overwrite copies (secondary/cache slots) with pulled primary values (and state)."""
+        if slots.size == 0:
+            return
+        if np.any(slots < self.num_primary):
+            raise TrainingError("install_copies: a primary cannot be overwritten by a pull.")
+        payload = payload.to(self.device, self.dtype)
+        idx = torch.as_tensor(slots, dtype=torch.int64, device=self.device)
+        self.table[idx] = payload[:, :self.row_dim]
+        if self.optimizer != "sgd":
+            self.local_state[idx - self.num_primary] = payload[:, self.row_dim:]
+        self.dirty[slots] = False
+
+    def overwrite_primary(self, slots: np.ndarray, payload: torch.Tensor) -> None:
+        """Take a pushed copy (pending updates applied) as the primary's value (and state); clocks += 1."""
+        if slots.size == 0:
+            return
+        if np.any((slots < 0) | (slots >= self.num_primary)):
+            raise TrainingError(f"worker {self.worker} received a pushed row it is not primary of.")
+        payload = payload.to(self.device, self.dtype)
+        idx = torch.as_tensor(slots, dtype=torch.int64, device=self.device)
+        self.table[idx] = payload[:, :self.row_dim]
+        if self.optimizer != "sgd":
+            self.opt_state[idx] = payload[:, self.row_dim:]
+        self.clock[slots] += 1
+
+    def apply_copy(self, slots: np.ndarray, grads: torch.Tensor) -> None:
+        """The optimizer step the primary would take, applied to copies (same formula, copied state)."""
+        if slots.size == 0:
+            return
+        if np.any(slots < self.num_primary):
+            raise TrainingError("apply_copy: only copies (secondary/cache slots).")
+        idx = torch.as_tensor(slots, dtype=torch.int64, device=self.device)
+        grads = grads.to(self.device, self.dtype)
+        if self.optimizer == "sgd":
+            self.table.index_add_(0, idx, grads, alpha=-self.lr)
+        else:
+            lidx = idx - self.num_primary
+            h = self.local_state.index_select(0, lidx) + grads * grads
+            self.local_state[lidx] = h
+            self.table[idx] = self.table.index_select(0, idx) - self.lr * grads / (h.sqrt() + ADAGRAD_EPS)
 
     def read(self, slots: np.ndarray) -> torch.Tensor:
         return self.table.index_select(0, torch.as_tensor(slots, dtype=torch.int64, device=self.device))
@@ -213,21 +397,40 @@ class EmbeddingStore:
             "secondaries": self.num_rows - self.num_primary,
             "table_bytes": self.num_rows * self.row_dim * item,
             "optimizer_bytes": 0 if self.opt_state is None else self.num_rows * self.row_dim * item,
+            "cache_rows": int(np.count_nonzero(self.cache_ids >= 0)),
+            "cache_slots_allocated": int(self.cache_ids.size),
+            "cache_bytes": int(self.cache_ids.size) * self.row_dim * item * (1 if self.opt_state is None else 2),
             "clock_bytes": int(self.clock.nbytes),
             "map_bytes": self.slots.nbytes,
         }
-        out["total_bytes"] = out["table_bytes"] + out["optimizer_bytes"] + out["clock_bytes"] + out["map_bytes"]
+        out["total_bytes"] = (out["table_bytes"] + out["optimizer_bytes"] + out["clock_bytes"] + out["map_bytes"]
+                              + out["cache_bytes"])
         return out
 
     def state_dict(self) -> dict:
         return {"ids": self.ids.copy(), "table": self.table.detach().cpu().clone(), "clock": self.clock.copy(),
                 "opt_state": None if self.opt_state is None else self.opt_state.detach().cpu().clone(),
-                "local_state": None if self.local_state is None else self.local_state.detach().cpu().clone()}
+                "local_state": None if self.local_state is None else self.local_state.detach().cpu().clone(),
+                "dirty": self.dirty.copy(), "cache_ids": self.cache_ids.copy()}
 
     def load_state_dict(self, state: dict) -> None:
         if not np.array_equal(state["ids"], self.ids):
             raise TrainingError(f"checkpoint of worker {self.worker} holds other rows than the manifest; "
                                 f"resume with the manifest it was made with.")
+        cache_ids = np.asarray(state.get("cache_ids", np.zeros(0, dtype=np.int64)))
+        if cache_ids.size:
+            self.enable_cache()
+            self._grow_to(cache_ids.size)
+            if self.cache_ids.size != cache_ids.size:
+                raise TrainingError(f"checkpoint of worker {self.worker} has {cache_ids.size} cache slots, this "
+                                    f"store {self.cache_ids.size}; resume into a fresh trainer.")
+            self.cache_ids = cache_ids.copy()
+            live = np.flatnonzero(cache_ids >= 0)
+            self._cache_set(cache_ids[live], live + self.num_rows)
+            self._free = sorted(set(range(self.num_rows, self.num_rows + cache_ids.size))
+                                - set((live + self.num_rows).tolist()))  # sorted: a valid heap
+        if "dirty" in state:
+            self.dirty[:] = state["dirty"]
         self.table.copy_(state["table"].to(self.device, self.dtype))
         self.clock[:] = state["clock"]
         if self.opt_state is not None:
