@@ -217,25 +217,37 @@ def _mark_used(indices, used):  # pragma: no cover - compiled
         used[indices[j]] = True
 
 
+_CHUNK = 256  # rows whose state is loaded ahead (one burst of independent cache misses) per block
+
+
 @numba.njit(cache=True, nogil=True)
 def _trim_all(num_workers, capacity, lookahead_policy, window_count, stamp, q_row, q_stamp, head, tail, size,
-              valid, meta, t, buf, ev_w, ev_r):  # pragma: no cover - compiled
+              valid, meta, row_ids, t, buf, ev_w, ev_r):  # pragma: no cover - compiled
     """Step 3 (eviction): trim every cache; a victim loses its validity bit and, when its
-    pending updates are the evicting worker's, is pushed (events to ``ev_w``/``ev_r``)."""
+    pending updates are the evicting worker's, is pushed (events to ``ev_w``/``ev_r``).
+    Returns (number of pushes, a sum that keeps the prefetching loads alive)."""
     ne = 0
+    sink = np.int64(0)
     for w in range(num_workers):
+        h = head[w]
+        for i in range(h, min(h + size[w] - capacity, tail[w])):  # the LRU end's stamps, misses overlapping
+            sink += stamp[q_row[w, i], w]
         k = cache_trim(w, capacity, lookahead_policy, window_count, stamp, q_row, q_stamp, head, tail, size, buf)
         bit = np.int64(1) << np.int64(w)
-        for i in range(k):
-            r = buf[i]
-            valid[r] = np.int64(valid[r]) & ~bit
-            mt = meta[r]
-            if _dirty(mt) == w:
-                ev_w[ne] = w
-                ev_r[ne] = r
-                ne += 1
-                meta[r] = _meta(_prim(mt), -1, t)
-    return ne
+        for c0 in range(0, k, _CHUNK):
+            c1 = min(c0 + _CHUNK, k)
+            for i in range(c0, c1):  # touch the block's records first: their cache misses overlap
+                sink += meta[buf[i]]
+            for i in range(c0, c1):
+                r = buf[i]
+                valid[r] = np.int64(valid[r]) & ~bit
+                mt = meta[r]
+                if _dirty(mt) == w:
+                    ev_w[ne] = w
+                    ev_r[ne] = row_ids[r]
+                    ne += 1
+                    meta[r] = _meta(_prim(mt), -1, t)
+    return ne, sink
 
 
 #: ``_SPREAD[b]`` has byte k equal to bit k of ``b``: adding ``_SPREAD[mask byte]`` to one int64
@@ -305,18 +317,14 @@ def _assign_mark(indptr, indices, samples, valid, wr, capacities, greedy, swar, 
         for j in range(a, b):  # the sample's rows are in L1 now
             r = b_idx[j]
             x = np.int64(wr[r])
-            if x == 0:
-                touched[nt] = r
-                nt += 1
+            touched[nt] = r  # kept only when the row is new to the batch (branch-free)
+            nt += x == 0
             wr[r] = x | bit
     return b_ptr[m], nt
 
 
-_CHUNK = 256  # rows whose state is loaded ahead (one burst of independent cache misses) per block
-
-
 @numba.njit(cache=True, nogil=True)
-def _sync_rows(touched, nt, valid, local, wr, meta, num_workers, on_demand, keep_written, t, stamp, q_row, q_stamp,
+def _sync_rows(touched, nt, valid, local, wr, meta, row_ids, on_demand, keep_written, t, stamp, q_row, q_stamp,
                head, tail, size, clock, plan_w, plan_r, pull_k, pull_w, pull_r, pull_a, sync_w, sync_r,
                out):  # pragma: no cover - compiled
     """Per distinct row of the batch, in one pass: the plan of t-1 (Algorithm 1 line 15),
@@ -335,9 +343,10 @@ def _sync_rows(touched, nt, valid, local, wr, meta, num_workers, on_demand, keep
         c1 = min(c0 + _CHUNK, nt)
         for i in range(c0, c1):  # touch the block's records first: their cache misses overlap
             r = touched[i]
-            sink += meta[r] + stamp[r, 0] + stamp[r, last] + np.int64(valid[r]) + np.int64(local[r])
+            sink += meta[r] + stamp[r, 0] + stamp[r, last] + np.int64(valid[r]) + np.int64(local[r]) + row_ids[r]
         for i in range(c0, c1):
             r = touched[i]
+            g = row_ids[r]  # global id, for the events
             m = np.int64(wr[r])
             mt = meta[r]
             p = _prim(mt)
@@ -346,7 +355,7 @@ def _sync_rows(touched, nt, valid, local, wr, meta, num_workers, on_demand, keep
             pbit = np.int64(1) << np.int64(p)
             if on_demand and d >= 0 and (m & ~(np.int64(1) << np.int64(d))) != 0:  # the communication plan
                 plan_w[n_plan] = d
-                plan_r[n_plan] = r
+                plan_r[n_plan] = g
                 n_plan += 1
                 d = -1
                 av = t - 1
@@ -365,7 +374,7 @@ def _sync_rows(touched, nt, valid, local, wr, meta, num_workers, on_demand, keep
                     stale = (loc & bit) != 0 or stamp[r, w] >= 0
                     pull_k[n_pull] = 1 if stale else 0
                     pull_w[n_pull] = w
-                    pull_r[n_pull] = r
+                    pull_r[n_pull] = g
                     pull_a[n_pull] = av
                     n_pull += 1
                     n_stale += stale
@@ -394,7 +403,7 @@ def _sync_rows(touched, nt, valid, local, wr, meta, num_workers, on_demand, keep
                     d = w
                 else:
                     sync_w[n_sync] = w
-                    sync_r[n_sync] = r
+                    sync_r[n_sync] = g
                     n_sync += 1
                     val = (m | pbit) if keep_written else pbit
                     d = -1
@@ -405,7 +414,7 @@ def _sync_rows(touched, nt, valid, local, wr, meta, num_workers, on_demand, keep
                     w = trailing_zeros(mm)
                     mm &= mm - 1
                     sync_w[n_sync] = w
-                    sync_r[n_sync] = r
+                    sync_r[n_sync] = g
                     n_sync += 1
                 val = pbit
                 d = -1
@@ -424,7 +433,7 @@ def _sync_rows(touched, nt, valid, local, wr, meta, num_workers, on_demand, keep
 
 
 @numba.njit(cache=True, nogil=True)
-def _assemble(row_ids, t, plan_w, plan_r, n_plan, pull_k, pull_w, pull_r, pull_a, n_pull, sync_w, sync_r, n_sync,
+def _assemble(t, plan_w, plan_r, n_plan, pull_k, pull_w, pull_r, pull_a, n_pull, sync_w, sync_r, n_sync,
               ev_w, ev_r, n_evict):  # pragma: no cover - compiled
     """The batch's event arrays (kind, worker, global row, ready): plan | pulls | sync | evictions."""
     total = n_plan + n_pull + n_sync + n_evict
@@ -436,25 +445,25 @@ def _assemble(row_ids, t, plan_w, plan_r, n_plan, pull_k, pull_w, pull_r, pull_a
     for i in range(n_plan):
         kind[o] = 3
         worker[o] = plan_w[i]
-        row[o] = row_ids[plan_r[i]]
+        row[o] = plan_r[i]
         ready[o] = t - 1
         o += 1
     for i in range(n_pull):
         kind[o] = pull_k[i]
         worker[o] = pull_w[i]
-        row[o] = row_ids[pull_r[i]]
+        row[o] = pull_r[i]
         ready[o] = pull_a[i]
         o += 1
     for i in range(n_sync):
         kind[o] = 2
         worker[o] = sync_w[i]
-        row[o] = row_ids[sync_r[i]]
+        row[o] = sync_r[i]
         ready[o] = t
         o += 1
     for i in range(n_evict):
         kind[o] = 4
         worker[o] = ev_w[i]
-        row[o] = row_ids[ev_r[i]]
+        row[o] = ev_r[i]
         ready[o] = t
         o += 1
     return kind, worker, row, ready
@@ -821,7 +830,7 @@ class RuntimeScheduler:
         c = self.caches
         c.reserve(nnz)
         out = self._out
-        _sync_rows(touched, nt, self.valid, self.local, self._wr, self.meta, n, self.on_demand,
+        _sync_rows(touched, nt, self.valid, self.local, self._wr, self.meta, self.row_ids, self.on_demand,
                    not self.read_only_replicas, t, c.stamp, c.q_row, c.q_stamp, c.head, c.tail, c.size, c.clock,
                    self._plan_w, self._plan_r, self._pull_k, self._pull_w, self._pull_r, self._pull_a,
                    self._sync_w, self._sync_r, out)
@@ -833,10 +842,10 @@ class RuntimeScheduler:
             self._window_shift(k)
         if self._evicted.size < int(c.size.max()):
             self._evicted = np.empty(2 * int(c.size.max()), dtype=np.int64)
-        n_evict = _trim_all(n, c.capacity, c.lookahead_policy and self.lookahead > 0, c.window_count, c.stamp,
-                            c.q_row, c.q_stamp, c.head, c.tail, c.size, self.valid, self.meta, t, self._evicted,
+        n_evict, _ = _trim_all(n, c.capacity, c.lookahead_policy and self.lookahead > 0, c.window_count, c.stamp,
+                            c.q_row, c.q_stamp, c.head, c.tail, c.size, self.valid, self.meta, self.row_ids, t, self._evicted,
                             self._ev_w, self._ev_r)
-        kind, worker, row, ready = _assemble(self.row_ids, t, self._plan_w, self._plan_r, n_plan, self._pull_k,
+        kind, worker, row, ready = _assemble(t, self._plan_w, self._plan_r, n_plan, self._pull_k,
                                              self._pull_w, self._pull_r, self._pull_a, n_pull, self._sync_w,
                                              self._sync_r, n_sync, self._ev_w, self._ev_r, n_evict)
         counts = np.array([n_pull - n_stale, n_stale, n_sync, n_plan, n_evict, 0], dtype=np.int64)
@@ -855,12 +864,12 @@ class RuntimeScheduler:
         self._b_ptr = np.empty(num_samples + 1, dtype=np.int64)
         self._b_idx = np.empty(nnz, dtype=np.int32)
         self._touched = np.empty(nnz, dtype=np.int32)
-        self._plan_w, self._plan_r = np.empty(nnz, dtype=np.int32), np.empty(nnz, dtype=np.int32)
+        self._plan_w, self._plan_r = np.empty(nnz, dtype=np.int32), np.empty(nnz, dtype=np.int64)
         self._pull_k = np.empty(nnz, dtype=np.int8)
-        self._pull_w, self._pull_r = np.empty(nnz, dtype=np.int32), np.empty(nnz, dtype=np.int32)
+        self._pull_w, self._pull_r = np.empty(nnz, dtype=np.int32), np.empty(nnz, dtype=np.int64)
         self._pull_a = np.empty(nnz, dtype=np.int64)
-        self._sync_w, self._sync_r = np.empty(nnz, dtype=np.int32), np.empty(nnz, dtype=np.int32)
-        self._ev_w, self._ev_r = np.empty(nnz + 16, dtype=np.int32), np.empty(nnz + 16, dtype=np.int32)
+        self._sync_w, self._sync_r = np.empty(nnz, dtype=np.int32), np.empty(nnz, dtype=np.int64)
+        self._ev_w, self._ev_r = np.empty(nnz + 16, dtype=np.int32), np.empty(nnz + 16, dtype=np.int64)
         self._out = np.zeros(8, dtype=np.int64)
 
     def _finish_epoch(self) -> None:
