@@ -18,13 +18,20 @@ semantics of every count):
   first batch (which loads the compiled kernels) is excluded when there are
   others.
 
-**Matching the trainer.** ``gmp train`` (any schedule) has no cache and
-pushes every non-primary update at once, and its secondaries are read-only
-(written through to the primary). With ``--cache-rows 0 --no-on-demand
---read-only-replicas`` the simulator's ``pull_miss``, ``pull_stale`` and
-``pushes`` equal the trainer's ``remote_rows_read``,
-``staleness_refreshes`` (s = 0) and ``remote_rows_pushed`` for the same
-manifest, schedule, batch size and seed (tests/test_simulate.py).
+**Matching the trainer.** ``gmp train --schedule herald`` at staleness 0
+executes exactly the transfers this state machine lists (the trainer's store
+keeps the cache and the pending updates, :mod:`gmp.train.loop`), so with the
+same manifest, batch size, seed and ``--on-demand/--no-on-demand``,
+``--cache-rows``, ``--cache-policy``, ``--lookahead`` and
+``--read-only-replicas`` (train: ``--read-only-replicas/--writable-replicas``)
+every per-kind count here equals the trainer's first-epoch ``herald`` object
+(``pull_miss`` = ``remote_rows_read``, ``pull_stale`` =
+``staleness_refreshes``, ``pushes`` = ``remote_rows_pushed``;
+tests/test_herald_train.py, tests/test_simulate.py). Mind the defaults: the
+simulator turns ``--on-demand`` on for herald, picks a 10% cache and writable
+replicas; ``gmp train`` defaults to ``--no-on-demand --cache-rows 0
+--read-only-replicas`` -- pass the flags explicitly to compare. Later epochs
+differ from this one-epoch replay because caches persist across epochs.
 
 Global batches are drawn as the trainer's ``naive`` schedule draws them
 (:func:`epoch_order`: a seeded permutation of the training samples, cut into

@@ -31,6 +31,29 @@ and rows pushed = distinct non-primary rows — the same quantities as
 of secondaries are counted as ``staleness_refreshes``. With ``s > 0`` all
 secondaries are brought up to date at the end of every epoch (also counted).
 
+**``--schedule herald`` at s = 0** replaces phases 1-3 and 5-6 by the
+transfers the :class:`~gmp.train.scheduler.RuntimeScheduler` lists for the
+step (the single source of truth; :meth:`Trainer._herald_step`):
+``push_plan`` (pending copies -> primaries, before anything is read), the
+pulls (primary rows -> the worker's secondary or cache slot, with Adagrad
+together with the primary's sum of squares), forward/backward on the
+worker's own rows and copies, ``push_sync`` gradients (summed at the primary,
+one optimizer step), the worker's own optimizer step on each copy it used
+(kept *pending* when the scheduler pushes nothing: on-demand
+synchronisation), ``push_evict`` (pending copies of evicted rows), then the
+cache forgets what the scheduler's cache evicted. Pending pushes send the
+copy's value and optimizer state, which overwrite the primary: the scheduler
+guarantees that nobody read or wrote the row since the copy was pulled, so
+this is the single-worker sequence of updates. At the epoch end every
+pending copy is pushed (``push_flush``). The trainer refuses transfers the
+scheduler's state does not justify (a pull over pending updates, a push of
+a clean row, a row read but not held) instead of training on wrong values.
+Counts: ``remote_rows_read`` = ``pull_miss``, ``staleness_refreshes`` =
+``pull_stale``, ``remote_rows_pushed`` = all pushes; per kind in the
+record's ``herald`` object. With ``--lookahead K`` the next step's provably
+final pulls ride along with this step's pull exchange
+(:mod:`gmp.train.prefetch`; the record's ``prefetch`` object).
+
 Evaluation reads primaries only (every non-primary row is pulled, uncounted),
 each worker scoring a share of the test split.
 """

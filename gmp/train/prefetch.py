@@ -23,6 +23,19 @@ Unlike cDLRM, which tolerates rare stale prefetched rows (its section 5.3),
 nothing here ever fetches a row before its last update has been pushed, so
 ``s = 0`` stays exact.
 
+**In the trainer** (``gmp train --schedule herald --lookahead K``, s = 0,
+:meth:`gmp.train.loop.Trainer._pull`): the scheduler runs ``K`` batches ahead
+in this module's background thread; at step ``t`` the trainer sees batch
+``t + 1``'s schedule and fetches its ``early`` pulls *in step t's pull
+exchange* (they are final: no worker updates or pushes them during ``t``),
+keeping them in a per-worker stage until step ``t + 1`` installs them; the
+``late`` pulls are fetched on demand at ``t + 1``. So early rows leave the
+next step's critical path, but the exchange itself is the same synchronous
+all-to-all (no asynchronous transfer overlapping the backward pass: the
+distributed engine has no async all-to-all). The JSON log's ``prefetch``
+object reports ``early_rows``/``late_rows`` and the scheduler thread's
+``scheduler_produce_s``/``scheduler_stall_s``/``scheduler_overlap``.
+
 Measured (:meth:`Prefetcher.stats`): ``produce_s`` (time the background
 thread spent scheduling), ``stall_s`` (time the consumer waited for a batch),
 ``overlap`` = ``1 - stall_s / produce_s`` (share of scheduling hidden behind

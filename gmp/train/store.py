@@ -191,7 +191,7 @@ class EmbeddingStore:
         if self._cache_map is not None:
             return
         n = self.slots.num_embeddings
-        self._cache_map = np.full(n, -1, dtype=np.int64) if n <= DENSE_MAP_MAX_IDS else {}
+        self._cache_map = np.full(n, -1, dtype=np.int32) if n <= DENSE_MAP_MAX_IDS else {}
         self.cache_ids = np.zeros(0, dtype=np.int64)  # global id of each cache slot, -1 when free
         self._free: list[int] = []  # a heap of free cache slots
         if self.optimizer == "adagrad" and self.local_state is not None:
@@ -205,7 +205,7 @@ class EmbeddingStore:
     def _cache_lookup(self, gids: np.ndarray) -> np.ndarray:
         if isinstance(self._cache_map, dict):
             return np.array([self._cache_map.get(int(g), -1) for g in gids], dtype=np.int64)
-        return self._cache_map[gids]
+        return self._cache_map[gids].astype(np.int64)
 
     def _cache_set(self, gids: np.ndarray, slots: np.ndarray) -> None:
         if isinstance(self._cache_map, dict):
