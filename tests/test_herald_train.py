@@ -61,6 +61,7 @@ OPTIONS = [
     dict(on_demand=True, cache_rows=0, read_only_replicas=True, lookahead=2),
     dict(on_demand=False, cache_rows=5, read_only_replicas=False, lookahead=2, cache_policy="lookahead"),
     dict(on_demand=True, cache_rows=1000, read_only_replicas=False, lookahead=1, cache_policy="lookahead"),
+    dict(on_demand=False, cache_rows=4, read_only_replicas=True, lookahead=1),  # Adagrad sums stay home
 ]
 
 

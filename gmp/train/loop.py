@@ -493,9 +493,12 @@ class Trainer:
                                     "(the runtime scheduler models s = 0 only, Herald section 3.3); use "
                                     "--staleness 0 or --cache-rows 0 --no-on-demand --read-only-replicas.")
             return None
+        # copies are updated and read again only with on-demand sync or writable replicas; otherwise
+        # every copy a worker updates is invalid afterwards and Adagrad's sums need not travel
+        keep = bool(opts["on_demand"]) or not bool(opts["read_only_replicas"])
         for store in self.stores:
-            store.enable_cache()
-        return dict(opts)
+            store.enable_cache(ship_state=keep)
+        return dict(opts, copies_stay_valid=keep)
 
     def _herald_source(self, epoch: int, start: int):
         """(BatchSchedule, per-local-worker ids in the scheduler's cache after that batch)."""
@@ -691,8 +694,9 @@ class Trainer:
                 raise TrainingError(f"worker {store.worker}: a synchronous push of a row with pending updates. "
                                     f"This is a bug in gmp.")
             # the worker's own step on its copies (exactly the primary's formula and state)
-            store.apply_copy(s.slots[copies], s.grad[torch.as_tensor(copies, dtype=torch.int64,
-                                                                     device=s.grad.device)])
+            if self.herald["copies_stay_valid"]:
+                store.apply_copy(s.slots[copies], s.grad[torch.as_tensor(copies, dtype=torch.int64,
+                                                                         device=s.grad.device)])
             store.dirty[s.slots[pending]] = True  # on-demand: kept until a plan/eviction/epoch end
         rid = self.engine.alltoallv(id_sends, "ids_clocks")
         rgrad = self.engine.alltoallv(grad_sends, "gradients",

@@ -159,6 +159,7 @@ class EmbeddingStore:
                                         device=self.device) if optimizer == "adagrad" else None)
         self.dirty = np.zeros(self.num_rows, dtype=bool)  # copies with pending updates (herald, s = 0)
         self._cache_map = None
+        self._ship_state = True
         self.cache_ids = np.zeros(0, dtype=np.int64)
         expected = int(placement.rows_held()[worker])
         if self.num_rows != expected:  # memory plan of the manifest: rows held per worker
@@ -186,8 +187,14 @@ class EmbeddingStore:
         return slots >= self.num_primary
 
     # -- cache (herald, s = 0) ----------------------------------------------
-    def enable_cache(self) -> None:
-        """Allow rows beyond the placement's (see the module docstring); idempotent."""
+    def enable_cache(self, *, ship_state: bool = True) -> None:
+        """Allow rows beyond the placement's (see the module docstring); idempotent.
+
+        ``ship_state=False``: pulls and pushes carry values only (Adagrad's sums
+        stay with the primaries). Valid when no copy is ever updated and still
+        read afterwards (no on-demand synchronisation, read-only replicas).
+        """
+        self._ship_state = bool(ship_state)
         if self._cache_map is not None:
             return
         n = self.slots.num_embeddings
@@ -282,7 +289,7 @@ class EmbeddingStore:
         pending updates sends)."""
         idx = torch.as_tensor(slots, dtype=torch.int64, device=self.device)
         vals = self.table.index_select(0, idx)
-        if self.optimizer == "sgd":
+        if not self.ship_state:
             return vals
         if np.all(slots < self.num_primary):
             st = self.opt_state.index_select(0, idx)
@@ -293,8 +300,13 @@ class EmbeddingStore:
         return torch.cat([vals, st], dim=1)
 
     @property
+    def ship_state(self) -> bool:
+        """Whether pulls and pending pushes carry the Adagrad sum of squares (see :meth:`enable_cache`)."""
+        return self.optimizer != "sgd" and self._ship_state
+
+    @property
     def payload_dim(self) -> int:
-        return self.row_dim * (1 if self.optimizer == "sgd" else 2)
+        return self.row_dim * (2 if self.ship_state else 1)
 
     def install_copies(self, slots: np.ndarray, payload: torch.Tensor) -> None:
         """Overwrite copies (secondary/cache slots) with pulled primary values (and state)."""
@@ -305,7 +317,7 @@ class EmbeddingStore:
         payload = payload.to(self.device, self.dtype)
         idx = torch.as_tensor(slots, dtype=torch.int64, device=self.device)
         self.table[idx] = payload[:, :self.row_dim]
-        if self.optimizer != "sgd":
+        if self.ship_state:
             self.local_state[idx - self.num_primary] = payload[:, self.row_dim:]
         self.dirty[slots] = False
 
@@ -318,7 +330,7 @@ class EmbeddingStore:
         payload = payload.to(self.device, self.dtype)
         idx = torch.as_tensor(slots, dtype=torch.int64, device=self.device)
         self.table[idx] = payload[:, :self.row_dim]
-        if self.optimizer != "sgd":
+        if self.ship_state:
             self.opt_state[idx] = payload[:, self.row_dim:]
         self.clock[slots] += 1
 
