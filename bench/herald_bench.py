@@ -16,9 +16,12 @@ Three parts, each printed as a markdown table:
 
 2. **Scheduler time** for global batches of ``--timing-batch`` (8192) samples
    x 26 fields over N = 8 workers, single thread (``NUMBA_NUM_THREADS=1``, set
-   before numba loads): Algorithm 1's assignment alone, and the full step
-   (assignment + communication plan + snapshot/cache update), min and median
-   over ``--timing-batches`` batches after warm-up.
+   before numba loads): Algorithm 1's assignment alone (with the batch gather
+   and the marking of the batch's rows), and the full step (assignment +
+   communication plan + reads/updates + cache update + event arrays), CPU
+   (``thread_time``) and wall, per batch, in steady state (caches full), as
+   the median over ``--timing-repeats`` repeats of ``--timing-batches``
+   batches each.
 
 3. **Training** (``--train``): ``gmp train``'s trainer (local engine) on a small
    criteo-kaggle-preset dataset with ``--schedule static``, ``naive`` and
@@ -124,55 +127,85 @@ def print_table1(results: list[dict]) -> None:
 
 
 def timing(ds, placement, args) -> dict:
-    """Scheduler ms per global batch of args.timing_batch samples over args.timing_workers workers."""
+    """Scheduler ms per global batch of args.timing_batch samples over args.timing_workers workers.
+
+    ``args.timing_repeats`` epochs (orders seed, seed + 1, ...) of one engine; in each, after
+    ``args.timing_warmup`` batches (the first epoch's warm-up fills the caches: steady state),
+    ``args.timing_batches`` batches are timed one by one: wall (``perf_counter``) and CPU
+    (``thread_time``: this thread only, so other jobs on the machine do not count, but they
+    still compete for caches and memory). Reported: the median over repeats of each
+    repeat's median (and min / mean), for the front kernel alone (batch gather + Algorithm 1
+    + marking the batch's rows) and for the full step (``next_batch``: everything the
+    simulator and the trainer get, the ``BatchSchedule`` included).
+    """
     n = args.timing_workers
     b = args.timing_batch // n
     if placement.num_workers != n:
         placement = random_placement(ds.num_samples, ds.num_embeddings, n, args.seed)
     rows_active = active_rows(ds, ds.num_train)
+    cache_rows = max(1, int(args.cache_fraction * rows_active))
     eng = RuntimeScheduler(ds.indptr, ds.indices, placement, batch_size=b, assignment="herald", on_demand=True,
-                           cache_rows=max(1, int(args.cache_fraction * rows_active)))
-    eng.start_epoch(epoch_order(ds.num_train, args.seed))
-    for _ in range(args.timing_warmup):
-        eng.next_batch()
-    t_assign, t_step, t_cpu, t_assign_cpu, fields = [], [], [], [], []
-    wr = np.zeros_like(eng._wr)  # scratch: the front kernel alone must not touch the engine's state
+                           cache_rows=cache_rows)
+    vw = eng.vw.copy()  # scratch: the front kernel alone must not touch the engine's state
     nnz = args.timing_batch * eng._max_degree
     b_ptr, b_idx, touched = (np.empty(args.timing_batch + 1, np.int64), np.empty(nnz, np.int32),
                              np.empty(nnz, np.int32))
-    for _ in range(args.timing_batches):
-        samples = eng._batch_samples(eng._pos)
-        caps = batch_capacities(samples.size, n)
-        worker_of = np.empty(samples.size, dtype=np.int32)
-        t0, c0 = time.perf_counter(), time.thread_time()
-        ids, nt = _assign_mark(eng.indptr, eng.indices, samples, eng.valid, wr, caps, True, eng._swar, _SPREAD,
-                               worker_of, b_ptr, b_idx, touched)
-        t_assign.append(time.perf_counter() - t0)
-        t_assign_cpu.append(time.thread_time() - c0)
-        wr[touched[:nt]] = 0
-        fields.append(ids / samples.size)
-        c0 = time.thread_time()
-        sched = eng.next_batch()
-        t_cpu.append(time.thread_time() - c0)
-        t_step.append(sched.schedule_s)
-    ms = lambda v: (1000 * float(np.min(v)), 1000 * float(np.median(v)))  # noqa: E731
-    return {"workers": n, "batch_samples": args.timing_batch, "ids_per_sample": float(np.mean(fields)),
-            "assign_ms_min": ms(t_assign)[0], "assign_ms_median": ms(t_assign)[1],
-            "step_ms_min": ms(t_step)[0], "step_ms_median": ms(t_step)[1],
-            "assign_cpu_ms_median": ms(t_assign_cpu)[1], "step_cpu_ms_median": ms(t_cpu)[1],
-            "batches": args.timing_batches, "numba_threads": os.environ.get("NUMBA_NUM_THREADS"),
-            "load_avg": os.getloadavg()[0]}
+    keys = ("assign_wall", "assign_cpu", "step_wall", "step_cpu")
+    reps: dict[str, list] = {k: [] for k in keys}
+    fields, events, loads = [], [], [os.getloadavg()[0]]
+    for rep in range(args.timing_repeats):
+        eng.start_epoch(epoch_order(ds.num_train, args.seed, rep))
+        if eng.num_batches() < args.timing_warmup + args.timing_batches:
+            raise SystemExit(f"--timing-warmup + --timing-batches exceed the {eng.num_batches()} batches of an epoch")
+        for _ in range(args.timing_warmup):
+            eng.next_batch()
+        cur = {k: [] for k in keys}
+        for _ in range(args.timing_batches):
+            samples = eng._batch_samples(eng._pos)
+            caps = batch_capacities(samples.size, n)
+            worker_of = np.empty(samples.size, dtype=np.int32)
+            t0, c0 = time.perf_counter(), time.thread_time()
+            ids, nt = _assign_mark(eng.indptr, eng.indices, samples, vw, caps, True, eng._swar, _SPREAD,
+                                   worker_of, b_ptr, b_idx, touched)
+            cur["assign_wall"].append(time.perf_counter() - t0)
+            cur["assign_cpu"].append(time.thread_time() - c0)
+            vw[touched[:nt], 1] = 0
+            fields.append(ids / samples.size)
+            c0 = time.thread_time()
+            sched = eng.next_batch()
+            cur["step_cpu"].append(time.thread_time() - c0)
+            cur["step_wall"].append(sched.schedule_s)
+            events.append(sched.event_kind.size)
+        for k in keys:
+            reps[k].append(1000 * np.asarray(cur[k]))
+        loads.append(os.getloadavg()[0])
+    out = {"workers": n, "batch_samples": args.timing_batch, "ids_per_sample": float(np.mean(fields)),
+           "cache_rows": cache_rows, "cache_full": bool(eng.caches.size.min() >= cache_rows),
+           "events_per_batch": float(np.mean(events)), "batches": args.timing_batches,
+           "repeats": args.timing_repeats, "warmup": args.timing_warmup,
+           "numba_threads": os.environ.get("NUMBA_NUM_THREADS"), "load_avg": float(np.mean(loads)),
+           "load_avg_range": [float(min(loads)), float(max(loads))]}
+    for k in keys:
+        out[f"{k}_ms_median"] = float(np.median([np.median(v) for v in reps[k]]))
+        out[f"{k}_ms_min"] = float(min(np.min(v) for v in reps[k]))
+        out[f"{k}_ms_mean"] = float(np.mean([np.mean(v) for v in reps[k]]))
+        out[f"{k}_ms_repeat_medians"] = [round(float(np.median(v)), 3) for v in reps[k]]
+    return out
 
 
 def print_timing(t: dict) -> None:
     print(f"\n### Scheduler time per batch ({t['batch_samples']} samples x {t['ids_per_sample']:.0f} ids over "
-          f"{t['workers']} workers, NUMBA_NUM_THREADS={t['numba_threads']}, load average {t['load_avg']:.1f})\n")
-    print("| part | wall min ms | wall median ms | CPU median ms |")
-    print("|---|---:|---:|---:|")
-    print(f"| Algorithm 1 assignment (lines 1-13, incl. batch gather and marking the batch's rows) | {t['assign_ms_min']:.2f} | "
-          f"{t['assign_ms_median']:.2f} | {t['assign_cpu_ms_median']:.2f} |")
-    print(f"| full step (assignment + plan + snapshot/cache update + events) | {t['step_ms_min']:.2f} | "
-          f"{t['step_ms_median']:.2f} | {t['step_cpu_ms_median']:.2f} |")
+          f"{t['workers']} workers, NUMBA_NUM_THREADS={t['numba_threads']}, cache {t['cache_rows']:,} rows/worker "
+          f"{'full' if t['cache_full'] else 'NOT full'}, {t['events_per_batch']:,.0f} events/batch; "
+          f"{t['repeats']} repeats x {t['batches']} batches after {t['warmup']} warm-up; "
+          f"load average {t['load_avg']:.1f} ({t['load_avg_range'][0]:.1f}-{t['load_avg_range'][1]:.1f}))\n")
+    print("| part | CPU median ms | CPU mean ms | CPU min ms | wall median ms | wall mean ms | CPU medians of repeats |")
+    print("|---|---:|---:|---:|---:|---:|---|")
+    for key, label in (("assign", "Algorithm 1 (lines 1-13) incl. batch gather + marking the batch's rows"),
+                       ("step", "full step: assignment + plan + reads/updates + cache + events (`next_batch`)")):
+        print(f"| {label} | {t[key + '_cpu_ms_median']:.2f} | {t[key + '_cpu_ms_mean']:.2f} | "
+              f"{t[key + '_cpu_ms_min']:.2f} | {t[key + '_wall_ms_median']:.2f} | {t[key + '_wall_ms_mean']:.2f} | "
+              f"{', '.join(f'{x:.2f}' for x in t[key + '_cpu_ms_repeat_medians'])} |")
 
 
 def train_part(args) -> list[dict]:
@@ -300,8 +333,10 @@ def main() -> None:
     ap.add_argument("--skip-timing", action="store_true")
     ap.add_argument("--timing-batch", type=int, default=8192)
     ap.add_argument("--timing-workers", type=int, default=8)
-    ap.add_argument("--timing-batches", type=int, default=30)
-    ap.add_argument("--timing-warmup", type=int, default=10)
+    ap.add_argument("--timing-batches", type=int, default=60, help="timed batches per repeat")
+    ap.add_argument("--timing-warmup", type=int, default=40,
+                    help="untimed batches at the start of each repeat (the first fills the caches)")
+    ap.add_argument("--timing-repeats", type=int, default=3, help="repeats (one epoch order each)")
     ap.add_argument("--train", action="store_true", help="also run the training comparison")
     ap.add_argument("--train-dataset", default=None)
     ap.add_argument("--train-samples", type=int, default=50_000)

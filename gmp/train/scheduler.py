@@ -128,14 +128,16 @@ def _gather(indptr, indices, samples):  # pragma: no cover - compiled
 
 
 # Per-row state (compacted rows), split by how often the kernels touch it:
-#   valid[r]  workers holding the latest version; the primary's bit is always set
+#   vw[r, 0]  (valid) workers holding the latest version; the primary's bit is always set
 #             (a primary is current after at most a push, and always scores,
 #             Algorithm 1 line 3). Read for every id of a batch, so it is stored in
 #             the narrowest unsigned type that holds N bits (uint8 for N <= 8: 2.6
 #             MB for Criteo-Kaggle's 2.6M active rows, resident in L2/L3).
+#   vw[r, 1]  (writers) workers using the row in the batch being processed (0 between
+#             batches); next to the validity mask, so marking a sample's rows hits L1
 #   local[r]  primary + secondaries (resident for good), same type
-#   wr[r]     workers using the row in the batch being processed (0 between batches)
-#   meta[r]   int64: primary | (dirty + 1) << 7 | (available + 1) << 14
+#   rec[r, 0] (meta) int64: primary | (dirty + 1) << 7 | (available + 1) << 14
+#   rec[r, 1] the row's global id (for the events), in the same cache line
 
 
 def _mask_dtype(num_workers: int):
@@ -222,7 +224,7 @@ _CHUNK = 256  # rows whose state is loaded ahead (one burst of independent cache
 
 @numba.njit(cache=True, nogil=True)
 def _trim_all(num_workers, capacity, lookahead_policy, window_count, stamp, q_row, q_stamp, head, tail, size,
-              valid, meta, row_ids, t, buf, ev_w, ev_r):  # pragma: no cover - compiled
+              vw, rec, t, buf, ev_w, ev_r):  # pragma: no cover - compiled
     """Step 3 (eviction): trim every cache; a victim loses its validity bit and, when its
     pending updates are the evicting worker's, is pushed (events to ``ev_w``/``ev_r``).
     Returns (number of pushes, a sum that keeps the prefetching loads alive)."""
@@ -237,16 +239,16 @@ def _trim_all(num_workers, capacity, lookahead_policy, window_count, stamp, q_ro
         for c0 in range(0, k, _CHUNK):
             c1 = min(c0 + _CHUNK, k)
             for i in range(c0, c1):  # touch the block's records first: their cache misses overlap
-                sink += meta[buf[i]]
+                sink += rec[buf[i], 0]
             for i in range(c0, c1):
                 r = buf[i]
-                valid[r] = np.int64(valid[r]) & ~bit
-                mt = meta[r]
+                vw[r, 0] = np.int64(vw[r, 0]) & ~bit
+                mt = rec[r, 0]
                 if _dirty(mt) == w:
                     ev_w[ne] = w
-                    ev_r[ne] = row_ids[r]
+                    ev_r[ne] = rec[r, 1]
                     ne += 1
-                    meta[r] = _meta(_prim(mt), -1, t)
+                    rec[r, 0] = _meta(_prim(mt), -1, t)
     return ne, sink
 
 
@@ -256,7 +258,7 @@ _SPREAD = np.array([sum(((b >> k) & 1) << (8 * k) for k in range(8)) for b in ra
 
 
 @numba.njit(cache=True, nogil=True)
-def _assign_mark(indptr, indices, samples, valid, wr, capacities, greedy, swar, spread, worker_of, b_ptr, b_idx,
+def _assign_mark(indptr, indices, samples, vw, capacities, greedy, swar, spread, worker_of, b_ptr, b_idx,
                  touched):  # pragma: no cover - compiled
     """Gather the batch's ids from the dataset CSR, run Algorithm 1 (lines 1-13, when
     ``greedy``; else ``worker_of`` is given) and mark each row's writers (``wr``), listing the
@@ -286,14 +288,14 @@ def _assign_mark(indptr, indices, samples, valid, wr, capacities, greedy, swar, 
             if swar and nb == 1:
                 a0 = np.int64(0)
                 for j in range(a, b):
-                    a0 += spread[np.int64(valid[b_idx[j]])]
+                    a0 += spread[np.int64(vw[b_idx[j], 0])]
                 for w in range(n):
                     score[w] = (a0 >> (8 * w)) & 255
             elif swar:
                 for k in range(nb):
                     acc[k] = 0
                 for j in range(a, b):
-                    mask = np.int64(valid[b_idx[j]])
+                    mask = np.int64(vw[b_idx[j], 0])
                     for k in range(nb):
                         acc[k] += spread[(mask >> (8 * k)) & 255]
                 for w in range(n):
@@ -302,7 +304,7 @@ def _assign_mark(indptr, indices, samples, valid, wr, capacities, greedy, swar, 
                 for w in range(n):
                     score[w] = 0
                 for j in range(a, b):
-                    mask = np.int64(valid[b_idx[j]])
+                    mask = np.int64(vw[b_idx[j], 0])
                     for w in range(n):
                         score[w] += (mask >> w) & 1
             best = -1
@@ -316,15 +318,15 @@ def _assign_mark(indptr, indices, samples, valid, wr, capacities, greedy, swar, 
         bit = np.int64(1) << np.int64(worker_of[i])
         for j in range(a, b):  # the sample's rows are in L1 now
             r = b_idx[j]
-            x = np.int64(wr[r])
+            x = np.int64(vw[r, 1])
             touched[nt] = r  # kept only when the row is new to the batch (branch-free)
             nt += x == 0
-            wr[r] = x | bit
+            vw[r, 1] = x | bit
     return b_ptr[m], nt
 
 
 @numba.njit(cache=True, nogil=True)
-def _sync_rows(touched, nt, valid, local, wr, meta, row_ids, on_demand, keep_written, t, stamp, q_row, q_stamp,
+def _sync_rows(touched, nt, vw, local, rec, on_demand, keep_written, t, stamp, q_row, q_stamp,
                head, tail, size, clock, plan_w, plan_r, pull_k, pull_w, pull_r, pull_a, sync_w, sync_r,
                out):  # pragma: no cover - compiled
     """Per distinct row of the batch, in one pass: the plan of t-1 (Algorithm 1 line 15),
@@ -339,89 +341,86 @@ def _sync_rows(touched, nt, valid, local, wr, meta, row_ids, on_demand, keep_wri
     n_early = 0
     sink = np.int64(0)
     last = stamp.shape[1] - 1
+    qlen = q_row.shape[1]
+    clk = clock[0]
     for c0 in range(0, nt, _CHUNK):
         c1 = min(c0 + _CHUNK, nt)
         for i in range(c0, c1):  # touch the block's records first: their cache misses overlap
             r = touched[i]
-            sink += meta[r] + stamp[r, 0] + stamp[r, last] + np.int64(valid[r]) + np.int64(local[r]) + row_ids[r]
+            sink += rec[r, 0] + stamp[r, 0] + stamp[r, last] + np.int64(vw[r, 0]) + np.int64(local[r])
         for i in range(c0, c1):
             r = touched[i]
-            g = row_ids[r]  # global id, for the events
-            m = np.int64(wr[r])
-            mt = meta[r]
+            g = rec[r, 1]  # global id, for the events
+            m = np.int64(vw[r, 1])
+            mt = rec[r, 0]
             p = _prim(mt)
             d = _dirty(mt)
             av = _avail(mt)
             pbit = np.int64(1) << np.int64(p)
-            if on_demand and d >= 0 and (m & ~(np.int64(1) << np.int64(d))) != 0:  # the communication plan
-                plan_w[n_plan] = d
-                plan_r[n_plan] = g
-                n_plan += 1
-                d = -1
-                av = t - 1
+            # Mostly branch-free (select / conditional increment): the conditions below are
+            # data-dependent coin flips, and mispredicted branches cost more than the misses.
+            dbit = (np.int64(1) << np.int64(d)) if d >= 0 else np.int64(0)
+            plan = on_demand & (d >= 0) & ((m & ~dbit) != 0)  # the communication plan
+            plan_w[n_plan] = d
+            plan_r[n_plan] = g
+            n_plan += plan
+            d = -1 if plan else d
+            av = (t - 1) if plan else av
+            if d >= 0:  # someone else holds pending updates: the plan failed (never, unless a bug)
+                x = m & ~(np.int64(1) << np.int64(d))
+                while x != 0:
+                    violations += 1
+                    x &= x - 1
             loc = np.int64(local[r])
-            val = np.int64(valid[r])
-            mm = m
-            while mm != 0:  # reads, by each worker using the row (ascending)
+            val = np.int64(vw[r, 0])
+            mm = m & ~pbit  # reads by each non-primary worker using the row (ascending)
+            while mm != 0:
                 w = trailing_zeros(mm)
                 mm &= mm - 1
-                if d >= 0 and d != w:
-                    violations += 1  # someone else holds pending updates: the plan failed
-                if w == p:
-                    continue
                 bit = np.int64(1) << np.int64(w)
-                if (val & bit) == 0:
-                    stale = (loc & bit) != 0 or stamp[r, w] >= 0
-                    pull_k[n_pull] = 1 if stale else 0
-                    pull_w[n_pull] = w
-                    pull_r[n_pull] = g
-                    pull_a[n_pull] = av
-                    n_pull += 1
-                    n_stale += stale
-                    n_early += av < t - 1
-                    val |= bit
+                sw = stamp[r, w]
+                need = (val & bit) == 0
+                stale = ((loc & bit) != 0) | (sw >= 0)
+                pull_k[n_pull] = stale
+                pull_w[n_pull] = w
+                pull_r[n_pull] = g
+                pull_a[n_pull] = av
+                n_pull += need
+                n_stale += need & stale
+                n_early += need & (av < t - 1)
                 if (loc & bit) == 0:  # cache_touch, inlined (a call costs 5x here)
-                    if stamp[r, w] < 0:
-                        size[w] += 1
-                    elif q_row[w, tail[w] - 1] == r and q_stamp[w, tail[w] - 1] == stamp[r, w]:
-                        continue
-                    if tail[w] == q_row.shape[1]:
+                    tl = tail[w]
+                    if sw >= 0 and q_row[w, tl - 1] == r and q_stamp[w, tl - 1] == sw:
+                        continue  # already the most recent entry
+                    size[w] += sw < 0
+                    if tl == qlen:
                         _compact(w, stamp, q_row, q_stamp, head, tail)
-                    clock[0] += 1
-                    stamp[r, w] = clock[0]
-                    q_row[w, tail[w]] = r
-                    q_stamp[w, tail[w]] = clock[0]
-                    tail[w] += 1
-            if m & (m - 1) == 0:  # updates: a single writer
-                w = trailing_zeros(m)
-                if w == p:
-                    val = pbit
-                    d = -1
-                    av = t
-                elif on_demand:
-                    val = m | pbit
-                    d = w
-                else:
-                    sync_w[n_sync] = w
-                    sync_r[n_sync] = g
-                    n_sync += 1
-                    val = (m | pbit) if keep_written else pbit
-                    d = -1
-                    av = t
-            else:  # several writers: combine at the primary
-                mm = m & ~pbit
-                while mm != 0:
-                    w = trailing_zeros(mm)
-                    mm &= mm - 1
-                    sync_w[n_sync] = w
-                    sync_r[n_sync] = g
-                    n_sync += 1
-                val = pbit
-                d = -1
-                av = t
-            valid[r] = val
-            meta[r] = _meta(p, d, av)
-            wr[r] = 0
+                        tl = tail[w]
+                    clk += 1
+                    stamp[r, w] = clk
+                    q_row[w, tl] = r
+                    q_stamp[w, tl] = clk
+                    tail[w] = tl + 1
+            # updates: a single writer that is not the primary keeps its update (on-demand)
+            # or pushes it; several writers all push (combined at the primary)
+            single = (m & (m - 1)) == 0
+            pushers = m & ~pbit
+            hold = on_demand & single & (pushers != 0)
+            w1 = np.int64(trailing_zeros(m))
+            val = (m | pbit) if (single & (on_demand | keep_written)) else pbit
+            d = w1 if hold else -1
+            av = av if hold else t
+            pushers = 0 if hold else pushers
+            while pushers != 0:
+                w = trailing_zeros(pushers)
+                pushers &= pushers - 1
+                sync_w[n_sync] = w
+                sync_r[n_sync] = g
+                n_sync += 1
+            vw[r, 0] = val
+            rec[r, 0] = _meta(p, d, av)
+            vw[r, 1] = 0
+    clock[0] = clk
     out[0] = n_plan
     out[1] = n_pull
     out[2] = n_sync
@@ -742,9 +741,13 @@ class RuntimeScheduler:
         del remap
         mt = _mask_dtype(n)
         self.local = local.astype(mt)
-        self.valid = self.local.copy()  # a secondary starts as a copy of its primary: current
-        self.meta = primary | (np.int64(0) << 7) | (np.int64(0) << 14)  # dirty -1, available -1
-        self._wr = np.zeros(e, dtype=mt)
+        self.vw = np.zeros((e, 2), dtype=mt)  # (valid, writers) side by side: the batch pass reads both
+        self.vw[:, 0] = self.local  # a secondary starts as a copy of its primary: current
+        self.valid = self.vw[:, 0]
+        self.rec = np.empty((e, 2), dtype=np.int64)  # (meta, global id): one cache line per row in the row pass
+        self.rec[:, 0] = primary | (np.int64(0) << 7) | (np.int64(0) << 14)  # dirty -1, available -1
+        self.rec[:, 1] = self.row_ids
+        self.meta = self.rec[:, 0]
         del local, primary
         self.caches = WorkerCaches(n, e, capacity=cache_rows, policy=cache_policy)
         self.iteration = -1  # global iteration counter across epochs
@@ -820,7 +823,7 @@ class RuntimeScheduler:
             self._alloc_buffers(samples.size, nnz)
         greedy = self.assignment == "herald"
         worker_of = np.empty(samples.size, dtype=np.int32) if greedy else naive_assignment(caps)
-        _, nt = _assign_mark(self.indptr, self.indices, samples, self.valid, self._wr, caps, greedy, self._swar,
+        _, nt = _assign_mark(self.indptr, self.indices, samples, self.vw, caps, greedy, self._swar,
                              _SPREAD, worker_of, self._b_ptr, self._b_idx, self._touched)
         # Visit the batch's rows in ascending id order: it fixes the recency order
         # within an iteration (gmp.train.cache) and turns the kernels' random
@@ -830,7 +833,7 @@ class RuntimeScheduler:
         c = self.caches
         c.reserve(nnz)
         out = self._out
-        _sync_rows(touched, nt, self.valid, self.local, self._wr, self.meta, self.row_ids, self.on_demand,
+        _sync_rows(touched, nt, self.vw, self.local, self.rec, self.on_demand,
                    not self.read_only_replicas, t, c.stamp, c.q_row, c.q_stamp, c.head, c.tail, c.size, c.clock,
                    self._plan_w, self._plan_r, self._pull_k, self._pull_w, self._pull_r, self._pull_a,
                    self._sync_w, self._sync_r, out)
@@ -843,7 +846,7 @@ class RuntimeScheduler:
         if self._evicted.size < int(c.size.max()):
             self._evicted = np.empty(2 * int(c.size.max()), dtype=np.int64)
         n_evict, _ = _trim_all(n, c.capacity, c.lookahead_policy and self.lookahead > 0, c.window_count, c.stamp,
-                            c.q_row, c.q_stamp, c.head, c.tail, c.size, self.valid, self.meta, self.row_ids, t, self._evicted,
+                            c.q_row, c.q_stamp, c.head, c.tail, c.size, self.vw, self.rec, t, self._evicted,
                             self._ev_w, self._ev_r)
         kind, worker, row, ready = _assemble(t, self._plan_w, self._plan_r, n_plan, self._pull_k,
                                              self._pull_w, self._pull_r, self._pull_a, n_pull, self._sync_w,
