@@ -135,9 +135,18 @@ def _gather(indptr, indices, samples):  # pragma: no cover - compiled
 #             MB for Criteo-Kaggle's 2.6M active rows, resident in L2/L3).
 #   vw[r, 1]  (writers) workers using the row in the batch being processed (0 between
 #             batches); next to the validity mask, so marking a sample's rows hits L1
-#   local[r]  primary + secondaries (resident for good), same type
+#   vw[r, 2]  (local) primary + secondaries (resident for good)
 #   rec[r, 0] (meta) int64: primary | (dirty + 1) << 7 | (available + 1) << 14
 #   rec[r, 1] the row's global id (for the events), in the same cache line
+
+
+def _line_aligned(a: np.ndarray, line: int = 64) -> np.ndarray:
+    """A C-contiguous copy of ``a`` whose data starts on a ``line``-byte boundary."""
+    buf = np.empty(a.nbytes + line, dtype=np.uint8)
+    off = (-buf.ctypes.data) % line
+    out = buf[off: off + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
 
 
 def _mask_dtype(num_workers: int):
@@ -220,6 +229,7 @@ def _mark_used(indices, used):  # pragma: no cover - compiled
 
 
 _CHUNK = 256  # rows whose state is loaded ahead (one burst of independent cache misses) per block
+_SAMPLE_CHUNK = 32  # samples whose ids / rows are loaded ahead per block
 
 
 @numba.njit(cache=True, nogil=True)
@@ -262,7 +272,8 @@ def _assign_mark(indptr, indices, samples, vw, capacities, greedy, swar, spread,
                  touched):  # pragma: no cover - compiled
     """Gather the batch's ids from the dataset CSR, run Algorithm 1 (lines 1-13, when
     ``greedy``; else ``worker_of`` is given) and mark each row's writers (``wr``), listing the
-    batch's distinct rows in ``touched``. Returns (number of ids, number of distinct rows)."""
+    batch's distinct rows in ``touched``. Returns (number of ids, number of distinct rows, a sum
+    that keeps the prefetching loads alive)."""
     m = samples.size
     n = capacities.size
     # gather: all bounds first (independent loads overlap), then the ids, contiguous
@@ -270,11 +281,18 @@ def _assign_mark(indptr, indices, samples, vw, capacities, greedy, swar, spread,
     for i in range(m):
         s = samples[i]
         b_ptr[i + 1] = b_ptr[i] + (indptr[s + 1] - indptr[s])
-    for i in range(m):
-        s = samples[i]
-        o = b_ptr[i] - indptr[s]
-        for j in range(indptr[s], indptr[s + 1]):
-            b_idx[o + j] = indices[j]
+    sink = np.int64(0)
+    for c0 in range(0, m, _SAMPLE_CHUNK):
+        c1 = min(c0 + _SAMPLE_CHUNK, m)
+        for i in range(c0, c1):  # touch the block's id lists first: their cache misses overlap
+            s = samples[i]
+            if indptr[s + 1] > indptr[s]:
+                sink += indices[indptr[s]] + indices[indptr[s + 1] - 1]
+        for i in range(c0, c1):
+            s = samples[i]
+            o = b_ptr[i] - indptr[s]
+            for j in range(indptr[s], indptr[s + 1]):
+                b_idx[o + j] = indices[j]
     nb = (n + 7) >> 3
     acc = np.zeros(nb, dtype=np.int64)
     score = np.zeros(n, dtype=np.int64)
@@ -283,6 +301,10 @@ def _assign_mark(indptr, indices, samples, vw, capacities, greedy, swar, spread,
     for i in range(m):
         a = b_ptr[i]
         b = b_ptr[i + 1]
+        if i % _SAMPLE_CHUNK == 0:  # touch the next block's rows: the misses overlap (the
+            # argmax's mispredicted branches would otherwise cut the CPU's run-ahead)
+            for j in range(a, b_ptr[min(i + _SAMPLE_CHUNK, m)]):
+                sink += np.int64(vw[b_idx[j], 0])
         if greedy:
             # line 3: score(i, w) = |cache(w) ∩ embs(i)|, cache(w) = current copies + primaries
             if swar and nb == 1:
@@ -322,11 +344,11 @@ def _assign_mark(indptr, indices, samples, vw, capacities, greedy, swar, spread,
             touched[nt] = r  # kept only when the row is new to the batch (branch-free)
             nt += x == 0
             vw[r, 1] = x | bit
-    return b_ptr[m], nt
+    return b_ptr[m], nt, sink
 
 
 @numba.njit(cache=True, nogil=True)
-def _sync_rows(touched, nt, vw, local, rec, on_demand, keep_written, t, stamp, q_row, q_stamp,
+def _sync_rows(touched, nt, vw, rec, on_demand, keep_written, t, stamp, q_row, q_stamp,
                head, tail, size, clock, plan_w, plan_r, pull_k, pull_w, pull_r, pull_a, sync_w, sync_r,
                out):  # pragma: no cover - compiled
     """Per distinct row of the batch, in one pass: the plan of t-1 (Algorithm 1 line 15),
@@ -347,7 +369,7 @@ def _sync_rows(touched, nt, vw, local, rec, on_demand, keep_written, t, stamp, q
         c1 = min(c0 + _CHUNK, nt)
         for i in range(c0, c1):  # touch the block's records first: their cache misses overlap
             r = touched[i]
-            sink += rec[r, 0] + stamp[r, 0] + stamp[r, last] + np.int64(vw[r, 0]) + np.int64(local[r])
+            sink += rec[r, 0] + stamp[r, 0] + stamp[r, last] + np.int64(vw[r, 0])
         for i in range(c0, c1):
             r = touched[i]
             g = rec[r, 1]  # global id, for the events
@@ -371,7 +393,7 @@ def _sync_rows(touched, nt, vw, local, rec, on_demand, keep_written, t, stamp, q
                 while x != 0:
                     violations += 1
                     x &= x - 1
-            loc = np.int64(local[r])
+            loc = np.int64(vw[r, 2])
             val = np.int64(vw[r, 0])
             mm = m & ~pbit  # reads by each non-primary worker using the row (ascending)
             while mm != 0:
@@ -740,9 +762,10 @@ class RuntimeScheduler:
             del emb, row, keep
         del remap
         mt = _mask_dtype(n)
-        self.local = local.astype(mt)
-        self.vw = np.zeros((e, 2), dtype=mt)  # (valid, writers) side by side: the batch pass reads both
-        self.vw[:, 0] = self.local  # a secondary starts as a copy of its primary: current
+        self.vw = np.zeros((e, 3), dtype=mt)  # (valid, writers, local) side by side: one line per row
+        self.vw[:, 2] = local
+        self.vw[:, 0] = local  # a secondary starts as a copy of its primary: current
+        self.local = self.vw[:, 2]
         self.valid = self.vw[:, 0]
         self.rec = np.empty((e, 2), dtype=np.int64)  # (meta, global id): one cache line per row in the row pass
         self.rec[:, 0] = primary | (np.int64(0) << 7) | (np.int64(0) << 14)  # dirty -1, available -1
@@ -750,6 +773,9 @@ class RuntimeScheduler:
         self.meta = self.rec[:, 0]
         del local, primary
         self.caches = WorkerCaches(n, e, capacity=cache_rows, policy=cache_policy)
+        # The row pass reads a row's stamps of all workers: start each row on a cache line
+        # (8 workers: one line instead of two). Same values, same array type.
+        self.caches.stamp = _line_aligned(self.caches.stamp)
         self.iteration = -1  # global iteration counter across epochs
         self.totals = ScheduleTotals()
         self.flush: np.ndarray | None = None
@@ -823,7 +849,7 @@ class RuntimeScheduler:
             self._alloc_buffers(samples.size, nnz)
         greedy = self.assignment == "herald"
         worker_of = np.empty(samples.size, dtype=np.int32) if greedy else naive_assignment(caps)
-        _, nt = _assign_mark(self.indptr, self.indices, samples, self.vw, caps, greedy, self._swar,
+        _, nt, _ = _assign_mark(self.indptr, self.indices, samples, self.vw, caps, greedy, self._swar,
                              _SPREAD, worker_of, self._b_ptr, self._b_idx, self._touched)
         # Visit the batch's rows in ascending id order: it fixes the recency order
         # within an iteration (gmp.train.cache) and turns the kernels' random
@@ -833,7 +859,7 @@ class RuntimeScheduler:
         c = self.caches
         c.reserve(nnz)
         out = self._out
-        _sync_rows(touched, nt, self.vw, self.local, self.rec, self.on_demand,
+        _sync_rows(touched, nt, self.vw, self.rec, self.on_demand,
                    not self.read_only_replicas, t, c.stamp, c.q_row, c.q_stamp, c.head, c.tail, c.size, c.clock,
                    self._plan_w, self._plan_r, self._pull_k, self._pull_w, self._pull_r, self._pull_a,
                    self._sync_w, self._sync_r, out)
