@@ -103,15 +103,15 @@ def test_same_model_as_one_worker_and_counts_equal_the_simulator(ctr, options, o
         assert store.cached_ids().size <= options["cache_rows"]
 
 
-def _first_batch_prefetchable(ds, pl, options):
+def _first_batch_prefetchable(ds, pl, options, batch_size=12, seed=3):
     """Pulls of an epoch's first batch can't be fetched during a previous step of that epoch."""
     from gmp.simulate import epoch_order
     from gmp.train.scheduler import PULL_KINDS, RuntimeScheduler
 
-    eng = RuntimeScheduler(ds.indptr, ds.indices, pl, batch_size=12, on_demand=options["on_demand"],
+    eng = RuntimeScheduler(ds.indptr, ds.indices, pl, batch_size=batch_size, on_demand=options["on_demand"],
                            cache_rows=options["cache_rows"], cache_policy=options.get("cache_policy", "lru"),
                            lookahead=options["lookahead"], read_only_replicas=options["read_only_replicas"])
-    eng.start_epoch(epoch_order(ds.num_train, 3))
+    eng.start_epoch(epoch_order(ds.num_train, seed))
     s = eng.next_batch()
     return int(np.count_nonzero(np.isin(s.event_kind, PULL_KINDS) & (s.event_ready < s.iteration - 1)))
 
@@ -249,5 +249,10 @@ def test_distributed_engine_with_cache_and_on_demand(ctr, tmp_path):
         sim = simulate(ds.indptr, ds.indices, pl, num_train=ds.num_train, batch_size=10, schedule="herald",
                        on_demand=True, cache_rows=o["cache_rows"], lookahead=o["lookahead"],
                        read_only_replicas=False, seed=4).to_json()
-        h = json.loads((tmp_path / str(i) / "records.json").read_text())[0]["herald"]
+        rec = json.loads((tmp_path / str(i) / "records.json").read_text())[0]
+        h = rec["herald"]
         assert {k: h[k] for k in KINDS} == {k: sim[k] for k in KINDS}
+        if o["lookahead"]:  # the asynchronous early exchange delivered every prefetchable pull
+            assert rec["prefetch"]["early_rows"] == h["prefetched_rows"] > 0
+            assert h["prefetched_rows"] == sim["prefetchable_pulls"] - _first_batch_prefetchable(
+                ds, pl, dict(o, on_demand=True, cache_rows=o["cache_rows"]), batch_size=10, seed=4)

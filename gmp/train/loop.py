@@ -239,8 +239,8 @@ class Trainer:
         self.step_in_epoch = 0
         self.counters = np.zeros((len(self.stores), len(ALL_COUNTERS)), dtype=np.int64)
         self.herald = self._herald_mode()
-        self._staged: list[tuple[np.ndarray, torch.Tensor] | None] = [None] * len(self.stores)
-        self._prefetch_stats = {"produce_s": 0.0, "stall_s": 0.0, "items": 0}
+        self._early = None  # (handle, rows per local worker) of the early exchange in flight
+        self._prefetch_stats = {"produce_s": 0.0, "stall_s": 0.0, "items": 0, "fetch_wait_s": 0.0}
         self.acc = {"loss_sum": 0.0, "samples": 0, "steps": 0, "train_seconds": 0.0}
         self.history: list[dict[str, Any]] = []
         self.interrupted = False
@@ -517,7 +517,8 @@ class Trainer:
         hs = self.schedule
         n = self.num_workers
         k = int(self.herald["lookahead"])
-        self._staged = [None] * len(self.stores)
+        if self._early is not None:  # left over from an interrupted call: complete it, drop the rows
+            self._take_early()
         pf = Prefetcher(self._herald_source(epoch, start), k) if k > 0 else None
         items = (item for item, _ in pf) if pf is not None else self._herald_source(epoch, start)
         completed = False
@@ -574,38 +575,30 @@ class Trainer:
                     store.overwrite_primary(store.lookup(ids), rpay[li][src])
 
     def _pull(self, sched, nxt) -> None:
-        """Pull this step's rows (those fetched one step early come from the stage) and, with a
-        look-ahead, fetch the next step's provably final rows early."""
-        from .scheduler import PULL_KINDS, PULL_MISS, PULL_STALE
+        """Pull this step's rows: those fetched one step early come from the early exchange, the
+        rest on demand; then, with a look-ahead, start the early fetch of the next step's final rows."""
+        from .scheduler import PULL_MISS, PULL_STALE
 
         n = self.num_workers
-        early = self.herald["lookahead"] > 0 and nxt is not None
+        staged = self._take_early()
         req_sends, wants = [], []
         for li, w in enumerate(self.engine.local_workers):
-            store = self.stores[li]
             self._count(li, "pull_miss", sched.rows(PULL_MISS, w).size)
             self._count(li, "pull_stale", sched.rows(PULL_STALE, w).size)
             self._count(li, "remote_rows_read", sched.rows(PULL_MISS, w).size)
             self._count(li, "staleness_refreshes", sched.rows(PULL_STALE, w).size)
             rows = np.unique(sched.pulls(w))
-            staged = self._staged[li]
-            self._staged[li] = None
             pre = None
-            if staged is not None and staged[0].size:  # fetched one step early (provably final values)
-                have = np.isin(rows, staged[0])
-                pos = np.searchsorted(staged[0], rows[have])
-                pre = (rows[have], staged[1][torch.as_tensor(pos, dtype=torch.int64, device=staged[1].device)])
+            if staged is not None and staged[li][0].size:  # fetched one step early (provably final values)
+                st_rows, st_pay = staged[li]
+                have = np.isin(rows, st_rows)
+                pos = np.searchsorted(st_rows, rows[have])
+                pre = (rows[have], st_pay[torch.as_tensor(pos, dtype=torch.int64, device=st_pay.device)])
                 self._count(li, "prefetched_rows", int(have.sum()))
                 rows = rows[~have]
-            ahead = np.zeros(0, dtype=np.int64)
-            if early:  # ready < t+1 - 1: the primary's value is final before this step's updates
-                sel = np.isin(nxt.event_kind, PULL_KINDS) & (nxt.event_worker == w) & \
-                    (nxt.event_ready < nxt.iteration - 1)
-                ahead = np.unique(nxt.event_row[sel])
-            want = np.concatenate([rows, ahead])
-            order, bounds = _group_by_owner(np.arange(want.size), self.primary[want], n)
-            wants.append((want, rows.size, order, bounds, pre))
-            req_sends.append([self._int_tensor(want[order[bounds[d]:bounds[d + 1]]]) for d in range(n)])
+            order, bounds = _group_by_owner(np.arange(rows.size), self.primary[rows], n)
+            wants.append((rows, order, bounds, pre))
+            req_sends.append([self._int_tensor(rows[order[bounds[d]:bounds[d + 1]]]) for d in range(n)])
         rid = self.engine.alltoallv(req_sends, "ids_clocks")
         replies = []
         for li, store in enumerate(self.stores):
@@ -619,24 +612,74 @@ class Trainer:
                            torch.zeros(0, store.payload_dim, dtype=self.dtype, device=store.device))
             replies.append(rep)
         got = self.engine.alltoallv(replies, "embedding_rows",
-                                    recv_counts=[[int(w[3][d + 1] - w[3][d]) for d in range(n)] for w in wants])
-        for li, (want, now, order, bounds, pre) in enumerate(wants):
+                                    recv_counts=[[int(w[2][d + 1] - w[2][d]) for d in range(n)] for w in wants])
+        for li, (rows, order, bounds, pre) in enumerate(wants):
             store = self.stores[li]
-            pay = torch.cat([g.to(store.device, self.dtype) for g in got[li]]) if want.size else \
+            pay = torch.cat([g.to(store.device, self.dtype) for g in got[li]]) if rows.size else \
                 torch.zeros(0, store.payload_dim, dtype=self.dtype, device=store.device)
-            inv = np.empty(want.size, dtype=np.int64)
-            inv[order] = np.arange(want.size)
-            pay = pay[torch.as_tensor(inv, dtype=torch.int64, device=pay.device)]  # back to want order
-            rows, rows_pay = want[:now], pay[:now]
+            inv = np.empty(rows.size, dtype=np.int64)
+            inv[order] = np.arange(rows.size)
+            pay = pay[torch.as_tensor(inv, dtype=torch.int64, device=pay.device)]  # back to rows order
             if pre is not None:  # one install in id order, early or not: the cache layout is the same
                 rows = np.concatenate([rows, pre[0]])
-                rows_pay = torch.cat([rows_pay, pre[1].to(rows_pay.device)])
+                pay = torch.cat([pay, pre[1].to(pay.device)])
                 srt = np.argsort(rows, kind="stable")
-                rows, rows_pay = rows[srt], rows_pay[torch.as_tensor(srt, dtype=torch.int64, device=rows_pay.device)]
-            self._install(li, rows, rows_pay)
-            if want.size > now:
-                ahead = want[now:]
-                self._staged[li] = (ahead, pay[now:])  # ahead is sorted (np.unique)
+                rows, pay = rows[srt], pay[torch.as_tensor(srt, dtype=torch.int64, device=pay.device)]
+            self._install(li, rows, pay)
+        if self.herald["lookahead"] > 0 and nxt is not None:
+            self._issue_early(nxt)
+
+    def _issue_early(self, nxt) -> None:
+        """Start sending the next step's pulls whose row is final now (cDLRM prefetch, s = 0 safe).
+
+        A pull of batch t+1 with ``ready < t`` reads a value the primary already
+        holds before step t updates anything, and nobody changes it during step
+        t. The schedule is global, so each primary knows which of its rows every
+        worker will need and sends them unasked (no id exchange): an
+        asynchronous all-to-all under torchrun (overlapping step t's compute),
+        an in-memory hand-off in the local engine. Taken at step t+1.
+        """
+        from .scheduler import PULL_KINDS
+
+        n = self.num_workers
+        sel = np.isin(nxt.event_kind, PULL_KINDS) & (nxt.event_ready < nxt.iteration - 1)
+        ew = nxt.event_worker[sel].astype(np.int64)
+        er = nxt.event_row[sel].astype(np.int64)
+        prim = self.primary[er].astype(np.int64)
+        order = np.lexsort((er, prim, ew))  # by destination, then source (primary), then row
+        ew, er, prim = ew[order], er[order], prim[order]
+        sends, recv_rows, recv_counts = [], [], []
+        for li, me in enumerate(self.engine.local_workers):
+            store = self.stores[li]
+            mine = prim == me
+            parts = []
+            for d in range(n):
+                r = er[mine & (ew == d)]
+                parts.append(store.read_payload(store.lookup(r)) if r.size else
+                             torch.zeros(0, store.payload_dim, dtype=self.dtype, device=store.device))
+            sends.append(parts)
+            to_me = ew == me
+            recv_rows.append(er[to_me])  # ordered by (primary, row): the order the parts arrive in
+            recv_counts.append([int(np.count_nonzero(to_me & (prim == src))) for src in range(n)])
+        self._early = (_start_alltoallv(self.engine, sends, "embedding_rows", recv_counts), recv_rows)
+
+    def _take_early(self) -> list[tuple[np.ndarray, torch.Tensor]] | None:
+        """Wait for the early exchange started in the previous step; per local worker (rows sorted, payload)."""
+        if self._early is None:
+            return None
+        handle, recv_rows = self._early
+        self._early = None
+        t0 = time.perf_counter()
+        got = handle.wait()
+        self._prefetch_stats["fetch_wait_s"] += time.perf_counter() - t0
+        out = []
+        for li, store in enumerate(self.stores):
+            rows = recv_rows[li]
+            pay = torch.cat([g.to(store.device, self.dtype) for g in got[li]]) if rows.size else \
+                torch.zeros(0, store.payload_dim, dtype=self.dtype, device=store.device)
+            srt = np.argsort(rows, kind="stable")
+            out.append((rows[srt], pay[torch.as_tensor(srt, dtype=torch.int64, device=pay.device)]))
+        return out
 
     def _install(self, li: int, rows: np.ndarray, payload: torch.Tensor) -> None:
         store = self.stores[li]
@@ -805,7 +848,7 @@ class Trainer:
         self.engine.bytes[:] = 0
         self.engine.seconds = 0.0
         self.acc = {"loss_sum": 0.0, "samples": 0, "steps": 0, "train_seconds": 0.0}
-        self._prefetch_stats = {"produce_s": 0.0, "stall_s": 0.0, "items": 0}
+        self._prefetch_stats = {"produce_s": 0.0, "stall_s": 0.0, "items": 0, "fetch_wait_s": 0.0}
 
     def _global(self) -> tuple[np.ndarray, dict[str, int], float]:
         counters = self.engine.sum_across(self.counters.sum(axis=0).astype(np.float64))
@@ -840,11 +883,16 @@ class Trainer:
                     "lookahead": int(self.herald["lookahead"]),
                     "early_rows": h["prefetched_rows"], "late_rows": late,
                     "early_share": h["prefetched_rows"] / h["pulls"] if h["pulls"] else 1.0,
+                    "early_fetch_wait_s": self._max_across(st["fetch_wait_s"]),
                     "scheduler_produce_s": st["produce_s"], "scheduler_stall_s": st["stall_s"],
                     "scheduler_overlap": (max(0.0, 1.0 - st["stall_s"] / st["produce_s"])
                                           if st["produce_s"] > 0 else 1.0)}
         rec.update(extra)
         return rec
+
+    def _max_across(self, value: float) -> float:
+        per = np.concatenate(self.engine.gather([np.array([value])] * len(self.stores)))
+        return float(per.max())
 
     def _max_comm_seconds(self) -> float:
         per = np.concatenate(self.engine.gather([np.array([self.engine.seconds])] * len(self.stores)))
@@ -919,6 +967,52 @@ class Trainer:
             p = store.num_primary
             out[store.ids[:p]] = store.table[:p].double().cpu().numpy()
         return out
+
+
+class _Done:
+    def __init__(self, value):
+        self.value = value
+
+    def wait(self):
+        return self.value
+
+
+class _AsyncAllToAll:
+    """An all-to-all started with ``async_op=True``; :meth:`wait` returns ``recv[0][src]``."""
+
+    def __init__(self, work, out, counts, trailing):
+        self.work, self.out, self.counts, self.trailing = work, out, counts, trailing
+
+    def wait(self):
+        self.work.wait()
+        parts = torch.split(self.out, [c * int(np.prod(self.trailing)) for c in self.counts])
+        return [[p.view(-1, *self.trailing) for p in parts]]
+
+
+def _start_alltoallv(engine: CommEngine, sends, category: str, recv_counts):
+    """Start a variable-size all-to-all whose receive counts are known; returns a handle with ``wait()``.
+
+    Under torchrun it is issued with ``async_op=True`` (every rank starts it at
+    the same point of the step, so collectives stay matched); the local engine
+    exchanges in memory at once. Bytes are counted at the start.
+    """
+    from .engine_dist import DistributedEngine
+
+    if not isinstance(engine, DistributedEngine) or engine.world_size == 1:
+        return _Done(engine.alltoallv(sends, category, recv_counts=recv_counts))
+    import torch.distributed as dist
+
+    (mine,) = sends
+    engine._count_sends(sends, category)
+    trailing = tuple(mine[0].shape[1:])
+    per_row = int(np.prod(trailing))
+    dev = engine.device_for(engine.rank)
+    rc = [int(c) for c in recv_counts[0]]
+    flat = torch.cat([t.reshape(-1).to(dev) for t in mine])  # a copy: later in-place updates don't leak in
+    out = torch.empty(sum(rc) * per_row, dtype=flat.dtype, device=dev)
+    work = dist.all_to_all_single(out, flat, [c * per_row for c in rc], [int(t.shape[0]) * per_row for t in mine],
+                                  async_op=True)
+    return _AsyncAllToAll(work, out, rc, trailing)
 
 
 class _timed:
