@@ -50,9 +50,10 @@ scheduler's state does not justify (a pull over pending updates, a push of
 a clean row, a row read but not held) instead of training on wrong values.
 Counts: ``remote_rows_read`` = ``pull_miss``, ``staleness_refreshes`` =
 ``pull_stale``, ``remote_rows_pushed`` = all pushes; per kind in the
-record's ``herald`` object. With ``--lookahead K`` the next step's provably
-final pulls ride along with this step's pull exchange
-(:mod:`gmp.train.prefetch`; the record's ``prefetch`` object).
+record's ``herald`` object. With ``--lookahead K`` the primaries send the next
+step's provably final pulls unasked during this step (asynchronously under
+torchrun; :meth:`Trainer._issue_early`, :mod:`gmp.train.prefetch`; the
+record's ``prefetch`` object).
 
 Evaluation reads primaries only (every non-primary row is pulled, uncounted),
 each worker scoring a share of the test split.

@@ -24,16 +24,20 @@ nothing here ever fetches a row before its last update has been pushed, so
 ``s = 0`` stays exact.
 
 **In the trainer** (``gmp train --schedule herald --lookahead K``, s = 0,
-:meth:`gmp.train.loop.Trainer._pull`): the scheduler runs ``K`` batches ahead
-in this module's background thread; at step ``t`` the trainer sees batch
-``t + 1``'s schedule and fetches its ``early`` pulls *in step t's pull
-exchange* (they are final: no worker updates or pushes them during ``t``),
-keeping them in a per-worker stage until step ``t + 1`` installs them; the
-``late`` pulls are fetched on demand at ``t + 1``. So early rows leave the
-next step's critical path, but the exchange itself is the same synchronous
-all-to-all (no asynchronous transfer overlapping the backward pass: the
-distributed engine has no async all-to-all). The JSON log's ``prefetch``
-object reports ``early_rows``/``late_rows`` and the scheduler thread's
+:meth:`gmp.train.loop.Trainer._issue_early`): the scheduler runs ``K``
+batches ahead in this module's background thread, so at step ``t`` the
+trainer already has batch ``t + 1``'s schedule. Right after step ``t``'s own
+pulls, every primary sends each worker the rows of its ``early`` pulls for
+``t + 1`` -- unasked, since the schedule is global and deterministic, so no
+ids travel -- in one all-to-all that runs *asynchronously* under torchrun
+(``dist.all_to_all_single(..., async_op=True)``) while step ``t`` computes;
+step ``t + 1`` waits for it, installs those rows and pulls only the ``late``
+ones on demand. The rows are final when sent (no worker updates or pushes
+them during step ``t``), so ``s = 0`` stays exact. The local engine hands
+them over in memory at once (nothing to overlap). The JSON log's
+``prefetch`` object reports ``early_rows``/``late_rows``,
+``early_fetch_wait_s`` (time step ``t + 1`` waited for the early exchange:
+the part not hidden behind compute) and the scheduler thread's
 ``scheduler_produce_s``/``scheduler_stall_s``/``scheduler_overlap``.
 
 Measured (:meth:`Prefetcher.stats`): ``produce_s`` (time the background
