@@ -249,7 +249,7 @@ def _trim_all(num_workers, capacity, lookahead_policy, window_count, stamp, q_ro
         for c0 in range(0, k, _CHUNK):
             c1 = min(c0 + _CHUNK, k)
             for i in range(c0, c1):  # touch the block's records first: their cache misses overlap
-                sink += rec[buf[i], 0]
+                sink += rec[buf[i], 0] + np.int64(vw[buf[i], 0])
             for i in range(c0, c1):
                 r = buf[i]
                 vw[r, 0] = np.int64(vw[r, 0]) & ~bit
@@ -388,8 +388,8 @@ def _sync_rows(touched, nt, vw, rec, on_demand, keep_written, t, stamp, q_row, q
             n_plan += plan
             d = -1 if plan else d
             av = (t - 1) if plan else av
-            if d >= 0:  # someone else holds pending updates: the plan failed (never, unless a bug)
-                x = m & ~(np.int64(1) << np.int64(d))
+            x = (m & ~dbit) if d >= 0 else np.int64(0)
+            if x != 0:  # someone else holds pending updates: the plan failed (never, unless a bug)
                 while x != 0:
                     violations += 1
                     x &= x - 1
