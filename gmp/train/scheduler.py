@@ -75,12 +75,26 @@ latest version -- a pull for iteration t with ``ready < t - 1`` can be issued
 at least one whole iteration early (cDLRM look-ahead prefetch); the simulator
 reports that share as ``prefetchable_pulls``.
 
-Performance: every step is a numba kernel over int64 bit masks (at most 63
-workers), compiled with ``nogil`` so the look-ahead thread overlaps with
-training. The kernels are memory-bound: each row's state is one 32-byte
-record, the assignment is fused with marking the batch's rows (reading the
-dataset CSR directly), and the plan, reads and updates of a row are one pass
-over the batch's distinct rows in ascending id order. Measured times:
+Performance: a step is four numba kernels (``nogil``, so the look-ahead
+thread overlaps with training), at most 63 workers (int64 bit masks):
+
+1. ``_assign_mark``: gathers the batch's ids from the dataset CSR into a
+   reused buffer, runs Algorithm 1 and marks each row's writers, listing the
+   batch's distinct rows (branch-free). Scores are computed 8 workers at a
+   time (SWAR: one table lookup and one 64-bit add per id and byte of mask).
+2. ``_sync_rows``: one pass over the distinct rows in ascending id order:
+   plan of t-1, reads (pulls, cache touches), updates. Data-dependent
+   decisions are selects and conditional increments, not branches.
+3. ``_trim_all``: cache eviction (:func:`gmp.train.cache.cache_trim`).
+4. ``_assemble``: the exact-size event arrays of the ``BatchSchedule``.
+
+The work is dominated by random accesses to per-row state, so the state is
+laid out by access pattern: the worker masks (valid, read for every id;
+writers; local) are side by side in the narrowest integer type (uint8 for <= 8
+workers: 3 bytes per row), the per-row record (meta, global id) is 16 bytes,
+and the cache stamps are line-aligned; and every pass first touches the next
+block of rows (or samples) in a tight loop so that their cache misses overlap
+instead of being serialised behind mispredicted branches. Measured times:
 ``docs/herald.md`` (``bench/herald_bench.py``).
 """
 
@@ -130,9 +144,9 @@ def _gather(indptr, indices, samples):  # pragma: no cover - compiled
 # Per-row state (compacted rows), split by how often the kernels touch it:
 #   vw[r, 0]  (valid) workers holding the latest version; the primary's bit is always set
 #             (a primary is current after at most a push, and always scores,
-#             Algorithm 1 line 3). Read for every id of a batch, so it is stored in
-#             the narrowest unsigned type that holds N bits (uint8 for N <= 8: 2.6
-#             MB for Criteo-Kaggle's 2.6M active rows, resident in L2/L3).
+#             Algorithm 1 line 3). Read for every id of a batch, so the masks are
+#             stored in the narrowest unsigned type that holds N bits (uint8 for
+#             N <= 8: 8 MB for Criteo-Kaggle's 2.6M active rows, resident in L3).
 #   vw[r, 1]  (writers) workers using the row in the batch being processed (0 between
 #             batches); next to the validity mask, so marking a sample's rows hits L1
 #   vw[r, 2]  (local) primary + secondaries (resident for good)
