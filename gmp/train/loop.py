@@ -540,6 +540,8 @@ class Trainer:
                 st = pf.stats()
                 for key in ("items", "produce_s", "stall_s"):
                     self._prefetch_stats[key] += st[key]
+                    if isinstance(getattr(hs, "_prefetch_stats", None), dict):  # HeraldSchedule.prefetch_stats()
+                        hs._prefetch_stats[key] = hs._prefetch_stats.get(key, 0) + st[key]
             if not completed:  # the scheduler ran ahead of training: replay it on the next call
                 hs._engine = None
 
