@@ -268,11 +268,11 @@ def _trim_all(num_workers, capacity, lookahead_policy, window_count, stamp, q_ro
                 r = buf[i]
                 vw[r, 0] = np.int64(vw[r, 0]) & ~bit
                 mt = rec[r, 0]
-                if _dirty(mt) == w:
-                    ev_w[ne] = w
-                    ev_r[ne] = rec[r, 1]
-                    ne += 1
-                    rec[r, 0] = _meta(_prim(mt), -1, t)
+                push = _dirty(mt) == w  # its pending updates go with it (branch-free)
+                ev_w[ne] = w
+                ev_r[ne] = rec[r, 1]
+                ne += push
+                rec[r, 0] = _meta(_prim(mt), -1, t) if push else mt
     return ne, sink
 
 
