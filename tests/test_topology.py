@@ -1,0 +1,71 @@
+import json
+
+import numpy as np
+import pytest
+
+from gmp.errors import TopologyError
+from gmp.topology import hierarchical, homogeneous, load_topology, parse_topology, resolve_topology
+
+
+def test_homogeneous():
+    t = homogeneous(3)
+    np.testing.assert_array_equal(t.cost, [[0, 1, 1], [1, 0, 1], [1, 1, 0]])
+    assert t.is_uniform and t.num_machines == 1
+
+
+def test_hierarchical_2x2_inter_cost_10():
+    t = parse_topology("2x2")
+    np.testing.assert_array_equal(t.cost, [[0, 1, 10, 10], [1, 0, 10, 10], [10, 10, 0, 1], [10, 10, 1, 0]])
+    assert t.machine_of.tolist() == [0, 0, 1, 1] and t.num_machines == 2 and not t.is_uniform
+
+
+def test_hierarchical_configurable_inter_cost():
+    t = hierarchical(2, 8, inter_cost=4.0)
+    assert t.num_workers == 16 and t.cost[0, 8] == 4.0 and t.cost[0, 7] == 1.0
+
+
+def test_json_round_trip():
+    t = parse_topology("2x3")
+    u = type(t).from_json(json.loads(json.dumps(t.to_json())))
+    np.testing.assert_array_equal(u.cost, t.cost)
+    assert u.machine_of.tolist() == t.machine_of.tolist()
+
+
+@pytest.mark.parametrize(
+    "cost, match",
+    [
+        ([[0, 1, 1], [1, 0, 1]], "square"),
+        ([[0, -1], [1, 0]], r"cost\[0\]\[1\] = -1.0 is negative"),
+        ([[1, 1], [1, 0]], r"cost\[0\]\[0\] = 1.0; the diagonal must be 0"),
+        ([[0, float("nan")], [1, 0]], "finite"),
+    ],
+)
+def test_file_validation(tmp_path, cost, match):
+    path = tmp_path / "costs.json"
+    path.write_text(json.dumps({"cost": cost}).replace("NaN", "NaN"))
+    with pytest.raises(TopologyError, match=match):
+        load_topology(path)
+
+
+def test_file_bare_list_and_errors(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text("[[0, 2], [3, 0]]")
+    assert load_topology(path).cost[1, 0] == 3
+    path.write_text("{not json")
+    with pytest.raises(TopologyError, match="not valid JSON"):
+        load_topology(path)
+    with pytest.raises(TopologyError, match="cannot read topology file"):
+        load_topology(tmp_path / "missing.json")
+    path.write_text(json.dumps({"cost": [[0, 1], [1, 0]], "machine_of": [0]}))
+    with pytest.raises(TopologyError, match="machine_of"):
+        load_topology(path)
+
+
+def test_parse_and_resolve_errors():
+    with pytest.raises(TopologyError, match="not understood"):
+        parse_topology("2by8")
+    with pytest.raises(TopologyError, match="--workers 4 disagrees with the topology's 16 workers"):
+        resolve_topology(4, "2x8", None)
+    with pytest.raises(TopologyError, match="not both"):
+        resolve_topology(None, "8", "f.json")
+    assert resolve_topology(5, None, None).num_workers == 5
