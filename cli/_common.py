@@ -52,7 +52,8 @@ def _default(o: Any) -> Any:
 
 
 def console():
-    """A rich console on stdout (tables)."""
+    """A rich console on stdout (tables): the terminal's width, or 200 columns
+    when stdout is a file or pipe (wide comparison tables stay unwrapped in logs)."""
     from rich.console import Console
 
-    return Console(file=sys.stdout, width=160)
+    return Console(file=sys.stdout, width=None if sys.stdout.isatty() else 200)
