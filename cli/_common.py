@@ -9,6 +9,7 @@ from typing import Any, Callable, TypeVar
 
 import typer
 
+from gmp._io import json_default
 from gmp.errors import GmpError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -36,19 +37,9 @@ def handle_errors(fn: F) -> F:
 
 
 def echo_json(obj: Any) -> None:
-    typer.echo(json.dumps(obj, indent=2, default=_default))
+    typer.echo(json.dumps(obj, indent=2, default=json_default))
 
 
-def _default(o: Any) -> Any:
-    import numpy as np
-
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    return str(o)
 
 
 def console():

@@ -54,21 +54,22 @@ def write_json(path: str | os.PathLike, obj: Mapping[str, Any]) -> None:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, sort_keys=False, default=_json_default)
+        json.dump(obj, f, indent=2, sort_keys=False, default=json_default)
         f.write("\n")
     os.replace(tmp, path)
 
 
-def _json_default(o: Any) -> Any:
+def json_default(o: Any) -> Any:
+    """``json.dump(default=...)`` for numpy scalars/arrays and paths (anything else: ``str``)."""
+    if isinstance(o, np.bool_):
+        return bool(o)
     if isinstance(o, np.integer):
         return int(o)
     if isinstance(o, np.floating):
         return float(o)
     if isinstance(o, np.ndarray):
         return o.tolist()
-    if isinstance(o, Path):
-        return str(o)
-    raise TypeError(f"{type(o).__name__} is not JSON serialisable")
+    return str(o)
 
 
 def read_versioned_json(

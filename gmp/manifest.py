@@ -97,6 +97,7 @@ import numpy as np
 from . import __version__
 from ._io import atomic_directory, hash_arrays, load_npy, read_versioned_json, write_json
 from .errors import GmpError, ManifestError, TopologyError
+from .graph import _min_max
 from .placement import Placement
 from .topology import Topology
 
@@ -266,18 +267,6 @@ def _first_secondary_on_primary(primary, sec_indptr, sec_workers):  # pragma: no
                 if sec_workers[r] == sec_workers[q]:
                     return e, 1
     return -1, 0
-
-
-@numba.njit(cache=True, nogil=True)
-def _min_max(a):  # pragma: no cover - compiled
-    lo = a[0]
-    hi = a[0]
-    for v in a:
-        if v < lo:
-            lo = v
-        if v > hi:
-            hi = v
-    return lo, hi
 
 
 @numba.njit(cache=True, nogil=True)

@@ -46,7 +46,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from .. import __version__
-from .._io import read_versioned_json, write_json
+from .._io import json_default, read_versioned_json, write_json
 from ..errors import ManifestError
 from .html import render_html
 from .markdown import render_markdown
@@ -204,7 +204,7 @@ def render(report: dict[str, Any], fmt: str) -> str:
     import json
 
     if fmt == "json":
-        return json.dumps(report, indent=2, default=_default)
+        return json.dumps(report, indent=2, default=json_default)
     if fmt == "md":
         return render_markdown(report, images=report.get("plots") or [])
     if fmt == "html":
@@ -217,11 +217,3 @@ def render(report: dict[str, Any], fmt: str) -> str:
     raise ManifestError(f"unknown report format {fmt!r}; choose one of {', '.join(REPORT_FORMATS)}.")
 
 
-def _default(o: Any) -> Any:
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    return str(o)
