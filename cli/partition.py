@@ -66,6 +66,25 @@ def _summary(metrics: dict[str, Any], title: str) -> None:
         out.print(t)
 
 
+def parse_key_values(items: list[str]) -> dict:
+    """``["a=1", "b=x"]`` -> ``{"a": 1, "b": "x"}``: values as JSON literals when they parse, else strings."""
+    import json
+
+    from gmp.errors import PartitionError
+
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise PartitionError(f"--option {item!r}: expected KEY=VALUE, e.g. --option max_pairs=8000000.")
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
+
+
 def partition(
     dataset: Path = typer.Argument(..., help="Prepared dataset directory (from 'gmp data import|synth')."),
     workers: Optional[int] = typer.Option(None, "--workers", "-w", help="Number of workers (or give --topology)."),
@@ -88,6 +107,8 @@ def partition(
     replication_budget: Optional[float] = typer.Option(None, "--replication-budget", help="Partitioner option: secondaries per worker as a fraction of embeddings."),
     memory_per_worker: Optional[str] = typer.Option(None, "--memory-per-worker", help="Partitioner option: replica memory per worker (e.g. 512MiB)."),
     threads: Optional[int] = typer.Option(None, "--threads", help="Partitioner option: worker threads."),
+    option: Optional[list[str]] = typer.Option(None, "--option", "-O", help="Any other partitioner option as "
+                                               "KEY=VALUE (repeatable), e.g. -O order=dataset -O max_pairs=8000000."),
 ) -> None:
     """Partition a dataset's sample-embedding graph and write a placement manifest + report."""
     from gmp.compare import method_options, peak_rss_bytes
@@ -107,6 +128,7 @@ def partition(
              "memory_per_worker": parse_bytes(memory_per_worker) if memory_per_worker is not None else None,
              "threads": threads}
     given = {k: v for k, v in flags.items() if v is not None}
+    given.update(parse_key_values(option or []))
     options = method_options(method, given, batch_size=batch_size, embedding_dim=embedding_dim)
     ds = load_dataset(dataset)
     graph = build_graph(ds)

@@ -225,3 +225,20 @@ def test_compare_reports_failed_method_as_row(tiny_graph):
         assert res["rows"][0]["status"].startswith("not run:")
         headers, rows = comparison_table(res)
         assert rows[0][1].startswith("not run:")
+
+
+def test_generic_partitioner_option(tiny_dataset, tmp_path):
+    from typer.testing import CliRunner
+
+    from cli.main import app
+    from gmp.manifest import load_manifest
+
+    out = tmp_path / "gs"
+    r = CliRunner().invoke(app, ["partition", str(tiny_dataset), "--workers", "2", "--method", "greedy-stream",
+                                 "-O", "order=dataset", "--option", "max_imbalance=1.5", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    opts = load_manifest(out).meta["partitioner"]["options"]
+    assert opts["order"] == "dataset" and opts["max_imbalance"] == 1.5
+    r = CliRunner().invoke(app, ["partition", str(tiny_dataset), "--workers", "2", "--method", "random",
+                                 "-O", "nonsense", "--out", str(tmp_path / "x")])
+    assert r.exit_code == 2 and "expected KEY=VALUE" in r.output
