@@ -367,3 +367,63 @@ def test_zero_rounds_is_the_random_start(medium_graph):
 def test_bad_options(bad, match, tiny_graph):
     with pytest.raises(PartitionError, match=match):
         run_partitioner("hybrid", tiny_graph, homogeneous(2), seed=0, options=bad)
+
+
+# --------------------------------------------------------------------------
+# init: a registered partitioner's placement as the start of the sweeps
+# --------------------------------------------------------------------------
+@pytest.mark.parametrize("init", ["bicut", "greedy-stream"])
+def test_init_from_partitioner_caps_determinism(init, medium_graph):
+    g = medium_graph
+    n = 8
+    opts = dict(rounds=2, replication_budget=0.01, init=init, max_imbalance=1.05)
+    a = run_partitioner("hybrid", g, homogeneous(n), seed=2, options=opts)
+    b = run_partitioner("hybrid", g, homogeneous(n), seed=2, options=opts)
+    a.check(num_samples=g.num_samples, num_embeddings=g.num_embeddings)
+    for name in ("sample_worker", "embedding_primary", "secondary_indptr", "secondary_workers"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+    used = np.bincount(g.sample_indices, minlength=g.num_embeddings) > 0
+    assert np.bincount(a.sample_worker, minlength=n).max() <= sample_cap(g.num_samples, n, 1.05)
+    assert np.bincount(a.embedding_primary[used], minlength=n).max() <= sample_cap(int(used.sum()), n, 1.05)
+    assert a.info["init"]["method"] == init and a.info["init"]["seconds"] >= 0
+    assert a.options["init"] == init
+
+
+@pytest.mark.parametrize("init", ["bicut", "greedy-stream"])
+def test_init_zero_rounds_is_the_init_placement(init, medium_graph):
+    # with no rounds the result is the init partitioner's own placement (it already respects the caps)
+    g = medium_graph
+    p = run_partitioner("hybrid", g, homogeneous(4), seed=1,
+                        options=dict(rounds=0, replication_budget=0, init=init))
+    q = run_partitioner(init, g, homogeneous(4), seed=1, options=dict(max_imbalance=1.05))
+    np.testing.assert_array_equal(p.sample_worker, q.sample_worker)
+    used = np.bincount(g.sample_indices, minlength=g.num_embeddings) > 0
+    np.testing.assert_array_equal(p.embedding_primary[used], q.embedding_primary[used])
+
+
+@pytest.mark.parametrize("init", ["bicut", "greedy-stream"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_init_two_communities_separated_exactly(init, seed):
+    g = community_graph(np.random.default_rng(seed))
+    p = run_partitioner("hybrid", g, homogeneous(2), seed=seed, options=dict(LIGHT, init=init))
+    sw, pr = p.sample_worker, p.embedding_primary
+    a, b = int(sw[0]), int(sw[40])
+    assert a != b
+    assert np.all(sw[:40] == a) and np.all(sw[40:] == b)
+    assert np.all(pr[:10] == a) and np.all(pr[10:] == b)
+    assert p.info["rounds"][-1]["remote_accesses"] == 0
+
+
+def test_init_default_is_random(medium_graph):
+    p = run_partitioner("hybrid", medium_graph, homogeneous(4), seed=0, options=dict(rounds=1))
+    assert p.options["init"] == "random" and p.info["init"] == {"method": "random", "seconds": 0.0}
+
+
+def test_init_refused_on_hierarchical_topology(tiny_graph):
+    with pytest.raises(PartitionError, match="flat topologies only"):
+        run_partitioner("hybrid", tiny_graph, hierarchical(2, 2), seed=0, options=dict(init="bicut"))
+
+
+def test_unknown_init(tiny_graph):
+    with pytest.raises(PartitionError, match=r"init must be one of 'random', 'bicut', 'greedy-stream', got 'metis'"):
+        run_partitioner("hybrid", tiny_graph, homogeneous(2), seed=0, options=dict(init="metis"))

@@ -48,6 +48,19 @@ Embedding ids no sample uses (degree 0) are not vertices of the graph: they
 are excluded from the sweeps, the counts and the primary cap, and are
 spread over the least-loaded workers at the end (they cost memory only).
 
+**Start (``init``).** The default, ``"random"``, is the paper's seeded random
+balanced start. ``init="bicut"`` / ``"greedy-stream"`` runs that registered
+partitioner first (same seed, same ``max_imbalance``) and starts the sweeps
+from its sample workers and primaries; an excess over the hard caps (their
+caps are computed the same way, so normally none) is repaired by
+``enforce_cap``. The greedy sweeps from a random start find the data's
+communities only partly (criteo-1m: the 1D step alone trails METIS); a
+graph-aware start lets the same sweeps go further (numbers in
+docs/hybrid.md, "init"). Only on flat topologies: the machine-level pass of
+a hierarchical topology starts at random, and a non-random ``init`` there is
+refused with a PartitionError. ``info["init"]`` records the method and its
+seconds (also counted in ``info["seconds"]`` and round 0's ``seconds``).
+
 **2D step (vertex-cut replication, Eq. 6).** After the last 1D round, each
 worker w receives as *secondaries* the non-local used embeddings with the
 highest expected remote traffic to w, ``f(count[x, w]) * C[p(x), w]`` (Eq. 6's
@@ -124,6 +137,9 @@ log = logging.getLogger(__name__)
 #: bytes per embedding value (float32 rows)
 VALUE_BYTES = 4
 
+#: values of ``Options.init``: the paper's seeded random start, or a registered partitioner's placement
+INIT_METHODS = ("random", "bicut", "greedy-stream")
+
 
 @dataclass(frozen=True)
 class Options:
@@ -158,6 +174,13 @@ class Options:
     threads
         Bound numba's thread pool during the call (None: numba's default).
         The result does not depend on it.
+    init
+        Start of the 1D sweeps. ``"random"`` (default): the seeded random
+        balanced placement of Algorithm 1 line 1, as the paper and the issue
+        specify. ``"bicut"`` or ``"greedy-stream"``: run that registered
+        partitioner first (same seed, same ``max_imbalance``) and start the
+        sweeps from its samples and primaries (a graph-aware start; see
+        docs/hybrid.md, "init"). Flat topologies only.
     """
 
     rounds: int = 5
@@ -171,6 +194,7 @@ class Options:
     embedding_dim: int = 16
     batch_size: int = 512
     threads: int | None = None
+    init: str = "random"
 
     def __post_init__(self) -> None:
         if not isinstance(self.rounds, int) or self.rounds < 0:
@@ -195,6 +219,9 @@ class Options:
             raise PartitionError(f"hybrid: batch_size must be an integer >= 1, got {self.batch_size!r}.")
         if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
             raise PartitionError(f"hybrid: threads must be an integer >= 1 (or omitted), got {self.threads!r}.")
+        if self.init not in INIT_METHODS:
+            raise PartitionError(f"hybrid: init must be one of {', '.join(repr(m) for m in INIT_METHODS)}, "
+                                 f"got {self.init!r}.")
 
 
 # --------------------------------------------------------------------------
@@ -482,6 +509,19 @@ def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options:
     full_graph = graph
     # work on the ids that occur: criteo-1m has a 33.8M id space but ~2M used ids; per-embedding state
     # and sweeps then scale with the used ids (phantom ids are never vertices)
+    init_info = {"method": options.init, "seconds": 0.0}
+    start: Placement | None = None
+    if options.init != "random":
+        if _is_hierarchical(topology):
+            raise PartitionError(f"hybrid: init={options.init!r} is supported on flat topologies only, got the "
+                                 f"hierarchical topology {topology.name!r}; use init='random' there.")
+        from . import run_partitioner  # late import: the registry imports this module
+
+        t_init = time.perf_counter()
+        start = run_partitioner(options.init, graph, topology, seed=seed,
+                                options={"max_imbalance": options.max_imbalance})
+        init_info["seconds"] = round(time.perf_counter() - t_init, 4)
+        log.info("hybrid: start from %s (%.2f s)", options.init, init_info["seconds"])
     used_ids, local = compact_ids(graph.sample_indices, graph.num_embeddings)
     if used_ids.size < graph.num_embeddings:
         cindices = np.empty(graph.num_edges, dtype=np.int32)
@@ -511,8 +551,16 @@ def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options:
         state = _State(graph, topology.cost, options, sw, prim, rng, batch_size=options.batch_size)
         _run_rounds(state, options, rounds, "worker", t1)
     else:
-        sw = balanced_random_assignment(graph.num_samples, n, rng)
-        state = _State(graph, topology.cost, options, sw, None, rng, batch_size=options.batch_size)
+        if start is None:  # Algorithm 1 line 1: seeded random balanced start
+            sw, prim = balanced_random_assignment(graph.num_samples, n, rng), None
+        else:  # graph-aware start: the init partitioner's samples and primaries of the used ids
+            sw = np.array(start.sample_worker, dtype=np.int32)
+            prim = np.array(np.asarray(start.embedding_primary)[used_ids], dtype=np.int32)
+            # the caps are computed as _State computes them (used ids only); repair any excess
+            enforce_cap(sw, n, sample_cap(graph.num_samples, n, options.max_imbalance), rng)
+            enforce_cap(prim, n, sample_cap(used_ids.size, n, options.max_imbalance), rng)
+            del start
+        state = _State(graph, topology.cost, options, sw, prim, rng, batch_size=options.batch_size)
         _run_rounds(state, options, rounds, "worker", t0)
 
     # 2D step (Eq. 6)
@@ -564,6 +612,7 @@ def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options:
         "sample_cap": state.sample_cap,
         "primary_cap": state.primary_cap,
         "num_used_embeddings": state.num_used,
+        "init": init_info,
         "seconds": round(time.perf_counter() - t0, 4),
     }
     placement = Placement.edge_cut(n, state.sw, prim, method="hybrid", options=asdict(options), seed=seed, info=info)
