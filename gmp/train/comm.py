@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import time
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -64,10 +65,9 @@ class CommEngine(abc.ABC):
                     self.count(i, category, t.numel() * t.element_size())
 
     # -- collectives ------------------------------------------------------
-    @abc.abstractmethod
     def alltoallv(self, sends: Sequence[Sequence[torch.Tensor]], category: str | None, *,
                   recv_counts: Sequence[Sequence[int]] | None = None) -> list[list[torch.Tensor]]:
-        """Variable-size all-to-all.
+        """Variable-size all-to-all (timed into :attr:`seconds` while counting).
 
         ``sends[i][dst]`` is what local worker ``i`` sends to worker ``dst``
         (tensors of one dtype, any first dimension, equal trailing shape,
@@ -76,14 +76,34 @@ class CommEngine(abc.ABC):
         dimensions local worker ``i`` will receive; the distributed engine then
         skips its size exchange (the local engine checks them).
         """
+        t0 = time.perf_counter()
+        try:
+            return self._alltoallv(sends, category, recv_counts=recv_counts)
+        finally:
+            if self.counting:
+                self.seconds += time.perf_counter() - t0
 
     @abc.abstractmethod
+    def _alltoallv(self, sends: Sequence[Sequence[torch.Tensor]], category: str | None, *,
+                   recv_counts: Sequence[Sequence[int]] | None = None) -> list[list[torch.Tensor]]:
+        """The engine's all-to-all (see :meth:`alltoallv`)."""
+
     def all_reduce_dense(self, flat: torch.Tensor) -> torch.Tensor:
-        """Sum of the dense gradients of all workers.
+        """Sum of the dense gradients of all workers (timed into :attr:`seconds` while counting).
 
         ``flat`` is this process's contribution (in the local engine the
         shared model already holds the sum over its workers).
         """
+        t0 = time.perf_counter()
+        try:
+            return self._all_reduce_dense(flat)
+        finally:
+            if self.counting:
+                self.seconds += time.perf_counter() - t0
+
+    @abc.abstractmethod
+    def _all_reduce_dense(self, flat: torch.Tensor) -> torch.Tensor:
+        """The engine's all-reduce (see :meth:`all_reduce_dense`)."""
 
     @abc.abstractmethod
     def sum_across(self, values: np.ndarray) -> np.ndarray:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-import time
 from typing import Sequence
 
 import numpy as np
@@ -81,15 +80,6 @@ class DistributedEngine(CommEngine):
     def is_main(self) -> bool:
         return self.rank == 0
 
-    def alltoallv(self, sends: Sequence[Sequence[torch.Tensor]], category: str | None, *,
-                  recv_counts: Sequence[Sequence[int]] | None = None) -> list[list[torch.Tensor]]:
-        t0 = time.perf_counter()
-        try:
-            return self._alltoallv(sends, category, recv_counts=recv_counts)
-        finally:
-            if self.counting:
-                self.seconds += time.perf_counter() - t0
-
     def _alltoallv(self, sends: Sequence[Sequence[torch.Tensor]], category: str | None, *,
                   recv_counts: Sequence[Sequence[int]] | None = None) -> list[list[torch.Tensor]]:
         (mine,) = sends
@@ -111,14 +101,6 @@ class DistributedEngine(CommEngine):
         dist.all_to_all_single(out, flat, [c * per_row for c in rc], [int(t.shape[0]) * per_row for t in mine])
         parts = torch.split(out, [c * per_row for c in rc])
         return [[p.view(-1, *trailing) if trailing else p for p in parts]]
-
-    def all_reduce_dense(self, flat: torch.Tensor) -> torch.Tensor:
-        t0 = time.perf_counter()
-        try:
-            return self._all_reduce_dense(flat)
-        finally:
-            if self.counting:
-                self.seconds += time.perf_counter() - t0
 
     def _all_reduce_dense(self, flat: torch.Tensor) -> torch.Tensor:
         if self.world_size > 1:

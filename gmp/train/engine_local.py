@@ -11,7 +11,6 @@ sum an all-reduce would produce.
 
 from __future__ import annotations
 
-import time
 from typing import Sequence
 
 import numpy as np
@@ -35,15 +34,6 @@ class LocalEngine(CommEngine):
     def device_for(self, worker: int) -> torch.device:
         return self._device
 
-    def alltoallv(self, sends: Sequence[Sequence[torch.Tensor]], category: str | None, *,
-                  recv_counts: Sequence[Sequence[int]] | None = None) -> list[list[torch.Tensor]]:
-        t0 = time.perf_counter()
-        try:
-            return self._alltoallv(sends, category, recv_counts=recv_counts)
-        finally:
-            if self.counting:
-                self.seconds += time.perf_counter() - t0
-
     def _alltoallv(self, sends: Sequence[Sequence[torch.Tensor]], category: str | None, *,
                   recv_counts: Sequence[Sequence[int]] | None = None) -> list[list[torch.Tensor]]:
         n = self.world_size
@@ -57,14 +47,6 @@ class LocalEngine(CommEngine):
                                             f"{src}, got {sends[src][dst].shape[0]} ({category}).")
         self._count_sends(sends, category)
         return [[sends[src][dst] for src in range(n)] for dst in range(n)]
-
-    def all_reduce_dense(self, flat: torch.Tensor) -> torch.Tensor:
-        t0 = time.perf_counter()
-        try:
-            return self._all_reduce_dense(flat)
-        finally:
-            if self.counting:
-                self.seconds += time.perf_counter() - t0
 
     def _all_reduce_dense(self, flat: torch.Tensor) -> torch.Tensor:
         if self.world_size > 1:
