@@ -32,7 +32,7 @@ Three parts, each printed as a markdown table:
 
 Usage::
 
-    python bench/herald_bench.py --dataset /work/gmpdata/criteo-1m --workers 8 --batch-size 128
+    python bench/herald_bench.py --dataset data/bench/criteo-1m --workers 8 --batch-size 128
     python bench/herald_bench.py --skip-table --train --train-samples 50000
 
 Numbers and commands: docs/herald.md.
@@ -222,7 +222,7 @@ def train_part(args) -> list[dict]:
     from gmp.train.loop import TrainConfig, TrainData, Trainer
 
     torch.set_num_threads(1)
-    path = Path(args.train_dataset or f"/work/gmpdata/herald-train-{args.train_samples // 1000}k")
+    path = Path(args.train_dataset or f"data/bench/herald-train-{args.train_samples // 1000}k")
     if not (path / "dataset.json").exists():
         cfg = preset_config("criteo-kaggle", num_samples=args.train_samples, scale=args.train_scale, seed=0)
         synthesize(cfg, path, overwrite=True)
@@ -268,7 +268,8 @@ def train_torchrun(args) -> list[dict]:
     man = json.loads((Path(args.train_manifest) / "manifest.json").read_text())
     n = int(man["num_workers"])
     out = []
-    tmp = Path(tempfile.mkdtemp(prefix="herald-train-", dir="/work/gmpdata/herald-bench"))
+    Path("data/bench/herald-bench").mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="herald-train-", dir="data/bench/herald-bench"))
     runs = [("static", []), ("naive", []), ("herald", []), (f"herald --lookahead {args.train_lookahead}",
                                                             ["--lookahead", str(args.train_lookahead)])]
     for label, extra in runs:
@@ -320,7 +321,7 @@ def print_train(rows: list[dict]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--dataset", default="/work/gmpdata/criteo-1m")
+    ap.add_argument("--dataset", default="data/bench/criteo-1m")
     ap.add_argument("--manifest", default=None, help="placement manifest (default: random placement)")
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--batch-size", type=int, default=128, help="per worker (Herald: 128)")

@@ -2,7 +2,7 @@
 
 Generates ``--rows`` (default 1M) Criteo-like lines (vectorised: Zipf-ish hex
 values per field, empty fields, 1% of rows with up to 3 trailing columns
-stripped, a few negative I2 values) into ``--dir`` (default /work/gmpdata),
+stripped, a few negative I2 values) into ``--dir`` (default data/bench),
 then times the import in a child process and prints rows/s (wall clock and
 per CPU-second: on a shared machine the CPU time is the steadier number),
 MB/s and the child's peak RSS (``resource.getrusage(RUSAGE_CHILDREN)``).
@@ -113,7 +113,7 @@ def time_import(inp: Path, out: Path, extra: list[str]) -> tuple[float, int, flo
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=1_000_000)
-    ap.add_argument("--dir", type=Path, default=Path("/work/gmpdata"))
+    ap.add_argument("--dir", type=Path, default=Path("data/bench"))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--gzip", action="store_true", help="also time the same data gzip-compressed")
     ap.add_argument("--regenerate", action="store_true")

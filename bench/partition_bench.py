@@ -10,7 +10,7 @@ Usage::
 
     python bench/partition_bench.py --sizes 1m,10m --workers 8 \\
         --methods random,metis,metis-bipartite,greedy-stream
-    python bench/partition_bench.py --datasets /work/gmpdata/ml-100k --methods random,hybrid:rounds=5
+    python bench/partition_bench.py --datasets data/bench/ml-100k --methods random,hybrid:rounds=5
     python bench/partition_bench.py --sizes 1m \\
         --methods 'hybrid:rounds=1,hybrid:rounds=5,hybrid:rounds=5;replication_budget=0'
 
@@ -22,7 +22,7 @@ partitioner; values parsed as JSON when they parse, else strings). Because
 options.
 
 Datasets. ``--sizes 1m,10m`` reads ``DATA_ROOT/criteo-1m``,
-``DATA_ROOT/criteo-10m`` (``--data-root``, default ``/work/gmpdata``). A
+``DATA_ROOT/criteo-10m`` (``--data-root``, default ``data/bench``). A
 missing one is generated with ``gmp data synth --preset criteo-kaggle
 --samples N`` when that command exists, else with this script's own quick
 generator (26 Criteo-Kaggle fields, Zipf popularity, 16 latent communities;
@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="", help="comma-separated sample counts of criteo-preset data, e.g. 1m,10m")
     p.add_argument("--datasets", nargs="*", default=[], help="prepared dataset directories to add")
-    p.add_argument("--data-root", default="/work/gmpdata", help="where --sizes datasets live / are generated")
+    p.add_argument("--data-root", default="data/bench", help="where --sizes datasets live / are generated")
     p.add_argument("--workers", type=int, default=8)
     p.add_argument("--methods", default="random,metis,metis-bipartite,greedy-stream")
     p.add_argument("--batch-size", type=int, default=512, help="per-worker batch of the batch metrics")

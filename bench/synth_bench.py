@@ -14,9 +14,9 @@ Two parts:
 
 Usage::
 
-    python bench/synth_bench.py --sizes 1000000,10000000 --workdir /work/gmpdata/bench
+    python bench/synth_bench.py --sizes 1000000,10000000 --workdir data/bench/bench
     python bench/synth_bench.py --sizes 0 --sweep --sweep-samples 1000000
-    python bench/synth_bench.py --stats /work/gmpdata/criteo-full   # stats of an existing dataset
+    python bench/synth_bench.py --stats data/bench/criteo-full   # stats of an existing dataset
 
 Timings on a shared machine are noisy; CPU time (user + sys) is the steadier figure.
 """
@@ -122,7 +122,7 @@ def sweep_point(samples: int, workers: int = 8, **knobs) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="1000000,10000000", help="comma-separated sample counts (0: none)")
-    ap.add_argument("--workdir", default="/work/gmpdata/bench", help="where the benchmark datasets go")
+    ap.add_argument("--workdir", default="data/bench/bench", help="where the benchmark datasets go")
     ap.add_argument("--chunk-samples", type=int, default=1 << 18)
     ap.add_argument("--keep", action="store_true", help="keep the generated datasets")
     ap.add_argument("--sweep", action="store_true", help="run the knob sweep (in memory)")

@@ -60,7 +60,7 @@ def run(cmd: list[str], *, done: Path | None = None) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--work", default="/work/gmpdata/train-bench", help="where data, manifests and logs go")
+    ap.add_argument("--work", default="data/bench/train-bench", help="where data, manifests and logs go")
     ap.add_argument("--samples", type=int, default=200_000)
     ap.add_argument("--scale", type=float, default=0.01, help="criteo-kaggle cardinality scale")
     ap.add_argument("--workers", type=int, default=4)

@@ -575,7 +575,8 @@ def test_movielens_bad_paths(tmp_path):
         import_movielens([p], tmp_path / "out")
 
 
-ML100K = Path(os.environ.get("GMP_ML100K_RAW", "/work/gmpdata/ml-100k-raw"))
+# where `gmp data fetch movielens-100k` puts it by default (repo-relative), or $GMP_ML100K_RAW
+ML100K = Path(os.environ.get("GMP_ML100K_RAW", Path(__file__).resolve().parents[1] / "data" / "ml-100k-raw"))
 
 
 @pytest.mark.skipif(not (ML100K / "ml-100k.inter").is_file(),
