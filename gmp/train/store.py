@@ -334,21 +334,26 @@ class EmbeddingStore:
             self.opt_state[idx] = payload[:, self.row_dim:]
         self.clock[slots] += 1
 
+    def _step(self, slots: np.ndarray, grads: torch.Tensor, state: torch.Tensor | None, state_offset: int) -> None:
+        """SGD or row-wise Adagrad on table rows ``slots``; Adagrad's sum of squares
+        lives in ``state[slots - state_offset]`` (the primary's state, or a copy's)."""
+        idx = torch.as_tensor(slots, dtype=torch.int64, device=self.device)
+        grads = grads.to(self.device, self.dtype)
+        if self.optimizer == "sgd":
+            self.table.index_add_(0, idx, grads, alpha=-self.lr)
+        else:
+            sidx = idx - state_offset if state_offset else idx
+            h = state.index_select(0, sidx) + grads * grads
+            state[sidx] = h
+            self.table[idx] = self.table.index_select(0, idx) - self.lr * grads / (h.sqrt() + ADAGRAD_EPS)
+
     def apply_copy(self, slots: np.ndarray, grads: torch.Tensor) -> None:
         """The optimizer step the primary would take, applied to copies (same formula, copied state)."""
         if slots.size == 0:
             return
         if np.any(slots < self.num_primary):
             raise TrainingError("apply_copy: only copies (secondary/cache slots).")
-        idx = torch.as_tensor(slots, dtype=torch.int64, device=self.device)
-        grads = grads.to(self.device, self.dtype)
-        if self.optimizer == "sgd":
-            self.table.index_add_(0, idx, grads, alpha=-self.lr)
-        else:
-            lidx = idx - self.num_primary
-            h = self.local_state.index_select(0, lidx) + grads * grads
-            self.local_state[lidx] = h
-            self.table[idx] = self.table.index_select(0, idx) - self.lr * grads / (h.sqrt() + ADAGRAD_EPS)
+        self._step(slots, grads, self.local_state, self.num_primary)
 
     def read(self, slots: np.ndarray) -> torch.Tensor:
         return self.table.index_select(0, torch.as_tensor(slots, dtype=torch.int64, device=self.device))
@@ -369,14 +374,7 @@ class EmbeddingStore:
             return
         if np.any((slots < 0) | (slots >= self.num_primary)):
             raise TrainingError(f"worker {self.worker} received a gradient for a row it is not primary of.")
-        idx = torch.as_tensor(slots, dtype=torch.int64, device=self.device)
-        grads = grads.to(self.device, self.dtype)
-        if self.optimizer == "sgd":
-            self.table.index_add_(0, idx, grads, alpha=-self.lr)
-        else:
-            h = self.opt_state.index_select(0, idx) + grads * grads
-            self.opt_state[idx] = h
-            self.table[idx] = self.table.index_select(0, idx) - self.lr * grads / (h.sqrt() + ADAGRAD_EPS)
+        self._step(slots, grads, self.opt_state, 0)
         self.clock[slots] += 1
 
     def apply_local(self, slots: np.ndarray, grads: torch.Tensor) -> None:
@@ -390,15 +388,7 @@ class EmbeddingStore:
             return
         if np.any(slots < self.num_primary):
             raise TrainingError("apply_local: only secondaries take local updates.")
-        idx = torch.as_tensor(slots, dtype=torch.int64, device=self.device)
-        grads = grads.to(self.device, self.dtype)
-        if self.optimizer == "sgd":
-            self.table.index_add_(0, idx, grads, alpha=-self.lr)
-        else:
-            lidx = idx - self.num_primary
-            h = self.local_state.index_select(0, lidx) + grads * grads
-            self.local_state[lidx] = h
-            self.table[idx] = self.table.index_select(0, idx) - self.lr * grads / (h.sqrt() + ADAGRAD_EPS)
+        self._step(slots, grads, self.local_state, self.num_primary)
 
     # -- bookkeeping ------------------------------------------------------
     def memory_bytes(self) -> dict[str, int]:
