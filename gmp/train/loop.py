@@ -438,17 +438,25 @@ class Trainer:
         rid = self.engine.alltoallv(id_sends, "ids_clocks")
         rgrad = self.engine.alltoallv(grad_sends, "gradients",
                                       recv_counts=[[int(t.shape[0]) for t in r] for r in rid])
-        # phase 6: each primary sums its gradients and steps once
+        if self.staleness > 0:  # own updates visible locally on secondaries (store docstring)
+            for li, s in enumerate(ws):
+                if s.is_secondary.any():
+                    sec = np.flatnonzero(s.is_secondary)
+                    self.stores[li].apply_local(s.slots[sec], s.grad[torch.as_tensor(sec, dtype=torch.int64,
+                                                                                      device=s.grad.device)])
+        self._apply_at_primaries(ws, rid, rgrad)
+        self._dense_step()
+        return loss_sum
+
+    def _apply_at_primaries(self, ws: list[_WorkerStep], rid, rgrad) -> None:
+        """Phase 6: each primary sums its own and the received gradients per row and steps once."""
+        n = self.num_workers
         for li, s in enumerate(ws):
             store = self.stores[li]
             own = np.flatnonzero(s.is_primary)
             slot_parts = [s.slots[own]] + [store.lookup(rid[li][src].cpu().numpy()) for src in range(n)]
             grad_parts = [s.grad[torch.as_tensor(own, dtype=torch.int64, device=s.grad.device)]]
             grad_parts += [rgrad[li][src].to(store.device, self.dtype) for src in range(n)]
-            if self.staleness > 0 and s.is_secondary.any():  # own updates visible locally (store docstring)
-                sec = np.flatnonzero(s.is_secondary)
-                store.apply_local(s.slots[sec], s.grad[torch.as_tensor(sec, dtype=torch.int64,
-                                                                       device=s.grad.device)])
             all_slots = np.concatenate(slot_parts)
             if all_slots.size == 0:
                 continue
@@ -457,8 +465,6 @@ class Trainer:
             summed.index_add_(0, torch.as_tensor(where.reshape(-1), device=store.device),
                               torch.cat([g.to(store.device) for g in grad_parts]))
             store.apply_gradients(uslots, summed)
-        self._dense_step()
-        return loss_sum
 
     def _forward_backward(self, ws: list[_WorkerStep], total: int) -> float:
         """Phase 4: forward/backward of every local worker; dense grads accumulate over them."""
@@ -747,20 +753,7 @@ class Trainer:
         rid = self.engine.alltoallv(id_sends, "ids_clocks")
         rgrad = self.engine.alltoallv(grad_sends, "gradients",
                                       recv_counts=[[int(t.shape[0]) for t in r] for r in rid])
-        for li, s in enumerate(ws):
-            store = self.stores[li]
-            own = np.flatnonzero(s.is_primary)
-            slot_parts = [s.slots[own]] + [store.lookup(rid[li][src].cpu().numpy()) for src in range(n)]
-            grad_parts = [s.grad[torch.as_tensor(own, dtype=torch.int64, device=s.grad.device)]]
-            grad_parts += [rgrad[li][src].to(store.device, self.dtype) for src in range(n)]
-            all_slots = np.concatenate(slot_parts)
-            if all_slots.size == 0:
-                continue
-            uslots, where = np.unique(all_slots, return_inverse=True)
-            summed = torch.zeros(uslots.size, self.row_dim, dtype=self.dtype, device=store.device)
-            summed.index_add_(0, torch.as_tensor(where.reshape(-1), device=store.device),
-                              torch.cat([g.to(store.device) for g in grad_parts]))
-            store.apply_gradients(uslots, summed)
+        self._apply_at_primaries(ws, rid, rgrad)
         # evictions: pending updates of victims go to their primaries, then the cache forgets them
         self._push_pending([sched.rows(PUSH_EVICT, w) for w in local], "push_evict")
         snap = step.info.get("cache_after")
