@@ -200,12 +200,10 @@ def test_sequential_sweeps_never_increase_the_objective():
     prev = st.summary()["objective"]
     for _ in range(4):
         ceff = st.effective_cost()
-        H.K.sweep_samples(st.indptr, st.indices, st.sw, st.prim, st.count, st.df, ceff, st.sample_load,
-                          np.int64(st.sample_cap), st.alpha, st._gain)
+        st.sweep_samples(ceff)
         mid = st.summary()["objective"]
         assert mid <= prev + 1e-9
-        H.K.sweep_embeddings(st.prim, st.count, st.active, st.f, ceff, st.primary_load, np.int64(st.primary_cap),
-                             st.beta, st._fw, st._total)
+        st.sweep_embeddings(ceff)
         now = st.summary()["objective"]
         assert now <= mid + 1e-9
         prev = now
