@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+import numba
 import numpy as np
 
 from .errors import PlacementError
@@ -114,14 +115,37 @@ class Placement:
         ip = self.secondary_indptr
         if ip.dtype != np.int64 or ip.shape != (self.num_embeddings + 1,):
             raise PlacementError(f"secondary_indptr must be int64 [{self.num_embeddings + 1}], got {ip.dtype} {ip.shape}.")
-        if int(ip[0]) != 0 or int(ip[-1]) != self.num_secondaries or np.any(np.diff(ip) < 0):
+        code, bad = _check_secondaries(ip, np.asarray(self.secondary_workers), np.asarray(self.embedding_primary),
+                                       np.int64(w))
+        if code == 1:
             raise PlacementError("secondary_indptr must be non-decreasing from 0 to len(secondary_workers).")
-        if self.num_secondaries:
-            emb = np.repeat(np.arange(self.num_embeddings, dtype=np.int64), np.diff(ip))
-            sw = np.asarray(self.secondary_workers)
-            if np.any(sw == np.asarray(self.embedding_primary)[emb]):
-                bad = int(emb[np.argmax(sw == np.asarray(self.embedding_primary)[emb])])
-                raise PlacementError(f"embedding {bad} has a secondary on its primary's worker.")
-            key = emb * w + sw
-            if np.unique(key).size != key.size:
-                raise PlacementError("an embedding lists the same secondary worker twice.")
+        if code == 2:
+            raise PlacementError(f"embedding {bad} has a secondary on its primary's worker.")
+        if code == 3:
+            raise PlacementError(f"embedding {bad} lists the same secondary worker twice.")
+
+
+@numba.njit(cache=True, nogil=True)
+def _check_secondaries(indptr, workers, primary, num_workers):  # pragma: no cover - compiled
+    """One pass over the secondary CSR (worker ids already range-checked).
+
+    Returns ``(0, 0)`` when valid, else ``(code, embedding)``: 1 malformed
+    indptr, 2 a secondary on the primary's worker, 3 a worker listed twice.
+    """
+    if indptr[0] != 0 or indptr[indptr.size - 1] != workers.size:
+        return 1, 0
+    seen = np.full(num_workers, -1, dtype=np.int64)
+    for e in range(primary.size):
+        a = indptr[e]
+        b = indptr[e + 1]
+        if b < a or b > workers.size:
+            return 1, e
+        p = primary[e]
+        for j in range(a, b):
+            w = workers[j]
+            if w == p:
+                return 2, e
+            if seen[w] == e:
+                return 3, e
+            seen[w] = e
+    return 0, 0

@@ -97,6 +97,22 @@ def test_place_unused_embeddings_least_loaded_first():
     np.testing.assert_array_equal(place_unused_embeddings(primary, 2), [0, 0, 1, 1, 0, 1, 0])
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_place_unused_embeddings_equals_the_plain_greedy(seed):
+    # the compiled kernel switches to round-robin once loads are equal; the plain greedy is the reference
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 9))
+    primary = rng.integers(-1, n, int(rng.integers(1, 400))).astype(np.int32)
+    primary[rng.random(primary.size) < 0.5] = -1
+    ref = primary.copy()
+    load = np.bincount(ref[ref >= 0], minlength=n)
+    for e in range(ref.size):
+        if ref[e] < 0:
+            ref[e] = int(np.argmin(load))  # lowest id among the least loaded
+            load[ref[e]] += 1
+    np.testing.assert_array_equal(place_unused_embeddings(primary, n), ref)
+
+
 def test_enforce_cap_moves_only_the_excess():
     a = np.array([0, 0, 0, 0, 1, 2], dtype=np.int32)
     out = enforce_cap(a.copy(), 3, 2, np.random.default_rng(0))

@@ -139,21 +139,31 @@ def compact_ids(indices: np.ndarray, num_embeddings: int, select: np.ndarray | N
     unused).
     """
     if select is None:
-        seen = np.zeros(int(num_embeddings), dtype=np.bool_)
-        _mark(np.asarray(indices), seen)
-        ids = np.flatnonzero(seen).astype(np.int32)
-        del seen
-    else:
-        ids = np.asarray(select, dtype=np.int32)
+        return _compact_used(np.asarray(indices), np.int64(num_embeddings))
+    ids = np.asarray(select, dtype=np.int32)
     local = np.full(int(num_embeddings), -1, dtype=np.int32)
     local[ids] = np.arange(ids.size, dtype=np.int32)
     return ids, local
 
 
 @numba.njit(cache=True, nogil=True)
-def _mark(indices, seen):  # pragma: no cover - compiled
+def _compact_used(indices, num_embeddings):  # pragma: no cover - compiled
+    """``(ids, local)`` of the ids that occur in ``indices``, in two passes and without temporaries."""
+    local = np.zeros(num_embeddings, dtype=np.int32)
     for k in range(indices.size):
-        seen[indices[k]] = True
+        local[indices[k]] = 1
+    n = 0
+    for e in range(num_embeddings):
+        if local[e] != 0:
+            local[e] = n
+            n += 1
+        else:
+            local[e] = -1
+    ids = np.empty(n, dtype=np.int32)
+    for e in range(num_embeddings):
+        if local[e] >= 0:
+            ids[local[e]] = e
+    return ids, local
 
 
 def count_embedding_workers(indptr: np.ndarray, indices: np.ndarray, sample_worker: np.ndarray,
@@ -251,26 +261,48 @@ def _choose_primaries(counts, primary, load, cap):  # pragma: no cover - compile
 def place_unused_embeddings(embedding_primary: np.ndarray, num_workers: int) -> np.ndarray:
     """Fill every entry ``< 0`` with the currently least-loaded worker (ties: lowest id), in id order.
 
-    Used for embeddings no sample touches: they cost no traffic, so they only
-    even out memory. Modifies and returns ``embedding_primary``.
+    Used for embeddings no sample uses: they cost no traffic, so they only
+    even out memory. Modifies and returns ``embedding_primary``. One pass in
+    a compiled kernel (criteo-1m: 31M of 33.8M ids are unused).
     """
-    load = np.bincount(embedding_primary[embedding_primary >= 0], minlength=num_workers).astype(np.int64)
-    _fill_least_loaded(embedding_primary, load)
+    _fill_least_loaded(embedding_primary, np.int64(num_workers))
     return embedding_primary
 
 
 @numba.njit(cache=True, nogil=True)
-def _fill_least_loaded(primary, load):  # pragma: no cover - compiled
-    num_workers = load.size
+def _fill_least_loaded(primary, num_workers):  # pragma: no cover - compiled
+    """The greedy "least loaded, lowest id on ties" in id order, without an argmin per item.
+
+    While the loads differ, each item goes to the argmin (the greedy itself).
+    Once they are all equal, the greedy deals 0, 1, ..., N-1 and is equal
+    again, so the rest is dealt round-robin from worker 0 (same result).
+    """
+    load = np.zeros(num_workers, dtype=np.int64)
     for e in range(primary.size):
         if primary[e] >= 0:
-            continue
-        best = 0
-        for w in range(1, num_workers):
-            if load[w] < load[best]:
-                best = w
-        primary[e] = best
-        load[best] += 1
+            load[primary[e]] += 1
+    e = 0
+    while e < primary.size:
+        if primary[e] < 0:
+            best = 0
+            equal = True
+            for w in range(1, num_workers):
+                if load[w] != load[0]:
+                    equal = False
+                if load[w] < load[best]:
+                    best = w
+            if equal:
+                break
+            primary[e] = best
+            load[best] += 1
+        e += 1
+    r = 0
+    for e in range(e, primary.size):
+        if primary[e] < 0:
+            primary[e] = r
+            r += 1
+            if r == num_workers:
+                r = 0
 
 
 def enforce_cap(assignment: np.ndarray, num_workers: int, cap: int, rng: np.random.Generator) -> np.ndarray:

@@ -262,3 +262,19 @@ def replication_scores(prim, count, active, f, cost, w, out_ids, out_scores):  #
         out_scores[n] = s
         n += 1
     return n
+
+
+@numba.njit(cache=True, nogil=True)
+def expand_indptr(indptr, ids, num_embeddings):  # pragma: no cover - compiled
+    """A CSR row pointer over compact rows (row j = embedding ``ids[j]``, ids ascending) as one over
+    all ``num_embeddings`` ids (empty rows for the ids not in ``ids``)."""
+    out = np.empty(num_embeddings + 1, dtype=np.int64)
+    out[0] = 0
+    j = 0
+    acc = np.int64(0)
+    for e in range(num_embeddings):
+        if j < ids.size and ids[j] == e:
+            acc += indptr[j + 1] - indptr[j]
+            j += 1
+        out[e + 1] = acc
+    return out

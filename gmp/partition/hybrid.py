@@ -609,11 +609,7 @@ def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options:
         workers = np.zeros(0, dtype=np.int32)
         w_indptr, w_ids = np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
     if graph is not full_graph:  # secondary CSR back to the full id space
-        per_row = np.zeros(num_embeddings, dtype=np.int64)
-        per_row[used_ids] = np.diff(indptr)
-        indptr = np.zeros(num_embeddings + 1, dtype=np.int64)
-        np.cumsum(per_row, out=indptr[1:])
-        del per_row
+        indptr = K.expand_indptr(indptr, used_ids, np.int64(num_embeddings))
     # expected batch reads once the secondaries serve locally (unweighted soft count)
     expected_1d = rounds[-1]["expected_remote_reads"]
     saved = 0.0
