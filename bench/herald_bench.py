@@ -173,8 +173,8 @@ def timing(ds, placement, args) -> dict:
             caps = batch_capacities(samples.size, n)
             worker_of = np.empty(samples.size, dtype=np.int32)
             t0, c0 = time.perf_counter(), time.thread_time()
-            ids, nt, _ = _assign_mark(eng.indptr, eng.indices, samples, vw, caps, True, eng._swar, _SPREAD,
-                                      worker_of, b_ptr, b_idx, touched)
+            ids, nt, _ = _assign_mark(eng.indptr, eng._indices_u32, samples, vw, caps, True, eng._swar, _SPREAD,
+                                      worker_of, b_ptr, b_idx.view(np.uint32), touched.view(np.uint32))
             cur["assign_wall"].append(time.perf_counter() - t0)
             cur["assign_cpu"].append(time.thread_time() - c0)
             vw[touched[:nt], 1] = 0

@@ -109,6 +109,7 @@ import numpy as np
 from numba.cpython.unsafe.numbers import trailing_zeros  # llvm.cttz
 
 from ..errors import TrainingError
+from ..partition._simd import prefetch
 from ..placement import Placement
 from .cache import MAX_WORKERS, WorkerCaches, _compact, cache_trim, window_add
 
@@ -194,6 +195,16 @@ def _meta(p, d, a):  # pragma: no cover - compiled
     return np.int64(p) | (np.int64(d + 1) << 7) | (np.int64(a + 1) << 14)
 
 
+_NN = np.int64(0x7FFFFFFFFFFFFFFF)
+
+
+@numba.njit(cache=True, inline="always")
+def _nn(x):  # pragma: no cover - compiled
+    """``x`` with the sign bit cleared: for an index known to be >= 0, tells LLVM so, which drops
+    numba's negative-index wraparound (a shift, an and and an add per array access)."""
+    return np.int64(x) & _NN
+
+
 @numba.njit(cache=True)
 def _scores(b_indptr, b_indices, resident, num_workers):  # pragma: no cover - compiled
     m = b_indptr.size - 1
@@ -244,6 +255,8 @@ def _mark_used(indices, used):  # pragma: no cover - compiled
 
 _CHUNK = 256  # rows whose state is loaded ahead (one burst of independent cache misses) per block
 _SAMPLE_CHUNK = 32  # samples whose ids / rows are loaded ahead per block
+_ROW_AHEAD = 8  # rows of the row pass prefetched ahead (measured: 8 beats 32 and block touching)
+_LOAD_MAX = np.int64((1 << 34) - 1)  # bound on a worker's samples per batch (argmax key)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -287,75 +300,88 @@ def _assign_mark(indptr, indices, samples, vw, capacities, greedy, swar, spread,
     """Gather the batch's ids from the dataset CSR, run Algorithm 1 (lines 1-13, when
     ``greedy``; else ``worker_of`` is given) and mark each row's writers (``wr``), listing the
     batch's distinct rows in ``touched``. Returns (number of ids, number of distinct rows, a sum
-    that keeps the prefetching loads alive)."""
+    that keeps the prefetching loads alive).
+
+    ``indices``, ``b_idx`` and ``touched`` are best passed as uint32 views (row ids are >= 0):
+    unsigned indices need no negative-index wraparound."""
     m = samples.size
     n = capacities.size
     # gather: all bounds first (independent loads overlap), then the ids, contiguous
     b_ptr[0] = 0
     for i in range(m):
-        s = samples[i]
+        s = _nn(samples[i])
         b_ptr[i + 1] = b_ptr[i] + (indptr[s + 1] - indptr[s])
     sink = np.int64(0)
     for c0 in range(0, m, _SAMPLE_CHUNK):
         c1 = min(c0 + _SAMPLE_CHUNK, m)
         for i in range(c0, c1):  # touch the block's id lists first: their cache misses overlap
-            s = samples[i]
-            if indptr[s + 1] > indptr[s]:
-                sink += indices[indptr[s]] + indices[indptr[s + 1] - 1]
+            s = _nn(samples[i])
+            j0 = _nn(indptr[s])
+            j1 = _nn(indptr[s + 1])
+            if j1 > j0:
+                sink += indices[j0] + indices[j1 - 1]
         for i in range(c0, c1):
-            s = samples[i]
-            o = b_ptr[i] - indptr[s]
-            for j in range(indptr[s], indptr[s + 1]):
-                b_idx[o + j] = indices[j]
+            s = _nn(samples[i])
+            j0 = _nn(indptr[s])
+            j1 = _nn(indptr[s + 1])
+            o = _nn(b_ptr[i])
+            for j in range(j1 - j0):
+                b_idx[o + j] = indices[j0 + j]
     nb = (n + 7) >> 3
     acc = np.zeros(nb, dtype=np.int64)
     score = np.zeros(n, dtype=np.int64)
     load = np.zeros(n, dtype=np.int64)
     nt = 0
     for i in range(m):
-        a = b_ptr[i]
-        b = b_ptr[i + 1]
+        a = _nn(b_ptr[i])
+        b = _nn(b_ptr[i + 1])
         if i % _SAMPLE_CHUNK == 0:  # touch the next block's rows: the misses overlap (the
             # argmax's mispredicted branches would otherwise cut the CPU's run-ahead)
-            for j in range(a, b_ptr[min(i + _SAMPLE_CHUNK, m)]):
-                sink += np.int64(vw[b_idx[j], 0])
+            for j in range(a, _nn(b_ptr[min(i + _SAMPLE_CHUNK, m)])):
+                sink += np.int64(vw[np.int64(b_idx[j]), 0])
         if greedy:
             # line 3: score(i, w) = |cache(w) ∩ embs(i)|, cache(w) = current copies + primaries
             if swar and nb == 1:
                 a0 = np.int64(0)
                 for j in range(a, b):
-                    a0 += spread[np.int64(vw[b_idx[j], 0])]
+                    a0 += spread[np.int64(vw[np.int64(b_idx[j]), 0])]
+                # line 8, branch-free: the largest key (score, then fewer samples so far, then
+                # lower worker id) among the available workers; a full worker's key is -1
+                bestkey = np.int64(-1)
                 for w in range(n):
-                    score[w] = (a0 >> (8 * w)) & 255
-            elif swar:
-                for k in range(nb):
-                    acc[k] = 0
-                for j in range(a, b):
-                    mask = np.int64(vw[b_idx[j], 0])
-                    for k in range(nb):
-                        acc[k] += spread[(mask >> (8 * k)) & 255]
-                for w in range(n):
-                    score[w] = (acc[w >> 3] >> (8 * (w & 7))) & 255
+                    key = (((a0 >> (8 * w)) & 255) << 40) | ((_LOAD_MAX - load[w]) << 6) | (63 - w)
+                    bestkey = max(bestkey, key if load[w] < capacities[w] else np.int64(-1))
+                best = 63 - (bestkey & 63)
             else:
-                for w in range(n):
-                    score[w] = 0
-                for j in range(a, b):
-                    mask = np.int64(vw[b_idx[j], 0])
+                if swar:
+                    for k in range(nb):
+                        acc[k] = 0
+                    for j in range(a, b):
+                        mask = np.int64(vw[np.int64(b_idx[j]), 0])
+                        for k in range(nb):
+                            acc[k] += spread[(mask >> (8 * k)) & 255]
                     for w in range(n):
-                        score[w] += (mask >> w) & 1
-            best = -1
-            for w in range(n):  # line 8: best available worker
-                if load[w] >= capacities[w]:
-                    continue
-                if best < 0 or score[w] > score[best] or (score[w] == score[best] and load[w] < load[best]):
-                    best = w
+                        score[w] = (acc[w >> 3] >> (8 * (w & 7))) & 255
+                else:
+                    for w in range(n):
+                        score[w] = 0
+                    for j in range(a, b):
+                        mask = np.int64(vw[np.int64(b_idx[j]), 0])
+                        for w in range(n):
+                            score[w] += (mask >> w) & 1
+                best = -1
+                for w in range(n):  # line 8: best available worker
+                    if load[w] >= capacities[w]:
+                        continue
+                    if best < 0 or score[w] > score[best] or (score[w] == score[best] and load[w] < load[best]):
+                        best = w
             worker_of[i] = best  # line 9
             load[best] += 1  # lines 10-11: full workers drop out via the capacity test
         bit = np.int64(1) << np.int64(worker_of[i])
         for j in range(a, b):  # the sample's rows are in L1 now
-            r = b_idx[j]
+            r = np.int64(b_idx[j])
             x = np.int64(vw[r, 1])
-            touched[nt] = r  # kept only when the row is new to the batch (branch-free)
+            touched[_nn(nt)] = r  # kept only when the row is new to the batch (branch-free)
             nt += x == 0
             vw[r, 1] = x | bit
     return b_ptr[m], nt, sink
@@ -363,114 +389,112 @@ def _assign_mark(indptr, indices, samples, vw, capacities, greedy, swar, spread,
 
 @numba.njit(cache=True, nogil=True)
 def _sync_rows(touched, nt, vw, rec, on_demand, keep_written, t, stamp, q_row, q_stamp,
-               head, tail, size, clock, plan_w, plan_r, pull_k, pull_w, pull_r, pull_a, sync_w, sync_r,
-               out):  # pragma: no cover - compiled
+               head, tail, size, clock, plan_e, pull_e, pull_a, sync_e, out):  # pragma: no cover - compiled
     """Per distinct row of the batch, in one pass: the plan of t-1 (Algorithm 1 line 15),
     the reads of t (pulls, cache touches) and the updates of t (pushes, validity).
-    Events go to the plan / pull / sync buffers; ``out`` receives
-    (plans, pulls, syncs, violations, stale pulls, early pulls, -, sink)."""
+
+    Events are packed into one int64 each, ``global id << 8 | worker`` (plans, syncs) and
+    ``global id << 8 | worker << 1 | stale`` (pulls, with the row's ``ready`` in ``pull_a``):
+    fewer buffers keep the loop's pointers in registers; :func:`_assemble` unpacks them.
+    ``touched`` is best a uint32 view. ``out`` receives (plans, pulls, syncs, violations)."""
     n_plan = 0
     n_pull = 0
     n_sync = 0
     violations = 0
-    n_stale = 0
-    n_early = 0
-    sink = np.int64(0)
-    last = stamp.shape[1] - 1
+    nw = stamp.shape[1]
     qlen = q_row.shape[1]
+    stf = stamp.reshape(stamp.size)  # flat views: one multiply per access, no wraparound
+    qrf = q_row.reshape(q_row.size)
+    qsf = q_stamp.reshape(q_stamp.size)
     clk = clock[0]
-    for c0 in range(0, nt, _CHUNK):
-        c1 = min(c0 + _CHUNK, nt)
-        for i in range(c0, c1):  # touch the block's records first: their cache misses overlap
-            r = touched[i]
-            sink += rec[r, 0] + stamp[r, 0] + stamp[r, last] + np.int64(vw[r, 0])
-        for i in range(c0, c1):
-            r = touched[i]
-            g = rec[r, 1]  # global id, for the events
-            m = np.int64(vw[r, 1])
-            mt = rec[r, 0]
-            p = _prim(mt)
-            d = _dirty(mt)
-            av = _avail(mt)
-            pbit = np.int64(1) << np.int64(p)
-            # Mostly branch-free (select / conditional increment): the conditions below are
-            # data-dependent coin flips, and mispredicted branches cost more than the misses.
-            dbit = (np.int64(1) << np.int64(d)) if d >= 0 else np.int64(0)
-            plan = on_demand & (d >= 0) & ((m & ~dbit) != 0)  # the communication plan
-            plan_w[n_plan] = d
-            plan_r[n_plan] = g
-            n_plan += plan
-            d = -1 if plan else d
-            av = (t - 1) if plan else av
-            x = (m & ~dbit) if d >= 0 else np.int64(0)
-            if x != 0:  # someone else holds pending updates: the plan failed (never, unless a bug)
-                while x != 0:
-                    violations += 1
-                    x &= x - 1
-            loc = np.int64(vw[r, 2])
-            val = np.int64(vw[r, 0])
-            mm = m & ~pbit  # reads by each non-primary worker using the row (ascending)
-            while mm != 0:
-                w = trailing_zeros(mm)
-                mm &= mm - 1
-                bit = np.int64(1) << np.int64(w)
-                sw = stamp[r, w]
-                need = (val & bit) == 0
-                stale = ((loc & bit) != 0) | (sw >= 0)
-                pull_k[n_pull] = stale
-                pull_w[n_pull] = w
-                pull_r[n_pull] = g
-                pull_a[n_pull] = av
-                n_pull += need
-                n_stale += need & stale
-                n_early += need & (av < t - 1)
-                if (loc & bit) == 0:  # cache_touch, inlined (a call costs 5x here)
-                    tl = tail[w]
-                    if sw >= 0 and q_row[w, tl - 1] == r and q_stamp[w, tl - 1] == sw:
-                        continue  # already the most recent entry
-                    size[w] += sw < 0
-                    if tl == qlen:
-                        _compact(w, stamp, q_row, q_stamp, head, tail)
-                        tl = tail[w]
-                    clk += 1
-                    stamp[r, w] = clk
-                    q_row[w, tl] = r
-                    q_stamp[w, tl] = clk
-                    tail[w] = tl + 1
-            # updates: a single writer that is not the primary keeps its update (on-demand)
-            # or pushes it; several writers all push (combined at the primary)
-            single = (m & (m - 1)) == 0
-            pushers = m & ~pbit
-            hold = on_demand & single & (pushers != 0)
-            w1 = np.int64(trailing_zeros(m))
-            val = (m | pbit) if (single & (on_demand | keep_written)) else pbit
-            d = w1 if hold else -1
-            av = av if hold else t
-            pushers = 0 if hold else pushers
-            while pushers != 0:
-                w = trailing_zeros(pushers)
-                pushers &= pushers - 1
-                sync_w[n_sync] = w
-                sync_r[n_sync] = g
-                n_sync += 1
-            vw[r, 0] = val
-            rec[r, 0] = _meta(p, d, av)
-            vw[r, 1] = 0
+    for w in range(nw):  # room for this batch's touches (at most nt per worker): the row pass
+        if tail[w] + nt > qlen:  # never compacts, so no call (and no spills) in its loop
+            _compact(w, stamp, q_row, q_stamp, head, tail)
+    last = nt - 1
+    for i in range(nt):
+        # the row _ROW_AHEAD places on: its three cache lines arrive while this one is worked on
+        ra = np.int64(touched[min(i + _ROW_AHEAD, last)])
+        prefetch(rec, ra)
+        prefetch(vw, ra)
+        prefetch(stamp, ra)
+        r = np.int64(touched[i])
+        g8 = rec[r, 1] << 8  # global id, for the events
+        m = np.int64(vw[r, 1])
+        mt = rec[r, 0]
+        p = _prim(mt)
+        d = _dirty(mt)
+        av = _avail(mt)
+        pbit = np.int64(1) << p
+        # Mostly branch-free (select / conditional increment): the conditions below are
+        # data-dependent coin flips, and mispredicted branches cost more than the misses.
+        dbit = (np.int64(1) << np.int64(d)) if d >= 0 else np.int64(0)
+        plan = on_demand & (d >= 0) & ((m & ~dbit) != 0)  # the communication plan
+        plan_e[_nn(n_plan)] = g8 | d
+        n_plan += plan
+        d = -1 if plan else d
+        av = (t - 1) if plan else av
+        x = (m & ~dbit) if d >= 0 else np.int64(0)
+        if x != 0:  # someone else holds pending updates: the plan failed (never, unless a bug)
+            while x != 0:
+                violations += 1
+                x &= x - 1
+        loc = np.int64(vw[r, 2])
+        val = np.int64(vw[r, 0])
+        mm = m & ~pbit  # reads by each non-primary worker using the row (ascending)
+        rb = r * nw
+        while mm != 0:
+            w = np.int64(trailing_zeros(mm))
+            mm &= mm - 1
+            bit = np.int64(1) << w
+            sw = stf[rb + w]
+            lw = (loc & bit) != 0
+            k = _nn(n_pull)
+            pull_e[k] = g8 | (w << 1) | (lw | (sw >= 0))  # stale: held (secondary / cached) but invalid
+            pull_a[k] = av
+            n_pull += (val & bit) == 0
+            if not lw:  # cache_touch, inlined (a call costs 5x here); the queue has room (above)
+                tl = _nn(tail[w])
+                qb = w * qlen
+                if sw >= 0 and qrf[qb + tl - 1] == r and qsf[qb + tl - 1] == sw:
+                    continue  # already the most recent entry
+                size[w] += sw < 0
+                clk += 1
+                stf[rb + w] = clk
+                qrf[qb + tl] = r
+                qsf[qb + tl] = clk
+                tail[w] = tl + 1
+        # updates: a single writer that is not the primary keeps its update (on-demand)
+        # or pushes it; several writers all push (combined at the primary)
+        single = (m & (m - 1)) == 0
+        pushers = m & ~pbit
+        hold = on_demand & single & (pushers != 0)
+        w1 = np.int64(trailing_zeros(m))
+        val = (m | pbit) if (single & (on_demand | keep_written)) else pbit
+        d = w1 if hold else -1
+        av = av if hold else t
+        pushers = 0 if hold else pushers
+        while pushers != 0:
+            w = trailing_zeros(pushers)
+            pushers &= pushers - 1
+            sync_e[_nn(n_sync)] = g8 | w
+            n_sync += 1
+        vw[r, 0] = val
+        rec[r, 0] = _meta(p, d, av)
+        vw[r, 1] = 0
     clock[0] = clk
     out[0] = n_plan
     out[1] = n_pull
     out[2] = n_sync
     out[3] = violations
-    out[4] = n_stale
-    out[5] = n_early
-    out[7] = sink
     return n_plan
 
 
 @numba.njit(cache=True, nogil=True)
-def _assemble(t, plan_w, plan_r, n_plan, pull_k, pull_w, pull_r, pull_a, n_pull, sync_w, sync_r, n_sync,
-              ev_w, ev_r, n_evict):  # pragma: no cover - compiled
-    """The batch's event arrays (kind, worker, global row, ready): plan | pulls | sync | evictions."""
+def _assemble(t, plan_e, n_plan, pull_e, pull_a, n_pull, sync_e, n_sync, ev_w, ev_r, n_evict,
+              out):  # pragma: no cover - compiled
+    """The batch's event arrays (kind, worker, global row, ready): plan | pulls | sync | evictions,
+    unpacked from :func:`_sync_rows`' packed events; ``out[4]``, ``out[5]`` receive the stale
+    pulls and the pulls that are ready before ``t - 1`` (prefetchable)."""
     total = n_plan + n_pull + n_sync + n_evict
     kind = np.empty(total, dtype=np.int8)
     worker = np.empty(total, dtype=np.int32)
@@ -478,29 +502,40 @@ def _assemble(t, plan_w, plan_r, n_plan, pull_k, pull_w, pull_r, pull_a, n_pull,
     ready = np.empty(total, dtype=np.int64)
     o = 0
     for i in range(n_plan):
-        kind[o] = 3
-        worker[o] = plan_w[i]
-        row[o] = plan_r[i]
+        e = plan_e[i]
+        kind[o] = PUSH_PLAN
+        worker[o] = e & 255
+        row[o] = e >> 8
         ready[o] = t - 1
         o += 1
+    n_stale = 0
+    n_early = 0
     for i in range(n_pull):
-        kind[o] = pull_k[i]
-        worker[o] = pull_w[i]
-        row[o] = pull_r[i]
-        ready[o] = pull_a[i]
+        e = pull_e[i]
+        a = pull_a[i]
+        stale = e & 1  # PULL_MISS = 0, PULL_STALE = 1
+        kind[o] = stale
+        worker[o] = (e >> 1) & 127
+        row[o] = e >> 8
+        ready[o] = a
+        n_stale += stale
+        n_early += a < t - 1
         o += 1
     for i in range(n_sync):
-        kind[o] = 2
-        worker[o] = sync_w[i]
-        row[o] = sync_r[i]
+        e = sync_e[i]
+        kind[o] = PUSH_SYNC
+        worker[o] = e & 255
+        row[o] = e >> 8
         ready[o] = t
         o += 1
     for i in range(n_evict):
-        kind[o] = 4
+        kind[o] = PUSH_EVICT
         worker[o] = ev_w[i]
         row[o] = ev_r[i]
         ready[o] = t
         o += 1
+    out[4] = n_stale
+    out[5] = n_early
     return kind, worker, row, ready
 
 
@@ -763,6 +798,7 @@ class RuntimeScheduler:
         remap = np.full(placement.num_embeddings, -1, dtype=np.int32)
         remap[self.row_ids] = np.arange(self.row_ids.size, dtype=np.int32)
         self.indices = remap[indices]
+        self._indices_u32 = self.indices.view(np.uint32)  # ids >= 0: no wraparound in the kernels
         e = int(self.row_ids.size)
         self.num_rows = e
         primary = np.asarray(placement.embedding_primary)[self.row_ids].astype(np.int64)
@@ -863,8 +899,9 @@ class RuntimeScheduler:
             self._alloc_buffers(samples.size, nnz)
         greedy = self.assignment == "herald"
         worker_of = np.empty(samples.size, dtype=np.int32) if greedy else naive_assignment(caps)
-        _, nt, _ = _assign_mark(self.indptr, self.indices, samples, self.vw, caps, greedy, self._swar,
-                             _SPREAD, worker_of, self._b_ptr, self._b_idx, self._touched)
+        _, nt, _ = _assign_mark(self.indptr, self._indices_u32, samples, self.vw, caps, greedy, self._swar,
+                                _SPREAD, worker_of, self._b_ptr, self._b_idx.view(np.uint32),
+                                self._touched.view(np.uint32))
         # Visit the batch's rows in ascending id order: it fixes the recency order
         # within an iteration (gmp.train.cache) and turns the kernels' random
         # accesses into one ascending sweep (TLB- and prefetcher-friendly).
@@ -873,11 +910,10 @@ class RuntimeScheduler:
         c = self.caches
         c.reserve(nnz)
         out = self._out
-        _sync_rows(touched, nt, self.vw, self.rec, self.on_demand,
+        _sync_rows(touched.view(np.uint32), nt, self.vw, self.rec, self.on_demand,
                    not self.read_only_replicas, t, c.stamp, c.q_row, c.q_stamp, c.head, c.tail, c.size, c.clock,
-                   self._plan_w, self._plan_r, self._pull_k, self._pull_w, self._pull_r, self._pull_a,
-                   self._sync_w, self._sync_r, out)
-        n_plan, n_pull, n_sync, violations, n_stale, n_early = (int(x) for x in out[:6])
+                   self._plan_e, self._pull_e, self._pull_a, self._sync_e, out)
+        n_plan, n_pull, n_sync, violations = (int(x) for x in out[:4])
         if violations and self.check:
             raise TrainingError(f"Herald scheduler invariant broken at iteration {t}: {violations} reads of rows "
                                 "whose pending updates another worker still holds. This is a bug in gmp.")
@@ -888,9 +924,9 @@ class RuntimeScheduler:
         n_evict, _ = _trim_all(n, c.capacity, c.lookahead_policy and self.lookahead > 0, c.window_count, c.stamp,
                             c.q_row, c.q_stamp, c.head, c.tail, c.size, self.vw, self.rec, t, self._evicted,
                             self._ev_w, self._ev_r)
-        kind, worker, row, ready = _assemble(t, self._plan_w, self._plan_r, n_plan, self._pull_k,
-                                             self._pull_w, self._pull_r, self._pull_a, n_pull, self._sync_w,
-                                             self._sync_r, n_sync, self._ev_w, self._ev_r, n_evict)
+        kind, worker, row, ready = _assemble(t, self._plan_e, n_plan, self._pull_e, self._pull_a, n_pull,
+                                             self._sync_e, n_sync, self._ev_w, self._ev_r, n_evict, out)
+        n_stale, n_early = int(out[4]), int(out[5])
         counts = np.array([n_pull - n_stale, n_stale, n_sync, n_plan, n_evict, 0], dtype=np.int64)
         self._pos += 1
         sched = BatchSchedule(t, samples, worker_of, n, kind, worker, row, ready, _counts=counts,
@@ -907,11 +943,9 @@ class RuntimeScheduler:
         self._b_ptr = np.empty(num_samples + 1, dtype=np.int64)
         self._b_idx = np.empty(nnz, dtype=np.int32)
         self._touched = np.empty(nnz, dtype=np.int32)
-        self._plan_w, self._plan_r = np.empty(nnz, dtype=np.int32), np.empty(nnz, dtype=np.int64)
-        self._pull_k = np.empty(nnz, dtype=np.int8)
-        self._pull_w, self._pull_r = np.empty(nnz, dtype=np.int32), np.empty(nnz, dtype=np.int64)
-        self._pull_a = np.empty(nnz, dtype=np.int64)
-        self._sync_w, self._sync_r = np.empty(nnz, dtype=np.int32), np.empty(nnz, dtype=np.int64)
+        # packed events of _sync_rows (global id << 8 | worker [<< 1 | stale]); pull_a: ready
+        self._plan_e, self._pull_e = np.empty(nnz, dtype=np.int64), np.empty(nnz, dtype=np.int64)
+        self._pull_a, self._sync_e = np.empty(nnz, dtype=np.int64), np.empty(nnz, dtype=np.int64)
         self._ev_w, self._ev_r = np.empty(nnz + 16, dtype=np.int32), np.empty(nnz + 16, dtype=np.int64)
         self._out = np.zeros(8, dtype=np.int64)
 
