@@ -93,10 +93,13 @@ call (kept for interface stability; the kernels are single-threaded).
 never occur, the edge array is remapped once to a compact numbering (an
 int32 copy of the edges) so that ``count`` (int32 [used ids, N]), the
 primaries and the sweeps scale with the used ids (criteo-1m: 2.8M of 33.8M).
-The embedding->sample transpose is never built. Measured at the full
-Criteo-Kaggle scale (45.8M samples, 1.19B edges, 30.1M used ids, 8
-workers): 11.6 GiB peak RSS for the whole ``gmp partition`` command, 417 s
-for the partitioner on the shared 2-core machine (docs/hybrid.md).
+Beside ``count`` the sample sweep keeps ``drow = df[count]`` (float64 [used
+ids, N padded to 8]) so that its hot loop reads one row per edge as a SIMD
+vector (:mod:`gmp.partition._simd`). The embedding->sample transpose is
+never built. Measured at the full Criteo-Kaggle scale (45.8M samples, 1.19B
+edges, 30.1M used ids, 8 workers): 13.3 GiB peak RSS for the whole ``gmp
+partition`` command, 126 s for the partitioner on the shared 2-core machine
+(docs/hybrid.md).
 
 Per-round log (``placement.info["rounds"]``, also ``logging.info``): a list
 of dicts, round 0 being the random start, with keys ``round``, ``objective``,
