@@ -256,6 +256,7 @@ def _mark_used(indices, used):  # pragma: no cover - compiled
 _CHUNK = 256  # rows whose state is loaded ahead (one burst of independent cache misses) per block
 _SAMPLE_CHUNK = 32  # samples whose ids / rows are loaded ahead per block
 _ROW_AHEAD = 8  # rows of the row pass prefetched ahead (measured: 8 beats 32 and block touching)
+_ID_AHEAD = 64
 _LOAD_MAX = np.int64((1 << 34) - 1)  # bound on a worker's samples per batch (argmax key)
 
 
@@ -264,15 +265,58 @@ def _trim_all(num_workers, capacity, lookahead_policy, window_count, stamp, q_ro
               vw, rec, t, buf, ev_w, ev_r):  # pragma: no cover - compiled
     """Step 3 (eviction): trim every cache; a victim loses its validity bit and, when its
     pending updates are the evicting worker's, is pushed (events to ``ev_w``/``ev_r``).
-    Returns (number of pushes, a sum that keeps the prefetching loads alive)."""
+    Returns (number of pushes, a sum that keeps the prefetching loads alive).
+
+    LRU: one pass per worker over its queue from the head (an inlined
+    :func:`gmp.train.cache.cache_trim`), branch-free over live and dead entries, prefetching
+    the stamp, mask and record lines of the entry ``_ROW_AHEAD`` places on. The look-ahead
+    policy calls ``cache_trim`` and then handles its victims."""
     ne = 0
     sink = np.int64(0)
+    nw = stamp.shape[1]
+    qlen = q_row.shape[1]
+    stf = stamp.reshape(stamp.size)
+    qrf = q_row.reshape(q_row.size)
+    qsf = q_stamp.reshape(q_stamp.size)
     for w in range(num_workers):
+        bit = np.int64(1) << np.int64(w)
+        if not lookahead_policy:
+            need = size[w] - capacity
+            if need <= 0:
+                continue
+            qb = w * qlen
+            i = qb + _nn(head[w])
+            end = qb + _nn(tail[w]) - 1  # the last entry (the queue holds at least `need` live ones)
+            k = 0
+            while k < need:
+                ra = np.int64(qrf[min(i + _ROW_AHEAD, end)])
+                prefetch(stamp, ra)
+                prefetch(vw, ra)
+                prefetch(rec, ra)
+                r = np.int64(qrf[i])
+                sw = stf[r * nw + w]
+                live = sw == qsf[i]  # else a dead entry (the row was touched again later)
+                stf[r * nw + w] = -1 if live else sw
+                v = np.int64(vw[r, 0])
+                vw[r, 0] = (v & ~bit) if live else v
+                mt = rec[r, 0]
+                push = live & (_dirty(mt) == w)  # its pending updates go with it
+                ev_w[ne] = w
+                ev_r[ne] = rec[r, 1]
+                ne += push
+                rec[r, 0] = _meta(_prim(mt), -1, t) if push else mt
+                k += live
+                i += 1
+            head[w] = i - qb
+            size[w] -= k
+            if head[w] == tail[w]:
+                head[w] = 0
+                tail[w] = 0
+            continue
         h = head[w]
         for i in range(h, min(h + size[w] - capacity, tail[w])):  # the LRU end's stamps, misses overlapping
             sink += stamp[q_row[w, i], w]
         k = cache_trim(w, capacity, lookahead_policy, window_count, stamp, q_row, q_stamp, head, tail, size, buf)
-        bit = np.int64(1) << np.int64(w)
         for c0 in range(0, k, _CHUNK):
             c1 = min(c0 + _CHUNK, k)
             for i in range(c0, c1):  # touch the block's records first: their cache misses overlap
@@ -332,18 +376,16 @@ def _assign_mark(indptr, indices, samples, vw, capacities, greedy, swar, spread,
     score = np.zeros(n, dtype=np.int64)
     load = np.zeros(n, dtype=np.int64)
     nt = 0
+    last = _nn(b_ptr[m]) - 1
     for i in range(m):
         a = _nn(b_ptr[i])
         b = _nn(b_ptr[i + 1])
-        if i % _SAMPLE_CHUNK == 0:  # touch the next block's rows: the misses overlap (the
-            # argmax's mispredicted branches would otherwise cut the CPU's run-ahead)
-            for j in range(a, _nn(b_ptr[min(i + _SAMPLE_CHUNK, m)])):
-                sink += np.int64(vw[np.int64(b_idx[j]), 0])
         if greedy:
             # line 3: score(i, w) = |cache(w) ∩ embs(i)|, cache(w) = current copies + primaries
             if swar and nb == 1:
                 a0 = np.int64(0)
                 for j in range(a, b):
+                    prefetch(vw, np.int64(b_idx[min(j + _ID_AHEAD, last)]))
                     a0 += spread[np.int64(vw[np.int64(b_idx[j]), 0])]
                 # line 8, branch-free: the largest key (score, then fewer samples so far, then
                 # lower worker id) among the available workers; a full worker's key is -1
@@ -357,6 +399,7 @@ def _assign_mark(indptr, indices, samples, vw, capacities, greedy, swar, spread,
                     for k in range(nb):
                         acc[k] = 0
                     for j in range(a, b):
+                        prefetch(vw, np.int64(b_idx[min(j + _ID_AHEAD, last)]))
                         mask = np.int64(vw[np.int64(b_idx[j]), 0])
                         for k in range(nb):
                             acc[k] += spread[(mask >> (8 * k)) & 255]
@@ -366,6 +409,7 @@ def _assign_mark(indptr, indices, samples, vw, capacities, greedy, swar, spread,
                     for w in range(n):
                         score[w] = 0
                     for j in range(a, b):
+                        prefetch(vw, np.int64(b_idx[min(j + _ID_AHEAD, last)]))
                         mask = np.int64(vw[np.int64(b_idx[j]), 0])
                         for w in range(n):
                             score[w] += (mask >> w) & 1
@@ -378,7 +422,9 @@ def _assign_mark(indptr, indices, samples, vw, capacities, greedy, swar, spread,
             worker_of[i] = best  # line 9
             load[best] += 1  # lines 10-11: full workers drop out via the capacity test
         bit = np.int64(1) << np.int64(worker_of[i])
-        for j in range(a, b):  # the sample's rows are in L1 now
+        for j in range(a, b):  # the sample's rows are in L1 now (when greedy)
+            if not greedy:
+                prefetch(vw, np.int64(b_idx[min(j + _ID_AHEAD, last)]))
             r = np.int64(b_idx[j])
             x = np.int64(vw[r, 1])
             touched[_nn(nt)] = r  # kept only when the row is new to the batch (branch-free)
