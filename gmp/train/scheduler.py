@@ -257,6 +257,7 @@ _CHUNK = 256  # rows whose state is loaded ahead (one burst of independent cache
 _SAMPLE_CHUNK = 32  # samples whose ids / rows are loaded ahead per block
 _ROW_AHEAD = 8  # rows of the row pass prefetched ahead (measured: 8 beats 32 and block touching)
 _ID_AHEAD = 64
+_TRIM_AHEAD = 16
 _LOAD_MAX = np.int64((1 << 34) - 1)  # bound on a worker's samples per batch (argmax key)
 
 
@@ -288,24 +289,28 @@ def _trim_all(num_workers, capacity, lookahead_policy, window_count, stamp, q_ro
             i = qb + _nn(head[w])
             end = qb + _nn(tail[w]) - 1  # the last entry (the queue holds at least `need` live ones)
             k = 0
+            r = np.int64(qrf[i])
             while k < need:
-                ra = np.int64(qrf[min(i + _ROW_AHEAD, end)])
-                prefetch(stamp, ra)
-                prefetch(vw, ra)
-                prefetch(rec, ra)
+                # two-stage prefetch: the stamp line of the entry 2D places on; for the entry D
+                # places on (its stamp has arrived) the mask and record lines, only when it is
+                # live (most scanned entries are dead: rows touched again since)
+                prefetch(stamp, np.int64(qrf[min(i + 2 * _TRIM_AHEAD, end)]))
+                j1 = min(i + _TRIM_AHEAD, end)
+                r1 = np.int64(qrf[j1])
+                rp = r1 if stf[r1 * nw + w] == qsf[j1] else r
+                prefetch(vw, rp)
+                prefetch(rec, rp)
                 r = np.int64(qrf[i])
-                sw = stf[r * nw + w]
-                live = sw == qsf[i]  # else a dead entry (the row was touched again later)
-                stf[r * nw + w] = -1 if live else sw
-                v = np.int64(vw[r, 0])
-                vw[r, 0] = (v & ~bit) if live else v
-                mt = rec[r, 0]
-                push = live & (_dirty(mt) == w)  # its pending updates go with it
-                ev_w[ne] = w
-                ev_r[ne] = rec[r, 1]
-                ne += push
-                rec[r, 0] = _meta(_prim(mt), -1, t) if push else mt
-                k += live
+                if stf[r * nw + w] == qsf[i]:  # live (else a dead entry: the row was touched again)
+                    stf[r * nw + w] = -1
+                    vw[r, 0] = np.int64(vw[r, 0]) & ~bit
+                    mt = rec[r, 0]
+                    push = _dirty(mt) == w  # its pending updates go with it
+                    ev_w[ne] = w
+                    ev_r[ne] = rec[r, 1]
+                    ne += push
+                    rec[r, 0] = _meta(_prim(mt), -1, t) if push else mt
+                    k += 1
                 i += 1
             head[w] = i - qb
             size[w] -= k
