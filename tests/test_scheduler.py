@@ -318,6 +318,35 @@ def test_engine_matches_reference(seed, assignment):
     assert got == {key: v for key, v in want.items() if v}
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_stamp_renumbering_changes_nothing(seed):
+    """The engine keeps cache stamps as int32 and renumbers them before the clock overflows:
+    forcing a renumbering before every batch must give the very same schedules and caches."""
+    from gmp.train.scheduler import _STAMP_MAX
+
+    rng, n, e, rows, primary, sec = _random_case(seed)
+    order = rng.permutation(len(rows))
+    kw = dict(n=n, b=int(rng.integers(1, 4)), assignment="herald", on_demand=True, cap=int(rng.integers(1, 6)),
+              policy=["lru", "lookahead"][seed % 2], k=2)
+    plain, forced = _engine(rows, primary, **kw), _engine(rows, primary, **kw)
+    for eng in (plain, forced):
+        eng.start_epoch(order)
+    renumbered = 0
+    while True:
+        forced.caches.clock[0] = _STAMP_MAX - 1  # jumping the clock forward is always allowed
+        a, b = plain.next_batch(), forced.next_batch()
+        if a is None:
+            assert b is None
+            break
+        renumbered += int(forced.caches.clock[0] < _STAMP_MAX - 1)
+        assert a.worker_of.tolist() == b.worker_of.tolist()
+        assert _events(a) == _events(b)
+        for w in range(n):
+            assert plain.caches.rows(w).tolist() == forced.caches.rows(w).tolist()
+    assert renumbered > 0
+    assert np.array_equal(plain.flush, forced.flush)
+
+
 # --------------------------------------------------------------------------- exactness at s = 0
 
 

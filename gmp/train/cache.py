@@ -82,6 +82,21 @@ def _compact(w, stamp, q_row, q_stamp, head, tail):  # pragma: no cover - compil
     tail[w] = k
 
 
+@numba.njit(cache=True)
+def renumber_stamps(stamp, q_row, q_stamp, head, tail, clock):  # pragma: no cover - compiled
+    """Compact every queue and give its live entries the stamps 0, 1, ... (queue order, worker
+    by worker); ``clock`` becomes the next free stamp. Stamps are only ever compared for
+    equality, so this changes nothing observable: it lets narrow (int32) stamps run forever."""
+    c = 0
+    for w in range(q_row.shape[0]):
+        _compact(w, stamp, q_row, q_stamp, head, tail)
+        for i in range(tail[w]):
+            stamp[q_row[w, i], w] = c
+            q_stamp[w, i] = c
+            c += 1
+    clock[0] = c
+
+
 @numba.njit(cache=True, inline="always")  # no call: array arguments cost NRT refcounts
 def cache_touch(w, r, stamp, q_row, q_stamp, head, tail, size, clock):  # pragma: no cover - compiled
     """Mark row ``r`` most recently used on worker ``w``; insert it if absent.
@@ -162,6 +177,10 @@ class WorkerCaches:
         Rows each worker keeps between iterations (``--cache-rows``).
     policy : {"lru", "lookahead"}
         Replacement policy (module docstring).
+    stamp : optional storage for the stamps: an integer array ``[num_embeddings, num_workers]``
+        of -1, possibly a strided view (the scheduler keeps them as int32 inside its per-row
+        records, so one cache line holds a row's stamps and state). Its owner must keep
+        ``clock`` below the dtype's maximum (:func:`renumber_stamps`).
 
     Examples
     --------
@@ -172,7 +191,8 @@ class WorkerCaches:
     [1]
     """
 
-    def __init__(self, num_workers: int, num_embeddings: int, *, capacity: int, policy: str = "lru") -> None:
+    def __init__(self, num_workers: int, num_embeddings: int, *, capacity: int, policy: str = "lru",
+                 stamp: np.ndarray | None = None) -> None:
         if not 1 <= num_workers <= MAX_WORKERS:
             raise TrainingError(f"The cache supports 1..{MAX_WORKERS} workers, got {num_workers}.")
         if capacity < 0:
@@ -184,7 +204,12 @@ class WorkerCaches:
         self.capacity = int(capacity)
         self.policy = policy
         e = max(int(num_embeddings), 1)
-        self.stamp = np.full((e, num_workers), -1, dtype=np.int64)  # last touch; -1: not cached
+        if stamp is None:
+            stamp = np.full((e, num_workers), -1, dtype=np.int64)  # last touch; -1: not cached
+        elif stamp.shape != (e, num_workers) or stamp.dtype.kind != "i":
+            raise TrainingError(f"stamp storage must be a ({e}, {num_workers}) integer array, got "
+                                f"{stamp.dtype} {stamp.shape}.")
+        self.stamp = stamp
         self.queue_len = 16
         self.q_row = np.zeros((num_workers, self.queue_len), dtype=np.int32)
         self.q_stamp = np.zeros((num_workers, self.queue_len), dtype=np.int64)

@@ -81,20 +81,31 @@ thread overlaps with training), at most 63 workers (int64 bit masks):
 1. ``_assign_mark``: gathers the batch's ids from the dataset CSR into a
    reused buffer, runs Algorithm 1 and marks each row's writers, listing the
    batch's distinct rows (branch-free). Scores are computed 8 workers at a
-   time (SWAR: one table lookup and one 64-bit add per id and byte of mask).
+   time (SWAR: one table lookup and one 64-bit add per id and byte of mask);
+   the best worker is the largest of 8 packed keys (branch-free argmax).
 2. ``_sync_rows``: one pass over the distinct rows in ascending id order:
    plan of t-1, reads (pulls, cache touches), updates. Data-dependent
-   decisions are selects and conditional increments, not branches.
-3. ``_trim_all``: cache eviction (:func:`gmp.train.cache.cache_trim`).
-4. ``_assemble``: the exact-size event arrays of the ``BatchSchedule``.
+   decisions are selects and conditional increments, not branches. Events
+   are packed into one int64 each (global id, worker, kind bit) and the
+   queue compaction a touch may need is done before the pass, so the loop
+   holds few pointers and makes no calls.
+3. ``_trim_all``: cache eviction; LRU is one inlined pass per worker over its
+   queue (:func:`gmp.train.cache.cache_trim` for the look-ahead policy).
+4. ``_assemble``: the exact-size event arrays of the ``BatchSchedule``
+   (unpacking the events; it also counts stale and prefetchable pulls).
 
 The work is dominated by random accesses to per-row state, so the state is
 laid out by access pattern: the worker masks (valid, read for every id;
 writers; local) are side by side in the narrowest integer type (uint8 for <= 8
-workers: 3 bytes per row), the per-row record (meta, global id) is 16 bytes,
-and the cache stamps are line-aligned; and every pass first touches the next
-block of rows (or samples) in a tight loop so that their cache misses overlap
-instead of being serialised behind mispredicted branches. Measured times:
+workers: 3 bytes per row), and the rest of a row -- its cache stamps (int32),
+meta and global id -- is one line-aligned 64-byte record (8 workers). Every
+pass prefetches the lines it will need a few rows (ids, queue entries)
+ahead (``prefetch`` of :mod:`gmp.partition._simd`), so the misses overlap
+with the work on the current row; the eviction scan prefetches in two
+stages (stamp line first, then the mask line only for live entries: most
+scanned entries are dead). Indices the kernels know to be >= 0 are passed
+as uint32 views or masked (``_nn``), which removes numba's negative-index
+wraparound code from every access. Measured times:
 ``docs/herald.md`` (``bench/herald_bench.py``).
 """
 
@@ -111,7 +122,7 @@ from numba.cpython.unsafe.numbers import trailing_zeros  # llvm.cttz
 from ..errors import TrainingError
 from ..partition._simd import prefetch
 from ..placement import Placement
-from .cache import MAX_WORKERS, WorkerCaches, _compact, cache_trim, window_add
+from .cache import MAX_WORKERS, WorkerCaches, _compact, cache_trim, renumber_stamps, window_add
 
 #: assignment strategies of the runtime scheduler
 ASSIGNMENTS = ("naive", "herald")
@@ -151,17 +162,22 @@ def _gather(indptr, indices, samples):  # pragma: no cover - compiled
 #   vw[r, 1]  (writers) workers using the row in the batch being processed (0 between
 #             batches); next to the validity mask, so marking a sample's rows hits L1
 #   vw[r, 2]  (local) primary + secondaries (resident for good)
-#   rec[r, 0] (meta) int64: primary | (dirty + 1) << 7 | (available + 1) << 14
-#   rec[r, 1] the row's global id (for the events), in the same cache line
+#   rb[r]     one line-aligned record per row (64 bytes for 5-8 workers, 32 for <= 4), read
+#             once per distinct row of a batch and once per evicted cache entry:
+#             the cache stamps of the N workers as int32 (``rb32[r, :N]``, which is
+#             ``WorkerCaches.stamp``; renumbered before the clock overflows), then
+#             rb[r, mc]     (meta) int64: primary | (dirty + 1) << 7 | (available + 1) << 14
+#             rb[r, mc + 1] the row's global id (for the events)
+#             (``self.rec`` is the [rows, 2] view of (meta, global id))
 
 
-def _line_aligned(a: np.ndarray, line: int = 64) -> np.ndarray:
-    """A C-contiguous copy of ``a`` whose data starts on a ``line``-byte boundary."""
-    buf = np.empty(a.nbytes + line, dtype=np.uint8)
+def _line_aligned_empty(shape, dtype, line: int = 64) -> np.ndarray:
+    """An uninitialised C-contiguous array whose data starts on a ``line``-byte boundary."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    buf = np.empty(nbytes + line, dtype=np.uint8)
     off = (-buf.ctypes.data) % line
-    out = buf[off: off + a.nbytes].view(a.dtype).reshape(a.shape)
-    out[...] = a
-    return out
+    return buf[off: off + nbytes].view(dtype).reshape(shape)
 
 
 def _mask_dtype(num_workers: int):
@@ -258,12 +274,13 @@ _SAMPLE_CHUNK = 32  # samples whose ids / rows are loaded ahead per block
 _ROW_AHEAD = 8  # rows of the row pass prefetched ahead (measured: 8 beats 32 and block touching)
 _ID_AHEAD = 64
 _TRIM_AHEAD = 16
+_STAMP_MAX = np.iinfo(np.int32).max  # stamps are int32 (renumbered before they overflow)
 _LOAD_MAX = np.int64((1 << 34) - 1)  # bound on a worker's samples per batch (argmax key)
 
 
 @numba.njit(cache=True, nogil=True)
-def _trim_all(num_workers, capacity, lookahead_policy, window_count, stamp, q_row, q_stamp, head, tail, size,
-              vw, rec, t, buf, ev_w, ev_r):  # pragma: no cover - compiled
+def _trim_all(num_workers, capacity, lookahead_policy, window_count, rb32, stamp, q_row, q_stamp, head, tail,
+              size, vw, rb, mc, t, buf, ev_w, ev_r):  # pragma: no cover - compiled
     """Step 3 (eviction): trim every cache; a victim loses its validity bit and, when its
     pending updates are the evicting worker's, is pushed (events to ``ev_w``/``ev_r``).
     Returns (number of pushes, a sum that keeps the prefetching loads alive).
@@ -274,9 +291,11 @@ def _trim_all(num_workers, capacity, lookahead_policy, window_count, stamp, q_ro
     policy calls ``cache_trim`` and then handles its victims."""
     ne = 0
     sink = np.int64(0)
-    nw = stamp.shape[1]
     qlen = q_row.shape[1]
-    stf = stamp.reshape(stamp.size)
+    rw = rb.shape[1]
+    rw32 = rb32.shape[1]
+    rbf = rb.reshape(rb.size)
+    stf = rb32.reshape(rb32.size)
     qrf = q_row.reshape(q_row.size)
     qsf = q_stamp.reshape(q_stamp.size)
     for w in range(num_workers):
@@ -294,22 +313,21 @@ def _trim_all(num_workers, capacity, lookahead_policy, window_count, stamp, q_ro
                 # two-stage prefetch: the stamp line of the entry 2D places on; for the entry D
                 # places on (its stamp has arrived) the mask and record lines, only when it is
                 # live (most scanned entries are dead: rows touched again since)
-                prefetch(stamp, np.int64(qrf[min(i + 2 * _TRIM_AHEAD, end)]))
+                prefetch(rb, np.int64(qrf[min(i + 2 * _TRIM_AHEAD, end)]))  # stamps and record
                 j1 = min(i + _TRIM_AHEAD, end)
                 r1 = np.int64(qrf[j1])
-                rp = r1 if stf[r1 * nw + w] == qsf[j1] else r
-                prefetch(vw, rp)
-                prefetch(rec, rp)
+                prefetch(vw, r1 if stf[r1 * rw32 + w] == qsf[j1] else r)
                 r = np.int64(qrf[i])
-                if stf[r * nw + w] == qsf[i]:  # live (else a dead entry: the row was touched again)
-                    stf[r * nw + w] = -1
+                if stf[r * rw32 + w] == qsf[i]:  # live (else a dead entry: the row was touched again)
+                    stf[r * rw32 + w] = -1
                     vw[r, 0] = np.int64(vw[r, 0]) & ~bit
-                    mt = rec[r, 0]
+                    ro = r * rw + mc
+                    mt = rbf[ro]
                     push = _dirty(mt) == w  # its pending updates go with it
                     ev_w[ne] = w
-                    ev_r[ne] = rec[r, 1]
+                    ev_r[ne] = rbf[ro + 1]
                     ne += push
-                    rec[r, 0] = _meta(_prim(mt), -1, t) if push else mt
+                    rbf[ro] = _meta(_prim(mt), -1, t) if push else mt
                     k += 1
                 i += 1
             head[w] = i - qb
@@ -325,16 +343,16 @@ def _trim_all(num_workers, capacity, lookahead_policy, window_count, stamp, q_ro
         for c0 in range(0, k, _CHUNK):
             c1 = min(c0 + _CHUNK, k)
             for i in range(c0, c1):  # touch the block's records first: their cache misses overlap
-                sink += rec[buf[i], 0] + np.int64(vw[buf[i], 0])
+                sink += rb[buf[i], mc] + np.int64(vw[buf[i], 0])
             for i in range(c0, c1):
                 r = buf[i]
                 vw[r, 0] = np.int64(vw[r, 0]) & ~bit
-                mt = rec[r, 0]
+                mt = rb[r, mc]
                 push = _dirty(mt) == w  # its pending updates go with it (branch-free)
                 ev_w[ne] = w
-                ev_r[ne] = rec[r, 1]
+                ev_r[ne] = rb[r, mc + 1]
                 ne += push
-                rec[r, 0] = _meta(_prim(mt), -1, t) if push else mt
+                rb[r, mc] = _meta(_prim(mt), -1, t) if push else mt
     return ne, sink
 
 
@@ -439,7 +457,7 @@ def _assign_mark(indptr, indices, samples, vw, capacities, greedy, swar, spread,
 
 
 @numba.njit(cache=True, nogil=True)
-def _sync_rows(touched, nt, vw, rec, on_demand, keep_written, t, stamp, q_row, q_stamp,
+def _sync_rows(touched, nt, vw, rb, mc, on_demand, keep_written, t, rb32, stamp, q_row, q_stamp,
                head, tail, size, clock, plan_e, pull_e, pull_a, sync_e, out):  # pragma: no cover - compiled
     """Per distinct row of the batch, in one pass: the plan of t-1 (Algorithm 1 line 15),
     the reads of t (pulls, cache touches) and the updates of t (pushes, validity).
@@ -447,14 +465,21 @@ def _sync_rows(touched, nt, vw, rec, on_demand, keep_written, t, stamp, q_row, q
     Events are packed into one int64 each, ``global id << 8 | worker`` (plans, syncs) and
     ``global id << 8 | worker << 1 | stale`` (pulls, with the row's ``ready`` in ``pull_a``):
     fewer buffers keep the loop's pointers in registers; :func:`_assemble` unpacks them.
-    ``touched`` is best a uint32 view. ``out`` receives (plans, pulls, syncs, violations)."""
+    ``touched`` is best a uint32 view. ``out`` receives (plans, pulls, syncs, violations).
+
+    ``rb``: the per-row records (int64, line-aligned), meta in column ``mc`` and the global id
+    in ``mc + 1``; ``rb32`` the same memory as int32, whose first columns are the cache stamps
+    (``stamp`` is that strided view, for :func:`gmp.train.cache._compact`)."""
     n_plan = 0
     n_pull = 0
     n_sync = 0
     violations = 0
     nw = stamp.shape[1]
     qlen = q_row.shape[1]
-    stf = stamp.reshape(stamp.size)  # flat views: one multiply per access, no wraparound
+    rw = rb.shape[1]
+    rw32 = rb32.shape[1]
+    rbf = rb.reshape(rb.size)  # flat views: one multiply per access, no wraparound
+    stf = rb32.reshape(rb32.size)
     qrf = q_row.reshape(q_row.size)
     qsf = q_stamp.reshape(q_stamp.size)
     clk = clock[0]
@@ -465,13 +490,13 @@ def _sync_rows(touched, nt, vw, rec, on_demand, keep_written, t, stamp, q_row, q
     for i in range(nt):
         # the row _ROW_AHEAD places on: its three cache lines arrive while this one is worked on
         ra = np.int64(touched[min(i + _ROW_AHEAD, last)])
-        prefetch(rec, ra)
+        prefetch(rb, ra)
         prefetch(vw, ra)
-        prefetch(stamp, ra)
         r = np.int64(touched[i])
-        g8 = rec[r, 1] << 8  # global id, for the events
+        ro = r * rw + mc
+        g8 = rbf[ro + 1] << 8  # global id, for the events
         m = np.int64(vw[r, 1])
-        mt = rec[r, 0]
+        mt = rbf[ro]
         p = _prim(mt)
         d = _dirty(mt)
         av = _avail(mt)
@@ -492,12 +517,12 @@ def _sync_rows(touched, nt, vw, rec, on_demand, keep_written, t, stamp, q_row, q
         loc = np.int64(vw[r, 2])
         val = np.int64(vw[r, 0])
         mm = m & ~pbit  # reads by each non-primary worker using the row (ascending)
-        rb = r * nw
+        sb = r * rw32
         while mm != 0:
             w = np.int64(trailing_zeros(mm))
             mm &= mm - 1
             bit = np.int64(1) << w
-            sw = stf[rb + w]
+            sw = np.int64(stf[sb + w])
             lw = (loc & bit) != 0
             k = _nn(n_pull)
             pull_e[k] = g8 | (w << 1) | (lw | (sw >= 0))  # stale: held (secondary / cached) but invalid
@@ -510,7 +535,7 @@ def _sync_rows(touched, nt, vw, rec, on_demand, keep_written, t, stamp, q_row, q
                     continue  # already the most recent entry
                 size[w] += sw < 0
                 clk += 1
-                stf[rb + w] = clk
+                stf[sb + w] = clk
                 qrf[qb + tl] = r
                 qsf[qb + tl] = clk
                 tail[w] = tl + 1
@@ -530,7 +555,7 @@ def _sync_rows(touched, nt, vw, rec, on_demand, keep_written, t, stamp, q_row, q
             sync_e[_nn(n_sync)] = g8 | w
             n_sync += 1
         vw[r, 0] = val
-        rec[r, 0] = _meta(p, d, av)
+        rbf[ro] = _meta(p, d, av)
         vw[r, 1] = 0
     clock[0] = clk
     out[0] = n_plan
@@ -868,15 +893,21 @@ class RuntimeScheduler:
         self.vw[:, 0] = local  # a secondary starts as a copy of its primary: current
         self.local = self.vw[:, 2]
         self.valid = self.vw[:, 0]
-        self.rec = np.empty((e, 2), dtype=np.int64)  # (meta, global id): one cache line per row in the row pass
-        self.rec[:, 0] = primary | (np.int64(0) << 7) | (np.int64(0) << 14)  # dirty -1, available -1
-        self.rec[:, 1] = self.row_ids
+        # One record per row, line-aligned: the cache stamps of the n workers (int32), then
+        # (meta, global id) as int64 -- 64 bytes for 5-8 workers (32 for <= 4), so the row pass
+        # and the eviction read one cache line per row instead of two.
+        self._mcol = (n + 1) // 2  # int64 column of meta (global id next to it)
+        words = self._mcol + 2
+        width = 4 if words <= 4 else -(-words // 8) * 8
+        self._rb = _line_aligned_empty((max(e, 1), width), np.int64)
+        self._rb32 = self._rb.view(np.int32)  # [rows, 2 * width]: the stamps are its first n columns
+        self._rb32[:, :n] = -1  # not cached
+        self._rb[:e, self._mcol] = primary | (np.int64(0) << 7) | (np.int64(0) << 14)  # dirty -1, available -1
+        self._rb[:e, self._mcol + 1] = self.row_ids
+        self.rec = self._rb[:e, self._mcol: self._mcol + 2]  # (meta, global id) of each row
         self.meta = self.rec[:, 0]
         del local, primary
-        self.caches = WorkerCaches(n, e, capacity=cache_rows, policy=cache_policy)
-        # The row pass reads a row's stamps of all workers: start each row on a cache line
-        # (8 workers: one line instead of two). Same values, same array type.
-        self.caches.stamp = _line_aligned(self.caches.stamp)
+        self.caches = WorkerCaches(n, e, capacity=cache_rows, policy=cache_policy, stamp=self._rb32[:max(e, 1), :n])
         self.iteration = -1  # global iteration counter across epochs
         self.totals = ScheduleTotals()
         self.flush: np.ndarray | None = None
@@ -960,10 +991,12 @@ class RuntimeScheduler:
         touched.sort()
         c = self.caches
         c.reserve(nnz)
+        if c.clock[0] > _STAMP_MAX - nnz:  # int32 stamps: at most nnz touches in this batch
+            renumber_stamps(c.stamp, c.q_row, c.q_stamp, c.head, c.tail, c.clock)
         out = self._out
-        _sync_rows(touched.view(np.uint32), nt, self.vw, self.rec, self.on_demand,
-                   not self.read_only_replicas, t, c.stamp, c.q_row, c.q_stamp, c.head, c.tail, c.size, c.clock,
-                   self._plan_e, self._pull_e, self._pull_a, self._sync_e, out)
+        _sync_rows(touched.view(np.uint32), nt, self.vw, self._rb, self._mcol, self.on_demand,
+                   not self.read_only_replicas, t, self._rb32, c.stamp, c.q_row, c.q_stamp, c.head, c.tail, c.size,
+                   c.clock, self._plan_e, self._pull_e, self._pull_a, self._sync_e, out)
         n_plan, n_pull, n_sync, violations = (int(x) for x in out[:4])
         if violations and self.check:
             raise TrainingError(f"Herald scheduler invariant broken at iteration {t}: {violations} reads of rows "
@@ -972,9 +1005,9 @@ class RuntimeScheduler:
             self._window_shift(k)
         if self._evicted.size < int(c.size.max()):
             self._evicted = np.empty(2 * int(c.size.max()), dtype=np.int64)
-        n_evict, _ = _trim_all(n, c.capacity, c.lookahead_policy and self.lookahead > 0, c.window_count, c.stamp,
-                            c.q_row, c.q_stamp, c.head, c.tail, c.size, self.vw, self.rec, t, self._evicted,
-                            self._ev_w, self._ev_r)
+        n_evict, _ = _trim_all(n, c.capacity, c.lookahead_policy and self.lookahead > 0, c.window_count, self._rb32,
+                               c.stamp, c.q_row, c.q_stamp, c.head, c.tail, c.size, self.vw, self._rb, self._mcol, t,
+                               self._evicted, self._ev_w, self._ev_r)
         kind, worker, row, ready = _assemble(t, self._plan_e, n_plan, self._pull_e, self._pull_a, n_pull,
                                              self._sync_e, n_sync, self._ev_w, self._ev_r, n_evict, out)
         n_stale, n_early = int(out[4]), int(out[5])
