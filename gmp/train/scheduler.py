@@ -615,6 +615,26 @@ def _assemble(t, plan_e, n_plan, pull_e, pull_a, n_pull, sync_e, n_sync, ev_w, e
     return kind, worker, row, ready
 
 
+@numba.njit(cache=True, nogil=True)
+def _flush_pending(rb, mc, num_rows, t):  # pragma: no cover - compiled
+    """Epoch end (step 5): every pending update is pushed. Returns int64 [2, k] (holder, global
+    id) of the rows with pending updates, ascending, and marks them clean, available after ``t``."""
+    k = 0
+    for r in range(num_rows):
+        k += _dirty(rb[r, mc]) >= 0
+    out = np.empty((2, k), dtype=np.int64)
+    k = 0
+    for r in range(num_rows):
+        mt = rb[r, mc]
+        d = _dirty(mt)
+        if d >= 0:
+            out[0, k] = d
+            out[1, k] = rb[r, mc + 1]
+            k += 1
+            rb[r, mc] = _meta(_prim(mt), -1, t)
+    return out
+
+
 # --------------------------------------------------------------------------- pure functions
 
 
@@ -1034,13 +1054,8 @@ class RuntimeScheduler:
         self._out = np.zeros(8, dtype=np.int64)
 
     def _finish_epoch(self) -> None:
-        dirty = self.dirty
-        rows = np.flatnonzero(dirty >= 0)
-        workers = dirty[rows]
-        self.flush = (np.stack([workers, self.row_ids[rows]]) if rows.size
-                      else np.zeros((2, 0), dtype=np.int64))
-        self.totals.by_kind[PUSH_FLUSH] += rows.size
-        self.meta[rows] = self.primary[rows] | ((self.iteration + 1) << 14)  # dirty -1, available = now
+        self.flush = _flush_pending(self._rb, self._mcol, self.num_rows, self.iteration)
+        self.totals.by_kind[PUSH_FLUSH] += self.flush.shape[1]
 
     @property
     def primary(self) -> np.ndarray:
