@@ -137,8 +137,13 @@ def timing(ds, placement, args) -> dict:
     still compete for caches and memory). Reported: the median over repeats of each
     repeat's median (and min / mean), for the front kernel alone (batch gather + Algorithm 1
     + marking the batch's rows) and for the full step (``next_batch``: everything the
-    simulator and the trainer get, the ``BatchSchedule`` included).
+    simulator and the trainer get, the ``BatchSchedule`` included). During the full steps the
+    four kernels of ``next_batch`` are timed too (CPU, each call wrapped in ``thread_time``:
+    a few microseconds per step); "rest" is the full step minus the kernels (the sort of the
+    batch's distinct rows, allocations, Python).
     """
+    import gmp.train.scheduler as sched_mod
+
     n = args.timing_workers
     b = args.timing_batch // n
     if placement.num_workers != n:
@@ -151,8 +156,19 @@ def timing(ds, placement, args) -> dict:
     nnz = args.timing_batch * eng._max_degree
     b_ptr, b_idx, touched = (np.empty(args.timing_batch + 1, np.int64), np.empty(nnz, np.int32),
                              np.empty(nnz, np.int32))
-    keys = ("assign_wall", "assign_cpu", "step_wall", "step_cpu")
+    keys = ("assign_wall", "assign_cpu", "step_wall", "step_cpu") + tuple(f"kernel{k}_cpu" for k in KERNELS)
     reps: dict[str, list] = {k: [] for k in keys}
+    kernel_s: dict[str, list] = {k: [] for k in KERNELS}
+    originals = {k: getattr(sched_mod, k) for k in KERNELS}
+
+    def timed(name, fn):
+        def call(*a):
+            c0 = time.thread_time()
+            r = fn(*a)
+            kernel_s[name].append(time.thread_time() - c0)
+            return r
+        return call
+
     fields, events, loads = [], [], [os.getloadavg()[0]]
     for rep in range(args.timing_repeats):
         eng.start_epoch(epoch_order(ds.num_train, args.seed, rep))
@@ -162,12 +178,21 @@ def timing(ds, placement, args) -> dict:
             eng.next_batch()
         cur = {k: [] for k in keys}
         first = eng._pos
-        for _ in range(args.timing_batches):  # the full steps, back to back (as in an epoch)
-            c0 = time.thread_time()
-            sched = eng.next_batch()
-            cur["step_cpu"].append(time.thread_time() - c0)
-            cur["step_wall"].append(sched.schedule_s)
-            events.append(sched.event_kind.size)
+        for k in KERNELS:  # next_batch looks the kernels up in the module at each call
+            kernel_s[k].clear()
+            setattr(sched_mod, k, timed(k, originals[k]))
+        try:
+            for _ in range(args.timing_batches):  # the full steps, back to back (as in an epoch)
+                c0 = time.thread_time()
+                sched = eng.next_batch()
+                cur["step_cpu"].append(time.thread_time() - c0)
+                cur["step_wall"].append(sched.schedule_s)
+                events.append(sched.event_kind.size)
+        finally:
+            for k in KERNELS:
+                setattr(sched_mod, k, originals[k])
+        for k in KERNELS:
+            cur[f"kernel{k}_cpu"] = kernel_s[k][:]
         for k in range(first, first + args.timing_batches):  # then the front kernel alone, same batches
             samples = eng._batch_samples(k)
             caps = batch_capacities(samples.size, n)
@@ -196,6 +221,10 @@ def timing(ds, placement, args) -> dict:
     return out
 
 
+#: the compiled kernels of ``RuntimeScheduler.next_batch`` (gmp.train.scheduler), timed one by one
+KERNELS = ("_assign_mark", "_sync_rows", "_trim_all", "_assemble")
+
+
 def print_timing(t: dict) -> None:
     print(f"\n### Scheduler time per batch ({t['batch_samples']} samples x {t['ids_per_sample']:.0f} ids over "
           f"{t['workers']} workers, NUMBA_NUM_THREADS={t['numba_threads']}, cache {t['cache_rows']:,} rows/worker "
@@ -209,6 +238,12 @@ def print_timing(t: dict) -> None:
         print(f"| {label} | {t[key + '_cpu_ms_median']:.2f} | {t[key + '_cpu_ms_mean']:.2f} | "
               f"{t[key + '_cpu_ms_min']:.2f} | {t[key + '_wall_ms_median']:.2f} | {t[key + '_wall_ms_mean']:.2f} | "
               f"{', '.join(f'{x:.2f}' for x in t[key + '_cpu_ms_repeat_medians'])} |")
+    print("\nFull step by kernel (CPU ms per batch, median over repeats of each repeat's median / min):\n")
+    print("| " + " | ".join(k.lstrip("_") for k in KERNELS) + " | rest |")
+    print("|" + "---:|" * (len(KERNELS) + 1))
+    rest = t["step_cpu_ms_median"] - sum(t[f"kernel{k}_cpu_ms_median"] for k in KERNELS)
+    print("| " + " | ".join(f"{t[f'kernel{k}_cpu_ms_median']:.2f} / {t[f'kernel{k}_cpu_ms_min']:.2f}"
+                            for k in KERNELS) + f" | {rest:.2f} |")
 
 
 def train_part(args) -> list[dict]:
