@@ -9,9 +9,10 @@ Each worker holds three kinds of embedding rows:
 This module manages only the third kind: which rows each worker's cache holds,
 their recency, and which rows to evict. Replica *validity* and the
 pending-update ("dirty") holder of each row live in the scheduler's per-row
-record (:mod:`gmp.train.scheduler`, one 32-byte record per row so a row costs
-one cache miss), whose compiled kernels touch the caches (an inlined copy of
-:func:`cache_touch`) and call :func:`cache_trim`; for every victim the
+state (:mod:`gmp.train.scheduler`, which also keeps the stamps below inside its
+64-byte row records, as int32), whose compiled kernels touch the caches (an
+inlined copy of :func:`cache_touch`), evict (an inlined LRU copy of
+:func:`cache_trim`; the function itself for the look-ahead policy); for every victim the
 scheduler clears the worker's validity bit and, when the victim's pending
 updates are held by the evicting worker, pushes them (``push_evict``).
 
@@ -51,7 +52,9 @@ entries; the queue is compacted in place when it fills. A touch costs one
 random write and one sequential append (no pointer chasing), eviction is
 sequential; the look-ahead scan walks the queue from its head until it has
 found enough unneeded rows. The queue holds ``2 * (capacity + touches per
-iteration)`` entries per worker, 8 bytes of stamp per row and worker.
+iteration)`` entries per worker, 8 bytes of stamp per row and worker (4 in
+the scheduler, which renumbers them with :func:`renumber_stamps` before its
+clock overflows: stamps are only compared for equality).
 Workers: at most 63 (the scheduler's int64 worker masks).
 """
 
