@@ -275,6 +275,7 @@ _ROW_AHEAD = 8  # rows of the row pass prefetched ahead (measured: 8 beats 32 an
 _ID_AHEAD = 64
 _TRIM_AHEAD = 16
 _STAMP_MAX = np.iinfo(np.int32).max  # stamps are int32 (renumbered before they overflow)
+_Q_AHEAD = 64  # queue entries prefetched ahead of the append position (measured: 64 = 128 > 32)
 _LOAD_MAX = np.int64((1 << 34) - 1)  # bound on a worker's samples per batch (argmax key)
 
 
@@ -539,6 +540,8 @@ def _sync_rows(touched, nt, vw, rb, mc, on_demand, keep_written, t, rb32, stamp,
                 qrf[qb + tl] = r
                 qsf[qb + tl] = clk
                 tail[w] = tl + 1
+                prefetch(qrf, qb + tl + _Q_AHEAD)  # the queue's next lines: 16 sparse append streams
+                prefetch(qsf, qb + tl + _Q_AHEAD)  # are too slow for the hardware prefetcher
         # updates: a single writer that is not the primary keeps its update (on-demand)
         # or pushes it; several writers all push (combined at the primary)
         single = (m & (m - 1)) == 0
