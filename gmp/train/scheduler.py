@@ -272,8 +272,8 @@ def _mark_used(indices, used):  # pragma: no cover - compiled
 _CHUNK = 256  # rows whose state is loaded ahead (one burst of independent cache misses) per block
 _SAMPLE_CHUNK = 32  # samples whose ids / rows are loaded ahead per block
 _ROW_AHEAD = 8  # rows of the row pass prefetched ahead (measured: 8 beats 32 and block touching)
-_ID_AHEAD = 64
-_TRIM_AHEAD = 16
+_ID_AHEAD = 64  # ids of the batch prefetched ahead in Algorithm 1 (64 = 160; block touching was slower)
+_TRIM_AHEAD = 16  # queue entries of the eviction scan prefetched ahead (16 > 8)
 _STAMP_MAX = np.iinfo(np.int32).max  # stamps are int32 (renumbered before they overflow)
 _Q_AHEAD = 64  # queue entries prefetched ahead of the append position (measured: 64 = 128 > 32)
 _LOAD_MAX = np.int64((1 << 34) - 1)  # bound on a worker's samples per batch (argmax key)
@@ -287,9 +287,11 @@ def _trim_all(num_workers, capacity, lookahead_policy, window_count, rb32, stamp
     Returns (number of pushes, a sum that keeps the prefetching loads alive).
 
     LRU: one pass per worker over its queue from the head (an inlined
-    :func:`gmp.train.cache.cache_trim`), branch-free over live and dead entries, prefetching
-    the stamp, mask and record lines of the entry ``_ROW_AHEAD`` places on. The look-ahead
-    policy calls ``cache_trim`` and then handles its victims."""
+    :func:`gmp.train.cache.cache_trim`, same victims in the same order), prefetching in two
+    stages: the record line (stamps, meta) of the entry ``2 * _TRIM_AHEAD`` places on, and the
+    mask line of the entry ``_TRIM_AHEAD`` places on only when that entry is live (most
+    scanned entries are dead: they need only their stamp). The look-ahead policy calls
+    ``cache_trim`` and then handles its victims."""
     ne = 0
     sink = np.int64(0)
     qlen = q_row.shape[1]
