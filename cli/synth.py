@@ -27,7 +27,7 @@ def synth(
     samples: Optional[int] = typer.Option(None, "--samples", "-n",
                                           help="Number of samples (default: 1,000,000 for criteo-kaggle, "
                                                "20,000 for tiny)."),
-    scale: float = typer.Option(1.0, "--scale", help="Multiply every field's cardinality (min 1 value)."),
+    scale: float = typer.Option(1.0, "--scale", help="Multiply every field's cardinality (a field keeps at least min(its values, 100))."),
     seed: int = typer.Option(0, "--seed", help="Random seed; same seed, same data (any chunk size)."),
     skew: float = typer.Option(1.1, "--skew",
                                help="Zipf exponent of value popularity: higher = more accesses to the "

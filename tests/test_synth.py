@@ -75,8 +75,11 @@ def test_criteo_preset_cardinalities_and_scale():
     local = [n for n, loc in zip(cfg.field_names, cfg.local_fields) if loc]
     assert local == ["C3", "C4", "C7", "C10", "C12", "C15", "C16", "C21", "C24", "C26"]
     small = preset_config("criteo-kaggle", num_samples=10, scale=0.001)
-    assert small.cardinalities[2] == 10131 and small.cardinalities[8] == 1  # 3 * 0.001 -> min 1
-    # C7 scales to 13 values < 2 * 64 communities: demoted to a global field.
+    assert small.cardinalities[2] == 10131  # 10,131,227 * 0.001
+    # the floor: a field keeps min(c, 100) values -- C9 (3) and C20 (4) unchanged, C1 (1460) 1.46 -> 100
+    assert small.cardinalities[8] == 3 and small.cardinalities[19] == 4 and small.cardinalities[0] == 100
+    assert min(small.cardinalities) > 1
+    # C7 scales to 100 values (floor) < 2 * 64 communities: demoted to a global field.
     assert not small.local_fields[6] and small.local_fields[2]
 
 

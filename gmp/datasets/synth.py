@@ -288,11 +288,18 @@ def _check_range(name: str, value: Any, low: float, high: float, *, low_open: bo
         raise DatasetError(f"synth: {name} must be in {lo}{low}, {high}], got {value!r}.")
 
 
+#: ``--scale`` never takes a field below min(its cardinality, SCALE_FLOOR) values
+SCALE_FLOOR = 100
+
+
 def preset_config(preset: str, *, num_samples: int | None = None, scale: float = 1.0,
                   local_min_values: int | None = None, **knobs: Any) -> SynthConfig:
     """The :class:`SynthConfig` of a named preset.
 
-    Cardinalities are multiplied by ``scale`` (rounded, at least 1). A field
+    Cardinalities are multiplied by ``scale`` (rounded), but a field keeps at
+    least ``min(c, SCALE_FLOOR)`` of its c values: scaling shrinks the big
+    tables while Criteo's small fields (3 to 27 values) stay as they are
+    instead of collapsing into constants (one value every sample uses). A field
     is local when its *unscaled* cardinality is >= ``local_min_values``
     (the preset's default when None) and its scaled one >= 2 * communities.
 
@@ -307,7 +314,7 @@ def preset_config(preset: str, *, num_samples: int | None = None, scale: float =
     _check_range("--scale", scale, 0.0, math.inf, low_open=True)
     threshold = p.local_min_values if local_min_values is None else local_min_values
     _check_int("--local-threshold", threshold, 1)
-    cards = tuple(max(1, int(round(c * float(scale)))) for c in p.cardinalities)
+    cards = tuple(max(min(c, SCALE_FLOOR), int(round(c * float(scale)))) for c in p.cardinalities)
     local = tuple(c >= threshold for c in p.cardinalities)
     return SynthConfig(
         cardinalities=cards,
