@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import mmap
 import os
 import shutil
 import tempfile
@@ -112,13 +113,43 @@ def hash_arrays(arrays: Sequence[tuple[str, np.ndarray]]) -> str:
     """
     h = hashlib.sha256()
     for name, arr in arrays:
-        arr = np.asarray(arr)
+        arr = np.asanyarray(arr)  # keeps np.memmap, so the pages read can be released
         h.update(f"{name}|{arr.dtype.str}|{arr.shape}|".encode())
         flat = arr.reshape(-1) if arr.flags.c_contiguous else np.ascontiguousarray(arr).reshape(-1)
         step = max(1, _HASH_CHUNK // max(1, flat.itemsize))
         for start in range(0, flat.size, step):
             h.update(memoryview(np.ascontiguousarray(flat[start : start + step])).cast("B"))
+            release_pages(flat, start, start + step)
     return h.hexdigest()
+
+
+def release_pages(arr: np.ndarray, start: int, stop: int) -> None:
+    """Unmap the pages of ``arr[start:stop]`` from this process if ``arr`` is a file-backed memmap.
+
+    Streaming once over a memory-mapped array leaves every page it touched
+    mapped, so the process's RSS grows by the whole file although the data is
+    only in the page cache. ``madvise(MADV_DONTNEED)`` drops the mapping (read-
+    only and shared file mappings lose nothing: a later access faults the page
+    back in from the page cache). A no-op for in-memory arrays and where
+    ``madvise`` is unavailable. ``arr`` must be 1-D; ``start``/``stop`` are
+    element indices (clipped to the array).
+    """
+    mm = getattr(arr, "_mmap", None)
+    if mm is None or not hasattr(mm, "madvise") or not hasattr(mmap, "MADV_DONTNEED") or arr.ndim != 1:
+        return
+    stop = min(int(stop), arr.shape[0])
+    if stop <= start:
+        return
+    try:
+        base = np.frombuffer(mm, dtype=np.uint8).ctypes.data
+    except (ValueError, TypeError):  # closed or not exportable
+        return
+    page = mmap.PAGESIZE
+    lo = arr.ctypes.data + int(start) * arr.strides[0] - base
+    hi = arr.ctypes.data + stop * arr.strides[0] - base
+    lo -= lo % page
+    if hi > lo >= 0:
+        mm.madvise(mmap.MADV_DONTNEED, lo, min(hi, len(mm)) - lo)
 
 
 def load_npy(path: Path, *, error: type[GmpError], mmap: bool = True, fix: str) -> np.ndarray:

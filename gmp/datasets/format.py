@@ -74,7 +74,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from .. import __version__
-from .._io import atomic_directory, hash_arrays, index_dtype, load_npy, read_versioned_json, write_json
+from .._io import atomic_directory, hash_arrays, index_dtype, load_npy, read_versioned_json, release_pages, write_json
 from ..errors import DatasetError
 
 FORMAT = "gmp.dataset"
@@ -391,6 +391,9 @@ class DatasetWriter:
                 lens = np.bincount(row, minlength=s1 - s0).astype(np.int64)
             new_lengths[s0:s1] = lens
             out_ids[pos : pos + chunk.size] = chunk
+            # both streams are touched once: unmap them as we go, so RSS stays the working set
+            release_pages(raw_ids, a, b)
+            release_pages(out_ids, pos, pos + chunk.size)
             pos += chunk.size
         num_edges = pos
         indptr = np.zeros(n + 1, dtype=np.int64)
@@ -408,6 +411,8 @@ class DatasetWriter:
             step = 1 << 26
             for a in range(0, num_edges, step):
                 final[a : a + step] = out_ids[a : min(a + step, num_edges)]  # out_ids may be longer (dedupe)
+                release_pages(out_ids, a, a + step)
+                release_pages(final, a, a + step)
             final.flush()
             del final, out_ids
             (d / "_indices_full.npy").unlink()
@@ -415,13 +420,23 @@ class DatasetWriter:
         np.save(d / "labels.npy", labels)
         dense = None
         if self.num_dense:
-            dense = np.fromfile(d / "_dense.bin", dtype=np.float32).reshape(n, self.num_dense)
-            np.save(d / "dense.npy", dense)
+            # streamed in row blocks (2.4 GB at Criteo-Kaggle scale: not held in memory), then mapped for the hash
+            out = np.lib.format.open_memmap(d / "dense.npy", mode="w+", dtype=np.float32, shape=(n, self.num_dense))
+            flat_out = out.reshape(-1)
+            with open(d / "_dense.bin", "rb") as fin:
+                for r0 in range(0, n, chunk_samples):
+                    r1 = min(n, r0 + chunk_samples)
+                    block = np.fromfile(fin, dtype=np.float32, count=(r1 - r0) * self.num_dense)
+                    out[r0:r1] = block.reshape(r1 - r0, self.num_dense)
+                    release_pages(flat_out, r0 * self.num_dense, r1 * self.num_dense)
+            out.flush()
+            del out, flat_out
+            dense = np.load(d / "dense.npy", mmap_mode="r")
         for name in ("lengths", "ids", "labels", "dense"):
             (d / f"_{name}.bin").unlink(missing_ok=True)
         indices = np.load(d / "indices.npy", mmap_mode="r")
         sha = compute_sha256(indptr, indices, labels, dense)
-        del indices
+        del indices, dense
         num_test = int(round(n * test_fraction))
         meta: dict[str, Any] = {
             "format": FORMAT,
