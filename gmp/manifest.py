@@ -91,14 +91,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-import numba
 import numpy as np
 
 from . import __version__
 from ._io import atomic_directory, hash_arrays, load_npy, read_versioned_json, write_json
 from .errors import GmpError, ManifestError, TopologyError
 from .graph import _min_max
-from .placement import Placement
+from .placement import Placement, secondary_violation
 from .topology import Topology
 
 log = logging.getLogger(__name__)
@@ -256,27 +255,6 @@ def _upgrade(meta: dict[str, Any], path: Path) -> dict[str, Any]:
     return meta
 
 
-@numba.njit(cache=True, nogil=True)
-def _first_secondary_on_primary(primary, sec_indptr, sec_workers):  # pragma: no cover - compiled
-    # -> (embedding, -1) for a secondary on its primary's worker, (embedding, 1) for a repeat, (-1, 0) if fine
-    for e in range(primary.size):
-        for q in range(sec_indptr[e], sec_indptr[e + 1]):
-            if sec_workers[q] == primary[e]:
-                return e, -1
-            for r in range(sec_indptr[e], q):
-                if sec_workers[r] == sec_workers[q]:
-                    return e, 1
-    return -1, 0
-
-
-@numba.njit(cache=True, nogil=True)
-def _is_nondecreasing(a):  # pragma: no cover - compiled
-    for i in range(1, a.size):
-        if a[i] < a[i - 1]:
-            return False
-    return True
-
-
 def load_manifest(path: str | os.PathLike, *, dataset: Any = None, mmap: bool = True,
                   verify_hash: bool = True) -> Manifest:
     """Open and validate a manifest directory (or its manifest.json).
@@ -356,11 +334,6 @@ def load_manifest(path: str | os.PathLike, *, dataset: Any = None, mmap: bool = 
     if sw.ndim != 1:
         raise ManifestError(f"{path / ARRAYS['secondary_workers'][1]} must be 1-D, got shape {sw.shape}; {_FIX}")
     ipa = np.asarray(ip)
-    if int(ipa[0]) != 0 or int(ipa[-1]) != sw.size or not _is_nondecreasing(ipa):
-        raise ManifestError(
-            f"{path / ARRAYS['secondary_indptr'][1]} must run non-decreasing from 0 to "
-            f"len(secondary_workers) = {sw.size}, got {int(ipa[0])}..{int(ipa[-1])}; {_FIX}"
-        )
     for name in ("sample_worker", "embedding_primary", "secondary_workers"):
         arr = np.asarray(arrays[name])
         if arr.size:
@@ -370,18 +343,22 @@ def load_manifest(path: str | os.PathLike, *, dataset: Any = None, mmap: bool = 
                     f"{path / ARRAYS[name][1]} holds worker ids in [{int(lo)}, {int(hi)}], expected "
                     f"[0, {w}) for num_workers {w}; {_FIX}"
                 )
-    if sw.size:
-        e, kind = _first_secondary_on_primary(np.asarray(arrays["embedding_primary"]), ipa, np.asarray(sw))
-        if kind == -1:
-            raise ManifestError(
-                f"{path / ARRAYS['secondary_workers'][1]}: embedding {int(e)} has a secondary on its primary's "
-                f"worker {int(arrays['embedding_primary'][e])}; {_FIX}"
-            )
-        if kind == 1:
-            raise ManifestError(
-                f"{path / ARRAYS['secondary_workers'][1]}: embedding {int(e)} lists the same secondary "
-                f"worker twice; {_FIX}"
-            )
+    kind, e = secondary_violation(ipa, np.asarray(sw), np.asarray(arrays["embedding_primary"]), np.int64(w))
+    if kind == 1:
+        raise ManifestError(
+            f"{path / ARRAYS['secondary_indptr'][1]} must run non-decreasing from 0 to "
+            f"len(secondary_workers) = {sw.size}, got {int(ipa[0])}..{int(ipa[-1])}; {_FIX}"
+        )
+    if kind == 2:
+        raise ManifestError(
+            f"{path / ARRAYS['secondary_workers'][1]}: embedding {int(e)} has a secondary on its primary's "
+            f"worker {int(arrays['embedding_primary'][e])}; {_FIX}"
+        )
+    if kind == 3:
+        raise ManifestError(
+            f"{path / ARRAYS['secondary_workers'][1]}: embedding {int(e)} lists the same secondary "
+            f"worker twice; {_FIX}"
+        )
 
     part = meta["partitioner"] if isinstance(meta["partitioner"], dict) else {}
     placement = Placement(

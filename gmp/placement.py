@@ -115,7 +115,7 @@ class Placement:
         ip = self.secondary_indptr
         if ip.dtype != np.int64 or ip.shape != (self.num_embeddings + 1,):
             raise PlacementError(f"secondary_indptr must be int64 [{self.num_embeddings + 1}], got {ip.dtype} {ip.shape}.")
-        code, bad = _check_secondaries(ip, np.asarray(self.secondary_workers), np.asarray(self.embedding_primary),
+        code, bad = secondary_violation(ip, np.asarray(self.secondary_workers), np.asarray(self.embedding_primary),
                                        np.int64(w))
         if code == 1:
             raise PlacementError("secondary_indptr must be non-decreasing from 0 to len(secondary_workers).")
@@ -126,8 +126,9 @@ class Placement:
 
 
 @numba.njit(cache=True, nogil=True)
-def _check_secondaries(indptr, workers, primary, num_workers):  # pragma: no cover - compiled
-    """One pass over the secondary CSR (worker ids already range-checked).
+def secondary_violation(indptr, workers, primary, num_workers):  # pragma: no cover - compiled
+    """One pass over the secondary CSR (worker ids already range-checked); also used by the
+    manifest reader, which words the same faults with file names.
 
     Returns ``(0, 0)`` when valid, else ``(code, embedding)``: 1 malformed
     indptr, 2 a secondary on the primary's worker, 3 a worker listed twice.

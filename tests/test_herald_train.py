@@ -31,7 +31,7 @@ from gmp.train.engine_local import LocalEngine
 from gmp.train.loop import TrainConfig, TrainData, Trainer
 from gmp.train.store import EmbeddingStore
 from test_train_equivalence import random_placement
-from train_data import make_ctr_dataset
+from train_data import assert_rank_rows_match, make_ctr_dataset, save_placement_npz
 
 KINDS = ("pull_miss", "pull_stale", "push_sync", "push_plan", "push_evict", "push_flush")
 
@@ -223,9 +223,7 @@ def test_distributed_engine_with_cache_and_on_demand(ctr, tmp_path):
     path, ds = ctr
     n = 3
     pl = random_placement(ds, n, secondaries=0.3, seed=4)
-    np.savez(tmp_path / "pl.npz", num_workers=n, sample_worker=pl.sample_worker,
-             embedding_primary=pl.embedding_primary, secondary_indptr=pl.secondary_indptr,
-             secondary_workers=pl.secondary_workers)
+    save_placement_npz(tmp_path / "pl.npz", pl)
     opts = {"lookahead": 2, "cache_rows": 5, "on_demand": True, "read_only_replicas": False}
     base = dict(model="wdl", embedding_dim=4, lr=0.1, batch_size=10, epochs=2, schedule="herald",
                 dtype="float64", hidden=[8], seed=4, schedule_options=opts)
@@ -238,13 +236,7 @@ def test_distributed_engine_with_cache_and_on_demand(ctr, tmp_path):
                       TrainConfig(**dict(cfg, schedule="naive", batch_size=10 * n, schedule_options={})),
                       LocalEngine(1))
         one.fit()
-        table = one.embedding_table()
-        seen = 0
-        for r in range(n):
-            z = np.load(tmp_path / str(i) / f"rank{r}.npz")
-            np.testing.assert_allclose(z["rows"], table[z["ids"]], rtol=1e-9, atol=1e-12)
-            seen += z["ids"].size
-        assert seen == ds.num_embeddings
+        assert_rank_rows_match(tmp_path / str(i), n, one.embedding_table(), ds.num_embeddings)
         o = cfg["schedule_options"]
         sim = simulate(ds.indptr, ds.indices, pl, num_train=ds.num_train, batch_size=10, schedule="herald",
                        on_demand=True, cache_rows=o["cache_rows"], lookahead=o["lookahead"],

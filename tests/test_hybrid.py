@@ -113,16 +113,21 @@ def test_soft_count_table_known_values():
     assert H.soft_count_table(1, 3.0, 512)[1] == pytest.approx(1 - (2 / 3) ** 3)
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
-def test_two_communities_separated_exactly(seed):
-    g = community_graph(np.random.default_rng(seed))
-    p = run_partitioner("hybrid", g, homogeneous(2), seed=seed, options=LIGHT)
+def assert_communities_separated(p):
+    """community_graph's samples 0-39 / 40-79 and embeddings 0-9 / 10-19 on two workers, no remote access."""
     sw, pr = p.sample_worker, p.embedding_primary
     a, b = int(sw[0]), int(sw[40])
     assert a != b
     assert np.all(sw[:40] == a) and np.all(sw[40:] == b)
     assert np.all(pr[:10] == a) and np.all(pr[10:] == b)
     assert p.info["rounds"][-1]["remote_accesses"] == 0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
+def test_two_communities_separated_exactly(seed):
+    g = community_graph(np.random.default_rng(seed))
+    p = run_partitioner("hybrid", g, homogeneous(2), seed=seed, options=LIGHT)
+    assert_communities_separated(p)
 
 
 def test_defaults_hold_balance_on_tiny_graphs():
@@ -404,12 +409,7 @@ def test_init_zero_rounds_is_the_init_placement(init, medium_graph):
 def test_init_two_communities_separated_exactly(init, seed):
     g = community_graph(np.random.default_rng(seed))
     p = run_partitioner("hybrid", g, homogeneous(2), seed=seed, options=dict(LIGHT, init=init))
-    sw, pr = p.sample_worker, p.embedding_primary
-    a, b = int(sw[0]), int(sw[40])
-    assert a != b
-    assert np.all(sw[:40] == a) and np.all(sw[40:] == b)
-    assert np.all(pr[:10] == a) and np.all(pr[10:] == b)
-    assert p.info["rounds"][-1]["remote_accesses"] == 0
+    assert_communities_separated(p)
 
 
 def test_init_default_is_random(medium_graph):

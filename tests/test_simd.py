@@ -12,9 +12,10 @@ from gmp.partition._simd import LANES, gather_rows_dot, padded_width, weighted_r
 @numba.njit(cache=True)
 def _rows_dot_all(indices, k0, k1, prim, d, c, out, count, df, a):
     stay = gather_rows_dot(indices, k0, k1, prim, d, c, 0, out, count, df, a)
+    extra = 0.0  # a = None on the other column blocks: no scalar sum
     for col in range(LANES, d.shape[1], LANES):
-        gather_rows_dot(indices, k0, k1, prim, d, c, col, out, count, df, a)
-    return stay
+        extra += abs(gather_rows_dot(indices, k0, k1, prim, d, c, col, out, count, df, None))
+    return stay, extra
 
 
 @numba.njit(cache=True)
@@ -43,7 +44,8 @@ def test_gather_rows_dot_matches_scalar_loop(n):
     a = n - 1
     out = np.full(width, np.nan)
     k0, k1 = 4, 33
-    stay = _rows_dot_all(indices, k0, k1, prim, d, c, out, count, df, a)
+    stay, extra = _rows_dot_all(indices, k0, k1, prim, d, c, out, count, df, a)
+    assert extra == 0.0
     # the scalar definition, summed in edge order
     ref = np.zeros(width)
     ref_stay = 0.0
@@ -56,7 +58,7 @@ def test_gather_rows_dot_matches_scalar_loop(n):
     assert stay == ref_stay
     # an empty range gives zeros
     out[:] = np.nan
-    assert _rows_dot_all(indices, 5, 5, prim, d, c, out, count, df, a) == 0.0
+    assert _rows_dot_all(indices, 5, 5, prim, d, c, out, count, df, a) == (0.0, 0.0)
     np.testing.assert_array_equal(out, np.zeros(width))
 
 

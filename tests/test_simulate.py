@@ -256,6 +256,7 @@ def test_herald_distributed_engine_equals_one_worker(ctr, tmp_path):
     look-ahead prefetch thread and cache-aware scoring: every rank's primaries equal a
     single worker's model, and the counters equal the local engine's."""
     from test_train_distributed import HERE, torchrun
+    from train_data import assert_rank_rows_match, save_placement_npz
 
     from gmp.train.engine_local import LocalEngine
     from gmp.train.loop import TrainConfig, TrainData, Trainer
@@ -263,9 +264,7 @@ def test_herald_distributed_engine_equals_one_worker(ctr, tmp_path):
     path, ds = ctr
     n = 2
     pl = _placement(ds, n, 0.5, seed=3)
-    np.savez(tmp_path / "pl.npz", num_workers=n, sample_worker=pl.sample_worker,
-             embedding_primary=pl.embedding_primary, secondary_indptr=pl.secondary_indptr,
-             secondary_workers=pl.secondary_workers)
+    save_placement_npz(tmp_path / "pl.npz", pl)
     base = dict(model="wdl", embedding_dim=4, optimizer="adagrad", lr=0.1, batch_size=10, epochs=2,
                 schedule="herald", dtype="float64", hidden=[8], seed=4)
     configs = [dict(base), dict(base, schedule_options={"lookahead": 2, "cache_rows": 6, "on_demand": True,
@@ -280,12 +279,7 @@ def test_herald_distributed_engine_equals_one_worker(ctr, tmp_path):
         one.fit()
         table = one.embedding_table()
         for i, cfg in enumerate(configs):
-            seen = 0
-            for r in range(n):
-                z = np.load(tmp_path / str(i) / f"rank{r}.npz")
-                np.testing.assert_allclose(z["rows"], table[z["ids"]], rtol=1e-9, atol=1e-12)
-                seen += z["ids"].size
-            assert seen == ds.num_embeddings
+            assert_rank_rows_match(tmp_path / str(i), n, table, ds.num_embeddings)
             local = Trainer(TrainData(ds), pl, TrainConfig(**cfg), LocalEngine(n))
             local_records = local.fit()
             dist_records = json.loads((tmp_path / str(i) / "records.json").read_text())

@@ -17,7 +17,7 @@ from gmp.datasets.format import load_dataset
 from gmp.placement import Placement
 from gmp.train.engine_local import LocalEngine
 from gmp.train.loop import TrainConfig, TrainData, Trainer
-from train_data import make_ctr_dataset
+from train_data import assert_rank_rows_match, make_ctr_dataset, save_placement_npz
 
 pytestmark = pytest.mark.distributed
 HERE = Path(__file__).parent
@@ -59,9 +59,7 @@ def test_distributed_equals_local(ctr, tmp_path):
     path, ds = ctr
     n = 3
     pl = placement_with_secondaries(ds, n)
-    np.savez(tmp_path / "pl.npz", num_workers=n, sample_worker=pl.sample_worker,
-             embedding_primary=pl.embedding_primary, secondary_indptr=pl.secondary_indptr,
-             secondary_workers=pl.secondary_workers)
+    save_placement_npz(tmp_path / "pl.npz", pl)
     configs = [dict(model=model, embedding_dim=4, optimizer="adagrad", lr=0.1, batch_size=16, epochs=2,
                     schedule=schedule, dtype="float64", hidden=[8], seed=4)
                for model, schedule in (("deepfm", "naive"), ("wdl", "static"))]
@@ -74,13 +72,7 @@ def test_distributed_equals_local(ctr, tmp_path):
         local_records = local.fit()
         table = local.embedding_table()
         dense = torch.cat([q.detach().reshape(-1) for q in local.model.parameters()]).numpy()
-        seen = 0
-        for r in range(n):
-            z = np.load(tmp_path / str(i) / f"rank{r}.npz")
-            np.testing.assert_allclose(z["rows"], table[z["ids"]], rtol=1e-9, atol=1e-12)
-            np.testing.assert_allclose(z["dense"], dense, rtol=1e-9, atol=1e-12)
-            seen += z["ids"].size
-        assert seen == ds.num_embeddings
+        assert_rank_rows_match(tmp_path / str(i), n, table, ds.num_embeddings, dense=dense)
         dist_records = json.loads((tmp_path / str(i) / "records.json").read_text())
         assert len(dist_records) == len(local_records) == cfg["epochs"]
         for a, b in zip(dist_records, local_records):

@@ -70,3 +70,24 @@ def reference_train(dataset_path, global_batches_per_epoch, *, model="wdl", embe
             loss.backward()
             opt.step()
     return table.detach().numpy().astype(np.float64), net
+
+
+def assert_rank_rows_match(directory, num_ranks, table, num_embeddings, dense=None):
+    """The ``rank{r}.npz`` files tests/dist_worker.py writes (each rank's primary ids and rows)
+    together cover every embedding once and equal ``table`` (the reference model's rows); with
+    ``dense``, every rank's dense parameters equal it too."""
+    seen = 0
+    for r in range(num_ranks):
+        z = np.load(f"{directory}/rank{r}.npz")
+        np.testing.assert_allclose(z["rows"], table[z["ids"]], rtol=1e-9, atol=1e-12)
+        if dense is not None:
+            np.testing.assert_allclose(z["dense"], dense, rtol=1e-9, atol=1e-12)
+        seen += z["ids"].size
+    assert seen == num_embeddings
+
+
+def save_placement_npz(path, placement):
+    """A placement as the .npz that tests/dist_worker.py reads."""
+    np.savez(path, num_workers=placement.num_workers, sample_worker=placement.sample_worker,
+             embedding_primary=placement.embedding_primary, secondary_indptr=placement.secondary_indptr,
+             secondary_workers=placement.secondary_workers)

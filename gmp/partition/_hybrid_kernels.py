@@ -102,8 +102,8 @@ def sweep_samples(indptr, indices, sw, prim, count, drow, df, ceff, load, cap, a
             continue
         a = sw[i]
         stay = gather_rows_dot(indices, k0, k1, prim, drow, ceff, 0, gain, count, df, a)
-        for col in range(LANES, width, LANES):
-            gather_rows_dot(indices, k0, k1, prim, drow, ceff, col, gain, count, df, a)
+        for col in range(LANES, width, LANES):  # N > 8 workers: the rest of the gains only
+            gather_rows_dot(indices, k0, k1, prim, drow, ceff, col, gain, count, df, None)
         best = a
         best_delta = -1e-9  # strictly improving moves only (no float-noise ping-pong)
         for b in range(num_workers):
@@ -152,13 +152,10 @@ def sweep_embeddings(prim, count, active, f, ceff_t, load, cap, beta, fw, total,
     """
     num_workers = load.size
     width = ceff_t.shape[1]
-    for w in range(num_workers):
-        served[w] = 0.0
-        received[w] = 0.0
-    weighted = 0.0
-    reads = 0.0
-    remote = np.int64(0)
-    unique = np.int64(0)
+    served[:] = 0.0
+    received[:] = 0.0
+    sums = np.zeros(2)  # weighted, reads
+    counts = np.zeros(2, dtype=np.int64)  # remote, unique
     moved = 0
     for x in range(prim.size):
         if not active[x]:
@@ -182,22 +179,8 @@ def sweep_embeddings(prim, count, active, f, ceff_t, load, cap, beta, fw, total,
             load[best] += 1
             prim[x] = best
             moved += 1
-            p = best
-        for w in range(num_workers):
-            if w == p:
-                continue
-            c = count[x, w]
-            if c == 0:
-                continue
-            t = fw[w]
-            reads += t
-            remote += c
-            unique += 1
-            wt = t * cost[p, w]
-            weighted += wt
-            served[p] += wt
-            received[w] += wt
-    return moved, weighted, reads, remote, unique
+        _add_traffic(x, prim[x], count, f, cost, served, received, sums, counts)
+    return moved, sums[0], sums[1], counts[0], counts[1]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -212,33 +195,36 @@ def traffic_summary(prim, count, active, f, cost, served, received):  # pragma: 
     the exact number of remote (sample, embedding) edges; the exact number of
     (embedding, worker) pairs with a remote user.
     """
-    num_workers = served.size
-    for w in range(num_workers):
-        served[w] = 0.0
-        received[w] = 0.0
-    weighted = 0.0
-    reads = 0.0
-    remote = np.int64(0)
-    unique = np.int64(0)
+    served[:] = 0.0
+    received[:] = 0.0
+    sums = np.zeros(2)  # weighted, reads
+    counts = np.zeros(2, dtype=np.int64)  # remote, unique
     for x in range(prim.size):
-        if not active[x]:
+        if active[x]:
+            _add_traffic(x, prim[x], count, f, cost, served, received, sums, counts)
+    return sums[0], sums[1], counts[0], counts[1]
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _add_traffic(x, p, count, f, cost, served, received, sums, counts):  # pragma: no cover - compiled
+    """Add used embedding x (primary p) to the traffic totals: for every worker w != p with
+    c = count[x, w] users, f(c) expected reads (``sums[1]``), weighted by cost[p, w]
+    (``sums[0]``, ``served[p]``, ``received[w]``), c remote accesses (``counts[0]``) and
+    one epoch-unique remote row (``counts[1]``)."""
+    for w in range(served.size):
+        if w == p:
             continue
-        p = prim[x]
-        for w in range(num_workers):
-            if w == p:
-                continue
-            c = count[x, w]
-            if c == 0:
-                continue
-            t = f[c]
-            reads += t
-            remote += c
-            unique += 1
-            wt = t * cost[p, w]
-            weighted += wt
-            served[p] += wt
-            received[w] += wt
-    return weighted, reads, remote, unique
+        c = count[x, w]
+        if c == 0:
+            continue
+        t = f[c]
+        sums[1] += t
+        counts[0] += c
+        counts[1] += 1
+        wt = t * cost[p, w]
+        sums[0] += wt
+        served[p] += wt
+        received[w] += wt
 
 
 @numba.njit(cache=True, nogil=True)

@@ -44,7 +44,9 @@ def gather_rows_dot(typingctx, indices, k0, k1, prim, d, c, col, out, count, df,
 
     * ``out[col:col+LANES] = sum_k c[prim[x], col:col+LANES] * d[x, col:col+LANES]`` with
       ``x = indices[k]``, summed in k order (one multiply and one add per lane per edge);
-    * returns ``sum_k c[prim[x], a] * df[count[x, a] - 1]`` (scalar, k order).
+    * returns ``sum_k c[prim[x], a] * df[count[x, a] - 1]`` (scalar, k order). With
+      ``a=None`` that sum is not compiled in (returns 0.0): the extra column blocks of
+      N > 8 workers need only the vector sum, and a runtime test in the loop cost ~25 %.
 
     Both sums read ``indices[k]`` and ``prim[x]`` once. ``indices``, ``prim``: 1-D int32;
     ``d``, ``c``: 2-D C-contiguous float64 of the same row width (a multiple of LANES);
@@ -59,7 +61,8 @@ def gather_rows_dot(typingctx, indices, k0, k1, prim, d, c, col, out, count, df,
           and isinstance(count, types.Array) and count.ndim == 2 and count.dtype == types.int32
           and count.layout == "C"
           and all(isinstance(v, types.Array) and v.ndim == 1 and v.dtype == types.float64 for v in (out, df))
-          and all(isinstance(v, types.Integer) for v in (k0, k1, col, a)))
+          and all(isinstance(v, types.Integer) for v in (k0, k1, col))
+          and isinstance(a, (types.Integer, types.NoneType)))
     if not ok:
         return None
     sig = types.float64(indices, k0, k1, prim, d, c, col, out, count, df, a)
@@ -80,7 +83,8 @@ def gather_rows_dot(typingctx, indices, k0, k1, prim, d, c, col, out, count, df,
         width = builder.extract_value(d_ary.shape, 1)  # row width in values (same for c)
         ncnt = builder.extract_value(cnt_ary.shape, 1)
         col = context.cast(builder, v_col, t_col, types.int64)
-        a = context.cast(builder, v_a, t_a, types.int64)
+        with_stay = isinstance(t_a, types.Integer)  # decided at compile time
+        a = context.cast(builder, v_a, t_a, types.int64) if with_stay else None
         k0 = context.cast(builder, v_k0, t_k0, types.int64)
         k1 = context.cast(builder, v_k1, t_k1, types.int64)
 
@@ -97,10 +101,11 @@ def gather_rows_dot(typingctx, indices, k0, k1, prim, d, c, col, out, count, df,
             dv = builder.load(builder.bitcast(d_row, vec.as_pointer()), align=8)
             cv = builder.load(builder.bitcast(builder.gep(c_ptr, [c_row]), vec.as_pointer()), align=8)
             builder.store(builder.fadd(builder.load(acc_slot), builder.fmul(cv, dv)), acc_slot)
-            cnt = builder.load(builder.gep(cnt_ary.data, [builder.add(builder.mul(x, ncnt), a)]))
-            dfv = builder.load(builder.gep(df_ptr, [builder.sub(builder.sext(cnt, i64), one)]))
-            cav = builder.load(builder.gep(c_ptr, [builder.add(builder.mul(p, width), a)]))
-            builder.store(builder.fadd(builder.load(stay_slot), builder.fmul(cav, dfv)), stay_slot)
+            if with_stay:
+                cnt = builder.load(builder.gep(cnt_ary.data, [builder.add(builder.mul(x, ncnt), a)]))
+                dfv = builder.load(builder.gep(df_ptr, [builder.sub(builder.sext(cnt, i64), one)]))
+                cav = builder.load(builder.gep(c_ptr, [builder.add(builder.mul(p, width), a)]))
+                builder.store(builder.fadd(builder.load(stay_slot), builder.fmul(cav, dfv)), stay_slot)
         dst = builder.bitcast(builder.gep(out_ptr, [col]), vec.as_pointer())
         builder.store(builder.load(acc_slot), dst, align=8)
         return builder.load(stay_slot)

@@ -106,8 +106,7 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
     ds = load_dataset(dataset)
     if verify_hash:
         ds.verify_hash()
-    placement = load_placement(ds, manifest, workers)
-    placement.check(num_samples=ds.num_samples, num_embeddings=ds.num_embeddings)
+    placement = load_placement(ds, manifest, workers)  # validated by load_manifest, and by Trainer
     data = TrainData(ds)
     eng = make_engine(engine, placement.num_workers)
     try:

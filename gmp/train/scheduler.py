@@ -233,6 +233,19 @@ def _scores(b_indptr, b_indices, resident, num_workers):  # pragma: no cover - c
     return out
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _best_worker(score, load, capacities):  # pragma: no cover - compiled
+    """Algorithm 1 line 8: the worker with room and the highest score; ties to the lower load, then
+    the lower id (-1 when every worker is full)."""
+    best = -1
+    for w in range(score.size):
+        if load[w] >= capacities[w]:
+            continue
+        if best < 0 or score[w] > score[best] or (score[w] == score[best] and load[w] < load[best]):
+            best = w
+    return best
+
+
 @numba.njit(cache=True, nogil=True)
 def _assign_greedy(b_indptr, b_indices, resident, capacities):  # pragma: no cover - compiled
     """Herald Algorithm 1, lines 1-13 (see module docstring for the tie rule).
@@ -252,12 +265,7 @@ def _assign_greedy(b_indptr, b_indices, resident, capacities):  # pragma: no cov
             mask = resident[b_indices[j]]
             for w in range(n):
                 score[w] += (mask >> w) & 1
-        best = -1
-        for w in range(n):  # line 8: best available worker
-            if load[w] >= capacities[w]:
-                continue
-            if best < 0 or score[w] > score[best] or (score[w] == score[best] and load[w] < load[best]):
-                best = w
+        best = _best_worker(score, load, capacities)  # line 8
         worker_of[s] = best  # line 9
         load[best] += 1  # lines 10-11: full workers drop out via the capacity test above
     return worker_of
@@ -439,12 +447,7 @@ def _assign_mark(indptr, indices, samples, vw, capacities, greedy, swar, spread,
                         mask = np.int64(vw[np.int64(b_idx[j]), 0])
                         for w in range(n):
                             score[w] += (mask >> w) & 1
-                best = -1
-                for w in range(n):  # line 8: best available worker
-                    if load[w] >= capacities[w]:
-                        continue
-                    if best < 0 or score[w] > score[best] or (score[w] == score[best] and load[w] < load[best]):
-                        best = w
+                best = _best_worker(score, load, capacities)  # line 8
             worker_of[i] = best  # line 9
             load[best] += 1  # lines 10-11: full workers drop out via the capacity test
         bit = np.int64(1) << np.int64(worker_of[i])

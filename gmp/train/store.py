@@ -314,11 +314,7 @@ class EmbeddingStore:
             return
         if np.any(slots < self.num_primary):
             raise TrainingError("install_copies: a primary cannot be overwritten by a pull.")
-        payload = payload.to(self.device, self.dtype)
-        idx = torch.as_tensor(slots, dtype=torch.int64, device=self.device)
-        self.table[idx] = payload[:, :self.row_dim]
-        if self.ship_state:
-            self.local_state[idx - self.num_primary] = payload[:, self.row_dim:]
+        self._write_payload(slots, payload, self.local_state, self.num_primary)
         self.dirty[slots] = False
 
     def overwrite_primary(self, slots: np.ndarray, payload: torch.Tensor) -> None:
@@ -327,12 +323,18 @@ class EmbeddingStore:
             return
         if np.any((slots < 0) | (slots >= self.num_primary)):
             raise TrainingError(f"worker {self.worker} received a pushed row it is not primary of.")
+        self._write_payload(slots, payload, self.opt_state, 0)
+        self.clock[slots] += 1
+
+    def _write_payload(self, slots: np.ndarray, payload: torch.Tensor, state: torch.Tensor | None,
+                       state_offset: int) -> None:
+        """Rows ``slots`` := the payload's values; with shipped optimizer state, its state columns go to
+        ``state[slots - state_offset]`` (the primary's state, or the copies')."""
         payload = payload.to(self.device, self.dtype)
         idx = torch.as_tensor(slots, dtype=torch.int64, device=self.device)
         self.table[idx] = payload[:, :self.row_dim]
         if self.ship_state:
-            self.opt_state[idx] = payload[:, self.row_dim:]
-        self.clock[slots] += 1
+            state[idx - state_offset] = payload[:, self.row_dim:]
 
     def _step(self, slots: np.ndarray, grads: torch.Tensor, state: torch.Tensor | None, state_offset: int) -> None:
         """SGD or row-wise Adagrad on table rows ``slots``; Adagrad's sum of squares
