@@ -65,13 +65,13 @@ def test_partition_prints_summary(tiny_dataset, tmp_path):
 def test_report_formats(partitioned, tmp_path):
     res = invoke("report", partitioned)
     assert res.exit_code == 0, res.output
-    assert res.output.startswith("# Placement report: random on 2 workers")
+    assert res.output.startswith("# random on tiny, 2 workers: 0.0% batch reads vs random")
     res = invoke("report", partitioned, "--format", "json")
     assert res.exit_code == 0
     obj = json.loads(res.output)
     assert obj["format"] == "gmp.report" and obj["source"] == "report.json (arrays re-validated)"
-    res = invoke("report", partitioned, "--format", "html")
-    assert res.exit_code == 0 and "data:image/png;base64," in res.output
+    res = invoke("report", partitioned, "--format", "html")  # a file, not 128 KB on the terminal
+    assert res.exit_code == 0 and "data:image/png;base64," in (partitioned / "report.html").read_text()
     res = invoke("report", partitioned, "--format", "md", "--out", tmp_path / "r")
     assert res.exit_code == 0, res.output
     assert {p.name for p in (tmp_path / "r").iterdir()} == {"report.md", "traffic.png", "loads.png", "degrees.png"}
@@ -188,7 +188,7 @@ def test_compare_inline(tiny_dataset, tmp_path):
     res = invoke("compare", tiny_dataset, "--workers", 2, "--methods", ",".join(methods), "--batch-size", 2,
                  "--no-isolate", "--out", out)
     assert res.exit_code == 0, res.output
-    assert "red." in res.output and "random" in res.output
+    assert "change vs random" in res.output and "random" in res.output
     obj = json.loads(out.read_text())
     assert obj["format"] == "gmp.compare" and [r["method"] for r in obj["rows"]] == methods
     first = obj["rows"][0]
@@ -209,7 +209,7 @@ def test_compare_errors(tiny_dataset, tmp_path):
     res = invoke("compare", tiny_dataset, "-w", 2, "--methods", "random,bogus")
     assert res.exit_code == 2 and "unknown method(s) bogus" in res.output
     res = invoke("compare", tiny_dataset, "-w", 2, "--methods", "random", "--out", tmp_path / "x.txt")
-    assert res.exit_code == 2 and "expected a .md or .json file name" in res.output
+    assert res.exit_code == 2 and "expected a .md, .json or .html file name" in res.output
 
 
 def test_compare_reports_failed_method_as_row(tiny_graph):
