@@ -26,7 +26,7 @@ app = typer.Typer(
 )
 
 #: command modules, in help order; each defines register(app).
-COMMAND_MODULES = ("cli.data", "cli.partition", "cli.train", "cli.simulate")
+COMMAND_MODULES = ("cli.data", "cli.partition", "cli.train", "cli.simulate", "cli.export")
 
 
 def _version_callback(value: bool) -> None:

@@ -152,6 +152,11 @@ class Manifest:
     def method(self) -> str:
         return str(self.meta["partitioner"]["name"])
 
+    def __repr__(self) -> str:  # one line, never the arrays or the whole meta
+        return (f"<Manifest {str(self.path)!r}: {self.method} on {self.num_workers} workers, "
+                f"{self.num_samples:,} samples, {self.num_embeddings:,} embeddings, "
+                f"{self.placement.num_secondaries:,} secondaries, dataset sha256 {self.dataset_sha256[:12]}>")
+
 
 def _placement_hash(placement: Placement) -> str:
     return hash_arrays([(name, getattr(placement, name)) for name in ARRAYS])

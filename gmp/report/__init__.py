@@ -57,7 +57,7 @@ SCHEMA_VERSION = 1
 REPORT_FORMATS = ("md", "json", "html")
 
 __all__ = ["FORMAT", "SCHEMA_VERSION", "PLOT_FILES", "build_report", "report_from_manifest", "write_report", "render",
-           "load_report", "render_markdown", "render_html", "write_html_file", "dataset_name_of", "convergence_log"]
+           "load_report", "render_markdown", "render_html", "write_html_file", "dataset_name_of", "convergence_log", "Report"]
 
 
 def build_report(*, placement, topology, metrics: Mapping[str, Any], source: str,
@@ -242,6 +242,38 @@ def write_report(out_dir: str | os.PathLike, report: dict[str, Any],
             (out_dir / name).write_text(render_html(report, images=[out_dir / p for p in written]), encoding="utf-8")
         names.append(name)
     return names
+
+
+class Report:
+    """A report dict with a readable face: ``repr`` is its headline, a notebook shows it as Markdown.
+
+    ``.data`` is the report.json dict; ``.markdown()`` / ``.html()`` render it.
+    """
+
+    def __init__(self, data: dict[str, Any]):
+        self.data = data
+
+    @property
+    def headline(self) -> str:
+        from .tables import headline
+
+        return headline(self.data)[0]
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        return self.data.get("metrics") or {}
+
+    def markdown(self) -> str:
+        return render(self.data, "md")
+
+    def html(self, *, plots: bool = True) -> str:
+        return render(self.data, "html", plots=plots)
+
+    def _repr_markdown_(self) -> str:  # Jupyter
+        return self.markdown()
+
+    def __repr__(self) -> str:
+        return f"<Report {self.headline!r} ({self.data.get('source')})>"
 
 
 def write_html_file(path: str | os.PathLike, report: dict[str, Any], *, plots: bool = True) -> Path:
