@@ -112,7 +112,7 @@ def partition(
                                                "KEY=VALUE (repeatable), e.g. -O order=dataset -O max_pairs=8000000."),
 ) -> None:
     """Partition a dataset's sample-embedding graph and write a placement manifest + report."""
-    from gmp.compare import method_options, peak_rss_bytes
+    from gmp.compare import method_options, peak_rss_bytes, with_field_layout
     from gmp.datasets.format import load_dataset
     from gmp.graph import build_graph
     from gmp.manifest import write_manifest
@@ -132,6 +132,7 @@ def partition(
     given.update(parse_key_values(option or []))
     options = method_options(method, given, batch_size=batch_size, embedding_dim=embedding_dim)
     ds = load_dataset(dataset)
+    options = with_field_layout(options, ds)  # -O per_field=true: the fields' first ids
     graph = build_graph(ds)
     out = out or Path("placements") / f"{Path(dataset).resolve().name}.{method}.w{topo.num_workers}"
 

@@ -199,7 +199,7 @@ def partition_dataset(dataset: Any, method: str, out: str | os.PathLike, *, work
     Manifest
         The written manifest, opened again (validated).
     """
-    from .compare import method_options, peak_rss_bytes
+    from .compare import method_options, peak_rss_bytes, with_field_layout
     from .errors import ManifestError
     from .graph import build_graph
     from .manifest import write_manifest
@@ -213,6 +213,7 @@ def partition_dataset(dataset: Any, method: str, out: str | os.PathLike, *, work
     ds = _dataset(dataset)
     topo = _topology(workers, topology, inter_cost)
     opts = method_options(method, dict(options or {}), batch_size=batch_size, embedding_dim=embedding_dim)
+    opts = with_field_layout(opts, ds)
     graph = build_graph(ds)
     t0 = time.perf_counter()
     placement = run_partitioner(method, graph, topo, seed=seed, options=opts)

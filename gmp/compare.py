@@ -87,6 +87,15 @@ def method_options(name: str, given: Mapping[str, Any], *, batch_size: int, embe
     return opts
 
 
+def with_field_layout(options: Mapping[str, Any], dataset) -> dict[str, Any]:
+    """``options`` plus ``field_offsets`` (the first id of each categorical field of ``dataset``)
+    when they ask for ``per_field`` balance and do not give the offsets themselves."""
+    opts = dict(options)
+    if opts.get("per_field") and not opts.get("field_offsets"):
+        opts["field_offsets"] = [int(f.offset) for f in dataset.categorical_fields]
+    return opts
+
+
 def _child(dataset_path: str, method: str, topology_json: dict, seed: int, options: dict, out_dir: str,
            conn) -> None:  # pragma: no cover - runs in a spawned process
     try:

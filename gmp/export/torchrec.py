@@ -59,11 +59,12 @@ factors (0 = very cacheable, 1 = not at all).
   rows (HET-GMP's static schedule, secondaries serving reads locally).
 * ``torchrec_row_wise``: TorchRec's row-wise pooled lookup under this plan:
   the input all-to-all sends each id whose row is on another rank (8 bytes)
-  plus every rank's per-feature lengths to every other rank (4 bytes each);
-  the output reduce-scatter sends each rank's partial pooled sums for the
-  other ranks' samples, ``(R - 1) * B * F * D * 4`` bytes per rank per step,
-  and the backward all-gather of the output gradients as much again. Only
-  the id traffic depends on the placement.
+  plus every sample's per-feature lengths to every other rank (4 bytes each:
+  ``(R - 1) * num_train * F * 4``); the output reduce-scatter sends each
+  rank's partial pooled sums for the other ranks' samples (``(R - 1) *
+  num_train * F * D * 4`` bytes per epoch), and the backward all-gather of
+  the output gradients as much again. Only the id traffic depends on the
+  placement.
 * ``torchrec_row_wise_default_ids``: the same without the remap (ids in
   their natural order, TorchRec's even split), for comparison.
 """
@@ -384,8 +385,11 @@ def export_torchrec(manifest: Any, out: str | os.PathLike, *, dataset: Any = Non
     padding = sum(t.padding_rows for t in tables)
     total_rows = sum(t.num_embeddings for t in tables)
     row_bytes = dim * VALUE_BYTES
-    lengths = steps * num_ranks * (num_ranks - 1) * num_fields * bs * VALUE_BYTES
-    pooled = 2 * steps * num_ranks * (num_ranks - 1) * bs * num_fields * row_bytes
+    # every rank sends its samples' per-feature lengths to the R - 1 other ranks, and (forward reduce-scatter)
+    # its partial pooled sums for every other rank's samples; the backward all-gather of the output
+    # gradients moves as much again. Summed over the epoch both are proportional to the training samples.
+    lengths = (num_ranks - 1) * int(num_train) * num_fields * VALUE_BYTES
+    pooled = 2 * (num_ranks - 1) * int(num_train) * num_fields * row_bytes
 
     def torchrec_bytes(ids: int) -> dict[str, Any]:
         return {"remote_ids": ids, "ids_bytes": ids * ID_BYTES, "lengths_bytes": lengths,
@@ -397,6 +401,7 @@ def export_torchrec(manifest: Any, out: str | os.PathLike, *, dataset: Any = Non
     pushes = stored.get("batch_remote_pushes", metrics.get("batch_remote_pushes"))
     gmp_bytes = {
         "scope": "training range" if stored else "all samples (the manifest has no training-range metrics)",
+        "batch_size": meta.get("batch_size") or metrics.get("batch_size"),
         "rows_read": reads, "rows_pushed": pushes,
         "rows_bytes": None if reads is None else int((reads + pushes) * row_bytes),
         "ids_bytes": None if reads is None else int(reads * ID_BYTES),
