@@ -25,16 +25,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .tables import subject
+
 PLOT_FILES = {"traffic": "traffic.png", "loads": "loads.png", "degrees": "degrees.png"}
 #: dots per inch of every saved figure (print resolution)
 DPI = 200
-
-
-def plot_subject(report: Mapping[str, Any]) -> str:
-    """``"hybrid on criteo-1m, 8 workers"``: what a figure's title says it shows."""
-    settings = report.get("settings") or {}
-    name = report.get("dataset_name") or settings.get("dataset_name")
-    return f"{settings.get('method')}" + (f" on {name}" if name else "") + f", {settings.get('num_workers')} workers"
 
 
 def _plt():
@@ -57,7 +52,7 @@ def plot_traffic(report: Mapping[str, Any], path: Path) -> Path | None:
     im = ax.imshow(m, cmap="Blues", interpolation="nearest")
     ax.set_xlabel("reading worker")
     ax.set_ylabel("serving worker (primary)")
-    ax.set_title(f"{plot_subject(report)}\nrows served per epoch (batch {report['metrics'].get('batch_size')})",
+    ax.set_title(f"{subject(report)}\nrows served per epoch (batch {report['metrics'].get('batch_size')})",
                  fontsize=9)
     ticks = np.arange(n) if n <= 32 else np.arange(0, n, max(1, n // 16))
     ax.set_xticks(ticks)
@@ -100,7 +95,7 @@ def plot_loads(report: Mapping[str, Any], path: Path) -> Path | None:
     ax.set_xticks(x)
     ax.set_xlabel("worker")
     ax.set_ylabel("load / mean")
-    ax.set_title(f"{plot_subject(report)}\nper-worker load (1.0 = perfectly balanced)", fontsize=9)
+    ax.set_title(f"{subject(report)}\nper-worker load (1.0 = perfectly balanced)", fontsize=9)
     ax.legend(fontsize=7, ncol=len(keys), loc="upper center", bbox_to_anchor=(0.5, -0.18))
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
@@ -121,7 +116,7 @@ def plot_degrees(report: Mapping[str, Any], path: Path) -> Path | None:
     ax.loglog(edges[:-1], ccdf, "o-", ms=3, drawstyle="steps-post")
     ax.set_xlabel("degree d (samples using the row)")
     ax.set_ylabel("share of rows with degree ≥ d")
-    ax.set_title(f"{plot_subject(report)}\nembedding degree CCDF", fontsize=9)
+    ax.set_title(f"{subject(report)}\nembedding degree CCDF", fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)

@@ -290,17 +290,22 @@ def fmt_change(reduction: Any) -> str:
     return f"{change:+.1f}%".replace("+0.0%", "0.0%").replace("-0.0%", "0.0%")
 
 
+def subject(report: Mapping[str, Any]) -> str:
+    """``"hybrid on criteo-1m, 8 workers"``: what a report (and each of its figures) is about."""
+    settings = report.get("settings") or {}
+    name = report.get("dataset_name") or settings.get("dataset_name")
+    return f"{settings.get('method')}" + (f" on {name}" if name else "") + f", {settings.get('num_workers')} workers"
+
+
 def headline(report: Mapping[str, Any]) -> tuple[str, str]:
     """``(title, summary)`` of a report.
 
     Title: ``"hybrid on criteo-1m, 8 workers: -77.9% batch reads vs random"``;
     summary: the other main reductions and the replication factor in one line.
     """
-    settings = report.get("settings") or {}
     metrics = report.get("metrics") or {}
     red = metrics.get("reduction_vs_random") or {}
-    name = report.get("dataset_name") or settings.get("dataset_name")
-    where = f"{settings.get('method')}" + (f" on {name}" if name else "") + f", {settings.get('num_workers')} workers"
+    where = subject(report)
     key, what = next(((k, w) for k, w in HEADLINE_METRICS if red.get(k) is not None), (None, None))
     if key is None:
         return f"Placement report: {where}", ""
