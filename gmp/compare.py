@@ -62,6 +62,10 @@ def current_rss_bytes() -> int | None:
         return None
 
 
+#: Options fields gmp fills in from the dataset (not flags a person gives)
+FILLED_IN = frozenset({"field_offsets"})
+
+
 def method_options(name: str, given: Mapping[str, Any], *, batch_size: int, embedding_dim: int,
                    strict: bool = True) -> dict[str, Any]:
     """The options dict for partitioner ``name``.
@@ -77,7 +81,7 @@ def method_options(name: str, given: Mapping[str, Any], *, batch_size: int, embe
     unknown = sorted(set(given) - fields)
     if unknown and strict:
         flags = ", ".join("--" + k.replace("_", "-") for k in unknown)
-        takes = ", ".join("--" + k.replace("_", "-") for k in sorted(fields)) or "no options"
+        takes = ", ".join("--" + k.replace("_", "-") for k in sorted(fields - FILLED_IN)) or "no options"
         raise PartitionError(f"method {name!r} does not take {flags}; it takes: {takes}.")
     opts = {k: v for k, v in given.items() if k in fields}
     if "batch_size" in fields and "batch_size" not in opts:

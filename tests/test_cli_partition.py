@@ -114,7 +114,7 @@ def test_report_refuses_corrupt_manifest(partitioned):
 
 def test_partition_errors(tiny_dataset, tmp_path):
     res = invoke("partition", tiny_dataset, "--workers", 2, "--method", "random", "--rounds", 3, "--out", tmp_path / "a")
-    assert res.exit_code == 2 and "error: method 'random' does not take --rounds; it takes: no options" in res.output
+    assert res.exit_code == 2 and "error: method 'random' does not take --rounds; it takes: --per-field." in res.output
     res = invoke("partition", tiny_dataset, "--workers", 2, "--method", "nope", "--out", tmp_path / "a")
     assert res.exit_code == 2 and "unknown partitioner 'nope'" in res.output
     res = invoke("partition", tiny_dataset, "--workers", 3, "--topology", "2x2", "--method", "random")
