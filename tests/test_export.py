@@ -280,3 +280,23 @@ def test_torchrec_sharded_lookup_serves_each_id_from_its_gmp_primary(manifest, t
                 assert served_by == sum(PRIMARY[e] for e in ids)
                 checked += len(ids)
     assert checked == 8  # every training edge
+
+
+GOLDEN = __import__("pathlib").Path(__file__).parent / "data" / "torchrec_export_v1"
+
+
+def test_golden_export_reads_and_matches_a_fresh_export(manifest, tiny_dataset, tmp_path):
+    golden = load_export(GOLDEN)
+    assert golden.plan["format"] == "gmp.torchrec_export" and golden.plan["schema_version"] == 1
+    fresh = export_torchrec(manifest, tmp_path / "x", dataset=tiny_dataset, embedding_dim=8, batch_size=2)
+    skip = {"gmp_version", "manifest", "dataset"}
+    assert {k: v for k, v in fresh.plan.items() if k not in skip} == \
+        {k: v for k, v in golden.plan.items() if k not in skip}
+    for name in ("remap.npy", "rank_indptr.npy", "rank_samples.npy"):
+        assert np.array_equal(np.load(GOLDEN / name), np.load(tmp_path / "x" / name)), name
+
+
+def test_newer_export_is_refused(tmp_path):
+    (tmp_path / "plan.json").write_text(json.dumps({"format": "gmp.torchrec_export", "schema_version": 2}))
+    with pytest.raises(ManifestError, match="schema_version 2; this gmp reads up to 1"):
+        load_export(tmp_path)
