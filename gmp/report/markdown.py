@@ -29,7 +29,7 @@ def render_markdown(report: Mapping[str, Any], *, images: Sequence[str] = ()) ->
     parts += [
         f"Source: {report.get('source')}. Batch size {metrics.get('batch_size')} per worker, "
         f"embedding dim {metrics.get('embedding_dim')} (float32). 'vs random' is the change against "
-        f"{(metrics.get('reference') or {}).get('placement', 'random')} on the same graph and seed "
+        f"{(metrics.get('reference') or {}).get('placement', 'random')} on the same graph "
         "(-60% = 60% less traffic; + = more).",
         "",
         "## Communication",
