@@ -75,7 +75,7 @@ def test_markdown_has_every_section(report):
                     "## Settings", "## Graph"):
         assert heading in md
     assert "| batch remote reads (rows pulled / epoch) |" in md
-    assert "| round | level | objective (Eq. 3) | remote accesses | sample imbalance | extra moved | time (s) |" in md
+    assert "| round | objective (Eq. 3) | remote accesses | sample imbalance | extra moved | time (s) |" in md
     assert "| topology | 2x2 |" in md
     # 4 workers -> 4 rows in the per-worker table
     headers, rows = per_worker_table(report["metrics"])
@@ -95,10 +95,14 @@ def test_html_is_self_contained(report):
 
 def test_convergence_table_columns():
     headers, rows = convergence_table(ROUNDS)
-    assert headers == ["round", "level", "objective (Eq. 3)", "remote accesses", "sample imbalance", "extra moved",
-                       "time (s)"]
-    assert rows[0] == ["0", "—", "10", "9", "1.000", "—", "0.000"]
-    assert rows[1] == ["1", "worker", "6.500", "5", "1.020", "3", "0.100"]
+    # one level only (flat topology): no level column
+    assert headers == ["round", "objective (Eq. 3)", "remote accesses", "sample imbalance", "extra moved", "time (s)"]
+    assert rows[0] == ["0", "10", "9", "1.000", "—", "0.000"]
+    assert rows[1] == ["1", "6.500", "5", "1.020", "3", "0.100"]
+    # a hierarchical run logs machine-level then worker-level sweeps: the level column stays
+    two_levels = [dict(ROUNDS[0], level="machine"), ROUNDS[1]]
+    headers, rows = convergence_table(two_levels)
+    assert headers[:2] == ["round", "level"] and [r[1] for r in rows] == ["machine", "worker"]
 
 
 def test_report_from_golden_manifest_without_dataset():
@@ -205,11 +209,11 @@ def test_convergence_table_ends_with_2d_step_and_measured_numbers(hybrid_report)
     conv = md_tables(md.split("## Convergence (per round)")[1])[0]
     header, body = conv[0], conv[1:]
     # objective, weighted comm and expected reads were equal in every 1D round: one column, not three
-    assert header == ["round", "level", "objective (Eq. 3) = weighted comm = expected batch reads",
+    assert header == ["round", "objective (Eq. 3) = weighted comm = expected batch reads",
                       "sample imbalance", "secondaries", "time (s)"]
     assert [r[0] for r in body] == ["0", "1", "2D", "final"]
-    assert body[2][2] == "21.500" and body[2][4] == "2"
-    assert body[3][2] == f"{hybrid_report['metrics']['batch_remote_reads']:,}"
+    assert body[2][1] == "21.500" and body[2][3] == "2"
+    assert body[3][1] == f"{hybrid_report['metrics']['batch_remote_reads']:,}"
 
 
 def test_report_tables_have_readable_unique_headers_and_fit(hybrid_report):

@@ -15,11 +15,13 @@ h1 { font-size: 1.5em; margin-bottom: 0.2em; } p.summary { font-size: 1.1em; mar
 p.note { color: #555; font-size: 0.85em; }
 div.table { overflow-x: auto; max-width: 100%; }
 table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.85em; }
-th, td { border: 1px solid #ccc; padding: 0.2em 0.5em; text-align: right; }
+th, td { border: 1px solid #ccc; padding: 0.2em 0.45em; text-align: right; }
+td { white-space: nowrap; } table.wide { font-size: 0.75em; }
 th { background: #f0f4f8; } td:first-child, th:first-child { text-align: left; }
 div.plots { display: flex; flex-wrap: wrap; gap: 0.5em; }
 div.plots img { width: 48%; min-width: 320px; border: 1px solid #eee; }
-@media print { body { max-width: none; margin: 0; } div.plots img { width: 45%; } }
+@media print { body { max-width: none; margin: 0; } div.table { overflow: visible; }
+               table.wide { font-size: 0.65em; } div.plots img { width: 45%; } }
 """
 
 
@@ -27,7 +29,8 @@ def html_table(table: tables.Table) -> str:
     headers, rows = table
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<div class='table'><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
+    wide = " class='wide'" if len(headers) > 7 else ""
+    return f"<div class='table'><table{wide}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
 
 
 def render_html(report: Mapping[str, Any], *, images: Sequence[Path] = ()) -> str:

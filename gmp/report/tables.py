@@ -155,6 +155,9 @@ def label(key: str) -> str:
 def convergence_table(rounds: Sequence[Mapping[str, Any]]) -> Table:
     """One row per round; columns are whatever the partitioner logged (round first, seconds last).
 
+    The ``level`` column is dropped when every sweep ran on the same level (a
+    flat topology; hierarchical hybrid runs machine-level then worker-level).
+
     Headers are readable (:data:`CONVERGENCE_LABELS`, else the key with spaces);
     a column whose cells equal an earlier column's in every row is merged into
     it (its header becomes ``"a = b"``), so no two columns say the same thing.
@@ -176,17 +179,22 @@ def convergence_table(rounds: Sequence[Mapping[str, Any]]) -> Table:
             headers[at[0]] = name
             for row in rows:
                 cells = [row[j] for j in at]
-                row[at[0]] = "—" if all(c == "—" for c in cells) else " / ".join(cells)
+                row[at[0]] = "—" if all(c == "—" for c in cells) else "/".join(cells)
             keys = [k for j, k in enumerate(keys) if j not in at[1:]]
             headers = [h for j, h in enumerate(headers) if j not in at[1:]]
             rows = [[c for j, c in enumerate(row) if j not in at[1:]] for row in rows]
+    if "level" in keys:  # one level for every sweep (a flat topology): the column says nothing
+        j = keys.index("level")
+        if len({r[j] for r, f in zip(rows, flat) if f.get("level") is not None and
+                str(f.get("round")) not in ("2D", "final")}) <= 1:
+            headers, rows = headers[:j] + headers[j + 1:], [r[:j] + r[j + 1:] for r in rows]
     return merge_identical_columns((headers, rows), keep=("round", "level"))
 
 
 #: groups of convergence-log keys shown in one column (cells joined by " / ")
 COMBINED_COLUMNS = (
-    (("sample_imbalance", "primary_imbalance", "traffic_imbalance"), "imbalance: samples / rows / traffic"),
-    (("moved_samples", "moved_embeddings"), "moved: samples / rows"),
+    (("sample_imbalance", "primary_imbalance", "traffic_imbalance"), "imbalance: samples/rows/traffic"),
+    (("moved_samples", "moved_embeddings"), "moved: samples/rows"),
 )
 
 
