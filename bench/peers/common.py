@@ -156,9 +156,19 @@ def test_auc(data: Data, logits_of, chunk: int = 8192) -> tuple[float, float]:
     return float(roc_auc_score(y, z)), float(np.mean(np.logaddexp(0, z) - y * z))
 
 
-def setup_threads(threads: int) -> None:
-    torch.set_num_threads(max(1, threads))
-    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, threads)))
+def start(args):
+    """Threads, the gloo process group, the data and the gmp model: ``(rank, world, data, ctr)``."""
+    import torch.distributed as dist
+
+    from gmp.train.models import make_model
+
+    torch.set_num_threads(max(1, args.threads))
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, args.threads)))
+    dist.init_process_group("gloo")
+    data = Data.load(args.dataset)
+    ctr = make_model(args.model, num_fields=data.num_fields, num_dense=data.num_dense,
+                     embedding_dim=args.embedding_dim, seed=args.seed)
+    return dist.get_rank(), dist.get_world_size(), data, ctr
 
 
 def write_result(path: str, result: dict) -> None:

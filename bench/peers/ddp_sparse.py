@@ -19,10 +19,10 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from peers.common import (Data, DenseInput, Progress, arguments, setup_threads, test_auc, timed_steps,  # noqa: E402
+from peers.common import (DenseInput, Progress, arguments, start, test_auc, timed_steps,  # noqa: E402
                           write_result)
 
-from gmp.train.models import bce_sum, make_model  # noqa: E402
+from gmp.train.models import bce_sum  # noqa: E402
 
 INIT_SCALE = 0.05  # uniform(-0.05, 0.05), as gmp's store initialises rows
 
@@ -45,12 +45,7 @@ class Replicated(nn.Module):
 
 def main() -> None:
     args = arguments(__doc__.splitlines()[0]).parse_args()
-    setup_threads(args.threads)
-    dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    data = Data.load(args.dataset)
-    ctr = make_model(args.model, num_fields=data.num_fields, num_dense=data.num_dense,
-                     embedding_dim=args.embedding_dim, seed=args.seed)
+    rank, world, data, ctr = start(args)
     model = DDP(Replicated(ctr, data.num_embeddings, args.seed))
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
     prog = Progress()

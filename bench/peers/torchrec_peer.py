@@ -20,10 +20,10 @@ import torch.distributed as dist
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from peers.common import (Data, DenseInput, Progress, arguments, setup_threads, timed_steps,  # noqa: E402
+from peers.common import (Data, DenseInput, Progress, arguments, start, timed_steps,  # noqa: E402
                           write_result)
 
-from gmp.train.models import bce_sum, make_model  # noqa: E402
+from gmp.train.models import bce_sum  # noqa: E402
 
 INIT_SCALE = 0.05  # uniform(-0.05, 0.05), as gmp's store initialises rows
 
@@ -61,12 +61,7 @@ def main() -> None:
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
 
-    setup_threads(args.threads)
-    dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    data = Data.load(args.dataset)
-    ctr = make_model(args.model, num_fields=data.num_fields, num_dense=data.num_dense,
-                     embedding_dim=args.embedding_dim, seed=args.seed)
+    rank, world, data, ctr = start(args)
     if ctr.row_dim % 4:
         raise SystemExit(f"FBGEMM needs row widths divisible by 4; --model {args.model} has rows of {ctr.row_dim} "
                          f"(embedding dim + a linear column): use --model dcn")
