@@ -20,8 +20,9 @@ You say which column is the label and how to read the others::
 * ``--dense COLS`` — numeric columns stored in ``dense.npy``; transformed by
   ``--dense-transform log1p`` (default: ``log(1 + max(x, 0))``, negatives
   clamp to 0) or ``none``; an empty cell is 0.
-* ``--sep`` — the delimiter (default: tab for ``.tsv``/``.tsv.gz`` inputs,
-  else comma). A pair of double quotes around a cell is stripped; quoted
+* ``--sep`` — the delimiter (default: recognised from the first lines — the
+  one of tab, comma, semicolon, pipe and space that splits every line into the
+  same number of columns, the most columns winning). A pair of double quotes around a cell is stripped; quoted
   cells containing the delimiter are not supported.
 
 Malformed lines: a column count different from the header's, an empty or
@@ -79,8 +80,14 @@ class CsvOptions:
 
 
 def default_sep(path: Path) -> str:
-    name = path.name.lower()
-    return "\t" if name.endswith((".tsv", ".tsv.gz", ".tab", ".txt", ".txt.gz")) else ","
+    """The delimiter recognised from the first lines (:func:`gmp.datasets.sniff.sniff_delimiter`); when no
+    candidate splits every line alike, tab for ``.tsv``/``.tab`` files and comma otherwise."""
+    from .sniff import read_lines, sniff_delimiter
+
+    sep = sniff_delimiter(read_lines(path))
+    if sep is not None:
+        return sep
+    return "\t" if path.name.lower().endswith((".tsv", ".tsv.gz", ".tab")) else ","
 
 
 def read_columns(paths: Sequence[Path], sep: str, what: str) -> list[str]:
@@ -171,6 +178,7 @@ def run_delimited(paths: list[Path], out, *, fmt: str, plan: _Plan, common: Comm
     with DatasetWriter(out, num_dense=num_dense, overwrite=common.overwrite) as writer, \
             task(f"Importing {fmt}", total=total_size(paths), unit="B") as advance:
         for path in paths:
+            common.begin_input(writer, path)
             last = 0
             for chunk in iter_chunks(path, chunk_bytes=common.chunk_bytes, skip_lines=1):
                 buf, starts, ends, ncols = tokenize(chunk.data, plan.sep, ncols_expected)
