@@ -41,6 +41,8 @@ __all__ = ["import_dataset", "synthesize", "load_dataset", "partition_dataset", 
            "compare_partitioners", "train_model", "simulate_epoch", "export_torchrec"]
 
 #: import formats -> the keyword options each one takes beyond the common ones
+_CSV_OPTIONS = ("label", "categorical", "multi", "dense", "ignore", "sep", "multi_sep", "label_positive",
+                "label_threshold", "dense_transform")
 IMPORT_FORMATS: dict[str, tuple[str, ...]] = {
     "criteo": (),
     "avazu": ("split_hour",),
@@ -48,8 +50,8 @@ IMPORT_FORMATS: dict[str, tuple[str, ...]] = {
     "libsvm": (),
     "libfm": (),
     "libffm": (),
-    "csv": ("label", "categorical", "multi", "dense", "ignore", "sep", "multi_sep", "label_positive",
-            "label_threshold", "dense_transform"),
+    "csv": _CSV_OPTIONS,
+    "parquet": _CSV_OPTIONS,
 }
 
 
@@ -60,17 +62,21 @@ def _paths(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Path]
 
 
 def import_dataset(format: str, paths: str | os.PathLike | Sequence[str | os.PathLike], out: str | os.PathLike, *,
-                   min_count: int = 1, hash_sizes: Mapping[str, int] | None = None, max_bad_lines: int = 0,
-                   test_fraction: float = 0.1, overwrite: bool = False, **options: Any):
-    """Import raw files into a prepared dataset at ``out`` and open it.
+                   test_paths: str | os.PathLike | Sequence[str | os.PathLike] = (), min_count: int = 1,
+                   hash_sizes: Mapping[str, int] | None = None, max_bad_lines: int = 0, test_fraction: float = 0.1,
+                   overwrite: bool = False, **options: Any):
+    """Import raw files into a prepared dataset at ``out`` and open it (``gmp data import``).
 
     Parameters
     ----------
     format
         One of ``criteo``, ``avazu``, ``movielens``, ``libsvm``, ``libfm``,
-        ``libffm``, ``csv`` (what ``gmp data import FORMAT`` takes).
+        ``libffm``, ``csv``, ``parquet``.
     paths
         One input file or a list of them (plain or gzip).
+    test_paths
+        A provided test split (``--test-input``): the test set is exactly
+        their samples, ``test_fraction`` is then not used.
     out
         The prepared dataset's directory.
     min_count, hash_sizes, max_bad_lines, test_fraction, overwrite
@@ -78,9 +84,10 @@ def import_dataset(format: str, paths: str | os.PathLike | Sequence[str | os.Pat
         ``--max-bad-lines``, ``--test-fraction``, ``--overwrite``.
     **options
         Format options: avazu ``split_hour``; movielens ``rating_threshold``,
-        ``ignore``; csv ``label`` (required), ``categorical``, ``multi``,
-        ``dense``, ``ignore`` (lists of column names), ``sep``, ``multi_sep``,
-        ``label_positive``, ``label_threshold``, ``dense_transform``.
+        ``ignore``; csv / parquet ``label`` (required), ``categorical``,
+        ``multi``, ``dense``, ``ignore`` (lists of column names), ``sep``,
+        ``multi_sep``, ``label_positive``, ``label_threshold``,
+        ``dense_transform``.
 
     Returns
     -------
@@ -91,6 +98,7 @@ def import_dataset(format: str, paths: str | os.PathLike | Sequence[str | os.Pat
     >>> ds = gmp.import_dataset("criteo", "train.txt.gz", "data/criteo", min_count=10)  # doctest: +SKIP
     """
     from .datasets.importers import CommonOptions
+    from .datasets.imports import import_dataset as _import
     from .errors import ImportDataError
 
     fmt = str(format).lower()
@@ -103,27 +111,11 @@ def import_dataset(format: str, paths: str | os.PathLike | Sequence[str | os.Pat
         raise ImportDataError(f"import_dataset: format {fmt!r} does not take {', '.join(unknown)}; it takes: {takes}.")
     common = CommonOptions(min_count=min_count, hash_sizes=dict(hash_sizes or {}), max_bad_lines=max_bad_lines,
                            test_fraction=test_fraction, overwrite=overwrite)
-    inputs = _paths(paths)
-    if fmt == "criteo":
-        from .datasets.criteo import import_criteo
+    if fmt in ("csv", "parquet"):
+        from .datasets.csvfmt import CsvOptions
 
-        import_criteo(inputs, out, common=common)
-    elif fmt == "avazu":
-        from .datasets.avazu import import_avazu
-
-        import_avazu(inputs, out, common=common, **options)
-    elif fmt == "movielens":
-        from .datasets.movielens import import_movielens
-
-        import_movielens(inputs, out, common=common, **options)
-    elif fmt in ("libsvm", "libfm", "libffm"):
-        from .datasets.libsvm import import_libsvm
-
-        import_libsvm(inputs, out, ffm=fmt == "libffm", fmt=fmt, common=common)
-    else:
-        from .datasets.csvfmt import CsvOptions, import_csv
-
-        import_csv(inputs, out, options=CsvOptions(**options), common=common)
+        options = {"options": CsvOptions(**options)}
+    _import(fmt, _paths(paths), out, common=common, test_inputs=_paths(test_paths) if test_paths else (), **options)
     return load_dataset(out)
 
 

@@ -72,8 +72,8 @@ def test_reprs_are_one_line_without_arrays(tiny_dataset, tmp_path):
 def test_facade_errors_name_the_parameter(tiny_dataset, tmp_path):
     from gmp.errors import GmpError, ImportDataError, ManifestError, TrainingError
 
-    with pytest.raises(ImportDataError, match="format 'parquet' is not one of criteo"):
-        gmp.import_dataset("parquet", "x.parquet", tmp_path / "x")
+    with pytest.raises(ImportDataError, match="format 'tfrecord' is not one of criteo"):
+        gmp.import_dataset("tfrecord", "x.tfrecord", tmp_path / "x")
     with pytest.raises(ImportDataError, match="format 'criteo' does not take sep"):
         gmp.import_dataset("criteo", "x.txt", tmp_path / "x", sep=",")
     (tmp_path / "taken").mkdir()
@@ -113,3 +113,23 @@ def test_docs_python_md_runs(tmp_path, monkeypatch):
     assert namespace["rep"].headline.startswith("hybrid on tiny, 4 workers: ")
     assert namespace["records"][-1]["kind"] == "epoch"
     assert namespace["plan"]["num_ranks"] == 4 and not Path(namespace["work"]).exists()
+
+
+def criteo_lines(n: int, start: int = 0) -> str:
+    rows = []
+    for i in range(start, start + n):
+        ints = [str((i * 7 + k) % 13) for k in range(13)]
+        cats = [format((i * 31 + k * 17) % (5 + k), "08x") for k in range(26)]
+        rows.append("\t".join([str(i % 2)] + ints + cats))
+    return "\n".join(rows) + "\n"
+
+
+def test_import_dataset_keeps_a_provided_split(tmp_path):
+    (tmp_path / "train.txt").write_text(criteo_lines(30))
+    (tmp_path / "test.txt").write_text(criteo_lines(7, start=30))
+    ds = gmp.import_dataset("criteo", tmp_path / "train.txt", tmp_path / "d", test_paths=tmp_path / "test.txt")
+    assert (ds.num_train, ds.num_test) == (30, 7) and ds.meta["split"]["method"] == "provided"
+    csv = tmp_path / "x.csv"
+    csv.write_text("label,a,b,n\n1,x,y,3\n0,z,y,4\n1,x,w,5\n")
+    ds = gmp.import_dataset("csv", csv, tmp_path / "c", label="label", dense=["n"], test_fraction=0.0)
+    assert ds.num_samples == 3 and [f.name for f in ds.categorical_fields] == ["a", "b"] and ds.num_dense == 1
