@@ -51,9 +51,14 @@ def api():
         from gmp.simulate import simulate
         from gmp.train.config import TrainConfig
         from gmp.train.data import TrainData
-        from gmp.train.herald import HeraldOptions, RuntimeScheduler
-        from gmp.train.schedule import ScheduleContext, make_schedule
+        from gmp.train.herald import HeraldOptions
+        from gmp.train.herald import RuntimeScheduler as _RS
+        from gmp.train.registry import make_schedule
+        from gmp.train.schedule import ScheduleContext
         from gmp.train.trainer import Trainer
+
+        def RuntimeScheduler(indptr, indices, pl, *, batch_size, assignment, **opts):
+            return _RS(indptr, indices, pl, HeraldOptions(**opts), batch_size=batch_size, assignment=assignment)
 
         def config(**kw):
             opts = kw.pop("schedule_options", None) or {}
