@@ -151,7 +151,8 @@ def partition(
         write_manifest(out, placement, dataset_sha256=ds.sha256, num_samples=ds.num_samples,
                        num_embeddings=ds.num_embeddings, topology=topo, metrics=metrics,
                        report_files=lambda tmp: write_report(tmp, report, formats=("json", "md"), plots=not no_plots),
-                       partition_seconds=seconds, peak_rss_bytes=peak, overwrite=overwrite)
+                       partition_seconds=seconds, peak_rss_bytes=peak, overwrite=overwrite,
+                       dataset_name=Path(ds.path).name)
     _summary(metrics, f"{method} on {topo.num_workers} workers ({topo.name}), batch {batch_size}")
     typer.echo(f"wrote {out} (manifest.json, arrays, report.json, report.md{'' if no_plots else ', plots'})")
 

@@ -274,32 +274,42 @@ def train_model(dataset: str | os.PathLike, manifest: str | os.PathLike | None =
                 log_json: str | os.PathLike | None = None, **config: Any) -> list[dict[str, Any]]:
     """Train a CTR model with a manifest's placement (``gmp train``); returns the epoch records.
 
-    ``config`` are :class:`gmp.train.loop.TrainConfig` fields: ``model``
+    ``config`` are :class:`gmp.train.TrainConfig` fields: ``model``
     (wdl | dcn | deepfm), ``epochs``, ``batch_size``, ``lr``, ``optimizer``,
-    ``embedding_dim``, ``staleness``, ``schedule``, ``shuffle``, ``seed``, ...
+    ``embedding_dim``, ``staleness``, ``schedule``, ``shuffle``, ``seed``, ...;
+    with ``schedule="herald"`` also the :class:`gmp.train.herald.HeraldOptions`
+    fields (``on_demand``, ``cache_rows``, ``cache_policy``, ``lookahead``,
+    ``read_only_replicas``) directly.
     """
     import dataclasses
 
     from .errors import TrainingError
-    from .train.loop import TrainConfig
-    from .train.run import train
+    from .train import TrainConfig, train
+    from .train.herald import HeraldOptions
 
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
-    unknown = sorted(set(config) - fields)
+    herald_fields = {f.name for f in dataclasses.fields(HeraldOptions)}
+    unknown = sorted(set(config) - fields - herald_fields)
     if unknown:
         raise TrainingError(f"train_model: unknown option(s) {', '.join(unknown)}; TrainConfig takes: "
-                            f"{', '.join(sorted(fields))}.")
+                            f"{', '.join(sorted(fields | herald_fields))}.")
+    herald = {k: config.pop(k) for k in list(config) if k in herald_fields}
+    if herald:
+        config["herald"] = HeraldOptions(**herald)
     return train(dataset, manifest, TrainConfig(**config), engine=engine, workers=workers,
                  checkpoint_dir=checkpoint_dir, resume=resume, log_json=log_json)
 
 
-def simulate_epoch(dataset: Any, manifest: Any = None, *, workers: int | None = None, batch_size: int = 128,
-                   seed: int = 0, **options: Any):
+def simulate_epoch(dataset: Any, manifest: Any = None, *, workers: int | None = None,
+                   batch_size: int | None = None, seed: int = 0, **options: Any):
     """Replay one training epoch under a runtime schedule and count pulls and pushes (``gmp simulate``).
 
     Without ``manifest`` the rows are placed at random over ``workers``.
+    ``batch_size`` defaults to the manifest's plan (else ``gmp.constants.DEFAULT_BATCH_SIZE``).
     ``options`` are :func:`gmp.simulate.simulate` keywords (``schedule``,
-    ``cache_rows``, ``cache_policy``, ``lookahead``, ``embedding_dim``, ...).
+    ``embedding_dim``, ...) and :class:`gmp.train.herald.HeraldOptions` fields
+    (``on_demand``, ``cache_rows``, ``cache_policy``, ``lookahead``, ``read_only_replicas``),
+    which override :meth:`HeraldOptions.for_simulator`'s defaults (Herald's paper).
     Returns a :class:`gmp.simulate.SimulationResult` (``.to_json()`` for every count).
     """
     from .errors import TrainingError
@@ -322,6 +332,23 @@ def simulate_epoch(dataset: Any, manifest: Any = None, *, workers: int | None = 
         if workers is not None and workers != placement.num_workers:
             raise TrainingError(f"simulate_epoch: workers={workers} does not match the manifest's "
                                 f"{placement.num_workers} workers; drop workers or pass another manifest.")
+    import dataclasses
+
+    import numpy as np
+
+    from .constants import DEFAULT_BATCH_SIZE
+    from .train.herald import HeraldOptions
+
+    if batch_size is None:
+        plan = m.plan.batch_size if manifest is not None else None
+        batch_size = plan or DEFAULT_BATCH_SIZE
+    herald_fields = {f.name for f in dataclasses.fields(HeraldOptions)}
+    overrides = {k: options.pop(k) for k in list(options) if k in herald_fields}
+    if overrides:
+        schedule = options.get("schedule", "herald")
+        active = int(np.count_nonzero(np.bincount(np.asarray(ds.indices[:int(ds.indptr[ds.num_train])]),
+                                                  minlength=ds.num_embeddings)))
+        options["options"] = HeraldOptions.for_simulator(schedule, active, **overrides)
     return simulate(ds.indptr, ds.indices, placement, num_train=ds.num_train, batch_size=batch_size, seed=seed,
                     **options)
 

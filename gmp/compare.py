@@ -414,12 +414,12 @@ def render_comparison_html(result: Mapping[str, Any]) -> str:
     inline SVG) and the tables."""
     import html as _html
 
-    from .report.html import _CSS, html_table
+    from .report.html import CSS, html_table
 
     s = result["settings"]
     title = f"Partitioner comparison — {comparison_title(result)}"
     parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'>",
-             f"<title>{_html.escape(title)}</title><style>{_CSS}</style></head><body>",
+             f"<title>{_html.escape(title)}</title><style>{CSS}</style></head><body>",
              f"<h1>{_html.escape(title)}</h1>",
              f"<p class='note'>{s['num_embeddings']:,} embeddings, {s['num_edges']:,} edges, seed {s['seed']}; "
              "bars: rows moved per epoch as % of random on the same graph and seed (dashed line = random; "

@@ -9,7 +9,7 @@ from typing import Any, Mapping, Sequence
 
 from . import tables
 
-_CSS = """
+CSS = """
 body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1100px; padding: 0 1em; color: #222; }
 h1 { font-size: 1.5em; margin-bottom: 0.2em; } p.summary { font-size: 1.1em; margin-top: 0; }
 p.note { color: #555; font-size: 0.85em; }
@@ -43,7 +43,7 @@ def render_html(report: Mapping[str, Any], *, images: Sequence[Path] = ()) -> st
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
-        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
+        f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
     ]
     if summary:
