@@ -116,8 +116,13 @@ class Chunk:
     progress: int  # bytes of the underlying (possibly compressed) file consumed so far
 
 
-def check_inputs(paths: Sequence[str | os.PathLike]) -> list[Path]:
-    """Every input must be a readable regular file; one clear error otherwise."""
+def check_inputs(paths: Sequence[str | os.PathLike], *, streams: bool = False, fmt: str = "") -> list[Path]:
+    """Every input must be a readable file; one clear error otherwise.
+
+    ``streams``: the importer reads each input once from start to end, so a
+    pipe or device (``<(zcat f.gz)``, ``/dev/stdin``) is accepted; otherwise
+    only regular files are (the importer reads the header separately).
+    """
     if not paths:
         raise ImportDataError("no input files given; pass at least one INPUT path.")
     out = []
@@ -129,21 +134,40 @@ def check_inputs(paths: Sequence[str | os.PathLike]) -> list[Path]:
             raise ImportDataError(f"{p} is a directory; pass the data file(s) inside it.")
         if not os.access(p, os.R_OK):
             raise ImportDataError(f"{p}: permission denied; make the file readable.")
+        if not streams and not p.is_file():
+            raise ImportDataError(f"{p} is not a regular file (a pipe or device); the {fmt or 'this'} importer reads "
+                                  f"the header before the data: save the input to a file first.")
         out.append(p)
     return out
 
 
+#: a UTF-8 byte-order mark (Excel and some exports start files with it)
+BOM = b"\xef\xbb\xbf"
+
+
 def _open(path: Path) -> tuple[BinaryIO, BinaryIO]:
-    """(stream to read, raw file for progress); gzip is detected by magic bytes."""
+    """(stream to read, raw file for progress); gzip is detected by magic bytes, without seeking
+    (so pipes work)."""
     try:
         raw = open(path, "rb")
     except OSError as exc:
         raise ImportDataError(f"cannot read {path}: {exc.strerror}.") from None
-    magic = raw.read(2)
-    raw.seek(0)
+    try:
+        magic = raw.peek(2)[:2]
+    except OSError as exc:
+        raw.close()
+        raise ImportDataError(f"cannot read {path}: {exc.strerror}.") from None
     if magic == b"\x1f\x8b":
         return gzip.GzipFile(fileobj=raw, mode="rb"), raw
     return raw, raw
+
+
+def _position(raw: BinaryIO, fallback: int) -> int:
+    """Bytes of the underlying file consumed (``fallback`` for a pipe, which has no position)."""
+    try:
+        return raw.tell()
+    except OSError:
+        return fallback
 
 
 def _read(stream: BinaryIO, path: Path, size: int, line: int) -> bytes:
@@ -161,7 +185,7 @@ def _read(stream: BinaryIO, path: Path, size: int, line: int) -> bytes:
 
 
 def read_header(path: Path) -> bytes:
-    """The first line of ``path`` (without its newline); b"" for an empty file."""
+    """The first line of ``path`` (without its newline or a UTF-8 byte-order mark); b"" for an empty file."""
     stream, raw = _open(path)
     try:
         buf = b""
@@ -170,17 +194,17 @@ def read_header(path: Path) -> bytes:
             if not block:
                 break
             buf += block
-        return buf.split(b"\n", 1)[0].rstrip(b"\r")
+        return buf.split(b"\n", 1)[0].rstrip(b"\r").removeprefix(BOM)
     finally:
         stream.close()
         raw.close()
 
 
 def iter_chunks(path: Path, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES, skip_lines: int = 0) -> Iterator[Chunk]:
-    """Yield :class:`Chunk` s of complete lines of ``path`` (plain or gzip).
+    """Yield :class:`Chunk` s of complete lines of ``path`` (plain or gzip, file or pipe).
 
     ``skip_lines`` leading lines (a header) are dropped; line numbers still
-    count them.
+    count them. A UTF-8 byte-order mark at the start is dropped.
     """
     name = str(path)
     stream, raw = _open(path)
@@ -188,8 +212,14 @@ def iter_chunks(path: Path, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES, skip_line
         carry = b""
         line = 1
         to_skip = skip_lines
+        first = True
+        consumed = 0
         while True:
             block = _read(stream, path, chunk_bytes, line)
+            consumed += len(block)
+            if first and block:
+                block = block.removeprefix(BOM)
+                first = False
             eof = not block
             data = carry + block
             if eof:
@@ -206,7 +236,7 @@ def iter_chunks(path: Path, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES, skip_line
                 line += 1
                 to_skip -= 1
             if data:
-                yield Chunk(name, line, data, raw.tell())
+                yield Chunk(name, line, data, _position(raw, consumed))
                 line += data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
             if eof:
                 return
@@ -216,7 +246,8 @@ def iter_chunks(path: Path, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES, skip_line
 
 
 def total_size(paths: Sequence[Path]) -> int:
-    return int(sum(p.stat().st_size for p in paths))
+    """Bytes to read (pipes count 0: their size is unknown)."""
+    return int(sum(p.stat().st_size for p in paths if p.is_file()))
 
 
 # --------------------------------------------------------------------------
@@ -249,8 +280,8 @@ def _tokenize(buf, sep, starts, ends, ncols):  # pragma: no cover - compiled
             col += 1
             start = i + 1
         elif c == 10:
-            if i == n and start >= n:
-                break  # the buffer ended with a newline
+            if i == n and (n == 0 or buf[n - 1] == 10):
+                break  # the buffer ended with a newline (a last line "x,," has no newline and is kept)
             e = i
             if e > start and buf[e - 1] == 13:  # CRLF
                 e -= 1
