@@ -17,6 +17,9 @@ import typer
 
 from ._common import console, echo_json, handle_errors
 
+#: largest --hash SIZE
+MAX_HASH_BUCKETS = 2**31 - 2
+
 FORMATS = ("criteo", "avazu", "movielens", "libsvm", "libfm", "libffm", "csv")
 
 data_app = typer.Typer(
@@ -39,6 +42,9 @@ def parse_hash(specs: list[str]) -> dict[str, int]:
         name, sep, size = spec.partition("=")
         if not sep or not name.strip() or not size.strip().isdigit() or int(size) < 1:
             raise ImportDataError(f"--hash {spec!r}: expected FIELD=SIZE with a positive integer SIZE, e.g. C3=1000000.")
+        if int(size) > MAX_HASH_BUCKETS:
+            raise ImportDataError(f"--hash {spec!r}: SIZE must be at most {MAX_HASH_BUCKETS:,} (2^31 - 2), got "
+                                  f"{int(size):,}; choose a smaller SIZE.")
         out[name.strip()] = int(size)
     return out
 
@@ -112,8 +118,8 @@ def import_cmd(
     if wrong:
         raise ImportDataError(f"{', '.join(wrong)} do{'es' if len(wrong) == 1 else ''} not apply to format {fmt!r}; "
                               f"see 'gmp data import --help'.")
-    if chunk_mb < 1:
-        raise ImportDataError(f"--chunk-mb must be >= 1, got {chunk_mb}.")
+    if not 1 <= chunk_mb <= 1024:
+        raise ImportDataError(f"--chunk-mb must be in [1, 1024], got {chunk_mb}.")
     common = CommonOptions(min_count=min_count, hash_sizes=parse_hash(hash_), max_bad_lines=max_bad_lines,
                            test_fraction=test_fraction, overwrite=overwrite, chunk_bytes=chunk_mb << 20)
     meta = run_import(fmt, inputs, out, common, split_hour=split_hour, rating_threshold=rating_threshold,

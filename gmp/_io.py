@@ -95,9 +95,9 @@ def check_output_dir(out: str | os.PathLike, *, kind: str | None, overwrite: boo
     if real == cwd or real in cwd.parents:
         raise OutputError(f"{flag} {out} is the working directory or one of its parents; writing there would "
                           f"replace it: choose a new directory for {flag}.")
+    inputs = list(inputs)
     for inp in inputs:
-        r = Path(inp).resolve()
-        if r == real or real in r.parents:
+        if real in Path(inp).resolve().parents:
             raise OutputError(f"{flag} {out} contains the input {inp}; choose an output directory that does not "
                               f"hold the input.")
     for anc in target.parents:
@@ -107,6 +107,7 @@ def check_output_dir(out: str | os.PathLike, *, kind: str | None, overwrite: boo
             if not os.access(anc, os.W_OK | os.X_OK) and not out.exists():
                 raise OutputError(f"{flag} {out}: cannot write in {anc} (permission denied); choose another {flag}.")
             break
+    clean_leftovers(out)  # may put back an old copy a killed run had moved aside
     if out.exists():
         if not out.is_dir():
             raise OutputError(f"{flag} {out} exists and is not a directory; choose another {flag}.")
@@ -121,6 +122,9 @@ def check_output_dir(out: str | os.PathLike, *, kind: str | None, overwrite: boo
                 raise OutputError(f"{flag} {out} {is_}; --overwrite only replaces {what}: choose another {flag}.")
         if not os.access(out.parent, os.W_OK | os.X_OK):
             raise OutputError(f"{flag} {out}: cannot write in {out.parent} (permission denied); choose another {flag}.")
+    for inp in inputs:
+        if Path(inp).resolve() == real:
+            raise OutputError(f"{flag} {out} is the input {inp}; choose another {flag}.")
     return out
 
 
@@ -226,6 +230,34 @@ def full_disk_error(exc: OSError, out: Path, written: int | None = None) -> Outp
                        f"free {need} or choose another --out on a larger device.")
 
 
+def _gib(n: float) -> str:
+    return f"{n / 2**30:,.1f} GiB"
+
+
+def check_memory(need_bytes: float, *, what: str, fix: str, error: type[GmpError] = GmpError) -> None:
+    """Refuse before a large allocation that cannot fit in the memory available now."""
+    import psutil
+
+    avail = psutil.virtual_memory().available
+    if need_bytes > avail:
+        raise error(f"{what} needs about {_gib(need_bytes)} of memory, {_gib(avail)} is available; {fix}")
+
+
+def check_disk(out: str | os.PathLike, need_bytes: float, *, what: str, fix: str,
+               error: type[GmpError] = OutputError) -> None:
+    """Refuse before writing ``need_bytes`` (an estimate) below ``out`` on a device without room."""
+    probe = Path(os.path.abspath(out))
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        free = shutil.disk_usage(probe).free
+    except OSError:
+        return
+    if need_bytes > free:
+        raise error(f"{what} needs about {_gib(need_bytes)} of disk at {out}, {_gib(free)} is free on that device; "
+                    f"{fix}")
+
+
 @contextlib.contextmanager
 def atomic_directory(out: str | os.PathLike, *, overwrite: bool = False, kind: str | None = None,
                      inputs: Iterable[str | os.PathLike] = ()) -> Iterator[Path]:
@@ -246,7 +278,6 @@ def atomic_directory(out: str | os.PathLike, *, overwrite: bool = False, kind: s
         if exc.errno in _FULL:
             raise full_disk_error(exc, out) from None
         raise OutputError(f"cannot create {out.parent}: {exc.strerror}; choose another --out.") from None
-    clean_leftovers(out)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{_owner_tag()}-", dir=out.parent))
     try:
         os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp makes it 0700

@@ -166,13 +166,39 @@ def test_atomic_directory_never_leaves_nothing(tmp_path, point):
 
 def test_leftover_temporaries_of_dead_runs_are_cleaned(tmp_path, criteo_file):
     out = tmp_path / "ds"
-    dead = tmp_path / ".ds.tmp-dead"
+    host = _io._owner_tag().rsplit("-", 1)[0]
+    dead = tmp_path / f".ds.tmp-{host}-{2**22 + 12345}-x1y2"  # a pid above Linux's pid_max: not running
     dead.mkdir()
-    (dead / ".gmp-owner").write_text(json.dumps({"host": os.uname().nodename, "pid": 2**22 + 12345}))
     (dead / "_ids.bin").write_bytes(b"x" * 100)
+    alive = tmp_path / f".ds.tmp-{host}-{os.getpid()}-a1b2"  # a run still writing: kept
+    alive.mkdir()
+    other = tmp_path / ".ds.tmp-otherhost-77-c3d4"  # another machine's: kept and reported
+    other.mkdir()
     assert invoke("data", "import", "criteo", criteo_file, "--out", out).exit_code == 0
-    assert not dead.exists()
-    assert leftovers(tmp_path) == []
+    assert not dead.exists() and alive.exists() and other.exists()
+    load_dataset(out)
+
+
+def test_killed_between_the_two_renames_is_restored(tmp_path, monkeypatch):
+    """Without RENAME_EXCHANGE the old copy is moved aside first; a kill then leaves it, and the
+    next run puts it back before doing anything else."""
+    out = tmp_path / "out"
+    with _io.atomic_directory(out, kind="gmp.dataset") as d:
+        (d / "dataset.json").write_text('{"format": "gmp.dataset", "v": "old"}')
+    monkeypatch.setattr(_io, "_exchange", lambda a, b: False)
+    _kill_on(monkeypatch, os, "replace", 2)
+    with pytest.raises(SystemExit):
+        with _io.atomic_directory(out, overwrite=True, kind="gmp.dataset") as d:
+            (d / "dataset.json").write_text('{"format": "gmp.dataset", "v": "new"}')
+    monkeypatch.undo()
+    assert not out.exists() and len(list(tmp_path.glob(".out.old-*"))) == 1
+    # a later run (another process: the kill ended the first) restores the old copy first
+    for p in tmp_path.glob(".out.old-*"):
+        p.rename(tmp_path / p.name.replace(f"-{os.getpid()}-", f"-{2**22 + 1}-"))
+    with pytest.raises(GmpError, match="already exists"):
+        with _io.atomic_directory(out, kind="gmp.dataset"):
+            pass
+    assert json.loads((out / "dataset.json").read_text())["v"] == "old"
 
 
 # --------------------------------------------------------------------------- 5. no final newline

@@ -48,12 +48,15 @@ from typing import Any, BinaryIO, Iterator, Sequence
 import numba
 import numpy as np
 
+from .._io import check_memory
 from ..errors import ImportDataError
 
 log = logging.getLogger(__name__)
 
 #: bytes read per block (the tokenizer's offset arrays scale with it).
 DEFAULT_CHUNK_BYTES = 16 << 20
+#: largest block (a read of more than 2 GiB fails on some platforms; bigger blocks gain nothing)
+MAX_CHUNK_BYTES = 1 << 30
 #: how many bad lines are kept verbatim (the rest are only counted).
 KEEP_BAD_LINES = 10
 
@@ -599,6 +602,11 @@ class CommonOptions:
             raise ImportDataError(f"--test-fraction must be in [0, 1), got {self.test_fraction}.")
         if self.chunk_bytes < 1:
             raise ImportDataError(f"chunk size must be positive, got {self.chunk_bytes}.")
+        if self.chunk_bytes > MAX_CHUNK_BYTES:
+            raise ImportDataError(f"--chunk-mb must be at most {MAX_CHUNK_BYTES >> 20}, got {self.chunk_bytes >> 20}.")
+        # a block, its carry-over and the tokenizer's column offsets (8 bytes per column per line)
+        check_memory(8 * self.chunk_bytes, what=f"--chunk-mb {self.chunk_bytes >> 20}", error=ImportDataError,
+                     fix="choose a smaller --chunk-mb.")
 
     def to_json(self) -> dict[str, Any]:
         return {"min_count": self.min_count, "hash": dict(self.hash_sizes), "max_bad_lines": self.max_bad_lines,
