@@ -127,24 +127,28 @@ def test_out_symlink_overwrite_is_one_line(tmp_path, criteo_file):
 
 
 # --------------------------------------------------------------------------- 2. crash windows
-def _kill_on(monkeypatch, target, name, nth):
-    """Make ``target.name`` raise SystemExit (a kill) on its nth call."""
+def _kill_on(monkeypatch, target, name, nth, when="before"):
+    """Make ``target.name`` raise SystemExit (a kill) just before or just after its nth call."""
     real = getattr(target, name)
     calls = {"n": 0}
 
     def fake(*a, **k):
         calls["n"] += 1
+        if calls["n"] == nth and when == "before":
+            raise SystemExit("killed")
+        out = real(*a, **k)
         if calls["n"] == nth:
             raise SystemExit("killed")
-        return real(*a, **k)
+        return out
 
     monkeypatch.setattr(target, name, fake)
     return calls
 
 
-@pytest.mark.parametrize("point", [("os", "replace", 1), ("os", "rename", 1), ("os", "rename", 2),
-                                   ("shutil", "rmtree", 1), ("_io", "_exchange", 1)])
-def test_atomic_directory_never_leaves_nothing(tmp_path, point):
+@pytest.mark.parametrize("when", ["before", "after"])
+@pytest.mark.parametrize("point", [("os", "replace", 1), ("os", "replace", 2), ("os", "rename", 1),
+                                   ("shutil", "rmtree", 1), ("shutil", "rmtree", 2), ("_io", "_exchange", 1)])
+def test_atomic_directory_never_leaves_nothing(tmp_path, point, when):
     out = tmp_path / "out"
     with _io.atomic_directory(out, kind="gmp.dataset") as d:
         (d / "dataset.json").write_text('{"format": "gmp.dataset", "v": "old"}')
@@ -153,7 +157,7 @@ def test_atomic_directory_never_leaves_nothing(tmp_path, point):
         pytest.skip("no such function")
     mp = pytest.MonkeyPatch()
     try:
-        _kill_on(mp, mod, point[1], point[2])
+        _kill_on(mp, mod, point[1], point[2], when)
         try:
             with _io.atomic_directory(out, overwrite=True, kind="gmp.dataset") as d:
                 (d / "dataset.json").write_text('{"format": "gmp.dataset", "v": "new"}')
