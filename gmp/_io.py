@@ -118,7 +118,8 @@ def check_output_dir(out: str | os.PathLike, *, kind: str | None, overwrite: boo
             have = output_kind(out)
             if kind is None or have != kind:
                 what = KIND_NAMES.get(kind or "", "a gmp output")
-                is_ = f"is {KIND_NAMES[have]}, not {what}" if have else f"is not {what} (no {KIND_FILES.get(kind or '', 'gmp header')})"
+                header = KIND_FILES.get(kind or "", "gmp header")
+                is_ = f"is {KIND_NAMES[have]}, not {what}" if have else f"is not {what} (no {header})"
                 raise OutputError(f"{flag} {out} {is_}; --overwrite only replaces {what}: choose another {flag}.")
         if not os.access(out.parent, os.W_OK | os.X_OK):
             raise OutputError(f"{flag} {out}: cannot write in {out.parent} (permission denied); choose another {flag}.")

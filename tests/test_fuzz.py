@@ -39,9 +39,12 @@ runner = CliRunner()
 #: seconds one example may take before it counts as a hang
 EXAMPLE_TIMEOUT = 30
 
+#: GMP_FUZZ_SCALE=10 runs ten times the examples, drawn at random (a deeper local run)
+SCALE = max(1, int(os.environ.get("GMP_FUZZ_SCALE", "1")))
+
 # the deadline is generous (CI machines are shared and noisy; a slow example is not a bug), the
 # alarm below is what turns a hang into a failure
-SETTINGS = dict(deadline=timedelta(seconds=20), derandomize=True, database=None,
+SETTINGS = dict(deadline=timedelta(seconds=20), derandomize=SCALE == 1, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                        HealthCheck.data_too_large])
 
@@ -167,7 +170,7 @@ def test_fuzz_import_lines(fmt, warm, tmp_path_factory):
     root = tmp_path_factory.mktemp(f"fuzz-{fmt}")
     counter = iter(range(10**9))
 
-    @settings(max_examples=30, **SETTINGS)
+    @settings(max_examples=30 * SCALE, **SETTINGS)
     @given(ops=st.lists(mutation, min_size=1, max_size=4), skip=st.sampled_from([0, 0, 1000]))
     def check(ops, skip):
         case = root / f"c{next(counter)}"
@@ -269,7 +272,7 @@ def test_fuzz_dataset_json(pipeline, warm):
     root, ds, man = pipeline
     header = json.loads((ds / "dataset.json").read_text())
 
-    @settings(max_examples=50, **SETTINGS)
+    @settings(max_examples=50 * SCALE, **SETTINGS)
     @given(edits=json_edits(header))
     def check(edits):
         case = _fresh_copy(ds, root / "ds-fuzz")
@@ -288,7 +291,7 @@ def test_fuzz_manifest_json(pipeline, warm):
     root, ds, man = pipeline
     header = json.loads((man / "manifest.json").read_text())
 
-    @settings(max_examples=40, **SETTINGS)
+    @settings(max_examples=40 * SCALE, **SETTINGS)
     @given(edits=json_edits(header))
     def check(edits):
         case = _fresh_copy(man, root / "man-fuzz")
@@ -316,7 +319,7 @@ def test_fuzz_checkpoint_json(pipeline, checkpointed):
     target = checkpointed / os.readlink(checkpointed / "latest")
     header = json.loads((target / "checkpoint.json").read_text())
 
-    @settings(max_examples=30, **SETTINGS)
+    @settings(max_examples=30 * SCALE, **SETTINGS)
     @given(edits=json_edits(header))
     def check(edits):
         case = _fresh_copy(checkpointed, root / "ck-fuzz")
