@@ -339,7 +339,7 @@ def load_manifest(path: str | os.PathLike, *, dataset: Any = None, mmap: bool = 
 
     try:
         topology = Topology.from_json(meta["topology"])
-    except (TopologyError, KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+    except (TopologyError, KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
         raise ManifestError(f"{mfile}: invalid topology ({exc}); {_FIX}") from None
     if topology.num_workers != w:
         raise ManifestError(f"{mfile}: topology has {topology.num_workers} workers, num_workers is {w}; {_FIX}")

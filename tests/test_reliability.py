@@ -447,6 +447,7 @@ MANIFEST_MUTATIONS = {
     "dataset_sha256 int": lambda m: m.update(dataset_sha256=3),
     "info list": lambda m: m["partitioner"].update(info=[1]),
     "seed str": lambda m: m["partitioner"].update(seed="x"),
+    "machine_of beyond int64": lambda m: m["topology"].update(machine_of=2**63),  # found by the fuzz harness
 }
 
 
