@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
+import os
+import shutil
 import sys
 from typing import Any, Callable, TypeVar
 
@@ -29,11 +32,36 @@ def handle_errors(fn: F) -> F:
         except GmpError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None
-        except (FileNotFoundError, PermissionError, IsADirectoryError) as exc:
-            typer.echo(f"error: cannot read {exc.filename}: {exc.strerror}", err=True)
+        except OSError as exc:
+            typer.echo(f"error: {os_error_line(exc)}", err=True)
+            raise typer.Exit(2) from None
+        except MemoryError:
+            typer.echo("error: out of memory; use a smaller input or settings, or a machine with more memory.",
+                       err=True)
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def os_error_line(exc: OSError) -> str:
+    """One line for an operating-system error that no gmp check caught (neither 'read' nor 'write'
+    is assumed: the same errors come from both)."""
+    where = exc.filename or "a file"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        try:
+            free = shutil.disk_usage(os.path.dirname(os.path.abspath(where)) if exc.filename else ".").free
+            room = f" ({free / 2**20:,.1f} MiB free)"
+        except OSError:
+            room = ""
+        return f"no space left on the device writing {where}{room}; free space or choose another --out."
+    return f"{where}: {exc.strerror or exc}; check the path and its permissions."
+
+
+def check_seed(seed: int, flag: str = "--seed") -> int:
+    """Seeds are non-negative integers (numpy's generators refuse negative ones)."""
+    if seed < 0 or seed >= 2**63:
+        raise GmpError(f"{flag} must be an integer in [0, 2^63), got {seed}.")
+    return seed
 
 
 def echo_json(obj: Any) -> None:

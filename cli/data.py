@@ -19,6 +19,9 @@ from ._common import console, echo_json, handle_errors
 
 from gmp.datasets.imports import FORMATS
 
+#: largest --hash SIZE
+MAX_HASH_BUCKETS = 2**31 - 2
+
 data_app = typer.Typer(
     name="data",
     help="Import raw data into gmp's prepared-dataset format, inspect it, or fetch public samples.",
@@ -42,6 +45,9 @@ def parse_hash(specs: list[str]) -> dict[str, int]:
         name, sep, size = spec.partition("=")
         if not sep or not name.strip() or not size.strip().isdigit() or int(size) < 1:
             raise ImportDataError(f"--hash {spec!r}: expected FIELD=SIZE with a positive integer SIZE, e.g. C3=1000000.")
+        if int(size) > MAX_HASH_BUCKETS:
+            raise ImportDataError(f"--hash {spec!r}: SIZE must be at most {MAX_HASH_BUCKETS:,} (2^31 - 2), got "
+                                  f"{int(size):,}; choose a smaller SIZE.")
         out[name.strip()] = int(size)
     return out
 
@@ -126,8 +132,8 @@ def import_cmd(
     if wrong:
         raise ImportDataError(f"{', '.join(wrong)} do{'es' if len(wrong) == 1 else ''} not apply to format {fmt!r}; "
                               f"see 'gmp data import --help'.")
-    if chunk_mb < 1:
-        raise ImportDataError(f"--chunk-mb must be >= 1, got {chunk_mb}.")
+    if not 1 <= chunk_mb <= 1024:
+        raise ImportDataError(f"--chunk-mb must be in [1, 1024], got {chunk_mb}.")
     common = CommonOptions(min_count=min_count, hash_sizes=parse_hash(hash_), max_bad_lines=max_bad_lines,
                            test_fraction=test_fraction, overwrite=overwrite, chunk_bytes=chunk_mb << 20)
     if test_input and test_fraction != 0.1:

@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import typer
 
-from ._common import console, handle_errors
+from ._common import check_seed, console, handle_errors
 
 #: partitioner flags -> Options field names (passed through only when given)
 PARTITIONER_FLAGS = ("rounds", "tol", "alpha", "beta", "gamma", "max_imbalance", "replication_budget",
@@ -64,6 +64,24 @@ def _summary(metrics: dict[str, Any], title: str) -> None:
         for r in rows:
             t.add_row(*r)
         out.print(t)
+
+
+def topo_workers(workers: Optional[int], topology: Optional[str]) -> str:
+    """The worker count for the default --out name, before the topology is built."""
+    if workers is not None:
+        return str(workers)
+    if topology and re.fullmatch(r"\d+(x\d+)?", topology.strip()):
+        a, _, b = topology.strip().partition("x")
+        return str(int(a) * int(b or 1))
+    return "N"
+
+
+def _check_positive(**flags: Optional[int]) -> None:
+    from gmp.errors import GmpError
+
+    for name, value in flags.items():
+        if value is not None and value < 1:
+            raise GmpError(f"--{name.replace('_', '-')} must be >= 1, got {value}.")
 
 
 def parse_key_values(items: list[str]) -> dict:
@@ -122,6 +140,13 @@ def partition(
     from gmp.report import build_report, dataset_name_of, write_report
     from gmp.topology import resolve_topology
 
+    from gmp._io import check_output_dir
+
+    # every cheap check before the expensive work (partitioning a large graph takes minutes)
+    check_seed(seed)
+    _check_positive(batch_size=batch_size, embedding_dim=embedding_dim)
+    out = out or Path("placements") / f"{Path(dataset).resolve().name}.{method}.w{topo_workers(workers, topology)}"
+    check_output_dir(out, kind="gmp.placement", overwrite=overwrite, inputs=[dataset])
     topo = resolve_topology(workers, topology, str(topology_file) if topology_file else None, inter_cost=inter_cost)
     _load_partitioner_or_explain(method)
     flags = {"rounds": rounds, "tol": tol, "alpha": alpha, "beta": beta, "gamma": gamma,
@@ -134,7 +159,6 @@ def partition(
     ds = load_dataset(dataset)
     options = with_field_layout(options, ds)  # -O per_field=true: the fields' first ids
     graph = build_graph(ds)
-    out = out or Path("placements") / f"{Path(dataset).resolve().name}.{method}.w{topo.num_workers}"
 
     with task(f"Partitioning {graph.num_samples:,} samples with {method} on {topo.num_workers} workers"):
         t0 = time.perf_counter()
@@ -174,8 +198,13 @@ def report(
     from gmp.progress import task
     from gmp.report import REPORT_FORMATS, render, report_from_manifest, write_html_file, write_report
 
+    from gmp._io import check_output_dir
+
     if fmt not in REPORT_FORMATS:
         raise ManifestError(f"--format {fmt!r} not understood; choose one of {', '.join(REPORT_FORMATS)}.")
+    _check_positive(batch_size=batch_size, embedding_dim=embedding_dim)
+    if out is not None and not (out.is_dir() and not out.is_symlink()):
+        check_output_dir(out, kind="gmp.report")  # a new directory (an existing one receives the files)
     ds = load_dataset(dataset) if dataset is not None else None
     with task("Validating manifest"):
         m = load_manifest(manifest, dataset=ds)
@@ -220,6 +249,8 @@ def compare(
     from gmp.topology import resolve_topology
 
     names = [m.strip() for m in methods.split(",") if m.strip()]
+    check_seed(seed)
+    _check_positive(batch_size=batch_size, embedding_dim=embedding_dim)
     if out is not None and out.suffix not in (".md", ".json", ".html"):
         raise PartitionError(f"--out {out}: expected a .md, .json or .html file name.")
     topo = resolve_topology(workers, topology, str(topology_file) if topology_file else None, inter_cost=inter_cost)

@@ -36,6 +36,7 @@ from typing import Mapping
 import numba
 import numpy as np
 
+from .._io import check_memory
 from ..errors import ImportDataError
 from ..kernels.hashing import mix64, mix64_array
 from .format import FieldInfo
@@ -162,6 +163,9 @@ class Vocabulary:
         for name, size in self.hash_sizes.items():
             if int(size) < 1:
                 raise ImportDataError(f"--hash {name}={size}: the size must be a positive integer.")
+            # one provisional id per bucket: the id map and the remap hold ~16 bytes each
+            check_memory(16 * int(size), what=f"--hash {name}={size}", error=ImportDataError,
+                         fix="choose a smaller SIZE.")
         self.fields: list[_Field] = []
         self._by_name: dict[str, int] = {}
         self._next = 0

@@ -95,8 +95,6 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
         trainer = Trainer(data, placement, config, eng)
         psha = placement_sha256(placement)
         if resume:
-            if not (Path(checkpoint_dir) / "latest" / "checkpoint.json").is_file():
-                raise TrainingError(f"--resume: no checkpoint in {checkpoint_dir}; run without --resume first.")
             load_checkpoint(trainer, checkpoint_dir, dataset_sha256=ds.sha256, placement_sha=psha)
         log_file = None
         if log_json is not None and eng.is_main:
