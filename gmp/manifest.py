@@ -313,12 +313,23 @@ def _plan(batch_size, embedding_dim, options: Mapping[str, Any] | None) -> dict[
             "memory_per_worker": None if budget is None else int(budget)}
 
 
+def _whole(value: Any) -> int | None:
+    """``value`` when it is a whole number (a JSON int, or a float like 1e9), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value in (float("inf"),
+                                                                                                       float("-inf")):
+        return None
+    return int(value) if float(value).is_integer() else None
+
+
 def _upgrade_1_to_2(meta: dict[str, Any]) -> dict[str, Any]:
     """Version 2 adds ``plan`` (from version 1's batch_size, embedding_dim and the partitioner's
     memory budget) and ``dataset_name`` (unknown for version 1: null)."""
     meta = dict(meta)
     part = meta.get("partitioner") if isinstance(meta.get("partitioner"), dict) else {}
-    meta["plan"] = _plan(meta.get("batch_size"), meta.get("embedding_dim"), part.get("options"))
+    options = part.get("options") if isinstance(part.get("options"), dict) else {}
+    # values of the wrong type become null here; check_header then names the bad key of version 1
+    options = {k: _whole(options.get(k)) for k in ("memory_per_worker", "embedding_dim")}
+    meta["plan"] = _plan(_whole(meta.get("batch_size")), _whole(meta.get("embedding_dim")), options)
     meta.setdefault("dataset_name", None)
     meta["schema_version"] = 2
     return meta
@@ -339,11 +350,9 @@ def read_plan(path: str | os.PathLike) -> ManifestPlan:
     mfile = path if path.name == MANIFEST_FILE else path / MANIFEST_FILE
     meta = read_versioned_json(mfile, fmt=FORMAT, max_version=SCHEMA_VERSION, error=ManifestError, fix=_FIX)
     meta = _upgrade(meta, mfile)
+    check_header(meta, mfile, verify_hash=False)  # the plan's types among the rest; arrays are checked on load
     plan = meta.get("plan") or {}
-    try:
-        return ManifestPlan(*(None if plan.get(k) is None else int(plan[k]) for k in ManifestPlan._fields))
-    except (TypeError, ValueError):
-        raise ManifestError(f"{mfile}: plan must hold integers or null, got {plan!r}; {_FIX}") from None
+    return ManifestPlan(*(None if plan.get(k) is None else int(plan[k]) for k in ManifestPlan._fields))
 
 
 def check_header(meta: Mapping[str, Any], mfile: Path, *, verify_hash: bool = True) -> None:
@@ -374,6 +383,9 @@ def check_header(meta: Mapping[str, Any], mfile: Path, *, verify_hash: bool = Tr
     for key, kind in (("metrics", "dict"), ("arrays", "dict"), ("report_files", "list")):
         get(meta, key, kind, optional=True)
     get(meta, "dataset_name", "str", optional=True)  # schema 2; null when unknown
+    get(meta, "partition_seconds", "number", optional=True)
+    get(meta, "peak_rss_bytes", "int>=0", optional=True)
+    get(meta, "created", "str", optional=True)
     plan = get(meta, "plan", "dict", optional=True)
     if plan:
         for key in ("batch_size", "embedding_dim", "memory_per_worker"):
