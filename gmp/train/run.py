@@ -9,6 +9,7 @@ the torchrun world size), an unknown model / optimizer / schedule.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -49,6 +50,37 @@ def load_placement(dataset, manifest: str | os.PathLike | None, workers: int | N
     return placement
 
 
+def check_output_dir(name: str, path: str | os.PathLike | None) -> None:
+    """Refuse, before training, a directory parameter that names an existing file."""
+    if path is not None and Path(path).exists() and not Path(path).is_dir():
+        exc = TrainingError(f"The '{name}' parameter must be a directory (created if missing), got the existing "
+                            f"file {path}; pass a directory path.")
+        exc.param = name
+        raise exc
+
+
+def trim_log(path: str | os.PathLike, epoch: int, step: int) -> None:
+    """Keep the JSON log lines up to a checkpoint's position: every line of the ``epoch`` completed
+    epochs, and the step lines of epoch ``epoch + 1`` up to ``step``. A run killed after writing a
+    line but before saving its checkpoint wrote lines the resumed run writes again; they go.
+    Written atomically (temporary file, then rename)."""
+    path = Path(path)
+    if not path.is_file():
+        return
+    keep = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+            e, kind, s = int(rec["epoch"]), rec.get("kind"), int(rec.get("step", 0))
+        except (ValueError, KeyError, TypeError):
+            continue  # a torn line of the crash
+        if e <= epoch or (kind == "step" and e == epoch + 1 and s <= step):
+            keep.append(line + "\n")
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(keep), encoding="utf-8")
+    os.replace(tmp, path)
+
+
 def make_engine(name: str, num_workers: int):
     if os.environ.get("GMP_TORCH_THREADS"):
         torch.set_num_threads(int(os.environ["GMP_TORCH_THREADS"]))
@@ -85,6 +117,7 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
         raise TrainingError(f"The 'config' parameter must be a TrainConfig, got {type(config).__name__}.")
     if resume and checkpoint_dir is None:
         raise TrainingError("--resume needs --checkpoint-dir (where the interrupted run saved its checkpoints).")
+    check_output_dir("checkpoint_dir", checkpoint_dir)
     ds = load_dataset(dataset)
     if verify_hash:
         ds.verify_hash()
@@ -100,6 +133,8 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
             load_checkpoint(trainer, checkpoint_dir, dataset_sha256=ds.sha256, placement_sha=psha)
         log_file = None
         if log_json is not None and eng.is_main:
+            if resume:  # lines written after the checkpoint (a crash before it was saved) are re-written
+                trim_log(log_json, trainer.epoch, trainer.step_in_epoch)
             log_file = open(log_json, "a" if resume else "w", encoding="utf-8")
 
         def record(rec: dict[str, Any]) -> None:
