@@ -81,7 +81,7 @@ def trim_log(path: str | os.PathLike, epoch: int, step: int) -> None:
     os.replace(tmp, path)
 
 
-def make_engine(name: str, num_workers: int):
+def make_engine(name: str, num_workers: int, *, collective_timeout: float | None = None):
     if os.environ.get("GMP_TORCH_THREADS"):
         torch.set_num_threads(int(os.environ["GMP_TORCH_THREADS"]))
     if name == "local":
@@ -89,16 +89,18 @@ def make_engine(name: str, num_workers: int):
     if name == "distributed":
         from ..comm.distributed import DistributedEngine, world_from_env  # loads torch.distributed
 
-        _, world, _ = world_from_env()
+        rank, world, _ = world_from_env()
         if world != num_workers:
-            raise TrainingError(f"torchrun started {world} processes but the manifest places rows on {num_workers} "
+            exc = TrainingError(f"torchrun started {world} processes but the manifest places rows on {num_workers} "
                                 f"workers; use 'torchrun --nproc-per-node {num_workers}' (times --nnodes).")
+            exc.rank = rank  # every rank finds it; the CLI lets rank 0 say it
+            raise exc
         if "OMP_NUM_THREADS" not in os.environ and not os.environ.get("GMP_TORCH_THREADS"):
             # share the machine's cores between the processes of this node: oversubscribed
             # intra-op thread pools make small kernels (index_add) orders of magnitude slower
             per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world))
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // per_node))
-        return DistributedEngine()
+        return DistributedEngine(timeout_s=collective_timeout)
     raise TrainingError(f"The 'engine' parameter must be one of {list(ENGINES)}, got {name!r}.")
 
 
@@ -106,9 +108,12 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
           engine: str = "local", workers: int | None = None, checkpoint_dir: str | os.PathLike | None = None,
           resume: bool = False, log_json: str | os.PathLike | None = None,
           on_record: Callable[[dict[str, Any]], None] | None = None,
-          stop_after_steps: int | None = None, verify_hash: bool = True) -> list[dict[str, Any]]:
+          stop_after_steps: int | None = None, verify_hash: bool = True,
+          collective_timeout: float | None = None) -> list[dict[str, Any]]:
     """Train and return the epoch records (see :mod:`gmp.train.records` for the keys).
 
+    ``collective_timeout`` (seconds; default ``GMP_COLLECTIVE_TIMEOUT`` or 600) bounds how long a
+    collective of the distributed engine waits for the slowest rank.
     ``stop_after_steps`` simulates an interrupt after that many steps (a
     checkpoint is written when ``checkpoint_dir`` is set) and raises
     :class:`TrainingError` like a real interrupt does.
@@ -123,7 +128,7 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
         ds.verify_hash()
     placement = load_placement(ds, manifest, workers)  # validated by load_manifest, and by Trainer
     data = TrainData(ds)
-    eng = make_engine(engine, placement.num_workers)
+    eng = make_engine(engine, placement.num_workers, collective_timeout=collective_timeout)
     try:
         trainer = Trainer(data, placement, config, eng)
         psha = placement_sha256(placement)
