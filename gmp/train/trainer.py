@@ -197,8 +197,6 @@ class Trainer:
             offset += k
         self.dense_opt.step()
 
-    # ------------------------------------------------------- epoch-end sync
-
     def evaluate(self) -> dict[str, float]:
         """AUC and logloss of the current primaries on the test split (:mod:`gmp.train.evaluate`)."""
         return evaluate(self)
