@@ -57,11 +57,14 @@ def os_error_line(exc: OSError) -> str:
     return f"{where}: {exc.strerror or exc}; check the path and its permissions."
 
 
-def check_seed(seed: int, flag: str = "--seed") -> int:
-    """Seeds are non-negative integers (numpy's generators refuse negative ones)."""
-    if seed < 0 or seed >= 2**63:
-        raise GmpError(f"{flag} must be an integer in [0, 2^63), got {seed}.")
-    return seed
+def check_seed(seed: int) -> int:
+    """:func:`gmp.seeds.check_seed`, its message worded with the ``--seed`` flag."""
+    from gmp.seeds import check_seed as _check
+
+    from ._flags import flags_for_params
+
+    with flags_for_params():
+        return _check(seed)
 
 
 def echo_json(obj: Any) -> None:

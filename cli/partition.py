@@ -14,6 +14,8 @@ from typing import Any, Optional
 
 import typer
 
+from gmp.constants import DEFAULT_BATCH_SIZE
+
 from ._common import check_seed, console, handle_errors
 
 #: partitioner flags -> Options field names (passed through only when given)
@@ -111,7 +113,7 @@ def partition(
     topology: Optional[str] = typer.Option(None, "--topology", help="N workers (e.g. 8) or MxG machines x GPUs (e.g. 2x8)."),
     topology_file: Optional[Path] = typer.Option(None, "--topology-file", help="JSON cost matrix {\"cost\": [[...]]}."),
     inter_cost: float = typer.Option(10.0, "--inter-cost", help="Inter-machine cost for --topology MxG (intra = 1)."),
-    batch_size: int = typer.Option(512, "--batch-size", help="Per-worker batch size the batch metrics (and partitioners that take it) use."),
+    batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, "--batch-size", help="Per-worker batch size the batch metrics (and partitioners that take it) use."),
     embedding_dim: int = typer.Option(16, "--embedding-dim", help="Embedding width for byte figures and memory budgets."),
     seed: int = typer.Option(0, "--seed", help="Random seed (the random reference uses the same seed)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Manifest directory (default: placements/DATASET.METHOD.wN)."),
@@ -229,7 +231,7 @@ def compare(
     topology: Optional[str] = typer.Option(None, "--topology", help="N or MxG (e.g. 2x8)."),
     topology_file: Optional[Path] = typer.Option(None, "--topology-file", help="JSON cost matrix."),
     inter_cost: float = typer.Option(10.0, "--inter-cost", help="Inter-machine cost for --topology MxG."),
-    batch_size: int = typer.Option(512, "--batch-size", help="Per-worker batch size."),
+    batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, "--batch-size", help="Per-worker batch size."),
     embedding_dim: int = typer.Option(16, "--embedding-dim", help="Embedding width for byte figures."),
     seed: int = typer.Option(0, "--seed", help="Seed of every partitioner and of the random reference."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Also write the comparison to FILE.md, FILE.json or "

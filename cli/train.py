@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
 from typing import Optional
@@ -10,7 +11,7 @@ import typer
 
 from cli._common import handle_errors
 from cli._flags import flags_for_params
-from gmp.errors import TrainingError
+from gmp.errors import GmpError, TrainingError
 
 
 def _parse_staleness(text: str) -> float:
@@ -24,6 +25,19 @@ def _parse_staleness(text: str) -> float:
     if not value >= 0:
         raise TrainingError(f"--staleness must be a number >= 0 or 'inf', got {text!r}.")
     return value
+
+
+@contextlib.contextmanager
+def one_rank_speaks():
+    """Under torchrun an error every rank finds (a worker-count mismatch, a lost peer) is printed
+    once, by rank 0; the other ranks exit with code 2 quietly. (When rank 0 itself is the lost
+    process, torchrun's own failure report names it.)"""
+    try:
+        yield
+    except GmpError as exc:
+        if getattr(exc, "rank", None) not in (None, 0):
+            raise typer.Exit(2) from None
+        raise
 
 
 def plan_defaults(manifest: Optional[Path], **given: Optional[int]) -> dict:
@@ -86,6 +100,10 @@ def register(app: typer.Typer) -> None:
         cache_policy: Optional[str] = typer.Option(None, "--cache-policy",
                                                    help="lru (default) | lookahead (evict first the rows the next "
                                                         "--lookahead batches do not use)."),
+        collective_timeout: Optional[float] = typer.Option(None, "--collective-timeout",
+                                                           help="--engine distributed: seconds a collective waits "
+                                                                "for the slowest rank (default: "
+                                                                "GMP_COLLECTIVE_TIMEOUT, else 600)."),
         read_only_replicas: Optional[bool] = typer.Option(None, "--read-only-replicas/--writable-replicas",
                                                 help="--schedule herald: after a synchronous push only the primary "
                                                      "is current (read-only) or the writer's copy too (writable, "
@@ -100,7 +118,7 @@ def register(app: typer.Typer) -> None:
         from gmp.train.herald import HeraldOptions
         from gmp.train.records import json_line
 
-        with flags_for_params():
+        with one_rank_speaks(), flags_for_params():
             plan = plan_defaults(manifest, batch_size=batch_size, embedding_dim=embedding_dim)
             herald = HeraldOptions.for_trainer(lookahead=lookahead, on_demand=on_demand, cache_rows=cache_rows,
                                                cache_policy=cache_policy, read_only_replicas=read_only_replicas)
@@ -108,4 +126,5 @@ def register(app: typer.Typer) -> None:
                                  batch_size=plan["batch_size"], epochs=epochs, staleness=_parse_staleness(staleness),
                                  seed=seed, schedule=schedule, shuffle=shuffle, log_every=log_every, herald=herald)
             train(dataset, manifest, config, engine=engine, workers=workers, checkpoint_dir=checkpoint_dir,
-                  resume=resume, log_json=log_json, on_record=lambda rec: typer.echo(json_line(rec)))
+                  resume=resume, log_json=log_json, on_record=lambda rec: typer.echo(json_line(rec)),
+                  collective_timeout=collective_timeout)

@@ -9,6 +9,7 @@ the torchrun world size), an unknown model / optimizer / schedule.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -49,7 +50,38 @@ def load_placement(dataset, manifest: str | os.PathLike | None, workers: int | N
     return placement
 
 
-def make_engine(name: str, num_workers: int):
+def check_output_dir(name: str, path: str | os.PathLike | None) -> None:
+    """Refuse, before training, a directory parameter that names an existing file."""
+    if path is not None and Path(path).exists() and not Path(path).is_dir():
+        exc = TrainingError(f"The '{name}' parameter must be a directory (created if missing), got the existing "
+                            f"file {path}; pass a directory path.")
+        exc.param = name
+        raise exc
+
+
+def trim_log(path: str | os.PathLike, epoch: int, step: int) -> None:
+    """Keep the JSON log lines up to a checkpoint's position: every line of the ``epoch`` completed
+    epochs, and the step lines of epoch ``epoch + 1`` up to ``step``. A run killed after writing a
+    line but before saving its checkpoint wrote lines the resumed run writes again; they go.
+    Written atomically (temporary file, then rename)."""
+    path = Path(path)
+    if not path.is_file():
+        return
+    keep = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+            e, kind, s = int(rec["epoch"]), rec.get("kind"), int(rec.get("step", 0))
+        except (ValueError, KeyError, TypeError):
+            continue  # a torn line of the crash
+        if e <= epoch or (kind == "step" and e == epoch + 1 and s <= step):
+            keep.append(line + "\n")
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(keep), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def make_engine(name: str, num_workers: int, *, collective_timeout: float | None = None):
     if os.environ.get("GMP_TORCH_THREADS"):
         torch.set_num_threads(int(os.environ["GMP_TORCH_THREADS"]))
     if name == "local":
@@ -57,16 +89,18 @@ def make_engine(name: str, num_workers: int):
     if name == "distributed":
         from ..comm.distributed import DistributedEngine, world_from_env  # loads torch.distributed
 
-        _, world, _ = world_from_env()
+        rank, world, _ = world_from_env()
         if world != num_workers:
-            raise TrainingError(f"torchrun started {world} processes but the manifest places rows on {num_workers} "
+            exc = TrainingError(f"torchrun started {world} processes but the manifest places rows on {num_workers} "
                                 f"workers; use 'torchrun --nproc-per-node {num_workers}' (times --nnodes).")
+            exc.rank = rank  # every rank finds it; the CLI lets rank 0 say it
+            raise exc
         if "OMP_NUM_THREADS" not in os.environ and not os.environ.get("GMP_TORCH_THREADS"):
             # share the machine's cores between the processes of this node: oversubscribed
             # intra-op thread pools make small kernels (index_add) orders of magnitude slower
             per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world))
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // per_node))
-        return DistributedEngine()
+        return DistributedEngine(timeout_s=collective_timeout)
     raise TrainingError(f"The 'engine' parameter must be one of {list(ENGINES)}, got {name!r}.")
 
 
@@ -74,9 +108,12 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
           engine: str = "local", workers: int | None = None, checkpoint_dir: str | os.PathLike | None = None,
           resume: bool = False, log_json: str | os.PathLike | None = None,
           on_record: Callable[[dict[str, Any]], None] | None = None,
-          stop_after_steps: int | None = None, verify_hash: bool = True) -> list[dict[str, Any]]:
+          stop_after_steps: int | None = None, verify_hash: bool = True,
+          collective_timeout: float | None = None) -> list[dict[str, Any]]:
     """Train and return the epoch records (see :mod:`gmp.train.records` for the keys).
 
+    ``collective_timeout`` (seconds; default ``GMP_COLLECTIVE_TIMEOUT`` or 600) bounds how long a
+    collective of the distributed engine waits for the slowest rank.
     ``stop_after_steps`` simulates an interrupt after that many steps (a
     checkpoint is written when ``checkpoint_dir`` is set) and raises
     :class:`TrainingError` like a real interrupt does.
@@ -85,12 +122,13 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
         raise TrainingError(f"The 'config' parameter must be a TrainConfig, got {type(config).__name__}.")
     if resume and checkpoint_dir is None:
         raise TrainingError("--resume needs --checkpoint-dir (where the interrupted run saved its checkpoints).")
+    check_output_dir("checkpoint_dir", checkpoint_dir)
     ds = load_dataset(dataset)
     if verify_hash:
         ds.verify_hash()
     placement = load_placement(ds, manifest, workers)  # validated by load_manifest, and by Trainer
     data = TrainData(ds)
-    eng = make_engine(engine, placement.num_workers)
+    eng = make_engine(engine, placement.num_workers, collective_timeout=collective_timeout)
     try:
         trainer = Trainer(data, placement, config, eng)
         psha = placement_sha256(placement)
@@ -98,6 +136,8 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
             load_checkpoint(trainer, checkpoint_dir, dataset_sha256=ds.sha256, placement_sha=psha)
         log_file = None
         if log_json is not None and eng.is_main:
+            if resume:  # lines written after the checkpoint (a crash before it was saved) are re-written
+                trim_log(log_json, trainer.epoch, trainer.step_in_epoch)
             log_file = open(log_json, "a" if resume else "w", encoding="utf-8")
 
         def record(rec: dict[str, Any]) -> None:
