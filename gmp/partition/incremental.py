@@ -57,8 +57,12 @@ Starts from :func:`place_new_data`'s placement and runs ``rounds`` rounds of:
    applied) still fits the budget. The budget is released over the rounds
    (round r may have spent ``budget * r / rounds`` in all), so later rounds,
    whose samples have followed the earlier moves, get a share.
-2. *Sample sweep*: every sample moves to its best worker (free: samples are
-   data, not state).
+2. *Sample sweep*: samples move to their best worker (free: samples are
+   data, not state). Round 1 sweeps every sample (which also refines the
+   one-pass placement; ``sweep="changed"`` skips that); later rounds sweep
+   only the samples that read a row changed in that round (the others'
+   costs barely changed), which keeps a round well below the cost of a
+   full sweep.
 
 **Moved rows** (:func:`moved_rows`) are counted against the *old* placement:
 an old row whose primary changed counts 1 (its value and optimizer state
@@ -100,6 +104,7 @@ log = logging.getLogger(__name__)
 VALUE_BYTES = 4
 
 ORDERS = ("random", "dataset")
+SWEEPS = ("all", "changed")
 
 
 @dataclass(frozen=True)
@@ -120,12 +125,17 @@ class Options:
         Order of the placement pass: ``"random"`` (seeded, default) or
         ``"dataset"`` (sequential reads).
     rounds
-        Rounds of the incremental sweeps. Default 3.
+        Rounds of the incremental sweeps. Default 1 (more rounds save a
+        little more traffic for proportionally more time: docs/incremental.md).
     replication_budget
         Secondary capacity per worker as a fraction of the used rows (the
         capacity is never below what the worker holds already). ``None``
         (default): the old placement's ``replication_budget`` option, 0
         when it has none.
+    sweep
+        ``"all"`` (default): round 1's sample sweep visits every sample;
+        ``"changed"``: every round visits only the samples that read a row
+        changed in that round (cheaper, a little less traffic saved).
     """
 
     max_imbalance: float = 1.05
@@ -133,8 +143,9 @@ class Options:
     alpha: float | None = None
     beta: float | None = None
     order: str = "random"
-    rounds: int = 3
+    rounds: int = 1
     replication_budget: float | None = None
+    sweep: str = "all"
 
     def __post_init__(self) -> None:
         check_max_imbalance(self.max_imbalance)
@@ -146,6 +157,8 @@ class Options:
                 raise PartitionError(f"incremental: {name} must be a finite number >= 0 (or omitted), got {v!r}.")
         if self.order not in ORDERS:
             raise PartitionError(f"incremental: order must be one of {', '.join(ORDERS)}, got {self.order!r}.")
+        if self.sweep not in SWEEPS:
+            raise PartitionError(f"incremental: sweep must be one of {', '.join(SWEEPS)}, got {self.sweep!r}.")
         if not isinstance(self.rounds, int) or self.rounds < 0:
             raise PartitionError(f"incremental: rounds must be an integer >= 0, got {self.rounds!r}.")
         rb = self.replication_budget
@@ -196,17 +209,9 @@ def moved_rows(old: Placement, new: Placement, *, rows: np.ndarray | None = None
     op = np.asarray(old.embedding_primary)
     npr = np.asarray(new.embedding_primary)[:m]
     primaries = int(np.count_nonzero((op != npr) & keep))
-    nip = np.asarray(new.secondary_indptr)
-    stop = int(nip[m])
-    if stop == 0:
-        return MovedRows(primaries, 0)
-    row_of = np.repeat(np.arange(m, dtype=np.int64), np.diff(nip[: m + 1]))
-    new_keys = (row_of * 64 + np.asarray(new.secondary_workers)[:stop])[keep[row_of]]
-    oip = np.asarray(old.secondary_indptr)
-    old_rows = np.repeat(np.arange(m, dtype=np.int64), np.diff(oip))
-    old_keys = np.concatenate([old_rows * 64 + np.asarray(old.secondary_workers),
-                               np.arange(m, dtype=np.int64) * 64 + op])
-    return MovedRows(primaries, int(np.count_nonzero(~np.isin(new_keys, old_keys))))
+    secondaries = K.new_secondaries(np.asarray(new.secondary_indptr), np.asarray(new.secondary_workers), op,
+                                    np.asarray(old.secondary_indptr), np.asarray(old.secondary_workers), keep)
+    return MovedRows(primaries, int(secondaries))
 
 
 def match_workers(old: Placement, new: Placement) -> Placement:
@@ -283,7 +288,7 @@ def _check_inputs(graph: BipartiteGraph, old: Placement, topology: Topology) -> 
 
 
 def _secondary_masks(placement: Placement, ids: np.ndarray) -> np.ndarray:
-    out = np.zeros(ids.size, dtype=np.uint64)
+    out = np.zeros(ids.size, dtype=np.int64)
     K.masks_from_csr(np.asarray(placement.secondary_indptr), np.asarray(placement.secondary_workers),
                      np.asarray(ids, dtype=np.int64), out)
     return out
@@ -330,7 +335,7 @@ def place_new_data(graph: BipartiteGraph, old: Placement, topology: Topology, *,
     is_old = used < m_old
     prim = np.full(used.size, -1, dtype=np.int32)
     prim[is_old] = np.asarray(old.embedding_primary)[used[is_old]]
-    sec = np.zeros(used.size, dtype=np.uint64)
+    sec = np.zeros(used.size, dtype=np.int64)
     sec[is_old] = _secondary_masks(old, used[is_old])
 
     num_samples = graph.num_samples
@@ -340,12 +345,14 @@ def place_new_data(graph: BipartiteGraph, old: Placement, topology: Topology, *,
     rng = np.random.default_rng(seed)
     order = seeded_order(num_samples, rng) if options.order == "random" else np.arange(num_samples, dtype=np.int64)
     count = np.zeros((used.size, n), dtype=np.int32)
+    cost = np.ascontiguousarray(topology.cost, dtype=np.float64)
+    marg = np.empty((used.size, n), dtype=np.float64)
+    K.fill_marginals(prim, sec, count, df, cost, marg)
     load = np.zeros(n, dtype=np.int64)
     sample_worker = np.empty(num_samples, dtype=np.int32)
     with task("Placing new samples on the fixed rows", total=num_samples) as advance:
-        K.stream_samples(np.asarray(graph.sample_indptr), comp.cindices, order, prim, sec, count, df,
-                         np.ascontiguousarray(topology.cost, dtype=np.float64), load, np.int64(cap), float(alpha),
-                         sample_worker)
+        K.stream_samples(np.asarray(graph.sample_indptr), comp.cindices, order, prim, sec, count, marg, df, cost,
+                         load, np.int64(cap), float(alpha), sample_worker)
         advance(num_samples)
 
     # new ids: primary where most of their samples are, at most new_cap new ids per worker
@@ -419,7 +426,7 @@ def repartition_incremental(graph: BipartiteGraph, old: Placement, topology: Top
     sec = _secondary_masks(start, used)
     old_prim = np.full(num_used, -1, dtype=np.int32)
     old_prim[is_old] = np.asarray(old.embedding_primary)[used[is_old]]
-    old_sec = np.zeros(num_used, dtype=np.uint64)
+    old_sec = np.zeros(num_used, dtype=np.int64)
     old_sec[is_old] = _secondary_masks(old, used[is_old])
     sw = np.array(start.sample_worker, dtype=np.int32)
     indptr = np.asarray(graph.sample_indptr)
@@ -436,7 +443,7 @@ def repartition_incremental(graph: BipartiteGraph, old: Placement, topology: Top
     beta = float(options.beta if options.beta is not None else beta_d)
     load = np.bincount(sw, minlength=n).astype(np.int64)
     pload = np.bincount(prim, minlength=n).astype(np.int64)
-    bits = (sec[:, None] >> np.arange(n, dtype=np.uint64)[None, :]) & np.uint64(1)
+    bits = (sec[:, None] >> np.arange(n, dtype=np.int64)[None, :]) & 1
     sec_load = bits.sum(axis=0).astype(np.int64)
     del bits
     rb = options.replication_budget
@@ -444,6 +451,9 @@ def repartition_incremental(graph: BipartiteGraph, old: Placement, topology: Top
         rb = float((old.options or {}).get("replication_budget", 0.0) or 0.0)
     sec_cap = np.maximum(sec_load, int(math.floor(rb * num_used + 1e-9))).astype(np.int64)
 
+    marg = np.empty((num_used, n), dtype=np.float64)
+    K.fill_marginals(prim, sec, count, df, cost, marg)
+    active = np.ones(num_samples, dtype=np.bool_)
     rounds: list[dict] = []
     spent = 0
     target = np.empty(num_used, dtype=np.int32)
@@ -451,7 +461,7 @@ def repartition_incremental(graph: BipartiteGraph, old: Placement, topology: Top
     with task("Incremental re-partitioning", total=options.rounds) as advance:
         for r in range(1, options.rounds + 1):
             t_r = time.perf_counter()
-            allowed = budget * r // options.rounds
+            allowed = budget
             K.primary_candidates(prim, sec, count, f, cost, pload, np.int64(pcap), beta, target, gain)
             cands = [_primary_pool(target, gain, prim, old_prim, is_old)]
             cands += _secondary_pool(prim, sec, count, f, cost, sec_load, sec_cap, old_prim, old_sec, is_old,
@@ -459,12 +469,22 @@ def repartition_incremental(graph: BipartiteGraph, old: Placement, topology: Top
             kind, row, tgt, evict, g, est = (np.concatenate(c) for c in zip(*cands))
             order = np.lexsort((-g, est > 0)).astype(np.int64)  # row-free moves first, then by gain
             before = spent
-            spent = int(K.apply_moves(order, kind, row, tgt, evict, prim, sec, pload, np.int64(pcap), sec_load,
-                                      sec_cap, old_prim, old_sec, is_old, np.int64(allowed), np.int64(spent)))
-            moved_samples = K.sweep_samples(indptr, comp.cindices, sw, prim, sec, count, df, cost, load,
-                                            np.int64(cap), alpha)
+            spent, touched = K.apply_moves(order, kind, row, tgt, evict, prim, sec, pload, np.int64(pcap),
+                                           sec_load, sec_cap, old_prim, old_sec, is_old, np.int64(allowed),
+                                           np.int64(spent))
+            spent = int(spent)
+            # round 1 sweeps every sample (with sweep="all"; it also refines the one-pass placement), the
+            # other rounds only the samples that read a row changed in this round
+            if r == 1 and options.sweep == "all":
+                active[:] = True
+                swept = num_samples
+            else:
+                swept = int(K.samples_touching(indptr, comp.cindices, touched, active))
+            K.refresh_marginals(touched, prim, sec, count, df, cost, marg)
+            moved_samples = K.sweep_samples(indptr, comp.cindices, active, sw, prim, sec, count, marg, df, cost,
+                                            load, np.int64(cap), alpha)
             entry = {"round": r, "allowed_rows": int(allowed), "spent_rows": int(spent),
-                     "rows_this_round": int(spent - before), "candidates": int(order.size),
+                     "rows_this_round": int(spent - before), "candidates": int(order.size), "swept_samples": swept,
                      "moved_samples": int(moved_samples), "seconds": round(time.perf_counter() - t_r, 4)}
             rounds.append(entry)
             log.info("incremental round %d: %d candidates, %d rows spent of %d allowed, %d samples moved, %.2f s",
@@ -513,14 +533,14 @@ def _secondary_pool(prim, sec, count, f, cost, sec_load, sec_cap, old_prim, old_
     out = []
     for w in range(n):
         slots = int(sec_cap[w] - sec_load[w])
-        has = ((sec >> np.uint64(w)) & np.uint64(1)).astype(bool)
+        has = ((sec >> w) & 1).astype(bool)
         if sec_cap[w] == 0:
             continue
         score = f[count[:, w]] * cost[prim, w]  # Eq. 6 numerator: expected weighted reads w would save
         fresh = np.flatnonzero(~has & (prim != w) & (score > 0))
         if fresh.size == 0:
             continue
-        was = is_old[fresh] & ((old_prim[fresh] == w) | ((old_sec[fresh] >> np.uint64(w)) & np.uint64(1)).astype(bool))
+        was = is_old[fresh] & ((old_prim[fresh] == w) | ((old_sec[fresh] >> w) & 1).astype(bool))
         limit = min(fresh.size, spare + int(np.count_nonzero(was)) + max(slots, 0))
         if limit <= 0:
             continue
@@ -533,7 +553,7 @@ def _secondary_pool(prim, sec, count, f, cost, sec_load, sec_cap, old_prim, old_
         g = score[top[:k]] - evict_score[:k]
         keep = g > 1e-12
         top, evict, g = top[:k][keep], evict[:k][keep], g[keep]
-        est = (is_old[top] & ~((old_prim[top] == w) | ((old_sec[top] >> np.uint64(w)) & np.uint64(1)).astype(bool)))
+        est = (is_old[top] & ~((old_prim[top] == w) | ((old_sec[top] >> w) & 1).astype(bool)))
         out.append((np.ones(top.size, dtype=np.int8), top.astype(np.int64), np.full(top.size, w, dtype=np.int32),
                     evict, g, est.astype(np.int64)))
     return out
