@@ -231,7 +231,7 @@ def main(argv=None) -> None:
               f"{100.0 * moved / used_of[d]:.2f} | {sec:.2f} |")
     print()
     print("| strategy | mean reads vs full (days 1+) | max reads vs full | rows moved (all days) | CPU s (all days) | CPU vs full |")
-    print("|---|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|")
     full_cpu = sum(s for d, n, r, m, s in rows_out if n == "full")
     for name in names:
         rs = [(r / fulls[d], m, s) for d, n, r, m, s in rows_out if n == name]

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+import numpy as np
 import typer
 
 from ._common import console
@@ -26,7 +27,7 @@ def partition_from_manifest(dataset: Path, old_manifest: Path, *, max_moved_rows
     from gmp.manifest import load_manifest, write_manifest
     from gmp.metrics import batch_remote_reads, compute_metrics, embedding_degree
     from gmp.partition import run_partitioner
-    from gmp.partition.incremental import (Options, migration_budget, moved_rows, place_new_data,
+    from gmp.partition.incremental import (Options, match_workers, migration_budget, moved_rows, place_new_data,
                                            repartition_incremental)
     from gmp.progress import task
     from gmp.report import build_report, write_report
@@ -79,7 +80,13 @@ def partition_from_manifest(dataset: Path, old_manifest: Path, *, max_moved_rows
                                    options=method_options("hybrid", {}, batch_size=batch_size,
                                                           embedding_dim=embedding_dim))
             comparison["seconds"]["full_repartition"] = round(time.perf_counter() - t2, 4)
-        fm = moved_rows(old.placement, full)
+        # a full re-partition numbers its workers arbitrarily: rename them to match the old placement
+        # where that changes no cost (uniform off-diagonal cost), and count the rows the new data uses
+        cost = np.asarray(topo.cost, dtype=float)
+        uniform = bool(np.all(cost[~np.eye(cost.shape[0], dtype=bool)] == cost[0, 1])) if cost.shape[0] > 1 else True
+        fm = moved_rows(old.placement, match_workers(old.placement, full) if uniform else full,
+                        rows=np.flatnonzero(embedding_degree(graph)))
+        comparison["full_repartition_workers_renamed"] = uniform
         comparison["batch_remote_reads"]["full_repartition"] = batch_remote_reads(graph, full, batch_size)
         comparison["full_repartition_moved_rows"] = {"total": fm.total, "bytes": fm.bytes(embedding_dim)}
     placement.info["comparison"] = comparison  # info is a plain dict: recorded in manifest.json
