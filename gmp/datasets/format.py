@@ -8,12 +8,22 @@ A prepared dataset is a directory::
     ├── indptr.npy        int64  [num_samples + 1]   CSR row pointers
     ├── indices.npy       int32  [num_edges]          embedding ids (int64 if > 2^31-1)
     ├── labels.npy        float32 [num_samples]       0.0 / 1.0
-    └── dense.npy         float32 [num_samples, num_dense]   (absent when num_dense == 0)
+    ├── dense.npy         float32 [num_samples, num_dense]   (absent when num_dense == 0)
+    └── vocab.npz         uint64 per vocabulary field: the raw-value keys of its local ids 2.. in
+                          local-id order, as ``field_<i>`` (i = index among the categorical
+                          fields; hashed fields have none). Written by ``gmp data import``
+                          (absent for synthetic data); read by ``gmp data import --extend``.
 
 Sample ``i`` uses embedding ids ``indices[indptr[i]:indptr[i+1]]`` (multi-hot
 allowed: a multi-valued field contributes several ids; duplicates are removed
-within a sample). Embedding ids are global: field ``f`` owns the contiguous
-range ``[offset_f, offset_f + num_values_f)``. Inside every categorical or
+within a sample). Embedding ids are global: field ``f`` owns the ids of its
+``ranges`` (half-open ``[start, stop)`` pairs; local id k is the k-th id along
+them): one range ``[offset_f, offset_f + num_values_f)`` for a fresh import,
+more for a dataset that extends another (``gmp data import --extend PREV``
+keeps every value PREV knew at its id and appends the new values of each
+field after PREV's ``num_embeddings``, so a row keeps its id across days).
+Such a dataset records ``parent`` (PREV's ``sha256`` and ``num_embeddings``)
+and ``new_id_ranges`` (the ids it added); both are null otherwise. Inside every categorical or
 multi-valued field, local id 0 is the field's *missing* value and local id 1
 its shared *rare* value (values seen fewer than ``--min-count`` times); real
 values follow, most frequent first. A hashed field has ``hash_buckets``
@@ -38,7 +48,7 @@ Example ``dataset.json``::
 
     {
       "format": "gmp.dataset",
-      "schema_version": 1,
+      "schema_version": 2,
       "gmp_version": "0.1.0",
       "created": "2026-11-22T00:00:00+00:00",
       "source": {"format": "criteo", "inputs": ["train.txt.gz"],
@@ -50,10 +60,12 @@ Example ``dataset.json``::
       "fields": [
         {"name": "I1", "kind": "dense", "num_values": 0, "offset": null, "column": 0},
         {"name": "C1", "kind": "categorical", "num_values": 1262, "offset": 0,
-         "missing_id": 0, "rare_id": 1, "hash_buckets": null},
+         "missing_id": 0, "rare_id": 1, "hash_buckets": null, "ranges": [[0, 1262]]},
         {"name": "genres", "kind": "multi", "num_values": 21, "offset": 1262,
-         "missing_id": 1262, "rare_id": 1263, "hash_buckets": null}
+         "missing_id": 1262, "rare_id": 1263, "hash_buckets": null, "ranges": [[1262, 1283]]}
       ],
+      "parent": null,
+      "new_id_ranges": null,
       "label_rate": 0.2561,
       "num_bad_lines": 0,
       "bad_lines": [],
@@ -62,6 +74,12 @@ Example ``dataset.json``::
     }
 
 ``bad_lines`` holds the first 10 skipped lines as ``{"line": N, "reason": "..."}``.
+An extending dataset has ``"parent": {"sha256": "...", "num_embeddings": 1228411, "path": "..."}``
+and e.g. ``"new_id_ranges": [[1228411, 1230002], [1230002, 1230950]]`` (one range per field
+that gained values), and its fields' ``ranges`` then have two or more entries.
+
+**Versions.** 2 added ``fields[].ranges``, ``parent`` and ``new_id_ranges``;
+a version-1 header is upgraded on read (one contiguous range per field, no parent).
 """
 
 from __future__ import annotations
@@ -80,7 +98,7 @@ from .._io import atomic_directory, hash_arrays, index_dtype, load_npy, read_ver
 from ..errors import DatasetError
 
 FORMAT = "gmp.dataset"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 FIELD_KINDS = ("categorical", "multi", "dense")
 _FIX = "re-create it with 'gmp data import' or 'gmp data synth'."
 
@@ -97,12 +115,30 @@ class FieldInfo:
     rare_id: int | None = None
     hash_buckets: int | None = None
     column: int | None = None  # dense fields: column in dense.npy
+    #: the field's ids as half-open ranges; None: the one range [offset, offset + num_values)
+    ranges: tuple[tuple[int, int], ...] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in FIELD_KINDS:
             raise DatasetError(f"field {self.name!r} has kind {self.kind!r}, expected one of {FIELD_KINDS}.")
         if self.kind != "dense" and (self.offset is None or self.offset < 0 or self.num_values < 0):
             raise DatasetError(f"field {self.name!r} needs a non-negative offset and num_values.")
+        if self.ranges is not None and self.kind != "dense":
+            if sum(b - a for a, b in self.ranges) != self.num_values or any(b < a for a, b in self.ranges):
+                raise DatasetError(f"field {self.name!r}: ranges {list(self.ranges)} must be [start, stop) pairs "
+                                   f"covering num_values={self.num_values} ids.")
+
+    @property
+    def id_ranges(self) -> tuple[tuple[int, int], ...]:
+        """The field's ids as half-open ``(start, stop)`` ranges (empty for a dense field)."""
+        if self.kind == "dense":
+            return ()
+        return self.ranges if self.ranges is not None else ((int(self.offset), int(self.offset) + self.num_values),)
+
+    def ids(self) -> np.ndarray:
+        """int64: the global id of every local id, in local order."""
+        parts = [np.arange(a, b, dtype=np.int64) for a, b in self.id_ranges]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -114,6 +150,7 @@ class FieldInfo:
             "rare_id": self.rare_id,
             "hash_buckets": self.hash_buckets,
             "column": self.column,
+            "ranges": None if self.kind == "dense" else [list(r) for r in self.id_ranges],
         }
 
     @classmethod
@@ -127,6 +164,7 @@ class FieldInfo:
             rare_id=obj.get("rare_id"),
             hash_buckets=obj.get("hash_buckets"),
             column=obj.get("column"),
+            ranges=None if obj.get("ranges") is None else tuple((int(a), int(b)) for a, b in obj["ranges"]),
         )
 
 
@@ -180,7 +218,8 @@ class PreparedDataset:
         dtype = np.int16 if len(cats) < 2**15 else np.int32
         out = np.full(self.num_embeddings, -1, dtype=dtype)
         for i, f in enumerate(cats):
-            out[f.offset : f.offset + f.num_values] = i
+            for a, b in f.id_ranges:
+                out[a:b] = i
         return out
 
     def verify_hash(self) -> None:
@@ -237,9 +276,10 @@ def load_dataset(path: str | os.PathLike, *, mmap: bool = True) -> PreparedDatas
         _expect(path / "dense.npy", dense, (n, num_dense), ("f4",))
     fields = [FieldInfo.from_json(f) for f in meta["fields"]]
     for f in fields:
-        if f.kind != "dense" and f.offset + f.num_values > m:
+        end = max((b for _, b in f.id_ranges), default=0)
+        if end > m:
             raise DatasetError(
-                f"{path / 'dataset.json'}: field {f.name!r} ends at id {f.offset + f.num_values}, "
+                f"{path / 'dataset.json'}: field {f.name!r} ends at id {end}, "
                 f"beyond num_embeddings {m}; {_FIX}"
             )
     split = meta["split"]
@@ -255,8 +295,33 @@ def _expect(path: Path, arr: np.ndarray, shape: tuple[int, ...], dtypes: Sequenc
         raise DatasetError(f"{path} has dtype {arr.dtype}, expected one of {list(dtypes)}; {_FIX}")
 
 
+def _upgrade_1_to_2(meta: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 added ``fields[].ranges``, ``parent`` and ``new_id_ranges``: a version-1 field is
+    one contiguous range and a version-1 dataset extends nothing."""
+    meta = dict(meta)
+    fields = []
+    for f in meta.get("fields", []):
+        f = dict(f)
+        if f.get("kind") != "dense" and f.get("offset") is not None:
+            f["ranges"] = [[int(f["offset"]), int(f["offset"]) + int(f.get("num_values", 0))]]
+        else:
+            f["ranges"] = None
+        fields.append(f)
+    meta["fields"] = fields
+    meta.setdefault("parent", None)
+    meta.setdefault("new_id_ranges", None)
+    meta["schema_version"] = 2
+    return meta
+
+
+#: version v -> the function upgrading a version-v header to v + 1
+_UPGRADES = {1: _upgrade_1_to_2}
+
+
 def _upgrade(meta: dict[str, Any]) -> dict[str, Any]:
-    """Upgrade an older header one version at a time (only version 1 exists)."""
+    """Upgrade an older header one version at a time."""
+    while int(meta["schema_version"]) < SCHEMA_VERSION:
+        meta = _UPGRADES[int(meta["schema_version"])](meta)
     return meta
 
 
@@ -474,6 +539,8 @@ class DatasetWriter:
             "bad_lines": [dict(b) for b in list(bad_lines)[:10]],
             "split": split,
             "sha256": sha,
+            "parent": None,
+            "new_id_ranges": None,
         }
         if extra:
             meta.update(extra)
