@@ -273,14 +273,9 @@ def fetch_cmd(
     typer.echo(f"next: gmp data import movielens {out} --out <DIR>")
 
 
-try:  # the synthetic generator is another module (written separately)
-    from cli.synth import register as _register_synth
-except ModuleNotFoundError as _exc:  # pragma: no cover - until cli/synth.py lands
-    if _exc.name not in ("cli.synth", "cli"):
-        raise
-    _register_synth = None
-if _register_synth is not None:
-    _register_synth(data_app)
+from cli.synth import register as _register_synth  # noqa: E402 - the synthetic generator's command module
+
+_register_synth(data_app)
 
 
 def register(app: typer.Typer) -> None:

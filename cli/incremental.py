@@ -20,7 +20,8 @@ from ._common import console
 
 def partition_from_manifest(dataset: Path, old_manifest: Path, *, max_moved_rows: Optional[str], batch_size: int,
                             embedding_dim: int, seed: int, out: Optional[Path], overwrite: bool,
-                            max_imbalance: Optional[float], rounds: Optional[int], compare_full: bool) -> None:
+                            max_imbalance: Optional[float], rounds: Optional[int], compare_full: bool,
+                            no_plots: bool = False) -> None:
     from gmp.compare import method_options, peak_rss_bytes
     from gmp.datasets.format import load_dataset
     from gmp.graph import build_graph
@@ -30,7 +31,7 @@ def partition_from_manifest(dataset: Path, old_manifest: Path, *, max_moved_rows
     from gmp.partition.incremental import (Options, match_workers, migration_budget, moved_rows, place_new_data,
                                            repartition_incremental)
     from gmp.progress import task
-    from gmp.report import build_report, write_report
+    from gmp.report import build_report, dataset_name_of, write_report
 
     old = load_manifest(old_manifest)
     topo = old.topology
@@ -94,15 +95,16 @@ def partition_from_manifest(dataset: Path, old_manifest: Path, *, max_moved_rows
         metrics = compute_metrics(graph, placement, topo, batch_size=batch_size, embedding_dim=embedding_dim,
                                   seed=seed, partition_seconds=seconds, peak_rss_bytes=peak, num_train=ds.num_train)
         report = build_report(placement=placement, topology=topo, metrics=metrics, source="partition",
-                              dataset_sha256=ds.sha256, graph=graph)
+                              dataset_sha256=ds.sha256, graph=graph, dataset_name=dataset_name_of(ds.meta, dataset))
         report["incremental"] = comparison
     with task("Writing manifest and report"):
         write_manifest(out, placement, dataset_sha256=ds.sha256, num_samples=ds.num_samples,
                        num_embeddings=ds.num_embeddings, topology=topo, metrics=metrics,
-                       report_files=lambda tmp: write_report(tmp, report, formats=("json", "md")),
-                       partition_seconds=seconds, peak_rss_bytes=peak, overwrite=overwrite)
+                       report_files=lambda tmp: write_report(tmp, report, formats=("json", "md"), plots=not no_plots),
+                       partition_seconds=seconds, peak_rss_bytes=peak, overwrite=overwrite,
+                       dataset_name=Path(ds.path).name)
     _print(comparison, name)
-    typer.echo(f"wrote {out} (manifest.json, arrays, report.json, report.md, plots)")
+    typer.echo(f"wrote {out} (manifest.json, arrays, report.json, report.md{'' if no_plots else ', plots'})")
 
 
 def _print(c: dict[str, Any], name: str) -> None:

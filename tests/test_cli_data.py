@@ -197,7 +197,6 @@ def test_info_hand_checked_on_tiny_dataset(tiny_dataset):
     assert (info["num_train"], info["num_test"]) == (4, 2)
 
 
-def test_synth_is_attached_when_present():
-    pytest.importorskip("cli.synth")
+def test_synth_is_attached():
     r = runner.invoke(app, ["data", "synth", "--help"])
     assert r.exit_code == 0 and "--seed" in r.stdout

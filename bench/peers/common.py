@@ -116,6 +116,29 @@ def epoch_batches(data: Data, epoch: int, *, seed: int, world: int, batch_size: 
         yield g.size, np.array_split(g, world)[rank]
 
 
+@dataclass
+class Progress:
+    """Training seconds (batch building included), samples and steps so far."""
+
+    seconds: float = 0.0
+    samples: int = 0
+    steps: int = 0
+
+
+def timed_steps(data: Data, args, epoch: int, *, world: int, rank: int, progress: Progress):
+    """The rank's ``(global batch size, its samples)`` for each step of the epoch (at most
+    ``args.max_steps``); the time between one yield and the next counts as training time."""
+    for i, (global_size, mine) in enumerate(epoch_batches(data, epoch, seed=args.seed, world=world,
+                                                           batch_size=args.batch_size, rank=rank)):
+        if args.max_steps and i >= args.max_steps:
+            return
+        t0 = time.perf_counter()
+        yield global_size, mine
+        progress.seconds += time.perf_counter() - t0
+        progress.samples += global_size
+        progress.steps += 1
+
+
 class DenseInput:
     """What a gmp model's ``logits_from`` reads of a batch."""
 
@@ -134,22 +157,19 @@ def test_auc(data: Data, logits_of, chunk: int = 8192) -> tuple[float, float]:
     return float(roc_auc_score(y, z)), float(np.mean(np.logaddexp(0, z) - y * z))
 
 
-class Timer:
-    """Seconds spent inside ``with timer:`` blocks."""
+def start(args):
+    """Threads, the gloo process group, the data and the gmp model: ``(rank, world, data, ctr)``."""
+    import torch.distributed as dist
 
-    def __init__(self) -> None:
-        self.seconds = 0.0
+    from gmp.train.models import make_model
 
-    def __enter__(self):
-        self._t0 = time.perf_counter()
-
-    def __exit__(self, *exc):
-        self.seconds += time.perf_counter() - self._t0
-
-
-def setup_threads(threads: int) -> None:
-    torch.set_num_threads(max(1, threads))
-    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, threads)))
+    torch.set_num_threads(max(1, args.threads))
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, args.threads)))
+    dist.init_process_group("gloo")
+    data = Data.load(args.dataset)
+    ctr = make_model(args.model, num_fields=data.num_fields, num_dense=data.num_dense,
+                     embedding_dim=args.embedding_dim, seed=args.seed)
+    return dist.get_rank(), dist.get_world_size(), data, ctr
 
 
 def write_result(path: str, result: dict) -> None:

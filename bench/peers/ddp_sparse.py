@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import torch
 import torch.distributed as dist
@@ -20,9 +19,10 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from peers.common import Data, DenseInput, Timer, arguments, epoch_batches, setup_threads, test_auc, write_result  # noqa: E402
+from peers.common import (DenseInput, Progress, arguments, start, test_auc, timed_steps,  # noqa: E402
+                          write_result)
 
-from gmp.train.models import bce_sum, make_model  # noqa: E402
+from gmp.train.models import bce_sum  # noqa: E402
 
 INIT_SCALE = 0.05  # uniform(-0.05, 0.05), as gmp's store initialises rows
 
@@ -45,44 +45,31 @@ class Replicated(nn.Module):
 
 def main() -> None:
     args = arguments(__doc__.splitlines()[0]).parse_args()
-    setup_threads(args.threads)
-    dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    data = Data.load(args.dataset)
-    ctr = make_model(args.model, num_fields=data.num_fields, num_dense=data.num_dense,
-                     embedding_dim=args.embedding_dim, seed=args.seed)
+    rank, world, data, ctr = start(args)
     model = DDP(Replicated(ctr, data.num_embeddings, args.seed))
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
-    seconds, samples, steps = 0.0, 0, 0
-    batch_t = Timer()
+    prog = Progress()
     history = []
     for epoch in range(args.epochs):
-        for i, (global_size, mine) in enumerate(epoch_batches(data, epoch, seed=args.seed, world=world,
-                                                               batch_size=args.batch_size, rank=rank)):
-            if args.max_steps and i >= args.max_steps:
-                break
-            t0 = time.perf_counter()
-            with batch_t:
-                ids, offsets = data.bag_batch(mine)
-                dense, labels = data.dense_batch(mine), data.label_batch(mine)
+        for global_size, mine in timed_steps(data, args, epoch, world=world, rank=rank, progress=prog):
+            ids, offsets = data.bag_batch(mine)
+            dense, labels = data.dense_batch(mine), data.label_batch(mine)
             opt.zero_grad()
             loss = bce_sum(model(ids, offsets, mine.size, dense), labels)
             # DDP averages over ranks: scale so the step is the mean over the global batch
             (loss * world / global_size).backward()
             opt.step()
-            seconds += time.perf_counter() - t0
-            samples += global_size
-            steps += 1
         if rank == 0:
             def logits_of(s):
                 ids, offsets = data.bag_batch(s)
                 return model.module(ids, offsets, s.size, data.dense_batch(s))
             auc, logloss = test_auc(data, logits_of)
-            history.append({"epoch": epoch + 1, "train_seconds": seconds, "test_auc": auc, "test_logloss": logloss})
+            history.append({"epoch": epoch + 1, "train_seconds": prog.seconds, "test_auc": auc,
+                            "test_logloss": logloss})
     if rank == 0:
-        write_result(args.out, {"method": "ddp-sparse", "world": world, "samples": samples, "steps": steps,
-                                "train_seconds": seconds, "samples_per_sec": samples / seconds,
-                                "batch_build_seconds": batch_t.seconds, "epochs": history,
+        write_result(args.out, {"method": "ddp-sparse", "world": world, "samples": prog.samples, "steps": prog.steps,
+                                "train_seconds": prog.seconds, "samples_per_sec": prog.samples / prog.seconds,
+                                "epochs": history,
                                 "test_auc": history[-1]["test_auc"] if history else None})
     dist.destroy_process_group()
 

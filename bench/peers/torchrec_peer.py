@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from peers.common import Data, DenseInput, Timer, arguments, epoch_batches, setup_threads, test_auc, write_result  # noqa: E402
+from peers.common import (Data, DenseInput, Progress, arguments, start, timed_steps,  # noqa: E402
+                          write_result)
 
-from gmp.train.models import bce_sum, make_model  # noqa: E402
+from gmp.train.models import bce_sum  # noqa: E402
 
 INIT_SCALE = 0.05  # uniform(-0.05, 0.05), as gmp's store initialises rows
 
@@ -61,12 +61,7 @@ def main() -> None:
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
 
-    setup_threads(args.threads)
-    dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    data = Data.load(args.dataset)
-    ctr = make_model(args.model, num_fields=data.num_fields, num_dense=data.num_dense,
-                     embedding_dim=args.embedding_dim, seed=args.seed)
+    rank, world, data, ctr = start(args)
     if ctr.row_dim % 4:
         raise SystemExit(f"FBGEMM needs row widths divisible by 4; --model {args.model} has rows of {ctr.row_dim} "
                          f"(embedding dim + a linear column): use --model dcn")
@@ -92,21 +87,15 @@ def main() -> None:
     dense_params = [p for n, p in dmp.named_parameters() if "embedding_bags" not in n]
     opt = torch.optim.SGD(dense_params, lr=args.lr)
     kinds = sorted({ps.sharding_type for m in plan.plan.values() for ps in m.values()})
-    seconds, samples, steps = 0.0, 0, 0
-    batch_t = Timer()
+    prog = Progress()
     history = []
     keys = data.field_names
     for epoch in range(args.epochs):
         dmp.train()
-        for i, (global_size, mine) in enumerate(epoch_batches(data, epoch, seed=args.seed, world=world,
-                                                               batch_size=args.batch_size, rank=rank)):
-            if args.max_steps and i >= args.max_steps:
-                break
-            t0 = time.perf_counter()
-            with batch_t:
-                values, lengths = data.keyed_batch(mine)
-                kjt = KeyedJaggedTensor.from_lengths_sync(keys=keys, values=values, lengths=lengths)
-                dense, labels = data.dense_batch(mine), data.label_batch(mine)
+        for global_size, mine in timed_steps(data, args, epoch, world=world, rank=rank, progress=prog):
+            values, lengths = data.keyed_batch(mine)
+            kjt = KeyedJaggedTensor.from_lengths_sync(keys=keys, values=values, lengths=lengths)
+            dense, labels = data.dense_batch(mine), data.label_batch(mine)
             opt.zero_grad()
             loss = bce_sum(dmp(kjt, mine.size, dense), labels)
             # embedding gradients sum over ranks (all-to-all); DDP averages the dense ones: scale
@@ -116,9 +105,6 @@ def main() -> None:
                 if p.grad is not None:
                     p.grad.mul_(world)
             opt.step()
-            seconds += time.perf_counter() - t0
-            samples += global_size
-            steps += 1
         # every rank takes part in evaluation (the sharded lookup is collective)
         dmp.eval()
         test = torch.arange(data.num_train, data.num_samples).numpy()
@@ -146,13 +132,12 @@ def main() -> None:
             ids = np.concatenate([np.asarray(s[0], dtype=np.int64) for s in sizes])
             zz = np.concatenate([np.asarray(s[1]) for s in sizes])
             y = data.labels[ids].astype(np.float64)
-            history.append({"epoch": epoch + 1, "train_seconds": seconds, "test_auc": float(roc_auc_score(y, zz)),
+            history.append({"epoch": epoch + 1, "train_seconds": prog.seconds, "test_auc": float(roc_auc_score(y, zz)),
                             "test_logloss": float(np.mean(np.logaddexp(0, zz) - y * zz))})
     if rank == 0:
         write_result(args.out, {"method": f"torchrec-{args.sharding}", "sharding_types": kinds, "world": world,
-                                "samples": samples, "steps": steps, "train_seconds": seconds,
-                                "samples_per_sec": samples / seconds, "batch_build_seconds": batch_t.seconds,
-                                "epochs": history, "test_auc": history[-1]["test_auc"] if history else None})
+                                "samples": prog.samples, "steps": prog.steps, "train_seconds": prog.seconds,
+                                "samples_per_sec": prog.samples / prog.seconds, "epochs": history, "test_auc": history[-1]["test_auc"] if history else None})
     dist.destroy_process_group()
 
 

@@ -139,12 +139,12 @@ def import_csv(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, o
         raise ImportDataError("a column is named in more than one of --label/--cat/--multi/--dense; give each one role.")
     if not (cat_cols or multi_cols):
         raise ImportDataError("no categorical or multi-valued columns to import; name some with --cat or --multi.")
-    plan = _Plan(cols, sep, label_col, dense_cols, multi_cols, cat_cols, options)
+    plan = DelimitedPlan(cols, sep, label_col, dense_cols, multi_cols, cat_cols, options)
     return run_delimited(paths, out, fmt="csv", plan=plan, common=common, format_options=options.to_json())
 
 
 @dataclass
-class _Plan:
+class DelimitedPlan:
     cols: list[str]
     sep: str
     label_col: int
@@ -154,7 +154,7 @@ class _Plan:
     options: CsvOptions
 
 
-def run_delimited(paths: list[Path], out, *, fmt: str, plan: _Plan, common: CommonOptions,
+def run_delimited(paths: list[Path], out, *, fmt: str, plan: DelimitedPlan, common: CommonOptions,
                   format_options: dict[str, Any], derived=None) -> dict[str, Any]:
     """The chunk loop shared by the CSV-like importers.
 
@@ -241,7 +241,7 @@ def run_delimited(paths: list[Path], out, *, fmt: str, plan: _Plan, common: Comm
                                              np.ascontiguousarray(ends[good, c]), ord(opts.multi_sep), True)
                     # an empty list is the field's missing value (one id)
                     parts.append(vocab.lookup_multi(f, lens, keys))
-                lengths, ids = _interleave(parts, m)
+                lengths, ids = interleave(parts, m)
                 dense = None
                 if num_dense:
                     dv = dvals[good]
@@ -251,7 +251,7 @@ def run_delimited(paths: list[Path], out, *, fmt: str, plan: _Plan, common: Comm
                              format_options=format_options, dense_names=[plan.cols[c] for c in plan.dense_cols])
 
 
-def _interleave(parts: list[tuple[np.ndarray | None, np.ndarray]], m: int) -> tuple[np.ndarray, np.ndarray]:
+def interleave(parts: list[tuple[np.ndarray | None, np.ndarray]], m: int) -> tuple[np.ndarray, np.ndarray]:
     """Sample-major id stream from per-field pieces (``None`` lengths = one id per sample)."""
     lens = np.stack([np.ones(m, np.int64) if l is None else l for l, _ in parts], axis=1)  # [m, F]
     lengths = lens.sum(axis=1)

@@ -222,6 +222,12 @@ class PreparedDataset:
                 out[a:b] = i
         return out
 
+    def __repr__(self) -> str:  # the header in one line, never the arrays or the whole meta
+        name = self.meta.get("name") or self.path.name
+        return (f"<PreparedDataset {name!r} at {str(self.path)!r}: {self.num_samples:,} samples "
+                f"({self.num_train:,} train), {self.num_embeddings:,} embeddings in {len(self.categorical_fields)} "
+                f"fields, {self.num_dense} dense, sha256 {self.sha256[:12]}>")
+
     def verify_hash(self) -> None:
         """Recompute the content hash and raise :class:`DatasetError` if it differs."""
         got = compute_sha256(self.indptr, self.indices, self.labels, self.dense)

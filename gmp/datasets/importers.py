@@ -50,6 +50,7 @@ import numba
 import numpy as np
 
 from ..errors import ImportDataError
+from ..kernels.hashing import mix64
 
 log = logging.getLogger(__name__)
 
@@ -463,15 +464,7 @@ def parse_float_block(buf, starts, ends):  # pragma: no cover - compiled
     return vals, status
 
 
-@numba.njit(cache=True, nogil=True)
-def _mix64(h):  # pragma: no cover - compiled
-    # splitmix64 finaliser: spreads FNV's low-entropy high bits.
-    h ^= h >> np.uint64(30)
-    h *= np.uint64(0xBF58476D1CE4E5B9)
-    h ^= h >> np.uint64(27)
-    h *= np.uint64(0x94D049BB133111EB)
-    h ^= h >> np.uint64(31)
-    return h
+_mix64 = mix64  # splitmix64 finaliser (gmp.kernels.hashing): spreads FNV's low-entropy high bits
 
 
 @numba.njit(cache=True, nogil=True)

@@ -34,7 +34,7 @@ import numpy as np
 
 from ..errors import ImportDataError
 from ..progress import task
-from .csvfmt import CsvOptions, _interleave
+from .csvfmt import CsvOptions, interleave
 from .format import DatasetWriter
 from .importers import BadLines, CommonOptions, check_inputs, finish_import, hash_strings, log1p_clamped, total_size
 from .vocab import Vocabulary
@@ -112,7 +112,7 @@ def import_parquet(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, 
                 for c, f in zip(roles["multi"], multi_fids):
                     lens, keys = _multi_keys(pa, pc, batch.column(c), options.multi_sep)
                     parts.append(vocab.lookup_multi(f, lens, keys))
-                lengths, ids = _interleave(parts, m)
+                lengths, ids = interleave(parts, m)
                 d = None
                 if roles["dense"]:
                     d = dense[good]

@@ -326,16 +326,19 @@ class RowCache:
         values = self.master.read(rows)
         self.stats.rows_loaded += int(rows.size)
         self.stats.bytes_loaded += int(values.nbytes)
-        idx = torch.as_tensor(slots, device=self.device)
         if not self._cuda:
-            self.tensor.index_copy_(0, idx, torch.from_numpy(values))
+            self.tensor.index_copy_(0, torch.as_tensor(slots), torch.from_numpy(values))
             return None
-        src = torch.from_numpy(values).pin_memory()
+        # the slots may be victims a finished step updated (queued on the compute stream) and whose
+        # value was just written back: the side stream starts after everything queued there
+        src = torch.from_numpy(values).pin_memory()  # the caching host allocator keeps it until the copy ends
+        self._stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(self._stream):
+            idx = torch.as_tensor(slots).pin_memory().to(self.device, non_blocking=True)
             self.tensor.index_copy_(0, idx, src.to(self.device, non_blocking=True))
             event = torch.cuda.Event()
             event.record(self._stream)
-        return event
+        return event  # the step calls torch.cuda.current_stream().wait_event(event) before reading
 
     def _write_back(self, slots: np.ndarray, rows: np.ndarray) -> None:
         if self._cuda:
