@@ -108,8 +108,8 @@ def parse_key_values(items: list[str]) -> dict:
 def partition(
     dataset: Path = typer.Argument(..., help="Prepared dataset directory (from 'gmp data import|synth')."),
     workers: Optional[int] = typer.Option(None, "--workers", "-w", help="Number of workers (or give --topology)."),
-    method: str = typer.Option(..., "--method", "-m", help="Partitioner: random, metis, metis-bipartite, "
-                               "greedy-stream, hybrid, bicut, hypergraph."),
+    method: Optional[str] = typer.Option(None, "--method", "-m", help="Partitioner: random, metis, metis-bipartite, "
+                                         "greedy-stream, hybrid, bicut, hypergraph (not with --from-manifest)."),
     topology: Optional[str] = typer.Option(None, "--topology", help="N workers (e.g. 8) or MxG machines x GPUs (e.g. 2x8)."),
     topology_file: Optional[Path] = typer.Option(None, "--topology-file", help="JSON cost matrix {\"cost\": [[...]]}."),
     inter_cost: float = typer.Option(10.0, "--inter-cost", help="Inter-machine cost for --topology MxG (intra = 1)."),
@@ -130,8 +130,30 @@ def partition(
     threads: Optional[int] = typer.Option(None, "--threads", help="Partitioner option: worker threads."),
     option: Optional[list[str]] = typer.Option(None, "--option", "-O", help="Any other partitioner option as "
                                                "KEY=VALUE (repeatable), e.g. -O order=dataset -O max_pairs=8000000."),
+    from_manifest: Optional[Path] = typer.Option(None, "--from-manifest", help="Keep this older placement's rows "
+                                                 "and place the new DATASET on it (ids must be stable: --extend)."),
+    max_moved_rows: Optional[str] = typer.Option(None, "--max-moved-rows", help="With --from-manifest: re-partition "
+                                                 "incrementally, moving at most N rows or P% of the used rows."),
+    compare_full: bool = typer.Option(False, "--compare-full", help="With --from-manifest: also run a full hybrid "
+                                      "re-partition and report its traffic, rows moved and time."),
 ) -> None:
     """Partition a dataset's sample-embedding graph and write a placement manifest + report."""
+    from gmp.errors import PartitionError
+
+    if from_manifest is not None:
+        from .incremental import partition_from_manifest
+
+        if method is not None or workers is not None or topology is not None or topology_file is not None:
+            raise PartitionError("--from-manifest keeps the old placement's workers and topology; drop --method, "
+                                 "--workers, --topology and --topology-file.")
+        return partition_from_manifest(dataset, from_manifest, max_moved_rows=max_moved_rows, batch_size=batch_size,
+                                       embedding_dim=embedding_dim, seed=seed, out=out, overwrite=overwrite,
+                                       max_imbalance=max_imbalance, rounds=rounds, compare_full=compare_full,
+                                       no_plots=no_plots)
+    if method is None:
+        raise PartitionError("--method is required (or give --from-manifest OLD_MANIFEST to place new data on it).")
+    if max_moved_rows is not None or compare_full:
+        raise PartitionError("--max-moved-rows and --compare-full need --from-manifest OLD_MANIFEST.")
     from gmp.compare import method_options, peak_rss_bytes, with_field_layout
     from gmp.datasets.format import load_dataset
     from gmp.graph import build_graph

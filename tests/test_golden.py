@@ -57,6 +57,17 @@ def test_golden_dataset_v1_reads_and_verifies():
     assert float(np.mean(arrays[2])) == pytest.approx(meta["label_rate"])
 
 
+def test_golden_dataset_v2_reads_and_verifies():
+    path = DATA / "dataset_v2"
+    ds = load_dataset(path, verify=True)
+    assert ds.meta["schema_version"] == 2 and ds.meta["parent"] is None
+    assert [(f.name, f.id_ranges) for f in ds.categorical_fields] == [("user", ((0, 5),)), ("item", ((5, 10),))]
+    assert (ds.num_samples, ds.num_train, ds.num_test, ds.num_dense) == (6, 4, 2, 1)
+    arrays = [np.load(path / f"{n}.npy") for n in ("indptr", "indices", "labels", "dense")]
+    assert compute_sha256(*arrays) == ds.meta["sha256"]
+    assert (path / "vocab.npz").is_file()  # what --extend reads
+
+
 def test_golden_manifest_v1_and_its_report_read():
     raw = json.loads((DATA / "manifest_v1" / "manifest.json").read_text())
     m = load_manifest(DATA / "manifest_v1", verify_hash=True)

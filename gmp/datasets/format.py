@@ -8,12 +8,22 @@ A prepared dataset is a directory::
     ├── indptr.npy        int64  [num_samples + 1]   CSR row pointers
     ├── indices.npy       int32  [num_edges]          embedding ids (int64 if > 2^31-1)
     ├── labels.npy        float32 [num_samples]       0.0 / 1.0
-    └── dense.npy         float32 [num_samples, num_dense]   (absent when num_dense == 0)
+    ├── dense.npy         float32 [num_samples, num_dense]   (absent when num_dense == 0)
+    └── vocab.npz         uint64 per vocabulary field: the raw-value keys of its local ids 2.. in
+                          local-id order, as ``field_<i>`` (i = index among the categorical
+                          fields; hashed fields have none). Written by ``gmp data import``
+                          (absent for synthetic data); read by ``gmp data import --extend``.
 
 Sample ``i`` uses embedding ids ``indices[indptr[i]:indptr[i+1]]`` (multi-hot
 allowed: a multi-valued field contributes several ids; duplicates are removed
-within a sample). Embedding ids are global: field ``f`` owns the contiguous
-range ``[offset_f, offset_f + num_values_f)``. Inside every categorical or
+within a sample). Embedding ids are global: field ``f`` owns the ids of its
+``ranges`` (half-open ``[start, stop)`` pairs; local id k is the k-th id along
+them): one range ``[offset_f, offset_f + num_values_f)`` for a fresh import,
+more for a dataset that extends another (``gmp data import --extend PREV``
+keeps every value PREV knew at its id and appends the new values of each
+field after PREV's ``num_embeddings``, so a row keeps its id across days).
+Such a dataset records ``parent`` (PREV's ``sha256`` and ``num_embeddings``)
+and ``new_id_ranges`` (the ids it added); both are null otherwise. Inside every categorical or
 multi-valued field, local id 0 is the field's *missing* value and local id 1
 its shared *rare* value (values seen fewer than ``--min-count`` times); real
 values follow, most frequent first. A hashed field has ``hash_buckets``
@@ -46,7 +56,7 @@ Example ``dataset.json``::
 
     {
       "format": "gmp.dataset",
-      "schema_version": 1,
+      "schema_version": 2,
       "gmp_version": "0.1.0",
       "created": "2026-11-22T00:00:00+00:00",
       "source": {"format": "criteo", "inputs": ["train.txt.gz"],
@@ -58,10 +68,12 @@ Example ``dataset.json``::
       "fields": [
         {"name": "I1", "kind": "dense", "num_values": 0, "offset": null, "column": 0},
         {"name": "C1", "kind": "categorical", "num_values": 1262, "offset": 0,
-         "missing_id": 0, "rare_id": 1, "hash_buckets": null},
+         "missing_id": 0, "rare_id": 1, "hash_buckets": null, "ranges": [[0, 1262]]},
         {"name": "genres", "kind": "multi", "num_values": 21, "offset": 1262,
-         "missing_id": 1262, "rare_id": 1263, "hash_buckets": null}
+         "missing_id": 1262, "rare_id": 1263, "hash_buckets": null, "ranges": [[1262, 1283]]}
       ],
+      "parent": null,
+      "new_id_ranges": null,
       "label_rate": 0.2561,
       "num_bad_lines": 0,
       "bad_lines": [],
@@ -70,6 +82,12 @@ Example ``dataset.json``::
     }
 
 ``bad_lines`` holds the first 10 skipped lines as ``{"line": N, "reason": "..."}``.
+An extending dataset has ``"parent": {"sha256": "...", "num_embeddings": 1228411, "path": "..."}``
+and e.g. ``"new_id_ranges": [[1228411, 1230002], [1230002, 1230950]]`` (one range per field
+that gained values), and its fields' ``ranges`` then have two or more entries.
+
+**Versions.** 2 added ``fields[].ranges``, ``parent`` and ``new_id_ranges``;
+a version-1 header is upgraded on read (one contiguous range per field, no parent).
 """
 
 from __future__ import annotations
@@ -91,7 +109,7 @@ from .._io import (atomic_directory, hash_arrays, header_value, index_dtype, loa
 from ..errors import DatasetError
 
 FORMAT = "gmp.dataset"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 FIELD_KINDS = ("categorical", "multi", "dense")
 _FIX = "re-create it with 'gmp data import' or 'gmp data synth'."
 
@@ -108,12 +126,30 @@ class FieldInfo:
     rare_id: int | None = None
     hash_buckets: int | None = None
     column: int | None = None  # dense fields: column in dense.npy
+    #: the field's ids as half-open ranges; None: the one range [offset, offset + num_values)
+    ranges: tuple[tuple[int, int], ...] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in FIELD_KINDS:
             raise DatasetError(f"field {self.name!r} has kind {self.kind!r}, expected one of {FIELD_KINDS}.")
         if self.kind != "dense" and (self.offset is None or self.offset < 0 or self.num_values < 0):
             raise DatasetError(f"field {self.name!r} needs a non-negative offset and num_values.")
+        if self.ranges is not None and self.kind != "dense":
+            if sum(b - a for a, b in self.ranges) != self.num_values or any(b < a for a, b in self.ranges):
+                raise DatasetError(f"field {self.name!r}: ranges {list(self.ranges)} must be [start, stop) pairs "
+                                   f"covering num_values={self.num_values} ids.")
+
+    @property
+    def id_ranges(self) -> tuple[tuple[int, int], ...]:
+        """The field's ids as half-open ``(start, stop)`` ranges (empty for a dense field)."""
+        if self.kind == "dense":
+            return ()
+        return self.ranges if self.ranges is not None else ((int(self.offset), int(self.offset) + self.num_values),)
+
+    def ids(self) -> np.ndarray:
+        """int64: the global id of every local id, in local order."""
+        parts = [np.arange(a, b, dtype=np.int64) for a, b in self.id_ranges]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -125,6 +161,7 @@ class FieldInfo:
             "rare_id": self.rare_id,
             "hash_buckets": self.hash_buckets,
             "column": self.column,
+            "ranges": None if self.kind == "dense" else [list(r) for r in self.id_ranges],
         }
 
     @classmethod
@@ -138,6 +175,7 @@ class FieldInfo:
             rare_id=obj.get("rare_id"),
             hash_buckets=obj.get("hash_buckets"),
             column=obj.get("column"),
+            ranges=None if obj.get("ranges") is None else tuple((int(a), int(b)) for a, b in obj["ranges"]),
         )
 
 
@@ -192,7 +230,8 @@ class PreparedDataset:
         dtype = np.int16 if len(cats) < 2**15 else np.int32
         out = np.full(self.num_embeddings, -1, dtype=dtype)
         for i, f in enumerate(cats):
-            out[f.offset : f.offset + f.num_values] = i
+            for a, b in f.id_ranges:
+                out[a:b] = i
         return out
 
     def __repr__(self) -> str:  # the header in one line, never the arrays or the whole meta
@@ -306,20 +345,27 @@ def check_header(meta: Mapping[str, Any], path: Path) -> list[FieldInfo]:
             if column is None or column >= num_dense:
                 raise DatasetError(f"{path}: {where}column must be an integer in [0, num_dense={num_dense}) for "
                                    f"dense field {name!r}, got {column}; {_FIX}")
-        else:
+        ranges = None
+        if kind != "dense":
             off = ids["offset"]
             if off is None:
                 raise DatasetError(f"{path}: {where}offset must be a non-negative integer for field {name!r}; {_FIX}")
-            if off + num_values > m:
-                raise DatasetError(f"{path}: field {name!r} ends at id {off + num_values}, beyond num_embeddings "
-                                   f"{m}; {_FIX}")
+            ranges = _check_ranges(get(f, "ranges", "list", where, optional=True), off, num_values, m,
+                                   f"{path}: {where}ranges of field {name!r}")
+            end = max((b for _, b in ranges), default=off)
+            if end > m:
+                raise DatasetError(f"{path}: field {name!r} ends at id {end}, beyond num_embeddings {m}; {_FIX}")
             for k in ("missing_id", "rare_id"):
-                if ids[k] is not None and not off <= ids[k] < off + num_values:
+                if ids[k] is not None and not any(a <= ids[k] < b for a, b in ranges):
                     raise DatasetError(f"{path}: {where}{k} {ids[k]} is outside field {name!r}'s ids "
-                                       f"[{off}, {off + num_values}); {_FIX}")
+                                       f"{[list(r) for r in ranges]}; {_FIX}")
         fields.append(FieldInfo(name=name, kind=kind, num_values=num_values, offset=ids["offset"],
                                 missing_id=ids["missing_id"], rare_id=ids["rare_id"], hash_buckets=buckets,
-                                column=column))
+                                column=column, ranges=ranges))
+    get(meta, "parent", "dict", optional=True)  # schema 2: the dataset this one extends
+    new_ranges = get(meta, "new_id_ranges", "list", optional=True)
+    if new_ranges is not None:
+        _check_ranges(new_ranges, 0, None, m, f"{path}: new_id_ranges")
     split = get(meta, "split", "dict")
     num_train = get(split, "num_train", "int>=0", "split.")
     num_test = get(split, "num_test", "int>=0", "split.")
@@ -327,6 +373,25 @@ def check_header(meta: Mapping[str, Any], path: Path) -> list[FieldInfo]:
         raise DatasetError(f"{path}: split.num_train + split.num_test = {num_train + num_test}, expected "
                            f"num_samples {n}; {_FIX}")
     return fields
+
+
+def _check_ranges(ranges, offset: int, num_values: int | None, num_embeddings: int,
+                  what: str) -> tuple[tuple[int, int], ...]:
+    """``[[start, stop], ...]`` half-open id ranges inside ``[0, num_embeddings]`` covering ``num_values`` ids
+    (``None`` ranges: the one range ``[offset, offset + num_values)``)."""
+    if ranges is None:
+        return ((offset, offset + (num_values or 0)),)
+    out = []
+    for r in ranges:
+        ok = (isinstance(r, list) and len(r) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in r)
+              and 0 <= r[0] <= r[1] <= num_embeddings)
+        if not ok:
+            raise DatasetError(f"{what} must be [start, stop] pairs of ids in [0, {num_embeddings}], got "
+                               f"{json.dumps(r, default=str)[:40]}; {_FIX}")
+        out.append((r[0], r[1]))
+    if num_values is not None and sum(b - a for a, b in out) != num_values:
+        raise DatasetError(f"{what} cover {sum(b - a for a, b in out)} ids, expected num_values {num_values}; {_FIX}")
+    return tuple(out)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -377,8 +442,37 @@ def _expect(path: Path, arr: np.ndarray, shape: tuple[int, ...], dtypes: Sequenc
         raise DatasetError(f"{path} has dtype {arr.dtype}, expected one of {list(dtypes)}; {_FIX}")
 
 
+def _upgrade_1_to_2(meta: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 added ``fields[].ranges``, ``parent`` and ``new_id_ranges``: a version-1 field is
+    one contiguous range and a version-1 dataset extends nothing."""
+    meta = dict(meta)
+    fields = []
+    for f in meta.get("fields", []) if isinstance(meta.get("fields"), list) else []:
+        if not isinstance(f, dict):
+            fields.append(f)  # check_header names it
+            continue
+        f = dict(f)
+        off, num = f.get("offset"), f.get("num_values", 0)
+        whole = all(isinstance(x, int) and not isinstance(x, bool) for x in (off, num))
+        # a wrongly typed offset stays for check_header to name; its ranges stay unset
+        f["ranges"] = [[off, off + num]] if f.get("kind") != "dense" and whole else None
+        fields.append(f)
+    if isinstance(meta.get("fields"), list):
+        meta["fields"] = fields  # anything else is left for check_header to name
+    meta.setdefault("parent", None)
+    meta.setdefault("new_id_ranges", None)
+    meta["schema_version"] = 2
+    return meta
+
+
+#: version v -> the function upgrading a version-v header to v + 1
+_UPGRADES = {1: _upgrade_1_to_2}
+
+
 def _upgrade(meta: dict[str, Any]) -> dict[str, Any]:
-    """Upgrade an older header one version at a time (only version 1 exists)."""
+    """Upgrade an older header one version at a time."""
+    while int(meta["schema_version"]) < SCHEMA_VERSION:
+        meta = _UPGRADES[int(meta["schema_version"])](meta)
     return meta
 
 
@@ -610,6 +704,8 @@ class DatasetWriter:
             "bad_lines": [dict(b) for b in list(bad_lines)[:10]],
             "split": split,
             "sha256": sha,
+            "parent": None,
+            "new_id_ranges": None,
         }
         if extra:
             meta.update(extra)

@@ -611,6 +611,7 @@ class CommonOptions:
     overwrite: bool = False
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
     test_inputs: tuple[str, ...] = ()  # inputs whose samples are the test set (read last)
+    extend: str | None = None  # a prepared dataset whose ids this import keeps (gmp.datasets.extend)
 
     def __post_init__(self) -> None:
         if self.min_count < 1:
@@ -632,6 +633,8 @@ class CommonOptions:
                "test_fraction": self.test_fraction}
         if self.test_inputs:
             out["test_inputs"] = list(self.test_inputs)
+        if self.extend:
+            out["extend"] = str(self.extend)
         return out
 
     def with_test_inputs(self, paths: Sequence[str | os.PathLike]) -> "CommonOptions":
@@ -666,13 +669,26 @@ def finish_import(writer, vocab, bad: BadLines, *, fmt: str, paths: Sequence[Pat
             f"(first: {bad.first[0]['file']} line {bad.first[0]['line']}: {bad.first[0]['reason']}).",
             bad=bad, lines_read=lines_read)
     bad.check(name=names, lines_read=lines_read)
-    cat_fields, num_embeddings, remap = vocab.finish()
+    extra = dict(extra or {})
+    if common.extend:  # keep the previous dataset's ids, append the new values (gmp.datasets.extend)
+        from .extend import previous_fields
+
+        prev, prev_meta = previous_fields(common.extend)
+        cat_fields, num_embeddings, remap = vocab.finish(prev, int(prev_meta["num_embeddings"]))
+        extra["parent"] = {"sha256": prev_meta["sha256"], "num_embeddings": int(prev_meta["num_embeddings"]),
+                           "path": str(common.extend)}
+        extra["new_id_ranges"] = vocab.new_id_ranges
+    else:
+        cat_fields, num_embeddings, remap = vocab.finish()
+    from .extend import VOCAB_FILE, vocab_arrays
+
+    np.savez(writer.tmpdir / VOCAB_FILE, **vocab_arrays(vocab.kept_keys))
     fields = [FieldInfo(n, "dense", 0, None, column=j) for j, n in enumerate(dense_names)] + cat_fields
     source = {"format": fmt, "inputs": [str(p) for p in paths],
               "options": {**common.to_json(), **format_options}, "num_lines": int(lines_read)}
     log.info("%s: %d lines, %d samples, %d bad", names, lines_read, writer.num_samples, bad.count)
-    if dedupe is None:
-        dedupe = any(f.kind == "multi" for f in cat_fields)
+    if dedupe is None:  # an extending import's new ids follow all old ones: its samples need sorting
+        dedupe = any(f.kind == "multi" for f in cat_fields) or bool(common.extend)
     return writer.finish(fields=fields, num_embeddings=num_embeddings, source=source, remap=remap,
                          test_fraction=common.test_fraction, num_bad_lines=bad.count, bad_lines=bad.first,
                          extra=extra, dedupe=dedupe, chunk_samples=1 << 18)
