@@ -23,10 +23,11 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from gmp.datasets.format import load_dataset
-from gmp.train.loop import TrainData
+from gmp.train import TrainData
 from gmp.train.models import bce_sum, make_model
 from gmp.train.schedule import NaiveSchedule
-from gmp.train.store import ADAGRAD_EPS, initial_rows
+from gmp.constants import ADAGRAD_EPS
+from gmp.train.store import initial_rows
 
 
 class Replicated(nn.Module):

@@ -55,7 +55,8 @@ import numpy as np  # noqa: E402
 from gmp.datasets.format import load_dataset  # noqa: E402
 from gmp.placement import Placement  # noqa: E402
 from gmp.simulate import epoch_order, simulate  # noqa: E402
-from gmp.train.scheduler import _SPREAD, RuntimeScheduler, _assign_mark, batch_capacities  # noqa: E402
+from gmp.train.herald import HeraldOptions, RuntimeScheduler, batch_capacities  # noqa: E402
+from gmp.train.herald.kernels import SPREAD, BatchBuffers, assign_mark  # noqa: E402
 
 SETTINGS = ("ps", "ps-hot", "manifest")
 ROWS = [
@@ -89,9 +90,10 @@ def table1(ds, placement, args) -> list[dict]:
     for setting in SETTINGS:
         for label, schedule, on_demand, policy in ROWS:
             t0 = time.perf_counter()
+            options = HeraldOptions(on_demand=on_demand, cache_rows=cache_rows, cache_policy=policy,
+                                    lookahead=args.lookahead, read_only_replicas=False)
             res = simulate(ds.indptr, ds.indices, placement, num_train=ds.num_train, batch_size=args.batch_size,
-                           schedule=schedule, on_demand=on_demand, cache_rows=cache_rows, cache_policy=policy,
-                           lookahead=args.lookahead, seed=args.seed, embedding_dim=args.embedding_dim,
+                           schedule=schedule, options=options, seed=args.seed, embedding_dim=args.embedding_dim,
                            parameter_server=setting.startswith("ps"),
                            min_frequency=args.min_frequency if setting.endswith("hot") else 0.0,
                            order=order).to_json()
@@ -142,7 +144,7 @@ def timing(ds, placement, args) -> dict:
     a few microseconds per step); "rest" is the full step minus the kernels (the sort of the
     batch's distinct rows, allocations, Python).
     """
-    import gmp.train.scheduler as sched_mod
+    import gmp.train.herald.engine as sched_mod
 
     n = args.timing_workers
     b = args.timing_batch // n
@@ -150,10 +152,11 @@ def timing(ds, placement, args) -> dict:
         placement = random_placement(ds.num_samples, ds.num_embeddings, n, args.seed)
     rows_active = active_rows(ds, ds.num_train)
     cache_rows = max(1, int(args.cache_fraction * rows_active))
-    eng = RuntimeScheduler(ds.indptr, ds.indices, placement, batch_size=b, assignment="herald", on_demand=True,
-                           cache_rows=cache_rows)
+    eng = RuntimeScheduler(ds.indptr, ds.indices, placement,
+                           HeraldOptions(on_demand=True, cache_rows=cache_rows, read_only_replicas=False),
+                           batch_size=b, assignment="herald")
     vw = eng.vw.copy()  # scratch: the front kernel alone must not touch the engine's state
-    nnz = args.timing_batch * eng._max_degree
+    nnz = args.timing_batch * eng.max_degree
     b_ptr, b_idx, touched = (np.empty(args.timing_batch + 1, np.int64), np.empty(nnz, np.int32),
                              np.empty(nnz, np.int32))
     keys = ("assign_wall", "assign_cpu", "step_wall", "step_cpu") + tuple(f"kernel{k}_cpu" for k in KERNELS)
@@ -177,7 +180,7 @@ def timing(ds, placement, args) -> dict:
         for _ in range(args.timing_warmup):
             eng.next_batch()
         cur = {k: [] for k in keys}
-        first = eng._pos
+        first = eng.position
         for k in KERNELS:  # next_batch looks the kernels up in the module at each call
             kernel_s[k].clear()
             setattr(sched_mod, k, timed(k, originals[k]))
@@ -194,12 +197,14 @@ def timing(ds, placement, args) -> dict:
         for k in KERNELS:
             cur[f"kernel{k}_cpu"] = kernel_s[k][:]
         for k in range(first, first + args.timing_batches):  # then the front kernel alone, same batches
-            samples = eng._batch_samples(k)
+            samples = eng.batch_samples(k)
             caps = batch_capacities(samples.size, n)
             worker_of = np.empty(samples.size, dtype=np.int32)
             t0, c0 = time.perf_counter(), time.thread_time()
-            ids, nt, _ = _assign_mark(eng.indptr, eng._indices_u32, samples, vw, caps, True, eng._swar, _SPREAD,
-                                      worker_of, b_ptr, b_idx.view(np.uint32), touched.view(np.uint32))
+            state = eng.kernel_state()._replace(vw=vw)
+            bufs = BatchBuffers(b_ptr, b_idx.view(np.uint32), touched.view(np.uint32), *eng.kernel_buffers()[3:])
+            ids, nt, _ = assign_mark(state, bufs, eng.indptr, eng.indices_u32, samples, caps, True, eng.swar, SPREAD,
+                                     worker_of)
             cur["assign_wall"].append(time.perf_counter() - t0)
             cur["assign_cpu"].append(time.thread_time() - c0)
             vw[touched[:nt], 1] = 0
@@ -221,8 +226,8 @@ def timing(ds, placement, args) -> dict:
     return out
 
 
-#: the compiled kernels of ``RuntimeScheduler.next_batch`` (gmp.train.scheduler), timed one by one
-KERNELS = ("_assign_mark", "_sync_rows", "_trim_all", "_assemble")
+#: the compiled kernels of ``RuntimeScheduler.next_batch`` (gmp.train.herald.kernels), timed one by one
+KERNELS = ("assign_mark", "sync_rows", "trim_all", "assemble")
 
 
 def print_timing(t: dict) -> None:
@@ -253,8 +258,8 @@ def train_part(args) -> list[dict]:
     from gmp.graph import build_graph
     from gmp.partition import run_partitioner
     from gmp.topology import homogeneous
-    from gmp.train.engine_local import LocalEngine
-    from gmp.train.loop import TrainConfig, TrainData, Trainer
+    from gmp.comm.local import LocalEngine
+    from gmp.train import TrainConfig, TrainData, Trainer
 
     torch.set_num_threads(1)
     path = Path(args.train_dataset or f"data/bench/herald-train-{args.train_samples // 1000}k")
@@ -277,7 +282,7 @@ def train_part(args) -> list[dict]:
                               ("herald", {"lookahead": args.train_lookahead})):
         cfg = TrainConfig(model="wdl", embedding_dim=args.embedding_dim, optimizer="adagrad", lr=0.01,
                           batch_size=args.train_batch_size, epochs=1, schedule=schedule, seed=0,
-                          schedule_options=options)
+                          herald=HeraldOptions(**options) if schedule == "herald" else None)
         tr = Trainer(TrainData(ds), placement, cfg, LocalEngine(n))
         rec = tr.fit()[-1]
         steps = max(rec["steps"], 1)

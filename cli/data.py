@@ -17,10 +17,10 @@ import typer
 
 from ._common import console, echo_json, handle_errors
 
+from gmp.datasets.imports import FORMATS
+
 #: largest --hash SIZE
 MAX_HASH_BUCKETS = 2**31 - 2
-
-FORMATS = ("criteo", "avazu", "movielens", "libsvm", "libfm", "libffm", "csv")
 
 data_app = typer.Typer(
     name="data",
@@ -30,7 +30,10 @@ data_app = typer.Typer(
 
 
 def _split_names(value: Optional[str]) -> list[str]:
-    return [v.strip() for v in value.split(",") if v.strip()] if value else []
+    """Comma-separated column names; numbered ranges expand (``I1..I13``)."""
+    from gmp.datasets.sniff import expand_names
+
+    return expand_names([v.strip() for v in value.split(",") if v.strip()]) if value else []
 
 
 def parse_hash(specs: list[str]) -> dict[str, int]:
@@ -56,13 +59,17 @@ def import_cmd(
     inputs: List[Path] = typer.Argument(..., metavar="INPUT...",
                                         help="Input file(s), plain or gzip (movielens: the ratings file or its directory)."),
     out: Path = typer.Option(..., "--out", "-o", help="Output directory (the prepared dataset)."),
+    test_input: List[Path] = typer.Option([], "--test-input", metavar="FILE",
+                                          help="Keep a provided split: these files (read after INPUT...) are "
+                                               "the test set, instead of the last --test-fraction (repeatable)."),
     min_count: int = typer.Option(1, "--min-count",
                                   help="Values seen fewer times share their field's 'rare' id (1 keeps all)."),
     hash_: List[str] = typer.Option([], "--hash", metavar="FIELD=SIZE",
                                     help="Hash FIELD into SIZE buckets instead of a vocabulary (repeatable)."),
     max_bad_lines: int = typer.Option(0, "--max-bad-lines",
                                       help="Skip up to N malformed lines (recorded in dataset.json); 0 = strict."),
-    test_fraction: float = typer.Option(0.1, "--test-fraction", help="The last fraction of samples is the test set."),
+    test_fraction: float = typer.Option(0.1, "--test-fraction",
+                                        help="The last fraction of samples is the test set (not with --test-input)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace --out if it exists."),
     chunk_mb: int = typer.Option(16, "--chunk-mb", help="Read the input in blocks of this many MiB."),
     split_hour: bool = typer.Option(True, "--split-hour/--no-split-hour",
@@ -75,15 +82,18 @@ def import_cmd(
     label_threshold: float = typer.Option(0.5, "--label-threshold",
                                           help="csv: numeric label = 1 when value >= this."),
     cat: Optional[str] = typer.Option(None, "--cat",
-                                      help="csv: categorical columns, comma-separated (default: all unnamed ones)."),
+                                      help="csv: categorical columns, comma-separated, ranges as C1..C26 "
+                                           "(default: all unnamed ones)."),
     multi: Optional[str] = typer.Option(None, "--multi", help="csv: multi-valued columns, comma-separated."),
     multi_sep: str = typer.Option("|", "--multi-sep", help="csv: separator inside multi-valued cells."),
-    dense: Optional[str] = typer.Option(None, "--dense", help="csv: numeric columns, comma-separated."),
+    dense: Optional[str] = typer.Option(None, "--dense",
+                                        help="csv: numeric columns, comma-separated, ranges as I1..I13."),
     dense_transform: str = typer.Option("log1p", "--dense-transform",
                                         help="csv: 'log1p' (log(1+max(x,0))) or 'none'."),
     ignore: Optional[str] = typer.Option(None, "--ignore",
                                          help="csv/movielens: columns to drop (movielens default: movie_title,timestamp)."),
-    sep: Optional[str] = typer.Option(None, "--sep", help="csv: delimiter (default: tab for .tsv/.txt, else comma)."),
+    sep: Optional[str] = typer.Option(None, "--sep", help="csv: delimiter (default: recognised from the first "
+                                                          "lines: tab, comma, semicolon, pipe or space)."),
     as_json: bool = typer.Option(False, "--json", help="Print the written dataset.json header."),
 ) -> None:
     """Import raw data into a prepared dataset.
@@ -92,7 +102,9 @@ def import_cmd(
     movielens (RecBole .inter/.user/.item or classic u.data/u.user/u.item),
     libsvm/libfm (label idx:val, field = token position), libffm
     (label field:idx:val), csv (generic; name the columns with --label,
-    --cat, --multi, --dense). Dense integers are stored as log(1+max(x,0)).
+    --cat, --multi, --dense; the delimiter is recognised), parquet (columns
+    named as for csv; needs pyarrow). --test-input FILE keeps a provided
+    train/test split. Dense integers are stored as log(1+max(x,0)).
     Inside each field, id 0 is 'missing' and id 1 'rare' (--min-count).
     Malformed lines stop the import unless --max-bad-lines allows skipping
     them. See docs/datasets.md.
@@ -113,7 +125,9 @@ def import_cmd(
     }
     allowed = {"avazu": {"--no-split-hour"}, "movielens": {"--rating-threshold", "--ignore"},
                "csv": {"--label", "--label-positive", "--label-threshold", "--cat", "--multi", "--multi-sep",
-                       "--dense", "--dense-transform", "--ignore", "--sep"}}.get(fmt, set())
+                       "--dense", "--dense-transform", "--ignore", "--sep"},
+               "parquet": {"--label", "--label-positive", "--label-threshold", "--cat", "--multi", "--multi-sep",
+                           "--dense", "--dense-transform", "--ignore"}}.get(fmt, set())
     wrong = [flag for flag, on in given.items() if on and flag not in allowed]
     if wrong:
         raise ImportDataError(f"{', '.join(wrong)} do{'es' if len(wrong) == 1 else ''} not apply to format {fmt!r}; "
@@ -122,7 +136,9 @@ def import_cmd(
         raise ImportDataError(f"--chunk-mb must be in [1, 1024], got {chunk_mb}.")
     common = CommonOptions(min_count=min_count, hash_sizes=parse_hash(hash_), max_bad_lines=max_bad_lines,
                            test_fraction=test_fraction, overwrite=overwrite, chunk_bytes=chunk_mb << 20)
-    meta = run_import(fmt, inputs, out, common, split_hour=split_hour, rating_threshold=rating_threshold,
+    if test_input and test_fraction != 0.1:
+        raise ImportDataError("--test-fraction and --test-input both choose the test set; give one of them.")
+    meta = run_import(fmt, inputs, out, common, test_inputs=test_input, split_hour=split_hour, rating_threshold=rating_threshold,
                       label=label, label_positive=label_positive, label_threshold=label_threshold,
                       cat=cat, multi=multi, multi_sep=multi_sep, dense=dense, dense_transform=dense_transform,
                       ignore=ignore, sep=sep)
@@ -136,33 +152,26 @@ def import_cmd(
                f"label rate {meta['label_rate']:.4f}{skipped} -> {out}")
 
 
-def run_import(fmt: str, inputs: list[Path], out: Path, common, **opts: Any) -> dict[str, Any]:
-    """Dispatch to the importer of ``fmt`` (importers are loaded lazily)."""
-    if fmt == "criteo":
-        from gmp.datasets.criteo import import_criteo
+def run_import(fmt: str, inputs: list[Path], out: Path, common, *, test_inputs=(), **opts: Any) -> dict[str, Any]:
+    """The importer of ``fmt`` with the CLI's options (see :func:`gmp.datasets.imports.import_dataset`)."""
+    from gmp.datasets.imports import import_dataset
 
-        return import_criteo(inputs, out, common=common)
     if fmt == "avazu":
-        from gmp.datasets.avazu import import_avazu
-
-        return import_avazu(inputs, out, split_hour=opts["split_hour"], common=common)
-    if fmt == "movielens":
-        from gmp.datasets.movielens import import_movielens
-
+        format_opts: dict[str, Any] = {"split_hour": opts["split_hour"]}
+    elif fmt == "movielens":
         ignore = None if opts["ignore"] is None else _split_names(opts["ignore"])
-        return import_movielens(inputs, out, rating_threshold=opts["rating_threshold"], ignore=ignore, common=common)
-    if fmt in ("libsvm", "libfm", "libffm"):
-        from gmp.datasets.libsvm import import_libsvm
+        format_opts = {"rating_threshold": opts["rating_threshold"], "ignore": ignore}
+    elif fmt in ("csv", "parquet"):
+        from gmp.datasets.csvfmt import CsvOptions
 
-        return import_libsvm(inputs, out, ffm=fmt == "libffm", fmt=fmt, common=common)
-    from gmp.datasets.csvfmt import CsvOptions, import_csv
-
-    options = CsvOptions(label=opts["label"] or "", categorical=_split_names(opts["cat"]) if opts["cat"] else None,
-                         multi=_split_names(opts["multi"]), dense=_split_names(opts["dense"]),
-                         ignore=_split_names(opts["ignore"]), sep=_unescape(opts["sep"]),
-                         multi_sep=opts["multi_sep"], label_positive=opts["label_positive"],
-                         label_threshold=opts["label_threshold"], dense_transform=opts["dense_transform"])
-    return import_csv(inputs, out, options=options, common=common)
+        format_opts = {"options": CsvOptions(
+            label=opts["label"] or "", categorical=_split_names(opts["cat"]) if opts["cat"] else None,
+            multi=_split_names(opts["multi"]), dense=_split_names(opts["dense"]), ignore=_split_names(opts["ignore"]),
+            sep=_unescape(opts["sep"]), multi_sep=opts["multi_sep"], label_positive=opts["label_positive"],
+            label_threshold=opts["label_threshold"], dense_transform=opts["dense_transform"])}
+    else:
+        format_opts = {}
+    return import_dataset(fmt, inputs, out, common=common, test_inputs=test_inputs, **format_opts)
 
 
 def _unescape(sep: Optional[str]) -> Optional[str]:
@@ -267,14 +276,9 @@ def fetch_cmd(
     typer.echo(f"next: gmp data import movielens {out} --out <DIR>")
 
 
-try:  # the synthetic generator is another module (written separately)
-    from cli.synth import register as _register_synth
-except ModuleNotFoundError as _exc:  # pragma: no cover - until cli/synth.py lands
-    if _exc.name not in ("cli.synth", "cli"):
-        raise
-    _register_synth = None
-if _register_synth is not None:
-    _register_synth(data_app)
+from cli.synth import register as _register_synth  # noqa: E402 - the synthetic generator's command module
+
+_register_synth(data_app)
 
 
 def register(app: typer.Typer) -> None:

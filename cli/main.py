@@ -26,7 +26,7 @@ app = typer.Typer(
 )
 
 #: command modules, in help order; each defines register(app).
-COMMAND_MODULES = ("cli.data", "cli.partition", "cli.train", "cli.simulate")
+COMMAND_MODULES = ("cli.data", "cli.partition", "cli.train", "cli.simulate", "cli.export")
 
 
 def _version_callback(value: bool) -> None:
@@ -44,14 +44,8 @@ def _root(
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(message)s", stream=sys.stderr)
 
 
-for _name in COMMAND_MODULES:
-    try:
-        _mod = importlib.import_module(_name)
-    except ModuleNotFoundError as _exc:  # a command group not yet present in this checkout
-        if _exc.name != _name:
-            raise
-        continue
-    _mod.register(app)
+for _name in COMMAND_MODULES:  # a missing command module is an error, never silently dropped
+    importlib.import_module(_name).register(app)
 
 
 def main() -> None:

@@ -116,6 +116,7 @@ def partition(
     seed: int = typer.Option(0, "--seed", help="Random seed (the random reference uses the same seed)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Manifest directory (default: placements/DATASET.METHOD.wN)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out directory."),
+    no_plots: bool = typer.Option(False, "--no-plots", help="Skip the PNG plots (and matplotlib's start-up)."),
     rounds: Optional[int] = typer.Option(None, "--rounds", help="Partitioner option: refinement rounds."),
     tol: Optional[float] = typer.Option(None, "--tol", help="Partitioner option: stop when a round improves less than this."),
     alpha: Optional[float] = typer.Option(None, "--alpha", help="Partitioner option: sample-balance weight."),
@@ -129,14 +130,14 @@ def partition(
                                                "KEY=VALUE (repeatable), e.g. -O order=dataset -O max_pairs=8000000."),
 ) -> None:
     """Partition a dataset's sample-embedding graph and write a placement manifest + report."""
-    from gmp.compare import method_options, peak_rss_bytes
+    from gmp.compare import method_options, peak_rss_bytes, with_field_layout
     from gmp.datasets.format import load_dataset
     from gmp.graph import build_graph
     from gmp.manifest import write_manifest
     from gmp.metrics import compute_metrics
     from gmp.partition import run_partitioner
     from gmp.progress import task
-    from gmp.report import build_report, write_report
+    from gmp.report import build_report, dataset_name_of, write_report
     from gmp.topology import resolve_topology
 
     from gmp._io import check_output_dir
@@ -156,6 +157,7 @@ def partition(
     given.update(parse_key_values(option or []))
     options = method_options(method, given, batch_size=batch_size, embedding_dim=embedding_dim)
     ds = load_dataset(dataset)
+    options = with_field_layout(options, ds)  # -O per_field=true: the fields' first ids
     graph = build_graph(ds)
 
     with task(f"Partitioning {graph.num_samples:,} samples with {method} on {topo.num_workers} workers"):
@@ -168,50 +170,56 @@ def partition(
                                   seed=seed, partition_seconds=seconds, peak_rss_bytes=peak,
                                   num_train=ds.num_train)
         report = build_report(placement=placement, topology=topo, metrics=metrics, source="partition",
-                              dataset_sha256=ds.sha256, graph=graph)
+                              dataset_sha256=ds.sha256, graph=graph, dataset_name=dataset_name_of(ds.meta, dataset))
     with task("Writing manifest and report"):
         write_manifest(out, placement, dataset_sha256=ds.sha256, num_samples=ds.num_samples,
                        num_embeddings=ds.num_embeddings, topology=topo, metrics=metrics,
-                       report_files=lambda tmp: write_report(tmp, report, formats=("json", "md")),
-                       partition_seconds=seconds, peak_rss_bytes=peak, overwrite=overwrite)
+                       report_files=lambda tmp: write_report(tmp, report, formats=("json", "md"), plots=not no_plots),
+                       partition_seconds=seconds, peak_rss_bytes=peak, overwrite=overwrite,
+                       dataset_name=Path(ds.path).name)
     _summary(metrics, f"{method} on {topo.num_workers} workers ({topo.name}), batch {batch_size}")
-    typer.echo(f"wrote {out} (manifest.json, arrays, report.json, report.md, plots)")
+    typer.echo(f"wrote {out} (manifest.json, arrays, report.json, report.md{'' if no_plots else ', plots'})")
 
 
 def report(
     manifest: Path = typer.Argument(..., help="Placement manifest directory (from 'gmp partition')."),
     dataset: Optional[Path] = typer.Option(None, "--dataset", "-d", help="Recompute every metric from this dataset (hash must match)."),
     fmt: str = typer.Option("md", "--format", "-f", help="md, json or html."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write report.FORMAT and the plots into this directory instead of printing."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write report.FORMAT (and the plots) into this directory "
+                                       "instead of printing; '-' prints html too. html defaults to MANIFEST/report.html."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Recompute with another per-worker batch (needs --dataset)."),
     embedding_dim: Optional[int] = typer.Option(None, "--embedding-dim", help="Recompute byte figures for another width (needs --dataset)."),
+    no_plots: bool = typer.Option(False, "--no-plots", help="Leave the plots out (and skip matplotlib)."),
 ) -> None:
-    """Validate a placement manifest and print (or write) its quality report."""
+    """Validate a placement manifest and print (md, json) or write (html) its quality report."""
     from gmp.datasets.format import load_dataset
     from gmp.errors import ManifestError
     from gmp.manifest import load_manifest
     from gmp.progress import task
-    from gmp.report import REPORT_FORMATS, render, report_from_manifest, write_report
+    from gmp.report import REPORT_FORMATS, render, report_from_manifest, write_html_file, write_report
 
     from gmp._io import check_output_dir
 
     if fmt not in REPORT_FORMATS:
         raise ManifestError(f"--format {fmt!r} not understood; choose one of {', '.join(REPORT_FORMATS)}.")
     _check_positive(batch_size=batch_size, embedding_dim=embedding_dim)
-    if out is not None and not (out.is_dir() and not out.is_symlink()):
+    if out is not None and str(out) != "-" and not (out.is_dir() and not out.is_symlink()):
         check_output_dir(out, kind="gmp.report")  # a new directory (an existing one receives the files)
     ds = load_dataset(dataset) if dataset is not None else None
     with task("Validating manifest"):
         m = load_manifest(manifest, dataset=ds)
     with task("Computing metrics" if ds is not None else "Reading report"):
         rep = report_from_manifest(m, dataset=ds, batch_size=batch_size, embedding_dim=embedding_dim)
-    if out is not None:
-        names = write_report(out, rep, formats=(fmt,))
+    if fmt == "html" and out is None:  # a page of inlined PNGs is for a browser, not a terminal
+        typer.echo(f"wrote {write_html_file(Path(manifest) / 'report.html', rep, plots=not no_plots)}")
+        return
+    if out is not None and str(out) != "-":
+        names = write_report(out, rep, formats=(fmt,), plots=not no_plots)
         typer.echo(f"wrote {', '.join(str(Path(out) / n) for n in names)}")
         return
     if fmt == "md":
         rep["plots"] = []  # plot files are not next to stdout; use --out for them
-    typer.echo(render(rep, fmt))
+    typer.echo(render(rep, fmt, plots=not no_plots))
 
 
 def compare(
@@ -224,7 +232,8 @@ def compare(
     batch_size: int = typer.Option(512, "--batch-size", help="Per-worker batch size."),
     embedding_dim: int = typer.Option(16, "--embedding-dim", help="Embedding width for byte figures."),
     seed: int = typer.Option(0, "--seed", help="Seed of every partitioner and of the random reference."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Also write the table to FILE.md or FILE.json."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Also write the comparison to FILE.md, FILE.json or "
+                                       "FILE.html (a bar chart and the tables)."),
     isolate: bool = typer.Option(True, "--isolate/--no-isolate", help="Run each partitioner in its own process so its peak RSS is its own."),
 ) -> None:
     """Run several partitioners on one dataset; print a HET-GMP-Table-3-shaped comparison."""
@@ -232,34 +241,39 @@ def compare(
 
     from gmp._io import write_json
     from gmp.compare import compare as run_compare
-    from gmp.compare import comparison_table, render_comparison_md
+    from gmp.compare import comparison_tables, comparison_title, render_comparison_html, render_comparison_md
     from gmp.datasets.format import load_dataset
     from gmp.errors import PartitionError
     from gmp.graph import build_graph
+    from gmp.report import dataset_name_of
     from gmp.topology import resolve_topology
 
     names = [m.strip() for m in methods.split(",") if m.strip()]
     check_seed(seed)
     _check_positive(batch_size=batch_size, embedding_dim=embedding_dim)
-    if out is not None and out.suffix not in (".md", ".json"):
-        raise PartitionError(f"--out {out}: expected a .md or .json file name.")
+    if out is not None and out.suffix not in (".md", ".json", ".html"):
+        raise PartitionError(f"--out {out}: expected a .md, .json or .html file name.")
     topo = resolve_topology(workers, topology, str(topology_file) if topology_file else None, inter_cost=inter_cost)
     ds = load_dataset(dataset)
     graph = build_graph(ds)
     result = run_compare(graph, topo, names, seed=seed, batch_size=batch_size, embedding_dim=embedding_dim,
-                         dataset_path=dataset if isolate else None, isolate=isolate)
-    headers, rows = comparison_table(result)
-    t = Table(title=f"{graph.num_samples:,} samples, {topo.num_workers} workers ({topo.name}), batch {batch_size}; "
-              "red. = reduction vs random", title_justify="left")
-    for h in headers:
-        t.add_column(h, justify="left" if h == "method" else "right")
-    for r in rows:
-        t.add_row(*r)
-    console().print(t)
+                         dataset_path=dataset if isolate else None, isolate=isolate,
+                         dataset_name=dataset_name_of(ds.meta, dataset))
+    con = console()
+    con.print(comparison_title(result), highlight=False)
+    for title, (headers, rows) in comparison_tables(result):
+        t = Table(title=title, title_justify="left")
+        for h in headers:
+            t.add_column(h, justify="left" if h == "method" else "right")
+        for r in rows:
+            t.add_row(*r)
+        con.print(t)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         if out.suffix == ".json":
             write_json(out, result)
+        elif out.suffix == ".html":
+            out.write_text(render_comparison_html(result), encoding="utf-8")
         else:
             out.write_text(render_comparison_md(result), encoding="utf-8")
         typer.echo(f"wrote {out}")

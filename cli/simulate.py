@@ -8,11 +8,13 @@ from typing import Optional
 import typer
 
 from ._common import console, echo_json, handle_errors
+from ._flags import flags_for_params
 
 
 def load_placement(dataset, manifest: Optional[Path], workers: Optional[int], seed: int):
     """The placement to simulate: the manifest's, or (no manifest) random over ``workers``."""
-    from gmp.errors import ManifestError, TrainingError
+    from gmp.errors import TrainingError
+    from gmp.manifest import load_manifest
 
     if manifest is None:
         from gmp.graph import build_graph
@@ -22,12 +24,7 @@ def load_placement(dataset, manifest: Optional[Path], workers: Optional[int], se
         if workers is None:
             raise TrainingError("Without --manifest, --workers is required (rows are then placed at random).")
         return run_partitioner("random", build_graph(dataset), homogeneous(workers), seed=seed)
-    try:
-        from gmp.manifest import load_manifest
-    except ModuleNotFoundError as exc:  # pragma: no cover - until gmp.manifest lands
-        raise ManifestError("This checkout has no gmp.manifest module; run without --manifest.") from exc
-    loaded = load_manifest(manifest, dataset=dataset)
-    placement = getattr(loaded, "placement", loaded)
+    placement = load_manifest(manifest, dataset=dataset).placement
     if workers is not None and workers != placement.num_workers:
         raise TrainingError(f"--workers {workers} does not match the manifest {manifest}, which places rows on "
                             f"{placement.num_workers} workers. Drop --workers or partition again.")
@@ -44,13 +41,19 @@ def register(app: typer.Typer) -> None:
         workers: Optional[int] = typer.Option(None, "--workers", help="Workers (must match the manifest)."),
         schedule: str = typer.Option("herald", "--schedule", help="naive | herald"),
         on_demand: Optional[bool] = typer.Option(None, "--on-demand/--no-on-demand",
-                                                 help="On-demand synchronisation (default: on for herald, off for naive)."),
+                                                 help="On-demand synchronisation (default: on for herald, off for "
+                                                      "naive; Herald's paper setting, unlike gmp train)."),
         cache_rows: Optional[int] = typer.Option(None, "--cache-rows",
                                                  help="Cached rows per worker (default: 10% of the rows the training samples use)."),
-        cache_policy: str = typer.Option("lru", "--cache-policy", help="lru | lookahead"),
-        lookahead: int = typer.Option(0, "--lookahead", help="Look-ahead window in global batches."),
-        batch_size: int = typer.Option(128, "--batch-size", help="Samples per worker per iteration."),
-        embedding_dim: int = typer.Option(16, "--embedding-dim", help="Row width for the byte counts (float32)."),
+        cache_policy: Optional[str] = typer.Option(None, "--cache-policy", help="lru (default) | lookahead"),
+        lookahead: Optional[int] = typer.Option(None, "--lookahead", help="Look-ahead window in global batches "
+                                                                          "(default 0)."),
+        batch_size: Optional[int] = typer.Option(None, "--batch-size",
+                                                 help="Samples per worker per iteration (default: the manifest's "
+                                                      "plan, else 512)."),
+        embedding_dim: Optional[int] = typer.Option(None, "--embedding-dim",
+                                                    help="Row width for the byte counts (float32; default: the "
+                                                         "manifest's plan, else 16)."),
         read_only_replicas: bool = typer.Option(False, "--read-only-replicas",
                                                 help="The trainer's store: non-primary copies are never written "
                                                      "locally (use with --cache-rows 0 --no-on-demand to predict "
@@ -65,16 +68,22 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ) -> None:
         """Count the embedding pulls/pushes one epoch incurs under a schedule, without training."""
+        from cli.train import plan_defaults
         from gmp.datasets.format import load_dataset
-        from gmp.simulate import simulate
+        from gmp.simulate import active_rows, simulate
+        from gmp.train.herald import HeraldOptions
 
-        ds = load_dataset(dataset)
-        placement = load_placement(ds, manifest, workers, seed)
-        result = simulate(ds.indptr, ds.indices, placement, num_train=ds.num_train, batch_size=batch_size,
-                          schedule=schedule, on_demand=on_demand, cache_rows=cache_rows, cache_policy=cache_policy,
-                          lookahead=lookahead, seed=seed, embedding_dim=embedding_dim,
-                          read_only_replicas=read_only_replicas, parameter_server=parameter_server,
-                          min_frequency=min_frequency)
+        with flags_for_params():
+            plan = plan_defaults(manifest, batch_size=batch_size, embedding_dim=embedding_dim)
+            ds = load_dataset(dataset)
+            placement = load_placement(ds, manifest, workers, seed)
+            options = HeraldOptions.for_simulator(schedule, active_rows(ds.indptr, ds.indices, ds.num_train),
+                                                  on_demand=on_demand, cache_rows=cache_rows,
+                                                  cache_policy=cache_policy, lookahead=lookahead,
+                                                  read_only_replicas=True if read_only_replicas else None)
+            result = simulate(ds.indptr, ds.indices, placement, num_train=ds.num_train, batch_size=plan["batch_size"],
+                              schedule=schedule, options=options, seed=seed, embedding_dim=plan["embedding_dim"],
+                              parameter_server=parameter_server, min_frequency=min_frequency)
         out = result.to_json()
         if as_json:
             echo_json(out)

@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from cli._common import handle_errors
+from cli._flags import flags_for_params
 from gmp.errors import TrainingError
 
 
@@ -25,17 +26,18 @@ def _parse_staleness(text: str) -> float:
     return value
 
 
-def _herald_options(schedule: str, **opts) -> dict:
-    """Schedule options for ``--schedule herald``; the herald-only flags are refused with other schedules."""
-    if schedule == "herald":
-        return opts
-    defaults = {"lookahead": 0, "on_demand": False, "cache_rows": 0, "cache_policy": "lru", "read_only_replicas": True}
-    changed = [k for k, v in opts.items() if v != defaults[k]]
-    if changed:
-        flag = "--" + changed[0].replace("_", "-")
-        raise TrainingError(f"{flag} applies to --schedule herald only, got --schedule {schedule}; drop {flag} or "
-                            f"use --schedule herald.")
-    return {}
+def plan_defaults(manifest: Optional[Path], **given: Optional[int]) -> dict:
+    """``given`` with each None replaced by the manifest's plan (else the CLI default); one warning
+    line on stderr when a given value differs from the plan."""
+    from gmp.constants import DEFAULT_BATCH_SIZE, DEFAULT_EMBEDDING_DIM
+    from gmp.manifest import ManifestPlan, read_plan
+
+    plan = read_plan(manifest) if manifest is not None else ManifestPlan(None, None, None)
+    values, warning = plan.resolve(**given)
+    if warning:
+        typer.echo(f"warning: {warning}.", err=True)
+    fallback = {"batch_size": DEFAULT_BATCH_SIZE, "embedding_dim": DEFAULT_EMBEDDING_DIM}
+    return {k: fallback[k] if v is None else v for k, v in values.items()}
 
 
 def register(app: typer.Typer) -> None:
@@ -51,35 +53,40 @@ def register(app: typer.Typer) -> None:
                                    help="local (N workers in this process) | distributed (under torchrun)."),
         workers: Optional[int] = typer.Option(None, "--workers", help="Must equal the manifest's workers."),
         schedule: str = typer.Option("static", "--schedule", help="static | naive | herald."),
-        shuffle: str = typer.Option("seeded", "--shuffle", help="seeded (seed + epoch) | none (dataset order)."),
+        shuffle: str = typer.Option("seeded", "--shuffle", help="seeded (SeedSequence([seed, epoch])) | none "
+                                                                "(dataset order)."),
         staleness: str = typer.Option("0", "--staleness", help="Bound s on secondary staleness; 0 = synchronous, "
                                                                "'inf' = refresh only at epoch end."),
         epochs: int = typer.Option(1, "--epochs"),
-        batch_size: int = typer.Option(256, "--batch-size", help="Samples per worker per step."),
+        batch_size: Optional[int] = typer.Option(None, "--batch-size",
+                                                 help="Samples per worker per step (default: the manifest's plan, "
+                                                      "else 512)."),
         lr: float = typer.Option(0.01, "--lr", help="Learning rate (embeddings and dense layers)."),
         optimizer: str = typer.Option("adagrad", "--optimizer", help="sgd | adagrad."),
-        embedding_dim: int = typer.Option(16, "--embedding-dim"),
+        embedding_dim: Optional[int] = typer.Option(None, "--embedding-dim",
+                                                    help="Row width (default: the manifest's plan, else 16)."),
         seed: int = typer.Option(0, "--seed"),
         checkpoint_dir: Optional[Path] = typer.Option(None, "--checkpoint-dir",
                                                       help="Save a checkpoint here after every epoch."),
         resume: bool = typer.Option(False, "--resume", help="Continue from --checkpoint-dir exactly where it stopped."),
         log_json: Optional[Path] = typer.Option(None, "--log-json", help="Append one JSON line per epoch here."),
         log_every: int = typer.Option(0, "--log-every", help="Also log a JSON line every K steps (0 = off)."),
-        lookahead: int = typer.Option(0, "--lookahead",
+        lookahead: Optional[int] = typer.Option(None, "--lookahead",
                                       help="--schedule herald: run the scheduler this many batches ahead in a "
                                            "background thread (0 = inline) and fetch the rows of the next "
                                            "step early when their values are already final; also the window "
-                                           "of --cache-policy lookahead."),
-        on_demand: bool = typer.Option(False, "--on-demand/--no-on-demand",
+                                           "of --cache-policy lookahead (default 0)."),
+        on_demand: Optional[bool] = typer.Option(None, "--on-demand/--no-on-demand",
                                        help="--schedule herald (s = 0): keep a worker's updates of rows it is not "
                                             "primary of until the communication plan, an eviction or the epoch "
-                                            "end needs them (Herald's on-demand synchronisation)."),
-        cache_rows: int = typer.Option(0, "--cache-rows",
-                                       help="--schedule herald (s = 0): rows each worker caches beyond its "
-                                            "primaries and secondaries."),
-        cache_policy: str = typer.Option("lru", "--cache-policy", help="lru | lookahead (evict first the rows "
-                                                                      "the next --lookahead batches do not use)."),
-        read_only_replicas: bool = typer.Option(True, "--read-only-replicas/--writable-replicas",
+                                            "end needs them (Herald's on-demand synchronisation; default off)."),
+        cache_rows: Optional[int] = typer.Option(None, "--cache-rows",
+                                                 help="--schedule herald (s = 0): rows each worker caches beyond "
+                                                      "its primaries and secondaries (default 0)."),
+        cache_policy: Optional[str] = typer.Option(None, "--cache-policy",
+                                                   help="lru (default) | lookahead (evict first the rows the next "
+                                                        "--lookahead batches do not use)."),
+        read_only_replicas: Optional[bool] = typer.Option(None, "--read-only-replicas/--writable-replicas",
                                                 help="--schedule herald: after a synchronous push only the primary "
                                                      "is current (read-only) or the writer's copy too (writable, "
                                                      "Herald's cache; s = 0)."),
@@ -89,14 +96,16 @@ def register(app: typer.Typer) -> None:
         One JSON line per epoch goes to stdout (and to --log-json). Distributed:
         'torchrun --nproc-per-node N -m cli.main train --engine distributed ...'.
         """
-        from gmp.train.loop import TrainConfig, json_line
-        from gmp.train.run import train
+        from gmp.train import TrainConfig, train
+        from gmp.train.herald import HeraldOptions
+        from gmp.train.records import json_line
 
-        config = TrainConfig(model=model, embedding_dim=embedding_dim, optimizer=optimizer, lr=lr,
-                             batch_size=batch_size, epochs=epochs, staleness=_parse_staleness(staleness), seed=seed,
-                             schedule=schedule, shuffle=shuffle, log_every=log_every,
-                             schedule_options=_herald_options(schedule, lookahead=lookahead, on_demand=on_demand,
-                                                              cache_rows=cache_rows, cache_policy=cache_policy,
-                                                              read_only_replicas=read_only_replicas))
-        train(dataset, manifest, config, engine=engine, workers=workers, checkpoint_dir=checkpoint_dir,
-              resume=resume, log_json=log_json, on_record=lambda rec: typer.echo(json_line(rec)))
+        with flags_for_params():
+            plan = plan_defaults(manifest, batch_size=batch_size, embedding_dim=embedding_dim)
+            herald = HeraldOptions.for_trainer(lookahead=lookahead, on_demand=on_demand, cache_rows=cache_rows,
+                                               cache_policy=cache_policy, read_only_replicas=read_only_replicas)
+            config = TrainConfig(model=model, embedding_dim=plan["embedding_dim"], optimizer=optimizer, lr=lr,
+                                 batch_size=plan["batch_size"], epochs=epochs, staleness=_parse_staleness(staleness),
+                                 seed=seed, schedule=schedule, shuffle=shuffle, log_every=log_every, herald=herald)
+            train(dataset, manifest, config, engine=engine, workers=workers, checkpoint_dir=checkpoint_dir,
+                  resume=resume, log_json=log_json, on_record=lambda rec: typer.echo(json_line(rec)))

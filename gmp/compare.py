@@ -62,6 +62,10 @@ def current_rss_bytes() -> int | None:
         return None
 
 
+#: Options fields gmp fills in from the dataset (not flags a person gives)
+FILLED_IN = frozenset({"field_offsets"})
+
+
 def method_options(name: str, given: Mapping[str, Any], *, batch_size: int, embedding_dim: int,
                    strict: bool = True) -> dict[str, Any]:
     """The options dict for partitioner ``name``.
@@ -77,13 +81,22 @@ def method_options(name: str, given: Mapping[str, Any], *, batch_size: int, embe
     unknown = sorted(set(given) - fields)
     if unknown and strict:
         flags = ", ".join("--" + k.replace("_", "-") for k in unknown)
-        takes = ", ".join("--" + k.replace("_", "-") for k in sorted(fields)) or "no options"
+        takes = ", ".join("--" + k.replace("_", "-") for k in sorted(fields - FILLED_IN)) or "no options"
         raise PartitionError(f"method {name!r} does not take {flags}; it takes: {takes}.")
     opts = {k: v for k, v in given.items() if k in fields}
     if "batch_size" in fields and "batch_size" not in opts:
         opts["batch_size"] = int(batch_size)
     if "embedding_dim" in fields and "embedding_dim" not in opts:
         opts["embedding_dim"] = int(embedding_dim)
+    return opts
+
+
+def with_field_layout(options: Mapping[str, Any], dataset) -> dict[str, Any]:
+    """``options`` plus ``field_offsets`` (the first id of each categorical field of ``dataset``)
+    when they ask for ``per_field`` balance and do not give the offsets themselves."""
+    opts = dict(options)
+    if opts.get("per_field") and not opts.get("field_offsets"):
+        opts["field_offsets"] = [int(f.offset) for f in dataset.categorical_fields]
     return opts
 
 
@@ -164,7 +177,8 @@ def _run_inline(graph: BipartiteGraph, method: str, topology: Topology, seed: in
 def compare(graph: BipartiteGraph, topology: Topology, methods: Sequence[str], *, seed: int = 0,
             batch_size: int = 512, embedding_dim: int = 16,
             options: Mapping[str, Mapping[str, Any]] | None = None,
-            dataset_path: str | os.PathLike | None = None, isolate: bool | None = None) -> dict[str, Any]:
+            dataset_path: str | os.PathLike | None = None, isolate: bool | None = None,
+            dataset_name: str | None = None) -> dict[str, Any]:
     """Run ``methods`` on ``graph`` and score each against ``random`` (same seed).
 
     Parameters
@@ -180,6 +194,8 @@ def compare(graph: BipartiteGraph, topology: Topology, methods: Sequence[str], *
     dataset_path, isolate
         With a ``dataset_path`` each method runs in its own spawned process
         (``isolate`` defaults to True) so its peak memory is its own.
+    dataset_name
+        Shown in the titles (``settings.dataset_name``).
 
     Returns
     -------
@@ -235,7 +251,7 @@ def compare(graph: BipartiteGraph, topology: Topology, methods: Sequence[str], *
                      "seed": seed, "batch_size": batch_size, "embedding_dim": embedding_dim,
                      "num_samples": graph.num_samples, "num_embeddings": graph.num_embeddings,
                      "num_edges": graph.num_edges, "isolated": bool(isolate),
-                     "dataset_sha256": graph.sha256},
+                     "dataset_sha256": graph.sha256, "dataset_name": dataset_name},
         "rows": rows,
     }
 
@@ -292,3 +308,125 @@ def render_comparison_md(result: Mapping[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+#: the communication metrics of the compact (terminal / HTML) tables and the bar chart
+COMPACT_METRICS = (
+    ("batch_remote_reads", "batch reads"),
+    ("batch_remote_pushes", "batch pushes"),
+    ("epoch_unique_remote", "epoch unique"),
+    ("remote_accesses", "remote accesses"),
+    ("remote_accesses_weighted", "weighted"),
+)
+
+
+def _ok_rows(result: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [r for r in result["rows"] if r.get("metrics") is not None]
+
+
+def _compact_metrics(result: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The metrics worth a column: ``weighted`` only when some topology cost differs from 1
+    (on a flat topology it repeats ``remote accesses``)."""
+    rows = _ok_rows(result)
+    keep = []
+    for key, name in COMPACT_METRICS:
+        if key == "remote_accesses_weighted" and all(
+                float(r["metrics"][key]) == float(r["metrics"]["remote_accesses"]) for r in rows):
+            continue
+        keep.append((key, name))
+    return keep
+
+
+def comparison_tables(result: Mapping[str, Any]) -> list[tuple[str, tuple[list[str], list[list[str]]]]]:
+    """The comparison as two narrow tables ``[(title, (headers, rows)), ...]`` that fit 80-100 columns.
+
+    1. communication per epoch: each metric as ``"2.05M -82.5%"`` (rows, change vs random);
+    2. cost: replication factor, sample balance, partition time, peak RSS.
+
+    A method that did not run gets its reason in the first table only.
+    """
+    from .report.tables import fmt_bytes, fmt_change, fmt_ratio, fmt_short
+
+    metrics = _compact_metrics(result)
+    comm_rows, cost_rows = [], []
+    for r in result["rows"]:
+        m = r.get("metrics")
+        if m is None:
+            comm_rows.append([r["method"], r["status"]] + [""] * (len(metrics) - 1))
+            continue
+        red = m["reduction_vs_random"]
+        comm_rows.append([r["method"]] + [f"{fmt_short(m[k])} {fmt_change(red[k])}" for k, _ in metrics])
+        cost_rows.append([r["method"], fmt_ratio(m["replication_factor"]), fmt_ratio(m["balance"]["samples"]),
+                          f"{r['seconds']:.2f}", fmt_bytes(r.get("peak_rss_bytes"))])
+    return [
+        ("Rows moved per epoch, change vs random", (["method"] + [name for _, name in metrics], comm_rows)),
+        ("Cost", (["method", "replication", "balance (samples)", "time (s)", "peak RSS"], cost_rows)),
+    ]
+
+
+def comparison_title(result: Mapping[str, Any]) -> str:
+    s = result["settings"]
+    name = f"{s['dataset_name']}: " if s.get("dataset_name") else ""
+    return (f"{name}{s['num_samples']:,} samples, {s['num_workers']} workers ({s['topology']}), "
+            f"batch {s['batch_size']}")
+
+
+def _bar_chart_svg(result: Mapping[str, Any]) -> str:
+    """A grouped bar chart (inline SVG, no matplotlib): per metric, each method's rows as % of random."""
+    rows = _ok_rows(result)
+    metrics = _compact_metrics(result)
+    palette = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7")
+    values = [[100.0 * (1.0 - float(r["metrics"]["reduction_vs_random"][k])) for r in rows] for k, _ in metrics]
+    top = max([100.0] + [v for group in values for v in group])
+    width, height, left, bottom, top_pad = 760, 320, 50, 60, 20
+    plot_h = height - bottom - top_pad
+    group_w = (width - left - 10) / max(len(metrics), 1)
+    bar_w = group_w * 0.8 / max(len(rows), 1)
+    parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height + 24 * ((len(rows) + 3) // 4)}' "
+             "role='img' aria-label='rows moved per epoch as % of random'>",
+             "<style>text { font: 12px system-ui, sans-serif; }</style>"]
+    for tick in range(0, int(top) + 1, 25 if top <= 200 else 100):
+        y = top_pad + plot_h * (1 - tick / top)
+        parts.append(f"<line x1='{left}' x2='{width - 10}' y1='{y:.1f}' y2='{y:.1f}' stroke='#ddd'/>"
+                     f"<text x='{left - 6}' y='{y + 4:.1f}' text-anchor='end'>{tick}%</text>")
+    for g, ((_, name), group) in enumerate(zip(metrics, values)):
+        x0 = left + g * group_w + group_w * 0.1
+        for i, v in enumerate(group):
+            h = plot_h * v / top
+            x = x0 + i * bar_w
+            parts.append(f"<rect class='bar' x='{x:.1f}' y='{top_pad + plot_h - h:.1f}' width='{bar_w * 0.9:.1f}' "
+                         f"height='{h:.1f}' fill='{palette[i % len(palette)]}'><title>{rows[i]['method']}, {name}: "
+                         f"{v:.1f}% of random</title></rect>")
+        parts.append(f"<text x='{x0 + group_w * 0.4:.1f}' y='{top_pad + plot_h + 18}' text-anchor='middle'>{name}</text>")
+    y100 = top_pad + plot_h * (1 - 100 / top)
+    parts.append(f"<line x1='{left}' x2='{width - 10}' y1='{y100:.1f}' y2='{y100:.1f}' stroke='#333' "
+                 "stroke-dasharray='4 3'/>")
+    for i, r in enumerate(rows):
+        lx, ly = left + (i % 4) * 170, height - 14 + 24 * (i // 4)
+        parts.append(f"<rect x='{lx}' y='{ly - 10}' width='12' height='12' fill='{palette[i % len(palette)]}'/>"
+                     f"<text x='{lx + 18}' y='{ly}'>{r['method']}</text>")
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def render_comparison_html(result: Mapping[str, Any]) -> str:
+    """The comparison as one self-contained HTML page: a bar chart (rows per epoch as % of random,
+    inline SVG) and the tables."""
+    import html as _html
+
+    from .report.html import CSS, html_table
+
+    s = result["settings"]
+    title = f"Partitioner comparison — {comparison_title(result)}"
+    parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'>",
+             f"<title>{_html.escape(title)}</title><style>{CSS}</style></head><body>",
+             f"<h1>{_html.escape(title)}</h1>",
+             f"<p class='note'>{s['num_embeddings']:,} embeddings, {s['num_edges']:,} edges, seed {s['seed']}; "
+             "bars: rows moved per epoch as % of random on the same graph and seed (dashed line = random; "
+             "lower is better).</p>"]
+    if _ok_rows(result):
+        parts.append(_bar_chart_svg(result))
+    for name, table in comparison_tables(result):
+        parts += [f"<h2>{_html.escape(name)}</h2>", html_table(table)]
+    parts += ["<h2>Every number</h2>", html_table(comparison_table(result)), "</body></html>"]
+    return "\n".join(parts)

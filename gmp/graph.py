@@ -104,7 +104,7 @@ class BipartiteGraph:
         if ip.size > 1 and _any_decreasing(np.asarray(ip)):
             raise GraphError("sample_indptr is not non-decreasing.")
         if ix.size:
-            lo, hi = _min_max(np.asarray(ix))
+            lo, hi = min_max(np.asarray(ix))
             if lo < 0 or hi >= self.num_embeddings:
                 raise GraphError(f"embedding ids must lie in [0, {self.num_embeddings}), got [{lo}, {hi}].")
 
@@ -136,6 +136,39 @@ class BipartiteGraph:
     def emb_indices(self) -> np.ndarray:
         self._build_transpose()
         return self._emb_indices  # type: ignore[return-value]
+
+    def cached_embedding_degree(self) -> np.ndarray | None:
+        """Samples per embedding when already known (degree or transpose built), else None (no work)."""
+        if self._emb_degree is not None:
+            return self._emb_degree
+        if self._emb_indptr is not None:
+            return np.diff(self._emb_indptr)
+        return None
+
+    def to_networkx(self, *, max_edges: int = 1_000_000):
+        """The graph as a ``networkx.Graph`` (small graphs: tests, plots, cross-checks).
+
+        Nodes ``("s", i)`` for sample i and ``("e", j)`` for embedding j, with
+        ``bipartite`` 0 and 1 (networkx's convention); one edge per distinct
+        (sample, embedding) pair. Refused above ``max_edges`` edges.
+
+        >>> g = BipartiteGraph.from_lists([[0, 1], [1]], num_embeddings=2)
+        >>> sorted(g.to_networkx().degree([("e", 0), ("e", 1)]))
+        [(('e', 0), 1), (('e', 1), 2)]
+        """
+        import networkx as nx
+
+        if self.num_edges > max_edges:
+            raise GraphError(f"The graph has {self.num_edges} edges, more than max_edges={max_edges} for "
+                             f"to_networkx; pass a larger max_edges or use the CSR arrays.")
+        g = nx.Graph()
+        g.add_nodes_from((("s", i) for i in range(self.num_samples)), bipartite=0)
+        g.add_nodes_from((("e", j) for j in range(self.num_embeddings)), bipartite=1)
+        ptr = np.asarray(self.sample_indptr)
+        idx = np.asarray(self.sample_indices)
+        rows = np.repeat(np.arange(self.num_samples), np.diff(ptr))
+        g.add_edges_from((("s", int(i)), ("e", int(j))) for i, j in zip(rows, idx))
+        return g
 
     def _build_transpose(self) -> None:
         if self._emb_indptr is not None:
@@ -238,7 +271,7 @@ def _any_decreasing(a):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def _min_max(a):  # pragma: no cover - compiled
+def min_max(a):  # pragma: no cover - compiled
     lo = a[0]
     hi = a[0]
     for v in a:

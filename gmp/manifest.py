@@ -28,7 +28,7 @@ then renamed), so a crash never leaves a directory that reads as valid.
 Reading (:func:`load_manifest`) checks, each failure a one-line
 :class:`~gmp.errors.ManifestError` naming the file and the fix: the format
 and ``schema_version`` (newer versions are refused; older ones are upgraded
-one step at a time — only version 1 exists so far), the dataset hash and
+one step at a time: 1 -> 2 adds ``plan`` and ``dataset_name``), the dataset hash and
 counts against the dataset it is used with, every array's shape and dtype,
 worker ids in ``[0, num_workers)``, secondaries never on their primary's
 worker, the placement hash, and the topology.
@@ -37,10 +37,11 @@ Example ``manifest.json``::
 
     {
       "format": "gmp.placement",
-      "schema_version": 1,
+      "schema_version": 2,
       "gmp_version": "0.1.0",
       "created": "2026-11-22T01:00:00+00:00",
       "dataset_sha256": "5b0d6c1f...",
+      "dataset_name": "criteo-1m",
       "num_samples": 6,
       "num_embeddings": 6,
       "num_workers": 2,
@@ -54,6 +55,7 @@ Example ``manifest.json``::
       },
       "batch_size": 512,
       "embedding_dim": 16,
+      "plan": {"batch_size": 512, "embedding_dim": 16, "memory_per_worker": null},
       "partition_seconds": 0.02,
       "peak_rss_bytes": 123456789,
       "metrics": {
@@ -80,6 +82,14 @@ Example ``manifest.json``::
 full metrics (traffic matrix, per-worker loads) are in ``report.json``.
 ``partitioner.info`` is free-form diagnostics from the partitioner (the
 hybrid partitioner's per-round log lives under ``"rounds"``).
+
+``plan`` (version 2) is what the placement was optimised for: the per-worker
+batch size and embedding dim of its metrics and the memory budget per worker
+in bytes (``memory_per_worker`` of the partitioner's options, null without
+one; with a budget ``embedding_dim`` is the partitioner's). ``gmp train`` and
+``gmp simulate`` take ``batch_size`` and ``embedding_dim`` as their defaults
+(one warning line when told otherwise); the trainer checks the budget.
+``dataset_name`` (version 2) is the dataset directory's name (null when unknown).
 """
 
 from __future__ import annotations
@@ -89,21 +99,21 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 import numpy as np
 
 from . import __version__
 from ._io import atomic_directory, hash_arrays, header_value, load_npy, read_versioned_json, verify_enabled, write_json
 from .errors import GmpError, ManifestError, TopologyError
-from .graph import _min_max
+from .graph import min_max
 from .placement import Placement, secondary_violation
 from .topology import Topology
 
 log = logging.getLogger(__name__)
 
 FORMAT = "gmp.placement"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MANIFEST_FILE = "manifest.json"
 _FIX = "re-create it with 'gmp partition'."
 
@@ -121,6 +131,30 @@ SUMMARY_KEYS = (
     "batch_remote_pushes", "batch_remote_reads_bytes", "batch_remote_pushes_bytes", "batch_size",
     "embedding_dim", "replication_factor", "reduction_vs_random", "balance",
 )
+
+
+class ManifestPlan(NamedTuple):
+    """What a placement was optimised for (manifest ``plan``); None where the manifest does not say."""
+
+    batch_size: int | None
+    embedding_dim: int | None
+    memory_per_worker: int | None
+
+    def resolve(self, **given: int | None) -> tuple[dict[str, int | None], str | None]:
+        """The plan's values as defaults: ``given`` (e.g. ``batch_size=None, embedding_dim=256``) with
+        each None replaced by the plan's value, and one warning line naming every given value that
+        differs from the plan (None when none does)."""
+        out, differ = {}, []
+        for name, value in given.items():
+            planned = getattr(self, name)
+            out[name] = planned if value is None else value
+            if value is not None and planned is not None and value != planned:
+                differ.append(f"{name} {value} (planned {planned})")
+        msg = None
+        if differ:
+            msg = (f"the manifest's placement was optimised for another setting: {', '.join(differ)}; its "
+                   f"reported traffic and memory assume the planned values")
+        return out, msg
 
 
 @dataclass
@@ -152,6 +186,21 @@ class Manifest:
     def method(self) -> str:
         return str(self.meta["partitioner"]["name"])
 
+    @property
+    def plan(self) -> ManifestPlan:
+        plan = self.meta.get("plan") or {}
+        return ManifestPlan(*(None if plan.get(k) is None else int(plan[k]) for k in ManifestPlan._fields))
+
+    @property
+    def dataset_name(self) -> str | None:
+        name = self.meta.get("dataset_name")
+        return None if name is None else str(name)
+
+    def __repr__(self) -> str:  # one line, never the arrays or the whole meta
+        return (f"<Manifest {str(self.path)!r}: {self.method} on {self.num_workers} workers, "
+                f"{self.num_samples:,} samples, {self.num_embeddings:,} embeddings, "
+                f"{self.placement.num_secondaries:,} secondaries, dataset sha256 {self.dataset_sha256[:12]}>")
+
 
 def _placement_hash(placement: Placement) -> str:
     return hash_arrays([(name, getattr(placement, name)) for name in ARRAYS])
@@ -170,6 +219,7 @@ def write_manifest(
     partition_seconds: float | None = None,
     peak_rss_bytes: int | None = None,
     overwrite: bool = False,
+    dataset_name: str | None = None,
 ) -> Path:
     """Write ``placement`` as a manifest directory at ``out`` (atomically) and return its path.
 
@@ -186,6 +236,8 @@ def write_manifest(
         callable ``write(tmpdir) -> names`` or a mapping ``name -> content``.
     partition_seconds, peak_rss_bytes
         Measured by the caller.
+    dataset_name
+        The dataset's name (its directory's name), recorded as ``dataset_name``.
     overwrite
         Replace an existing non-empty ``out``.
     """
@@ -221,6 +273,7 @@ def write_manifest(
             "gmp_version": __version__,
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "dataset_sha256": str(dataset_sha256),
+            "dataset_name": None if dataset_name is None else str(dataset_name),
             "num_samples": int(num_samples),
             "num_embeddings": int(num_embeddings),
             "num_workers": int(placement.num_workers),
@@ -234,6 +287,8 @@ def write_manifest(
             },
             "batch_size": metrics.get("batch_size"),
             "embedding_dim": metrics.get("embedding_dim"),
+            "plan": _plan(metrics.get("batch_size"), metrics.get("embedding_dim"),
+                          options_to_json(placement.options)),
             "partition_seconds": None if partition_seconds is None else float(partition_seconds),
             "peak_rss_bytes": None if peak_rss_bytes is None else int(peak_rss_bytes),
             "metrics": {k: metrics[k] for k in SUMMARY_KEYS if k in metrics},
@@ -246,10 +301,33 @@ def write_manifest(
     return Path(out)
 
 
+def _plan(batch_size, embedding_dim, options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The ``plan`` object: the metrics' batch size and embedding dim, the partitioner's memory budget
+    (with a budget, the embedding dim the budget was computed for)."""
+    options = dict(options or {})
+    budget = options.get("memory_per_worker")
+    if budget is not None and options.get("embedding_dim") is not None:
+        embedding_dim = options["embedding_dim"]
+    return {"batch_size": None if batch_size is None else int(batch_size),
+            "embedding_dim": None if embedding_dim is None else int(embedding_dim),
+            "memory_per_worker": None if budget is None else int(budget)}
+
+
+def _upgrade_1_to_2(meta: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 adds ``plan`` (from version 1's batch_size, embedding_dim and the partitioner's
+    memory budget) and ``dataset_name`` (unknown for version 1: null)."""
+    meta = dict(meta)
+    part = meta.get("partitioner") if isinstance(meta.get("partitioner"), dict) else {}
+    meta["plan"] = _plan(meta.get("batch_size"), meta.get("embedding_dim"), part.get("options"))
+    meta.setdefault("dataset_name", None)
+    meta["schema_version"] = 2
+    return meta
+
+
 # --------------------------------------------------------------------------- reading
 def _upgrade(meta: dict[str, Any], path: Path) -> dict[str, Any]:
-    """Upgrade an older header one version at a time (only version 1 exists)."""
-    upgrades: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}  # v -> upgrade to v + 1
+    """Upgrade an older header one version at a time."""
+    upgrades: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _upgrade_1_to_2}  # v -> v + 1
     while meta["schema_version"] < SCHEMA_VERSION:
         meta = upgrades[meta["schema_version"]](meta)
     return meta
@@ -280,6 +358,11 @@ def check_header(meta: Mapping[str, Any], mfile: Path, *, verify_hash: bool = Tr
     get(part, "seed", "int", "partitioner.", optional=True)
     for key in ("batch_size", "embedding_dim"):
         get(meta, key, "int>=1", optional=True)
+    plan = get(meta, "plan", "dict", optional=True)
+    for key in ("batch_size", "embedding_dim", "memory_per_worker"):
+        if plan is not None:
+            get(plan, key, "int>=1", "plan.", optional=True)
+    get(meta, "dataset_name", "str", optional=True)
     for key, kind in (("metrics", "dict"), ("arrays", "dict"), ("report_files", "list")):
         get(meta, key, kind, optional=True)
     if verify_hash:
@@ -287,6 +370,22 @@ def check_header(meta: Mapping[str, Any], mfile: Path, *, verify_hash: bool = Tr
             raise ManifestError(f"{mfile} lacks the key 'placement_sha256', so its arrays cannot be checked; {_FIX} "
                                 f"(GMP_NO_VERIFY=1 skips the check)")
         get(meta, "placement_sha256", "str")
+
+
+def read_plan(path: str | os.PathLike) -> ManifestPlan:
+    """The ``plan`` of a manifest, from its header alone (upgraded; arrays not read or checked)."""
+    path = Path(path)
+    mfile = path if path.name == MANIFEST_FILE else path / MANIFEST_FILE
+    meta = read_versioned_json(mfile, fmt=FORMAT, max_version=SCHEMA_VERSION, error=ManifestError, fix=_FIX)
+    check_header(meta, mfile, verify_hash=False)  # the upgrade reads typed values
+    meta = _upgrade(meta, mfile)
+    plan = meta.get("plan") or {}
+    if not isinstance(plan, dict):
+        raise ManifestError(f"{mfile}: plan must be an object, got {plan!r:.40}; {_FIX}")
+    try:
+        return ManifestPlan(*(None if plan.get(k) is None else int(plan[k]) for k in ManifestPlan._fields))
+    except (TypeError, ValueError):
+        raise ManifestError(f"{mfile}: plan must hold integers or null, got {plan!r}; {_FIX}") from None
 
 
 def load_manifest(path: str | os.PathLike, *, dataset: Any = None, mmap: bool = True,
@@ -319,8 +418,9 @@ def load_manifest(path: str | os.PathLike, *, dataset: Any = None, mmap: bool = 
         raise ManifestError(f"{path} is not a directory; pass a placement manifest directory ({_FIX})")
     mfile = path / MANIFEST_FILE
     meta = read_versioned_json(mfile, fmt=FORMAT, max_version=SCHEMA_VERSION, error=ManifestError, fix=_FIX)
-    meta = _upgrade(meta, mfile)
     verify_hash = verify_enabled(verify_hash)
+    check_header(meta, mfile, verify_hash=verify_hash)  # before the upgrade, which reads typed values
+    meta = _upgrade(meta, mfile)
     check_header(meta, mfile, verify_hash=verify_hash)
     n, m, w = meta["num_samples"], meta["num_embeddings"], meta["num_workers"]
 
@@ -366,7 +466,7 @@ def load_manifest(path: str | os.PathLike, *, dataset: Any = None, mmap: bool = 
     for name in ("sample_worker", "embedding_primary", "secondary_workers"):
         arr = np.asarray(arrays[name])
         if arr.size:
-            lo, hi = _min_max(arr)
+            lo, hi = min_max(arr)
             if lo < 0 or hi >= w:
                 raise ManifestError(
                     f"{path / ARRAYS[name][1]} holds worker ids in [{int(lo)}, {int(hi)}], expected "

@@ -253,15 +253,12 @@ _DEGREE_CACHE: "weakref.WeakKeyDictionary[BipartiteGraph, np.ndarray]" = weakref
 
 def embedding_degree(graph: BipartiteGraph) -> np.ndarray:
     """Samples per embedding, int64 [num_embeddings], without building the transpose (cached per graph)."""
-    cached = getattr(graph, "_emb_degree", None)
+    cached = graph.cached_embedding_degree()
     if cached is not None:
         return cached
     cached = _DEGREE_CACHE.get(graph)
     if cached is None:
-        if getattr(graph, "_emb_indptr", None) is not None:
-            cached = np.diff(graph._emb_indptr)
-        else:
-            cached = _degree(np.asarray(graph.sample_indices), graph.num_embeddings)
+        cached = _degree(np.asarray(graph.sample_indices), graph.num_embeddings)
         _DEGREE_CACHE[graph] = cached
     return cached
 

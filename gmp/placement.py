@@ -66,6 +66,10 @@ class Placement:
             info=kw.get("info", self.info),
         )
 
+    def __repr__(self) -> str:  # one line, never the arrays
+        return (f"<Placement {self.method} on {self.num_workers} workers: {self.num_samples:,} samples, "
+                f"{self.num_embeddings:,} embeddings, {self.num_secondaries:,} secondaries, seed {self.seed}>")
+
     @property
     def num_samples(self) -> int:
         return int(self.sample_worker.size)

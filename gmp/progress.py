@@ -33,20 +33,32 @@ def enabled() -> bool:
 
 
 @contextlib.contextmanager
-def task(description: str, total: float | None = None, unit: str = "") -> Iterator[Callable[[float], None]]:
-    """A progress context; yields ``advance(amount)``. Logs the step's duration."""
+def task(description: str, total: float | None = None, unit: str = "", *, completed: float = 0,
+         show: bool = True) -> Iterator[Callable[..., None]]:
+    """A progress context; yields ``advance(amount=1, status=None)``. Logs the step's duration.
+
+    ``completed`` starts the bar part-way (a resumed epoch); ``status`` is a short text shown
+    after the bar (the trainer's loss and samples/s); ``show=False`` hides the bar even when
+    enabled (every process but the main one of a distributed run).
+    """
     t0 = time.perf_counter()
-    if not _enabled:
-        yield lambda amount=1: None
+    if not (_enabled and show):
+        yield lambda amount=1, status=None: None
         log.info("%s: %.2fs", description, time.perf_counter() - t0)
         return
     from rich.progress import (BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn,
                                TimeRemainingColumn)
     from rich.console import Console
 
-    columns = [TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
-               TimeRemainingColumn()]
+    columns = [TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TextColumn("{task.fields[status]}"),
+               TimeElapsedColumn(), TimeRemainingColumn()]
     with Progress(*columns, console=Console(file=sys.stderr), transient=True) as progress:
-        tid = progress.add_task(description, total=total)
-        yield lambda amount=1: progress.advance(tid, amount)
+        tid = progress.add_task(description, total=total, completed=completed, status="")
+
+        def advance(amount: float = 1, status: str | None = None) -> None:
+            if status is None:
+                progress.advance(tid, amount)
+            else:
+                progress.update(tid, advance=amount, status=status)
+        yield advance
     log.info("%s: %.2fs", description, time.perf_counter() - t0)

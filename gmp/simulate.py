@@ -1,6 +1,6 @@
 """Replay a training epoch without training: count the cache pulls and pushes a schedule incurs.
 
-``gmp simulate`` runs :class:`gmp.train.scheduler.RuntimeScheduler` -- the very
+``gmp simulate`` runs :class:`gmp.train.herald.RuntimeScheduler` -- the very
 state machine the trainer's ``--schedule herald`` uses -- over one epoch of
 global batches and reports the transfers (see that module for the exact
 semantics of every count):
@@ -12,7 +12,7 @@ semantics of every count):
   the communication plan, a cache eviction, a multi-writer iteration or the
   epoch end requires it);
 * ``rows_pulled_bytes`` / ``rows_pushed_bytes``: those counts x
-  ``embedding_dim`` x 4 bytes (float32 rows; optimizer state not counted);
+  ``embedding_dim`` x :data:`gmp.constants.VALUE_BYTES` (float32 rows; optimizer state not counted);
 * ``schedule_ms_per_batch``: mean wall time of one scheduler step
   (assignment + communication plan + snapshot update), single thread; the
   first batch (which loads the compiled kernels) is excluded when there are
@@ -20,21 +20,23 @@ semantics of every count):
 
 **Matching the trainer.** ``gmp train --schedule herald`` at staleness 0
 executes exactly the transfers this state machine lists (the trainer's store
-keeps the cache and the pending updates, :mod:`gmp.train.loop`), so with the
+keeps the cache and the pending updates, :mod:`gmp.train.protocol_herald`), so with the
 same manifest, batch size, seed and ``--on-demand/--no-on-demand``,
 ``--cache-rows``, ``--cache-policy``, ``--lookahead`` and
 ``--read-only-replicas`` (train: ``--read-only-replicas/--writable-replicas``)
 every per-kind count here equals the trainer's first-epoch ``herald`` object
 (``pull_miss`` = ``remote_rows_read``, ``pull_stale`` =
 ``staleness_refreshes``, ``pushes`` = ``remote_rows_pushed``;
-tests/test_herald_train.py, tests/test_simulate.py). Mind the defaults: the
-simulator turns ``--on-demand`` on for herald, picks a 10% cache and writable
-replicas; ``gmp train`` defaults to ``--no-on-demand --cache-rows 0
---read-only-replicas`` -- pass the flags explicitly to compare. Later epochs
-differ from this one-epoch replay because caches persist across epochs.
+tests/test_herald_train.py, tests/test_simulate.py). Mind the defaults, the
+one deliberate difference between the two commands
+(:meth:`gmp.train.herald.HeraldOptions.for_simulator`): the simulator follows
+Herald's paper; ``gmp train`` its own store -- pass the flags explicitly to
+compare. Later epochs differ from this one-epoch replay because caches
+persist across epochs.
 
 Global batches are drawn as the trainer's ``naive`` schedule draws them
-(:func:`epoch_order`: a seeded permutation of the training samples, cut into
+(:func:`epoch_order`, which is :func:`gmp.seeds.epoch_permutation`: a seeded
+permutation of the training samples, cut into
 chunks of ``num_workers * batch_size``); ``--schedule naive`` splits each into
 N consecutive parts, ``--schedule herald`` assigns it with Herald's
 Algorithm 1. ``--on-demand`` defaults to on for ``herald`` and off for
@@ -65,20 +67,18 @@ from typing import Any
 import numba
 import numpy as np
 
+from . import seeds
+from .constants import DEFAULT_EMBEDDING_DIM, VALUE_BYTES
 from .errors import TrainingError
+from .params import check_float, check_int
 from .placement import Placement
-from .train.scheduler import ASSIGNMENTS, RuntimeScheduler
-
-#: bytes per embedding value (float32 rows)
-VALUE_BYTES = 4
+from .train.herald import ASSIGNMENTS, HeraldOptions, RuntimeScheduler
 
 
 def epoch_order(num_train: int, seed: int, epoch: int = 0) -> np.ndarray:
-    """The seeded order in which an epoch visits the training samples ``[0, num_train)``.
-
-    Must match the trainer's ``naive`` schedule (``gmp.train.schedule``).
-    """
-    return np.random.default_rng(seed + epoch).permutation(int(num_train)).astype(np.int64)
+    """The seeded order in which an epoch visits the training samples ``[0, num_train)``: the
+    trainer's ``naive`` schedule calls the same :func:`gmp.seeds.epoch_permutation`."""
+    return seeds.epoch_permutation(num_train, seed, epoch)
 
 
 @numba.njit(cache=True)
@@ -126,13 +126,6 @@ def active_rows(indptr, indices, num_train: int) -> int:
     return int(np.count_nonzero(used))
 
 
-def default_cache_rows(num_active_rows: int) -> int:
-    """Default ``--cache-rows``: 10% of the rows the training samples use, per worker
-    (Herald: each cache is 10% of a GPU's memory). Ids no sample uses do not count:
-    synthetic Criteo-Kaggle data declares 33.8M ids of which a 1M-sample set uses ~2.6M."""
-    return max(1, int(num_active_rows) // 10)
-
-
 @dataclass
 class SimulationResult:
     config: dict[str, Any]
@@ -152,9 +145,8 @@ class SimulationResult:
 
 
 def simulate(indptr, indices, placement: Placement, *, num_train: int, batch_size: int, schedule: str = "herald",
-             on_demand: bool | None = None, cache_rows: int | None = None, cache_policy: str = "lru",
-             lookahead: int = 0, seed: int = 0, epoch: int = 0, embedding_dim: int = 16,
-             read_only_replicas: bool = False, parameter_server: bool = False, min_frequency: float = 0.0,
+             options: HeraldOptions | None = None, seed: int = 0, epoch: int = 0,
+             embedding_dim: int = DEFAULT_EMBEDDING_DIM, parameter_server: bool = False, min_frequency: float = 0.0,
              order: np.ndarray | None = None) -> SimulationResult:
     """Replay one epoch (samples ``[0, num_train)`` in :func:`epoch_order`) and count transfers.
 
@@ -163,9 +155,8 @@ def simulate(indptr, indices, placement: Placement, *, num_train: int, batch_siz
     indptr, indices : sample CSR of the dataset (all samples; only the training range is used)
     placement : the manifest's placement (primaries and secondaries)
     schedule : {"naive", "herald"}
-    on_demand : default ``schedule == "herald"``
-    cache_rows : default :func:`default_cache_rows`
-    read_only_replicas : the trainer's store semantics (see :class:`RuntimeScheduler`)
+    options : the replica model; default :meth:`HeraldOptions.for_simulator` (Herald's paper:
+        on-demand for herald, 10% caches, writable copies)
     parameter_server : Herald's own setting: the placement's primaries are
         ignored and every row lives on a separate parameter server (an extra
         worker that trains nothing), so every row a worker uses is either
@@ -176,34 +167,31 @@ def simulate(indptr, indices, placement: Placement, *, num_train: int, batch_siz
     order : optional explicit sample order (overrides ``seed``/``epoch``)
     """
     if schedule not in ASSIGNMENTS:
-        raise TrainingError(f"Unknown schedule {schedule!r}; expected one of {', '.join(ASSIGNMENTS)}.")
-    if embedding_dim < 1:
-        raise TrainingError(f"--embedding-dim must be >= 1, got {embedding_dim}.")
-    if on_demand is None:
-        on_demand = schedule == "herald"
-    if cache_rows is None:
-        cache_rows = default_cache_rows(active_rows(indptr, indices, num_train))
+        raise TrainingError(f"The 'schedule' parameter must be one of {list(ASSIGNMENTS)}, got {schedule!r}.")
+    check_int("embedding_dim", embedding_dim, minimum=1, error=TrainingError)
+    check_float("min_frequency", min_frequency, minimum=0.0, error=TrainingError)
+    if options is None:
+        options = HeraldOptions.for_simulator(schedule, active_rows(indptr, indices, num_train))
     t0 = time.perf_counter()
     if min_frequency > 0:
         indptr, indices = hot_rows_only(indptr, indices, num_train, min_frequency)
     trainers = placement.num_workers
     if parameter_server:
         placement = parameter_server_placement(trainers, placement.num_embeddings)
-    sched = RuntimeScheduler(indptr, indices, placement, batch_size=batch_size, assignment=schedule,
-                             on_demand=on_demand, cache_rows=cache_rows, cache_policy=cache_policy,
-                             lookahead=lookahead, read_only_replicas=read_only_replicas, num_trainers=trainers)
+    sched = RuntimeScheduler(indptr, indices, placement, options, batch_size=batch_size, assignment=schedule,
+                             num_trainers=trainers)
     sched.start_epoch(epoch_order(num_train, seed, epoch) if order is None else order)
     for _ in sched:
         pass
     wall = time.perf_counter() - t0
     tot = sched.totals
     config = {
-        "schedule": schedule, "on_demand": bool(on_demand), "workers": trainers,
+        "schedule": schedule, "on_demand": options.on_demand, "workers": trainers,
         "parameter_server": bool(parameter_server),
-        "batch_size": int(batch_size), "cache_rows": int(cache_rows), "cache_policy": cache_policy,
-        "lookahead": int(lookahead), "seed": int(seed), "embedding_dim": int(embedding_dim),
-        "read_only_replicas": bool(read_only_replicas), "min_frequency": float(min_frequency),
-        "batches": tot.batches, "samples": int(sched._order.size),
+        "batch_size": int(batch_size), "cache_rows": options.cache_rows, "cache_policy": options.cache_policy,
+        "lookahead": options.lookahead, "seed": int(seed), "embedding_dim": int(embedding_dim),
+        "read_only_replicas": options.read_only_replicas, "min_frequency": float(min_frequency),
+        "batches": tot.batches, "samples": sched.epoch_size,
     }
     ms = tot.ms_per_batch()
     return SimulationResult(config, tot.to_json(), ms, wall)

@@ -17,8 +17,9 @@ import torch
 
 from gmp.datasets.format import load_dataset
 from gmp.placement import Placement
-from gmp.train.engine_dist import DistributedEngine
-from gmp.train.loop import TrainConfig, TrainData, Trainer
+from gmp.comm.distributed import DistributedEngine
+from gmp.train import TrainData, Trainer
+from train_data import make_config
 
 
 def main() -> None:
@@ -32,7 +33,7 @@ def main() -> None:
     data = TrainData(load_dataset(dataset))
     for i, config in enumerate(json.loads(cfg)):
         engine.bytes[:] = 0
-        trainer = Trainer(data, placement, TrainConfig(**config), engine)
+        trainer = Trainer(data, placement, make_config(**config), engine)
         records = trainer.fit()
         store = trainer.stores[0]
         p = store.num_primary

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gmp.errors import TrainingError
-from gmp.train.cache import WorkerCaches
+from gmp.train.herald.cache import WorkerCaches
 
 
 def test_lru_eviction_order():
@@ -91,8 +91,8 @@ def test_zero_capacity_keeps_nothing():
     assert c.trim(0).tolist() == [3, 1] and c.size[0] == 0
 
 
-@pytest.mark.parametrize("kw, match", [(dict(capacity=-1), "--cache-rows must be >= 0"),
-                                       (dict(capacity=1, policy="fifo"), "Unknown cache policy 'fifo'")])
+@pytest.mark.parametrize("kw, match", [(dict(capacity=-1), "The 'cache_rows' parameter must be an int >= 0"),
+                                       (dict(capacity=1, policy="fifo"), "The 'cache_policy' parameter must be one of .*got 'fifo'")])
 def test_bad_arguments(kw, match):
     with pytest.raises(TrainingError, match=match):
         WorkerCaches(1, 5, **kw)

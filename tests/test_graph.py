@@ -81,3 +81,36 @@ def test_unused_ids_are_not_active():
 def test_graph_check_rejects_out_of_range():
     with pytest.raises(GraphError, match=r"ids must lie in \[0, 2\)"):
         BipartiteGraph(np.array([0, 2], dtype=np.int64), np.array([0, 5], dtype=np.int32), 2)
+
+
+def test_to_networkx_known_answers_cross_checked_with_networkx():
+    """Two components by hand: samples {0, 1} share embedding 1; sample 2 alone uses 3 and 4;
+    embedding 2 is unused (an isolated node)."""
+    import networkx as nx
+    from networkx.algorithms import bipartite
+
+    from gmp.graph import BipartiteGraph
+    from gmp.metrics import embedding_degree
+
+    g = BipartiteGraph.from_lists([[0, 1], [1], [3, 4]], num_embeddings=5)
+    nxg = g.to_networkx()
+    assert nxg.number_of_nodes() == 3 + 5 and nxg.number_of_edges() == g.num_edges == 5
+    assert bipartite.is_bipartite(nxg)
+    assert {n for n, d in nxg.nodes(data=True) if d["bipartite"] == 0} == {("s", 0), ("s", 1), ("s", 2)}
+    # components: {s0, s1, e0, e1}, {s2, e3, e4}, {e2}
+    comps = sorted(sorted(c) for c in nx.connected_components(nxg))
+    assert comps == [[("e", 0), ("e", 1), ("s", 0), ("s", 1)], [("e", 2)], [("e", 3), ("e", 4), ("s", 2)]]
+    # gmp's degrees equal networkx's
+    assert [nxg.degree(("e", j)) for j in range(5)] == embedding_degree(g).tolist() == [1, 2, 0, 1, 1]
+    assert [nxg.degree(("s", i)) for i in range(3)] == np.diff(g.sample_indptr).tolist()
+    # the embedding co-use projection: 0-1 (sample 0) and 3-4 (sample 2)
+    proj = bipartite.projected_graph(nxg, [("e", j) for j in range(5)])
+    assert sorted(tuple(sorted((a[1], b[1]))) for a, b in proj.edges()) == [(0, 1), (3, 4)]
+
+
+def test_to_networkx_refuses_large_graphs():
+    from gmp.errors import GraphError
+    from gmp.graph import BipartiteGraph
+
+    with pytest.raises(GraphError, match="max_edges=2"):
+        BipartiteGraph.from_lists([[0, 1], [1]], num_embeddings=2).to_networkx(max_edges=2)

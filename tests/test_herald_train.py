@@ -27,11 +27,12 @@ from cli.main import app
 from gmp.datasets.format import load_dataset
 from gmp.errors import TrainingError
 from gmp.simulate import simulate
-from gmp.train.engine_local import LocalEngine
-from gmp.train.loop import TrainConfig, TrainData, Trainer
+from gmp.comm.local import LocalEngine
+from gmp.train import TrainConfig, TrainData, Trainer
 from gmp.train.store import EmbeddingStore
 from test_train_equivalence import random_placement
-from train_data import assert_rank_rows_match, make_ctr_dataset, save_placement_npz
+from train_data import (assert_rank_rows_match, make_config, make_ctr_dataset, runtime_scheduler, save_placement_npz,
+                        simulate_with)
 
 KINDS = ("pull_miss", "pull_stale", "push_sync", "push_plan", "push_evict", "push_flush")
 
@@ -53,7 +54,7 @@ def _config(**kw):
     base = dict(model="wdl", embedding_dim=4, optimizer="sgd", lr=0.1, batch_size=12, epochs=2,
                 schedule="herald", dtype="float64", hidden=(8,), seed=3)
     base.update(kw)
-    return TrainConfig(**base)
+    return make_config(**base)
 
 
 OPTIONS = [
@@ -82,7 +83,7 @@ def test_same_model_as_one_worker_and_counts_equal_the_simulator(ctr, options, o
         np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-9, atol=1e-12)
     assert recs[-1]["train_loss"] == pytest.approx(ones[-1]["train_loss"], rel=1e-9)
     # epoch 1 (fresh caches) against the simulator's one-epoch replay
-    sim = simulate(ds.indptr, ds.indices, pl, num_train=ds.num_train, batch_size=12, schedule="herald",
+    sim = simulate_with(ds.indptr, ds.indices, pl, num_train=ds.num_train, batch_size=12, schedule="herald",
                    on_demand=options["on_demand"], cache_rows=options["cache_rows"],
                    cache_policy=options.get("cache_policy", "lru"), lookahead=options["lookahead"],
                    read_only_replicas=options["read_only_replicas"], seed=3).to_json()
@@ -99,16 +100,16 @@ def test_same_model_as_one_worker_and_counts_equal_the_simulator(ctr, options, o
         assert pf["early_rows"] == sim["prefetchable_pulls"] - _first_batch_prefetchable(ds, pl, options)
     # nothing left pending after an epoch, caches within capacity
     for store in many.stores:
-        assert not store.dirty.any()
+        assert store.pending_slots().size == 0
         assert store.cached_ids().size <= options["cache_rows"]
 
 
 def _first_batch_prefetchable(ds, pl, options, batch_size=12, seed=3):
     """Pulls of an epoch's first batch can't be fetched during a previous step of that epoch."""
     from gmp.simulate import epoch_order
-    from gmp.train.scheduler import PULL_KINDS, RuntimeScheduler
+    from gmp.train.herald import PULL_KINDS, RuntimeScheduler
 
-    eng = RuntimeScheduler(ds.indptr, ds.indices, pl, batch_size=batch_size, on_demand=options["on_demand"],
+    eng = runtime_scheduler(ds.indptr, ds.indices, pl, batch_size=batch_size, on_demand=options["on_demand"],
                            cache_rows=options["cache_rows"], cache_policy=options.get("cache_policy", "lru"),
                            lookahead=options["lookahead"], read_only_replicas=options["read_only_replicas"])
     eng.start_epoch(epoch_order(ds.num_train, seed))
@@ -134,8 +135,7 @@ def test_pushes_are_deferred_and_the_pending_copy_is_the_single_worker_value(ctr
         prim = many.embedding_table()
         pending = np.zeros(ds.num_embeddings, dtype=bool)
         for store in many.stores:
-            for slot in np.flatnonzero(store.dirty):
-                gid = store.ids[slot] if slot < store.num_rows else store.cache_ids[slot - store.num_rows]
+            for slot, gid in zip(store.pending_slots(), store.pending_ids()):
                 assert not pending[gid], "two workers hold pending updates of one row"
                 pending[gid] = True
                 np.testing.assert_allclose(store.table[slot].numpy(), ref[gid], rtol=1e-9, atol=1e-12)
@@ -163,10 +163,11 @@ def test_store_cache_by_hand():
     # h = 4 + 4 = 8; x = 1 - 0.5 * 2 / sqrt(8); second coordinate: h = 0, g = 0 -> unchanged
     np.testing.assert_allclose(st.table[2].numpy(), [1 - 1 / np.sqrt(8), 2.0])
     np.testing.assert_allclose(st.read_payload(np.array([2]))[0, 2:].numpy(), [8.0, 0.0])
-    st.dirty[2] = True
+    st.mark_pending(np.array([2]))
+    assert st.pending_ids().tolist() == [4]
     with pytest.raises(TrainingError, match="pending updates"):
         st.cache_drop(np.array([4]))
-    st.dirty[2] = False
+    st.mark_pending(np.array([2]), False)
     assert st.cache_drop(np.array([4, 2])) == 1  # 2 is not cached
     assert st.cached_ids().tolist() == [1]
     assert st.cache_insert(np.array([2])).tolist() == [2]  # the lowest free slot
@@ -180,7 +181,7 @@ def test_store_cache_by_hand():
 def test_cache_and_on_demand_need_staleness_zero(ctr):
     _, ds = ctr
     pl = random_placement(ds, 2)
-    with pytest.raises(TrainingError, match="--staleness 0"):
+    with pytest.raises(TrainingError, match="The 'staleness' parameter must be 0 with cache_rows > 0"):
         Trainer(TrainData(ds), pl, _config(staleness=5, schedule_options={"cache_rows": 4}), LocalEngine(2))
     # without them herald at s > 0 only assigns samples (the store's own consistency)
     Trainer(TrainData(ds), pl, _config(staleness=5), LocalEngine(2))
@@ -211,7 +212,7 @@ def test_cli_train_herald_with_cache_and_on_demand_equals_cli_simulate(ctr, tmp_
     # herald-only flags are refused with other schedules
     r = runner.invoke(app, ["train", "--dataset", str(path), "--manifest", str(m), "--schedule", "naive",
                             "--cache-rows", "3"])
-    assert r.exit_code == 2 and "--cache-rows applies to --schedule herald only" in r.output
+    assert r.exit_code == 2 and "--cache-rows applies to --schedule 'herald' only" in r.output
 
 
 @pytest.mark.distributed
@@ -233,12 +234,12 @@ def test_distributed_engine_with_cache_and_on_demand(ctr, tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     for i, cfg in enumerate(configs):
         one = Trainer(TrainData(ds), random_placement(ds, 1),
-                      TrainConfig(**dict(cfg, schedule="naive", batch_size=10 * n, schedule_options={})),
+                      make_config(**dict(cfg, schedule="naive", batch_size=10 * n, schedule_options={})),
                       LocalEngine(1))
         one.fit()
         assert_rank_rows_match(tmp_path / str(i), n, one.embedding_table(), ds.num_embeddings)
         o = cfg["schedule_options"]
-        sim = simulate(ds.indptr, ds.indices, pl, num_train=ds.num_train, batch_size=10, schedule="herald",
+        sim = simulate_with(ds.indptr, ds.indices, pl, num_train=ds.num_train, batch_size=10, schedule="herald",
                        on_demand=True, cache_rows=o["cache_rows"], lookahead=o["lookahead"],
                        read_only_replicas=False, seed=4).to_json()
         rec = json.loads((tmp_path / str(i) / "records.json").read_text())[0]

@@ -330,8 +330,9 @@ def test_identical_with_one_and_two_threads():
 
 
 def test_threads_option_does_not_change_result(medium_graph):
-    a = run_partitioner("hybrid", medium_graph, homogeneous(8), seed=1, options=dict(rounds=2, threads=1))
-    b = run_partitioner("hybrid", medium_graph, homogeneous(8), seed=1, options=dict(rounds=2, threads=2))
+    with pytest.warns(FutureWarning, match="deprecated"):
+        a = run_partitioner("hybrid", medium_graph, homogeneous(8), seed=1, options=dict(rounds=2, threads=1))
+        b = run_partitioner("hybrid", medium_graph, homogeneous(8), seed=1, options=dict(rounds=2, threads=2))
     np.testing.assert_array_equal(a.sample_worker, b.sample_worker)
     np.testing.assert_array_equal(a.embedding_primary, b.embedding_primary)
 
@@ -425,3 +426,9 @@ def test_init_refused_on_hierarchical_topology(tiny_graph):
 def test_unknown_init(tiny_graph):
     with pytest.raises(PartitionError, match=r"init must be one of 'random', 'bicut', 'greedy-stream', got 'metis'"):
         run_partitioner("hybrid", tiny_graph, homogeneous(2), seed=0, options=dict(init="metis"))
+
+
+def test_threads_option_is_deprecated_with_a_warning():
+    """``threads`` never changed anything (the sweeps are sequential): passing it warns."""
+    with pytest.warns(FutureWarning, match="'threads' option is deprecated"):
+        H.Options(threads=2)

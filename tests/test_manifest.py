@@ -78,7 +78,10 @@ def test_golden_v1_reads_with_exact_values(tiny_dataset):
     assert p.method == "hand" and p.seed == 0 and dict(p.options) == {"note": "golden v1"}
     assert [r["objective"] for r in p.info["rounds"]] == [3.0, 1.0]
     assert m.meta["created"] == "2026-11-22T00:00:00+00:00" and m.meta["gmp_version"] == "0.1.0"
-    assert m.meta["schema_version"] == 1 and m.meta["format"] == "gmp.placement"
+    # read through the one-step upgrade 1 -> 2: the plan comes from version 1's batch size and dim
+    assert m.meta["schema_version"] == 2 and m.meta["format"] == "gmp.placement"
+    assert tuple(m.plan) == (2, 4, None) and m.dataset_name is None
+    assert json.loads((GOLDEN / "manifest.json").read_text())["schema_version"] == 1  # the file stays v1
     assert m.meta["placement_sha256"] == "f6bdcab410c0ca2a55c7da0f245291dde7fbbdc8420a9ffce16d0c4e009cc9b9"
     met = m.meta["metrics"]
     # with e2 replicated on worker 1 nothing is remote; sample 5 still pushes e2's gradient
@@ -112,8 +115,8 @@ def _save(path: Path, name: str, arr) -> None:
 
 
 INVALID_CASES = {
-    "newer_version": (lambda p: _edit_meta(p, schema_version=2),
-                      r"manifest\.json has schema_version 2; this gmp reads up to 1\. Upgrade gmp"),
+    "newer_version": (lambda p: _edit_meta(p, schema_version=3),
+                      r"manifest\.json has schema_version 3; this gmp reads up to 2\. Upgrade gmp"),
     "bad_version": (lambda p: _edit_meta(p, schema_version="1"),
                     r"schema_version '1', expected a positive integer; re-create it with 'gmp partition'"),
     "wrong_format": (lambda p: _edit_meta(p, format="gmp.dataset"),
@@ -259,3 +262,32 @@ def test_round_trip_random_placements(tmp_path_factory, data):
     for name in ("sample_worker", "embedding_primary", "secondary_indptr", "secondary_workers"):
         assert np.array_equal(getattr(q, name), getattr(p, name)), name
     assert (q.num_workers, q.method, q.seed) == (num_workers, "prop", p.seed)
+
+
+def test_version_2_records_the_plan_and_the_dataset_name(tmp_path):
+    from gmp.manifest import ManifestPlan, read_plan
+
+    metrics = {"batch_size": 64, "embedding_dim": 8}
+    plain = load_manifest(write(tmp_path / "a", metrics=metrics, dataset_name="criteo-1m"))
+    assert plain.meta["schema_version"] == 2 and plain.dataset_name == "criteo-1m"
+    assert plain.plan == ManifestPlan(64, 8, None) == read_plan(tmp_path / "a")
+    # with a memory budget, the plan's dim is the one the partitioner budgeted rows for
+    budgeted = make_placement()
+    budgeted = Placement(budgeted.num_workers, budgeted.sample_worker, budgeted.embedding_primary,
+                         budgeted.secondary_indptr, budgeted.secondary_workers, method="hybrid",
+                         options={"memory_per_worker": 4096, "embedding_dim": 32})
+    m = load_manifest(write(tmp_path / "b", budgeted, metrics=metrics))
+    assert m.plan == ManifestPlan(64, 32, 4096) and m.dataset_name is None
+
+
+def test_the_plan_becomes_defaults_and_one_line_names_what_differs():
+    from gmp.manifest import ManifestPlan
+
+    plan = ManifestPlan(512, 16, None)
+    assert plan.resolve(batch_size=None, embedding_dim=None) == ({"batch_size": 512, "embedding_dim": 16}, None)
+    assert plan.resolve(batch_size=512, embedding_dim=16)[1] is None
+    values, msg = plan.resolve(batch_size=256, embedding_dim=None)
+    assert values == {"batch_size": 256, "embedding_dim": 16}
+    assert "batch_size 256 (planned 512)" in msg and "embedding_dim" not in msg and "\n" not in msg
+    assert ManifestPlan(None, None, None).resolve(batch_size=None, embedding_dim=8)[0] == {"batch_size": None,
+                                                                                         "embedding_dim": 8}

@@ -75,7 +75,7 @@ def test_markdown_has_every_section(report):
                     "## Settings", "## Graph"):
         assert heading in md
     assert "| batch remote reads (rows pulled / epoch) |" in md
-    assert "| round | objective | remote_accesses | sample_imbalance | level | extra.moved | seconds |" in md
+    assert "| round | objective (Eq. 3) | remote accesses | sample imbalance | extra moved | time (s) |" in md
     assert "| topology | 2x2 |" in md
     # 4 workers -> 4 rows in the per-worker table
     headers, rows = per_worker_table(report["metrics"])
@@ -95,9 +95,14 @@ def test_html_is_self_contained(report):
 
 def test_convergence_table_columns():
     headers, rows = convergence_table(ROUNDS)
-    assert headers == ["round", "objective", "remote_accesses", "sample_imbalance", "level", "extra.moved", "seconds"]
-    assert rows[0] == ["0", "10", "9", "1", "—", "—", "0"]
-    assert rows[1] == ["1", "6.500", "5", "1.020", "worker", "3", "0.100"]
+    # one level only (flat topology): no level column
+    assert headers == ["round", "objective (Eq. 3)", "remote accesses", "sample imbalance", "extra moved", "time (s)"]
+    assert rows[0] == ["0", "10", "9", "1.000", "—", "0.000"]
+    assert rows[1] == ["1", "6.500", "5", "1.020", "3", "0.100"]
+    # a hierarchical run logs machine-level then worker-level sweeps: the level column stays
+    two_levels = [dict(ROUNDS[0], level="machine"), ROUNDS[1]]
+    headers, rows = convergence_table(two_levels)
+    assert headers[:2] == ["round", "level"] and [r[1] for r in rows] == ["machine", "worker"]
 
 
 def test_report_from_golden_manifest_without_dataset():
@@ -145,3 +150,257 @@ def test_newer_report_json_is_refused(tmp_path):
     (tmp_path / "report.json").write_text(json.dumps({"format": "gmp.report", "schema_version": 9}))
     with pytest.raises(ManifestError, match="schema_version 9; this gmp reads up to 1"):
         load_report(tmp_path / "report.json")
+
+
+# --------------------------------------------------------------------------
+# issue 16, items 5, 7 and 11: what a person reads
+# --------------------------------------------------------------------------
+HYBRID_INFO = {
+    "rounds": [
+        {"round": 0, "level": "worker", "objective": 40.0, "comm_weighted": 40.0, "expected_remote_reads": 40.0,
+         "sample_imbalance": 1.0, "seconds": 0.01},
+        {"round": 1, "level": "worker", "objective": 30.0, "comm_weighted": 30.0, "expected_remote_reads": 30.0,
+         "sample_imbalance": 1.02, "seconds": 0.02},
+    ],
+    "replication": {"expected_remote_reads": 21.5, "num_secondaries": 2, "seconds": 0.03},
+}
+
+
+@pytest.fixture
+def hybrid_report(tiny_dataset):
+    ds = load_dataset(tiny_dataset)
+    graph = build_graph(ds)
+    topo = hierarchical(1, 2)
+    p = Placement.edge_cut(2, [0, 0, 0, 1, 1, 1], [0, 0, 0, 1, 1, 1], method="hybrid", seed=0, info=HYBRID_INFO)
+    m = compute_metrics(graph, p, topo, batch_size=2, embedding_dim=8)
+    return build_report(placement=p, topology=topo, metrics=m, source="partition", dataset_sha256=ds.sha256,
+                        graph=graph, dataset_name="tiny")
+
+
+def md_tables(md: str) -> list[list[list[str]]]:
+    """Every Markdown table of a page as rows of cells (header first, the --- line dropped)."""
+    tables, current = [], []
+    for line in md.splitlines() + [""]:
+        if line.startswith("|"):
+            if not line.startswith("|---"):
+                current.append([c.strip() for c in line.strip("|").split(" | ")])
+        elif current:
+            tables.append(current)
+            current = []
+    return tables
+
+
+def test_headline_names_dataset_and_main_reduction(report):
+    report = dict(report, dataset_name="criteo-1m")
+    m = report["metrics"]
+    change = -100 * (1 - m["batch_remote_reads"] / m["reference"]["batch_remote_reads"])
+    md = render(report, "md")
+    assert md.splitlines()[0] == f"# hand on criteo-1m, 4 workers: {change:+.1f}% batch reads vs random"
+    page = render(report, "html", plots=False)
+    assert f"<h1>hand on criteo-1m, 4 workers: {change:+.1f}% batch reads vs random</h1>" in page
+    pushes = -100 * (1 - m["batch_remote_pushes"] / m["reference"]["batch_remote_pushes"])
+    assert f"{pushes:+.1f}% batch pushes" in md.splitlines()[2]
+
+
+def test_convergence_table_ends_with_2d_step_and_measured_numbers(hybrid_report):
+    assert hybrid_report["convergence"][-1] == {"round": "2D", "level": "replication", "expected_remote_reads": 21.5,
+                                                "num_secondaries": 2, "seconds": 0.03}
+    md = render(hybrid_report, "md")
+    conv = md_tables(md.split("## Convergence (per round)")[1])[0]
+    header, body = conv[0], conv[1:]
+    # objective, weighted comm and expected reads were equal in every 1D round: one column, not three
+    assert header == ["round", "objective (Eq. 3) = weighted comm = expected batch reads",
+                      "sample imbalance", "secondaries", "time (s)"]
+    assert [r[0] for r in body] == ["0", "1", "2D", "final"]
+    assert body[2][1] == "21.500" and body[2][3] == "2"
+    assert body[3][1] == f"{hybrid_report['metrics']['batch_remote_reads']:,}"
+
+
+def test_report_tables_have_readable_unique_headers_and_fit(hybrid_report):
+    md = render(hybrid_report, "md")
+    for table in md_tables(md):
+        header = table[0]
+        assert not any("_" in h for h in header) and len(set(header)) == len(header), header
+        assert len(header) <= 11, header
+    conv = md_tables(md.split("## Convergence (per round)")[1])[0]
+    columns = [tuple(r[j] for r in conv[1:]) for j in range(len(conv[0]))]
+    assert len(set(columns)) == len(columns), conv[0]  # no two identical columns
+    # no placement with secondaries here: per-worker batch reads and pushes are one column
+    per_worker = md_tables(md.split("## Per worker")[1])[0][0]
+    assert "batch reads = batch pushes" in per_worker
+
+
+def captured_figures(monkeypatch):
+    import matplotlib.figure
+
+    seen = {}
+    real = matplotlib.figure.Figure.savefig
+
+    def savefig(fig, path, *a, **kw):
+        ax = fig.axes[0]
+        seen[Path(path).name] = {"title": ax.get_title(), "dpi": kw.get("dpi"),
+                                 "lines": [(ln.get_xdata(), ln.get_ydata()) for ln in ax.lines]}
+        return real(fig, path, *a, **kw)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
+    return seen
+
+
+def test_plots_print_resolution_titles_and_degree_ccdf(hybrid_report, tmp_path, monkeypatch):
+    from PIL import Image
+
+    seen = captured_figures(monkeypatch)
+    write_report(tmp_path, hybrid_report, formats=())
+    assert set(seen) == {"traffic.png", "loads.png", "degrees.png"}
+    for name, fig in seen.items():
+        assert "hybrid on tiny, 2 workers" in fig["title"], name
+        dpi = Image.open(tmp_path / name).info["dpi"]
+        assert dpi[0] >= 199.5, (name, dpi)
+    # the tiny graph's active degrees are [2, 2, 3, 2, 2, 1] (embeddings 0..5): CCDF P(deg >= d)
+    x, y = seen["degrees.png"]["lines"][0]
+    expected = {1: 6 / 6, 2: 5 / 6, 3: 1 / 6}
+    assert {int(a): round(float(b), 6) for a, b in zip(x, y)} == {k: round(v, 6) for k, v in expected.items()}
+    assert "≥" in seen["degrees.png"]["title"] or "CCDF" in seen["degrees.png"]["title"]
+
+
+def test_no_plots_writes_no_png(report, tmp_path):
+    names = write_report(tmp_path, report, formats=("json", "md"), plots=False)
+    assert names == ["report.json", "report.md"] and not list(tmp_path.glob("*.png"))
+    assert "## Plots" not in (tmp_path / "report.md").read_text()
+
+
+def test_dataset_name_of():
+    from gmp.report import dataset_name_of
+
+    assert dataset_name_of({"dataset_name": "criteo-1m"}, "/x/y") == "criteo-1m"
+    assert dataset_name_of({"dataset": {"name": "frappe", "sha256": "ab"}}) == "frappe"
+    assert dataset_name_of({}, "/data/avazu-10m/") == "avazu-10m"
+    assert dataset_name_of({}) is None
+
+
+# --------------------------------------------------------------------------
+# the CLI: report --format html, --no-plots, compare at 80-100 columns and as HTML
+# --------------------------------------------------------------------------
+def cli(*args):
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+@pytest.fixture
+def manifest_dir(tiny_dataset, tmp_path):
+    out = tmp_path / "m"
+    res = cli("partition", tiny_dataset, "-w", 2, "--method", "random", "--batch-size", 2, "--out", out)
+    assert res.exit_code == 0, res.output
+    return out
+
+
+def test_report_html_goes_to_a_file_not_the_terminal(manifest_dir, tiny_dataset):
+    res = cli("report", manifest_dir, "--format", "html")
+    assert res.exit_code == 0, res.output
+    page = manifest_dir / "report.html"
+    assert res.output.strip() == f"wrote {page}" and len(res.output) < 500
+    text = page.read_text()
+    assert text.startswith("<!DOCTYPE html>") and text.count("data:image/png;base64,") == 3
+    # the dataset directory's name heads the page when the manifest was made by 'gmp partition'
+    assert f"<h1>random on {tiny_dataset.name}, 2 workers: " in text
+    res = cli("report", manifest_dir, "--format", "html", "--out", "-", "--no-plots")
+    assert res.exit_code == 0 and res.output.startswith("<!DOCTYPE html>") and "base64" not in res.output
+
+
+def test_partition_no_plots_skips_matplotlib(tiny_dataset, tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "np"
+    code = ("import sys\nfrom cli.main import app\n"
+            f"app(['partition', {str(tiny_dataset)!r}, '-w', '2', '--method', 'random', '--out', {str(out)!r}, "
+            "'--no-plots'], standalone_mode=False)\n"
+            "print('matplotlib loaded:', 'matplotlib' in sys.modules)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert proc.returncode == 0, proc.stderr
+    assert "matplotlib loaded: False" in proc.stdout
+    assert (out / "report.md").is_file() and not list(out.glob("*.png"))
+    assert "no plots" not in proc.stderr
+    res = cli("report", out, "--out", tmp_path / "r", "--no-plots")
+    assert res.exit_code == 0 and not list((tmp_path / "r").glob("*.png"))
+
+
+def test_compare_fits_100_columns_and_writes_html(tiny_dataset, tmp_path):
+    out = tmp_path / "cmp.html"
+    res = cli("compare", tiny_dataset, "-w", 2, "--methods", "random,greedy-stream", "--batch-size", 2,
+              "--no-isolate", "--out", out)
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert max(len(line) for line in lines) <= 100, max(lines, key=len)
+    assert any(line.lstrip("│┃ ").startswith("greedy-stream") for line in lines)
+    page = out.read_text()
+    assert page.startswith("<!DOCTYPE html>") and "<svg" in page
+    obj_rows = 2  # methods
+    metrics = page.count("<rect class='bar'") // obj_rows
+    assert metrics >= 4 and page.count("<rect class='bar'") == obj_rows * metrics
+    assert "random, batch reads: 100.0% of random" in page
+
+
+def test_compare_tables_fit_80_columns(tiny_graph):
+    from rich.console import Console
+    from rich.table import Table
+
+    from gmp.compare import compare, comparison_tables
+    from gmp.topology import homogeneous
+
+    res = compare(tiny_graph, homogeneous(2), ["random", "greedy-stream"], batch_size=2, isolate=False)
+    con = Console(width=80, record=True, file=open("/dev/null", "w"))
+    for title, (headers, rows) in comparison_tables(res):
+        t = Table(title=title)
+        for h in headers:
+            t.add_column(h)
+        for r in rows:
+            t.add_row(*r)
+        con.print(t)
+    text = con.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "greedy-stream" in text and "100.0%" not in text  # changes, not shares, in the tables
+
+
+# --------------------------------------------------------------------------
+# the HTML report in a real (headless) browser
+# --------------------------------------------------------------------------
+def find_chromium() -> str | None:
+    import shutil as _sh
+
+    return next((p for p in (_sh.which(n) for n in ("chromium", "chromium-browser", "google-chrome")) if p), None)
+
+
+@pytest.mark.skipif(find_chromium() is None,
+                    reason="no chromium on PATH (Debian: apt-get install -y chromium); the HTML report is checked "
+                           "in a headless browser only where one is installed")
+def test_html_report_renders_in_headless_chromium(hybrid_report, tmp_path):
+    import subprocess
+    import tempfile
+
+    import numpy as np
+    from PIL import Image
+
+    from gmp.report import write_html_file
+
+    page = write_html_file(tmp_path / "report.html", hybrid_report)
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", "--no-first-run"]
+    with tempfile.TemporaryDirectory() as profile:
+        dom = subprocess.run([find_chromium(), *flags, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
+                             capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert "hybrid on tiny, 2 workers:" in dom.stdout and dom.stdout.count("<img") == 3
+    shot = tmp_path / "shot.png"
+    with tempfile.TemporaryDirectory() as profile:
+        proc = subprocess.run([find_chromium(), *flags, f"--user-data-dir={profile}", "--window-size=1000,1800",
+                               f"--screenshot={shot}", page.as_uri()], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and shot.is_file(), proc.stderr[-2000:]
+    pixels = np.asarray(Image.open(shot).convert("L"), dtype=np.float64)
+    assert pixels.shape == (1800, 1000)
+    # a rendered page, not a blank one: dark text and plot ink on a white background
+    assert (pixels < 128).mean() > 0.005 and (pixels > 240).mean() > 0.5

@@ -1,7 +1,7 @@
 """Herald Algorithm 1, communication plans and the replica state machine.
 
 Known answers are derived by hand in the comments; the engine is also checked
-against a slow pure-Python reference and by an exact integer "toy trainer"
+against the slow pure-Python replay of gmp.train.herald.reference and by an exact integer "toy trainer"
 that replays the engine's transfers and must match single-worker training.
 """
 
@@ -12,9 +12,11 @@ from collections import OrderedDict, defaultdict
 import numpy as np
 import pytest
 
+from train_data import runtime_scheduler
 from gmp.errors import TrainingError
 from gmp.placement import Placement
-from gmp.train.scheduler import (
+from gmp.train.herald.reference import replay_epoch
+from gmp.train.herald import (
     EVENT_NAMES,
     PULL_MISS,
     PULL_STALE,
@@ -116,7 +118,7 @@ def _engine(rows, primary, *, n, b=1, assignment="naive", on_demand=True, cap=1,
     pl = Placement.edge_cut(n, np.zeros(len(rows), dtype=np.int32), np.asarray(primary, dtype=np.int32))
     if sec is not None:
         pl = pl.with_secondaries(*sec)
-    eng = RuntimeScheduler(indptr, indices, pl, batch_size=b, assignment=assignment, on_demand=on_demand,
+    eng = runtime_scheduler(indptr, indices, pl, batch_size=b, assignment=assignment, on_demand=on_demand,
                            cache_rows=cap, cache_policy=policy, lookahead=k)
     return eng
 
@@ -190,89 +192,6 @@ def test_plan_push_precedes_another_workers_read():
 # --------------------------------------------------------------------------- reference implementation
 
 
-def reference(rows, primary, n, b, order, *, assignment, on_demand, cap, policy, k, secondaries=()):
-    """Slow, independent re-implementation of the module docstring's rules."""
-    primary = list(primary)
-    local = defaultdict(set)
-    for r, p in enumerate(primary):
-        local[r].add(p)
-    for r, w in secondaries:
-        local[r].add(w)
-    valid = {r: set(local[r]) for r in range(len(primary))}
-    dirty = {}
-    caches = [OrderedDict() for _ in range(n)]
-    counts = defaultdict(int)
-    g = n * b
-    batches = [order[i:i + g] for i in range(0, len(order), g)]
-    assigned = []
-    for t, batch in enumerate(batches):
-        caps = [len(batch) // n + (1 if w < len(batch) % n else 0) for w in range(n)]
-        if assignment == "naive":
-            worker_of = [w for w in range(n) for _ in range(caps[w])]
-        else:
-            load = [0] * n
-            worker_of = []
-            for s in batch:
-                sc = [sum(1 for r in rows[s] if w == primary[r] or w in valid[r]) for w in range(n)]
-                avail = [w for w in range(n) if load[w] < caps[w]]
-                best = max(avail, key=lambda w: (sc[w], -load[w], -w))
-                worker_of.append(best)
-                load[best] += 1
-        assigned.append(worker_of)
-        users = {}
-        for s, w in zip(batch, worker_of):
-            for r in rows[s]:
-                users.setdefault(r, set()).add(w)
-        if on_demand:
-            for r, us in users.items():
-                a = dirty.get(r)
-                if a is not None and us - {a}:
-                    counts["push_plan"] += 1
-                    del dirty[r]
-                    valid[r].add(primary[r])
-        for r, us in sorted(users.items()):  # rows in ascending id order (the LRU tie rule)
-            for w in sorted(us):
-                assert dirty.get(r) in (None, w)
-                if w == primary[r]:
-                    continue
-                if w not in valid[r]:
-                    counts["pull_stale" if (w in local[r] or r in caches[w]) else "pull_miss"] += 1
-                    valid[r].add(w)
-                if w not in local[r]:
-                    caches[w][r] = True
-                    caches[w].move_to_end(r)
-        for r, us in users.items():
-            p = primary[r]
-            if len(us) == 1:
-                (w,) = us
-                if w == p:
-                    valid[r] = {p}
-                elif on_demand:
-                    dirty[r] = w
-                    valid[r] = {w}
-                else:
-                    counts["push_sync"] += 1
-                    valid[r] = {w, p}
-            else:
-                counts["push_sync"] += len(us - {p})
-                valid[r] = {p}
-                dirty.pop(r, None)
-        window = {r for bt in batches[t + 1:t + 1 + k] for s in bt for r in rows[s]} if policy == "lookahead" else set()
-        for w in range(n):
-            while len(caches[w]) > cap:
-                victim = next((r for r in caches[w] if r not in window), None) if policy == "lookahead" else None
-                if victim is None:
-                    victim = next(iter(caches[w]))
-                del caches[w][victim]
-                valid[victim].discard(w)
-                if dirty.get(victim) == w:
-                    counts["push_evict"] += 1
-                    del dirty[victim]
-                    valid[victim].add(primary[victim])
-    counts["push_flush"] += len(dirty)
-    return dict(counts), assigned
-
-
 def _random_case(seed):
     rng = np.random.default_rng(seed)
     n = int(rng.integers(2, 5))
@@ -311,7 +230,7 @@ def test_engine_matches_reference(seed, assignment):
                   sec=sec_csr)
     eng.start_epoch(order)
     assigned = [s.worker_of.tolist() for s in eng]
-    want, want_assigned = reference(rows, primary, n, b, order.tolist(), assignment=assignment, on_demand=on_demand,
+    want, want_assigned = replay_epoch(rows, primary, n, b, order.tolist(), assignment=assignment, on_demand=on_demand,
                                     cap=cap, policy=policy, k=k, secondaries=secondaries)
     got = {name: int(v) for name, v in zip(EVENT_NAMES, eng.totals.by_kind) if v}
     assert assigned == want_assigned
@@ -322,7 +241,7 @@ def test_engine_matches_reference(seed, assignment):
 def test_stamp_renumbering_changes_nothing(seed):
     """The engine keeps cache stamps as int32 and renumbers them before the clock overflows:
     forcing a renumbering before every batch must give the very same schedules and caches."""
-    from gmp.train.scheduler import _STAMP_MAX
+    from gmp.train.herald.kernels import STAMP_MAX as _STAMP_MAX
 
     rng, n, e, rows, primary, sec = _random_case(seed)
     order = rng.permutation(len(rows))
@@ -463,18 +382,18 @@ def test_toy_replay_detects_a_missing_plan_push():
 
 def test_unknown_assignment_and_too_many_workers():
     pl = Placement.edge_cut(2, [0], [0, 1])
-    with pytest.raises(TrainingError, match="Unknown schedule"):
-        RuntimeScheduler(np.array([0, 1]), np.array([0]), pl, batch_size=1, assignment="magic")
+    with pytest.raises(TrainingError, match="The .assignment. parameter must be one of"):
+        runtime_scheduler(np.array([0, 1]), np.array([0]), pl, batch_size=1, assignment="magic")
     big = Placement.edge_cut(64, [0], [0, 1])
     with pytest.raises(TrainingError, match="up to 63 workers"):
-        RuntimeScheduler(np.array([0, 1]), np.array([0]), big, batch_size=1)
+        runtime_scheduler(np.array([0, 1]), np.array([0]), big, batch_size=1)
 
 
 # --------------------------------------------------------------------------- look-ahead prefetch
 
 
 def test_prefetch_plan_by_hand():
-    from gmp.train.prefetch import plan_prefetch
+    from gmp.train.herald.prefetch import plan_prefetch
 
     eng = _engine(TINY_ROWS, TINY_PRIMARY, n=2)
     indptr = np.cumsum([0] + [len(r) for r in TINY_ROWS])
@@ -489,7 +408,7 @@ def test_prefetch_plan_by_hand():
 
 
 def test_prefetcher_keeps_order_counts_and_reraises():
-    from gmp.train.prefetch import Prefetcher
+    from gmp.train.herald.prefetch import Prefetcher
 
     pf = Prefetcher(range(7), 3, prepare=lambda x: x * x)
     assert list(pf) == [(i, i * i) for i in range(7)]
@@ -502,7 +421,7 @@ def test_prefetcher_keeps_order_counts_and_reraises():
 
     with pytest.raises(ValueError, match="bad batch"):
         list(Prefetcher(boom(), 2))
-    with pytest.raises(TrainingError, match="--lookahead must be >= 1"):
+    with pytest.raises(TrainingError, match="The 'lookahead' parameter must be an int >= 1"):
         Prefetcher(range(3), 0)
 
 
@@ -510,7 +429,7 @@ def test_prefetcher_runs_ahead_and_stops_when_closed():
     import threading
     import time as _time
 
-    from gmp.train.prefetch import Prefetcher
+    from gmp.train.herald.prefetch import Prefetcher
 
     produced = []
 
@@ -539,7 +458,7 @@ def test_lookahead_policy_keeps_the_row_needed_next(policy, k, pulls):
     indptr = np.array([0, 1, 2, 3])
     indices = np.array([0, 1, 0], dtype=np.int32)
     pl = Placement.edge_cut(2, np.zeros(3, dtype=np.int32), np.ones(2, dtype=np.int32))
-    eng = RuntimeScheduler(indptr, indices, pl, batch_size=1, assignment="naive", on_demand=False, cache_rows=1,
+    eng = runtime_scheduler(indptr, indices, pl, batch_size=1, assignment="naive", on_demand=False, cache_rows=1,
                            cache_policy=policy, lookahead=k, num_trainers=1)
     eng.start_epoch(np.arange(len(rows)))
     for _ in eng:
@@ -550,4 +469,4 @@ def test_lookahead_policy_keeps_the_row_needed_next(policy, k, pulls):
 def test_placement_too_small_for_the_samples_is_refused():
     pl = Placement.edge_cut(2, [0, 1], [0, 1])
     with pytest.raises(TrainingError, match="embedding id 5 but the placement has 2 rows"):
-        RuntimeScheduler(np.array([0, 1, 2]), np.array([0, 5]), pl, batch_size=1)
+        runtime_scheduler(np.array([0, 1, 2]), np.array([0, 5]), pl, batch_size=1)

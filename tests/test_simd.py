@@ -6,7 +6,7 @@ import numba
 import numpy as np
 import pytest
 
-from gmp.partition._simd import LANES, gather_rows_dot, padded_width, weighted_row_sum
+from gmp.kernels.simd import LANES, gather_rows_dot, padded_width, weighted_row_sum
 
 
 @numba.njit(cache=True)

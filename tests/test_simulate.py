@@ -21,6 +21,7 @@ from cli.main import app
 from gmp.datasets.format import load_dataset
 from gmp.placement import Placement
 from gmp.simulate import epoch_order, simulate
+from train_data import make_config, simulate_with
 
 TINY_PRIMARY = [0, 0, 1, 1]
 TINY_ROWS = [[0, 2], [2, 3], [1, 2], [3], [2], [0], [3], [1], [0], [3]]
@@ -37,7 +38,7 @@ def test_tiny_epoch_by_hand(on_demand, pulls, pushes):
     # derivation step by step: tests/test_scheduler.py::test_tiny_epoch_*_by_hand
     indptr, indices = _csr(TINY_ROWS)
     pl = Placement.edge_cut(2, np.zeros(10, dtype=np.int32), TINY_PRIMARY)
-    res = simulate(indptr, indices, pl, num_train=10, batch_size=1, schedule="naive", on_demand=on_demand,
+    res = simulate_with(indptr, indices, pl, num_train=10, batch_size=1, schedule="naive", on_demand=on_demand,
                    cache_rows=1, embedding_dim=8, order=np.arange(10)).to_json()
     assert (res["pulls"], res["pushes"]) == (pulls, pushes)
     assert res["rows_pulled_bytes"] == pulls * 8 * 4 and res["rows_pushed_bytes"] == pushes * 8 * 4
@@ -57,7 +58,7 @@ def test_herald_on_the_tiny_epoch_by_hand():
     # epoch end: row 2 still dirty on w0 -> flush
     indptr, indices = _csr(TINY_ROWS)
     pl = Placement.edge_cut(2, np.zeros(10, dtype=np.int32), TINY_PRIMARY)
-    res = simulate(indptr, indices, pl, num_train=10, batch_size=1, schedule="herald", on_demand=True,
+    res = simulate_with(indptr, indices, pl, num_train=10, batch_size=1, schedule="herald", on_demand=True,
                    cache_rows=1, order=np.arange(10)).to_json()
     assert (res["pull_miss"], res["pull_stale"]) == (2, 1)
     assert (res["push_sync"], res["push_plan"], res["push_evict"], res["push_flush"]) == (1, 1, 0, 1)
@@ -85,11 +86,11 @@ def test_cli_table_and_errors(tiny_dataset):
     assert r.exit_code == 0, r.output
     assert "pulls" in r.output
     r = runner.invoke(app, ["simulate", "--dataset", str(tiny_dataset), "--workers", "2", "--schedule", "magic"])
-    assert r.exit_code == 2 and "Unknown schedule 'magic'" in r.output
+    assert r.exit_code == 2 and "--schedule must be one of ['naive', 'herald'], got 'magic'" in r.output
     r = runner.invoke(app, ["simulate", "--dataset", str(tiny_dataset), "--schedule", "naive"])
     assert r.exit_code == 2 and "--workers is required" in r.output
     r = runner.invoke(app, ["simulate", "--dataset", str(tiny_dataset), "--workers", "2", "--cache-policy", "fifo"])
-    assert r.exit_code == 2 and "Unknown cache policy" in r.output
+    assert r.exit_code == 2 and "--cache-policy must be one of ['lru', 'lookahead'], got 'fifo'" in r.output
 
 
 def test_epoch_order_matches_the_trainers_naive_schedule():
@@ -105,7 +106,7 @@ torch = pytest.importorskip("torch")
 
 @pytest.fixture(scope="module")
 def ctr(tmp_path_factory):
-    from train_data import make_ctr_dataset
+    from train_data import make_config, make_ctr_dataset, simulate_with
 
     path = make_ctr_dataset(tmp_path_factory.mktemp("ctr") / "ds")
     return path, load_dataset(path)
@@ -118,25 +119,25 @@ def _placement(ds, n, secondaries=0.0, seed=1):
 
 
 def _config(**kw):
-    from gmp.train.loop import TrainConfig
+    from gmp.train import TrainConfig
 
     base = dict(model="wdl", embedding_dim=4, optimizer="adagrad", lr=0.1, batch_size=12, epochs=1,
                 schedule="herald", dtype="float64", hidden=(8,), seed=3)
     base.update(kw)
-    return TrainConfig(**base)
+    return make_config(**base)
 
 
 @pytest.mark.parametrize("schedule", ["naive", "herald"])
 @pytest.mark.parametrize("num_workers,secondaries", [(2, 0.0), (4, 0.0), (3, 0.5)])
 def test_simulator_counts_equal_trainer_counts(ctr, schedule, num_workers, secondaries):
-    from gmp.train.engine_local import LocalEngine
-    from gmp.train.loop import TrainData, Trainer
+    from gmp.comm.local import LocalEngine
+    from gmp.train import TrainData, Trainer
 
     _, ds = ctr
     pl = _placement(ds, num_workers, secondaries)
     cfg = _config(schedule=schedule)
     rec = Trainer(TrainData(ds), pl, cfg, LocalEngine(num_workers)).fit()[-1]
-    sim = simulate(ds.indptr, ds.indices, pl, num_train=ds.num_train, batch_size=cfg.batch_size, schedule=schedule,
+    sim = simulate_with(ds.indptr, ds.indices, pl, num_train=ds.num_train, batch_size=cfg.batch_size, schedule=schedule,
                    on_demand=False, cache_rows=0, read_only_replicas=True, seed=cfg.seed).to_json()
     assert rec["remote_rows_read"] > 0
     assert sim["pull_miss"] == rec["remote_rows_read"]
@@ -148,8 +149,8 @@ def test_herald_reads_fewer_remote_rows_than_naive(ctr):
     _, ds = ctr
     pl = _placement(ds, 4)
     kw = dict(num_train=ds.num_train, batch_size=12, on_demand=False, cache_rows=0, read_only_replicas=True)
-    naive = simulate(ds.indptr, ds.indices, pl, schedule="naive", **kw).to_json()
-    herald = simulate(ds.indptr, ds.indices, pl, schedule="herald", **kw).to_json()
+    naive = simulate_with(ds.indptr, ds.indices, pl, schedule="naive", **kw).to_json()
+    herald = simulate_with(ds.indptr, ds.indices, pl, schedule="herald", **kw).to_json()
     assert herald["pulls"] < naive["pulls"]
 
 
@@ -157,8 +158,8 @@ def test_herald_reads_fewer_remote_rows_than_naive(ctr):
                                                             "read_only_replicas": False, "lookahead": 1}])
 @pytest.mark.parametrize("num_workers,secondaries", [(2, 0.0), (3, 0.5)])
 def test_herald_at_s0_equals_one_worker(ctr, options, num_workers, secondaries):
-    from gmp.train.engine_local import LocalEngine
-    from gmp.train.loop import TrainData, Trainer
+    from gmp.comm.local import LocalEngine
+    from gmp.train import TrainData, Trainer
 
     torch.use_deterministic_algorithms(True)
     try:
@@ -180,14 +181,16 @@ def test_herald_at_s0_equals_one_worker(ctr, options, num_workers, secondaries):
 
 
 def test_herald_schedule_resumes_mid_epoch(ctr):
-    from gmp.train.scheduler import HeraldSchedule
+    from gmp.train.herald import HeraldOptions
+    from gmp.train.herald.plugin import HeraldSchedule
 
     _, ds = ctr
     pl = _placement(ds, 3)
-    full = HeraldSchedule(pl, ds.indptr, ds.indices, ds.num_train, 8, seed=2, cache_rows=4, on_demand=True)
+    full = HeraldSchedule(pl, ds.indptr, ds.indices, ds.num_train, 8, HeraldOptions(cache_rows=4, on_demand=True),
+                          seed=2)
     want = [[a.tolist() for a in s.samples] for e in range(2) for s in full.steps(e)]
-    part = HeraldSchedule(pl, ds.indptr, ds.indices, ds.num_train, 8, seed=2, cache_rows=4, on_demand=True,
-                          lookahead=2)
+    part = HeraldSchedule(pl, ds.indptr, ds.indices, ds.num_train, 8,
+                          HeraldOptions(cache_rows=4, on_demand=True, lookahead=2), seed=2)
     got = []
     it = part.steps(0)
     for _ in range(3):
@@ -207,7 +210,7 @@ def test_parameter_server_setting_counts_every_use_without_cache(ctr):
     _, ds = ctr
     n, b = 3, 8
     pl = _placement(ds, n)
-    res = simulate(ds.indptr, ds.indices, pl, num_train=ds.num_train, batch_size=b, schedule="naive",
+    res = simulate_with(ds.indptr, ds.indices, pl, num_train=ds.num_train, batch_size=b, schedule="naive",
                    on_demand=False, cache_rows=0, parameter_server=True, seed=4).to_json()
     order = epoch_order(ds.num_train, 4)
     want = 0
@@ -243,7 +246,7 @@ def test_cli_with_a_manifest(tiny_dataset, tmp_path):
     r = runner.invoke(app, base)
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)
-    want = simulate(ds.indptr, ds.indices, pl, num_train=ds.num_train, batch_size=1, schedule="naive",
+    want = simulate_with(ds.indptr, ds.indices, pl, num_train=ds.num_train, batch_size=1, schedule="naive",
                     on_demand=False, cache_rows=0).to_json()
     assert (out["pulls"], out["pushes"], out["workers"]) == (want["pulls"], want["pushes"], 2)
     r = runner.invoke(app, base + ["--workers", "3"])
@@ -258,8 +261,8 @@ def test_herald_distributed_engine_equals_one_worker(ctr, tmp_path):
     from test_train_distributed import HERE, torchrun
     from train_data import assert_rank_rows_match, save_placement_npz
 
-    from gmp.train.engine_local import LocalEngine
-    from gmp.train.loop import TrainConfig, TrainData, Trainer
+    from gmp.comm.local import LocalEngine
+    from gmp.train import TrainConfig, TrainData, Trainer
 
     path, ds = ctr
     n = 2
@@ -275,12 +278,12 @@ def test_herald_distributed_engine_equals_one_worker(ctr, tmp_path):
     torch.use_deterministic_algorithms(True)
     try:
         one = Trainer(TrainData(ds), _placement(ds, 1),
-                      TrainConfig(**dict(base, schedule="naive", batch_size=base["batch_size"] * n)), LocalEngine(1))
+                      make_config(**dict(base, schedule="naive", batch_size=base["batch_size"] * n)), LocalEngine(1))
         one.fit()
         table = one.embedding_table()
         for i, cfg in enumerate(configs):
             assert_rank_rows_match(tmp_path / str(i), n, table, ds.num_embeddings)
-            local = Trainer(TrainData(ds), pl, TrainConfig(**cfg), LocalEngine(n))
+            local = Trainer(TrainData(ds), pl, make_config(**cfg), LocalEngine(n))
             local_records = local.fit()
             dist_records = json.loads((tmp_path / str(i) / "records.json").read_text())
             for a, b in zip(dist_records, local_records):
@@ -318,14 +321,14 @@ def test_herald_interrupt_and_resume_equals_an_uninterrupted_run(ctr, tmp_path):
     from gmp.errors import TrainingError
     from gmp.manifest import write_manifest
     from gmp.topology import homogeneous
-    from gmp.train.loop import TrainConfig
+    from gmp.train import TrainConfig
     from gmp.train.run import train
 
     path, ds = ctr
     pl = _placement(ds, 3, 0.4)
     man = write_manifest(tmp_path / "m", pl, dataset_sha256=ds.sha256, num_samples=ds.num_samples,
                          num_embeddings=ds.num_embeddings, topology=homogeneous(3))
-    cfg = TrainConfig(model="wdl", batch_size=16, epochs=2, optimizer="adagrad", schedule="herald", lr=0.05,
+    cfg = make_config(model="wdl", batch_size=16, epochs=2, optimizer="adagrad", schedule="herald", lr=0.05,
                       embedding_dim=4, hidden=(8,),
                       schedule_options={"lookahead": 2, "cache_rows": 4, "on_demand": True})
     full = train(path, man, cfg, checkpoint_dir=tmp_path / "a")
@@ -344,13 +347,16 @@ def test_herald_interrupt_and_resume_equals_an_uninterrupted_run(ctr, tmp_path):
 
 def test_herald_schedule_refuses_bad_options(ctr):
     from gmp.errors import TrainingError
-    from gmp.train.schedule import ScheduleContext, make_schedule
+    from gmp.train.herald import HeraldOptions
+    from gmp.train.registry import make_schedule
+    from gmp.train.schedule import ScheduleContext
 
     _, ds = ctr
     pl = _placement(ds, 2)
-    with pytest.raises(TrainingError, match=r"unknown option\(s\) for --schedule herald: \['bogus'\]"):
-        make_schedule("herald", ScheduleContext(pl, ds.num_train, 8, dataset=ds, options={"bogus": 1}))
+    with pytest.raises(TypeError, match="bogus"):
+        HeraldOptions(bogus=1)
     with pytest.raises(TrainingError, match="needs the dataset's samples"):
         make_schedule("herald", ScheduleContext(pl, ds.num_train, 8))
-    with pytest.raises(TrainingError, match="Unknown cache policy"):
-        make_schedule("herald", ScheduleContext(pl, ds.num_train, 8, dataset=ds, options={"cache_policy": "mru"}))
+    with pytest.raises(TrainingError, match=r"The 'cache_policy' parameter must be one of \['lru', 'lookahead'\]"):
+        make_schedule("herald", ScheduleContext(pl, ds.num_train, 8, dataset=ds,
+                                                herald=HeraldOptions(cache_policy="mru")))

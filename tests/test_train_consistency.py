@@ -12,8 +12,9 @@ import torch
 from gmp.datasets.format import FieldInfo, load_dataset, write_dataset
 from gmp.placement import Placement
 from gmp.train.consistency import inter_stale, intra_stale, normalized_gap
-from gmp.train.engine_local import LocalEngine
-from gmp.train.loop import COUNTERS, TrainConfig, TrainData, Trainer
+from gmp.comm.local import LocalEngine
+from gmp.train import TrainConfig, TrainData, Trainer
+from gmp.train.records import COUNTERS
 from gmp.train.schedule import ReplaySchedule
 
 

@@ -15,8 +15,8 @@ import torch
 
 from gmp.datasets.format import load_dataset
 from gmp.placement import Placement
-from gmp.train.engine_local import LocalEngine
-from gmp.train.loop import TrainConfig, TrainData, Trainer
+from gmp.comm.local import LocalEngine
+from gmp.train import TrainConfig, TrainData, Trainer
 from train_data import assert_rank_rows_match, make_ctr_dataset, save_placement_npz
 
 pytestmark = pytest.mark.distributed

@@ -13,8 +13,8 @@ import torch
 
 from gmp.datasets.format import load_dataset
 from gmp.placement import Placement
-from gmp.train.engine_local import LocalEngine
-from gmp.train.loop import TrainConfig, TrainData, Trainer
+from gmp.comm.local import LocalEngine
+from gmp.train import TrainConfig, TrainData, Trainer
 from gmp.train.schedule import NaiveSchedule, ReplaySchedule, StaticSchedule
 from train_data import make_ctr_dataset, reference_train
 

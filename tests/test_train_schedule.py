@@ -7,8 +7,8 @@ import pytest
 
 from gmp.errors import TrainingError
 from gmp.placement import Placement
-from gmp.train.schedule import (NaiveSchedule, ReplaySchedule, ScheduleContext, StaticSchedule, make_schedule,
-                                register_schedule, SCHEDULES)
+from gmp.train.registry import SCHEDULES, make_schedule
+from gmp.train.schedule import NaiveSchedule, ReplaySchedule, ScheduleContext, StaticSchedule
 
 
 def placement(sample_worker, n):
@@ -59,12 +59,36 @@ def test_naive_global_batches_do_not_depend_on_the_number_of_workers():
 def test_registry_and_errors():
     ctx = ScheduleContext(placement([0, 1, 0], 2), 3, 1)
     assert isinstance(make_schedule("naive", ctx), NaiveSchedule)
-    with pytest.raises(TrainingError, match="unknown --schedule 'nope'"):
+    with pytest.raises(TrainingError, match=r"The 'schedule' parameter must be one of \['herald', 'naive', 'static'\], got 'nope'"):
         make_schedule("nope", ctx)
-    with pytest.raises(TrainingError, match="--shuffle"):
+    with pytest.raises(TrainingError, match="The 'shuffle' parameter"):
         StaticSchedule(ctx.placement, 3, 1, shuffle="random")
-    register_schedule("replay-test", lambda c: ReplaySchedule([[[0], [1]]]))
+    SCHEDULES["replay-test"] = lambda c: ReplaySchedule([[[0], [1]]])  # the registry is a plain dict
     try:
         assert make_schedule("replay-test", ctx).num_steps(0) == 1
     finally:
         SCHEDULES.pop("replay-test")
+
+
+def test_the_registry_names_every_schedule_and_herald_needs_no_import_side_effect():
+    """The registry is explicit: herald is listed without importing anything first."""
+    assert sorted(SCHEDULES) == ["herald", "naive", "static"]
+
+
+def test_epoch_orders_come_from_the_one_seed_helper():
+    """Every epoch order is gmp.seeds.epoch_permutation / epoch_rng of (seed, epoch): the naive schedule
+    and the simulator agree, and (seed, epoch) pairs whose sums collide get different orders."""
+    from gmp.seeds import epoch_permutation, epoch_rng
+    from gmp.simulate import epoch_order
+
+    assert np.array_equal(NaiveSchedule(1, 50, 5, seed=1).epoch_order(0), epoch_permutation(50, 1, 0))
+    assert np.array_equal(epoch_order(50, 3, 2), epoch_permutation(50, 3, 2))
+    # seed + epoch collided: (0, 1) and (1, 0) gave one stream
+    assert not np.array_equal(epoch_permutation(50, 0, 1), epoch_permutation(50, 1, 0))
+    # independent derivation: SeedSequence([seed, epoch]) -> PCG64
+    want = np.random.Generator(np.random.PCG64(np.random.SeedSequence([7, 4]))).permutation(50)
+    assert np.array_equal(epoch_permutation(50, 7, 4), want)
+    assert np.array_equal(epoch_rng(7, 4).permutation(50), want)
+    shards = StaticSchedule(placement([0] * 30 + [1] * 20, 2), 50, 5, seed=7).epoch_shards(4)
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([7, 4])))
+    assert np.array_equal(shards[0], np.arange(30)[rng.permutation(30)])

@@ -7,7 +7,8 @@ import torch
 
 from gmp.datasets.format import FieldInfo, load_dataset, write_dataset
 from gmp.train.models import Batch, bce_sum, make_model
-from gmp.train.store import ADAGRAD_EPS, initial_rows
+from gmp.constants import ADAGRAD_EPS
+from gmp.train.store import initial_rows
 
 
 def make_ctr_dataset(out, *, num_samples=240, field_sizes=(7, 11, 5), num_dense=2, multi=True, test_fraction=0.25,
@@ -91,3 +92,39 @@ def save_placement_npz(path, placement):
     np.savez(path, num_workers=placement.num_workers, sample_worker=placement.sample_worker,
              embedding_primary=placement.embedding_primary, secondary_indptr=placement.secondary_indptr,
              secondary_workers=placement.secondary_workers)
+
+
+def make_config(**kw):
+    """TrainConfig from keyword arguments, ``schedule_options={...}`` given as the HeraldOptions
+    of ``--schedule herald`` (empty: the defaults)."""
+    from gmp.train import TrainConfig
+    from gmp.train.herald import HeraldOptions
+
+    opts = kw.pop("schedule_options", None)
+    if opts:
+        kw["herald"] = HeraldOptions(**opts)
+    return TrainConfig(**kw)
+
+
+def runtime_scheduler(indptr, indices, placement, *, batch_size, assignment="herald", num_trainers=None, check=True,
+                      **options):
+    """A RuntimeScheduler with Herald's own replica model unless told otherwise (on-demand
+    synchronisation, writable copies, no cache): the engine's former keyword defaults."""
+    from gmp.train.herald import HeraldOptions, RuntimeScheduler
+
+    opts = dict(on_demand=True, read_only_replicas=False)
+    opts.update(options)
+    return RuntimeScheduler(indptr, indices, placement, HeraldOptions(**opts), batch_size=batch_size,
+                            assignment=assignment, num_trainers=num_trainers, check=check)
+
+
+def simulate_with(indptr, indices, placement, *, num_train, schedule="herald", on_demand=None, cache_rows=None,
+                  cache_policy=None, lookahead=None, read_only_replicas=None, **kw):
+    """gmp.simulate.simulate with the replica options as keywords (None: the simulator's defaults)."""
+    from gmp.simulate import active_rows, simulate
+    from gmp.train.herald import HeraldOptions
+
+    options = HeraldOptions.for_simulator(schedule, active_rows(indptr, indices, num_train), on_demand=on_demand,
+                                          cache_rows=cache_rows, cache_policy=cache_policy, lookahead=lookahead,
+                                          read_only_replicas=read_only_replicas)
+    return simulate(indptr, indices, placement, num_train=num_train, schedule=schedule, options=options, **kw)

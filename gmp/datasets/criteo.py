@@ -62,6 +62,7 @@ def import_criteo(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *
     with DatasetWriter(out, num_dense=NUM_DENSE, overwrite=common.overwrite, inputs=paths) as writer, \
             task("Importing criteo", total=total_size(paths), unit="B") as advance:
         for path in paths:
+            common.begin_input(writer, path)
             last = 0
             for chunk in iter_chunks(path, chunk_bytes=common.chunk_bytes):
                 n = _import_chunk(chunk, writer, vocab, fids, bad)

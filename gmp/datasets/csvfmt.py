@@ -20,8 +20,9 @@ You say which column is the label and how to read the others::
 * ``--dense COLS`` — numeric columns stored in ``dense.npy``; transformed by
   ``--dense-transform log1p`` (default: ``log(1 + max(x, 0))``, negatives
   clamp to 0) or ``none``; an empty cell is 0.
-* ``--sep`` — the delimiter (default: tab for ``.tsv``/``.tsv.gz`` inputs,
-  else comma). A pair of double quotes around a cell is stripped; quoted
+* ``--sep`` — the delimiter (default: recognised from the first lines — the
+  one of tab, comma, semicolon, pipe and space that splits every line into the
+  same number of columns, the most columns winning). A pair of double quotes around a cell is stripped; quoted
   cells containing the delimiter are not supported.
 
 Malformed lines: a column count different from the header's, an empty or
@@ -81,8 +82,14 @@ class CsvOptions:
 
 
 def default_sep(path: Path) -> str:
-    name = path.name.lower()
-    return "\t" if name.endswith((".tsv", ".tsv.gz", ".tab", ".txt", ".txt.gz")) else ","
+    """The delimiter recognised from the first lines (:func:`gmp.datasets.sniff.sniff_delimiter`); when no
+    candidate splits every line alike, tab for ``.tsv``/``.tab`` files and comma otherwise."""
+    from .sniff import read_lines, sniff_delimiter
+
+    sep = sniff_delimiter(read_lines(path))
+    if sep is not None:
+        return sep
+    return "\t" if path.name.lower().endswith((".tsv", ".tsv.gz", ".tab")) else ","
 
 
 def read_columns(paths: Sequence[Path], sep: str, what: str) -> list[str]:
@@ -134,12 +141,12 @@ def import_csv(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, o
         raise ImportDataError("a column is named in more than one of --label/--cat/--multi/--dense; give each one role.")
     if not (cat_cols or multi_cols):
         raise ImportDataError("no categorical or multi-valued columns to import; name some with --cat or --multi.")
-    plan = _Plan(cols, sep, label_col, dense_cols, multi_cols, cat_cols, options)
+    plan = DelimitedPlan(cols, sep, label_col, dense_cols, multi_cols, cat_cols, options)
     return run_delimited(paths, out, fmt="csv", plan=plan, common=common, format_options=options.to_json())
 
 
 @dataclass
-class _Plan:
+class DelimitedPlan:
     cols: list[str]
     sep: str
     label_col: int
@@ -149,7 +156,7 @@ class _Plan:
     options: CsvOptions
 
 
-def run_delimited(paths: list[Path], out, *, fmt: str, plan: _Plan, common: CommonOptions,
+def run_delimited(paths: list[Path], out, *, fmt: str, plan: DelimitedPlan, common: CommonOptions,
                   format_options: dict[str, Any], derived=None) -> dict[str, Any]:
     """The chunk loop shared by the CSV-like importers.
 
@@ -177,6 +184,7 @@ def run_delimited(paths: list[Path], out, *, fmt: str, plan: _Plan, common: Comm
     with DatasetWriter(out, num_dense=num_dense, overwrite=common.overwrite, inputs=paths) as writer, \
             task(f"Importing {fmt}", total=total_size(paths), unit="B") as advance:
         for path in paths:
+            common.begin_input(writer, path)
             last = 0
             for chunk in iter_chunks(path, chunk_bytes=common.chunk_bytes, skip_lines=1):
                 buf, starts, ends, ncols = tokenize(chunk.data, plan.sep, ncols_expected)
@@ -244,7 +252,7 @@ def run_delimited(paths: list[Path], out, *, fmt: str, plan: _Plan, common: Comm
                                              np.ascontiguousarray(ends[good, c]), ord(opts.multi_sep), True)
                     # an empty list is the field's missing value (one id)
                     parts.append(vocab.lookup_multi(f, lens, keys))
-                lengths, ids = _interleave(parts, m)
+                lengths, ids = interleave(parts, m)
                 dense = None
                 if num_dense:
                     dv = dvals[good]
@@ -254,7 +262,7 @@ def run_delimited(paths: list[Path], out, *, fmt: str, plan: _Plan, common: Comm
                              format_options=format_options, dense_names=[plan.cols[c] for c in plan.dense_cols])
 
 
-def _interleave(parts: list[tuple[np.ndarray | None, np.ndarray]], m: int) -> tuple[np.ndarray, np.ndarray]:
+def interleave(parts: list[tuple[np.ndarray | None, np.ndarray]], m: int) -> tuple[np.ndarray, np.ndarray]:
     """Sample-major id stream from per-field pieces (``None`` lengths = one id per sample)."""
     lens = np.stack([np.ones(m, np.int64) if l is None else l for l, _ in parts], axis=1)  # [m, F]
     lengths = lens.sum(axis=1)

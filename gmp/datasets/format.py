@@ -23,7 +23,9 @@ occur in the data are allowed (e.g. an unused rare id); consumers must not
 treat them as real embeddings (their degree is 0).
 
 **Split.** The last ``split.num_test`` samples in dataset order are the test
-set; samples ``[0, split.num_train)`` are the training set. Partitioners place
+set; samples ``[0, split.num_train)`` are the training set. ``split.method`` is
+``tail`` (the last ``test_fraction`` of the input) or ``provided`` (the samples
+of the test inputs, ``gmp data import ... --test-input FILE``). Partitioners place
 every sample (the trainer only trains on the training range).
 
 **Hash.** ``sha256`` is :func:`gmp._io.hash_arrays` over indptr, indices,
@@ -192,6 +194,12 @@ class PreparedDataset:
         for i, f in enumerate(cats):
             out[f.offset : f.offset + f.num_values] = i
         return out
+
+    def __repr__(self) -> str:  # the header in one line, never the arrays or the whole meta
+        name = self.meta.get("name") or self.path.name
+        return (f"<PreparedDataset {name!r} at {str(self.path)!r}: {self.num_samples:,} samples "
+                f"({self.num_train:,} train), {self.num_embeddings:,} embeddings in {len(self.categorical_fields)} "
+                f"fields, {self.num_dense} dense, sha256 {self.sha256[:12]}>")
 
     def verify_hash(self) -> None:
         """Recompute the content hash, then check the arrays' contents (:func:`check_arrays`).
@@ -404,6 +412,7 @@ class DatasetWriter:
         self.num_samples = 0
         self.num_edges = 0
         self._finished = False
+        self._test_start: int | None = None
 
     def __enter__(self) -> "DatasetWriter":
         self._ctx = atomic_directory(self.out, overwrite=self.overwrite, kind=FORMAT, inputs=self.inputs)
@@ -420,6 +429,12 @@ class DatasetWriter:
             self._ctx.__exit__(DatasetError, err, None)
             raise err
         return bool(self._ctx.__exit__(exc_type, exc, tb))
+
+    def start_test(self) -> None:
+        """Every sample added from now on belongs to the test set (a provided split:
+        ``split.method = "provided"``, and ``finish``'s ``test_fraction`` is not used)."""
+        if self._test_start is None:
+            self._test_start = self.num_samples
 
     @property
     def tmpdir(self) -> Path:
@@ -567,7 +582,18 @@ class DatasetWriter:
         indices = np.load(d / "indices.npy", mmap_mode="r")
         sha = compute_sha256(indptr, indices, labels, dense)
         del indices, dense
-        num_test = int(round(n * test_fraction))
+        if self._test_start is None:
+            num_test = int(round(n * test_fraction))
+            split = {"method": "tail", "test_fraction": float(test_fraction), "num_train": n - num_test,
+                     "num_test": num_test}
+        else:
+            num_test = n - self._test_start
+            if num_test == 0 or num_test == n:
+                what = "no sample" if num_test == 0 else "every sample"
+                raise DatasetError(f"the provided split leaves {what} in the test set ({n} samples in all); "
+                                   f"pass training and test inputs that both hold valid lines.")
+            split = {"method": "provided", "test_fraction": num_test / n, "num_train": n - num_test,
+                     "num_test": num_test}
         meta: dict[str, Any] = {
             "format": FORMAT,
             "schema_version": SCHEMA_VERSION,
@@ -582,8 +608,7 @@ class DatasetWriter:
             "label_rate": float(labels.mean()) if n else 0.0,
             "num_bad_lines": int(num_bad_lines),
             "bad_lines": [dict(b) for b in list(bad_lines)[:10]],
-            "split": {"method": "tail", "test_fraction": float(test_fraction),
-                      "num_train": n - num_test, "num_test": num_test},
+            "split": split,
             "sha256": sha,
         }
         if extra:

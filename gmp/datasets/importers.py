@@ -37,6 +37,7 @@ truncated or corrupt gzip stream, empty input) raise
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import logging
 import os
@@ -50,6 +51,7 @@ import numpy as np
 
 from .._io import check_memory
 from ..errors import ImportDataError
+from ..kernels.hashing import mix64
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +68,20 @@ OK, EMPTY, BAD = 0, 1, 2
 # --------------------------------------------------------------------------
 # bad-line accounting
 # --------------------------------------------------------------------------
+SHOW_BAD_LINES = 5  # examples in an error message (dataset.json keeps KEEP_BAD_LINES)
+
+
+class MalformedInputError(ImportDataError):
+    """Too many malformed lines; carries the counts, so the import's caller can look at
+    the file and say what it is (:func:`gmp.datasets.sniff.advice`)."""
+
+    def __init__(self, message: str, *, bad: "BadLines", lines_read: int):
+        super().__init__(message)
+        self.count = bad.count
+        self.lines_read = int(lines_read)
+        self.first = list(bad.first)
+
+
 @dataclass
 class BadLines:
     """Counts malformed lines; keeps the first :data:`KEEP_BAD_LINES`."""
@@ -91,16 +107,16 @@ class BadLines:
         self.count += int(len(lines))
 
     def check(self, *, name: str, lines_read: int) -> None:
-        """Raise :class:`ImportDataError` if more than ``max_bad_lines`` were seen."""
+        """Raise :class:`MalformedInputError` if more than ``max_bad_lines`` were seen."""
         if self.count <= self.max_bad_lines:
             return
-        shown = "; ".join(f"{b['file']} line {b['line']}: {b['reason']}" for b in self.first)
-        more = f" (first {len(self.first)} shown)" if self.count > len(self.first) else ""
-        raise ImportDataError(
+        shown = "; ".join(f"{b['file']} line {b['line']}: {b['reason']}" for b in self.first[:SHOW_BAD_LINES])
+        more = f" (first {SHOW_BAD_LINES} shown)" if self.count > SHOW_BAD_LINES else ""
+        raise MalformedInputError(
             f"{name}: {self.count} malformed line{'s' if self.count != 1 else ''} in the first "
             f"{lines_read} lines read, more than --max-bad-lines {self.max_bad_lines}{more}: {shown}; "
-            f"fix the input or pass --max-bad-lines N to skip up to N malformed lines."
-        )
+            f"fix the input or pass --max-bad-lines N to skip up to N malformed lines.",
+            bad=self, lines_read=lines_read)
 
     def to_json(self) -> dict[str, Any]:
         return {"num_bad_lines": self.count, "bad_lines": list(self.first)}
@@ -185,6 +201,16 @@ def _read(stream: BinaryIO, path: Path, size: int, line: int) -> bytes:
         raise ImportDataError(f"{path}: corrupt gzip data near line {line} ({exc}); re-download the file.") from None
     except OSError as exc:
         raise ImportDataError(f"cannot read {path}: {exc}.") from None
+
+
+def read_head(path: Path, max_bytes: int) -> bytes:
+    """Up to ``max_bytes`` bytes from the start of ``path`` (decompressed when gzip)."""
+    stream, raw = _open(path)
+    try:
+        return _read(stream, path, max_bytes, 1)
+    finally:
+        stream.close()
+        raw.close()
 
 
 def read_header(path: Path) -> bytes:
@@ -472,15 +498,7 @@ def parse_float_block(buf, starts, ends):  # pragma: no cover - compiled
     return vals, status
 
 
-@numba.njit(cache=True, nogil=True)
-def _mix64(h):  # pragma: no cover - compiled
-    # splitmix64 finaliser: spreads FNV's low-entropy high bits.
-    h ^= h >> np.uint64(30)
-    h *= np.uint64(0xBF58476D1CE4E5B9)
-    h ^= h >> np.uint64(27)
-    h *= np.uint64(0x94D049BB133111EB)
-    h ^= h >> np.uint64(31)
-    return h
+_mix64 = mix64  # splitmix64 finaliser (gmp.kernels.hashing): spreads FNV's low-entropy high bits
 
 
 @numba.njit(cache=True, nogil=True)
@@ -592,6 +610,7 @@ class CommonOptions:
     test_fraction: float = 0.1
     overwrite: bool = False
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    test_inputs: tuple[str, ...] = ()  # inputs whose samples are the test set (read last)
 
     def __post_init__(self) -> None:
         if self.min_count < 1:
@@ -609,8 +628,19 @@ class CommonOptions:
                      fix="choose a smaller --chunk-mb.")
 
     def to_json(self) -> dict[str, Any]:
-        return {"min_count": self.min_count, "hash": dict(self.hash_sizes), "max_bad_lines": self.max_bad_lines,
-                "test_fraction": self.test_fraction}
+        out = {"min_count": self.min_count, "hash": dict(self.hash_sizes), "max_bad_lines": self.max_bad_lines,
+               "test_fraction": self.test_fraction}
+        if self.test_inputs:
+            out["test_inputs"] = list(self.test_inputs)
+        return out
+
+    def with_test_inputs(self, paths: Sequence[str | os.PathLike]) -> "CommonOptions":
+        return dataclasses.replace(self, test_inputs=tuple(str(p) for p in paths))
+
+    def begin_input(self, writer, path: str | os.PathLike) -> None:
+        """Tell ``writer`` where the test inputs start (importers call this before each input)."""
+        if str(path) in self.test_inputs:
+            writer.start_test()
 
 
 def finish_import(writer, vocab, bad: BadLines, *, fmt: str, paths: Sequence[Path], lines_read: int,
@@ -631,8 +661,10 @@ def finish_import(writer, vocab, bad: BadLines, *, fmt: str, paths: Sequence[Pat
     if lines_read == 0:
         raise ImportDataError(f"{names}: the input is empty (no data lines); pass a non-empty {fmt} file.")
     if writer.num_samples == 0:
-        raise ImportDataError(f"{names}: all {lines_read} data lines were malformed; nothing to import "
-                              f"(first: {bad.first[0]['file']} line {bad.first[0]['line']}: {bad.first[0]['reason']}).")
+        raise MalformedInputError(
+            f"{names}: all {lines_read} data lines were malformed; nothing to import "
+            f"(first: {bad.first[0]['file']} line {bad.first[0]['line']}: {bad.first[0]['reason']}).",
+            bad=bad, lines_read=lines_read)
     bad.check(name=names, lines_read=lines_read)
     cat_fields, num_embeddings, remap = vocab.finish()
     fields = [FieldInfo(n, "dense", 0, None, column=j) for j, n in enumerate(dense_names)] + cat_fields

@@ -94,6 +94,7 @@ def import_libsvm(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *
     with DatasetWriter(out, num_dense=0, overwrite=common.overwrite, inputs=paths) as writer, \
             task(f"Importing {fmt}", total=total_size(paths), unit="B") as advance:
         for path in paths:
+            common.begin_input(writer, path)
             last = 0
             for chunk in iter_chunks(path, chunk_bytes=common.chunk_bytes):
                 lines = chunk.data.split(b"\n")

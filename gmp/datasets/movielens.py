@@ -51,7 +51,7 @@ import numpy as np
 
 from ..errors import ImportDataError
 from ..progress import task
-from .csvfmt import _interleave
+from .csvfmt import interleave
 from .format import DatasetWriter
 from .importers import BadLines, CommonOptions, finish_import, hash_strings, iter_chunks, read_header, total_size
 from .vocab import Vocabulary
@@ -308,7 +308,7 @@ def import_movielens(inputs: Sequence[str | os.PathLike], out: str | os.PathLike
                     take = np.repeat(indptr[row], lens) + (np.arange(int(lens.sum())) -
                                                             np.repeat(np.cumsum(lens) - lens, lens))
                     parts_out.append(vocab.lookup_multi(f, lens, keys[take]))
-            lengths, ids = _interleave(parts_out, m)
+            lengths, ids = interleave(parts_out, m)
             writer.add(lengths, ids, np.asarray(labels, np.float32))
         options = {"layout": layout, "rating_threshold": rating_threshold, "ignore": sorted(ignore_set),
                    "users": str(users_path) if users_path else None, "items": str(items_path) if items_path else None}

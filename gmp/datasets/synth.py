@@ -138,7 +138,9 @@ import numba
 import numpy as np
 
 from ..errors import DatasetError
+from ..kernels.hashing import mix64, splitmix_uniform
 from ..progress import task
+from ..scoring import roc_auc
 from .format import DatasetWriter, FieldInfo, PreparedDataset
 
 log = logging.getLogger(__name__)
@@ -332,29 +334,11 @@ def preset_config(preset: str, *, num_samples: int | None = None, scale: float =
 # ---------------------------------------------------------------------------
 # The numba kernels: a counter-based uniform stream and rejection-inversion Zipf.
 
-_GAMMA = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
-_S30 = np.uint64(30)
-_S27 = np.uint64(27)
-_S31 = np.uint64(31)
 _S11 = np.uint64(11)
 _TWO_M53 = 1.0 / 9007199254740992.0
 _SQRT3 = math.sqrt(3.0)
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _mix64(z):  # pragma: no cover - compiled
-    # SplitMix64 finaliser (Steele, Lea & Flood 2014).
-    z = (z ^ (z >> _S30)) * _MIX1
-    z = (z ^ (z >> _S27)) * _MIX2
-    return z ^ (z >> _S31)
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _uniform(state):  # pragma: no cover - compiled
-    state = state + _GAMMA
-    return state, np.float64(_mix64(state) >> _S11) * _TWO_M53
+_mix64 = mix64  # SplitMix64 (gmp.kernels.hashing: one copy for all of gmp)
+_uniform = splitmix_uniform
 
 
 @numba.njit(cache=True, nogil=True)
@@ -611,19 +595,6 @@ def fields_of(config: SynthConfig) -> list[FieldInfo]:
     for name, n, off in zip(config.field_names, config.cardinalities, config.offsets):
         out.append(FieldInfo(name, "categorical", int(n), int(off), missing_id=None, rare_id=None))
     return out
-
-
-def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
-    """ROC AUC by the rank-sum (Mann–Whitney) formula, ties averaged; nan if one class only."""
-    from scipy.stats import rankdata
-
-    labels = np.asarray(labels) > 0.5
-    num_pos = int(labels.sum())
-    num_neg = labels.size - num_pos
-    if num_pos == 0 or num_neg == 0:
-        return float("nan")
-    ranks = rankdata(np.asarray(scores, dtype=np.float64))
-    return float((ranks[labels].sum() - num_pos * (num_pos + 1) / 2.0) / (num_pos * num_neg))
 
 
 def synthesize(config: SynthConfig, out: str | os.PathLike, *, chunk_samples: int = 1 << 18,

@@ -38,19 +38,14 @@ import numpy as np
 
 from .._io import check_memory
 from ..errors import ImportDataError
+from ..kernels.hashing import mix64, mix64_array
 from .format import FieldInfo
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _slot(k, mask):  # pragma: no cover - compiled
     # splitmix64 finaliser: keys may be low-entropy (small integers, Criteo's 32-bit hashes)
-    h = k
-    h ^= h >> np.uint64(30)
-    h *= np.uint64(0xBF58476D1CE4E5B9)
-    h ^= h >> np.uint64(27)
-    h *= np.uint64(0x94D049BB133111EB)
-    h ^= h >> np.uint64(31)
-    return np.int64(h & mask)
+    return np.int64(mix64(k) & mask)
 
 
 _ONE = np.uint64(1)
@@ -129,16 +124,6 @@ class _Table:
         return (w >> _SHIFT).astype(np.int64) - 1, (w & _LOW).astype(np.int64)
 
 
-def mix64(keys: np.ndarray) -> np.ndarray:
-    """splitmix64 finaliser, vectorised (uint64 arithmetic wraps)."""
-    h = keys.astype(np.uint64, copy=True)
-    with np.errstate(over="ignore"):
-        h ^= h >> np.uint64(30)
-        h *= np.uint64(0xBF58476D1CE4E5B9)
-        h ^= h >> np.uint64(27)
-        h *= np.uint64(0x94D049BB133111EB)
-        h ^= h >> np.uint64(31)
-    return h
 
 
 @dataclass
@@ -245,7 +230,7 @@ class Vocabulary:
         if keys.ndim != 1:
             keys, present = keys.reshape(-1), present.reshape(-1)
         if f.hash_size is not None:
-            return np.where(present, f.missing_pid + 1 + (mix64(keys) % np.uint64(f.hash_size)).astype(np.int64),
+            return np.where(present, f.missing_pid + 1 + (mix64_array(keys) % np.uint64(f.hash_size)).astype(np.int64),
                             f.missing_pid).astype(np.int64)
         self._ensure(self._next + keys.size)
         f.table.reserve(keys.size)
@@ -275,11 +260,6 @@ class Vocabulary:
         if num_empty:
             ids[is_missing] = self.lookup(field, np.zeros(num_empty, np.uint64), np.zeros(num_empty, bool))
         return out_lengths, ids
-
-    def count_of(self, field: int) -> int:
-        """Distinct non-missing values seen so far in a vocabulary field."""
-        t = self.fields[field].table
-        return t.size if t is not None else 0
 
     # -- final ids --------------------------------------------------------
     def finish(self) -> tuple[list[FieldInfo], int, np.ndarray]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ._simd import LANES, gather_rows_dot, weighted_row_sum
+from ..kernels.simd import LANES, gather_rows_dot, weighted_row_sum
 
 
 @numba.njit(cache=True, nogil=True)
@@ -81,7 +81,7 @@ def sweep_samples(indptr, indices, sw, prim, count, drow, df, ceff, load, cap, a
 
     The first sum, for all b at once, is the hot loop: one vector
     multiply-add per edge over the rows ``ceff[p_x]`` and ``drow[x]``
-    (:func:`gmp.partition._simd.gather_rows_dot`; the scalar form gathered
+    (:func:`gmp.kernels.simd.gather_rows_dot`; the scalar form gathered
     ``df[count[x, b]]`` lane by lane and ran about 3x slower). The sums are
     taken in edge order either way, so the result is bit-identical to the
     scalar form.

@@ -95,7 +95,7 @@ int32 copy of the edges) so that ``count`` (int32 [used ids, N]), the
 primaries and the sweeps scale with the used ids (criteo-1m: 2.8M of 33.8M).
 Beside ``count`` the sample sweep keeps ``drow = df[count]`` (float64 [used
 ids, N padded to 8]) so that its hot loop reads one row per edge as a SIMD
-vector (:mod:`gmp.partition._simd`). The embedding->sample transpose is
+vector (:mod:`gmp.kernels.simd`). The embedding->sample transpose is
 never built. Measured at the full Criteo-Kaggle scale (45.8M samples, 1.19B
 edges, 30.1M used ids, 8 workers): 13.3 GiB peak RSS for the whole ``gmp
 partition`` command, 126 s for the partitioner on the shared 2-core machine
@@ -123,6 +123,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Iterator
 
+import warnings
+
 import numba
 import numpy as np
 
@@ -132,7 +134,7 @@ from ..placement import Placement
 from ..progress import task
 from ..topology import Topology
 from . import _hybrid_kernels as K
-from ._simd import padded_width
+from ..kernels.simd import padded_width
 from ._common import check_max_imbalance, compact_ids, enforce_cap, place_unused_embeddings, sample_cap
 from .random import balanced_random_assignment
 
@@ -223,6 +225,10 @@ class Options:
             raise PartitionError(f"hybrid: batch_size must be an integer >= 1, got {self.batch_size!r}.")
         if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
             raise PartitionError(f"hybrid: threads must be an integer >= 1 (or omitted), got {self.threads!r}.")
+        if self.threads is not None:  # the kernels are single-threaded: the option changes nothing
+            warnings.warn("hybrid: the 'threads' option is deprecated and has no effect (the sweeps are "
+                          "sequential); drop it. It will be removed in a later version.", FutureWarning,
+                          stacklevel=3)
         if self.init not in INIT_METHODS:
             raise PartitionError(f"hybrid: init must be one of {', '.join(repr(m) for m in INIT_METHODS)}, "
                                  f"got {self.init!r}.")

@@ -3,6 +3,12 @@
 This is HET-GMP's HET-MP baseline (hash/random placement with no regard to
 the graph). Balance is exact: a seeded permutation dealt round-robin, so
 worker loads differ by at most one sample and one embedding.
+
+``per_field=True`` deals every field's ids separately (``field_offsets``:
+the first id of each field, filled in from the dataset by ``gmp partition``
+and ``gmp.partition_dataset``), so each worker holds within one id of
+``1/N`` of every field: a TorchRec row-wise export (gmp.export.torchrec)
+then needs less than ``N`` padding rows per table.
 """
 
 from __future__ import annotations
@@ -18,7 +24,23 @@ from ..topology import Topology
 
 @dataclass(frozen=True)
 class Options:
-    """``random`` takes no options."""
+    """``per_field``: balance each field's ids across workers (needs ``field_offsets``)."""
+
+    per_field: bool = False
+    field_offsets: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        from ..errors import PartitionError
+
+        offsets = tuple(int(o) for o in self.field_offsets)
+        object.__setattr__(self, "field_offsets", offsets)
+        if not isinstance(self.per_field, bool):
+            raise PartitionError(f"random: per_field must be true or false, got {self.per_field!r}.")
+        if self.per_field and not offsets:
+            raise PartitionError("random: per_field=True needs field_offsets (the first id of each field); "
+                                 "'gmp partition' and gmp.partition_dataset fill them in from the dataset.")
+        if any(o < 0 for o in offsets) or any(b <= a for a, b in zip(offsets, offsets[1:])):
+            raise PartitionError(f"random: field_offsets must be increasing ids >= 0, got {list(offsets)}.")
 
 
 def balanced_random_assignment(n: int, num_workers: int, rng: np.random.Generator) -> np.ndarray:
@@ -28,13 +50,31 @@ def balanced_random_assignment(n: int, num_workers: int, rng: np.random.Generato
     return out
 
 
+def per_field_assignment(num_embeddings: int, offsets: tuple[int, ...], num_workers: int,
+                         rng: np.random.Generator) -> np.ndarray:
+    """int32 [num_embeddings]: each field ``[offsets[k], offsets[k+1])`` dealt round-robin after a
+    permutation; the deal continues where the previous field stopped, so totals also differ by at most one."""
+    out = np.empty(num_embeddings, dtype=np.int32)
+    bounds = sorted({0, num_embeddings, *(o for o in offsets if o < num_embeddings)})
+    dealt = 0
+    for lo, hi in zip(bounds, bounds[1:]):
+        out[lo + rng.permutation(hi - lo)] = (dealt + np.arange(hi - lo, dtype=np.int64)) % num_workers
+        dealt += hi - lo
+    return out
+
+
 def partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options: Options) -> Placement:
     rng = np.random.default_rng(seed)
     n = topology.num_workers
+    samples = balanced_random_assignment(graph.num_samples, n, rng)
+    if options.per_field:
+        primary = per_field_assignment(graph.num_embeddings, options.field_offsets, n, rng)
+    else:
+        primary = balanced_random_assignment(graph.num_embeddings, n, rng)
     return Placement.edge_cut(
         n,
-        balanced_random_assignment(graph.num_samples, n, rng),
-        balanced_random_assignment(graph.num_embeddings, n, rng),
+        samples,
+        primary,
         method="random",
         options=asdict(options),
         seed=seed,

@@ -57,17 +57,20 @@ SCHEMA_VERSION = 1
 REPORT_FORMATS = ("md", "json", "html")
 
 __all__ = ["FORMAT", "SCHEMA_VERSION", "PLOT_FILES", "build_report", "report_from_manifest", "write_report", "render",
-           "load_report", "render_markdown", "render_html"]
+           "load_report", "render_markdown", "render_html", "write_html_file", "dataset_name_of", "convergence_log", "Report"]
 
 
 def build_report(*, placement, topology, metrics: Mapping[str, Any], source: str,
                  dataset_sha256: str | None = None, graph=None,
                  degree_distribution: Mapping[str, Any] | None = None,
-                 graph_stats: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                 graph_stats: Mapping[str, Any] | None = None,
+                 dataset_name: str | None = None) -> dict[str, Any]:
     """Assemble the report dict from a placement and its metrics.
 
     ``graph`` (a :class:`~gmp.graph.BipartiteGraph`) supplies the graph
     statistics and the degree distribution; without it pass them explicitly.
+    ``dataset_name`` names the dataset in the headline, the plots' titles and
+    the settings (see :func:`dataset_name_of`).
     """
     from ..metrics import degree_distribution as _degrees
     from ..partition import options_to_json
@@ -86,7 +89,6 @@ def build_report(*, placement, topology, metrics: Mapping[str, Any], source: str
             "max_embedding_degree": int(deg.max()) if deg.size else 0,
         }
         degree_distribution = _degrees(graph)
-    rounds = (placement.info or {}).get("rounds") if placement.info else None
     return {
         "format": FORMAT,
         "schema_version": SCHEMA_VERSION,
@@ -94,6 +96,7 @@ def build_report(*, placement, topology, metrics: Mapping[str, Any], source: str
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "source": source,
         "dataset_sha256": dataset_sha256,
+        "dataset_name": dataset_name,
         "settings": {
             "method": placement.method,
             "options": options_to_json(placement.options),
@@ -103,13 +106,46 @@ def build_report(*, placement, topology, metrics: Mapping[str, Any], source: str
             "batch_size": metrics.get("batch_size"),
             "embedding_dim": metrics.get("embedding_dim"),
             "dataset_sha256": dataset_sha256,
+            "dataset_name": dataset_name,
         },
         "graph": dict(graph_stats) if graph_stats else None,
         "metrics": dict(metrics),
         "degree_distribution": dict(degree_distribution) if degree_distribution else None,
-        "convergence": list(rounds) if rounds else None,
+        "convergence": convergence_log(placement.info),
         "plots": [],
     }
+
+
+def convergence_log(info: Mapping[str, Any] | None) -> list[dict[str, Any]] | None:
+    """The partitioner's per-round log, ending with its 2D (replication) step when it logged one.
+
+    Hybrid logs its 1D rounds under ``info["rounds"]`` and the 2D step (Eq. 6
+    of HET-GMP) under ``info["replication"]``; the 2D row carries the expected
+    batch reads *after* replication, the number the report's headline measures.
+    """
+    info = info or {}
+    rounds = [dict(r) for r in (info.get("rounds") or [])]
+    if not rounds:
+        return None
+    rep = info.get("replication")
+    if isinstance(rep, Mapping) and rep.get("expected_remote_reads") is not None:
+        rounds.append({"round": "2D", "level": "replication",
+                       "expected_remote_reads": rep["expected_remote_reads"],
+                       "num_secondaries": rep.get("num_secondaries"), "seconds": rep.get("seconds")})
+    return rounds
+
+
+def dataset_name_of(meta: Mapping[str, Any] | None = None, path: str | os.PathLike | None = None) -> str | None:
+    """The dataset's name: ``meta["dataset_name"]`` / ``meta["dataset"]["name"]`` / ``meta["name"]``
+    when the header (a manifest's or a dataset.json) records one, else the directory name of ``path``."""
+    meta = meta or {}
+    for value in (meta.get("dataset_name"), (meta.get("dataset") or {}).get("name")
+                  if isinstance(meta.get("dataset"), Mapping) else None, meta.get("name")):
+        if value:
+            return str(value)
+    if path is not None:
+        return Path(path).resolve().name or None
+    return None
 
 
 def load_report(path: str | os.PathLike) -> dict[str, Any]:
@@ -131,6 +167,7 @@ def report_from_manifest(manifest, *, dataset=None, batch_size: int | None = Non
     """
     meta = manifest.meta
     placement = manifest.placement
+    name = dataset_name_of(meta) or (dataset_name_of(dataset.meta, dataset.path) if dataset is not None else None)
     bs = int(batch_size or meta.get("batch_size") or 512)
     dim = int(embedding_dim or meta.get("embedding_dim") or 16)
     if dataset is not None:
@@ -147,7 +184,8 @@ def report_from_manifest(manifest, *, dataset=None, batch_size: int | None = Non
                                   seed=placement.seed, partition_seconds=meta.get("partition_seconds"),
                                   peak_rss_bytes=meta.get("peak_rss_bytes"), num_train=dataset.num_train)
         return build_report(placement=placement, topology=manifest.topology, metrics=metrics,
-                            source="recomputed from dataset", dataset_sha256=manifest.dataset_sha256, graph=graph)
+                            source="recomputed from dataset", dataset_sha256=manifest.dataset_sha256, graph=graph,
+                            dataset_name=name)
 
     samples = np.bincount(np.asarray(placement.sample_worker), minlength=placement.num_workers)
     stored_path = manifest.path / "report.json"
@@ -161,7 +199,8 @@ def report_from_manifest(manifest, *, dataset=None, batch_size: int | None = Non
             )
         report = build_report(placement=placement, topology=manifest.topology, metrics=stored["metrics"],
                               source="report.json (arrays re-validated)", dataset_sha256=manifest.dataset_sha256,
-                              degree_distribution=stored.get("degree_distribution"), graph_stats=stored.get("graph"))
+                              degree_distribution=stored.get("degree_distribution"), graph_stats=stored.get("graph"),
+                              dataset_name=name or stored.get("dataset_name"))
         return report
     if batch_size is not None or embedding_dim is not None:
         raise ManifestError("--batch-size/--embedding-dim need --dataset DATASET_DIR to recompute the metrics.")
@@ -174,39 +213,94 @@ def report_from_manifest(manifest, *, dataset=None, batch_size: int | None = Non
     metrics["peak_rss_bytes"] = meta.get("peak_rss_bytes")
     return build_report(placement=placement, topology=manifest.topology, metrics=metrics,
                         source="manifest summary (no report.json; pass --dataset for every metric)",
-                        dataset_sha256=manifest.dataset_sha256)
+                        dataset_sha256=manifest.dataset_sha256, dataset_name=name)
 
 
 def write_report(out_dir: str | os.PathLike, report: dict[str, Any],
-                 formats: Iterable[str] = ("json", "md")) -> list[str]:
-    """Write the plots and ``report.<fmt>`` for each format into ``out_dir``; return the file names."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    plots = write_plots(report, out_dir)
-    report["plots"] = plots
-    names = list(plots)
+                 formats: Iterable[str] = ("json", "md"), *, plots: bool = True) -> list[str]:
+    """Write the plots and ``report.<fmt>`` for each format into ``out_dir``; return the file names.
+
+    ``plots=False`` skips the PNGs (and matplotlib, which is only imported to
+    draw them): the reports then say the plots were left out.
+    """
+    formats = list(formats)
     for fmt in formats:
         if fmt not in REPORT_FORMATS:
             raise ManifestError(f"unknown report format {fmt!r}; choose one of {', '.join(REPORT_FORMATS)}.")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = write_plots(report, out_dir) if plots else []
+    report["plots"] = written
+    names = list(written)
+    for fmt in formats:
         name = f"report.{fmt}"
         if fmt == "json":
             write_json(out_dir / name, report)
         elif fmt == "md":
-            (out_dir / name).write_text(render_markdown(report, images=plots), encoding="utf-8")
+            (out_dir / name).write_text(render_markdown(report, images=written), encoding="utf-8")
         else:
-            (out_dir / name).write_text(render_html(report, images=[out_dir / p for p in plots]), encoding="utf-8")
+            (out_dir / name).write_text(render_html(report, images=[out_dir / p for p in written]), encoding="utf-8")
         names.append(name)
     return names
 
 
-def render(report: dict[str, Any], fmt: str) -> str:
-    """The report as one string (json, md, or html with plots inlined)."""
+class Report:
+    """A report dict with a readable face: ``repr`` is its headline, a notebook shows it as Markdown.
+
+    ``.data`` is the report.json dict; ``.markdown()`` / ``.html()`` render it.
+    """
+
+    def __init__(self, data: dict[str, Any]):
+        self.data = data
+
+    @property
+    def headline(self) -> str:
+        from .tables import headline
+
+        return headline(self.data)[0]
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        return self.data.get("metrics") or {}
+
+    def markdown(self) -> str:
+        return render(self.data, "md")
+
+    def html(self, *, plots: bool = True) -> str:
+        return render(self.data, "html", plots=plots)
+
+    def _repr_markdown_(self) -> str:  # Jupyter
+        return self.markdown()
+
+    def __repr__(self) -> str:
+        return f"<Report {self.headline!r} ({self.data.get('source')})>"
+
+
+def write_html_file(path: str | os.PathLike, report: dict[str, Any], *, plots: bool = True) -> Path:
+    """Write the report as one self-contained HTML page (plots inlined) to ``path``; return it."""
+    path = Path(path)
+    page = render(report, "html", plots=plots)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(page, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise ManifestError(f"cannot write {path}: {exc.strerror}; pass --out DIR (a writable directory) "
+                            "or --out - to print the page.") from None
+    return path
+
+
+def render(report: dict[str, Any], fmt: str, *, plots: bool = True) -> str:
+    """The report as one string (json, md, or html with plots inlined unless ``plots=False``)."""
     import json
 
     if fmt == "json":
         return json.dumps(report, indent=2, default=json_default)
     if fmt == "md":
         return render_markdown(report, images=report.get("plots") or [])
+    if fmt == "html" and not plots:
+        return render_html(report, images=[])
     if fmt == "html":
         tmp = Path(tempfile.mkdtemp(prefix="gmp-report-"))
         try:

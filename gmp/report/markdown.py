@@ -19,13 +19,18 @@ def render_markdown(report: Mapping[str, Any], *, images: Sequence[str] = ()) ->
     """The report as Markdown; ``images`` are PNG paths (relative to the .md) to embed."""
     settings = report.get("settings") or {}
     metrics = report.get("metrics") or {}
+    title, summary = tables.headline(report)
     parts = [
-        f"# Placement report: {settings.get('method')} on {settings.get('num_workers')} workers",
+        f"# {title}",
         "",
+    ]
+    if summary:
+        parts += [summary, ""]
+    parts += [
         f"Source: {report.get('source')}. Batch size {metrics.get('batch_size')} per worker, "
-        f"embedding dim {metrics.get('embedding_dim')} (float32). Reductions are relative to "
+        f"embedding dim {metrics.get('embedding_dim')} (float32). 'vs random' is the change against "
         f"{(metrics.get('reference') or {}).get('placement', 'random')} on the same graph "
-        "(0.6 = 60% less traffic; negative = more).",
+        "(-60% = 60% less traffic; + = more).",
         "",
         "## Communication",
         "",
@@ -40,9 +45,9 @@ def render_markdown(report: Mapping[str, Any], *, images: Sequence[str] = ()) ->
         md_table(tables.per_worker_table(metrics)),
         "",
     ]
-    rounds = report.get("convergence")
+    rounds = tables.convergence_with_final(report)
     if rounds:
-        parts += ["## Convergence (per round)", "", md_table(tables.convergence_table(rounds)), ""]
+        parts += ["## Convergence (per round)", "", CONVERGENCE_NOTE, "", md_table(tables.convergence_table(rounds)), ""]
     if images:
         parts += ["## Plots", ""]
         parts += [f"![{name}]({name})" for name in images]
@@ -50,6 +55,10 @@ def render_markdown(report: Mapping[str, Any], *, images: Sequence[str] = ()) ->
     parts += ["## Settings", "", md_table(tables.settings_table(settings)), ""]
     graph = report.get("graph")
     if graph:
-        parts += ["## Graph", "", md_table((["quantity", "value"],
-                                              [[k.replace("_", " "), tables.fmt_num(v)] for k, v in graph.items()])), ""]
+        parts += ["## Graph", "", md_table(tables.graph_table(graph)), ""]
     return "\n".join(parts)
+
+
+CONVERGENCE_NOTE = ("Rounds 0..T are the partitioner's 1D sweeps (its own estimates; round 0 is the start), "
+                    "'2D' its replication step (expected batch reads once secondaries serve locally), "
+                    "'final' the exact numbers this report measured.")

@@ -8,8 +8,14 @@ Three PNGs, each a function of the report dict only:
   topologies;
 * ``loads.png`` — per-worker load bars relative to the mean (samples, edges,
   rows held, traffic served, traffic received): a bar at 1.0 is perfect balance;
-* ``degrees.png`` — embedding degree distribution on log-log axes (active
-  embeddings, log-binned density).
+* ``degrees.png`` — complementary CDF of the embedding degree on log-log
+  axes: the share of active embeddings used by at least *d* samples (exact at
+  the histogram's bin edges, so the curve needs no density normalisation).
+
+Every figure is saved at :data:`DPI` (print resolution) and titled with the
+method, the dataset name (when the report knows it) and the worker count.
+matplotlib is imported only when a plot is drawn (``--no-plots`` never
+imports it).
 """
 
 from __future__ import annotations
@@ -19,7 +25,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .tables import subject
+
 PLOT_FILES = {"traffic": "traffic.png", "loads": "loads.png", "degrees": "degrees.png"}
+#: dots per inch of every saved figure (print resolution)
+DPI = 200
 
 
 def _plt():
@@ -38,11 +48,12 @@ def plot_traffic(report: Mapping[str, Any], path: Path) -> Path | None:
     plt = _plt()
     m = np.asarray(matrix, dtype=np.float64)
     n = m.shape[0]
-    fig, ax = plt.subplots(figsize=(min(3 + 0.45 * n, 12), min(2.5 + 0.45 * n, 11)), dpi=110)
+    fig, ax = plt.subplots(figsize=(min(3.5 + 0.45 * n, 12), min(3 + 0.45 * n, 11)))
     im = ax.imshow(m, cmap="Blues", interpolation="nearest")
     ax.set_xlabel("reading worker")
     ax.set_ylabel("serving worker (primary)")
-    ax.set_title(f"Rows served per epoch (batch {report['metrics'].get('batch_size')})", fontsize=10)
+    ax.set_title(f"{subject(report)}\nrows served per epoch (batch {report['metrics'].get('batch_size')})",
+                 fontsize=9)
     ticks = np.arange(n) if n <= 32 else np.arange(0, n, max(1, n // 16))
     ax.set_xticks(ticks)
     ax.set_yticks(ticks)
@@ -61,7 +72,7 @@ def plot_traffic(report: Mapping[str, Any], path: Path) -> Path | None:
                             color="white" if m[i, j] > 0.6 * top else "black")
     fig.colorbar(im, ax=ax, label="rows", fraction=0.046, pad=0.04)
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(path, dpi=DPI)
     plt.close(fig)
     return path
 
@@ -73,7 +84,7 @@ def plot_loads(report: Mapping[str, Any], path: Path) -> Path | None:
     plt = _plt()
     keys = [k for k in ("samples", "edges", "rows_held", "traffic_served", "traffic_received") if k in loads]
     n = len(loads[keys[0]])
-    fig, ax = plt.subplots(figsize=(min(4 + 0.6 * n, 14), 3.8), dpi=110)
+    fig, ax = plt.subplots(figsize=(min(4.5 + 0.6 * n, 14), 3.8))
     width = 0.8 / len(keys)
     x = np.arange(n)
     for k, key in enumerate(keys):
@@ -84,10 +95,10 @@ def plot_loads(report: Mapping[str, Any], path: Path) -> Path | None:
     ax.set_xticks(x)
     ax.set_xlabel("worker")
     ax.set_ylabel("load / mean")
-    ax.set_title("Per-worker load (1.0 = perfectly balanced)")
+    ax.set_title(f"{subject(report)}\nper-worker load (1.0 = perfectly balanced)", fontsize=9)
     ax.legend(fontsize=7, ncol=len(keys), loc="upper center", bbox_to_anchor=(0.5, -0.18))
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(path, dpi=DPI)
     plt.close(fig)
     return path
 
@@ -99,17 +110,16 @@ def plot_degrees(report: Mapping[str, Any], path: Path) -> Path | None:
     plt = _plt()
     edges = np.asarray(dist["bin_edges"], dtype=np.float64)
     counts = np.asarray(dist["counts"], dtype=np.float64)
-    widths = np.diff(edges)
-    centers = np.sqrt(edges[:-1] * np.maximum(edges[1:] - 1, edges[:-1]))
-    keep = counts > 0
-    fig, ax = plt.subplots(figsize=(5, 3.8), dpi=110)
-    ax.loglog(centers[keep], counts[keep] / widths[keep], "o-", ms=4)
-    ax.set_xlabel("embedding degree (samples using the row)")
-    ax.set_ylabel("embeddings per unit degree")
-    ax.set_title("Embedding degree distribution")
+    # CCDF at each bin's lower edge: share of active rows with degree >= edge (exact, bins are [lo, hi))
+    ccdf = counts[::-1].cumsum()[::-1] / counts.sum()
+    fig, ax = plt.subplots(figsize=(5, 3.8))
+    ax.loglog(edges[:-1], ccdf, "o-", ms=3)  # exact at the points (bin edges)
+    ax.set_xlabel("degree d (samples using the row)")
+    ax.set_ylabel("share of rows with degree ≥ d")
+    ax.set_title(f"{subject(report)}\nembedding degree CCDF", fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(path, dpi=DPI)
     plt.close(fig)
     return path
 

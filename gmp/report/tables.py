@@ -64,13 +64,16 @@ def metrics_table(metrics: Mapping[str, Any]) -> Table:
     ref = metrics.get("reference") or {}
     row_bytes = metrics.get("bytes_per_row")
     rows = []
-    for key, label in METRIC_LABELS.items():
+    for key, name in METRIC_LABELS.items():
         if key not in metrics:
             continue
         v = metrics[key]
+        if key == "remote_accesses_weighted" and v == metrics.get("remote_accesses") \
+                and ref.get(key) == ref.get("remote_accesses"):
+            continue  # every cost is 1 (flat topology): the weighted row would repeat the one above
         b = fmt_bytes(v * row_bytes) if (row_bytes and key != "remote_accesses_weighted") else "—"
-        rows.append([label, fmt_num(v), b, fmt_pct(red.get(key)), fmt_num(ref.get(key))])
-    return ["metric", "value", "bytes", "reduction vs random", "random"], rows
+        rows.append([name, fmt_num(v), b, fmt_change(red.get(key)), fmt_num(ref.get(key))])
+    return ["metric", "value", "bytes", "vs random", "random"], rows
 
 
 def summary_table(metrics: Mapping[str, Any]) -> Table:
@@ -103,12 +106,14 @@ PER_WORKER_COLUMNS = (
 
 def per_worker_table(metrics: Mapping[str, Any]) -> Table:
     loads = metrics.get("per_worker") or {}
-    cols = [(k, label) for k, label in PER_WORKER_COLUMNS if k in loads]
+    cols = [(k, name) for k, name in PER_WORKER_COLUMNS if k in loads]
     if not cols:
         return ["worker"], []
     n = len(loads[cols[0][0]])
     rows = [[str(w)] + [fmt_int(loads[k][w]) for k, _ in cols] for w in range(n)]
-    return ["worker"] + [label for _, label in cols], rows
+    # without secondaries these repeat each other by construction
+    return merge_identical_columns((["worker"] + [name for _, name in cols], rows), keep=("worker",),
+                                   only=(("primaries", "rows held"), ("batch reads", "batch pushes")))
 
 
 def _flatten(obj: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -123,24 +128,213 @@ def _flatten(obj: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+#: readable headers of the convergence log's keys (hybrid's per-round log, see gmp.partition.hybrid)
+CONVERGENCE_LABELS = {
+    "round": "round",
+    "level": "level",
+    "objective": "objective (Eq. 3)",
+    "comm_weighted": "weighted comm",
+    "expected_remote_reads": "expected batch reads",
+    "remote_accesses": "remote accesses",
+    "epoch_unique_remote": "epoch unique remote",
+    "sample_imbalance": "sample imbalance",
+    "primary_imbalance": "primary imbalance",
+    "traffic_imbalance": "traffic imbalance",
+    "moved_samples": "moved samples",
+    "moved_embeddings": "moved rows",
+    "num_secondaries": "secondaries",
+    "seconds": "time (s)",
+}
+
+
+def label(key: str) -> str:
+    """A readable column header for a snake_case (or dotted) key."""
+    return CONVERGENCE_LABELS.get(key) or key.replace(".", " ").replace("_", " ")
+
+
 def convergence_table(rounds: Sequence[Mapping[str, Any]]) -> Table:
-    """One row per round; columns are whatever the partitioner logged (round first, seconds last)."""
+    """One row per round; columns are whatever the partitioner logged (round first, seconds last).
+
+    The ``level`` column is dropped when every sweep ran on the same level (a
+    flat topology; hierarchical hybrid runs machine-level then worker-level).
+
+    Headers are readable (:data:`CONVERGENCE_LABELS`, else the key with spaces);
+    a column whose cells equal an earlier column's in every row is merged into
+    it (its header becomes ``"a = b"``), so no two columns say the same thing.
+    """
     flat = [_flatten(r) for r in rounds]
     keys: list[str] = []
     for r in flat:
         for k in r:
             if k not in keys:
                 keys.append(k)
-    first = [k for k in ("round", "objective") if k in keys]
+    first = [k for k in ("round", "level", "objective") if k in keys]
     last = [k for k in ("seconds",) if k in keys]
     keys = first + [k for k in keys if k not in first and k not in last] + last
-    rows = [[fmt_num(r.get(k)) if k != "round" else str(r.get(k, i + 1)) for k in keys] for i, r in enumerate(flat)]
-    return keys, rows
+    headers = [label(k) for k in keys]
+    rows = [[_cell(k, r.get(k), i) for k in keys] for i, r in enumerate(flat)]
+    for group, name in COMBINED_COLUMNS:  # related columns share one cell, so the table fits a page
+        if all(k in keys for k in group):
+            at = [keys.index(k) for k in group]
+            headers[at[0]] = name
+            for row in rows:
+                cells = [row[j] for j in at]
+                row[at[0]] = "—" if all(c == "—" for c in cells) else "/".join(cells)
+            keys = [k for j, k in enumerate(keys) if j not in at[1:]]
+            headers = [h for j, h in enumerate(headers) if j not in at[1:]]
+            rows = [[c for j, c in enumerate(row) if j not in at[1:]] for row in rows]
+    if "level" in keys:  # one level for every sweep (a flat topology): the column says nothing
+        j = keys.index("level")
+        if len({r[j] for r, f in zip(rows, flat) if f.get("level") is not None and
+                str(f.get("round")) not in ("2D", "final")}) <= 1:
+            headers, rows = headers[:j] + headers[j + 1:], [r[:j] + r[j + 1:] for r in rows]
+    return merge_identical_columns((headers, rows), keep=("round", "level"))
+
+
+#: groups of convergence-log keys shown in one column (cells joined by " / ")
+COMBINED_COLUMNS = (
+    (("sample_imbalance", "primary_imbalance", "traffic_imbalance"), "imbalance: samples/rows/traffic"),
+    (("moved_samples", "moved_embeddings"), "moved: samples/rows"),
+)
+
+
+def merge_identical_columns(table: Table, *, keep: Sequence[str] = (),
+                            only: Sequence[tuple[str, str]] | None = None) -> Table:
+    """Merge every column that repeats an earlier column into that column.
+
+    Two columns repeat each other when they agree on at least two rows where
+    both have a value and never disagree ("—" = no value; the merged column
+    takes whichever value a row has). The kept column's header becomes
+    ``"a = b"`` (e.g. ``"batch reads = batch pushes"`` for a placement without
+    secondaries), so no two columns of a table say the same thing. Columns
+    named in ``keep`` are never merged; with ``only`` just those (earlier,
+    later) header pairs may merge (columns that repeat by construction, not by
+    coincidence on a small table).
+    """
+    headers, rows = table
+    columns = [[r[j] for r in rows] for j in range(len(headers))]
+    out_headers: list[str] = []
+    kept: list[list[str]] = []
+    for h, col in zip(headers, columns):
+        twin = None
+        if h not in keep:
+            twin = next((j for j, c in enumerate(kept) if out_headers[j] not in keep and _same(c, col)
+                         and (only is None or (out_headers[j].split(" = ")[-1], h) in only)), None)
+        if twin is not None:
+            out_headers[twin] = f"{out_headers[twin]} = {h}"
+            kept[twin] = [b if a == "—" else a for a, b in zip(kept[twin], col)]
+            continue
+        out_headers.append(h)
+        kept.append(col)
+    return out_headers, [list(r) for r in zip(*kept)] if rows else []
+
+
+def _same(a: Sequence[str], b: Sequence[str]) -> bool:
+    both = [(x, y) for x, y in zip(a, b) if x != "—" and y != "—"]
+    return len(both) >= min(2, len(a)) and all(x == y for x, y in both)
+
+
+def _cell(key: str, value: Any, index: int) -> str:
+    if key == "round":
+        return str(index + 1 if value is None else value)
+    if value is None or isinstance(value, (bool, str)):
+        return fmt_num(value)
+    if key.endswith("imbalance"):
+        return fmt_ratio(value)
+    if key == "seconds":
+        return f"{float(value):.3f}"
+    if abs(value) >= 1e6:
+        return fmt_short(value)
+    if isinstance(value, float) and abs(value) >= 100:
+        return f"{value:,.0f}"
+    return fmt_num(value)
+
+
+def fmt_short(v: Any) -> str:
+    """``12345678`` -> ``"12.35M"``: large counts in a width that fits a table column."""
+    if v is None:
+        return "—"
+    v = float(v)
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(v) >= scale:
+            return f"{v / scale:.2f}{unit}"
+    return f"{v:,.0f}" if float(v).is_integer() else f"{v:.3f}"
+
+
+def convergence_with_final(report: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """The convergence log plus a last row with the report's exact numbers.
+
+    The per-round log holds the partitioner's own estimates (hybrid: the
+    soft-count ``expected_remote_reads`` before replication); its ``2D`` row
+    (added by :func:`gmp.report.build_report`) is the estimate after the
+    replication step, and the ``final`` row is what the report measured, so
+    the table ends on the headline's number.
+    """
+    rounds = report.get("convergence")
+    if not rounds:
+        return None
+    metrics = report.get("metrics") or {}
+    final: dict[str, Any] = {"round": "final", "level": "measured"}
+    keys = {k for r in rounds for k in r}
+    if "expected_remote_reads" in keys and metrics.get("batch_remote_reads") is not None:
+        final["expected_remote_reads"] = metrics["batch_remote_reads"]
+    for k in ("remote_accesses", "epoch_unique_remote"):
+        if k in keys and metrics.get(k) is not None:
+            final[k] = metrics[k]
+    if len(final) == 2:
+        return list(rounds)
+    return list(rounds) + [final]
+
+
+HEADLINE_METRICS = (("batch_remote_reads", "batch reads"), ("batch_remote_pushes", "batch pushes"),
+                    ("epoch_unique_remote", "epoch-unique rows"), ("remote_accesses", "remote accesses"))
+
+
+def fmt_change(reduction: Any) -> str:
+    """A reduction vs random (0.779) as the signed change people read: ``"-77.9%"`` (``"+5.0%"`` = more)."""
+    if reduction is None:
+        return "—"
+    change = -100.0 * float(reduction)
+    return f"{change:+.1f}%".replace("+0.0%", "0.0%").replace("-0.0%", "0.0%")
+
+
+def subject(report: Mapping[str, Any]) -> str:
+    """``"hybrid on criteo-1m, 8 workers"``: what a report (and each of its figures) is about."""
+    settings = report.get("settings") or {}
+    name = report.get("dataset_name") or settings.get("dataset_name")
+    return f"{settings.get('method')}" + (f" on {name}" if name else "") + f", {settings.get('num_workers')} workers"
+
+
+def headline(report: Mapping[str, Any]) -> tuple[str, str]:
+    """``(title, summary)`` of a report.
+
+    Title: ``"hybrid on criteo-1m, 8 workers: -77.9% batch reads vs random"``;
+    summary: the other main reductions and the replication factor in one line.
+    """
+    metrics = report.get("metrics") or {}
+    red = metrics.get("reduction_vs_random") or {}
+    where = subject(report)
+    key, what = next(((k, w) for k, w in HEADLINE_METRICS if red.get(k) is not None), (None, None))
+    if key is None:
+        return f"Placement report: {where}", ""
+    title = f"{where}: {fmt_change(red[key])} {what} vs random"
+    others = [f"{fmt_change(red[k])} {w}" for k, w in HEADLINE_METRICS if k != key and red.get(k) is not None]
+    rf = metrics.get("replication_factor")
+    tail = f"; replication factor {fmt_ratio(rf)}" if rf is not None else ""
+    bs = metrics.get("batch_size")
+    summary = (f"Versus random on the same graph and seed: {', '.join(others)}{tail}"
+               + (f" (batch {bs} per worker)." if bs else "."))
+    return title, summary
+
+
+def graph_table(graph: Mapping[str, Any]) -> Table:
+    return ["quantity", "value"], [[k.replace("num_", "").replace("_", " "), fmt_num(v)] for k, v in graph.items()]
 
 
 def settings_table(settings: Mapping[str, Any]) -> Table:
     topo = settings.get("topology") or {}
     rows = [
+        ["dataset", str(settings.get("dataset_name") or "—")],
         ["method", str(settings.get("method"))],
         ["seed", str(settings.get("seed"))],
         ["workers", str(settings.get("num_workers"))],
@@ -149,7 +343,8 @@ def settings_table(settings: Mapping[str, Any]) -> Table:
         ["embedding dim", fmt_int(settings.get("embedding_dim"))],
     ]
     for k, v in (settings.get("options") or {}).items():
-        rows.append([f"option {k}", fmt_num(v) if not isinstance(v, (list, dict)) else str(v)])
+        if v is not None:  # unset options take the method's default
+            rows.append([f"option --{k.replace('_', '-')}", fmt_num(v) if not isinstance(v, (list, dict)) else str(v)])
     if settings.get("dataset_sha256"):
         rows.append(["dataset sha256", str(settings["dataset_sha256"])[:16] + "…"])
     return ["setting", "value"], rows

@@ -20,31 +20,18 @@ import numpy as np
 import torch
 
 from ..datasets.format import load_dataset
+from ..comm.local import LocalEngine
 from ..errors import TrainingError
 from ..placement import Placement
+from ..manifest import load_manifest
 from .checkpoint import load_checkpoint, placement_sha256, save_checkpoint
-from .loop import TrainConfig, TrainData, Trainer, json_line
-from .models import MODELS
-from .schedule import SHUFFLES, schedule_names
-from .store import OPTIMIZERS
+from .config import TrainConfig
+from .data import TrainData
+from .records import json_line
+from .trainer import Trainer
 
 log = logging.getLogger("gmp.train")
 ENGINES = ("local", "distributed")
-
-
-def validate_config(config: TrainConfig) -> None:
-    if config.model not in MODELS:
-        raise TrainingError(f"unknown --model {config.model!r}; expected one of {list(MODELS)}.")
-    if config.optimizer not in OPTIMIZERS:
-        raise TrainingError(f"unknown --optimizer {config.optimizer!r}; expected one of {list(OPTIMIZERS)}.")
-    if config.schedule not in schedule_names():
-        raise TrainingError(f"unknown --schedule {config.schedule!r}; expected one of {schedule_names()}.")
-    if config.shuffle not in SHUFFLES:
-        raise TrainingError(f"unknown --shuffle {config.shuffle!r}; expected one of {list(SHUFFLES)}.")
-    if config.batch_size < 1:
-        raise TrainingError(f"--batch-size must be >= 1, got {config.batch_size}.")
-    if config.embedding_dim < 1:
-        raise TrainingError(f"--embedding-dim must be >= 1, got {config.embedding_dim}.")
 
 
 def load_placement(dataset, manifest: str | os.PathLike | None, workers: int | None) -> Placement:
@@ -55,10 +42,6 @@ def load_placement(dataset, manifest: str | os.PathLike | None, workers: int | N
                                 f"(make one with 'gmp partition'); without a manifest training uses 1 worker.")
         zeros_s = np.zeros(dataset.num_samples, dtype=np.int32)
         return Placement.edge_cut(1, zeros_s, np.zeros(dataset.num_embeddings, dtype=np.int32), method="single")
-    try:
-        from ..manifest import load_manifest
-    except ImportError as exc:  # pragma: no cover - the manifest module is part of gmp
-        raise TrainingError(f"cannot read manifests: {exc}") from None
     placement = load_manifest(manifest, dataset=dataset).placement
     if workers is not None and workers != placement.num_workers:
         raise TrainingError(f"--workers {workers} does not match the manifest {manifest}, which places rows on "
@@ -70,11 +53,9 @@ def make_engine(name: str, num_workers: int):
     if os.environ.get("GMP_TORCH_THREADS"):
         torch.set_num_threads(int(os.environ["GMP_TORCH_THREADS"]))
     if name == "local":
-        from .engine_local import LocalEngine
-
         return LocalEngine(num_workers)
     if name == "distributed":
-        from .engine_dist import DistributedEngine, world_from_env
+        from ..comm.distributed import DistributedEngine, world_from_env  # loads torch.distributed
 
         _, world, _ = world_from_env()
         if world != num_workers:
@@ -86,7 +67,7 @@ def make_engine(name: str, num_workers: int):
             per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world))
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // per_node))
         return DistributedEngine()
-    raise TrainingError(f"unknown --engine {name!r}; expected one of {list(ENGINES)}.")
+    raise TrainingError(f"The 'engine' parameter must be one of {list(ENGINES)}, got {name!r}.")
 
 
 def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config: TrainConfig, *,
@@ -94,13 +75,14 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
           resume: bool = False, log_json: str | os.PathLike | None = None,
           on_record: Callable[[dict[str, Any]], None] | None = None,
           stop_after_steps: int | None = None, verify_hash: bool = True) -> list[dict[str, Any]]:
-    """Train and return the epoch records (see :mod:`gmp.train.loop` for the keys).
+    """Train and return the epoch records (see :mod:`gmp.train.records` for the keys).
 
     ``stop_after_steps`` simulates an interrupt after that many steps (a
     checkpoint is written when ``checkpoint_dir`` is set) and raises
     :class:`TrainingError` like a real interrupt does.
     """
-    validate_config(config)
+    if not isinstance(config, TrainConfig):
+        raise TrainingError(f"The 'config' parameter must be a TrainConfig, got {type(config).__name__}.")
     if resume and checkpoint_dir is None:
         raise TrainingError("--resume needs --checkpoint-dir (where the interrupted run saved its checkpoints).")
     ds = load_dataset(dataset)

@@ -6,13 +6,13 @@ at ``staleness = 0`` a step is exactly the single-process step on the union of
 the workers' arrays (the loss is the mean over that union), so any schedule
 gives the same model as a one-worker replay of its global batches.
 
-Two schedules live here; others register themselves with
-:func:`register_schedule` (Herald's location-aware schedule lives in
-:mod:`gmp.train.scheduler`, imported lazily when ``herald`` is asked for).
+Two schedules live here; Herald's location-aware schedule lives in
+:mod:`gmp.train.herald.plugin`. The names ``--schedule`` accepts are the
+explicit registry :data:`gmp.train.registry.SCHEDULES`.
 
 ``static`` (HET-GMP)
     Worker ``w`` trains on the training samples the placement assigns it.
-    Each epoch its shard is permuted by ``np.random.default_rng(seed + epoch)``
+    Each epoch its shard is permuted by :func:`gmp.seeds.epoch_rng` ``(seed, epoch)``
     (one generator, shards permuted in worker order); ``shuffle="none"`` keeps
     dataset order. Step ``t`` gives worker ``w`` items ``[t*B, (t+1)*B)`` of
     its shard; there are ``ceil(max shard / B)`` steps and a worker whose
@@ -21,7 +21,7 @@ Two schedules live here; others register themselves with
 
 ``naive`` (Herald's baseline)
     The training set (``[0, num_train)``) is permuted by
-    ``default_rng(seed + epoch)`` (or kept in order), cut into global batches
+    :func:`gmp.seeds.epoch_permutation` (or kept in order), cut into global batches
     of ``N * B`` and each global batch split into ``N`` consecutive parts
     (``np.array_split``: equal parts of ``B``, the last batch as equal as
     possible). The permutation does not depend on ``N``, so
@@ -35,14 +35,15 @@ batches: every rank builds the same schedule and takes its own entry.
 from __future__ import annotations
 
 import abc
-import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
 from ..errors import TrainingError
+from ..params import check_choice, check_int
 from ..placement import Placement
+from .. import seeds
 
 SHUFFLES = ("seeded", "none")
 
@@ -75,7 +76,8 @@ class ScheduleContext:
     shuffle: str = "seeded"
     #: the prepared dataset (or None) — schedules that look at sample contents use it.
     dataset: Any = None
-    options: dict[str, Any] = field(default_factory=dict)
+    #: the replica model of ``--schedule herald`` (a gmp.train.herald.HeraldOptions; None: its defaults)
+    herald: Any = None
 
     @property
     def num_workers(self) -> int:
@@ -108,13 +110,11 @@ class Schedule(abc.ABC):
 
 
 def _check_shuffle(shuffle: str) -> None:
-    if shuffle not in SHUFFLES:
-        raise TrainingError(f"--shuffle must be one of {SHUFFLES}, got {shuffle!r}.")
+    check_choice("shuffle", shuffle, SHUFFLES, error=TrainingError)
 
 
 def _check_batch(batch_size: int) -> None:
-    if int(batch_size) < 1:
-        raise TrainingError(f"--batch-size must be >= 1, got {batch_size}.")
+    check_int("batch_size", batch_size, minimum=1, error=TrainingError)
 
 
 class StaticSchedule(Schedule):
@@ -140,7 +140,7 @@ class StaticSchedule(Schedule):
     def epoch_shards(self, epoch: int) -> list[np.ndarray]:
         if self.shuffle == "none":
             return self.shards
-        rng = np.random.default_rng(self.seed + epoch)
+        rng = seeds.epoch_rng(self.seed, epoch)
         return [s[rng.permutation(s.size)] for s in self.shards]
 
     def steps(self, epoch: int, start: int = 0) -> Iterator[Step]:
@@ -173,7 +173,7 @@ class NaiveSchedule(Schedule):
     def epoch_order(self, epoch: int) -> np.ndarray:
         if self.shuffle == "none":
             return np.arange(self.num_train, dtype=np.int64)
-        return np.random.default_rng(self.seed + epoch).permutation(self.num_train).astype(np.int64)
+        return seeds.epoch_permutation(self.num_train, self.seed, epoch)
 
     def global_batches(self, epoch: int, start: int = 0) -> Iterator[np.ndarray]:
         order = self.epoch_order(epoch)
@@ -205,34 +205,3 @@ class ReplaySchedule(Schedule):
         for t, parts in enumerate(self._epoch(epoch)):
             if t >= start:
                 yield Step(t, [np.asarray(p, dtype=np.int64) for p in parts])
-
-
-#: name -> factory(ScheduleContext) -> Schedule
-SCHEDULES: dict[str, Callable[[ScheduleContext], Schedule]] = {
-    "static": lambda c: StaticSchedule(c.placement, c.num_train, c.batch_size, seed=c.seed, shuffle=c.shuffle),
-    "naive": lambda c: NaiveSchedule(c.num_workers, c.num_train, c.batch_size, seed=c.seed, shuffle=c.shuffle),
-}
-#: schedules provided by other modules, imported on first use (they call register_schedule).
-LAZY_SCHEDULES = {"herald": "gmp.train.scheduler"}
-
-
-def register_schedule(name: str, factory: Callable[[ScheduleContext], Schedule]) -> None:
-    """Make ``--schedule name`` available (called by plug-in modules at import)."""
-    SCHEDULES[name] = factory
-
-
-def schedule_names() -> list[str]:
-    return sorted(set(SCHEDULES) | set(LAZY_SCHEDULES))
-
-
-def make_schedule(name: str, context: ScheduleContext) -> Schedule:
-    """Build the schedule called ``name`` (raises TrainingError for unknown names)."""
-    if name not in SCHEDULES and name in LAZY_SCHEDULES:
-        try:
-            importlib.import_module(LAZY_SCHEDULES[name])
-        except ModuleNotFoundError as exc:
-            raise TrainingError(f"--schedule {name} needs {LAZY_SCHEDULES[name]}, which is not installed "
-                                f"({exc}); use --schedule static or naive.") from None
-    if name not in SCHEDULES:
-        raise TrainingError(f"unknown --schedule {name!r}; expected one of {schedule_names()}.")
-    return SCHEDULES[name](context)

@@ -54,12 +54,13 @@ import heapq
 import numpy as np
 import torch
 
+from ..constants import ADAGRAD_EPS
 from ..errors import TrainingError
+from ..params import check_choice
 from ..placement import Placement
 
 OPTIMIZERS = ("sgd", "adagrad")
 INIT_SCALE = 0.05
-ADAGRAD_EPS = 1e-10
 _CHUNK_BITS = 16
 #: largest id space mapped with a dense int32 array (64 MiB).
 DENSE_MAP_MAX_IDS = 1 << 24
@@ -133,8 +134,7 @@ class EmbeddingStore:
     def __init__(self, worker: int, placement: Placement, *, row_dim: int, optimizer: str = "sgd",
                  lr: float = 0.01, seed: int = 0, dtype: torch.dtype = torch.float32,
                  device: torch.device | str = "cpu"):
-        if optimizer not in OPTIMIZERS:
-            raise TrainingError(f"unknown --optimizer {optimizer!r}; expected one of {OPTIMIZERS}.")
+        check_choice("optimizer", optimizer, OPTIMIZERS, error=TrainingError)
         self.worker = int(worker)
         self.row_dim = int(row_dim)
         self.optimizer = optimizer
@@ -157,7 +157,7 @@ class EmbeddingStore:
         # stale gradients" of HET-GMP section 6), used to apply them locally when s > 0
         self.local_state = (torch.zeros(self.num_rows - self.num_primary, self.row_dim, dtype=dtype,
                                         device=self.device) if optimizer == "adagrad" else None)
-        self.dirty = np.zeros(self.num_rows, dtype=bool)  # copies with pending updates (herald, s = 0)
+        self._pending = np.zeros(self.num_rows, dtype=bool)  # copies with pending updates (herald, s = 0)
         self._cache_map = None
         self._ship_state = True
         self.cache_ids = np.zeros(0, dtype=np.int64)
@@ -182,9 +182,41 @@ class EmbeddingStore:
     def is_secondary_slot(self, slots: np.ndarray) -> np.ndarray:
         return (slots >= self.num_primary) & (slots < self.num_rows)
 
-    def is_copy_slot(self, slots: np.ndarray) -> np.ndarray:
-        """Secondary or cached slots (copies of another worker's primary)."""
-        return slots >= self.num_primary
+    def global_ids(self, slots: np.ndarray) -> np.ndarray:
+        """Global ids of local ``slots`` (placement rows and cache slots)."""
+        slots = np.asarray(slots, dtype=np.int64)
+        if self.cache_ids.size == 0:
+            return self.ids[slots]
+        if self.num_rows == 0:  # a worker that holds no placement rows, only cached ones
+            return self.cache_ids[slots]
+        return np.where(slots < self.num_rows, self.ids[np.minimum(slots, self.num_rows - 1)],
+                        self.cache_ids[np.maximum(slots - self.num_rows, 0)])
+
+    def primary_rows(self) -> tuple[np.ndarray, torch.Tensor]:
+        """(global ids, values) of this worker's primaries (the global model's rows it owns)."""
+        return self.ids[:self.num_primary], self.table[:self.num_primary]
+
+    # -- pending updates (herald, s = 0) --------------------------------------
+    def pending_slots(self) -> np.ndarray:
+        """Slots of copies holding updates not yet pushed to their primaries, ascending."""
+        return np.flatnonzero(self._pending)
+
+    def pending_ids(self) -> np.ndarray:
+        """Global ids of the rows with pending updates here (in slot order)."""
+        return self.global_ids(self.pending_slots())
+
+    def any_pending(self, slots: np.ndarray) -> bool:
+        return bool(np.any(self._pending[np.asarray(slots, dtype=np.int64)]))
+
+    def all_pending(self, slots: np.ndarray) -> bool:
+        return bool(np.all(self._pending[np.asarray(slots, dtype=np.int64)]))
+
+    def mark_pending(self, slots: np.ndarray, pending: bool = True) -> None:
+        """Record that the copies in ``slots`` hold (or, ``pending=False``, no longer hold) unpushed updates."""
+        slots = np.asarray(slots, dtype=np.int64)
+        if pending and np.any(slots < self.num_primary):
+            raise TrainingError(f"worker {self.worker}: only copies hold pending updates. This is a bug in gmp.")
+        self._pending[slots] = bool(pending)
 
     # -- cache (herald, s = 0) ----------------------------------------------
     def enable_cache(self, *, ship_state: bool = True) -> None:
@@ -238,7 +270,7 @@ class EmbeddingStore:
             self.local_state = torch.cat([self.local_state, torch.zeros(add, self.row_dim, dtype=self.dtype,
                                                                         device=self.device)])
         self.clock = np.concatenate([self.clock, np.zeros(add, dtype=np.int64)])
-        self.dirty = np.concatenate([self.dirty, np.zeros(add, dtype=bool)])
+        self._pending = np.concatenate([self._pending, np.zeros(add, dtype=bool)])
         self.cache_ids = np.concatenate([self.cache_ids, np.full(add, -1, dtype=np.int64)])
         for sl in range(self.num_rows + old, self.num_rows + new):
             heapq.heappush(self._free, sl)
@@ -255,7 +287,7 @@ class EmbeddingStore:
             got = np.array([heapq.heappop(self._free) for _ in range(new.size)], dtype=np.int64)
             slots[new] = got
             self.cache_ids[got - self.num_rows] = gids[new]
-            self.dirty[got] = False
+            self._pending[got] = False
             self._cache_set(gids[new], got)
         return slots
 
@@ -267,7 +299,7 @@ class EmbeddingStore:
         slots = self._cache_lookup(gids)
         held = slots >= 0
         sl = slots[held]
-        if np.any(self.dirty[sl]):
+        if np.any(self._pending[sl]):
             raise TrainingError(f"worker {self.worker}: a cached row with pending updates was dropped without "
                                 f"a push. This is a bug in gmp.")
         self.cache_ids[sl - self.num_rows] = -1
@@ -315,7 +347,7 @@ class EmbeddingStore:
         if np.any(slots < self.num_primary):
             raise TrainingError("install_copies: a primary cannot be overwritten by a pull.")
         self._write_payload(slots, payload, self.local_state, self.num_primary)
-        self.dirty[slots] = False
+        self._pending[slots] = False
 
     def overwrite_primary(self, slots: np.ndarray, payload: torch.Tensor) -> None:
         """Take a pushed copy (pending updates applied) as the primary's value (and state); clocks += 1."""
@@ -415,7 +447,7 @@ class EmbeddingStore:
         return {"ids": self.ids.copy(), "table": self.table.detach().cpu().clone(), "clock": self.clock.copy(),
                 "opt_state": None if self.opt_state is None else self.opt_state.detach().cpu().clone(),
                 "local_state": None if self.local_state is None else self.local_state.detach().cpu().clone(),
-                "dirty": self.dirty.copy(), "cache_ids": self.cache_ids.copy()}
+                "dirty": self._pending.copy(), "cache_ids": self.cache_ids.copy()}
 
     def load_state_dict(self, state: dict) -> None:
         if not np.array_equal(state["ids"], self.ids):
@@ -434,7 +466,7 @@ class EmbeddingStore:
             self._free = sorted(set(range(self.num_rows, self.num_rows + cache_ids.size))
                                 - set((live + self.num_rows).tolist()))  # sorted: a valid heap
         if "dirty" in state:
-            self.dirty[:] = state["dirty"]
+            self._pending[:] = state["dirty"]
         self.table.copy_(state["table"].to(self.device, self.dtype))
         self.clock[:] = state["clock"]
         if self.opt_state is not None:

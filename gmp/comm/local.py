@@ -2,7 +2,7 @@
 
 Exchanges hand tensors from one worker's outbox to another's inbox; nothing
 is copied. The worker logic is the same as under ``torchrun``
-(:mod:`gmp.train.loop`), and the bytes are counted as if they had been sent,
+(:mod:`gmp.train.trainer`), and the bytes are counted as if they had been sent,
 so a local run reports the traffic a distributed run would have.
 All workers share one device (``cuda:0`` when a GPU is present, else CPU)
 and one dense model whose ``.grad`` accumulates the workers' gradients — the
@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ..errors import TrainingError
-from .comm import CommEngine
+from .base import CommEngine
 
 
 class LocalEngine(CommEngine):
@@ -45,7 +45,7 @@ class LocalEngine(CommEngine):
                     if int(sends[src][dst].shape[0]) != int(recv_counts[dst][src]):
                         raise TrainingError(f"alltoallv: worker {dst} expected {recv_counts[dst][src]} rows from "
                                             f"{src}, got {sends[src][dst].shape[0]} ({category}).")
-        self._count_sends(sends, category)
+        self.count_sends(sends, category)
         return [[sends[src][dst] for src in range(n)] for dst in range(n)]
 
     def _all_reduce_dense(self, flat: torch.Tensor) -> torch.Tensor:

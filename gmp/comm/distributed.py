@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import TrainingError
-from .comm import CommEngine
+from .base import CommEngine
 
 ENV_HINT = ("run it under torchrun, e.g. 'torchrun --standalone --nproc-per-node N -m cli.main train "
             "--engine distributed ...'")
@@ -85,7 +85,7 @@ class DistributedEngine(CommEngine):
         (mine,) = sends
         if len(mine) != self.world_size:
             raise TrainingError("alltoallv: one tensor per destination is required.")
-        self._count_sends(sends, category)
+        self.count_sends(sends, category)
         trailing = tuple(mine[0].shape[1:])
         per_row = int(np.prod(trailing)) if trailing else 1
         dev = self._device
@@ -101,6 +101,22 @@ class DistributedEngine(CommEngine):
         dist.all_to_all_single(out, flat, [c * per_row for c in rc], [int(t.shape[0]) * per_row for t in mine])
         parts = torch.split(out, [c * per_row for c in rc])
         return [[p.view(-1, *trailing) if trailing else p for p in parts]]
+
+    def start_alltoallv(self, sends: Sequence[Sequence[torch.Tensor]], category: str, *,
+                        recv_counts: Sequence[Sequence[int]]):
+        """:meth:`CommEngine.start_alltoallv` issued with ``async_op=True`` (one rank: at once)."""
+        if self.world_size == 1:
+            return super().start_alltoallv(sends, category, recv_counts=recv_counts)
+        (mine,) = sends
+        self.count_sends(sends, category)
+        trailing = tuple(mine[0].shape[1:])
+        per_row = int(np.prod(trailing))
+        rc = [int(c) for c in recv_counts[0]]
+        flat = torch.cat([t.reshape(-1).to(self._device) for t in mine])  # a copy: later in-place updates don't leak in
+        out = torch.empty(sum(rc) * per_row, dtype=flat.dtype, device=self._device)
+        work = dist.all_to_all_single(out, flat, [c * per_row for c in rc], [int(t.shape[0]) * per_row for t in mine],
+                                      async_op=True)
+        return _AsyncAllToAll(work, out, rc, trailing)
 
     def _all_reduce_dense(self, flat: torch.Tensor) -> torch.Tensor:
         if self.world_size > 1:
@@ -147,3 +163,15 @@ class DistributedEngine(CommEngine):
                 self.barrier()
             finally:
                 dist.destroy_process_group()
+
+
+class _AsyncAllToAll:
+    """An all-to-all started with ``async_op=True``; :meth:`wait` returns ``recv[0][src]``."""
+
+    def __init__(self, work, out, counts, trailing):
+        self.work, self.out, self.counts, self.trailing = work, out, counts, trailing
+
+    def wait(self):
+        self.work.wait()
+        parts = torch.split(self.out, [c * int(np.prod(self.trailing)) for c in self.counts])
+        return [[p.view(-1, *self.trailing) for p in parts]]

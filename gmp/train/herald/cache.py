@@ -9,7 +9,7 @@ Each worker holds three kinds of embedding rows:
 This module manages only the third kind: which rows each worker's cache holds,
 their recency, and which rows to evict. Replica *validity* and the
 pending-update ("dirty") holder of each row live in the scheduler's per-row
-state (:mod:`gmp.train.scheduler`, which also keeps the stamps below inside its
+state (:mod:`gmp.train.herald.engine`, which also keeps the stamps below inside its
 64-byte row records, as int32), whose compiled kernels touch the caches (an
 inlined copy of :func:`cache_touch`), evict (an inlined LRU copy of
 :func:`cache_trim`; the function itself for the look-ahead policy); for every victim the
@@ -63,16 +63,15 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ..errors import TrainingError
+from ...constants import MAX_WORKERS
+from ...errors import TrainingError
 
 #: names accepted by ``--cache-policy``
 CACHE_POLICIES = ("lru", "lookahead")
 
-MAX_WORKERS = 63
-
 
 @numba.njit(cache=True)
-def _compact(w, stamp, q_row, q_stamp, head, tail):  # pragma: no cover - compiled
+def compact_queue(w, stamp, q_row, q_stamp, head, tail):  # pragma: no cover - compiled
     """Move the live entries of worker ``w``'s queue to its front, in order."""
     k = 0
     for i in range(head[w], tail[w]):
@@ -92,7 +91,7 @@ def renumber_stamps(stamp, q_row, q_stamp, head, tail, clock):  # pragma: no cov
     equality, so this changes nothing observable: it lets narrow (int32) stamps run forever."""
     c = 0
     for w in range(q_row.shape[0]):
-        _compact(w, stamp, q_row, q_stamp, head, tail)
+        compact_queue(w, stamp, q_row, q_stamp, head, tail)
         for i in range(tail[w]):
             stamp[q_row[w, i], w] = c
             q_stamp[w, i] = c
@@ -113,7 +112,7 @@ def cache_touch(w, r, stamp, q_row, q_stamp, head, tail, size, clock):  # pragma
     elif q_row[w, tail[w] - 1] == r and q_stamp[w, tail[w] - 1] == stamp[r, w]:
         return False  # already the most recent entry
     if tail[w] == q_row.shape[1]:
-        _compact(w, stamp, q_row, q_stamp, head, tail)
+        compact_queue(w, stamp, q_row, q_stamp, head, tail)
     clock[0] += 1
     stamp[r, w] = clock[0]
     q_row[w, tail[w]] = r
@@ -199,9 +198,9 @@ class WorkerCaches:
         if not 1 <= num_workers <= MAX_WORKERS:
             raise TrainingError(f"The cache supports 1..{MAX_WORKERS} workers, got {num_workers}.")
         if capacity < 0:
-            raise TrainingError(f"--cache-rows must be >= 0, got {capacity}.")
+            raise TrainingError(f"The 'cache_rows' parameter must be an int >= 0, got {capacity!r}.")
         if policy not in CACHE_POLICIES:
-            raise TrainingError(f"Unknown cache policy {policy!r}; expected one of {', '.join(CACHE_POLICIES)}.")
+            raise TrainingError(f"The 'cache_policy' parameter must be one of {list(CACHE_POLICIES)}, got {policy!r}.")
         self.num_workers = int(num_workers)
         self.num_embeddings = int(num_embeddings)
         self.capacity = int(capacity)
@@ -229,7 +228,7 @@ class WorkerCaches:
         if need <= self.queue_len:
             return
         for w in range(self.num_workers):
-            _compact(w, self.stamp, self.q_row, self.q_stamp, self.head, self.tail)
+            compact_queue(w, self.stamp, self.q_row, self.q_stamp, self.head, self.tail)
         q_row = np.zeros((self.num_workers, need), dtype=np.int32)
         q_stamp = np.zeros((self.num_workers, need), dtype=np.int64)
         q_row[:, :self.queue_len] = self.q_row

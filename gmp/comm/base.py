@@ -1,6 +1,6 @@
 """The communication-engine interface shared by the local and distributed engines.
 
-The worker logic (:mod:`gmp.train.loop`) is written once, "vectorised over
+The worker logic (:mod:`gmp.train.trainer` and its step protocols) is written once, "vectorised over
 the workers this process hosts": every collective takes one entry per local
 worker. The distributed engine hosts exactly one worker per process
 (``local_workers == [rank]``); the local engine hosts all of them and
@@ -22,13 +22,29 @@ from __future__ import annotations
 import abc
 import contextlib
 import time
-from typing import Iterator, Sequence
+from typing import Iterator, Protocol, Sequence
 
 import numpy as np
 import torch
 
 CATEGORIES = ("embedding_rows", "gradients", "ids_clocks", "dense_allreduce")
 _CAT_INDEX = {c: i for i, c in enumerate(CATEGORIES)}
+
+
+class PendingExchange(Protocol):
+    """A started all-to-all (:meth:`CommEngine.start_alltoallv`); :meth:`wait` returns ``recv[i][src]``."""
+
+    def wait(self) -> list[list[torch.Tensor]]: ...
+
+
+class _Done:
+    """An exchange that completed when it was started (the local engine; a single process)."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def wait(self):
+        return self.value
 
 
 class CommEngine(abc.ABC):
@@ -56,7 +72,7 @@ class CommEngine(abc.ABC):
         finally:
             self.counting = old
 
-    def _count_sends(self, sends: Sequence[Sequence[torch.Tensor]], category: str | None) -> None:
+    def count_sends(self, sends: Sequence[Sequence[torch.Tensor]], category: str | None) -> None:
         if category is None:
             return
         for i, w in enumerate(self.local_workers):
@@ -82,6 +98,17 @@ class CommEngine(abc.ABC):
         finally:
             if self.counting:
                 self.seconds += time.perf_counter() - t0
+
+    def start_alltoallv(self, sends: Sequence[Sequence[torch.Tensor]], category: str, *,
+                        recv_counts: Sequence[Sequence[int]]) -> PendingExchange:
+        """Start a variable-size all-to-all whose receive counts are known; ``wait()`` on the
+        handle returns ``recv[i][src]`` as :meth:`alltoallv` does.
+
+        Every process must start it at the same point of its sequence of
+        collectives. The distributed engine issues it asynchronously (compute
+        overlaps it); this default exchanges at once. Bytes are counted at the start.
+        """
+        return _Done(self.alltoallv(sends, category, recv_counts=recv_counts))
 
     @abc.abstractmethod
     def _alltoallv(self, sends: Sequence[Sequence[torch.Tensor]], category: str | None, *,

@@ -7,7 +7,7 @@ computes the unique indices each table needs (its Algorithm 1,
 them, so that training never stalls on a lookup.
 
 Here the prefetcher is a background thread that runs the Herald scheduler
-(:class:`gmp.train.scheduler.RuntimeScheduler`) over the batch stream and
+(:class:`gmp.train.herald.engine.RuntimeScheduler`) over the batch stream and
 keeps up to ``lookahead`` scheduled batches ready in a bounded queue; each is
 annotated with a :class:`PrefetchPlan`: per worker, the unique ids of its
 samples and the rows it must pull, split into
@@ -24,7 +24,7 @@ nothing here ever fetches a row before its last update has been pushed, so
 ``s = 0`` stays exact.
 
 **In the trainer** (``gmp train --schedule herald --lookahead K``, s = 0,
-:meth:`gmp.train.loop.Trainer._issue_early`): the scheduler runs ``K``
+:class:`gmp.train.protocol_herald.HeraldProtocol`): the scheduler runs ``K``
 batches ahead in this module's background thread, so at step ``t`` the
 trainer already has batch ``t + 1``'s schedule. Right after step ``t``'s own
 pulls, every primary sends each worker the rows of its ``early`` pulls for
@@ -56,8 +56,9 @@ from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
 
 import numpy as np
 
-from ..errors import TrainingError
-from .scheduler import PULL_KINDS, BatchSchedule, _gather
+from ...errors import TrainingError
+from ...kernels.csr import gather_csr
+from .events import PULL_STALE, BatchSchedule
 
 T = TypeVar("T")
 _DONE = object()
@@ -72,10 +73,6 @@ class PrefetchPlan:
     late_pulls: list[np.ndarray]
 
     @property
-    def num_early(self) -> int:
-        return int(sum(a.size for a in self.early_pulls))
-
-    @property
     def num_late(self) -> int:
         return int(sum(a.size for a in self.late_pulls))
 
@@ -83,11 +80,10 @@ class PrefetchPlan:
 def plan_prefetch(sched: BatchSchedule, indptr, indices) -> PrefetchPlan:
     """cDLRM ``ComputeUniqueIndices`` per worker plus the early/late split of its pulls."""
     uniq, early, late = [], [], []
-    is_pull = np.isin(sched.event_kind, PULL_KINDS)
-    is_early = is_pull & (sched.event_ready < sched.iteration - 1)
-    is_late = is_pull & ~is_early
+    is_early = sched.early_pulls()
+    is_late = (sched.event_kind <= PULL_STALE) & ~is_early
     for w in range(sched.num_workers):
-        _, ids = _gather(indptr, indices, sched.worker_samples(w))
+        _, ids = gather_csr(indptr, indices, sched.worker_samples(w))
         uniq.append(np.unique(ids))
         mine = sched.event_worker == w
         early.append(sched.event_row[is_early & mine])
@@ -113,7 +109,7 @@ class Prefetcher(Generic[T]):
 
     def __init__(self, source: Iterable[T], lookahead: int, *, prepare: Callable[[T], Any] | None = None):
         if lookahead < 1:
-            raise TrainingError(f"--lookahead must be >= 1 to prefetch, got {lookahead}.")
+            raise TrainingError(f"The 'lookahead' parameter must be an int >= 1 to prefetch, got {lookahead!r}.")
         self.lookahead = int(lookahead)
         self._source = source
         self._prepare = prepare

@@ -1,0 +1,286 @@
+"""Training under an emulated cluster network: gmp against its peers in wall-clock time.
+
+Ranks are launched by torchrun inside network namespaces this script creates and
+removes itself (bench/netns.py; needs root, never a CI test), with rate-limited
+links. Two layouts:
+
+* ``--hosts 1``: all ranks in one namespace whose loopback is limited to each
+  ``--rates`` entry (every byte between ranks crosses the slow link);
+* ``--hosts 2 --per-host G``: two "machines" joined by the slow link, fast loopback
+  inside each, so HET-GMP's hierarchical ``--topology 2xG`` becomes measurable.
+
+For every network setting and every method the same data, model, batch, optimizer
+and rank count are used, and the runs are interleaved (``--runs`` rounds, each
+round runs every method once) because single runs on these machines vary by
+10-20%. Printed per configuration: samples/s (median and min-max), seconds inside
+collectives (gmp only: its engine times them), bytes on the wire per step (the
+links' transmit counters over the whole run, evaluation included), test AUC, the
+training seconds to reach the AUC that the one-process gmp run reaches after one
+epoch, and each peer's speed relative to gmp hybrid.
+
+Methods: ``hybrid`` and ``random`` (gmp placements; ``hybrid-flat`` is hybrid
+partitioned with a flat topology in the 2-host layout), ``ddp-sparse``
+(bench/peers/ddp_sparse.py), ``torchrec-tw`` and ``torchrec-planner``
+(bench/peers/torchrec_peer.py; skipped with a message when TorchRec is absent).
+
+    python bench/cluster_bench.py --rates unlimited,200mbit --runs 5
+    python bench/cluster_bench.py --hosts 2 --per-host 1 --rates 200mbit --methods hybrid,hybrid-flat,random
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from netns import EmulatedCluster, netem_available  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+PEERS = Path(__file__).resolve().parent / "peers"
+GMP_METHODS = ("hybrid", "hybrid-flat", "random")
+ALL_METHODS = GMP_METHODS + ("ddp-sparse", "torchrec-tw", "torchrec-planner")
+
+
+def gmp_cmd() -> list[str]:
+    return [sys.executable, "-m", "cli.main"]
+
+
+def torchrun_bin() -> str:
+    return shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_local(cmd: list[str]) -> None:
+    print("$", " ".join(map(str, cmd)), file=sys.stderr, flush=True)
+    res = subprocess.run(list(map(str, cmd)), cwd=ROOT, capture_output=True, text=True)
+    if res.returncode:
+        raise SystemExit(f"command failed ({res.returncode}):\n{res.stderr[-3000:]}")
+
+
+def have_torchrec() -> bool:
+    res = subprocess.run([sys.executable, "-c", "import torchrec"], capture_output=True)
+    return res.returncode == 0
+
+
+def prepare(args, work: Path) -> tuple[Path, dict[str, Path]]:
+    """The dataset and one manifest per gmp method (made once, reused)."""
+    data = work / f"criteo-{args.samples // 1000}k-s{args.scale}"
+    if not (data / "dataset.json").is_file():
+        run_local(gmp_cmd() + ["data", "synth", "--preset", args.preset, "--samples", args.samples,
+                               "--scale", args.scale, "--seed", 0, "--out", data])
+    nranks = args.hosts * args.per_host
+    topo = f"{args.hosts}x{args.per_host}" if args.hosts > 1 else str(nranks)
+    manifests = {}
+    for method in args.methods:
+        if method not in GMP_METHODS:
+            continue
+        name, topology = method, topo
+        if method == "hybrid-flat":
+            name, topology = "hybrid", str(nranks)
+        out = work / f"{data.name}.{method}.{topology}"
+        if not (out / "manifest.json").is_file():
+            run_local(gmp_cmd() + ["partition", data, "--method", name, "--topology", topology,
+                                   "--batch-size", args.batch_size, "--out", out])
+        manifests[method] = out
+    return data, manifests
+
+
+def method_command(method: str, args, data: Path, manifests: dict[str, Path], out: Path) -> list[str]:
+    common = ["--dataset", data, "--batch-size", args.batch_size, "--lr", args.lr, "--seed", 0,
+              "--embedding-dim", args.embedding_dim, "--epochs", args.epochs]
+    if method in GMP_METHODS:
+        return ["-m", "cli.main", "train", "--engine", "distributed", "--manifest", manifests[method],
+                "--model", args.model, "--optimizer", "sgd", "--staleness", args.staleness,
+                "--schedule", args.schedule, "--log-json", out, *common]
+    if method == "ddp-sparse":
+        return [PEERS / "ddp_sparse.py", "--model", args.model, "--out", out, *common]
+    sharding = {"torchrec-tw": "table_wise", "torchrec-planner": "planner"}[method]
+    return [PEERS / "torchrec_peer.py", "--model", args.model, "--sharding", sharding, "--out", out, *common]
+
+
+def launch(net: EmulatedCluster, args, script: list) -> tuple[float, list[int], int]:
+    """Run ``torchrun ... script`` on every host; (wall seconds, bytes sent per host, exit code)."""
+    port = free_port()
+    before = net.bytes_sent()
+    env = net.env()
+    env.update(OMP_NUM_THREADS="1", GMP_NO_PROGRESS="1", PYTHONPATH=str(ROOT))
+    procs = []
+    t0 = time.perf_counter()
+    for h in range(args.hosts):
+        cmd = [torchrun_bin(), "--nnodes", args.hosts, "--node-rank", h, "--nproc-per-node", args.per_host,
+               "--master-addr", net.addr(0), "--master-port", port, *script]
+        procs.append(net.popen(h, cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True))
+    rc = 0
+    for p in procs:
+        try:
+            _, err = p.communicate(timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            _, err = p.communicate()
+            err += "\n(timed out)"
+        if p.returncode:
+            rc = p.returncode
+            print(err[-2500:], file=sys.stderr)
+    wall = time.perf_counter() - t0
+    after = net.bytes_sent()
+    return wall, [a - b for a, b in zip(after, before)], rc
+
+
+def read_result(method: str, out: Path) -> dict | None:
+    if not out.is_file() or not out.stat().st_size:
+        return None
+    if method in GMP_METHODS:
+        epochs = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+        epochs = [r for r in epochs if r.get("kind") == "epoch"]
+        if not epochs:
+            return None
+        secs = sum(r["train_seconds"] for r in epochs)
+        samples = sum(r["samples"] for r in epochs)
+        cum, hist = 0.0, []
+        for r in epochs:
+            cum += r["train_seconds"]
+            hist.append({"epoch": r["epoch"], "train_seconds": cum, "test_auc": r["test_auc"]})
+        return {"samples_per_sec": samples / secs, "steps": sum(r["steps"] for r in epochs),
+                "comm_seconds": sum(r["comm_seconds"] for r in epochs), "train_seconds": secs,
+                "epochs": hist, "test_auc": epochs[-1]["test_auc"]}
+    res = json.loads(out.read_text())
+    res["comm_seconds"] = None
+    return res
+
+
+def single_process_target(args, data: Path, work: Path) -> float:
+    """Test AUC of one gmp worker after one epoch (the time-to-accuracy target)."""
+    out = work / f"{data.name}.single.jsonl"
+    if not out.is_file():
+        run_local(gmp_cmd() + ["train", "--dataset", data, "--model", args.model, "--optimizer", "sgd",
+                               "--lr", args.lr, "--batch-size", args.batch_size * args.hosts * args.per_host,
+                               "--embedding-dim", args.embedding_dim, "--epochs", 1, "--log-json", out])
+    recs = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    return float([r for r in recs if r.get("kind") == "epoch"][0]["test_auc"])
+
+
+def time_to(target: float, res: dict) -> float | None:
+    for e in res.get("epochs", []):
+        if e["test_auc"] is not None and e["test_auc"] >= target:
+            return e["train_seconds"]
+    return None
+
+
+def fmt(x, spec=".1f", none="—"):
+    return none if x is None else format(x, spec)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--work", default="data/bench/cluster-bench")
+    ap.add_argument("--preset", default="criteo-kaggle")
+    ap.add_argument("--samples", type=int, default=500_000)
+    ap.add_argument("--scale", type=float, default=0.1)
+    ap.add_argument("--hosts", type=int, default=1)
+    ap.add_argument("--per-host", type=int, default=2, help="ranks per host")
+    ap.add_argument("--rates", default="unlimited,200mbit", help="link rates (tc tbf syntax) or 'unlimited'")
+    ap.add_argument("--methods", default=",".join(m for m in ALL_METHODS if m != "hybrid-flat"))
+    ap.add_argument("--runs", type=int, default=5, help="interleaved rounds")
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--model", default="dcn")
+    ap.add_argument("--batch-size", type=int, default=2048, help="samples per rank per step")
+    ap.add_argument("--lr", type=float, default=0.01)
+    ap.add_argument("--embedding-dim", type=int, default=16)
+    ap.add_argument("--staleness", default="0")
+    ap.add_argument("--schedule", default="static")
+    ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--no-target", action="store_true", help="skip the single-process time-to-AUC target run")
+    ap.add_argument("--out", default=None, help="also write every run as JSON here")
+    args = ap.parse_args()
+    args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = set(args.methods) - set(ALL_METHODS)
+    if unknown:
+        raise SystemExit(f"unknown --methods {sorted(unknown)}; expected some of {list(ALL_METHODS)}")
+    if any(m.startswith("torchrec") for m in args.methods) and not have_torchrec():
+        print("TorchRec is not installed: skipping torchrec-* (pip install -e '.[peers]' then "
+              "pip install --no-deps torchrec==1.8.0)", file=sys.stderr)
+        args.methods = [m for m in args.methods if not m.startswith("torchrec")]
+    print(f"netem available: {netem_available()} (tbf is used either way)", file=sys.stderr)
+    work = (ROOT / args.work).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    data, manifests = prepare(args, work)
+    target = None if args.no_target else single_process_target(args, data, work)
+    rates = [None if r in ("unlimited", "none") else r for r in args.rates.split(",")]
+    results: dict[tuple, list] = {}
+    tmp = Path(tempfile.mkdtemp(prefix="cluster-bench-"))
+    try:
+        for rate in rates:
+            with EmulatedCluster(hosts=args.hosts, rate=rate, prefix="gmpcb") as net:
+                for r in range(args.runs):
+                    for method in args.methods:
+                        out = tmp / f"{method}-{rate}-{r}.json"
+                        for attempt in range(2):  # a rare gloo abort of one rank: retried once, and said
+                            wall, sent, rc = launch(net, args, method_command(method, args, data, manifests, out))
+                            res = read_result(method, out)
+                            if res is not None:
+                                break
+                            print(f"{method} at {rate or 'unlimited'}: run failed (exit {rc})"
+                                  + ("; retrying" if attempt == 0 else ""), file=sys.stderr)
+                        if res is None:
+                            continue
+                        res.update(wall_seconds=wall, bytes_sent=sent, rate=rate or "unlimited", method=method)
+                        results.setdefault((rate or "unlimited", method), []).append(res)
+                        print(f"  {rate or 'unlimited':>9} {method:<17} run {r + 1}: "
+                              f"{res['samples_per_sec']:,.0f} samples/s", file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    report(args, results, target)
+    if args.out:
+        Path(args.out).write_text(json.dumps({f"{k[0]}|{k[1]}": v for k, v in results.items()}, indent=1))
+
+
+def report(args, results: dict, target: float | None) -> None:
+    n = args.hosts * args.per_host
+    print(f"\n{n} ranks ({args.hosts} host(s) x {args.per_host}), {args.model}, SGD lr {args.lr}, dim "
+          f"{args.embedding_dim}, {args.batch_size} samples per rank per step, staleness {args.staleness}, "
+          f"schedule {args.schedule}; {args.runs} interleaved runs")
+    if target is not None:
+        print(f"time-to-AUC target: {target:.4f} (one gmp process, one epoch)")
+    print()
+    print("| link | method | samples/s median (min-max) | vs hybrid | comm s | wire MB/step | test AUC | "
+          "s to target |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for rate in dict.fromkeys(k[0] for k in results):
+        base = results.get((rate, "hybrid"))
+        base_med = statistics.median(r["samples_per_sec"] for r in base) if base else None
+        for method in args.methods:
+            runs = results.get((rate, method))
+            if not runs:
+                continue
+            sps = [r["samples_per_sec"] for r in runs]
+            med = statistics.median(sps)
+            comm = [r["comm_seconds"] for r in runs if r.get("comm_seconds") is not None]
+            wire = statistics.median(sum(r["bytes_sent"]) / max(1, r["steps"]) / 1e6 for r in runs)
+            tt = [time_to(target, r) for r in runs] if target is not None else []
+            tt = [t for t in tt if t is not None]
+            print(f"| {rate} | {method} | {med:,.0f} ({min(sps):,.0f}-{max(sps):,.0f}) | "
+                  f"{fmt(med / base_med if base_med else None, '.2f')} | "
+                  f"{fmt(statistics.median(comm) if comm else None)} | {wire:.2f} | "
+                  f"{fmt(statistics.median(r['test_auc'] for r in runs), '.4f')} | "
+                  f"{fmt(statistics.median(tt) if tt else None)} |")
+
+
+if __name__ == "__main__":
+    if os.geteuid() != 0:
+        raise SystemExit("bench/cluster_bench.py needs root (network namespaces and tc)")
+    main()

@@ -1,0 +1,42 @@
+"""Library parameter names -> command-line flags.
+
+The library's errors name parameters ("The 'batch_size' parameter must be an
+int >= 1, got 0."; :mod:`gmp.params`); a command re-words them with its flags
+("--batch-size must be an int >= 1, got 0.") so the person reads what they typed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from typing import Iterator, Mapping
+
+from gmp.errors import GmpError
+
+#: parameters whose flag is not ``--`` + the name with dashes
+SPECIAL = {
+    "on_demand": "--on-demand/--no-on-demand",
+    "read_only_replicas": "--read-only-replicas/--writable-replicas",
+    "schedule": "--schedule",
+}
+
+
+def flag_of(param: str, special: Mapping[str, str] = SPECIAL) -> str:
+    return special.get(param, "--" + param.replace("_", "-"))
+
+
+@contextlib.contextmanager
+def flags_for_params(special: Mapping[str, str] = SPECIAL) -> Iterator[None]:
+    """Re-raise a GmpError that names a parameter with the parameter's flag instead."""
+    try:
+        yield
+    except GmpError as exc:
+        msg = str(exc)
+        new = re.sub(r"The '(\w+)' parameter", lambda m: flag_of(m.group(1), special), msg)
+        new = re.sub(r"(?<![\w-])(\w+)=(?=\S)", lambda m: flag_of(m.group(1), special) + " ", new) \
+            if getattr(exc, "param", None) else new
+        if new == msg:
+            raise
+        err = type(exc)(new)
+        err.param = getattr(exc, "param", None)
+        raise err from None

@@ -1,0 +1,52 @@
+"""``gmp export``: hand a placement to another training system.
+
+    gmp export torchrec placements/criteo-1m.hybrid.w8 --dataset data/criteo-1m --out export/c1m-h8
+
+Thin: parse, call :mod:`gmp.export`, print.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ._common import handle_errors
+
+export_app = typer.Typer(name="export", help="Export a placement manifest to another training system (TorchRec).",
+                         no_args_is_help=True)
+
+
+@export_app.command("torchrec")
+@handle_errors
+def torchrec_cmd(
+    manifest: Path = typer.Argument(..., help="Placement manifest directory (from 'gmp partition')."),
+    out: Path = typer.Option(..., "--out", "-o", help="Export directory (plan.json, remap.npy, rank order, README.md)."),
+    dataset: Optional[Path] = typer.Option(None, "--dataset", "-d", help="The dataset the manifest was made for "
+                                           "(fields and samples; its hash is checked)."),
+    embedding_dim: Optional[int] = typer.Option(None, "--embedding-dim", help="Row width, a multiple of 4 "
+                                                "(default: the manifest's)."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Per-rank batch (default: the manifest's)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out directory."),
+) -> None:
+    """TorchRec row-wise sharding plan: per-field id remap (rank r holds worker r's primaries), sharding
+    constraints, per-rank sample order, planner statistics and bytes per epoch beside gmp's own.
+    See docs/export.md for what TorchRec cannot express (secondaries, staleness)."""
+    from gmp.export.torchrec import export_torchrec
+    from gmp.report.tables import fmt_bytes
+
+    exp = export_torchrec(manifest, out, dataset=dataset, embedding_dim=embedding_dim, batch_size=batch_size,
+                          overwrite=overwrite)
+    plan = exp.plan
+    b = plan["bytes_per_epoch"]
+    typer.echo(f"wrote {out}: {len(plan['tables'])} row-wise tables on {plan['num_ranks']} ranks, padding "
+               f"{plan['padding']['rows']:,} rows ({plan['padding']['fraction']:.2%}), "
+               f"{plan['secondaries_dropped']:,} secondaries dropped (TorchRec cannot express them)")
+    typer.echo(f"bytes per epoch: TorchRec row-wise {fmt_bytes(b['torchrec_row_wise']['total_bytes'])} "
+               f"(ids {fmt_bytes(b['torchrec_row_wise']['ids_bytes'])}, pooled sums "
+               f"{fmt_bytes(b['torchrec_row_wise']['pooled_bytes'])}); gmp {fmt_bytes(b['gmp']['total_bytes'])}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(export_app, name="export")

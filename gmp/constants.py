@@ -1,0 +1,26 @@
+"""Numbers that more than one module needs, each with its unit (one place; TorchRec's planner keeps
+its constants the same way). Lowest layer of gmp: imports nothing.
+"""
+
+from __future__ import annotations
+
+#: bytes per embedding value: rows are float32 in every byte count (metrics, simulator,
+#: partitioner memory budgets, the trainer's memory plan) [bytes / value]
+VALUE_BYTES = 4
+
+#: default samples per worker per step of every command that takes ``--batch-size``
+#: (``gmp partition`` / ``report`` / ``train`` / ``simulate``) [samples]; a manifest's plan overrides it
+DEFAULT_BATCH_SIZE = 512
+
+#: default embedding row width [values per row]; a manifest's plan overrides it
+DEFAULT_EMBEDDING_DIM = 16
+
+#: most workers the Herald scheduler and its caches handle: worker sets are int64 bit masks [workers]
+MAX_WORKERS = 63
+
+#: Adagrad's epsilon, trainer and reference alike [dimensionless]
+ADAGRAD_EPS = 1e-10
+
+#: default share of the active rows each Herald cache holds in ``gmp simulate`` (Herald: 10% of a
+#: GPU's memory) [percent of the rows the training samples use]
+SIMULATOR_CACHE_PERCENT = 10

@@ -1,0 +1,256 @@
+"""Recognise a raw input from its first lines: delimiter, header, and which importer reads it.
+
+Used in two places:
+
+* ``gmp data import csv`` takes its delimiter from the content when ``--sep`` is not
+  given (the extension says little: ``.txt`` files are tab-, comma- and
+  space-separated alike);
+* when most lines of an input fail to parse as the format asked for, the import
+  stops with one short line that says what the file looks like and the exact
+  command that would read it (:func:`advice`), instead of a list of identical
+  line errors and a suggestion to skip them.
+
+Recognised (first match wins; each rule looks at up to 50 complete lines):
+
+==========  ====================================================================
+criteo      tab-separated, 37-40 columns, label 0/1, 13 integer (or empty)
+            columns, then hexadecimal (or empty) columns; no header
+libffm      ``label field:idx:val ...`` (two colons per token)
+libfm       ``label idx:val ...`` (one colon per token; also libsvm)
+movielens   RecBole atomic files (``user_id:token`` headers) or the classic
+            ``u.data`` (4 tab-separated integers per line)
+avazu       a comma-separated header with ``id``, ``click`` and ``hour``
+csv         anything else with a consistent delimiter; with a header line the
+            suggestion names the label column (``label``/``click``/``target``/
+            ... or a 0/1 first column) and the numeric columns as ``--dense``
+==========  ====================================================================
+
+Column lists accept ranges of numbered names (``I1..I13``): :func:`expand_names`
+reads them, :func:`compress_names` writes them.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from ..errors import ImportDataError
+
+MAX_LINES = 50
+MAX_BYTES = 1 << 18
+DELIMITERS = ("\t", ",", ";", "|", " ")
+STEADY_SHARE = 0.6
+_SEP_NAMES = {"\t": "tab", ",": "comma", ";": "semicolon", "|": "pipe", " ": "space"}
+_SEP_FLAGS = {"\t": "tab", ",": ",", ";": "';'", "|": "'|'", " ": "space"}
+LABEL_NAMES = ("label", "click", "clicked", "target", "y", "is_click", "ctr_label", "rating", "income")
+_NUM = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+_INT = re.compile(r"^[-+]?\d+$")
+_HEX = re.compile(r"^[0-9a-fA-F]{1,16}$")
+_FM = re.compile(r"^\d+:[-+0-9.eE]+$")
+_FFM = re.compile(r"^\d+:\d+:[-+0-9.eE]+$")
+_RANGE = re.compile(r"^(?P<prefix>.*?)(?P<a>\d+)\.\.(?P=prefix)?(?P<b>\d+)$")
+_NUMBERED = re.compile(r"^(?P<prefix>.*?)(?P<n>\d+)$")
+
+
+@dataclass(frozen=True)
+class Guess:
+    """What a file looks like and how to import it.
+
+    ``args`` are the flags that follow ``gmp data import FORMAT PATH``.
+    """
+
+    format: str
+    description: str
+    sep: str | None = None
+    header: tuple[str, ...] | None = None
+    args: tuple[str, ...] = field(default_factory=tuple)
+
+    def command(self, path: str | Path, out: str = "OUT") -> str:
+        target = Path(path).parent if self.format == "movielens" else Path(path)
+        return " ".join(["gmp data import", self.format, shlex.quote(str(target)), *self.args, "--out", out])
+
+
+def expand_names(names: Sequence[str]) -> list[str]:
+    """``["I1..I3", "x"]`` -> ``["I1", "I2", "I3", "x"]`` (``I1..3`` works too)."""
+    out: list[str] = []
+    for name in names:
+        m = _RANGE.match(name)
+        if m is None:
+            out.append(name)
+            continue
+        a, b = int(m["a"]), int(m["b"])
+        if b < a or b - a > 100_000:
+            raise ImportDataError(f"column range {name!r}: expected PREFIXa..PREFIXb with a <= b, e.g. I1..I13.")
+        out.extend(f"{m['prefix']}{i}" for i in range(a, b + 1))
+    return out
+
+
+def compress_names(names: Sequence[str]) -> list[str]:
+    """Runs of three or more consecutively numbered names as ranges: ``I1, I2, I3`` -> ``I1..I3``."""
+    out: list[str] = []
+    i = 0
+    while i < len(names):
+        m = _NUMBERED.match(names[i])
+        j = i
+        while m and j + 1 < len(names):
+            n = _NUMBERED.match(names[j + 1])
+            if not n or n["prefix"] != m["prefix"] or int(n["n"]) != int(m["n"]) + (j + 1 - i):
+                break
+            j += 1
+        if j - i >= 2:
+            out.append(f"{names[i]}..{names[j]}")
+            i = j + 1
+        else:
+            out.append(names[i])
+            i += 1
+    return out
+
+
+def read_lines(path: Path) -> list[str]:
+    """Up to :data:`MAX_LINES` complete lines from the start of ``path`` (gzip aware)."""
+    from .importers import read_head
+
+    data = read_head(path, MAX_BYTES)
+    lines = data.split(b"\n")
+    if len(data) >= MAX_BYTES and len(lines) > 1:
+        lines = lines[:-1]  # the last one may be cut
+    text = [ln.rstrip(b"\r").decode("utf-8", errors="replace").lstrip("\ufeff") for ln in lines[:MAX_LINES]]
+    return [t for t in text if t.strip()]
+
+
+def sniff(path: str | Path) -> Guess:
+    """Guess the format of ``path`` from its first lines (see the module docstring)."""
+    return sniff_lines(read_lines(Path(path)), name=Path(path).name)
+
+
+def sniff_delimiter(lines: Sequence[str]) -> str | None:
+    """The delimiter that splits the lines into a steady number (> 1) of columns.
+
+    A candidate must occur on every line, and at least :data:`STEADY_SHARE` of the
+    lines must have its most common count (real dumps drop trailing empty columns
+    on some rows: Criteo rows have 37-40 columns); among those, the one giving the
+    most columns wins. ``None`` when no candidate qualifies.
+    """
+    best, best_cols = None, 1
+    for sep in DELIMITERS:
+        counts = [ln.count(sep) for ln in lines]
+        if not counts or min(counts) < 1:
+            continue
+        mode = max(set(counts), key=counts.count)
+        if counts.count(mode) < STEADY_SHARE * len(counts):
+            continue
+        if mode + 1 > best_cols:
+            best, best_cols = sep, mode + 1
+    return best
+
+
+def sniff_lines(lines: Sequence[str], *, name: str = "") -> Guess:
+    """:func:`sniff` on lines already read (tests use this directly)."""
+    if not lines:
+        return Guess("unknown", "an empty file")
+    tokens = [ln.split() for ln in lines]
+    if all(t and _NUM.match(t[0]) for t in tokens):
+        rest = [x for t in tokens for x in t[1:]]
+        if rest and all(_FFM.match(x) for x in rest):
+            return Guess("libffm", "libffm lines ('label field:idx:val ...')")
+        if rest and all(_FM.match(x) for x in rest):
+            return Guess("libfm", "libfm/libsvm lines ('label idx:val ...', one colon per token)")
+    first = lines[0]
+    if ":token" in first or ":float" in first:
+        return Guess("movielens", "a RecBole atomic file (typed header such as 'user_id:token')")
+    sep = sniff_delimiter(lines)
+    if sep == "\t" and _looks_like_criteo([ln.split("\t") for ln in lines]):
+        return Guess("criteo", "Criteo TSV rows (label, 13 integer and 26 hexadecimal columns, no header)")
+    if sep is None:
+        return Guess("unknown", "text without a consistent delimiter")
+    rows = [ln.split(sep) for ln in lines]
+    rows = [[c.strip().strip('"') for c in r] for r in rows]
+    if sep == "\t" and len(rows[0]) == 4 and all(all(_INT.match(c) for c in r) for r in rows):
+        return Guess("movielens", "MovieLens 'u.data' rows (user, item, rating, timestamp)")
+    has_header = len(rows) > 1 and _has_header(rows)
+    ncols = len(rows[0])
+    what = f"a {_SEP_NAMES[sep]}-separated file with {ncols} columns"
+    if not has_header:
+        return Guess("csv", f"{what} and no header line (the csv importer needs one)", sep)
+    header = tuple(rows[0])
+    lower = [h.lower() for h in header]
+    if sep == "," and {"id", "click", "hour"} <= set(lower):
+        return Guess("avazu", f"an Avazu CSV (header with id, click, hour, {ncols} columns)", sep, header)
+    body = rows[1:]
+    label = _guess_label(header, body)
+    dense = [h for j, h in enumerate(header)
+             if h != label and _is_dense(h, [r[j] for r in body if j < len(r)])]
+    args: list[str] = ["--sep", _SEP_FLAGS[sep]] if sep != "," else ["--sep", ","]
+    if label:
+        args += ["--label", label]
+    else:
+        args += ["--label", "LABEL_COLUMN"]
+    if dense:
+        args += ["--dense", ",".join(compress_names(dense))]
+    names = compress_names(list(header))
+    shown = ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
+    return Guess("csv", f"{what} and a header line ({shown})", sep, header, tuple(args))
+
+
+def advice(path: str | Path, fmt: str, *, bad: int, lines_read: int, first_reason: str) -> str | None:
+    """One line for an import where most lines failed, or ``None`` if the file looks like ``fmt``."""
+    guess = sniff(path)
+    if guess.format == fmt and fmt != "csv":
+        return None
+    if guess.format == "unknown" or (guess.format == "csv" and guess.header is None):
+        return None  # nothing that reads the file could be named
+    return (f"{path}: {bad:,} of the first {lines_read:,} lines are not valid {fmt} (e.g. {first_reason}); "
+            f"the file looks like {guess.description}. Read it with: {guess.command(path)}")
+
+
+def check_header(path: str | Path, fmt: str) -> None:
+    """Refuse, in one line with the right command, a ``csv``/``avazu`` input whose first
+    line is data rather than a header (e.g. a Criteo TSV, a libfm file)."""
+    guess = sniff(path)
+    if guess.format in ("criteo", "libfm", "libffm", "movielens") or (guess.format == "csv" and guess.header is None):
+        raise ImportDataError(f"{path}: the {fmt} importer needs a header line naming the columns, but the file "
+                              f"looks like {guess.description}. Read it with: {guess.command(path)}")
+
+
+def _looks_like_criteo(rows: list[list[str]]) -> bool:
+    """Most rows (:data:`STEADY_SHARE`) are Criteo rows: a file of Criteo rows with some
+    malformed lines is still Criteo."""
+    def ok(r: list[str]) -> bool:
+        return (37 <= len(r) <= 40 and r[0] in ("0", "1") and all(c == "" or _INT.match(c) for c in r[1:14])
+                and all(c == "" or _HEX.match(c) for c in r[14:]))
+
+    return sum(ok(r) for r in rows) >= STEADY_SHARE * len(rows)
+
+
+def _has_header(rows: list[list[str]]) -> bool:
+    """The first row is a header when none of its cells is a number but some column
+    below it holds numbers, or when all its cells differ from every value below them."""
+    first, body = rows[0], rows[1:]
+    if any(_NUM.match(c) for c in first if c):
+        return False
+    for j, h in enumerate(first):
+        col = [r[j] for r in body if j < len(r) and r[j]]
+        if col and all(_NUM.match(c) for c in col):
+            return True
+    return all(h not in {r[j] for r in body if j < len(r)} for j, h in enumerate(first))
+
+
+def _guess_label(header: Sequence[str], body: list[list[str]]) -> str | None:
+    for want in LABEL_NAMES:
+        for h in header:
+            if h.lower() == want:
+                return h
+    values = {r[0] for r in body if r}
+    if values and values <= {"0", "1", "-1", "+1"}:
+        return header[0]
+    return None
+
+
+def _is_dense(name: str, values: list[str]) -> bool:
+    if re.match(r"^(C\d+|id|.*_id|.*id)$", name, flags=re.IGNORECASE):
+        return False
+    filled = [v for v in values if v]
+    return bool(filled) and all(_NUM.match(v) for v in filled)

@@ -1,0 +1,685 @@
+"""Export a placement manifest as a TorchRec row-wise sharding plan.
+
+TorchRec shards a table *row-wise* by cutting it into ``num_ranks``
+contiguous blocks of ``ceil(rows / num_ranks)`` rows (rank ``r`` holds rows
+``[r * block, (r + 1) * block)``). gmp places every embedding id on a
+*primary* worker, scattered over the id space. The export makes the two
+agree: inside every categorical field, ids are renumbered so that worker
+``w``'s primaries are rows ``[w * B_f, w * B_f + count_f(w))`` of that
+field's table, where ``B_f = max_w count_f(w)``; the table is padded to
+``num_ranks * B_f`` rows (padding rows are never looked up), so TorchRec's
+even row-wise split puts exactly worker ``w``'s primaries on rank ``w``.
+One TorchRec table per gmp field, one feature per table.
+
+Written into ``OUT``::
+
+    OUT/
+    ├── plan.json          format "gmp.torchrec_export": tables, shards, constraints,
+    │                      planner statistics, bytes per epoch, what TorchRec cannot express
+    ├── remap.npy          int64 [num_embeddings]: gmp id -> row in its field's table (-1: no field)
+    ├── rank_indptr.npy    int64 [num_ranks + 1] ... CSR over ranks of
+    ├── rank_samples.npy   int64 [num_train]     ... the training samples each rank reads, in order
+    └── README.md          the same for people, and how to load it
+
+``plan.json`` (abridged)::
+
+    {
+      "format": "gmp.torchrec_export", "schema_version": 1, "gmp_version": "0.1.0",
+      "manifest": "placements/criteo-1m.hybrid.w8", "dataset_sha256": "5b0d...", "dataset_name": "criteo-1m",
+      "method": "hybrid", "num_ranks": 8, "embedding_dim": 16, "batch_size": 512,
+      "steps_per_epoch": 220,
+      "tables": [
+        {"name": "t_C1", "feature": "C1", "gmp_offset": 0, "num_values": 1460,
+         "num_embeddings": 1464, "block_rows": 183, "rows_per_rank": [183, 181, ...],
+         "padding_rows": 4, "pooling_factor": 1.0,
+         "shards": [{"rank": 0, "row_offset": 0, "num_rows": 183}, ...],
+         "cache": {"load_factors": [0.01, 0.05, 0.1, 0.2, 0.5], "miss_rates": [...],
+                   "expected_lookups": 412.5, "cacheability": 0.31, "steps_simulated": 220}}
+      ],
+      "constraints": {"t_C1": {"sharding_types": ["row_wise"], "pooling_factors": [1.0]}},
+      "padding": {"rows": 120, "fraction": 0.0004},
+      "bytes_per_epoch": {"gmp": {...}, "torchrec_row_wise": {...}, "torchrec_row_wise_default_ids": {...}},
+      "not_expressible": ["...secondaries...", "...staleness..."],
+      "needs_gpu": ["..."]
+    }
+
+**Planner statistics.** ``pooling_factor`` is the mean number of ids a
+training sample has in the field (TorchRec's ``ParameterConstraints.
+pooling_factors``). ``cache`` gives TorchRec's ``CacheStatistics``: the
+expected distinct ids of a table per global batch, and the LRU miss rate
+of a per-rank cache of ``load_factor * block_rows`` rows, measured by
+replaying the batches (each rank's shard sees the distinct ids of its rows
+in every global batch) with exact LRU stack distances, for the first
+``cache_steps`` steps. ``cacheability`` is the mean miss rate over the load
+factors (0 = very cacheable, 1 = not at all).
+
+**Bytes per epoch** (training range, ``embedding_dim`` float32 rows):
+
+* ``gmp``: the manifest's ``batch_remote_reads`` + ``batch_remote_pushes``
+  rows (HET-GMP's static schedule, secondaries serving reads locally).
+* ``torchrec_row_wise``: TorchRec's row-wise pooled lookup under this plan:
+  the input all-to-all sends each id whose row is on another rank (8 bytes)
+  plus every sample's per-feature lengths to every other rank (4 bytes each:
+  ``(R - 1) * num_train * F * 4``); the output reduce-scatter sends each
+  rank's partial pooled sums for the other ranks' samples (``(R - 1) *
+  num_train * F * D * 4`` bytes per epoch), and the backward all-gather of
+  the output gradients as much again. Only the id traffic depends on the
+  placement.
+* ``torchrec_row_wise_default_ids``: the same without the remap (ids in
+  their natural order, TorchRec's even split), for comparison.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numba
+import numpy as np
+
+from .. import __version__
+from .._io import atomic_directory, read_versioned_json, write_json
+from ..errors import ManifestError, MissingDependencyError
+
+log = logging.getLogger(__name__)
+
+FORMAT = "gmp.torchrec_export"
+SCHEMA_VERSION = 1
+VALUE_BYTES = 4  # float32 rows and lengths
+ID_BYTES = 8  # int64 ids in TorchRec's KeyedJaggedTensor
+DEFAULT_LOAD_FACTORS = (0.01, 0.05, 0.1, 0.2, 0.5)
+#: the cache replay stops after the step that brings the replayed lookups over this many
+DEFAULT_CACHE_LOOKUPS = 5_000_000
+
+NOT_EXPRESSIBLE = [
+    "secondaries: gmp's 2D replicas (HET-GMP Eq. 6) have no TorchRec equivalent; a row lives on exactly one "
+    "rank, so every read of a replicated row by another rank goes through the all-to-all. The export keeps "
+    "primaries only ('secondaries_dropped' counts them).",
+    "staleness: TorchRec's lookups are synchronous every step; gmp's bounded staleness (--staleness s > 0) "
+    "cannot be expressed.",
+    "communication volume: TorchRec's row-wise pooled lookup moves pooled partial sums (a dense "
+    "reduce-scatter of batch x features x dim per rank), not rows; a placement only changes the id "
+    "all-to-all (see bytes_per_epoch).",
+    "per-rank sample order: TorchRec reads whatever batches the data loader gives each rank; rank_samples.npy "
+    "must be fed by your own loader (ranks whose samples run out send empty batches).",
+    "topology costs: gmp's worker cost matrix (e.g. 2x8 machines) is not passed on; TorchRec's planner has its "
+    "own Topology.",
+]
+
+NEEDS_GPU = [
+    "fused (FBGEMM TBE) and UVM-caching compute kernels: the cache statistics only matter to TorchRec's "
+    "planner and to the fused_uvm_caching kernel, which runs on CUDA devices.",
+    "NCCL process groups; on CPU TorchRec runs row-wise sharding with the 'dense' compute kernel over gloo "
+    "(what the tests do).",
+]
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One TorchRec table: one gmp categorical field, padded so that rank r holds worker r's primaries."""
+
+    name: str
+    feature: str
+    gmp_offset: int
+    num_values: int
+    block_rows: int
+    rows_per_rank: tuple[int, ...]
+
+    @property
+    def num_embeddings(self) -> int:
+        return self.block_rows * len(self.rows_per_rank)
+
+    @property
+    def padding_rows(self) -> int:
+        return self.num_embeddings - self.num_values
+
+
+@dataclass
+class TorchRecExport:
+    """An export directory opened from disk (``plan`` is plan.json)."""
+
+    path: Path
+    plan: dict[str, Any]
+
+    @property
+    def num_ranks(self) -> int:
+        return int(self.plan["num_ranks"])
+
+    @property
+    def tables(self) -> list[dict[str, Any]]:
+        return list(self.plan["tables"])
+
+    def remap(self) -> np.ndarray:
+        return np.load(self.path / "remap.npy", mmap_mode="r")
+
+    def rank_samples(self, rank: int) -> np.ndarray:
+        indptr = np.load(self.path / "rank_indptr.npy")
+        return np.load(self.path / "rank_samples.npy", mmap_mode="r")[indptr[rank]:indptr[rank + 1]]
+
+    def __repr__(self) -> str:
+        pad = self.plan["padding"]
+        b = self.plan["bytes_per_epoch"]
+        return (f"<TorchRecExport {str(self.path)!r}: {self.plan['method']} on {self.num_ranks} ranks, "
+                f"{len(self.tables)} row-wise tables, padding {pad['fraction']:.2%}, per epoch "
+                f"TorchRec {_mib(b['torchrec_row_wise']['total_bytes'])} vs gmp {_mib(b['gmp']['total_bytes'])}>")
+
+
+def _mib(v: float | None) -> str:
+    from ..report.tables import fmt_bytes
+
+    return "?" if v is None else fmt_bytes(v)
+
+
+# --------------------------------------------------------------------------
+# the remap
+# --------------------------------------------------------------------------
+def remap_field(primary: np.ndarray, num_ranks: int) -> tuple[np.ndarray, int, np.ndarray]:
+    """Rows of one field's ids so that rank r's primaries are rows ``[r * B, r * B + count[r])``.
+
+    Returns ``(rows, B, count)``; ids keep their relative order inside a rank.
+
+    >>> rows, block, count = remap_field(np.array([1, 0, 1, 1]), 2)
+    >>> rows.tolist(), block, count.tolist()
+    ([3, 0, 4, 5], 3, [1, 3])
+    """
+    primary = np.asarray(primary, dtype=np.int64)
+    count = np.bincount(primary, minlength=num_ranks)
+    block = max(int(count.max()) if count.size else 0, 1)
+    order = np.argsort(primary, kind="stable")
+    start = np.concatenate([[0], np.cumsum(count)[:-1]])
+    pos = np.empty(primary.size, dtype=np.int64)
+    pos[order] = np.arange(primary.size, dtype=np.int64) - start[primary[order]]
+    return primary * block + pos, block, count
+
+
+def rank_order(sample_worker: np.ndarray, num_train: int, num_ranks: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(indptr, samples)``: the training samples of each rank, in dataset order (gmp's static schedule)."""
+    sw = np.asarray(sample_worker[:num_train], dtype=np.int64)
+    samples = np.argsort(sw, kind="stable").astype(np.int64)
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(sw, minlength=num_ranks))]).astype(np.int64)
+    return indptr, samples
+
+
+# --------------------------------------------------------------------------
+# LRU miss rates by stack distance
+# --------------------------------------------------------------------------
+@numba.njit(cache=True)
+def _stack_distances(stream, num_ids):  # pragma: no cover - compiled
+    """LRU stack distance of every access (-1 = first access): distinct ids since its last access.
+
+    A Fenwick tree over access positions marks the last access of every id.
+    """
+    n = stream.size
+    tree = np.zeros(n + 1, dtype=np.int64)
+    last = np.full(num_ids, -1, dtype=np.int64)
+    out = np.empty(n, dtype=np.int64)
+    marked = 0
+    for i in range(n):
+        x = stream[i]
+        p = last[x]
+        if p < 0:
+            out[i] = -1
+        else:
+            # marked positions <= p
+            s = 0
+            j = p + 1
+            while j > 0:
+                s += tree[j]
+                j -= j & (-j)
+            out[i] = marked - s  # marked positions in (p, i)
+            j = p + 1
+            while j <= n:
+                tree[j] -= 1
+                j += j & (-j)
+            marked -= 1
+        j = i + 1
+        while j <= n:
+            tree[j] += 1
+            j += j & (-j)
+        marked += 1
+        last[x] = i
+    return out
+
+
+def lru_miss_rates(stream: np.ndarray, capacities: Sequence[int]) -> list[float]:
+    """Miss rate of an LRU cache of each capacity on an access stream (ids in ``[0, max]``).
+
+    >>> lru_miss_rates(np.array([0, 1, 0, 2, 0, 1]), [1, 2, 3])
+    [1.0, 0.6666666666666666, 0.5]
+    """
+    stream = np.asarray(stream, dtype=np.int64)
+    if stream.size == 0:
+        return [0.0 for _ in capacities]
+    dist = _stack_distances(stream, int(stream.max()) + 1)
+    return [float(np.mean((dist < 0) | (dist >= int(c)))) for c in capacities]
+
+
+# --------------------------------------------------------------------------
+# the export
+# --------------------------------------------------------------------------
+def _open(manifest: Any, dataset: Any):
+    from ..datasets.format import PreparedDataset, load_dataset
+    from ..manifest import Manifest, load_manifest
+
+    ds = dataset
+    if isinstance(ds, (str, os.PathLike)):
+        ds = load_dataset(ds)
+    m = manifest if isinstance(manifest, Manifest) else None
+    if ds is None:
+        meta = m.meta if m is not None else load_manifest(manifest).meta
+        recorded = meta.get("dataset") if isinstance(meta.get("dataset"), Mapping) else {}
+        hint = meta.get("dataset_path") or recorded.get("path")  # when the manifest records where its data is
+        if not hint:
+            raise ManifestError("export torchrec: the dataset is needed (fields, samples); pass dataset=DIR "
+                                "(CLI: --dataset DIR), the one the manifest was made for.")
+        ds = load_dataset(hint)
+    if not isinstance(ds, PreparedDataset):
+        raise ManifestError(f"export torchrec: dataset must be a prepared dataset or its path, got {type(ds).__name__}.")
+    if m is None:
+        m = load_manifest(manifest, dataset=ds)
+    elif m.dataset_sha256 != ds.sha256:
+        raise ManifestError(f"export torchrec: {m.path} was made for dataset sha256 {m.dataset_sha256[:12]}…, "
+                            f"but {ds.path} has sha256 {ds.sha256[:12]}…; pass the dataset it was made for.")
+    return m, ds
+
+
+def _edge_chunks(ds, num_train: int, max_edges: int = 1 << 24):
+    """``(first_sample, indptr_slice, indices_slice)`` over the training range, in bounded pieces."""
+    indptr = np.asarray(ds.indptr)
+    s = 0
+    while s < num_train:
+        e = int(np.searchsorted(indptr, indptr[s] + max_edges, side="right")) - 1
+        e = min(max(e, s + 1), num_train)
+        lo, hi = int(indptr[s]), int(indptr[e])
+        yield s, indptr[s:e + 1] - lo, np.asarray(ds.indices[lo:hi])
+        s = e
+
+
+def export_torchrec(manifest: Any, out: str | os.PathLike, *, dataset: Any = None,
+                    embedding_dim: int | None = None, batch_size: int | None = None,
+                    load_factors: Sequence[float] = DEFAULT_LOAD_FACTORS,
+                    cache_lookups: int = DEFAULT_CACHE_LOOKUPS, overwrite: bool = False) -> TorchRecExport:
+    """Write the TorchRec export of a manifest into ``out`` (see the module docstring).
+
+    Parameters
+    ----------
+    manifest, dataset
+        The manifest (path or loaded) and the dataset it was made for (path
+        or loaded; checked by hash).
+    embedding_dim, batch_size
+        Row width (a multiple of 4: FBGEMM's requirement) and per-rank
+        batch; default the manifest's.
+    load_factors, cache_lookups
+        Cache sizes (fractions of a shard) for the LRU miss rates, and the
+        replay budget (lookups) that bounds their cost.
+    """
+    m, ds = _open(manifest, dataset)
+    meta = m.meta
+    dim = int(embedding_dim or meta.get("embedding_dim") or 16)
+    bs = int(batch_size or meta.get("batch_size") or 512)
+    if dim < 4 or dim % 4:
+        raise ManifestError(f"export torchrec: embedding_dim must be a positive multiple of 4 (FBGEMM's row "
+                            f"alignment), got {dim}; pass --embedding-dim {max(4, 4 * math.ceil(dim / 4))}.")
+    if bs < 1:
+        raise ManifestError(f"export torchrec: batch_size must be >= 1, got {bs}.")
+    if any(not 0 < f <= 1 for f in load_factors):
+        raise ManifestError(f"export torchrec: load_factors must be in (0, 1], got {list(load_factors)}.")
+    out = Path(out)
+    if out.exists() and not overwrite and any(out.iterdir()):
+        raise ManifestError(f"export torchrec: {out} already exists; pass --overwrite or another --out.")
+
+    placement = m.placement
+    num_ranks = placement.num_workers
+    primary = np.asarray(placement.embedding_primary)
+    fields = ds.categorical_fields
+    if not fields:
+        raise ManifestError(f"export torchrec: {ds.path} has no categorical fields, so there is nothing to shard.")
+
+    remap = np.full(ds.num_embeddings, -1, dtype=np.int64)
+    tables: list[TableSpec] = []
+    for f in fields:
+        rows, block, count = remap_field(primary[f.offset:f.offset + f.num_values], num_ranks)
+        remap[f.offset:f.offset + f.num_values] = rows
+        tables.append(TableSpec(f"t_{f.name}", f.name, int(f.offset), int(f.num_values), block,
+                                tuple(int(c) for c in count)))
+
+    num_train = ds.num_train
+    indptr, samples = rank_order(placement.sample_worker, num_train, num_ranks)
+    per_rank = np.diff(indptr)
+    steps = int(math.ceil(per_rank.max() / bs)) if num_train else 0
+    field_of = ds.field_of_embedding().astype(np.int64)
+    num_fields = len(fields)
+
+    # one pass over the training edges: pooling factors and the id all-to-all under both id orders
+    default_block = np.array([max(1, math.ceil(t.num_values / num_ranks)) for t in tables], dtype=np.int64)
+    offsets = np.array([t.gmp_offset for t in tables], dtype=np.int64)
+    edges_per_field = np.zeros(num_fields, dtype=np.int64)
+    remote_ids = 0
+    remote_ids_default = 0
+    sample_worker = np.asarray(placement.sample_worker)
+    for first, ip, idx in _edge_chunks(ds, num_train):
+        fo = field_of[idx]
+        keep = fo >= 0
+        worker = np.repeat(np.asarray(sample_worker[first:first + ip.size - 1], dtype=np.int64), np.diff(ip))[keep]
+        idx, fo = idx[keep].astype(np.int64), fo[keep]
+        edges_per_field += np.bincount(fo, minlength=num_fields)
+        remote_ids += int(np.count_nonzero(primary[idx] != worker))
+        remote_ids_default += int(np.count_nonzero((idx - offsets[fo]) // default_block[fo] != worker))
+
+    pooling = (edges_per_field / max(num_train, 1)).tolist()
+    cache = _cache_statistics(ds, tables, remap, field_of, indptr, samples, bs, load_factors, cache_lookups)
+
+    table_json = []
+    for t, pf, c in zip(tables, pooling, cache):
+        table_json.append({
+            "name": t.name, "feature": t.feature, "gmp_offset": t.gmp_offset, "num_values": t.num_values,
+            "num_embeddings": t.num_embeddings, "block_rows": t.block_rows, "rows_per_rank": list(t.rows_per_rank),
+            "padding_rows": t.padding_rows, "pooling_factor": round(float(pf), 6),
+            "shards": [{"rank": r, "row_offset": r * t.block_rows, "num_rows": t.block_rows} for r in range(num_ranks)],
+            "cache": c,
+        })
+    padding = sum(t.padding_rows for t in tables)
+    total_rows = sum(t.num_embeddings for t in tables)
+    row_bytes = dim * VALUE_BYTES
+    # every rank sends its samples' per-feature lengths to the R - 1 other ranks, and (forward reduce-scatter)
+    # its partial pooled sums for every other rank's samples; the backward all-gather of the output
+    # gradients moves as much again. Summed over the epoch both are proportional to the training samples.
+    lengths = (num_ranks - 1) * int(num_train) * num_fields * VALUE_BYTES
+    pooled = 2 * (num_ranks - 1) * int(num_train) * num_fields * row_bytes
+
+    def torchrec_bytes(ids: int) -> dict[str, Any]:
+        return {"remote_ids": ids, "ids_bytes": ids * ID_BYTES, "lengths_bytes": lengths,
+                "pooled_bytes": pooled, "total_bytes": ids * ID_BYTES + lengths + pooled}
+
+    metrics = meta.get("metrics") or {}
+    stored = _stored_train_metrics(m)
+    reads = stored.get("batch_remote_reads", metrics.get("batch_remote_reads"))
+    pushes = stored.get("batch_remote_pushes", metrics.get("batch_remote_pushes"))
+    gmp_bytes = {
+        "scope": "training range" if stored else "all samples (the manifest has no training-range metrics)",
+        "batch_size": meta.get("batch_size") or metrics.get("batch_size"),
+        "rows_read": reads, "rows_pushed": pushes,
+        "rows_bytes": None if reads is None else int((reads + pushes) * row_bytes),
+        "ids_bytes": None if reads is None else int(reads * ID_BYTES),
+        "total_bytes": None if reads is None else int((reads + pushes) * row_bytes + reads * ID_BYTES),
+    }
+    constraints = {t["name"]: {"sharding_types": ["row_wise"], "compute_kernels": ["dense", "fused"],
+                               "pooling_factors": [t["pooling_factor"]], "feature_names": [t["feature"]],
+                               "cache": {"algorithm": "LRU", "load_factor": 0.1}}
+                   for t in table_json}
+    from ..report import dataset_name_of
+
+    plan = {
+        "format": FORMAT,
+        "schema_version": SCHEMA_VERSION,
+        "gmp_version": __version__,
+        "manifest": str(m.path),
+        "dataset": str(ds.path),
+        "dataset_sha256": ds.sha256,
+        "dataset_name": dataset_name_of(meta) or dataset_name_of(ds.meta, ds.path),
+        "method": m.method,
+        "num_ranks": num_ranks,
+        "embedding_dim": dim,
+        "batch_size": bs,
+        "num_train": int(num_train),
+        "samples_per_rank": per_rank.tolist(),
+        "steps_per_epoch": steps,
+        "tables": table_json,
+        "constraints": constraints,
+        "padding": {"rows": int(padding), "fraction": padding / max(total_rows, 1),
+                    "worst_table": max(table_json, key=lambda t: t["padding_rows"])["name"]},
+        "secondaries_dropped": int(placement.num_secondaries),
+        "bytes_per_epoch": {
+            "gmp": gmp_bytes,
+            "torchrec_row_wise": torchrec_bytes(remote_ids),
+            "torchrec_row_wise_default_ids": torchrec_bytes(remote_ids_default),
+        },
+        "not_expressible": NOT_EXPRESSIBLE,
+        "needs_gpu": NEEDS_GPU,
+    }
+    with atomic_directory(out, overwrite=True) as tmp:
+        np.save(tmp / "remap.npy", remap)
+        np.save(tmp / "rank_indptr.npy", indptr)
+        np.save(tmp / "rank_samples.npy", samples)
+        write_json(tmp / "plan.json", plan)
+        (tmp / "README.md").write_text(render_readme(plan), encoding="utf-8")
+    return TorchRecExport(out, plan)
+
+
+def _stored_train_metrics(m) -> dict[str, Any]:
+    """The training-range metrics of the manifest's report.json (what a static-schedule epoch moves)."""
+    path = m.path / "report.json"
+    if not path.is_file():
+        return {}
+    from ..report import load_report
+
+    return dict((load_report(path).get("metrics") or {}).get("train") or {})
+
+
+def _cache_statistics(ds, tables: list[TableSpec], remap: np.ndarray, field_of: np.ndarray, indptr: np.ndarray,
+                      samples: np.ndarray, batch_size: int, load_factors: Sequence[float],
+                      budget: int) -> list[dict[str, Any]]:
+    """Per table: expected distinct ids per global batch and LRU miss rates per load factor (module docstring)."""
+    num_ranks = indptr.size - 1
+    per_rank = np.diff(indptr)
+    if samples.size == 0:
+        return [{"load_factors": list(load_factors), "miss_rates": [1.0] * len(load_factors),
+                 "expected_lookups": 0.0, "cacheability": 1.0, "steps_simulated": 0} for _ in tables]
+    # step of every training sample (rank r's k-th sample is in step k // batch_size)
+    step_of = np.empty(samples.size, dtype=np.int64)
+    for r in range(num_ranks):
+        step_of[indptr[r]:indptr[r + 1]] = np.arange(per_rank[r]) // batch_size
+    order = np.argsort(step_of, kind="stable")
+    ordered, steps = samples[order], step_of[order]
+    sptr = np.asarray(ds.indptr)
+    deg = sptr[ordered + 1] - sptr[ordered]
+    last = int(np.searchsorted(np.cumsum(deg), budget, side="left"))
+    last_step = int(steps[min(last, steps.size - 1)])
+    keep = steps <= last_step
+    ordered, steps, deg = ordered[keep], steps[keep], deg[keep]
+    ids = np.concatenate([np.asarray(ds.indices[sptr[s]:sptr[s + 1]]) for s in ordered]) if ordered.size else \
+        np.zeros(0, dtype=np.int64)
+    step_e = np.repeat(steps, deg)
+    fo = field_of[ids]
+    ok = fo >= 0
+    ids, step_e, fo = ids[ok].astype(np.int64), step_e[ok], fo[ok]
+    rows = remap[ids]
+    out = []
+    num_steps = last_step + 1
+    for t_i, t in enumerate(tables):
+        sel = fo == t_i
+        r, st = rows[sel], step_e[sel]
+        # distinct (step, row) pairs in step order: what the table's shards look up
+        key = np.unique(st * t.num_embeddings + r)
+        st_u, r_u = key // t.num_embeddings, key % t.num_embeddings
+        owner = r_u // t.block_rows
+        misses = np.zeros(len(load_factors))
+        for rank in range(num_ranks):
+            stream = r_u[owner == rank] - rank * t.block_rows
+            if stream.size:
+                caps = [max(1, int(f * t.block_rows)) for f in load_factors]
+                misses += np.array(lru_miss_rates(stream, caps)) * stream.size
+        lookups = key.size
+        rates = (misses / lookups).tolist() if lookups else [1.0] * len(load_factors)
+        out.append({"load_factors": [float(f) for f in load_factors], "miss_rates": [round(x, 6) for x in rates],
+                    "expected_lookups": round(lookups / num_steps, 3), "cacheability": round(float(np.mean(rates)), 6),
+                    "steps_simulated": num_steps})
+        del st_u
+    return out
+
+
+def load_export(path: str | os.PathLike) -> TorchRecExport:
+    """Open an export directory (plan.json's format and version checked)."""
+    path = Path(path)
+    plan = read_versioned_json(path / "plan.json", fmt=FORMAT, max_version=SCHEMA_VERSION, error=ManifestError,
+                               fix="re-create it with 'gmp export torchrec MANIFEST --out DIR'.")
+    return TorchRecExport(path, plan)
+
+
+def render_readme(plan: Mapping[str, Any]) -> str:
+    b = plan["bytes_per_epoch"]
+    gmp_b, trec, dflt = b["gmp"], b["torchrec_row_wise"], b["torchrec_row_wise_default_ids"]
+    lines = [
+        f"# TorchRec export of {plan['manifest']}",
+        "",
+        f"{plan['method']} placement of {plan.get('dataset_name') or plan['dataset']} on {plan['num_ranks']} ranks, "
+        f"{len(plan['tables'])} tables (one per field, row-wise), embedding dim {plan['embedding_dim']}, "
+        f"batch {plan['batch_size']} per rank, {plan['steps_per_epoch']} steps per epoch "
+        f"(samples per rank: {', '.join(f'{n:,}' for n in plan['samples_per_rank'])}).",
+        "",
+        "## Files",
+        "",
+        "* `remap.npy` — int64 per gmp embedding id: its row in its field's table (-1: not a categorical id).",
+        "  Feed TorchRec `KeyedJaggedTensor(keys=[feature...], values=remap[ids], lengths=...)`.",
+        "* `rank_indptr.npy`, `rank_samples.npy` — rank r reads training samples "
+        "`rank_samples[rank_indptr[r]:rank_indptr[r+1]]` in that order, `batch_size` at a time.",
+        "* `plan.json` — tables, shards (rank r holds rows `[r * block_rows, (r + 1) * block_rows)`), "
+        "`ParameterConstraints` fields, cache statistics, bytes.",
+        "",
+        f"Padding: {plan['padding']['rows']:,} rows ({plan['padding']['fraction']:.2%} of all table rows; most in "
+        f"{plan['padding']['worst_table']}). Padding rows are never looked up.",
+        "",
+        "## What TorchRec cannot express",
+        "",
+        *[f"* {line}" for line in plan["not_expressible"]],
+        f"* This placement has {plan['secondaries_dropped']:,} secondaries; they are dropped.",
+        "",
+        "## What needs a GPU",
+        "",
+        *[f"* {line}" for line in plan["needs_gpu"]],
+        "",
+        "## Bytes per epoch",
+        "",
+        "| run | ids | lengths | rows / pooled sums | total |",
+        "|---|---|---|---|---|",
+        f"| gmp ({gmp_b['scope']}) | {_mib(gmp_b['ids_bytes'])} | — | {_mib(gmp_b['rows_bytes'])} | "
+        f"{_mib(gmp_b['total_bytes'])} |",
+        f"| TorchRec row-wise, this plan | {_mib(trec['ids_bytes'])} | {_mib(trec['lengths_bytes'])} | "
+        f"{_mib(trec['pooled_bytes'])} | {_mib(trec['total_bytes'])} |",
+        f"| TorchRec row-wise, ids in natural order | {_mib(dflt['ids_bytes'])} | {_mib(dflt['lengths_bytes'])} | "
+        f"{_mib(dflt['pooled_bytes'])} | {_mib(dflt['total_bytes'])} |",
+        "",
+        "## Loading it",
+        "",
+        "```python",
+        "from gmp.export.torchrec import load_export, torchrec_tables, torchrec_sharding_plan, torchrec_constraints",
+        "exp = load_export('THIS_DIR')",
+        "tables = torchrec_tables(exp)                 # [EmbeddingBagConfig, ...]",
+        "ebc = EmbeddingBagCollection(tables=tables, device=torch.device('meta'))",
+        "plan = torchrec_sharding_plan(exp, ebc)       # ShardingPlan: rank r holds worker r's primaries",
+        "constraints = torchrec_constraints(exp)       # for EmbeddingShardingPlanner(constraints=...)",
+        "model = DistributedModelParallel(ebc, device=torch.device('cpu'), plan=plan)",
+        "```",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------
+# TorchRec objects (optional extra: pip install 'gmp[peers]')
+# --------------------------------------------------------------------------
+def _torchrec():
+    try:
+        import torchrec  # noqa: F401
+    except ImportError as exc:
+        raise MissingDependencyError(
+            f"TorchRec is not installed ({exc}); install the 'peers' extra: pip install fbgemm-gpu-cpu==1.8.0 "
+            "tensordict torchmetrics==1.0.3 pyre-extensions && pip install --no-deps torchrec==1.8.0."
+        ) from None
+    import torchrec
+
+    return torchrec
+
+
+def torchrec_tables(export: TorchRecExport) -> list:
+    """One ``EmbeddingBagConfig`` per table (padded row counts, one feature each)."""
+    torchrec = _torchrec()
+    return [torchrec.EmbeddingBagConfig(name=t["name"], embedding_dim=int(export.plan["embedding_dim"]),
+                                        num_embeddings=int(t["num_embeddings"]), feature_names=[t["feature"]])
+            for t in export.tables]
+
+
+def torchrec_sharding_plan(export: TorchRecExport, module, *, device_type: str = "cpu", module_path: str = ""):
+    """The ``ShardingPlan`` that puts worker r's primaries on rank r (row-wise, even blocks).
+
+    Built with TorchRec's own ``row_wise()`` helper; the shards it computes are
+    checked against the export's (a mismatch is a ManifestError).
+    """
+    _torchrec()
+    from torchrec.distributed.sharding_plan import construct_module_sharding_plan, row_wise
+    from torchrec.distributed.types import ShardingPlan
+
+    ranks = export.num_ranks
+    mplan = construct_module_sharding_plan(module, per_param_sharding={t["name"]: row_wise() for t in export.tables},
+                                           local_size=ranks, world_size=ranks, device_type=device_type)
+    for t in export.tables:
+        shards = mplan[t["name"]].sharding_spec.shards
+        got = [(int(s.shard_offsets[0]), int(s.shard_sizes[0])) for s in shards]
+        want = [(s["row_offset"], s["num_rows"]) for s in t["shards"]]
+        if got != want:
+            raise ManifestError(f"TorchRec's row-wise split of {t['name']} is {got}, the export expects {want}; "
+                                "this TorchRec version splits rows differently.")
+    return ShardingPlan({module_path: mplan})
+
+
+def torchrec_constraints(export: TorchRecExport) -> dict:
+    """``{table: ParameterConstraints}``: row-wise only, pooling factors, LRU cache statistics."""
+    _torchrec()
+    from torchrec.distributed.planner.types import ParameterConstraints
+    from torchrec.distributed.types import CacheAlgorithm, CacheParams, CacheStatistics
+
+    class GmpCacheStatistics(CacheStatistics):
+        """Miss rates measured by gmp's LRU replay, interpolated linearly between the measured load factors."""
+
+        def __init__(self, cache: Mapping[str, Any]):
+            self._lf = [0.0] + list(cache["load_factors"]) + [1.0]
+            self._miss = [1.0] + list(cache["miss_rates"]) + [0.0]
+            self._lookups = float(cache["expected_lookups"])
+            self._cacheability = float(cache["cacheability"])
+
+        @property
+        def expected_lookups(self) -> float:
+            return self._lookups
+
+        def expected_miss_rate(self, clf: float) -> float:
+            return float(np.interp(clf, self._lf, self._miss))
+
+        @property
+        def cacheability(self) -> float:
+            return self._cacheability
+
+    out = {}
+    for t in export.tables:
+        c = export.plan["constraints"][t["name"]]
+        out[t["name"]] = ParameterConstraints(
+            sharding_types=list(c["sharding_types"]), compute_kernels=list(c["compute_kernels"]),
+            pooling_factors=list(c["pooling_factors"]), feature_names=list(c["feature_names"]),
+            cache_params=CacheParams(algorithm=CacheAlgorithm.LRU, load_factor=c["cache"]["load_factor"],
+                                     stats=GmpCacheStatistics(t["cache"])))
+    return out
+
+
+def torchrec_batch(export: TorchRecExport, dataset, sample_ids: np.ndarray):
+    """A ``KeyedJaggedTensor`` of these samples' ids, remapped to table rows (features in table order)."""
+    _torchrec()
+    import torch
+    from torchrec import KeyedJaggedTensor
+
+    remap = np.asarray(export.remap())
+    indptr = np.asarray(dataset.indptr)
+    values, lengths = [], []
+    for t in export.tables:
+        lo, hi = t["gmp_offset"], t["gmp_offset"] + t["num_values"]
+        for s in np.asarray(sample_ids, dtype=np.int64):
+            ids = np.asarray(dataset.indices[indptr[s]:indptr[s + 1]])
+            ids = ids[(ids >= lo) & (ids < hi)]
+            values.append(remap[ids])
+            lengths.append(ids.size)
+    vals = np.concatenate(values) if values else np.zeros(0, dtype=np.int64)
+    return KeyedJaggedTensor.from_lengths_sync(keys=[t["feature"] for t in export.tables],
+                                               values=torch.as_tensor(vals, dtype=torch.int64),
+                                               lengths=torch.as_tensor(np.asarray(lengths), dtype=torch.int32))

@@ -1,0 +1,65 @@
+"""The one parameter validator of the typed option objects (``TrainConfig``, ``HeraldOptions``, ...).
+
+Every violation is worded the same way and names the *parameter* (never a
+command-line flag; the CLI maps parameter names to its flags,
+``cli/_flags.py``)::
+
+    The 'batch_size' parameter must be an int >= 1, got 0.
+
+The raised error carries ``.param`` (the parameter's name).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from .errors import GmpError
+
+
+def _fail(error: type[GmpError], name: str, expected: str, value: Any) -> GmpError:
+    exc = error(f"The '{name}' parameter must be {expected}, got {value!r}.")
+    exc.param = name
+    return exc
+
+
+def check_int(name: str, value: Any, *, minimum: int | None = None, error: type[GmpError] = GmpError) -> int:
+    """``value`` as an int (bools refused), at least ``minimum``."""
+    expected = "an int" + (f" >= {minimum}" if minimum is not None else "")
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise _fail(error, name, expected, value)
+    if minimum is not None and int(value) < minimum:
+        raise _fail(error, name, expected, value)
+    return int(value)
+
+
+def check_float(name: str, value: Any, *, minimum: float | None = None, strict: bool = False,
+                allow_inf: bool = False, error: type[GmpError] = GmpError) -> float:
+    """``value`` as a float: finite (unless ``allow_inf``), ``> minimum`` when ``strict`` else ``>=``."""
+    rel = ">" if strict else ">="
+    expected = "a finite number" if not allow_inf else "a number"
+    if minimum is not None:
+        expected += f" {rel} {minimum:g}" + (" (or inf)" if allow_inf else "")
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise _fail(error, name, expected, value)
+    v = float(value)
+    if math.isnan(v) or (math.isinf(v) and not (allow_inf and v > 0)):
+        raise _fail(error, name, expected, value)
+    if minimum is not None and (v <= minimum if strict else v < minimum):
+        raise _fail(error, name, expected, value)
+    return v
+
+
+def check_choice(name: str, value: Any, choices: Sequence[str], *, error: type[GmpError] = GmpError) -> str:
+    """``value`` if it is one of ``choices``."""
+    if value not in tuple(choices):
+        raise _fail(error, name, f"one of {list(choices)}", value)
+    return value
+
+
+def check_bool(name: str, value: Any, *, error: type[GmpError] = GmpError) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise _fail(error, name, "a bool", value)
+    return bool(value)

@@ -1,0 +1,108 @@
+"""``TrainConfig``: the trainer's hyper-parameters, one frozen object validated once.
+
+Every rule lives in :meth:`TrainConfig.__post_init__` and is worded by
+:mod:`gmp.params` ("The 'batch_size' parameter must be an int >= 1, got 0.");
+``gmp train`` maps the parameter names to its flags (``cli/_flags.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from ..constants import DEFAULT_BATCH_SIZE, DEFAULT_EMBEDDING_DIM
+from ..errors import TrainingError
+from ..params import check_choice, check_float, check_int
+from .herald.options import HeraldOptions
+from .models import MODELS
+from .registry import schedule_names
+from .schedule import SHUFFLES
+from .store import OPTIMIZERS
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Training hyper-parameters (what ``gmp train`` parses).
+
+    ``herald`` is the replica model of ``schedule="herald"``
+    (:class:`~gmp.train.herald.HeraldOptions`; None there means its defaults)
+    and must be None for the other schedules. ``staleness`` is the bound s
+    (``math.inf``: refresh at epoch end only).
+    """
+
+    model: str = "wdl"
+    embedding_dim: int = DEFAULT_EMBEDDING_DIM
+    optimizer: str = "adagrad"
+    lr: float = 0.01
+    batch_size: int = DEFAULT_BATCH_SIZE
+    epochs: int = 1
+    staleness: float = 0.0
+    seed: int = 0
+    schedule: str = "static"
+    shuffle: str = "seeded"
+    dtype: str = "float32"
+    hidden: tuple[int, ...] = (128, 64)
+    eval_batch_size: int = 4096
+    log_every: int = 0
+    herald: HeraldOptions | None = None
+
+    def __post_init__(self) -> None:
+        E = TrainingError
+        check_choice("model", self.model, MODELS, error=E)
+        check_int("embedding_dim", self.embedding_dim, minimum=1, error=E)
+        check_choice("optimizer", self.optimizer, OPTIMIZERS, error=E)
+        check_float("lr", self.lr, minimum=0.0, strict=True, error=E)
+        check_int("batch_size", self.batch_size, minimum=1, error=E)
+        check_int("epochs", self.epochs, minimum=0, error=E)
+        check_float("staleness", self.staleness, minimum=0.0, allow_inf=True, error=E)
+        check_int("seed", self.seed, minimum=0, error=E)
+        check_choice("schedule", self.schedule, schedule_names(), error=E)
+        check_choice("shuffle", self.shuffle, SHUFFLES, error=E)
+        check_choice("dtype", self.dtype, tuple(DTYPES), error=E)
+        check_int("eval_batch_size", self.eval_batch_size, minimum=1, error=E)
+        check_int("log_every", self.log_every, minimum=0, error=E)
+        hidden = tuple(self.hidden)
+        for h in hidden:
+            check_int("hidden", h, minimum=1, error=E)
+        object.__setattr__(self, "hidden", tuple(int(h) for h in hidden))
+        object.__setattr__(self, "staleness", float(self.staleness))
+        object.__setattr__(self, "lr", float(self.lr))
+        if self.herald is not None:
+            if not isinstance(self.herald, HeraldOptions):
+                raise E(f"The 'herald' parameter must be a HeraldOptions or None, got {type(self.herald).__name__}.")
+            if self.schedule != "herald" and self.herald != HeraldOptions():
+                changed = [k for k, v in self.herald.to_json().items() if v != getattr(HeraldOptions(), k)]
+                exc = E(f"The '{changed[0]}' parameter applies to schedule='herald' only, got "
+                        f"schedule={self.schedule!r}; drop it or use the herald schedule.")
+                exc.param = changed[0]
+                raise exc
+        h = self.herald_options()
+        if h is not None and self.staleness != 0 and (h.cache_rows or h.on_demand or not h.read_only_replicas):
+            exc = E(f"The 'staleness' parameter must be 0 with cache_rows > 0, on_demand or writable replicas "
+                    f"(the runtime scheduler models s = 0 only, Herald section 3.3), got {self.staleness:g}; use "
+                    f"staleness 0, or cache_rows 0 without on_demand and with read_only_replicas.")
+            exc.param = "staleness"
+            raise exc
+
+    def herald_options(self) -> HeraldOptions | None:
+        """The replica model when ``schedule == "herald"`` (its defaults if not given), else None."""
+        if self.schedule != "herald":
+            return None
+        return self.herald if self.herald is not None else HeraldOptions()
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["staleness"] = "inf" if math.isinf(self.staleness) else self.staleness
+        d["hidden"] = list(self.hidden)
+        h = self.herald_options()
+        d["herald"] = None if h is None else h.to_json()
+        return d

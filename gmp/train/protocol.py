@@ -1,0 +1,46 @@
+"""The step-protocol interface: one implementation per consistency model.
+
+The :class:`~gmp.train.trainer.Trainer` knows nothing of HET-GMP or Herald: it
+asks its protocol for the epoch's steps, runs :meth:`StepProtocol.train_step`
+on each, :meth:`StepProtocol.end_epoch` after the last, and lets the protocol
+add its fields to the JSON records. The two implementations:
+
+* :class:`gmp.train.protocol_hetgmp.BoundedStaleness` -- HET-GMP's bounded
+  staleness (any schedule; s >= 0, including inf);
+* :class:`gmp.train.protocol_herald.HeraldOnDemand` -- Herald's on-demand
+  scheme at s = 0 (``--schedule herald``): every transfer is the one the
+  runtime scheduler lists.
+
+The trainer picks one from its config (:func:`gmp.train.trainer.make_protocol`).
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Iterator
+
+from .schedule import Step
+
+
+class StepProtocol(abc.ABC):
+    """How the workers of one trainer read, update and synchronise rows in a step."""
+
+    def __init__(self, trainer) -> None:
+        self.trainer = trainer
+
+    def steps(self, epoch: int, start: int) -> Iterator[Step]:
+        """The steps of ``epoch`` from ``start`` on (default: the schedule's)."""
+        return self.trainer.schedule.steps(epoch, start)
+
+    @abc.abstractmethod
+    def train_step(self, step: Step) -> float:
+        """Run one synchronous step of all local workers; return the sum of their sample losses."""
+
+    def end_epoch(self) -> None:
+        """Work after an epoch's last step (counted as training time)."""
+
+    def reset_epoch(self) -> None:
+        """Clear the protocol's per-epoch accumulators."""
+
+    def add_to_record(self, rec: dict[str, Any], counters: dict[str, int]) -> None:
+        """Add the protocol's fields to a JSON record (``counters``: every counter summed over workers)."""

@@ -1,0 +1,323 @@
+"""Herald's on-demand scheme at s = 0 (``--schedule herald``): the step protocol whose every
+transfer is one the :class:`~gmp.train.herald.RuntimeScheduler` lists (the single source of truth).
+
+Per step: ``push_plan`` (pending copies -> primaries, before anything is read),
+the pulls (primary rows -> the worker's secondary or cache slot, with Adagrad
+together with the primary's sum of squares), forward/backward on the worker's
+own rows and copies, ``push_sync`` gradients (summed at the primary, one
+optimizer step), the worker's own optimizer step on each copy it used (kept
+*pending* when the scheduler pushes nothing: on-demand synchronisation),
+``push_evict`` (pending copies of evicted rows), then the cache forgets what
+the scheduler's cache evicted. Pending pushes send the copy's value and
+optimizer state, which overwrite the primary: the scheduler guarantees that
+nobody read or wrote the row since the copy was pulled, so this is the
+single-worker sequence of updates. At the epoch end every pending copy is
+pushed (``push_flush``). The protocol refuses transfers the scheduler's state
+does not justify (a pull over pending updates, a push of a clean row, a row
+read but not held) instead of training on wrong values.
+
+Counts: ``remote_rows_read`` = ``pull_miss``, ``staleness_refreshes`` =
+``pull_stale``, ``remote_rows_pushed`` = all pushes; per kind in the record's
+``herald`` object. With ``lookahead K`` the primaries send the next step's
+provably final pulls unasked during this step (``CommEngine.start_alltoallv``:
+asynchronous under torchrun; :mod:`gmp.train.herald.prefetch`; the record's
+``prefetch`` object).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+from ..errors import TrainingError
+from .herald.events import PULL_MISS, PULL_STALE, PUSH_EVICT, PUSH_SYNC
+from .herald.prefetch import Prefetcher
+from .protocol import StepProtocol
+from .records import HERALD_COUNTERS
+from .schedule import Step
+from .steps import apply_at_primaries, forward_backward, group_by_owner, int_tensor, prepare
+
+
+class HeraldOnDemand(StepProtocol):
+    """Herald at s = 0: pulls, plan/sync/evict/flush pushes exactly as the runtime scheduler lists them."""
+
+    def __init__(self, trainer) -> None:
+        super().__init__(trainer)
+        self.options = trainer.config.herald_options()
+        # copies are updated and read again only with on-demand sync or writable replicas; otherwise
+        # every copy a worker updates is invalid afterwards and Adagrad's sums need not travel
+        self.copies_stay_valid = self.options.on_demand or not self.options.read_only_replicas
+        for store in trainer.stores:
+            store.enable_cache(ship_state=self.copies_stay_valid)
+        self._early = None  # (pending exchange, rows per local worker) of the early exchange in flight
+        self.reset_epoch()
+
+    def reset_epoch(self) -> None:
+        self.stats = {"produce_s": 0.0, "stall_s": 0.0, "items": 0, "fetch_wait_s": 0.0}
+
+    def steps(self, epoch: int, start: int) -> Iterator[Step]:
+        """The scheduler's steps, each with the next step's schedule (or None) and the scheduler's
+        cache after it; the scheduler runs ``lookahead`` batches ahead in a thread when > 0."""
+        tr = self.trainer
+        hs = tr.schedule
+        n = tr.num_workers
+        k = self.options.lookahead
+        if self._early is not None:  # left over from an interrupted call: complete it, drop the rows
+            self._take_early()
+        source = hs.batches(epoch, start, cache_of=tr.engine.local_workers)
+        pf = Prefetcher(source, k) if k > 0 else None
+        items = (item for item, _ in pf) if pf is not None else source
+        completed = False
+        try:
+            cur = next(items, None)
+            while cur is not None:
+                nxt = next(items, None)
+                sched, snap = cur
+                step = Step(sched.index_in_epoch, [sched.worker_samples(w) for w in range(n)],
+                            info={"herald": sched, "cache_after": snap,
+                                  "next": nxt[0] if nxt is not None else None})
+                yield step
+                cur = nxt
+            completed = True
+        finally:
+            if pf is not None:
+                pf.close()
+                st = pf.stats()
+                for key in ("items", "produce_s", "stall_s"):
+                    self.stats[key] += st[key]
+                hs.add_prefetch_stats(st)
+            if not completed:  # the scheduler ran ahead of training: replay it on the next call
+                hs.discard_engine()
+
+    def _push_pending(self, rows_per_worker: list[np.ndarray], kind: str) -> None:
+        """Push the copies of ``rows_per_worker[li]`` (pending updates applied) to their primaries."""
+        tr = self.trainer
+        n = tr.num_workers
+        id_sends, pay_sends = [], []
+        for li, rows in enumerate(rows_per_worker):
+            store = tr.stores[li]
+            rows = np.asarray(rows, dtype=np.int64)
+            slots = store.lookup(rows)
+            if np.any(slots < store.num_primary) or not store.all_pending(slots):
+                raise TrainingError(f"worker {store.worker}: the runtime scheduler asks for a {kind} of rows "
+                                    f"without pending updates here. This is a bug in gmp.")
+            order, bounds = group_by_owner(np.arange(rows.size), tr.primary[rows], n)
+            pay = store.read_payload(slots[order])
+            id_sends.append([int_tensor(rows[order[bounds[d]:bounds[d + 1]]]) for d in range(n)])
+            pay_sends.append([pay[bounds[d]:bounds[d + 1]] for d in range(n)])
+            store.mark_pending(slots, False)
+            tr.count(li, kind, rows.size)
+            tr.count(li, "remote_rows_pushed", rows.size)
+        rid = tr.engine.alltoallv(id_sends, "ids_clocks")
+        rpay = tr.engine.alltoallv(pay_sends, "gradients",
+                                     recv_counts=[[int(t.shape[0]) for t in r] for r in rid])
+        for li, store in enumerate(tr.stores):
+            for src in range(n):
+                ids = rid[li][src].cpu().numpy()
+                if ids.size:
+                    store.overwrite_primary(store.lookup(ids), rpay[li][src])
+
+    def _pull(self, sched, nxt) -> None:
+        """Pull this step's rows: those fetched one step early come from the early exchange, the
+        rest on demand; then, with a look-ahead, start the early fetch of the next step's final rows."""
+        tr = self.trainer
+        n = tr.num_workers
+        staged = self._take_early()
+        req_sends, wants = [], []
+        for li, w in enumerate(tr.engine.local_workers):
+            tr.count(li, "pull_miss", sched.rows(PULL_MISS, w).size)
+            tr.count(li, "pull_stale", sched.rows(PULL_STALE, w).size)
+            tr.count(li, "remote_rows_read", sched.rows(PULL_MISS, w).size)
+            tr.count(li, "staleness_refreshes", sched.rows(PULL_STALE, w).size)
+            rows = np.unique(sched.pulls(w))
+            pre = None
+            if staged is not None and staged[li][0].size:  # fetched one step early (provably final values)
+                st_rows, st_pay = staged[li]
+                have = np.isin(rows, st_rows)
+                pos = np.searchsorted(st_rows, rows[have])
+                pre = (rows[have], st_pay[torch.as_tensor(pos, dtype=torch.int64, device=st_pay.device)])
+                tr.count(li, "prefetched_rows", int(have.sum()))
+                rows = rows[~have]
+            order, bounds = group_by_owner(np.arange(rows.size), tr.primary[rows], n)
+            wants.append((rows, order, bounds, pre))
+            req_sends.append([int_tensor(rows[order[bounds[d]:bounds[d + 1]]]) for d in range(n)])
+        rid = tr.engine.alltoallv(req_sends, "ids_clocks")
+        replies = []
+        for li, store in enumerate(tr.stores):
+            rep = []
+            for src in range(n):
+                ids = rid[li][src].cpu().numpy()
+                slots = store.lookup(ids)
+                if np.any((slots < 0) | (slots >= store.num_primary)):
+                    raise TrainingError(f"worker {store.worker} was asked for rows it is not primary of.")
+                rep.append(store.read_payload(slots) if ids.size else
+                           torch.zeros(0, store.payload_dim, dtype=tr.dtype, device=store.device))
+            replies.append(rep)
+        got = tr.engine.alltoallv(replies, "embedding_rows",
+                                    recv_counts=[[int(w[2][d + 1] - w[2][d]) for d in range(n)] for w in wants])
+        for li, (rows, order, bounds, pre) in enumerate(wants):
+            store = tr.stores[li]
+            pay = torch.cat([g.to(store.device, tr.dtype) for g in got[li]]) if rows.size else \
+                torch.zeros(0, store.payload_dim, dtype=tr.dtype, device=store.device)
+            inv = np.empty(rows.size, dtype=np.int64)
+            inv[order] = np.arange(rows.size)
+            pay = pay[torch.as_tensor(inv, dtype=torch.int64, device=pay.device)]  # back to rows order
+            if pre is not None:  # one install in id order, early or not: the cache layout is the same
+                rows = np.concatenate([rows, pre[0]])
+                pay = torch.cat([pay, pre[1].to(pay.device)])
+                srt = np.argsort(rows, kind="stable")
+                rows, pay = rows[srt], pay[torch.as_tensor(srt, dtype=torch.int64, device=pay.device)]
+            self._install(li, rows, pay)
+        if self.options.lookahead > 0 and nxt is not None:
+            self._issue_early(nxt)
+
+    def _issue_early(self, nxt) -> None:
+        """Start sending the next step's pulls whose row is final now (cDLRM prefetch, s = 0 safe).
+
+        A pull of batch t+1 with ``ready < t`` reads a value the primary already
+        holds before step t updates anything, and nobody changes it during step
+        t. The schedule is global, so each primary knows which of its rows every
+        worker will need and sends them unasked (no id exchange): an
+        asynchronous all-to-all under torchrun (overlapping step t's compute),
+        an in-memory hand-off in the local engine. Taken at step t+1.
+        """
+        tr = self.trainer
+        n = tr.num_workers
+        sel = nxt.early_pulls()
+        ew = nxt.event_worker[sel].astype(np.int64)
+        er = nxt.event_row[sel].astype(np.int64)
+        prim = tr.primary[er].astype(np.int64)
+        order = np.lexsort((er, prim, ew))  # by destination, then source (primary), then row
+        ew, er, prim = ew[order], er[order], prim[order]
+        sends, recv_rows, recv_counts = [], [], []
+        for li, me in enumerate(tr.engine.local_workers):
+            store = tr.stores[li]
+            mine = prim == me
+            parts = []
+            for d in range(n):
+                r = er[mine & (ew == d)]
+                parts.append(store.read_payload(store.lookup(r)) if r.size else
+                             torch.zeros(0, store.payload_dim, dtype=tr.dtype, device=store.device))
+            sends.append(parts)
+            to_me = ew == me
+            recv_rows.append(er[to_me])  # ordered by (primary, row): the order the parts arrive in
+            recv_counts.append([int(np.count_nonzero(to_me & (prim == src))) for src in range(n)])
+        self._early = (tr.engine.start_alltoallv(sends, "embedding_rows", recv_counts=recv_counts), recv_rows)
+
+    def _take_early(self) -> list[tuple[np.ndarray, torch.Tensor]] | None:
+        """Wait for the early exchange started in the previous step; per local worker (rows sorted, payload)."""
+        tr = self.trainer
+        if self._early is None:
+            return None
+        handle, recv_rows = self._early
+        self._early = None
+        t0 = time.perf_counter()
+        got = handle.wait()
+        self.stats["fetch_wait_s"] += time.perf_counter() - t0
+        out = []
+        for li, store in enumerate(tr.stores):
+            rows = recv_rows[li]
+            pay = torch.cat([g.to(store.device, tr.dtype) for g in got[li]]) if rows.size else \
+                torch.zeros(0, store.payload_dim, dtype=tr.dtype, device=store.device)
+            srt = np.argsort(rows, kind="stable")
+            out.append((rows[srt], pay[torch.as_tensor(srt, dtype=torch.int64, device=pay.device)]))
+        return out
+
+    def _install(self, li: int, rows: np.ndarray, payload: torch.Tensor) -> None:
+        """Put pulled rows (and their optimizer state) into worker ``li``'s copies, cache slots first."""
+        store = self.trainer.stores[li]
+        slots = store.lookup(rows)
+        if np.any((slots >= 0) & (slots < store.num_primary)):
+            raise TrainingError(f"worker {store.worker}: the runtime scheduler pulls a row it is primary of. "
+                                f"This is a bug in gmp.")
+        new = slots < 0
+        if new.any():
+            slots[new] = store.cache_insert(rows[new])
+        if store.any_pending(slots):
+            raise TrainingError(f"worker {store.worker}: a pull would overwrite pending updates. This is a bug in gmp.")
+        store.install_copies(slots, payload)
+
+    def train_step(self, step: Step) -> float:
+        """One s = 0 step whose every transfer is the runtime scheduler's (see :meth:`_herald_mode`)."""
+        tr = self.trainer
+        sched = step.info["herald"]
+        total = step.global_batch_size
+        n = tr.num_workers
+        local = tr.engine.local_workers
+        # end of the previous iteration: the communication plan (Algorithm 1 line 15)
+        self._push_pending([sched.plan(w) for w in local], "push_plan")
+        self._pull(sched, step.info.get("next"))
+        ws = [prepare(tr, li, step.samples[w]) for li, w in enumerate(local)]
+        for li, s in enumerate(ws):
+            if np.any(s.slots < 0):
+                raise TrainingError(f"worker {local[li]} lacks rows the runtime scheduler holds valid there. "
+                                    f"This is a bug in gmp.")
+            s.rows = tr.stores[li].read(s.slots)
+        loss_sum = forward_backward(tr, ws, total) if total else 0.0
+        # synchronous pushes (naive sync, or several writers): gradients to the primaries
+        id_sends, grad_sends = [], []
+        for li, s in enumerate(ws):
+            store = tr.stores[li]
+            sync = np.unique(sched.rows(PUSH_SYNC, local[li]))
+            pos = np.searchsorted(s.uniq, sync)
+            if sync.size and (np.any(pos >= s.uniq.size) or np.any(s.uniq[np.minimum(pos, s.uniq.size - 1)] != sync)
+                              or np.any(s.is_primary[pos])):
+                raise TrainingError(f"worker {store.worker}: the runtime scheduler pushes rows it did not use. "
+                                    f"This is a bug in gmp.")
+            copies = np.flatnonzero(~s.is_primary)
+            pending = np.setdiff1d(copies, pos, assume_unique=True)
+            if pending.size and not self.options.on_demand:
+                raise TrainingError(f"worker {store.worker}: an update left unpushed without on-demand "
+                                    f"synchronisation. This is a bug in gmp.")
+            order, bounds = group_by_owner(pos, tr.primary[s.uniq], n)
+            g = s.grad[torch.as_tensor(order, dtype=torch.int64, device=s.grad.device)]
+            id_sends.append([int_tensor(s.uniq[order[bounds[d]:bounds[d + 1]]]) for d in range(n)])
+            grad_sends.append([g[bounds[d]:bounds[d + 1]] for d in range(n)])
+            tr.count(li, "push_sync", sync.size)
+            tr.count(li, "remote_rows_pushed", sync.size)
+            if store.any_pending(s.slots[pos]):
+                raise TrainingError(f"worker {store.worker}: a synchronous push of a row with pending updates. "
+                                    f"This is a bug in gmp.")
+            # the worker's own step on its copies (exactly the primary's formula and state)
+            if self.copies_stay_valid:
+                store.apply_copy(s.slots[copies], s.grad[torch.as_tensor(copies, dtype=torch.int64,
+                                                                         device=s.grad.device)])
+            store.mark_pending(s.slots[pending])  # on-demand: kept until a plan/eviction/epoch end
+        rid = tr.engine.alltoallv(id_sends, "ids_clocks")
+        rgrad = tr.engine.alltoallv(grad_sends, "gradients",
+                                      recv_counts=[[int(t.shape[0]) for t in r] for r in rid])
+        apply_at_primaries(tr, ws, rid, rgrad)
+        # evictions: pending updates of victims go to their primaries, then the cache forgets them
+        self._push_pending([sched.rows(PUSH_EVICT, w) for w in local], "push_evict")
+        snap = step.info.get("cache_after")
+        if snap is not None:
+            for li, store in enumerate(tr.stores):
+                store.cache_drop(np.setdiff1d(store.cached_ids(), snap[li], assume_unique=True))
+        tr.dense_step()
+        return loss_sum
+
+    def end_epoch(self) -> None:
+        """Epoch end: every pending update goes to its primary (the scheduler's ``push_flush``)."""
+        self._push_pending([store.pending_ids() for store in self.trainer.stores], "push_flush")
+
+    def add_to_record(self, rec: dict[str, Any], counters: dict[str, int]) -> None:
+        """The record's ``herald`` object (transfers per kind) and, with a look-ahead, ``prefetch``."""
+        h = {name: counters[name] for name in HERALD_COUNTERS}
+        h["pulls"] = h["pull_miss"] + h["pull_stale"]
+        h["pushes"] = sum(h[k] for k in ("push_sync", "push_plan", "push_evict", "push_flush"))
+        opts = self.options.to_json()
+        h.update({k: opts[k] for k in ("on_demand", "cache_rows", "cache_policy", "read_only_replicas")})
+        rec["herald"] = h
+        if self.options.lookahead > 0:
+            st = self.stats
+            rec["prefetch"] = {
+                "lookahead": self.options.lookahead,
+                "early_rows": h["prefetched_rows"], "late_rows": h["pulls"] - h["prefetched_rows"],
+                "early_share": h["prefetched_rows"] / h["pulls"] if h["pulls"] else 1.0,
+                "early_fetch_wait_s": self.trainer.max_across(st["fetch_wait_s"]),
+                "scheduler_produce_s": st["produce_s"], "scheduler_stall_s": st["stall_s"],
+                "scheduler_overlap": (max(0.0, 1.0 - st["stall_s"] / st["produce_s"])
+                                      if st["produce_s"] > 0 else 1.0)}

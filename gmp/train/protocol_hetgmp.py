@@ -1,0 +1,74 @@
+"""HET-GMP's bounded staleness (section 5.3 of HET-GMP): the step protocol for every schedule at
+s >= 0 (and for ``--schedule herald`` at s > 0, where the runtime scheduler only assigns samples).
+
+Per step (HET-GMP section 6, "Decentralized Communication"; module docstring of
+:mod:`gmp.train.trainer` for the phases): :func:`~gmp.train.steps.read_rows`
+(phases 1-3), :func:`~gmp.train.steps.forward_backward` (4), the gradient push
+of non-primary rows (5), :func:`~gmp.train.steps.apply_at_primaries` and the
+dense all-reduce (6). With ``s > 0`` a worker applies its own gradients to its
+secondaries too, and every secondary is refreshed at the end of each epoch.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from ..errors import TrainingError
+from .protocol import StepProtocol
+from .schedule import Step
+from .steps import WorkerStep, apply_at_primaries, forward_backward, group_by_owner, int_tensor, prepare, read_rows
+
+
+class BoundedStaleness(StepProtocol):
+    """HET-GMP's protocol: requests with clocks, refresh of stale secondaries, gradient pushes."""
+
+    def train_step(self, step: Step) -> float:
+        """Run one synchronous step of all local workers; return the sum of their sample losses."""
+        tr = self.trainer
+        total = step.global_batch_size
+        if total == 0:
+            return 0.0
+        if len(step.samples) != tr.num_workers:
+            raise TrainingError(f"schedule gave {len(step.samples)} batches for {tr.num_workers} workers.")
+        ws = [prepare(tr, li, step.samples[w]) for li, w in enumerate(tr.engine.local_workers)]
+        check = not math.isinf(tr.staleness)
+        read_rows(tr, ws, check_secondaries=check, staleness=tr.staleness)
+        loss_sum = forward_backward(tr, ws, total)  # phase 4
+        # phase 5: push gradients of non-primary rows to their primaries
+        n = tr.num_workers
+        id_sends, grad_sends = [], []
+        for li, s in enumerate(ws):
+            order, bounds = group_by_owner(np.flatnonzero(~s.is_primary), tr.primary[s.uniq], n)
+            ids = s.uniq[order]
+            g = s.grad[torch.as_tensor(order, dtype=torch.int64, device=s.grad.device)]
+            id_sends.append([int_tensor(ids[bounds[d]:bounds[d + 1]]) for d in range(n)])
+            grad_sends.append([g[bounds[d]:bounds[d + 1]] for d in range(n)])
+            tr.count(li, "remote_rows_pushed", order.size)
+        rid = tr.engine.alltoallv(id_sends, "ids_clocks")
+        rgrad = tr.engine.alltoallv(grad_sends, "gradients",
+                                      recv_counts=[[int(t.shape[0]) for t in r] for r in rid])
+        if tr.staleness > 0:  # own updates visible locally on secondaries (store docstring)
+            for li, s in enumerate(ws):
+                if s.is_secondary.any():
+                    sec = np.flatnonzero(s.is_secondary)
+                    tr.stores[li].apply_local(s.slots[sec], s.grad[torch.as_tensor(sec, dtype=torch.int64,
+                                                                                      device=s.grad.device)])
+        apply_at_primaries(tr, ws, rid, rgrad)
+        tr.dense_step()
+        return loss_sum
+
+    def end_epoch(self) -> None:
+        """Bring every secondary up to date with its primary (end of epoch when s > 0)."""
+        tr = self.trainer
+        if tr.staleness == 0 or not tr.has_secondaries:
+            return
+        ws = []
+        for li, store in enumerate(tr.stores):
+            sec = np.arange(store.num_primary, store.num_rows, dtype=np.int64)
+            uniq = store.ids[sec]
+            ws.append(WorkerStep(np.zeros(0, np.int64), np.zeros(1, np.int64), uniq, np.zeros(0, np.int64), sec,
+                                  np.zeros(sec.size, bool), np.ones(sec.size, bool)))
+        read_rows(tr, ws, check_secondaries=True, staleness=0.0)

@@ -1,0 +1,62 @@
+"""The trainer's JSON records: counter names, one record per epoch (and every ``log_every`` steps).
+
+Keys of a record: ``epoch``, ``step``, ``kind`` ("epoch" | "step"), ``train_loss``,
+``samples``, ``steps``, ``samples_per_sec``, ``train_seconds``, ``bytes`` (per
+category of :data:`gmp.comm.CATEGORIES`), ``comm_seconds``,
+``embedding_bytes_per_step``, the :data:`COUNTERS`, the protocol's own objects
+(``herald``, ``prefetch``), and on epoch records ``test_auc``, ``test_logloss``,
+``memory_bytes_per_worker``. :func:`json_line` writes NaN as null.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+
+#: counters of every protocol
+COUNTERS = ("remote_rows_read", "remote_rows_pushed", "staleness_refreshes")
+#: per-kind transfers of ``--schedule herald`` (s = 0), the runtime scheduler's event names (+ prefetch)
+HERALD_COUNTERS = ("pull_miss", "pull_stale", "push_sync", "push_plan", "push_evict", "push_flush",
+                   "prefetched_rows")
+ALL_COUNTERS = COUNTERS + HERALD_COUNTERS
+
+
+def make_record(trainer, kind: str, extra: dict[str, Any]) -> dict[str, Any]:
+    """The record of the trainer's current epoch accumulators (collective: every process calls it)."""
+    eng = trainer.engine
+    counters = eng.sum_across(trainer.counters.sum(axis=0).astype(np.float64))
+    nbytes = eng.total_bytes()
+    loss = float(eng.sum_across(np.array([trainer.acc["loss_sum"]]))[0])
+    acc = trainer.acc
+    samples, secs, steps = acc["samples"], acc["train_seconds"], max(1, acc["steps"])
+    rec = {"epoch": trainer.epoch + 1, "step": trainer.step_in_epoch, "kind": kind,
+           "train_loss": loss / samples if samples else float("nan"),
+           "samples": samples, "steps": acc["steps"],
+           "samples_per_sec": samples / secs if secs > 0 else float("nan"),
+           "train_seconds": secs, "bytes": nbytes,
+           # max over processes of the time inside collectives (local engine: in-memory exchange)
+           "comm_seconds": trainer.max_across(eng.seconds),
+           "embedding_bytes_per_step": (nbytes["embedding_rows"] + nbytes["gradients"]) / steps}
+    by_name = {name: int(round(v)) for name, v in zip(ALL_COUNTERS, counters)}
+    for name in COUNTERS:
+        rec[name] = by_name[name]
+    trainer.protocol.add_to_record(rec, by_name)
+    rec.update(extra)
+    return rec
+
+
+def json_line(rec: dict[str, Any]) -> str:
+    """One JSON line (NaN written as null)."""
+    def fix(v):
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if isinstance(v, dict):
+            return {k: fix(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [fix(x) for x in v]
+        return v
+
+    return json.dumps(fix(rec))

@@ -1,0 +1,216 @@
+"""Step helpers shared by both consistency protocols and the evaluation.
+
+Each function takes the :class:`~gmp.train.trainer.Trainer` (``tr``) whose
+local workers it runs, "vectorised over the workers this process hosts":
+one loop over them, then one collective of the engine.
+
+* :func:`prepare` -- a worker's batch: distinct rows, their slots;
+* :func:`read_rows` -- HET-GMP phases 1-3 (request, serve, inter-embedding check), also the
+  evaluation's read of the primaries (``staleness = -1``);
+* :func:`forward_backward` -- phase 4;
+* :func:`apply_at_primaries` -- phase 6: each primary sums its own and the received gradients.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..errors import TrainingError
+from .consistency import inter_stale, intra_stale
+from .models import Batch, bce_sum
+
+
+def group_by_owner(idx: np.ndarray, owner: np.ndarray, num_workers: int) -> tuple[np.ndarray, np.ndarray]:
+    """Reorder ``idx`` by ``owner[idx]`` (stable); return (order, bounds[num_workers + 1])."""
+    order = idx[np.argsort(owner[idx], kind="stable")]
+    bounds = np.searchsorted(owner[order], np.arange(num_workers + 1))
+    return order, bounds
+
+
+@dataclass
+class WorkerStep:
+    """Scratch state of one worker during one step."""
+
+    samples: np.ndarray
+    ptr: np.ndarray
+    uniq: np.ndarray
+    inv: np.ndarray
+    slots: np.ndarray
+    is_primary: np.ndarray
+    is_secondary: np.ndarray
+    req: np.ndarray | None = None  # indices into uniq of the rows requested, grouped by owner
+    req_bounds: np.ndarray | None = None  # req[req_bounds[d]:req_bounds[d+1]] go to worker d
+    req_clock: np.ndarray | None = None  # clock sent with each request (-1: not held)
+    true_clock: np.ndarray | None = None  # primary clock of every row of uniq
+    rows: torch.Tensor | None = None  # [len(uniq), row_dim] values read
+    grad: torch.Tensor | None = None  # their gradients
+
+
+def int_tensor(a: np.ndarray) -> torch.Tensor:
+    return torch.as_tensor(np.ascontiguousarray(a, dtype=np.int64))
+
+
+def prepare(tr, li: int, samples: np.ndarray) -> WorkerStep:
+    store = tr.stores[li]
+    ptr, ids = tr.data.gather(samples)
+    uniq, inv = np.unique(ids, return_inverse=True)
+    slots = store.lookup(uniq)
+    return WorkerStep(samples, ptr, uniq, inv.reshape(-1), slots, store.is_primary_slot(slots),
+                       store.is_secondary_slot(slots))
+
+
+def read_rows(tr, ws: list[WorkerStep], *, check_secondaries: bool, staleness: float,
+               refresh: bool = True) -> None:
+    """Phases 1-3: fill ``ws[i].rows`` ([U, row_dim]) obeying the staleness bound.
+
+    ``staleness = -1`` pulls every non-primary row; ``refresh=False`` leaves
+    the replicas untouched (evaluation reads the primaries' values only).
+    """
+    n = tr.num_workers
+    sends = []
+    for li, s in enumerate(ws):
+        store = tr.stores[li]
+        need = ~s.is_primary if check_secondaries else (s.slots < 0)
+        s.req, s.req_bounds = group_by_owner(np.flatnonzero(need), tr.primary[s.uniq], n)
+        sl = s.slots[s.req]
+        s.req_clock = np.where(sl >= 0, store.clock[np.maximum(sl, 0)], -1)
+        payload = np.stack([s.uniq[s.req], s.req_clock], axis=1)
+        sends.append([int_tensor(payload[s.req_bounds[d]:s.req_bounds[d + 1]]) for d in range(n)])
+    recv = tr.engine.alltoallv(sends, "ids_clocks")
+    reply_clock, reply_rows = [], []
+    for li in range(len(ws)):
+        store = tr.stores[li]
+        rc, rr = [], []
+        for src in range(n):
+            msg = recv[li][src].cpu().numpy().reshape(-1, 2)
+            oslots = store.lookup(msg[:, 0])
+            if np.any((oslots < 0) | (oslots >= store.num_primary)):
+                raise TrainingError(f"worker {store.worker} was asked for rows it is not primary of.")
+            oc = store.clock[oslots]
+            rc.append(int_tensor(oc))
+            rr.append(store.read(oslots[intra_stale(oc, msg[:, 1], staleness)]))
+        reply_clock.append(rc)
+        reply_rows.append(rr)
+    # reply sizes follow from the requests (clocks) and from the clocks (rows): no size exchange
+    clocks = tr.engine.alltoallv(reply_clock, "ids_clocks", recv_counts=[
+        [int(s.req_bounds[src + 1] - s.req_bounds[src]) for src in range(n)] for s in ws])
+    need = [[intra_stale(clocks[li][src].cpu().numpy().reshape(-1),
+                         s.req_clock[s.req_bounds[src]:s.req_bounds[src + 1]], staleness) for src in range(n)]
+            for li, s in enumerate(ws)]
+    rows = tr.engine.alltoallv(reply_rows, "embedding_rows",
+                                 recv_counts=[[int(m.sum()) for m in need[li]] for li in range(len(ws))])
+    second_round = []
+    for li, s in enumerate(ws):
+        store = tr.stores[li]
+        u = s.uniq.size
+        true_clock = np.full(u, -1, dtype=np.int64)
+        true_clock[s.is_primary] = store.clock[s.slots[s.is_primary]]
+        out = torch.empty(u, tr.row_dim, dtype=tr.dtype, device=store.device)
+        held = s.slots >= 0
+        out[torch.as_tensor(np.flatnonzero(held), device=store.device)] = store.read(s.slots[held])
+        for src in range(n):
+            part = s.req[s.req_bounds[src]:s.req_bounds[src + 1]]
+            c = clocks[li][src].cpu().numpy().reshape(-1)
+            true_clock[part] = c
+            got = part[need[li][src]]
+            if got.size:
+                r = rows[li][src].to(store.device, tr.dtype)
+                out[torch.as_tensor(got, device=store.device)] = r
+                sec = got[s.slots[got] >= 0]
+                if sec.size and refresh:  # intra-embedding refresh of secondaries (Sec. 5.3 (1))
+                    store.refresh(s.slots[sec], r[torch.as_tensor(s.slots[got] >= 0, device=r.device)],
+                                  true_clock[sec])
+                    tr.count(li, "staleness_refreshes", sec.size)
+        tr.count(li, "remote_rows_read", int((s.slots < 0).sum()))
+        s.true_clock = true_clock
+        s.rows = out
+        if check_secondaries and tr.has_secondaries and 0 < staleness and refresh:
+            read_clock = true_clock.copy()
+            read_clock[s.is_secondary] = store.clock[s.slots[s.is_secondary]]
+            refreshable = s.is_secondary & (read_clock < true_clock)
+            flagged = np.flatnonzero(inter_stale(s.ptr, s.inv, read_clock, tr.data.freq[s.uniq], refreshable,
+                                                 staleness))
+            second_round.append(flagged)
+    if second_round:  # every process takes this branch together (same config, same placement)
+        inter_round(tr, ws, second_round)
+
+
+def inter_round(tr, ws: list[WorkerStep], flagged: list[np.ndarray]) -> None:
+    """Phase 3: refresh the secondaries that failed the inter-embedding bound (Sec. 5.3 (2))."""
+    n = tr.num_workers
+    orders, sends = [], []
+    for li, s in enumerate(ws):
+        order, bounds = group_by_owner(flagged[li], tr.primary[s.uniq], n)
+        orders.append((order, bounds))
+        ids = s.uniq[order]
+        sends.append([int_tensor(ids[bounds[d]:bounds[d + 1]]) for d in range(n)])
+    recv = tr.engine.alltoallv(sends, "ids_clocks")
+    replies = [[tr.stores[li].read(tr.stores[li].lookup(recv[li][src].cpu().numpy())) for src in range(n)]
+               for li in range(len(ws))]
+    rows = tr.engine.alltoallv(replies, "embedding_rows",
+                                 recv_counts=[[int(b[src + 1] - b[src]) for src in range(n)] for _, b in orders])
+    for li, s in enumerate(ws):
+        store = tr.stores[li]
+        order, bounds = orders[li]
+        for src in range(n):
+            part = order[bounds[src]:bounds[src + 1]]
+            if part.size:
+                r = rows[li][src].to(store.device, tr.dtype)
+                s.rows[torch.as_tensor(part, device=store.device)] = r
+                store.refresh(s.slots[part], r, s.true_clock[part])
+                tr.count(li, "staleness_refreshes", part.size)
+
+
+def make_batch(tr, s: WorkerStep, device) -> Batch:
+    f = tr.data.num_fields
+    entry_sample = np.repeat(np.arange(s.samples.size, dtype=np.int64), np.diff(s.ptr))
+    ids_field = tr.data.field_of[s.uniq[s.inv]]
+    if np.any(ids_field < 0):
+        raise TrainingError("a sample uses an embedding id outside every field of the dataset.")
+    dense = None
+    if tr.data.num_dense:
+        dense = torch.as_tensor(np.asarray(tr.data.dense[s.samples]), device=device)
+    seg = entry_sample * f + ids_field
+    one_hot = seg.size == s.samples.size * f and bool(np.all(seg == np.arange(seg.size)))
+    return Batch(int(s.samples.size), torch.as_tensor(s.inv, dtype=torch.int64, device=device),
+                 None if one_hot else torch.as_tensor(seg, device=device), dense,
+                 torch.as_tensor(np.asarray(tr.data.labels[s.samples]), device=device))
+
+
+def forward_backward(tr, ws: list[WorkerStep], total: int) -> float:
+    """Phase 4: forward/backward of every local worker; dense grads accumulate over them."""
+    tr.dense_opt.zero_grad(set_to_none=False)
+    loss_sum = 0.0
+    for li, s in enumerate(ws):
+        leaf = s.rows.detach().requires_grad_(True)
+        if s.samples.size:
+            batch = make_batch(tr, s, leaf.device)
+            loss = bce_sum(tr.model(leaf, batch), batch.labels)
+            (loss / total).backward()
+            loss_sum += float(loss.detach())
+        s.grad = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
+    return loss_sum
+
+# ------------------------------------------------- herald (runtime-driven)
+
+
+def apply_at_primaries(tr, ws: list[WorkerStep], rid, rgrad) -> None:
+    """Phase 6: each primary sums its own and the received gradients per row and steps once."""
+    n = tr.num_workers
+    for li, s in enumerate(ws):
+        store = tr.stores[li]
+        own = np.flatnonzero(s.is_primary)
+        slot_parts = [s.slots[own]] + [store.lookup(rid[li][src].cpu().numpy()) for src in range(n)]
+        grad_parts = [s.grad[torch.as_tensor(own, dtype=torch.int64, device=s.grad.device)]]
+        grad_parts += [rgrad[li][src].to(store.device, tr.dtype) for src in range(n)]
+        all_slots = np.concatenate(slot_parts)
+        if all_slots.size == 0:
+            continue
+        uslots, where = np.unique(all_slots, return_inverse=True)
+        summed = torch.zeros(uslots.size, tr.row_dim, dtype=tr.dtype, device=store.device)
+        summed.index_add_(0, torch.as_tensor(where.reshape(-1), device=store.device),
+                          torch.cat([g.to(store.device) for g in grad_parts]))
+        store.apply_gradients(uslots, summed)

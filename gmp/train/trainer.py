@@ -1,0 +1,299 @@
+"""The training loop: one :class:`Trainer` per process, independent of the consistency protocol.
+
+One :class:`Trainer` per process drives the workers that process hosts
+(all of them under the local engine, one under ``torchrun``); every phase
+below is a loop over those workers followed by one collective of the
+:class:`~gmp.comm.CommEngine`. What a step does is the protocol's
+(:mod:`gmp.train.protocol`): HET-GMP's bounded staleness
+(:mod:`gmp.train.protocol_hetgmp`) or Herald's on-demand scheme at s = 0
+(:mod:`gmp.train.protocol_herald`), both built on :mod:`gmp.train.steps`.
+Per step of bounded staleness (HET-GMP section 6, "Decentralized Communication"):
+
+1. **Request.** Each worker takes its batch from the schedule, finds the
+   distinct rows it uses, and sends ``(id, clock)`` for every row it does not
+   hold (clock -1) and — unless ``s = inf`` — every row it holds as a
+   secondary (its replica clock) to the row's primary (``ids_clocks``).
+2. **Serve.** Each primary answers every request with its current clock
+   (``ids_clocks``) and, for remote reads and for secondaries failing the
+   intra-embedding bound, the row (``embedding_rows``).
+3. **Inter-embedding check** (only when ``0 < s < inf`` and the placement has
+   secondaries): secondaries that fail the bound of
+   :func:`~gmp.train.consistency.inter_stale` are fetched in a second round.
+4. **Forward/backward** on the distinct rows as a leaf tensor; the loss is the
+   sum of BCE over the worker's samples divided by the *global* batch size,
+   so gradients add up to those of the mean over the union of all batches.
+5. **Push.** Gradients of rows that are not primary on the worker go to
+   their primaries with their ids (``gradients`` + ``ids_clocks``).
+6. **Update.** Each primary sums its own and the received gradients of a row
+   and applies the embedding optimizer once (clock + 1); dense gradients are
+   all-reduced (``dense_allreduce``) and the dense optimizer steps.
+
+Per step and worker, remote rows read = distinct non-local rows of its batch
+and rows pushed = distinct non-primary rows — the same quantities as
+:func:`gmp.metrics.batch_remote_reads` / ``batch_remote_pushes``. Refreshes
+of secondaries are counted as ``staleness_refreshes``. With ``s > 0`` all
+secondaries are brought up to date at the end of every epoch (also counted).
+
+Evaluation (:mod:`gmp.train.evaluate`) reads primaries only; records are built
+by :mod:`gmp.train.records`; the progress bar is :func:`gmp.progress.task`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from .. import progress
+from ..comm.base import CommEngine
+from ..constants import DEFAULT_EMBEDDING_DIM, VALUE_BYTES
+from ..errors import TrainingError
+from ..placement import Placement
+from .config import TrainConfig
+from .data import TrainData
+from .evaluate import evaluate
+from .herald.plugin import HeraldSchedule
+from .models import make_model
+from .protocol import StepProtocol
+from .protocol_herald import HeraldOnDemand
+from .protocol_hetgmp import BoundedStaleness
+from .records import ALL_COUNTERS, make_record
+from .registry import make_schedule
+from .schedule import Schedule, ScheduleContext, Step
+from .store import EmbeddingStore
+
+log = logging.getLogger("gmp.train")
+
+
+class Trainer:
+    """Trains one model over the workers hosted by ``engine`` (see the module docstring)."""
+
+    def __init__(self, data: TrainData, placement: Placement, config: TrainConfig, engine: CommEngine,
+                 *, schedule: Schedule | None = None):
+        if not isinstance(config, TrainConfig):
+            raise TrainingError(f"The 'config' parameter must be a TrainConfig, got {type(config).__name__}.")
+        if placement.num_workers != engine.world_size:
+            raise TrainingError(f"the manifest places rows on {placement.num_workers} workers but the engine runs "
+                                f"{engine.world_size}; use --workers {placement.num_workers} "
+                                f"(torchrun --nproc-per-node {placement.num_workers}).")
+        placement.check(num_samples=data.num_samples, num_embeddings=data.num_embeddings)
+        self.data = data
+        self.placement = placement
+        self.config = config
+        self.engine = engine
+        self.num_workers = engine.world_size
+        self.primary = np.asarray(placement.embedding_primary)
+        self.has_secondaries = placement.num_secondaries > 0
+        self.staleness = float(config.staleness)
+        self.dtype = config.torch_dtype
+        self.device = engine.device_for(engine.local_workers[0])
+        self.model = make_model(config.model, num_fields=data.num_fields, num_dense=data.num_dense,
+                                embedding_dim=config.embedding_dim, hidden=config.hidden, seed=config.seed,
+                                dtype=self.dtype).to(self.device)
+        self.row_dim = self.model.row_dim
+        self.stores = [EmbeddingStore(w, placement, row_dim=self.row_dim, optimizer=config.optimizer, lr=config.lr,
+                                      seed=config.seed, dtype=self.dtype, device=engine.device_for(w))
+                       for w in engine.local_workers]
+        self._check_memory_plan()
+        params = list(self.model.parameters())
+        if config.optimizer == "sgd":
+            self.dense_opt = torch.optim.SGD(params, lr=config.lr)
+        else:
+            self.dense_opt = torch.optim.Adagrad(params, lr=config.lr, eps=1e-10)
+        if schedule is None:
+            ctx = ScheduleContext(placement, data.num_train, config.batch_size, seed=config.seed,
+                                  shuffle=config.shuffle, dataset=data.dataset, herald=config.herald_options())
+            schedule = make_schedule(config.schedule, ctx)
+        if schedule.num_workers != self.num_workers:
+            raise TrainingError(f"schedule is for {schedule.num_workers} workers, the engine runs {self.num_workers}.")
+        self.schedule = schedule
+        # position and epoch accumulators (checkpointed)
+        self.epoch = 0
+        self.step_in_epoch = 0
+        self.counters = np.zeros((len(self.stores), len(ALL_COUNTERS)), dtype=np.int64)
+        self.protocol = make_protocol(self)
+        self.acc = {"loss_sum": 0.0, "samples": 0, "steps": 0, "train_seconds": 0.0}
+        self.history: list[dict[str, Any]] = []
+        self.interrupted = False
+        self._stop_flag = False  # set by request_stop() (a signal handler); agreed on at the next step
+        self._stop_now = False
+        self.schedule.bind(self)
+
+    def _check_memory_plan(self) -> None:
+        """Compare the rows each worker holds with the manifest's plan.
+
+        Every store already checked that it holds exactly the rows the placement
+        lists (``Placement.rows_held``). When the partitioner was given a memory
+        budget (``memory_per_worker`` bytes of ``embedding_dim`` float32 rows,
+        the hybrid partitioner), the secondaries must fit in it beside the
+        primaries; the table this trainer allocates (row width, dtype and
+        optimizer state included) is logged against the plan.
+        """
+        opts = dict(self.placement.options or {})
+        budget = opts.get("memory_per_worker")
+        for store in self.stores:
+            mem = store.memory_bytes()
+            log.info("worker %d holds %d rows (%d primaries, %d secondaries): %d bytes", store.worker, mem["rows"],
+                     mem["primaries"], mem["secondaries"], mem["total_bytes"])
+            if budget is None:
+                continue
+            rows_planned = int(budget) // (int(opts.get("embedding_dim", DEFAULT_EMBEDDING_DIM)) * VALUE_BYTES)
+            if mem["secondaries"] and mem["rows"] > max(rows_planned, mem["primaries"]):
+                raise TrainingError(f"worker {store.worker} holds {mem['rows']} rows, more than the manifest's memory "
+                                    f"plan of {rows_planned} rows ({budget} bytes); re-run 'gmp partition'.")
+            if mem["table_bytes"] > int(budget):
+                log.warning("worker %d: the embedding table takes %d bytes, the plan assumed %d "
+                            "(row width %d, %s)", store.worker, mem["table_bytes"], budget, self.row_dim,
+                            self.config.dtype)
+
+    def request_stop(self) -> None:
+        """Ask :meth:`fit` to stop after the current step (safe from a signal handler)."""
+        self._stop_flag = True
+
+    # ------------------------------------------------------------------ step
+
+    # ------------------------------------------------------------------ shared step helpers
+    def count(self, li: int, name: str, value: int) -> None:
+        """Add ``value`` to local worker ``li``'s counter ``name`` (while the engine counts)."""
+        if self.engine.counting:
+            self.counters[li, ALL_COUNTERS.index(name)] += int(value)
+
+    def train_step(self, step: Step) -> float:
+        """Run one synchronous step of all local workers (the protocol's); return the sum of their sample losses."""
+        return self.protocol.train_step(step)
+
+    def dense_step(self) -> None:
+        """All-reduce the dense gradients (with the stop flag riding along) and step the dense optimizer."""
+        params = list(self.model.parameters())
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        # one control element rides along: any worker asking to stop stops all of them at this step
+        stop = torch.tensor([1.0 if self._stop_flag else 0.0], dtype=params[0].dtype, device=params[0].device)
+        flat = torch.cat([p.grad.reshape(-1) for p in params] + [stop])
+        flat = self.engine.all_reduce_dense(flat)
+        self._stop_now = bool(flat[-1].item() > 0)
+        offset = 0
+        for p in params:
+            k = p.numel()
+            p.grad.copy_(flat[offset:offset + k].view_as(p))
+            offset += k
+        self.dense_opt.step()
+
+    # ------------------------------------------------------- epoch-end sync
+
+    def evaluate(self) -> dict[str, float]:
+        """AUC and logloss of the current primaries on the test split (:mod:`gmp.train.evaluate`)."""
+        return evaluate(self)
+
+    # ------------------------------------------------------------ the loop
+    def _reset_epoch(self) -> None:
+        self.counters[:] = 0
+        self.engine.bytes[:] = 0
+        self.engine.seconds = 0.0
+        self.acc = {"loss_sum": 0.0, "samples": 0, "steps": 0, "train_seconds": 0.0}
+        self.protocol.reset_epoch()
+
+    def max_across(self, value: float) -> float:
+        """The largest ``value`` over all processes (collective)."""
+        per = np.concatenate(self.engine.gather([np.array([value])] * len(self.stores)))
+        return float(per.max())
+
+    def memory(self) -> list[dict[str, int]]:
+        return [s.memory_bytes() for s in self.stores]
+
+    def fit(self, *, on_record: Callable[[dict[str, Any]], None] | None = None,
+            on_epoch_end: Callable[["Trainer"], None] | None = None,
+            stop_after_steps: int | None = None) -> list[dict[str, Any]]:
+        """Train from the current position to ``config.epochs``.
+
+        ``on_record`` receives every JSON record (per epoch, and every
+        ``log_every`` steps); ``on_epoch_end`` runs after each epoch (checkpoints).
+        ``stop_after_steps`` stops after that many steps of this call (tests
+        of interrupt/resume); the position is kept so a checkpoint saved then
+        resumes exactly there. Returns the epoch records of this call.
+        """
+        done = 0
+        records = []
+        while self.epoch < self.config.epochs:
+            num_steps = self.schedule.num_steps(self.epoch)
+            with progress.task(f"epoch {self.epoch + 1}/{self.config.epochs}", total=num_steps,
+                               completed=self.step_in_epoch, show=self.engine.is_main) as advance:
+                for step in self.protocol.steps(self.epoch, self.step_in_epoch):
+                    if (stop_after_steps is not None and done >= stop_after_steps) or self._stop_now:
+                        self.interrupted = True
+                        return records
+                    t0 = time.perf_counter()
+                    loss = self.train_step(step)
+                    self.acc["train_seconds"] += time.perf_counter() - t0
+                    self.acc["loss_sum"] += loss
+                    self.acc["samples"] += step.global_batch_size
+                    self.acc["steps"] += 1
+                    self.step_in_epoch = step.index + 1
+                    done += 1
+                    advance(1, _status(self.acc))
+                    if self.config.log_every and self.step_in_epoch % self.config.log_every == 0:
+                        rec = make_record(self, "step", {})
+                        if on_record:
+                            on_record(rec)
+            with _timed(self.acc):
+                self.protocol.end_epoch()
+            metrics = self.evaluate()
+            rec = make_record(self, "epoch", metrics)
+            rec["memory_bytes_per_worker"] = [int(x) for x in np.concatenate(self.engine.gather(
+                [np.array([m["total_bytes"]], dtype=np.float64) for m in self.memory()]))]
+            records.append(rec)
+            self.history.append(rec)
+            if on_record:
+                on_record(rec)
+            self.epoch += 1
+            self.step_in_epoch = 0
+            self._reset_epoch()
+            if on_epoch_end:
+                on_epoch_end(self)
+        return records
+
+    # ---------------------------------------------------------- state
+
+    # ---------------------------------------------------------- state
+    def embedding_table(self) -> np.ndarray:
+        """The global model's rows (primaries), float64 [num_embeddings, row_dim]; local engine only."""
+        if len(self.stores) != self.num_workers:
+            raise TrainingError("embedding_table() needs every worker in this process (local engine).")
+        out = np.zeros((self.data.num_embeddings, self.row_dim), dtype=np.float64)
+        for store in self.stores:
+            ids, values = store.primary_rows()
+            out[ids] = values.double().cpu().numpy()
+        return out
+
+
+def make_protocol(trainer: "Trainer") -> StepProtocol:
+    """Herald's on-demand protocol for ``--schedule herald`` at s = 0, else bounded staleness."""
+    if trainer.config.herald_options() is not None and trainer.staleness == 0:
+        if not isinstance(trainer.schedule, HeraldSchedule):
+            raise TrainingError(f"The 'schedule' parameter must be a HeraldSchedule for schedule='herald' at "
+                                f"staleness 0, got {type(trainer.schedule).__name__}; pass no schedule.")
+        return HeraldOnDemand(trainer)
+    return BoundedStaleness(trainer)
+
+
+class _timed:
+    """Add the time inside the block to ``acc["train_seconds"]``."""
+
+    def __init__(self, acc):
+        self.acc = acc
+
+    def __enter__(self):
+        self.t0 = time.perf_counter()
+
+    def __exit__(self, *exc):
+        self.acc["train_seconds"] += time.perf_counter() - self.t0
+
+
+def _status(acc) -> str:
+    loss = acc["loss_sum"] / acc["samples"] if acc["samples"] else float("nan")
+    rate = acc["samples"] / acc["train_seconds"] if acc["train_seconds"] else 0.0
+    return f"loss {loss:.4f}  {rate:,.0f} samples/s"

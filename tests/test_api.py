@@ -1,0 +1,135 @@
+"""``import gmp``: the facade's names, their docs walkthrough (docs/python.md runs here), and readable reprs."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import gmp
+from gmp import api
+
+ROOT = Path(__file__).resolve().parents[1]
+VERBS = ("import_dataset", "synthesize", "load_dataset", "partition_dataset", "load_manifest", "make_report",
+         "compare_partitioners", "train_model", "simulate_epoch", "export_torchrec")
+
+
+def test_facade_exports_the_verbs():
+    assert set(VERBS) <= set(gmp.__all__) and set(api.__all__) == set(VERBS)
+    for name in VERBS:
+        assert getattr(gmp, name) is getattr(api, name), name
+        assert callable(getattr(gmp, name)) and getattr(gmp, name).__doc__, name
+
+
+def all_submodules() -> list[str]:
+    return sorted(m.name for m in pkgutil.walk_packages(gmp.__path__, "gmp."))
+
+
+def test_importing_any_submodule_never_rebinds_a_verb():
+    """A submodule import binds ``gmp.<name>``; no verb may share a name with a submodule."""
+    top_level = {name.split(".")[1] for name in all_submodules()}
+    assert not top_level & set(VERBS), top_level & set(VERBS)
+    # and in a fresh interpreter: import every submodule, the verbs are still the facade's functions
+    code = ("import importlib, pkgutil, types, gmp\n"
+            "from gmp import api\n"
+            "for m in pkgutil.walk_packages(gmp.__path__, 'gmp.'):\n"
+            "    try:\n"
+            "        importlib.import_module(m.name)\n"
+            "    except ImportError:\n"
+            "        pass\n"
+            f"bad = [n for n in {VERBS!r} if getattr(gmp, n) is not getattr(api, n) "
+            "or isinstance(getattr(gmp, n), types.ModuleType)]\n"
+            "print('rebound:', bad)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "rebound: []" in proc.stdout
+
+
+def test_import_gmp_is_cheap():
+    proc = subprocess.run([sys.executable, "-c", "import sys, gmp; print(sorted(m for m in ('numba', 'torch', "
+                           "'matplotlib', 'scipy') if m in sys.modules))"], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
+
+
+def test_reprs_are_one_line_without_arrays(tiny_dataset, tmp_path):
+    ds = gmp.load_dataset(tiny_dataset)
+    m = gmp.partition_dataset(ds, "random", tmp_path / "m", workers=2, batch_size=2, plots=False)
+    rep = gmp.make_report(m)
+    for obj, start in ((ds, "<PreparedDataset 'tiny'"), (m, "<Manifest"), (m.placement, "<Placement random on 2"),
+                       (rep, "<Report 'random on tiny, 2 workers:")):
+        text = repr(obj)
+        assert text.startswith(start), text
+        assert "\n" not in text and len(text) < 300 and "memmap" not in text and "array(" not in text, text
+    assert "6 samples (4 train)" in repr(ds) and "2 workers, 6 samples, 6 embeddings" in repr(m)
+
+
+def test_facade_errors_name_the_parameter(tiny_dataset, tmp_path):
+    from gmp.errors import GmpError, ImportDataError, ManifestError, TrainingError
+
+    with pytest.raises(ImportDataError, match="format 'tfrecord' is not one of criteo"):
+        gmp.import_dataset("tfrecord", "x.tfrecord", tmp_path / "x")
+    with pytest.raises(ImportDataError, match="format 'criteo' does not take sep"):
+        gmp.import_dataset("criteo", "x.txt", tmp_path / "x", sep=",")
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "f").write_text("x")
+    with pytest.raises(ManifestError, match="already exists; pass overwrite=True"):
+        gmp.partition_dataset(tiny_dataset, "random", tmp_path / "taken", workers=2)
+    with pytest.raises(TrainingError, match="unknown option\\(s\\) bogus"):
+        gmp.train_model(tiny_dataset, None, bogus=1)
+    with pytest.raises(TrainingError, match="workers is required"):
+        gmp.simulate_epoch(tiny_dataset)
+    assert issubclass(ImportDataError, GmpError)
+
+
+def python_blocks(path: Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", path.read_text(encoding="utf-8"), flags=re.S)
+
+
+def test_docs_python_md_runs(tmp_path, monkeypatch):
+    """Every ```python block of docs/python.md, in order, in one namespace (a notebook run)."""
+    blocks = python_blocks(ROOT / "docs" / "python.md")
+    assert len(blocks) >= 10
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    namespace: dict = {"__name__": "__walkthrough__"}
+    cwd = os.getcwd()
+    try:
+        for i, block in enumerate(blocks):
+            try:
+                exec(compile(block, f"docs/python.md block {i + 1}", "exec"), namespace)
+            except Exception as exc:  # name the block that failed
+                raise AssertionError(f"docs/python.md block {i + 1} failed: {type(exc).__name__}: {exc}\n{block}")
+    finally:
+        os.chdir(cwd)
+    # what the walkthrough promises, checked on its own objects
+    assert namespace["rep"].headline.startswith("hybrid on tiny, 4 workers: ")
+    assert namespace["records"][-1]["kind"] == "epoch"
+    assert namespace["plan"]["num_ranks"] == 4 and not Path(namespace["work"]).exists()
+
+
+def criteo_lines(n: int, start: int = 0) -> str:
+    rows = []
+    for i in range(start, start + n):
+        ints = [str((i * 7 + k) % 13) for k in range(13)]
+        cats = [format((i * 31 + k * 17) % (5 + k), "08x") for k in range(26)]
+        rows.append("\t".join([str(i % 2)] + ints + cats))
+    return "\n".join(rows) + "\n"
+
+
+def test_import_dataset_keeps_a_provided_split(tmp_path):
+    (tmp_path / "train.txt").write_text(criteo_lines(30))
+    (tmp_path / "test.txt").write_text(criteo_lines(7, start=30))
+    ds = gmp.import_dataset("criteo", tmp_path / "train.txt", tmp_path / "d", test_paths=tmp_path / "test.txt")
+    assert (ds.num_train, ds.num_test) == (30, 7) and ds.meta["split"]["method"] == "provided"
+    csv = tmp_path / "x.csv"
+    csv.write_text("label,a,b,n\n1,x,y,3\n0,z,y,4\n1,x,w,5\n")
+    ds = gmp.import_dataset("csv", csv, tmp_path / "c", label="label", dense=["n"], test_fraction=0.0)
+    assert ds.num_samples == 3 and [f.name for f in ds.categorical_fields] == ["a", "b"] and ds.num_dense == 1

@@ -1,0 +1,295 @@
+"""The shape of gmp's code, checked by parsing ``gmp/`` (no imports executed).
+
+* No import cycle between modules, nor between packages (``gmp.train``,
+  ``gmp.partition``, ... and the top-level modules); imports inside functions
+  count, so a cycle cannot hide behind a late import.
+* No ``_private`` name of one module used by another: not imported
+  (``from .cache import _compact``), not read through a module
+  (``graph._min_max``), not read or written on another module's objects
+  (``store._dirty``). A package's private implementation modules (``_io.py``,
+  ``partition/_common.py``) may be imported inside that package.
+* No ``try/except ImportError`` around an import of gmp's own modules.
+
+Each check is also run on a small hand-made package (``tmp_path``) that has
+the fault, so a check that cannot fail would fail here.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+GMP = Path(__file__).resolve().parents[1] / "gmp"
+#: attributes with a leading underscore that are public API (namedtuple methods, dunders)
+PUBLIC_UNDERSCORE = {"_replace", "_fields", "_asdict", "_make", "_field_defaults"}
+
+
+# ----------------------------------------------------------------------------- parsing
+def module_name(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def parse_package(root: Path) -> dict[str, tuple[Path, ast.Module]]:
+    return {module_name(root, p): (p, ast.parse(p.read_text(encoding="utf-8"), str(p)))
+            for p in sorted(root.rglob("*.py"))}
+
+
+def is_package(mods, name: str, root: Path) -> bool:
+    return mods.get(name, (Path(""),))[0].name == "__init__.py"
+
+
+def resolve_from(importer: str, is_pkg: bool, node: ast.ImportFrom) -> str:
+    """The absolute module name of ``from <node.module> import ...`` in ``importer``."""
+    if node.level == 0:
+        return node.module or ""
+    base = importer.split(".")
+    if not is_pkg:
+        base = base[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def imports_of(mods, root: Path):
+    """Yield (importer, imported module, imported names or None, node) for every import in ``mods``."""
+    top = root.name
+    for name, (path, tree) in mods.items():
+        pkg = path.name == "__init__.py"
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name == top or a.name.startswith(top + "."):
+                        yield name, a.name, None, node
+            elif isinstance(node, ast.ImportFrom):
+                target = resolve_from(name, pkg, node)
+                if not (target == top or target.startswith(top + ".")):
+                    continue
+                for a in node.names:
+                    sub = f"{target}.{a.name}"
+                    if sub in mods:  # ``from . import seeds``: the submodule
+                        yield name, sub, None, node
+                    else:
+                        yield name, target, [a.name], node
+
+
+def dependency_edges(mods, root: Path) -> set[tuple[str, str]]:
+    edges = set()
+    for importer, target, names, _ in imports_of(mods, root):
+        if target not in mods:
+            continue
+        if names is not None and all(n.startswith("__") for n in names):
+            continue  # ``from . import __version__``: metadata, not code
+        if target != importer:
+            edges.add((importer, target))
+    return edges
+
+
+def find_cycle(edges: set[tuple[str, str]]) -> list[str] | None:
+    graph: dict[str, list[str]] = {}
+    for a, b in sorted(edges):
+        graph.setdefault(a, []).append(b)
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(n: str) -> list[str] | None:
+        state[n] = 1
+        stack.append(n)
+        for m in graph.get(n, []):
+            if state.get(m) == 1:
+                return stack[stack.index(m):] + [m]
+            if m not in state:
+                cyc = visit(m)
+                if cyc:
+                    return cyc
+        stack.pop()
+        state[n] = 2
+        return None
+
+    for n in sorted(graph):
+        if n not in state:
+            cyc = visit(n)
+            if cyc:
+                return cyc
+    return None
+
+
+def package_of(name: str, mods) -> str:
+    """The unit of the package-level check: ``gmp.train`` for anything under gmp/train/, a
+    top-level module (``gmp.manifest``) for itself."""
+    parts = name.split(".")
+    if len(parts) >= 2 and f"{parts[0]}.{parts[1]}" in mods and \
+            mods[f"{parts[0]}.{parts[1]}"][0].name == "__init__.py":
+        return f"{parts[0]}.{parts[1]}"
+    return name if len(parts) <= 2 else ".".join(parts[:2])
+
+
+def import_cycles(root: Path) -> tuple[list[str] | None, list[str] | None]:
+    mods = parse_package(root)
+    edges = dependency_edges(mods, root)
+    pkg_edges = {(package_of(a, mods), package_of(b, mods)) for a, b in edges}
+    pkg_edges = {(a, b) for a, b in pkg_edges if a != b and a != root.name and b != root.name}
+    return find_cycle(edges), find_cycle(pkg_edges)
+
+
+def private_uses(root: Path) -> list[str]:
+    mods = parse_package(root)
+    out = []
+    module_aliases: dict[str, dict[str, str]] = {name: {} for name in mods}
+    for importer, target, names, node in imports_of(mods, root):
+        if names is None:  # ``import gmp.x as m`` / ``from gmp import x``
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.asname:
+                        module_aliases[importer][a.asname] = a.name
+            else:
+                for a in node.names:
+                    module_aliases[importer][a.asname or a.name] = target
+            last = target.rsplit(".", 1)[-1]
+            if last.startswith("_") and not last.startswith("__"):
+                owner = target.rsplit(".", 1)[0]  # a private module may be used inside its package
+                if not (importer == owner or importer.startswith(owner + ".")):
+                    out.append(f"{importer} imports the private module {target}")
+            continue
+        for n in names:
+            if n.startswith("_") and not n.startswith("__") and target != importer:
+                out.append(f"{importer} imports {n} from {target}")
+        last = target.rsplit(".", 1)[-1]
+        if last.startswith("_") and not last.startswith("__"):
+            owner = target.rsplit(".", 1)[0]
+            if not (importer == owner or importer.startswith(owner + ".")):
+                out.append(f"{importer} imports from the private module {target}")
+    for name, (path, tree) in mods.items():
+        own = set()  # private names this module defines (its own classes' attributes included)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                own.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                own.add(node.attr)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                own.add(node.id)
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                own.add(node.target.id)
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and node.attr.startswith("_")):
+                continue
+            attr = node.attr
+            if attr.startswith("__") or attr in PUBLIC_UNDERSCORE:
+                continue
+            base = node.value
+            if isinstance(base, ast.Name) and base.id in module_aliases[name]:
+                out.append(f"{name}:{node.lineno} reads {attr} of module {module_aliases[name][base.id]}")
+            elif isinstance(base, ast.Name) and base.id in ("self", "cls"):
+                continue
+            elif attr not in own:
+                out.append(f"{name}:{node.lineno} uses {ast.unparse(node)}, another module's private attribute")
+    return out
+
+
+def import_error_shims(root: Path) -> list[str]:
+    """``try: from gmp... import ...`` guarded by ``except ImportError``/``ModuleNotFoundError``."""
+    mods = parse_package(root)
+    out = []
+    for name, (path, tree) in mods.items():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Try):
+                continue
+            catches = set()
+            for h in node.handlers:
+                types = h.type.elts if isinstance(h.type, ast.Tuple) else [h.type]
+                catches |= {t.id for t in types if isinstance(t, ast.Name)}
+            if not catches & {"ImportError", "ModuleNotFoundError"}:
+                continue
+            for stmt in node.body:
+                for sub in ast.walk(stmt):
+                    if isinstance(sub, ast.ImportFrom) and (sub.level > 0 or (sub.module or "").startswith(root.name)):
+                        out.append(f"{name}:{sub.lineno} guards an import of gmp's own module with except ImportError")
+    return out
+
+
+# ----------------------------------------------------------------------------- the checks on gmp/
+def test_no_import_cycle_between_modules_or_packages():
+    module_cycle, package_cycle = import_cycles(GMP)
+    assert module_cycle is None, "import cycle: " + " -> ".join(module_cycle)
+    assert package_cycle is None, "package import cycle: " + " -> ".join(package_cycle)
+
+
+def test_no_private_name_used_across_modules():
+    assert private_uses(GMP) == []
+
+
+def test_no_import_error_shim_around_gmp_modules():
+    assert import_error_shims(GMP) == []
+
+
+def test_train_modules_stay_small():
+    """No module of gmp/train over about 500 lines (issue 10)."""
+    sizes = {p.relative_to(GMP).as_posix(): len(p.read_text().splitlines()) for p in (GMP / "train").rglob("*.py")}
+    assert {k: v for k, v in sizes.items() if v > 520} == {}
+
+
+def test_train_functions_stay_short_or_say_why():
+    """No function of gmp/train over about 100 lines without a ``# long function: <reason>`` line above it."""
+    long = []
+    for p in sorted((GMP / "train").rglob("*.py")):
+        lines = p.read_text().splitlines()
+        for node in ast.walk(ast.parse("\n".join(lines))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 100:
+                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                above = "\n".join(lines[max(0, first - 4):first - 1])
+                if "# long function:" not in above:
+                    long.append(f"{p.relative_to(GMP)}:{node.name}")
+    assert long == []
+
+
+# ----------------------------------------------------------------------------- the checks can fail
+def _package(tmp_path: Path, files: dict[str, str]) -> Path:
+    root = tmp_path / "gmp"
+    for rel, text in files.items():
+        f = root / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text)
+    return root
+
+
+def test_a_cycle_through_a_late_import_is_found(tmp_path):
+    root = _package(tmp_path, {"__init__.py": "", "a.py": "from .b import f\n",
+                               "b.py": "def f():\n    from .a import g\n"})
+    assert import_cycles(root)[0] == ["gmp.a", "gmp.b", "gmp.a"]
+
+
+def test_a_cycle_between_packages_is_found(tmp_path):
+    root = _package(tmp_path, {"__init__.py": "", "p/__init__.py": "", "q/__init__.py": "",
+                               "p/x.py": "from ..q import y\n", "q/y.py": "from ..p.z import h\n",
+                               "p/z.py": "h = 1\n"})
+    module_cycle, package_cycle = import_cycles(root)
+    assert module_cycle is None and package_cycle == ["gmp.p", "gmp.q", "gmp.p"]
+
+
+@pytest.mark.parametrize("files,expected", [
+    ({"a.py": "_x = 1\n", "b.py": "from .a import _x\n"}, "gmp.b imports _x from gmp.a"),
+    ({"a.py": "def _f(): pass\n", "b.py": "from . import a\ny = a._f\n"}, "gmp.b:2 reads _f of module gmp.a"),
+    ({"a.py": "class S:\n    def __init__(self):\n        self._d = 1\n",
+      "b.py": "def g(s):\n    return s._d\n"}, "gmp.b:2 uses s._d, another module's private attribute"),
+    ({"p/__init__.py": "", "p/_k.py": "def f(): pass\n", "c.py": "from .p._k import f\n"},
+     "gmp.c imports from the private module gmp.p._k"),
+])
+def test_private_uses_are_found(tmp_path, files, expected):
+    root = _package(tmp_path, {"__init__.py": "", **files})
+    assert expected in private_uses(root)
+
+
+def test_private_module_inside_its_package_and_own_attributes_are_allowed(tmp_path):
+    root = _package(tmp_path, {"__init__.py": "", "_io.py": "def f(): pass\n", "a.py": "from ._io import f\n",
+                               "b.py": "class T:\n    def __init__(self):\n        self._n = 0\n"
+                                       "    def same(self, other):\n        return other._n\n"})
+    assert private_uses(root) == []
+
+
+def test_import_error_shims_are_found(tmp_path):
+    root = _package(tmp_path, {"__init__.py": "", "a.py": "try:\n    from .b import x\nexcept ImportError:\n"
+                                                          "    x = None\n", "b.py": "x = 1\n"})
+    assert import_error_shims(root) == ["gmp.a:2 guards an import of gmp's own module with except ImportError"]
