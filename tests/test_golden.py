@@ -58,8 +58,9 @@ def test_golden_dataset_v1_reads_and_verifies():
 
 
 def test_golden_manifest_v1_and_its_report_read():
-    m = load_manifest(DATA / "manifest_v1", verify_hash=True)
-    assert m.meta["schema_version"] == 1 and m.num_workers >= 1
+    assert json.loads((DATA / "manifest_v1" / "manifest.json").read_text())["schema_version"] == 1
+    m = load_manifest(DATA / "manifest_v1", verify_hash=True)  # upgraded one step at a time on read
+    assert m.meta["schema_version"] == manifest_mod.SCHEMA_VERSION and m.num_workers >= 1
     rep = load_report(DATA / "manifest_v1" / "report.json")
     assert rep["format"] == "gmp.report" and rep["schema_version"] == 1
 
@@ -75,3 +76,10 @@ def test_golden_checkpoint_v2_is_current():
     path, head = checkpoint_mod.find_checkpoint(DATA / "checkpoint_v2")
     assert head["schema_version"] == checkpoint_mod.SCHEMA_VERSION
     assert set(head["files"]) == {"trainer.pt", "worker-00000.pt", "worker-00001.pt"}
+
+
+def test_golden_manifest_v2_reads():
+    path = DATA / "manifest_v2"
+    assert json.loads((path / "manifest.json").read_text())["schema_version"] == 2
+    m = load_manifest(path, dataset=load_dataset(DATA / "dataset_v1"), verify_hash=True)
+    assert m.num_workers == 2 and m.meta["plan"]["batch_size"] >= 1
