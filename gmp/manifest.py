@@ -363,6 +363,9 @@ def check_header(meta: Mapping[str, Any], mfile: Path, *, verify_hash: bool = Tr
         if plan is not None:
             get(plan, key, "int>=1", "plan.", optional=True)
     get(meta, "dataset_name", "str", optional=True)
+    for key, kind in (("partition_seconds", "number"), ("peak_rss_bytes", "int>=0"), ("created", "str"),
+                      ("gmp_version", "str")):
+        get(meta, key, kind, optional=True)
     for key, kind in (("metrics", "dict"), ("arrays", "dict"), ("report_files", "list")):
         get(meta, key, kind, optional=True)
     if verify_hash:
