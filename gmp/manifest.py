@@ -368,6 +368,11 @@ def check_header(meta: Mapping[str, Any], mfile: Path, *, verify_hash: bool = Tr
         get(meta, key, kind, optional=True)
     for key, kind in (("metrics", "dict"), ("arrays", "dict"), ("report_files", "list")):
         get(meta, key, kind, optional=True)
+    get(meta, "dataset_name", "str", optional=True)  # schema 2; null when unknown
+    plan = get(meta, "plan", "dict", optional=True)
+    if plan:
+        for key in ("batch_size", "embedding_dim", "memory_per_worker"):
+            get(plan, key, "int>=0", "plan.", optional=True)
     if verify_hash:
         if "placement_sha256" not in meta:
             raise ManifestError(f"{mfile} lacks the key 'placement_sha256', so its arrays cannot be checked; {_FIX} "

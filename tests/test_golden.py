@@ -58,11 +58,21 @@ def test_golden_dataset_v1_reads_and_verifies():
 
 
 def test_golden_manifest_v1_and_its_report_read():
-    assert json.loads((DATA / "manifest_v1" / "manifest.json").read_text())["schema_version"] == 1
-    m = load_manifest(DATA / "manifest_v1", verify_hash=True)  # upgraded one step at a time on read
-    assert m.meta["schema_version"] == manifest_mod.SCHEMA_VERSION and m.num_workers >= 1
+    raw = json.loads((DATA / "manifest_v1" / "manifest.json").read_text())
+    m = load_manifest(DATA / "manifest_v1", verify_hash=True)
+    assert raw["schema_version"] == 1 and m.meta["schema_version"] == 2 and m.num_workers >= 1  # upgraded on read
     rep = load_report(DATA / "manifest_v1" / "report.json")
     assert rep["format"] == "gmp.report" and rep["schema_version"] == 1
+
+
+def test_golden_manifest_v2_reads_with_its_plan_and_dataset_name():
+    ds = load_dataset(DATA / "dataset_v1", verify=True)
+    m = load_manifest(DATA / "manifest_v2", dataset=ds, verify_hash=True)
+    assert m.meta["schema_version"] == 2
+    assert (m.plan.batch_size, m.plan.embedding_dim, m.plan.memory_per_worker) == (4, 16, None)
+    assert m.dataset_name == "dataset_v1" and m.method == "hybrid" and m.num_workers == 2
+    rep = load_report(DATA / "manifest_v2" / "report.json")
+    assert rep["dataset_name"] == "dataset_v1"
 
 
 def test_golden_checkpoint_v1_is_refused_in_one_line():
@@ -76,10 +86,3 @@ def test_golden_checkpoint_v2_is_current():
     path, head = checkpoint_mod.find_checkpoint(DATA / "checkpoint_v2")
     assert head["schema_version"] == checkpoint_mod.SCHEMA_VERSION
     assert set(head["files"]) == {"trainer.pt", "worker-00000.pt", "worker-00001.pt"}
-
-
-def test_golden_manifest_v2_reads():
-    path = DATA / "manifest_v2"
-    assert json.loads((path / "manifest.json").read_text())["schema_version"] == 2
-    m = load_manifest(path, dataset=load_dataset(DATA / "dataset_v1"), verify_hash=True)
-    assert m.num_workers == 2 and m.meta["plan"]["batch_size"] >= 1
