@@ -227,7 +227,7 @@ def report(
     if fmt not in REPORT_FORMATS:
         raise ManifestError(f"--format {fmt!r} not understood; choose one of {', '.join(REPORT_FORMATS)}.")
     _check_positive(batch_size=batch_size, embedding_dim=embedding_dim)
-    if out is not None and not (out.is_dir() and not out.is_symlink()):
+    if out is not None and str(out) != "-" and not (out.is_dir() and not out.is_symlink()):
         check_output_dir(out, kind="gmp.report")  # a new directory (an existing one receives the files)
     ds = load_dataset(dataset) if dataset is not None else None
     with task("Validating manifest"):

@@ -344,17 +344,6 @@ def _upgrade(meta: dict[str, Any], path: Path) -> dict[str, Any]:
     return meta
 
 
-def read_plan(path: str | os.PathLike) -> ManifestPlan:
-    """The ``plan`` of a manifest, from its header alone (upgraded; arrays not read or checked)."""
-    path = Path(path)
-    mfile = path if path.name == MANIFEST_FILE else path / MANIFEST_FILE
-    meta = read_versioned_json(mfile, fmt=FORMAT, max_version=SCHEMA_VERSION, error=ManifestError, fix=_FIX)
-    meta = _upgrade(meta, mfile)
-    check_header(meta, mfile, verify_hash=False)  # the plan's types among the rest; arrays are checked on load
-    plan = meta.get("plan") or {}
-    return ManifestPlan(*(None if plan.get(k) is None else int(plan[k]) for k in ManifestPlan._fields))
-
-
 def check_header(meta: Mapping[str, Any], mfile: Path, *, verify_hash: bool = True) -> None:
     """Validate a ``manifest.json`` header against the schema (types, nesting, required keys).
 
@@ -380,6 +369,14 @@ def check_header(meta: Mapping[str, Any], mfile: Path, *, verify_hash: bool = Tr
     get(part, "seed", "int", "partitioner.", optional=True)
     for key in ("batch_size", "embedding_dim"):
         get(meta, key, "int>=1", optional=True)
+    plan = get(meta, "plan", "dict", optional=True)
+    for key in ("batch_size", "embedding_dim", "memory_per_worker"):
+        if plan is not None:
+            get(plan, key, "int>=1", "plan.", optional=True)
+    get(meta, "dataset_name", "str", optional=True)
+    for key, kind in (("partition_seconds", "number"), ("peak_rss_bytes", "int>=0"), ("created", "str"),
+                      ("gmp_version", "str")):
+        get(meta, key, kind, optional=True)
     for key, kind in (("metrics", "dict"), ("arrays", "dict"), ("report_files", "list")):
         get(meta, key, kind, optional=True)
     get(meta, "dataset_name", "str", optional=True)  # schema 2; null when unknown
@@ -395,6 +392,22 @@ def check_header(meta: Mapping[str, Any], mfile: Path, *, verify_hash: bool = Tr
             raise ManifestError(f"{mfile} lacks the key 'placement_sha256', so its arrays cannot be checked; {_FIX} "
                                 f"(GMP_NO_VERIFY=1 skips the check)")
         get(meta, "placement_sha256", "str")
+
+
+def read_plan(path: str | os.PathLike) -> ManifestPlan:
+    """The ``plan`` of a manifest, from its header alone (upgraded; arrays not read or checked)."""
+    path = Path(path)
+    mfile = path if path.name == MANIFEST_FILE else path / MANIFEST_FILE
+    meta = read_versioned_json(mfile, fmt=FORMAT, max_version=SCHEMA_VERSION, error=ManifestError, fix=_FIX)
+    check_header(meta, mfile, verify_hash=False)  # the upgrade reads typed values
+    meta = _upgrade(meta, mfile)
+    plan = meta.get("plan") or {}
+    if not isinstance(plan, dict):
+        raise ManifestError(f"{mfile}: plan must be an object, got {plan!r:.40}; {_FIX}")
+    try:
+        return ManifestPlan(*(None if plan.get(k) is None else int(plan[k]) for k in ManifestPlan._fields))
+    except (TypeError, ValueError):
+        raise ManifestError(f"{mfile}: plan must hold integers or null, got {plan!r}; {_FIX}") from None
 
 
 def load_manifest(path: str | os.PathLike, *, dataset: Any = None, mmap: bool = True,
@@ -427,8 +440,9 @@ def load_manifest(path: str | os.PathLike, *, dataset: Any = None, mmap: bool = 
         raise ManifestError(f"{path} is not a directory; pass a placement manifest directory ({_FIX})")
     mfile = path / MANIFEST_FILE
     meta = read_versioned_json(mfile, fmt=FORMAT, max_version=SCHEMA_VERSION, error=ManifestError, fix=_FIX)
-    meta = _upgrade(meta, mfile)
     verify_hash = verify_enabled(verify_hash)
+    check_header(meta, mfile, verify_hash=verify_hash)  # before the upgrade, which reads typed values
+    meta = _upgrade(meta, mfile)
     check_header(meta, mfile, verify_hash=verify_hash)
     n, m, w = meta["num_samples"], meta["num_embeddings"], meta["num_workers"]
 

@@ -3,6 +3,7 @@ and refuse every corruption in one line (each test failed on the main branch bef
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import logging
@@ -51,7 +52,7 @@ def setup(tmp_path_factory):
 
 def run(setup, ckdir, *, epochs=1, resume=False, **kw):
     path, man = setup
-    cfg = TrainConfig(**{**CFG.__dict__, "epochs": epochs})
+    cfg = dataclasses.replace(CFG, epochs=epochs)
     return train(path, man, cfg, checkpoint_dir=ckdir, resume=resume, **kw)
 
 

@@ -252,8 +252,8 @@ def pipeline(tmp_path_factory):
     ds = root / "ds"
     assert invoke("data", "import", "criteo", FIX / "criteo_small.tsv", "--out", ds).exit_code == 0
     man = root / "man"
-    # planned for the batch and row width the checkpointed run trains with (no plan-override warning line)
-    res = invoke("partition", ds, "-w", 2, "-m", "random", "--batch-size", 16, "--embedding-dim", 2, "--out", man)
+    # planned for the training run below (another batch size or width would add a warning line)
+    res = invoke("partition", ds, "-w", 2, "-m", "random", "--out", man, "--batch-size", 16, "--embedding-dim", 2)
     assert res.exit_code == 0, res.output
     # warm up every command the examples run (imports, compiled kernels) outside the deadline
     for args in (("data", "info", ds, "--json"), ("report", man, "--dataset", ds, "--format", "json"),

@@ -590,7 +590,7 @@ class DatasetWriter:
             raise DatasetError("no samples to write: the input is empty (or every line was skipped).")
         if not 0.0 <= test_fraction < 1.0:
             raise DatasetError(f"test fraction must be in [0, 1), got {test_fraction}.")
-        if self.num_samples - int(round(self.num_samples * test_fraction)) < 1:
+        if self._test_start is None and self.num_samples - int(round(self.num_samples * test_fraction)) < 1:
             raise DatasetError(f"test fraction {test_fraction} of {self.num_samples} samples leaves no training "
                                f"samples; lower --test-fraction.")
         for f in self._files.values():
