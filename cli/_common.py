@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import functools
 import json
+from pathlib import Path
 import os
 import shutil
 import sys
@@ -79,3 +80,16 @@ def console():
     from rich.console import Console
 
     return Console(file=sys.stdout, width=None if sys.stdout.isatty() else 200)
+
+
+def dataset_argument(positional, option, command: str):
+    """The DATASET of a command that takes it positionally and, deprecated, as ``--dataset``."""
+    from gmp.errors import GmpError
+
+    if positional is not None and option is not None and Path(positional) != Path(option):
+        raise GmpError(f"DATASET is given twice ({positional} and --dataset {option}); pass it once: "
+                       f"'gmp {command} DATASET ...'.")
+    dataset = positional if positional is not None else option
+    if dataset is None:
+        raise GmpError(f"missing DATASET: 'gmp {command} DATASET ...' (a prepared dataset directory).")
+    return dataset

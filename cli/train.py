@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from cli._common import handle_errors
+from cli._common import dataset_argument, handle_errors
 from cli._flags import flags_for_params
 from gmp.errors import GmpError, TrainingError
 
@@ -54,11 +55,27 @@ def plan_defaults(manifest: Optional[Path], **given: Optional[int]) -> dict:
     return {k: fallback[k] if v is None else v for k, v in values.items()}
 
 
+def summary_line(records: list[dict]) -> str:
+    """What a person reads after training: the last epoch's test metrics, speed and traffic."""
+    last = records[-1]
+    secs = sum(float(r.get("train_seconds") or 0.0) for r in records)
+    samples = sum(int(r.get("samples") or 0) for r in records)
+    mb = last.get("embedding_bytes_per_step")
+    parts = [f"test AUC {last['test_auc']:.4f}" if last.get("test_auc") == last.get("test_auc") else "no test set",
+             f"logloss {last['test_logloss']:.4f}" if last.get("test_logloss") == last.get("test_logloss") else "",
+             f"{samples / secs:,.0f} samples/s" if secs > 0 else "",
+             f"{mb / 1e6:.2f} MB of embedding traffic per step" if isinstance(mb, (int, float)) else ""]
+    epochs = f"epoch {last['epoch']}" if len(records) == 1 else f"epochs {records[0]['epoch']}-{last['epoch']}"
+    return f"trained {epochs} in {secs:.1f} s: " + ", ".join(p for p in parts if p)
+
+
 def register(app: typer.Typer) -> None:
     @app.command("train")
     @handle_errors
     def train_cmd(
-        dataset: Path = typer.Option(..., "--dataset", help="Prepared dataset directory."),
+        dataset_arg: Optional[Path] = typer.Argument(None, metavar="DATASET", help="Prepared dataset directory."),
+        dataset: Optional[Path] = typer.Option(None, "--dataset",
+                                               help="Deprecated alias of DATASET (kept for old scripts)."),
         manifest: Optional[Path] = typer.Option(None, "--manifest",
                                                 help="Placement manifest ('gmp partition'); without it all rows "
                                                      "live on one worker."),
@@ -83,7 +100,9 @@ def register(app: typer.Typer) -> None:
         checkpoint_dir: Optional[Path] = typer.Option(None, "--checkpoint-dir",
                                                       help="Save a checkpoint here after every epoch."),
         resume: bool = typer.Option(False, "--resume", help="Continue from --checkpoint-dir exactly where it stopped."),
-        log_json: Optional[Path] = typer.Option(None, "--log-json", help="Append one JSON line per epoch here."),
+        log_json: Optional[Path] = typer.Option(None, "--log-json",
+                                                help="Append one JSON line per epoch here (each line carries the "
+                                                     "run's id; --resume continues the log's last run)."),
         log_every: int = typer.Option(0, "--log-every", help="Also log a JSON line every K steps (0 = off)."),
         lookahead: Optional[int] = typer.Option(None, "--lookahead",
                                       help="--schedule herald: run the scheduler this many batches ahead in a "
@@ -125,6 +144,14 @@ def register(app: typer.Typer) -> None:
             config = TrainConfig(model=model, embedding_dim=plan["embedding_dim"], optimizer=optimizer, lr=lr,
                                  batch_size=plan["batch_size"], epochs=epochs, staleness=_parse_staleness(staleness),
                                  seed=seed, schedule=schedule, shuffle=shuffle, log_every=log_every, herald=herald)
-            train(dataset, manifest, config, engine=engine, workers=workers, checkpoint_dir=checkpoint_dir,
-                  resume=resume, log_json=log_json, on_record=lambda rec: typer.echo(json_line(rec)),
-                  collective_timeout=collective_timeout)
+            dataset = dataset_argument(dataset_arg, dataset, "train")
+            records = train(dataset, manifest, config, engine=engine, workers=workers, checkpoint_dir=checkpoint_dir,
+                            resume=resume, log_json=log_json, on_record=lambda rec: typer.echo(json_line(rec)),
+                            collective_timeout=collective_timeout)
+        if os.environ.get("RANK", "0") != "0":
+            return  # under torchrun rank 0 speaks for all
+        if records:
+            typer.echo(summary_line(records), err=True)
+        elif resume:
+            typer.echo(f"nothing left to train: the checkpoint in {checkpoint_dir} already finished {epochs} "
+                       f"epoch{'s' if epochs != 1 else ''}; pass a larger --epochs to continue.", err=True)

@@ -14,6 +14,7 @@ import logging
 import math
 import os
 import signal
+import uuid
 from pathlib import Path
 from typing import Any, Callable
 
@@ -59,10 +60,31 @@ def check_output_dir(name: str, path: str | os.PathLike | None) -> None:
         raise exc
 
 
-def trim_log(path: str | os.PathLike, epoch: int, step: int) -> None:
+def new_run_id() -> str:
+    """A short random id that every JSON log line of one run carries (``"run"``)."""
+    return uuid.uuid4().hex[:12]
+
+
+def last_run_id(path: str | os.PathLike) -> str | None:
+    """The ``run`` of the last complete line of a JSON log (the run a ``--resume`` continues)."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    for line in reversed(path.read_text(encoding="utf-8").splitlines()):
+        try:
+            run = json.loads(line).get("run")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(run, str):
+            return run
+    return None
+
+
+def trim_log(path: str | os.PathLike, epoch: int, step: int, *, run_id: str | None = None) -> None:
     """Keep the JSON log lines up to a checkpoint's position: every line of the ``epoch`` completed
     epochs, and the step lines of epoch ``epoch + 1`` up to ``step``. A run killed after writing a
     line but before saving its checkpoint wrote lines the resumed run writes again; they go.
+    With ``run_id`` only that run's lines are trimmed (other runs in the same log stay).
     Written atomically (temporary file, then rename)."""
     path = Path(path)
     if not path.is_file():
@@ -72,9 +94,11 @@ def trim_log(path: str | os.PathLike, epoch: int, step: int) -> None:
         try:
             rec = json.loads(line)
             e, kind, s = int(rec["epoch"]), rec.get("kind"), int(rec.get("step", 0))
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, AttributeError):
             continue  # a torn line of the crash
-        if e <= epoch or (kind == "step" and e == epoch + 1 and s <= step):
+        if run_id is not None and rec.get("run") not in (run_id, None):
+            keep.append(line + "\n")  # another run's line
+        elif e <= epoch or (kind == "step" and e == epoch + 1 and s <= step):
             keep.append(line + "\n")
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text("".join(keep), encoding="utf-8")
@@ -110,7 +134,8 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
           on_record: Callable[[dict[str, Any]], None] | None = None,
           stop_after_steps: int | None = None, verify_hash: bool = True,
           collective_timeout: float | None = None) -> list[dict[str, Any]]:
-    """Train and return the epoch records (see :mod:`gmp.train.records` for the keys).
+    """Train and return the epoch records (see :mod:`gmp.train.records` for the keys); a resumed
+    run whose checkpoint already finished ``config.epochs`` returns ``[]``.
 
     ``collective_timeout`` (seconds; default ``GMP_COLLECTIVE_TIMEOUT`` or 600) bounds how long a
     collective of the distributed engine waits for the slowest rank.
@@ -134,15 +159,16 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
         psha = placement_sha256(placement)
         if resume:
             load_checkpoint(trainer, checkpoint_dir, dataset_sha256=ds.sha256, placement_sha=psha)
-        log_file = None
+        log_file, run_id = None, new_run_id()
         if log_json is not None and eng.is_main:
-            if resume:  # lines written after the checkpoint (a crash before it was saved) are re-written
-                trim_log(log_json, trainer.epoch, trainer.step_in_epoch)
-            log_file = open(log_json, "a" if resume else "w", encoding="utf-8")
+            if resume:  # the log's last run continues; its lines past the checkpoint are written again
+                run_id = last_run_id(log_json) or run_id
+                trim_log(log_json, trainer.epoch, trainer.step_in_epoch, run_id=run_id)
+            log_file = open(log_json, "a", encoding="utf-8")  # a log holds many runs, each line names its run
 
         def record(rec: dict[str, Any]) -> None:
-            rec = {**rec, "engine": engine, "workers": placement.num_workers, "schedule": config.schedule,
-                   "staleness": "inf" if math.isinf(config.staleness) else config.staleness}
+            rec = {**rec, "run": run_id, "engine": engine, "workers": placement.num_workers,
+                   "schedule": config.schedule, "staleness": "inf" if math.isinf(config.staleness) else config.staleness}
             if log_file is not None:
                 log_file.write(json_line(rec) + "\n")
                 log_file.flush()
