@@ -420,3 +420,36 @@ def test_cli_like(tmp_path, data_app):
     res = CliRunner().invoke(data_app, ["data", "synth", "--preset", "tiny", "--fidelity", "0.5",
                                         "--out", str(tmp_path / "e")])
     assert res.exit_code == 2 and "apply to the latent-entity model" in res.output
+
+
+def test_sessions_and_coherent_segments():
+    # session_share 1: every sample of a block of 10 takes the block's entity of type 0
+    gen = SyntheticCTR(_entity_cfg(session_length=10, session_share=(1.0, 0.0)), calibrate=False)
+    ent = gen.generate(0, 1000).entity
+    blocks = ent[:, 0].reshape(100, 10)
+    assert (blocks == blocks[:, :1]).all() and np.unique(blocks[:, 0]).size > 20
+    assert not (ent[:, 1].reshape(100, 10) == ent[:, 1].reshape(100, 10)[:, :1]).all()
+    # coherence 1 with 4 segments: an entity's attributes all lie in its segment's slice of ranks
+    # (rank = r * 4 + segment), so fields 1 and 2 agree on rank mod 4 in every sample
+    gen = SyntheticCTR(_entity_cfg(segments=4, coherence=1.0), calibrate=False)
+    ch = gen.generate(0, 5000)
+    r1 = gen.rank_of(1, ch.ids[:, 1] - 400)
+    r2 = gen.rank_of(2, ch.ids[:, 2] - 450)
+    assert np.array_equal(r1 % 4, r2 % 4)
+    gen = SyntheticCTR(_entity_cfg(segments=4, coherence=0.0), calibrate=False)
+    ch = gen.generate(0, 5000)
+    assert np.mean(gen.rank_of(1, ch.ids[:, 1] - 400) % 4 == gen.rank_of(2, ch.ids[:, 2] - 450) % 4) < 0.5
+
+
+def test_group_fields_by_hand():
+    from gmp.datasets.synth_fit import group_fields, reduce_top
+
+    m = np.zeros((5, 5))
+    m[0, 1] = m[1, 0] = 1.0
+    m[0, 2] = m[2, 0] = 0.4
+    m[1, 2] = m[2, 1] = 0.2   # mean MI of {0,1} with 2 = 0.3 >= 0.15: joins
+    m[3, 4] = m[4, 3] = 0.1   # below the threshold: both stay independent
+    assert group_fields(m, 0.15) == (0, 0, 0, -1, -1)
+    assert group_fields(m, 0.5) == (0, 0, -1, -1, -1)
+    v = np.array([[5], [5], [5], [7], [7], [9]])
+    assert reduce_top(v, top=1).ravel().tolist() == [0, 0, 0, 1, 1, 1]

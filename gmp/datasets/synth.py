@@ -158,8 +158,11 @@ CRITEO_KAGGLE_SAMPLES = 45_840_617
 #: public real Criteo rows by ``python bench/fidelity_bench.py --fit-criteo``:
 #: ``field_entity`` (which entity each of C1..C26 expresses; -1 = independent)
 #: groups the fields by their mutual information on those rows
-#: (:func:`gmp.datasets.synth_fit.group_fields`); ``coherence`` is the bisection
-#: of the mean MI above the shuffled control onto the real rows' 0.203 bits.
+#: (:func:`gmp.datasets.synth_fit.group_fields`); fidelity 1 alone gives 0.16
+#: bits, so ``coherence`` (4 segments) is the bisection of the mean MI above the
+#: shuffled control onto the real rows' 0.203 bits; no sessions were needed
+#: (C3, the id-like field of entity 0, already has no more distinct values
+#: among 1,000 independent samples than among the real rows).
 #: The entity counts (at --scale 1) and skew were chosen so that Herald's
 #: Table 1 ratio at 1M samples lands near MovieLens-100K's (docs/synth.md).
 CRITEO_ENTITY_KNOBS: dict[str, Any] = {
@@ -167,8 +170,9 @@ CRITEO_ENTITY_KNOBS: dict[str, Any] = {
     "entity_skew": 1.1,
     "field_entity": (-1, 0, 0, 0, -1, -1, 1, -1, -1, 1, 1, 0, 1, 2, 0, 0, 1, 0, 0, 0, 0, -1, 2, 0, 0, 0),
     "fidelity": 1.0,
-    "segments": 64,
-    "coherence": 0.571,
+    "segments": 4,
+    "coherence": 0.913,
+    "session_share": 0.0,
 }
 
 #: the generative models: ``independent`` (fields drawn independently, with
@@ -251,6 +255,8 @@ class SynthConfig:
     field_skews: tuple[float, ...] | None = None
     segments: int = 0
     coherence: float = 0.0
+    session_length: int = 1
+    session_share: float | tuple[float, ...] = 0.0
 
     def __post_init__(self) -> None:
         cards = tuple(int(c) for c in self.cardinalities)
@@ -314,6 +320,14 @@ class SynthConfig:
             raise DatasetError(f"synth: fidelity has {len(fid)} entries for {nf} fields.")
         object.__setattr__(self, "fidelity", fid)
         _check_int("--segments", self.segments, 0)
+        _check_int("session_length", self.session_length, 1)
+        sh = self.session_share
+        sh = tuple(float(x) for x in sh) if isinstance(sh, (tuple, list, np.ndarray)) else float(sh)
+        for x in (sh if isinstance(sh, tuple) else (sh,)):
+            _check_range("session_share", x, 0.0, 1.0)
+        if isinstance(sh, tuple) and len(sh) != len(counts):
+            raise DatasetError(f"synth: session_share has {len(sh)} entries for {len(counts)} entity types.")
+        object.__setattr__(self, "session_share", sh)
         _check_range("--coherence", self.coherence, 0.0, 1.0)
         if self.field_skews is not None:
             fs = tuple(float(x) for x in self.field_skews)
@@ -354,13 +368,15 @@ class SynthConfig:
         if self.model == "independent":
             # dataset.json of the independent model stays as it was before the entity model existed
             for k in ("model", "entity_counts", "entity_skew", "field_entity", "fidelity", "field_skews",
-                      "segments", "coherence"):
+                      "segments", "coherence", "session_length", "session_share"):
                 del d[k]
         else:
             d["entity_counts"] = list(self.entity_counts)
             d["field_entity"] = list(self.field_entity)
             d["fidelity"] = list(self.fidelity) if isinstance(self.fidelity, tuple) else self.fidelity
             d["field_skews"] = None if self.field_skews is None else list(self.field_skews)
+            d["session_share"] = (list(self.session_share) if isinstance(self.session_share, tuple)
+                                  else self.session_share)
         d["cardinalities"] = list(self.cardinalities)
         d["local_fields"] = [n for n, loc in zip(self.field_names, self.local_fields) if loc]
         d["field_names"] = list(self.field_names)
@@ -603,8 +619,8 @@ def _generate(start, count, key, wkey, num_comm, locality, tail, skew,
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def _generate_entities(start, count, key, wkey, akey, num_comm, tail, fskew, card, offset, perm, gparams,
-                       ent_count, ent_skew, eparams, field_entity, fidelity, segments, coherence, value_scale,
+def _generate_entities(start, count, key, wkey, akey, skey, session_length, session_share, num_comm, tail, fskew, card, offset, perm, gparams,
+                       ent_count, ent_skew, eparams, field_entity, fidelity, segments, coherence, sparams, value_scale,
                        dense_mu, dense_coef, comm_shift, comm_bias, b0,
                        ids, dense, logit, label, community, entity):  # pragma: no cover - compiled
     """The latent-entity model (see the module docstring, "The entity model")."""
@@ -613,9 +629,25 @@ def _generate_entities(start, count, key, wkey, akey, num_comm, tail, fskew, car
     num_dense = dense_mu.size
     for i in numba.prange(count):
         state = _mix64(key ^ _mix64(np.uint64(start + i)))
-        # 1. one entity of every type, popularity (1 - tail) Zipf(entity_skew) + tail uniform
+        # 1. one entity of every type, popularity (1 - tail) Zipf(entity_skew) + tail uniform; with
+        #    probability session_share[t] the entity of the sample's session (block of session_length
+        #    consecutive samples) instead, drawn the same way from a stream keyed by (type, block)
         for t in range(num_types):
             m = ent_count[t]
+            if session_share[t] > 0.0:
+                state, u = _uniform(state)
+                if u < session_share[t]:
+                    block = np.uint64((start + i) // session_length)
+                    s3 = _mix64(skey ^ _mix64(block * np.uint64(64) + np.uint64(t)))
+                    s3, u = _uniform(s3)
+                    if u < tail:
+                        e = np.int64(u / tail * m)
+                        if e >= m:
+                            e = m - 1
+                    else:
+                        s3, e = _zipf_rank(s3, m, ent_skew, eparams[t, 0], eparams[t, 1], eparams[t, 2])
+                    entity[i, t] = e
+                    continue
             state, u = _uniform(state)
             if u < tail:
                 e = np.int64(u / tail * m)
@@ -637,20 +669,36 @@ def _generate_entities(start, count, key, wkey, akey, num_comm, tail, fskew, car
                 if ent_count[t] <= n:
                     g = e  # the field names the entity itself (an id-like field)
                 else:
-                    # an attribute shared by many entities: a draw seeded by (field, entity) alone,
-                    # or, with probability coherence, by (field, the entity's segment), so entities of
-                    # one segment share their attributes (attributes then depend on each other, not
-                    # only through repeated entities)
+                    # an attribute shared by many entities: a draw seeded by (field, entity) alone.
+                    # With probability coherence it is drawn inside the slice of ranks of the
+                    # entity's segment (g = r * segments + seg, like the independent model's community
+                    # slices), so the attributes of one entity depend on each other (through its
+                    # segment), not only through repeated entities.
                     s2 = _mix64(akey ^ _mix64(np.uint64(f) * np.uint64(4294967296) + np.uint64(e)))
+                    sliced = False
                     if segments > 0:
                         s2, u3 = _uniform(s2)
-                        if u3 < coherence:
-                            seg = _mix64(akey ^ _mix64(np.uint64(e) + np.uint64(t) * np.uint64(4294967296)))
-                            seg = seg % np.uint64(segments)
-                            s2 = _mix64(akey ^ _mix64(np.uint64(f) * np.uint64(4294967296) + seg
-                                                      + np.uint64(9223372036854775808)))
+                        sliced = u3 < coherence
                     s2, u2 = _uniform(s2)
-                    if u2 < tail:
+                    if sliced:
+                        seg = np.int64(_mix64(akey ^ _mix64(np.uint64(e) + np.uint64(t + 1) * np.uint64(4294967296)))
+                                       % np.uint64(segments))
+                        if seg >= n:
+                            g = seg % n
+                        else:
+                            q = n // segments
+                            rem = n - q * segments
+                            size = q + 1 if seg < rem else q
+                            p = 0 if seg < rem else 1
+                            if u2 < tail:
+                                r = np.int64(u2 / tail * size)
+                                if r >= size:
+                                    r = size - 1
+                            else:
+                                s2, r = _zipf_rank(s2, size, fskew[f], sparams[f, p, 0], sparams[f, p, 1],
+                                                   sparams[f, p, 2])
+                            g = r * segments + seg
+                    elif u2 < tail:
                         g = np.int64(u2 / tail * n)
                         if g >= n:
                             g = n - 1
@@ -738,6 +786,10 @@ class SyntheticCTR:
         self.value_scale = np.full(cfg.num_fields, _SQRT3 * cfg.sigma_value, dtype=np.float64)
         if cfg.model == "entities":
             self._akey = np.uint64(np.random.SeedSequence(cfg.seed, spawn_key=(3,)).generate_state(1, np.uint64)[0])
+            self._skey = np.uint64(np.random.SeedSequence(cfg.seed, spawn_key=(4,)).generate_state(1, np.uint64)[0])
+            share = cfg.session_share
+            self.session_share = np.broadcast_to(np.asarray(share, dtype=np.float64),
+                                                 (len(cfg.entity_counts),)).copy()
             self.fskew = cfg.skews()
             for f, n in enumerate(cfg.cardinalities):
                 self.gparams[f] = _zipf_params(float(n), self.fskew[f])
@@ -746,6 +798,13 @@ class SyntheticCTR:
                                     dtype=np.float64).reshape(-1, 3)
             self.field_entity = np.asarray(cfg.field_entity, dtype=np.int64)
             self.fidelity = cfg.field_fidelity()
+            # Zipf parameters of the segment slices (sizes q + 1 and q, q = n // segments)
+            self.sparams = np.zeros((cfg.num_fields, 2, 3), dtype=np.float64)
+            num_seg = max(1, cfg.segments)
+            for f, n in enumerate(cfg.cardinalities):
+                q = n // num_seg
+                self.sparams[f, 0] = _zipf_params(float(max(q + 1, 1)), self.fskew[f])
+                self.sparams[f, 1] = _zipf_params(float(max(q, 1)), self.fskew[f])
         self.b0 = self._calibrate_intercept() if calibrate else 0.0
 
     def _raw(self, start: int, stop: int, b0: float) -> SynthChunk:
@@ -758,10 +817,11 @@ class SyntheticCTR:
         comm = np.empty(n, dtype=np.int32)
         if cfg.model == "entities":
             ent = np.empty((n, len(cfg.entity_counts)), dtype=np.int32)
-            _generate_entities(start, n, self._key, self._wkey, self._akey, cfg.num_communities, float(cfg.tail),
+            _generate_entities(start, n, self._key, self._wkey, self._akey, self._skey, np.int64(cfg.session_length),
+                               self.session_share, cfg.num_communities, float(cfg.tail),
                                self.fskew, self.card, self.offset, self.perm, self.gparams, self.ent_count,
                                float(cfg.entity_skew), self.eparams, self.field_entity, self.fidelity,
-                               np.uint64(cfg.segments), float(cfg.coherence), self.value_scale, self.dense_mu, self.dense_coef, self.comm_shift, self.comm_bias,
+                               np.int64(cfg.segments), float(cfg.coherence), self.sparams, self.value_scale, self.dense_mu, self.dense_coef, self.comm_shift, self.comm_bias,
                                float(b0), ids, dense, logit, labels, comm, ent)
             ctr = (1.0 / (1.0 + np.exp(-logit))).astype(np.float32)
             return SynthChunk(start, ids, dense, labels, ctr, logit, comm, ent)

@@ -20,6 +20,12 @@ statistics of :mod:`gmp.datasets.stats`, in four steps:
 3. **Skew** (per field). Start from each field's Zipf exponent and correct it
    ``skew_rounds`` times from a pilot of the generator (the exponent of an
    attribute field's marginal is not the exponent of its draws).
+   **Sessions.** Real logs are in time order: the first 1,000 MovieLens
+   ratings hold 249 users, not the ~560 independent draws would give. Per
+   type, a bisection on ``session_share`` (the share of samples that take the
+   entity of their block of ``SESSION_LENGTH`` (20) consecutive samples)
+   matches the lead field's distinct values among the first 1,000 samples.
+   Herald's simulation shuffles samples, so sessions only matter in file order.
 4. **Fidelity** (:func:`fit_fidelity`): bisection on the probability that a
    field shows its entity's attribute, until the mean MI above control of
    the generated data (:func:`gmp.datasets.stats.mutual_information`, same
@@ -52,6 +58,9 @@ log = logging.getLogger(__name__)
 
 #: segments per entity type when --like needs coherent attributes (step 4)
 SEGMENTS = 16
+
+#: samples per session block when --like fits sessions (step 3b)
+SESSION_LENGTH = 20
 
 #: values kept per field by :func:`dependence_matrix` (the rest is one "other" value)
 TOP_VALUES = 31
@@ -144,6 +153,78 @@ class LikeFit:
     groups: tuple[int, ...]
 
 
+def _fit_skews(cfg: SynthConfig, target: DatasetStats, num_real: int, rounds: int) -> SynthConfig:
+    """Correct each field's draw exponent by the gap between its measured and target Zipf exponent."""
+    pilot_n = min(max(cfg.num_samples, 20_000), 200_000, max(num_real, 1000))
+    target_z = np.array([f.zipf_exponent for f in target.fields])
+    gen = None
+    for _ in range(rounds):
+        gen = SyntheticCTR(replace(cfg, num_samples=pilot_n), calibrate=False)
+        vals = _values_of_chunk(gen, 0, pilot_n)
+        got = np.array([zipf_exponent(np.bincount(vals[:, j][vals[:, j] >= 0])) for j in range(vals.shape[1])])
+        fs = np.array(cfg.field_skews)
+        ok = ~np.isnan(target_z) & ~np.isnan(got)
+        fs[ok] = np.clip(fs[ok] + (target_z[ok] - got[ok]), 0.0, 10.0)
+        cfg = replace(cfg, field_skews=tuple(float(x) for x in fs))
+    return cfg
+
+
+def _distinct_lead(cfg: SynthConfig, lead: int, n: int) -> int:
+    gen = SyntheticCTR(cfg, calibrate=False)
+    return int(np.unique(gen.generate(0, n).ids[:, lead]).size)
+
+
+def _fit_sessions(cfg: SynthConfig, groups: Sequence[int], head: np.ndarray, used: Sequence[int],
+                  iterations: int = 8) -> SynthConfig:
+    """Per entity type, the session share that gives the lead field the real number of distinct
+    values among the first samples (file order: real logs repeat a user in runs)."""
+    n = head.shape[0]
+    shares = []
+    for t in range(len(cfg.entity_counts)):
+        members = [i for i, g in enumerate(groups) if g == t]
+        lead = max(members, key=lambda i: used[i])
+        want = int(np.unique(head[:, lead]).size)
+        lo, hi = 0.0, 1.0
+        base = list(shares) + [0.0] * (len(cfg.entity_counts) - len(shares))
+        if cfg.cardinalities[lead] < cfg.entity_counts[t]:
+            # the lead field is an attribute, not the entity's id: its distinct count says
+            # more about its own skew than about repeated entities
+            shares.append(0.0)
+            continue
+        if _distinct_lead(replace(cfg, session_length=SESSION_LENGTH, session_share=tuple(base)), lead, n) <= want:
+            shares.append(0.0)
+            continue
+        for _ in range(iterations):
+            mid = 0.5 * (lo + hi)
+            trial = list(base)
+            trial[t] = mid
+            got = _distinct_lead(replace(cfg, session_length=SESSION_LENGTH, session_share=tuple(trial)), lead, n)
+            lo, hi = (mid, hi) if got > want else (lo, mid)
+        shares.append(0.5 * (lo + hi))
+    return replace(cfg, session_length=SESSION_LENGTH, session_share=tuple(shares))
+
+
+def fit_dependence(cfg: SynthConfig, dataset: PreparedDataset, target_bits: float, used: Sequence[int], *,
+                   skew_rounds: int = 2, segments: int | None = None) -> SynthConfig:
+    """Steps 3b and 4 of the module docstring on a config whose ``field_entity`` is set: sessions,
+    then fidelity (or, when fidelity 1 falls short, segments + coherence) for ``target_bits``."""
+    head = field_values(dataset, 1000)
+    cfg = _fit_sessions(cfg, cfg.field_entity, head, used)
+    if math.isnan(target_bits):
+        return cfg
+    cfg = replace(cfg, fidelity=fit_fidelity(cfg, target_bits))
+    if cfg.fidelity > 0.99 and synthetic_mi(cfg) < 0.9 * target_bits:
+        # even faithful attributes are not enough: entities must share attributes (segments);
+        # segments change the marginals, so the skews are corrected again and coherence refitted
+        cfg = replace(cfg, fidelity=1.0, segments=SEGMENTS if segments is None else segments)
+        cfg = replace(cfg, coherence=fit_knob(cfg, "coherence", target_bits))
+        if skew_rounds and cfg.field_skews is not None:
+            target = dataset_stats(dataset, StatsOptions(mi_bootstrap=0))
+            cfg = _fit_skews(cfg, target, dataset.num_samples, skew_rounds)
+            cfg = replace(cfg, coherence=fit_knob(cfg, "coherence", target_bits))
+    return cfg
+
+
 def like_config(dataset: PreparedDataset, *, num_samples: int | None = None, seed: int = 0,
                 group_threshold: float = 0.15, skew_rounds: int = 2, tail: float = 0.05,
                 stats: DatasetStats | None = None) -> LikeFit:
@@ -181,22 +262,8 @@ def like_config(dataset: PreparedDataset, *, num_samples: int | None = None, see
                       entity_skew=ent_skew, field_entity=groups, fidelity=0.9, field_skews=field_skews,
                       tail=tail, label_rate=label_rate, local_fields=(False,) * len(names),
                       test_fraction=float(dataset.num_test) / max(1, dataset.num_samples))
-    # skew correction: the marginal exponent of a field is not the exponent of its draws
-    pilot_n = min(max(n, 20_000), 200_000)
-    target_z = np.array([f.zipf_exponent for f in target.fields])
-    for _ in range(skew_rounds):
-        gen = SyntheticCTR(replace(cfg, num_samples=pilot_n), calibrate=False)
-        vals = _values_of_chunk(gen, 0, min(pilot_n, dataset.num_samples))
-        got = np.array([zipf_exponent(np.bincount(vals[:, j][vals[:, j] >= 0])) for j in range(vals.shape[1])])
-        fs = np.array(cfg.field_skews)
-        ok = ~np.isnan(target_z) & ~np.isnan(got)
-        fs[ok] = np.clip(fs[ok] + (target_z[ok] - got[ok]), 0.0, 10.0)
-        cfg = replace(cfg, field_skews=tuple(float(x) for x in fs))
-    if num_types and not math.isnan(target.mi.mean_bits):
-        cfg = replace(cfg, fidelity=fit_fidelity(cfg, target.mi.mean_bits))
-        if cfg.fidelity > 0.99 and synthetic_mi(cfg) < 0.9 * target.mi.mean_bits:
-            # even faithful attributes are not enough: entities must share attributes (segments)
-            cfg = replace(cfg, fidelity=1.0, segments=SEGMENTS)
-            cfg = replace(cfg, coherence=fit_knob(cfg, "coherence", target.mi.mean_bits))
+    cfg = _fit_skews(cfg, target, dataset.num_samples, skew_rounds)
+    if num_types:
+        cfg = fit_dependence(cfg, dataset, target.mi.mean_bits, used, skew_rounds=skew_rounds)
     return LikeFit(cfg, target, groups)
 
