@@ -142,7 +142,8 @@ def section_like(pairs: dict[str, tuple[Path, Path]]) -> None:
         print(f"| statistic | {name} | twin | twin / real |")
         print("|---|---:|---:|---:|")
         for row in compare_stats(a, b):
-            print(f"| {row.name} | {fmt(float(row.a))} | {fmt(float(row.b))} | {fmt(row.b / row.a if row.a else float('nan'))} |")
+            cell = (lambda x: f"{x:,}") if isinstance(row.a, int) else (lambda x: fmt(float(x)))
+            print(f"| {row.name} | {cell(row.a)} | {cell(row.b)} | {fmt(row.b / row.a if row.a else float('nan'))} |")
         print("\n| field | values used (real / twin) | zipf exponent (real / twin) | top-1% share (real / twin) |")
         print("|---|---|---|---|")
         for fa, fb in zip(a.fields, b.fields):
@@ -216,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--criteo-real", type=Path, help="prepared dataset of the 1,000 real Criteo rows")
     ap.add_argument("--ml", type=Path, help="prepared MovieLens-100K")
     ap.add_argument("--frappe", type=Path, help="prepared Frappe (libfm validation + test)")
+    ap.add_argument("--ipinyou", type=Path, help="prepared iPinYou (libfm train + test)")
+    ap.add_argument("--skip-synth", action="store_true", help="real datasets only (no generated presets)")
     ap.add_argument("--workdir", type=Path, default=Path("data/bench/fidelity"))
     ap.add_argument("--samples", type=int, default=1_000_000, help="samples of the synthetic presets")
     ap.add_argument("--sections", default="mi,herald,like,table3")
@@ -232,13 +235,14 @@ def main(argv: list[str] | None = None) -> int:
     n = args.samples
     tag = f"{n // 1_000_000}m" if n % 1_000_000 == 0 else str(n)
     real = {k: v for k, v in (("criteo real 1,000 rows", args.criteo_real), ("MovieLens-100K", args.ml),
-                              ("Frappe", args.frappe)) if v is not None}
-    for k in ("criteo real 1,000 rows", "MovieLens-100K", "Frappe"):
+                              ("Frappe", args.frappe), ("iPinYou", args.ipinyou)) if v is not None}
+    for k in ("criteo real 1,000 rows", "MovieLens-100K", "Frappe", "iPinYou"):
         if k not in real:
             log(f"note: {k} not given; skipped")
-    synth = {f"criteo-kaggle (entities) {tag}": synth_dataset(args.workdir, f"criteo-{tag}", "criteo-kaggle", n),
-             f"criteo-kaggle-independent {tag}": synth_dataset(args.workdir, f"criteo-independent-{tag}",
-                                                               "criteo-kaggle-independent", n)}
+    synth = {} if args.skip_synth else {
+        f"criteo-kaggle (entities) {tag}": synth_dataset(args.workdir, f"criteo-{tag}", "criteo-kaggle", n),
+        f"criteo-kaggle-independent {tag}": synth_dataset(args.workdir, f"criteo-independent-{tag}",
+                                                          "criteo-kaggle-independent", n)}
     likes = {}
     if args.ml is not None:
         likes["MovieLens-100K"] = (args.ml, like_dataset(args.workdir, "like-ml100k", args.ml))
