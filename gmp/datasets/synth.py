@@ -1,13 +1,45 @@
-"""Synthetic CTR data with the two properties HET-GMP exploits: skew and locality.
+"""Synthetic CTR data: skew, co-dependent fields (latent entities) and locality.
 
 ``gmp data synth`` writes a prepared dataset (:mod:`gmp.datasets.format`) of
 CTR-like samples: one id per categorical field, 13 dense features and a 0/1
 label from a hidden logistic model. Everything is drawn from a *generative
 story* with a handful of knobs, each of which changes the sample–embedding
-graph in a known way (measured numbers: ``docs/synth.md``).
+graph in a known way (measured numbers: ``docs/synth.md``). Two models
+(``SynthConfig.model``):
 
-The story of one sample
------------------------
+* ``"entities"`` (the ``criteo-kaggle`` preset and ``--like``; issue 13): the
+  fields express attributes of latent entities, so they depend on each other
+  as real CTR fields do (below, "The entity model");
+* ``"independent"`` (``criteo-kaggle-independent``, ``tiny``): every field is
+  drawn independently, with community locality in the high-cardinality
+  fields; the generator before issue 13, bit-identical to it.
+
+The entity model
+----------------
+1. **Entities.** For every entity type t (criteo-kaggle: 3, e.g. users, items,
+   contexts, with ``entity_counts`` entities) the sample draws an entity rank
+   from ``(1 - tail) Zipf(entity_skew) + tail Uniform`` -- or, with probability
+   ``session_share[t]``, the entity of its session (the block of
+   ``session_length`` consecutive samples; drawn the same way from a stream
+   keyed by (type, block)), as real time-ordered logs repeat a user in runs.
+2. **Fields.** Field f expresses type ``field_entity[f]`` (-1: independent).
+   With probability ``fidelity`` its value is the entity's *attribute*, else an
+   independent draw from the field's ``(1 - tail) Zipf(skew_f) + tail Uniform``.
+   The attribute of entity e is rank e itself when the field has at least as
+   many values as the type has entities (an id-like field), else a draw from the
+   field's law seeded by (field, e) only; with probability ``coherence`` that
+   draw is made inside the slice of ranks ``g ≡ s (mod segments)`` of the
+   entity's segment s (a hash of the entity), so attributes of one entity
+   depend on each other through its segment, not only through repeats.
+3. Dense features and the label as in the independent model below, with the
+   community ``c = (entity of type 0) mod K``.
+
+Knobs of ``criteo-kaggle`` are fitted to the real Criteo rows
+(:data:`CRITEO_ENTITY_KNOBS`); :mod:`gmp.datasets.synth_fit` fits them to any
+dataset (``--like``).
+
+The story of one sample (independent model)
+-------------------------------------------
 1. **Community.** The sample picks one of ``K = num_communities`` latent
    communities uniformly at random.
 2. **Categorical ids.** For every field ``f`` with ``n_f`` values, a seeded
