@@ -389,6 +389,8 @@ def test_entity_model_determinism_and_round_trip(tmp_path):
     b = synthesize(cfg, tmp_path / "b", chunk_samples=700)
     assert a["sha256"] == b["sha256"] and a["synth"]["model"] == "entities"
     assert config_of(load_dataset(tmp_path / "a")) == cfg
+    with pytest.raises(DatasetError, match="plants no partition"):
+        planted_placement(load_dataset(tmp_path / "a"), 8)
     c = synthesize(preset_config("criteo-kaggle", num_samples=3000, scale=0.001, seed=3), tmp_path / "c")
     assert c["sha256"] != a["sha256"]
     gen = SyntheticCTR(cfg)

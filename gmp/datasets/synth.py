@@ -1038,6 +1038,9 @@ def planted_placement(dataset: PreparedDataset, num_workers: int):
     from ..placement import Placement
 
     cfg = config_of(dataset)
+    if cfg.model != "independent":
+        raise DatasetError(f"planted_placement: {dataset.path} was made by the latent-entity model, which plants "
+                           "no partition; use a 'criteo-kaggle-independent' or 'tiny' dataset.")
     if num_workers < 1:
         raise DatasetError(f"planted_placement: num_workers must be >= 1, got {num_workers}.")
     gen = SyntheticCTR(cfg, calibrate=False)  # tables only
