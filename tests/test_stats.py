@@ -7,6 +7,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from gmp.datasets.format import FieldInfo, load_dataset, write_dataset
@@ -160,3 +162,22 @@ def test_cli_stats(tmp_path):
     assert res.exit_code == 0 and "MI above control" in res.output
     res = runner.invoke(app, ["data", "stats", str(path), "--batch-size", "0"])
     assert res.exit_code == 2 and "batch_size must be an integer >= 1" in res.output
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**31 - 1))
+def test_mi_invariant_under_relabelling_values_and_fields(seed):
+    rng = np.random.default_rng(seed)
+    n = 300
+    base = rng.integers(0, 6, n)
+    values = np.stack([base, (base + rng.integers(0, 2, n)) % 6, rng.integers(0, 4, n)], axis=1)
+    mi = mutual_information(values, ["a", "b", "c"], num_bootstrap=0)
+    # relabel every value by a random injective map: the plug-in MI cannot change
+    relabelled = np.stack([rng.permutation(50)[values[:, j]] for j in range(3)], axis=1)
+    again = mutual_information(relabelled, ["a", "b", "c"], num_bootstrap=0)
+    assert again.raw_mean_bits == pytest.approx(mi.raw_mean_bits)
+    m = mi.matrix
+    assert np.allclose(m, m.T, equal_nan=True)
+    # swapping two fields permutes the matrix
+    swapped = mutual_information(values[:, [1, 0, 2]], ["b", "a", "c"], num_bootstrap=0)
+    assert swapped.raw_mean_bits == pytest.approx(mi.raw_mean_bits)
