@@ -23,8 +23,9 @@ options.
 
 Datasets. ``--sizes 1m,10m`` reads ``DATA_ROOT/criteo-1m``,
 ``DATA_ROOT/criteo-10m`` (``--data-root``, default ``data/bench``). A
-missing one is generated with ``gmp data synth --preset criteo-kaggle
---samples N`` when that command exists, else with this script's own quick
+missing one is generated with ``gmp data synth --preset
+criteo-kaggle-independent --samples N`` (the generator the README numbers were
+measured on; the entity-model default is measured by bench/fidelity_bench.py) when that command exists, else with this script's own quick
 generator (26 Criteo-Kaggle fields, Zipf popularity, 16 latent communities;
 written as ``DATA_ROOT/bench-synth-<size>``; the table names the directory).
 
@@ -110,7 +111,7 @@ def ensure_dataset(size: str, data_root: Path, seed: int) -> Path:
     out = data_root / f"criteo-{size}"
     gmp = shutil.which("gmp") or str(Path(sys.executable).with_name("gmp"))
     if Path(gmp).exists():
-        cmd = [gmp, "data", "synth", "--preset", "criteo-kaggle", "--samples", str(n), "--seed", str(seed),
+        cmd = [gmp, "data", "synth", "--preset", "criteo-kaggle-independent", "--samples", str(n), "--seed", str(seed),
                "--out", str(out)]
         print(f"# generating {out}: {' '.join(cmd)}", file=sys.stderr)
         if subprocess.run(cmd).returncode == 0 and (out / "dataset.json").exists():

@@ -2,12 +2,13 @@
 
 Two parts:
 
-* ``--sizes`` (default 1M and 10M samples x 26 fields, preset criteo-kaggle,
-  scale 1): each size runs ``gmp data synth`` in a child process under
+* ``--sizes`` (default 1M and 10M samples x 26 fields, ``--preset``
+  criteo-kaggle (the entity model) or criteo-kaggle-independent, scale 1): each size runs ``gmp data synth`` in a child process under
   ``/usr/bin/time -v`` (falling back to ``getrusage(RUSAGE_CHILDREN)``) and
   prints wall time, CPU time, rows/s and peak RSS, then the graph statistics
   of the result (``BipartiteGraph.stats()``).
-* ``--sweep`` (in memory, no files): one knob at a time around the defaults,
+* ``--sweep`` (in memory, no files): one knob of the independent model
+  (criteo-kaggle-independent) at a time around the defaults,
   printing active embeddings, top-1% access share, the Bayes AUC and the
   remote share of local-field accesses under the planted partition
   (communities -> 8 workers) vs 7/8 under a random one.
@@ -42,8 +43,8 @@ from gmp.datasets.synth import SyntheticCTR, preset_config, roc_auc  # noqa: E40
 from gmp.graph import BipartiteGraph, build_graph  # noqa: E402
 
 
-def run_synth(samples: int, out: Path, chunk: int) -> dict:
-    cmd = [sys.executable, "-m", "cli.main", "data", "synth", "--preset", "criteo-kaggle", "--scale", "1",
+def run_synth(samples: int, out: Path, chunk: int, preset: str = "criteo-kaggle") -> dict:
+    cmd = [sys.executable, "-m", "cli.main", "data", "synth", "--preset", preset, "--scale", "1",
            "--samples", str(samples), "--seed", "0", "--chunk-samples", str(chunk), "--out", str(out),
            "--overwrite"]
     gnu_time = Path("/usr/bin/time").exists()
@@ -86,7 +87,8 @@ def dataset_stats(path: Path) -> dict:
 
 
 def sweep_point(samples: int, workers: int = 8, **knobs) -> dict:
-    cfg = preset_config("criteo-kaggle", num_samples=samples, seed=0, **knobs)
+    # the sweep is about the independent model's knobs (locality, communities)
+    cfg = preset_config("criteo-kaggle-independent", num_samples=samples, seed=0, **knobs)
     gen = SyntheticCTR(cfg)
     deg = np.zeros(cfg.num_embeddings, dtype=np.int64)
     local_cols = np.flatnonzero(cfg.local_fields)
@@ -124,6 +126,8 @@ def main() -> None:
     ap.add_argument("--sizes", default="1000000,10000000", help="comma-separated sample counts (0: none)")
     ap.add_argument("--workdir", default="data/bench/bench", help="where the benchmark datasets go")
     ap.add_argument("--chunk-samples", type=int, default=1 << 18)
+    ap.add_argument("--preset", default="criteo-kaggle",
+                    help="preset of the --sizes runs (criteo-kaggle or criteo-kaggle-independent)")
     ap.add_argument("--keep", action="store_true", help="keep the generated datasets")
     ap.add_argument("--sweep", action="store_true", help="run the knob sweep (in memory)")
     ap.add_argument("--sweep-samples", type=int, default=1_000_000)
@@ -139,7 +143,7 @@ def main() -> None:
         print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in sizes:
         out = Path(args.workdir) / f"synth-bench-{n}"
-        r = run_synth(n, out, args.chunk_samples)
+        r = run_synth(n, out, args.chunk_samples, args.preset)
         st = dataset_stats(out)
         print(f"| {n:,} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {n / r['wall_s']:,.0f} | {n / r['cpu_s']:,.0f} | "
               f"{r['peak_rss_gib']:.2f} | {st['num_active_embeddings']:,} | {st['num_edges']:,} | "
@@ -151,7 +155,7 @@ def main() -> None:
         n = args.sweep_samples
         points = [{}, {"skew": 0.8}, {"skew": 1.4}, {"tail": 0.0}, {"tail": 0.6}, {"locality": 0.0},
                   {"locality": 0.4}, {"locality": 0.9}, {"num_communities": 8}, {"num_communities": 512}]
-        print(f"\nknob sweep, criteo-kaggle scale 1, {n:,} samples, 8 workers (random placement: 0.875 remote)")
+        print(f"\nknob sweep, criteo-kaggle-independent scale 1, {n:,} samples, 8 workers (random placement: 0.875 remote)")
         print("| skew | tail | communities | locality | active embeddings | top-1% share | max degree | "
               "planted remote share (local fields) | Bayes AUC |")
         print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")

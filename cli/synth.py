@@ -22,42 +22,60 @@ def register(data_app: typer.Typer) -> None:
 def synth(
     out: Path = typer.Option(..., "--out", "-o", help="Output directory (a prepared dataset)."),
     preset: str = typer.Option("criteo-kaggle", "--preset",
-                               help="Field layout: 'criteo-kaggle' (26 Criteo Kaggle cardinalities, "
-                                    "45,840,617 samples in the real file) or 'tiny' (8 fields, for demos)."),
+                               help="Field layout and model: 'criteo-kaggle' (26 Criteo Kaggle cardinalities, "
+                                    "latent-entity model fitted to real Criteo rows), 'criteo-kaggle-independent' "
+                                    "(the same fields drawn independently, the generator before issue 13) or "
+                                    "'tiny' (8 independent fields, for demos)."),
+    like: Optional[Path] = typer.Option(None, "--like", metavar="DATASET",
+                                        help="Fit the latent-entity model to this prepared dataset's stats "
+                                             "(cardinalities, skew, mutual information) instead of a preset."),
     samples: Optional[int] = typer.Option(None, "--samples", "-n",
                                           help="Number of samples (default: 1,000,000 for criteo-kaggle, "
-                                               "20,000 for tiny)."),
-    scale: float = typer.Option(1.0, "--scale", help="Multiply every field's cardinality (a field keeps at least min(its values, 100))."),
+                                               "20,000 for tiny, the dataset's count with --like)."),
+    scale: float = typer.Option(1.0, "--scale", help="Multiply every field's cardinality and entity count (a field keeps at least min(its values, 100))."),
     seed: int = typer.Option(0, "--seed", help="Random seed; same seed, same data (any chunk size)."),
-    skew: float = typer.Option(1.1, "--skew",
-                               help="Zipf exponent of value popularity: higher = more accesses to the "
-                                    "top 1% of embeddings, fewer distinct values."),
-    tail: float = typer.Option(0.3, "--tail",
-                               help="Share of draws spread uniformly over a field's values (long tail of "
-                                    "rarely seen ids): higher = more distinct values."),
-    communities: int = typer.Option(64, "--communities",
-                                    help="Number of latent communities K; each owns a 1/K slice of the "
-                                         "values of every high-cardinality field."),
-    locality: float = typer.Option(0.7, "--locality",
-                                   help="Probability in [0, 1] that a high-cardinality field's value comes "
-                                        "from the sample's community slice (0 = no locality)."),
+    skew: Optional[float] = typer.Option(None, "--skew",
+                                         help="Zipf exponent of value popularity (default 1.1): higher = more "
+                                              "accesses to the top 1% of embeddings, fewer distinct values."),
+    tail: Optional[float] = typer.Option(None, "--tail",
+                                         help="Share of draws spread uniformly over a field's values or a type's "
+                                              "entities (default 0.3): higher = more distinct values."),
+    communities: Optional[int] = typer.Option(None, "--communities",
+                                              help="Number of latent communities K (default 64); independent "
+                                                   "presets: each owns a 1/K slice of every local field."),
+    locality: Optional[float] = typer.Option(None, "--locality",
+                                             help="Independent presets: probability in [0, 1] that a local "
+                                                  "field's value comes from the sample's community slice "
+                                                  "(default 0.7)."),
     local_threshold: Optional[int] = typer.Option(None, "--local-threshold",
-                                                  help="A field is high-cardinality (local) when its unscaled "
+                                                  help="Independent presets: a field is local when its unscaled "
                                                        "preset cardinality is >= this (default: 10,000 for "
-                                                       "criteo-kaggle, 1,000 for tiny)."),
+                                                       "criteo-kaggle-independent, 1,000 for tiny)."),
+    entity_skew: Optional[float] = typer.Option(None, "--entity-skew",
+                                                help="Entity model: Zipf exponent of entity popularity "
+                                                     "(criteo-kaggle: 1.1)."),
+    fidelity: Optional[float] = typer.Option(None, "--fidelity",
+                                             help="Entity model: probability in [0, 1] that a field shows its "
+                                                  "entity's attribute (0 = independent fields)."),
+    coherence: Optional[float] = typer.Option(None, "--coherence",
+                                              help="Entity model: probability in [0, 1] that an attribute is "
+                                                   "shared by the entity's whole segment."),
     test_fraction: float = typer.Option(0.1, "--test-fraction",
                                         help="The last fraction of samples is the test split."),
     chunk_samples: int = typer.Option(1 << 18, "--chunk-samples",
                                       help="Samples generated per chunk (bounds memory; does not change "
                                            "the data)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out directory."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON summary instead of one line for people."),
 ) -> None:
-    """Generate CTR-like data with power-law popularity, community locality, 13 dense features and
-    labels from a hidden logistic model (its Bayes AUC is stored in dataset.json).
+    """Generate CTR-like data: latent entities (users, items, contexts) whose attributes the fields
+    express, power-law popularity, 13 dense features and labels from a hidden logistic model (its
+    Bayes AUC is stored in dataset.json). See docs/synth.md.
 
     Example: gmp data synth --preset criteo-kaggle --samples 1000000 --seed 0 --out data/criteo-1m
     """
     import math
+    from dataclasses import replace
 
     from gmp._io import check_disk, check_output_dir
     from gmp.datasets.synth import preset_config, synthesize
@@ -66,17 +84,37 @@ def synth(
     check_output_dir(out, kind="gmp.dataset", overwrite=overwrite)
     if not math.isfinite(scale):
         raise DatasetError(f"--scale must be a finite number > 0, got {scale}.")
-    cfg = preset_config(preset, num_samples=samples, scale=scale, local_min_values=local_threshold,
-                        seed=seed, skew=skew, tail=tail, num_communities=communities, locality=locality,
-                        test_fraction=test_fraction)
+
+    knobs = {k: v for k, v in (("skew", skew), ("tail", tail), ("num_communities", communities),
+                               ("locality", locality), ("entity_skew", entity_skew), ("fidelity", fidelity),
+                               ("coherence", coherence)) if v is not None}
+    if like is not None:
+        from gmp.datasets.format import load_dataset
+        from gmp.datasets.synth_fit import like_config
+
+        if local_threshold is not None or locality is not None:
+            raise DatasetError("synth: --locality and --local-threshold do not apply to --like "
+                               "(the latent-entity model has no community slices).")
+        fit = like_config(load_dataset(like), num_samples=samples, seed=seed)
+        cfg = replace(fit.config, test_fraction=test_fraction, **knobs)
+    else:
+        entity_only = [f"--{k.replace('_', '-')}" for k in ("entity_skew", "fidelity", "coherence") if k in knobs]
+        from gmp.datasets.synth import PRESETS
+
+        if entity_only and preset in PRESETS and PRESETS[preset].model != "entities":
+            raise DatasetError(f"synth: {', '.join(entity_only)} apply to the latent-entity model "
+                               f"('criteo-kaggle' or --like), not to preset {preset!r}.")
+        cfg = preset_config(preset, num_samples=samples, scale=scale, local_min_values=local_threshold,
+                            seed=seed, test_fraction=test_fraction, **knobs)
     # the arrays (ids, row pointers, labels, dense) plus their raw temporaries, before any is written
     per_sample = 4 * len(cfg.cardinalities) + 8 + 4 + 4 * cfg.num_dense
     check_disk(out, 2 * per_sample * cfg.num_samples, what=f"--samples {cfg.num_samples:,}",
                fix="lower --samples or choose another --out.")
     meta = synthesize(cfg, out, chunk_samples=chunk_samples, overwrite=overwrite)
     synth_meta = meta["synth"]
-    echo_json({
+    summary = {
         "out": str(out),
+        "model": synth_meta.get("model", "independent"),
         "num_samples": meta["num_samples"],
         "num_embeddings": meta["num_embeddings"],
         "num_edges": meta["num_edges"],
@@ -84,4 +122,10 @@ def synth(
         "bayes_auc": round(synth_meta["bayes_auc"], 4),
         "local_fields": synth_meta["local_fields"],
         "sha256": meta["sha256"],
-    })
+    }
+    if as_json:
+        echo_json(summary)
+        return
+    typer.echo(f"generated {summary['num_samples']:,} samples ({meta['split']['num_test']:,} test), "
+               f"{summary['num_embeddings']:,} embeddings, {summary['num_edges']:,} edges, label rate "
+               f"{summary['label_rate']:.4f}, Bayes AUC {summary['bayes_auc']:.4f} ({summary['model']} model) -> {out}")

@@ -69,12 +69,12 @@ def test_tiny_dataset_layout(tiny_dir):
 
 
 def test_criteo_preset_cardinalities_and_scale():
-    cfg = preset_config("criteo-kaggle", num_samples=10)
+    cfg = preset_config("criteo-kaggle-independent", num_samples=10)
     assert cfg.cardinalities == CRITEO_KAGGLE_CARDINALITIES
     assert cfg.num_embeddings == 33_762_577
     local = [n for n, loc in zip(cfg.field_names, cfg.local_fields) if loc]
     assert local == ["C3", "C4", "C7", "C10", "C12", "C15", "C16", "C21", "C24", "C26"]
-    small = preset_config("criteo-kaggle", num_samples=10, scale=0.001)
+    small = preset_config("criteo-kaggle-independent", num_samples=10, scale=0.001)
     assert small.cardinalities[2] == 10131  # 10,131,227 * 0.001
     # the floor: a field keeps min(c, 100) values -- C9 (3) and C20 (4) unchanged, C1 (1460) 1.46 -> 100
     assert small.cardinalities[8] == 3 and small.cardinalities[19] == 4 and small.cardinalities[0] == 100
@@ -254,7 +254,7 @@ def test_bad_knobs(kwargs, match):
 
 
 def test_unknown_preset():
-    with pytest.raises(DatasetError, match=r"unknown preset 'avazu'; choose one of \['criteo-kaggle', 'tiny'\]"):
+    with pytest.raises(DatasetError, match=r"unknown preset 'avazu'; choose one of \['criteo-kaggle', 'criteo-kaggle-independent', 'tiny'\]"):
         preset_config("avazu", num_samples=10)
 
 
@@ -278,10 +278,18 @@ def data_app():
     return app
 
 
+def test_cli_synth_speaks_to_people_unless_json(tmp_path, data_app):
+    res = CliRunner().invoke(data_app, ["data", "synth", "--preset", "tiny", "--samples", "2000", "--out",
+                                        str(tmp_path / "h")])
+    assert res.exit_code == 0, res.output
+    line = res.stdout.strip()
+    assert "\n" not in line and line.startswith("generated 2,000 samples (200 test)") and "Bayes AUC" in line
+
+
 def test_cli_synth(tmp_path, data_app):
     out = tmp_path / "cli"
     res = CliRunner().invoke(data_app, ["data", "synth", "--preset", "tiny", "--samples", "3000", "--seed", "1",
-                                        "--locality", "0.5", "--communities", "8", "--out", str(out)])
+                                        "--locality", "0.5", "--communities", "8", "--out", str(out), "--json"])
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout)
     assert summary["num_samples"] == 3000 and summary["num_edges"] == 24_000
@@ -309,3 +317,149 @@ def test_main_app_has_synth():
 
     res = CliRunner().invoke(app, ["data", "synth", "--help"])
     assert res.exit_code == 0 and "--locality" in res.output
+
+
+# -- the independent model is bit-identical to the generator before issue 13 -----------------
+
+# sha256 of datasets made by the generator as it was before the latent-entity model
+# (commit e73e909): the independent presets must keep giving these bytes.
+GOLDEN_SHA256 = {
+    ("criteo-kaggle-independent", 3000, 0.001, 5):
+        "46699a88635744df36c881428257754933d80103927f23d41d8d4b171e73770a",
+    ("tiny", 3000, 1.0, 7): "5c3439023ab3f24da965e9ad536820e26292441429ce82b1380e13409975028f",
+}
+
+
+@pytest.mark.parametrize("key", sorted(GOLDEN_SHA256))
+def test_independent_presets_unchanged(tmp_path, key):
+    preset, n, scale, seed = key
+    meta = synthesize(preset_config(preset, num_samples=n, scale=scale, seed=seed), tmp_path / "g",
+                      chunk_samples=1000)
+    assert meta["sha256"] == GOLDEN_SHA256[key]
+    assert "model" not in meta["synth"]  # dataset.json of the independent model is unchanged too
+
+
+# -- the latent-entity model ----------------------------------------------------------------
+
+
+def _entity_cfg(**kw):
+    base = dict(cardinalities=(400, 50, 6, 400, 30), num_samples=10, num_dense=0, model="entities",
+                entity_counts=(400, 100), entity_skew=1.0, field_entity=(0, 0, 0, 1, -1), fidelity=1.0,
+                skew=1.1, tail=0.2)
+    base.update(kw)
+    return SynthConfig(**base)
+
+
+def test_entity_id_field_is_the_entity_and_attributes_are_functions_of_it():
+    gen = SyntheticCTR(_entity_cfg())
+    ch = gen.generate(0, 50_000)
+    ent = ch.entity
+    # field 0 has as many values as type 0 has entities: it names the entity (rank = entity rank)
+    assert np.array_equal(gen.rank_of(0, ch.ids[:, 0]), ent[:, 0])
+    # fields 1 and 2 (fewer values than entities): one value per entity
+    for f in (1, 2):
+        pairs = np.unique(np.stack([ent[:, 0], ch.ids[:, f]], axis=1), axis=0)
+        assert np.unique(pairs[:, 0]).size == pairs.shape[0]
+    # entity popularity: (1 - tail) Zipf(entity_skew) + tail uniform (chi-square, 399 dof, 99.9%: 489)
+    pmf = _zipf_tail_pmf(400, 1.0, 0.2)
+    obs = np.bincount(ent[:, 0], minlength=400)
+    assert float(((obs - pmf * 50_000) ** 2 / (pmf * 50_000)).sum()) < 489.0
+
+
+@pytest.mark.parametrize("fidelity", [0.0, 0.4, 0.8])
+def test_fidelity_share(fidelity):
+    # field 3 (400 values) names type 1's entity (100 entities) when faithful; otherwise its rank is a
+    # fresh draw that matches the entity rank with probability sum_g P_field(g) P_entity(g)
+    gen = SyntheticCTR(_entity_cfg(fidelity=fidelity, entity_counts=(400, 400)))
+    ch = gen.generate(0, 40_000)
+    same = float(np.mean(gen.rank_of(3, ch.ids[:, 3] - 456) == ch.entity[:, 1]))
+    p = _zipf_tail_pmf(400, 1.1, 0.2)
+    q = _zipf_tail_pmf(400, 1.0, 0.2)
+    expected = fidelity + (1 - fidelity) * float((p * q).sum())
+    assert same == pytest.approx(expected, abs=0.012)
+
+
+def test_entity_model_makes_fields_depend_on_each_other():
+    from gmp.datasets.stats import mutual_information
+
+    def mi(**kw):
+        gen = SyntheticCTR(_entity_cfg(entity_counts=(300, 100), **kw), calibrate=False)
+        vals = gen.generate(0, 1000).ids - gen.offset[None, :]
+        return mutual_information(vals, list("abcde"), num_bootstrap=0).mean_bits
+
+    assert abs(mi(fidelity=0.0)) < 0.03
+    assert mi(fidelity=1.0) > 0.3
+
+
+def test_entity_model_determinism_and_round_trip(tmp_path):
+    cfg = preset_config("criteo-kaggle", num_samples=3000, scale=0.001, seed=2)
+    a = synthesize(cfg, tmp_path / "a", chunk_samples=3000)
+    b = synthesize(cfg, tmp_path / "b", chunk_samples=700)
+    assert a["sha256"] == b["sha256"] and a["synth"]["model"] == "entities"
+    assert config_of(load_dataset(tmp_path / "a")) == cfg
+    with pytest.raises(DatasetError, match="plants no partition"):
+        planted_placement(load_dataset(tmp_path / "a"), 8)
+    c = synthesize(preset_config("criteo-kaggle", num_samples=3000, scale=0.001, seed=3), tmp_path / "c")
+    assert c["sha256"] != a["sha256"]
+    gen = SyntheticCTR(cfg)
+    whole = gen.generate(0, 500)
+    assert np.array_equal(np.concatenate([gen.generate(0, 200).ids, gen.generate(200, 500).ids]), whole.ids)
+
+
+def test_entity_knob_errors():
+    with pytest.raises(DatasetError, match=r"--fidelity must be in \[0.0, 1.0\], got 1.5"):
+        _entity_cfg(fidelity=1.5)
+    with pytest.raises(DatasetError, match="field_entity needs 5 entries"):
+        _entity_cfg(field_entity=(0, 0))
+    with pytest.raises(DatasetError, match="has no community locality"):
+        preset_config("criteo-kaggle", num_samples=10, locality=0.5)
+
+
+def test_cli_like(tmp_path, data_app):
+    src = tmp_path / "src"
+    synthesize(_entity_cfg(num_samples=4000, entity_counts=(400, 100)), src)
+    out = tmp_path / "twin"
+    res = CliRunner().invoke(data_app, ["data", "synth", "--like", str(src), "--samples", "6000", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    ds = load_dataset(out)
+    cfg = config_of(ds)
+    assert ds.num_samples == 6000 and cfg.model == "entities"
+    assert [f.name for f in ds.categorical_fields] == ["C1", "C2", "C3", "C4", "C5"]
+    # fields 0-2 depend on each other in the source, so they become one entity type
+    assert cfg.field_entity[0] == cfg.field_entity[1] == cfg.field_entity[2] >= 0
+    res = CliRunner().invoke(data_app, ["data", "synth", "--preset", "tiny", "--fidelity", "0.5",
+                                        "--out", str(tmp_path / "e")])
+    assert res.exit_code == 2 and "apply to the latent-entity model" in res.output
+
+
+def test_sessions_and_coherent_segments():
+    # session_share 1: every sample of a block of 10 takes the block's entity of type 0
+    gen = SyntheticCTR(_entity_cfg(session_length=10, session_share=(1.0, 0.0)), calibrate=False)
+    ent = gen.generate(0, 1000).entity
+    blocks = ent[:, 0].reshape(100, 10)
+    assert (blocks == blocks[:, :1]).all() and np.unique(blocks[:, 0]).size > 20
+    assert not (ent[:, 1].reshape(100, 10) == ent[:, 1].reshape(100, 10)[:, :1]).all()
+    # coherence 1 with 4 segments: an entity's attributes all lie in its segment's slice of ranks
+    # (rank = r * 4 + segment), so fields 1 and 2 agree on rank mod 4 in every sample
+    gen = SyntheticCTR(_entity_cfg(segments=4, coherence=1.0), calibrate=False)
+    ch = gen.generate(0, 5000)
+    r1 = gen.rank_of(1, ch.ids[:, 1] - 400)
+    r2 = gen.rank_of(2, ch.ids[:, 2] - 450)
+    assert np.array_equal(r1 % 4, r2 % 4)
+    gen = SyntheticCTR(_entity_cfg(segments=4, coherence=0.0), calibrate=False)
+    ch = gen.generate(0, 5000)
+    assert np.mean(gen.rank_of(1, ch.ids[:, 1] - 400) % 4 == gen.rank_of(2, ch.ids[:, 2] - 450) % 4) < 0.5
+
+
+def test_group_fields_by_hand():
+    from gmp.datasets.synth_fit import group_fields, reduce_top
+
+    m = np.zeros((5, 5))
+    m[0, 1] = m[1, 0] = 1.0
+    m[0, 2] = m[2, 0] = 0.4
+    m[1, 2] = m[2, 1] = 0.2   # mean MI of {0,1} with 2 = 0.3 >= 0.15: joins
+    m[3, 4] = m[4, 3] = 0.1   # below the threshold: both stay independent
+    assert group_fields(m, 0.15) == (0, 0, 0, -1, -1)
+    assert group_fields(m, 0.5) == (0, 0, -1, -1, -1)
+    v = np.array([[5], [5], [5], [7], [7], [9]])
+    assert reduce_top(v, top=1).ravel().tolist() == [0, 0, 0, 1, 1, 1]

@@ -1,13 +1,45 @@
-"""Synthetic CTR data with the two properties HET-GMP exploits: skew and locality.
+"""Synthetic CTR data: skew, co-dependent fields (latent entities) and locality.
 
 ``gmp data synth`` writes a prepared dataset (:mod:`gmp.datasets.format`) of
 CTR-like samples: one id per categorical field, 13 dense features and a 0/1
 label from a hidden logistic model. Everything is drawn from a *generative
 story* with a handful of knobs, each of which changes the sample–embedding
-graph in a known way (measured numbers: ``docs/synth.md``).
+graph in a known way (measured numbers: ``docs/synth.md``). Two models
+(``SynthConfig.model``):
 
-The story of one sample
------------------------
+* ``"entities"`` (the ``criteo-kaggle`` preset and ``--like``; issue 13): the
+  fields express attributes of latent entities, so they depend on each other
+  as real CTR fields do (below, "The entity model");
+* ``"independent"`` (``criteo-kaggle-independent``, ``tiny``): every field is
+  drawn independently, with community locality in the high-cardinality
+  fields; the generator before issue 13, bit-identical to it.
+
+The entity model
+----------------
+1. **Entities.** For every entity type t (criteo-kaggle: 3, e.g. users, items,
+   contexts, with ``entity_counts`` entities) the sample draws an entity rank
+   from ``(1 - tail) Zipf(entity_skew) + tail Uniform`` -- or, with probability
+   ``session_share[t]``, the entity of its session (the block of
+   ``session_length`` consecutive samples; drawn the same way from a stream
+   keyed by (type, block)), as real time-ordered logs repeat a user in runs.
+2. **Fields.** Field f expresses type ``field_entity[f]`` (-1: independent).
+   With probability ``fidelity`` its value is the entity's *attribute*, else an
+   independent draw from the field's ``(1 - tail) Zipf(skew_f) + tail Uniform``.
+   The attribute of entity e is rank e itself when the field has at least as
+   many values as the type has entities (an id-like field), else a draw from the
+   field's law seeded by (field, e) only; with probability ``coherence`` that
+   draw is made inside the slice of ranks ``g ≡ s (mod segments)`` of the
+   entity's segment s (a hash of the entity), so attributes of one entity
+   depend on each other through its segment, not only through repeats.
+3. Dense features and the label as in the independent model below, with the
+   community ``c = (entity of type 0) mod K``.
+
+Knobs of ``criteo-kaggle`` are fitted to the real Criteo rows
+(:data:`CRITEO_ENTITY_KNOBS`); :mod:`gmp.datasets.synth_fit` fits them to any
+dataset (``--like``).
+
+The story of one sample (independent model)
+-------------------------------------------
 1. **Community.** The sample picks one of ``K = num_communities`` latent
    communities uniformly at random.
 2. **Categorical ids.** For every field ``f`` with ``n_f`` values, a seeded
@@ -156,6 +188,31 @@ CRITEO_KAGGLE_CARDINALITIES = (
 #: rows of the Criteo Kaggle training file (train.txt).
 CRITEO_KAGGLE_SAMPLES = 45_840_617
 
+#: The latent-entity knobs of the ``criteo-kaggle`` preset, fitted to the 1,000
+#: public real Criteo rows by ``python bench/fidelity_bench.py --fit-criteo``:
+#: ``field_entity`` (which entity each of C1..C26 expresses; -1 = independent)
+#: groups the fields by their mutual information on those rows
+#: (:func:`gmp.datasets.synth_fit.group_fields`); fidelity 1 alone gives 0.16
+#: bits, so ``coherence`` (4 segments) is the bisection of the mean MI above the
+#: shuffled control onto the real rows' 0.203 bits; no sessions were needed
+#: (C3, the id-like field of entity 0, already has no more distinct values
+#: among 1,000 independent samples than among the real rows).
+#: The entity counts (at --scale 1) and skew were chosen so that Herald's
+#: Table 1 ratio at 1M samples lands near MovieLens-100K's (docs/synth.md).
+CRITEO_ENTITY_KNOBS: dict[str, Any] = {
+    "entity_counts": (200_000, 50_000, 2_000),
+    "entity_skew": 1.1,
+    "field_entity": (-1, 0, 0, 0, -1, -1, 1, -1, -1, 1, 1, 0, 1, 2, 0, 0, 1, 0, 0, 0, 0, -1, 2, 0, 0, 0),
+    "fidelity": 1.0,
+    "segments": 4,
+    "coherence": 0.913,
+    "session_share": 0.0,
+}
+
+#: the generative models: ``independent`` (fields drawn independently, with
+#: community locality; issue 13's "before") and ``entities`` (latent entities).
+MODELS = ("independent", "entities")
+
 
 @dataclass(frozen=True)
 class Preset:
@@ -167,6 +224,8 @@ class Preset:
     local_min_values: int
     num_dense: int = 13
     description: str = ""
+    model: str = "independent"
+    knobs: tuple[tuple[str, Any], ...] = ()
 
     def field_names(self) -> tuple[str, ...]:
         return tuple(f"C{i + 1}" for i in range(len(self.cardinalities)))
@@ -175,8 +234,15 @@ class Preset:
 PRESETS: dict[str, Preset] = {
     "criteo-kaggle": Preset(
         "criteo-kaggle", CRITEO_KAGGLE_CARDINALITIES, 1_000_000, 10_000,
-        description="the 26 Criteo Kaggle categorical fields (33.8M values at --scale 1) + 13 dense; "
+        description="the 26 Criteo Kaggle categorical fields (33.8M values at --scale 1) + 13 dense, "
+        "latent-entity model with knobs fitted to the public real Criteo rows (docs/synth.md); "
         f"the real file has {CRITEO_KAGGLE_SAMPLES:,} samples",
+        model="entities", knobs=tuple(CRITEO_ENTITY_KNOBS.items()),
+    ),
+    "criteo-kaggle-independent": Preset(
+        "criteo-kaggle-independent", CRITEO_KAGGLE_CARDINALITIES, 1_000_000, 10_000,
+        description="the 26 Criteo Kaggle fields drawn independently (skew + community locality of the "
+        "high-cardinality fields): the generator before issue 13, a hard case for partitioners",
     ),
     "tiny": Preset(
         "tiny", (3, 12, 50, 300, 2_000, 10_000, 30_000, 60_000), 20_000, 1_000,
@@ -215,6 +281,16 @@ class SynthConfig:
     preset: str | None = None
     scale: float = 1.0
     local_min_values: int | None = None
+    model: str = "independent"
+    entity_counts: tuple[int, ...] = ()
+    entity_skew: float = 1.1
+    field_entity: tuple[int, ...] | None = None
+    fidelity: float | tuple[float, ...] = 0.8
+    field_skews: tuple[float, ...] | None = None
+    segments: int = 0
+    coherence: float = 0.0
+    session_length: int = 1
+    session_share: float | tuple[float, ...] = 0.0
 
     def __post_init__(self) -> None:
         cards = tuple(int(c) for c in self.cardinalities)
@@ -251,6 +327,61 @@ class SynthConfig:
             object.__setattr__(self, "field_names", tuple(f"C{i + 1}" for i in range(len(cards))))
         if len(self.field_names) != len(cards):
             raise DatasetError(f"synth: {len(self.field_names)} field names for {len(cards)} fields.")
+        self._check_entities()
+
+    def _check_entities(self) -> None:
+        if self.model not in MODELS:
+            raise DatasetError(f"synth: model must be one of {MODELS}, got {self.model!r}.")
+        nf = len(self.cardinalities)
+        counts = tuple(int(c) for c in self.entity_counts)
+        object.__setattr__(self, "entity_counts", counts)
+        if self.model == "independent":
+            return
+        object.__setattr__(self, "local_fields", (False,) * nf)
+        if not counts or min(counts) < 1:
+            raise DatasetError(f"synth: entity_counts must be one or more integers >= 1, got {counts}.")
+        _check_range("--entity-skew", self.entity_skew, 0.0, 10.0)
+        fe = tuple(int(t) for t in (self.field_entity if self.field_entity is not None else [0] * nf))
+        if len(fe) != nf or any(t < -1 or t >= len(counts) for t in fe):
+            raise DatasetError(f"synth: field_entity needs {nf} entries in [-1, {len(counts) - 1}] "
+                               f"(-1 = independent field), got {fe}.")
+        object.__setattr__(self, "field_entity", fe)
+        fid = self.fidelity
+        fid = tuple(float(x) for x in fid) if isinstance(fid, (tuple, list, np.ndarray)) else float(fid)
+        for x in (fid if isinstance(fid, tuple) else (fid,)):
+            _check_range("--fidelity", x, 0.0, 1.0)
+        if isinstance(fid, tuple) and len(fid) != nf:
+            raise DatasetError(f"synth: fidelity has {len(fid)} entries for {nf} fields.")
+        object.__setattr__(self, "fidelity", fid)
+        _check_int("--segments", self.segments, 0)
+        _check_int("session_length", self.session_length, 1)
+        sh = self.session_share
+        sh = tuple(float(x) for x in sh) if isinstance(sh, (tuple, list, np.ndarray)) else float(sh)
+        for x in (sh if isinstance(sh, tuple) else (sh,)):
+            _check_range("session_share", x, 0.0, 1.0)
+        if isinstance(sh, tuple) and len(sh) != len(counts):
+            raise DatasetError(f"synth: session_share has {len(sh)} entries for {len(counts)} entity types.")
+        object.__setattr__(self, "session_share", sh)
+        _check_range("--coherence", self.coherence, 0.0, 1.0)
+        if self.field_skews is not None:
+            fs = tuple(float(x) for x in self.field_skews)
+            if len(fs) != nf:
+                raise DatasetError(f"synth: field_skews has {len(fs)} entries for {nf} fields.")
+            for x in fs:
+                _check_range("field_skews", x, 0.0, 10.0)
+            object.__setattr__(self, "field_skews", fs)
+
+    def field_fidelity(self) -> np.ndarray:
+        """Per-field probability that the value is the entity's attribute (0 for independent fields)."""
+        f = np.broadcast_to(np.asarray(self.fidelity, dtype=np.float64), (self.num_fields,)).copy()
+        f[np.asarray(self.field_entity) < 0] = 0.0
+        return f
+
+    def skews(self) -> np.ndarray:
+        """Per-field Zipf exponent (``field_skews`` or ``skew`` for every field)."""
+        if self.field_skews is None:
+            return np.full(self.num_fields, float(self.skew))
+        return np.asarray(self.field_skews, dtype=np.float64)
 
     @property
     def num_fields(self) -> int:
@@ -268,6 +399,18 @@ class SynthConfig:
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
+        if self.model == "independent":
+            # dataset.json of the independent model stays as it was before the entity model existed
+            for k in ("model", "entity_counts", "entity_skew", "field_entity", "fidelity", "field_skews",
+                      "segments", "coherence", "session_length", "session_share"):
+                del d[k]
+        else:
+            d["entity_counts"] = list(self.entity_counts)
+            d["field_entity"] = list(self.field_entity)
+            d["fidelity"] = list(self.fidelity) if isinstance(self.fidelity, tuple) else self.fidelity
+            d["field_skews"] = None if self.field_skews is None else list(self.field_skews)
+            d["session_share"] = (list(self.session_share) if isinstance(self.session_share, tuple)
+                                  else self.session_share)
         d["cardinalities"] = list(self.cardinalities)
         d["local_fields"] = [n for n, loc in zip(self.field_names, self.local_fields) if loc]
         d["field_names"] = list(self.field_names)
@@ -314,9 +457,29 @@ def preset_config(preset: str, *, num_samples: int | None = None, scale: float =
         raise DatasetError(f"synth: unknown preset {preset!r}; choose one of {sorted(PRESETS)}.")
     p = PRESETS[preset]
     _check_range("--scale", scale, 0.0, math.inf, low_open=True)
+    if p.model == "entities":
+        if local_min_values is not None or "locality" in knobs:
+            raise DatasetError(f"synth: preset {preset!r} has no community locality (latent-entity model); "
+                               "--locality and --local-threshold apply to 'criteo-kaggle-independent' and 'tiny'.")
+        merged = dict(p.knobs)
+        merged.update(knobs)
+        counts = tuple(max(min(c, SCALE_FLOOR), int(round(c * float(scale))))
+                       for c in merged.pop("entity_counts"))
+        return SynthConfig(
+            cardinalities=_scaled(p.cardinalities, scale),
+            num_samples=p.default_samples if num_samples is None else num_samples,
+            local_fields=(False,) * len(p.cardinalities),
+            field_names=p.field_names(),
+            num_dense=p.num_dense,
+            preset=preset,
+            scale=float(scale),
+            model="entities",
+            entity_counts=counts,
+            **merged,
+        )
     threshold = p.local_min_values if local_min_values is None else local_min_values
     _check_int("--local-threshold", threshold, 1)
-    cards = tuple(max(min(c, SCALE_FLOOR), int(round(c * float(scale)))) for c in p.cardinalities)
+    cards = _scaled(p.cardinalities, scale)
     local = tuple(c >= threshold for c in p.cardinalities)
     return SynthConfig(
         cardinalities=cards,
@@ -329,6 +492,10 @@ def preset_config(preset: str, *, num_samples: int | None = None, scale: float =
         local_min_values=int(threshold),
         **knobs,
     )
+
+
+def _scaled(cards: tuple[int, ...], scale: float) -> tuple[int, ...]:
+    return tuple(max(min(c, SCALE_FLOOR), int(round(c * float(scale)))) for c in cards)
 
 
 # ---------------------------------------------------------------------------
@@ -467,6 +634,123 @@ def _generate(start, count, key, wkey, num_comm, locality, tail, skew,
         label[i] = 1.0 if u * (1.0 + math.exp(-acc)) < 1.0 else 0.0
 
 
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _generate_entities(start, count, key, wkey, akey, skey, session_length, session_share, num_comm, tail, fskew, card, offset, perm, gparams,
+                       ent_count, ent_skew, eparams, field_entity, fidelity, segments, coherence, sparams, value_scale,
+                       dense_mu, dense_coef, comm_shift, comm_bias, b0,
+                       ids, dense, logit, label, community, entity):  # pragma: no cover - compiled
+    """The latent-entity model (see the module docstring, "The entity model")."""
+    num_fields = card.size
+    num_types = ent_count.size
+    num_dense = dense_mu.size
+    for i in numba.prange(count):
+        state = _mix64(key ^ _mix64(np.uint64(start + i)))
+        # 1. one entity of every type, popularity (1 - tail) Zipf(entity_skew) + tail uniform; with
+        #    probability session_share[t] the entity of the sample's session (block of session_length
+        #    consecutive samples) instead, drawn the same way from a stream keyed by (type, block)
+        for t in range(num_types):
+            m = ent_count[t]
+            if session_share[t] > 0.0:
+                state, u = _uniform(state)
+                if u < session_share[t]:
+                    block = np.uint64((start + i) // session_length)
+                    s3 = _mix64(skey ^ _mix64(block * np.uint64(64) + np.uint64(t)))
+                    s3, u = _uniform(s3)
+                    if u < tail:
+                        e = np.int64(u / tail * m)
+                        if e >= m:
+                            e = m - 1
+                    else:
+                        s3, e = _zipf_rank(s3, m, ent_skew, eparams[t, 0], eparams[t, 1], eparams[t, 2])
+                    entity[i, t] = e
+                    continue
+            state, u = _uniform(state)
+            if u < tail:
+                e = np.int64(u / tail * m)
+                if e >= m:
+                    e = m - 1
+            else:
+                state, e = _zipf_rank(state, m, ent_skew, eparams[t, 0], eparams[t, 1], eparams[t, 2])
+            entity[i, t] = e
+        c = entity[i, 0] % num_comm
+        community[i] = c
+        acc = b0 + comm_bias[c]
+        # 2. every field: its entity's attribute with probability fidelity[f], else a fresh draw
+        for f in range(num_fields):
+            n = card[f]
+            t = field_entity[f]
+            state, u = _uniform(state)
+            if t >= 0 and u < fidelity[f]:
+                e = np.int64(entity[i, t])
+                if ent_count[t] <= n:
+                    g = e  # the field names the entity itself (an id-like field)
+                else:
+                    # an attribute shared by many entities: a draw seeded by (field, entity) alone.
+                    # With probability coherence it is drawn inside the slice of ranks of the
+                    # entity's segment (g = r * segments + seg, like the independent model's community
+                    # slices), so the attributes of one entity depend on each other (through its
+                    # segment), not only through repeated entities.
+                    s2 = _mix64(akey ^ _mix64(np.uint64(f) * np.uint64(4294967296) + np.uint64(e)))
+                    sliced = False
+                    if segments > 0:
+                        s2, u3 = _uniform(s2)
+                        sliced = u3 < coherence
+                    s2, u2 = _uniform(s2)
+                    if sliced:
+                        seg = np.int64(_mix64(akey ^ _mix64(np.uint64(e) + np.uint64(t + 1) * np.uint64(4294967296)))
+                                       % np.uint64(segments))
+                        if seg >= n:
+                            g = seg % n
+                        else:
+                            q = n // segments
+                            rem = n - q * segments
+                            size = q + 1 if seg < rem else q
+                            p = 0 if seg < rem else 1
+                            if u2 < tail:
+                                r = np.int64(u2 / tail * size)
+                                if r >= size:
+                                    r = size - 1
+                            else:
+                                s2, r = _zipf_rank(s2, size, fskew[f], sparams[f, p, 0], sparams[f, p, 1],
+                                                   sparams[f, p, 2])
+                            g = r * segments + seg
+                    elif u2 < tail:
+                        g = np.int64(u2 / tail * n)
+                        if g >= n:
+                            g = n - 1
+                    else:
+                        s2, g = _zipf_rank(s2, n, fskew[f], gparams[f, 0], gparams[f, 1], gparams[f, 2])
+            else:
+                state, u = _uniform(state)
+                if u < tail:
+                    g = np.int64(u / tail * n)
+                    if g >= n:
+                        g = n - 1
+                else:
+                    state, g = _zipf_rank(state, n, fskew[f], gparams[f, 0], gparams[f, 1], gparams[f, 2])
+            e_id = offset[f] + perm[offset[f] + g]
+            ids[i, f] = e_id
+            hw = np.float64(_mix64(wkey ^ _mix64(np.uint64(e_id))) >> _S11) * _TWO_M53
+            acc += value_scale[f] * (2.0 * hw - 1.0)
+        # 3. dense and 4. label, as in the independent model
+        j = 0
+        while j < num_dense:
+            state, u1 = _uniform(state)
+            state, u2 = _uniform(state)
+            rad = math.sqrt(-2.0 * math.log(1.0 - u1))
+            for tt in range(2):
+                if j >= num_dense:
+                    break
+                zz = rad * (math.cos(2.0 * math.pi * u2) if tt == 0 else math.sin(2.0 * math.pi * u2))
+                zz += comm_shift[c, j]
+                dense[i, j] = math.log1p(math.floor(math.exp(dense_mu[j] + zz)))
+                acc += dense_coef[j] * zz
+                j += 1
+        logit[i] = acc
+        state, u = _uniform(state)
+        label[i] = 1.0 if u * (1.0 + math.exp(-acc)) < 1.0 else 0.0
+
+
 # ---------------------------------------------------------------------------
 
 
@@ -481,6 +765,7 @@ class SynthChunk:
     ctr: np.ndarray        # float32 [n], true click probability
     logit: np.ndarray      # float64 [n]
     community: np.ndarray  # int32 [n]
+    entity: np.ndarray | None = None  # int32 [n, num_types], the latent entities (entity model only)
 
 
 class SyntheticCTR:
@@ -515,6 +800,27 @@ class SyntheticCTR:
         self.comm_bias = rng.normal(0.0, cfg.sigma_community, size=k)
         # Uniform weights on [-sqrt(3) s, sqrt(3) s] have standard deviation s.
         self.value_scale = np.full(cfg.num_fields, _SQRT3 * cfg.sigma_value, dtype=np.float64)
+        if cfg.model == "entities":
+            self._akey = np.uint64(np.random.SeedSequence(cfg.seed, spawn_key=(3,)).generate_state(1, np.uint64)[0])
+            self._skey = np.uint64(np.random.SeedSequence(cfg.seed, spawn_key=(4,)).generate_state(1, np.uint64)[0])
+            share = cfg.session_share
+            self.session_share = np.broadcast_to(np.asarray(share, dtype=np.float64),
+                                                 (len(cfg.entity_counts),)).copy()
+            self.fskew = cfg.skews()
+            for f, n in enumerate(cfg.cardinalities):
+                self.gparams[f] = _zipf_params(float(n), self.fskew[f])
+            self.ent_count = np.asarray(cfg.entity_counts, dtype=np.int64)
+            self.eparams = np.array([_zipf_params(float(m), float(cfg.entity_skew)) for m in cfg.entity_counts],
+                                    dtype=np.float64).reshape(-1, 3)
+            self.field_entity = np.asarray(cfg.field_entity, dtype=np.int64)
+            self.fidelity = cfg.field_fidelity()
+            # Zipf parameters of the segment slices (sizes q + 1 and q, q = n // segments)
+            self.sparams = np.zeros((cfg.num_fields, 2, 3), dtype=np.float64)
+            num_seg = max(1, cfg.segments)
+            for f, n in enumerate(cfg.cardinalities):
+                q = n // num_seg
+                self.sparams[f, 0] = _zipf_params(float(max(q + 1, 1)), self.fskew[f])
+                self.sparams[f, 1] = _zipf_params(float(max(q, 1)), self.fskew[f])
         self.b0 = self._calibrate_intercept() if calibrate else 0.0
 
     def _raw(self, start: int, stop: int, b0: float) -> SynthChunk:
@@ -525,6 +831,16 @@ class SyntheticCTR:
         logit = np.empty(n, dtype=np.float64)
         labels = np.empty(n, dtype=np.float32)
         comm = np.empty(n, dtype=np.int32)
+        if cfg.model == "entities":
+            ent = np.empty((n, len(cfg.entity_counts)), dtype=np.int32)
+            _generate_entities(start, n, self._key, self._wkey, self._akey, self._skey, np.int64(cfg.session_length),
+                               self.session_share, cfg.num_communities, float(cfg.tail),
+                               self.fskew, self.card, self.offset, self.perm, self.gparams, self.ent_count,
+                               float(cfg.entity_skew), self.eparams, self.field_entity, self.fidelity,
+                               np.int64(cfg.segments), float(cfg.coherence), self.sparams, self.value_scale, self.dense_mu, self.dense_coef, self.comm_shift, self.comm_bias,
+                               float(b0), ids, dense, logit, labels, comm, ent)
+            ctr = (1.0 / (1.0 + np.exp(-logit))).astype(np.float32)
+            return SynthChunk(start, ids, dense, labels, ctr, logit, comm, ent)
         _generate(start, n, self._key, self._wkey, cfg.num_communities, float(cfg.locality), float(cfg.tail),
                   float(cfg.skew), self.card, self.offset, self.is_local, self.perm, self.gparams,
                   self.lparams, self.value_scale, self.dense_mu, self.dense_coef, self.comm_shift,
@@ -693,6 +1009,9 @@ def planted_placement(dataset: PreparedDataset, num_workers: int):
     from ..placement import Placement
 
     cfg = config_of(dataset)
+    if cfg.model != "independent":
+        raise DatasetError(f"planted_placement: {dataset.path} was made by the latent-entity model, which plants "
+                           "no partition; use a 'criteo-kaggle-independent' or 'tiny' dataset.")
     if num_workers < 1:
         raise DatasetError(f"planted_placement: num_workers must be >= 1, got {num_workers}.")
     gen = SyntheticCTR(cfg, calibrate=False)  # tables only

@@ -1,0 +1,269 @@
+"""Fit the latent-entity generator's knobs to a dataset: ``gmp data synth --like DATASET``.
+
+The knobs of the entity model (:mod:`gmp.datasets.synth`) are learned from the
+statistics of :mod:`gmp.datasets.stats`, in four steps:
+
+1. **Fields and cardinalities.** One synthetic field per categorical field of
+   the dataset, named the same, with as many values as the dataset *uses*
+   (``values_used``); the label rate and the number of dense columns are the
+   dataset's.
+2. **Entities** (:func:`group_fields`). Fields that depend on each other express
+   the same latent entity: the fields are clustered by their mutual
+   information above the shuffled control (:func:`dependence_matrix`, which
+   reduces every field to its 31 most frequent values + "other" so that
+   high-cardinality fields take part too), average linkage, merging while the
+   mean MI between two clusters is at least ``group_threshold`` bits (0.15).
+   Each cluster of two or more fields is an entity type; fields left alone
+   are independent (``field_entity = -1``). A type has as many entities as
+   its most-used field has values (that field names the entity, like a user
+   id), and the entity popularity exponent is that field's Zipf exponent.
+3. **Skew** (per field). Start from each field's Zipf exponent and correct it
+   ``skew_rounds`` times from a pilot of the generator (the exponent of an
+   attribute field's marginal is not the exponent of its draws).
+   **Sessions.** Real logs are in time order: the first 1,000 MovieLens
+   ratings hold 249 users, not the ~560 independent draws would give. Per
+   type, a bisection on ``session_share`` (the share of samples that take the
+   entity of their block of ``SESSION_LENGTH`` (20) consecutive samples)
+   matches the lead field's distinct values among the first 1,000 samples.
+   Herald's simulation shuffles samples, so sessions only matter in file order.
+4. **Fidelity** (:func:`fit_fidelity`): bisection on the probability that a
+   field shows its entity's attribute, until the mean MI above control of
+   the generated data (:func:`gmp.datasets.stats.mutual_information`, same
+   estimator) matches the dataset's. When even fidelity 1 falls short (the
+   dataset's attributes depend on each other beyond their entity, like age
+   and occupation in MovieLens), fidelity is 1 and the entities are split into
+   ``SEGMENTS`` (16) segments whose members share their attributes with
+   probability ``coherence``, found by the same bisection.
+
+The same routine fitted the ``criteo-kaggle`` preset's field groups and
+fidelity on the 1,000 public real Criteo rows (``bench/fidelity_bench.py
+--fit-criteo``; the preset keeps the published cardinalities).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import DatasetError
+from .format import PreparedDataset
+from .stats import DatasetStats, StatsOptions, dataset_stats, field_values, mutual_information, zipf_exponent
+from .synth import SynthConfig, SyntheticCTR
+
+log = logging.getLogger(__name__)
+
+#: segments per entity type when --like needs coherent attributes (step 4)
+SEGMENTS = 16
+
+#: samples per session block when --like fits sessions (step 3b)
+SESSION_LENGTH = 20
+
+#: values kept per field by :func:`dependence_matrix` (the rest is one "other" value)
+TOP_VALUES = 31
+
+
+def reduce_top(values: np.ndarray, top: int = TOP_VALUES) -> np.ndarray:
+    """Each column's values replaced by their frequency rank, ranks >= ``top`` merged into ``top``."""
+    out = np.empty_like(values)
+    for j in range(values.shape[1]):
+        _, inv, counts = np.unique(values[:, j], return_inverse=True, return_counts=True)
+        rank = np.empty(counts.size, dtype=np.int64)
+        rank[np.argsort(-counts, kind="stable")] = np.arange(counts.size)
+        out[:, j] = np.minimum(rank[inv.reshape(-1)], top)
+    return out
+
+
+def dependence_matrix(values: np.ndarray, names: Sequence[str], *, seed: int = 0) -> np.ndarray:
+    """MI above the shuffled control between every pair of fields, on top-``TOP_VALUES`` reduced values."""
+    mi = mutual_information(reduce_top(values), list(names), max_values=TOP_VALUES + 1, num_bootstrap=0, seed=seed)
+    m = np.nan_to_num(mi.matrix, nan=0.0)
+    np.fill_diagonal(m, 0.0)
+    return m
+
+
+def group_fields(matrix: np.ndarray, threshold: float = 0.15) -> tuple[int, ...]:
+    """Average-linkage clusters of fields by MI (merge while mean MI >= threshold); -1 for singletons.
+
+    Groups are numbered by their first field.
+    """
+    n = matrix.shape[0]
+    clusters: list[list[int]] = [[i] for i in range(n)]
+    while len(clusters) > 1:
+        best, pair = -math.inf, None
+        for a in range(len(clusters)):
+            for b in range(a + 1, len(clusters)):
+                v = float(np.mean(matrix[np.ix_(clusters[a], clusters[b])]))
+                if v > best:
+                    best, pair = v, (a, b)
+        if best < threshold or pair is None:
+            break
+        a, b = pair
+        clusters[a] = sorted(clusters[a] + clusters[b])
+        del clusters[b]
+    out = [-1] * n
+    groups = sorted((c for c in clusters if len(c) > 1), key=lambda c: c[0])
+    for g, c in enumerate(groups):
+        for i in c:
+            out[i] = g
+    return tuple(out)
+
+
+def _values_of_chunk(gen: SyntheticCTR, start: int, stop: int) -> np.ndarray:
+    ch = gen.generate(start, stop)
+    return ch.ids.astype(np.int64) - gen.offset[None, :]
+
+
+def synthetic_mi(config: SynthConfig, *, num_samples: int = 1000, windows: int = 4, seed: int = 0) -> float:
+    """Mean MI above control of the generator's data, averaged over ``windows`` windows of ``num_samples``."""
+    gen = SyntheticCTR(config, calibrate=False)
+    names = list(config.field_names)
+    out = [mutual_information(_values_of_chunk(gen, w * num_samples, (w + 1) * num_samples), names,
+                              num_bootstrap=0, seed=seed).mean_bits for w in range(windows)]
+    out = [x for x in out if not math.isnan(x)]
+    return float(np.mean(out)) if out else float("nan")
+
+
+def fit_knob(config: SynthConfig, knob: str, target_bits: float, *, iterations: int = 9, num_samples: int = 1000,
+             windows: int = 4) -> float:
+    """Bisection on ``knob`` (fidelity or coherence) in [0, 1] so the mean MI above control is ``target_bits``."""
+    lo, hi = 0.0, 1.0
+    for _ in range(iterations):
+        mid = 0.5 * (lo + hi)
+        got = synthetic_mi(replace(config, **{knob: mid}), num_samples=num_samples, windows=windows)
+        log.info("fit: %s %.4f -> MI %.4f bits (target %.4f)", knob, mid, got, target_bits)
+        lo, hi = (mid, hi) if got < target_bits else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def fit_fidelity(config: SynthConfig, target_bits: float, **kw) -> float:
+    """Bisection on ``fidelity`` so the generator's mean MI above control is ``target_bits``."""
+    return fit_knob(config, "fidelity", target_bits, **kw)
+
+
+@dataclass(frozen=True)
+class LikeFit:
+    """What ``--like`` learned: the config and the statistics it was fitted to."""
+
+    config: SynthConfig
+    target: DatasetStats
+    groups: tuple[int, ...]
+
+
+def _fit_skews(cfg: SynthConfig, target: DatasetStats, num_real: int, rounds: int) -> SynthConfig:
+    """Correct each field's draw exponent by the gap between its measured and target Zipf exponent."""
+    pilot_n = min(max(cfg.num_samples, 20_000), 200_000, max(num_real, 1000))
+    target_z = np.array([f.zipf_exponent for f in target.fields])
+    gen = None
+    for _ in range(rounds):
+        gen = SyntheticCTR(replace(cfg, num_samples=pilot_n), calibrate=False)
+        vals = _values_of_chunk(gen, 0, pilot_n)
+        got = np.array([zipf_exponent(np.bincount(vals[:, j][vals[:, j] >= 0])) for j in range(vals.shape[1])])
+        fs = np.array(cfg.field_skews)
+        ok = ~np.isnan(target_z) & ~np.isnan(got)
+        fs[ok] = np.clip(fs[ok] + (target_z[ok] - got[ok]), 0.0, 10.0)
+        cfg = replace(cfg, field_skews=tuple(float(x) for x in fs))
+    return cfg
+
+
+def _distinct_lead(cfg: SynthConfig, lead: int, n: int) -> int:
+    gen = SyntheticCTR(cfg, calibrate=False)
+    return int(np.unique(gen.generate(0, n).ids[:, lead]).size)
+
+
+def _fit_sessions(cfg: SynthConfig, groups: Sequence[int], head: np.ndarray, used: Sequence[int],
+                  iterations: int = 8) -> SynthConfig:
+    """Per entity type, the session share that gives the lead field the real number of distinct
+    values among the first samples (file order: real logs repeat a user in runs)."""
+    n = head.shape[0]
+    shares = []
+    for t in range(len(cfg.entity_counts)):
+        members = [i for i, g in enumerate(groups) if g == t]
+        lead = max(members, key=lambda i: used[i])
+        want = int(np.unique(head[:, lead]).size)
+        lo, hi = 0.0, 1.0
+        base = list(shares) + [0.0] * (len(cfg.entity_counts) - len(shares))
+        if cfg.cardinalities[lead] < cfg.entity_counts[t]:
+            # the lead field is an attribute, not the entity's id: its distinct count says
+            # more about its own skew than about repeated entities
+            shares.append(0.0)
+            continue
+        if _distinct_lead(replace(cfg, session_length=SESSION_LENGTH, session_share=tuple(base)), lead, n) <= want:
+            shares.append(0.0)
+            continue
+        for _ in range(iterations):
+            mid = 0.5 * (lo + hi)
+            trial = list(base)
+            trial[t] = mid
+            got = _distinct_lead(replace(cfg, session_length=SESSION_LENGTH, session_share=tuple(trial)), lead, n)
+            lo, hi = (mid, hi) if got > want else (lo, mid)
+        shares.append(0.5 * (lo + hi))
+    return replace(cfg, session_length=SESSION_LENGTH, session_share=tuple(shares))
+
+
+def fit_dependence(cfg: SynthConfig, dataset: PreparedDataset, target_bits: float, used: Sequence[int], *,
+                   skew_rounds: int = 2, segments: int | None = None) -> SynthConfig:
+    """Steps 3b and 4 of the module docstring on a config whose ``field_entity`` is set: sessions,
+    then fidelity (or, when fidelity 1 falls short, segments + coherence) for ``target_bits``."""
+    head = field_values(dataset, 1000)
+    cfg = _fit_sessions(cfg, cfg.field_entity, head, used)
+    if math.isnan(target_bits):
+        return cfg
+    cfg = replace(cfg, fidelity=fit_fidelity(cfg, target_bits))
+    if cfg.fidelity > 0.99 and synthetic_mi(cfg) < 0.9 * target_bits:
+        # even faithful attributes are not enough: entities must share attributes (segments);
+        # segments change the marginals, so the skews are corrected again and coherence refitted
+        cfg = replace(cfg, fidelity=1.0, segments=SEGMENTS if segments is None else segments)
+        cfg = replace(cfg, coherence=fit_knob(cfg, "coherence", target_bits))
+        if skew_rounds and cfg.field_skews is not None:
+            target = dataset_stats(dataset, StatsOptions(mi_bootstrap=0))
+            cfg = _fit_skews(cfg, target, dataset.num_samples, skew_rounds)
+            cfg = replace(cfg, coherence=fit_knob(cfg, "coherence", target_bits))
+    return cfg
+
+
+def like_config(dataset: PreparedDataset, *, num_samples: int | None = None, seed: int = 0,
+                group_threshold: float = 0.15, skew_rounds: int = 2, tail: float = 0.05,
+                stats: DatasetStats | None = None) -> LikeFit:
+    """A latent-entity :class:`SynthConfig` fitted to ``dataset`` (see the module docstring)."""
+    if not dataset.categorical_fields:
+        raise DatasetError(f"synth --like: {dataset.path} has no categorical fields to imitate.")
+    target = stats or dataset_stats(dataset, StatsOptions(mi_bootstrap=0, seed=seed))
+    cats = dataset.categorical_fields
+    used = [max(1, f.values_used) for f in target.fields]
+    names = tuple(f.name for f in cats)
+    head = field_values(dataset, 5000)
+    groups = group_fields(dependence_matrix(head, names, seed=seed), group_threshold)
+    num_types = max(groups) + 1
+    if num_types == 0:
+        # nothing depends on anything: one entity type nobody expresses keeps the model valid
+        groups = tuple(-1 for _ in names)
+        counts = (1,)
+        ent_skew = 1.0
+    else:
+        counts_l, skews_l = [], []
+        for t in range(num_types):
+            members = [i for i, g in enumerate(groups) if g == t]
+            lead = max(members, key=lambda i: used[i])
+            counts_l.append(used[lead])
+            z = target.fields[lead].zipf_exponent
+            skews_l.append(z if not math.isnan(z) else 1.0)
+        counts = tuple(counts_l)
+        ent_skew = float(np.clip(np.mean(skews_l), 0.0, 10.0))
+    field_skews = tuple(float(np.clip(f.zipf_exponent if not math.isnan(f.zipf_exponent) else 1.0, 0.0, 10.0))
+                        for f in target.fields)
+    n = dataset.num_samples if num_samples is None else int(num_samples)
+    label_rate = float(np.clip(float(dataset.meta.get("label_rate") or 0.5), 0.01, 0.99))
+    cfg = SynthConfig(cardinalities=tuple(used), num_samples=n, field_names=names, seed=seed,
+                      num_dense=dataset.num_dense, model="entities", entity_counts=counts,
+                      entity_skew=ent_skew, field_entity=groups, fidelity=0.9, field_skews=field_skews,
+                      tail=tail, label_rate=label_rate, local_fields=(False,) * len(names),
+                      test_fraction=float(dataset.num_test) / max(1, dataset.num_samples))
+    cfg = _fit_skews(cfg, target, dataset.num_samples, skew_rounds)
+    if num_types:
+        cfg = fit_dependence(cfg, dataset, target.mi.mean_bits, used, skew_rounds=skew_rounds)
+    return LikeFit(cfg, target, groups)
+
