@@ -132,6 +132,7 @@ from ..placement import Placement
 from ..progress import task
 from ..topology import Topology
 from . import _hybrid_kernels as K
+from . import _multilevel as ML
 from ._simd import padded_width
 from ._common import check_max_imbalance, compact_ids, enforce_cap, place_unused_embeddings, sample_cap
 from .random import balanced_random_assignment
@@ -199,6 +200,10 @@ class Options:
     batch_size: int = 512
     threads: int | None = None
     init: str = "random"
+    levels: int = 2
+    coarse_pairs: int | None = None
+    coarse_vertices: int = 100_000
+    saturation: float = 4.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.rounds, int) or self.rounds < 0:
@@ -223,6 +228,17 @@ class Options:
             raise PartitionError(f"hybrid: batch_size must be an integer >= 1, got {self.batch_size!r}.")
         if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
             raise PartitionError(f"hybrid: threads must be an integer >= 1 (or omitted), got {self.threads!r}.")
+        if self.levels not in (1, 2) or isinstance(self.levels, bool):
+            raise PartitionError(f"hybrid: levels must be 1 (the paper's flat sweep from a random start) or 2 "
+                                 f"(the multilevel start, docs/hybrid.md), got {self.levels!r}.")
+        if self.coarse_pairs is not None and (not isinstance(self.coarse_pairs, int) or self.coarse_pairs < 1):
+            raise PartitionError(f"hybrid: coarse_pairs must be a positive integer (or omitted for the default), "
+                                 f"got {self.coarse_pairs!r}.")
+        if not isinstance(self.coarse_vertices, int) or self.coarse_vertices < 1:
+            raise PartitionError(f"hybrid: coarse_vertices must be a positive integer, got {self.coarse_vertices!r}.")
+        if (not isinstance(self.saturation, (int, float)) or not math.isfinite(self.saturation)
+                or self.saturation <= 0):
+            raise PartitionError(f"hybrid: saturation must be a finite number > 0, got {self.saturation!r}.")
         if self.init not in INIT_METHODS:
             raise PartitionError(f"hybrid: init must be one of {', '.join(repr(m) for m in INIT_METHODS)}, "
                                  f"got {self.init!r}.")
@@ -270,6 +286,29 @@ def _numba_threads(threads: int | None) -> Iterator[None]:
         yield
     finally:
         numba.set_num_threads(old)
+
+
+def summarize(state) -> dict:
+    """The objective J (module docstring) and the round metrics of a level's state whose ``_traffic``
+    (weighted, reads, remote, unique) and ``served`` are current; shared by the flat and coarse levels."""
+    weighted, reads, remote, unique = state._traffic
+    s_dev = state.sample_load - state.sample_load.mean()
+    p_dev = state.primary_load - state.primary_load.mean()
+    d_mean = float(state.served.mean())
+    traffic_pen = ((state.gamma / (2.0 * d_mean)) * float(np.sum((state.served - d_mean) ** 2))
+                   if d_mean > 0 else 0.0)
+    obj = (float(weighted) + state.alpha / 2.0 * float(s_dev @ s_dev) + state.beta / 2.0 * float(p_dev @ p_dev)
+           + traffic_pen)
+    return {
+        "objective": obj,
+        "comm_weighted": float(weighted),
+        "expected_remote_reads": float(reads),
+        "remote_accesses": int(remote),
+        "epoch_unique_remote": int(unique),
+        "sample_imbalance": imbalance(state.sample_load),
+        "primary_imbalance": imbalance(state.primary_load),
+        "traffic_imbalance": imbalance(state.served) if state.num_workers > 1 else 1.0,
+    }
 
 
 class _State:
@@ -322,9 +361,10 @@ class _State:
 
         self.served = np.zeros(n, dtype=np.float64)
         self.received = np.zeros(n, dtype=np.float64)
-        self._gain = np.zeros(self.drow.shape[1], dtype=np.float64)
+        self.width = self.drow.shape[1]
+        self._gain = np.zeros(self.width, dtype=np.float64)
         self._fw = np.zeros(n, dtype=np.float64)
-        self._total = np.zeros(self.drow.shape[1], dtype=np.float64)
+        self._total = np.zeros(self.width, dtype=np.float64)
         # (weighted, reads, remote, unique) of the current placement with served/received filled; None: stale
         self._traffic: tuple | None = None
 
@@ -334,24 +374,7 @@ class _State:
         if self._traffic is None:
             self._traffic = K.traffic_summary(self.prim, self.count, self.active, self.f, self.cost, self.served,
                                               self.received)
-        weighted, reads, remote, unique = self._traffic
-        n = self.num_workers
-        s_dev = self.sample_load - self.sample_load.mean()
-        p_dev = self.primary_load - self.primary_load.mean()
-        d_mean = float(self.served.mean())
-        traffic_pen = (self.gamma / (2.0 * d_mean)) * float(np.sum((self.served - d_mean) ** 2)) if d_mean > 0 else 0.0
-        obj = (float(weighted) + self.alpha / 2.0 * float(s_dev @ s_dev) + self.beta / 2.0 * float(p_dev @ p_dev)
-               + traffic_pen)
-        return {
-            "objective": obj,
-            "comm_weighted": float(weighted),
-            "expected_remote_reads": float(reads),
-            "remote_accesses": int(remote),
-            "epoch_unique_remote": int(unique),
-            "sample_imbalance": imbalance(self.sample_load),
-            "primary_imbalance": imbalance(self.primary_load),
-            "traffic_imbalance": imbalance(self.served) if n > 1 else 1.0,
-        }
+        return summarize(self)
 
     def effective_cost(self) -> np.ndarray:
         """C' = C with row p scaled by 1 + gamma (served_p / mean - 1): Eq. 5 linearised at the round start."""
@@ -377,7 +400,7 @@ class _State:
         :meth:`summary`), so the round's summary costs no extra pass.
         """
         n = self.num_workers
-        ceff_t = np.zeros((n, self.drow.shape[1]), dtype=np.float64)
+        ceff_t = np.zeros((n, self.width), dtype=np.float64)
         ceff_t[:, :n] = ceff.T
         moved, *traffic = K.sweep_embeddings(self.prim, self.count, self.active, self.f, ceff_t, self.primary_load,
                                              np.int64(self.primary_cap), self.beta, self._fw, self._total, self.cost,
@@ -530,6 +553,55 @@ def _run_rounds(state: _State, options: Options, rounds: list[dict], level: str,
                 break
 
 
+def default_coarse_pairs(num_samples: int) -> int:
+    """Row pairs the signal graph is built from when ``coarse_pairs`` is not given: 4 per sample, within
+    [4M, 24M] (METIS's time grows with the pairs; 24M is the ``metis`` partitioner's own default)."""
+    return int(min(24_000_000, max(4_000_000, 4 * num_samples)))
+
+
+def _multilevel_start(graph: BipartiteGraph, topology: Topology, options: Options, seed: int,
+                      rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, dict] | None:
+    """The multilevel start (:mod:`._multilevel`): ``(sample_worker, primary)`` over the graph's (used) ids
+    and an info dict, or None when no row falls in the signal band (then the random start is used)."""
+    t0 = time.perf_counter()
+    n = topology.num_workers
+    indptr = np.asarray(graph.sample_indptr)
+    indices = np.asarray(graph.sample_indices)
+    degree = np.bincount(indices, minlength=graph.num_embeddings).astype(np.int64)
+    num_used = int(np.count_nonzero(degree))
+    lo, hi = ML.signal_band(degree, graph.num_samples, n, options.batch_size, saturation=options.saturation,
+                            max_vertices=options.coarse_vertices)
+    max_pairs = options.coarse_pairs or default_coarse_pairs(graph.num_samples)
+    with task("Hybrid multilevel: building the signal-row graph"):
+        xadj, adjncy, weights, vertex_row, rows_used = ML.signal_graph(indptr, indices, degree, lo, hi, rng,
+                                                                      max_pairs)
+    info = {"band": [lo, hi], "vertices": int(vertex_row.size), "edges": int(adjncy.size // 2),
+            "rows_sampled": rows_used, "max_pairs": max_pairs}
+    if vertex_row.size < n:
+        log.info("hybrid multilevel: only %d rows in the degree band [%d, %d]; random start.", vertex_row.size,
+                 lo, hi)
+        return None
+    t1 = time.perf_counter()
+    info["graph_seconds"] = round(t1 - t0, 4)
+    with task(f"Hybrid multilevel: METIS on {vertex_row.size} rows, {adjncy.size // 2} edges"):
+        part = ML.partition_signal_graph(xadj, adjncy, weights, degree[vertex_row],
+                                         np.asarray(topology.machine_of, dtype=np.int64),
+                                         seed=int(rng.integers(0, 2**31 - 1)), imbalance=options.max_imbalance)
+    del xadj, adjncy, weights
+    t2 = time.perf_counter()
+    info["metis_seconds"] = round(t2 - t1, 4)
+    row_worker = np.full(graph.num_embeddings, -1, dtype=np.int32)
+    row_worker[vertex_row] = part
+    sw, prim = ML.project(indptr, indices, row_worker, n, sample_cap(graph.num_samples, n, options.max_imbalance),
+                          sample_cap(num_used, n, options.max_imbalance), rng)
+    info["project_seconds"] = round(time.perf_counter() - t2, 4)
+    info["seconds"] = round(time.perf_counter() - t0, 4)
+    log.info("hybrid multilevel: rows of degree [%d, %d]: %d vertices, %d edges (%d sampled rows), graph %.2f s, "
+             "METIS %.2f s, projection %.2f s", lo, hi, info["vertices"], info["edges"], rows_used,
+             info["graph_seconds"], info["metis_seconds"], info["project_seconds"])
+    return sw, prim, info
+
+
 def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options: Options) -> Placement:
     n = topology.num_workers
     if n > 64:
@@ -541,6 +613,7 @@ def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options:
     # work on the ids that occur: criteo-1m has a 33.8M id space but ~2M used ids; per-embedding state
     # and sweeps then scale with the used ids (phantom ids are never vertices)
     init_info = {"method": options.init, "seconds": 0.0}
+    multilevel_info = None
     start: Placement | None = None
     if options.init != "random":
         if _is_hierarchical(topology):
@@ -559,7 +632,16 @@ def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options:
         K.remap(np.asarray(graph.sample_indices), local, cindices)
         graph = BipartiteGraph(np.asarray(graph.sample_indptr), cindices, used_ids.size, check=False)
     del local
-    if _is_hierarchical(topology):
+    ml = None
+    if options.levels > 1 and start is None:  # multilevel start (._multilevel), any topology
+        ml = _multilevel_start(graph, topology, options, seed, rng)
+    if ml is not None:
+        sw, prim, multilevel_info = ml
+        enforce_cap(sw, n, sample_cap(graph.num_samples, n, options.max_imbalance), rng)
+        state = _State(graph, topology.cost, options, sw, prim, rng, batch_size=options.batch_size)
+        rounds_t0 = time.perf_counter()
+        _run_rounds(state, options, rounds, "worker", rounds_t0)
+    elif _is_hierarchical(topology):
         # machine level first: machines are the partitions, a machine's batch is its workers' batches
         mo = np.asarray(topology.machine_of, dtype=np.int32)
         num_machines = int(mo.max()) + 1
@@ -640,6 +722,7 @@ def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options:
         "primary_cap": state.primary_cap,
         "num_used_embeddings": state.num_used,
         "init": init_info,
+        "multilevel": multilevel_info,
         "seconds": round(time.perf_counter() - t0, 4),
     }
     placement = Placement.edge_cut(n, state.sw, prim, method="hybrid", options=asdict(options), seed=seed, info=info)
