@@ -101,20 +101,27 @@ def parse_methods(text: str) -> list[tuple[str, str, dict[str, Any]]]:
 
 
 # ----------------------------------------------------------------------------- datasets
-def ensure_dataset(size: str, data_root: Path, seed: int) -> Path:
-    """The criteo-preset dataset of ``size`` samples under ``data_root`` (generated if missing)."""
+def ensure_dataset(size: str, data_root: Path, seed: int, locality: float | None = None) -> Path:
+    """The criteo-preset dataset of ``size`` samples under ``data_root`` (generated if missing).
+
+    With ``locality`` the preset's ``--locality`` is overridden and the directory is
+    ``criteo-<size>-loc<locality>`` (e.g. ``criteo-1m-loc1``)."""
     n = parse_size(size)
-    for name in (f"criteo-{size}", f"bench-synth-{size}"):
+    suffix = "" if locality is None else f"-loc{locality:g}"
+    names = (f"criteo-{size}{suffix}",) if locality is not None else (f"criteo-{size}", f"bench-synth-{size}")
+    for name in names:
         if (data_root / name / "dataset.json").exists():
             return data_root / name
-    out = data_root / f"criteo-{size}"
+    out = data_root / f"criteo-{size}{suffix}"
     gmp = shutil.which("gmp") or str(Path(sys.executable).with_name("gmp"))
     if Path(gmp).exists():
         cmd = [gmp, "data", "synth", "--preset", "criteo-kaggle", "--samples", str(n), "--seed", str(seed),
-               "--out", str(out)]
+               "--out", str(out)] + ([] if locality is None else ["--locality", f"{locality:g}"])
         print(f"# generating {out}: {' '.join(cmd)}", file=sys.stderr)
         if subprocess.run(cmd).returncode == 0 and (out / "dataset.json").exists():
             return out
+    if locality is not None:
+        raise SystemExit(f"--locality needs 'gmp data synth' to generate {out}.")
     out = data_root / f"bench-synth-{size}"
     print(f"# 'gmp data synth' unavailable: generating {out} with the benchmark's own generator", file=sys.stderr)
     quick_synth(out, n, seed=seed)
@@ -263,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="", help="comma-separated sample counts of criteo-preset data, e.g. 1m,10m")
     p.add_argument("--datasets", nargs="*", default=[], help="prepared dataset directories to add")
+    p.add_argument("--locality", type=float, default=None,
+                   help="--sizes datasets with this synth --locality (directories criteo-<size>-loc<L>)")
     p.add_argument("--data-root", default="data/bench", help="where --sizes datasets live / are generated")
     p.add_argument("--workers", type=int, default=8)
     p.add_argument("--methods", default="random,metis,metis-bipartite,greedy-stream")
@@ -283,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     methods = parse_methods(args.methods)
-    datasets = [ensure_dataset(s.strip(), Path(args.data_root), args.seed) for s in args.sizes.split(",") if s.strip()]
+    datasets = [ensure_dataset(s.strip(), Path(args.data_root), args.seed, args.locality)
+                for s in args.sizes.split(",") if s.strip()]
     datasets += [Path(d) for d in args.datasets]
     if not datasets:
         p.error("give --sizes and/or --datasets")
