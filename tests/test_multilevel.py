@@ -150,7 +150,10 @@ def test_project_respects_caps_even_when_all_rows_pick_one_worker():
     row_worker = np.zeros(g.num_embeddings, dtype=np.int32)  # every row on worker 0
     cap = sample_cap(g.num_samples, 4, 1.05)
     pcap = sample_cap(g.num_embeddings, 4, 1.05)
-    sw, prim = ML.project(indptr, indices, row_worker, 4, cap, pcap, np.random.default_rng(0))
+    sw, prim, count = ML.project(indptr, indices, row_worker, 4, cap, pcap, np.random.default_rng(0))
+    expect = np.zeros((g.num_embeddings, 4), dtype=np.int64)
+    np.add.at(expect, (indices, np.repeat(sw, np.diff(indptr))), 1)
+    np.testing.assert_array_equal(count, expect)
     assert np.bincount(sw, minlength=4).max() == cap
     assert np.bincount(prim[prim >= 0], minlength=4).max() <= pcap
 
@@ -179,8 +182,8 @@ def test_signal_graph_counts_cooccurrence_of_band_rows():
 
 
 def test_default_coarse_pairs():
-    assert default_coarse_pairs(10_000) == 4_000_000
-    assert default_coarse_pairs(2_000_000) == 8_000_000
+    assert default_coarse_pairs(10_000) == 2_000_000
+    assert default_coarse_pairs(2_000_000) == 4_000_000
     assert default_coarse_pairs(45_840_617) == 24_000_000
 
 

@@ -162,14 +162,15 @@ def partition_signal_graph(xadj: np.ndarray, adjncy: np.ndarray, weights: np.nda
 
 
 def project(indptr: np.ndarray, indices: np.ndarray, row_worker: np.ndarray, num_workers: int, sample_cap: int,
-            primary_cap: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+            primary_cap: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Level 1 -> level 0: samples to the worker holding most of their placed rows (``row_worker >= 0``),
     within ``sample_cap``; then every used row's primary to the worker holding most of its users,
-    within ``primary_cap``. Returns ``(sample_worker, primary)`` (int32)."""
+    within ``primary_cap``. Returns ``(sample_worker, primary, count)``: int32 [samples], int32 [rows]
+    and the int32 [rows, N] user counts the sweeps start from."""
     num_rows = row_worker.size
     sw = assign_samples_by_majority(indptr, indices, row_worker, num_workers, sample_cap,
                                     order=seeded_order(indptr.size - 1, rng))
     counts = count_embedding_workers(indptr, indices, sw, np.arange(num_rows, dtype=np.int32), num_rows,
                                      num_workers)
     prim = choose_primaries(counts, cap=primary_cap)
-    return sw, prim
+    return sw, prim, counts

@@ -320,7 +320,8 @@ class _State:
     """
 
     def __init__(self, graph: BipartiteGraph, cost: np.ndarray, options: Options, sw: np.ndarray,
-                 prim: np.ndarray | None, rng: np.random.Generator, *, batch_size: int):
+                 prim: np.ndarray | None, rng: np.random.Generator, *, batch_size: int,
+                 count: np.ndarray | None = None):
         self.indptr = np.asarray(graph.sample_indptr)
         self.indices = np.asarray(graph.sample_indices)
         n = int(cost.shape[0])
@@ -329,8 +330,10 @@ class _State:
         num_samples, num_embeddings = graph.num_samples, graph.num_embeddings
 
         self.sw = sw
-        self.count = np.zeros((num_embeddings, n), dtype=np.int32)
-        K.count_samples(self.indptr, self.indices, self.sw, self.count)
+        if count is None:
+            count = np.zeros((num_embeddings, n), dtype=np.int32)
+            K.count_samples(self.indptr, self.indices, self.sw, count)
+        self.count = count  # given: the caller's count of this placement (the multilevel projection's)
         # used <=> degree > 0 <=> the embedding is a vertex of the graph (no phantom ids)
         self.active = K.used_rows(self.count)
         self.num_used = int(np.count_nonzero(self.active))
@@ -554,15 +557,15 @@ def _run_rounds(state: _State, options: Options, rounds: list[dict], level: str,
 
 
 def default_coarse_pairs(num_samples: int) -> int:
-    """Row pairs the signal graph is built from when ``coarse_pairs`` is not given: 4 per sample, within
-    [4M, 24M] (METIS's time grows with the pairs; 24M is the ``metis`` partitioner's own default)."""
-    return int(min(24_000_000, max(4_000_000, 4 * num_samples)))
+    """Row pairs the signal graph is built from when ``coarse_pairs`` is not given: 2 per sample, within
+    [2M, 24M] (METIS's time grows with the pairs; 24M is the ``metis`` partitioner's own default)."""
+    return int(min(24_000_000, max(2_000_000, 2 * num_samples)))
 
 
 def _multilevel_start(graph: BipartiteGraph, topology: Topology, options: Options, seed: int,
-                      rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, dict] | None:
-    """The multilevel start (:mod:`._multilevel`): ``(sample_worker, primary)`` over the graph's (used) ids
-    and an info dict, or None when no row falls in the signal band (then the random start is used)."""
+                      rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict] | None:
+    """The multilevel start (:mod:`._multilevel`): ``(sample_worker, primary, count)`` over the graph's (used)
+    ids and an info dict, or None when no row falls in the signal band (then the random start is used)."""
     t0 = time.perf_counter()
     n = topology.num_workers
     indptr = np.asarray(graph.sample_indptr)
@@ -592,14 +595,15 @@ def _multilevel_start(graph: BipartiteGraph, topology: Topology, options: Option
     info["metis_seconds"] = round(t2 - t1, 4)
     row_worker = np.full(graph.num_embeddings, -1, dtype=np.int32)
     row_worker[vertex_row] = part
-    sw, prim = ML.project(indptr, indices, row_worker, n, sample_cap(graph.num_samples, n, options.max_imbalance),
-                          sample_cap(num_used, n, options.max_imbalance), rng)
+    sw, prim, count = ML.project(indptr, indices, row_worker, n,
+                                 sample_cap(graph.num_samples, n, options.max_imbalance),
+                                 sample_cap(num_used, n, options.max_imbalance), rng)
     info["project_seconds"] = round(time.perf_counter() - t2, 4)
     info["seconds"] = round(time.perf_counter() - t0, 4)
     log.info("hybrid multilevel: rows of degree [%d, %d]: %d vertices, %d edges (%d sampled rows), graph %.2f s, "
              "METIS %.2f s, projection %.2f s", lo, hi, info["vertices"], info["edges"], rows_used,
              info["graph_seconds"], info["metis_seconds"], info["project_seconds"])
-    return sw, prim, info
+    return sw, prim, count, info
 
 
 def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options: Options) -> Placement:
@@ -636,9 +640,10 @@ def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options:
     if options.levels > 1 and start is None:  # multilevel start (._multilevel), any topology
         ml = _multilevel_start(graph, topology, options, seed, rng)
     if ml is not None:
-        sw, prim, multilevel_info = ml
-        enforce_cap(sw, n, sample_cap(graph.num_samples, n, options.max_imbalance), rng)
-        state = _State(graph, topology.cost, options, sw, prim, rng, batch_size=options.batch_size)
+        sw, prim, count, multilevel_info = ml
+        del ml
+        state = _State(graph, topology.cost, options, sw, prim, rng, batch_size=options.batch_size, count=count)
+        del count
         rounds_t0 = time.perf_counter()
         _run_rounds(state, options, rounds, "worker", rounds_t0)
     elif _is_hierarchical(topology):
