@@ -139,7 +139,7 @@ def test_caps_hold_at_projection_and_after_sweeps(skewed_graph, topo, rounds, ma
     assert np.bincount(p.sample_worker, minlength=n).max() <= sample_cap(g.num_samples, n, max_imbalance)
     assert np.bincount(p.embedding_primary[used], minlength=n).max() <= sample_cap(int(used.sum()), n,
                                                                                    max_imbalance)
-    assert p.info["multilevel"]["vertices"] > 0
+    assert p.info["multilevel"]["candidates"][p.info["multilevel"]["chosen"]]["vertices"] > 0
     for r in p.info["rounds"]:  # the projection (round 0) and every round within the caps
         assert r["sample_imbalance"] <= sample_cap(g.num_samples, n, max_imbalance) / (g.num_samples / n) + 1e-12
 

@@ -2,8 +2,20 @@
 
 Two steps.
 
-**1D step (edge-cut), up to ``rounds`` rounds.** Start from a seeded random
-balanced placement of samples and (used) embeddings. Each round sweeps every
+**Start (``levels``).** ``levels=2`` (the default) is the multilevel start of
+:mod:`gmp.partition._multilevel` -- our choice, the paper is silent on it:
+the samples are contracted into the co-occurrence graph of the *signal rows*
+(degree between 2-ish and a few times the soft count's saturation ``m / b``),
+METIS's multilevel k-way partitions that graph (machines first on a
+hierarchical topology), samples and primaries are projected onto the
+bipartite graph within the hard caps, and the sweeps below refine it.
+``levels=1`` is Algorithm 1 line 1: a seeded random balanced start. The
+flat sweep from a random start finds structure carried by frequently shared
+rows only (criteo-1m, 1D only: 7.96M batch reads against METIS's 6.62M; the
+multilevel start reaches about 5.7M; docs/hybrid.md, "Multilevel").
+
+**1D step (edge-cut), up to ``rounds`` rounds.** Start from the placement
+above (or the random one). Each round sweeps every
 sample vertex in id order, then every embedding vertex in id order, and moves
 it to the worker that minimises *marginal communication cost plus balance
 penalties* (Algorithm 1, lines 3-5). The round is logged and the loop stops
@@ -48,8 +60,9 @@ Embedding ids no sample uses (degree 0) are not vertices of the graph: they
 are excluded from the sweeps, the counts and the primary cap, and are
 spread over the least-loaded workers at the end (they cost memory only).
 
-**Start (``init``).** The default, ``"random"``, is the paper's seeded random
-balanced start. ``init="bicut"`` / ``"greedy-stream"`` runs that registered
+**Start (``init``).** The default, ``"random"``, starts from the multilevel
+placement (``levels=2``) or the paper's seeded random balanced start
+(``levels=1``). ``init="bicut"`` / ``"greedy-stream"`` runs that registered
 partitioner first (same seed, same ``max_imbalance``) and starts the sweeps
 from its sample workers and primaries; an excess over the hard caps (their
 caps are computed the same way, so normally none) is repaired by
@@ -180,12 +193,29 @@ class Options:
         Bound numba's thread pool during the call (None: numba's default).
         The result does not depend on it.
     init
-        Start of the 1D sweeps. ``"random"`` (default): the seeded random
-        balanced placement of Algorithm 1 line 1, as the paper and the issue
-        specify. ``"bicut"`` or ``"greedy-stream"``: run that registered
-        partitioner first (same seed, same ``max_imbalance``) and start the
-        sweeps from its samples and primaries (a graph-aware start; see
-        docs/hybrid.md, "init"). Flat topologies only.
+        Start of the 1D sweeps. ``"random"`` (default): the multilevel start
+        (``levels=2``) or the seeded random balanced placement of Algorithm 1
+        line 1 (``levels=1``). ``"bicut"`` or ``"greedy-stream"``: run that
+        registered partitioner first (same seed, same ``max_imbalance``) and
+        start the sweeps from its samples and primaries (``levels`` is then
+        not used; docs/hybrid.md, "init"). Flat topologies only.
+    levels
+        2 (default): the multilevel start (:mod:`gmp.partition._multilevel`,
+        docs/hybrid.md "Multilevel"); 1: the paper's flat sweep from a random
+        start.
+    coarse_pairs
+        Row pairs the multilevel start's co-occurrence graph is built from
+        (a seeded row subset). None: 2 per sample, within [2M, 24M].
+    coarse_vertices
+        At most this many signal rows (vertices of that graph): the lower
+        degree bound rises from 2 until they fit. Default 100,000.
+    saturation
+        Upper degree bound of the signal rows, in units of the soft count's
+        per-worker batches ``m / b``. Default 4.
+    coarse_restarts
+        Candidate bands of the multilevel start: upper bounds ``saturation``
+        x 1, 4, 16, ...; the projection with the lowest objective is refined.
+        Default 2 (each candidate costs one METIS run).
     """
 
     rounds: int = 5
@@ -204,6 +234,7 @@ class Options:
     coarse_pairs: int | None = None
     coarse_vertices: int = 100_000
     saturation: float = 4.0
+    coarse_restarts: int = 2
 
     def __post_init__(self) -> None:
         if not isinstance(self.rounds, int) or self.rounds < 0:
@@ -236,6 +267,8 @@ class Options:
                                  f"got {self.coarse_pairs!r}.")
         if not isinstance(self.coarse_vertices, int) or self.coarse_vertices < 1:
             raise PartitionError(f"hybrid: coarse_vertices must be a positive integer, got {self.coarse_vertices!r}.")
+        if not isinstance(self.coarse_restarts, int) or self.coarse_restarts < 1:
+            raise PartitionError(f"hybrid: coarse_restarts must be an integer >= 1, got {self.coarse_restarts!r}.")
         if (not isinstance(self.saturation, (int, float)) or not math.isfinite(self.saturation)
                 or self.saturation <= 0):
             raise PartitionError(f"hybrid: saturation must be a finite number > 0, got {self.saturation!r}.")
@@ -565,45 +598,81 @@ def default_coarse_pairs(num_samples: int) -> int:
 def _multilevel_start(graph: BipartiteGraph, topology: Topology, options: Options, seed: int,
                       rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict] | None:
     """The multilevel start (:mod:`._multilevel`): ``(sample_worker, primary, count)`` over the graph's (used)
-    ids and an info dict, or None when no row falls in the signal band (then the random start is used)."""
+    ids and an info dict, or None when no row falls in the signal band (then the random start is used).
+
+    One candidate per band: upper bounds ``saturation * 4**k`` (k < ``coarse_restarts``) times the soft
+    count's ``m / b``; each is partitioned and projected, and the projection with the lowest objective J
+    (the sweeps' own objective) is kept.
+    """
     t0 = time.perf_counter()
     n = topology.num_workers
     indptr = np.asarray(graph.sample_indptr)
     indices = np.asarray(graph.sample_indices)
     degree = np.bincount(indices, minlength=graph.num_embeddings).astype(np.int64)
-    num_used = int(np.count_nonzero(degree))
-    lo, hi = ML.signal_band(degree, graph.num_samples, n, options.batch_size, saturation=options.saturation,
-                            max_vertices=options.coarse_vertices)
+    active = degree > 0
+    num_used = int(np.count_nonzero(active))
+    scap = sample_cap(graph.num_samples, n, options.max_imbalance)
+    pcap = sample_cap(num_used, n, options.max_imbalance)
     max_pairs = options.coarse_pairs or default_coarse_pairs(graph.num_samples)
-    with task("Hybrid multilevel: building the signal-row graph"):
-        xadj, adjncy, weights, vertex_row, rows_used = ML.signal_graph(indptr, indices, degree, lo, hi, rng,
-                                                                      max_pairs)
-    info = {"band": [lo, hi], "vertices": int(vertex_row.size), "edges": int(adjncy.size // 2),
-            "rows_sampled": rows_used, "max_pairs": max_pairs}
-    if vertex_row.size < n:
-        log.info("hybrid multilevel: only %d rows in the degree band [%d, %d]; random start.", vertex_row.size,
-                 lo, hi)
-        return None
-    t1 = time.perf_counter()
-    info["graph_seconds"] = round(t1 - t0, 4)
-    with task(f"Hybrid multilevel: METIS on {vertex_row.size} rows, {adjncy.size // 2} edges"):
-        part = ML.partition_signal_graph(xadj, adjncy, weights, degree[vertex_row],
-                                         np.asarray(topology.machine_of, dtype=np.int64),
+    a, b = default_weights(n, graph.num_samples, num_used)
+    weights_ab = (float(options.alpha) if options.alpha is not None else a,
+                  float(options.beta) if options.beta is not None else b)
+    f = soft_count_table(scap, graph.num_samples / n, options.batch_size)
+    cost = np.ascontiguousarray(topology.cost, dtype=np.float64)
+    machine_of = np.asarray(topology.machine_of, dtype=np.int64)
+    best = None
+    candidates = []
+    seen_bands = set()
+    for k in range(options.coarse_restarts):
+        t_c = time.perf_counter()
+        lo, hi = ML.signal_band(degree, graph.num_samples, n, options.batch_size,
+                                saturation=options.saturation * 4.0**k, max_vertices=options.coarse_vertices)
+        if (lo, hi) in seen_bands:
+            continue
+        seen_bands.add((lo, hi))
+        with task(f"Hybrid multilevel: signal rows of degree [{lo}, {hi}]"):
+            xadj, adjncy, weights, vertex_row, rows_used = ML.signal_graph(indptr, indices, degree, lo, hi, rng,
+                                                                          max_pairs)
+        cand = {"band": [lo, hi], "vertices": int(vertex_row.size), "edges": int(adjncy.size // 2),
+                "rows_sampled": rows_used}
+        candidates.append(cand)
+        if vertex_row.size < n:
+            continue
+        part = ML.partition_signal_graph(xadj, adjncy, weights, degree[vertex_row], machine_of,
                                          seed=int(rng.integers(0, 2**31 - 1)), imbalance=options.max_imbalance)
-    del xadj, adjncy, weights
-    t2 = time.perf_counter()
-    info["metis_seconds"] = round(t2 - t1, 4)
-    row_worker = np.full(graph.num_embeddings, -1, dtype=np.int32)
-    row_worker[vertex_row] = part
-    sw, prim, count = ML.project(indptr, indices, row_worker, n,
-                                 sample_cap(graph.num_samples, n, options.max_imbalance),
-                                 sample_cap(num_used, n, options.max_imbalance), rng)
-    info["project_seconds"] = round(time.perf_counter() - t2, 4)
-    info["seconds"] = round(time.perf_counter() - t0, 4)
-    log.info("hybrid multilevel: rows of degree [%d, %d]: %d vertices, %d edges (%d sampled rows), graph %.2f s, "
-             "METIS %.2f s, projection %.2f s", lo, hi, info["vertices"], info["edges"], rows_used,
-             info["graph_seconds"], info["metis_seconds"], info["project_seconds"])
+        del xadj, adjncy, weights
+        row_worker = np.full(graph.num_embeddings, -1, dtype=np.int32)
+        row_worker[vertex_row] = part
+        sw, prim, count = ML.project(indptr, indices, row_worker, n, scap, pcap, rng)
+        del row_worker
+        cand["objective"] = _start_objective(sw, prim, count, active, f, cost, n, *weights_ab, options.gamma)
+        cand["seconds"] = round(time.perf_counter() - t_c, 4)
+        log.info("hybrid multilevel: rows of degree [%d, %d]: %d vertices, %d edges (%d sampled rows): projected "
+                 "objective %.6g, %.2f s", lo, hi, cand["vertices"], cand["edges"], rows_used, cand["objective"],
+                 cand["seconds"])
+        if best is None or cand["objective"] < best[0]:
+            best = (cand["objective"], sw, prim, count, len(candidates) - 1)
+        del sw, prim, count
+    if best is None:
+        log.info("hybrid multilevel: fewer signal rows than workers; random start.")
+        return None
+    _, sw, prim, count, chosen = best
+    info = {"candidates": candidates, "chosen": chosen, "max_pairs": max_pairs,
+            "seconds": round(time.perf_counter() - t0, 4)}
     return sw, prim, count, info
+
+
+def _start_objective(sw, prim, count, active, f, cost, n, alpha, beta, gamma) -> float:
+    """J of a start placement (module docstring), the value the round log reports as round 0."""
+    served = np.zeros(n, dtype=np.float64)
+    received = np.zeros(n, dtype=np.float64)
+    traffic = K.traffic_summary(prim, count, active, f, cost, served, received)
+    view = type("StartView", (), {})()
+    view._traffic, view.served, view.num_workers = traffic, served, n
+    view.sample_load = np.bincount(sw, minlength=n).astype(np.int64)
+    view.primary_load = np.bincount(prim[active], minlength=n).astype(np.int64)
+    view.alpha, view.beta, view.gamma = alpha, beta, float(gamma)
+    return summarize(view)["objective"]
 
 
 def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options: Options) -> Placement:
