@@ -46,7 +46,12 @@ that were tried and dropped) are in docs/hybrid.md, "Multilevel".
 
 **Memory.** The signal-row CSR (int32 per kept edge), the pair keys of the
 sampled rows (int64 per pair, at most ``max_pairs``) and METIS's CSR (int64,
-32 bytes per distinct pair); ``count`` is not allocated until the sweeps.
+32 bytes per distinct pair); the projection's ``count`` (int32 [rows, N]) is
+handed to the sweeps, which would otherwise count the same placement again.
+
+**Candidates.** ``hybrid`` projects one candidate per band (its option
+``coarse_restarts``: upper bounds ``saturation`` x 1, 4, ...) and refines the
+projection with the lowest objective (the sweeps' own J).
 """
 
 from __future__ import annotations

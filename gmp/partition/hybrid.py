@@ -595,7 +595,7 @@ def default_coarse_pairs(num_samples: int) -> int:
     return int(min(24_000_000, max(2_000_000, 2 * num_samples)))
 
 
-def _multilevel_start(graph: BipartiteGraph, topology: Topology, options: Options, seed: int,
+def _multilevel_start(graph: BipartiteGraph, topology: Topology, options: Options,
                       rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict] | None:
     """The multilevel start (:mod:`._multilevel`): ``(sample_worker, primary, count)`` over the graph's (used)
     ids and an info dict, or None when no row falls in the signal band (then the random start is used).
@@ -707,7 +707,7 @@ def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options:
     del local
     ml = None
     if options.levels > 1 and start is None:  # multilevel start (._multilevel), any topology
-        ml = _multilevel_start(graph, topology, options, seed, rng)
+        ml = _multilevel_start(graph, topology, options, rng)
     if ml is not None:
         sw, prim, count, multilevel_info = ml
         del ml
