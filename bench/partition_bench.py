@@ -102,20 +102,27 @@ def parse_methods(text: str) -> list[tuple[str, str, dict[str, Any]]]:
 
 
 # ----------------------------------------------------------------------------- datasets
-def ensure_dataset(size: str, data_root: Path, seed: int) -> Path:
-    """The criteo-preset dataset of ``size`` samples under ``data_root`` (generated if missing)."""
+def ensure_dataset(size: str, data_root: Path, seed: int, locality: float | None = None) -> Path:
+    """The criteo-preset dataset of ``size`` samples under ``data_root`` (generated if missing).
+
+    With ``locality`` the preset's ``--locality`` is overridden and the directory is
+    ``criteo-<size>-loc<locality>`` (e.g. ``criteo-1m-loc1``)."""
     n = parse_size(size)
-    for name in (f"criteo-{size}", f"bench-synth-{size}"):
+    suffix = "" if locality is None else f"-loc{locality:g}"
+    names = (f"criteo-{size}{suffix}",) if locality is not None else (f"criteo-{size}", f"bench-synth-{size}")
+    for name in names:
         if (data_root / name / "dataset.json").exists():
             return data_root / name
-    out = data_root / f"criteo-{size}"
+    out = data_root / f"criteo-{size}{suffix}"
     gmp = shutil.which("gmp") or str(Path(sys.executable).with_name("gmp"))
     if Path(gmp).exists():
         cmd = [gmp, "data", "synth", "--preset", "criteo-kaggle-independent", "--samples", str(n), "--seed", str(seed),
-               "--out", str(out)]
+               "--out", str(out)] + ([] if locality is None else ["--locality", f"{locality:g}"])
         print(f"# generating {out}: {' '.join(cmd)}", file=sys.stderr)
         if subprocess.run(cmd).returncode == 0 and (out / "dataset.json").exists():
             return out
+    if locality is not None:
+        raise SystemExit(f"--locality needs 'gmp data synth' to generate {out}.")
     out = data_root / f"bench-synth-{size}"
     print(f"# 'gmp data synth' unavailable: generating {out} with the benchmark's own generator", file=sys.stderr)
     quick_synth(out, n, seed=seed)
@@ -176,8 +183,13 @@ def run_child(args: argparse.Namespace) -> None:
         graph = build_graph(dataset)
         topology = homogeneous(args.workers)
         t0 = time.perf_counter()
+        ru0 = resource.getrusage(resource.RUSAGE_SELF)
         placement = run_partitioner(args.method, graph, topology, seed=args.seed, options=result["options"])
         result["partition_seconds"] = time.perf_counter() - t0
+        ru1 = resource.getrusage(resource.RUSAGE_SELF)
+        # CPU time of the partitioner (all threads of this process): on a shared machine the wall time
+        # grows with the load, the CPU time much less (single-threaded methods: ~ the unloaded wall time)
+        result["cpu_seconds"] = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
         result["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         result["info"] = dict(placement.info)
         from gmp.metrics import compute_metrics
@@ -240,12 +252,13 @@ def _fmt_int(v: Any) -> str:
 
 def format_table(rows: list[dict[str, Any]]) -> str:
     head = ("| dataset | method | batch_remote_reads | vs random | remote_accesses | vs random | "
-            "epoch_unique_remote | vs random | samples max/mean | rows max/mean | time (s) | peak RSS (GiB) |")
-    lines = [head, "|" + "|".join(["---"] * 12) + "|"]
+            "epoch_unique_remote | vs random | samples max/mean | rows max/mean | time (s) | cpu (s) | "
+            "peak RSS (GiB) |")
+    lines = [head, "|" + "|".join(["---"] * 13) + "|"]
     for r in rows:
         res = r["result"]
         if "error" in res:
-            lines.append(f"| {r['dataset']} | {r['label']} | did not run: {res['error']} |" + " |" * 9)
+            lines.append(f"| {r['dataset']} | {r['label']} | did not run: {res['error']} |" + " |" * 10)
             continue
         m = res["metrics"]
         red = m.get("reduction_vs_random", {})
@@ -254,7 +267,9 @@ def format_table(rows: list[dict[str, Any]]) -> str:
             cells += [_fmt_int(m.get(key)), f"{100 * red.get(key, 0.0):.1f}%"]
         bal = m.get("balance", {})
         cells += [f"{bal.get('samples', float('nan')):.3f}", f"{bal.get('rows_held', float('nan')):.3f}",
-                  f"{res['partition_seconds']:.1f}", f"{res['peak_rss_bytes'] / 2**30:.2f}"]
+                  f"{res['partition_seconds']:.1f}",
+                  f"{res['cpu_seconds']:.1f}" if "cpu_seconds" in res else "-",
+                  f"{res['peak_rss_bytes'] / 2**30:.2f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -264,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="", help="comma-separated sample counts of criteo-preset data, e.g. 1m,10m")
     p.add_argument("--datasets", nargs="*", default=[], help="prepared dataset directories to add")
+    p.add_argument("--locality", type=float, default=None,
+                   help="--sizes datasets with this synth --locality (directories criteo-<size>-loc<L>)")
     p.add_argument("--data-root", default="data/bench", help="where --sizes datasets live / are generated")
     p.add_argument("--workers", type=int, default=8)
     p.add_argument("--methods", default="random,metis,metis-bipartite,greedy-stream")
@@ -284,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     methods = parse_methods(args.methods)
-    datasets = [ensure_dataset(s.strip(), Path(args.data_root), args.seed) for s in args.sizes.split(",") if s.strip()]
+    datasets = [ensure_dataset(s.strip(), Path(args.data_root), args.seed, args.locality)
+                for s in args.sizes.split(",") if s.strip()]
     datasets += [Path(d) for d in args.datasets]
     if not datasets:
         p.error("give --sizes and/or --datasets")

@@ -137,18 +137,22 @@ def test_defaults_hold_balance_on_tiny_graphs():
     assert np.bincount(p.sample_worker, minlength=2).max() <= sample_cap(80, 2, 1.05)
 
 
+@pytest.mark.parametrize("levels", [1, 2])
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
-def test_hierarchical_clusters_machine_level_first(seed):
+def test_hierarchical_clusters_machine_level_first(seed, levels):
     # 4 sub-communities; (0, 1) and (2, 3) share embeddings (super-communities)
     g = community_graph(np.random.default_rng(seed), num_communities=4, own=6, sibling=4)
     topo = hierarchical(2, 2)
-    p = run_partitioner("hybrid", g, topo, seed=seed, options=LIGHT)
+    p = run_partitioner("hybrid", g, topo, seed=seed, options=dict(LIGHT, levels=levels))
     same_machine, same_worker = pair_locality(g, p.embedding_primary, topo.machine_of)
     # every co-accessed pair on one machine, but within it spread over both workers
     assert same_machine == 1.0
     assert same_worker < 0.6
-    levels = [r["level"] for r in p.info["rounds"]]
-    assert levels[0] == "machine" and levels[-1] == "worker"
+    levels_logged = [r["level"] for r in p.info["rounds"]]
+    if levels == 1:  # the flat sweep: machines first, then workers
+        assert levels_logged[0] == "machine" and levels_logged[-1] == "worker"
+    else:  # the multilevel start partitions the machines first inside METIS's recursion, then the sweeps
+        assert p.info["multilevel"]["candidates"][p.info["multilevel"]["chosen"]]["vertices"] > 0 and set(levels_logged) == {"worker"}
     # super-community (0, 1) on one machine, (2, 3) on the other
     machine = topo.machine_of[p.embedding_primary].reshape(4, 10)
     assert len(set(machine[:2].ravel())) == 1 and len(set(machine[2:].ravel())) == 1
@@ -156,14 +160,17 @@ def test_hierarchical_clusters_machine_level_first(seed):
 
 
 def test_hierarchical_beats_flat_on_inter_machine_pairs():
+    # the flat sweep (levels=1); the multilevel start's METIS k-way numbers its parts along its recursive
+    # bisection, which on this graph happens to pair the sub-communities as the machines would
+    light = dict(LIGHT, levels=1)
     topo = hierarchical(2, 2)
     hier, flat = [], []
     for seed in range(6):
         g = community_graph(np.random.default_rng(seed), num_communities=4, own=6, sibling=4)
-        hier.append(pair_locality(g, run_partitioner("hybrid", g, topo, seed=seed, options=LIGHT).embedding_primary,
+        hier.append(pair_locality(g, run_partitioner("hybrid", g, topo, seed=seed, options=light).embedding_primary,
                                   topo.machine_of)[0])
         flat.append(pair_locality(g, run_partitioner("hybrid", g, homogeneous(4), seed=seed,
-                                                     options=LIGHT).embedding_primary, topo.machine_of)[0])
+                                                     options=light).embedding_primary, topo.machine_of)[0])
     assert min(hier) == 1.0
     assert np.mean(flat) < 0.95  # a flat cost matrix pairs sub-communities onto machines by chance
 
@@ -177,7 +184,7 @@ def test_objective_matches_reference(batch_size, gamma):
     g = random_graph(rng, 120, 50, 4)
     cost = np.array([[0, 1, 3], [1, 0, 2], [3, 2, 0]], dtype=float)
     topo = Topology(cost, name="custom3")
-    opts = dict(batch_size=batch_size, gamma=gamma, replication_budget=0.0, rounds=2, tol=0.0)
+    opts = dict(batch_size=batch_size, gamma=gamma, replication_budget=0.0, rounds=2, tol=0.0, levels=1)
     p = run_partitioner("hybrid", g, topo, seed=3, options=opts)
     info = p.info
     ref = reference_objective(g, p.sample_worker, p.embedding_primary, cost, batch_size=batch_size,
@@ -352,7 +359,8 @@ def test_rounds_log_and_early_stop(medium_graph):
 
 
 def test_zero_rounds_is_the_random_start(medium_graph):
-    p = run_partitioner("hybrid", medium_graph, homogeneous(4), seed=0, options=dict(rounds=0, replication_budget=0))
+    p = run_partitioner("hybrid", medium_graph, homogeneous(4), seed=0,
+                        options=dict(rounds=0, replication_budget=0, levels=1))
     assert len(p.info["rounds"]) == 1
 
 

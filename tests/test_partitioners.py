@@ -74,6 +74,7 @@ EXPECTATIONS: dict[str, Expect] = {
                      planted_options={"batch_size": 1, "alpha": 0.1, "beta": 0.1}),
     "bicut": Expect(balance=None, graph_aware=True),
     "hypergraph": Expect(balance=None, graph_aware=True),
+    "kaminpar": Expect(balance=None, graph_aware=True),
 }
 
 NAMES = sorted(PARTITIONERS)

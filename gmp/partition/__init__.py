@@ -45,6 +45,7 @@ PARTITIONERS: dict[str, PartitionerSpec] = {
     "hybrid": PartitionerSpec("hybrid", "hybrid", "HET-GMP: iterative 1D edge-cut + 2D vertex-cut replication"),
     "bicut": PartitionerSpec("bicut", "bicut", "BiCut/Aweto bipartite-oriented greedy (Chen et al. 2015)"),
     "hypergraph": PartitionerSpec("hypergraph", "hypergraph", "Mt-KaHyPar km1 on samples x embedding hyperedges (optional extra)"),
+    "kaminpar": PartitionerSpec("kaminpar", "kaminpar", "KaMinPar on the weighted embedding co-occurrence graph (optional extra)"),
 }
 
 

@@ -2,8 +2,20 @@
 
 Two steps.
 
-**1D step (edge-cut), up to ``rounds`` rounds.** Start from a seeded random
-balanced placement of samples and (used) embeddings. Each round sweeps every
+**Start (``levels``).** ``levels=2`` (the default) is the multilevel start of
+:mod:`gmp.partition._multilevel` -- our choice, the paper is silent on it:
+the samples are contracted into the co-occurrence graph of the *signal rows*
+(degree between 2-ish and a few times the soft count's saturation ``m / b``),
+METIS's multilevel k-way partitions that graph (machines first on a
+hierarchical topology), samples and primaries are projected onto the
+bipartite graph within the hard caps, and the sweeps below refine it.
+``levels=1`` is Algorithm 1 line 1: a seeded random balanced start. The
+flat sweep from a random start finds structure carried by frequently shared
+rows only (criteo-1m, 1D only: 7.96M batch reads against METIS's 6.62M; the
+multilevel start reaches about 5.7M; docs/hybrid.md, "Multilevel").
+
+**1D step (edge-cut), up to ``rounds`` rounds.** Start from the placement
+above (or the random one). Each round sweeps every
 sample vertex in id order, then every embedding vertex in id order, and moves
 it to the worker that minimises *marginal communication cost plus balance
 penalties* (Algorithm 1, lines 3-5). The round is logged and the loop stops
@@ -48,8 +60,9 @@ Embedding ids no sample uses (degree 0) are not vertices of the graph: they
 are excluded from the sweeps, the counts and the primary cap, and are
 spread over the least-loaded workers at the end (they cost memory only).
 
-**Start (``init``).** The default, ``"random"``, is the paper's seeded random
-balanced start. ``init="bicut"`` / ``"greedy-stream"`` runs that registered
+**Start (``init``).** The default, ``"random"``, starts from the multilevel
+placement (``levels=2``) or the paper's seeded random balanced start
+(``levels=1``). ``init="bicut"`` / ``"greedy-stream"`` runs that registered
 partitioner first (same seed, same ``max_imbalance``) and starts the sweeps
 from its sample workers and primaries; an excess over the hard caps (their
 caps are computed the same way, so normally none) is repaired by
@@ -136,6 +149,7 @@ from ..progress import task
 from ..topology import Topology
 from . import _hybrid_kernels as K
 from ..kernels.simd import padded_width
+from . import _multilevel as ML
 from ._common import check_max_imbalance, compact_ids, enforce_cap, place_unused_embeddings, sample_cap
 from .random import balanced_random_assignment
 
@@ -179,12 +193,29 @@ class Options:
         Bound numba's thread pool during the call (None: numba's default).
         The result does not depend on it.
     init
-        Start of the 1D sweeps. ``"random"`` (default): the seeded random
-        balanced placement of Algorithm 1 line 1, as the paper and the issue
-        specify. ``"bicut"`` or ``"greedy-stream"``: run that registered
-        partitioner first (same seed, same ``max_imbalance``) and start the
-        sweeps from its samples and primaries (a graph-aware start; see
-        docs/hybrid.md, "init"). Flat topologies only.
+        Start of the 1D sweeps. ``"random"`` (default): the multilevel start
+        (``levels=2``) or the seeded random balanced placement of Algorithm 1
+        line 1 (``levels=1``). ``"bicut"`` or ``"greedy-stream"``: run that
+        registered partitioner first (same seed, same ``max_imbalance``) and
+        start the sweeps from its samples and primaries (``levels`` is then
+        not used; docs/hybrid.md, "init"). Flat topologies only.
+    levels
+        2 (default): the multilevel start (:mod:`gmp.partition._multilevel`,
+        docs/hybrid.md "Multilevel"); 1: the paper's flat sweep from a random
+        start.
+    coarse_pairs
+        Row pairs the multilevel start's co-occurrence graph is built from
+        (a seeded row subset). None: 2 per sample, within [2M, 24M].
+    coarse_vertices
+        At most this many signal rows (vertices of that graph): the lower
+        degree bound rises from 2 until they fit. Default 100,000.
+    saturation
+        Upper degree bound of the signal rows, in units of the soft count's
+        per-worker batches ``m / b``. Default 4.
+    coarse_restarts
+        Candidate bands of the multilevel start: upper bounds ``saturation``
+        x 1, 4, 16, ...; the projection with the lowest objective is refined.
+        Default 2 (each candidate costs one METIS run).
     """
 
     rounds: int = 5
@@ -199,6 +230,11 @@ class Options:
     batch_size: int = 512
     threads: int | None = None
     init: str = "random"
+    levels: int = 2
+    coarse_pairs: int | None = None
+    coarse_vertices: int = 100_000
+    saturation: float = 4.0
+    coarse_restarts: int = 2
 
     def __post_init__(self) -> None:
         if not isinstance(self.rounds, int) or self.rounds < 0:
@@ -227,6 +263,19 @@ class Options:
             warnings.warn("hybrid: the 'threads' option is deprecated and has no effect (the sweeps are "
                           "sequential); drop it. It will be removed in a later version.", FutureWarning,
                           stacklevel=3)
+        if self.levels not in (1, 2) or isinstance(self.levels, bool):
+            raise PartitionError(f"hybrid: levels must be 1 (the paper's flat sweep from a random start) or 2 "
+                                 f"(the multilevel start, docs/hybrid.md), got {self.levels!r}.")
+        if self.coarse_pairs is not None and (not isinstance(self.coarse_pairs, int) or self.coarse_pairs < 1):
+            raise PartitionError(f"hybrid: coarse_pairs must be a positive integer (or omitted for the default), "
+                                 f"got {self.coarse_pairs!r}.")
+        if not isinstance(self.coarse_vertices, int) or self.coarse_vertices < 1:
+            raise PartitionError(f"hybrid: coarse_vertices must be a positive integer, got {self.coarse_vertices!r}.")
+        if not isinstance(self.coarse_restarts, int) or self.coarse_restarts < 1:
+            raise PartitionError(f"hybrid: coarse_restarts must be an integer >= 1, got {self.coarse_restarts!r}.")
+        if (not isinstance(self.saturation, (int, float)) or not math.isfinite(self.saturation)
+                or self.saturation <= 0):
+            raise PartitionError(f"hybrid: saturation must be a finite number > 0, got {self.saturation!r}.")
         if self.init not in INIT_METHODS:
             raise PartitionError(f"hybrid: init must be one of {', '.join(repr(m) for m in INIT_METHODS)}, "
                                  f"got {self.init!r}.")
@@ -276,6 +325,29 @@ def _numba_threads(threads: int | None) -> Iterator[None]:
         numba.set_num_threads(old)
 
 
+def summarize(state) -> dict:
+    """The objective J (module docstring) and the round metrics of a level's state whose ``_traffic``
+    (weighted, reads, remote, unique) and ``served`` are current; shared by the flat and coarse levels."""
+    weighted, reads, remote, unique = state._traffic
+    s_dev = state.sample_load - state.sample_load.mean()
+    p_dev = state.primary_load - state.primary_load.mean()
+    d_mean = float(state.served.mean())
+    traffic_pen = ((state.gamma / (2.0 * d_mean)) * float(np.sum((state.served - d_mean) ** 2))
+                   if d_mean > 0 else 0.0)
+    obj = (float(weighted) + state.alpha / 2.0 * float(s_dev @ s_dev) + state.beta / 2.0 * float(p_dev @ p_dev)
+           + traffic_pen)
+    return {
+        "objective": obj,
+        "comm_weighted": float(weighted),
+        "expected_remote_reads": float(reads),
+        "remote_accesses": int(remote),
+        "epoch_unique_remote": int(unique),
+        "sample_imbalance": imbalance(state.sample_load),
+        "primary_imbalance": imbalance(state.primary_load),
+        "traffic_imbalance": imbalance(state.served) if state.num_workers > 1 else 1.0,
+    }
+
+
 class _State:
     """The mutable 1D state of one level (machines or workers) and the objective bookkeeping.
 
@@ -285,7 +357,8 @@ class _State:
     """
 
     def __init__(self, graph: BipartiteGraph, cost: np.ndarray, options: Options, sw: np.ndarray,
-                 prim: np.ndarray | None, rng: np.random.Generator, *, batch_size: int):
+                 prim: np.ndarray | None, rng: np.random.Generator, *, batch_size: int,
+                 count: np.ndarray | None = None):
         self.indptr = np.asarray(graph.sample_indptr)
         self.indices = np.asarray(graph.sample_indices)
         n = int(cost.shape[0])
@@ -294,8 +367,10 @@ class _State:
         num_samples, num_embeddings = graph.num_samples, graph.num_embeddings
 
         self.sw = sw
-        self.count = np.zeros((num_embeddings, n), dtype=np.int32)
-        K.count_samples(self.indptr, self.indices, self.sw, self.count)
+        if count is None:
+            count = np.zeros((num_embeddings, n), dtype=np.int32)
+            K.count_samples(self.indptr, self.indices, self.sw, count)
+        self.count = count  # given: the caller's count of this placement (the multilevel projection's)
         # used <=> degree > 0 <=> the embedding is a vertex of the graph (no phantom ids)
         self.active = K.used_rows(self.count)
         self.num_used = int(np.count_nonzero(self.active))
@@ -326,9 +401,10 @@ class _State:
 
         self.served = np.zeros(n, dtype=np.float64)
         self.received = np.zeros(n, dtype=np.float64)
-        self._gain = np.zeros(self.drow.shape[1], dtype=np.float64)
+        self.width = self.drow.shape[1]
+        self._gain = np.zeros(self.width, dtype=np.float64)
         self._fw = np.zeros(n, dtype=np.float64)
-        self._total = np.zeros(self.drow.shape[1], dtype=np.float64)
+        self._total = np.zeros(self.width, dtype=np.float64)
         # (weighted, reads, remote, unique) of the current placement with served/received filled; None: stale
         self._traffic: tuple | None = None
 
@@ -338,24 +414,7 @@ class _State:
         if self._traffic is None:
             self._traffic = K.traffic_summary(self.prim, self.count, self.active, self.f, self.cost, self.served,
                                               self.received)
-        weighted, reads, remote, unique = self._traffic
-        n = self.num_workers
-        s_dev = self.sample_load - self.sample_load.mean()
-        p_dev = self.primary_load - self.primary_load.mean()
-        d_mean = float(self.served.mean())
-        traffic_pen = (self.gamma / (2.0 * d_mean)) * float(np.sum((self.served - d_mean) ** 2)) if d_mean > 0 else 0.0
-        obj = (float(weighted) + self.alpha / 2.0 * float(s_dev @ s_dev) + self.beta / 2.0 * float(p_dev @ p_dev)
-               + traffic_pen)
-        return {
-            "objective": obj,
-            "comm_weighted": float(weighted),
-            "expected_remote_reads": float(reads),
-            "remote_accesses": int(remote),
-            "epoch_unique_remote": int(unique),
-            "sample_imbalance": imbalance(self.sample_load),
-            "primary_imbalance": imbalance(self.primary_load),
-            "traffic_imbalance": imbalance(self.served) if n > 1 else 1.0,
-        }
+        return summarize(self)
 
     def effective_cost(self) -> np.ndarray:
         """C' = C with row p scaled by 1 + gamma (served_p / mean - 1): Eq. 5 linearised at the round start."""
@@ -381,7 +440,7 @@ class _State:
         :meth:`summary`), so the round's summary costs no extra pass.
         """
         n = self.num_workers
-        ceff_t = np.zeros((n, self.drow.shape[1]), dtype=np.float64)
+        ceff_t = np.zeros((n, self.width), dtype=np.float64)
         ceff_t[:, :n] = ceff.T
         moved, *traffic = K.sweep_embeddings(self.prim, self.count, self.active, self.f, ceff_t, self.primary_load,
                                              np.int64(self.primary_cap), self.beta, self._fw, self._total, self.cost,
@@ -534,6 +593,92 @@ def _run_rounds(state: _State, options: Options, rounds: list[dict], level: str,
                 break
 
 
+def default_coarse_pairs(num_samples: int) -> int:
+    """Row pairs the signal graph is built from when ``coarse_pairs`` is not given: 2 per sample, within
+    [2M, 24M] (METIS's time grows with the pairs; 24M is the ``metis`` partitioner's own default)."""
+    return int(min(24_000_000, max(2_000_000, 2 * num_samples)))
+
+
+def _multilevel_start(graph: BipartiteGraph, topology: Topology, options: Options,
+                      rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict] | None:
+    """The multilevel start (:mod:`._multilevel`): ``(sample_worker, primary, count)`` over the graph's (used)
+    ids and an info dict, or None when no row falls in the signal band (then the random start is used).
+
+    One candidate per band: upper bounds ``saturation * 4**k`` (k < ``coarse_restarts``) times the soft
+    count's ``m / b``; each is partitioned and projected, and the projection with the lowest objective J
+    (the sweeps' own objective) is kept.
+    """
+    t0 = time.perf_counter()
+    n = topology.num_workers
+    indptr = np.asarray(graph.sample_indptr)
+    indices = np.asarray(graph.sample_indices)
+    degree = np.bincount(indices, minlength=graph.num_embeddings).astype(np.int64)
+    active = degree > 0
+    num_used = int(np.count_nonzero(active))
+    scap = sample_cap(graph.num_samples, n, options.max_imbalance)
+    pcap = sample_cap(num_used, n, options.max_imbalance)
+    max_pairs = options.coarse_pairs or default_coarse_pairs(graph.num_samples)
+    a, b = default_weights(n, graph.num_samples, num_used)
+    weights_ab = (float(options.alpha) if options.alpha is not None else a,
+                  float(options.beta) if options.beta is not None else b)
+    f = soft_count_table(scap, graph.num_samples / n, options.batch_size)
+    cost = np.ascontiguousarray(topology.cost, dtype=np.float64)
+    machine_of = np.asarray(topology.machine_of, dtype=np.int64)
+    best = None
+    candidates = []
+    seen_bands = set()
+    for k in range(options.coarse_restarts):
+        t_c = time.perf_counter()
+        lo, hi = ML.signal_band(degree, graph.num_samples, n, options.batch_size,
+                                saturation=options.saturation * 4.0**k, max_vertices=options.coarse_vertices)
+        if (lo, hi) in seen_bands:
+            continue
+        seen_bands.add((lo, hi))
+        with task(f"Hybrid multilevel: signal rows of degree [{lo}, {hi}]"):
+            xadj, adjncy, weights, vertex_row, rows_used = ML.signal_graph(indptr, indices, degree, lo, hi, rng,
+                                                                          max_pairs)
+        cand = {"band": [lo, hi], "vertices": int(vertex_row.size), "edges": int(adjncy.size // 2),
+                "rows_sampled": rows_used}
+        candidates.append(cand)
+        if vertex_row.size < n:
+            continue
+        part = ML.partition_signal_graph(xadj, adjncy, weights, degree[vertex_row], machine_of,
+                                         seed=int(rng.integers(0, 2**31 - 1)), imbalance=options.max_imbalance)
+        del xadj, adjncy, weights
+        row_worker = np.full(graph.num_embeddings, -1, dtype=np.int32)
+        row_worker[vertex_row] = part
+        sw, prim, count = ML.project(indptr, indices, row_worker, n, scap, pcap, rng)
+        del row_worker
+        cand["objective"] = _start_objective(sw, prim, count, active, f, cost, n, *weights_ab, options.gamma)
+        cand["seconds"] = round(time.perf_counter() - t_c, 4)
+        log.info("hybrid multilevel: rows of degree [%d, %d]: %d vertices, %d edges (%d sampled rows): projected "
+                 "objective %.6g, %.2f s", lo, hi, cand["vertices"], cand["edges"], rows_used, cand["objective"],
+                 cand["seconds"])
+        if best is None or cand["objective"] < best[0]:
+            best = (cand["objective"], sw, prim, count, len(candidates) - 1)
+        del sw, prim, count
+    if best is None:
+        log.info("hybrid multilevel: fewer signal rows than workers; random start.")
+        return None
+    _, sw, prim, count, chosen = best
+    info = {"candidates": candidates, "chosen": chosen, "max_pairs": max_pairs,
+            "seconds": round(time.perf_counter() - t0, 4)}
+    return sw, prim, count, info
+
+
+def _start_objective(sw, prim, count, active, f, cost, n, alpha, beta, gamma) -> float:
+    """J of a start placement (module docstring), the value the round log reports as round 0."""
+    served = np.zeros(n, dtype=np.float64)
+    received = np.zeros(n, dtype=np.float64)
+    traffic = K.traffic_summary(prim, count, active, f, cost, served, received)
+    view = type("StartView", (), {})()
+    view._traffic, view.served, view.num_workers = traffic, served, n
+    view.sample_load = np.bincount(sw, minlength=n).astype(np.int64)
+    view.primary_load = np.bincount(prim[active], minlength=n).astype(np.int64)
+    view.alpha, view.beta, view.gamma = alpha, beta, float(gamma)
+    return summarize(view)["objective"]
+
+
 def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options: Options) -> Placement:
     n = topology.num_workers
     if n > 64:
@@ -545,6 +690,7 @@ def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options:
     # work on the ids that occur: criteo-1m has a 33.8M id space but ~2M used ids; per-embedding state
     # and sweeps then scale with the used ids (phantom ids are never vertices)
     init_info = {"method": options.init, "seconds": 0.0}
+    multilevel_info = None
     start: Placement | None = None
     if options.init != "random":
         if _is_hierarchical(topology):
@@ -563,7 +709,17 @@ def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options:
         K.remap(np.asarray(graph.sample_indices), local, cindices)
         graph = BipartiteGraph(np.asarray(graph.sample_indptr), cindices, used_ids.size, check=False)
     del local
-    if _is_hierarchical(topology):
+    ml = None
+    if options.levels > 1 and start is None:  # multilevel start (._multilevel), any topology
+        ml = _multilevel_start(graph, topology, options, rng)
+    if ml is not None:
+        sw, prim, count, multilevel_info = ml
+        del ml
+        state = _State(graph, topology.cost, options, sw, prim, rng, batch_size=options.batch_size, count=count)
+        del count
+        rounds_t0 = time.perf_counter()
+        _run_rounds(state, options, rounds, "worker", rounds_t0)
+    elif _is_hierarchical(topology):
         # machine level first: machines are the partitions, a machine's batch is its workers' batches
         mo = np.asarray(topology.machine_of, dtype=np.int32)
         num_machines = int(mo.max()) + 1
@@ -644,6 +800,7 @@ def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options:
         "primary_cap": state.primary_cap,
         "num_used_embeddings": state.num_used,
         "init": init_info,
+        "multilevel": multilevel_info,
         "seconds": round(time.perf_counter() - t0, 4),
     }
     placement = Placement.edge_cut(n, state.sw, prim, method="hybrid", options=asdict(options), seed=seed, info=info)

@@ -74,6 +74,10 @@ class Options:
     ptype
         ``"kway"`` (METIS_PartGraphKway) or ``"recursive"``
         (METIS_PartGraphRecursive).
+    ncuts
+        METIS's ``ncuts``: partition that many times (METIS varies its own
+        random choices) and keep the smallest cut. Default 1; time grows
+        about linearly.
     """
 
     max_imbalance: float = 1.05
@@ -81,6 +85,7 @@ class Options:
     max_pairs: int = 24_000_000
     max_samples: int | None = None
     ptype: str = "kway"
+    ncuts: int = 1
 
     def __post_init__(self) -> None:
         check_max_imbalance(self.max_imbalance)
@@ -89,6 +94,8 @@ class Options:
             raise PartitionError(f"metis: max_pairs must be a positive integer, got {self.max_pairs!r}.")
         if self.max_samples is not None and (not isinstance(self.max_samples, int) or self.max_samples < 1):
             raise PartitionError(f"metis: max_samples must be a positive integer or None, got {self.max_samples!r}.")
+        if not isinstance(self.ncuts, int) or isinstance(self.ncuts, bool) or self.ncuts < 1:
+            raise PartitionError(f"metis: ncuts must be an integer >= 1, got {self.ncuts!r}.")
         if self.ptype not in PTYPES:
             raise PartitionError(f"metis: ptype must be one of {', '.join(PTYPES)}, got {self.ptype!r}.")
 
@@ -112,7 +119,7 @@ def partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options: 
         with task(f"metis: METIS on {vertex_embedding.size} vertices, {adjncy.size // 2} edges"):
             parts = run_metis(xadj, adjncy, num_workers, vertex_weights=degree[vertex_embedding],
                               edge_weights=weights, seed=metis_seed, imbalance=options.metis_imbalance,
-                              recursive=options.ptype == "recursive")
+                              recursive=options.ptype == "recursive", ncuts=options.ncuts)
         primary[vertex_embedding] = parts
     del xadj, adjncy, weights
 

@@ -1,0 +1,181 @@
+"""The multilevel start of ``hybrid``: contract the samples, partition the signal values, project, refine.
+
+HET-GMP (SIGMOD'22, section 5.2) sweeps single vertices from a random start.
+That local search finds structure carried by frequently shared rows but not
+structure carried by rarely seen ones (criteo-1m: the flat 1D step trails
+METIS). The paper is silent on multilevel schemes; this module is our choice.
+
+**Why the flat sweep stalls.** A sample moves to the worker holding most of
+its rows' primaries. From a random start those primaries are independent
+coin flips per row, and a Criteo-like sample has ~26 rows of which only the
+few drawn from its community's values carry information; the rest vote at
+random and outweigh them (measured on criteo-1m: a 2-way sweep from random
+leaves every planted community split 53/47). What does identify a community
+is that its values *co-occur* with each other much more than with others.
+
+**The levels.**
+
+* Level 0 -- the bipartite graph (samples, used rows), HET-GMP's graph.
+* Level 1 -- samples contracted away: the *co-occurrence graph of the signal
+  rows*, the rows whose degree lies in a band ``[lo, hi]``. Two rows are
+  joined by an edge weighted by the number of (sampled) samples using both;
+  a row's vertex weight is its degree (access load). Rows above ``hi`` are
+  *saturated*: ``hi`` is a few times the per-worker batches ``m / b`` of the
+  soft count, beyond which f(c) is flat, every worker fetches them anyway
+  and the 2D step replicates them; they only add noise to the cut. Rows
+  below ``lo`` (``lo`` is raised from 2 only as far as needed to keep at most
+  ``max_vertices`` vertices) have so few users that they follow their
+  samples. The graph is built from a seeded row sample holding at most
+  ``max_pairs`` row pairs (as :mod:`gmp.partition.metis` does).
+* Levels 2.. -- METIS's own multilevel k-way scheme on level 1 (heavy-edge
+  matching down to a small graph, initial partitioning, projection and
+  boundary refinement at every level), with ``ufactor`` from
+  ``max_imbalance``. On a hierarchical topology (machines x workers) it
+  runs twice, recursively: the machines first, then each machine's rows
+  into its workers, so co-accessed rows share a machine first.
+
+**Projection and refinement at the bipartite level.** Samples go, in a
+seeded order, to the worker holding most of their partitioned rows (hard
+sample cap); every used row's primary to the worker holding most of its
+users (hard primary cap). Then HET-GMP's topology-weighted soft-count
+sweeps (Eq. 3-5) with the hard caps refine the bipartite graph for up to
+``rounds`` rounds, and the 2D step (Eq. 6) follows as in the flat scheme.
+
+The numbers behind these choices (and the two sample-clustering coarsenings
+that were tried and dropped) are in docs/hybrid.md, "Multilevel".
+
+**Memory.** The signal-row CSR (int32 per kept edge), the pair keys of the
+sampled rows (int64 per pair, at most ``max_pairs``) and METIS's CSR (int64,
+32 bytes per distinct pair); the projection's ``count`` (int32 [rows, N]) is
+handed to the sweeps, which would otherwise count the same placement again.
+
+**Candidates.** ``hybrid`` projects one candidate per band (its option
+``coarse_restarts``: upper bounds ``saturation`` x 1, 4, ...) and refines the
+projection with the lowest objective (the sweeps' own J).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import numba
+import numpy as np
+import scipy.sparse as sp
+
+from ._common import (assign_samples_by_majority, choose_primaries, count_embedding_workers, run_metis,
+                      seeded_order)
+from .metis import choose_rows, cooccurrence_csr
+
+log = logging.getLogger(__name__)
+
+
+def signal_band(degree: np.ndarray, num_samples: int, num_workers: int, batch_size: int, *,
+                saturation: float, max_vertices: int) -> tuple[int, int]:
+    """``(lo, hi)``: the degree band of the rows that form the coarse graph.
+
+    ``hi = ceil(saturation * m / b)`` with m = samples per worker and b = the soft count's batch
+    (``min(batch_size, m)``), at least 4; ``lo`` the smallest degree >= 2 such that at most
+    ``max_vertices`` rows have a degree in ``[lo, hi]``.
+
+    Examples
+    --------
+    >>> signal_band(np.array([1, 2, 2, 3, 5, 900]), 8000, 8, 100, saturation=4.0, max_vertices=3)
+    (3, 40)
+    """
+    m = max(num_samples / max(num_workers, 1), 1.0)
+    b = min(float(batch_size), m)
+    hi = max(4, int(math.ceil(saturation * m / b)))
+    in_band = degree[(degree >= 2) & (degree <= hi)]
+    if in_band.size <= max_vertices:
+        return 2, hi
+    # the max_vertices highest degrees of the band; lo = the smallest of them plus one if that ties over
+    counts = np.bincount(in_band, minlength=hi + 1)
+    above = np.cumsum(counts[::-1])[::-1]  # above[d] = rows of the band with degree >= d
+    lo = int(np.argmax(above <= max_vertices))
+    return max(lo, 2), hi
+
+
+@numba.njit(cache=True, nogil=True)
+def _band_csr(indptr, indices, degree, lo, hi, out_indptr, out_indices):  # pragma: no cover - compiled
+    """The sample CSR restricted to rows with degree in [lo, hi] (same samples, fewer entries)."""
+    pos = 0
+    for i in range(indptr.size - 1):
+        out_indptr[i] = pos
+        for k in range(indptr[i], indptr[i + 1]):
+            x = indices[k]
+            d = degree[x]
+            if d >= lo and d <= hi:
+                out_indices[pos] = x
+                pos += 1
+    out_indptr[indptr.size - 1] = pos
+
+
+@numba.njit(cache=True, nogil=True)
+def _count_band(indices, degree, lo, hi):  # pragma: no cover - compiled
+    total = 0
+    for k in range(indices.size):
+        d = degree[indices[k]]
+        if d >= lo and d <= hi:
+            total += 1
+    return total
+
+
+def signal_graph(indptr: np.ndarray, indices: np.ndarray, degree: np.ndarray, lo: int, hi: int,
+                 rng: np.random.Generator, max_pairs: int):
+    """Level 1: the weighted co-occurrence graph of the rows with degree in ``[lo, hi]``.
+
+    Returns ``(xadj, adjncy, weights, vertex_row, rows_used)`` in METIS's CSR form (see
+    :func:`gmp.partition.metis.cooccurrence_csr`); ``vertex_row`` are compact row ids.
+    """
+    num = int(_count_band(indices, degree, lo, hi))
+    b_indptr = np.empty(indptr.size, dtype=np.int64)
+    b_indices = np.empty(num, dtype=np.int32)
+    _band_csr(indptr, indices, degree, np.int64(lo), np.int64(hi), b_indptr, b_indices)
+    rows = choose_rows(b_indptr, rng, max_pairs=max_pairs)
+    xadj, adjncy, weights, vertex_row = cooccurrence_csr(b_indptr, b_indices, rows, degree.size)
+    return xadj, adjncy, weights, vertex_row, int(rows.size)
+
+
+def partition_signal_graph(xadj: np.ndarray, adjncy: np.ndarray, weights: np.ndarray, vertex_weight: np.ndarray,
+                           machine_of: np.ndarray, *, seed: int, imbalance: float) -> np.ndarray:
+    """Worker of every vertex of the signal graph (int32), by METIS k-way.
+
+    ``machine_of`` (int [N]): with several machines of equal size, the machines are
+    partitioned first and then each machine's subgraph into its workers (recursive), so
+    heavily co-accessed rows share a machine before they share a worker.
+    """
+    num_workers = int(machine_of.size)
+    num_machines = int(machine_of.max()) + 1 if machine_of.size else 1
+    if num_machines <= 1 or num_machines >= num_workers:
+        return run_metis(xadj, adjncy, num_workers, vertex_weights=vertex_weight, edge_weights=weights,
+                         seed=seed, imbalance=imbalance, recursive=False)
+    machine = run_metis(xadj, adjncy, num_machines, vertex_weights=vertex_weight, edge_weights=weights,
+                        seed=seed, imbalance=imbalance, recursive=False)
+    graph = sp.csr_array((weights, adjncy, xadj), shape=(xadj.size - 1, xadj.size - 1))
+    out = np.empty(xadj.size - 1, dtype=np.int32)
+    for mach in range(num_machines):
+        workers = np.flatnonzero(machine_of == mach).astype(np.int32)
+        ids = np.flatnonzero(machine == mach)
+        sub = graph[ids][:, ids].tocsr()
+        sub.sort_indices()
+        part = run_metis(sub.indptr.astype(np.int64), sub.indices.astype(np.int64), workers.size,
+                         vertex_weights=vertex_weight[ids], edge_weights=sub.data.astype(np.int64),
+                         seed=seed + 1 + mach, imbalance=imbalance, recursive=False)
+        out[ids] = workers[part]
+    return out
+
+
+def project(indptr: np.ndarray, indices: np.ndarray, row_worker: np.ndarray, num_workers: int, sample_cap: int,
+            primary_cap: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Level 1 -> level 0: samples to the worker holding most of their placed rows (``row_worker >= 0``),
+    within ``sample_cap``; then every used row's primary to the worker holding most of its users,
+    within ``primary_cap``. Returns ``(sample_worker, primary, count)``: int32 [samples], int32 [rows]
+    and the int32 [rows, N] user counts the sweeps start from."""
+    num_rows = row_worker.size
+    sw = assign_samples_by_majority(indptr, indices, row_worker, num_workers, sample_cap,
+                                    order=seeded_order(indptr.size - 1, rng))
+    counts = count_embedding_workers(indptr, indices, sw, np.arange(num_rows, dtype=np.int32), num_rows,
+                                     num_workers)
+    prim = choose_primaries(counts, cap=primary_cap)
+    return sw, prim, counts

@@ -1,0 +1,274 @@
+"""Tests of the multilevel start of ``hybrid`` (gmp/partition/_multilevel.py) and of the ``kaminpar`` baseline.
+
+Planted structures with known answers: communities carried only by rare
+values (every community also uses the same hot values, which carry no
+community information), and a two-level machine/worker structure; the
+multilevel start recovers both exactly, the paper's flat sweep (``levels=1``)
+does not. Hard caps at the projection level and after the sweeps;
+determinism per seed and with 1 and 2 numba threads.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from gmp.errors import MissingDependencyError, PartitionError
+from gmp.graph import BipartiteGraph
+from gmp.partition import _multilevel as ML
+from gmp.partition import run_partitioner
+from gmp.partition._common import sample_cap
+from gmp.partition.hybrid import default_coarse_pairs
+from gmp.topology import hierarchical, homogeneous
+
+NO_2D = dict(replication_budget=0.0)
+# 120 samples per worker: with the default batch of 512 (> m) every row costs one fetch per worker whatever its
+# count, the soft count is flat and every row counts as saturated (docs/hybrid.md, "Small graphs"); a batch of
+# 8 makes the planted graphs' rare rows (degree <= 10) the signal rows and the hot ones (degree ~300) saturated
+SMALL = dict(replication_budget=0.0, batch_size=8)
+
+
+def rare_value_communities(rng, *, num_communities=4, samples_per=120, rare_per_sample=4, users_per_rare=3,
+                           num_hot=6, hot_per_sample=4, super_groups=None, super_per_sample=0):
+    """Samples of community c use ``rare_per_sample`` values of c's own pool, each value used by about
+    ``users_per_rare`` samples, plus ``hot_per_sample`` of ``num_hot`` values every community uses.
+
+    ``super_groups`` (list of community lists): the communities of a group also share a pool of rare
+    values (``super_per_sample`` per sample), a second, coarser level of structure.
+    Returns ``(graph, community of each sample)``.
+    """
+    pool = samples_per * rare_per_sample // users_per_rare
+    next_id = num_hot
+    own = []
+    for _ in range(num_communities):
+        own.append(np.arange(next_id, next_id + pool))
+        next_id += pool
+    shared = {}
+    for group in super_groups or []:
+        ids = np.arange(next_id, next_id + pool)
+        next_id += pool
+        for c in group:
+            shared[c] = ids
+    rows, community = [], []
+    for c in range(num_communities):
+        for _ in range(samples_per):
+            row = set(rng.choice(own[c], rare_per_sample, replace=False).tolist())
+            row |= set(rng.choice(num_hot, hot_per_sample, replace=False).tolist())
+            if c in shared and super_per_sample:
+                row |= set(rng.choice(shared[c], super_per_sample, replace=False).tolist())
+            rows.append(sorted(row))
+            community.append(c)
+    perm = rng.permutation(len(rows))  # communities interleaved in id order
+    return (BipartiteGraph.from_lists([rows[i] for i in perm], next_id), np.asarray(community)[perm])
+
+
+def recovered(sample_worker, community):
+    """True when the workers are exactly the communities (a bijection between the two labellings)."""
+    pairs = set(zip(community.tolist(), sample_worker.tolist()))
+    return len(pairs) == len(set(community.tolist())) == len(set(sample_worker.tolist()))
+
+
+# --------------------------------------------------------------------------
+# planted structures
+# --------------------------------------------------------------------------
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
+def test_communities_carried_only_by_rare_values_recovered_exactly(seed):
+    g, comm = rare_value_communities(np.random.default_rng(seed))
+    p = run_partitioner("hybrid", g, homogeneous(4), seed=seed, options=SMALL)
+    assert recovered(p.sample_worker, comm)
+    # every shared rare value's primary on its community's worker: the only remote reads of values used
+    # twice or more are of hot values (a value with one user may sit elsewhere when the primary balance
+    # term outweighs its single fetch)
+    hot = 6
+    degree = np.bincount(g.sample_indices, minlength=g.num_embeddings)
+    remote = p.sample_worker[np.repeat(np.arange(g.num_samples), np.diff(g.sample_indptr))] != \
+        p.embedding_primary[g.sample_indices]
+    assert not np.any(remote & (g.sample_indices >= hot) & (degree[g.sample_indices] >= 2))
+
+
+def test_flat_sweep_misses_the_rare_value_communities():
+    # the paper's sweep from a random start: hot values outvote the rare ones, communities stay split
+    hits = 0
+    for seed in range(5):
+        g, comm = rare_value_communities(np.random.default_rng(seed))
+        p = run_partitioner("hybrid", g, homogeneous(4), seed=seed, options=dict(SMALL, levels=1))
+        hits += recovered(p.sample_worker, comm)
+    assert hits == 0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_two_level_machine_worker_structure_recovered_exactly(seed):
+    # communities (0, 1) and (2, 3) also share rare values: on 2 machines x 2 workers each community gets
+    # a worker and each pair a machine
+    g, comm = rare_value_communities(np.random.default_rng(seed), super_groups=[[0, 1], [2, 3]],
+                                     super_per_sample=2)
+    topo = hierarchical(2, 2)
+    p = run_partitioner("hybrid", g, topo, seed=seed, options=SMALL)
+    assert recovered(p.sample_worker, comm)
+    machine = np.asarray(topo.machine_of)[p.sample_worker]
+    assert len(set(machine[comm <= 1].tolist())) == 1 and len(set(machine[comm >= 2].tolist())) == 1
+    assert machine[comm == 0][0] != machine[comm == 2][0]
+
+
+# --------------------------------------------------------------------------
+# hard caps at every level
+# --------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def skewed_graph():
+    # skewed ids and uneven communities: METIS balances row degrees, not samples, so the projection's caps bind
+    rng = np.random.default_rng(3)
+    ids = np.minimum(rng.zipf(1.4, size=(6000, 6)) - 1, 1999)
+    big = rng.random(6000) < 0.6  # one community holds 60% of the samples
+    ids[big, :3] = 2000 + rng.integers(0, 300, size=(int(big.sum()), 3))
+    return BipartiteGraph.from_lists([sorted(set(r.tolist())) for r in ids], 2600)
+
+
+@pytest.mark.parametrize("topo", [homogeneous(8), hierarchical(2, 4)], ids=["flat8", "2x4"])
+@pytest.mark.parametrize("rounds", [0, 3])
+@pytest.mark.parametrize("max_imbalance", [1.0, 1.05, 1.3])
+def test_caps_hold_at_projection_and_after_sweeps(skewed_graph, topo, rounds, max_imbalance):
+    g = skewed_graph
+    n = topo.num_workers
+    p = run_partitioner("hybrid", g, topo, seed=1,
+                        options=dict(NO_2D, rounds=rounds, max_imbalance=max_imbalance))
+    used = np.bincount(g.sample_indices, minlength=g.num_embeddings) > 0
+    assert np.bincount(p.sample_worker, minlength=n).max() <= sample_cap(g.num_samples, n, max_imbalance)
+    assert np.bincount(p.embedding_primary[used], minlength=n).max() <= sample_cap(int(used.sum()), n,
+                                                                                   max_imbalance)
+    assert p.info["multilevel"]["candidates"][p.info["multilevel"]["chosen"]]["vertices"] > 0
+    for r in p.info["rounds"]:  # the projection (round 0) and every round within the caps
+        assert r["sample_imbalance"] <= sample_cap(g.num_samples, n, max_imbalance) / (g.num_samples / n) + 1e-12
+
+
+def test_project_respects_caps_even_when_all_rows_pick_one_worker():
+    g, _ = rare_value_communities(np.random.default_rng(0))
+    indptr, indices = np.asarray(g.sample_indptr), np.asarray(g.sample_indices).astype(np.int32)
+    row_worker = np.zeros(g.num_embeddings, dtype=np.int32)  # every row on worker 0
+    cap = sample_cap(g.num_samples, 4, 1.05)
+    pcap = sample_cap(g.num_embeddings, 4, 1.05)
+    sw, prim, count = ML.project(indptr, indices, row_worker, 4, cap, pcap, np.random.default_rng(0))
+    expect = np.zeros((g.num_embeddings, 4), dtype=np.int64)
+    np.add.at(expect, (indices, np.repeat(sw, np.diff(indptr))), 1)
+    np.testing.assert_array_equal(count, expect)
+    assert np.bincount(sw, minlength=4).max() == cap
+    assert np.bincount(prim[prim >= 0], minlength=4).max() <= pcap
+
+
+# --------------------------------------------------------------------------
+# pieces
+# --------------------------------------------------------------------------
+def test_signal_band():
+    deg = np.array([1, 2, 2, 3, 5, 900])
+    # m = 1000 samples per worker, b = 100: hi = 4 * m / b = 40; 4 rows in [2, 40] > 3 allowed -> lo = 3
+    assert ML.signal_band(deg, 8000, 8, 100, saturation=4.0, max_vertices=3) == (3, 40)
+    assert ML.signal_band(deg, 8000, 8, 100, saturation=4.0, max_vertices=10) == (2, 40)
+    # m < batch: one batch of m samples, hi = saturation
+    assert ML.signal_band(deg, 80, 8, 512, saturation=4.0, max_vertices=10) == (2, 4)
+
+
+def test_signal_graph_counts_cooccurrence_of_band_rows():
+    # rows 0 (degree 1), 1, 2 (degree 3), 3 (degree 2), 4 (degree 4 > hi)
+    g = BipartiteGraph.from_lists([[0, 1, 2, 4], [1, 2, 4], [1, 3, 4], [2, 3, 4]], 5)
+    deg = np.bincount(g.sample_indices, minlength=5)
+    xadj, adjncy, w, rows, used = ML.signal_graph(np.asarray(g.sample_indptr), np.asarray(g.sample_indices),
+                                                  deg, 2, 3, np.random.default_rng(0), 10**6)
+    assert rows.tolist() == [1, 2, 3] and used == 4
+    edges = {(int(rows[u]), int(rows[adjncy[k]])): int(w[k]) for u in range(3) for k in range(xadj[u], xadj[u + 1])}
+    assert edges == {(1, 2): 2, (2, 1): 2, (1, 3): 1, (3, 1): 1, (2, 3): 1, (3, 2): 1}
+
+
+def test_default_coarse_pairs():
+    assert default_coarse_pairs(10_000) == 2_000_000
+    assert default_coarse_pairs(2_000_000) == 4_000_000
+    assert default_coarse_pairs(45_840_617) == 24_000_000
+
+
+# --------------------------------------------------------------------------
+# determinism
+# --------------------------------------------------------------------------
+def test_same_seed_same_result_and_levels_option(skewed_graph):
+    a = run_partitioner("hybrid", skewed_graph, homogeneous(4), seed=5, options=dict(rounds=2))
+    b = run_partitioner("hybrid", skewed_graph, homogeneous(4), seed=5, options=dict(rounds=2))
+    for name in ("sample_worker", "embedding_primary", "secondary_indptr", "secondary_workers"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+    assert a.options["levels"] == 2 and a.info["multilevel"] is not None
+    flat = run_partitioner("hybrid", skewed_graph, homogeneous(4), seed=5, options=dict(rounds=2, levels=1))
+    assert flat.info["multilevel"] is None
+
+
+def test_identical_with_one_and_two_threads():
+    code = textwrap.dedent("""
+        import hashlib, numpy as np
+        from gmp.graph import BipartiteGraph
+        from gmp.partition import run_partitioner
+        from gmp.topology import hierarchical, homogeneous
+        rng = np.random.default_rng(5)
+        ids = np.minimum(rng.zipf(1.3, size=(9000, 6)) - 1, 2999)
+        g = BipartiteGraph.from_lists([sorted(set(r.tolist())) for r in ids], 3500)
+        h = hashlib.sha256()
+        for topo in (homogeneous(8), hierarchical(2, 4)):
+            p = run_partitioner("hybrid", g, topo, seed=9, options=dict(rounds=3, replication_budget=0.02))
+            for a in (p.sample_worker, p.embedding_primary, p.secondary_indptr, p.secondary_workers):
+                h.update(a.tobytes())
+        print(h.hexdigest())
+    """)
+    outs = []
+    for threads in ("1", "2"):
+        env = {**__import__("os").environ, "NUMBA_NUM_THREADS": threads}
+        res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr
+        outs.append(res.stdout.strip())
+    assert outs[0] == outs[1]
+
+
+@pytest.mark.parametrize("bad,match", [
+    (dict(levels=3), "levels must be 1"),
+    (dict(levels=0), "levels must be 1"),
+    (dict(coarse_pairs=0), "coarse_pairs must be a positive integer"),
+    (dict(coarse_vertices=-1), "coarse_vertices must be a positive integer"),
+    (dict(saturation=0.0), "saturation must be a finite number > 0"),
+])
+def test_bad_multilevel_options(bad, match):
+    g = BipartiteGraph.from_lists([[0, 1], [1, 2]], 3)
+    with pytest.raises(PartitionError, match=match):
+        run_partitioner("hybrid", g, homogeneous(2), seed=0, options=bad)
+
+
+# --------------------------------------------------------------------------
+# kaminpar baseline
+# --------------------------------------------------------------------------
+def test_kaminpar_missing_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "kaminpar", None)  # import kaminpar -> ImportError
+    g = BipartiteGraph.from_lists([[0, 1], [1, 2]], 3)
+    with pytest.raises(MissingDependencyError, match=r"pip install 'gmp\[kaminpar\]'"):
+        run_partitioner("kaminpar", g, homogeneous(2), seed=0)
+
+
+def test_parhip_file_layout(tmp_path):
+    from gmp.partition.kaminpar import write_parhip
+
+    xadj = np.array([0, 2, 3, 4], dtype=np.int64)
+    adjncy = np.array([1, 2, 0, 0], dtype=np.int64)
+    write_parhip(str(tmp_path / "g"), xadj, adjncy, np.array([5, 6, 7]), np.array([1, 2, 1, 2]))
+    raw = (tmp_path / "g").read_bytes()
+    head = np.frombuffer(raw[:24], dtype=np.uint64)
+    assert head.tolist() == [8 + 16 + 32, 3, 4]  # 32-bit ids and weights, both weights present
+    offsets = np.frombuffer(raw[24:24 + 32], dtype=np.uint64)
+    assert offsets.tolist() == [56, 64, 68, 72]  # byte position of each neighbour list
+    body = np.frombuffer(raw[56:], dtype=np.uint32)
+    assert body.tolist() == [1, 2, 0, 0, 5, 6, 7, 1, 2, 1, 2]
+
+
+def test_kaminpar_planted_communities():
+    pytest.importorskip("kaminpar", reason="optional extra 'kaminpar' not installed")
+    # without hot values: the baseline's co-occurrence graph has every row as a vertex, and hot rows
+    # (vertex weight = degree) would dominate its balance
+    g, comm = rare_value_communities(np.random.default_rng(0), num_hot=0, hot_per_sample=0)
+    p = run_partitioner("kaminpar", g, homogeneous(4), seed=0)
+    q = run_partitioner("kaminpar", g, homogeneous(4), seed=0)
+    np.testing.assert_array_equal(p.sample_worker, q.sample_worker)
+    assert recovered(p.sample_worker, comm)
