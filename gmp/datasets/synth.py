@@ -568,6 +568,31 @@ def _zipf_rank(state, n, a, hx1, hn, s):  # pragma: no cover - compiled
             return state, k - 1
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _dense_and_label(state, i, acc, c, num_dense, dense, dense_mu, dense_coef, comm_shift, logit,
+                     label):  # pragma: no cover - compiled
+    """Sample i's dense features (log-normal counts around its community's shift, Box-Muller pairs)
+    and its label from the hidden logit ``acc`` plus the dense terms; returns the RNG state.
+    Shared by both generators (same operations in the same order: the output is unchanged)."""
+    j = 0
+    while j < num_dense:
+        state, u1 = _uniform(state)
+        state, u2 = _uniform(state)
+        rad = math.sqrt(-2.0 * math.log(1.0 - u1))
+        for t in range(2):
+            if j >= num_dense:
+                break
+            zz = rad * (math.cos(2.0 * math.pi * u2) if t == 0 else math.sin(2.0 * math.pi * u2))
+            zz += comm_shift[c, j]
+            dense[i, j] = math.log1p(math.floor(math.exp(dense_mu[j] + zz)))
+            acc += dense_coef[j] * zz
+            j += 1
+    logit[i] = acc
+    state, u = _uniform(state)
+    label[i] = 1.0 if u * (1.0 + math.exp(-acc)) < 1.0 else 0.0
+    return state
+
+
 @numba.njit(cache=True, nogil=True, parallel=True)
 def _generate(start, count, key, wkey, num_comm, locality, tail, skew,
               card, offset, is_local, perm, gparams, lparams, value_scale,
@@ -616,22 +641,7 @@ def _generate(start, count, key, wkey, num_comm, locality, tail, skew,
             ids[i, f] = e
             hw = np.float64(_mix64(wkey ^ _mix64(np.uint64(e))) >> _S11) * _TWO_M53
             acc += value_scale[f] * (2.0 * hw - 1.0)
-        j = 0
-        while j < num_dense:
-            state, u1 = _uniform(state)
-            state, u2 = _uniform(state)
-            rad = math.sqrt(-2.0 * math.log(1.0 - u1))
-            for t in range(2):
-                if j >= num_dense:
-                    break
-                zz = rad * (math.cos(2.0 * math.pi * u2) if t == 0 else math.sin(2.0 * math.pi * u2))
-                zz += comm_shift[c, j]
-                dense[i, j] = math.log1p(math.floor(math.exp(dense_mu[j] + zz)))
-                acc += dense_coef[j] * zz
-                j += 1
-        logit[i] = acc
-        state, u = _uniform(state)
-        label[i] = 1.0 if u * (1.0 + math.exp(-acc)) < 1.0 else 0.0
+        state = _dense_and_label(state, i, acc, c, num_dense, dense, dense_mu, dense_coef, comm_shift, logit, label)
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
@@ -733,22 +743,7 @@ def _generate_entities(start, count, key, wkey, akey, skey, session_length, sess
             hw = np.float64(_mix64(wkey ^ _mix64(np.uint64(e_id))) >> _S11) * _TWO_M53
             acc += value_scale[f] * (2.0 * hw - 1.0)
         # 3. dense and 4. label, as in the independent model
-        j = 0
-        while j < num_dense:
-            state, u1 = _uniform(state)
-            state, u2 = _uniform(state)
-            rad = math.sqrt(-2.0 * math.log(1.0 - u1))
-            for tt in range(2):
-                if j >= num_dense:
-                    break
-                zz = rad * (math.cos(2.0 * math.pi * u2) if tt == 0 else math.sin(2.0 * math.pi * u2))
-                zz += comm_shift[c, j]
-                dense[i, j] = math.log1p(math.floor(math.exp(dense_mu[j] + zz)))
-                acc += dense_coef[j] * zz
-                j += 1
-        logit[i] = acc
-        state, u = _uniform(state)
-        label[i] = 1.0 if u * (1.0 + math.exp(-acc)) < 1.0 else 0.0
+        state = _dense_and_label(state, i, acc, c, num_dense, dense, dense_mu, dense_coef, comm_shift, logit, label)
 
 
 # ---------------------------------------------------------------------------
