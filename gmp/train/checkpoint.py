@@ -45,8 +45,9 @@ from ..placement import Placement
 
 FORMAT = "gmp.checkpoint"
 SCHEMA_VERSION = 1
-#: settings that may change between the interrupted run and --resume
-MUTABLE = ("epochs", "log_every")
+#: settings that may change between the interrupted run and --resume (where the rows live does not
+#: change the trajectory: gmp.train.tiers)
+MUTABLE = ("epochs", "log_every", "tiers")
 _FIX = "start without --resume or point --checkpoint-dir elsewhere."
 
 
