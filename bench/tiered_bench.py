@@ -60,10 +60,12 @@ def run_one(data, placement, args, loc, pct, lookahead, tier_dir, evaluate):
     tr = Trainer(data, placement, cfg, LocalEngine(1))
     setup = time.perf_counter() - t0
     try:
+        cpu0 = time.process_time()
         tr.fit(stop_after_steps=args.steps)
+        cpu = time.process_time() - cpu0  # every thread of the process (the prefetcher's too)
         rate = tr.acc["samples"] / tr.acc["train_seconds"]
         out = {"location": loc, "cache_percent": pct, "lookahead": lookahead, "samples_per_sec": rate,
-               "setup_seconds": setup, "steps": tr.acc["steps"]}
+               "samples_per_cpu_sec": tr.acc["samples"] / cpu, "setup_seconds": setup, "steps": tr.acc["steps"]}
         if tiers is not None:
             st = tr.stores[0].tier.cache.stats.to_json()
             out.update(hit_rate=st["hit_rate"], stall_seconds=st["prefetch_stall_seconds"],
@@ -116,26 +118,35 @@ def main(argv=None) -> None:
           f"{args.embedding_dim} Adagrad, 1 worker, batch {args.batch_size}, {args.steps} steps per run, "
           f"{args.repeats} interleaved repeats, {args.threads} torch thread(s), CPU\n")
     head = (f"{'location':8s} {'cache':>6s} {'k':>4s} {'samples/s':>10s} {'spread':>7s} {'vs device':>9s} "
-            f"{'hit rate':>8s} {'stall s':>7s} {'test AUC':>9s} {'logloss':>8s}")
+            f"{'per CPU s':>9s} {'spread':>7s} {'vs device':>9s} {'hit rate':>8s} {'stall s':>7s} {'test AUC':>9s} "
+            f"{'logloss':>8s}")
     print(head)
     print("-" * len(head))
-    base = None
+    base = base_cpu = None
     for loc, pct, k in confs:
         mine = [x for x in runs if (x["location"], x["cache_percent"], x["lookahead"]) == (loc, pct, k)]
         rates = [x["samples_per_sec"] for x in mine]
         med = statistics.median(rates)
         spread = (max(rates) - min(rates)) / med * 100
+        cpu_rates = [x["samples_per_cpu_sec"] for x in mine]
+        med_cpu = statistics.median(cpu_rates)
+        spread_cpu = (max(cpu_rates) - min(cpu_rates)) / med_cpu * 100
         if loc == "device":
-            base = med
+            base, base_cpu = med, med_cpu
         first = mine[0]
         vs = f"{med / base * 100:8.1f}%" if base else "        -"
+        vs_cpu = f"{med_cpu / base_cpu * 100:8.1f}%" if base_cpu else "        -"
         hit = f"{first['hit_rate']:8.3f}" if "hit_rate" in first else "       -"
         stall = f"{statistics.median(x['stall_seconds'] for x in mine):7.2f}" if "stall_seconds" in first else "      -"
         cache = f"{pct}%" if pct else "all"
-        print(f"{loc:8s} {cache:>6s} {k:4d} {med:10,.0f} {spread:6.1f}% {vs} {hit} {stall} "
+        print(f"{loc:8s} {cache:>6s} {k:4d} {med:10,.0f} {spread:6.1f}% {vs} {med_cpu:9,.0f} {spread_cpu:6.1f}% {vs_cpu} "
+              f"{hit} {stall} "
               f"{first.get('test_auc', float('nan')):9.6f} {first.get('test_logloss', float('nan')):8.5f}")
     aucs = {x["test_auc"] for x in runs if "test_auc" in x}
-    print(f"\ntest AUC equal in every configuration: {len(aucs) == 1} ({len(aucs)} distinct value(s))")
+    print("\nsamples/s: training samples / wall seconds in training steps; per CPU s: / process CPU seconds "
+          "(all threads) over the same steps, which a loaded machine disturbs far less; spread: (max - min) / median "
+          "over the repeats; stall s: seconds a step waited for its rows (median); hit rate: first repeat.")
+    print(f"test AUC equal in every configuration: {len(aucs) == 1} ({len(aucs)} distinct value(s))")
     if os.path.isdir(tier_dir) and not args.tier_dir:
         os.rmdir(tier_dir)
 

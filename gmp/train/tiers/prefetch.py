@@ -16,6 +16,8 @@ from ...errors import TrainingError
 from .cache import RowCache
 
 T = TypeVar("T")
+#: steps read into the window per step admitted (the window reaches ``lookahead`` after lookahead / 7 steps)
+READ_AHEAD_PER_STEP = 8
 
 
 @dataclass
@@ -119,7 +121,11 @@ class StepFeeder(Generic[T]):
         try:
             exhausted, i = False, 0
             while not self._stop.is_set():
-                while not exhausted and len(ahead) < self.lookahead:
+                # the window fills READ_AHEAD_PER_STEP steps per admitted step, so the first step's rows
+                # are loaded at once instead of after reading the whole window
+                for _ in range(READ_AHEAD_PER_STEP):
+                    if exhausted or len(ahead) >= self.lookahead:
+                        break
                     try:
                         item = next(it)
                     except StopIteration:
