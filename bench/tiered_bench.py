@@ -89,6 +89,9 @@ def main(argv=None) -> None:
     ap.add_argument("--locations", default="device,host,disk")
     ap.add_argument("--cache-percents", default="10,25")
     ap.add_argument("--lookaheads", default="0,8,64,512")
+    ap.add_argument("--only", default=None,
+                    help="explicit configurations instead of the cross product: 'host:10:0,disk:25:64,...' "
+                         "(location:cache percent:lookahead; the device run is always included)")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     ap.add_argument("--tier-dir", default=None)
     ap.add_argument("--out", default=None, help="write every run as JSON here")
@@ -102,6 +105,9 @@ def main(argv=None) -> None:
     placement = load_placement(ds, None, 1)
     confs = configurations(args.locations.split(","), [int(x) for x in args.cache_percents.split(",")],
                            [int(x) for x in args.lookaheads.split(",")])
+    if args.only:
+        confs = [("device", 0, 0)] + [(c.split(":")[0], int(c.split(":")[1]), int(c.split(":")[2]))
+                                      for c in args.only.split(",")]
     tier_dir = args.tier_dir or tempfile.mkdtemp(prefix="gmp-tiered-bench-")
     run_one(data, placement, args, "device", 0, 0, tier_dir, evaluate=False)  # warm-up (untimed): first touches
     runs = []
@@ -110,6 +116,8 @@ def main(argv=None) -> None:
             res = run_one(data, placement, args, loc, pct, k, tier_dir, evaluate=(r == 0))
             res["repeat"] = r
             runs.append(res)
+            if args.out:  # after every run: a stopped benchmark keeps what it measured
+                Path(args.out).write_text(json.dumps(runs, indent=1))
             print(f"  repeat {r} {loc:6s} {pct:3d}% k={k:<4d} {res['samples_per_sec']:9,.0f} samples/s",
                   file=sys.stderr, flush=True)
     if args.out:
