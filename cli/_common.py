@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
+from pathlib import Path
+import os
+import shutil
 import sys
 from typing import Any, Callable, TypeVar
 
@@ -29,11 +33,39 @@ def handle_errors(fn: F) -> F:
         except GmpError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None
-        except (FileNotFoundError, PermissionError, IsADirectoryError) as exc:
-            typer.echo(f"error: cannot read {exc.filename}: {exc.strerror}", err=True)
+        except OSError as exc:
+            typer.echo(f"error: {os_error_line(exc)}", err=True)
+            raise typer.Exit(2) from None
+        except MemoryError:
+            typer.echo("error: out of memory; use a smaller input or settings, or a machine with more memory.",
+                       err=True)
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def os_error_line(exc: OSError) -> str:
+    """One line for an operating-system error that no gmp check caught (neither 'read' nor 'write'
+    is assumed: the same errors come from both)."""
+    where = exc.filename or "a file"
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        try:
+            free = shutil.disk_usage(os.path.dirname(os.path.abspath(where)) if exc.filename else ".").free
+            room = f" ({free / 2**20:,.1f} MiB free)"
+        except OSError:
+            room = ""
+        return f"no space left on the device writing {where}{room}; free space or choose another --out."
+    return f"{where}: {exc.strerror or exc}; check the path and its permissions."
+
+
+def check_seed(seed: int) -> int:
+    """:func:`gmp.seeds.check_seed`, its message worded with the ``--seed`` flag."""
+    from gmp.seeds import check_seed as _check
+
+    from ._flags import flags_for_params
+
+    with flags_for_params():
+        return _check(seed)
 
 
 def echo_json(obj: Any) -> None:
@@ -48,3 +80,16 @@ def console():
     from rich.console import Console
 
     return Console(file=sys.stdout, width=None if sys.stdout.isatty() else 200)
+
+
+def dataset_argument(positional, option, command: str):
+    """The DATASET of a command that takes it positionally and, deprecated, as ``--dataset``."""
+    from gmp.errors import GmpError
+
+    if positional is not None and option is not None and Path(positional) != Path(option):
+        raise GmpError(f"DATASET is given twice ({positional} and --dataset {option}); pass it once: "
+                       f"'gmp {command} DATASET ...'.")
+    dataset = positional if positional is not None else option
+    if dataset is None:
+        raise GmpError(f"missing DATASET: 'gmp {command} DATASET ...' (a prepared dataset directory).")
+    return dataset

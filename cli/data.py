@@ -19,6 +19,9 @@ from ._common import console, echo_json, handle_errors
 
 from gmp.datasets.imports import FORMATS
 
+#: largest --hash SIZE
+MAX_HASH_BUCKETS = 2**31 - 2
+
 data_app = typer.Typer(
     name="data",
     help="Import raw data into gmp's prepared-dataset format, inspect it, or fetch public samples.",
@@ -42,6 +45,9 @@ def parse_hash(specs: list[str]) -> dict[str, int]:
         name, sep, size = spec.partition("=")
         if not sep or not name.strip() or not size.strip().isdigit() or int(size) < 1:
             raise ImportDataError(f"--hash {spec!r}: expected FIELD=SIZE with a positive integer SIZE, e.g. C3=1000000.")
+        if int(size) > MAX_HASH_BUCKETS:
+            raise ImportDataError(f"--hash {spec!r}: SIZE must be at most {MAX_HASH_BUCKETS:,} (2^31 - 2), got "
+                                  f"{int(size):,}; choose a smaller SIZE.")
         out[name.strip()] = int(size)
     return out
 
@@ -89,6 +95,8 @@ def import_cmd(
     sep: Optional[str] = typer.Option(None, "--sep", help="csv: delimiter (default: recognised from the first "
                                                           "lines: tab, comma, semicolon, pipe or space)."),
     as_json: bool = typer.Option(False, "--json", help="Print the written dataset.json header."),
+    extend: Optional[Path] = typer.Option(None, "--extend", help="A dataset imported before (e.g. yesterday's) "
+                                          "whose ids to keep: known values keep their ids, new ones are appended."),
 ) -> None:
     """Import raw data into a prepared dataset.
 
@@ -126,10 +134,11 @@ def import_cmd(
     if wrong:
         raise ImportDataError(f"{', '.join(wrong)} do{'es' if len(wrong) == 1 else ''} not apply to format {fmt!r}; "
                               f"see 'gmp data import --help'.")
-    if chunk_mb < 1:
-        raise ImportDataError(f"--chunk-mb must be >= 1, got {chunk_mb}.")
+    if not 1 <= chunk_mb <= 1024:
+        raise ImportDataError(f"--chunk-mb must be in [1, 1024], got {chunk_mb}.")
     common = CommonOptions(min_count=min_count, hash_sizes=parse_hash(hash_), max_bad_lines=max_bad_lines,
-                           test_fraction=test_fraction, overwrite=overwrite, chunk_bytes=chunk_mb << 20)
+                           test_fraction=test_fraction, overwrite=overwrite, chunk_bytes=chunk_mb << 20,
+                           extend=None if extend is None else str(extend))
     if test_input and test_fraction != 0.1:
         raise ImportDataError("--test-fraction and --test-input both choose the test set; give one of them.")
     meta = run_import(fmt, inputs, out, common, test_inputs=test_input, split_hour=split_hour, rating_threshold=rating_threshold,
@@ -189,7 +198,7 @@ def dataset_info(path: Path) -> dict[str, Any]:
         if f.kind == "dense":
             row.update(column=f.column)
         else:
-            d = np.asarray(deg[f.offset : f.offset + f.num_values])
+            d = np.asarray(deg[f.ids()])  # the field's ids (several ranges once extended)
             active = d[d > 0]
             k = max(1, int(np.ceil(active.size * 0.01))) if active.size else 0
             top = float(np.sort(active)[-k:].sum() / active.sum()) if active.size else 0.0

@@ -12,6 +12,7 @@ import logging
 import sys
 
 import typer
+from typer.core import TyperOption
 
 from gmp import __version__
 from gmp.errors import GmpError
@@ -48,13 +49,39 @@ for _name in COMMAND_MODULES:  # a missing command module is an error, never sil
     importlib.import_module(_name).register(app)
 
 
+#: options of the whole program, accepted before or after the command (``gmp data info D -v``)
+GLOBAL_FLAGS = ("-v", "--verbose")
+
+
+def hoist_global_options(argv: list[str]) -> list[str]:
+    """Move the global flags found after the command in front of it (typer reads them only there);
+    nothing after a ``--`` is touched."""
+    front, rest = [], []
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            rest.extend(argv[i:])
+            break
+        (front if arg in GLOBAL_FLAGS else rest).append(arg)
+    return front + rest
+
+
+def _flag_type(display_type_rich):
+    """Help shows no type for a flag: ``--resume`` takes no value, so ``<bool>`` beside it misleads."""
+    def display(self, ctx):
+        return None if getattr(self, "is_flag", False) else display_type_rich(self, ctx)
+    return display
+
+
+TyperOption.display_type_rich = _flag_type(TyperOption.display_type_rich)
+
+
 def main() -> None:
     """Console-script entry: progress bars when stderr is a terminal, then the app."""
     from gmp import progress
 
     progress.enable(sys.stderr.isatty())
     try:
-        app()
+        app(args=hoist_global_options(sys.argv[1:]))
     except GmpError as exc:  # a command that forgot @handle_errors
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)

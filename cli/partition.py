@@ -14,7 +14,9 @@ from typing import Any, Optional
 
 import typer
 
-from ._common import console, handle_errors
+from gmp.constants import DEFAULT_BATCH_SIZE
+
+from ._common import check_seed, console, handle_errors
 
 #: partitioner flags -> Options field names (passed through only when given)
 PARTITIONER_FLAGS = ("rounds", "tol", "alpha", "beta", "gamma", "max_imbalance", "replication_budget",
@@ -66,6 +68,24 @@ def _summary(metrics: dict[str, Any], title: str) -> None:
         out.print(t)
 
 
+def topo_workers(workers: Optional[int], topology: Optional[str]) -> str:
+    """The worker count for the default --out name, before the topology is built."""
+    if workers is not None:
+        return str(workers)
+    if topology and re.fullmatch(r"\d+(x\d+)?", topology.strip()):
+        a, _, b = topology.strip().partition("x")
+        return str(int(a) * int(b or 1))
+    return "N"
+
+
+def _check_positive(**flags: Optional[int]) -> None:
+    from gmp.errors import GmpError
+
+    for name, value in flags.items():
+        if value is not None and value < 1:
+            raise GmpError(f"--{name.replace('_', '-')} must be >= 1, got {value}.")
+
+
 def parse_key_values(items: list[str]) -> dict:
     """``["a=1", "b=x"]`` -> ``{"a": 1, "b": "x"}``: values as JSON literals when they parse, else strings."""
     import json
@@ -88,12 +108,12 @@ def parse_key_values(items: list[str]) -> dict:
 def partition(
     dataset: Path = typer.Argument(..., help="Prepared dataset directory (from 'gmp data import|synth')."),
     workers: Optional[int] = typer.Option(None, "--workers", "-w", help="Number of workers (or give --topology)."),
-    method: str = typer.Option(..., "--method", "-m", help="Partitioner: random, metis, metis-bipartite, "
-                               "greedy-stream, hybrid, bicut, hypergraph."),
+    method: Optional[str] = typer.Option(None, "--method", "-m", help="Partitioner: random, metis, metis-bipartite, "
+                                         "greedy-stream, hybrid, bicut, hypergraph (not with --from-manifest)."),
     topology: Optional[str] = typer.Option(None, "--topology", help="N workers (e.g. 8) or MxG machines x GPUs (e.g. 2x8)."),
     topology_file: Optional[Path] = typer.Option(None, "--topology-file", help="JSON cost matrix {\"cost\": [[...]]}."),
     inter_cost: float = typer.Option(10.0, "--inter-cost", help="Inter-machine cost for --topology MxG (intra = 1)."),
-    batch_size: int = typer.Option(512, "--batch-size", help="Per-worker batch size the batch metrics (and partitioners that take it) use."),
+    batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, "--batch-size", help="Per-worker batch size the batch metrics (and partitioners that take it) use."),
     embedding_dim: int = typer.Option(16, "--embedding-dim", help="Embedding width for byte figures and memory budgets."),
     seed: int = typer.Option(0, "--seed", help="Random seed (the random reference uses the same seed)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Manifest directory (default: placements/DATASET.METHOD.wN)."),
@@ -110,8 +130,30 @@ def partition(
     threads: Optional[int] = typer.Option(None, "--threads", help="Partitioner option: worker threads."),
     option: Optional[list[str]] = typer.Option(None, "--option", "-O", help="Any other partitioner option as "
                                                "KEY=VALUE (repeatable), e.g. -O order=dataset -O max_pairs=8000000."),
+    from_manifest: Optional[Path] = typer.Option(None, "--from-manifest", help="Keep this older placement's rows "
+                                                 "and place the new DATASET on it (ids must be stable: --extend)."),
+    max_moved_rows: Optional[str] = typer.Option(None, "--max-moved-rows", help="With --from-manifest: re-partition "
+                                                 "incrementally, moving at most N rows or P% of the used rows."),
+    compare_full: bool = typer.Option(False, "--compare-full", help="With --from-manifest: also run a full hybrid "
+                                      "re-partition and report its traffic, rows moved and time."),
 ) -> None:
     """Partition a dataset's sample-embedding graph and write a placement manifest + report."""
+    from gmp.errors import PartitionError
+
+    if from_manifest is not None:
+        from .incremental import partition_from_manifest
+
+        if method is not None or workers is not None or topology is not None or topology_file is not None:
+            raise PartitionError("--from-manifest keeps the old placement's workers and topology; drop --method, "
+                                 "--workers, --topology and --topology-file.")
+        return partition_from_manifest(dataset, from_manifest, max_moved_rows=max_moved_rows, batch_size=batch_size,
+                                       embedding_dim=embedding_dim, seed=seed, out=out, overwrite=overwrite,
+                                       max_imbalance=max_imbalance, rounds=rounds, compare_full=compare_full,
+                                       no_plots=no_plots)
+    if method is None:
+        raise PartitionError("--method is required (or give --from-manifest OLD_MANIFEST to place new data on it).")
+    if max_moved_rows is not None or compare_full:
+        raise PartitionError("--max-moved-rows and --compare-full need --from-manifest OLD_MANIFEST.")
     from gmp.compare import method_options, peak_rss_bytes, with_field_layout
     from gmp.datasets.format import load_dataset
     from gmp.graph import build_graph
@@ -122,6 +164,13 @@ def partition(
     from gmp.report import build_report, dataset_name_of, write_report
     from gmp.topology import resolve_topology
 
+    from gmp._io import check_output_dir
+
+    # every cheap check before the expensive work (partitioning a large graph takes minutes)
+    check_seed(seed)
+    _check_positive(batch_size=batch_size, embedding_dim=embedding_dim)
+    out = out or Path("placements") / f"{Path(dataset).resolve().name}.{method}.w{topo_workers(workers, topology)}"
+    check_output_dir(out, kind="gmp.placement", overwrite=overwrite, inputs=[dataset])
     topo = resolve_topology(workers, topology, str(topology_file) if topology_file else None, inter_cost=inter_cost)
     _load_partitioner_or_explain(method)
     flags = {"rounds": rounds, "tol": tol, "alpha": alpha, "beta": beta, "gamma": gamma,
@@ -134,7 +183,6 @@ def partition(
     ds = load_dataset(dataset)
     options = with_field_layout(options, ds)  # -O per_field=true: the fields' first ids
     graph = build_graph(ds)
-    out = out or Path("placements") / f"{Path(dataset).resolve().name}.{method}.w{topo.num_workers}"
 
     with task(f"Partitioning {graph.num_samples:,} samples with {method} on {topo.num_workers} workers"):
         t0 = time.perf_counter()
@@ -174,8 +222,13 @@ def report(
     from gmp.progress import task
     from gmp.report import REPORT_FORMATS, render, report_from_manifest, write_html_file, write_report
 
+    from gmp._io import check_output_dir
+
     if fmt not in REPORT_FORMATS:
         raise ManifestError(f"--format {fmt!r} not understood; choose one of {', '.join(REPORT_FORMATS)}.")
+    _check_positive(batch_size=batch_size, embedding_dim=embedding_dim)
+    if out is not None and str(out) != "-" and not (out.is_dir() and not out.is_symlink()):
+        check_output_dir(out, kind="gmp.report")  # a new directory (an existing one receives the files)
     ds = load_dataset(dataset) if dataset is not None else None
     with task("Validating manifest"):
         m = load_manifest(manifest, dataset=ds)
@@ -200,7 +253,7 @@ def compare(
     topology: Optional[str] = typer.Option(None, "--topology", help="N or MxG (e.g. 2x8)."),
     topology_file: Optional[Path] = typer.Option(None, "--topology-file", help="JSON cost matrix."),
     inter_cost: float = typer.Option(10.0, "--inter-cost", help="Inter-machine cost for --topology MxG."),
-    batch_size: int = typer.Option(512, "--batch-size", help="Per-worker batch size."),
+    batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, "--batch-size", help="Per-worker batch size."),
     embedding_dim: int = typer.Option(16, "--embedding-dim", help="Embedding width for byte figures."),
     seed: int = typer.Option(0, "--seed", help="Seed of every partitioner and of the random reference."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Also write the comparison to FILE.md, FILE.json or "
@@ -220,6 +273,8 @@ def compare(
     from gmp.topology import resolve_topology
 
     names = [m.strip() for m in methods.split(",") if m.strip()]
+    check_seed(seed)
+    _check_positive(batch_size=batch_size, embedding_dim=embedding_dim)
     if out is not None and out.suffix not in (".md", ".json", ".html"):
         raise PartitionError(f"--out {out}: expected a .md, .json or .html file name.")
     topo = resolve_topology(workers, topology, str(topology_file) if topology_file else None, inter_cost=inter_cost)

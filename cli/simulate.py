@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from ._common import console, echo_json, handle_errors
+from ._common import console, dataset_argument, echo_json, handle_errors
 from ._flags import flags_for_params
 
 
@@ -35,7 +35,9 @@ def register(app: typer.Typer) -> None:
     @app.command("simulate")
     @handle_errors
     def simulate_cmd(
-        dataset: Path = typer.Option(..., "--dataset", help="Prepared dataset directory."),
+        dataset_arg: Optional[Path] = typer.Argument(None, metavar="DATASET", help="Prepared dataset directory."),
+        dataset: Optional[Path] = typer.Option(None, "--dataset",
+                                               help="Deprecated alias of DATASET (kept for old scripts)."),
         manifest: Optional[Path] = typer.Option(None, "--manifest",
                                                 help="Placement manifest (default: random placement over --workers)."),
         workers: Optional[int] = typer.Option(None, "--workers", help="Workers (must match the manifest)."),
@@ -74,6 +76,7 @@ def register(app: typer.Typer) -> None:
         from gmp.train.herald import HeraldOptions
 
         with flags_for_params():
+            dataset = dataset_argument(dataset_arg, dataset, "simulate")
             plan = plan_defaults(manifest, batch_size=batch_size, embedding_dim=embedding_dim)
             ds = load_dataset(dataset)
             placement = load_placement(ds, manifest, workers, seed)

@@ -57,11 +57,22 @@ def synth(
 
     Example: gmp data synth --preset criteo-kaggle --samples 1000000 --seed 0 --out data/criteo-1m
     """
-    from gmp.datasets.synth import preset_config, synthesize
+    import math
 
+    from gmp._io import check_disk, check_output_dir
+    from gmp.datasets.synth import preset_config, synthesize
+    from gmp.errors import DatasetError
+
+    check_output_dir(out, kind="gmp.dataset", overwrite=overwrite)
+    if not math.isfinite(scale):
+        raise DatasetError(f"--scale must be a finite number > 0, got {scale}.")
     cfg = preset_config(preset, num_samples=samples, scale=scale, local_min_values=local_threshold,
                         seed=seed, skew=skew, tail=tail, num_communities=communities, locality=locality,
                         test_fraction=test_fraction)
+    # the arrays (ids, row pointers, labels, dense) plus their raw temporaries, before any is written
+    per_sample = 4 * len(cfg.cardinalities) + 8 + 4 + 4 * cfg.num_dense
+    check_disk(out, 2 * per_sample * cfg.num_samples, what=f"--samples {cfg.num_samples:,}",
+               fix="lower --samples or choose another --out.")
     meta = synthesize(cfg, out, chunk_samples=chunk_samples, overwrite=overwrite)
     synth_meta = meta["synth"]
     echo_json({

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from cli._common import handle_errors
+from cli._common import dataset_argument, handle_errors
 from cli._flags import flags_for_params
-from gmp.errors import TrainingError
+from gmp.errors import GmpError, TrainingError
 
 
 def _parse_staleness(text: str) -> float:
@@ -24,6 +26,19 @@ def _parse_staleness(text: str) -> float:
     if not value >= 0:
         raise TrainingError(f"--staleness must be a number >= 0 or 'inf', got {text!r}.")
     return value
+
+
+@contextlib.contextmanager
+def one_rank_speaks():
+    """Under torchrun an error every rank finds (a worker-count mismatch, a lost peer) is printed
+    once, by rank 0; the other ranks exit with code 2 quietly. (When rank 0 itself is the lost
+    process, torchrun's own failure report names it.)"""
+    try:
+        yield
+    except GmpError as exc:
+        if getattr(exc, "rank", None) not in (None, 0):
+            raise typer.Exit(2) from None
+        raise
 
 
 def plan_defaults(manifest: Optional[Path], **given: Optional[int]) -> dict:
@@ -40,11 +55,27 @@ def plan_defaults(manifest: Optional[Path], **given: Optional[int]) -> dict:
     return {k: fallback[k] if v is None else v for k, v in values.items()}
 
 
+def summary_line(records: list[dict]) -> str:
+    """What a person reads after training: the last epoch's test metrics, speed and traffic."""
+    last = records[-1]
+    secs = sum(float(r.get("train_seconds") or 0.0) for r in records)
+    samples = sum(int(r.get("samples") or 0) for r in records)
+    mb = last.get("embedding_bytes_per_step")
+    parts = [f"test AUC {last['test_auc']:.4f}" if last.get("test_auc") == last.get("test_auc") else "no test set",
+             f"logloss {last['test_logloss']:.4f}" if last.get("test_logloss") == last.get("test_logloss") else "",
+             f"{samples / secs:,.0f} samples/s" if secs > 0 else "",
+             f"{mb / 1e6:.2f} MB of embedding traffic per step" if isinstance(mb, (int, float)) else ""]
+    epochs = f"epoch {last['epoch']}" if len(records) == 1 else f"epochs {records[0]['epoch']}-{last['epoch']}"
+    return f"trained {epochs} in {secs:.1f} s: " + ", ".join(p for p in parts if p)
+
+
 def register(app: typer.Typer) -> None:
     @app.command("train")
     @handle_errors
     def train_cmd(
-        dataset: Path = typer.Option(..., "--dataset", help="Prepared dataset directory."),
+        dataset_arg: Optional[Path] = typer.Argument(None, metavar="DATASET", help="Prepared dataset directory."),
+        dataset: Optional[Path] = typer.Option(None, "--dataset",
+                                               help="Deprecated alias of DATASET (kept for old scripts)."),
         manifest: Optional[Path] = typer.Option(None, "--manifest",
                                                 help="Placement manifest ('gmp partition'); without it all rows "
                                                      "live on one worker."),
@@ -69,7 +100,9 @@ def register(app: typer.Typer) -> None:
         checkpoint_dir: Optional[Path] = typer.Option(None, "--checkpoint-dir",
                                                       help="Save a checkpoint here after every epoch."),
         resume: bool = typer.Option(False, "--resume", help="Continue from --checkpoint-dir exactly where it stopped."),
-        log_json: Optional[Path] = typer.Option(None, "--log-json", help="Append one JSON line per epoch here."),
+        log_json: Optional[Path] = typer.Option(None, "--log-json",
+                                                help="Append one JSON line per epoch here (each line carries the "
+                                                     "run's id; --resume continues the log's last run)."),
         log_every: int = typer.Option(0, "--log-every", help="Also log a JSON line every K steps (0 = off)."),
         lookahead: Optional[int] = typer.Option(None, "--lookahead",
                                       help="Steps read ahead (default 0 = inline). --table-location host|disk: "
@@ -102,6 +135,10 @@ def register(app: typer.Typer) -> None:
         cache_policy: Optional[str] = typer.Option(None, "--cache-policy",
                                                    help="lru (default) | lookahead (evict first the rows the next "
                                                         "--lookahead batches do not use)."),
+        collective_timeout: Optional[float] = typer.Option(None, "--collective-timeout",
+                                                           help="--engine distributed: seconds a collective waits "
+                                                                "for the slowest rank (default: "
+                                                                "GMP_COLLECTIVE_TIMEOUT, else 600)."),
         read_only_replicas: Optional[bool] = typer.Option(None, "--read-only-replicas/--writable-replicas",
                                                 help="--schedule herald: after a synchronous push only the primary "
                                                      "is current (read-only) or the writer's copy too (writable, "
@@ -117,7 +154,7 @@ def register(app: typer.Typer) -> None:
         from gmp.train.records import json_line
         from gmp.train.tiers import TierOptions
 
-        with flags_for_params():
+        with one_rank_speaks(), flags_for_params():
             plan = plan_defaults(manifest, batch_size=batch_size, embedding_dim=embedding_dim)
             tiers = TierOptions(table_location=table_location, cache_rows=cache_rows or 0,
                                 cache_bytes=cache_bytes or 0, lookahead=lookahead or 0,
@@ -142,5 +179,14 @@ def register(app: typer.Typer) -> None:
                                  batch_size=plan["batch_size"], epochs=epochs, staleness=_parse_staleness(staleness),
                                  seed=seed, schedule=schedule, shuffle=shuffle, log_every=log_every, herald=herald,
                                  tiers=tiers)
-            train(dataset, manifest, config, engine=engine, workers=workers, checkpoint_dir=checkpoint_dir,
-                  resume=resume, log_json=log_json, on_record=lambda rec: typer.echo(json_line(rec)))
+            dataset = dataset_argument(dataset_arg, dataset, "train")
+            records = train(dataset, manifest, config, engine=engine, workers=workers, checkpoint_dir=checkpoint_dir,
+                            resume=resume, log_json=log_json, on_record=lambda rec: typer.echo(json_line(rec)),
+                            collective_timeout=collective_timeout)
+        if os.environ.get("RANK", "0") != "0":
+            return  # under torchrun rank 0 speaks for all
+        if records:
+            typer.echo(summary_line(records), err=True)
+        elif resume:
+            typer.echo(f"nothing left to train: the checkpoint in {checkpoint_dir} already finished {epochs} "
+                       f"epoch{'s' if epochs != 1 else ''}; pass a larger --epochs to continue.", err=True)

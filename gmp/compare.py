@@ -96,6 +96,10 @@ def with_field_layout(options: Mapping[str, Any], dataset) -> dict[str, Any]:
     when they ask for ``per_field`` balance and do not give the offsets themselves."""
     opts = dict(options)
     if opts.get("per_field") and not opts.get("field_offsets"):
+        if any(len(f.id_ranges) > 1 for f in dataset.categorical_fields):
+            raise PartitionError(f"per_field balance needs every field to be one id range, but {dataset.path} "
+                                 f"extends another dataset (its fields have several ranges); give field_offsets "
+                                 f"or leave per_field out.")
         opts["field_offsets"] = [int(f.offset) for f in dataset.categorical_fields]
     return opts
 

@@ -24,3 +24,7 @@ ADAGRAD_EPS = 1e-10
 #: default share of the active rows each Herald cache holds in ``gmp simulate`` (Herald: 10% of a
 #: GPU's memory) [percent of the rows the training samples use]
 SIMULATOR_CACHE_PERCENT = 10
+
+#: default time a collective of the distributed engine waits for the slowest rank [seconds]
+#: (``--collective-timeout`` / ``GMP_COLLECTIVE_TIMEOUT`` override it)
+COLLECTIVE_TIMEOUT_S = 600.0

@@ -47,3 +47,8 @@ class MissingDependencyError(GmpError, ImportError):
 
 class TrainingError(GmpError, RuntimeError):
     """Training cannot start or continue."""
+
+
+class OutputError(GmpError, OSError):
+    """An output path cannot or must not be written (it would replace an input, the
+    working directory or a foreign directory; a full device; a path below a file)."""

@@ -104,7 +104,7 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple
 import numpy as np
 
 from . import __version__
-from ._io import atomic_directory, hash_arrays, load_npy, read_versioned_json, write_json
+from ._io import atomic_directory, hash_arrays, header_value, load_npy, read_versioned_json, verify_enabled, write_json
 from .errors import GmpError, ManifestError, TopologyError
 from .graph import min_max
 from .placement import Placement, secondary_violation
@@ -253,7 +253,7 @@ def write_manifest(
     metrics = dict(metrics or {})
     from .partition import options_to_json
 
-    with atomic_directory(out, overwrite=overwrite) as tmp:
+    with atomic_directory(out, overwrite=overwrite, kind=FORMAT) as tmp:
         arrays_meta = {}
         for name, (dtype, fname) in ARRAYS.items():
             arr = np.ascontiguousarray(getattr(placement, name), dtype=dtype)
@@ -313,12 +313,23 @@ def _plan(batch_size, embedding_dim, options: Mapping[str, Any] | None) -> dict[
             "memory_per_worker": None if budget is None else int(budget)}
 
 
+def _whole(value: Any) -> int | None:
+    """``value`` when it is a whole number (a JSON int, or a float like 1e9), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value in (float("inf"),
+                                                                                                       float("-inf")):
+        return None
+    return int(value) if float(value).is_integer() else None
+
+
 def _upgrade_1_to_2(meta: dict[str, Any]) -> dict[str, Any]:
     """Version 2 adds ``plan`` (from version 1's batch_size, embedding_dim and the partitioner's
     memory budget) and ``dataset_name`` (unknown for version 1: null)."""
     meta = dict(meta)
     part = meta.get("partitioner") if isinstance(meta.get("partitioner"), dict) else {}
-    meta["plan"] = _plan(meta.get("batch_size"), meta.get("embedding_dim"), part.get("options"))
+    options = part.get("options") if isinstance(part.get("options"), dict) else {}
+    # values of the wrong type become null here; check_header then names the bad key of version 1
+    options = {k: _whole(options.get(k)) for k in ("memory_per_worker", "embedding_dim")}
+    meta["plan"] = _plan(_whole(meta.get("batch_size")), _whole(meta.get("embedding_dim")), options)
     meta.setdefault("dataset_name", None)
     meta["schema_version"] = 2
     return meta
@@ -333,13 +344,66 @@ def _upgrade(meta: dict[str, Any], path: Path) -> dict[str, Any]:
     return meta
 
 
+def check_header(meta: Mapping[str, Any], mfile: Path, *, verify_hash: bool = True) -> None:
+    """Validate a ``manifest.json`` header against the schema (types, nesting, required keys).
+
+    Counts must be JSON integers (``2.5`` workers is refused, not truncated),
+    ``topology`` and ``partitioner`` objects, ``partitioner.options`` and
+    ``.info`` objects; ``placement_sha256`` is required unless hash
+    verification is off.
+    """
+    def get(obj, key, kind, where="", optional=False):
+        return header_value(obj, key, kind, path=mfile, error=ManifestError, fix=_FIX, optional=optional,
+                            where=where)
+
+    get(meta, "dataset_sha256", "str")
+    get(meta, "num_samples", "int>=0")
+    get(meta, "num_embeddings", "int>=0")
+    get(meta, "num_workers", "int>=1")
+    get(meta, "num_secondaries", "int>=0", optional=True)
+    get(meta, "topology", "dict")
+    part = get(meta, "partitioner", "dict")
+    get(part, "name", "str", "partitioner.")
+    get(part, "options", "dict", "partitioner.", optional=True)
+    get(part, "info", "dict", "partitioner.", optional=True)
+    get(part, "seed", "int", "partitioner.", optional=True)
+    for key in ("batch_size", "embedding_dim"):
+        get(meta, key, "int>=1", optional=True)
+    plan = get(meta, "plan", "dict", optional=True)
+    for key in ("batch_size", "embedding_dim", "memory_per_worker"):
+        if plan is not None:
+            get(plan, key, "int>=1", "plan.", optional=True)
+    get(meta, "dataset_name", "str", optional=True)
+    for key, kind in (("partition_seconds", "number"), ("peak_rss_bytes", "int>=0"), ("created", "str"),
+                      ("gmp_version", "str")):
+        get(meta, key, kind, optional=True)
+    for key, kind in (("metrics", "dict"), ("arrays", "dict"), ("report_files", "list")):
+        get(meta, key, kind, optional=True)
+    get(meta, "dataset_name", "str", optional=True)  # schema 2; null when unknown
+    get(meta, "partition_seconds", "number", optional=True)
+    get(meta, "peak_rss_bytes", "int>=0", optional=True)
+    get(meta, "created", "str", optional=True)
+    plan = get(meta, "plan", "dict", optional=True)
+    if plan:
+        for key in ("batch_size", "embedding_dim", "memory_per_worker"):
+            get(plan, key, "int>=0", "plan.", optional=True)
+    if verify_hash:
+        if "placement_sha256" not in meta:
+            raise ManifestError(f"{mfile} lacks the key 'placement_sha256', so its arrays cannot be checked; {_FIX} "
+                                f"(GMP_NO_VERIFY=1 skips the check)")
+        get(meta, "placement_sha256", "str")
+
+
 def read_plan(path: str | os.PathLike) -> ManifestPlan:
     """The ``plan`` of a manifest, from its header alone (upgraded; arrays not read or checked)."""
     path = Path(path)
     mfile = path if path.name == MANIFEST_FILE else path / MANIFEST_FILE
     meta = read_versioned_json(mfile, fmt=FORMAT, max_version=SCHEMA_VERSION, error=ManifestError, fix=_FIX)
+    check_header(meta, mfile, verify_hash=False)  # the upgrade reads typed values
     meta = _upgrade(meta, mfile)
     plan = meta.get("plan") or {}
+    if not isinstance(plan, dict):
+        raise ManifestError(f"{mfile}: plan must be an object, got {plan!r:.40}; {_FIX}")
     try:
         return ManifestPlan(*(None if plan.get(k) is None else int(plan[k]) for k in ManifestPlan._fields))
     except (TypeError, ValueError):
@@ -347,7 +411,7 @@ def read_plan(path: str | os.PathLike) -> ManifestPlan:
 
 
 def load_manifest(path: str | os.PathLike, *, dataset: Any = None, mmap: bool = True,
-                  verify_hash: bool = True) -> Manifest:
+                  verify_hash: bool | None = None) -> Manifest:
     """Open and validate a manifest directory (or its manifest.json).
 
     Parameters
@@ -360,7 +424,9 @@ def load_manifest(path: str | os.PathLike, *, dataset: Any = None, mmap: bool = 
     mmap
         Memory-map the arrays (default) instead of reading them.
     verify_hash
-        Recompute ``placement_sha256`` over the arrays (default).
+        Recompute ``placement_sha256`` over the arrays (default: yes, unless the
+        environment sets ``GMP_NO_VERIFY=1``); a manifest without the key is
+        refused, never silently accepted.
 
     Raises
     ------
@@ -374,17 +440,11 @@ def load_manifest(path: str | os.PathLike, *, dataset: Any = None, mmap: bool = 
         raise ManifestError(f"{path} is not a directory; pass a placement manifest directory ({_FIX})")
     mfile = path / MANIFEST_FILE
     meta = read_versioned_json(mfile, fmt=FORMAT, max_version=SCHEMA_VERSION, error=ManifestError, fix=_FIX)
+    verify_hash = verify_enabled(verify_hash)
+    check_header(meta, mfile, verify_hash=verify_hash)  # before the upgrade, which reads typed values
     meta = _upgrade(meta, mfile)
-    for key in ("dataset_sha256", "num_samples", "num_embeddings", "num_workers", "topology", "partitioner"):
-        if key not in meta:
-            raise ManifestError(f"{mfile} lacks the key {key!r}; {_FIX}")
-    try:
-        n, m, w = int(meta["num_samples"]), int(meta["num_embeddings"]), int(meta["num_workers"])
-    except (TypeError, ValueError):
-        raise ManifestError(f"{mfile}: num_samples, num_embeddings and num_workers must be integers; {_FIX}") from None
-    if n < 0 or m < 0 or w < 1:
-        raise ManifestError(f"{mfile}: expected num_samples >= 0, num_embeddings >= 0, num_workers >= 1, "
-                            f"got {n}, {m}, {w}; {_FIX}")
+    check_header(meta, mfile, verify_hash=verify_hash)
+    n, m, w = meta["num_samples"], meta["num_embeddings"], meta["num_workers"]
 
     if dataset is not None:
         if str(meta["dataset_sha256"]) != str(dataset.sha256):
@@ -401,7 +461,7 @@ def load_manifest(path: str | os.PathLike, *, dataset: Any = None, mmap: bool = 
 
     try:
         topology = Topology.from_json(meta["topology"])
-    except (TopologyError, KeyError, TypeError, ValueError) as exc:
+    except (TopologyError, KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
         raise ManifestError(f"{mfile}: invalid topology ({exc}); {_FIX}") from None
     if topology.num_workers != w:
         raise ManifestError(f"{mfile}: topology has {topology.num_workers} workers, num_workers is {w}; {_FIX}")
@@ -463,7 +523,7 @@ def load_manifest(path: str | os.PathLike, *, dataset: Any = None, mmap: bool = 
         seed=part.get("seed"),
         info=dict(part.get("info") or {}),
     )
-    if verify_hash and "placement_sha256" in meta:
+    if verify_hash:
         got = _placement_hash(placement)
         if got != meta["placement_sha256"]:
             raise ManifestError(

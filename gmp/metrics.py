@@ -82,15 +82,13 @@ from typing import Any, NamedTuple
 import numba
 import numpy as np
 
+from .constants import VALUE_BYTES
 from .errors import PlacementError
 from .graph import BipartiteGraph
 from .placement import Placement
 from .topology import Topology
 
 log = logging.getLogger(__name__)
-
-#: bytes per embedding value (float32 rows and gradients)
-BYTES_PER_VALUE = 4
 
 #: the metrics that have a "reduction vs random" (lower is better)
 COMM_METRICS = (
@@ -528,7 +526,7 @@ def compute_metrics(graph: BipartiteGraph, placement: Placement, topology: Topol
     loads = per_worker(graph, placement, batch_size, counts=counts)
     degree = embedding_degree(graph)
     num_active = int(np.count_nonzero(degree))
-    row_bytes = embedding_dim * BYTES_PER_VALUE
+    row_bytes = embedding_dim * VALUE_BYTES
     held = int(sum(loads["rows_held"]))
     metrics: dict[str, Any] = dict(values)
     metrics.update({

@@ -15,9 +15,10 @@ from .errors import GmpError
 
 
 def check_seed(seed) -> int:
-    """``seed`` as a non-negative int, or a GmpError naming the parameter."""
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or int(seed) < 0:
-        raise GmpError(f"The 'seed' parameter must be an int >= 0, got {seed!r}; pass e.g. seed=0.")
+    """``seed`` as an int in ``[0, 2^63)`` (numpy refuses negative seeds; manifests store it as int64),
+    or a GmpError naming the parameter."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) < 2**63:
+        raise GmpError(f"The 'seed' parameter must be an int in [0, 2^63), got {seed!r}; pass e.g. seed=0.")
     return int(seed)
 
 

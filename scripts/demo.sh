@@ -18,5 +18,5 @@ gmp data info "$DATA"
 gmp compare "$DATA" --workers 4 --methods random,greedy-stream,metis,hybrid --batch-size 512 --out "$OUT/compare.md"
 gmp partition "$DATA" --workers 4 --method hybrid --batch-size 512 --seed 0 --out "$OUT/manifest-hybrid" --overwrite
 echo "report: $OUT/manifest-hybrid/report.md"
-gmp train --dataset "$DATA" --manifest "$OUT/manifest-hybrid" --workers 4 --engine local --model wdl \
+gmp train "$DATA" --manifest "$OUT/manifest-hybrid" --workers 4 --engine local --model wdl \
   --schedule static --epochs 1 --batch-size 512 --log-json "$OUT/train.jsonl"

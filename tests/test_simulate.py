@@ -360,3 +360,25 @@ def test_herald_schedule_refuses_bad_options(ctr):
     with pytest.raises(TrainingError, match=r"The 'cache_policy' parameter must be one of \['lru', 'lookahead'\]"):
         make_schedule("herald", ScheduleContext(pl, ds.num_train, 8, dataset=ds,
                                                 herald=HeraldOptions(cache_policy="mru")))
+
+
+def test_herald_options_validate_once_and_the_two_default_sets():
+    """HeraldOptions: the trainer's defaults, the simulator's (Herald's paper), one wording for errors."""
+    from gmp.errors import TrainingError
+    from gmp.train.herald import HeraldOptions
+
+    assert HeraldOptions() == HeraldOptions(on_demand=False, cache_rows=0, cache_policy="lru", lookahead=0,
+                                            read_only_replicas=True)
+    assert HeraldOptions.for_trainer(cache_rows=None, lookahead=3) == HeraldOptions(lookahead=3)
+    sim = HeraldOptions.for_simulator("herald", 1234)
+    assert (sim.on_demand, sim.cache_rows, sim.read_only_replicas) == (True, 123, False)
+    assert HeraldOptions.for_simulator("naive", 1234, cache_rows=7).on_demand is False
+    assert HeraldOptions.for_simulator("naive", 1234, cache_rows=7).cache_rows == 7
+    for kw, msg in ((dict(cache_rows=-1), r"The 'cache_rows' parameter must be an int >= 0, got -1\."),
+                    (dict(lookahead=1.5), r"The 'lookahead' parameter must be an int >= 0, got 1\.5\."),
+                    (dict(on_demand=1), r"The 'on_demand' parameter must be a bool, got 1\."),
+                    (dict(cache_policy="mru"), r"The 'cache_policy' parameter must be one of \['lru', 'lookahead'\]")):
+        with pytest.raises(TrainingError, match=msg):
+            HeraldOptions(**kw)
+    with pytest.raises(TrainingError, match=r"The 'schedule' parameter must be one of \['naive', 'herald'\]"):
+        HeraldOptions.for_simulator("static", 10)

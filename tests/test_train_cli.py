@@ -201,3 +201,29 @@ def test_distributed_world_size_must_match_the_manifest(ctr, monkeypatch):
                     "torchrun started 3 processes.*2 workers")
     monkeypatch.delenv("RANK")
     _one_line_error(run_cli("--dataset", path, "--manifest", man, "--engine", "distributed"), "torchrun")
+
+
+def test_the_manifests_plan_is_the_default_and_overriding_it_warns_once(ctr, tmp_path):
+    """A manifest optimised for B = 16, dim 4 trains and simulates at 16 / 4 unless told otherwise;
+    another value prints one warning line (issue 10)."""
+    root, path, ds = ctr
+    _, pl = manifest_for(root, ds, 2)
+    man = tmp_path / "planned"
+    write_manifest(man, pl, dataset_sha256=ds.sha256, num_samples=ds.num_samples, num_embeddings=ds.num_embeddings,
+                   topology=homogeneous(2), metrics={"batch_size": 16, "embedding_dim": 4})
+    common = ["--dataset", path, "--manifest", man, "--schedule", "naive", "--epochs", 1]
+    res = run_cli(*common)
+    assert res.exit_code == 0, res.output
+    rec = json.loads(res.stdout.strip().splitlines()[-1])
+    assert rec["steps"] == -(-ds.num_train // (2 * 16))  # naive: ceil(num_train / (N * B))
+    assert "warning" not in res.stderr
+    res = run_cli(*common, "--batch-size", 8)
+    assert res.exit_code == 0, res.output
+    rec = json.loads(res.stdout.strip().splitlines()[-1])
+    assert rec["steps"] == -(-ds.num_train // (2 * 8))
+    warnings = [ln for ln in res.stderr.splitlines() if ln.startswith("warning:")]
+    assert len(warnings) == 1 and "batch_size 8 (planned 16)" in warnings[0] and "embedding_dim" not in warnings[0]
+    sim = CliRunner().invoke(app, ["simulate", "--dataset", str(path), "--manifest", str(man), "--json"])
+    assert sim.exit_code == 0, sim.output
+    out = json.loads(sim.stdout)
+    assert (out["batch_size"], out["embedding_dim"]) == (16, 4)

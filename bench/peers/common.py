@@ -59,12 +59,13 @@ class Data:
         ds = load_dataset(path)
         cats = ds.categorical_fields
         field_of = ds.field_of_embedding().astype(np.int64)
-        offsets = np.array([f.offset for f in cats], dtype=np.int64)
-        ids = np.arange(ds.num_embeddings, dtype=np.int64)
+        local_id = np.zeros(ds.num_embeddings, dtype=np.int64)
+        for f in cats:  # a field's ids may be several ranges (datasets made with --extend)
+            local_id[f.ids()] = np.arange(f.num_values, dtype=np.int64)
         return cls(np.asarray(ds.indptr), np.asarray(ds.indices).astype(np.int64), np.asarray(ds.labels),
                    None if ds.dense is None else np.asarray(ds.dense), ds.num_train, ds.num_samples,
                    ds.num_embeddings, [f.num_values for f in cats], [f.name for f in cats], field_of,
-                   ids - offsets[np.maximum(field_of, 0)])
+                   local_id)
 
     @property
     def num_fields(self) -> int:

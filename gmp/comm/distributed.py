@@ -11,6 +11,14 @@ the rendezvous), so the usual multi-machine flags work unchanged::
 Backend: NCCL with ``cuda:<LOCAL_RANK>`` when CUDA is available, gloo on CPU
 otherwise (``GMP_DIST_BACKEND`` overrides).
 
+Failures: a collective waits at most the collective timeout
+(:func:`collective_timeout`: ``--collective-timeout``, ``GMP_COLLECTIVE_TIMEOUT``,
+default 600 s) for the slowest rank. A failed collective becomes one
+:class:`~gmp.errors.TrainingError` line: with gloo a monitored barrier names
+the ranks that do not answer (stopped, hung or dead), otherwise the message
+says a peer died. The error carries ``rank`` and ``culprits`` so the CLI lets
+one process speak.
+
 Variable-size all-to-all: ``dist.all_to_all`` with tensor lists is not
 implemented by gloo in every torch version, but ``all_to_all_single`` with
 split sizes is, on gloo and NCCL alike. An exchange first swaps the per-peer
@@ -24,19 +32,37 @@ input rows are not parameters).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import os
+import re
 from typing import Sequence
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
+from ..constants import COLLECTIVE_TIMEOUT_S
 from ..errors import TrainingError
+from ..params import check_float
 from .base import CommEngine
 
 ENV_HINT = ("run it under torchrun, e.g. 'torchrun --standalone --nproc-per-node N -m cli.main train "
             "--engine distributed ...'")
+
+
+def collective_timeout(timeout_s: float | None = None) -> float:
+    """Seconds a collective may wait for the slowest rank: ``timeout_s``, else the environment
+    variable ``GMP_COLLECTIVE_TIMEOUT``, else :data:`gmp.constants.COLLECTIVE_TIMEOUT_S`."""
+    if timeout_s is None:
+        text = os.environ.get("GMP_COLLECTIVE_TIMEOUT")
+        if text is None:
+            return float(COLLECTIVE_TIMEOUT_S)
+        try:
+            timeout_s = float(text)
+        except ValueError:
+            raise TrainingError(f"GMP_COLLECTIVE_TIMEOUT must be a number of seconds > 0, got {text!r}.") from None
+    return check_float("collective_timeout", timeout_s, minimum=0.0, strict=True, error=TrainingError)
 
 
 def world_from_env() -> tuple[int, int, int]:
@@ -51,8 +77,11 @@ def world_from_env() -> tuple[int, int, int]:
 
 
 class DistributedEngine(CommEngine):
-    def __init__(self, *, backend: str | None = None, timeout_s: float = 600.0):
+    def __init__(self, *, backend: str | None = None, timeout_s: float | None = None):
         rank, world, local = world_from_env()
+        timeout_s = collective_timeout(timeout_s)
+        self.timeout_s = timeout_s
+        self._failed = False
         use_cuda = torch.cuda.is_available()
         backend = backend or os.environ.get("GMP_DIST_BACKEND") or ("nccl" if use_cuda else "gloo")
         if backend == "nccl":
@@ -71,6 +100,9 @@ class DistributedEngine(CommEngine):
             dist.init_process_group(backend, timeout=_dt.timedelta(seconds=timeout_s), **kw)
         if dist.get_world_size() != world or dist.get_rank() != rank:
             raise TrainingError("the process group disagrees with RANK/WORLD_SIZE from the environment.")
+        # a second, idle gloo group: after a timeout gloo closes the main group's connections, so
+        # the monitored barrier that names the late ranks runs on its own
+        self._monitor = dist.new_group(backend="gloo", timeout=_dt.timedelta(seconds=timeout_s)) if world > 1 else None
         super().__init__()
 
     def device_for(self, worker: int) -> torch.device:
@@ -80,8 +112,54 @@ class DistributedEngine(CommEngine):
     def is_main(self) -> bool:
         return self.rank == 0
 
+    @contextlib.contextmanager
+    def _collective(self, op: str):
+        """Turn a failed collective (a dead, stopped or hung peer) into one TrainingError line."""
+        try:
+            yield
+        except RuntimeError as exc:  # torch.distributed's errors (DistBackendError, gloo timeouts) are RuntimeErrors
+            raise self._failure(op, exc) from None
+
+    def _failure(self, op: str, exc: BaseException) -> TrainingError:
+        self._failed = True
+        late = self._late_ranks()
+        if late:
+            msg = (f"rank {self.rank}: the {op} collective did not complete: rank(s) {', '.join(map(str, late))} did "
+                   f"not reach it within the collective timeout of {self.timeout_s:g} s (a stopped, hung or dead "
+                   f"process; set the timeout with --collective-timeout or GMP_COLLECTIVE_TIMEOUT).")
+        else:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            first = re.sub(r"^\[[^\]]*\]\s*", "", first).split(". ")[0][:160]  # gloo's source path, one sentence
+            msg = (f"rank {self.rank}: the {op} collective failed: a peer process died or closed its connection "
+                   f"({first}).")
+        err = TrainingError(msg)
+        err.rank = self.rank
+        err.culprits = late
+        return err
+
+    def _late_ranks(self) -> list[int]:
+        """After a failed collective: the ranks that do not answer a monitored barrier on the idle
+        monitor group (rank 0 learns them; [] when it cannot tell)."""
+        if self._monitor is None:
+            return []
+        try:
+            dist.monitored_barrier(group=self._monitor, timeout=_dt.timedelta(seconds=min(10.0, self.timeout_s)),
+                                   wait_all_ranks=True)
+        except RuntimeError as exc:
+            text = str(exc)
+            # rank 0 collects the barrier and names the ranks that never came; the others only learn
+            # that rank 0 did not answer, which it does not when anyone is missing: they cannot tell
+            m = re.search(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier", text)
+            return sorted(int(x) for x in re.findall(r"\d+", m.group(1))) if m else []
+        return []
+
     def _alltoallv(self, sends: Sequence[Sequence[torch.Tensor]], category: str | None, *,
                   recv_counts: Sequence[Sequence[int]] | None = None) -> list[list[torch.Tensor]]:
+        with self._collective("all-to-all"):
+            return self._alltoallv_unguarded(sends, category, recv_counts=recv_counts)
+
+    def _alltoallv_unguarded(self, sends: Sequence[Sequence[torch.Tensor]], category: str | None, *,
+                             recv_counts: Sequence[Sequence[int]] | None = None) -> list[list[torch.Tensor]]:
         (mine,) = sends
         if len(mine) != self.world_size:
             raise TrainingError("alltoallv: one tensor per destination is required.")
@@ -114,20 +192,23 @@ class DistributedEngine(CommEngine):
         rc = [int(c) for c in recv_counts[0]]
         flat = torch.cat([t.reshape(-1).to(self._device) for t in mine])  # a copy: later in-place updates don't leak in
         out = torch.empty(sum(rc) * per_row, dtype=flat.dtype, device=self._device)
-        work = dist.all_to_all_single(out, flat, [c * per_row for c in rc], [int(t.shape[0]) * per_row for t in mine],
-                                      async_op=True)
-        return _AsyncAllToAll(work, out, rc, trailing)
+        with self._collective("asynchronous all-to-all"):
+            work = dist.all_to_all_single(out, flat, [c * per_row for c in rc],
+                                          [int(t.shape[0]) * per_row for t in mine], async_op=True)
+        return _AsyncAllToAll(work, out, rc, trailing, self)
 
     def _all_reduce_dense(self, flat: torch.Tensor) -> torch.Tensor:
         if self.world_size > 1:
             self.count(0, "dense_allreduce", flat.numel() * flat.element_size())
         flat = flat.to(self._device)
-        dist.all_reduce(flat)
+        with self._collective("dense all-reduce"):
+            dist.all_reduce(flat)
         return flat
 
     def sum_across(self, values: np.ndarray) -> np.ndarray:
         t = torch.as_tensor(np.asarray(values, dtype=np.float64), device=self._device).clone()
-        dist.all_reduce(t)
+        with self._collective("all-reduce"):
+            dist.all_reduce(t)
         return t.cpu().numpy()
 
     def gather(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -135,20 +216,23 @@ class DistributedEngine(CommEngine):
         t = torch.as_tensor(np.asarray(mine, dtype=np.float64).reshape(-1), device=self._device)
         size = torch.tensor([t.numel()], dtype=torch.int64, device=self._device)
         sizes = [torch.empty_like(size) for _ in range(self.world_size)]
-        dist.all_gather(sizes, size)
+        with self._collective("all-gather"):
+            dist.all_gather(sizes, size)
         sizes = [int(s.item()) for s in sizes]
         longest = max(sizes)
         padded = torch.zeros(longest, dtype=torch.float64, device=self._device)
         padded[: t.numel()] = t
         bufs = [torch.empty_like(padded) for _ in range(self.world_size)]
-        dist.all_gather(bufs, padded)
+        with self._collective("all-gather"):
+            dist.all_gather(bufs, padded)
         return [b[:k].cpu().numpy() for b, k in zip(bufs, sizes)]
 
     def barrier(self) -> None:
-        if self.backend == "nccl":
-            dist.barrier(device_ids=[self._device.index])
-        else:
-            dist.barrier()
+        with self._collective("barrier"):
+            if self.backend == "nccl":
+                dist.barrier(device_ids=[self._device.index])
+            else:
+                dist.barrier()
 
     def broadcast_object(self, obj):
         box = [obj]
@@ -160,7 +244,8 @@ class DistributedEngine(CommEngine):
             # let every rank finish its last collective before the group is torn down (tearing
             # gloo down while a peer is still sending aborted a rank at exit in the bench)
             try:
-                self.barrier()
+                if not self._failed:  # after a failed collective a barrier would wait for the lost peer again
+                    self.barrier()
             finally:
                 dist.destroy_process_group()
 
@@ -168,10 +253,13 @@ class DistributedEngine(CommEngine):
 class _AsyncAllToAll:
     """An all-to-all started with ``async_op=True``; :meth:`wait` returns ``recv[0][src]``."""
 
-    def __init__(self, work, out, counts, trailing):
-        self.work, self.out, self.counts, self.trailing = work, out, counts, trailing
+    def __init__(self, work, out, counts, trailing, engine: DistributedEngine):
+        self.work, self.out, self.counts, self.trailing, self.engine = work, out, counts, trailing, engine
 
     def wait(self):
-        self.work.wait()
+        try:
+            self.work.wait()
+        except RuntimeError as exc:
+            raise self.engine._failure("asynchronous all-to-all", exc) from None
         parts = torch.split(self.out, [c * int(np.prod(self.trailing)) for c in self.counts])
         return [[p.view(-1, *self.trailing) for p in parts]]

@@ -45,7 +45,9 @@ class _HourSplit:
         s, e = starts[:, [self.col]], ends[:, [self.col]]
         vals, status = parse_int_block(buf, s, e)
         v = vals[:, 0]
-        ok = (status[:, 0] == 0) & ((e - s)[:, 0] == 8) & (v >= 0)
+        lead = buf[np.minimum(s[:, 0], max(buf.size - 1, 0))] if buf.size else np.zeros(len(s), np.uint8)
+        # eight digits exactly: a sign ("+4102100") parses as an integer but is no timestamp
+        ok = (status[:, 0] == 0) & ((e - s)[:, 0] == 8) & (v >= 0) & (lead >= 48) & (lead <= 57)
         yy, mm, dd, hh = v // 1000000, (v // 10000) % 100, (v // 100) % 100, v % 100
         ok &= (mm >= 1) & (mm <= 12) & (dd >= 1) & (hh <= 23)
         # days since 1970-01-01 of 20YY-MM-01, then check the day fits the month
@@ -72,7 +74,7 @@ def import_avazu(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
                  common: CommonOptions | None = None) -> dict[str, Any]:
     """Import Avazu CSV file(s) into a prepared dataset at ``out``; returns its header."""
     common = common or CommonOptions()
-    paths = check_inputs(inputs)
+    paths = check_inputs(inputs, fmt="avazu")
     cols = read_columns(paths, ",", "avazu")
     for need in ("click", "hour"):
         if need not in cols:

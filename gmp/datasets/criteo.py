@@ -53,13 +53,13 @@ def import_criteo(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *
         ``common.max_bad_lines``.
     """
     common = common or CommonOptions()
-    paths = check_inputs(inputs)
+    paths = check_inputs(inputs, streams=True, fmt="criteo")
     vocab = Vocabulary(min_count=common.min_count, hash_sizes=common.hash_sizes)
     fids = [vocab.add_field(n) for n in CAT_NAMES]
     vocab.check_hash_fields()
     bad = BadLines(common.max_bad_lines)
     lines_read = 0
-    with DatasetWriter(out, num_dense=NUM_DENSE, overwrite=common.overwrite) as writer, \
+    with DatasetWriter(out, num_dense=NUM_DENSE, overwrite=common.overwrite, inputs=paths) as writer, \
             task("Importing criteo", total=total_size(paths), unit="B") as advance:
         for path in paths:
             common.begin_input(writer, path)

@@ -69,6 +69,8 @@ class CsvOptions:
             raise ImportDataError(f"--sep must be a single character, got {self.sep!r}.")
         if len(self.multi_sep.encode()) != 1:
             raise ImportDataError(f"--multi-sep must be a single character, got {self.multi_sep!r}.")
+        if not np.isfinite(self.label_threshold):
+            raise ImportDataError(f"--label-threshold must be a finite number, got {self.label_threshold}.")
         if self.dense_transform not in ("log1p", "none"):
             raise ImportDataError(f"--dense-transform must be 'log1p' or 'none', got {self.dense_transform!r}.")
 
@@ -122,7 +124,7 @@ def import_csv(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, o
                common: CommonOptions | None = None) -> dict[str, Any]:
     """Import delimited text with a header into a prepared dataset at ``out``."""
     common = common or CommonOptions()
-    paths = check_inputs(inputs)
+    paths = check_inputs(inputs, fmt="csv")
     sep = options.sep or default_sep(paths[0])
     cols = read_columns(paths, sep, "csv")
     label_col = _resolve([options.label], cols, "--label", paths[0])[0]
@@ -175,7 +177,11 @@ def run_delimited(paths: list[Path], out, *, fmt: str, plan: DelimitedPlan, comm
     sepname = {",": "comma", "\t": "tab", ";": "semicolon", "|": "pipe", " ": "space"}.get(plan.sep, repr(plan.sep))
     lines_read = 0
     num_dense = len(plan.dense_cols)
-    with DatasetWriter(out, num_dense=num_dense, overwrite=common.overwrite) as writer, \
+    # stored as float32: without a transform a value must fit float32 (1e300 would become inf)
+    raw = plan.options.dense_transform == "none"
+    dense_limit = float(np.finfo(np.float32).max) if raw else np.inf
+    limit_note = " within float32 (--dense-transform none)" if raw else ""
+    with DatasetWriter(out, num_dense=num_dense, overwrite=common.overwrite, inputs=paths) as writer, \
             task(f"Importing {fmt}", total=total_size(paths), unit="B") as advance:
         for path in paths:
             common.begin_input(writer, path)
@@ -192,10 +198,12 @@ def run_delimited(paths: list[Path], out, *, fmt: str, plan: DelimitedPlan, comm
                 else:
                     lvals, lstat = parse_float_block(buf, lab_s, lab_e)
                     labels = (lvals[:, 0] >= opts.label_threshold).astype(np.float32)
-                    bad_label = lstat[:, 0] != 0
+                    bad_label = (lstat[:, 0] != 0) | ~np.isfinite(lvals[:, 0])
                 dvals, dstat = parse_float_block(buf, starts[:, plan.dense_cols], ends[:, plan.dense_cols])
                 bad_cols = ncols != ncols_expected
-                bad_dense = (dstat == BAD).any(axis=1)
+                # non-finite input (1e400 parses as inf), or beyond float32 when stored as is
+                not_finite = (dstat == 0) & ~(np.isfinite(dvals) & (np.abs(dvals) <= dense_limit))
+                bad_dense = ((dstat == BAD) | not_finite).any(axis=1)
                 if derived is not None:
                     dkeys, dpresent, bad_derived, dreason = derived(buf, starts, ends)
                 else:
@@ -214,10 +222,13 @@ def run_delimited(paths: list[Path], out, *, fmt: str, plan: DelimitedPlan, comm
                         if bad_label[i]:
                             if lstat[i, 0] == 1:
                                 return f"label column {plan.cols[c]!r} is empty"
-                            return f"label column {plan.cols[c]!r} is not a number: {token(buf, starts[i, c], ends[i, c])}"
+                            what = "a number" if lstat[i, 0] == BAD else "a finite number"
+                            return f"label column {plan.cols[c]!r} is not {what}: {token(buf, starts[i, c], ends[i, c])}"
                         if bad_dense[i]:
-                            c = plan.dense_cols[int(np.flatnonzero(dstat[i] == BAD)[0])]
-                            return (f"column {c + 1} ({plan.cols[c]}) is not a number: "
+                            j = int(np.flatnonzero((dstat[i] == BAD) | not_finite[i])[0])
+                            c = plan.dense_cols[j]
+                            what = "a number" if dstat[i, j] == BAD else f"a finite number{limit_note}"
+                            return (f"column {c + 1} ({plan.cols[c]}) is not {what}: "
                                     f"{token(buf, starts[i, c], ends[i, c])}")
                         return dreason(i)
 

@@ -8,12 +8,22 @@ A prepared dataset is a directory::
     ├── indptr.npy        int64  [num_samples + 1]   CSR row pointers
     ├── indices.npy       int32  [num_edges]          embedding ids (int64 if > 2^31-1)
     ├── labels.npy        float32 [num_samples]       0.0 / 1.0
-    └── dense.npy         float32 [num_samples, num_dense]   (absent when num_dense == 0)
+    ├── dense.npy         float32 [num_samples, num_dense]   (absent when num_dense == 0)
+    └── vocab.npz         uint64 per vocabulary field: the raw-value keys of its local ids 2.. in
+                          local-id order, as ``field_<i>`` (i = index among the categorical
+                          fields; hashed fields have none). Written by ``gmp data import``
+                          (absent for synthetic data); read by ``gmp data import --extend``.
 
 Sample ``i`` uses embedding ids ``indices[indptr[i]:indptr[i+1]]`` (multi-hot
 allowed: a multi-valued field contributes several ids; duplicates are removed
-within a sample). Embedding ids are global: field ``f`` owns the contiguous
-range ``[offset_f, offset_f + num_values_f)``. Inside every categorical or
+within a sample). Embedding ids are global: field ``f`` owns the ids of its
+``ranges`` (half-open ``[start, stop)`` pairs; local id k is the k-th id along
+them): one range ``[offset_f, offset_f + num_values_f)`` for a fresh import,
+more for a dataset that extends another (``gmp data import --extend PREV``
+keeps every value PREV knew at its id and appends the new values of each
+field after PREV's ``num_embeddings``, so a row keeps its id across days).
+Such a dataset records ``parent`` (PREV's ``sha256`` and ``num_embeddings``)
+and ``new_id_ranges`` (the ids it added); both are null otherwise. Inside every categorical or
 multi-valued field, local id 0 is the field's *missing* value and local id 1
 its shared *rare* value (values seen fewer than ``--min-count`` times); real
 values follow, most frequent first. A hashed field has ``hash_buckets``
@@ -32,13 +42,21 @@ every sample (the trainer only trains on the training range).
 labels and dense (in that order: name, dtype, shape, raw bytes). Placement
 manifests record it, so a manifest cannot be used with another dataset.
 
+**Validation on read.** :func:`load_dataset` checks the header against the
+schema once (every count a JSON integer, ``fields`` a list of field objects,
+``split`` an object whose counts add up, nesting at most 32 levels), then every
+array's shape and dtype. Unless verification is switched off (``verify=False``
+or the environment variable ``GMP_NO_VERIFY=1``) it also recomputes the
+sha256 and checks the arrays' contents: ``indptr`` non-decreasing, ids in
+``[0, num_embeddings)``, labels 0 or 1, dense values finite (one pass each).
+
 All arrays are plain ``.npy`` files and are memory-mapped when read.
 
 Example ``dataset.json``::
 
     {
       "format": "gmp.dataset",
-      "schema_version": 1,
+      "schema_version": 2,
       "gmp_version": "0.1.0",
       "created": "2026-11-22T00:00:00+00:00",
       "source": {"format": "criteo", "inputs": ["train.txt.gz"],
@@ -50,10 +68,12 @@ Example ``dataset.json``::
       "fields": [
         {"name": "I1", "kind": "dense", "num_values": 0, "offset": null, "column": 0},
         {"name": "C1", "kind": "categorical", "num_values": 1262, "offset": 0,
-         "missing_id": 0, "rare_id": 1, "hash_buckets": null},
+         "missing_id": 0, "rare_id": 1, "hash_buckets": null, "ranges": [[0, 1262]]},
         {"name": "genres", "kind": "multi", "num_values": 21, "offset": 1262,
-         "missing_id": 1262, "rare_id": 1263, "hash_buckets": null}
+         "missing_id": 1262, "rare_id": 1263, "hash_buckets": null, "ranges": [[1262, 1283]]}
       ],
+      "parent": null,
+      "new_id_ranges": null,
       "label_rate": 0.2561,
       "num_bad_lines": 0,
       "bad_lines": [],
@@ -62,25 +82,34 @@ Example ``dataset.json``::
     }
 
 ``bad_lines`` holds the first 10 skipped lines as ``{"line": N, "reason": "..."}``.
+An extending dataset has ``"parent": {"sha256": "...", "num_embeddings": 1228411, "path": "..."}``
+and e.g. ``"new_id_ranges": [[1228411, 1230002], [1230002, 1230950]]`` (one range per field
+that gained values), and its fields' ``ranges`` then have two or more entries.
+
+**Versions.** 2 added ``fields[].ranges``, ``parent`` and ``new_id_ranges``;
+a version-1 header is upgraded on read (one contiguous range per field, no parent).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+import numba
 import numpy as np
 
 from .. import __version__
-from .._io import atomic_directory, hash_arrays, index_dtype, load_npy, read_versioned_json, release_pages, write_json
+from .._io import (atomic_directory, hash_arrays, header_value, index_dtype, load_npy, read_versioned_json,
+                   release_pages, verify_enabled, write_json)
 from ..errors import DatasetError
 
 FORMAT = "gmp.dataset"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 FIELD_KINDS = ("categorical", "multi", "dense")
 _FIX = "re-create it with 'gmp data import' or 'gmp data synth'."
 
@@ -97,12 +126,30 @@ class FieldInfo:
     rare_id: int | None = None
     hash_buckets: int | None = None
     column: int | None = None  # dense fields: column in dense.npy
+    #: the field's ids as half-open ranges; None: the one range [offset, offset + num_values)
+    ranges: tuple[tuple[int, int], ...] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in FIELD_KINDS:
             raise DatasetError(f"field {self.name!r} has kind {self.kind!r}, expected one of {FIELD_KINDS}.")
         if self.kind != "dense" and (self.offset is None or self.offset < 0 or self.num_values < 0):
             raise DatasetError(f"field {self.name!r} needs a non-negative offset and num_values.")
+        if self.ranges is not None and self.kind != "dense":
+            if sum(b - a for a, b in self.ranges) != self.num_values or any(b < a for a, b in self.ranges):
+                raise DatasetError(f"field {self.name!r}: ranges {list(self.ranges)} must be [start, stop) pairs "
+                                   f"covering num_values={self.num_values} ids.")
+
+    @property
+    def id_ranges(self) -> tuple[tuple[int, int], ...]:
+        """The field's ids as half-open ``(start, stop)`` ranges (empty for a dense field)."""
+        if self.kind == "dense":
+            return ()
+        return self.ranges if self.ranges is not None else ((int(self.offset), int(self.offset) + self.num_values),)
+
+    def ids(self) -> np.ndarray:
+        """int64: the global id of every local id, in local order."""
+        parts = [np.arange(a, b, dtype=np.int64) for a, b in self.id_ranges]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -114,6 +161,7 @@ class FieldInfo:
             "rare_id": self.rare_id,
             "hash_buckets": self.hash_buckets,
             "column": self.column,
+            "ranges": None if self.kind == "dense" else [list(r) for r in self.id_ranges],
         }
 
     @classmethod
@@ -127,6 +175,7 @@ class FieldInfo:
             rare_id=obj.get("rare_id"),
             hash_buckets=obj.get("hash_buckets"),
             column=obj.get("column"),
+            ranges=None if obj.get("ranges") is None else tuple((int(a), int(b)) for a, b in obj["ranges"]),
         )
 
 
@@ -141,6 +190,7 @@ class PreparedDataset:
     labels: np.ndarray
     dense: np.ndarray | None
     fields: list[FieldInfo] = field(default_factory=list)
+    _verified: bool = field(default=False, repr=False, compare=False)
 
     @property
     def num_samples(self) -> int:
@@ -180,7 +230,8 @@ class PreparedDataset:
         dtype = np.int16 if len(cats) < 2**15 else np.int32
         out = np.full(self.num_embeddings, -1, dtype=dtype)
         for i, f in enumerate(cats):
-            out[f.offset : f.offset + f.num_values] = i
+            for a, b in f.id_ranges:
+                out[a:b] = i
         return out
 
     def __repr__(self) -> str:  # the header in one line, never the arrays or the whole meta
@@ -190,13 +241,22 @@ class PreparedDataset:
                 f"fields, {self.num_dense} dense, sha256 {self.sha256[:12]}>")
 
     def verify_hash(self) -> None:
-        """Recompute the content hash and raise :class:`DatasetError` if it differs."""
+        """Recompute the content hash, then check the arrays' contents (:func:`check_arrays`).
+
+        Raises :class:`DatasetError` on a mismatch. Done once per opened dataset
+        (later calls return at once).
+        """
+        if self._verified:
+            return
         got = compute_sha256(self.indptr, self.indices, self.labels, self.dense)
         if got != self.sha256:
             raise DatasetError(
                 f"{self.path}: arrays do not match the sha256 in dataset.json (got {got[:12]}…, "
-                f"expected {self.sha256[:12]}…); the files were modified or corrupted: {_FIX}"
+                f"expected {self.sha256[:12]}…); the files were modified or corrupted: {_FIX} "
+                f"(GMP_NO_VERIFY=1 skips this check)"
             )
+        check_arrays(self.path, self.indptr, self.indices, self.labels, self.dense, self.num_embeddings)
+        self._verified = True
 
 
 def compute_sha256(indptr, indices, labels, dense) -> str:
@@ -206,8 +266,11 @@ def compute_sha256(indptr, indices, labels, dense) -> str:
     return hash_arrays(arrays)
 
 
-def load_dataset(path: str | os.PathLike, *, mmap: bool = True) -> PreparedDataset:
-    """Open a prepared dataset, checking version and every array's shape and dtype.
+def load_dataset(path: str | os.PathLike, *, mmap: bool = True, verify: bool | None = None) -> PreparedDataset:
+    """Open a prepared dataset, checking its header, version and every array's shape and dtype.
+
+    ``verify`` (default: on unless ``GMP_NO_VERIFY=1`` is set) also recomputes
+    the sha256 and checks the arrays' contents (see the module docstring).
 
     Raises
     ------
@@ -221,10 +284,8 @@ def load_dataset(path: str | os.PathLike, *, mmap: bool = True) -> PreparedDatas
         path / "dataset.json", fmt=FORMAT, max_version=SCHEMA_VERSION, error=DatasetError, fix=_FIX
     )
     meta = _upgrade(meta)
-    for key in ("num_samples", "num_embeddings", "num_edges", "fields", "split", "sha256"):
-        if key not in meta:
-            raise DatasetError(f"{path / 'dataset.json'} lacks the key {key!r}; {_FIX}")
-    n, e, m = int(meta["num_samples"]), int(meta["num_edges"]), int(meta["num_embeddings"])
+    fields = check_header(meta, path / "dataset.json")
+    n, e = meta["num_samples"], meta["num_edges"]
     indptr = load_npy(path / "indptr.npy", error=DatasetError, mmap=mmap, fix=_FIX)
     indices = load_npy(path / "indices.npy", error=DatasetError, mmap=mmap, fix=_FIX)
     labels = load_npy(path / "labels.npy", error=DatasetError, mmap=mmap, fix=_FIX)
@@ -236,22 +297,142 @@ def load_dataset(path: str | os.PathLike, *, mmap: bool = True) -> PreparedDatas
             f"{path / 'indptr.npy'}: expected indptr[0] == 0 and indptr[-1] == num_edges ({e}), "
             f"got {int(indptr[0])} and {int(indptr[-1])}; {_FIX}"
         )
-    num_dense = int(meta.get("num_dense", 0))
+    num_dense = meta["num_dense"] = meta.get("num_dense") or 0
     dense = None
     if num_dense:
         dense = load_npy(path / "dense.npy", error=DatasetError, mmap=mmap, fix=_FIX)
         _expect(path / "dense.npy", dense, (n, num_dense), ("f4",))
-    fields = [FieldInfo.from_json(f) for f in meta["fields"]]
-    for f in fields:
-        if f.kind != "dense" and f.offset + f.num_values > m:
-            raise DatasetError(
-                f"{path / 'dataset.json'}: field {f.name!r} ends at id {f.offset + f.num_values}, "
-                f"beyond num_embeddings {m}; {_FIX}"
-            )
-    split = meta["split"]
-    if int(split.get("num_train", -1)) + int(split.get("num_test", -1)) != n:
-        raise DatasetError(f"{path / 'dataset.json'}: split.num_train + split.num_test != num_samples; {_FIX}")
-    return PreparedDataset(path, meta, indptr, indices, labels, dense, fields)
+    ds = PreparedDataset(path, meta, indptr, indices, labels, dense, fields)
+    if verify_enabled(verify):
+        ds.verify_hash()
+    return ds
+
+
+def check_header(meta: Mapping[str, Any], path: Path) -> list[FieldInfo]:
+    """Validate a ``dataset.json`` header against the schema; returns its fields.
+
+    Every count must be a JSON integer (no floats, strings or booleans), every
+    field an object with a name, a kind and (categorical/multi) an id range
+    inside ``num_embeddings``; ``split`` must add up to ``num_samples``.
+    """
+    def get(obj, key, kind, where="", optional=False):
+        return header_value(obj, key, kind, path=path, error=DatasetError, fix=_FIX, optional=optional, where=where)
+
+    n = get(meta, "num_samples", "int>=0")
+    m = get(meta, "num_embeddings", "int>=0")
+    get(meta, "num_edges", "int>=0")
+    num_dense = get(meta, "num_dense", "int>=0", optional=True) or 0
+    get(meta, "sha256", "str")
+    for key, kind in (("source", "dict"), ("label_rate", "number"), ("num_bad_lines", "int>=0"),
+                      ("bad_lines", "list")):
+        get(meta, key, kind, optional=True)
+    raw_fields = get(meta, "fields", "list")
+    fields = []
+    for i, f in enumerate(raw_fields):
+        where = f"fields[{i}]."
+        if not isinstance(f, dict):
+            raise DatasetError(f"{path}: fields[{i}] must be an object with name, kind, num_values and offset, "
+                               f"got {json.dumps(f, default=str)[:40]}; {_FIX}")
+        name = get(f, "name", "str", where)
+        kind = get(f, "kind", "str", where)
+        if kind not in FIELD_KINDS:
+            raise DatasetError(f"{path}: {where}kind is {kind!r}, expected one of {FIELD_KINDS}; {_FIX}")
+        num_values = get(f, "num_values", "int>=0", where, optional=True) or 0
+        ids = {k: get(f, k, "int>=0", where, optional=True) for k in ("offset", "missing_id", "rare_id")}
+        buckets = get(f, "hash_buckets", "int>=1", where, optional=True)
+        column = get(f, "column", "int>=0", where, optional=True)
+        if kind == "dense":
+            if column is None or column >= num_dense:
+                raise DatasetError(f"{path}: {where}column must be an integer in [0, num_dense={num_dense}) for "
+                                   f"dense field {name!r}, got {column}; {_FIX}")
+        ranges = None
+        if kind != "dense":
+            off = ids["offset"]
+            if off is None:
+                raise DatasetError(f"{path}: {where}offset must be a non-negative integer for field {name!r}; {_FIX}")
+            ranges = _check_ranges(get(f, "ranges", "list", where, optional=True), off, num_values, m,
+                                   f"{path}: {where}ranges of field {name!r}")
+            end = max((b for _, b in ranges), default=off)
+            if end > m:
+                raise DatasetError(f"{path}: field {name!r} ends at id {end}, beyond num_embeddings {m}; {_FIX}")
+            for k in ("missing_id", "rare_id"):
+                if ids[k] is not None and not any(a <= ids[k] < b for a, b in ranges):
+                    raise DatasetError(f"{path}: {where}{k} {ids[k]} is outside field {name!r}'s ids "
+                                       f"{[list(r) for r in ranges]}; {_FIX}")
+        fields.append(FieldInfo(name=name, kind=kind, num_values=num_values, offset=ids["offset"],
+                                missing_id=ids["missing_id"], rare_id=ids["rare_id"], hash_buckets=buckets,
+                                column=column, ranges=ranges))
+    get(meta, "parent", "dict", optional=True)  # schema 2: the dataset this one extends
+    new_ranges = get(meta, "new_id_ranges", "list", optional=True)
+    if new_ranges is not None:
+        _check_ranges(new_ranges, 0, None, m, f"{path}: new_id_ranges")
+    split = get(meta, "split", "dict")
+    num_train = get(split, "num_train", "int>=0", "split.")
+    num_test = get(split, "num_test", "int>=0", "split.")
+    if num_train + num_test != n:
+        raise DatasetError(f"{path}: split.num_train + split.num_test = {num_train + num_test}, expected "
+                           f"num_samples {n}; {_FIX}")
+    return fields
+
+
+def _check_ranges(ranges, offset: int, num_values: int | None, num_embeddings: int,
+                  what: str) -> tuple[tuple[int, int], ...]:
+    """``[[start, stop], ...]`` half-open id ranges inside ``[0, num_embeddings]`` covering ``num_values`` ids
+    (``None`` ranges: the one range ``[offset, offset + num_values)``)."""
+    if ranges is None:
+        return ((offset, offset + (num_values or 0)),)
+    out = []
+    for r in ranges:
+        ok = (isinstance(r, list) and len(r) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in r)
+              and 0 <= r[0] <= r[1] <= num_embeddings)
+        if not ok:
+            raise DatasetError(f"{what} must be [start, stop] pairs of ids in [0, {num_embeddings}], got "
+                               f"{json.dumps(r, default=str)[:40]}; {_FIX}")
+        out.append((r[0], r[1]))
+    if num_values is not None and sum(b - a for a, b in out) != num_values:
+        raise DatasetError(f"{what} cover {sum(b - a for a, b in out)} ids, expected num_values {num_values}; {_FIX}")
+    return tuple(out)
+
+
+@numba.njit(cache=True, nogil=True)
+def _array_problems(indptr, indices, labels, dense_flat, num_embeddings):  # pragma: no cover - compiled
+    # (code, position): 1 indptr decreases, 2 id out of range, 3 label not 0/1, 4 dense not finite
+    for i in range(1, indptr.size):
+        if indptr[i] < indptr[i - 1]:
+            return 1, i
+    for k in range(indices.size):
+        v = indices[k]
+        if v < 0 or v >= num_embeddings:
+            return 2, k
+    for i in range(labels.size):
+        v = labels[i]
+        if v != 0.0 and v != 1.0:
+            return 3, i
+    for k in range(dense_flat.size):
+        v = dense_flat[k]
+        if not np.isfinite(v):
+            return 4, k
+    return 0, 0
+
+
+def check_arrays(path: Path, indptr, indices, labels, dense, num_embeddings: int) -> None:
+    """One pass over the arrays: indptr non-decreasing, ids in range, labels 0/1, dense finite."""
+    dflat = np.zeros(0, np.float32) if dense is None else np.asarray(dense).reshape(-1)
+    code, pos = _array_problems(np.asarray(indptr), np.asarray(indices), np.asarray(labels), dflat,
+                                np.int64(num_embeddings))
+    if code == 1:
+        raise DatasetError(f"{path / 'indptr.npy'} decreases at sample {pos - 1} ({int(indptr[pos - 1])} -> "
+                           f"{int(indptr[pos])}); row pointers must be non-decreasing: {_FIX}")
+    if code == 2:
+        raise DatasetError(f"{path / 'indices.npy'} holds id {int(indices[pos])} at position {pos}, expected ids in "
+                           f"[0, {num_embeddings}); {_FIX}")
+    if code == 3:
+        raise DatasetError(f"{path / 'labels.npy'} holds {float(labels[pos])!r} at sample {pos}, expected labels 0 "
+                           f"or 1; {_FIX}")
+    if code == 4:
+        nd = dense.shape[1]
+        raise DatasetError(f"{path / 'dense.npy'} holds {float(dflat[pos])!r} at sample {pos // nd} column "
+                           f"{pos % nd}, expected finite values; {_FIX}")
 
 
 def _expect(path: Path, arr: np.ndarray, shape: tuple[int, ...], dtypes: Sequence[str]) -> None:
@@ -261,8 +442,37 @@ def _expect(path: Path, arr: np.ndarray, shape: tuple[int, ...], dtypes: Sequenc
         raise DatasetError(f"{path} has dtype {arr.dtype}, expected one of {list(dtypes)}; {_FIX}")
 
 
+def _upgrade_1_to_2(meta: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 added ``fields[].ranges``, ``parent`` and ``new_id_ranges``: a version-1 field is
+    one contiguous range and a version-1 dataset extends nothing."""
+    meta = dict(meta)
+    fields = []
+    for f in meta.get("fields", []) if isinstance(meta.get("fields"), list) else []:
+        if not isinstance(f, dict):
+            fields.append(f)  # check_header names it
+            continue
+        f = dict(f)
+        off, num = f.get("offset"), f.get("num_values", 0)
+        whole = all(isinstance(x, int) and not isinstance(x, bool) for x in (off, num))
+        # a wrongly typed offset stays for check_header to name; its ranges stay unset
+        f["ranges"] = [[off, off + num]] if f.get("kind") != "dense" and whole else None
+        fields.append(f)
+    if isinstance(meta.get("fields"), list):
+        meta["fields"] = fields  # anything else is left for check_header to name
+    meta.setdefault("parent", None)
+    meta.setdefault("new_id_ranges", None)
+    meta["schema_version"] = 2
+    return meta
+
+
+#: version v -> the function upgrading a version-v header to v + 1
+_UPGRADES = {1: _upgrade_1_to_2}
+
+
 def _upgrade(meta: dict[str, Any]) -> dict[str, Any]:
-    """Upgrade an older header one version at a time (only version 1 exists)."""
+    """Upgrade an older header one version at a time."""
+    while int(meta["schema_version"]) < SCHEMA_VERSION:
+        meta = _UPGRADES[int(meta["schema_version"])](meta)
     return meta
 
 
@@ -284,8 +494,9 @@ class DatasetWriter:
     """
 
     def __init__(self, out: str | os.PathLike, *, num_dense: int = 0, overwrite: bool = False,
-                 provisional_dtype: np.dtype | type = np.int64):
+                 provisional_dtype: np.dtype | type = np.int64, inputs: Sequence[str | os.PathLike] = ()):
         self.out = Path(out)
+        self.inputs = list(inputs)
         self.num_dense = int(num_dense)
         self.overwrite = overwrite
         self._provisional_dtype = np.dtype(provisional_dtype)
@@ -298,7 +509,7 @@ class DatasetWriter:
         self._test_start: int | None = None
 
     def __enter__(self) -> "DatasetWriter":
-        self._ctx = atomic_directory(self.out, overwrite=self.overwrite)
+        self._ctx = atomic_directory(self.out, overwrite=self.overwrite, kind=FORMAT, inputs=self.inputs)
         self._dir = self._ctx.__enter__()
         for name in ("lengths", "ids", "labels", "dense"):
             self._files[name] = open(self._dir / f"_{name}.bin", "wb")
@@ -335,10 +546,20 @@ class DatasetWriter:
                 f"chunk is inconsistent: {lengths.size} lengths summing to {int(lengths.sum())}, "
                 f"{ids.size} ids, {labels.size} labels."
             )
+        bad = np.flatnonzero((labels != 0) & (labels != 1))
+        if bad.size:
+            i = int(bad[0])
+            raise DatasetError(f"labels must be finite and 0 or 1, got {float(labels[i])!r} at sample "
+                               f"{self.num_samples + i}; fix the input or the importer.")
         if self.num_dense:
             dense = np.asarray(dense, dtype=np.float32)
             if dense.shape != (lengths.size, self.num_dense):
                 raise DatasetError(f"dense chunk has shape {dense.shape}, expected {(lengths.size, self.num_dense)}.")
+            finite = np.isfinite(dense)
+            if not finite.all():
+                i, j = (int(v[0]) for v in np.nonzero(~finite))
+                raise DatasetError(f"dense values must be finite, got {float(dense[i, j])!r} at sample "
+                                   f"{self.num_samples + i} column {j}; fix the input or the importer.")
             self._files["dense"].write(np.ascontiguousarray(dense).tobytes())
         self._files["lengths"].write(lengths.tobytes())
         self._files["ids"].write(ids.tobytes())
@@ -369,6 +590,9 @@ class DatasetWriter:
             raise DatasetError("no samples to write: the input is empty (or every line was skipped).")
         if not 0.0 <= test_fraction < 1.0:
             raise DatasetError(f"test fraction must be in [0, 1), got {test_fraction}.")
+        if self._test_start is None and self.num_samples - int(round(self.num_samples * test_fraction)) < 1:
+            raise DatasetError(f"test fraction {test_fraction} of {self.num_samples} samples leaves no training "
+                               f"samples; lower --test-fraction.")
         for f in self._files.values():
             f.close()
         d = self.tmpdir
@@ -480,6 +704,8 @@ class DatasetWriter:
             "bad_lines": [dict(b) for b in list(bad_lines)[:10]],
             "split": split,
             "sha256": sha,
+            "parent": None,
+            "new_id_ranges": None,
         }
         if extra:
             meta.update(extra)

@@ -49,6 +49,7 @@ from typing import Any, BinaryIO, Iterator, Sequence
 import numba
 import numpy as np
 
+from .._io import check_memory
 from ..errors import ImportDataError
 from ..kernels.hashing import mix64
 
@@ -56,6 +57,8 @@ log = logging.getLogger(__name__)
 
 #: bytes read per block (the tokenizer's offset arrays scale with it).
 DEFAULT_CHUNK_BYTES = 16 << 20
+#: largest block (a read of more than 2 GiB fails on some platforms; bigger blocks gain nothing)
+MAX_CHUNK_BYTES = 1 << 30
 #: how many bad lines are kept verbatim (the rest are only counted).
 KEEP_BAD_LINES = 10
 
@@ -132,8 +135,13 @@ class Chunk:
     progress: int  # bytes of the underlying (possibly compressed) file consumed so far
 
 
-def check_inputs(paths: Sequence[str | os.PathLike]) -> list[Path]:
-    """Every input must be a readable regular file; one clear error otherwise."""
+def check_inputs(paths: Sequence[str | os.PathLike], *, streams: bool = False, fmt: str = "") -> list[Path]:
+    """Every input must be a readable file; one clear error otherwise.
+
+    ``streams``: the importer reads each input once from start to end, so a
+    pipe or device (``<(zcat f.gz)``, ``/dev/stdin``) is accepted; otherwise
+    only regular files are (the importer reads the header separately).
+    """
     if not paths:
         raise ImportDataError("no input files given; pass at least one INPUT path.")
     out = []
@@ -145,21 +153,40 @@ def check_inputs(paths: Sequence[str | os.PathLike]) -> list[Path]:
             raise ImportDataError(f"{p} is a directory; pass the data file(s) inside it.")
         if not os.access(p, os.R_OK):
             raise ImportDataError(f"{p}: permission denied; make the file readable.")
+        if not streams and not p.is_file():
+            raise ImportDataError(f"{p} is not a regular file (a pipe or device); the {fmt or 'this'} importer reads "
+                                  f"the header before the data: save the input to a file first.")
         out.append(p)
     return out
 
 
+#: a UTF-8 byte-order mark (Excel and some exports start files with it)
+BOM = b"\xef\xbb\xbf"
+
+
 def _open(path: Path) -> tuple[BinaryIO, BinaryIO]:
-    """(stream to read, raw file for progress); gzip is detected by magic bytes."""
+    """(stream to read, raw file for progress); gzip is detected by magic bytes, without seeking
+    (so pipes work)."""
     try:
         raw = open(path, "rb")
     except OSError as exc:
         raise ImportDataError(f"cannot read {path}: {exc.strerror}.") from None
-    magic = raw.read(2)
-    raw.seek(0)
+    try:
+        magic = raw.peek(2)[:2]
+    except OSError as exc:
+        raw.close()
+        raise ImportDataError(f"cannot read {path}: {exc.strerror}.") from None
     if magic == b"\x1f\x8b":
         return gzip.GzipFile(fileobj=raw, mode="rb"), raw
     return raw, raw
+
+
+def _position(raw: BinaryIO, fallback: int) -> int:
+    """Bytes of the underlying file consumed (``fallback`` for a pipe, which has no position)."""
+    try:
+        return raw.tell()
+    except OSError:
+        return fallback
 
 
 def _read(stream: BinaryIO, path: Path, size: int, line: int) -> bytes:
@@ -187,7 +214,7 @@ def read_head(path: Path, max_bytes: int) -> bytes:
 
 
 def read_header(path: Path) -> bytes:
-    """The first line of ``path`` (without its newline); b"" for an empty file."""
+    """The first line of ``path`` (without its newline or a UTF-8 byte-order mark); b"" for an empty file."""
     stream, raw = _open(path)
     try:
         buf = b""
@@ -196,17 +223,17 @@ def read_header(path: Path) -> bytes:
             if not block:
                 break
             buf += block
-        return buf.split(b"\n", 1)[0].rstrip(b"\r")
+        return buf.split(b"\n", 1)[0].rstrip(b"\r").removeprefix(BOM)
     finally:
         stream.close()
         raw.close()
 
 
 def iter_chunks(path: Path, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES, skip_lines: int = 0) -> Iterator[Chunk]:
-    """Yield :class:`Chunk` s of complete lines of ``path`` (plain or gzip).
+    """Yield :class:`Chunk` s of complete lines of ``path`` (plain or gzip, file or pipe).
 
     ``skip_lines`` leading lines (a header) are dropped; line numbers still
-    count them.
+    count them. A UTF-8 byte-order mark at the start is dropped.
     """
     name = str(path)
     stream, raw = _open(path)
@@ -214,8 +241,14 @@ def iter_chunks(path: Path, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES, skip_line
         carry = b""
         line = 1
         to_skip = skip_lines
+        first = True
+        consumed = 0
         while True:
             block = _read(stream, path, chunk_bytes, line)
+            consumed += len(block)
+            if first and block:
+                block = block.removeprefix(BOM)
+                first = False
             eof = not block
             data = carry + block
             if eof:
@@ -232,7 +265,7 @@ def iter_chunks(path: Path, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES, skip_line
                 line += 1
                 to_skip -= 1
             if data:
-                yield Chunk(name, line, data, raw.tell())
+                yield Chunk(name, line, data, _position(raw, consumed))
                 line += data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
             if eof:
                 return
@@ -242,7 +275,8 @@ def iter_chunks(path: Path, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES, skip_line
 
 
 def total_size(paths: Sequence[Path]) -> int:
-    return int(sum(p.stat().st_size for p in paths))
+    """Bytes to read (pipes count 0: their size is unknown)."""
+    return int(sum(p.stat().st_size for p in paths if p.is_file()))
 
 
 # --------------------------------------------------------------------------
@@ -275,8 +309,8 @@ def _tokenize(buf, sep, starts, ends, ncols):  # pragma: no cover - compiled
             col += 1
             start = i + 1
         elif c == 10:
-            if i == n and start >= n:
-                break  # the buffer ended with a newline
+            if i == n and (n == 0 or buf[n - 1] == 10):
+                break  # the buffer ended with a newline (a last line "x,," has no newline and is kept)
             e = i
             if e > start and buf[e - 1] == 13:  # CRLF
                 e -= 1
@@ -577,6 +611,7 @@ class CommonOptions:
     overwrite: bool = False
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
     test_inputs: tuple[str, ...] = ()  # inputs whose samples are the test set (read last)
+    extend: str | None = None  # a prepared dataset whose ids this import keeps (gmp.datasets.extend)
 
     def __post_init__(self) -> None:
         if self.min_count < 1:
@@ -587,12 +622,19 @@ class CommonOptions:
             raise ImportDataError(f"--test-fraction must be in [0, 1), got {self.test_fraction}.")
         if self.chunk_bytes < 1:
             raise ImportDataError(f"chunk size must be positive, got {self.chunk_bytes}.")
+        if self.chunk_bytes > MAX_CHUNK_BYTES:
+            raise ImportDataError(f"--chunk-mb must be at most {MAX_CHUNK_BYTES >> 20}, got {self.chunk_bytes >> 20}.")
+        # a block, its carry-over and the tokenizer's column offsets (8 bytes per column per line)
+        check_memory(8 * self.chunk_bytes, what=f"--chunk-mb {self.chunk_bytes >> 20}", error=ImportDataError,
+                     fix="choose a smaller --chunk-mb.")
 
     def to_json(self) -> dict[str, Any]:
         out = {"min_count": self.min_count, "hash": dict(self.hash_sizes), "max_bad_lines": self.max_bad_lines,
                "test_fraction": self.test_fraction}
         if self.test_inputs:
             out["test_inputs"] = list(self.test_inputs)
+        if self.extend:
+            out["extend"] = str(self.extend)
         return out
 
     def with_test_inputs(self, paths: Sequence[str | os.PathLike]) -> "CommonOptions":
@@ -627,13 +669,26 @@ def finish_import(writer, vocab, bad: BadLines, *, fmt: str, paths: Sequence[Pat
             f"(first: {bad.first[0]['file']} line {bad.first[0]['line']}: {bad.first[0]['reason']}).",
             bad=bad, lines_read=lines_read)
     bad.check(name=names, lines_read=lines_read)
-    cat_fields, num_embeddings, remap = vocab.finish()
+    extra = dict(extra or {})
+    if common.extend:  # keep the previous dataset's ids, append the new values (gmp.datasets.extend)
+        from .extend import previous_fields
+
+        prev, prev_meta = previous_fields(common.extend)
+        cat_fields, num_embeddings, remap = vocab.finish(prev, int(prev_meta["num_embeddings"]))
+        extra["parent"] = {"sha256": prev_meta["sha256"], "num_embeddings": int(prev_meta["num_embeddings"]),
+                           "path": str(common.extend)}
+        extra["new_id_ranges"] = vocab.new_id_ranges
+    else:
+        cat_fields, num_embeddings, remap = vocab.finish()
+    from .extend import VOCAB_FILE, vocab_arrays
+
+    np.savez(writer.tmpdir / VOCAB_FILE, **vocab_arrays(vocab.kept_keys))
     fields = [FieldInfo(n, "dense", 0, None, column=j) for j, n in enumerate(dense_names)] + cat_fields
     source = {"format": fmt, "inputs": [str(p) for p in paths],
               "options": {**common.to_json(), **format_options}, "num_lines": int(lines_read)}
     log.info("%s: %d lines, %d samples, %d bad", names, lines_read, writer.num_samples, bad.count)
-    if dedupe is None:
-        dedupe = any(f.kind == "multi" for f in cat_fields)
+    if dedupe is None:  # an extending import's new ids follow all old ones: its samples need sorting
+        dedupe = any(f.kind == "multi" for f in cat_fields) or bool(common.extend)
     return writer.finish(fields=fields, num_embeddings=num_embeddings, source=source, remap=remap,
                          test_fraction=common.test_fraction, num_bad_lines=bad.count, bad_lines=bad.first,
                          extra=extra, dedupe=dedupe, chunk_samples=1 << 18)

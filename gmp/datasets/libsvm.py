@@ -36,6 +36,7 @@ fine for the small libsvm data sets these formats are used for here.
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any, Sequence
 
@@ -56,22 +57,33 @@ def _num(text: bytes, what: str) -> float:
         v = float(text)
     except ValueError:
         raise _BadLine(f"{what} is not a number: {text.decode('utf-8', 'replace')[:24]!r}") from None
-    if v != v:
-        raise _BadLine(f"{what} is not a number: 'nan'")
+    if not math.isfinite(v):
+        raise _BadLine(f"{what} is not a finite number: {text.decode('utf-8', 'replace')[:24]!r}")
     return v
 
 
-def _index(text: bytes, what: str, tok: bytes) -> int:
+#: indices are 64-bit vocabulary keys
+_MAX_INDEX = 2**64 - 1
+
+
+#: libffm field numbers name fields (f0, f1, ...): a few thousand at most in practice
+_MAX_FIELD = 2**31 - 1
+
+
+def _index(text: bytes, what: str, tok: bytes, limit: int = _MAX_INDEX) -> int:
     if not text.isdigit():
         raise _BadLine(f"{what} in {tok.decode('utf-8', 'replace')[:24]!r} is not a non-negative integer")
-    return int(text)
+    v = int(text)
+    if v > limit:
+        raise _BadLine(f"{what} in {tok.decode('utf-8', 'replace')[:24]!r} is larger than {limit}")
+    return v
 
 
 def import_libsvm(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, ffm: bool = False,
                   fmt: str = "libsvm", common: CommonOptions | None = None) -> dict[str, Any]:
     """Import libsvm/libfm (``ffm=False``) or libffm (``ffm=True``) text."""
     common = common or CommonOptions()
-    paths = check_inputs(inputs)
+    paths = check_inputs(inputs, streams=True, fmt=fmt)
     vocab = Vocabulary(min_count=common.min_count, hash_sizes=common.hash_sizes)
     # Fields are discovered while reading; hashed fields must be known up front.
     fields: dict[int, int] = {}  # field number -> vocab index
@@ -79,7 +91,7 @@ def import_libsvm(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *
     expect = "field:idx:val" if ffm else "idx:val"
     bad = BadLines(common.max_bad_lines)
     lines_read = 0
-    with DatasetWriter(out, num_dense=0, overwrite=common.overwrite) as writer, \
+    with DatasetWriter(out, num_dense=0, overwrite=common.overwrite, inputs=paths) as writer, \
             task(f"Importing {fmt}", total=total_size(paths), unit="B") as advance:
         for path in paths:
             common.begin_input(writer, path)
@@ -100,7 +112,7 @@ def import_libsvm(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *
                             parts = tok.split(b":")
                             if len(parts) != (3 if ffm else 2):
                                 raise _BadLine(f"token {pos} {tok.decode('utf-8', 'replace')[:24]!r} is not {expect}")
-                            f = _index(parts[0], "field", tok) if ffm else pos
+                            f = _index(parts[0], "field", tok, _MAX_FIELD) if ffm else pos
                             idx = _index(parts[-2], "index", tok)
                             if _num(parts[-1], f"value of token {pos}") != 0.0:
                                 row_f.append(f)

@@ -41,6 +41,7 @@ side fields take their missing ids.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,6 +139,9 @@ def _resolve_layout(inputs: Sequence[str | os.PathLike]) -> tuple[str, Path, Pat
                                   f"fetch the data with 'gmp data fetch movielens-100k'.")
     if not os.access(p, os.R_OK):
         raise ImportDataError(f"{p}: permission denied; make the file readable.")
+    if not p.is_file():
+        raise ImportDataError(f"{p} is not a regular file (a pipe or device); the movielens importer reads the "
+                              f"header before the data: save the input to a file first.")
     if p.suffix == ".inter" or p.name.endswith(".inter.gz"):
         stem = p.name[: p.name.index(".inter")]
         u, i = p.with_name(stem + ".user"), p.with_name(stem + ".item")
@@ -216,6 +220,8 @@ def import_movielens(inputs: Sequence[str | os.PathLike], out: str | os.PathLike
                      common: CommonOptions | None = None) -> dict[str, Any]:
     """Import MovieLens ratings (+ user and item side files) into a prepared dataset."""
     common = common or CommonOptions()
+    if not math.isfinite(rating_threshold):
+        raise ImportDataError(f"--rating-threshold must be a finite number, got {rating_threshold}.")
     layout, ratings, users_path, items_path = _resolve_layout(inputs)
     ignore_set = set(DEFAULT_IGNORE if ignore is None else ignore)
     bad = BadLines(common.max_bad_lines)
@@ -248,7 +254,8 @@ def import_movielens(inputs: Sequence[str | os.PathLike], out: str | os.PathLike
     vocab.check_hash_fields()
     lines_read = 0
     paths = [ratings]
-    with DatasetWriter(out, num_dense=0, overwrite=common.overwrite) as writer, \
+    sources = [p for p in (ratings, users_path, items_path) if p]
+    with DatasetWriter(out, num_dense=0, overwrite=common.overwrite, inputs=sources) as writer, \
             task("Importing movielens", total=total_size(paths), unit="B") as advance:
         last = 0
         for chunk in iter_chunks(ratings, chunk_bytes=common.chunk_bytes, skip_lines=skip):
@@ -267,8 +274,11 @@ def import_movielens(inputs: Sequence[str | os.PathLike], out: str | os.PathLike
                 try:
                     rating = float(parts[rj])
                 except ValueError:
+                    rating = None
+                if rating is None or not math.isfinite(rating):  # nan/inf would make every label 0 or 1
+                    what = "a number" if rating is None else "a finite number"
                     bad.add(chunk.file, chunk.first_line + k,
-                            f"rating (column {rj + 1}) is not a number: {parts[rj].decode('utf-8', 'replace')[:24]!r}")
+                            f"rating (column {rj + 1}) is not {what}: {parts[rj].decode('utf-8', 'replace')[:24]!r}")
                     continue
                 rows.append(parts)
                 labels.append(1.0 if rating >= rating_threshold else 0.0)

@@ -73,7 +73,7 @@ def import_parquet(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, 
     bad = BadLines(common.max_bad_lines)
     rows_read = 0
     wanted = [roles["label"], *roles["dense"], *roles["cat"], *roles["multi"]]
-    with DatasetWriter(out, num_dense=len(roles["dense"]), overwrite=common.overwrite) as writer, \
+    with DatasetWriter(out, num_dense=len(roles["dense"]), overwrite=common.overwrite, inputs=paths) as writer, \
             task("Importing parquet", total=total_size(paths), unit="B") as advance:
         for path, pf in zip(paths, files):
             common.begin_input(writer, path)

@@ -36,6 +36,7 @@ from typing import Mapping
 import numba
 import numpy as np
 
+from .._io import check_memory
 from ..errors import ImportDataError
 from ..kernels.hashing import mix64, mix64_array
 from .format import FieldInfo
@@ -122,6 +123,10 @@ class _Table:
         w = self.slots[self.slots[:, 1] != 0, 1]
         return (w >> _SHIFT).astype(np.int64) - 1, (w & _LOW).astype(np.int64)
 
+    def keys(self) -> np.ndarray:
+        """The keys, in the order of :meth:`ids_and_counts`."""
+        return self.slots[self.slots[:, 1] != 0, 0].copy()
+
 
 
 
@@ -132,6 +137,22 @@ class _Field:
     missing_pid: int
     hash_size: int | None
     table: object | None  # numba typed Dict (vocabulary fields)
+
+
+@dataclass(frozen=True)
+class PreviousField:
+    """A field of the dataset an import extends (``--extend``; :func:`gmp.datasets.extend.previous_fields`).
+
+    ``ids``: int64, the global id of every local id (0 missing, 1 rare, 2.. the kept values; for a
+    hashed field 0 missing, 1.. the buckets). ``keys``: uint64, the keys of local ids 2.. (None for a
+    hashed field).
+    """
+
+    name: str
+    kind: str
+    ids: np.ndarray
+    keys: np.ndarray | None
+    hash_buckets: int | None
 
 
 class Vocabulary:
@@ -162,6 +183,9 @@ class Vocabulary:
         for name, size in self.hash_sizes.items():
             if int(size) < 1:
                 raise ImportDataError(f"--hash {name}={size}: the size must be a positive integer.")
+            # one provisional id per bucket: the id map and the remap hold ~16 bytes each
+            check_memory(16 * int(size), what=f"--hash {name}={size}", error=ImportDataError,
+                         fix="choose a smaller SIZE.")
         self.fields: list[_Field] = []
         self._by_name: dict[str, int] = {}
         self._next = 0
@@ -258,10 +282,25 @@ class Vocabulary:
         return out_lengths, ids
 
     # -- final ids --------------------------------------------------------
-    def finish(self) -> tuple[list[FieldInfo], int, np.ndarray]:
+    def finish(self, previous: list[PreviousField] | None = None,
+               previous_num_embeddings: int = 0) -> tuple[list[FieldInfo], int, np.ndarray]:
         """``(fields, num_embeddings, remap)``: final FieldInfo per categorical
         field (offsets in registration order), the embedding count, and the
-        provisional -> final id array."""
+        provisional -> final id array.
+
+        Afterwards :attr:`kept_keys` holds, per field, the keys of local ids
+        2.. in local order (None for hashed fields): what ``vocab.npz`` stores.
+
+        ``previous`` (``--extend``): the fields of the dataset this import
+        extends, same names and kinds in the same order. A value it knew keeps
+        its global id (even when it is rare now); a new value seen at least
+        ``min_count`` times gets a new id after ``previous_num_embeddings``,
+        field by field, most frequent first; other new values take the
+        field's old rare id. A field's ids are then its old ids plus a new
+        range (``FieldInfo.ranges``); :attr:`new_id_ranges` lists the new ranges.
+        """
+        if previous is not None:
+            return self._finish_extending(previous, int(previous_num_embeddings))
         remap = np.full(max(self._next, 1), -1, dtype=np.int64)
         pid_field = self._pid_field[: self._next]
         counts = np.zeros(max(self._next, 1), dtype=np.int64)
@@ -272,10 +311,12 @@ class Vocabulary:
         order = np.argsort(pid_field, kind="stable")
         bounds = np.searchsorted(pid_field[order], np.arange(len(self.fields) + 1))
         infos: list[FieldInfo] = []
+        kept_pids: list[np.ndarray | None] = []
         offset = 0
         for i, f in enumerate(self.fields):
             pids = order[bounds[i] : bounds[i + 1]]  # ascending = first-seen order
             if f.hash_size is not None:
+                kept_pids.append(None)
                 num_values = f.hash_size + 1
                 remap[f.missing_pid : f.missing_pid + num_values] = offset + np.arange(num_values)
                 infos.append(FieldInfo(f.name, f.kind, num_values, offset, missing_id=offset, rare_id=None,
@@ -286,10 +327,80 @@ class Vocabulary:
                 keep = c >= self.min_count
                 kept = values[keep]
                 kept = kept[np.argsort(-c[keep], kind="stable")]
+                kept_pids.append(kept)
                 remap[f.missing_pid] = offset
                 remap[values[~keep]] = offset + 1
                 remap[kept] = offset + 2 + np.arange(kept.size)
                 num_values = 2 + int(kept.size)
                 infos.append(FieldInfo(f.name, f.kind, num_values, offset, missing_id=offset, rare_id=offset + 1))
             offset += num_values
+        self.kept_keys = [self._keys_of(f, kept) for f, kept in zip(self.fields, kept_pids)]
+        self.new_id_ranges = [[0, offset]] if offset else []
         return infos, offset, remap
+
+    def _keys_of(self, f: _Field, pids: np.ndarray | None) -> np.ndarray | None:
+        """The keys of provisional ids ``pids`` of field ``f`` (None for a hashed field)."""
+        if f.table is None or pids is None:
+            return None
+        ids, _ = f.table.ids_and_counts()
+        key_of = np.zeros(max(self._next, 1), dtype=np.uint64)
+        key_of[ids] = f.table.keys()
+        return key_of[pids]
+
+    def _finish_extending(self, previous: list[PreviousField], base: int) -> tuple[list[FieldInfo], int, np.ndarray]:
+        names = [f.name for f in self.fields]
+        if [p.name for p in previous] != names or [p.kind for p in previous] != [f.kind for f in self.fields]:
+            raise ImportDataError(
+                f"--extend: the previous dataset's categorical fields are "
+                f"{[(p.name, p.kind) for p in previous]}, this input's {[(f.name, f.kind) for f in self.fields]}; "
+                f"extend a dataset imported from the same format and columns.")
+        remap = np.full(max(self._next, 1), -1, dtype=np.int64)
+        infos: list[FieldInfo] = []
+        self.kept_keys = []
+        self.new_id_ranges = []
+        cursor = base
+        for f, prev in zip(self.fields, previous):
+            if f.hash_size is not None or prev.hash_buckets is not None:
+                if f.hash_size != prev.hash_buckets:
+                    raise ImportDataError(f"--extend: field {f.name!r} is hashed into {prev.hash_buckets} buckets in "
+                                          f"the previous dataset and {f.hash_size} here; pass the same --hash.")
+                remap[f.missing_pid: f.missing_pid + f.hash_size + 1] = prev.ids
+                infos.append(FieldInfo(f.name, f.kind, int(prev.ids.size), int(prev.ids[0]),
+                                       missing_id=int(prev.ids[0]), rare_id=None, hash_buckets=f.hash_size,
+                                       ranges=_ranges(prev.ids)))
+                self.kept_keys.append(None)
+                continue
+            ids, c = f.table.ids_and_counts()
+            keys = f.table.keys()
+            order = np.argsort(ids, kind="stable")  # first-seen order
+            ids, c, keys = ids[order], c[order], keys[order]
+            known_sorted = np.argsort(prev.keys, kind="stable")
+            pos = np.searchsorted(prev.keys[known_sorted], keys)
+            pos_c = np.minimum(pos, max(prev.keys.size - 1, 0))
+            found = (pos < prev.keys.size) & (prev.keys[known_sorted][pos_c] == keys) if prev.keys.size else \
+                np.zeros(keys.size, dtype=bool)
+            remap[f.missing_pid] = prev.ids[0]
+            remap[ids[found]] = prev.ids[2 + known_sorted[pos_c[found]]]
+            fresh = ~found & (c >= self.min_count)
+            remap[ids[~found & ~fresh]] = prev.ids[1]
+            new_pids = ids[fresh][np.argsort(-c[fresh], kind="stable")]
+            remap[new_pids] = cursor + np.arange(new_pids.size)
+            all_ids = np.concatenate([prev.ids, np.arange(cursor, cursor + new_pids.size, dtype=np.int64)])
+            if new_pids.size:
+                self.new_id_ranges.append([cursor, cursor + int(new_pids.size)])
+            cursor += int(new_pids.size)
+            infos.append(FieldInfo(f.name, f.kind, int(all_ids.size), int(all_ids[0]), missing_id=int(prev.ids[0]),
+                                   rare_id=int(prev.ids[1]), ranges=_ranges(all_ids)))
+            self.kept_keys.append(np.concatenate([prev.keys, keys[fresh][np.argsort(-c[fresh], kind="stable")]]))
+        return infos, cursor, remap
+
+
+def _ranges(ids: np.ndarray) -> tuple[tuple[int, int], ...]:
+    """Ascending runs of consecutive ids as half-open ``(start, stop)`` pairs (in the ids' order)."""
+    ids = np.asarray(ids, dtype=np.int64)
+    if ids.size == 0:
+        return ()
+    breaks = np.flatnonzero(np.diff(ids) != 1) + 1
+    starts = np.concatenate([[0], breaks])
+    stops = np.concatenate([breaks, [ids.size]])
+    return tuple((int(ids[a]), int(ids[b - 1]) + 1) for a, b in zip(starts, stops))

@@ -128,6 +128,7 @@ import warnings
 import numba
 import numpy as np
 
+from ..constants import VALUE_BYTES
 from ..errors import PartitionError
 from ..graph import BipartiteGraph
 from ..placement import Placement
@@ -139,9 +140,6 @@ from ._common import check_max_imbalance, compact_ids, enforce_cap, place_unused
 from .random import balanced_random_assignment
 
 log = logging.getLogger(__name__)
-
-#: bytes per embedding value (float32 rows)
-VALUE_BYTES = 4
 
 #: values of ``Options.init``: the paper's seeded random start, or a registered partitioner's placement
 INIT_METHODS = ("random", "bicut", "greedy-stream")

@@ -37,6 +37,7 @@ the definitions.
 from __future__ import annotations
 
 import datetime as _dt
+import numbers
 import os
 import shutil
 import tempfile
@@ -123,16 +124,31 @@ def convergence_log(info: Mapping[str, Any] | None) -> list[dict[str, Any]] | No
     of HET-GMP) under ``info["replication"]``; the 2D row carries the expected
     batch reads *after* replication, the number the report's headline measures.
     """
-    info = info or {}
-    rounds = [dict(r) for r in (info.get("rounds") or [])]
+    info = info if isinstance(info, Mapping) else {}
+    logged = info.get("rounds")
+    # the log is free-form partitioner output kept in the manifest: what is not a round of
+    # numbers (a hand-edited or damaged file) is left out rather than failing the report
+    rounds = [{k: v for k, v in r.items() if _is_scalar(v)} for r in (logged if isinstance(logged, list) else [])
+              if isinstance(r, Mapping)]
     if not rounds:
         return None
     rep = info.get("replication")
-    if isinstance(rep, Mapping) and rep.get("expected_remote_reads") is not None:
+    if isinstance(rep, Mapping) and _is_number(rep.get("expected_remote_reads")):
         rounds.append({"round": "2D", "level": "replication",
                        "expected_remote_reads": rep["expected_remote_reads"],
-                       "num_secondaries": rep.get("num_secondaries"), "seconds": rep.get("seconds")})
+                       **{k: rep.get(k) for k in ("num_secondaries", "seconds") if _is_number(rep.get(k))}})
     return rounds
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+def _is_scalar(v: Any) -> bool:
+    """A value a table cell can show: a number, a string, null, or one level of those (``extra: {moved: 3}``)."""
+    if isinstance(v, Mapping):
+        return all(x is None or isinstance(x, (numbers.Real, str)) for x in v.values())
+    return v is None or isinstance(v, (numbers.Real, str))
 
 
 def dataset_name_of(meta: Mapping[str, Any] | None = None, path: str | os.PathLike | None = None) -> str | None:

@@ -1,36 +1,60 @@
-"""Checkpoints: save after every epoch (and on interrupt), resume exactly.
+"""Checkpoints: save after every epoch (and on interrupt), resume exactly, never run code.
 
 Layout (``--checkpoint-dir C``)::
 
     C/
-    └── latest/
-        ├── checkpoint.json     format "gmp.checkpoint", schema_version, position, config, fingerprints
-        ├── trainer.pt          dense model + dense optimizer state, epoch accumulators,
-        │                       history, schedule state, torch/numpy RNG states
-        └── worker-00000.pt     one per worker: its rows, clocks, Adagrad state,
-                                its counters and byte counters for the running epoch
+    ├── latest -> ckpt-00002-00000000          symbolic link, replaced atomically
+    ├── ckpt-00002-00000000/                   the newest complete checkpoint
+    │   ├── checkpoint.json     format "gmp.checkpoint", schema_version, position, config,
+    │   │                       fingerprints, and the size of every file below (written last)
+    │   ├── trainer.pt          dense model + dense optimizer state, epoch accumulators,
+    │   │                       history, schedule state, torch/numpy RNG states
+    │   └── worker-00000.pt     one per worker: its rows, clocks, Adagrad state,
+    │                           its counters and byte counters for the running epoch
+    └── ckpt-00001-00000000/                   the previous one, kept as a fallback
 
 Example ``checkpoint.json``::
 
-    {"format": "gmp.checkpoint", "schema_version": 1, "epoch": 1, "step": 0,
+    {"format": "gmp.checkpoint", "schema_version": 2, "epoch": 1, "step": 0,
      "num_workers": 4, "dataset_sha256": "9f2c...", "placement_sha256": "51ab...",
-     "config": {"model": "wdl", "embedding_dim": 16, ...}, "created": "2026-11-22T01:00:00+00:00"}
+     "config": {"model": "wdl", "embedding_dim": 16, ...}, "created": "2026-11-23T01:00:00+00:00",
+     "files": {"trainer.pt": 15283, "worker-00000.pt": 2958, ...}}
 
-``epoch``/``step`` is the next step to run (0-based epoch). Every worker
-writes its own file into a temporary sibling directory; after a barrier the
-main process renames it to ``latest`` (the previous one is removed only
-then), so a crash never leaves a ``latest`` that is half written. Under
-``torchrun`` across machines ``C`` must be on a shared filesystem.
+``epoch``/``step`` is the next step to run (0-based epoch).
 
-Resuming checks that the dataset, the placement and every setting that
-changes the trajectory are the same (only ``epochs`` and ``log_every`` may
-differ) and refuses otherwise with a one-line error.
+**Saving is crash-safe.** Every worker writes its own file into a hidden
+temporary directory (``.tmp-E-S``); after a barrier the main process writes
+``checkpoint.json`` (so a directory with it is complete), renames the
+directory to ``ckpt-E-S`` and then replaces the ``latest`` link in one
+``rename`` of a new link over the old one. A kill at any point leaves
+``latest`` pointing to a complete checkpoint (the new or the previous one).
+Only then are older checkpoints and temporaries of killed runs removed; the
+previous checkpoint is kept as a fallback. A full device removes the
+temporary and is one line. Under ``torchrun`` across machines ``C`` must be
+on a shared filesystem.
+
+**Resuming** reads ``latest``; if it is missing or incomplete (a file absent
+or of another size than ``checkpoint.json`` records) it falls back to the
+newest complete ``ckpt-*`` directory and says so (a warning on stderr). The
+header is validated against the schema, then the dataset, the placement and
+every setting that changes the trajectory must be the same (only ``epochs``
+and ``log_every`` may differ), and the position must lie inside the epoch;
+anything else is refused with a one-line error.
+
+**Nothing is unpickled.** Files are read with ``torch.load(weights_only=True)``,
+which builds only tensors, numbers, strings and containers: numpy arrays (RNG
+state, counters) are stored as byte tensors with their dtype and shape
+(:func:`to_safe` / :func:`from_safe`). Checkpoints of schema 1 (read with
+``weights_only=False``, and made before the epoch order changed) are refused.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import errno
+import logging
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -39,95 +63,349 @@ import numpy as np
 import torch
 
 from .. import __version__
-from .._io import hash_arrays, read_versioned_json, write_json
-from ..errors import TrainingError
+from .._io import full_disk_error, header_value, read_versioned_json, write_json
+from ..errors import GmpError, TrainingError
 from ..placement import Placement
 
+log = logging.getLogger(__name__)
+
 FORMAT = "gmp.checkpoint"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: settings that may change between the interrupted run and --resume (where the rows live does not
 #: change the trajectory: gmp.train.tiers)
 MUTABLE = ("epochs", "log_every", "tiers")
+LATEST = "latest"
+HEADER = "checkpoint.json"
 _FIX = "start without --resume or point --checkpoint-dir elsewhere."
+_DIR = re.compile(r"ckpt-(\d+)-(\d+)(?:-(\d+))?$")
+#: keys every file must hold
+TRAINER_KEYS = ("model", "dense_opt", "history", "schedule", "torch_rng", "numpy_rng")
+WORKER_KEYS = ("store", "counters", "bytes", "acc")
 
 
 def placement_sha256(placement: Placement) -> str:
+    from .._io import hash_arrays
+
     return hash_arrays([("sample_worker", placement.sample_worker), ("embedding_primary", placement.embedding_primary),
                         ("secondary_indptr", placement.secondary_indptr),
                         ("secondary_workers", placement.secondary_workers)])
 
 
+# --------------------------------------------------------------------------- safe encoding
+def to_safe(obj: Any) -> Any:
+    """``obj`` with every numpy array/scalar turned into what ``torch.load(weights_only=True)`` reads.
+
+    Arrays become ``{"__ndarray__": uint8 tensor, "dtype": "<u4", "shape": [...]}``;
+    numpy scalars Python numbers; tensors, numbers, strings, None, lists,
+    tuples and dicts pass (recursively). Anything else is a ``TypeError``: it
+    could not be read back without unpickling code.
+    """
+    if isinstance(obj, torch.Tensor) or obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if isinstance(obj, np.ndarray):
+        if obj.dtype.hasobject:
+            raise TypeError("object arrays cannot be stored in a checkpoint")
+        raw = np.ascontiguousarray(obj).view(np.uint8).reshape(-1) if obj.size else np.zeros(0, np.uint8)
+        return {"__ndarray__": torch.from_numpy(raw.copy()), "dtype": obj.dtype.str, "shape": list(obj.shape)}
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, dict):
+        return {k: to_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [to_safe(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(to_safe(v) for v in obj)
+    raise TypeError(f"a {type(obj).__name__} cannot be stored in a checkpoint (only tensors, numbers, strings, "
+                    f"containers and numpy arrays)")
+
+
+def from_safe(obj: Any) -> Any:
+    """Inverse of :func:`to_safe`."""
+    if isinstance(obj, dict):
+        if "__ndarray__" in obj:
+            data, dtype, shape = obj["__ndarray__"], np.dtype(obj["dtype"]), tuple(int(s) for s in obj["shape"])
+            if dtype.hasobject:
+                raise ValueError("object dtype")
+            raw = data.numpy().tobytes() if isinstance(data, torch.Tensor) else b""
+            return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+        return {k: from_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [from_safe(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(from_safe(v) for v in obj)
+    return obj
+
+
+def _save(obj: dict, path: Path) -> int:
+    torch.save(to_safe(obj), path)
+    return path.stat().st_size
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    line = text[0] if text else type(exc).__name__
+    return line if len(line) <= 160 else line[:160] + "…"
+
+
+def _load(path: Path, keys: tuple[str, ...]) -> dict:
+    """``torch.load(weights_only=True)`` of one checkpoint file, decoded; one-line errors."""
+    try:
+        obj = torch.load(path, weights_only=True, map_location="cpu")
+    except FileNotFoundError:
+        raise TrainingError(f"{path} is missing: the checkpoint is incomplete; {_FIX}") from None
+    except Exception as exc:  # noqa: BLE001 - UnpicklingError, RuntimeError, EOFError, ...: all mean "corrupt"
+        raise TrainingError(f"{path} is not a readable gmp checkpoint file ({_first_line(exc)}); {_FIX}") from None
+    if not isinstance(obj, dict):
+        raise TrainingError(f"{path} holds a {type(obj).__name__}, expected a dict; {_FIX}")
+    missing = [k for k in keys if k not in obj]
+    if missing:
+        raise TrainingError(f"{path} lacks {', '.join(map(repr, missing))}; {_FIX}")
+    try:
+        return from_safe(obj)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise TrainingError(f"{path} holds a malformed array ({_first_line(exc)}); {_FIX}") from None
+
+
+# --------------------------------------------------------------------------- saving
 def save_checkpoint(trainer, directory: str | os.PathLike, *, dataset_sha256: str, placement_sha: str) -> Path:
-    """Write ``directory/latest`` (collective: every process calls it)."""
+    """Write a new checkpoint and point ``directory/latest`` at it (collective: every process calls it)."""
     engine = trainer.engine
     directory = Path(directory)
     tmp = directory / f".tmp-{trainer.epoch}-{trainer.step_in_epoch}"
     if engine.is_main:
+        if directory.exists() and not directory.is_dir():
+            raise TrainingError(f"--checkpoint-dir {directory} exists and is not a directory; choose another.")
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        try:
+            tmp.mkdir(parents=True)
+        except OSError as exc:
+            raise _write_error(exc, directory) from None
     engine.barrier()
-    for li, (w, store) in enumerate(zip(engine.local_workers, trainer.stores)):
-        torch.save({"store": store.state_dict(), "counters": trainer.counters[li].copy(),
-                    "bytes": engine.bytes[li].copy(), "acc": dict(trainer.acc)}, tmp / f"worker-{w:05d}.pt")
+    files: dict[str, int] = {}
+    try:
+        for li, (w, store) in enumerate(zip(engine.local_workers, trainer.stores)):
+            name = f"worker-{w:05d}.pt"
+            files[name] = _save({"store": store.state_dict(), "counters": trainer.counters[li].copy(),
+                                 "bytes": engine.bytes[li].copy(), "acc": dict(trainer.acc)}, tmp / name)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise _write_error(exc, directory) from None
+    engine.barrier()
     if engine.is_main:
-        torch.save({"model": trainer.model.state_dict(), "dense_opt": trainer.dense_opt.state_dict(),
-                    "history": list(trainer.history),
-                    "schedule": trainer.schedule.state_dict(), "torch_rng": torch.random.get_rng_state(),
-                    "numpy_rng": np.random.get_state()}, tmp / "trainer.pt")
-        write_json(tmp / "checkpoint.json", {
-            "format": FORMAT, "schema_version": SCHEMA_VERSION, "gmp_version": __version__,
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "epoch": trainer.epoch, "step": trainer.step_in_epoch, "num_workers": trainer.num_workers,
-            "dataset_sha256": dataset_sha256, "placement_sha256": placement_sha,
-            "config": trainer.config.to_json()})
+        try:
+            files["trainer.pt"] = _save({
+                "model": trainer.model.state_dict(), "dense_opt": trainer.dense_opt.state_dict(),
+                "history": list(trainer.history), "schedule": trainer.schedule.state_dict(),
+                "torch_rng": torch.random.get_rng_state(), "numpy_rng": np.random.get_state()}, tmp / "trainer.pt")
+            for name in os.listdir(tmp):  # the workers of other processes
+                files.setdefault(name, (tmp / name).stat().st_size)
+            write_json(tmp / HEADER, {  # last: a directory with a header is complete
+                "format": FORMAT, "schema_version": SCHEMA_VERSION, "gmp_version": __version__,
+                "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                "epoch": trainer.epoch, "step": trainer.step_in_epoch, "num_workers": trainer.num_workers,
+                "dataset_sha256": dataset_sha256, "placement_sha256": placement_sha,
+                "config": trainer.config.to_json(), "files": dict(sorted(files.items()))})
+            final = _free_name(directory, trainer.epoch, trainer.step_in_epoch)
+            os.rename(tmp, final)
+            previous = _link_target(directory)
+            _point_latest(directory, final.name)
+        except (OSError, GmpError) as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if isinstance(exc, GmpError):
+                raise
+            raise _write_error(exc, directory) from None
+        _prune(directory, keep={final.name, previous})
     engine.barrier()
-    latest = directory / "latest"
-    if engine.is_main:
-        old = directory / ".old"
-        shutil.rmtree(old, ignore_errors=True)
-        if latest.exists():
-            os.replace(latest, old)
-        os.replace(tmp, latest)
-        shutil.rmtree(old, ignore_errors=True)
-    engine.barrier()
-    return latest
+    return directory / LATEST
+
+
+def _write_error(exc: OSError, directory: Path) -> GmpError:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        err = full_disk_error(exc, directory)
+        return TrainingError(str(err).replace("--out", "--checkpoint-dir"))
+    return TrainingError(f"cannot write a checkpoint in {directory}: {exc.strerror or exc}; "
+                         f"check --checkpoint-dir and its permissions.")
+
+
+def _free_name(directory: Path, epoch: int, step: int) -> Path:
+    base = f"ckpt-{epoch:05d}-{step:08d}"
+    path, k = directory / base, 0
+    while path.exists() or path.is_symlink():
+        k += 1
+        path = directory / f"{base}-{k}"
+    return path
+
+
+def _link_target(directory: Path) -> str | None:
+    latest = directory / LATEST
+    return os.readlink(latest) if latest.is_symlink() else None
+
+
+def _point_latest(directory: Path, name: str) -> None:
+    """Replace ``latest`` by a link to ``name`` in one rename (atomic on POSIX filesystems)."""
+    latest = directory / LATEST
+    if latest.is_dir() and not latest.is_symlink():
+        shutil.rmtree(latest)  # a schema-1 checkpoint (refused on resume); this run replaces it
+    link = directory / f".latest-{os.getpid()}"
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    os.symlink(name, link)
+    os.replace(link, latest)
+
+
+def _prune(directory: Path, *, keep: set[str | None]) -> None:
+    """Remove checkpoints other than ``keep`` and temporaries left by killed runs (main process only)."""
+    for p in directory.iterdir():
+        if p.name.startswith((".tmp-", ".latest-")) or (_DIR.match(p.name) and p.name not in keep):
+            if p.is_symlink() or p.is_file():
+                p.unlink(missing_ok=True)
+            else:
+                shutil.rmtree(p, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- finding and reading
+def _check_header(head: dict[str, Any], path: Path) -> dict[str, Any]:
+    def get(key, kind, optional=False):
+        return header_value(head, key, kind, path=path, error=TrainingError, fix=_FIX, optional=optional)
+
+    get("epoch", "int>=0")
+    get("step", "int>=0")
+    get("num_workers", "int>=1")
+    get("dataset_sha256", "str")
+    get("placement_sha256", "str")
+    get("config", "dict")
+    files = get("files", "dict")
+    for name, size in files.items():
+        if not re.fullmatch(r"(trainer|worker-\d{5})\.pt", name) or not isinstance(size, int) or isinstance(size, bool):
+            raise TrainingError(f"{path}: files lists {name!r}: {size!r}, expected 'trainer.pt' or "
+                                f"'worker-NNNNN.pt' with a size in bytes; {_FIX}")
+    return head
+
+
+def read_header(ckpt: Path) -> dict[str, Any]:
+    """Read and validate ``ckpt/checkpoint.json``; schema 1 is refused (see the module docstring)."""
+    path = ckpt / HEADER
+    head = read_versioned_json(path, fmt=FORMAT, max_version=SCHEMA_VERSION, error=TrainingError, fix=_FIX)
+    if head["schema_version"] < SCHEMA_VERSION:
+        raise TrainingError(
+            f"{path} has schema_version {head['schema_version']}: checkpoints before schema {SCHEMA_VERSION} are "
+            f"refused (loading them would unpickle code, and the epoch order changed); {_FIX}")
+    return _check_header(head, path)
+
+
+def _incomplete(ckpt: Path, head: dict[str, Any]) -> str | None:
+    """Why ``ckpt`` is incomplete (a file missing or of another size), or None."""
+    for name, size in head["files"].items():
+        f = ckpt / name
+        if not f.is_file():
+            return f"{name} is missing"
+        if f.stat().st_size != size:
+            return f"{name} has {f.stat().st_size} bytes, checkpoint.json says {size}"
+    if "trainer.pt" not in head["files"]:
+        return "trainer.pt is not listed"
+    return None
+
+
+def find_checkpoint(directory: str | os.PathLike) -> tuple[Path, dict[str, Any]] | None:
+    """The checkpoint to resume from and its header: ``latest`` if complete, else the newest complete
+    ``ckpt-*`` (with a warning saying so); None when there is none.
+
+    A schema-1 or malformed ``latest`` is refused (:class:`TrainingError`), not skipped.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        return None
+    latest = directory / LATEST
+    why = None
+    if latest.is_dir():
+        if not (latest / HEADER).is_file():
+            why = f"{latest} has no {HEADER} (a save was interrupted)"
+        else:
+            head = read_header(latest)
+            why = _incomplete(latest, head)
+            if why is None:
+                return latest.resolve(), head
+            why = f"{latest} is incomplete ({why})"
+    elif latest.is_symlink():
+        why = f"{latest} points to {os.readlink(latest)}, which is missing"
+    candidates = []
+    for p in directory.iterdir():
+        m = _DIR.match(p.name)
+        if m and p.is_dir() and not p.is_symlink() and (p / HEADER).is_file():
+            try:
+                head = read_header(p)
+            except TrainingError:
+                continue
+            if _incomplete(p, head) is None:
+                candidates.append(((head["epoch"], head["step"], int(m.group(3) or 0)), p, head))
+    if not candidates:
+        if why is not None:
+            raise TrainingError(f"{why}, and no complete older checkpoint is in {directory}; {_FIX}")
+        return None
+    _, path, head = max(candidates, key=lambda c: c[0])
+    log.warning("%s; resuming from the complete checkpoint %s (epoch %d step %d) instead",
+                why or f"{latest} is missing", path, head["epoch"] + 1, head["step"])
+    return path, head
+
+
+def has_checkpoint(directory: str | os.PathLike) -> bool:
+    return find_checkpoint(directory) is not None
 
 
 def read_checkpoint_header(directory: str | os.PathLike) -> dict[str, Any]:
-    path = Path(directory) / "latest" / "checkpoint.json"
-    return read_versioned_json(path, fmt=FORMAT, max_version=SCHEMA_VERSION, error=TrainingError, fix=_FIX)
+    found = find_checkpoint(directory)
+    if found is None:
+        raise TrainingError(f"--resume: no checkpoint in {directory}; run without --resume first.")
+    return found[1]
 
 
 def load_checkpoint(trainer, directory: str | os.PathLike, *, dataset_sha256: str, placement_sha: str) -> dict:
-    """Restore ``trainer`` from ``directory/latest``; returns the header."""
-    head = read_checkpoint_header(directory)
-    latest = Path(directory) / "latest"
+    """Restore ``trainer`` from the newest complete checkpoint in ``directory``; returns its header."""
+    found = find_checkpoint(directory)
+    if found is None:
+        raise TrainingError(f"--resume: no checkpoint in {directory}; run without --resume first.")
+    ckpt, head = found
     if head["dataset_sha256"] != dataset_sha256:
-        raise TrainingError(f"{latest} was made for another dataset (sha256 {head['dataset_sha256'][:12]}…); {_FIX}")
-    if head["placement_sha256"] != placement_sha or int(head["num_workers"]) != trainer.num_workers:
-        raise TrainingError(f"{latest} was made with another manifest; resume with the same --manifest or {_FIX}")
+        raise TrainingError(f"{ckpt} was made for another dataset (sha256 {head['dataset_sha256'][:12]}…); {_FIX}")
+    if head["placement_sha256"] != placement_sha or head["num_workers"] != trainer.num_workers:
+        raise TrainingError(f"{ckpt} was made with another manifest; resume with the same --manifest or {_FIX}")
     now = trainer.config.to_json()
     diff = [k for k in now if k not in MUTABLE and head["config"].get(k) != now[k]]
     if diff:
         k = diff[0]
-        raise TrainingError(f"{latest} was made with {k}={head['config'].get(k)!r}, this run has {k}={now[k]!r}; "
+        raise TrainingError(f"{ckpt} was made with {k}={head['config'].get(k)!r}, this run has {k}={now[k]!r}; "
                             f"resume with the same settings or {_FIX}")
+    workers = [_load(ckpt / f"worker-{w:05d}.pt", WORKER_KEYS) for w in trainer.engine.local_workers]
+    main = _load(ckpt / "trainer.pt", TRAINER_KEYS)
+    where = ckpt / "trainer.pt"
     try:
-        for li, w in enumerate(trainer.engine.local_workers):
-            state = torch.load(latest / f"worker-{w:05d}.pt", weights_only=False)
+        for li, state in enumerate(workers):
+            where = ckpt / f"worker-{trainer.engine.local_workers[li]:05d}.pt"
             trainer.stores[li].load_state_dict(state["store"])
+            for name, old, new in (("counters", trainer.counters[li], state["counters"]),
+                                   ("bytes", trainer.engine.bytes[li], state["bytes"])):
+                if not isinstance(new, np.ndarray) or new.shape != old.shape:
+                    raise ValueError(f"{name} has shape {getattr(new, 'shape', None)}, expected {old.shape}")
             trainer.counters[li] = state["counters"]
             trainer.engine.bytes[li] = state["bytes"]
+            if not isinstance(state["acc"], dict):
+                raise ValueError("acc is not a dict")
             trainer.acc = dict(state["acc"])  # loss_sum is per process; the rest is global
-        main = torch.load(latest / "trainer.pt", weights_only=False)
-    except (OSError, RuntimeError, KeyError, EOFError) as exc:
-        raise TrainingError(f"{latest} is incomplete or corrupt ({exc}); {_FIX}") from None
-    trainer.model.load_state_dict(main["model"])
-    trainer.dense_opt.load_state_dict(main["dense_opt"])
-    trainer.history = list(main["history"])
-    trainer.schedule.load_state_dict(main["schedule"])
-    torch.random.set_rng_state(main["torch_rng"])
-    np.random.set_state(main["numpy_rng"])
-    trainer.epoch = int(head["epoch"])
-    trainer.step_in_epoch = int(head["step"])
+        where = ckpt / "trainer.pt"
+        trainer.model.load_state_dict(main["model"])
+        trainer.dense_opt.load_state_dict(main["dense_opt"])
+        trainer.history = list(main["history"])
+        trainer.schedule.load_state_dict(main["schedule"])
+        torch.random.set_rng_state(main["torch_rng"])
+        np.random.set_state(main["numpy_rng"])
+    except GmpError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - wrong shapes/types inside a file: one line, not a traceback
+        raise TrainingError(f"{where} does not fit this run ({_first_line(exc)}); {_FIX}") from None
+    num_steps = trainer.schedule.num_steps(head["epoch"])
+    if head["step"] > num_steps:
+        raise TrainingError(f"{ckpt / HEADER}: step {head['step']} is beyond the {num_steps} steps of epoch "
+                            f"{head['epoch'] + 1}; {_FIX}")
+    trainer.epoch = head["epoch"]
+    trainer.step_in_epoch = head["step"]
     return head

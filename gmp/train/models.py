@@ -151,9 +151,9 @@ def make_model(name: str, *, num_fields: int, num_dense: int, embedding_dim: int
     """Build a model with parameters drawn from ``torch.Generator`` seeded by ``seed``
     (identical on every rank)."""
     if name not in _CLASSES:
-        raise TrainingError(f"unknown --model {name!r}; expected one of {list(MODELS)}.")
+        raise TrainingError(f"The 'model' parameter must be one of {list(MODELS)}, got {name!r}.")
     if embedding_dim < 1:
-        raise TrainingError(f"--embedding-dim must be >= 1, got {embedding_dim}.")
+        raise TrainingError(f"The 'embedding_dim' parameter must be an int >= 1, got {embedding_dim!r}.")
     state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     try:

@@ -296,7 +296,7 @@ class HeraldOnDemand(StepProtocol):
         if snap is not None:
             for li, store in enumerate(tr.stores):
                 store.cache_drop(np.setdiff1d(store.cached_ids(), snap[li], assume_unique=True))
-        tr.dense_step()
+        tr.dense_step(loss_sum)
         return loss_sum
 
     def end_epoch(self) -> None:

@@ -57,7 +57,7 @@ class BoundedStaleness(StepProtocol):
                     tr.stores[li].apply_local(s.slots[sec], s.grad[torch.as_tensor(sec, dtype=torch.int64,
                                                                                       device=s.grad.device)])
         apply_at_primaries(tr, ws, rid, rgrad)
-        tr.dense_step()
+        tr.dense_step(loss_sum)
         return loss_sum
 
     def end_epoch(self) -> None:

@@ -9,10 +9,12 @@ the torchrun world size), an unknown model / optimizer / schedule.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
 import signal
+import uuid
 from pathlib import Path
 from typing import Any, Callable
 
@@ -49,7 +51,61 @@ def load_placement(dataset, manifest: str | os.PathLike | None, workers: int | N
     return placement
 
 
-def make_engine(name: str, num_workers: int):
+def check_output_dir(name: str, path: str | os.PathLike | None) -> None:
+    """Refuse, before training, a directory parameter that names an existing file."""
+    if path is not None and Path(path).exists() and not Path(path).is_dir():
+        exc = TrainingError(f"The '{name}' parameter must be a directory (created if missing), got the existing "
+                            f"file {path}; pass a directory path.")
+        exc.param = name
+        raise exc
+
+
+def new_run_id() -> str:
+    """A short random id that every JSON log line of one run carries (``"run"``)."""
+    return uuid.uuid4().hex[:12]
+
+
+def last_run_id(path: str | os.PathLike) -> str | None:
+    """The ``run`` of the last complete line of a JSON log (the run a ``--resume`` continues)."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    for line in reversed(path.read_text(encoding="utf-8").splitlines()):
+        try:
+            run = json.loads(line).get("run")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(run, str):
+            return run
+    return None
+
+
+def trim_log(path: str | os.PathLike, epoch: int, step: int, *, run_id: str | None = None) -> None:
+    """Keep the JSON log lines up to a checkpoint's position: every line of the ``epoch`` completed
+    epochs, and the step lines of epoch ``epoch + 1`` up to ``step``. A run killed after writing a
+    line but before saving its checkpoint wrote lines the resumed run writes again; they go.
+    With ``run_id`` only that run's lines are trimmed (other runs in the same log stay).
+    Written atomically (temporary file, then rename)."""
+    path = Path(path)
+    if not path.is_file():
+        return
+    keep = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+            e, kind, s = int(rec["epoch"]), rec.get("kind"), int(rec.get("step", 0))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue  # a torn line of the crash
+        if run_id is not None and rec.get("run") not in (run_id, None):
+            keep.append(line + "\n")  # another run's line
+        elif e <= epoch or (kind == "step" and e == epoch + 1 and s <= step):
+            keep.append(line + "\n")
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(keep), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def make_engine(name: str, num_workers: int, *, collective_timeout: float | None = None):
     if os.environ.get("GMP_TORCH_THREADS"):
         torch.set_num_threads(int(os.environ["GMP_TORCH_THREADS"]))
     if name == "local":
@@ -57,16 +113,18 @@ def make_engine(name: str, num_workers: int):
     if name == "distributed":
         from ..comm.distributed import DistributedEngine, world_from_env  # loads torch.distributed
 
-        _, world, _ = world_from_env()
+        rank, world, _ = world_from_env()
         if world != num_workers:
-            raise TrainingError(f"torchrun started {world} processes but the manifest places rows on {num_workers} "
+            exc = TrainingError(f"torchrun started {world} processes but the manifest places rows on {num_workers} "
                                 f"workers; use 'torchrun --nproc-per-node {num_workers}' (times --nnodes).")
+            exc.rank = rank  # every rank finds it; the CLI lets rank 0 say it
+            raise exc
         if "OMP_NUM_THREADS" not in os.environ and not os.environ.get("GMP_TORCH_THREADS"):
             # share the machine's cores between the processes of this node: oversubscribed
             # intra-op thread pools make small kernels (index_add) orders of magnitude slower
             per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world))
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // per_node))
-        return DistributedEngine()
+        return DistributedEngine(timeout_s=collective_timeout)
     raise TrainingError(f"The 'engine' parameter must be one of {list(ENGINES)}, got {name!r}.")
 
 
@@ -74,9 +132,13 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
           engine: str = "local", workers: int | None = None, checkpoint_dir: str | os.PathLike | None = None,
           resume: bool = False, log_json: str | os.PathLike | None = None,
           on_record: Callable[[dict[str, Any]], None] | None = None,
-          stop_after_steps: int | None = None, verify_hash: bool = True) -> list[dict[str, Any]]:
-    """Train and return the epoch records (see :mod:`gmp.train.records` for the keys).
+          stop_after_steps: int | None = None, verify_hash: bool = True,
+          collective_timeout: float | None = None) -> list[dict[str, Any]]:
+    """Train and return the epoch records (see :mod:`gmp.train.records` for the keys); a resumed
+    run whose checkpoint already finished ``config.epochs`` returns ``[]``.
 
+    ``collective_timeout`` (seconds; default ``GMP_COLLECTIVE_TIMEOUT`` or 600) bounds how long a
+    collective of the distributed engine waits for the slowest rank.
     ``stop_after_steps`` simulates an interrupt after that many steps (a
     checkpoint is written when ``checkpoint_dir`` is set) and raises
     :class:`TrainingError` like a real interrupt does.
@@ -85,27 +147,29 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
         raise TrainingError(f"The 'config' parameter must be a TrainConfig, got {type(config).__name__}.")
     if resume and checkpoint_dir is None:
         raise TrainingError("--resume needs --checkpoint-dir (where the interrupted run saved its checkpoints).")
+    check_output_dir("checkpoint_dir", checkpoint_dir)
     ds = load_dataset(dataset)
     if verify_hash:
         ds.verify_hash()
     placement = load_placement(ds, manifest, workers)  # validated by load_manifest, and by Trainer
     data = TrainData(ds)
-    eng = make_engine(engine, placement.num_workers)
+    eng = make_engine(engine, placement.num_workers, collective_timeout=collective_timeout)
     trainer = None
     try:
         trainer = Trainer(data, placement, config, eng)
         psha = placement_sha256(placement)
         if resume:
-            if not (Path(checkpoint_dir) / "latest" / "checkpoint.json").is_file():
-                raise TrainingError(f"--resume: no checkpoint in {checkpoint_dir}; run without --resume first.")
             load_checkpoint(trainer, checkpoint_dir, dataset_sha256=ds.sha256, placement_sha=psha)
-        log_file = None
+        log_file, run_id = None, new_run_id()
         if log_json is not None and eng.is_main:
-            log_file = open(log_json, "a" if resume else "w", encoding="utf-8")
+            if resume:  # the log's last run continues; its lines past the checkpoint are written again
+                run_id = last_run_id(log_json) or run_id
+                trim_log(log_json, trainer.epoch, trainer.step_in_epoch, run_id=run_id)
+            log_file = open(log_json, "a", encoding="utf-8")  # a log holds many runs, each line names its run
 
         def record(rec: dict[str, Any]) -> None:
-            rec = {**rec, "engine": engine, "workers": placement.num_workers, "schedule": config.schedule,
-                   "staleness": "inf" if math.isinf(config.staleness) else config.staleness}
+            rec = {**rec, "run": run_id, "engine": engine, "workers": placement.num_workers,
+                   "schedule": config.schedule, "staleness": "inf" if math.isinf(config.staleness) else config.staleness}
             if log_file is not None:
                 log_file.write(json_line(rec) + "\n")
                 log_file.flush()

@@ -76,7 +76,8 @@ def read_rows(tr, ws: list[WorkerStep], *, check_secondaries: bool, staleness: f
         need = ~s.is_primary if check_secondaries else (s.slots < 0)
         s.req, s.req_bounds = group_by_owner(np.flatnonzero(need), tr.primary[s.uniq], n)
         sl = s.slots[s.req]
-        s.req_clock = np.where(sl >= 0, store.clock[np.maximum(sl, 0)], -1)
+        s.req_clock = np.full(sl.size, -1, dtype=np.int64)  # -1: not held (a worker may hold no rows at all)
+        s.req_clock[sl >= 0] = store.clock[sl[sl >= 0]]
         payload = np.stack([s.uniq[s.req], s.req_clock], axis=1)
         sends.append([int_tensor(payload[s.req_bounds[d]:s.req_bounds[d + 1]]) for d in range(n)])
     recv = tr.engine.alltoallv(sends, "ids_clocks")

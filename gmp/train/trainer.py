@@ -41,6 +41,7 @@ by :mod:`gmp.train.records`; the progress bar is :func:`gmp.progress.task`.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import Any, Callable
 
@@ -91,6 +92,7 @@ class Trainer:
         self.staleness = float(config.staleness)
         self.dtype = config.torch_dtype
         self.device = engine.device_for(engine.local_workers[0])
+        check_memory(placement, config, engine.local_workers, data.num_fields)
         self.model = make_model(config.model, num_fields=data.num_fields, num_dense=data.num_dense,
                                 embedding_dim=config.embedding_dim, hidden=config.hidden, seed=config.seed,
                                 dtype=self.dtype).to(self.device)
@@ -122,6 +124,7 @@ class Trainer:
         self.interrupted = False
         self._stop_flag = False  # set by request_stop() (a signal handler); agreed on at the next step
         self._stop_now = False
+        self._nonfinite_now = False  # set by dense_step: some worker's loss was not finite
         self.schedule.bind(self)
 
     def _check_memory_plan(self) -> None:
@@ -167,25 +170,34 @@ class Trainer:
         """Run one synchronous step of all local workers (the protocol's); return the sum of their sample losses."""
         return self.protocol.train_step(step)
 
-    def dense_step(self) -> None:
-        """All-reduce the dense gradients (with the stop flag riding along) and step the dense optimizer."""
+    def dense_step(self, loss_sum: float) -> None:
+        """All-reduce the dense gradients and step the dense optimizer.
+
+        One control element rides along: ``stop + (N + 1) * nonfinite`` summed over the
+        workers, so any worker asking to stop stops all of them at this step, and a
+        non-finite loss on any worker is seen by all of them (no optimizer step then;
+        :meth:`fit` refuses to go on).
+        """
         params = list(self.model.parameters())
         for p in params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-        # one control element rides along: any worker asking to stop stops all of them at this step
-        stop = torch.tensor([1.0 if self._stop_flag else 0.0], dtype=params[0].dtype, device=params[0].device)
-        flat = torch.cat([p.grad.reshape(-1) for p in params] + [stop])
+        n1 = float(self.num_workers + 1)
+        local = (1.0 if self._stop_flag else 0.0) + (0.0 if math.isfinite(loss_sum) else n1)
+        control = torch.tensor([local], dtype=params[0].dtype, device=params[0].device)
+        flat = torch.cat([p.grad.reshape(-1) for p in params] + [control])
         flat = self.engine.all_reduce_dense(flat)
-        self._stop_now = bool(flat[-1].item() > 0)
+        total = float(flat[-1].item())
+        self._nonfinite_now = total >= n1 - 0.5
+        self._stop_now = self._nonfinite_now or total > 0.5
+        if self._nonfinite_now:
+            return
         offset = 0
         for p in params:
             k = p.numel()
             p.grad.copy_(flat[offset:offset + k].view_as(p))
             offset += k
         self.dense_opt.step()
-
-    # ------------------------------------------------------- epoch-end sync
 
     def evaluate(self) -> dict[str, float]:
         """AUC and logloss of the current primaries on the test split (:mod:`gmp.train.evaluate`)."""
@@ -237,6 +249,10 @@ class Trainer:
                     t0 = time.perf_counter()
                     loss = self.train_step(step)
                     self.acc["train_seconds"] += time.perf_counter() - t0
+                    if self._nonfinite_now:
+                        raise TrainingError(f"The training loss is not finite at epoch {self.epoch + 1} step "
+                                            f"{step.index + 1}; lower the learning rate (lr={self.config.lr:g}) "
+                                            f"or check the dataset for non-finite values.")
                     self.acc["loss_sum"] += loss
                     self.acc["samples"] += step.global_batch_size
                     self.acc["steps"] += 1
@@ -276,6 +292,35 @@ class Trainer:
             ids, values = store.primary_rows()
             out[ids] = values.double().cpu().numpy()
         return out
+
+
+def available_memory() -> int:
+    """Bytes of memory this process may still allocate (psutil's ``available``)."""
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def check_memory(placement: Placement, config: TrainConfig, local_workers, num_fields: int) -> None:
+    """Refuse, before allocating, a run whose embedding tables and first dense layer cannot fit in
+    the available memory (e.g. ``embedding_dim=100000`` by mistake).
+
+    Estimate: the rows the local workers hold x (embedding_dim + 1) values x the dtype's bytes,
+    twice with Adagrad (its state), plus the first hidden layer's weights, gradients and
+    optimizer state (``num_fields * embedding_dim * hidden[0]``)."""
+    itemsize = 4 if config.dtype == "float32" else 8
+    copies = 2 if config.optimizer == "adagrad" else 1
+    rows = int(sum(int(placement.rows_held()[w]) for w in local_workers))
+    table = rows * (config.embedding_dim + 1) * itemsize * copies
+    first = num_fields * config.embedding_dim * (config.hidden[0] if config.hidden else 1) * itemsize * (2 + copies)
+    need, have = table + first, available_memory()
+    if need > have:
+        exc = TrainingError(f"The 'embedding_dim' parameter {config.embedding_dim} needs about {need / 2**30:.1f} GiB "
+                            f"({rows:,} rows held here x {config.embedding_dim + 1} values x {itemsize} bytes"
+                            f"{' x 2 (Adagrad state)' if copies == 2 else ''}, plus the first dense layer), more "
+                            f"than the {have / 2**30:.1f} GiB of memory available; lower it or use more workers.")
+        exc.param = "embedding_dim"
+        raise exc
 
 
 def make_protocol(trainer: "Trainer") -> StepProtocol:

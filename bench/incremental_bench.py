@@ -1,0 +1,252 @@
+"""Drifting multi-day benchmark of new data on an existing placement (issue 18; not a test).
+
+Each "day" is a dataset in one stable id space (ids are numbered in order of
+first appearance over the days, so the ids first seen on day d are the ids
+at or above day d-1's ``num_embeddings`` — what ``gmp data import --extend``
+produces). Day 0 is partitioned with ``hybrid``; every later day is handled
+by five strategies, each a chain over the days (a strategy's day d starts
+from its own day d-1 placement):
+
+``kept``        day 0's rows kept; the day's samples dealt at random (balanced), new ids at random
+``placed``      :func:`gmp.partition.incremental.place_new_data` (rows fixed, one streaming pass)
+``incr-P%``     :func:`gmp.partition.incremental.repartition_incremental` with a budget of P% of the
+                day's used rows (1%, 5%, 20% by default)
+``full``        ``hybrid`` from scratch on the day's data; rows moved are counted after relabelling
+                its workers to best match the previous day's full placement (Hungarian matching)
+``full-gs``     the same with ``init="greedy-stream"`` (hybrid's graph-aware start, docs/hybrid.md):
+                a stronger full re-partition (``--no-full-gs`` leaves it out); "vs full" stays
+                relative to ``full``
+
+Per day and strategy: ``batch_remote_reads`` (gmp.metrics, batch 512 per
+worker), rows moved against the strategy's previous day
+(:func:`gmp.partition.incremental.moved_rows`, counted over the ids the day
+uses: a full re-partition also scatters the rows no sample of the day uses,
+which it could as well have left in place), and the CPU seconds of the
+partitioning call (``incr`` includes its placement pass). CPU time
+(``time.process_time``), not wall time: the machine these numbers come from
+is shared (load average ~10 on 2 cores), where wall time mostly measures the
+neighbours; every kernel timed here is single-threaded.
+
+Data.
+
+* ``--source synth`` (default): one synthetic dataset (``gmp data synth``,
+  preset criteo-kaggle, ``--scale``, ``--communities`` K) is generated as a
+  pool; day d draws ``--day-samples`` samples *without replacement* from the
+  pool with a drifting mixture over the pool's communities
+  (``synth_community.npy``): log-weights start N(0, ``--spread``) and take a
+  N(0, ``--drift``) random-walk step per day (clipped to +-2 ``--spread``). Popularity and which communities
+  are active drift; ids first seen on a day are that day's new ids.
+* ``--source movielens``: MovieLens-100K split by time: ratings sorted by
+  timestamp, cut into ``--days`` equal-count periods (about a month each).
+  Needs ``gmp data fetch movielens-100k -o RAW`` and ``gmp data import
+  movielens RAW --out DIR --test-fraction 0``; pass ``--ml-raw RAW --ml-dataset DIR``.
+
+Usage::
+
+    python bench/incremental_bench.py --days 7 --day-samples 100000 --workers 8
+    python bench/incremental_bench.py --source movielens --ml-raw /tmp/ml-raw --ml-dataset /tmp/ml
+
+The machine these numbers come from is shared with other jobs: times are noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gmp.graph import BipartiteGraph  # noqa: E402
+from gmp.metrics import batch_remote_reads  # noqa: E402
+from gmp.partition import run_partitioner  # noqa: E402
+from gmp.partition.incremental import (Options, match_workers, moved_rows, place_new_data,  # noqa: E402
+                                       repartition_incremental)
+from gmp.partition.random import balanced_random_assignment  # noqa: E402
+from gmp.placement import Placement  # noqa: E402
+from gmp.topology import resolve_topology  # noqa: E402
+
+
+def take_rows(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The sub-CSR of ``rows`` (in that order)."""
+    lengths = (indptr[rows + 1] - indptr[rows]).astype(np.int64)
+    out_ptr = np.zeros(rows.size + 1, dtype=np.int64)
+    np.cumsum(lengths, out=out_ptr[1:])
+    starts = np.repeat(indptr[rows] - out_ptr[:-1], lengths)
+    return out_ptr, np.asarray(indices)[np.arange(out_ptr[-1]) + starts]
+
+
+def renumber(days: list[tuple[np.ndarray, np.ndarray]], id_space: int) -> list[BipartiteGraph]:
+    """Ids numbered by first appearance over the days (a day's new ids follow the previous ids)."""
+    new_id = np.full(id_space, -1, dtype=np.int64)
+    seen = 0
+    graphs = []
+    for indptr, indices in days:
+        u = np.unique(indices)
+        fresh = u[new_id[u] < 0]
+        new_id[fresh] = np.arange(seen, seen + fresh.size)
+        seen += fresh.size
+        graphs.append(BipartiteGraph.from_csr(indptr, new_id[indices].astype(np.int32), seen))
+    return graphs
+
+
+def synth_days(args) -> list[BipartiteGraph]:
+    from gmp.datasets.format import load_dataset
+    from gmp.datasets.synth import load_community, preset_config, synthesize
+
+    pool_dir = Path(args.pool) if args.pool else Path(tempfile.mkdtemp(prefix="gmp-incr-bench-")) / "pool"
+    if not (pool_dir / "dataset.json").is_file():
+        cfg = preset_config("criteo-kaggle", num_samples=args.pool_samples, scale=args.scale, seed=args.seed,
+                            num_communities=args.communities)
+        synthesize(cfg, pool_dir)
+    ds = load_dataset(pool_dir)
+    comm = np.asarray(load_community(ds)).astype(np.int64)
+    indptr, indices = np.asarray(ds.indptr), np.asarray(ds.indices)
+    k = int(comm.max()) + 1
+    rng = np.random.default_rng(args.seed)
+    members = [rng.permutation(np.flatnonzero(comm == c)) for c in range(k)]
+    taken = np.zeros(k, dtype=np.int64)
+    logw = rng.normal(0.0, args.spread, size=k)
+    days = []
+    for d in range(args.days):
+        if d:
+            logw = np.clip(logw + rng.normal(0.0, args.drift, size=k), -2 * args.spread, 2 * args.spread)
+        w = np.exp(logw - logw.max())
+        need = rng.multinomial(args.day_samples, w / w.sum())
+        rows = []
+        for c in range(k):
+            avail = members[c].size - taken[c]
+            if need[c] > avail:
+                raise SystemExit(f"community {c} has {avail} unused pool samples, day {d} needs {need[c]}; "
+                                 f"use a larger --pool-samples or a smaller --drift.")
+            rows.append(members[c][taken[c]: taken[c] + need[c]])
+            taken[c] += need[c]
+        rows = np.sort(np.concatenate(rows))
+        days.append(take_rows(indptr, indices, rows))
+    return renumber(days, ds.num_embeddings)
+
+
+def movielens_days(args) -> list[BipartiteGraph]:
+    from gmp.datasets.format import load_dataset
+
+    ds = load_dataset(args.ml_dataset)
+    inter = Path(args.ml_raw) / "ml-100k.inter"
+    ts = np.loadtxt(inter, skiprows=1, usecols=3, delimiter="\t")
+    if ts.size != ds.num_samples:
+        raise SystemExit(f"{inter} has {ts.size} ratings, {args.ml_dataset} {ds.num_samples} samples; import it "
+                         f"with --test-fraction 0 and no skipped lines.")
+    order = np.argsort(ts, kind="stable")
+    indptr, indices = np.asarray(ds.indptr), np.asarray(ds.indices)
+    days = [take_rows(indptr, indices, np.sort(part)) for part in np.array_split(order, args.days)]
+    return renumber(days, ds.num_embeddings)
+
+
+def kept_placement(graph: BipartiteGraph, prev: Placement, rng: np.random.Generator) -> Placement:
+    """Rows of ``prev`` kept, new ids and the day's samples dealt at random (balanced)."""
+    n = prev.num_workers
+    m_old = prev.num_embeddings
+    prim = np.concatenate([np.asarray(prev.embedding_primary),
+                           balanced_random_assignment(graph.num_embeddings - m_old, n, rng)]).astype(np.int32)
+    ip = np.asarray(prev.secondary_indptr)
+    indptr = np.concatenate([ip, np.full(graph.num_embeddings - m_old, ip[-1], dtype=np.int64)])
+    return Placement(n, balanced_random_assignment(graph.num_samples, n, rng).astype(np.int32), prim, indptr,
+                     np.asarray(prev.secondary_workers, dtype=np.int32), method="kept")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--source", choices=("synth", "movielens"), default="synth")
+    ap.add_argument("--days", type=int, default=7)
+    ap.add_argument("--day-samples", type=int, default=100_000)
+    ap.add_argument("--pool-samples", type=int, default=1_500_000)
+    ap.add_argument("--pool", default=None, help="Pool dataset directory (generated there when missing).")
+    ap.add_argument("--scale", type=float, default=0.02)
+    ap.add_argument("--communities", type=int, default=64)
+    ap.add_argument("--drift", type=float, default=0.5)
+    ap.add_argument("--spread", type=float, default=0.75)
+    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--batch-size", type=int, default=512)
+    ap.add_argument("--budgets", default="1,5,20", help="Incremental budgets in percent of the day's used rows.")
+    ap.add_argument("--rounds", type=int, default=1, help="Incremental rounds.")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-full-gs", dest="full_gs", action="store_false",
+                    help="Leave out the hybrid re-partition with the greedy-stream start.")
+    ap.add_argument("--ml-raw", default=None)
+    ap.add_argument("--ml-dataset", default=None)
+    args = ap.parse_args(argv)
+
+    graphs = synth_days(args) if args.source == "synth" else movielens_days(args)
+    topo = resolve_topology(args.workers, None, None)
+    bs = args.batch_size
+    budgets = [float(b) for b in args.budgets.split(",") if b.strip()]
+    opts = Options(batch_size=bs, rounds=args.rounds)
+    hybrid_opts = {"batch_size": bs}
+    rng = np.random.default_rng(args.seed)
+
+    t = time.process_time()
+    day0 = run_partitioner("hybrid", graphs[0], topo, seed=args.seed, options=hybrid_opts)
+    t0 = time.process_time() - t
+    names = ["kept", "placed"] + [f"incr-{b:g}%" for b in budgets] + ["full"] + (["full-gs"] if args.full_gs else [])
+    prev = {name: day0 for name in names}
+    rows_out = []
+    print(f"# {' '.join(sys.argv)}")
+    print(f"# {args.source}: {args.days} days, {args.workers} workers, batch {bs}; day 0: "
+          f"{graphs[0].num_samples:,} samples, {graphs[0].num_embeddings:,} ids, hybrid "
+          f"{batch_remote_reads(graphs[0], day0, bs):,} batch_remote_reads in {t0:.2f} s\n")
+    for d in range(1, len(graphs)):
+        g = graphs[d]
+        used_ids = np.unique(np.asarray(g.sample_indices))
+        used = int(used_ids.size)
+        new_used = int(np.count_nonzero(used_ids >= graphs[d - 1].num_embeddings))
+        res = {}
+        for name in names:
+            old = prev[name]
+            t = time.process_time()
+            if name == "kept":
+                p = kept_placement(g, old, rng)
+            elif name == "placed":
+                p = place_new_data(g, old, topo, seed=args.seed, options=opts)
+            elif name == "full":
+                p = run_partitioner("hybrid", g, topo, seed=args.seed + d, options=hybrid_opts)
+            elif name == "full-gs":
+                p = run_partitioner("hybrid", g, topo, seed=args.seed + d, options={**hybrid_opts, "init": "greedy-stream"})
+            else:
+                budget = int(float(name[5:-1]) / 100.0 * used)
+                p = repartition_incremental(g, old, topo, max_moved_rows=budget, seed=args.seed, options=opts)
+            sec = time.process_time() - t
+            if name.startswith("full"):
+                p = match_workers(old, p)
+            res[name] = (batch_remote_reads(g, p, bs), moved_rows(old, p, rows=used_ids).total, sec)
+            prev[name] = p
+        full_reads = res["full"][0]
+        for name in names:
+            reads, moved, sec = res[name]
+            rows_out.append((d, name, reads, moved, sec))
+        print(f"day {d}: {g.num_samples:,} samples, {used:,} used ids ({new_used:,} new), "
+              f"full re-partition {full_reads:,} reads")
+    print()
+    print("| day | strategy | batch_remote_reads | vs full | rows moved | % of used rows | CPU s |")
+    print("|---:|---|---:|---:|---:|---:|---:|")
+    fulls = {d: r for d, n, r, _, _ in rows_out if n == "full"}
+    used_of = {d: int(np.count_nonzero(np.bincount(np.asarray(graphs[d].sample_indices)))) for d in fulls}
+    for d, name, reads, moved, sec in rows_out:
+        print(f"| {d} | {name} | {reads:,} | {reads / fulls[d]:.3f} | {moved:,} | "
+              f"{100.0 * moved / used_of[d]:.2f} | {sec:.2f} |")
+    print()
+    print("| strategy | mean reads vs full (days 1+) | max reads vs full | rows moved (all days) | CPU s (all days) | CPU vs full |")
+    print("|---|---:|---:|---:|---:|---:|")
+    full_cpu = sum(s for d, n, r, m, s in rows_out if n == "full")
+    for name in names:
+        rs = [(r / fulls[d], m, s) for d, n, r, m, s in rows_out if n == name]
+        ratio = np.array([x[0] for x in rs])
+        cpu = sum(x[2] for x in rs)
+        print(f"| {name} | {ratio.mean():.3f} | {ratio.max():.3f} | {sum(x[1] for x in rs):,} | "
+              f"{cpu:.2f} | {cpu / full_cpu:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

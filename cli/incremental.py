@@ -1,0 +1,126 @@
+"""``gmp partition NEW --from-manifest OLD [--max-moved-rows N|P%]``: new data on an existing placement.
+
+Called by :func:`cli.partition.partition` when ``--from-manifest`` is given.
+Thin: open the old manifest and the new dataset, call
+:mod:`gmp.partition.incremental`, score with :mod:`gmp.metrics`, write the
+manifest and report, print a comparison table.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import typer
+
+from ._common import console
+
+
+def partition_from_manifest(dataset: Path, old_manifest: Path, *, max_moved_rows: Optional[str], batch_size: int,
+                            embedding_dim: int, seed: int, out: Optional[Path], overwrite: bool,
+                            max_imbalance: Optional[float], rounds: Optional[int], compare_full: bool,
+                            no_plots: bool = False) -> None:
+    from gmp.compare import method_options, peak_rss_bytes
+    from gmp.datasets.format import load_dataset
+    from gmp.graph import build_graph
+    from gmp.manifest import load_manifest, write_manifest
+    from gmp.metrics import batch_remote_reads, compute_metrics, embedding_degree
+    from gmp.partition import run_partitioner
+    from gmp.partition.incremental import (Options, match_workers, migration_budget, moved_rows, place_new_data,
+                                           repartition_incremental)
+    from gmp.progress import task
+    from gmp.report import build_report, dataset_name_of, write_report
+
+    old = load_manifest(old_manifest)
+    topo = old.topology
+    ds = load_dataset(dataset)
+    graph = build_graph(ds)
+    given: dict[str, Any] = {"batch_size": batch_size}
+    if max_imbalance is not None:
+        given["max_imbalance"] = max_imbalance
+    if rounds is not None:
+        given["rounds"] = rounds
+    options = Options(**given)
+    num_used = int((embedding_degree(graph) > 0).sum())
+    budget = None if max_moved_rows is None else migration_budget(max_moved_rows, num_used)
+    name = "incremental" if budget is not None else "place-new"
+    out = out or Path("placements") / f"{Path(dataset).resolve().name}.{name}.w{topo.num_workers}"
+
+    with task(f"Placing {graph.num_samples:,} new samples on {old_manifest}"):
+        t0 = time.perf_counter()
+        placed = place_new_data(graph, old.placement, topo, seed=seed, options=options)
+        place_seconds = time.perf_counter() - t0
+    placement, seconds = placed, place_seconds
+    if budget is not None:
+        with task(f"Incremental re-partitioning, at most {budget:,} rows moved"):
+            t1 = time.perf_counter()
+            placement = repartition_incremental(graph, old.placement, topo, max_moved_rows=budget, seed=seed,
+                                                options=options, start=placed)
+            seconds = place_seconds + time.perf_counter() - t1
+    peak = peak_rss_bytes()
+    moved = moved_rows(old.placement, placement)
+    comparison: dict[str, Any] = {
+        "old_manifest": str(old_manifest),
+        "old_placement_sha256": old.meta.get("placement_sha256"),
+        "max_moved_rows": budget,
+        "moved_rows": {"primaries": moved.primaries, "secondaries": moved.secondaries, "total": moved.total,
+                       "bytes": moved.bytes(embedding_dim)},
+        "embedding_dim": embedding_dim,
+        "batch_size": batch_size,
+        "num_used_rows": num_used,
+        "batch_remote_reads": {"no_repartition": batch_remote_reads(graph, placed, batch_size),
+                               "this": batch_remote_reads(graph, placement, batch_size), "full_repartition": None},
+        "seconds": {"this": round(seconds, 4), "full_repartition": None},
+    }
+    if compare_full:
+        with task("Full re-partition (hybrid) for comparison"):
+            t2 = time.perf_counter()
+            full = run_partitioner("hybrid", graph, topo, seed=seed,
+                                   options=method_options("hybrid", {}, batch_size=batch_size,
+                                                          embedding_dim=embedding_dim))
+            comparison["seconds"]["full_repartition"] = round(time.perf_counter() - t2, 4)
+        # a full re-partition numbers its workers arbitrarily: rename them to match the old placement
+        # where that changes no cost (uniform off-diagonal cost), and count the rows the new data uses
+        cost = np.asarray(topo.cost, dtype=float)
+        uniform = bool(np.all(cost[~np.eye(cost.shape[0], dtype=bool)] == cost[0, 1])) if cost.shape[0] > 1 else True
+        fm = moved_rows(old.placement, match_workers(old.placement, full) if uniform else full,
+                        rows=np.flatnonzero(embedding_degree(graph)))
+        comparison["full_repartition_workers_renamed"] = uniform
+        comparison["batch_remote_reads"]["full_repartition"] = batch_remote_reads(graph, full, batch_size)
+        comparison["full_repartition_moved_rows"] = {"total": fm.total, "bytes": fm.bytes(embedding_dim)}
+    placement.info["comparison"] = comparison  # info is a plain dict: recorded in manifest.json
+    with task("Computing metrics (and the random reference)"):
+        metrics = compute_metrics(graph, placement, topo, batch_size=batch_size, embedding_dim=embedding_dim,
+                                  seed=seed, partition_seconds=seconds, peak_rss_bytes=peak, num_train=ds.num_train)
+        report = build_report(placement=placement, topology=topo, metrics=metrics, source="partition",
+                              dataset_sha256=ds.sha256, graph=graph, dataset_name=dataset_name_of(ds.meta, dataset))
+        report["incremental"] = comparison
+    with task("Writing manifest and report"):
+        write_manifest(out, placement, dataset_sha256=ds.sha256, num_samples=ds.num_samples,
+                       num_embeddings=ds.num_embeddings, topology=topo, metrics=metrics,
+                       report_files=lambda tmp: write_report(tmp, report, formats=("json", "md"), plots=not no_plots),
+                       partition_seconds=seconds, peak_rss_bytes=peak, overwrite=overwrite,
+                       dataset_name=Path(ds.path).name)
+    _print(comparison, name)
+    typer.echo(f"wrote {out} (manifest.json, arrays, report.json, report.md{'' if no_plots else ', plots'})")
+
+
+def _print(c: dict[str, Any], name: str) -> None:
+    from rich.table import Table
+
+    reads = c["batch_remote_reads"]
+    t = Table(title=f"{name}: batch_remote_reads (batch {c['batch_size']}) and rows moved "
+              f"(dim {c['embedding_dim']}, float32)", title_justify="left")
+    for h in ("placement", "batch_remote_reads", "rows moved", "bytes moved", "seconds"):
+        t.add_column(h, justify="left" if h == "placement" else "right")
+    t.add_row("no re-partition (new data placed)", f"{reads['no_repartition']:,}", "0", "0", "")
+    budget = "" if c["max_moved_rows"] is None else f" (budget {c['max_moved_rows']:,} rows)"
+    t.add_row(f"{name}{budget}", f"{reads['this']:,}", f"{c['moved_rows']['total']:,}",
+              f"{c['moved_rows']['bytes']:,}", f"{c['seconds']['this']:.2f}")
+    if reads["full_repartition"] is not None:
+        fm = c["full_repartition_moved_rows"]
+        t.add_row("full re-partition (hybrid)", f"{reads['full_repartition']:,}", f"{fm['total']:,}",
+                  f"{fm['bytes']:,}", f"{c['seconds']['full_repartition']:.2f}")
+    console().print(t)

@@ -1,0 +1,59 @@
+"""Datasets that extend each other: ``gmp data import ... --extend PREVIOUS``.
+
+A day's import that extends the previous day's dataset keeps every value the
+previous vocabulary knew at its id and appends the new values of each field
+after the previous ``num_embeddings`` (:meth:`gmp.datasets.vocab.Vocabulary.finish`
+with ``previous``), so an embedding row keeps its id across days and a
+placement made for the previous day stays meaningful
+(:mod:`gmp.partition.incremental`). The format side (``vocab.npz``, field
+``ranges``, ``parent``, ``new_id_ranges``) is documented in
+:mod:`gmp.datasets.format`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ImportDataError
+from .format import load_dataset
+from .vocab import PreviousField
+
+#: the file holding the kept keys of every vocabulary field
+VOCAB_FILE = "vocab.npz"
+
+
+def vocab_arrays(kept_keys: list[np.ndarray | None]) -> dict[str, np.ndarray]:
+    """``vocab.npz``'s members: ``field_<i>`` -> uint64 keys for every vocabulary field i."""
+    return {f"field_{i}": np.asarray(k, dtype=np.uint64) for i, k in enumerate(kept_keys) if k is not None}
+
+
+def previous_fields(path: str | os.PathLike) -> tuple[list[PreviousField], dict[str, Any]]:
+    """The categorical fields of the dataset at ``path`` (with their keys) and its header.
+
+    Raises
+    ------
+    ImportDataError
+        When ``path`` is not a dataset, or has no ``vocab.npz`` (synthetic data, or
+        imported by a gmp that did not write it).
+    """
+    ds = load_dataset(path)
+    vfile = Path(path) / VOCAB_FILE
+    if not vfile.is_file():
+        raise ImportDataError(f"--extend {path}: it has no {VOCAB_FILE} (its raw-value keys), so its ids cannot be "
+                              f"kept; re-import it with this gmp (synthetic datasets cannot be extended).")
+    with np.load(vfile, allow_pickle=False) as z:
+        stored = {name: np.asarray(z[name]) for name in z.files}
+    out = []
+    for i, f in enumerate(ds.categorical_fields):
+        keys = stored.get(f"field_{i}")
+        if f.hash_buckets is None and (keys is None or keys.size != f.num_values - 2):
+            got = "none" if keys is None else keys.size
+            raise ImportDataError(f"--extend {path}: {VOCAB_FILE} holds {got} keys for field {f.name!r}, its header "
+                                  f"{f.num_values - 2} kept values; the dataset is inconsistent, re-import it.")
+        out.append(PreviousField(f.name, f.kind, f.ids(), None if f.hash_buckets is not None else keys.astype(np.uint64),
+                                 f.hash_buckets))
+    return out, ds.meta

@@ -1,0 +1,410 @@
+"""Compiled kernels of :mod:`gmp.partition.incremental` (used only by it).
+
+Every kernel is sequential and visits vertices in a fixed order, so results
+depend only on the inputs (bit-identical whatever ``NUMBA_NUM_THREADS`` is).
+The state they share, over the *compact* ids (the ids the new data uses):
+
+``count``  int32 [num_used, N]   samples of worker w that use embedding x
+``prim``   int32 [num_used]      primary worker of x (-1: a new id not placed yet)
+``sec``    int64 [num_used]      bit w set: worker w holds a secondary of x (N <= 64; int64, not
+                                 uint64: numba mixes uint64 with int64 through float64, 10x slower)
+``cost``   float64 [N, N]        the topology's cost of a row from primary p to reader w
+``f``      float64 [cap + 2]     HET-GMP's soft count f(c) (Eq. 3 with batch de-duplication)
+``df``     float64 [cap + 1]     df[c] = f(c + 1) - f(c), the marginal cost of one more user
+``marg``   float64 [num_used, N] cost[p_x, w] * df[count[x, w]] where x is not local to w, else 0
+
+A row x is *local* to worker w when ``prim[x] == w`` or bit w of ``sec[x]``
+is set; a local row costs nothing (Eq. 3 counts remote users only).
+
+The per-edge code is written inline, not through small helpers taking
+arrays: with ``cache=True`` such a call is not inlined and costs reference
+counting per call (measured: a helper made ``fill_marginals`` 20x slower).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+_ONE = np.int64(1)
+
+
+@numba.njit(cache=True, nogil=True)
+def _holds(mask, w):  # pragma: no cover - compiled
+    return (mask >> w) & 1 != 0
+
+
+@numba.njit(cache=True, nogil=True)
+def fill_marginals(prim, sec, count, df, cost, marg):  # pragma: no cover - compiled
+    """marg[x, w] = cost[p_x, w] * df[count[x, w]] when x is not local to w (else 0; 0 for new ids):
+    the Eq. 3 cost one more sample of w adds by reading x. Kept in step with ``count`` by the
+    sample kernels, so their hot loop is one contiguous row add per edge."""
+    for x in range(prim.size):
+        for w in range(count.shape[1]):
+            p = prim[x]  # inline _marginal (a call per edge costs more than the work)
+            if p < 0 or p == w or (sec[x] >> w) & 1 != 0:
+                marg[x, w] = 0.0
+            else:
+                marg[x, w] = cost[p, w] * df[count[x, w]]
+
+
+@numba.njit(cache=True, nogil=True)
+def refresh_marginals(rows, prim, sec, count, df, cost, marg):  # pragma: no cover - compiled
+    """:func:`fill_marginals` for the rows with ``rows[x]`` set (their primary or secondaries changed)."""
+    for x in range(prim.size):
+        if rows[x]:
+            for w in range(count.shape[1]):
+                p = prim[x]  # inline _marginal (a call per edge costs more than the work)
+                if p < 0 or p == w or (sec[x] >> w) & 1 != 0:
+                    marg[x, w] = 0.0
+                else:
+                    marg[x, w] = cost[p, w] * df[count[x, w]]
+
+
+@numba.njit(cache=True, nogil=True)
+def stream_samples(indptr, cindices, order, prim, sec, count, marg, df, cost, load, cap, alpha,
+                   out):  # pragma: no cover - compiled
+    """Place every sample once, in ``order``, against fixed rows (one streaming pass).
+
+    Sample i goes to the worker w below ``cap`` that minimises
+
+        sum_x [x not local to w] * cost[p_x, w] * df[count[x, w]]     (Eq. 3, marginal soft count)
+      + alpha * load[w]                                              (Eq. 4, samples)
+
+    ties to the lowest id; then ``count``, ``marg`` and ``load`` are updated. A new id
+    (``prim[x] < 0``) has no primary yet: it counts as if its primary were
+    the worker holding most of its samples so far (where it will be placed),
+    and costs nothing while it has no users.
+    """
+    n = load.size
+    delta = np.empty(n)
+    for t in range(order.size):
+        i = order[t]
+        for w in range(n):
+            delta[w] = alpha * load[w]
+        for k in range(indptr[i], indptr[i + 1]):
+            x = cindices[k]
+            if prim[x] >= 0:
+                for w in range(n):
+                    delta[w] += marg[x, w]
+                continue
+            p = -1  # the worker with most users so far (lowest id on ties); none yet: no cost
+            most = 0
+            for w in range(n):
+                if count[x, w] > most:
+                    most = count[x, w]
+                    p = w
+            if p < 0:
+                continue
+            for w in range(n):
+                if w != p:
+                    delta[w] += cost[p, w] * df[count[x, w]]
+        best = -1
+        for w in range(n):
+            if load[w] >= cap:
+                continue
+            if best < 0 or delta[w] < delta[best]:
+                best = w
+        out[i] = best
+        load[best] += 1
+        for k in range(indptr[i], indptr[i + 1]):
+            x = cindices[k]
+            count[x, best] += 1
+            p = prim[x]  # inline _marginal (a call per edge costs more than the work)
+            if p < 0 or p == best or (sec[x] >> best) & 1 != 0:
+                marg[x, best] = 0.0
+            else:
+                marg[x, best] = cost[p, best] * df[count[x, best]]
+
+
+@numba.njit(cache=True, nogil=True)
+def samples_touching(indptr, cindices, rows, out):  # pragma: no cover - compiled
+    """out[i] = sample i uses a row with ``rows[x]`` set; returns how many do."""
+    num = 0
+    for i in range(indptr.size - 1):
+        hit = False
+        for k in range(indptr[i], indptr[i + 1]):
+            if rows[cindices[k]]:
+                hit = True
+                break
+        out[i] = hit
+        num += hit
+    return num
+
+
+@numba.njit(cache=True, nogil=True)
+def sweep_samples(indptr, cindices, active, sw, prim, sec, count, marg, df, cost, load, cap,
+                  alpha):  # pragma: no cover - compiled
+    """One sweep over the ``active`` samples in id order (Algorithm 1 lines 3-5 of HET-GMP, samples only).
+
+    Sample i on worker a moves to the worker b != a below ``cap`` minimising
+
+        sum_x [x not local to b] cost[p_x, b] df[c_xb]          (added on b: marg[x, b])
+      - sum_x [x not local to a] cost[p_x, a] df[c_xa - 1]      (saved on a)
+      + alpha * (load_b - load_a + 1)                            (Eq. 4)
+
+    if that is negative (strictly: below -1e-9); ``count``, ``marg`` and ``load`` are
+    updated before the next sample. Moving a sample moves no embedding row,
+    so these moves are free for the migration budget. Returns the number moved.
+    """
+    n = load.size
+    delta = np.empty(n)
+    moved = 0
+    for i in range(indptr.size - 1):
+        k0 = indptr[i]
+        k1 = indptr[i + 1]
+        if k0 == k1 or not active[i]:
+            continue
+        a = sw[i]
+        stay = 0.0
+        for w in range(n):
+            delta[w] = 0.0
+        for k in range(k0, k1):
+            x = cindices[k]
+            for w in range(n):
+                delta[w] += marg[x, w]
+            if prim[x] != a and (sec[x] >> a) & 1 == 0:
+                stay += cost[prim[x], a] * df[count[x, a] - 1]
+        best = a
+        best_delta = -1e-9
+        for b in range(n):
+            if b == a or load[b] >= cap:
+                continue
+            d = delta[b] - stay + alpha * (load[b] - load[a] + 1)
+            if d < best_delta:
+                best_delta = d
+                best = b
+        if best != a:
+            for k in range(k0, k1):
+                x = cindices[k]
+                count[x, a] -= 1
+                count[x, best] += 1
+                p = prim[x]  # inline _marginal (a call per edge costs more than the work)
+                if p < 0 or p == a or (sec[x] >> a) & 1 != 0:
+                    marg[x, a] = 0.0
+                else:
+                    marg[x, a] = cost[p, a] * df[count[x, a]]
+                p = prim[x]  # inline _marginal (a call per edge costs more than the work)
+                if p < 0 or p == best or (sec[x] >> best) & 1 != 0:
+                    marg[x, best] = 0.0
+                else:
+                    marg[x, best] = cost[p, best] * df[count[x, best]]
+            load[a] -= 1
+            load[best] += 1
+            sw[i] = best
+            moved += 1
+    return moved
+
+
+@numba.njit(cache=True, nogil=True)
+def primary_candidates(prim, sec, count, f, cost, load, cap, beta, out_target, out_gain):  # pragma: no cover
+    """For every row x, the best primary move p -> q (q below ``cap``):
+
+        gain = R(x, p) - R(x, q) - beta * (load_q - load_p + 1)                          (Eq. 3 + Eq. 4)
+
+    where R(x, r) = sum over readers w != r without a secondary of f(count[x, w]) * cost[r, w]
+    is Eq. 3 for x with its primary on r (a secondary on q is dropped when the primary moves
+    there, so q's own column never counts). ``out_target[x] = q`` and ``out_gain[x] = gain``
+    when some move has gain > 1e-9, else ``out_target[x] = -1``. Rows' gains are independent
+    of each other (only the balance term couples them), so a greedy pick by gain is exact for
+    the communication part.
+    """
+    n = load.size
+    fw = np.empty(n)
+    for x in range(prim.size):
+        out_target[x] = -1
+        out_gain[x] = 0.0
+        p = prim[x]
+        mask = sec[x]
+        for w in range(n):
+            fw[w] = 0.0 if (mask >> w) & 1 != 0 else f[count[x, w]]
+        here = 0.0
+        for w in range(n):
+            if w != p:
+                here += fw[w] * cost[p, w]
+        if here <= 0.0:
+            continue
+        best_gain = 1e-9
+        for q in range(n):
+            if q == p or load[q] >= cap:
+                continue
+            there = 0.0
+            for w in range(n):
+                if w != q:
+                    there += fw[w] * cost[q, w]
+            g = here - there - beta * (load[q] - load[p] + 1)
+            if g > best_gain:
+                best_gain = g
+                out_target[x] = q
+                out_gain[x] = g
+
+
+@numba.njit(cache=True, nogil=True)
+def _was_held(x, w, old_prim, old_sec):  # pragma: no cover - compiled
+    return old_prim[x] == w or _holds(old_sec[x], w)
+
+
+@numba.njit(cache=True, nogil=True)
+def primary_move_cost(x, p, q, old_prim, old_sec, is_old, sec):  # pragma: no cover - compiled
+    """Change of the moved-row count when row x's primary goes p -> q (dropping a secondary on q).
+
+    Moved rows (see :func:`gmp.partition.incremental.moved_rows`): an old row whose primary
+    differs from its old primary counts 1; a secondary (x, w) that the old placement did not
+    hold on w counts 1. New ids never count.
+    """
+    if not is_old[x]:
+        return 0
+    d = (1 if q != old_prim[x] else 0) - (1 if p != old_prim[x] else 0)
+    if _holds(sec[x], q) and not _was_held(x, q, old_prim, old_sec):
+        d -= 1
+    return d
+
+
+@numba.njit(cache=True, nogil=True)
+def secondary_add_cost(x, w, old_prim, old_sec, is_old):  # pragma: no cover - compiled
+    """Moved rows added by a secondary of x on w (1 unless the old placement held x on w)."""
+    if not is_old[x] or _was_held(x, w, old_prim, old_sec):
+        return 0
+    return 1
+
+
+@numba.njit(cache=True, nogil=True)
+def apply_moves(order, kind, row, target, evict, prim, sec, load, cap, sec_load, sec_cap, old_prim, old_sec,
+                is_old, budget, spent):  # pragma: no cover - compiled
+    """Apply candidate moves in ``order`` while the migration budget allows; returns the rows spent.
+
+    ``kind[j]`` 0: move row ``row[j]``'s primary to ``target[j]``; 1: give row ``row[j]`` a
+    secondary on worker ``target[j]``, evicting row ``evict[j]``'s secondary there
+    (``-1``: a free slot). A move is skipped when it would exceed ``budget`` (the exact
+    cost is recomputed here, so ``spent`` never exceeds it), when a row it touches was
+    already changed in this batch (its gain is stale), or when a cap would be exceeded.
+    Returns ``(spent, touched)``, ``touched`` marking the rows changed.
+    """
+    touched = np.zeros(prim.size, dtype=np.bool_)
+    for t in range(order.size):
+        j = order[t]
+        x = row[j]
+        w = target[j]
+        if touched[x]:
+            continue
+        if kind[j] == 0:
+            p = prim[x]
+            if w == p or load[w] >= cap:
+                continue
+            d = primary_move_cost(x, p, w, old_prim, old_sec, is_old, sec)
+            if spent + d > budget:
+                continue
+            if _holds(sec[x], w):
+                sec[x] &= ~(_ONE << w)
+                sec_load[w] -= 1
+            prim[x] = w
+            load[p] -= 1
+            load[w] += 1
+            spent += d
+            touched[x] = True
+        else:
+            e = evict[j]
+            if prim[x] == w or _holds(sec[x], w):
+                continue
+            if e >= 0:
+                if touched[e] or not _holds(sec[e], w):
+                    continue
+            elif sec_load[w] >= sec_cap[w]:
+                continue
+            d = secondary_add_cost(x, w, old_prim, old_sec, is_old)
+            if e >= 0:
+                d -= secondary_add_cost(e, w, old_prim, old_sec, is_old)
+            if spent + d > budget:
+                continue
+            sec[x] |= _ONE << w
+            if e >= 0:
+                sec[e] &= ~(_ONE << w)
+                touched[e] = True
+            else:
+                sec_load[w] += 1
+            spent += d
+            touched[x] = True
+    return spent, touched
+
+
+@numba.njit(cache=True, nogil=True)
+def masks_from_csr(indptr, workers, ids, out):  # pragma: no cover - compiled
+    """out[j] = bitmask of the secondary workers of embedding ``ids[j]`` (CSR over all ids)."""
+    for j in range(ids.size):
+        e = ids[j]
+        m = np.int64(0)
+        for k in range(indptr[e], indptr[e + 1]):
+            m |= _ONE << np.int64(workers[k])
+        out[j] = m
+
+
+@numba.njit(cache=True, nogil=True)
+def csr_from_masks(old_indptr, old_workers, num_old, local, sec, num_embeddings, num_workers):  # pragma: no cover
+    """The secondary CSR over all ``num_embeddings`` ids: rows with a compact id (``local[e] >= 0``)
+    take their mask ``sec[local[e]]``; other old rows (``e < num_old``) keep their old list; the rest
+    have none. Workers ascending within a row."""
+    indptr = np.zeros(num_embeddings + 1, dtype=np.int64)
+    for e in range(num_embeddings):
+        j = local[e]
+        if j >= 0:
+            c = 0
+            for w in range(num_workers):
+                if _holds(sec[j], w):
+                    c += 1
+        elif e < num_old:
+            c = old_indptr[e + 1] - old_indptr[e]
+        else:
+            c = 0
+        indptr[e + 1] = indptr[e] + c
+    workers = np.empty(indptr[num_embeddings], dtype=np.int32)
+    for e in range(num_embeddings):
+        j = local[e]
+        k = indptr[e]
+        if j >= 0:
+            for w in range(num_workers):
+                if _holds(sec[j], w):
+                    workers[k] = w
+                    k += 1
+        elif e < num_old:
+            for kk in range(old_indptr[e], old_indptr[e + 1]):
+                workers[k] = old_workers[kk]
+                k += 1
+    return indptr, workers
+
+
+@numba.njit(cache=True, nogil=True)
+def remap(indices, local, out):  # pragma: no cover - compiled
+    """out[k] = local[indices[k]] (embedding ids to their compact numbering)."""
+    for k in range(indices.size):
+        out[k] = local[indices[k]]
+
+
+@numba.njit(cache=True, nogil=True)
+def count_samples(indptr, cindices, sw, count):  # pragma: no cover - compiled
+    """count[x, w] += 1 for every edge (i, x) with sw[i] = w."""
+    for i in range(indptr.size - 1):
+        w = sw[i]
+        for k in range(indptr[i], indptr[i + 1]):
+            count[cindices[k], w] += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def new_secondaries(new_indptr, new_workers, old_prim, old_indptr, old_workers, keep):  # pragma: no cover
+    """Secondaries (x, w) of the new CSR, x < old_prim.size with ``keep[x]``, on a worker that
+    held no copy of x in the old placement (its primary or one of its secondaries)."""
+    num = 0
+    for x in range(old_prim.size):
+        if not keep[x]:
+            continue
+        for k in range(new_indptr[x], new_indptr[x + 1]):
+            w = new_workers[k]
+            if w == old_prim[x]:
+                continue
+            held = False
+            for kk in range(old_indptr[x], old_indptr[x + 1]):
+                if old_workers[kk] == w:
+                    held = True
+                    break
+            if not held:
+                num += 1
+    return num

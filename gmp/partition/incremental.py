@@ -1,0 +1,564 @@
+"""New data on an existing placement: place it, then re-partition incrementally under a migration budget.
+
+CTR data arrives every day. A placement (:class:`~gmp.placement.Placement`)
+is made for one dataset; the next day's dataset has new samples, some new
+ids and drifting popularity. Two functions carry the old placement over
+without starting from scratch. Both optimise HET-GMP's objective (SIGMOD'22,
+section 5.2; :mod:`gmp.partition.hybrid` documents it):
+
+    J = sum_x sum_{w not holding x} f(count[x, w]) * C[p(x), w]     (Eq. 3, soft count)
+      + alpha/2 * sum_i (samples_i - samples/N)^2                   (Eq. 4, compute)
+      + beta/2  * sum_i (primaries_i - primaries/N)^2               (Eq. 4, memory)
+
+with the same hard caps (``sample_cap``: no worker above ``max_imbalance`` x
+the mean). The traffic-balance term (Eq. 5, gamma) is left out: it is a
+correction of the full sweeps, not needed to decide single moves.
+
+**Ids.** Ids must be stable across datasets (``gmp data import --extend``
+appends the new ids of each field after the previous vocabulary): ids below
+the old placement's ``num_embeddings`` are the old rows, ids at or above it
+are *new*. The new dataset may not have fewer ids than the old placement.
+
+:func:`place_new_data` — one streaming pass, nothing moves
+----------------------------------------------------------
+The old primaries and secondaries stay where they are. The new samples are
+streamed once (seeded random order, or dataset order) and each goes to the
+worker, below the sample cap, that minimises the *marginal* Eq. 3 + Eq. 4
+cost against the rows as they are::
+
+    sum_x [x not local to w] * C[p(x), w] * df(count[x, w])  +  alpha * load_w
+
+where ``df(c) = f(c + 1) - f(c)`` is the soft count's marginal (a sample
+reading a row that w's earlier samples already read costs little: the
+batch de-duplicates it). A new id has no primary yet; it counts as if its
+primary were the worker that holds most of its samples so far, which is
+where it is then put: after the pass every used new id gets its primary on
+the worker with most of its samples (:func:`~gmp.partition._common.choose_primaries`,
+at most ``sample_cap(new used ids, N, max_imbalance)`` new ids per worker);
+unused new ids go to the least-loaded workers. Cost: one pass over the
+edges, ``O(edges * N)``, plus the ``count`` table (int32 [used ids, N]).
+
+:func:`repartition_incremental` — sweeps that move at most ``max_moved_rows`` rows
+--------------------------------------------------------------------------------
+Starts from :func:`place_new_data`'s placement and runs ``rounds`` rounds of:
+
+1. *Row moves* under the budget. Candidates are (a) for every used row, its
+   best primary move ``p -> q`` with gain ``Eq.3(x on p) - Eq.3(x on q) -
+   beta (load_q - load_p + 1)`` (rows' communication gains are independent
+   of each other given the samples, so a greedy pick is exact for them), and
+   (b) per worker w, secondary swaps: the rows w does not hold, by Eq. 6's
+   numerator ``f(count[x, w]) * C[p(x), w]`` (descending), paired with w's
+   current secondaries by the same score (ascending; free slots first, up to
+   the worker's secondary capacity), gain = the difference. Every candidate
+   moves at most one row, so "best gain per moved row" is the best gain:
+   moves that cost no row (a new id, moving a row back to its old primary, a
+   secondary the old placement already held there) go first, then the rest
+   by gain. A move is applied only if its exact cost (recomputed when it is
+   applied) still fits the budget. The budget is released over the rounds
+   (round r may have spent ``budget * r / rounds`` in all), so later rounds,
+   whose samples have followed the earlier moves, get a share.
+2. *Sample sweep*: samples move to their best worker (free: samples are
+   data, not state). Round 1 sweeps every sample (which also refines the
+   one-pass placement; ``sweep="changed"`` skips that); later rounds sweep
+   only the samples that read a row changed in that round (the others'
+   costs barely changed), which keeps a round well below the cost of a
+   full sweep.
+
+**Moved rows** (:func:`moved_rows`) are counted against the *old* placement:
+an old row whose primary changed counts 1 (its value and optimizer state
+travel), and a secondary ``(x, w)`` counts 1 unless the old placement held
+x on w (as primary or secondary). Dropping a secondary is free. New ids
+never count (they are created, not moved). The final placement is checked
+against the budget with that same function. Secondary capacity per worker
+is the larger of its used-row secondaries now and ``replication_budget x
+used rows`` (default: the old placement's own ``replication_budget`` option,
+0 when it had none); rows no new sample uses keep their secondaries.
+
+Deterministic: the only randomness is the seeded stream order of the
+placement pass; every kernel is sequential in a fixed order.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import time
+from dataclasses import asdict, dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from ..errors import PartitionError
+from ..graph import BipartiteGraph
+from ..placement import Placement
+from ..progress import task
+from ..topology import Topology
+from . import _incremental_kernels as K
+from ._common import check_max_imbalance, choose_primaries, compact_ids, place_unused_embeddings, sample_cap, seeded_order
+from .hybrid import default_weights, soft_count_table
+
+log = logging.getLogger(__name__)
+
+#: bytes per embedding value (float32 rows)
+VALUE_BYTES = 4
+
+ORDERS = ("random", "dataset")
+SWEEPS = ("all", "changed")
+
+
+@dataclass(frozen=True)
+class Options:
+    """Options of :func:`place_new_data` and :func:`repartition_incremental`.
+
+    Parameters
+    ----------
+    max_imbalance
+        Hard cap on samples per worker, and on the new ids' primaries per
+        worker (max/mean). Default 1.05.
+    batch_size
+        Per-worker batch of the soft count (use the report's). Default 512.
+    alpha, beta
+        Weights of the sample and primary balance terms (Eq. 4); ``None``:
+        HET-GMP's ``100 N / samples`` and ``100 N / used rows``. Defaults:
+        alpha HET-GMP's, beta 0: the hard primary cap keeps the balance, and
+        with HET-GMP's beta the primary loads the new data inherits (uneven
+        over the rows it uses) priced most row moves out (MovieLens by time,
+        5% budget: 56 of 91 rows spent, 10,026 reads; beta 0: 9,880; synthetic
+        drift: 120,895 -> 117,594).
+    order
+        Order of the placement pass: ``"random"`` (seeded, default) or
+        ``"dataset"`` (sequential reads).
+    rounds
+        Rounds of the incremental sweeps. Default 1 (more rounds save a
+        little more traffic for proportionally more time: docs/incremental.md).
+    replication_budget
+        Secondary capacity per worker as a fraction of the used rows (the
+        capacity is never below what the worker holds already). ``None``
+        (default): the old placement's ``replication_budget`` option, 0
+        when it has none.
+    sweep
+        ``"all"`` (default): round 1's sample sweep visits every sample;
+        ``"changed"``: every round visits only the samples that read a row
+        changed in that round (cheaper, a little less traffic saved).
+    """
+
+    max_imbalance: float = 1.05
+    batch_size: int = 512
+    alpha: float | None = None
+    beta: float | None = 0.0
+    order: str = "random"
+    rounds: int = 1
+    replication_budget: float | None = None
+    sweep: str = "all"
+
+    def __post_init__(self) -> None:
+        check_max_imbalance(self.max_imbalance)
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise PartitionError(f"incremental: batch_size must be an integer >= 1, got {self.batch_size!r}.")
+        for name in ("alpha", "beta"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0):
+                raise PartitionError(f"incremental: {name} must be a finite number >= 0 (or omitted), got {v!r}.")
+        if self.order not in ORDERS:
+            raise PartitionError(f"incremental: order must be one of {', '.join(ORDERS)}, got {self.order!r}.")
+        if self.sweep not in SWEEPS:
+            raise PartitionError(f"incremental: sweep must be one of {', '.join(SWEEPS)}, got {self.sweep!r}.")
+        if not isinstance(self.rounds, int) or self.rounds < 0:
+            raise PartitionError(f"incremental: rounds must be an integer >= 0, got {self.rounds!r}.")
+        rb = self.replication_budget
+        if rb is not None and (not isinstance(rb, (int, float)) or not 0.0 <= rb <= 1.0):
+            raise PartitionError(f"incremental: replication_budget must be a fraction in [0, 1] (or omitted), "
+                                 f"got {rb!r}.")
+
+
+class MovedRows(NamedTuple):
+    """Rows a placement change transfers (see the module docstring)."""
+
+    primaries: int
+    secondaries: int
+
+    @property
+    def total(self) -> int:
+        return self.primaries + self.secondaries
+
+    def bytes(self, embedding_dim: int) -> int:
+        """Bytes of float32 row values moved (optimizer state, when it travels too, multiplies this)."""
+        return self.total * int(embedding_dim) * VALUE_BYTES
+
+
+def moved_rows(old: Placement, new: Placement, *, rows: np.ndarray | None = None) -> MovedRows:
+    """Rows that move from ``old`` to ``new`` (ids below ``old.num_embeddings`` only).
+
+    ``primaries``: old ids whose primary worker changed. ``secondaries``:
+    secondaries ``(x, w)`` of ``new`` on a worker that held no copy of x
+    (primary or secondary) in ``old``. ``rows`` (ids) restricts the count to
+    those ids.
+
+    Examples
+    --------
+    >>> old = Placement.edge_cut(2, [0], [0, 1])
+    >>> new = Placement.edge_cut(2, [0], [1, 1, 0]).with_secondaries([0, 1, 1, 1], [0])
+    >>> moved_rows(old, new)   # row 0 moved 0 -> 1; its secondary on 0 was already there; id 2 is new
+    MovedRows(primaries=1, secondaries=0)
+    """
+    m = old.num_embeddings
+    if new.num_embeddings < m:
+        raise PartitionError(f"moved_rows: the new placement has {new.num_embeddings} rows, fewer than the old "
+                             f"placement's {m}; ids must be stable (append new ids).")
+    keep = np.ones(m, dtype=bool)
+    if rows is not None:
+        keep[:] = False
+        r = np.asarray(rows, dtype=np.int64)
+        keep[r[r < m]] = True
+    op = np.asarray(old.embedding_primary)
+    npr = np.asarray(new.embedding_primary)[:m]
+    primaries = int(np.count_nonzero((op != npr) & keep))
+    secondaries = K.new_secondaries(np.asarray(new.secondary_indptr), np.asarray(new.secondary_workers), op,
+                                    np.asarray(old.secondary_indptr), np.asarray(old.secondary_workers), keep)
+    return MovedRows(primaries, int(secondaries))
+
+
+def match_workers(old: Placement, new: Placement) -> Placement:
+    """``new`` with its workers renamed to keep as many of ``old``'s primaries in place as possible.
+
+    A full re-partition numbers its workers arbitrarily; before counting the
+    rows it moves (:func:`moved_rows`), rename them by a maximum matching of
+    the (old worker, new worker) primary overlap over the old ids (Hungarian
+    algorithm, :func:`scipy.optimize.linear_sum_assignment`). Only meaningful
+    on a homogeneous topology, where renaming workers changes no cost.
+    """
+    from scipy.optimize import linear_sum_assignment
+
+    n = old.num_workers
+    m = old.num_embeddings
+    overlap = np.zeros((n, n), dtype=np.int64)
+    np.add.at(overlap, (np.asarray(old.embedding_primary), np.asarray(new.embedding_primary)[:m]), 1)
+    old_w, new_w = linear_sum_assignment(-overlap)
+    rename = np.empty(n, dtype=np.int32)
+    rename[new_w] = old_w
+    return Placement(num_workers=n, sample_worker=rename[np.asarray(new.sample_worker)],
+                     embedding_primary=rename[np.asarray(new.embedding_primary)],
+                     secondary_indptr=np.asarray(new.secondary_indptr),
+                     secondary_workers=rename[np.asarray(new.secondary_workers)], method=new.method,
+                     options=new.options, seed=new.seed, info=new.info)
+
+
+def migration_budget(value: int | str, num_rows: int) -> int:
+    """A budget of moved rows: an integer, or a percentage of ``num_rows`` (``"5%"``, floored).
+
+    Examples
+    --------
+    >>> migration_budget("5%", 1000), migration_budget("250", 1000), migration_budget(7, 1000)
+    (50, 250, 7)
+    """
+    text = str(value).strip()
+    m = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*%", text)
+    if m:
+        pct = float(m.group(1))
+        if pct > 100:
+            raise PartitionError(f"max_moved_rows {text!r} is above 100%; give a percentage in [0, 100] or a number of rows.")
+        return int(math.floor(pct / 100.0 * int(num_rows) + 1e-9))
+    if re.fullmatch(r"[0-9]+", text):
+        return int(text)
+    raise PartitionError(f"max_moved_rows must be a number of rows (e.g. 5000) or a percentage (e.g. 5%), got {text!r}.")
+
+
+# --------------------------------------------------------------------------- shared set-up
+class _Compact(NamedTuple):
+    used_ids: np.ndarray  # int32 [U] ascending
+    local: np.ndarray  # int32 [M], -1 for unused ids
+    cindices: np.ndarray  # int32 [edges], the edges in compact ids
+
+
+def _compact(graph: BipartiteGraph) -> _Compact:
+    used_ids, local = compact_ids(graph.sample_indices, graph.num_embeddings)
+    cindices = np.empty(graph.num_edges, dtype=np.int32)
+    K.remap(np.asarray(graph.sample_indices), local, cindices)
+    return _Compact(used_ids, local, cindices)
+
+
+def _check_inputs(graph: BipartiteGraph, old: Placement, topology: Topology) -> None:
+    n = topology.num_workers
+    if old.num_workers != n:
+        raise PartitionError(f"the old placement has {old.num_workers} workers, the topology {n}; use the old "
+                             f"manifest's topology.")
+    if n > 64:
+        raise PartitionError(f"incremental placement supports up to 64 workers, got {n}.")
+    if graph.num_embeddings < old.num_embeddings:
+        raise PartitionError(
+            f"the new dataset has {graph.num_embeddings} embedding ids, fewer than the old placement's "
+            f"{old.num_embeddings}; ids must be stable across datasets: import the new data with "
+            f"'gmp data import ... --extend OLD_DATASET'.")
+
+
+def _secondary_masks(placement: Placement, ids: np.ndarray) -> np.ndarray:
+    out = np.zeros(ids.size, dtype=np.int64)
+    K.masks_from_csr(np.asarray(placement.secondary_indptr), np.asarray(placement.secondary_workers),
+                     np.asarray(ids, dtype=np.int64), out)
+    return out
+
+
+def _soft_count(graph: BipartiteGraph, n: int, cap: int, options: Options) -> tuple[np.ndarray, np.ndarray]:
+    """HET-GMP's soft count f (Eq. 3 with batch de-duplication) and its marginal df."""
+    f = soft_count_table(cap, graph.num_samples / n, options.batch_size)
+    return f, np.diff(f)
+
+
+# --------------------------------------------------------------------------- step 1
+def place_new_data(graph: BipartiteGraph, old: Placement, topology: Topology, *, seed: int = 0,
+                   options: Options | None = None) -> Placement:
+    """Place a new dataset's samples (and its new ids) on a fixed placement, in one streaming pass.
+
+    Parameters
+    ----------
+    graph
+        The new dataset's graph; ids below ``old.num_embeddings`` are the old rows.
+    old
+        The placement made for the previous data; its primaries and
+        secondaries are kept as they are.
+    topology
+        The old placement's topology (same number of workers).
+    seed
+        Seeds the stream order (``options.order == "random"``).
+    options
+        :class:`Options`.
+
+    Returns
+    -------
+    Placement
+        Over the new graph: every sample placed, old rows unchanged, new ids
+        placed where their samples are; ``method = "place-new"``.
+    """
+    options = options or Options()
+    _check_inputs(graph, old, topology)
+    t0 = time.perf_counter()
+    n = topology.num_workers
+    m_old, m = old.num_embeddings, graph.num_embeddings
+    comp = _compact(graph)
+    used = comp.used_ids
+    is_old = used < m_old
+    prim = np.full(used.size, -1, dtype=np.int32)
+    prim[is_old] = np.asarray(old.embedding_primary)[used[is_old]]
+    sec = np.zeros(used.size, dtype=np.int64)
+    sec[is_old] = _secondary_masks(old, used[is_old])
+
+    num_samples = graph.num_samples
+    cap = sample_cap(num_samples, n, options.max_imbalance)
+    f, df = _soft_count(graph, n, cap, options)
+    alpha = options.alpha if options.alpha is not None else default_weights(n, num_samples, used.size)[0]
+    rng = np.random.default_rng(seed)
+    order = seeded_order(num_samples, rng) if options.order == "random" else np.arange(num_samples, dtype=np.int64)
+    count = np.zeros((used.size, n), dtype=np.int32)
+    cost = np.ascontiguousarray(topology.cost, dtype=np.float64)
+    marg = np.empty((used.size, n), dtype=np.float64)
+    K.fill_marginals(prim, sec, count, df, cost, marg)
+    load = np.zeros(n, dtype=np.int64)
+    sample_worker = np.empty(num_samples, dtype=np.int32)
+    with task("Placing new samples on the fixed rows", total=num_samples) as advance:
+        K.stream_samples(np.asarray(graph.sample_indptr), comp.cindices, order, prim, sec, count, marg, df, cost,
+                         load, np.int64(cap), float(alpha), sample_worker)
+        advance(num_samples)
+
+    # new ids: primary where most of their samples are, at most new_cap new ids per worker
+    new_rows = np.flatnonzero(~is_old)
+    new_cap = sample_cap(new_rows.size, n, options.max_imbalance)
+    prim[new_rows] = choose_primaries(count[new_rows], cap=new_cap)
+    primary = np.full(m, -1, dtype=np.int32)
+    primary[:m_old] = old.embedding_primary
+    primary[used] = prim
+    place_unused_embeddings(primary, n)  # the new ids no sample uses (memory only)
+    oip = np.asarray(old.secondary_indptr)
+    indptr = np.concatenate([oip, np.full(m - m_old, oip[-1], dtype=np.int64)])
+    info = {
+        "old_num_embeddings": int(m_old),
+        "num_new_ids": int(m - m_old),
+        "num_new_ids_used": int(new_rows.size),
+        "num_used_embeddings": int(used.size),
+        "sample_cap": int(cap),
+        "new_id_cap": int(new_cap),
+        "alpha": float(alpha),
+        "seconds": round(time.perf_counter() - t0, 4),
+    }
+    log.info("place-new: %d samples placed, %d new ids used (%d new in all), %.2f s", num_samples,
+             new_rows.size, m - m_old, info["seconds"])
+    return Placement(num_workers=n, sample_worker=sample_worker, embedding_primary=primary,
+                     secondary_indptr=indptr, secondary_workers=np.array(old.secondary_workers, dtype=np.int32),
+                     method="place-new", options=asdict(options), seed=seed, info=info)
+
+
+# --------------------------------------------------------------------------- step 2
+def repartition_incremental(graph: BipartiteGraph, old: Placement, topology: Topology, *, max_moved_rows: int,
+                            seed: int = 0, options: Options | None = None,
+                            start: Placement | None = None) -> Placement:
+    """Refine the placement of new data, moving at most ``max_moved_rows`` rows of ``old``.
+
+    Parameters
+    ----------
+    graph, old, topology, seed, options
+        As in :func:`place_new_data`.
+    max_moved_rows
+        The migration budget in rows (see :func:`moved_rows`;
+        :func:`migration_budget` turns ``"5%"`` into rows).
+    start
+        :func:`place_new_data`'s result, when the caller has it already
+        (else it is computed here).
+
+    Returns
+    -------
+    Placement
+        ``method = "incremental"``; ``info`` holds the budget, the rows
+        moved and a per-round log. ``moved_rows(old, result).total <=
+        max_moved_rows`` always.
+    """
+    options = options or Options()
+    if not isinstance(max_moved_rows, (int, np.integer)) or max_moved_rows < 0:
+        raise PartitionError(f"max_moved_rows must be an integer >= 0, got {max_moved_rows!r}.")
+    budget = int(max_moved_rows)
+    _check_inputs(graph, old, topology)
+    t0 = time.perf_counter()
+    if start is None:
+        start = place_new_data(graph, old, topology, seed=seed, options=options)
+    t_place = float(start.info.get("seconds", 0.0)) if start.info else 0.0
+    t1 = time.perf_counter()
+    n = topology.num_workers
+    m_old, m = old.num_embeddings, graph.num_embeddings
+    comp = _compact(graph)
+    used = comp.used_ids
+    num_used = used.size
+    is_old = used < m_old
+    prim = np.array(np.asarray(start.embedding_primary)[used], dtype=np.int32)
+    sec = _secondary_masks(start, used)
+    old_prim = np.full(num_used, -1, dtype=np.int32)
+    old_prim[is_old] = np.asarray(old.embedding_primary)[used[is_old]]
+    old_sec = np.zeros(num_used, dtype=np.int64)
+    old_sec[is_old] = _secondary_masks(old, used[is_old])
+    sw = np.array(start.sample_worker, dtype=np.int32)
+    indptr = np.asarray(graph.sample_indptr)
+    count = np.zeros((num_used, n), dtype=np.int32)
+    K.count_samples(indptr, comp.cindices, sw, count)
+    cost = np.ascontiguousarray(topology.cost, dtype=np.float64)
+
+    num_samples = graph.num_samples
+    cap = sample_cap(num_samples, n, options.max_imbalance)
+    pcap = sample_cap(num_used, n, options.max_imbalance)
+    f, df = _soft_count(graph, n, cap, options)
+    alpha_d, beta_d = default_weights(n, num_samples, num_used)
+    alpha = float(options.alpha if options.alpha is not None else alpha_d)
+    beta = float(options.beta if options.beta is not None else beta_d)
+    load = np.bincount(sw, minlength=n).astype(np.int64)
+    pload = np.bincount(prim, minlength=n).astype(np.int64)
+    bits = (sec[:, None] >> np.arange(n, dtype=np.int64)[None, :]) & 1
+    sec_load = bits.sum(axis=0).astype(np.int64)
+    del bits
+    rb = options.replication_budget
+    if rb is None:
+        rb = float((old.options or {}).get("replication_budget", 0.0) or 0.0)
+    sec_cap = np.maximum(sec_load, int(math.floor(rb * num_used + 1e-9))).astype(np.int64)
+
+    marg = np.empty((num_used, n), dtype=np.float64)
+    K.fill_marginals(prim, sec, count, df, cost, marg)
+    active = np.ones(num_samples, dtype=np.bool_)
+    rounds: list[dict] = []
+    spent = 0
+    target = np.empty(num_used, dtype=np.int32)
+    gain = np.empty(num_used, dtype=np.float64)
+    with task("Incremental re-partitioning", total=options.rounds) as advance:
+        for r in range(1, options.rounds + 1):
+            t_r = time.perf_counter()
+            allowed = budget
+            K.primary_candidates(prim, sec, count, f, cost, pload, np.int64(pcap), beta, target, gain)
+            cands = [_primary_pool(target, gain, prim, old_prim, is_old)]
+            cands += _secondary_pool(prim, sec, count, f, cost, sec_load, sec_cap, old_prim, old_sec, is_old,
+                                     max(allowed - spent, 0))
+            kind, row, tgt, evict, g, est = (np.concatenate(c) for c in zip(*cands))
+            order = np.lexsort((-g, est > 0)).astype(np.int64)  # row-free moves first, then by gain
+            before = spent
+            spent, touched = K.apply_moves(order, kind, row, tgt, evict, prim, sec, pload, np.int64(pcap),
+                                           sec_load, sec_cap, old_prim, old_sec, is_old, np.int64(allowed),
+                                           np.int64(spent))
+            spent = int(spent)
+            # round 1 sweeps every sample (with sweep="all"; it also refines the one-pass placement), the
+            # other rounds only the samples that read a row changed in this round
+            if r == 1 and options.sweep == "all":
+                active[:] = True
+                swept = num_samples
+            else:
+                swept = int(K.samples_touching(indptr, comp.cindices, touched, active))
+            K.refresh_marginals(touched, prim, sec, count, df, cost, marg)
+            moved_samples = K.sweep_samples(indptr, comp.cindices, active, sw, prim, sec, count, marg, df, cost,
+                                            load, np.int64(cap), alpha)
+            entry = {"round": r, "allowed_rows": int(allowed), "spent_rows": int(spent),
+                     "rows_this_round": int(spent - before), "candidates": int(order.size), "swept_samples": swept,
+                     "moved_samples": int(moved_samples), "seconds": round(time.perf_counter() - t_r, 4)}
+            rounds.append(entry)
+            log.info("incremental round %d: %d candidates, %d rows spent of %d allowed, %d samples moved, %.2f s",
+                     r, order.size, spent, allowed, moved_samples, entry["seconds"])
+            advance(1)
+
+    primary = np.array(start.embedding_primary, dtype=np.int32)
+    primary[used] = prim
+    s_indptr, s_workers = K.csr_from_masks(np.asarray(start.secondary_indptr), np.asarray(start.secondary_workers),
+                                           np.int64(m), comp.local, sec, np.int64(m), np.int64(n))
+    info = {
+        "max_moved_rows": budget,
+        "sweeps": rounds,
+        "place_seconds": t_place,
+        "seconds": round(time.perf_counter() - t1 + t_place, 4),
+        "beta": beta,
+        "alpha": alpha,
+        "primary_cap": int(pcap),
+        "secondary_cap": sec_cap.tolist(),
+    }
+    result = Placement(num_workers=n, sample_worker=sw, embedding_primary=primary, secondary_indptr=s_indptr,
+                       secondary_workers=s_workers, method="incremental", options=asdict(options), seed=seed,
+                       info=info)
+    moved = moved_rows(old, result)
+    if moved.total > budget:  # the kernels recompute every move's cost; this would be a bug
+        raise PartitionError(f"incremental: moved {moved.total} rows, above the budget {budget} (a gmp bug; "
+                             f"please report it).")
+    info["moved_rows"] = {"primaries": moved.primaries, "secondaries": moved.secondaries, "total": moved.total}
+    log.info("incremental: %d rows moved (%d primaries, %d secondaries) of a budget of %d, %.2f s", moved.total,
+             moved.primaries, moved.secondaries, budget, time.perf_counter() - t0)
+    return result
+
+
+def _primary_pool(target, gain, prim, old_prim, is_old):
+    """Primary-move candidates as (kind, row, target, evict, gain, estimated rows)."""
+    rows = np.flatnonzero(target >= 0)
+    q = target[rows]
+    est = (is_old[rows] & (q != old_prim[rows])).astype(np.int64) - (is_old[rows] & (prim[rows] != old_prim[rows]))
+    return (np.zeros(rows.size, dtype=np.int8), rows.astype(np.int64), q.astype(np.int32),
+            np.full(rows.size, -1, dtype=np.int64), gain[rows], est)
+
+
+def _secondary_pool(prim, sec, count, f, cost, sec_load, sec_cap, old_prim, old_sec, is_old, spare):
+    """Secondary-swap candidates of every worker (Eq. 6's numerator as the score)."""
+    n = cost.shape[0]
+    out = []
+    for w in range(n):
+        slots = int(sec_cap[w] - sec_load[w])
+        has = ((sec >> w) & 1).astype(bool)
+        if sec_cap[w] == 0:
+            continue
+        score = f[count[:, w]] * cost[prim, w]  # Eq. 6 numerator: expected weighted reads w would save
+        fresh = np.flatnonzero(~has & (prim != w) & (score > 0))
+        if fresh.size == 0:
+            continue
+        was = is_old[fresh] & ((old_prim[fresh] == w) | ((old_sec[fresh] >> w) & 1).astype(bool))
+        limit = min(fresh.size, spare + int(np.count_nonzero(was)) + max(slots, 0))
+        if limit <= 0:
+            continue
+        top = fresh[np.argsort(-score[fresh], kind="stable")[:limit]]
+        inc = np.flatnonzero(has)
+        inc = inc[np.argsort(score[inc], kind="stable")]
+        evict = np.concatenate([np.full(max(slots, 0), -1, dtype=np.int64), inc.astype(np.int64)])[:limit]
+        evict_score = np.where(evict >= 0, score[np.maximum(evict, 0)], 0.0)
+        k = min(top.size, evict.size)
+        g = score[top[:k]] - evict_score[:k]
+        keep = g > 1e-12
+        top, evict, g = top[:k][keep], evict[:k][keep], g[keep]
+        est = (is_old[top] & ~((old_prim[top] == w) | ((old_sec[top] >> w) & 1).astype(bool)))
+        out.append((np.ones(top.size, dtype=np.int8), top.astype(np.int64), np.full(top.size, w, dtype=np.int32),
+                    evict, g, est.astype(np.int64)))
+    return out

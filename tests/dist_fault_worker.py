@@ -1,0 +1,33 @@
+"""torchrun entry for the fault tests: ``gmp train`` in which rank FAULT_RANK hangs or dies at
+step FAULT_STEP (GMP_TEST_FAULT = "hang" | "die"); everything else is the real CLI."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from gmp.train.trainer import Trainer
+
+
+def main() -> None:
+    fault = os.environ["GMP_TEST_FAULT"]
+    rank, bad, at = int(os.environ["RANK"]), int(os.environ["FAULT_RANK"]), int(os.environ["FAULT_STEP"])
+    real = Trainer.train_step
+
+    def faulty(self, step):
+        if rank == bad and step.index == at:
+            if fault == "die":
+                os._exit(1)
+            time.sleep(120)  # hung (as kill -STOP): the peers' collective times out
+        return real(self, step)
+
+    Trainer.train_step = faulty
+    from cli.main import main as gmp_main
+
+    sys.argv = ["gmp", "train", *sys.argv[1:]]
+    gmp_main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,275 @@
+"""Issue 17 items 2-4: checkpoints that survive a kill at any point, never run code when read,
+and refuse every corruption in one line (each test failed on the main branch before the fix)."""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from gmp.datasets.format import load_dataset
+from gmp.errors import GmpError, TrainingError
+from gmp.manifest import write_manifest
+from gmp.placement import Placement
+from gmp.topology import homogeneous
+from gmp.train import checkpoint as ck
+from gmp.train import TrainConfig
+from gmp.train.run import train
+from train_data import make_ctr_dataset
+
+GOLDEN = Path(__file__).parent / "data"
+CFG = TrainConfig(model="wdl", batch_size=8, epochs=1, optimizer="adagrad", embedding_dim=2, hidden=(4,))
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ck")
+    path = make_ctr_dataset(root / "ds", num_samples=64, field_sizes=(5, 7))
+    ds = load_dataset(path)
+    rng = np.random.default_rng(0)
+    pl = Placement.edge_cut(2, rng.integers(0, 2, ds.num_samples), rng.integers(0, 2, ds.num_embeddings), method="t")
+    man = root / "man"
+    write_manifest(man, pl, dataset_sha256=ds.sha256, num_samples=ds.num_samples, num_embeddings=ds.num_embeddings,
+                   topology=homogeneous(2))
+    return path, man
+
+
+def run(setup, ckdir, *, epochs=1, resume=False, **kw):
+    path, man = setup
+    cfg = dataclasses.replace(CFG, epochs=epochs)
+    return train(path, man, cfg, checkpoint_dir=ckdir, resume=resume, **kw)
+
+
+def one_line(exc: pytest.ExceptionInfo) -> str:
+    msg = str(exc.value)
+    assert "\n" not in msg and isinstance(exc.value, GmpError), msg
+    return msg
+
+
+@pytest.fixture
+def saved(setup, tmp_path):
+    """A checkpoint directory after one epoch (latest -> epoch 2 step 0)."""
+    ckdir = tmp_path / "ck"
+    run(setup, ckdir)
+    return ckdir
+
+
+# --------------------------------------------------------------------------- item 2: crash windows
+@pytest.mark.parametrize("when", ["before", "after"])
+@pytest.mark.parametrize("point", [("os", "replace", 1), ("os", "replace", 2), ("os", "replace", 3),
+                                   ("os", "rename", 1), ("os", "symlink", 1), ("shutil", "rmtree", 1),
+                                   ("shutil", "rmtree", 2), ("shutil", "rmtree", 3)])
+def test_a_kill_at_any_point_of_a_save_leaves_a_resumable_checkpoint(setup, saved, point, when, monkeypatch, caplog):
+    """Kill (SystemExit) just before or just after the nth call of a filesystem operation."""
+    full = run(setup, saved.parent / "ref", epochs=2)
+    mod = {"os": os, "shutil": shutil}[point[0]]
+    real, calls = getattr(mod, point[1]), {"n": 0}
+
+    def killed(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == point[2] and when == "before":
+            raise SystemExit("killed")
+        out = real(*a, **k)
+        if calls["n"] == point[2]:
+            raise SystemExit("killed")
+        return out
+
+    monkeypatch.setattr(mod, point[1], killed)
+    try:
+        run(setup, saved, epochs=2, resume=True)  # trains epoch 2, killed while saving it
+    except SystemExit:
+        pass
+    monkeypatch.undo()
+    with caplog.at_level(logging.WARNING):
+        resumed = run(setup, saved, epochs=2, resume=True)
+    head = ck.read_checkpoint_header(saved)
+    assert (head["epoch"], head["step"]) == (2, 0)
+    # either epoch 2 was re-run from the epoch-1 checkpoint, or the save had completed
+    if resumed:
+        assert resumed[-1]["train_loss"] == pytest.approx(full[-1]["train_loss"], rel=1e-6)
+    assert not [p for p in saved.iterdir() if p.name.startswith((".tmp-", ".latest-"))]
+
+
+def test_resume_falls_back_to_an_older_complete_checkpoint_and_says_so(setup, saved, caplog):
+    run(setup, saved, epochs=2, resume=True)
+    target = saved / os.readlink(saved / "latest")
+    (target / "worker-00001.pt").unlink()  # the newest is incomplete
+    with caplog.at_level(logging.WARNING):
+        records = run(setup, saved, epochs=2, resume=True)
+    assert len(records) == 1  # epoch 2 re-run from the epoch-1 checkpoint
+    assert any("incomplete" in r.message and "resuming from the complete checkpoint" in r.message
+               for r in caplog.records), [r.message for r in caplog.records]
+
+
+def test_a_latest_without_any_complete_checkpoint_is_one_line(setup, saved):
+    target = saved / os.readlink(saved / "latest")
+    (target / "trainer.pt").unlink()
+    with pytest.raises(TrainingError) as exc:
+        run(setup, saved, epochs=2, resume=True)
+    assert "no complete older checkpoint" in one_line(exc)
+
+
+def test_full_disk_during_a_save_is_one_line_and_leaves_no_temporary(setup, tmp_path, monkeypatch):
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ck.torch, "save", full)
+    with pytest.raises(TrainingError) as exc:
+        run(setup, tmp_path / "ck")
+    assert "no space left" in one_line(exc) and "--checkpoint-dir" in str(exc.value)
+    assert not any(p.name.startswith(".tmp-") for p in (tmp_path / "ck").iterdir())
+
+
+# --------------------------------------------------------------------------- item 3: no code runs
+class _Payload:
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def test_resume_never_runs_code_from_a_checkpoint(setup, saved, tmp_path):
+    target = saved / os.readlink(saved / "latest")
+    marker = tmp_path / "pwned"
+    torch.save({"model": _Payload(marker)}, target / "trainer.pt")
+    head = json.loads((target / "checkpoint.json").read_text())
+    head["files"]["trainer.pt"] = (target / "trainer.pt").stat().st_size
+    (target / "checkpoint.json").write_text(json.dumps(head))
+    with pytest.raises(TrainingError) as exc:
+        run(setup, saved, epochs=2, resume=True)
+    assert "trainer.pt is not a readable gmp checkpoint file" in one_line(exc)
+    assert not marker.exists()
+
+
+def test_the_schema_1_golden_checkpoint_is_refused_before_anything_is_unpickled(tmp_path, monkeypatch):
+    shutil.copytree(GOLDEN / "checkpoint_v1", tmp_path / "ck")
+
+    def no_load(*a, **k):
+        raise AssertionError("a schema-1 file was unpickled")
+
+    monkeypatch.setattr(ck.torch, "load", no_load)
+    with pytest.raises(TrainingError) as exc:
+        ck.read_checkpoint_header(tmp_path / "ck")
+    msg = one_line(exc)
+    assert "schema_version 1" in msg and "unpickle" in msg and "--resume" in msg
+
+
+def test_safe_encoding_round_trips_numpy_state():
+    state = {"rng": np.random.get_state(), "c": np.arange(6, dtype=np.int64).reshape(2, 3), "f": np.float32(2.5),
+             "t": torch.ones(2), "nested": [{"u": np.zeros(0, np.uint32)}], "s": "x", "n": None}
+    import io
+
+    buf = io.BytesIO()
+    torch.save(ck.to_safe(state), buf)
+    buf.seek(0)
+    back = ck.from_safe(torch.load(buf, weights_only=True))
+    assert back["rng"][0] == "MT19937" and np.array_equal(back["rng"][1], state["rng"][1])
+    assert back["c"].dtype == np.int64 and np.array_equal(back["c"], state["c"]) and back["f"] == 2.5
+    assert back["nested"][0]["u"].dtype == np.uint32 and back["s"] == "x" and back["n"] is None
+    with pytest.raises(TypeError):
+        ck.to_safe({"x": object()})
+
+
+# --------------------------------------------------------------------------- item 4: corruption
+def _edit_header(ckdir: Path, fn) -> None:
+    path = ckdir / os.readlink(ckdir / "latest") / "checkpoint.json"
+    head = json.loads(path.read_text())
+    fn(head)
+    path.write_text(json.dumps(head))
+
+
+HEADER_EDITS = {
+    "no dataset_sha256": (lambda h: h.pop("dataset_sha256"), "dataset_sha256"),
+    "no placement_sha256": (lambda h: h.pop("placement_sha256"), "placement_sha256"),
+    "no num_workers": (lambda h: h.pop("num_workers"), "num_workers"),
+    "no config": (lambda h: h.pop("config"), "config"),
+    "no epoch": (lambda h: h.pop("epoch"), "epoch"),
+    "epoch str": (lambda h: h.update(epoch="x"), "epoch"),
+    "epoch negative": (lambda h: h.update(epoch=-5), "epoch"),
+    "config str": (lambda h: h.update(config="wdl"), "config"),
+    "num_workers float": (lambda h: h.update(num_workers=2.0), "num_workers"),
+    "step beyond the epoch": (lambda h: h.update(step=1000000), "step 1000000 is beyond"),
+    "files not a dict": (lambda h: h.update(files=[]), "files"),
+    "deeply nested": (lambda h: h.update(config={"a": json.loads("[" * 40 + "]" * 40)}), "nested"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HEADER_EDITS))
+def test_corrupt_checkpoint_header_is_one_line(setup, saved, name):
+    fn, pattern = HEADER_EDITS[name]
+    _edit_header(saved, fn)
+    with pytest.raises(TrainingError) as exc:
+        run(setup, saved, epochs=2, resume=True)
+    assert pattern in one_line(exc)
+
+
+def _rewrite(ckdir: Path, name: str, obj=None, raw: bytes | None = None) -> None:
+    target = ckdir / os.readlink(ckdir / "latest")
+    if raw is not None:
+        (target / name).write_bytes(raw)
+    else:
+        torch.save(obj, target / name)
+    _edit_header(ckdir, lambda h: h["files"].update({name: (target / name).stat().st_size}))
+
+
+def _loaded(ckdir: Path, name: str) -> dict:
+    return torch.load(ckdir / "latest" / name, weights_only=True)
+
+
+@pytest.mark.parametrize("case", ["garbage worker", "trainer without model", "model tensor of the wrong shape",
+                                  "counters of the wrong shape", "trainer a list", "truncated trainer"])
+def test_corrupt_checkpoint_file_is_one_line(setup, saved, case):
+    if case == "garbage worker":
+        _rewrite(saved, "worker-00001.pt", raw=b"\x80\x04garbage" * 10)
+    elif case == "trainer without model":
+        obj = _loaded(saved, "trainer.pt")
+        obj.pop("model")
+        _rewrite(saved, "trainer.pt", obj)
+    elif case == "model tensor of the wrong shape":
+        obj = _loaded(saved, "trainer.pt")
+        key = next(iter(obj["model"]))
+        obj["model"][key] = torch.zeros(17, 3)
+        _rewrite(saved, "trainer.pt", obj)
+    elif case == "counters of the wrong shape":
+        obj = _loaded(saved, "worker-00000.pt")
+        obj["counters"] = ck.to_safe(np.zeros(3, np.int64))
+        _rewrite(saved, "worker-00000.pt", obj)
+    elif case == "trainer a list":
+        _rewrite(saved, "trainer.pt", [1, 2])
+    else:
+        target = saved / os.readlink(saved / "latest")
+        data = (target / "trainer.pt").read_bytes()
+        _rewrite(saved, "trainer.pt", raw=data[: len(data) // 2])
+    with pytest.raises(TrainingError) as exc:
+        run(setup, saved, epochs=2, resume=True)
+    assert "checkpoint" in one_line(exc) or ".pt" in str(exc.value)
+
+
+def test_golden_checkpoint_v2_reads_without_unpickling(tmp_path):
+    ckdir = GOLDEN / "checkpoint_v2"
+    found = ck.find_checkpoint(ckdir)
+    assert found is not None
+    path, head = found
+    assert head["schema_version"] == ck.SCHEMA_VERSION == 2 and head["num_workers"] == 2
+    main = ck._load(path / "trainer.pt", ck.TRAINER_KEYS)
+    assert main["numpy_rng"][0] == "MT19937" and main["numpy_rng"][1].dtype == np.uint32
+    for w in range(head["num_workers"]):
+        state = ck._load(path / f"worker-{w:05d}.pt", ck.WORKER_KEYS)
+        assert isinstance(state["counters"], np.ndarray) and isinstance(state["store"]["table"], torch.Tensor)

@@ -1,0 +1,118 @@
+"""Datasets that extend each other (``gmp data import --extend``) and the dataset schema v2 upgrade."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from cli.main import app
+from gmp.datasets.format import SCHEMA_VERSION, load_dataset
+
+runner = CliRunner()
+GOLDEN = Path(__file__).parent / "data" / "dataset_v1"
+
+
+def imp(tmp_path: Path, name: str, text: str, *extra: str) -> Path:
+    src = tmp_path / f"{name}.csv"
+    src.write_text(text)
+    out = tmp_path / name
+    res = runner.invoke(app, ["data", "import", "csv", str(src), "--out", str(out), "--label", "label",
+                              "--cat", "user,item", "--test-fraction", "0", *extra])
+    assert res.exit_code == 0, res.output
+    return out
+
+
+DAY0 = "label,user,item\n1,u1,i1\n0,u2,i1\n1,u1,i2\n"
+DAY1 = "label,user,item\n0,u3,i2\n1,u2,i3\n1,u3,i1\n0,u1,i3\n"
+
+
+def rows(ds) -> list[list[int]]:
+    ip, ix = np.asarray(ds.indptr), np.asarray(ds.indices)
+    return [ix[ip[i]:ip[i + 1]].tolist() for i in range(ds.num_samples)]
+
+
+def test_extend_keeps_ids_and_appends_new_values(tmp_path):
+    d0 = load_dataset(imp(tmp_path, "d0", DAY0))
+    # day 0: user = [missing 0, rare 1, u1 2, u2 3]; item = [missing 4, rare 5, i1 6, i2 7]
+    assert rows(d0) == [[2, 6], [3, 6], [2, 7]] and d0.num_embeddings == 8
+    assert d0.meta["parent"] is None and d0.meta["new_id_ranges"] is None
+    d1 = load_dataset(imp(tmp_path, "d1", DAY1, "--extend", str(tmp_path / "d0")))
+    # u1, u2, i1, i2 keep their ids; new u3 -> 8 (after day 0's 8 ids), new i3 -> 9; samples sorted
+    assert rows(d1) == [[7, 8], [3, 9], [6, 8], [2, 9]]
+    assert d1.num_embeddings == 10
+    assert [f.id_ranges for f in d1.categorical_fields] == [((0, 4), (8, 9)), ((4, 8), (9, 10))]
+    assert d1.meta["parent"]["sha256"] == d0.sha256 and d1.meta["parent"]["num_embeddings"] == 8
+    assert d1.meta["new_id_ranges"] == [[8, 9], [9, 10]]
+    assert d1.field_of_embedding().tolist() == [0, 0, 0, 0, 1, 1, 1, 1, 0, 1]
+    # a third day extends the second: every id seen so far is stable
+    d2 = load_dataset(imp(tmp_path, "d2", "label,user,item\n1,u3,i3\n0,u9,i1\n1,u1,i9\n", "--extend",
+                          str(tmp_path / "d1")))
+    assert rows(d2) == [[8, 9], [6, 10], [2, 11]]
+    assert [f.id_ranges for f in d2.categorical_fields] == [((0, 4), (8, 9), (10, 11)), ((4, 8), (9, 10), (11, 12))]
+
+
+def test_extend_known_values_keep_their_id_even_when_rare(tmp_path):
+    imp(tmp_path, "d0", DAY0)
+    day1 = DAY1 + "0,u4,i1\n"
+    d1 = load_dataset(imp(tmp_path, "d1", day1, "--extend", str(tmp_path / "d0"), "--min-count", "2"))
+    # u2 and u1 are seen once today but were known: ids 3 and 2; u3 (twice) is new -> 8; u4 (once, unknown)
+    # -> user's rare id 1; i3 (twice) new -> 9; i2 (once, known) -> 7
+    assert rows(d1) == [[7, 8], [3, 9], [6, 8], [2, 9], [1, 6]]
+
+
+def test_vocab_file_holds_the_kept_keys(tmp_path):
+    out = imp(tmp_path, "d0", DAY0)
+    with np.load(out / "vocab.npz") as z:
+        assert sorted(z.files) == ["field_0", "field_1"]
+        assert z["field_0"].dtype == np.uint64 and z["field_0"].size == 2  # u1, u2
+
+
+def test_extend_errors(tmp_path):
+    imp(tmp_path, "d0", DAY0)
+    src = tmp_path / "other.csv"
+    src.write_text("label,item\n1,i1\n")
+    res = runner.invoke(app, ["data", "import", "csv", str(src), "--out", str(tmp_path / "o"), "--label", "label",
+                              "--cat", "item", "--test-fraction", "0", "--extend", str(tmp_path / "d0")])
+    assert res.exit_code == 2 and "--extend: the previous dataset's categorical fields are" in res.output
+    res = runner.invoke(app, ["data", "import", "csv", str(src), "--out", str(tmp_path / "o"), "--label", "label",
+                              "--cat", "item", "--test-fraction", "0", "--extend", str(GOLDEN)])
+    assert res.exit_code == 2 and "has no vocab.npz" in res.output
+
+
+def test_golden_v1_dataset_upgrades_to_v2():
+    assert json.loads((GOLDEN / "dataset.json").read_text())["schema_version"] == 1
+    ds = load_dataset(GOLDEN)
+    assert ds.meta["schema_version"] == SCHEMA_VERSION == 2
+    # tests/data/dataset_v1: two categorical fields of 3 and 4 values (tests/data/README.md)
+    assert [f.id_ranges for f in ds.categorical_fields] == [((0, 3),), ((3, 7),)]
+    assert ds.meta["parent"] is None and ds.meta["new_id_ranges"] is None
+    assert ds.field_of_embedding().tolist() == [0, 0, 0, 1, 1, 1, 1]
+
+
+def test_partition_new_day_on_old_manifest(tmp_path):
+    d0 = imp(tmp_path, "d0", DAY0)
+    d1 = imp(tmp_path, "d1", DAY1, "--extend", str(d0))
+    res = runner.invoke(app, ["partition", str(d0), "-w", "2", "-m", "hybrid", "--out", str(tmp_path / "p0")])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["partition", str(d1), "--from-manifest", str(tmp_path / "p0"), "--max-moved-rows", "1",
+                              "--out", str(tmp_path / "p1")])
+    assert res.exit_code == 0, res.output
+    from gmp.manifest import load_manifest
+
+    old, new = load_manifest(tmp_path / "p0").placement, load_manifest(tmp_path / "p1").placement
+    assert new.num_embeddings == 10
+    changed = int(np.count_nonzero(np.asarray(old.embedding_primary) != np.asarray(new.embedding_primary)[:8]))
+    assert changed <= 1
+
+
+@pytest.mark.parametrize("bad", [[[0, 2], [5, 4]], [[0, 1]]])
+def test_field_ranges_are_checked(bad):
+    from gmp.datasets.format import FieldInfo
+    from gmp.errors import DatasetError
+
+    with pytest.raises(DatasetError, match="ranges"):
+        FieldInfo("A", "categorical", 3, 0, ranges=tuple(tuple(r) for r in bad))

@@ -1,0 +1,333 @@
+"""Fuzz harness (issue 17): mutated input lines for every import format and mutated
+dataset.json / manifest.json / checkpoint.json headers, run through the CLI.
+
+The property, for every example: exit 0 with a valid output (the dataset loads and its
+hash and arrays verify), or exit 2 with exactly one ``error: ...`` line on stderr and no
+output left behind (no directory, no hidden temporary) — never a traceback, a hang or a
+half-written output.
+
+Bounded so CI stays fast: a fixed number of examples per target (a few hundred in all),
+derandomised (the same examples every run), a hypothesis ``deadline`` and, so that a
+hang fails instead of blocking CI, a per-example alarm (SIGALRM) plus a hard
+``faulthandler`` stop for hangs inside compiled code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import json
+import os
+import shutil
+import signal
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from cli.main import app
+from gmp.datasets.format import load_dataset
+
+FIX = Path(__file__).parent / "data" / "import"
+runner = CliRunner()
+#: seconds one example may take before it counts as a hang
+EXAMPLE_TIMEOUT = 30
+
+#: GMP_FUZZ_SCALE=10 runs ten times the examples, drawn at random (a deeper local run)
+SCALE = max(1, int(os.environ.get("GMP_FUZZ_SCALE", "1")))
+
+# the deadline is generous (CI machines are shared and noisy; a slow example is not a bug), the
+# alarm below is what turns a hang into a failure
+SETTINGS = dict(deadline=timedelta(seconds=20), derandomize=SCALE == 1, database=None,
+                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                       HealthCheck.data_too_large])
+
+
+@contextlib.contextmanager
+def time_limit(seconds: int = EXAMPLE_TIMEOUT):
+    """Fail an example that runs longer than ``seconds`` (a hang)."""
+    if not hasattr(signal, "SIGALRM"):  # pragma: no cover - not on Linux
+        yield
+        return
+
+    def expired(*_):
+        raise TimeoutError(f"example ran longer than {seconds} s: a hang")
+
+    old = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    # a hang inside compiled code never returns to the interpreter: stop the whole run loudly
+    faulthandler.dump_traceback_later(seconds * 3, exit=True, file=sys.stderr)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        faulthandler.cancel_dump_traceback_later()
+        signal.signal(signal.SIGALRM, old)
+
+
+def invoke(*args):
+    with time_limit():
+        return runner.invoke(app, [str(a) for a in args])
+
+
+def assert_clean(res, out: Path | None = None) -> bool:
+    """The property. Returns True when the command succeeded."""
+    if res.exit_code == 0:
+        return True
+    assert res.exit_code == 2, (res.exit_code, repr(res.exception), res.output[-2000:])
+    assert isinstance(res.exception, SystemExit), repr(res.exception)
+    err = res.stderr.strip()
+    assert err.startswith("error: ") and "\n" not in err, err[-2000:]
+    assert "Traceback" not in res.output
+    if out is not None:
+        assert not out.exists(), f"{out} left behind after a failure"
+        assert not [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.")], "temporary left behind"
+    return False
+
+
+# --------------------------------------------------------------------------- mutated input lines
+TOKENS = [b"", b"nan", b"NaN", b"inf", b"-inf", b"1e400", b"-1e400", b"1e300", b"18446744073709551616",
+          b"99999999999999999999999", b"-1", b"+4102100", b"\xef\xbb\xbf", b"\r", b"\x00", b"\xff\xfe", b"\t", b",",
+          b":", b"|", b" ", b'"', b"0:1:1", b"1:1", b"0x1f", b"-0", b"1.5", b"deadbeefdeadbeef1", b"\n"]
+
+mutation = st.one_of(
+    st.tuples(st.just("replace_token"), st.integers(0, 10**6), st.sampled_from(TOKENS)),
+    st.tuples(st.just("insert"), st.integers(0, 10**6), st.sampled_from(TOKENS)),
+    st.tuples(st.just("insert_bytes"), st.integers(0, 10**6), st.binary(min_size=1, max_size=6)),
+    st.tuples(st.just("delete"), st.integers(0, 10**6), st.integers(1, 40)),
+    st.tuples(st.just("truncate"), st.integers(0, 10**6), st.just(b"")),
+    st.tuples(st.just("drop_final_newline"), st.just(0), st.just(b"")),
+    st.tuples(st.just("duplicate_line"), st.integers(0, 10**6), st.just(b"")),
+)
+
+
+def mutate(data: bytes, ops) -> bytes:
+    for op, pos, arg in ops:
+        n = max(len(data), 1)
+        p = pos % n
+        if op == "replace_token":  # replace the cell/token around p (between separators)
+            seps = b"\t,: \n|"
+            a = p
+            while a > 0 and data[a - 1] not in seps:
+                a -= 1
+            b = p
+            while b < len(data) and data[b] not in seps:
+                b += 1
+            data = data[:a] + arg + data[b:]
+        elif op in ("insert", "insert_bytes"):
+            data = data[:p] + arg + data[p:]
+        elif op == "delete":
+            data = data[:p] + data[p + arg:]
+        elif op == "truncate":
+            data = data[:p]
+        elif op == "drop_final_newline":
+            data = data.rstrip(b"\n")
+        elif op == "duplicate_line":
+            lines = data.split(b"\n")
+            k = p % len(lines)
+            lines.insert(k, lines[k])
+            data = b"\n".join(lines)
+    return data
+
+
+FORMATS = {
+    "criteo": ("criteo_small.tsv", []),
+    "avazu": ("avazu_small.csv", []),
+    "csv": ("mixed_small.csv", None),  # flags derived from the header below
+    "libsvm": ("small.libsvm", []),
+    "libffm": ("small.libffm", []),
+    "movielens": ("ml_classic/u.data", []),
+}
+
+
+def csv_flags() -> list[str]:
+    return ["--label", "income", "--label-positive", ">50K", "--dense", "age,hours", "--multi", "tags"]
+
+
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory):
+    """Compile the numba kernels once, outside any deadline."""
+    root = tmp_path_factory.mktemp("warm")
+    for fmt, (name, extra) in FORMATS.items():
+        src = FIX / name if fmt != "movielens" else FIX / "ml_classic"
+        extra = csv_flags() if extra is None else extra
+        res = invoke("data", "import", fmt, src, "--out", root / fmt, *extra)
+        assert res.exit_code == 0, (fmt, res.output)
+    return root
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_fuzz_import_lines(fmt, warm, tmp_path_factory):
+    name, extra = FORMATS[fmt]
+    extra = csv_flags() if extra is None else extra
+    original = (FIX / name).read_bytes()
+    root = tmp_path_factory.mktemp(f"fuzz-{fmt}")
+    counter = iter(range(10**9))
+
+    @settings(max_examples=30 * SCALE, **SETTINGS)
+    @given(ops=st.lists(mutation, min_size=1, max_size=4), skip=st.sampled_from([0, 0, 1000]))
+    def check(ops, skip):
+        case = root / f"c{next(counter)}"
+        case.mkdir()
+        if fmt == "movielens":
+            shutil.copytree(FIX / "ml_classic", case / "ml")
+            src = case / "ml"
+            (src / "u.data").write_bytes(mutate(original, ops))
+        else:
+            src = case / name
+            src.write_bytes(mutate(original, ops))
+        out = case / "out"
+        res = invoke("data", "import", fmt, src, "--out", out, "--max-bad-lines", skip, *extra)
+        if assert_clean(res, out):
+            ds = load_dataset(out, verify=True)  # hash and arrays verify
+            assert ds.num_samples >= 1 and ds.num_train >= 1
+            assert np.isfinite(np.asarray(ds.labels)).all()
+            if ds.dense is not None:
+                assert np.isfinite(np.asarray(ds.dense)).all()
+        shutil.rmtree(case)
+
+    check()
+
+
+# --------------------------------------------------------------------------- mutated JSON headers
+JSON_VALUES = st.one_of(
+    st.none(), st.booleans(), st.integers(-10, 10), st.sampled_from([2**63, -(2**63), 10**20, 0, 1]),
+    st.floats(allow_nan=False, allow_infinity=False, width=32), st.sampled_from([0.5, 2.5, -1.5, 1e308]),
+    st.text(max_size=8), st.sampled_from(["", "x", "2", "nan", "inf", "1e400", "gmp.dataset"]),
+    st.lists(st.integers(-3, 3), max_size=3), st.just({}), st.just({"a": 1}), st.just([[[[]]]]),
+)
+
+
+def json_paths(obj, prefix=()):
+    """Every (path) to a value inside a parsed JSON object."""
+    out = [prefix] if prefix else []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out += json_paths(v, prefix + (k,))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj[:4]):
+            out += json_paths(v, prefix + (i,))
+    return out
+
+
+@st.composite
+def json_edits(draw, obj):
+    paths = json_paths(obj)
+    edits = []
+    for _ in range(draw(st.integers(1, 3))):
+        path = draw(st.sampled_from(paths))
+        edits.append((path, draw(st.sampled_from(["set", "set", "delete", "nest"])), draw(JSON_VALUES)))
+    return edits
+
+
+def apply_edits(obj, edits):
+    obj = json.loads(json.dumps(obj))
+    for path, op, value in edits:
+        parent = obj
+        try:
+            for key in path[:-1]:
+                parent = parent[key]
+            key = path[-1]
+            if op == "delete":
+                del parent[key]
+            elif op == "nest":
+                parent[key] = json.loads("[" * 60 + "1" + "]" * 60)
+            else:
+                parent[key] = value
+        except (KeyError, IndexError, TypeError):
+            continue
+    return obj
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory):
+    """A tiny dataset, a manifest of it and a checkpoint of a one-epoch run."""
+    root = tmp_path_factory.mktemp("pipe")
+    ds = root / "ds"
+    assert invoke("data", "import", "criteo", FIX / "criteo_small.tsv", "--out", ds).exit_code == 0
+    man = root / "man"
+    # planned for the training run below (another batch size or width would add a warning line)
+    res = invoke("partition", ds, "-w", 2, "-m", "random", "--out", man, "--batch-size", 16, "--embedding-dim", 2)
+    assert res.exit_code == 0, res.output
+    # warm up every command the examples run (imports, compiled kernels) outside the deadline
+    for args in (("data", "info", ds, "--json"), ("report", man, "--dataset", ds, "--format", "json"),
+                 ("simulate", "--dataset", ds, "--manifest", man, "--json")):
+        assert invoke(*args).exit_code == 0, args
+    return root, ds, man
+
+
+def _fresh_copy(src: Path, dst: Path) -> Path:
+    if dst.exists():
+        shutil.rmtree(dst)
+    shutil.copytree(src, dst, symlinks=True)
+    return dst
+
+
+def test_fuzz_dataset_json(pipeline, warm):
+    root, ds, man = pipeline
+    header = json.loads((ds / "dataset.json").read_text())
+
+    @settings(max_examples=50 * SCALE, **SETTINGS)
+    @given(edits=json_edits(header))
+    def check(edits):
+        case = _fresh_copy(ds, root / "ds-fuzz")
+        (case / "dataset.json").write_text(json.dumps(apply_edits(header, edits)))
+        assert_clean(invoke("data", "info", case, "--json"))
+        out = root / "m-fuzz"
+        res = invoke("partition", case, "-w", 2, "-m", "random", "--out", out)
+        if assert_clean(res, out):
+            shutil.rmtree(out)
+        assert_clean(invoke("simulate", "--dataset", case, "--workers", 2, "--json"))
+
+    check()
+
+
+def test_fuzz_manifest_json(pipeline, warm):
+    root, ds, man = pipeline
+    header = json.loads((man / "manifest.json").read_text())
+
+    @settings(max_examples=40 * SCALE, **SETTINGS)
+    @given(edits=json_edits(header))
+    def check(edits):
+        case = _fresh_copy(man, root / "man-fuzz")
+        (case / "manifest.json").write_text(json.dumps(apply_edits(header, edits)))
+        assert_clean(invoke("report", case, "--format", "json"))
+        assert_clean(invoke("report", case, "--dataset", ds, "--format", "json"))
+        assert_clean(invoke("simulate", "--dataset", ds, "--manifest", case, "--json"))
+
+    check()
+
+
+@pytest.fixture(scope="module")
+def checkpointed(pipeline):
+    root, ds, man = pipeline
+    torch.set_num_threads(1)
+    ck = root / "ck"
+    res = invoke("train", "--dataset", ds, "--manifest", man, "--epochs", 1, "--batch-size", 16,
+                 "--embedding-dim", 2, "--checkpoint-dir", ck)
+    assert res.exit_code == 0, res.output
+    return ck
+
+
+def test_fuzz_checkpoint_json(pipeline, checkpointed):
+    root, ds, man = pipeline
+    target = checkpointed / os.readlink(checkpointed / "latest")
+    header = json.loads((target / "checkpoint.json").read_text())
+
+    @settings(max_examples=30 * SCALE, **SETTINGS)
+    @given(edits=json_edits(header))
+    def check(edits):
+        case = _fresh_copy(checkpointed, root / "ck-fuzz")
+        t = case / os.readlink(case / "latest")
+        (t / "checkpoint.json").write_text(json.dumps(apply_edits(header, edits)))
+        res = invoke("train", "--dataset", ds, "--manifest", man, "--epochs", 2, "--batch-size", 16,
+                     "--embedding-dim", 2, "--checkpoint-dir", case, "--resume")
+        assert_clean(res)
+
+    check()

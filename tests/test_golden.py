@@ -1,0 +1,99 @@
+"""Golden files of every on-disk format gmp writes, one directory per schema version.
+
+``tests/data/<format>_v<N>/`` holds a small file of version N written by the gmp of that
+version (see tests/data/README.md for how each was made). The current version of each
+format must have one (the guard test below fails when a version is bumped without it),
+and each is read by today's code: upgraded one step at a time where an upgrade exists,
+refused with a one-line message where it cannot be (checkpoint schema 1).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gmp import manifest as manifest_mod
+from gmp import report as report_mod
+from gmp.datasets import format as dataset_mod
+from gmp.datasets.format import compute_sha256, load_dataset
+from gmp.errors import TrainingError
+from gmp.manifest import load_manifest
+from gmp.report import load_report
+from gmp.train import checkpoint as checkpoint_mod
+
+DATA = Path(__file__).parent / "data"
+
+#: format -> (module holding SCHEMA_VERSION, golden directory stem)
+FORMATS = {
+    "gmp.dataset": (dataset_mod, "dataset"),
+    "gmp.placement": (manifest_mod, "manifest"),
+    "gmp.report": (report_mod, "manifest"),  # report.json lives in the manifest's golden directory
+    "gmp.checkpoint": (checkpoint_mod, "checkpoint"),
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_every_current_version_has_a_golden_file(fmt):
+    module, stem = FORMATS[fmt]
+    assert module.FORMAT == fmt
+    for version in range(1, module.SCHEMA_VERSION + 1):
+        assert (DATA / f"{stem}_v{version}").is_dir(), f"no golden file tests/data/{stem}_v{version} for {fmt}"
+
+
+def test_golden_dataset_v1_reads_and_verifies():
+    path = DATA / "dataset_v1"
+    ds = load_dataset(path, verify=True)
+    meta = json.loads((path / "dataset.json").read_text())
+    assert meta["schema_version"] == 1
+    assert (ds.num_samples, ds.num_embeddings, ds.num_dense) == (24, 7, 1)
+    assert (ds.num_train, ds.num_test) == (18, 6)
+    assert [f.name for f in ds.fields] == ["I0", "C0", "C1"]
+    # the hash is recomputed independently of load_dataset
+    arrays = [np.load(path / f"{n}.npy") for n in ("indptr", "indices", "labels", "dense")]
+    assert compute_sha256(*arrays) == meta["sha256"]
+    assert float(np.mean(arrays[2])) == pytest.approx(meta["label_rate"])
+
+
+def test_golden_dataset_v2_reads_and_verifies():
+    path = DATA / "dataset_v2"
+    ds = load_dataset(path, verify=True)
+    assert ds.meta["schema_version"] == 2 and ds.meta["parent"] is None
+    assert [(f.name, f.id_ranges) for f in ds.categorical_fields] == [("user", ((0, 5),)), ("item", ((5, 10),))]
+    assert (ds.num_samples, ds.num_train, ds.num_test, ds.num_dense) == (6, 4, 2, 1)
+    arrays = [np.load(path / f"{n}.npy") for n in ("indptr", "indices", "labels", "dense")]
+    assert compute_sha256(*arrays) == ds.meta["sha256"]
+    assert (path / "vocab.npz").is_file()  # what --extend reads
+
+
+def test_golden_manifest_v1_and_its_report_read():
+    raw = json.loads((DATA / "manifest_v1" / "manifest.json").read_text())
+    m = load_manifest(DATA / "manifest_v1", verify_hash=True)
+    assert raw["schema_version"] == 1 and m.meta["schema_version"] == 2 and m.num_workers >= 1  # upgraded on read
+    rep = load_report(DATA / "manifest_v1" / "report.json")
+    assert rep["format"] == "gmp.report" and rep["schema_version"] == 1
+
+
+def test_golden_manifest_v2_reads_with_its_plan_and_dataset_name():
+    ds = load_dataset(DATA / "dataset_v1", verify=True)
+    m = load_manifest(DATA / "manifest_v2", dataset=ds, verify_hash=True)
+    assert m.meta["schema_version"] == 2
+    assert (m.plan.batch_size, m.plan.embedding_dim, m.plan.memory_per_worker) == (4, 16, None)
+    assert m.dataset_name == "dataset_v1" and m.method == "hybrid" and m.num_workers == 2
+    rep = load_report(DATA / "manifest_v2" / "report.json")
+    assert rep["dataset_name"] == "dataset_v1"
+
+
+def test_golden_checkpoint_v1_is_refused_in_one_line():
+    with pytest.raises(TrainingError) as exc:
+        checkpoint_mod.read_checkpoint_header(DATA / "checkpoint_v1")
+    msg = str(exc.value)
+    assert "\n" not in msg and "schema_version 1" in msg and "refused" in msg
+
+
+def test_golden_checkpoint_v2_is_current():
+    path, head = checkpoint_mod.find_checkpoint(DATA / "checkpoint_v2")
+    assert head["schema_version"] == checkpoint_mod.SCHEMA_VERSION
+    assert set(head["files"]) == {"trainer.pt", "worker-00000.pt", "worker-00001.pt"}

@@ -1,0 +1,253 @@
+"""New data on an existing placement (gmp.partition.incremental): hand-computed graphs, the
+migration budget as a property, and ``gmp partition --from-manifest`` through the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from cli.main import app
+from gmp.datasets.format import FieldInfo, write_dataset
+from gmp.errors import PartitionError
+from gmp.graph import BipartiteGraph
+from gmp.manifest import load_manifest
+from gmp.metrics import batch_remote_reads
+from gmp.partition.incremental import (MovedRows, Options, match_workers, migration_budget, moved_rows,
+                                       place_new_data, repartition_incremental)
+from gmp.placement import Placement
+from gmp.topology import resolve_topology
+
+# batch 1 makes the soft count the plain count until it saturates (f(c) = min(c, samples per worker)),
+# alpha = beta = 0 removes the balance terms, order="dataset" makes the stream order the ids'
+EXACT = dict(alpha=0.0, beta=0.0, batch_size=1, order="dataset")
+
+
+def two() -> object:
+    return resolve_topology(2, None, None)
+
+
+def reference_moved(old: Placement, new: Placement) -> int:
+    """Moved rows counted the slow way: per old id, a changed primary, and new secondaries on
+    workers that held no copy before."""
+    total = 0
+    for e in range(old.num_embeddings):
+        held = {int(old.embedding_primary[e])} | {int(w) for w in old.secondaries_of(e)}
+        total += int(new.embedding_primary[e] != old.embedding_primary[e])
+        total += sum(1 for w in new.secondaries_of(e) if int(w) not in held)
+    return total
+
+
+# --------------------------------------------------------------------------- placing new data
+def test_place_new_data_hand_computed():
+    # old rows 0,1 on worker 0 and 2,3 on worker 1; ids 4, 5, 6 are new (6 unused)
+    g = BipartiteGraph.from_lists([[0, 1], [0, 4], [2, 3], [3, 4, 5]], 7)
+    old = Placement.edge_cut(2, [0, 0, 1, 1], [0, 0, 1, 1])
+    p = place_new_data(g, old, two(), options=Options(max_imbalance=1.5, **EXACT))
+    # cap = ceil(4 / 2 * 1.5) = 3; f(c) = min(c, 2), so df = 1, 1, 0, ...
+    # s0 [0,1]: w0 costs 0, w1 2 -> w0.   s1 [0,4]: w0 0 (4 has no users yet), w1 1 -> w0.
+    # s2 [2,3]: w0 2, w1 0 -> w1.         s3 [3,4,5]: w0 = 1 (row 3), w1 = 1 (id 4's users are on w0) -> tie -> w0.
+    assert p.sample_worker.tolist() == [0, 0, 1, 0]
+    # new ids 4 (users on w0 x2) and 5 (w0) -> w0 (new-id cap ceil(1 * 1.5) = 2); 6 unused -> least loaded w1
+    assert p.embedding_primary.tolist() == [0, 0, 1, 1, 0, 0, 1]
+    assert p.method == "place-new" and p.info["num_new_ids"] == 3 and p.info["num_new_ids_used"] == 2
+    assert moved_rows(old, p) == MovedRows(0, 0)
+
+
+def test_place_new_data_counts_secondaries_as_local():
+    g = BipartiteGraph.from_lists([[1]], 2)
+    plain = Placement.edge_cut(2, [0], [0, 1])
+    replicated = plain.with_secondaries([0, 0, 1], [0])  # row 1 also on worker 0
+    opts = Options(**EXACT)
+    assert place_new_data(g, plain, two(), options=opts).sample_worker.tolist() == [1]
+    assert place_new_data(g, replicated, two(), options=opts).sample_worker.tolist() == [0]  # tie -> lowest id
+
+
+def test_place_new_data_respects_the_sample_cap():
+    # every sample wants worker 0 (all rows there), the cap ceil(6 / 2 * 1.0) = 3 sends half to worker 1
+    g = BipartiteGraph.from_lists([[0, 1]] * 6, 2)
+    old = Placement.edge_cut(2, [0], [0, 0])
+    p = place_new_data(g, old, two(), options=Options(max_imbalance=1.0, **EXACT))
+    assert np.bincount(p.sample_worker, minlength=2).tolist() == [3, 3]
+    assert p.sample_worker.tolist() == [0, 0, 0, 1, 1, 1]
+
+
+# --------------------------------------------------------------------------- incremental with a budget
+@pytest.mark.parametrize("budget, reads, moved", [(0, 4, 0), (1, 2, 1), (2, 2, 1)])
+def test_incremental_hand_computed_budgets(budget, reads, moved):
+    # yesterday rows {0,1} were together on w0 and {2,3} on w1; today samples pair 0 with 2 and 1 with 3.
+    # Fixed rows: every sample reads one remote row wherever it is (4). One move (row 2 -> w0 or the
+    # like) makes one pair local (2 left, the best one move can do). Two moves could make both pairs
+    # local (0), but from [0,2],[0,2],[1,3] on w0 and [1,3] on w1 no *single* move gains (row 1 has one
+    # user on each worker; sample 2 gains on one side what it loses on the other): single-row greedy
+    # stops at 2 with a budget of 2 -- the known limit of one-vertex moves (docs/incremental.md).
+    g = BipartiteGraph.from_lists([[0, 2], [0, 2], [1, 3], [1, 3]], 4)
+    old = Placement.edge_cut(2, [0, 0, 1, 1], [0, 0, 1, 1])
+    p = repartition_incremental(g, old, two(), max_moved_rows=budget,
+                                options=Options(max_imbalance=1.5, rounds=3, **EXACT))
+    p.check(num_samples=4, num_embeddings=4)
+    assert batch_remote_reads(g, p, 1) == reads
+    assert moved_rows(old, p).total == reference_moved(old, p) == moved
+    assert p.info["moved_rows"]["total"] == moved and p.info["max_moved_rows"] == budget
+
+
+@pytest.mark.parametrize("budget, reads, secondaries", [(0, 2, [[], [1], []]), (1, 0, [[1], [], []])])
+def test_incremental_swaps_a_useless_secondary(budget, reads, secondaries):
+    # row 1's secondary on w1 serves nobody; w1's samples read row 0 twice: with one row of budget the
+    # secondary slot of w1 (capacity 1: what it holds) goes to row 0
+    g = BipartiteGraph.from_lists([[0, 1], [0, 1], [0, 2], [0, 2]], 3)
+    old = Placement.edge_cut(2, [0, 0, 1, 1], [0, 0, 1]).with_secondaries([0, 0, 1, 1], [1])
+    p = repartition_incremental(g, old, two(), max_moved_rows=budget,
+                                options=Options(max_imbalance=1.0, rounds=1, **EXACT))
+    assert p.sample_worker.tolist() == [0, 0, 1, 1]
+    assert [p.secondaries_of(e).tolist() for e in range(3)] == secondaries
+    assert batch_remote_reads(g, p, 1) == reads
+    assert moved_rows(old, p) == MovedRows(0, budget)
+
+
+@st.composite
+def cases(draw):
+    n = draw(st.integers(2, 4))
+    m_old = draw(st.integers(1, 10))
+    m = m_old + draw(st.integers(0, 4))
+    rows = draw(st.lists(st.sets(st.integers(0, m - 1), min_size=1, max_size=4), min_size=1, max_size=30))
+    prim = draw(st.lists(st.integers(0, n - 1), min_size=m_old, max_size=m_old))
+    secs = [sorted(draw(st.sets(st.integers(0, n - 1), max_size=2)) - {prim[e]}) for e in range(m_old)]
+    budget = draw(st.integers(0, 12))
+    rounds = draw(st.integers(0, 3))
+    rb = draw(st.sampled_from([None, 0.0, 0.3]))
+    bs = draw(st.sampled_from([1, 4, 512]))
+    return n, m_old, m, [sorted(r) for r in rows], prim, secs, budget, rounds, rb, bs
+
+
+@settings(max_examples=60, deadline=None)
+@given(cases())
+def test_budget_is_never_exceeded(case):
+    n, m_old, m, rows, prim, secs, budget, rounds, rb, bs = case
+    g = BipartiteGraph.from_lists(rows, m)
+    indptr = np.zeros(m_old + 1, dtype=np.int64)
+    np.cumsum([len(s) for s in secs], out=indptr[1:])
+    old = Placement.edge_cut(n, [0], prim).with_secondaries(indptr, [w for s in secs for w in s])
+    topo = resolve_topology(n, None, None)
+    opts = Options(rounds=rounds, replication_budget=rb, batch_size=bs)
+    placed = place_new_data(g, old, topo, options=opts)
+    placed.check(num_samples=len(rows), num_embeddings=m)
+    assert placed.embedding_primary[:m_old].tolist() == prim  # old rows stay
+    assert [placed.secondaries_of(e).tolist() for e in range(m_old)] == secs
+    assert reference_moved(old, placed) == 0
+    p = repartition_incremental(g, old, topo, max_moved_rows=budget, options=opts, start=placed)
+    p.check(num_samples=len(rows), num_embeddings=m)
+    assert reference_moved(old, p) == moved_rows(old, p).total <= budget
+    cap = -(-len(rows) // n)  # max_imbalance 1.05 of a small count rounds up
+    assert np.bincount(p.sample_worker, minlength=n).max() <= max(cap, int(np.ceil(len(rows) / n * 1.05 - 1e-9)))
+
+
+def test_same_seed_same_result():
+    rng = np.random.default_rng(0)
+    rows = [sorted(set(rng.integers(0, 40, size=5).tolist())) for _ in range(200)]
+    g = BipartiteGraph.from_lists(rows, 50)
+    old = Placement.edge_cut(4, [0], rng.integers(0, 4, size=40))
+    topo = resolve_topology(4, None, None)
+    a = repartition_incremental(g, old, topo, max_moved_rows=5, seed=7)
+    b = repartition_incremental(g, old, topo, max_moved_rows=5, seed=7)
+    assert np.array_equal(a.sample_worker, b.sample_worker)
+    assert np.array_equal(a.embedding_primary, b.embedding_primary)
+
+
+# --------------------------------------------------------------------------- helpers and errors
+def test_moved_rows_counts_and_bytes():
+    old = Placement.edge_cut(3, [0], [0, 1, 2]).with_secondaries([0, 1, 1, 1], [1])
+    # row 0: primary 0 -> 1, where it had a secondary (the primary counts, no secondary);
+    # row 1: gains secondaries on 0 and 2 (both new); row 2 unchanged; id 3 is new
+    new = Placement.edge_cut(3, [0], [1, 1, 2, 0]).with_secondaries([0, 0, 2, 2, 2], [0, 2])
+    assert moved_rows(old, new) == MovedRows(1, 2)
+    assert moved_rows(old, new).bytes(16) == 3 * 16 * 4
+    assert moved_rows(old, new, rows=[0]) == MovedRows(1, 0)
+
+
+def test_match_workers_renames_to_the_old_workers():
+    old = Placement.edge_cut(3, [0, 1], [0, 0, 1, 2])
+    new = Placement.edge_cut(3, [2, 0], [2, 2, 0, 1])  # the same placement, workers renamed
+    m = match_workers(old, new)
+    assert m.embedding_primary.tolist() == [0, 0, 1, 2] and m.sample_worker.tolist() == [0, 1]
+    assert moved_rows(old, m).total == 0 and moved_rows(old, new).total == 4
+
+
+@pytest.mark.parametrize("text, rows", [("5%", 50), ("0%", 0), ("100%", 1000), ("2.5%", 25), ("17", 17)])
+def test_migration_budget(text, rows):
+    assert migration_budget(text, 1000) == rows
+
+
+@pytest.mark.parametrize("text", ["five", "-3", "120%", "1e3"])
+def test_migration_budget_errors(text):
+    with pytest.raises(PartitionError, match="max_moved_rows"):
+        migration_budget(text, 1000)
+
+
+def test_errors_name_the_problem():
+    g = BipartiteGraph.from_lists([[0]], 2)
+    old = Placement.edge_cut(2, [0], [0, 1, 1])
+    with pytest.raises(PartitionError, match="fewer than the old placement's 3; ids must be stable"):
+        place_new_data(g, old, two())
+    with pytest.raises(PartitionError, match="the old placement has 2 workers, the topology 3"):
+        place_new_data(BipartiteGraph.from_lists([[0]], 3), old, resolve_topology(3, None, None))
+    with pytest.raises(PartitionError, match="max_moved_rows must be an integer >= 0, got -1"):
+        repartition_incremental(BipartiteGraph.from_lists([[0]], 3), old, two(), max_moved_rows=-1)
+    with pytest.raises(PartitionError, match="order must be one of"):
+        Options(order="sorted")
+
+
+# --------------------------------------------------------------------------- CLI
+runner = CliRunner()
+
+
+def _dataset(path, rows, num_embeddings):
+    indptr = np.cumsum([0] + [len(r) for r in rows])
+    write_dataset(path, indptr=indptr, indices=np.array([i for r in rows for i in r]),
+                  labels=np.zeros(len(rows), dtype=np.float32), dense=None,
+                  fields=[FieldInfo("A", "categorical", num_embeddings, 0)], num_embeddings=num_embeddings,
+                  source={"format": "test"}, test_fraction=0.0)
+    return path
+
+
+def test_cli_from_manifest(tmp_path):
+    day0 = _dataset(tmp_path / "d0", [[0, 1], [0, 1], [2, 3], [2, 3]], 4)
+    day1 = _dataset(tmp_path / "d1", [[0, 2], [0, 2], [1, 3], [1, 3], [4, 1]], 5)
+    res = runner.invoke(app, ["partition", str(day0), "-w", "2", "-m", "hybrid", "--out", str(tmp_path / "p0")])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["partition", str(day1), "--from-manifest", str(tmp_path / "p0"), "--max-moved-rows",
+                              "50%", "--compare-full", "--out", str(tmp_path / "p1")])
+    assert res.exit_code == 0, res.output
+    assert "no re-partition (new data placed)" in res.output and "full re-partition (hybrid)" in res.output
+    m = load_manifest(tmp_path / "p1")
+    c = m.meta["partitioner"]["info"]["comparison"]
+    assert m.method == "incremental" and c["max_moved_rows"] == 2  # 50% of the 5 used rows, floored
+    assert c["moved_rows"]["total"] <= 2 and c["moved_rows"]["bytes"] == c["moved_rows"]["total"] * 16 * 4
+    assert set(c["batch_remote_reads"]) == {"no_repartition", "this", "full_repartition"}
+    assert json.loads((tmp_path / "p1" / "report.json").read_text())["incremental"]["max_moved_rows"] == 2
+    old = load_manifest(tmp_path / "p0").placement
+    assert m.placement.embedding_primary[:4].tolist() != [] and m.num_embeddings == 5
+    assert moved_rows(old, m.placement).total == c["moved_rows"]["total"]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--method", "hybrid"], "--from-manifest keeps the old placement's workers"),
+    (["--max-moved-rows", "lots"], "max_moved_rows must be a number of rows"),
+])
+def test_cli_from_manifest_errors(tmp_path, extra, message):
+    day0 = _dataset(tmp_path / "d0", [[0, 1], [2, 3]], 4)
+    assert runner.invoke(app, ["partition", str(day0), "-w", "2", "-m", "random",
+                               "--out", str(tmp_path / "p0")]).exit_code == 0
+    res = runner.invoke(app, ["partition", str(day0), "--from-manifest", str(tmp_path / "p0"), *extra,
+                              "--out", str(tmp_path / "p1")])
+    assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output
+
+
+def test_cli_needs_a_method_without_from_manifest(tmp_path):
+    day0 = _dataset(tmp_path / "d0", [[0, 1], [2, 3]], 4)
+    res = runner.invoke(app, ["partition", str(day0), "-w", "2", "--max-moved-rows", "5"])
+    assert res.exit_code == 2 and "--method is required" in res.output

@@ -1,0 +1,96 @@
+"""Distributed failures (issue 17 item 15), with real torchrun processes: a hung rank is named after
+the collective timeout (``GMP_COLLECTIVE_TIMEOUT``), a dead peer is one gmp line, and an error
+every rank finds is printed once. Before: a 600 s silent wait, a raw ``RuntimeError:
+Connection closed by peer`` traceback, and one error line per rank."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gmp.datasets.format import load_dataset
+from test_train_cli import manifest_for
+from test_train_distributed import free_port
+from train_data import make_ctr_dataset
+
+HERE = Path(__file__).parent
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("faults")
+    path = make_ctr_dataset(root / "ds", num_samples=120)
+    man, _ = manifest_for(root, load_dataset(path), 3)
+    return path, man
+
+
+def run(nproc, script_args, env_extra, timeout=200):
+    torchrun_bin = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
+    cmd = [torchrun_bin, "--nnodes", "1", "--nproc-per-node", str(nproc), "--rdzv-backend", "c10d",
+           "--rdzv-endpoint", f"127.0.0.1:{free_port()}", *script_args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE.parent), **env_extra}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def gmp_errors(res) -> list[str]:
+    return [ln for ln in (res.stdout + res.stderr).splitlines() if ln.startswith("error: ")]
+
+
+def train_args(path, man):
+    return ["--dataset", str(path), "--manifest", str(man), "--engine", "distributed", "--epochs", "1",
+            "--batch-size", "8", "--embedding-dim", "4"]
+
+
+def test_a_hung_rank_is_named_after_the_collective_timeout(setup):
+    path, man = setup
+    res = run(3, [str(HERE / "dist_fault_worker.py"), *train_args(path, man)],
+              {"GMP_TEST_FAULT": "hang", "FAULT_RANK": "1", "FAULT_STEP": "2", "GMP_COLLECTIVE_TIMEOUT": "5"})
+    assert res.returncode != 0
+    errs = gmp_errors(res)
+    assert len(errs) == 1, res.stderr[-3000:]
+    assert errs[0].startswith("error: rank 0: the ") and "rank(s) 1 did not reach it within the collective " \
+        "timeout of 5 s" in errs[0] and "GMP_COLLECTIVE_TIMEOUT" in errs[0], errs
+    assert "Traceback" not in "\n".join(ln for ln in res.stderr.splitlines() if "[rank0]" in ln)
+
+
+def test_a_dead_peer_is_one_gmp_line(setup):
+    path, man = setup
+    res = run(3, [str(HERE / "dist_fault_worker.py"), *train_args(path, man)],
+              {"GMP_TEST_FAULT": "die", "FAULT_RANK": "2", "FAULT_STEP": "1", "GMP_COLLECTIVE_TIMEOUT": "20"})
+    assert res.returncode != 0
+    errs = gmp_errors(res)
+    assert len(errs) == 1, res.stderr[-3000:]
+    assert errs[0].startswith("error: rank 0: the ") and ("collective failed: a peer process died" in errs[0]
+                                                           or "rank(s) 2 did not reach it" in errs[0]), errs
+
+
+def test_a_worker_count_mismatch_is_printed_by_rank_0_only(setup):
+    path, man = setup
+    res = run(2, ["-m", "cli.main", "train", *train_args(path, man)], {})
+    assert res.returncode != 0
+    errs = gmp_errors(res)
+    assert errs == ["error: torchrun started 2 processes but the manifest places rows on 3 workers; use "
+                    "'torchrun --nproc-per-node 3' (times --nnodes)."], res.stderr[-2000:]
+
+
+def test_the_collective_timeout_is_validated():
+    from gmp.comm.distributed import collective_timeout
+    from gmp.errors import TrainingError
+
+    assert collective_timeout(7) == 7.0
+    os.environ["GMP_COLLECTIVE_TIMEOUT"] = "12.5"
+    try:
+        assert collective_timeout() == 12.5
+        os.environ["GMP_COLLECTIVE_TIMEOUT"] = "soon"
+        with pytest.raises(TrainingError, match="GMP_COLLECTIVE_TIMEOUT must be a number of seconds > 0, got 'soon'"):
+            collective_timeout()
+    finally:
+        del os.environ["GMP_COLLECTIVE_TIMEOUT"]
+    assert collective_timeout() == 600.0
+    with pytest.raises(TrainingError, match="The 'collective_timeout' parameter must be a finite number > 0"):
+        collective_timeout(0)
