@@ -105,17 +105,33 @@ def register(app: typer.Typer) -> None:
                                                      "run's id; --resume continues the log's last run)."),
         log_every: int = typer.Option(0, "--log-every", help="Also log a JSON line every K steps (0 = off)."),
         lookahead: Optional[int] = typer.Option(None, "--lookahead",
-                                      help="--schedule herald: run the scheduler this many batches ahead in a "
-                                           "background thread (0 = inline) and fetch the rows of the next "
-                                           "step early when their values are already final; also the window "
-                                           "of --cache-policy lookahead (default 0)."),
+                                      help="Steps read ahead (default 0 = inline). --table-location host|disk: "
+                                           "the prefetcher loads each step's rows into the device cache in a "
+                                           "background thread and keeps the window's rows cached (cDLRM). "
+                                           "--schedule herald: the scheduler runs this many batches ahead and "
+                                           "the next step's already-final rows are fetched early; also the "
+                                           "window of --cache-policy lookahead."),
         on_demand: Optional[bool] = typer.Option(None, "--on-demand/--no-on-demand",
                                        help="--schedule herald (s = 0): keep a worker's updates of rows it is not "
                                             "primary of until the communication plan, an eviction or the epoch "
                                             "end needs them (Herald's on-demand synchronisation; default off)."),
         cache_rows: Optional[int] = typer.Option(None, "--cache-rows",
-                                                 help="--schedule herald (s = 0): rows each worker caches beyond "
-                                                      "its primaries and secondaries (default 0)."),
+                                                 help="Rows of each worker's device cache. --table-location "
+                                                      "host|disk: the cache of its own rows (default 10%% of its "
+                                                      "primaries); else --schedule herald (s = 0): rows cached "
+                                                      "beyond its primaries and secondaries (default 0)."),
+        cache_bytes: Optional[int] = typer.Option(None, "--cache-bytes",
+                                                  help="--table-location host|disk: the device cache in bytes "
+                                                       "instead of --cache-rows (a row = value + optimizer "
+                                                       "state)."),
+        table_location: str = typer.Option("device", "--table-location",
+                                           help="device (one table on the worker's device) | host (primaries "
+                                                "and their optimizer state in host memory, a device cache) | "
+                                                "disk (in a file under --tier-dir, a device cache)."),
+        tier_dir: Optional[Path] = typer.Option(None, "--tier-dir",
+                                                help="--table-location disk: directory of the tier files "
+                                                     "(default: the system's temporary directory); removed "
+                                                     "at the end."),
         cache_policy: Optional[str] = typer.Option(None, "--cache-policy",
                                                    help="lru (default) | lookahead (evict first the rows the next "
                                                         "--lookahead batches do not use)."),
@@ -136,14 +152,33 @@ def register(app: typer.Typer) -> None:
         from gmp.train import TrainConfig, train
         from gmp.train.herald import HeraldOptions
         from gmp.train.records import json_line
+        from gmp.train.tiers import TierOptions
 
         with one_rank_speaks(), flags_for_params():
             plan = plan_defaults(manifest, batch_size=batch_size, embedding_dim=embedding_dim)
-            herald = HeraldOptions.for_trainer(lookahead=lookahead, on_demand=on_demand, cache_rows=cache_rows,
-                                               cache_policy=cache_policy, read_only_replicas=read_only_replicas)
+            tiers = TierOptions(table_location=table_location, cache_rows=cache_rows or 0,
+                                cache_bytes=cache_bytes or 0, lookahead=lookahead or 0,
+                                tier_dir=None if tier_dir is None else str(tier_dir)) \
+                if table_location != "device" else TierOptions(table_location=table_location,
+                                                               cache_bytes=cache_bytes or 0,
+                                                               tier_dir=None if tier_dir is None else str(tier_dir))
+            for flag, value in (("--cache-rows", cache_rows), ("--lookahead", lookahead)):
+                if value and not tiers.tiered and schedule != "herald":
+                    raise TrainingError(f"{flag} drives the device cache of --table-location host|disk (the "
+                                        f"worker's own rows) or of --schedule herald (remote rows), got "
+                                        f"--table-location device --schedule {schedule}; add one of them or "
+                                        f"drop {flag}.")
+            # one cache flag: with a tiered table it sizes the cache of the worker's own rows and
+            # Herald's cache of remote rows stays off (docs/train.md, "Tiers")
+            herald_cache = None if tiers.tiered else cache_rows
+            herald_lookahead = lookahead if schedule == "herald" or not tiers.tiered else None
+            herald = HeraldOptions.for_trainer(lookahead=herald_lookahead, on_demand=on_demand,
+                                               cache_rows=herald_cache, cache_policy=cache_policy,
+                                               read_only_replicas=read_only_replicas)
             config = TrainConfig(model=model, embedding_dim=plan["embedding_dim"], optimizer=optimizer, lr=lr,
                                  batch_size=plan["batch_size"], epochs=epochs, staleness=_parse_staleness(staleness),
-                                 seed=seed, schedule=schedule, shuffle=shuffle, log_every=log_every, herald=herald)
+                                 seed=seed, schedule=schedule, shuffle=shuffle, log_every=log_every, herald=herald,
+                                 tiers=tiers)
             dataset = dataset_argument(dataset_arg, dataset, "train")
             records = train(dataset, manifest, config, engine=engine, workers=workers, checkpoint_dir=checkpoint_dir,
                             resume=resume, log_json=log_json, on_record=lambda rec: typer.echo(json_line(rec)),

@@ -209,10 +209,13 @@ def test_cli_train_herald_with_cache_and_on_demand_equals_cli_simulate(ctr, tmp_
     assert {k: rec["herald"][k] for k in KINDS} == {k: sim[k] for k in KINDS}
     assert sim["pushes"] > sim["push_sync"]  # some pushes were deferred (plan, eviction or flush)
     assert set(rec["prefetch"]) >= {"early_rows", "late_rows", "scheduler_stall_s", "scheduler_overlap"}
-    # herald-only flags are refused with other schedules
+    # the cache flag needs a cache: herald's (remote rows) or a tiered table's (own rows)
     r = runner.invoke(app, ["train", "--dataset", str(path), "--manifest", str(m), "--schedule", "naive",
                             "--cache-rows", "3"])
-    assert r.exit_code == 2 and "--cache-rows applies to --schedule 'herald' only" in r.output
+    assert r.exit_code == 2 and "--cache-rows drives the device cache of --table-location host|disk" in r.output
+    r = runner.invoke(app, ["train", "--dataset", str(path), "--manifest", str(m), "--schedule", "naive",
+                            "--on-demand"])
+    assert r.exit_code == 2 and "--on-demand/--no-on-demand applies to --schedule 'herald' only" in r.output
 
 
 @pytest.mark.distributed

@@ -103,6 +103,10 @@ def make_config(**kw):
     opts = kw.pop("schedule_options", None)
     if opts:
         kw["herald"] = HeraldOptions(**opts)
+    if isinstance(kw.get("tiers"), dict):
+        from gmp.train.tiers import TierOptions
+
+        kw["tiers"] = TierOptions(**kw["tiers"])
     return TrainConfig(**kw)
 
 

@@ -71,8 +71,9 @@ log = logging.getLogger(__name__)
 
 FORMAT = "gmp.checkpoint"
 SCHEMA_VERSION = 2
-#: settings that may change between the interrupted run and --resume
-MUTABLE = ("epochs", "log_every")
+#: settings that may change between the interrupted run and --resume (where the rows live does not
+#: change the trajectory: gmp.train.tiers)
+MUTABLE = ("epochs", "log_every", "tiers")
 LATEST = "latest"
 HEADER = "checkpoint.json"
 _FIX = "start without --resume or point --checkpoint-dir elsewhere."

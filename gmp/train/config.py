@@ -21,6 +21,7 @@ from .models import MODELS
 from .registry import schedule_names
 from .schedule import SHUFFLES
 from .store import OPTIMIZERS
+from .tiers import TierOptions
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -32,7 +33,8 @@ class TrainConfig:
     ``herald`` is the replica model of ``schedule="herald"``
     (:class:`~gmp.train.herald.HeraldOptions`; None there means its defaults)
     and must be None for the other schedules. ``staleness`` is the bound s
-    (``math.inf``: refresh at epoch end only).
+    (``math.inf``: refresh at epoch end only). ``tiers`` says where each worker's
+    primaries live (:class:`~gmp.train.tiers.TierOptions`; None: on its device).
     """
 
     model: str = "wdl"
@@ -50,6 +52,7 @@ class TrainConfig:
     eval_batch_size: int = 4096
     log_every: int = 0
     herald: HeraldOptions | None = None
+    tiers: TierOptions | None = None
 
     def __post_init__(self) -> None:
         E = TrainingError
@@ -81,6 +84,10 @@ class TrainConfig:
                         f"schedule={self.schedule!r}; drop it or use the herald schedule.")
                 exc.param = changed[0]
                 raise exc
+        if self.tiers is not None and not isinstance(self.tiers, TierOptions):
+            raise E(f"The 'tiers' parameter must be a TierOptions or None, got {type(self.tiers).__name__}.")
+        if self.tiers is not None and not self.tiers.tiered:
+            object.__setattr__(self, "tiers", None)  # table_location 'device' is the default store
         h = self.herald_options()
         if h is not None and self.staleness != 0 and (h.cache_rows or h.on_demand or not h.read_only_replicas):
             exc = E(f"The 'staleness' parameter must be 0 with cache_rows > 0, on_demand or writable replicas "
@@ -105,4 +112,5 @@ class TrainConfig:
         d["hidden"] = list(self.hidden)
         h = self.herald_options()
         d["herald"] = None if h is None else h.to_json()
+        d["tiers"] = None if self.tiers is None else self.tiers.to_json()
         return d

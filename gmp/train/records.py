@@ -44,8 +44,57 @@ def make_record(trainer, kind: str, extra: dict[str, Any]) -> dict[str, Any]:
     for name in COUNTERS:
         rec[name] = by_name[name]
     trainer.protocol.add_to_record(rec, by_name)
+    tiers = tier_record(trainer)
+    if tiers is not None:
+        rec["tiers"] = tiers
     rec.update(extra)
     return rec
+
+
+#: summed over workers in the record's ``tiers`` object (:class:`gmp.train.tiers.TierStats`)
+TIER_SUMS = ("hits", "misses", "rows_loaded", "rows_written_back", "bytes_loaded", "bytes_written_back",
+             "victim_rows_read", "victim_rows_written")
+
+
+def tier_record(trainer) -> dict[str, Any] | None:
+    """The ``tiers`` object (collective): cache hits/misses, rows and bytes moved each way between
+    the master tier and the cache since the epoch began (victim rows included in the bytes), the
+    longest prefetch stall of any process, and the peak bytes per tier (largest worker) and
+    resident memory (largest process). None when the primaries are on the device."""
+    tables = [s.tier for s in trainer.stores]
+    if trainer.config.tiers is None or not tables:
+        return None
+    eng = trainer.engine
+    sums = np.zeros(len(TIER_SUMS))
+    stall = peak_pinned = 0.0
+    device = master = 0
+    for store, t in zip(trainer.stores, tables):
+        st = t.cache.stats
+        sums += [getattr(st, k) for k in TIER_SUMS]
+        stall = max(stall, st.prefetch_stall_seconds)
+        peak_pinned = max(peak_pinned, st.peak_pinned_rows)
+        device = max(device, store.memory_bytes()["total_bytes"])
+        master = max(master, t.master.nbytes)
+    tot = eng.sum_across(sums)
+    out: dict[str, Any] = {k: int(round(v)) for k, v in zip(TIER_SUMS, tot)}
+    looked = out["hits"] + out["misses"]
+    out["hit_rate"] = out["hits"] / looked if looked else 1.0
+    loc = trainer.config.tiers.table_location
+    out.update({"table_location": loc, "cache_rows": int(max(t.cache.capacity for t in tables)),
+                "lookahead": trainer.config.tiers.lookahead,
+                "prefetch_stall_seconds": trainer.max_across(stall),
+                "peak_pinned_rows": int(trainer.max_across(peak_pinned)),
+                "peak_bytes": {"device": int(trainer.max_across(device)),
+                               loc: int(trainer.max_across(master))},
+                "peak_rss_bytes": int(trainer.max_across(_peak_rss()))})
+    return out
+
+
+def _peak_rss() -> float:
+    """This process's peak resident set (bytes; Linux reports ru_maxrss in KiB)."""
+    import resource
+
+    return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
 def json_line(rec: dict[str, Any]) -> str:

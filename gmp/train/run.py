@@ -154,6 +154,7 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
     placement = load_placement(ds, manifest, workers)  # validated by load_manifest, and by Trainer
     data = TrainData(ds)
     eng = make_engine(engine, placement.num_workers, collective_timeout=collective_timeout)
+    trainer = None
     try:
         trainer = Trainer(data, placement, config, eng)
         psha = placement_sha256(placement)
@@ -201,4 +202,6 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
                                 f"continue with the same command plus --resume.")
         return records
     finally:
+        if trainer is not None:
+            trainer.close()  # a disk tier's files
         eng.close()

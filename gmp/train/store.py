@@ -58,82 +58,16 @@ from ..constants import ADAGRAD_EPS
 from ..errors import TrainingError
 from ..params import check_choice
 from ..placement import Placement
+from .slots import DENSE_MAP_MAX_IDS, INIT_SCALE, SlotMap, initial_rows, secondary_ids_of  # noqa: F401 (public here)
+from .tiers import TieredTable, TierOptions
 
 OPTIMIZERS = ("sgd", "adagrad")
-INIT_SCALE = 0.05
-_CHUNK_BITS = 16
-#: largest id space mapped with a dense int32 array (64 MiB).
-DENSE_MAP_MAX_IDS = 1 << 24
-
-
-def initial_rows(ids: np.ndarray, row_dim: int, seed: int, dtype=np.float64) -> np.ndarray:
-    """[len(ids), row_dim] of ``dtype``: the deterministic initial value of each global id
-    (drawn in float64, then cast)."""
-    ids = np.asarray(ids, dtype=np.int64)
-    out = np.empty((ids.size, row_dim), dtype=dtype)
-    if ids.size == 0:
-        return out
-    order = np.argsort(ids, kind="stable")
-    chunk = ids[order] >> _CHUNK_BITS
-    bounds = np.flatnonzero(np.diff(chunk)) + 1
-    starts = np.concatenate([[0], bounds])
-    ends = np.concatenate([bounds, [ids.size]])
-    mask = (1 << _CHUNK_BITS) - 1
-    for a, b in zip(starts, ends):
-        c = int(chunk[a])
-        block = np.random.default_rng([int(seed), 7919, c]).uniform(-INIT_SCALE, INIT_SCALE,
-                                                                      size=(1 << _CHUNK_BITS, row_dim))
-        sel = order[a:b]
-        out[sel] = block[ids[sel] & mask]
-    return out
-
-
-class SlotMap:
-    """Global id -> local slot (-1 when the id is not held)."""
-
-    def __init__(self, ids: np.ndarray, num_embeddings: int):
-        ids = np.asarray(ids, dtype=np.int64)
-        self.num_embeddings = int(num_embeddings)
-        if self.num_embeddings <= DENSE_MAP_MAX_IDS:
-            self._dense = np.full(self.num_embeddings, -1, dtype=np.int32)
-            self._dense[ids] = np.arange(ids.size, dtype=np.int32)
-        else:
-            self._dense = None
-            self._order = np.argsort(ids, kind="stable")
-            self._sorted = ids[self._order]
-
-    def lookup(self, gids: np.ndarray) -> np.ndarray:
-        gids = np.asarray(gids, dtype=np.int64)
-        if self._dense is not None:
-            return self._dense[gids].astype(np.int64)
-        pos = np.searchsorted(self._sorted, gids)
-        pos_c = np.minimum(pos, max(self._sorted.size - 1, 0))
-        hit = (pos < self._sorted.size) & (self._sorted[pos_c] == gids) if self._sorted.size else np.zeros(gids.size, bool)
-        out = np.full(gids.size, -1, dtype=np.int64)
-        out[hit] = self._order[pos_c[hit]]
-        return out
-
-    @property
-    def nbytes(self) -> int:
-        if self._dense is not None:
-            return int(self._dense.nbytes)
-        return int(self._order.nbytes + self._sorted.nbytes)
-
-
-def secondary_ids_of(placement: Placement, worker: int) -> np.ndarray:
-    """Sorted int64 global ids with a secondary on ``worker``."""
-    if placement.num_secondaries == 0:
-        return np.zeros(0, dtype=np.int64)
-    emb = np.repeat(np.arange(placement.num_embeddings, dtype=np.int64), np.diff(placement.secondary_indptr))
-    return np.sort(emb[np.asarray(placement.secondary_workers) == worker])
-
-
 class EmbeddingStore:
     """One worker's rows, clocks and optimizer state (see the module docstring)."""
 
     def __init__(self, worker: int, placement: Placement, *, row_dim: int, optimizer: str = "sgd",
                  lr: float = 0.01, seed: int = 0, dtype: torch.dtype = torch.float32,
-                 device: torch.device | str = "cpu"):
+                 device: torch.device | str = "cpu", tiers: TierOptions | None = None):
         check_choice("optimizer", optimizer, OPTIMIZERS, error=TrainingError)
         self.worker = int(worker)
         self.row_dim = int(row_dim)
@@ -149,10 +83,16 @@ class EmbeddingStore:
         self.num_rows = int(self.ids.size)
         self.slots = SlotMap(self.ids, placement.num_embeddings)
         np_dtype = np.float32 if dtype == torch.float32 else np.float64
-        self.table = torch.as_tensor(initial_rows(self.ids, self.row_dim, seed, np_dtype), dtype=dtype).to(self.device)
+        self.tier: TieredTable | None = None
+        self._base = 0  # table row of slot s is s - _base (primaries are in the tier when _base > 0)
+        if tiers is not None and tiers.tiered:
+            self.tier = self._make_tier(tiers, prim_ids, seed, np_dtype)
+            self._base = self.num_primary
+        self.table = torch.as_tensor(initial_rows(self.ids[self._base:], self.row_dim, seed, np_dtype),
+                                     dtype=dtype).to(self.device)
         self.clock = np.zeros(self.num_rows, dtype=np.int64)
         self.opt_state = (torch.zeros(self.num_primary, self.row_dim, dtype=dtype, device=self.device)
-                          if optimizer == "adagrad" else None)
+                          if optimizer == "adagrad" and self.tier is None else None)
         # secondaries: Adagrad sum of squares of this worker's own gradients (the "extra space for
         # stale gradients" of HET-GMP section 6), used to apply them locally when s > 0
         self.local_state = (torch.zeros(self.num_rows - self.num_primary, self.row_dim, dtype=dtype,
@@ -165,6 +105,34 @@ class EmbeddingStore:
         if self.num_rows != expected:  # memory plan of the manifest: rows held per worker
             raise TrainingError(f"worker {worker} holds {self.num_rows} rows, the placement plans {expected}; "
                                 f"the manifest's secondaries are inconsistent — re-run 'gmp partition'.")
+
+    def _make_tier(self, tiers: TierOptions, prim_ids: np.ndarray, seed: int, np_dtype) -> TieredTable:
+        """The primaries' master tier: ``[value | Adagrad state]`` rows, initial values as in the table."""
+        d = self.row_dim
+        state = self.optimizer == "adagrad"
+
+        def init(a: int, b: int) -> np.ndarray:
+            block = np.zeros((b - a, d * (2 if state else 1)), dtype=np_dtype)
+            block[:, :d] = initial_rows(prim_ids[a:b], d, seed, np_dtype)
+            return block
+
+        return TieredTable(tiers, worker=self.worker, num_rows=self.num_primary, row_dim=d, state=state,
+                           dtype=np_dtype, device=self.device, init=init)
+
+    def close(self) -> None:
+        """Release the tier (closes and deletes a disk tier's file)."""
+        if self.tier is not None:
+            self.tier.close()
+
+    def _tidx(self, slots: np.ndarray) -> torch.Tensor:
+        """Rows of ``self.table`` holding ``slots`` (copies; any slot when the table is on the device)."""
+        return torch.as_tensor(np.asarray(slots, dtype=np.int64) - self._base, dtype=torch.int64, device=self.device)
+
+    def _primary_views(self, slots: np.ndarray):
+        """``(values, state, idx, commit)`` of primary ``slots``: write rows ``idx``, then ``commit()``."""
+        if self.tier is None:
+            return self.table, self.opt_state, self._tidx(slots), lambda: None
+        return self.tier.views(slots)
 
     # -- lookups ----------------------------------------------------------
     def lookup(self, gids: np.ndarray) -> np.ndarray:
@@ -194,6 +162,8 @@ class EmbeddingStore:
 
     def primary_rows(self) -> tuple[np.ndarray, torch.Tensor]:
         """(global ids, values) of this worker's primaries (the global model's rows it owns)."""
+        if self.tier is not None:
+            return self.ids[:self.num_primary], torch.from_numpy(self.tier.read_all()[:, :self.row_dim])
         return self.ids[:self.num_primary], self.table[:self.num_primary]
 
     # -- pending updates (herald, s = 0) --------------------------------------
@@ -319,8 +289,14 @@ class EmbeddingStore:
 
         ``slots`` all primary (what a pull returns) or all copies (what a push of
         pending updates sends)."""
+        slots = np.asarray(slots, dtype=np.int64)
+        if slots.size == 0:
+            return torch.zeros(0, self.payload_dim, dtype=self.dtype, device=self.device)
+        if self.tier is not None and np.all(slots < self.num_primary):
+            rows = self.tier.read(slots)  # [value | state]: the payload's layout
+            return rows if self.ship_state else rows[:, :self.row_dim]
         idx = torch.as_tensor(slots, dtype=torch.int64, device=self.device)
-        vals = self.table.index_select(0, idx)
+        vals = self.table.index_select(0, self._tidx(slots))
         if not self.ship_state:
             return vals
         if np.all(slots < self.num_primary):
@@ -346,7 +322,10 @@ class EmbeddingStore:
             return
         if np.any(slots < self.num_primary):
             raise TrainingError("install_copies: a primary cannot be overwritten by a pull.")
-        self._write_payload(slots, payload, self.local_state, self.num_primary)
+        payload = payload.to(self.device, self.dtype)
+        self.table[self._tidx(slots)] = payload[:, :self.row_dim]
+        if self.ship_state:
+            self.local_state[torch.as_tensor(slots - self.num_primary, device=self.device)] = payload[:, self.row_dim:]
         self._pending[slots] = False
 
     def overwrite_primary(self, slots: np.ndarray, payload: torch.Tensor) -> None:
@@ -355,31 +334,29 @@ class EmbeddingStore:
             return
         if np.any((slots < 0) | (slots >= self.num_primary)):
             raise TrainingError(f"worker {self.worker} received a pushed row it is not primary of.")
-        self._write_payload(slots, payload, self.opt_state, 0)
+        payload = payload.to(self.device, self.dtype)
+        values, state, idx, commit = self._primary_views(slots)
+        values[idx] = payload[:, :self.row_dim]
+        if self.ship_state:
+            state[idx] = payload[:, self.row_dim:]
+        commit()
         self.clock[slots] += 1
 
-    def _write_payload(self, slots: np.ndarray, payload: torch.Tensor, state: torch.Tensor | None,
-                       state_offset: int) -> None:
-        """Rows ``slots`` := the payload's values; with shipped optimizer state, its state columns go to
-        ``state[slots - state_offset]`` (the primary's state, or the copies')."""
-        payload = payload.to(self.device, self.dtype)
-        idx = torch.as_tensor(slots, dtype=torch.int64, device=self.device)
-        self.table[idx] = payload[:, :self.row_dim]
-        if self.ship_state:
-            state[idx - state_offset] = payload[:, self.row_dim:]
-
-    def _step(self, slots: np.ndarray, grads: torch.Tensor, state: torch.Tensor | None, state_offset: int) -> None:
-        """SGD or row-wise Adagrad on table rows ``slots``; Adagrad's sum of squares
-        lives in ``state[slots - state_offset]`` (the primary's state, or a copy's)."""
-        idx = torch.as_tensor(slots, dtype=torch.int64, device=self.device)
+    def _step(self, values: torch.Tensor, idx: torch.Tensor, state: torch.Tensor | None, sidx: torch.Tensor,
+              grads: torch.Tensor) -> None:
+        """SGD or row-wise Adagrad on rows ``idx`` of ``values``; Adagrad's sum of squares of
+        those rows is ``state[sidx]`` (the primary's state, or a copy's)."""
         grads = grads.to(self.device, self.dtype)
         if self.optimizer == "sgd":
-            self.table.index_add_(0, idx, grads, alpha=-self.lr)
+            values.index_add_(0, idx, grads, alpha=-self.lr)
         else:
-            sidx = idx - state_offset if state_offset else idx
             h = state.index_select(0, sidx) + grads * grads
             state[sidx] = h
-            self.table[idx] = self.table.index_select(0, idx) - self.lr * grads / (h.sqrt() + ADAGRAD_EPS)
+            values[idx] = values.index_select(0, idx) - self.lr * grads / (h.sqrt() + ADAGRAD_EPS)
+
+    def _step_copies(self, slots: np.ndarray, grads: torch.Tensor) -> None:
+        sidx = torch.as_tensor(np.asarray(slots, dtype=np.int64) - self.num_primary, device=self.device)
+        self._step(self.table, self._tidx(slots), self.local_state, sidx, grads)
 
     def apply_copy(self, slots: np.ndarray, grads: torch.Tensor) -> None:
         """The optimizer step the primary would take, applied to copies (same formula, copied state)."""
@@ -387,10 +364,21 @@ class EmbeddingStore:
             return
         if np.any(slots < self.num_primary):
             raise TrainingError("apply_copy: only copies (secondary/cache slots).")
-        self._step(slots, grads, self.local_state, self.num_primary)
+        self._step_copies(slots, grads)
 
     def read(self, slots: np.ndarray) -> torch.Tensor:
-        return self.table.index_select(0, torch.as_tensor(slots, dtype=torch.int64, device=self.device))
+        """Values of local ``slots`` (any mix of primaries and copies)."""
+        slots = np.asarray(slots, dtype=np.int64)
+        if self.tier is None:
+            return self.table.index_select(0, self._tidx(slots))
+        prim = slots < self.num_primary
+        if prim.all():
+            return self.tier.read(slots)[:, :self.row_dim]
+        out = torch.empty(slots.size, self.row_dim, dtype=self.dtype, device=self.device)
+        if prim.any():
+            out[torch.as_tensor(np.flatnonzero(prim), device=self.device)] = self.tier.read(slots[prim])[:, :self.row_dim]
+        out[torch.as_tensor(np.flatnonzero(~prim), device=self.device)] = self.table.index_select(0, self._tidx(slots[~prim]))
+        return out
 
     # -- writes -----------------------------------------------------------
     def refresh(self, slots: np.ndarray, rows: torch.Tensor, clocks: np.ndarray) -> None:
@@ -399,7 +387,7 @@ class EmbeddingStore:
             return
         if np.any(slots < self.num_primary):
             raise TrainingError("refresh: only secondaries can be overwritten from a primary.")
-        self.table[torch.as_tensor(slots, device=self.device)] = rows.to(self.device, self.dtype)
+        self.table[self._tidx(slots)] = rows.to(self.device, self.dtype)
         self.clock[slots] = clocks
 
     def apply_gradients(self, slots: np.ndarray, grads: torch.Tensor) -> None:
@@ -408,7 +396,9 @@ class EmbeddingStore:
             return
         if np.any((slots < 0) | (slots >= self.num_primary)):
             raise TrainingError(f"worker {self.worker} received a gradient for a row it is not primary of.")
-        self._step(slots, grads, self.opt_state, 0)
+        values, state, idx, commit = self._primary_views(slots)
+        self._step(values, idx, state, idx, grads)
+        commit()
         self.clock[slots] += 1
 
     def apply_local(self, slots: np.ndarray, grads: torch.Tensor) -> None:
@@ -422,17 +412,19 @@ class EmbeddingStore:
             return
         if np.any(slots < self.num_primary):
             raise TrainingError("apply_local: only secondaries take local updates.")
-        self._step(slots, grads, self.local_state, self.num_primary)
+        self._step_copies(slots, grads)
 
     # -- bookkeeping ------------------------------------------------------
     def memory_bytes(self) -> dict[str, int]:
         item = self.table.element_size()
+        held = self.num_rows - self._base  # rows in the device table (primaries too unless tiered)
+        state = self.optimizer == "adagrad"
         out = {
             "rows": self.num_rows,
             "primaries": self.num_primary,
             "secondaries": self.num_rows - self.num_primary,
-            "table_bytes": self.num_rows * self.row_dim * item,
-            "optimizer_bytes": 0 if self.opt_state is None else self.num_rows * self.row_dim * item,
+            "table_bytes": held * self.row_dim * item,
+            "optimizer_bytes": held * self.row_dim * item if state else 0,
             "cache_rows": int(np.count_nonzero(self.cache_ids >= 0)),
             "cache_slots_allocated": int(self.cache_ids.size),
             "cache_bytes": int(self.cache_ids.size) * self.row_dim * item * (1 if self.opt_state is None else 2),
@@ -441,11 +433,21 @@ class EmbeddingStore:
         }
         out["total_bytes"] = (out["table_bytes"] + out["optimizer_bytes"] + out["clock_bytes"] + out["map_bytes"]
                               + out["cache_bytes"])
+        if self.tier is not None:  # the device holds the tier's cache instead of the primaries
+            out["tier"] = self.tier.memory()
+            out["total_bytes"] += out["tier"]["cache_bytes"]
         return out
 
     def state_dict(self) -> dict:
-        return {"ids": self.ids.copy(), "table": self.table.detach().cpu().clone(), "clock": self.clock.copy(),
-                "opt_state": None if self.opt_state is None else self.opt_state.detach().cpu().clone(),
+        """The store as the checkpoint holds it: one table of every row (primaries first) and the
+        primaries' optimizer state, whatever the table location (a tier is flushed and read back)."""
+        table, opt_state = self.table.detach().cpu().clone(), self.opt_state
+        if self.tier is not None:
+            rows = torch.from_numpy(self.tier.read_all()).to(self.dtype)
+            table = torch.cat([rows[:, :self.row_dim], table])
+            opt_state = rows[:, self.row_dim:] if self.optimizer == "adagrad" else None
+        return {"ids": self.ids.copy(), "table": table, "clock": self.clock.copy(),
+                "opt_state": None if opt_state is None else opt_state.detach().cpu().clone(),
                 "local_state": None if self.local_state is None else self.local_state.detach().cpu().clone(),
                 "dirty": self._pending.copy(), "cache_ids": self.cache_ids.copy()}
 
@@ -467,10 +469,17 @@ class EmbeddingStore:
                                 - set((live + self.num_rows).tolist()))  # sorted: a valid heap
         if "dirty" in state:
             self._pending[:] = state["dirty"]
-        self.table.copy_(state["table"].to(self.device, self.dtype))
+        if self.optimizer == "adagrad" and state["opt_state"] is None:
+            raise TrainingError("checkpoint has no optimizer state; resume with the same --optimizer.")
+        table = state["table"].to(self.device, self.dtype)
+        self.table.copy_(table[self._base:])
         self.clock[:] = state["clock"]
-        if self.opt_state is not None:
-            if state["opt_state"] is None:
-                raise TrainingError("checkpoint has no optimizer state; resume with the same --optimizer.")
-            self.opt_state.copy_(state["opt_state"].to(self.device, self.dtype))
+        if self.tier is not None:
+            prim = table[:self.num_primary].cpu()
+            if self.optimizer == "adagrad":
+                prim = torch.cat([prim, state["opt_state"].to(prim.dtype)], dim=1)
+            self.tier.write_all(prim.numpy())
+        if self.optimizer == "adagrad":
+            if self.opt_state is not None:
+                self.opt_state.copy_(state["opt_state"].to(self.device, self.dtype))
             self.local_state.copy_(state["local_state"].to(self.device, self.dtype))

@@ -65,6 +65,7 @@ from .records import ALL_COUNTERS, make_record
 from .registry import make_schedule
 from .schedule import Schedule, ScheduleContext, Step
 from .store import EmbeddingStore
+from .tiers import feed_steps
 
 log = logging.getLogger("gmp.train")
 
@@ -97,7 +98,8 @@ class Trainer:
                                 dtype=self.dtype).to(self.device)
         self.row_dim = self.model.row_dim
         self.stores = [EmbeddingStore(w, placement, row_dim=self.row_dim, optimizer=config.optimizer, lr=config.lr,
-                                      seed=config.seed, dtype=self.dtype, device=engine.device_for(w))
+                                      seed=config.seed, dtype=self.dtype, device=engine.device_for(w),
+                                      tiers=config.tiers)
                        for w in engine.local_workers]
         self._check_memory_plan()
         params = list(self.model.parameters())
@@ -214,6 +216,11 @@ class Trainer:
         per = np.concatenate(self.engine.gather([np.array([value])] * len(self.stores)))
         return float(per.max())
 
+    def close(self) -> None:
+        """Release the stores' tiers (a disk tier's files are removed)."""
+        for store in self.stores:
+            store.close()
+
     def memory(self) -> list[dict[str, int]]:
         return [s.memory_bytes() for s in self.stores]
 
@@ -234,7 +241,8 @@ class Trainer:
             num_steps = self.schedule.num_steps(self.epoch)
             with progress.task(f"epoch {self.epoch + 1}/{self.config.epochs}", total=num_steps,
                                completed=self.step_in_epoch, show=self.engine.is_main) as advance:
-                for step in self.protocol.steps(self.epoch, self.step_in_epoch):
+                # tiered stores: each step's rows resident and pinned (look-ahead prefetch, gmp.train.tiers)
+                for step in feed_steps(self, self.protocol.steps(self.epoch, self.step_in_epoch)):
                     if (stop_after_steps is not None and done >= stop_after_steps) or self._stop_now:
                         self.interrupted = True
                         return records

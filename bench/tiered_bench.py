@@ -1,0 +1,163 @@
+"""Tiered tables (``gmp train --table-location``, issue 12): samples/s of one worker with its table
+on the device vs in host memory vs on disk behind a device cache of 10% / 25% of the rows, for
+look-ahead windows 0 / 8 / 64 / 512; cache hit rates; test AUC (cDLRM's Table 1b: at s = 0 every
+tier and cache size trains the same model, so the AUCs are equal, not merely close).
+
+Data (criteo-kaggle preset, 500k samples, 3.38M ids)::
+
+    gmp data synth --preset criteo-kaggle --samples 500000 --scale 0.1 --seed 0 --out data/bench/c500k
+    python bench/tiered_bench.py --data data/bench/c500k --steps 60 --repeats 3
+
+Runs are interleaved (repeat r runs every configuration once before repeat r + 1 starts), so a
+change of machine load hits all configurations alike; the table gives the median samples/s over
+the repeats and the spread (min-max) in percent of the median. ``vs device`` compares medians.
+On a CPU machine the "device" cache is a CPU tensor: ``host`` measures the tier's bookkeeping,
+``disk`` the pread/pwrite path (from the page cache when the file fits in RAM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+
+from gmp.comm.local import LocalEngine  # noqa: E402
+from gmp.datasets.format import load_dataset  # noqa: E402
+from gmp.train import TrainConfig, TrainData, Trainer  # noqa: E402
+from gmp.train.run import load_placement  # noqa: E402
+from gmp.train.tiers import TierOptions  # noqa: E402
+
+
+def configurations(locations, cache_percents, lookaheads):
+    out = [("device", 0, 0)] if "device" in locations else []
+    for loc in locations:
+        if loc == "device":
+            continue
+        for pct in cache_percents:
+            for k in lookaheads:
+                out.append((loc, pct, k))
+    return out
+
+
+def run_one(data, placement, args, loc, pct, lookahead, tier_dir, evaluate):
+    tiers = None
+    if loc != "device":
+        rows = max(1, data.num_embeddings * pct // 100)
+        tiers = TierOptions(table_location=loc, cache_rows=rows, lookahead=lookahead,
+                            tier_dir=tier_dir if loc == "disk" else None)
+    cfg = TrainConfig(model=args.model, embedding_dim=args.embedding_dim, optimizer="adagrad", lr=0.01,
+                      batch_size=args.batch_size, epochs=1, schedule="static", seed=0, tiers=tiers)
+    t0 = time.perf_counter()
+    tr = Trainer(data, placement, cfg, LocalEngine(1))
+    setup = time.perf_counter() - t0
+    try:
+        cpu0 = time.process_time()
+        tr.fit(stop_after_steps=args.steps)
+        cpu = time.process_time() - cpu0  # every thread of the process (the prefetcher's too)
+        rate = tr.acc["samples"] / tr.acc["train_seconds"]
+        out = {"location": loc, "cache_percent": pct, "lookahead": lookahead, "samples_per_sec": rate,
+               "samples_per_cpu_sec": tr.acc["samples"] / cpu, "setup_seconds": setup, "steps": tr.acc["steps"]}
+        if tiers is not None:
+            st = tr.stores[0].tier.cache.stats.to_json()
+            out.update(hit_rate=st["hit_rate"], stall_seconds=st["prefetch_stall_seconds"],
+                       rows_loaded=st["rows_loaded"], rows_written_back=st["rows_written_back"],
+                       cache_rows=tr.stores[0].tier.cache.capacity)
+        if evaluate:
+            out.update(tr.evaluate())
+        return out
+    finally:
+        tr.close()
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", default="data/bench/c500k")
+    ap.add_argument("--steps", type=int, default=60, help="training steps per run (a bounded part of the epoch)")
+    ap.add_argument("--batch-size", type=int, default=1024)
+    ap.add_argument("--embedding-dim", type=int, default=16)
+    ap.add_argument("--model", default="wdl")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--locations", default="device,host,disk")
+    ap.add_argument("--cache-percents", default="10,25")
+    ap.add_argument("--lookaheads", default="0,8,64,512")
+    ap.add_argument("--only", default=None,
+                    help="explicit configurations instead of the cross product: 'host:10:0,disk:25:64,...' "
+                         "(location:cache percent:lookahead; the device run is always included)")
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    ap.add_argument("--tier-dir", default=None)
+    ap.add_argument("--out", default=None, help="write every run as JSON here")
+    args = ap.parse_args(argv)
+    if not Path(args.data, "dataset.json").is_file():
+        sys.exit(f"{args.data}: no dataset; make it with 'gmp data synth --preset criteo-kaggle --samples 500000 "
+                 f"--scale 0.1 --seed 0 --out {args.data}'.")
+    torch.set_num_threads(args.threads)
+    ds = load_dataset(args.data)
+    data = TrainData(ds)
+    placement = load_placement(ds, None, 1)
+    confs = configurations(args.locations.split(","), [int(x) for x in args.cache_percents.split(",")],
+                           [int(x) for x in args.lookaheads.split(",")])
+    if args.only:
+        confs = [("device", 0, 0)] + [(c.split(":")[0], int(c.split(":")[1]), int(c.split(":")[2]))
+                                      for c in args.only.split(",")]
+    tier_dir = args.tier_dir or tempfile.mkdtemp(prefix="gmp-tiered-bench-")
+    run_one(data, placement, args, "device", 0, 0, tier_dir, evaluate=False)  # warm-up (untimed): first touches
+    runs = []
+    for r in range(args.repeats):
+        for loc, pct, k in confs:
+            res = run_one(data, placement, args, loc, pct, k, tier_dir, evaluate=(r == 0))
+            res["repeat"] = r
+            runs.append(res)
+            if args.out:  # after every run: a stopped benchmark keeps what it measured
+                Path(args.out).write_text(json.dumps(runs, indent=1))
+            print(f"  repeat {r} {loc:6s} {pct:3d}% k={k:<4d} {res['samples_per_sec']:9,.0f} samples/s",
+                  file=sys.stderr, flush=True)
+    if args.out:
+        Path(args.out).write_text(json.dumps(runs, indent=1))
+    print(f"{args.data}: {ds.num_samples:,} samples, {ds.num_embeddings:,} rows, {args.model} dim "
+          f"{args.embedding_dim} Adagrad, 1 worker, batch {args.batch_size}, {args.steps} steps per run, "
+          f"{args.repeats} interleaved repeats, {args.threads} torch thread(s), CPU\n")
+    head = (f"{'location':8s} {'cache':>6s} {'k':>4s} {'samples/s':>10s} {'spread':>7s} {'vs device':>9s} "
+            f"{'per CPU s':>9s} {'spread':>7s} {'vs device':>9s} {'hit rate':>8s} {'stall s':>7s} {'test AUC':>9s} "
+            f"{'logloss':>8s}")
+    print(head)
+    print("-" * len(head))
+    base = base_cpu = None
+    for loc, pct, k in confs:
+        mine = [x for x in runs if (x["location"], x["cache_percent"], x["lookahead"]) == (loc, pct, k)]
+        rates = [x["samples_per_sec"] for x in mine]
+        med = statistics.median(rates)
+        spread = (max(rates) - min(rates)) / med * 100
+        cpu_rates = [x["samples_per_cpu_sec"] for x in mine]
+        med_cpu = statistics.median(cpu_rates)
+        spread_cpu = (max(cpu_rates) - min(cpu_rates)) / med_cpu * 100
+        if loc == "device":
+            base, base_cpu = med, med_cpu
+        first = mine[0]
+        vs = f"{med / base * 100:8.1f}%" if base else "        -"
+        vs_cpu = f"{med_cpu / base_cpu * 100:8.1f}%" if base_cpu else "        -"
+        hit = f"{first['hit_rate']:8.3f}" if "hit_rate" in first else "       -"
+        stall = f"{statistics.median(x['stall_seconds'] for x in mine):7.2f}" if "stall_seconds" in first else "      -"
+        cache = f"{pct}%" if pct else "all"
+        print(f"{loc:8s} {cache:>6s} {k:4d} {med:10,.0f} {spread:6.1f}% {vs} {med_cpu:9,.0f} {spread_cpu:6.1f}% {vs_cpu} "
+              f"{hit} {stall} "
+              f"{first.get('test_auc', float('nan')):9.6f} {first.get('test_logloss', float('nan')):8.5f}")
+    aucs = {x["test_auc"] for x in runs if "test_auc" in x}
+    print("\nsamples/s: training samples / wall seconds in training steps; per CPU s: / process CPU seconds "
+          "(all threads) over the same steps, which a loaded machine disturbs far less; spread: (max - min) / median "
+          "over the repeats; stall s: seconds a step waited for its rows (median); hit rate: first repeat.")
+    print(f"test AUC equal in every configuration: {len(aucs) == 1} ({len(aucs)} distinct value(s))")
+    if os.path.isdir(tier_dir) and not args.tier_dir:
+        os.rmdir(tier_dir)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""A worker's rows by id: deterministic initial values (:func:`initial_rows`), the id -> slot map
+(:class:`SlotMap`) and the ids a placement replicates on a worker (:func:`secondary_ids_of`).
+Used by :mod:`gmp.train.store` (which re-exports them)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..placement import Placement
+
+INIT_SCALE = 0.05
+_CHUNK_BITS = 16
+#: largest id space mapped with a dense int32 array (64 MiB).
+DENSE_MAP_MAX_IDS = 1 << 24
+
+
+def initial_rows(ids: np.ndarray, row_dim: int, seed: int, dtype=np.float64) -> np.ndarray:
+    """[len(ids), row_dim] of ``dtype``: the deterministic initial value of each global id
+    (drawn in float64, then cast)."""
+    ids = np.asarray(ids, dtype=np.int64)
+    out = np.empty((ids.size, row_dim), dtype=dtype)
+    if ids.size == 0:
+        return out
+    order = np.argsort(ids, kind="stable")
+    chunk = ids[order] >> _CHUNK_BITS
+    bounds = np.flatnonzero(np.diff(chunk)) + 1
+    starts = np.concatenate([[0], bounds])
+    ends = np.concatenate([bounds, [ids.size]])
+    mask = (1 << _CHUNK_BITS) - 1
+    for a, b in zip(starts, ends):
+        c = int(chunk[a])
+        block = np.random.default_rng([int(seed), 7919, c]).uniform(-INIT_SCALE, INIT_SCALE,
+                                                                      size=(1 << _CHUNK_BITS, row_dim))
+        sel = order[a:b]
+        out[sel] = block[ids[sel] & mask]
+    return out
+
+
+class SlotMap:
+    """Global id -> local slot (-1 when the id is not held)."""
+
+    def __init__(self, ids: np.ndarray, num_embeddings: int):
+        ids = np.asarray(ids, dtype=np.int64)
+        self.num_embeddings = int(num_embeddings)
+        # one worker holding every id in order (no manifest): slot = id, no map at all
+        self._identity = ids.size == self.num_embeddings and bool(np.all(ids == np.arange(ids.size)))
+        if self._identity:
+            self._dense = None
+        elif self.num_embeddings <= DENSE_MAP_MAX_IDS:
+            self._dense = np.full(self.num_embeddings, -1, dtype=np.int32)
+            self._dense[ids] = np.arange(ids.size, dtype=np.int32)
+        else:
+            self._dense = None
+            self._order = np.argsort(ids, kind="stable")
+            self._sorted = ids[self._order]
+
+    def lookup(self, gids: np.ndarray) -> np.ndarray:
+        gids = np.asarray(gids, dtype=np.int64)
+        if self._identity:
+            return gids.copy()
+        if self._dense is not None:
+            return self._dense[gids].astype(np.int64)
+        pos = np.searchsorted(self._sorted, gids)
+        pos_c = np.minimum(pos, max(self._sorted.size - 1, 0))
+        hit = (pos < self._sorted.size) & (self._sorted[pos_c] == gids) if self._sorted.size else np.zeros(gids.size, bool)
+        out = np.full(gids.size, -1, dtype=np.int64)
+        out[hit] = self._order[pos_c[hit]]
+        return out
+
+    @property
+    def nbytes(self) -> int:
+        if self._identity:
+            return 0
+        if self._dense is not None:
+            return int(self._dense.nbytes)
+        return int(self._order.nbytes + self._sorted.nbytes)
+
+
+def secondary_ids_of(placement: Placement, worker: int) -> np.ndarray:
+    """Sorted int64 global ids with a secondary on ``worker``."""
+    if placement.num_secondaries == 0:
+        return np.zeros(0, dtype=np.int64)
+    emb = np.repeat(np.arange(placement.num_embeddings, dtype=np.int64), np.diff(placement.secondary_indptr))
+    return np.sort(emb[np.asarray(placement.secondary_workers) == worker])

@@ -1,0 +1,259 @@
+"""The device tier: :class:`RowCache` (fully associative, write-back, eviction outside the
+look-ahead window first then LRU, pinned rows never evicted) and its :class:`TierStats`.
+See :mod:`gmp.train.tiers`."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ...errors import TrainingError
+
+
+@dataclass
+class TierStats:
+    """What moved between the tiers (rows and bytes each way), hits and misses, stalls."""
+
+    hits: int = 0
+    misses: int = 0
+    rows_loaded: int = 0  # master -> cache
+    rows_written_back: int = 0  # cache -> master (dirty evictions and flushes)
+    bytes_loaded: int = 0
+    bytes_written_back: int = 0
+    victim_rows_read: int = 0  # rows a step read from the master without admitting them
+    victim_rows_written: int = 0  # ... and wrote straight back
+    prefetch_stall_seconds: float = 0.0  # the step waited for its rows
+    peak_pinned_rows: int = 0
+
+    def to_json(self) -> dict:
+        d = dict(self.__dict__)
+        total = self.hits + self.misses
+        d["hit_rate"] = self.hits / total if total else 1.0
+        return d
+
+
+class RowCache:
+    """``capacity`` rows of a master tier on ``device`` (see the module docstring).
+
+    Bookkeeping is numpy on the host (cDLRM's occupancy table): ``slot_of[row]``
+    (-1 when not cached), ``row_of[slot]`` (-1 when free), ``dirty``, ``pins`` (steps
+    that hold the slot), ``last_use`` (LRU clock) and ``window`` (steps of the
+    look-ahead window that use the row). All bookkeeping is under ``lock``; data
+    copies into a slot happen after the slot is reserved, so a step never sees a
+    slot being filled.
+    """
+
+    def __init__(self, master, capacity: int, *, device: torch.device | str = "cpu"):
+        if capacity < 1:
+            raise TrainingError(f"cache_rows must be >= 1, got {capacity}.")
+        self.master = master
+        self.capacity = int(min(capacity, master.num_rows))
+        self.device = torch.device(device)
+        self.width = master.width
+        self.tensor = torch.zeros(self.capacity, self.width, dtype=torch.from_numpy(np.zeros(0, master.dtype)).dtype,
+                                  device=self.device)
+        self.slot_of = np.full(master.num_rows, -1, dtype=np.int32 if self.capacity < 2**31 else np.int64)
+        self.row_of = np.full(self.capacity, -1, dtype=np.int64)
+        self.dirty = np.zeros(self.capacity, dtype=bool)
+        self.pins = np.zeros(self.capacity, dtype=np.int32)
+        self.last_use = np.zeros(self.capacity, dtype=np.int64)
+        self.window = np.zeros(master.num_rows, dtype=np.int32)
+        self.clock = 0
+        self.lock = threading.Condition()
+        self.stats = TierStats()
+        self._free = list(range(self.capacity - 1, -1, -1))
+        self._busy = 0  # admissions whose copies (write-back, load) run outside the lock
+        self._cuda = self.device.type == "cuda"
+        self._stream = torch.cuda.Stream(self.device) if self._cuda else None
+
+    # -- the window (counts of upcoming steps using a row) ------------------------------------
+    def enter_window(self, rows: np.ndarray) -> None:
+        with self.lock:
+            self.window[rows] += 1  # rows are distinct (a step's unique rows)
+
+    def leave_window(self, rows: np.ndarray) -> None:
+        with self.lock:
+            self.window[rows] -= 1
+
+    # -- admission ----------------------------------------------------------------------------
+    def admit(self, rows: np.ndarray, *, wait: bool = True) -> tuple[np.ndarray, "torch.cuda.Event | None"]:
+        """Make ``rows`` (unique) resident and pin them; returns their slots (and, on CUDA,
+        an event the step must wait on). Blocks while every evictable slot is pinned by
+        other steps (``wait``), and refuses when ``rows`` alone exceed the capacity."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size > self.capacity:
+            raise TrainingError(f"a step uses {rows.size} distinct rows but the cache holds {self.capacity}; "
+                                f"raise cache_rows to at least {rows.size}.")
+        with self.lock:
+            slots = self.slot_of[rows].astype(np.int64)
+            hit = slots >= 0
+            self.pins[slots[hit]] += 1
+            self.stats.hits += int(hit.sum())
+            miss_rows = rows[~hit]
+            self.stats.misses += int(miss_rows.size)
+            new_slots, victims, victim_rows = self._reserve(miss_rows.size, wait)
+            # victims' dirty values leave before the slots are refilled (below, outside the lock)
+            self.slot_of[victim_rows] = -1
+            wb = victim_rows[self.dirty[victims]]
+            wb_slots = victims[self.dirty[victims]]
+            self.row_of[new_slots] = miss_rows
+            self.slot_of[miss_rows] = new_slots
+            self.pins[new_slots] += 1
+            self.dirty[new_slots] = False
+            slots[~hit] = new_slots
+            self.clock += 1
+            self.last_use[slots] = self.clock
+            self.stats.peak_pinned_rows = max(self.stats.peak_pinned_rows, int((self.pins > 0).sum()))
+            self._busy += 1
+        try:
+            if wb.size:
+                self._write_back(wb_slots, wb)
+            event = self._load(new_slots, miss_rows)
+        finally:
+            with self.lock:
+                self._busy -= 1
+                self.lock.notify_all()
+        return slots, event
+
+    def _reserve(self, n: int, wait: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``n`` slots: free ones first, then victims (see the eviction order). Under the lock."""
+        take = min(n, len(self._free))
+        slots = [self._free.pop() for _ in range(take)]
+        victims = np.zeros(0, dtype=np.int64)
+        need = n - take
+        while need:
+            cand = np.flatnonzero((self.pins == 0) & (self.row_of >= 0))
+            if cand.size >= need:
+                # not in the window first, then least recently used (cDLRM; LRU within each group):
+                # one key, and a partial sort (a full one of a large cache every step costs more than the step)
+                key = (self.window[self.row_of[cand]] > 0).astype(np.int64) << 48 | self.last_use[cand]
+                if need < cand.size:
+                    part = np.argpartition(key, need - 1)[:need]
+                    victims = cand[part[np.argsort(key[part], kind="stable")]]
+                else:
+                    victims = cand[np.argsort(key, kind="stable")]
+                break
+            if not wait:
+                raise TrainingError("the cache is full of rows pinned by in-flight steps; raise cache_rows.")
+            self.lock.wait()
+        victim_rows = self.row_of[victims].copy()
+        self.row_of[victims] = -1
+        return np.concatenate([np.asarray(slots, dtype=np.int64), victims]), victims, victim_rows
+
+    def _load(self, slots: np.ndarray, rows: np.ndarray):
+        if rows.size == 0:
+            return None
+        values = self.master.read(rows)
+        self.stats.rows_loaded += int(rows.size)
+        self.stats.bytes_loaded += int(values.nbytes)
+        if not self._cuda:
+            self.tensor.index_copy_(0, torch.as_tensor(slots), torch.from_numpy(values))
+            return None
+        # the slots may be victims a finished step updated (queued on the compute stream) and whose
+        # value was just written back: the side stream starts after everything queued there
+        src = torch.from_numpy(values).pin_memory()  # the caching host allocator keeps it until the copy ends
+        self._stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self._stream):
+            idx = torch.as_tensor(slots).pin_memory().to(self.device, non_blocking=True)
+            self.tensor.index_copy_(0, idx, src.to(self.device, non_blocking=True))
+            event = torch.cuda.Event()
+            event.record(self._stream)
+        return event  # the step calls torch.cuda.current_stream().wait_event(event) before reading
+
+    def _write_back(self, slots: np.ndarray, rows: np.ndarray) -> None:
+        if self._cuda:
+            self._stream.synchronize()
+        values = self.tensor.index_select(0, torch.as_tensor(slots, device=self.device)).cpu().numpy()
+        self.master.write(rows, values)
+        self.stats.rows_written_back += int(rows.size)
+        self.stats.bytes_written_back += int(values.nbytes)
+
+    def release(self, slots: np.ndarray) -> None:
+        """Unpin a finished step's slots."""
+        with self.lock:
+            self.pins[np.asarray(slots, dtype=np.int64)] -= 1  # a step's slots are distinct
+            self.lock.notify_all()
+
+    def mark_dirty(self, slots: np.ndarray) -> None:
+        self.dirty[np.asarray(slots, dtype=np.int64)] = True
+
+    # -- rows outside the step's pinned set (cDLRM's victim table, section 5.2.2) -------------------
+    def _quiet(self) -> None:
+        """Under the lock: wait until no admission copies data, so every row's current value is
+        either in its slot (resident) or in the master (not resident), and stays there while the
+        lock is held."""
+        while self._busy:
+            self.lock.wait()
+
+    def gather(self, rows: np.ndarray) -> torch.Tensor:
+        """Current values of ``rows`` ([k, width] on the cache's device, a copy): from their slot when
+        resident, else read from the master without admitting them (cDLRM's victim rows: a step
+        may touch rows the look-ahead did not load -- pushed copies, the next step's early pulls,
+        evaluation)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        out = torch.empty(rows.size, self.width, dtype=self.tensor.dtype, device=self.device)
+        with self.lock:
+            self._quiet()
+            slots = self.slot_of[rows].astype(np.int64)
+            res = slots >= 0
+            if res.any():
+                out[torch.as_tensor(np.flatnonzero(res), device=self.device)] = \
+                    self.tensor.index_select(0, torch.as_tensor(slots[res], device=self.device))
+            miss = np.flatnonzero(~res)
+            if miss.size:
+                values = self.master.read(rows[miss])
+                self.stats.victim_rows_read += int(miss.size)
+                self.stats.bytes_loaded += int(values.nbytes)
+                out[torch.as_tensor(miss, device=self.device)] = torch.from_numpy(values).to(self.device)
+        return out
+
+    def scatter(self, rows: np.ndarray, values: torch.Tensor) -> None:
+        """Store new values of ``rows`` (distinct): into their slot when resident (marked dirty),
+        else straight into the master (a victim row's write-back)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        with self.lock:
+            self._quiet()
+            slots = self.slot_of[rows].astype(np.int64)
+            res = slots >= 0
+            if res.any():
+                self.tensor[torch.as_tensor(slots[res], device=self.device)] = \
+                    values[torch.as_tensor(np.flatnonzero(res), device=values.device)].to(self.device)
+                self.dirty[slots[res]] = True
+            miss = np.flatnonzero(~res)
+            if miss.size:
+                vals = values[torch.as_tensor(miss, device=values.device)].cpu().numpy()
+                self.master.write(rows[miss], vals)
+                self.stats.victim_rows_written += int(miss.size)
+                self.stats.bytes_written_back += int(vals.nbytes)
+
+    def flush(self) -> None:
+        """Write every dirty row back (a checkpoint, an evaluation on the master, the end)."""
+        with self.lock:  # held throughout: no slot may be refilled while its old row is written back
+            self._quiet()
+            slots = np.flatnonzero(self.dirty & (self.row_of >= 0))
+            if slots.size:
+                self._write_back(slots, self.row_of[slots])
+            self.dirty[slots] = False
+
+    def clear(self) -> None:
+        """Forget every cached row without writing it back (the master is about to be replaced)."""
+        with self.lock:
+            self._quiet()
+            if np.any(self.pins):
+                raise TrainingError("cannot clear a cache while steps hold rows in it. This is a bug in gmp.")
+            live = self.row_of >= 0
+            self.slot_of[self.row_of[live]] = -1
+            self.row_of[:] = -1
+            self.dirty[:] = False
+            self.window[:] = 0
+            self._free = list(range(self.capacity - 1, -1, -1))
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.tensor.numel() * self.tensor.element_size())
+
+    def resident(self, rows: np.ndarray) -> np.ndarray:
+        return self.slot_of[np.asarray(rows, dtype=np.int64)] >= 0

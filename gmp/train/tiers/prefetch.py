@@ -1,0 +1,185 @@
+"""cDLRM Algorithm 1 as a rolling window: :class:`StepFeeder` (several caches, any step
+iterator) and :class:`LookaheadPrefetcher` (one cache). See :mod:`gmp.train.tiers`."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable, Generic, Iterable, Iterator, Sequence, TypeVar
+
+import numpy as np
+
+from ...errors import TrainingError
+from .cache import RowCache
+
+T = TypeVar("T")
+#: steps read into the window per step admitted (the window reaches ``lookahead`` after lookahead / 7 steps)
+READ_AHEAD_PER_STEP = 8
+
+
+@dataclass
+class ReadyStep:
+    index: int
+    rows: np.ndarray  # unique master rows of the step (ascending)
+    slots: np.ndarray  # their cache slots (pinned)
+    event: object = None  # CUDA event to wait on (None on CPU)
+
+
+class StepFeeder(Generic[T]):
+    """cDLRM Algorithm 1 as a rolling window over any iterator of steps, for several caches.
+
+    ``rows_of(item)`` gives, per cache, the unique master rows (ascending int64) the step
+    computes on. Iterating yields ``(item, [ReadyStep per cache])`` with those rows resident
+    and pinned; call :meth:`done` with the list after the step. With ``lookahead > 0`` a
+    background thread reads the items ``lookahead`` steps ahead (their rows rank last for
+    eviction) and loads and pins ``prefetch_depth`` steps ahead of the training one, while
+    it trains; ``lookahead = 0`` loads each step inline. The item iterator itself is
+    advanced in that thread (it must not need the training thread's state).
+
+    Two depths: the *window* (read ahead: ids only, cheap) and the *admission depth*
+    (loaded and pinned: bounded by what the caches hold). cDLRM's windows are up to
+    thousands of batches while its cache holds far fewer batches' rows.
+    """
+
+    def __init__(self, caches: Sequence[RowCache], items: Iterable[T], rows_of: Callable[[T], list],
+                 *, lookahead: int = 0, prefetch_depth: int = 2):
+        if lookahead < 0:
+            raise TrainingError(f"The 'lookahead' parameter must be an int >= 0, got {lookahead}.")
+        if prefetch_depth < 1:
+            raise TrainingError(f"The 'prefetch_depth' parameter must be an int >= 1, got {prefetch_depth}.")
+        self.caches = list(caches)
+        self.items = items
+        self.rows_of = rows_of
+        self.lookahead = int(lookahead)
+        self.prefetch_depth = int(prefetch_depth)
+        self._error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _admit(self, i: int, rows_list) -> list[ReadyStep]:
+        out = []
+        for cache, rows in zip(self.caches, rows_list):
+            slots, event = cache.admit(rows)
+            out.append(ReadyStep(i, rows, slots, event))
+        return out
+
+    def __iter__(self) -> Iterator[tuple[T, list[ReadyStep]]]:
+        if self.lookahead == 0:
+            for i, item in enumerate(self.items):
+                rows_list = [np.asarray(r, dtype=np.int64) for r in self.rows_of(item)]
+                for cache, rows in zip(self.caches, rows_list):
+                    cache.enter_window(rows)
+                t0 = time.perf_counter()
+                ready = self._admit(i, rows_list)  # inline: the whole load is a stall
+                self._add_stall(time.perf_counter() - t0)
+                yield item, ready
+            return
+        self._q: queue.Queue = queue.Queue(maxsize=max(1, min(self.prefetch_depth, self.lookahead)))
+        self._thread = threading.Thread(target=self._run, name="gmp-lookahead", daemon=True)
+        self._thread.start()
+        try:
+            while True:
+                t0 = time.perf_counter()
+                got = self._q.get()
+                self._add_stall(time.perf_counter() - t0)
+                if got is None:
+                    if self._error is not None:
+                        raise self._error
+                    return
+                yield got
+        finally:
+            self._stop.set()
+            while self._thread.is_alive():  # unblock a producer waiting on a full queue
+                try:
+                    got = self._q.get_nowait()
+                    if got is not None:
+                        self.done(got[1])  # admitted ahead, never trained: unpin
+                except queue.Empty:
+                    pass
+                self._thread.join(timeout=0.05)
+            while True:
+                try:
+                    got = self._q.get_nowait()
+                except queue.Empty:
+                    break
+                if got is not None:
+                    self.done(got[1])
+
+    def _add_stall(self, seconds: float) -> None:
+        if self.caches:
+            self.caches[0].stats.prefetch_stall_seconds += seconds
+            for c in self.caches[1:]:
+                c.stats.prefetch_stall_seconds += seconds
+
+    def _run(self) -> None:
+        """Read ahead (window), then load and pin in order; hand steps over at the admission depth."""
+        ahead: deque = deque()
+        it = iter(self.items)
+        try:
+            exhausted, i = False, 0
+            while not self._stop.is_set():
+                # the window fills READ_AHEAD_PER_STEP steps per admitted step, so the first step's rows
+                # are loaded at once instead of after reading the whole window
+                for _ in range(READ_AHEAD_PER_STEP):
+                    if exhausted or len(ahead) >= self.lookahead:
+                        break
+                    try:
+                        item = next(it)
+                    except StopIteration:
+                        exhausted = True
+                        break
+                    rows_list = [np.asarray(r, dtype=np.int64) for r in self.rows_of(item)]
+                    for cache, rows in zip(self.caches, rows_list):
+                        cache.enter_window(rows)  # ranks the rows last for eviction
+                    ahead.append((item, rows_list))
+                if not ahead:
+                    return
+                item, rows_list = ahead.popleft()
+                ready = self._admit(i, rows_list)
+                while not self._stop.is_set():
+                    try:
+                        self._q.put((item, ready), timeout=0.05)  # blocks at the admission depth
+                        break
+                    except queue.Full:
+                        continue
+                else:
+                    self.done(ready)
+                i += 1
+        except BaseException as exc:  # handed to the training thread
+            self._error = exc
+        finally:
+            for _, rows_list in ahead:  # read ahead, never admitted
+                for cache, rows in zip(self.caches, rows_list):
+                    cache.leave_window(rows)
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()  # a generator's own clean-up (e.g. a scheduler that ran ahead) runs now
+            self._q.put(None)
+
+    def done(self, ready: list[ReadyStep]) -> None:
+        """The step has finished: its rows leave the window and are unpinned."""
+        for cache, r in zip(self.caches, ready):
+            cache.leave_window(r.rows)
+            cache.release(r.slots)
+
+
+class LookaheadPrefetcher:
+    """One cache fed by a :class:`StepFeeder`: ``steps`` yields each step's unique master rows.
+
+    Iterate to get :class:`ReadyStep` s; call :meth:`done` after each step.
+    """
+
+    def __init__(self, cache: RowCache, steps: Iterable[np.ndarray], lookahead: int = 0, prefetch_depth: int = 2):
+        self.cache = cache
+        self._feeder = StepFeeder([cache], steps, lambda rows: [rows], lookahead=lookahead,
+                                  prefetch_depth=prefetch_depth)
+
+    def __iter__(self) -> Iterator[ReadyStep]:
+        for _, (ready,) in self._feeder:
+            yield ready
+
+    def done(self, step: ReadyStep) -> None:
+        self._feeder.done([step])

@@ -1,0 +1,262 @@
+"""The tiers in ``gmp train``: :class:`TierOptions` (``--table-location``, ``--cache-rows``/``--cache-bytes``,
+``--lookahead``, ``--tier-dir``), :class:`TieredTable` (a worker's primaries in a master tier behind a
+cache) and :func:`feed_steps` (the trainer's hook). See :mod:`gmp.train.tiers`."""
+
+from __future__ import annotations
+
+import os
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+import numpy as np
+import torch
+
+from ...errors import TrainingError
+from ...params import check_choice, check_int
+from .cache import RowCache, TierStats
+from .prefetch import ReadyStep, StepFeeder
+from .rows import DiskRows, HostRows
+
+TABLE_LOCATIONS = ("device", "host", "disk")
+#: a tiered worker's cache when neither cache_rows nor cache_bytes is given: this share of its primaries
+DEFAULT_CACHE_PERCENT = 10
+
+
+@dataclass(frozen=True)
+class TierOptions:
+    """Where a worker's primary rows (and their optimizer state) live (``gmp train --table-location``).
+
+    Parameters
+    ----------
+    table_location : ``"device"`` (one table on the worker's device, no tiers), ``"host"``
+        (master rows in host memory, pinned with CUDA) or ``"disk"`` (a file in ``tier_dir``)
+    cache_rows : rows of the worker's device cache (0: from ``cache_bytes``, else
+        :data:`DEFAULT_CACHE_PERCENT` % of its primaries)
+    cache_bytes : the cache's size in bytes instead (rows x (row width + optimizer state) x itemsize)
+    lookahead : steps the prefetcher reads ahead (0: each step's rows are loaded inline)
+    prefetch_depth : steps loaded and pinned ahead of the training one (with ``lookahead > 0``)
+    tier_dir : directory of the disk tier's files (default: the system's temporary directory)
+    """
+
+    table_location: str = "device"
+    cache_rows: int = 0
+    cache_bytes: int = 0
+    lookahead: int = 0
+    prefetch_depth: int = 2
+    tier_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        E = TrainingError
+        check_choice("table_location", self.table_location, TABLE_LOCATIONS, error=E)
+        check_int("cache_rows", self.cache_rows, minimum=0, error=E)
+        check_int("cache_bytes", self.cache_bytes, minimum=0, error=E)
+        check_int("lookahead", self.lookahead, minimum=0, error=E)
+        check_int("prefetch_depth", self.prefetch_depth, minimum=1, error=E)
+        if self.cache_rows and self.cache_bytes:
+            raise _param_error("cache_bytes", f"The 'cache_bytes' parameter cannot be combined with cache_rows "
+                                              f"({self.cache_rows}), got {self.cache_bytes}; give one of them.")
+        if self.table_location == "device":
+            for name in ("cache_rows", "cache_bytes", "lookahead", "tier_dir"):
+                if getattr(self, name) not in (0, None):
+                    raise _param_error(name, f"The '{name}' parameter applies to table_location='host' or "
+                                             f"'disk' only, got table_location='device'; drop it or move the "
+                                             f"table to host or disk.")
+        if self.tier_dir is not None and self.table_location != "disk":
+            raise _param_error("tier_dir", f"The 'tier_dir' parameter applies to table_location='disk' only, "
+                                           f"got table_location={self.table_location!r}.")
+
+    @property
+    def tiered(self) -> bool:
+        return self.table_location != "device"
+
+    def capacity(self, num_primary: int, row_bytes: int) -> int:
+        """Cache rows for a worker with ``num_primary`` primaries of ``row_bytes`` bytes (value + state)."""
+        if self.cache_rows:
+            return int(self.cache_rows)
+        if self.cache_bytes:
+            rows = int(self.cache_bytes) // int(row_bytes)
+            if rows < 1:
+                raise _param_error("cache_bytes", f"The 'cache_bytes' parameter must hold at least one row of "
+                                                  f"{row_bytes} bytes, got {self.cache_bytes}.")
+            return rows
+        return max(1, -(-int(num_primary) * DEFAULT_CACHE_PERCENT // 100))
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _param_error(name: str, msg: str) -> TrainingError:
+    exc = TrainingError(msg)
+    exc.param = name
+    return exc
+
+
+class TieredTable:
+    """One worker's primaries as ``[value | optimizer state]`` rows in a master tier, computed on
+    through a :class:`RowCache` (what :class:`gmp.train.store.EmbeddingStore` holds instead of
+    its primaries' part of the table when ``table_location`` is ``host`` or ``disk``).
+
+    Master row ``p`` is the store's primary slot ``p``. During a step the rows the
+    :class:`StepFeeder` pinned for it are used in place in the cache (:meth:`views` gives the
+    cache tensor and the slots); any other row (a pushed copy, an early pull of the next
+    step, evaluation, a checkpoint) goes through :meth:`RowCache.gather`/``scatter``: its
+    slot when resident, else the master (cDLRM's victim rows). Either way the row's one
+    current copy is read and written, so the model does not depend on the tier or the cache.
+    """
+
+    def __init__(self, options: TierOptions, *, worker: int, num_rows: int, row_dim: int, state: bool,
+                 dtype, device, init: Callable[[int, int], np.ndarray]):
+        self.options = options
+        self.row_dim = int(row_dim)
+        self.width = self.row_dim * (2 if state else 1)
+        dtype = np.dtype(dtype)
+        self.device = torch.device(device)
+        self._path = None
+        if options.table_location == "host":
+            self.master = HostRows(_blocks(num_rows, init, self.width, dtype), pin=self.device.type == "cuda",
+                                   dtype=dtype)
+        else:
+            import tempfile
+
+            where = Path(options.tier_dir) if options.tier_dir else Path(tempfile.gettempdir()) / "gmp-tiers"
+            self._path = where / f"worker-{worker:05d}-{os.getpid()}.rows"
+            self.master = DiskRows.create(self._path, num_rows, self.width, init, dtype=dtype)
+        self._finalizer = weakref.finalize(self, _remove_file, self._path)  # also at exit / garbage collection
+        capacity = options.capacity(num_rows, self.width * dtype.itemsize)
+        self.cache = RowCache(self.master, max(1, capacity), device=self.device)
+        self._rows: np.ndarray | None = None  # the current step's pinned rows (ascending) and slots
+        self._slots: np.ndarray | None = None
+
+    # -- the current step ---------------------------------------------------------------------
+    def begin(self, ready: ReadyStep) -> None:
+        if ready.event is not None:
+            torch.cuda.current_stream(self.device).wait_event(ready.event)
+        self._rows, self._slots = ready.rows, ready.slots
+
+    def end(self) -> None:
+        self._rows = self._slots = None
+
+    def _fast(self, rows: np.ndarray) -> np.ndarray | None:
+        """Cache slots of ``rows`` when the current step pinned them all, else None."""
+        if self._rows is None or rows.size == 0 or self._rows.size == 0:
+            return None
+        pos = np.searchsorted(self._rows, rows)
+        posc = np.minimum(pos, self._rows.size - 1)
+        if not np.array_equal(self._rows[posc], rows):
+            return None
+        return self._slots[posc]
+
+    # -- access -------------------------------------------------------------------------------
+    def read(self, rows: np.ndarray) -> torch.Tensor:
+        """``[k, width]``: the rows' values followed by their optimizer state (a copy)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        slots = self._fast(rows)
+        if slots is not None:
+            return self.cache.tensor.index_select(0, torch.as_tensor(slots, device=self.device))
+        return self.cache.gather(rows)
+
+    def views(self, rows: np.ndarray):
+        """``(values, state, idx, commit)``: rows ``idx`` of ``values``/``state`` (state None
+        without optimizer state) are ``rows``; write them in place, then call ``commit()``."""
+        rows = np.asarray(rows, dtype=np.int64)
+        d = self.row_dim
+        slots = self._fast(rows)
+        if slots is not None:
+            t = self.cache.tensor
+            return (t[:, :d], t[:, d:] if self.width > d else None,
+                    torch.as_tensor(slots, device=self.device), lambda: self.cache.mark_dirty(slots))
+        tmp = self.cache.gather(rows)
+        return (tmp[:, :d], tmp[:, d:] if self.width > d else None,
+                torch.arange(rows.size, device=self.device), lambda: self.cache.scatter(rows, tmp))
+
+    def read_all(self) -> np.ndarray:
+        """Every master row (the cache flushed first): ``[num_rows, width]``."""
+        self.cache.flush()
+        return self.master.read(np.arange(self.master.num_rows, dtype=np.int64))
+
+    def write_all(self, values: np.ndarray) -> None:
+        """Replace every row (a checkpoint being loaded): the cache is emptied, the master written."""
+        self.cache.clear()
+        for a in range(0, self.master.num_rows, DiskRows.BLOCK_ROWS):
+            b = min(self.master.num_rows, a + DiskRows.BLOCK_ROWS)
+            self.master.write(np.arange(a, b, dtype=np.int64), values[a:b])
+
+    def memory(self) -> dict:
+        return {"location": self.options.table_location, "master_bytes": int(self.master.nbytes),
+                "cache_rows": int(self.cache.capacity), "cache_bytes": int(self.cache.nbytes)}
+
+    def reset_stats(self) -> None:
+        self.cache.stats = TierStats()
+
+    def close(self) -> None:
+        self.master.close()
+        self._finalizer()
+
+
+def _remove_file(path: Path | None) -> None:
+    if path is not None:
+        try:
+            path.unlink()
+        except OSError:
+            pass
+
+
+def _blocks(num_rows: int, init: Callable[[int, int], np.ndarray], width: int, dtype) -> np.ndarray:
+    out = np.empty((num_rows, width), dtype=dtype)
+    for a in range(0, num_rows, DiskRows.BLOCK_ROWS):
+        b = min(num_rows, a + DiskRows.BLOCK_ROWS)
+        out[a:b] = init(a, b)
+    return out
+
+
+def feed_steps(trainer, steps: Iterable) -> Iterator:
+    """The trainer's steps with each tiered store's rows of the step resident and pinned (the hook
+    :meth:`gmp.train.trainer.Trainer.fit` loops over); ``steps`` unchanged without tiers.
+
+    A step's rows, per local worker: its primaries among the distinct rows of every worker's
+    batch of the step (all its primaries the step reads, serves or updates under bounded
+    staleness; Herald's pushes of pending copies and early pulls go through the victim path).
+    """
+    tables = [s.tier for s in trainer.stores]
+    if not any(t is not None for t in tables):
+        yield from steps
+        return
+    opts = trainer.config.tiers
+    live = [(li, t) for li, t in enumerate(tables) if t is not None]
+
+    def rows_of(step) -> list[np.ndarray]:
+        samples = np.concatenate([np.asarray(a, dtype=np.int64) for a in step.samples]) if step.samples else \
+            np.zeros(0, np.int64)
+        _, ids = trainer.data.gather(samples)
+        uniq = np.unique(ids)
+        out = []
+        for li, _t in live:
+            store = trainer.stores[li]
+            slots = store.slots.lookup(uniq)  # the placement's map: immutable, safe in the feeder's thread
+            out.append(slots[(slots >= 0) & (slots < store.num_primary)])
+        return out
+
+    if trainer.step_in_epoch == 0:  # the record's tier figures count from the epoch's first step
+        for _, t in live:
+            t.reset_stats()
+    feeder = StepFeeder([t.cache for _, t in live], steps, rows_of, lookahead=opts.lookahead,
+                        prefetch_depth=opts.prefetch_depth)
+    gen = iter(feeder)
+    ready = None
+    try:
+        for step, ready in gen:
+            for (_, t), r in zip(live, ready):
+                t.begin(r)
+            yield step
+            for _, t in live:
+                t.end()
+            feeder.done(ready)
+            ready = None
+    finally:
+        if ready is not None:  # stopped inside a step (interrupt): unpin it
+            for _, t in live:
+                t.end()
+            feeder.done(ready)
+        gen.close()

@@ -1,0 +1,258 @@
+"""Tiered tables in the trainer (``--table-location host|disk``, gmp.train.tiers): any tier and any
+cache size trains the same model as the all-on-device table, bit for bit, with caches far smaller
+than the table (evictions every step); the JSON log's ``tiers`` object; checkpoints of tiered runs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from gmp.comm.local import LocalEngine
+from gmp.datasets.format import load_dataset
+from gmp.errors import TrainingError
+from gmp.placement import Placement
+from gmp.train import TrainConfig, TrainData, Trainer
+from gmp.train.herald import HeraldOptions
+from gmp.train.tiers import TierOptions
+from gmp.datasets.format import FieldInfo, write_dataset
+
+
+@pytest.fixture(autouse=True)
+def _deterministic():
+    torch.use_deterministic_algorithms(True)
+    yield
+    torch.use_deterministic_algorithms(False)
+
+
+def make_flat_dataset(out, *, num_samples=300, field_sizes=(60, 90, 40), seed=0):
+    """Ids drawn uniformly in each field (many distinct rows per step: small caches must evict)."""
+    rng = np.random.default_rng(seed)
+    offsets = np.concatenate([[0], np.cumsum(field_sizes)])
+    indices = (offsets[:-1] + rng.integers(0, np.asarray(field_sizes), size=(num_samples, len(field_sizes))))
+    fields = [FieldInfo("I0", "dense", 0, None, column=0)]
+    fields += [FieldInfo(f"C{f}", "categorical", int(s), int(offsets[f])) for f, s in enumerate(field_sizes)]
+    write_dataset(out, indptr=np.arange(num_samples + 1) * len(field_sizes), indices=indices.reshape(-1),
+                  labels=(rng.random(num_samples) < 0.3).astype(np.float32),
+                  dense=rng.normal(size=(num_samples, 1)).astype(np.float32), fields=fields,
+                  num_embeddings=int(offsets[-1]), source={"format": "test"}, test_fraction=0.25)
+    return out
+
+
+@pytest.fixture(scope="module")
+def ctr(tmp_path_factory):
+    # 190 ids; a step of 3 x 8 samples touches ~50-70 of them
+    path = make_flat_dataset(tmp_path_factory.mktemp("tiers") / "ds")
+    return path, load_dataset(path)
+
+
+def placement(ds, n, *, secondaries=0.0, seed=5):
+    rng = np.random.default_rng(seed)
+    pl = Placement.edge_cut(n, rng.integers(0, n, ds.num_samples), rng.integers(0, n, ds.num_embeddings))
+    if secondaries and n > 1:
+        sec = [[w for w in range(n) if w != pl.embedding_primary[e] and rng.random() < secondaries]
+               for e in range(ds.num_embeddings)]
+        pl = pl.with_secondaries(np.cumsum([0] + [len(s) for s in sec]),
+                                 np.array([w for s in sec for w in s], dtype=np.int32))
+    return pl
+
+
+def config(**kw):
+    base = dict(model="wdl", embedding_dim=4, optimizer="adagrad", lr=0.1, batch_size=8, epochs=2,
+                schedule="naive", hidden=(8,), seed=3)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def fit(ds, pl, cfg):
+    tr = Trainer(TrainData(ds), pl, cfg, LocalEngine(pl.num_workers))
+    records = tr.fit()
+    table = tr.embedding_table()
+    dense = [p.detach().clone() for p in tr.model.parameters()]
+    return tr, records, table, dense
+
+
+def assert_bit_equal(a, b):
+    _, ra, ta, da = a
+    _, rb, tb, db = b
+    np.testing.assert_array_equal(ta, tb)
+    for p, q in zip(da, db):
+        assert torch.equal(p, q)
+    for x, y in zip(ra, rb):
+        assert x["train_loss"] == y["train_loss"] and x["test_auc"] == y["test_auc"]
+        assert x["bytes"] == y["bytes"] and x["remote_rows_read"] == y["remote_rows_read"]
+
+
+@pytest.mark.parametrize("n, optimizer, schedule, location, lookahead, secondaries, staleness", [
+    (1, "sgd", "naive", "host", 0, 0.0, 0.0),
+    (1, "adagrad", "naive", "disk", 4, 0.0, 0.0),
+    (3, "adagrad", "static", "host", 2, 0.0, 0.0),
+    (3, "sgd", "naive", "disk", 0, 0.4, 0.0),
+    (3, "adagrad", "naive", "disk", 8, 0.4, 0.0),
+    (3, "adagrad", "static", "host", 3, 0.4, 2.0),  # s > 0 equals the device run with the same s
+    (2, "sgd", "naive", "disk", 1, 0.4, float("inf")),
+])
+def test_tiered_run_equals_the_device_run_bit_for_bit(ctr, tmp_path, n, optimizer, schedule, location,
+                                                      lookahead, secondaries, staleness):
+    _, ds = ctr
+    pl = placement(ds, n, secondaries=secondaries)
+    dev = fit(ds, pl, config(optimizer=optimizer, schedule=schedule, staleness=staleness))
+    num_primary = np.bincount(pl.embedding_primary, minlength=n)
+    cache = 30 if n == 3 else 40  # far below the table (190 rows; ~63 primaries per worker of 3)
+    tiers = TierOptions(table_location=location, cache_rows=cache, lookahead=lookahead,
+                        tier_dir=str(tmp_path) if location == "disk" else None)
+    tiered = fit(ds, pl, config(optimizer=optimizer, schedule=schedule, staleness=staleness, tiers=tiers))
+    assert_bit_equal(tiered, dev)
+    rec = tiered[1][-1]["tiers"]
+    assert rec["table_location"] == location and rec["cache_rows"] == min(cache, int(num_primary.max()))
+    assert rec["rows_written_back"] > 0 and rec["misses"] > rec["cache_rows"]  # it evicted, every epoch
+    row_bytes = 4 * 5 * (2 if optimizer == "adagrad" else 1)  # wdl rows: dim 4 + the linear weight
+    assert rec["bytes_loaded"] == (rec["rows_loaded"] + rec["victim_rows_read"]) * row_bytes
+    assert rec["bytes_written_back"] == (rec["rows_written_back"] + rec["victim_rows_written"]) * row_bytes
+    assert "tiers" not in dev[1][-1]
+    if location == "disk":  # the files go with the trainer
+        tiered[0].stores[0].close()
+
+
+def test_herald_at_s0_with_a_tiered_table_equals_the_device_run(ctr, tmp_path):
+    """Herald's copies (cache, pending updates, early fetch) stay on the device; its pushes of pending
+    copies reach primaries outside the step's pinned rows (the victim path)."""
+    _, ds = ctr
+    pl = placement(ds, 3, secondaries=0.3)
+    herald = HeraldOptions(on_demand=True, cache_rows=20, lookahead=2, read_only_replicas=False)
+    dev = fit(ds, pl, config(schedule="herald", herald=herald))
+    tiers = TierOptions(table_location="disk", cache_rows=30, lookahead=4, tier_dir=str(tmp_path))
+    tiered = fit(ds, pl, config(schedule="herald", herald=herald, tiers=tiers))
+    assert_bit_equal(tiered, dev)
+    assert tiered[1][-1]["herald"] == dev[1][-1]["herald"]
+    assert tiered[1][-1]["tiers"]["victim_rows_written"] > 0
+
+
+def test_one_worker_with_a_small_cache_moves_rows_and_holds_less_on_the_device(ctr):
+    """cDLRM's single-device case: the device holds the cache, not the table."""
+    _, ds = ctr
+    pl = placement(ds, 1)
+    tr, recs, _, _ = fit(ds, pl, config(epochs=1, tiers=TierOptions(table_location="host", cache_rows=50)))
+    dev_tr, dev_recs, _, _ = fit(ds, pl, config(epochs=1))
+    t = recs[0]["tiers"]
+    assert t["hits"] + t["misses"] > 0 and 0 < t["hit_rate"] < 1
+    row_bytes = 4 * 5 * 2
+    assert t["peak_bytes"]["host"] == ds.num_embeddings * row_bytes
+    mem, dev_mem = tr.memory()[0], dev_tr.memory()[0]
+    assert mem["table_bytes"] == mem["optimizer_bytes"] == 0
+    assert mem["tier"]["cache_bytes"] == 50 * row_bytes
+    assert mem["total_bytes"] == dev_mem["total_bytes"] - (ds.num_embeddings - 50) * row_bytes
+
+
+def test_a_step_larger_than_the_cache_is_refused_in_one_line(ctr):
+    _, ds = ctr
+    tr = Trainer(TrainData(ds), placement(ds, 1), config(tiers=TierOptions(table_location="host", cache_rows=5)),
+                 LocalEngine(1))
+    with pytest.raises(TrainingError, match=r"distinct rows but the cache holds 5; raise cache_rows"):
+        tr.fit()
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(table_location="ram"), r"The 'table_location' parameter must be one of"),
+    (dict(cache_rows=10), r"The 'cache_rows' parameter applies to table_location='host' or 'disk' only"),
+    (dict(table_location="host", cache_rows=10, cache_bytes=100), r"cannot be combined with cache_rows"),
+    (dict(table_location="host", tier_dir="/tmp"), r"'tier_dir' parameter applies to table_location='disk'"),
+    (dict(table_location="disk", cache_rows=-1), r"The 'cache_rows' parameter must be an int >= 0"),
+])
+def test_tier_options_are_validated(kw, match):
+    with pytest.raises(TrainingError, match=match):
+        TierOptions(**kw)
+
+
+def test_cache_bytes_and_the_default_cache():
+    assert TierOptions(table_location="host", cache_bytes=1000).capacity(500, 40) == 25
+    assert TierOptions(table_location="host").capacity(500, 40) == 50  # 10% of the primaries
+    with pytest.raises(TrainingError, match="at least one row of 40 bytes"):
+        TierOptions(table_location="host", cache_bytes=39).capacity(500, 40)
+
+
+def test_checkpoint_of_a_tiered_run_resumes_exactly_and_into_another_location(ctr, tmp_path):
+    """Interrupt a disk run, resume it on the host tier (and a device run from the disk run's
+    checkpoint): the same model as an uninterrupted device run. The checkpoint holds the master
+    rows read back from the tier after the cache was flushed (same format as device runs)."""
+    from gmp.train.checkpoint import load_checkpoint, save_checkpoint
+
+    _, ds = ctr
+    pl = placement(ds, 2, secondaries=0.3)
+    dev = fit(ds, pl, config())
+    disk = TierOptions(table_location="disk", cache_rows=40, lookahead=3, tier_dir=str(tmp_path / "t"))
+    first = Trainer(TrainData(ds), pl, config(tiers=disk), LocalEngine(2))
+    first.fit(stop_after_steps=11)
+    assert first.interrupted
+    save_checkpoint(first, tmp_path / "ck", dataset_sha256="d", placement_sha="p")
+    saved = torch.load(tmp_path / "ck" / "latest" / "worker-00000.pt", weights_only=False)["store"]
+    assert saved["table"].shape[0] == first.stores[0].num_rows and saved["opt_state"] is not None
+    for tiers in (TierOptions(table_location="host", cache_rows=45), None):
+        second = Trainer(TrainData(ds), pl, config(tiers=tiers), LocalEngine(2))
+        load_checkpoint(second, tmp_path / "ck", dataset_sha256="d", placement_sha="p")
+        second.fit()
+        np.testing.assert_array_equal(second.embedding_table(), dev[2])
+        for p, q in zip(second.model.parameters(), dev[3]):
+            assert torch.equal(p.detach(), q)
+
+
+def test_cli_table_location_flags(ctr, tmp_path):
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    path, _ = ctr
+    args = ["train", "--dataset", str(path), "--batch-size", "8", "--epochs", "1", "--embedding-dim", "4"]
+    dev = CliRunner().invoke(app, [*args, "--log-json", str(tmp_path / "d.jsonl")])
+    assert dev.exit_code == 0, dev.output
+    out = CliRunner().invoke(app, [*args, "--table-location", "disk", "--tier-dir", str(tmp_path / "tiers"),
+                                   "--cache-bytes", "4000", "--lookahead", "8", "--log-json", str(tmp_path / "t.jsonl")])
+    assert out.exit_code == 0, out.output
+    d = json.loads((tmp_path / "d.jsonl").read_text())
+    t = json.loads((tmp_path / "t.jsonl").read_text())
+    assert t["test_auc"] == d["test_auc"] and t["train_loss"] == d["train_loss"]
+    assert t["tiers"]["cache_rows"] == 4000 // (4 * 5 * 2) and t["tiers"]["lookahead"] == 8
+    assert not list((tmp_path / "tiers").glob("*.rows"))  # the disk tier's file is removed
+    bad = CliRunner().invoke(app, [*args, "--cache-bytes", "4000"])
+    assert bad.exit_code != 0
+    assert "--cache-bytes applies to --table-location 'host' or 'disk' only" in bad.output
+    bad = CliRunner().invoke(app, [*args, "--cache-rows", "40"])
+    assert bad.exit_code != 0 and "Traceback" not in bad.output
+    assert "--cache-rows drives the device cache of --table-location host|disk" in bad.output
+
+
+@pytest.mark.distributed
+def test_tiered_runs_under_torchrun_equal_the_device_run(ctr, tmp_path):
+    """3 gloo processes, secondaries, s = 0: host and disk tiers with small caches and a look-ahead
+    give every rank the same primaries and dense model as the device run, bit for bit."""
+    from test_train_distributed import HERE, torchrun
+    from train_data import save_placement_npz
+
+    path, ds = ctr
+    pl = placement(ds, 3, secondaries=0.3)
+    save_placement_npz(tmp_path / "pl.npz", pl)
+    base = dict(model="wdl", embedding_dim=4, optimizer="adagrad", lr=0.1, batch_size=8, epochs=2,
+                schedule="naive", hidden=[8], seed=3)
+    configs = [base, {**base, "tiers": dict(table_location="host", cache_rows=30, lookahead=4)},
+               {**base, "tiers": dict(table_location="disk", cache_rows=30, lookahead=0,
+                                      tier_dir=str(tmp_path / "tiers"))},
+               {**base, "optimizer": "sgd"},
+               {**base, "optimizer": "sgd", "tiers": dict(table_location="disk", cache_rows=30, lookahead=16,
+                                                          tier_dir=str(tmp_path / "tiers"))}]
+    res = torchrun(3, [str(HERE / "dist_worker.py"), str(path), str(tmp_path / "pl.npz"), str(tmp_path),
+                       json.dumps(configs)])
+    assert res.returncode == 0, res.stderr[-3000:]
+    for dev, tiered in ((0, 1), (0, 2), (3, 4)):
+        for r in range(3):
+            a = np.load(tmp_path / str(dev) / f"rank{r}.npz")
+            b = np.load(tmp_path / str(tiered) / f"rank{r}.npz")
+            for key in ("ids", "rows", "dense"):
+                np.testing.assert_array_equal(a[key], b[key])
+        ra = json.loads((tmp_path / str(dev) / "records.json").read_text())
+        rb = json.loads((tmp_path / str(tiered) / "records.json").read_text())
+        for x, y in zip(ra, rb):
+            assert x["train_loss"] == y["train_loss"] and x["test_auc"] == y["test_auc"]
+            assert y["tiers"]["rows_written_back"] > 0
+    assert not list((tmp_path / "tiers").glob("*.rows"))
