@@ -40,12 +40,7 @@ def fill_marginals(prim, sec, count, df, cost, marg):  # pragma: no cover - comp
     the Eq. 3 cost one more sample of w adds by reading x. Kept in step with ``count`` by the
     sample kernels, so their hot loop is one contiguous row add per edge."""
     for x in range(prim.size):
-        for w in range(count.shape[1]):
-            p = prim[x]  # inline _marginal (a call per edge costs more than the work)
-            if p < 0 or p == w or (sec[x] >> w) & 1 != 0:
-                marg[x, w] = 0.0
-            else:
-                marg[x, w] = cost[p, w] * df[count[x, w]]
+        _fill_row(x, prim, sec, count, df, cost, marg)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -53,12 +48,18 @@ def refresh_marginals(rows, prim, sec, count, df, cost, marg):  # pragma: no cov
     """:func:`fill_marginals` for the rows with ``rows[x]`` set (their primary or secondaries changed)."""
     for x in range(prim.size):
         if rows[x]:
-            for w in range(count.shape[1]):
-                p = prim[x]  # inline _marginal (a call per edge costs more than the work)
-                if p < 0 or p == w or (sec[x] >> w) & 1 != 0:
-                    marg[x, w] = 0.0
-                else:
-                    marg[x, w] = cost[p, w] * df[count[x, w]]
+            _fill_row(x, prim, sec, count, df, cost, marg)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _fill_row(x, prim, sec, count, df, cost, marg):  # pragma: no cover - compiled
+    # per row, not per edge: inlined, so the call costs nothing
+    p = prim[x]
+    for w in range(count.shape[1]):
+        if p < 0 or p == w or (sec[x] >> w) & 1 != 0:
+            marg[x, w] = 0.0
+        else:
+            marg[x, w] = cost[p, w] * df[count[x, w]]
 
 
 @numba.njit(cache=True, nogil=True)

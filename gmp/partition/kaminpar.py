@@ -31,18 +31,16 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import MissingDependencyError, PartitionError
 from ..graph import BipartiteGraph
 from ..placement import Placement
-from ..progress import task
 from ..topology import Topology
-from ._common import (UNASSIGNED, assign_samples_by_majority, check_max_imbalance, choose_primaries, compact_ids,
-                      count_embedding_workers, place_unused_embeddings, sample_cap, seeded_order)
-from .metis import choose_rows, cooccurrence_csr
+from ._common import check_max_imbalance
+from .metis import partition_cooccurrence
 
 INSTALL_HINT = "pip install 'gmp[kaminpar]'  (or: pip install kaminpar)"
 
@@ -141,40 +139,13 @@ def run_kaminpar(xadj: np.ndarray, adjncy: np.ndarray, num_parts: int, *, vertex
 
 
 def partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options: Options) -> Placement:
-    """Partition the co-occurrence graph with KaMinPar, then place samples by majority."""
+    """Partition the co-occurrence graph with KaMinPar, then place samples by majority (the path
+    :func:`gmp.partition.metis.partition_cooccurrence` shares with ``metis``)."""
     import_kaminpar()  # fail before building the graph
-    rng = np.random.default_rng(seed)
-    num_workers = topology.num_workers
-    indptr = np.asarray(graph.sample_indptr)
-    indices = np.asarray(graph.sample_indices)
-    degree = np.bincount(indices, minlength=graph.num_embeddings).astype(np.int64)
 
-    rows = choose_rows(indptr, rng, max_pairs=options.max_pairs, max_samples=options.max_samples)
-    with task("kaminpar: building the co-occurrence graph"):
-        xadj, adjncy, weights, vertex_embedding = cooccurrence_csr(indptr, indices, rows, graph.num_embeddings)
-    kaminpar_seed = int(rng.integers(0, 2**31 - 1))
-    primary = np.full(graph.num_embeddings, UNASSIGNED, dtype=np.int32)
-    if vertex_embedding.size:
-        with task(f"kaminpar: KaMinPar on {vertex_embedding.size} vertices, {adjncy.size // 2} edges"):
-            primary[vertex_embedding] = run_kaminpar(xadj, adjncy, num_workers,
-                                                     vertex_weights=degree[vertex_embedding], edge_weights=weights,
-                                                     seed=kaminpar_seed, imbalance=options.kaminpar_imbalance,
-                                                     preset=options.preset, threads=options.threads)
-    del xadj, adjncy, weights
+    def cut(xadj, adjncy, num_parts, vertex_weights, edge_weights, tool_seed):
+        return run_kaminpar(xadj, adjncy, num_parts, vertex_weights=vertex_weights, edge_weights=edge_weights,
+                            seed=tool_seed, imbalance=options.kaminpar_imbalance, preset=options.preset,
+                            threads=options.threads)
 
-    cap = sample_cap(graph.num_samples, num_workers, options.max_imbalance)
-    sample_worker = assign_samples_by_majority(indptr, indices, primary, num_workers, cap,
-                                               order=seeded_order(graph.num_samples, rng))
-    unseen = np.flatnonzero((primary < 0) & (degree > 0)).astype(np.int32)
-    if unseen.size:
-        _, local = compact_ids(indices, graph.num_embeddings, select=unseen)
-        counts = count_embedding_workers(indptr, indices, sample_worker, local, unseen.size, num_workers)
-        del local
-        placed = np.bincount(primary[primary >= 0], minlength=num_workers)
-        primary[unseen] = choose_primaries(counts, initial_load=placed)
-        del counts
-    place_unused_embeddings(primary, num_workers)
-    info = {"rows_in_cooccurrence_graph": int(rows.size), "kaminpar_vertices": int(vertex_embedding.size),
-            "embeddings_placed_after_kaminpar": int(unseen.size)}
-    return Placement.edge_cut(num_workers, sample_worker, primary, method="kaminpar", options=asdict(options),
-                              seed=seed, info=info)
+    return partition_cooccurrence(graph, topology, seed=seed, options=options, name="kaminpar", cut=cut)

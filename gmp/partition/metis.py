@@ -102,6 +102,20 @@ class Options:
 
 def partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options: Options) -> Placement:
     """Partition the co-occurrence graph with METIS, then place samples by majority."""
+    def cut(xadj, adjncy, num_parts, vertex_weights, edge_weights, tool_seed):
+        return run_metis(xadj, adjncy, num_parts, vertex_weights=vertex_weights, edge_weights=edge_weights,
+                         seed=tool_seed, imbalance=options.metis_imbalance, recursive=options.ptype == "recursive",
+                         ncuts=options.ncuts)
+
+    return partition_cooccurrence(graph, topology, seed=seed, options=options, name="metis", cut=cut)
+
+
+def partition_cooccurrence(graph: BipartiteGraph, topology: Topology, *, seed: int, options, name: str,
+                           cut) -> Placement:
+    """The edge-cut baselines' common path: build the embeddings' co-occurrence graph (rows chosen by
+    ``options.max_pairs`` / ``max_samples``), ``cut(xadj, adjncy, num_parts, vertex_weights,
+    edge_weights, seed)`` it into primaries, place samples by majority within the hard cap, and give
+    the embeddings the graph left out a primary where their samples went (``metis``, ``kaminpar``)."""
     rng = np.random.default_rng(seed)
     num_workers = topology.num_workers
     indptr = np.asarray(graph.sample_indptr)
@@ -109,22 +123,18 @@ def partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options: 
     degree = np.bincount(indices, minlength=graph.num_embeddings).astype(np.int64)
 
     rows = choose_rows(indptr, rng, max_pairs=options.max_pairs, max_samples=options.max_samples)
-    with task("metis: building the co-occurrence graph"):
+    with task(f"{name}: building the co-occurrence graph"):
         xadj, adjncy, weights, vertex_embedding = cooccurrence_csr(indptr, indices, rows, graph.num_embeddings)
-    num_rows_used = int(rows.size)
-    metis_seed = int(rng.integers(0, 2**31 - 1))
+    tool_seed = int(rng.integers(0, 2**31 - 1))
 
     primary = np.full(graph.num_embeddings, UNASSIGNED, dtype=np.int32)
     if vertex_embedding.size:
-        with task(f"metis: METIS on {vertex_embedding.size} vertices, {adjncy.size // 2} edges"):
-            parts = run_metis(xadj, adjncy, num_workers, vertex_weights=degree[vertex_embedding],
-                              edge_weights=weights, seed=metis_seed, imbalance=options.metis_imbalance,
-                              recursive=options.ptype == "recursive", ncuts=options.ncuts)
-        primary[vertex_embedding] = parts
+        with task(f"{name}: partitioning {vertex_embedding.size} vertices, {adjncy.size // 2} edges"):
+            primary[vertex_embedding] = cut(xadj, adjncy, num_workers, degree[vertex_embedding], weights, tool_seed)
     del xadj, adjncy, weights
 
     cap = sample_cap(graph.num_samples, num_workers, options.max_imbalance)
-    with task("metis: placing samples"):
+    with task(f"{name}: placing samples"):
         sample_worker = assign_samples_by_majority(indptr, indices, primary, num_workers, cap,
                                                    order=seeded_order(graph.num_samples, rng))
     unseen = np.flatnonzero((primary < 0) & (degree > 0)).astype(np.int32)
@@ -136,9 +146,9 @@ def partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options: 
         primary[unseen] = choose_primaries(counts, initial_load=placed)
         del counts
     place_unused_embeddings(primary, num_workers)
-    info = {"rows_in_cooccurrence_graph": num_rows_used, "metis_vertices": int(vertex_embedding.size),
-            "embeddings_placed_after_metis": int(unseen.size)}
-    return Placement.edge_cut(num_workers, sample_worker, primary, method="metis", options=asdict(options),
+    info = {"rows_in_cooccurrence_graph": int(rows.size), f"{name}_vertices": int(vertex_embedding.size),
+            f"embeddings_placed_after_{name}": int(unseen.size)}
+    return Placement.edge_cut(num_workers, sample_worker, primary, method=name, options=asdict(options),
                               seed=seed, info=info)
 
 
