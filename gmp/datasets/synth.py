@@ -569,6 +569,18 @@ def _zipf_rank(state, n, a, hx1, hn, s):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
+def _draw_rank(state, u, n, tail, skew, p0, p1, p2):  # pragma: no cover - compiled
+    """A rank in ``[0, n)``: uniform over the long tail when ``u < tail`` (``u`` reused, scaled),
+    else a Zipf draw from ``state``; returns ``(state, rank)``. Every draw of both generators."""
+    if u < tail:
+        g = np.int64(u / tail * n)
+        if g >= n:
+            g = n - 1
+        return state, g
+    return _zipf_rank(state, n, skew, p0, p1, p2)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
 def _dense_and_label(state, i, acc, c, num_dense, dense, dense_mu, dense_coef, comm_shift, logit,
                      label):  # pragma: no cover - compiled
     """Sample i's dense features (log-normal counts around its community's shift, Box-Muller pairs)
@@ -622,21 +634,11 @@ def _generate(start, count, key, wkey, num_comm, locality, tail, skew,
                 rem = n - q * num_comm
                 p = 0 if c < rem else 1
                 size = q + 1 if c < rem else q
-                if u < tail:
-                    r = np.int64(u / tail * size)
-                    if r >= size:
-                        r = size - 1
-                else:
-                    state, r = _zipf_rank(state, size, skew, lparams[f, p, 0], lparams[f, p, 1],
-                                          lparams[f, p, 2])
+                state, r = _draw_rank(state, u, size, tail, skew, lparams[f, p, 0], lparams[f, p, 1],
+                                      lparams[f, p, 2])
                 g = r * num_comm + c
             else:
-                if u < tail:
-                    g = np.int64(u / tail * n)
-                    if g >= n:
-                        g = n - 1
-                else:
-                    state, g = _zipf_rank(state, n, skew, gparams[f, 0], gparams[f, 1], gparams[f, 2])
+                state, g = _draw_rank(state, u, n, tail, skew, gparams[f, 0], gparams[f, 1], gparams[f, 2])
             e = offset[f] + perm[offset[f] + g]
             ids[i, f] = e
             hw = np.float64(_mix64(wkey ^ _mix64(np.uint64(e))) >> _S11) * _TWO_M53
@@ -666,21 +668,11 @@ def _generate_entities(start, count, key, wkey, akey, skey, session_length, sess
                     block = np.uint64((start + i) // session_length)
                     s3 = _mix64(skey ^ _mix64(block * np.uint64(64) + np.uint64(t)))
                     s3, u = _uniform(s3)
-                    if u < tail:
-                        e = np.int64(u / tail * m)
-                        if e >= m:
-                            e = m - 1
-                    else:
-                        s3, e = _zipf_rank(s3, m, ent_skew, eparams[t, 0], eparams[t, 1], eparams[t, 2])
+                    s3, e = _draw_rank(s3, u, m, tail, ent_skew, eparams[t, 0], eparams[t, 1], eparams[t, 2])
                     entity[i, t] = e
                     continue
             state, u = _uniform(state)
-            if u < tail:
-                e = np.int64(u / tail * m)
-                if e >= m:
-                    e = m - 1
-            else:
-                state, e = _zipf_rank(state, m, ent_skew, eparams[t, 0], eparams[t, 1], eparams[t, 2])
+            state, e = _draw_rank(state, u, m, tail, ent_skew, eparams[t, 0], eparams[t, 1], eparams[t, 2])
             entity[i, t] = e
         c = entity[i, 0] % num_comm
         community[i] = c
@@ -732,12 +724,7 @@ def _generate_entities(start, count, key, wkey, akey, skey, session_length, sess
                         s2, g = _zipf_rank(s2, n, fskew[f], gparams[f, 0], gparams[f, 1], gparams[f, 2])
             else:
                 state, u = _uniform(state)
-                if u < tail:
-                    g = np.int64(u / tail * n)
-                    if g >= n:
-                        g = n - 1
-                else:
-                    state, g = _zipf_rank(state, n, fskew[f], gparams[f, 0], gparams[f, 1], gparams[f, 2])
+                state, g = _draw_rank(state, u, n, tail, fskew[f], gparams[f, 0], gparams[f, 1], gparams[f, 2])
             e_id = offset[f] + perm[offset[f] + g]
             ids[i, f] = e_id
             hw = np.float64(_mix64(wkey ^ _mix64(np.uint64(e_id))) >> _S11) * _TWO_M53
