@@ -188,7 +188,8 @@ def fmt(x, spec=".1f", none="—"):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", default="data/bench/cluster-bench")
-    ap.add_argument("--preset", default="criteo-kaggle")
+    ap.add_argument("--preset", default="criteo-kaggle-independent",
+                    help="synthetic preset of the data (docs/train.md's table: the independent model)")
     ap.add_argument("--samples", type=int, default=500_000)
     ap.add_argument("--scale", type=float, default=0.1)
     ap.add_argument("--hosts", type=int, default=1)
