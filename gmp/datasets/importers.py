@@ -347,6 +347,34 @@ def tokenize(data: bytes, sep: str, max_cols: int) -> tuple[np.ndarray, np.ndarr
 
 
 @numba.njit(cache=True, nogil=True)
+def _strip(buf, s, e):  # pragma: no cover - compiled
+    """The cell [s, e) without leading and trailing spaces."""
+    while s < e and buf[s] == 32:
+        s += 1
+    while e > s and buf[e - 1] == 32:
+        e -= 1
+    return s, e
+
+
+@numba.njit(cache=True, nogil=True)
+def _parse_int(buf, s, e):  # pragma: no cover - compiled
+    # [sign] at most 18 digits; returns (value, ok)
+    neg = False
+    if buf[s] == 45 or buf[s] == 43:
+        neg = buf[s] == 45
+        s += 1
+    if s == e or e - s > 18:
+        return 0, False
+    v = 0
+    for p in range(s, e):
+        d = buf[p] - 48
+        if d < 0 or d > 9:
+            return 0, False
+        v = v * 10 + d
+    return (-v if neg else v), True
+
+
+@numba.njit(cache=True, nogil=True)
 def parse_int_block(buf, starts, ends):  # pragma: no cover - compiled
     """Decimal integers (optional sign, optional ``.0``-free); status per cell."""
     n, k = starts.shape
@@ -354,38 +382,15 @@ def parse_int_block(buf, starts, ends):  # pragma: no cover - compiled
     status = np.zeros((n, k), dtype=np.int8)
     for i in range(n):
         for j in range(k):
-            s = starts[i, j]
-            e = ends[i, j]
-            # strip spaces
-            while s < e and buf[s] == 32:
-                s += 1
-            while e > s and buf[e - 1] == 32:
-                e -= 1
+            s, e = _strip(buf, starts[i, j], ends[i, j])
             if s == e:
                 status[i, j] = 1
                 continue
-            neg = False
-            if buf[s] == 45 or buf[s] == 43:
-                neg = buf[s] == 45
-                s += 1
-                if s == e or e - s > 18:
-                    status[i, j] = 2
-                    continue
-            if e - s > 18:
+            v, ok = _parse_int(buf, s, e)
+            if ok:
+                vals[i, j] = v
+            else:
                 status[i, j] = 2
-                continue
-            v = 0
-            ok = True
-            for p in range(s, e):
-                d = buf[p] - 48
-                if d < 0 or d > 9:
-                    ok = False
-                    break
-                v = v * 10 + d
-            if not ok:
-                status[i, j] = 2
-                continue
-            vals[i, j] = -v if neg else v
     return vals, status
 
 
@@ -481,12 +486,7 @@ def parse_float_block(buf, starts, ends):  # pragma: no cover - compiled
     status = np.zeros((n, k), dtype=np.int8)
     for i in range(n):
         for j in range(k):
-            s = starts[i, j]
-            e = ends[i, j]
-            while s < e and buf[s] == 32:
-                s += 1
-            while e > s and buf[e - 1] == 32:
-                e -= 1
+            s, e = _strip(buf, starts[i, j], ends[i, j])
             if s == e:
                 status[i, j] = 1
                 continue
