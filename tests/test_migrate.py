@@ -1,0 +1,239 @@
+"""The trainer follows a placement change (issue 18): resume on the next day's data and manifest.
+
+The reference is plain PyTorch on one full table that trains day 0's global batches and
+then day 1's (tests/train_data.py's loop, continued over two datasets): independent of the
+checkpoint, migration, store and exchange code under test.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from gmp.comm.local import LocalEngine
+from gmp.constants import ADAGRAD_EPS
+from gmp.datasets.format import FieldInfo, load_dataset, write_dataset
+from gmp.errors import TrainingError
+from gmp.partition.incremental import moved_rows
+from gmp.placement import Placement
+from gmp.train import TrainConfig, TrainData, Trainer
+from gmp.train.checkpoint import placement_sha256, save_checkpoint
+from gmp.train.migrate import resume_training
+from gmp.train.models import Batch, bce_sum, make_model
+from gmp.train.run import train
+from gmp.train.schedule import NaiveSchedule
+from gmp.train.store import initial_rows
+from train_data import make_ctr_dataset
+
+GLOBAL_BATCH = 24
+
+
+@pytest.fixture(autouse=True)
+def _deterministic():
+    torch.use_deterministic_algorithms(True)
+    yield
+    torch.use_deterministic_algorithms(False)
+
+
+def next_day(prev: Path, out: Path, *, new_per_field=(2, 3, 2), num_samples=150, seed=1) -> Path:
+    """A dataset extending ``prev`` as ``gmp data import --extend`` would: every field keeps its ids and
+    gains ``new_per_field`` ids after ``prev``'s ``num_embeddings``; header names ``prev`` as parent."""
+    ds = load_dataset(prev)
+    rng = np.random.default_rng(seed)
+    start, fields, new_ranges, pools = ds.num_embeddings, [], [], []
+    for f, k in zip(ds.categorical_fields, new_per_field):
+        ranges = tuple(tuple(r) for r in f.id_ranges) + ((start, start + k),)
+        new_ranges.append([start, start + k])
+        start += k
+        fields.append(FieldInfo(f.name, f.kind, f.num_values + k, f.offset, ranges=ranges))
+        pools.append(np.concatenate([np.arange(a, b) for a, b in ranges]))
+    rows = []
+    for _ in range(num_samples):
+        ids = []
+        for f, pool in zip(fields, pools):
+            m = 1 + (rng.integers(0, 3) if f.kind == "multi" else 0)
+            ids.extend(int(x) for x in np.unique(pool[np.minimum(rng.zipf(1.5, m) - 1, pool.size - 1)]))
+        rows.append(sorted(ids))
+    dense_fields = [FieldInfo(f.name, "dense", 0, None, column=f.column) for f in ds.fields if f.kind == "dense"]
+    write_dataset(out, indptr=np.cumsum([0] + [len(r) for r in rows]), indices=np.array([i for r in rows for i in r]),
+                  labels=(rng.random(num_samples) < 0.3).astype(np.float32),
+                  dense=rng.normal(size=(num_samples, ds.num_dense)).astype(np.float32),
+                  fields=dense_fields + fields, num_embeddings=start, source={"format": "test"}, test_fraction=0.2,
+                  extra={"parent": {"sha256": ds.sha256, "num_embeddings": ds.num_embeddings, "path": str(prev)},
+                         "new_id_ranges": new_ranges})
+    return out
+
+
+@pytest.fixture(scope="module")
+def days(tmp_path_factory):
+    root = tmp_path_factory.mktemp("days")
+    d0 = make_ctr_dataset(root / "d0", num_samples=160)
+    d1 = next_day(d0, root / "d1", seed=1)
+    d2 = next_day(d1, root / "d2", seed=2, new_per_field=(1, 1, 1))
+    return [d0, d1, d2]
+
+
+def config(**kw):
+    base = dict(model="wdl", embedding_dim=4, optimizer="adagrad", lr=0.1, batch_size=GLOBAL_BATCH, epochs=1,
+                schedule="naive", dtype="float64", hidden=(8,), seed=3)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def random_placement(ds, n, *, secondaries=0.0, seed=1):
+    rng = np.random.default_rng(seed)
+    pl = Placement.edge_cut(n, rng.integers(0, n, ds.num_samples), rng.integers(0, n, ds.num_embeddings))
+    if secondaries and n > 1:
+        sec = [[w for w in range(n) if w != pl.embedding_primary[e] and rng.random() < secondaries]
+               for e in range(ds.num_embeddings)]
+        pl = pl.with_secondaries(np.cumsum([0] + [len(s) for s in sec]),
+                                 np.array([w for s in sec for w in s], dtype=np.int32))
+    return pl
+
+
+def reference_days(paths, *, optimizer, cfg):
+    """Plain PyTorch: one table over the last day's ids, each day's naive global batches in order."""
+    last = load_dataset(paths[-1])
+    net = make_model(cfg.model, num_fields=len(last.categorical_fields), num_dense=last.num_dense,
+                     embedding_dim=cfg.embedding_dim, hidden=cfg.hidden, seed=cfg.seed, dtype=torch.float64)
+    table = torch.nn.Parameter(torch.as_tensor(initial_rows(np.arange(last.num_embeddings), net.row_dim, cfg.seed)))
+    params = [table] + list(net.parameters())
+    opt = (torch.optim.SGD(params, lr=cfg.lr) if optimizer == "sgd"
+           else torch.optim.Adagrad(params, lr=cfg.lr, eps=ADAGRAD_EPS))
+    for path in paths:
+        ds = load_dataset(path)
+        f_of = ds.field_of_embedding().astype(np.int64)
+        nf = len(ds.categorical_fields)
+        for step in NaiveSchedule(1, ds.num_train, GLOBAL_BATCH, seed=cfg.seed).steps(0):
+            samples = step.samples[0]
+            ids, seg = [], []
+            for k, s in enumerate(samples):
+                for e in ds.indices[ds.indptr[s]:ds.indptr[s + 1]]:
+                    ids.append(int(e))
+                    seg.append(k * nf + int(f_of[e]))
+            batch = Batch(samples.size, torch.tensor(ids), torch.tensor(seg), torch.as_tensor(ds.dense[samples]),
+                          torch.as_tensor(ds.labels[samples]))
+            opt.zero_grad()
+            (bce_sum(net(table, batch), batch.labels) / samples.size).backward()
+            opt.step()
+    return table.detach().numpy(), net
+
+
+def train_day(path, placement, cfg, ckpt, *, resume):
+    ds = load_dataset(path)
+    n = placement.num_workers
+    cfg = TrainConfig(**{**cfg.__dict__, "batch_size": GLOBAL_BATCH // n})
+    tr = Trainer(TrainData(ds), placement, cfg, LocalEngine(n))
+    summary = resume_training(tr, ckpt, dataset=ds, placement_sha=placement_sha256(placement)) if resume else None
+    tr.fit()
+    save_checkpoint(tr, ckpt, dataset_sha256=ds.sha256, placement_sha=placement_sha256(placement))
+    return tr, summary
+
+
+@pytest.mark.parametrize("optimizer,n_old,n_new,secondaries", [
+    ("adagrad", 3, 3, 0.5), ("sgd", 3, 3, 0.4), ("adagrad", 4, 2, 0.3), ("adagrad", 1, 1, 0.0),
+    ("sgd", 2, 4, 0.5)])
+def test_resume_on_new_placement_equals_one_worker_training_the_days_in_order(days, tmp_path, optimizer, n_old,
+                                                                            n_new, secondaries):
+    d0, d1 = load_dataset(days[0]), load_dataset(days[1])
+    cfg = config(optimizer=optimizer)
+    p0 = random_placement(d0, n_old, secondaries=secondaries, seed=11)
+    p1 = random_placement(d1, n_new, secondaries=secondaries, seed=12)
+    train_day(days[0], p0, cfg, tmp_path / "ckpt", resume=False)
+    tr, summary = train_day(days[1], p1, cfg, tmp_path / "ckpt", resume=True)
+    ref_table, ref_net = reference_days(days[:2], optimizer=optimizer, cfg=cfg)
+    np.testing.assert_allclose(tr.embedding_table(), ref_table, rtol=1e-9, atol=1e-12)
+    for (name, p), q in zip(tr.model.named_parameters(), ref_net.parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-9, atol=1e-12, err_msg=name)
+    # the counts: gmp.partition.incremental.moved_rows' definition, bytes from the row width
+    if n_old == n_new:
+        expect = moved_rows(p0, p1)
+        assert (summary["moved_rows"]["primaries"], summary["moved_rows"]["secondaries"]) == \
+            (expect.primaries, expect.secondaries)
+    m = summary["moved_rows"]
+    assert m["new_ids"] == d1.num_embeddings - d0.num_embeddings == 7
+    row_bytes = tr.row_dim * 8
+    assert summary["bytes"]["values"] == (m["primaries"] + m["secondaries"]) * row_bytes
+    assert summary["bytes"]["optimizer_state"] == (m["primaries"] * row_bytes if optimizer == "adagrad" else 0)
+    assert summary["bytes"]["clocks"] == (m["primaries"] + m["secondaries"]) * 8
+    assert (m["primaries"] > 0) == (n_old > 1 or n_new > 1)
+
+
+def test_the_reference_needs_the_migrated_state(days, tmp_path):
+    """Guard: day 1 trained from a fresh model (no resume) differs from the reference, so the
+    equality above shows that the old rows and optimizer state arrived."""
+    d1 = load_dataset(days[1])
+    cfg = config()
+    tr, _ = train_day(days[1], random_placement(d1, 2, seed=12), cfg, tmp_path / "c", resume=False)
+    ref_table, _ = reference_days(days[:2], optimizer="adagrad", cfg=cfg)
+    assert not np.allclose(tr.embedding_table(), ref_table, rtol=1e-6)
+
+
+def test_a_chain_of_parents_is_followed(days, tmp_path):
+    cfg = config()
+    d0, d2 = load_dataset(days[0]), load_dataset(days[2])
+    train_day(days[0], random_placement(d0, 3, secondaries=0.3, seed=1), cfg, tmp_path / "ckpt", resume=False)
+    tr, summary = train_day(days[2], random_placement(d2, 3, secondaries=0.3, seed=2), cfg, tmp_path / "ckpt",
+                            resume=True)
+    assert summary["generations"] == 2 and summary["moved_rows"]["new_ids"] == d2.num_embeddings - d0.num_embeddings
+    ref_table, _ = reference_days([days[0], days[2]], optimizer="adagrad", cfg=cfg)
+    np.testing.assert_allclose(tr.embedding_table(), ref_table, rtol=1e-9, atol=1e-12)
+
+
+def test_unrelated_data_and_mid_epoch_checkpoints_are_refused(days, tmp_path):
+    cfg = config()
+    d0, d1 = load_dataset(days[0]), load_dataset(days[1])
+    other = load_dataset(make_ctr_dataset(tmp_path / "other", num_samples=100, seed=9))
+    train_day(days[1], random_placement(d1, 2), cfg, tmp_path / "c1", resume=False)
+    # a checkpoint of day 1 cannot continue on day 0 (its parent, not its child) nor on unrelated data
+    for ds in (d0, other):
+        tr = Trainer(TrainData(ds), random_placement(ds, 2), TrainConfig(**{**cfg.__dict__, "batch_size": 12}),
+                     LocalEngine(2))
+        with pytest.raises(TrainingError, match=r"neither .* nor one of its ancestors .* --extend"):
+            resume_training(tr, tmp_path / "c1", dataset=ds, placement_sha="x")
+    # the same dataset on another manifest is still the plain resume's refusal
+    tr = Trainer(TrainData(d1), random_placement(d1, 2, seed=5), TrainConfig(**{**cfg.__dict__, "batch_size": 12}),
+                 LocalEngine(2))
+    with pytest.raises(TrainingError, match="another manifest"):
+        resume_training(tr, tmp_path / "c1", dataset=d1, placement_sha=placement_sha256(tr.placement))
+    # a checkpoint inside an epoch of the old data
+    tr = Trainer(TrainData(d0), random_placement(d0, 2), TrainConfig(**{**cfg.__dict__, "batch_size": 12}),
+                 LocalEngine(2))
+    tr.fit(stop_after_steps=2)
+    save_checkpoint(tr, tmp_path / "c2", dataset_sha256=d0.sha256, placement_sha="p")
+    new = Trainer(TrainData(d1), random_placement(d1, 2), TrainConfig(**{**cfg.__dict__, "batch_size": 12}),
+                  LocalEngine(2))
+    with pytest.raises(TrainingError, match="stopped inside epoch 1 .*finish that epoch"):
+        resume_training(new, tmp_path / "c2", dataset=d1, placement_sha="q")
+    # other settings
+    d2 = load_dataset(days[2])
+    new = Trainer(TrainData(d2), random_placement(d2, 2), TrainConfig(**{**cfg.__dict__, "batch_size": 12,
+                                                                          "embedding_dim": 5}), LocalEngine(2))
+    with pytest.raises(TrainingError, match="embedding_dim=4, this run has embedding_dim=5"):
+        resume_training(new, tmp_path / "c1", dataset=d2, placement_sha="q")
+
+
+def test_train_logs_the_migration_and_a_second_resume_is_plain(days, tmp_path):
+    """``gmp train``'s library call: day 0 on one worker (no manifest), day 1 with --resume from its
+    checkpoint (the table grows by the new ids): one ``migration`` line in the JSON log, the day's
+    epochs after it; resuming day 1's own checkpoint later is the ordinary resume."""
+    cfg = config(optimizer="sgd")
+    log = tmp_path / "log.jsonl"
+    train(days[0], None, cfg, checkpoint_dir=tmp_path / "c", log_json=log)
+    recs = train(days[1], None, TrainConfig(**{**cfg.__dict__, "epochs": 1}), checkpoint_dir=tmp_path / "c",
+                 resume=True, log_json=log)
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    kinds = [x["kind"] for x in lines]
+    assert kinds == ["epoch", "migration", "epoch"] and len(recs) == 1
+    mig = lines[1]
+    assert mig["moved_rows"] == {"primaries": 0, "secondaries": 0, "total": 0, "new_ids": 7}
+    assert mig["bytes"]["total"] == 0 and mig["old_num_embeddings"] == load_dataset(days[0]).num_embeddings
+    assert lines[0]["run"] != mig["run"] == lines[2]["run"]
+    # day 1's checkpoint now resumes normally (nothing left at 1 epoch; 2 epochs trains one more)
+    more = train(days[1], None, TrainConfig(**{**cfg.__dict__, "epochs": 2}), checkpoint_dir=tmp_path / "c",
+                 resume=True, log_json=log)
+    assert len(more) == 1 and more[0]["epoch"] == 2
