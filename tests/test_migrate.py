@@ -237,3 +237,36 @@ def test_train_logs_the_migration_and_a_second_resume_is_plain(days, tmp_path):
     more = train(days[1], None, TrainConfig(**{**cfg.__dict__, "epochs": 2}), checkpoint_dir=tmp_path / "c",
                  resume=True, log_json=log)
     assert len(more) == 1 and more[0]["epoch"] == 2
+
+
+@pytest.mark.distributed
+def test_migration_under_torchrun_equals_the_local_engine_and_the_reference(days, tmp_path):
+    """2 gloo processes: day 0 on one placement, day 1 resumed on another (secondaries, Adagrad):
+    every rank's primaries and the dense model equal the plain-PyTorch reference of the two days in
+    order, and the migration's counts equal the local engine's."""
+    from test_train_distributed import HERE, torchrun
+    from train_data import assert_rank_rows_match, save_placement_npz
+
+    d0, d1 = load_dataset(days[0]), load_dataset(days[1])
+    cfg = config()
+    p0 = random_placement(d0, 2, secondaries=0.4, seed=21)
+    p1 = random_placement(d1, 2, secondaries=0.4, seed=22)
+    save_placement_npz(tmp_path / "p0.npz", p0)
+    save_placement_npz(tmp_path / "p1.npz", p1)
+    cj = json.dumps({**cfg.to_json(), "batch_size": GLOBAL_BATCH // 2, "herald": None, "tiers": None})
+    for day, pl, extra in ((days[0], "p0.npz", []), (days[1], "p1.npz", ["resume"])):
+        res = torchrun(2, [str(HERE / "migrate_worker.py"), str(day), str(tmp_path / pl), str(tmp_path / "ckpt"),
+                           str(tmp_path / "out"), cj, *extra], timeout=300)
+        assert res.returncode == 0, res.stderr[-3000:]
+    ref_table, ref_net = reference_days(days[:2], optimizer="adagrad", cfg=cfg)
+    dense = torch.cat([q.detach().reshape(-1) for q in ref_net.parameters()]).numpy()
+    assert_rank_rows_match(tmp_path / "out", 2, ref_table, d1.num_embeddings, dense=dense)
+    _, local = train_day(days[1], p1, cfg, _local_day0(days[0], p0, cfg, tmp_path / "local"), resume=True)
+    dist = json.loads((tmp_path / "out" / "migration.json").read_text())
+    assert dist["moved_rows"] == local["moved_rows"] and dist["bytes"] == local["bytes"]
+    assert dist["moved_rows"]["primaries"] > 0 and dist["moved_rows"]["secondaries"] > 0
+
+
+def _local_day0(path, placement, cfg, ckpt):
+    train_day(path, placement, cfg, ckpt, resume=False)
+    return ckpt
