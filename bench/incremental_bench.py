@@ -100,7 +100,7 @@ def synth_days(args) -> list[BipartiteGraph]:
 
     pool_dir = Path(args.pool) if args.pool else Path(tempfile.mkdtemp(prefix="gmp-incr-bench-")) / "pool"
     if not (pool_dir / "dataset.json").is_file():
-        cfg = preset_config("criteo-kaggle", num_samples=args.pool_samples, scale=args.scale, seed=args.seed,
+        cfg = preset_config(args.preset, num_samples=args.pool_samples, scale=args.scale, seed=args.seed,
                             num_communities=args.communities)
         synthesize(cfg, pool_dir)
     ds = load_dataset(pool_dir)
@@ -165,6 +165,10 @@ def main(argv=None) -> None:
     ap.add_argument("--pool-samples", type=int, default=1_500_000)
     ap.add_argument("--pool", default=None, help="Pool dataset directory (generated there when missing).")
     ap.add_argument("--scale", type=float, default=0.02)
+    ap.add_argument("--preset", default="criteo-kaggle",
+                    help="Synth preset of the pool (criteo-kaggle: latent entities; criteo-kaggle-independent: "
+                         "community slices, many more ids per day).")
+    ap.add_argument("--sweep", choices=("all", "changed"), default="all", help="Incremental Options.sweep.")
     ap.add_argument("--communities", type=int, default=64)
     ap.add_argument("--drift", type=float, default=0.5)
     ap.add_argument("--spread", type=float, default=0.75)
@@ -183,7 +187,7 @@ def main(argv=None) -> None:
     topo = resolve_topology(args.workers, None, None)
     bs = args.batch_size
     budgets = [float(b) for b in args.budgets.split(",") if b.strip()]
-    opts = Options(batch_size=bs, rounds=args.rounds)
+    opts = Options(batch_size=bs, rounds=args.rounds, sweep=args.sweep)
     hybrid_opts = {"batch_size": bs}
     rng = np.random.default_rng(args.seed)
 

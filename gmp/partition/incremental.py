@@ -305,6 +305,15 @@ def _soft_count(graph: BipartiteGraph, n: int, cap: int, options: Options) -> tu
     return f, np.diff(f)
 
 
+class _State(NamedTuple):
+    """What the placement pass leaves warm for the refinement (over the compact ids)."""
+
+    comp: _Compact
+    prim: np.ndarray  # int32 [U]
+    sec: np.ndarray  # int64 [U]
+    count: np.ndarray  # int32 [U, N]
+
+
 # --------------------------------------------------------------------------- step 1
 def place_new_data(graph: BipartiteGraph, old: Placement, topology: Topology, *, seed: int = 0,
                    options: Options | None = None) -> Placement:
@@ -330,7 +339,12 @@ def place_new_data(graph: BipartiteGraph, old: Placement, topology: Topology, *,
         Over the new graph: every sample placed, old rows unchanged, new ids
         placed where their samples are; ``method = "place-new"``.
     """
-    options = options or Options()
+    return _place(graph, old, topology, seed=seed, options=options or Options())[0]
+
+
+def _place(graph: BipartiteGraph, old: Placement, topology: Topology, *, seed: int,
+           options: Options) -> tuple[Placement, _State]:
+    """:func:`place_new_data` and the state it leaves (reused by :func:`repartition_incremental`)."""
     _check_inputs(graph, old, topology)
     t0 = time.perf_counter()
     n = topology.num_workers
@@ -382,9 +396,10 @@ def place_new_data(graph: BipartiteGraph, old: Placement, topology: Topology, *,
     }
     log.info("place-new: %d samples placed, %d new ids used (%d new in all), %.2f s", num_samples,
              new_rows.size, m - m_old, info["seconds"])
-    return Placement(num_workers=n, sample_worker=sample_worker, embedding_primary=primary,
-                     secondary_indptr=indptr, secondary_workers=np.array(old.secondary_workers, dtype=np.int32),
-                     method="place-new", options=asdict(options), seed=seed, info=info)
+    placed = Placement(num_workers=n, sample_worker=sample_worker, embedding_primary=primary,
+                       secondary_indptr=indptr, secondary_workers=np.array(old.secondary_workers, dtype=np.int32),
+                       method="place-new", options=asdict(options), seed=seed, info=info)
+    return placed, _State(comp, prim, sec, count)
 
 
 # --------------------------------------------------------------------------- step 2
@@ -417,26 +432,33 @@ def repartition_incremental(graph: BipartiteGraph, old: Placement, topology: Top
     budget = int(max_moved_rows)
     _check_inputs(graph, old, topology)
     t0 = time.perf_counter()
-    if start is None:
-        start = place_new_data(graph, old, topology, seed=seed, options=options)
+    state = None
+    if start is None:  # the pass's compact ids, counts and masks stay warm for the sweeps
+        start, state = _place(graph, old, topology, seed=seed, options=options)
     t_place = float(start.info.get("seconds", 0.0)) if start.info else 0.0
     t1 = time.perf_counter()
     n = topology.num_workers
     m_old, m = old.num_embeddings, graph.num_embeddings
-    comp = _compact(graph)
+    comp = state.comp if state is not None else _compact(graph)
     used = comp.used_ids
     num_used = used.size
     is_old = used < m_old
-    prim = np.array(np.asarray(start.embedding_primary)[used], dtype=np.int32)
-    sec = _secondary_masks(start, used)
+    if state is not None:
+        prim, sec = state.prim, state.sec
+    else:
+        prim = np.array(np.asarray(start.embedding_primary)[used], dtype=np.int32)
+        sec = _secondary_masks(start, used)
     old_prim = np.full(num_used, -1, dtype=np.int32)
     old_prim[is_old] = np.asarray(old.embedding_primary)[used[is_old]]
     old_sec = np.zeros(num_used, dtype=np.int64)
     old_sec[is_old] = _secondary_masks(old, used[is_old])
     sw = np.array(start.sample_worker, dtype=np.int32)
     indptr = np.asarray(graph.sample_indptr)
-    count = np.zeros((num_used, n), dtype=np.int32)
-    K.count_samples(indptr, comp.cindices, sw, count)
+    if state is not None:
+        count = state.count
+    else:
+        count = np.zeros((num_used, n), dtype=np.int32)
+        K.count_samples(indptr, comp.cindices, sw, count)
     cost = np.ascontiguousarray(topology.cost, dtype=np.float64)
 
     num_samples = graph.num_samples
@@ -549,9 +571,9 @@ def _secondary_pool(prim, sec, count, f, cost, sec_load, sec_cap, old_prim, old_
         limit = min(fresh.size, spare + int(np.count_nonzero(was)) + max(slots, 0))
         if limit <= 0:
             continue
-        top = fresh[np.argsort(-score[fresh], kind="stable")[:limit]]
+        top = fresh[_smallest(-score[fresh], limit)]
         inc = np.flatnonzero(has)
-        inc = inc[np.argsort(score[inc], kind="stable")]
+        inc = inc[_smallest(score[inc], limit)]
         evict = np.concatenate([np.full(max(slots, 0), -1, dtype=np.int64), inc.astype(np.int64)])[:limit]
         evict_score = np.where(evict >= 0, score[np.maximum(evict, 0)], 0.0)
         k = min(top.size, evict.size)
@@ -562,3 +584,13 @@ def _secondary_pool(prim, sec, count, f, cost, sec_load, sec_cap, old_prim, old_
         out.append((np.ones(top.size, dtype=np.int8), top.astype(np.int64), np.full(top.size, w, dtype=np.int32),
                     evict, g, est.astype(np.int64)))
     return out
+
+
+def _smallest(values: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the ``k`` smallest ``values``, ascending, ties by position (a stable argsort's first
+    ``k``) without sorting them all: the k-th value bounds a partition, the rest is sorted."""
+    if k >= values.size:
+        return np.argsort(values, kind="stable")
+    kth = np.partition(values, k - 1)[k - 1] if k > 0 else -np.inf
+    cand = np.flatnonzero(values <= kth)
+    return cand[np.argsort(values[cand], kind="stable")][:k]
