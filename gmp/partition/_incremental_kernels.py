@@ -404,3 +404,35 @@ def new_secondaries(new_indptr, new_workers, old_prim, old_indptr, old_workers, 
             if not held:
                 num += 1
     return num
+
+
+@numba.njit(cache=True, nogil=True)
+def toward_gains(prim, sec, count, f, cost, goal, out_target, out_gain):  # pragma: no cover - compiled
+    """For every row x whose ``goal[x]`` (>= 0) differs from its primary p: the gain of moving it there,
+
+        gain = R(x, p) - R(x, q)        q = goal[x]                                  (Eq. 3)
+
+    with R as in :func:`primary_candidates` (a secondary on q is dropped by the move).
+    ``out_target[x] = q`` when the gain is > 1e-9 (else -1), ``out_gain[x]`` the gain."""
+    n = count.shape[1]
+    fw = np.empty(n)
+    for x in range(prim.size):
+        out_target[x] = -1
+        out_gain[x] = 0.0
+        p = prim[x]
+        q = goal[x]
+        if q < 0 or q == p:
+            continue
+        mask = sec[x]
+        for w in range(n):
+            fw[w] = 0.0 if (mask >> w) & 1 != 0 else f[count[x, w]]
+        here = 0.0
+        there = 0.0
+        for w in range(n):
+            if w != p:
+                here += fw[w] * cost[p, w]
+            if w != q:
+                there += fw[w] * cost[q, w]
+        if here - there > 1e-9:
+            out_target[x] = q
+            out_gain[x] = here - there

@@ -545,6 +545,78 @@ def repartition_incremental(graph: BipartiteGraph, old: Placement, topology: Top
     return result
 
 
+def repartition_toward(graph: BipartiteGraph, old: Placement, goal: Placement, topology: Topology, *,
+                       max_moved_rows: int, sweeps: int = 3, options: Options | None = None) -> Placement:
+    """The ``max_moved_rows`` row moves of ``old`` toward ``goal`` with the best gain, samples following.
+
+    ``goal`` is a placement of the new data (e.g. a full re-partition, its workers renamed by
+    :func:`match_workers`). Its samples are taken as they are and its primaries for the new ids
+    (free); every old row whose primary differs from ``goal``'s is a candidate with gain
+    ``Eq.3(x where it is) - Eq.3(x on goal's worker)`` under the goal's samples (a row's gain
+    shows once the samples that read it have followed: what single-row moves from the
+    old samples cannot see). Moves are applied by gain while the budget lasts (exact costs,
+    the primary cap as in :func:`repartition_incremental`); the old secondaries stay; then
+    ``sweeps`` sample sweeps fit the samples to the rows. Costs the goal's computation on top:
+    a reference for what a budget can reach (docs/incremental.md), not a fast path.
+    """
+    options = options or Options()
+    _check_inputs(graph, old, topology)
+    if goal.num_embeddings != graph.num_embeddings or goal.num_samples != graph.num_samples:
+        raise PartitionError("repartition_toward: the goal placement is not a placement of this graph.")
+    budget = int(max_moved_rows)
+    n, m_old, m = topology.num_workers, old.num_embeddings, graph.num_embeddings
+    comp = _compact(graph)
+    used = comp.used_ids
+    is_old = used < m_old
+    gprim = np.asarray(goal.embedding_primary)[used].astype(np.int32)
+    prim = gprim.copy()
+    old_prim = np.full(used.size, -1, dtype=np.int32)
+    old_prim[is_old] = np.asarray(old.embedding_primary)[used[is_old]]
+    prim[is_old] = old_prim[is_old]
+    old_sec = np.zeros(used.size, dtype=np.int64)
+    old_sec[is_old] = _secondary_masks(old, used[is_old])
+    sec = old_sec.copy()
+    sw = np.array(goal.sample_worker, dtype=np.int32)
+    indptr = np.asarray(graph.sample_indptr)
+    count = np.zeros((used.size, n), dtype=np.int32)
+    K.count_samples(indptr, comp.cindices, sw, count)
+    cost = np.ascontiguousarray(topology.cost, dtype=np.float64)
+    cap = max(sample_cap(graph.num_samples, n, options.max_imbalance), int(np.bincount(sw, minlength=n).max()))
+    pcap = sample_cap(used.size, n, options.max_imbalance)
+    f, df = _soft_count(graph, n, cap, options)
+    target = np.empty(used.size, dtype=np.int32)
+    gain = np.empty(used.size, dtype=np.float64)
+    K.toward_gains(prim, sec, count, f, cost, gprim, target, gain)
+    kind, row, tgt, evict, g, est = _primary_pool(target, gain, prim, old_prim, is_old)
+    order = np.lexsort((-g, est > 0)).astype(np.int64)
+    pload = np.bincount(prim, minlength=n).astype(np.int64)
+    sec_load = np.zeros(n, dtype=np.int64)
+    spent, touched = K.apply_moves(order, kind, row, tgt, evict, prim, sec, pload, np.int64(max(pcap, pload.max())),
+                                   sec_load, sec_load.copy(), old_prim, old_sec, is_old, np.int64(budget), np.int64(0))
+    marg = np.empty((used.size, n), dtype=np.float64)
+    K.fill_marginals(prim, sec, count, df, cost, marg)
+    load = np.bincount(sw, minlength=n).astype(np.int64)
+    alpha = float(options.alpha if options.alpha is not None else default_weights(n, graph.num_samples, used.size)[0])
+    active = np.ones(graph.num_samples, dtype=np.bool_)
+    for _ in range(sweeps):
+        if K.sweep_samples(indptr, comp.cindices, active, sw, prim, sec, count, marg, df, cost, load, np.int64(cap),
+                           alpha) == 0:
+            break
+    primary = np.array(goal.embedding_primary, dtype=np.int32)
+    primary[:m_old] = old.embedding_primary
+    primary[used] = prim
+    s_indptr, s_workers = K.csr_from_masks(np.asarray(old.secondary_indptr), np.asarray(old.secondary_workers),
+                                           np.int64(m_old), comp.local, sec, np.int64(m), np.int64(n))
+    result = Placement(num_workers=n, sample_worker=sw, embedding_primary=primary, secondary_indptr=s_indptr,
+                       secondary_workers=s_workers, method="incremental-toward", options=asdict(options),
+                       info={"max_moved_rows": budget, "candidates": int(order.size)})
+    moved = moved_rows(old, result)
+    if moved.total > budget:
+        raise PartitionError(f"repartition_toward: moved {moved.total} rows, above the budget {budget} (a gmp bug).")
+    result.info["moved_rows"] = {"primaries": moved.primaries, "secondaries": moved.secondaries, "total": moved.total}
+    return result
+
+
 def _primary_pool(target, gain, prim, old_prim, is_old):
     """Primary-move candidates as (kind, row, target, evict, gain, estimated rows)."""
     rows = np.flatnonzero(target >= 0)
