@@ -84,7 +84,7 @@ import logging
 import math
 import re
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -546,18 +546,20 @@ def repartition_incremental(graph: BipartiteGraph, old: Placement, topology: Top
 
 
 def repartition_toward(graph: BipartiteGraph, old: Placement, goal: Placement, topology: Topology, *,
-                       max_moved_rows: int, sweeps: int = 3, options: Options | None = None) -> Placement:
-    """The ``max_moved_rows`` row moves of ``old`` toward ``goal`` with the best gain, samples following.
+                       max_moved_rows: int, seed: int = 0, options: Options | None = None) -> Placement:
+    """The ``max_moved_rows`` row moves of ``old`` toward ``goal`` with the best gain; samples re-placed.
 
     ``goal`` is a placement of the new data (e.g. a full re-partition, its workers renamed by
-    :func:`match_workers`). Its samples are taken as they are and its primaries for the new ids
-    (free); every old row whose primary differs from ``goal``'s is a candidate with gain
-    ``Eq.3(x where it is) - Eq.3(x on goal's worker)`` under the goal's samples (a row's gain
-    shows once the samples that read it have followed: what single-row moves from the
-    old samples cannot see). Moves are applied by gain while the budget lasts (exact costs,
-    the primary cap as in :func:`repartition_incremental`); the old secondaries stay; then
-    ``sweeps`` sample sweeps fit the samples to the rows. Costs the goal's computation on top:
-    a reference for what a budget can reach (docs/incremental.md), not a fast path.
+    :func:`match_workers`). Every old row whose primary differs from ``goal``'s is a candidate
+    with gain ``Eq.3(x where it is) - Eq.3(x on goal's worker)`` counted over the *goal's*
+    samples (a row's gain shows once the samples that read it have followed: what single-row
+    moves from the old samples cannot see); new ids take ``goal``'s primaries (free). Moves are
+    applied by gain while the budget lasts (exact costs, the primary cap as in
+    :func:`repartition_incremental`); the old secondaries stay. Then the samples are placed
+    to the resulting rows twice, keeping the lower Eq. 3 (soft count): afresh
+    (:func:`repartition_incremental` with a budget of 0: the streaming pass and one sweep), and
+    from the goal's samples with up to three sweeps. Costs the goal's computation on top: a
+    reference for what a budget can reach (docs/incremental.md), not a fast path.
     """
     options = options or Options()
     _check_inputs(graph, old, topology)
@@ -576,45 +578,71 @@ def repartition_toward(graph: BipartiteGraph, old: Placement, goal: Placement, t
     old_sec = np.zeros(used.size, dtype=np.int64)
     old_sec[is_old] = _secondary_masks(old, used[is_old])
     sec = old_sec.copy()
-    sw = np.array(goal.sample_worker, dtype=np.int32)
-    indptr = np.asarray(graph.sample_indptr)
     count = np.zeros((used.size, n), dtype=np.int32)
-    K.count_samples(indptr, comp.cindices, sw, count)
+    K.count_samples(np.asarray(graph.sample_indptr), comp.cindices, np.asarray(goal.sample_worker, dtype=np.int32),
+                    count)
     cost = np.ascontiguousarray(topology.cost, dtype=np.float64)
-    cap = max(sample_cap(graph.num_samples, n, options.max_imbalance), int(np.bincount(sw, minlength=n).max()))
-    pcap = sample_cap(used.size, n, options.max_imbalance)
-    f, df = _soft_count(graph, n, cap, options)
+    gload = int(np.bincount(np.asarray(goal.sample_worker), minlength=n).max())
+    f, _ = _soft_count(graph, n, max(sample_cap(graph.num_samples, n, options.max_imbalance), gload), options)
     target = np.empty(used.size, dtype=np.int32)
     gain = np.empty(used.size, dtype=np.float64)
     K.toward_gains(prim, sec, count, f, cost, gprim, target, gain)
     kind, row, tgt, evict, g, est = _primary_pool(target, gain, prim, old_prim, is_old)
     order = np.lexsort((-g, est > 0)).astype(np.int64)
     pload = np.bincount(prim, minlength=n).astype(np.int64)
+    pcap = max(sample_cap(used.size, n, options.max_imbalance), int(pload.max()))
     sec_load = np.zeros(n, dtype=np.int64)
-    spent, touched = K.apply_moves(order, kind, row, tgt, evict, prim, sec, pload, np.int64(max(pcap, pload.max())),
-                                   sec_load, sec_load.copy(), old_prim, old_sec, is_old, np.int64(budget), np.int64(0))
-    marg = np.empty((used.size, n), dtype=np.float64)
-    K.fill_marginals(prim, sec, count, df, cost, marg)
-    load = np.bincount(sw, minlength=n).astype(np.int64)
-    alpha = float(options.alpha if options.alpha is not None else default_weights(n, graph.num_samples, used.size)[0])
-    active = np.ones(graph.num_samples, dtype=np.bool_)
-    for _ in range(sweeps):
-        if K.sweep_samples(indptr, comp.cindices, active, sw, prim, sec, count, marg, df, cost, load, np.int64(cap),
-                           alpha) == 0:
-            break
+    K.apply_moves(order, kind, row, tgt, evict, prim, sec, pload, np.int64(pcap), sec_load, sec_load.copy(), old_prim,
+                  old_sec, is_old, np.int64(budget), np.int64(0))
     primary = np.array(goal.embedding_primary, dtype=np.int32)
     primary[:m_old] = old.embedding_primary
     primary[used] = prim
     s_indptr, s_workers = K.csr_from_masks(np.asarray(old.secondary_indptr), np.asarray(old.secondary_workers),
                                            np.int64(m_old), comp.local, sec, np.int64(m), np.int64(n))
-    result = Placement(num_workers=n, sample_worker=sw, embedding_primary=primary, secondary_indptr=s_indptr,
-                       secondary_workers=s_workers, method="incremental-toward", options=asdict(options),
-                       info={"max_moved_rows": budget, "candidates": int(order.size)})
+    rows = Placement(num_workers=n, sample_worker=np.zeros(graph.num_samples, dtype=np.int32),
+                     embedding_primary=primary, secondary_indptr=s_indptr, secondary_workers=s_workers)
+    # two ways to fit the samples to these rows; the one with the lower Eq. 3 (soft count) is kept
+    replaced = repartition_incremental(graph, rows, topology, max_moved_rows=0, seed=seed,
+                                       options=replace(options, rounds=1, replication_budget=0.0)).sample_worker
+    swept = np.array(goal.sample_worker, dtype=np.int32)
+    _sweep_from(graph, comp, swept, prim, sec, count, cost, options, sweeps=3)
+    costs = [_eq3(graph, comp, sw, prim, sec, cost, f) for sw in (replaced, swept)]
+    sample_worker = replaced if costs[0] <= costs[1] else swept
+    result = Placement(num_workers=n, sample_worker=sample_worker, embedding_primary=primary,
+                       secondary_indptr=s_indptr, secondary_workers=s_workers, method="incremental-toward",
+                       options=asdict(options), seed=seed, info={"max_moved_rows": budget, "candidates": int(order.size)})
     moved = moved_rows(old, result)
     if moved.total > budget:
         raise PartitionError(f"repartition_toward: moved {moved.total} rows, above the budget {budget} (a gmp bug).")
     result.info["moved_rows"] = {"primaries": moved.primaries, "secondaries": moved.secondaries, "total": moved.total}
     return result
+
+
+def _sweep_from(graph, comp, sw, prim, sec, count, cost, options, *, sweeps):
+    """Up to ``sweeps`` sample sweeps of ``sw`` (in place; ``count`` are its counts) against fixed rows."""
+    n = cost.shape[0]
+    load = np.bincount(sw, minlength=n).astype(np.int64)
+    cap = max(sample_cap(graph.num_samples, n, options.max_imbalance), int(load.max()))
+    _, df = _soft_count(graph, n, cap, options)
+    marg = np.empty(count.shape, dtype=np.float64)
+    K.fill_marginals(prim, sec, count, df, cost, marg)
+    alpha = float(options.alpha if options.alpha is not None else
+                  default_weights(n, graph.num_samples, prim.size)[0])
+    active = np.ones(graph.num_samples, dtype=np.bool_)
+    for _ in range(sweeps):
+        if K.sweep_samples(np.asarray(graph.sample_indptr), comp.cindices, active, sw, prim, sec, count, marg, df,
+                           cost, load, np.int64(cap), alpha) == 0:
+            break
+
+
+def _eq3(graph, comp, sw, prim, sec, cost, f) -> float:
+    """HET-GMP's Eq. 3 (soft count) of samples ``sw`` on rows ``prim``/``sec`` (compact ids)."""
+    n = cost.shape[0]
+    count = np.zeros((prim.size, n), dtype=np.int32)
+    K.count_samples(np.asarray(graph.sample_indptr), comp.cindices, np.asarray(sw, dtype=np.int32), count)
+    local = ((sec[:, None] >> np.arange(n, dtype=np.int64)[None, :]) & 1).astype(bool)
+    local[np.arange(prim.size), prim] = True
+    return float(np.sum(np.where(local, 0.0, f[np.minimum(count, f.size - 1)] * cost[prim])))
 
 
 def _primary_pool(target, gain, prim, old_prim, is_old):
