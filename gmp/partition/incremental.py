@@ -54,15 +54,23 @@ Starts from :func:`place_new_data`'s placement and runs ``rounds`` rounds of:
    moves that cost no row (a new id, moving a row back to its old primary, a
    secondary the old placement already held there) go first, then the rest
    by gain. A move is applied only if its exact cost (recomputed when it is
-   applied) still fits the budget. The budget is released over the rounds
-   (round r may have spent ``budget * r / rounds`` in all), so later rounds,
-   whose samples have followed the earlier moves, get a share.
+   applied) still fits the budget. Every round may spend what is left of the
+   budget (releasing it over the rounds, ``budget * r / rounds`` by round r, was
+   measured: 1.250 -> 1.239 of the full re-partition's reads on the independent
+   drift with 3 rounds, for 1.7x the time).
 2. *Sample sweep*: samples move to their best worker (free: samples are
    data, not state). Round 1 sweeps every sample (which also refines the
    one-pass placement; ``sweep="changed"`` skips that); later rounds sweep
    only the samples that read a row changed in that round (the others'
    costs barely changed), which keeps a round well below the cost of a
    full sweep.
+
+:func:`repartition_toward` — the budget's best moves toward a goal placement
+----------------------------------------------------------------------------
+A reference, not a fast path: given a goal (a full re-partition of the new data), it
+moves the ``max_moved_rows`` old rows whose move to the goal's worker gains most under the
+goal's samples, and fits the samples to the result (docs/incremental.md: what a budget can
+reach on MovieLens).
 
 **Moved rows** (:func:`moved_rows`) are counted against the *old* placement:
 an old row whose primary changed counts 1 (its value and optimizer state
