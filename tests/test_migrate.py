@@ -230,7 +230,7 @@ def test_train_logs_the_migration_and_a_second_resume_is_plain(days, tmp_path):
     kinds = [x["kind"] for x in lines]
     assert kinds == ["epoch", "migration", "epoch"] and len(recs) == 1
     mig = lines[1]
-    assert mig["moved_rows"] == {"primaries": 0, "secondaries": 0, "total": 0, "new_ids": 7}
+    assert mig["moved_rows"] == {"primaries": 0, "secondaries": 0, "total": 0, "new_ids": 7, "refreshed_secondaries": 0}
     assert mig["bytes"]["total"] == 0 and mig["old_num_embeddings"] == load_dataset(days[0]).num_embeddings
     assert lines[0]["run"] != mig["run"] == lines[2]["run"]
     # day 1's checkpoint now resumes normally (nothing left at 1 epoch; 2 epochs trains one more)
@@ -296,3 +296,19 @@ def test_day_to_day_through_the_cli(tmp_path):
     planned = json.loads((Path(p1) / "report.json").read_text())["incremental"]["moved_rows"]
     assert 0 < mig["moved_rows"]["total"] == planned["total"]
     assert mig["moved_rows"]["new_ids"] == load_dataset(d1).num_embeddings - load_dataset(d0).num_embeddings > 0
+
+
+@pytest.mark.parametrize("options", [dict(on_demand=True, cache_rows=6, read_only_replicas=False, lookahead=0),
+                                     dict(on_demand=False, cache_rows=4, read_only_replicas=True, lookahead=1)])
+def test_herald_schedule_resumes_exactly_too(days, tmp_path, options):
+    """Herald's schedule at s = 0 takes naive's global batches: the migrated run (its caches dropped,
+    its schedule started afresh) still equals the two-day reference."""
+    from train_data import make_config
+
+    d0, d1 = load_dataset(days[0]), load_dataset(days[1])
+    cfg = make_config(model="wdl", embedding_dim=4, optimizer="adagrad", lr=0.1, batch_size=GLOBAL_BATCH, epochs=1,
+                      schedule="herald", dtype="float64", hidden=(8,), seed=3, schedule_options=options)
+    train_day(days[0], random_placement(d0, 3, secondaries=0.4, seed=31), cfg, tmp_path / "ck", resume=False)
+    tr, _ = train_day(days[1], random_placement(d1, 3, secondaries=0.4, seed=32), cfg, tmp_path / "ck", resume=True)
+    ref_table, _ = reference_days(days[:2], optimizer="adagrad", cfg=config())
+    np.testing.assert_allclose(tr.embedding_table(), ref_table, rtol=1e-9, atol=1e-12)

@@ -18,7 +18,10 @@ epoch) with the dense model, its optimizer and the RNG states of the checkpoint,
   otherwise the new primary sends value and clock (a second all-to-all);
 * **new ids** (at or above the ancestor's ``num_embeddings``): initialised exactly as a fresh
   run initialises them (:func:`gmp.train.slots.initial_rows`, a function of seed and id);
-* cached copies of ``--schedule herald`` are dropped; the schedule's state starts afresh.
+* ``--schedule herald``: its runtime scheduler takes every copy as fresh at the start, so every
+  secondary of an old id is refreshed from the new primary with its Adagrad state
+  (``refreshed_secondaries`` counts those the worker held already); cached copies are dropped
+  and the schedule's state starts afresh.
 
 The moved rows are :func:`gmp.partition.incremental.moved_rows`' count (an old row whose
 primary changed, a secondary on a worker that held no copy of it); the bytes sent are counted
@@ -226,7 +229,7 @@ def migrate_rows(trainer, ckpt: Path, old_workers: int, old_n: int) -> dict[str,
             for lw in local]
     old_primary, held_keys = _who_held(trainer, olds, old_workers, old_n)
     new_primary = np.asarray(trainer.primary, dtype=np.int64)
-    moved = {"primaries": 0, "secondaries": 0, "new_ids": int(trainer.data.num_embeddings - old_n)}
+    moved = {"primaries": 0, "secondaries": 0, "refreshed": 0, "new_ids": int(trainer.data.num_embeddings - old_n)}
     sent = {"values": 0, "optimizer_state": 0, "clocks": 0}
 
     # 1. primaries: old primary -> new primary (sender: the process reading the old file, by id order)
@@ -273,8 +276,13 @@ def migrate_rows(trainer, ckpt: Path, old_workers: int, old_n: int) -> dict[str,
     sec_w = np.asarray(trainer.placement.secondary_workers, dtype=np.int64)
     old = sec_x < old_n
     sec_x, sec_w = sec_x[old], sec_w[old]
-    kept = _held(held_keys, sec_x, sec_w, old_workers)
-    fill_x, fill_w = sec_x[~kept], sec_w[~kept]
+    held = _held(held_keys, sec_x, sec_w, old_workers)
+    # Herald's runtime scheduler takes every copy as fresh at the start (it tracks staleness by its
+    # own events, not by clocks): there every copy is refreshed, with the primary's Adagrad state
+    herald = trainer.config.herald_options() is not None
+    kept = held & (not herald)
+    fill_x, fill_w, fill_new = sec_x[~kept], sec_w[~kept], ~held[~kept]
+    ship_state = herald and adagrad
     for li, w in enumerate(local):
         store, st = trainer.stores[li], states[li]
         mine = [o for o in olds[li] if o.worker == w]
@@ -297,24 +305,33 @@ def migrate_rows(trainer, ckpt: Path, old_workers: int, old_n: int) -> dict[str,
         cuts = np.searchsorted(to[order], np.arange(n + 1))
         slots = store.lookup(xs[order])
         vals, clk = st["table"][torch.as_tensor(slots)].numpy(), st["clock"][slots]
+        if ship_state:
+            vals = np.concatenate([vals, st["opt_state"][torch.as_tensor(slots)].numpy()], axis=1)
         val_sends.append([vals[cuts[k]:cuts[k + 1]] for k in range(n)])
         clk_sends.append([clk[cuts[k]:cuts[k + 1]] for k in range(n)])
     got_vals, got_clk = _exchange(trainer, val_sends, dtype), _exchange(trainer, clk_sends, torch.int64)
     for li, w in enumerate(local):
         store, st = trainer.stores[li], states[li]
         for src in range(n):
-            exp = fill_x[(fill_w == w) & (new_primary[fill_x] == src)]
+            sel = (fill_w == w) & (new_primary[fill_x] == src)
+            exp = fill_x[sel]
             slots = store.lookup(exp)
-            st["table"][torch.as_tensor(slots)] = got_vals[li][src].to(st["table"].dtype)
+            st["table"][torch.as_tensor(slots)] = got_vals[li][src][:, :d].to(st["table"].dtype)
             st["clock"][slots] = got_clk[li][src].numpy()
-            moved["secondaries"] += int(exp.size)
+            if ship_state:
+                st["local_state"][torch.as_tensor(slots - store.num_primary)] = \
+                    got_vals[li][src][:, d:].to(st["local_state"].dtype)
+            moved["secondaries"] += int(np.count_nonzero(fill_new[sel]))
+            moved["refreshed"] += int(np.count_nonzero(~fill_new[sel]))
             sent["values"] += int(exp.size) * d * item
+            sent["optimizer_state"] += int(exp.size) * d * item if ship_state else 0
             sent["clocks"] += int(exp.size) * 8
         store.load_state_dict(st)
-    totals = eng.sum_across(np.array([moved["primaries"], moved["secondaries"], sent["values"],
+    totals = eng.sum_across(np.array([moved["primaries"], moved["secondaries"], moved["refreshed"], sent["values"],
                                       sent["optimizer_state"], sent["clocks"]], dtype=np.float64))
-    p, s, v, o, c = (int(round(t)) for t in totals)
-    return {"moved_rows": {"primaries": p, "secondaries": s, "total": p + s, "new_ids": moved["new_ids"]},
+    p, s, r, v, o, c = (int(round(t)) for t in totals)
+    return {"moved_rows": {"primaries": p, "secondaries": s, "total": p + s, "new_ids": moved["new_ids"],
+                           "refreshed_secondaries": r},
             "bytes": {"values": v, "optimizer_state": o, "clocks": c, "total": v + o + c},
             "old_num_embeddings": int(old_n), "num_embeddings": int(trainer.data.num_embeddings),
             "old_workers": int(old_workers)}
