@@ -65,7 +65,7 @@ from gmp.graph import BipartiteGraph  # noqa: E402
 from gmp.metrics import batch_remote_reads  # noqa: E402
 from gmp.partition import run_partitioner  # noqa: E402
 from gmp.partition.incremental import (Options, match_workers, moved_rows, place_new_data,  # noqa: E402
-                                       repartition_incremental)
+                                       repartition_incremental, repartition_toward)
 from gmp.partition.random import balanced_random_assignment  # noqa: E402
 from gmp.placement import Placement  # noqa: E402
 from gmp.topology import resolve_topology  # noqa: E402
@@ -100,7 +100,7 @@ def synth_days(args) -> list[BipartiteGraph]:
 
     pool_dir = Path(args.pool) if args.pool else Path(tempfile.mkdtemp(prefix="gmp-incr-bench-")) / "pool"
     if not (pool_dir / "dataset.json").is_file():
-        cfg = preset_config("criteo-kaggle", num_samples=args.pool_samples, scale=args.scale, seed=args.seed,
+        cfg = preset_config(args.preset, num_samples=args.pool_samples, scale=args.scale, seed=args.seed,
                             num_communities=args.communities)
         synthesize(cfg, pool_dir)
     ds = load_dataset(pool_dir)
@@ -165,6 +165,10 @@ def main(argv=None) -> None:
     ap.add_argument("--pool-samples", type=int, default=1_500_000)
     ap.add_argument("--pool", default=None, help="Pool dataset directory (generated there when missing).")
     ap.add_argument("--scale", type=float, default=0.02)
+    ap.add_argument("--preset", default="criteo-kaggle",
+                    help="Synth preset of the pool (criteo-kaggle: latent entities; criteo-kaggle-independent: "
+                         "community slices, many more ids per day).")
+    ap.add_argument("--sweep", choices=("all", "changed"), default="all", help="Incremental Options.sweep.")
     ap.add_argument("--communities", type=int, default=64)
     ap.add_argument("--drift", type=float, default=0.5)
     ap.add_argument("--spread", type=float, default=0.75)
@@ -175,6 +179,9 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-full-gs", dest="full_gs", action="store_false",
                     help="Leave out the hybrid re-partition with the greedy-stream start.")
+    ap.add_argument("--toward", default="",
+                    help="Budgets (percent) of 'toward-P%%': the best row moves toward the day's full "
+                         "re-partition (repartition_toward; its CPU s exclude the full re-partition it needs).")
     ap.add_argument("--ml-raw", default=None)
     ap.add_argument("--ml-dataset", default=None)
     args = ap.parse_args(argv)
@@ -183,14 +190,20 @@ def main(argv=None) -> None:
     topo = resolve_topology(args.workers, None, None)
     bs = args.batch_size
     budgets = [float(b) for b in args.budgets.split(",") if b.strip()]
-    opts = Options(batch_size=bs, rounds=args.rounds)
+    opts = Options(batch_size=bs, rounds=args.rounds, sweep=args.sweep)
     hybrid_opts = {"batch_size": bs}
     rng = np.random.default_rng(args.seed)
 
     t = time.process_time()
     day0 = run_partitioner("hybrid", graphs[0], topo, seed=args.seed, options=hybrid_opts)
     t0 = time.process_time() - t
+    # compile (or load from numba's cache) every kernel before timing
+    goal = match_workers(day0, run_partitioner("hybrid", graphs[1], topo, options=hybrid_opts))
+    repartition_toward(graphs[1], day0, goal, topo, max_moved_rows=1, options=opts)
+    repartition_incremental(graphs[1], day0, topo, max_moved_rows=1, options=opts)
+    towards = [float(b) for b in args.toward.split(",") if b.strip()]
     names = ["kept", "placed"] + [f"incr-{b:g}%" for b in budgets] + ["full"] + (["full-gs"] if args.full_gs else [])
+    names += [f"toward-{b:g}%" for b in towards]
     prev = {name: day0 for name in names}
     rows_out = []
     print(f"# {' '.join(sys.argv)}")
@@ -211,7 +224,12 @@ def main(argv=None) -> None:
             elif name == "placed":
                 p = place_new_data(g, old, topo, seed=args.seed, options=opts)
             elif name == "full":
-                p = run_partitioner("hybrid", g, topo, seed=args.seed + d, options=hybrid_opts)
+                p = full_raw = run_partitioner("hybrid", g, topo, seed=args.seed + d, options=hybrid_opts)
+            elif name.startswith("toward"):
+                goal = match_workers(old, full_raw)
+                t = time.process_time()
+                budget = int(float(name[7:-1]) / 100.0 * used)
+                p = repartition_toward(g, old, goal, topo, max_moved_rows=budget, options=opts)
             elif name == "full-gs":
                 p = run_partitioner("hybrid", g, topo, seed=args.seed + d, options={**hybrid_opts, "init": "greedy-stream"})
             else:

@@ -66,6 +66,14 @@ def synth(
                                       help="Samples generated per chunk (bounds memory; does not change "
                                            "the data)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out directory."),
+    continue_from: Optional[Path] = typer.Option(
+        None, "--continue", metavar="PREVIOUS",
+        help="Make the next day of this synthetic dataset: its ids stay, new values get new ids after them, "
+             "community popularity drifts (gmp.datasets.synth_continue). Uses --samples, --seed (0: PREVIOUS's), "
+             "--test-fraction, --growth and --drift; the other knobs come from PREVIOUS."),
+    growth: float = typer.Option(0.02, "--growth", help="With --continue: share of new values per field per day."),
+    drift: float = typer.Option(0.5, "--drift", help="With --continue: standard deviation of the daily random-walk "
+                                                      "step of each community's log-weight."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary instead of one line for people."),
 ) -> None:
     """Generate CTR-like data: latent entities (users, items, contexts) whose attributes the fields
@@ -82,6 +90,21 @@ def synth(
     from gmp.errors import DatasetError
 
     check_output_dir(out, kind="gmp.dataset", overwrite=overwrite)
+    if continue_from is not None:  # the next day (issue 18): ids of PREVIOUS stay, new ones are appended
+        from gmp.datasets.synth_continue import continue_synth
+
+        meta = continue_synth(continue_from, out, num_samples=samples, growth=growth, drift=drift,
+                              seed=seed if seed else None, test_fraction=test_fraction, overwrite=overwrite)
+        day = meta["synth_continue"]
+        summary = {"out": str(out), "day": day["day"], "num_samples": meta["num_samples"],
+                   "num_embeddings": meta["num_embeddings"], "num_new_ids": day["num_new_ids"],
+                   "parent": meta["parent"]["sha256"], "sha256": meta["sha256"]}
+        if as_json:
+            echo_json(summary)
+        else:
+            typer.echo(f"generated day {day['day']} after {continue_from}: {meta['num_samples']:,} samples, "
+                       f"{day['num_new_ids']:,} new ids ({meta['num_embeddings']:,} in all) -> {out}")
+        return
     if not math.isfinite(scale):
         raise DatasetError(f"--scale must be a finite number > 0, got {scale}.")
 

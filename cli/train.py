@@ -99,7 +99,9 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, "--seed"),
         checkpoint_dir: Optional[Path] = typer.Option(None, "--checkpoint-dir",
                                                       help="Save a checkpoint here after every epoch."),
-        resume: bool = typer.Option(False, "--resume", help="Continue from --checkpoint-dir exactly where it stopped."),
+        resume: bool = typer.Option(False, "--resume",
+                                    help="Continue from --checkpoint-dir exactly where it stopped (or, for the next "
+                                         "day's --dataset made with --extend, move its rows to --manifest)."),
         log_json: Optional[Path] = typer.Option(None, "--log-json",
                                                 help="Append one JSON line per epoch here (each line carries the "
                                                      "run's id; --resume continues the log's last run)."),

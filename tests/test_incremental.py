@@ -18,7 +18,7 @@ from gmp.graph import BipartiteGraph
 from gmp.manifest import load_manifest
 from gmp.metrics import batch_remote_reads
 from gmp.partition.incremental import (MovedRows, Options, match_workers, migration_budget, moved_rows,
-                                       place_new_data, repartition_incremental)
+                                       place_new_data, repartition_incremental, repartition_toward)
 from gmp.placement import Placement
 from gmp.topology import resolve_topology
 
@@ -109,6 +109,22 @@ def test_incremental_swaps_a_useless_secondary(budget, reads, secondaries):
     assert moved_rows(old, p) == MovedRows(0, budget)
 
 
+@pytest.mark.parametrize("budget, reads", [(0, 4), (1, 2), (2, 0)])
+def test_toward_a_goal_passes_the_single_move_plateau(budget, reads):
+    # the graph above, where single-row moves stop at 2 reads: with the goal's samples (pairs {0,2} on
+    # w0, {1,3} on w1) rows 2 and 1 each gain on their own, so two moves reach 0 (the goal's reads)
+    g = BipartiteGraph.from_lists([[0, 2], [0, 2], [1, 3], [1, 3]], 4)
+    old = Placement.edge_cut(2, [0, 0, 1, 1], [0, 0, 1, 1])
+    goal = Placement.edge_cut(2, [0, 0, 1, 1], [0, 1, 0, 1])
+    p = repartition_toward(g, old, goal, two(), max_moved_rows=budget, options=Options(max_imbalance=1.5, **EXACT))
+    p.check(num_samples=4, num_embeddings=4)
+    assert batch_remote_reads(g, p, 1) == reads
+    assert moved_rows(old, p).total == reference_moved(old, p) == budget
+    assert p.info["moved_rows"]["total"] == budget
+    with pytest.raises(PartitionError, match="not a placement of this graph"):
+        repartition_toward(g, old, Placement.edge_cut(2, [0], [0, 1, 0, 1]), two(), max_moved_rows=1)
+
+
 @st.composite
 def cases(draw):
     n = draw(st.integers(2, 4))
@@ -142,6 +158,10 @@ def test_budget_is_never_exceeded(case):
     p = repartition_incremental(g, old, topo, max_moved_rows=budget, options=opts, start=placed)
     p.check(num_samples=len(rows), num_embeddings=m)
     assert reference_moved(old, p) == moved_rows(old, p).total <= budget
+    goal = repartition_incremental(g, old, topo, max_moved_rows=3 * budget + 5, options=opts, start=placed)
+    t = repartition_toward(g, old, goal, topo, max_moved_rows=budget, options=opts)
+    t.check(num_samples=len(rows), num_embeddings=m)
+    assert reference_moved(old, t) == moved_rows(old, t).total <= budget
     cap = -(-len(rows) // n)  # max_imbalance 1.05 of a small count rounds up
     assert np.bincount(p.sample_worker, minlength=n).max() <= max(cap, int(np.ceil(len(rows) / n * 1.05 - 1e-9)))
 

@@ -74,32 +74,22 @@ def stream_samples(indptr, cindices, order, prim, sec, count, marg, df, cost, lo
 
     ties to the lowest id; then ``count``, ``marg`` and ``load`` are updated. A new id
     (``prim[x] < 0``) has no primary yet: it counts as if its primary were
-    the worker holding most of its samples so far (where it will be placed),
-    and costs nothing while it has no users.
+    the worker holding most of its samples so far (lowest id on ties; where it will be
+    placed), and costs nothing while it has no users. That virtual primary is tracked
+    per row and its ``marg`` row refilled when it changes (only the chosen worker's
+    count changes per sample), so every edge is the same contiguous row add.
     """
     n = load.size
     delta = np.empty(n)
+    vp = prim.copy()  # new ids: the worker with most users so far (-1: none yet)
     for t in range(order.size):
         i = order[t]
         for w in range(n):
             delta[w] = alpha * load[w]
         for k in range(indptr[i], indptr[i + 1]):
             x = cindices[k]
-            if prim[x] >= 0:
-                for w in range(n):
-                    delta[w] += marg[x, w]
-                continue
-            p = -1  # the worker with most users so far (lowest id on ties); none yet: no cost
-            most = 0
             for w in range(n):
-                if count[x, w] > most:
-                    most = count[x, w]
-                    p = w
-            if p < 0:
-                continue
-            for w in range(n):
-                if w != p:
-                    delta[w] += cost[p, w] * df[count[x, w]]
+                delta[w] += marg[x, w]
         best = -1
         for w in range(n):
             if load[w] >= cap:
@@ -110,12 +100,17 @@ def stream_samples(indptr, cindices, order, prim, sec, count, marg, df, cost, lo
         load[best] += 1
         for k in range(indptr[i], indptr[i + 1]):
             x = cindices[k]
-            count[x, best] += 1
-            p = prim[x]  # inline _marginal (a call per edge costs more than the work)
-            if p < 0 or p == best or (sec[x] >> best) & 1 != 0:
+            c = count[x, best] + 1
+            count[x, best] = c
+            p = vp[x]  # inline (a call per edge costs more than the work)
+            if prim[x] < 0 and p != best and (p < 0 or c > count[x, p] or (c == count[x, p] and best < p)):
+                vp[x] = best  # a new id's virtual primary moved: its whole row changes
+                for w in range(n):
+                    marg[x, w] = 0.0 if w == best else cost[best, w] * df[count[x, w]]
+            elif p == best or (sec[x] >> best) & 1 != 0:
                 marg[x, best] = 0.0
             else:
-                marg[x, best] = cost[p, best] * df[count[x, best]]
+                marg[x, best] = cost[p, best] * df[c]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -409,3 +404,35 @@ def new_secondaries(new_indptr, new_workers, old_prim, old_indptr, old_workers, 
             if not held:
                 num += 1
     return num
+
+
+@numba.njit(cache=True, nogil=True)
+def toward_gains(prim, sec, count, f, cost, goal, out_target, out_gain):  # pragma: no cover - compiled
+    """For every row x whose ``goal[x]`` (>= 0) differs from its primary p: the gain of moving it there,
+
+        gain = R(x, p) - R(x, q)        q = goal[x]                                  (Eq. 3)
+
+    with R as in :func:`primary_candidates` (a secondary on q is dropped by the move).
+    ``out_target[x] = q`` when the gain is > 1e-9 (else -1), ``out_gain[x]`` the gain."""
+    n = count.shape[1]
+    fw = np.empty(n)
+    for x in range(prim.size):
+        out_target[x] = -1
+        out_gain[x] = 0.0
+        p = prim[x]
+        q = goal[x]
+        if q < 0 or q == p:
+            continue
+        mask = sec[x]
+        for w in range(n):
+            fw[w] = 0.0 if (mask >> w) & 1 != 0 else f[count[x, w]]
+        here = 0.0
+        there = 0.0
+        for w in range(n):
+            if w != p:
+                here += fw[w] * cost[p, w]
+            if w != q:
+                there += fw[w] * cost[q, w]
+        if here - there > 1e-9:
+            out_target[x] = q
+            out_gain[x] = here - there

@@ -359,6 +359,16 @@ def read_checkpoint_header(directory: str | os.PathLike) -> dict[str, Any]:
     return found[1]
 
 
+def read_worker_file(ckpt: Path, worker: int) -> dict:
+    """Worker ``worker``'s file of the checkpoint directory ``ckpt``, decoded (``store``, ``counters``, ...)."""
+    return _load(Path(ckpt) / f"worker-{worker:05d}.pt", WORKER_KEYS)
+
+
+def read_trainer_file(ckpt: Path) -> dict:
+    """The checkpoint directory ``ckpt``'s ``trainer.pt``, decoded (``model``, ``dense_opt``, RNG states, ...)."""
+    return _load(Path(ckpt) / "trainer.pt", TRAINER_KEYS)
+
+
 def load_checkpoint(trainer, directory: str | os.PathLike, *, dataset_sha256: str, placement_sha: str) -> dict:
     """Restore ``trainer`` from the newest complete checkpoint in ``directory``; returns its header."""
     found = find_checkpoint(directory)

@@ -26,9 +26,10 @@ from ..comm.local import LocalEngine
 from ..errors import TrainingError
 from ..placement import Placement
 from ..manifest import load_manifest
-from .checkpoint import load_checkpoint, placement_sha256, save_checkpoint
+from .checkpoint import placement_sha256, save_checkpoint
 from .config import TrainConfig
 from .data import TrainData
+from .migrate import resume_training
 from .records import json_line
 from .trainer import Trainer
 
@@ -158,11 +159,12 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
     try:
         trainer = Trainer(data, placement, config, eng)
         psha = placement_sha256(placement)
-        if resume:
-            load_checkpoint(trainer, checkpoint_dir, dataset_sha256=ds.sha256, placement_sha=psha)
+        migration = None
+        if resume:  # the checkpoint's dataset, or an ancestor's (rows migrate: gmp.train.migrate)
+            migration = resume_training(trainer, checkpoint_dir, dataset=ds, placement_sha=psha)
         log_file, run_id = None, new_run_id()
         if log_json is not None and eng.is_main:
-            if resume:  # the log's last run continues; its lines past the checkpoint are written again
+            if resume and migration is None:  # the log's last run continues; lines past the checkpoint go
                 run_id = last_run_id(log_json) or run_id
                 trim_log(log_json, trainer.epoch, trainer.step_in_epoch, run_id=run_id)
             log_file = open(log_json, "a", encoding="utf-8")  # a log holds many runs, each line names its run
@@ -175,6 +177,9 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
                 log_file.flush()
             if on_record is not None and eng.is_main:
                 on_record(rec)
+
+        if migration is not None:
+            record({"kind": "migration", "epoch": 0, "step": 0, **migration})
 
         def checkpoint(t: Trainer) -> None:
             if checkpoint_dir is not None:

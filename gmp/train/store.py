@@ -446,7 +446,7 @@ class EmbeddingStore:
             rows = torch.from_numpy(self.tier.read_all()).to(self.dtype)
             table = torch.cat([rows[:, :self.row_dim], table])
             opt_state = rows[:, self.row_dim:] if self.optimizer == "adagrad" else None
-        return {"ids": self.ids.copy(), "table": table, "clock": self.clock.copy(),
+        return {"ids": self.ids.copy(), "num_primary": self.num_primary, "table": table, "clock": self.clock.copy(),
                 "opt_state": None if opt_state is None else opt_state.detach().cpu().clone(),
                 "local_state": None if self.local_state is None else self.local_state.detach().cpu().clone(),
                 "dirty": self._pending.copy(), "cache_ids": self.cache_ids.copy()}

@@ -1,0 +1,53 @@
+"""Run under torchrun by tests/test_migrate.py: train one day with the distributed engine and
+save a checkpoint; with ``resume``, first migrate from the previous day's checkpoint.
+
+usage: torchrun ... tests/migrate_worker.py DATASET PLACEMENT.npz CKPT_DIR OUT_DIR CONFIG_JSON [resume]
+
+Writes OUT_DIR/rank{r}.npz (each rank's primary ids, rows and the dense parameters) and,
+on rank 0, OUT_DIR/migration.json (the summary, when resuming).
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from gmp.comm.distributed import DistributedEngine
+from gmp.datasets.format import load_dataset
+from gmp.placement import Placement
+from gmp.train import TrainData, Trainer
+from gmp.train.checkpoint import placement_sha256, save_checkpoint
+from gmp.train.migrate import resume_training
+from train_data import make_config
+
+
+def main() -> None:
+    dataset, placement_npz, ckpt, out, cfg = sys.argv[1:6]
+    resume = sys.argv[6:] == ["resume"]
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    z = np.load(placement_npz)
+    placement = Placement(int(z["num_workers"]), z["sample_worker"], z["embedding_primary"], z["secondary_indptr"],
+                          z["secondary_workers"])
+    engine = DistributedEngine()
+    ds = load_dataset(dataset)
+    trainer = Trainer(TrainData(ds), placement, make_config(**json.loads(cfg)), engine)
+    psha = placement_sha256(placement)
+    summary = resume_training(trainer, ckpt, dataset=ds, placement_sha=psha) if resume else None
+    trainer.fit()
+    save_checkpoint(trainer, ckpt, dataset_sha256=ds.sha256, placement_sha=psha)
+    store = trainer.stores[0]
+    p = store.num_primary
+    Path(out).mkdir(parents=True, exist_ok=True)
+    np.savez(Path(out) / f"rank{engine.rank}.npz", ids=store.ids[:p], rows=store.primary_rows()[1].double().numpy(),
+             dense=torch.cat([q.detach().reshape(-1) for q in trainer.model.parameters()]).double().numpy())
+    if engine.rank == 0 and summary is not None:
+        (Path(out) / "migration.json").write_text(json.dumps(summary))
+    trainer.close()
+    engine.close()
+
+
+if __name__ == "__main__":
+    main()
