@@ -659,7 +659,8 @@ def _multilevel_start(graph: BipartiteGraph, topology: Topology, options: Option
                  cand["seconds"])
         return cand
 
-    threads = max(1, min(len(bands), numba.get_num_threads()))
+    threads = max(1, min(len(bands), numba.get_num_threads(),
+                         _candidates_that_fit(graph.num_samples, num_used, n, max_pairs)))
     with task(f"Hybrid multilevel: {len(bands)} candidate bands, {threads} at a time"):
         if threads == 1:
             candidates = [candidate(k) for k in range(len(bands))]
@@ -677,6 +678,26 @@ def _multilevel_start(graph: BipartiteGraph, topology: Topology, options: Option
     info = {"candidates": candidates, "chosen": chosen, "max_pairs": max_pairs,
             "seconds": round(time.perf_counter() - t0, 4)}
     return sw, prim, count, info
+
+
+def candidate_bytes(num_samples: int, num_used: int, num_workers: int, max_pairs: int) -> int:
+    """Working memory of one multilevel candidate, estimated: per sample its band degree, favourite mask,
+    seeded order and worker (24 B); per used row its count row, row worker (int32 + int8) and primary;
+    about 40 B per row pair (the pair keys and METIS's CSR)."""
+    return 24 * num_samples + (4 * num_workers + 13) * num_used + 40 * max_pairs
+
+
+def _candidates_that_fit(num_samples: int, num_used: int, num_workers: int, max_pairs: int) -> int:
+    """How many candidates may run at once in the memory available now (at least 1). Only the number of
+    threads depends on it, never the result (the candidates are independent)."""
+    try:
+        import psutil  # noqa: PLC0415 - optional at import time
+
+        available = int(psutil.virtual_memory().available)
+    except Exception:  # noqa: BLE001 - no estimate: one at a time
+        return 1
+    # keep half of what is free for the sweeps' own arrays and everything else
+    return max(1, int(available // 2 // max(candidate_bytes(num_samples, num_used, num_workers, max_pairs), 1)))
 
 
 def _start_objective(sw, prim, count, active, f, cost, n, alpha, beta, gamma) -> float:
