@@ -312,3 +312,15 @@ def test_kaminpar_planted_communities():
     q = run_partitioner("kaminpar", g, homogeneous(4), seed=0)
     np.testing.assert_array_equal(p.sample_worker, q.sample_worker)
     assert recovered(p.sample_worker, comm)
+
+
+def test_parallel_candidates_bounded_by_available_memory(monkeypatch):
+    import psutil
+
+    from gmp.partition.hybrid import _candidates_that_fit, candidate_bytes
+
+    one = candidate_bytes(45_840_617, 30_100_000, 8, 24_000_000)
+    assert one == 24 * 45_840_617 + 45 * 30_100_000 + 40 * 24_000_000  # ~3.2 GiB at the full Criteo scale
+    for available, expect in ((2 * 3 * one + 5, 3), (one, 1), (0, 1)):
+        monkeypatch.setattr(psutil, "virtual_memory", lambda a=available: type("VM", (), {"available": a})())
+        assert _candidates_that_fit(45_840_617, 30_100_000, 8, 24_000_000) == expect
