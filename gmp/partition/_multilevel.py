@@ -44,14 +44,17 @@ sweeps (Eq. 3-5) with the hard caps refine the bipartite graph for up to
 The numbers behind these choices (and the two sample-clustering coarsenings
 that were tried and dropped) are in docs/hybrid.md, "Multilevel".
 
-**Memory.** The signal-row CSR (int32 per kept edge), the pair keys of the
-sampled rows (int64 per pair, at most ``max_pairs``) and METIS's CSR (int64,
-32 bytes per distinct pair); the projection's ``count`` (int32 [rows, N]) is
-handed to the sweeps, which would otherwise count the same placement again.
+**Memory.** A uint8 band mask per row and every sample's band degree (int64;
+the band entries are copied for the sampled samples only), the pair keys of
+those samples (int64 per pair, at most ``max_pairs``) and METIS's CSR (int64,
+32 bytes per distinct pair); the projection's favourite masks (uint64 per
+sample) and ``count`` (int32 [rows, N]), which is handed to the sweeps, which
+would otherwise count the same placement again.
 
 **Candidates.** ``hybrid`` projects one candidate per band (its option
-``coarse_restarts``: upper bounds ``saturation`` x 1, 4, ...) and refines the
-projection with the lowest objective (the sweeps' own J).
+``coarse_restarts``: upper bounds ``saturation`` x 1, 4, ...), each from its
+own seeded generator and in parallel threads where memory allows, and refines
+the projection with the lowest objective (the sweeps' own J).
 """
 
 from __future__ import annotations
