@@ -25,9 +25,11 @@ Datasets. ``--sizes 1m,10m`` reads ``DATA_ROOT/criteo-1m``,
 ``DATA_ROOT/criteo-10m`` (``--data-root``, default ``data/bench``). A
 missing one is generated with ``gmp data synth --preset
 criteo-kaggle-independent --samples N`` (the generator the README numbers were
-measured on; the entity-model default is measured by bench/fidelity_bench.py) when that command exists, else with this script's own quick
+measured on) when that command exists, else with this script's own quick
 generator (26 Criteo-Kaggle fields, Zipf popularity, 16 latent communities;
 written as ``DATA_ROOT/bench-synth-<size>``; the table names the directory).
+``--preset criteo-kaggle`` uses the latent-entity default instead
+(``DATA_ROOT/criteo-entity-<size>``).
 
 What each child does (``--child``): load the prepared dataset (memory-mapped),
 build the graph, run the partitioner (timed: ``time (s)``), record its peak
@@ -102,27 +104,36 @@ def parse_methods(text: str) -> list[tuple[str, str, dict[str, Any]]]:
 
 
 # ----------------------------------------------------------------------------- datasets
-def ensure_dataset(size: str, data_root: Path, seed: int, locality: float | None = None) -> Path:
+#: ``--preset`` -> directory prefix of the generated datasets
+PRESET_PREFIX = {"criteo-kaggle-independent": "criteo", "criteo-kaggle": "criteo-entity"}
+
+
+def ensure_dataset(size: str, data_root: Path, seed: int, locality: float | None = None,
+                   preset: str = "criteo-kaggle-independent") -> Path:
     """The criteo-preset dataset of ``size`` samples under ``data_root`` (generated if missing).
 
+    ``preset`` ``criteo-kaggle-independent`` (the generator the older tables were measured on)
+    writes ``criteo-<size>``, ``criteo-kaggle`` (the latent-entity default) ``criteo-entity-<size>``.
     With ``locality`` the preset's ``--locality`` is overridden and the directory is
-    ``criteo-<size>-loc<locality>`` (e.g. ``criteo-1m-loc1``)."""
+    ``<prefix>-<size>-loc<locality>`` (e.g. ``criteo-1m-loc1``)."""
     n = parse_size(size)
+    prefix = PRESET_PREFIX[preset]
     suffix = "" if locality is None else f"-loc{locality:g}"
-    names = (f"criteo-{size}{suffix}",) if locality is not None else (f"criteo-{size}", f"bench-synth-{size}")
+    names = ((f"{prefix}-{size}{suffix}",) if locality is not None or prefix != "criteo"
+             else (f"criteo-{size}", f"bench-synth-{size}"))
     for name in names:
         if (data_root / name / "dataset.json").exists():
             return data_root / name
-    out = data_root / f"criteo-{size}{suffix}"
+    out = data_root / f"{prefix}-{size}{suffix}"
     gmp = shutil.which("gmp") or str(Path(sys.executable).with_name("gmp"))
     if Path(gmp).exists():
-        cmd = [gmp, "data", "synth", "--preset", "criteo-kaggle-independent", "--samples", str(n), "--seed", str(seed),
+        cmd = [gmp, "data", "synth", "--preset", preset, "--samples", str(n), "--seed", str(seed),
                "--out", str(out)] + ([] if locality is None else ["--locality", f"{locality:g}"])
         print(f"# generating {out}: {' '.join(cmd)}", file=sys.stderr)
         if subprocess.run(cmd).returncode == 0 and (out / "dataset.json").exists():
             return out
-    if locality is not None:
-        raise SystemExit(f"--locality needs 'gmp data synth' to generate {out}.")
+    if locality is not None or prefix != "criteo":
+        raise SystemExit(f"--locality / --preset need 'gmp data synth' to generate {out}.")
     out = data_root / f"bench-synth-{size}"
     print(f"# 'gmp data synth' unavailable: generating {out} with the benchmark's own generator", file=sys.stderr)
     quick_synth(out, n, seed=seed)
@@ -281,6 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--datasets", nargs="*", default=[], help="prepared dataset directories to add")
     p.add_argument("--locality", type=float, default=None,
                    help="--sizes datasets with this synth --locality (directories criteo-<size>-loc<L>)")
+    p.add_argument("--preset", default="criteo-kaggle-independent", choices=sorted(PRESET_PREFIX),
+                   help="synth preset of the --sizes datasets: criteo-kaggle-independent (criteo-<size>, the "
+                        "older tables) or criteo-kaggle (the latent-entity default, criteo-entity-<size>)")
     p.add_argument("--data-root", default="data/bench", help="where --sizes datasets live / are generated")
     p.add_argument("--workers", type=int, default=8)
     p.add_argument("--methods", default="random,metis,metis-bipartite,greedy-stream")
@@ -301,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     methods = parse_methods(args.methods)
-    datasets = [ensure_dataset(s.strip(), Path(args.data_root), args.seed, args.locality)
+    datasets = [ensure_dataset(s.strip(), Path(args.data_root), args.seed, args.locality, args.preset)
                 for s in args.sizes.split(",") if s.strip()]
     datasets += [Path(d) for d in args.datasets]
     if not datasets:

@@ -21,7 +21,9 @@ from gmp.errors import MissingDependencyError, PartitionError
 from gmp.graph import BipartiteGraph
 from gmp.partition import _multilevel as ML
 from gmp.partition import run_partitioner
-from gmp.partition._common import sample_cap
+from gmp.partition import _hybrid_kernels as K
+from gmp.partition._common import (assign_samples_by_majority, choose_primaries, compact_ids, sample_cap,
+                                   seeded_order)
 from gmp.partition.hybrid import default_coarse_pairs
 from gmp.topology import hierarchical, homogeneous
 
@@ -161,6 +163,44 @@ def test_project_respects_caps_even_when_all_rows_pick_one_worker():
 # --------------------------------------------------------------------------
 # pieces
 # --------------------------------------------------------------------------
+@pytest.mark.parametrize("seed,workers,imbalance", [(0, 4, 1.05), (1, 8, 1.0), (2, 3, 1.2), (3, 64, 1.05)])
+def test_project_equals_the_majority_rule_of_the_baselines(seed, workers, imbalance):
+    """The two-pass projection (favourite masks, then the capped seeded pass) places every sample
+    where :func:`assign_samples_by_majority` (one pass, the baselines' rule) places it, also when
+    the caps bind (skewed rows, imbalance 1.0), and its counts/primaries are the plain ones."""
+    rng = np.random.default_rng(seed)
+    num_rows = 400
+    ids = np.minimum(rng.zipf(1.4, size=(3000, 7)) - 1, num_rows - 1)
+    g = BipartiteGraph.from_lists([sorted(set(r.tolist())) for r in ids], num_rows)
+    indptr, indices = np.asarray(g.sample_indptr), np.asarray(g.sample_indices).astype(np.int32)
+    row_worker = np.where(rng.random(num_rows) < 0.6, rng.integers(0, workers, num_rows), -1).astype(np.int32)
+    row_worker[:5] = 0  # the hottest rows all on worker 0: worker 0 fills up first
+    cap = sample_cap(g.num_samples, workers, imbalance)
+    pcap = sample_cap(num_rows, workers, imbalance)
+    sw, prim, count = ML.project(indptr, indices, row_worker, workers, cap, pcap, np.random.default_rng(7))
+    order = seeded_order(g.num_samples, np.random.default_rng(7))
+    expect = assign_samples_by_majority(indptr, indices, row_worker, workers, cap, order=order)
+    np.testing.assert_array_equal(sw, expect)
+    assert np.bincount(sw, minlength=workers).max() <= cap
+    counts = np.zeros((num_rows, workers), dtype=np.int64)
+    np.add.at(counts, (indices, np.repeat(sw, np.diff(indptr))), 1)
+    np.testing.assert_array_equal(count, counts)
+    np.testing.assert_array_equal(prim, choose_primaries(counts.astype(np.int32), cap=pcap))
+
+
+def test_used_ids_and_degree_match_compact_ids_and_bincount():
+    rng = np.random.default_rng(3)
+    indices = rng.choice(np.array([2, 3, 5, 7, 11, 40]), size=500).astype(np.int32)
+    ids, local, degree = K.used_ids_and_degree(indices, np.int64(50))
+    ref_ids, ref_local = compact_ids(indices, 50)
+    np.testing.assert_array_equal(ids, ref_ids)
+    np.testing.assert_array_equal(local, ref_local)
+    np.testing.assert_array_equal(degree, np.bincount(indices, minlength=50)[ref_ids])
+    out = np.empty_like(indices)
+    K.remap_parallel(indices, local, out)
+    np.testing.assert_array_equal(ids[out], indices)
+
+
 def test_signal_band():
     deg = np.array([1, 2, 2, 3, 5, 900])
     # m = 1000 samples per worker, b = 100: hi = 4 * m / b = 40; 4 rows in [2, 40] > 3 allowed -> lo = 3
@@ -272,3 +312,15 @@ def test_kaminpar_planted_communities():
     q = run_partitioner("kaminpar", g, homogeneous(4), seed=0)
     np.testing.assert_array_equal(p.sample_worker, q.sample_worker)
     assert recovered(p.sample_worker, comm)
+
+
+def test_parallel_candidates_bounded_by_available_memory(monkeypatch):
+    import psutil
+
+    from gmp.partition.hybrid import _candidates_that_fit, candidate_bytes
+
+    one = candidate_bytes(45_840_617, 30_100_000, 8, 24_000_000)
+    assert one == 24 * 45_840_617 + 45 * 30_100_000 + 40 * 24_000_000  # ~3.2 GiB at the full Criteo scale
+    for available, expect in ((2 * 3 * one + 5, 3), (one, 1), (0, 1)):
+        monkeypatch.setattr(psutil, "virtual_memory", lambda a=available: type("VM", (), {"available": a})())
+        assert _candidates_that_fit(45_840_617, 30_100_000, 8, 24_000_000) == expect

@@ -41,6 +41,40 @@ def remap(indices, local, out):  # pragma: no cover - compiled
         out[k] = local[indices[k]]
 
 
+@numba.njit(cache=True, nogil=True, parallel=True)
+def remap_parallel(indices, local, out):  # pragma: no cover - compiled
+    """:func:`remap` on all threads (a pure map: the result does not depend on their number)."""
+    for k in numba.prange(indices.size):
+        out[k] = local[indices[k]]
+
+
+@numba.njit(cache=True, nogil=True)
+def used_ids_and_degree(indices, num_embeddings):  # pragma: no cover - compiled
+    """``(ids, local, degree)``: the ids that occur (int32, ascending), ``local`` (int32 [num_embeddings],
+    ``local[ids[j]] == j``, -1 elsewhere) and their degrees (int64 [len(ids)]), in one pass over the edges
+    and one over the id space (``_common.compact_ids`` plus the degree it counts anyway)."""
+    local = np.zeros(num_embeddings, dtype=np.int32)
+    for k in range(indices.size):
+        local[indices[k]] += 1
+    n = 0
+    for e in range(num_embeddings):
+        if local[e] != 0:
+            n += 1
+    ids = np.empty(n, dtype=np.int32)
+    degree = np.empty(n, dtype=np.int64)
+    j = 0
+    for e in range(num_embeddings):
+        d = local[e]
+        if d != 0:
+            ids[j] = e
+            degree[j] = d
+            local[e] = j
+            j += 1
+        else:
+            local[e] = -1
+    return ids, local, degree
+
+
 @numba.njit(cache=True, nogil=True)
 def used_rows(count):  # pragma: no cover - compiled
     """bool [num_embeddings]: rows with any user."""

@@ -44,14 +44,17 @@ sweeps (Eq. 3-5) with the hard caps refine the bipartite graph for up to
 The numbers behind these choices (and the two sample-clustering coarsenings
 that were tried and dropped) are in docs/hybrid.md, "Multilevel".
 
-**Memory.** The signal-row CSR (int32 per kept edge), the pair keys of the
-sampled rows (int64 per pair, at most ``max_pairs``) and METIS's CSR (int64,
-32 bytes per distinct pair); the projection's ``count`` (int32 [rows, N]) is
-handed to the sweeps, which would otherwise count the same placement again.
+**Memory.** A uint8 band mask per row and every sample's band degree (int64;
+the band entries are copied for the sampled samples only), the pair keys of
+those samples (int64 per pair, at most ``max_pairs``) and METIS's CSR (int64,
+32 bytes per distinct pair); the projection's favourite masks (uint64 per
+sample) and ``count`` (int32 [rows, N]), which is handed to the sweeps, which
+would otherwise count the same placement again.
 
 **Candidates.** ``hybrid`` projects one candidate per band (its option
-``coarse_restarts``: upper bounds ``saturation`` x 1, 4, ...) and refines the
-projection with the lowest objective (the sweeps' own J).
+``coarse_restarts``: upper bounds ``saturation`` x 1, 4, ...), each from its
+own seeded generator and in parallel threads where memory allows, and refines
+the projection with the lowest objective (the sweeps' own J).
 """
 
 from __future__ import annotations
@@ -63,9 +66,10 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-from ._common import (assign_samples_by_majority, choose_primaries, count_embedding_workers, run_metis,
-                      seeded_order)
-from .metis import choose_rows, cooccurrence_csr
+from ..errors import PartitionError
+from ._common import choose_primaries, run_metis, seeded_order
+from ._hybrid_kernels import count_samples
+from .metis import choose_rows_by_degree, cooccurrence_csr
 
 log = logging.getLogger(__name__)
 
@@ -97,28 +101,28 @@ def signal_band(degree: np.ndarray, num_samples: int, num_workers: int, batch_si
 
 
 @numba.njit(cache=True, nogil=True)
-def _band_csr(indptr, indices, degree, lo, hi, out_indptr, out_indices):  # pragma: no cover - compiled
-    """The sample CSR restricted to rows with degree in [lo, hi] (same samples, fewer entries)."""
-    pos = 0
+def _band_degree(indptr, indices, in_band, out):  # pragma: no cover - compiled
+    """out[i] = entries of sample i whose row is in the band (``in_band``: uint8 per row, cache-sized)."""
     for i in range(indptr.size - 1):
-        out_indptr[i] = pos
+        d = 0
         for k in range(indptr[i], indptr[i + 1]):
-            x = indices[k]
-            d = degree[x]
-            if d >= lo and d <= hi:
-                out_indices[pos] = x
-                pos += 1
-    out_indptr[indptr.size - 1] = pos
+            d += in_band[indices[k]]
+        out[i] = d
 
 
 @numba.njit(cache=True, nogil=True)
-def _count_band(indices, degree, lo, hi):  # pragma: no cover - compiled
-    total = 0
-    for k in range(indices.size):
-        d = degree[indices[k]]
-        if d >= lo and d <= hi:
-            total += 1
-    return total
+def _band_rows(indptr, indices, in_band, rows, out_indptr, out_indices):  # pragma: no cover - compiled
+    """The CSR of the samples ``rows`` restricted to the band's rows (entries in CSR order)."""
+    pos = 0
+    for t in range(rows.size):
+        i = rows[t]
+        out_indptr[t] = pos
+        for k in range(indptr[i], indptr[i + 1]):
+            x = indices[k]
+            if in_band[x]:
+                out_indices[pos] = x
+                pos += 1
+    out_indptr[rows.size] = pos
 
 
 def signal_graph(indptr: np.ndarray, indices: np.ndarray, degree: np.ndarray, lo: int, hi: int,
@@ -127,13 +131,19 @@ def signal_graph(indptr: np.ndarray, indices: np.ndarray, degree: np.ndarray, lo
 
     Returns ``(xadj, adjncy, weights, vertex_row, rows_used)`` in METIS's CSR form (see
     :func:`gmp.partition.metis.cooccurrence_csr`); ``vertex_row`` are compact row ids.
+    Only the band entries of the chosen samples are copied (one counting pass over the
+    edges, no band CSR of all samples).
     """
-    num = int(_count_band(indices, degree, lo, hi))
-    b_indptr = np.empty(indptr.size, dtype=np.int64)
-    b_indices = np.empty(num, dtype=np.int32)
-    _band_csr(indptr, indices, degree, np.int64(lo), np.int64(hi), b_indptr, b_indices)
-    rows = choose_rows(b_indptr, rng, max_pairs=max_pairs)
-    xadj, adjncy, weights, vertex_row = cooccurrence_csr(b_indptr, b_indices, rows, degree.size)
+    in_band = ((degree >= lo) & (degree <= hi)).astype(np.uint8)
+    band_deg = np.empty(indptr.size - 1, dtype=np.int64)
+    _band_degree(indptr, indices, in_band, band_deg)
+    rows = choose_rows_by_degree(band_deg, rng, max_pairs=max_pairs)
+    sub_indptr = np.empty(rows.size + 1, dtype=np.int64)
+    sub_indices = np.empty(int(band_deg[rows].sum()), dtype=indices.dtype)
+    del band_deg
+    _band_rows(indptr, indices, in_band, rows, sub_indptr, sub_indices)
+    xadj, adjncy, weights, vertex_row = cooccurrence_csr(sub_indptr, sub_indices,
+                                                         np.arange(rows.size, dtype=np.int64), degree.size)
     return xadj, adjncy, weights, vertex_row, int(rows.size)
 
 
@@ -171,11 +181,78 @@ def project(indptr: np.ndarray, indices: np.ndarray, row_worker: np.ndarray, num
     """Level 1 -> level 0: samples to the worker holding most of their placed rows (``row_worker >= 0``),
     within ``sample_cap``; then every used row's primary to the worker holding most of its users,
     within ``primary_cap``. Returns ``(sample_worker, primary, count)``: int32 [samples], int32 [rows]
-    and the int32 [rows, N] user counts the sweeps start from."""
+    and the int32 [rows, N] user counts the sweeps start from.
+
+    The samples are decided in a seeded order; the rule (most placed rows, then the least loaded
+    worker, then the lowest id, among workers below the cap) is
+    :func:`gmp.partition._common.assign_samples_by_majority`'s, in two passes: the favourite
+    workers of every sample in id order (a bit mask, streaming), then the capped assignment in
+    the seeded order, which re-counts a sample only when all its favourites are full.
+    """
+    num_samples = indptr.size - 1
     num_rows = row_worker.size
-    sw = assign_samples_by_majority(indptr, indices, row_worker, num_workers, sample_cap,
-                                    order=seeded_order(indptr.size - 1, rng))
-    counts = count_embedding_workers(indptr, indices, sw, np.arange(num_rows, dtype=np.int32), num_rows,
-                                     num_workers)
-    prim = choose_primaries(counts, cap=primary_cap)
-    return sw, prim, counts
+    if int(sample_cap) * int(num_workers) < num_samples:
+        raise PartitionError(f"sample cap {sample_cap} x {num_workers} workers cannot hold {num_samples} samples.")
+    # int8 row workers: the lookup table stays in cache (N <= 64)
+    rw = row_worker.astype(np.int8)
+    favourites = np.empty(num_samples, dtype=np.uint64)
+    _favourites(indptr, indices, rw, np.int64(num_workers), favourites)
+    sw = np.empty(num_samples, dtype=np.int32)
+    _assign_capped(indptr, indices, rw, favourites, seeded_order(num_samples, rng), np.int64(num_workers),
+                   np.int64(sample_cap), sw)
+    del favourites, rw
+    count = np.zeros((num_rows, num_workers), dtype=np.int32)
+    count_samples(indptr, indices, sw, count)
+    prim = choose_primaries(count, cap=primary_cap)
+    return sw, prim, count
+
+
+@numba.njit(cache=True, nogil=True)
+def _favourites(indptr, indices, row_worker, num_workers, out):  # pragma: no cover - compiled
+    """out[i]: bit w set <=> worker w holds the most of sample i's placed rows (all bits when none is placed)."""
+    tally = np.zeros(num_workers, dtype=np.int64)
+    for i in range(indptr.size - 1):
+        for k in range(indptr[i], indptr[i + 1]):
+            w = row_worker[indices[k]]
+            if w >= 0:
+                tally[w] += 1
+        top = np.int64(0)
+        mask = np.uint64(0)
+        for w in range(num_workers):
+            c = tally[w]
+            if c > top:
+                top = c
+                mask = np.uint64(1) << np.uint64(w)
+            elif c == top:
+                mask |= np.uint64(1) << np.uint64(w)
+            tally[w] = 0
+        out[i] = mask
+
+
+@numba.njit(cache=True, nogil=True)
+def _assign_capped(indptr, indices, row_worker, favourites, order, num_workers, cap, out):  # pragma: no cover
+    """Samples in ``order``: the least loaded favourite below ``cap`` (lowest id on ties); when every
+    favourite is full, the best worker below the cap by (placed rows, least load, lowest id)."""
+    load = np.zeros(num_workers, dtype=np.int64)
+    tally = np.zeros(num_workers, dtype=np.int64)
+    for t in range(order.size):
+        i = order[t]
+        mask = favourites[i]
+        best = -1
+        for w in range(num_workers):
+            if (mask >> np.uint64(w)) & np.uint64(1) and load[w] < cap:
+                if best < 0 or load[w] < load[best]:
+                    best = w
+        if best < 0:
+            for k in range(indptr[i], indptr[i + 1]):
+                w = row_worker[indices[k]]
+                if w >= 0:
+                    tally[w] += 1
+            for w in range(num_workers):
+                if load[w] >= cap:
+                    continue
+                if best < 0 or tally[w] > tally[best] or (tally[w] == tally[best] and load[w] < load[best]):
+                    best = w
+            tally[:] = 0
+        out[i] = best
+        load[best] += 1

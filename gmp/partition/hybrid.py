@@ -132,6 +132,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Iterator
@@ -150,7 +151,7 @@ from ..topology import Topology
 from . import _hybrid_kernels as K
 from ..kernels.simd import padded_width
 from . import _multilevel as ML
-from ._common import check_max_imbalance, compact_ids, enforce_cap, place_unused_embeddings, sample_cap
+from ._common import check_max_imbalance, enforce_cap, place_unused_embeddings, sample_cap
 from .random import balanced_random_assignment
 
 log = logging.getLogger(__name__)
@@ -599,21 +600,22 @@ def default_coarse_pairs(num_samples: int) -> int:
     return int(min(24_000_000, max(2_000_000, 2 * num_samples)))
 
 
-def _multilevel_start(graph: BipartiteGraph, topology: Topology, options: Options,
-                      rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict] | None:
+def _multilevel_start(graph: BipartiteGraph, topology: Topology, options: Options, rng: np.random.Generator,
+                      degree: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict] | None:
     """The multilevel start (:mod:`._multilevel`): ``(sample_worker, primary, count)`` over the graph's (used)
     ids and an info dict, or None when no row falls in the signal band (then the random start is used).
 
     One candidate per band: upper bounds ``saturation * 4**k`` (k < ``coarse_restarts``) times the soft
     count's ``m / b``; each is partitioned and projected, and the projection with the lowest objective J
-    (the sweeps' own objective) is kept.
+    (the sweeps' own objective) is kept. Every candidate has its own generator, seeded from ``rng`` before
+    any runs, so the candidates are independent: they run in up to ``numba.get_num_threads()`` Python
+    threads at once (their kernels and METIS release the GIL) and the result does not depend on how many.
     """
     t0 = time.perf_counter()
     n = topology.num_workers
     indptr = np.asarray(graph.sample_indptr)
     indices = np.asarray(graph.sample_indices)
-    degree = np.bincount(indices, minlength=graph.num_embeddings).astype(np.int64)
-    active = degree > 0
+    active = degree > 0  # degree: int64 [graph.num_embeddings], users of every row
     num_used = int(np.count_nonzero(active))
     scap = sample_cap(graph.num_samples, n, options.max_imbalance)
     pcap = sample_cap(num_used, n, options.max_imbalance)
@@ -624,46 +626,78 @@ def _multilevel_start(graph: BipartiteGraph, topology: Topology, options: Option
     f = soft_count_table(scap, graph.num_samples / n, options.batch_size)
     cost = np.ascontiguousarray(topology.cost, dtype=np.float64)
     machine_of = np.asarray(topology.machine_of, dtype=np.int64)
-    best = None
-    candidates = []
-    seen_bands = set()
+    bands = []
     for k in range(options.coarse_restarts):
+        band = ML.signal_band(degree, graph.num_samples, n, options.batch_size,
+                              saturation=options.saturation * 4.0**k, max_vertices=options.coarse_vertices)
+        if band not in bands:
+            bands.append(band)
+    seeds = rng.integers(0, 2**63 - 1, size=len(bands))
+
+    def candidate(k: int) -> dict:
         t_c = time.perf_counter()
-        lo, hi = ML.signal_band(degree, graph.num_samples, n, options.batch_size,
-                                saturation=options.saturation * 4.0**k, max_vertices=options.coarse_vertices)
-        if (lo, hi) in seen_bands:
-            continue
-        seen_bands.add((lo, hi))
-        with task(f"Hybrid multilevel: signal rows of degree [{lo}, {hi}]"):
-            xadj, adjncy, weights, vertex_row, rows_used = ML.signal_graph(indptr, indices, degree, lo, hi, rng,
-                                                                          max_pairs)
+        lo, hi = bands[k]
+        crng = np.random.default_rng(int(seeds[k]))
+        xadj, adjncy, weights, vertex_row, rows_used = ML.signal_graph(indptr, indices, degree, lo, hi, crng,
+                                                                      max_pairs)
         cand = {"band": [lo, hi], "vertices": int(vertex_row.size), "edges": int(adjncy.size // 2),
                 "rows_sampled": rows_used}
-        candidates.append(cand)
         if vertex_row.size < n:
-            continue
+            return cand
         part = ML.partition_signal_graph(xadj, adjncy, weights, degree[vertex_row], machine_of,
-                                         seed=int(rng.integers(0, 2**31 - 1)), imbalance=options.max_imbalance)
+                                         seed=int(crng.integers(0, 2**31 - 1)), imbalance=options.max_imbalance)
         del xadj, adjncy, weights
         row_worker = np.full(graph.num_embeddings, -1, dtype=np.int32)
         row_worker[vertex_row] = part
-        sw, prim, count = ML.project(indptr, indices, row_worker, n, scap, pcap, rng)
+        sw, prim, count = ML.project(indptr, indices, row_worker, n, scap, pcap, crng)
         del row_worker
         cand["objective"] = _start_objective(sw, prim, count, active, f, cost, n, *weights_ab, options.gamma)
         cand["seconds"] = round(time.perf_counter() - t_c, 4)
+        cand["placement"] = (sw, prim, count)
         log.info("hybrid multilevel: rows of degree [%d, %d]: %d vertices, %d edges (%d sampled rows): projected "
                  "objective %.6g, %.2f s", lo, hi, cand["vertices"], cand["edges"], rows_used, cand["objective"],
                  cand["seconds"])
-        if best is None or cand["objective"] < best[0]:
-            best = (cand["objective"], sw, prim, count, len(candidates) - 1)
-        del sw, prim, count
-    if best is None:
+        return cand
+
+    threads = max(1, min(len(bands), numba.get_num_threads(),
+                         _candidates_that_fit(graph.num_samples, num_used, n, max_pairs)))
+    with task(f"Hybrid multilevel: {len(bands)} candidate bands, {threads} at a time"):
+        if threads == 1:
+            candidates = [candidate(k) for k in range(len(bands))]
+        else:
+            with ThreadPoolExecutor(max_workers=threads) as pool:
+                candidates = list(pool.map(candidate, range(len(bands))))
+    placed = [k for k, c in enumerate(candidates) if "placement" in c]
+    if not placed:
         log.info("hybrid multilevel: fewer signal rows than workers; random start.")
         return None
-    _, sw, prim, count, chosen = best
+    chosen = min(placed, key=lambda k: (candidates[k]["objective"], k))
+    sw, prim, count = candidates[chosen].pop("placement")
+    for c in candidates:
+        c.pop("placement", None)
     info = {"candidates": candidates, "chosen": chosen, "max_pairs": max_pairs,
             "seconds": round(time.perf_counter() - t0, 4)}
     return sw, prim, count, info
+
+
+def candidate_bytes(num_samples: int, num_used: int, num_workers: int, max_pairs: int) -> int:
+    """Working memory of one multilevel candidate, estimated: per sample its band degree, favourite mask,
+    seeded order and worker (24 B); per used row its count row, row worker (int32 + int8) and primary;
+    about 40 B per row pair (the pair keys and METIS's CSR)."""
+    return 24 * num_samples + (4 * num_workers + 13) * num_used + 40 * max_pairs
+
+
+def _candidates_that_fit(num_samples: int, num_used: int, num_workers: int, max_pairs: int) -> int:
+    """How many candidates may run at once in the memory available now (at least 1). Only the number of
+    threads depends on it, never the result (the candidates are independent)."""
+    try:
+        import psutil  # noqa: PLC0415 - optional at import time
+
+        available = int(psutil.virtual_memory().available)
+    except Exception:  # noqa: BLE001 - no estimate: one at a time
+        return 1
+    # keep half of what is free for the sweeps' own arrays and everything else
+    return max(1, int(available // 2 // max(candidate_bytes(num_samples, num_used, num_workers, max_pairs), 1)))
 
 
 def _start_objective(sw, prim, count, active, f, cost, n, alpha, beta, gamma) -> float:
@@ -703,15 +737,15 @@ def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options:
                                 options={"max_imbalance": options.max_imbalance})
         init_info["seconds"] = round(time.perf_counter() - t_init, 4)
         log.info("hybrid: start from %s (%.2f s)", options.init, init_info["seconds"])
-    used_ids, local = compact_ids(graph.sample_indices, graph.num_embeddings)
+    used_ids, local, degree = K.used_ids_and_degree(np.asarray(graph.sample_indices), np.int64(graph.num_embeddings))
     if used_ids.size < graph.num_embeddings:
         cindices = np.empty(graph.num_edges, dtype=np.int32)
-        K.remap(np.asarray(graph.sample_indices), local, cindices)
+        K.remap_parallel(np.asarray(graph.sample_indices), local, cindices)
         graph = BipartiteGraph(np.asarray(graph.sample_indptr), cindices, used_ids.size, check=False)
     del local
     ml = None
     if options.levels > 1 and start is None:  # multilevel start (._multilevel), any topology
-        ml = _multilevel_start(graph, topology, options, rng)
+        ml = _multilevel_start(graph, topology, options, rng, degree)
     if ml is not None:
         sw, prim, count, multilevel_info = ml
         del ml

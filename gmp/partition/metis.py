@@ -159,8 +159,14 @@ def choose_rows(indptr: np.ndarray, rng: np.random.Generator, *, max_pairs: int,
     All samples when they fit. A seeded permutation is cut at the longest
     prefix within both bounds.
     """
-    n = indptr.size - 1
-    deg = np.diff(indptr)
+    return choose_rows_by_degree(np.diff(indptr), rng, max_pairs=max_pairs, max_samples=max_samples)
+
+
+def choose_rows_by_degree(deg: np.ndarray, rng: np.random.Generator, *, max_pairs: int,
+                          max_samples: int | None = None) -> np.ndarray:
+    """:func:`choose_rows` given the rows' degrees (entries counted) instead of the CSR's offsets."""
+    n = deg.size
+    deg = np.asarray(deg, dtype=np.int64)
     pairs = deg * (deg - 1) // 2
     limit = n if max_samples is None else min(n, int(max_samples))
     if limit == n and int(pairs.sum()) <= max_pairs:
