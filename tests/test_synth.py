@@ -428,6 +428,20 @@ def test_fresh_tail_of_id_like_fields(fresh):
         assert np.unique(pairs[:, 0]).size == pairs.shape[0]
 
 
+# sha256 of the entity preset as the issue-13 generator made it before the --fresh knob (commit
+# f7c316e): fresh = 0 (the preset's value) must keep giving these bytes.
+ENTITY_GOLDEN_SHA256 = {("criteo-kaggle", 3000, 0.001, 5):
+                        "7a7385600ce969287323f1adeb5077be80503e4126e24f68dd1e9050afb46246"}
+
+
+@pytest.mark.parametrize("key", sorted(ENTITY_GOLDEN_SHA256))
+def test_entity_preset_unchanged(tmp_path, key):
+    preset, n, scale, seed = key
+    meta = synthesize(preset_config(preset, num_samples=n, scale=scale, seed=seed), tmp_path / "g",
+                      chunk_samples=1000)
+    assert meta["sha256"] == ENTITY_GOLDEN_SHA256[key]
+
+
 def test_fresh_zero_keeps_the_data_and_the_header(tmp_path):
     cfg = preset_config("criteo-kaggle", num_samples=2000, scale=0.001, seed=1)
     a = synthesize(cfg, tmp_path / "a")
