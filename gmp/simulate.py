@@ -82,7 +82,6 @@ from typing import Any
 import numba
 import numpy as np
 
-from . import seeds
 from .constants import DEFAULT_EMBEDDING_DIM, VALUE_BYTES
 from .errors import TrainingError
 from .params import check_choice, check_float, check_int
@@ -100,10 +99,8 @@ def epoch_order(num_train: int, seed: int, epoch: int = 0, shuffle: str = "seede
     """The order in which an epoch of the ``naive``/``herald`` schedules visits the training samples
     ``[0, num_train)``: the trainer's :meth:`gmp.train.schedule.NaiveSchedule.epoch_order` (a seeded
     :func:`gmp.seeds.epoch_permutation`, or the file order with ``shuffle="none"``)."""
-    check_choice("shuffle", shuffle, SHUFFLES, error=TrainingError)
-    if shuffle == "none":
-        return np.arange(num_train, dtype=np.int64)
-    return seeds.epoch_permutation(num_train, seed, epoch)
+    # the order does not depend on the worker count or batch size (NaiveSchedule's docstring)
+    return NaiveSchedule(1, num_train, 1, seed=seed, shuffle=shuffle).epoch_order(epoch)
 
 
 def static_order(placement: Placement, num_train: int, batch_size: int, pad: int, *, seed: int = 0,
