@@ -512,3 +512,14 @@ def test_group_fields_by_hand():
     assert group_fields(m, 0.5) == (0, 0, -1, -1, -1)
     v = np.array([[5], [5], [5], [7], [7], [9]])
     assert reduce_top(v, top=1).ravel().tolist() == [0, 0, 0, 1, 1, 1]
+
+
+def test_cli_fresh(tmp_path, data_app):
+    out = tmp_path / "f"
+    res = CliRunner().invoke(data_app, ["data", "synth", "--preset", "criteo-kaggle", "--samples", "1500",
+                                        "--scale", "0.001", "--fresh", "0.25", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert config_of(load_dataset(out)).fresh == 0.25
+    res = CliRunner().invoke(data_app, ["data", "synth", "--preset", "tiny", "--fresh", "0.2",
+                                        "--out", str(tmp_path / "t")])
+    assert res.exit_code == 2 and "--fresh apply to the latent-entity model" in res.output
