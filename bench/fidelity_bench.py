@@ -8,7 +8,8 @@ Sections (``--sections``, default all):
 * ``herald``: Herald (APNet'22) Table 1: pulls, pushes, pulls + pushes of one epoch normalised to
   naive, random placement over 8 workers, per-worker batch 128, cache 10% of the used rows (LRU);
   naive without on-demand, on-demand only, location-aware only, both (``gmp.simulate``, the same
-  code as ``gmp simulate``; the end-of-epoch flush is counted in pushes, as herald_bench does).
+  code as ``gmp simulate``); pushes include the end-of-epoch flush, which is also shown apart
+  (``push_flush``, as herald_bench's Table 1 shows it).
 * ``like``: ``gmp data synth --like`` twins of MovieLens-100K and Frappe vs the originals.
 * ``table3``: HET-GMP (SIGMOD'22) Table 3: hybrid 1D with 1/3/5 rounds (and the default hybrid
   with 2D replication), BiCut and random, 8 workers; three units of communication.
@@ -82,14 +83,16 @@ def random_placement(ds, num_workers: int, seed: int = 0):
 
 def herald_table1(path: Path, *, workers: int = 8, batch_size: int = 128) -> dict[str, dict]:
     """Herald Table 1 rows on a dataset (issue 13's settings)."""
-    from gmp.simulate import simulate
+    from gmp.simulate import active_rows, simulate, simulator_options
 
     ds = load_dataset(path)
     placement = random_placement(ds, workers)
+    active = active_rows(ds.indptr, ds.indices, ds.num_train)
     out = {}
     for label, schedule, on_demand in HERALD_ROWS:
+        options = simulator_options(schedule, active, on_demand=on_demand)
         out[label] = simulate(ds.indptr, ds.indices, placement, num_train=ds.num_train, batch_size=batch_size,
-                              schedule=schedule, on_demand=on_demand).to_json()
+                              schedule=schedule, options=options).to_json()
     return out
 
 
@@ -111,8 +114,9 @@ def section_mi(datasets: dict[str, Path]) -> None:
 def section_herald(datasets: dict[str, Path]) -> None:
     print("\n### Herald Table 1: random placement, 8 workers, per-worker batch 128, cache 10% of used rows\n")
     print("| dataset | samples | cache rows/worker | on-demand only (pull/push/overall) | "
-          "location-aware only | **Herald (both)** | both: pulls | both: pushes |")
-    print("|---|---:|---:|---|---|---|---:|---:|")
+          "location-aware only | **Herald (both)** | both: pulls | both: pushes (of which flush) | "
+          "on-demand only: flush share of pushes |")
+    print("|---|---:|---:|---|---|---|---:|---:|---:|")
     for name, path in datasets.items():
         t0 = time.perf_counter()
         rows = herald_table1(path)
@@ -128,7 +132,8 @@ def section_herald(datasets: dict[str, Path]) -> None:
         both = ratios(rows["Herald (both)"])
         print(f"| {name} | {base['samples']:,} (train) | {base['cache_rows']:,} | {cells[0]} | {cells[1]} | "
               f"{both[0]:.2f} / {both[1]:.2f} / **{both[2]:.3f}** | {rows['Herald (both)']['pulls']:,} | "
-              f"{rows['Herald (both)']['pushes']:,} |")
+              f"{rows['Herald (both)']['pushes']:,} ({rows['Herald (both)']['push_flush']:,}) | "
+              f"{rows['on-demand only']['push_flush'] / max(rows['on-demand only']['pushes'], 1):.1%} |")
         log(f"  herald {name}: {time.perf_counter() - t0:.0f} s")
     print("\nHerald's Table 1 (Criteo Kaggle, its own parameter-server setting): on-demand 1 / 0.84 / 0.91, "
           "location-aware 0.52 / 0.85 / 0.69, Herald 0.52 / 0.42 / 0.46.")
@@ -225,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--table3-workers", type=int, default=8)
     ap.add_argument("--table3-batch", type=int, default=512)
     ap.add_argument("--fit-criteo", action="store_true", help="only refit the preset's knobs (needs --criteo-real)")
+    ap.add_argument("--extra", action="append", default=[], metavar="NAME=PATH",
+                    help="another prepared dataset to put in every section (e.g. a generator variant)")
     args = ap.parse_args(argv)
     if args.fit_criteo:
         if args.criteo_real is None:
@@ -243,6 +250,11 @@ def main(argv: list[str] | None = None) -> int:
         f"criteo-kaggle (entities) {tag}": synth_dataset(args.workdir, f"criteo-{tag}", "criteo-kaggle", n),
         f"criteo-kaggle-independent {tag}": synth_dataset(args.workdir, f"criteo-independent-{tag}",
                                                           "criteo-kaggle-independent", n)}
+    for item in args.extra:
+        name, _, path = item.partition("=")
+        if not path:
+            ap.error(f"--extra expects NAME=PATH, got {item!r}")
+        synth[name] = Path(path)
     likes = {}
     if args.ml is not None:
         likes["MovieLens-100K"] = (args.ml, like_dataset(args.workdir, "like-ml100k", args.ml))

@@ -13,7 +13,7 @@ trained by plain PyTorch DDP with a replicated ``nn.EmbeddingBag``
     python bench/train_bench.py --samples 1000000 --epochs 2 --out results.json
 
 Compare HET-GMP Fig. 8 (embedding traffic, up to 87.5% less with 2D and
-s = 100) and Table 2 (no AUC loss at s = 100).
+s = 100, on its Company dataset, not Criteo) and Table 2 (no AUC loss at s = 100).
 """
 
 from __future__ import annotations

@@ -41,10 +41,15 @@ def register(app: typer.Typer) -> None:
         manifest: Optional[Path] = typer.Option(None, "--manifest",
                                                 help="Placement manifest (default: random placement over --workers)."),
         workers: Optional[int] = typer.Option(None, "--workers", help="Workers (must match the manifest)."),
-        schedule: str = typer.Option("herald", "--schedule", help="naive | herald"),
+        schedule: str = typer.Option("herald", "--schedule",
+                                     help="static (gmp train's default) | naive | herald: every schedule of "
+                                          "gmp train."),
+        shuffle: str = typer.Option("seeded", "--shuffle", help="seeded (SeedSequence([seed, epoch])) | none "
+                                                                "(dataset order), as gmp train --shuffle."),
         on_demand: Optional[bool] = typer.Option(None, "--on-demand/--no-on-demand",
                                                  help="On-demand synchronisation (default: on for herald, off for "
-                                                      "naive; Herald's paper setting, unlike gmp train)."),
+                                                      "naive and static; Herald's paper setting, unlike gmp "
+                                                      "train)."),
         cache_rows: Optional[int] = typer.Option(None, "--cache-rows",
                                                  help="Cached rows per worker (default: 10% of the rows the training samples use)."),
         cache_policy: Optional[str] = typer.Option(None, "--cache-policy", help="lru (default) | lookahead"),
@@ -72,20 +77,19 @@ def register(app: typer.Typer) -> None:
         """Count the embedding pulls/pushes one epoch incurs under a schedule, without training."""
         from cli.train import plan_defaults
         from gmp.datasets.format import load_dataset
-        from gmp.simulate import active_rows, simulate
-        from gmp.train.herald import HeraldOptions
+        from gmp.simulate import active_rows, simulate, simulator_options
 
         with flags_for_params():
             dataset = dataset_argument(dataset_arg, dataset, "simulate")
             plan = plan_defaults(manifest, batch_size=batch_size, embedding_dim=embedding_dim)
             ds = load_dataset(dataset)
             placement = load_placement(ds, manifest, workers, seed)
-            options = HeraldOptions.for_simulator(schedule, active_rows(ds.indptr, ds.indices, ds.num_train),
-                                                  on_demand=on_demand, cache_rows=cache_rows,
-                                                  cache_policy=cache_policy, lookahead=lookahead,
-                                                  read_only_replicas=True if read_only_replicas else None)
+            options = simulator_options(schedule, active_rows(ds.indptr, ds.indices, ds.num_train),
+                                        on_demand=on_demand, cache_rows=cache_rows, cache_policy=cache_policy,
+                                        lookahead=lookahead, read_only_replicas=True if read_only_replicas else None)
             result = simulate(ds.indptr, ds.indices, placement, num_train=ds.num_train, batch_size=plan["batch_size"],
-                              schedule=schedule, options=options, seed=seed, embedding_dim=plan["embedding_dim"],
+                              schedule=schedule, options=options, seed=seed, shuffle=shuffle,
+                              embedding_dim=plan["embedding_dim"],
                               parameter_server=parameter_server, min_frequency=min_frequency)
         out = result.to_json()
         if as_json:
@@ -93,7 +97,7 @@ def register(app: typer.Typer) -> None:
             return
         from rich.table import Table
 
-        table = Table(title=f"gmp simulate: {out['schedule']}, on-demand {'on' if out['on_demand'] else 'off'}, "
+        table = Table(title=f"gmp simulate: {out['schedule']} ({out['shuffle']} order), on-demand {'on' if out['on_demand'] else 'off'}, "
                             f"{out['workers']} workers, {out['batches']} batches")
         table.add_column("quantity")
         table.add_column("value", justify="right")

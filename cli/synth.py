@@ -60,6 +60,10 @@ def synth(
     coherence: Optional[float] = typer.Option(None, "--coherence",
                                               help="Entity model: probability in [0, 1] that an attribute is "
                                                    "shared by the entity's whole segment."),
+    fresh: Optional[float] = typer.Option(None, "--fresh",
+                                          help="Entity model: probability in [0, 1] that an id-like field "
+                                               "(at least as many values as its entities) shows a uniformly "
+                                               "drawn rarely-seen value instead of its entity (default 0)."),
     test_fraction: float = typer.Option(0.1, "--test-fraction",
                                         help="The last fraction of samples is the test split."),
     chunk_samples: int = typer.Option(1 << 18, "--chunk-samples",
@@ -110,7 +114,7 @@ def synth(
 
     knobs = {k: v for k, v in (("skew", skew), ("tail", tail), ("num_communities", communities),
                                ("locality", locality), ("entity_skew", entity_skew), ("fidelity", fidelity),
-                               ("coherence", coherence)) if v is not None}
+                               ("coherence", coherence), ("fresh", fresh)) if v is not None}
     if like is not None:
         from gmp.datasets.format import load_dataset
         from gmp.datasets.synth_fit import like_config
@@ -121,7 +125,8 @@ def synth(
         fit = like_config(load_dataset(like), num_samples=samples, seed=seed)
         cfg = replace(fit.config, test_fraction=test_fraction, **knobs)
     else:
-        entity_only = [f"--{k.replace('_', '-')}" for k in ("entity_skew", "fidelity", "coherence") if k in knobs]
+        entity_only = [f"--{k.replace('_', '-')}" for k in ("entity_skew", "fidelity", "coherence", "fresh")
+                       if k in knobs]
         from gmp.datasets.synth import PRESETS
 
         if entity_only and preset in PRESETS and PRESETS[preset].model != "entities":

@@ -337,6 +337,7 @@ def simulate_epoch(dataset: Any, manifest: Any = None, *, workers: int | None = 
     import numpy as np
 
     from .constants import DEFAULT_BATCH_SIZE
+    from .simulate import simulator_options
     from .train.herald import HeraldOptions
 
     if batch_size is None:
@@ -348,7 +349,7 @@ def simulate_epoch(dataset: Any, manifest: Any = None, *, workers: int | None = 
         schedule = options.get("schedule", "herald")
         active = int(np.count_nonzero(np.bincount(np.asarray(ds.indices[:int(ds.indptr[ds.num_train])]),
                                                   minlength=ds.num_embeddings)))
-        options["options"] = HeraldOptions.for_simulator(schedule, active, **overrides)
+        options["options"] = simulator_options(schedule, active, **overrides)
     return simulate(ds.indptr, ds.indices, placement, num_train=ds.num_train, batch_size=batch_size, seed=seed,
                     **options)
 

@@ -34,13 +34,28 @@ Herald's paper; ``gmp train`` its own store -- pass the flags explicitly to
 compare. Later epochs differ from this one-epoch replay because caches
 persist across epochs.
 
-Global batches are drawn as the trainer's ``naive`` schedule draws them
-(:func:`epoch_order`, which is :func:`gmp.seeds.epoch_permutation`: a seeded
-permutation of the training samples, cut into
-chunks of ``num_workers * batch_size``); ``--schedule naive`` splits each into
-N consecutive parts, ``--schedule herald`` assigns it with Herald's
-Algorithm 1. ``--on-demand`` defaults to on for ``herald`` and off for
-``naive``, so the four rows of Herald's Table 1 are::
+Every schedule of ``gmp train`` (:data:`gmp.train.registry.SCHEDULES`) can be
+replayed, with the trainer's own sample order (the trainer's schedule classes
+make it, so the two cannot drift apart):
+
+* ``naive`` and ``herald``: global batches as the trainer's ``naive``
+  schedule draws them (:func:`epoch_order`: with ``shuffle="seeded"``
+  :func:`gmp.seeds.epoch_permutation`, a seeded permutation of the training
+  samples; with ``shuffle="none"`` the file order ``0, 1, 2, ...``), cut into
+  chunks of ``num_workers * batch_size``; ``naive`` splits each into N
+  consecutive parts, ``herald`` assigns it with Herald's Algorithm 1;
+* ``static`` (the trainer's default, HET-GMP): worker ``w`` walks the
+  training samples the placement assigns it
+  (:class:`gmp.train.schedule.StaticSchedule`: its shard permuted by
+  :func:`gmp.seeds.epoch_rng`, or in file order with ``shuffle="none"``);
+  step ``t`` gives it items ``[t*B, (t+1)*B)`` of its shard, and a worker
+  whose shard has run out trains nothing in the remaining steps. The engine
+  replays each step as one global batch split into N parts of B, the short
+  parts padded with a sample that uses no row (:func:`static_order`), so
+  padding moves nothing and ``samples`` counts only real samples.
+
+``--on-demand`` defaults to on for ``herald`` and off for ``naive`` and
+``static``, so the four rows of Herald's Table 1 are::
 
     naive                  --schedule naive  --no-on-demand
     on-demand only         --schedule naive  --on-demand
@@ -49,7 +64,7 @@ Algorithm 1. ``--on-demand`` defaults to on for ``herald`` and off for
 
 JSON (``--json``) example::
 
-    {"schedule": "herald", "on_demand": true, "workers": 8, "batch_size": 128,
+    {"schedule": "herald", "shuffle": "seeded", "on_demand": true, "workers": 8, "batch_size": 128,
      "cache_rows": 100000, "cache_policy": "lru", "lookahead": 0, "seed": 0,
      "embedding_dim": 16, "batches": 879, "samples": 900000,
      "pulls": 1234, "pushes": 1000, "rows_pulled_bytes": 78976, "rows_pushed_bytes": 64000,
@@ -67,18 +82,62 @@ from typing import Any
 import numba
 import numpy as np
 
-from . import seeds
 from .constants import DEFAULT_EMBEDDING_DIM, VALUE_BYTES
 from .errors import TrainingError
-from .params import check_float, check_int
+from .params import check_choice, check_float, check_int
 from .placement import Placement
-from .train.herald import ASSIGNMENTS, HeraldOptions, RuntimeScheduler
+from .train.herald import HeraldOptions, RuntimeScheduler
+from .train.schedule import SHUFFLES, NaiveSchedule, StaticSchedule
+
+#: the schedules ``gmp simulate`` replays: every name of :data:`gmp.train.registry.SCHEDULES`
+#: (tests/test_simulate.py checks the two agree). ``static`` runs the engine's naive split over
+#: padded steps (:func:`static_order`).
+SCHEDULES = ("static", "naive", "herald")
 
 
-def epoch_order(num_train: int, seed: int, epoch: int = 0) -> np.ndarray:
-    """The seeded order in which an epoch visits the training samples ``[0, num_train)``: the
-    trainer's ``naive`` schedule calls the same :func:`gmp.seeds.epoch_permutation`."""
-    return seeds.epoch_permutation(num_train, seed, epoch)
+def epoch_order(num_train: int, seed: int, epoch: int = 0, shuffle: str = "seeded") -> np.ndarray:
+    """The order in which an epoch of the ``naive``/``herald`` schedules visits the training samples
+    ``[0, num_train)``: the trainer's :meth:`gmp.train.schedule.NaiveSchedule.epoch_order` (a seeded
+    :func:`gmp.seeds.epoch_permutation`, or the file order with ``shuffle="none"``)."""
+    # the order does not depend on the worker count or batch size (NaiveSchedule's docstring)
+    return NaiveSchedule(1, num_train, 1, seed=seed, shuffle=shuffle).epoch_order(epoch)
+
+
+def static_order(placement: Placement, num_train: int, batch_size: int, pad: int, *, seed: int = 0,
+                 epoch: int = 0, shuffle: str = "seeded") -> np.ndarray:
+    """The trainer's ``static`` steps of ``epoch`` as one sample order for the engine's naive split.
+
+    Step ``t`` becomes the global batch ``[part_0, ..., part_{N-1}]`` where ``part_w`` is
+    worker ``w``'s samples of that step (:class:`gmp.train.schedule.StaticSchedule`) padded
+    to ``batch_size`` with the sample id ``pad`` (a sample that uses no row), so the naive
+    split of ``N * batch_size`` into N consecutive parts of ``batch_size`` gives every worker
+    exactly its step. Example: shards ``[0, 2, 4]`` and ``[1]``, B = 2, pad 9:
+    ``[0, 2, 1, 9, 4, 9, 9, 9]``.
+    """
+    sched = StaticSchedule(placement, num_train, batch_size, seed=seed, shuffle=shuffle)
+    b = int(batch_size)
+    n = sched.num_workers
+    steps = sched.num_steps(epoch)
+    out = np.full(steps * n * b, pad, dtype=np.int64)
+    for w, shard in enumerate(sched.epoch_shards(epoch)):
+        # item i of the shard is step i // b, slot i % b of worker w's part
+        i = np.arange(shard.size, dtype=np.int64)
+        out[(i // b) * (n * b) + w * b + i % b] = shard
+    return out
+
+
+def simulator_options(schedule: str, num_active_rows: int, **overrides: Any) -> HeraldOptions:
+    """``gmp simulate``'s replica model for ``schedule`` (:meth:`HeraldOptions.for_simulator`;
+    ``static`` takes the ``naive`` defaults: no on-demand synchronisation)."""
+    check_choice("schedule", schedule, SCHEDULES, error=TrainingError)
+    return HeraldOptions.for_simulator("herald" if schedule == "herald" else "naive", num_active_rows, **overrides)
+
+
+def _with_padding_sample(indptr, indices, num_train: int):
+    """The training samples' CSR plus one sample (id ``num_train``) that uses no row."""
+    indptr = np.asarray(indptr[: num_train + 1])
+    end = int(indptr[-1])
+    return np.append(indptr, np.int64(end)).astype(indptr.dtype, copy=False), np.asarray(indices[:end])
 
 
 @numba.njit(cache=True)
@@ -145,18 +204,19 @@ class SimulationResult:
 
 
 def simulate(indptr, indices, placement: Placement, *, num_train: int, batch_size: int, schedule: str = "herald",
-             options: HeraldOptions | None = None, seed: int = 0, epoch: int = 0,
+             options: HeraldOptions | None = None, seed: int = 0, epoch: int = 0, shuffle: str = "seeded",
              embedding_dim: int = DEFAULT_EMBEDDING_DIM, parameter_server: bool = False, min_frequency: float = 0.0,
              order: np.ndarray | None = None) -> SimulationResult:
-    """Replay one epoch (samples ``[0, num_train)`` in :func:`epoch_order`) and count transfers.
+    """Replay one epoch (samples ``[0, num_train)`` in the trainer's order) and count transfers.
 
     Parameters
     ----------
     indptr, indices : sample CSR of the dataset (all samples; only the training range is used)
     placement : the manifest's placement (primaries and secondaries)
-    schedule : {"naive", "herald"}
-    options : the replica model; default :meth:`HeraldOptions.for_simulator` (Herald's paper:
+    schedule : {"static", "naive", "herald"} (:data:`SCHEDULES`)
+    options : the replica model; default :func:`simulator_options` (Herald's paper:
         on-demand for herald, 10% caches, writable copies)
+    shuffle : {"seeded", "none"}: the trainer's ``--shuffle`` (``none`` walks the file order)
     parameter_server : Herald's own setting: the placement's primaries are
         ignored and every row lives on a separate parameter server (an extra
         worker that trains nothing), so every row a worker uses is either
@@ -164,34 +224,46 @@ def simulate(indptr, indices, placement: Placement, *, num_train: int, batch_siz
     min_frequency : count only rows used by more than this fraction of the
         training samples (Herald caches embeddings with frequency > 1e-5);
         0 counts every row (:func:`hot_rows_only`)
-    order : optional explicit sample order (overrides ``seed``/``epoch``)
+    order : optional explicit sample order of the ``naive``/``herald`` global batches
+        (overrides ``seed``/``epoch``/``shuffle``; not for ``static``)
     """
-    if schedule not in ASSIGNMENTS:
-        raise TrainingError(f"The 'schedule' parameter must be one of {list(ASSIGNMENTS)}, got {schedule!r}.")
+    check_choice("schedule", schedule, SCHEDULES, error=TrainingError)
+    check_choice("shuffle", shuffle, SHUFFLES, error=TrainingError)
     check_int("embedding_dim", embedding_dim, minimum=1, error=TrainingError)
+    check_int("batch_size", batch_size, minimum=1, error=TrainingError)
     check_float("min_frequency", min_frequency, minimum=0.0, error=TrainingError)
+    if schedule == "static" and order is not None:
+        raise TrainingError("The 'order' parameter applies to the naive and herald schedules; the static "
+                            "schedule's order is the placement's shards. Pass order=None.")
     if options is None:
-        options = HeraldOptions.for_simulator(schedule, active_rows(indptr, indices, num_train))
+        options = simulator_options(schedule, active_rows(indptr, indices, num_train))
     t0 = time.perf_counter()
     if min_frequency > 0:
         indptr, indices = hot_rows_only(indptr, indices, num_train, min_frequency)
     trainers = placement.num_workers
+    if schedule == "static":
+        # the static shards come from the placement's sample owners, before any PS placement replaces it
+        indptr, indices = _with_padding_sample(indptr, indices, num_train)
+        order = static_order(placement, num_train, batch_size, num_train, seed=seed, epoch=epoch, shuffle=shuffle)
+    elif order is None:
+        order = epoch_order(num_train, seed, epoch, shuffle)
     if parameter_server:
         placement = parameter_server_placement(trainers, placement.num_embeddings)
-    sched = RuntimeScheduler(indptr, indices, placement, options, batch_size=batch_size, assignment=schedule,
-                             num_trainers=trainers)
-    sched.start_epoch(epoch_order(num_train, seed, epoch) if order is None else order)
+    sched = RuntimeScheduler(indptr, indices, placement, options, batch_size=batch_size,
+                             assignment="herald" if schedule == "herald" else "naive", num_trainers=trainers)
+    sched.start_epoch(order)
     for _ in sched:
         pass
     wall = time.perf_counter() - t0
     tot = sched.totals
     config = {
-        "schedule": schedule, "on_demand": options.on_demand, "workers": trainers,
+        "schedule": schedule, "shuffle": shuffle, "on_demand": options.on_demand, "workers": trainers,
         "parameter_server": bool(parameter_server),
         "batch_size": int(batch_size), "cache_rows": options.cache_rows, "cache_policy": options.cache_policy,
         "lookahead": options.lookahead, "seed": int(seed), "embedding_dim": int(embedding_dim),
         "read_only_replicas": options.read_only_replicas, "min_frequency": float(min_frequency),
-        "batches": tot.batches, "samples": sched.epoch_size,
+        "batches": tot.batches,
+        "samples": int(np.count_nonzero(order < num_train)) if schedule == "static" else sched.epoch_size,
     }
     ms = tot.ms_per_batch()
     return SimulationResult(config, tot.to_json(), ms, wall)

@@ -34,12 +34,15 @@ def _csr(rows):
 
 
 @pytest.mark.parametrize("on_demand, pulls, pushes", [(True, 5, 5), (False, 5, 6)])
-def test_tiny_epoch_by_hand(on_demand, pulls, pushes):
-    # derivation step by step: tests/test_scheduler.py::test_tiny_epoch_*_by_hand
+@pytest.mark.parametrize("walk", ["order", "shuffle-none"])
+def test_tiny_epoch_by_hand(on_demand, pulls, pushes, walk):
+    # derivation step by step: tests/test_scheduler.py::test_tiny_epoch_*_by_hand, which walks the
+    # samples in file order: an explicit order 0..9, or the trainer's --shuffle none
     indptr, indices = _csr(TINY_ROWS)
     pl = Placement.edge_cut(2, np.zeros(10, dtype=np.int32), TINY_PRIMARY)
+    how = {"order": np.arange(10)} if walk == "order" else {"shuffle": "none", "seed": 123}
     res = simulate_with(indptr, indices, pl, num_train=10, batch_size=1, schedule="naive", on_demand=on_demand,
-                   cache_rows=1, embedding_dim=8, order=np.arange(10)).to_json()
+                   cache_rows=1, embedding_dim=8, **how).to_json()
     assert (res["pulls"], res["pushes"]) == (pulls, pushes)
     assert res["rows_pulled_bytes"] == pulls * 8 * 4 and res["rows_pushed_bytes"] == pushes * 8 * 4
     assert res["batches"] == 5 and res["samples"] == 10
@@ -64,6 +67,75 @@ def test_herald_on_the_tiny_epoch_by_hand():
     assert (res["push_sync"], res["push_plan"], res["push_evict"], res["push_flush"]) == (1, 1, 0, 1)
 
 
+# The static schedule by hand. Rows 0, 1 have their primary on w0, rows 2, 3 on w1; the
+# placement gives samples 2 and 4 to w0 and 0, 1, 3 to w1.
+STATIC_ROWS = [[2, 3], [0, 2], [0, 1], [3], [1]]
+STATIC_OWNER = [1, 1, 0, 1, 0]
+# The trainer's store: no cache, every non-primary update pushed at once, read-only replicas.
+STORE = dict(on_demand=False, cache_rows=0, read_only_replicas=True)
+
+
+def test_static_schedule_by_hand():
+    # --shuffle none, B = 1: shards w0 [2, 4], w1 [0, 1, 3]
+    # t0: w0 s2 [0, 1] both its primaries; w1 s0 [2, 3] both its primaries: nothing moves
+    # t1: w0 s4 [1] local; w1 s1 [0, 2]: row 0 is w0's -> pull; w1 alone writes it -> push at once
+    # t2: w0 has no sample left; w1 s3 [3] local
+    # (the naive split of the same file order would give s0 to w0 at t0: 3 pulls, 3 pushes)
+    indptr, indices = _csr(STATIC_ROWS)
+    pl = Placement.edge_cut(2, STATIC_OWNER, TINY_PRIMARY)
+    res = simulate_with(indptr, indices, pl, num_train=5, batch_size=1, schedule="static", shuffle="none",
+                        **STORE).to_json()
+    assert (res["pull_miss"], res["pull_stale"], res["push_sync"], res["pushes"]) == (1, 0, 1, 1)
+    assert (res["batches"], res["samples"], res["schedule"], res["shuffle"]) == (3, 5, "static", "none")
+    naive = simulate_with(indptr, indices, pl, num_train=5, batch_size=1, schedule="naive", shuffle="none",
+                          **STORE).to_json()
+    assert (naive["pull_miss"], naive["pushes"], naive["batches"]) == (3, 3, 3)
+
+
+def test_static_order_pads_each_worker_to_the_batch():
+    from gmp.simulate import static_order
+
+    pl = Placement.edge_cut(2, [0, 1, 0, 0], [0])
+    # shards w0 [0, 2, 3], w1 [1]; B = 2; pad id 9 (the docstring's example)
+    assert static_order(pl, 4, 2, 9, shuffle="none").tolist() == [0, 2, 1, 9, 3, 9, 9, 9]
+    # seeded: the trainer's StaticSchedule shards, step by step
+    from gmp.train.schedule import StaticSchedule
+
+    pl = Placement.edge_cut(3, np.arange(40) % 3, [0])
+    got = static_order(pl, 40, 4, 99, seed=5, epoch=1).reshape(-1, 3, 4)
+    want = list(StaticSchedule(pl, 40, 4, seed=5).steps(1))
+    assert len(got) == len(want)
+    for step, parts in zip(got, want):
+        for w in range(3):
+            assert step[w][step[w] != 99].tolist() == parts.samples[w].tolist()
+
+
+def test_shuffle_none_walks_the_file_order_and_seeded_does_not():
+    assert epoch_order(7, 3, 0, "none").tolist() == list(range(7))
+    assert epoch_order(50, 3, 0, "seeded").tolist() != list(range(50))
+    assert epoch_order(50, 3, 1, "seeded").tolist() == epoch_order(50, 3, 1).tolist()
+
+
+def test_every_trainer_schedule_can_be_simulated():
+    from gmp.simulate import SCHEDULES
+    from gmp.train.registry import SCHEDULES as TRAIN_SCHEDULES
+
+    assert set(SCHEDULES) == set(TRAIN_SCHEDULES)
+
+
+def test_simulate_refuses_bad_schedule_shuffle_and_static_order():
+    from gmp.errors import TrainingError
+
+    indptr, indices = _csr(STATIC_ROWS)
+    pl = Placement.edge_cut(2, STATIC_OWNER, TINY_PRIMARY)
+    with pytest.raises(TrainingError, match="'shuffle' parameter"):
+        simulate(indptr, indices, pl, num_train=5, batch_size=1, shuffle="random")
+    with pytest.raises(TrainingError, match="'schedule' parameter"):
+        simulate(indptr, indices, pl, num_train=5, batch_size=1, schedule="magic")
+    with pytest.raises(TrainingError, match="Pass order=None"):
+        simulate(indptr, indices, pl, num_train=5, batch_size=1, schedule="static", order=np.arange(5))
+
+
 # --------------------------------------------------------------------------- CLI
 
 
@@ -86,7 +158,9 @@ def test_cli_table_and_errors(tiny_dataset):
     assert r.exit_code == 0, r.output
     assert "pulls" in r.output
     r = runner.invoke(app, ["simulate", "--dataset", str(tiny_dataset), "--workers", "2", "--schedule", "magic"])
-    assert r.exit_code == 2 and "--schedule must be one of ['naive', 'herald'], got 'magic'" in r.output
+    assert r.exit_code == 2 and "--schedule must be one of ['static', 'naive', 'herald'], got 'magic'" in r.output
+    r = runner.invoke(app, ["simulate", "--dataset", str(tiny_dataset), "--workers", "2", "--shuffle", "random"])
+    assert r.exit_code == 2 and "--shuffle must be one of ['seeded', 'none'], got 'random'" in r.output
     r = runner.invoke(app, ["simulate", "--dataset", str(tiny_dataset), "--schedule", "naive"])
     assert r.exit_code == 2 and "--workers is required" in r.output
     r = runner.invoke(app, ["simulate", "--dataset", str(tiny_dataset), "--workers", "2", "--cache-policy", "fifo"])
@@ -127,18 +201,20 @@ def _config(**kw):
     return make_config(**base)
 
 
-@pytest.mark.parametrize("schedule", ["naive", "herald"])
+@pytest.mark.parametrize("schedule", ["static", "naive", "herald"])
+@pytest.mark.parametrize("shuffle", ["seeded", "none"])
 @pytest.mark.parametrize("num_workers,secondaries", [(2, 0.0), (4, 0.0), (3, 0.5)])
-def test_simulator_counts_equal_trainer_counts(ctr, schedule, num_workers, secondaries):
+def test_simulator_counts_equal_trainer_counts(ctr, schedule, shuffle, num_workers, secondaries):
     from gmp.comm.local import LocalEngine
     from gmp.train import TrainData, Trainer
 
     _, ds = ctr
     pl = _placement(ds, num_workers, secondaries)
-    cfg = _config(schedule=schedule)
+    cfg = _config(schedule=schedule, shuffle=shuffle)
     rec = Trainer(TrainData(ds), pl, cfg, LocalEngine(num_workers)).fit()[-1]
     sim = simulate_with(ds.indptr, ds.indices, pl, num_train=ds.num_train, batch_size=cfg.batch_size, schedule=schedule,
-                   on_demand=False, cache_rows=0, read_only_replicas=True, seed=cfg.seed).to_json()
+                   on_demand=False, cache_rows=0, read_only_replicas=True, seed=cfg.seed, shuffle=shuffle).to_json()
+    assert sim["samples"] == rec["samples"] == ds.num_train
     assert rec["remote_rows_read"] > 0
     assert sim["pull_miss"] == rec["remote_rows_read"]
     assert sim["pull_stale"] == rec["staleness_refreshes"]
@@ -314,6 +390,33 @@ def test_cli_train_herald_counts_equal_cli_simulate(tiny_dataset, tmp_path):
     assert r.exit_code == 0, r.output
     sim = json.loads(r.output)
     assert (sim["pull_miss"], sim["pushes"]) == (rec["remote_rows_read"], rec["remote_rows_pushed"])
+    assert sim["pull_miss"] > 0
+
+
+@pytest.mark.parametrize("shuffle", ["seeded", "none"])
+def test_cli_train_static_counts_equal_cli_simulate(tiny_dataset, tmp_path, shuffle):
+    """gmp train's default schedule (static) on a manifest: its JSON log's counts are what
+    gmp simulate --schedule static predicts for the trainer's store."""
+    from gmp.manifest import write_manifest
+    from gmp.topology import homogeneous
+
+    ds = load_dataset(tiny_dataset)
+    pl = Placement.edge_cut(2, [0, 0, 0, 1, 1, 1], [0, 1, 1, 0, 0, 1], method="random", seed=0)
+    m = write_manifest(tmp_path / "m", pl, dataset_sha256=ds.sha256, num_samples=ds.num_samples,
+                       num_embeddings=ds.num_embeddings, topology=homogeneous(2))
+    runner = CliRunner()
+    common = ["--dataset", str(tiny_dataset), "--manifest", str(m), "--batch-size", "1", "--seed", "5",
+              "--shuffle", shuffle]
+    r = runner.invoke(app, ["train", *common, "--epochs", "1", "--embedding-dim", "4"])
+    assert r.exit_code == 0, r.output
+    rec = json.loads([line for line in r.output.splitlines() if line.startswith("{")][-1])
+    r = runner.invoke(app, ["simulate", *common, "--schedule", "static", "--cache-rows", "0", "--no-on-demand",
+                            "--read-only-replicas", "--json"])
+    assert r.exit_code == 0, r.output
+    sim = json.loads(r.output)
+    assert (sim["pull_miss"], sim["pull_stale"], sim["pushes"]) == (
+        rec["remote_rows_read"], rec["staleness_refreshes"], rec["remote_rows_pushed"])
+    assert sim["schedule"] == "static" and sim["shuffle"] == shuffle and sim["samples"] == 4
     assert sim["pull_miss"] > 0
 
 

@@ -406,7 +406,56 @@ def test_entity_model_determinism_and_round_trip(tmp_path):
     assert np.array_equal(np.concatenate([gen.generate(0, 200).ids, gen.generate(200, 500).ids]), whole.ids)
 
 
+@pytest.mark.parametrize("fresh", [0.25, 0.6])
+def test_fresh_tail_of_id_like_fields(fresh):
+    # field 0 (1,000 values) names type 0's entity (400 entities): with probability fresh its rank is
+    # instead uniform over ranks 400..999, which no entity names; field 3 (400 values, 100 entities)
+    # likewise over 100..399. Non-id-like fields (1, 2) are untouched: still one value per entity.
+    gen = SyntheticCTR(_entity_cfg(cardinalities=(1000, 50, 6, 400, 30), fresh=fresh))
+    ch = gen.generate(0, 40_000)
+    r0 = gen.rank_of(0, ch.ids[:, 0])
+    is_fresh = r0 >= 400
+    assert float(is_fresh.mean()) == pytest.approx(fresh, abs=0.012)
+    assert np.array_equal(r0[~is_fresh], ch.entity[~is_fresh, 0])
+    # uniform over the 600 other ranks (chi-square, 599 dof, 99.9%: 715)
+    obs = np.bincount(r0[is_fresh] - 400, minlength=600)
+    exp = is_fresh.sum() / 600
+    assert float(((obs - exp) ** 2 / exp).sum()) < 715.0
+    r3 = gen.rank_of(3, ch.ids[:, 3] - 1056)
+    assert float((r3 >= 100).mean()) == pytest.approx(fresh, abs=0.012)
+    for f in (1, 2):
+        pairs = np.unique(np.stack([ch.entity[:, 0], ch.ids[:, f]], axis=1), axis=0)
+        assert np.unique(pairs[:, 0]).size == pairs.shape[0]
+
+
+# sha256 of the entity preset as the issue-13 generator made it before the --fresh knob (commit
+# f7c316e): fresh = 0 (the preset's value) must keep giving these bytes.
+ENTITY_GOLDEN_SHA256 = {("criteo-kaggle", 3000, 0.001, 5):
+                        "7a7385600ce969287323f1adeb5077be80503e4126e24f68dd1e9050afb46246"}
+
+
+@pytest.mark.parametrize("key", sorted(ENTITY_GOLDEN_SHA256))
+def test_entity_preset_unchanged(tmp_path, key):
+    preset, n, scale, seed = key
+    meta = synthesize(preset_config(preset, num_samples=n, scale=scale, seed=seed), tmp_path / "g",
+                      chunk_samples=1000)
+    assert meta["sha256"] == ENTITY_GOLDEN_SHA256[key]
+
+
+def test_fresh_zero_keeps_the_data_and_the_header(tmp_path):
+    cfg = preset_config("criteo-kaggle", num_samples=2000, scale=0.001, seed=1)
+    a = synthesize(cfg, tmp_path / "a")
+    b = synthesize(preset_config("criteo-kaggle", num_samples=2000, scale=0.001, seed=1, fresh=0.0), tmp_path / "b")
+    c = synthesize(preset_config("criteo-kaggle", num_samples=2000, scale=0.001, seed=1, fresh=0.3), tmp_path / "c")
+    assert a["sha256"] == b["sha256"] != c["sha256"]
+    assert "fresh" not in a["synth"] and c["synth"]["fresh"] == 0.3
+    assert config_of(load_dataset(tmp_path / "c")) == preset_config("criteo-kaggle", num_samples=2000, scale=0.001,
+                                                                     seed=1, fresh=0.3)
+
+
 def test_entity_knob_errors():
+    with pytest.raises(DatasetError, match=r"--fresh must be in \[0.0, 1.0\], got -0.1"):
+        _entity_cfg(fresh=-0.1)
     with pytest.raises(DatasetError, match=r"--fidelity must be in \[0.0, 1.0\], got 1.5"):
         _entity_cfg(fidelity=1.5)
     with pytest.raises(DatasetError, match="field_entity needs 5 entries"):
@@ -463,3 +512,14 @@ def test_group_fields_by_hand():
     assert group_fields(m, 0.5) == (0, 0, -1, -1, -1)
     v = np.array([[5], [5], [5], [7], [7], [9]])
     assert reduce_top(v, top=1).ravel().tolist() == [0, 0, 0, 1, 1, 1]
+
+
+def test_cli_fresh(tmp_path, data_app):
+    out = tmp_path / "f"
+    res = CliRunner().invoke(data_app, ["data", "synth", "--preset", "criteo-kaggle", "--samples", "1500",
+                                        "--scale", "0.001", "--fresh", "0.25", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert config_of(load_dataset(out)).fresh == 0.25
+    res = CliRunner().invoke(data_app, ["data", "synth", "--preset", "tiny", "--fresh", "0.2",
+                                        "--out", str(tmp_path / "t")])
+    assert res.exit_code == 2 and "--fresh apply to the latent-entity model" in res.output

@@ -125,10 +125,9 @@ def runtime_scheduler(indptr, indices, placement, *, batch_size, assignment="her
 def simulate_with(indptr, indices, placement, *, num_train, schedule="herald", on_demand=None, cache_rows=None,
                   cache_policy=None, lookahead=None, read_only_replicas=None, **kw):
     """gmp.simulate.simulate with the replica options as keywords (None: the simulator's defaults)."""
-    from gmp.simulate import active_rows, simulate
-    from gmp.train.herald import HeraldOptions
+    from gmp.simulate import active_rows, simulate, simulator_options
 
-    options = HeraldOptions.for_simulator(schedule, active_rows(indptr, indices, num_train), on_demand=on_demand,
-                                          cache_rows=cache_rows, cache_policy=cache_policy, lookahead=lookahead,
-                                          read_only_replicas=read_only_replicas)
+    options = simulator_options(schedule, active_rows(indptr, indices, num_train), on_demand=on_demand,
+                                cache_rows=cache_rows, cache_policy=cache_policy, lookahead=lookahead,
+                                read_only_replicas=read_only_replicas)
     return simulate(indptr, indices, placement, num_train=num_train, schedule=schedule, options=options, **kw)

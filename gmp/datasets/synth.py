@@ -26,7 +26,10 @@ The entity model
    With probability ``fidelity`` its value is the entity's *attribute*, else an
    independent draw from the field's ``(1 - tail) Zipf(skew_f) + tail Uniform``.
    The attribute of entity e is rank e itself when the field has at least as
-   many values as the type has entities (an id-like field), else a draw from the
+   many values as the type has entities (an id-like field) -- or, with
+   probability ``fresh``, a uniform draw over the field's other ranks (those no
+   entity names: the long tail of rarely seen ids real logs have; 0 in the
+   preset, see docs/synth.md, "Known limitation") -- else a draw from the
    field's law seeded by (field, e) only; with probability ``coherence`` that
    draw is made inside the slice of ranks ``g ≡ s (mod segments)`` of the
    entity's segment s (a hash of the entity), so attributes of one entity
@@ -291,6 +294,7 @@ class SynthConfig:
     coherence: float = 0.0
     session_length: int = 1
     session_share: float | tuple[float, ...] = 0.0
+    fresh: float = 0.0
 
     def __post_init__(self) -> None:
         cards = tuple(int(c) for c in self.cardinalities)
@@ -363,6 +367,7 @@ class SynthConfig:
             raise DatasetError(f"synth: session_share has {len(sh)} entries for {len(counts)} entity types.")
         object.__setattr__(self, "session_share", sh)
         _check_range("--coherence", self.coherence, 0.0, 1.0)
+        _check_range("--fresh", self.fresh, 0.0, 1.0)
         if self.field_skews is not None:
             fs = tuple(float(x) for x in self.field_skews)
             if len(fs) != nf:
@@ -402,9 +407,11 @@ class SynthConfig:
         if self.model == "independent":
             # dataset.json of the independent model stays as it was before the entity model existed
             for k in ("model", "entity_counts", "entity_skew", "field_entity", "fidelity", "field_skews",
-                      "segments", "coherence", "session_length", "session_share"):
+                      "segments", "coherence", "session_length", "session_share", "fresh"):
                 del d[k]
         else:
+            if not self.fresh:
+                del d["fresh"]  # dataset.json without the knob stays as it was before it existed
             d["entity_counts"] = list(self.entity_counts)
             d["field_entity"] = list(self.field_entity)
             d["fidelity"] = list(self.fidelity) if isinstance(self.fidelity, tuple) else self.fidelity
@@ -649,7 +656,7 @@ def _generate(start, count, key, wkey, num_comm, locality, tail, skew,
 @numba.njit(cache=True, nogil=True, parallel=True)
 def _generate_entities(start, count, key, wkey, akey, skey, session_length, session_share, num_comm, tail, fskew, card, offset, perm, gparams,
                        ent_count, ent_skew, eparams, field_entity, fidelity, segments, coherence, sparams, value_scale,
-                       dense_mu, dense_coef, comm_shift, comm_bias, b0,
+                       fresh, dense_mu, dense_coef, comm_shift, comm_bias, b0,
                        ids, dense, logit, label, community, entity):  # pragma: no cover - compiled
     """The latent-entity model (see the module docstring, "The entity model")."""
     num_fields = card.size
@@ -686,6 +693,14 @@ def _generate_entities(start, count, key, wkey, akey, skey, session_length, sess
                 e = np.int64(entity[i, t])
                 if ent_count[t] <= n:
                     g = e  # the field names the entity itself (an id-like field)
+                    # ... or, with probability fresh, a rank no entity names (uniform): the once-seen
+                    # tail. No draw at all when fresh == 0, so older datasets keep their bytes.
+                    if fresh > 0.0 and ent_count[t] < n:
+                        state, u4 = _uniform(state)
+                        if u4 < fresh:
+                            span = n - ent_count[t]
+                            r = np.int64(u4 / fresh * span)
+                            g = ent_count[t] + (r if r < span else span - 1)
                 else:
                     # an attribute shared by many entities: a draw seeded by (field, entity) alone.
                     # With probability coherence it is drawn inside the slice of ranks of the
@@ -819,7 +834,8 @@ class SyntheticCTR:
                                self.session_share, cfg.num_communities, float(cfg.tail),
                                self.fskew, self.card, self.offset, self.perm, self.gparams, self.ent_count,
                                float(cfg.entity_skew), self.eparams, self.field_entity, self.fidelity,
-                               np.int64(cfg.segments), float(cfg.coherence), self.sparams, self.value_scale, self.dense_mu, self.dense_coef, self.comm_shift, self.comm_bias,
+                               np.int64(cfg.segments), float(cfg.coherence), self.sparams, self.value_scale,
+                               float(cfg.fresh), self.dense_mu, self.dense_coef, self.comm_shift, self.comm_bias,
                                float(b0), ids, dense, logit, labels, comm, ent)
             ctr = (1.0 / (1.0 + np.exp(-logit))).astype(np.float32)
             return SynthChunk(start, ids, dense, labels, ctr, logit, comm, ent)
