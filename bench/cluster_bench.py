@@ -19,11 +19,18 @@ training seconds to reach the AUC that the one-process gmp run reaches after one
 epoch, and each peer's speed relative to gmp hybrid.
 
 Methods: ``hybrid`` and ``random`` (gmp placements; ``hybrid-flat`` is hybrid
-partitioned with a flat topology in the 2-host layout), ``ddp-sparse``
+partitioned with a flat topology in the 2-host layout), each optionally with
+``:``-separated variants: ``pipe`` (``--pipeline``), ``bf16`` / ``fp16``
+(``--comm-dtype``), ``s100`` (``--staleness 100``), ``herald`` (``--schedule herald``),
+e.g. ``hybrid:pipe:bf16``; the global ``--staleness``/``--schedule`` apply where no
+variant says otherwise. For gmp methods the per-phase seconds of a step (the JSON
+records' ``phase_seconds``: gather, id exchange, pulls, compute, pushes, all-reduce,
+optimizer; in the pipelined step the time *waited* for a phase) are printed too. ``ddp-sparse``
 (bench/peers/ddp_sparse.py), ``torchrec-tw`` and ``torchrec-planner``
 (bench/peers/torchrec_peer.py; skipped with a message when TorchRec is absent).
 
     python bench/cluster_bench.py --rates unlimited,200mbit --runs 5
+    python bench/cluster_bench.py --rates 200mbit --methods hybrid,hybrid:pipe,hybrid:pipe:bf16,ddp-sparse
     python bench/cluster_bench.py --hosts 2 --per-host 1 --rates 200mbit --methods hybrid,hybrid-flat,random
 """
 
@@ -48,6 +55,18 @@ ROOT = Path(__file__).resolve().parent.parent
 PEERS = Path(__file__).resolve().parent / "peers"
 GMP_METHODS = ("hybrid", "hybrid-flat", "random")
 ALL_METHODS = GMP_METHODS + ("ddp-sparse", "torchrec-tw", "torchrec-planner")
+#: ``method:variant`` suffixes of gmp methods -> extra ``gmp train`` flags
+VARIANTS = {"pipe": ["--pipeline"], "bf16": ["--comm-dtype", "bf16"], "fp16": ["--comm-dtype", "fp16"],
+            "s100": ["--staleness", "100"], "herald": ["--schedule", "herald"]}
+PHASES = ("gather", "ids", "pulls", "compute", "pushes", "allreduce", "optimizer")
+
+
+def base_method(method: str) -> str:
+    return method.split(":")[0]
+
+
+def is_gmp(method: str) -> bool:
+    return base_method(method) in GMP_METHODS
 
 
 def gmp_cmd() -> list[str]:
@@ -78,14 +97,14 @@ def have_torchrec() -> bool:
 
 def prepare(args, work: Path) -> tuple[Path, dict[str, Path]]:
     """The dataset and one manifest per gmp method (made once, reused)."""
-    data = work / f"criteo-{args.samples // 1000}k-s{args.scale}"
+    data = work / f"{args.preset}-{args.samples // 1000}k-s{args.scale}"
     if not (data / "dataset.json").is_file():
         run_local(gmp_cmd() + ["data", "synth", "--preset", args.preset, "--samples", args.samples,
                                "--scale", args.scale, "--seed", 0, "--out", data])
     nranks = args.hosts * args.per_host
     topo = f"{args.hosts}x{args.per_host}" if args.hosts > 1 else str(nranks)
     manifests = {}
-    for method in args.methods:
+    for method in dict.fromkeys(base_method(m) for m in args.methods):
         if method not in GMP_METHODS:
             continue
         name, topology = method, topo
@@ -102,10 +121,13 @@ def prepare(args, work: Path) -> tuple[Path, dict[str, Path]]:
 def method_command(method: str, args, data: Path, manifests: dict[str, Path], out: Path) -> list[str]:
     common = ["--dataset", data, "--batch-size", args.batch_size, "--lr", args.lr, "--seed", 0,
               "--embedding-dim", args.embedding_dim, "--epochs", args.epochs]
-    if method in GMP_METHODS:
-        return ["-m", "cli.main", "train", "--engine", "distributed", "--manifest", manifests[method],
-                "--model", args.model, "--optimizer", "sgd", "--staleness", args.staleness,
-                "--schedule", args.schedule, "--log-json", out, *common]
+    if is_gmp(method):
+        base, *variants = method.split(":")
+        extra = [flag for v in variants for flag in VARIANTS[v]]
+        defaults = [] if "s100" in variants else ["--staleness", args.staleness]
+        defaults += [] if "herald" in variants else ["--schedule", args.schedule]
+        return ["-m", "cli.main", "train", "--engine", "distributed", "--manifest", manifests[base],
+                "--model", args.model, "--optimizer", "sgd", *defaults, *extra, "--log-json", out, *common]
     if method == "ddp-sparse":
         return [PEERS / "ddp_sparse.py", "--model", args.model, "--out", out, *common]
     sharding = {"torchrec-tw": "table_wise", "torchrec-planner": "planner"}[method]
@@ -144,7 +166,7 @@ def launch(net: EmulatedCluster, args, script: list) -> tuple[float, list[int], 
 def read_result(method: str, out: Path) -> dict | None:
     if not out.is_file() or not out.stat().st_size:
         return None
-    if method in GMP_METHODS:
+    if is_gmp(method):
         epochs = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
         epochs = [r for r in epochs if r.get("kind") == "epoch"]
         if not epochs:
@@ -155,7 +177,9 @@ def read_result(method: str, out: Path) -> dict | None:
         for r in epochs:
             cum += r["train_seconds"]
             hist.append({"epoch": r["epoch"], "train_seconds": cum, "test_auc": r["test_auc"]})
-        return {"samples_per_sec": samples / secs, "steps": sum(r["steps"] for r in epochs),
+        phases = {k: sum(r.get("phase_seconds", {}).get(k, 0.0) for r in epochs) for k in PHASES}
+        return {"samples_per_sec": samples / secs, "steps": sum(r["steps"] for r in epochs), "phases": phases,
+                "bytes_counted": {k: sum(r["bytes"][k] for r in epochs) for k in epochs[0]["bytes"]},
                 "comm_seconds": sum(r["comm_seconds"] for r in epochs), "train_seconds": secs,
                 "epochs": hist, "test_auc": epochs[-1]["test_auc"]}
     res = json.loads(out.read_text())
@@ -209,9 +233,11 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="also write every run as JSON here")
     args = ap.parse_args()
     args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    unknown = set(args.methods) - set(ALL_METHODS)
+    unknown = {m for m in args.methods if base_method(m) not in ALL_METHODS
+               or (m.split(":")[1:] and (not is_gmp(m) or set(m.split(":")[1:]) - set(VARIANTS)))}
     if unknown:
-        raise SystemExit(f"unknown --methods {sorted(unknown)}; expected some of {list(ALL_METHODS)}")
+        raise SystemExit(f"unknown --methods {sorted(unknown)}; expected some of {list(ALL_METHODS)}, gmp ones "
+                         f"with ':'-separated variants of {list(VARIANTS)}")
     if any(m.startswith("torchrec") for m in args.methods) and not have_torchrec():
         print("TorchRec is not installed: skipping torchrec-* (pip install -e '.[peers]' then "
               "pip install --no-deps torchrec==1.8.0)", file=sys.stderr)
@@ -279,6 +305,24 @@ def report(args, results: dict, target: float | None) -> None:
                   f"{fmt(statistics.median(comm) if comm else None)} | {wire:.2f} | "
                   f"{fmt(statistics.median(r['test_auc'] for r in runs), '.4f')} | "
                   f"{fmt(statistics.median(tt) if tt else None)} |")
+    report_phases(args, results)
+
+
+def report_phases(args, results: dict) -> None:
+    """Milliseconds per step in each phase (median over runs; gmp methods), and the bytes gmp counts."""
+    rows = [(k, runs) for k, runs in results.items() if is_gmp(k[1]) and runs and runs[0].get("phases")]
+    if not rows:
+        return
+    print("\nper-phase ms per step (median of runs; pipelined: time waited) and gmp's own byte counts per step")
+    print("| link | method | " + " | ".join(PHASES) + " | sum | step | rows KB | grads KB | ids KB | dense KB |")
+    print("|---|---|" + "---:|" * (len(PHASES) + 6))
+    for (rate, method), runs in rows:
+        ms = [statistics.median(r["phases"][p] / max(1, r["steps"]) * 1e3 for r in runs) for p in PHASES]
+        step = statistics.median(r["train_seconds"] / max(1, r["steps"]) * 1e3 for r in runs)
+        kb = [statistics.median(r["bytes_counted"][c] / max(1, r["steps"]) / 1e3 for r in runs)
+              for c in ("embedding_rows", "gradients", "ids_clocks", "dense_allreduce")]
+        print(f"| {rate} | {method} | " + " | ".join(f"{x:.1f}" for x in ms) + f" | {sum(ms):.1f} | {step:.1f} | "
+              + " | ".join(f"{x:.0f}" for x in kb) + " |")
 
 
 if __name__ == "__main__":
