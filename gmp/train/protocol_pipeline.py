@@ -9,8 +9,11 @@ read sees the primary after all earlier steps' updates), the rows step t + 1 rea
   before step t computes: they are sent right after step t + 1's id exchange, and the
   transfer runs while step t computes (``early``);
 * rows **some worker uses in step t** get step t's update: they are sent once step t's
-  gradients have been applied (``late``), and the transfer runs while the next step's
-  batch is gathered and its ids exchanged.
+  gradients have been applied (``late``), and the transfer runs while step t + 2's batch is
+  gathered and its ids exchanged (at the start of step t + 1, before its rows are installed).
+  A reader then asks with the clocks of replicas not yet refreshed by step t + 1's install;
+  that changes nothing: a replica that install refreshes is used in step t + 1, so in step
+  t + 2 it is a late row and is sent whatever clock was asked with.
 
 A primary knows which of its rows step t updates without asking: its own batch's primaries
 and the rows requested of it in step t (at s = 0 every non-primary row a worker uses is
@@ -23,9 +26,9 @@ started asynchronously first.
 
 Per step t of an epoch::
 
-    wait rows(t) (early + late), install them        -> pulls
-    prepare batch t+1                                  -> gather
+    prepare batch t+1                                  -> gather    (late rows(t) in flight)
     exchange ids(t+1) and clocks, start early rows    -> ids
+    wait rows(t) (early + late), install them        -> pulls
     forward/backward(t)                                -> compute   (early rows(t+1) in flight)
     start dense all-reduce(t); push gradients(t)      -> pushes
     wait dense all-reduce(t)                           -> allreduce
@@ -79,10 +82,11 @@ def _touched(tr, ws: list[WorkerStep]) -> list[np.ndarray]:
     return out
 
 
-def _start_reads(tr, key: tuple[int, int], ws: list[WorkerStep], touched: list[np.ndarray] | None) -> _Reads:
-    """Exchange ``ws``'s requests and clocks and start the early rows. ``touched``: the rows the
-    step running now updates (None: no step runs, every row is early)."""
+def _start_reads(tr, key: tuple[int, int], ws: list[WorkerStep], running: _Reads | None) -> _Reads:
+    """Exchange ``ws``'s requests and clocks and start the early rows. ``running``: the reads of
+    the step running now, not yet installed (None: no step runs, every row is early)."""
     n = tr.num_workers
+    touched = None if running is None else _touched(tr, running.ws)
     recv = tr.engine.alltoallv(request_sends(tr, ws, True), "ids_clocks")
     replies, early_rows, late_slots = [], [], []
     for li, s in enumerate(ws):
@@ -168,7 +172,7 @@ class PipelinedStaleness(BoundedStaleness):
             cur = nxt
         self._next = None
 
-    def _reads_of(self, step: Step) -> list[WorkerStep]:
+    def _reads_of(self, step: Step) -> _Reads:
         tr = self.trainer
         key = (tr.epoch, step.index)
         reads, self._reads = self._reads, None
@@ -182,8 +186,7 @@ class PipelinedStaleness(BoundedStaleness):
                 ws = [prepare(tr, li, step.samples[w]) for li, w in enumerate(tr.engine.local_workers)]
             with tr.phase("ids"):
                 reads = _start_reads(tr, key, ws, None)
-        with tr.phase("pulls"):
-            return _finish_reads(tr, reads)
+        return reads
 
     def train_step(self, step: Step) -> float:
         """Run step t and start the reads of step t + 1; return the sum of the sample losses."""
@@ -192,14 +195,16 @@ class PipelinedStaleness(BoundedStaleness):
             raise TrainingError(f"schedule gave {len(step.samples)} batches for {tr.num_workers} workers.")
         if step.global_batch_size == 0:
             return 0.0
-        ws = self._reads_of(step)
+        current = self._reads_of(step)
         nxt = self._next if self._next is not None and self._next.global_batch_size > 0 else None
         reads = None
-        if nxt is not None:
+        if nxt is not None:  # while this step's late rows travel
             with tr.phase("gather"):
                 ws_next = [prepare(tr, li, nxt.samples[w]) for li, w in enumerate(tr.engine.local_workers)]
             with tr.phase("ids"):
-                reads = _start_reads(tr, (tr.epoch, nxt.index), ws_next, _touched(tr, ws))
+                reads = _start_reads(tr, (tr.epoch, nxt.index), ws_next, current)
+        with tr.phase("pulls"):
+            ws = _finish_reads(tr, current)
         with tr.phase("compute"):
             total = step.global_batch_size
             loss_sum = forward_backward(tr, ws, total)
