@@ -40,6 +40,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -148,16 +149,23 @@ def launch(net: EmulatedCluster, args, script: list) -> tuple[float, list[int], 
         procs.append(net.popen(h, cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True))
     rc = 0
-    for p in procs:
-        try:
-            _, err = p.communicate(timeout=args.timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            _, err = p.communicate()
-            err += "\n(timed out)"
-        if p.returncode:
-            rc = p.returncode
-            print(err[-2500:], file=sys.stderr)
+    try:
+        for p in procs:
+            try:
+                _, err = p.communicate(timeout=args.timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                _, err = p.communicate()
+                err += "\n(timed out)"
+            if p.returncode:
+                rc = p.returncode
+                print(err[-2500:], file=sys.stderr)
+    except BaseException:  # interrupted: torchrun forwards SIGTERM to its workers
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=30)
+        raise
     wall = time.perf_counter() - t0
     after = net.bytes_sent()
     return wall, [a - b for a, b in zip(after, before)], rc
@@ -230,7 +238,8 @@ def main() -> None:
     ap.add_argument("--schedule", default="static")
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--no-target", action="store_true", help="skip the single-process time-to-AUC target run")
-    ap.add_argument("--out", default=None, help="also write every run as JSON here")
+    ap.add_argument("--out", default=None, help="also write every run as JSON here (after each run)")
+    ap.add_argument("--report-only", default=None, help="comma-separated --out files: print their merged tables")
     args = ap.parse_args()
     args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = {m for m in args.methods if base_method(m) not in ALL_METHODS
@@ -249,31 +258,49 @@ def main() -> None:
     target = None if args.no_target else single_process_target(args, data, work)
     rates = [None if r in ("unlimited", "none") else r for r in args.rates.split(",")]
     results: dict[tuple, list] = {}
+    if args.report_only:  # tables from earlier --out files (e.g. the runs of two locked sessions)
+        for f in args.report_only.split(","):
+            for key, runs in json.loads(Path(f).read_text()).items():
+                results.setdefault(tuple(key.split("|")), []).extend(runs)
+        report(args, results, target)
+        return
     tmp = Path(tempfile.mkdtemp(prefix="cluster-bench-"))
+    # a SIGTERM (e.g. `timeout`) still prints the table of the runs done so far
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
-        for rate in rates:
-            with EmulatedCluster(hosts=args.hosts, rate=rate, prefix="gmpcb") as net:
-                for r in range(args.runs):
-                    for method in args.methods:
-                        out = tmp / f"{method}-{rate}-{r}.json"
-                        for attempt in range(2):  # a rare gloo abort of one rank: retried once, and said
-                            wall, sent, rc = launch(net, args, method_command(method, args, data, manifests, out))
-                            res = read_result(method, out)
-                            if res is not None:
-                                break
-                            print(f"{method} at {rate or 'unlimited'}: run failed (exit {rc})"
-                                  + ("; retrying" if attempt == 0 else ""), file=sys.stderr)
-                        if res is None:
-                            continue
-                        res.update(wall_seconds=wall, bytes_sent=sent, rate=rate or "unlimited", method=method)
-                        results.setdefault((rate or "unlimited", method), []).append(res)
-                        print(f"  {rate or 'unlimited':>9} {method:<17} run {r + 1}: "
-                              f"{res['samples_per_sec']:,.0f} samples/s", file=sys.stderr, flush=True)
+        run_all(args, data, manifests, rates, results, tmp)
+    except KeyboardInterrupt:
+        print("interrupted: the table has the runs done so far", file=sys.stderr)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     report(args, results, target)
-    if args.out:
-        Path(args.out).write_text(json.dumps({f"{k[0]}|{k[1]}": v for k, v in results.items()}, indent=1))
+
+
+def run_all(args, data: Path, manifests: dict, rates: list, results: dict, tmp: Path) -> None:
+    """Every method ``--runs`` times per rate, interleaved; ``--out`` rewritten after every run."""
+    for rate in rates:
+        with EmulatedCluster(hosts=args.hosts, rate=rate, prefix="gmpcb") as net:
+            for r in range(args.runs):
+                for method in args.methods:
+                    out = tmp / f"{method}-{rate}-{r}.json"
+                    for attempt in range(2):  # a rare gloo abort of one rank: retried once, and said
+                        wall, sent, rc = launch(net, args, method_command(method, args, data, manifests, out))
+                        res = read_result(method, out)
+                        if res is not None:
+                            break
+                        print(f"{method} at {rate or 'unlimited'}: run failed (exit {rc})"
+                              + ("; retrying" if attempt == 0 else ""), file=sys.stderr)
+                    if res is None:
+                        continue
+                    res.update(wall_seconds=wall, bytes_sent=sent, rate=rate or "unlimited", method=method,
+                               loadavg=os.getloadavg()[0])
+                    results.setdefault((rate or "unlimited", method), []).append(res)
+                    print(f"  {rate or 'unlimited':>9} {method:<17} run {r + 1}: "
+                          f"{res['samples_per_sec']:,.0f} samples/s (load {res['loadavg']:.1f})",
+                          file=sys.stderr, flush=True)
+                    if args.out:
+                        Path(args.out).write_text(json.dumps({f"{k[0]}|{k[1]}": v for k, v in results.items()},
+                                                             indent=1))
 
 
 def report(args, results: dict, target: float | None) -> None:
@@ -281,6 +308,9 @@ def report(args, results: dict, target: float | None) -> None:
     print(f"\n{n} ranks ({args.hosts} host(s) x {args.per_host}), {args.model}, SGD lr {args.lr}, dim "
           f"{args.embedding_dim}, {args.batch_size} samples per rank per step, staleness {args.staleness}, "
           f"schedule {args.schedule}; {args.runs} interleaved runs")
+    loads = [r["loadavg"] for runs in results.values() for r in runs if "loadavg" in r]
+    if loads:
+        print(f"1-minute load average during the runs: {min(loads):.1f}-{max(loads):.1f} (2 cores)")
     if target is not None:
         print(f"time-to-AUC target: {target:.4f} (one gmp process, one epoch)")
     print()
