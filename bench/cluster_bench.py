@@ -239,6 +239,9 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--no-target", action="store_true", help="skip the single-process time-to-AUC target run")
     ap.add_argument("--out", default=None, help="also write every run as JSON here (after each run)")
+    ap.add_argument("--netns-prefix", default="gmpcb",
+                    help="namespace names (<prefix>-h0, ...); stale ones with this prefix are removed first, so two "
+                         "concurrent benches need different prefixes")
     ap.add_argument("--report-only", default=None, help="comma-separated --out files: print their merged tables")
     args = ap.parse_args()
     args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -279,7 +282,7 @@ def main() -> None:
 def run_all(args, data: Path, manifests: dict, rates: list, results: dict, tmp: Path) -> None:
     """Every method ``--runs`` times per rate, interleaved; ``--out`` rewritten after every run."""
     for rate in rates:
-        with EmulatedCluster(hosts=args.hosts, rate=rate, prefix="gmpcb") as net:
+        with EmulatedCluster(hosts=args.hosts, rate=rate, prefix=args.netns_prefix) as net:
             for r in range(args.runs):
                 for method in args.methods:
                     out = tmp / f"{method}-{rate}-{r}.json"
