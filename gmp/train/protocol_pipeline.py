@@ -69,35 +69,28 @@ class _Reads:
     late: list[list[np.ndarray]]  # [reader][owner]: which requests get their row late
     early: object  # the started all-to-all of the early rows
     late_slots: list[list[np.ndarray]]  # [owner][reader]: slots to send late
+    touched: list[np.ndarray]  # [owner]: sorted slots of its primaries this step updates
     late_pending: object = None  # the started all-to-all of the late rows
-
-
-def _touched(tr, ws: list[WorkerStep]) -> list[np.ndarray]:
-    """Per local worker: sorted slots of its primaries that step ``ws`` updates."""
-    out = []
-    for li, s in enumerate(ws):
-        store = tr.stores[li]
-        parts = [s.slots[s.is_primary]] + [primary_slots(store, ids) for ids in s.served]
-        out.append(np.unique(np.concatenate(parts)))
-    return out
 
 
 def _start_reads(tr, key: tuple[int, int], ws: list[WorkerStep], running: _Reads | None) -> _Reads:
     """Exchange ``ws``'s requests and clocks and start the early rows. ``running``: the reads of
     the step running now, not yet installed (None: no step runs, every row is early)."""
     n = tr.num_workers
-    touched = None if running is None else _touched(tr, running.ws)
     recv = tr.engine.alltoallv(request_sends(tr, ws, True), "ids_clocks")
-    replies, early_rows, late_slots = [], [], []
+    replies, early_rows, late_slots, touched = [], [], [], []
     for li, s in enumerate(ws):
         store = tr.stores[li]
         s.served = []
         rc, er, ls = [], [], []
+        served = [s.slots[s.is_primary]]  # the rows of this worker that the step updates
         for src in range(n):
             msg = received_ids(recv[li][src]).reshape(-1, 2)
             oslots = primary_slots(store, msg[:, 0])
             s.served.append(msg[:, 0])
-            late = np.isin(oslots, touched[li]) if touched is not None else np.zeros(oslots.size, bool)
+            served.append(oslots)
+            late = (np.isin(oslots, running.touched[li], assume_unique=False) if running is not None
+                    else np.zeros(oslots.size, bool))
             clock = store.clock[oslots]
             need = intra_stale(clock + late, msg[:, 1], 0.0)
             rc.append(id_tensor(tr, np.where(late, -(clock + 1) - 2, clock)))
@@ -106,6 +99,7 @@ def _start_reads(tr, key: tuple[int, int], ws: list[WorkerStep], running: _Reads
         replies.append(rc)
         early_rows.append(er)
         late_slots.append(ls)
+        touched.append(np.unique(np.concatenate(served)))
     got = tr.engine.alltoallv(replies, "ids_clocks", recv_counts=[
         [int(s.req_bounds[src + 1] - s.req_bounds[src]) for src in range(n)] for s in ws])
     clocks, need, late = [], [], []
@@ -117,7 +111,7 @@ def _start_reads(tr, key: tuple[int, int], ws: list[WorkerStep], running: _Reads
                      for src in range(n)])
     early = tr.engine.start_alltoallv(early_rows, "embedding_rows", recv_counts=[
         [int((need[li][src] & ~late[li][src]).sum()) for src in range(n)] for li in range(len(ws))])
-    return _Reads(key, ws, clocks, need, late, early, late_slots)
+    return _Reads(key, ws, clocks, need, late, early, late_slots, touched)
 
 
 def _start_late(tr, reads: _Reads) -> None:
