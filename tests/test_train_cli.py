@@ -228,3 +228,23 @@ def test_the_manifests_plan_is_the_default_and_overriding_it_warns_once(ctr, tmp
     assert sim.exit_code == 0, sim.output
     out = json.loads(sim.stdout)
     assert (out["batch_size"], out["embedding_dim"]) == (16, 4)
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(pipeline=True, staleness=5), "The 'pipeline' parameter needs staleness 0"),
+    (dict(pipeline=True, schedule="herald"), "The 'pipeline' parameter needs a schedule other than herald"),
+    (dict(pipeline=1), "The 'pipeline' parameter must be a bool"),
+    (dict(comm_dtype="int8"), "The 'comm_dtype' parameter")])
+def test_pipeline_and_comm_dtype_are_validated(kw, match):
+    with pytest.raises(TrainingError, match=match):
+        TrainConfig(**kw)
+
+
+def test_cli_names_the_pipeline_flag(ctr):
+    """The library's parameter name becomes the flag, one line, exit code 2."""
+    _, path, _ = ctr
+    res = run_cli("--dataset", path, "--pipeline", "--staleness", "3", "--epochs", 1)
+    assert res.exit_code == 2, res.output
+    assert "--pipeline needs staleness 0" in res.output and "Traceback" not in res.output
+    res = run_cli("--dataset", path, "--comm-dtype", "fp8", "--epochs", 1)
+    assert res.exit_code == 2 and "--comm-dtype" in res.output and "fp8" in res.output
