@@ -19,11 +19,18 @@ training seconds to reach the AUC that the one-process gmp run reaches after one
 epoch, and each peer's speed relative to gmp hybrid.
 
 Methods: ``hybrid`` and ``random`` (gmp placements; ``hybrid-flat`` is hybrid
-partitioned with a flat topology in the 2-host layout), ``ddp-sparse``
+partitioned with a flat topology in the 2-host layout), each optionally with
+``:``-separated variants: ``pipe`` (``--pipeline``), ``bf16`` / ``fp16``
+(``--comm-dtype``), ``s100`` (``--staleness 100``), ``herald`` (``--schedule herald``),
+e.g. ``hybrid:pipe:bf16``; the global ``--staleness``/``--schedule`` apply where no
+variant says otherwise. For gmp methods the per-phase seconds of a step (the JSON
+records' ``phase_seconds``: gather, id exchange, pulls, compute, pushes, all-reduce,
+optimizer; in the pipelined step the time *waited* for a phase) are printed too. ``ddp-sparse``
 (bench/peers/ddp_sparse.py), ``torchrec-tw`` and ``torchrec-planner``
 (bench/peers/torchrec_peer.py; skipped with a message when TorchRec is absent).
 
     python bench/cluster_bench.py --rates unlimited,200mbit --runs 5
+    python bench/cluster_bench.py --rates 200mbit --methods hybrid,hybrid:pipe,hybrid:pipe:bf16,ddp-sparse
     python bench/cluster_bench.py --hosts 2 --per-host 1 --rates 200mbit --methods hybrid,hybrid-flat,random
 """
 
@@ -33,6 +40,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -48,6 +56,18 @@ ROOT = Path(__file__).resolve().parent.parent
 PEERS = Path(__file__).resolve().parent / "peers"
 GMP_METHODS = ("hybrid", "hybrid-flat", "random")
 ALL_METHODS = GMP_METHODS + ("ddp-sparse", "torchrec-tw", "torchrec-planner")
+#: ``method:variant`` suffixes of gmp methods -> extra ``gmp train`` flags
+VARIANTS = {"pipe": ["--pipeline"], "bf16": ["--comm-dtype", "bf16"], "fp16": ["--comm-dtype", "fp16"],
+            "s100": ["--staleness", "100"], "herald": ["--schedule", "herald"]}
+PHASES = ("gather", "ids", "pulls", "compute", "pushes", "allreduce", "optimizer")
+
+
+def base_method(method: str) -> str:
+    return method.split(":")[0]
+
+
+def is_gmp(method: str) -> bool:
+    return base_method(method) in GMP_METHODS
 
 
 def gmp_cmd() -> list[str]:
@@ -78,14 +98,14 @@ def have_torchrec() -> bool:
 
 def prepare(args, work: Path) -> tuple[Path, dict[str, Path]]:
     """The dataset and one manifest per gmp method (made once, reused)."""
-    data = work / f"criteo-{args.samples // 1000}k-s{args.scale}"
+    data = work / f"{args.preset}-{args.samples // 1000}k-s{args.scale}"
     if not (data / "dataset.json").is_file():
         run_local(gmp_cmd() + ["data", "synth", "--preset", args.preset, "--samples", args.samples,
                                "--scale", args.scale, "--seed", 0, "--out", data])
     nranks = args.hosts * args.per_host
     topo = f"{args.hosts}x{args.per_host}" if args.hosts > 1 else str(nranks)
     manifests = {}
-    for method in args.methods:
+    for method in dict.fromkeys(base_method(m) for m in args.methods):
         if method not in GMP_METHODS:
             continue
         name, topology = method, topo
@@ -102,10 +122,13 @@ def prepare(args, work: Path) -> tuple[Path, dict[str, Path]]:
 def method_command(method: str, args, data: Path, manifests: dict[str, Path], out: Path) -> list[str]:
     common = ["--dataset", data, "--batch-size", args.batch_size, "--lr", args.lr, "--seed", 0,
               "--embedding-dim", args.embedding_dim, "--epochs", args.epochs]
-    if method in GMP_METHODS:
-        return ["-m", "cli.main", "train", "--engine", "distributed", "--manifest", manifests[method],
-                "--model", args.model, "--optimizer", "sgd", "--staleness", args.staleness,
-                "--schedule", args.schedule, "--log-json", out, *common]
+    if is_gmp(method):
+        base, *variants = method.split(":")
+        extra = [flag for v in variants for flag in VARIANTS[v]]
+        defaults = [] if "s100" in variants else ["--staleness", args.staleness]
+        defaults += [] if "herald" in variants else ["--schedule", args.schedule]
+        return ["-m", "cli.main", "train", "--engine", "distributed", "--manifest", manifests[base],
+                "--model", args.model, "--optimizer", "sgd", *defaults, *extra, "--log-json", out, *common]
     if method == "ddp-sparse":
         return [PEERS / "ddp_sparse.py", "--model", args.model, "--out", out, *common]
     sharding = {"torchrec-tw": "table_wise", "torchrec-planner": "planner"}[method]
@@ -126,16 +149,23 @@ def launch(net: EmulatedCluster, args, script: list) -> tuple[float, list[int], 
         procs.append(net.popen(h, cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True))
     rc = 0
-    for p in procs:
-        try:
-            _, err = p.communicate(timeout=args.timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            _, err = p.communicate()
-            err += "\n(timed out)"
-        if p.returncode:
-            rc = p.returncode
-            print(err[-2500:], file=sys.stderr)
+    try:
+        for p in procs:
+            try:
+                _, err = p.communicate(timeout=args.timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                _, err = p.communicate()
+                err += "\n(timed out)"
+            if p.returncode:
+                rc = p.returncode
+                print(err[-2500:], file=sys.stderr)
+    except BaseException:  # interrupted: torchrun forwards SIGTERM to its workers
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=30)
+        raise
     wall = time.perf_counter() - t0
     after = net.bytes_sent()
     return wall, [a - b for a, b in zip(after, before)], rc
@@ -144,7 +174,7 @@ def launch(net: EmulatedCluster, args, script: list) -> tuple[float, list[int], 
 def read_result(method: str, out: Path) -> dict | None:
     if not out.is_file() or not out.stat().st_size:
         return None
-    if method in GMP_METHODS:
+    if is_gmp(method):
         epochs = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
         epochs = [r for r in epochs if r.get("kind") == "epoch"]
         if not epochs:
@@ -155,7 +185,9 @@ def read_result(method: str, out: Path) -> dict | None:
         for r in epochs:
             cum += r["train_seconds"]
             hist.append({"epoch": r["epoch"], "train_seconds": cum, "test_auc": r["test_auc"]})
-        return {"samples_per_sec": samples / secs, "steps": sum(r["steps"] for r in epochs),
+        phases = {k: sum(r.get("phase_seconds", {}).get(k, 0.0) for r in epochs) for k in PHASES}
+        return {"samples_per_sec": samples / secs, "steps": sum(r["steps"] for r in epochs), "phases": phases,
+                "bytes_counted": {k: sum(r["bytes"][k] for r in epochs) for k in epochs[0]["bytes"]},
                 "comm_seconds": sum(r["comm_seconds"] for r in epochs), "train_seconds": secs,
                 "epochs": hist, "test_auc": epochs[-1]["test_auc"]}
     res = json.loads(out.read_text())
@@ -206,12 +238,18 @@ def main() -> None:
     ap.add_argument("--schedule", default="static")
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--no-target", action="store_true", help="skip the single-process time-to-AUC target run")
-    ap.add_argument("--out", default=None, help="also write every run as JSON here")
+    ap.add_argument("--out", default=None, help="also write every run as JSON here (after each run)")
+    ap.add_argument("--netns-prefix", default="gmpcb",
+                    help="namespace names (<prefix>-h0, ...); stale ones with this prefix are removed first, so two "
+                         "concurrent benches need different prefixes")
+    ap.add_argument("--report-only", default=None, help="comma-separated --out files: print their merged tables")
     args = ap.parse_args()
     args.methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    unknown = set(args.methods) - set(ALL_METHODS)
+    unknown = {m for m in args.methods if base_method(m) not in ALL_METHODS
+               or (m.split(":")[1:] and (not is_gmp(m) or set(m.split(":")[1:]) - set(VARIANTS)))}
     if unknown:
-        raise SystemExit(f"unknown --methods {sorted(unknown)}; expected some of {list(ALL_METHODS)}")
+        raise SystemExit(f"unknown --methods {sorted(unknown)}; expected some of {list(ALL_METHODS)}, gmp ones "
+                         f"with ':'-separated variants of {list(VARIANTS)}")
     if any(m.startswith("torchrec") for m in args.methods) and not have_torchrec():
         print("TorchRec is not installed: skipping torchrec-* (pip install -e '.[peers]' then "
               "pip install --no-deps torchrec==1.8.0)", file=sys.stderr)
@@ -223,31 +261,49 @@ def main() -> None:
     target = None if args.no_target else single_process_target(args, data, work)
     rates = [None if r in ("unlimited", "none") else r for r in args.rates.split(",")]
     results: dict[tuple, list] = {}
+    if args.report_only:  # tables from earlier --out files (e.g. the runs of two locked sessions)
+        for f in args.report_only.split(","):
+            for key, runs in json.loads(Path(f).read_text()).items():
+                results.setdefault(tuple(key.split("|")), []).extend(runs)
+        report(args, results, target)
+        return
     tmp = Path(tempfile.mkdtemp(prefix="cluster-bench-"))
+    # a SIGTERM (e.g. `timeout`) still prints the table of the runs done so far
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
-        for rate in rates:
-            with EmulatedCluster(hosts=args.hosts, rate=rate, prefix="gmpcb") as net:
-                for r in range(args.runs):
-                    for method in args.methods:
-                        out = tmp / f"{method}-{rate}-{r}.json"
-                        for attempt in range(2):  # a rare gloo abort of one rank: retried once, and said
-                            wall, sent, rc = launch(net, args, method_command(method, args, data, manifests, out))
-                            res = read_result(method, out)
-                            if res is not None:
-                                break
-                            print(f"{method} at {rate or 'unlimited'}: run failed (exit {rc})"
-                                  + ("; retrying" if attempt == 0 else ""), file=sys.stderr)
-                        if res is None:
-                            continue
-                        res.update(wall_seconds=wall, bytes_sent=sent, rate=rate or "unlimited", method=method)
-                        results.setdefault((rate or "unlimited", method), []).append(res)
-                        print(f"  {rate or 'unlimited':>9} {method:<17} run {r + 1}: "
-                              f"{res['samples_per_sec']:,.0f} samples/s", file=sys.stderr, flush=True)
+        run_all(args, data, manifests, rates, results, tmp)
+    except KeyboardInterrupt:
+        print("interrupted: the table has the runs done so far", file=sys.stderr)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     report(args, results, target)
-    if args.out:
-        Path(args.out).write_text(json.dumps({f"{k[0]}|{k[1]}": v for k, v in results.items()}, indent=1))
+
+
+def run_all(args, data: Path, manifests: dict, rates: list, results: dict, tmp: Path) -> None:
+    """Every method ``--runs`` times per rate, interleaved; ``--out`` rewritten after every run."""
+    for rate in rates:
+        with EmulatedCluster(hosts=args.hosts, rate=rate, prefix=args.netns_prefix) as net:
+            for r in range(args.runs):
+                for method in args.methods:
+                    out = tmp / f"{method}-{rate}-{r}.json"
+                    for attempt in range(2):  # a rare gloo abort of one rank: retried once, and said
+                        wall, sent, rc = launch(net, args, method_command(method, args, data, manifests, out))
+                        res = read_result(method, out)
+                        if res is not None:
+                            break
+                        print(f"{method} at {rate or 'unlimited'}: run failed (exit {rc})"
+                              + ("; retrying" if attempt == 0 else ""), file=sys.stderr)
+                    if res is None:
+                        continue
+                    res.update(wall_seconds=wall, bytes_sent=sent, rate=rate or "unlimited", method=method,
+                               loadavg=os.getloadavg()[0])
+                    results.setdefault((rate or "unlimited", method), []).append(res)
+                    print(f"  {rate or 'unlimited':>9} {method:<17} run {r + 1}: "
+                          f"{res['samples_per_sec']:,.0f} samples/s (load {res['loadavg']:.1f})",
+                          file=sys.stderr, flush=True)
+                    if args.out:
+                        Path(args.out).write_text(json.dumps({f"{k[0]}|{k[1]}": v for k, v in results.items()},
+                                                             indent=1))
 
 
 def report(args, results: dict, target: float | None) -> None:
@@ -255,6 +311,9 @@ def report(args, results: dict, target: float | None) -> None:
     print(f"\n{n} ranks ({args.hosts} host(s) x {args.per_host}), {args.model}, SGD lr {args.lr}, dim "
           f"{args.embedding_dim}, {args.batch_size} samples per rank per step, staleness {args.staleness}, "
           f"schedule {args.schedule}; {args.runs} interleaved runs")
+    loads = [r["loadavg"] for runs in results.values() for r in runs if "loadavg" in r]
+    if loads:
+        print(f"1-minute load average during the runs: {min(loads):.1f}-{max(loads):.1f} (2 cores)")
     if target is not None:
         print(f"time-to-AUC target: {target:.4f} (one gmp process, one epoch)")
     print()
@@ -279,6 +338,24 @@ def report(args, results: dict, target: float | None) -> None:
                   f"{fmt(statistics.median(comm) if comm else None)} | {wire:.2f} | "
                   f"{fmt(statistics.median(r['test_auc'] for r in runs), '.4f')} | "
                   f"{fmt(statistics.median(tt) if tt else None)} |")
+    report_phases(args, results)
+
+
+def report_phases(args, results: dict) -> None:
+    """Milliseconds per step in each phase (median over runs; gmp methods), and the bytes gmp counts."""
+    rows = [(k, runs) for k, runs in results.items() if is_gmp(k[1]) and runs and runs[0].get("phases")]
+    if not rows:
+        return
+    print("\nper-phase ms per step (median of runs; pipelined: time waited) and gmp's own byte counts per step")
+    print("| link | method | " + " | ".join(PHASES) + " | sum | step | rows KB | grads KB | ids KB | dense KB |")
+    print("|---|---|" + "---:|" * (len(PHASES) + 6))
+    for (rate, method), runs in rows:
+        ms = [statistics.median(r["phases"][p] / max(1, r["steps"]) * 1e3 for r in runs) for p in PHASES]
+        step = statistics.median(r["train_seconds"] / max(1, r["steps"]) * 1e3 for r in runs)
+        kb = [statistics.median(r["bytes_counted"][c] / max(1, r["steps"]) / 1e3 for r in runs)
+              for c in ("embedding_rows", "gradients", "ids_clocks", "dense_allreduce")]
+        print(f"| {rate} | {method} | " + " | ".join(f"{x:.1f}" for x in ms) + f" | {sum(ms):.1f} | {step:.1f} | "
+              + " | ".join(f"{x:.0f}" for x in kb) + " |")
 
 
 if __name__ == "__main__":

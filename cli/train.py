@@ -145,6 +145,14 @@ def register(app: typer.Typer) -> None:
                                                 help="--schedule herald: after a synchronous push only the primary "
                                                      "is current (read-only) or the writer's copy too (writable, "
                                                      "Herald's cache; s = 0)."),
+        comm_dtype: Optional[str] = typer.Option(None, "--comm-dtype",
+                                                 help="fp32 | fp16 | bf16: dtype of rows, gradients and the dense "
+                                                      "all-reduce on the wire (default: the table's, float32; "
+                                                      "optimizer state stays float32; exact only at fp32)."),
+        pipeline: bool = typer.Option(False, "--pipeline/--no-pipeline",
+                                      help="s = 0, static/naive schedule: overlap the next step's id exchange and "
+                                           "pulls with this step's compute, and the gradient push with the dense "
+                                           "all-reduce (the same model bit for bit)."),
     ) -> None:
         """Train WDL / DCN / DeepFM from a placement manifest (HET-GMP primaries/secondaries, bounded staleness).
 
@@ -180,7 +188,7 @@ def register(app: typer.Typer) -> None:
             config = TrainConfig(model=model, embedding_dim=plan["embedding_dim"], optimizer=optimizer, lr=lr,
                                  batch_size=plan["batch_size"], epochs=epochs, staleness=_parse_staleness(staleness),
                                  seed=seed, schedule=schedule, shuffle=shuffle, log_every=log_every, herald=herald,
-                                 tiers=tiers)
+                                 tiers=tiers, comm_dtype=comm_dtype, pipeline=pipeline)
             dataset = dataset_argument(dataset_arg, dataset, "train")
             records = train(dataset, manifest, config, engine=engine, workers=workers, checkpoint_dir=checkpoint_dir,
                             resume=resume, log_json=log_json, on_record=lambda rec: typer.echo(json_line(rec)),

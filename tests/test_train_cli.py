@@ -115,8 +115,9 @@ def test_remote_rows_equal_the_reports_batch_traffic(ctr, tmp_path, n, batch):
         row_bytes = (5 + 1) * 4  # wdl rows carry the wide weight; float32
         assert r["bytes"]["embedding_rows"] == reads * row_bytes
         assert r["bytes"]["gradients"] == pushes * row_bytes
-        # request: id + clock; reply: clock; push: id  (8 bytes each)
-        assert r["bytes"]["ids_clocks"] == reads * 24 + pushes * 8
+        # request: id + clock; reply: clock (int32 each); a push carries no ids at s = 0 (the
+        # primary knows them from the request, in the same order)
+        assert r["bytes"]["ids_clocks"] == reads * 12
 
 
 def test_resume_after_an_interrupt_equals_an_uninterrupted_run(ctr, tmp_path):
@@ -227,3 +228,23 @@ def test_the_manifests_plan_is_the_default_and_overriding_it_warns_once(ctr, tmp
     assert sim.exit_code == 0, sim.output
     out = json.loads(sim.stdout)
     assert (out["batch_size"], out["embedding_dim"]) == (16, 4)
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(pipeline=True, staleness=5), "The 'pipeline' parameter needs staleness 0"),
+    (dict(pipeline=True, schedule="herald"), "The 'pipeline' parameter needs a schedule other than herald"),
+    (dict(pipeline=1), "The 'pipeline' parameter must be a bool"),
+    (dict(comm_dtype="int8"), "The 'comm_dtype' parameter")])
+def test_pipeline_and_comm_dtype_are_validated(kw, match):
+    with pytest.raises(TrainingError, match=match):
+        TrainConfig(**kw)
+
+
+def test_cli_names_the_pipeline_flag(ctr):
+    """The library's parameter name becomes the flag, one line, exit code 2."""
+    _, path, _ = ctr
+    res = run_cli("--dataset", path, "--pipeline", "--staleness", "3", "--epochs", 1)
+    assert res.exit_code == 2, res.output
+    assert "--pipeline needs staleness 0" in res.output and "Traceback" not in res.output
+    res = run_cli("--dataset", path, "--comm-dtype", "fp8", "--epochs", 1)
+    assert res.exit_code == 2 and "--comm-dtype" in res.output and "fp8" in res.output

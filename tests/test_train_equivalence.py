@@ -15,6 +15,7 @@ from gmp.datasets.format import load_dataset
 from gmp.placement import Placement
 from gmp.comm.local import LocalEngine
 from gmp.train import TrainConfig, TrainData, Trainer
+from gmp.train.protocol_pipeline import PipelinedStaleness
 from gmp.train.schedule import NaiveSchedule, ReplaySchedule, StaticSchedule
 from train_data import make_ctr_dataset, reference_train
 
@@ -132,3 +133,83 @@ def test_one_id_per_field_fast_path_equals_the_reference(tmp_path):
     ref_table, ref_net = reference_train(path, batches, model="dcn", optimizer="adagrad", lr=cfg.lr,
                                          embedding_dim=cfg.embedding_dim, seed=cfg.seed, hidden=cfg.hidden)
     assert_same_model(tr, ref_table, ref_net)
+
+
+# ------------------------------------------------------------------ the pipelined step (s = 0)
+def _records_without_time(records):
+    drop = {"train_seconds", "samples_per_sec", "comm_seconds", "phase_seconds"}
+    return [{k: v for k, v in r.items() if k not in drop} for r in records]
+
+
+@pytest.mark.parametrize("model,optimizer,num_workers,secondaries,schedule", [
+    ("wdl", "sgd", 2, 0.0, "static"), ("dcn", "adagrad", 3, 0.5, "static"), ("deepfm", "adagrad", 4, 0.3, "naive"),
+    ("dcn", "sgd", 1, 0.0, "static")])
+def test_pipelined_step_is_the_synchronous_step_bit_for_bit(ctr, model, optimizer, num_workers, secondaries,
+                                                            schedule):
+    """Reads overlapped with compute change nothing: the same table and dense weights bit for bit,
+    the same losses, AUC, byte counts and counters (so the pipelined run is the single-worker
+    run, by the tests above)."""
+    _, ds = ctr
+    pl = random_placement(ds, num_workers, secondaries=secondaries, seed=7)
+    runs = {}
+    for pipeline in (False, True):
+        cfg = config(model=model, optimizer=optimizer, schedule=schedule, batch_size=12, pipeline=pipeline)
+        tr = Trainer(TrainData(ds), pl, cfg, LocalEngine(num_workers))
+        runs[pipeline] = (tr, tr.fit())
+    (sync, rs), (pipe, rp) = runs[False], runs[True]
+    assert np.array_equal(sync.embedding_table(), pipe.embedding_table())
+    for p, q in zip(sync.model.parameters(), pipe.model.parameters()):
+        assert torch.equal(p, q)
+    assert isinstance(pipe.protocol, PipelinedStaleness) and not isinstance(sync.protocol, PipelinedStaleness)
+    assert _records_without_time(rs) == _records_without_time(rp)
+    if num_workers > 1:
+        assert rp[-1]["remote_rows_read"] > 0 and rp[-1]["bytes"]["embedding_rows"] > 0
+        assert sum(rp[-1]["phase_seconds"].values()) > 0
+
+
+def test_pipelined_step_equals_the_reference(ctr):
+    """Against plain PyTorch on one table (independent of the trainer's machinery)."""
+    path, ds = ctr
+    cfg = config(model="dcn", optimizer="adagrad", batch_size=16, pipeline=True)
+    tr = Trainer(TrainData(ds), random_placement(ds, 3, secondaries=0.5), cfg, LocalEngine(3))
+    tr.fit()
+    one = NaiveSchedule(1, ds.num_train, 48, seed=cfg.seed)
+    batches = [[s.samples[0] for s in one.steps(e)] for e in range(cfg.epochs)]
+    ref_table, ref_net = reference_train(path, batches, model="dcn", optimizer="adagrad", lr=cfg.lr,
+                                         embedding_dim=cfg.embedding_dim, seed=cfg.seed, hidden=cfg.hidden)
+    assert_same_model(tr, ref_table, ref_net)
+
+
+def test_pipelined_step_survives_a_stop_between_steps(ctr):
+    """fit(stop_after_steps=k) leaves the next step's reads started; fit() again uses them (same
+    trainer) and ends with the uninterrupted model."""
+    _, ds = ctr
+    pl = random_placement(ds, 2, secondaries=0.4, seed=9)
+    cfg = config(model="wdl", optimizer="adagrad", schedule="static", batch_size=12, pipeline=True)
+    whole = Trainer(TrainData(ds), pl, cfg, LocalEngine(2))
+    whole.fit()
+    parts = Trainer(TrainData(ds), pl, cfg, LocalEngine(2))
+    parts.fit(stop_after_steps=3)
+    parts.fit(stop_after_steps=1)
+    parts.fit()
+    assert np.array_equal(whole.embedding_table(), parts.embedding_table())
+
+
+@pytest.mark.parametrize("comm_dtype", ["bf16", "fp16"])
+def test_narrow_comm_dtype_halves_the_row_bytes_and_stays_close(ctr, comm_dtype):
+    """Rows and gradients travel at 2 bytes per value (dense all-reduce too); the model is close to,
+    not equal to, the fp32 one (exactness is claimed for fp32 only)."""
+    _, ds = ctr
+    pl = random_placement(ds, 2, seed=4)
+    out = {}
+    for cd in (None, comm_dtype):
+        cfg = config(model="dcn", optimizer="sgd", schedule="static", batch_size=12, dtype="float32",
+                     comm_dtype=cd)
+        tr = Trainer(TrainData(ds), pl, cfg, LocalEngine(2))
+        out[cd] = (tr, tr.fit()[-1])
+    (full, rf), (half, rh) = out[None], out[comm_dtype]
+    for key in ("embedding_rows", "gradients", "dense_allreduce"):
+        assert rh["bytes"][key] * 2 == rf["bytes"][key] > 0, key
+    assert rh["bytes"]["ids_clocks"] == rf["bytes"]["ids_clocks"]
+    assert not np.array_equal(full.embedding_table(), half.embedding_table())
+    np.testing.assert_allclose(half.embedding_table(), full.embedding_table(), atol=2e-2)

@@ -128,6 +128,11 @@ class CommEngine(abc.ABC):
             if self.counting:
                 self.seconds += time.perf_counter() - t0
 
+    def start_all_reduce_dense(self, flat: torch.Tensor) -> PendingExchange:
+        """Start :meth:`all_reduce_dense`; ``wait()`` on the handle returns the sum. The
+        distributed engine issues it asynchronously; this default reduces at once."""
+        return _Done(self.all_reduce_dense(flat))
+
     @abc.abstractmethod
     def _all_reduce_dense(self, flat: torch.Tensor) -> torch.Tensor:
         """The engine's all-reduce (see :meth:`all_reduce_dense`)."""

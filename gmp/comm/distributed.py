@@ -36,6 +36,7 @@ import contextlib
 import datetime as _dt
 import os
 import re
+import time
 from typing import Sequence
 
 import numpy as np
@@ -195,7 +196,21 @@ class DistributedEngine(CommEngine):
         with self._collective("asynchronous all-to-all"):
             work = dist.all_to_all_single(out, flat, [c * per_row for c in rc],
                                           [int(t.shape[0]) * per_row for t in mine], async_op=True)
-        return _AsyncAllToAll(work, out, rc, trailing, self)
+        def result():
+            parts = torch.split(out, [c * per_row for c in rc])
+            return [[p.view(-1, *trailing) for p in parts]]
+
+        return _AsyncWork(work, result, self, "asynchronous all-to-all")
+
+    def start_all_reduce_dense(self, flat: torch.Tensor):
+        """:meth:`CommEngine.start_all_reduce_dense` issued with ``async_op=True``."""
+        if self.world_size == 1:
+            return super().start_all_reduce_dense(flat)
+        self.count(0, "dense_allreduce", flat.numel() * flat.element_size())
+        flat = flat.to(self._device)
+        with self._collective("asynchronous dense all-reduce"):
+            work = dist.all_reduce(flat, async_op=True)
+        return _AsyncWork(work, lambda: flat, self, "asynchronous dense all-reduce")
 
     def _all_reduce_dense(self, flat: torch.Tensor) -> torch.Tensor:
         if self.world_size > 1:
@@ -250,16 +265,20 @@ class DistributedEngine(CommEngine):
                 dist.destroy_process_group()
 
 
-class _AsyncAllToAll:
-    """An all-to-all started with ``async_op=True``; :meth:`wait` returns ``recv[0][src]``."""
+class _AsyncWork:
+    """A collective started with ``async_op=True``; :meth:`wait` returns ``result()`` once it is done
+    (the wait is timed into the engine's ``seconds`` while it counts)."""
 
-    def __init__(self, work, out, counts, trailing, engine: DistributedEngine):
-        self.work, self.out, self.counts, self.trailing, self.engine = work, out, counts, trailing, engine
+    def __init__(self, work, result, engine: DistributedEngine, op: str):
+        self.work, self.result, self.engine, self.op = work, result, engine, op
 
     def wait(self):
+        t0 = time.perf_counter()
         try:
             self.work.wait()
         except RuntimeError as exc:
-            raise self.engine._failure("asynchronous all-to-all", exc) from None
-        parts = torch.split(self.out, [c * int(np.prod(self.trailing)) for c in self.counts])
-        return [[p.view(-1, *self.trailing) for p in parts]]
+            raise self.engine._failure(self.op, exc) from None
+        finally:
+            if self.engine.counting:
+                self.engine.seconds += time.perf_counter() - t0
+        return self.result()

@@ -24,6 +24,8 @@ from .store import OPTIMIZERS
 from .tiers import TierOptions
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
+#: wire dtypes of rows, gradients and the dense all-reduce (``comm_dtype``; None: the table's dtype)
+COMM_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,11 @@ class TrainConfig:
     and must be None for the other schedules. ``staleness`` is the bound s
     (``math.inf``: refresh at epoch end only). ``tiers`` says where each worker's
     primaries live (:class:`~gmp.train.tiers.TierOptions`; None: on its device).
+    ``comm_dtype`` is the dtype rows, gradients and dense gradients travel in
+    (``"fp32" | "fp16" | "bf16"``; None: the table's ``dtype``, exact); optimizer
+    state stays in ``dtype``. ``pipeline`` overlaps the next step's id exchange and
+    pulls with this step's compute (:mod:`gmp.train.protocol_pipeline`; s = 0, not
+    with ``schedule="herald"`` nor tiers); it gives the same model bit for bit.
     """
 
     model: str = "wdl"
@@ -53,6 +60,8 @@ class TrainConfig:
     log_every: int = 0
     herald: HeraldOptions | None = None
     tiers: TierOptions | None = None
+    comm_dtype: str | None = None
+    pipeline: bool = False
 
     def __post_init__(self) -> None:
         E = TrainingError
@@ -88,6 +97,9 @@ class TrainConfig:
             raise E(f"The 'tiers' parameter must be a TierOptions or None, got {type(self.tiers).__name__}.")
         if self.tiers is not None and not self.tiers.tiered:
             object.__setattr__(self, "tiers", None)  # table_location 'device' is the default store
+        if self.comm_dtype is not None:
+            check_choice("comm_dtype", self.comm_dtype, tuple(COMM_DTYPES), error=E)
+        self._check_pipeline()
         h = self.herald_options()
         if h is not None and self.staleness != 0 and (h.cache_rows or h.on_demand or not h.read_only_replicas):
             exc = E(f"The 'staleness' parameter must be 0 with cache_rows > 0, on_demand or writable replicas "
@@ -95,6 +107,25 @@ class TrainConfig:
                     f"staleness 0, or cache_rows 0 without on_demand and with read_only_replicas.")
             exc.param = "staleness"
             raise exc
+
+    def _check_pipeline(self) -> None:
+        if not isinstance(self.pipeline, bool):
+            raise TrainingError(f"The 'pipeline' parameter must be a bool, got {self.pipeline!r}.")
+        if not self.pipeline:
+            return
+        why = ("staleness 0" if self.staleness != 0 else "a schedule other than herald" if self.schedule == "herald"
+               else "table_location 'device'" if self.tiers is not None else None)
+        if why is not None:
+            exc = TrainingError(f"The 'pipeline' parameter needs {why} (the pipelined step is the exact s = 0 "
+                                f"step of bounded staleness), got staleness={self.staleness:g} "
+                                f"schedule={self.schedule!r}; drop pipeline or change that setting.")
+            exc.param = "pipeline"
+            raise exc
+
+    @property
+    def comm_torch_dtype(self) -> torch.dtype:
+        """The dtype rows, gradients and dense gradients are sent in."""
+        return self.torch_dtype if self.comm_dtype is None else COMM_DTYPES[self.comm_dtype]
 
     def herald_options(self) -> HeraldOptions | None:
         """The replica model when ``schedule == "herald"`` (its defaults if not given), else None."""
@@ -113,4 +144,8 @@ class TrainConfig:
         h = self.herald_options()
         d["herald"] = None if h is None else h.to_json()
         d["tiers"] = None if self.tiers is None else self.tiers.to_json()
+        # written only when set, so checkpoints made before these options resume unchanged
+        for key, default in (("comm_dtype", None), ("pipeline", False)):
+            if d[key] == default:
+                del d[key]
         return d

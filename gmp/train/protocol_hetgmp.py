@@ -19,7 +19,7 @@ import torch
 from ..errors import TrainingError
 from .protocol import StepProtocol
 from .schedule import Step
-from .steps import WorkerStep, apply_at_primaries, forward_backward, group_by_owner, int_tensor, prepare, read_rows
+from .steps import WorkerStep, apply_at_primaries, forward_backward, prepare, push_sends, read_rows
 
 
 class BoundedStaleness(StepProtocol):
@@ -33,30 +33,27 @@ class BoundedStaleness(StepProtocol):
             return 0.0
         if len(step.samples) != tr.num_workers:
             raise TrainingError(f"schedule gave {len(step.samples)} batches for {tr.num_workers} workers.")
-        ws = [prepare(tr, li, step.samples[w]) for li, w in enumerate(tr.engine.local_workers)]
+        with tr.phase("gather"):
+            ws = [prepare(tr, li, step.samples[w]) for li, w in enumerate(tr.engine.local_workers)]
         check = not math.isinf(tr.staleness)
         read_rows(tr, ws, check_secondaries=check, staleness=tr.staleness)
-        loss_sum = forward_backward(tr, ws, total)  # phase 4
-        # phase 5: push gradients of non-primary rows to their primaries
-        n = tr.num_workers
-        id_sends, grad_sends = [], []
-        for li, s in enumerate(ws):
-            order, bounds = group_by_owner(np.flatnonzero(~s.is_primary), tr.primary[s.uniq], n)
-            ids = s.uniq[order]
-            g = s.grad[torch.as_tensor(order, dtype=torch.int64, device=s.grad.device)]
-            id_sends.append([int_tensor(ids[bounds[d]:bounds[d + 1]]) for d in range(n)])
-            grad_sends.append([g[bounds[d]:bounds[d + 1]] for d in range(n)])
-            tr.count(li, "remote_rows_pushed", order.size)
-        rid = tr.engine.alltoallv(id_sends, "ids_clocks")
-        rgrad = tr.engine.alltoallv(grad_sends, "gradients",
-                                      recv_counts=[[int(t.shape[0]) for t in r] for r in rid])
-        if tr.staleness > 0:  # own updates visible locally on secondaries (store docstring)
-            for li, s in enumerate(ws):
-                if s.is_secondary.any():
-                    sec = np.flatnonzero(s.is_secondary)
-                    tr.stores[li].apply_local(s.slots[sec], s.grad[torch.as_tensor(sec, dtype=torch.int64,
-                                                                                      device=s.grad.device)])
-        apply_at_primaries(tr, ws, rid, rgrad)
+        with tr.phase("compute"):
+            loss_sum = forward_backward(tr, ws, total)  # phase 4
+        # phase 5: push gradients of non-primary rows to their primaries (at s < inf the
+        # primaries know the ids from this step's requests)
+        with tr.phase("pushes"):
+            id_sends, grad_sends = push_sends(tr, ws, with_ids=not check)
+            rid = tr.engine.alltoallv(id_sends, "ids_clocks") if not check else [s.served for s in ws]
+            rgrad = tr.engine.alltoallv(grad_sends, "gradients",
+                                        recv_counts=[[int(r.shape[0]) for r in per] for per in rid])
+        with tr.phase("optimizer"):
+            if tr.staleness > 0:  # own updates visible locally on secondaries (store docstring)
+                for li, s in enumerate(ws):
+                    if s.is_secondary.any():
+                        sec = np.flatnonzero(s.is_secondary)
+                        tr.stores[li].apply_local(s.slots[sec], s.grad[torch.as_tensor(sec, dtype=torch.int64,
+                                                                                          device=s.grad.device)])
+            apply_at_primaries(tr, ws, rid, rgrad)
         tr.dense_step(loss_sum)
         return loss_sum
 

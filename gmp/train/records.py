@@ -3,7 +3,8 @@
 Keys of a record: ``epoch``, ``step``, ``kind`` ("epoch" | "step"), ``train_loss``,
 ``samples``, ``steps``, ``samples_per_sec``, ``train_seconds``, ``bytes`` (per
 category of :data:`gmp.comm.CATEGORIES`), ``comm_seconds``,
-``embedding_bytes_per_step``, the :data:`COUNTERS`, the protocol's own objects
+``embedding_bytes_per_step``, ``phase_seconds`` (seconds per phase of the steps,
+:data:`gmp.train.steps.PHASES`, mean over processes), the :data:`COUNTERS`, the protocol's own objects
 (``herald``, ``prefetch``), and on epoch records ``test_auc``, ``test_logloss``,
 ``memory_bytes_per_worker``. :func:`json_line` writes NaN as null.
 """
@@ -40,6 +41,9 @@ def make_record(trainer, kind: str, extra: dict[str, Any]) -> dict[str, Any]:
            # max over processes of the time inside collectives (local engine: in-memory exchange)
            "comm_seconds": trainer.max_across(eng.seconds),
            "embedding_bytes_per_step": (nbytes["embedding_rows"] + nbytes["gradients"]) / steps}
+    phases = trainer.phase.seconds
+    per_process = eng.sum_across(np.array(list(phases.values()))) * len(trainer.stores) / trainer.num_workers
+    rec["phase_seconds"] = {k: float(v) for k, v in zip(phases, per_process)}
     by_name = {name: int(round(v)) for name, v in zip(ALL_COUNTERS, counters)}
     for name in COUNTERS:
         rec[name] = by_name[name]

@@ -9,11 +9,18 @@ one loop over them, then one collective of the engine.
   evaluation's read of the primaries (``staleness = -1``);
 * :func:`forward_backward` -- phase 4;
 * :func:`apply_at_primaries` -- phase 6: each primary sums its own and the received gradients.
+
+On the wire ids and clocks travel as int32 when every id fits (:func:`wire_id_dtype`), rows
+and gradients in the trainer's ``comm_dtype`` (cast back to the table's dtype on arrival).
+:class:`PhaseClock` times the phases of a step (:data:`PHASES`) for the JSON records.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -21,6 +28,36 @@ import torch
 from ..errors import TrainingError
 from .consistency import inter_stale, intra_stale
 from .models import Batch, bce_sum
+
+
+#: the phases of a training step, in order (seconds per phase in the records' ``phase_seconds``)
+PHASES = ("gather", "ids", "pulls", "compute", "pushes", "allreduce", "optimizer")
+
+
+class PhaseClock:
+    """Wall seconds per phase of the training steps (only while ``engine.counting``, so evaluation
+    is left out). In the pipelined step a phase is the time the step *waits* for it."""
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+        self.seconds = dict.fromkeys(PHASES, 0.0)
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self.engine.counting:
+                self.seconds[name] += time.perf_counter() - t0
+
+    def reset(self) -> None:
+        self.seconds = dict.fromkeys(PHASES, 0.0)
+
+
+def wire_id_dtype(num_embeddings: int) -> np.dtype:
+    """int32 when every id (and every clock, which counts steps) fits, else int64."""
+    return np.dtype(np.int32) if num_embeddings < 2 ** 31 else np.dtype(np.int64)
 
 
 def group_by_owner(idx: np.ndarray, owner: np.ndarray, num_workers: int) -> tuple[np.ndarray, np.ndarray]:
@@ -47,10 +84,22 @@ class WorkerStep:
     true_clock: np.ndarray | None = None  # primary clock of every row of uniq
     rows: torch.Tensor | None = None  # [len(uniq), row_dim] values read
     grad: torch.Tensor | None = None  # their gradients
+    #: as a primary: the ids each worker requested of this one this step (its pushes follow them, s < inf)
+    served: list[np.ndarray] = field(default_factory=list)
 
 
 def int_tensor(a: np.ndarray) -> torch.Tensor:
     return torch.as_tensor(np.ascontiguousarray(a, dtype=np.int64))
+
+
+def id_tensor(tr, a: np.ndarray) -> torch.Tensor:
+    """Ids or clocks as the wire carries them (``tr.id_dtype``: int32 when they fit)."""
+    return torch.as_tensor(np.ascontiguousarray(a, dtype=tr.id_dtype))
+
+
+def received_ids(t: torch.Tensor) -> np.ndarray:
+    """Ids or clocks received from the wire, as int64."""
+    return t.cpu().numpy().astype(np.int64, copy=False)
 
 
 def prepare(tr, li: int, samples: np.ndarray) -> WorkerStep:
@@ -70,6 +119,42 @@ def read_rows(tr, ws: list[WorkerStep], *, check_secondaries: bool, staleness: f
     the replicas untouched (evaluation reads the primaries' values only).
     """
     n = tr.num_workers
+    with tr.phase("ids"):
+        recv = tr.engine.alltoallv(request_sends(tr, ws, check_secondaries), "ids_clocks")
+        reply_clock, reply_rows = [], []
+        for li, s in enumerate(ws):
+            store = tr.stores[li]
+            rc, rr = [], []
+            s.served = []
+            for src in range(n):
+                msg = received_ids(recv[li][src]).reshape(-1, 2)
+                oslots = primary_slots(store, msg[:, 0])
+                s.served.append(msg[:, 0])
+                oc = store.clock[oslots]
+                rc.append(id_tensor(tr, oc))
+                rr.append(store.read(oslots[intra_stale(oc, msg[:, 1], staleness)]).to(tr.comm_dtype))
+            reply_clock.append(rc)
+            reply_rows.append(rr)
+        # reply sizes follow from the requests (clocks) and from the clocks (rows): no size exchange
+        clocks = tr.engine.alltoallv(reply_clock, "ids_clocks", recv_counts=[
+            [int(s.req_bounds[src + 1] - s.req_bounds[src]) for src in range(n)] for s in ws])
+        clocks = [[received_ids(c) for c in per] for per in clocks]
+        need = [[intra_stale(clocks[li][src], s.req_clock[s.req_bounds[src]:s.req_bounds[src + 1]], staleness)
+                 for src in range(n)] for li, s in enumerate(ws)]
+    with tr.phase("pulls"):
+        rows = tr.engine.alltoallv(reply_rows, "embedding_rows",
+                                   recv_counts=[[int(m.sum()) for m in need[li]] for li in range(len(ws))])
+        second_round = install_rows(tr, ws, clocks, need, rows, check_secondaries=check_secondaries,
+                                    staleness=staleness, refresh=refresh)
+    if second_round:  # every process takes this branch together (same config, same placement)
+        with tr.phase("pulls"):
+            inter_round(tr, ws, second_round)
+
+
+def request_sends(tr, ws: list[WorkerStep], check_secondaries: bool) -> list[list[torch.Tensor]]:
+    """Phase 1: set each worker's requests (``req``, ``req_bounds``, ``req_clock``) and return the
+    ``(id, clock)`` messages to the rows' primaries."""
+    n = tr.num_workers
     sends = []
     for li, s in enumerate(ws):
         store = tr.stores[li]
@@ -79,30 +164,25 @@ def read_rows(tr, ws: list[WorkerStep], *, check_secondaries: bool, staleness: f
         s.req_clock = np.full(sl.size, -1, dtype=np.int64)  # -1: not held (a worker may hold no rows at all)
         s.req_clock[sl >= 0] = store.clock[sl[sl >= 0]]
         payload = np.stack([s.uniq[s.req], s.req_clock], axis=1)
-        sends.append([int_tensor(payload[s.req_bounds[d]:s.req_bounds[d + 1]]) for d in range(n)])
-    recv = tr.engine.alltoallv(sends, "ids_clocks")
-    reply_clock, reply_rows = [], []
-    for li in range(len(ws)):
-        store = tr.stores[li]
-        rc, rr = [], []
-        for src in range(n):
-            msg = recv[li][src].cpu().numpy().reshape(-1, 2)
-            oslots = store.lookup(msg[:, 0])
-            if np.any((oslots < 0) | (oslots >= store.num_primary)):
-                raise TrainingError(f"worker {store.worker} was asked for rows it is not primary of.")
-            oc = store.clock[oslots]
-            rc.append(int_tensor(oc))
-            rr.append(store.read(oslots[intra_stale(oc, msg[:, 1], staleness)]))
-        reply_clock.append(rc)
-        reply_rows.append(rr)
-    # reply sizes follow from the requests (clocks) and from the clocks (rows): no size exchange
-    clocks = tr.engine.alltoallv(reply_clock, "ids_clocks", recv_counts=[
-        [int(s.req_bounds[src + 1] - s.req_bounds[src]) for src in range(n)] for s in ws])
-    need = [[intra_stale(clocks[li][src].cpu().numpy().reshape(-1),
-                         s.req_clock[s.req_bounds[src]:s.req_bounds[src + 1]], staleness) for src in range(n)]
-            for li, s in enumerate(ws)]
-    rows = tr.engine.alltoallv(reply_rows, "embedding_rows",
-                                 recv_counts=[[int(m.sum()) for m in need[li]] for li in range(len(ws))])
+        sends.append([id_tensor(tr, payload[s.req_bounds[d]:s.req_bounds[d + 1]]) for d in range(n)])
+    return sends
+
+
+def primary_slots(store, ids: np.ndarray) -> np.ndarray:
+    """Slots of rows ``ids`` that ``store``'s worker must be primary of (a request or a push)."""
+    oslots = store.lookup(ids)
+    if np.any((oslots < 0) | (oslots >= store.num_primary)):
+        raise TrainingError(f"worker {store.worker} was asked for rows it is not primary of.")
+    return oslots
+
+
+def install_rows(tr, ws: list[WorkerStep], clocks, need, rows, *, check_secondaries: bool, staleness: float,
+                 refresh: bool) -> list[np.ndarray]:
+    """Phase 2 on the reader: ``ws[i].rows`` from the rows it holds and those received
+    (``rows[i][src]`` for the requests ``need[i][src]`` marks, clocks ``clocks[i][src]``);
+    refresh stale secondaries. Returns the rows failing the inter-embedding bound, per worker
+    (empty list when that check is off)."""
+    n = tr.num_workers
     second_round = []
     for li, s in enumerate(ws):
         store = tr.stores[li]
@@ -114,7 +194,7 @@ def read_rows(tr, ws: list[WorkerStep], *, check_secondaries: bool, staleness: f
         out[torch.as_tensor(np.flatnonzero(held), device=store.device)] = store.read(s.slots[held])
         for src in range(n):
             part = s.req[s.req_bounds[src]:s.req_bounds[src + 1]]
-            c = clocks[li][src].cpu().numpy().reshape(-1)
+            c = clocks[li][src]
             true_clock[part] = c
             got = part[need[li][src]]
             if got.size:
@@ -135,8 +215,7 @@ def read_rows(tr, ws: list[WorkerStep], *, check_secondaries: bool, staleness: f
             flagged = np.flatnonzero(inter_stale(s.ptr, s.inv, read_clock, tr.data.freq[s.uniq], refreshable,
                                                  staleness))
             second_round.append(flagged)
-    if second_round:  # every process takes this branch together (same config, same placement)
-        inter_round(tr, ws, second_round)
+    return second_round
 
 
 def inter_round(tr, ws: list[WorkerStep], flagged: list[np.ndarray]) -> None:
@@ -147,10 +226,10 @@ def inter_round(tr, ws: list[WorkerStep], flagged: list[np.ndarray]) -> None:
         order, bounds = group_by_owner(flagged[li], tr.primary[s.uniq], n)
         orders.append((order, bounds))
         ids = s.uniq[order]
-        sends.append([int_tensor(ids[bounds[d]:bounds[d + 1]]) for d in range(n)])
+        sends.append([id_tensor(tr, ids[bounds[d]:bounds[d + 1]]) for d in range(n)])
     recv = tr.engine.alltoallv(sends, "ids_clocks")
-    replies = [[tr.stores[li].read(tr.stores[li].lookup(recv[li][src].cpu().numpy())) for src in range(n)]
-               for li in range(len(ws))]
+    replies = [[tr.stores[li].read(tr.stores[li].lookup(received_ids(recv[li][src]))).to(tr.comm_dtype)
+                for src in range(n)] for li in range(len(ws))]
     rows = tr.engine.alltoallv(replies, "embedding_rows",
                                  recv_counts=[[int(b[src + 1] - b[src]) for src in range(n)] for _, b in orders])
     for li, s in enumerate(ws):
@@ -198,13 +277,34 @@ def forward_backward(tr, ws: list[WorkerStep], total: int) -> float:
 # ------------------------------------------------- herald (runtime-driven)
 
 
+def push_sends(tr, ws: list[WorkerStep], *, with_ids: bool):
+    """Phase 5 messages: the gradients of each worker's non-primary rows to their primaries, in
+    :func:`group_by_owner` order, at ``tr.comm_dtype`` (and their ids, unless ``with_ids`` is
+    false: at s < inf the pushed rows are the requested rows in the same order, so the primaries
+    know them from the requests, ``WorkerStep.served``). Returns (id sends or None, grad sends)."""
+    n = tr.num_workers
+    id_sends, grad_sends = [], []
+    for li, s in enumerate(ws):
+        order, bounds = group_by_owner(np.flatnonzero(~s.is_primary), tr.primary[s.uniq], n)
+        g = s.grad[torch.as_tensor(order, dtype=torch.int64, device=s.grad.device)].to(tr.comm_dtype)
+        if with_ids:
+            ids = s.uniq[order]
+            id_sends.append([id_tensor(tr, ids[bounds[d]:bounds[d + 1]]) for d in range(n)])
+        grad_sends.append([g[bounds[d]:bounds[d + 1]] for d in range(n)])
+        tr.count(li, "remote_rows_pushed", order.size)
+    return (id_sends if with_ids else None), grad_sends
+
+
 def apply_at_primaries(tr, ws: list[WorkerStep], rid, rgrad) -> None:
-    """Phase 6: each primary sums its own and the received gradients per row and steps once."""
+    """Phase 6: each primary sums its own and the received gradients per row and steps once.
+
+    ``rid[i][src]``: the ids of the gradients ``rgrad[i][src]`` (tensors from the wire or int64 arrays)."""
     n = tr.num_workers
     for li, s in enumerate(ws):
         store = tr.stores[li]
         own = np.flatnonzero(s.is_primary)
-        slot_parts = [s.slots[own]] + [store.lookup(rid[li][src].cpu().numpy()) for src in range(n)]
+        slot_parts = [s.slots[own]] + [store.lookup(r if isinstance(r, np.ndarray) else received_ids(r))
+                                       for r in rid[li]]
         grad_parts = [s.grad[torch.as_tensor(own, dtype=torch.int64, device=s.grad.device)]]
         grad_parts += [rgrad[li][src].to(store.device, tr.dtype) for src in range(n)]
         all_slots = np.concatenate(slot_parts)

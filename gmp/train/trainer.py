@@ -61,9 +61,11 @@ from .models import make_model
 from .protocol import StepProtocol
 from .protocol_herald import HeraldOnDemand
 from .protocol_hetgmp import BoundedStaleness
+from .protocol_pipeline import PipelinedStaleness
 from .records import ALL_COUNTERS, make_record
 from .registry import make_schedule
 from .schedule import Schedule, ScheduleContext, Step
+from .steps import PhaseClock, wire_id_dtype
 from .store import EmbeddingStore
 from .tiers import feed_steps
 
@@ -91,6 +93,9 @@ class Trainer:
         self.has_secondaries = placement.num_secondaries > 0
         self.staleness = float(config.staleness)
         self.dtype = config.torch_dtype
+        self.comm_dtype = config.comm_torch_dtype  # rows, gradients, dense all-reduce on the wire
+        self.id_dtype = wire_id_dtype(data.num_embeddings)  # ids and clocks on the wire
+        self.phase = PhaseClock(engine)  # seconds per phase of the steps (records' phase_seconds)
         self.device = engine.device_for(engine.local_workers[0])
         check_memory(placement, config, engine.local_workers, data.num_fields)
         self.model = make_model(config.model, num_fields=data.num_fields, num_dense=data.num_dense,
@@ -178,6 +183,14 @@ class Trainer:
         non-finite loss on any worker is seen by all of them (no optimizer step then;
         :meth:`fit` refuses to go on).
         """
+        with self.phase("allreduce"):
+            flat = self.finish_dense_reduce(self.engine.start_all_reduce_dense(self.dense_flat(loss_sum)))
+        with self.phase("optimizer"):
+            self.dense_update(flat)
+
+    def dense_flat(self, loss_sum: float) -> torch.Tensor:
+        """This process's dense gradients and the control element (see :meth:`dense_step`), flat, at
+        the wire's ``comm_dtype``."""
         params = list(self.model.parameters())
         for p in params:
             if p.grad is None:
@@ -185,8 +198,17 @@ class Trainer:
         n1 = float(self.num_workers + 1)
         local = (1.0 if self._stop_flag else 0.0) + (0.0 if math.isfinite(loss_sum) else n1)
         control = torch.tensor([local], dtype=params[0].dtype, device=params[0].device)
-        flat = torch.cat([p.grad.reshape(-1) for p in params] + [control])
-        flat = self.engine.all_reduce_dense(flat)
+        return torch.cat([p.grad.reshape(-1) for p in params] + [control]).to(self.comm_dtype)
+
+    def finish_dense_reduce(self, pending) -> torch.Tensor:
+        """Wait for a started dense all-reduce; the sum in the model's dtype."""
+        return pending.wait().to(self.dtype)
+
+    def dense_update(self, flat: torch.Tensor) -> None:
+        """Read the control element of the summed ``flat``; unless some loss was not finite, copy
+        the sum into the gradients and step the dense optimizer."""
+        params = list(self.model.parameters())
+        n1 = float(self.num_workers + 1)
         total = float(flat[-1].item())
         self._nonfinite_now = total >= n1 - 0.5
         self._stop_now = self._nonfinite_now or total > 0.5
@@ -208,6 +230,7 @@ class Trainer:
         self.counters[:] = 0
         self.engine.bytes[:] = 0
         self.engine.seconds = 0.0
+        self.phase.reset()
         self.acc = {"loss_sum": 0.0, "samples": 0, "steps": 0, "train_seconds": 0.0}
         self.protocol.reset_epoch()
 
@@ -324,12 +347,15 @@ def check_memory(placement: Placement, config: TrainConfig, local_workers, num_f
 
 
 def make_protocol(trainer: "Trainer") -> StepProtocol:
-    """Herald's on-demand protocol for ``--schedule herald`` at s = 0, else bounded staleness."""
+    """Herald's on-demand protocol for ``--schedule herald`` at s = 0, else bounded staleness
+    (pipelined with ``config.pipeline``)."""
     if trainer.config.herald_options() is not None and trainer.staleness == 0:
         if not isinstance(trainer.schedule, HeraldSchedule):
             raise TrainingError(f"The 'schedule' parameter must be a HeraldSchedule for schedule='herald' at "
                                 f"staleness 0, got {type(trainer.schedule).__name__}; pass no schedule.")
         return HeraldOnDemand(trainer)
+    if trainer.config.pipeline:  # s = 0 (TrainConfig checks): the synchronous step, reads overlapped
+        return PipelinedStaleness(trainer)
     return BoundedStaleness(trainer)
 
 
