@@ -73,8 +73,10 @@ class RowCache:
         self.clock = 0
         self.lock = threading.Condition()
         self.stats = TierStats()
-        self._free = list(range(self.capacity - 1, -1, -1))
+        self._free = np.arange(self.capacity - 1, -1, -1, dtype=np.int64)  # a stack: the top is _free[_nfree - 1]
+        self._nfree = self.capacity
         self._own = 0  # master rows resident
+        self._num_pinned = 0  # slots with pins > 0
         self._num_held = 0
         self._busy = 0  # admissions whose copies (write-back, load) run outside the lock
         self._cuda = self.device.type == "cuda"
@@ -112,6 +114,7 @@ class RowCache:
         with self.lock:
             slots = self.slot_of[rows].astype(np.int64)
             hit = slots >= 0
+            self._num_pinned += int(np.count_nonzero(self.pins[slots[hit]] == 0))
             self.pins[slots[hit]] += 1
             self.stats.hits += int(hit.sum())
             miss_rows = rows[~hit]
@@ -124,11 +127,12 @@ class RowCache:
             self.row_of[new_slots] = miss_rows
             self.slot_of[miss_rows] = new_slots
             self.pins[new_slots] += 1
+            self._num_pinned += int(new_slots.size)  # free or unpinned victims: none was pinned
             self.dirty[new_slots] = False
             slots[~hit] = new_slots
             self.clock += 1
             self.last_use[slots] = self.clock
-            self.stats.peak_pinned_rows = max(self.stats.peak_pinned_rows, int((self.pins > 0).sum()))
+            self.stats.peak_pinned_rows = max(self.stats.peak_pinned_rows, self._num_pinned)
             self._busy += 1
         try:
             if wb.size:
@@ -155,7 +159,7 @@ class RowCache:
                 raise TrainingError("the cache is full of rows pinned by in-flight steps; raise cache_rows.")
             self.lock.wait()
             need = max(0, self._own + n - self.capacity)
-        slots = [self._free.pop() for _ in range(n - victims.size)]
+        slots = self._pop_free(n - victims.size)
         self._own += n - victims.size
         victim_rows = self.row_of[victims].copy()
         self.row_of[victims] = -1
@@ -180,11 +184,11 @@ class RowCache:
         -- the tensor grows so that ``capacity`` slots stay for master rows. Training thread only
         (growing replaces ``tensor``; no step may hold a view of it across the call)."""
         with self.lock:
-            short = n - (len(self._free) - (self.capacity - self._own))
+            short = n - (self._nfree - (self.capacity - self._own))
             if short > 0:
                 self._quiet()
                 self._grow(max(self.num_slots, short, 16))
-            slots = np.array([self._free.pop() for _ in range(n)], dtype=np.int64)
+            slots = self._pop_free(n)
             self.held[slots] = True
             self._num_held += n
             self.stats.peak_held_rows = max(self.stats.peak_held_rows, self._num_held)
@@ -198,8 +202,22 @@ class RowCache:
                 raise TrainingError("drop: a slot not held. This is a bug in gmp.")
             self.held[slots] = False
             self._num_held -= slots.size
-            self._free.extend(slots.tolist())
+            self._push_free(slots)
             self.lock.notify_all()
+
+    def _pop_free(self, n: int) -> np.ndarray:
+        """The top ``n`` free slots (last pushed first). Under the lock."""
+        out = self._free[self._nfree - n:self._nfree][::-1].copy()
+        self._nfree -= n
+        return out
+
+    def _push_free(self, slots: np.ndarray) -> None:
+        slots = np.asarray(slots, dtype=np.int64)
+        if self._nfree + slots.size > self._free.size:
+            self._free = np.concatenate([self._free[:self._nfree], np.zeros(max(self._free.size, slots.size),
+                                                                             dtype=np.int64)])
+        self._free[self._nfree:self._nfree + slots.size] = slots
+        self._nfree += slots.size
 
     def _grow(self, add: int) -> None:
         """``add`` more slots (under the lock, no copy in flight)."""
@@ -210,7 +228,7 @@ class RowCache:
         for name in ("dirty", "pins", "last_use", "held"):
             a = getattr(self, name)
             setattr(self, name, np.concatenate([a, np.zeros(add, dtype=a.dtype)]))
-        self._free.extend(range(old + add - 1, old - 1, -1))
+        self._push_free(np.arange(old + add - 1, old - 1, -1, dtype=np.int64))
 
     def _load(self, slots: np.ndarray, rows: np.ndarray):
         if rows.size == 0:
@@ -243,7 +261,9 @@ class RowCache:
     def release(self, slots: np.ndarray) -> None:
         """Unpin a finished step's slots."""
         with self.lock:
-            self.pins[np.asarray(slots, dtype=np.int64)] -= 1  # a step's slots are distinct
+            slots = np.asarray(slots, dtype=np.int64)
+            self.pins[slots] -= 1  # a step's slots are distinct
+            self._num_pinned -= int(np.count_nonzero(self.pins[slots] == 0))
             self.lock.notify_all()
 
     def mark_dirty(self, slots: np.ndarray) -> None:
@@ -318,7 +338,7 @@ class RowCache:
             self.row_of[live] = -1
             self.dirty[live] = False
             self.window[:] = 0
-            self._free.extend(live.tolist())
+            self._push_free(live)
             self._own = 0
 
     @property

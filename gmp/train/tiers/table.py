@@ -15,6 +15,7 @@ import torch
 
 from ...errors import TrainingError
 from ...params import check_choice, check_int
+from ._kernels import step_primaries
 from .cache import CACHE_POLICIES, RowCache, TierStats
 from .prefetch import ReadyStep, StepFeeder
 from .rows import DiskRows, HostRows
@@ -161,6 +162,8 @@ class TieredTable:
         """Cache slots of ``rows`` when the current step pinned them all, else None."""
         if self._rows is None or rows.size == 0 or self._rows.size == 0:
             return None
+        if rows.size == self._rows.size and np.array_equal(rows, self._rows):
+            return self._slots  # the step's own rows, as they were pinned
         pos = np.searchsorted(self._rows, rows)
         posc = np.minimum(pos, self._rows.size - 1)
         if not np.array_equal(self._rows[posc], rows):
@@ -255,15 +258,26 @@ def feed_steps(trainer, steps: Iterable) -> Iterator:
         return
     live = [(li, t) for li, t in enumerate(tables) if t is not None]
 
+    maps = []
+    for li, _t in live:
+        store = trainer.stores[li]
+        identity, dense = store.slots.dense()
+        maps.append((identity, dense if dense is not None else np.zeros(1, np.int32), identity or dense is not None,
+                     np.zeros(store.num_primary, dtype=np.uint8), store))
+
     def rows_of(step) -> list[np.ndarray]:
         samples = np.concatenate([np.asarray(a, dtype=np.int64) for a in step.samples]) if step.samples else \
             np.zeros(0, np.int64)
-        _, ids = trainer.data.gather(samples)
-        uniq = np.unique(ids)
         out = []
-        for li, _t in live:
-            store = trainer.stores[li]
-            slots = store.slots.lookup(uniq)  # the placement's map: immutable, safe in the feeder's thread
+        uniq = None
+        for identity, dense, compiled, mark, store in maps:
+            if compiled:  # one compiled pass (the placement's map is immutable: safe in the feeder's thread)
+                out.append(step_primaries(trainer.data.indptr, trainer.data.indices, samples, dense, identity,
+                                          store.num_primary, mark))
+                continue
+            if uniq is None:
+                uniq = np.unique(trainer.data.gather(samples)[1])
+            slots = store.slots.lookup(uniq)
             out.append(slots[(slots >= 0) & (slots < store.num_primary)])
         return out
 
