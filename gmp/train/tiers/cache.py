@@ -222,6 +222,8 @@ class RowCache:
     def _grow(self, add: int) -> None:
         """``add`` more slots (under the lock, no copy in flight)."""
         old = self.num_slots
+        if self._cuda:
+            self._stream.synchronize()  # a load's copy into the old tensor may still run on the side stream
         self.tensor = torch.cat([self.tensor, torch.zeros(add, self.width, dtype=self.tensor.dtype,
                                                           device=self.device)])
         self.row_of = np.concatenate([self.row_of, np.full(add, -1, dtype=np.int64)])
