@@ -117,3 +117,22 @@ def test_golden_checkpoint_v3_is_current():
         assert (path / f"worker-{w:05d}.rows").stat().st_size == rows.num_rows * rows.width * 4
         assert rows.width == 2 * rows.row_dim and np.all(rows(0, rows.num_rows)[:, rows.row_dim:] >= 0)
         rows.close()
+
+
+def test_golden_checkpoint_rows_by_global_id():
+    """read_primary_rows (the API a placement change reads through) against each worker's rows file."""
+    path, head = checkpoint_mod.find_checkpoint(DATA / "checkpoint_v3")
+    expect = {}
+    for w in range(head["num_workers"]):
+        obj, rows = checkpoint_mod.open_worker_rows(path, head, w)
+        ids = obj["store"]["ids"][:rows.num_rows]
+        for i, g in enumerate(ids.tolist()):
+            expect[g] = rows(i, i + 1)[0]
+        rows.close()
+    gids = np.array(sorted(expect))[::-1]
+    values, state = checkpoint_mod.read_primary_rows(DATA / "checkpoint_v3", gids)
+    want = np.stack([expect[g] for g in gids.tolist()])
+    np.testing.assert_array_equal(values, want[:, :values.shape[1]])
+    np.testing.assert_array_equal(state, want[:, values.shape[1]:])
+    with pytest.raises(TrainingError, match="no worker's primary"):
+        checkpoint_mod.read_primary_rows(DATA / "checkpoint_v3", [len(expect) + 5])
