@@ -12,6 +12,7 @@ import torch
 
 from ...errors import TrainingError
 from ...params import check_choice
+from ._kernels import pick_victims
 
 #: names accepted by ``cache_policy`` (``--cache-policy``): the eviction order of the device cache
 #: and of the Herald scheduler's model of it (:mod:`gmp.train.herald.cache`)
@@ -151,9 +152,9 @@ class RowCache:
         need = max(0, self._own + n - self.capacity)
         victims = np.zeros(0, dtype=np.int64)
         while need:
-            cand = np.flatnonzero((self.pins == 0) & (self.row_of >= 0))
-            if cand.size >= need:
-                victims = self._victims(cand, need)
+            victims = pick_victims(self.pins, self.row_of, self.last_use, self.window, self.policy == "lookahead",
+                                   need)
+            if victims.size:
                 break
             if not wait:
                 raise TrainingError("the cache is full of rows pinned by in-flight steps; raise cache_rows.")
@@ -164,18 +165,6 @@ class RowCache:
         victim_rows = self.row_of[victims].copy()
         self.row_of[victims] = -1
         return np.concatenate([np.asarray(slots, dtype=np.int64), victims]), victims, victim_rows
-
-    def _victims(self, cand: np.ndarray, need: int) -> np.ndarray:
-        """``need`` of the unpinned slots ``cand``: rows outside the look-ahead window first (policy
-        ``lookahead``, cDLRM), least recently used first within each group; one key and a partial
-        sort (a full one of a large cache every step costs more than the step)."""
-        key = self.last_use[cand]
-        if self.policy == "lookahead":
-            key = (self.window[self.row_of[cand]] > 0).astype(np.int64) << 48 | key
-        if need < cand.size:
-            part = np.argpartition(key, need - 1)[:need]
-            return cand[part[np.argsort(key[part], kind="stable")]]
-        return cand[np.argsort(key, kind="stable")]
 
     # -- rows held for another owner (Herald's copies of remote rows) ---------------------------------
     def hold(self, n: int) -> np.ndarray:
@@ -239,7 +228,7 @@ class RowCache:
         self.stats.rows_loaded += int(rows.size)
         self.stats.bytes_loaded += int(values.nbytes)
         if not self._cuda:
-            self.tensor.index_copy_(0, torch.as_tensor(slots), torch.from_numpy(values))
+            self.tensor.numpy()[slots] = values  # numpy's row scatter: about twice torch's index_copy_ on CPU
             return None
         # the slots may be victims a finished step updated (queued on the compute stream) and whose
         # value was just written back: the side stream starts after everything queued there
@@ -255,7 +244,10 @@ class RowCache:
     def _write_back(self, slots: np.ndarray, rows: np.ndarray) -> None:
         if self._cuda:
             self._stream.synchronize()
-        values = self.tensor.index_select(0, torch.as_tensor(slots, device=self.device)).cpu().numpy()
+        if self._cuda:
+            values = self.tensor.index_select(0, torch.as_tensor(slots, device=self.device)).cpu().numpy()
+        else:
+            values = np.take(self.tensor.numpy(), slots, axis=0)
         self.master.write(rows, values)
         self.stats.rows_written_back += int(rows.size)
         self.stats.bytes_written_back += int(values.nbytes)

@@ -48,7 +48,7 @@ class HostRows:
 
     def read(self, rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         if out is None:
-            return self.data[rows]
+            return np.take(self.data, rows, axis=0)
         np.take(self.data, rows, axis=0, out=out)
         return out
 
