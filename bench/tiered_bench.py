@@ -28,10 +28,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from gmp.comm.local import LocalEngine  # noqa: E402
 from gmp.datasets.format import load_dataset  # noqa: E402
+from gmp.placement import Placement  # noqa: E402
 from gmp.train import TrainConfig, TrainData, Trainer  # noqa: E402
 from gmp.train.run import load_placement  # noqa: E402
 from gmp.train.tiers import TierOptions  # noqa: E402
@@ -48,16 +50,33 @@ def configurations(locations, cache_percents, lookaheads):
     return out
 
 
+def stale_placement(data, num_workers: int, hot_percent: float, seed: int = 0) -> Placement:
+    """``num_workers`` workers, rows and samples at random, the ``hot_percent`` % most accessed rows
+    replicated on every other worker (secondaries: what bounded staleness s > 0 reads stale)."""
+    rng = np.random.default_rng(seed)
+    pl = Placement.edge_cut(num_workers, rng.integers(0, num_workers, data.num_samples).astype(np.int32),
+                            rng.integers(0, num_workers, data.num_embeddings).astype(np.int32), method="random")
+    hot = np.zeros(data.num_embeddings, dtype=bool)
+    hot[np.argsort(-data.freq, kind="stable")[:int(data.num_embeddings * hot_percent / 100)]] = True
+    counts = np.where(hot, num_workers - 1, 0)
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    prim = np.asarray(pl.embedding_primary)
+    others = (prim[hot][:, None] + np.arange(1, num_workers)[None, :]) % num_workers
+    return pl.with_secondaries(indptr, others.reshape(-1).astype(np.int32))
+
+
 def run_one(data, placement, args, loc, pct, lookahead, tier_dir, evaluate):
     tiers = None
+    n = placement.num_workers
     if loc != "device":
-        rows = max(1, data.num_embeddings * pct // 100)
+        rows = max(1, data.num_embeddings // n * pct // 100)  # of each worker's share of the rows
         tiers = TierOptions(table_location=loc, cache_rows=rows, lookahead=lookahead,
                             tier_dir=tier_dir if loc == "disk" else None)
     cfg = TrainConfig(model=args.model, embedding_dim=args.embedding_dim, optimizer="adagrad", lr=0.01,
-                      batch_size=args.batch_size, epochs=1, schedule="static", seed=0, tiers=tiers)
+                      batch_size=args.batch_size, epochs=1, schedule="static", seed=0, tiers=tiers,
+                      staleness=args.staleness)
     t0 = time.perf_counter()
-    tr = Trainer(data, placement, cfg, LocalEngine(1))
+    tr = Trainer(data, placement, cfg, LocalEngine(n))
     setup = time.perf_counter() - t0
     try:
         cpu0 = time.process_time()
@@ -67,9 +86,12 @@ def run_one(data, placement, args, loc, pct, lookahead, tier_dir, evaluate):
         out = {"location": loc, "cache_percent": pct, "lookahead": lookahead, "samples_per_sec": rate,
                "samples_per_cpu_sec": tr.acc["samples"] / cpu, "setup_seconds": setup, "steps": tr.acc["steps"]}
         if tiers is not None:
-            st = tr.stores[0].tier.cache.stats.to_json()
-            out.update(hit_rate=st["hit_rate"], stall_seconds=st["prefetch_stall_seconds"],
-                       rows_loaded=st["rows_loaded"], rows_written_back=st["rows_written_back"],
+            sts = [s.tier.cache.stats.to_json() for s in tr.stores]
+            hits, misses = sum(st["hits"] for st in sts), sum(st["misses"] for st in sts)
+            out.update(hit_rate=hits / max(1, hits + misses),
+                       stall_seconds=max(st["prefetch_stall_seconds"] for st in sts),
+                       rows_loaded=sum(st["rows_loaded"] for st in sts),
+                       rows_written_back=sum(st["rows_written_back"] for st in sts),
                        cache_rows=tr.stores[0].tier.cache.capacity)
         if evaluate:
             out.update(tr.evaluate())
@@ -95,6 +117,10 @@ def main(argv=None) -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     ap.add_argument("--tier-dir", default=None)
     ap.add_argument("--out", default=None, help="write every run as JSON here")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="local workers (> 1: random placement, the --hot-percent most used rows replicated)")
+    ap.add_argument("--hot-percent", type=float, default=1.0)
+    ap.add_argument("--staleness", type=float, default=0.0, help="bounded staleness s (needs --workers > 1)")
     args = ap.parse_args(argv)
     if not Path(args.data, "dataset.json").is_file():
         sys.exit(f"{args.data}: no dataset; make it with 'gmp data synth --preset criteo-kaggle --samples 500000 "
@@ -102,7 +128,8 @@ def main(argv=None) -> None:
     torch.set_num_threads(args.threads)
     ds = load_dataset(args.data)
     data = TrainData(ds)
-    placement = load_placement(ds, None, 1)
+    placement = load_placement(ds, None, 1) if args.workers == 1 else \
+        stale_placement(data, args.workers, args.hot_percent)
     confs = configurations(args.locations.split(","), [int(x) for x in args.cache_percents.split(",")],
                            [int(x) for x in args.lookaheads.split(",")])
     if args.only:
@@ -123,7 +150,8 @@ def main(argv=None) -> None:
     if args.out:
         Path(args.out).write_text(json.dumps(runs, indent=1))
     print(f"{args.data}: {ds.num_samples:,} samples, {ds.num_embeddings:,} rows, {args.model} dim "
-          f"{args.embedding_dim} Adagrad, 1 worker, batch {args.batch_size}, {args.steps} steps per run, "
+          f"{args.embedding_dim} Adagrad, {args.workers} worker(s) (s = {args.staleness:g}), batch {args.batch_size}, "
+          f"{args.steps} steps per run, "
           f"{args.repeats} interleaved repeats, {args.threads} torch thread(s), CPU\n")
     head = (f"{'location':8s} {'cache':>6s} {'k':>4s} {'samples/s':>10s} {'spread':>7s} {'vs device':>9s} "
             f"{'per CPU s':>9s} {'spread':>7s} {'vs device':>9s} {'hit rate':>8s} {'stall s':>7s} {'test AUC':>9s} "

@@ -135,8 +135,9 @@ def register(app: typer.Typer) -> None:
                                                      "(default: the system's temporary directory); removed "
                                                      "at the end."),
         cache_policy: Optional[str] = typer.Option(None, "--cache-policy",
-                                                   help="lru (default) | lookahead (evict first the rows the next "
-                                                        "--lookahead batches do not use)."),
+                                                   help="lookahead (default: evict first the rows the next "
+                                                        "--lookahead steps do not use, then LRU; cDLRM) | lru. "
+                                                        "The one device cache's order: own rows and Herald's."),
         collective_timeout: Optional[float] = typer.Option(None, "--collective-timeout",
                                                            help="--engine distributed: seconds a collective waits "
                                                                 "for the slowest rank (default: "
@@ -162,28 +163,26 @@ def register(app: typer.Typer) -> None:
         from gmp.train import TrainConfig, train
         from gmp.train.herald import HeraldOptions
         from gmp.train.records import json_line
-        from gmp.train.tiers import TierOptions
+        from gmp.train.tiers import TierOptions, split_cache_rows
 
         with one_rank_speaks(), flags_for_params():
             plan = plan_defaults(manifest, batch_size=batch_size, embedding_dim=embedding_dim)
-            tiers = TierOptions(table_location=table_location, cache_rows=cache_rows or 0,
-                                cache_bytes=cache_bytes or 0, lookahead=lookahead or 0,
-                                tier_dir=None if tier_dir is None else str(tier_dir)) \
-                if table_location != "device" else TierOptions(table_location=table_location,
-                                                               cache_bytes=cache_bytes or 0,
-                                                               tier_dir=None if tier_dir is None else str(tier_dir))
             for flag, value in (("--cache-rows", cache_rows), ("--lookahead", lookahead)):
-                if value and not tiers.tiered and schedule != "herald":
+                if value and table_location == "device" and schedule != "herald":
                     raise TrainingError(f"{flag} drives the device cache of --table-location host|disk (the "
                                         f"worker's own rows) or of --schedule herald (remote rows), got "
                                         f"--table-location device --schedule {schedule}; add one of them or "
                                         f"drop {flag}.")
-            # one cache flag: with a tiered table it sizes the cache of the worker's own rows and
-            # Herald's cache of remote rows stays off (docs/train.md, "Tiers")
-            herald_cache = None if tiers.tiered else cache_rows
-            herald_lookahead = lookahead if schedule == "herald" or not tiers.tiered else None
-            herald = HeraldOptions.for_trainer(lookahead=herald_lookahead, on_demand=on_demand,
-                                               cache_rows=herald_cache, cache_policy=cache_policy,
+            # one device cache per worker (docs/train.md, "Tiers"): --cache-rows sizes it; with a tiered
+            # table and Herald, the scheduler's copies of remote rows take half of it between steps
+            own, remote = split_cache_rows(cache_rows, tiered=table_location != "device", herald=schedule == "herald")
+            policy = cache_policy or "lookahead"
+            tiers = TierOptions(table_location=table_location, cache_rows=own, cache_bytes=cache_bytes or 0,
+                                lookahead=(lookahead or 0) if table_location != "device" else 0,
+                                cache_policy=policy, tier_dir=None if tier_dir is None else str(tier_dir))
+            herald = HeraldOptions.for_trainer(lookahead=lookahead if schedule == "herald" else None,
+                                               on_demand=on_demand, cache_rows=remote,
+                                               cache_policy=policy if schedule == "herald" else None,
                                                read_only_replicas=read_only_replicas)
             config = TrainConfig(model=model, embedding_dim=plan["embedding_dim"], optimizer=optimizer, lr=lr,
                                  batch_size=plan["batch_size"], epochs=epochs, staleness=_parse_staleness(staleness),

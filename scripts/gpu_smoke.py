@@ -88,6 +88,40 @@ def check_trainer_tiers() -> None:
                       f"cache of 45 rows == the CUDA store, bit for bit")
 
 
+def check_herald_device_cache() -> None:
+    """Herald's copies held in the CUDA device cache beside tiered rows (the cache tensor grows on
+    the device while the prefetch thread loads rows on its side stream) == Herald on the CUDA store."""
+    from gmp.comm.local import LocalEngine
+    from gmp.datasets.format import load_dataset
+    from gmp.placement import Placement
+    from gmp.train import TrainConfig, TrainData, Trainer
+    from gmp.train.herald import HeraldOptions
+    from gmp.train.tiers import TierOptions
+    from test_train_tiers import make_flat_dataset
+
+    torch.use_deterministic_algorithms(True)
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    with tempfile.TemporaryDirectory() as tmp:
+        ds = load_dataset(make_flat_dataset(Path(tmp) / "ds"))
+        rng = np.random.default_rng(2)
+        pl = Placement.edge_cut(3, rng.integers(0, 3, ds.num_samples), rng.integers(0, 3, ds.num_embeddings))
+        herald = HeraldOptions(on_demand=True, cache_rows=20, lookahead=2, read_only_replicas=False)
+        tables = []
+        for tiers in (None, TierOptions(table_location="host", cache_rows=30, lookahead=2)):
+            cfg = TrainConfig(model="wdl", embedding_dim=4, optimizer="adagrad", lr=0.1, batch_size=8, epochs=2,
+                              schedule="herald", hidden=(8,), seed=3, herald=herald, tiers=tiers)
+            tr = Trainer(TrainData(ds), pl, cfg, LocalEngine(3))
+            assert tr.stores[0].device.type == "cuda", tr.stores[0].device
+            tr.fit()
+            if tiers is not None:
+                assert all(s.device_cache is s.tier.cache and s.device_cache.tensor.is_cuda for s in tr.stores)
+            tables.append(tr.embedding_table())
+            tr.close()
+        np.testing.assert_array_equal(tables[1], tables[0])
+        print("ok: Herald (on-demand, cache, early fetch) with its copies in a CUDA device cache beside a "
+              "pinned host tier == Herald on the CUDA store, bit for bit")
+
+
 def check_nccl() -> None:
     from gmp.comm.distributed import DistributedEngine
 
@@ -147,6 +181,7 @@ if __name__ == "__main__":
     if what == "single":
         check_tiers_library()
         check_trainer_tiers()
+        check_herald_device_cache()
     elif what == "nccl":
         check_nccl()
     elif what == "dist-train":

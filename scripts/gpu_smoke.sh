@@ -5,7 +5,9 @@
 #   1. tiers library: a CUDA RowCache over a pinned HostRows master and over a DiskRows master
 #      (non-blocking copies on a side stream, events) == a plain CUDA table, bit for bit
 #   2. gmp train, local engine on cuda:0: --table-location host/disk (pinned master, CUDA cache,
-#      look-ahead thread) == --table-location device (a CUDA store), bit for bit, SGD and Adagrad
+#      look-ahead thread) == --table-location device (a CUDA store), bit for bit, SGD and Adagrad;
+#      and --schedule herald with its copies of remote rows held in the same CUDA device cache as the
+#      tiered rows (the cache tensor grows on the device) == Herald on the CUDA store
 #   3. gmp.comm's distributed engine with NCCL: all-to-all with uneven splits (and empty ones)
 #      between all local GPUs (1 GPU: a world of 1), the asynchronous start_alltoallv, the dense all-reduce
 #   4. gmp train --engine distributed under torchrun with NCCL, device vs disk tier: same log

@@ -262,12 +262,13 @@ def test_corrupt_checkpoint_file_is_one_line(setup, saved, case):
     assert "checkpoint" in one_line(exc) or ".pt" in str(exc.value)
 
 
-def test_golden_checkpoint_v2_reads_without_unpickling(tmp_path):
-    ckdir = GOLDEN / "checkpoint_v2"
+@pytest.mark.parametrize("version", [2, 3])
+def test_golden_checkpoints_read_without_unpickling(tmp_path, version):
+    ckdir = GOLDEN / f"checkpoint_v{version}"
     found = ck.find_checkpoint(ckdir)
     assert found is not None
     path, head = found
-    assert head["schema_version"] == ck.SCHEMA_VERSION == 2 and head["num_workers"] == 2
+    assert head["schema_version"] == version and head["num_workers"] == 2
     main = ck._load(path / "trainer.pt", ck.TRAINER_KEYS)
     assert main["numpy_rng"][0] == "MT19937" and main["numpy_rng"][1].dtype == np.uint32
     for w in range(head["num_workers"]):

@@ -93,7 +93,46 @@ def test_golden_checkpoint_v1_is_refused_in_one_line():
     assert "\n" not in msg and "schema_version 1" in msg and "refused" in msg
 
 
-def test_golden_checkpoint_v2_is_current():
+def test_golden_checkpoint_v2_upgrades_one_step():
     path, head = checkpoint_mod.find_checkpoint(DATA / "checkpoint_v2")
-    assert head["schema_version"] == checkpoint_mod.SCHEMA_VERSION
+    assert head["schema_version"] == 2 == checkpoint_mod.SCHEMA_VERSION - 1
     assert set(head["files"]) == {"trainer.pt", "worker-00000.pt", "worker-00001.pt"}
+    raw = checkpoint_mod._load(path / "worker-00000.pt", checkpoint_mod.WORKER_KEYS)["store"]
+    obj, rows = checkpoint_mod.open_worker_rows(path, head, 0)
+    n = raw["opt_state"].shape[0]  # Adagrad: one sum of squares per primary
+    assert rows.num_rows == n and rows.width == 2 * raw["table"].shape[1]
+    np.testing.assert_array_equal(rows(0, n)[:, :rows.row_dim], raw["table"][:n].numpy())
+    np.testing.assert_array_equal(rows(0, n)[:, rows.row_dim:], raw["opt_state"].numpy())
+    assert "opt_state" not in obj["store"] and obj["store"]["table"].shape[0] == raw["table"].shape[0] - n
+
+
+def test_golden_checkpoint_v3_is_current():
+    path, head = checkpoint_mod.find_checkpoint(DATA / "checkpoint_v3")
+    assert head["schema_version"] == checkpoint_mod.SCHEMA_VERSION == 3
+    assert set(head["files"]) == {"trainer.pt", "worker-00000.pt", "worker-00001.pt", "worker-00000.rows",
+                                  "worker-00001.rows"}
+    for w in range(2):
+        obj, rows = checkpoint_mod.open_worker_rows(path, head, w)
+        # the rows file is num_rows x (value + Adagrad sum) float32, nothing else
+        assert (path / f"worker-{w:05d}.rows").stat().st_size == rows.num_rows * rows.width * 4
+        assert rows.width == 2 * rows.row_dim and np.all(rows(0, rows.num_rows)[:, rows.row_dim:] >= 0)
+        rows.close()
+
+
+def test_golden_checkpoint_rows_by_global_id():
+    """read_primary_rows (the API a placement change reads through) against each worker's rows file."""
+    path, head = checkpoint_mod.find_checkpoint(DATA / "checkpoint_v3")
+    expect = {}
+    for w in range(head["num_workers"]):
+        obj, rows = checkpoint_mod.open_worker_rows(path, head, w)
+        ids = obj["store"]["ids"][:rows.num_rows]
+        for i, g in enumerate(ids.tolist()):
+            expect[g] = rows(i, i + 1)[0]
+        rows.close()
+    gids = np.array(sorted(expect))[::-1]
+    values, state = checkpoint_mod.read_primary_rows(DATA / "checkpoint_v3", gids)
+    want = np.stack([expect[g] for g in gids.tolist()])
+    np.testing.assert_array_equal(values, want[:, :values.shape[1]])
+    np.testing.assert_array_equal(state, want[:, values.shape[1]:])
+    with pytest.raises(TrainingError, match="no worker's primary"):
+        checkpoint_mod.read_primary_rows(DATA / "checkpoint_v3", [len(expect) + 5])

@@ -138,7 +138,7 @@ def test_pushes_are_deferred_and_the_pending_copy_is_the_single_worker_value(ctr
             for slot, gid in zip(store.pending_slots(), store.pending_ids()):
                 assert not pending[gid], "two workers hold pending updates of one row"
                 pending[gid] = True
-                np.testing.assert_allclose(store.table[slot].numpy(), ref[gid], rtol=1e-9, atol=1e-12)
+                np.testing.assert_allclose(store.read(np.array([slot]))[0].numpy(), ref[gid], rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(prim[~pending], ref[~pending], rtol=1e-9, atol=1e-12)
         assert np.all(np.abs(prim[pending] - ref[pending]).max(axis=1) > 0)  # the primary is behind
         deferred += int(pending.sum())
@@ -161,7 +161,9 @@ def test_store_cache_by_hand():
     st.install_copies(slots, torch.tensor([[1.0, 2.0, 4.0, 0.0], [3.0, 4.0, 0.0, 0.0]]))
     st.apply_copy(np.array([2]), torch.tensor([[2.0, 0.0]]))
     # h = 4 + 4 = 8; x = 1 - 0.5 * 2 / sqrt(8); second coordinate: h = 0, g = 0 -> unchanged
-    np.testing.assert_allclose(st.table[2].numpy(), [1 - 1 / np.sqrt(8), 2.0])
+    np.testing.assert_allclose(st.read(np.array([2]))[0].numpy(), [1 - 1 / np.sqrt(8), 2.0])
+    # the copies live in the worker's one device cache, beside its tiered rows when it has them
+    assert st.device_cache.tensor.shape[1] == 4 and int(st.device_cache.held.sum()) == 2
     np.testing.assert_allclose(st.read_payload(np.array([2]))[0, 2:].numpy(), [8.0, 0.0])
     st.mark_pending(np.array([2]))
     assert st.pending_ids().tolist() == [4]

@@ -446,7 +446,7 @@ def test_prefetcher_runs_ahead_and_stops_when_closed():
         _time.sleep(0.01)
     assert 5 <= len(produced) <= 6
     it.close()
-    assert not any(t.name == "gmp-prefetch" and t.is_alive() for t in threading.enumerate())
+    assert not any(t.name == "gmp-lookahead" and t.is_alive() for t in threading.enumerate())
 
 
 @pytest.mark.parametrize("policy, k, pulls", [("lru", 0, 3), ("lookahead", 1, 2), ("lookahead", 0, 3)])

@@ -143,3 +143,36 @@ def test_a_failure_in_the_prefetch_thread_reaches_the_step_loop():
     with pytest.raises(TrainingError, match="uses 5 distinct rows"):
         for step in pf:
             pf.done(step)
+
+
+def test_held_rows_share_the_cache_and_are_never_evicted():
+    """Herald's copies (hold/drop) live in the same tensor as master rows: the cache evicts only
+    master rows, and grows so that ``capacity`` slots stay for them."""
+    master = HostRows(np.arange(40, dtype=np.float32).reshape(20, 2))
+    cache = RowCache(master, 4, policy="lru")
+    slots, _ = cache.admit(np.array([0, 1, 2, 3]))
+    cache.release(slots)
+    held = cache.hold(3)  # no free slot: the tensor grows, no master row is evicted for a copy
+    assert cache.num_slots >= 7 and np.all(cache.resident(np.arange(4)))
+    cache.tensor[torch.as_tensor(held)] = torch.tensor([[100.0, 101.0]] * 3)
+    for k in range(6):  # evictions among master rows only
+        s, _ = cache.admit(np.array([4 + 2 * k, 5 + 2 * k]))
+        cache.release(s)
+        assert np.all(cache.held[held]) and np.count_nonzero(cache.row_of >= 0) <= 4
+    assert torch.equal(cache.tensor[torch.as_tensor(held)], torch.tensor([[100.0, 101.0]] * 3))
+    cache.drop(held)
+    assert not cache.held.any()
+    with pytest.raises(TrainingError, match="not held"):
+        cache.drop(held[:1])
+
+
+@pytest.mark.parametrize("policy, evicted", [("lru", 0), ("lookahead", 1)])
+def test_cache_policy_orders_evictions(policy, evicted):
+    """lru evicts the least recently used row; lookahead first evicts rows outside the window."""
+    cache = RowCache(HostRows(np.zeros((6, 1), dtype=np.float32)), 2, policy=policy)
+    for r in (0, 1):
+        s, _ = cache.admit(np.array([r]))
+        cache.release(s)
+    cache.enter_window(np.array([0]))  # row 0 is used again soon
+    s, _ = cache.admit(np.array([2]))
+    assert not cache.resident(np.array([evicted]))[0] and cache.resident(np.array([1 - evicted]))[0]

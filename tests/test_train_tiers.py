@@ -123,11 +123,42 @@ def test_herald_at_s0_with_a_tiered_table_equals_the_device_run(ctr, tmp_path):
     pl = placement(ds, 3, secondaries=0.3)
     herald = HeraldOptions(on_demand=True, cache_rows=20, lookahead=2, read_only_replicas=False)
     dev = fit(ds, pl, config(schedule="herald", herald=herald))
-    tiers = TierOptions(table_location="disk", cache_rows=30, lookahead=4, tier_dir=str(tmp_path))
+    tiers = TierOptions(table_location="disk", cache_rows=30, lookahead=2, cache_policy="lru", tier_dir=str(tmp_path))
     tiered = fit(ds, pl, config(schedule="herald", herald=herald, tiers=tiers))
     assert_bit_equal(tiered, dev)
     assert tiered[1][-1]["herald"] == dev[1][-1]["herald"]
     assert tiered[1][-1]["tiers"]["victim_rows_written"] > 0
+    # one device cache: Herald's copies are held in the tier's cache, beside the worker's own rows
+    tr = tiered[0]
+    for store in tr.stores:
+        assert store.device_cache is store.tier.cache
+        held = np.flatnonzero(store.device_cache.held)
+        assert held.size == store.cached_ids().size <= 20  # the scheduler's cache after the last step
+        assert held.size == 0 or not np.any(store.device_cache.row_of[held] >= 0)
+    assert tiered[1][-1]["tiers"]["peak_held_rows"] > 0
+
+
+def test_one_lookahead_thread_serves_herald_and_the_tier(ctr, tmp_path, monkeypatch):
+    """Herald's run-ahead and the tier's prefetch are one thread (StepFeeder): count the threads
+    started while training with both."""
+    import threading
+
+    _, ds = ctr
+    pl = placement(ds, 2)
+    started = []
+    real = threading.Thread.start
+
+    def start(self):
+        started.append(self.name)
+        return real(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    herald = HeraldOptions(on_demand=True, cache_rows=10, lookahead=3, read_only_replicas=False)
+    tiers = TierOptions(table_location="host", cache_rows=40, lookahead=3)
+    fit(ds, pl, config(schedule="herald", herald=herald, tiers=tiers, epochs=1))
+    assert started and set(started) == {"gmp-lookahead"} and len(started) == 1  # one epoch, one thread
+    with pytest.raises(TrainingError, match="'lookahead'.*the same"):
+        config(schedule="herald", herald=herald, tiers=TierOptions(table_location="host", lookahead=4))
 
 
 def test_one_worker_with_a_small_cache_moves_rows_and_holds_less_on_the_device(ctr):
@@ -173,11 +204,13 @@ def test_cache_bytes_and_the_default_cache():
         TierOptions(table_location="host", cache_bytes=39).capacity(500, 40)
 
 
-def test_checkpoint_of_a_tiered_run_resumes_exactly_and_into_another_location(ctr, tmp_path):
+def test_checkpoint_of_a_tiered_run_resumes_exactly_and_into_another_location(ctr, tmp_path, monkeypatch):
     """Interrupt a disk run, resume it on the host tier (and a device run from the disk run's
-    checkpoint): the same model as an uninterrupted device run. The checkpoint holds the master
-    rows read back from the tier after the cache was flushed (same format as device runs)."""
-    from gmp.train.checkpoint import load_checkpoint, save_checkpoint
+    checkpoint): the same model as an uninterrupted device run. The checkpoint streams the master
+    (cache flushed first) into worker-NNNNN.rows without materialising the table, and resuming
+    streams it back; rows read by global id are the trainer's rows at the checkpoint."""
+    from gmp.train import checkpoint as ck
+    from gmp.train.tiers import TieredTable
 
     _, ds = ctr
     pl = placement(ds, 2, secondaries=0.3)
@@ -186,16 +219,69 @@ def test_checkpoint_of_a_tiered_run_resumes_exactly_and_into_another_location(ct
     first = Trainer(TrainData(ds), pl, config(tiers=disk), LocalEngine(2))
     first.fit(stop_after_steps=11)
     assert first.interrupted
-    save_checkpoint(first, tmp_path / "ck", dataset_sha256="d", placement_sha="p")
-    saved = torch.load(tmp_path / "ck" / "latest" / "worker-00000.pt", weights_only=False)["store"]
-    assert saved["table"].shape[0] == first.stores[0].num_rows and saved["opt_state"] is not None
+    at_interrupt = first.embedding_table()
+
+    def no_materialising(self):
+        raise AssertionError("a checkpoint must stream the tier, not read it whole")
+
+    with monkeypatch.context() as m:
+        m.setattr(TieredTable, "read_all", no_materialising)
+        m.setattr(TieredTable, "write_all", no_materialising, raising=False)
+        ck.save_checkpoint(first, tmp_path / "ck", dataset_sha256="d", placement_sha="p")
+    path, head = ck.find_checkpoint(tmp_path / "ck")
+    for w, store in enumerate(first.stores):
+        obj, rows = ck.open_worker_rows(path, head, w)
+        assert rows.num_rows == store.num_primary and rows.width == 2 * store.row_dim  # Adagrad: value + sum
+        assert obj["store"]["table"].shape[0] == store.num_rows - store.num_primary and "opt_state" not in obj["store"]
+        rows.close()
+    gids = np.array([7, 0, ds.num_embeddings - 1, 3])
+    values, state = ck.read_primary_rows(tmp_path / "ck", gids)
+    np.testing.assert_array_equal(values.astype(np.float64), at_interrupt[gids])
+    assert state.shape == values.shape and np.all(state >= 0)
     for tiers in (TierOptions(table_location="host", cache_rows=45), None):
         second = Trainer(TrainData(ds), pl, config(tiers=tiers), LocalEngine(2))
-        load_checkpoint(second, tmp_path / "ck", dataset_sha256="d", placement_sha="p")
+        with monkeypatch.context() as m:
+            m.setattr(TieredTable, "read_all", no_materialising)
+            ck.load_checkpoint(second, tmp_path / "ck", dataset_sha256="d", placement_sha="p")
         second.fit()
         np.testing.assert_array_equal(second.embedding_table(), dev[2])
         for p, q in zip(second.model.parameters(), dev[3]):
             assert torch.equal(p.detach(), q)
+
+
+def test_a_schema_2_checkpoint_resumes_into_a_tiered_run(ctr, tmp_path):
+    """Schema 2 kept the primaries in worker-NNNNN.pt: rewrite a checkpoint that way by hand and
+    resume it on the disk tier (the one-step upgrade): the uninterrupted run's model."""
+    import json as _json
+
+    from gmp.train import checkpoint as ck
+
+    _, ds = ctr
+    pl = placement(ds, 2, secondaries=0.3)
+    dev = fit(ds, pl, config())
+    first = Trainer(TrainData(ds), pl, config(), LocalEngine(2))
+    first.fit(stop_after_steps=7)
+    ck.save_checkpoint(first, tmp_path / "ck", dataset_sha256="d", placement_sha="p")
+    path, head = ck.find_checkpoint(tmp_path / "ck")
+    for w in range(2):
+        obj, rows = ck.open_worker_rows(path, head, w)
+        prim = torch.from_numpy(rows(0, rows.num_rows).copy())
+        rows.close()
+        store = dict(obj["store"])
+        store["table"] = torch.cat([prim[:, :rows.row_dim], store["table"]])
+        store["opt_state"] = prim[:, rows.row_dim:]
+        obj = {k: v for k, v in obj.items() if k != "primary_rows"}
+        obj["store"] = store
+        torch.save(ck.to_safe(obj), path / f"worker-{w:05d}.pt")
+        (path / f"worker-{w:05d}.rows").unlink()
+    head = {**head, "schema_version": 2,
+            "files": {n: (path / n).stat().st_size for n in head["files"] if not n.endswith(".rows")}}
+    (path / "checkpoint.json").write_text(_json.dumps(head))
+    disk = TierOptions(table_location="disk", cache_rows=40, tier_dir=str(tmp_path / "t"))
+    second = Trainer(TrainData(ds), pl, config(tiers=disk), LocalEngine(2))
+    assert ck.load_checkpoint(second, tmp_path / "ck", dataset_sha256="d", placement_sha="p")["schema_version"] == 2
+    second.fit()
+    np.testing.assert_array_equal(second.embedding_table(), dev[2])
 
 
 def test_cli_table_location_flags(ctr, tmp_path):

@@ -9,16 +9,20 @@ Layout (``--checkpoint-dir C``)::
     │   │                       fingerprints, and the size of every file below (written last)
     │   ├── trainer.pt          dense model + dense optimizer state, epoch accumulators,
     │   │                       history, schedule state, torch/numpy RNG states
-    │   └── worker-00000.pt     one per worker: its rows, clocks, Adagrad state,
-    │                           its counters and byte counters for the running epoch
+    │   ├── worker-00000.pt     one per worker: its other rows (secondaries, cached copies),
+    │   │                       clocks, the copies' Adagrad state, its counters and byte
+    │   │                       counters for the running epoch, the shape of its rows file
+    │   └── worker-00000.rows   one per worker: its primaries' [value | optimizer state] rows,
+    │                           raw (:mod:`gmp.train.checkpoint_rows`), streamed: a tiered
+    │                           table larger than RAM is never in memory at once
     └── ckpt-00001-00000000/                   the previous one, kept as a fallback
 
 Example ``checkpoint.json``::
 
-    {"format": "gmp.checkpoint", "schema_version": 2, "epoch": 1, "step": 0,
+    {"format": "gmp.checkpoint", "schema_version": 3, "epoch": 1, "step": 0,
      "num_workers": 4, "dataset_sha256": "9f2c...", "placement_sha256": "51ab...",
      "config": {"model": "wdl", "embedding_dim": 16, ...}, "created": "2026-11-23T01:00:00+00:00",
-     "files": {"trainer.pt": 15283, "worker-00000.pt": 2958, ...}}
+     "files": {"trainer.pt": 15283, "worker-00000.pt": 2958, "worker-00000.rows": 3264, ...}}
 
 ``epoch``/``step`` is the next step to run (0-based epoch).
 
@@ -46,6 +50,14 @@ which builds only tensors, numbers, strings and containers: numpy arrays (RNG
 state, counters) are stored as byte tensors with their dtype and shape
 (:func:`to_safe` / :func:`from_safe`). Checkpoints of schema 1 (read with
 ``weights_only=False``, and made before the epoch order changed) are refused.
+
+**Versions.** Schema 3 moved each worker's primaries out of its ``.pt`` file into a raw
+``worker-NNNNN.rows`` file (streamed in and out). Schema 2 (primaries inside the ``.pt``) is
+upgraded on reading, one step (:func:`gmp.train.checkpoint_rows.upgrade_worker_v2`).
+
+**Reading rows by id** (another placement, an export): :func:`read_primary_rows` gives the
+values and optimizer state of any global ids from a checkpoint directory, reading only those
+rows from each worker's rows file; :func:`open_worker_rows` gives one worker's primaries.
 """
 
 from __future__ import annotations
@@ -66,11 +78,12 @@ from .. import __version__
 from .._io import full_disk_error, header_value, read_versioned_json, write_json
 from ..errors import GmpError, TrainingError
 from ..placement import Placement
+from .checkpoint_rows import PrimaryRows, rows_name, upgrade_worker_v2, write_primary_rows
 
 log = logging.getLogger(__name__)
 
 FORMAT = "gmp.checkpoint"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: settings that may change between the interrupted run and --resume (where the rows live does not
 #: change the trajectory: gmp.train.tiers)
 MUTABLE = ("epochs", "log_every", "tiers")
@@ -185,7 +198,10 @@ def save_checkpoint(trainer, directory: str | os.PathLike, *, dataset_sha256: st
     try:
         for li, (w, store) in enumerate(zip(engine.local_workers, trainer.stores)):
             name = f"worker-{w:05d}.pt"
-            files[name] = _save({"store": store.state_dict(), "counters": trainer.counters[li].copy(),
+            meta = write_primary_rows(store, tmp / rows_name(w))
+            files[meta["file"]] = (tmp / rows_name(w)).stat().st_size
+            files[name] = _save({"store": store.state_dict(), "primary_rows": meta,
+                                 "counters": trainer.counters[li].copy(),
                                  "bytes": engine.bytes[li].copy(), "acc": dict(trainer.acc)}, tmp / name)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -276,9 +292,10 @@ def _check_header(head: dict[str, Any], path: Path) -> dict[str, Any]:
     get("config", "dict")
     files = get("files", "dict")
     for name, size in files.items():
-        if not re.fullmatch(r"(trainer|worker-\d{5})\.pt", name) or not isinstance(size, int) or isinstance(size, bool):
-            raise TrainingError(f"{path}: files lists {name!r}: {size!r}, expected 'trainer.pt' or "
-                                f"'worker-NNNNN.pt' with a size in bytes; {_FIX}")
+        if not re.fullmatch(r"trainer\.pt|worker-\d{5}\.(pt|rows)", name) or not isinstance(size, int) \
+                or isinstance(size, bool):
+            raise TrainingError(f"{path}: files lists {name!r}: {size!r}, expected 'trainer.pt', "
+                                f"'worker-NNNNN.pt' or 'worker-NNNNN.rows' with a size in bytes; {_FIX}")
     return head
 
 
@@ -286,9 +303,9 @@ def read_header(ckpt: Path) -> dict[str, Any]:
     """Read and validate ``ckpt/checkpoint.json``; schema 1 is refused (see the module docstring)."""
     path = ckpt / HEADER
     head = read_versioned_json(path, fmt=FORMAT, max_version=SCHEMA_VERSION, error=TrainingError, fix=_FIX)
-    if head["schema_version"] < SCHEMA_VERSION:
+    if head["schema_version"] < 2:
         raise TrainingError(
-            f"{path} has schema_version {head['schema_version']}: checkpoints before schema {SCHEMA_VERSION} are "
+            f"{path} has schema_version {head['schema_version']}: checkpoints before schema 2 are "
             f"refused (loading them would unpickle code, and the epoch order changed); {_FIX}")
     return _check_header(head, path)
 
@@ -385,13 +402,18 @@ def load_checkpoint(trainer, directory: str | os.PathLike, *, dataset_sha256: st
         k = diff[0]
         raise TrainingError(f"{ckpt} was made with {k}={head['config'].get(k)!r}, this run has {k}={now[k]!r}; "
                             f"resume with the same settings or {_FIX}")
-    workers = [_load(ckpt / f"worker-{w:05d}.pt", WORKER_KEYS) for w in trainer.engine.local_workers]
     main = _load(ckpt / "trainer.pt", TRAINER_KEYS)
     where = ckpt / "trainer.pt"
     try:
-        for li, state in enumerate(workers):
-            where = ckpt / f"worker-{trainer.engine.local_workers[li]:05d}.pt"
-            trainer.stores[li].load_state_dict(state["store"])
+        for li, w in enumerate(trainer.engine.local_workers):
+            where = ckpt / f"worker-{w:05d}.pt"
+            state, rows = open_worker_rows(ckpt, head, w, num_primary=trainer.stores[li].num_primary)
+            if rows.width != trainer.stores[li].primary_width:
+                raise ValueError(f"primary rows of width {rows.width}, expected {trainer.stores[li].primary_width}")
+            try:
+                trainer.stores[li].load_state_dict(state["store"], rows)
+            finally:
+                rows.close()
             for name, old, new in (("counters", trainer.counters[li], state["counters"]),
                                    ("bytes", trainer.engine.bytes[li], state["bytes"])):
                 if not isinstance(new, np.ndarray) or new.shape != old.shape:
@@ -419,3 +441,58 @@ def load_checkpoint(trainer, directory: str | os.PathLike, *, dataset_sha256: st
     trainer.epoch = head["epoch"]
     trainer.step_in_epoch = head["step"]
     return head
+
+
+# --------------------------------------------------------------------------- rows by id
+def open_worker_rows(ckpt: str | os.PathLike, head: dict[str, Any], worker: int, *,
+                     num_primary: int | None = None) -> tuple[dict[str, Any], PrimaryRows]:
+    """Worker ``worker``'s file of the checkpoint directory ``ckpt`` (header ``head``, from
+    :func:`find_checkpoint`), as schema 3, and a reader of its primaries (close it after use).
+
+    The file's ``store["ids"][:rows.num_rows]`` are the primaries' global ids, ascending.
+    ``num_primary`` is needed only for a schema-2 checkpoint of an SGD run."""
+    ckpt = Path(ckpt)
+    obj = _load(ckpt / f"worker-{worker:05d}.pt", WORKER_KEYS)
+    if head["schema_version"] == 2:
+        return upgrade_worker_v2(obj, num_primary)
+    meta = obj.get("primary_rows")
+    if not isinstance(meta, dict) or meta.get("file") != rows_name(worker):
+        raise TrainingError(f"{ckpt / f'worker-{worker:05d}.pt'} lacks its primary_rows entry; {_FIX}")
+    return obj, PrimaryRows(meta, directory=ckpt)
+
+
+def read_primary_rows(directory: str | os.PathLike, gids, *,
+                      placement: Placement | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """Values ``[k, row_dim]`` and optimizer state (``[k, row_dim]``, None with SGD) of the rows
+    ``gids`` as the newest complete checkpoint in ``directory`` holds them at their primaries.
+    Reads only those rows. ``placement`` (the run's) is needed for schema-2 SGD checkpoints only."""
+    found = find_checkpoint(directory)
+    if found is None:
+        raise TrainingError(f"no checkpoint in {directory}; train with --checkpoint-dir first.")
+    ckpt, head = found
+    gids = np.asarray(gids, dtype=np.int64)
+    values = state = None
+    got = np.zeros(gids.size, dtype=bool)
+    for w in range(int(head["num_workers"])):
+        num_primary = None if placement is None else int(np.count_nonzero(
+            np.asarray(placement.embedding_primary) == w))
+        obj, rows = open_worker_rows(ckpt, head, w, num_primary=num_primary)
+        try:
+            ids = np.asarray(obj["store"]["ids"][:rows.num_rows])
+            pos = np.minimum(np.searchsorted(ids, gids), max(ids.size - 1, 0))
+            mine = np.flatnonzero((ids.size > 0) & (ids[pos] == gids) if ids.size else np.zeros(gids.size, bool))
+            if values is None:
+                values = np.zeros((gids.size, rows.row_dim), dtype=rows.dtype.newbyteorder("="))
+                state = np.zeros_like(values) if rows.width > rows.row_dim else None
+            if mine.size:
+                block = rows.take(pos[mine])
+                values[mine] = block[:, :rows.row_dim]
+                if state is not None:
+                    state[mine] = block[:, rows.row_dim:]
+                got[mine] = True
+        finally:
+            rows.close()
+    if not got.all():
+        bad = gids[~got][:3].tolist()
+        raise TrainingError(f"ids {bad} are no worker's primary in {ckpt}; pass ids below num_embeddings.")
+    return values, state

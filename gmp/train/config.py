@@ -101,6 +101,14 @@ class TrainConfig:
             check_choice("comm_dtype", self.comm_dtype, tuple(COMM_DTYPES), error=E)
         self._check_pipeline()
         h = self.herald_options()
+        if h is not None and self.tiers is not None:  # one device cache, one prefetcher: one window
+            for name in ("lookahead",):
+                if getattr(h, name) != getattr(self.tiers, name):
+                    exc = E(f"The '{name}' parameter must be the same for the tiers and herald (the one device "
+                            f"cache and prefetcher), got {getattr(self.tiers, name)!r} and {getattr(h, name)!r}; "
+                            f"give one value (gmp train has one --{name.replace('_', '-')}).")
+                    exc.param = name
+                    raise exc
         if h is not None and self.staleness != 0 and (h.cache_rows or h.on_demand or not h.read_only_replicas):
             exc = E(f"The 'staleness' parameter must be 0 with cache_rows > 0, on_demand or writable replicas "
                     f"(the runtime scheduler models s = 0 only, Herald section 3.3), got {self.staleness:g}; use "

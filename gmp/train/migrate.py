@@ -45,7 +45,7 @@ import torch
 
 from ..datasets.format import load_dataset
 from ..errors import DatasetError, TrainingError
-from .checkpoint import find_checkpoint, load_checkpoint, read_trainer_file, read_worker_file
+from .checkpoint import find_checkpoint, load_checkpoint, open_worker_rows, read_trainer_file
 
 log = logging.getLogger("gmp.train")
 _FIX = "start without --resume or point --checkpoint-dir elsewhere"
@@ -75,7 +75,7 @@ def resume_training(trainer, checkpoint_dir: str | os.PathLike, *, dataset, plac
         return None
     old_num_embeddings, depth = ancestor_size(dataset, head["dataset_sha256"], ckpt)
     check_migratable(trainer, ckpt, head)
-    summary = migrate_rows(trainer, ckpt, head["num_workers"], old_num_embeddings)
+    summary = migrate_rows(trainer, ckpt, head, old_num_embeddings)
     restore_dense(trainer, ckpt)
     summary.update({"checkpoint": str(ckpt), "from_dataset_sha256": head["dataset_sha256"],
                     "generations": depth, "from_placement_sha256": head["placement_sha256"],
@@ -151,29 +151,41 @@ def restore_dense(trainer, ckpt: Path) -> None:
 
 # --------------------------------------------------------------------------- the rows
 class _Old:
-    """One old worker's rows as its checkpoint file holds them."""
+    """One old worker's rows as its checkpoint holds them: the primaries (value and optimizer
+    state, slots ``[0, num_primary)``) from its rows file, the other rows from its ``.pt`` file."""
 
-    def __init__(self, worker: int, state: dict[str, Any], where: Path):
+    def __init__(self, ckpt: Path, head: dict[str, Any], worker: int):
+        where = ckpt / f"worker-{worker:05d}.pt"
+        try:
+            state, rows = open_worker_rows(ckpt, head, worker)
+        except TrainingError as exc:  # a schema-2 SGD file does not say which rows are primaries
+            raise TrainingError(f"{where}: {exc} (a checkpoint of an older gmp with --optimizer sgd cannot "
+                                f"migrate); finish the old data with that gmp or {_FIX}.") from None
         store = state["store"]
         self.worker = worker
         self.ids = np.asarray(store["ids"], dtype=np.int64)
-        self.table = store["table"]
-        self.opt_state = store.get("opt_state")
+        try:
+            self.num_primary = rows.num_rows
+            self.primaries = rows(0, rows.num_rows)  # [value | state]
+        finally:
+            rows.close()
+        self.table = store["table"]  # secondaries (then cached copies, not migrated)
         self.local_state = store.get("local_state")
         self.clock = np.asarray(store["clock"], dtype=np.int64)
-        if "num_primary" in store:
-            self.num_primary = int(store["num_primary"])
-        elif self.opt_state is not None:
-            self.num_primary = int(self.opt_state.shape[0])
-        else:
-            raise TrainingError(f"{where} does not say which of its rows are primaries (a checkpoint of an older gmp "
-                                f"with --optimizer sgd); finish the old data with that gmp or {_FIX}.")
         dirty = np.asarray(store.get("dirty", np.zeros(0, bool)))[:self.ids.size]
         if dirty.any():
             raise TrainingError(f"{where} holds updates not yet pushed to their primaries; resume with its own "
                                 f"dataset to the end of the epoch first.")
         order = np.argsort(self.ids, kind="stable")
         self._sorted, self._order = self.ids[order], order
+
+    def values(self, slots: np.ndarray, row_dim: int) -> torch.Tensor:
+        """The values of ``slots`` (primaries from the rows file, the others from the table)."""
+        out = torch.empty(slots.size, row_dim, dtype=self.table.dtype)
+        prim = slots < self.num_primary
+        out[torch.as_tensor(prim)] = torch.as_tensor(self.primaries[slots[prim], :row_dim]).to(out.dtype)
+        out[torch.as_tensor(~prim)] = self.table[torch.as_tensor(slots[~prim] - self.num_primary)]
+        return out
 
     def slots_of(self, ids: np.ndarray) -> np.ndarray:
         """Slots of ``ids`` in this file (-1 where not held)."""
@@ -216,8 +228,10 @@ def _held(keys: np.ndarray, ids: np.ndarray, workers: np.ndarray, old_workers: i
 
 
 # long function: one pass over the migration's phases reads best in order (gather, primaries, secondaries)
-def migrate_rows(trainer, ckpt: Path, old_workers: int, old_n: int) -> dict[str, Any]:
-    """Move the old placement's rows (checkpoint ``ckpt``) to ``trainer``'s stores; return the counts."""
+def migrate_rows(trainer, ckpt: Path, head: dict[str, Any], old_n: int) -> dict[str, Any]:
+    """Move the old placement's rows (checkpoint ``ckpt``, header ``head``) to ``trainer``'s stores;
+    return the counts."""
+    old_workers = int(head["num_workers"])
     eng, n, d = trainer.engine, trainer.num_workers, trainer.row_dim
     adagrad = trainer.config.optimizer == "adagrad"
     dtype = trainer.config.torch_dtype
@@ -226,8 +240,7 @@ def migrate_rows(trainer, ckpt: Path, old_workers: int, old_n: int) -> dict[str,
     if old_n > trainer.data.num_embeddings:
         raise TrainingError(f"{ckpt}'s dataset has {old_n} ids, the new one {trainer.data.num_embeddings}; ids must "
                             f"only be appended ('gmp data import --extend').")
-    olds = [[_Old(w, read_worker_file(ckpt, w), ckpt / f"worker-{w:05d}.pt") for w in range(old_workers) if w % n == lw]
-            for lw in local]
+    olds = [[_Old(ckpt, head, w) for w in range(old_workers) if w % n == lw] for lw in local]
     old_primary, held_keys = _who_held(trainer, olds, old_workers, old_n)
     new_primary = np.asarray(trainer.primary, dtype=np.int64)
     moved = {"primaries": 0, "secondaries": 0, "refreshed": 0, "new_ids": int(trainer.data.num_embeddings - old_n)}
@@ -237,10 +250,8 @@ def migrate_rows(trainer, ckpt: Path, old_workers: int, old_n: int) -> dict[str,
     val_sends, clk_sends = [], []
     for mine in olds:
         ids = np.concatenate([o.ids[:o.num_primary] for o in mine] + [np.zeros(0, np.int64)])
-        vals = [o.table[:o.num_primary].numpy() for o in mine]
-        if adagrad:
-            vals = [np.concatenate([v, o.opt_state.numpy()], axis=1) for v, o in zip(vals, mine)]
-        vals = np.concatenate(vals + [np.zeros((0, d * (2 if adagrad else 1)))]).astype(np.float64)
+        vals = np.concatenate([o.primaries for o in mine] + [np.zeros((0, d * (2 if adagrad else 1)))])
+        vals = vals.astype(np.float64)
         clk = np.concatenate([o.clock[:o.num_primary] for o in mine] + [np.zeros(0, np.int64)])
         dest = new_primary[ids]
         order = np.lexsort((ids, dest))
@@ -252,6 +263,7 @@ def migrate_rows(trainer, ckpt: Path, old_workers: int, old_n: int) -> dict[str,
     for li, w in enumerate(local):
         store = trainer.stores[li]
         st = store.state_dict()  # a fresh store: every row at its initial value (new ids included)
+        st["primaries"] = np.concatenate(list(store.primary_blocks()) + [np.zeros((0, store.primary_width))])
         prim = store.ids[:store.num_primary]
         prim = prim[prim < old_n]
         for src in range(n):
@@ -259,11 +271,9 @@ def migrate_rows(trainer, ckpt: Path, old_workers: int, old_n: int) -> dict[str,
             if exp.size != got_vals[li][src].shape[0]:
                 raise TrainingError(f"migration: worker {w} expected {exp.size} rows from worker {src}, got "
                                     f"{got_vals[li][src].shape[0]}. This is a bug in gmp.")
-            slots = torch.as_tensor(store.lookup(exp))
-            st["table"][slots] = got_vals[li][src][:, :d].to(st["table"].dtype)
-            if adagrad:
-                st["opt_state"][slots] = got_vals[li][src][:, d:].to(st["opt_state"].dtype)
-            st["clock"][slots.numpy()] = got_clk[li][src].numpy()
+            slots = store.lookup(exp)  # primaries: slots [0, num_primary)
+            st["primaries"][slots] = got_vals[li][src].numpy()
+            st["clock"][slots] = got_clk[li][src].numpy()
             away = int(np.count_nonzero(old_primary[exp] != w))
             moved["primaries"] += away
             sent["values"] += away * d * item
@@ -291,7 +301,7 @@ def migrate_rows(trainer, ckpt: Path, old_workers: int, old_n: int) -> dict[str,
         if mine and xs.size:
             o, slots = mine[0], store.lookup(xs)
             src = o.slots_of(xs)
-            st["table"][torch.as_tensor(slots)] = o.table[torch.as_tensor(src)].to(st["table"].dtype)
+            st["table"][torch.as_tensor(slots - store.num_primary)] = o.values(src, d).to(st["table"].dtype)
             st["clock"][slots] = o.clock[src]
             was_sec = src >= o.num_primary
             if st.get("local_state") is not None and o.local_state is not None and was_sec.any():
@@ -305,9 +315,9 @@ def migrate_rows(trainer, ckpt: Path, old_workers: int, old_n: int) -> dict[str,
         order = np.lexsort((xs, to))
         cuts = np.searchsorted(to[order], np.arange(n + 1))
         slots = store.lookup(xs[order])
-        vals, clk = st["table"][torch.as_tensor(slots)].numpy(), st["clock"][slots]
+        vals, clk = st["primaries"][slots][:, :d], st["clock"][slots]
         if ship_state:
-            vals = np.concatenate([vals, st["opt_state"][torch.as_tensor(slots)].numpy()], axis=1)
+            vals = st["primaries"][slots]
         val_sends.append([vals[cuts[k]:cuts[k + 1]] for k in range(n)])
         clk_sends.append([clk[cuts[k]:cuts[k + 1]] for k in range(n)])
     got_vals, got_clk = _exchange(trainer, val_sends, dtype), _exchange(trainer, clk_sends, torch.int64)
@@ -317,7 +327,7 @@ def migrate_rows(trainer, ckpt: Path, old_workers: int, old_n: int) -> dict[str,
             sel = (fill_w == w) & (new_primary[fill_x] == src)
             exp = fill_x[sel]
             slots = store.lookup(exp)
-            st["table"][torch.as_tensor(slots)] = got_vals[li][src][:, :d].to(st["table"].dtype)
+            st["table"][torch.as_tensor(slots - store.num_primary)] = got_vals[li][src][:, :d].to(st["table"].dtype)
             st["clock"][slots] = got_clk[li][src].numpy()
             if ship_state:
                 st["local_state"][torch.as_tensor(slots - store.num_primary)] = \
@@ -327,7 +337,8 @@ def migrate_rows(trainer, ckpt: Path, old_workers: int, old_n: int) -> dict[str,
             sent["values"] += int(exp.size) * d * item
             sent["optimizer_state"] += int(exp.size) * d * item if ship_state else 0
             sent["clocks"] += int(exp.size) * 8
-        store.load_state_dict(st)
+        prim = st.pop("primaries")
+        store.load_state_dict(st, lambda a, b, prim=prim: prim[a:b])
     totals = eng.sum_across(np.array([moved["primaries"], moved["secondaries"], moved["refreshed"], sent["values"],
                                       sent["optimizer_state"], sent["clocks"]], dtype=np.float64))
     p, s, r, v, o, c = (int(round(t)) for t in totals)

@@ -39,6 +39,10 @@ class StepProtocol(abc.ABC):
     def end_epoch(self) -> None:
         """Work after an epoch's last step (counted as training time)."""
 
+    def add_lookahead_stats(self, stats: dict[str, float]) -> None:
+        """What the look-ahead prefetcher measured over a call of :meth:`steps` (``items``,
+        ``produce_s``, ``stall_s``; :class:`gmp.train.tiers.StepFeeder`), for the protocol's record."""
+
     def reset_epoch(self) -> None:
         """Clear the protocol's per-epoch accumulators."""
 

@@ -34,7 +34,6 @@ import torch
 
 from ..errors import TrainingError
 from .herald.events import PULL_MISS, PULL_STALE, PUSH_EVICT, PUSH_SYNC
-from .herald.prefetch import Prefetcher
 from .protocol import StepProtocol
 from .records import HERALD_COUNTERS
 from .schedule import Step
@@ -60,16 +59,18 @@ class HeraldOnDemand(StepProtocol):
 
     def steps(self, epoch: int, start: int) -> Iterator[Step]:
         """The scheduler's steps, each with the next step's schedule (or None) and the scheduler's
-        cache after it; the scheduler runs ``lookahead`` batches ahead in a thread when > 0."""
+        cache after it. With ``lookahead > 0`` the trainer's one look-ahead prefetcher
+        (:func:`gmp.train.tiers.feed_steps`) advances this generator ``lookahead`` steps ahead in its
+        thread, so the scheduler runs ahead of training there."""
+        if self._early is not None:  # left over from an interrupted call: complete it, drop the rows
+            self._take_early()
+        return self._steps(epoch, start)
+
+    def _steps(self, epoch: int, start: int) -> Iterator[Step]:
         tr = self.trainer
         hs = tr.schedule
         n = tr.num_workers
-        k = self.options.lookahead
-        if self._early is not None:  # left over from an interrupted call: complete it, drop the rows
-            self._take_early()
-        source = hs.batches(epoch, start, cache_of=tr.engine.local_workers)
-        pf = Prefetcher(source, k) if k > 0 else None
-        items = (item for item, _ in pf) if pf is not None else source
+        items = hs.batches(epoch, start, cache_of=tr.engine.local_workers)
         completed = False
         try:
             cur = next(items, None)
@@ -83,14 +84,14 @@ class HeraldOnDemand(StepProtocol):
                 cur = nxt
             completed = True
         finally:
-            if pf is not None:
-                pf.close()
-                st = pf.stats()
-                for key in ("items", "produce_s", "stall_s"):
-                    self.stats[key] += st[key]
-                hs.add_prefetch_stats(st)
-            if not completed:  # the scheduler ran ahead of training: replay it on the next call
+            if not completed:  # the scheduler may have run ahead of training: replay it on the next call
                 hs.discard_engine()
+
+    def add_lookahead_stats(self, stats: dict[str, float]) -> None:
+        """The look-ahead prefetcher's ``stats()`` (it ran the scheduler ahead) for the record."""
+        for key in ("items", "produce_s", "stall_s"):
+            self.stats[key] += stats[key]
+        self.trainer.schedule.add_prefetch_stats(stats)
 
     def _push_pending(self, rows_per_worker: list[np.ndarray], kind: str) -> None:
         """Push the copies of ``rows_per_worker[li]`` (pending updates applied) to their primaries."""

@@ -70,13 +70,14 @@ def tier_record(trainer) -> dict[str, Any] | None:
         return None
     eng = trainer.engine
     sums = np.zeros(len(TIER_SUMS))
-    stall = peak_pinned = 0.0
+    stall = peak_pinned = peak_held = 0.0
     device = master = 0
     for store, t in zip(trainer.stores, tables):
         st = t.cache.stats
         sums += [getattr(st, k) for k in TIER_SUMS]
         stall = max(stall, st.prefetch_stall_seconds)
         peak_pinned = max(peak_pinned, st.peak_pinned_rows)
+        peak_held = max(peak_held, st.peak_held_rows)
         device = max(device, store.memory_bytes()["total_bytes"])
         master = max(master, t.master.nbytes)
     tot = eng.sum_across(sums)
@@ -85,9 +86,10 @@ def tier_record(trainer) -> dict[str, Any] | None:
     out["hit_rate"] = out["hits"] / looked if looked else 1.0
     loc = trainer.config.tiers.table_location
     out.update({"table_location": loc, "cache_rows": int(max(t.cache.capacity for t in tables)),
-                "lookahead": trainer.config.tiers.lookahead,
+                "lookahead": trainer.config.tiers.lookahead, "cache_policy": trainer.config.tiers.cache_policy,
                 "prefetch_stall_seconds": trainer.max_across(stall),
                 "peak_pinned_rows": int(trainer.max_across(peak_pinned)),
+                "peak_held_rows": int(trainer.max_across(peak_held)),
                 "peak_bytes": {"device": int(trainer.max_across(device)),
                                loc: int(trainer.max_across(master))},
                 "peak_rss_bytes": int(trainer.max_across(_peak_rss()))})

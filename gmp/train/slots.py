@@ -67,6 +67,11 @@ class SlotMap:
         out[hit] = self._order[pos_c[hit]]
         return out
 
+    def dense(self) -> tuple[bool, np.ndarray | None]:
+        """``(identity, dense map)``: slot = id, or the dense int32 array (-1 = not held), or
+        ``(False, None)`` for the sorted-id map (what compiled code can index without a search)."""
+        return self._identity, self._dense
+
     @property
     def nbytes(self) -> int:
         if self._identity:

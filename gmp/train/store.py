@@ -49,7 +49,7 @@ two modes never mix: cache and pending updates need s = 0).
 
 from __future__ import annotations
 
-import heapq
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -59,7 +59,8 @@ from ..errors import TrainingError
 from ..params import check_choice
 from ..placement import Placement
 from .slots import DENSE_MAP_MAX_IDS, INIT_SCALE, SlotMap, initial_rows, secondary_ids_of  # noqa: F401 (public here)
-from .tiers import TieredTable, TierOptions
+from .copies import CachedCopies
+from .tiers import RowCache, TieredTable, TierOptions
 
 OPTIMIZERS = ("sgd", "adagrad")
 class EmbeddingStore:
@@ -98,9 +99,9 @@ class EmbeddingStore:
         self.local_state = (torch.zeros(self.num_rows - self.num_primary, self.row_dim, dtype=dtype,
                                         device=self.device) if optimizer == "adagrad" else None)
         self._pending = np.zeros(self.num_rows, dtype=bool)  # copies with pending updates (herald, s = 0)
-        self._cache_map = None
+        self.copies: CachedCopies | None = None  # Herald's copies of remote rows (enable_cache)
+        self.device_cache: RowCache | None = self.tier.cache if self.tier is not None else None
         self._ship_state = True
-        self.cache_ids = np.zeros(0, dtype=np.int64)
         expected = int(placement.rows_held()[worker])
         if self.num_rows != expected:  # memory plan of the manifest: rows held per worker
             raise TrainingError(f"worker {worker} holds {self.num_rows} rows, the placement plans {expected}; "
@@ -138,10 +139,10 @@ class EmbeddingStore:
     def lookup(self, gids: np.ndarray) -> np.ndarray:
         """Local slots of ``gids`` (int64, -1 where not held; cached rows included)."""
         out = self.slots.lookup(gids)
-        if self._cache_map is not None and out.size:
+        if self.copies is not None and out.size:
             miss = out < 0
             if miss.any():
-                out[miss] = self._cache_lookup(np.asarray(gids, dtype=np.int64)[miss])
+                out[miss] = self.copies.lookup(np.asarray(gids, dtype=np.int64)[miss])
         return out
 
     def is_primary_slot(self, slots: np.ndarray) -> np.ndarray:
@@ -197,68 +198,41 @@ class EmbeddingStore:
         read afterwards (no on-demand synchronisation, read-only replicas).
         """
         self._ship_state = bool(ship_state)
-        if self._cache_map is not None:
+        if self.copies is not None:
             return
-        n = self.slots.num_embeddings
-        self._cache_map = np.full(n, -1, dtype=np.int32) if n <= DENSE_MAP_MAX_IDS else {}
-        self.cache_ids = np.zeros(0, dtype=np.int64)  # global id of each cache slot, -1 when free
-        self._free: list[int] = []  # a heap of free cache slots
+        # the one device cache holds the copies' [value | state] rows (the tier's cache when tiered)
+        self.device_cache = self.tier.cache if self.tier is not None else RowCache.for_remote_rows(
+            self.row_dim * (2 if self.optimizer == "adagrad" else 1),
+            dtype=np.float32 if self.dtype == torch.float32 else np.float64, device=self.device)
+        self.copies = CachedCopies(self.num_rows, self.slots.num_embeddings, self.device_cache)
         if self.optimizer == "adagrad" and self.local_state is not None:
             self.local_state.zero_()  # copy_state: copies of the primaries' sums (secondaries start at 0)
 
     @property
+    def cache_ids(self) -> np.ndarray:
+        """Global id of each cache slot (``num_rows + j``), -1 when free."""
+        return self.copies.ids if self.copies is not None else np.zeros(0, dtype=np.int64)
+
+    @property
     def copy_state(self) -> torch.Tensor | None:
-        """Adagrad sums of squares of the copies (slots ``num_primary ..``), in cache mode."""
+        """Adagrad sums of squares of the secondaries' copies, in cache mode (cached copies keep theirs
+        in the device cache)."""
         return self.local_state
 
-    def _cache_lookup(self, gids: np.ndarray) -> np.ndarray:
-        if isinstance(self._cache_map, dict):
-            return np.array([self._cache_map.get(int(g), -1) for g in gids], dtype=np.int64)
-        return self._cache_map[gids].astype(np.int64)
-
-    def _cache_set(self, gids: np.ndarray, slots: np.ndarray) -> None:
-        if isinstance(self._cache_map, dict):
-            for g, sl in zip(gids.tolist(), slots.tolist()):
-                if sl < 0:
-                    self._cache_map.pop(g, None)
-                else:
-                    self._cache_map[g] = sl
-        else:
-            self._cache_map[gids] = slots
-
-    def _grow(self, extra: int) -> None:
-        old = self.cache_ids.size
-        self._grow_to(max(2 * old, old + extra, 16))
-
-    def _grow_to(self, new: int) -> None:
-        old = self.cache_ids.size
-        add = new - old
-        if add <= 0:
-            return
-        self.table = torch.cat([self.table, torch.zeros(add, self.row_dim, dtype=self.dtype, device=self.device)])
-        if self.local_state is not None:
-            self.local_state = torch.cat([self.local_state, torch.zeros(add, self.row_dim, dtype=self.dtype,
-                                                                        device=self.device)])
-        self.clock = np.concatenate([self.clock, np.zeros(add, dtype=np.int64)])
-        self._pending = np.concatenate([self._pending, np.zeros(add, dtype=bool)])
-        self.cache_ids = np.concatenate([self.cache_ids, np.full(add, -1, dtype=np.int64)])
-        for sl in range(self.num_rows + old, self.num_rows + new):
-            heapq.heappush(self._free, sl)
+    def _grow_slots(self) -> None:
+        """Clocks and pending flags for every cache slot."""
+        add = self.num_rows + self.cache_ids.size - self.clock.size
+        if add > 0:
+            self.clock = np.concatenate([self.clock, np.zeros(add, dtype=np.int64)])
+            self._pending = np.concatenate([self._pending, np.zeros(add, dtype=bool)])
 
     def cache_insert(self, gids: np.ndarray) -> np.ndarray:
         """Slots for ``gids`` (distinct, not primary/secondary here), allocating cache slots for new ones."""
         gids = np.asarray(gids, dtype=np.int64)
-        slots = self._cache_lookup(gids) if gids.size else np.zeros(0, dtype=np.int64)
-        new = np.flatnonzero(slots < 0)
-        if new.size:
-            if len(self._free) < new.size:
-                self._grow(new.size - len(self._free))
-            # always the lowest free slot: the layout depends only on the sequence of inserts and drops
-            got = np.array([heapq.heappop(self._free) for _ in range(new.size)], dtype=np.int64)
-            slots[new] = got
-            self.cache_ids[got - self.num_rows] = gids[new]
-            self._pending[got] = False
-            self._cache_set(gids[new], got)
+        new = self.copies.lookup(gids) < 0 if gids.size else np.zeros(0, dtype=bool)
+        slots = self.copies.insert(gids)
+        self._grow_slots()
+        self._pending[slots[new]] = False
         return slots
 
     def cache_drop(self, gids: np.ndarray) -> int:
@@ -266,23 +240,15 @@ class EmbeddingStore:
         gids = np.asarray(gids, dtype=np.int64)
         if gids.size == 0:
             return 0
-        slots = self._cache_lookup(gids)
-        held = slots >= 0
-        sl = slots[held]
-        if np.any(self._pending[sl]):
+        slots = self.copies.lookup(gids)
+        if np.any(self._pending[slots[slots >= 0]]):
             raise TrainingError(f"worker {self.worker}: a cached row with pending updates was dropped without "
                                 f"a push. This is a bug in gmp.")
-        self.cache_ids[sl - self.num_rows] = -1
-        self._cache_set(gids[held], np.full(sl.size, -1, dtype=np.int64))
-        for x in sl.tolist():
-            heapq.heappush(self._free, x)
-        return int(sl.size)
+        return int(self.copies.drop(gids).size)
 
     def cached_ids(self) -> np.ndarray:
         """Sorted global ids of the rows in the cache."""
-        if self._cache_map is None:
-            return np.zeros(0, dtype=np.int64)
-        return np.sort(self.cache_ids[self.cache_ids >= 0])
+        return np.zeros(0, dtype=np.int64) if self.copies is None else self.copies.sorted_ids()
 
     def read_payload(self, slots: np.ndarray) -> torch.Tensor:
         """Row values, with Adagrad followed by the row's sum of squares: [k, row_dim * (1 or 2)].
@@ -295,17 +261,34 @@ class EmbeddingStore:
         if self.tier is not None and np.all(slots < self.num_primary):
             rows = self.tier.read(slots)  # [value | state]: the payload's layout
             return rows if self.ship_state else rows[:, :self.row_dim]
-        idx = torch.as_tensor(slots, dtype=torch.int64, device=self.device)
-        vals = self.table.index_select(0, self._tidx(slots))
-        if not self.ship_state:
-            return vals
         if np.all(slots < self.num_primary):
-            st = self.opt_state.index_select(0, idx)
-        elif np.all(slots >= self.num_primary):
-            st = self.local_state.index_select(0, idx - self.num_primary)
-        else:
+            vals = self.table.index_select(0, self._tidx(slots))
+            if not self.ship_state:
+                return vals
+            return torch.cat([vals, self.opt_state.index_select(0, self._tidx(slots))], dim=1)
+        if np.any(slots < self.num_primary):
             raise TrainingError("read_payload: mixed primary and copy slots.")
-        return torch.cat([vals, st], dim=1)
+        out = torch.empty(slots.size, self.payload_dim, dtype=self.dtype, device=self.device)
+        sec, rem, cslots = self._copy_parts(slots)
+        if sec.size:
+            vals = self.table.index_select(0, self._tidx(slots[sec]))
+            if self.ship_state:
+                st = self.local_state.index_select(0, self._dev(slots[sec] - self.num_primary))
+                vals = torch.cat([vals, st], dim=1)
+            out[self._dev(sec)] = vals
+        if rem.size:
+            out[self._dev(rem)] = self.device_cache.tensor.index_select(0, self._dev(cslots))[:, :self.payload_dim]
+        return out
+
+    def _dev(self, a: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(a, dtype=np.int64), device=self.device)
+
+    def _copy_parts(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Positions of the secondaries and of the cached copies among copy ``slots``, and the
+        device-cache slots of the latter."""
+        rem = slots >= self.num_rows
+        pr = np.flatnonzero(rem)
+        return np.flatnonzero(~rem), pr, self.copies.slots_of_held(slots[pr]) if pr.size else pr
 
     @property
     def ship_state(self) -> bool:
@@ -323,9 +306,13 @@ class EmbeddingStore:
         if np.any(slots < self.num_primary):
             raise TrainingError("install_copies: a primary cannot be overwritten by a pull.")
         payload = payload.to(self.device, self.dtype)
-        self.table[self._tidx(slots)] = payload[:, :self.row_dim]
-        if self.ship_state:
-            self.local_state[torch.as_tensor(slots - self.num_primary, device=self.device)] = payload[:, self.row_dim:]
+        sec, rem, cslots = self._copy_parts(slots)
+        if sec.size:
+            self.table[self._tidx(slots[sec])] = payload[self._dev(sec), :self.row_dim]
+            if self.ship_state:
+                self.local_state[self._dev(slots[sec] - self.num_primary)] = payload[self._dev(sec), self.row_dim:]
+        if rem.size:
+            self.device_cache.tensor[self._dev(cslots), :payload.shape[1]] = payload[self._dev(rem)]
         self._pending[slots] = False
 
     def overwrite_primary(self, slots: np.ndarray, payload: torch.Tensor) -> None:
@@ -355,8 +342,18 @@ class EmbeddingStore:
             values[idx] = values.index_select(0, idx) - self.lr * grads / (h.sqrt() + ADAGRAD_EPS)
 
     def _step_copies(self, slots: np.ndarray, grads: torch.Tensor) -> None:
-        sidx = torch.as_tensor(np.asarray(slots, dtype=np.int64) - self.num_primary, device=self.device)
-        self._step(self.table, self._tidx(slots), self.local_state, sidx, grads)
+        """The optimizer step on copies: secondaries in the table, cached copies in the device cache
+        (row-wise, so the two parts are independent)."""
+        slots = np.asarray(slots, dtype=np.int64)
+        sec, rem, cslots = self._copy_parts(slots)
+        if rem.size == 0:
+            self._step(self.table, self._tidx(slots), self.local_state, self._dev(slots - self.num_primary), grads)
+            return
+        if sec.size:
+            self._step(self.table, self._tidx(slots[sec]), self.local_state,
+                       self._dev(slots[sec] - self.num_primary), grads[self._dev(sec).to(grads.device)])
+        t, d, cs = self.device_cache.tensor, self.row_dim, self._dev(cslots)
+        self._step(t[:, :d], cs, t[:, d:] if t.shape[1] > d else None, cs, grads[self._dev(rem).to(grads.device)])
 
     def apply_copy(self, slots: np.ndarray, grads: torch.Tensor) -> None:
         """The optimizer step the primary would take, applied to copies (same formula, copied state)."""
@@ -369,15 +366,22 @@ class EmbeddingStore:
     def read(self, slots: np.ndarray) -> torch.Tensor:
         """Values of local ``slots`` (any mix of primaries and copies)."""
         slots = np.asarray(slots, dtype=np.int64)
-        if self.tier is None:
+        if self.tier is None and (self.cache_ids.size == 0 or np.all(slots < self.num_rows)):
             return self.table.index_select(0, self._tidx(slots))
         prim = slots < self.num_primary
         if prim.all():
             return self.tier.read(slots)[:, :self.row_dim]
         out = torch.empty(slots.size, self.row_dim, dtype=self.dtype, device=self.device)
-        if prim.any():
-            out[torch.as_tensor(np.flatnonzero(prim), device=self.device)] = self.tier.read(slots[prim])[:, :self.row_dim]
-        out[torch.as_tensor(np.flatnonzero(~prim), device=self.device)] = self.table.index_select(0, self._tidx(slots[~prim]))
+        pp = np.flatnonzero(prim)
+        if pp.size:
+            out[self._dev(pp)] = (self.tier.read(slots[pp])[:, :self.row_dim] if self.tier is not None else
+                                  self.table.index_select(0, self._tidx(slots[pp])))
+        sec, rem, cslots = self._copy_parts(slots)
+        sec = sec[~prim[sec]]
+        if sec.size:
+            out[self._dev(sec)] = self.table.index_select(0, self._tidx(slots[sec]))
+        if rem.size:
+            out[self._dev(rem)] = self.device_cache.tensor.index_select(0, self._dev(cslots))[:, :self.row_dim]
         return out
 
     # -- writes -----------------------------------------------------------
@@ -427,7 +431,8 @@ class EmbeddingStore:
             "optimizer_bytes": held * self.row_dim * item if state else 0,
             "cache_rows": int(np.count_nonzero(self.cache_ids >= 0)),
             "cache_slots_allocated": int(self.cache_ids.size),
-            "cache_bytes": int(self.cache_ids.size) * self.row_dim * item * (1 if self.opt_state is None else 2),
+            # the one device cache (own tiered rows and copies of remote rows)
+            "cache_bytes": 0 if self.device_cache is None else self.device_cache.nbytes,
             "clock_bytes": int(self.clock.nbytes),
             "map_bytes": self.slots.nbytes,
         }
@@ -435,51 +440,80 @@ class EmbeddingStore:
                               + out["cache_bytes"])
         if self.tier is not None:  # the device holds the tier's cache instead of the primaries
             out["tier"] = self.tier.memory()
-            out["total_bytes"] += out["tier"]["cache_bytes"]
         return out
 
-    def state_dict(self) -> dict:
-        """The store as the checkpoint holds it: one table of every row (primaries first) and the
-        primaries' optimizer state, whatever the table location (a tier is flushed and read back)."""
-        table, opt_state = self.table.detach().cpu().clone(), self.opt_state
+    def _cached_rows(self) -> torch.Tensor:
+        """``[value | state]`` of every cache slot (zeros where free), on the CPU."""
+        n = self.cache_ids.size
+        out = torch.zeros(n, self.row_dim * (2 if self.optimizer == "adagrad" else 1), dtype=self.dtype)
+        if n == 0:
+            return out
+        live = np.flatnonzero(self.cache_ids >= 0)
+        out[torch.as_tensor(live)] = self.device_cache.tensor.index_select(
+            0, self._dev(self.copies.held[live])).cpu().to(self.dtype)
+        return out
+
+    @property
+    def primary_width(self) -> int:
+        """Floats of one primary in a checkpoint's rows file: its value, then Adagrad's sum of squares."""
+        return self.row_dim * (2 if self.optimizer == "adagrad" else 1)
+
+    def primary_blocks(self, block_rows: int = 1 << 16) -> Iterator[np.ndarray]:
+        """The primaries' ``[value | optimizer state]`` rows in slot order, ``block_rows`` at a time
+        (a tier's cache is flushed first and the master streamed: a table larger than RAM never
+        is in memory at once)."""
         if self.tier is not None:
-            rows = torch.from_numpy(self.tier.read_all()).to(self.dtype)
-            table = torch.cat([rows[:, :self.row_dim], table])
-            opt_state = rows[:, self.row_dim:] if self.optimizer == "adagrad" else None
-        return {"ids": self.ids.copy(), "num_primary": self.num_primary, "table": table, "clock": self.clock.copy(),
-                "opt_state": None if opt_state is None else opt_state.detach().cpu().clone(),
-                "local_state": None if self.local_state is None else self.local_state.detach().cpu().clone(),
+            yield from self.tier.blocks(block_rows)
+            return
+        for a in range(0, self.num_primary, block_rows):
+            b = min(self.num_primary, a + block_rows)
+            block = self.table[a:b].detach().cpu()
+            if self.opt_state is not None:
+                block = torch.cat([block, self.opt_state[a:b].detach().cpu()], dim=1)
+            yield block.numpy()
+
+    def state_dict(self) -> dict:
+        """The store as the checkpoint holds it beside :meth:`primary_blocks`: the table of the other
+        rows (secondaries, then cached copies), clocks, the copies' optimizer state and pending flags."""
+        table = self.table[self.num_primary - self._base:].detach().cpu().clone()
+        local_state = None if self.local_state is None else self.local_state.detach().cpu().clone()
+        cached = self._cached_rows()
+        table = torch.cat([table, cached[:, :self.row_dim]])
+        if local_state is not None:
+            local_state = torch.cat([local_state, cached[:, self.row_dim:]])
+        return {"ids": self.ids.copy(), "num_primary": self.num_primary, "table": table, "clock": self.clock.copy(), "local_state": local_state,
                 "dirty": self._pending.copy(), "cache_ids": self.cache_ids.copy()}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, primary_rows: Callable[[int, int], np.ndarray]) -> None:
+        """Restore from :meth:`state_dict`'s dict and ``primary_rows(start, stop)`` (the primaries'
+        ``[value | state]`` rows ``[start, stop)``, read block by block into a tier)."""
         if not np.array_equal(state["ids"], self.ids):
             raise TrainingError(f"checkpoint of worker {self.worker} holds other rows than the manifest; "
                                 f"resume with the manifest it was made with.")
         cache_ids = np.asarray(state.get("cache_ids", np.zeros(0, dtype=np.int64)))
         if cache_ids.size:
             self.enable_cache()
-            self._grow_to(cache_ids.size)
-            if self.cache_ids.size != cache_ids.size:
-                raise TrainingError(f"checkpoint of worker {self.worker} has {cache_ids.size} cache slots, this "
-                                    f"store {self.cache_ids.size}; resume into a fresh trainer.")
-            self.cache_ids = cache_ids.copy()
-            live = np.flatnonzero(cache_ids >= 0)
-            self._cache_set(cache_ids[live], live + self.num_rows)
-            self._free = sorted(set(range(self.num_rows, self.num_rows + cache_ids.size))
-                                - set((live + self.num_rows).tolist()))  # sorted: a valid heap
+            self.copies.restore(cache_ids)
+            self._grow_slots()
         if "dirty" in state:
             self._pending[:] = state["dirty"]
-        if self.optimizer == "adagrad" and state["opt_state"] is None:
-            raise TrainingError("checkpoint has no optimizer state; resume with the same --optimizer.")
-        table = state["table"].to(self.device, self.dtype)
-        self.table.copy_(table[self._base:])
         self.clock[:] = state["clock"]
+        table = state["table"].to(self.device, self.dtype)  # secondaries, then cached copies
+        nsec = self.num_rows - self.num_primary
+        self.table[self.num_primary - self._base:].copy_(table[:nsec])
         if self.tier is not None:
-            prim = table[:self.num_primary].cpu()
-            if self.optimizer == "adagrad":
-                prim = torch.cat([prim, state["opt_state"].to(prim.dtype)], dim=1)
-            self.tier.write_all(prim.numpy())
-        if self.optimizer == "adagrad":
+            self.tier.write_blocks(primary_rows)
+        else:
+            rows = torch.as_tensor(primary_rows(0, self.num_primary)).to(self.device, self.dtype)
+            self.table[:self.num_primary].copy_(rows[:, :self.row_dim])
             if self.opt_state is not None:
-                self.opt_state.copy_(state["opt_state"].to(self.device, self.dtype))
-            self.local_state.copy_(state["local_state"].to(self.device, self.dtype))
+                self.opt_state.copy_(rows[:, self.row_dim:])
+        if self.optimizer == "adagrad":
+            self.local_state.copy_(state["local_state"][:nsec].to(self.device, self.dtype))
+        live = np.flatnonzero(cache_ids >= 0)
+        if live.size:
+            rows = table[torch.as_tensor(live + nsec, device=self.device)]
+            if self.optimizer == "adagrad":
+                st = state["local_state"].to(self.device, self.dtype)
+                rows = torch.cat([rows, st[torch.as_tensor(live + nsec, device=self.device)]], dim=1)
+            self.device_cache.tensor[self._dev(self.copies.held[live])] = rows.to(self.device_cache.tensor.dtype)

@@ -65,9 +65,7 @@ import numpy as np
 
 from ...constants import MAX_WORKERS
 from ...errors import TrainingError
-
-#: names accepted by ``--cache-policy``
-CACHE_POLICIES = ("lru", "lookahead")
+from ..tiers.cache import CACHE_POLICIES  # noqa: F401 (one list for the device cache and its model here)
 
 
 @numba.njit(cache=True)

@@ -48,9 +48,6 @@ compute), and the early/late pull counts.
 
 from __future__ import annotations
 
-import queue
-import threading
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
 
@@ -58,10 +55,10 @@ import numpy as np
 
 from ...errors import TrainingError
 from ...kernels.csr import gather_csr
+from ..tiers.prefetch import StepFeeder
 from .events import PULL_STALE, BatchSchedule
 
 T = TypeVar("T")
-_DONE = object()
 
 
 @dataclass
@@ -92,16 +89,16 @@ def plan_prefetch(sched: BatchSchedule, indptr, indices) -> PrefetchPlan:
 
 
 class Prefetcher(Generic[T]):
-    """Iterate ``source`` in a background thread, ``lookahead`` items ahead.
+    """Iterate ``source`` in a background thread, ``lookahead`` items ahead: the trainer's one
+    look-ahead prefetcher (:class:`gmp.train.tiers.StepFeeder`) with no cache to fill.
 
     Parameters
     ----------
     source : iterable producing the items (e.g. a RuntimeScheduler)
     lookahead : int >= 1
-        Items kept ready (the queue bound; cDLRM's look-ahead window).
+        Items read ahead (cDLRM's look-ahead window).
     prepare : optional callable run on each item in the background thread
-        (e.g. :func:`plan_prefetch`, or a function that fetches rows); its
-        result is yielded as ``(item, prepared)``.
+        (e.g. :func:`plan_prefetch`); its result is yielded as ``(item, prepared)``.
 
     Exceptions raised in the thread are re-raised in the consumer. Stop
     early with :meth:`close` (also on garbage collection of the generator).
@@ -111,66 +108,21 @@ class Prefetcher(Generic[T]):
         if lookahead < 1:
             raise TrainingError(f"The 'lookahead' parameter must be an int >= 1 to prefetch, got {lookahead!r}.")
         self.lookahead = int(lookahead)
-        self._source = source
-        self._prepare = prepare
-        self._queue: queue.Queue = queue.Queue(maxsize=self.lookahead)
-        self._stop = threading.Event()
-        self.produce_s = 0.0
-        self.stall_s = 0.0
-        self.items = 0
-        self._thread = threading.Thread(target=self._run, name="gmp-prefetch", daemon=True)
-        self._started = False
-
-    def _put(self, obj) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(obj, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def _run(self) -> None:
-        try:
-            it = iter(self._source)
-            while not self._stop.is_set():
-                t0 = time.perf_counter()
-                try:
-                    item = next(it)
-                except StopIteration:
-                    break
-                prepared = self._prepare(item) if self._prepare is not None else None
-                self.produce_s += time.perf_counter() - t0
-                if not self._put((item, prepared)):
-                    return
-            self._put(_DONE)
-        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
-            self._put(exc)
+        pairs = ((item, prepare(item) if prepare is not None else None) for item in source)
+        self._feeder = StepFeeder([], pairs, lambda _: [], lookahead=self.lookahead, prefetch_depth=1)
+        self._gen = None
 
     def __iter__(self) -> Iterator[tuple[T, Any]]:
-        if not self._started:
-            self._started = True
-            self._thread.start()
+        self._gen = iter(self._feeder)
         try:
-            while True:
-                t0 = time.perf_counter()
-                obj = self._queue.get()
-                self.stall_s += time.perf_counter() - t0
-                if obj is _DONE:
-                    return
-                if isinstance(obj, BaseException):
-                    raise obj
-                self.items += 1
-                yield obj
+            for pair, _ in self._gen:
+                yield pair
         finally:
             self.close()
 
     def close(self) -> None:
-        self._stop.set()
-        if self._started and self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(timeout=5)
+        if self._gen is not None:
+            self._gen.close()
 
     def stats(self) -> dict[str, float]:
-        overlap = 1.0 - self.stall_s / self.produce_s if self.produce_s > 0 else 1.0
-        return {"items": self.items, "produce_s": self.produce_s, "stall_s": self.stall_s,
-                "overlap": max(0.0, min(1.0, overlap))}
+        return self._feeder.stats()

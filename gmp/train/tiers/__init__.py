@@ -59,10 +59,11 @@ Modules: :mod:`.rows` (master tiers), :mod:`.cache` (``RowCache``, ``TierStats``
 """
 
 
-from .cache import RowCache, TierStats
+from .cache import CACHE_POLICIES, RowCache, TierStats
 from .prefetch import LookaheadPrefetcher, ReadyStep, StepFeeder
 from .rows import DiskRows, HostRows
-from .table import DEFAULT_CACHE_PERCENT, TABLE_LOCATIONS, TieredTable, TierOptions, feed_steps
+from .table import DEFAULT_CACHE_PERCENT, TABLE_LOCATIONS, TieredTable, TierOptions, feed_steps, split_cache_rows
 
-__all__ = ["DEFAULT_CACHE_PERCENT", "DiskRows", "HostRows", "LookaheadPrefetcher", "ReadyStep", "RowCache",
-           "StepFeeder", "TABLE_LOCATIONS", "TierOptions", "TierStats", "TieredTable", "feed_steps"]
+__all__ = ["CACHE_POLICIES", "DEFAULT_CACHE_PERCENT", "DiskRows", "HostRows", "LookaheadPrefetcher", "ReadyStep", "RowCache",
+           "StepFeeder", "TABLE_LOCATIONS", "TierOptions", "TierStats", "TieredTable", "feed_steps",
+           "split_cache_rows"]

@@ -11,6 +11,12 @@ import numpy as np
 import torch
 
 from ...errors import TrainingError
+from ...params import check_choice
+from ._kernels import pick_victims
+
+#: names accepted by ``cache_policy`` (``--cache-policy``): the eviction order of the device cache
+#: and of the Herald scheduler's model of it (:mod:`gmp.train.herald.cache`)
+CACHE_POLICIES = ("lru", "lookahead")
 
 
 @dataclass
@@ -27,6 +33,7 @@ class TierStats:
     victim_rows_written: int = 0  # ... and wrote straight back
     prefetch_stall_seconds: float = 0.0  # the step waited for its rows
     peak_pinned_rows: int = 0
+    peak_held_rows: int = 0  # Herald's copies of remote rows held in the same cache
 
     def to_json(self) -> dict:
         d = dict(self.__dict__)
@@ -46,11 +53,13 @@ class RowCache:
     slot being filled.
     """
 
-    def __init__(self, master, capacity: int, *, device: torch.device | str = "cpu"):
-        if capacity < 1:
+    def __init__(self, master, capacity: int, *, device: torch.device | str = "cpu", policy: str = "lookahead"):
+        if capacity < 1 and master.num_rows:
             raise TrainingError(f"cache_rows must be >= 1, got {capacity}.")
+        check_choice("cache_policy", policy, CACHE_POLICIES, error=TrainingError)
         self.master = master
-        self.capacity = int(min(capacity, master.num_rows))
+        self.policy = policy
+        self.capacity = int(min(capacity, master.num_rows))  # slots for master rows
         self.device = torch.device(device)
         self.width = master.width
         self.tensor = torch.zeros(self.capacity, self.width, dtype=torch.from_numpy(np.zeros(0, master.dtype)).dtype,
@@ -60,14 +69,30 @@ class RowCache:
         self.dirty = np.zeros(self.capacity, dtype=bool)
         self.pins = np.zeros(self.capacity, dtype=np.int32)
         self.last_use = np.zeros(self.capacity, dtype=np.int64)
+        self.held = np.zeros(self.capacity, dtype=bool)  # slots of remote rows (hold/drop)
         self.window = np.zeros(master.num_rows, dtype=np.int32)
         self.clock = 0
         self.lock = threading.Condition()
         self.stats = TierStats()
-        self._free = list(range(self.capacity - 1, -1, -1))
+        self._free = np.arange(self.capacity - 1, -1, -1, dtype=np.int64)  # a stack: the top is _free[_nfree - 1]
+        self._nfree = self.capacity
+        self._own = 0  # master rows resident
+        self._num_pinned = 0  # slots with pins > 0
+        self._num_held = 0
         self._busy = 0  # admissions whose copies (write-back, load) run outside the lock
         self._cuda = self.device.type == "cuda"
         self._stream = torch.cuda.Stream(self.device) if self._cuda else None
+
+    @classmethod
+    def for_remote_rows(cls, width: int, *, dtype, device: torch.device | str = "cpu") -> "RowCache":
+        """A cache without master rows here: only rows held for the Herald protocol (an untiered worker)."""
+        from .rows import HostRows
+
+        return cls(HostRows(np.zeros((0, int(width)), dtype=dtype), dtype=dtype), 0, device=device)
+
+    @property
+    def num_slots(self) -> int:
+        return int(self.row_of.size)
 
     # -- the window (counts of upcoming steps using a row) ------------------------------------
     def enter_window(self, rows: np.ndarray) -> None:
@@ -90,6 +115,7 @@ class RowCache:
         with self.lock:
             slots = self.slot_of[rows].astype(np.int64)
             hit = slots >= 0
+            self._num_pinned += int(np.count_nonzero(self.pins[slots[hit]] == 0))
             self.pins[slots[hit]] += 1
             self.stats.hits += int(hit.sum())
             miss_rows = rows[~hit]
@@ -102,11 +128,12 @@ class RowCache:
             self.row_of[new_slots] = miss_rows
             self.slot_of[miss_rows] = new_slots
             self.pins[new_slots] += 1
+            self._num_pinned += int(new_slots.size)  # free or unpinned victims: none was pinned
             self.dirty[new_slots] = False
             slots[~hit] = new_slots
             self.clock += 1
             self.last_use[slots] = self.clock
-            self.stats.peak_pinned_rows = max(self.stats.peak_pinned_rows, int((self.pins > 0).sum()))
+            self.stats.peak_pinned_rows = max(self.stats.peak_pinned_rows, self._num_pinned)
             self._busy += 1
         try:
             if wb.size:
@@ -119,29 +146,80 @@ class RowCache:
         return slots, event
 
     def _reserve(self, n: int, wait: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``n`` slots: free ones first, then victims (see the eviction order). Under the lock."""
-        take = min(n, len(self._free))
-        slots = [self._free.pop() for _ in range(take)]
+        """``n`` slots for master rows: victims among the resident master rows (see the eviction
+        order) while the master rows would exceed ``capacity``, free slots for the rest (there are
+        enough: :meth:`hold` keeps ``capacity`` slots beside the held ones). Under the lock."""
+        need = max(0, self._own + n - self.capacity)
         victims = np.zeros(0, dtype=np.int64)
-        need = n - take
         while need:
-            cand = np.flatnonzero((self.pins == 0) & (self.row_of >= 0))
-            if cand.size >= need:
-                # not in the window first, then least recently used (cDLRM; LRU within each group):
-                # one key, and a partial sort (a full one of a large cache every step costs more than the step)
-                key = (self.window[self.row_of[cand]] > 0).astype(np.int64) << 48 | self.last_use[cand]
-                if need < cand.size:
-                    part = np.argpartition(key, need - 1)[:need]
-                    victims = cand[part[np.argsort(key[part], kind="stable")]]
-                else:
-                    victims = cand[np.argsort(key, kind="stable")]
+            victims = pick_victims(self.pins, self.row_of, self.last_use, self.window, self.policy == "lookahead",
+                                   need)
+            if victims.size:
                 break
             if not wait:
                 raise TrainingError("the cache is full of rows pinned by in-flight steps; raise cache_rows.")
             self.lock.wait()
+            need = max(0, self._own + n - self.capacity)
+        slots = self._pop_free(n - victims.size)
+        self._own += n - victims.size
         victim_rows = self.row_of[victims].copy()
         self.row_of[victims] = -1
         return np.concatenate([np.asarray(slots, dtype=np.int64), victims]), victims, victim_rows
+
+    # -- rows held for another owner (Herald's copies of remote rows) ---------------------------------
+    def hold(self, n: int) -> np.ndarray:
+        """``n`` slots for rows that have no master here (a Herald copy of a remote row): never
+        evicted by this cache (their owner decides, :meth:`drop`) and not counted in ``capacity``
+        -- the tensor grows so that ``capacity`` slots stay for master rows. Training thread only
+        (growing replaces ``tensor``; no step may hold a view of it across the call)."""
+        with self.lock:
+            short = n - (self._nfree - (self.capacity - self._own))
+            if short > 0:
+                self._quiet()
+                self._grow(max(self.num_slots, short, 16))
+            slots = self._pop_free(n)
+            self.held[slots] = True
+            self._num_held += n
+            self.stats.peak_held_rows = max(self.stats.peak_held_rows, self._num_held)
+        return slots
+
+    def drop(self, slots: np.ndarray) -> None:
+        """Free held slots (their owner has forgotten the rows)."""
+        slots = np.asarray(slots, dtype=np.int64)
+        with self.lock:
+            if not np.all(self.held[slots]):
+                raise TrainingError("drop: a slot not held. This is a bug in gmp.")
+            self.held[slots] = False
+            self._num_held -= slots.size
+            self._push_free(slots)
+            self.lock.notify_all()
+
+    def _pop_free(self, n: int) -> np.ndarray:
+        """The top ``n`` free slots (last pushed first). Under the lock."""
+        out = self._free[self._nfree - n:self._nfree][::-1].copy()
+        self._nfree -= n
+        return out
+
+    def _push_free(self, slots: np.ndarray) -> None:
+        slots = np.asarray(slots, dtype=np.int64)
+        if self._nfree + slots.size > self._free.size:
+            self._free = np.concatenate([self._free[:self._nfree], np.zeros(max(self._free.size, slots.size),
+                                                                             dtype=np.int64)])
+        self._free[self._nfree:self._nfree + slots.size] = slots
+        self._nfree += slots.size
+
+    def _grow(self, add: int) -> None:
+        """``add`` more slots (under the lock, no copy in flight)."""
+        old = self.num_slots
+        if self._cuda:
+            self._stream.synchronize()  # a load's copy into the old tensor may still run on the side stream
+        self.tensor = torch.cat([self.tensor, torch.zeros(add, self.width, dtype=self.tensor.dtype,
+                                                          device=self.device)])
+        self.row_of = np.concatenate([self.row_of, np.full(add, -1, dtype=np.int64)])
+        for name in ("dirty", "pins", "last_use", "held"):
+            a = getattr(self, name)
+            setattr(self, name, np.concatenate([a, np.zeros(add, dtype=a.dtype)]))
+        self._push_free(np.arange(old + add - 1, old - 1, -1, dtype=np.int64))
 
     def _load(self, slots: np.ndarray, rows: np.ndarray):
         if rows.size == 0:
@@ -150,7 +228,7 @@ class RowCache:
         self.stats.rows_loaded += int(rows.size)
         self.stats.bytes_loaded += int(values.nbytes)
         if not self._cuda:
-            self.tensor.index_copy_(0, torch.as_tensor(slots), torch.from_numpy(values))
+            self.tensor.numpy()[slots] = values  # numpy's row scatter: about twice torch's index_copy_ on CPU
             return None
         # the slots may be victims a finished step updated (queued on the compute stream) and whose
         # value was just written back: the side stream starts after everything queued there
@@ -166,7 +244,10 @@ class RowCache:
     def _write_back(self, slots: np.ndarray, rows: np.ndarray) -> None:
         if self._cuda:
             self._stream.synchronize()
-        values = self.tensor.index_select(0, torch.as_tensor(slots, device=self.device)).cpu().numpy()
+        if self._cuda:
+            values = self.tensor.index_select(0, torch.as_tensor(slots, device=self.device)).cpu().numpy()
+        else:
+            values = np.take(self.tensor.numpy(), slots, axis=0)
         self.master.write(rows, values)
         self.stats.rows_written_back += int(rows.size)
         self.stats.bytes_written_back += int(values.nbytes)
@@ -174,7 +255,9 @@ class RowCache:
     def release(self, slots: np.ndarray) -> None:
         """Unpin a finished step's slots."""
         with self.lock:
-            self.pins[np.asarray(slots, dtype=np.int64)] -= 1  # a step's slots are distinct
+            slots = np.asarray(slots, dtype=np.int64)
+            self.pins[slots] -= 1  # a step's slots are distinct
+            self._num_pinned -= int(np.count_nonzero(self.pins[slots] == 0))
             self.lock.notify_all()
 
     def mark_dirty(self, slots: np.ndarray) -> None:
@@ -244,12 +327,13 @@ class RowCache:
             self._quiet()
             if np.any(self.pins):
                 raise TrainingError("cannot clear a cache while steps hold rows in it. This is a bug in gmp.")
-            live = self.row_of >= 0
+            live = np.flatnonzero(self.row_of >= 0)
             self.slot_of[self.row_of[live]] = -1
-            self.row_of[:] = -1
-            self.dirty[:] = False
+            self.row_of[live] = -1
+            self.dirty[live] = False
             self.window[:] = 0
-            self._free = list(range(self.capacity - 1, -1, -1))
+            self._push_free(live)
+            self._own = 0
 
     @property
     def nbytes(self) -> int:

@@ -58,6 +58,26 @@ class StepFeeder(Generic[T]):
         self._error: BaseException | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.produce_s = 0.0  # seconds spent advancing ``items`` and computing their rows
+        self.stall_s = 0.0  # seconds the training thread waited for a step (its rows included)
+        self.num_items = 0
+
+    def stats(self) -> dict[str, float]:
+        """``items``, ``produce_s``, ``stall_s`` and ``overlap`` = 1 - stall / produce (the share of the
+        read-ahead hidden behind training)."""
+        overlap = 1.0 - self.stall_s / self.produce_s if self.produce_s > 0 else 1.0
+        return {"items": self.num_items, "produce_s": self.produce_s, "stall_s": self.stall_s,
+                "overlap": max(0.0, min(1.0, overlap))}
+
+    def _next(self, it) -> tuple[T, list[np.ndarray]]:
+        """The next item and its rows per cache (raises StopIteration)."""
+        t0 = time.perf_counter()
+        try:
+            item = next(it)
+            rows_list = [np.asarray(r, dtype=np.int64) for r in self.rows_of(item)] if self.caches else []
+        finally:
+            self.produce_s += time.perf_counter() - t0
+        return item, rows_list
 
     def _admit(self, i: int, rows_list) -> list[ReadyStep]:
         out = []
@@ -68,8 +88,15 @@ class StepFeeder(Generic[T]):
 
     def __iter__(self) -> Iterator[tuple[T, list[ReadyStep]]]:
         if self.lookahead == 0:
-            for i, item in enumerate(self.items):
-                rows_list = [np.asarray(r, dtype=np.int64) for r in self.rows_of(item)]
+            it = iter(self.items)
+            i = -1
+            while True:
+                try:
+                    item, rows_list = self._next(it)
+                except StopIteration:
+                    return
+                i += 1
+                self.num_items += 1
                 for cache, rows in zip(self.caches, rows_list):
                     cache.enter_window(rows)
                 t0 = time.perf_counter()
@@ -89,6 +116,7 @@ class StepFeeder(Generic[T]):
                     if self._error is not None:
                         raise self._error
                     return
+                self.num_items += 1
                 yield got
         finally:
             self._stop.set()
@@ -109,6 +137,7 @@ class StepFeeder(Generic[T]):
                     self.done(got[1])
 
     def _add_stall(self, seconds: float) -> None:
+        self.stall_s += seconds
         if self.caches:
             self.caches[0].stats.prefetch_stall_seconds += seconds
             for c in self.caches[1:]:
@@ -127,11 +156,10 @@ class StepFeeder(Generic[T]):
                     if exhausted or len(ahead) >= self.lookahead:
                         break
                     try:
-                        item = next(it)
+                        item, rows_list = self._next(it)
                     except StopIteration:
                         exhausted = True
                         break
-                    rows_list = [np.asarray(r, dtype=np.int64) for r in self.rows_of(item)]
                     for cache, rows in zip(self.caches, rows_list):
                         cache.enter_window(rows)  # ranks the rows last for eviction
                     ahead.append((item, rows_list))

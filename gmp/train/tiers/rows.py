@@ -48,7 +48,7 @@ class HostRows:
 
     def read(self, rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         if out is None:
-            return self.data[rows]
+            return np.take(self.data, rows, axis=0)
         np.take(self.data, rows, axis=0, out=out)
         return out
 
@@ -69,20 +69,20 @@ class DiskRows:
     location = "disk"
     BLOCK_ROWS = 1 << 16
 
-    def __init__(self, path: str | os.PathLike, num_rows: int, width: int, *, dtype=FLOAT):
+    def __init__(self, path: str | os.PathLike, num_rows: int, width: int, *, dtype=FLOAT, readonly: bool = False):
         self.path = Path(path)
         self.num_rows, self.width = int(num_rows), int(width)
         self.dtype = np.dtype(dtype)
         self.row_bytes = self.width * self.dtype.itemsize
         try:
-            self._fd = os.open(self.path, os.O_RDWR)
+            self._fd = os.open(self.path, os.O_RDONLY if readonly else os.O_RDWR)
         except OSError as exc:
             raise TrainingError(f"cannot open the disk tier {self.path}: {exc.strerror}.") from None
         size = os.fstat(self._fd).st_size
         if size != self.num_rows * self.row_bytes:
             os.close(self._fd)
             raise TrainingError(f"{self.path}: {size} bytes, expected {self.num_rows} rows x {self.row_bytes} bytes; "
-                                f"the tier file is from another run — delete it.")
+                                f"the file is from another run or truncated — delete it.")
 
     @classmethod
     def create(cls, path: str | os.PathLike, num_rows: int, width: int, init, *, dtype=FLOAT) -> "DiskRows":

@@ -15,7 +15,8 @@ import torch
 
 from ...errors import TrainingError
 from ...params import check_choice, check_int
-from .cache import RowCache, TierStats
+from ._kernels import step_primaries
+from .cache import CACHE_POLICIES, RowCache, TierStats
 from .prefetch import ReadyStep, StepFeeder
 from .rows import DiskRows, HostRows
 
@@ -36,6 +37,8 @@ class TierOptions:
         :data:`DEFAULT_CACHE_PERCENT` % of its primaries)
     cache_bytes : the cache's size in bytes instead (rows x (row width + optimizer state) x itemsize)
     lookahead : steps the prefetcher reads ahead (0: each step's rows are loaded inline)
+    cache_policy : ``"lookahead"`` (rows the window does not use are evicted first, then LRU; cDLRM)
+        or ``"lru"``
     prefetch_depth : steps loaded and pinned ahead of the training one (with ``lookahead > 0``)
     tier_dir : directory of the disk tier's files (default: the system's temporary directory)
     """
@@ -44,6 +47,7 @@ class TierOptions:
     cache_rows: int = 0
     cache_bytes: int = 0
     lookahead: int = 0
+    cache_policy: str = "lookahead"
     prefetch_depth: int = 2
     tier_dir: str | None = None
 
@@ -53,6 +57,7 @@ class TierOptions:
         check_int("cache_rows", self.cache_rows, minimum=0, error=E)
         check_int("cache_bytes", self.cache_bytes, minimum=0, error=E)
         check_int("lookahead", self.lookahead, minimum=0, error=E)
+        check_choice("cache_policy", self.cache_policy, CACHE_POLICIES, error=E)
         check_int("prefetch_depth", self.prefetch_depth, minimum=1, error=E)
         if self.cache_rows and self.cache_bytes:
             raise _param_error("cache_bytes", f"The 'cache_bytes' parameter cannot be combined with cache_rows "
@@ -85,6 +90,21 @@ class TierOptions:
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
+
+
+def split_cache_rows(cache_rows: int | None, *, tiered: bool, herald: bool) -> tuple[int, int | None]:
+    """``cache_rows`` of the one device cache as ``(own rows, Herald's remote rows)``: all of it for
+    the worker's own tiered rows, or for Herald's copies of remote rows when the table is on the
+    device; with both, Herald's runtime scheduler keeps at most half between steps (its share must
+    be fixed: the scheduler decides which copies exist, identically on every rank) and the own rows
+    get the rest. ``None`` for Herald: its default (no copies kept)."""
+    if not tiered:
+        return 0, cache_rows
+    if not cache_rows:
+        return 0, None
+    if not herald:
+        return int(cache_rows), None
+    return int(cache_rows) - int(cache_rows) // 2, int(cache_rows) // 2
 
 
 def _param_error(name: str, msg: str) -> TrainingError:
@@ -125,7 +145,7 @@ class TieredTable:
             self.master = DiskRows.create(self._path, num_rows, self.width, init, dtype=dtype)
         self._finalizer = weakref.finalize(self, _remove_file, self._path)  # also at exit / garbage collection
         capacity = options.capacity(num_rows, self.width * dtype.itemsize)
-        self.cache = RowCache(self.master, max(1, capacity), device=self.device)
+        self.cache = RowCache(self.master, max(1, capacity), device=self.device, policy=options.cache_policy)
         self._rows: np.ndarray | None = None  # the current step's pinned rows (ascending) and slots
         self._slots: np.ndarray | None = None
 
@@ -142,6 +162,8 @@ class TieredTable:
         """Cache slots of ``rows`` when the current step pinned them all, else None."""
         if self._rows is None or rows.size == 0 or self._rows.size == 0:
             return None
+        if rows.size == self._rows.size and np.array_equal(rows, self._rows):
+            return self._slots  # the step's own rows, as they were pinned
         pos = np.searchsorted(self._rows, rows)
         posc = np.minimum(pos, self._rows.size - 1)
         if not np.array_equal(self._rows[posc], rows):
@@ -176,12 +198,20 @@ class TieredTable:
         self.cache.flush()
         return self.master.read(np.arange(self.master.num_rows, dtype=np.int64))
 
-    def write_all(self, values: np.ndarray) -> None:
-        """Replace every row (a checkpoint being loaded): the cache is emptied, the master written."""
+    def blocks(self, block_rows: int = DiskRows.BLOCK_ROWS) -> Iterator[np.ndarray]:
+        """Every master row in order, ``block_rows`` at a time (the cache flushed first; a checkpoint
+        of a table larger than RAM)."""
+        self.cache.flush()
+        for a in range(0, self.master.num_rows, block_rows):
+            yield self.master.read(np.arange(a, min(self.master.num_rows, a + block_rows), dtype=np.int64))
+
+    def write_blocks(self, rows: Callable[[int, int], np.ndarray]) -> None:
+        """Replace every master row by ``rows(start, stop)``, block by block (a checkpoint being
+        loaded): the cache's own rows are forgotten first."""
         self.cache.clear()
         for a in range(0, self.master.num_rows, DiskRows.BLOCK_ROWS):
             b = min(self.master.num_rows, a + DiskRows.BLOCK_ROWS)
-            self.master.write(np.arange(a, b, dtype=np.int64), values[a:b])
+            self.master.write(np.arange(a, b, dtype=np.int64), np.asarray(rows(a, b), dtype=self.master.dtype))
 
     def memory(self) -> dict:
         return {"location": self.options.table_location, "master_bytes": int(self.master.nbytes),
@@ -220,29 +250,42 @@ def feed_steps(trainer, steps: Iterable) -> Iterator:
     staleness; Herald's pushes of pending copies and early pulls go through the victim path).
     """
     tables = [s.tier for s in trainer.stores]
-    if not any(t is not None for t in tables):
+    opts = trainer.config.tiers
+    herald = trainer.config.herald_options()
+    lookahead = opts.lookahead if opts is not None else (herald.lookahead if herald is not None else 0)
+    if not any(t is not None for t in tables) and lookahead == 0:
         yield from steps
         return
-    opts = trainer.config.tiers
     live = [(li, t) for li, t in enumerate(tables) if t is not None]
+
+    maps = []
+    for li, _t in live:
+        store = trainer.stores[li]
+        identity, dense = store.slots.dense()
+        maps.append((identity, dense if dense is not None else np.zeros(1, np.int32), identity or dense is not None,
+                     np.zeros(store.num_primary, dtype=np.uint8), store))
 
     def rows_of(step) -> list[np.ndarray]:
         samples = np.concatenate([np.asarray(a, dtype=np.int64) for a in step.samples]) if step.samples else \
             np.zeros(0, np.int64)
-        _, ids = trainer.data.gather(samples)
-        uniq = np.unique(ids)
         out = []
-        for li, _t in live:
-            store = trainer.stores[li]
-            slots = store.slots.lookup(uniq)  # the placement's map: immutable, safe in the feeder's thread
+        uniq = None
+        for identity, dense, compiled, mark, store in maps:
+            if compiled:  # one compiled pass (the placement's map is immutable: safe in the feeder's thread)
+                out.append(step_primaries(trainer.data.indptr, trainer.data.indices, samples, dense, identity,
+                                          store.num_primary, mark))
+                continue
+            if uniq is None:
+                uniq = np.unique(trainer.data.gather(samples)[1])
+            slots = store.slots.lookup(uniq)
             out.append(slots[(slots >= 0) & (slots < store.num_primary)])
         return out
 
     if trainer.step_in_epoch == 0:  # the record's tier figures count from the epoch's first step
         for _, t in live:
             t.reset_stats()
-    feeder = StepFeeder([t.cache for _, t in live], steps, rows_of, lookahead=opts.lookahead,
-                        prefetch_depth=opts.prefetch_depth)
+    feeder = StepFeeder([t.cache for _, t in live], steps, rows_of, lookahead=lookahead,
+                        prefetch_depth=opts.prefetch_depth if opts is not None else 1)
     gen = iter(feeder)
     ready = None
     try:
@@ -260,3 +303,4 @@ def feed_steps(trainer, steps: Iterable) -> Iterator:
                 t.end()
             feeder.done(ready)
         gen.close()
+        trainer.protocol.add_lookahead_stats(feeder.stats())
