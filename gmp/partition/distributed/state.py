@@ -35,6 +35,17 @@ from .exchange import Ghosts, Mesh, OwnedRows
 from .shard import Shard
 
 
+#: after each block, sweep its moved samples once more against the fresh counts (a second exchange)
+RECHECK = True
+
+#: blocks of the owners' embedding sweep (each ends with one all-reduce of the primary loads)
+EMBEDDING_BLOCKS = 32
+
+#: a round has at least this many sample blocks: with few samples per process the blocks shrink, so
+#: that the samples moving concurrently stay a small share of the graph (dense small graphs oscillate)
+MIN_BLOCKS_PER_ROUND = 64
+
+
 @dataclass
 class Weights:
     """The objective's constants (module docstring of :mod:`gmp.partition.hybrid`)."""
@@ -137,28 +148,43 @@ class DistState:
         cpad = np.zeros((n, self.width), dtype=np.float64)
         cpad[:, :n] = ceff
         gain = np.zeros(self.width, dtype=np.float64)
-        size = self.block_samples if self.mesh.size > 1 else (self.shard.chunk_samples or self.shard.num_samples)
+        size = self.effective_block() if self.mesh.size > 1 else (self.shard.chunk_samples or self.shard.num_samples)
         num_blocks = self._num_blocks(size)
         moves = np.zeros((size if self.mesh.size > 1 else 0, 3), dtype=np.int64)
         moved = 0
         blocks = self.shard.blocks(size)
         for k in range(num_blocks):
             first, indptr, indices = next(blocks, (0, np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int32)))
-            quota = self.mesh.split_room(self.w.sample_cap - self.sample_load, k)
-            net = np.zeros(n, dtype=np.int64)
-            m = DK.sweep_block(indptr, indices, 0, indptr.size - 1, self.sw[first:first + indptr.size - 1],
-                               self.gprim, self.gcount, self.gdrow, self.df, cpad, self.sample_load, net, quota,
-                               self.w.alpha, gain, moves)
-            if self.mesh.size > 1:
-                self._exchange_deltas(indptr, indices, moves, m)
-                net = self.mesh.isum(np.concatenate([net, [m]]))
-                moved += int(net[-1])
-                net = net[:-1]
-            else:
-                moved += m
-            self.sample_load += net
+            everyone = np.arange(indptr.size - 1, dtype=np.int64)
+            moved += self._sweep_rows(indptr, indices, first, everyone, cpad, gain, moves, 2 * k)
+            if self.mesh.size > 1 and RECHECK:  # the block's moves against the fresh counts
+                recheck = np.unique(moves[:min(self._last_moves, moves.shape[0]), 0])
+                moved += self._sweep_rows(indptr, indices, first, recheck, cpad, gain, moves, 2 * k + 1)
         self._traffic = None
         return moved
+
+    def _sweep_rows(self, indptr, indices, first, rows, cpad, gain, moves, turn) -> int:
+        """Sweep ``rows`` of a block within this process's quotas, exchange the deltas, sum the loads;
+        returns the samples moved by all processes."""
+        n = self.num_workers
+        quota = self.mesh.split_room(self.w.sample_cap - self.sample_load, turn)
+        net = np.zeros(n, dtype=np.int64)
+        m = DK.sweep_block(indptr, indices, rows, self.sw[first:first + indptr.size - 1], self.gprim, self.gcount,
+                           self.gdrow, self.df, cpad, self.sample_load, net, quota, self.w.alpha,
+                           float(self.mesh.size), gain, moves)
+        self._last_moves = m
+        if self.mesh.size == 1:
+            self.sample_load += net
+            return m
+        self._exchange_deltas(indptr, indices, moves, m)
+        tot = self.mesh.isum(np.concatenate([net, [m]]))
+        self.sample_load += tot[:n]
+        return int(tot[n])
+
+    def effective_block(self) -> int:
+        """``block_samples``, or fewer so that a round has at least :data:`MIN_BLOCKS_PER_ROUND` blocks."""
+        longest = -(-self.w.num_samples // self.mesh.size)
+        return max(1, min(self.block_samples, -(-longest // MIN_BLOCKS_PER_ROUND)))
 
     def _num_blocks(self, size: int) -> int:
         longest = -(-self.w.num_samples // self.mesh.size)  # the longest shard (exchange.shard_range)
@@ -183,21 +209,30 @@ class DistState:
         DK.overwrite_rows(pos, np.ascontiguousarray(fresh[:, 1:]), self.gcount, self.gdrow, self.df)
 
     def sweep_embeddings(self, ceff: np.ndarray) -> int:
-        """The owners' embedding sweep with primary quotas; refreshes the ghosts' primaries."""
+        """The owners' embedding sweep in :data:`EMBEDDING_BLOCKS` blocks (the primary quotas are
+        re-split from the summed loads after each, so room freed on one owner serves the others);
+        refreshes the ghosts' primaries."""
         n = self.num_workers
         ceff_t = np.zeros((n, self.width), dtype=np.float64)
         ceff_t[:, :n] = ceff.T
-        quota = self.mesh.split_room(self.w.primary_cap - self.primary_load, 0)
-        net = np.zeros(n, dtype=np.int64)
         served, received = np.zeros(n), np.zeros(n)
         sums, counts = np.zeros(2), np.zeros(2, dtype=np.int64)
-        moved = DK.sweep_owned(self.prim, self.count, self.f, ceff_t, self.primary_load, net, quota, self.w.beta,
-                               np.zeros(n), np.zeros(self.width), self.cost, served, received, sums, counts)
-        tot = self.mesh.isum(np.concatenate([net, [moved]]))
-        self.primary_load += tot[:n]
+        fw, total = np.zeros(n), np.zeros(self.width)
+        num_blocks = 1 if self.mesh.size == 1 else EMBEDDING_BLOCKS
+        bounds = np.linspace(0, self.prim.size, num_blocks + 1).astype(np.int64)
+        moved = 0
+        for k in range(num_blocks):
+            quota = self.mesh.split_room(self.w.primary_cap - self.primary_load, k)
+            net = np.zeros(n, dtype=np.int64)
+            m = DK.sweep_owned(bounds[k], bounds[k + 1], self.prim, self.count, self.f, ceff_t, self.primary_load,
+                               net, quota, self.w.beta, float(self.mesh.size), fw, total, self.cost, served,
+                               received, sums, counts)
+            tot = self.mesh.isum(np.concatenate([net, [m]]))
+            self.primary_load += tot[:n]
+            moved += int(tot[n])
         self._set_traffic(served, received, sums, counts)
         self.refresh_ghosts(counts=False)
-        return int(tot[n])
+        return moved
 
     def round_bytes(self) -> int:
         """Bytes this process has sent so far (the engine's count)."""
