@@ -94,9 +94,10 @@ class Ghosts:
     def __init__(self, mesh: Mesh, gids: np.ndarray):
         self.mesh = mesh
         self.gids = gids  # int64, ascending
-        owner = (gids % mesh.size).astype(np.int64)
-        # ghost positions per owner, ascending (the order the owner keeps its subscriber lists in)
-        self.by_owner = [np.flatnonzero(owner == o) for o in range(mesh.size)]
+        # ghost positions per owner, ascending (the order the owner keeps its subscriber lists in);
+        # one process owns every ghost (no index arrays: out of core, every byte counts)
+        self.by_owner = [slice(None)] if mesh.size == 1 else [np.flatnonzero(gids % mesh.size == o)
+                                                              for o in range(mesh.size)]
 
     def send_to_owners(self, values: np.ndarray) -> list[np.ndarray]:
         """Rows ``[gid, *values[g]]`` of every ghost g to its owner; returns what this process
@@ -121,7 +122,10 @@ class OwnedRows:
     def __init__(self, mesh: Mesh, received: list[np.ndarray]):
         self.mesh = mesh
         ids = [r[:, 0] for r in received]
-        self.used = np.unique(np.concatenate(ids)) if ids else np.zeros(0, dtype=np.int64)
+        if mesh.size == 1:  # the ghosts are the owned rows, same order (ascending ids)
+            self.used, self.sub_pos, self.subs = ids[0].copy(), [slice(None)], np.zeros(0, dtype=np.uint64)
+            return
+        self.used = np.unique(np.concatenate(ids))
         self.sub_pos = [np.searchsorted(self.used, i) for i in ids]
         self.subs = np.zeros(self.used.size, dtype=np.uint64)
         for s, pos in enumerate(self.sub_pos):

@@ -142,7 +142,7 @@ def _partition_band(state, in_band, ghost_degree, my_pairs, options, machine_of,
     """Pairs of this shard's band rows to rank 0, METIS there, the signal rows' workers back."""
     mesh = state.mesh
     shard = state.shard
-    bdeg = np.zeros(shard.num_samples, dtype=np.int64)
+    bdeg = np.zeros(shard.num_samples, dtype=np.int32)
     for first, indptr, indices in shard.chunks():
         DK.band_degrees(indptr, indices, in_band, bdeg[first:first + indptr.size - 1])
     pairs = bdeg * (bdeg - 1) // 2
