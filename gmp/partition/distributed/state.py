@@ -38,6 +38,9 @@ from .shard import Shard
 #: after each block, sweep its moved samples once more against the fresh counts (a second exchange)
 RECHECK = True
 
+#: the factor a process's own moves count with in the balance terms; None: the process count P
+BALANCE_SPREAD: float | None = None
+
 #: blocks of the owners' embedding sweep (each ends with one all-reduce of the primary loads)
 EMBEDDING_BLOCKS = 32
 
@@ -171,7 +174,7 @@ class DistState:
         net = np.zeros(n, dtype=np.int64)
         m = DK.sweep_block(indptr, indices, rows, self.sw[first:first + indptr.size - 1], self.gprim, self.gcount,
                            self.gdrow, self.df, cpad, self.sample_load, net, quota, self.w.alpha,
-                           float(self.mesh.size), gain, moves)
+                           float(BALANCE_SPREAD or self.mesh.size), gain, moves)
         self._last_moves = m
         if self.mesh.size == 1:
             self.sample_load += net
@@ -225,8 +228,8 @@ class DistState:
             quota = self.mesh.split_room(self.w.primary_cap - self.primary_load, k)
             net = np.zeros(n, dtype=np.int64)
             m = DK.sweep_owned(bounds[k], bounds[k + 1], self.prim, self.count, self.f, ceff_t, self.primary_load,
-                               net, quota, self.w.beta, float(self.mesh.size), fw, total, self.cost, served,
-                               received, sums, counts)
+                               net, quota, self.w.beta, float(BALANCE_SPREAD or self.mesh.size), fw, total,
+                               self.cost, served, received, sums, counts)
             tot = self.mesh.isum(np.concatenate([net, [m]]))
             self.primary_load += tot[:n]
             moved += int(tot[n])
