@@ -68,7 +68,7 @@ def install_primaries(state: DistState, prim: np.ndarray) -> None:
     state.prim[:] = prim
     state.refresh_ghosts(counts=True)
     state.primary_load = state.mesh.isum(np.bincount(state.prim, minlength=state.num_workers))
-    state._traffic = None
+    state.mark_stale()
 
 
 def random_start(state: DistState, rng: np.random.Generator) -> None:

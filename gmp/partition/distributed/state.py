@@ -119,6 +119,10 @@ class DistState:
                               self.gcount, self.gdrow, self.df)
 
     # -- objective ----------------------------------------------------------
+    def mark_stale(self) -> None:
+        """The placement changed: the traffic totals are recomputed on the next :meth:`summary`."""
+        self._traffic = None
+
     def summary(self) -> dict:
         """The round metrics of :func:`gmp.partition.hybrid.summarize` over all processes."""
         if self._traffic is None:
