@@ -52,7 +52,7 @@ def _load_partitioner_or_explain(method: str):
         raise PartitionError(f"method {method!r} needs the module {exc.name!r}; install it (pip install {exc.name}).") from None
 
 
-def _summary(metrics: dict[str, Any], title: str) -> None:
+def summary_table(metrics: dict[str, Any], title: str) -> None:
     from rich.table import Table
 
     from gmp.report import tables
@@ -136,9 +136,33 @@ def partition(
                                                  "incrementally, moving at most N rows or P% of the used rows."),
     compare_full: bool = typer.Option(False, "--compare-full", help="With --from-manifest: also run a full hybrid "
                                       "re-partition and report its traffic, rows moved and time."),
+    distributed: bool = typer.Option(False, "--distributed", help="Hybrid across the processes of torchrun (each "
+                                     "reads its slice of the samples; docs/distributed.md)."),
+    chunk_samples: Optional[int] = typer.Option(None, "--chunk-samples", help="Hybrid out of core: stream the "
+                                                "samples from disk N at a time (with or without --distributed)."),
+    block_samples: Optional[int] = typer.Option(None, "--block-samples", help="--distributed: samples each process "
+                                                "sweeps between two exchanges (default 1024)."),
 ) -> None:
     """Partition a dataset's sample-embedding graph and write a placement manifest + report."""
     from gmp.errors import PartitionError
+
+    if distributed or chunk_samples is not None or block_samples is not None:
+        from .partition_dist import check_launch, partition_distributed_cmd
+
+        check_launch(distributed, method)
+        if from_manifest is not None or max_moved_rows is not None or compare_full:
+            raise PartitionError("--distributed/--chunk-samples partition from scratch; drop --from-manifest, "
+                                 "--max-moved-rows and --compare-full.")
+        given = {k: v for k, v in {"rounds": rounds, "tol": tol, "alpha": alpha, "beta": beta, "gamma": gamma,
+                                   "max_imbalance": max_imbalance, "replication_budget": replication_budget,
+                                   "memory_per_worker": parse_bytes(memory_per_worker) if memory_per_worker else None,
+                                   }.items() if v is not None}
+        given.update(parse_key_values(option or []))
+        return partition_distributed_cmd(dataset, distributed=distributed, chunk_samples=chunk_samples,
+                                         block_samples=block_samples, workers=workers, topology=topology,
+                                         topology_file=topology_file, inter_cost=inter_cost, batch_size=batch_size,
+                                         embedding_dim=embedding_dim, seed=seed, out=out, overwrite=overwrite,
+                                         no_plots=no_plots, given=given)
 
     if from_manifest is not None:
         from .incremental import partition_from_manifest
@@ -201,7 +225,7 @@ def partition(
                        report_files=lambda tmp: write_report(tmp, report, formats=("json", "md"), plots=not no_plots),
                        partition_seconds=seconds, peak_rss_bytes=peak, overwrite=overwrite,
                        dataset_name=Path(ds.path).name)
-    _summary(metrics, f"{method} on {topo.num_workers} workers ({topo.name}), batch {batch_size}")
+    summary_table(metrics, f"{method} on {topo.num_workers} workers ({topo.name}), batch {batch_size}")
     typer.echo(f"wrote {out} (manifest.json, arrays, report.json, report.md{'' if no_plots else ', plots'})")
 
 

@@ -1,0 +1,103 @@
+"""``gmp partition --distributed`` (under torchrun) and ``--chunk-samples N`` (out of core, one process).
+
+Thin: check the flags, build the engine, call :func:`gmp.partition.distributed.partition_distributed`,
+and on rank 0 score and write the manifest as ``gmp partition`` does.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+ENV_HINT = ("run it under torchrun, e.g. 'torchrun --standalone --nproc-per-node 4 -m cli.main partition DATASET "
+            "--distributed --workers 8'")
+
+
+def check_launch(distributed: bool, method: Optional[str]) -> None:
+    """--distributed needs torchrun's environment and the hybrid method."""
+    from gmp.errors import PartitionError
+
+    if method not in (None, "hybrid"):
+        raise PartitionError(f"--distributed and --chunk-samples run the hybrid partitioner, got --method {method}; "
+                             f"drop --method or use --method hybrid.")
+    if distributed and not ("RANK" in os.environ and "WORLD_SIZE" in os.environ):
+        raise PartitionError(f"--distributed needs RANK and WORLD_SIZE in the environment (torchrun sets them), got "
+                             f"neither; {ENV_HINT}, or drop --distributed.")
+
+
+def partition_distributed_cmd(dataset: Path, *, distributed: bool, chunk_samples: Optional[int],
+                              block_samples: Optional[int], workers: Optional[int], topology: Optional[str],
+                              topology_file: Optional[Path], inter_cost: float, batch_size: int, embedding_dim: int,
+                              seed: int, out: Optional[Path], overwrite: bool, no_plots: bool,
+                              given: dict[str, Any]) -> None:
+    """The body of ``gmp partition --distributed`` / ``--chunk-samples``."""
+    from gmp._io import check_output_dir
+    from gmp.comm import LocalEngine
+    from gmp.compare import method_options
+    from gmp.datasets.format import load_dataset
+    from gmp.partition.distributed import DEFAULT_BLOCK_SAMPLES, check_settings, partition_distributed
+    from gmp.partition.hybrid import Options
+    from gmp.topology import resolve_topology
+
+    from ._common import check_seed
+    from .partition import topo_workers
+
+    check_seed(seed)
+    out = out or Path("placements") / f"{Path(dataset).resolve().name}.hybrid.w{topo_workers(workers, topology)}"
+    rank = int(os.environ.get("RANK", "0")) if distributed else 0
+    if rank == 0:
+        check_output_dir(out, kind="gmp.placement", overwrite=overwrite, inputs=[dataset])
+    topo = resolve_topology(workers, topology, str(topology_file) if topology_file else None, inter_cost=inter_cost)
+    options = Options(**method_options("hybrid", given, batch_size=batch_size, embedding_dim=embedding_dim))
+    block = DEFAULT_BLOCK_SAMPLES if block_samples is None else block_samples
+    check_settings(options, topo, block, chunk_samples)
+    ds = load_dataset(dataset)
+    if distributed:
+        from gmp.comm.distributed import DistributedEngine
+
+        engine = DistributedEngine()
+    else:
+        engine = LocalEngine(1)
+    try:
+        t0 = time.perf_counter()
+        placement = partition_distributed(ds.indptr, ds.indices, ds.num_embeddings, topo, seed=seed, options=options,
+                                          engine=engine, block_samples=block, chunk_samples=chunk_samples)
+        seconds = time.perf_counter() - t0
+        if placement is not None:
+            _write(ds, dataset, placement, topo, out, overwrite, no_plots, batch_size, embedding_dim, seed, seconds)
+    finally:
+        engine.close()
+
+
+def _write(ds, dataset, placement, topo, out, overwrite, no_plots, batch_size, embedding_dim, seed, seconds) -> None:
+    """Rank 0: score the placement on the memory-mapped graph and write the manifest atomically."""
+    from gmp.compare import peak_rss_bytes
+    from gmp.graph import build_graph
+    from gmp.manifest import write_manifest
+    from gmp.metrics import compute_metrics
+    from gmp.progress import task
+    from gmp.report import build_report, dataset_name_of, write_report
+
+    from .partition import summary_table
+
+    graph = build_graph(ds)
+    peak = max(placement.info["distributed"]["peak_rss_bytes_per_process"])
+    with task("Computing metrics (and the random reference)"):
+        metrics = compute_metrics(graph, placement, topo, batch_size=batch_size, embedding_dim=embedding_dim,
+                                  seed=seed, partition_seconds=seconds, peak_rss_bytes=peak, num_train=ds.num_train)
+        report = build_report(placement=placement, topology=topo, metrics=metrics, source="partition",
+                              dataset_sha256=ds.sha256, graph=graph, dataset_name=dataset_name_of(ds.meta, dataset))
+    with task("Writing manifest and report"):
+        write_manifest(out, placement, dataset_sha256=ds.sha256, num_samples=ds.num_samples,
+                       num_embeddings=ds.num_embeddings, topology=topo, metrics=metrics,
+                       report_files=lambda tmp: write_report(tmp, report, formats=("json", "md"), plots=not no_plots),
+                       partition_seconds=seconds, peak_rss_bytes=max(peak, peak_rss_bytes()), overwrite=overwrite,
+                       dataset_name=Path(ds.path).name)
+    processes = placement.info["distributed"]["processes"]
+    summary_table(metrics, f"hybrid ({processes} process{'es' if processes > 1 else ''}) on {topo.num_workers} "
+                           f"workers ({topo.name}), batch {batch_size}")
+    typer.echo(f"wrote {out} (manifest.json, arrays, report.json, report.md{'' if no_plots else ', plots'})")

@@ -1,0 +1,199 @@
+"""The distributed hybrid's driver: shard set-up, start, 1D rounds, 2D step, the placement on rank 0."""
+
+from __future__ import annotations
+
+import logging
+import resource
+import time
+from dataclasses import asdict
+
+import numpy as np
+
+from ...errors import PartitionError
+from ...placement import Placement
+from ...topology import Topology
+from .._common import place_unused_embeddings
+from ..hybrid import Options, replication_budgets
+from .exchange import Ghosts, Mesh, OwnedRows, shard_range
+from .shard import Shard
+from .start import multilevel_start, random_start
+from .state import DistState
+
+log = logging.getLogger(__name__)
+
+#: samples each process sweeps between two exchanges (see docs/distributed.md, "Blocks")
+DEFAULT_BLOCK_SAMPLES = 1024
+
+
+def check_settings(options: Options, topology: Topology, block_samples: int, chunk_samples: int | None) -> None:
+    """Refuse what the distributed hybrid does not do, before any work."""
+    if topology.num_workers > 64:
+        raise PartitionError(f"the distributed hybrid supports up to 64 workers, got {topology.num_workers}; use "
+                             f"fewer workers.")
+    if options.init != "random":
+        raise PartitionError(f"the distributed hybrid starts from the multilevel (levels=2) or random (levels=1) "
+                             f"start; init={options.init!r} needs the whole graph in one process: drop it.")
+    if not isinstance(block_samples, int) or block_samples < 1:
+        raise PartitionError(f"block_samples must be an integer >= 1, got {block_samples!r}.")
+    if chunk_samples is not None and (not isinstance(chunk_samples, int) or chunk_samples < 1):
+        raise PartitionError(f"--chunk-samples must be an integer >= 1, got {chunk_samples!r}.")
+
+
+def partition_distributed(indptr: np.ndarray, indices: np.ndarray, num_embeddings: int, topology: Topology, *,
+                          seed: int, options: Options, engine, block_samples: int = DEFAULT_BLOCK_SAMPLES,
+                          chunk_samples: int | None = None) -> Placement | None:
+    """HET-GMP hybrid partitioning across the processes of ``engine`` (docs/distributed.md).
+
+    Parameters
+    ----------
+    indptr, indices, num_embeddings
+        The whole sample CSR, typically memory-mapped: each process reads only its shard's
+        slice (``indices`` as int32/int64, ``indptr`` int64).
+    topology, seed, options
+        As :func:`gmp.partition.hybrid.partition` (``init`` must be ``"random"``).
+    engine
+        A :class:`gmp.comm.distributed.DistributedEngine` (one process per rank), or a
+        :class:`gmp.comm.LocalEngine` of one worker (one process).
+    block_samples
+        Samples each process sweeps between two exchanges (ignored with one process).
+    chunk_samples
+        Stream the shard from the memory-mapped CSR in chunks of this many samples instead of
+        holding it (out of core).
+
+    Returns
+    -------
+    Placement or None
+        The placement on rank 0 (``method="hybrid"``, ``info["distributed"]`` with processes,
+        blocks, bytes per round and peak RSS per process); None on the other ranks. Deterministic
+        for a given seed and number of processes.
+    """
+    check_settings(options, topology, block_samples, chunk_samples)
+    t0 = time.perf_counter()
+    mesh = Mesh(engine)
+    n = topology.num_workers
+    num_samples = int(indptr.size - 1)
+    start, stop = shard_range(num_samples, mesh.size, mesh.rank)
+    shard = Shard(indptr, indices, num_embeddings, start, stop, chunk_samples=chunk_samples)
+    ghosts = Ghosts(mesh, shard.gids)
+    received = ghosts.send_to_owners(shard.degrees()[:, None])
+    owned = OwnedRows(mesh, received)
+    owner_degree = owned.sum_received(received)[:, 0]
+    del received
+    num_used = int(mesh.isum(np.array([owned.used.size]))[0])
+    state = DistState(mesh, shard, owned, ghosts, topology.cost, num_samples=num_samples, num_used=num_used,
+                      options=options, block_samples=block_samples)
+    rng = np.random.default_rng([seed, mesh.size, mesh.rank])
+    seed_rng = np.random.default_rng([seed, mesh.size])
+    ml = None
+    if options.levels > 1:
+        ml = multilevel_start(state, owner_degree, options, np.asarray(topology.machine_of, dtype=np.int64), rng,
+                              seed_rng)
+    if ml is None:
+        random_start(state, rng)
+    del owner_degree
+    rounds = run_rounds(state, options, t0)
+    return _assemble(state, options, topology, num_embeddings, seed, rounds, ml, t0, chunk_samples)
+
+
+def run_rounds(state: DistState, options: Options, t0: float) -> list[dict]:
+    """Algorithm 1 lines 2-5: up to ``options.rounds`` rounds, stopping below ``tol``."""
+    rounds = []
+
+    def record(r: int, seconds: float, moved: tuple[int, int], bytes0: int) -> float:
+        entry = {"round": r, "level": "worker", **state.summary(), "moved_samples": moved[0],
+                 "moved_embeddings": moved[1], "seconds": round(seconds, 4),
+                 "bytes_sent": int(state.mesh.isum(np.array([state.round_bytes() - bytes0]))[0])}
+        rounds.append(entry)
+        log.info("distributed hybrid round %d: objective %.6g, expected batch remote reads %.6g, moved %d samples "
+                 "%d embeddings, %d bytes sent, %.2f s", r, entry["objective"], entry["expected_remote_reads"],
+                 moved[0], moved[1], entry["bytes_sent"], seconds)
+        return entry["objective"]
+
+    prev = record(0, time.perf_counter() - t0, (0, 0), 0)
+    for r in range(1, options.rounds + 1):
+        t_r, b_r = time.perf_counter(), state.round_bytes()
+        ceff = state.effective_cost()
+        moved = (state.sweep_samples(ceff), state.sweep_embeddings(ceff))
+        obj = record(r, time.perf_counter() - t_r, moved, b_r)
+        improvement = (prev - obj) / prev if prev > 0 else 0.0
+        prev = obj
+        if improvement < options.tol:
+            break
+    return rounds
+
+
+def local_candidates(state: DistState, budgets: np.ndarray) -> np.ndarray:
+    """Per worker w, this owner's top-``budget[w]`` rows by Eq. 6's numerator f(c_xw) * C[p_x, w]
+    (score descending, id ascending) as rows (w, global id, score, f(c_xw)) (float64)."""
+    out = []
+    for w in range(state.num_workers):
+        c = state.count[:, w]
+        score = state.f[c] * state.cost[state.prim, w]
+        ok = np.flatnonzero((state.prim != w) & (c > 0) & (score > 0))
+        order = np.lexsort((ok, -score[ok]))[: int(budgets[w])]
+        sel = ok[order]
+        out.append(np.stack([np.full(sel.size, w, dtype=np.float64), state.owned.used[sel].astype(np.float64),
+                             score[sel], state.f[c[sel]]], axis=1))
+    return np.concatenate(out) if out else np.zeros((0, 4))
+
+
+def choose_global(cands: np.ndarray, budgets: np.ndarray, num_embeddings: int, num_workers: int):
+    """Rank 0: the global top-``budget`` per worker of the owners' candidates (the single-process
+    order: score descending, then lower id). Returns ``(indptr, workers, saved_reads)``."""
+    ws, ids, saved = [], [], 0.0
+    for w in range(num_workers):
+        c = cands[cands[:, 0] == w]
+        order = np.lexsort((c[:, 1], -c[:, 2]))[: int(budgets[w])]
+        ids.append(np.sort(c[order, 1].astype(np.int64)))
+        ws.append(np.full(order.size, w, dtype=np.int32))
+        saved += float(c[order, 3].sum())
+    w_ids = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+    w_of = np.concatenate(ws) if ws else np.zeros(0, np.int32)
+    order = np.argsort(w_ids, kind="stable")
+    indptr = np.zeros(num_embeddings + 1, dtype=np.int64)
+    np.cumsum(np.bincount(w_ids, minlength=num_embeddings), out=indptr[1:])
+    return indptr, w_of[order], saved
+
+
+def _assemble(state: DistState, options: Options, topology: Topology, num_embeddings: int, seed: int,
+              rounds: list[dict], ml: dict | None, t0: float, chunk_samples: int | None) -> Placement | None:
+    """Gather the samples and primaries on rank 0, run the 2D step (Eq. 6) over the owners' candidates."""
+    mesh, n = state.mesh, state.num_workers
+    t2 = time.perf_counter()
+    sw = mesh.to_root(state.sw, dtype=np.int32)
+    used = mesh.to_root(state.owned.used)
+    prim_parts = mesh.to_root(state.prim, dtype=np.int32)
+    budgets = None
+    if mesh.rank == 0:
+        prim = np.full(num_embeddings, -1, dtype=np.int32)
+        prim[np.concatenate(used)] = np.concatenate(prim_parts)
+        del used, prim_parts
+        place_unused_embeddings(prim, n)
+        budgets = replication_budgets(n, state.w.num_used, np.bincount(prim, minlength=n), options)
+    budgets = mesh.broadcast(budgets)
+    cands = mesh.to_root(local_candidates(state, budgets).reshape(-1), dtype=np.float64)
+    rss = mesh.to_root(np.array([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024]))
+    bytes_total = int(mesh.isum(np.array([state.round_bytes()]))[0])
+    if mesh.rank != 0:
+        return None
+    indptr, workers, saved = choose_global(np.concatenate(cands).reshape(-1, 4), budgets, num_embeddings, n)
+    expected_1d = rounds[-1]["expected_remote_reads"]
+    info = {
+        "rounds": rounds,
+        "replication": {"budget_per_worker": budgets.tolist(),
+                        "secondaries_per_worker": np.bincount(workers, minlength=n).tolist(),
+                        "num_secondaries": int(workers.size), "expected_remote_reads": expected_1d - saved,
+                        "expected_remote_pushes": expected_1d, "seconds": round(time.perf_counter() - t2, 4)},
+        "alpha": state.w.alpha, "beta": state.w.beta, "gamma": state.w.gamma,
+        "sample_cap": state.w.sample_cap, "primary_cap": state.w.primary_cap,
+        "num_used_embeddings": state.w.num_used,
+        "init": {"method": "random", "seconds": 0.0},
+        "multilevel": ml,
+        "distributed": {"processes": mesh.size, "block_samples": state.block_samples,
+                        "chunk_samples": chunk_samples, "exchanges": mesh.exchanges, "bytes_sent": bytes_total,
+                        "peak_rss_bytes_per_process": [int(r[0]) for r in rss]},
+        "seconds": round(time.perf_counter() - t0, 4),
+    }
+    placement = Placement.edge_cut(n, np.concatenate(sw), prim, method="hybrid", options=asdict(options),
+                                   seed=seed, info=info)
+    return placement.with_secondaries(indptr, workers) if workers.size else placement

@@ -1,0 +1,262 @@
+"""The distributed hybrid (gmp/partition/distributed/): one process against a slow reference of
+Algorithm 1, streamed chunks against the in-memory shard, and 2-3 gloo processes under torchrun
+(hard caps, determinism, quality near one process, the manifest the CLI writes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gmp.comm import LocalEngine
+from gmp.datasets.format import FieldInfo, load_dataset, write_dataset
+from gmp.errors import PartitionError
+from gmp.graph import build_graph
+from gmp.manifest import load_manifest
+from gmp.metrics import compute_metrics
+from gmp.partition._common import sample_cap
+from gmp.partition.distributed import partition_distributed
+from gmp.partition.distributed.exchange import Mesh, shard_range
+from gmp.partition.hybrid import Options, default_weights, soft_count_table
+from gmp.topology import resolve_topology
+
+HERE = Path(__file__).parent
+ROOT = HERE.parent
+
+
+def make_community_dataset(out: Path, *, num_samples=900, num_fields=6, values=40, communities=4, seed=0):
+    """Samples of ``communities`` planted groups: each field's value comes from the group's slice with
+    probability 0.7, else from the whole field (a few values hot). The id space has unused ids."""
+    rng = np.random.default_rng(seed)
+    group = rng.integers(0, communities, num_samples)
+    rows = []
+    for i in range(num_samples):
+        ids = []
+        for f in range(num_fields):
+            if rng.random() < 0.7:
+                v = group[i] * (values // communities) + rng.integers(0, values // communities)
+            else:
+                v = min(int(rng.zipf(1.5)) - 1, values - 1)
+            ids.append(f * (values + 3) + int(v))  # 3 ids per field never occur
+        rows.append(sorted(set(ids)))
+    indptr = np.cumsum([0] + [len(r) for r in rows])
+    indices = np.array([i for r in rows for i in r])
+    fields = [FieldInfo(f"C{f}", "categorical", values + 3, f * (values + 3)) for f in range(num_fields)]
+    write_dataset(out, indptr=indptr, indices=indices, labels=np.zeros(num_samples, np.float32), dense=None,
+                  fields=fields, num_embeddings=num_fields * (values + 3), source={"format": "test"},
+                  test_fraction=0.1)
+    return out
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    path = make_community_dataset(tmp_path_factory.mktemp("dist") / "ds")
+    return path, load_dataset(path)
+
+
+def run_local(ds, workers, **kw):
+    block = kw.pop("block_samples", 64)
+    chunk = kw.pop("chunk_samples", None)
+    return partition_distributed(ds.indptr, ds.indices, ds.num_embeddings, resolve_topology(workers, None, None),
+                                 seed=3, options=Options(**kw), engine=LocalEngine(1), block_samples=block,
+                                 chunk_samples=chunk)
+
+
+# --------------------------------------------------------------------------
+# a slow reference of Algorithm 1's sweeps (gmp.partition.hybrid's module docstring), gamma = 0
+# --------------------------------------------------------------------------
+def reference_rounds(indptr, indices, sw, prim, num_workers, rounds, options):
+    """Sequential sample sweep then embedding sweep, ``rounds`` times, in plain Python."""
+    sw, prim = sw.copy(), prim.copy()
+    used = np.flatnonzero(np.bincount(indices, minlength=prim.size))
+    n, s = num_workers, indptr.size - 1
+    cost = 1.0 - np.eye(n)
+    scap, pcap = sample_cap(s, n, options.max_imbalance), sample_cap(used.size, n, options.max_imbalance)
+    alpha, beta = default_weights(n, s, used.size)
+    f = soft_count_table(scap, s / n, options.batch_size)
+    df = np.diff(f)
+    count = np.zeros((prim.size, n), dtype=np.int64)
+    for i in range(s):
+        for x in indices[indptr[i]:indptr[i + 1]]:
+            count[x, sw[i]] += 1
+    sload = np.bincount(sw, minlength=n)
+    pload = np.bincount(prim[used], minlength=n)
+    for _ in range(rounds):
+        for i in range(s):
+            xs, a = indices[indptr[i]:indptr[i + 1]], sw[i]
+            gain = [sum(cost[prim[x], b] * df[count[x, b]] for x in xs) for b in range(n)]
+            stay = sum(cost[prim[x], a] * df[count[x, a] - 1] for x in xs)
+            best, best_delta = a, -1e-9
+            for b in range(n):
+                if b != a and sload[b] < scap:
+                    delta = gain[b] - stay + alpha * (sload[b] - sload[a] + 1)
+                    if delta < best_delta:
+                        best, best_delta = b, delta
+            if best != a:
+                count[xs, a] -= 1
+                count[xs, best] += 1
+                sload[a] -= 1
+                sload[best] += 1
+                sw[i] = best
+        for x in used:
+            p = prim[x]
+            total = [sum(f[count[x, w]] * cost[q, w] for w in range(n)) for q in range(n)]
+            best, best_delta = p, -1e-9
+            for q in range(n):
+                if q != p and pload[q] < pcap:
+                    delta = total[q] - total[p] + beta * (pload[q] - pload[p] + 1)
+                    if delta < best_delta:
+                        best, best_delta = q, delta
+            if best != p:
+                pload[p] -= 1
+                pload[best] += 1
+                prim[x] = best
+    return sw, prim
+
+
+def test_one_process_equals_reference_sweeps(data):
+    """P = 1: from the same start, the rounds make exactly the moves of the sequential reference."""
+    _, ds = data
+    opts = dict(levels=1, gamma=0.0, tol=0.0, replication_budget=0.0)
+    start = run_local(ds, 4, rounds=0, **opts)
+    done = run_local(ds, 4, rounds=2, **opts)
+    indptr, indices = np.asarray(ds.indptr), np.asarray(ds.indices)
+    sw, prim = reference_rounds(indptr, indices, np.asarray(start.sample_worker), np.asarray(start.embedding_primary),
+                                4, 2, Options(**opts))
+    assert [r["moved_samples"] for r in done.info["rounds"]][1] > 0
+    np.testing.assert_array_equal(done.sample_worker, sw)
+    used = np.bincount(indices, minlength=ds.num_embeddings) > 0
+    np.testing.assert_array_equal(np.asarray(done.embedding_primary)[used], prim[used])
+
+
+def test_random_start_is_balanced_within_one(data):
+    _, ds = data
+    p = run_local(ds, 4, rounds=0, levels=1)
+    loads = np.bincount(p.sample_worker, minlength=4)
+    assert loads.max() - loads.min() <= 1
+    used = np.bincount(np.asarray(ds.indices), minlength=ds.num_embeddings) > 0
+    ploads = np.bincount(np.asarray(p.embedding_primary)[used], minlength=4)
+    assert ploads.max() - ploads.min() <= 1
+
+
+def test_streamed_chunks_equal_in_memory(data):
+    """Out of core (chunks of 100 samples read from the memory map) gives the same placement."""
+    _, ds = data
+    a = run_local(ds, 4, levels=1, rounds=3)
+    b = run_local(ds, 4, levels=1, rounds=3, chunk_samples=100)
+    np.testing.assert_array_equal(a.sample_worker, b.sample_worker)
+    np.testing.assert_array_equal(a.embedding_primary, b.embedding_primary)
+    np.testing.assert_array_equal(a.secondary_workers, b.secondary_workers)
+
+
+def test_secondaries_are_the_global_top_k(data):
+    """2D step: per worker the budget's highest f(c) * C rows (ties: lower id), never the primary's."""
+    _, ds = data
+    p = run_local(ds, 4, replication_budget=0.05)
+    indptr, indices = np.asarray(ds.indptr), np.asarray(ds.indices)
+    sw, prim = np.asarray(p.sample_worker), np.asarray(p.embedding_primary)
+    count = np.zeros((ds.num_embeddings, 4), dtype=np.int64)
+    np.add.at(count, (indices, np.repeat(sw, np.diff(indptr))), 1)
+    f = soft_count_table(p.info["sample_cap"], ds.num_samples / 4, Options().batch_size)
+    budget = int(0.05 * p.info["num_used_embeddings"])
+    sec = {w: set() for w in range(4)}
+    for e in range(ds.num_embeddings):
+        for w in p.secondary_workers[p.secondary_indptr[e]:p.secondary_indptr[e + 1]]:
+            sec[int(w)].add(e)
+    for w in range(4):
+        ids = [e for e in range(ds.num_embeddings) if prim[e] != w and count[e, w] > 0]
+        ids.sort(key=lambda e: (-f[count[e, w]], e))
+        assert sec[w] == set(ids[:budget])
+
+
+def test_the_mesh_splits_room_exactly():
+    """The per-process quotas of every worker sum to the room (the hard cap's guarantee)."""
+
+    class Fake:
+        def __init__(self, rank, size):
+            self.world_size, self.local_workers = size, [rank]
+
+    room = np.array([0, 1, 5, 7, 12, 3])
+    for turn in range(4):
+        total = sum(Mesh(Fake(r, 3)).split_room(room, turn) for r in range(3))
+        np.testing.assert_array_equal(total, room)
+    assert [shard_range(10, 3, r) for r in range(3)] == [(0, 3), (3, 6), (6, 10)]
+
+
+def test_init_other_than_random_is_refused(data):
+    _, ds = data
+    with pytest.raises(PartitionError, match="init='bicut'"):
+        run_local(ds, 4, init="bicut")
+
+
+# --------------------------------------------------------------------------
+# under torchrun (gloo)
+# --------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(nproc: int, args: list[str], *, timeout: float = 240) -> subprocess.CompletedProcess:
+    torchrun_bin = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
+    cmd = [torchrun_bin, "--nnodes", "1", "--nproc-per-node", str(nproc), "--rdzv-backend", "c10d",
+           "--rdzv-endpoint", f"127.0.0.1:{free_port()}", *args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("nproc", [3])  # 2 processes: the CLI test below
+def test_processes_keep_caps_are_deterministic_and_near_one_process(data, tmp_path, nproc):
+    path, ds = data
+    res = torchrun(nproc, [str(HERE / "dist_partition_worker.py"), str(path), str(tmp_path), "4",
+                           json.dumps({"block_samples": 32})])
+    assert res.returncode == 0, res.stderr[-3000:]
+    a, b = (np.load(tmp_path / f"run{r}.npz") for r in range(2))
+    for key in ("sample_worker", "primary", "sec_indptr", "sec_workers"):
+        np.testing.assert_array_equal(a[key], b[key])  # deterministic for a seed and process count
+    info = json.loads(str(a["info"]))
+    assert info["distributed"]["processes"] == nproc
+    used = np.bincount(np.asarray(ds.indices), minlength=ds.num_embeddings) > 0
+    assert np.bincount(a["sample_worker"], minlength=4).max() <= sample_cap(ds.num_samples, 4, 1.05)
+    assert np.bincount(a["primary"][used], minlength=4).max() <= sample_cap(int(used.sum()), 4, 1.05)
+    # quality: the batch remote reads within 10% of the one-process run's on this small graph
+    graph, topo = build_graph(ds), resolve_topology(4, None, None)
+    one = run_local(ds, 4)
+    from gmp.placement import Placement
+
+    many = Placement.edge_cut(4, a["sample_worker"], a["primary"]).with_secondaries(a["sec_indptr"],
+                                                                                    a["sec_workers"])
+    reads = [compute_metrics(graph, p, topo, seed=0)["batch_remote_reads"] for p in (one, many)]
+    assert reads[1] <= 1.10 * reads[0], reads
+
+
+@pytest.mark.distributed
+def test_cli_distributed_writes_a_valid_manifest(data, tmp_path):
+    path, ds = data
+    out = tmp_path / "m"
+    res = torchrun(2, ["-m", "cli.main", "partition", str(path), "--distributed", "-w", "4", "--seed", "3",
+                       "--block-samples", "32", "--out", str(out), "--no-plots"])
+    assert res.returncode == 0, res.stderr[-3000:]
+    m = load_manifest(out, dataset=ds)
+    assert m.method == "hybrid" and m.num_workers == 4
+    assert m.placement.info["distributed"]["processes"] == 2
+    assert "batch_remote_reads" in json.loads((out / "manifest.json").read_text())["metrics"]
+
+
+def test_cli_distributed_without_torchrun_is_one_line(data, tmp_path):
+    path, _ = data
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    res = subprocess.run([sys.executable, "-m", "cli.main", "partition", str(path), "--distributed", "-w", "4",
+                          "--out", str(tmp_path / "x")], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert res.returncode != 0
+    assert "--distributed needs RANK and WORLD_SIZE" in res.stderr and "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
