@@ -97,31 +97,35 @@ def assign_samples_by_majority(indptr: np.ndarray, indices: np.ndarray, embeddin
     if order is None:
         order = np.arange(num_samples, dtype=np.int64)
     out = np.empty(num_samples, dtype=np.int32)
-    _assign_by_majority(np.asarray(indptr), np.asarray(indices), np.asarray(embedding_primary, dtype=np.int32),
-                        np.int64(num_workers), np.int64(cap), np.asarray(order), out)
+    assign_by_majority(np.asarray(indptr), np.asarray(indices), np.asarray(embedding_primary, dtype=np.int32),
+                       np.zeros(int(num_workers), dtype=np.int64), np.full(int(num_workers), int(cap), dtype=np.int64),
+                       np.asarray(order), out)
     return out
 
 
 @numba.njit(cache=True, nogil=True)
-def _assign_by_majority(indptr, indices, primary, num_workers, cap, order, out):  # pragma: no cover - compiled
-    load = np.zeros(num_workers, dtype=np.int64)
+def assign_by_majority(indptr, indices, row_worker, load, cap, order, out):  # pragma: no cover - compiled
+    """Samples in ``order`` to the worker holding most of their placed rows (``row_worker >= 0``),
+    among workers with ``load < cap`` (per worker; ``load`` is updated); ties to the lower load,
+    then the lower worker id."""
+    num_workers = load.size
     count = np.zeros(num_workers, dtype=np.int64)
     for t in range(order.size):
         i = order[t]
         for k in range(indptr[i], indptr[i + 1]):
-            w = primary[indices[k]]
+            w = row_worker[indices[k]]
             if w >= 0:
                 count[w] += 1
         best = -1
         for w in range(num_workers):
-            if load[w] >= cap:
+            if load[w] >= cap[w]:
                 continue
             if best < 0 or count[w] > count[best] or (count[w] == count[best] and load[w] < load[best]):
                 best = w
         out[i] = best
         load[best] += 1
         for k in range(indptr[i], indptr[i + 1]):
-            w = primary[indices[k]]
+            w = row_worker[indices[k]]
             if w >= 0:
                 count[w] = 0
 

@@ -213,7 +213,7 @@ def sweep_embeddings(prim, count, active, f, ceff_t, load, cap, beta, fw, total,
             load[best] += 1
             prim[x] = best
             moved += 1
-        _add_traffic(x, prim[x], count, f, cost, served, received, sums, counts)
+        add_traffic(x, prim[x], count, f, cost, served, received, sums, counts)
     return moved, sums[0], sums[1], counts[0], counts[1]
 
 
@@ -235,12 +235,12 @@ def traffic_summary(prim, count, active, f, cost, served, received):  # pragma: 
     counts = np.zeros(2, dtype=np.int64)  # remote, unique
     for x in range(prim.size):
         if active[x]:
-            _add_traffic(x, prim[x], count, f, cost, served, received, sums, counts)
+            add_traffic(x, prim[x], count, f, cost, served, received, sums, counts)
     return sums[0], sums[1], counts[0], counts[1]
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _add_traffic(x, p, count, f, cost, served, received, sums, counts):  # pragma: no cover - compiled
+def add_traffic(x, p, count, f, cost, served, received, sums, counts):  # pragma: no cover - compiled
     """Add used embedding x (primary p) to the traffic totals: for every worker w != p with
     c = count[x, w] users, f(c) expected reads (``sums[1]``), weighted by cost[p, w]
     (``sums[0]``, ``served[p]``, ``received[w]``), c remote accesses (``counts[0]``) and

@@ -26,6 +26,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from ._hybrid_kernels import count_samples  # noqa: F401 - one kernel, used as K.count_samples
+
 _ONE = np.int64(1)
 
 
@@ -373,15 +375,6 @@ def remap(indices, local, out):  # pragma: no cover - compiled
     """out[k] = local[indices[k]] (embedding ids to their compact numbering)."""
     for k in range(indices.size):
         out[k] = local[indices[k]]
-
-
-@numba.njit(cache=True, nogil=True)
-def count_samples(indptr, cindices, sw, count):  # pragma: no cover - compiled
-    """count[x, w] += 1 for every edge (i, x) with sw[i] = w."""
-    for i in range(indptr.size - 1):
-        w = sw[i]
-        for k in range(indptr[i], indptr[i + 1]):
-            count[cindices[k], w] += 1
 
 
 @numba.njit(cache=True, nogil=True)

@@ -30,6 +30,7 @@ import numba
 import numpy as np
 
 from ...kernels.simd import LANES, gather_rows_dot, weighted_row_sum
+from .._hybrid_kernels import add_traffic
 
 
 @numba.njit(cache=True, nogil=True)
@@ -130,41 +131,6 @@ def overwrite_rows(pos, values, gcount, gdrow, df):  # pragma: no cover - compil
 
 
 @numba.njit(cache=True, nogil=True)
-def local_counts(indptr, indices, sw, gcount):  # pragma: no cover - compiled
-    """gcount[x, sw[i]] += 1 for every edge of the shard (its partial counts of the ghost rows)."""
-    for i in range(indptr.size - 1):
-        w = sw[i]
-        for k in range(indptr[i], indptr[i + 1]):
-            gcount[indices[k], w] += 1
-
-
-@numba.njit(cache=True, nogil=True)
-def assign_by_majority(indptr, indices, row_worker, load, cap, order, out):  # pragma: no cover - compiled
-    """Samples in ``order`` to the worker holding most of their placed rows (``row_worker >= 0``),
-    among workers with ``load < cap`` (``load`` is updated); ties to the lower load, then lower id."""
-    num_workers = load.size
-    count = np.zeros(num_workers, dtype=np.int64)
-    for t in range(order.size):
-        i = order[t]
-        for k in range(indptr[i], indptr[i + 1]):
-            w = row_worker[indices[k]]
-            if w >= 0:
-                count[w] += 1
-        best = -1
-        for w in range(num_workers):
-            if load[w] >= cap[w]:
-                continue
-            if best < 0 or count[w] > count[best] or (count[w] == count[best] and load[w] < load[best]):
-                best = w
-        out[i] = best
-        load[best] += 1
-        for k in range(indptr[i], indptr[i + 1]):
-            w = row_worker[indices[k]]
-            if w >= 0:
-                count[w] = 0
-
-
-@numba.njit(cache=True, nogil=True)
 def sweep_owned(x0, x1, prim, count, f, ceff_t, load, net, quota, beta, spread, fw, total, cost, served,
                 received, sums, counts):  # pragma: no cover - compiled
     """Algorithm 1's embedding sweep over the owned rows [x0, x1) (global id order), with
@@ -203,25 +169,6 @@ def owned_traffic(prim, count, f, cost, served, received, sums, counts):  # prag
     """The traffic totals of :func:`sweep_owned` without moving anything."""
     for x in range(prim.size):
         add_traffic(x, prim[x], count, f, cost, served, received, sums, counts)
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def add_traffic(x, p, count, f, cost, served, received, sums, counts):  # pragma: no cover - compiled
-    """Row x (primary p): f(c) expected reads per remote worker w with c users, weighted by cost[p, w]."""
-    for w in range(served.size):
-        if w == p:
-            continue
-        c = count[x, w]
-        if c == 0:
-            continue
-        t = f[c]
-        sums[1] += t
-        counts[0] += c
-        counts[1] += 1
-        wt = t * cost[p, w]
-        sums[0] += wt
-        served[p] += wt
-        received[w] += wt
 
 
 @numba.njit(cache=True, nogil=True)

@@ -37,7 +37,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from .. import _multilevel as ML
-from .._common import choose_primaries
+from .._common import assign_by_majority, choose_primaries
+from .._hybrid_kernels import count_samples
 from ..hybrid import default_coarse_pairs
 from . import _kernels as DK
 from .state import DistState
@@ -58,7 +59,7 @@ def install_samples(state: DistState, sw: np.ndarray) -> None:
     else:
         target = np.zeros_like(state.gcount)
     for first, indptr, indices in state.shard.chunks():
-        DK.local_counts(indptr, indices, state.sw[first:first + indptr.size - 1], target)
+        count_samples(indptr, indices, state.sw[first:first + indptr.size - 1], target)
     if not state.shared:
         state.count[:] = state.owned.sum_received(state.ghosts.send_to_owners(target))
     state.sample_load = state.mesh.isum(np.bincount(state.sw, minlength=state.num_workers))
@@ -213,7 +214,7 @@ def _project(state: DistState, vids: np.ndarray, part: np.ndarray, rng: np.rando
     sw = np.empty(state.shard.num_samples, dtype=np.int32)
     for first, indptr, indices in state.shard.chunks():
         order = rng.permutation(indptr.size - 1).astype(np.int64)
-        DK.assign_by_majority(indptr, indices, row_worker, load, cap, order, sw[first:first + indptr.size - 1])
+        assign_by_majority(indptr, indices, row_worker, load, cap, order, sw[first:first + indptr.size - 1])
     install_samples(state, sw)
     quota = state.mesh.split_room(np.full(n, state.w.primary_cap, dtype=np.int64), 0)
     prim = choose_primaries(state.count, cap=state.w.primary_cap, initial_load=state.w.primary_cap - quota)
