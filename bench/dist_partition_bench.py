@@ -12,8 +12,7 @@ processes are split over the hosts, and the table adds the bytes each host put o
 
 Examples::
 
-    python bench/dist_partition_bench.py /work/dist-data/criteo-1m --workers 8 --procs 2,4 \\
-        --lock /work/heavy.lock
+    python bench/dist_partition_bench.py data/criteo-1m --workers 8 --procs 2,4 --lock /tmp/gmp-bench.lock
     python bench/dist_partition_bench.py data/ml-100k --workers 8 --procs 2,4 --kaminpar
     sudo .venv/bin/python bench/dist_partition_bench.py data/criteo-1m --workers 8 --procs 4 --hosts 2 \\
         --no-single

@@ -6,7 +6,8 @@
     python bench/tiered_checkpoint_run.py straight 50 WORK/ck2   # the uninterrupted reference
     cmp WORK/ck/latest/worker-00000.rows WORK/ck2/latest/worker-00000.rows
 
-Environment: GMP_BIG_DATA (default data/bench/c500k), GMP_BIG_WORK (default /tmp/gmp-tiered-checkpoint).
+Environment: GMP_BIG_DATA (default data/bench/c500k), GMP_BIG_WORK (default data/bench/tiered-checkpoint,
+beside the data: the phases run as separate processes and share it; WORK above).
 """
 import json, os, resource, sys, time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -20,8 +21,8 @@ from gmp.train.run import load_placement
 from gmp.train.tiers import TierOptions
 
 phase, steps = sys.argv[1], int(sys.argv[2])
-CK = sys.argv[3] if len(sys.argv) > 3 else os.path.join(os.environ.get("GMP_BIG_WORK", "/tmp/gmp-tiered-checkpoint"), "ck")
-root = os.environ.get("GMP_BIG_WORK", "/tmp/gmp-tiered-checkpoint")
+root = os.environ.get("GMP_BIG_WORK", "data/bench/tiered-checkpoint")
+CK = sys.argv[3] if len(sys.argv) > 3 else os.path.join(root, "ck")
 ds = load_dataset(os.environ.get("GMP_BIG_DATA", "data/bench/c500k"))
 data = TrainData(ds)
 pl = load_placement(ds, None, 1)
