@@ -95,6 +95,29 @@ def fill_marginals(count, df, drow):  # pragma: no cover - compiled
             drow[x, w] = df[count[x, w]]
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def sample_gains(indices, k0, k1, prim, drow, ceff, width, gain, count, df, a):  # pragma: no cover - compiled
+    """Eq. 3 of the sample with edges [k0, k1) on every worker into ``gain`` (all SIMD column
+    blocks of ``drow``); returns its cost on its own worker ``a``."""
+    stay = gather_rows_dot(indices, k0, k1, prim, drow, ceff, 0, gain, count, df, a)
+    for col in range(LANES, width, LANES):  # N > 8 workers: the rest of the gains only
+        gather_rows_dot(indices, k0, k1, prim, drow, ceff, col, gain, count, df, None)
+    return stay
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def move_sample(indices, k0, k1, a, b, count, drow, df):  # pragma: no cover - compiled
+    """The sample with edges [k0, k1) leaves worker a for b: its rows' counts and marginals."""
+    for k in range(k0, k1):
+        x = indices[k]
+        ca = count[x, a] - 1
+        cb = count[x, b] + 1
+        count[x, a] = ca
+        count[x, b] = cb
+        drow[x, a] = df[ca]
+        drow[x, b] = df[cb]
+
+
 @numba.njit(cache=True, nogil=True)
 def sweep_samples(indptr, indices, sw, prim, count, drow, df, ceff, load, cap, alpha, gain):  # pragma: no cover
     """One pass of Algorithm 1 lines 3-5 over the sample vertices, sequentially in id order.
@@ -135,9 +158,7 @@ def sweep_samples(indptr, indices, sw, prim, count, drow, df, ceff, load, cap, a
         if k0 == k1:
             continue
         a = sw[i]
-        stay = gather_rows_dot(indices, k0, k1, prim, drow, ceff, 0, gain, count, df, a)
-        for col in range(LANES, width, LANES):  # N > 8 workers: the rest of the gains only
-            gather_rows_dot(indices, k0, k1, prim, drow, ceff, col, gain, count, df, None)
+        stay = sample_gains(indices, k0, k1, prim, drow, ceff, width, gain, count, df, a)
         best = a
         best_delta = -1e-9  # strictly improving moves only (no float-noise ping-pong)
         for b in range(num_workers):
@@ -148,14 +169,7 @@ def sweep_samples(indptr, indices, sw, prim, count, drow, df, ceff, load, cap, a
                 best_delta = delta
                 best = b
         if best != a:
-            for k in range(k0, k1):
-                x = indices[k]
-                ca = count[x, a] - 1
-                cb = count[x, best] + 1
-                count[x, a] = ca
-                count[x, best] = cb
-                drow[x, a] = df[ca]
-                drow[x, best] = df[cb]
+            move_sample(indices, k0, k1, a, best, count, drow, df)
             load[a] -= 1
             load[best] += 1
             sw[i] = best

@@ -29,8 +29,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from ...kernels.simd import LANES, gather_rows_dot, weighted_row_sum
-from .._hybrid_kernels import add_traffic
+from ...kernels.simd import LANES, weighted_row_sum
+from .._hybrid_kernels import add_traffic, move_sample, sample_gains
 
 
 @numba.njit(cache=True, nogil=True)
@@ -58,9 +58,7 @@ def sweep_block(indptr, indices, rows, sw, gprim, gcount, gdrow, df, ceff, load,
         if k0 == k1:
             continue
         a = sw[i]
-        stay = gather_rows_dot(indices, k0, k1, gprim, gdrow, ceff, 0, gain, gcount, df, a)
-        for col in range(LANES, width, LANES):
-            gather_rows_dot(indices, k0, k1, gprim, gdrow, ceff, col, gain, gcount, df, None)
+        stay = sample_gains(indices, k0, k1, gprim, gdrow, ceff, width, gain, gcount, df, a)
         best = a
         best_delta = -1e-9
         for b in range(num_workers):
@@ -71,14 +69,7 @@ def sweep_block(indptr, indices, rows, sw, gprim, gcount, gdrow, df, ceff, load,
                 best_delta = delta
                 best = b
         if best != a:
-            for k in range(k0, k1):
-                x = indices[k]
-                ca = gcount[x, a] - 1
-                cb = gcount[x, best] + 1
-                gcount[x, a] = ca
-                gcount[x, best] = cb
-                gdrow[x, a] = df[ca]
-                gdrow[x, best] = df[cb]
+            move_sample(indices, k0, k1, a, best, gcount, gdrow, df)
             net[a] -= 1
             net[best] += 1
             sw[i] = best
