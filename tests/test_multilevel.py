@@ -324,3 +324,55 @@ def test_parallel_candidates_bounded_by_available_memory(monkeypatch):
     for available, expect in ((2 * 3 * one + 5, 3), (one, 1), (0, 1)):
         monkeypatch.setattr(psutil, "virtual_memory", lambda a=available: type("VM", (), {"available": a})())
         assert _candidates_that_fit(45_840_617, 30_100_000, 8, 24_000_000) == expect
+
+
+# --------------------------------------------------------------------------
+# the portfolio start of small graphs and the kernels of the speed work
+# --------------------------------------------------------------------------
+def test_worker_loads_matches_bincount_and_skips_unplaced():
+    part = np.random.default_rng(3).integers(-1, 5, 10_000).astype(np.int32)
+    expect = np.bincount(part[part >= 0], minlength=5)
+    np.testing.assert_array_equal(K.worker_loads(part, np.int64(5)), expect)
+    np.testing.assert_array_equal(K.worker_loads(np.full(4, -1, dtype=np.int32), np.int64(3)), [0, 0, 0])
+
+
+def test_portfolio_keeps_the_candidate_with_the_lowest_refined_objective(skewed_graph):
+    from gmp.partition.hybrid import _start_objective, soft_count_table
+
+    g, n = skewed_graph, 4
+    p = run_partitioner("hybrid", g, homogeneous(n), seed=3, options=dict(NO_2D, portfolio_seeds=2))
+    ml = p.info["multilevel"]
+    assert ml["portfolio"]
+    bands = {tuple(c["band"]) for c in ml["candidates"]}
+    assert len(ml["candidates"]) == 2 * len(bands) and len(bands) >= 2
+    objectives = [c["objective"] for c in ml["candidates"]]
+    assert ml["chosen"] == int(np.argmin(objectives))
+    assert all(c["objective"] <= c["projected_objective"] * (1 + 1e-9) for c in ml["candidates"])
+    # the placement returned is the chosen candidate's: its objective recomputed from scratch
+    used_ids, local, degree = K.used_ids_and_degree(np.asarray(g.sample_indices), np.int64(g.num_embeddings))
+    count = np.zeros((used_ids.size, n), dtype=np.int32)
+    K.count_samples(np.asarray(g.sample_indptr), local[np.asarray(g.sample_indices)], p.sample_worker, count)
+    scap = sample_cap(g.num_samples, n, 1.05)
+    f = soft_count_table(scap, g.num_samples / n, 512)
+    again = _start_objective(p.sample_worker, np.asarray(p.embedding_primary)[used_ids].astype(np.int32), count,
+                             degree > 0, f, homogeneous(n).cost.astype(np.float64), n, p.info["alpha"],
+                             p.info["beta"], p.info["gamma"])
+    assert again == pytest.approx(objectives[ml["chosen"]], rel=1e-9)
+    assert p.info["rounds"][-1]["objective"] == objectives[ml["chosen"]]
+    # off: the projected choice among coarse_restarts bands, as on large graphs
+    q = run_partitioner("hybrid", g, homogeneous(n), seed=3, options=dict(NO_2D, portfolio_edges=0))
+    assert not q.info["multilevel"]["portfolio"] and len(q.info["multilevel"]["candidates"]) <= 2
+    assert not run_partitioner("hybrid", g, homogeneous(n), seed=3,
+                               options=dict(NO_2D, rounds=0)).info["multilevel"]["portfolio"]
+
+
+@pytest.mark.parametrize("bad,match", [
+    (dict(portfolio_edges=-1), "portfolio_edges must be an integer >= 0"),
+    (dict(portfolio_seeds=0), "portfolio_seeds must be an integer >= 1"),
+    (dict(portfolio_bands=1.5), "portfolio_bands must be an integer >= 1"),
+    (dict(portfolio_rounds=0), "portfolio_rounds must be an integer >= 1"),
+])
+def test_bad_portfolio_options(bad, match):
+    g = BipartiteGraph.from_lists([[0, 1], [1, 2]], 3)
+    with pytest.raises(PartitionError, match=match):
+        run_partitioner("hybrid", g, homogeneous(2), seed=0, options=bad)

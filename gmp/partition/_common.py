@@ -361,7 +361,7 @@ def import_pymetis():
 
 def run_metis(xadj: np.ndarray, adjncy: np.ndarray, num_parts: int, *, vertex_weights: np.ndarray | None,
               edge_weights: np.ndarray | None, seed: int, imbalance: float, recursive: bool,
-              ncuts: int = 1) -> np.ndarray:
+              ncuts: int = 1, niter: int | None = None) -> np.ndarray:
     """``METIS_PartGraph{Kway,Recursive}`` through pymetis; returns int32 [num_vertices] parts.
 
     Translates gmp's names to METIS's at this one boundary: ``num_parts`` ->
@@ -369,6 +369,7 @@ def run_metis(xadj: np.ndarray, adjncy: np.ndarray, num_parts: int, *, vertex_we
     e.g. 30). Arrays are passed as int64, pymetis's ``idx_t`` here, so it
     reads them without copying. ``ncuts``: METIS computes that many
     partitionings (different seeds inside METIS) and keeps the smallest cut.
+    ``niter``: refinement passes per uncoarsening level (METIS's default, 10, when None).
     """
     pymetis = import_pymetis()
     num_vertices = xadj.size - 1
@@ -377,6 +378,8 @@ def run_metis(xadj: np.ndarray, adjncy: np.ndarray, num_parts: int, *, vertex_we
     dtype = np.dtype(pymetis.zero_copy_dtype()) if hasattr(pymetis, "zero_copy_dtype") else np.dtype(np.int64)
     opts = pymetis.Options(seed=int(seed), ufactor=max(1, int(round((float(imbalance) - 1.0) * 1000))),
                            ncuts=int(ncuts))
+    if niter is not None:
+        opts.niter = int(niter)
     adjacency = pymetis.CSRAdjacency(np.ascontiguousarray(xadj, dtype=dtype), np.ascontiguousarray(adjncy, dtype=dtype))
     kw = {}
     if vertex_weights is not None:

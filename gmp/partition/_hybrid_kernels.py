@@ -35,6 +35,20 @@ def count_samples(indptr, indices, sw, count):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
+def worker_loads(part, num_workers):  # pragma: no cover - compiled
+    """int64 [num_workers]: how many entries of ``part`` hold each worker (entries < 0 are skipped).
+
+    ``np.bincount`` would first copy an int32 array to intp: over criteo-1m's 33.8M primaries that
+    copy and count took about 1 s of the 2D step; this pass reads the int32 array once."""
+    out = np.zeros(num_workers, dtype=np.int64)
+    for k in range(part.size):
+        w = part[k]
+        if w >= 0:
+            out[w] += 1
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
 def remap(indices, local, out):  # pragma: no cover - compiled
     """out[k] = local[indices[k]] (embedding ids to their compact numbering)."""
     for k in range(indices.size):

@@ -131,9 +131,10 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from typing import Iterator
 
@@ -170,7 +171,9 @@ class Options:
         Maximum number of 1D rounds T (Algorithm 1). Default 5.
     tol
         Stop early when a round lowers the objective by less than this
-        fraction of its previous value. Default 1e-3.
+        fraction of its previous value. Default 4e-3 (was 1e-3: on criteo-1m
+        rounds 4 and 5 of the multilevel default gained 0.21 % and 0.12 % for
+        0.6 s each; docs/hybrid.md, "Speed and memory of the multilevel default").
     alpha, beta
         Weights of the sample and primary balance terms (Eq. 4). ``None``:
         the paper's defaults ``100 N / |samples|`` and ``100 N / |used embeddings|``.
@@ -214,13 +217,26 @@ class Options:
         Upper degree bound of the signal rows, in units of the soft count's
         per-worker batches ``m / b``. Default 4.
     coarse_restarts
-        Candidate bands of the multilevel start: upper bounds ``saturation``
-        x 1, 4, 16, ...; the projection with the lowest objective is refined.
-        Default 2 (each candidate costs one METIS run).
+        Candidate bands of the multilevel start on large graphs: upper bounds
+        ``saturation`` x 1, 4, 16, ...; the projection with the lowest
+        objective is refined. Default 2 (each candidate costs one METIS run).
+    portfolio_edges
+        Graphs with at most this many edges (sample-row entries) get the
+        *portfolio* multilevel start instead: ``portfolio_bands`` bands x
+        ``portfolio_seeds`` seeds, each candidate refined by up to
+        ``portfolio_rounds`` rounds, and the lowest objective after refinement
+        (less what the 2D step's budget will save) kept (docs/hybrid.md, "iPinYou"). Flat topologies and ``rounds > 0``
+        only. Default
+        2,000,000 (MovieLens-100K, Frappe, iPinYou; not criteo-1m's 26M); 0
+        disables it.
+    portfolio_bands, portfolio_seeds, portfolio_rounds
+        The portfolio: bands ``saturation`` x 1, 4, ... (default 5), seeds per
+        band (default 4) and the round limit of every candidate, which replaces
+        ``rounds`` there (default 20; ``tol`` still stops early).
     """
 
     rounds: int = 5
-    tol: float = 1e-3
+    tol: float = 4e-3
     alpha: float | None = None
     beta: float | None = None
     gamma: float = 0.01
@@ -236,6 +252,10 @@ class Options:
     coarse_vertices: int = 100_000
     saturation: float = 4.0
     coarse_restarts: int = 2
+    portfolio_edges: int = 2_000_000
+    portfolio_bands: int = 5
+    portfolio_seeds: int = 4
+    portfolio_rounds: int = 20
 
     def __post_init__(self) -> None:
         if not isinstance(self.rounds, int) or self.rounds < 0:
@@ -274,6 +294,13 @@ class Options:
             raise PartitionError(f"hybrid: coarse_vertices must be a positive integer, got {self.coarse_vertices!r}.")
         if not isinstance(self.coarse_restarts, int) or self.coarse_restarts < 1:
             raise PartitionError(f"hybrid: coarse_restarts must be an integer >= 1, got {self.coarse_restarts!r}.")
+        if not isinstance(self.portfolio_edges, int) or isinstance(self.portfolio_edges, bool) or self.portfolio_edges < 0:
+            raise PartitionError(f"hybrid: portfolio_edges must be an integer >= 0 (0 disables the portfolio), "
+                                 f"got {self.portfolio_edges!r}.")
+        for name in ("portfolio_bands", "portfolio_seeds", "portfolio_rounds"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise PartitionError(f"hybrid: {name} must be an integer >= 1, got {v!r}.")
         if (not isinstance(self.saturation, (int, float)) or not math.isfinite(self.saturation)
                 or self.saturation <= 0):
             raise PartitionError(f"hybrid: saturation must be a finite number > 0, got {self.saturation!r}.")
@@ -508,6 +535,25 @@ def choose_secondaries(state: _State, budgets: np.ndarray) -> tuple[np.ndarray, 
     return indptr, w_of[order].astype(np.int32), w_indptr, w_ids
 
 
+def replication_savings(state: _State, budgets: np.ndarray) -> float:
+    """Cost-weighted expected traffic the 2D step would take off ``state`` (Eq. 6): per worker the sum of
+    its top-``budget`` candidate scores (:func:`choose_secondaries` picks exactly those; ties do not change
+    the sum). 0 when every budget is 0."""
+    if int(np.sum(budgets)) <= 0:
+        return 0.0
+    ids_buf = np.empty(state.prim.size, dtype=np.int64)
+    score_buf = np.empty(state.prim.size, dtype=np.float64)
+    total = 0.0
+    for w in range(state.num_workers):
+        k = int(budgets[w])
+        if k <= 0:
+            continue
+        m = K.replication_scores(state.prim, state.count, state.active, state.f, state.cost, w, ids_buf, score_buf)
+        scores = score_buf[:m]
+        total += float(scores.sum() if m <= k else np.partition(scores, m - k)[m - k:].sum())
+    return total
+
+
 def partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options: Options) -> Placement:
     """HET-GMP hybrid partitioning (Algorithm 1): T rounds of 1D sweeps, then the 2D replication step.
 
@@ -562,25 +608,32 @@ def _spread_within_machines(machine_part: np.ndarray, machine_of: np.ndarray, rn
     return out
 
 
-def _run_rounds(state: _State, options: Options, rounds: list[dict], level: str, t_start: float) -> None:
-    """Algorithm 1 lines 2-5 on one level: up to ``options.rounds`` sweeps, logged into ``rounds``."""
+def _run_rounds(state: _State, options: Options, rounds: list[dict], level: str, t_start: float, *,
+                max_rounds: int | None = None, show: bool = True) -> None:
+    """Algorithm 1 lines 2-5 on one level: up to ``max_rounds`` (default ``options.rounds``) sweeps, logged
+    into ``rounds``. ``show=False``: no progress bar and the rounds logged at DEBUG (a portfolio candidate's
+    refinement, run in a worker thread)."""
+    max_rounds = options.rounds if max_rounds is None else max_rounds
+    level_no = logging.INFO if show else logging.DEBUG
 
     def record(r: int, seconds: float, moved: tuple[int, int]) -> dict:
         entry = {"round": r, "level": level, **state.summary()}
         entry["moved_samples"], entry["moved_embeddings"] = moved
         entry["seconds"] = round(seconds, 4)
         rounds.append(entry)
-        log.info("hybrid %s round %d: objective %.6g, expected batch remote reads %.6g, remote_accesses %d, "
-                 "epoch_unique_remote %d, imbalance samples %.4f primaries %.4f traffic %.4f, "
-                 "moved %d samples %d embeddings, %.2f s",
-                 level, r, entry["objective"], entry["expected_remote_reads"], entry["remote_accesses"],
-                 entry["epoch_unique_remote"], entry["sample_imbalance"], entry["primary_imbalance"],
-                 entry["traffic_imbalance"], entry["moved_samples"], entry["moved_embeddings"], seconds)
+        log.log(level_no, "hybrid %s round %d: objective %.6g, expected batch remote reads %.6g, remote_accesses %d, "
+                "epoch_unique_remote %d, imbalance samples %.4f primaries %.4f traffic %.4f, "
+                "moved %d samples %d embeddings, %.2f s",
+                level, r, entry["objective"], entry["expected_remote_reads"], entry["remote_accesses"],
+                entry["epoch_unique_remote"], entry["sample_imbalance"], entry["primary_imbalance"],
+                entry["traffic_imbalance"], entry["moved_samples"], entry["moved_embeddings"], seconds)
         return entry
 
     prev = record(0, time.perf_counter() - t_start, (0, 0))["objective"]
-    with task(f"Hybrid partitioning ({level} level, 1D rounds)", total=options.rounds) as advance:
-        for r in range(1, options.rounds + 1):
+    bar = (task(f"Hybrid partitioning ({level} level, 1D rounds)", total=max_rounds) if show
+           else nullcontext(lambda amount=1, status=None: None))
+    with bar as advance:
+        for r in range(1, max_rounds + 1):
             t_r = time.perf_counter()
             ceff = state.effective_cost()  # state.served is current: summary() ran last
             moved = state.sweep(ceff)
@@ -589,8 +642,8 @@ def _run_rounds(state: _State, options: Options, rounds: list[dict], level: str,
             improvement = (prev - obj) / prev if prev > 0 else 0.0
             prev = obj
             if improvement < options.tol:
-                log.info("hybrid %s level: round %d improved the objective by %.3g < tol %.3g; stopping.", level, r,
-                         improvement, options.tol)
+                log.log(level_no, "hybrid %s level: round %d improved the objective by %.3g < tol %.3g; stopping.",
+                        level, r, improvement, options.tol)
                 break
 
 
@@ -601,15 +654,24 @@ def default_coarse_pairs(num_samples: int) -> int:
 
 
 def _multilevel_start(graph: BipartiteGraph, topology: Topology, options: Options, rng: np.random.Generator,
-                      degree: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict] | None:
-    """The multilevel start (:mod:`._multilevel`): ``(sample_worker, primary, count)`` over the graph's (used)
-    ids and an info dict, or None when no row falls in the signal band (then the random start is used).
+                      degree: np.ndarray) -> tuple[_State, list[dict] | None, dict] | None:
+    """The multilevel start (:mod:`._multilevel`): ``(state, rounds, info)`` over the graph's (used) ids, or
+    None when no row falls in the signal band (then the random start is used).
 
-    One candidate per band: upper bounds ``saturation * 4**k`` (k < ``coarse_restarts``) times the soft
-    count's ``m / b``; each is partitioned and projected, and the projection with the lowest objective J
-    (the sweeps' own objective) is kept. Every candidate has its own generator, seeded from ``rng`` before
-    any runs, so the candidates are independent: they run in up to ``numba.get_num_threads()`` Python
-    threads at once (their kernels and METIS release the GIL) and the result does not depend on how many.
+    Large graphs (more than ``portfolio_edges`` edges): one candidate per band, upper bounds
+    ``saturation * 4**k`` (k < ``coarse_restarts``) times the soft count's ``m / b``; each is partitioned
+    and projected, and the projection with the lowest objective J (the sweeps' own objective) is kept;
+    ``rounds`` is None (the caller runs the sweeps).
+
+    Small graphs (the *portfolio*): ``portfolio_bands`` bands x ``portfolio_seeds`` seeds, and every
+    candidate is refined by up to ``portfolio_rounds`` rounds before the choice, so the lowest J *after*
+    the sweeps, less the traffic the 2D step's secondaries will save (:func:`replication_savings`), wins
+    (the projected J predicts that poorly across bands: docs/hybrid.md, "iPinYou");
+    ``rounds`` is the chosen candidate's round log.
+
+    Every candidate has its own generator, seeded from ``rng`` before any runs, so the candidates are
+    independent: they run in up to ``numba.get_num_threads()`` Python threads at once (their kernels and
+    METIS release the GIL) and the result does not depend on how many. Ties go to the lower candidate.
     """
     t0 = time.perf_counter()
     n = topology.num_workers
@@ -626,17 +688,28 @@ def _multilevel_start(graph: BipartiteGraph, topology: Topology, options: Option
     f = soft_count_table(scap, graph.num_samples / n, options.batch_size)
     cost = np.ascontiguousarray(topology.cost, dtype=np.float64)
     machine_of = np.asarray(topology.machine_of, dtype=np.int64)
+    # the portfolio on flat topologies only: on a hierarchical one the refined J after the sweeps preferred
+    # near-misses of the planted machine/worker structure that the projected choice recovers exactly
+    # (tests/test_multilevel.py, two-level test)
+    # (rounds=0 asks for the projection alone: nothing to refine, no portfolio)
+    portfolio = (graph.num_edges <= options.portfolio_edges and not _is_hierarchical(topology)
+                 and options.rounds > 0)
+    num_bands, num_seeds = (options.portfolio_bands, options.portfolio_seeds) if portfolio else (
+        options.coarse_restarts, 1)
     bands = []
-    for k in range(options.coarse_restarts):
+    for k in range(num_bands):
         band = ML.signal_band(degree, graph.num_samples, n, options.batch_size,
                               saturation=options.saturation * 4.0**k, max_vertices=options.coarse_vertices)
         if band not in bands:
             bands.append(band)
-    seeds = rng.integers(0, 2**63 - 1, size=len(bands))
+    jobs = [(band, t) for band in bands for t in range(num_seeds)]
+    seeds = rng.integers(0, 2**63 - 1, size=len(jobs))
+    lock = threading.Lock()
+    best: list = []  # portfolio: [((objective, k), candidate)] of the best refined candidate so far
 
     def candidate(k: int) -> dict:
         t_c = time.perf_counter()
-        lo, hi = bands[k]
+        (lo, hi), _ = jobs[k]
         crng = np.random.default_rng(int(seeds[k]))
         xadj, adjncy, weights, vertex_row, rows_used = ML.signal_graph(indptr, indices, degree, lo, hi, crng,
                                                                       max_pairs)
@@ -651,33 +724,71 @@ def _multilevel_start(graph: BipartiteGraph, topology: Topology, options: Option
         row_worker[vertex_row] = part
         sw, prim, count = ML.project(indptr, indices, row_worker, n, scap, pcap, crng)
         del row_worker
-        cand["objective"] = _start_objective(sw, prim, count, active, f, cost, n, *weights_ab, options.gamma)
+        cand["projected_objective"] = _start_objective(sw, prim, count, active, f, cost, n, *weights_ab,
+                                                       options.gamma)
+        if portfolio:  # refine now; the choice is made on the refined objective
+            state = _State(graph, topology.cost, options, sw, prim, crng, batch_size=options.batch_size,
+                           count=count)
+            del count
+            cand_rounds: list[dict] = []
+            _run_rounds(state, options, cand_rounds, "worker", t_c, max_rounds=options.portfolio_rounds,
+                        show=False)
+            cand["objective"] = cand_rounds[-1]["objective"]
+            cand["rounds"] = len(cand_rounds) - 1
+            # scored as it will be used: J less what the 2D step's secondaries will save (a start whose
+            # remote traffic sits on a few rows loses less to replication than J alone says)
+            cand["score"] = cand["objective"] - replication_savings(
+                state, replication_budgets(n, state.num_used, state.primary_load, options))
+            cand["placement"] = (state, cand_rounds)
+            # keep only the best refined state so far (memory: one state per running thread, plus the best);
+            # (score, k) is a total order, so the survivor does not depend on the order threads finish
+            with lock:
+                key = (cand["score"], k)
+                if best and best[0][0] <= key:
+                    cand["placement"] = None
+                else:
+                    if best:
+                        best[0][1]["placement"] = None
+                    best[:] = [(key, cand)]
+        else:
+            cand["objective"] = cand["score"] = cand["projected_objective"]
+            cand["placement"] = (sw, prim, count)
         cand["seconds"] = round(time.perf_counter() - t_c, 4)
-        cand["placement"] = (sw, prim, count)
-        log.info("hybrid multilevel: rows of degree [%d, %d]: %d vertices, %d edges (%d sampled rows): projected "
-                 "objective %.6g, %.2f s", lo, hi, cand["vertices"], cand["edges"], rows_used, cand["objective"],
-                 cand["seconds"])
+        log.log(logging.DEBUG if portfolio else logging.INFO,
+                "hybrid multilevel: rows of degree [%d, %d]: %d vertices, %d edges (%d sampled rows): projected "
+                "objective %.6g, objective %.6g, %.2f s", lo, hi, cand["vertices"], cand["edges"], rows_used,
+                cand["projected_objective"], cand["objective"], cand["seconds"])
         return cand
 
-    threads = max(1, min(len(bands), numba.get_num_threads(),
+    threads = max(1, min(len(jobs), numba.get_num_threads(),
                          _candidates_that_fit(graph.num_samples, num_used, n, max_pairs)))
-    with task(f"Hybrid multilevel: {len(bands)} candidate bands, {threads} at a time"):
+    kind = f"{len(jobs)} refined candidates ({len(bands)} bands)" if portfolio else f"{len(jobs)} candidate bands"
+    with task(f"Hybrid multilevel: {kind}, {threads} at a time"):
         if threads == 1:
-            candidates = [candidate(k) for k in range(len(bands))]
+            candidates = [candidate(k) for k in range(len(jobs))]
         else:
             with ThreadPoolExecutor(max_workers=threads) as pool:
-                candidates = list(pool.map(candidate, range(len(bands))))
+                candidates = list(pool.map(candidate, range(len(jobs))))
     placed = [k for k, c in enumerate(candidates) if "placement" in c]
     if not placed:
         log.info("hybrid multilevel: fewer signal rows than workers; random start.")
         return None
-    chosen = min(placed, key=lambda k: (candidates[k]["objective"], k))
-    sw, prim, count = candidates[chosen].pop("placement")
+    chosen = min(placed, key=lambda k: (candidates[k]["score"], k))
+    assert candidates[chosen]["placement"] is not None  # the portfolio kept exactly this one
+    placement = candidates[chosen].pop("placement")
     for c in candidates:
         c.pop("placement", None)
-    info = {"candidates": candidates, "chosen": chosen, "max_pairs": max_pairs,
+    info = {"candidates": candidates, "chosen": chosen, "max_pairs": max_pairs, "portfolio": portfolio,
             "seconds": round(time.perf_counter() - t0, 4)}
-    return sw, prim, count, info
+    log.info("hybrid multilevel: %s; chose band [%d, %d] (candidate %d), objective %.6g, %.2f s", kind,
+             *candidates[chosen]["band"], chosen, candidates[chosen]["objective"], info["seconds"])
+    if portfolio:
+        state, cand_rounds = placement
+        return state, cand_rounds, info
+    sw, prim, count = placement
+    del placement
+    state = _State(graph, topology.cost, options, sw, prim, rng, batch_size=options.batch_size, count=count)
+    return state, None, info
 
 
 def candidate_bytes(num_samples: int, num_used: int, num_workers: int, max_pairs: int) -> int:
@@ -747,12 +858,12 @@ def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options:
     if options.levels > 1 and start is None:  # multilevel start (._multilevel), any topology
         ml = _multilevel_start(graph, topology, options, rng, degree)
     if ml is not None:
-        sw, prim, count, multilevel_info = ml
+        state, refined, multilevel_info = ml
         del ml
-        state = _State(graph, topology.cost, options, sw, prim, rng, batch_size=options.batch_size, count=count)
-        del count
-        rounds_t0 = time.perf_counter()
-        _run_rounds(state, options, rounds, "worker", rounds_t0)
+        if refined is None:
+            _run_rounds(state, options, rounds, "worker", time.perf_counter())
+        else:  # the portfolio refined its candidates already: the chosen one's round log
+            rounds.extend(refined)
     elif _is_hierarchical(topology):
         # machine level first: machines are the partitions, a machine's batch is its workers' batches
         mo = np.asarray(topology.machine_of, dtype=np.int32)
@@ -798,7 +909,7 @@ def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options:
         prim[used_ids] = state.prim
     place_unused_embeddings(prim, n)  # phantom ids: memory only, least-loaded workers
     # every primary row (phantoms too) occupies memory next to the secondaries
-    budgets = replication_budgets(n, state.num_used, np.bincount(prim, minlength=n), options)
+    budgets = replication_budgets(n, state.num_used, K.worker_loads(prim, np.int64(n)), options)
     if int(budgets.sum()) > 0:
         indptr, workers, w_indptr, w_ids = choose_secondaries(state, budgets)
     else:
