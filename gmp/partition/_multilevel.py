@@ -54,7 +54,10 @@ would otherwise count the same placement again.
 **Candidates.** ``hybrid`` projects one candidate per band (its option
 ``coarse_restarts``: upper bounds ``saturation`` x 1, 4, ...), each from its
 own seeded generator and in parallel threads where memory allows, and refines
-the projection with the lowest objective (the sweeps' own J).
+the projection with the lowest objective (the sweeps' own J). On small flat
+graphs (``portfolio_edges``) it runs a *portfolio* instead: bands x seeds
+candidates, each refined before the choice, the lowest refined J less the 2D
+step's savings kept (iPinYou: the projected J ranks the bands backwards).
 """
 
 from __future__ import annotations
