@@ -101,10 +101,13 @@ def used_rows(count):  # pragma: no cover - compiled
     return out
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, parallel=True)
 def fill_marginals(count, df, drow):  # pragma: no cover - compiled
-    """drow[x, w] = df[count[x, w]] for the N real columns (padding columns stay as they are)."""
-    for x in range(count.shape[0]):
+    """drow[x, w] = df[count[x, w]] for the N real columns (padding columns stay as they are).
+
+    A pure map on all threads (the result does not depend on their number); it also takes the
+    first-touch page faults of the freshly allocated ``drow`` (criteo-1m: 180 MB, 0.5 s on one core)."""
+    for x in numba.prange(count.shape[0]):
         for w in range(count.shape[1]):
             drow[x, w] = df[count[x, w]]
 
