@@ -376,3 +376,12 @@ def test_bad_portfolio_options(bad, match):
     g = BipartiteGraph.from_lists([[0, 1], [1, 2]], 3)
     with pytest.raises(PartitionError, match=match):
         run_partitioner("hybrid", g, homogeneous(2), seed=0, options=bad)
+
+
+def test_fill_marginals_is_df_of_count_and_keeps_padding():
+    count = np.random.default_rng(4).integers(0, 30, size=(5000, 5)).astype(np.int32)
+    df = np.random.default_rng(5).random(40)
+    drow = np.full((5000, 8), -7.0)
+    K.fill_marginals(count, df, drow)
+    np.testing.assert_array_equal(drow[:, :5], df[count])
+    assert (drow[:, 5:] == -7.0).all()  # padding columns untouched
