@@ -18,7 +18,8 @@ from gmp.graph import BipartiteGraph
 from gmp.manifest import load_manifest
 from gmp.metrics import batch_remote_reads
 from gmp.partition.incremental import (MovedRows, Options, match_workers, migration_budget, moved_rows,
-                                       place_new_data, repartition_incremental, repartition_toward)
+                                       place_new_data, repartition_incremental, repartition_toward,
+                                       saturated_degree)
 from gmp.placement import Placement
 from gmp.topology import resolve_topology
 
@@ -74,6 +75,29 @@ def test_place_new_data_respects_the_sample_cap():
     p = place_new_data(g, old, two(), options=Options(max_imbalance=1.0, **EXACT))
     assert np.bincount(p.sample_worker, minlength=2).tolist() == [3, 3]
     assert p.sample_worker.tolist() == [0, 0, 0, 1, 1, 1]
+
+
+def test_project_start_hand_computed():
+    # rows 0,1 on w0 and 2,3 on w1; id 4 is new. batch 1: saturated_degree = max(4, ceil(4 * 2 / 1)) = 8, every
+    # row votes. s0 [0,1]: w0 2 votes -> w0.  s1 [0,2,3]: w0 1, w1 2 -> w1.  s2 [2,4]: w1 1 (id 4 has no
+    # samples yet, no vote) -> w1; id 4's virtual primary is now w1.  s3 [0,4]: w0 1, w1 1 -> the less
+    # loaded w0 (loads 1 and 2).
+    g = BipartiteGraph.from_lists([[0, 1], [0, 2, 3], [2, 4], [0, 4]], 5)
+    old = Placement.edge_cut(2, [0], [0, 0, 1, 1])
+    p = place_new_data(g, old, two(), options=Options(max_imbalance=1.5, start="project", **EXACT))
+    assert p.sample_worker.tolist() == [0, 1, 1, 0]
+    assert p.embedding_primary[:4].tolist() == [0, 0, 1, 1] and moved_rows(old, p).total == 0
+
+
+def test_project_start_ignores_saturated_rows():
+    # row 0 (w0) is in all 6 samples: degree 6 > saturated_degree(6, 2, 512) = max(4, ceil(4 * 3 / 3)) = 4,
+    # so it does not vote; rows 1..6 (w1) do. Every sample wants w1; the cap (3) sends the last three to w0.
+    # Had row 0 voted, s0 would tie 1-1 and go to the lowest id, w0.
+    g = BipartiteGraph.from_lists([[0, k] for k in range(1, 7)], 7)
+    old = Placement.edge_cut(2, [0], [0, 1, 1, 1, 1, 1, 1])
+    opts = Options(max_imbalance=1.0, start="project", alpha=0.0, beta=0.0, order="dataset")
+    assert saturated_degree(6, 2, 512) == 4
+    assert place_new_data(g, old, two(), options=opts).sample_worker.tolist() == [1, 1, 1, 0, 0, 0]
 
 
 # --------------------------------------------------------------------------- incremental with a budget
@@ -137,19 +161,20 @@ def cases(draw):
     rounds = draw(st.integers(0, 3))
     rb = draw(st.sampled_from([None, 0.0, 0.3]))
     bs = draw(st.sampled_from([1, 4, 512]))
-    return n, m_old, m, [sorted(r) for r in rows], prim, secs, budget, rounds, rb, bs
+    start = draw(st.sampled_from(["pass", "project"]))
+    return n, m_old, m, [sorted(r) for r in rows], prim, secs, budget, rounds, rb, bs, start
 
 
 @settings(max_examples=60, deadline=None)
 @given(cases())
 def test_budget_is_never_exceeded(case):
-    n, m_old, m, rows, prim, secs, budget, rounds, rb, bs = case
+    n, m_old, m, rows, prim, secs, budget, rounds, rb, bs, start = case
     g = BipartiteGraph.from_lists(rows, m)
     indptr = np.zeros(m_old + 1, dtype=np.int64)
     np.cumsum([len(s) for s in secs], out=indptr[1:])
     old = Placement.edge_cut(n, [0], prim).with_secondaries(indptr, [w for s in secs for w in s])
     topo = resolve_topology(n, None, None)
-    opts = Options(rounds=rounds, replication_budget=rb, batch_size=bs)
+    opts = Options(rounds=rounds, replication_budget=rb, batch_size=bs, start=start)
     placed = place_new_data(g, old, topo, options=opts)
     placed.check(num_samples=len(rows), num_embeddings=m)
     assert placed.embedding_primary[:m_old].tolist() == prim  # old rows stay
@@ -219,6 +244,8 @@ def test_errors_name_the_problem():
         repartition_incremental(BipartiteGraph.from_lists([[0]], 3), old, two(), max_moved_rows=-1)
     with pytest.raises(PartitionError, match="order must be one of"):
         Options(order="sorted")
+    with pytest.raises(PartitionError, match="start must be one of pass, project, got 'random'"):
+        Options(start="random")
 
 
 # --------------------------------------------------------------------------- CLI

@@ -113,6 +113,24 @@ VALUE_BYTES = 4
 
 ORDERS = ("random", "dataset")
 SWEEPS = ("all", "changed")
+STARTS = ("pass", "project")
+
+#: rows read by more than this many per-worker batches (times m / b) are read everywhere anyway and do
+#: not vote in the ``project`` start (hybrid's ``saturation``; :func:`gmp.partition._multilevel.signal_band`)
+SATURATION = 4.0
+
+
+def saturated_degree(num_samples: int, num_workers: int, batch_size: int) -> int:
+    """The degree above which a row is saturated: ``ceil(SATURATION * m / b)``, m = samples per worker,
+    b = ``min(batch_size, m)``, at least 4 (the upper end of :func:`gmp.partition._multilevel.signal_band`).
+
+    Examples
+    --------
+    >>> saturated_degree(8000, 8, 100)
+    40
+    """
+    m = max(num_samples / max(num_workers, 1), 1.0)
+    return max(4, int(math.ceil(SATURATION * m / min(float(batch_size), m))))
 
 
 @dataclass(frozen=True)
@@ -149,6 +167,15 @@ class Options:
         ``"all"`` (default): round 1's sample sweep visits every sample;
         ``"changed"``: every round visits only the samples that read a row
         changed in that round (cheaper, a little less traffic saved).
+    start
+        How the new samples are first placed. ``"pass"`` (default): the streaming pass on
+        the marginal Eq. 3 + Eq. 4 cost. ``"project"``: each sample, in the same order, to
+        the worker holding the primaries of most of its rows that are not saturated (degree
+        at most :func:`saturated_degree`; a new id votes for the worker with most of its
+        samples so far), within the sample cap: one table lookup per edge instead of a
+        marginal row, and a less committed start for the sweep (MovieLens by time: 1.64x ->
+        1.37x of the full re-partition's reads at 5%; the independent drift: 1.42x -> 1.5x;
+        docs/incremental.md).
     """
 
     max_imbalance: float = 1.05
@@ -159,6 +186,7 @@ class Options:
     rounds: int = 1
     replication_budget: float | None = None
     sweep: str = "all"
+    start: str = "pass"
 
     def __post_init__(self) -> None:
         check_max_imbalance(self.max_imbalance)
@@ -170,6 +198,8 @@ class Options:
                 raise PartitionError(f"incremental: {name} must be a finite number >= 0 (or omitted), got {v!r}.")
         if self.order not in ORDERS:
             raise PartitionError(f"incremental: order must be one of {', '.join(ORDERS)}, got {self.order!r}.")
+        if self.start not in STARTS:
+            raise PartitionError(f"incremental: start must be one of {', '.join(STARTS)}, got {self.start!r}.")
         if self.sweep not in SWEEPS:
             raise PartitionError(f"incremental: sweep must be one of {', '.join(SWEEPS)}, got {self.sweep!r}.")
         if not isinstance(self.rounds, int) or self.rounds < 0:
@@ -373,13 +403,23 @@ def _place(graph: BipartiteGraph, old: Placement, topology: Topology, *, seed: i
     order = seeded_order(num_samples, rng) if options.order == "random" else np.arange(num_samples, dtype=np.int64)
     count = np.zeros((used.size, n), dtype=np.int32)
     cost = np.ascontiguousarray(topology.cost, dtype=np.float64)
-    marg = np.empty((used.size, n), dtype=np.float64)
-    K.fill_marginals(prim, sec, count, df, cost, marg)
     load = np.zeros(n, dtype=np.int64)
     sample_worker = np.empty(num_samples, dtype=np.int32)
+    sample_indptr = np.asarray(graph.sample_indptr)
     with task("Placing new samples on the fixed rows", total=num_samples) as advance:
-        K.stream_samples(np.asarray(graph.sample_indptr), comp.cindices, order, prim, sec, count, marg, df, cost,
-                         load, np.int64(cap), float(alpha), sample_worker)
+        if options.start == "pass":
+            marg = np.empty((used.size, n), dtype=np.float64)
+            K.fill_marginals(prim, sec, count, df, cost, marg)
+            K.stream_samples(sample_indptr, comp.cindices, order, prim, sec, count, marg, df, cost, load,
+                             np.int64(cap), float(alpha), sample_worker)
+            del marg
+        else:  # "project": majority of the signal rows, then the counts of the result
+            degree = np.bincount(comp.cindices, minlength=used.size)
+            vote = degree <= saturated_degree(num_samples, n, options.batch_size)
+            K.stream_majority(sample_indptr, comp.cindices, order, prim, vote, count, load, np.int64(cap),
+                              sample_worker)
+            count[:] = 0
+            K.count_samples(sample_indptr, comp.cindices, sample_worker, count)
         advance(num_samples)
 
     # new ids: primary where most of their samples are, at most new_cap new ids per worker
