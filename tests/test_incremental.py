@@ -281,7 +281,21 @@ def test_cli_from_manifest(tmp_path):
     assert moved_rows(old, m.placement).total == c["moved_rows"]["total"]
 
 
+def test_cli_from_manifest_takes_incremental_options(tmp_path):
+    day0 = _dataset(tmp_path / "d0", [[0, 1], [0, 1], [2, 3], [2, 3]], 4)
+    day1 = _dataset(tmp_path / "d1", [[0, 2], [0, 2], [1, 3], [1, 3], [4, 1]], 5)
+    assert runner.invoke(app, ["partition", str(day0), "-w", "2", "-m", "hybrid", "--out", str(tmp_path / "p0")]).exit_code == 0
+    res = runner.invoke(app, ["partition", str(day1), "--from-manifest", str(tmp_path / "p0"), "--max-moved-rows", "1",
+                              "-O", "start=project", "-O", "rounds=2", "--no-plots", "--out", str(tmp_path / "p1")])
+    assert res.exit_code == 0, res.output
+    m = load_manifest(tmp_path / "p1")
+    assert m.meta["partitioner"]["options"]["start"] == "project" and m.meta["partitioner"]["options"]["rounds"] == 2
+    assert m.meta["partitioner"]["info"]["comparison"]["moved_rows"]["total"] <= 1
+
+
 @pytest.mark.parametrize("extra, message", [
+    (["-O", "levels=3"], "--option 'levels' is not an option of --from-manifest; expected one of"),
+    (["-O", "start=sideways"], "start must be one of pass, project"),
     (["--method", "hybrid"], "--from-manifest keeps the old placement's workers"),
     (["--max-moved-rows", "lots"], "max_moved_rows must be a number of rows"),
 ])
