@@ -173,6 +173,7 @@ def main(argv=None) -> None:
     ap.add_argument("--starts", default="pass",
                     help="Incremental Options.start values, comma-separated (pass, project); the strategies of a "
                          "start other than the first are named incr-P%%/START.")
+    ap.add_argument("--sweep-first", action="store_true", help="Incremental Options.sweep_first.")
     ap.add_argument("--communities", type=int, default=64)
     ap.add_argument("--drift", type=float, default=0.5)
     ap.add_argument("--spread", type=float, default=0.75)
@@ -195,7 +196,7 @@ def main(argv=None) -> None:
     bs = args.batch_size
     budgets = [float(b) for b in args.budgets.split(",") if b.strip()]
     starts = [x.strip() for x in args.starts.split(",") if x.strip()]
-    opts = Options(batch_size=bs, rounds=args.rounds, sweep=args.sweep, start=starts[0])
+    opts = Options(batch_size=bs, rounds=args.rounds, sweep=args.sweep, start=starts[0], sweep_first=args.sweep_first)
     start_opts = {st: replace(opts, start=st) for st in starts}
     hybrid_opts = {"batch_size": bs}
     rng = np.random.default_rng(args.seed)

@@ -4,6 +4,7 @@ migration budget as a property, and ``gmp partition --from-manifest`` through th
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -162,19 +163,20 @@ def cases(draw):
     rb = draw(st.sampled_from([None, 0.0, 0.3]))
     bs = draw(st.sampled_from([1, 4, 512]))
     start = draw(st.sampled_from(["pass", "project"]))
-    return n, m_old, m, [sorted(r) for r in rows], prim, secs, budget, rounds, rb, bs, start
+    first = draw(st.booleans())
+    return n, m_old, m, [sorted(r) for r in rows], prim, secs, budget, rounds, rb, bs, start, first
 
 
 @settings(max_examples=60, deadline=None)
 @given(cases())
 def test_budget_is_never_exceeded(case):
-    n, m_old, m, rows, prim, secs, budget, rounds, rb, bs, start = case
+    n, m_old, m, rows, prim, secs, budget, rounds, rb, bs, start, first = case
     g = BipartiteGraph.from_lists(rows, m)
     indptr = np.zeros(m_old + 1, dtype=np.int64)
     np.cumsum([len(s) for s in secs], out=indptr[1:])
     old = Placement.edge_cut(n, [0], prim).with_secondaries(indptr, [w for s in secs for w in s])
     topo = resolve_topology(n, None, None)
-    opts = Options(rounds=rounds, replication_budget=rb, batch_size=bs, start=start)
+    opts = Options(rounds=rounds, replication_budget=rb, batch_size=bs, start=start, sweep_first=first)
     placed = place_new_data(g, old, topo, options=opts)
     placed.check(num_samples=len(rows), num_embeddings=m)
     assert placed.embedding_primary[:m_old].tolist() == prim  # old rows stay
@@ -189,6 +191,28 @@ def test_budget_is_never_exceeded(case):
     assert reference_moved(old, t) == moved_rows(old, t).total <= budget
     cap = -(-len(rows) // n)  # max_imbalance 1.05 of a small count rounds up
     assert np.bincount(p.sample_worker, minlength=n).max() <= max(cap, int(np.ceil(len(rows) / n * 1.05 - 1e-9)))
+
+
+@pytest.mark.parametrize("start", ["pass", "project"])
+def test_sweep_first_is_a_free_round_then_the_budgeted_one(start):
+    # sweep_first = a budget-0 run (free moves + a sweep of every sample) continued by the budgeted run from
+    # its result: the two compositions must agree exactly (no secondaries, so no capacity differs)
+    rng = np.random.default_rng(3)
+    rows = [sorted(set(rng.integers(0, 60, size=4).tolist())) for _ in range(300)]
+    g = BipartiteGraph.from_lists(rows, 70)  # ids 50..69 are new
+    old = Placement.edge_cut(4, [0], rng.integers(0, 4, size=50))
+    topo = resolve_topology(4, None, None)
+    opts = Options(start=start, replication_budget=0.0)
+    one = repartition_incremental(g, old, topo, max_moved_rows=6, options=replace(opts, sweep_first=True))
+    free = repartition_incremental(g, old, topo, max_moved_rows=0, options=opts)
+    two = repartition_incremental(g, old, topo, max_moved_rows=6, options=opts, start=free)
+    assert moved_rows(old, free).total == 0
+    assert np.array_equal(one.sample_worker, two.sample_worker)
+    assert np.array_equal(one.embedding_primary, two.embedding_primary)
+    assert reference_moved(old, one) == moved_rows(old, one).total <= 6
+    assert [r["round"] for r in one.info["sweeps"]] == [0, 1]
+    assert one.info["sweeps"][0]["allowed_rows"] == one.info["sweeps"][0]["spent_rows"] == 0
+    assert one.info["sweeps"][0]["swept_samples"] == one.info["sweeps"][1]["swept_samples"] == 300
 
 
 def test_same_seed_same_result():
