@@ -215,6 +215,19 @@ def test_sweep_first_is_a_free_round_then_the_budgeted_one(start):
     assert one.info["sweeps"][0]["swept_samples"] == one.info["sweeps"][1]["swept_samples"] == 300
 
 
+def test_a_start_that_moved_rows_has_spent_them():
+    # the graph of the hand-computed budgets: one move (1 row) reaches 2 reads; continuing from that result
+    # with the same budget of 1 may not move another row (it would have moved 2 in all)
+    g = BipartiteGraph.from_lists([[0, 2], [0, 2], [1, 3], [1, 3]], 4)
+    old = Placement.edge_cut(2, [0, 0, 1, 1], [0, 0, 1, 1])
+    opts = Options(max_imbalance=1.5, rounds=3, **EXACT)
+    first = repartition_incremental(g, old, two(), max_moved_rows=1, options=opts)
+    again = repartition_incremental(g, old, two(), max_moved_rows=1, options=opts, start=first)
+    assert moved_rows(old, first).total == moved_rows(old, again).total == 1
+    with pytest.raises(PartitionError, match="already moves 1 rows of the old placement, above max_moved_rows=0"):
+        repartition_incremental(g, old, two(), max_moved_rows=0, options=opts, start=first)
+
+
 def test_same_seed_same_result():
     rng = np.random.default_rng(0)
     rows = [sorted(set(rng.integers(0, 40, size=5).tolist())) for _ in range(200)]

@@ -480,7 +480,8 @@ def repartition_incremental(graph: BipartiteGraph, old: Placement, topology: Top
         :func:`migration_budget` turns ``"5%"`` into rows).
     start
         :func:`place_new_data`'s result, when the caller has it already
-        (else it is computed here).
+        (else it is computed here), or any placement of the new graph: the
+        rows it already moves against ``old`` count against the budget.
 
     Returns
     -------
@@ -545,7 +546,12 @@ def repartition_incremental(graph: BipartiteGraph, old: Placement, topology: Top
     K.fill_marginals(prim, sec, count, df, cost, marg)
     active = np.ones(num_samples, dtype=np.bool_)
     rounds: list[dict] = []
-    spent = 0
+    # a start that already moved rows (e.g. an earlier incremental result) has spent them
+    spent = 0 if state is not None else moved_rows(old, start).total
+    if spent > budget:
+        raise PartitionError(f"incremental: the start placement already moves {spent} rows of the old placement, "
+                             f"above max_moved_rows={budget}; give a larger budget or start from place_new_data's "
+                             f"result.")
     target = np.empty(num_used, dtype=np.int32)
     gain = np.empty(num_used, dtype=np.float64)
     first = 0 if options.sweep_first else 1  # round 0: the free moves and a sweep of every sample, no budget
