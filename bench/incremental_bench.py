@@ -169,7 +169,7 @@ def main(argv=None) -> None:
     ap.add_argument("--preset", default="criteo-kaggle",
                     help="Synth preset of the pool (criteo-kaggle: latent entities; criteo-kaggle-independent: "
                          "community slices, many more ids per day).")
-    ap.add_argument("--sweep", choices=("all", "changed"), default="all", help="Incremental Options.sweep.")
+    ap.add_argument("--sweep", choices=("all", "changed", "every"), default="all", help="Incremental Options.sweep.")
     ap.add_argument("--starts", default="pass",
                     help="Incremental Options.start values, comma-separated (pass, project); the strategies of a "
                          "start other than the first are named incr-P%%/START.")
