@@ -323,10 +323,13 @@ def test_cli_from_manifest_takes_incremental_options(tmp_path):
     day1 = _dataset(tmp_path / "d1", [[0, 2], [0, 2], [1, 3], [1, 3], [4, 1]], 5)
     assert runner.invoke(app, ["partition", str(day0), "-w", "2", "-m", "hybrid", "--out", str(tmp_path / "p0")]).exit_code == 0
     res = runner.invoke(app, ["partition", str(day1), "--from-manifest", str(tmp_path / "p0"), "--max-moved-rows", "1",
-                              "-O", "start=project", "-O", "rounds=2", "--no-plots", "--out", str(tmp_path / "p1")])
+                              "-O", "start=project", "-O", "rounds=2", "-O", "sweep_first=true", "-O", "sweep=every",
+                              "--no-plots", "--out", str(tmp_path / "p1")])
     assert res.exit_code == 0, res.output
     m = load_manifest(tmp_path / "p1")
-    assert m.meta["partitioner"]["options"]["start"] == "project" and m.meta["partitioner"]["options"]["rounds"] == 2
+    opts = m.meta["partitioner"]["options"]
+    assert (opts["start"], opts["rounds"], opts["sweep_first"], opts["sweep"]) == ("project", 2, True, "every")
+    assert [r["round"] for r in m.meta["partitioner"]["info"]["sweeps"]] == [0, 1, 2]
     assert m.meta["partitioner"]["info"]["comparison"]["moved_rows"]["total"] <= 1
 
 
