@@ -164,19 +164,20 @@ def cases(draw):
     bs = draw(st.sampled_from([1, 4, 512]))
     start = draw(st.sampled_from(["pass", "project"]))
     first = draw(st.booleans())
-    return n, m_old, m, [sorted(r) for r in rows], prim, secs, budget, rounds, rb, bs, start, first
+    sweep = draw(st.sampled_from(["all", "changed", "every"]))
+    return n, m_old, m, [sorted(r) for r in rows], prim, secs, budget, rounds, rb, bs, start, first, sweep
 
 
 @settings(max_examples=60, deadline=None)
 @given(cases())
 def test_budget_is_never_exceeded(case):
-    n, m_old, m, rows, prim, secs, budget, rounds, rb, bs, start, first = case
+    n, m_old, m, rows, prim, secs, budget, rounds, rb, bs, start, first, sweep = case
     g = BipartiteGraph.from_lists(rows, m)
     indptr = np.zeros(m_old + 1, dtype=np.int64)
     np.cumsum([len(s) for s in secs], out=indptr[1:])
     old = Placement.edge_cut(n, [0], prim).with_secondaries(indptr, [w for s in secs for w in s])
     topo = resolve_topology(n, None, None)
-    opts = Options(rounds=rounds, replication_budget=rb, batch_size=bs, start=start, sweep_first=first)
+    opts = Options(rounds=rounds, replication_budget=rb, batch_size=bs, start=start, sweep_first=first, sweep=sweep)
     placed = place_new_data(g, old, topo, options=opts)
     placed.check(num_samples=len(rows), num_embeddings=m)
     assert placed.embedding_primary[:m_old].tolist() == prim  # old rows stay
