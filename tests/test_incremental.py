@@ -216,6 +216,18 @@ def test_sweep_first_is_a_free_round_then_the_budgeted_one(start):
     assert one.info["sweeps"][0]["swept_samples"] == one.info["sweeps"][1]["swept_samples"] == 300
 
 
+def test_sweep_every_sweeps_every_sample_every_round():
+    rng = np.random.default_rng(4)
+    g = BipartiteGraph.from_lists([sorted(set(rng.integers(0, 40, size=4).tolist())) for _ in range(120)], 45)
+    old = Placement.edge_cut(3, [0], rng.integers(0, 3, size=40))
+    topo = resolve_topology(3, None, None)
+    every = repartition_incremental(g, old, topo, max_moved_rows=4, options=Options(rounds=3, sweep="every"))
+    assert [r["swept_samples"] for r in every.info["sweeps"]] == [120, 120, 120]
+    changed = repartition_incremental(g, old, topo, max_moved_rows=4, options=Options(rounds=3, sweep="changed"))
+    assert all(r["swept_samples"] < 120 for r in changed.info["sweeps"])
+    assert moved_rows(old, every).total <= 4 and moved_rows(old, changed).total <= 4
+
+
 def test_a_start_that_moved_rows_has_spent_them():
     # the graph of the hand-computed budgets: one move (1 row) reaches 2 reads; continuing from that result
     # with the same budget of 1 may not move another row (it would have moved 2 in all)
