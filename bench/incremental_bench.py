@@ -55,6 +55,7 @@ import argparse
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -168,7 +169,11 @@ def main(argv=None) -> None:
     ap.add_argument("--preset", default="criteo-kaggle",
                     help="Synth preset of the pool (criteo-kaggle: latent entities; criteo-kaggle-independent: "
                          "community slices, many more ids per day).")
-    ap.add_argument("--sweep", choices=("all", "changed"), default="all", help="Incremental Options.sweep.")
+    ap.add_argument("--sweep", choices=("all", "changed", "every"), default="all", help="Incremental Options.sweep.")
+    ap.add_argument("--starts", default="pass",
+                    help="Incremental Options.start values, comma-separated (pass, project); the strategies of a "
+                         "start other than the first are named incr-P%%/START.")
+    ap.add_argument("--sweep-first", action="store_true", help="Incremental Options.sweep_first.")
     ap.add_argument("--communities", type=int, default=64)
     ap.add_argument("--drift", type=float, default=0.5)
     ap.add_argument("--spread", type=float, default=0.75)
@@ -190,7 +195,9 @@ def main(argv=None) -> None:
     topo = resolve_topology(args.workers, None, None)
     bs = args.batch_size
     budgets = [float(b) for b in args.budgets.split(",") if b.strip()]
-    opts = Options(batch_size=bs, rounds=args.rounds, sweep=args.sweep)
+    starts = [x.strip() for x in args.starts.split(",") if x.strip()]
+    opts = Options(batch_size=bs, rounds=args.rounds, sweep=args.sweep, start=starts[0], sweep_first=args.sweep_first)
+    start_opts = {st: replace(opts, start=st) for st in starts}
     hybrid_opts = {"batch_size": bs}
     rng = np.random.default_rng(args.seed)
 
@@ -200,9 +207,12 @@ def main(argv=None) -> None:
     # compile (or load from numba's cache) every kernel before timing
     goal = match_workers(day0, run_partitioner("hybrid", graphs[1], topo, options=hybrid_opts))
     repartition_toward(graphs[1], day0, goal, topo, max_moved_rows=1, options=opts)
-    repartition_incremental(graphs[1], day0, topo, max_moved_rows=1, options=opts)
+    for o in start_opts.values():
+        repartition_incremental(graphs[1], day0, topo, max_moved_rows=1, options=o)
     towards = [float(b) for b in args.toward.split(",") if b.strip()]
-    names = ["kept", "placed"] + [f"incr-{b:g}%" for b in budgets] + ["full"] + (["full-gs"] if args.full_gs else [])
+    names = ["kept", "placed"] + [f"incr-{b:g}%" for b in budgets]
+    names += [f"incr-{b:g}%/{st}" for st in starts[1:] for b in budgets]
+    names += ["full"] + (["full-gs"] if args.full_gs else [])
     names += [f"toward-{b:g}%" for b in towards]
     prev = {name: day0 for name in names}
     rows_out = []
@@ -233,8 +243,10 @@ def main(argv=None) -> None:
             elif name == "full-gs":
                 p = run_partitioner("hybrid", g, topo, seed=args.seed + d, options={**hybrid_opts, "init": "greedy-stream"})
             else:
-                budget = int(float(name[5:-1]) / 100.0 * used)
-                p = repartition_incremental(g, old, topo, max_moved_rows=budget, seed=args.seed, options=opts)
+                pct, _, st = name[5:].partition("/")
+                budget = int(float(pct[:-1]) / 100.0 * used)
+                p = repartition_incremental(g, old, topo, max_moved_rows=budget, seed=args.seed,
+                                            options=start_opts[st or starts[0]])
             sec = time.process_time() - t
             if name.startswith("full"):
                 p = match_workers(old, p)

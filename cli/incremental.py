@@ -21,8 +21,9 @@ from ._common import console
 def partition_from_manifest(dataset: Path, old_manifest: Path, *, max_moved_rows: Optional[str], batch_size: int,
                             embedding_dim: int, seed: int, out: Optional[Path], overwrite: bool,
                             max_imbalance: Optional[float], rounds: Optional[int], compare_full: bool,
-                            no_plots: bool = False) -> None:
+                            no_plots: bool = False, given: Optional[dict[str, Any]] = None) -> None:
     from gmp.compare import method_options, peak_rss_bytes
+    from gmp.errors import PartitionError
     from gmp.datasets.format import load_dataset
     from gmp.graph import build_graph
     from gmp.manifest import load_manifest, write_manifest
@@ -37,11 +38,15 @@ def partition_from_manifest(dataset: Path, old_manifest: Path, *, max_moved_rows
     topo = old.topology
     ds = load_dataset(dataset)
     graph = build_graph(ds)
-    given: dict[str, Any] = {"batch_size": batch_size}
+    given = {"batch_size": batch_size, **(given or {})}  # -O KEY=VALUE: any incremental Options field
     if max_imbalance is not None:
         given["max_imbalance"] = max_imbalance
     if rounds is not None:
         given["rounds"] = rounds
+    unknown = sorted(set(given) - set(Options.__dataclass_fields__))
+    if unknown:
+        raise PartitionError(f"--option {unknown[0]!r} is not an option of --from-manifest; expected one of "
+                             f"{', '.join(sorted(Options.__dataclass_fields__))}.")
     options = Options(**given)
     num_used = int((embedding_degree(graph) > 0).sum())
     budget = None if max_moved_rows is None else migration_budget(max_moved_rows, num_used)

@@ -173,7 +173,7 @@ def partition(
         return partition_from_manifest(dataset, from_manifest, max_moved_rows=max_moved_rows, batch_size=batch_size,
                                        embedding_dim=embedding_dim, seed=seed, out=out, overwrite=overwrite,
                                        max_imbalance=max_imbalance, rounds=rounds, compare_full=compare_full,
-                                       no_plots=no_plots)
+                                       no_plots=no_plots, given=parse_key_values(option or []))
     if method is None:
         raise PartitionError("--method is required (or give --from-manifest OLD_MANIFEST to place new data on it).")
     if max_moved_rows is not None or compare_full:

@@ -4,6 +4,7 @@ migration budget as a property, and ``gmp partition --from-manifest`` through th
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -18,7 +19,8 @@ from gmp.graph import BipartiteGraph
 from gmp.manifest import load_manifest
 from gmp.metrics import batch_remote_reads
 from gmp.partition.incremental import (MovedRows, Options, match_workers, migration_budget, moved_rows,
-                                       place_new_data, repartition_incremental, repartition_toward)
+                                       place_new_data, repartition_incremental, repartition_toward,
+                                       saturated_degree)
 from gmp.placement import Placement
 from gmp.topology import resolve_topology
 
@@ -74,6 +76,29 @@ def test_place_new_data_respects_the_sample_cap():
     p = place_new_data(g, old, two(), options=Options(max_imbalance=1.0, **EXACT))
     assert np.bincount(p.sample_worker, minlength=2).tolist() == [3, 3]
     assert p.sample_worker.tolist() == [0, 0, 0, 1, 1, 1]
+
+
+def test_project_start_hand_computed():
+    # rows 0,1 on w0 and 2,3 on w1; id 4 is new. batch 1: saturated_degree = max(4, ceil(4 * 2 / 1)) = 8, every
+    # row votes. s0 [0,1]: w0 2 votes -> w0.  s1 [0,2,3]: w0 1, w1 2 -> w1.  s2 [2,4]: w1 1 (id 4 has no
+    # samples yet, no vote) -> w1; id 4's virtual primary is now w1.  s3 [0,4]: w0 1, w1 1 -> the less
+    # loaded w0 (loads 1 and 2).
+    g = BipartiteGraph.from_lists([[0, 1], [0, 2, 3], [2, 4], [0, 4]], 5)
+    old = Placement.edge_cut(2, [0], [0, 0, 1, 1])
+    p = place_new_data(g, old, two(), options=Options(max_imbalance=1.5, start="project", **EXACT))
+    assert p.sample_worker.tolist() == [0, 1, 1, 0]
+    assert p.embedding_primary[:4].tolist() == [0, 0, 1, 1] and moved_rows(old, p).total == 0
+
+
+def test_project_start_ignores_saturated_rows():
+    # row 0 (w0) is in all 6 samples: degree 6 > saturated_degree(6, 2, 512) = max(4, ceil(4 * 3 / 3)) = 4,
+    # so it does not vote; rows 1..6 (w1) do. Every sample wants w1; the cap (3) sends the last three to w0.
+    # Had row 0 voted, s0 would tie 1-1 and go to the lowest id, w0.
+    g = BipartiteGraph.from_lists([[0, k] for k in range(1, 7)], 7)
+    old = Placement.edge_cut(2, [0], [0, 1, 1, 1, 1, 1, 1])
+    opts = Options(max_imbalance=1.0, start="project", alpha=0.0, beta=0.0, order="dataset")
+    assert saturated_degree(6, 2, 512) == 4
+    assert place_new_data(g, old, two(), options=opts).sample_worker.tolist() == [1, 1, 1, 0, 0, 0]
 
 
 # --------------------------------------------------------------------------- incremental with a budget
@@ -137,19 +162,22 @@ def cases(draw):
     rounds = draw(st.integers(0, 3))
     rb = draw(st.sampled_from([None, 0.0, 0.3]))
     bs = draw(st.sampled_from([1, 4, 512]))
-    return n, m_old, m, [sorted(r) for r in rows], prim, secs, budget, rounds, rb, bs
+    start = draw(st.sampled_from(["pass", "project"]))
+    first = draw(st.booleans())
+    sweep = draw(st.sampled_from(["all", "changed", "every"]))
+    return n, m_old, m, [sorted(r) for r in rows], prim, secs, budget, rounds, rb, bs, start, first, sweep
 
 
 @settings(max_examples=60, deadline=None)
 @given(cases())
 def test_budget_is_never_exceeded(case):
-    n, m_old, m, rows, prim, secs, budget, rounds, rb, bs = case
+    n, m_old, m, rows, prim, secs, budget, rounds, rb, bs, start, first, sweep = case
     g = BipartiteGraph.from_lists(rows, m)
     indptr = np.zeros(m_old + 1, dtype=np.int64)
     np.cumsum([len(s) for s in secs], out=indptr[1:])
     old = Placement.edge_cut(n, [0], prim).with_secondaries(indptr, [w for s in secs for w in s])
     topo = resolve_topology(n, None, None)
-    opts = Options(rounds=rounds, replication_budget=rb, batch_size=bs)
+    opts = Options(rounds=rounds, replication_budget=rb, batch_size=bs, start=start, sweep_first=first, sweep=sweep)
     placed = place_new_data(g, old, topo, options=opts)
     placed.check(num_samples=len(rows), num_embeddings=m)
     assert placed.embedding_primary[:m_old].tolist() == prim  # old rows stay
@@ -164,6 +192,53 @@ def test_budget_is_never_exceeded(case):
     assert reference_moved(old, t) == moved_rows(old, t).total <= budget
     cap = -(-len(rows) // n)  # max_imbalance 1.05 of a small count rounds up
     assert np.bincount(p.sample_worker, minlength=n).max() <= max(cap, int(np.ceil(len(rows) / n * 1.05 - 1e-9)))
+
+
+@pytest.mark.parametrize("start", ["pass", "project"])
+def test_sweep_first_is_a_free_round_then_the_budgeted_one(start):
+    # sweep_first = a budget-0 run (free moves + a sweep of every sample) continued by the budgeted run from
+    # its result: the two compositions must agree exactly (no secondaries, so no capacity differs)
+    rng = np.random.default_rng(3)
+    rows = [sorted(set(rng.integers(0, 60, size=4).tolist())) for _ in range(300)]
+    g = BipartiteGraph.from_lists(rows, 70)  # ids 50..69 are new
+    old = Placement.edge_cut(4, [0], rng.integers(0, 4, size=50))
+    topo = resolve_topology(4, None, None)
+    opts = Options(start=start, replication_budget=0.0)
+    one = repartition_incremental(g, old, topo, max_moved_rows=6, options=replace(opts, sweep_first=True))
+    free = repartition_incremental(g, old, topo, max_moved_rows=0, options=opts)
+    two = repartition_incremental(g, old, topo, max_moved_rows=6, options=opts, start=free)
+    assert moved_rows(old, free).total == 0
+    assert np.array_equal(one.sample_worker, two.sample_worker)
+    assert np.array_equal(one.embedding_primary, two.embedding_primary)
+    assert reference_moved(old, one) == moved_rows(old, one).total <= 6
+    assert [r["round"] for r in one.info["sweeps"]] == [0, 1]
+    assert one.info["sweeps"][0]["allowed_rows"] == one.info["sweeps"][0]["spent_rows"] == 0
+    assert one.info["sweeps"][0]["swept_samples"] == one.info["sweeps"][1]["swept_samples"] == 300
+
+
+def test_sweep_every_sweeps_every_sample_every_round():
+    rng = np.random.default_rng(4)
+    g = BipartiteGraph.from_lists([sorted(set(rng.integers(0, 40, size=4).tolist())) for _ in range(120)], 45)
+    old = Placement.edge_cut(3, [0], rng.integers(0, 3, size=40))
+    topo = resolve_topology(3, None, None)
+    every = repartition_incremental(g, old, topo, max_moved_rows=4, options=Options(rounds=3, sweep="every"))
+    assert [r["swept_samples"] for r in every.info["sweeps"]] == [120, 120, 120]
+    changed = repartition_incremental(g, old, topo, max_moved_rows=4, options=Options(rounds=3, sweep="changed"))
+    assert all(r["swept_samples"] < 120 for r in changed.info["sweeps"])
+    assert moved_rows(old, every).total <= 4 and moved_rows(old, changed).total <= 4
+
+
+def test_a_start_that_moved_rows_has_spent_them():
+    # the graph of the hand-computed budgets: one move (1 row) reaches 2 reads; continuing from that result
+    # with the same budget of 1 may not move another row (it would have moved 2 in all)
+    g = BipartiteGraph.from_lists([[0, 2], [0, 2], [1, 3], [1, 3]], 4)
+    old = Placement.edge_cut(2, [0, 0, 1, 1], [0, 0, 1, 1])
+    opts = Options(max_imbalance=1.5, rounds=3, **EXACT)
+    first = repartition_incremental(g, old, two(), max_moved_rows=1, options=opts)
+    again = repartition_incremental(g, old, two(), max_moved_rows=1, options=opts, start=first)
+    assert moved_rows(old, first).total == moved_rows(old, again).total == 1
+    with pytest.raises(PartitionError, match="already moves 1 rows of the old placement, above max_moved_rows=0"):
+        repartition_incremental(g, old, two(), max_moved_rows=0, options=opts, start=first)
 
 
 def test_same_seed_same_result():
@@ -219,6 +294,8 @@ def test_errors_name_the_problem():
         repartition_incremental(BipartiteGraph.from_lists([[0]], 3), old, two(), max_moved_rows=-1)
     with pytest.raises(PartitionError, match="order must be one of"):
         Options(order="sorted")
+    with pytest.raises(PartitionError, match="start must be one of pass, project, got 'random'"):
+        Options(start="random")
 
 
 # --------------------------------------------------------------------------- CLI
@@ -254,7 +331,24 @@ def test_cli_from_manifest(tmp_path):
     assert moved_rows(old, m.placement).total == c["moved_rows"]["total"]
 
 
+def test_cli_from_manifest_takes_incremental_options(tmp_path):
+    day0 = _dataset(tmp_path / "d0", [[0, 1], [0, 1], [2, 3], [2, 3]], 4)
+    day1 = _dataset(tmp_path / "d1", [[0, 2], [0, 2], [1, 3], [1, 3], [4, 1]], 5)
+    assert runner.invoke(app, ["partition", str(day0), "-w", "2", "-m", "hybrid", "--out", str(tmp_path / "p0")]).exit_code == 0
+    res = runner.invoke(app, ["partition", str(day1), "--from-manifest", str(tmp_path / "p0"), "--max-moved-rows", "1",
+                              "-O", "start=project", "-O", "rounds=2", "-O", "sweep_first=true", "-O", "sweep=every",
+                              "--no-plots", "--out", str(tmp_path / "p1")])
+    assert res.exit_code == 0, res.output
+    m = load_manifest(tmp_path / "p1")
+    opts = m.meta["partitioner"]["options"]
+    assert (opts["start"], opts["rounds"], opts["sweep_first"], opts["sweep"]) == ("project", 2, True, "every")
+    assert [r["round"] for r in m.meta["partitioner"]["info"]["sweeps"]] == [0, 1, 2]
+    assert m.meta["partitioner"]["info"]["comparison"]["moved_rows"]["total"] <= 1
+
+
 @pytest.mark.parametrize("extra, message", [
+    (["-O", "levels=3"], "--option 'levels' is not an option of --from-manifest; expected one of"),
+    (["-O", "start=sideways"], "start must be one of pass, project"),
     (["--method", "hybrid"], "--from-manifest keeps the old placement's workers"),
     (["--max-moved-rows", "lots"], "max_moved_rows must be a number of rows"),
 ])

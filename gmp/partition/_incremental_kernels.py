@@ -429,3 +429,47 @@ def toward_gains(prim, sec, count, f, cost, goal, out_target, out_gain):  # prag
         if here - there > 1e-9:
             out_target[x] = q
             out_gain[x] = here - there
+
+
+@numba.njit(cache=True, nogil=True)
+def stream_majority(indptr, cindices, order, prim, vote, count, load, cap, out):  # pragma: no cover - compiled
+    """Place every sample once, in ``order``, on the worker holding most of its voting rows (the
+    ``project`` start of :func:`gmp.partition.incremental.place_new_data`).
+
+    A row with ``vote[x]`` set votes for its primary; a new id (``prim[x] < 0``) for the worker
+    holding most of its samples so far (lowest id on ties; none while it has no samples). The
+    sample goes to the worker below ``cap`` with most votes, ties to the least loaded, then the
+    lowest id (the rule of :func:`gmp.partition._multilevel.project`, which has no new ids).
+    ``count`` is updated for the new ids only (what their virtual primaries need). One lookup
+    per edge in a small table: no marginal rows are read, so it costs a fraction of
+    :func:`stream_samples`.
+    """
+    n = load.size
+    tally = np.zeros(n, dtype=np.int64)
+    vp = prim.copy()
+    for t in range(order.size):
+        i = order[t]
+        for k in range(indptr[i], indptr[i + 1]):
+            x = cindices[k]
+            if vote[x]:
+                p = vp[x]
+                if p >= 0:
+                    tally[p] += 1
+        best = -1
+        for w in range(n):
+            if load[w] >= cap:
+                continue
+            if best < 0 or tally[w] > tally[best] or (tally[w] == tally[best] and load[w] < load[best]):
+                best = w
+        for w in range(n):
+            tally[w] = 0
+        out[i] = best
+        load[best] += 1
+        for k in range(indptr[i], indptr[i + 1]):
+            x = cindices[k]
+            if prim[x] < 0:
+                c = count[x, best] + 1
+                count[x, best] = c
+                p = vp[x]
+                if p != best and (p < 0 or c > count[x, p] or (c == count[x, p] and best < p)):
+                    vp[x] = best
