@@ -176,3 +176,54 @@ def test_cache_policy_orders_evictions(policy, evicted):
     cache.enter_window(np.array([0]))  # row 0 is used again soon
     s, _ = cache.admit(np.array([2]))
     assert not cache.resident(np.array([evicted]))[0] and cache.resident(np.array([1 - evicted]))[0]
+
+
+def _evictable_keys(cache: RowCache) -> dict[int, tuple[int, int]]:
+    """Brute force: every evictable slot (resident master row, unpinned) and its eviction key
+    (in window, last use) -- the order the cache's lists must give."""
+    out = {}
+    for s in np.flatnonzero((cache.row_of >= 0) & (cache.pins == 0)):
+        w = int(cache.window[cache.row_of[s]] > 0) if cache.policy == "lookahead" else 0
+        out[int(s)] = (w, int(cache.last_use[s]))
+    return out
+
+
+@pytest.mark.parametrize("policy", ["lookahead", "lru"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_eviction_lists_agree_with_a_brute_force_order(policy, seed):
+    """Random admits, releases (in and out of order) and window changes: every admission evicts
+    exactly the evictable slots with the smallest keys (outside the window first, then least
+    recently used), and the lists hold exactly the evictable slots."""
+    rng = np.random.default_rng(seed)
+    num_rows, capacity = 60, 12
+    cache = RowCache(HostRows(np.zeros((num_rows, 1), np.float32)), capacity, policy=policy)
+    in_flight, window_steps = [], []
+    for _ in range(400):
+        op = rng.integers(0, 4)
+        if op == 0 and len(window_steps) < 6:
+            rows = np.unique(rng.integers(0, num_rows, rng.integers(1, 5)))
+            cache.enter_window(rows)
+            window_steps.append(rows)
+        elif op == 1 and window_steps:
+            cache.leave_window(window_steps.pop(rng.integers(0, len(window_steps))))
+        elif op == 2 and len(in_flight) < 2:
+            rows = np.unique(rng.integers(0, num_rows, rng.integers(1, 5)))
+            before = _evictable_keys(cache)
+            resident = {int(s): int(cache.row_of[s]) for s in np.flatnonzero(cache.row_of >= 0)}
+            slots, _ = cache.admit(rows, wait=False)
+            evicted = [s for s, r in resident.items() if cache.row_of[s] != r]
+            assert len(evicted) == max(0, len(resident) + int((~np.isin(rows, list(resident.values()))).sum())
+                                       - capacity)
+            if evicted:
+                kept = [k for s, k in before.items() if s not in evicted and cache.row_of[s] == resident[s]
+                        and not np.isin(resident[s], rows)]
+                assert all(s in before for s in evicted)  # only evictable slots
+                assert not kept or max(before[s] for s in evicted) <= min(kept)
+            in_flight.append(slots)
+        elif op == 3 and in_flight:
+            cache.release(in_flight.pop(rng.integers(0, len(in_flight))))
+        listed = np.flatnonzero(cache._grp >= 0)
+        assert sorted(listed.tolist()) == sorted(_evictable_keys(cache))
+        assert int(cache._cnt.sum()) == listed.size
+        if policy == "lookahead":
+            assert all(cache._grp[s] == w for s, (w, _) in _evictable_keys(cache).items())

@@ -12,7 +12,7 @@ import torch
 
 from ...errors import TrainingError
 from ...params import check_choice
-from ._kernels import pick_victims
+from ._kernels import add_to_window, pin_slots, take_victims, unpin_slots
 
 #: names accepted by ``cache_policy`` (``--cache-policy``): the eviction order of the device cache
 #: and of the Herald scheduler's model of it (:mod:`gmp.train.herald.cache`)
@@ -48,9 +48,11 @@ class RowCache:
     Bookkeeping is numpy on the host (cDLRM's occupancy table): ``slot_of[row]``
     (-1 when not cached), ``row_of[slot]`` (-1 when free), ``dirty``, ``pins`` (steps
     that hold the slot), ``last_use`` (LRU clock) and ``window`` (steps of the
-    look-ahead window that use the row). All bookkeeping is under ``lock``; data
-    copies into a slot happen after the slot is reserved, so a step never sees a
-    slot being filled.
+    look-ahead window that use the row), and the evictable slots in eviction order
+    (lists per group and last use, :mod:`._kernels`: kept up to date on every pin,
+    unpin and window change, so choosing victims costs the victims, not a scan of the
+    cache). All bookkeeping is under ``lock``; data copies into a slot happen after
+    the slot is reserved, so a step never sees a slot being filled.
     """
 
     def __init__(self, master, capacity: int, *, device: torch.device | str = "cpu", policy: str = "lookahead"):
@@ -82,6 +84,18 @@ class RowCache:
         self._busy = 0  # admissions whose copies (write-back, load) run outside the lock
         self._cuda = self.device.type == "cuda"
         self._stream = torch.cuda.Stream(self.device) if self._cuda else None
+        self._use_window = policy == "lookahead"
+        # eviction lists (see _kernels): per slot next/previous/group, per (group, clock) head/tail
+        self._nxt = np.full(self.capacity, -1, dtype=np.int64)
+        self._prv = np.full(self.capacity, -1, dtype=np.int64)
+        self._grp = np.full(self.capacity, -1, dtype=np.int8)
+        self._head = np.full((2, 1024), -1, dtype=np.int64)
+        self._tail = np.full((2, 1024), -1, dtype=np.int64)
+        self._cnt = np.zeros(2, dtype=np.int64)
+        self._lo = np.zeros(2, dtype=np.int64)
+
+    def _lists(self) -> tuple:
+        return self.last_use, self._nxt, self._prv, self._grp, self._head, self._tail, self._cnt
 
     @classmethod
     def for_remote_rows(cls, width: int, *, dtype, device: torch.device | str = "cpu") -> "RowCache":
@@ -96,12 +110,16 @@ class RowCache:
 
     # -- the window (counts of upcoming steps using a row) ------------------------------------
     def enter_window(self, rows: np.ndarray) -> None:
-        with self.lock:
-            self.window[rows] += 1  # rows are distinct (a step's unique rows)
+        self._add_to_window(rows, 1)
 
     def leave_window(self, rows: np.ndarray) -> None:
+        self._add_to_window(rows, -1)
+
+    def _add_to_window(self, rows: np.ndarray, delta: int) -> None:
+        rows = np.asarray(rows, dtype=np.int64)  # distinct (a step's unique rows)
         with self.lock:
-            self.window[rows] -= 1
+            add_to_window(rows, delta, self.window, self.slot_of, self.pins, self._use_window, *self._lists(),
+                          self._lo)
 
     # -- admission ----------------------------------------------------------------------------
     def admit(self, rows: np.ndarray, *, wait: bool = True) -> tuple[np.ndarray, "torch.cuda.Event | None"]:
@@ -115,8 +133,7 @@ class RowCache:
         with self.lock:
             slots = self.slot_of[rows].astype(np.int64)
             hit = slots >= 0
-            self._num_pinned += int(np.count_nonzero(self.pins[slots[hit]] == 0))
-            self.pins[slots[hit]] += 1
+            self._num_pinned += pin_slots(slots[hit], self.pins, *self._lists())
             self.stats.hits += int(hit.sum())
             miss_rows = rows[~hit]
             self.stats.misses += int(miss_rows.size)
@@ -127,12 +144,15 @@ class RowCache:
             wb_slots = victims[self.dirty[victims]]
             self.row_of[new_slots] = miss_rows
             self.slot_of[miss_rows] = new_slots
-            self.pins[new_slots] += 1
-            self._num_pinned += int(new_slots.size)  # free or unpinned victims: none was pinned
+            self._num_pinned += pin_slots(new_slots, self.pins, *self._lists())  # free or victims: none pinned
             self.dirty[new_slots] = False
             slots[~hit] = new_slots
             self.clock += 1
-            self.last_use[slots] = self.clock
+            if self.clock >= self._head.shape[1]:  # one eviction list per clock value
+                more = np.full((2, self._head.shape[1]), -1, dtype=np.int64)
+                self._head = np.concatenate([self._head, more], axis=1)
+                self._tail = np.concatenate([self._tail, more], axis=1)
+            self.last_use[slots] = self.clock  # pinned: in no list, so the key may change
             self.stats.peak_pinned_rows = max(self.stats.peak_pinned_rows, self._num_pinned)
             self._busy += 1
         try:
@@ -152,8 +172,7 @@ class RowCache:
         need = max(0, self._own + n - self.capacity)
         victims = np.zeros(0, dtype=np.int64)
         while need:
-            victims = pick_victims(self.pins, self.row_of, self.last_use, self.window, self.policy == "lookahead",
-                                   need)
+            victims = take_victims(need, self._use_window, *self._lists(), self._lo)
             if victims.size:
                 break
             if not wait:
@@ -219,6 +238,9 @@ class RowCache:
         for name in ("dirty", "pins", "last_use", "held"):
             a = getattr(self, name)
             setattr(self, name, np.concatenate([a, np.zeros(add, dtype=a.dtype)]))
+        for name in ("_nxt", "_prv", "_grp"):
+            a = getattr(self, name)
+            setattr(self, name, np.concatenate([a, np.full(add, -1, dtype=a.dtype)]))
         self._push_free(np.arange(old + add - 1, old - 1, -1, dtype=np.int64))
 
     def _load(self, slots: np.ndarray, rows: np.ndarray):
@@ -254,10 +276,10 @@ class RowCache:
 
     def release(self, slots: np.ndarray) -> None:
         """Unpin a finished step's slots."""
+        slots = np.asarray(slots, dtype=np.int64)  # a step's slots are distinct
         with self.lock:
-            slots = np.asarray(slots, dtype=np.int64)
-            self.pins[slots] -= 1  # a step's slots are distinct
-            self._num_pinned -= int(np.count_nonzero(self.pins[slots] == 0))
+            self._num_pinned -= unpin_slots(slots, self.pins, self.row_of, self.window, self._use_window,
+                                            *self._lists(), self._lo)
             self.lock.notify_all()
 
     def mark_dirty(self, slots: np.ndarray) -> None:
@@ -332,6 +354,11 @@ class RowCache:
             self.row_of[live] = -1
             self.dirty[live] = False
             self.window[:] = 0
+            self._grp[:] = -1
+            self._head[:] = -1
+            self._tail[:] = -1
+            self._cnt[:] = 0
+            self._lo[:] = 0
             self._push_free(live)
             self._own = 0
 
