@@ -227,3 +227,32 @@ def test_eviction_lists_agree_with_a_brute_force_order(policy, seed):
         assert int(cache._cnt.sum()) == listed.size
         if policy == "lookahead":
             assert all(cache._grp[s] == w for s, (w, _) in _evictable_keys(cache).items())
+
+
+def test_swap_rows_writes_back_before_it_loads():
+    """The host tier's compiled copy: dirty victims' rows go to the master first, then the loaded
+    rows fill the slots (a victim's slot may be refilled in the same call)."""
+    from gmp.train.tiers._kernels import swap_rows
+
+    rng = np.random.default_rng(0)
+    cache, master = rng.random((6, 3), dtype=np.float32), rng.random((20, 3), dtype=np.float32)
+    want_cache, want_master = cache.copy(), master.copy()
+    wb_slots, wb_rows = np.array([4, 1]), np.array([7, 12])
+    load_slots, load_rows = np.array([1, 4, 5]), np.array([12, 3, 9])  # slot 1 refilled with the row it wrote back
+    want_master[wb_rows] = want_cache[wb_slots]
+    want_cache[load_slots] = want_master[load_rows]
+    swap_rows(cache, master, wb_slots, wb_rows, load_slots, load_rows)
+    np.testing.assert_array_equal(master, want_master)
+    np.testing.assert_array_equal(cache, want_cache)
+
+
+def test_finished_steps_are_applied_at_the_next_admission():
+    """``finish`` (what the prefetcher's ``done`` calls) only queues: the rows stay pinned and in the
+    window until the next admission (or ``clear``) applies it."""
+    cache = RowCache(HostRows(np.zeros((10, 1), np.float32)), 2)
+    cache.enter_window(np.array([0, 1]))
+    slots, _ = cache.admit(np.array([0, 1]))
+    cache.finish(np.array([0, 1]), slots)
+    assert cache.pins[slots].tolist() == [1, 1] and cache.window[:2].tolist() == [1, 1]
+    cache.admit(np.array([2]))  # applies the finished step, then evicts one of its rows
+    assert cache.window[:2].tolist() == [0, 0] and np.count_nonzero(cache.resident(np.array([0, 1]))) == 1

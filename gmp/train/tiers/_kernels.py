@@ -85,21 +85,6 @@ def _link(s, g, key, nxt, prv, grp, head, tail, cnt, lo):  # pragma: no cover - 
 
 
 @numba.njit(cache=True, nogil=True)
-def pin_slots(slots, pins, key, nxt, prv, grp, head, tail, cnt):  # pragma: no cover - compiled
-    """Pin ``slots`` once more (a step holds them): an evictable slot leaves its list. Returns how many
-    were unpinned before."""
-    newly = 0
-    for i in range(slots.size):
-        s = slots[i]
-        if pins[s] == 0:
-            newly += 1
-            if grp[s] >= 0:
-                _unlink(s, key, nxt, prv, grp, head, tail, cnt)
-        pins[s] += 1
-    return newly
-
-
-@numba.njit(cache=True, nogil=True)
 def unpin_slots(slots, pins, row_of, window, use_window, key, nxt, prv, grp, head, tail, cnt,
                 lo):  # pragma: no cover - compiled
     """Unpin ``slots`` once (a step finished): a slot no step pins any more becomes evictable, in
@@ -155,3 +140,73 @@ def take_victims(need, use_window, key, nxt, prv, grp, head, tail, cnt, lo):  # 
             out[n] = s
             n += 1
     return out
+
+
+# -- admission (the rest of RowCache.admit, under its lock) ------------------------------------------
+
+
+@numba.njit(cache=True, nogil=True)
+def pin_hits(rows, slot_of, pins, key, nxt, prv, grp, head, tail, cnt):  # pragma: no cover - compiled
+    """Slots of ``rows`` (-1 where not resident); the resident ones are pinned. Returns
+    ``(slots, hits, newly pinned)``."""
+    slots = np.empty(rows.size, dtype=np.int64)
+    hits = 0
+    newly = 0
+    for i in range(rows.size):
+        s = slot_of[rows[i]]
+        slots[i] = s
+        if s >= 0:
+            hits += 1
+            if pins[s] == 0:
+                newly += 1
+                if grp[s] >= 0:
+                    _unlink(s, key, nxt, prv, grp, head, tail, cnt)
+            pins[s] += 1
+    return slots, hits, newly
+
+
+@numba.njit(cache=True, nogil=True)
+def place_misses(rows, slots, new_slots, clock, slot_of, row_of, pins, dirty, key):  # pragma: no cover - compiled
+    """Give the rows whose ``slots`` are -1 the ``new_slots`` (free slots or victims, in order; a victim's
+    old row is forgotten) and pin them; every slot of the step gets last use ``clock``. Returns the
+    victims' slots and old rows that are dirty (to write back before the slot is refilled)."""
+    wb_slots = np.empty(new_slots.size, dtype=np.int64)
+    wb_rows = np.empty(new_slots.size, dtype=np.int64)
+    nwb = 0
+    j = 0
+    for i in range(rows.size):
+        if slots[i] < 0:
+            s = new_slots[j]
+            j += 1
+            old = row_of[s]
+            if old >= 0:
+                slot_of[old] = -1
+                if dirty[s]:
+                    wb_slots[nwb] = s
+                    wb_rows[nwb] = old
+                    nwb += 1
+            r = rows[i]
+            row_of[s] = r
+            slot_of[r] = s
+            pins[s] += 1
+            dirty[s] = False
+            slots[i] = s
+        key[slots[i]] = clock
+    return wb_slots[:nwb], wb_rows[:nwb]
+
+
+@numba.njit(cache=True, nogil=True)
+def swap_rows(cache, master, wb_slots, wb_rows, load_slots, load_rows):  # pragma: no cover - compiled
+    """Host master <-> CPU cache in place: the dirty victims' rows written back first, then the
+    loaded rows copied into their slots (row copies, no temporary arrays)."""
+    w = cache.shape[1]
+    for i in range(wb_slots.size):
+        s = wb_slots[i]
+        r = wb_rows[i]
+        for c in range(w):
+            master[r, c] = cache[s, c]
+    for i in range(load_slots.size):
+        s = load_slots[i]
+        r = load_rows[i]
+        for c in range(w):
+            cache[s, c] = master[r, c]
