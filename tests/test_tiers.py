@@ -191,7 +191,7 @@ def _evictable_keys(cache: RowCache) -> dict[int, tuple[int, int]]:
 @pytest.mark.parametrize("policy", ["lookahead", "lru"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_eviction_lists_agree_with_a_brute_force_order(policy, seed):
-    """Random admits, releases (in and out of order) and window changes: every admission evicts
+    """Random admits, releases and finished steps (in and out of order) and window changes: every admission evicts
     exactly the evictable slots with the smallest keys (outside the window first, then least
     recently used), and the lists hold exactly the evictable slots."""
     rng = np.random.default_rng(seed)
@@ -208,6 +208,11 @@ def test_eviction_lists_agree_with_a_brute_force_order(policy, seed):
             cache.leave_window(window_steps.pop(rng.integers(0, len(window_steps))))
         elif op == 2 and len(in_flight) < 2:
             rows = np.unique(rng.integers(0, num_rows, rng.integers(1, 5)))
+            entered = bool(rng.integers(0, 2))  # as the prefetcher does: the step enters the window first
+            if entered:
+                cache.enter_window(rows)
+            with cache.lock:
+                cache._drain()  # what admit does first: apply the finished steps
             before = _evictable_keys(cache)
             resident = {int(s): int(cache.row_of[s]) for s in np.flatnonzero(cache.row_of >= 0)}
             slots, _ = cache.admit(rows, wait=False)
@@ -219,9 +224,13 @@ def test_eviction_lists_agree_with_a_brute_force_order(policy, seed):
                         and not np.isin(resident[s], rows)]
                 assert all(s in before for s in evicted)  # only evictable slots
                 assert not kept or max(before[s] for s in evicted) <= min(kept)
-            in_flight.append(slots)
+            in_flight.append((rows, slots, entered))
         elif op == 3 and in_flight:
-            cache.release(in_flight.pop(rng.integers(0, len(in_flight))))
+            rows, slots, entered = in_flight.pop(rng.integers(0, len(in_flight)))
+            if entered:
+                cache.finish(rows, slots)  # queued: leaves the window and unpins at the next admission
+            else:
+                cache.release(slots)
         listed = np.flatnonzero(cache._grp >= 0)
         assert sorted(listed.tolist()) == sorted(_evictable_keys(cache))
         assert int(cache._cnt.sum()) == listed.size
@@ -256,3 +265,13 @@ def test_finished_steps_are_applied_at_the_next_admission():
     assert cache.pins[slots].tolist() == [1, 1] and cache.window[:2].tolist() == [1, 1]
     cache.admit(np.array([2]))  # applies the finished step, then evicts one of its rows
     assert cache.window[:2].tolist() == [0, 0] and np.count_nonzero(cache.resident(np.array([0, 1]))) == 1
+
+
+@pytest.mark.parametrize("bound", [1, 2, 2047, 2049, 3_376_585, 2**40])
+def test_radix_sort_equals_numpy_sort(bound):
+    from gmp.train.tiers._kernels import radix_sort
+
+    rng = np.random.default_rng(bound % 97)
+    for size in (0, 1, 5, 10_000):
+        a = rng.integers(0, bound, size)
+        np.testing.assert_array_equal(radix_sort(a, bound), np.sort(a))

@@ -30,10 +30,36 @@ def step_primaries(indptr, indices, samples, slot_map, identity, num_primary, ma
                 mark[sl] = 1
                 out[count] = sl
                 count += 1
-    res = np.sort(out[:count])
+    res = radix_sort(out[:count], num_primary)
     for i in range(count):
         mark[res[i]] = 0
     return res
+
+
+@numba.njit(cache=True, nogil=True)
+def radix_sort(a, bound):  # pragma: no cover - compiled
+    """``a`` (int64, ``0 <= a < bound``) sorted ascending: least significant digit first, 11 bits a
+    pass (two passes below 2**22 rows) -- a step's ~10k slots in a quarter of np.sort's time."""
+    bits = 1
+    while (1 << bits) < bound:
+        bits += 1
+    src = a.copy()
+    dst = np.empty_like(src)
+    count = np.empty(2049, dtype=np.int64)
+    shift = 0
+    while shift < bits:
+        count[:] = 0
+        for i in range(src.size):
+            count[((src[i] >> shift) & 2047) + 1] += 1
+        for d in range(2048):
+            count[d + 1] += count[d]
+        for i in range(src.size):
+            d = (src[i] >> shift) & 2047
+            dst[count[d]] = src[i]
+            count[d] += 1
+        src, dst = dst, src
+        shift += 11
+    return src
 
 
 # -- eviction order: two groups of doubly linked lists, one list per last-use clock -------------------
@@ -98,6 +124,24 @@ def unpin_slots(slots, pins, row_of, window, use_window, key, nxt, prv, grp, hea
             r = row_of[s]
             if r >= 0:
                 _link(s, 1 if use_window and window[r] > 0 else 0, key, nxt, prv, grp, head, tail, cnt, lo)
+    return freed
+
+
+@numba.njit(cache=True, nogil=True)
+def finish_step(rows, slots, window, pins, use_window, key, nxt, prv, grp, head, tail, cnt,
+                lo):  # pragma: no cover - compiled
+    """A finished step (``rows`` distinct, ``slots`` their pinned slots): each row leaves the window
+    once and its slot is unpinned once, in one pass (the slot is pinned by this step while its row's
+    count drops, so it is in no list: no move between groups). Returns how many became unpinned."""
+    freed = 0
+    for i in range(rows.size):
+        r = rows[i]
+        s = slots[i]
+        window[r] -= 1
+        pins[s] -= 1
+        if pins[s] == 0:
+            freed += 1
+            _link(s, 1 if use_window and window[r] > 0 else 0, key, nxt, prv, grp, head, tail, cnt, lo)
     return freed
 
 

@@ -13,7 +13,7 @@ import torch
 
 from ...errors import TrainingError
 from ...params import check_choice
-from ._kernels import add_to_window, pin_hits, place_misses, swap_rows, take_victims, unpin_slots
+from ._kernels import add_to_window, finish_step, pin_hits, place_misses, swap_rows, take_victims, unpin_slots
 from .rows import HostRows
 
 #: names accepted by ``cache_policy`` (``--cache-policy``): the eviction order of the device cache
@@ -295,10 +295,8 @@ class RowCache:
         """Apply the finished steps queued by :meth:`finish` (under the lock)."""
         while self._finished:
             rows, slots = self._finished.popleft()
-            add_to_window(np.asarray(rows, dtype=np.int64), -1, self.window, self.slot_of, self.pins,
-                          self._use_window, *self._lists(), self._lo)
-            self._num_pinned -= unpin_slots(np.asarray(slots, dtype=np.int64), self.pins, self.row_of, self.window,
-                                            self._use_window, *self._lists(), self._lo)
+            self._num_pinned -= finish_step(np.asarray(rows, dtype=np.int64), np.asarray(slots, dtype=np.int64),
+                                            self.window, self.pins, self._use_window, *self._lists(), self._lo)
 
     def release(self, slots: np.ndarray) -> None:
         """Unpin a finished step's slots."""
