@@ -79,11 +79,13 @@ def run_one(data, placement, args, loc, pct, lookahead, tier_dir, evaluate):
     tr = Trainer(data, placement, cfg, LocalEngine(n))
     setup = time.perf_counter() - t0
     try:
-        cpu0 = time.process_time()
+        cpu0, wall0 = time.process_time(), time.perf_counter()
         tr.fit(stop_after_steps=args.steps)
         cpu = time.process_time() - cpu0  # every thread of the process (the prefetcher's too)
-        rate = tr.acc["samples"] / tr.acc["train_seconds"]
-        out = {"location": loc, "cache_percent": pct, "lookahead": lookahead, "samples_per_sec": rate,
+        wall = time.perf_counter() - wall0  # the whole step loop: steps, waiting for rows, the inline loads (k = 0)
+        out = {"location": loc, "cache_percent": pct, "lookahead": lookahead,
+               "samples_per_sec": tr.acc["samples"] / wall,
+               "step_samples_per_sec": tr.acc["samples"] / tr.acc["train_seconds"],  # inside train_step only
                "samples_per_cpu_sec": tr.acc["samples"] / cpu, "setup_seconds": setup, "steps": tr.acc["steps"]}
         if tiers is not None:
             sts = [s.tier.cache.stats.to_json() for s in tr.stores]
@@ -179,7 +181,8 @@ def main(argv=None) -> None:
               f"{hit} {stall} "
               f"{first.get('test_auc', float('nan')):9.6f} {first.get('test_logloss', float('nan')):8.5f}")
     aucs = {x["test_auc"] for x in runs if "test_auc" in x}
-    print("\nsamples/s: training samples / wall seconds in training steps; per CPU s: / process CPU seconds "
+    print("\nsamples/s: training samples / wall seconds of the step loop (steps, waits for rows, inline loads); "
+          "per CPU s: / process CPU seconds "
           "(all threads) over the same steps, which a loaded machine disturbs far less; spread: (max - min) / median "
           "over the repeats; stall s: seconds a step waited for its rows (median); hit rate: first repeat.")
     print(f"test AUC equal in every configuration: {len(aucs) == 1} ({len(aucs)} distinct value(s))")

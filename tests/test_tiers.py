@@ -176,3 +176,102 @@ def test_cache_policy_orders_evictions(policy, evicted):
     cache.enter_window(np.array([0]))  # row 0 is used again soon
     s, _ = cache.admit(np.array([2]))
     assert not cache.resident(np.array([evicted]))[0] and cache.resident(np.array([1 - evicted]))[0]
+
+
+def _evictable_keys(cache: RowCache) -> dict[int, tuple[int, int]]:
+    """Brute force: every evictable slot (resident master row, unpinned) and its eviction key
+    (in window, last use) -- the order the cache's lists must give."""
+    out = {}
+    for s in np.flatnonzero((cache.row_of >= 0) & (cache.pins == 0)):
+        w = int(cache.window[cache.row_of[s]] > 0) if cache.policy == "lookahead" else 0
+        out[int(s)] = (w, int(cache.last_use[s]))
+    return out
+
+
+@pytest.mark.parametrize("policy", ["lookahead", "lru"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_eviction_lists_agree_with_a_brute_force_order(policy, seed):
+    """Random admits, releases and finished steps (in and out of order) and window changes: every admission evicts
+    exactly the evictable slots with the smallest keys (outside the window first, then least
+    recently used), and the lists hold exactly the evictable slots."""
+    rng = np.random.default_rng(seed)
+    num_rows, capacity = 60, 12
+    cache = RowCache(HostRows(np.zeros((num_rows, 1), np.float32)), capacity, policy=policy)
+    in_flight, window_steps = [], []
+    for _ in range(400):
+        op = rng.integers(0, 4)
+        if op == 0 and len(window_steps) < 6:
+            rows = np.unique(rng.integers(0, num_rows, rng.integers(1, 5)))
+            cache.enter_window(rows)
+            window_steps.append(rows)
+        elif op == 1 and window_steps:
+            cache.leave_window(window_steps.pop(rng.integers(0, len(window_steps))))
+        elif op == 2 and len(in_flight) < 2:
+            rows = np.unique(rng.integers(0, num_rows, rng.integers(1, 5)))
+            entered = bool(rng.integers(0, 2))  # as the prefetcher does: the step enters the window first
+            if entered:
+                cache.enter_window(rows)
+            with cache.lock:
+                cache._drain()  # what admit does first: apply the finished steps
+            before = _evictable_keys(cache)
+            resident = {int(s): int(cache.row_of[s]) for s in np.flatnonzero(cache.row_of >= 0)}
+            slots, _ = cache.admit(rows, wait=False)
+            evicted = [s for s, r in resident.items() if cache.row_of[s] != r]
+            assert len(evicted) == max(0, len(resident) + int((~np.isin(rows, list(resident.values()))).sum())
+                                       - capacity)
+            if evicted:
+                kept = [k for s, k in before.items() if s not in evicted and cache.row_of[s] == resident[s]
+                        and not np.isin(resident[s], rows)]
+                assert all(s in before for s in evicted)  # only evictable slots
+                assert not kept or max(before[s] for s in evicted) <= min(kept)
+            in_flight.append((rows, slots, entered))
+        elif op == 3 and in_flight:
+            rows, slots, entered = in_flight.pop(rng.integers(0, len(in_flight)))
+            if entered:
+                cache.finish(rows, slots)  # queued: leaves the window and unpins at the next admission
+            else:
+                cache.release(slots)
+        listed = np.flatnonzero(cache._grp >= 0)
+        assert sorted(listed.tolist()) == sorted(_evictable_keys(cache))
+        assert int(cache._cnt.sum()) == listed.size
+        if policy == "lookahead":
+            assert all(cache._grp[s] == w for s, (w, _) in _evictable_keys(cache).items())
+
+
+def test_swap_rows_writes_back_before_it_loads():
+    """The host tier's compiled copy: dirty victims' rows go to the master first, then the loaded
+    rows fill the slots (a victim's slot may be refilled in the same call)."""
+    from gmp.train.tiers._kernels import swap_rows
+
+    rng = np.random.default_rng(0)
+    cache, master = rng.random((6, 3), dtype=np.float32), rng.random((20, 3), dtype=np.float32)
+    want_cache, want_master = cache.copy(), master.copy()
+    wb_slots, wb_rows = np.array([4, 1]), np.array([7, 12])
+    load_slots, load_rows = np.array([1, 4, 5]), np.array([12, 3, 9])  # slot 1 refilled with the row it wrote back
+    want_master[wb_rows] = want_cache[wb_slots]
+    want_cache[load_slots] = want_master[load_rows]
+    swap_rows(cache, master, wb_slots, wb_rows, load_slots, load_rows)
+    np.testing.assert_array_equal(master, want_master)
+    np.testing.assert_array_equal(cache, want_cache)
+
+
+def test_finished_steps_are_applied_at_the_next_admission():
+    """``finish`` (what the prefetcher's ``done`` calls) only queues: the rows stay pinned and in the
+    window until the next admission (or ``clear``) applies it."""
+    cache = RowCache(HostRows(np.zeros((10, 1), np.float32)), 2)
+    cache.enter_window(np.array([0, 1]))
+    slots, _ = cache.admit(np.array([0, 1]))
+    cache.finish(np.array([0, 1]), slots)
+    assert cache.pins[slots].tolist() == [1, 1] and cache.window[:2].tolist() == [1, 1]
+    cache.admit(np.array([2]))  # applies the finished step, then evicts one of its rows
+    assert cache.window[:2].tolist() == [0, 0] and np.count_nonzero(cache.resident(np.array([0, 1]))) == 1
+
+
+@pytest.mark.parametrize("bound", [1, 2, 2047, 2049, 3_376_585, 2**40])
+def test_radix_sort_equals_numpy_sort(bound):
+    from gmp.train.tiers._kernels import radix_sort
+
+    rng = np.random.default_rng(bound % 97)
+    for size in (0, 1, 5, 10_000):
+        a = rng.integers(0, bound, size)
+        np.testing.assert_array_equal(radix_sort(a, bound), np.sort(a))

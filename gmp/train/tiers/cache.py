@@ -5,6 +5,7 @@ See :mod:`gmp.train.tiers`."""
 from __future__ import annotations
 
 import threading
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -12,7 +13,8 @@ import torch
 
 from ...errors import TrainingError
 from ...params import check_choice
-from ._kernels import pick_victims
+from ._kernels import add_to_window, finish_step, pin_hits, place_misses, swap_rows, take_victims, unpin_slots
+from .rows import HostRows
 
 #: names accepted by ``cache_policy`` (``--cache-policy``): the eviction order of the device cache
 #: and of the Herald scheduler's model of it (:mod:`gmp.train.herald.cache`)
@@ -48,9 +50,11 @@ class RowCache:
     Bookkeeping is numpy on the host (cDLRM's occupancy table): ``slot_of[row]``
     (-1 when not cached), ``row_of[slot]`` (-1 when free), ``dirty``, ``pins`` (steps
     that hold the slot), ``last_use`` (LRU clock) and ``window`` (steps of the
-    look-ahead window that use the row). All bookkeeping is under ``lock``; data
-    copies into a slot happen after the slot is reserved, so a step never sees a
-    slot being filled.
+    look-ahead window that use the row), and the evictable slots in eviction order
+    (lists per group and last use, :mod:`._kernels`: kept up to date on every pin,
+    unpin and window change, so choosing victims costs the victims, not a scan of the
+    cache). All bookkeeping is under ``lock``; data copies into a slot happen after
+    the slot is reserved, so a step never sees a slot being filled.
     """
 
     def __init__(self, master, capacity: int, *, device: torch.device | str = "cpu", policy: str = "lookahead"):
@@ -82,12 +86,23 @@ class RowCache:
         self._busy = 0  # admissions whose copies (write-back, load) run outside the lock
         self._cuda = self.device.type == "cuda"
         self._stream = torch.cuda.Stream(self.device) if self._cuda else None
+        self._use_window = policy == "lookahead"
+        # eviction lists (see _kernels): per slot next/previous/group, per (group, clock) head/tail
+        self._nxt = np.full(self.capacity, -1, dtype=np.int64)
+        self._prv = np.full(self.capacity, -1, dtype=np.int64)
+        self._grp = np.full(self.capacity, -1, dtype=np.int8)
+        self._head = np.full((2, 1024), -1, dtype=np.int64)
+        self._tail = np.full((2, 1024), -1, dtype=np.int64)
+        self._cnt = np.zeros(2, dtype=np.int64)
+        self._lo = np.zeros(2, dtype=np.int64)
+        self._finished: deque = deque()  # (rows, slots) of finished steps, applied at the next admission
+
+    def _lists(self) -> tuple:
+        return self.last_use, self._nxt, self._prv, self._grp, self._head, self._tail, self._cnt
 
     @classmethod
     def for_remote_rows(cls, width: int, *, dtype, device: torch.device | str = "cpu") -> "RowCache":
         """A cache without master rows here: only rows held for the Herald protocol (an untiered worker)."""
-        from .rows import HostRows
-
         return cls(HostRows(np.zeros((0, int(width)), dtype=dtype), dtype=dtype), 0, device=device)
 
     @property
@@ -96,12 +111,16 @@ class RowCache:
 
     # -- the window (counts of upcoming steps using a row) ------------------------------------
     def enter_window(self, rows: np.ndarray) -> None:
-        with self.lock:
-            self.window[rows] += 1  # rows are distinct (a step's unique rows)
+        self._add_to_window(rows, 1)
 
     def leave_window(self, rows: np.ndarray) -> None:
+        self._add_to_window(rows, -1)
+
+    def _add_to_window(self, rows: np.ndarray, delta: int) -> None:
+        rows = np.asarray(rows, dtype=np.int64)  # distinct (a step's unique rows)
         with self.lock:
-            self.window[rows] -= 1
+            add_to_window(rows, delta, self.window, self.slot_of, self.pins, self._use_window, *self._lists(),
+                          self._lo)
 
     # -- admission ----------------------------------------------------------------------------
     def admit(self, rows: np.ndarray, *, wait: bool = True) -> tuple[np.ndarray, "torch.cuda.Event | None"]:
@@ -113,58 +132,67 @@ class RowCache:
             raise TrainingError(f"a step uses {rows.size} distinct rows but the cache holds {self.capacity}; "
                                 f"raise cache_rows to at least {rows.size}.")
         with self.lock:
-            slots = self.slot_of[rows].astype(np.int64)
-            hit = slots >= 0
-            self._num_pinned += int(np.count_nonzero(self.pins[slots[hit]] == 0))
-            self.pins[slots[hit]] += 1
-            self.stats.hits += int(hit.sum())
-            miss_rows = rows[~hit]
-            self.stats.misses += int(miss_rows.size)
-            new_slots, victims, victim_rows = self._reserve(miss_rows.size, wait)
-            # victims' dirty values leave before the slots are refilled (below, outside the lock)
-            self.slot_of[victim_rows] = -1
-            wb = victim_rows[self.dirty[victims]]
-            wb_slots = victims[self.dirty[victims]]
-            self.row_of[new_slots] = miss_rows
-            self.slot_of[miss_rows] = new_slots
-            self.pins[new_slots] += 1
-            self._num_pinned += int(new_slots.size)  # free or unpinned victims: none was pinned
-            self.dirty[new_slots] = False
-            slots[~hit] = new_slots
+            self._drain()
+            slots, hits, newly = pin_hits(rows, self.slot_of, self.pins, *self._lists())
+            self._num_pinned += newly
+            self.stats.hits += hits
+            num_miss = rows.size - hits
+            self.stats.misses += num_miss
+            new_slots = self._reserve(num_miss, wait)
             self.clock += 1
-            self.last_use[slots] = self.clock
+            if self.clock >= self._head.shape[1]:  # one eviction list per clock value
+                more = np.full((2, self._head.shape[1]), -1, dtype=np.int64)
+                self._head = np.concatenate([self._head, more], axis=1)
+                self._tail = np.concatenate([self._tail, more], axis=1)
+            # victims' dirty values leave before the slots are refilled (below, outside the lock); every
+            # slot is pinned, so in no eviction list: its last use may change
+            wb_slots, wb_rows = place_misses(rows, slots, new_slots, self.clock, self.slot_of, self.row_of, self.pins,
+                                             self.dirty, self.last_use)
+            self._num_pinned += new_slots.size  # free slots or victims: none was pinned
             self.stats.peak_pinned_rows = max(self.stats.peak_pinned_rows, self._num_pinned)
             self._busy += 1
         try:
-            if wb.size:
-                self._write_back(wb_slots, wb)
-            event = self._load(new_slots, miss_rows)
+            miss_rows = self.row_of[new_slots]  # pinned: stable outside the lock
+            if not self._cuda and isinstance(self.master, HostRows):
+                swap_rows(self.tensor.numpy(), self.master.data, wb_slots, wb_rows, new_slots, miss_rows)
+                self._count_moves(wb_rows.size, miss_rows.size)
+                event = None
+            else:
+                if wb_slots.size:
+                    self._write_back(wb_slots, wb_rows)
+                event = self._load(new_slots, miss_rows)
         finally:
             with self.lock:
                 self._busy -= 1
                 self.lock.notify_all()
         return slots, event
 
-    def _reserve(self, n: int, wait: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``n`` slots for master rows: victims among the resident master rows (see the eviction
-        order) while the master rows would exceed ``capacity``, free slots for the rest (there are
-        enough: :meth:`hold` keeps ``capacity`` slots beside the held ones). Under the lock."""
+    def _count_moves(self, written: int, loaded: int) -> None:
+        row_bytes = self.width * self.tensor.element_size()
+        self.stats.rows_written_back += written
+        self.stats.bytes_written_back += written * row_bytes
+        self.stats.rows_loaded += loaded
+        self.stats.bytes_loaded += loaded * row_bytes
+
+    def _reserve(self, n: int, wait: bool) -> np.ndarray:
+        """``n`` slots for master rows: free slots, then victims among the resident master rows (see
+        the eviction order, taken out of the lists) while the master rows would exceed ``capacity``
+        (there are enough free slots: :meth:`hold` keeps ``capacity`` slots beside the held ones).
+        Under the lock."""
         need = max(0, self._own + n - self.capacity)
         victims = np.zeros(0, dtype=np.int64)
         while need:
-            victims = pick_victims(self.pins, self.row_of, self.last_use, self.window, self.policy == "lookahead",
-                                   need)
+            victims = take_victims(need, self._use_window, *self._lists(), self._lo)
             if victims.size:
                 break
             if not wait:
                 raise TrainingError("the cache is full of rows pinned by in-flight steps; raise cache_rows.")
             self.lock.wait()
+            self._drain()
             need = max(0, self._own + n - self.capacity)
         slots = self._pop_free(n - victims.size)
         self._own += n - victims.size
-        victim_rows = self.row_of[victims].copy()
-        self.row_of[victims] = -1
-        return np.concatenate([np.asarray(slots, dtype=np.int64), victims]), victims, victim_rows
+        return np.concatenate([np.asarray(slots, dtype=np.int64), victims])
 
     # -- rows held for another owner (Herald's copies of remote rows) ---------------------------------
     def hold(self, n: int) -> np.ndarray:
@@ -219,6 +247,9 @@ class RowCache:
         for name in ("dirty", "pins", "last_use", "held"):
             a = getattr(self, name)
             setattr(self, name, np.concatenate([a, np.zeros(add, dtype=a.dtype)]))
+        for name in ("_nxt", "_prv", "_grp"):
+            a = getattr(self, name)
+            setattr(self, name, np.concatenate([a, np.full(add, -1, dtype=a.dtype)]))
         self._push_free(np.arange(old + add - 1, old - 1, -1, dtype=np.int64))
 
     def _load(self, slots: np.ndarray, rows: np.ndarray):
@@ -252,12 +283,27 @@ class RowCache:
         self.stats.rows_written_back += int(rows.size)
         self.stats.bytes_written_back += int(values.nbytes)
 
+    def finish(self, rows: np.ndarray, slots: np.ndarray) -> None:
+        """A step has finished: its ``rows`` leave the window and its ``slots`` are unpinned -- at the
+        next admission (in the prefetch thread, which needs them first), so the training thread only
+        queues them."""
+        with self.lock:
+            self._finished.append((rows, slots))
+            self.lock.notify_all()
+
+    def _drain(self) -> None:
+        """Apply the finished steps queued by :meth:`finish` (under the lock)."""
+        while self._finished:
+            rows, slots = self._finished.popleft()
+            self._num_pinned -= finish_step(np.asarray(rows, dtype=np.int64), np.asarray(slots, dtype=np.int64),
+                                            self.window, self.pins, self._use_window, *self._lists(), self._lo)
+
     def release(self, slots: np.ndarray) -> None:
         """Unpin a finished step's slots."""
+        slots = np.asarray(slots, dtype=np.int64)  # a step's slots are distinct
         with self.lock:
-            slots = np.asarray(slots, dtype=np.int64)
-            self.pins[slots] -= 1  # a step's slots are distinct
-            self._num_pinned -= int(np.count_nonzero(self.pins[slots] == 0))
+            self._num_pinned -= unpin_slots(slots, self.pins, self.row_of, self.window, self._use_window,
+                                            *self._lists(), self._lo)
             self.lock.notify_all()
 
     def mark_dirty(self, slots: np.ndarray) -> None:
@@ -325,6 +371,7 @@ class RowCache:
         """Forget every cached row without writing it back (the master is about to be replaced)."""
         with self.lock:
             self._quiet()
+            self._drain()
             if np.any(self.pins):
                 raise TrainingError("cannot clear a cache while steps hold rows in it. This is a bug in gmp.")
             live = np.flatnonzero(self.row_of >= 0)
@@ -332,6 +379,11 @@ class RowCache:
             self.row_of[live] = -1
             self.dirty[live] = False
             self.window[:] = 0
+            self._grp[:] = -1
+            self._head[:] = -1
+            self._tail[:] = -1
+            self._cnt[:] = 0
+            self._lo[:] = 0
             self._push_free(live)
             self._own = 0
 

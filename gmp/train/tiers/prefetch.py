@@ -188,10 +188,10 @@ class StepFeeder(Generic[T]):
             self._q.put(None)
 
     def done(self, ready: list[ReadyStep]) -> None:
-        """The step has finished: its rows leave the window and are unpinned."""
+        """The step has finished: its rows leave the window and are unpinned (queued: applied by the
+        next admission, in the prefetch thread when there is one)."""
         for cache, r in zip(self.caches, ready):
-            cache.leave_window(r.rows)
-            cache.release(r.slots)
+            cache.finish(r.rows, r.slots)
 
 
 class LookaheadPrefetcher:
