@@ -62,6 +62,7 @@ def partition_distributed_cmd(dataset: Path, *, distributed: bool, chunk_samples
         engine = DistributedEngine()
     else:
         engine = LocalEngine(1)
+    ok = False
     try:
         t0 = time.perf_counter()
         placement = partition_distributed(ds.indptr, ds.indices, ds.num_embeddings, topo, seed=seed, options=options,
@@ -69,8 +70,27 @@ def partition_distributed_cmd(dataset: Path, *, distributed: bool, chunk_samples
         seconds = time.perf_counter() - t0
         if placement is not None:
             _write(ds, dataset, placement, topo, out, overwrite, no_plots, batch_size, embedding_dim, seed, seconds)
+        ok = True
     finally:
+        _close(engine, ok)
+
+
+def _close(engine, ok: bool) -> None:
+    """Close the engine; after an error on this rank, without the closing barrier: the peers are inside
+    some collective, and this process leaving closes its connections, so they fail at once with a
+    line naming the lost peer instead of waiting out the collective timeout."""
+    if ok or not distributed_group():
         engine.close()
+        return
+    import torch.distributed as dist
+
+    dist.destroy_process_group()
+
+
+def distributed_group() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
 
 
 def _write(ds, dataset, placement, topo, out, overwrite, no_plots, batch_size, embedding_dim, seed, seconds) -> None:

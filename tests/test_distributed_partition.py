@@ -260,3 +260,17 @@ def test_cli_distributed_without_torchrun_is_one_line(data, tmp_path):
     assert res.returncode != 0
     assert "--distributed needs RANK and WORLD_SIZE" in res.stderr and "Traceback" not in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_streamed_chunks_equal_in_memory_with_the_multilevel_start(data, monkeypatch):
+    """The default start too: the projection visits fixed blocks (here 128 samples), not the chunks."""
+    from gmp.partition.distributed import start
+
+    monkeypatch.setattr(start, "PROJECT_BLOCK", 128)
+    _, ds = data
+    a = run_local(ds, 4, rounds=2)
+    b = run_local(ds, 4, rounds=2, chunk_samples=100)
+    assert a.info["multilevel"] is not None
+    np.testing.assert_array_equal(a.sample_worker, b.sample_worker)
+    np.testing.assert_array_equal(a.embedding_primary, b.embedding_primary)
+    np.testing.assert_array_equal(a.secondary_workers, b.secondary_workers)
