@@ -5,7 +5,8 @@ k every process sweeps ``block_samples`` of its shard's samples sequentially aga
 rows, which already carry every move of the earlier blocks (all processes) and its own moves of
 this block. Then the moves' count deltas go to the rows' owners (one all-to-all), the owners
 apply them and send the changed rows back to every process holding a ghost of them (one
-all-to-all), and the sample loads are summed (one all-reduce). The only staleness: the other
+all-to-all); each process's net arrivals per worker ride along in the first all-to-all to every
+process, so the sample loads are summed without an all-reduce. The only staleness: the other
 processes' moves of the same block, at most ``(P - 1) * block_samples`` samples.
 
 **Hard caps.** Before each block the room ``cap - load`` on every worker is split into per-process
@@ -183,8 +184,7 @@ class DistState:
         if self.mesh.size == 1:
             self.sample_load += net
             return m
-        self._exchange_deltas(indptr, indices, moves, m)
-        tot = self.mesh.isum(np.concatenate([net, [m]]))
+        tot = self._exchange_deltas(indptr, indices, moves, m, net)
         self.sample_load += tot[:n]
         return int(tot[n])
 
@@ -197,16 +197,23 @@ class DistState:
         longest = -(-self.w.num_samples // self.mesh.size)  # the longest shard (exchange.shard_range)
         return -(-longest // max(size, 1))
 
-    def _exchange_deltas(self, indptr, indices, moves, m) -> None:
-        """The block's count deltas to the owners; the changed rows back to their ghosts."""
+    def _exchange_deltas(self, indptr, indices, moves, m, net) -> np.ndarray:
+        """The block's count deltas to the owners; the changed rows back to their ghosts. The net
+        arrivals per worker and the number of moves ride along to every process (rows with a negative
+        id), so no all-reduce is needed: returns their sums over the processes (int64 [N + 1])."""
+        n = self.num_workers
         deltas = np.empty((2 * int(indptr[-1]), 3), dtype=np.int64)
         k = DK.move_deltas(indptr, indices, self.ghosts.gids, moves, m, deltas)
         deltas = deltas[:k]
         owner = deltas[:, 0] % self.mesh.size
         order = np.argsort(owner, kind="stable")
         bounds = np.searchsorted(owner[order], np.arange(self.mesh.size + 1))
-        parts = [deltas[order[bounds[o]:bounds[o + 1]]] for o in range(self.mesh.size)]
+        tally = np.stack([np.full(n + 1, -1, dtype=np.int64), np.arange(n + 1), np.append(net, m)], axis=1)
+        parts = [np.concatenate([tally, deltas[order[bounds[o]:bounds[o + 1]]]]) for o in range(self.mesh.size)]
         recv = np.concatenate(self.mesh.alltoall(parts))
+        ours = recv[:, 0] < 0
+        tot = np.bincount(recv[ours, 1], weights=recv[ours, 2], minlength=n + 1).astype(np.int64)
+        recv = recv[~ours]
         rows = np.searchsorted(self.owned.used, recv[:, 0])
         changed = np.zeros(self.owned.used.size, dtype=np.bool_)
         DK.apply_deltas(rows, recv, self.count, changed)
@@ -214,6 +221,7 @@ class DistState:
         fresh = np.concatenate(self.mesh.alltoall(self.owned.refresh_messages(touched, self.count)))
         pos = np.searchsorted(self.ghosts.gids, fresh[:, 0])
         DK.overwrite_rows(pos, np.ascontiguousarray(fresh[:, 1:]), self.gcount, self.gdrow, self.df)
+        return tot
 
     def sweep_embeddings(self, ceff: np.ndarray) -> int:
         """The owners' embedding sweep in :data:`EMBEDDING_BLOCKS` blocks (the primary quotas are
