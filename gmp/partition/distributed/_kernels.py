@@ -193,3 +193,31 @@ def band_degrees(indptr, indices, in_band, out):  # pragma: no cover - compiled
             if in_band[indices[k]]:
                 d += 1
         out[i] = d
+
+
+@numba.njit(cache=True, nogil=True)
+def ghost_deltas(indptr, indices, moves, num_moves, out):  # pragma: no cover - compiled
+    """The count deltas of ``moves[:num_moves]`` as (ghost row, worker, +-1) rows of ``out`` (two per
+    edge of each moved sample); returns the number written."""
+    pos = 0
+    for t in range(num_moves):
+        i = moves[t, 0]
+        for k in range(indptr[i], indptr[i + 1]):
+            out[pos, 0] = indices[k]
+            out[pos, 1] = moves[t, 1]
+            out[pos, 2] = -1
+            out[pos + 1, 0] = indices[k]
+            out[pos + 1, 1] = moves[t, 2]
+            out[pos + 1, 2] = 1
+            pos += 2
+    return pos
+
+
+@numba.njit(cache=True, nogil=True)
+def add_ghost_deltas(pos, deltas, gcount, gdrow, df):  # pragma: no cover - compiled
+    """gcount[pos[t], deltas[t, 1]] += deltas[t, 2]; drow follows."""
+    for t in range(pos.size):
+        g = pos[t]
+        w = deltas[t, 1]
+        gcount[g, w] += deltas[t, 2]
+        gdrow[g, w] = df[gcount[g, w]]

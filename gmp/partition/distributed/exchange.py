@@ -39,6 +39,9 @@ class Mesh:
         else:
             raise PartitionError(f"the distributed hybrid needs one process per rank (a distributed engine) or "
                                  f"one local worker, got an engine hosting {len(engine.local_workers)} workers.")
+        if self.size > 64:
+            raise PartitionError(f"the distributed hybrid runs on up to 64 processes (a bit per process marks who "
+                                 f"holds a row), got {self.size}; launch at most 64.")
         self.exchanges = 0
 
     # -- primitives ---------------------------------------------------------
