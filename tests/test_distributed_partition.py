@@ -188,6 +188,9 @@ def test_the_mesh_splits_room_exactly():
         total = sum(Mesh(Fake(r, 3)).split_room(room, turn) for r in range(3))
         np.testing.assert_array_equal(total, room)
     assert [shard_range(10, 3, r) for r in range(3)] == [(0, 3), (3, 6), (6, 10)]
+    assert [shard_range(2, 3, r) for r in range(3)] == [(0, 0), (0, 1), (1, 2)]  # an empty shard
+    with pytest.raises(PartitionError, match="up to 64 processes"):
+        Mesh(Fake(0, 65))
 
 
 def test_init_other_than_random_is_refused(data):
