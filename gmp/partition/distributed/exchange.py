@@ -146,9 +146,3 @@ class OwnedRows:
         for pos, r in zip(self.sub_pos, received):
             out[pos] += r[:, 1:]
         return out
-
-    def refresh_messages(self, changed: np.ndarray, count: np.ndarray) -> list[np.ndarray]:
-        """Per subscriber: rows ``[gid, *count[row]]`` of the changed rows it holds a ghost of."""
-        bits = self.subs[changed]
-        table = np.concatenate([self.used[changed][:, None], count[changed].astype(np.int64)], axis=1)
-        return [table[((bits >> np.uint64(s)) & np.uint64(1)).astype(bool)] for s in range(self.mesh.size)]

@@ -3,10 +3,11 @@
 **Sample sweep** (Algorithm 1 lines 3-5 over the samples). A round is cut into *blocks*: in block
 k every process sweeps ``block_samples`` of its shard's samples sequentially against its ghost
 rows, which already carry every move of the earlier blocks (all processes) and its own moves of
-this block. Then the moves' count deltas go to the rows' owners (one all-to-all), the owners
-apply them and send the changed rows back to every process holding a ghost of them (one
-all-to-all); each process's net arrivals per worker ride along in the first all-to-all to every
-process, so the sample loads are summed without an all-reduce. The only staleness: the other
+this block. Then the moves' count deltas, summed per (row, worker), go in one all-to-all to each
+row's owner and to every other process holding a ghost of it; owners add them to their counts,
+holders to their ghosts, so every ghost equals its owner's row afterwards. Each process's net
+arrivals per worker ride along to every process, so the sample loads are summed without an
+all-reduce. The only staleness: the other
 processes' moves of the same block, at most ``(P - 1) * block_samples`` samples.
 
 **Hard caps.** Before each block the room ``cap - load`` on every worker is split into per-process
@@ -230,8 +231,7 @@ class DistState:
             tot += np.bincount(recv[ours, 1], weights=recv[ours, 2], minlength=n + 1).astype(np.int64)
             recv = recv[~ours]
             owned = recv[recv[:, 0] % size == rank]
-            DK.apply_deltas(np.searchsorted(self.owned.used, owned[:, 0]), owned, self.count,
-                            np.zeros(self.owned.used.size, dtype=np.bool_))
+            DK.apply_deltas(np.searchsorted(self.owned.used, owned[:, 0]), owned, self.count)
             if src != rank:
                 pos = np.searchsorted(self.ghosts.gids, recv[:, 0])
                 held = pos < self.ghosts.gids.size
