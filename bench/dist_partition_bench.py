@@ -44,16 +44,32 @@ def torchrun_bin() -> str:
     return shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
 
 
-def locked(cmd: list[str], lock: str | None) -> list[str]:
-    return ["flock", lock, *cmd] if lock else cmd
+#: seconds one command may run (inside the lock: the wait for the lock does not count)
+TIMEOUT_S = 840
+#: load average (1 min) when each command started and ended, by output directory name
+LOADS: dict[str, list[float]] = {}
+
+
+def load_average() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
 
 
 def run(cmd: list[str], lock: str | None) -> float:
+    """Run ``cmd`` (under the lock, within TIMEOUT_S); the load average inside the lock is recorded."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    out = cmd[cmd.index("--out") + 1] if "--out" in cmd else ""
+    probe = [sys.executable, "-c", "import pathlib; print(pathlib.Path('/proc/loadavg').read_text().split()[0])"]
+    wrapped = ["bash", "-c", '"$1" -c "$2"; shift 2; "$@"; rc=$?; "$PY" -c "$PROBE"; exit $rc', "_", probe[0],
+               probe[2], *["timeout", str(TIMEOUT_S), *cmd]]
+    env.update(PY=probe[0], PROBE=probe[2])
     t0 = time.perf_counter()
-    res = subprocess.run(locked(cmd, lock), cwd=ROOT, env=env, capture_output=True, text=True)
+    res = subprocess.run(["flock", lock, *wrapped] if lock else wrapped, cwd=ROOT, env=env, capture_output=True,
+                         text=True)
     if res.returncode != 0:
-        raise SystemExit(f"failed ({res.returncode}): {' '.join(cmd)}\n{res.stderr[-3000:]}")
+        raise SystemExit(f"failed ({res.returncode}{', timed out' if res.returncode == 124 else ''}): "
+                         f"{' '.join(cmd)}\n{res.stderr[-3000:]}")
+    lines = res.stdout.strip().splitlines()
+    LOADS[Path(out).name] = [float(lines[0]), float(lines[-1])]
     return time.perf_counter() - t0
 
 
@@ -69,7 +85,7 @@ def row(name: str, out: Path, reference: int | None) -> dict:
     reads = int(m["metrics"]["batch_remote_reads"])
     rounds = info.get("rounds") or []
     per_round = [r.get("bytes_sent", 0) for r in rounds[1:]]
-    return {"run": name, "seconds": round(m["partition_seconds"], 1),
+    return {"run": name, "seconds": round(m["partition_seconds"], 1), "load_1min": LOADS.get(out.name),
             "peak_rss_mib": [round(b / 2**20) for b in dist.get("peak_rss_bytes_per_process", [m["peak_rss_bytes"]])],
             "batch_remote_reads": reads,
             "vs_single": None if reference is None else round(100.0 * (reads - reference) / reference, 2),
@@ -114,8 +130,10 @@ def main() -> None:
     ap.add_argument("--rate", default=None, help="--hosts: link rate, e.g. 1gbit (default: unlimited)")
     ap.add_argument("--netns-prefix", default="dist-partition")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--timeout", type=int, default=840, help="seconds one command may run inside the lock (default 840)")
     ap.add_argument("extra", nargs="*", help="more gmp partition flags (after --)")
     args = ap.parse_args()
+    globals()["TIMEOUT_S"] = args.timeout
     args.out.mkdir(parents=True, exist_ok=True)
     py = [sys.executable, "-m", "cli.main"]
     rows = []

@@ -24,9 +24,12 @@ def check_launch(distributed: bool, method: Optional[str]) -> None:
     if method not in (None, "hybrid"):
         raise PartitionError(f"--distributed and --chunk-samples run the hybrid partitioner, got --method {method}; "
                              f"drop --method or use --method hybrid.")
-    if distributed and not ("RANK" in os.environ and "WORLD_SIZE" in os.environ):
-        raise PartitionError(f"--distributed needs RANK and WORLD_SIZE in the environment (torchrun sets them), got "
-                             f"neither; {ENV_HINT}, or drop --distributed.")
+    if distributed:
+        missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+        if missing:
+            raise PartitionError(f"--distributed needs RANK and WORLD_SIZE (and MASTER_ADDR, MASTER_PORT) in the "
+                                 f"environment (torchrun sets them), got no {', '.join(missing)}; {ENV_HINT}, or "
+                                 f"drop --distributed.")
 
 
 def partition_distributed_cmd(dataset: Path, *, distributed: bool, chunk_samples: Optional[int],
@@ -37,6 +40,7 @@ def partition_distributed_cmd(dataset: Path, *, distributed: bool, chunk_samples
     """The body of ``gmp partition --distributed`` / ``--chunk-samples``."""
     from gmp._io import check_output_dir
     from gmp.comm import LocalEngine
+    from gmp.errors import PartitionError
     from gmp.compare import method_options
     from gmp.datasets.format import load_dataset
     from gmp.partition.distributed import DEFAULT_BLOCK_SAMPLES, check_settings, partition_distributed
@@ -53,15 +57,25 @@ def partition_distributed_cmd(dataset: Path, *, distributed: bool, chunk_samples
         check_output_dir(out, kind="gmp.placement", overwrite=overwrite, inputs=[dataset])
     topo = resolve_topology(workers, topology, str(topology_file) if topology_file else None, inter_cost=inter_cost)
     options = Options(**method_options("hybrid", given, batch_size=batch_size, embedding_dim=embedding_dim))
+    if block_samples is not None and not distributed:
+        raise PartitionError(f"--block-samples sets the blocks of --distributed (one process sweeps its samples in "
+                             f"order), got --block-samples {block_samples} without --distributed; add --distributed "
+                             f"(under torchrun) or drop --block-samples.")
     block = DEFAULT_BLOCK_SAMPLES if block_samples is None else block_samples
     check_settings(options, topo, block, chunk_samples)
     ds = load_dataset(dataset)
     if distributed:
         from gmp.comm.distributed import DistributedEngine
 
-        engine = DistributedEngine()
+        try:
+            engine = DistributedEngine()
+        except (ValueError, RuntimeError) as exc:  # rendezvous: torch's message, first line
+            raise PartitionError(f"--distributed could not join the process group: "
+                                 f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}; "
+                                 f"{ENV_HINT}.") from None
     else:
         engine = LocalEngine(1)
+    ok = False
     try:
         t0 = time.perf_counter()
         placement = partition_distributed(ds.indptr, ds.indices, ds.num_embeddings, topo, seed=seed, options=options,
@@ -69,8 +83,27 @@ def partition_distributed_cmd(dataset: Path, *, distributed: bool, chunk_samples
         seconds = time.perf_counter() - t0
         if placement is not None:
             _write(ds, dataset, placement, topo, out, overwrite, no_plots, batch_size, embedding_dim, seed, seconds)
+        ok = True
     finally:
+        _close(engine, ok)
+
+
+def _close(engine, ok: bool) -> None:
+    """Close the engine; after an error on this rank, without the closing barrier: the peers are inside
+    some collective, and this process leaving closes its connections, so they fail at once with a
+    line naming the lost peer instead of waiting out the collective timeout."""
+    if ok or not distributed_group():
         engine.close()
+        return
+    import torch.distributed as dist
+
+    dist.destroy_process_group()
+
+
+def distributed_group() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
 
 
 def _write(ds, dataset, placement, topo, out, overwrite, no_plots, batch_size, embedding_dim, seed, seconds) -> None:

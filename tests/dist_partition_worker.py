@@ -1,7 +1,11 @@
-"""Run under torchrun by tests/test_distributed_partition.py: the distributed hybrid on a dataset,
-twice in the same process group (determinism), each rank-0 placement saved as .npz.
+"""Run under torchrun by tests/test_distributed_partition.py: the distributed hybrid on a dataset, one
+run per entry of RUNS_JSON in the same process group, each rank-0 placement saved as OUT_DIR/NAME.npz
+(a run that raises a GmpError on every rank saves the message as OUT_DIR/NAME.rank{r}.err instead).
 
-usage: torchrun ... tests/dist_partition_worker.py DATASET OUT_DIR WORKERS OPTIONS_JSON
+usage: torchrun ... tests/dist_partition_worker.py DATASET OUT_DIR RUNS_JSON
+
+A run: {"name": ..., "topology": "4" or "2x2", "options": {...}, "block_samples": 64,
+"chunk_samples": null, "project_block": null, "seed": 3, "seed_plus_rank": false}.
 """
 
 import json
@@ -12,23 +16,32 @@ import numpy as np
 
 from gmp.comm.distributed import DistributedEngine
 from gmp.datasets.format import load_dataset
-from gmp.partition.distributed import partition_distributed
+from gmp.errors import GmpError
+from gmp.partition.distributed import partition_distributed, start
 from gmp.partition.hybrid import Options
 from gmp.topology import resolve_topology
 
 
 def main() -> None:
-    dataset, out, workers, options = sys.argv[1:5]
+    dataset, out, runs = sys.argv[1:4]
     ds = load_dataset(dataset)
-    topo = resolve_topology(int(workers), None, None)
-    kw = json.loads(options)
-    block = kw.pop("block_samples", 64)
     engine = DistributedEngine()
-    for run in range(2):
-        p = partition_distributed(ds.indptr, ds.indices, ds.num_embeddings, topo, seed=3, options=Options(**kw),
-                                  engine=engine, block_samples=block)
+    default_block = start.PROJECT_BLOCK
+    for run in json.loads(runs):
+        topo = str(run.get("topology", "4"))
+        topo = resolve_topology(int(topo), None, None) if "x" not in topo else resolve_topology(None, topo, None)
+        start.PROJECT_BLOCK = run.get("project_block") or default_block
+        seed = run.get("seed", 3) + (engine.rank if run.get("seed_plus_rank") else 0)
+        try:
+            p = partition_distributed(ds.indptr, ds.indices, ds.num_embeddings, topo, seed=seed,
+                                      options=Options(**run.get("options", {})), engine=engine,
+                                      block_samples=run.get("block_samples", 64),
+                                      chunk_samples=run.get("chunk_samples"))
+        except GmpError as exc:
+            (Path(out) / f"{run['name']}.rank{engine.rank}.err").write_text(str(exc))
+            continue
         if p is not None:
-            np.savez(Path(out) / f"run{run}.npz", sample_worker=p.sample_worker, primary=p.embedding_primary,
+            np.savez(Path(out) / f"{run['name']}.npz", sample_worker=p.sample_worker, primary=p.embedding_primary,
                      sec_indptr=p.secondary_indptr, sec_workers=p.secondary_workers,
                      info=json.dumps({k: p.info[k] for k in ("sample_cap", "primary_cap", "rounds", "distributed")}))
     engine.close()

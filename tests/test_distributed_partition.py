@@ -188,12 +188,17 @@ def test_the_mesh_splits_room_exactly():
         total = sum(Mesh(Fake(r, 3)).split_room(room, turn) for r in range(3))
         np.testing.assert_array_equal(total, room)
     assert [shard_range(10, 3, r) for r in range(3)] == [(0, 3), (3, 6), (6, 10)]
+    assert [shard_range(2, 3, r) for r in range(3)] == [(0, 0), (0, 1), (1, 2)]  # an empty shard
+    with pytest.raises(PartitionError, match="up to 64 processes"):
+        Mesh(Fake(0, 65))
 
 
 def test_init_other_than_random_is_refused(data):
     _, ds = data
     with pytest.raises(PartitionError, match="init='bicut'"):
         run_local(ds, 4, init="bicut")
+    with pytest.raises(PartitionError, match="--block-samples must be an integer >= 1, got 0"):
+        run_local(ds, 4, block_samples=0)
 
 
 # --------------------------------------------------------------------------
@@ -213,30 +218,76 @@ def torchrun(nproc: int, args: list[str], *, timeout: float = 240) -> subprocess
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
 
 
-@pytest.mark.distributed
-@pytest.mark.parametrize("nproc", [3])  # 2 processes: the CLI test below
-def test_processes_keep_caps_are_deterministic_and_near_one_process(data, tmp_path, nproc):
-    path, ds = data
-    res = torchrun(nproc, [str(HERE / "dist_partition_worker.py"), str(path), str(tmp_path), "4",
-                           json.dumps({"block_samples": 32})])
+def worker(nproc: int, path, out: Path, runs: list[dict]) -> dict:
+    """tests/dist_partition_worker.py under torchrun; rank 0's placement of each run (or its errors)."""
+    res = torchrun(nproc, [str(HERE / "dist_partition_worker.py"), str(path), str(out), json.dumps(runs)])
     assert res.returncode == 0, res.stderr[-3000:]
-    a, b = (np.load(tmp_path / f"run{r}.npz") for r in range(2))
-    for key in ("sample_worker", "primary", "sec_indptr", "sec_workers"):
-        np.testing.assert_array_equal(a[key], b[key])  # deterministic for a seed and process count
-    info = json.loads(str(a["info"]))
-    assert info["distributed"]["processes"] == nproc
-    used = np.bincount(np.asarray(ds.indices), minlength=ds.num_embeddings) > 0
-    assert np.bincount(a["sample_worker"], minlength=4).max() <= sample_cap(ds.num_samples, 4, 1.05)
-    assert np.bincount(a["primary"][used], minlength=4).max() <= sample_cap(int(used.sum()), 4, 1.05)
-    # quality: the batch remote reads within 10% of the one-process run's on this small graph
-    graph, topo = build_graph(ds), resolve_topology(4, None, None)
-    one = run_local(ds, 4)
+    got = {}
+    for run in runs:
+        f = out / f"{run['name']}.npz"
+        got[run["name"]] = (dict(np.load(f)) if f.exists() else
+                            [(out / f"{run['name']}.rank{r}.err").read_text() for r in range(nproc)])
+    return got
+
+
+def as_placement(a: dict, n: int):
     from gmp.placement import Placement
 
-    many = Placement.edge_cut(4, a["sample_worker"], a["primary"]).with_secondaries(a["sec_indptr"],
-                                                                                    a["sec_workers"])
-    reads = [compute_metrics(graph, p, topo, seed=0)["batch_remote_reads"] for p in (one, many)]
+    return Placement.edge_cut(n, a["sample_worker"], a["primary"]).with_secondaries(a["sec_indptr"], a["sec_workers"])
+
+
+def assert_caps(ds, a: dict, n: int, max_imbalance: float = 1.05) -> None:
+    used = np.bincount(np.asarray(ds.indices), minlength=ds.num_embeddings) > 0
+    assert np.bincount(a["sample_worker"], minlength=n).max() <= sample_cap(ds.num_samples, n, max_imbalance)
+    assert np.bincount(a["primary"][used], minlength=n).max() <= sample_cap(int(used.sum()), n, max_imbalance)
+
+
+@pytest.mark.distributed
+def test_processes_keep_caps_are_deterministic_and_near_one_process(data, tmp_path):
+    """3 processes, flat topology: twice the same placement, the caps, and within 10% of one process."""
+    path, ds = data
+    got = worker(3, path, tmp_path, [{"name": f"run{r}", "block_samples": 32} for r in range(2)])
+    a, b = got["run0"], got["run1"]
+    for key in ("sample_worker", "primary", "sec_indptr", "sec_workers"):
+        np.testing.assert_array_equal(a[key], b[key])  # deterministic for a seed and process count
+    assert json.loads(str(a["info"]))["distributed"]["processes"] == 3
+    assert_caps(ds, a, 4)
+    # quality: the batch remote reads within 10% of the one-process run's on this small graph
+    graph, topo = build_graph(ds), resolve_topology(4, None, None)
+    reads = [compute_metrics(graph, p, topo, seed=0)["batch_remote_reads"] for p in (run_local(ds, 4),
+                                                                                    as_placement(a, 4))]
     assert reads[1] <= 1.10 * reads[0], reads
+
+
+@pytest.mark.distributed
+def test_hierarchical_topology_streamed_chunks_and_mismatched_ranks(data, tmp_path):
+    """2 processes: a 2x2 topology keeps the caps and stays within 10% of one process on it (cost-weighted
+    remote accesses too); --chunk-samples gives the in-memory distributed placement; ranks given
+    different seeds all stop with the same one-line error."""
+    path, ds = data
+    hier = {"topology": "2x2", "block_samples": 32}
+    got = worker(2, path, tmp_path, [
+        {"name": "hier", **hier},
+        {"name": "mem", **hier, "project_block": 128},
+        {"name": "chunked", **hier, "project_block": 128, "chunk_samples": 100},
+        {"name": "flat_chunked", "options": {"levels": 1}, "chunk_samples": 70},
+        {"name": "flat_mem", "options": {"levels": 1}},
+        {"name": "mismatch", "seed_plus_rank": True},
+    ])
+    topo = resolve_topology(None, "2x2", None)
+    assert_caps(ds, got["hier"], 4)
+    graph = build_graph(ds)
+    one = partition_distributed(ds.indptr, ds.indices, ds.num_embeddings, topo, seed=3, options=Options(),
+                                engine=LocalEngine(1))
+    m_one, m_many = (compute_metrics(graph, p, topo, seed=0) for p in (one, as_placement(got["hier"], 4)))
+    for key in ("batch_remote_reads", "remote_accesses_weighted"):
+        assert m_many[key] <= 1.10 * m_one[key], (key, m_one[key], m_many[key])
+    for a, b in (("mem", "chunked"), ("flat_mem", "flat_chunked")):
+        for key in ("sample_worker", "primary", "sec_indptr", "sec_workers"):
+            np.testing.assert_array_equal(got[a][key], got[b][key])
+    assert json.loads(str(got["chunked"]["info"]))["distributed"]["chunk_samples"] == 100
+    errors = got["mismatch"]
+    assert errors[0] == errors[1] and "ranks [1] differing from rank 0" in errors[0] and "\n" not in errors[0]
 
 
 @pytest.mark.distributed
@@ -260,3 +311,59 @@ def test_cli_distributed_without_torchrun_is_one_line(data, tmp_path):
     assert res.returncode != 0
     assert "--distributed needs RANK and WORLD_SIZE" in res.stderr and "Traceback" not in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_streamed_chunks_equal_in_memory_with_the_multilevel_start(data, monkeypatch):
+    """The default start too: the projection visits fixed blocks (here 128 samples), not the chunks."""
+    from gmp.partition.distributed import start
+
+    monkeypatch.setattr(start, "PROJECT_BLOCK", 128)
+    _, ds = data
+    a = run_local(ds, 4, rounds=2)
+    b = run_local(ds, 4, rounds=2, chunk_samples=100)
+    assert a.info["multilevel"] is not None
+    np.testing.assert_array_equal(a.sample_worker, b.sample_worker)
+    np.testing.assert_array_equal(a.embedding_primary, b.embedding_primary)
+    np.testing.assert_array_equal(a.secondary_workers, b.secondary_workers)
+
+
+@pytest.mark.distributed
+def test_cli_more_processes_than_samples(tmp_path):
+    """3 processes on 2 samples: rank 0's shard is empty; the manifest is written and every sample placed."""
+    path = make_community_dataset(tmp_path / "tiny", num_samples=2)
+    ds = load_dataset(path)
+    out = tmp_path / "m"
+    res = torchrun(3, ["-m", "cli.main", "partition", str(path), "--distributed", "-w", "4", "--out", str(out),
+                       "--no-plots"])
+    assert res.returncode == 0, res.stderr[-3000:]
+    m = load_manifest(out, dataset=ds)
+    assert m.placement.info["distributed"]["processes"] == 3
+    sw = np.asarray(m.placement.sample_worker)
+    assert sw.size == 2 and sw.min() >= 0 and sw.max() < 4
+    assert np.bincount(sw, minlength=4).max() <= sample_cap(2, 4, 1.05)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--chunk-samples", "0"], "--chunk-samples must be an integer >= 1, got 0"),
+    (["--block-samples", "64"], "--block-samples sets the blocks of --distributed"),
+    (["--chunk-samples", "10", "-m", "metis"], "got --method metis"),
+    (["--chunk-samples", "10", "-O", "init=bicut"], "init='bicut' needs the whole graph"),
+    (["--chunk-samples", "10", "-w", "65"], "up to 64 workers, got 65"),
+])
+def test_cli_bad_input_is_one_line(data, tmp_path, args, message):
+    path, _ = data
+    argv = ["partition", str(path), *(["-w", "4"] if "-w" not in args else []), *args, "--out", str(tmp_path / "x")]
+    res = subprocess.run([sys.executable, "-m", "cli.main", *argv], capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode != 0
+    assert message in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_cli_distributed_without_rendezvous_address_is_one_line(data, tmp_path):
+    """RANK and WORLD_SIZE set by hand but no MASTER_ADDR: one line naming what is missing."""
+    path, _ = data
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("MASTER_")}, "RANK": "0", "WORLD_SIZE": "2"}
+    res = subprocess.run([sys.executable, "-m", "cli.main", "partition", str(path), "--distributed", "-w", "4",
+                          "--out", str(tmp_path / "x")], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert res.returncode != 0 and "Traceback" not in res.stderr
+    assert "got no MASTER_ADDR, MASTER_PORT" in res.stderr and len(res.stderr.strip().splitlines()) == 1

@@ -3,7 +3,7 @@
 Variants of :mod:`gmp.partition._hybrid_kernels` for a process that holds a
 *shard* of the samples and *ghost* copies of the rows its shard touches:
 
-``gcount``  int32 [ghosts, N]     count[x, w] of the ghost rows (the owners' values at the last refresh,
+``gcount``  int32 [ghosts, N]     count[x, w] of the ghost rows (the owners' values after the last exchange,
                                   plus this process's own moves since)
 ``gdrow``   float64 [ghosts, W]   df[gcount], padded to whole SIMD vectors
 ``gprim``   int32 [ghosts]        primary of the ghost rows
@@ -82,31 +82,10 @@ def sweep_block(indptr, indices, rows, sw, gprim, gcount, gdrow, df, ceff, load,
 
 
 @numba.njit(cache=True, nogil=True)
-def move_deltas(indptr, indices, gids, moves, num_moves, out):  # pragma: no cover - compiled
-    """The count deltas of ``moves[:num_moves]`` as (global row, worker, +-1) rows of ``out``
-    (two per edge of each moved sample); returns the number written."""
-    pos = 0
-    for t in range(num_moves):
-        i = moves[t, 0]
-        for k in range(indptr[i], indptr[i + 1]):
-            g = gids[indices[k]]
-            out[pos, 0] = g
-            out[pos, 1] = moves[t, 1]
-            out[pos, 2] = -1
-            out[pos + 1, 0] = g
-            out[pos + 1, 1] = moves[t, 2]
-            out[pos + 1, 2] = 1
-            pos += 2
-    return pos
-
-
-@numba.njit(cache=True, nogil=True)
-def apply_deltas(rows, deltas, count, changed):  # pragma: no cover - compiled
-    """count[rows[t], deltas[t, 1]] += deltas[t, 2]; ``changed[row] = True`` for every row touched."""
+def apply_deltas(rows, deltas, count):  # pragma: no cover - compiled
+    """count[rows[t], deltas[t, 1]] += deltas[t, 2]."""
     for t in range(rows.size):
-        r = rows[t]
-        count[r, deltas[t, 1]] += deltas[t, 2]
-        changed[r] = True
+        count[rows[t], deltas[t, 1]] += deltas[t, 2]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -193,3 +172,31 @@ def band_degrees(indptr, indices, in_band, out):  # pragma: no cover - compiled
             if in_band[indices[k]]:
                 d += 1
         out[i] = d
+
+
+@numba.njit(cache=True, nogil=True)
+def ghost_deltas(indptr, indices, moves, num_moves, out):  # pragma: no cover - compiled
+    """The count deltas of ``moves[:num_moves]`` as (ghost row, worker, +-1) rows of ``out`` (two per
+    edge of each moved sample); returns the number written."""
+    pos = 0
+    for t in range(num_moves):
+        i = moves[t, 0]
+        for k in range(indptr[i], indptr[i + 1]):
+            out[pos, 0] = indices[k]
+            out[pos, 1] = moves[t, 1]
+            out[pos, 2] = -1
+            out[pos + 1, 0] = indices[k]
+            out[pos + 1, 1] = moves[t, 2]
+            out[pos + 1, 2] = 1
+            pos += 2
+    return pos
+
+
+@numba.njit(cache=True, nogil=True)
+def add_ghost_deltas(pos, deltas, gcount, gdrow, df):  # pragma: no cover - compiled
+    """gcount[pos[t], deltas[t, 1]] += deltas[t, 2]; drow follows."""
+    for t in range(pos.size):
+        g = pos[t]
+        w = deltas[t, 1]
+        gcount[g, w] += deltas[t, 2]
+        gdrow[g, w] = df[gcount[g, w]]

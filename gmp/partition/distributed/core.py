@@ -34,9 +34,27 @@ def check_settings(options: Options, topology: Topology, block_samples: int, chu
         raise PartitionError(f"the distributed hybrid starts from the multilevel (levels=2) or random (levels=1) "
                              f"start; init={options.init!r} needs the whole graph in one process: drop it.")
     if not isinstance(block_samples, int) or block_samples < 1:
-        raise PartitionError(f"block_samples must be an integer >= 1, got {block_samples!r}.")
+        raise PartitionError(f"--block-samples must be an integer >= 1, got {block_samples!r}; the default is "
+                             f"{DEFAULT_BLOCK_SAMPLES}.")
     if chunk_samples is not None and (not isinstance(chunk_samples, int) or chunk_samples < 1):
         raise PartitionError(f"--chunk-samples must be an integer >= 1, got {chunk_samples!r}.")
+
+
+def check_same_run(mesh: Mesh, indptr, num_embeddings: int, topology: Topology, seed: int, options: Options,
+                   block_samples: int, chunk_samples: int | None) -> None:
+    """Every process must partition the same graph with the same settings (a launch that gave the ranks
+    different flags or datasets would otherwise hang or mix placements): rank 0's fingerprint is
+    broadcast, and every process raises the same one-line error naming the ranks that differ."""
+    if mesh.size == 1:
+        return
+    mine = (int(indptr.size - 1), int(indptr[-1]), int(num_embeddings), np.asarray(topology.cost).round(9).tolist(),
+            int(seed), sorted(asdict(options).items()), int(block_samples), chunk_samples)
+    theirs = mesh.broadcast(mine if mesh.rank == 0 else None)
+    differ = np.flatnonzero(mesh.isum(np.eye(mesh.size, dtype=np.int64)[mesh.rank] * int(mine != theirs)))
+    if differ.size:
+        raise PartitionError(f"--distributed: every process must get the same dataset and flags, got ranks "
+                             f"{differ.tolist()} differing from rank 0 (samples, edges, ids, topology, seed, options, "
+                             f"--block-samples, --chunk-samples); launch every rank with the same command.")
 
 
 def partition_distributed(indptr: np.ndarray, indices: np.ndarray, num_embeddings: int, topology: Topology, *,
@@ -70,6 +88,7 @@ def partition_distributed(indptr: np.ndarray, indices: np.ndarray, num_embedding
     check_settings(options, topology, block_samples, chunk_samples)
     t0 = time.perf_counter()
     mesh = Mesh(engine)
+    check_same_run(mesh, indptr, num_embeddings, topology, seed, options, block_samples, chunk_samples)
     n = topology.num_workers
     num_samples = int(indptr.size - 1)
     start, stop = shard_range(num_samples, mesh.size, mesh.rank)

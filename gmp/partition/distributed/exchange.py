@@ -39,6 +39,9 @@ class Mesh:
         else:
             raise PartitionError(f"the distributed hybrid needs one process per rank (a distributed engine) or "
                                  f"one local worker, got an engine hosting {len(engine.local_workers)} workers.")
+        if self.size > 64:
+            raise PartitionError(f"the distributed hybrid runs on up to 64 processes (a bit per process marks who "
+                                 f"holds a row), got {self.size}; launch at most 64.")
         self.exchanges = 0
 
     # -- primitives ---------------------------------------------------------
@@ -88,6 +91,12 @@ def shard_range(num_samples: int, size: int, rank: int) -> tuple[int, int]:
     return num_samples * rank // size, num_samples * (rank + 1) // size
 
 
+def as_rows(values: np.ndarray, num_rows: int) -> np.ndarray:
+    """``values`` as int64 [num_rows, c] (a vector is one column); an empty shard's rows too."""
+    values = np.asarray(values, dtype=np.int64)
+    return values.reshape(num_rows, 1) if values.ndim == 1 else values.reshape(num_rows, values.shape[-1])
+
+
 class Ghosts:
     """The ghost ids of a shard and the routing of owner rows to them."""
 
@@ -102,13 +111,12 @@ class Ghosts:
     def send_to_owners(self, values: np.ndarray) -> list[np.ndarray]:
         """Rows ``[gid, *values[g]]`` of every ghost g to its owner; returns what this process
         received as owner, per source."""
-        table = np.concatenate([self.gids[:, None], np.asarray(values, dtype=np.int64).reshape(self.gids.size, -1)],
-                               axis=1)
+        table = np.concatenate([self.gids[:, None], as_rows(values, self.gids.size)], axis=1)
         return self.mesh.alltoall([table[pos] for pos in self.by_owner])
 
     def receive_full(self, owned: "OwnedRows", values: np.ndarray) -> np.ndarray:
         """Every ghost's row of the owners' ``values`` (int64 [U, c]): [ghosts, c]."""
-        values = np.asarray(values, dtype=np.int64).reshape(owned.used.size, -1)
+        values = as_rows(values, owned.used.size)
         recv = self.mesh.alltoall([values[pos] for pos in owned.sub_pos])
         out = np.empty((self.gids.size, values.shape[1]), dtype=np.int64)
         for o, pos in enumerate(self.by_owner):
@@ -138,9 +146,3 @@ class OwnedRows:
         for pos, r in zip(self.sub_pos, received):
             out[pos] += r[:, 1:]
         return out
-
-    def refresh_messages(self, changed: np.ndarray, count: np.ndarray) -> list[np.ndarray]:
-        """Per subscriber: rows ``[gid, *count[row]]`` of the changed rows it holds a ghost of."""
-        bits = self.subs[changed]
-        table = np.concatenate([self.used[changed][:, None], count[changed].astype(np.int64)], axis=1)
-        return [table[((bits >> np.uint64(s)) & np.uint64(1)).astype(bool)] for s in range(self.mesh.size)]

@@ -49,6 +49,9 @@ log = logging.getLogger(__name__)
 #: The signal graph is bounded (coarse_vertices), so a run costs seconds whatever the data size.
 METIS_SEEDS = 2
 
+#: samples per block of the projection's visiting order (one block is read at a time when streamed)
+PROJECT_BLOCK = 65536
+
 
 def install_samples(state: DistState, sw: np.ndarray) -> None:
     """Samples of this shard on ``sw``; the owners' counts of the result (``state.count``)."""
@@ -211,10 +214,15 @@ def _project(state: DistState, vids: np.ndarray, part: np.ndarray, rng: np.rando
     if int(cap.sum()) < state.shard.num_samples:  # tiny shards: the rounding of the shares
         cap = cap + -(-(state.shard.num_samples - int(cap.sum())) // n)
     load = np.zeros(n, dtype=np.int64)
-    sw = np.empty(state.shard.num_samples, dtype=np.int32)
-    for first, indptr, indices in state.shard.chunks():
-        order = rng.permutation(indptr.size - 1).astype(np.int64)
-        assign_by_majority(indptr, indices, row_worker, load, cap, order, sw[first:first + indptr.size - 1])
+    num = state.shard.num_samples
+    sw = np.empty(num, dtype=np.int32)
+    # the visiting order: the blocks of PROJECT_BLOCK samples in random order, each shuffled; fixed blocks,
+    # so that streamed chunks (--chunk-samples) and the in-memory shard make the same placement
+    for b in rng.permutation(-(-num // PROJECT_BLOCK)):
+        i0, i1 = int(b) * PROJECT_BLOCK, min((int(b) + 1) * PROJECT_BLOCK, num)
+        indptr, indices = state.shard.block(i0, i1)
+        order = rng.permutation(i1 - i0).astype(np.int64)
+        assign_by_majority(indptr, indices, row_worker, load, cap, order, sw[i0:i1])
     install_samples(state, sw)
     quota = state.mesh.split_room(np.full(n, state.w.primary_cap, dtype=np.int64), 0)
     prim = choose_primaries(state.count, cap=state.w.primary_cap, initial_load=state.w.primary_cap - quota)

@@ -3,9 +3,11 @@
 **Sample sweep** (Algorithm 1 lines 3-5 over the samples). A round is cut into *blocks*: in block
 k every process sweeps ``block_samples`` of its shard's samples sequentially against its ghost
 rows, which already carry every move of the earlier blocks (all processes) and its own moves of
-this block. Then the moves' count deltas go to the rows' owners (one all-to-all), the owners
-apply them and send the changed rows back to every process holding a ghost of them (one
-all-to-all), and the sample loads are summed (one all-reduce). The only staleness: the other
+this block. Then the moves' count deltas, summed per (row, worker), go in one all-to-all to each
+row's owner and to every other process holding a ghost of it; owners add them to their counts,
+holders to their ghosts, so every ghost equals its owner's row afterwards. Each process's net
+arrivals per worker ride along to every process, so the sample loads are summed without an
+all-reduce. The only staleness: the other
 processes' moves of the same block, at most ``(P - 1) * block_samples`` samples.
 
 **Hard caps.** Before each block the room ``cap - load`` on every worker is split into per-process
@@ -94,6 +96,9 @@ class DistState:
         self.received = np.zeros(n, dtype=np.float64)
         self._traffic: tuple | None = None
         self.bytes_per_round: list[int] = []
+        # per ghost row, a bit per process holding a ghost of it (the owner's ``subs``): where deltas go
+        self.ghost_subs = (np.zeros(0, dtype=np.uint64) if self.shared else
+                           ghosts.receive_full(owned, owned.subs.view(np.int64))[:, 0].view(np.uint64))
 
     # -- set-up after a start ----------------------------------------------
     def set_start(self, sw: np.ndarray, owner_count: np.ndarray, prim: np.ndarray) -> None:
@@ -183,8 +188,7 @@ class DistState:
         if self.mesh.size == 1:
             self.sample_load += net
             return m
-        self._exchange_deltas(indptr, indices, moves, m)
-        tot = self.mesh.isum(np.concatenate([net, [m]]))
+        tot = self._exchange_deltas(indptr, indices, moves, m, net)
         self.sample_load += tot[:n]
         return int(tot[n])
 
@@ -197,23 +201,43 @@ class DistState:
         longest = -(-self.w.num_samples // self.mesh.size)  # the longest shard (exchange.shard_range)
         return -(-longest // max(size, 1))
 
-    def _exchange_deltas(self, indptr, indices, moves, m) -> None:
-        """The block's count deltas to the owners; the changed rows back to their ghosts."""
-        deltas = np.empty((2 * int(indptr[-1]), 3), dtype=np.int64)
-        k = DK.move_deltas(indptr, indices, self.ghosts.gids, moves, m, deltas)
-        deltas = deltas[:k]
-        owner = deltas[:, 0] % self.mesh.size
-        order = np.argsort(owner, kind="stable")
-        bounds = np.searchsorted(owner[order], np.arange(self.mesh.size + 1))
-        parts = [deltas[order[bounds[o]:bounds[o + 1]]] for o in range(self.mesh.size)]
-        recv = np.concatenate(self.mesh.alltoall(parts))
-        rows = np.searchsorted(self.owned.used, recv[:, 0])
-        changed = np.zeros(self.owned.used.size, dtype=np.bool_)
-        DK.apply_deltas(rows, recv, self.count, changed)
-        touched = np.unique(rows)
-        fresh = np.concatenate(self.mesh.alltoall(self.owned.refresh_messages(touched, self.count)))
-        pos = np.searchsorted(self.ghosts.gids, fresh[:, 0])
-        DK.overwrite_rows(pos, np.ascontiguousarray(fresh[:, 1:]), self.gcount, self.gdrow, self.df)
+    def _exchange_deltas(self, indptr, indices, moves, m, net) -> np.ndarray:
+        """The block's count deltas, summed per (row, worker), in one all-to-all straight to the row's
+        owner and to every other process holding a ghost of it (``ghost_subs``): the owners add them
+        to the authoritative counts, the ghost holders to their ghosts (their own moves are in their
+        ghosts already), so every ghost equals its owner's row after the pass without a second
+        exchange. The net arrivals per worker and the number of moves ride along to every process
+        (rows with id -1): returns their sums over the processes (int64 [N + 1])."""
+        n, size, rank = self.num_workers, self.mesh.size, self.mesh.rank
+        raw = np.empty((2 * int(indptr[-1]), 3), dtype=np.int64)
+        raw = raw[:DK.ghost_deltas(indptr, indices, moves, m, raw)]
+        key, inv = np.unique(raw[:, 0] * n + raw[:, 1], return_inverse=True)
+        value = np.bincount(inv.reshape(-1), weights=raw[:, 2], minlength=key.size).astype(np.int64)
+        keep = value != 0
+        ghost, worker, value = key[keep] // n, key[keep] % n, value[keep]
+        gid = self.ghosts.gids[ghost]
+        deltas = np.stack([gid, worker, value], axis=1)
+        owner, subs = gid % size, self.ghost_subs[ghost]
+        tally = np.stack([np.full(n + 1, -1, dtype=np.int64), np.arange(n + 1), np.append(net, m)], axis=1)
+        parts = []
+        for d in range(size):
+            to_d = owner == d
+            if d != rank:
+                to_d |= ((subs >> np.uint64(d)) & np.uint64(1)).astype(bool)
+            parts.append(np.concatenate([tally, deltas[to_d]]))
+        tot = np.zeros(n + 1, dtype=np.int64)
+        for src, recv in enumerate(self.mesh.alltoall(parts)):
+            ours = recv[:, 0] < 0
+            tot += np.bincount(recv[ours, 1], weights=recv[ours, 2], minlength=n + 1).astype(np.int64)
+            recv = recv[~ours]
+            owned = recv[recv[:, 0] % size == rank]
+            DK.apply_deltas(np.searchsorted(self.owned.used, owned[:, 0]), owned, self.count)
+            if src != rank:
+                pos = np.searchsorted(self.ghosts.gids, recv[:, 0])
+                held = pos < self.ghosts.gids.size
+                held[held] = self.ghosts.gids[pos[held]] == recv[held, 0]
+                DK.add_ghost_deltas(pos[held], np.ascontiguousarray(recv[held]), self.gcount, self.gdrow, self.df)
+        return tot
 
     def sweep_embeddings(self, ceff: np.ndarray) -> int:
         """The owners' embedding sweep in :data:`EMBEDDING_BLOCKS` blocks (the primary quotas are
