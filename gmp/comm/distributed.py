@@ -121,6 +121,11 @@ class DistributedEngine(CommEngine):
         return self._device
 
     @property
+    def num_pending(self) -> int:
+        """Asynchronous collectives started and not yet waited for."""
+        return len(self._pending)
+
+    @property
     def is_main(self) -> bool:
         return self.rank == 0
 
