@@ -290,7 +290,8 @@ class DistributedEngine(CommEngine):
                 self.barrier()
         finally:
             self._pending.clear()
-            gc.collect()  # work objects in reference cycles go now, not during interpreter exit
+            if not self._failed:  # (after a failure the error line must go out before torchrun's SIGTERM)
+                gc.collect()  # work objects in reference cycles go now, not during interpreter exit
             dist.destroy_process_group()
 
 
