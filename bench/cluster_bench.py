@@ -20,11 +20,13 @@ what stays on each host's loopback), test AUC, the training seconds to reach the
 that the one-process gmp run reaches after one epoch, and each peer's speed relative
 to gmp hybrid.
 
-Time to AUC: every method evaluates the test AUC after each epoch, and the time is
-interpolated between the last epoch below the target and the first at or above it.
-At the issue's settings (SGD lr 0.01) one epoch leaves every method near the target
-(0.536 on the entity data), so use ``--epochs 3`` for that column (``--epochs 1``: the
-column is mostly "<= first epoch" or "not reached").
+Time to AUC: every method evaluates the test AUC before training (gmp's untrained model
+is the same for every placement and is evaluated once by this script; each peer evaluates
+its own, ``--eval-initial``) and after each epoch, and the time is interpolated linearly
+between the last evaluation below the target and the first at or above it. At the issue's
+settings (SGD lr 0.01) one epoch leaves every method within a few thousandths of the target
+(0.5367 on the entity data), so use ``--epochs 2`` or more for that column (with ``--epochs
+1`` a method just below the target shows "not reached"). ``--no-target`` skips all of it.
 
 Methods: ``hybrid`` and ``random`` (gmp placements; ``hybrid-flat`` is hybrid
 partitioned with a flat topology in the 2-host layout), each optionally with
@@ -138,6 +140,8 @@ def method_command(method: str, args, data: Path, manifests: dict[str, Path], ou
         defaults += [] if "herald" in variants else ["--schedule", args.schedule]
         return ["-m", "cli.main", "train", "--engine", "distributed", "--manifest", manifests[base],
                 "--model", args.model, "--optimizer", "sgd", *defaults, *extra, "--log-json", out, *common]
+    if not args.no_target:  # the untrained model's AUC starts the time-to-AUC interpolation
+        common.append("--eval-initial")
     if method == "ddp-sparse":
         return [PEERS / "ddp_sparse.py", "--model", args.model, "--out", out, *common]
     sharding = {"torchrec-tw": "table_wise", "torchrec-planner": "planner"}[method]
@@ -181,7 +185,9 @@ def launch(net: EmulatedCluster, args, script: list) -> tuple[float, list[int], 
     return wall, [a - b for a, b in zip(after, before)], [a - b for a, b in zip(after_intra, before_intra)], rc
 
 
-def read_result(method: str, out: Path) -> dict | None:
+def read_result(method: str, out: Path, initial_auc: float | None = None) -> dict | None:
+    """One run's result; gmp's epoch history starts with ``initial_auc`` (its untrained model,
+    the same for every placement: :func:`gmp_initial_auc`) when given."""
     if not out.is_file() or not out.stat().st_size:
         return None
     if is_gmp(method):
@@ -191,7 +197,8 @@ def read_result(method: str, out: Path) -> dict | None:
             return None
         secs = sum(r["train_seconds"] for r in epochs)
         samples = sum(r["samples"] for r in epochs)
-        cum, hist = 0.0, []
+        cum, hist = 0.0, ([] if initial_auc is None else [{"epoch": 0, "train_seconds": 0.0,
+                                                            "test_auc": initial_auc}])
         for r in epochs:
             cum += r["train_seconds"]
             hist.append({"epoch": r["epoch"], "train_seconds": cum, "test_auc": r["test_auc"]})
@@ -216,11 +223,33 @@ def single_process_target(args, data: Path, work: Path) -> float:
     return float([r for r in recs if r.get("kind") == "epoch"][0]["test_auc"])
 
 
+def gmp_initial_auc(args, data: Path, work: Path) -> float:
+    """Test AUC of gmp's untrained model: rows depend only on (seed, id) and the dense part on the
+    seed, so every placement and worker count starts from this model (one process evaluates it)."""
+    out = work / f"{data.name}.initial-{args.model}-d{args.embedding_dim}.json"
+    if not out.is_file():
+        sys.path.insert(0, str(ROOT))
+        from gmp.comm.local import LocalEngine
+        from gmp.datasets.format import load_dataset
+        from gmp.train.config import TrainConfig
+        from gmp.train.data import TrainData
+        from gmp.train.run import load_placement
+        from gmp.train.trainer import Trainer
+
+        ds = load_dataset(data)
+        config = TrainConfig(model=args.model, optimizer="sgd", lr=args.lr, embedding_dim=args.embedding_dim,
+                             batch_size=args.batch_size, seed=0)
+        tr = Trainer(TrainData(ds), load_placement(ds, None, None), config, LocalEngine(1))
+        out.write_text(json.dumps(tr.evaluate()))
+    return float(json.loads(out.read_text())["test_auc"])
+
+
 def time_to(target: float, res: dict) -> tuple[float, int, bool] | None:
     """Training seconds until the test AUC reaches ``target``: ``(seconds, epoch, upper_bound)``,
-    None when no evaluation reached it. The AUC is evaluated after every epoch; between the last
-    evaluation below the target and the first at or above it the time is interpolated linearly
-    in the AUC. When the first epoch already reaches it, its seconds are an upper bound."""
+    None when no evaluation reached it. The AUC is evaluated before training (epoch 0) and after
+    every epoch; between the last evaluation below the target and the first at or above it the
+    time is interpolated linearly in the AUC. Without an epoch-0 evaluation, a first epoch that
+    already reaches the target gives its seconds as an upper bound."""
     prev = None
     for e in res.get("epochs", []):
         auc = e.get("test_auc")
@@ -281,6 +310,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     data, manifests = prepare(args, work)
     target = None if args.no_target else single_process_target(args, data, work)
+    args.initial_auc = None if args.no_target else gmp_initial_auc(args, data, work)
     rates = [None if r in ("unlimited", "none") else r for r in args.rates.split(",")]
     results: dict[tuple, list] = {}
     if args.report_only:  # tables from earlier --out files (e.g. the runs of two locked sessions)
@@ -310,7 +340,7 @@ def run_all(args, data: Path, manifests: dict, rates: list, results: dict, tmp: 
                     out = tmp / f"{method}-{rate}-{r}.json"
                     for attempt in range(2):  # a rare gloo abort of one rank: retried once, and said
                         wall, sent, intra, rc = launch(net, args, method_command(method, args, data, manifests, out))
-                        res = read_result(method, out)
+                        res = read_result(method, out, args.initial_auc if is_gmp(method) else None)
                         if res is not None:
                             break
                         print(f"{method} at {rate or 'unlimited'}: run failed (exit {rc})"
@@ -339,7 +369,8 @@ def report(args, results: dict, target: float | None) -> None:
         print(f"1-minute load average during the runs: {min(loads):.1f}-{max(loads):.1f} (2 cores)")
     if target is not None:
         print(f"time-to-AUC target: {target:.4f} (one gmp process, one epoch); 's to target': training seconds "
-              f"until a per-epoch test AUC reaches it, interpolated between epochs ('<=': the first epoch did)")
+              f"until the test AUC reaches it, interpolated between the evaluations before training and after "
+              f"each epoch ('<=': no evaluation before training, the first epoch's seconds)")
     two = args.hosts > 1
     print("'slow link MB/step': bytes the hosts put on the rate-limited link (interface counters: headers, "
           "start-up and evaluation included) / training steps" + ("; 'intra-host': the hosts' loopback" if two else ""))
