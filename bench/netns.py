@@ -172,8 +172,17 @@ class EmulatedCluster:
         return subprocess.Popen(self.command(host, cmd), **kwargs)
 
     def bytes_sent(self) -> list[int]:
-        """Bytes each host has transmitted on its link so far (``lo`` when ``hosts == 1``)."""
+        """Bytes each host has transmitted on its link so far (``lo`` when ``hosts == 1``): with
+        ``hosts >= 2`` exactly the bytes that cross the slow link (headers included), since a
+        host's packets to its own address go through its loopback."""
         return [_tx_bytes(self.host_ns(h), self.ifname) for h in range(self.hosts)]
+
+    def bytes_intra(self) -> list[int]:
+        """Bytes each host has sent to itself so far (its loopback: ranks on one "machine"); all
+        zeros when ``hosts == 1``, where the loopback is the slow link (:meth:`bytes_sent`)."""
+        if self.hosts == 1:
+            return [0]
+        return [_tx_bytes(self.host_ns(h), "lo") for h in range(self.hosts)]
 
 
 def _tx_bytes(ns: str, dev: str) -> int:

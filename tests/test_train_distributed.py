@@ -120,3 +120,35 @@ def test_cli_under_torchrun_matches_the_local_engine(tmp_path):
     for a, b in zip(d, loc):
         assert a["bytes"] == b["bytes"] and a["staleness_refreshes"] == b["staleness_refreshes"]
         assert a["test_auc"] == pytest.approx(b["test_auc"], abs=1e-5)
+
+
+def test_close_waits_for_pending_asynchronous_collectives():
+    """Collectives started asynchronously and never waited for by the caller are waited for by
+    close() before the process groups go (no rank aborts at exit), with their results intact."""
+    res = torchrun(2, [str(HERE / "dist_async_worker.py")])
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "terminate called" not in res.stderr
+    assert res.stdout.count(" ok") == 2, res.stdout
+
+
+@pytest.mark.slow
+def test_pipelined_cli_runs_exit_cleanly(tmp_path):
+    """'gmp train --pipeline' under torchrun, three times: every run exits 0 with no C++ abort at
+    teardown (a pipelined rank once died with SIGABRT, "terminate called without an active
+    exception", after writing its result)."""
+    from gmp.manifest import write_manifest
+    from gmp.topology import homogeneous
+
+    path = make_ctr_dataset(tmp_path / "ds", num_samples=300, multi=False)
+    ds = load_dataset(path)
+    pl = placement_with_secondaries(ds, 2)
+    write_manifest(tmp_path / "m", pl, dataset_sha256=ds.sha256, num_samples=ds.num_samples,
+                   num_embeddings=ds.num_embeddings, topology=homogeneous(2))
+    for i in range(3):
+        log = tmp_path / f"run{i}.jsonl"
+        res = torchrun(2, ["-m", "cli.main", "train", "--dataset", str(path), "--manifest", str(tmp_path / "m"),
+                           "--batch-size", "16", "--epochs", "1", "--pipeline", "--comm-dtype", "bf16",
+                           "--engine", "distributed", "--log-json", str(log)])
+        assert res.returncode == 0, res.stderr[-3000:]
+        assert "terminate called" not in res.stderr, res.stderr[-3000:]
+        assert [json.loads(x)["kind"] for x in log.read_text().splitlines()] == ["epoch"]

@@ -34,6 +34,9 @@ def arguments(description: str) -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-steps", type=int, default=0, help="stop each epoch after this many steps (0 = all)")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
+    ap.add_argument("--eval-initial", action="store_true",
+                    help="also evaluate the untrained model (history epoch 0, 0 training seconds: the time-to-AUC "
+                         "interpolation starts there)")
     ap.add_argument("--out", required=True, help="JSON result (rank 0 writes it)")
     return ap
 

@@ -50,6 +50,17 @@ def main() -> None:
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
     prog = Progress()
     history = []
+
+    def evaluate(epoch: int) -> None:
+        if rank == 0:
+            def logits_of(s):
+                ids, offsets = data.bag_batch(s)
+                return model.module(ids, offsets, s.size, data.dense_batch(s))
+            auc, logloss = test_auc(data, logits_of)
+            history.append({"epoch": epoch, "train_seconds": prog.seconds, "test_auc": auc, "test_logloss": logloss})
+
+    if args.eval_initial:
+        evaluate(0)
     for epoch in range(args.epochs):
         for global_size, mine in timed_steps(data, args, epoch, world=world, rank=rank, progress=prog):
             ids, offsets = data.bag_batch(mine)
@@ -59,13 +70,7 @@ def main() -> None:
             # DDP averages over ranks: scale so the step is the mean over the global batch
             (loss * world / global_size).backward()
             opt.step()
-        if rank == 0:
-            def logits_of(s):
-                ids, offsets = data.bag_batch(s)
-                return model.module(ids, offsets, s.size, data.dense_batch(s))
-            auc, logloss = test_auc(data, logits_of)
-            history.append({"epoch": epoch + 1, "train_seconds": prog.seconds, "test_auc": auc,
-                            "test_logloss": logloss})
+        evaluate(epoch + 1)
     if rank == 0:
         write_result(args.out, {"method": "ddp-sparse", "world": world, "samples": prog.samples, "steps": prog.steps,
                                 "train_seconds": prog.seconds, "samples_per_sec": prog.samples / prog.seconds,

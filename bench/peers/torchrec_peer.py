@@ -90,22 +90,8 @@ def main() -> None:
     prog = Progress()
     history = []
     keys = data.field_names
-    for epoch in range(args.epochs):
-        dmp.train()
-        for global_size, mine in timed_steps(data, args, epoch, world=world, rank=rank, progress=prog):
-            values, lengths = data.keyed_batch(mine)
-            kjt = KeyedJaggedTensor.from_lengths_sync(keys=keys, values=values, lengths=lengths)
-            dense, labels = data.dense_batch(mine), data.label_batch(mine)
-            opt.zero_grad()
-            loss = bce_sum(dmp(kjt, mine.size, dense), labels)
-            # embedding gradients sum over ranks (all-to-all); DDP averages the dense ones: scale
-            # the loss to the global-batch mean, and the dense gradients back up by the world size
-            (loss / global_size).backward()
-            for p in dense_params:
-                if p.grad is not None:
-                    p.grad.mul_(world)
-            opt.step()
-        # every rank takes part in evaluation (the sharded lookup is collective)
+    def evaluate(epoch: int) -> None:
+        """Test AUC after ``epoch`` epochs (every rank takes part: the sharded lookup is collective)."""
         dmp.eval()
         test = torch.arange(data.num_train, data.num_samples).numpy()
         part = test[rank::world]
@@ -132,8 +118,27 @@ def main() -> None:
             ids = np.concatenate([np.asarray(s[0], dtype=np.int64) for s in sizes])
             zz = np.concatenate([np.asarray(s[1]) for s in sizes])
             y = data.labels[ids].astype(np.float64)
-            history.append({"epoch": epoch + 1, "train_seconds": prog.seconds, "test_auc": float(roc_auc_score(y, zz)),
+            history.append({"epoch": epoch, "train_seconds": prog.seconds, "test_auc": float(roc_auc_score(y, zz)),
                             "test_logloss": float(np.mean(np.logaddexp(0, zz) - y * zz))})
+
+    if args.eval_initial:
+        evaluate(0)
+    for epoch in range(args.epochs):
+        dmp.train()
+        for global_size, mine in timed_steps(data, args, epoch, world=world, rank=rank, progress=prog):
+            values, lengths = data.keyed_batch(mine)
+            kjt = KeyedJaggedTensor.from_lengths_sync(keys=keys, values=values, lengths=lengths)
+            dense, labels = data.dense_batch(mine), data.label_batch(mine)
+            opt.zero_grad()
+            loss = bce_sum(dmp(kjt, mine.size, dense), labels)
+            # embedding gradients sum over ranks (all-to-all); DDP averages the dense ones: scale
+            # the loss to the global-batch mean, and the dense gradients back up by the world size
+            (loss / global_size).backward()
+            for p in dense_params:
+                if p.grad is not None:
+                    p.grad.mul_(world)
+            opt.step()
+        evaluate(epoch + 1)
     if rank == 0:
         write_result(args.out, {"method": f"torchrec-{args.sharding}", "sharding_types": kinds, "world": world,
                                 "samples": prog.samples, "steps": prog.steps, "train_seconds": prog.seconds,

@@ -27,13 +27,18 @@ already knows them (replies to requests, gradients following their ids), then
 the flattened payload with ``input_split_sizes``/``output_split_sizes``.
 Dense gradients are summed with one ``all_reduce`` over a flat buffer
 (equivalent to DDP's bucketed all-reduce, without its hooks, since the model's
-input rows are not parameters).
+input rows are not parameters). Asynchronous collectives (``start_alltoallv``,
+``start_all_reduce_dense``: the pipelined step's rows, the dense all-reduce) run on a
+second process group, so a synchronous exchange issued while they are in flight does
+not wait behind them; :meth:`DistributedEngine.close` waits for every one still
+pending before the groups are destroyed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import gc
 import os
 import re
 import time
@@ -104,10 +109,21 @@ class DistributedEngine(CommEngine):
         # a second, idle gloo group: after a timeout gloo closes the main group's connections, so
         # the monitored barrier that names the late ranks runs on its own
         self._monitor = dist.new_group(backend="gloo", timeout=_dt.timedelta(seconds=timeout_s)) if world > 1 else None
+        # the asynchronous collectives (start_*) on a group of their own: a synchronous one issued
+        # meanwhile (the next step's id exchange) must not queue behind them (one group runs its
+        # collectives in the order they were issued)
+        self._async = dist.new_group(backend=backend, timeout=_dt.timedelta(seconds=timeout_s)) if world > 1 else None
+        #: started asynchronous collectives not yet waited for (close() waits for them)
+        self._pending: list[_AsyncWork] = []
         super().__init__()
 
     def device_for(self, worker: int) -> torch.device:
         return self._device
+
+    @property
+    def num_pending(self) -> int:
+        """Asynchronous collectives started and not yet waited for."""
+        return len(self._pending)
 
     @property
     def is_main(self) -> bool:
@@ -195,7 +211,8 @@ class DistributedEngine(CommEngine):
         out = torch.empty(sum(rc) * per_row, dtype=flat.dtype, device=self._device)
         with self._collective("asynchronous all-to-all"):
             work = dist.all_to_all_single(out, flat, [c * per_row for c in rc],
-                                          [int(t.shape[0]) * per_row for t in mine], async_op=True)
+                                          [int(t.shape[0]) * per_row for t in mine], group=self._async,
+                                          async_op=True)
         def result():
             parts = torch.split(out, [c * per_row for c in rc])
             return [[p.view(-1, *trailing) for p in parts]]
@@ -209,7 +226,7 @@ class DistributedEngine(CommEngine):
         self.count(0, "dense_allreduce", flat.numel() * flat.element_size())
         flat = flat.to(self._device)
         with self._collective("asynchronous dense all-reduce"):
-            work = dist.all_reduce(flat, async_op=True)
+            work = dist.all_reduce(flat, group=self._async, async_op=True)
         return _AsyncWork(work, lambda: flat, self, "asynchronous dense all-reduce")
 
     def _all_reduce_dense(self, flat: torch.Tensor) -> torch.Tensor:
@@ -255,14 +272,27 @@ class DistributedEngine(CommEngine):
         return box[0]
 
     def close(self) -> None:
-        if dist.is_initialized():
-            # let every rank finish its last collective before the group is torn down (tearing
-            # gloo down while a peer is still sending aborted a rank at exit in the bench)
-            try:
-                if not self._failed:  # after a failed collective a barrier would wait for the lost peer again
-                    self.barrier()
-            finally:
-                dist.destroy_process_group()
+        """Wait for every started asynchronous collective and drop it, then tear the groups down.
+
+        A gloo work object that outlives its process group, or is freed while the interpreter
+        exits, holds tensors whose release needs the GIL then: the rank aborts at exit
+        ("terminate called without an active exception", SIGABRT) after its work is done."""
+        if not dist.is_initialized():
+            return
+        try:
+            if not self._failed:
+                for work in list(self._pending):
+                    work.wait()
+            # let every rank finish its last collective before the groups are torn down (tearing
+            # gloo down while a peer is still sending aborted a rank at exit in the bench); after a
+            # failed collective a barrier would wait for the lost peer again
+            if not self._failed:
+                self.barrier()
+        finally:
+            self._pending.clear()
+            if not self._failed:  # (after a failure the error line must go out before torchrun's SIGTERM)
+                gc.collect()  # work objects in reference cycles go now, not during interpreter exit
+            dist.destroy_process_group()
 
 
 class _AsyncWork:
@@ -271,14 +301,19 @@ class _AsyncWork:
 
     def __init__(self, work, result, engine: DistributedEngine, op: str):
         self.work, self.result, self.engine, self.op = work, result, engine, op
+        engine._pending.append(self)
 
     def wait(self):
-        t0 = time.perf_counter()
-        try:
-            self.work.wait()
-        except RuntimeError as exc:
-            raise self.engine._failure(self.op, exc) from None
-        finally:
-            if self.engine.counting:
-                self.engine.seconds += time.perf_counter() - t0
+        """The result; waiting again returns it again. The gloo work object is released here."""
+        if self.work is not None:
+            t0 = time.perf_counter()
+            try:
+                self.work.wait()
+            except RuntimeError as exc:
+                raise self.engine._failure(self.op, exc) from None
+            finally:
+                if self.engine.counting:
+                    self.engine.seconds += time.perf_counter() - t0
+            self.work = None
+            self.engine._pending.remove(self)
         return self.result()

@@ -40,8 +40,11 @@ class BoundedStaleness(StepProtocol):
         with tr.phase("compute"):
             loss_sum = forward_backward(tr, ws, total)  # phase 4
         # phase 5: push gradients of non-primary rows to their primaries (at s < inf the
-        # primaries know the ids from this step's requests)
+        # primaries know the ids from this step's requests); the dense all-reduce of phase 6 is
+        # started first and runs (on the engine's asynchronous group) under the push and the
+        # embedding update
         with tr.phase("pushes"):
+            dense = tr.engine.start_all_reduce_dense(tr.dense_flat(loss_sum))
             id_sends, grad_sends = push_sends(tr, ws, with_ids=not check)
             rid = tr.engine.alltoallv(id_sends, "ids_clocks") if not check else [s.served for s in ws]
             rgrad = tr.engine.alltoallv(grad_sends, "gradients",
@@ -54,7 +57,10 @@ class BoundedStaleness(StepProtocol):
                         tr.stores[li].apply_local(s.slots[sec], s.grad[torch.as_tensor(sec, dtype=torch.int64,
                                                                                           device=s.grad.device)])
             apply_at_primaries(tr, ws, rid, rgrad)
-        tr.dense_step(loss_sum)
+        with tr.phase("allreduce"):
+            flat = tr.finish_dense_reduce(dense)
+        with tr.phase("optimizer"):
+            tr.dense_update(flat)
         return loss_sum
 
     def end_epoch(self) -> None:

@@ -69,7 +69,7 @@ class _Reads:
     late: list[list[np.ndarray]]  # [reader][owner]: which requests get their row late
     early: object  # the started all-to-all of the early rows
     late_slots: list[list[np.ndarray]]  # [owner][reader]: slots to send late
-    touched: list[np.ndarray]  # [owner]: sorted slots of its primaries this step updates
+    touched: list[np.ndarray]  # [owner]: bool over its primaries' slots, True for those this step updates
     late_pending: object = None  # the started all-to-all of the late rows
 
 
@@ -83,14 +83,16 @@ def _start_reads(tr, key: tuple[int, int], ws: list[WorkerStep], running: _Reads
         store = tr.stores[li]
         s.served = []
         rc, er, ls = [], [], []
-        served = [s.slots[s.is_primary]]  # the rows of this worker that the step updates
+        # the rows of this worker that the step updates: its batch's primaries and those requested
+        # of it (a mask, not np.isin of sorted slots: that sort was most of this phase's CPU)
+        mask = np.zeros(store.num_primary, dtype=bool)
+        mask[s.slots[s.is_primary]] = True
         for src in range(n):
             msg = received_ids(recv[li][src]).reshape(-1, 2)
             oslots = primary_slots(store, msg[:, 0])
             s.served.append(msg[:, 0])
-            served.append(oslots)
-            late = (np.isin(oslots, running.touched[li], assume_unique=False) if running is not None
-                    else np.zeros(oslots.size, bool))
+            mask[oslots] = True
+            late = running.touched[li][oslots] if running is not None else np.zeros(oslots.size, bool)
             clock = store.clock[oslots]
             need = intra_stale(clock + late, msg[:, 1], 0.0)
             rc.append(id_tensor(tr, np.where(late, -(clock + 1) - 2, clock)))
@@ -99,7 +101,7 @@ def _start_reads(tr, key: tuple[int, int], ws: list[WorkerStep], running: _Reads
         replies.append(rc)
         early_rows.append(er)
         late_slots.append(ls)
-        touched.append(np.unique(np.concatenate(served)))
+        touched.append(mask)
     got = tr.engine.alltoallv(replies, "ids_clocks", recv_counts=[
         [int(s.req_bounds[src + 1] - s.req_bounds[src]) for src in range(n)] for s in ws])
     clocks, need, late = [], [], []

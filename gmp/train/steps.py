@@ -105,9 +105,9 @@ def received_ids(t: torch.Tensor) -> np.ndarray:
 def prepare(tr, li: int, samples: np.ndarray) -> WorkerStep:
     store = tr.stores[li]
     ptr, ids = tr.data.gather(samples)
-    uniq, inv = np.unique(ids, return_inverse=True)
+    uniq, inv = tr.unique_ids(ids)  # np.unique(ids, return_inverse=True), without sorting every id
     slots = store.lookup(uniq)
-    return WorkerStep(samples, ptr, uniq, inv.reshape(-1), slots, store.is_primary_slot(slots),
+    return WorkerStep(samples, ptr, uniq, inv, slots, store.is_primary_slot(slots),
                        store.is_secondary_slot(slots))
 
 
@@ -310,8 +310,8 @@ def apply_at_primaries(tr, ws: list[WorkerStep], rid, rgrad) -> None:
         all_slots = np.concatenate(slot_parts)
         if all_slots.size == 0:
             continue
-        uslots, where = np.unique(all_slots, return_inverse=True)
+        uslots, where = tr.unique_slots[li](all_slots)  # np.unique(all_slots, return_inverse=True)
         summed = torch.zeros(uslots.size, tr.row_dim, dtype=tr.dtype, device=store.device)
-        summed.index_add_(0, torch.as_tensor(where.reshape(-1), device=store.device),
+        summed.index_add_(0, torch.as_tensor(where, device=store.device),
                           torch.cat([g.to(store.device) for g in grad_parts]))
         store.apply_gradients(uslots, summed)

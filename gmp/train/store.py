@@ -335,7 +335,8 @@ class EmbeddingStore:
         those rows is ``state[sidx]`` (the primary's state, or a copy's)."""
         grads = grads.to(self.device, self.dtype)
         if self.optimizer == "sgd":
-            values.index_add_(0, idx, grads, alpha=-self.lr)
+            # SGD's add_(g, alpha=-lr) on rows idx (distinct): 8x faster on CPU than index_add_ with alpha
+            values.index_copy_(0, idx, values.index_select(0, idx).add_(grads, alpha=-self.lr))
         else:
             h = state.index_select(0, sidx) + grads * grads
             state[sidx] = h

@@ -67,6 +67,7 @@ from .registry import make_schedule
 from .schedule import Schedule, ScheduleContext, Step
 from .steps import PhaseClock, wire_id_dtype
 from .store import EmbeddingStore
+from .unique import UniqueIndex
 from .tiers import feed_steps
 
 log = logging.getLogger("gmp.train")
@@ -107,6 +108,9 @@ class Trainer:
                                       tiers=config.tiers)
                        for w in engine.local_workers]
         self._check_memory_plan()
+        # np.unique(..., return_inverse=True) of a batch's ids and of a primary's gradient slots
+        self.unique_ids = UniqueIndex(data.num_embeddings)
+        self.unique_slots = [UniqueIndex(store.num_primary) for store in self.stores]
         params = list(self.model.parameters())
         if config.optimizer == "sgd":
             self.dense_opt = torch.optim.SGD(params, lr=config.lr)
