@@ -12,7 +12,7 @@ processes are split over the hosts, and the table adds the bytes each host put o
 
 Examples::
 
-    python bench/dist_partition_bench.py data/criteo-1m --workers 8 --procs 2,4 --lock /tmp/gmp-bench.lock
+    python bench/dist_partition_bench.py data/criteo-1m --workers 8 --procs 2,4 --lock data/bench/bench.lock
     python bench/dist_partition_bench.py data/ml-100k --workers 8 --procs 2,4 --kaminpar
     sudo .venv/bin/python bench/dist_partition_bench.py data/criteo-1m --workers 8 --procs 4 --hosts 2 \\
         --no-single
@@ -121,7 +121,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--procs", default="2,4", help="process counts of the distributed runs")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", type=Path, default=Path("/tmp/dist_partition_bench"))
+    ap.add_argument("--out", type=Path, default=Path("data/bench/dist-partition-bench"))
     ap.add_argument("--lock", default=None, help="run every command under flock LOCK")
     ap.add_argument("--no-single", action="store_true", help="skip the single-process run (reuse OUT/single)")
     ap.add_argument("--kaminpar", action="store_true", help="also run -m kaminpar")

@@ -44,7 +44,7 @@ Data.
 Usage::
 
     python bench/incremental_bench.py --days 7 --day-samples 100000 --workers 8
-    python bench/incremental_bench.py --source movielens --ml-raw /tmp/ml-raw --ml-dataset /tmp/ml
+    python bench/incremental_bench.py --source movielens --ml-raw data/ml-100k-raw --ml-dataset data/ml-100k
 
 The machine these numbers come from is shared with other jobs: times are noisy.
 """
