@@ -19,7 +19,6 @@ from gmp.constants import ADAGRAD_EPS
 from gmp.datasets.format import FieldInfo, load_dataset, write_dataset
 from gmp.errors import TrainingError
 from gmp.partition.incremental import moved_rows
-from gmp.placement import Placement
 from gmp.train import TrainConfig, TrainData, Trainer
 from gmp.train.checkpoint import placement_sha256, save_checkpoint
 from gmp.train.migrate import resume_training
@@ -27,7 +26,7 @@ from gmp.train.models import Batch, bce_sum, make_model
 from gmp.train.run import train
 from gmp.train.schedule import NaiveSchedule
 from gmp.train.store import initial_rows
-from train_data import make_ctr_dataset
+from train_data import make_ctr_dataset, random_placement
 
 GLOBAL_BATCH = 24
 
@@ -84,15 +83,6 @@ def config(**kw):
     return TrainConfig(**base)
 
 
-def random_placement(ds, n, *, secondaries=0.0, seed=1):
-    rng = np.random.default_rng(seed)
-    pl = Placement.edge_cut(n, rng.integers(0, n, ds.num_samples), rng.integers(0, n, ds.num_embeddings))
-    if secondaries and n > 1:
-        sec = [[w for w in range(n) if w != pl.embedding_primary[e] and rng.random() < secondaries]
-               for e in range(ds.num_embeddings)]
-        pl = pl.with_secondaries(np.cumsum([0] + [len(s) for s in sec]),
-                                 np.array([w for s in sec for w in s], dtype=np.int32))
-    return pl
 
 
 def reference_days(paths, *, optimizer, cfg):

@@ -12,12 +12,11 @@ import pytest
 import torch
 
 from gmp.datasets.format import load_dataset
-from gmp.placement import Placement
 from gmp.comm.local import LocalEngine
 from gmp.train import TrainConfig, TrainData, Trainer
 from gmp.train.protocol_pipeline import PipelinedStaleness
 from gmp.train.schedule import NaiveSchedule, ReplaySchedule, StaticSchedule
-from train_data import make_ctr_dataset, reference_train
+from train_data import make_ctr_dataset, random_placement, reference_train
 
 
 @pytest.fixture(autouse=True)
@@ -33,16 +32,6 @@ def ctr(tmp_path_factory):
     return path, load_dataset(path)
 
 
-def random_placement(ds, n, *, secondaries=0.0, seed=1):
-    rng = np.random.default_rng(seed)
-    pl = Placement.edge_cut(n, rng.integers(0, n, ds.num_samples), rng.integers(0, n, ds.num_embeddings))
-    if secondaries and n > 1:
-        sec = [[w for w in range(n) if w != pl.embedding_primary[e] and rng.random() < secondaries]
-               for e in range(ds.num_embeddings)]
-        indptr = np.cumsum([0] + [len(s) for s in sec])
-        pl = pl.with_secondaries(indptr, np.array([w for s in sec for w in s], dtype=np.int32))
-    pl.check(num_samples=ds.num_samples, num_embeddings=ds.num_embeddings)
-    return pl
 
 
 def config(**kw):

@@ -4,6 +4,7 @@ than the table (evictions every step); the JSON log's ``tiers`` object; checkpoi
 
 from __future__ import annotations
 
+import functools
 import json
 
 import numpy as np
@@ -13,7 +14,7 @@ import torch
 from gmp.comm.local import LocalEngine
 from gmp.datasets.format import load_dataset
 from gmp.errors import TrainingError
-from gmp.placement import Placement
+from train_data import random_placement
 from gmp.train import TrainConfig, TrainData, Trainer
 from gmp.train.herald import HeraldOptions
 from gmp.train.tiers import TierOptions
@@ -48,15 +49,7 @@ def ctr(tmp_path_factory):
     return path, load_dataset(path)
 
 
-def placement(ds, n, *, secondaries=0.0, seed=5):
-    rng = np.random.default_rng(seed)
-    pl = Placement.edge_cut(n, rng.integers(0, n, ds.num_samples), rng.integers(0, n, ds.num_embeddings))
-    if secondaries and n > 1:
-        sec = [[w for w in range(n) if w != pl.embedding_primary[e] and rng.random() < secondaries]
-               for e in range(ds.num_embeddings)]
-        pl = pl.with_secondaries(np.cumsum([0] + [len(s) for s in sec]),
-                                 np.array([w for s in sec for w in s], dtype=np.int32))
-    return pl
+placement = functools.partial(random_placement, seed=5)
 
 
 def config(**kw):

@@ -9,6 +9,7 @@ from gmp.datasets.format import FieldInfo, load_dataset, write_dataset
 from gmp.train.models import Batch, bce_sum, make_model
 from gmp.constants import ADAGRAD_EPS
 from gmp.train.store import initial_rows
+from gmp.placement import Placement
 
 
 def make_ctr_dataset(out, *, num_samples=240, field_sizes=(7, 11, 5), num_dense=2, multi=True, test_fraction=0.25,
@@ -131,3 +132,16 @@ def simulate_with(indptr, indices, placement, *, num_train, schedule="herald", o
                                 cache_rows=cache_rows, cache_policy=cache_policy, lookahead=lookahead,
                                 read_only_replicas=read_only_replicas)
     return simulate(indptr, indices, placement, num_train=num_train, schedule=schedule, options=options, **kw)
+
+
+def random_placement(ds, n, *, secondaries=0.0, seed=1):
+    """Samples and primaries on random workers; each row also on every other worker with probability ``secondaries``."""
+    rng = np.random.default_rng(seed)
+    pl = Placement.edge_cut(n, rng.integers(0, n, ds.num_samples), rng.integers(0, n, ds.num_embeddings))
+    if secondaries and n > 1:
+        sec = [[w for w in range(n) if w != pl.embedding_primary[e] and rng.random() < secondaries]
+               for e in range(ds.num_embeddings)]
+        indptr = np.cumsum([0] + [len(s) for s in sec])
+        pl = pl.with_secondaries(indptr, np.array([w for s in sec for w in s], dtype=np.int32))
+    pl.check(num_samples=ds.num_samples, num_embeddings=ds.num_embeddings)
+    return pl
