@@ -47,6 +47,15 @@ def assert_same_model(trainer, ref_table, ref_net):
         np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-9, atol=1e-12, err_msg=name)
 
 
+def assert_equals_reference(trainer, path, num_train, cfg, global_batch):
+    """The trained model equals plain PyTorch on one table over the naive schedule's global batches."""
+    one = NaiveSchedule(1, num_train, global_batch, seed=cfg.seed)
+    batches = [[s.samples[0] for s in one.steps(e)] for e in range(cfg.epochs)]
+    ref_table, ref_net = reference_train(path, batches, model=cfg.model, optimizer=cfg.optimizer, lr=cfg.lr,
+                                         embedding_dim=cfg.embedding_dim, seed=cfg.seed, hidden=cfg.hidden)
+    assert_same_model(trainer, ref_table, ref_net)
+
+
 @pytest.mark.parametrize("model,optimizer,num_workers,secondaries", [
     ("wdl", "sgd", 1, 0.0), ("wdl", "sgd", 4, 0.0), ("wdl", "adagrad", 3, 0.5), ("dcn", "adagrad", 2, 0.0),
     ("dcn", "sgd", 3, 0.5), ("deepfm", "adagrad", 4, 0.0), ("deepfm", "sgd", 3, 0.5)])
@@ -57,11 +66,7 @@ def test_naive_equals_single_process(ctr, model, optimizer, num_workers, seconda
     tr = Trainer(TrainData(ds), random_placement(ds, num_workers, secondaries=secondaries), cfg,
                  LocalEngine(num_workers))
     tr.fit()
-    one = NaiveSchedule(1, ds.num_train, global_batch, seed=cfg.seed)
-    batches = [[s.samples[0] for s in one.steps(e)] for e in range(cfg.epochs)]
-    ref_table, ref_net = reference_train(path, batches, model=model, optimizer=optimizer, lr=cfg.lr,
-                                         embedding_dim=cfg.embedding_dim, seed=cfg.seed, hidden=cfg.hidden)
-    assert_same_model(tr, ref_table, ref_net)
+    assert_equals_reference(tr, path, ds.num_train, cfg, global_batch)
 
 
 def test_naive_four_workers_equal_one_worker_with_four_times_the_batch(ctr):
@@ -117,11 +122,7 @@ def test_one_id_per_field_fast_path_equals_the_reference(tmp_path):
     cfg = config(model="dcn", optimizer="adagrad", batch_size=24)
     tr = Trainer(TrainData(ds), random_placement(ds, 2, secondaries=0.3), cfg, LocalEngine(2))
     tr.fit()
-    one = NaiveSchedule(1, ds.num_train, 48, seed=cfg.seed)
-    batches = [[s.samples[0] for s in one.steps(e)] for e in range(cfg.epochs)]
-    ref_table, ref_net = reference_train(path, batches, model="dcn", optimizer="adagrad", lr=cfg.lr,
-                                         embedding_dim=cfg.embedding_dim, seed=cfg.seed, hidden=cfg.hidden)
-    assert_same_model(tr, ref_table, ref_net)
+    assert_equals_reference(tr, path, ds.num_train, cfg, 48)
 
 
 # ------------------------------------------------------------------ the pipelined step (s = 0)
@@ -162,11 +163,7 @@ def test_pipelined_step_equals_the_reference(ctr):
     cfg = config(model="dcn", optimizer="adagrad", batch_size=16, pipeline=True)
     tr = Trainer(TrainData(ds), random_placement(ds, 3, secondaries=0.5), cfg, LocalEngine(3))
     tr.fit()
-    one = NaiveSchedule(1, ds.num_train, 48, seed=cfg.seed)
-    batches = [[s.samples[0] for s in one.steps(e)] for e in range(cfg.epochs)]
-    ref_table, ref_net = reference_train(path, batches, model="dcn", optimizer="adagrad", lr=cfg.lr,
-                                         embedding_dim=cfg.embedding_dim, seed=cfg.seed, hidden=cfg.hidden)
-    assert_same_model(tr, ref_table, ref_net)
+    assert_equals_reference(tr, path, ds.num_train, cfg, 48)
 
 
 def test_pipelined_step_survives_a_stop_between_steps(ctr):
