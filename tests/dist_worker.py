@@ -16,19 +16,16 @@ import numpy as np
 import torch
 
 from gmp.datasets.format import load_dataset
-from gmp.placement import Placement
 from gmp.comm.distributed import DistributedEngine
 from gmp.train import TrainData, Trainer
-from train_data import make_config
+from train_data import load_placement_npz, make_config
 
 
 def main() -> None:
     dataset, placement_npz, out, cfg = sys.argv[1:5]
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
-    z = np.load(placement_npz)
-    placement = Placement(int(z["num_workers"]), z["sample_worker"], z["embedding_primary"], z["secondary_indptr"],
-                          z["secondary_workers"])
+    placement = load_placement_npz(placement_npz)
     engine = DistributedEngine()
     data = TrainData(load_dataset(dataset))
     for i, config in enumerate(json.loads(cfg)):

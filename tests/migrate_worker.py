@@ -16,11 +16,10 @@ import torch
 
 from gmp.comm.distributed import DistributedEngine
 from gmp.datasets.format import load_dataset
-from gmp.placement import Placement
 from gmp.train import TrainData, Trainer
 from gmp.train.checkpoint import placement_sha256, save_checkpoint
 from gmp.train.migrate import resume_training
-from train_data import make_config
+from train_data import load_placement_npz, make_config
 
 
 def main() -> None:
@@ -28,9 +27,7 @@ def main() -> None:
     resume = sys.argv[6:] == ["resume"]
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
-    z = np.load(placement_npz)
-    placement = Placement(int(z["num_workers"]), z["sample_worker"], z["embedding_primary"], z["secondary_indptr"],
-                          z["secondary_workers"])
+    placement = load_placement_npz(placement_npz)
     engine = DistributedEngine()
     ds = load_dataset(dataset)
     trainer = Trainer(TrainData(ds), placement, make_config(**json.loads(cfg)), engine)

@@ -89,10 +89,17 @@ def assert_rank_rows_match(directory, num_ranks, table, num_embeddings, dense=No
 
 
 def save_placement_npz(path, placement):
-    """A placement as the .npz that tests/dist_worker.py reads."""
+    """A placement as the .npz that the torchrun test workers read (:func:`load_placement_npz`)."""
     np.savez(path, num_workers=placement.num_workers, sample_worker=placement.sample_worker,
              embedding_primary=placement.embedding_primary, secondary_indptr=placement.secondary_indptr,
              secondary_workers=placement.secondary_workers)
+
+
+def load_placement_npz(path):
+    """The placement :func:`save_placement_npz` wrote (what the torchrun test workers read)."""
+    z = np.load(path)
+    return Placement(int(z["num_workers"]), z["sample_worker"], z["embedding_primary"], z["secondary_indptr"],
+                     z["secondary_workers"])
 
 
 def make_config(**kw):
