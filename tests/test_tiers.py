@@ -275,3 +275,32 @@ def test_radix_sort_equals_numpy_sort(bound):
     for size in (0, 1, 5, 10_000):
         a = rng.integers(0, bound, size)
         np.testing.assert_array_equal(radix_sort(a, bound), np.sort(a))
+
+
+def test_empty_accesses_do_not_wait_for_an_admission_in_flight():
+    """A step's read of no rows (e.g. no stale row to re-read) returns at once: it must not queue behind
+    the prefetch thread, which holds the cache's lock while it admits the next step's rows."""
+    import threading
+
+    from gmp.train.tiers import TieredTable, TierOptions
+
+    table = TieredTable(TierOptions(table_location="host", cache_rows=4), worker=0, num_rows=10, row_dim=2,
+                        state=True, dtype=np.float32, device="cpu",
+                        init=lambda a, b: np.ones((b - a, 4), np.float32))
+    done = threading.Event()
+
+    def empty_accesses():
+        none = np.zeros(0, np.int64)
+        assert table.read(none).shape == (0, 4)
+        values, state, idx, commit = table.views(none)
+        commit()
+        assert idx.numel() == 0 and table.cache.gather(none).shape == (0, 4)
+        table.cache.scatter(none, torch.zeros(0, 4))
+        done.set()
+
+    with table.cache.lock:  # what an admission in flight holds
+        t = threading.Thread(target=empty_accesses, daemon=True)
+        t.start()
+        assert done.wait(timeout=10), "an empty read waited for the cache's lock"
+    t.join()
+    table.close()

@@ -324,6 +324,8 @@ class RowCache:
         evaluation)."""
         rows = np.asarray(rows, dtype=np.int64)
         out = torch.empty(rows.size, self.width, dtype=self.tensor.dtype, device=self.device)
+        if rows.size == 0:  # nothing to wait for: an admission in flight holds the lock
+            return out
         with self.lock:
             self._quiet()
             slots = self.slot_of[rows].astype(np.int64)
@@ -343,6 +345,8 @@ class RowCache:
         """Store new values of ``rows`` (distinct): into their slot when resident (marked dirty),
         else straight into the master (a victim row's write-back)."""
         rows = np.asarray(rows, dtype=np.int64)
+        if rows.size == 0:
+            return
         with self.lock:
             self._quiet()
             slots = self.slot_of[rows].astype(np.int64)
