@@ -90,7 +90,9 @@ def row(name: str, out: Path, reference: int | None) -> dict:
             "batch_remote_reads": reads,
             "vs_single": None if reference is None else round(100.0 * (reads - reference) / reference, 2),
             "rounds": len(rounds) - 1, "bytes_sent_mib": round(dist.get("bytes_sent", 0) / 2**20, 1),
-            "bytes_per_round_mib": [round(b / 2**20, 1) for b in per_round]}
+            "bytes_start_mib": round(rounds[0].get("bytes_sent", 0) / 2**20, 1) if rounds else 0,
+            "bytes_per_round_mib": [round(b / 2**20, 1) for b in per_round],
+            "seconds_per_round": [round(r.get("seconds", 0.0), 1) for r in rounds]}
 
 
 def run_hosts(args, nproc: int, out: Path) -> list[int]:

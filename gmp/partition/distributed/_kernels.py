@@ -164,6 +164,16 @@ def band_pair_keys(indptr, indices, rows, in_band, gids, keys):  # pragma: no co
 
 
 @numba.njit(cache=True, nogil=True)
+def mark_band_rows(indptr, indices, rows, in_band, seen):  # pragma: no cover - compiled
+    """seen[x] = True for every band row x of the shard samples ``rows``."""
+    for t in range(rows.size):
+        i = rows[t]
+        for k in range(indptr[i], indptr[i + 1]):
+            if in_band[indices[k]]:
+                seen[indices[k]] = True
+
+
+@numba.njit(cache=True, nogil=True)
 def band_degrees(indptr, indices, in_band, out):  # pragma: no cover - compiled
     """out[i] = number of band rows of shard sample i."""
     for i in range(indptr.size - 1):

@@ -163,9 +163,7 @@ def _partition_band(state, in_band, ghost_degree, my_pairs, options, machine_of,
         sel = rows[lo_:hi_] - first
         buf = np.empty(int(pairs[rows[lo_:hi_]].sum()), dtype=np.int64)
         keys.append(buf[:DK.band_pair_keys(indptr, indices, sel, in_band, state.ghosts.gids, buf)])
-        for i in sel:
-            idx = indices[indptr[i]:indptr[i + 1]]
-            seen[idx[in_band[idx]]] = True
+        DK.mark_band_rows(indptr, indices, sel, in_band, seen)
     uniq, cnt = np.unique(np.concatenate(keys) if keys else np.zeros(0, np.int64), return_counts=True)
     vg = np.flatnonzero(seen)
     got = [mesh.to_root(a) for a in (uniq, cnt, state.ghosts.gids[vg], ghost_degree[vg])]
