@@ -173,6 +173,23 @@ def private_last(indptr, indices, private, num_private):  # pragma: no cover - c
             num_private[i] = held
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def cheapest_sample_move(gain, stay, load, cap, alpha, a):  # pragma: no cover - compiled
+    """The worker b != a below ``cap`` that minimises ``gain[b] - stay + alpha * (load_b - load_a + 1)`` (a
+    sample's move from a, Eq. 3 + Eq. 4), if that is below -1e-9 (no float-noise ping-pong); else a. Ties go
+    to the lowest b."""
+    best = a
+    best_delta = -1e-9
+    for b in range(load.size):
+        if b == a or load[b] >= cap:
+            continue
+        delta = gain[b] - stay + alpha * (load[b] - load[a] + 1)
+        if delta < best_delta:
+            best_delta = delta
+            best = b
+    return best
+
+
 @numba.njit(cache=True, nogil=True)
 def sweep_samples(indptr, indices, num_private, sw, prim, count, drow, df, ceff, load, cap, alpha, primary_load,
                   primary_cap, beta, gain, tally):  # pragma: no cover
@@ -273,13 +290,7 @@ def sweep_samples(indptr, indices, num_private, sw, prim, count, drow, df, ceff,
                         best = b
                         carry = False
         else:
-            for b in range(num_workers):
-                if b == a or load[b] >= cap:
-                    continue
-                delta = gain[b] - stay + alpha * (load[b] - load[a] + 1)
-                if delta < best_delta:
-                    best_delta = delta
-                    best = b
+            best = cheapest_sample_move(gain, stay, load, cap, alpha, a)
         if best != a:
             move_sample(indices, k0, k1 if not carry else kp, a, best, count, drow, df)
             load[a] -= 1

@@ -46,6 +46,15 @@ The objective the sweeps descend is::
   Eq. 4: adding a vertex to partition i costs ``alpha * (|G_i| - |G|/N)``
   (plus 1/2); moving one from a to b costs ``alpha * (load_b - load_a + 1)``.
 
+**Private rows** (``carry_private``, our choice). A row no other sample uses
+costs nothing when its primary sits with its one user; in the single-vertex
+sweep such rows pin their sample (moving it alone would turn each of them
+remote until the embedding sweep). So a sample moves *with* its private rows:
+the sweep scores the compound move by its exact change of J (communication,
+Eq. 4's primary term, the primary cap) and makes it in one step
+(:func:`._hybrid_kernels.sweep_samples`). Flat topologies only; with
+``carry_private=False`` the sweep is Algorithm 1's.
+
 Eq. 2 as printed, ``delta_g = delta_c - delta_b``, *subtracts* the balance
 term, which would reward imbalance; we implement the intended
 "communication plus imbalance".
@@ -234,6 +243,23 @@ class Options:
         The portfolio: bands ``saturation`` x 1, 4, ... (default 5), seeds per
         band (default 4) and the round limit of every candidate, which replaces
         ``rounds`` there (default 20; ``tol`` still stops early).
+    carry_private
+        The sample sweep moves a sample *with its private rows* (rows no
+        other sample uses) as one move, scored by its exact change of J
+        (``_hybrid_kernels.sweep_samples``). Default True, on flat topologies
+        (a hierarchical one keeps the single-vertex sweep). False: Algorithm
+        1's single-vertex sweep, where those rows pin their sample (each would
+        turn remote until the embedding sweep), the behaviour before; criteo-1m
+        ``--locality 1.0``, 1D: 3,956,788 -> 3,946,380 batch reads
+        (docs/hybrid.md, "Private rows").
+    rebalance_clusters
+        Multilevel start, flat topologies: when a worker's projected samples
+        exceed the cap, move label-propagation clusters of the signal graph
+        off it (:func:`._multilevel.rebalance_clusters`) and keep the result
+        when its projected J is lower. Default False: it fixes the
+        seed-sensitive community split of ``--locality 1.0`` (seeds 1-3) but
+        costs up to a second per candidate and gains nothing on the other
+        datasets (docs/hybrid.md, "Private rows").
     """
 
     rounds: int = 5
