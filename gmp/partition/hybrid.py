@@ -759,12 +759,14 @@ def _multilevel_start(graph: BipartiteGraph, topology: Topology, options: Option
                                          seed=int(crng.integers(0, 2**31 - 1)), imbalance=options.max_imbalance)
         row_worker = np.full(graph.num_embeddings, -1, dtype=np.int8)  # int8: a cache-sized table (N <= 64)
         row_worker[vertex_row] = part
-        favourites = ML.favourite_workers(indptr, indices, row_worker, n)
-        rebalanced = None
+        favourites = rebalanced = None
         if options.rebalance_clusters and not hierarchical:
+            favourites = ML.favourite_workers(indptr, indices, row_worker, n)
             rebalanced, cand["rebalance"] = ML.rebalance_clusters(xadj, adjncy, weights, part, favourites, row_worker,
                                                                   vertex_row, indptr, indices, n, scap)
-        del xadj, adjncy, weights
+        del xadj, adjncy, weights  # (memory: before the projection's per-sample arrays, as before)
+        if favourites is None:
+            favourites = ML.favourite_workers(indptr, indices, row_worker, n)
         order_rng = copy.deepcopy(crng)  # the rebalanced projection visits the samples in the same order
         sw, prim, count = ML.project(indptr, indices, row_worker, n, scap, pcap, crng, favourites=favourites)
         del favourites
