@@ -18,6 +18,7 @@ import pytest
 
 from gmp.errors import PartitionError
 from gmp.graph import BipartiteGraph
+from gmp.partition import _hybrid_kernels as K
 from gmp.partition import hybrid as H
 from gmp.partition import run_partitioner
 from gmp.partition._common import sample_cap
@@ -225,6 +226,124 @@ def test_sequential_sweeps_never_increase_the_objective():
         for x in g.sample_indices[g.sample_indptr[i]:g.sample_indptr[i + 1]]:
             expect[x, st.sw[i]] += 1
     np.testing.assert_array_equal(st.count, expect)
+
+
+# --------------------------------------------------------------------------
+# private rows move with their sample (carry_private)
+# --------------------------------------------------------------------------
+def private_state(graph, cost, options, sw, prim, *, carry=True):
+    """A ``_State`` over ``graph`` whose entries are reordered as ``hybrid`` does (private rows last)."""
+    indices = np.array(graph.sample_indices, dtype=np.int32)
+    g = BipartiteGraph(np.asarray(graph.sample_indptr), indices, graph.num_embeddings, check=False)
+    degree = np.bincount(indices, minlength=graph.num_embeddings).astype(np.int64)
+    num_private = np.empty(graph.num_samples, dtype=np.int32)
+    K.private_last(np.asarray(g.sample_indptr), indices, (degree == 1).view(np.uint8), num_private)
+    return H._State(g, cost, options, np.array(sw, dtype=np.int32), np.array(prim, dtype=np.int32),
+                    np.random.default_rng(0), batch_size=options.batch_size,
+                    num_private=num_private if carry else None)
+
+
+def test_private_last_puts_private_rows_last_in_order():
+    g = BipartiteGraph.from_lists([[0, 1, 2, 5], [1, 3, 4], [2, 6]], 7)  # rows 0, 3, 4, 5, 6: one user each
+    indices = np.array(g.sample_indices, dtype=np.int32)
+    degree = np.bincount(indices, minlength=7).astype(np.int64)
+    num_private = np.empty(3, dtype=np.int32)
+    K.private_last(np.asarray(g.sample_indptr), indices, (degree == 1).view(np.uint8), num_private)
+    assert indices.tolist() == [1, 2, 0, 5, 1, 3, 4, 2, 6]
+    assert num_private.tolist() == [2, 2, 1]
+
+
+@pytest.mark.parametrize("carry", [True, False])
+def test_a_sample_moves_with_its_private_rows(carry):
+    # sample 0 (worker 0) has 3 private rows (0, 1, 2; primaries on 0) and reads row 3, whose other two
+    # users and primary are on worker 1. f(c) = c (batch 1), no balance weights. Alone, the move to 1
+    # saves row 3's fetch (1) but makes 3 private rows remote (+3): Algorithm 1's sweep keeps it on 0.
+    # With its private rows it saves 1 and costs nothing: it moves, and so do their primaries.
+    g = BipartiteGraph.from_lists([[0, 1, 2, 3], [3, 4], [3, 5], [6, 7], [6]], 8)
+    sw, prim = [0, 1, 1, 0, 0], [0, 0, 0, 1, 1, 1, 0, 0]
+    opts = H.Options(batch_size=1, alpha=0.0, beta=0.0, gamma=0.0, max_imbalance=2.0)
+    st = private_state(g, homogeneous(2).cost, opts, sw, prim, carry=carry)
+    before = st.summary()["objective"]
+    moved = st.sweep_samples(st.effective_cost())
+    after = st.summary()["objective"]
+    if carry:
+        assert moved == 1 and st.sw.tolist() == [1, 1, 1, 0, 0]
+        assert st.prim.tolist() == [1, 1, 1, 1, 1, 1, 0, 0]
+        assert after == pytest.approx(before - 1.0)
+    else:
+        assert moved == 0 and st.sw.tolist() == sw and st.prim.tolist() == prim
+    np.testing.assert_array_equal(st.primary_load, np.bincount(st.prim, minlength=2))
+    np.testing.assert_array_equal(st.sample_load, np.bincount(st.sw, minlength=2))
+
+
+def reference_carry_sweep(graph, sw, prim, cost, *, batch_size, alpha, beta, sample_cap_, primary_cap):
+    """One sample sweep with private rows carried, every candidate scored by J from scratch
+    (:func:`reference_objective`, gamma = 0): sample i on a may go to b (below the sample cap) with its
+    private rows when b then holds at most ``primary_cap`` primaries, else alone; b = a with its private rows
+    brought home is a candidate too. The lowest J change below -1e-9 wins, the lowest b on ties."""
+    sw, prim = np.array(sw), np.array(prim)
+    n = cost.shape[0]
+    degree = np.bincount(graph.sample_indices, minlength=graph.num_embeddings)
+    used = degree > 0
+
+    def objective(s, p):
+        return reference_objective(graph, s, p, cost, batch_size=batch_size, alpha=alpha, beta=beta, gamma=0.0)
+
+    for i in range(graph.num_samples):
+        rows = graph.sample_indices[graph.sample_indptr[i]:graph.sample_indptr[i + 1]]
+        private = rows[degree[rows] == 1]
+        a = sw[i]
+        now = objective(sw, prim)
+        best, best_delta, best_prim = a, -1e-9, None
+        for b in range(n):
+            if b != a and np.count_nonzero(sw == b) >= sample_cap_:
+                continue
+            s2 = sw.copy()
+            s2[i] = b
+            p2 = prim.copy()
+            p2[private] = b
+            if private.size and np.count_nonzero(p2[used] == b) <= primary_cap:
+                delta = objective(s2, p2) - now
+                candidate = p2
+            elif b != a:
+                delta = objective(s2, prim) - now
+                candidate = prim
+            else:
+                continue
+            if delta < best_delta:
+                best, best_delta, best_prim = b, delta, candidate
+        if best_prim is not None:
+            sw[i] = best
+            prim = best_prim
+    return sw, prim
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
+def test_carried_sample_sweep_equals_the_reference(seed):
+    # half the rows have one user; a tight primary cap makes some compound moves fall back to moving alone
+    rng = np.random.default_rng(seed)
+    rows = [sorted(set(rng.choice(12, 2, replace=False).tolist()) | {12 + 2 * i, 13 + 2 * i}
+                   if rng.random() < 0.6 else set(rng.choice(12, 3, replace=False).tolist())) for i in range(30)]
+    g = BipartiteGraph.from_lists(rows, 72)
+    cost = np.array([[0, 1.3, 2.9], [1.1, 0, 1.7], [3.1, 2.3, 0]])
+    n = 3
+    used = np.bincount(g.sample_indices, minlength=72) > 0
+    sw = rng.integers(0, n, g.num_samples)
+    prim = np.where(used, rng.integers(0, n, 72), -1)
+    opts = H.Options(batch_size=4, alpha=0.05, beta=0.07, gamma=0.0, max_imbalance=1.15)
+    st = private_state(g, cost, opts, sw, prim)
+    ref_sw, ref_prim = reference_carry_sweep(g, sw, prim, cost, batch_size=4, alpha=st.alpha, beta=st.beta,
+                                             sample_cap_=st.sample_cap, primary_cap=st.primary_cap)
+    before = st.summary()["objective"]
+    st.sweep_samples(st.effective_cost())
+    np.testing.assert_array_equal(st.sw, ref_sw)
+    np.testing.assert_array_equal(st.prim[used], ref_prim[used])
+    assert st.summary()["objective"] <= before
+    expect = np.zeros_like(st.count)
+    np.add.at(expect, (g.sample_indices, np.repeat(st.sw, np.diff(g.sample_indptr))), 1)
+    np.testing.assert_array_equal(st.count, expect)
+    np.testing.assert_array_equal(st.primary_load, np.bincount(st.prim[used], minlength=n))
+    assert st.primary_load.max() <= max(st.primary_cap, np.bincount(prim[used], minlength=n).max())
 
 
 # --------------------------------------------------------------------------

@@ -221,6 +221,65 @@ def test_signal_graph_counts_cooccurrence_of_band_rows():
     assert edges == {(1, 2): 2, (2, 1): 2, (1, 3): 1, (3, 1): 1, (2, 3): 1, (3, 2): 1}
 
 
+def clustered_signal_graph(cluster_worker):
+    """4 clusters of 2 signal rows (A = rows 0-1, B = 2-3, C = 4-5, D = 6-7; inner edge weight 10) joined by
+    the light edges A-B (1), B-C (1) and C-D (2); 10 samples per cluster use its two rows and one row of
+    their own (8 + i, off the graph). ``cluster_worker``: the worker of A, B, C, D."""
+    xadj, adjncy, weights = [0], [], []
+    edges = {(0, 1): 10, (2, 3): 10, (4, 5): 10, (6, 7): 10, (1, 2): 1, (3, 4): 1, (5, 6): 2}
+    for v in range(8):
+        for (a, b), w in sorted(edges.items()):
+            if v in (a, b):
+                adjncy.append(b if v == a else a)
+                weights.append(w)
+        xadj.append(len(adjncy))
+    rows = [[2 * c, 2 * c + 1, 8 + 10 * c + i] for c in range(4) for i in range(10)]
+    g = BipartiteGraph.from_lists(rows, 48)
+    part = np.repeat(np.asarray(cluster_worker, dtype=np.int32), 2)
+    return (np.asarray(xadj, dtype=np.int64), np.asarray(adjncy, dtype=np.int64), np.asarray(weights, dtype=np.int64),
+            part, g)
+
+
+def rebalance(xadj, adjncy, weights, part, g, num_workers, cap):
+    indptr, indices = np.asarray(g.sample_indptr), np.asarray(g.sample_indices).astype(np.int32)
+    vertex_row = np.arange(8, dtype=np.int32)
+    row_worker = np.full(g.num_embeddings, -1, dtype=np.int8)
+    row_worker[vertex_row] = part
+    favourites = ML.favourite_workers(indptr, indices, row_worker, num_workers)
+    return ML.rebalance_clusters(xadj, adjncy, weights, part, favourites, row_worker, vertex_row, indptr, indices,
+                                 num_workers, cap)
+
+
+def test_rebalance_moves_the_cluster_that_cuts_least():
+    # A, B, C on worker 0 hold 30 samples' favourite rows, above the cap of 21 (40 samples, 2 workers, 1.05):
+    # moving C to worker 1 lowers the cut (its edge to D, 2, becomes internal; B-C, 1, is cut); A or B would
+    # raise it. Afterwards 20 samples follow each worker.
+    xadj, adjncy, weights, part, g = clustered_signal_graph([0, 0, 0, 1])
+    cap = sample_cap(g.num_samples, 2, 1.05)
+    assert cap == 21
+    new, info = rebalance(xadj, adjncy, weights, part, g, 2, cap)
+    assert new.tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert info == {"overloaded": 1, "clusters": 3, "moves": 1, "samples_moved": 10}
+    assert part.tolist() == [0, 0, 0, 0, 0, 0, 1, 1]  # the input is not changed
+
+
+def test_rebalance_leaves_a_partition_within_the_cap_alone():
+    xadj, adjncy, weights, part, g = clustered_signal_graph([0, 0, 1, 1])
+    new, info = rebalance(xadj, adjncy, weights, part, g, 2, sample_cap(g.num_samples, 2, 1.05))
+    assert new is part and info["moves"] == 0 and info["overloaded"] == 0
+
+
+def test_rebalance_moves_nothing_that_does_not_fit():
+    # all four clusters on worker 0 of 3 workers (cap ceil(40 / 3 * 1.05) = 14): a cluster of 10 fits on
+    # worker 1, then one on worker 2; worker 0 keeps 20, above the cap, and nothing more fits anywhere
+    xadj, adjncy, weights, part, g = clustered_signal_graph([0, 0, 0, 0])
+    cap = sample_cap(g.num_samples, 3, 1.05)
+    assert cap == 14
+    new, info = rebalance(xadj, adjncy, weights, part, g, 3, cap)
+    assert info["moves"] == 2 and info["samples_moved"] == 20
+    assert np.bincount(new, minlength=3).tolist() == [4, 2, 2]
+
+
 def test_default_coarse_pairs():
     assert default_coarse_pairs(10_000) == 2_000_000
     assert default_coarse_pairs(2_000_000) == 4_000_000

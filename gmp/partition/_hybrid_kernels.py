@@ -135,8 +135,64 @@ def move_sample(indices, k0, k1, a, b, count, drow, df):  # pragma: no cover - c
         drow[x, b] = df[cb]
 
 
+#: samples per block of :func:`private_last` (each block reorders its samples with its own buffer)
+PRIVATE_BLOCK = 4096
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def private_last(indptr, indices, private, num_private):  # pragma: no cover - compiled
+    """Reorder every sample's entries in place: its shared rows first, then its *private* rows
+    (``private[x]`` != 0: degree 1, no other sample uses them), each group in its former order;
+    ``num_private[i]`` = private rows of i. Blocks of samples on all threads (each sample is reordered
+    by one thread alone, so the result does not depend on their number).
+
+    The sample sweep moves a sample together with its private rows (:func:`sweep_samples`), so it
+    needs them apart from the rows whose marginals it sums."""
+    num_samples = indptr.size - 1
+    longest = 0
+    for i in range(num_samples):
+        longest = max(longest, indptr[i + 1] - indptr[i])
+    num_blocks = (num_samples + PRIVATE_BLOCK - 1) // PRIVATE_BLOCK
+    for blk in numba.prange(num_blocks):
+        buf = np.empty(longest, dtype=indices.dtype)
+        for i in range(blk * PRIVATE_BLOCK, min(num_samples, (blk + 1) * PRIVATE_BLOCK)):
+            k0 = indptr[i]
+            k1 = indptr[i + 1]
+            shared = k0
+            held = 0
+            for k in range(k0, k1):
+                x = indices[k]
+                if private[x]:
+                    buf[held] = x
+                    held += 1
+                else:
+                    indices[shared] = x
+                    shared += 1
+            for t in range(held):
+                indices[shared + t] = buf[t]
+            num_private[i] = held
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def cheapest_sample_move(gain, stay, load, cap, alpha, a):  # pragma: no cover - compiled
+    """The worker b != a below ``cap`` that minimises ``gain[b] - stay + alpha * (load_b - load_a + 1)`` (a
+    sample's move from a, Eq. 3 + Eq. 4), if that is below -1e-9 (no float-noise ping-pong); else a. Ties go
+    to the lowest b."""
+    best = a
+    best_delta = -1e-9
+    for b in range(load.size):
+        if b == a or load[b] >= cap:
+            continue
+        delta = gain[b] - stay + alpha * (load[b] - load[a] + 1)
+        if delta < best_delta:
+            best_delta = delta
+            best = b
+    return best
+
+
 @numba.njit(cache=True, nogil=True)
-def sweep_samples(indptr, indices, sw, prim, count, drow, df, ceff, load, cap, alpha, gain):  # pragma: no cover
+def sweep_samples(indptr, indices, num_private, sw, prim, count, drow, df, ceff, load, cap, alpha, primary_load,
+                  primary_cap, beta, gain, tally):  # pragma: no cover
     """One pass of Algorithm 1 lines 3-5 over the sample vertices, sequentially in id order.
 
     ``df[c] = f[c + 1] - f[c]``; ``drow[x, w] == df[count[x, w]]`` (kept in step
@@ -153,6 +209,21 @@ def sweep_samples(indptr, indices, sw, prim, count, drow, df, ceff, load, cap, a
     are updated in place before the next sample is decided, so every move
     lowers the objective exactly (gamma aside). Returns the number moved.
 
+    **Private rows** (``num_private[i]`` > 0: the last entries of sample i,
+    rows no other sample uses; :func:`private_last`) move *with* the sample:
+    the sums above run over its shared rows only, and the move to b also
+    makes b the primary of its private rows, which then cost nothing (before:
+    ``ceff[p_x, a] * df[0]`` each). The change of the primary-balance term
+    ``beta/2 * sum_w primary_load_w^2`` (Eq. 4) is added exactly, and b must
+    stay within ``primary_cap`` after the move; b = a (the sample stays, its
+    private rows come home) is a candidate too. When the primary cap rules
+    the compound move out, the sample may still move alone (its private rows
+    then cost ``ceff[p_x, b] * df[0]``). With Algorithm 1's single-vertex
+    sweep a sample with many private rows never leaves its worker: each of
+    them would become remote until the embedding sweep brings it along
+    (docs/hybrid.md, "Private rows"). ``num_private`` all zero is that sweep
+    exactly.
+
     The first sum, for all b at once, is the hot loop: one vector
     multiply-add per edge over the rows ``ceff[p_x]`` and ``drow[x]``
     (:func:`gmp.kernels.simd.gather_rows_dot`; the scalar form gathered
@@ -168,29 +239,77 @@ def sweep_samples(indptr, indices, sw, prim, count, drow, df, ceff, load, cap, a
     """
     num_workers = load.size
     width = drow.shape[1]
+    df0 = df[0]
     moved = 0
     for i in range(indptr.size - 1):
         k0 = indptr[i]
         k1 = indptr[i + 1]
         if k0 == k1:
             continue
+        kp = k1 - num_private[i]  # [k0, kp): shared rows, [kp, k1): private rows
         a = sw[i]
-        stay = sample_gains(indices, k0, k1, prim, drow, ceff, width, gain, count, df, a)
+        stay = sample_gains(indices, k0, kp, prim, drow, ceff, width, gain, count, df, a)
         best = a
         best_delta = -1e-9  # strictly improving moves only (no float-noise ping-pong)
-        for b in range(num_workers):
-            if b == a or load[b] >= cap:
-                continue
-            delta = gain[b] - stay + alpha * (load[b] - load[a] + 1)
-            if delta < best_delta:
-                best_delta = delta
-                best = b
+        carry = False
+        npv = k1 - kp
+        if npv > 0:
+            # the private rows' primaries by worker, and what they cost with the sample on a
+            tally[:] = 0
+            private_stay = 0.0
+            for k in range(kp, k1):
+                p = prim[indices[k]]
+                tally[p] += 1
+                private_stay += ceff[p, a] * df0
+            # beta/2 * (change of sum_w load_w^2) when they all leave: the part that does not depend on b
+            base = 0.0
+            for w in range(num_workers):
+                t = tally[w]
+                if t:
+                    base += (primary_load[w] - t) ** 2 - primary_load[w] ** 2
+            for b in range(num_workers):
+                if b != a and load[b] >= cap:
+                    continue
+                nb = primary_load[b] - tally[b] + npv  # b's primaries if the private rows go there
+                shared = 0.0 if b == a else gain[b] - stay + alpha * (load[b] - load[a] + 1)
+                if nb <= primary_cap:  # the compound move: sample and private rows to b
+                    quad = base + nb * nb - (primary_load[b] - tally[b]) ** 2
+                    delta = shared - private_stay + beta / 2.0 * quad
+                    if delta < best_delta:
+                        best_delta = delta
+                        best = b
+                        carry = True
+                elif b != a:  # the sample alone; its private rows stay where they are
+                    alone = 0.0
+                    for w in range(num_workers):
+                        if tally[w]:
+                            alone += tally[w] * ceff[w, b] * df0
+                    delta = shared + alone - private_stay
+                    if delta < best_delta:
+                        best_delta = delta
+                        best = b
+                        carry = False
+        else:
+            best = cheapest_sample_move(gain, stay, load, cap, alpha, a)
         if best != a:
-            move_sample(indices, k0, k1, a, best, count, drow, df)
+            move_sample(indices, k0, k1 if not carry else kp, a, best, count, drow, df)
             load[a] -= 1
             load[best] += 1
             sw[i] = best
             moved += 1
+        if carry:
+            for k in range(kp, k1):
+                x = indices[k]
+                p = prim[x]
+                if p != best:
+                    primary_load[p] -= 1
+                    primary_load[best] += 1
+                    prim[x] = best
+                if best != a:
+                    count[x, a] = 0
+                    count[x, best] = 1
+                    drow[x, a] = df0
+                    drow[x, best] = df[1]
     return moved
 
 

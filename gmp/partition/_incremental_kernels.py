@@ -26,6 +26,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from ._hybrid_kernels import cheapest_sample_move
 from ._hybrid_kernels import count_samples  # noqa: F401 - one kernel, used as K.count_samples
 
 _ONE = np.int64(1)
@@ -163,15 +164,7 @@ def sweep_samples(indptr, cindices, active, sw, prim, sec, count, marg, df, cost
                 delta[w] += marg[x, w]
             if prim[x] != a and (sec[x] >> a) & 1 == 0:
                 stay += cost[prim[x], a] * df[count[x, a] - 1]
-        best = a
-        best_delta = -1e-9
-        for b in range(n):
-            if b == a or load[b] >= cap:
-                continue
-            d = delta[b] - stay + alpha * (load[b] - load[a] + 1)
-            if d < best_delta:
-                best_delta = d
-                best = b
+        best = cheapest_sample_move(delta, stay, load, cap, alpha, a)
         if best != a:
             for k in range(k0, k1):
                 x = cindices[k]

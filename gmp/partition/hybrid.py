@@ -46,6 +46,15 @@ The objective the sweeps descend is::
   Eq. 4: adding a vertex to partition i costs ``alpha * (|G_i| - |G|/N)``
   (plus 1/2); moving one from a to b costs ``alpha * (load_b - load_a + 1)``.
 
+**Private rows** (``carry_private``, our choice). A row no other sample uses
+costs nothing when its primary sits with its one user; in the single-vertex
+sweep such rows pin their sample (moving it alone would turn each of them
+remote until the embedding sweep). So a sample moves *with* its private rows:
+the sweep scores the compound move by its exact change of J (communication,
+Eq. 4's primary term, the primary cap) and makes it in one step
+(:func:`._hybrid_kernels.sweep_samples`). Flat topologies only; with
+``carry_private=False`` the sweep is Algorithm 1's.
+
 Eq. 2 as printed, ``delta_g = delta_c - delta_b``, *subtracts* the balance
 term, which would reward imbalance; we implement the intended
 "communication plus imbalance".
@@ -129,6 +138,7 @@ edges: 40+ s at full scale, too costly to repeat per round).
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import threading
@@ -233,6 +243,23 @@ class Options:
         The portfolio: bands ``saturation`` x 1, 4, ... (default 5), seeds per
         band (default 4) and the round limit of every candidate, which replaces
         ``rounds`` there (default 20; ``tol`` still stops early).
+    carry_private
+        The sample sweep moves a sample *with its private rows* (rows no
+        other sample uses) as one move, scored by its exact change of J
+        (``_hybrid_kernels.sweep_samples``). Default True, on flat topologies
+        (a hierarchical one keeps the single-vertex sweep). False: Algorithm
+        1's single-vertex sweep, where those rows pin their sample (each would
+        turn remote until the embedding sweep), the behaviour before; criteo-1m
+        ``--locality 1.0``, 1D: 3,956,788 -> 3,946,380 batch reads
+        (docs/hybrid.md, "Private rows").
+    rebalance_clusters
+        Multilevel start, flat topologies: when a worker's projected samples
+        exceed the cap, move label-propagation clusters of the signal graph
+        off it (:func:`._multilevel.rebalance_clusters`) and keep the result
+        when its projected J is lower. Default False: it fixes the
+        seed-sensitive community split of ``--locality 1.0`` (seeds 1-3) but
+        costs up to a second per candidate and gains nothing on the other
+        datasets (docs/hybrid.md, "Private rows").
     """
 
     rounds: int = 5
@@ -256,6 +283,8 @@ class Options:
     portfolio_bands: int = 5
     portfolio_seeds: int = 4
     portfolio_rounds: int = 20
+    carry_private: bool = True
+    rebalance_clusters: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.rounds, int) or self.rounds < 0:
@@ -304,6 +333,9 @@ class Options:
         if (not isinstance(self.saturation, (int, float)) or not math.isfinite(self.saturation)
                 or self.saturation <= 0):
             raise PartitionError(f"hybrid: saturation must be a finite number > 0, got {self.saturation!r}.")
+        for name in ("carry_private", "rebalance_clusters"):
+            if not isinstance(getattr(self, name), bool):
+                raise PartitionError(f"hybrid: {name} must be true or false, got {getattr(self, name)!r}.")
         if self.init not in INIT_METHODS:
             raise PartitionError(f"hybrid: init must be one of {', '.join(repr(m) for m in INIT_METHODS)}, "
                                  f"got {self.init!r}.")
@@ -386,9 +418,12 @@ class _State:
 
     def __init__(self, graph: BipartiteGraph, cost: np.ndarray, options: Options, sw: np.ndarray,
                  prim: np.ndarray | None, rng: np.random.Generator, *, batch_size: int,
-                 count: np.ndarray | None = None):
+                 count: np.ndarray | None = None, num_private: np.ndarray | None = None):
         self.indptr = np.asarray(graph.sample_indptr)
         self.indices = np.asarray(graph.sample_indices)
+        # private rows last in every sample's entries (K.private_last), moved with their sample; None: none
+        # (Algorithm 1's single-vertex sweep)
+        self.num_private = (np.zeros(graph.num_samples, dtype=np.int32) if num_private is None else num_private)
         n = int(cost.shape[0])
         self.num_workers = n
         self.cost = np.ascontiguousarray(cost, dtype=np.float64)
@@ -431,6 +466,7 @@ class _State:
         self.received = np.zeros(n, dtype=np.float64)
         self.width = self.drow.shape[1]
         self._gain = np.zeros(self.width, dtype=np.float64)
+        self._tally = np.zeros(n, dtype=np.int64)
         self._fw = np.zeros(n, dtype=np.float64)
         self._total = np.zeros(self.width, dtype=np.float64)
         # (weighted, reads, remote, unique) of the current placement with served/received filled; None: stale
@@ -458,8 +494,10 @@ class _State:
         cpad = np.zeros((self.num_workers, self.drow.shape[1]), dtype=np.float64)
         cpad[:, :self.num_workers] = ceff
         self._traffic = None  # the counts change: the traffic totals are stale
-        return int(K.sweep_samples(self.indptr, self.indices, self.sw, self.prim, self.count, self.drow, self.df,
-                                   cpad, self.sample_load, np.int64(self.sample_cap), self.alpha, self._gain))
+        return int(K.sweep_samples(self.indptr, self.indices, self.num_private, self.sw, self.prim, self.count,
+                                   self.drow, self.df, cpad, self.sample_load, np.int64(self.sample_cap), self.alpha,
+                                   self.primary_load, np.int64(self.primary_cap), self.beta, self._gain,
+                                   self._tally))
 
     def sweep_embeddings(self, ceff: np.ndarray) -> int:
         """Algorithm 1's sweep over the used embedding vertices; returns the number moved.
@@ -654,7 +692,7 @@ def default_coarse_pairs(num_samples: int) -> int:
 
 
 def _multilevel_start(graph: BipartiteGraph, topology: Topology, options: Options, rng: np.random.Generator,
-                      degree: np.ndarray) -> tuple[_State, list[dict] | None, dict] | None:
+                      degree: np.ndarray, num_private: np.ndarray | None) -> tuple[_State, list[dict] | None, dict] | None:
     """The multilevel start (:mod:`._multilevel`): ``(state, rounds, info)`` over the graph's (used) ids, or
     None when no row falls in the signal band (then the random start is used).
 
@@ -692,8 +730,8 @@ def _multilevel_start(graph: BipartiteGraph, topology: Topology, options: Option
     # near-misses of the planted machine/worker structure that the projected choice recovers exactly
     # (tests/test_multilevel.py, two-level test)
     # (rounds=0 asks for the projection alone: nothing to refine, no portfolio)
-    portfolio = (graph.num_edges <= options.portfolio_edges and not _is_hierarchical(topology)
-                 and options.rounds > 0)
+    hierarchical = _is_hierarchical(topology)
+    portfolio = graph.num_edges <= options.portfolio_edges and not hierarchical and options.rounds > 0
     num_bands, num_seeds = (options.portfolio_bands, options.portfolio_seeds) if portfolio else (
         options.coarse_restarts, 1)
     bands = []
@@ -719,16 +757,43 @@ def _multilevel_start(graph: BipartiteGraph, topology: Topology, options: Option
             return cand
         part = ML.partition_signal_graph(xadj, adjncy, weights, degree[vertex_row], machine_of,
                                          seed=int(crng.integers(0, 2**31 - 1)), imbalance=options.max_imbalance)
-        del xadj, adjncy, weights
-        row_worker = np.full(graph.num_embeddings, -1, dtype=np.int32)
+        row_worker = np.full(graph.num_embeddings, -1, dtype=np.int8)  # int8: a cache-sized table (N <= 64)
         row_worker[vertex_row] = part
-        sw, prim, count = ML.project(indptr, indices, row_worker, n, scap, pcap, crng)
-        del row_worker
+        favourites = rebalanced = None
+        if options.rebalance_clusters and not hierarchical:
+            favourites = ML.favourite_workers(indptr, indices, row_worker, n)
+            rebalanced, cand["rebalance"] = ML.rebalance_clusters(xadj, adjncy, weights, part, favourites, row_worker,
+                                                                  vertex_row, indptr, indices, n, scap)
+        del xadj, adjncy, weights  # (memory: before the projection's per-sample arrays, as before)
+        if favourites is None:
+            favourites = ML.favourite_workers(indptr, indices, row_worker, n)
+        order_rng = copy.deepcopy(crng)  # the rebalanced projection visits the samples in the same order
+        sw, prim, count = ML.project(indptr, indices, row_worker, n, scap, pcap, crng, favourites=favourites)
+        del favourites
         cand["projected_objective"] = _start_objective(sw, prim, count, active, f, cost, n, *weights_ab,
                                                        options.gamma)
+        if rebalanced is not None and cand["rebalance"]["moves"]:
+            # kept only when its projection has the lower objective (on real data the clusters are no
+            # communities and the moves can cost more than the spill they avoid: docs/hybrid.md)
+            del count  # (memory: one count array at a time; recounted below if the first projection stays)
+            row_worker[vertex_row] = rebalanced
+            favourites = ML.favourite_workers(indptr, indices, row_worker, n)
+            sw1, prim1, count = ML.project(indptr, indices, row_worker, n, scap, pcap, order_rng,
+                                           favourites=favourites)
+            del favourites
+            j1 = _start_objective(sw1, prim1, count, active, f, cost, n, *weights_ab, options.gamma)
+            cand["rebalance"]["projected_objective"] = j1
+            cand["rebalance"]["kept"] = bool(j1 < cand["projected_objective"])
+            if cand["rebalance"]["kept"]:
+                sw, prim, cand["projected_objective"] = sw1, prim1, j1
+            else:
+                count = np.zeros((graph.num_embeddings, n), dtype=np.int32)
+                K.count_samples(indptr, indices, sw, count)
+            del sw1, prim1
+        del row_worker, rebalanced
         if portfolio:  # refine now; the choice is made on the refined objective
             state = _State(graph, topology.cost, options, sw, prim, crng, batch_size=options.batch_size,
-                           count=count)
+                           count=count, num_private=num_private)
             del count
             cand_rounds: list[dict] = []
             _run_rounds(state, options, cand_rounds, "worker", t_c, max_rounds=options.portfolio_rounds,
@@ -787,7 +852,8 @@ def _multilevel_start(graph: BipartiteGraph, topology: Topology, options: Option
         return state, cand_rounds, info
     sw, prim, count = placement
     del placement
-    state = _State(graph, topology.cost, options, sw, prim, rng, batch_size=options.batch_size, count=count)
+    state = _State(graph, topology.cost, options, sw, prim, rng, batch_size=options.batch_size, count=count,
+                   num_private=num_private)
     return state, None, info
 
 
@@ -854,9 +920,19 @@ def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options:
         K.remap_parallel(np.asarray(graph.sample_indices), local, cindices)
         graph = BipartiteGraph(np.asarray(graph.sample_indptr), cindices, used_ids.size, check=False)
     del local
+    num_private = None
+    if options.carry_private and not _is_hierarchical(topology):
+        # every sample's private rows (used by no other sample) last in its entries, so the sample sweep can
+        # move them with it (K.sweep_samples); reordered in place in our own copy of the entries
+        if graph is full_graph:
+            graph = BipartiteGraph(np.asarray(graph.sample_indptr), np.array(graph.sample_indices, copy=True),
+                                   graph.num_embeddings, check=False)
+        num_private = np.empty(graph.num_samples, dtype=np.int32)
+        K.private_last(np.asarray(graph.sample_indptr), np.asarray(graph.sample_indices),
+                       (degree == 1).view(np.uint8), num_private)
     ml = None
     if options.levels > 1 and start is None:  # multilevel start (._multilevel), any topology
-        ml = _multilevel_start(graph, topology, options, rng, degree)
+        ml = _multilevel_start(graph, topology, options, rng, degree, num_private)
     if ml is not None:
         state, refined, multilevel_info = ml
         del ml
@@ -871,7 +947,7 @@ def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options:
         per_machine = n // num_machines
         msw = balanced_random_assignment(graph.num_samples, num_machines, rng)
         mstate = _State(graph, machine_cost(topology), options, msw, None, rng,
-                        batch_size=options.batch_size * max(per_machine, 1))
+                        batch_size=options.batch_size * max(per_machine, 1), num_private=num_private)
         _run_rounds(mstate, options, rounds, "machine", t0)
         t1 = time.perf_counter()
         # then worker level, starting from the machine-level placement spread inside each machine
@@ -884,7 +960,8 @@ def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options:
         prim_used = prim[used]
         enforce_cap(prim_used, n, sample_cap(int(used.sum()), n, options.max_imbalance), rng)
         prim[used] = prim_used
-        state = _State(graph, topology.cost, options, sw, prim, rng, batch_size=options.batch_size)
+        state = _State(graph, topology.cost, options, sw, prim, rng, batch_size=options.batch_size,
+                       num_private=num_private)
         _run_rounds(state, options, rounds, "worker", t1)
     else:
         if start is None:  # Algorithm 1 line 1: seeded random balanced start
@@ -896,7 +973,8 @@ def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options:
             enforce_cap(sw, n, sample_cap(graph.num_samples, n, options.max_imbalance), rng)
             enforce_cap(prim, n, sample_cap(used_ids.size, n, options.max_imbalance), rng)
             del start
-        state = _State(graph, topology.cost, options, sw, prim, rng, batch_size=options.batch_size)
+        state = _State(graph, topology.cost, options, sw, prim, rng, batch_size=options.batch_size,
+                       num_private=num_private)
         _run_rounds(state, options, rounds, "worker", t0)
 
     # 2D step (Eq. 6)
