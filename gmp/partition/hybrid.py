@@ -759,15 +759,13 @@ def _multilevel_start(graph: BipartiteGraph, topology: Topology, options: Option
                                          seed=int(crng.integers(0, 2**31 - 1)), imbalance=options.max_imbalance)
         row_worker = np.full(graph.num_embeddings, -1, dtype=np.int8)  # int8: a cache-sized table (N <= 64)
         row_worker[vertex_row] = part
-        favourites = rebalanced = None
+        favourites = rebalanced = order_rng = None  # (without rebalancing the projection finds the favourites)
         if options.rebalance_clusters and not hierarchical:
             favourites = ML.favourite_workers(indptr, indices, row_worker, n)
             rebalanced, cand["rebalance"] = ML.rebalance_clusters(xadj, adjncy, weights, part, favourites, row_worker,
                                                                   vertex_row, indptr, indices, n, scap)
+            order_rng = copy.deepcopy(crng)  # the rebalanced projection visits the samples in the same order
         del xadj, adjncy, weights  # (memory: before the projection's per-sample arrays, as before)
-        if favourites is None:
-            favourites = ML.favourite_workers(indptr, indices, row_worker, n)
-        order_rng = copy.deepcopy(crng)  # the rebalanced projection visits the samples in the same order
         sw, prim, count = ML.project(indptr, indices, row_worker, n, scap, pcap, crng, favourites=favourites)
         del favourites
         cand["projected_objective"] = _start_objective(sw, prim, count, active, f, cost, n, *weights_ab,
@@ -777,10 +775,7 @@ def _multilevel_start(graph: BipartiteGraph, topology: Topology, options: Option
             # communities and the moves can cost more than the spill they avoid: docs/hybrid.md)
             del count  # (memory: one count array at a time; recounted below if the first projection stays)
             row_worker[vertex_row] = rebalanced
-            favourites = ML.favourite_workers(indptr, indices, row_worker, n)
-            sw1, prim1, count = ML.project(indptr, indices, row_worker, n, scap, pcap, order_rng,
-                                           favourites=favourites)
-            del favourites
+            sw1, prim1, count = ML.project(indptr, indices, row_worker, n, scap, pcap, order_rng)
             j1 = _start_objective(sw1, prim1, count, active, f, cost, n, *weights_ab, options.gamma)
             cand["rebalance"]["projected_objective"] = j1
             cand["rebalance"]["kept"] = bool(j1 < cand["projected_objective"])

@@ -345,7 +345,7 @@ class RowCache:
         """Store new values of ``rows`` (distinct): into their slot when resident (marked dirty),
         else straight into the master (a victim row's write-back)."""
         rows = np.asarray(rows, dtype=np.int64)
-        if rows.size == 0:
+        if rows.size == 0:  # nothing to wait for: an admission in flight holds the lock
             return
         with self.lock:
             self._quiet()

@@ -159,11 +159,8 @@ class TieredTable:
         self._rows = self._slots = None
 
     def _fast(self, rows: np.ndarray) -> np.ndarray | None:
-        """Cache slots of ``rows`` when the current step pinned them all, else None. No rows need no
-        slot: an empty read must not wait for the cache's lock (an admission in flight holds it)."""
-        if rows.size == 0:
-            return rows
-        if self._rows is None or self._rows.size == 0:
+        """Cache slots of ``rows`` when the current step pinned them all, else None."""
+        if self._rows is None or rows.size == 0 or self._rows.size == 0:
             return None
         if rows.size == self._rows.size and np.array_equal(rows, self._rows):
             return self._slots  # the step's own rows, as they were pinned
