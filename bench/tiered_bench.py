@@ -31,11 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from gmp.comm.local import LocalEngine  # noqa: E402
 from gmp.datasets.format import load_dataset  # noqa: E402
 from gmp.placement import Placement  # noqa: E402
 from gmp.train import TrainConfig, TrainData, Trainer  # noqa: E402
-from gmp.train.run import load_placement  # noqa: E402
+from gmp.train.run import load_placement, make_engine  # noqa: E402
 from gmp.train.tiers import TierOptions  # noqa: E402
 
 
@@ -76,7 +75,7 @@ def run_one(data, placement, args, loc, pct, lookahead, tier_dir, evaluate):
                       batch_size=args.batch_size, epochs=1, schedule="static", seed=0, tiers=tiers,
                       staleness=args.staleness)
     t0 = time.perf_counter()
-    tr = Trainer(data, placement, cfg, LocalEngine(n))
+    tr = Trainer(data, placement, cfg, make_engine("local", n))  # as gmp train: deterministic on CUDA
     setup = time.perf_counter() - t0
     try:
         cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -154,7 +153,8 @@ def main(argv=None) -> None:
     print(f"{args.data}: {ds.num_samples:,} samples, {ds.num_embeddings:,} rows, {args.model} dim "
           f"{args.embedding_dim} Adagrad, {args.workers} worker(s) (s = {args.staleness:g}), batch {args.batch_size}, "
           f"{args.steps} steps per run, "
-          f"{args.repeats} interleaved repeats, {args.threads} torch thread(s), CPU\n")
+          f"{args.repeats} interleaved repeats, {args.threads} torch thread(s), "
+          f"{torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'CPU'}\n")
     head = (f"{'location':8s} {'cache':>6s} {'k':>4s} {'samples/s':>10s} {'spread':>7s} {'vs device':>9s} "
             f"{'per CPU s':>9s} {'spread':>7s} {'vs device':>9s} {'hit rate':>8s} {'stall s':>7s} {'test AUC':>9s} "
             f"{'logloss':>8s}")

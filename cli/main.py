@@ -72,7 +72,8 @@ def _flag_type(display_type_rich):
     return display
 
 
-TyperOption.display_type_rich = _flag_type(TyperOption.display_type_rich)
+if hasattr(TyperOption, "display_type_rich"):  # typer's own hook, not in every version typer>=0.12 allows
+    TyperOption.display_type_rich = _flag_type(TyperOption.display_type_rich)
 
 
 def main() -> None:

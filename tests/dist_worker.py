@@ -36,8 +36,8 @@ def main() -> None:
         p = store.num_primary
         d = Path(out) / str(i)
         d.mkdir(exist_ok=True)
-        np.savez(d / f"rank{engine.rank}.npz", ids=store.ids[:p], rows=store.primary_rows()[1].double().numpy(),
-                 dense=torch.cat([q.detach().reshape(-1) for q in trainer.model.parameters()]).double().numpy())
+        np.savez(d / f"rank{engine.rank}.npz", ids=store.ids[:p], rows=store.primary_rows()[1].double().cpu().numpy(),
+                 dense=torch.cat([q.detach().reshape(-1) for q in trainer.model.parameters()]).double().cpu().numpy())
         if engine.rank == 0:
             (d / "records.json").write_text(json.dumps(records))
         trainer.close()

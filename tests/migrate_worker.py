@@ -38,8 +38,8 @@ def main() -> None:
     store = trainer.stores[0]
     p = store.num_primary
     Path(out).mkdir(parents=True, exist_ok=True)
-    np.savez(Path(out) / f"rank{engine.rank}.npz", ids=store.ids[:p], rows=store.primary_rows()[1].double().numpy(),
-             dense=torch.cat([q.detach().reshape(-1) for q in trainer.model.parameters()]).double().numpy())
+    np.savez(Path(out) / f"rank{engine.rank}.npz", ids=store.ids[:p], rows=store.primary_rows()[1].double().cpu().numpy(),
+             dense=torch.cat([q.detach().reshape(-1) for q in trainer.model.parameters()]).double().cpu().numpy())
     if engine.rank == 0 and summary is not None:
         (Path(out) / "migration.json").write_text(json.dumps(summary))
     trainer.close()

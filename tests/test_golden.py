@@ -101,8 +101,8 @@ def test_golden_checkpoint_v2_upgrades_one_step():
     obj, rows = checkpoint_mod.open_worker_rows(path, head, 0)
     n = raw["opt_state"].shape[0]  # Adagrad: one sum of squares per primary
     assert rows.num_rows == n and rows.width == 2 * raw["table"].shape[1]
-    np.testing.assert_array_equal(rows(0, n)[:, :rows.row_dim], raw["table"][:n].numpy())
-    np.testing.assert_array_equal(rows(0, n)[:, rows.row_dim:], raw["opt_state"].numpy())
+    np.testing.assert_array_equal(rows(0, n)[:, :rows.row_dim], raw["table"][:n].cpu().numpy())
+    np.testing.assert_array_equal(rows(0, n)[:, rows.row_dim:], raw["opt_state"].cpu().numpy())
     assert "opt_state" not in obj["store"] and obj["store"]["table"].shape[0] == raw["table"].shape[0] - n
 
 

@@ -80,7 +80,7 @@ def test_same_model_as_one_worker_and_counts_equal_the_simulator(ctr, options, o
     ones = one.fit()
     np.testing.assert_allclose(many.embedding_table(), one.embedding_table(), rtol=1e-9, atol=1e-12)
     for p, q in zip(many.model.parameters(), one.model.parameters()):
-        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(p.detach().cpu().numpy(), q.detach().cpu().numpy(), rtol=1e-9, atol=1e-12)
     assert recs[-1]["train_loss"] == pytest.approx(ones[-1]["train_loss"], rel=1e-9)
     # epoch 1 (fresh caches) against the simulator's one-epoch replay
     sim = simulate_with(ds.indptr, ds.indices, pl, num_train=ds.num_train, batch_size=12, schedule="herald",
@@ -138,7 +138,7 @@ def test_pushes_are_deferred_and_the_pending_copy_is_the_single_worker_value(ctr
             for slot, gid in zip(store.pending_slots(), store.pending_ids()):
                 assert not pending[gid], "two workers hold pending updates of one row"
                 pending[gid] = True
-                np.testing.assert_allclose(store.read(np.array([slot]))[0].numpy(), ref[gid], rtol=1e-9, atol=1e-12)
+                np.testing.assert_allclose(store.read(np.array([slot]))[0].cpu().numpy(), ref[gid], rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(prim[~pending], ref[~pending], rtol=1e-9, atol=1e-12)
         assert np.all(np.abs(prim[pending] - ref[pending]).max(axis=1) > 0)  # the primary is behind
         deferred += int(pending.sum())
@@ -161,10 +161,10 @@ def test_store_cache_by_hand():
     st.install_copies(slots, torch.tensor([[1.0, 2.0, 4.0, 0.0], [3.0, 4.0, 0.0, 0.0]]))
     st.apply_copy(np.array([2]), torch.tensor([[2.0, 0.0]]))
     # h = 4 + 4 = 8; x = 1 - 0.5 * 2 / sqrt(8); second coordinate: h = 0, g = 0 -> unchanged
-    np.testing.assert_allclose(st.read(np.array([2]))[0].numpy(), [1 - 1 / np.sqrt(8), 2.0])
+    np.testing.assert_allclose(st.read(np.array([2]))[0].cpu().numpy(), [1 - 1 / np.sqrt(8), 2.0])
     # the copies live in the worker's one device cache, beside its tiered rows when it has them
     assert st.device_cache.tensor.shape[1] == 4 and int(st.device_cache.held.sum()) == 2
-    np.testing.assert_allclose(st.read_payload(np.array([2]))[0, 2:].numpy(), [8.0, 0.0])
+    np.testing.assert_allclose(st.read_payload(np.array([2]))[0, 2:].cpu().numpy(), [8.0, 0.0])
     st.mark_pending(np.array([2]))
     assert st.pending_ids().tolist() == [4]
     with pytest.raises(TrainingError, match="pending updates"):
@@ -175,7 +175,7 @@ def test_store_cache_by_hand():
     assert st.cache_insert(np.array([2])).tolist() == [2]  # the lowest free slot
     # a pushed copy overwrites the primary, state included
     st.overwrite_primary(np.array([1]), torch.tensor([[7.0, 8.0, 1.0, 2.0]]))
-    np.testing.assert_allclose(st.read_payload(np.array([1]))[0].numpy(), [7, 8, 1, 2])
+    np.testing.assert_allclose(st.read_payload(np.array([1]))[0].cpu().numpy(), [7, 8, 1, 2])
     with pytest.raises(TrainingError, match="not primary"):
         st.overwrite_primary(np.array([3]), torch.zeros(1, 4))
 

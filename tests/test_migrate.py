@@ -110,7 +110,7 @@ def reference_days(paths, *, optimizer, cfg):
             opt.zero_grad()
             (bce_sum(net(table, batch), batch.labels) / samples.size).backward()
             opt.step()
-    return table.detach().numpy(), net
+    return table.detach().cpu().numpy(), net
 
 
 def train_day(path, placement, cfg, ckpt, *, resume):
@@ -137,7 +137,7 @@ def test_resume_on_new_placement_equals_one_worker_training_the_days_in_order(da
     ref_table, ref_net = reference_days(days[:2], optimizer=optimizer, cfg=cfg)
     np.testing.assert_allclose(tr.embedding_table(), ref_table, rtol=1e-9, atol=1e-12)
     for (name, p), q in zip(tr.model.named_parameters(), ref_net.parameters()):
-        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-9, atol=1e-12, err_msg=name)
+        np.testing.assert_allclose(p.detach().cpu().numpy(), q.detach().cpu().numpy(), rtol=1e-9, atol=1e-12, err_msg=name)
     # the counts: gmp.partition.incremental.moved_rows' definition, bytes from the row width
     if n_old == n_new:
         expect = moved_rows(p0, p1)
@@ -248,7 +248,7 @@ def test_migration_under_torchrun_equals_the_local_engine_and_the_reference(days
                            str(tmp_path / "out"), cj, *extra], timeout=300)
         assert res.returncode == 0, res.stderr[-3000:]
     ref_table, ref_net = reference_days(days[:2], optimizer="adagrad", cfg=cfg)
-    dense = torch.cat([q.detach().reshape(-1) for q in ref_net.parameters()]).numpy()
+    dense = torch.cat([q.detach().reshape(-1) for q in ref_net.parameters()]).cpu().numpy()
     assert_rank_rows_match(tmp_path / "out", 2, ref_table, d1.num_embeddings, dense=dense)
     _, local = train_day(days[1], p1, cfg, _local_day0(days[0], p0, cfg, tmp_path / "local"), resume=True)
     dist = json.loads((tmp_path / "out" / "migration.json").read_text())

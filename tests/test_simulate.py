@@ -250,7 +250,7 @@ def test_herald_at_s0_equals_one_worker(ctr, options, num_workers, secondaries):
         torch.use_deterministic_algorithms(False)
     np.testing.assert_allclose(many.embedding_table(), one.embedding_table(), rtol=1e-9, atol=1e-12)
     for p, q in zip(many.model.parameters(), one.model.parameters()):
-        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(p.detach().cpu().numpy(), q.detach().cpu().numpy(), rtol=1e-9, atol=1e-12)
     assert r_many[-1]["train_loss"] == pytest.approx(r_one[-1]["train_loss"], rel=1e-9)
     # and the herald split really differs from the naive split somewhere
     assert many.schedule.__class__.__name__ == "HeraldSchedule"

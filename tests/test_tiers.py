@@ -49,7 +49,7 @@ def reference(init: np.ndarray, steps, optimizer: str) -> np.ndarray:
     for t, rows in enumerate(steps):
         idx = torch.as_tensor(rows)
         table[idx] = update(table.index_select(0, idx), grads_of(t, rows.size), optimizer)
-    return table.numpy()
+    return table.cpu().numpy()
 
 
 def run_cached(master, capacity: int, steps, optimizer: str, lookahead: int, depth: int = 2) -> RowCache:

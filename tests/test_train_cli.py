@@ -250,3 +250,27 @@ def test_cli_names_the_pipeline_flag(ctr):
     assert "--pipeline needs staleness 0" in res.output and "Traceback" not in res.output
     res = run_cli("--dataset", path, "--comm-dtype", "fp8", "--epochs", 1)
     assert res.exit_code == 2 and "--comm-dtype" in res.output and "fp8" in res.output
+
+
+def test_deterministic_algorithms_only_on_cuda_and_only_unless_turned_off(monkeypatch):
+    """CUDA's scatter-adds are atomics: gmp train turns on the deterministic kernels there (a resumed
+    run then equals an uninterrupted one, checked on a GPU by bench/gpu_check.sh), never on CPU."""
+    import torch
+
+    from gmp.train.run import deterministic_on_cuda
+
+    before = torch.are_deterministic_algorithms_enabled()
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    monkeypatch.delenv("GMP_DETERMINISTIC", raising=False)
+    try:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+        assert deterministic_on_cuda() is False and "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setenv("GMP_DETERMINISTIC", "0")
+        assert deterministic_on_cuda() is False and "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+        monkeypatch.delenv("GMP_DETERMINISTIC")
+        assert deterministic_on_cuda() is True
+        assert torch.are_deterministic_algorithms_enabled()
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    finally:
+        torch.use_deterministic_algorithms(before)

@@ -72,7 +72,7 @@ def test_distributed_equals_local(ctr, tmp_path):
         local = Trainer(TrainData(ds), pl, TrainConfig(**cfg), LocalEngine(n))
         local_records = local.fit()
         table = local.embedding_table()
-        dense = torch.cat([q.detach().reshape(-1) for q in local.model.parameters()]).numpy()
+        dense = torch.cat([q.detach().reshape(-1) for q in local.model.parameters()]).cpu().numpy()
         assert_rank_rows_match(tmp_path / str(i), n, table, ds.num_embeddings, dense=dense)
         dist_records = json.loads((tmp_path / str(i) / "records.json").read_text())
         assert len(dist_records) == len(local_records) == cfg["epochs"]

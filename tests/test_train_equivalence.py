@@ -44,7 +44,7 @@ def config(**kw):
 def assert_same_model(trainer, ref_table, ref_net):
     np.testing.assert_allclose(trainer.embedding_table(), ref_table, rtol=1e-9, atol=1e-12)
     for (name, p), q in zip(trainer.model.named_parameters(), ref_net.parameters()):
-        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-9, atol=1e-12, err_msg=name)
+        np.testing.assert_allclose(p.detach().cpu().numpy(), q.detach().cpu().numpy(), rtol=1e-9, atol=1e-12, err_msg=name)
 
 
 def assert_equals_reference(trainer, path, num_train, cfg, global_batch):

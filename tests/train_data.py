@@ -71,7 +71,7 @@ def reference_train(dataset_path, global_batches_per_epoch, *, model="wdl", embe
             loss = bce_sum(net(table, batch), batch.labels) / samples.size
             loss.backward()
             opt.step()
-    return table.detach().numpy().astype(np.float64), net
+    return table.detach().cpu().numpy().astype(np.float64), net
 
 
 def assert_rank_rows_match(directory, num_ranks, table, num_embeddings, dense=None):

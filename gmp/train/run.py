@@ -106,7 +106,24 @@ def trim_log(path: str | os.PathLike, epoch: int, step: int, *, run_id: str | No
     os.replace(tmp, path)
 
 
+def deterministic_on_cuda() -> bool:
+    """Turn on torch's deterministic algorithms when CUDA is present (``GMP_DETERMINISTIC=0``: leave them off).
+
+    On a GPU the scatter-adds of a step (the gradient sums at the primaries, the backward of the
+    row gather, field pooling) run on atomics whose order changes from run to run, so a resumed
+    run would differ from an uninterrupted one in the last bits and two runs with one seed would
+    not agree. The deterministic kernels sort instead (measured cost in docs/train.md). cuBLAS
+    needs ``CUBLAS_WORKSPACE_CONFIG`` for the same guarantee; it is set unless the user set it.
+    On CPU the kernels are deterministic already and nothing changes. Returns whether it is on."""
+    if not torch.cuda.is_available() or os.environ.get("GMP_DETERMINISTIC", "1") == "0":
+        return False
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    return True
+
+
 def make_engine(name: str, num_workers: int, *, collective_timeout: float | None = None):
+    deterministic_on_cuda()
     if os.environ.get("GMP_TORCH_THREADS"):
         torch.set_num_threads(int(os.environ["GMP_TORCH_THREADS"]))
     if name == "local":
