@@ -194,6 +194,26 @@ def test_budget_is_never_exceeded(case):
     assert np.bincount(p.sample_worker, minlength=n).max() <= max(cap, int(np.ceil(len(rows) / n * 1.05 - 1e-9)))
 
 
+@pytest.mark.parametrize("carry, max_imbalance, worker, reads", [
+    (True, 2.0, 1, 0),    # the sample goes to row 0 and takes its two new ids along: nothing remote
+    (False, 2.0, 0, 1),   # alone, the move saves row 0 (1) but makes ids 1 and 2 remote (2): it stays
+    (True, 1.05, 0, 1),   # w1 would hold 3 primaries, above the primary cap ceil(3 / 2 * 1.05) = 2: it stays
+])
+def test_the_sweep_carries_a_samples_private_new_ids(carry, max_imbalance, worker, reads):
+    # old row 0 on w1; today one sample reads it and two new ids (1, 2) no other sample reads; the start puts
+    # the sample and its new ids on w0. A budget of 0 allows no row of the old placement to move, but new ids
+    # are created, not moved: carrying them is free (moved rows stay 0)
+    g = BipartiteGraph.from_lists([[0, 1, 2]], 3)
+    old = Placement.edge_cut(2, [1], [1])
+    start = Placement.edge_cut(2, [0], [1, 0, 0])
+    p = repartition_incremental(g, old, two(), max_moved_rows=0, start=start,
+                                options=Options(max_imbalance=max_imbalance, carry_private=carry, **EXACT))
+    assert p.sample_worker.tolist() == [worker]
+    assert p.embedding_primary.tolist() == [1, worker, worker]
+    assert batch_remote_reads(g, p, 1) == reads
+    assert moved_rows(old, p).total == 0
+
+
 @pytest.mark.parametrize("start", ["pass", "project"])
 def test_sweep_first_is_a_free_round_then_the_budgeted_one(start):
     # sweep_first = a budget-0 run (free moves + a sweep of every sample) continued by the budgeted run from
