@@ -195,12 +195,11 @@ def sweep_samples(indptr, cindices, num_private, active, sw, prim, sec, count, m
                 tally[p] += 1
                 if p != a and (sec[x] >> a) & 1 == 0:
                     private_stay += cost[p, a] * df0
-            # beta/2 * (change of sum_w pload_w^2) when they all leave: the part that does not depend on b
+            # beta/2 * (change of sum_w pload_w^2) when they all leave, (L - t)^2 - L^2 = t (t - 2 L) per worker:
+            # the part that does not depend on b
             base = 0.0
             for w in range(n):
-                t = tally[w]
-                if t:
-                    base += (pload[w] - t) ** 2 - pload[w] ** 2
+                base += tally[w] * (tally[w] - 2 * pload[w])
             best = a
             best_delta = -1e-9
             for b in range(n):
@@ -243,15 +242,14 @@ def sweep_samples(indptr, cindices, num_private, active, sw, prim, sec, count, m
             load[best] += 1
             sw[i] = best
             moved += 1
-        if carry:
+        if carry:  # the tally of the carried rows' primaries all moves to best
+            for w in range(n):
+                pload[w] -= tally[w]
+            pload[best] += npv
             for k in range(kp, k1):
                 x = cindices[k]
-                p = prim[x]
-                if p != best:
-                    pload[p] -= 1
-                    pload[best] += 1
-                    prim[x] = best
-                if (sec[x] >> best) & 1 != 0:
+                prim[x] = best
+                if (sec[x] >> best) & 1 != 0:  # a secondary where the primary now is: dropped
                     sec[x] &= ~(_ONE << best)
                     sec_load[best] -= 1
                 _fill_row(x, prim, sec, count, df, cost, marg)
