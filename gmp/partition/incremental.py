@@ -94,6 +94,11 @@ is the larger of its used-row secondaries now and ``replication_budget x
 used rows`` (default: the old placement's own ``replication_budget`` option,
 0 when it had none); rows no new sample uses keep their secondaries.
 
+**Defaults by density** (:func:`resolve_options`): ``start``, ``sweep_first``, ``sweep`` and
+``rounds`` left ``None`` are set per graph: the ``project`` start, ``sweep_first``, ``sweep="every"``
+and 10 rounds when at least :data:`DENSE_SATURATED_ROWS` of the used rows are saturated (MovieLens),
+else the pass and one round (docs/incremental.md, "Defaults by density").
+
 Deterministic: the only randomness is the seeded stream order of the
 placement pass; every kernel is sequential in a fixed order.
 """
