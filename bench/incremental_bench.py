@@ -13,6 +13,8 @@ from its own day d-1 placement):
                 day's used rows (1%, 5%, 20% by default)
 ``full``        ``hybrid`` from scratch on the day's data; rows moved are counted after relabelling
                 its workers to best match the previous day's full placement (Hungarian matching)
+``full-window`` ``hybrid`` from scratch on days 0..d together (``--window``): what a user re-partitioning
+                the accumulated data pays; its reads are scored on day d's samples
 ``full-gs``     the same with ``init="greedy-stream"`` (hybrid's graph-aware start, docs/hybrid.md):
                 a stronger full re-partition (``--no-full-gs`` leaves it out); "vs full" stays
                 relative to ``full``
@@ -146,6 +148,16 @@ def movielens_days(args) -> list[BipartiteGraph]:
     return renumber(days, ds.num_embeddings)
 
 
+def window_graph(graphs: list[BipartiteGraph]) -> BipartiteGraph:
+    """The days' samples one after another, in the last day's id space (what re-partitioning the
+    accumulated data from scratch partitions)."""
+    indptr = [np.asarray(graphs[0].sample_indptr)]
+    for g in graphs[1:]:
+        indptr.append(np.asarray(g.sample_indptr)[1:] + indptr[-1][-1])
+    indices = np.concatenate([np.asarray(g.sample_indices) for g in graphs])
+    return BipartiteGraph.from_csr(np.concatenate(indptr), indices, graphs[-1].num_embeddings)
+
+
 def kept_placement(graph: BipartiteGraph, prev: Placement, rng: np.random.Generator) -> Placement:
     """Rows of ``prev`` kept, new ids and the day's samples dealt at random (balanced)."""
     n = prev.num_workers
@@ -169,24 +181,31 @@ def main(argv=None) -> None:
     ap.add_argument("--preset", default="criteo-kaggle",
                     help="Synth preset of the pool (criteo-kaggle: latent entities; criteo-kaggle-independent: "
                          "community slices, many more ids per day).")
-    ap.add_argument("--sweep", choices=("all", "changed", "every"), default="all", help="Incremental Options.sweep.")
-    ap.add_argument("--starts", default="pass",
-                    help="Incremental Options.start values, comma-separated (pass, project); the strategies of a "
-                         "start other than the first are named incr-P%%/START.")
-    ap.add_argument("--sweep-first", action="store_true", help="Incremental Options.sweep_first.")
+    ap.add_argument("--sweep", choices=("all", "changed", "every"), default=None,
+                    help="Incremental Options.sweep (default: by the day's density, Options' own default).")
+    ap.add_argument("--starts", default="auto",
+                    help="Incremental Options.start values, comma-separated (auto, pass, project; auto: by the "
+                         "day's density, Options' own default); the strategies of a start other than the first are "
+                         "named incr-P%%/START.")
+    ap.add_argument("--sweep-first", choices=("true", "false"), default=None,
+                    help="Incremental Options.sweep_first (default: by the day's density).")
+    ap.add_argument("--no-carry", dest="carry", action="store_false", help="Incremental carry_private=False.")
     ap.add_argument("--communities", type=int, default=64)
     ap.add_argument("--drift", type=float, default=0.5)
     ap.add_argument("--spread", type=float, default=0.75)
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--batch-size", type=int, default=512)
     ap.add_argument("--budgets", default="1,5,20", help="Incremental budgets in percent of the day's used rows.")
-    ap.add_argument("--rounds", type=int, default=1, help="Incremental rounds.")
+    ap.add_argument("--rounds", type=int, default=None, help="Incremental rounds (default: by the day's density).")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-full-gs", dest="full_gs", action="store_false",
                     help="Leave out the hybrid re-partition with the greedy-stream start.")
     ap.add_argument("--toward", default="",
                     help="Budgets (percent) of 'toward-P%%': the best row moves toward the day's full "
                          "re-partition (repartition_toward; its CPU s exclude the full re-partition it needs).")
+    ap.add_argument("--window", action="store_true",
+                    help="Also 'full-window': hybrid from scratch on days 0..d together (what re-partitioning the "
+                         "accumulated data costs), scored on day d's samples.")
     ap.add_argument("--ml-raw", default=None)
     ap.add_argument("--ml-dataset", default=None)
     args = ap.parse_args(argv)
@@ -196,8 +215,10 @@ def main(argv=None) -> None:
     bs = args.batch_size
     budgets = [float(b) for b in args.budgets.split(",") if b.strip()]
     starts = [x.strip() for x in args.starts.split(",") if x.strip()]
-    opts = Options(batch_size=bs, rounds=args.rounds, sweep=args.sweep, start=starts[0], sweep_first=args.sweep_first)
-    start_opts = {st: replace(opts, start=st) for st in starts}
+    sweep_first = None if args.sweep_first is None else args.sweep_first == "true"
+    opts = Options(batch_size=bs, rounds=args.rounds, sweep=args.sweep, start=None if starts[0] == "auto" else starts[0],
+                   sweep_first=sweep_first, carry_private=args.carry)
+    start_opts = {st: replace(opts, start=None if st == "auto" else st) for st in starts}
     hybrid_opts = {"batch_size": bs}
     rng = np.random.default_rng(args.seed)
 
@@ -212,7 +233,7 @@ def main(argv=None) -> None:
     towards = [float(b) for b in args.toward.split(",") if b.strip()]
     names = ["kept", "placed"] + [f"incr-{b:g}%" for b in budgets]
     names += [f"incr-{b:g}%/{st}" for st in starts[1:] for b in budgets]
-    names += ["full"] + (["full-gs"] if args.full_gs else [])
+    names += ["full"] + (["full-gs"] if args.full_gs else []) + (["full-window"] if args.window else [])
     names += [f"toward-{b:g}%" for b in towards]
     prev = {name: day0 for name in names}
     rows_out = []
@@ -240,6 +261,10 @@ def main(argv=None) -> None:
                 t = time.process_time()
                 budget = int(float(name[7:-1]) / 100.0 * used)
                 p = repartition_toward(g, old, goal, topo, max_moved_rows=budget, options=opts)
+            elif name == "full-window":
+                win = window_graph(graphs[: d + 1])
+                t = time.process_time()
+                p = run_partitioner("hybrid", win, topo, seed=args.seed + d, options=hybrid_opts)
             elif name == "full-gs":
                 p = run_partitioner("hybrid", g, topo, seed=args.seed + d, options={**hybrid_opts, "init": "greedy-stream"})
             else:
@@ -250,8 +275,11 @@ def main(argv=None) -> None:
             sec = time.process_time() - t
             if name.startswith("full"):
                 p = match_workers(old, p)
-            res[name] = (batch_remote_reads(g, p, bs), moved_rows(old, p, rows=used_ids).total, sec)
             prev[name] = p
+            if name == "full-window":  # the window's placement, scored on the day's samples (its last ones)
+                p = Placement(p.num_workers, np.asarray(p.sample_worker)[-g.num_samples:], p.embedding_primary,
+                              p.secondary_indptr, p.secondary_workers)
+            res[name] = (batch_remote_reads(g, p, bs), moved_rows(old, p, rows=used_ids).total, sec)
         full_reads = res["full"][0]
         for name in names:
             reads, moved, sec = res[name]

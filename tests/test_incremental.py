@@ -18,9 +18,10 @@ from gmp.errors import PartitionError
 from gmp.graph import BipartiteGraph
 from gmp.manifest import load_manifest
 from gmp.metrics import batch_remote_reads
-from gmp.partition.incremental import (MovedRows, Options, match_workers, migration_budget, moved_rows,
-                                       place_new_data, repartition_incremental, repartition_toward,
-                                       saturated_degree)
+from gmp.partition.incremental import (DENSE_SETTINGS, SPARSE_SETTINGS, MovedRows, Options, match_workers,
+                                       migration_budget, moved_rows, place_new_data, repartition_incremental,
+                                       repartition_toward, resolve_options, saturated_degree,
+                                       saturated_row_fraction)
 from gmp.placement import Placement
 from gmp.topology import resolve_topology
 
@@ -194,6 +195,26 @@ def test_budget_is_never_exceeded(case):
     assert np.bincount(p.sample_worker, minlength=n).max() <= max(cap, int(np.ceil(len(rows) / n * 1.05 - 1e-9)))
 
 
+@pytest.mark.parametrize("carry, max_imbalance, worker, reads", [
+    (True, 2.0, 1, 0),    # the sample goes to row 0 and takes its two new ids along: nothing remote
+    (False, 2.0, 0, 1),   # alone, the move saves row 0 (1) but makes ids 1 and 2 remote (2): it stays
+    (True, 1.05, 0, 1),   # w1 would hold 3 primaries, above the primary cap ceil(3 / 2 * 1.05) = 2: it stays
+])
+def test_the_sweep_carries_a_samples_private_new_ids(carry, max_imbalance, worker, reads):
+    # old row 0 on w1; today one sample reads it and two new ids (1, 2) no other sample reads; the start puts
+    # the sample and its new ids on w0. A budget of 0 allows no row of the old placement to move, but new ids
+    # are created, not moved: carrying them is free (moved rows stay 0)
+    g = BipartiteGraph.from_lists([[0, 1, 2]], 3)
+    old = Placement.edge_cut(2, [1], [1])
+    start = Placement.edge_cut(2, [0], [1, 0, 0])
+    p = repartition_incremental(g, old, two(), max_moved_rows=0, start=start,
+                                options=Options(max_imbalance=max_imbalance, carry_private=carry, **EXACT))
+    assert p.sample_worker.tolist() == [worker]
+    assert p.embedding_primary.tolist() == [1, worker, worker]
+    assert batch_remote_reads(g, p, 1) == reads
+    assert moved_rows(old, p).total == 0
+
+
 @pytest.mark.parametrize("start", ["pass", "project"])
 def test_sweep_first_is_a_free_round_then_the_budgeted_one(start):
     # sweep_first = a budget-0 run (free moves + a sweep of every sample) continued by the budgeted run from
@@ -203,7 +224,7 @@ def test_sweep_first_is_a_free_round_then_the_budgeted_one(start):
     g = BipartiteGraph.from_lists(rows, 70)  # ids 50..69 are new
     old = Placement.edge_cut(4, [0], rng.integers(0, 4, size=50))
     topo = resolve_topology(4, None, None)
-    opts = Options(start=start, replication_budget=0.0)
+    opts = Options(start=start, replication_budget=0.0, rounds=1, sweep="all", sweep_first=False)
     one = repartition_incremental(g, old, topo, max_moved_rows=6, options=replace(opts, sweep_first=True))
     free = repartition_incremental(g, old, topo, max_moved_rows=0, options=opts)
     two = repartition_incremental(g, old, topo, max_moved_rows=6, options=opts, start=free)
@@ -221,11 +242,50 @@ def test_sweep_every_sweeps_every_sample_every_round():
     g = BipartiteGraph.from_lists([sorted(set(rng.integers(0, 40, size=4).tolist())) for _ in range(120)], 45)
     old = Placement.edge_cut(3, [0], rng.integers(0, 3, size=40))
     topo = resolve_topology(3, None, None)
-    every = repartition_incremental(g, old, topo, max_moved_rows=4, options=Options(rounds=3, sweep="every"))
+    every = repartition_incremental(g, old, topo, max_moved_rows=4, options=Options(rounds=3, sweep="every", sweep_first=False))
     assert [r["swept_samples"] for r in every.info["sweeps"]] == [120, 120, 120]
-    changed = repartition_incremental(g, old, topo, max_moved_rows=4, options=Options(rounds=3, sweep="changed"))
+    changed = repartition_incremental(g, old, topo, max_moved_rows=4, options=Options(rounds=3, sweep="changed", sweep_first=False))
     assert all(r["swept_samples"] < 120 for r in changed.info["sweeps"])
     assert moved_rows(old, every).total <= 4 and moved_rows(old, changed).total <= 4
+
+
+def test_saturated_row_fraction_hand_computed():
+    # 5 samples on 1 worker: m = b = 5, saturated above ceil(4 * 5 / 5) = 4; row 0 (degree 5) of 6 used rows
+    g = BipartiteGraph.from_lists([[0, 1], [0, 2], [0, 3], [0, 4], [0, 5]], 7)  # id 6 unused
+    assert saturated_row_fraction(g, 1, 512) == pytest.approx(1 / 6)
+    assert saturated_row_fraction(BipartiteGraph.from_lists([[]], 2), 1, 512) == 0.0
+
+
+def _density_case(dense: bool):
+    rng = np.random.default_rng(5)
+    if dense:  # 200 samples over 12 ids: every row far above the saturated degree (4)
+        rows = [sorted(set(rng.integers(0, 12, size=3).tolist())) for _ in range(200)]
+        num = 14
+    else:  # 2 ids of its own per sample and one of 10 shared ones: 10 saturated rows of 410
+        rows = [[int(rng.integers(0, 10)), 10 + 2 * i, 11 + 2 * i] for i in range(200)]
+        num = 412
+    g = BipartiteGraph.from_lists(rows, num)
+    old = Placement.edge_cut(2, [0], rng.integers(0, 2, size=num - 2))  # the last two ids are new
+    return g, old
+
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_defaults_follow_the_density(dense):
+    g, old = _density_case(dense)
+    settings_ = DENSE_SETTINGS if dense else SPARSE_SETTINGS
+    resolved, record = resolve_options(Options(), g, 2)
+    assert {k: getattr(resolved, k) for k in settings_} == settings_
+    assert record["dense"] is dense and set(record["set"]) == set(settings_)
+    assert (record["saturated_row_fraction"] >= 0.2) is dense
+    auto = repartition_incremental(g, old, two(), max_moved_rows=3)
+    given = repartition_incremental(g, old, two(), max_moved_rows=3, options=Options(**settings_))
+    assert np.array_equal(auto.sample_worker, given.sample_worker)
+    assert np.array_equal(auto.embedding_primary, given.embedding_primary)
+    assert auto.options["start"] == settings_["start"] and auto.info["defaults"]["dense"] is dense
+    assert len(auto.info["sweeps"]) == settings_["rounds"] + settings_["sweep_first"]
+    # a value given is kept; the others still follow the density
+    part, record = resolve_options(Options(rounds=2), g, 2)
+    assert part.rounds == 2 and part.start == settings_["start"] and "rounds" not in record["set"]
 
 
 def test_a_start_that_moved_rows_has_spent_them():

@@ -28,6 +28,7 @@ import numpy as np
 
 from ._hybrid_kernels import cheapest_sample_move
 from ._hybrid_kernels import count_samples  # noqa: F401 - one kernel, used as K.count_samples
+from ._hybrid_kernels import private_last  # noqa: F401 - one kernel, used as K.private_last
 
 _ONE = np.int64(1)
 
@@ -132,8 +133,8 @@ def samples_touching(indptr, cindices, rows, out):  # pragma: no cover - compile
 
 
 @numba.njit(cache=True, nogil=True)
-def sweep_samples(indptr, cindices, active, sw, prim, sec, count, marg, df, cost, load, cap,
-                  alpha):  # pragma: no cover - compiled
+def sweep_samples(indptr, cindices, num_private, active, sw, prim, sec, count, marg, df, cost, load, cap, alpha,
+                  pload, pcap, beta, sec_load):  # pragma: no cover - compiled
     """One sweep over the ``active`` samples in id order (Algorithm 1 lines 3-5 of HET-GMP, samples only).
 
     Sample i on worker a moves to the worker b != a below ``cap`` minimising
@@ -145,26 +146,84 @@ def sweep_samples(indptr, cindices, active, sw, prim, sec, count, marg, df, cost
     if that is negative (strictly: below -1e-9); ``count``, ``marg`` and ``load`` are
     updated before the next sample. Moving a sample moves no embedding row,
     so these moves are free for the migration budget. Returns the number moved.
+
+    **Carried rows** (``num_private[i]`` > 0: the last entries of sample i, new ids no other
+    sample uses; :func:`gmp.partition._hybrid_kernels.private_last`) move *with* the sample, as
+    ``hybrid``'s ``carry_private`` sweep does: the sums above run over the other rows, and the move
+    to b also makes b the primary of the carried rows, which then cost nothing (before:
+    ``cost[p_x, a] * df[0]`` each where not local to a). A new id is created, not moved, so this
+    costs no migration budget. The change of Eq. 4's primary term ``beta/2 * sum_w pload_w^2`` is
+    added exactly and b must stay within ``pcap``; b = a (the sample stays, its carried rows come
+    home) is a candidate too; when the cap rules the compound move out the sample may still move
+    alone (its carried rows then cost ``cost[p_x, b] * df[0]``). A secondary of a carried row on b
+    is dropped (``sec_load``) when its primary arrives. Without carrying, a new id of degree 1 pins
+    its sample (it would turn remote the moment the sample left). ``num_private`` all zero is the
+    single-vertex sweep exactly.
     """
     n = load.size
     delta = np.empty(n)
+    tally = np.zeros(n, dtype=np.int64)
+    df0 = df[0]
     moved = 0
     for i in range(indptr.size - 1):
         k0 = indptr[i]
         k1 = indptr[i + 1]
         if k0 == k1 or not active[i]:
             continue
+        kp = k1 - num_private[i]  # [k0, kp): rows summed by marginals, [kp, k1): carried rows
         a = sw[i]
         stay = 0.0
         for w in range(n):
             delta[w] = 0.0
-        for k in range(k0, k1):
+        for k in range(k0, kp):
             x = cindices[k]
             for w in range(n):
                 delta[w] += marg[x, w]
             if prim[x] != a and (sec[x] >> a) & 1 == 0:
                 stay += cost[prim[x], a] * df[count[x, a] - 1]
-        best = cheapest_sample_move(delta, stay, load, cap, alpha, a)
+        carry = False
+        npv = k1 - kp
+        if npv == 0:
+            best = cheapest_sample_move(delta, stay, load, cap, alpha, a)
+        else:
+            for w in range(n):
+                tally[w] = 0
+            private_stay = 0.0
+            for k in range(kp, k1):
+                x = cindices[k]
+                p = prim[x]
+                tally[p] += 1
+                if p != a and (sec[x] >> a) & 1 == 0:
+                    private_stay += cost[p, a] * df0
+            # beta/2 * (change of sum_w pload_w^2) when they all leave, (L - t)^2 - L^2 = t (t - 2 L) per worker:
+            # the part that does not depend on b
+            base = 0.0
+            for w in range(n):
+                base += tally[w] * (tally[w] - 2 * pload[w])
+            best = a
+            best_delta = -1e-9
+            for b in range(n):
+                if b != a and load[b] >= cap:
+                    continue
+                nb = pload[b] - tally[b] + npv
+                shared = 0.0 if b == a else delta[b] - stay + alpha * (load[b] - load[a] + 1)
+                if nb <= pcap:  # the compound move: the sample and its carried rows to b
+                    d = shared - private_stay + beta / 2.0 * (base + nb * nb - (pload[b] - tally[b]) ** 2)
+                    if d < best_delta:
+                        best_delta = d
+                        best = b
+                        carry = True
+                elif b != a:  # the sample alone; its carried rows stay
+                    alone = 0.0
+                    for k in range(kp, k1):
+                        x = cindices[k]
+                        if prim[x] != b and (sec[x] >> b) & 1 == 0:
+                            alone += cost[prim[x], b] * df0
+                    d = shared + alone - private_stay
+                    if d < best_delta:
+                        best_delta = d
+                        best = b
+                        carry = False
         if best != a:
             for k in range(k0, k1):
                 x = cindices[k]
@@ -175,7 +234,6 @@ def sweep_samples(indptr, cindices, active, sw, prim, sec, count, marg, df, cost
                     marg[x, a] = 0.0
                 else:
                     marg[x, a] = cost[p, a] * df[count[x, a]]
-                p = prim[x]  # inline _marginal (a call per edge costs more than the work)
                 if p < 0 or p == best or (sec[x] >> best) & 1 != 0:
                     marg[x, best] = 0.0
                 else:
@@ -184,6 +242,17 @@ def sweep_samples(indptr, cindices, active, sw, prim, sec, count, marg, df, cost
             load[best] += 1
             sw[i] = best
             moved += 1
+        if carry:  # the tally of the carried rows' primaries all moves to best
+            for w in range(n):
+                pload[w] -= tally[w]
+            pload[best] += npv
+            for k in range(kp, k1):
+                x = cindices[k]
+                prim[x] = best
+                if (sec[x] >> best) & 1 != 0:  # a secondary where the primary now is: dropped
+                    sec[x] &= ~(_ONE << best)
+                    sec_load[best] -= 1
+                _fill_row(x, prim, sec, count, df, cost, marg)
     return moved
 
 
