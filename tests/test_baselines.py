@@ -15,7 +15,7 @@ from gmp.errors import MissingDependencyError, PartitionError
 from gmp.graph import BipartiteGraph
 from gmp.partition import make_options, run_partitioner
 from gmp.partition._common import (assign_samples_by_majority, choose_primaries, compact_ids,
-                                   count_embedding_workers, enforce_cap, import_pymetis, place_unused_embeddings,
+                                   count_embedding_workers, enforce_cap, expand_primaries, import_pymetis, place_unused_embeddings,
                                    sample_cap, seeded_order)
 from gmp.partition.metis import choose_rows, cooccurrence_csr
 from gmp.partition.metis_bipartite import bipartite_csr
@@ -111,6 +111,12 @@ def test_place_unused_embeddings_equals_the_plain_greedy(seed):
             ref[e] = int(np.argmin(load))  # lowest id among the least loaded
             load[ref[e]] += 1
     np.testing.assert_array_equal(place_unused_embeddings(primary, n), ref)
+    # the one-pass form from compact rows: the same as scattering them into -1s first
+    ids = np.flatnonzero(rng.random(ref.size) < 0.3).astype(np.int32)
+    compact = rng.integers(-1, n, ids.size).astype(np.int32)
+    full = np.full(ref.size, -1, dtype=np.int32)
+    full[ids] = compact
+    np.testing.assert_array_equal(expand_primaries(ids, compact, ref.size, n), place_unused_embeddings(full, n))
 
 
 def test_enforce_cap_moves_only_the_excess():

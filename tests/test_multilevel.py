@@ -201,6 +201,28 @@ def test_used_ids_and_degree_match_compact_ids_and_bincount():
     np.testing.assert_array_equal(ids[out], indices)
 
 
+def test_id_space_kernels_against_numpy():
+    """used_ids_and_degree and expand_indptr on a sparse id space (ids at its edges) against numpy."""
+    rng = np.random.default_rng(5)
+    num = 3 * (1 << 20) + 17
+    pool = np.concatenate([rng.choice(num, 300, replace=False), [0, num - 1]]).astype(np.int32)
+    indices = rng.choice(pool, 5000).astype(np.int32)
+    indices[:pool.size] = pool  # every pool id used
+    ids, local, degree = K.used_ids_and_degree(indices, np.int64(num))
+    ref_ids = np.unique(indices)
+    np.testing.assert_array_equal(ids, ref_ids)
+    np.testing.assert_array_equal(degree, np.bincount(indices, minlength=num)[ref_ids])
+    ref_local = np.full(num, -1, dtype=np.int32)
+    ref_local[ref_ids] = np.arange(ref_ids.size)
+    np.testing.assert_array_equal(local, ref_local)
+    lengths = rng.integers(0, 4, ids.size)
+    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    full_lengths = np.zeros(num, dtype=np.int64)
+    full_lengths[ids] = lengths
+    np.testing.assert_array_equal(K.expand_indptr(indptr, ids, np.int64(num)),
+                                  np.concatenate([[0], np.cumsum(full_lengths)]))
+
+
 def test_signal_band():
     deg = np.array([1, 2, 2, 3, 5, 900])
     # m = 1000 samples per worker, b = 100: hi = 4 * m / b = 40; 4 rows in [2, 40] > 3 allowed -> lo = 3

@@ -162,7 +162,7 @@ from ..topology import Topology
 from . import _hybrid_kernels as K
 from ..kernels.simd import padded_width
 from . import _multilevel as ML
-from ._common import check_max_imbalance, enforce_cap, place_unused_embeddings, sample_cap
+from ._common import check_max_imbalance, enforce_cap, expand_primaries, place_unused_embeddings, sample_cap
 from .random import balanced_random_assignment
 
 log = logging.getLogger(__name__)
@@ -976,11 +976,9 @@ def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options:
     t2 = time.perf_counter()
     num_embeddings = full_graph.num_embeddings
     if graph is full_graph:
-        prim = state.prim
+        prim = place_unused_embeddings(state.prim, n)  # phantom ids: memory only, least-loaded workers
     else:
-        prim = np.full(num_embeddings, -1, dtype=np.int32)
-        prim[used_ids] = state.prim
-    place_unused_embeddings(prim, n)  # phantom ids: memory only, least-loaded workers
+        prim = expand_primaries(used_ids, state.prim, num_embeddings, n)  # the same, in one pass
     # every primary row (phantoms too) occupies memory next to the secondaries
     budgets = replication_budgets(n, state.num_used, K.worker_loads(prim, np.int64(n)), options)
     if int(budgets.sum()) > 0:
