@@ -543,25 +543,7 @@ def choose_secondaries(state: _State, budgets: np.ndarray) -> tuple[np.ndarray, 
     """
     n = state.num_workers
     num_embeddings = state.prim.size
-    ids_buf = np.empty(num_embeddings, dtype=np.int64)
-    score_buf = np.empty(num_embeddings, dtype=np.float64)
-    per_worker: list[np.ndarray] = []
-    for w in range(n):
-        k = int(budgets[w])
-        if k <= 0:
-            per_worker.append(np.zeros(0, dtype=np.int64))
-            continue
-        m = K.replication_scores(state.prim, state.count, state.active, state.f, state.cost, w, ids_buf, score_buf)
-        ids, scores = ids_buf[:m], score_buf[:m]
-        if m <= k:
-            chosen = ids.copy()
-        else:
-            # k-th largest score t: take all > t, then the lowest ids among == t (ids are ascending)
-            t = np.partition(scores, m - k)[m - k]
-            above = ids[scores > t]
-            at = ids[scores == t][: k - above.size]
-            chosen = np.concatenate([above, at])
-        per_worker.append(np.sort(chosen))
+    per_worker = [chosen for chosen, _ in _top_candidates(state, budgets)]
     w_indptr = np.zeros(n + 1, dtype=np.int64)
     w_indptr[1:] = np.cumsum([c.size for c in per_worker])
     w_ids = np.concatenate(per_worker) if per_worker else np.zeros(0, dtype=np.int64)
@@ -579,17 +561,49 @@ def replication_savings(state: _State, budgets: np.ndarray) -> float:
     the sum). 0 when every budget is 0."""
     if int(np.sum(budgets)) <= 0:
         return 0.0
-    ids_buf = np.empty(state.prim.size, dtype=np.int64)
-    score_buf = np.empty(state.prim.size, dtype=np.float64)
     total = 0.0
-    for w in range(state.num_workers):
+    for _, saved in _top_candidates(state, budgets, ids=False):
+        total += saved
+    return total
+
+
+def _top_candidates(state: _State, budgets: np.ndarray, *, ids: bool = True) -> list[tuple[np.ndarray | None, float]]:
+    """Per worker w: its top-``budgets[w]`` replication candidates (ids ascending; ties in score go to the
+    lower id; None unless ``ids``) and the sum of their scores (Eq. 6 numerators).
+
+    The workers are independent: they run in up to ``numba.get_num_threads()`` threads (the scoring
+    kernel and numpy's selection release the GIL), each thread with its own buffers (16 B per row);
+    the result is the same for any number."""
+    n = state.num_workers
+    local = threading.local()
+
+    def one(w: int) -> tuple[np.ndarray | None, float]:
         k = int(budgets[w])
         if k <= 0:
-            continue
-        m = K.replication_scores(state.prim, state.count, state.active, state.f, state.cost, w, ids_buf, score_buf)
-        scores = score_buf[:m]
-        total += float(scores.sum() if m <= k else np.partition(scores, m - k)[m - k:].sum())
-    return total
+            return (np.zeros(0, dtype=np.int64) if ids else None), 0.0
+        if not hasattr(local, "ids"):
+            local.ids = np.empty(state.prim.size, dtype=np.int64)
+            local.scores = np.empty(state.prim.size, dtype=np.float64)
+        m = K.replication_scores(state.prim, state.count, state.active, state.f, state.cost, w, local.ids,
+                                 local.scores)
+        cand, scores = local.ids[:m], local.scores[:m]
+        if m <= k:
+            return (cand.copy() if ids else None), float(scores.sum())
+        # k-th largest score t: take all > t, then the lowest ids among == t (ids are ascending)
+        top = np.partition(scores, m - k)
+        saved = float(top[m - k:].sum())
+        if not ids:
+            return None, saved
+        t = top[m - k]
+        above = cand[scores > t]
+        at = cand[scores == t][: k - above.size]
+        return np.sort(np.concatenate([above, at])), saved
+
+    threads = max(1, min(n, numba.get_num_threads()))
+    if threads == 1:
+        return [one(w) for w in range(n)]
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        return list(pool.map(one, range(n)))
 
 
 def partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options: Options) -> Placement:
