@@ -16,6 +16,7 @@ from gmp.graph import BipartiteGraph
 from gmp.partition import make_options, run_partitioner
 from gmp.partition._common import (assign_samples_by_majority, choose_primaries, compact_ids,
                                    count_embedding_workers, enforce_cap, expand_primaries, import_pymetis, place_unused_embeddings,
+                                   run_metis,
                                    sample_cap, seeded_order)
 from gmp.partition.metis import choose_rows, cooccurrence_csr
 from gmp.partition.metis_bipartite import bipartite_csr
@@ -386,3 +387,64 @@ def test_enforce_cap_properties(assignment, imbalance, seed):
     assert after.max(initial=0) <= cap
     # only the excess above the cap moves
     assert np.count_nonzero(out != a) == int(np.maximum(before - cap, 0).sum())
+
+
+@pytest.mark.parametrize("recursive", [False, True])
+def test_metis_through_ctypes_equals_pymetis(recursive, monkeypatch):
+    """run_metis calls METIS's entry points through ctypes (the GIL released, so the multilevel start's
+    candidate threads overlap); the parts must be pymetis's own, weights, ncuts and niter included."""
+    import scipy.sparse as sp
+
+    from gmp.partition import _common as C
+
+    pymetis = import_pymetis()
+    if sys.platform.startswith("linux"):  # pymetis's Linux wheels export METIS's symbols
+        assert C._metis_entry(pymetis, recursive) is not None
+    rng = np.random.default_rng(7)
+    for trial in range(4):
+        n = int(rng.integers(40, 800))
+        r, c = rng.integers(0, n, 6 * n), rng.integers(0, n, 6 * n)
+        a = sp.coo_matrix((rng.integers(1, 5, r.size), (r, c)), shape=(n, n)).tocsr()
+        a = (a + a.T).tocsr()
+        a.setdiag(0)
+        a.eliminate_zeros()
+        a.sort_indices()
+        xadj, adj = a.indptr.astype(np.int64), a.indices.astype(np.int64)
+        vw = rng.integers(1, 9, n).astype(np.int64)
+        for weights in ({"vertex_weights": None, "edge_weights": None},
+                        {"vertex_weights": vw, "edge_weights": a.data.astype(np.int64)}):
+            kw = dict(seed=trial, imbalance=1.05, recursive=recursive, ncuts=1 + trial % 2,
+                      niter=None if trial % 2 else 3, **weights)
+            fast = run_metis(xadj, adj, 5, **kw)
+            with monkeypatch.context() as m:
+                m.setattr(C, "_metis_entry", lambda *args: None)  # pymetis's own call
+                ref = run_metis(xadj, adj, 5, **kw)
+            np.testing.assert_array_equal(fast, ref)
+
+
+def test_metis_calls_from_threads_equal_the_calls_one_by_one():
+    """METIS runs with the GIL released, and its random generator is one global state: calls from
+    several threads (the multilevel start's candidates) must still give each call's own parts."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(11)
+    n = 4000
+    r, c = rng.integers(0, n, 8 * n), rng.integers(0, n, 8 * n)
+    a = sp.coo_matrix((np.ones(r.size, dtype=np.int64), (r, c)), shape=(n, n)).tocsr()
+    a = (a + a.T).tocsr()
+    a.setdiag(0)
+    a.eliminate_zeros()
+    a.sort_indices()
+    xadj, adj = a.indptr.astype(np.int64), a.indices.astype(np.int64)
+
+    def one(seed):
+        return run_metis(xadj, adj, 8, vertex_weights=None, edge_weights=None, seed=seed, imbalance=1.03,
+                         recursive=False)
+
+    alone = [one(s) for s in range(6)]
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        together = list(pool.map(one, range(6)))
+    for x, y in zip(alone, together):
+        np.testing.assert_array_equal(x, y)

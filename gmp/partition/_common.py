@@ -25,7 +25,9 @@ All id arrays are int32 and all offsets int64; counts are integers.
 
 from __future__ import annotations
 
+import ctypes
 import math
+import threading
 
 import numba
 import numpy as np
@@ -412,5 +414,58 @@ def run_metis(xadj: np.ndarray, adjncy: np.ndarray, num_parts: int, *, vertex_we
         kw["vweights"] = np.ascontiguousarray(vertex_weights, dtype=dtype)
     if edge_weights is not None:
         kw["eweights"] = np.ascontiguousarray(edge_weights, dtype=dtype)
+    entry = _metis_entry(pymetis, recursive)
+    if entry is not None and dtype == np.int64:
+        return _call_metis(entry, xadj, adjncy, int(num_parts), kw.get("vweights"), kw.get("eweights"), opts)
     result = pymetis.part_graph(int(num_parts), adjacency, recursive=bool(recursive), options=opts, **kw)
     return np.asarray(result.vertex_part, dtype=np.int32)
+
+
+_METIS_ENTRIES: dict = {}
+#: METIS is not thread-safe (GKlib's random generator is one global state, seeded at the start of every
+#: call): one METIS call at a time, as under pymetis's GIL, but the other threads' work goes on meanwhile
+_METIS_LOCK = threading.Lock()
+
+
+def _metis_entry(pymetis, recursive: bool):
+    """``METIS_PartGraphKway`` / ``METIS_PartGraphRecursive`` of the METIS that pymetis links, through ctypes,
+    or None where its extension module does not export them (then pymetis's own call is used).
+
+    Why: pymetis holds the GIL for the whole METIS run, so the multilevel start's candidate threads
+    (:mod:`gmp.partition._multilevel`) waited for each other's METIS; a ctypes call releases the GIL
+    (criteo-1m: 1 s of METIS per candidate), and ``_METIS_LOCK`` keeps METIS calls one at a time (its
+    random generator is global state). Same library, same arguments as pymetis passes (one
+    constraint, no target weights or ``ubvec``, its options array), so the same parts
+    (tests/test_baselines.py compares them)."""
+    name = "METIS_PartGraphRecursive" if recursive else "METIS_PartGraphKway"
+    if name not in _METIS_ENTRIES:
+        fn = None
+        try:
+            internal = pymetis._internal
+            if internal._idx_type_width() == 64:
+                fn = getattr(ctypes.CDLL(internal.__file__), name)
+                fn.restype = ctypes.c_int
+                fn.argtypes = [ctypes.c_void_p] * 13
+        except (AttributeError, OSError, TypeError):
+            fn = None
+        _METIS_ENTRIES[name] = fn
+    return _METIS_ENTRIES[name]
+
+
+def _call_metis(fn, xadj, adjncy, num_parts, vweights, eweights, opts) -> np.ndarray:
+    """One METIS_PartGraph* call (METIS 5 API, idx_t = int64) with the GIL released."""
+    def ptr(a):
+        return None if a is None else a.ctypes.data_as(ctypes.c_void_p)
+
+    xadj = np.ascontiguousarray(xadj, dtype=np.int64)
+    adjncy = np.ascontiguousarray(adjncy, dtype=np.int64)
+    options = np.array([opts._get(i) for i in range(type(opts)._len())], dtype=np.int64)
+    nvtxs, ncon, nparts, edgecut = (ctypes.c_int64(xadj.size - 1), ctypes.c_int64(1), ctypes.c_int64(num_parts),
+                                    ctypes.c_int64(0))
+    part = np.empty(xadj.size - 1, dtype=np.int64)
+    with _METIS_LOCK:
+        status = fn(ctypes.byref(nvtxs), ctypes.byref(ncon), ptr(xadj), ptr(adjncy), ptr(vweights), None, ptr(eweights),
+                    ctypes.byref(nparts), None, None, ptr(options), ctypes.byref(edgecut), ptr(part))
+    if status != 1:  # METIS_OK
+        raise PartitionError(f"METIS failed (status {status}) on a graph of {xadj.size - 1} vertices.")
+    return part.astype(np.int32)
