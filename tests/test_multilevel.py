@@ -466,3 +466,44 @@ def test_fill_marginals_is_df_of_count_and_keeps_padding():
     K.fill_marginals(count, df, drow)
     np.testing.assert_array_equal(drow[:, :5], df[count])
     assert (drow[:, 5:] == -7.0).all()  # padding columns untouched
+
+
+def test_flat_beside_keeps_the_multilevel_placement_when_it_scores_lower(skewed_graph):
+    """Graphs of at least flat_beside_samples samples run the flat sweep beside the multilevel start and
+    keep the lower objective less the 2D step's savings; when the multilevel one wins, the placement is
+    the one without the check, bit for bit, and both scores are recorded."""
+    opts = {"portfolio_edges": 0, "batch_size": 64}
+    alone = run_partitioner("hybrid", skewed_graph, homogeneous(4), seed=3, options={**opts, "flat_beside_samples": 0})
+    both = run_partitioner("hybrid", skewed_graph, homogeneous(4), seed=3, options={**opts, "flat_beside_samples": 1})
+    fb = both.info["multilevel"]["flat_beside"]
+    assert "flat_beside" not in alone.info["multilevel"]
+    assert fb["chosen"] == "multilevel" and fb["multilevel_score"] < fb["flat_score"]
+    np.testing.assert_array_equal(both.sample_worker, alone.sample_worker)
+    np.testing.assert_array_equal(both.embedding_primary, alone.embedding_primary)
+    np.testing.assert_array_equal(both.secondary_workers, alone.secondary_workers)
+
+
+def test_flat_beside_takes_the_flat_placement_when_it_scores_lower(skewed_graph, monkeypatch):
+    """The same check with the 2D savings of the second (flat) state made huge: the flat sweep's
+    placement and round log are kept, within the caps."""
+    from gmp.partition import hybrid as H
+
+    real = H.replication_savings
+    calls = []
+
+    def savings(state, budgets):
+        calls.append(state)
+        return real(state, budgets) + (1e9 if len(calls) == 2 else 0.0)
+
+    monkeypatch.setattr(H, "replication_savings", savings)
+    opts = {"portfolio_edges": 0, "batch_size": 64, "flat_beside_samples": 1}
+    p = run_partitioner("hybrid", skewed_graph, homogeneous(4), seed=3, options=opts)
+    assert p.info["multilevel"]["flat_beside"]["chosen"] == "flat"
+    assert {r["level"] for r in p.info["rounds"]} == {"worker (flat)"}
+    monkeypatch.setattr(H, "replication_savings", real)
+    ml = run_partitioner("hybrid", skewed_graph, homogeneous(4), seed=3, options={**opts, "flat_beside_samples": 0})
+    assert not np.array_equal(p.sample_worker, ml.sample_worker)
+    n = skewed_graph.num_samples
+    assert np.bincount(p.sample_worker, minlength=4).max() <= sample_cap(n, 4, 1.05)
+    with pytest.raises(PartitionError, match="flat_beside_samples"):
+        run_partitioner("hybrid", skewed_graph, homogeneous(4), options={"flat_beside_samples": -1})

@@ -260,6 +260,17 @@ class Options:
         seed-sensitive community split of ``--locality 1.0`` (seeds 1-3) but
         costs up to a second per candidate and gains nothing on the other
         datasets (docs/hybrid.md, "Private rows").
+    flat_beside_samples
+        Multilevel start on a flat topology, graphs of at least this many
+        samples (no portfolio): the flat sweep (random start, Algorithm 1) runs
+        too, and the refined placement with the lower objective *less what the
+        2D step's budget will save* (:func:`replication_savings`) is kept. On
+        the entity preset at 10M samples and more the flat placement gains so
+        much more from the 2D step that it ends ahead (10M: 7.03M against
+        7.97M batch reads) although its 1D objective is higher; at 1M the
+        multilevel one wins by far on every preset, so the check is skipped
+        there (docs/hybrid.md, "Multilevel against the flat sweep after the
+        2D step"). Default 5,000,000; 0 disables it.
     """
 
     rounds: int = 5
@@ -285,6 +296,7 @@ class Options:
     portfolio_rounds: int = 20
     carry_private: bool = True
     rebalance_clusters: bool = False
+    flat_beside_samples: int = 5_000_000
 
     def __post_init__(self) -> None:
         if not isinstance(self.rounds, int) or self.rounds < 0:
@@ -326,6 +338,10 @@ class Options:
         if not isinstance(self.portfolio_edges, int) or isinstance(self.portfolio_edges, bool) or self.portfolio_edges < 0:
             raise PartitionError(f"hybrid: portfolio_edges must be an integer >= 0 (0 disables the portfolio), "
                                  f"got {self.portfolio_edges!r}.")
+        if (not isinstance(self.flat_beside_samples, int) or isinstance(self.flat_beside_samples, bool)
+                or self.flat_beside_samples < 0):
+            raise PartitionError(f"hybrid: flat_beside_samples must be an integer >= 0 (0: never), "
+                                 f"got {self.flat_beside_samples!r}.")
         for name in ("portfolio_bands", "portfolio_seeds", "portfolio_rounds"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -899,6 +915,39 @@ def _start_objective(sw, prim, count, active, f, cost, n, alpha, beta, gamma) ->
     return summarize(view)["objective"]
 
 
+def _flat_beside(state: _State, graph: BipartiteGraph, topology: Topology, options: Options,
+                 rng: np.random.Generator, rounds: list[dict], multilevel_info: dict,
+                 num_private: np.ndarray | None) -> _State:
+    """The refined multilevel ``state`` or the flat sweep's (a seeded random start and the same rounds),
+    whichever has the lower objective less the 2D step's savings (``options.flat_beside_samples``).
+
+    ``rounds`` (the multilevel round log) is replaced by the flat one's when that wins; the comparison
+    goes to ``multilevel_info["flat_beside"]``. Memory: both states at once, less the multilevel one's
+    marginals (``drow``), which the 2D step does not read."""
+    n = topology.num_workers
+
+    def score(st: _State, log_: list[dict]) -> float:
+        return log_[-1]["objective"] - replication_savings(
+            st, replication_budgets(n, st.num_used, st.primary_load, options))
+
+    ml_score = score(state, rounds)
+    state.drow = None  # (memory: the 2D step reads count, prim and f only)
+    flat_rounds: list[dict] = []
+    flat = _State(graph, topology.cost, options, balanced_random_assignment(graph.num_samples, n, rng), None, rng,
+                  batch_size=options.batch_size, num_private=num_private)
+    _run_rounds(flat, options, flat_rounds, "worker (flat)", time.perf_counter())
+    flat_score = score(flat, flat_rounds)
+    chosen = "flat" if flat_score < ml_score else "multilevel"
+    multilevel_info["flat_beside"] = {"multilevel_score": ml_score, "flat_score": flat_score, "chosen": chosen,
+                                      "multilevel_rounds": rounds[-1]["round"]}
+    log.info("hybrid: after the 2D step's savings, multilevel %.6g against flat %.6g: %s kept", ml_score,
+             flat_score, chosen)
+    if chosen == "multilevel":
+        return state
+    rounds[:] = flat_rounds
+    return flat
+
+
 def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options: Options) -> Placement:
     n = topology.num_workers
     if n > 64:
@@ -947,6 +996,8 @@ def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options:
         del ml
         if refined is None:
             _run_rounds(state, options, rounds, "worker", time.perf_counter())
+            if 0 < options.flat_beside_samples <= graph.num_samples and not _is_hierarchical(topology):
+                state = _flat_beside(state, graph, topology, options, rng, rounds, multilevel_info, num_private)
         else:  # the portfolio refined its candidates already: the chosen one's round log
             rounds.extend(refined)
     elif _is_hierarchical(topology):
