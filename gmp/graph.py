@@ -79,7 +79,15 @@ class BipartiteGraph:
         if num_embeddings is None:
             num_embeddings = int(indices.max()) + 1 if indices.size else 0
         indices = indices.astype(index_dtype(max(num_embeddings - 1, 0)), copy=False)
-        return cls(indptr, indices, num_embeddings, **kw)
+        graph = cls(indptr, indices, num_embeddings, **kw)
+        # one edge per (sample, embedding): the partitioners' counts assume it (a repeat counted twice
+        # can exceed a worker's samples, past the soft-count table); the importers remove repeats
+        if indices.size and kw.get("check", True):
+            repeat = _first_repeat(indptr, indices, np.int64(num_embeddings))
+            if repeat >= 0:
+                raise GraphError(f"from_csr: sample {repeat} lists the same embedding twice; give each "
+                                 f"(sample, embedding) pair once.")
+        return graph
 
     @classmethod
     def from_lists(cls, rows: list[list[int]], num_embeddings: int | None = None) -> "BipartiteGraph":
@@ -260,6 +268,19 @@ def _transpose_fill(indptr, indices, emb_indptr, out):  # pragma: no cover - com
             e = indices[k]
             out[pos[e]] = i
             pos[e] += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _first_repeat(indptr, indices, num_embeddings):  # pragma: no cover - compiled
+    """The first sample that lists an embedding twice, or -1 (one pass, a last-seen mark per embedding)."""
+    seen = np.full(num_embeddings, -1, dtype=np.int64)
+    for i in range(indptr.size - 1):
+        for k in range(indptr[i], indptr[i + 1]):
+            x = indices[k]
+            if seen[x] == i:
+                return i
+            seen[x] = i
+    return -1
 
 
 @numba.njit(cache=True, nogil=True)

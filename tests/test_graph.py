@@ -114,3 +114,10 @@ def test_to_networkx_refuses_large_graphs():
 
     with pytest.raises(GraphError, match="max_edges=2"):
         BipartiteGraph.from_lists([[0, 1], [1]], num_embeddings=2).to_networkx(max_edges=2)
+
+
+def test_from_csr_refuses_a_sample_that_lists_an_embedding_twice():
+    indptr = np.array([0, 2, 5, 6], dtype=np.int64)
+    BipartiteGraph.from_csr(indptr, np.array([0, 1, 1, 2, 3, 1]), 4)  # repeats across samples are edges
+    with pytest.raises(GraphError, match="sample 1 lists the same embedding twice"):
+        BipartiteGraph.from_csr(indptr, np.array([0, 1, 1, 2, 1, 1]), 4)
