@@ -290,6 +290,57 @@ def test_hierarchical_topology_streamed_chunks_and_mismatched_ranks(data, tmp_pa
     assert errors[0] == errors[1] and "ranks [1] differing from rank 0" in errors[0] and "\n" not in errors[0]
 
 
+def make_pairs_dataset(out: Path, *, num_pairs=64, num_private=3):
+    """Sample i and sample i + num_pairs share one row; each also has ``num_private`` rows of its own.
+    The partners lie on different processes' shards (2 processes), and so do half the private rows'
+    owners. Remote reads 0 is the optimum: every pair on the worker of its shared row's primary."""
+    rows = []
+    for i in range(2 * num_pairs):
+        own = 2 * num_pairs + np.arange(i * num_private, (i + 1) * num_private)
+        rows.append([i % num_pairs, *own.tolist()])
+    indptr = np.cumsum([0] + [len(r) for r in rows])
+    indices = np.array([x for r in rows for x in r])
+    num_embeddings = int(indices.max()) + 1
+    write_dataset(out, indptr=indptr, indices=indices, labels=np.zeros(indptr.size - 1, np.float32), dense=None,
+                  fields=[FieldInfo("C0", "categorical", num_embeddings, 0)], num_embeddings=num_embeddings,
+                  source={"format": "test"}, test_fraction=0.0)
+    return out
+
+
+@pytest.mark.distributed
+def test_processes_carry_private_rows_to_the_optimum(tmp_path):
+    """carry_private across processes. On the pairs graph the single-vertex sweep leaves split pairs
+    pinned by their private rows (each would turn remote); moving a sample with its private rows
+    joins every pair in round 1 (no balance terms, loose caps): 0 expected remote reads with 1 and 2
+    processes, every private row's primary (on its owner, which may be the other process) with its
+    sample, the same placement streamed, and more than 0 reads with ``carry_private=False``."""
+    path = make_pairs_dataset(tmp_path / "pairs")
+    ds = load_dataset(path)
+    opts = {"levels": 1, "alpha": 0.0, "beta": 0.0, "gamma": 0.0, "max_imbalance": 2.0, "replication_budget": 0.0}
+    flat = {"topology": "2", "block_samples": 8}
+    got = worker(2, path, tmp_path, [
+        {"name": "carry", **flat, "options": opts},
+        {"name": "streamed", **flat, "options": opts, "chunk_samples": 20},
+        {"name": "single_vertex", **flat, "options": {**opts, "carry_private": False}},
+    ])
+    for key in ("sample_worker", "primary"):
+        np.testing.assert_array_equal(got["carry"][key], got["streamed"][key])
+    one = run_local(ds, 2, block_samples=8, **opts)
+    indptr, indices = np.asarray(ds.indptr), np.asarray(ds.indices)
+    user = np.repeat(np.arange(indptr.size - 1), np.diff(indptr))
+    private = np.bincount(indices, minlength=ds.num_embeddings)[indices] == 1
+    reads = {}
+    for name, sw, prim, info in [("carry", got["carry"]["sample_worker"], got["carry"]["primary"],
+                                  json.loads(str(got["carry"]["info"]))),
+                                 ("one", np.asarray(one.sample_worker), np.asarray(one.embedding_primary), one.info),
+                                 ("single_vertex", got["single_vertex"]["sample_worker"],
+                                  got["single_vertex"]["primary"], json.loads(str(got["single_vertex"]["info"])))]:
+        remote = sw[user] != prim[indices]  # (sample, row) edges read from another worker
+        reads[name] = (info["rounds"][-1]["expected_remote_reads"], int(remote.sum()), int(remote[private].sum()))
+    assert reads["carry"] == (0.0, 0, 0) and reads["one"] == (0.0, 0, 0), reads
+    assert reads["single_vertex"][0] > 0 and reads["single_vertex"][1] > 0, reads
+
+
 @pytest.mark.distributed
 def test_cli_distributed_writes_a_valid_manifest(data, tmp_path):
     path, ds = data

@@ -13,7 +13,7 @@ from ...errors import PartitionError
 from ...placement import Placement
 from ...topology import Topology
 from .._common import place_unused_embeddings
-from ..hybrid import Options, replication_budgets
+from ..hybrid import Options, is_hierarchical, replication_budgets
 from .exchange import Ghosts, Mesh, OwnedRows, shard_range
 from .shard import Shard
 from .start import multilevel_start, random_start
@@ -99,8 +99,10 @@ def partition_distributed(indptr: np.ndarray, indices: np.ndarray, num_embedding
     owner_degree = owned.sum_received(received)[:, 0]
     del received
     num_used = int(mesh.isum(np.array([owned.used.size]))[0])
+    # carry_private: flat topologies only, as in the single process
+    carry = options.carry_private and not is_hierarchical(topology)
     state = DistState(mesh, shard, owned, ghosts, topology.cost, num_samples=num_samples, num_used=num_used,
-                      options=options, block_samples=block_samples)
+                      options=options, block_samples=block_samples, owner_degree=owner_degree if carry else None)
     rng = np.random.default_rng([seed, mesh.size, mesh.rank])
     seed_rng = np.random.default_rng([seed, mesh.size])
     ml = None
