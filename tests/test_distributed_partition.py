@@ -244,9 +244,11 @@ def assert_caps(ds, a: dict, n: int, max_imbalance: float = 1.05) -> None:
 
 @pytest.mark.distributed
 def test_processes_keep_caps_are_deterministic_and_near_one_process(data, tmp_path):
-    """3 processes, flat topology: twice the same placement, the caps, and within 10% of one process."""
+    """3 processes, flat topology: twice the same placement, the caps, and within 10% of one process
+    (the large-graph start: the portfolio, tested below, would refine 20 candidates)."""
     path, ds = data
-    got = worker(3, path, tmp_path, [{"name": f"run{r}", "block_samples": 32} for r in range(2)])
+    big = {"portfolio_edges": 0}
+    got = worker(3, path, tmp_path, [{"name": f"run{r}", "block_samples": 32, "options": big} for r in range(2)])
     a, b = got["run0"], got["run1"]
     for key in ("sample_worker", "primary", "sec_indptr", "sec_workers"):
         np.testing.assert_array_equal(a[key], b[key])  # deterministic for a seed and process count
@@ -254,7 +256,7 @@ def test_processes_keep_caps_are_deterministic_and_near_one_process(data, tmp_pa
     assert_caps(ds, a, 4)
     # quality: the batch remote reads within 10% of the one-process run's on this small graph
     graph, topo = build_graph(ds), resolve_topology(4, None, None)
-    reads = [compute_metrics(graph, p, topo, seed=0)["batch_remote_reads"] for p in (run_local(ds, 4),
+    reads = [compute_metrics(graph, p, topo, seed=0)["batch_remote_reads"] for p in (run_local(ds, 4, **big),
                                                                                     as_placement(a, 4))]
     assert reads[1] <= 1.10 * reads[0], reads
 
@@ -376,6 +378,19 @@ def test_streamed_chunks_equal_in_memory_with_the_multilevel_start(data, monkeyp
     np.testing.assert_array_equal(a.sample_worker, b.sample_worker)
     np.testing.assert_array_equal(a.embedding_primary, b.embedding_primary)
     np.testing.assert_array_equal(a.secondary_workers, b.secondary_workers)
+
+
+def test_small_graphs_get_the_portfolio_start(data):
+    """At most ``portfolio_edges`` edges: every (band, seed) candidate is refined before the choice, the
+    lowest score wins, and the rounds are the winner's (not ``rounds`` more of them)."""
+    _, ds = data
+    p = run_local(ds, 4, portfolio_bands=3, portfolio_seeds=2, portfolio_rounds=3)
+    ml = p.info["multilevel"]  # the first band ([2, 4]) has no signal rows here
+    assert ml["portfolio"] and [len(c.get("objectives", [])) for c in ml["candidates"]] == [0, 2, 2]
+    scores = [(o, k) for k, c in enumerate(ml["candidates"]) for o in c.get("objectives", [])]
+    assert ml["chosen"] == min(scores)[1]
+    assert 1 <= len(p.info["rounds"]) - 1 <= 3
+    assert not run_local(ds, 4, portfolio_edges=0, rounds=1).info["multilevel"]["portfolio"]
 
 
 @pytest.mark.distributed
