@@ -19,7 +19,9 @@ sharded:
    primaries within their share of the primary cap.
 
 As in the single-process scheme one candidate per band (``coarse_restarts``) is projected and the
-one with the lowest objective J is kept. ``levels=1`` (or no signal rows) starts from a seeded
+one with the lowest objective J is kept. Small graphs get the single process's *portfolio* instead
+(:func:`multilevel_start`'s ``refine``): more bands and seeds, each candidate refined by rounds
+before the choice. ``levels=1`` (or no signal rows) starts from a seeded
 random placement, balanced to within one sample (and one primary) per worker globally.
 
 A random start + more rounds was the alternative; it loses the structure carried by rarely seen

@@ -10,6 +10,11 @@ arrivals per worker ride along to every process, so the sample loads are summed 
 all-reduce. The only staleness: the other
 processes' moves of the same block, at most ``(P - 1) * block_samples`` samples.
 
+**Private rows** (``carry_private``, flat topologies). A row of global degree 1 has one ghost, on
+the shard of its one sample, so that shard may move it with the sample as the single process
+does (``_hybrid_kernels.best_carry_move``); the new primaries go to the owners in the same
+all-to-all, and a second set of quotas keeps the primary cap.
+
 **Hard caps.** Before each block the room ``cap - load`` on every worker is split into per-process
 quotas (:meth:`~.exchange.Mesh.split_room`); a process moves a sample onto worker b only while
 its net arrivals on b stay below its quota, so the cap holds globally (the caps of
