@@ -157,9 +157,9 @@ def run_rounds(state: DistState, options: Options, t0: float, *, max_rounds: int
                  "moved_embeddings": moved[1], "seconds": round(seconds, 4),
                  "bytes_sent": int(state.mesh.isum(np.array([state.round_bytes() - bytes0]))[0])}
         rounds.append(entry)
-        log.log(level, "distributed hybrid round %d: objective %.6g, expected batch remote reads %.6g, moved %d samples "
-                 "%d embeddings, %d bytes sent, %.2f s", r, entry["objective"], entry["expected_remote_reads"],
-                 moved[0], moved[1], entry["bytes_sent"], seconds)
+        log.log(level, "distributed hybrid round %d: objective %.6g, expected batch remote reads %.6g, moved %d "
+                "samples %d embeddings, %d bytes sent, %.2f s", r, entry["objective"], entry["expected_remote_reads"],
+                moved[0], moved[1], entry["bytes_sent"], seconds)
         return entry["objective"]
 
     prev = record(0, time.perf_counter() - t0, (0, 0), 0)

@@ -253,8 +253,8 @@ class DistState:
         owner, subs = gid % size, self.ghost_subs[ghost]
         cid = self.ghosts.gids[carried[:, 0]]
         prims = np.stack([cid, -1 - carried[:, 1], np.zeros_like(cid)], axis=1)
-        tally = np.stack([np.full(2 * n + 1, -1, dtype=np.int64), np.arange(2 * n + 1), np.concatenate([net, [m], pnet])],
-                         axis=1)
+        tally = np.stack([np.full(2 * n + 1, -1, dtype=np.int64), np.arange(2 * n + 1),
+                          np.concatenate([net, [m], pnet])], axis=1)
         parts = []
         for d in range(size):
             to_d = owner == d
