@@ -244,9 +244,11 @@ def assert_caps(ds, a: dict, n: int, max_imbalance: float = 1.05) -> None:
 
 @pytest.mark.distributed
 def test_processes_keep_caps_are_deterministic_and_near_one_process(data, tmp_path):
-    """3 processes, flat topology: twice the same placement, the caps, and within 10% of one process."""
+    """3 processes, flat topology: twice the same placement, the caps, and within 10% of one process
+    (the large-graph start: the portfolio, tested below, would refine 20 candidates)."""
     path, ds = data
-    got = worker(3, path, tmp_path, [{"name": f"run{r}", "block_samples": 32} for r in range(2)])
+    big = {"portfolio_edges": 0}
+    got = worker(3, path, tmp_path, [{"name": f"run{r}", "block_samples": 32, "options": big} for r in range(2)])
     a, b = got["run0"], got["run1"]
     for key in ("sample_worker", "primary", "sec_indptr", "sec_workers"):
         np.testing.assert_array_equal(a[key], b[key])  # deterministic for a seed and process count
@@ -254,7 +256,7 @@ def test_processes_keep_caps_are_deterministic_and_near_one_process(data, tmp_pa
     assert_caps(ds, a, 4)
     # quality: the batch remote reads within 10% of the one-process run's on this small graph
     graph, topo = build_graph(ds), resolve_topology(4, None, None)
-    reads = [compute_metrics(graph, p, topo, seed=0)["batch_remote_reads"] for p in (run_local(ds, 4),
+    reads = [compute_metrics(graph, p, topo, seed=0)["batch_remote_reads"] for p in (run_local(ds, 4, **big),
                                                                                     as_placement(a, 4))]
     assert reads[1] <= 1.10 * reads[0], reads
 
@@ -288,6 +290,57 @@ def test_hierarchical_topology_streamed_chunks_and_mismatched_ranks(data, tmp_pa
     assert json.loads(str(got["chunked"]["info"]))["distributed"]["chunk_samples"] == 100
     errors = got["mismatch"]
     assert errors[0] == errors[1] and "ranks [1] differing from rank 0" in errors[0] and "\n" not in errors[0]
+
+
+def make_pairs_dataset(out: Path, *, num_pairs=64, num_private=3):
+    """Sample i and sample i + num_pairs share one row; each also has ``num_private`` rows of its own.
+    The partners lie on different processes' shards (2 processes), and so do half the private rows'
+    owners. Remote reads 0 is the optimum: every pair on the worker of its shared row's primary."""
+    rows = []
+    for i in range(2 * num_pairs):
+        own = 2 * num_pairs + np.arange(i * num_private, (i + 1) * num_private)
+        rows.append([i % num_pairs, *own.tolist()])
+    indptr = np.cumsum([0] + [len(r) for r in rows])
+    indices = np.array([x for r in rows for x in r])
+    num_embeddings = int(indices.max()) + 1
+    write_dataset(out, indptr=indptr, indices=indices, labels=np.zeros(indptr.size - 1, np.float32), dense=None,
+                  fields=[FieldInfo("C0", "categorical", num_embeddings, 0)], num_embeddings=num_embeddings,
+                  source={"format": "test"}, test_fraction=0.0)
+    return out
+
+
+@pytest.mark.distributed
+def test_processes_carry_private_rows_to_the_optimum(tmp_path):
+    """carry_private across processes. On the pairs graph the single-vertex sweep leaves split pairs
+    pinned by their private rows (each would turn remote); moving a sample with its private rows
+    joins every pair in round 1 (no balance terms, loose caps): 0 expected remote reads with 1 and 2
+    processes, every private row's primary (on its owner, which may be the other process) with its
+    sample, the same placement streamed, and more than 0 reads with ``carry_private=False``."""
+    path = make_pairs_dataset(tmp_path / "pairs")
+    ds = load_dataset(path)
+    opts = {"levels": 1, "alpha": 0.0, "beta": 0.0, "gamma": 0.0, "max_imbalance": 2.0, "replication_budget": 0.0}
+    flat = {"topology": "2", "block_samples": 8}
+    got = worker(2, path, tmp_path, [
+        {"name": "carry", **flat, "options": opts},
+        {"name": "streamed", **flat, "options": opts, "chunk_samples": 20},
+        {"name": "single_vertex", **flat, "options": {**opts, "carry_private": False}},
+    ])
+    for key in ("sample_worker", "primary"):
+        np.testing.assert_array_equal(got["carry"][key], got["streamed"][key])
+    one = run_local(ds, 2, block_samples=8, **opts)
+    indptr, indices = np.asarray(ds.indptr), np.asarray(ds.indices)
+    user = np.repeat(np.arange(indptr.size - 1), np.diff(indptr))
+    private = np.bincount(indices, minlength=ds.num_embeddings)[indices] == 1
+    reads = {}
+    for name, sw, prim, info in [("carry", got["carry"]["sample_worker"], got["carry"]["primary"],
+                                  json.loads(str(got["carry"]["info"]))),
+                                 ("one", np.asarray(one.sample_worker), np.asarray(one.embedding_primary), one.info),
+                                 ("single_vertex", got["single_vertex"]["sample_worker"],
+                                  got["single_vertex"]["primary"], json.loads(str(got["single_vertex"]["info"])))]:
+        remote = sw[user] != prim[indices]  # (sample, row) edges read from another worker
+        reads[name] = (info["rounds"][-1]["expected_remote_reads"], int(remote.sum()), int(remote[private].sum()))
+    assert reads["carry"] == (0.0, 0, 0) and reads["one"] == (0.0, 0, 0), reads
+    assert reads["single_vertex"][0] > 0 and reads["single_vertex"][1] > 0, reads
 
 
 @pytest.mark.distributed
@@ -325,6 +378,19 @@ def test_streamed_chunks_equal_in_memory_with_the_multilevel_start(data, monkeyp
     np.testing.assert_array_equal(a.sample_worker, b.sample_worker)
     np.testing.assert_array_equal(a.embedding_primary, b.embedding_primary)
     np.testing.assert_array_equal(a.secondary_workers, b.secondary_workers)
+
+
+def test_small_graphs_get_the_portfolio_start(data):
+    """At most ``portfolio_edges`` edges: every (band, seed) candidate is refined before the choice, the
+    lowest score wins, and the rounds are the winner's (not ``rounds`` more of them)."""
+    _, ds = data
+    p = run_local(ds, 4, portfolio_bands=3, portfolio_seeds=2, portfolio_rounds=3)
+    ml = p.info["multilevel"]  # the first band ([2, 4]) has no signal rows here
+    assert ml["portfolio"] and [len(c.get("objectives", [])) for c in ml["candidates"]] == [0, 2, 2]
+    scores = [(o, k) for k, c in enumerate(ml["candidates"]) for o in c.get("objectives", [])]
+    assert ml["chosen"] == min(scores)[1]
+    assert 1 <= len(p.info["rounds"]) - 1 <= 3
+    assert not run_local(ds, 4, portfolio_edges=0, rounds=1).info["multilevel"]["portfolio"]
 
 
 @pytest.mark.distributed

@@ -26,7 +26,9 @@ All id arrays are int32 and all offsets int64; counts are integers.
 from __future__ import annotations
 
 import ctypes
+import glob
 import math
+import os
 import threading
 
 import numba
@@ -403,20 +405,21 @@ def run_metis(xadj: np.ndarray, adjncy: np.ndarray, num_parts: int, *, vertex_we
     num_vertices = xadj.size - 1
     if num_parts == 1 or num_vertices == 0:
         return np.zeros(num_vertices, dtype=np.int32)
+    ufactor = max(1, int(round((float(imbalance) - 1.0) * 1000)))
     dtype = np.dtype(pymetis.zero_copy_dtype()) if hasattr(pymetis, "zero_copy_dtype") else np.dtype(np.int64)
-    opts = pymetis.Options(seed=int(seed), ufactor=max(1, int(round((float(imbalance) - 1.0) * 1000))),
-                           ncuts=int(ncuts))
-    if niter is not None:
-        opts.niter = int(niter)
-    adjacency = pymetis.CSRAdjacency(np.ascontiguousarray(xadj, dtype=dtype), np.ascontiguousarray(adjncy, dtype=dtype))
     kw = {}
     if vertex_weights is not None:
         kw["vweights"] = np.ascontiguousarray(vertex_weights, dtype=dtype)
     if edge_weights is not None:
         kw["eweights"] = np.ascontiguousarray(edge_weights, dtype=dtype)
     entry = _metis_entry(pymetis, recursive)
-    if entry is not None and dtype == np.int64:
-        return _call_metis(entry, xadj, adjncy, int(num_parts), kw.get("vweights"), kw.get("eweights"), opts)
+    if entry is not None:
+        return _call_metis(entry, xadj, adjncy, int(num_parts), kw.get("vweights"), kw.get("eweights"),
+                           seed=int(seed), ufactor=ufactor, ncuts=int(ncuts), niter=niter)
+    opts = pymetis.Options(seed=int(seed), ufactor=ufactor, ncuts=int(ncuts))
+    if niter is not None:
+        opts.niter = int(niter)
+    adjacency = pymetis.CSRAdjacency(np.ascontiguousarray(xadj, dtype=dtype), np.ascontiguousarray(adjncy, dtype=dtype))
     result = pymetis.part_graph(int(num_parts), adjacency, recursive=bool(recursive), options=opts, **kw)
     return np.asarray(result.vertex_part, dtype=np.int32)
 
@@ -434,32 +437,43 @@ def _metis_entry(pymetis, recursive: bool):
     Why: pymetis holds the GIL for the whole METIS run, so the multilevel start's candidate threads
     (:mod:`gmp.partition._multilevel`) waited for each other's METIS; a ctypes call releases the GIL
     (criteo-1m: 1 s of METIS per candidate), and ``_METIS_LOCK`` keeps METIS calls one at a time (its
-    random generator is global state). Same library, same arguments as pymetis passes (one
-    constraint, no target weights or ``ubvec``, its options array), so the same parts
-    (tests/test_baselines.py compares them)."""
+    random generator is global state). Same library and the same arguments as pymetis passes (one
+    constraint, no target weights or ``ubvec``), so the same parts (tests/test_baselines.py compares
+    them). Only METIS's public C API is used (metis.h): the entry points, ``METIS_SetDefaultOptions``
+    and the option indices below; the library is pymetis's extension module, found by file name."""
     name = "METIS_PartGraphRecursive" if recursive else "METIS_PartGraphKway"
     if name not in _METIS_ENTRIES:
         fn = None
         try:
-            internal = pymetis._internal
-            if internal._idx_type_width() == 64:
-                fn = getattr(ctypes.CDLL(internal.__file__), name)
+            if np.dtype(pymetis.zero_copy_dtype()) == np.int64:  # idx_t of that METIS build
+                lib = ctypes.CDLL(glob.glob(os.path.join(os.path.dirname(pymetis.__file__), "_internal*.so"))[0])
+                fn = getattr(lib, name)
                 fn.restype = ctypes.c_int
                 fn.argtypes = [ctypes.c_void_p] * 13
-        except (AttributeError, OSError, TypeError):
+                fn.set_defaults = lib.METIS_SetDefaultOptions
+                fn.set_defaults.argtypes = [ctypes.c_void_p]
+        except (AttributeError, IndexError, OSError, TypeError):
             fn = None
         _METIS_ENTRIES[name] = fn
     return _METIS_ENTRIES[name]
 
 
-def _call_metis(fn, xadj, adjncy, num_parts, vweights, eweights, opts) -> np.ndarray:
+#: metis.h (METIS 5): METIS_NOPTIONS and the indices of the options gmp sets
+METIS_NOPTIONS, METIS_OPTION_NITER, METIS_OPTION_NCUTS, METIS_OPTION_SEED, METIS_OPTION_UFACTOR = 40, 6, 7, 8, 16
+
+
+def _call_metis(fn, xadj, adjncy, num_parts, vweights, eweights, *, seed, ufactor, ncuts, niter) -> np.ndarray:
     """One METIS_PartGraph* call (METIS 5 API, idx_t = int64) with the GIL released."""
     def ptr(a):
         return None if a is None else a.ctypes.data_as(ctypes.c_void_p)
 
     xadj = np.ascontiguousarray(xadj, dtype=np.int64)
     adjncy = np.ascontiguousarray(adjncy, dtype=np.int64)
-    options = np.array([opts._get(i) for i in range(type(opts)._len())], dtype=np.int64)
+    options = np.empty(METIS_NOPTIONS, dtype=np.int64)
+    fn.set_defaults(ptr(options))
+    options[METIS_OPTION_SEED], options[METIS_OPTION_UFACTOR], options[METIS_OPTION_NCUTS] = seed, ufactor, ncuts
+    if niter is not None:
+        options[METIS_OPTION_NITER] = niter
     nvtxs, ncon, nparts, edgecut = (ctypes.c_int64(xadj.size - 1), ctypes.c_int64(1), ctypes.c_int64(num_parts),
                                     ctypes.c_int64(0))
     part = np.empty(xadj.size - 1, dtype=np.int64)

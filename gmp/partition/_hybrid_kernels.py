@@ -190,6 +190,78 @@ def cheapest_sample_move(gain, stay, load, cap, alpha, a):  # pragma: no cover -
     return best
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def private_tally(indices, kp, k1, prim, ceff, a, df0, tally):  # pragma: no cover - compiled
+    """``tally[w]`` = the private rows [kp, k1) of a sample with primary w; returns what they cost with the
+    sample on a (``ceff[p_x, a] * df[0]`` each: nothing once their primaries are home)."""
+    tally[:] = 0
+    private_stay = 0.0
+    for k in range(kp, k1):
+        p = prim[indices[k]]
+        tally[p] += 1
+        private_stay += ceff[p, a] * df0
+    return private_stay
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def best_carry_move(shared, a, npv, tally, private_stay, pload, proom, beta, ceff, df0):  # pragma: no cover
+    """The best move of a sample on worker a with ``npv`` private rows (their primaries by worker in
+    ``tally``, their cost on a ``private_stay``; :func:`private_tally`): ``(best, carry)``, b = a when
+    nothing improves J by more than 1e-9. Ties go to the lowest b.
+
+    ``shared[b]``: the change of J when the sample alone moves to b without its private rows (Eq. 3 over
+    its shared rows + Eq. 4's sample term), 0 for b = a, +inf where b may not take it. ``pload``: the
+    primary loads the Eq. 4 term reads; ``proom[b]``: how many more primaries b may take. Candidates:
+    the sample *with* its private rows to b (b = a too: the private rows come home), scored by the exact
+    change of ``beta/2 * sum_w pload_w^2``, while b's arrivals ``npv - tally[b]`` fit ``proom[b]``; else
+    the sample alone (its private rows then cost ``ceff[p_x, b] * df[0]``)."""
+    num_workers = shared.size
+    # beta/2 * (change of sum_w load_w^2) when they all leave: the part that does not depend on b
+    base = 0.0
+    for w in range(num_workers):
+        t = tally[w]
+        if t:
+            base += (pload[w] - t) ** 2 - pload[w] ** 2
+    best = a
+    best_delta = -1e-9  # strictly improving moves only (no float-noise ping-pong)
+    carry = False
+    for b in range(num_workers):
+        if shared[b] == np.inf:
+            continue
+        nb = pload[b] - tally[b] + npv  # b's primaries if the private rows go there
+        if npv - tally[b] <= proom[b]:  # the compound move: sample and private rows to b
+            quad = base + nb * nb - (pload[b] - tally[b]) ** 2
+            delta = shared[b] - private_stay + beta / 2.0 * quad
+            if delta < best_delta:
+                best_delta = delta
+                best = b
+                carry = True
+        elif b != a:  # the sample alone; its private rows stay where they are
+            alone = 0.0
+            for w in range(num_workers):
+                if tally[w]:
+                    alone += tally[w] * ceff[w, b] * df0
+            delta = shared[b] + alone - private_stay
+            if delta < best_delta:
+                best_delta = delta
+                best = b
+                carry = False
+    return best, carry
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def carry_rows(indices, kp, k1, best, prim, primary_load):  # pragma: no cover - compiled
+    """The private rows [kp, k1) of a sample take ``best`` as their primary (``primary_load``: the loads,
+    or a process's net arrivals, that follow)."""
+    for k in range(kp, k1):
+        x = indices[k]
+        p = prim[x]
+        if p != best:
+            primary_load[p] -= 1
+            primary_load[best] += 1
+            prim[x] = best
+
+
 @numba.njit(cache=True, nogil=True)
 def sweep_samples(indptr, indices, num_private, sw, prim, count, drow, df, ceff, load, cap, alpha, primary_load,
                   primary_cap, beta, gain, tally):  # pragma: no cover
@@ -240,6 +312,8 @@ def sweep_samples(indptr, indices, num_private, sw, prim, count, drow, df, ceff,
     num_workers = load.size
     width = drow.shape[1]
     df0 = df[0]
+    shared = np.empty(num_workers, dtype=np.float64)  # best_carry_move's scratch
+    proom = np.empty(num_workers, dtype=np.int64)
     moved = 0
     for i in range(indptr.size - 1):
         k0 = indptr[i]
@@ -249,67 +323,30 @@ def sweep_samples(indptr, indices, num_private, sw, prim, count, drow, df, ceff,
         kp = k1 - num_private[i]  # [k0, kp): shared rows, [kp, k1): private rows
         a = sw[i]
         stay = sample_gains(indices, k0, kp, prim, drow, ceff, width, gain, count, df, a)
-        best = a
-        best_delta = -1e-9  # strictly improving moves only (no float-noise ping-pong)
         carry = False
         npv = k1 - kp
         if npv > 0:
-            # the private rows' primaries by worker, and what they cost with the sample on a
-            tally[:] = 0
-            private_stay = 0.0
-            for k in range(kp, k1):
-                p = prim[indices[k]]
-                tally[p] += 1
-                private_stay += ceff[p, a] * df0
-            # beta/2 * (change of sum_w load_w^2) when they all leave: the part that does not depend on b
-            base = 0.0
-            for w in range(num_workers):
-                t = tally[w]
-                if t:
-                    base += (primary_load[w] - t) ** 2 - primary_load[w] ** 2
+            private_stay = private_tally(indices, kp, k1, prim, ceff, a, df0, tally)
             for b in range(num_workers):
-                if b != a and load[b] >= cap:
-                    continue
-                nb = primary_load[b] - tally[b] + npv  # b's primaries if the private rows go there
-                shared = 0.0 if b == a else gain[b] - stay + alpha * (load[b] - load[a] + 1)
-                if nb <= primary_cap:  # the compound move: sample and private rows to b
-                    quad = base + nb * nb - (primary_load[b] - tally[b]) ** 2
-                    delta = shared - private_stay + beta / 2.0 * quad
-                    if delta < best_delta:
-                        best_delta = delta
-                        best = b
-                        carry = True
-                elif b != a:  # the sample alone; its private rows stay where they are
-                    alone = 0.0
-                    for w in range(num_workers):
-                        if tally[w]:
-                            alone += tally[w] * ceff[w, b] * df0
-                    delta = shared + alone - private_stay
-                    if delta < best_delta:
-                        best_delta = delta
-                        best = b
-                        carry = False
+                proom[b] = primary_cap - primary_load[b]
+                if b == a:
+                    shared[b] = 0.0
+                elif load[b] >= cap:
+                    shared[b] = np.inf
+                else:
+                    shared[b] = gain[b] - stay + alpha * (load[b] - load[a] + 1)
+            best, carry = best_carry_move(shared, a, npv, tally, private_stay, primary_load, proom, beta, ceff,
+                                          df0)
         else:
             best = cheapest_sample_move(gain, stay, load, cap, alpha, a)
-        if best != a:
-            move_sample(indices, k0, k1 if not carry else kp, a, best, count, drow, df)
+        if best != a:  # a private row's count goes from (a: 1, best: 0) to (a: 0, best: 1) either way
+            move_sample(indices, k0, k1, a, best, count, drow, df)
             load[a] -= 1
             load[best] += 1
             sw[i] = best
             moved += 1
         if carry:
-            for k in range(kp, k1):
-                x = indices[k]
-                p = prim[x]
-                if p != best:
-                    primary_load[p] -= 1
-                    primary_load[best] += 1
-                    prim[x] = best
-                if best != a:
-                    count[x, a] = 0
-                    count[x, best] = 1
-                    drow[x, a] = df0
-                    drow[x, best] = df[1]
+            carry_rows(indices, kp, k1, best, prim, primary_load)
     return moved
 
 

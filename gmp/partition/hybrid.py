@@ -656,7 +656,8 @@ def machine_cost(topology: Topology) -> np.ndarray:
     return out
 
 
-def _is_hierarchical(topology: Topology) -> bool:
+def is_hierarchical(topology: Topology) -> bool:
+    """More than one machine and more than one worker on some machine (a flat topology otherwise)."""
     mo = np.asarray(topology.machine_of)
     num_machines = int(mo.max()) + 1 if mo.size else 1
     return 1 < num_machines < topology.num_workers
@@ -760,7 +761,7 @@ def _multilevel_start(graph: BipartiteGraph, topology: Topology, options: Option
     # near-misses of the planted machine/worker structure that the projected choice recovers exactly
     # (tests/test_multilevel.py, two-level test)
     # (rounds=0 asks for the projection alone: nothing to refine, no portfolio)
-    hierarchical = _is_hierarchical(topology)
+    hierarchical = is_hierarchical(topology)
     portfolio = graph.num_edges <= options.portfolio_edges and not hierarchical and options.rounds > 0
     num_bands, num_seeds = (options.portfolio_bands, options.portfolio_seeds) if portfolio else (
         options.coarse_restarts, 1)
@@ -962,7 +963,7 @@ def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options:
     multilevel_info = None
     start: Placement | None = None
     if options.init != "random":
-        if _is_hierarchical(topology):
+        if is_hierarchical(topology):
             raise PartitionError(f"hybrid: init={options.init!r} is supported on flat topologies only, got the "
                                  f"hierarchical topology {topology.name!r}; use init='random' there.")
         from . import run_partitioner  # late import: the registry imports this module
@@ -979,7 +980,7 @@ def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options:
         graph = BipartiteGraph(np.asarray(graph.sample_indptr), cindices, used_ids.size, check=False)
     del local
     num_private = None
-    if options.carry_private and not _is_hierarchical(topology):
+    if options.carry_private and not is_hierarchical(topology):
         # every sample's private rows (used by no other sample) last in its entries, so the sample sweep can
         # move them with it (K.sweep_samples); reordered in place in our own copy of the entries
         if graph is full_graph:
@@ -996,11 +997,11 @@ def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options:
         del ml
         if refined is None:
             _run_rounds(state, options, rounds, "worker", time.perf_counter())
-            if 0 < options.flat_beside_samples <= graph.num_samples and not _is_hierarchical(topology):
+            if 0 < options.flat_beside_samples <= graph.num_samples and not is_hierarchical(topology):
                 state = _flat_beside(state, graph, topology, options, rng, rounds, multilevel_info, num_private)
         else:  # the portfolio refined its candidates already: the chosen one's round log
             rounds.extend(refined)
-    elif _is_hierarchical(topology):
+    elif is_hierarchical(topology):
         # machine level first: machines are the partitions, a machine's batch is its workers' batches
         mo = np.asarray(topology.machine_of, dtype=np.int32)
         num_machines = int(mo.max()) + 1

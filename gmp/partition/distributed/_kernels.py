@@ -30,14 +30,15 @@ import numba
 import numpy as np
 
 from ...kernels.simd import LANES, weighted_row_sum
-from .._hybrid_kernels import add_traffic, move_sample, sample_gains
+from .._hybrid_kernels import (add_traffic, best_carry_move, carry_rows, move_sample, private_tally,
+                               sample_gains)
 
 
 @numba.njit(cache=True, nogil=True)
-def sweep_block(indptr, indices, rows, sw, gprim, gcount, gdrow, df, ceff, load, net, quota, alpha, spread, gain,
-                moves):  # pragma: no cover - compiled
+def sweep_block(indptr, indices, num_private, rows, sw, gprim, gcount, gdrow, df, ceff, load, net, quota, alpha,
+                primary_load, pnet, pquota, beta, spread, gain, tally, moves, carried):  # pragma: no cover
     """Algorithm 1 lines 3-5 over the block's samples ``rows`` (block-local ids), in that order (as
-    ``_hybrid_kernels.sweep_samples``, with quotas instead of the cap).
+    ``_hybrid_kernels.sweep_samples``, with quotas instead of the caps).
 
     Sample i on worker a moves to the worker b != a minimising
 
@@ -46,29 +47,52 @@ def sweep_block(indptr, indices, rows, sw, gprim, gcount, gdrow, df, ceff, load,
 
     among workers with ``net_b < quota_b``, if negative. Moves update
     ``gcount``/``gdrow``/``sw``/``net`` in place and are recorded in
-    ``moves`` as (block sample, from, to) rows (as many as it holds); returns their number.
+    ``moves`` as (block sample, from, to) rows (as many as it holds).
+
+    **Private rows** (``num_private[i]``: the last entries of sample i, rows of
+    global degree 1, so their ghost on this process is their only copy besides
+    the owner's): the sample moves with them as the single process does
+    (``_hybrid_kernels.best_carry_move``, the exact change of J), the Eq. 4
+    primary term reading ``primary_load + P pnet`` and b's arrivals of
+    primaries bounded by ``pquota_b - pnet_b`` (this process's share of the
+    room under the primary cap). Their new primaries update ``gprim`` and
+    ``pnet`` and are recorded in ``carried`` as (ghost row, primary) rows for
+    the owners. Returns ``(moves, carried rows)``.
     """
     num_workers = load.size
     width = gdrow.shape[1]
+    df0 = df[0]
+    shared = np.empty(num_workers, dtype=np.float64)  # best_carry_move's scratch
+    proom = np.empty(num_workers, dtype=np.int64)
+    pload = np.empty(num_workers, dtype=np.float64)
     m = 0
+    c = 0
     for t in range(rows.size):
         i = rows[t]
         k0 = indptr[i]
         k1 = indptr[i + 1]
         if k0 == k1:
             continue
+        kp = k1 - num_private[i]  # [k0, kp): shared rows, [kp, k1): private rows
+        npv = k1 - kp
         a = sw[i]
-        stay = sample_gains(indices, k0, k1, gprim, gdrow, ceff, width, gain, gcount, df, a)
-        best = a
-        best_delta = -1e-9
+        stay = sample_gains(indices, k0, kp, gprim, gdrow, ceff, width, gain, gcount, df, a)
         for b in range(num_workers):
-            if b == a or net[b] >= quota[b]:
-                continue
-            delta = gain[b] - stay + alpha * ((load[b] + spread * net[b]) - (load[a] + spread * net[a]) + 1)
-            if delta < best_delta:
-                best_delta = delta
-                best = b
-        if best != a:
+            if b == a:
+                shared[b] = 0.0
+            elif net[b] >= quota[b]:
+                shared[b] = np.inf
+            else:
+                shared[b] = gain[b] - stay + alpha * ((load[b] + spread * net[b]) - (load[a] + spread * net[a]) + 1)
+        if npv > 0:
+            private_stay = private_tally(indices, kp, k1, gprim, ceff, a, df0, tally)
+            for w in range(num_workers):
+                proom[w] = pquota[w] - pnet[w]
+                pload[w] = primary_load[w] + spread * pnet[w]
+            best, carry = best_carry_move(shared, a, npv, tally, private_stay, pload, proom, beta, ceff, df0)
+        else:
+            best, carry = cheapest_move(shared, a), False
+        if best != a:  # a private row's count goes from (a: 1, best: 0) to (a: 0, best: 1) either way
             move_sample(indices, k0, k1, a, best, gcount, gdrow, df)
             net[a] -= 1
             net[best] += 1
@@ -78,7 +102,26 @@ def sweep_block(indptr, indices, rows, sw, gprim, gcount, gdrow, df, ceff, load,
                 moves[m, 1] = a
                 moves[m, 2] = best
             m += 1
-    return m
+        if carry:
+            carry_rows(indices, kp, k1, best, gprim, pnet)
+            for k in range(kp, k1):
+                if c < carried.shape[0]:
+                    carried[c, 0] = indices[k]
+                    carried[c, 1] = best
+                c += 1
+    return m, c
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def cheapest_move(shared, a):  # pragma: no cover - compiled
+    """The b minimising ``shared[b]`` if below -1e-9 (ties: the lowest b), else a."""
+    best = a
+    best_delta = -1e-9
+    for b in range(shared.size):
+        if b != a and shared[b] < best_delta:
+            best_delta = shared[b]
+            best = b
+    return best
 
 
 @numba.njit(cache=True, nogil=True)

@@ -13,7 +13,7 @@ from ...errors import PartitionError
 from ...placement import Placement
 from ...topology import Topology
 from .._common import place_unused_embeddings
-from ..hybrid import Options, replication_budgets
+from ..hybrid import Options, is_hierarchical, replication_budgets
 from .exchange import Ghosts, Mesh, OwnedRows, shard_range
 from .shard import Shard
 from .start import multilevel_start, random_start
@@ -99,23 +99,57 @@ def partition_distributed(indptr: np.ndarray, indices: np.ndarray, num_embedding
     owner_degree = owned.sum_received(received)[:, 0]
     del received
     num_used = int(mesh.isum(np.array([owned.used.size]))[0])
+    # carry_private: flat topologies only, as in the single process
+    carry = options.carry_private and not is_hierarchical(topology)
     state = DistState(mesh, shard, owned, ghosts, topology.cost, num_samples=num_samples, num_used=num_used,
-                      options=options, block_samples=block_samples)
+                      options=options, block_samples=block_samples, owner_degree=owner_degree if carry else None)
     rng = np.random.default_rng([seed, mesh.size, mesh.rank])
     seed_rng = np.random.default_rng([seed, mesh.size])
-    ml = None
+    ml, rounds = None, None
     if options.levels > 1:
-        ml = multilevel_start(state, owner_degree, options, np.asarray(topology.machine_of, dtype=np.int64), rng,
-                              seed_rng)
+        # small graphs: the single process's portfolio (every candidate refined before the choice)
+        portfolio = int(indptr[-1]) <= options.portfolio_edges and not is_hierarchical(topology) and options.rounds > 0
+        started = multilevel_start(state, owner_degree, options, np.asarray(topology.machine_of, dtype=np.int64), rng,
+                                   seed_rng, refine=(lambda s: refine_candidate(s, options)) if portfolio else None)
+        if started is not None:
+            ml, rounds = started
     if ml is None:
         random_start(state, rng)
     del owner_degree
-    rounds = run_rounds(state, options, t0)
+    if rounds is None:
+        rounds = run_rounds(state, options, t0)
     return _assemble(state, options, topology, num_embeddings, seed, rounds, ml, t0, chunk_samples)
 
 
-def run_rounds(state: DistState, options: Options, t0: float) -> list[dict]:
-    """Algorithm 1 lines 2-5: up to ``options.rounds`` rounds, stopping below ``tol``."""
+def refine_candidate(state: DistState, options: Options) -> tuple[float, list[dict]]:
+    """A portfolio candidate: up to ``portfolio_rounds`` rounds, scored as the single process scores it
+    (``hybrid._multilevel_start``): J less the traffic the 2D step's secondaries will take off
+    (:func:`replication_savings`). Returns the score and the round log."""
+    rounds = run_rounds(state, options, time.perf_counter(), max_rounds=options.portfolio_rounds,
+                        level=logging.DEBUG)
+    budgets = replication_budgets(state.num_workers, state.w.num_used, state.primary_load, options)
+    return rounds[-1]["objective"] - replication_savings(state, budgets), rounds
+
+
+def replication_savings(state: DistState, budgets: np.ndarray) -> float:
+    """``hybrid.replication_savings`` over the owners: per worker the sum of the global top-``budget``
+    scores of Eq. 6's numerator (inside the union of the owners' top ``budget``, as for the 2D step);
+    the same value on every process."""
+    if int(np.sum(budgets)) <= 0:
+        return 0.0
+    cands = state.mesh.to_root(local_candidates(state, budgets)[:, [0, 2]].reshape(-1), dtype=np.float64)
+    total = None
+    if state.mesh.rank == 0:
+        c = np.concatenate(cands).reshape(-1, 2)
+        total = sum(float(np.sort(c[c[:, 0] == w, 1])[::-1][:int(budgets[w])].sum())
+                    for w in range(state.num_workers))
+    return float(state.mesh.broadcast(total))
+
+
+def run_rounds(state: DistState, options: Options, t0: float, *, max_rounds: int | None = None,
+               level: int = logging.INFO) -> list[dict]:
+    """Algorithm 1 lines 2-5: up to ``max_rounds`` (default ``options.rounds``) rounds, stopping below ``tol``;
+    each logged at ``level``."""
     rounds = []
 
     def record(r: int, seconds: float, moved: tuple[int, int], bytes0: int) -> float:
@@ -123,13 +157,13 @@ def run_rounds(state: DistState, options: Options, t0: float) -> list[dict]:
                  "moved_embeddings": moved[1], "seconds": round(seconds, 4),
                  "bytes_sent": int(state.mesh.isum(np.array([state.round_bytes() - bytes0]))[0])}
         rounds.append(entry)
-        log.info("distributed hybrid round %d: objective %.6g, expected batch remote reads %.6g, moved %d samples "
-                 "%d embeddings, %d bytes sent, %.2f s", r, entry["objective"], entry["expected_remote_reads"],
-                 moved[0], moved[1], entry["bytes_sent"], seconds)
+        log.log(level, "distributed hybrid round %d: objective %.6g, expected batch remote reads %.6g, moved %d "
+                "samples %d embeddings, %d bytes sent, %.2f s", r, entry["objective"], entry["expected_remote_reads"],
+                moved[0], moved[1], entry["bytes_sent"], seconds)
         return entry["objective"]
 
     prev = record(0, time.perf_counter() - t0, (0, 0), 0)
-    for r in range(1, options.rounds + 1):
+    for r in range(1, (options.rounds if max_rounds is None else max_rounds) + 1):
         t_r, b_r = time.perf_counter(), state.round_bytes()
         ceff = state.effective_cost()
         moved = (state.sweep_samples(ceff), state.sweep_embeddings(ceff))

@@ -7,6 +7,10 @@ Two ways to hold it:
 * **streamed** (``chunk_samples``, the out-of-core path): nothing of the CSR is kept; every pass
   reads ``chunk_samples`` samples at a time from the memory-mapped arrays and re-numbers them
   through a dense id map (int32 per embedding id). Only one chunk is resident beside the counters.
+
+With :meth:`Shard.carry_private` every sample's *private* rows (global degree 1) are put last in its
+entries (``_hybrid_kernels.private_last``: the shared rows keep their order, so the start's pairs of
+band rows are the same), once in memory or in every streamed block the sample sweep reads.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ class Shard:
         self._indptr_all = indptr
         self._indices_all = indices
         self.chunk_samples = chunk_samples
+        self.private: np.ndarray | None = None  # uint8 [ghosts]: rows of global degree 1 (carry_private)
+        self.num_private: np.ndarray | None = None  # int32 [samples] in memory: private rows of each sample
         e0, e1 = int(indptr[self.start]), int(indptr[self.stop])
         self.num_edges = e1 - e0
         # the rows the shard touches (ascending global ids) and the dense map global -> ghost id
@@ -43,6 +49,27 @@ class Shard:
         else:
             self.indptr = self.indices = None
             self.local = local
+
+    def carry_private(self, private: np.ndarray) -> None:
+        """Put every sample's private rows (``private``, bool [ghosts]: global degree 1) last in its
+        entries, as the single process does, so the sample sweep can move them with it."""
+        self.private = np.ascontiguousarray(private, dtype=np.bool_).view(np.uint8)
+        if self.local is None:
+            self.num_private = np.empty(self.num_samples, dtype=np.int32)
+            HK.private_last(self.indptr, self.indices, self.private, self.num_private)
+
+    def sweep_blocks(self, size: int) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
+        """:meth:`blocks` with each sample's private rows last and their number (int32 per sample, all 0
+        without :meth:`carry_private`): ``(first, indptr, indices, num_private)``."""
+        for first, indptr, indices in self.blocks(size):
+            if self.private is None:
+                num_private = np.zeros(indptr.size - 1, dtype=np.int32)
+            elif self.num_private is not None:
+                num_private = self.num_private[first:first + indptr.size - 1]
+            else:  # streamed: a fresh copy of the block, reordered in place
+                num_private = np.empty(indptr.size - 1, dtype=np.int32)
+                HK.private_last(indptr, indices, self.private, num_private)
+            yield first, indptr, indices, num_private
 
     def blocks(self, size: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
         """``(first, indptr, indices)`` of consecutive blocks of at most ``size`` shard samples

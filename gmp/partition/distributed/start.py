@@ -19,7 +19,9 @@ sharded:
    primaries within their share of the primary cap.
 
 As in the single-process scheme one candidate per band (``coarse_restarts``) is projected and the
-one with the lowest objective J is kept. ``levels=1`` (or no signal rows) starts from a seeded
+one with the lowest objective J is kept. Small graphs get the single process's *portfolio* instead
+(:func:`multilevel_start`'s ``refine``): more bands and seeds, each candidate refined by rounds
+before the choice. ``levels=1`` (or no signal rows) starts from a seeded
 random placement, balanced to within one sample (and one primary) per worker globally.
 
 A random start + more rounds was the alternative; it loses the structure carried by rarely seen
@@ -32,6 +34,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from typing import Callable
 
 import numpy as np
 import scipy.sparse as sp
@@ -99,17 +102,28 @@ def band_from_histogram(hist: np.ndarray, hi: int, max_vertices: int) -> int:
 
 
 def multilevel_start(state: DistState, owner_degree: np.ndarray, options, machine_of: np.ndarray,
-                     rng: np.random.Generator, seed_rng: np.random.Generator) -> dict | None:
-    """The distributed multilevel start (module docstring); None when no band has N signal rows."""
+                     rng: np.random.Generator, seed_rng: np.random.Generator,
+                     refine: Callable[[DistState], tuple[float, list[dict]]] | None = None
+                     ) -> tuple[dict, list[dict] | None] | None:
+    """The distributed multilevel start (module docstring): ``(info, rounds)``, or None when no band has N
+    signal rows.
+
+    ``refine`` given: the *portfolio* (small graphs, as the single process's): ``portfolio_bands`` bands x
+    ``portfolio_seeds`` METIS seeds, every projection refined by ``refine`` (the rounds, returning the
+    score J less the 2D step's savings and the round log) and the lowest score kept; ``rounds`` is its
+    round log. Else one candidate per band (``coarse_restarts``) x :data:`METIS_SEEDS`, chosen by the
+    projected J; ``rounds`` is None."""
     t0 = time.perf_counter()
     mesh, n = state.mesh, state.num_workers
+    num_bands, num_seeds = ((options.portfolio_bands, options.portfolio_seeds) if refine is not None else
+                            (options.coarse_restarts, METIS_SEEDS))
     ghost_degree = owner_degree if state.shared else state.ghosts.receive_full(state.owned, owner_degree)[:, 0]
     m = max(state.w.num_samples / n, 1.0)
     b = min(float(options.batch_size), m)
     max_pairs = options.coarse_pairs or default_coarse_pairs(state.w.num_samples)
     my_pairs = int(mesh.split_room(np.array([max_pairs]), 0)[0])
     best, candidates, seen = None, [], set()
-    for k in range(options.coarse_restarts):
+    for k in range(num_bands):
         hi = max(4, int(math.ceil(options.saturation * 4.0**k * m / b)))
         hist = mesh.isum(np.bincount(np.minimum(owner_degree, hi + 1), minlength=hi + 2))
         lo = band_from_histogram(hist, hi, options.coarse_vertices)
@@ -118,32 +132,39 @@ def multilevel_start(state: DistState, owner_degree: np.ndarray, options, machin
         seen.add((lo, hi))
         in_band = (ghost_degree >= lo) & (ghost_degree <= hi)
         vids, parts, cand = _partition_band(state, in_band, ghost_degree, my_pairs, options, machine_of, rng,
-                                            seed_rng)
+                                            seed_rng, num_seeds)
         cand["band"] = [lo, hi]
         candidates.append(cand)
         if vids is None:
             continue
         cand["objectives"] = []
-        for part in parts:  # one projection per METIS seed; the lowest J is kept
+        for part in parts:  # one projection per METIS seed; the lowest J (portfolio: score) is kept
             _project(state, vids, part, rng)
-            cand["objectives"].append(state.summary()["objective"])
-            log.info("distributed hybrid start: band [%d, %d], %d vertices: objective %.6g", lo, hi,
-                     cand["vertices"], cand["objectives"][-1])
-            if best is None or cand["objectives"][-1] < best[0]:
-                best = (cand["objectives"][-1], state.sw.copy(), state.prim.copy(), len(candidates) - 1)
+            score, rounds = refine(state) if refine is not None else (state.summary()["objective"], None)
+            cand["objectives"].append(score)
+            log.info("distributed hybrid start: band [%d, %d], %d vertices: %s %.6g", lo, hi, cand["vertices"],
+                     "refined score" if refine is not None else "objective", score)
+            if best is None or score < best[0]:
+                counts = state.count.copy() if refine is not None else None
+                best = (score, state.sw.copy(), state.prim.copy(), len(candidates) - 1, counts, rounds)
         cand["objective"] = min(cand["objectives"])
     if best is None:
         return None
-    _, sw, prim, chosen = best
+    _, sw, prim, chosen, counts, rounds = best
     if not (np.array_equal(sw, state.sw) and np.array_equal(prim, state.prim)):  # the best was not the last
-        install_samples(state, sw)
-        install_primaries(state, prim)
-    return {"candidates": candidates, "chosen": chosen, "max_pairs": max_pairs,
+        if counts is not None:
+            state.set_start(sw, counts, prim)
+        else:
+            install_samples(state, sw)
+            install_primaries(state, prim)
+    info = {"candidates": candidates, "chosen": chosen, "max_pairs": max_pairs, "portfolio": refine is not None,
             "seconds": round(time.perf_counter() - t0, 4)}
+    return info, rounds
 
 
-def _partition_band(state, in_band, ghost_degree, my_pairs, options, machine_of, rng, seed_rng):
-    """Pairs of this shard's band rows to rank 0, METIS there, the signal rows' workers back."""
+def _partition_band(state, in_band, ghost_degree, my_pairs, options, machine_of, rng, seed_rng, num_seeds):
+    """Pairs of this shard's band rows to rank 0, METIS there (``num_seeds`` seeds), the signal rows'
+    workers back."""
     mesh = state.mesh
     shard = state.shard
     bdeg = np.zeros(shard.num_samples, dtype=np.int32)
@@ -170,13 +191,13 @@ def _partition_band(state, in_band, ghost_degree, my_pairs, options, machine_of,
     cand = {"rows_sampled": int(mesh.isum(np.array([rows.size]))[0])}
     result = None
     if mesh.rank == 0:
-        result = _root_partition([np.concatenate(g) for g in got], machine_of, seed_rng, options, cand)
+        result = _root_partition([np.concatenate(g) for g in got], machine_of, seed_rng, options, cand, num_seeds)
     vids, parts, info = mesh.broadcast((*result[:2], cand) if result is not None else None) or (None, None, cand)
     cand.update(info)
     return vids, parts, cand
 
 
-def _root_partition(got, machine_of, seed_rng, options, cand):
+def _root_partition(got, machine_of, seed_rng, options, cand, num_seeds):
     """Rank 0: merge the pair keys, build the signal graph, METIS k-way; ``(vertex ids, parts)`` or None."""
     keys, cnt, vids, vdeg = got
     uniq, inv = np.unique(keys, return_inverse=True)
@@ -184,7 +205,7 @@ def _root_partition(got, machine_of, seed_rng, options, cand):
     vids, first = np.unique(vids, return_index=True)
     vdeg = vdeg[first]
     cand["vertices"], cand["edges"] = int(vids.size), int(uniq.size)
-    seed = int(seed_rng.integers(0, 2**31 - 1 - METIS_SEEDS))
+    seed = int(seed_rng.integers(0, 2**31 - 1 - num_seeds))
     if vids.size < machine_of.size:
         return None
     u = np.searchsorted(vids, uniq >> 32)
@@ -195,7 +216,7 @@ def _root_partition(got, machine_of, seed_rng, options, cand):
     xadj, adjncy, ew, vw = (a.indptr.astype(np.int64), a.indices.astype(np.int64), a.data.astype(np.int64),
                             np.maximum(vdeg, 1))
     parts = [ML.partition_signal_graph(xadj, adjncy, ew, vw, machine_of, seed=seed + t,
-                                       imbalance=options.max_imbalance) for t in range(METIS_SEEDS)]
+                                       imbalance=options.max_imbalance) for t in range(num_seeds)]
     return vids, parts
 
 

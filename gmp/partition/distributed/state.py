@@ -10,6 +10,11 @@ arrivals per worker ride along to every process, so the sample loads are summed 
 all-reduce. The only staleness: the other
 processes' moves of the same block, at most ``(P - 1) * block_samples`` samples.
 
+**Private rows** (``carry_private``, flat topologies). A row of global degree 1 has one ghost, on
+the shard of its one sample, so that shard may move it with the sample as the single process
+does (``_hybrid_kernels.best_carry_move``); the new primaries go to the owners in the same
+all-to-all, and a second set of quotas keeps the primary cap.
+
 **Hard caps.** Before each block the room ``cap - load`` on every worker is split into per-process
 quotas (:meth:`~.exchange.Mesh.split_room`); a process moves a sample onto worker b only while
 its net arrivals on b stay below its quota, so the cap holds globally (the caps of
@@ -68,7 +73,8 @@ class DistState:
     """Shard, ghosts and owned rows of one process; see the module docstring."""
 
     def __init__(self, mesh: Mesh, shard: Shard, owned: OwnedRows, ghosts: Ghosts, cost: np.ndarray, *,
-                 num_samples: int, num_used: int, options, block_samples: int):
+                 num_samples: int, num_used: int, options, block_samples: int,
+                 owner_degree: np.ndarray | None = None):
         self.mesh, self.shard, self.owned, self.ghosts = mesh, shard, owned, ghosts
         n = int(cost.shape[0])
         self.num_workers = n
@@ -95,10 +101,25 @@ class DistState:
         self.served = np.zeros(n, dtype=np.float64)
         self.received = np.zeros(n, dtype=np.float64)
         self._traffic: tuple | None = None
+        self._tally = np.zeros(n, dtype=np.int64)  # the sample sweep's scratch (private rows by primary)
         self.bytes_per_round: list[int] = []
-        # per ghost row, a bit per process holding a ghost of it (the owner's ``subs``): where deltas go
-        self.ghost_subs = (np.zeros(0, dtype=np.uint64) if self.shared else
-                           ghosts.receive_full(owned, owned.subs.view(np.int64))[:, 0].view(np.uint64))
+        # per ghost row, a bit per process holding a ghost of it (the owner's ``subs``): where deltas go;
+        # with ``owner_degree`` (carry private rows) the rows of global degree 1 ride along: the sample
+        # sweep moves them with their one sample, whose shard holds their only ghost
+        private = None
+        if self.shared:
+            self.ghost_subs = np.zeros(0, dtype=np.uint64)
+            if owner_degree is not None:
+                private = owner_degree == 1
+        else:
+            cols = [owned.subs.view(np.int64)] + ([] if owner_degree is None else [owner_degree])
+            got = ghosts.receive_full(owned, np.stack(cols, axis=1))
+            self.ghost_subs = got[:, 0].view(np.uint64)
+            if owner_degree is not None:
+                private = got[:, 1] == 1
+            del got
+        if private is not None:
+            shard.carry_private(private)
 
     # -- set-up after a start ----------------------------------------------
     def set_start(self, sw: np.ndarray, owner_count: np.ndarray, prim: np.ndarray) -> None:
@@ -164,32 +185,42 @@ class DistState:
         num_blocks = self._num_blocks(size)
         moves = np.zeros((size if self.mesh.size > 1 else 0, 3), dtype=np.int64)
         moved = 0
-        blocks = self.shard.blocks(size)
+        blocks = self.shard.sweep_blocks(size)
+        empty = (0, np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32))
         for k in range(num_blocks):
-            first, indptr, indices = next(blocks, (0, np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int32)))
-            everyone = np.arange(indptr.size - 1, dtype=np.int64)
-            moved += self._sweep_rows(indptr, indices, first, everyone, cpad, gain, moves, 2 * k)
+            block = next(blocks, empty)
+            everyone = np.arange(block[1].size - 1, dtype=np.int64)
+            moved += self._sweep_rows(block, everyone, cpad, gain, moves, 2 * k)
             if self.mesh.size > 1 and RECHECK:  # the block's moves against the fresh counts
                 recheck = np.unique(moves[:min(self._last_moves, moves.shape[0]), 0])
-                moved += self._sweep_rows(indptr, indices, first, recheck, cpad, gain, moves, 2 * k + 1)
+                moved += self._sweep_rows(block, recheck, cpad, gain, moves, 2 * k + 1)
         self._traffic = None
         return moved
 
-    def _sweep_rows(self, indptr, indices, first, rows, cpad, gain, moves, turn) -> int:
-        """Sweep ``rows`` of a block within this process's quotas, exchange the deltas, sum the loads;
-        returns the samples moved by all processes."""
+    def _sweep_rows(self, block, rows, cpad, gain, moves, turn) -> int:
+        """Sweep ``rows`` of a block (:meth:`.shard.Shard.sweep_blocks`) within this process's quotas of
+        samples and primaries, exchange the deltas, sum the loads; returns the samples moved by all
+        processes."""
         n = self.num_workers
+        first, indptr, indices, num_private = block
         quota = self.mesh.split_room(self.w.sample_cap - self.sample_load, turn)
+        pquota = self.mesh.split_room(self.w.primary_cap - self.primary_load, turn)
         net = np.zeros(n, dtype=np.int64)
-        m = DK.sweep_block(indptr, indices, rows, self.sw[first:first + indptr.size - 1], self.gprim, self.gcount,
-                           self.gdrow, self.df, cpad, self.sample_load, net, quota, self.w.alpha,
-                           float(BALANCE_SPREAD or self.mesh.size), gain, moves)
+        pnet = np.zeros(n, dtype=np.int64)
+        # (ghost row, primary) of the private rows carried, for their owners (one process: none to send)
+        carried = np.empty((indices.size if self.mesh.size > 1 else 0, 2), dtype=np.int64)
+        m, c = DK.sweep_block(indptr, indices, num_private, rows, self.sw[first:first + indptr.size - 1], self.gprim,
+                              self.gcount, self.gdrow, self.df, cpad, self.sample_load, net, quota, self.w.alpha,
+                              self.primary_load, pnet, pquota, self.w.beta, float(BALANCE_SPREAD or self.mesh.size),
+                              gain, self._tally, moves, carried)
         self._last_moves = m
         if self.mesh.size == 1:
             self.sample_load += net
+            self.primary_load += pnet
             return m
-        tot = self._exchange_deltas(indptr, indices, moves, m, net)
+        tot = self._exchange_deltas(indptr, indices, moves, m, net, carried[:c], pnet)
         self.sample_load += tot[:n]
+        self.primary_load += tot[n + 1:]
         return int(tot[n])
 
     def effective_block(self) -> int:
@@ -201,13 +232,15 @@ class DistState:
         longest = -(-self.w.num_samples // self.mesh.size)  # the longest shard (exchange.shard_range)
         return -(-longest // max(size, 1))
 
-    def _exchange_deltas(self, indptr, indices, moves, m, net) -> np.ndarray:
+    def _exchange_deltas(self, indptr, indices, moves, m, net, carried, pnet) -> np.ndarray:
         """The block's count deltas, summed per (row, worker), in one all-to-all straight to the row's
         owner and to every other process holding a ghost of it (``ghost_subs``): the owners add them
         to the authoritative counts, the ghost holders to their ghosts (their own moves are in their
         ghosts already), so every ghost equals its owner's row after the pass without a second
-        exchange. The net arrivals per worker and the number of moves ride along to every process
-        (rows with id -1): returns their sums over the processes (int64 [N + 1])."""
+        exchange. The carried private rows' new primaries go to their owners in the same message, as
+        rows (id, -1 - primary, 0) (a private row has no other ghost). The net arrivals of samples per
+        worker, the number of moves and the net arrivals of primaries ride along to every process
+        (rows with id -1): returns their sums over the processes (int64 [2 N + 1])."""
         n, size, rank = self.num_workers, self.mesh.size, self.mesh.rank
         raw = np.empty((2 * int(indptr[-1]), 3), dtype=np.int64)
         raw = raw[:DK.ghost_deltas(indptr, indices, moves, m, raw)]
@@ -218,18 +251,24 @@ class DistState:
         gid = self.ghosts.gids[ghost]
         deltas = np.stack([gid, worker, value], axis=1)
         owner, subs = gid % size, self.ghost_subs[ghost]
-        tally = np.stack([np.full(n + 1, -1, dtype=np.int64), np.arange(n + 1), np.append(net, m)], axis=1)
+        cid = self.ghosts.gids[carried[:, 0]]
+        prims = np.stack([cid, -1 - carried[:, 1], np.zeros_like(cid)], axis=1)
+        tally = np.stack([np.full(2 * n + 1, -1, dtype=np.int64), np.arange(2 * n + 1),
+                          np.concatenate([net, [m], pnet])], axis=1)
         parts = []
         for d in range(size):
             to_d = owner == d
             if d != rank:
                 to_d |= ((subs >> np.uint64(d)) & np.uint64(1)).astype(bool)
-            parts.append(np.concatenate([tally, deltas[to_d]]))
-        tot = np.zeros(n + 1, dtype=np.int64)
+            parts.append(np.concatenate([tally, deltas[to_d], prims[cid % size == d]]))
+        tot = np.zeros(2 * n + 1, dtype=np.int64)
         for src, recv in enumerate(self.mesh.alltoall(parts)):
             ours = recv[:, 0] < 0
-            tot += np.bincount(recv[ours, 1], weights=recv[ours, 2], minlength=n + 1).astype(np.int64)
+            tot += np.bincount(recv[ours, 1], weights=recv[ours, 2], minlength=2 * n + 1).astype(np.int64)
             recv = recv[~ours]
+            carry = recv[:, 1] < 0  # carried private rows: owned here, held by no other process
+            self.prim[np.searchsorted(self.owned.used, recv[carry, 0])] = -1 - recv[carry, 1]
+            recv = recv[~carry]
             owned = recv[recv[:, 0] % size == rank]
             DK.apply_deltas(np.searchsorted(self.owned.used, owned[:, 0]), owned, self.count)
             if src != rank:
