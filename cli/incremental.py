@@ -29,8 +29,8 @@ def partition_from_manifest(dataset: Path, old_manifest: Path, *, max_moved_rows
     from gmp.manifest import load_manifest, write_manifest
     from gmp.metrics import batch_remote_reads, compute_metrics, embedding_degree
     from gmp.partition import run_partitioner
-    from gmp.partition.incremental import (Options, match_workers, migration_budget, moved_rows, place_new_data,
-                                           repartition_incremental)
+    from gmp.partition.incremental import (Options, match_workers, migration_budget, moved_rows, place_and_repartition,
+                                           place_new_data)
     from gmp.progress import task
     from gmp.report import build_report, dataset_name_of, write_report
 
@@ -53,17 +53,16 @@ def partition_from_manifest(dataset: Path, old_manifest: Path, *, max_moved_rows
     name = "incremental" if budget is not None else "place-new"
     out = out or Path("placements") / f"{Path(dataset).resolve().name}.{name}.w{topo.num_workers}"
 
-    with task(f"Placing {graph.num_samples:,} new samples on {old_manifest}"):
-        t0 = time.perf_counter()
-        placed = place_new_data(graph, old.placement, topo, seed=seed, options=options)
-        place_seconds = time.perf_counter() - t0
-    placement, seconds = placed, place_seconds
-    if budget is not None:
-        with task(f"Incremental re-partitioning, at most {budget:,} rows moved"):
-            t1 = time.perf_counter()
-            placement = repartition_incremental(graph, old.placement, topo, max_moved_rows=budget, seed=seed,
-                                                options=options, start=placed)
-            seconds = place_seconds + time.perf_counter() - t1
+    t0 = time.perf_counter()
+    if budget is None:
+        with task(f"Placing {graph.num_samples:,} new samples on {old_manifest}"):
+            placed = placement = place_new_data(graph, old.placement, topo, seed=seed, options=options)
+    else:  # one placement pass for both the "no re-partition" line and the refinement
+        with task(f"Placing {graph.num_samples:,} new samples on {old_manifest} and re-partitioning, "
+                  f"at most {budget:,} rows moved"):
+            placed, placement = place_and_repartition(graph, old.placement, topo, max_moved_rows=budget, seed=seed,
+                                                      options=options)
+    seconds = time.perf_counter() - t0
     peak = peak_rss_bytes()
     moved = moved_rows(old.placement, placement)
     comparison: dict[str, Any] = {

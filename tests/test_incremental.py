@@ -19,9 +19,11 @@ from gmp.graph import BipartiteGraph
 from gmp.manifest import load_manifest
 from gmp.metrics import batch_remote_reads
 from gmp.partition.incremental import (DENSE_SETTINGS, SPARSE_SETTINGS, MovedRows, Options, match_workers,
-                                       migration_budget, moved_rows, place_new_data, repartition_incremental,
+                                       migration_budget, moved_rows, place_and_repartition, place_new_data,
+                                       repartition_incremental,
                                        repartition_toward, resolve_options, saturated_degree,
                                        saturated_row_fraction)
+from gmp.partition.incremental import _compact
 from gmp.placement import Placement
 from gmp.topology import resolve_topology
 
@@ -187,6 +189,13 @@ def test_budget_is_never_exceeded(case):
     p = repartition_incremental(g, old, topo, max_moved_rows=budget, options=opts, start=placed)
     p.check(num_samples=len(rows), num_embeddings=m)
     assert reference_moved(old, p) == moved_rows(old, p).total <= budget
+    # one pass for both (what the CLI calls): the same two placements as placing, then refining from the start
+    both = place_and_repartition(g, old, topo, max_moved_rows=budget, options=opts)
+    for a, b in zip(both, (placed, p)):
+        assert np.array_equal(a.sample_worker, b.sample_worker)
+        assert np.array_equal(a.embedding_primary, b.embedding_primary)
+        assert np.array_equal(a.secondary_indptr, b.secondary_indptr)
+        assert np.array_equal(a.secondary_workers, b.secondary_workers)
     goal = repartition_incremental(g, old, topo, max_moved_rows=3 * budget + 5, options=opts, start=placed)
     t = repartition_toward(g, old, goal, topo, max_moved_rows=budget, options=opts)
     t.check(num_samples=len(rows), num_embeddings=m)
@@ -247,6 +256,19 @@ def test_sweep_every_sweeps_every_sample_every_round():
     changed = repartition_incremental(g, old, topo, max_moved_rows=4, options=Options(rounds=3, sweep="changed", sweep_first=False))
     assert all(r["swept_samples"] < 120 for r in changed.info["sweeps"])
     assert moved_rows(old, every).total <= 4 and moved_rows(old, changed).total <= 4
+
+
+def test_compact_ids_and_degrees_against_numpy():
+    # the remap kernel counts each compact id's edges in the same pass; reference: np.unique + np.bincount
+    rng = np.random.default_rng(11)
+    rows = [sorted(set(rng.integers(0, 300, size=int(rng.integers(0, 6))).tolist())) for _ in range(400)]
+    g = BipartiteGraph.from_lists(rows, 320)  # ids 300..319 unused
+    comp = _compact(g)
+    ids = np.asarray(g.sample_indices)
+    assert np.array_equal(comp.used_ids, np.unique(ids))
+    assert np.array_equal(comp.used_ids[comp.cindices], ids)
+    assert np.array_equal(comp.degree, np.bincount(ids, minlength=320)[np.unique(ids)])
+    assert saturated_row_fraction(g, 2, 4, degree=comp.degree) == saturated_row_fraction(g, 2, 4)
 
 
 def test_saturated_row_fraction_hand_computed():

@@ -433,10 +433,14 @@ def csr_from_masks(old_indptr, old_workers, num_old, local, sec, num_embeddings,
 
 
 @numba.njit(cache=True, nogil=True)
-def remap(indices, local, out):  # pragma: no cover - compiled
-    """out[k] = local[indices[k]] (embedding ids to their compact numbering)."""
+def remap(indices, local, out, degree):  # pragma: no cover - compiled
+    """out[k] = local[indices[k]] (embedding ids to their compact numbering), and ``degree[j] +=`` the
+    edges of compact id j (``degree`` zeroed by the caller): the one count of the rows' samples that
+    the density default, the carried new ids and the ``project`` start read, taken in the same pass."""
     for k in range(indices.size):
-        out[k] = local[indices[k]]
+        j = local[indices[k]]
+        out[k] = j
+        degree[j] += 1
 
 
 @numba.njit(cache=True, nogil=True)
