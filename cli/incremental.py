@@ -74,8 +74,9 @@ def partition_from_manifest(dataset: Path, old_manifest: Path, *, max_moved_rows
         "embedding_dim": embedding_dim,
         "batch_size": batch_size,
         "num_used_rows": num_used,
-        "batch_remote_reads": {"no_repartition": batch_remote_reads(graph, placed, batch_size),
-                               "this": batch_remote_reads(graph, placement, batch_size), "full_repartition": None},
+        # "this" is the metrics' batch_remote_reads (filled below: one traffic count, not two)
+        "batch_remote_reads": {"no_repartition": None if placed is placement else
+                               batch_remote_reads(graph, placed, batch_size), "this": None, "full_repartition": None},
         "seconds": {"this": round(seconds, 4), "full_repartition": None},
     }
     if compare_full:
@@ -98,6 +99,10 @@ def partition_from_manifest(dataset: Path, old_manifest: Path, *, max_moved_rows
     with task("Computing metrics (and the random reference)"):
         metrics = compute_metrics(graph, placement, topo, batch_size=batch_size, embedding_dim=embedding_dim,
                                   seed=seed, partition_seconds=seconds, peak_rss_bytes=peak, num_train=ds.num_train)
+        reads = comparison["batch_remote_reads"]
+        reads["this"] = metrics["batch_remote_reads"]
+        if placed is placement:
+            reads["no_repartition"] = reads["this"]
         report = build_report(placement=placement, topology=topo, metrics=metrics, source="partition",
                               dataset_sha256=ds.sha256, graph=graph, dataset_name=dataset_name_of(ds.meta, dataset))
         report["incremental"] = comparison

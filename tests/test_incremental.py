@@ -411,6 +411,17 @@ def test_cli_from_manifest(tmp_path):
     old = load_manifest(tmp_path / "p0").placement
     assert m.placement.embedding_primary[:4].tolist() != [] and m.num_embeddings == 5
     assert moved_rows(old, m.placement).total == c["moved_rows"]["total"]
+    # the reads recounted here: the refined placement (the metrics' count) and the placed one
+    g1 = BipartiteGraph.from_lists([[0, 2], [0, 2], [1, 3], [1, 3], [4, 1]], 5)
+    reads = c["batch_remote_reads"]
+    assert reads["this"] == batch_remote_reads(g1, m.placement, 512) == m.meta["metrics"]["batch_remote_reads"]
+    assert reads["no_repartition"] == batch_remote_reads(g1, place_new_data(g1, old, two()), 512)
+    res = runner.invoke(app, ["partition", str(day1), "--from-manifest", str(tmp_path / "p0"), "--out",
+                              str(tmp_path / "p1-placed")])
+    assert res.exit_code == 0, res.output
+    placed = load_manifest(tmp_path / "p1-placed")
+    reads = placed.meta["partitioner"]["info"]["comparison"]["batch_remote_reads"]
+    assert reads["this"] == reads["no_repartition"] == batch_remote_reads(g1, placed.placement, 512)
 
 
 def test_cli_from_manifest_takes_incremental_options(tmp_path):
