@@ -508,7 +508,7 @@ def _place(graph: BipartiteGraph, old: Placement, topology: Topology, *, seed: i
     cost = np.ascontiguousarray(topology.cost, dtype=np.float64)
     load = np.zeros(n, dtype=np.int64)
     sample_worker = np.empty(num_samples, dtype=np.int32)
-    sample_indptr = np.asarray(graph.sample_indptr)
+    sample_indptr = np.ascontiguousarray(graph.sample_indptr)  # C layout: the pass prefetches by row
     with task("Placing new samples on the fixed rows", total=num_samples) as advance:
         if options.start == "pass":
             marg = np.empty((used.size, n), dtype=np.float64)
