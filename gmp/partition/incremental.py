@@ -77,6 +77,9 @@ Starts from :func:`place_new_data`'s placement and runs ``rounds`` rounds of:
    reads (hybrid's ``carry_private``, restricted to rows whose move costs no
    budget: a new id is created, not moved), so those ids no longer pin it.
 
+:func:`place_and_repartition` returns both placements from one placement pass (what ``gmp partition
+--from-manifest --max-moved-rows`` reports: the placed data and the refined placement).
+
 :func:`repartition_toward` — the budget's best moves toward a goal placement
 ----------------------------------------------------------------------------
 A reference, not a fast path: given a goal (a full re-partition of the new data), it
@@ -451,7 +454,6 @@ class _State(NamedTuple):
     count: np.ndarray  # int32 [U, N]
     options: Options  # resolved (:func:`resolve_options`)
     defaults: dict  # the record of that resolution
-
 
 
 # --------------------------------------------------------------------------- step 1
