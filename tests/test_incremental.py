@@ -258,6 +258,65 @@ def test_sweep_every_sweeps_every_sample_every_round():
     assert moved_rows(old, every).total <= 4 and moved_rows(old, changed).total <= 4
 
 
+def _reference_pass(rows, prim, sec, cost, df, alpha, cap, order):
+    """The placement pass (stream_samples) in plain Python: marginal Eq. 3 cost + alpha * load, ties to
+    the lowest worker; a new id (prim -1) counts from the worker with most of its samples so far."""
+    n = cost.shape[0]
+    count = np.zeros((len(prim), n), dtype=np.int64)
+    vp = list(prim)
+    load = [0] * n
+    out = [-1] * len(rows)
+    for i in order:
+        delta = [alpha * load[w] for w in range(n)]
+        for x in rows[i]:
+            for w in range(n):
+                if vp[x] >= 0 and vp[x] != w and not (int(sec[x]) >> w) & 1:
+                    delta[w] += cost[vp[x], w] * df[count[x, w]]
+        best = min((w for w in range(n) if load[w] < cap), key=lambda w: (delta[w], w))
+        out[i] = best
+        load[best] += 1
+        for x in rows[i]:
+            count[x, best] += 1
+            p = vp[x]
+            if prim[x] < 0 and (p < 0 or count[x, best] > count[x, p] or (count[x, best] == count[x, p] and best < p)):
+                vp[x] = best
+    return out, count
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_placement_pass_against_a_python_reference(seed):
+    # the compiled pass (with its prefetching) against the plain loop on a random graph: new ids, secondaries,
+    # a non-uniform cost, a tight sample cap
+    from gmp.partition import _incremental_kernels as K
+    from gmp.partition.hybrid import soft_count_table
+
+    rng = np.random.default_rng(seed)
+    n, num_rows, num_samples = 4, 30, 80
+    rows = [sorted(set(rng.integers(0, num_rows, size=int(rng.integers(1, 6))).tolist())) for _ in range(num_samples)]
+    prim = rng.integers(0, n, size=num_rows).astype(np.int32)
+    prim[rng.random(num_rows) < 0.3] = -1  # new ids
+    sec = np.where(prim >= 0, rng.integers(0, 2**n, size=num_rows), 0).astype(np.int64)
+    sec &= ~(np.int64(1) << np.maximum(prim, 0).astype(np.int64))  # no secondary where the primary is
+    cost = rng.uniform(0.5, 2.0, size=(n, n))
+    np.fill_diagonal(cost, 0.0)
+    cap = 22
+    f = soft_count_table(cap, num_samples / n, 4)
+    df = np.diff(f)
+    alpha = 0.05
+    order = rng.permutation(num_samples).astype(np.int32)
+    g = BipartiteGraph.from_lists(rows, num_rows)
+    count = np.zeros((num_rows, n), dtype=np.int32)
+    marg = np.empty((num_rows, n), dtype=np.float64)
+    K.fill_marginals(prim, sec, count, df, cost, marg)
+    out = np.empty(num_samples, dtype=np.int32)
+    K.stream_samples(np.asarray(g.sample_indptr), np.asarray(g.sample_indices, dtype=np.int32), order, prim, sec,
+                     count, marg, df, cost, np.zeros(n, dtype=np.int64), np.int64(cap), alpha, out)
+    want_out, want_count = _reference_pass(rows, prim.tolist(), sec, cost, df, alpha, cap, order.tolist())
+    assert out.tolist() == want_out
+    assert np.array_equal(count, want_count)
+    assert np.bincount(out, minlength=n).max() <= cap
+
+
 def test_compact_ids_and_degrees_against_numpy():
     # the remap kernel counts each compact id's edges in the same pass; reference: np.unique + np.bincount
     rng = np.random.default_rng(11)
