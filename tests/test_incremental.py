@@ -19,9 +19,11 @@ from gmp.graph import BipartiteGraph
 from gmp.manifest import load_manifest
 from gmp.metrics import batch_remote_reads
 from gmp.partition.incremental import (DENSE_SETTINGS, SPARSE_SETTINGS, MovedRows, Options, match_workers,
-                                       migration_budget, moved_rows, place_new_data, repartition_incremental,
+                                       migration_budget, moved_rows, place_and_repartition, place_new_data,
+                                       repartition_incremental,
                                        repartition_toward, resolve_options, saturated_degree,
                                        saturated_row_fraction)
+from gmp.partition.incremental import _compact
 from gmp.placement import Placement
 from gmp.topology import resolve_topology
 
@@ -187,6 +189,13 @@ def test_budget_is_never_exceeded(case):
     p = repartition_incremental(g, old, topo, max_moved_rows=budget, options=opts, start=placed)
     p.check(num_samples=len(rows), num_embeddings=m)
     assert reference_moved(old, p) == moved_rows(old, p).total <= budget
+    # one pass for both (what the CLI calls): the same two placements as placing, then refining from the start
+    both = place_and_repartition(g, old, topo, max_moved_rows=budget, options=opts)
+    for a, b in zip(both, (placed, p)):
+        assert np.array_equal(a.sample_worker, b.sample_worker)
+        assert np.array_equal(a.embedding_primary, b.embedding_primary)
+        assert np.array_equal(a.secondary_indptr, b.secondary_indptr)
+        assert np.array_equal(a.secondary_workers, b.secondary_workers)
     goal = repartition_incremental(g, old, topo, max_moved_rows=3 * budget + 5, options=opts, start=placed)
     t = repartition_toward(g, old, goal, topo, max_moved_rows=budget, options=opts)
     t.check(num_samples=len(rows), num_embeddings=m)
@@ -247,6 +256,78 @@ def test_sweep_every_sweeps_every_sample_every_round():
     changed = repartition_incremental(g, old, topo, max_moved_rows=4, options=Options(rounds=3, sweep="changed", sweep_first=False))
     assert all(r["swept_samples"] < 120 for r in changed.info["sweeps"])
     assert moved_rows(old, every).total <= 4 and moved_rows(old, changed).total <= 4
+
+
+def _reference_pass(rows, prim, sec, cost, df, alpha, cap, order):
+    """The placement pass (stream_samples) in plain Python: marginal Eq. 3 cost + alpha * load, ties to
+    the lowest worker; a new id (prim -1) counts from the worker with most of its samples so far."""
+    n = cost.shape[0]
+    count = np.zeros((len(prim), n), dtype=np.int64)
+    vp = list(prim)
+    load = [0] * n
+    out = [-1] * len(rows)
+    for i in order:
+        delta = [alpha * load[w] for w in range(n)]
+        for x in rows[i]:
+            for w in range(n):
+                if vp[x] >= 0 and vp[x] != w and not (int(sec[x]) >> w) & 1:
+                    delta[w] += cost[vp[x], w] * df[count[x, w]]
+        best = min((w for w in range(n) if load[w] < cap), key=lambda w: (delta[w], w))
+        out[i] = best
+        load[best] += 1
+        for x in rows[i]:
+            count[x, best] += 1
+            p = vp[x]
+            if prim[x] < 0 and (p < 0 or count[x, best] > count[x, p] or (count[x, best] == count[x, p] and best < p)):
+                vp[x] = best
+    return out, count
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_placement_pass_against_a_python_reference(seed):
+    # the compiled pass (with its prefetching) against the plain loop on a random graph: new ids, secondaries,
+    # a non-uniform cost, a tight sample cap
+    from gmp.partition import _incremental_kernels as K
+    from gmp.partition.hybrid import soft_count_table
+
+    rng = np.random.default_rng(seed)
+    n, num_rows, num_samples = 4, 30, 80
+    rows = [sorted(set(rng.integers(0, num_rows, size=int(rng.integers(1, 6))).tolist())) for _ in range(num_samples)]
+    prim = rng.integers(0, n, size=num_rows).astype(np.int32)
+    prim[rng.random(num_rows) < 0.3] = -1  # new ids
+    sec = np.where(prim >= 0, rng.integers(0, 2**n, size=num_rows), 0).astype(np.int64)
+    sec &= ~(np.int64(1) << np.maximum(prim, 0).astype(np.int64))  # no secondary where the primary is
+    cost = rng.uniform(0.5, 2.0, size=(n, n))
+    np.fill_diagonal(cost, 0.0)
+    cap = 22
+    f = soft_count_table(cap, num_samples / n, 4)
+    df = np.diff(f)
+    alpha = 0.05
+    order = rng.permutation(num_samples).astype(np.int32)
+    g = BipartiteGraph.from_lists(rows, num_rows)
+    count = np.zeros((num_rows, n), dtype=np.int32)
+    marg = np.empty((num_rows, n), dtype=np.float64)
+    K.fill_marginals(prim, sec, count, df, cost, marg)
+    out = np.empty(num_samples, dtype=np.int32)
+    K.stream_samples(np.asarray(g.sample_indptr), np.asarray(g.sample_indices, dtype=np.int32), order, prim, sec,
+                     count, marg, df, cost, np.zeros(n, dtype=np.int64), np.int64(cap), alpha, out)
+    want_out, want_count = _reference_pass(rows, prim.tolist(), sec, cost, df, alpha, cap, order.tolist())
+    assert out.tolist() == want_out
+    assert np.array_equal(count, want_count)
+    assert np.bincount(out, minlength=n).max() <= cap
+
+
+def test_compact_ids_and_degrees_against_numpy():
+    # the remap kernel counts each compact id's edges in the same pass; reference: np.unique + np.bincount
+    rng = np.random.default_rng(11)
+    rows = [sorted(set(rng.integers(0, 300, size=int(rng.integers(0, 6))).tolist())) for _ in range(400)]
+    g = BipartiteGraph.from_lists(rows, 320)  # ids 300..319 unused
+    comp = _compact(g)
+    ids = np.asarray(g.sample_indices)
+    assert np.array_equal(comp.used_ids, np.unique(ids))
+    assert np.array_equal(comp.used_ids[comp.cindices], ids)
+    assert np.array_equal(comp.degree, np.bincount(ids, minlength=320)[np.unique(ids)])
+    assert saturated_row_fraction(g, 2, 4, degree=comp.degree) == saturated_row_fraction(g, 2, 4)
 
 
 def test_saturated_row_fraction_hand_computed():
@@ -389,6 +470,17 @@ def test_cli_from_manifest(tmp_path):
     old = load_manifest(tmp_path / "p0").placement
     assert m.placement.embedding_primary[:4].tolist() != [] and m.num_embeddings == 5
     assert moved_rows(old, m.placement).total == c["moved_rows"]["total"]
+    # the reads recounted here: the refined placement (the metrics' count) and the placed one
+    g1 = BipartiteGraph.from_lists([[0, 2], [0, 2], [1, 3], [1, 3], [4, 1]], 5)
+    reads = c["batch_remote_reads"]
+    assert reads["this"] == batch_remote_reads(g1, m.placement, 512) == m.meta["metrics"]["batch_remote_reads"]
+    assert reads["no_repartition"] == batch_remote_reads(g1, place_new_data(g1, old, two()), 512)
+    res = runner.invoke(app, ["partition", str(day1), "--from-manifest", str(tmp_path / "p0"), "--out",
+                              str(tmp_path / "p1-placed")])
+    assert res.exit_code == 0, res.output
+    placed = load_manifest(tmp_path / "p1-placed")
+    reads = placed.meta["partitioner"]["info"]["comparison"]["batch_remote_reads"]
+    assert reads["this"] == reads["no_repartition"] == batch_remote_reads(g1, placed.placement, 512)
 
 
 def test_cli_from_manifest_takes_incremental_options(tmp_path):

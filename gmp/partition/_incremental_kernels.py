@@ -26,6 +26,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from ..kernels.simd import prefetch
 from ._hybrid_kernels import cheapest_sample_move
 from ._hybrid_kernels import count_samples  # noqa: F401 - one kernel, used as K.count_samples
 from ._hybrid_kernels import private_last  # noqa: F401 - one kernel, used as K.private_last
@@ -82,12 +83,26 @@ def stream_samples(indptr, cindices, order, prim, sec, count, marg, df, cost, lo
     placed), and costs nothing while it has no users. That virtual primary is tracked
     per row and its ``marg`` row refilled when it changes (only the chosen worker's
     count changes per sample), so every edge is the same contiguous row add.
+
+    The stream order is random, so every sample's rows are cache misses: while sample t is
+    placed, the ``marg`` and ``count`` rows of sample t + 1, the edge list of t + 2 and the
+    ``indptr`` entry of t + 3 are prefetched (hints only: the result is the same; measured
+    1.07 -> 0.71 s at 1M samples, 26M edges, 205k rows, 8 workers).
     """
     n = load.size
     delta = np.empty(n)
     vp = prim.copy()  # new ids: the worker with most users so far (-1: none yet)
     for t in range(order.size):
         i = order[t]
+        if t + 3 < order.size:
+            prefetch(indptr, order[t + 3])
+        if t + 2 < order.size:
+            prefetch(cindices, indptr[order[t + 2]])
+        if t + 1 < order.size:
+            j = order[t + 1]
+            for k in range(indptr[j], indptr[j + 1]):
+                prefetch(marg, cindices[k])
+                prefetch(count, cindices[k])
         for w in range(n):
             delta[w] = alpha * load[w]
         for k in range(indptr[i], indptr[i + 1]):
@@ -159,6 +174,9 @@ def sweep_samples(indptr, cindices, num_private, active, sw, prim, sec, count, m
     is dropped (``sec_load``) when its primary arrives. Without carrying, a new id of degree 1 pins
     its sample (it would turn remote the moment the sample left). ``num_private`` all zero is the
     single-vertex sweep exactly.
+
+    No prefetching here (unlike :func:`stream_samples`): prefetching the next sample's rows made
+    this sweep slower (0.44 -> 0.55 s at 1M samples; the samples are visited in id order).
     """
     n = load.size
     delta = np.empty(n)
@@ -433,10 +451,14 @@ def csr_from_masks(old_indptr, old_workers, num_old, local, sec, num_embeddings,
 
 
 @numba.njit(cache=True, nogil=True)
-def remap(indices, local, out):  # pragma: no cover - compiled
-    """out[k] = local[indices[k]] (embedding ids to their compact numbering)."""
+def remap(indices, local, out, degree):  # pragma: no cover - compiled
+    """out[k] = local[indices[k]] (embedding ids to their compact numbering), and ``degree[j] +=`` the
+    edges of compact id j (``degree`` zeroed by the caller): the one count of the rows' samples that
+    the density default, the carried new ids and the ``project`` start read, taken in the same pass."""
     for k in range(indices.size):
-        out[k] = local[indices[k]]
+        j = local[indices[k]]
+        out[k] = j
+        degree[j] += 1
 
 
 @numba.njit(cache=True, nogil=True)

@@ -77,6 +77,9 @@ Starts from :func:`place_new_data`'s placement and runs ``rounds`` rounds of:
    reads (hybrid's ``carry_private``, restricted to rows whose move costs no
    budget: a new id is created, not moved), so those ids no longer pin it.
 
+:func:`place_and_repartition` returns both placements from one placement pass (what ``gmp partition
+--from-manifest --max-moved-rows`` reports: the placed data and the refined placement).
+
 :func:`repartition_toward` — the budget's best moves toward a goal placement
 ----------------------------------------------------------------------------
 A reference, not a fast path: given a goal (a full re-partition of the new data), it
@@ -257,9 +260,15 @@ SPARSE_SETTINGS = {"start": "pass", "sweep_first": False, "sweep": "all", "round
 DENSE_SETTINGS = {"start": "project", "sweep_first": True, "sweep": "every", "rounds": 10}
 
 
-def saturated_row_fraction(graph: BipartiteGraph, num_workers: int, batch_size: int) -> float:
-    """The fraction of the used rows whose degree is above :func:`saturated_degree` (0.0 without edges)."""
-    degree = np.bincount(np.asarray(graph.sample_indices), minlength=graph.num_embeddings)
+def saturated_row_fraction(graph: BipartiteGraph, num_workers: int, batch_size: int, *,
+                           degree: np.ndarray | None = None) -> float:
+    """The fraction of the used rows whose degree is above :func:`saturated_degree` (0.0 without edges).
+
+    ``degree``: the rows' degrees when the caller has them (zeros of unused rows are ignored; the
+    incremental functions pass their compact ids' degrees), else counted from the graph.
+    """
+    if degree is None:
+        degree = np.bincount(np.asarray(graph.sample_indices), minlength=graph.num_embeddings)
     num_used = int(np.count_nonzero(degree))
     if num_used == 0:
         return 0.0
@@ -267,9 +276,11 @@ def saturated_row_fraction(graph: BipartiteGraph, num_workers: int, batch_size: 
     return float(np.count_nonzero(degree > limit)) / num_used
 
 
-def resolve_options(options: Options, graph: BipartiteGraph, num_workers: int) -> tuple[Options, dict]:
+def resolve_options(options: Options, graph: BipartiteGraph, num_workers: int, *,
+                    degree: np.ndarray | None = None) -> tuple[Options, dict]:
     """``options`` with every ``None`` of ``start``, ``sweep_first``, ``sweep``, ``rounds`` set by the
-    graph's density, and a record of the choice (``info["defaults"]``).
+    graph's density, and a record of the choice (``info["defaults"]``); ``degree`` as in
+    :func:`saturated_row_fraction`.
 
     Dense (:func:`saturated_row_fraction` >= :data:`DENSE_SATURATED_ROWS`): most rows are read by every
     worker's batches whatever happens, so the placement of the samples is most of the gap to a full
@@ -280,7 +291,7 @@ def resolve_options(options: Options, graph: BipartiteGraph, num_workers: int) -
     unset = [k for k in SPARSE_SETTINGS if getattr(options, k) is None]
     if not unset:
         return options, {"saturated_row_fraction": None, "dense": None, "set": []}
-    fraction = saturated_row_fraction(graph, num_workers, options.batch_size)
+    fraction = saturated_row_fraction(graph, num_workers, options.batch_size, degree=degree)
     dense = fraction >= DENSE_SATURATED_ROWS
     chosen = DENSE_SETTINGS if dense else SPARSE_SETTINGS
     resolved = replace(options, **{k: chosen[k] for k in unset})
@@ -384,13 +395,15 @@ class _Compact(NamedTuple):
     used_ids: np.ndarray  # int32 [U] ascending
     local: np.ndarray  # int32 [M], -1 for unused ids
     cindices: np.ndarray  # int32 [edges], the edges in compact ids
+    degree: np.ndarray  # int64 [U], edges per compact id
 
 
 def _compact(graph: BipartiteGraph) -> _Compact:
     used_ids, local = compact_ids(graph.sample_indices, graph.num_embeddings)
     cindices = np.empty(graph.num_edges, dtype=np.int32)
-    K.remap(np.asarray(graph.sample_indices), local, cindices)
-    return _Compact(used_ids, local, cindices)
+    degree = np.zeros(used_ids.size, dtype=np.int64)
+    K.remap(np.asarray(graph.sample_indices), local, cindices, degree)
+    return _Compact(used_ids, local, cindices, degree)
 
 
 def _check_inputs(graph: BipartiteGraph, old: Placement, topology: Topology) -> None:
@@ -413,7 +426,7 @@ def _carried_last(comp: _Compact, is_old: np.ndarray, num_samples: int, indptr: 
     sample uses, put last in the sample's entries of ``comp.cindices`` (reordered in place)."""
     num_private = np.zeros(num_samples, dtype=np.int32)
     if carry:
-        private = (np.bincount(comp.cindices, minlength=is_old.size) == 1) & ~is_old
+        private = (comp.degree == 1) & ~is_old
         if private.any():
             K.private_last(indptr, comp.cindices, private.view(np.uint8), num_private)
     return num_private
@@ -439,6 +452,8 @@ class _State(NamedTuple):
     prim: np.ndarray  # int32 [U]
     sec: np.ndarray  # int64 [U]
     count: np.ndarray  # int32 [U, N]
+    options: Options  # resolved (:func:`resolve_options`)
+    defaults: dict  # the record of that resolution
 
 
 # --------------------------------------------------------------------------- step 1
@@ -475,9 +490,9 @@ def _place(graph: BipartiteGraph, old: Placement, topology: Topology, *, seed: i
     _check_inputs(graph, old, topology)
     t0 = time.perf_counter()
     n = topology.num_workers
-    options, defaults = resolve_options(options, graph, n)
     m_old, m = old.num_embeddings, graph.num_embeddings
     comp = _compact(graph)
+    options, defaults = resolve_options(options, graph, n, degree=comp.degree)
     used = comp.used_ids
     is_old = used < m_old
     prim = np.full(used.size, -1, dtype=np.int32)
@@ -495,7 +510,7 @@ def _place(graph: BipartiteGraph, old: Placement, topology: Topology, *, seed: i
     cost = np.ascontiguousarray(topology.cost, dtype=np.float64)
     load = np.zeros(n, dtype=np.int64)
     sample_worker = np.empty(num_samples, dtype=np.int32)
-    sample_indptr = np.asarray(graph.sample_indptr)
+    sample_indptr = np.ascontiguousarray(graph.sample_indptr)  # C layout: the pass prefetches by row
     with task("Placing new samples on the fixed rows", total=num_samples) as advance:
         if options.start == "pass":
             marg = np.empty((used.size, n), dtype=np.float64)
@@ -504,8 +519,7 @@ def _place(graph: BipartiteGraph, old: Placement, topology: Topology, *, seed: i
                              np.int64(cap), float(alpha), sample_worker)
             del marg
         else:  # "project": majority of the signal rows, then the counts of the result
-            degree = np.bincount(comp.cindices, minlength=used.size)
-            vote = degree <= saturated_degree(num_samples, n, options.batch_size)
+            vote = comp.degree <= saturated_degree(num_samples, n, options.batch_size)
             K.stream_majority(sample_indptr, comp.cindices, order, prim, vote, count, load, np.int64(cap),
                               sample_worker)
             count[:] = 0
@@ -538,7 +552,7 @@ def _place(graph: BipartiteGraph, old: Placement, topology: Topology, *, seed: i
     placed = Placement(num_workers=n, sample_worker=sample_worker, embedding_primary=primary,
                        secondary_indptr=indptr, secondary_workers=np.array(old.secondary_workers, dtype=np.int32),
                        method="place-new", options=asdict(options), seed=seed, info=info)
-    return placed, _State(comp, prim, sec, count)
+    return placed, _State(comp, prim, sec, count, options, defaults)
 
 
 # --------------------------------------------------------------------------- step 2
@@ -566,33 +580,58 @@ def repartition_incremental(graph: BipartiteGraph, old: Placement, topology: Top
         moved and a per-round log. ``moved_rows(old, result).total <=
         max_moved_rows`` always.
     """
-    options = options or Options()
-    if not isinstance(max_moved_rows, (int, np.integer)) or max_moved_rows < 0:
-        raise PartitionError(f"max_moved_rows must be an integer >= 0, got {max_moved_rows!r}.")
-    budget = int(max_moved_rows)
+    if start is None:  # the pass's compact ids, counts and masks stay warm for the sweeps
+        return place_and_repartition(graph, old, topology, max_moved_rows=max_moved_rows, seed=seed,
+                                     options=options)[1]
+    budget = _check_budget(max_moved_rows)
     _check_inputs(graph, old, topology)
     t0 = time.perf_counter()
-    options, defaults = resolve_options(options, graph, topology.num_workers)
-    state = None
-    if start is None:  # the pass's compact ids, counts and masks stay warm for the sweeps
-        start, state = _place(graph, old, topology, seed=seed, options=options)
+    comp = _compact(graph)
+    options, defaults = resolve_options(options or Options(), graph, topology.num_workers, degree=comp.degree)
+    return _refine(graph, old, topology, budget, seed, options, defaults, start, comp, None, t0)
+
+
+def place_and_repartition(graph: BipartiteGraph, old: Placement, topology: Topology, *, max_moved_rows: int,
+                          seed: int = 0, options: Options | None = None) -> tuple[Placement, Placement]:
+    """:func:`place_new_data`'s and :func:`repartition_incremental`'s results from one placement pass.
+
+    ``repartition_incremental(..., start=place_new_data(...))`` gives the same two placements but
+    compacts the ids, counts the samples per row and worker and resolves the defaults twice (what
+    ``gmp partition --from-manifest --max-moved-rows`` needs both for: the "no re-partition" line).
+    """
+    budget = _check_budget(max_moved_rows)
+    t0 = time.perf_counter()
+    placed, state = _place(graph, old, topology, seed=seed, options=options or Options())
+    return placed, _refine(graph, old, topology, budget, seed, state.options, state.defaults, placed, state.comp,
+                           state, t0)
+
+
+def _check_budget(max_moved_rows) -> int:
+    if not isinstance(max_moved_rows, (int, np.integer)) or max_moved_rows < 0:
+        raise PartitionError(f"max_moved_rows must be an integer >= 0, got {max_moved_rows!r}.")
+    return int(max_moved_rows)
+
+
+def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: int, seed: int, options: Options,
+            defaults: dict, start: Placement, comp: _Compact, state: _State | None, t0: float) -> Placement:
+    """:func:`repartition_incremental` from ``start`` (``state``: what the pass that made it left warm)."""
     t_place = float(start.info.get("seconds", 0.0)) if start.info else 0.0
     t1 = time.perf_counter()
     n = topology.num_workers
     m_old, m = old.num_embeddings, graph.num_embeddings
-    comp = state.comp if state is not None else _compact(graph)
     used = comp.used_ids
     num_used = used.size
     is_old = used < m_old
-    if state is not None:
+    if state is not None:  # the pass moved no row: its masks are the old ones
         prim, sec = state.prim, state.sec
+        old_sec = sec.copy()
     else:
         prim = np.array(np.asarray(start.embedding_primary)[used], dtype=np.int32)
         sec = _secondary_masks(start, used)
+        old_sec = np.zeros(num_used, dtype=np.int64)
+        old_sec[is_old] = _secondary_masks(old, used[is_old])
     old_prim = np.full(num_used, -1, dtype=np.int32)
     old_prim[is_old] = np.asarray(old.embedding_primary)[used[is_old]]
-    old_sec = np.zeros(num_used, dtype=np.int64)
-    old_sec[is_old] = _secondary_masks(old, used[is_old])
     sw = np.array(start.sample_worker, dtype=np.int32)
     indptr = np.asarray(graph.sample_indptr)
     if state is not None:
