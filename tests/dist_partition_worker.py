@@ -43,7 +43,7 @@ def main() -> None:
         if p is not None:
             np.savez(Path(out) / f"{run['name']}.npz", sample_worker=p.sample_worker, primary=p.embedding_primary,
                      sec_indptr=p.secondary_indptr, sec_workers=p.secondary_workers,
-                     info=json.dumps({k: p.info[k] for k in ("sample_cap", "primary_cap", "rounds", "distributed")}))
+                     info=json.dumps({k: p.info[k] for k in ("sample_cap", "primary_cap", "rounds", "distributed", "multilevel")}))
     engine.close()
 
 

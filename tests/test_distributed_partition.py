@@ -245,14 +245,23 @@ def assert_caps(ds, a: dict, n: int, max_imbalance: float = 1.05) -> None:
 @pytest.mark.distributed
 def test_processes_keep_caps_are_deterministic_and_near_one_process(data, tmp_path):
     """3 processes, flat topology: twice the same placement, the caps, and within 10% of one process
-    (the large-graph start: the portfolio, tested below, would refine 20 candidates)."""
+    (the large-graph start: the portfolio, tested below, would refine 20 candidates). The flat sweep
+    runs beside the multilevel start (``flat_beside_samples=1``); it loses here, and the placement is
+    the run's without it (``alone``): the multilevel one, restored after the flat sweep."""
     path, ds = data
     big = {"portfolio_edges": 0}
-    got = worker(3, path, tmp_path, [{"name": f"run{r}", "block_samples": 32, "options": big} for r in range(2)])
+    runs = [{"name": f"run{r}", "block_samples": 32, "options": {**big, "flat_beside_samples": 1}} for r in range(2)]
+    got = worker(3, path, tmp_path, runs + [{"name": "alone", "block_samples": 32,
+                                             "options": {**big, "flat_beside_samples": 0}}])
     a, b = got["run0"], got["run1"]
     for key in ("sample_worker", "primary", "sec_indptr", "sec_workers"):
         np.testing.assert_array_equal(a[key], b[key])  # deterministic for a seed and process count
-    assert json.loads(str(a["info"]))["distributed"]["processes"] == 3
+        np.testing.assert_array_equal(a[key], got["alone"][key])
+    info = json.loads(str(a["info"]))
+    assert info["distributed"]["processes"] == 3
+    fb = info["multilevel"]["flat_beside"]
+    assert fb["chosen"] == "multilevel" and fb["multilevel_score"] < fb["flat_score"]
+    assert "flat_beside" not in json.loads(str(got["alone"]["info"]))["multilevel"]
     assert_caps(ds, a, 4)
     # quality: the batch remote reads within 10% of the one-process run's on this small graph
     graph, topo = build_graph(ds), resolve_topology(4, None, None)
@@ -391,6 +400,48 @@ def test_small_graphs_get_the_portfolio_start(data):
     assert ml["chosen"] == min(scores)[1]
     assert 1 <= len(p.info["rounds"]) - 1 <= 3
     assert not run_local(ds, 4, portfolio_edges=0, rounds=1).info["multilevel"]["portfolio"]
+
+
+def test_flat_beside_follows_the_scores_after_the_2d_step(data, monkeypatch):
+    """``flat_beside_samples`` reached: the flat sweep runs beside the multilevel start, each refined
+    placement is scored as J less the 2D step's savings, and the lower is kept. The multilevel score is
+    checked against the run without the check (its last J less the reads its 2D step saved: the flat
+    topology's cost is 1 off the diagonal, the budgets do not depend on the primaries); kept, its
+    placement and rounds are that run's. With the flat state's savings made huge the flat one is kept."""
+    from gmp.partition.distributed import core
+
+    _, ds = data
+    opts = {"portfolio_edges": 0, "rounds": 2}
+    alone = run_local(ds, 4, **opts, flat_beside_samples=0)
+    both = run_local(ds, 4, **opts, flat_beside_samples=1)
+    assert "flat_beside" not in alone.info["multilevel"]
+    fb = both.info["multilevel"]["flat_beside"]
+    rep = alone.info["replication"]
+    saved = rep["expected_remote_pushes"] - rep["expected_remote_reads"]
+    assert saved > 0
+    assert fb["multilevel_score"] == pytest.approx(alone.info["rounds"][-1]["objective"] - saved, rel=1e-9)
+    assert fb["multilevel_rounds"] == alone.info["rounds"][-1]["round"]
+    assert fb["chosen"] == "multilevel" and fb["multilevel_score"] < fb["flat_score"]
+    for key in ("sample_worker", "embedding_primary", "secondary_indptr", "secondary_workers"):
+        np.testing.assert_array_equal(getattr(both, key), getattr(alone, key))
+    assert [r["objective"] for r in both.info["rounds"]] == [r["objective"] for r in alone.info["rounds"]]
+
+    real, calls = core.replication_savings, []
+
+    def savings(state, budgets):
+        calls.append(1)
+        return real(state, budgets) + (1e9 if len(calls) == 2 else 0.0)  # the second score: the flat state's
+
+    monkeypatch.setattr(core, "replication_savings", savings)
+    flat = run_local(ds, 4, **opts, flat_beside_samples=1)
+    fb = flat.info["multilevel"]["flat_beside"]
+    assert fb["chosen"] == "flat" and fb["flat_score"] < 0 < fb["multilevel_score"]
+    assert {r["level"] for r in flat.info["rounds"]} == {"worker (flat)"}
+    rep = flat.info["replication"]
+    saved = rep["expected_remote_pushes"] - rep["expected_remote_reads"]
+    assert fb["flat_score"] + 1e9 == pytest.approx(flat.info["rounds"][-1]["objective"] - saved, rel=1e-9)
+    assert not np.array_equal(flat.sample_worker, alone.sample_worker)
+    assert np.bincount(flat.sample_worker, minlength=4).max() <= sample_cap(ds.num_samples, 4, 1.05)
 
 
 @pytest.mark.distributed

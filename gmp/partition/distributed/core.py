@@ -16,7 +16,7 @@ from .._common import place_unused_embeddings
 from ..hybrid import Options, is_hierarchical, replication_budgets
 from .exchange import Ghosts, Mesh, OwnedRows, shard_range
 from .shard import Shard
-from .start import multilevel_start, random_start
+from .start import install_primaries, install_samples, multilevel_start, random_start
 from .state import DistState
 
 log = logging.getLogger(__name__)
@@ -118,17 +118,51 @@ def partition_distributed(indptr: np.ndarray, indices: np.ndarray, num_embedding
     del owner_degree
     if rounds is None:
         rounds = run_rounds(state, options, t0)
+        if ml is not None and 0 < options.flat_beside_samples <= num_samples and not is_hierarchical(topology):
+            rounds = flat_beside(state, options, rng, rounds, ml)
     return _assemble(state, options, topology, num_embeddings, seed, rounds, ml, t0, chunk_samples)
 
 
 def refine_candidate(state: DistState, options: Options) -> tuple[float, list[dict]]:
-    """A portfolio candidate: up to ``portfolio_rounds`` rounds, scored as the single process scores it
-    (``hybrid._multilevel_start``): J less the traffic the 2D step's secondaries will take off
-    (:func:`replication_savings`). Returns the score and the round log."""
+    """A portfolio candidate: up to ``portfolio_rounds`` rounds, scored by :func:`score_after_2d`.
+    Returns the score and the round log."""
     rounds = run_rounds(state, options, time.perf_counter(), max_rounds=options.portfolio_rounds,
                         level=logging.DEBUG)
+    return score_after_2d(state, options, rounds), rounds
+
+
+def score_after_2d(state: DistState, options: Options, rounds: list[dict]) -> float:
+    """A refined placement's score, as the single process scores it (``hybrid._multilevel_start``,
+    ``hybrid._flat_beside``): J after the last round less the traffic the 2D step's secondaries will
+    take off (:func:`replication_savings`); the same value on every process."""
     budgets = replication_budgets(state.num_workers, state.w.num_used, state.primary_load, options)
-    return rounds[-1]["objective"] - replication_savings(state, budgets), rounds
+    return rounds[-1]["objective"] - replication_savings(state, budgets)
+
+
+def flat_beside(state: DistState, options: Options, rng: np.random.Generator, rounds: list[dict],
+                ml: dict) -> list[dict]:
+    """``hybrid._flat_beside`` across the processes (``options.flat_beside_samples``): the refined
+    multilevel placement in ``state`` or the flat sweep's (the seeded random start of ``levels=1`` and
+    the same rounds), whichever scores lower (:func:`score_after_2d`); ``state`` ends holding it.
+
+    Returns the kept placement's round log; the comparison goes to ``ml["flat_beside"]``. Memory: only
+    the multilevel samples' workers and primaries are kept aside (4 B per shard sample and per owned
+    row); its counts are recounted from them if it wins (one pass over the shard, one exchange)."""
+    ml_score = score_after_2d(state, options, rounds)
+    sw, prim = state.sw.copy(), state.prim.copy()
+    random_start(state, rng)
+    flat_rounds = run_rounds(state, options, time.perf_counter(), name="worker (flat)")
+    flat_score = score_after_2d(state, options, flat_rounds)
+    chosen = "flat" if flat_score < ml_score else "multilevel"
+    ml["flat_beside"] = {"multilevel_score": ml_score, "flat_score": flat_score, "chosen": chosen,
+                         "multilevel_rounds": rounds[-1]["round"]}
+    log.info("distributed hybrid: after the 2D step's savings, multilevel %.6g against flat %.6g: %s kept",
+             ml_score, flat_score, chosen)
+    if chosen == "flat":
+        return flat_rounds
+    install_samples(state, sw)
+    install_primaries(state, prim)
+    return rounds
 
 
 def replication_savings(state: DistState, budgets: np.ndarray) -> float:
@@ -147,13 +181,13 @@ def replication_savings(state: DistState, budgets: np.ndarray) -> float:
 
 
 def run_rounds(state: DistState, options: Options, t0: float, *, max_rounds: int | None = None,
-               level: int = logging.INFO) -> list[dict]:
+               level: int = logging.INFO, name: str = "worker") -> list[dict]:
     """Algorithm 1 lines 2-5: up to ``max_rounds`` (default ``options.rounds``) rounds, stopping below ``tol``;
-    each logged at ``level``."""
+    each logged at ``level``, recorded with ``"level": name``."""
     rounds = []
 
     def record(r: int, seconds: float, moved: tuple[int, int], bytes0: int) -> float:
-        entry = {"round": r, "level": "worker", **state.summary(), "moved_samples": moved[0],
+        entry = {"round": r, "level": name, **state.summary(), "moved_samples": moved[0],
                  "moved_embeddings": moved[1], "seconds": round(seconds, 4),
                  "bytes_sent": int(state.mesh.isum(np.array([state.round_bytes() - bytes0]))[0])}
         rounds.append(entry)
