@@ -82,8 +82,9 @@ def partition_distributed(indptr: np.ndarray, indices: np.ndarray, num_embedding
     -------
     Placement or None
         The placement on rank 0 (``method="hybrid"``, ``info["distributed"]`` with processes,
-        blocks, bytes per round and peak RSS per process); None on the other ranks. Deterministic
-        for a given seed and number of processes.
+        blocks, bytes per round and peak RSS per process; ``info["multilevel"]["flat_beside"]`` when
+        the flat sweep ran beside the multilevel start, :func:`flat_beside`); None on the other
+        ranks. Deterministic for a given seed and number of processes.
     """
     check_settings(options, topology, block_samples, chunk_samples)
     t0 = time.perf_counter()
