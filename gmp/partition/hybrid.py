@@ -583,6 +583,14 @@ def replication_savings(state: _State, budgets: np.ndarray) -> float:
     return total
 
 
+def score_after_2d(state: _State, rounds: list[dict], options: Options) -> float:
+    """A refined placement's score where starts compete (the portfolio, :func:`_flat_beside`): J after the
+    last of ``rounds`` less what the 2D step's secondaries will take off (:func:`replication_savings`);
+    a start whose remote traffic sits on a few rows loses less to replication than J alone says."""
+    budgets = replication_budgets(state.num_workers, state.num_used, state.primary_load, options)
+    return rounds[-1]["objective"] - replication_savings(state, budgets)
+
+
 def _top_candidates(state: _State, budgets: np.ndarray, *, ids: bool = True) -> list[tuple[np.ndarray | None, float]]:
     """Per worker w: its top-``budgets[w]`` replication candidates (ids ascending; ties in score go to the
     lower id; None unless ``ids``) and the sum of their scores (Eq. 6 numerators).
@@ -828,8 +836,7 @@ def _multilevel_start(graph: BipartiteGraph, topology: Topology, options: Option
             cand["rounds"] = len(cand_rounds) - 1
             # scored as it will be used: J less what the 2D step's secondaries will save (a start whose
             # remote traffic sits on a few rows loses less to replication than J alone says)
-            cand["score"] = cand["objective"] - replication_savings(
-                state, replication_budgets(n, state.num_used, state.primary_load, options))
+            cand["score"] = score_after_2d(state, cand_rounds, options)
             cand["placement"] = (state, cand_rounds)
             # keep only the best refined state so far (memory: one state per running thread, plus the best);
             # (score, k) is a total order, so the survivor does not depend on the order threads finish
@@ -926,18 +933,13 @@ def _flat_beside(state: _State, graph: BipartiteGraph, topology: Topology, optio
     goes to ``multilevel_info["flat_beside"]``. Memory: both states at once, less the multilevel one's
     marginals (``drow``), which the 2D step does not read."""
     n = topology.num_workers
-
-    def score(st: _State, log_: list[dict]) -> float:
-        return log_[-1]["objective"] - replication_savings(
-            st, replication_budgets(n, st.num_used, st.primary_load, options))
-
-    ml_score = score(state, rounds)
+    ml_score = score_after_2d(state, rounds, options)
     state.drow = None  # (memory: the 2D step reads count, prim and f only)
     flat_rounds: list[dict] = []
     flat = _State(graph, topology.cost, options, balanced_random_assignment(graph.num_samples, n, rng), None, rng,
                   batch_size=options.batch_size, num_private=num_private)
     _run_rounds(flat, options, flat_rounds, "worker (flat)", time.perf_counter())
-    flat_score = score(flat, flat_rounds)
+    flat_score = score_after_2d(flat, flat_rounds, options)
     chosen = "flat" if flat_score < ml_score else "multilevel"
     multilevel_info["flat_beside"] = {"multilevel_score": ml_score, "flat_score": flat_score, "chosen": chosen,
                                       "multilevel_rounds": rounds[-1]["round"]}
