@@ -217,7 +217,7 @@ def test_the_sweep_carries_a_samples_private_new_ids(carry, max_imbalance, worke
     old = Placement.edge_cut(2, [1], [1])
     start = Placement.edge_cut(2, [0], [1, 0, 0])
     p = repartition_incremental(g, old, two(), max_moved_rows=0, start=start,
-                                options=Options(max_imbalance=max_imbalance, carry_private=carry, **EXACT))
+                                options=Options(max_imbalance=max_imbalance, carry_private=carry, sweep="all", **EXACT))
     assert p.sample_worker.tolist() == [worker]
     assert p.embedding_primary.tolist() == [1, worker, worker]
     assert batch_remote_reads(g, p, 1) == reads
@@ -315,6 +315,122 @@ def test_placement_pass_against_a_python_reference(seed):
     assert out.tolist() == want_out
     assert np.array_equal(count, want_count)
     assert np.bincount(out, minlength=n).max() <= cap
+
+
+def test_open_edges_leave_out_sealed_rows_and_put_carried_rows_last():
+    # hand-computed: rows 1 and 3 sealed (left out), rows 2 and 5 carried (moved last, in their order)
+    from gmp.partition import _incremental_kernels as K
+
+    indptr = np.array([0, 4, 6, 6, 9], dtype=np.int64)
+    cindices = np.array([2, 1, 0, 5, 3, 4, 5, 1, 3], dtype=np.int32)
+    flags = np.array([0, 1, 2, 1, 0, 2], dtype=np.uint8)  # 1: sealed, 2: carried
+    oindptr = np.empty(5, dtype=np.int64)
+    out = np.empty(6, dtype=np.int32)  # 5 open edges + the spare entry
+    num_private = np.empty(4, dtype=np.int32)
+    assert K.open_edges(indptr, cindices, flags, oindptr, out, num_private) == 5
+    assert oindptr.tolist() == [0, 3, 4, 4, 5]
+    assert out[:5].tolist() == [0, 2, 5, 4, 5]
+    assert num_private.tolist() == [2, 0, 0, 1]
+
+
+def _sealed_case():
+    """Rows 0 and 1 held by all 4 workers; row 0 cools (8 readers, just above the saturated degree 7) while row 2, held by its primary
+    only, is read by most samples: a secondary swap evicts row 0 from a worker (the sweep must then
+    sum it again)."""
+    rng = np.random.default_rng(5)
+    rows = []
+    for i in range(400):
+        r = {1} | set(rng.integers(3, 70, size=3).tolist())
+        if i < 300:
+            r.add(2)
+        if i % 50 == 0:
+            r.add(0)
+        rows.append(sorted(r))
+    g = BipartiteGraph.from_lists(rows, 70)  # ids 60..69 are new
+    prim = rng.integers(0, 4, size=60)
+    secs = [sorted({0, 1, 2, 3} - {int(prim[e])}) if e < 2 else [] for e in range(60)]
+    indptr = np.zeros(61, dtype=np.int64)
+    np.cumsum([len(s) for s in secs], out=indptr[1:])
+    old = Placement.edge_cut(4, [0], prim).with_secondaries(indptr, [w for s in secs for w in s])
+    return g, old, resolve_topology(4, None, None)
+
+
+@pytest.mark.parametrize("sweep", ["all", "changed"])
+def test_sealed_rows_change_no_placement(monkeypatch, sweep):
+    # the kernels skip the edges of rows every worker holds; the result must be the one of summing every edge
+    # (reference: no row sealed), also when a row-move round evicts a copy of a sealed row
+    import gmp.partition.incremental as I
+
+    g, old, topo = _sealed_case()
+    opts = Options(rounds=2, sweep=sweep, batch_size=64)
+    splits = []
+    real = I._open_edges
+    monkeypatch.setattr(I, "_open_edges", lambda *a: splits.append(real(*a)) or splits[-1])
+    got = place_and_repartition(g, old, topo, max_moved_rows=12, options=opts)
+    assert splits[0].sealed.tolist()[:2] == [True, True] and not splits[0].sealed[2:].any()
+    assert len(splits) == 1  # one split; row 0 then loses a copy and is summed from its samples' full entries
+    assert got[1].embedding_primary[0] == old.embedding_primary[0] and len(got[1].secondaries_of(0)) < 3
+    assert len(got[1].secondaries_of(1)) == 3
+    assert moved_rows(old, got[1]).total <= 12
+    monkeypatch.setattr(I, "_all_local", lambda prim, sec, n: np.zeros(prim.size, dtype=bool))
+    want = place_and_repartition(g, old, topo, max_moved_rows=12, options=opts)
+    for a, b in zip(got, want):
+        assert np.array_equal(a.sample_worker, b.sample_worker)
+        assert np.array_equal(a.embedding_primary, b.embedding_primary)
+        assert np.array_equal(a.secondary_indptr, b.secondary_indptr)
+        assert np.array_equal(a.secondary_workers, b.secondary_workers)
+
+
+def test_sweep_with_a_lost_sealed_row_equals_the_full_sweep_and_keeps_marginals_in_step():
+    # kernel level: rows 0 and 1 were sealed when the open CSR was made; row 0 then lost its copy on worker 3.
+    # The sweep over the open CSR (+ row 0 from the full entries of its samples) must move the same samples
+    # as the sweep over every edge, and leave marg = what fill_marginals computes from the final counts
+    from gmp.partition import _incremental_kernels as K
+    from gmp.partition.hybrid import soft_count_table
+    import gmp.partition.incremental as I
+
+    g, old, topo = _sealed_case()
+    comp = _compact(g)
+    indptr = np.asarray(g.sample_indptr)
+    n, num = 4, comp.used_ids.size
+    is_old = comp.used_ids < 60
+    prim = np.full(num, -1, dtype=np.int32)
+    prim[is_old] = np.asarray(old.embedding_primary)[comp.used_ids[is_old]]
+    prim[~is_old] = np.arange(int((~is_old).sum())) % n
+    sec = np.zeros(num, dtype=np.int64)
+    sec[is_old] = I._secondary_masks(old, comp.used_ids[is_old])
+    opened = I._open_edges(comp, indptr, prim, sec, is_old, n, 7, False)
+    assert opened.sealed[:2].tolist() == [True, True]
+    lost_worker = 3 if prim[0] != 3 else 2
+    sec[0] &= ~(np.int64(1) << lost_worker)  # a swap evicted it
+    lost = (opened.sealed & ~I._all_local(prim, sec, n)).view(np.uint8) << 1
+    assert lost.tolist()[:2] == [2, 0]
+    cost = np.ones((n, n)) - np.eye(n)
+    f = soft_count_table(120, 100.0, 64)
+    df = np.diff(f)
+    results = []
+    for sealed in (True, False):
+        sw = (np.arange(g.num_samples) * 7 % n).astype(np.int32)
+        count = np.zeros((num, n), dtype=np.int32)
+        K.count_samples(indptr, comp.cindices, sw, count)
+        marg = np.empty((num, n))
+        K.fill_marginals(prim, sec, count, df, cost, marg)
+        marks = np.zeros(g.num_samples, dtype=np.uint8)
+        args = (opened.indptr, opened.cindices, opened.num_private, lost) if sealed else \
+            (indptr, comp.cindices, np.zeros(g.num_samples, dtype=np.int32), np.zeros(num, dtype=np.uint8))
+        if sealed:
+            K.mark_samples(indptr, comp.cindices, lost, marks)
+            assert int(np.count_nonzero(marks & 2)) == 8  # row 0's readers
+        moved = K.sweep_samples(indptr, comp.cindices, *args, marks, True, sw, prim.copy(), sec.copy(), count, marg,
+                                df, cost, np.bincount(sw, minlength=n).astype(np.int64), np.int64(110), 0.01,
+                                np.bincount(prim, minlength=n).astype(np.int64), np.int64(num), 0.0,
+                                np.zeros(n, dtype=np.int64))
+        want = np.empty_like(marg)
+        K.fill_marginals(prim, sec, count, df, cost, want)
+        assert np.allclose(marg, want, rtol=0, atol=1e-12)  # kept in step with count
+        results.append((moved, sw))
+    assert results[0][0] == results[1][0] > 0
+    assert np.array_equal(results[0][1], results[1][1])
 
 
 def test_compact_ids_and_degrees_against_numpy():

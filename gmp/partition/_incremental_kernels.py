@@ -29,7 +29,6 @@ import numpy as np
 from ..kernels.simd import prefetch
 from ._hybrid_kernels import cheapest_sample_move
 from ._hybrid_kernels import count_samples  # noqa: F401 - one kernel, used as K.count_samples
-from ._hybrid_kernels import private_last  # noqa: F401 - one kernel, used as K.private_last
 
 _ONE = np.int64(1)
 
@@ -68,6 +67,60 @@ def _fill_row(x, prim, sec, count, df, cost, marg):  # pragma: no cover - compil
 
 
 @numba.njit(cache=True, nogil=True)
+def open_edges(indptr, cindices, flags, out_indptr, out, num_private):  # pragma: no cover - compiled
+    """Every sample's entries of the rows that are not sealed (``flags[x] & 1``), as a CSR
+    (``out_indptr``, ``out``; ``out`` has one spare entry: the copy is branch-free), the sample's
+    carried rows (``flags[x] & 2``) last, each group in its former order, counted in ``num_private``.
+
+    A sealed row is local to every worker (its primary and secondaries cover them all), so its
+    marginal is 0 on every worker and the sample kernels need not sum it. The carried rows are the
+    new ids the sweep moves with their sample (:func:`sweep_samples`); they are never sealed. Most
+    samples carry none: they are copied in one pass, the others in two more. A sample's flags are
+    gathered first (independent loads), so the position of the next write waits on no load."""
+    longest = 0
+    for i in range(indptr.size - 1):
+        longest = max(longest, indptr[i + 1] - indptr[i])
+    fl = np.empty(longest, dtype=np.uint8)
+    k2 = 0
+    out_indptr[0] = 0
+    for i in range(indptr.size - 1):
+        k0 = indptr[i]
+        deg = indptr[i + 1] - k0
+        carried = 0
+        for j in range(deg):
+            fl[j] = flags[cindices[k0 + j]]
+            carried |= fl[j]
+        held = 0
+        if carried & 2 == 0:
+            for j in range(deg):
+                out[k2] = cindices[k0 + j]
+                k2 += 1 - (fl[j] & 1)
+        else:
+            for j in range(deg):
+                out[k2] = cindices[k0 + j]
+                k2 += 1 - min(fl[j], 1)
+            for j in range(deg):
+                c = fl[j] >> 1
+                out[k2] = cindices[k0 + j]
+                k2 += c
+                held += c
+        num_private[i] = held
+        out_indptr[i + 1] = k2
+    return k2
+
+
+@numba.njit(cache=True, nogil=True)
+def count_rows(indptr, cindices, rows, sw, count):  # pragma: no cover - compiled
+    """count[x, sw[i]] += 1 for every edge (i, x) with ``rows[x]`` set (samples in id order)."""
+    for i in range(indptr.size - 1):
+        w = sw[i]
+        for k in range(indptr[i], indptr[i + 1]):
+            x = cindices[k]
+            if rows[x]:
+                count[x, w] += 1
+
+
+@numba.njit(cache=True, nogil=True)
 def stream_samples(indptr, cindices, order, prim, sec, count, marg, df, cost, load, cap, alpha,
                    out):  # pragma: no cover - compiled
     """Place every sample once, in ``order``, against fixed rows (one streaming pass).
@@ -83,6 +136,11 @@ def stream_samples(indptr, cindices, order, prim, sec, count, marg, df, cost, lo
     placed), and costs nothing while it has no users. That virtual primary is tracked
     per row and its ``marg`` row refilled when it changes (only the chosen worker's
     count changes per sample), so every edge is the same contiguous row add.
+
+    Only the edges of ``indptr``/``cindices`` are read; the caller passes the open edges
+    (:func:`open_edges`: the rows not local to every worker, whose ``marg`` row is 0 and stays 0
+    here) and counts the sealed rows' samples afterwards (:func:`count_rows`), in dataset order:
+    counting them here, in the random stream order, cost as much as the rest of the pass.
 
     The stream order is random, so every sample's rows are cache misses: while sample t is
     placed, the ``marg`` and ``count`` rows of sample t + 1, the edge list of t + 2 and the
@@ -133,24 +191,23 @@ def stream_samples(indptr, cindices, order, prim, sec, count, marg, df, cost, lo
 
 
 @numba.njit(cache=True, nogil=True)
-def samples_touching(indptr, cindices, rows, out):  # pragma: no cover - compiled
-    """out[i] = sample i uses a row with ``rows[x]`` set; returns how many do."""
+def mark_samples(indptr, cindices, flags, out):  # pragma: no cover - compiled
+    """out[i] = the OR of ``flags[x]`` over the rows x of sample i; returns how many samples have bit 0."""
     num = 0
     for i in range(indptr.size - 1):
-        hit = False
+        m = 0
         for k in range(indptr[i], indptr[i + 1]):
-            if rows[cindices[k]]:
-                hit = True
-                break
-        out[i] = hit
-        num += hit
+            m |= flags[cindices[k]]
+        out[i] = m
+        num += m & 1
     return num
 
 
 @numba.njit(cache=True, nogil=True)
-def sweep_samples(indptr, cindices, num_private, active, sw, prim, sec, count, marg, df, cost, load, cap, alpha,
-                  pload, pcap, beta, sec_load):  # pragma: no cover - compiled
-    """One sweep over the ``active`` samples in id order (Algorithm 1 lines 3-5 of HET-GMP, samples only).
+def sweep_samples(indptr, cindices, oindptr, ocindices, num_private, lost, marks, every, sw, prim, sec, count, marg,
+                  df, cost, load, cap, alpha, pload, pcap, beta, sec_load):  # pragma: no cover - compiled
+    """One sweep over the samples in id order, all of them (``every``) or those with bit 0 of ``marks``
+    (Algorithm 1 lines 3-5 of HET-GMP, samples only).
 
     Sample i on worker a moves to the worker b != a below ``cap`` minimising
 
@@ -163,7 +220,7 @@ def sweep_samples(indptr, cindices, num_private, active, sw, prim, sec, count, m
     so these moves are free for the migration budget. Returns the number moved.
 
     **Carried rows** (``num_private[i]`` > 0: the last entries of sample i, new ids no other
-    sample uses; :func:`gmp.partition._hybrid_kernels.private_last`) move *with* the sample, as
+    sample uses; :func:`open_edges`) move *with* the sample, as
     ``hybrid``'s ``carry_private`` sweep does: the sums above run over the other rows, and the move
     to b also makes b the primary of the carried rows, which then cost nothing (before:
     ``cost[p_x, a] * df[0]`` each where not local to a). A new id is created, not moved, so this
@@ -175,6 +232,14 @@ def sweep_samples(indptr, cindices, num_private, active, sw, prim, sec, count, m
     its sample (it would turn remote the moment the sample left). ``num_private`` all zero is the
     single-vertex sweep exactly.
 
+    The sums run over the open edges (``oindptr``/``ocindices``, :func:`open_edges`; ``num_private``
+    counts the carried rows at their end): a row local to every worker adds nothing to either side
+    (its ``marg`` is 0 and it is local to ``a``). A sealed row that has lost a copy since the split
+    (``lost[x]`` set: a row-move round evicted one of its secondaries) is summed from the full entries
+    (``indptr``/``cindices``) of the samples with bit 1 of ``marks`` (:func:`mark_samples`), so the
+    open CSR need not be made again. ``count`` follows every edge of a moved sample. Passing the full
+    CSR as both and no ``lost`` row gives the same result.
+
     No prefetching here (unlike :func:`stream_samples`): prefetching the next sample's rows made
     this sweep slower (0.44 -> 0.55 s at 1M samples; the samples are visited in id order).
     """
@@ -184,9 +249,9 @@ def sweep_samples(indptr, cindices, num_private, active, sw, prim, sec, count, m
     df0 = df[0]
     moved = 0
     for i in range(indptr.size - 1):
-        k0 = indptr[i]
-        k1 = indptr[i + 1]
-        if k0 == k1 or not active[i]:
+        k0 = oindptr[i]
+        k1 = oindptr[i + 1]
+        if indptr[i] == indptr[i + 1] or not (every or marks[i] & 1):
             continue
         kp = k1 - num_private[i]  # [k0, kp): rows summed by marginals, [kp, k1): carried rows
         a = sw[i]
@@ -194,11 +259,19 @@ def sweep_samples(indptr, cindices, num_private, active, sw, prim, sec, count, m
         for w in range(n):
             delta[w] = 0.0
         for k in range(k0, kp):
-            x = cindices[k]
+            x = ocindices[k]
             for w in range(n):
                 delta[w] += marg[x, w]
             if prim[x] != a and (sec[x] >> a) & 1 == 0:
                 stay += cost[prim[x], a] * df[count[x, a] - 1]
+        if marks[i] & 2:  # rows sealed when the open CSR was made that lost a copy since
+            for k in range(indptr[i], indptr[i + 1]):
+                x = cindices[k]
+                if lost[x]:
+                    for w in range(n):
+                        delta[w] += marg[x, w]
+                    if prim[x] != a and (sec[x] >> a) & 1 == 0:
+                        stay += cost[prim[x], a] * df[count[x, a] - 1]
         carry = False
         npv = k1 - kp
         if npv == 0:
@@ -208,7 +281,7 @@ def sweep_samples(indptr, cindices, num_private, active, sw, prim, sec, count, m
                 tally[w] = 0
             private_stay = 0.0
             for k in range(kp, k1):
-                x = cindices[k]
+                x = ocindices[k]
                 p = prim[x]
                 tally[p] += 1
                 if p != a and (sec[x] >> a) & 1 == 0:
@@ -234,7 +307,7 @@ def sweep_samples(indptr, cindices, num_private, active, sw, prim, sec, count, m
                 elif b != a:  # the sample alone; its carried rows stay
                     alone = 0.0
                     for k in range(kp, k1):
-                        x = cindices[k]
+                        x = ocindices[k]
                         if prim[x] != b and (sec[x] >> b) & 1 == 0:
                             alone += cost[prim[x], b] * df0
                     d = shared + alone - private_stay
@@ -243,10 +316,14 @@ def sweep_samples(indptr, cindices, num_private, active, sw, prim, sec, count, m
                         best = b
                         carry = False
         if best != a:
-            for k in range(k0, k1):
+            for k in range(indptr[i], indptr[i + 1]):
                 x = cindices[k]
                 count[x, a] -= 1
                 count[x, best] += 1
+                if marks[i] & 2 and lost[x]:
+                    _fill_row(x, prim, sec, count, df, cost, marg)
+            for k in range(k0, k1):
+                x = ocindices[k]
                 p = prim[x]  # inline _marginal (a call per edge costs more than the work)
                 if p < 0 or p == a or (sec[x] >> a) & 1 != 0:
                     marg[x, a] = 0.0
@@ -265,7 +342,7 @@ def sweep_samples(indptr, cindices, num_private, active, sw, prim, sec, count, m
                 pload[w] -= tally[w]
             pload[best] += npv
             for k in range(kp, k1):
-                x = cindices[k]
+                x = ocindices[k]
                 prim[x] = best
                 if (sec[x] >> best) & 1 != 0:  # a secondary where the primary now is: dropped
                     sec[x] &= ~(_ONE << best)

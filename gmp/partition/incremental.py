@@ -64,11 +64,13 @@ Starts from :func:`place_new_data`'s placement and runs ``rounds`` rounds of:
    measured: 1.250 -> 1.239 of the full re-partition's reads on the independent
    drift with 3 rounds, for 1.7x the time).
 2. *Sample sweep*: samples move to their best worker (free: samples are
-   data, not state). Round 1 sweeps every sample (which also refines the
-   one-pass placement; ``sweep="changed"`` skips that); later rounds sweep
-   only the samples that read a row changed in that round (the others'
-   costs barely changed), which keeps a round well below the cost of a
-   full sweep. ``sweep="every"`` sweeps every sample in every round, and
+   data, not state). With ``sweep="changed"`` (the default on sparse graphs)
+   a round sweeps only the samples that read a row changed in that round
+   (the others' costs barely changed); ``sweep="all"`` sweeps every sample in
+   round 1 (which also refines the one-pass placement: measured to buy
+   nothing on the synthetic drifts, 1.448x -> 1.450x and 1.019x -> 1.018x of the
+   full re-partition's reads, for 0.1-0.2 s of 1 s at 1M samples;
+   docs/incremental.md). ``sweep="every"`` sweeps every sample in every round, and
    ``sweep_first`` adds a round 0 (row-free moves, a sweep of every sample)
    so the budgeted moves see settled samples: on dense data (MovieLens) the
    sample placement is most of the gap and these close it; on the synthetic
@@ -100,7 +102,7 @@ used rows`` (default: the old placement's own ``replication_budget`` option,
 **Defaults by density** (:func:`resolve_options`): ``start``, ``sweep_first``, ``sweep`` and
 ``rounds`` left ``None`` are set per graph: the ``project`` start, ``sweep_first``, ``sweep="every"``
 and 10 rounds when at least :data:`DENSE_SATURATED_ROWS` of the used rows are saturated (MovieLens),
-else the pass and one round (docs/incremental.md, "Defaults by density").
+else the pass, one round and the changed-row sweep (docs/incremental.md, "Defaults by density").
 
 Deterministic: the only randomness is the seeded stream order of the
 placement pass; every kernel is sequential in a fixed order.
@@ -184,9 +186,10 @@ class Options:
         (default): the old placement's ``replication_budget`` option, 0
         when it has none.
     sweep
-        ``"all"`` (default): round 1's sample sweep visits every sample;
-        ``"changed"``: every round visits only the samples that read a row
-        changed in that round (cheaper, a little less traffic saved);
+        ``"changed"`` (default on sparse graphs): every round visits only the
+        samples that read a row changed in that round; ``"all"``: round 1's
+        sample sweep visits every sample (refines the placement pass: the same
+        traffic on the synthetic drifts, for more time);
         ``"every"``: every round visits every sample (a full sweep per round;
         MovieLens by time with ``start="project"``, ``sweep_first`` and 6 rounds:
         1.09x of the full re-partition's reads at 5%).
@@ -256,7 +259,7 @@ class Options:
 #: MovieLens-100K by time 0.43, the synthetic entity drift 0.08, the independent drift 0.02
 DENSE_SATURATED_ROWS = 0.2
 #: the settings ``None`` stands for, by density (docs/incremental.md, "Defaults by density")
-SPARSE_SETTINGS = {"start": "pass", "sweep_first": False, "sweep": "all", "rounds": 1}
+SPARSE_SETTINGS = {"start": "pass", "sweep_first": False, "sweep": "changed", "rounds": 1}
 DENSE_SETTINGS = {"start": "project", "sweep_first": True, "sweep": "every", "rounds": 10}
 
 
@@ -286,7 +289,8 @@ def resolve_options(options: Options, graph: BipartiteGraph, num_workers: int, *
     worker's batches whatever happens, so the placement of the samples is most of the gap to a full
     re-partition, and :data:`DENSE_SETTINGS` (the ``project`` start, ``sweep_first``, a sweep of every
     sample in each of 10 rounds) closes it (MovieLens by time, 5%: 1.70x -> 1.09x). Otherwise
-    :data:`SPARSE_SETTINGS` (the streaming pass, one round), better on the synthetic drifts.
+    :data:`SPARSE_SETTINGS` (the streaming pass, one round sweeping the samples of the changed rows),
+    better on the synthetic drifts.
     """
     unset = [k for k in SPARSE_SETTINGS if getattr(options, k) is None]
     if not unset:
@@ -420,16 +424,46 @@ def _check_inputs(graph: BipartiteGraph, old: Placement, topology: Topology) -> 
             f"'gmp data import ... --extend OLD_DATASET'.")
 
 
-def _carried_last(comp: _Compact, is_old: np.ndarray, num_samples: int, indptr: np.ndarray,
-                  carry: bool) -> np.ndarray:
-    """Per sample, how many rows its sweep carries (``Options.carry_private``): the new ids no other
-    sample uses, put last in the sample's entries of ``comp.cindices`` (reordered in place)."""
-    num_private = np.zeros(num_samples, dtype=np.int32)
-    if carry:
-        private = (comp.degree == 1) & ~is_old
-        if private.any():
-            K.private_last(indptr, comp.cindices, private.view(np.uint8), num_private)
-    return num_private
+class _Open(NamedTuple):
+    """The edges the sample kernels sum (:func:`_open_edges`)."""
+
+    indptr: np.ndarray  # int64 [samples + 1]
+    cindices: np.ndarray  # int32 [open edges + 1]: the edges of the rows not sealed, carried rows last
+    num_private: np.ndarray  # int32 [samples]: the carried rows at the end of each sample's entries
+    sealed: np.ndarray  # bool [U]: the rows left out (local to every worker and saturated when made)
+
+
+def _all_local(prim: np.ndarray, sec: np.ndarray, n: int) -> np.ndarray:
+    """bool [U]: rows held (primary or secondary) by every one of the ``n`` workers."""
+    every = np.int64((1 << n) - 1)
+    held = sec | np.left_shift(np.int64(1), np.maximum(prim, 0).astype(np.int64))
+    return (prim >= 0) & (held == every)
+
+
+def _open_edges(comp: _Compact, indptr: np.ndarray, prim: np.ndarray, sec: np.ndarray, is_old: np.ndarray,
+                n: int, saturated: int, carry: bool) -> _Open:
+    """The CSR of the edges of the rows that are not *sealed* (local to every worker and saturated:
+    degree above ``saturated``, :func:`saturated_degree`), each sample's carried rows last.
+
+    A row every worker holds costs nothing wherever its samples go (Eq. 3 counts remote reads only),
+    so the placement pass and the sweep sum only the other edges; the counts of every edge are still
+    kept (the row-move candidates read them). Exact: the same placements as summing every edge. On
+    the 1M-sample entity days the rows the 2D step replicated everywhere carry 66% of the edges
+    (1,656 rows), the saturated ones among them 65% (1,353 rows). Only saturated rows are sealed
+    because a row-move round may evict a secondary of a cooling row (31 rows of degree 479-658 there),
+    and the sweep after it must then sum that row again (:func:`_refine` re-splits when a sealed row
+    loses a copy: 11 rows of degree 1.9k-10k there, swapped for rows of nearly the same score).
+
+    Carried rows (``carry``: ``Options.carry_private``): the new ids no other sample uses; the sweep
+    moves them with their sample (:func:`~gmp.partition._incremental_kernels.sweep_samples`)."""
+    sealed = _all_local(prim, sec, n) & (comp.degree > saturated)
+    flags = sealed.astype(np.uint8)
+    flags[(comp.degree == 1) & ~is_old & carry] = 2  # carried rows (never sealed: new ids)
+    oindptr = np.empty(indptr.size, dtype=np.int64)
+    ocindices = np.empty(int(comp.degree[~sealed].sum()) + 1, dtype=np.int32)
+    num_private = np.empty(indptr.size - 1, dtype=np.int32)
+    K.open_edges(indptr, comp.cindices, flags, oindptr, ocindices, num_private)
+    return _Open(oindptr, ocindices, num_private, sealed)
 
 
 def _secondary_masks(placement: Placement, ids: np.ndarray) -> np.ndarray:
@@ -449,6 +483,7 @@ class _State(NamedTuple):
     """What the placement pass leaves warm for the refinement (over the compact ids)."""
 
     comp: _Compact
+    opened: _Open | None  # the pass's open edges (None after the ``project`` start)
     prim: np.ndarray  # int32 [U]
     sec: np.ndarray  # int64 [U]
     count: np.ndarray  # int32 [U, N]
@@ -511,13 +546,17 @@ def _place(graph: BipartiteGraph, old: Placement, topology: Topology, *, seed: i
     load = np.zeros(n, dtype=np.int64)
     sample_worker = np.empty(num_samples, dtype=np.int32)
     sample_indptr = np.ascontiguousarray(graph.sample_indptr)  # C layout: the pass prefetches by row
+    opened = None
     with task("Placing new samples on the fixed rows", total=num_samples) as advance:
         if options.start == "pass":
+            opened = _open_edges(comp, sample_indptr, prim, sec, is_old, n,
+                                 saturated_degree(num_samples, n, options.batch_size), options.carry_private)
             marg = np.empty((used.size, n), dtype=np.float64)
             K.fill_marginals(prim, sec, count, df, cost, marg)
-            K.stream_samples(sample_indptr, comp.cindices, order, prim, sec, count, marg, df, cost, load,
+            K.stream_samples(opened.indptr, opened.cindices, order, prim, sec, count, marg, df, cost, load,
                              np.int64(cap), float(alpha), sample_worker)
             del marg
+            K.count_rows(sample_indptr, comp.cindices, opened.sealed.view(np.uint8), sample_worker, count)
         else:  # "project": majority of the signal rows, then the counts of the result
             vote = comp.degree <= saturated_degree(num_samples, n, options.batch_size)
             K.stream_majority(sample_indptr, comp.cindices, order, prim, vote, count, load, np.int64(cap),
@@ -552,7 +591,7 @@ def _place(graph: BipartiteGraph, old: Placement, topology: Topology, *, seed: i
     placed = Placement(num_workers=n, sample_worker=sample_worker, embedding_primary=primary,
                        secondary_indptr=indptr, secondary_workers=np.array(old.secondary_workers, dtype=np.int32),
                        method="place-new", options=asdict(options), seed=seed, info=info)
-    return placed, _State(comp, prim, sec, count, options, defaults)
+    return placed, _State(comp, opened, prim, sec, count, options, defaults)
 
 
 # --------------------------------------------------------------------------- step 2
@@ -660,8 +699,10 @@ def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: i
 
     marg = np.empty((num_used, n), dtype=np.float64)
     K.fill_marginals(prim, sec, count, df, cost, marg)
-    num_private = _carried_last(comp, is_old, num_samples, indptr, options.carry_private)
-    active = np.ones(num_samples, dtype=np.bool_)
+    saturated = saturated_degree(num_samples, n, options.batch_size)
+    opened = state.opened if state is not None and state.opened is not None else \
+        _open_edges(comp, indptr, prim, sec, is_old, n, saturated, options.carry_private)
+    marks = np.zeros(num_samples, dtype=np.uint8)  # bit 0: reads a changed row, bit 1: reads a lost sealed row
     rounds: list[dict] = []
     # a start that already moved rows (e.g. an earlier incremental result) has spent them
     spent = 0 if state is not None else moved_rows(old, start).total
@@ -687,17 +728,24 @@ def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: i
                                            sec_load, sec_cap, old_prim, old_sec, is_old, np.int64(allowed),
                                            np.int64(spent))
             spent = int(spent)
-            # round 1 sweeps every sample (with sweep="all"; it also refines the one-pass placement), and so
+            # sealed rows that lost a copy (a swap evicted one of their secondaries): the sweep sums them from
+            # the full entries of their samples (11 rows on the 1M-sample entity day 1)
+            lost = opened.sealed & ~_all_local(prim, sec, n)
+            flags = lost.view(np.uint8) << 1            # round 1 sweeps every sample with sweep="all" (it also refines the one-pass placement), and so
             # does round 0; the other rounds only the samples that read a row changed in this round
-            if r == 0 or (r == 1 and options.sweep == "all") or options.sweep == "every":
-                active[:] = True
+            every = r == 0 or (r == 1 and options.sweep == "all") or options.sweep == "every"
+            if every:
                 swept = num_samples
+                if lost.any():
+                    K.mark_samples(indptr, comp.cindices, flags, marks)
+                else:
+                    marks[:] = 0
             else:
-                swept = int(K.samples_touching(indptr, comp.cindices, touched, active))
+                swept = int(K.mark_samples(indptr, comp.cindices, flags | touched.view(np.uint8), marks))
             K.refresh_marginals(touched, prim, sec, count, df, cost, marg)
-            moved_samples = K.sweep_samples(indptr, comp.cindices, num_private, active, sw, prim, sec, count, marg,
-                                            df, cost, load, np.int64(cap), alpha, pload, np.int64(pcap), beta,
-                                            sec_load)
+            moved_samples = K.sweep_samples(indptr, comp.cindices, opened.indptr, opened.cindices, opened.num_private,
+                                            flags, marks, every, sw, prim, sec, count, marg, df, cost, load,
+                                            np.int64(cap), alpha, pload, np.int64(pcap), beta, sec_load)
             entry = {"round": r, "allowed_rows": int(allowed), "spent_rows": int(spent),
                      "rows_this_round": int(spent - before), "candidates": int(order.size), "swept_samples": swept,
                      "moved_samples": int(moved_samples), "seconds": round(time.perf_counter() - t_r, 4)}
@@ -817,13 +865,15 @@ def _sweep_from(graph, comp, sw, prim, sec, count, cost, options, *, sweeps):
     K.fill_marginals(prim, sec, count, df, cost, marg)
     alpha = float(options.alpha if options.alpha is not None else
                   default_weights(n, graph.num_samples, prim.size)[0])
-    active = np.ones(graph.num_samples, dtype=np.bool_)
+    marks = np.zeros(graph.num_samples, dtype=np.uint8)  # every sample, no row sealed
     none = np.zeros(graph.num_samples, dtype=np.int32)  # rows fixed: nothing is carried
     pload = np.bincount(prim, minlength=n).astype(np.int64)
     sec_load = np.zeros(n, dtype=np.int64)
     for _ in range(sweeps):
-        if K.sweep_samples(np.asarray(graph.sample_indptr), comp.cindices, none, active, sw, prim, sec, count, marg,
-                           df, cost, load, np.int64(cap), alpha, pload, np.int64(prim.size), 0.0, sec_load) == 0:
+        indptr = np.asarray(graph.sample_indptr)
+        if K.sweep_samples(indptr, comp.cindices, indptr, comp.cindices, none, np.zeros(prim.size, dtype=np.uint8),
+                           marks, True, sw, prim, sec, count, marg, df, cost, load, np.int64(cap), alpha, pload,
+                           np.int64(prim.size), 0.0, sec_load) == 0:
             break
 
 
