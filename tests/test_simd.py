@@ -76,3 +76,21 @@ def test_weighted_row_sum_matches_scalar_loop(n):
         for q in range(width):
             ref[q] += coef[w] * m[w, q]
     np.testing.assert_array_equal(out, ref)
+
+
+def test_popcount_against_python():
+    import numba
+
+    from gmp.kernels.simd import popcount
+
+    @numba.njit
+    def bits_of(values, out):
+        for i in range(values.size):
+            out[i] = popcount(values[i])
+
+    rng = np.random.default_rng(0)
+    values = np.concatenate([np.array([0, 1, -1, np.iinfo(np.int64).min, np.iinfo(np.int64).max], dtype=np.int64),
+                             rng.integers(np.iinfo(np.int64).min, np.iinfo(np.int64).max, size=200, dtype=np.int64)])
+    out = np.empty(values.size, dtype=np.int64)
+    bits_of(values, out)
+    assert out.tolist() == [bin(int(v) & (2**64 - 1)).count("1") for v in values]

@@ -125,7 +125,7 @@ from ..placement import Placement
 from ..progress import task
 from ..topology import Topology
 from . import _incremental_kernels as K
-from ._common import check_max_imbalance, choose_primaries, compact_ids, place_unused_embeddings, sample_cap, seeded_order
+from ._common import check_max_imbalance, choose_primaries, place_unused_embeddings, sample_cap, seeded_order
 from .hybrid import default_weights, soft_count_table
 
 log = logging.getLogger(__name__)
@@ -397,17 +397,24 @@ def migration_budget(value: int | str, num_rows: int) -> int:
 # --------------------------------------------------------------------------- shared set-up
 class _Compact(NamedTuple):
     used_ids: np.ndarray  # int32 [U] ascending
-    local: np.ndarray  # int32 [M], -1 for unused ids
+    bits: np.ndarray  # int64 [ceil(M / 64)]: bit e set for the used ids (compact id = rank of e)
     cindices: np.ndarray  # int32 [edges], the edges in compact ids
-    degree: np.ndarray  # int64 [U], edges per compact id
+    degree: np.ndarray  # int32 [U], edges per compact id
 
 
 def _compact(graph: BipartiteGraph) -> _Compact:
-    used_ids, local = compact_ids(graph.sample_indices, graph.num_embeddings)
+    """The used ids numbered densely in id order, through a bitmap and its rank (:func:`K.rank_ids`): at
+    Criteo-Kaggle's 33.8M ids an int32 id table (135 MB) made both passes over the edges cache misses
+    (6.5M-sample day: 3.8 s of the call)."""
+    indices = np.asarray(graph.sample_indices)
+    bits = np.zeros((graph.num_embeddings + 63) // 64, dtype=np.int64)
+    K.mark_ids(indices, bits)
+    rank = np.empty(bits.size, dtype=np.int64)
+    used_ids = K.rank_ids(bits, rank)
     cindices = np.empty(graph.num_edges, dtype=np.int32)
-    degree = np.zeros(used_ids.size, dtype=np.int64)
-    K.remap(np.asarray(graph.sample_indices), local, cindices, degree)
-    return _Compact(used_ids, local, cindices, degree)
+    degree = np.zeros(used_ids.size, dtype=np.int32)
+    K.remap(indices, bits, rank, cindices, degree)
+    return _Compact(used_ids, bits, cindices, degree)
 
 
 def _check_inputs(graph: BipartiteGraph, old: Placement, topology: Topology) -> None:
@@ -757,7 +764,7 @@ def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: i
     primary = np.array(start.embedding_primary, dtype=np.int32)
     primary[used] = prim
     s_indptr, s_workers = K.csr_from_masks(np.asarray(start.secondary_indptr), np.asarray(start.secondary_workers),
-                                           np.int64(m), comp.local, sec, np.int64(m), np.int64(n))
+                                           np.int64(m), comp.bits, sec, np.int64(m), np.int64(n))
     info = {
         "max_moved_rows": budget,
         "sweeps": rounds,
@@ -835,7 +842,7 @@ def repartition_toward(graph: BipartiteGraph, old: Placement, goal: Placement, t
     primary[:m_old] = old.embedding_primary
     primary[used] = prim
     s_indptr, s_workers = K.csr_from_masks(np.asarray(old.secondary_indptr), np.asarray(old.secondary_workers),
-                                           np.int64(m_old), comp.local, sec, np.int64(m), np.int64(n))
+                                           np.int64(m_old), comp.bits, sec, np.int64(m), np.int64(n))
     rows = Placement(num_workers=n, sample_worker=np.zeros(graph.num_samples, dtype=np.int32),
                      embedding_primary=primary, secondary_indptr=s_indptr, secondary_workers=s_workers)
     # two ways to fit the samples to these rows; the one with the lower Eq. 3 (soft count) is kept
