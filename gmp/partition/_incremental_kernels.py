@@ -561,15 +561,17 @@ def rank_ids(bits, rank):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True)
 def remap(indices, bits, rank, out, degree):  # pragma: no cover - compiled
-    """out[k] = the compact id (rank, :func:`rank_ids`) of ``indices[k]``, and ``degree[j] +=`` the edges
+    """out[k] = the compact id (rank, :func:`rank_ids`) of ``indices[k]``, then ``degree[j] +=`` the edges
     of compact id j (``degree`` zeroed by the caller): the one count of the rows' samples that the density
-    default, the carried new ids and the ``project`` start read, taken in the same pass."""
+    default, the carried new ids and the ``project`` start read. Two loops, not one: with the count in
+    the same loop each edge's increment waited on its rank lookup (6.5M-sample day, 169M edges: 3.1 s
+    fused, 0.8 + 0.2 s apart)."""
     for k in range(indices.size):
         x = indices[k]
         w = x >> 6
-        j = rank[w] + popcount(bits[w] & ((_ONE << (x & 63)) - 1))
-        out[k] = j
-        degree[j] += 1
+        out[k] = rank[w] + popcount(bits[w] & ((_ONE << (x & 63)) - 1))
+    for k in range(out.size):
+        degree[out[k]] += 1
 
 
 @numba.njit(cache=True, nogil=True)

@@ -1,0 +1,119 @@
+"""Time of the incremental path against a full re-partition at a realistic day size (issue 18; not a test).
+
+Cuts two consecutive days of ``--day-samples`` samples out of one prepared dataset (same
+vocabulary, so ids are stable: what ``gmp data import --extend`` gives), partitions day 0 with
+``hybrid`` (its defaults, batch 512) and then, on day 1, interleaves ``--reps`` calls of
+
+``incr``  :func:`gmp.partition.incremental.place_and_repartition`, 5% of day 1's used rows (what
+          ``gmp partition --from-manifest --max-moved-rows 5%`` calls; its placement pass included)
+``full``  ``run_partitioner("hybrid", ...)`` on day 1 from scratch
+
+and prints CPU and wall seconds of each call (loading excluded: both read the same graph) with
+``batch_remote_reads`` of the results. The days are views of the dataset's arrays (no copy).
+
+Data: ``data/bench/criteo-full`` (``gmp data synth --preset criteo-kaggle --samples 45840617 --seed 0``)
+cut into 6.5M-sample days is Criteo-Kaggle's real day size (45.8M samples over 7 days); its samples are
+drawn independently, so day 1 has no drift against day 0 (the drifting days are
+``bench/incremental_bench.py``'s).
+
+``--drift-pool POOL`` takes the days from ``bench/incremental_bench.py``'s drifting synthetic days instead
+(a pool of ``--pool-samples`` at ``--scale``, generated in POOL when missing; entity preset, 64
+communities, ``--spread``, drift 0.5): days 0 and 1 of that bench.
+
+Usage::
+
+    python bench/incremental_time.py data/bench/criteo-full --day-samples 6500000 --reps 3
+    python bench/incremental_time.py --drift-pool POOL1M --pool-samples 10000000 --scale 0.15 --day-samples 1000000
+    python bench/incremental_time.py --drift-pool POOL3M --pool-samples 30000000 --scale 0.45 --day-samples 3000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from gmp.datasets.format import load_dataset
+from gmp.graph import BipartiteGraph, build_graph
+from gmp.metrics import batch_remote_reads
+from gmp.partition import run_partitioner
+from gmp.partition.incremental import migration_budget, place_and_repartition
+from gmp.topology import resolve_topology
+
+
+def day(graph: BipartiteGraph, d: int, size: int) -> BipartiteGraph:
+    """Samples [d * size, (d + 1) * size) of ``graph``, its id space kept (indices are a view)."""
+    ip = np.asarray(graph.sample_indptr)
+    a, b = d * size, (d + 1) * size
+    if b > graph.num_samples:
+        raise SystemExit(f"the dataset has {graph.num_samples:,} samples, fewer than {d + 1} days of {size:,}")
+    e0, e1 = int(ip[a]), int(ip[b])
+    return BipartiteGraph(sample_indptr=(ip[a:b + 1] - e0).astype(np.int64),
+                          sample_indices=np.asarray(graph.sample_indices)[e0:e1], num_embeddings=graph.num_embeddings)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("dataset", nargs="?", help="A prepared dataset directory (cut into days).")
+    ap.add_argument("--drift-pool", default=None, help="Use incremental_bench's drifting days from this pool.")
+    ap.add_argument("--pool-samples", type=int, default=10_000_000)
+    ap.add_argument("--scale", type=float, default=0.15)
+    ap.add_argument("--spread", type=float, default=0.5)
+    ap.add_argument("--preset", default="criteo-kaggle")
+    ap.add_argument("--day-samples", type=int, default=6_500_000)
+    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--budget", default="5%", help="Migration budget (rows or a percentage of day 1's used rows).")
+    ap.add_argument("--reps", type=int, default=3, help="Calls of each (interleaved).")
+    ap.add_argument("--batch-size", type=int, default=512)
+    args = ap.parse_args(argv)
+
+    if args.drift_pool:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import incremental_bench
+
+        g0, g1 = incremental_bench.synth_days(argparse.Namespace(
+            pool=args.drift_pool, pool_samples=args.pool_samples, scale=args.scale, seed=0, communities=64,
+            preset=args.preset, days=2, day_samples=args.day_samples, spread=args.spread, drift=0.5))
+    elif args.dataset:
+        graph = build_graph(load_dataset(args.dataset))
+        g0, g1 = day(graph, 0, args.day_samples), day(graph, 1, args.day_samples)
+    else:
+        raise SystemExit("give a dataset directory or --drift-pool POOL")
+    topo = resolve_topology(args.workers, None, None)
+    hopts = {"batch_size": args.batch_size}
+    t = time.perf_counter()
+    old = run_partitioner("hybrid", g0, topo, seed=0, options=hopts)
+    print(f"day 0: {g0.num_samples:,} samples, {g0.num_edges:,} edges, hybrid {time.perf_counter() - t:.1f} s",
+          flush=True)
+    used = int(np.count_nonzero(np.bincount(np.asarray(g1.sample_indices), minlength=g1.num_embeddings)))
+    budget = migration_budget(args.budget, used)
+    times: dict[str, list[tuple[float, float]]] = {"incr": [], "full": []}
+    results = {}
+    for rep in range(args.reps):
+        for what in ("incr", "full"):
+            c, w = time.process_time(), time.perf_counter()
+            if what == "incr":
+                results["placed"], results["incr"] = place_and_repartition(g1, old, topo, max_moved_rows=budget)
+            else:
+                results["full"] = run_partitioner("hybrid", g1, topo, seed=1, options=hopts)
+            times[what].append((time.process_time() - c, time.perf_counter() - w))
+            print(f"rep {rep + 1} {what}: cpu {times[what][-1][0]:.2f} s, wall {times[what][-1][1]:.2f} s", flush=True)
+    reads = {k: batch_remote_reads(g1, p, args.batch_size) for k, p in results.items()}
+    cpu = {k: min(c for c, _ in v) for k, v in times.items()}
+    wall = {k: min(w for _, w in v) for k, v in times.items()}
+    print(f"\nday 1: {g1.num_samples:,} samples, {g1.num_edges:,} edges, {used:,} used rows, budget {budget:,} rows; "
+          f"min of {args.reps} calls")
+    print("| call | CPU s | wall s | CPU vs full | batch_remote_reads | vs full |")
+    print("|---|---:|---:|---:|---:|---:|")
+    print(f"| placed (no re-partition) | | | | {reads['placed']:,} | {reads['placed'] / reads['full']:.3f} |")
+    for k in ("incr", "full"):
+        print(f"| {k} | {cpu[k]:.2f} | {wall[k]:.2f} | {cpu[k] / cpu['full']:.3f} | {reads[k]:,} | "
+              f"{reads[k] / reads['full']:.3f} |")
+    print(f"incr moved rows: {results['incr'].info['moved_rows']}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
