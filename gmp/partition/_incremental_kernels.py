@@ -110,17 +110,6 @@ def open_edges(indptr, cindices, flags, out_indptr, out, num_private):  # pragma
 
 
 @numba.njit(cache=True, nogil=True)
-def count_rows(indptr, cindices, rows, sw, count):  # pragma: no cover - compiled
-    """count[x, sw[i]] += 1 for every edge (i, x) with ``rows[x]`` set (samples in id order)."""
-    for i in range(indptr.size - 1):
-        w = sw[i]
-        for k in range(indptr[i], indptr[i + 1]):
-            x = cindices[k]
-            if rows[x]:
-                count[x, w] += 1
-
-
-@numba.njit(cache=True, nogil=True)
 def stream_samples(indptr, cindices, order, prim, sec, count, marg, df, cost, load, cap, alpha,
                    out):  # pragma: no cover - compiled
     """Place every sample once, in ``order``, against fixed rows (one streaming pass).
@@ -139,7 +128,7 @@ def stream_samples(indptr, cindices, order, prim, sec, count, marg, df, cost, lo
 
     Only the edges of ``indptr``/``cindices`` are read; the caller passes the open edges
     (:func:`open_edges`: the rows not local to every worker, whose ``marg`` row is 0 and stays 0
-    here) and counts the sealed rows' samples afterwards (:func:`count_rows`), in dataset order:
+    here) and counts the sealed rows' samples afterwards, in dataset order:
     counting them here, in the random stream order, cost as much as the rest of the pass.
 
     The stream order is random, so every sample's rows are cache misses: while sample t is

@@ -125,7 +125,8 @@ from ..placement import Placement
 from ..progress import task
 from ..topology import Topology
 from . import _incremental_kernels as K
-from ._common import check_max_imbalance, choose_primaries, place_unused_embeddings, sample_cap, seeded_order
+from ._common import (check_max_imbalance, choose_primaries, count_embedding_workers, place_unused_embeddings,
+                      sample_cap, seeded_order)
 from .hybrid import default_weights, soft_count_table
 
 log = logging.getLogger(__name__)
@@ -563,7 +564,11 @@ def _place(graph: BipartiteGraph, old: Placement, topology: Topology, *, seed: i
             K.stream_samples(opened.indptr, opened.cindices, order, prim, sec, count, marg, df, cost, load,
                              np.int64(cap), float(alpha), sample_worker)
             del marg
-            K.count_rows(sample_indptr, comp.cindices, opened.sealed.view(np.uint8), sample_worker, count)
+            # the sealed rows' counts, in dataset order (in the pass's random order they cost as much as the pass)
+            sealed = np.flatnonzero(opened.sealed)
+            rows = np.full(used.size, -1, dtype=np.int32)
+            rows[sealed] = np.arange(sealed.size, dtype=np.int32)
+            count[sealed] = count_embedding_workers(sample_indptr, comp.cindices, sample_worker, rows, sealed.size, n)
         else:  # "project": majority of the signal rows, then the counts of the result
             vote = comp.degree <= saturated_degree(num_samples, n, options.batch_size)
             K.stream_majority(sample_indptr, comp.cindices, order, prim, vote, count, load, np.int64(cap),
