@@ -459,8 +459,9 @@ def _open_edges(comp: _Compact, indptr: np.ndarray, prim: np.ndarray, sec: np.nd
     the 1M-sample entity days the rows the 2D step replicated everywhere carry 66% of the edges
     (1,656 rows), the saturated ones among them 65% (1,353 rows). Only saturated rows are sealed
     because a row-move round may evict a secondary of a cooling row (31 rows of degree 479-658 there),
-    and the sweep after it must then sum that row again (:func:`_refine` re-splits when a sealed row
-    loses a copy: 11 rows of degree 1.9k-10k there, swapped for rows of nearly the same score).
+    and the sweep after it must then sum that row again: it does so from the full entries of the
+    samples that read it (:func:`~gmp.partition._incremental_kernels.mark_samples`; 11 saturated rows
+    of degree 1.9k-10k lose a copy there, swapped for rows of nearly the same score).
 
     Carried rows (``carry``: ``Options.carry_private``): the new ids no other sample uses; the sweep
     moves them with their sample (:func:`~gmp.partition._incremental_kernels.sweep_samples`)."""
@@ -743,7 +744,8 @@ def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: i
             # sealed rows that lost a copy (a swap evicted one of their secondaries): the sweep sums them from
             # the full entries of their samples (11 rows on the 1M-sample entity day 1)
             lost = opened.sealed & ~_all_local(prim, sec, n)
-            flags = lost.view(np.uint8) << 1            # round 1 sweeps every sample with sweep="all" (it also refines the one-pass placement), and so
+            flags = lost.view(np.uint8) << 1
+            # round 1 sweeps every sample with sweep="all" (it also refines the one-pass placement), and so
             # does round 0; the other rounds only the samples that read a row changed in this round
             every = r == 0 or (r == 1 and options.sweep == "all") or options.sweep == "every"
             if every:
