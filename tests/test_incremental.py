@@ -317,8 +317,8 @@ def test_placement_pass_against_a_python_reference(seed):
     assert np.bincount(out, minlength=n).max() <= cap
 
 
-def test_open_edges_leave_out_sealed_rows_and_put_carried_rows_last():
-    # hand-computed: rows 1 and 3 sealed (left out), rows 2 and 5 carried (moved last, in their order)
+def test_split_edges_set_sealed_rows_apart_and_put_carried_rows_last():
+    # hand-computed: rows 1 and 3 sealed (set apart), rows 2 and 5 carried (moved last, in their order)
     from gmp.partition import _incremental_kernels as K
 
     indptr = np.array([0, 4, 6, 6, 9], dtype=np.int64)
@@ -327,7 +327,11 @@ def test_open_edges_leave_out_sealed_rows_and_put_carried_rows_last():
     oindptr = np.empty(5, dtype=np.int64)
     out = np.empty(6, dtype=np.int32)  # 5 open edges + the spare entry
     num_private = np.empty(4, dtype=np.int32)
-    assert K.open_edges(indptr, cindices, flags, oindptr, out, num_private) == 5
+    sindptr = np.empty(5, dtype=np.int64)
+    sout = np.empty(5, dtype=np.int32)  # 4 sealed edges + the spare entry
+    assert K.split_edges(indptr, cindices, flags, oindptr, out, num_private, sindptr, sout) == 5
+    assert sindptr.tolist() == [0, 1, 2, 2, 4]
+    assert sout[:4].tolist() == [1, 3, 1, 3]
     assert oindptr.tolist() == [0, 3, 4, 4, 5]
     assert out[:5].tolist() == [0, 2, 5, 4, 5]
     assert num_private.tolist() == [2, 0, 0, 1]
@@ -364,11 +368,11 @@ def test_sealed_rows_change_no_placement(monkeypatch, sweep):
     g, old, topo = _sealed_case()
     opts = Options(rounds=2, sweep=sweep, batch_size=64)
     splits = []
-    real = I._open_edges
-    monkeypatch.setattr(I, "_open_edges", lambda *a: splits.append(real(*a)) or splits[-1])
+    real = I._split_edges
+    monkeypatch.setattr(I, "_split_edges", lambda *a: splits.append(real(*a)) or splits[-1])
     got = place_and_repartition(g, old, topo, max_moved_rows=12, options=opts)
     assert splits[0].sealed.tolist()[:2] == [True, True] and not splits[0].sealed[2:].any()
-    assert len(splits) == 1  # one split; row 0 then loses a copy and is summed from its samples' full entries
+    assert len(splits) == 1  # one split; row 0 then loses a copy and is summed from its samples' sealed entries
     assert got[1].embedding_primary[0] == old.embedding_primary[0] and len(got[1].secondaries_of(0)) < 3
     assert len(got[1].secondaries_of(1)) == 3
     assert moved_rows(old, got[1]).total <= 12
@@ -399,11 +403,11 @@ def test_sweep_with_a_lost_sealed_row_equals_the_full_sweep_and_keeps_marginals_
     prim[~is_old] = np.arange(int((~is_old).sum())) % n
     sec = np.zeros(num, dtype=np.int64)
     sec[is_old] = I._secondary_masks(old, comp.used_ids[is_old])
-    opened = I._open_edges(comp, indptr, prim, sec, is_old, n, 7, False)
-    assert opened.sealed[:2].tolist() == [True, True]
+    split = I._split_edges(comp, indptr, prim, sec, is_old, n, 7, False)
+    assert split.sealed[:2].tolist() == [True, True]
     lost_worker = 3 if prim[0] != 3 else 2
     sec[0] &= ~(np.int64(1) << lost_worker)  # a swap evicted it
-    lost = (opened.sealed & ~I._all_local(prim, sec, n)).view(np.uint8) << 1
+    lost = (split.sealed & ~I._all_local(prim, sec, n)).view(np.uint8) << 1
     assert lost.tolist()[:2] == [2, 0]
     cost = np.ones((n, n)) - np.eye(n)
     f = soft_count_table(120, 100.0, 64)
@@ -416,12 +420,13 @@ def test_sweep_with_a_lost_sealed_row_equals_the_full_sweep_and_keeps_marginals_
         marg = np.empty((num, n))
         K.fill_marginals(prim, sec, count, df, cost, marg)
         marks = np.zeros(g.num_samples, dtype=np.uint8)
-        args = (opened.indptr, opened.cindices, opened.num_private, lost) if sealed else \
-            (indptr, comp.cindices, np.zeros(g.num_samples, dtype=np.int32), np.zeros(num, dtype=np.uint8))
+        args = (split.indptr, split.cindices, split.num_private, split.sindptr, split.scindices, lost) if sealed \
+            else (indptr, comp.cindices, np.zeros(g.num_samples, dtype=np.int32), np.zeros(indptr.size, dtype=np.int64),
+                  np.zeros(1, dtype=np.int32), np.zeros(num, dtype=np.uint8))
         if sealed:
-            K.mark_samples(indptr, comp.cindices, lost, marks)
+            K.mark_samples(split.indptr, split.cindices, split.sindptr, split.scindices, lost, marks)
             assert int(np.count_nonzero(marks & 2)) == 8  # row 0's readers
-        moved = K.sweep_samples(indptr, comp.cindices, *args, marks, True, sw, prim.copy(), sec.copy(), count, marg,
+        moved = K.sweep_samples(*args, marks, True, sw, prim.copy(), sec.copy(), count, marg,
                                 df, cost, np.bincount(sw, minlength=n).astype(np.int64), np.int64(110), 0.01,
                                 np.bincount(prim, minlength=n).astype(np.int64), np.int64(num), 0.0,
                                 np.zeros(n, dtype=np.int64))

@@ -67,10 +67,11 @@ def _fill_row(x, prim, sec, count, df, cost, marg):  # pragma: no cover - compil
 
 
 @numba.njit(cache=True, nogil=True)
-def open_edges(indptr, cindices, flags, out_indptr, out, num_private):  # pragma: no cover - compiled
-    """Every sample's entries of the rows that are not sealed (``flags[x] & 1``), as a CSR
-    (``out_indptr``, ``out``; ``out`` has one spare entry: the copy is branch-free), the sample's
-    carried rows (``flags[x] & 2``) last, each group in its former order, counted in ``num_private``.
+def split_edges(indptr, cindices, flags, oindptr, out, num_private, sindptr, sout):  # pragma: no cover - compiled
+    """Split every sample's entries into two CSRs: the rows that are not sealed (``flags[x] & 1`` clear:
+    ``oindptr``, ``out``), the sample's carried rows (``flags[x] & 2``) last and counted in
+    ``num_private``, and the sealed rows (``sindptr``, ``sout``); each group in its former order.
+    ``out`` and ``sout`` have one spare entry each: the copies are branch-free.
 
     A sealed row is local to every worker (its primary and secondaries cover them all), so its
     marginal is 0 on every worker and the sample kernels need not sum it. The carried rows are the
@@ -82,7 +83,9 @@ def open_edges(indptr, cindices, flags, out_indptr, out, num_private):  # pragma
         longest = max(longest, indptr[i + 1] - indptr[i])
     fl = np.empty(longest, dtype=np.uint8)
     k2 = 0
-    out_indptr[0] = 0
+    s2 = 0
+    oindptr[0] = 0
+    sindptr[0] = 0
     for i in range(indptr.size - 1):
         k0 = indptr[i]
         deg = indptr[i + 1] - k0
@@ -93,19 +96,26 @@ def open_edges(indptr, cindices, flags, out_indptr, out, num_private):  # pragma
         held = 0
         if carried & 2 == 0:
             for j in range(deg):
-                out[k2] = cindices[k0 + j]
+                x = cindices[k0 + j]
+                out[k2] = x
+                sout[s2] = x
                 k2 += 1 - (fl[j] & 1)
+                s2 += fl[j] & 1
         else:
             for j in range(deg):
-                out[k2] = cindices[k0 + j]
+                x = cindices[k0 + j]
+                out[k2] = x
+                sout[s2] = x
                 k2 += 1 - min(fl[j], 1)
+                s2 += fl[j] & 1
             for j in range(deg):
                 c = fl[j] >> 1
                 out[k2] = cindices[k0 + j]
                 k2 += c
                 held += c
         num_private[i] = held
-        out_indptr[i + 1] = k2
+        oindptr[i + 1] = k2
+        sindptr[i + 1] = s2
     return k2
 
 
@@ -127,7 +137,7 @@ def stream_samples(indptr, cindices, order, prim, sec, count, marg, df, cost, lo
     count changes per sample), so every edge is the same contiguous row add.
 
     Only the edges of ``indptr``/``cindices`` are read; the caller passes the open edges
-    (:func:`open_edges`: the rows not local to every worker, whose ``marg`` row is 0 and stays 0
+    (:func:`split_edges`: the rows not local to every worker, whose ``marg`` row is 0 and stays 0
     here) and counts the sealed rows' samples afterwards, in dataset order:
     counting them here, in the random stream order, cost as much as the rest of the pass.
 
@@ -180,21 +190,24 @@ def stream_samples(indptr, cindices, order, prim, sec, count, marg, df, cost, lo
 
 
 @numba.njit(cache=True, nogil=True)
-def mark_samples(indptr, cindices, flags, out):  # pragma: no cover - compiled
-    """out[i] = the OR of ``flags[x]`` over the rows x of sample i; returns how many samples have bit 0."""
+def mark_samples(oindptr, ocindices, sindptr, scindices, flags, out):  # pragma: no cover - compiled
+    """out[i] = the OR of ``flags[x]`` over the rows x of sample i (its open and its sealed entries,
+    :func:`split_edges`); returns how many samples have bit 0."""
     num = 0
-    for i in range(indptr.size - 1):
+    for i in range(oindptr.size - 1):
         m = 0
-        for k in range(indptr[i], indptr[i + 1]):
-            m |= flags[cindices[k]]
+        for k in range(oindptr[i], oindptr[i + 1]):
+            m |= flags[ocindices[k]]
+        for k in range(sindptr[i], sindptr[i + 1]):
+            m |= flags[scindices[k]]
         out[i] = m
         num += m & 1
     return num
 
 
 @numba.njit(cache=True, nogil=True)
-def sweep_samples(indptr, cindices, oindptr, ocindices, num_private, lost, marks, every, sw, prim, sec, count, marg,
-                  df, cost, load, cap, alpha, pload, pcap, beta, sec_load):  # pragma: no cover - compiled
+def sweep_samples(oindptr, ocindices, num_private, sindptr, scindices, lost, marks, every, sw, prim, sec, count,
+                  marg, df, cost, load, cap, alpha, pload, pcap, beta, sec_load):  # pragma: no cover - compiled
     """One sweep over the samples in id order, all of them (``every``) or those with bit 0 of ``marks``
     (Algorithm 1 lines 3-5 of HET-GMP, samples only).
 
@@ -209,7 +222,7 @@ def sweep_samples(indptr, cindices, oindptr, ocindices, num_private, lost, marks
     so these moves are free for the migration budget. Returns the number moved.
 
     **Carried rows** (``num_private[i]`` > 0: the last entries of sample i, new ids no other
-    sample uses; :func:`open_edges`) move *with* the sample, as
+    sample uses; :func:`split_edges`) move *with* the sample, as
     ``hybrid``'s ``carry_private`` sweep does: the sums above run over the other rows, and the move
     to b also makes b the primary of the carried rows, which then cost nothing (before:
     ``cost[p_x, a] * df[0]`` each where not local to a). A new id is created, not moved, so this
@@ -221,13 +234,13 @@ def sweep_samples(indptr, cindices, oindptr, ocindices, num_private, lost, marks
     its sample (it would turn remote the moment the sample left). ``num_private`` all zero is the
     single-vertex sweep exactly.
 
-    The sums run over the open edges (``oindptr``/``ocindices``, :func:`open_edges`; ``num_private``
+    The sums run over the open edges (``oindptr``/``ocindices``, :func:`split_edges`; ``num_private``
     counts the carried rows at their end): a row local to every worker adds nothing to either side
     (its ``marg`` is 0 and it is local to ``a``). A sealed row that has lost a copy since the split
-    (``lost[x]`` set: a row-move round evicted one of its secondaries) is summed from the full entries
-    (``indptr``/``cindices``) of the samples with bit 1 of ``marks`` (:func:`mark_samples`), so the
-    open CSR need not be made again. ``count`` follows every edge of a moved sample. Passing the full
-    CSR as both and no ``lost`` row gives the same result.
+    (``lost[x]`` set: a row-move round evicted one of its secondaries) is summed from the sealed entries
+    (``sindptr``/``scindices``) of the samples with bit 1 of ``marks`` (:func:`mark_samples`), so the
+    edges need not be split again. ``count`` follows every edge of a moved sample. The full CSR as the
+    open one, no sealed entries and no ``lost`` row: the sweep over every edge.
 
     No prefetching here (unlike :func:`stream_samples`): prefetching the next sample's rows made
     this sweep slower (0.44 -> 0.55 s at 1M samples; the samples are visited in id order).
@@ -237,10 +250,10 @@ def sweep_samples(indptr, cindices, oindptr, ocindices, num_private, lost, marks
     tally = np.zeros(n, dtype=np.int64)
     df0 = df[0]
     moved = 0
-    for i in range(indptr.size - 1):
+    for i in range(oindptr.size - 1):
         k0 = oindptr[i]
         k1 = oindptr[i + 1]
-        if indptr[i] == indptr[i + 1] or not (every or marks[i] & 1):
+        if (k0 == k1 and sindptr[i] == sindptr[i + 1]) or not (every or marks[i] & 1):
             continue
         kp = k1 - num_private[i]  # [k0, kp): rows summed by marginals, [kp, k1): carried rows
         a = sw[i]
@@ -253,9 +266,9 @@ def sweep_samples(indptr, cindices, oindptr, ocindices, num_private, lost, marks
                 delta[w] += marg[x, w]
             if prim[x] != a and (sec[x] >> a) & 1 == 0:
                 stay += cost[prim[x], a] * df[count[x, a] - 1]
-        if marks[i] & 2:  # rows sealed when the open CSR was made that lost a copy since
-            for k in range(indptr[i], indptr[i + 1]):
-                x = cindices[k]
+        if marks[i] & 2:  # rows sealed when the edges were split that lost a copy since
+            for k in range(sindptr[i], sindptr[i + 1]):
+                x = scindices[k]
                 if lost[x]:
                     for w in range(n):
                         delta[w] += marg[x, w]
@@ -305,14 +318,16 @@ def sweep_samples(indptr, cindices, oindptr, ocindices, num_private, lost, marks
                         best = b
                         carry = False
         if best != a:
-            for k in range(indptr[i], indptr[i + 1]):
-                x = cindices[k]
+            for k in range(sindptr[i], sindptr[i + 1]):
+                x = scindices[k]
                 count[x, a] -= 1
                 count[x, best] += 1
                 if marks[i] & 2 and lost[x]:
                     _fill_row(x, prim, sec, count, df, cost, marg)
             for k in range(k0, k1):
                 x = ocindices[k]
+                count[x, a] -= 1
+                count[x, best] += 1
                 p = prim[x]  # inline _marginal (a call per edge costs more than the work)
                 if p < 0 or p == a or (sec[x] >> a) & 1 != 0:
                     marg[x, a] = 0.0

@@ -432,13 +432,15 @@ def _check_inputs(graph: BipartiteGraph, old: Placement, topology: Topology) -> 
             f"'gmp data import ... --extend OLD_DATASET'.")
 
 
-class _Open(NamedTuple):
-    """The edges the sample kernels sum (:func:`_open_edges`)."""
+class _Split(NamedTuple):
+    """A sample's entries in two CSRs (:func:`_split_edges`): the ones the sample kernels sum and the sealed."""
 
     indptr: np.ndarray  # int64 [samples + 1]
     cindices: np.ndarray  # int32 [open edges + 1]: the edges of the rows not sealed, carried rows last
-    num_private: np.ndarray  # int32 [samples]: the carried rows at the end of each sample's entries
-    sealed: np.ndarray  # bool [U]: the rows left out (local to every worker and saturated when made)
+    num_private: np.ndarray  # int32 [samples]: the carried rows at the end of each sample's open entries
+    sindptr: np.ndarray  # int64 [samples + 1]
+    scindices: np.ndarray  # int32 [sealed edges + 1]: the edges of the sealed rows
+    sealed: np.ndarray  # bool [U]: local to every worker and saturated when the split was made
 
 
 def _all_local(prim: np.ndarray, sec: np.ndarray, n: int) -> np.ndarray:
@@ -448,10 +450,10 @@ def _all_local(prim: np.ndarray, sec: np.ndarray, n: int) -> np.ndarray:
     return (prim >= 0) & (held == every)
 
 
-def _open_edges(comp: _Compact, indptr: np.ndarray, prim: np.ndarray, sec: np.ndarray, is_old: np.ndarray,
-                n: int, saturated: int, carry: bool) -> _Open:
-    """The CSR of the edges of the rows that are not *sealed* (local to every worker and saturated:
-    degree above ``saturated``, :func:`saturated_degree`), each sample's carried rows last.
+def _split_edges(comp: _Compact, indptr: np.ndarray, prim: np.ndarray, sec: np.ndarray, is_old: np.ndarray,
+                 n: int, saturated: int, carry: bool) -> _Split:
+    """The edges split by their row: *sealed* rows (local to every worker and saturated: degree above
+    ``saturated``, :func:`saturated_degree`) and the others, each sample's carried rows last among them.
 
     A row every worker holds costs nothing wherever its samples go (Eq. 3 counts remote reads only),
     so the placement pass and the sweep sum only the other edges; the counts of every edge are still
@@ -459,20 +461,24 @@ def _open_edges(comp: _Compact, indptr: np.ndarray, prim: np.ndarray, sec: np.nd
     the 1M-sample entity days the rows the 2D step replicated everywhere carry 66% of the edges
     (1,656 rows), the saturated ones among them 65% (1,353 rows). Only saturated rows are sealed
     because a row-move round may evict a secondary of a cooling row (31 rows of degree 479-658 there),
-    and the sweep after it must then sum that row again: it does so from the full entries of the
+    and the sweep after it must then sum that row again: it does so from the sealed entries of the
     samples that read it (:func:`~gmp.partition._incremental_kernels.mark_samples`; 11 saturated rows
-    of degree 1.9k-10k lose a copy there, swapped for rows of nearly the same score).
+    of degree 1.9k-10k lose a copy there, swapped for rows of nearly the same score). The two CSRs
+    hold the edges once: the caller drops the compact CSR they were split from.
 
     Carried rows (``carry``: ``Options.carry_private``): the new ids no other sample uses; the sweep
     moves them with their sample (:func:`~gmp.partition._incremental_kernels.sweep_samples`)."""
     sealed = _all_local(prim, sec, n) & (comp.degree > saturated)
     flags = sealed.astype(np.uint8)
     flags[(comp.degree == 1) & ~is_old & carry] = 2  # carried rows (never sealed: new ids)
+    num_sealed = int(comp.degree[sealed].sum())
     oindptr = np.empty(indptr.size, dtype=np.int64)
-    ocindices = np.empty(int(comp.degree[~sealed].sum()) + 1, dtype=np.int32)
+    ocindices = np.empty(comp.cindices.size - num_sealed + 1, dtype=np.int32)
+    sindptr = np.empty(indptr.size, dtype=np.int64)
+    scindices = np.empty(num_sealed + 1, dtype=np.int32)
     num_private = np.empty(indptr.size - 1, dtype=np.int32)
-    K.open_edges(indptr, comp.cindices, flags, oindptr, ocindices, num_private)
-    return _Open(oindptr, ocindices, num_private, sealed)
+    K.split_edges(indptr, comp.cindices, flags, oindptr, ocindices, num_private, sindptr, scindices)
+    return _Split(oindptr, ocindices, num_private, sindptr, scindices, sealed)
 
 
 def _secondary_masks(placement: Placement, ids: np.ndarray) -> np.ndarray:
@@ -492,7 +498,7 @@ class _State(NamedTuple):
     """What the placement pass leaves warm for the refinement (over the compact ids)."""
 
     comp: _Compact
-    opened: _Open | None  # the pass's open edges (None after the ``project`` start)
+    split: _Split | None  # the pass's split of the edges (None after the ``project`` start)
     prim: np.ndarray  # int32 [U]
     sec: np.ndarray  # int64 [U]
     count: np.ndarray  # int32 [U, N]
@@ -555,21 +561,23 @@ def _place(graph: BipartiteGraph, old: Placement, topology: Topology, *, seed: i
     load = np.zeros(n, dtype=np.int64)
     sample_worker = np.empty(num_samples, dtype=np.int32)
     sample_indptr = np.ascontiguousarray(graph.sample_indptr)  # C layout: the pass prefetches by row
-    opened = None
+    split = None
     with task("Placing new samples on the fixed rows", total=num_samples) as advance:
         if options.start == "pass":
-            opened = _open_edges(comp, sample_indptr, prim, sec, is_old, n,
+            split = _split_edges(comp, sample_indptr, prim, sec, is_old, n,
                                  saturated_degree(num_samples, n, options.batch_size), options.carry_private)
+            comp = comp._replace(cindices=None)  # the split holds the edges now
             marg = np.empty((used.size, n), dtype=np.float64)
             K.fill_marginals(prim, sec, count, df, cost, marg)
-            K.stream_samples(opened.indptr, opened.cindices, order, prim, sec, count, marg, df, cost, load,
+            K.stream_samples(split.indptr, split.cindices, order, prim, sec, count, marg, df, cost, load,
                              np.int64(cap), float(alpha), sample_worker)
             del marg
             # the sealed rows' counts, in dataset order (in the pass's random order they cost as much as the pass)
-            sealed = np.flatnonzero(opened.sealed)
+            sealed = np.flatnonzero(split.sealed)
             rows = np.full(used.size, -1, dtype=np.int32)
             rows[sealed] = np.arange(sealed.size, dtype=np.int32)
-            count[sealed] = count_embedding_workers(sample_indptr, comp.cindices, sample_worker, rows, sealed.size, n)
+            count[sealed] = count_embedding_workers(split.sindptr, split.scindices, sample_worker, rows, sealed.size,
+                                                    n)
         else:  # "project": majority of the signal rows, then the counts of the result
             vote = comp.degree <= saturated_degree(num_samples, n, options.batch_size)
             K.stream_majority(sample_indptr, comp.cindices, order, prim, vote, count, load, np.int64(cap),
@@ -604,7 +612,7 @@ def _place(graph: BipartiteGraph, old: Placement, topology: Topology, *, seed: i
     placed = Placement(num_workers=n, sample_worker=sample_worker, embedding_primary=primary,
                        secondary_indptr=indptr, secondary_workers=np.array(old.secondary_workers, dtype=np.int32),
                        method="place-new", options=asdict(options), seed=seed, info=info)
-    return placed, _State(comp, opened, prim, sec, count, options, defaults)
+    return placed, _State(comp, split, prim, sec, count, options, defaults)
 
 
 # --------------------------------------------------------------------------- step 2
@@ -713,8 +721,9 @@ def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: i
     marg = np.empty((num_used, n), dtype=np.float64)
     K.fill_marginals(prim, sec, count, df, cost, marg)
     saturated = saturated_degree(num_samples, n, options.batch_size)
-    opened = state.opened if state is not None and state.opened is not None else \
-        _open_edges(comp, indptr, prim, sec, is_old, n, saturated, options.carry_private)
+    split = state.split if state is not None and state.split is not None else \
+        _split_edges(comp, indptr, prim, sec, is_old, n, saturated, options.carry_private)
+    comp = comp._replace(cindices=None)  # the split holds the edges now
     marks = np.zeros(num_samples, dtype=np.uint8)  # bit 0: reads a changed row, bit 1: reads a lost sealed row
     rounds: list[dict] = []
     # a start that already moved rows (e.g. an earlier incremental result) has spent them
@@ -743,7 +752,7 @@ def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: i
             spent = int(spent)
             # sealed rows that lost a copy (a swap evicted one of their secondaries): the sweep sums them from
             # the full entries of their samples (11 rows on the 1M-sample entity day 1)
-            lost = opened.sealed & ~_all_local(prim, sec, n)
+            lost = split.sealed & ~_all_local(prim, sec, n)
             flags = lost.view(np.uint8) << 1
             # round 1 sweeps every sample with sweep="all" (it also refines the one-pass placement), and so
             # does round 0; the other rounds only the samples that read a row changed in this round
@@ -751,15 +760,16 @@ def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: i
             if every:
                 swept = num_samples
                 if lost.any():
-                    K.mark_samples(indptr, comp.cindices, flags, marks)
+                    K.mark_samples(split.indptr, split.cindices, split.sindptr, split.scindices, flags, marks)
                 else:
                     marks[:] = 0
             else:
-                swept = int(K.mark_samples(indptr, comp.cindices, flags | touched.view(np.uint8), marks))
+                swept = int(K.mark_samples(split.indptr, split.cindices, split.sindptr, split.scindices,
+                                           flags | touched.view(np.uint8), marks))
             K.refresh_marginals(touched, prim, sec, count, df, cost, marg)
-            moved_samples = K.sweep_samples(indptr, comp.cindices, opened.indptr, opened.cindices, opened.num_private,
-                                            flags, marks, every, sw, prim, sec, count, marg, df, cost, load,
-                                            np.int64(cap), alpha, pload, np.int64(pcap), beta, sec_load)
+            moved_samples = K.sweep_samples(split.indptr, split.cindices, split.num_private, split.sindptr,
+                                            split.scindices, flags, marks, every, sw, prim, sec, count, marg, df,
+                                            cost, load, np.int64(cap), alpha, pload, np.int64(pcap), beta, sec_load)
             entry = {"round": r, "allowed_rows": int(allowed), "spent_rows": int(spent),
                      "rows_this_round": int(spent - before), "candidates": int(order.size), "swept_samples": swept,
                      "moved_samples": int(moved_samples), "seconds": round(time.perf_counter() - t_r, 4)}
@@ -885,9 +895,9 @@ def _sweep_from(graph, comp, sw, prim, sec, count, cost, options, *, sweeps):
     sec_load = np.zeros(n, dtype=np.int64)
     for _ in range(sweeps):
         indptr = np.asarray(graph.sample_indptr)
-        if K.sweep_samples(indptr, comp.cindices, indptr, comp.cindices, none, np.zeros(prim.size, dtype=np.uint8),
-                           marks, True, sw, prim, sec, count, marg, df, cost, load, np.int64(cap), alpha, pload,
-                           np.int64(prim.size), 0.0, sec_load) == 0:
+        if K.sweep_samples(indptr, comp.cindices, none, np.zeros(indptr.size, dtype=np.int64), none[:1],
+                           np.zeros(prim.size, dtype=np.uint8), marks, True, sw, prim, sec, count, marg, df, cost,
+                           load, np.int64(cap), alpha, pload, np.int64(prim.size), 0.0, sec_load) == 0:
             break
 
 
