@@ -594,8 +594,8 @@ def _place(graph: BipartiteGraph, old: Placement, topology: Topology, *, seed: i
     primary[:m_old] = old.embedding_primary
     primary[used] = prim
     place_unused_embeddings(primary, n)  # the new ids no sample uses (memory only)
-    oip = np.asarray(old.secondary_indptr)
-    indptr = np.concatenate([oip, np.full(m - m_old, oip[-1], dtype=np.int64)])
+    oip = np.asarray(old.secondary_indptr)  # the old secondaries, shared with ``old`` (not copied: M + 1 entries)
+    indptr = oip if m == m_old else np.concatenate([oip, np.full(m - m_old, oip[-1], dtype=np.int64)])
     info = {
         "old_num_embeddings": int(m_old),
         "num_new_ids": int(m - m_old),
@@ -610,7 +610,7 @@ def _place(graph: BipartiteGraph, old: Placement, topology: Topology, *, seed: i
     log.info("place-new: %d samples placed, %d new ids used (%d new in all), %.2f s", num_samples,
              new_rows.size, m - m_old, info["seconds"])
     placed = Placement(num_workers=n, sample_worker=sample_worker, embedding_primary=primary,
-                       secondary_indptr=indptr, secondary_workers=np.array(old.secondary_workers, dtype=np.int32),
+                       secondary_indptr=indptr, secondary_workers=np.asarray(old.secondary_workers, dtype=np.int32),
                        method="place-new", options=asdict(options), seed=seed, info=info)
     return placed, _State(comp, split, prim, sec, count, options, defaults)
 
