@@ -20,7 +20,7 @@ drawn independently, so day 1 has no drift against day 0 (the drifting days are
 (a pool of ``--pool-samples`` at ``--scale``, generated in POOL when missing; entity preset, 64
 communities, ``--spread``, drift 0.5): days 0 and 1 of that bench.
 
-Usage::
+Usage (``--write-days DIR`` also writes the two days as datasets, for timing whole commands)::
 
     python bench/incremental_time.py data/bench/criteo-full --day-samples 6500000 --reps 3
     python bench/incremental_time.py --drift-pool POOL1M --pool-samples 10000000 --scale 0.15 --day-samples 1000000
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gmp.datasets.format import load_dataset
+from gmp.datasets.format import FieldInfo, load_dataset, write_dataset
 from gmp.graph import BipartiteGraph, build_graph
 from gmp.metrics import batch_remote_reads
 from gmp.partition import run_partitioner
@@ -68,6 +68,8 @@ def main(argv=None) -> None:
     ap.add_argument("--budget", default="5%", help="Migration budget (rows or a percentage of day 1's used rows).")
     ap.add_argument("--reps", type=int, default=3, help="Calls of each (interleaved).")
     ap.add_argument("--batch-size", type=int, default=512)
+    ap.add_argument("--write-days", default=None, metavar="DIR",
+                    help="Also write the two days as datasets DIR/day0 and DIR/day1 (to time whole commands).")
     args = ap.parse_args(argv)
 
     if args.drift_pool:
@@ -82,6 +84,13 @@ def main(argv=None) -> None:
         g0, g1 = day(graph, 0, args.day_samples), day(graph, 1, args.day_samples)
     else:
         raise SystemExit("give a dataset directory or --drift-pool POOL")
+    if args.write_days:
+        for d, g in enumerate((g0, g1)):
+            write_dataset(Path(args.write_days) / f"day{d}", indptr=np.asarray(g.sample_indptr),
+                          indices=np.asarray(g.sample_indices), labels=np.zeros(g.num_samples, dtype=np.float32),
+                          dense=None, fields=[FieldInfo("ids", "categorical", g.num_embeddings, 0)],
+                          num_embeddings=g.num_embeddings, source={"kind": "bench/incremental_time.py", "day": d},
+                          test_fraction=0.0, overwrite=True)
     topo = resolve_topology(args.workers, None, None)
     hopts = {"batch_size": args.batch_size}
     t = time.perf_counter()
