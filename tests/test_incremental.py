@@ -386,8 +386,8 @@ def test_sealed_rows_change_no_placement(monkeypatch, sweep):
 
 
 def test_sweep_with_a_lost_sealed_row_equals_the_full_sweep_and_keeps_marginals_in_step():
-    # kernel level: rows 0 and 1 were sealed when the open CSR was made; row 0 then lost its copy on worker 3.
-    # The sweep over the open CSR (+ row 0 from the full entries of its samples) must move the same samples
+    # kernel level: rows 0 and 1 were sealed when the edges were split; row 0 then lost its copy on worker 3.
+    # The sweep over the open edges (+ row 0 from the sealed entries of its samples) must move the same samples
     # as the sweep over every edge, and leave marg = what fill_marginals computes from the final counts
     from gmp.partition import _incremental_kernels as K
     from gmp.partition.hybrid import soft_count_table
