@@ -424,7 +424,7 @@ def test_sweep_with_a_lost_sealed_row_equals_the_full_sweep_and_keeps_marginals_
             else (indptr, comp.cindices, np.zeros(g.num_samples, dtype=np.int32), np.zeros(indptr.size, dtype=np.int64),
                   np.zeros(1, dtype=np.int32), np.zeros(num, dtype=np.uint8))
         if sealed:
-            K.mark_samples(split.indptr, split.cindices, split.sindptr, split.scindices, lost, marks)
+            K.mark_samples(split.sindptr, split.scindices, lost, marks)
             assert int(np.count_nonzero(marks & 2)) == 8  # row 0's readers
         moved = K.sweep_samples(*args, marks, True, sw, prim.copy(), sec.copy(), count, marg,
                                 df, cost, np.bincount(sw, minlength=n).astype(np.int64), np.int64(110), 0.01,

@@ -190,19 +190,14 @@ def stream_samples(indptr, cindices, order, prim, sec, count, marg, df, cost, lo
 
 
 @numba.njit(cache=True, nogil=True)
-def mark_samples(oindptr, ocindices, sindptr, scindices, flags, out):  # pragma: no cover - compiled
-    """out[i] = the OR of ``flags[x]`` over the rows x of sample i (its open and its sealed entries,
-    :func:`split_edges`); returns how many samples have bit 0."""
-    num = 0
-    for i in range(oindptr.size - 1):
+def mark_samples(indptr, cindices, flags, out):  # pragma: no cover - compiled
+    """out[i] |= the OR of ``flags[x]`` over the rows x of sample i in this CSR (one of the two halves of
+    :func:`split_edges`: the caller zeroes ``out`` and marks from each half it needs)."""
+    for i in range(indptr.size - 1):
         m = 0
-        for k in range(oindptr[i], oindptr[i + 1]):
-            m |= flags[ocindices[k]]
-        for k in range(sindptr[i], sindptr[i + 1]):
-            m |= flags[scindices[k]]
-        out[i] = m
-        num += m & 1
-    return num
+        for k in range(indptr[i], indptr[i + 1]):
+            m |= flags[cindices[k]]
+        out[i] |= m
 
 
 @numba.njit(cache=True, nogil=True)

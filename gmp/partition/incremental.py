@@ -751,21 +751,19 @@ def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: i
                                            np.int64(spent))
             spent = int(spent)
             # sealed rows that lost a copy (a swap evicted one of their secondaries): the sweep sums them from
-            # the full entries of their samples (11 rows on the 1M-sample entity day 1)
+            # the sealed entries of their samples (11 rows on the 1M-sample entity day 1)
             lost = split.sealed & ~_all_local(prim, sec, n)
             flags = lost.view(np.uint8) << 1
             # round 1 sweeps every sample with sweep="all" (it also refines the one-pass placement), and so
             # does round 0; the other rounds only the samples that read a row changed in this round
             every = r == 0 or (r == 1 and options.sweep == "all") or options.sweep == "every"
-            if every:
-                swept = num_samples
-                if lost.any():
-                    K.mark_samples(split.indptr, split.cindices, split.sindptr, split.scindices, flags, marks)
-                else:
-                    marks[:] = 0
-            else:
-                swept = int(K.mark_samples(split.indptr, split.cindices, split.sindptr, split.scindices,
-                                           flags | touched.view(np.uint8), marks))
+            marks[:] = 0
+            if not every:  # bit 0: reads a changed row (open or sealed)
+                flags |= touched.view(np.uint8)
+                K.mark_samples(split.indptr, split.cindices, flags, marks)
+            if not every or lost.any():  # bit 1: reads a lost row (sealed entries only)
+                K.mark_samples(split.sindptr, split.scindices, flags, marks)
+            swept = num_samples if every else int(np.count_nonzero(marks & 1))
             K.refresh_marginals(touched, prim, sec, count, df, cost, marg)
             moved_samples = K.sweep_samples(split.indptr, split.cindices, split.num_private, split.sindptr,
                                             split.scindices, flags, marks, every, sw, prim, sec, count, marg, df,
