@@ -10,6 +10,9 @@ vocabulary, so ids are stable: what ``gmp data import --extend`` gives), partiti
 
 and prints CPU and wall seconds of each call (loading excluded: both read the same graph) with
 ``batch_remote_reads`` of the results. The days are views of the dataset's arrays (no copy).
+``incr`` gets day 0's row history as the manifest records it (``trained``: the ids day 0 reads;
+the ids day 1 reads that day 0 never did are placed like new ids); ``--no-history`` counts every id
+as trained, as a manifest made before version 3 does.
 
 Data: ``data/bench/criteo-full`` (``gmp data synth --preset criteo-kaggle --samples 45840617 --seed 0``)
 cut into 6.5M-sample days is Criteo-Kaggle's real day size (45.8M samples over 7 days); its samples are
@@ -25,6 +28,7 @@ Usage (``--write-days DIR`` also writes the two days as datasets, for timing who
     python bench/incremental_time.py data/bench/criteo-full --day-samples 6500000 --reps 3
     python bench/incremental_time.py --drift-pool POOL1M --pool-samples 10000000 --scale 0.15 --day-samples 1000000
     python bench/incremental_time.py --drift-pool POOL3M --pool-samples 30000000 --scale 0.45 --day-samples 3000000
+    python bench/incremental_time.py data/bench/ent-1m --day-samples 100000 --reps 1 [--no-history]
 """
 
 from __future__ import annotations
@@ -68,6 +72,8 @@ def main(argv=None) -> None:
     ap.add_argument("--budget", default="5%", help="Migration budget (rows or a percentage of day 1's used rows).")
     ap.add_argument("--reps", type=int, default=3, help="Calls of each (interleaved).")
     ap.add_argument("--batch-size", type=int, default=512)
+    ap.add_argument("--no-history", action="store_true",
+                    help="Count every day-0 id as trained (a manifest without history) instead of the ids day 0 reads.")
     ap.add_argument("--write-days", default=None, metavar="DIR",
                     help="Also write the two days as datasets DIR/day0 and DIR/day1 (to time whole commands).")
     args = ap.parse_args(argv)
@@ -98,6 +104,7 @@ def main(argv=None) -> None:
     print(f"day 0: {g0.num_samples:,} samples, {g0.num_edges:,} edges, hybrid {time.perf_counter() - t:.1f} s",
           flush=True)
     used = int(np.count_nonzero(np.bincount(np.asarray(g1.sample_indices), minlength=g1.num_embeddings)))
+    trained = None if args.no_history else np.bincount(np.asarray(g0.sample_indices), minlength=g0.num_embeddings) > 0
     budget = migration_budget(args.budget, used)
     times: dict[str, list[tuple[float, float]]] = {"incr": [], "full": []}
     results = {}
@@ -105,7 +112,8 @@ def main(argv=None) -> None:
         for what in ("incr", "full"):
             c, w = time.process_time(), time.perf_counter()
             if what == "incr":
-                results["placed"], results["incr"] = place_and_repartition(g1, old, topo, max_moved_rows=budget)
+                results["placed"], results["incr"] = place_and_repartition(g1, old, topo, max_moved_rows=budget,
+                                                                            trained=trained)
             else:
                 results["full"] = run_partitioner("hybrid", g1, topo, seed=1, options=hopts)
             times[what].append((time.process_time() - c, time.perf_counter() - w))
@@ -121,7 +129,8 @@ def main(argv=None) -> None:
     for k in ("incr", "full"):
         print(f"| {k} | {cpu[k]:.2f} | {wall[k]:.2f} | {cpu[k] / cpu['full']:.3f} | {reads[k]:,} | "
               f"{reads[k] / reads['full']:.3f} |")
-    print(f"incr moved rows: {results['incr'].info['moved_rows']}")
+    print(f"incr moved rows: {results['incr'].info['moved_rows']}; old ids created (never read on day 0): "
+          f"{results['placed'].info['num_created_rows']:,}{' (--no-history)' if args.no_history else ''}")
 
 
 if __name__ == "__main__":

@@ -26,11 +26,11 @@ def partition_from_manifest(dataset: Path, old_manifest: Path, *, max_moved_rows
     from gmp.errors import PartitionError
     from gmp.datasets.format import load_dataset
     from gmp.graph import build_graph
-    from gmp.manifest import load_manifest, write_manifest
+    from gmp.manifest import RowHistory, load_manifest, write_manifest
     from gmp.metrics import batch_remote_reads, compute_metrics, embedding_degree
     from gmp.partition import run_partitioner
-    from gmp.partition.incremental import (Options, match_workers, migration_budget, moved_rows, place_and_repartition,
-                                           place_new_data)
+    from gmp.partition.incremental import (Options, created_rows, match_workers, migration_budget, moved_rows,
+                                           place_and_repartition, place_new_data)
     from gmp.progress import task
     from gmp.report import build_report, dataset_name_of, write_report
 
@@ -48,7 +48,11 @@ def partition_from_manifest(dataset: Path, old_manifest: Path, *, max_moved_rows
         raise PartitionError(f"--option {unknown[0]!r} is not an option of --from-manifest; expected one of "
                              f"{', '.join(sorted(Options.__dataclass_fields__))}.")
     options = Options(**given)
-    num_used = int((embedding_degree(graph) > 0).sum())
+    used = np.flatnonzero(embedding_degree(graph))
+    num_used = int(used.size)
+    # rows no earlier data read are placed like new ids and created, not moved (history: manifest v3)
+    trained = None if old.history is None else old.history.trained
+    created = created_rows(used, old.placement, trained)
     budget = None if max_moved_rows is None else migration_budget(max_moved_rows, num_used)
     name = "incremental" if budget is not None else "place-new"
     out = out or Path("placements") / f"{Path(dataset).resolve().name}.{name}.w{topo.num_workers}"
@@ -56,15 +60,19 @@ def partition_from_manifest(dataset: Path, old_manifest: Path, *, max_moved_rows
     t0 = time.perf_counter()
     if budget is None:
         with task(f"Placing {graph.num_samples:,} new samples on {old_manifest}"):
-            placed = placement = place_new_data(graph, old.placement, topo, seed=seed, options=options)
+            placed = placement = place_new_data(graph, old.placement, topo, seed=seed, options=options,
+                                                trained=trained)
     else:  # one placement pass for both the "no re-partition" line and the refinement
         with task(f"Placing {graph.num_samples:,} new samples on {old_manifest} and re-partitioning, "
                   f"at most {budget:,} rows moved"):
             placed, placement = place_and_repartition(graph, old.placement, topo, max_moved_rows=budget, seed=seed,
-                                                      options=options)
+                                                      options=options, trained=trained)
     seconds = time.perf_counter() - t0
     peak = peak_rss_bytes()
-    moved = moved_rows(old.placement, placement)
+    moved = moved_rows(old.placement, placement, created=created)
+    history = RowHistory(np.zeros(graph.num_embeddings, dtype=bool), created)
+    history.trained[:old.num_embeddings] = True if trained is None else trained
+    history.trained[used] = True
     comparison: dict[str, Any] = {
         "old_manifest": str(old_manifest),
         "old_placement_sha256": old.meta.get("placement_sha256"),
@@ -74,6 +82,7 @@ def partition_from_manifest(dataset: Path, old_manifest: Path, *, max_moved_rows
         "embedding_dim": embedding_dim,
         "batch_size": batch_size,
         "num_used_rows": num_used,
+        "created_rows": int(created.size),
         # "this" is the metrics' batch_remote_reads (filled below: one traffic count, not two)
         "batch_remote_reads": {"no_repartition": None if placed is placement else
                                batch_remote_reads(graph, placed, batch_size), "this": None, "full_repartition": None},
@@ -91,7 +100,7 @@ def partition_from_manifest(dataset: Path, old_manifest: Path, *, max_moved_rows
         cost = np.asarray(topo.cost, dtype=float)
         uniform = bool(np.all(cost[~np.eye(cost.shape[0], dtype=bool)] == cost[0, 1])) if cost.shape[0] > 1 else True
         fm = moved_rows(old.placement, match_workers(old.placement, full) if uniform else full,
-                        rows=np.flatnonzero(embedding_degree(graph)))
+                        rows=used, created=created)
         comparison["full_repartition_workers_renamed"] = uniform
         comparison["batch_remote_reads"]["full_repartition"] = batch_remote_reads(graph, full, batch_size)
         comparison["full_repartition_moved_rows"] = {"total": fm.total, "bytes": fm.bytes(embedding_dim)}
@@ -111,8 +120,11 @@ def partition_from_manifest(dataset: Path, old_manifest: Path, *, max_moved_rows
                        num_embeddings=ds.num_embeddings, topology=topo, metrics=metrics,
                        report_files=lambda tmp: write_report(tmp, report, formats=("json", "md"), plots=not no_plots),
                        partition_seconds=seconds, peak_rss_bytes=peak, overwrite=overwrite,
-                       dataset_name=Path(ds.path).name)
+                       dataset_name=Path(ds.path).name, history=history)
     _print(comparison, name)
+    if old.history is None:
+        typer.echo(f"{old_manifest} records no row history (made before manifest version 3): every old id counts "
+                   f"as trained")
     typer.echo(f"wrote {out} (manifest.json, arrays, report.json, report.md{'' if no_plots else ', plots'})")
 
 
@@ -133,3 +145,7 @@ def _print(c: dict[str, Any], name: str) -> None:
         t.add_row("full re-partition (hybrid)", f"{reads['full_repartition']:,}", f"{fm['total']:,}",
                   f"{fm['bytes']:,}", f"{c['seconds']['full_repartition']:.2f}")
     console().print(t)
+    if c["created_rows"]:
+        typer.echo(f"{c['created_rows']:,} old ids no earlier data read were placed like new ids (created at their "
+                   f"initial values, not moved)")
+

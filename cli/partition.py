@@ -181,8 +181,8 @@ def partition(
     from gmp.compare import method_options, peak_rss_bytes, with_field_layout
     from gmp.datasets.format import load_dataset
     from gmp.graph import build_graph
-    from gmp.manifest import write_manifest
-    from gmp.metrics import compute_metrics
+    from gmp.manifest import RowHistory, write_manifest
+    from gmp.metrics import compute_metrics, embedding_degree
     from gmp.partition import run_partitioner
     from gmp.progress import task
     from gmp.report import build_report, dataset_name_of, write_report
@@ -224,7 +224,7 @@ def partition(
                        num_embeddings=ds.num_embeddings, topology=topo, metrics=metrics,
                        report_files=lambda tmp: write_report(tmp, report, formats=("json", "md"), plots=not no_plots),
                        partition_seconds=seconds, peak_rss_bytes=peak, overwrite=overwrite,
-                       dataset_name=Path(ds.path).name)
+                       dataset_name=Path(ds.path).name, history=RowHistory.of_degree(embedding_degree(graph)))
     summary_table(metrics, f"{method} on {topo.num_workers} workers ({topo.name}), batch {batch_size}")
     typer.echo(f"wrote {out} (manifest.json, arrays, report.json, report.md{'' if no_plots else ', plots'})")
 

@@ -110,8 +110,8 @@ def _write(ds, dataset, placement, topo, out, overwrite, no_plots, batch_size, e
     """Rank 0: score the placement on the memory-mapped graph and write the manifest atomically."""
     from gmp.compare import peak_rss_bytes
     from gmp.graph import build_graph
-    from gmp.manifest import write_manifest
-    from gmp.metrics import compute_metrics
+    from gmp.manifest import RowHistory, write_manifest
+    from gmp.metrics import compute_metrics, embedding_degree
     from gmp.progress import task
     from gmp.report import build_report, dataset_name_of, write_report
 
@@ -129,7 +129,7 @@ def _write(ds, dataset, placement, topo, out, overwrite, no_plots, batch_size, e
                        num_embeddings=ds.num_embeddings, topology=topo, metrics=metrics,
                        report_files=lambda tmp: write_report(tmp, report, formats=("json", "md"), plots=not no_plots),
                        partition_seconds=seconds, peak_rss_bytes=max(peak, peak_rss_bytes()), overwrite=overwrite,
-                       dataset_name=Path(ds.path).name)
+                       dataset_name=Path(ds.path).name, history=RowHistory.of_degree(embedding_degree(graph)))
     processes = placement.info["distributed"]["processes"]
     summary_table(metrics, f"hybrid ({processes} process{'es' if processes > 1 else ''}) on {topo.num_workers} "
                            f"workers ({topo.name}), batch {batch_size}")

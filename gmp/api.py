@@ -194,8 +194,8 @@ def partition_dataset(dataset: Any, method: str, out: str | os.PathLike, *, work
     from .compare import method_options, peak_rss_bytes, with_field_layout
     from .errors import ManifestError
     from .graph import build_graph
-    from .manifest import write_manifest
-    from .metrics import compute_metrics
+    from .manifest import RowHistory, write_manifest
+    from .metrics import compute_metrics, embedding_degree
     from .partition import run_partitioner
     from .report import build_report, dataset_name_of, write_report
 
@@ -218,7 +218,8 @@ def partition_dataset(dataset: Any, method: str, out: str | os.PathLike, *, work
     write_manifest(out, placement, dataset_sha256=ds.sha256, num_samples=ds.num_samples,
                    num_embeddings=ds.num_embeddings, topology=topo, metrics=metrics,
                    report_files=lambda tmp: write_report(tmp, report, formats=("json", "md"), plots=plots),
-                   partition_seconds=seconds, peak_rss_bytes=peak, overwrite=overwrite)
+                   partition_seconds=seconds, peak_rss_bytes=peak, overwrite=overwrite,
+                   dataset_name=Path(ds.path).name, history=RowHistory.of_degree(embedding_degree(graph)))
     return load_manifest(out)
 
 

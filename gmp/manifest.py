@@ -10,6 +10,9 @@ manifest is a directory::
     ├── embedding_primary.npy    int32 [num_embeddings]       primary worker of every embedding id
     ├── secondary_indptr.npy     int64 [num_embeddings + 1]   CSR over embedding ids ...
     ├── secondary_workers.npy    int32 [num_secondaries]      ... the workers holding a secondary replica
+    ├── trained_rows.npy         uint8 [ceil(num_embeddings / 8)]  (version 3) bit e: a sample of this
+    │                            manifest's data, or of the data of the manifests it was placed from, reads e
+    ├── created_rows.npy         int64 [num_created]          (version 3) old ids placed afresh (see below)
     ├── report.json              the quality report (format "gmp.report", see gmp.report)
     ├── report.md                the same for people
     └── *.png                    traffic heatmap, per-worker loads, degree distribution
@@ -28,7 +31,7 @@ then renamed), so a crash never leaves a directory that reads as valid.
 Reading (:func:`load_manifest`) checks, each failure a one-line
 :class:`~gmp.errors.ManifestError` naming the file and the fix: the format
 and ``schema_version`` (newer versions are refused; older ones are upgraded
-one step at a time: 1 -> 2 adds ``plan`` and ``dataset_name``), the dataset hash and
+one step at a time: 1 -> 2 adds ``plan`` and ``dataset_name``, 2 -> 3 ``history``), the dataset hash and
 counts against the dataset it is used with, every array's shape and dtype,
 worker ids in ``[0, num_workers)``, secondaries never on their primary's
 worker, the placement hash, and the topology.
@@ -37,7 +40,7 @@ Example ``manifest.json``::
 
     {
       "format": "gmp.placement",
-      "schema_version": 2,
+      "schema_version": 3,
       "gmp_version": "0.1.0",
       "created": "2026-11-22T01:00:00+00:00",
       "dataset_sha256": "5b0d6c1f...",
@@ -75,6 +78,11 @@ Example ``manifest.json``::
         "secondary_workers": {"file": "secondary_workers.npy", "dtype": "int32", "shape": [1]}
       },
       "placement_sha256": "0e5f...",
+      "history": {
+        "trained_rows": {"file": "trained_rows.npy", "dtype": "uint8", "shape": [1]},
+        "created_rows": {"file": "created_rows.npy", "dtype": "int64", "shape": [0]},
+        "sha256": "7a1c..."
+      },
       "report_files": ["report.json", "report.md", "traffic.png", "loads.png", "degrees.png"]
     }
 
@@ -90,6 +98,20 @@ one; with a budget ``embedding_dim`` is the partitioner's). ``gmp train`` and
 ``gmp simulate`` take ``batch_size`` and ``embedding_dim`` as their defaults
 (one warning line when told otherwise); the trainer checks the budget.
 ``dataset_name`` (version 2) is the dataset directory's name (null when unknown).
+
+``history`` (version 3; null when unknown: a manifest upgraded from version 2) tells which rows a
+model trained along a chain of placements (``gmp partition NEW --from-manifest OLD``, each trained
+in turn with ``gmp train --resume``) can have updated, so that the next day's placement may put a
+row nobody trained anywhere at no migration cost (:class:`RowHistory`). ``trained_rows`` (bits in
+little order, ``np.packbits(..., bitorder="little")``) marks the rows this manifest's dataset reads
+and, for a placement made ``--from-manifest``, the old manifest's trained rows (with no history
+there: every old id); a row outside it was never read, so it still holds its initial value. A
+superset of what training updated (the test split's rows are marked too): safe, never short.
+``created_rows`` are the old ids (below the old manifest's ``num_embeddings``) that the old
+history leaves untrained and this placement re-placed where the new data reads them; ``gmp train
+--resume`` creates them at their initial values instead of sending them, and neither counts them
+as moved rows (:func:`gmp.partition.incremental.moved_rows`). ``sha256`` is :func:`gmp._io.hash_arrays`
+over the two arrays, checked on reading like ``placement_sha256``.
 """
 
 from __future__ import annotations
@@ -113,7 +135,7 @@ from .topology import Topology
 log = logging.getLogger(__name__)
 
 FORMAT = "gmp.placement"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 MANIFEST_FILE = "manifest.json"
 _FIX = "re-create it with 'gmp partition'."
 
@@ -123,6 +145,12 @@ ARRAYS = {
     "embedding_primary": ("int32", "embedding_primary.npy"),
     "secondary_indptr": ("int64", "secondary_indptr.npy"),
     "secondary_workers": ("int32", "secondary_workers.npy"),
+}
+
+#: the history's arrays (version 3): name -> (dtype, file)
+HISTORY_ARRAYS = {
+    "trained_rows": ("uint8", "trained_rows.npy"),
+    "created_rows": ("int64", "created_rows.npy"),
 }
 
 #: metric keys copied into manifest.json's summary (the rest stays in report.json)
@@ -157,6 +185,27 @@ class ManifestPlan(NamedTuple):
         return out, msg
 
 
+class RowHistory(NamedTuple):
+    """Which rows a model trained along a chain of placements can have updated (manifest ``history``).
+
+    ``trained``: bool [num_embeddings], the rows read by this placement's data or by the data of the
+    placements it was made from. ``created``: int64 ids, old rows no earlier data read that this
+    placement re-placed (the trainer creates them instead of moving them)."""
+
+    trained: np.ndarray
+    created: np.ndarray
+
+    @classmethod
+    def of_degree(cls, degree: np.ndarray) -> "RowHistory":
+        """The history of a placement made from scratch: the rows its data reads (``degree > 0``)."""
+        return cls(np.asarray(degree) > 0, np.zeros(0, dtype=np.int64))
+
+    def packed(self) -> dict[str, np.ndarray]:
+        """The arrays as written (:data:`HISTORY_ARRAYS`)."""
+        return {"trained_rows": np.packbits(np.asarray(self.trained, dtype=bool), bitorder="little"),
+                "created_rows": np.ascontiguousarray(self.created, dtype=np.int64)}
+
+
 @dataclass
 class Manifest:
     """A validated placement manifest opened from disk."""
@@ -165,6 +214,7 @@ class Manifest:
     meta: dict[str, Any]
     placement: Placement
     topology: Topology
+    history: RowHistory | None = None  # None: unknown (made before version 3)
 
     @property
     def dataset_sha256(self) -> str:
@@ -220,6 +270,7 @@ def write_manifest(
     peak_rss_bytes: int | None = None,
     overwrite: bool = False,
     dataset_name: str | None = None,
+    history: RowHistory | None = None,
 ) -> Path:
     """Write ``placement`` as a manifest directory at ``out`` (atomically) and return its path.
 
@@ -238,6 +289,9 @@ def write_manifest(
         Measured by the caller.
     dataset_name
         The dataset's name (its directory's name), recorded as ``dataset_name``.
+    history
+        The rows trained along the placement chain (:class:`RowHistory`; ``RowHistory.of_degree``
+        for a placement made from scratch); None records ``history`` as unknown (null).
     overwrite
         Replace an existing non-empty ``out``.
     """
@@ -250,6 +304,12 @@ def write_manifest(
             f"cannot write manifest {out}: the placement has {placement.num_workers} workers, "
             f"the topology {topology.num_workers}."
         )
+    if history is not None:
+        created = np.asarray(history.created)
+        if np.asarray(history.trained).shape != (num_embeddings,) or (created.size and (
+                created.min() < 0 or created.max() >= num_embeddings)):
+            raise ManifestError(f"cannot write manifest {out}: the history must cover {num_embeddings} rows "
+                                f"(trained {np.asarray(history.trained).shape}, created ids in range).")
     metrics = dict(metrics or {})
     from .partition import options_to_json
 
@@ -259,6 +319,14 @@ def write_manifest(
             arr = np.ascontiguousarray(getattr(placement, name), dtype=dtype)
             np.save(tmp / fname, arr, allow_pickle=False)
             arrays_meta[name] = {"file": fname, "dtype": dtype, "shape": list(arr.shape)}
+        history_meta = None
+        if history is not None:
+            packed = history.packed()
+            history_meta = {}
+            for name, (dtype, fname) in HISTORY_ARRAYS.items():
+                np.save(tmp / fname, packed[name], allow_pickle=False)
+                history_meta[name] = {"file": fname, "dtype": dtype, "shape": list(packed[name].shape)}
+            history_meta["sha256"] = hash_arrays(list(packed.items()))
         names: list[str] = []
         if callable(report_files):
             names = [str(n) for n in report_files(tmp)]
@@ -294,6 +362,7 @@ def write_manifest(
             "metrics": {k: metrics[k] for k in SUMMARY_KEYS if k in metrics},
             "arrays": arrays_meta,
             "placement_sha256": _placement_hash(placement),
+            "history": history_meta,
             "report_files": names,
         }
         write_json(tmp / MANIFEST_FILE, meta)
@@ -335,10 +404,19 @@ def _upgrade_1_to_2(meta: dict[str, Any]) -> dict[str, Any]:
     return meta
 
 
+def _upgrade_2_to_3(meta: dict[str, Any]) -> dict[str, Any]:
+    """Version 3 adds ``history``: unknown (null) for a manifest made before it, so every old id counts as
+    trained (the placement of the next day's data then behaves as before version 3)."""
+    meta = dict(meta)
+    meta.setdefault("history", None)
+    meta["schema_version"] = 3
+    return meta
+
+
 # --------------------------------------------------------------------------- reading
 def _upgrade(meta: dict[str, Any], path: Path) -> dict[str, Any]:
     """Upgrade an older header one version at a time."""
-    upgrades: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _upgrade_1_to_2}  # v -> v + 1
+    upgrades: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _upgrade_1_to_2, 2: _upgrade_2_to_3}  # v -> v + 1
     while meta["schema_version"] < SCHEMA_VERSION:
         meta = upgrades[meta["schema_version"]](meta)
     return meta
@@ -377,7 +455,7 @@ def check_header(meta: Mapping[str, Any], mfile: Path, *, verify_hash: bool = Tr
     for key, kind in (("partition_seconds", "number"), ("peak_rss_bytes", "int>=0"), ("created", "str"),
                       ("gmp_version", "str")):
         get(meta, key, kind, optional=True)
-    for key, kind in (("metrics", "dict"), ("arrays", "dict"), ("report_files", "list")):
+    for key, kind in (("metrics", "dict"), ("arrays", "dict"), ("history", "dict"), ("report_files", "list")):
         get(meta, key, kind, optional=True)
     get(meta, "dataset_name", "str", optional=True)  # schema 2; null when unknown
     get(meta, "partition_seconds", "number", optional=True)
@@ -530,4 +608,33 @@ def load_manifest(path: str | os.PathLike, *, dataset: Any = None, mmap: bool = 
                 f"{path}: the arrays do not match placement_sha256 in {MANIFEST_FILE} (got {got[:12]}…, "
                 f"expected {str(meta['placement_sha256'])[:12]}…); the files were modified or corrupted: {_FIX}"
             )
-    return Manifest(path=path, meta=meta, placement=placement, topology=topology)
+    history = _load_history(path, meta, m, mmap=mmap, verify_hash=verify_hash)
+    return Manifest(path=path, meta=meta, placement=placement, topology=topology, history=history)
+
+
+def _load_history(path: Path, meta: dict[str, Any], m: int, *, mmap: bool, verify_hash: bool) -> RowHistory | None:
+    """The manifest's :class:`RowHistory` (None when its header records none), checked like the placement."""
+    hist = meta.get("history")
+    if hist is None:
+        return None
+    arrays = {}
+    for name, (dtype, fname) in HISTORY_ARRAYS.items():
+        f = path / fname
+        arr = load_npy(f, error=ManifestError, mmap=mmap, fix=_FIX)
+        if arr.dtype != np.dtype(dtype) or arr.ndim != 1:
+            raise ManifestError(f"{f} has dtype {arr.dtype} and {arr.ndim} dimensions, expected 1-D {dtype}; {_FIX}")
+        arrays[name] = arr
+    if arrays["trained_rows"].shape != ((m + 7) // 8,):
+        raise ManifestError(f"{path / 'trained_rows.npy'} has shape {arrays['trained_rows'].shape}, expected "
+                            f"({(m + 7) // 8},) for {m} embeddings; {_FIX}")
+    created = arrays["created_rows"]
+    if created.size and (int(created.min()) < 0 or int(created.max()) >= m):
+        raise ManifestError(f"{path / 'created_rows.npy'} holds ids outside [0, {m}); {_FIX}")
+    if verify_hash:
+        got = hash_arrays(list(arrays.items()))
+        if got != header_value(hist, "sha256", "str", path=path / MANIFEST_FILE, error=ManifestError, fix=_FIX,
+                               optional=False, where="history."):
+            raise ManifestError(f"{path}: trained_rows.npy / created_rows.npy do not match history.sha256 in "
+                                f"{MANIFEST_FILE}; the files were modified or corrupted: {_FIX}")
+    trained = np.unpackbits(np.asarray(arrays["trained_rows"]), count=m, bitorder="little").view(bool)
+    return RowHistory(trained, np.asarray(created, dtype=np.int64))

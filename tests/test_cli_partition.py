@@ -40,7 +40,8 @@ def test_partition_writes_manifest_and_report(partitioned, tiny_dataset):
 
     names = {p.name for p in partitioned.iterdir()}
     assert names == {"manifest.json", "sample_worker.npy", "embedding_primary.npy", "secondary_indptr.npy",
-                     "secondary_workers.npy", "report.json", "report.md", "traffic.png", "loads.png", "degrees.png"}
+                     "secondary_workers.npy", "trained_rows.npy", "created_rows.npy", "report.json", "report.md",
+                     "traffic.png", "loads.png", "degrees.png"}
     m = load_manifest(partitioned, dataset=load_dataset(tiny_dataset))
     assert m.placement.method == "random" and m.placement.seed == 3 and m.num_workers == 2
     rep = json.loads((partitioned / "report.json").read_text())

@@ -71,7 +71,8 @@ def test_golden_dataset_v2_reads_and_verifies():
 def test_golden_manifest_v1_and_its_report_read():
     raw = json.loads((DATA / "manifest_v1" / "manifest.json").read_text())
     m = load_manifest(DATA / "manifest_v1", verify_hash=True)
-    assert raw["schema_version"] == 1 and m.meta["schema_version"] == 2 and m.num_workers >= 1  # upgraded on read
+    assert raw["schema_version"] == 1 and m.meta["schema_version"] == 3 and m.num_workers >= 1  # upgraded on read
+    assert m.history is None  # version 3's history: unknown before it
     rep = load_report(DATA / "manifest_v1" / "report.json")
     assert rep["format"] == "gmp.report" and rep["schema_version"] == 1
 
@@ -79,11 +80,23 @@ def test_golden_manifest_v1_and_its_report_read():
 def test_golden_manifest_v2_reads_with_its_plan_and_dataset_name():
     ds = load_dataset(DATA / "dataset_v1", verify=True)
     m = load_manifest(DATA / "manifest_v2", dataset=ds, verify_hash=True)
-    assert m.meta["schema_version"] == 2
+    assert json.loads((DATA / "manifest_v2" / "manifest.json").read_text())["schema_version"] == 2
+    assert m.meta["schema_version"] == 3 and m.history is None  # upgraded: no history (every id trained)
     assert (m.plan.batch_size, m.plan.embedding_dim, m.plan.memory_per_worker) == (4, 16, None)
     assert m.dataset_name == "dataset_v1" and m.method == "hybrid" and m.num_workers == 2
     rep = load_report(DATA / "manifest_v2" / "report.json")
     assert rep["dataset_name"] == "dataset_v1"
+
+
+def test_golden_manifest_v3_reads_with_its_history():
+    ds = load_dataset(DATA / "dataset_v1", verify=True)
+    m = load_manifest(DATA / "manifest_v3", dataset=ds, verify_hash=True)
+    assert m.meta["schema_version"] == 3 and m.method == "hybrid" and m.num_workers == 2
+    # every id of dataset_v1 is read by a sample: its trained rows, independently of gmp
+    used = np.zeros(7, dtype=bool)
+    used[np.load(DATA / "dataset_v1" / "indices.npy")] = True
+    assert m.history.trained.tolist() == used.tolist() and m.history.created.size == 0
+    assert np.load(DATA / "manifest_v3" / "trained_rows.npy").tolist() == [int(np.packbits(used, bitorder="little")[0])]
 
 
 def test_golden_checkpoint_v1_is_refused_in_one_line():

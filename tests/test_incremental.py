@@ -18,7 +18,7 @@ from gmp.errors import PartitionError
 from gmp.graph import BipartiteGraph
 from gmp.manifest import load_manifest
 from gmp.metrics import batch_remote_reads
-from gmp.partition.incremental import (DENSE_SETTINGS, SPARSE_SETTINGS, MovedRows, Options, match_workers,
+from gmp.partition.incremental import (DENSE_SETTINGS, SPARSE_SETTINGS, MovedRows, Options, created_rows, match_workers,
                                        migration_budget, moved_rows, place_and_repartition, place_new_data,
                                        repartition_incremental,
                                        repartition_toward, resolve_options, saturated_degree,
@@ -36,11 +36,11 @@ def two() -> object:
     return resolve_topology(2, None, None)
 
 
-def reference_moved(old: Placement, new: Placement) -> int:
-    """Moved rows counted the slow way: per old id, a changed primary, and new secondaries on
-    workers that held no copy before."""
+def reference_moved(old: Placement, new: Placement, created=()) -> int:
+    """Moved rows counted the slow way: per old id (but the ``created`` ones), a changed primary, and new
+    secondaries on workers that held no copy before."""
     total = 0
-    for e in range(old.num_embeddings):
+    for e in sorted(set(range(old.num_embeddings)) - {int(x) for x in created}):
         held = {int(old.embedding_primary[e])} | {int(w) for w in old.secondaries_of(e)}
         total += int(new.embedding_primary[e] != old.embedding_primary[e])
         total += sum(1 for w in new.secondaries_of(e) if int(w) not in held)
@@ -61,6 +61,32 @@ def test_place_new_data_hand_computed():
     assert p.embedding_primary.tolist() == [0, 0, 1, 1, 0, 0, 1]
     assert p.method == "place-new" and p.info["num_new_ids"] == 3 and p.info["num_new_ids_used"] == 2
     assert moved_rows(old, p) == MovedRows(0, 0)
+
+
+def test_untrained_old_ids_are_placed_like_new_ids():
+    """The graph of the test above, with ids 4 and 5 old but never trained (the old data read none
+    of them; the old placement put them on worker 1): given ``trained`` they are placed as the new
+    ids 4 and 5 were there, and cost no moved row."""
+    g = BipartiteGraph.from_lists([[0, 1], [0, 4], [2, 3], [3, 4, 5]], 7)
+    old = Placement.edge_cut(2, [0, 0, 1, 1], [0, 0, 1, 1, 1, 1])
+    trained = np.array([True, True, True, True, False, False])
+    opts = Options(max_imbalance=1.5, **EXACT)
+    p = place_new_data(g, old, two(), options=opts, trained=trained)
+    assert p.sample_worker.tolist() == [0, 0, 1, 0]
+    assert p.embedding_primary.tolist() == [0, 0, 1, 1, 0, 0, 1]
+    assert (p.info["num_created_rows"], p.info["num_new_ids_used"]) == (2, 0)
+    created = created_rows(np.arange(6), old, trained)
+    assert created.tolist() == [4, 5]
+    assert moved_rows(old, p, created=created) == MovedRows(0, 0) and moved_rows(old, p) == MovedRows(2, 0)
+    # without the history they are old rows: they stay on worker 1 and sample 3 follows them (w1: row 3 local too)
+    q = place_new_data(g, old, two(), options=opts)
+    assert q.embedding_primary.tolist()[:6] == [0, 0, 1, 1, 1, 1] and q.sample_worker.tolist() == [0, 0, 1, 1]
+    # a row with a secondary in the old placement is never created (its copies may hold trained values)
+    with_sec = old.with_secondaries([0, 0, 0, 0, 0, 1, 1], [0])
+    assert created_rows(np.arange(6), with_sec, trained).tolist() == [5]
+    # the whole-budget refinement counts them as free too
+    r = repartition_incremental(g, old, two(), max_moved_rows=0, options=opts, trained=trained)
+    assert r.info["moved_rows"]["total"] == 0 and r.embedding_primary[4] == 0
 
 
 def test_place_new_data_counts_secondaries_as_local():
@@ -168,35 +194,42 @@ def cases(draw):
     start = draw(st.sampled_from(["pass", "project"]))
     first = draw(st.booleans())
     sweep = draw(st.sampled_from(["all", "changed", "every"]))
-    return n, m_old, m, [sorted(r) for r in rows], prim, secs, budget, rounds, rb, bs, start, first, sweep
+    trained = draw(st.one_of(st.none(), st.lists(st.booleans(), min_size=m_old, max_size=m_old)))
+    return n, m_old, m, [sorted(r) for r in rows], prim, secs, budget, rounds, rb, bs, start, first, sweep, trained
 
 
 @settings(max_examples=60, deadline=None)
 @given(cases())
 def test_budget_is_never_exceeded(case):
-    n, m_old, m, rows, prim, secs, budget, rounds, rb, bs, start, first, sweep = case
+    n, m_old, m, rows, prim, secs, budget, rounds, rb, bs, start, first, sweep, trained = case
     g = BipartiteGraph.from_lists(rows, m)
     indptr = np.zeros(m_old + 1, dtype=np.int64)
     np.cumsum([len(s) for s in secs], out=indptr[1:])
     old = Placement.edge_cut(n, [0], prim).with_secondaries(indptr, [w for s in secs for w in s])
     topo = resolve_topology(n, None, None)
     opts = Options(rounds=rounds, replication_budget=rb, batch_size=bs, start=start, sweep_first=first, sweep=sweep)
-    placed = place_new_data(g, old, topo, options=opts)
+    used = np.unique(np.concatenate([np.array(r, dtype=np.int64) for r in rows]))
+    # created: read now, untrained, no old secondary (computed here, not by gmp)
+    created = [] if trained is None else [e for e in used if e < m_old and not trained[e] and not secs[e]]
+    assert created_rows(used, old, trained).tolist() == created
+    placed = place_new_data(g, old, topo, options=opts, trained=trained)
     placed.check(num_samples=len(rows), num_embeddings=m)
-    assert placed.embedding_primary[:m_old].tolist() == prim  # old rows stay
+    kept = [e for e in range(m_old) if e not in created]
+    assert placed.embedding_primary[kept].tolist() == [prim[e] for e in kept]  # old rows stay
     assert [placed.secondaries_of(e).tolist() for e in range(m_old)] == secs
-    assert reference_moved(old, placed) == 0
-    p = repartition_incremental(g, old, topo, max_moved_rows=budget, options=opts, start=placed)
+    assert reference_moved(old, placed, created) == 0
+    p = repartition_incremental(g, old, topo, max_moved_rows=budget, options=opts, start=placed, trained=trained)
     p.check(num_samples=len(rows), num_embeddings=m)
-    assert reference_moved(old, p) == moved_rows(old, p).total <= budget
+    assert reference_moved(old, p, created) == moved_rows(old, p, created=created).total <= budget
     # one pass for both (what the CLI calls): the same two placements as placing, then refining from the start
-    both = place_and_repartition(g, old, topo, max_moved_rows=budget, options=opts)
+    both = place_and_repartition(g, old, topo, max_moved_rows=budget, options=opts, trained=trained)
     for a, b in zip(both, (placed, p)):
         assert np.array_equal(a.sample_worker, b.sample_worker)
         assert np.array_equal(a.embedding_primary, b.embedding_primary)
         assert np.array_equal(a.secondary_indptr, b.secondary_indptr)
         assert np.array_equal(a.secondary_workers, b.secondary_workers)
-    goal = repartition_incremental(g, old, topo, max_moved_rows=3 * budget + 5, options=opts, start=placed)
+    goal = repartition_incremental(g, old, topo, max_moved_rows=3 * budget + 5, options=opts, start=placed,
+                                   trained=trained)
     t = repartition_toward(g, old, goal, topo, max_moved_rows=budget, options=opts)
     t.check(num_samples=len(rows), num_embeddings=m)
     assert reference_moved(old, t) == moved_rows(old, t).total <= budget

@@ -78,8 +78,8 @@ def test_golden_v1_reads_with_exact_values(tiny_dataset):
     assert p.method == "hand" and p.seed == 0 and dict(p.options) == {"note": "golden v1"}
     assert [r["objective"] for r in p.info["rounds"]] == [3.0, 1.0]
     assert m.meta["created"] == "2026-11-22T00:00:00+00:00" and m.meta["gmp_version"] == "0.1.0"
-    # read through the one-step upgrade 1 -> 2: the plan comes from version 1's batch size and dim
-    assert m.meta["schema_version"] == 2 and m.meta["format"] == "gmp.placement"
+    # read through the upgrades 1 -> 2 -> 3: the plan comes from version 1's batch size and dim
+    assert m.meta["schema_version"] == 3 and m.history is None and m.meta["format"] == "gmp.placement"
     assert tuple(m.plan) == (2, 4, None) and m.dataset_name is None
     assert json.loads((GOLDEN / "manifest.json").read_text())["schema_version"] == 1  # the file stays v1
     assert m.meta["placement_sha256"] == "f6bdcab410c0ca2a55c7da0f245291dde7fbbdc8420a9ffce16d0c4e009cc9b9"
@@ -115,8 +115,8 @@ def _save(path: Path, name: str, arr) -> None:
 
 
 INVALID_CASES = {
-    "newer_version": (lambda p: _edit_meta(p, schema_version=3),
-                      r"manifest\.json has schema_version 3; this gmp reads up to 2\. Upgrade gmp"),
+    "newer_version": (lambda p: _edit_meta(p, schema_version=4),
+                      r"manifest\.json has schema_version 4; this gmp reads up to 3\. Upgrade gmp"),
     "bad_version": (lambda p: _edit_meta(p, schema_version="1"),
                     r"schema_version '1', expected a positive integer; re-create it with 'gmp partition'"),
     "wrong_format": (lambda p: _edit_meta(p, format="gmp.dataset"),
@@ -167,6 +167,30 @@ def test_invalid_manifest_is_refused(golden, case):
     text = str(info.value)
     assert "\n" not in text
     assert str(golden) in text  # names the file (or directory)
+
+
+def test_history_round_trips_and_an_edit_is_caught(tmp_path):
+    from gmp.manifest import RowHistory
+
+    trained = np.array([True, False, True, True, False, False])
+    path = write(tmp_path / "m", history=RowHistory(trained, np.array([1, 4])))
+    m = load_manifest(path)
+    assert m.history.trained.tolist() == trained.tolist() and m.history.created.tolist() == [1, 4]
+    assert np.load(path / "trained_rows.npy").tolist() == [1 + 4 + 8]  # bits 0, 2, 3 in little order
+    assert json.loads((path / "manifest.json").read_text())["history"]["created_rows"]["shape"] == [2]
+    assert load_manifest(write(tmp_path / "none")).history is None  # not given: unknown
+    np.save(path / "trained_rows.npy", np.array([1 + 4 + 8 + 16], dtype=np.uint8))
+    with pytest.raises(ManifestError, match=r"trained_rows\.npy / created_rows\.npy do not match history\.sha256"):
+        load_manifest(path)
+    np.save(path / "trained_rows.npy", np.zeros(2, dtype=np.uint8))
+    with pytest.raises(ManifestError, match=r"trained_rows\.npy has shape \(2,\), expected \(1,\) for 6 embeddings"):
+        load_manifest(path)
+    np.save(path / "trained_rows.npy", np.array([13], dtype=np.uint8))
+    np.save(path / "created_rows.npy", np.array([6]))
+    with pytest.raises(ManifestError, match=r"created_rows\.npy holds ids outside \[0, 6\)"):
+        load_manifest(path)
+    with pytest.raises(ManifestError, match="the history must cover 6 rows"):
+        write(tmp_path / "bad", history=RowHistory(trained[:5], np.zeros(0, dtype=np.int64)))
 
 
 def test_duplicate_secondary_is_refused(tmp_path):
@@ -269,7 +293,7 @@ def test_version_2_records_the_plan_and_the_dataset_name(tmp_path):
 
     metrics = {"batch_size": 64, "embedding_dim": 8}
     plain = load_manifest(write(tmp_path / "a", metrics=metrics, dataset_name="criteo-1m"))
-    assert plain.meta["schema_version"] == 2 and plain.dataset_name == "criteo-1m"
+    assert plain.meta["schema_version"] == SCHEMA_VERSION and plain.dataset_name == "criteo-1m"
     assert plain.plan == ManifestPlan(64, 8, None) == read_plan(tmp_path / "a")
     # with a memory budget, the plan's dim is the one the partitioner budgeted rows for
     budgeted = make_placement()

@@ -18,7 +18,8 @@ from gmp.comm.local import LocalEngine
 from gmp.constants import ADAGRAD_EPS
 from gmp.datasets.format import FieldInfo, load_dataset, write_dataset
 from gmp.errors import TrainingError
-from gmp.partition.incremental import moved_rows
+from gmp.manifest import load_manifest
+from gmp.partition.incremental import created_rows, moved_rows
 from gmp.train import TrainConfig, TrainData, Trainer
 from gmp.train.checkpoint import placement_sha256, save_checkpoint
 from gmp.train.migrate import resume_training
@@ -113,12 +114,13 @@ def reference_days(paths, *, optimizer, cfg):
     return table.detach().cpu().numpy(), net
 
 
-def train_day(path, placement, cfg, ckpt, *, resume):
+def train_day(path, placement, cfg, ckpt, *, resume, created=None):
     ds = load_dataset(path)
     n = placement.num_workers
     cfg = TrainConfig(**{**cfg.__dict__, "batch_size": GLOBAL_BATCH // n})
     tr = Trainer(TrainData(ds), placement, cfg, LocalEngine(n))
-    summary = resume_training(tr, ckpt, dataset=ds, placement_sha=placement_sha256(placement)) if resume else None
+    summary = resume_training(tr, ckpt, dataset=ds, placement_sha=placement_sha256(placement),
+                              created=created) if resume else None
     tr.fit()
     save_checkpoint(tr, ckpt, dataset_sha256=ds.sha256, placement_sha=placement_sha256(placement))
     return tr, summary
@@ -150,6 +152,63 @@ def test_resume_on_new_placement_equals_one_worker_training_the_days_in_order(da
     assert summary["bytes"]["optimizer_state"] == (m["primaries"] * row_bytes if optimizer == "adagrad" else 0)
     assert summary["bytes"]["clocks"] == (m["primaries"] + m["secondaries"]) * 8
     assert (m["primaries"] > 0) == (n_old > 1 or n_new > 1)
+
+
+@pytest.fixture(scope="module")
+def sparse_days(tmp_path_factory):
+    """Day 0 reads 34 of its 62 ids (a fixed vocabulary, as with hashed fields); day 1 reads 14 of the others."""
+    root = tmp_path_factory.mktemp("sparse_days")
+    d0 = make_ctr_dataset(root / "d0", num_samples=48, field_sizes=(7, 40, 15))
+    return [d0, next_day(d0, root / "d1", seed=1)]
+
+
+def _created(d0, d1, p0):
+    """The rows day 1 creates: read by day 1, by no sample of day 0, no secondary in p0 (computed here)."""
+    read0 = np.zeros(d0.num_embeddings, dtype=bool)
+    read0[d0.indices] = True
+    read1 = np.zeros(d0.num_embeddings, dtype=bool)
+    read1[d1.indices[d1.indices < d0.num_embeddings]] = True
+    no_sec = np.diff(np.asarray(p0.secondary_indptr)) == 0
+    return np.flatnonzero(read1 & ~read0 & no_sec), read0
+
+
+@pytest.mark.parametrize("optimizer", ["adagrad", "sgd"])
+def test_created_rows_are_not_sent_and_the_run_stays_exact(sparse_days, tmp_path, optimizer):
+    """Old ids no day-0 sample read are created at their initial values on day 1's workers: the run
+    still equals the two-day reference, they are not counted or sent, and the other rows' counts are
+    moved_rows' with ``created``."""
+    d0, d1 = load_dataset(sparse_days[0]), load_dataset(sparse_days[1])
+    cfg = config(optimizer=optimizer)
+    p0 = random_placement(d0, 3, secondaries=0.5, seed=11)
+    p1 = random_placement(d1, 3, secondaries=0.5, seed=12)
+    created, read0 = _created(d0, d1, p0)
+    assert created.tolist() == created_rows(np.unique(d1.indices), p0, read0).tolist()
+    assert created.size >= 5 and np.any(p0.embedding_primary[created] != p1.embedding_primary[created])
+    train_day(sparse_days[0], p0, cfg, tmp_path / "a", resume=False)
+    train_day(sparse_days[0], p0, cfg, tmp_path / "b", resume=False)
+    tr, summary = train_day(sparse_days[1], p1, cfg, tmp_path / "a", resume=True, created=created)
+    _, plain = train_day(sparse_days[1], p1, cfg, tmp_path / "b", resume=True)  # every old id sent as before
+    ref_table, _ = reference_days(sparse_days, optimizer=optimizer, cfg=cfg)
+    np.testing.assert_allclose(tr.embedding_table(), ref_table, rtol=1e-9, atol=1e-12)
+    m, expect = summary["moved_rows"], moved_rows(p0, p1, created=created)
+    assert (m["primaries"], m["secondaries"], m["created_rows"]) == (expect.primaries, expect.secondaries, created.size)
+    before = moved_rows(p0, p1)
+    assert (plain["moved_rows"]["primaries"], plain["moved_rows"]["created_rows"]) == (before.primaries, 0)
+    assert m["primaries"] < before.primaries and summary["bytes"]["total"] < plain["bytes"]["total"]
+    assert summary["bytes"]["values"] == m["primaries"] * tr.row_dim * 8 + m["secondaries"] * tr.row_dim * 8
+
+
+def test_a_created_row_the_checkpoint_trained_is_refused(sparse_days, tmp_path):
+    """A history that calls a trained row untrained (a manifest placed from another chain) is refused
+    before anything is sent."""
+    d0, d1 = load_dataset(sparse_days[0]), load_dataset(sparse_days[1])
+    p0 = random_placement(d0, 2, secondaries=0.0, seed=11)
+    train_day(sparse_days[0], p0, config(), tmp_path / "c", resume=False)
+    trained_id = int(d0.indices[0])  # read by the first training sample
+    with pytest.raises(TrainingError, match=f"trained rows that the manifest's history says no earlier data read "
+                                            f"\\(e.g. row {trained_id}\\)"):
+        train_day(sparse_days[1], random_placement(d1, 2, seed=12), config(), tmp_path / "c", resume=True,
+                  created=np.array([trained_id]))
 
 
 def test_the_reference_needs_the_migrated_state(days, tmp_path):
@@ -219,7 +278,8 @@ def test_train_logs_the_migration_and_a_second_resume_is_plain(days, tmp_path):
     kinds = [x["kind"] for x in lines]
     assert kinds == ["epoch", "migration", "epoch"] and len(recs) == 1
     mig = lines[1]
-    assert mig["moved_rows"] == {"primaries": 0, "secondaries": 0, "total": 0, "new_ids": 7, "refreshed_secondaries": 0}
+    assert mig["moved_rows"] == {"primaries": 0, "secondaries": 0, "total": 0, "new_ids": 7, "created_rows": 0,
+                                "refreshed_secondaries": 0}
     assert mig["bytes"]["total"] == 0 and mig["old_num_embeddings"] == load_dataset(days[0]).num_embeddings
     assert lines[0]["run"] != mig["run"] == lines[2]["run"]
     # day 1's checkpoint now resumes normally (nothing left at 1 epoch; 2 epochs trains one more)
@@ -285,6 +345,12 @@ def test_day_to_day_through_the_cli(tmp_path):
     planned = json.loads((Path(p1) / "report.json").read_text())["incremental"]["moved_rows"]
     assert 0 < mig["moved_rows"]["total"] == planned["total"]
     assert mig["moved_rows"]["new_ids"] == load_dataset(d1).num_embeddings - load_dataset(d0).num_embeddings > 0
+    # the ids day 0 never read that day 1 reads: created, as the manifest's history lists them
+    hist = load_manifest(p1).history
+    assert 0 < mig["moved_rows"]["created_rows"] == hist.created.size == \
+        json.loads((Path(p1) / "report.json").read_text())["incremental"]["created_rows"]
+    created, _ = _created(load_dataset(d0), load_dataset(d1), load_manifest(p0).placement)
+    assert hist.created.tolist() == created.tolist()
 
 
 @pytest.mark.parametrize("options", [dict(on_demand=True, cache_rows=6, read_only_replicas=False, lookahead=0)])

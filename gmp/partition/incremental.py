@@ -19,6 +19,14 @@ appends the new ids of each field after the previous vocabulary): ids below
 the old placement's ``num_embeddings`` are the old rows, ids at or above it
 are *new*. The new dataset may not have fewer ids than the old placement.
 
+**Untrained old ids** (``trained``: the old manifest's history, :class:`gmp.manifest.RowHistory`).
+On a fixed vocabulary (hashed fields, or days cut from one dataset) most ids the new data reads
+may be ids no earlier data read: they sit wherever ``place_unused_embeddings`` put them, and
+were never trained, so they still hold their initial values. Given ``trained`` (bool over the
+old ids), an old id it leaves unmarked, that the new data reads and that has no secondary in
+``old``, is placed like a new id (:func:`created_rows`; free: the trainer creates it at its
+initial value, ``gmp.train.migrate``). Without ``trained`` every old id counts as trained.
+
 :func:`place_new_data` — one streaming pass, nothing moves
 ----------------------------------------------------------
 The old primaries and secondaries stay where they are. The new samples are
@@ -318,13 +326,15 @@ class MovedRows(NamedTuple):
         return self.total * int(embedding_dim) * VALUE_BYTES
 
 
-def moved_rows(old: Placement, new: Placement, *, rows: np.ndarray | None = None) -> MovedRows:
+def moved_rows(old: Placement, new: Placement, *, rows: np.ndarray | None = None,
+               created: np.ndarray | None = None) -> MovedRows:
     """Rows that move from ``old`` to ``new`` (ids below ``old.num_embeddings`` only).
 
     ``primaries``: old ids whose primary worker changed. ``secondaries``:
     secondaries ``(x, w)`` of ``new`` on a worker that held no copy of x
     (primary or secondary) in ``old``. ``rows`` (ids) restricts the count to
-    those ids.
+    those ids; ``created`` (ids, :func:`created_rows`: untrained rows the new
+    placement creates afresh) are left out.
 
     Examples
     --------
@@ -342,6 +352,8 @@ def moved_rows(old: Placement, new: Placement, *, rows: np.ndarray | None = None
         keep[:] = False
         r = np.asarray(rows, dtype=np.int64)
         keep[r[r < m]] = True
+    if created is not None:
+        keep[np.asarray(created, dtype=np.int64)] = False
     op = np.asarray(old.embedding_primary)
     npr = np.asarray(new.embedding_primary)[:m]
     primaries = int(np.count_nonzero((op != npr) & keep))
@@ -481,6 +493,41 @@ def _split_edges(comp: _Compact, indptr: np.ndarray, prim: np.ndarray, sec: np.n
     return _Split(oindptr, ocindices, num_private, sindptr, scindices, sealed)
 
 
+def _old_rows(used: np.ndarray, old: Placement, trained: np.ndarray | None) -> np.ndarray:
+    """bool [U]: the used ids that are old rows: below ``old.num_embeddings`` and not created afresh
+    (:func:`created_rows`)."""
+    is_old = used < old.num_embeddings
+    if trained is not None:
+        trained = np.asarray(trained, dtype=bool)
+        if trained.shape != (old.num_embeddings,):
+            raise PartitionError(f"trained must mark the old placement's {old.num_embeddings} ids, got shape "
+                                 f"{trained.shape}; pass the old manifest's history.")
+        ids = used[is_old]
+        oip = np.asarray(old.secondary_indptr)
+        is_old[np.flatnonzero(is_old)] = trained[ids] | (oip[ids + 1] > oip[ids])
+    return is_old
+
+
+def created_rows(used_ids: np.ndarray, old: Placement, trained: np.ndarray | None) -> np.ndarray:
+    """int64 ids: the old ids the new data reads (``used_ids``, ascending) that ``trained`` (bool over
+    ``old``'s ids; None: every id) leaves untrained and that have no secondary in ``old``.
+
+    They hold their initial values wherever they are, so the new placement puts them like new ids
+    and they never count as moved (:func:`moved_rows`' ``created``); the manifest records them
+    (``history.created_rows``) so that the trainer creates them instead of sending them.
+
+    Examples
+    --------
+    >>> old = Placement.edge_cut(2, [0], [0, 1, 1])
+    >>> created_rows(np.array([0, 2, 3]), old, np.array([True, False, False])).tolist()   # 3 is new
+    [2]
+    """
+    used = np.asarray(used_ids, dtype=np.int64)
+    if trained is None:
+        return np.zeros(0, dtype=np.int64)
+    return used[(used < old.num_embeddings) & ~_old_rows(used, old, trained)]
+
+
 def _secondary_masks(placement: Placement, ids: np.ndarray) -> np.ndarray:
     out = np.zeros(ids.size, dtype=np.int64)
     K.masks_from_csr(np.asarray(placement.secondary_indptr), np.asarray(placement.secondary_workers),
@@ -498,6 +545,7 @@ class _State(NamedTuple):
     """What the placement pass leaves warm for the refinement (over the compact ids)."""
 
     comp: _Compact
+    is_old: np.ndarray  # bool [U]: old rows (trained ones only, :func:`_old_rows`)
     split: _Split | None  # the pass's split of the edges (None after the ``project`` start)
     prim: np.ndarray  # int32 [U]
     sec: np.ndarray  # int64 [U]
@@ -508,7 +556,7 @@ class _State(NamedTuple):
 
 # --------------------------------------------------------------------------- step 1
 def place_new_data(graph: BipartiteGraph, old: Placement, topology: Topology, *, seed: int = 0,
-                   options: Options | None = None) -> Placement:
+                   options: Options | None = None, trained: np.ndarray | None = None) -> Placement:
     """Place a new dataset's samples (and its new ids) on a fixed placement, in one streaming pass.
 
     Parameters
@@ -524,6 +572,10 @@ def place_new_data(graph: BipartiteGraph, old: Placement, topology: Topology, *,
         Seeds the stream order (``options.order == "random"``).
     options
         :class:`Options`.
+    trained
+        bool [old.num_embeddings]: the old ids earlier data read (the old manifest's
+        ``history.trained``); the others the new data reads are placed like new ids
+        (:func:`created_rows`). None: every old id counts as trained.
 
     Returns
     -------
@@ -531,11 +583,11 @@ def place_new_data(graph: BipartiteGraph, old: Placement, topology: Topology, *,
         Over the new graph: every sample placed, old rows unchanged, new ids
         placed where their samples are; ``method = "place-new"``.
     """
-    return _place(graph, old, topology, seed=seed, options=options or Options())[0]
+    return _place(graph, old, topology, seed=seed, options=options or Options(), trained=trained)[0]
 
 
 def _place(graph: BipartiteGraph, old: Placement, topology: Topology, *, seed: int,
-           options: Options) -> tuple[Placement, _State]:
+           options: Options, trained: np.ndarray | None) -> tuple[Placement, _State]:
     """:func:`place_new_data` and the state it leaves (reused by :func:`repartition_incremental`)."""
     _check_inputs(graph, old, topology)
     t0 = time.perf_counter()
@@ -544,7 +596,7 @@ def _place(graph: BipartiteGraph, old: Placement, topology: Topology, *, seed: i
     comp = _compact(graph)
     options, defaults = resolve_options(options, graph, n, degree=comp.degree)
     used = comp.used_ids
-    is_old = used < m_old
+    is_old = _old_rows(used, old, trained)
     prim = np.full(used.size, -1, dtype=np.int32)
     prim[is_old] = np.asarray(old.embedding_primary)[used[is_old]]
     sec = np.zeros(used.size, dtype=np.int64)
@@ -586,7 +638,7 @@ def _place(graph: BipartiteGraph, old: Placement, topology: Topology, *, seed: i
             K.count_samples(sample_indptr, comp.cindices, sample_worker, count)
         advance(num_samples)
 
-    # new ids: primary where most of their samples are, at most new_cap new ids per worker
+    # new ids (and created old ids): primary where most of their samples are, at most new_cap per worker
     new_rows = np.flatnonzero(~is_old)
     new_cap = sample_cap(new_rows.size, n, options.max_imbalance)
     prim[new_rows] = choose_primaries(count[new_rows], cap=new_cap)
@@ -599,7 +651,8 @@ def _place(graph: BipartiteGraph, old: Placement, topology: Topology, *, seed: i
     info = {
         "old_num_embeddings": int(m_old),
         "num_new_ids": int(m - m_old),
-        "num_new_ids_used": int(new_rows.size),
+        "num_new_ids_used": int(np.count_nonzero(used[new_rows] >= m_old)),
+        "num_created_rows": int(np.count_nonzero(used[new_rows] < m_old)),
         "num_used_embeddings": int(used.size),
         "sample_cap": int(cap),
         "new_id_cap": int(new_cap),
@@ -612,18 +665,18 @@ def _place(graph: BipartiteGraph, old: Placement, topology: Topology, *, seed: i
     placed = Placement(num_workers=n, sample_worker=sample_worker, embedding_primary=primary,
                        secondary_indptr=indptr, secondary_workers=np.asarray(old.secondary_workers, dtype=np.int32),
                        method="place-new", options=asdict(options), seed=seed, info=info)
-    return placed, _State(comp, split, prim, sec, count, options, defaults)
+    return placed, _State(comp, is_old, split, prim, sec, count, options, defaults)
 
 
 # --------------------------------------------------------------------------- step 2
 def repartition_incremental(graph: BipartiteGraph, old: Placement, topology: Topology, *, max_moved_rows: int,
                             seed: int = 0, options: Options | None = None,
-                            start: Placement | None = None) -> Placement:
+                            start: Placement | None = None, trained: np.ndarray | None = None) -> Placement:
     """Refine the placement of new data, moving at most ``max_moved_rows`` rows of ``old``.
 
     Parameters
     ----------
-    graph, old, topology, seed, options
+    graph, old, topology, seed, options, trained
         As in :func:`place_new_data`.
     max_moved_rows
         The migration budget in rows (see :func:`moved_rows`;
@@ -642,17 +695,19 @@ def repartition_incremental(graph: BipartiteGraph, old: Placement, topology: Top
     """
     if start is None:  # the pass's compact ids, counts and masks stay warm for the sweeps
         return place_and_repartition(graph, old, topology, max_moved_rows=max_moved_rows, seed=seed,
-                                     options=options)[1]
+                                     options=options, trained=trained)[1]
     budget = _check_budget(max_moved_rows)
     _check_inputs(graph, old, topology)
     t0 = time.perf_counter()
     comp = _compact(graph)
     options, defaults = resolve_options(options or Options(), graph, topology.num_workers, degree=comp.degree)
-    return _refine(graph, old, topology, budget, seed, options, defaults, start, comp, None, t0)
+    return _refine(graph, old, topology, budget, seed, options, defaults, start, comp,
+                   _old_rows(comp.used_ids, old, trained), None, t0)
 
 
 def place_and_repartition(graph: BipartiteGraph, old: Placement, topology: Topology, *, max_moved_rows: int,
-                          seed: int = 0, options: Options | None = None) -> tuple[Placement, Placement]:
+                          seed: int = 0, options: Options | None = None,
+                          trained: np.ndarray | None = None) -> tuple[Placement, Placement]:
     """:func:`place_new_data`'s and :func:`repartition_incremental`'s results from one placement pass.
 
     ``repartition_incremental(..., start=place_new_data(...))`` gives the same two placements but
@@ -661,9 +716,9 @@ def place_and_repartition(graph: BipartiteGraph, old: Placement, topology: Topol
     """
     budget = _check_budget(max_moved_rows)
     t0 = time.perf_counter()
-    placed, state = _place(graph, old, topology, seed=seed, options=options or Options())
+    placed, state = _place(graph, old, topology, seed=seed, options=options or Options(), trained=trained)
     return placed, _refine(graph, old, topology, budget, seed, state.options, state.defaults, placed, state.comp,
-                           state, t0)
+                           state.is_old, state, t0)
 
 
 def _check_budget(max_moved_rows) -> int:
@@ -673,7 +728,8 @@ def _check_budget(max_moved_rows) -> int:
 
 
 def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: int, seed: int, options: Options,
-            defaults: dict, start: Placement, comp: _Compact, state: _State | None, t0: float) -> Placement:
+            defaults: dict, start: Placement, comp: _Compact, is_old: np.ndarray, state: _State | None,
+            t0: float) -> Placement:
     """:func:`repartition_incremental` from ``start`` (``state``: what the pass that made it left warm)."""
     t_place = float(start.info.get("seconds", 0.0)) if start.info else 0.0
     t1 = time.perf_counter()
@@ -681,7 +737,6 @@ def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: i
     m_old, m = old.num_embeddings, graph.num_embeddings
     used = comp.used_ids
     num_used = used.size
-    is_old = used < m_old
     if state is not None:  # the pass moved no row: its masks are the old ones
         prim, sec = state.prim, state.sec
         old_sec = sec.copy()
@@ -727,7 +782,8 @@ def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: i
     marks = np.zeros(num_samples, dtype=np.uint8)  # bit 0: reads a changed row, bit 1: reads a lost sealed row
     rounds: list[dict] = []
     # a start that already moved rows (e.g. an earlier incremental result) has spent them
-    spent = 0 if state is not None else moved_rows(old, start).total
+    created = used[~is_old & (used < m_old)]
+    spent = 0 if state is not None else moved_rows(old, start, created=created).total
     if spent > budget:
         raise PartitionError(f"incremental: the start placement already moves {spent} rows of the old placement, "
                              f"above max_moved_rows={budget}; give a larger budget or start from place_new_data's "
@@ -794,7 +850,7 @@ def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: i
     result = Placement(num_workers=n, sample_worker=sw, embedding_primary=primary, secondary_indptr=s_indptr,
                        secondary_workers=s_workers, method="incremental", options=asdict(options), seed=seed,
                        info=info)
-    moved = moved_rows(old, result)
+    moved = moved_rows(old, result, created=created)
     if moved.total > budget:  # the kernels recompute every move's cost; this would be a bug
         raise PartitionError(f"incremental: moved {moved.total} rows, above the budget {budget} (a gmp bug; "
                              f"please report it).")

@@ -18,13 +18,19 @@ epoch) with the dense model, its optimizer and the RNG states of the checkpoint,
   otherwise the new primary sends value and clock (a second all-to-all);
 * **new ids** (at or above the ancestor's ``num_embeddings``): initialised exactly as a fresh
   run initialises them (:func:`gmp.train.slots.initial_rows`, a function of seed and id);
+* **created rows** (the new manifest's ``history.created_rows``: old ids no earlier data read,
+  which the partitioner placed like new ids): initialised the same way on every worker that
+  holds them, nothing sent. They were never updated, so that is their value and optimizer state
+  in the checkpoint too; the old primary checks that its clock is 0 (a checkpoint trained along
+  another chain of manifests is refused, on every process);
 * ``--schedule herald``: its runtime scheduler takes every copy as fresh at the start, so every
   secondary of an old id is refreshed from the new primary with its Adagrad state
   (``refreshed_secondaries`` counts those the worker held already); cached copies are dropped
   and the schedule's state starts afresh.
 
 The moved rows are :func:`gmp.partition.incremental.moved_rows`' count (an old row whose
-primary changed, a secondary on a worker that held no copy of it); the bytes sent are counted
+primary changed, a secondary on a worker that held no copy of it; created rows left out, as
+``moved_rows(..., created=...)`` leaves them); the bytes sent are counted
 per kind (``values``, ``optimizer_state``, ``clocks``) and returned (the JSON log's
 ``"kind": "migration"`` line). Every process reads only the old workers' files it hosts
 (old worker ``w`` -> new worker ``w mod N``), so the same code runs under the local engine and
@@ -56,9 +62,12 @@ MAX_ANCESTORS = 1000
 STATE_SETTINGS = ("model", "embedding_dim", "optimizer", "dtype", "hidden", "seed")
 
 
-def resume_training(trainer, checkpoint_dir: str | os.PathLike, *, dataset, placement_sha: str) -> dict | None:
+def resume_training(trainer, checkpoint_dir: str | os.PathLike, *, dataset, placement_sha: str,
+                    created: np.ndarray | None = None) -> dict | None:
     """Restore ``trainer`` from ``checkpoint_dir``: a plain resume (returns None) when the checkpoint
     was made for ``dataset``, a migration (returns its summary) when for one of its ancestors.
+
+    ``created``: the manifest's ``history.created_rows`` (old ids a migration creates, not moves).
 
     Raises
     ------
@@ -75,7 +84,7 @@ def resume_training(trainer, checkpoint_dir: str | os.PathLike, *, dataset, plac
         return None
     old_num_embeddings, depth = ancestor_size(dataset, head["dataset_sha256"], ckpt)
     check_migratable(trainer, ckpt, head)
-    summary = migrate_rows(trainer, ckpt, head, old_num_embeddings)
+    summary = migrate_rows(trainer, ckpt, head, old_num_embeddings, created)
     restore_dense(trainer, ckpt)
     summary.update({"checkpoint": str(ckpt), "from_dataset_sha256": head["dataset_sha256"],
                     "generations": depth, "from_placement_sha256": head["placement_sha256"],
@@ -228,9 +237,10 @@ def _held(keys: np.ndarray, ids: np.ndarray, workers: np.ndarray, old_workers: i
 
 
 # long function: one pass over the migration's phases reads best in order (gather, primaries, secondaries)
-def migrate_rows(trainer, ckpt: Path, head: dict[str, Any], old_n: int) -> dict[str, Any]:
-    """Move the old placement's rows (checkpoint ``ckpt``, header ``head``) to ``trainer``'s stores;
-    return the counts."""
+def migrate_rows(trainer, ckpt: Path, head: dict[str, Any], old_n: int,
+                 created: np.ndarray | None = None) -> dict[str, Any]:
+    """Move the old placement's rows (checkpoint ``ckpt``, header ``head``) to ``trainer``'s stores, all but
+    the ``created`` ids (left at their initial values); return the counts."""
     old_workers = int(head["num_workers"])
     eng, n, d = trainer.engine, trainer.num_workers, trainer.row_dim
     adagrad = trainer.config.optimizer == "adagrad"
@@ -242,22 +252,35 @@ def migrate_rows(trainer, ckpt: Path, head: dict[str, Any], old_n: int) -> dict[
                             f"only be appended ('gmp data import --extend').")
     olds = [[_Old(ckpt, head, w) for w in range(old_workers) if w % n == lw] for lw in local]
     old_primary, held_keys = _who_held(trainer, olds, old_workers, old_n)
+    fresh = np.zeros(old_n, dtype=bool)  # created rows: at their initial values everywhere, nothing sent
+    if created is not None:
+        c = np.asarray(created, dtype=np.int64)
+        fresh[c[c < old_n]] = True
     new_primary = np.asarray(trainer.primary, dtype=np.int64)
     moved = {"primaries": 0, "secondaries": 0, "refreshed": 0, "new_ids": int(trainer.data.num_embeddings - old_n)}
     sent = {"values": 0, "optimizer_state": 0, "clocks": 0}
 
     # 1. primaries: old primary -> new primary (sender: the process reading the old file, by id order)
-    val_sends, clk_sends = [], []
+    val_sends, clk_sends, first_trained = [], [], None
     for mine in olds:
         ids = np.concatenate([o.ids[:o.num_primary] for o in mine] + [np.zeros(0, np.int64)])
         vals = np.concatenate([o.primaries for o in mine] + [np.zeros((0, d * (2 if adagrad else 1)))])
         vals = vals.astype(np.float64)
         clk = np.concatenate([o.clock[:o.num_primary] for o in mine] + [np.zeros(0, np.int64)])
+        trained_here = fresh[ids] & (clk != 0)
+        if trained_here.any() and first_trained is None:
+            first_trained = int(ids[trained_here][0])
+        ids, vals, clk = ids[~fresh[ids]], vals[~fresh[ids]], clk[~fresh[ids]]
         dest = new_primary[ids]
         order = np.lexsort((ids, dest))
         cuts = np.searchsorted(dest[order], np.arange(n + 1))
         val_sends.append([vals[order[cuts[k]:cuts[k + 1]]] for k in range(n)])
         clk_sends.append([clk[order[cuts[k]:cuts[k + 1]]] for k in range(n)])
+    if eng.sum_across(np.array([0.0 if first_trained is None else 1.0]))[0] > 0:  # every process raises
+        which = "" if first_trained is None else f" (e.g. row {first_trained})"
+        raise TrainingError(f"{ckpt} trained rows that the manifest's history says no earlier data read{which}: the "
+                            f"new manifest was not placed from the one this checkpoint was trained with; run 'gmp "
+                            f"partition NEW --from-manifest' on that manifest, or {_FIX}.")
     got_vals, got_clk = _exchange(trainer, val_sends, dtype), _exchange(trainer, clk_sends, torch.int64)
     states = []
     for li, w in enumerate(local):
@@ -266,6 +289,7 @@ def migrate_rows(trainer, ckpt: Path, head: dict[str, Any], old_n: int) -> dict[
         st["primaries"] = np.concatenate(list(store.primary_blocks()) + [np.zeros((0, store.primary_width))])
         prim = store.ids[:store.num_primary]
         prim = prim[prim < old_n]
+        prim = prim[~fresh[prim]]
         for src in range(n):
             exp = prim[old_primary[prim] % n == src]
             if exp.size != got_vals[li][src].shape[0]:
@@ -286,6 +310,7 @@ def migrate_rows(trainer, ckpt: Path, head: dict[str, Any], old_n: int) -> dict[
                       np.diff(np.asarray(trainer.placement.secondary_indptr)))
     sec_w = np.asarray(trainer.placement.secondary_workers, dtype=np.int64)
     old = sec_x < old_n
+    old[old] = ~fresh[sec_x[old]]
     sec_x, sec_w = sec_x[old], sec_w[old]
     held = _held(held_keys, sec_x, sec_w, old_workers)
     # Herald's runtime scheduler takes every copy as fresh at the start (it tracks staleness by its
@@ -343,7 +368,7 @@ def migrate_rows(trainer, ckpt: Path, head: dict[str, Any], old_n: int) -> dict[
                                       sent["optimizer_state"], sent["clocks"]], dtype=np.float64))
     p, s, r, v, o, c = (int(round(t)) for t in totals)
     return {"moved_rows": {"primaries": p, "secondaries": s, "total": p + s, "new_ids": moved["new_ids"],
-                           "refreshed_secondaries": r},
+                           "created_rows": int(np.count_nonzero(fresh)), "refreshed_secondaries": r},
             "bytes": {"values": v, "optimizer_state": o, "clocks": c, "total": v + o + c},
             "old_num_embeddings": int(old_n), "num_embeddings": int(trainer.data.num_embeddings),
             "old_workers": int(old_workers)}

@@ -39,17 +39,25 @@ ENGINES = ("local", "distributed")
 
 def load_placement(dataset, manifest: str | os.PathLike | None, workers: int | None) -> Placement:
     """The manifest's placement (validated against the dataset), or everything on one worker."""
+    return open_placement(dataset, manifest, workers)[0]
+
+
+def open_placement(dataset, manifest: str | os.PathLike | None, workers: int | None) -> tuple[Placement, np.ndarray]:
+    """:func:`load_placement` and the manifest's created rows (``history.created_rows``: old ids a migration
+    creates at their initial values; empty without a manifest or a history)."""
+    none = np.zeros(0, dtype=np.int64)
     if manifest is None:
         if workers not in (None, 1):
             raise TrainingError(f"--workers {workers} needs a --manifest placing rows on {workers} workers "
                                 f"(make one with 'gmp partition'); without a manifest training uses 1 worker.")
         zeros_s = np.zeros(dataset.num_samples, dtype=np.int32)
-        return Placement.edge_cut(1, zeros_s, np.zeros(dataset.num_embeddings, dtype=np.int32), method="single")
-    placement = load_manifest(manifest, dataset=dataset).placement
+        return Placement.edge_cut(1, zeros_s, np.zeros(dataset.num_embeddings, dtype=np.int32), method="single"), none
+    man = load_manifest(manifest, dataset=dataset)
+    placement = man.placement
     if workers is not None and workers != placement.num_workers:
         raise TrainingError(f"--workers {workers} does not match the manifest {manifest}, which places rows on "
                             f"{placement.num_workers} workers; pass --workers {placement.num_workers} or another manifest.")
-    return placement
+    return placement, none if man.history is None else man.history.created
 
 
 def check_output_dir(name: str, path: str | os.PathLike | None) -> None:
@@ -169,7 +177,7 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
     ds = load_dataset(dataset)
     if verify_hash:
         ds.verify_hash()
-    placement = load_placement(ds, manifest, workers)  # validated by load_manifest, and by Trainer
+    placement, created = open_placement(ds, manifest, workers)  # validated by load_manifest, and by Trainer
     data = TrainData(ds)
     eng = make_engine(engine, placement.num_workers, collective_timeout=collective_timeout)
     trainer = None
@@ -178,7 +186,7 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
         psha = placement_sha256(placement)
         migration = None
         if resume:  # the checkpoint's dataset, or an ancestor's (rows migrate: gmp.train.migrate)
-            migration = resume_training(trainer, checkpoint_dir, dataset=ds, placement_sha=psha)
+            migration = resume_training(trainer, checkpoint_dir, dataset=ds, placement_sha=psha, created=created)
         log_file, run_id = None, new_run_id()
         if log_json is not None and eng.is_main:
             if resume and migration is None:  # the log's last run continues; lines past the checkpoint go
