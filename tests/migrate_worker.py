@@ -1,10 +1,11 @@
 """Run under torchrun by tests/test_migrate.py: train one day with the distributed engine and
 save a checkpoint; with ``resume``, first migrate from the previous day's checkpoint.
 
-usage: torchrun ... tests/migrate_worker.py DATASET PLACEMENT.npz CKPT_DIR OUT_DIR CONFIG_JSON [resume]
+usage: torchrun ... tests/migrate_worker.py DATASET PLACEMENT.npz CKPT_DIR OUT_DIR CONFIG_JSON [resume [CREATED.npy]]
 
 Writes OUT_DIR/rank{r}.npz (each rank's primary ids, rows and the dense parameters) and,
-on rank 0, OUT_DIR/migration.json (the summary, when resuming).
+on rank 0, OUT_DIR/migration.json (the summary, when resuming). A refused migration
+(TrainingError) writes OUT_DIR/refused{r}.txt with the message and exits 3 on every rank.
 """
 
 import json
@@ -16,6 +17,7 @@ import torch
 
 from gmp.comm.distributed import DistributedEngine
 from gmp.datasets.format import load_dataset
+from gmp.errors import TrainingError
 from gmp.train import TrainData, Trainer
 from gmp.train.checkpoint import placement_sha256, save_checkpoint
 from gmp.train.migrate import resume_training
@@ -24,7 +26,8 @@ from train_data import load_placement_npz, make_config
 
 def main() -> None:
     dataset, placement_npz, ckpt, out, cfg = sys.argv[1:6]
-    resume = sys.argv[6:] == ["resume"]
+    resume = sys.argv[6:7] == ["resume"]
+    created = np.load(sys.argv[7]) if len(sys.argv) > 7 else None
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     placement = load_placement_npz(placement_npz)
@@ -32,7 +35,12 @@ def main() -> None:
     ds = load_dataset(dataset)
     trainer = Trainer(TrainData(ds), placement, make_config(**json.loads(cfg)), engine)
     psha = placement_sha256(placement)
-    summary = resume_training(trainer, ckpt, dataset=ds, placement_sha=psha) if resume else None
+    try:
+        summary = resume_training(trainer, ckpt, dataset=ds, placement_sha=psha, created=created) if resume else None
+    except TrainingError as exc:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / f"refused{engine.rank}.txt").write_text(str(exc))
+        sys.exit(3)
     trainer.fit()
     save_checkpoint(trainer, ckpt, dataset_sha256=ds.sha256, placement_sha=psha)
     store = trainer.stores[0]

@@ -289,31 +289,47 @@ def test_train_logs_the_migration_and_a_second_resume_is_plain(days, tmp_path):
 
 
 @pytest.mark.distributed
-def test_migration_under_torchrun_equals_the_local_engine_and_the_reference(days, tmp_path):
-    """2 gloo processes: day 0 on one placement, day 1 resumed on another (secondaries, Adagrad):
-    every rank's primaries and the dense model equal the plain-PyTorch reference of the two days in
-    order, and the migration's counts equal the local engine's."""
+def test_migration_under_torchrun_equals_the_local_engine_and_the_reference(sparse_days, tmp_path):
+    """2 gloo processes: day 0 on one placement, day 1 resumed on another (secondaries, Adagrad, created
+    rows): every rank's primaries and the dense model equal the plain-PyTorch reference of the two days
+    in order, and the migration's counts equal the local engine's. A history calling a trained row
+    untrained is refused on both ranks (no rank is left waiting in a collective)."""
     from test_train_distributed import HERE, torchrun
     from train_data import assert_rank_rows_match, save_placement_npz
 
+    days = sparse_days
     d0, d1 = load_dataset(days[0]), load_dataset(days[1])
     cfg = config()
     p0 = random_placement(d0, 2, secondaries=0.4, seed=21)
     p1 = random_placement(d1, 2, secondaries=0.4, seed=22)
+    created, _ = _created(d0, d1, p0)
     save_placement_npz(tmp_path / "p0.npz", p0)
     save_placement_npz(tmp_path / "p1.npz", p1)
+    np.save(tmp_path / "created.npy", created)
+    np.save(tmp_path / "wrong.npy", np.array([int(d0.indices[0])]))  # read by day 0's first training sample
     cj = json.dumps({**cfg.to_json(), "batch_size": GLOBAL_BATCH // 2, "herald": None, "tiers": None})
-    for day, pl, extra in ((days[0], "p0.npz", []), (days[1], "p1.npz", ["resume"])):
-        res = torchrun(2, [str(HERE / "migrate_worker.py"), str(day), str(tmp_path / pl), str(tmp_path / "ckpt"),
-                           str(tmp_path / "out"), cj, *extra], timeout=300)
-        assert res.returncode == 0, res.stderr[-3000:]
+
+    def launch(day, pl, *extra, out="out"):
+        return torchrun(2, [str(HERE / "migrate_worker.py"), str(day), str(tmp_path / pl), str(tmp_path / "ckpt"),
+                            str(tmp_path / out), cj, *extra], timeout=300)
+
+    res = launch(days[0], "p0.npz")
+    assert res.returncode == 0, res.stderr[-3000:]
+    res = launch(days[1], "p1.npz", "resume", str(tmp_path / "wrong.npy"), out="refused")
+    assert res.returncode != 0
+    for r in range(2):
+        assert "no earlier data read" in (tmp_path / "refused" / f"refused{r}.txt").read_text()
+    res = launch(days[1], "p1.npz", "resume", str(tmp_path / "created.npy"))
+    assert res.returncode == 0, res.stderr[-3000:]
     ref_table, ref_net = reference_days(days[:2], optimizer="adagrad", cfg=cfg)
     dense = torch.cat([q.detach().reshape(-1) for q in ref_net.parameters()]).cpu().numpy()
     assert_rank_rows_match(tmp_path / "out", 2, ref_table, d1.num_embeddings, dense=dense)
-    _, local = train_day(days[1], p1, cfg, _local_day0(days[0], p0, cfg, tmp_path / "local"), resume=True)
+    _, local = train_day(days[1], p1, cfg, _local_day0(days[0], p0, cfg, tmp_path / "local"), resume=True,
+                         created=created)
     dist = json.loads((tmp_path / "out" / "migration.json").read_text())
     assert dist["moved_rows"] == local["moved_rows"] and dist["bytes"] == local["bytes"]
     assert dist["moved_rows"]["primaries"] > 0 and dist["moved_rows"]["secondaries"] > 0
+    assert dist["moved_rows"]["created_rows"] == created.size > 0
 
 
 def _local_day0(path, placement, cfg, ckpt):
