@@ -637,6 +637,38 @@ def test_cli_from_manifest(tmp_path):
     assert reads["this"] == reads["no_repartition"] == batch_remote_reads(g1, placed.placement, 512)
 
 
+def test_cli_chains_the_row_history_and_reads_a_version_2_manifest(tmp_path):
+    """Day 0 reads ids 0-3 of 6 (4 and 5 are a fixed vocabulary's unread ids); day 1 reads 4; day 2 reads 5.
+    Each manifest's trained rows are its ancestors' and its own data's; an unread old id is created.
+    A version 2 manifest (no history) counts every old id as trained and says so."""
+    day0 = _dataset(tmp_path / "d0", [[0, 1], [0, 1], [2, 3], [2, 3]], 6)
+    day1 = _dataset(tmp_path / "d1", [[0, 4], [0, 4], [2, 3], [2, 3]], 6)
+    day2 = _dataset(tmp_path / "d2", [[0, 5], [0, 4], [2, 3], [5, 3]], 7)  # id 6: new, unread
+    p0, p1, p2 = (str(tmp_path / x) for x in ("p0", "p1", "p2"))
+    for args in (["partition", str(day0), "-w", "2", "-m", "hybrid", "--out", p0, "--no-plots"],
+                 ["partition", str(day1), "--from-manifest", p0, "--max-moved-rows", "0", "--out", p1, "--no-plots"],
+                 ["partition", str(day2), "--from-manifest", p1, "--max-moved-rows", "0", "--out", p2, "--no-plots"]):
+        res = runner.invoke(app, args)
+        assert res.exit_code == 0, res.output
+    h0, h1, h2 = (load_manifest(p).history for p in (p0, p1, p2))
+    assert h0.trained.tolist() == [True] * 4 + [False] * 2 and h0.created.tolist() == []
+    assert h1.trained.tolist() == [True] * 5 + [False] and h1.created.tolist() == [4]
+    assert h2.trained.tolist() == [True] * 6 + [False] and h2.created.tolist() == [5]  # new id 6: unread
+    assert "1 old ids no earlier data read were placed like new ids" in res.output
+    assert json.loads((tmp_path / "p2" / "report.json").read_text())["incremental"]["created_rows"] == 1
+    # the same step from a version 2 manifest: no history, nothing created, the new manifest marks every old id
+    meta = json.loads((tmp_path / "p1" / "manifest.json").read_text())
+    meta["schema_version"] = 2
+    del meta["history"]
+    (tmp_path / "p1" / "manifest.json").write_text(json.dumps(meta))
+    res = runner.invoke(app, ["partition", str(day2), "--from-manifest", p1, "--max-moved-rows", "0", "--out",
+                              str(tmp_path / "p2v2"), "--no-plots"])
+    assert res.exit_code == 0, res.output
+    assert "records no row history (made before manifest version 3)" in res.output
+    h = load_manifest(tmp_path / "p2v2").history
+    assert h.trained.tolist() == [True] * 6 + [False] and h.created.tolist() == []
+
+
 def test_cli_from_manifest_takes_incremental_options(tmp_path):
     day0 = _dataset(tmp_path / "d0", [[0, 1], [0, 1], [2, 3], [2, 3]], 4)
     day1 = _dataset(tmp_path / "d1", [[0, 2], [0, 2], [1, 3], [1, 3], [4, 1]], 5)
