@@ -70,9 +70,8 @@ def partition_from_manifest(dataset: Path, old_manifest: Path, *, max_moved_rows
     seconds = time.perf_counter() - t0
     peak = peak_rss_bytes()
     moved = moved_rows(old.placement, placement, created=created)
-    history = RowHistory(np.zeros(graph.num_embeddings, dtype=bool), created)
-    history.trained[:old.num_embeddings] = True if trained is None else trained
-    history.trained[used] = True
+    history = RowHistory.of_degree(embedding_degree(graph), parent=old.history, parent_rows=old.num_embeddings,
+                                   created=created)
     comparison: dict[str, Any] = {
         "old_manifest": str(old_manifest),
         "old_placement_sha256": old.meta.get("placement_sha256"),

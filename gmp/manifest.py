@@ -196,9 +196,14 @@ class RowHistory(NamedTuple):
     created: np.ndarray
 
     @classmethod
-    def of_degree(cls, degree: np.ndarray) -> "RowHistory":
-        """The history of a placement made from scratch: the rows its data reads (``degree > 0``)."""
-        return cls(np.asarray(degree) > 0, np.zeros(0, dtype=np.int64))
+    def of_degree(cls, degree: np.ndarray, *, parent: "RowHistory | None" = None, parent_rows: int = 0,
+                  created: np.ndarray | None = None) -> "RowHistory":
+        """The rows a placement's data reads (``degree > 0``), with its old placement's trained rows when it
+        was made from one over ``parent_rows`` ids (``parent``: that manifest's history; None marks every
+        old id, as for a manifest made before version 3). ``created``: :attr:`created`."""
+        trained = np.asarray(degree) > 0
+        trained[:parent_rows] |= True if parent is None else np.asarray(parent.trained, dtype=bool)[:parent_rows]
+        return cls(trained, np.zeros(0, dtype=np.int64) if created is None else np.asarray(created, dtype=np.int64))
 
     def packed(self) -> dict[str, np.ndarray]:
         """The arrays as written (:data:`HISTORY_ARRAYS`)."""

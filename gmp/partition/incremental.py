@@ -523,8 +523,6 @@ def created_rows(used_ids: np.ndarray, old: Placement, trained: np.ndarray | Non
     [2]
     """
     used = np.asarray(used_ids, dtype=np.int64)
-    if trained is None:
-        return np.zeros(0, dtype=np.int64)
     return used[(used < old.num_embeddings) & ~_old_rows(used, old, trained)]
 
 
@@ -947,11 +945,12 @@ def _sweep_from(graph, comp, sw, prim, sec, count, cost, options, *, sweeps):
     none = np.zeros(graph.num_samples, dtype=np.int32)  # rows fixed: nothing is carried
     pload = np.bincount(prim, minlength=n).astype(np.int64)
     sec_load = np.zeros(n, dtype=np.int64)
+    indptr = np.asarray(graph.sample_indptr)
+    no_sealed, no_lost = np.zeros(indptr.size, dtype=np.int64), np.zeros(prim.size, dtype=np.uint8)
     for _ in range(sweeps):
-        indptr = np.asarray(graph.sample_indptr)
-        if K.sweep_samples(indptr, comp.cindices, none, np.zeros(indptr.size, dtype=np.int64), none[:1],
-                           np.zeros(prim.size, dtype=np.uint8), marks, True, sw, prim, sec, count, marg, df, cost,
-                           load, np.int64(cap), alpha, pload, np.int64(prim.size), 0.0, sec_load) == 0:
+        if K.sweep_samples(indptr, comp.cindices, none, no_sealed, none[:1], no_lost, marks, True, sw, prim, sec,
+                           count, marg, df, cost, load, np.int64(cap), alpha, pload, np.int64(prim.size), 0.0,
+                           sec_load) == 0:
             break
 
 

@@ -267,10 +267,11 @@ def migrate_rows(trainer, ckpt: Path, head: dict[str, Any], old_n: int,
         vals = np.concatenate([o.primaries for o in mine] + [np.zeros((0, d * (2 if adagrad else 1)))])
         vals = vals.astype(np.float64)
         clk = np.concatenate([o.clock[:o.num_primary] for o in mine] + [np.zeros(0, np.int64)])
-        trained_here = fresh[ids] & (clk != 0)
+        made = fresh[ids]
+        trained_here = made & (clk != 0)
         if trained_here.any() and first_trained is None:
             first_trained = int(ids[trained_here][0])
-        ids, vals, clk = ids[~fresh[ids]], vals[~fresh[ids]], clk[~fresh[ids]]
+        ids, vals, clk = ids[~made], vals[~made], clk[~made]
         dest = new_primary[ids]
         order = np.lexsort((ids, dest))
         cuts = np.searchsorted(dest[order], np.arange(n + 1))
