@@ -66,7 +66,10 @@ Membership in the secondary CSR is a scan of the embedding's (short) slice.
 Workers are spread over numba threads (at most one per worker, each thread
 with its own stamps, within :data:`STAMP_MEMORY_BYTES`); a worker writes only
 its own column/row of the counts, so results do not depend on the thread
-count. Memory at full Criteo-Kaggle scale (45.8M samples, 33.8M embeddings,
+count. The training range's counts come from the same pass
+(:func:`traffic_with_train`: the training samples are a prefix of every
+worker's run, so its counts are taken as the run leaves the prefix).
+Memory at full Criteo-Kaggle scale (45.8M samples, 33.8M embeddings,
 1.19B edges): 270 MB of stamps per thread, the sample order (366 MB) and the
 degree array (270 MB) on top of the (memory-mapped) graph. Measured speed
 is in ``docs/report.md``.
@@ -147,24 +150,33 @@ def _worker_order(sample_worker, num_workers, stop):  # pragma: no cover - compi
 
 @numba.njit(cache=True, nogil=True)
 def _traffic_part(indptr, indices, order, starts, primary, sec_indptr, sec_workers, num_embeddings,
-                  batch_size, first, step, edge, read, push, epoch):  # pragma: no cover - compiled
+                  batch_size, first, step, counts, train_stop, train):  # pragma: no cover - compiled
     # Workers first, first + step, ... in one pass over each one's samples in dataset order:
-    #   edge[server, reader]  remote edges (HET-GMP Eq. 3 counts, before weighting)
-    #   read[server, reader]  distinct non-local rows per chunk of batch_size
-    #   push[pusher, primary] distinct non-primary rows per chunk
-    #   epoch[server, reader] distinct non-local rows per worker over the epoch
+    #   counts[0] = edge[server, reader]   remote edges (HET-GMP Eq. 3 counts, before weighting)
+    #   counts[1] = read[server, reader]   distinct non-local rows per chunk of batch_size
+    #   counts[2] = push[pusher, primary]  distinct non-primary rows per chunk
+    #   counts[3] = epoch[server, reader]  distinct non-local rows per worker over the epoch
     # Worker w only writes column w of edge/read/epoch and row w of push, so parts running
     # in parallel never write the same cell and the counts do not depend on the thread count.
+    # ``train`` gets the same counts over the samples [0, train_stop) only: a worker's samples
+    # are visited in dataset order, so those are a prefix of its run, and the counts as they
+    # stand when the run first reaches a sample >= train_stop are exactly what a pass over the
+    # prefix alone gives (the chunk the prefix ends in has counted the rows it reads so far).
     num_workers = starts.size - 1
     has_secondaries = sec_workers.size > 0
+    edge, read, push, epoch = counts[0], counts[1], counts[2], counts[3]
     # stamps[2e]: last chunk that touched e, as (first position of the chunk in `order`) + 1,
     # unique over all workers; stamps[2e + 1]: last worker + 1. Interleaved so both share a
     # cache line (the loop is bound by cache misses). Never reset.
     stamps = np.zeros(2 * num_embeddings, dtype=np.int32)
     for w in range(first, num_workers, step):
+        taken = False
         for p in range(starts[w], starts[w + 1]):
             chunk = starts[w] + ((p - starts[w]) // batch_size) * batch_size + 1
             i = order[p]
+            if not taken and i >= train_stop:
+                _take_worker(counts, train, w)
+                taken = True
             for k in range(indptr[i], indptr[i + 1]):
                 e = indices[k]
                 pe = primary[e]
@@ -186,14 +198,26 @@ def _traffic_part(indptr, indices, order, starts, primary, sec_indptr, sec_worke
                     push[w, pe] += 1
                     if not local:
                         read[pe, w] += 1
+        if not taken:
+            _take_worker(counts, train, w)
+
+
+@numba.njit(cache=True, nogil=True)
+def _take_worker(counts, train, w):  # pragma: no cover - compiled
+    # worker w's cells of the counts (column w of edge/read/epoch, row w of push) into ``train``
+    for v in range(counts.shape[1]):
+        train[0, v, w] = counts[0, v, w]
+        train[1, v, w] = counts[1, v, w]
+        train[2, w, v] = counts[2, w, v]
+        train[3, v, w] = counts[3, v, w]
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
 def _traffic_parallel(indptr, indices, order, starts, primary, sec_indptr, sec_workers, num_embeddings,
-                      batch_size, num_threads, edge, read, push, epoch):  # pragma: no cover - compiled
+                      batch_size, num_threads, counts, train_stop, train):  # pragma: no cover - compiled
     for t in numba.prange(num_threads):
         _traffic_part(indptr, indices, order, starts, primary, sec_indptr, sec_workers, num_embeddings,
-                      batch_size, t, num_threads, edge, read, push, epoch)
+                      batch_size, t, num_threads, counts, train_stop, train)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -288,22 +312,35 @@ def traffic(graph: BipartiteGraph, placement: Placement, batch_size: int, *,
     ``batch_size`` is the per-worker batch; ``num_train`` restricts the pass
     to samples ``[0, num_train)``.
     """
-    ip, ix, sw, pr, si, sws = _arrays(graph, placement)
     stop = graph.num_samples if num_train is None else int(num_train)
     if not 0 <= stop <= graph.num_samples:
         raise PlacementError(f"num_train must lie in [0, {graph.num_samples}], got {num_train}.")
+    return traffic_with_train(graph, placement, batch_size, stop=stop)[0]
+
+
+def traffic_with_train(graph: BipartiteGraph, placement: Placement, batch_size: int, *,
+                       num_train: int | None = None, stop: int | None = None) -> tuple[Traffic, Traffic]:
+    """``(counts, train)``: :func:`traffic` over the samples ``[0, stop)`` (default: all) and over the
+    samples ``[0, num_train)`` (default: the same), from one pass (the train samples are a prefix of
+    every worker's run: their counts are taken as the run leaves them)."""
+    ip, ix, sw, pr, si, sws = _arrays(graph, placement)
+    stop = graph.num_samples if stop is None else int(stop)
+    train_stop = stop if num_train is None else int(num_train)
+    if not 0 <= train_stop <= stop:
+        raise PlacementError(f"num_train must lie in [0, {stop}], got {num_train}.")
     if int(batch_size) < 1:
         raise PlacementError(f"batch_size must be >= 1, got {batch_size}.")
     n = placement.num_workers
     starts, order = _worker_order(sw, n, stop)
-    counts = Traffic(*(np.zeros((n, n), dtype=np.int64) for _ in range(4)))
+    counts = np.zeros((4, n, n), dtype=np.int64)
+    train = np.zeros((4, n, n), dtype=np.int64)
     threads = _num_threads(n, graph.num_embeddings, graph.num_edges)
     args = (ip, ix, order, starts, pr, si, sws, graph.num_embeddings, np.int64(batch_size))
     if threads == 1:
-        _traffic_part(*args, 0, 1, *counts)
+        _traffic_part(*args, 0, 1, counts, np.int64(train_stop), train)
     else:
-        _traffic_parallel(*args, threads, *counts)
-    return counts
+        _traffic_parallel(*args, threads, counts, np.int64(train_stop), train)
+    return Traffic(*counts), Traffic(*train)
 
 
 #: stamp memory allowed for the parallel traffic pass (each thread holds 8 bytes per embedding)
@@ -425,8 +462,8 @@ def reduction(value: float, reference: float) -> float:
 
 
 def _comm_metrics(graph: BipartiteGraph, placement: Placement, topology: Topology,
-                  batch_size: int) -> tuple[dict[str, float], Traffic]:
-    t = traffic(graph, placement, batch_size)
+                  batch_size: int, t: Traffic | None = None) -> tuple[dict[str, float], Traffic]:
+    t = traffic(graph, placement, batch_size) if t is None else t
     values = {
         "remote_accesses": int(t.edge.sum()),
         "remote_accesses_weighted": float((t.edge * topology.cost).sum()),
@@ -510,7 +547,8 @@ def compute_metrics(graph: BipartiteGraph, placement: Placement, topology: Topol
     if int(batch_size) < 1 or int(embedding_dim) < 1:
         raise PlacementError(f"batch_size and embedding_dim must be >= 1, got {batch_size} and {embedding_dim}.")
     batch_size, embedding_dim = int(batch_size), int(embedding_dim)
-    values, counts = _comm_metrics(graph, placement, topology, batch_size)
+    counts, train = traffic_with_train(graph, placement, batch_size, num_train=num_train)  # one pass for both
+    values, _ = _comm_metrics(graph, placement, topology, batch_size, counts)
     read = counts.read
 
     if reference is None:
@@ -554,13 +592,12 @@ def compute_metrics(graph: BipartiteGraph, placement: Placement, topology: Topol
         "train": None,
     })
     if num_train is not None:
-        t = traffic(graph, placement, batch_size, num_train=num_train)
         metrics["train"] = {
             "num_train": int(num_train),
-            "remote_accesses": int(t.edge.sum()),
-            "epoch_unique_remote": int(t.epoch.sum()),
-            "batch_remote_reads": int(t.read.sum()),
-            "batch_remote_pushes": int(t.push.sum()),
+            "remote_accesses": int(train.edge.sum()),
+            "epoch_unique_remote": int(train.epoch.sum()),
+            "batch_remote_reads": int(train.read.sum()),
+            "batch_remote_pushes": int(train.push.sum()),
         }
     return metrics
 

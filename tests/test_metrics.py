@@ -251,6 +251,49 @@ def test_fast_metrics_match_reference(inst):
     assert M.replication_factor(placement, graph) == pytest.approx(ref["replication_factor"])
 
 
+def _train_reference(rows, sample_worker, primary, secondaries, cost, batch_size, k):
+    """The reference over the first k samples only (the training range)."""
+    ref = reference_metrics(rows[:k], sample_worker[:k], primary, secondaries, cost, batch_size)
+    return {"num_train": k, **{key: ref[key] for key in ("remote_accesses", "epoch_unique_remote",
+                                                         "batch_remote_reads", "batch_remote_pushes")}}
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instances(), st.floats(0, 1))
+def test_training_range_from_the_same_pass_matches_reference(inst, frac):
+    # compute_metrics takes the training counts from its one pass over all samples (as each worker's run
+    # leaves the training prefix): they must equal the reference over rows[:k] alone
+    rows, sample_worker, primary, secondaries, cost, batch_size = inst
+    k = int(round(frac * len(rows)))
+    graph, placement = build(rows, sample_worker, primary, secondaries, len(cost))
+    m = M.compute_metrics(graph, placement, Topology(np.array(cost, dtype=float)), batch_size=batch_size,
+                          reference=placement, num_train=k)
+    assert m["train"] == _train_reference(rows, sample_worker, primary, secondaries, cost, batch_size, k)
+    assert M.batch_remote_reads(graph, placement, batch_size, num_train=k) == m["train"]["batch_remote_reads"]
+
+
+def test_training_range_threaded(monkeypatch):
+    import numba
+
+    monkeypatch.setattr(M, "PARALLEL_MIN_EDGES", 0)  # the threaded path on a small graph
+    rng = np.random.default_rng(5)
+    rows = [sorted(set(rng.integers(0, 60, size=5).tolist())) for _ in range(500)]
+    sw = rng.integers(0, 4, size=500).tolist()
+    primary = rng.integers(0, 4, size=60).tolist()
+    secondaries = [sorted(set(rng.integers(0, 4, size=1).tolist()) - {primary[e]}) for e in range(60)]
+    cost = (np.ones((4, 4)) - np.eye(4)).tolist()
+    graph, placement = build(rows, sw, primary, secondaries, 4)
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+        for k in (0, 1, 137, 499, 500):
+            m = M.compute_metrics(graph, placement, Topology(np.array(cost)), batch_size=16, reference=placement,
+                                  num_train=k)
+            assert m["train"] == _train_reference(rows, sw, primary, secondaries, cost, 16, k), k
+    finally:
+        numba.set_num_threads(before)
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(instances(), st.randoms(use_true_random=False))
 def test_metrics_invariant_under_relabelling_workers(inst, rnd):
