@@ -258,3 +258,22 @@ def test_random_graphs(name):
         np.testing.assert_array_equal(placement.embedding_primary, again.embedding_primary)
 
     check()
+
+
+def test_random_deal_is_the_permutation_dealt_round_robin():
+    # reference: the numpy expression the kernel replaced; also each field's deal continues the last one
+    from gmp.partition.random import balanced_random_assignment, per_field_assignment
+
+    for n, workers in ((0, 3), (1, 4), (1000, 7), (4097, 8)):
+        expect = np.empty(n, dtype=np.int32)
+        expect[np.random.default_rng(5).permutation(n)] = np.arange(n) % workers
+        assert np.array_equal(balanced_random_assignment(n, workers, np.random.default_rng(5)), expect)
+        loads = np.bincount(expect, minlength=workers)
+        assert loads.max() - loads.min() <= 1
+    rng = np.random.default_rng(1)
+    expect = np.empty(1000, dtype=np.int32)
+    dealt = 0
+    for lo, hi in ((0, 300), (300, 310), (310, 900), (900, 1000)):
+        expect[lo + rng.permutation(hi - lo)] = (dealt + np.arange(hi - lo)) % 7
+        dealt += hi - lo
+    assert np.array_equal(per_field_assignment(1000, (0, 300, 310, 900), 7, np.random.default_rng(1)), expect)

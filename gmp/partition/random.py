@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+import numba
 import numpy as np
 
 from ..graph import BipartiteGraph
@@ -46,8 +47,16 @@ class Options:
 def balanced_random_assignment(n: int, num_workers: int, rng: np.random.Generator) -> np.ndarray:
     """int32 [n]: a uniformly random assignment with sizes differing by at most one."""
     out = np.empty(n, dtype=np.int32)
-    out[rng.permutation(n)] = np.arange(n, dtype=np.int64) % num_workers
+    _deal(rng.permutation(n), 0, num_workers, out)
     return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _deal(perm, dealt, num_workers, out):  # pragma: no cover - compiled
+    """``out[perm[j]] = (dealt + j) % num_workers``: the deal in one pass (numpy's ``out[perm] = arange % N``
+    made two 8-byte temporaries per id: 1.7 s of a random placement at Criteo-Kaggle's 33.8M ids)."""
+    for j in range(perm.size):
+        out[perm[j]] = (dealt + j) % num_workers
 
 
 def per_field_assignment(num_embeddings: int, offsets: tuple[int, ...], num_workers: int,
@@ -58,7 +67,7 @@ def per_field_assignment(num_embeddings: int, offsets: tuple[int, ...], num_work
     bounds = sorted({0, num_embeddings, *(o for o in offsets if o < num_embeddings)})
     dealt = 0
     for lo, hi in zip(bounds, bounds[1:]):
-        out[lo + rng.permutation(hi - lo)] = (dealt + np.arange(hi - lo, dtype=np.int64)) % num_workers
+        _deal(lo + rng.permutation(hi - lo), dealt, num_workers, out)
         dealt += hi - lo
     return out
 
