@@ -680,3 +680,20 @@ def test_malformed_fixtures_strict_and_skipping(tmp_path, fixture, run, bad_line
     meta = run(p, tmp_path / "skip", opts(max_bad_lines=len(bad_lines)))
     assert [b["line"] for b in meta["bad_lines"]] == bad_lines
     assert meta["num_bad_lines"] == len(bad_lines)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 50), max_size=40), max_size=30))
+def test_sort_unique_rows_matches_a_per_sample_sorted_set(rows):
+    # the writer's per-sample sort (multi-valued fields, --extend) against Python's sorted(set(row));
+    # rows above 32 ids take the np.sort branch, the others the insertion sort
+    from gmp.datasets.format import sort_unique_rows
+
+    ids = np.array([v for r in rows for v in r], dtype=np.int32)
+    lens = np.array([len(r) for r in rows], dtype=np.int64)
+    out = np.empty_like(ids)
+    out_lens = np.empty(len(rows), dtype=np.int64)
+    n = sort_unique_rows(ids, lens, out, out_lens)
+    expect = [sorted(set(r)) for r in rows]
+    assert out_lens.tolist() == [len(r) for r in expect]
+    assert out[:n].tolist() == [v for r in expect for v in r]

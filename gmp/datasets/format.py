@@ -394,6 +394,44 @@ def _check_ranges(ranges, offset: int, num_values: int | None, num_embeddings: i
     return tuple(out)
 
 
+#: rows up to this long are sorted by insertion (the common case: one id per field); longer ones by np.sort
+_INSERTION_SORT_MAX = 32
+
+
+@numba.njit(cache=True, nogil=True)
+def sort_unique_rows(ids, lengths, out, out_lengths):  # pragma: no cover - compiled
+    """Each sample's ids (``lengths[i]`` consecutive entries of ``ids``) ascending and without repeats, into
+    ``out`` (as long as ``ids``); ``out_lengths[i]`` gets the sample's new length. Returns the entries
+    written. A sample is a short row (26 ids for Criteo), so it is sorted in place: a ``lexsort`` of
+    (id, sample) over the whole chunk cost 4 of the 9.6 s of a 1M-row ``--extend`` import."""
+    pos = 0
+    k = 0
+    for i in range(lengths.size):
+        n = lengths[i]
+        a = pos
+        for j in range(n):
+            out[a + j] = ids[k + j]
+        k += n
+        if n <= _INSERTION_SORT_MAX:
+            for j in range(a + 1, a + n):
+                v = out[j]
+                q = j - 1
+                while q >= a and out[q] > v:
+                    out[q + 1] = out[q]
+                    q -= 1
+                out[q + 1] = v
+        else:
+            out[a:a + n] = np.sort(out[a:a + n])
+        w = a
+        for j in range(a, a + n):
+            if w == a or out[j] != out[w - 1]:
+                out[w] = out[j]
+                w += 1
+        out_lengths[i] = w - a
+        pos = w
+    return pos
+
+
 @numba.njit(cache=True, nogil=True)
 def _array_problems(indptr, indices, labels, dense_flat, num_embeddings):  # pragma: no cover - compiled
     # (code, position): 1 indptr decreases, 2 id out of range, 3 label not 0/1, 4 dense not finite
@@ -621,13 +659,10 @@ class DatasetWriter:
                 )
             lens = lengths[s0:s1].astype(np.int64)
             if dedupe and chunk.size:
-                row = np.repeat(np.arange(s1 - s0, dtype=np.int64), lens)
-                order = np.lexsort((chunk, row))
-                row, chunk = row[order], chunk[order]
-                keep = np.ones(chunk.size, dtype=bool)
-                keep[1:] = (row[1:] != row[:-1]) | (chunk[1:] != chunk[:-1])
-                chunk, row = chunk[keep], row[keep]
-                lens = np.bincount(row, minlength=s1 - s0).astype(np.int64)
+                sorted_ids = np.empty_like(chunk)
+                kept = np.empty(s1 - s0, dtype=np.int64)
+                chunk = sorted_ids[:sort_unique_rows(chunk, lens, sorted_ids, kept)]
+                lens = kept
             new_lengths[s0:s1] = lens
             out_ids[pos : pos + chunk.size] = chunk
             # both streams are touched once: unmap them as we go, so RSS stays the working set
