@@ -35,10 +35,11 @@ from .api import (  # noqa: E402  (after __version__, which gmp's modules import
     load_manifest,
     make_report,
     partition_dataset,
+    repartition_dataset,
     simulate_epoch,
     synthesize,
     train_model,
 )
 
-__all__ = ["__version__", "import_dataset", "synthesize", "load_dataset", "partition_dataset", "load_manifest",
-           "make_report", "compare_partitioners", "train_model", "simulate_epoch", "export_torchrec"]
+__all__ = ["__version__", "import_dataset", "synthesize", "load_dataset", "partition_dataset", "repartition_dataset",
+           "load_manifest", "make_report", "compare_partitioners", "train_model", "simulate_epoch", "export_torchrec"]

@@ -12,6 +12,7 @@ function                    does                                       returns
 ``synthesize``              synthetic CTR data -> prepared dataset     ``PreparedDataset``
 ``load_dataset``            open a prepared dataset                    ``PreparedDataset``
 ``partition_dataset``       partition, score, write manifest + report  ``Manifest``
+``repartition_dataset``     new data on an existing placement          ``Manifest``
 ``load_manifest``           open (and validate) a manifest             ``Manifest``
 ``make_report``             the quality report of a manifest           ``gmp.report.Report``
 ``compare_partitioners``    several partitioners side by side          ``dict`` (gmp.compare)
@@ -37,8 +38,8 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-__all__ = ["import_dataset", "synthesize", "load_dataset", "partition_dataset", "load_manifest", "make_report",
-           "compare_partitioners", "train_model", "simulate_epoch", "export_torchrec"]
+__all__ = ["import_dataset", "synthesize", "load_dataset", "partition_dataset", "repartition_dataset", "load_manifest",
+           "make_report", "compare_partitioners", "train_model", "simulate_epoch", "export_torchrec"]
 
 #: import formats -> the keyword options each one takes beyond the common ones
 _CSV_OPTIONS = ("label", "categorical", "multi", "dense", "ignore", "sep", "multi_sep", "label_positive",
@@ -64,7 +65,7 @@ def _paths(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Path]
 def import_dataset(format: str, paths: str | os.PathLike | Sequence[str | os.PathLike], out: str | os.PathLike, *,
                    test_paths: str | os.PathLike | Sequence[str | os.PathLike] = (), min_count: int = 1,
                    hash_sizes: Mapping[str, int] | None = None, max_bad_lines: int = 0, test_fraction: float = 0.1,
-                   overwrite: bool = False, **options: Any):
+                   overwrite: bool = False, extend: str | os.PathLike | None = None, **options: Any):
     """Import raw files into a prepared dataset at ``out`` and open it (``gmp data import``).
 
     Parameters
@@ -82,6 +83,10 @@ def import_dataset(format: str, paths: str | os.PathLike | Sequence[str | os.Pat
     min_count, hash_sizes, max_bad_lines, test_fraction, overwrite
         As the CLI's ``--min-count``, ``--hash FIELD=SIZE``,
         ``--max-bad-lines``, ``--test-fraction``, ``--overwrite``.
+    extend
+        A dataset imported before (e.g. yesterday's; ``--extend``): its values keep their ids and
+        new values get ids after its ``num_embeddings``, so a placement of it can take this data
+        (:func:`repartition_dataset`).
     **options
         Format options: avazu ``split_hour``; movielens ``rating_threshold``,
         ``ignore``; csv / parquet ``label`` (required), ``categorical``,
@@ -110,7 +115,8 @@ def import_dataset(format: str, paths: str | os.PathLike | Sequence[str | os.Pat
         takes = ", ".join(IMPORT_FORMATS[fmt]) or "no format options"
         raise ImportDataError(f"import_dataset: format {fmt!r} does not take {', '.join(unknown)}; it takes: {takes}.")
     common = CommonOptions(min_count=min_count, hash_sizes=dict(hash_sizes or {}), max_bad_lines=max_bad_lines,
-                           test_fraction=test_fraction, overwrite=overwrite)
+                           test_fraction=test_fraction, overwrite=overwrite,
+                           extend=None if extend is None else str(extend))
     if fmt in ("csv", "parquet"):
         from .datasets.csvfmt import CsvOptions
 
@@ -120,14 +126,30 @@ def import_dataset(format: str, paths: str | os.PathLike | Sequence[str | os.Pat
 
 
 def synthesize(out: str | os.PathLike, *, preset: str = "criteo-kaggle", num_samples: int | None = None,
-               scale: float = 1.0, seed: int = 0, overwrite: bool = False, **knobs: Any):
+               scale: float = 1.0, seed: int = 0, overwrite: bool = False,
+               continue_from: str | os.PathLike | None = None, **knobs: Any):
     """Generate a synthetic CTR dataset at ``out`` (``gmp data synth``) and open it.
 
     ``knobs`` are :class:`gmp.datasets.synth.SynthConfig` fields (``skew``,
     ``tail``, ``num_communities``, ``locality``, ``test_fraction``, ...).
 
+    ``continue_from`` (``--continue``): the day after that synthetic dataset instead: its ids
+    stay, new ones are appended, popularity drifts; ``knobs`` then are ``growth``, ``drift``
+    and ``test_fraction``, ``num_samples`` defaults to the previous day's and a ``seed`` of 0
+    to the first day's (:func:`gmp.datasets.synth_continue.continue_synth`).
+
     >>> ds = gmp.synthesize("data/tiny", preset="tiny", num_samples=2000)  # doctest: +SKIP
     """
+    if continue_from is not None:
+        from .datasets.synth_continue import continue_synth
+        from .errors import DatasetError
+
+        unknown = sorted(set(knobs) - {"growth", "drift", "test_fraction"})
+        if unknown:
+            raise DatasetError(f"synthesize: continue_from takes growth, drift and test_fraction, not "
+                               f"{', '.join(unknown)}.")
+        continue_synth(continue_from, out, num_samples=num_samples, seed=seed or None, overwrite=overwrite, **knobs)
+        return load_dataset(out)
     from .datasets.synth import preset_config
     from .datasets.synth import synthesize as _synthesize
 
@@ -220,6 +242,134 @@ def partition_dataset(dataset: Any, method: str, out: str | os.PathLike, *, work
                    report_files=lambda tmp: write_report(tmp, report, formats=("json", "md"), plots=plots),
                    partition_seconds=seconds, peak_rss_bytes=peak, overwrite=overwrite,
                    dataset_name=Path(ds.path).name, history=RowHistory.of_degree(embedding_degree(graph)))
+    return load_manifest(out)
+
+
+def repartition_dataset(dataset: Any, old_manifest: Any, out: str | os.PathLike, *,
+                        max_moved_rows: int | str | None = None, seed: int = 0, batch_size: int = 512,
+                        embedding_dim: int = 16, options: Mapping[str, Any] | None = None,
+                        compare_full: bool = False, overwrite: bool = False, plots: bool = True):
+    """New data on an existing placement, scored and written like :func:`partition_dataset`
+    (``gmp partition NEW --from-manifest OLD [--max-moved-rows N|P%]``; docs/incremental.md).
+
+    Parameters
+    ----------
+    dataset
+        The new data (a prepared dataset or its path), its ids stable against the old one's
+        (``import_dataset(..., extend=OLD)`` or ``synthesize(..., continue_from=OLD)``).
+    old_manifest
+        The placement to keep (a path or a loaded :class:`gmp.manifest.Manifest`); its workers and
+        topology are kept.
+    max_moved_rows
+        None: place the new samples and ids on the old rows (one pass, nothing moves). A number of
+        rows or a percentage of the used rows (``"5%"``): re-partition incrementally moving at most
+        that many rows of the old placement.
+    options
+        :class:`gmp.partition.incremental.Options` fields (``{"rounds": 3}``).
+    compare_full
+        Also run a full ``hybrid`` re-partition and record its traffic, rows moved and time.
+
+    Returns
+    -------
+    Manifest
+        The written manifest, opened again. ``manifest.meta["info"]["comparison"]`` (and the report's
+        ``incremental`` object) holds ``batch_remote_reads`` of the placed data, this placement and the
+        full re-partition, the rows and bytes moved and the old ids created afresh.
+    """
+    import numpy as np
+
+    from ._io import check_output_dir
+    from .compare import method_options, peak_rss_bytes
+    from .errors import PartitionError
+    from .graph import build_graph
+    from .manifest import Manifest, RowHistory, write_manifest
+    from .metrics import batch_remote_reads, compute_metrics, embedding_degree
+    from .partition import run_partitioner
+    from .partition.incremental import (Options, created_rows, match_workers, migration_budget, moved_rows,
+                                        place_and_repartition, place_new_data)
+    from .progress import task
+    from .report import build_report, dataset_name_of, write_report
+
+    old = old_manifest if isinstance(old_manifest, Manifest) else load_manifest(old_manifest)
+    ds = _dataset(dataset)
+    # checked before the (possibly long) partitioning
+    out = check_output_dir(out, kind="gmp.placement", overwrite=overwrite, inputs=[ds.path, old.path], flag="out")
+    topo = old.topology
+    graph = build_graph(ds)
+    given = {"batch_size": batch_size, **dict(options or {})}
+    unknown = sorted(set(given) - set(Options.__dataclass_fields__))
+    if unknown:
+        raise PartitionError(f"option {unknown[0]!r} is not an option of --from-manifest (repartition_dataset); "
+                             f"expected one of {', '.join(sorted(Options.__dataclass_fields__))}.")
+    opts = Options(**given)
+    used = np.flatnonzero(embedding_degree(graph))
+    # rows no earlier data read are placed like new ids and created, not moved (history: manifest v3)
+    trained = None if old.history is None else old.history.trained
+    created = created_rows(used, old.placement, trained)
+    budget = None if max_moved_rows is None else migration_budget(max_moved_rows, int(used.size))
+
+    t0 = time.perf_counter()
+    if budget is None:
+        with task(f"Placing {graph.num_samples:,} new samples on {old.path}"):
+            placed = placement = place_new_data(graph, old.placement, topo, seed=seed, options=opts, trained=trained)
+    else:  # one placement pass for both the "no re-partition" line and the refinement
+        with task(f"Placing {graph.num_samples:,} new samples on {old.path} and re-partitioning, "
+                  f"at most {budget:,} rows moved"):
+            placed, placement = place_and_repartition(graph, old.placement, topo, max_moved_rows=budget, seed=seed,
+                                                      options=opts, trained=trained)
+    seconds = time.perf_counter() - t0
+    peak = peak_rss_bytes()
+    moved = moved_rows(old.placement, placement, created=created)
+    history = RowHistory.of_degree(embedding_degree(graph), parent=old.history, parent_rows=old.num_embeddings,
+                                   created=created)
+    comparison: dict[str, Any] = {
+        "old_manifest": str(old.path),
+        "old_placement_sha256": old.meta.get("placement_sha256"),
+        "max_moved_rows": budget,
+        "moved_rows": {"primaries": moved.primaries, "secondaries": moved.secondaries, "total": moved.total,
+                       "bytes": moved.bytes(embedding_dim)},
+        "embedding_dim": embedding_dim,
+        "batch_size": batch_size,
+        "num_used_rows": int(used.size),
+        "created_rows": int(created.size),
+        # "this" is the metrics' batch_remote_reads (filled below: one traffic count, not two)
+        "batch_remote_reads": {"no_repartition": None if placed is placement else
+                               batch_remote_reads(graph, placed, batch_size), "this": None, "full_repartition": None},
+        "seconds": {"this": round(seconds, 4), "full_repartition": None},
+    }
+    if compare_full:
+        with task("Full re-partition (hybrid) for comparison"):
+            t2 = time.perf_counter()
+            full = run_partitioner("hybrid", graph, topo, seed=seed,
+                                   options=method_options("hybrid", {}, batch_size=batch_size,
+                                                          embedding_dim=embedding_dim))
+            comparison["seconds"]["full_repartition"] = round(time.perf_counter() - t2, 4)
+        # a full re-partition numbers its workers arbitrarily: rename them to match the old placement
+        # where that changes no cost (uniform off-diagonal cost), and count the rows the new data uses
+        cost = np.asarray(topo.cost, dtype=float)
+        uniform = bool(np.all(cost[~np.eye(cost.shape[0], dtype=bool)] == cost[0, 1])) if cost.shape[0] > 1 else True
+        fm = moved_rows(old.placement, match_workers(old.placement, full) if uniform else full,
+                        rows=used, created=created)
+        comparison["full_repartition_workers_renamed"] = uniform
+        comparison["batch_remote_reads"]["full_repartition"] = batch_remote_reads(graph, full, batch_size)
+        comparison["full_repartition_moved_rows"] = {"total": fm.total, "bytes": fm.bytes(embedding_dim)}
+    placement.info["comparison"] = comparison  # info is a plain dict: recorded in manifest.json
+    with task("Computing metrics (and the random reference)"):
+        metrics = compute_metrics(graph, placement, topo, batch_size=batch_size, embedding_dim=embedding_dim,
+                                  seed=seed, partition_seconds=seconds, peak_rss_bytes=peak, num_train=ds.num_train)
+        reads = comparison["batch_remote_reads"]
+        reads["this"] = metrics["batch_remote_reads"]
+        if placed is placement:
+            reads["no_repartition"] = reads["this"]
+        report = build_report(placement=placement, topology=topo, metrics=metrics, source="partition",
+                              dataset_sha256=ds.sha256, graph=graph, dataset_name=dataset_name_of(ds.meta, ds.path))
+        report["incremental"] = comparison
+    with task("Writing manifest and report"):
+        write_manifest(out, placement, dataset_sha256=ds.sha256, num_samples=ds.num_samples,
+                       num_embeddings=ds.num_embeddings, topology=topo, metrics=metrics,
+                       report_files=lambda tmp: write_report(tmp, report, formats=("json", "md"), plots=plots),
+                       partition_seconds=seconds, peak_rss_bytes=peak, overwrite=overwrite,
+                       dataset_name=Path(ds.path).name, history=history)
     return load_manifest(out)
 
 

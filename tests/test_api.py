@@ -10,14 +10,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import gmp
 from gmp import api
 
 ROOT = Path(__file__).resolve().parents[1]
-VERBS = ("import_dataset", "synthesize", "load_dataset", "partition_dataset", "load_manifest", "make_report",
-         "compare_partitioners", "train_model", "simulate_epoch", "export_torchrec")
+VERBS = ("import_dataset", "synthesize", "load_dataset", "partition_dataset", "repartition_dataset", "load_manifest",
+         "make_report", "compare_partitioners", "train_model", "simulate_epoch", "export_torchrec")
 
 
 def test_facade_exports_the_verbs():
@@ -133,3 +134,38 @@ def test_import_dataset_keeps_a_provided_split(tmp_path):
     csv.write_text("label,a,b,n\n1,x,y,3\n0,z,y,4\n1,x,w,5\n")
     ds = gmp.import_dataset("csv", csv, tmp_path / "c", label="label", dense=["n"], test_fraction=0.0)
     assert ds.num_samples == 3 and [f.name for f in ds.categorical_fields] == ["a", "b"] and ds.num_dense == 1
+
+
+def test_the_daily_loop_through_the_facade_equals_the_cli(tmp_path):
+    # day 0 imported, day 1 imported with extend= (ids stable); repartition_dataset writes what
+    # 'gmp partition DAY1 --from-manifest P0 --max-moved-rows 20%' writes (same arrays, same comparison)
+    from typer.testing import CliRunner
+
+    from cli.main import app
+    from gmp.errors import GmpError
+
+    (tmp_path / "day0.txt").write_text(criteo_lines(40))
+    (tmp_path / "day1.txt").write_text(criteo_lines(40, start=20))
+    d0 = gmp.import_dataset("criteo", tmp_path / "day0.txt", tmp_path / "d0", test_fraction=0.0)
+    d1 = gmp.import_dataset("criteo", tmp_path / "day1.txt", tmp_path / "d1", test_fraction=0.0, extend=d0.path)
+    assert d1.meta["parent"]["sha256"] == d0.sha256 and d1.num_embeddings >= d0.num_embeddings
+    p0 = gmp.partition_dataset(d0, "random", tmp_path / "p0", workers=2, batch_size=8, plots=False)
+    m = gmp.repartition_dataset(d1, p0.path, tmp_path / "api", max_moved_rows="20%", batch_size=8, plots=False)
+    res = CliRunner().invoke(app, ["partition", str(d1.path), "--from-manifest", str(p0.path), "--max-moved-rows",
+                                   "20%", "--batch-size", "8", "--no-plots", "--out", str(tmp_path / "cli")])
+    assert res.exit_code == 0, res.output
+    cli = gmp.load_manifest(tmp_path / "cli", dataset=d1)
+    for a, b in ((m.placement.sample_worker, cli.placement.sample_worker),
+                 (m.placement.embedding_primary, cli.placement.embedding_primary),
+                 (m.placement.secondary_workers, cli.placement.secondary_workers)):
+        assert np.array_equal(a, b)
+    ours, theirs = m.placement.info["comparison"], cli.placement.info["comparison"]
+    assert {k: v for k, v in ours.items() if k not in ("seconds", "old_manifest")} == \
+        {k: v for k, v in theirs.items() if k not in ("seconds", "old_manifest")}
+    assert ours["moved_rows"]["total"] <= ours["max_moved_rows"]
+    with pytest.raises(GmpError, match="option 'levels' is not an option of --from-manifest"):
+        gmp.repartition_dataset(d1, p0, tmp_path / "x", options={"levels": 3})
+    with pytest.raises(GmpError, match="already exists"):
+        gmp.repartition_dataset(d1, p0, tmp_path / "api")
+    with pytest.raises(GmpError, match="continue_from takes growth, drift and test_fraction, not skew"):
+        gmp.synthesize(tmp_path / "s1", continue_from=d0.path, skew=1.2)

@@ -685,7 +685,7 @@ def test_cli_from_manifest_takes_incremental_options(tmp_path):
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["-O", "levels=3"], "--option 'levels' is not an option of --from-manifest; expected one of"),
+    (["-O", "levels=3"], "option 'levels' is not an option of --from-manifest (repartition_dataset); expected one"),
     (["-O", "start=sideways"], "start must be one of pass, project"),
     (["--method", "hybrid"], "--from-manifest keeps the old placement's workers"),
     (["--max-moved-rows", "lots"], "max_moved_rows must be a number of rows"),

@@ -276,7 +276,8 @@ def test_train_logs_the_migration_and_a_second_resume_is_plain(days, tmp_path):
                  resume=True, log_json=log)
     lines = [json.loads(x) for x in log.read_text().splitlines()]
     kinds = [x["kind"] for x in lines]
-    assert kinds == ["epoch", "migration", "epoch"] and len(recs) == 1
+    assert kinds == ["epoch", "migration", "epoch"]
+    assert [r["kind"] for r in recs] == ["migration", "epoch"] and json.loads(json.dumps(recs[0])) == lines[1]
     mig = lines[1]
     assert mig["moved_rows"] == {"primaries": 0, "secondaries": 0, "total": 0, "new_ids": 7, "created_rows": 0,
                                 "refreshed_secondaries": 0}

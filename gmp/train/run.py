@@ -161,7 +161,9 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
           stop_after_steps: int | None = None, verify_hash: bool = True,
           collective_timeout: float | None = None) -> list[dict[str, Any]]:
     """Train and return the epoch records (see :mod:`gmp.train.records` for the keys); a resumed
-    run whose checkpoint already finished ``config.epochs`` returns ``[]``.
+    run whose checkpoint already finished ``config.epochs`` returns ``[]``. A resume that migrated
+    rows to a new day's placement (:mod:`gmp.train.migrate`) returns its ``"kind": "migration"``
+    record first, the line the log gets.
 
     ``collective_timeout`` (seconds; default ``GMP_COLLECTIVE_TIMEOUT`` or 600) bounds how long a
     collective of the distributed engine waits for the slowest rank.
@@ -194,7 +196,7 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
                 trim_log(log_json, trainer.epoch, trainer.step_in_epoch, run_id=run_id)
             log_file = open(log_json, "a", encoding="utf-8")  # a log holds many runs, each line names its run
 
-        def record(rec: dict[str, Any]) -> None:
+        def record(rec: dict[str, Any]) -> dict[str, Any]:
             rec = {**rec, "run": run_id, "engine": engine, "workers": placement.num_workers,
                    "schedule": config.schedule, "staleness": "inf" if math.isinf(config.staleness) else config.staleness}
             if log_file is not None:
@@ -202,9 +204,9 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
                 log_file.flush()
             if on_record is not None and eng.is_main:
                 on_record(rec)
+            return rec
 
-        if migration is not None:
-            record({"kind": "migration", "epoch": 0, "step": 0, **migration})
+        first = [] if migration is None else [record({"kind": "migration", "epoch": 0, "step": 0, **migration})]
 
         def checkpoint(t: Trainer) -> None:
             if checkpoint_dir is not None:
@@ -230,7 +232,7 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
             checkpoint(trainer)
             raise TrainingError(f"interrupted at {where}; checkpoint saved in {checkpoint_dir}, "
                                 f"continue with the same command plus --resume.")
-        return records
+        return first + records
     finally:
         if trainer is not None:
             trainer.close()  # a disk tier's files
