@@ -7,8 +7,8 @@ Thin: parse flags, call :mod:`gmp.partition`, :mod:`gmp.metrics`,
 
 from __future__ import annotations
 
+import json
 import re
-import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -88,8 +88,6 @@ def _check_positive(**flags: Optional[int]) -> None:
 
 def parse_key_values(items: list[str]) -> dict:
     """``["a=1", "b=x"]`` -> ``{"a": 1, "b": "x"}``: values as JSON literals when they parse, else strings."""
-    import json
-
     from gmp.errors import PartitionError
 
     out = {}
@@ -178,17 +176,9 @@ def partition(
         raise PartitionError("--method is required (or give --from-manifest OLD_MANIFEST to place new data on it).")
     if max_moved_rows is not None or compare_full:
         raise PartitionError("--max-moved-rows and --compare-full need --from-manifest OLD_MANIFEST.")
-    from gmp.compare import method_options, peak_rss_bytes, with_field_layout
-    from gmp.datasets.format import load_dataset
-    from gmp.graph import build_graph
-    from gmp.manifest import RowHistory, write_manifest
-    from gmp.metrics import compute_metrics, embedding_degree
-    from gmp.partition import run_partitioner
-    from gmp.progress import task
-    from gmp.report import build_report, dataset_name_of, write_report
-    from gmp.topology import resolve_topology
-
     from gmp._io import check_output_dir
+    from gmp.api import partition_dataset
+    from gmp.topology import resolve_topology
 
     # every cheap check before the expensive work (partitioning a large graph takes minutes)
     check_seed(seed)
@@ -203,28 +193,9 @@ def partition(
              "threads": threads}
     given = {k: v for k, v in flags.items() if v is not None}
     given.update(parse_key_values(option or []))
-    options = method_options(method, given, batch_size=batch_size, embedding_dim=embedding_dim)
-    ds = load_dataset(dataset)
-    options = with_field_layout(options, ds)  # -O per_field=true: the fields' first ids
-    graph = build_graph(ds)
-
-    with task(f"Partitioning {graph.num_samples:,} samples with {method} on {topo.num_workers} workers"):
-        t0 = time.perf_counter()
-        placement = run_partitioner(method, graph, topo, seed=seed, options=options)
-        seconds = time.perf_counter() - t0
-    peak = peak_rss_bytes()
-    with task("Computing metrics (and the random reference)"):
-        metrics = compute_metrics(graph, placement, topo, batch_size=batch_size, embedding_dim=embedding_dim,
-                                  seed=seed, partition_seconds=seconds, peak_rss_bytes=peak,
-                                  num_train=ds.num_train)
-        report = build_report(placement=placement, topology=topo, metrics=metrics, source="partition",
-                              dataset_sha256=ds.sha256, graph=graph, dataset_name=dataset_name_of(ds.meta, dataset))
-    with task("Writing manifest and report"):
-        write_manifest(out, placement, dataset_sha256=ds.sha256, num_samples=ds.num_samples,
-                       num_embeddings=ds.num_embeddings, topology=topo, metrics=metrics,
-                       report_files=lambda tmp: write_report(tmp, report, formats=("json", "md"), plots=not no_plots),
-                       partition_seconds=seconds, peak_rss_bytes=peak, overwrite=overwrite,
-                       dataset_name=Path(ds.path).name, history=RowHistory.of_degree(embedding_degree(graph)))
+    partition_dataset(dataset, method, out, topology=topo, seed=seed, batch_size=batch_size,
+                      embedding_dim=embedding_dim, options=given, overwrite=overwrite, plots=not no_plots)
+    metrics = json.loads((out / "report.json").read_text(encoding="utf-8"))["metrics"]  # the full metrics
     summary_table(metrics, f"{method} on {topo.num_workers} workers ({topo.name}), batch {batch_size}")
     typer.echo(f"wrote {out} (manifest.json, arrays, report.json, report.md{'' if no_plots else ', plots'})")
 

@@ -219,6 +219,7 @@ def partition_dataset(dataset: Any, method: str, out: str | os.PathLike, *, work
     from .manifest import RowHistory, write_manifest
     from .metrics import compute_metrics, embedding_degree
     from .partition import run_partitioner
+    from .progress import task
     from .report import build_report, dataset_name_of, write_report
 
     out = Path(out)
@@ -227,21 +228,24 @@ def partition_dataset(dataset: Any, method: str, out: str | os.PathLike, *, work
     ds = _dataset(dataset)
     topo = _topology(workers, topology, inter_cost)
     opts = method_options(method, dict(options or {}), batch_size=batch_size, embedding_dim=embedding_dim)
-    opts = with_field_layout(opts, ds)
+    opts = with_field_layout(opts, ds)  # per_field=True: the fields' first ids
     graph = build_graph(ds)
-    t0 = time.perf_counter()
-    placement = run_partitioner(method, graph, topo, seed=seed, options=opts)
-    seconds = time.perf_counter() - t0
+    with task(f"Partitioning {graph.num_samples:,} samples with {method} on {topo.num_workers} workers"):
+        t0 = time.perf_counter()
+        placement = run_partitioner(method, graph, topo, seed=seed, options=opts)
+        seconds = time.perf_counter() - t0
     peak = peak_rss_bytes()
-    metrics = compute_metrics(graph, placement, topo, batch_size=batch_size, embedding_dim=embedding_dim, seed=seed,
-                              partition_seconds=seconds, peak_rss_bytes=peak, num_train=ds.num_train)
-    report = build_report(placement=placement, topology=topo, metrics=metrics, source="partition",
-                          dataset_sha256=ds.sha256, graph=graph, dataset_name=dataset_name_of(ds.meta, ds.path))
-    write_manifest(out, placement, dataset_sha256=ds.sha256, num_samples=ds.num_samples,
-                   num_embeddings=ds.num_embeddings, topology=topo, metrics=metrics,
-                   report_files=lambda tmp: write_report(tmp, report, formats=("json", "md"), plots=plots),
-                   partition_seconds=seconds, peak_rss_bytes=peak, overwrite=overwrite,
-                   dataset_name=Path(ds.path).name, history=RowHistory.of_degree(embedding_degree(graph)))
+    with task("Computing metrics (and the random reference)"):
+        metrics = compute_metrics(graph, placement, topo, batch_size=batch_size, embedding_dim=embedding_dim,
+                                  seed=seed, partition_seconds=seconds, peak_rss_bytes=peak, num_train=ds.num_train)
+        report = build_report(placement=placement, topology=topo, metrics=metrics, source="partition",
+                              dataset_sha256=ds.sha256, graph=graph, dataset_name=dataset_name_of(ds.meta, ds.path))
+    with task("Writing manifest and report"):
+        write_manifest(out, placement, dataset_sha256=ds.sha256, num_samples=ds.num_samples,
+                       num_embeddings=ds.num_embeddings, topology=topo, metrics=metrics,
+                       report_files=lambda tmp: write_report(tmp, report, formats=("json", "md"), plots=plots),
+                       partition_seconds=seconds, peak_rss_bytes=peak, overwrite=overwrite,
+                       dataset_name=Path(ds.path).name, history=RowHistory.of_degree(embedding_degree(graph)))
     return load_manifest(out)
 
 
