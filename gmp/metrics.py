@@ -312,10 +312,7 @@ def traffic(graph: BipartiteGraph, placement: Placement, batch_size: int, *,
     ``batch_size`` is the per-worker batch; ``num_train`` restricts the pass
     to samples ``[0, num_train)``.
     """
-    stop = graph.num_samples if num_train is None else int(num_train)
-    if not 0 <= stop <= graph.num_samples:
-        raise PlacementError(f"num_train must lie in [0, {graph.num_samples}], got {num_train}.")
-    return traffic_with_train(graph, placement, batch_size, stop=stop)[0]
+    return traffic_with_train(graph, placement, batch_size, stop=num_train)[0]
 
 
 def traffic_with_train(graph: BipartiteGraph, placement: Placement, batch_size: int, *,
@@ -326,8 +323,10 @@ def traffic_with_train(graph: BipartiteGraph, placement: Placement, batch_size: 
     ip, ix, sw, pr, si, sws = _arrays(graph, placement)
     stop = graph.num_samples if stop is None else int(stop)
     train_stop = stop if num_train is None else int(num_train)
+    if not 0 <= stop <= graph.num_samples:
+        raise PlacementError(f"num_train must lie in [0, {graph.num_samples}], got {stop}.")
     if not 0 <= train_stop <= stop:
-        raise PlacementError(f"num_train must lie in [0, {stop}], got {num_train}.")
+        raise PlacementError(f"num_train must lie in [0, {stop}], got {train_stop}.")
     if int(batch_size) < 1:
         raise PlacementError(f"batch_size must be >= 1, got {batch_size}.")
     n = placement.num_workers
