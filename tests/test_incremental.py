@@ -703,3 +703,18 @@ def test_cli_needs_a_method_without_from_manifest(tmp_path):
     day0 = _dataset(tmp_path / "d0", [[0, 1], [2, 3]], 4)
     res = runner.invoke(app, ["partition", str(day0), "-w", "2", "--max-moved-rows", "5"])
     assert res.exit_code == 2 and "--method is required" in res.output
+
+
+def test_cli_from_manifest_refuses_to_overwrite_its_inputs(tmp_path):
+    # the old manifest and the new dataset are inputs: --out naming either is refused before any work,
+    # --overwrite or not (gmp._io.check_output_dir), and both stay as they were
+    day0 = _dataset(tmp_path / "d0", [[0, 1], [2, 3]], 4)
+    assert runner.invoke(app, ["partition", str(day0), "-w", "2", "-m", "random",
+                               "--out", str(tmp_path / "p0")]).exit_code == 0
+    before = (tmp_path / "p0" / "manifest.json").read_bytes()
+    for out, message in ((tmp_path / "p0", "is the input"), (day0, "is a gmp dataset, not a placement manifest")):
+        res = runner.invoke(app, ["partition", str(day0), "--from-manifest", str(tmp_path / "p0"), "--out", str(out),
+                                  "--overwrite"])
+        assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output, res.output
+    assert (tmp_path / "p0" / "manifest.json").read_bytes() == before
+    assert load_manifest(tmp_path / "p0").num_workers == 2
