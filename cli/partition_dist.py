@@ -82,7 +82,7 @@ def partition_distributed_cmd(dataset: Path, *, distributed: bool, chunk_samples
                                           engine=engine, block_samples=block, chunk_samples=chunk_samples)
         seconds = time.perf_counter() - t0
         if placement is not None:
-            _write(ds, dataset, placement, topo, out, overwrite, no_plots, batch_size, embedding_dim, seed, seconds)
+            _write(ds, placement, topo, out, overwrite, no_plots, batch_size, embedding_dim, seed, seconds)
         ok = True
     finally:
         _close(engine, ok)
@@ -106,30 +106,19 @@ def distributed_group() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
-def _write(ds, dataset, placement, topo, out, overwrite, no_plots, batch_size, embedding_dim, seed, seconds) -> None:
+def _write(ds, placement, topo, out, overwrite, no_plots, batch_size, embedding_dim, seed, seconds) -> None:
     """Rank 0: score the placement on the memory-mapped graph and write the manifest atomically."""
+    from gmp.api import write_scored_manifest
     from gmp.compare import peak_rss_bytes
     from gmp.graph import build_graph
-    from gmp.manifest import RowHistory, write_manifest
-    from gmp.metrics import compute_metrics, embedding_degree
-    from gmp.progress import task
-    from gmp.report import build_report, dataset_name_of, write_report
 
     from .partition import summary_table
 
     graph = build_graph(ds)
     peak = max(placement.info["distributed"]["peak_rss_bytes_per_process"])
-    with task("Computing metrics (and the random reference)"):
-        metrics = compute_metrics(graph, placement, topo, batch_size=batch_size, embedding_dim=embedding_dim,
-                                  seed=seed, partition_seconds=seconds, peak_rss_bytes=peak, num_train=ds.num_train)
-        report = build_report(placement=placement, topology=topo, metrics=metrics, source="partition",
-                              dataset_sha256=ds.sha256, graph=graph, dataset_name=dataset_name_of(ds.meta, dataset))
-    with task("Writing manifest and report"):
-        write_manifest(out, placement, dataset_sha256=ds.sha256, num_samples=ds.num_samples,
-                       num_embeddings=ds.num_embeddings, topology=topo, metrics=metrics,
-                       report_files=lambda tmp: write_report(tmp, report, formats=("json", "md"), plots=not no_plots),
-                       partition_seconds=seconds, peak_rss_bytes=max(peak, peak_rss_bytes()), overwrite=overwrite,
-                       dataset_name=Path(ds.path).name, history=RowHistory.of_degree(embedding_degree(graph)))
+    metrics = write_scored_manifest(out, ds, graph, placement, topo, seed=seed, batch_size=batch_size,
+                                    embedding_dim=embedding_dim, seconds=seconds, peak=peak, plots=not no_plots,
+                                    overwrite=overwrite, manifest_peak=max(peak, peak_rss_bytes()))
     processes = placement.info["distributed"]["processes"]
     summary_table(metrics, f"hybrid ({processes} process{'es' if processes > 1 else ''}) on {topo.num_workers} "
                            f"workers ({topo.name}), batch {batch_size}")

@@ -187,6 +187,42 @@ def _topology(workers: int | None, topology: Any, inter_cost: float):
     return resolve_topology(workers, None if topology is None else str(topology), None, inter_cost=inter_cost)
 
 
+def write_scored_manifest(out: str | os.PathLike, ds: Any, graph: Any, placement: Any, topology: Any, *, seed: int,
+                          batch_size: int, embedding_dim: int, seconds: float, peak: int, history: Any = None,
+                          plots: bool = True, overwrite: bool = False, report_extra: Any = None,
+                          manifest_peak: int | None = None) -> dict[str, Any]:
+    """Score ``placement`` (:func:`gmp.metrics.compute_metrics`: the random reference, the training range),
+    build its report and write the manifest directory ``out`` with ``report.json``, ``report.md`` and,
+    with ``plots``, the PNGs; returns the metrics. What every partition path ends with (``gmp partition``
+    from scratch, ``--from-manifest``, ``--distributed``).
+
+    ``history`` is the manifest's :class:`gmp.manifest.RowHistory` (default: a placement made from
+    scratch, whose trained rows are the ones this data reads); ``report_extra(metrics)`` returns
+    more top-level report objects (the incremental comparison); ``manifest_peak`` is the peak RSS the
+    manifest records (default ``peak``, the one the metrics record).
+    """
+    from .manifest import RowHistory, write_manifest
+    from .metrics import compute_metrics, embedding_degree
+    from .progress import task
+    from .report import build_report, dataset_name_of, write_report
+
+    if history is None:
+        history = RowHistory.of_degree(embedding_degree(graph))
+    with task("Computing metrics (and the random reference)"):
+        metrics = compute_metrics(graph, placement, topology, batch_size=batch_size, embedding_dim=embedding_dim,
+                                  seed=seed, partition_seconds=seconds, peak_rss_bytes=peak, num_train=ds.num_train)
+        report = build_report(placement=placement, topology=topology, metrics=metrics, source="partition",
+                              dataset_sha256=ds.sha256, graph=graph, dataset_name=dataset_name_of(ds.meta, ds.path))
+        report.update(report_extra(metrics) if report_extra is not None else {})
+    with task("Writing manifest and report"):
+        write_manifest(out, placement, dataset_sha256=ds.sha256, num_samples=ds.num_samples,
+                       num_embeddings=ds.num_embeddings, topology=topology, metrics=metrics,
+                       report_files=lambda tmp: write_report(tmp, report, formats=("json", "md"), plots=plots),
+                       partition_seconds=seconds, peak_rss_bytes=peak if manifest_peak is None else manifest_peak,
+                       overwrite=overwrite, dataset_name=Path(ds.path).name, history=history)
+    return metrics
+
+
 def partition_dataset(dataset: Any, method: str, out: str | os.PathLike, *, workers: int | None = None,
                       topology: Any = None, inter_cost: float = 10.0, seed: int = 0, batch_size: int = 512,
                       embedding_dim: int = 16, options: Mapping[str, Any] | None = None, overwrite: bool = False,
@@ -216,11 +252,8 @@ def partition_dataset(dataset: Any, method: str, out: str | os.PathLike, *, work
     from .compare import method_options, peak_rss_bytes, with_field_layout
     from .errors import ManifestError
     from .graph import build_graph
-    from .manifest import RowHistory, write_manifest
-    from .metrics import compute_metrics, embedding_degree
     from .partition import run_partitioner
     from .progress import task
-    from .report import build_report, dataset_name_of, write_report
 
     out = Path(out)
     if out.exists() and not overwrite:  # checked before the (possibly long) partitioning
@@ -234,18 +267,9 @@ def partition_dataset(dataset: Any, method: str, out: str | os.PathLike, *, work
         t0 = time.perf_counter()
         placement = run_partitioner(method, graph, topo, seed=seed, options=opts)
         seconds = time.perf_counter() - t0
-    peak = peak_rss_bytes()
-    with task("Computing metrics (and the random reference)"):
-        metrics = compute_metrics(graph, placement, topo, batch_size=batch_size, embedding_dim=embedding_dim,
-                                  seed=seed, partition_seconds=seconds, peak_rss_bytes=peak, num_train=ds.num_train)
-        report = build_report(placement=placement, topology=topo, metrics=metrics, source="partition",
-                              dataset_sha256=ds.sha256, graph=graph, dataset_name=dataset_name_of(ds.meta, ds.path))
-    with task("Writing manifest and report"):
-        write_manifest(out, placement, dataset_sha256=ds.sha256, num_samples=ds.num_samples,
-                       num_embeddings=ds.num_embeddings, topology=topo, metrics=metrics,
-                       report_files=lambda tmp: write_report(tmp, report, formats=("json", "md"), plots=plots),
-                       partition_seconds=seconds, peak_rss_bytes=peak, overwrite=overwrite,
-                       dataset_name=Path(ds.path).name, history=RowHistory.of_degree(embedding_degree(graph)))
+    write_scored_manifest(out, ds, graph, placement, topo, seed=seed, batch_size=batch_size,
+                          embedding_dim=embedding_dim, seconds=seconds, peak=peak_rss_bytes(), plots=plots,
+                          overwrite=overwrite)
     return load_manifest(out)
 
 
@@ -286,13 +310,12 @@ def repartition_dataset(dataset: Any, old_manifest: Any, out: str | os.PathLike,
     from .compare import method_options, peak_rss_bytes
     from .errors import PartitionError
     from .graph import build_graph
-    from .manifest import Manifest, RowHistory, write_manifest
-    from .metrics import batch_remote_reads, compute_metrics, embedding_degree
+    from .manifest import Manifest, RowHistory
+    from .metrics import batch_remote_reads, embedding_degree
     from .partition import run_partitioner
     from .partition.incremental import (Options, created_rows, match_workers, migration_budget, moved_rows,
                                         place_and_repartition, place_new_data)
     from .progress import task
-    from .report import build_report, dataset_name_of, write_report
 
     old = old_manifest if isinstance(old_manifest, Manifest) else load_manifest(old_manifest)
     ds = _dataset(dataset)
@@ -358,22 +381,17 @@ def repartition_dataset(dataset: Any, old_manifest: Any, out: str | os.PathLike,
         comparison["batch_remote_reads"]["full_repartition"] = batch_remote_reads(graph, full, batch_size)
         comparison["full_repartition_moved_rows"] = {"total": fm.total, "bytes": fm.bytes(embedding_dim)}
     placement.info["comparison"] = comparison  # info is a plain dict: recorded in manifest.json
-    with task("Computing metrics (and the random reference)"):
-        metrics = compute_metrics(graph, placement, topo, batch_size=batch_size, embedding_dim=embedding_dim,
-                                  seed=seed, partition_seconds=seconds, peak_rss_bytes=peak, num_train=ds.num_train)
+
+    def incremental(metrics: dict[str, Any]) -> dict[str, Any]:
         reads = comparison["batch_remote_reads"]
         reads["this"] = metrics["batch_remote_reads"]
         if placed is placement:
             reads["no_repartition"] = reads["this"]
-        report = build_report(placement=placement, topology=topo, metrics=metrics, source="partition",
-                              dataset_sha256=ds.sha256, graph=graph, dataset_name=dataset_name_of(ds.meta, ds.path))
-        report["incremental"] = comparison
-    with task("Writing manifest and report"):
-        write_manifest(out, placement, dataset_sha256=ds.sha256, num_samples=ds.num_samples,
-                       num_embeddings=ds.num_embeddings, topology=topo, metrics=metrics,
-                       report_files=lambda tmp: write_report(tmp, report, formats=("json", "md"), plots=plots),
-                       partition_seconds=seconds, peak_rss_bytes=peak, overwrite=overwrite,
-                       dataset_name=Path(ds.path).name, history=history)
+        return {"incremental": comparison}
+
+    write_scored_manifest(out, ds, graph, placement, topo, seed=seed, batch_size=batch_size,
+                          embedding_dim=embedding_dim, seconds=seconds, peak=peak, history=history, plots=plots,
+                          overwrite=overwrite, report_extra=incremental)
     return load_manifest(out)
 
 
