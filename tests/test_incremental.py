@@ -181,7 +181,7 @@ def test_toward_a_goal_passes_the_single_move_plateau(budget, reads):
 
 @st.composite
 def cases(draw):
-    n = draw(st.integers(2, 4))
+    n = draw(st.sampled_from([2, 3, 4, 64]))  # 64: the widest int64 mask (bit 63 is the sign bit)
     m_old = draw(st.integers(1, 10))
     m = m_old + draw(st.integers(0, 4))
     rows = draw(st.lists(st.sets(st.integers(0, m - 1), min_size=1, max_size=4), min_size=1, max_size=30))
@@ -718,3 +718,34 @@ def test_cli_from_manifest_refuses_to_overwrite_its_inputs(tmp_path):
         assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output, res.output
     assert (tmp_path / "p0" / "manifest.json").read_bytes() == before
     assert load_manifest(tmp_path / "p0").num_workers == 2
+
+
+def test_sixty_four_workers_seal_the_rows_all_of_them_hold(monkeypatch):
+    # int64 masks: worker 63 is the sign bit. Row 0 is held by all 64 workers (sealed); the result must be the one
+    # of summing every edge, as in test_sealed_rows_change_no_placement (the all-workers mask overflowed here once)
+    import gmp.partition.incremental as I
+
+    n = 64
+    rng = np.random.default_rng(3)
+    rows = [sorted({0} | set(rng.integers(1, 400, size=4).tolist())) for _ in range(3000)]
+    g = BipartiteGraph.from_lists(rows, 420)  # ids 400..419 are new
+    prim = rng.integers(0, n, size=400)
+    prim[0] = 63
+    secs = [list(range(63)) if e == 0 else [] for e in range(400)]
+    indptr = np.zeros(401, dtype=np.int64)
+    np.cumsum([len(s) for s in secs], out=indptr[1:])
+    old = Placement.edge_cut(n, [0], prim).with_secondaries(indptr, [w for s in secs for w in s])
+    topo = resolve_topology(n, None, None)
+    splits = []
+    real = I._split_edges
+    monkeypatch.setattr(I, "_split_edges", lambda *a: splits.append(real(*a)) or splits[-1])
+    opts = Options(start="pass", sweep="all", rounds=1)
+    got = place_and_repartition(g, old, topo, max_moved_rows=20, options=opts)
+    assert splits[0].sealed[0] and not splits[0].sealed[1:].any()
+    assert moved_rows(old, got[1]).total <= 20
+    monkeypatch.setattr(I, "_all_local", lambda prim, sec, n: np.zeros(prim.size, dtype=bool))
+    want = place_and_repartition(g, old, topo, max_moved_rows=20, options=opts)
+    for a, b in zip(got, want):
+        assert np.array_equal(a.sample_worker, b.sample_worker)
+        assert np.array_equal(a.embedding_primary, b.embedding_primary)
+        assert np.array_equal(a.secondary_workers, b.secondary_workers)

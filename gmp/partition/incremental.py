@@ -457,7 +457,7 @@ class _Split(NamedTuple):
 
 def _all_local(prim: np.ndarray, sec: np.ndarray, n: int) -> np.ndarray:
     """bool [U]: rows held (primary or secondary) by every one of the ``n`` workers."""
-    every = np.int64((1 << n) - 1)
+    every = np.array((1 << n) - 1, dtype=np.uint64).view(np.int64)  # all n bits; -1 at n = 64 (int64 masks)
     held = sec | np.left_shift(np.int64(1), np.maximum(prim, 0).astype(np.int64))
     return (prim >= 0) & (held == every)
 
