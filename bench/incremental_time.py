@@ -11,8 +11,9 @@ vocabulary, so ids are stable: what ``gmp data import --extend`` gives), partiti
 and prints CPU and wall seconds of each call (loading excluded: both read the same graph) with
 ``batch_remote_reads`` of the results. A third line, ``floor``, is the cheapest placement pass there
 can be, for scale (not a partitioner): each sample in dataset order to the worker holding the
-primaries of most of its rows (one lookup per edge in a byte table over the id space, the sample
-cap kept); anything that looks at every edge of the new day once costs at least that. The days are views of the dataset's arrays (no copy).
+primaries of most of its rows (``gmp.partition._common.assign_by_majority``: one lookup per edge in
+a byte table over the id space, the sample cap kept); anything that looks at every edge of the new
+day once costs at least that. The days are views of the dataset's arrays (no copy).
 ``incr`` gets day 0's row history as the manifest records it (``trained``: the ids day 0 reads;
 the ids day 1 reads that day 0 never did are placed like new ids); ``--no-history`` counts every id
 as trained, as a manifest made before version 3 does.
@@ -41,13 +42,13 @@ import sys
 import time
 from pathlib import Path
 
-import numba
 import numpy as np
 
 from gmp.datasets.format import FieldInfo, load_dataset, write_dataset
 from gmp.graph import BipartiteGraph, build_graph
 from gmp.metrics import batch_remote_reads
 from gmp.partition import run_partitioner
+from gmp.partition._common import assign_by_majority
 from gmp.partition.incremental import migration_budget, place_and_repartition
 from gmp.topology import resolve_topology
 
@@ -63,31 +64,14 @@ def day(graph: BipartiteGraph, d: int, size: int) -> BipartiteGraph:
                           sample_indices=np.asarray(graph.sample_indices)[e0:e1], num_embeddings=graph.num_embeddings)
 
 
-@numba.njit(cache=True, nogil=True)
-def _vote(indptr, indices, primary, num_workers, cap, out):  # pragma: no cover - compiled
-    load = np.zeros(num_workers, dtype=np.int64)
-    tally = np.zeros(num_workers, dtype=np.int64)
-    for i in range(indptr.size - 1):
-        for k in range(indptr[i], indptr[i + 1]):
-            p = primary[indices[k]]
-            if p >= 0:
-                tally[p] += 1
-        best = -1
-        for w in range(num_workers):
-            if load[w] < cap and (best < 0 or tally[w] > tally[best]):
-                best = w
-            tally[w] = 0
-        out[i] = best
-        load[best] += 1
-
-
 def floor_pass(graph: BipartiteGraph, old, num_workers: int) -> np.ndarray:
     """The ``floor`` line: every sample to the worker with most of its rows' old primaries (see above)."""
     primary = np.full(graph.num_embeddings, -1, dtype=np.int8 if num_workers < 128 else np.int32)
     primary[:old.num_embeddings] = old.embedding_primary
     out = np.empty(graph.num_samples, dtype=np.int32)
-    _vote(np.asarray(graph.sample_indptr), np.asarray(graph.sample_indices), primary, num_workers,
-          np.int64(np.ceil(graph.num_samples / num_workers * 1.05)), out)
+    cap = np.full(num_workers, int(np.ceil(graph.num_samples / num_workers * 1.05)), dtype=np.int64)
+    assign_by_majority(np.asarray(graph.sample_indptr), np.asarray(graph.sample_indices), primary,
+                       np.zeros(num_workers, dtype=np.int64), cap, np.arange(graph.num_samples, dtype=np.int64), out)
     return out
 
 
