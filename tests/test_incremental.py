@@ -179,6 +179,14 @@ def test_toward_a_goal_passes_the_single_move_plateau(budget, reads):
         repartition_toward(g, old, Placement.edge_cut(2, [0], [0, 1, 0, 1]), two(), max_moved_rows=1)
 
 
+def _assert_same_placements(got, want):
+    for a, b in zip(got, want, strict=True):
+        assert np.array_equal(a.sample_worker, b.sample_worker)
+        assert np.array_equal(a.embedding_primary, b.embedding_primary)
+        assert np.array_equal(a.secondary_indptr, b.secondary_indptr)
+        assert np.array_equal(a.secondary_workers, b.secondary_workers)
+
+
 @st.composite
 def cases(draw):
     n = draw(st.sampled_from([2, 3, 4, 64]))  # 64: the widest int64 mask (bit 63 is the sign bit)
@@ -223,11 +231,7 @@ def test_budget_is_never_exceeded(case):
     assert reference_moved(old, p, created) == moved_rows(old, p, created=created).total <= budget
     # one pass for both (what the CLI calls): the same two placements as placing, then refining from the start
     both = place_and_repartition(g, old, topo, max_moved_rows=budget, options=opts, trained=trained)
-    for a, b in zip(both, (placed, p)):
-        assert np.array_equal(a.sample_worker, b.sample_worker)
-        assert np.array_equal(a.embedding_primary, b.embedding_primary)
-        assert np.array_equal(a.secondary_indptr, b.secondary_indptr)
-        assert np.array_equal(a.secondary_workers, b.secondary_workers)
+    _assert_same_placements(both, (placed, p))
     goal = repartition_incremental(g, old, topo, max_moved_rows=3 * budget + 5, options=opts, start=placed,
                                    trained=trained)
     t = repartition_toward(g, old, goal, topo, max_moved_rows=budget, options=opts)
@@ -411,11 +415,7 @@ def test_sealed_rows_change_no_placement(monkeypatch, sweep):
     assert moved_rows(old, got[1]).total <= 12
     monkeypatch.setattr(I, "_all_local", lambda prim, sec, n: np.zeros(prim.size, dtype=bool))
     want = place_and_repartition(g, old, topo, max_moved_rows=12, options=opts)
-    for a, b in zip(got, want):
-        assert np.array_equal(a.sample_worker, b.sample_worker)
-        assert np.array_equal(a.embedding_primary, b.embedding_primary)
-        assert np.array_equal(a.secondary_indptr, b.secondary_indptr)
-        assert np.array_equal(a.secondary_workers, b.secondary_workers)
+    _assert_same_placements(got, want)
 
 
 def test_sweep_with_a_lost_sealed_row_equals_the_full_sweep_and_keeps_marginals_in_step():
@@ -745,7 +745,4 @@ def test_sixty_four_workers_seal_the_rows_all_of_them_hold(monkeypatch):
     assert moved_rows(old, got[1]).total <= 20
     monkeypatch.setattr(I, "_all_local", lambda prim, sec, n: np.zeros(prim.size, dtype=bool))
     want = place_and_repartition(g, old, topo, max_moved_rows=20, options=opts)
-    for a, b in zip(got, want):
-        assert np.array_equal(a.sample_worker, b.sample_worker)
-        assert np.array_equal(a.embedding_primary, b.embedding_primary)
-        assert np.array_equal(a.secondary_workers, b.secondary_workers)
+    _assert_same_placements(got, want)
