@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from cli._common import echo_json, handle_errors
+from cli._common import check_seed, echo_json, handle_errors
 
 
 def register(data_app: typer.Typer) -> None:
@@ -93,10 +93,12 @@ def synth(
     from gmp.datasets.synth import preset_config, synthesize
     from gmp.errors import DatasetError
 
-    check_output_dir(out, kind="gmp.dataset", overwrite=overwrite)
+    check_output_dir(out, kind="gmp.dataset", overwrite=overwrite,
+                     inputs=[p for p in (continue_from, like) if p is not None])
     if continue_from is not None:  # the next day (issue 18): ids of PREVIOUS stay, new ones are appended
         from gmp.datasets.synth_continue import continue_synth
 
+        check_seed(seed)
         meta = continue_synth(continue_from, out, num_samples=samples, growth=growth, drift=drift,
                               seed=seed if seed else None, test_fraction=test_fraction, overwrite=overwrite)
         day = meta["synth_continue"]

@@ -232,6 +232,23 @@ def test_a_chain_of_parents_is_followed(days, tmp_path):
     np.testing.assert_allclose(tr.embedding_table(), ref_table, rtol=1e-9, atol=1e-12)
 
 
+def test_a_parent_replaced_since_is_named_not_followed(tmp_path):
+    # day 1 re-made at its path after day 2 was imported from it: the chain from day 2 to the checkpoint's day 0
+    # is broken there, and the error says so in one line (it walked a self-referencing chain 1000 times once)
+    import shutil
+
+    cfg = config()
+    d0 = make_ctr_dataset(tmp_path / "d0", num_samples=160)
+    d1 = next_day(d0, tmp_path / "d1", seed=1)
+    d2 = next_day(d1, tmp_path / "d2", seed=2, new_per_field=(1, 1, 1))
+    train_day(d0, random_placement(load_dataset(d0), 2, seed=1), cfg, tmp_path / "ckpt", resume=False)
+    shutil.rmtree(d1)
+    next_day(d0, d1, seed=7)
+    with pytest.raises(TrainingError, match="parent .*d1 is not the dataset it was made from") as err:
+        train_day(d2, random_placement(load_dataset(d2), 2, seed=2), cfg, tmp_path / "ckpt", resume=True)
+    assert "<-" not in str(err.value) and len(str(err.value)) < 1000
+
+
 def test_unrelated_data_and_mid_epoch_checkpoints_are_refused(days, tmp_path):
     cfg = config()
     d0, d1 = load_dataset(days[0]), load_dataset(days[1])

@@ -114,3 +114,30 @@ def test_cli_continue_and_its_errors(chain, tmp_path):
     assert res.exit_code == 2 and "not made by 'gmp data synth'" in res.output
     with pytest.raises(DatasetError, match="'drift' parameter"):
         continue_synth(root / "d0", tmp_path / "y", drift=-1)
+
+
+def test_continue_and_extend_refuse_to_write_over_the_day_they_read(chain, tmp_path):
+    # --out naming the previous day (with --overwrite) replaced it by its own child: refused before any work
+    import shutil
+
+    root, _ = chain
+    prev = tmp_path / "prev"
+    shutil.copytree(root / "d1", prev)
+    before = (prev / "dataset.json").read_bytes()
+    res = runner.invoke(app, ["data", "synth", "--continue", str(prev), "-n", "200", "-o", str(prev), "--overwrite"])
+    assert res.exit_code == 2 and f"is the input {prev}" in res.output, res.output
+    with pytest.raises(Exception, match="is the input"):
+        continue_synth(prev, prev, num_samples=200, overwrite=True)
+    src = tmp_path / "day.csv"
+    src.write_text("label,a\n1,x\n0,y\n")
+    plain = tmp_path / "plain"
+    assert runner.invoke(app, ["data", "import", "csv", str(src), "--out", str(plain), "--label", "label", "--cat",
+                               "a", "--test-fraction", "0"]).exit_code == 0
+    plain_before = (plain / "dataset.json").read_bytes()
+    res = runner.invoke(app, ["data", "import", "csv", str(src), "--out", str(plain), "--label", "label", "--cat",
+                              "a", "--test-fraction", "0", "--extend", str(plain), "--overwrite"])
+    assert res.exit_code == 2 and f"is the input {plain}" in res.output, res.output
+    assert (prev / "dataset.json").read_bytes() == before and (plain / "dataset.json").read_bytes() == plain_before
+    res = runner.invoke(app, ["data", "synth", "--continue", str(prev), "-n", "200", "-o", str(tmp_path / "x"),
+                              "--seed", "-3"])
+    assert res.exit_code == 2 and "--seed must be an int in [0, 2^63)" in res.output and "Traceback" not in res.output

@@ -74,6 +74,11 @@ def import_dataset(fmt: str, inputs: Sequence[str | os.PathLike], out: str | os.
     if tests and fmt == "movielens":
         raise ImportDataError("test inputs do not apply to movielens (one ratings file with its side files); "
                               "split it by --test-fraction.")
+    if common.extend:  # the dataset it extends is an input too: an --out naming it is refused, --overwrite or not
+        from .._io import check_output_dir
+        from .format import FORMAT
+
+        check_output_dir(out, kind=FORMAT, overwrite=common.overwrite, inputs=[common.extend])
     module, name = IMPORTERS[fmt]
     importer = getattr(importlib.import_module(module), name)
     if fmt in ("libsvm", "libfm", "libffm"):

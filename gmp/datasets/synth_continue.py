@@ -39,8 +39,10 @@ from typing import Any
 
 import numpy as np
 
+from .._io import check_output_dir
 from ..errors import DatasetError
-from .format import FieldInfo, DatasetWriter, load_dataset
+from ..seeds import check_seed
+from .format import FORMAT, FieldInfo, DatasetWriter, load_dataset
 from .synth import SynthConfig, SyntheticCTR, config_of, fields_of
 
 IDS_FILE = "synth_ids.npz"
@@ -150,6 +152,9 @@ def continue_synth(previous: str | os.PathLike, out: str | os.PathLike, *, num_s
         raise DatasetError(f"The 'growth' parameter must be a finite number >= 0, got {growth}.")
     if not (math.isfinite(drift) and drift >= 0):
         raise DatasetError(f"The 'drift' parameter must be a finite number >= 0, got {drift}.")
+    if seed is not None:
+        check_seed(seed)
+    check_output_dir(out, kind=FORMAT, overwrite=overwrite, inputs=[previous])  # never over the day it continues
     prev = load_dataset(previous, verify=False)
     root, prev_day, cont = _root_and_day(prev)
     day = prev_day + 1
@@ -184,7 +189,7 @@ def continue_synth(previous: str | os.PathLike, out: str | os.PathLike, *, num_s
               "cardinalities": list(cfg.cardinalities), "log_weights": [float(x) for x in log_w],
               "first_index": int(cont["next_index"]), "next_index": int(next_index), "num_new_ids":
               int(cursor - prev.num_embeddings)}
-    with DatasetWriter(out, num_dense=cfg.num_dense, overwrite=overwrite) as w:
+    with DatasetWriter(out, num_dense=cfg.num_dense, overwrite=overwrite, inputs=[previous]) as w:
         w.add(np.full(n, cfg.num_fields, dtype=np.int32), np.sort(ids, axis=1).reshape(-1), labels, dense)
         np.savez(w.tmpdir / IDS_FILE, **{f"field_{f}": m for f, m in enumerate(maps)})
         np.save(w.tmpdir / "synth_community.npy", comm.astype(np.int32))

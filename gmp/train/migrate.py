@@ -120,10 +120,15 @@ def _open_parent(child, parent: dict[str, Any], ckpt: Path):
     for cand in (raw, Path(child.path).parent / raw):
         if (cand / "dataset.json").is_file():
             try:
-                return load_dataset(cand, verify=False)
+                found = load_dataset(cand, verify=False)
             except DatasetError as exc:
                 raise TrainingError(f"--resume {ckpt}: the ancestor {cand} of {child.path} cannot be read "
                                     f"({exc}); restore it or {_FIX}.") from None
+            if found.sha256 != parent.get("sha256"):  # replaced since (re-imported, or written over its child)
+                raise TrainingError(f"--resume {ckpt}: {child.path}'s parent {cand} is not the dataset it was made "
+                                    f"from (sha256 {found.sha256[:12]}…, expected {str(parent.get('sha256'))[:12]}…); "
+                                    f"restore that dataset at {cand} or {_FIX}.")
+            return found
     raise TrainingError(f"--resume {ckpt}: {child.path}'s parent {raw} (sha256 {str(parent.get('sha256'))[:12]}…) "
                         f"is missing, so the checkpoint's dataset cannot be found among its ancestors; restore "
                         f"it at that path or {_FIX}.")
