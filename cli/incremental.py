@@ -15,20 +15,21 @@ import typer
 from ._common import console
 
 
-def partition_from_manifest(dataset: Path, old_manifest: Path, *, max_moved_rows: Optional[str], batch_size: int,
-                            embedding_dim: int, seed: int, out: Optional[Path], overwrite: bool,
-                            max_imbalance: Optional[float], rounds: Optional[int], compare_full: bool,
-                            no_plots: bool = False, given: Optional[dict[str, Any]] = None) -> None:
+def partition_from_manifest(dataset: Path, old_manifest: Path, *, max_moved_rows: Optional[str],
+                            batch_size: Optional[int], embedding_dim: Optional[int], seed: int, out: Optional[Path],
+                            overwrite: bool, compare_full: bool, no_plots: bool = False,
+                            given: Optional[dict[str, Any]] = None) -> None:
+    """``given``: incremental Options fields (the flags that map to one and ``-O KEY=VALUE``);
+    ``batch_size``/``embedding_dim`` None: the old manifest's plan."""
     from gmp._io import check_output_dir
     from gmp.api import repartition_dataset
     from gmp.manifest import load_manifest
 
+    from ._common import check_seed
+
+    check_seed(seed)
     old = load_manifest(old_manifest)
-    options = dict(given or {})  # -O KEY=VALUE: any incremental Options field
-    if max_imbalance is not None:
-        options["max_imbalance"] = max_imbalance
-    if rounds is not None:
-        options["rounds"] = rounds
+    options = dict(given or {})
     name = "incremental" if max_moved_rows is not None else "place-new"
     out = out or Path("placements") / f"{Path(dataset).resolve().name}.{name}.w{old.topology.num_workers}"
     check_output_dir(out, kind="gmp.placement", overwrite=overwrite, inputs=[dataset, old_manifest])

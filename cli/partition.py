@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import typer
 
-from gmp.constants import DEFAULT_BATCH_SIZE
+from gmp.constants import DEFAULT_BATCH_SIZE, DEFAULT_EMBEDDING_DIM
 
 from ._common import check_seed, console, handle_errors
 
@@ -103,6 +103,29 @@ def parse_key_values(items: list[str]) -> dict:
     return out
 
 
+def _defaults(batch_size: Optional[int], embedding_dim: Optional[int],
+              inter_cost: Optional[float]) -> tuple[int, int, float]:
+    """The defaults of the flags that default to None only so that --from-manifest can tell them apart."""
+    from gmp.topology import DEFAULT_INTER_COST
+
+    return (DEFAULT_BATCH_SIZE if batch_size is None else batch_size,
+            DEFAULT_EMBEDDING_DIM if embedding_dim is None else embedding_dim,
+            DEFAULT_INTER_COST if inter_cost is None else inter_cost)
+
+
+def _merge_options(flags: dict[str, Any], keyed: dict[str, Any]) -> dict[str, Any]:
+    """The partitioner options the flags give (None: not given) and the ``-O KEY=VALUE`` ones; a key given
+    both ways is refused (one of them would be dropped silently)."""
+    given = {k: v for k, v in flags.items() if v is not None}
+    both = sorted(set(given) & set(keyed))
+    if both:
+        from gmp.errors import PartitionError
+
+        raise PartitionError(f"{both[0]} is given both as --{both[0].replace('_', '-')} and as -O {both[0]}=...; "
+                             f"give it once.")
+    return {**given, **keyed}
+
+
 def partition(
     dataset: Path = typer.Argument(..., help="Prepared dataset directory (from 'gmp data import|synth')."),
     workers: Optional[int] = typer.Option(None, "--workers", "-w", help="Number of workers (or give --topology)."),
@@ -110,9 +133,14 @@ def partition(
                                          "greedy-stream, hybrid, bicut, hypergraph (not with --from-manifest)."),
     topology: Optional[str] = typer.Option(None, "--topology", help="N workers (e.g. 8) or MxG machines x GPUs (e.g. 2x8)."),
     topology_file: Optional[Path] = typer.Option(None, "--topology-file", help="JSON cost matrix {\"cost\": [[...]]}."),
-    inter_cost: float = typer.Option(10.0, "--inter-cost", help="Inter-machine cost for --topology MxG (intra = 1)."),
-    batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, "--batch-size", help="Per-worker batch size the batch metrics (and partitioners that take it) use."),
-    embedding_dim: int = typer.Option(16, "--embedding-dim", help="Embedding width for byte figures and memory budgets."),
+    inter_cost: Optional[float] = typer.Option(None, "--inter-cost", help="Inter-machine cost for --topology MxG "
+                                               "(intra = 1; default 10)."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Per-worker batch size the batch metrics (and "
+                                             "partitioners that take it) use (default 512; with --from-manifest, the "
+                                             "old manifest's)."),
+    embedding_dim: Optional[int] = typer.Option(None, "--embedding-dim", help="Embedding width for byte figures and "
+                                                "memory budgets (default 16; with --from-manifest, the old "
+                                                "manifest's)."),
     seed: int = typer.Option(0, "--seed", help="Random seed (the random reference uses the same seed)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Manifest directory (default: placements/DATASET.METHOD.wN)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out directory."),
@@ -151,11 +179,11 @@ def partition(
         if from_manifest is not None or max_moved_rows is not None or compare_full:
             raise PartitionError("--distributed/--chunk-samples partition from scratch; drop --from-manifest, "
                                  "--max-moved-rows and --compare-full.")
-        given = {k: v for k, v in {"rounds": rounds, "tol": tol, "alpha": alpha, "beta": beta, "gamma": gamma,
-                                   "max_imbalance": max_imbalance, "replication_budget": replication_budget,
-                                   "memory_per_worker": parse_bytes(memory_per_worker) if memory_per_worker else None,
-                                   }.items() if v is not None}
-        given.update(parse_key_values(option or []))
+        given = _merge_options({"rounds": rounds, "tol": tol, "alpha": alpha, "beta": beta, "gamma": gamma,
+                                "max_imbalance": max_imbalance, "replication_budget": replication_budget,
+                                "memory_per_worker": parse_bytes(memory_per_worker) if memory_per_worker else None},
+                               parse_key_values(option or []))
+        batch_size, embedding_dim, inter_cost = _defaults(batch_size, embedding_dim, inter_cost)
         return partition_distributed_cmd(dataset, distributed=distributed, chunk_samples=chunk_samples,
                                          block_samples=block_samples, workers=workers, topology=topology,
                                          topology_file=topology_file, inter_cost=inter_cost, batch_size=batch_size,
@@ -168,10 +196,19 @@ def partition(
         if method is not None or workers is not None or topology is not None or topology_file is not None:
             raise PartitionError("--from-manifest keeps the old placement's workers and topology; drop --method, "
                                  "--workers, --topology and --topology-file.")
+        not_here = {"--inter-cost": inter_cost, "--tol": tol, "--gamma": gamma, "--threads": threads,
+                    "--memory-per-worker": memory_per_worker}
+        wrong = [flag for flag, value in not_here.items() if value is not None]
+        if wrong:
+            raise PartitionError(f"{', '.join(wrong)} do{'es' if len(wrong) == 1 else ''} not apply to "
+                                 f"--from-manifest (its options: --max-imbalance, --rounds, --alpha, --beta, "
+                                 f"--replication-budget and -O KEY=VALUE).")
+        flags = {"max_imbalance": max_imbalance, "rounds": rounds, "alpha": alpha, "beta": beta,
+                 "replication_budget": replication_budget}
         return partition_from_manifest(dataset, from_manifest, max_moved_rows=max_moved_rows, batch_size=batch_size,
                                        embedding_dim=embedding_dim, seed=seed, out=out, overwrite=overwrite,
-                                       max_imbalance=max_imbalance, rounds=rounds, compare_full=compare_full,
-                                       no_plots=no_plots, given=parse_key_values(option or []))
+                                       compare_full=compare_full, no_plots=no_plots,
+                                       given=_merge_options(flags, parse_key_values(option or [])))
     if method is None:
         raise PartitionError("--method is required (or give --from-manifest OLD_MANIFEST to place new data on it).")
     if max_moved_rows is not None or compare_full:
@@ -182,6 +219,7 @@ def partition(
 
     # every cheap check before the expensive work (partitioning a large graph takes minutes)
     check_seed(seed)
+    batch_size, embedding_dim, inter_cost = _defaults(batch_size, embedding_dim, inter_cost)
     _check_positive(batch_size=batch_size, embedding_dim=embedding_dim)
     out = out or Path("placements") / f"{Path(dataset).resolve().name}.{method}.w{topo_workers(workers, topology)}"
     check_output_dir(out, kind="gmp.placement", overwrite=overwrite, inputs=[dataset])
@@ -191,8 +229,7 @@ def partition(
              "max_imbalance": max_imbalance, "replication_budget": replication_budget,
              "memory_per_worker": parse_bytes(memory_per_worker) if memory_per_worker is not None else None,
              "threads": threads}
-    given = {k: v for k, v in flags.items() if v is not None}
-    given.update(parse_key_values(option or []))
+    given = _merge_options(flags, parse_key_values(option or []))
     partition_dataset(dataset, method, out, topology=topo, seed=seed, batch_size=batch_size,
                       embedding_dim=embedding_dim, options=given, overwrite=overwrite, plots=not no_plots)
     metrics = json.loads((out / "report.json").read_text(encoding="utf-8"))["metrics"]  # the full metrics

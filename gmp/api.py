@@ -274,8 +274,8 @@ def partition_dataset(dataset: Any, method: str, out: str | os.PathLike, *, work
 
 
 def repartition_dataset(dataset: Any, old_manifest: Any, out: str | os.PathLike, *,
-                        max_moved_rows: int | str | None = None, seed: int = 0, batch_size: int = 512,
-                        embedding_dim: int = 16, options: Mapping[str, Any] | None = None,
+                        max_moved_rows: int | str | None = None, seed: int = 0, batch_size: int | None = None,
+                        embedding_dim: int | None = None, options: Mapping[str, Any] | None = None,
                         compare_full: bool = False, overwrite: bool = False, plots: bool = True):
     """New data on an existing placement, scored and written like :func:`partition_dataset`
     (``gmp partition NEW --from-manifest OLD [--max-moved-rows N|P%]``; docs/incremental.md).
@@ -292,6 +292,10 @@ def repartition_dataset(dataset: Any, old_manifest: Any, out: str | os.PathLike,
         None: place the new samples and ids on the old rows (one pass, nothing moves). A number of
         rows or a percentage of the used rows (``"5%"``): re-partition incrementally moving at most
         that many rows of the old placement.
+    batch_size, embedding_dim
+        What the placement is scored and planned for; None (the default): the old manifest's plan
+        (then 512 and 16 where it has none), so that ``train_model(..., resume=True)`` on the new
+        manifest keeps the old run's width.
     options
         :class:`gmp.partition.incremental.Options` fields (``{"rounds": 3}``).
     compare_full
@@ -308,6 +312,7 @@ def repartition_dataset(dataset: Any, old_manifest: Any, out: str | os.PathLike,
 
     from ._io import check_output_dir
     from .compare import method_options, peak_rss_bytes
+    from .constants import DEFAULT_BATCH_SIZE, DEFAULT_EMBEDDING_DIM
     from .errors import PartitionError
     from .graph import build_graph
     from .manifest import Manifest, RowHistory
@@ -316,8 +321,13 @@ def repartition_dataset(dataset: Any, old_manifest: Any, out: str | os.PathLike,
     from .partition.incremental import (Options, created_rows, match_workers, migration_budget, moved_rows,
                                         place_and_repartition, place_new_data)
     from .progress import task
+    from .seeds import check_seed
 
+    seed = check_seed(seed)
     old = old_manifest if isinstance(old_manifest, Manifest) else load_manifest(old_manifest)
+    planned, _ = old.plan.resolve(batch_size=batch_size, embedding_dim=embedding_dim)
+    batch_size = DEFAULT_BATCH_SIZE if planned["batch_size"] is None else planned["batch_size"]
+    embedding_dim = DEFAULT_EMBEDDING_DIM if planned["embedding_dim"] is None else planned["embedding_dim"]
     ds = _dataset(dataset)
     # checked before the (possibly long) partitioning
     out = check_output_dir(out, kind="gmp.placement", overwrite=overwrite, inputs=[ds.path, old.path], flag="out")

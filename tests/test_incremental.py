@@ -689,6 +689,11 @@ def test_cli_from_manifest_takes_incremental_options(tmp_path):
     (["-O", "start=sideways"], "start must be one of pass, project"),
     (["--method", "hybrid"], "--from-manifest keeps the old placement's workers"),
     (["--max-moved-rows", "lots"], "max_moved_rows must be a number of rows"),
+    (["--max-moved-rows", str(2**63)], "is above 2^63 - 1; give 100% to allow every row to move"),
+    (["--seed", "-1"], "--seed must be an int in [0, 2^63)"),
+    (["--tol", "0.1", "--inter-cost", "3"], "--inter-cost, --tol do not apply to --from-manifest"),
+    (["--threads", "2"], "--threads does not apply to --from-manifest"),
+    (["--rounds", "2", "-O", "rounds=3"], "rounds is given both as --rounds and as -O rounds=...; give it once"),
 ])
 def test_cli_from_manifest_errors(tmp_path, extra, message):
     day0 = _dataset(tmp_path / "d0", [[0, 1], [2, 3]], 4)
@@ -746,3 +751,29 @@ def test_sixty_four_workers_seal_the_rows_all_of_them_hold(monkeypatch):
     monkeypatch.setattr(I, "_all_local", lambda prim, sec, n: np.zeros(prim.size, dtype=bool))
     want = place_and_repartition(g, old, topo, max_moved_rows=20, options=opts)
     _assert_same_placements(got, want)
+
+
+def test_cli_from_manifest_keeps_the_old_plan_and_takes_the_incremental_flags(tmp_path):
+    # a day-0 placement planned for width 64 and batch 128: the next day's manifest keeps both unless given
+    # (gmp train --resume on it then keeps the checkpoint's width), and the flags that are incremental options
+    # (--alpha, --beta, --replication-budget) reach the partitioner instead of being dropped
+    day0 = _dataset(tmp_path / "d0", [[0, 1], [0, 1], [2, 3], [2, 3]], 4)
+    day1 = _dataset(tmp_path / "d1", [[0, 2], [0, 2], [1, 3], [1, 3], [4, 1]], 5)
+    assert runner.invoke(app, ["partition", str(day0), "-w", "2", "-m", "hybrid", "--embedding-dim", "64",
+                               "--batch-size", "128", "--no-plots", "--out", str(tmp_path / "p0")]).exit_code == 0
+    res = runner.invoke(app, ["partition", str(day1), "--from-manifest", str(tmp_path / "p0"), "--max-moved-rows",
+                              "1", "--alpha", "0.5", "--beta", "0.25", "--replication-budget", "0.3", "--no-plots",
+                              "--out", str(tmp_path / "p1")])
+    assert res.exit_code == 0, res.output
+    m = load_manifest(tmp_path / "p1")
+    assert (m.plan.batch_size, m.plan.embedding_dim) == (128, 64)
+    c = m.meta["partitioner"]["info"]["comparison"]
+    assert (c["batch_size"], c["embedding_dim"]) == (128, 64)
+    assert c["moved_rows"]["bytes"] == c["moved_rows"]["total"] * 64 * 4
+    opts = m.meta["partitioner"]["options"]
+    assert (opts["alpha"], opts["beta"], opts["replication_budget"], opts["batch_size"]) == (0.5, 0.25, 0.3, 128)
+    res = runner.invoke(app, ["partition", str(day1), "--from-manifest", str(tmp_path / "p0"), "--embedding-dim",
+                              "32", "--no-plots", "--out", str(tmp_path / "p2")])
+    assert res.exit_code == 0, res.output
+    assert (load_manifest(tmp_path / "p2").plan.batch_size, load_manifest(tmp_path / "p2").plan.embedding_dim) == \
+        (128, 32)

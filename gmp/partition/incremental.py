@@ -403,7 +403,7 @@ def migration_budget(value: int | str, num_rows: int) -> int:
             raise PartitionError(f"max_moved_rows {text!r} is above 100%; give a percentage in [0, 100] or a number of rows.")
         return int(math.floor(pct / 100.0 * int(num_rows) + 1e-9))
     if re.fullmatch(r"[0-9]+", text):
-        return int(text)
+        return _check_budget(int(text))
     raise PartitionError(f"max_moved_rows must be a number of rows (e.g. 5000) or a percentage (e.g. 5%), got {text!r}.")
 
 
@@ -722,6 +722,8 @@ def place_and_repartition(graph: BipartiteGraph, old: Placement, topology: Topol
 def _check_budget(max_moved_rows) -> int:
     if not isinstance(max_moved_rows, (int, np.integer)) or max_moved_rows < 0:
         raise PartitionError(f"max_moved_rows must be an integer >= 0, got {max_moved_rows!r}.")
+    if max_moved_rows >= 2**63:  # the kernels count in int64
+        raise PartitionError(f"max_moved_rows {max_moved_rows} is above 2^63 - 1; give 100% to allow every row to move.")
     return int(max_moved_rows)
 
 
