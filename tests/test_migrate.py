@@ -385,6 +385,22 @@ def test_day_to_day_through_the_cli(tmp_path):
         json.loads((Path(p1) / "report.json").read_text())["incremental"]["created_rows"]
     created, _ = _created(load_dataset(d0), load_dataset(d1), load_manifest(p0).placement)
     assert hist.created.tolist() == created.tolist()
+    assert "warning" not in mig  # the checkpoint's placement is the one p1 was placed from
+    # a checkpoint of another day-0 placement: the migration still works (from its own placement) but says that
+    # its rows did not move within p1's budget
+    p0r, ck2 = str(tmp_path / "p0r"), str(tmp_path / "ck2")
+    for args in (["partition", d0, "-m", "random", "-w", "2", "-o", p0r, "--no-plots"],
+                 ["train", "--dataset", d0, "--manifest", p0r, "--checkpoint-dir", ck2, "--batch-size", "256",
+                  "--embedding-dim", "4"]):
+        assert run(app, args).exit_code == 0
+    res = run(app, ["train", "--dataset", d1, "--manifest", p1, "--checkpoint-dir", ck2, "--batch-size", "256",
+                    "--embedding-dim", "4", "--resume"])
+    assert res.exit_code == 0, res.output
+    other = next(json.loads(x) for x in res.output.splitlines() if x.startswith('{"kind": "migration"'))
+    p1_from = load_manifest(p1).meta["partitioner"]["info"]["comparison"]["old_placement_sha256"]
+    assert other["from_placement_sha256"] != p1_from == load_manifest(p0).meta["placement_sha256"]
+    assert f"{p1} was placed from {p1_from[:12]}" in other["warning"]
+    assert other["moved_rows"]["total"] > planned["total"]
 
 
 @pytest.mark.parametrize("options", [dict(on_demand=True, cache_rows=6, read_only_replicas=False, lookahead=0)])

@@ -16,7 +16,7 @@ import os
 import signal
 import uuid
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 import torch
@@ -42,22 +42,44 @@ def load_placement(dataset, manifest: str | os.PathLike | None, workers: int | N
     return open_placement(dataset, manifest, workers)[0]
 
 
-def open_placement(dataset, manifest: str | os.PathLike | None, workers: int | None) -> tuple[Placement, np.ndarray]:
-    """:func:`load_placement` and the manifest's created rows (``history.created_rows``: old ids a migration
-    creates at their initial values; empty without a manifest or a history)."""
+class OpenedPlacement(NamedTuple):
+    placement: Placement
+    created: np.ndarray  # int64: ``history.created_rows``, old ids a migration creates at their initial values
+    placed_from: str | None  # the placement sha256 a ``--from-manifest`` manifest was placed from, else None
+
+
+def open_placement(dataset, manifest: str | os.PathLike | None, workers: int | None) -> OpenedPlacement:
+    """:func:`load_placement`, the manifest's created rows (empty without a manifest or a history) and the
+    placement it was placed from (``partitioner.info.comparison.old_placement_sha256``; None unless made by
+    ``gmp partition --from-manifest``)."""
     none = np.zeros(0, dtype=np.int64)
     if manifest is None:
         if workers not in (None, 1):
             raise TrainingError(f"--workers {workers} needs a --manifest placing rows on {workers} workers "
                                 f"(make one with 'gmp partition'); without a manifest training uses 1 worker.")
         zeros_s = np.zeros(dataset.num_samples, dtype=np.int32)
-        return Placement.edge_cut(1, zeros_s, np.zeros(dataset.num_embeddings, dtype=np.int32), method="single"), none
+        return OpenedPlacement(Placement.edge_cut(1, zeros_s, np.zeros(dataset.num_embeddings, dtype=np.int32),
+                                                  method="single"), none, None)
     man = load_manifest(manifest, dataset=dataset)
     placement = man.placement
     if workers is not None and workers != placement.num_workers:
         raise TrainingError(f"--workers {workers} does not match the manifest {manifest}, which places rows on "
                             f"{placement.num_workers} workers; pass --workers {placement.num_workers} or another manifest.")
-    return placement, none if man.history is None else man.history.created
+    comparison = ((man.meta.get("partitioner") or {}).get("info") or {}).get("comparison") or {}
+    return OpenedPlacement(placement, none if man.history is None else man.history.created,
+                           comparison.get("old_placement_sha256"))
+
+
+def check_migration_source(migration: dict[str, Any], placed_from: str | None, manifest) -> None:
+    """Add a ``warning`` to a migration record whose checkpoint was trained on another placement than the one
+    the manifest was placed from (``--from-manifest``): its rows then moved as from the checkpoint's placement,
+    not within the budget the manifest was made with (another chain's checkpoint, or a day skipped)."""
+    if placed_from is None or migration["from_placement_sha256"] == placed_from:
+        return
+    migration["warning"] = (f"the checkpoint was trained on placement {migration['from_placement_sha256'][:12]}, but "
+                            f"{manifest} was placed from {placed_from[:12]}: {migration['moved_rows']['total']:,} "
+                            f"rows moved from the checkpoint's placement, not within the manifest's migration budget")
+    log.warning("%s", migration["warning"])
 
 
 def check_output_dir(name: str, path: str | os.PathLike | None) -> None:
@@ -179,7 +201,7 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
     ds = load_dataset(dataset)
     if verify_hash:
         ds.verify_hash()
-    placement, created = open_placement(ds, manifest, workers)  # validated by load_manifest, and by Trainer
+    placement, created, placed_from = open_placement(ds, manifest, workers)  # validated by load_manifest, Trainer
     data = TrainData(ds)
     eng = make_engine(engine, placement.num_workers, collective_timeout=collective_timeout)
     trainer = None
@@ -189,6 +211,8 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
         migration = None
         if resume:  # the checkpoint's dataset, or an ancestor's (rows migrate: gmp.train.migrate)
             migration = resume_training(trainer, checkpoint_dir, dataset=ds, placement_sha=psha, created=created)
+            if migration is not None:
+                check_migration_source(migration, placed_from, manifest)
         log_file, run_id = None, new_run_id()
         if log_json is not None and eng.is_main:
             if resume and migration is None:  # the log's last run continues; lines past the checkpoint go
