@@ -273,6 +273,29 @@ def partition_dataset(dataset: Any, method: str, out: str | os.PathLike, *, work
     return load_manifest(out)
 
 
+def _lineage(ds, old) -> int | None:
+    """Generations from ``ds`` up to the dataset ``old`` was made for (0: the same one), or None, with a
+    warning: ids are then taken as the same rows on trust (right for days cut from one vocabulary)."""
+    import logging
+
+    from .datasets.extend import ancestor_generations
+    from .errors import DatasetError
+
+    want = old.dataset_sha256
+    try:
+        generations = ancestor_generations(ds, want)
+    except DatasetError as exc:
+        logging.getLogger("gmp").warning("cannot check that %s descends from the dataset of %s: %s", ds.path,
+                                         old.path, exc)
+        return None
+    if generations is None:
+        logging.getLogger("gmp").warning(
+            "%s was made for dataset %s…, which is neither %s nor one of its ancestors: its ids are taken as the "
+            "same rows (import new data with 'gmp data import ... --extend' from the old dataset; fine when both "
+            "share one vocabulary)", old.path, want[:12], ds.path)
+    return generations
+
+
 def repartition_dataset(dataset: Any, old_manifest: Any, out: str | os.PathLike, *,
                         max_moved_rows: int | str | None = None, seed: int = 0, batch_size: int | None = None,
                         embedding_dim: int | None = None, options: Mapping[str, Any] | None = None,
@@ -331,6 +354,7 @@ def repartition_dataset(dataset: Any, old_manifest: Any, out: str | os.PathLike,
     ds = _dataset(dataset)
     # checked before the (possibly long) partitioning
     out = check_output_dir(out, kind="gmp.placement", overwrite=overwrite, inputs=[ds.path, old.path], flag="out")
+    generations = _lineage(ds, old)
     topo = old.topology
     graph = build_graph(ds)
     given = {"batch_size": batch_size, **dict(options or {})}
@@ -369,6 +393,7 @@ def repartition_dataset(dataset: Any, old_manifest: Any, out: str | os.PathLike,
         "batch_size": batch_size,
         "num_used_rows": int(used.size),
         "created_rows": int(created.size),
+        "generations": generations,
         # "this" is the metrics' batch_remote_reads (filled below: one traffic count, not two)
         "batch_remote_reads": {"no_repartition": None if placed is placement else
                                batch_remote_reads(graph, placed, batch_size), "this": None, "full_repartition": None},

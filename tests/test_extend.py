@@ -107,6 +107,36 @@ def test_partition_new_day_on_old_manifest(tmp_path):
     assert new.num_embeddings == 10
     changed = int(np.count_nonzero(np.asarray(old.embedding_primary) != np.asarray(new.embedding_primary)[:8]))
     assert changed <= 1
+    assert json.loads((tmp_path / "p1" / "report.json").read_text())["incremental"]["generations"] == 1
+
+
+def test_the_lineage_of_a_new_day_is_followed_and_an_unrelated_one_named(tmp_path, caplog):
+    # d2 <- d1 <- d0 by --extend; "other" is imported on its own (its ids only happen to cover d0's)
+    from gmp.datasets.extend import ancestor_generations, parent_dataset
+    from gmp.errors import DatasetError
+
+    d0 = imp(tmp_path, "d0", DAY0)
+    d1 = imp(tmp_path, "d1", DAY1, "--extend", str(d0))
+    d2 = imp(tmp_path, "d2", DAY0 + "0,u4,i4\n", "--extend", str(d1))
+    other = imp(tmp_path, "other", DAY1 + "1,u9,i9\n1,u8,i8\n1,u7,i7\n")
+    sha0 = load_dataset(d0).sha256
+    assert [ancestor_generations(load_dataset(d), sha0) for d in (d0, d1, d2, other)] == [0, 1, 2, None]
+    assert parent_dataset(load_dataset(d2)).sha256 == load_dataset(d1).sha256 and parent_dataset(load_dataset(d0)) is None
+    assert runner.invoke(app, ["partition", str(d0), "-w", "2", "-m", "random", "--no-plots", "--out",
+                               str(tmp_path / "p0")]).exit_code == 0
+    with caplog.at_level("WARNING", logger="gmp"):
+        res = runner.invoke(app, ["partition", str(other), "--from-manifest", str(tmp_path / "p0"), "--no-plots",
+                                  "--out", str(tmp_path / "po")])
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "po" / "report.json").read_text())["incremental"]["generations"] is None
+    assert f"which is neither {other} nor one of its ancestors" in caplog.text
+    # d1 re-imported at its path with other data: d2's chain is broken there, and that is said, not followed
+    import shutil
+
+    shutil.rmtree(d1)
+    imp(tmp_path, "d1", DAY1 + "0,u5,i5\n", "--extend", str(d0))
+    with pytest.raises(DatasetError, match="parent .*d1 is not the dataset it was made from"):
+        ancestor_generations(load_dataset(d2), sha0)
 
 
 @pytest.mark.parametrize("bad", [[[0, 2], [5, 4]], [[0, 1]]])

@@ -18,12 +18,15 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ImportDataError
+from ..errors import DatasetError, ImportDataError
 from .format import load_dataset
 from .vocab import PreviousField
 
 #: the file holding the kept keys of every vocabulary field
 VOCAB_FILE = "vocab.npz"
+
+#: the most ``parent`` links followed from a dataset [generations]
+MAX_ANCESTORS = 1000
 
 
 def vocab_arrays(kept_keys: list[np.ndarray | None]) -> dict[str, np.ndarray]:
@@ -57,3 +60,47 @@ def previous_fields(path: str | os.PathLike) -> tuple[list[PreviousField], dict[
         out.append(PreviousField(f.name, f.kind, f.ids(), None if f.hash_buckets is not None else keys.astype(np.uint64),
                                  f.hash_buckets))
     return out, ds.meta
+
+
+def parent_dataset(child) -> Any:
+    """The dataset ``child``'s header names as its ``parent`` (None when it has none): its ``path`` as
+    recorded, else beside ``child`` (a relative path), opened without re-hashing its arrays.
+
+    Raises
+    ------
+    DatasetError
+        The parent is missing or unreadable, or the dataset now at its path is not the one ``child``
+        was made from (its header's sha256 differs: re-imported, or replaced since).
+    """
+    parent = child.meta.get("parent")
+    if not parent:
+        return None
+    raw, want = Path(str(parent.get("path", ""))), str(parent.get("sha256", ""))
+    for cand in (raw, Path(child.path).parent / raw):
+        if (cand / "dataset.json").is_file():
+            try:
+                found = load_dataset(cand, verify=False)
+            except DatasetError as exc:
+                raise DatasetError(f"the parent {cand} of {child.path} cannot be read ({exc})") from None
+            if found.sha256 != want:
+                raise DatasetError(f"{child.path}'s parent {cand} is not the dataset it was made from (sha256 "
+                                   f"{found.sha256[:12]}…, expected {want[:12]}…)")
+            return found
+    raise DatasetError(f"{child.path}'s parent {raw} (sha256 {want[:12]}…) is missing")
+
+
+def ancestor_generations(dataset, sha256: str) -> int | None:
+    """How many ``parent`` links lead from ``dataset`` to its ancestor whose sha256 is ``sha256`` (0: the
+    dataset itself); None when the chain ends without it. A parent's header names its sha256, so the
+    ancestor itself is never opened. Raises :class:`DatasetError` as :func:`parent_dataset` on the way."""
+    if dataset.sha256 == sha256:
+        return 0
+    current = dataset
+    for depth in range(1, MAX_ANCESTORS + 1):
+        parent = current.meta.get("parent")
+        if not parent:
+            return None
+        if parent.get("sha256") == sha256:
+            return depth
+        current = parent_dataset(current)
+    return None

@@ -49,14 +49,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..datasets.format import load_dataset
+from ..datasets.extend import MAX_ANCESTORS, parent_dataset
 from ..errors import DatasetError, TrainingError
 from .checkpoint import find_checkpoint, load_checkpoint, open_worker_rows, read_trainer_file
 
 log = logging.getLogger("gmp.train")
 _FIX = "start without --resume or point --checkpoint-dir elsewhere"
-#: longest chain of parents followed
-MAX_ANCESTORS = 1000
 #: settings that define the state a migration carries over (the others, e.g. lr, batch size,
 #: schedule, staleness, may change with the new data)
 STATE_SETTINGS = ("model", "embedding_dim", "optimizer", "dtype", "hidden", "seed")
@@ -96,8 +94,8 @@ def resume_training(trainer, checkpoint_dir: str | os.PathLike, *, dataset, plac
 def ancestor_size(dataset, sha256: str, ckpt: Path) -> tuple[int, int]:
     """``(num_embeddings, generations)`` of the ancestor of ``dataset`` whose hash is ``sha256``.
 
-    Follows the ``parent`` links (``gmp data import --extend``); a relative parent path is
-    tried as given and beside the child. Refuses an unrelated dataset with the fix."""
+    Follows the ``parent`` links (``gmp data import --extend``;
+    :func:`gmp.datasets.extend.parent_dataset`). Refuses an unrelated dataset with the fix."""
     seen, current, depth = [], dataset, 0
     while depth < MAX_ANCESTORS:
         parent = current.meta.get("parent")
@@ -107,31 +105,16 @@ def ancestor_size(dataset, sha256: str, ckpt: Path) -> tuple[int, int]:
         seen.append(str(parent.get("sha256", ""))[:12])
         if parent.get("sha256") == sha256:
             return int(parent["num_embeddings"]), depth
-        current = _open_parent(current, parent, ckpt)
+        try:
+            current = parent_dataset(current)
+        except DatasetError as exc:
+            raise TrainingError(f"--resume {ckpt}: {exc}, so the checkpoint's dataset cannot be found among its "
+                                f"ancestors; restore it or {_FIX}.") from None
     chain = " <- ".join(seen) if seen else "it has no parent"
     raise TrainingError(
         f"{ckpt} was made for dataset sha256 {sha256[:12]}…, which is neither {dataset.path} nor one of its "
         f"ancestors ({chain}); resume with that dataset and its manifest, import the new data with "
         f"'gmp data import ... --extend' from it, or {_FIX}.")
-
-
-def _open_parent(child, parent: dict[str, Any], ckpt: Path):
-    raw = Path(str(parent.get("path", "")))
-    for cand in (raw, Path(child.path).parent / raw):
-        if (cand / "dataset.json").is_file():
-            try:
-                found = load_dataset(cand, verify=False)
-            except DatasetError as exc:
-                raise TrainingError(f"--resume {ckpt}: the ancestor {cand} of {child.path} cannot be read "
-                                    f"({exc}); restore it or {_FIX}.") from None
-            if found.sha256 != parent.get("sha256"):  # replaced since (re-imported, or written over its child)
-                raise TrainingError(f"--resume {ckpt}: {child.path}'s parent {cand} is not the dataset it was made "
-                                    f"from (sha256 {found.sha256[:12]}…, expected {str(parent.get('sha256'))[:12]}…); "
-                                    f"restore that dataset at {cand} or {_FIX}.")
-            return found
-    raise TrainingError(f"--resume {ckpt}: {child.path}'s parent {raw} (sha256 {str(parent.get('sha256'))[:12]}…) "
-                        f"is missing, so the checkpoint's dataset cannot be found among its ancestors; restore "
-                        f"it at that path or {_FIX}.")
 
 
 def check_migratable(trainer, ckpt: Path, head: dict[str, Any]) -> None:
