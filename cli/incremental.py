@@ -46,21 +46,16 @@ def partition_from_manifest(dataset: Path, old_manifest: Path, *, max_moved_rows
 def _print(c: dict[str, Any], name: str) -> None:
     from rich.table import Table
 
-    reads = c["batch_remote_reads"]
+    from gmp.report.tables import incremental_table
+
+    headers, rows = incremental_table(c)
     t = Table(title=f"{name}: batch_remote_reads (batch {c['batch_size']}) and rows moved "
               f"(dim {c['embedding_dim']}, float32)", title_justify="left")
-    for h in ("placement", "batch_remote_reads", "rows moved", "bytes moved", "seconds"):
+    for h in headers:
         t.add_column(h, justify="left" if h == "placement" else "right")
-    t.add_row("no re-partition (new data placed)", f"{reads['no_repartition']:,}", "0", "0", "")
-    budget = "" if c["max_moved_rows"] is None else f" (budget {c['max_moved_rows']:,} rows)"
-    t.add_row(f"{name}{budget}", f"{reads['this']:,}", f"{c['moved_rows']['total']:,}",
-              f"{c['moved_rows']['bytes']:,}", f"{c['seconds']['this']:.2f}")
-    if reads["full_repartition"] is not None:
-        fm = c["full_repartition_moved_rows"]
-        t.add_row("full re-partition (hybrid)", f"{reads['full_repartition']:,}", f"{fm['total']:,}",
-                  f"{fm['bytes']:,}", f"{c['seconds']['full_repartition']:.2f}")
+    for row in rows:
+        t.add_row(*row)
     console().print(t)
     if c["created_rows"]:
         typer.echo(f"{c['created_rows']:,} old ids no earlier data read were placed like new ids (created at their "
                    f"initial values, not moved)")
-

@@ -621,6 +621,12 @@ def test_cli_from_manifest(tmp_path):
     assert c["moved_rows"]["total"] <= 2 and c["moved_rows"]["bytes"] == c["moved_rows"]["total"] * 16 * 4
     assert set(c["batch_remote_reads"]) == {"no_repartition", "this", "full_repartition"}
     assert json.loads((tmp_path / "p1" / "report.json").read_text())["incremental"]["max_moved_rows"] == 2
+    # gmp report shows the comparison too (it dropped it once): the stored object, and a table in md
+    res = runner.invoke(app, ["report", str(tmp_path / "p1"), "-f", "json"])
+    assert res.exit_code == 0 and json.loads(res.output)["incremental"] == c
+    md = (tmp_path / "p1" / "report.md").read_text()
+    assert "## New data on an old placement" in md and "| incremental (budget 2 rows) |" in md
+    assert "| no re-partition (new data placed) |" in md and "| full re-partition (hybrid) |" in md
     old = load_manifest(tmp_path / "p0").placement
     assert m.placement.embedding_primary[:4].tolist() != [] and m.num_embeddings == 5
     assert moved_rows(old, m.placement).total == c["moved_rows"]["total"]
@@ -635,6 +641,7 @@ def test_cli_from_manifest(tmp_path):
     placed = load_manifest(tmp_path / "p1-placed")
     reads = placed.meta["partitioner"]["info"]["comparison"]["batch_remote_reads"]
     assert reads["this"] == reads["no_repartition"] == batch_remote_reads(g1, placed.placement, 512)
+    assert "│ place-new" in res.output and "no re-partition" not in res.output  # one row: the same placement
 
 
 def test_cli_chains_the_row_history_and_reads_a_version_2_manifest(tmp_path):

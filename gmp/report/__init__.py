@@ -181,6 +181,14 @@ def report_from_manifest(manifest, *, dataset=None, batch_size: int | None = Non
     no report.json, the manifest's metric summary and what the arrays alone
     give (per-worker samples, rows held) are shown.
     """
+    report = _report_from_manifest(manifest, dataset, batch_size, embedding_dim)
+    comparison = (manifest.placement.info or {}).get("comparison")
+    if comparison:  # made by gmp partition --from-manifest: its comparison, as the report it wrote has it
+        report["incremental"] = comparison
+    return report
+
+
+def _report_from_manifest(manifest, dataset, batch_size, embedding_dim) -> dict[str, Any]:
     meta = manifest.meta
     placement = manifest.placement
     name = dataset_name_of(meta) or (dataset_name_of(dataset.meta, dataset.path) if dataset is not None else None)

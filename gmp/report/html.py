@@ -56,6 +56,11 @@ def render_html(report: Mapping[str, Any], *, images: Sequence[Path] = ()) -> st
         "<h2>Balance and memory</h2>", html_table(tables.summary_table(metrics)),
         "<h2>Per worker</h2>", html_table(tables.per_worker_table(metrics)),
     ]
+    inc = report.get("incremental")
+    if inc:
+        parts += ["<h2>New data on an old placement</h2>",
+                  f"<p class='note'>{html.escape(tables.incremental_note(inc))}</p>",
+                  html_table(tables.incremental_table(inc))]
     rounds = tables.convergence_with_final(report)
     if rounds:
         parts += ["<h2>Convergence (per round)</h2>", f"<p class='note'>{html.escape(CONVERGENCE_NOTE)}</p>",

@@ -45,6 +45,10 @@ def render_markdown(report: Mapping[str, Any], *, images: Sequence[str] = ()) ->
         md_table(tables.per_worker_table(metrics)),
         "",
     ]
+    inc = report.get("incremental")
+    if inc:
+        parts += ["## New data on an old placement", "", tables.incremental_note(inc), "",
+                  md_table(tables.incremental_table(inc)), ""]
     rounds = tables.convergence_with_final(report)
     if rounds:
         parts += ["## Convergence (per round)", "", CONVERGENCE_NOTE, "", md_table(tables.convergence_table(rounds)), ""]

@@ -348,3 +348,32 @@ def settings_table(settings: Mapping[str, Any]) -> Table:
     if settings.get("dataset_sha256"):
         rows.append(["dataset sha256", str(settings["dataset_sha256"])[:16] + "…"])
     return ["setting", "value"], rows
+
+
+def incremental_table(c: Mapping[str, Any]) -> Table:
+    """A ``--from-manifest`` placement's comparison (the report's ``incremental`` object): reads, rows and
+    bytes moved and seconds of the new data placed, this placement and the full re-partition."""
+    reads = c["batch_remote_reads"]
+    name = "place-new" if c.get("max_moved_rows") is None else "incremental"
+    budget = "" if c.get("max_moved_rows") is None else f" (budget {c['max_moved_rows']:,} rows)"
+    rows = []
+    if name == "incremental":  # without a budget this placement *is* the new data placed
+        rows.append(["no re-partition (new data placed)", fmt_int(reads["no_repartition"]), "0", "0", ""])
+    rows.append([f"{name}{budget}", fmt_int(reads["this"]), fmt_int(c["moved_rows"]["total"]),
+                 fmt_int(c["moved_rows"]["bytes"]), fmt_seconds(c["seconds"]["this"])])
+    if reads.get("full_repartition") is not None:
+        fm = c["full_repartition_moved_rows"]
+        rows.append(["full re-partition (hybrid)", fmt_int(reads["full_repartition"]), fmt_int(fm["total"]),
+                     fmt_int(fm["bytes"]), fmt_seconds(c["seconds"]["full_repartition"])])
+    return ["placement", "batch_remote_reads", "rows moved", "bytes moved", "seconds"], rows
+
+
+def incremental_note(c: Mapping[str, Any]) -> str:
+    """One line under :func:`incremental_table`: the old manifest, the widths and the created rows."""
+    gen = c.get("generations")
+    lineage = ("the dataset it was made for" if gen == 0 else
+               f"{gen} generation{'s' if gen > 1 else ''} after its dataset" if gen else
+               "not known to descend from its dataset (ids taken as the same rows)")
+    return (f"Placed on {c['old_manifest']} (placement {str(c.get('old_placement_sha256'))[:12]}; the new data is "
+            f"{lineage}); batch {c['batch_size']}, rows of {c['embedding_dim']} float32; "
+            f"{c.get('created_rows', 0):,} old ids no earlier data read were created, not moved.")
