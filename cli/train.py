@@ -57,12 +57,16 @@ def plan_defaults(manifest: Optional[Path], **given: Optional[int]) -> dict:
 
 def summary_line(records: list[dict]) -> str:
     """What a person reads after training: the last epoch's test metrics, speed and traffic."""
+    records = [r for r in records if r.get("kind") != "migration"] or records  # a resume's migration is epoch 0
     last = records[-1]
     secs = sum(float(r.get("train_seconds") or 0.0) for r in records)
     samples = sum(int(r.get("samples") or 0) for r in records)
     mb = last.get("embedding_bytes_per_step")
-    parts = [f"test AUC {last['test_auc']:.4f}" if last.get("test_auc") == last.get("test_auc") else "no test set",
-             f"logloss {last['test_logloss']:.4f}" if last.get("test_logloss") == last.get("test_logloss") else "",
+    auc, logloss = last.get("test_auc"), last.get("test_logloss")
+    has_test = isinstance(logloss, (int, float)) and logloss == logloss
+    parts = [f"test AUC {auc:.4f}" if isinstance(auc, (int, float)) and auc == auc else
+             "test AUC undefined (the test labels are all one class)" if has_test else "no test set",
+             f"logloss {logloss:.4f}" if has_test else "",
              f"{samples / secs:,.0f} samples/s" if secs > 0 else "",
              f"{mb / 1e6:.2f} MB of embedding traffic per step" if isinstance(mb, (int, float)) else ""]
     epochs = f"epoch {last['epoch']}" if len(records) == 1 else f"epochs {records[0]['epoch']}-{last['epoch']}"

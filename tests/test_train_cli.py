@@ -274,3 +274,18 @@ def test_deterministic_algorithms_only_on_cuda_and_only_unless_turned_off(monkey
         assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
     finally:
         torch.use_deterministic_algorithms(before)
+
+
+def test_summary_line_after_a_migration_and_with_one_class_test_labels():
+    # a resume's first record is the migration (epoch 0): the line counts the epochs trained, not it; a test
+    # set whose labels are one class has a logloss but no AUC, which is not "no test set"
+    from cli.train import summary_line
+
+    mig = {"kind": "migration", "epoch": 0, "step": 0, "moved_rows": {"total": 3}}
+    ep = {"kind": "epoch", "epoch": 1, "train_seconds": 2.0, "samples": 100, "test_auc": float("nan"),
+          "test_logloss": 0.65}
+    line = summary_line([mig, ep])
+    assert line.startswith("trained epoch 1 in 2.0 s: test AUC undefined (the test labels are all one class), "
+                           "logloss 0.6500"), line
+    assert "no test set" in summary_line([{**ep, "test_logloss": float("nan")}])
+    assert "test AUC 0.7000" in summary_line([{**ep, "test_auc": 0.7}])
