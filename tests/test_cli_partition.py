@@ -128,6 +128,20 @@ def test_partition_errors(tiny_dataset, tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary directories left
 
 
+def test_partition_refuses_zero_memory_before_the_graph(tiny_dataset, tmp_path, monkeypatch):
+    """hybrid's Options refuse memory_per_worker=0 (the manifest's plan would) before any graph is built."""
+    def no_graph(*args, **kwargs):
+        raise AssertionError("the graph was built before the options were checked")
+
+    monkeypatch.setattr("gmp.graph.build_graph", no_graph)
+    out = tmp_path / "mz"
+    res = invoke("partition", tiny_dataset, "-w", 2, "-m", "hybrid", "--memory-per-worker", "0", "--no-plots",
+                 "--out", out)
+    assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
+    assert "error: hybrid: memory_per_worker must be a number of bytes >= 1" in res.output
+    assert not out.exists()
+
+
 def test_topology_file(tiny_dataset, tmp_path):
     f = tmp_path / "costs.json"
     f.write_text(json.dumps({"cost": [[0, 3], [5, 0]]}))
