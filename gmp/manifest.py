@@ -171,7 +171,13 @@ class ManifestPlan(NamedTuple):
     def resolve(self, **given: int | None) -> tuple[dict[str, int | None], str | None]:
         """The plan's values as defaults: ``given`` (e.g. ``batch_size=None, embedding_dim=256``) with
         each None replaced by the plan's value, and one warning line naming every given value that
-        differs from the plan (None when none does)."""
+        differs from the plan (None when none does). A given value that is not an int >= 1 is refused
+        first, so no warning precedes its error."""
+        from .params import check_int
+
+        for name, value in given.items():
+            if value is not None:
+                check_int(name, value, minimum=1)
         out, differ = {}, []
         for name, value in given.items():
             planned = getattr(self, name)

@@ -315,3 +315,5 @@ def test_the_plan_becomes_defaults_and_one_line_names_what_differs():
     assert "batch_size 256 (planned 512)" in msg and "embedding_dim" not in msg and "\n" not in msg
     assert ManifestPlan(None, None, None).resolve(batch_size=None, embedding_dim=8)[0] == {"batch_size": None,
                                                                                          "embedding_dim": 8}
+    with pytest.raises(GmpError, match=r"^The 'batch_size' parameter must be an int >= 1, got 0\.$"):
+        plan.resolve(batch_size=0, embedding_dim=None)  # refused, not named in a warning first
