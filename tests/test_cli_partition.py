@@ -118,6 +118,9 @@ def test_partition_errors(tiny_dataset, tmp_path):
     assert res.exit_code == 2 and "unknown partitioner 'nope'" in res.output
     res = invoke("partition", tiny_dataset, "--workers", 3, "--topology", "2x2", "--method", "random")
     assert res.exit_code == 2 and "--workers 3 disagrees with the topology's 4 workers" in res.output
+    for n in (0, -1):  # 0 is a bad count, not a missing --workers
+        res = invoke("partition", tiny_dataset, "--workers", n, "--method", "random", "--out", tmp_path / "w")
+        assert res.exit_code == 2 and f"error: number of workers must be >= 1, got {n}." in res.output, res.output
     res = invoke("partition", tmp_path / "missing", "--workers", 2, "--method", "random")
     assert res.exit_code == 2 and "is not a directory" in res.output
     out = tmp_path / "b"
