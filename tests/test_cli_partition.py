@@ -26,6 +26,12 @@ def test_every_registered_module_is_present():
         importlib.import_module(f"gmp.partition.{spec.module}")
 
 
+def test_method_help_lists_every_registered_partitioner():
+    res = runner.invoke(app, ["partition", "--help"], env={"COLUMNS": "400"})  # one line per option
+    line = next(ln for ln in res.output.splitlines() if "--method" in ln)
+    assert all(method in line for method in PARTITIONERS), line
+
+
 @pytest.fixture
 def partitioned(tiny_dataset, tmp_path) -> Path:
     out = tmp_path / "p"

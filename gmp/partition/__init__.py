@@ -15,12 +15,14 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ..errors import PartitionError
-from ..graph import BipartiteGraph
-from ..placement import Placement
-from ..topology import Topology
+
+if TYPE_CHECKING:  # annotations only: the registry stays cheap to import (the CLI's --method help lists it)
+    from ..graph import BipartiteGraph
+    from ..placement import Placement
+    from ..topology import Topology
 
 
 @dataclass(frozen=True)
