@@ -478,8 +478,8 @@ def check_header(meta: Mapping[str, Any], mfile: Path, *, verify_hash: bool = Tr
             get(plan, key, "int>=0", "plan.", optional=True)
     if verify_hash:
         if "placement_sha256" not in meta:
-            raise ManifestError(f"{mfile} lacks the key 'placement_sha256', so its arrays cannot be checked; {_FIX} "
-                                f"(GMP_NO_VERIFY=1 skips the check)")
+            raise ManifestError(f"{mfile} lacks the key 'placement_sha256', so its arrays cannot be checked; "
+                                f"{_FIX.rstrip('.')} (GMP_NO_VERIFY=1 skips the check).")
         get(meta, "placement_sha256", "str")
 
 
@@ -526,7 +526,7 @@ def load_manifest(path: str | os.PathLike, *, dataset: Any = None, mmap: bool = 
     if path.is_file() and path.name == MANIFEST_FILE:
         path = path.parent
     if not path.is_dir():
-        raise ManifestError(f"{path} is not a directory; pass a placement manifest directory ({_FIX})")
+        raise ManifestError(f"{path} is not a directory; pass a placement manifest directory ({_FIX.rstrip('.')}).")
     mfile = path / MANIFEST_FILE
     meta = read_versioned_json(mfile, fmt=FORMAT, max_version=SCHEMA_VERSION, error=ManifestError, fix=_FIX)
     verify_hash = verify_enabled(verify_hash)
