@@ -13,6 +13,7 @@ from typing import Optional
 import typer
 
 from ._common import handle_errors
+from ._flags import flags_for_params
 
 export_app = typer.Typer(name="export", help="Export a placement manifest to another training system (TorchRec).",
                          no_args_is_help=True)
@@ -23,8 +24,8 @@ export_app = typer.Typer(name="export", help="Export a placement manifest to ano
 def torchrec_cmd(
     manifest: Path = typer.Argument(..., help="Placement manifest directory (from 'gmp partition')."),
     out: Path = typer.Option(..., "--out", "-o", help="Export directory (plan.json, remap.npy, rank order, README.md)."),
-    dataset: Optional[Path] = typer.Option(None, "--dataset", "-d", help="The dataset the manifest was made for "
-                                           "(fields and samples; its hash is checked)."),
+    dataset: Optional[Path] = typer.Option(None, "--dataset", "-d", help="Required: the dataset the manifest "
+                                           "was made for (fields and samples; its hash is checked)."),
     embedding_dim: Optional[int] = typer.Option(None, "--embedding-dim", help="Row width, a multiple of 4 "
                                                 "(default: the manifest's)."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Per-rank batch (default: the manifest's)."),
@@ -36,8 +37,9 @@ def torchrec_cmd(
     from gmp.export.torchrec import export_torchrec
     from gmp.report.tables import fmt_bytes
 
-    exp = export_torchrec(manifest, out, dataset=dataset, embedding_dim=embedding_dim, batch_size=batch_size,
-                          overwrite=overwrite)
+    with flags_for_params():  # "pass dataset=DIR" -> "pass --dataset DIR"
+        exp = export_torchrec(manifest, out, dataset=dataset, embedding_dim=embedding_dim, batch_size=batch_size,
+                              overwrite=overwrite)
     plan = exp.plan
     b = plan["bytes_per_epoch"]
     typer.echo(f"wrote {out}: {len(plan['tables'])} row-wise tables on {plan['num_ranks']} ranks, padding "

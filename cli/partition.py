@@ -15,6 +15,7 @@ from typing import Any, Optional
 import typer
 
 from gmp.constants import DEFAULT_BATCH_SIZE, DEFAULT_EMBEDDING_DIM
+from gmp.partition import PARTITIONERS
 
 from ._common import check_seed, console, handle_errors
 
@@ -38,7 +39,7 @@ def parse_bytes(text: str) -> int:
 
 def _load_partitioner_or_explain(method: str):
     from gmp.errors import PartitionError
-    from gmp.partition import PARTITIONERS, get_partitioner
+    from gmp.partition import get_partitioner
 
     try:
         return get_partitioner(method)
@@ -129,8 +130,8 @@ def _merge_options(flags: dict[str, Any], keyed: dict[str, Any]) -> dict[str, An
 def partition(
     dataset: Path = typer.Argument(..., help="Prepared dataset directory (from 'gmp data import|synth')."),
     workers: Optional[int] = typer.Option(None, "--workers", "-w", help="Number of workers (or give --topology)."),
-    method: Optional[str] = typer.Option(None, "--method", "-m", help="Partitioner: random, metis, metis-bipartite, "
-                                         "greedy-stream, hybrid, bicut, hypergraph (not with --from-manifest)."),
+    method: Optional[str] = typer.Option(None, "--method", "-m", help=f"Partitioner: {', '.join(PARTITIONERS)} "
+                                         "(not with --from-manifest)."),
     topology: Optional[str] = typer.Option(None, "--topology", help="N workers (e.g. 8) or MxG machines x GPUs (e.g. 2x8)."),
     topology_file: Optional[Path] = typer.Option(None, "--topology-file", help="JSON cost matrix {\"cost\": [[...]]}."),
     inter_cost: Optional[float] = typer.Option(None, "--inter-cost", help="Inter-machine cost for --topology MxG "

@@ -252,7 +252,7 @@ def partition_dataset(dataset: Any, method: str, out: str | os.PathLike, *, work
     from .compare import method_options, peak_rss_bytes, with_field_layout
     from .errors import ManifestError
     from .graph import build_graph
-    from .partition import run_partitioner
+    from .partition import make_options, run_partitioner
     from .progress import task
 
     out = Path(out)
@@ -261,7 +261,8 @@ def partition_dataset(dataset: Any, method: str, out: str | os.PathLike, *, work
     ds = _dataset(dataset)
     topo = _topology(workers, topology, inter_cost)
     opts = method_options(method, dict(options or {}), batch_size=batch_size, embedding_dim=embedding_dim)
-    opts = with_field_layout(opts, ds)  # per_field=True: the fields' first ids
+    # per_field=True: the fields' first ids; validated here, before the (possibly long) graph and partitioning
+    opts = make_options(method, with_field_layout(opts, ds))
     graph = build_graph(ds)
     with task(f"Partitioning {graph.num_samples:,} samples with {method} on {topo.num_workers} workers"):
         t0 = time.perf_counter()

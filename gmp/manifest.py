@@ -171,7 +171,13 @@ class ManifestPlan(NamedTuple):
     def resolve(self, **given: int | None) -> tuple[dict[str, int | None], str | None]:
         """The plan's values as defaults: ``given`` (e.g. ``batch_size=None, embedding_dim=256``) with
         each None replaced by the plan's value, and one warning line naming every given value that
-        differs from the plan (None when none does)."""
+        differs from the plan (None when none does). A given value that is not an int >= 1 is refused
+        first, so no warning precedes its error."""
+        from .params import check_int
+
+        for name, value in given.items():
+            if value is not None:
+                check_int(name, value, minimum=1)
         out, differ = {}, []
         for name, value in given.items():
             planned = getattr(self, name)
@@ -472,8 +478,8 @@ def check_header(meta: Mapping[str, Any], mfile: Path, *, verify_hash: bool = Tr
             get(plan, key, "int>=0", "plan.", optional=True)
     if verify_hash:
         if "placement_sha256" not in meta:
-            raise ManifestError(f"{mfile} lacks the key 'placement_sha256', so its arrays cannot be checked; {_FIX} "
-                                f"(GMP_NO_VERIFY=1 skips the check)")
+            raise ManifestError(f"{mfile} lacks the key 'placement_sha256', so its arrays cannot be checked; "
+                                f"{_FIX.rstrip('.')} (GMP_NO_VERIFY=1 skips the check).")
         get(meta, "placement_sha256", "str")
 
 
@@ -520,7 +526,7 @@ def load_manifest(path: str | os.PathLike, *, dataset: Any = None, mmap: bool = 
     if path.is_file() and path.name == MANIFEST_FILE:
         path = path.parent
     if not path.is_dir():
-        raise ManifestError(f"{path} is not a directory; pass a placement manifest directory ({_FIX})")
+        raise ManifestError(f"{path} is not a directory; pass a placement manifest directory ({_FIX.rstrip('.')}).")
     mfile = path / MANIFEST_FILE
     meta = read_versioned_json(mfile, fmt=FORMAT, max_version=SCHEMA_VERSION, error=ManifestError, fix=_FIX)
     verify_hash = verify_enabled(verify_hash)

@@ -146,7 +146,7 @@ def resolve_topology(workers: int | None, spec: str | None, file: str | None, *,
         topo = load_topology(file)
     elif spec:
         topo = parse_topology(spec, inter_cost=inter_cost)
-    elif workers:
+    elif workers is not None:  # 0 is refused by homogeneous, not taken for "not given"
         topo = homogeneous(workers)
     else:
         raise TopologyError("give --workers N, --topology or --topology-file.")

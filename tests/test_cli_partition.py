@@ -26,6 +26,12 @@ def test_every_registered_module_is_present():
         importlib.import_module(f"gmp.partition.{spec.module}")
 
 
+def test_method_help_lists_every_registered_partitioner():
+    res = runner.invoke(app, ["partition", "--help"], env={"COLUMNS": "400"})  # one line per option
+    line = next(ln for ln in res.output.splitlines() if "--method" in ln)
+    assert all(method in line for method in PARTITIONERS), line
+
+
 @pytest.fixture
 def partitioned(tiny_dataset, tmp_path) -> Path:
     out = tmp_path / "p"
@@ -118,6 +124,9 @@ def test_partition_errors(tiny_dataset, tmp_path):
     assert res.exit_code == 2 and "unknown partitioner 'nope'" in res.output
     res = invoke("partition", tiny_dataset, "--workers", 3, "--topology", "2x2", "--method", "random")
     assert res.exit_code == 2 and "--workers 3 disagrees with the topology's 4 workers" in res.output
+    for n in (0, -1):  # 0 is a bad count, not a missing --workers
+        res = invoke("partition", tiny_dataset, "--workers", n, "--method", "random", "--out", tmp_path / "w")
+        assert res.exit_code == 2 and f"error: number of workers must be >= 1, got {n}." in res.output, res.output
     res = invoke("partition", tmp_path / "missing", "--workers", 2, "--method", "random")
     assert res.exit_code == 2 and "is not a directory" in res.output
     out = tmp_path / "b"
@@ -126,6 +135,20 @@ def test_partition_errors(tiny_dataset, tmp_path):
     assert res.exit_code == 2 and "already exists and is not empty" in res.output
     assert invoke("partition", tiny_dataset, "-w", 2, "-m", "random", "--out", out, "--overwrite").exit_code == 0
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary directories left
+
+
+def test_partition_refuses_zero_memory_before_the_graph(tiny_dataset, tmp_path, monkeypatch):
+    """hybrid's Options refuse memory_per_worker=0 (the manifest's plan would) before any graph is built."""
+    def no_graph(*args, **kwargs):
+        raise AssertionError("the graph was built before the options were checked")
+
+    monkeypatch.setattr("gmp.graph.build_graph", no_graph)
+    out = tmp_path / "mz"
+    res = invoke("partition", tiny_dataset, "-w", 2, "-m", "hybrid", "--memory-per-worker", "0", "--no-plots",
+                 "--out", out)
+    assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
+    assert "error: hybrid: memory_per_worker must be a number of bytes >= 1" in res.output
+    assert not out.exists()
 
 
 def test_topology_file(tiny_dataset, tmp_path):

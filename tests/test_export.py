@@ -129,6 +129,13 @@ def test_export_cli(manifest, tiny_dataset, tmp_path):
     assert json.loads((tmp_path / "e" / "plan.json").read_text())["embedding_dim"] == 8
     res = runner.invoke(app, ["export", "torchrec", str(manifest), "--out", str(tmp_path / "f")])
     assert res.exit_code == 2 and "the dataset is needed" in res.output and "Traceback" not in res.output
+    assert "pass --dataset DIR," in res.output and "dataset=DIR" not in res.output  # the flag, not the API
+    for flag, said in (("--embedding-dim", "embedding_dim must be a positive multiple of 4"),
+                       ("--batch-size", "batch_size must be >= 1, got 0.")):  # 0 is refused, not "the manifest's"
+        res = runner.invoke(app, ["export", "torchrec", str(manifest), "-d", str(tiny_dataset), "--out",
+                                  str(tmp_path / "z"), flag, "0"])
+        assert res.exit_code == 2 and said in res.output, res.output
+    assert not (tmp_path / "z").exists()
     res = runner.invoke(app, ["export", "torchrec", str(manifest), "-d", str(tiny_dataset), "--out",
                               str(tmp_path / "f"), "--embedding-dim", "10"])
     assert res.exit_code == 2 and "multiple of 4" in res.output and "--embedding-dim 12" in res.output

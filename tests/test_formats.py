@@ -96,6 +96,23 @@ def test_header_csv_imported_as_criteo_names_the_csv_command_that_works(tmp_path
     assert ds.num_samples == 60 and ds.num_dense == 13 and len(ds.categorical_fields) == 26
 
 
+def test_csv_with_a_word_label_names_label_positive_and_the_command_works(tmp_path):
+    src = tmp_path / "yn.csv"
+    src.write_text("label,a\nyes,x\nno,y\nno,x\n")
+    err = one_line_error(invoke("import", "csv", src, "--label", "label", "--out", tmp_path / "bad"))
+    assert "label column 'label' is not a number: 'yes'" in err
+    cmd = re.search(r"Read it with: (gmp data import .*)$", err).group(1)
+    assert "--label-positive yes" in cmd, cmd
+    args = shlex.split(cmd)[1:]
+    args[args.index("OUT")] = str(tmp_path / "good")
+    res = runner.invoke(app, [*args, "--test-fraction", "0"])
+    assert res.exit_code == 0, res.output
+    np.testing.assert_array_equal(np.asarray(load_dataset(tmp_path / "good").labels), [1, 0, 0])
+    # no word that means "positive": the first value, quoted for the shell
+    assert sniff_lines(["y,a", ">50K,x", "<=50K,y"]).args[-2:] == ("--label-positive", "'<=50K'")
+    assert "--label-positive" not in sniff_lines(["label,a", "1,x", "0,y"]).args  # numbers need no flag
+
+
 def test_libfm_file_imported_as_libffm_points_to_libfm(tmp_path):
     src = tmp_path / "x.fm.txt"
     src.write_text("".join(f"{i % 2} {i % 7}:1 {100 + i % 5}:1\n" for i in range(40)))

@@ -8,6 +8,7 @@ reference of the soft-count objective, and thread-count independence.
 
 from __future__ import annotations
 
+import logging
 import math
 import subprocess
 import sys
@@ -414,6 +415,15 @@ def test_memory_per_worker_budget(medium_graph):
     assert p.info["replication"]["budget_per_worker"] == np.maximum(500 - prim, 0).tolist()
 
 
+def test_memory_per_worker_too_small_warns_once(medium_graph, caplog):
+    """The warning comes from the final 2D step only, not from scoring each round and start."""
+    opts = dict(rounds=3, memory_per_worker=1024, embedding_dim=16)  # 16 rows: fewer than any worker's primaries
+    with caplog.at_level(logging.WARNING, logger="gmp.partition.hybrid"):
+        p = run_partitioner("hybrid", medium_graph, homogeneous(4), seed=0, options=opts)
+    said = [r for r in caplog.records if "memory_per_worker=1024 B holds 16 rows" in r.getMessage()]
+    assert len(said) == 1 and p.num_secondaries == 0
+
+
 def test_zero_budget_gives_pure_edge_cut(tiny_graph):
     p = run_partitioner("hybrid", tiny_graph, homogeneous(2), seed=0, options=dict(replication_budget=0.0))
     assert p.num_secondaries == 0
@@ -493,6 +503,7 @@ def test_zero_rounds_is_the_random_start(medium_graph):
     (dict(batch_size=0), "batch_size must be an integer >= 1"),
     (dict(alpha=-1.0), "alpha must be a finite number >= 0"),
     (dict(memory_per_worker=-5), "memory_per_worker must be a number of bytes"),
+    (dict(memory_per_worker=0), "memory_per_worker must be a number of bytes >= 1"),  # the manifest refuses 0
     (dict(threads=0), "threads must be an integer >= 1"),
 ])
 def test_bad_options(bad, match, tiny_graph):

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gmp.datasets.format import load_dataset, write_dataset
-from gmp.errors import GmpError, ManifestError
+from gmp.errors import DatasetError, GmpError, ManifestError
 from gmp.manifest import SCHEMA_VERSION, load_manifest, write_manifest
 from gmp.placement import Placement
 from gmp.topology import hierarchical, homogeneous
@@ -125,6 +125,9 @@ INVALID_CASES = {
     "missing_manifest": (lambda p: (p / "manifest.json").unlink(), r"manifest\.json not found; re-create it"),
     "missing_key": (lambda p: _drop_key(p, "dataset_sha256"),
                     r"lacks the key 'dataset_sha256'"),
+    "missing_hash": (lambda p: _drop_key(p, "placement_sha256"),
+                     r"lacks the key 'placement_sha256', so its arrays cannot be checked; re-create it with "
+                     r"'gmp partition' \(GMP_NO_VERIFY=1 skips the check\)\.$"),
     "wrong_shape": (lambda p: _save(p, "sample_worker", np.zeros(7, dtype=np.int32)),
                     r"sample_worker\.npy has shape \(7,\), expected \(6,\) from manifest\.json"),
     "wrong_dtype": (lambda p: _save(p, "embedding_primary", np.zeros(6, dtype=np.int64)),
@@ -215,8 +218,12 @@ def test_dataset_hash_mismatch_is_refused(golden, tmp_path, tiny_rows):
 
 
 def test_not_a_directory(tmp_path):
-    with pytest.raises(ManifestError, match="is not a directory; pass a placement manifest directory"):
+    with pytest.raises(ManifestError, match=r"is not a directory; pass a placement manifest directory "
+                                            r"\(re-create it with 'gmp partition'\)\.$"):  # the period outside
         load_manifest(tmp_path / "nope")
+    with pytest.raises(DatasetError, match=r"nope is not a directory; pass a prepared dataset \(re-create it "
+                                           r"with 'gmp data import' or 'gmp data synth'\)\.$"):
+        load_dataset(tmp_path / "nope")
 
 
 def test_write_refuses_existing_and_invalid(tmp_path):
@@ -315,3 +322,5 @@ def test_the_plan_becomes_defaults_and_one_line_names_what_differs():
     assert "batch_size 256 (planned 512)" in msg and "embedding_dim" not in msg and "\n" not in msg
     assert ManifestPlan(None, None, None).resolve(batch_size=None, embedding_dim=8)[0] == {"batch_size": None,
                                                                                          "embedding_dim": 8}
+    with pytest.raises(GmpError, match=r"^The 'batch_size' parameter must be an int >= 1, got 0\.$"):
+        plan.resolve(batch_size=0, embedding_dim=None)  # refused, not named in a warning first

@@ -167,6 +167,19 @@ def test_cli_table_and_errors(tiny_dataset):
     assert r.exit_code == 2 and "--cache-policy must be one of ['lru', 'lookahead'], got 'fifo'" in r.output
 
 
+def test_cli_refuses_batch_size_0_before_the_plan_warning(tiny_dataset, tmp_path):
+    """A bad --batch-size is one error line, without the 'optimised for another setting' warning first."""
+    runner = CliRunner()
+    m = tmp_path / "m"
+    r = runner.invoke(app, ["partition", str(tiny_dataset), "-w", "2", "-m", "random", "--batch-size", "2",
+                            "--no-plots", "--out", str(m)])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["simulate", str(tiny_dataset), "--manifest", str(m), "--batch-size", "0"])
+    assert r.exit_code == 2 and r.output == "error: --batch-size must be an int >= 1, got 0.\n", r.output
+    r = runner.invoke(app, ["simulate", str(tiny_dataset), "--manifest", str(m), "--batch-size", "3"])
+    assert r.exit_code == 0 and "optimised for another setting: batch_size 3 (planned 2)" in r.output  # still warns
+
+
 def test_epoch_order_matches_the_trainers_naive_schedule():
     from gmp.train.schedule import NaiveSchedule
 

@@ -252,8 +252,8 @@ class PreparedDataset:
         if got != self.sha256:
             raise DatasetError(
                 f"{self.path}: arrays do not match the sha256 in dataset.json (got {got[:12]}…, "
-                f"expected {self.sha256[:12]}…); the files were modified or corrupted: {_FIX} "
-                f"(GMP_NO_VERIFY=1 skips this check)"
+                f"expected {self.sha256[:12]}…); the files were modified or corrupted: "
+                f"{_FIX.rstrip('.')} (GMP_NO_VERIFY=1 skips this check)."
             )
         check_arrays(self.path, self.indptr, self.indices, self.labels, self.dense, self.num_embeddings)
         self._verified = True
@@ -279,7 +279,7 @@ def load_dataset(path: str | os.PathLike, *, mmap: bool = True, verify: bool | N
     """
     path = Path(path)
     if not path.is_dir():
-        raise DatasetError(f"{path} is not a directory; pass a prepared dataset ({_FIX})")
+        raise DatasetError(f"{path} is not a directory; pass a prepared dataset ({_FIX.rstrip('.')}).")
     meta = read_versioned_json(
         path / "dataset.json", fmt=FORMAT, max_version=SCHEMA_VERSION, error=DatasetError, fix=_FIX
     )

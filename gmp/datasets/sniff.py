@@ -45,6 +45,8 @@ DELIMITERS = ("\t", ",", ";", "|", " ")
 STEADY_SHARE = 0.6
 _SEP_NAMES = {"\t": "tab", ",": "comma", ";": "semicolon", "|": "pipe", " ": "space"}
 _SEP_FLAGS = {"\t": "tab", ",": ",", ";": "';'", "|": "'|'", " ": "space"}
+#: label values taken as the positive class when a label column holds words, not numbers
+POSITIVE_WORDS = ("yes", "y", "true", "t", "positive", "pos", "click", "clicked")
 LABEL_NAMES = ("label", "click", "clicked", "target", "y", "is_click", "ctr_label", "rating", "income")
 _NUM = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 _INT = re.compile(r"^[-+]?\d+$")
@@ -186,6 +188,9 @@ def sniff_lines(lines: Sequence[str], *, name: str = "") -> Guess:
     args: list[str] = ["--sep", _SEP_FLAGS[sep]] if sep != "," else ["--sep", ","]
     if label:
         args += ["--label", label]
+        positive = _positive_label(sorted(set(r[header.index(label)] for r in body if len(r) == ncols) - {""}))
+        if positive is not None:
+            args += ["--label-positive", shlex.quote(positive)]
     else:
         args += ["--label", "LABEL_COLUMN"]
     if dense:
@@ -247,6 +252,18 @@ def _guess_label(header: Sequence[str], body: list[list[str]]) -> str | None:
     if values and values <= {"0", "1", "-1", "+1"}:
         return header[0]
     return None
+
+
+def _positive_label(values: list[str]) -> str | None:
+    """The ``--label-positive`` value for a label column of words (``yes``/``no``), None when its
+    values are numbers (the importer reads those itself): a word that means "positive" if there is one,
+    else the first value in sorted order (the person checks it; the command then reads the file)."""
+    if not values or all(_NUM.match(v) for v in values):
+        return None
+    for v in values:
+        if v.lower() in POSITIVE_WORDS:
+            return v
+    return values[0]
 
 
 def _is_dense(name: str, values: list[str]) -> bool:

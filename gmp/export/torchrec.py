@@ -269,14 +269,12 @@ def _open(manifest: Any, dataset: Any):
     if isinstance(ds, (str, os.PathLike)):
         ds = load_dataset(ds)
     m = manifest if isinstance(manifest, Manifest) else None
-    if ds is None:
-        meta = m.meta if m is not None else load_manifest(manifest).meta
-        recorded = meta.get("dataset") if isinstance(meta.get("dataset"), Mapping) else {}
-        hint = meta.get("dataset_path") or recorded.get("path")  # when the manifest records where its data is
-        if not hint:
-            raise ManifestError("export torchrec: the dataset is needed (fields, samples); pass dataset=DIR "
-                                "(CLI: --dataset DIR), the one the manifest was made for.")
-        ds = load_dataset(hint)
+    if ds is None:  # a manifest records its dataset's hash and name, not where it is
+        name = (m if m is not None else load_manifest(manifest)).dataset_name
+        exc = ManifestError(f"export torchrec: the dataset is needed (fields, samples); pass dataset=DIR, the "
+                            f"one the manifest was made for{f' ({name!r})' if name else ''}.")
+        exc.param = "dataset"  # the CLI words it with its flag (cli/_flags.py)
+        raise exc
     if not isinstance(ds, PreparedDataset):
         raise ManifestError(f"export torchrec: dataset must be a prepared dataset or its path, got {type(ds).__name__}.")
     if m is None:
@@ -319,8 +317,8 @@ def export_torchrec(manifest: Any, out: str | os.PathLike, *, dataset: Any = Non
     """
     m, ds = _open(manifest, dataset)
     meta = m.meta
-    dim = int(embedding_dim or meta.get("embedding_dim") or 16)
-    bs = int(batch_size or meta.get("batch_size") or 512)
+    dim = int(meta.get("embedding_dim") or 16) if embedding_dim is None else int(embedding_dim)  # 0 is refused
+    bs = int(meta.get("batch_size") or 512) if batch_size is None else int(batch_size)
     if dim < 4 or dim % 4:
         raise ManifestError(f"export torchrec: embedding_dim must be a positive multiple of 4 (FBGEMM's row "
                             f"alignment), got {dim}; pass --embedding-dim {max(4, 4 * math.ceil(dim / 4))}.")

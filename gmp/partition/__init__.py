@@ -15,12 +15,14 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ..errors import PartitionError
-from ..graph import BipartiteGraph
-from ..placement import Placement
-from ..topology import Topology
+
+if TYPE_CHECKING:  # annotations only: the registry stays cheap to import (the CLI's --method help lists it)
+    from ..graph import BipartiteGraph
+    from ..placement import Placement
+    from ..topology import Topology
 
 
 @dataclass(frozen=True)
@@ -59,9 +61,12 @@ def get_partitioner(name: str) -> tuple[Callable[..., Placement], type]:
     return PARTITIONERS[name].load()
 
 
-def make_options(name: str, options: Mapping[str, Any] | None = None) -> Any:
-    """Build partitioner ``name``'s options dataclass from a mapping (unknown keys are errors)."""
+def make_options(name: str, options: Any = None) -> Any:
+    """Build partitioner ``name``'s options dataclass from a mapping (unknown keys are errors); one
+    already built (to check it before the graph is built) passes through."""
     _, options_cls = get_partitioner(name)
+    if isinstance(options, options_cls):
+        return options
     options = dict(options or {})
     known = {f.name for f in dataclasses.fields(options_cls)}
     unknown = sorted(set(options) - known)
@@ -73,8 +78,9 @@ def make_options(name: str, options: Mapping[str, Any] | None = None) -> Any:
 
 
 def run_partitioner(name: str, graph: BipartiteGraph, topology: Topology, *, seed: int = 0,
-                    options: Mapping[str, Any] | None = None) -> Placement:
-    """Run a registered partitioner and validate its result against the graph."""
+                    options: Any = None) -> Placement:
+    """Run a registered partitioner and validate its result against the graph (``options``: a mapping
+    of its Options fields, or the Options)."""
     fn, _ = get_partitioner(name)
     opts = make_options(name, options)
     placement = fn(graph, topology, seed=int(seed), options=opts)

@@ -198,7 +198,7 @@ class Options:
         Default 0.01 (the paper's "top 1%"); 0 disables the 2D step.
     memory_per_worker
         2D step alternative: bytes of embedding rows (primaries + secondaries)
-        a worker may hold; overrides ``replication_budget`` when given.
+        a worker may hold (at least 1); overrides ``replication_budget`` when given.
     embedding_dim
         Row width used with ``memory_per_worker`` (float32 values). Default 16.
     batch_size
@@ -313,8 +313,10 @@ class Options:
         rb = self.replication_budget
         if not isinstance(rb, (int, float)) or not (0.0 <= rb <= 1.0):
             raise PartitionError(f"hybrid: replication_budget must be a fraction in [0, 1], got {rb!r}.")
-        if self.memory_per_worker is not None and (not isinstance(self.memory_per_worker, int) or self.memory_per_worker < 0):
-            raise PartitionError(f"hybrid: memory_per_worker must be a number of bytes >= 0, got {self.memory_per_worker!r}.")
+        mem = self.memory_per_worker  # the manifest's plan takes only a positive budget
+        if mem is not None and (not isinstance(mem, int) or isinstance(mem, bool) or mem < 1):
+            raise PartitionError(f"hybrid: memory_per_worker must be a number of bytes >= 1 (or omitted for "
+                                 f"replication_budget), got {mem!r}; replication_budget=0 disables the 2D step.")
         if not isinstance(self.embedding_dim, int) or self.embedding_dim < 1:
             raise PartitionError(f"hybrid: embedding_dim must be an integer >= 1, got {self.embedding_dim!r}.")
         if not isinstance(self.batch_size, int) or self.batch_size < 1:
@@ -534,17 +536,20 @@ class _State:
         return self.sweep_samples(ceff), self.sweep_embeddings(ceff)
 
 
-def replication_budgets(num_workers: int, num_used: int, primary_load: np.ndarray, options: Options) -> np.ndarray:
+def replication_budgets(num_workers: int, num_used: int, primary_load: np.ndarray, options: Options, *,
+                        warn: bool = False) -> np.ndarray:
     """Secondaries allowed per worker (int64 [N]).
 
     ``replication_budget * num_used`` (floored) each, or with
     ``memory_per_worker`` the rows that fit beside the worker's primaries:
     ``memory_per_worker // (embedding_dim * 4) - primaries``, at least 0.
+    ``warn``: log when a worker's primaries alone exceed the memory; only the
+    final 2D step asks, not the scoring of every round and start.
     """
     if options.memory_per_worker is not None:
         rows = options.memory_per_worker // (options.embedding_dim * VALUE_BYTES)
         budget = np.maximum(rows - np.asarray(primary_load, dtype=np.int64), 0)
-        if np.any(rows < primary_load):
+        if warn and np.any(rows < primary_load):
             log.warning("hybrid: memory_per_worker=%d B holds %d rows, fewer than some worker's %d primaries; "
                         "no secondaries there.", options.memory_per_worker, rows, int(np.max(primary_load)))
         return budget.astype(np.int64)
@@ -1048,7 +1053,7 @@ def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options:
     else:
         prim = expand_primaries(used_ids, state.prim, num_embeddings, n)  # the same, in one pass
     # every primary row (phantoms too) occupies memory next to the secondaries
-    budgets = replication_budgets(n, state.num_used, K.worker_loads(prim, np.int64(n)), options)
+    budgets = replication_budgets(n, state.num_used, K.worker_loads(prim, np.int64(n)), options, warn=True)
     if int(budgets.sum()) > 0:
         indptr, workers, w_indptr, w_ids = choose_secondaries(state, budgets)
     else:

@@ -257,7 +257,7 @@ def _assemble(state: DistState, options: Options, topology: Topology, num_embedd
         prim[np.concatenate(used)] = np.concatenate(prim_parts)
         del used, prim_parts
         place_unused_embeddings(prim, n)
-        budgets = replication_budgets(n, state.w.num_used, np.bincount(prim, minlength=n), options)
+        budgets = replication_budgets(n, state.w.num_used, np.bincount(prim, minlength=n), options, warn=True)
     budgets = mesh.broadcast(budgets)
     cands = mesh.to_root(local_candidates(state, budgets).reshape(-1), dtype=np.float64)
     rss = mesh.to_root(np.array([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024]))
