@@ -89,18 +89,22 @@ def parent_dataset(child) -> Any:
     raise DatasetError(f"{child.path}'s parent {raw} (sha256 {want[:12]}…) is missing")
 
 
-def ancestor_generations(dataset, sha256: str) -> int | None:
-    """How many ``parent`` links lead from ``dataset`` to its ancestor whose sha256 is ``sha256`` (0: the
-    dataset itself); None when the chain ends without it. A parent's header names its sha256, so the
-    ancestor itself is never opened. Raises :class:`DatasetError` as :func:`parent_dataset` on the way."""
-    if dataset.sha256 == sha256:
-        return 0
+def parents(dataset):
+    """Yield ``(generations, parent header)`` up ``dataset``'s ``parent`` links (1: its own parent's), at most
+    :data:`MAX_ANCESTORS`; each parent is opened (:func:`parent_dataset`) only to read the next link, so the
+    last one yielded need not exist. Raises :class:`DatasetError` as :func:`parent_dataset` on the way."""
     current = dataset
     for depth in range(1, MAX_ANCESTORS + 1):
         parent = current.meta.get("parent")
         if not parent:
-            return None
-        if parent.get("sha256") == sha256:
-            return depth
+            return
+        yield depth, parent
         current = parent_dataset(current)
-    return None
+
+
+def ancestor_generations(dataset, sha256: str) -> int | None:
+    """How many ``parent`` links lead from ``dataset`` to its ancestor whose sha256 is ``sha256`` (0: the
+    dataset itself); None when the chain ends without it (:func:`parents`)."""
+    if dataset.sha256 == sha256:
+        return 0
+    return next((depth for depth, parent in parents(dataset) if parent.get("sha256") == sha256), None)

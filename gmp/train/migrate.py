@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..datasets.extend import MAX_ANCESTORS, parent_dataset
+from ..datasets.extend import parents
 from ..errors import DatasetError, TrainingError
 from .checkpoint import find_checkpoint, load_checkpoint, open_worker_rows, read_trainer_file
 
@@ -96,20 +96,15 @@ def ancestor_size(dataset, sha256: str, ckpt: Path) -> tuple[int, int]:
 
     Follows the ``parent`` links (``gmp data import --extend``;
     :func:`gmp.datasets.extend.parent_dataset`). Refuses an unrelated dataset with the fix."""
-    seen, current, depth = [], dataset, 0
-    while depth < MAX_ANCESTORS:
-        parent = current.meta.get("parent")
-        if not parent:
-            break
-        depth += 1
-        seen.append(str(parent.get("sha256", ""))[:12])
-        if parent.get("sha256") == sha256:
-            return int(parent["num_embeddings"]), depth
-        try:
-            current = parent_dataset(current)
-        except DatasetError as exc:
-            raise TrainingError(f"--resume {ckpt}: {exc}, so the checkpoint's dataset cannot be found among its "
-                                f"ancestors; restore it or {_FIX}.") from None
+    seen = []
+    try:
+        for depth, parent in parents(dataset):
+            seen.append(str(parent.get("sha256", ""))[:12])
+            if parent.get("sha256") == sha256:
+                return int(parent["num_embeddings"]), depth
+    except DatasetError as exc:
+        raise TrainingError(f"--resume {ckpt}: {exc}, so the checkpoint's dataset cannot be found among its "
+                            f"ancestors; restore it or {_FIX}.") from None
     chain = " <- ".join(seen) if seen else "it has no parent"
     raise TrainingError(
         f"{ckpt} was made for dataset sha256 {sha256[:12]}…, which is neither {dataset.path} nor one of its "
