@@ -161,7 +161,8 @@ class RuntimeScheduler:
         check_int("batch_size", batch_size, minimum=1, error=TrainingError)
         n = placement.num_workers
         if n > MAX_WORKERS:
-            raise TrainingError(f"The Herald scheduler supports up to {MAX_WORKERS} workers, got {n}.")
+            raise TrainingError(f"The schedule engine (Herald's, which the static and naive schedules of gmp simulate "
+                                f"use too) supports up to {MAX_WORKERS} workers (int64 worker masks), got {n}.")
         self.options = options
         self.indptr = np.asarray(indptr)
         self.placement = placement
