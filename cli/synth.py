@@ -99,6 +99,16 @@ def synth(
         from gmp.datasets.synth_continue import continue_synth
 
         check_seed(seed)
+        kept = {"--preset": preset != "criteo-kaggle", "--like": like is not None, "--scale": scale != 1.0,
+                "--skew": skew is not None, "--tail": tail is not None, "--communities": communities is not None,
+                "--locality": locality is not None, "--local-threshold": local_threshold is not None,
+                "--entity-skew": entity_skew is not None, "--fidelity": fidelity is not None,
+                "--coherence": coherence is not None, "--fresh": fresh is not None}
+        wrong = [flag for flag, given in kept.items() if given]
+        if wrong:
+            raise DatasetError(f"{', '.join(wrong)} do{'es' if len(wrong) == 1 else ''} not apply to --continue: the "
+                               f"next day keeps {continue_from}'s generator (it takes --samples, --seed, "
+                               f"--test-fraction, --growth and --drift).")
         meta = continue_synth(continue_from, out, num_samples=samples, growth=growth, drift=drift,
                               seed=seed if seed else None, test_fraction=test_fraction, overwrite=overwrite)
         day = meta["synth_continue"]
@@ -111,6 +121,8 @@ def synth(
             typer.echo(f"generated day {day['day']} after {continue_from}: {meta['num_samples']:,} samples, "
                        f"{day['num_new_ids']:,} new ids ({meta['num_embeddings']:,} in all) -> {out}")
         return
+    if growth != 0.02 or drift != 0.5:
+        raise DatasetError("--growth and --drift apply to --continue PREVIOUS (the next day of a synthetic dataset).")
     if not math.isfinite(scale):
         raise DatasetError(f"--scale must be a finite number > 0, got {scale}.")
 

@@ -114,6 +114,15 @@ def test_cli_continue_and_its_errors(chain, tmp_path):
     assert res.exit_code == 2 and "not made by 'gmp data synth'" in res.output
     with pytest.raises(DatasetError, match="'drift' parameter"):
         continue_synth(root / "d0", tmp_path / "y", drift=-1)
+    # the generator's knobs come from PREVIOUS: giving one with --continue is refused (it was ignored), and the
+    # next-day knobs without --continue too
+    res = runner.invoke(app, ["data", "synth", "--continue", str(root / "d2"), "-o", str(tmp_path / "z"), "--preset",
+                              "tiny", "--skew", "1.3"])
+    assert res.exit_code == 2 and "--preset, --skew do not apply to --continue" in res.output, res.output
+    res = runner.invoke(app, ["data", "synth", "--preset", "tiny", "-n", "100", "-o", str(tmp_path / "z"),
+                              "--drift", "0.9"])
+    assert res.exit_code == 2 and "--growth and --drift apply to --continue PREVIOUS" in res.output, res.output
+    assert not (tmp_path / "z").exists()
 
 
 def test_continue_and_extend_refuse_to_write_over_the_day_they_read(chain, tmp_path):
