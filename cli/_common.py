@@ -9,7 +9,7 @@ from pathlib import Path
 import os
 import shutil
 import sys
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Mapping, TypeVar
 
 import typer
 
@@ -93,3 +93,11 @@ def dataset_argument(positional, option, command: str):
     if dataset is None:
         raise GmpError(f"missing DATASET: 'gmp {command} DATASET ...' (a prepared dataset directory).")
     return dataset
+
+
+def refuse_flags(given: Mapping[str, bool], where: str, error: type[Exception]) -> None:
+    """Raise ``error("--a, --b do not apply to WHERE")`` when any flag in ``given`` is set (True): a flag
+    a command cannot use is a mistake to point out, not to ignore."""
+    wrong = [flag for flag, on in given.items() if on]
+    if wrong:
+        raise error(f"{', '.join(wrong)} do{'es' if len(wrong) == 1 else ''} not apply to {where}")

@@ -16,7 +16,7 @@ from typing import Any, List, Optional
 
 import typer
 
-from ._common import console, echo_json, handle_errors
+from ._common import console, echo_json, handle_errors, refuse_flags
 
 from gmp.datasets.imports import FORMATS
 
@@ -131,10 +131,8 @@ def import_cmd(
                        "--dense", "--dense-transform", "--ignore", "--sep"},
                "parquet": {"--label", "--label-positive", "--label-threshold", "--cat", "--multi", "--multi-sep",
                            "--dense", "--dense-transform", "--ignore"}}.get(fmt, set())
-    wrong = [flag for flag, on in given.items() if on and flag not in allowed]
-    if wrong:
-        raise ImportDataError(f"{', '.join(wrong)} do{'es' if len(wrong) == 1 else ''} not apply to format {fmt!r}; "
-                              f"see 'gmp data import --help'.")
+    refuse_flags({flag: on and flag not in allowed for flag, on in given.items()},
+                 f"format {fmt!r}; see 'gmp data import --help'.", ImportDataError)
     if not 1 <= chunk_mb <= 1024:
         raise ImportDataError(f"--chunk-mb must be in [1, 1024], got {chunk_mb}.")
     common = CommonOptions(min_count=min_count, hash_sizes=parse_hash(hash_), max_bad_lines=max_bad_lines,

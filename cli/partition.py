@@ -17,7 +17,7 @@ import typer
 from gmp.constants import DEFAULT_BATCH_SIZE, DEFAULT_EMBEDDING_DIM
 from gmp.partition import PARTITIONERS
 
-from ._common import check_seed, console, handle_errors
+from ._common import check_seed, console, handle_errors, refuse_flags
 
 #: partitioner flags -> Options field names (passed through only when given)
 PARTITIONER_FLAGS = ("rounds", "tol", "alpha", "beta", "gamma", "max_imbalance", "replication_budget",
@@ -199,11 +199,9 @@ def partition(
                                  "--workers, --topology and --topology-file.")
         not_here = {"--inter-cost": inter_cost, "--tol": tol, "--gamma": gamma, "--threads": threads,
                     "--memory-per-worker": memory_per_worker}
-        wrong = [flag for flag, value in not_here.items() if value is not None]
-        if wrong:
-            raise PartitionError(f"{', '.join(wrong)} do{'es' if len(wrong) == 1 else ''} not apply to "
-                                 f"--from-manifest (its options: --max-imbalance, --rounds, --alpha, --beta, "
-                                 f"--replication-budget and -O KEY=VALUE).")
+        refuse_flags({flag: value is not None for flag, value in not_here.items()},
+                     "--from-manifest (its options: --max-imbalance, --rounds, --alpha, --beta, --replication-budget "
+                     "and -O KEY=VALUE).", PartitionError)
         flags = {"max_imbalance": max_imbalance, "rounds": rounds, "alpha": alpha, "beta": beta,
                  "replication_budget": replication_budget}
         return partition_from_manifest(dataset, from_manifest, max_moved_rows=max_moved_rows, batch_size=batch_size,

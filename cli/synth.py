@@ -10,7 +10,11 @@ from typing import Optional
 
 import typer
 
-from cli._common import check_seed, echo_json, handle_errors
+from cli._common import check_seed, echo_json, handle_errors, refuse_flags
+
+#: the generator's defaults; --continue refuses any other value (the next day keeps PREVIOUS's generator)
+DEFAULT_PRESET = "criteo-kaggle"
+DEFAULT_SCALE = 1.0
 
 
 def register(data_app: typer.Typer) -> None:
@@ -21,7 +25,7 @@ def register(data_app: typer.Typer) -> None:
 @handle_errors
 def synth(
     out: Path = typer.Option(..., "--out", "-o", help="Output directory (a prepared dataset)."),
-    preset: str = typer.Option("criteo-kaggle", "--preset",
+    preset: str = typer.Option(DEFAULT_PRESET, "--preset",
                                help="Field layout and model: 'criteo-kaggle' (26 Criteo Kaggle cardinalities, "
                                     "latent-entity model fitted to real Criteo rows), 'criteo-kaggle-independent' "
                                     "(the same fields drawn independently, the generator before issue 13) or "
@@ -32,7 +36,7 @@ def synth(
     samples: Optional[int] = typer.Option(None, "--samples", "-n",
                                           help="Number of samples (default: 1,000,000 for criteo-kaggle, "
                                                "20,000 for tiny, the dataset's count with --like)."),
-    scale: float = typer.Option(1.0, "--scale", help="Multiply every field's cardinality and entity count (a field keeps at least min(its values, 100))."),
+    scale: float = typer.Option(DEFAULT_SCALE, "--scale", help="Multiply every field's cardinality and entity count (a field keeps at least min(its values, 100))."),
     seed: int = typer.Option(0, "--seed", help="Random seed; same seed, same data (any chunk size)."),
     skew: Optional[float] = typer.Option(None, "--skew",
                                          help="Zipf exponent of value popularity (default 1.1): higher = more "
@@ -75,9 +79,10 @@ def synth(
         help="Make the next day of this synthetic dataset: its ids stay, new values get new ids after them, "
              "community popularity drifts (gmp.datasets.synth_continue). Uses --samples, --seed (0: PREVIOUS's), "
              "--test-fraction, --growth and --drift; the other knobs come from PREVIOUS."),
-    growth: float = typer.Option(0.02, "--growth", help="With --continue: share of new values per field per day."),
-    drift: float = typer.Option(0.5, "--drift", help="With --continue: standard deviation of the daily random-walk "
-                                                      "step of each community's log-weight."),
+    growth: Optional[float] = typer.Option(None, "--growth", help="With --continue: share of new values per field "
+                                           "per day (default 0.02)."),
+    drift: Optional[float] = typer.Option(None, "--drift", help="With --continue: standard deviation of the daily "
+                                          "random-walk step of each community's log-weight (default 0.5)."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary instead of one line for people."),
 ) -> None:
     """Generate CTR-like data: latent entities (users, items, contexts) whose attributes the fields
@@ -99,18 +104,16 @@ def synth(
         from gmp.datasets.synth_continue import continue_synth
 
         check_seed(seed)
-        kept = {"--preset": preset != "criteo-kaggle", "--like": like is not None, "--scale": scale != 1.0,
+        kept = {"--preset": preset != DEFAULT_PRESET, "--like": like is not None, "--scale": scale != DEFAULT_SCALE,
                 "--skew": skew is not None, "--tail": tail is not None, "--communities": communities is not None,
                 "--locality": locality is not None, "--local-threshold": local_threshold is not None,
                 "--entity-skew": entity_skew is not None, "--fidelity": fidelity is not None,
                 "--coherence": coherence is not None, "--fresh": fresh is not None}
-        wrong = [flag for flag, given in kept.items() if given]
-        if wrong:
-            raise DatasetError(f"{', '.join(wrong)} do{'es' if len(wrong) == 1 else ''} not apply to --continue: the "
-                               f"next day keeps {continue_from}'s generator (it takes --samples, --seed, "
-                               f"--test-fraction, --growth and --drift).")
-        meta = continue_synth(continue_from, out, num_samples=samples, growth=growth, drift=drift,
-                              seed=seed if seed else None, test_fraction=test_fraction, overwrite=overwrite)
+        refuse_flags(kept, f"--continue: the next day keeps {continue_from}'s generator (it takes --samples, "
+                           f"--seed, --test-fraction, --growth and --drift).", DatasetError)
+        day_knobs = {k: v for k, v in (("growth", growth), ("drift", drift)) if v is not None}  # else its defaults
+        meta = continue_synth(continue_from, out, num_samples=samples, seed=seed if seed else None,
+                              test_fraction=test_fraction, overwrite=overwrite, **day_knobs)
         day = meta["synth_continue"]
         summary = {"out": str(out), "day": day["day"], "num_samples": meta["num_samples"],
                    "num_embeddings": meta["num_embeddings"], "num_new_ids": day["num_new_ids"],
@@ -121,7 +124,7 @@ def synth(
             typer.echo(f"generated day {day['day']} after {continue_from}: {meta['num_samples']:,} samples, "
                        f"{day['num_new_ids']:,} new ids ({meta['num_embeddings']:,} in all) -> {out}")
         return
-    if growth != 0.02 or drift != 0.5:
+    if growth is not None or drift is not None:
         raise DatasetError("--growth and --drift apply to --continue PREVIOUS (the next day of a synthetic dataset).")
     if not math.isfinite(scale):
         raise DatasetError(f"--scale must be a finite number > 0, got {scale}.")

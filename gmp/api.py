@@ -364,7 +364,8 @@ def repartition_dataset(dataset: Any, old_manifest: Any, out: str | os.PathLike,
         raise PartitionError(f"option {unknown[0]!r} is not an option of --from-manifest (repartition_dataset); "
                              f"expected one of {', '.join(sorted(Options.__dataclass_fields__))}.")
     opts = Options(**given)
-    used = np.flatnonzero(embedding_degree(graph))
+    degree = embedding_degree(graph)  # one pass over the edges, for the used rows and the history
+    used = np.flatnonzero(degree)
     # rows no earlier data read are placed like new ids and created, not moved (history: manifest v3)
     trained = None if old.history is None else old.history.trained
     created = created_rows(used, old.placement, trained)
@@ -382,8 +383,7 @@ def repartition_dataset(dataset: Any, old_manifest: Any, out: str | os.PathLike,
     seconds = time.perf_counter() - t0
     peak = peak_rss_bytes()
     moved = moved_rows(old.placement, placement, created=created)
-    history = RowHistory.of_degree(embedding_degree(graph), parent=old.history, parent_rows=old.num_embeddings,
-                                   created=created)
+    history = RowHistory.of_degree(degree, parent=old.history, parent_rows=old.num_embeddings, created=created)
     comparison: dict[str, Any] = {
         "old_manifest": str(old.path),
         "old_placement_sha256": old.meta.get("placement_sha256"),

@@ -354,12 +354,13 @@ def incremental_table(c: Mapping[str, Any]) -> Table:
     """A ``--from-manifest`` placement's comparison (the report's ``incremental`` object): reads, rows and
     bytes moved and seconds of the new data placed, this placement and the full re-partition."""
     reads = c["batch_remote_reads"]
-    name = "place-new" if c.get("max_moved_rows") is None else "incremental"
-    budget = "" if c.get("max_moved_rows") is None else f" (budget {c['max_moved_rows']:,} rows)"
     rows = []
-    if name == "incremental":  # without a budget this placement *is* the new data placed
+    if c.get("max_moved_rows") is None:  # no budget: this placement *is* the new data placed
+        name = "place-new"
+    else:
+        name = f"incremental (budget {c['max_moved_rows']:,} rows)"
         rows.append(["no re-partition (new data placed)", fmt_int(reads["no_repartition"]), "0", "0", ""])
-    rows.append([f"{name}{budget}", fmt_int(reads["this"]), fmt_int(c["moved_rows"]["total"]),
+    rows.append([name, fmt_int(reads["this"]), fmt_int(c["moved_rows"]["total"]),
                  fmt_int(c["moved_rows"]["bytes"]), fmt_seconds(c["seconds"]["this"])])
     if reads.get("full_repartition") is not None:
         fm = c["full_repartition_moved_rows"]

@@ -65,7 +65,7 @@ def open_placement(dataset, manifest: str | os.PathLike | None, workers: int | N
     if workers is not None and workers != placement.num_workers:
         raise TrainingError(f"--workers {workers} does not match the manifest {manifest}, which places rows on "
                             f"{placement.num_workers} workers; pass --workers {placement.num_workers} or another manifest.")
-    comparison = ((man.meta.get("partitioner") or {}).get("info") or {}).get("comparison") or {}
+    comparison = (placement.info or {}).get("comparison") or {}  # recorded by gmp partition --from-manifest
     return OpenedPlacement(placement, none if man.history is None else man.history.created,
                            comparison.get("old_placement_sha256"))
 
