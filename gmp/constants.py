@@ -15,8 +15,9 @@ DEFAULT_BATCH_SIZE = 512
 #: default embedding row width [values per row]; a manifest's plan overrides it
 DEFAULT_EMBEDDING_DIM = 16
 
-#: most workers the Herald scheduler and its caches handle: worker sets are int64 bit masks [workers]
-MAX_WORKERS = 63
+#: most workers the Herald scheduler and its caches handle: worker sets are int64 bit masks, worker 63 the
+#: sign bit (the masks are only combined bitwise, never compared by value) [workers]
+MAX_WORKERS = 64
 
 #: Adagrad's epsilon, trainer and reference alike [dimensionless]
 ADAGRAD_EPS = 1e-10

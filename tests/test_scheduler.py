@@ -237,6 +237,39 @@ def test_engine_matches_reference(seed, assignment):
     assert got == {key: v for key, v in want.items() if v}
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_engine_matches_reference_at_64_workers(seed):
+    """Worker 63 is the sign bit of the int64 worker masks: rows whose primary, secondaries and readers
+    include it (half the primaries, most secondaries, a few rows held by every worker) must schedule
+    exactly as the set-based reference does."""
+    rng = np.random.default_rng(100 + seed)
+    n, e = 64, 120
+    rows = [np.unique(np.minimum((rng.pareto(1.0, int(rng.integers(1, 6))) * 5).astype(int), e - 1)).tolist()
+            for _ in range(400)]
+    primary = np.where(rng.random(e) < 0.5, n - 1, rng.integers(0, n, e)).tolist()
+    sec = {(r, w) for r in range(e) for w in [n - 1, n - 2, *rng.integers(0, n, 3).tolist()]
+           if w != primary[r] and rng.random() < 0.4}
+    sec |= {(r, w) for r in range(3) for w in range(n) if w != primary[r]}  # sealed rows: mask -1
+    secondaries = sorted(sec)
+    indptr_s = np.zeros(e + 1, dtype=np.int64)
+    np.add.at(indptr_s, np.array([r + 1 for r, _ in secondaries], dtype=np.int64), 1)
+    sec_csr = (np.cumsum(indptr_s), np.array([w for _, w in secondaries], dtype=np.int32))
+    kw = dict(b=int(rng.integers(1, 4)), on_demand=bool(seed % 2), cap=int(rng.integers(0, 6)),
+              policy=["lru", "lookahead"][seed // 2], k=2)
+    for assignment in ("naive", "herald"):
+        order = rng.permutation(len(rows))
+        eng = _engine(rows, primary, n=n, assignment=assignment, sec=sec_csr, **kw)
+        eng.start_epoch(order)
+        assigned = [s.worker_of.tolist() for s in eng]
+        want, want_assigned = replay_epoch(rows, primary, n, kw["b"], order.tolist(), assignment=assignment,
+                                        on_demand=kw["on_demand"], cap=kw["cap"], policy=kw["policy"], k=2,
+                                        secondaries=secondaries)
+        assert assigned == want_assigned
+        assert {name: int(v) for name, v in zip(EVENT_NAMES, eng.totals.by_kind) if v} == \
+            {key: v for key, v in want.items() if v}
+        assert max(max(a) for a in assigned) == n - 1  # worker 63 did take samples
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_stamp_renumbering_changes_nothing(seed):
     """The engine keeps cache stamps as int32 and renumbers them before the clock overflows:
@@ -384,8 +417,8 @@ def test_unknown_assignment_and_too_many_workers():
     pl = Placement.edge_cut(2, [0], [0, 1])
     with pytest.raises(TrainingError, match="The .assignment. parameter must be one of"):
         runtime_scheduler(np.array([0, 1]), np.array([0]), pl, batch_size=1, assignment="magic")
-    big = Placement.edge_cut(64, [0], [0, 1])
-    with pytest.raises(TrainingError, match="up to 63 workers"):
+    big = Placement.edge_cut(65, [0], [0, 1])
+    with pytest.raises(TrainingError, match="up to 64 workers"):
         runtime_scheduler(np.array([0, 1]), np.array([0]), big, batch_size=1)
 
 

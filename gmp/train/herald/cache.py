@@ -55,7 +55,7 @@ found enough unneeded rows. The queue holds ``2 * (capacity + touches per
 iteration)`` entries per worker, 8 bytes of stamp per row and worker (4 in
 the scheduler, which renumbers them with :func:`renumber_stamps` before its
 clock overflows: stamps are only compared for equality).
-Workers: at most 63 (the scheduler's int64 worker masks).
+Workers: at most 64 (the scheduler's int64 worker masks).
 """
 
 from __future__ import annotations

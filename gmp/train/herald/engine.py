@@ -76,7 +76,7 @@ at least one whole iteration early (cDLRM look-ahead prefetch); the simulator
 reports that share as ``prefetchable_pulls``.
 
 Performance: a step is four numba kernels (``nogil``, so the look-ahead
-thread overlaps with training; :mod:`gmp.train.herald.kernels`), at most 63 workers (int64 bit masks):
+thread overlaps with training; :mod:`gmp.train.herald.kernels`), at most 64 workers (int64 bit masks):
 
 1. ``assign_mark``: gathers the batch's ids from the dataset CSR into a
    reused buffer, runs Algorithm 1 and marks each row's writers, listing the
