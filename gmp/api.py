@@ -179,6 +179,18 @@ def _dataset(dataset: Any):
     return load_dataset(dataset) if isinstance(dataset, (str, os.PathLike)) else dataset
 
 
+def _manifest(manifest: Any, ds: Any):
+    """``manifest`` (a path or an opened :class:`gmp.manifest.Manifest`), checked against ``ds`` (None: no
+    dataset to check) whichever it is: an opened manifest was checked against nothing when it was opened."""
+    from .manifest import Manifest
+
+    if not isinstance(manifest, Manifest):
+        return load_manifest(manifest, dataset=ds)
+    if ds is not None:
+        manifest.check_dataset(ds)
+    return manifest
+
+
 def _topology(workers: int | None, topology: Any, inter_cost: float):
     from .topology import Topology, resolve_topology
 
@@ -447,11 +459,10 @@ def make_report(manifest: Any, *, dataset: Any = None, batch_size: int | None = 
         ``.data`` (the report.json dict), ``.markdown()``, ``.html()``,
         ``.headline``; shown as rendered Markdown in a notebook.
     """
-    from .manifest import Manifest
     from .report import Report, report_from_manifest, write_report
 
     ds = _dataset(dataset) if dataset is not None else None
-    m = manifest if isinstance(manifest, Manifest) else load_manifest(manifest, dataset=ds)
+    m = _manifest(manifest, ds)
     data = report_from_manifest(m, dataset=ds, batch_size=batch_size, embedding_dim=embedding_dim)
     if out is not None:
         write_report(out, data, formats=formats, plots=plots)
@@ -522,7 +533,6 @@ def simulate_epoch(dataset: Any, manifest: Any = None, *, workers: int | None = 
     Returns a :class:`gmp.simulate.SimulationResult` (``.to_json()`` for every count).
     """
     from .errors import TrainingError
-    from .manifest import Manifest
     from .simulate import simulate
 
     ds = _dataset(dataset)
@@ -536,7 +546,7 @@ def simulate_epoch(dataset: Any, manifest: Any = None, *, workers: int | None = 
                                 "at random); pass workers=N or a manifest.")
         placement = run_partitioner("random", build_graph(ds), homogeneous(workers), seed=seed)
     else:
-        m = manifest if isinstance(manifest, Manifest) else load_manifest(manifest, dataset=ds)
+        m = _manifest(manifest, ds)
         placement = m.placement
         if workers is not None and workers != placement.num_workers:
             raise TrainingError(f"simulate_epoch: workers={workers} does not match the manifest's "

@@ -231,6 +231,11 @@ class Manifest:
     def dataset_sha256(self) -> str:
         return str(self.meta["dataset_sha256"])
 
+    def check_dataset(self, dataset: Any) -> None:
+        """Refuse ``dataset`` unless this manifest was made for it (what ``load_manifest(..., dataset=)``
+        checks on open; for a manifest opened before the dataset was known)."""
+        _check_made_for(self.meta, self.path / MANIFEST_FILE, dataset)
+
     @property
     def num_workers(self) -> int:
         return int(self.meta["num_workers"])
@@ -499,6 +504,23 @@ def read_plan(path: str | os.PathLike) -> ManifestPlan:
         raise ManifestError(f"{mfile}: plan must hold integers or null, got {plan!r}; {_FIX}") from None
 
 
+def _check_made_for(meta: dict[str, Any], mfile: Path, dataset: Any) -> None:
+    """Refuse ``dataset`` unless the manifest ``meta`` (read from ``mfile``) was made for it: same sha256,
+    same shape."""
+    n, m = meta["num_samples"], meta["num_embeddings"]
+    if str(meta["dataset_sha256"]) != str(dataset.sha256):
+        raise ManifestError(
+            f"{mfile} was made for dataset sha256 {str(meta['dataset_sha256'])[:12]}…, but {dataset.path} "
+            f"has sha256 {str(dataset.sha256)[:12]}…; use the dataset it was made for or re-run "
+            f"'gmp partition {dataset.path}'."
+        )
+    if (n, m) != (dataset.num_samples, dataset.num_embeddings):
+        raise ManifestError(
+            f"{mfile} covers {n} samples x {m} embeddings, {dataset.path} has "
+            f"{dataset.num_samples} x {dataset.num_embeddings}; re-run 'gmp partition {dataset.path}'."
+        )
+
+
 def load_manifest(path: str | os.PathLike, *, dataset: Any = None, mmap: bool = True,
                   verify_hash: bool | None = None) -> Manifest:
     """Open and validate a manifest directory (or its manifest.json).
@@ -536,17 +558,7 @@ def load_manifest(path: str | os.PathLike, *, dataset: Any = None, mmap: bool = 
     n, m, w = meta["num_samples"], meta["num_embeddings"], meta["num_workers"]
 
     if dataset is not None:
-        if str(meta["dataset_sha256"]) != str(dataset.sha256):
-            raise ManifestError(
-                f"{mfile} was made for dataset sha256 {str(meta['dataset_sha256'])[:12]}…, but {dataset.path} "
-                f"has sha256 {str(dataset.sha256)[:12]}…; use the dataset it was made for or re-run "
-                f"'gmp partition {dataset.path}'."
-            )
-        if (n, m) != (dataset.num_samples, dataset.num_embeddings):
-            raise ManifestError(
-                f"{mfile} covers {n} samples x {m} embeddings, {dataset.path} has "
-                f"{dataset.num_samples} x {dataset.num_embeddings}; re-run 'gmp partition {dataset.path}'."
-            )
+        _check_made_for(meta, mfile, dataset)
 
     try:
         topology = Topology.from_json(meta["topology"])

@@ -88,6 +88,22 @@ def test_facade_errors_name_the_parameter(tiny_dataset, tmp_path):
     assert issubclass(ImportDataError, GmpError)
 
 
+def test_an_opened_manifest_is_checked_against_the_dataset(tiny_dataset, tmp_path):
+    """A Manifest object is checked like a path: simulating, reporting or exporting it with another dataset is
+    refused (simulate_epoch used to replay it silently)."""
+    from gmp.errors import ManifestError
+
+    m = gmp.load_manifest(gmp.partition_dataset(tiny_dataset, "random", tmp_path / "m", workers=2, batch_size=2,
+                                                plots=False).path)
+    other = gmp.synthesize(tmp_path / "other", num_samples=300, seed=1)
+    for call in (lambda: gmp.simulate_epoch(other, m, schedule="static"),
+                 lambda: gmp.make_report(m, dataset=other),
+                 lambda: gmp.export_torchrec(m, tmp_path / "x", dataset=other)):
+        with pytest.raises(ManifestError, match="was made for dataset sha256"):
+            call()
+    assert gmp.simulate_epoch(tiny_dataset, m, schedule="static").totals  # its own dataset still works
+
+
 def python_blocks(path: Path) -> list[str]:
     return re.findall(r"```python\n(.*?)```", path.read_text(encoding="utf-8"), flags=re.S)
 

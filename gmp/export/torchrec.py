@@ -55,8 +55,9 @@ factors (0 = very cacheable, 1 = not at all).
 
 **Bytes per epoch** (training range, ``embedding_dim`` float32 rows):
 
-* ``gmp``: the manifest's ``batch_remote_reads`` + ``batch_remote_pushes``
-  rows (HET-GMP's static schedule, secondaries serving reads locally).
+* ``gmp``: the placement's ``batch_remote_reads`` + ``batch_remote_pushes``
+  rows over the training range at the export's batch size (HET-GMP's static
+  schedule, secondaries serving reads locally), counted by the export itself.
 * ``torchrec_row_wise``: TorchRec's row-wise pooled lookup under this plan:
   the input all-to-all sends each id whose row is on another rank (8 bytes)
   plus every sample's per-feature lengths to every other rank (4 bytes each:
@@ -84,6 +85,8 @@ import numpy as np
 from .. import __version__
 from .._io import atomic_directory, read_versioned_json, write_json
 from ..errors import ManifestError, MissingDependencyError
+from ..graph import build_graph
+from ..metrics import traffic
 
 log = logging.getLogger(__name__)
 
@@ -279,9 +282,8 @@ def _open(manifest: Any, dataset: Any):
         raise ManifestError(f"export torchrec: dataset must be a prepared dataset or its path, got {type(ds).__name__}.")
     if m is None:
         m = load_manifest(manifest, dataset=ds)
-    elif m.dataset_sha256 != ds.sha256:
-        raise ManifestError(f"export torchrec: {m.path} was made for dataset sha256 {m.dataset_sha256[:12]}…, "
-                            f"but {ds.path} has sha256 {ds.sha256[:12]}…; pass the dataset it was made for.")
+    else:
+        m.check_dataset(ds)
     return m, ds
 
 
@@ -393,17 +395,18 @@ def export_torchrec(manifest: Any, out: str | os.PathLike, *, dataset: Any = Non
         return {"remote_ids": ids, "ids_bytes": ids * ID_BYTES, "lengths_bytes": lengths,
                 "pooled_bytes": pooled, "total_bytes": ids * ID_BYTES + lengths + pooled}
 
-    metrics = meta.get("metrics") or {}
-    stored = _stored_train_metrics(m)
-    reads = stored.get("batch_remote_reads", metrics.get("batch_remote_reads"))
-    pushes = stored.get("batch_remote_pushes", metrics.get("batch_remote_pushes"))
+    # gmp's row: the placement's own training-range traffic at this export's batch (Eq. 1's pulls and pushes,
+    # gmp.metrics.traffic), so both rows count the same epoch; never a report.json that may belong to another
+    # placement or batch size
+    train_traffic = traffic(build_graph(ds), placement, bs, num_train=num_train)
+    reads, pushes = int(train_traffic.read.sum()), int(train_traffic.push.sum())
     gmp_bytes = {
-        "scope": "training range" if stored else "all samples (the manifest has no training-range metrics)",
-        "batch_size": meta.get("batch_size") or metrics.get("batch_size"),
+        "scope": "training range",
+        "batch_size": bs,
         "rows_read": reads, "rows_pushed": pushes,
-        "rows_bytes": None if reads is None else int((reads + pushes) * row_bytes),
-        "ids_bytes": None if reads is None else int(reads * ID_BYTES),
-        "total_bytes": None if reads is None else int((reads + pushes) * row_bytes + reads * ID_BYTES),
+        "rows_bytes": int((reads + pushes) * row_bytes),
+        "ids_bytes": int(reads * ID_BYTES),
+        "total_bytes": int((reads + pushes) * row_bytes + reads * ID_BYTES),
     }
     constraints = {t["name"]: {"sharding_types": ["row_wise"], "compute_kernels": ["dense", "fused"],
                                "pooling_factors": [t["pooling_factor"]], "feature_names": [t["feature"]],
@@ -446,16 +449,6 @@ def export_torchrec(manifest: Any, out: str | os.PathLike, *, dataset: Any = Non
         write_json(tmp / "plan.json", plan)
         (tmp / "README.md").write_text(render_readme(plan), encoding="utf-8")
     return TorchRecExport(out, plan)
-
-
-def _stored_train_metrics(m) -> dict[str, Any]:
-    """The training-range metrics of the manifest's report.json (what a static-schedule epoch moves)."""
-    path = m.path / "report.json"
-    if not path.is_file():
-        return {}
-    from ..report import load_report
-
-    return dict((load_report(path).get("metrics") or {}).get("train") or {})
 
 
 def _cache_statistics(ds, tables: list[TableSpec], remap: np.ndarray, field_of: np.ndarray, indptr: np.ndarray,
