@@ -263,6 +263,8 @@ def report(
     ds = load_dataset(dataset) if dataset is not None else None
     with task("Validating manifest"):
         m = load_manifest(manifest, dataset=ds)
+    if out is not None and str(out) != "-" and out.is_dir():
+        _check_report_target(out, m, batch_size=batch_size, embedding_dim=embedding_dim)
     with task("Computing metrics" if ds is not None else "Reading report"):
         rep = report_from_manifest(m, dataset=ds, batch_size=batch_size, embedding_dim=embedding_dim)
     if fmt == "html" and out is None:  # a page of inlined PNGs is for a browser, not a terminal
@@ -275,6 +277,24 @@ def report(
     if fmt == "md":
         rep["plots"] = []  # plot files are not next to stdout; use --out for them
     typer.echo(render(rep, fmt, plots=not no_plots))
+
+
+def _check_report_target(out: Path, m, **given: int | None) -> None:
+    """Refuse ``gmp report --out`` into a directory whose report files belong to something else: a dataset,
+    another manifest, or this manifest when the report is recomputed for another batch or width (its own
+    report.json is what ``gmp report MANIFEST`` reads back)."""
+    from gmp._io import KIND_NAMES, output_kind
+    from gmp.errors import OutputError
+
+    kind = output_kind(out)
+    own = out.resolve() == Path(m.path).resolve()
+    if kind == "gmp.dataset" or (kind == "gmp.placement" and not own):
+        raise OutputError(f"--out {out} is {KIND_NAMES[kind]}; its files are not this report's: write it elsewhere.")
+    differ = [f"{name} {value} (planned {getattr(m.plan, name)})" for name, value in given.items()
+              if value is not None and value != getattr(m.plan, name)]
+    if own and differ:
+        raise OutputError(f"--out {out} is the manifest itself: its own report would be replaced by one for "
+                          f"{', '.join(differ)}; write it elsewhere.")
 
 
 def compare(
@@ -290,11 +310,12 @@ def compare(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Also write the comparison to FILE.md, FILE.json or "
                                        "FILE.html (a bar chart and the tables)."),
     isolate: bool = typer.Option(True, "--isolate/--no-isolate", help="Run each partitioner in its own process so its peak RSS is its own."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out file."),
 ) -> None:
     """Run several partitioners on one dataset; print a HET-GMP-Table-3-shaped comparison."""
     from rich.table import Table
 
-    from gmp._io import write_json
+    from gmp._io import check_output_file, write_json
     from gmp.compare import compare as run_compare
     from gmp.compare import comparison_tables, comparison_title, render_comparison_html, render_comparison_md
     from gmp.datasets.format import load_dataset
@@ -308,6 +329,8 @@ def compare(
     _check_positive(batch_size=batch_size, embedding_dim=embedding_dim)
     if out is not None and out.suffix not in (".md", ".json", ".html"):
         raise PartitionError(f"--out {out}: expected a .md, .json or .html file name.")
+    if out is not None:
+        check_output_file(out, overwrite=overwrite)  # before the (long) partitioning
     topo = resolve_topology(workers, topology, str(topology_file) if topology_file else None, inter_cost=inter_cost)
     ds = load_dataset(dataset)
     graph = build_graph(ds)

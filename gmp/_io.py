@@ -129,6 +129,27 @@ def check_output_dir(out: str | os.PathLike, *, kind: str | None, overwrite: boo
     return out
 
 
+def check_output_file(out: str | os.PathLike, *, overwrite: bool = False, flag: str = "--out") -> Path:
+    """Refuse an output file that must not be (re)written; cheap, so call it first.
+
+    Refused, each with a one-line :class:`~gmp.errors.OutputError`: a symbolic link; a directory; a file
+    inside a gmp dataset or placement manifest (their files belong to them: a stray ``dataset.json`` or
+    ``report.json`` there replaces what gmp reads); an existing file without ``overwrite``.
+    """
+    out = Path(out)
+    if out.is_symlink():
+        raise OutputError(f"{flag} {out} is a symbolic link (to {os.readlink(out)}); pass the real file or another "
+                          f"path.")
+    if out.is_dir():
+        raise OutputError(f"{flag} {out} is a directory; give a file name.")
+    owner = output_kind(out.parent) if out.parent.is_dir() else None
+    if owner in ("gmp.dataset", "gmp.placement"):
+        raise OutputError(f"{flag} {out} is inside {KIND_NAMES[owner]} ({out.parent}); write it elsewhere.")
+    if out.exists() and not overwrite:
+        raise OutputError(f"{flag} {out} already exists; choose another {flag} or pass --overwrite.")
+    return out
+
+
 def _libc():
     name = ctypes.util.find_library("c")
     try:

@@ -230,6 +230,45 @@ def test_compare_errors(tiny_dataset, tmp_path):
     assert res.exit_code == 2 and "expected a .md, .json or .html file name" in res.output
 
 
+def test_compare_out_never_replaces_a_file_unasked(tiny_dataset, tmp_path):
+    import shutil
+
+    from gmp.datasets.format import load_dataset
+
+    ds = tmp_path / "ds"
+    shutil.copytree(tiny_dataset, ds)
+    before = (ds / "dataset.json").read_bytes()
+    res = invoke("compare", ds, "-w", 2, "--methods", "random", "--no-isolate", "--out", ds / "dataset.json")
+    assert res.exit_code == 2 and "is inside a gmp dataset" in res.output, res.output
+    assert (ds / "dataset.json").read_bytes() == before and load_dataset(ds).num_samples == 6
+    out = tmp_path / "cmp.json"
+    out.write_text("mine")
+    res = invoke("compare", ds, "-w", 2, "--methods", "random", "--no-isolate", "--out", out)
+    assert res.exit_code == 2 and "already exists" in res.output and out.read_text() == "mine"
+    res = invoke("compare", ds, "-w", 2, "--methods", "random", "--no-isolate", "--out", out, "--overwrite")
+    assert res.exit_code == 0 and json.loads(out.read_text())["format"] == "gmp.compare"
+
+
+def test_report_out_never_replaces_another_report(partitioned, tiny_dataset, tmp_path):
+    import shutil
+
+    own = (partitioned / "report.json").read_bytes()
+    res = invoke("report", partitioned, "-d", tiny_dataset, "--batch-size", 1, "--format", "json", "--out", partitioned)
+    assert res.exit_code == 2 and "its own report would be replaced by one for batch_size 1 (planned 2)" in res.output
+    other = tmp_path / "q"  # another manifest (a copy): its report is its own
+    shutil.copytree(partitioned, other)
+    res = invoke("report", partitioned, "--format", "json", "--out", other)
+    assert res.exit_code == 2 and "is a placement manifest; its files are not this report's" in res.output
+    ds = tmp_path / "ds"
+    shutil.copytree(tiny_dataset, ds)
+    res = invoke("report", partitioned, "--format", "json", "--out", ds)
+    assert res.exit_code == 2 and "is a gmp dataset" in res.output and not (ds / "report.json").exists()
+    assert (partitioned / "report.json").read_bytes() == own
+    res = invoke("report", partitioned, "-d", tiny_dataset, "--batch-size", 2, "--format", "json",
+                 "--out", partitioned / ".")
+    assert res.exit_code == 0, res.output  # the planned settings, the manifest itself: its report, rewritten
+
+
 def test_compare_reports_failed_method_as_row(tiny_graph):
     from gmp.compare import compare, comparison_table
     from gmp.topology import homogeneous
