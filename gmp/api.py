@@ -119,7 +119,12 @@ def import_dataset(format: str, paths: str | os.PathLike | Sequence[str | os.Pat
                            extend=None if extend is None else str(extend))
     if fmt in ("csv", "parquet"):
         from .datasets.csvfmt import CsvOptions
+        from .datasets.sniff import expand_names
 
+        for key in ("categorical", "multi", "dense", "ignore"):  # as the CLI: "C1..C26,extra" or a list
+            if options.get(key) is not None:
+                names = _names(options[key])
+                options[key] = expand_names(names)
         options = {"options": CsvOptions(**options)}
     _import(fmt, _paths(paths), out, common=common, test_inputs=_paths(test_paths) if test_paths else (), **options)
     return load_dataset(out)
@@ -175,6 +180,14 @@ def load_manifest(path: str | os.PathLike, *, dataset: Any = None):
     return _load(path, dataset=dataset)
 
 
+def _names(value: str | Sequence[str]) -> list[str]:
+    """A list of names from a list or from the CLI's comma-separated string (a bare string is never split
+    into its characters)."""
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return [str(v) for v in value]
+
+
 def _dataset(dataset: Any):
     return load_dataset(dataset) if isinstance(dataset, (str, os.PathLike)) else dataset
 
@@ -192,10 +205,14 @@ def _manifest(manifest: Any, ds: Any):
 
 
 def _topology(workers: int | None, topology: Any, inter_cost: float):
+    from .errors import TopologyError
+    from .params import check_int
     from .topology import Topology, resolve_topology
 
     if isinstance(topology, Topology):
         return topology
+    if workers is not None:
+        check_int("workers", workers, minimum=1, error=TopologyError)
     return resolve_topology(workers, None if topology is None else str(topology), None, inter_cost=inter_cost)
 
 
@@ -465,7 +482,7 @@ def make_report(manifest: Any, *, dataset: Any = None, batch_size: int | None = 
     m = _manifest(manifest, ds)
     data = report_from_manifest(m, dataset=ds, batch_size=batch_size, embedding_dim=embedding_dim)
     if out is not None:
-        write_report(out, data, formats=formats, plots=plots)
+        write_report(out, data, formats=_names(formats), plots=plots)
     return Report(data)
 
 
@@ -484,12 +501,12 @@ def compare_partitioners(dataset: Any, methods: Sequence[str], *, workers: int |
 
     ds = _dataset(dataset)
     topo = _topology(workers, topology, inter_cost)
-    return compare(build_graph(ds), topo, list(methods), seed=seed, batch_size=batch_size,
+    return compare(build_graph(ds), topo, _names(methods), seed=seed, batch_size=batch_size,
                    embedding_dim=embedding_dim, options=options, dataset_path=ds.path if isolate else None,
                    isolate=isolate, dataset_name=dataset_name_of(ds.meta, ds.path))
 
 
-def train_model(dataset: str | os.PathLike, manifest: str | os.PathLike | None = None, *, engine: str = "local",
+def train_model(dataset: Any, manifest: Any = None, *, engine: str = "local",
                 workers: int | None = None, checkpoint_dir: str | os.PathLike | None = None, resume: bool = False,
                 log_json: str | os.PathLike | None = None, **config: Any) -> list[dict[str, Any]]:
     """Train a CTR model with a manifest's placement (``gmp train``); returns the epoch records.
@@ -516,6 +533,8 @@ def train_model(dataset: str | os.PathLike, manifest: str | os.PathLike | None =
     herald = {k: config.pop(k) for k in list(config) if k in herald_fields}
     if herald:
         config["herald"] = HeraldOptions(**herald)
+    # gmp.train.train opens both itself (verified, memory-mapped): an opened object gives its path
+    dataset, manifest = (getattr(x, "path", x) for x in (dataset, manifest))
     return train(dataset, manifest, TrainConfig(**config), engine=engine, workers=workers,
                  checkpoint_dir=checkpoint_dir, resume=resume, log_json=log_json)
 

@@ -220,6 +220,11 @@ def compare(graph: BipartiteGraph, topology: Topology, methods: Sequence[str], *
     if isolate and dataset_path is None:
         raise PartitionError("isolate=True needs dataset_path (the child process loads the dataset itself).")
     options = dict(options or {})
+    stray = sorted(set(options) - set(methods))
+    if stray:  # a typo, or one method's flat options: either would run with the defaults unnoticed
+        raise PartitionError(f"options has key(s) {', '.join(map(repr, stray))}, which are not among the methods "
+                             f"compared ({', '.join(methods)}); options maps a method to its options, e.g. "
+                             f"{{'hybrid': {{'rounds': 1}}}}.")
     reference = run_partitioner("random", graph, topology, seed=seed)
     rows = []
     for method in methods:

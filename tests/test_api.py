@@ -104,6 +104,34 @@ def test_an_opened_manifest_is_checked_against_the_dataset(tiny_dataset, tmp_pat
     assert gmp.simulate_epoch(tiny_dataset, m, schedule="static").totals  # its own dataset still works
 
 
+def test_the_facade_takes_what_a_notebook_passes(tiny_dataset, tmp_path):
+    """Comma strings where lists are expected (never split into characters), opened objects where paths are,
+    the CLI's column ranges, and one-line errors for a stray options key or a workers of the wrong type."""
+    from gmp.errors import PartitionError, TopologyError
+
+    ds = gmp.load_dataset(tiny_dataset)
+    res = gmp.compare_partitioners(ds, "random, greedy-stream", workers=2, batch_size=2)
+    assert [r["method"] for r in res["rows"]] == ["random", "greedy-stream"]
+    with pytest.raises(PartitionError, match="options has key\\(s\\) 'rounds', which are not among the methods"):
+        gmp.compare_partitioners(ds, ["random"], workers=2, options={"rounds": 1})
+    for bad in ("2", 2.0, True):
+        with pytest.raises(TopologyError, match="'workers' parameter must be an int >= 1"):
+            gmp.partition_dataset(ds, "random", tmp_path / "w", workers=bad)
+    m = gmp.partition_dataset(ds, "random", tmp_path / "m", workers=2, batch_size=2, plots=False)
+    gmp.make_report(m, out=tmp_path / "r", formats="md", plots=False)
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["report.md"]
+    by_object = gmp.train_model(ds, m, epochs=1, batch_size=2, seed=0)
+    by_path = gmp.train_model(tiny_dataset, m.path, epochs=1, batch_size=2, seed=0)
+    assert [r["train_loss"] for r in by_object] == [r["train_loss"] for r in by_path]
+    csv = tmp_path / "t.csv"
+    csv.write_text("y,I1,I2,C1,C2\n" + "".join(f"{i % 2},{i},{i * 2},a{i % 3},b{i % 4}\n" for i in range(40)))
+    ranged = gmp.import_dataset("csv", csv, tmp_path / "ranged", label="y", dense="I1..I2", categorical="C1..C2")
+    listed = gmp.import_dataset("csv", csv, tmp_path / "listed", label="y", dense=["I1", "I2"],
+                                categorical=["C1", "C2"])
+    assert ranged.sha256 == listed.sha256 and [f.name for f in ranged.categorical_fields] == ["C1", "C2"]
+    assert ranged.dense is not None and ranged.dense.shape[1] == 2
+
+
 def python_blocks(path: Path) -> list[str]:
     return re.findall(r"```python\n(.*?)```", path.read_text(encoding="utf-8"), flags=re.S)
 
