@@ -34,9 +34,12 @@ def torchrec_cmd(
     """TorchRec row-wise sharding plan: per-field id remap (rank r holds worker r's primaries), sharding
     constraints, per-rank sample order, planner statistics and bytes per epoch beside gmp's own.
     See docs/export.md for what TorchRec cannot express (secondaries, staleness)."""
+    from cli.train import plan_defaults
     from gmp.export.torchrec import export_torchrec
     from gmp.report.tables import fmt_bytes
 
+    if batch_size is not None and batch_size >= 1:  # 0 gets the export's own error
+        plan_defaults(manifest, batch_size=batch_size)  # one warning line when it is not the planned batch
     with flags_for_params():  # "pass dataset=DIR" -> "pass --dataset DIR"
         exp = export_torchrec(manifest, out, dataset=dataset, embedding_dim=embedding_dim, batch_size=batch_size,
                               overwrite=overwrite)

@@ -147,6 +147,9 @@ def test_export_cli(manifest, tiny_dataset, tmp_path):
     res = runner.invoke(app, ["export", "torchrec", str(manifest), "-d", str(tiny_dataset), "--out",
                               str(tmp_path / "e")])
     assert res.exit_code == 2 and "already exists" in res.output
+    res = runner.invoke(app, ["export", "torchrec", str(manifest), "-d", str(tiny_dataset), "--out",
+                              str(tmp_path / "b"), "--embedding-dim", "8", "--batch-size", "3"])
+    assert res.exit_code == 0 and "optimised for another setting: batch_size 3 (planned 2)" in res.output
 
 
 def test_random_per_field_balance_keeps_padding_small(tmp_path):
