@@ -155,9 +155,17 @@ def synthesize(out: str | os.PathLike, *, preset: str = "criteo-kaggle", num_sam
                                f"{', '.join(unknown)}.")
         continue_synth(continue_from, out, num_samples=num_samples, seed=seed or None, overwrite=overwrite, **knobs)
         return load_dataset(out)
-    from .datasets.synth import preset_config
-    from .datasets.synth import synthesize as _synthesize
+    import dataclasses
 
+    from .datasets.synth import SynthConfig, preset_config
+    from .datasets.synth import synthesize as _synthesize
+    from .errors import DatasetError
+
+    takes = {f.name for f in dataclasses.fields(SynthConfig)} | {"local_min_values"}
+    unknown = sorted(set(knobs) - takes)
+    if unknown:
+        raise DatasetError(f"synthesize: unknown knob(s) {', '.join(unknown)}; SynthConfig takes: "
+                           f"{', '.join(sorted(takes))}.")
     config = preset_config(preset, num_samples=num_samples, scale=scale, seed=seed, **knobs)
     _synthesize(config, out, overwrite=overwrite)
     return load_dataset(out)
@@ -195,9 +203,13 @@ def _dataset(dataset: Any):
 def _manifest(manifest: Any, ds: Any):
     """``manifest`` (a path or an opened :class:`gmp.manifest.Manifest`), checked against ``ds`` (None: no
     dataset to check) whichever it is: an opened manifest was checked against nothing when it was opened."""
+    from .errors import ManifestError
     from .manifest import Manifest
 
     if not isinstance(manifest, Manifest):
+        if not isinstance(manifest, (str, os.PathLike)):
+            raise ManifestError(f"manifest must be a placement manifest (its directory, or gmp.load_manifest(...)), "
+                                f"got {type(manifest).__name__}.")
         return load_manifest(manifest, dataset=ds)
     if ds is not None:
         manifest.check_dataset(ds)
@@ -582,6 +594,11 @@ def simulate_epoch(dataset: Any, manifest: Any = None, *, workers: int | None = 
         plan = m.plan.batch_size if manifest is not None else None
         batch_size = plan or DEFAULT_BATCH_SIZE
     herald_fields = {f.name for f in dataclasses.fields(HeraldOptions)}
+    takes = {"schedule", "shuffle", "epoch", "embedding_dim", "parameter_server", "min_frequency", "order"}
+    unknown = sorted(set(options) - takes - herald_fields)
+    if unknown:
+        raise TrainingError(f"simulate_epoch: unknown option(s) {', '.join(unknown)}; it takes: "
+                            f"{', '.join(sorted(takes | herald_fields))}.")
     overrides = {k: options.pop(k) for k in list(options) if k in herald_fields}
     if overrides:
         schedule = options.get("schedule", "herald")

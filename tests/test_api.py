@@ -114,6 +114,14 @@ def test_the_facade_takes_what_a_notebook_passes(tiny_dataset, tmp_path):
     assert [r["method"] for r in res["rows"]] == ["random", "greedy-stream"]
     with pytest.raises(PartitionError, match="options has key\\(s\\) 'rounds', which are not among the methods"):
         gmp.compare_partitioners(ds, ["random"], workers=2, options={"rounds": 1})
+    from gmp.errors import DatasetError, ManifestError, TrainingError
+
+    with pytest.raises(ManifestError, match="manifest must be a placement manifest .* got PreparedDataset"):
+        gmp.make_report(ds)
+    with pytest.raises(DatasetError, match="unknown knob\\(s\\) skw; SynthConfig takes: .*skew"):
+        gmp.synthesize(tmp_path / "s", num_samples=100, skw=1.0)
+    with pytest.raises(TrainingError, match="unknown option\\(s\\) foo; it takes: .*schedule"):
+        gmp.simulate_epoch(ds, workers=2, foo=1)
     for bad in ("2", 2.0, True):
         with pytest.raises(TopologyError, match="'workers' parameter must be an int >= 1"):
             gmp.partition_dataset(ds, "random", tmp_path / "w", workers=bad)
