@@ -108,8 +108,10 @@ def test_csv_with_a_word_label_names_label_positive_and_the_command_works(tmp_pa
     res = runner.invoke(app, [*args, "--test-fraction", "0"])
     assert res.exit_code == 0, res.output
     np.testing.assert_array_equal(np.asarray(load_dataset(tmp_path / "good").labels), [1, 0, 0])
-    # no word that means "positive": the first value, quoted for the shell
-    assert sniff_lines(["y,a", ">50K,x", "<=50K,y"]).args[-2:] == ("--label-positive", "'<=50K'")
+    # a threshold label (UCI Adult): the upper side, quoted for the shell
+    assert sniff_lines(["y,a", ">50K,x", "<=50K,y"]).args[-2:] == ("--label-positive", "'>50K'")
+    # no word that means "positive" and no threshold: the first value in sorted order
+    assert sniff_lines(["y,a", "cat,x", "dog,y"]).args[-2:] == ("--label-positive", "cat")
     assert "--label-positive" not in sniff_lines(["label,a", "1,x", "0,y"]).args  # numbers need no flag
 
 

@@ -257,12 +257,16 @@ def _guess_label(header: Sequence[str], body: list[list[str]]) -> str | None:
 def _positive_label(values: list[str]) -> str | None:
     """The ``--label-positive`` value for a label column of words (``yes``/``no``), None when its
     values are numbers (the importer reads those itself): a word that means "positive" if there is one,
-    else the first value in sorted order (the person checks it; the command then reads the file)."""
+    else the upper side of a threshold label (``>50K`` against ``<=50K``: UCI Adult), else the first value
+    in sorted order (the person checks it; the command then reads the file)."""
     if not values or all(_NUM.match(v) for v in values):
         return None
     for v in values:
         if v.lower() in POSITIVE_WORDS:
             return v
+    above = [v for v in values if v.startswith(">")]
+    if len(above) == 1 and any(v.startswith("<") for v in values):
+        return above[0]
     return values[0]
 
 
