@@ -267,16 +267,18 @@ def report(
         _check_report_target(out, m, batch_size=batch_size, embedding_dim=embedding_dim)
     with task("Computing metrics" if ds is not None else "Reading report"):
         rep = report_from_manifest(m, dataset=ds, batch_size=batch_size, embedding_dim=embedding_dim)
+    total = m.placement.num_secondaries  # the manifest's count, shown beside the report's when they differ
     if fmt == "html" and out is None:  # a page of inlined PNGs is for a browser, not a terminal
-        typer.echo(f"wrote {write_html_file(Path(manifest) / 'report.html', rep, plots=not no_plots)}")
+        page = write_html_file(Path(manifest) / "report.html", rep, plots=not no_plots, placement_secondaries=total)
+        typer.echo(f"wrote {page}")
         return
     if out is not None and str(out) != "-":
-        names = write_report(out, rep, formats=(fmt,), plots=not no_plots)
+        names = write_report(out, rep, formats=(fmt,), plots=not no_plots, placement_secondaries=total)
         typer.echo(f"wrote {', '.join(str(Path(out) / n) for n in names)}")
         return
     if fmt == "md":
         rep["plots"] = []  # plot files are not next to stdout; use --out for them
-    typer.echo(render(rep, fmt, plots=not no_plots))
+    typer.echo(render(rep, fmt, plots=not no_plots, placement_secondaries=total))
 
 
 def _check_report_target(out: Path, m, **given: int | None) -> None:

@@ -137,6 +137,19 @@ def test_partition_errors(tiny_dataset, tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary directories left
 
 
+def test_partition_names_a_manifest_given_as_the_dataset(partitioned, tmp_path):
+    """A placement manifest where a dataset belongs is named as such (not 'dataset.json not found')."""
+    res = invoke("partition", partitioned, "-w", 2, "-m", "random", "--out", tmp_path / "c")
+    assert res.exit_code == 2, res.output
+    assert (f"error: {partitioned} is a placement manifest (it has manifest.json), not a dataset; a dataset "
+            "directory (with dataset.json" in " ".join(res.output.split()))
+    assert "dataset.json not found" not in res.output
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    res = invoke("partition", empty, "-w", 2, "-m", "random", "--out", tmp_path / "d")
+    assert res.exit_code == 2 and "dataset.json not found" in res.output  # a plain directory keeps the old message
+
+
 def test_partition_refuses_zero_memory_before_the_graph(tiny_dataset, tmp_path, monkeypatch):
     """hybrid's Options refuse memory_per_worker=0 (the manifest's plan would) before any graph is built."""
     def no_graph(*args, **kwargs):

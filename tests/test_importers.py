@@ -8,6 +8,7 @@ import json
 import math
 import os
 import shutil
+import zlib
 from collections import Counter
 from pathlib import Path
 
@@ -260,13 +261,34 @@ def test_empty_gzip_input(tmp_path):
         import_criteo([p], tmp_path / "out")
 
 
+def _complete_lines_before_cut(cut: bytes) -> int:
+    """Complete lines a decompressor recovers from a gzip stream cut short (the reference count)."""
+    return zlib.decompressobj(wbits=31).decompress(cut).count(b"\n")
+
+
 def test_truncated_gzip(tmp_path):
     data = gzip.compress(CRITEO.read_bytes() * 50)
     p = tmp_path / "cut.tsv.gz"
     p.write_bytes(data[: len(data) // 2])
-    with pytest.raises(ImportDataError, match=r"cut.tsv.gz: truncated gzip file .*re-download or re-compress"):
+    done = _complete_lines_before_cut(p.read_bytes())
+    assert done > 0
+    with pytest.raises(ImportDataError, match=rf"cut.tsv.gz: truncated gzip file .*after {done} complete line\(s\)"
+                                              r"\); re-download or re-compress"):
         import_criteo([p], tmp_path / "out")
     assert_nothing_left(tmp_path, "out")
+
+
+def test_truncated_gzip_counts_lines_of_earlier_chunks(tmp_path):
+    """Cut after several chunks were yielded: the count adds the lines already read to those of the last piece."""
+    data = gzip.compress(CRITEO.read_bytes() * 50)
+    p = tmp_path / "cut.tsv.gz"
+    p.write_bytes(data[: len(data) * 3 // 4])
+    done = _complete_lines_before_cut(p.read_bytes())
+    yielded = 0
+    with pytest.raises(ImportDataError, match=rf"after {done} complete line\(s\)"):
+        for chunk in iter_chunks(p, chunk_bytes=4096):
+            yielded += chunk.data.count(b"\n")
+    assert 0 < yielded < done
 
 
 def test_corrupt_gzip(tmp_path):

@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gmp.datasets.format import load_dataset
@@ -404,3 +405,25 @@ def test_html_report_renders_in_headless_chromium(hybrid_report, tmp_path):
     assert pixels.shape == (1800, 1000)
     # a rendered page, not a blank one: dark text and plot ink on a white background
     assert (pixels < 128).mean() > 0.005 and (pixels > 240).mean() > 0.5
+
+
+def test_secondaries_on_unread_rows_show_the_placement_total_too():
+    """Rows 2 and 3 are never read (an old manifest's rows under --from-manifest): the report counts the
+    secondary of row 0 only, the placement (manifest.json) all three; the page labels its count and shows both."""
+    from gmp.graph import BipartiteGraph
+    from gmp.topology import homogeneous
+
+    graph = BipartiteGraph.from_csr([0, 2, 3], [0, 1, 1], num_embeddings=4)  # reads rows 0 and 1 only
+    p = Placement.edge_cut(2, [0, 1], [0, 1, 0, 1], method="hand", seed=0).with_secondaries(
+        np.array([0, 1, 1, 2, 3], dtype=np.int64), np.array([1, 1, 0], dtype=np.int32))
+    read_rows_with_secondary = 1  # row 0 (worker 1); rows 2 and 3 hold the other two
+    m = compute_metrics(graph, p, homogeneous(2), batch_size=1, embedding_dim=4)
+    assert m["num_secondaries"] == read_rows_with_secondary and p.num_secondaries == 3
+    rep = build_report(placement=p, topology=homogeneous(2), metrics=m, source="partition", graph=graph)
+    rows = {r[0]: r[1] for t in md_tables(render(rep, "md", placement_secondaries=p.num_secondaries)) for r in t}
+    assert rows["secondaries (on rows the data reads)"] == "1"
+    assert rows["secondaries in the placement (every row, as manifest.json counts)"] == "3"
+    same = {r[0] for t in md_tables(render(rep, "md", placement_secondaries=1)) for r in t}
+    assert "secondaries in the placement (every row, as manifest.json counts)" not in same  # equal: one row
+    page = render(rep, "html", plots=False, placement_secondaries=p.num_secondaries)
+    assert "secondaries (on rows the data reads)" in page and "as manifest.json counts" in page

@@ -104,8 +104,8 @@ import numba
 import numpy as np
 
 from .. import __version__
-from .._io import (atomic_directory, hash_arrays, header_value, index_dtype, load_npy, read_versioned_json,
-                   release_pages, verify_enabled, write_json)
+from .._io import (KIND_FILES, KIND_NAMES, atomic_directory, hash_arrays, header_value, index_dtype, load_npy,
+                   output_kind, read_versioned_json, release_pages, verify_enabled, write_json)
 from ..errors import DatasetError
 
 FORMAT = "gmp.dataset"
@@ -280,6 +280,11 @@ def load_dataset(path: str | os.PathLike, *, mmap: bool = True, verify: bool | N
     path = Path(path)
     if not path.is_dir():
         raise DatasetError(f"{path} is not a directory; pass a prepared dataset ({_FIX.rstrip('.')}).")
+    other = None if (path / "dataset.json").is_file() else output_kind(path)
+    if other is not None and other != FORMAT:
+        raise DatasetError(f"{path} is {KIND_NAMES[other]} (it has {KIND_FILES[other]}), not a dataset; a dataset "
+                           f"directory (with dataset.json, made by 'gmp data import' or 'gmp data synth') is "
+                           f"expected here.")
     meta = read_versioned_json(
         path / "dataset.json", fmt=FORMAT, max_version=SCHEMA_VERSION, error=DatasetError, fix=_FIX
     )

@@ -190,17 +190,32 @@ def _position(raw: BinaryIO, fallback: int) -> int:
 
 
 def _read(stream: BinaryIO, path: Path, size: int, line: int) -> bytes:
+    """Up to ``size`` bytes (fewer only at the end); ``line`` is the number of the next line to complete.
+
+    Read piece by piece (``read1``) so that, when a gzip stream is cut short,
+    the lines decompressed before the cut are counted in the message.
+    """
+    parts: list[bytes] = []
+    got = 0
     try:
-        return stream.read(size)
+        while got < size:
+            piece = stream.read1(size - got)
+            if not piece:
+                break
+            parts.append(piece)
+            got += len(piece)
     except EOFError:
+        done = line - 1 + sum(p.count(b"\n") for p in parts)
         raise ImportDataError(
-            f"{path}: truncated gzip file (the compressed stream ends before its end marker, after line "
-            f"{line - 1}); re-download or re-compress the file."
+            f"{path}: truncated gzip file (the compressed stream ends before its end marker, after {done} complete "
+            f"line(s)); re-download or re-compress the file."
         ) from None
     except (gzip.BadGzipFile, zlib.error) as exc:
-        raise ImportDataError(f"{path}: corrupt gzip data near line {line} ({exc}); re-download the file.") from None
+        near = line + sum(p.count(b"\n") for p in parts)
+        raise ImportDataError(f"{path}: corrupt gzip data near line {near} ({exc}); re-download the file.") from None
     except OSError as exc:
         raise ImportDataError(f"cannot read {path}: {exc}.") from None
+    return b"".join(parts)
 
 
 def read_head(path: Path, max_bytes: int) -> bytes:

@@ -241,11 +241,15 @@ def _report_from_manifest(manifest, dataset, batch_size, embedding_dim) -> dict[
 
 
 def write_report(out_dir: str | os.PathLike, report: dict[str, Any],
-                 formats: Iterable[str] = ("json", "md"), *, plots: bool = True) -> list[str]:
+                 formats: Iterable[str] = ("json", "md"), *, plots: bool = True,
+                 placement_secondaries: int | None = None) -> list[str]:
     """Write the plots and ``report.<fmt>`` for each format into ``out_dir``; return the file names.
 
     ``plots=False`` skips the PNGs (and matplotlib, which is only imported to
     draw them): the reports then say the plots were left out.
+    ``placement_secondaries`` (the placement's ``num_secondaries``) is shown
+    in md/html beside the metrics' count when the two differ (see
+    :func:`gmp.report.tables.summary_table`); report.json is unchanged.
     """
     formats = list(formats)
     for fmt in formats:
@@ -261,9 +265,12 @@ def write_report(out_dir: str | os.PathLike, report: dict[str, Any],
         if fmt == "json":
             write_json(out_dir / name, report)
         elif fmt == "md":
-            (out_dir / name).write_text(render_markdown(report, images=written), encoding="utf-8")
+            page = render_markdown(report, images=written, placement_secondaries=placement_secondaries)
+            (out_dir / name).write_text(page, encoding="utf-8")
         else:
-            (out_dir / name).write_text(render_html(report, images=[out_dir / p for p in written]), encoding="utf-8")
+            page = render_html(report, images=[out_dir / p for p in written],
+                               placement_secondaries=placement_secondaries)
+            (out_dir / name).write_text(page, encoding="utf-8")
         names.append(name)
     return names
 
@@ -300,10 +307,11 @@ class Report:
         return f"<Report {self.headline!r} ({self.data.get('source')})>"
 
 
-def write_html_file(path: str | os.PathLike, report: dict[str, Any], *, plots: bool = True) -> Path:
+def write_html_file(path: str | os.PathLike, report: dict[str, Any], *, plots: bool = True,
+                    placement_secondaries: int | None = None) -> Path:
     """Write the report as one self-contained HTML page (plots inlined) to ``path``; return it."""
     path = Path(path)
-    page = render(report, "html", plots=plots)
+    page = render(report, "html", plots=plots, placement_secondaries=placement_secondaries)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp")
@@ -315,21 +323,22 @@ def write_html_file(path: str | os.PathLike, report: dict[str, Any], *, plots: b
     return path
 
 
-def render(report: dict[str, Any], fmt: str, *, plots: bool = True) -> str:
-    """The report as one string (json, md, or html with plots inlined unless ``plots=False``)."""
+def render(report: dict[str, Any], fmt: str, *, plots: bool = True, placement_secondaries: int | None = None) -> str:
+    """The report as one string (json, md, or html with plots inlined unless ``plots=False``);
+    ``placement_secondaries``: see :func:`write_report`."""
     import json
 
     if fmt == "json":
         return json.dumps(report, indent=2, default=json_default)
     if fmt == "md":
-        return render_markdown(report, images=report.get("plots") or [])
+        return render_markdown(report, images=report.get("plots") or [], placement_secondaries=placement_secondaries)
     if fmt == "html" and not plots:
-        return render_html(report, images=[])
+        return render_html(report, images=[], placement_secondaries=placement_secondaries)
     if fmt == "html":
         tmp = Path(tempfile.mkdtemp(prefix="gmp-report-"))
         try:
             plots = write_plots(report, tmp)
-            return render_html(report, images=[tmp / p for p in plots])
+            return render_html(report, images=[tmp / p for p in plots], placement_secondaries=placement_secondaries)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     raise ManifestError(f"unknown report format {fmt!r}; choose one of {', '.join(REPORT_FORMATS)}.")

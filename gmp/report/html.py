@@ -33,8 +33,10 @@ def html_table(table: tables.Table) -> str:
     return f"<div class='table'><table{wide}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
 
 
-def render_html(report: Mapping[str, Any], *, images: Sequence[Path] = ()) -> str:
-    """The report as HTML; ``images`` are PNG files to inline."""
+def render_html(report: Mapping[str, Any], *, images: Sequence[Path] = (),
+                placement_secondaries: int | None = None) -> str:
+    """The report as HTML; ``images`` are PNG files to inline; ``placement_secondaries``: see
+    :func:`gmp.report.tables.summary_table`."""
     from .markdown import CONVERGENCE_NOTE
 
     settings = report.get("settings") or {}
@@ -53,7 +55,8 @@ def render_html(report: Mapping[str, Any], *, images: Sequence[Path] = ()) -> st
         f"per worker, embedding dim {metrics.get('embedding_dim')}. 'vs random' is the change against random on the "
         "same graph and seed (-60% = 60% less traffic).</p>",
         "<h2>Communication</h2>", html_table(tables.metrics_table(metrics)),
-        "<h2>Balance and memory</h2>", html_table(tables.summary_table(metrics)),
+        "<h2>Balance and memory</h2>",
+        html_table(tables.summary_table(metrics, placement_secondaries=placement_secondaries)),
         "<h2>Per worker</h2>", html_table(tables.per_worker_table(metrics)),
     ]
     inc = report.get("incremental")

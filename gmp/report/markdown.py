@@ -15,8 +15,10 @@ def md_table(table: tables.Table) -> str:
     return "\n".join(out)
 
 
-def render_markdown(report: Mapping[str, Any], *, images: Sequence[str] = ()) -> str:
-    """The report as Markdown; ``images`` are PNG paths (relative to the .md) to embed."""
+def render_markdown(report: Mapping[str, Any], *, images: Sequence[str] = (),
+                    placement_secondaries: int | None = None) -> str:
+    """The report as Markdown; ``images`` are PNG paths (relative to the .md) to embed;
+    ``placement_secondaries``: see :func:`gmp.report.tables.summary_table`."""
     settings = report.get("settings") or {}
     metrics = report.get("metrics") or {}
     title, summary = tables.headline(report)
@@ -38,7 +40,7 @@ def render_markdown(report: Mapping[str, Any], *, images: Sequence[str] = ()) ->
         "",
         "## Balance and memory",
         "",
-        md_table(tables.summary_table(metrics)),
+        md_table(tables.summary_table(metrics, placement_secondaries=placement_secondaries)),
         "",
         "## Per worker",
         "",

@@ -76,11 +76,24 @@ def metrics_table(metrics: Mapping[str, Any]) -> Table:
     return ["metric", "value", "bytes", "vs random", "random"], rows
 
 
-def summary_table(metrics: Mapping[str, Any]) -> Table:
+#: what the metrics' ``num_secondaries`` counts (gmp.metrics.per_worker: rows the data reads only)
+SECONDARIES_LABEL = "secondaries (on rows the data reads)"
+
+
+def summary_table(metrics: Mapping[str, Any], *, placement_secondaries: int | None = None) -> Table:
+    """``placement_secondaries``: the placement's own total (manifest.json's ``num_secondaries``, every
+    row); shown as a second row when it differs from the metrics' count, which leaves out rows the data
+    never reads (an old manifest's rows under ``--from-manifest``)."""
     bal = metrics.get("balance") or {}
+    counted = metrics.get("num_secondaries")
     rows = [
         ["replication factor", fmt_ratio(metrics.get("replication_factor"))],
-        ["secondaries", fmt_int(metrics.get("num_secondaries"))],
+        [SECONDARIES_LABEL, fmt_int(counted)],
+    ]
+    if placement_secondaries is not None and counted is not None and int(placement_secondaries) != int(counted):
+        rows.append(["secondaries in the placement (every row, as manifest.json counts)",
+                     fmt_int(placement_secondaries)])
+    rows += [
         ["active embeddings", fmt_int(metrics.get("num_active_embeddings"))],
     ]
     rows += [[f"balance: {k.replace('_', ' ')} (max/mean)", fmt_ratio(v)] for k, v in bal.items()]
