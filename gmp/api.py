@@ -258,7 +258,8 @@ def write_scored_manifest(out: str | os.PathLike, ds: Any, graph: Any, placement
     with task("Writing manifest and report"):
         write_manifest(out, placement, dataset_sha256=ds.sha256, num_samples=ds.num_samples,
                        num_embeddings=ds.num_embeddings, topology=topology, metrics=metrics,
-                       report_files=lambda tmp: write_report(tmp, report, formats=("json", "md"), plots=plots),
+                       report_files=lambda tmp: write_report(tmp, report, formats=("json", "md"), plots=plots,
+                                                             placement_secondaries=placement.num_secondaries),
                        partition_seconds=seconds, peak_rss_bytes=peak if manifest_peak is None else manifest_peak,
                        overwrite=overwrite, dataset_name=Path(ds.path).name, history=history)
     return metrics
