@@ -201,5 +201,10 @@ def register(app: typer.Typer) -> None:
         if records:
             typer.echo(summary_line(records), err=True)
         elif resume:
-            typer.echo(f"nothing left to train: the checkpoint in {checkpoint_dir} already finished {epochs} "
-                       f"epoch{'s' if epochs != 1 else ''}; pass a larger --epochs to continue.", err=True)
+            from gmp.train.checkpoint import read_checkpoint_header
+
+            done = read_checkpoint_header(checkpoint_dir)["epoch"]
+            typer.echo(f"nothing left to train: the checkpoint in {checkpoint_dir} already finished {done} "
+                       f"epoch{'s' if done != 1 else ''}; pass --epochs {done + 1} or more to continue.", err=True)
+        else:
+            typer.echo("nothing trained: --epochs 0.", err=True)

@@ -274,3 +274,75 @@ def test_golden_checkpoints_read_without_unpickling(tmp_path, version):
     for w in range(head["num_workers"]):
         state = ck._load(path / f"worker-{w:05d}.pt", ck.WORKER_KEYS)
         assert isinstance(state["counters"], np.ndarray) and isinstance(state["store"]["table"], torch.Tensor)
+
+
+# --------------------------------------------------------------------------- what saving and logging may touch
+def test_a_checkpoint_dir_with_other_files_is_refused_and_left_alone(setup, tmp_path):
+    ckdir = tmp_path / "ck"
+    (ckdir / "latest").mkdir(parents=True)  # a real 'latest' that is no checkpoint, and look-alike names
+    (ckdir / "latest" / "notes.txt").write_text("x")
+    (ckdir / ".tmp-keep").write_text("y")
+    (ckdir / "ckpt-00001-00000000").mkdir()
+    before = sorted(str(p.relative_to(ckdir)) for p in ckdir.rglob("*"))
+    with pytest.raises(TrainingError) as exc:
+        run(setup, ckdir)
+    assert "which are not gmp checkpoints" in one_line(exc) and ".tmp-keep" in str(exc.value)
+    assert sorted(str(p.relative_to(ckdir)) for p in ckdir.rglob("*")) == before
+
+
+def test_another_runs_checkpoints_are_not_replaced_without_resume(setup, saved):
+    kept = os.readlink(saved / "latest")
+    with pytest.raises(TrainingError) as exc:
+        run(setup, saved, epochs=2)
+    assert "holds the checkpoints of an earlier run; continue it with --resume" in one_line(exc)
+    assert os.readlink(saved / "latest") == kept and (saved / kept / "checkpoint.json").is_file()
+    run(setup, saved, epochs=2, resume=True)  # what the message says works
+
+
+def test_a_log_that_is_not_a_training_log_is_refused_before_training(setup, saved, tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\nresults 0.81\n")
+    binary = tmp_path / "bin.dat"
+    binary.write_bytes(bytes(range(256)) * 4)
+    dataset_json = Path(setup[0]) / "dataset.json"
+    header = dataset_json.read_bytes()
+    for log, said in ((notes, "line 1 is not a gmp training record"), (binary, "not UTF-8 text"),
+                      (dataset_json, "is inside a gmp dataset")):
+        for resume in (False, True):
+            with pytest.raises(TrainingError) as exc:
+                run(setup, saved if resume else tmp_path / "new", epochs=2, resume=resume, log_json=log)
+            assert said in one_line(exc)
+    assert notes.read_text() == "my notes\nresults 0.81\n" and dataset_json.read_bytes() == header
+
+
+def test_resume_continues_its_own_run_in_a_shared_log_and_keeps_a_torn_line_out(setup, tmp_path):
+    log = tmp_path / "shared.jsonl"
+    run(setup, tmp_path / "a", log_json=log)  # run A: epoch 1, checkpointed
+    run(setup, None, epochs=2, log_json=log)  # run B in the same log, no checkpoint
+    with open(log, "a", encoding="utf-8") as f:
+        f.write('{"epoch": 2, "kind": "st')  # torn by a crash
+    a, b = (json.loads(line)["run"] for line in log.read_text().splitlines()[:1] + log.read_text().splitlines()[1:2])
+    assert a != b
+    run(setup, tmp_path / "a", epochs=2, resume=True, log_json=log)
+    recs = [json.loads(line) for line in log.read_text().splitlines()]
+    by_run = {r: [(x["epoch"], x.get("kind")) for x in recs if x["run"] == r] for r in (a, b)}
+    assert by_run[a] == [(1, "epoch"), (2, "epoch")]  # A's epoch 2 under A's id
+    assert by_run[b] == [(1, "epoch"), (2, "epoch")]  # B's lines untouched
+    assert {x["run"] for x in recs} == {a, b}
+
+
+def test_resume_refuses_a_setting_only_the_checkpoint_records(setup, tmp_path):
+    ckdir = tmp_path / "ck"
+    path, man = setup
+    train(path, man, dataclasses.replace(CFG, comm_dtype="bf16"), checkpoint_dir=ckdir)
+    with pytest.raises(TrainingError) as exc:  # the default (None) would silently train on at fp32
+        train(path, man, dataclasses.replace(CFG, epochs=2), checkpoint_dir=ckdir, resume=True)
+    assert "was made with comm_dtype='bf16', this run has comm_dtype=None" in one_line(exc)
+    train(path, man, dataclasses.replace(CFG, epochs=2, comm_dtype="bf16"), checkpoint_dir=ckdir, resume=True)
+
+
+@pytest.mark.parametrize("bad", [-5.0, float("nan"), 0.0])
+def test_a_bad_collective_timeout_is_refused_on_the_local_engine_too(setup, bad):
+    with pytest.raises(TrainingError) as exc:
+        run(setup, None, collective_timeout=bad)
+    assert "collective_timeout" in one_line(exc)

@@ -111,6 +111,10 @@ def test_resuming_a_finished_run_says_so(ds, tmp_path):
     res = runner.invoke(app, args + ["--resume"])
     assert res.exit_code == 0, res.output
     assert "nothing left to train" in res.stderr and "--epochs" in res.stderr
+    res = runner.invoke(app, args + ["--resume", "--epochs", "0"])  # the checkpoint's epochs, not --epochs
+    assert "already finished 1 epoch; pass --epochs 2 or more" in res.stderr, res.stderr
+    res = runner.invoke(app, ["train", str(ds), *TRAIN, "--epochs", "0"])
+    assert res.exit_code == 0 and "nothing trained: --epochs 0." in res.stderr
 
 
 # ------------------------------------------------------------------ item 6: a human summary

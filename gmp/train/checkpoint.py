@@ -69,7 +69,7 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -79,6 +79,8 @@ from .._io import full_disk_error, header_value, read_versioned_json, write_json
 from ..errors import GmpError, TrainingError
 from ..placement import Placement
 from .checkpoint_rows import PrimaryRows, rows_name, upgrade_worker_v2, write_primary_rows
+from .checkpoint_dir import CKPT_DIR, HEADER, LATEST, free_name, link_target, point_latest, prune
+from .config import comparable_settings
 
 log = logging.getLogger(__name__)
 
@@ -87,10 +89,7 @@ SCHEMA_VERSION = 3
 #: settings that may change between the interrupted run and --resume (where the rows live does not
 #: change the trajectory: gmp.train.tiers)
 MUTABLE = ("epochs", "log_every", "tiers")
-LATEST = "latest"
-HEADER = "checkpoint.json"
 _FIX = "start without --resume or point --checkpoint-dir elsewhere."
-_DIR = re.compile(r"ckpt-(\d+)-(\d+)(?:-(\d+))?$")
 #: keys every file must hold
 TRAINER_KEYS = ("model", "dense_opt", "history", "schedule", "torch_rng", "numpy_rng")
 WORKER_KEYS = ("store", "counters", "bytes", "acc")
@@ -220,17 +219,18 @@ def save_checkpoint(trainer, directory: str | os.PathLike, *, dataset_sha256: st
                 "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                 "epoch": trainer.epoch, "step": trainer.step_in_epoch, "num_workers": trainer.num_workers,
                 "dataset_sha256": dataset_sha256, "placement_sha256": placement_sha,
-                "config": trainer.config.to_json(), "files": dict(sorted(files.items()))})
-            final = _free_name(directory, trainer.epoch, trainer.step_in_epoch)
+                "config": trainer.config.to_json(), "files": dict(sorted(files.items())),
+                **({"run": trainer.run_id} if trainer.run_id is not None else {})})
+            final = free_name(directory, trainer.epoch, trainer.step_in_epoch)
             os.rename(tmp, final)
-            previous = _link_target(directory)
-            _point_latest(directory, final.name)
+            previous = link_target(directory)
+            point_latest(directory, final.name)
         except (OSError, GmpError) as exc:
             shutil.rmtree(tmp, ignore_errors=True)
             if isinstance(exc, GmpError):
                 raise
             raise _write_error(exc, directory) from None
-        _prune(directory, keep={final.name, previous})
+        prune(directory, keep={final.name, previous})
     engine.barrier()
     return directory / LATEST
 
@@ -241,42 +241,6 @@ def _write_error(exc: OSError, directory: Path) -> GmpError:
         return TrainingError(str(err).replace("--out", "--checkpoint-dir"))
     return TrainingError(f"cannot write a checkpoint in {directory}: {exc.strerror or exc}; "
                          f"check --checkpoint-dir and its permissions.")
-
-
-def _free_name(directory: Path, epoch: int, step: int) -> Path:
-    base = f"ckpt-{epoch:05d}-{step:08d}"
-    path, k = directory / base, 0
-    while path.exists() or path.is_symlink():
-        k += 1
-        path = directory / f"{base}-{k}"
-    return path
-
-
-def _link_target(directory: Path) -> str | None:
-    latest = directory / LATEST
-    return os.readlink(latest) if latest.is_symlink() else None
-
-
-def _point_latest(directory: Path, name: str) -> None:
-    """Replace ``latest`` by a link to ``name`` in one rename (atomic on POSIX filesystems)."""
-    latest = directory / LATEST
-    if latest.is_dir() and not latest.is_symlink():
-        shutil.rmtree(latest)  # a schema-1 checkpoint (refused on resume); this run replaces it
-    link = directory / f".latest-{os.getpid()}"
-    if link.is_symlink() or link.exists():
-        link.unlink()
-    os.symlink(name, link)
-    os.replace(link, latest)
-
-
-def _prune(directory: Path, *, keep: set[str | None]) -> None:
-    """Remove checkpoints other than ``keep`` and temporaries left by killed runs (main process only)."""
-    for p in directory.iterdir():
-        if p.name.startswith((".tmp-", ".latest-")) or (_DIR.match(p.name) and p.name not in keep):
-            if p.is_symlink() or p.is_file():
-                p.unlink(missing_ok=True)
-            else:
-                shutil.rmtree(p, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- finding and reading
@@ -347,7 +311,7 @@ def find_checkpoint(directory: str | os.PathLike) -> tuple[Path, dict[str, Any]]
         why = f"{latest} points to {os.readlink(latest)}, which is missing"
     candidates = []
     for p in directory.iterdir():
-        m = _DIR.match(p.name)
+        m = CKPT_DIR.match(p.name)
         if m and p.is_dir() and not p.is_symlink() and (p / HEADER).is_file():
             try:
                 head = read_header(p)
@@ -396,12 +360,7 @@ def load_checkpoint(trainer, directory: str | os.PathLike, *, dataset_sha256: st
         raise TrainingError(f"{ckpt} was made for another dataset (sha256 {head['dataset_sha256'][:12]}…); {_FIX}")
     if head["placement_sha256"] != placement_sha or head["num_workers"] != trainer.num_workers:
         raise TrainingError(f"{ckpt} was made with another manifest; resume with the same --manifest or {_FIX}")
-    now = trainer.config.to_json()
-    diff = [k for k in now if k not in MUTABLE and head["config"].get(k) != now[k]]
-    if diff:
-        k = diff[0]
-        raise TrainingError(f"{ckpt} was made with {k}={head['config'].get(k)!r}, this run has {k}={now[k]!r}; "
-                            f"resume with the same settings or {_FIX}")
+    check_settings(ckpt, head, trainer.config)
     main = _load(ckpt / "trainer.pt", TRAINER_KEYS)
     where = ckpt / "trainer.pt"
     try:
@@ -440,7 +399,19 @@ def load_checkpoint(trainer, directory: str | os.PathLike, *, dataset_sha256: st
                             f"{head['epoch'] + 1}; {_FIX}")
     trainer.epoch = head["epoch"]
     trainer.step_in_epoch = head["step"]
+    trainer.run_id = head.get("run")  # its log lines continue under the same run (None: saved before gmp wrote it)
     return head
+
+
+def check_settings(ckpt: Path, head: dict[str, Any], config, keys: Sequence[str] | None = None) -> None:
+    """Refuse a run whose settings differ from the checkpoint's: every setting but :data:`MUTABLE`, or only
+    ``keys``; both ways (a setting only the checkpoint records counts, with the defaults the config's JSON
+    leaves out filled in)."""
+    then, now = comparable_settings(head["config"]), comparable_settings(config.to_json())
+    for k in (sorted((set(then) | set(now)) - set(MUTABLE)) if keys is None else keys):
+        if then.get(k) != now.get(k):
+            raise TrainingError(f"{ckpt} was made with {k}={then.get(k)!r}, this run has {k}={now.get(k)!r}; "
+                                f"resume with the same settings or {_FIX}")
 
 
 # --------------------------------------------------------------------------- rows by id

@@ -121,12 +121,13 @@ class TrainConfig:
             raise TrainingError(f"The 'pipeline' parameter must be a bool, got {self.pipeline!r}.")
         if not self.pipeline:
             return
-        why = ("staleness 0" if self.staleness != 0 else "a schedule other than herald" if self.schedule == "herald"
-               else "table_location 'device'" if self.tiers is not None else None)
+        why = (("staleness 0", f"staleness={self.staleness:g}") if self.staleness != 0 else
+               ("a schedule other than herald", "schedule='herald'") if self.schedule == "herald" else
+               ("table_location 'device'", f"table_location={self.tiers.table_location!r}") if self.tiers is not None
+               else None)
         if why is not None:
-            exc = TrainingError(f"The 'pipeline' parameter needs {why} (the pipelined step is the exact s = 0 "
-                                f"step of bounded staleness), got staleness={self.staleness:g} "
-                                f"schedule={self.schedule!r}; drop pipeline or change that setting.")
+            exc = TrainingError(f"The 'pipeline' parameter needs {why[0]} (the pipelined step is the exact s = 0 "
+                                f"step of bounded staleness), got {why[1]}; drop pipeline or change that setting.")
             exc.param = "pipeline"
             raise exc
 
@@ -153,7 +154,17 @@ class TrainConfig:
         d["herald"] = None if h is None else h.to_json()
         d["tiers"] = None if self.tiers is None else self.tiers.to_json()
         # written only when set, so checkpoints made before these options resume unchanged
-        for key, default in (("comm_dtype", None), ("pipeline", False)):
+        for key, default in WRITTEN_WHEN_SET.items():
             if d[key] == default:
                 del d[key]
         return d
+
+
+#: settings :meth:`TrainConfig.to_json` writes only when they differ from these defaults
+WRITTEN_WHEN_SET: dict[str, Any] = {"comm_dtype": None, "pipeline": False}
+
+
+def comparable_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """A :meth:`TrainConfig.to_json` dict with the settings it leaves out at their defaults filled in, so
+    two runs' settings compare key by key (a checkpoint without ``pipeline`` was made with ``False``)."""
+    return {**WRITTEN_WHEN_SET, **settings}

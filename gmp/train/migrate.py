@@ -51,7 +51,7 @@ import torch
 
 from ..datasets.extend import parents
 from ..errors import DatasetError, TrainingError
-from .checkpoint import find_checkpoint, load_checkpoint, open_worker_rows, read_trainer_file
+from .checkpoint import check_settings, find_checkpoint, load_checkpoint, open_worker_rows, read_trainer_file
 
 log = logging.getLogger("gmp.train")
 _FIX = "start without --resume or point --checkpoint-dir elsewhere"
@@ -117,12 +117,7 @@ def check_migratable(trainer, ckpt: Path, head: dict[str, Any]) -> None:
     if head["step"] != 0:
         raise TrainingError(f"{ckpt} stopped inside epoch {head['epoch'] + 1} (step {head['step']}) of its dataset; "
                             f"finish that epoch by resuming with the checkpoint's own dataset and manifest first.")
-    now = trainer.config.to_json()
-    diff = [k for k in STATE_SETTINGS if head["config"].get(k) != now[k]]
-    if diff:
-        k = diff[0]
-        raise TrainingError(f"{ckpt} was made with {k}={head['config'].get(k)!r}, this run has {k}={now[k]!r}; "
-                            f"resume with the same settings or {_FIX}.")
+    check_settings(ckpt, head, trainer.config, STATE_SETTINGS)
 
 
 def restore_dense(trainer, ckpt: Path) -> None:

@@ -25,8 +25,10 @@ from ..datasets.format import load_dataset
 from ..comm.local import LocalEngine
 from ..errors import TrainingError
 from ..placement import Placement
+from ..params import check_float
 from ..manifest import load_manifest
 from .checkpoint import placement_sha256, save_checkpoint
+from .checkpoint_dir import check_checkpoint_dir
 from .config import TrainConfig
 from .data import TrainData
 from .migrate import resume_training
@@ -96,18 +98,54 @@ def new_run_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
-def last_run_id(path: str | os.PathLike) -> str | None:
-    """The ``run`` of the last complete line of a JSON log (the run a ``--resume`` continues)."""
+def read_log(path: str | os.PathLike) -> list[tuple[str, dict[str, Any] | None]]:
+    """The lines of a JSON training log with their records; ``[]`` when it does not exist. Only the last line
+    may be torn (a crash mid-write: its record is None); a log with any other line that is not a gmp
+    record (a JSON object with an ``epoch``), or that is not UTF-8, is refused: rewriting or appending to it
+    would damage someone else's file."""
     path = Path(path)
-    if not path.is_file():
-        return None
-    for line in reversed(path.read_text(encoding="utf-8").splitlines()):
+    if not path.exists():
+        return []
+    if path.is_dir():
+        raise TrainingError(f"--log-json {path} is a directory; give a file name.")
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise TrainingError(f"--log-json {path} is not a gmp training log (not UTF-8 text); choose another file.") \
+            from None
+    out: list[tuple[str, dict[str, Any] | None]] = []
+    for k, line in enumerate(lines):
         try:
-            run = json.loads(line).get("run")
-        except (ValueError, AttributeError):
-            continue
-        if isinstance(run, str):
-            return run
+            rec = json.loads(line)
+            ok = isinstance(rec, dict) and "epoch" in rec
+        except ValueError:
+            rec, ok = None, False
+        torn = k == len(lines) - 1 and line.lstrip().startswith("{")
+        if not ok and not torn:
+            raise TrainingError(f"--log-json {path}: line {k + 1} is not a gmp training record; choose another "
+                                f"file (gmp appends to it and, with --resume, rewrites it).")
+        out.append((line, rec if ok else None))
+    return out
+
+
+def check_log_file(path: str | os.PathLike) -> None:
+    """Refuse, before training, a ``--log-json`` file that belongs to something else: a file inside a gmp
+    dataset or placement manifest, or a file that is not a gmp training log (:func:`read_log`)."""
+    from .._io import KIND_NAMES, output_kind
+
+    path = Path(path)
+    owner = output_kind(path.parent) if path.parent.is_dir() else None
+    if owner in ("gmp.dataset", "gmp.placement"):
+        raise TrainingError(f"--log-json {path} is inside {KIND_NAMES[owner]} ({path.parent}); write it elsewhere.")
+    read_log(path)
+
+
+def last_run_id(path: str | os.PathLike) -> str | None:
+    """The ``run`` of the last complete line of a JSON log (the run a ``--resume`` continues when its
+    checkpoint does not name it: saved before gmp wrote the run id into checkpoints)."""
+    for _, rec in reversed(read_log(path)):
+        if rec is not None and isinstance(rec.get("run"), str):
+            return rec["run"]
     return None
 
 
@@ -121,12 +159,11 @@ def trim_log(path: str | os.PathLike, epoch: int, step: int, *, run_id: str | No
     if not path.is_file():
         return
     keep = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line, rec in read_log(path):
         try:
-            rec = json.loads(line)
             e, kind, s = int(rec["epoch"]), rec.get("kind"), int(rec.get("step", 0))
-        except (ValueError, KeyError, TypeError, AttributeError):
-            continue  # a torn line of the crash
+        except (KeyError, TypeError, ValueError):
+            continue  # the torn last line of the crash
         if run_id is not None and rec.get("run") not in (run_id, None):
             keep.append(line + "\n")  # another run's line
         elif e <= epoch or (kind == "step" and e == epoch + 1 and s <= step):
@@ -198,6 +235,12 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
     if resume and checkpoint_dir is None:
         raise TrainingError("--resume needs --checkpoint-dir (where the interrupted run saved its checkpoints).")
     check_output_dir("checkpoint_dir", checkpoint_dir)
+    if collective_timeout is not None:  # the local engine has no collectives, but a bad value is still an error
+        check_float("collective_timeout", collective_timeout, minimum=0.0, strict=True, error=TrainingError)
+    if checkpoint_dir is not None:
+        check_checkpoint_dir(checkpoint_dir, resume=resume)
+    if log_json is not None:
+        check_log_file(log_json)
     ds = load_dataset(dataset)
     if verify_hash:
         ds.verify_hash()
@@ -213,10 +256,13 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
             migration = resume_training(trainer, checkpoint_dir, dataset=ds, placement_sha=psha, created=created)
             if migration is not None:
                 check_migration_source(migration, placed_from, manifest)
-        log_file, run_id = None, new_run_id()
+        if trainer.run_id is None:  # a new run, a migration, or a checkpoint saved before it named its run
+            trainer.run_id = (last_run_id(log_json) if resume and migration is None and log_json is not None
+                              else None) or new_run_id()
+        run_id = trainer.run_id
+        log_file = None
         if log_json is not None and eng.is_main:
-            if resume and migration is None:  # the log's last run continues; lines past the checkpoint go
-                run_id = last_run_id(log_json) or run_id
+            if resume and migration is None:  # the run continues; its lines past the checkpoint go
                 trim_log(log_json, trainer.epoch, trainer.step_in_epoch, run_id=run_id)
             log_file = open(log_json, "a", encoding="utf-8")  # a log holds many runs, each line names its run
 
@@ -236,17 +282,21 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
             if checkpoint_dir is not None:
                 save_checkpoint(t, checkpoint_dir, dataset_sha256=ds.sha256, placement_sha=psha)
 
-        old_handler = None
+        # Ctrl-C stops at the next step and checkpoints; so does SIGTERM under torchrun, which turns a
+        # terminal's Ctrl-C into SIGTERM for its workers (and kills them 30 s later)
+        stop_signals = (signal.SIGINT,) + ((signal.SIGTERM,) if engine == "distributed" else ())
+        old_handlers = {}
         if eng.is_main or engine == "distributed":
             try:
-                old_handler = signal.signal(signal.SIGINT, lambda *_: trainer.request_stop())
+                for sig in stop_signals:
+                    old_handlers[sig] = signal.signal(sig, lambda *_: trainer.request_stop())
             except ValueError:  # not in the main thread
-                old_handler = None
+                pass
         try:
             records = trainer.fit(on_record=record, on_epoch_end=checkpoint, stop_after_steps=stop_after_steps)
         finally:
-            if old_handler is not None:
-                signal.signal(signal.SIGINT, old_handler)
+            for sig, handler in old_handlers.items():
+                signal.signal(sig, handler)
             if log_file is not None:
                 log_file.close()
         if trainer.interrupted:

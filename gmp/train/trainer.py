@@ -131,6 +131,7 @@ class Trainer:
         self.acc = {"loss_sum": 0.0, "samples": 0, "steps": 0, "train_seconds": 0.0}
         self.history: list[dict[str, Any]] = []
         self.interrupted = False
+        self.run_id: str | None = None  # the run its JSON log lines name; kept in its checkpoints
         self._stop_flag = False  # set by request_stop() (a signal handler); agreed on at the next step
         self._stop_now = False
         self._nonfinite_now = False  # set by dense_step: some worker's loss was not finite

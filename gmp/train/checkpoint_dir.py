@@ -1,0 +1,80 @@
+"""The checkpoint directory (``--checkpoint-dir``): its names, the ``latest`` link, pruning, and what may be
+in it (:func:`check_checkpoint_dir`, before training). Layout and crash-safety: :mod:`gmp.train.checkpoint`."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+from ..errors import TrainingError
+
+LATEST = "latest"
+HEADER = "checkpoint.json"
+#: a checkpoint's directory: ``ckpt-EPOCH-STEP`` (``-K`` when the name was taken)
+CKPT_DIR = re.compile(r"ckpt-(\d+)-(\d+)(?:-(\d+))?$")
+
+
+def free_name(directory: Path, epoch: int, step: int) -> Path:
+    base = f"ckpt-{epoch:05d}-{step:08d}"
+    path, k = directory / base, 0
+    while path.exists() or path.is_symlink():
+        k += 1
+        path = directory / f"{base}-{k}"
+    return path
+
+
+def link_target(directory: Path) -> str | None:
+    latest = directory / LATEST
+    return os.readlink(latest) if latest.is_symlink() else None
+
+
+def point_latest(directory: Path, name: str) -> None:
+    """Replace ``latest`` by a link to ``name`` in one rename (atomic on POSIX filesystems)."""
+    latest = directory / LATEST
+    if latest.is_dir() and not latest.is_symlink():
+        shutil.rmtree(latest)  # a schema-1 checkpoint (refused on resume); this run replaces it
+    link = directory / f".latest-{os.getpid()}"
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    os.symlink(name, link)
+    os.replace(link, latest)
+
+
+#: temporaries of a save (``.tmp-EPOCH-STEP``, ``.latest-PID``): what a killed run may leave, and pruning removes
+TEMP = re.compile(r"\.tmp-\d+-\d+|\.latest-\d+")
+
+
+def check_checkpoint_dir(directory: str | os.PathLike, *, resume: bool) -> None:
+    """Refuse, before training, a ``--checkpoint-dir`` whose entries saving would delete: anything that is not
+    a gmp checkpoint, its ``latest`` link or a save's temporary, and (without ``resume``) another run's
+    checkpoints, which the new run's pruning would replace."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return  # created on the first save (an existing file is refused by the caller)
+    foreign, saved = [], []
+    for p in sorted(directory.iterdir()):
+        if p.name == LATEST and (p.is_symlink() or (p / HEADER).is_file()):
+            saved.append(p.name)
+        elif CKPT_DIR.match(p.name) and p.is_dir() and not p.is_symlink() and (p / HEADER).is_file():
+            saved.append(p.name)
+        elif not TEMP.fullmatch(p.name):
+            foreign.append(p.name)
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise TrainingError(f"--checkpoint-dir {directory} holds {shown}, which are not gmp checkpoints; saving "
+                            f"removes old entries there: choose an empty or new directory.")
+    if saved and not resume:
+        raise TrainingError(f"--checkpoint-dir {directory} holds the checkpoints of an earlier run; continue it "
+                            f"with --resume, or choose another directory (this run would replace them).")
+
+
+def prune(directory: Path, *, keep: set[str | None]) -> None:
+    """Remove checkpoints other than ``keep`` and temporaries left by killed runs (main process only)."""
+    for p in directory.iterdir():
+        if TEMP.fullmatch(p.name) or (CKPT_DIR.match(p.name) and p.name not in keep):
+            if p.is_symlink() or p.is_file():
+                p.unlink(missing_ok=True)
+            else:
+                shutil.rmtree(p, ignore_errors=True)
