@@ -49,7 +49,7 @@ def plan_defaults(manifest: Optional[Path], **given: Optional[int]) -> dict:
 
     plan = read_plan(manifest) if manifest is not None else ManifestPlan(None, None, None)
     values, warning = plan.resolve(**given)
-    if warning:
+    if warning and os.environ.get("RANK", "0") == "0":  # under torchrun rank 0 speaks for all
         typer.echo(f"warning: {warning}.", err=True)
     fallback = {"batch_size": DEFAULT_BATCH_SIZE, "embedding_dim": DEFAULT_EMBEDDING_DIM}
     return {k: fallback[k] if v is None else v for k, v in values.items()}

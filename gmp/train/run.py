@@ -302,10 +302,13 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
         if trainer.interrupted:
             where = f"epoch {trainer.epoch + 1} step {trainer.step_in_epoch}"
             if checkpoint_dir is None:
-                raise TrainingError(f"interrupted at {where}; no --checkpoint-dir, so nothing was saved.")
-            checkpoint(trainer)
-            raise TrainingError(f"interrupted at {where}; checkpoint saved in {checkpoint_dir}, "
-                                f"continue with the same command plus --resume.")
+                exc = TrainingError(f"interrupted at {where}; no --checkpoint-dir, so nothing was saved.")
+            else:
+                checkpoint(trainer)
+                exc = TrainingError(f"interrupted at {where}; checkpoint saved in {checkpoint_dir}, "
+                                    f"continue with the same command plus --resume.")
+            exc.rank = getattr(eng, "rank", 0)  # every rank stops here; the CLI lets rank 0 say it
+            raise exc
         return first + records
     finally:
         if trainer is not None:
