@@ -242,6 +242,55 @@ def test_checkpoint_of_a_tiered_run_resumes_exactly_and_into_another_location(ct
             assert torch.equal(p.detach(), q)
 
 
+@pytest.mark.parametrize("schedule, lookahead", [("naive", 0), ("naive", 3), ("herald", 2)])
+def test_an_interrupted_and_resumed_epoch_counts_as_the_uninterrupted_one(ctr, tmp_path, schedule, lookahead):
+    """The epoch record of a run interrupted mid-epoch (checkpoint, new trainer, resume) carries the tier
+    counters of the steps before the interrupt: every step's rows are looked up once (hits + misses as
+    uninterrupted; steps loaded ahead but not trained are not counted twice), and Herald's early fetch
+    of the first resumed step counts as in the uninterrupted run (transfers and bytes equal). With
+    lookahead 0 the checkpoint's counters are exactly the uninterrupted run's after that step."""
+    from gmp.train import checkpoint as ck
+
+    _, ds = ctr
+    pl = placement(ds, 2, secondaries=0.3)
+    herald = (HeraldOptions(on_demand=True, cache_rows=20, lookahead=lookahead, read_only_replicas=False)
+              if schedule == "herald" else None)
+
+    def trainer(name):
+        tiers = TierOptions(table_location="disk", cache_rows=40, lookahead=lookahead, tier_dir=str(tmp_path / name))
+        return Trainer(TrainData(ds), pl, config(schedule=schedule, herald=herald, epochs=1, log_every=1, tiers=tiers),
+                       LocalEngine(2))
+
+    whole = trainer("u")
+    steps: list = []
+    uninterrupted = whole.fit(on_record=steps.append)[-1]
+    first = trainer("i")
+    first.fit(stop_after_steps=9)
+    carried = [s.tier.cache.stats.to_json() for s in first.stores]
+    ck.save_checkpoint(first, tmp_path / "ck", dataset_sha256="d", placement_sha="p")
+    second = trainer("r")
+    ck.load_checkpoint(second, tmp_path / "ck", dataset_sha256="d", placement_sha="p")
+    resumed = second.fit()[-1]
+    u, r = uninterrupted["tiers"], resumed["tiers"]
+    assert r["hits"] + r["misses"] == u["hits"] + u["misses"] > 0
+    assert resumed["bytes"] == uninterrupted["bytes"] and resumed["remote_rows_read"] == uninterrupted["remote_rows_read"]
+    if herald is not None:
+        assert resumed["herald"] == uninterrupted["herald"] and resumed["herald"]["prefetched_rows"] > 0
+    # every distinct id of a step is looked up once, at its primary: the first 9 steps' lookups
+    plain = Trainer(TrainData(ds), pl, config(schedule=schedule, herald=herald, epochs=1), LocalEngine(2))
+    gen = plain.protocol.steps(0, 0)
+    looked = sum(np.unique(plain.data.gather(np.concatenate([np.asarray(x) for x in step.samples]))[1]).size
+                 for step, _ in zip(gen, range(9)))
+    gen.close()
+    assert sum(c["hits"] + c["misses"] for c in carried) == looked
+    before = steps[8]["tiers"]  # the uninterrupted run after step 9
+    if lookahead == 0:  # inline loads: deterministic, and the interrupted run's counters are the same
+        for key in ("hits", "misses", "rows_loaded", "rows_written_back", "victim_rows_read"):
+            assert sum(c[key] for c in carried) == before[key], key
+    for t in (whole, first, second):
+        t.close()
+
+
 def test_a_schema_2_checkpoint_resumes_into_a_tiered_run(ctr, tmp_path):
     """Schema 2 kept the primaries in worker-NNNNN.pt: rewrite a checkpoint that way by hand and
     resume it on the disk tier (the one-step upgrade): the uninterrupted run's model."""

@@ -13,7 +13,7 @@ from typing import Callable, Generic, Iterable, Iterator, Sequence, TypeVar
 import numpy as np
 
 from ...errors import TrainingError
-from .cache import RowCache
+from .cache import RowCache, TierStats
 
 T = TypeVar("T")
 #: steps read into the window per step admitted (the window reaches ``lookahead`` after lookahead / 7 steps)
@@ -26,6 +26,7 @@ class ReadyStep:
     rows: np.ndarray  # unique master rows of the step (ascending)
     slots: np.ndarray  # their cache slots (pinned)
     event: object = None  # CUDA event to wait on (None on CPU)
+    moved: TierStats | None = None  # what its admission counted (taken back if it never trains)
 
 
 class StepFeeder(Generic[T]):
@@ -82,8 +83,8 @@ class StepFeeder(Generic[T]):
     def _admit(self, i: int, rows_list) -> list[ReadyStep]:
         out = []
         for cache, rows in zip(self.caches, rows_list):
-            slots, event = cache.admit(rows)
-            out.append(ReadyStep(i, rows, slots, event))
+            slots, event, moved = cache.admit_counted(rows)
+            out.append(ReadyStep(i, rows, slots, event, moved))
         return out
 
     def __iter__(self) -> Iterator[tuple[T, list[ReadyStep]]]:
@@ -124,7 +125,7 @@ class StepFeeder(Generic[T]):
                 try:
                     got = self._q.get_nowait()
                     if got is not None:
-                        self.done(got[1])  # admitted ahead, never trained: unpin
+                        self.discard(got[1])  # admitted ahead, never trained
                 except queue.Empty:
                     pass
                 self._thread.join(timeout=0.05)
@@ -134,7 +135,7 @@ class StepFeeder(Generic[T]):
                 except queue.Empty:
                     break
                 if got is not None:
-                    self.done(got[1])
+                    self.discard(got[1])
 
     def _add_stall(self, seconds: float) -> None:
         self.stall_s += seconds
@@ -174,7 +175,7 @@ class StepFeeder(Generic[T]):
                     except queue.Full:
                         continue
                 else:
-                    self.done(ready)
+                    self.discard(ready)
                 i += 1
         except BaseException as exc:  # handed to the training thread
             self._error = exc
@@ -192,6 +193,15 @@ class StepFeeder(Generic[T]):
         next admission, in the prefetch thread when there is one)."""
         for cache, r in zip(self.caches, ready):
             cache.finish(r.rows, r.slots)
+
+    def discard(self, ready: list[ReadyStep]) -> None:
+        """A step admitted but never trained (an interrupt stopped the run before it): unpin it and
+        take back its admission's counts, so that the caches' counters are those of the steps
+        trained (what a checkpoint carries into the resumed run, which admits the step again)."""
+        self.done(ready)
+        for cache, r in zip(self.caches, ready):
+            if r.moved is not None:
+                cache.uncount(r.moved)
 
 
 class LookaheadPrefetcher:

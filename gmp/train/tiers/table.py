@@ -220,6 +220,16 @@ class TieredTable:
     def reset_stats(self) -> None:
         self.cache.stats = TierStats()
 
+    def state_dict(self) -> dict:
+        """The running epoch's counters (``TierStats``), for a checkpoint. The cache's contents are not
+        kept: a checkpoint flushes it, and the resumed run starts with an empty cache (cold), so its
+        epoch record counts the steps before the interrupt as the interrupted run did and the steps
+        after it from a cold cache."""
+        return {"stats": self.cache.stats.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.cache.stats = TierStats.from_state(state.get("stats", {}))
+
     def close(self) -> None:
         self.master.close()
         self._finalizer()
@@ -298,9 +308,9 @@ def feed_steps(trainer, steps: Iterable) -> Iterator:
             feeder.done(ready)
             ready = None
     finally:
-        if ready is not None:  # stopped inside a step (interrupt): unpin it
+        if ready is not None:  # stopped before training the step (interrupt): unpin it, uncount its load
             for _, t in live:
                 t.end()
-            feeder.done(ready)
+            feeder.discard(ready)
         gen.close()
         trainer.protocol.add_lookahead_stats(feeder.stats())
