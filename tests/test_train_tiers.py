@@ -174,7 +174,8 @@ def test_a_step_larger_than_the_cache_is_refused_in_one_line(ctr):
     _, ds = ctr
     tr = Trainer(TrainData(ds), placement(ds, 1), config(tiers=TierOptions(table_location="host", cache_rows=5)),
                  LocalEngine(1))
-    with pytest.raises(TrainingError, match=r"distinct rows but the cache holds 5; raise cache_rows"):
+    with pytest.raises(TrainingError, match=r"distinct rows but the cache holds 5; the largest step of the epoch "
+                                            r"uses \d+: raise cache_rows"):
         tr.fit()
 
 
@@ -351,6 +352,36 @@ def test_cli_table_location_flags(ctr, tmp_path):
     assert "--cache-rows drives the device cache of --table-location host|disk" in bad.output
 
 
+@pytest.mark.parametrize("herald", [False, True])
+def test_the_cache_rows_advice_is_a_value_that_runs(ctr, tmp_path, herald):
+    """A step larger than the cache names a --cache-rows that passes that check: with Herald, whose
+    copies keep --cache-rows // 2 of the cache, the own rows need 2 n - 1 for a step of n rows."""
+    import re
+
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    path, _ = ctr
+    args = ["train", "--dataset", str(path), "--batch-size", "8", "--epochs", "1", "--embedding-dim", "4",
+            "--table-location", "host", "--lookahead", "2"]
+    if herald:
+        args += ["--schedule", "herald", "--on-demand"]
+    small = CliRunner().invoke(app, [*args, "--cache-rows", "10"])
+    assert small.exit_code != 0 and "Traceback" not in small.output
+    found = re.search(r"a step uses (\d+) distinct rows but the cache holds (\d+); the largest step of the epoch "
+                      r"uses (\d+): raise cache_rows to at least (\d+)", small.output)
+    assert found, small.output
+    step_rows, holds, largest, advised = map(int, found.groups())
+    assert holds == (10 - 10 // 2 if herald else 10) < step_rows <= largest
+    assert advised == (2 * largest - 1 if herald else largest)
+    ok = CliRunner().invoke(app, [*args, "--cache-rows", str(advised)])
+    assert ok.exit_code == 0, ok.output
+    zero = CliRunner().invoke(app, [*args, "--cache-rows", "0"])  # not silently the default
+    assert zero.exit_code != 0 and "Traceback" not in zero.output
+    assert "cache" in zero.output and "got 0" in zero.output and "leave it out" in zero.output
+
+
 @pytest.mark.distributed
 def test_tiered_runs_under_torchrun_equal_the_device_run(ctr, tmp_path):
     """3 gloo processes, secondaries, s = 0: host and disk tiers with small caches and a look-ahead
@@ -384,3 +415,71 @@ def test_tiered_runs_under_torchrun_equal_the_device_run(ctr, tmp_path):
             assert x["train_loss"] == y["train_loss"] and x["test_auc"] == y["test_auc"]
             assert y["tiers"]["rows_written_back"] > 0
     assert not list((tmp_path / "tiers").glob("*.rows"))
+
+
+def test_a_missing_tier_dir_is_created_and_removed_with_the_run(ctr, tmp_path):
+    """--tier-dir a/b/c: the run creates a, b and c and removes them when it ends, or fails; a directory
+    that holds anything else (the user's file) is kept."""
+    _, ds = ctr
+    pl = placement(ds, 2)
+    for cache_rows, fails in ((40, False), (5, True)):  # 5 rows: a step does not fit, the run fails
+        tiers = TierOptions(table_location="disk", cache_rows=cache_rows, tier_dir=str(tmp_path / "a" / "b" / "c"))
+        tr = Trainer(TrainData(ds), pl, config(epochs=1, tiers=tiers), LocalEngine(2))
+        assert len(list((tmp_path / "a" / "b" / "c").glob("*.rows"))) == 2
+        if fails:
+            with pytest.raises(TrainingError, match="distinct rows but the cache holds"):
+                tr.fit()
+        else:
+            tr.fit()
+        tr.close()
+        assert not (tmp_path / "a").exists()
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "mine.txt").write_text("keep")
+    tr = Trainer(TrainData(ds), pl, config(epochs=1, tiers=TierOptions(table_location="disk", cache_rows=40,
+                                                                       tier_dir=str(tmp_path / "a" / "b" / "c"))),
+                 LocalEngine(2))
+    tr.close()
+    assert sorted(p.name for p in (tmp_path / "a").rglob("*")) == ["b", "mine.txt"]
+
+
+def test_tier_files_of_killed_runs_are_removed_on_start_and_nothing_else(ctr, tmp_path, caplog):
+    """A run killed with kill -9 leaves worker-NNNNN-PID.rows; the next run in the folder removes the
+    files of dead PIDs whose lock is free, names matching exactly, and says so in one line."""
+    import fcntl
+    import logging
+    import os
+    import subprocess
+    import sys
+
+    _, ds = ctr
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    folder = tmp_path / "tiers"
+    folder.mkdir()
+    names = {f"worker-00000-{dead.pid}.rows": True, f"worker-00003-{dead.pid}.rows": True,  # stale
+             f"worker-00001-{live.pid}.rows": False,  # a live run
+             f"worker-00002-{dead.pid}.rows.bak": False, f"worker-0002-{dead.pid}.rows": False,  # other names
+             f"xworker-00002-{dead.pid}.rows": False, "notes.txt": False,
+             f"worker-00004-{dead.pid + 1_000_000_000}.rows": True}
+    for name in names:
+        (folder / name).write_bytes(b"x" * 100)
+    held = f"worker-00005-{dead.pid}.rows"  # dead PID, but locked: a live run on another machine
+    (folder / held).write_bytes(b"x")
+    fd = os.open(folder / held, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    (folder / f"worker-00006-{dead.pid}.rows").symlink_to(folder / "notes.txt")
+    try:
+        with caplog.at_level(logging.WARNING, logger="gmp.train"):
+            tr = Trainer(TrainData(ds), placement(ds, 1), config(epochs=1, tiers=TierOptions(
+                table_location="disk", cache_rows=40, tier_dir=str(folder))), LocalEngine(1))
+        left = {p.name for p in folder.iterdir()}
+        assert left == {n for n, stale in names.items() if not stale} | {
+            held, f"worker-00006-{dead.pid}.rows", f"worker-00000-{os.getpid()}.rows"}
+        lines = [r.getMessage() for r in caplog.records if "killed runs" in r.getMessage()]
+        assert lines == [f"removed 3 disk-tier files of killed runs (0.0 MB) from {folder}"]
+        tr.close()
+    finally:
+        os.close(fd)
+        live.kill()
+        live.wait()

@@ -8,7 +8,7 @@ import contextlib
 import threading
 from collections import deque
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -99,6 +99,8 @@ class RowCache:
         self.lock = threading.Condition()
         self.stats = TierStats()
         self._count_victims = True  # off while a resumed step redoes reads counted before the interrupt
+        #: what to raise when a step's rows exceed the cache (``n`` rows needed); its owner knows the flag
+        self.advice: Callable[[int], str] = lambda n: f"raise cache_rows to at least {n}"
         self._free = np.arange(self.capacity - 1, -1, -1, dtype=np.int64)  # a stack: the top is _free[_nfree - 1]
         self._nfree = self.capacity
         self._own = 0  # master rows resident
@@ -158,7 +160,7 @@ class RowCache:
         rows = np.asarray(rows, dtype=np.int64)
         if rows.size > self.capacity:
             raise TrainingError(f"a step uses {rows.size} distinct rows but the cache holds {self.capacity}; "
-                                f"raise cache_rows to at least {rows.size}.")
+                                f"{self.advice(int(rows.size))}.")
         with self.lock:
             self._drain()
             slots, hits, newly = pin_hits(rows, self.slot_of, self.pins, *self._lists())

@@ -62,6 +62,7 @@ class StepFeeder(Generic[T]):
         self.produce_s = 0.0  # seconds spent advancing ``items`` and computing their rows
         self.stall_s = 0.0  # seconds the training thread waited for a step (its rows included)
         self.num_items = 0
+        self._largest = [0] * len(self.caches)  # rows of the largest step admitted, per cache
 
     def stats(self) -> dict[str, float]:
         """``items``, ``produce_s``, ``stall_s`` and ``overlap`` = 1 - stall / produce (the share of the
@@ -79,6 +80,33 @@ class StepFeeder(Generic[T]):
         finally:
             self.produce_s += time.perf_counter() - t0
         return item, rows_list
+
+    def _fits(self, rows_list, rest: Callable[[], Iterator[list]]) -> None:
+        """Refuse a step whose rows exceed a cache, naming a size that holds every step of the epoch:
+        ``rest()`` gives the rows of its remaining steps (read only now, on the way to the error)."""
+        if all(r.size <= c.capacity for c, r in zip(self.caches, rows_list)):
+            for k, r in enumerate(rows_list):
+                self._largest[k] = max(self._largest[k], int(r.size))
+            return
+        need = [max(a, int(r.size)) for a, r in zip(self._largest, rows_list)]
+        for more in rest():
+            need = [max(a, int(r.size)) for a, r in zip(need, more)]
+        k = next(k for k, (c, r) in enumerate(zip(self.caches, rows_list)) if r.size > c.capacity)
+        most = max(need)
+        raise TrainingError(f"a step uses {rows_list[k].size} distinct rows but the cache holds "
+                            f"{self.caches[k].capacity}; the largest step of the epoch uses {most}: "
+                            f"{self.caches[k].advice(most)}.")
+
+    def _rest(self, it, ahead=()) -> Callable[[], Iterator[list]]:
+        def rows_lists():
+            for _, rows_list in ahead:
+                yield rows_list
+            while True:
+                try:
+                    yield self._next(it)[1]
+                except StopIteration:
+                    return
+        return rows_lists
 
     def _admit(self, i: int, rows_list) -> list[ReadyStep]:
         out = []
@@ -100,6 +128,7 @@ class StepFeeder(Generic[T]):
                 self.num_items += 1
                 for cache, rows in zip(self.caches, rows_list):
                     cache.enter_window(rows)
+                self._fits(rows_list, self._rest(it))
                 t0 = time.perf_counter()
                 ready = self._admit(i, rows_list)  # inline: the whole load is a stall
                 self._add_stall(time.perf_counter() - t0)
@@ -167,6 +196,7 @@ class StepFeeder(Generic[T]):
                 if not ahead:
                     return
                 item, rows_list = ahead.popleft()
+                self._fits(rows_list, self._rest(it, ahead))
                 ready = self._admit(i, rows_list)
                 while not self._stop.is_set():
                     try:
