@@ -174,7 +174,8 @@ def test_a_step_larger_than_the_cache_is_refused_in_one_line(ctr):
     _, ds = ctr
     tr = Trainer(TrainData(ds), placement(ds, 1), config(tiers=TierOptions(table_location="host", cache_rows=5)),
                  LocalEngine(1))
-    with pytest.raises(TrainingError, match=r"distinct rows but the cache holds 5; raise cache_rows"):
+    with pytest.raises(TrainingError, match=r"distinct rows but the cache holds 5; the largest step of the epoch "
+                                            r"uses \d+: raise cache_rows"):
         tr.fit()
 
 
@@ -242,6 +243,55 @@ def test_checkpoint_of_a_tiered_run_resumes_exactly_and_into_another_location(ct
             assert torch.equal(p.detach(), q)
 
 
+@pytest.mark.parametrize("schedule, lookahead", [("naive", 0), ("naive", 3), ("herald", 2)])
+def test_an_interrupted_and_resumed_epoch_counts_as_the_uninterrupted_one(ctr, tmp_path, schedule, lookahead):
+    """The epoch record of a run interrupted mid-epoch (checkpoint, new trainer, resume) carries the tier
+    counters of the steps before the interrupt: every step's rows are looked up once (hits + misses as
+    uninterrupted; steps loaded ahead but not trained are not counted twice), and Herald's early fetch
+    of the first resumed step counts as in the uninterrupted run (transfers and bytes equal). With
+    lookahead 0 the checkpoint's counters are exactly the uninterrupted run's after that step."""
+    from gmp.train import checkpoint as ck
+
+    _, ds = ctr
+    pl = placement(ds, 2, secondaries=0.3)
+    herald = (HeraldOptions(on_demand=True, cache_rows=20, lookahead=lookahead, read_only_replicas=False)
+              if schedule == "herald" else None)
+
+    def trainer(name):
+        tiers = TierOptions(table_location="disk", cache_rows=40, lookahead=lookahead, tier_dir=str(tmp_path / name))
+        return Trainer(TrainData(ds), pl, config(schedule=schedule, herald=herald, epochs=1, log_every=1, tiers=tiers),
+                       LocalEngine(2))
+
+    whole = trainer("u")
+    steps: list = []
+    uninterrupted = whole.fit(on_record=steps.append)[-1]
+    first = trainer("i")
+    first.fit(stop_after_steps=9)
+    carried = [s.tier.cache.stats.to_json() for s in first.stores]
+    ck.save_checkpoint(first, tmp_path / "ck", dataset_sha256="d", placement_sha="p")
+    second = trainer("r")
+    ck.load_checkpoint(second, tmp_path / "ck", dataset_sha256="d", placement_sha="p")
+    resumed = second.fit()[-1]
+    u, r = uninterrupted["tiers"], resumed["tiers"]
+    assert r["hits"] + r["misses"] == u["hits"] + u["misses"] > 0
+    assert resumed["bytes"] == uninterrupted["bytes"] and resumed["remote_rows_read"] == uninterrupted["remote_rows_read"]
+    if herald is not None:
+        assert resumed["herald"] == uninterrupted["herald"] and resumed["herald"]["prefetched_rows"] > 0
+    # every distinct id of a step is looked up once, at its primary: the first 9 steps' lookups
+    plain = Trainer(TrainData(ds), pl, config(schedule=schedule, herald=herald, epochs=1), LocalEngine(2))
+    gen = plain.protocol.steps(0, 0)
+    looked = sum(np.unique(plain.data.gather(np.concatenate([np.asarray(x) for x in step.samples]))[1]).size
+                 for step, _ in zip(gen, range(9)))
+    gen.close()
+    assert sum(c["hits"] + c["misses"] for c in carried) == looked
+    before = steps[8]["tiers"]  # the uninterrupted run after step 9
+    if lookahead == 0:  # inline loads: deterministic, and the interrupted run's counters are the same
+        for key in ("hits", "misses", "rows_loaded", "rows_written_back", "victim_rows_read"):
+            assert sum(c[key] for c in carried) == before[key], key
+    for t in (whole, first, second):
+        t.close()
+
+
 def test_a_schema_2_checkpoint_resumes_into_a_tiered_run(ctr, tmp_path):
     """Schema 2 kept the primaries in worker-NNNNN.pt: rewrite a checkpoint that way by hand and
     resume it on the disk tier (the one-step upgrade): the uninterrupted run's model."""
@@ -302,6 +352,36 @@ def test_cli_table_location_flags(ctr, tmp_path):
     assert "--cache-rows drives the device cache of --table-location host|disk" in bad.output
 
 
+@pytest.mark.parametrize("herald", [False, True])
+def test_the_cache_rows_advice_is_a_value_that_runs(ctr, tmp_path, herald):
+    """A step larger than the cache names a --cache-rows that passes that check: with Herald, whose
+    copies keep --cache-rows // 2 of the cache, the own rows need 2 n - 1 for a step of n rows."""
+    import re
+
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    path, _ = ctr
+    args = ["train", "--dataset", str(path), "--batch-size", "8", "--epochs", "1", "--embedding-dim", "4",
+            "--table-location", "host", "--lookahead", "2"]
+    if herald:
+        args += ["--schedule", "herald", "--on-demand"]
+    small = CliRunner().invoke(app, [*args, "--cache-rows", "10"])
+    assert small.exit_code != 0 and "Traceback" not in small.output
+    found = re.search(r"a step uses (\d+) distinct rows but the cache holds (\d+); the largest step of the epoch "
+                      r"uses (\d+): raise cache_rows to at least (\d+)", small.output)
+    assert found, small.output
+    step_rows, holds, largest, advised = map(int, found.groups())
+    assert holds == (10 - 10 // 2 if herald else 10) < step_rows <= largest
+    assert advised == (2 * largest - 1 if herald else largest)
+    ok = CliRunner().invoke(app, [*args, "--cache-rows", str(advised)])
+    assert ok.exit_code == 0, ok.output
+    zero = CliRunner().invoke(app, [*args, "--cache-rows", "0"])  # not silently the default
+    assert zero.exit_code != 0 and "Traceback" not in zero.output
+    assert "cache" in zero.output and "got 0" in zero.output and "leave it out" in zero.output
+
+
 @pytest.mark.distributed
 def test_tiered_runs_under_torchrun_equal_the_device_run(ctr, tmp_path):
     """3 gloo processes, secondaries, s = 0: host and disk tiers with small caches and a look-ahead
@@ -335,3 +415,71 @@ def test_tiered_runs_under_torchrun_equal_the_device_run(ctr, tmp_path):
             assert x["train_loss"] == y["train_loss"] and x["test_auc"] == y["test_auc"]
             assert y["tiers"]["rows_written_back"] > 0
     assert not list((tmp_path / "tiers").glob("*.rows"))
+
+
+def test_a_missing_tier_dir_is_created_and_removed_with_the_run(ctr, tmp_path):
+    """--tier-dir a/b/c: the run creates a, b and c and removes them when it ends, or fails; a directory
+    that holds anything else (the user's file) is kept."""
+    _, ds = ctr
+    pl = placement(ds, 2)
+    for cache_rows, fails in ((40, False), (5, True)):  # 5 rows: a step does not fit, the run fails
+        tiers = TierOptions(table_location="disk", cache_rows=cache_rows, tier_dir=str(tmp_path / "a" / "b" / "c"))
+        tr = Trainer(TrainData(ds), pl, config(epochs=1, tiers=tiers), LocalEngine(2))
+        assert len(list((tmp_path / "a" / "b" / "c").glob("*.rows"))) == 2
+        if fails:
+            with pytest.raises(TrainingError, match="distinct rows but the cache holds"):
+                tr.fit()
+        else:
+            tr.fit()
+        tr.close()
+        assert not (tmp_path / "a").exists()
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "mine.txt").write_text("keep")
+    tr = Trainer(TrainData(ds), pl, config(epochs=1, tiers=TierOptions(table_location="disk", cache_rows=40,
+                                                                       tier_dir=str(tmp_path / "a" / "b" / "c"))),
+                 LocalEngine(2))
+    tr.close()
+    assert sorted(p.name for p in (tmp_path / "a").rglob("*")) == ["b", "mine.txt"]
+
+
+def test_tier_files_of_killed_runs_are_removed_on_start_and_nothing_else(ctr, tmp_path, caplog):
+    """A run killed with kill -9 leaves worker-NNNNN-PID.rows; the next run in the folder removes the
+    files of dead PIDs whose lock is free, names matching exactly, and says so in one line."""
+    import fcntl
+    import logging
+    import os
+    import subprocess
+    import sys
+
+    _, ds = ctr
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    folder = tmp_path / "tiers"
+    folder.mkdir()
+    names = {f"worker-00000-{dead.pid}.rows": True, f"worker-00003-{dead.pid}.rows": True,  # stale
+             f"worker-00001-{live.pid}.rows": False,  # a live run
+             f"worker-00002-{dead.pid}.rows.bak": False, f"worker-0002-{dead.pid}.rows": False,  # other names
+             f"xworker-00002-{dead.pid}.rows": False, "notes.txt": False,
+             f"worker-00004-{dead.pid + 1_000_000_000}.rows": True}
+    for name in names:
+        (folder / name).write_bytes(b"x" * 100)
+    held = f"worker-00005-{dead.pid}.rows"  # dead PID, but locked: a live run on another machine
+    (folder / held).write_bytes(b"x")
+    fd = os.open(folder / held, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    (folder / f"worker-00006-{dead.pid}.rows").symlink_to(folder / "notes.txt")
+    try:
+        with caplog.at_level(logging.WARNING, logger="gmp.train"):
+            tr = Trainer(TrainData(ds), placement(ds, 1), config(epochs=1, tiers=TierOptions(
+                table_location="disk", cache_rows=40, tier_dir=str(folder))), LocalEngine(1))
+        left = {p.name for p in folder.iterdir()}
+        assert left == {n for n, stale in names.items() if not stale} | {
+            held, f"worker-00006-{dead.pid}.rows", f"worker-00000-{os.getpid()}.rows"}
+        lines = [r.getMessage() for r in caplog.records if "killed runs" in r.getMessage()]
+        assert lines == [f"removed 3 disk-tier files of killed runs (0.0 MB) from {folder}"]
+        tr.close()
+    finally:
+        os.close(fd)
+        live.kill()
+        live.wait()

@@ -26,6 +26,8 @@ asynchronous under torchrun; :mod:`gmp.train.herald.prefetch`; the record's
 
 from __future__ import annotations
 
+import contextlib
+
 import time
 from typing import Any, Iterator
 
@@ -51,7 +53,8 @@ class HeraldOnDemand(StepProtocol):
         self.copies_stay_valid = self.options.on_demand or not self.options.read_only_replicas
         for store in trainer.stores:
             store.enable_cache(ship_state=self.copies_stay_valid)
-        self._early = None  # (pending exchange, rows per local worker) of the early exchange in flight
+        self._early = None  # (pending exchange, rows per local worker, step) of the early exchange in flight
+        self._replay_early = None  # the step (of a resumed epoch) whose early fetch is redone uncounted
         self.reset_epoch()
 
     def reset_epoch(self) -> None:
@@ -62,8 +65,11 @@ class HeraldOnDemand(StepProtocol):
         cache after it. With ``lookahead > 0`` the trainer's one look-ahead prefetcher
         (:func:`gmp.train.tiers.feed_steps`) advances this generator ``lookahead`` steps ahead in its
         thread, so the scheduler runs ahead of training there."""
-        if self._early is not None:  # left over from an interrupted call: complete it, drop the rows
+        if self._early is not None and self._early[2] != start:  # left over, for another step: drop the rows
             self._take_early()
+        # a run resumed mid-epoch: step start - 1 fetched this step's final rows early before the
+        # interrupt (and counted them in the checkpoint); the first step fetches them again, uncounted
+        self._replay_early = start if start > 0 and self.options.lookahead > 0 and self._early is None else None
         return self._steps(epoch, start)
 
     def _steps(self, epoch: int, start: int) -> Iterator[Step]:
@@ -126,6 +132,14 @@ class HeraldOnDemand(StepProtocol):
         rest on demand; then, with a look-ahead, start the early fetch of the next step's final rows."""
         tr = self.trainer
         n = tr.num_workers
+        if self._replay_early is not None and self._replay_early == sched.index_in_epoch:
+            self._replay_early = None
+            with contextlib.ExitStack() as quiet:  # counted by the interrupted run, before its checkpoint
+                quiet.enter_context(tr.engine.not_counted())
+                for store in tr.stores:
+                    if store.tier is not None:
+                        quiet.enter_context(store.tier.cache.victims_not_counted())
+                self._issue_early(sched)
         staged = self._take_early()
         req_sends, wants = [], []
         for li, w in enumerate(tr.engine.local_workers):
@@ -206,14 +220,15 @@ class HeraldOnDemand(StepProtocol):
             to_me = ew == me
             recv_rows.append(er[to_me])  # ordered by (primary, row): the order the parts arrive in
             recv_counts.append([int(np.count_nonzero(to_me & (prim == src))) for src in range(n)])
-        self._early = (tr.engine.start_alltoallv(sends, "embedding_rows", recv_counts=recv_counts), recv_rows)
+        self._early = (tr.engine.start_alltoallv(sends, "embedding_rows", recv_counts=recv_counts), recv_rows,
+                       nxt.index_in_epoch)
 
     def _take_early(self) -> list[tuple[np.ndarray, torch.Tensor]] | None:
         """Wait for the early exchange started in the previous step; per local worker (rows sorted, payload)."""
         tr = self.trainer
         if self._early is None:
             return None
-        handle, recv_rows = self._early
+        handle, recv_rows, _ = self._early
         self._early = None
         t0 = time.perf_counter()
         got = handle.wait()

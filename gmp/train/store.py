@@ -483,7 +483,7 @@ class EmbeddingStore:
         if local_state is not None:
             local_state = torch.cat([local_state, cached[:, self.row_dim:]])
         return {"ids": self.ids.copy(), "num_primary": self.num_primary, "table": table, "clock": self.clock.copy(), "local_state": local_state,
-                "dirty": self._pending.copy(), "cache_ids": self.cache_ids.copy()}
+                "dirty": self._pending.copy(), "cache_ids": self.cache_ids.copy(), "tier": self.tier and self.tier.state_dict()}
 
     def load_state_dict(self, state: dict, primary_rows: Callable[[int, int], np.ndarray]) -> None:
         """Restore from :meth:`state_dict`'s dict and ``primary_rows(start, stop)`` (the primaries'
@@ -503,7 +503,7 @@ class EmbeddingStore:
         nsec = self.num_rows - self.num_primary
         self.table[self.num_primary - self._base:].copy_(table[:nsec])
         if self.tier is not None:
-            self.tier.write_blocks(primary_rows)
+            self.tier.write_blocks(primary_rows, state.get("tier"))  # + the running epoch's counters
         else:
             rows = torch.as_tensor(primary_rows(0, self.num_primary)).to(self.device, self.dtype)
             self.table[:self.num_primary].copy_(rows[:, :self.row_dim])

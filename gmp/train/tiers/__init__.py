@@ -55,15 +55,16 @@ place: their slot when cached, else the master (cDLRM's victim rows, section 5.2
 
 Modules: :mod:`.rows` (master tiers), :mod:`.cache` (``RowCache``, ``TierStats``),
 :mod:`.prefetch` (``StepFeeder``, ``LookaheadPrefetcher``), :mod:`.table` (``TierOptions``,
-``TieredTable``, ``feed_steps``).
+``TieredTable``, ``feed_steps``), :mod:`.files` (the disk tier's folder: directories made for it,
+files of killed runs).
 """
 
 
 from .cache import CACHE_POLICIES, RowCache, TierStats
 from .prefetch import LookaheadPrefetcher, ReadyStep, StepFeeder
 from .rows import DiskRows, HostRows
-from .table import DEFAULT_CACHE_PERCENT, TABLE_LOCATIONS, TieredTable, TierOptions, feed_steps, split_cache_rows
+from .table import DEFAULT_CACHE_PERCENT, TABLE_LOCATIONS, TieredTable, TierOptions, cache_rows_for, feed_steps, split_cache_rows
 
 __all__ = ["CACHE_POLICIES", "DEFAULT_CACHE_PERCENT", "DiskRows", "HostRows", "LookaheadPrefetcher", "ReadyStep", "RowCache",
-           "StepFeeder", "TABLE_LOCATIONS", "TierOptions", "TierStats", "TieredTable", "feed_steps",
-           "split_cache_rows"]
+           "StepFeeder", "TABLE_LOCATIONS", "TierOptions", "TierStats", "TieredTable", "cache_rows_for",
+           "feed_steps", "split_cache_rows"]

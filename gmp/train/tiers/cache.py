@@ -4,9 +4,11 @@ See :mod:`gmp.train.tiers`."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import deque
 from dataclasses import dataclass
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -43,6 +45,24 @@ class TierStats:
         d["hit_rate"] = self.hits / total if total else 1.0
         return d
 
+    def state_dict(self) -> dict:
+        """The counters as a checkpoint holds them (a resumed epoch continues them)."""
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_state(cls, state: dict) -> "TierStats":
+        known = cls.__dataclass_fields__
+        return cls(**{k: type(known[k].default)(v) for k, v in state.items() if k in known})
+
+    def subtract(self, moved: "TierStats") -> None:
+        """Take back an admission's counts (``moved``: what :meth:`RowCache.admit_counted` returned)."""
+        for k in _ADMISSION_COUNTS:
+            setattr(self, k, getattr(self, k) - getattr(moved, k))
+
+
+#: what one admission counts (hits/misses of its rows, its loads and its victims' write-backs)
+_ADMISSION_COUNTS = ("hits", "misses", "rows_loaded", "rows_written_back", "bytes_loaded", "bytes_written_back")
+
 
 class RowCache:
     """``capacity`` rows of a master tier on ``device`` (see the module docstring).
@@ -78,6 +98,9 @@ class RowCache:
         self.clock = 0
         self.lock = threading.Condition()
         self.stats = TierStats()
+        self._count_victims = True  # off while a resumed step redoes reads counted before the interrupt
+        #: what to raise when a step's rows exceed the cache (``n`` rows needed); its owner knows the flag
+        self.advice: Callable[[int], str] = lambda n: f"raise cache_rows to at least {n}"
         self._free = np.arange(self.capacity - 1, -1, -1, dtype=np.int64)  # a stack: the top is _free[_nfree - 1]
         self._nfree = self.capacity
         self._own = 0  # master rows resident
@@ -127,16 +150,24 @@ class RowCache:
         """Make ``rows`` (unique) resident and pin them; returns their slots (and, on CUDA,
         an event the step must wait on). Blocks while every evictable slot is pinned by
         other steps (``wait``), and refuses when ``rows`` alone exceed the capacity."""
+        slots, event, _ = self.admit_counted(rows, wait=wait)
+        return slots, event
+
+    def admit_counted(self, rows: np.ndarray, *, wait: bool = True) -> tuple[np.ndarray, "torch.cuda.Event | None",
+                                                                            TierStats]:
+        """:meth:`admit`, plus what this admission added to :attr:`stats` (a step admitted ahead but
+        never trained, because of an interrupt, is taken back with :meth:`uncount`)."""
         rows = np.asarray(rows, dtype=np.int64)
         if rows.size > self.capacity:
             raise TrainingError(f"a step uses {rows.size} distinct rows but the cache holds {self.capacity}; "
-                                f"raise cache_rows to at least {rows.size}.")
+                                f"{self.advice(int(rows.size))}.")
         with self.lock:
             self._drain()
             slots, hits, newly = pin_hits(rows, self.slot_of, self.pins, *self._lists())
             self._num_pinned += newly
             self.stats.hits += hits
             num_miss = rows.size - hits
+            moved = TierStats(hits=hits, misses=num_miss)
             self.stats.misses += num_miss
             new_slots = self._reserve(num_miss, wait)
             self.clock += 1
@@ -153,6 +184,9 @@ class RowCache:
             self._busy += 1
         try:
             miss_rows = self.row_of[new_slots]  # pinned: stable outside the lock
+            row_bytes = self.width * self.tensor.element_size()
+            moved.rows_loaded, moved.bytes_loaded = int(miss_rows.size), int(miss_rows.size) * row_bytes
+            moved.rows_written_back, moved.bytes_written_back = int(wb_rows.size), int(wb_rows.size) * row_bytes
             if not self._cuda and isinstance(self.master, HostRows):
                 swap_rows(self.tensor.numpy(), self.master.data, wb_slots, wb_rows, new_slots, miss_rows)
                 self._count_moves(wb_rows.size, miss_rows.size)
@@ -165,7 +199,23 @@ class RowCache:
             with self.lock:
                 self._busy -= 1
                 self.lock.notify_all()
-        return slots, event
+        return slots, event, moved
+
+    def uncount(self, moved: TierStats) -> None:
+        """Take back the counts of an admission whose step never trained (an interrupt): a resumed
+        run admits that step again, so the epoch's counters stay those of the steps trained."""
+        with self.lock:
+            self.stats.subtract(moved)
+
+    @contextlib.contextmanager
+    def victims_not_counted(self) -> Iterator[None]:
+        """Victim reads and writes in this block are not counted: a resumed step redoes what the
+        interrupted run did (and counted, in the checkpoint's counters) before the interrupt."""
+        old, self._count_victims = self._count_victims, False
+        try:
+            yield
+        finally:
+            self._count_victims = old
 
     def _count_moves(self, written: int, loaded: int) -> None:
         row_bytes = self.width * self.tensor.element_size()
@@ -336,8 +386,9 @@ class RowCache:
             miss = np.flatnonzero(~res)
             if miss.size:
                 values = self.master.read(rows[miss])
-                self.stats.victim_rows_read += int(miss.size)
-                self.stats.bytes_loaded += int(values.nbytes)
+                if self._count_victims:
+                    self.stats.victim_rows_read += int(miss.size)
+                    self.stats.bytes_loaded += int(values.nbytes)
                 out[torch.as_tensor(miss, device=self.device)] = torch.from_numpy(values).to(self.device)
         return out
 
@@ -359,8 +410,9 @@ class RowCache:
             if miss.size:
                 vals = values[torch.as_tensor(miss, device=values.device)].cpu().numpy()
                 self.master.write(rows[miss], vals)
-                self.stats.victim_rows_written += int(miss.size)
-                self.stats.bytes_written_back += int(vals.nbytes)
+                if self._count_victims:
+                    self.stats.victim_rows_written += int(miss.size)
+                    self.stats.bytes_written_back += int(vals.nbytes)
 
     def flush(self) -> None:
         """Write every dirty row back (a checkpoint, an evaluation on the master, the end)."""

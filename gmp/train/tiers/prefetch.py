@@ -13,7 +13,7 @@ from typing import Callable, Generic, Iterable, Iterator, Sequence, TypeVar
 import numpy as np
 
 from ...errors import TrainingError
-from .cache import RowCache
+from .cache import RowCache, TierStats
 
 T = TypeVar("T")
 #: steps read into the window per step admitted (the window reaches ``lookahead`` after lookahead / 7 steps)
@@ -26,6 +26,7 @@ class ReadyStep:
     rows: np.ndarray  # unique master rows of the step (ascending)
     slots: np.ndarray  # their cache slots (pinned)
     event: object = None  # CUDA event to wait on (None on CPU)
+    moved: TierStats | None = None  # what its admission counted (taken back if it never trains)
 
 
 class StepFeeder(Generic[T]):
@@ -61,6 +62,7 @@ class StepFeeder(Generic[T]):
         self.produce_s = 0.0  # seconds spent advancing ``items`` and computing their rows
         self.stall_s = 0.0  # seconds the training thread waited for a step (its rows included)
         self.num_items = 0
+        self._largest = [0] * len(self.caches)  # rows of the largest step admitted, per cache
 
     def stats(self) -> dict[str, float]:
         """``items``, ``produce_s``, ``stall_s`` and ``overlap`` = 1 - stall / produce (the share of the
@@ -79,11 +81,38 @@ class StepFeeder(Generic[T]):
             self.produce_s += time.perf_counter() - t0
         return item, rows_list
 
+    def _fits(self, rows_list, rest: Callable[[], Iterator[list]]) -> None:
+        """Refuse a step whose rows exceed a cache, naming a size that holds every step of the epoch:
+        ``rest()`` gives the rows of its remaining steps (read only now, on the way to the error)."""
+        if all(r.size <= c.capacity for c, r in zip(self.caches, rows_list)):
+            for k, r in enumerate(rows_list):
+                self._largest[k] = max(self._largest[k], int(r.size))
+            return
+        need = [max(a, int(r.size)) for a, r in zip(self._largest, rows_list)]
+        for more in rest():
+            need = [max(a, int(r.size)) for a, r in zip(need, more)]
+        k = next(k for k, (c, r) in enumerate(zip(self.caches, rows_list)) if r.size > c.capacity)
+        most = max(need)
+        raise TrainingError(f"a step uses {rows_list[k].size} distinct rows but the cache holds "
+                            f"{self.caches[k].capacity}; the largest step of the epoch uses {most}: "
+                            f"{self.caches[k].advice(most)}.")
+
+    def _rest(self, it, ahead=()) -> Callable[[], Iterator[list]]:
+        def rows_lists():
+            for _, rows_list in ahead:
+                yield rows_list
+            while True:
+                try:
+                    yield self._next(it)[1]
+                except StopIteration:
+                    return
+        return rows_lists
+
     def _admit(self, i: int, rows_list) -> list[ReadyStep]:
         out = []
         for cache, rows in zip(self.caches, rows_list):
-            slots, event = cache.admit(rows)
-            out.append(ReadyStep(i, rows, slots, event))
+            slots, event, moved = cache.admit_counted(rows)
+            out.append(ReadyStep(i, rows, slots, event, moved))
         return out
 
     def __iter__(self) -> Iterator[tuple[T, list[ReadyStep]]]:
@@ -99,6 +128,7 @@ class StepFeeder(Generic[T]):
                 self.num_items += 1
                 for cache, rows in zip(self.caches, rows_list):
                     cache.enter_window(rows)
+                self._fits(rows_list, self._rest(it))
                 t0 = time.perf_counter()
                 ready = self._admit(i, rows_list)  # inline: the whole load is a stall
                 self._add_stall(time.perf_counter() - t0)
@@ -124,7 +154,7 @@ class StepFeeder(Generic[T]):
                 try:
                     got = self._q.get_nowait()
                     if got is not None:
-                        self.done(got[1])  # admitted ahead, never trained: unpin
+                        self.discard(got[1])  # admitted ahead, never trained
                 except queue.Empty:
                     pass
                 self._thread.join(timeout=0.05)
@@ -134,7 +164,7 @@ class StepFeeder(Generic[T]):
                 except queue.Empty:
                     break
                 if got is not None:
-                    self.done(got[1])
+                    self.discard(got[1])
 
     def _add_stall(self, seconds: float) -> None:
         self.stall_s += seconds
@@ -166,6 +196,7 @@ class StepFeeder(Generic[T]):
                 if not ahead:
                     return
                 item, rows_list = ahead.popleft()
+                self._fits(rows_list, self._rest(it, ahead))
                 ready = self._admit(i, rows_list)
                 while not self._stop.is_set():
                     try:
@@ -174,7 +205,7 @@ class StepFeeder(Generic[T]):
                     except queue.Full:
                         continue
                 else:
-                    self.done(ready)
+                    self.discard(ready)
                 i += 1
         except BaseException as exc:  # handed to the training thread
             self._error = exc
@@ -192,6 +223,15 @@ class StepFeeder(Generic[T]):
         next admission, in the prefetch thread when there is one)."""
         for cache, r in zip(self.caches, ready):
             cache.finish(r.rows, r.slots)
+
+    def discard(self, ready: list[ReadyStep]) -> None:
+        """A step admitted but never trained (an interrupt stopped the run before it): unpin it and
+        take back its admission's counts, so that the caches' counters are those of the steps
+        trained (what a checkpoint carries into the resumed run, which admits the step again)."""
+        self.done(ready)
+        for cache, r in zip(self.caches, ready):
+            if r.moved is not None:
+                cache.uncount(r.moved)
 
 
 class LookaheadPrefetcher:

@@ -107,6 +107,9 @@ class DiskRows:
     def nbytes(self) -> int:
         return self.num_rows * self.row_bytes
 
+    def fileno(self) -> int:
+        return self._fd
+
     def read(self, rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         rows = np.asarray(rows, dtype=np.int64)
         out = np.empty((rows.size, self.width), dtype=self.dtype) if out is None else out

@@ -4,7 +4,6 @@ cache) and :func:`feed_steps` (the trainer's hook). See :mod:`gmp.train.tiers`."
 
 from __future__ import annotations
 
-import os
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +14,7 @@ import torch
 
 from ...errors import TrainingError
 from ...params import check_choice, check_int
+from . import files
 from ._kernels import step_primaries
 from .cache import CACHE_POLICIES, RowCache, TierStats
 from .prefetch import ReadyStep, StepFeeder
@@ -100,11 +100,21 @@ def split_cache_rows(cache_rows: int | None, *, tiered: bool, herald: bool) -> t
     get the rest. ``None`` for Herald: its default (no copies kept)."""
     if not tiered:
         return 0, cache_rows
+    if cache_rows is not None and cache_rows < 1:  # not "the default": that is leaving it out
+        raise _param_error("cache_rows", f"The 'cache_rows' parameter must be >= 1 with a tiered table (the cache "
+                                         f"of the worker's own rows), got {cache_rows}; leave it out for the "
+                                         f"default ({DEFAULT_CACHE_PERCENT}% of the worker's primaries).")
     if not cache_rows:
         return 0, None
     if not herald:
         return int(cache_rows), None
     return int(cache_rows) - int(cache_rows) // 2, int(cache_rows) // 2
+
+
+def cache_rows_for(own_rows: int, *, herald: bool) -> int:
+    """The smallest ``cache_rows`` whose own share (:func:`split_cache_rows`) is ``own_rows``:
+    ``2 * own_rows - 1`` with Herald (it keeps ``cache_rows // 2``), else ``own_rows``."""
+    return 2 * int(own_rows) - 1 if herald else int(own_rows)
 
 
 def _param_error(name: str, msg: str) -> TrainingError:
@@ -133,7 +143,7 @@ class TieredTable:
         self.width = self.row_dim * (2 if state else 1)
         dtype = np.dtype(dtype)
         self.device = torch.device(device)
-        self._path = None
+        self._path = where = None
         if options.table_location == "host":
             self.master = HostRows(_blocks(num_rows, init, self.width, dtype), pin=self.device.type == "cuda",
                                    dtype=dtype)
@@ -141,13 +151,33 @@ class TieredTable:
             import tempfile
 
             where = Path(options.tier_dir) if options.tier_dir else Path(tempfile.gettempdir()) / "gmp-tiers"
-            self._path = where / f"worker-{worker:05d}-{os.getpid()}.rows"
-            self.master = DiskRows.create(self._path, num_rows, self.width, init, dtype=dtype)
-        self._finalizer = weakref.finalize(self, _remove_file, self._path)  # also at exit / garbage collection
+            files.make_dirs(where)  # the missing ones, removed again when the last tier in them closes
+            files.remove_stale(where)  # files of killed runs
+            self._path = files.tier_file(where, worker)
+            try:
+                self.master = DiskRows.create(self._path, num_rows, self.width, init, dtype=dtype)
+            except BaseException:
+                _remove_file(self._path, where)
+                raise
+            files.lock(self.master.fileno())
+        # the file and the directories made for it go at close, exit or garbage collection
+        self._finalizer = weakref.finalize(self, _remove_file, self._path, where)
         capacity = options.capacity(num_rows, self.width * dtype.itemsize)
         self.cache = RowCache(self.master, max(1, capacity), device=self.device, policy=options.cache_policy)
+        self.cache.advice = self._advice
+        #: the cache's size came from gmp train's --cache-rows split with Herald (split_cache_rows)
+        self.herald_share = False
         self._rows: np.ndarray | None = None  # the current step's pinned rows (ascending) and slots
         self._slots: np.ndarray | None = None
+
+    def _advice(self, rows: int) -> str:
+        """What to raise so that a step's ``rows`` distinct rows fit (the cache's error message)."""
+        if self.options.cache_bytes:
+            return f"raise cache_bytes to at least {rows * self.width * self.master.dtype.itemsize}"
+        if self.herald_share:
+            return (f"raise cache_rows to at least {cache_rows_for(rows, herald=True)} (Herald's copies keep "
+                    f"cache_rows // 2 of it; TierOptions.cache_rows >= {rows} in Python)")
+        return f"raise cache_rows to at least {rows}"
 
     # -- the current step ---------------------------------------------------------------------
     def begin(self, ready: ReadyStep) -> None:
@@ -205,10 +235,12 @@ class TieredTable:
         for a in range(0, self.master.num_rows, block_rows):
             yield self.master.read(np.arange(a, min(self.master.num_rows, a + block_rows), dtype=np.int64))
 
-    def write_blocks(self, rows: Callable[[int, int], np.ndarray]) -> None:
+    def write_blocks(self, rows: Callable[[int, int], np.ndarray], state: dict | None = None) -> None:
         """Replace every master row by ``rows(start, stop)``, block by block (a checkpoint being
-        loaded): the cache's own rows are forgotten first."""
+        loaded): the cache's own rows are forgotten first; ``state`` (:meth:`state_dict`, None from a
+        checkpoint of a device run: counters from 0) gives the running epoch's counters."""
         self.cache.clear()
+        self.load_state_dict(state or {})
         for a in range(0, self.master.num_rows, DiskRows.BLOCK_ROWS):
             b = min(self.master.num_rows, a + DiskRows.BLOCK_ROWS)
             self.master.write(np.arange(a, b, dtype=np.int64), np.asarray(rows(a, b), dtype=self.master.dtype))
@@ -220,17 +252,29 @@ class TieredTable:
     def reset_stats(self) -> None:
         self.cache.stats = TierStats()
 
+    def state_dict(self) -> dict:
+        """The running epoch's counters (``TierStats``), for a checkpoint. The cache's contents are not
+        kept: a checkpoint flushes it, and the resumed run starts with an empty cache (cold), so its
+        epoch record counts the steps before the interrupt as the interrupted run did and the steps
+        after it from a cold cache."""
+        return {"stats": self.cache.stats.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.cache.stats = TierStats.from_state(state.get("stats", {}))
+
     def close(self) -> None:
         self.master.close()
         self._finalizer()
 
 
-def _remove_file(path: Path | None) -> None:
+def _remove_file(path: Path | None, directory: Path | None) -> None:
     if path is not None:
         try:
             path.unlink()
         except OSError:
             pass
+    if directory is not None:
+        files.release_dirs(directory)
 
 
 def _blocks(num_rows: int, init: Callable[[int, int], np.ndarray], width: int, dtype) -> np.ndarray:
@@ -281,6 +325,8 @@ def feed_steps(trainer, steps: Iterable) -> Iterator:
             out.append(slots[(slots >= 0) & (slots < store.num_primary)])
         return out
 
+    for _, t in live:  # with Herald, gmp train's --cache-rows gave the tier half its value (split_cache_rows)
+        t.herald_share = herald is not None and opts.cache_rows > 0
     if trainer.step_in_epoch == 0:  # the record's tier figures count from the epoch's first step
         for _, t in live:
             t.reset_stats()
@@ -298,9 +344,9 @@ def feed_steps(trainer, steps: Iterable) -> Iterator:
             feeder.done(ready)
             ready = None
     finally:
-        if ready is not None:  # stopped inside a step (interrupt): unpin it
+        if ready is not None:  # stopped before training the step (interrupt): unpin it, uncount its load
             for _, t in live:
                 t.end()
-            feeder.done(ready)
+            feeder.discard(ready)
         gen.close()
         trainer.protocol.add_lookahead_stats(feeder.stats())

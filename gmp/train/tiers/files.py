@@ -1,0 +1,140 @@
+"""The disk tier's folder (``--tier-dir``): the directories a run creates for it, removed when the
+last tier of the process using them closes, and the files of killed runs, removed on start.
+See :mod:`gmp.train.tiers`.
+
+A disk tier is the file ``worker-NNNNN-PID.rows`` (:data:`TIER_FILE`), locked with ``flock``
+while its run has it open. A run killed with ``kill -9`` cannot remove its file; the next run in
+the same folder removes every file whose name matches :data:`TIER_FILE` exactly, whose PID is not
+a live process of this machine and whose lock is free (a lock held means a live run, on this or
+another machine sharing the folder) -- nothing else is ever deleted.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import re
+import threading
+from pathlib import Path
+
+from ...errors import TrainingError
+
+log = logging.getLogger("gmp.train")
+
+#: a disk tier's file name: worker (5 digits or more), the PID of the process that made it
+TIER_FILE = re.compile(r"worker-(\d{5,})-(\d+)\.rows")
+
+_lock = threading.Lock()
+_users: dict[Path, int] = {}  # directories this process created -> open tiers inside them
+
+
+def tier_file(directory: Path, worker: int) -> Path:
+    return directory / f"worker-{worker:05d}-{os.getpid()}.rows"
+
+
+def make_dirs(directory: Path) -> list[Path]:
+    """Create ``directory`` and its missing parents; the ones created here (deepest first), which
+    :func:`release_dirs` removes when no tier of this process uses them any more."""
+    directory = Path(directory)
+    missing = []
+    p = directory
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    created = []
+    try:
+        for d in reversed(missing):
+            try:
+                d.mkdir()
+                created.append(d)
+            except FileExistsError:  # another process made it meanwhile: not ours to remove
+                pass
+    except OSError as exc:
+        _remove_empty(reversed(created))
+        raise TrainingError(f"cannot create the disk tier directory {directory}: {exc.strerror}; pass a writable "
+                            f"tier_dir.") from None
+    with _lock:
+        for d in created:
+            _users[d] = 0
+        for d in _owned_above(directory):
+            _users[d] += 1
+    return list(reversed(created))
+
+
+def release_dirs(directory: Path) -> None:
+    """One tier in ``directory`` closed: remove the directories this process created for tiers (deepest
+    first) once none of its tiers uses them, if empty (another file in them keeps them)."""
+    with _lock:
+        done = []
+        for d in _owned_above(Path(directory)):
+            _users[d] -= 1
+            if _users[d] <= 0:
+                del _users[d]
+                done.append(d)
+    _remove_empty(sorted(done, key=lambda d: len(d.parts), reverse=True))
+
+
+def _owned_above(directory: Path) -> list[Path]:
+    """The directories of this process's registry that are ``directory`` or hold it. Under ``_lock``."""
+    return [d for d in _users if d == directory or d in directory.parents]
+
+
+def _remove_empty(dirs) -> None:
+    for d in dirs:
+        try:
+            d.rmdir()
+        except OSError:  # not empty (another run's files, the user's): kept
+            pass
+
+
+def lock(fd: int) -> None:
+    """Mark a tier file as in use (released when its file is closed, or its process dies)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # a file system without locks: the PID check still protects this machine's runs
+        pass
+
+
+def remove_stale(directory: Path) -> int:
+    """Remove the tier files of dead runs from ``directory`` (see the module docstring); says so in one
+    log line. Returns how many were removed."""
+    directory = Path(directory)
+    removed, nbytes = 0, 0
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return 0
+    for entry in entries:
+        m = TIER_FILE.fullmatch(entry.name)
+        if m is None or not entry.is_file(follow_symlinks=False):
+            continue
+        pid = int(m.group(2))
+        if pid == os.getpid() or _alive(pid):
+            continue
+        try:
+            fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held: a live run (on another machine)
+            size = os.fstat(fd).st_size
+            os.unlink(entry.path)
+            removed, nbytes = removed + 1, nbytes + size
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    if removed:
+        log.warning("removed %d disk-tier file%s of killed runs (%.1f MB) from %s", removed,
+                    "" if removed == 1 else "s", nbytes / 1e6, directory)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError as exc:
+        return exc.errno == errno.EPERM  # exists, another user's
+    return True
