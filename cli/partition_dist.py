@@ -79,7 +79,8 @@ def partition_distributed_cmd(dataset: Path, *, distributed: bool, chunk_samples
     try:
         t0 = time.perf_counter()
         placement = partition_distributed(ds.indptr, ds.indices, ds.num_embeddings, topo, seed=seed, options=options,
-                                          engine=engine, block_samples=block, chunk_samples=chunk_samples)
+                                          engine=engine, block_samples=block, chunk_samples=chunk_samples,
+                                          dataset_sha256=ds.sha256)
         seconds = time.perf_counter() - t0
         if placement is not None:
             _write(ds, placement, topo, out, overwrite, no_plots, batch_size, embedding_dim, seed, seconds)

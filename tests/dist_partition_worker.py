@@ -36,7 +36,8 @@ def main() -> None:
             p = partition_distributed(ds.indptr, ds.indices, ds.num_embeddings, topo, seed=seed,
                                       options=Options(**run.get("options", {})), engine=engine,
                                       block_samples=run.get("block_samples", 64),
-                                      chunk_samples=run.get("chunk_samples"))
+                                      chunk_samples=run.get("chunk_samples"),
+                                      dataset_sha256=f"{ds.sha256}{engine.rank if run.get('sha_by_rank') else ''}")
         except GmpError as exc:
             (Path(out) / f"{run['name']}.rank{engine.rank}.err").write_text(str(exc))
             continue

@@ -284,6 +284,7 @@ def test_hierarchical_topology_streamed_chunks_and_mismatched_ranks(data, tmp_pa
         {"name": "flat_chunked", "options": {"levels": 1}, "chunk_samples": 70},
         {"name": "flat_mem", "options": {"levels": 1}},
         {"name": "mismatch", "seed_plus_rank": True},
+        {"name": "other_data", "sha_by_rank": True},  # same shape, another dataset (two days of one size)
     ])
     topo = resolve_topology(None, "2x2", None)
     assert_caps(ds, got["hier"], 4)
@@ -297,8 +298,10 @@ def test_hierarchical_topology_streamed_chunks_and_mismatched_ranks(data, tmp_pa
         for key in ("sample_worker", "primary", "sec_indptr", "sec_workers"):
             np.testing.assert_array_equal(got[a][key], got[b][key])
     assert json.loads(str(got["chunked"]["info"]))["distributed"]["chunk_samples"] == 100
-    errors = got["mismatch"]
-    assert errors[0] == errors[1] and "ranks [1] differing from rank 0" in errors[0] and "\n" not in errors[0]
+    for name in ("mismatch", "other_data"):
+        errors = got[name]
+        assert errors[0] == errors[1] and "ranks [1] differing from rank 0 (dataset," in errors[0], errors
+        assert "\n" not in errors[0]
 
 
 def make_pairs_dataset(out: Path, *, num_pairs=64, num_private=3):

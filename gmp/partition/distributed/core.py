@@ -41,25 +41,28 @@ def check_settings(options: Options, topology: Topology, block_samples: int, chu
 
 
 def check_same_run(mesh: Mesh, indptr, num_embeddings: int, topology: Topology, seed: int, options: Options,
-                   block_samples: int, chunk_samples: int | None) -> None:
+                   block_samples: int, chunk_samples: int | None, dataset_sha256: str | None = None) -> None:
     """Every process must partition the same graph with the same settings (a launch that gave the ranks
     different flags or datasets would otherwise hang or mix placements): rank 0's fingerprint is
-    broadcast, and every process raises the same one-line error naming the ranks that differ."""
+    broadcast, and every process raises the same one-line error naming the ranks that differ. The shape
+    alone does not tell two datasets apart (two days of one size): ``dataset_sha256`` does."""
     if mesh.size == 1:
         return
-    mine = (int(indptr.size - 1), int(indptr[-1]), int(num_embeddings), np.asarray(topology.cost).round(9).tolist(),
-            int(seed), sorted(asdict(options).items()), int(block_samples), chunk_samples)
+    mine = (dataset_sha256, int(indptr.size - 1), int(indptr[-1]), int(num_embeddings),
+            np.asarray(topology.cost).round(9).tolist(), int(seed), sorted(asdict(options).items()),
+            int(block_samples), chunk_samples)
     theirs = mesh.broadcast(mine if mesh.rank == 0 else None)
     differ = np.flatnonzero(mesh.isum(np.eye(mesh.size, dtype=np.int64)[mesh.rank] * int(mine != theirs)))
     if differ.size:
         raise PartitionError(f"--distributed: every process must get the same dataset and flags, got ranks "
-                             f"{differ.tolist()} differing from rank 0 (samples, edges, ids, topology, seed, options, "
+                             f"{differ.tolist()} differing from rank 0 (dataset, samples, edges, ids, topology, seed, "
+                             f"options, "
                              f"--block-samples, --chunk-samples); launch every rank with the same command.")
 
 
 def partition_distributed(indptr: np.ndarray, indices: np.ndarray, num_embeddings: int, topology: Topology, *,
                           seed: int, options: Options, engine, block_samples: int = DEFAULT_BLOCK_SAMPLES,
-                          chunk_samples: int | None = None) -> Placement | None:
+                          chunk_samples: int | None = None, dataset_sha256: str | None = None) -> Placement | None:
     """HET-GMP hybrid partitioning across the processes of ``engine`` (docs/distributed.md).
 
     Parameters
@@ -77,6 +80,9 @@ def partition_distributed(indptr: np.ndarray, indices: np.ndarray, num_embedding
     chunk_samples
         Stream the shard from the memory-mapped CSR in chunks of this many samples instead of
         holding it (out of core).
+    dataset_sha256
+        The dataset's hash: every process must have the same (checked with the shape and settings
+        before any work; None: the shape only).
 
     Returns
     -------
@@ -89,7 +95,8 @@ def partition_distributed(indptr: np.ndarray, indices: np.ndarray, num_embedding
     check_settings(options, topology, block_samples, chunk_samples)
     t0 = time.perf_counter()
     mesh = Mesh(engine)
-    check_same_run(mesh, indptr, num_embeddings, topology, seed, options, block_samples, chunk_samples)
+    check_same_run(mesh, indptr, num_embeddings, topology, seed, options, block_samples, chunk_samples,
+                   dataset_sha256)
     n = topology.num_workers
     num_samples = int(indptr.size - 1)
     start, stop = shard_range(num_samples, mesh.size, mesh.rank)
