@@ -140,7 +140,7 @@ def test_dataset_stats_and_compare(tmp_path):
     assert s.mi.raw_mean_bits == pytest.approx(plugin_mi(a, b))
     js = s.to_json()
     assert js["format"] == "gmp.data-stats" and js["schema_version"] == 1
-    json.dumps(js)  # plain JSON (nan written as null)
+    json.dumps(js, allow_nan=False)  # plain JSON (an undefined number is null)
     rows = {r.name: r for r in compare_stats(s, s)}
     assert rows["MI above control, mean bits"].ratio == pytest.approx(1.0)
 
@@ -160,6 +160,13 @@ def test_cli_stats(tmp_path):
     assert json.loads(res.output)["reuse"]["file_order"] == pytest.approx(7 / 24)
     res = runner.invoke(app, ["data", "stats", str(path), "--batch-size", "2", "--compare", str(path)])
     assert res.exit_code == 0 and "MI above control" in res.output
+    res = runner.invoke(app, ["data", "stats", str(path), "--batch-size", "100", "--json"])  # > 6 samples
+    assert res.exit_code == 0, res.output
+
+    def refuse(name):
+        raise AssertionError(f"{name} in the JSON output")
+
+    assert json.loads(res.output, parse_constant=refuse)["reuse"]["file_order"] is None
     res = runner.invoke(app, ["data", "stats", str(path), "--batch-size", "0"])
     assert res.exit_code == 2 and "batch_size must be an integer >= 1" in res.output
 

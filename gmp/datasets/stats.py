@@ -156,14 +156,21 @@ class DatasetStats:
         return float(np.mean(v)) if v else float("nan")
 
     def to_json(self) -> dict[str, Any]:
-        def clean(x: float) -> float | None:
-            return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
+        """The ``gmp.stats`` object; a number that is undefined here (NaN: e.g. the reuse of a dataset
+        smaller than one batch) is ``null`` (JSON has no NaN)."""
+        def clean(x: Any) -> Any:
+            if isinstance(x, dict):
+                return {k: clean(v) for k, v in x.items()}
+            if isinstance(x, (list, tuple)):
+                return [clean(v) for v in x]
+            if isinstance(x, (float, np.floating)):
+                return None if not math.isfinite(float(x)) else float(x)
+            return x
 
         mi = asdict(self.mi)
-        mi["matrix"] = [[clean(float(v)) for v in row] for row in self.mi.matrix]
+        mi["matrix"] = [[float(v) for v in row] for row in self.mi.matrix]
         mi["fields"] = list(self.mi.fields)
-        mi["bootstrap_sd"] = clean(self.mi.bootstrap_sd)
-        return {
+        return clean({
             "format": FORMAT,
             "schema_version": SCHEMA_VERSION,
             "path": self.path,
@@ -175,7 +182,7 @@ class DatasetStats:
             "mi": mi,
             "clustering": asdict(self.clustering),
             "reuse": asdict(self.reuse),
-        }
+        })
 
 
 # ---------------------------------------------------------------------------
