@@ -5,7 +5,9 @@ Runs ``gmp partition`` as a person would -- one process (``-m hybrid``), under t
 and KaMinPar (``-m kaminpar``) -- each command under ``flock LOCK`` when ``--lock`` is given, and
 prints one markdown table from the manifests: partition seconds, peak RSS (per process for the
 distributed runs), batch remote reads and their difference from the single-process run, bytes
-the processes sent (all of them, per round).
+the processes sent in all-to-all exchanges (all of them; the start, i.e. everything before round 1,
+and each round) and seconds likewise. Sums and broadcasts (loads, objective terms, the start's
+coarse partition from rank 0) are not counted; ``--hosts`` measures what the links carried.
 
 ``--hosts 2`` runs the distributed runs across emulated hosts (bench/netns.py; root): the
 processes are split over the hosts, and the table adds the bytes each host put on its link.
@@ -85,14 +87,19 @@ def row(name: str, out: Path, reference: int | None) -> dict:
     reads = int(m["metrics"]["batch_remote_reads"])
     rounds = info.get("rounds") or []
     per_round = [r.get("bytes_sent", 0) for r in rounds[1:]]
+    round_seconds = [r.get("seconds", 0.0) for r in rounds[1:]]
+    total = dist.get("bytes_sent", 0)
+    # the start is everything before round 1: the projections, or a portfolio's candidates with their own
+    # refinement (round 0 of info["rounds"] is then only where the chosen candidate began)
     return {"run": name, "seconds": round(m["partition_seconds"], 1), "load_1min": LOADS.get(out.name),
             "peak_rss_mib": [round(b / 2**20) for b in dist.get("peak_rss_bytes_per_process", [m["peak_rss_bytes"]])],
             "batch_remote_reads": reads,
             "vs_single": None if reference is None else round(100.0 * (reads - reference) / reference, 2),
-            "rounds": len(rounds) - 1, "bytes_sent_mib": round(dist.get("bytes_sent", 0) / 2**20, 1),
-            "bytes_start_mib": round(rounds[0].get("bytes_sent", 0) / 2**20, 1) if rounds else 0,
+            "rounds": len(rounds) - 1, "bytes_sent_mib": round(total / 2**20, 1),
+            "bytes_start_mib": round((total - sum(per_round)) / 2**20, 1),
             "bytes_per_round_mib": [round(b / 2**20, 1) for b in per_round],
-            "seconds_per_round": [round(r.get("seconds", 0.0), 1) for r in rounds]}
+            "seconds_start": round(m["partition_seconds"] - sum(round_seconds), 1),
+            "seconds_per_round": [round(x, 1) for x in round_seconds]}
 
 
 def run_hosts(args, nproc: int, out: Path) -> list[int]:
