@@ -35,7 +35,9 @@ partitioned with a flat topology in the 2-host layout), each optionally with
 e.g. ``hybrid:pipe:bf16``; the global ``--staleness``/``--schedule`` apply where no
 variant says otherwise. For gmp methods the per-phase seconds of a step (the JSON
 records' ``phase_seconds``: gather, id exchange, pulls, compute, pushes, all-reduce,
-optimizer; in the pipelined step the time *waited* for a phase) are printed too. ``ddp-sparse``
+optimizer; in the pipelined step the time *waited* for a phase) are printed too: a mean over the
+processes, while the step time is rank 0's own, so on short runs (a rank waiting for another at the
+first steps) the phases can add up to more than the step. ``ddp-sparse``
 (bench/peers/ddp_sparse.py), ``torchrec-tw`` and ``torchrec-planner``
 (bench/peers/torchrec_peer.py; skipped with a message when TorchRec is absent).
 
