@@ -82,7 +82,7 @@ class DiskRows:
         if size != self.num_rows * self.row_bytes:
             os.close(self._fd)
             raise TrainingError(f"{self.path}: {size} bytes, expected {self.num_rows} rows x {self.row_bytes} bytes; "
-                                f"the file is from another run or truncated — delete it.")
+                                f"the file is from another run or truncated.")
 
     @classmethod
     def create(cls, path: str | os.PathLike, num_rows: int, width: int, init, *, dtype=FLOAT) -> "DiskRows":
