@@ -9,6 +9,7 @@ the torchrun world size), an unknown model / optimizer / schedule.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -213,6 +214,53 @@ def make_engine(name: str, num_workers: int, *, collective_timeout: float | None
     raise TrainingError(f"The 'engine' parameter must be one of {list(ENGINES)}, got {name!r}.")
 
 
+def check_arguments(config: TrainConfig, checkpoint_dir: str | os.PathLike | None, *, resume: bool,
+                    log_json: str | os.PathLike | None, collective_timeout: float | None) -> None:
+    """Everything :func:`train` refuses before it opens the data: one line each."""
+    if not isinstance(config, TrainConfig):
+        raise TrainingError(f"The 'config' parameter must be a TrainConfig, got {type(config).__name__}.")
+    if resume and checkpoint_dir is None:
+        raise TrainingError("--resume needs --checkpoint-dir (where the interrupted run saved its checkpoints).")
+    check_output_dir("checkpoint_dir", checkpoint_dir)
+    if collective_timeout is not None:  # the local engine has no collectives, but a bad value is still an error
+        check_float("collective_timeout", collective_timeout, minimum=0.0, strict=True, error=TrainingError)
+    if checkpoint_dir is not None:
+        check_checkpoint_dir(checkpoint_dir, resume=resume)
+    if log_json is not None:
+        check_log_file(log_json)
+
+
+def open_log(log_json: str | os.PathLike | None, trainer: Trainer, *, continued: bool):
+    """Name the run (``trainer.run_id``) and open its JSON log for appending (None: no log, or not the main
+    process). A ``continued`` run (a plain resume) keeps its checkpoint's run id (the log's last run for a
+    checkpoint saved before gmp recorded it) and loses its lines past the checkpoint."""
+    if trainer.run_id is None:  # a new run, a migration, or a checkpoint saved before it named its run
+        trainer.run_id = (last_run_id(log_json) if continued and log_json is not None else None) or new_run_id()
+    if log_json is None or not trainer.engine.is_main:
+        return None
+    if continued:
+        trim_log(log_json, trainer.epoch, trainer.step_in_epoch, run_id=trainer.run_id)
+    return open(log_json, "a", encoding="utf-8")  # a log holds many runs, each line names its run
+
+
+@contextlib.contextmanager
+def stop_on_signals(trainer: Trainer, *, distributed: bool):
+    """Ctrl-C stops ``trainer`` at the next step (which checkpoints); so does SIGTERM under torchrun, which
+    turns a terminal's Ctrl-C into SIGTERM for its workers (and kills them 30 s later)."""
+    old = {}
+    if trainer.engine.is_main or distributed:
+        try:
+            for sig in (signal.SIGINT,) + ((signal.SIGTERM,) if distributed else ()):
+                old[sig] = signal.signal(sig, lambda *_: trainer.request_stop())
+        except ValueError:  # not in the main thread
+            pass
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
 def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config: TrainConfig, *,
           engine: str = "local", workers: int | None = None, checkpoint_dir: str | os.PathLike | None = None,
           resume: bool = False, log_json: str | os.PathLike | None = None,
@@ -230,17 +278,7 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
     checkpoint is written when ``checkpoint_dir`` is set) and raises
     :class:`TrainingError` like a real interrupt does.
     """
-    if not isinstance(config, TrainConfig):
-        raise TrainingError(f"The 'config' parameter must be a TrainConfig, got {type(config).__name__}.")
-    if resume and checkpoint_dir is None:
-        raise TrainingError("--resume needs --checkpoint-dir (where the interrupted run saved its checkpoints).")
-    check_output_dir("checkpoint_dir", checkpoint_dir)
-    if collective_timeout is not None:  # the local engine has no collectives, but a bad value is still an error
-        check_float("collective_timeout", collective_timeout, minimum=0.0, strict=True, error=TrainingError)
-    if checkpoint_dir is not None:
-        check_checkpoint_dir(checkpoint_dir, resume=resume)
-    if log_json is not None:
-        check_log_file(log_json)
+    check_arguments(config, checkpoint_dir, resume=resume, log_json=log_json, collective_timeout=collective_timeout)
     ds = load_dataset(dataset)
     if verify_hash:
         ds.verify_hash()
@@ -256,15 +294,8 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
             migration = resume_training(trainer, checkpoint_dir, dataset=ds, placement_sha=psha, created=created)
             if migration is not None:
                 check_migration_source(migration, placed_from, manifest)
-        if trainer.run_id is None:  # a new run, a migration, or a checkpoint saved before it named its run
-            trainer.run_id = (last_run_id(log_json) if resume and migration is None and log_json is not None
-                              else None) or new_run_id()
+        log_file = open_log(log_json, trainer, continued=resume and migration is None)
         run_id = trainer.run_id
-        log_file = None
-        if log_json is not None and eng.is_main:
-            if resume and migration is None:  # the run continues; its lines past the checkpoint go
-                trim_log(log_json, trainer.epoch, trainer.step_in_epoch, run_id=run_id)
-            log_file = open(log_json, "a", encoding="utf-8")  # a log holds many runs, each line names its run
 
         def record(rec: dict[str, Any]) -> dict[str, Any]:
             rec = {**rec, "run": run_id, "engine": engine, "workers": placement.num_workers,
@@ -282,21 +313,10 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
             if checkpoint_dir is not None:
                 save_checkpoint(t, checkpoint_dir, dataset_sha256=ds.sha256, placement_sha=psha)
 
-        # Ctrl-C stops at the next step and checkpoints; so does SIGTERM under torchrun, which turns a
-        # terminal's Ctrl-C into SIGTERM for its workers (and kills them 30 s later)
-        stop_signals = (signal.SIGINT,) + ((signal.SIGTERM,) if engine == "distributed" else ())
-        old_handlers = {}
-        if eng.is_main or engine == "distributed":
-            try:
-                for sig in stop_signals:
-                    old_handlers[sig] = signal.signal(sig, lambda *_: trainer.request_stop())
-            except ValueError:  # not in the main thread
-                pass
         try:
-            records = trainer.fit(on_record=record, on_epoch_end=checkpoint, stop_after_steps=stop_after_steps)
+            with stop_on_signals(trainer, distributed=engine == "distributed"):
+                records = trainer.fit(on_record=record, on_epoch_end=checkpoint, stop_after_steps=stop_after_steps)
         finally:
-            for sig, handler in old_handlers.items():
-                signal.signal(sig, handler)
             if log_file is not None:
                 log_file.close()
         if trainer.interrupted:
