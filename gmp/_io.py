@@ -129,6 +129,14 @@ def check_output_dir(out: str | os.PathLike, *, kind: str | None, overwrite: boo
     return out
 
 
+def owner_of(path: str | os.PathLike) -> str | None:
+    """``"gmp.dataset"`` or ``"gmp.placement"`` when ``path`` lies in such a directory (its files belong to it:
+    a stray file there can replace or corrupt what gmp reads), else None."""
+    parent = Path(path).parent
+    kind = output_kind(parent) if parent.is_dir() else None
+    return kind if kind in ("gmp.dataset", "gmp.placement") else None
+
+
 def check_output_file(out: str | os.PathLike, *, overwrite: bool = False, flag: str = "--out") -> Path:
     """Refuse an output file that must not be (re)written; cheap, so call it first.
 
@@ -142,8 +150,8 @@ def check_output_file(out: str | os.PathLike, *, overwrite: bool = False, flag: 
                           f"path.")
     if out.is_dir():
         raise OutputError(f"{flag} {out} is a directory; give a file name.")
-    owner = output_kind(out.parent) if out.parent.is_dir() else None
-    if owner in ("gmp.dataset", "gmp.placement"):
+    owner = owner_of(out)
+    if owner is not None:
         raise OutputError(f"{flag} {out} is inside {KIND_NAMES[owner]} ({out.parent}); write it elsewhere.")
     if out.exists() and not overwrite:
         raise OutputError(f"{flag} {out} already exists; choose another {flag} or pass --overwrite.")

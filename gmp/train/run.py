@@ -132,11 +132,11 @@ def read_log(path: str | os.PathLike) -> list[tuple[str, dict[str, Any] | None]]
 def check_log_file(path: str | os.PathLike) -> None:
     """Refuse, before training, a ``--log-json`` file that belongs to something else: a file inside a gmp
     dataset or placement manifest, or a file that is not a gmp training log (:func:`read_log`)."""
-    from .._io import KIND_NAMES, output_kind
+    from .._io import KIND_NAMES, owner_of
 
     path = Path(path)
-    owner = output_kind(path.parent) if path.parent.is_dir() else None
-    if owner in ("gmp.dataset", "gmp.placement"):
+    owner = owner_of(path)
+    if owner is not None:
         raise TrainingError(f"--log-json {path} is inside {KIND_NAMES[owner]} ({path.parent}); write it elsewhere.")
     read_log(path)
 
