@@ -467,6 +467,42 @@ def test_csv_numeric_label_and_default_categoricals(tmp_path):
     assert [f.name for f in ds.fields] == ["a", "b"]
 
 
+def test_csv_cells_with_spaces_and_quotes_read_as_their_values(tmp_path, caplog):
+    """UCI Adult separates cells with ', ': the label value ' >50K' is '>50K' (every label was 0), and a
+    quoted number '"3"' is 3 (every line was malformed); categorical values keep their spaces (their ids)."""
+    import logging
+
+    p = tmp_path / "adult.csv"
+    p.write_text('age, workclass, hours, income\n39, State-gov, 40, <=50K\n50, Self-emp, "13", >50K\n'
+                 '38, Private, 40, ">50K"\n')
+    import_csv([p], tmp_path / "a", options=CsvOptions(label="income", dense=["age", "hours"], label_positive=">50K",
+                                                       dense_transform="none"), common=opts(test_fraction=0.0))
+    ds = load_dataset(tmp_path / "a")
+    assert ds.labels.tolist() == [0, 1, 1]
+    assert ds.dense[:, 1].tolist() == [40, 13, 40]
+    q = tmp_path / "q.csv"
+    q.write_text('"lab","a","d"\n"1","x","3"\n"0","y","4"\n')
+    import_csv([q], tmp_path / "q", options=CsvOptions(label="lab", dense=["d"], dense_transform="none"),
+               common=opts(test_fraction=0.0))
+    ds = load_dataset(tmp_path / "q")
+    assert ds.labels.tolist() == [1, 0] and ds.dense[:, 0].tolist() == [3, 4]
+    with caplog.at_level(logging.WARNING):
+        import_csv([p], tmp_path / "none", options=CsvOptions(label="income", dense=["age", "hours"],
+                                                              label_positive="yes"), common=opts(test_fraction=0.0))
+    assert "--label-positive 'yes' matched no row's label" in caplog.text
+
+
+def test_a_test_input_that_is_an_input_by_another_spelling_is_refused(tmp_path, monkeypatch):
+    from gmp.datasets.imports import import_dataset
+
+    p = tmp_path / "tr.csv"
+    p.write_text("label,a\n1,x\n0,y\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ImportDataError, match="is given both as an input and as a test input"):
+        import_dataset("csv", ["tr.csv"], tmp_path / "o", test_inputs=[tmp_path / "." / "tr.csv"],
+                       options=CsvOptions(label="label"))
+
+
 @pytest.mark.parametrize(
     "line, message",
     [

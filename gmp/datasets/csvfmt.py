@@ -31,6 +31,7 @@ non-numeric label, a non-numeric dense value.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +46,8 @@ from .importers import (BAD, BadLines, CommonOptions, check_inputs, finish_impor
                         iter_chunks, log1p_clamped, parse_float_block, read_header, split_multi, token, tokenize,
                         total_size)
 from .vocab import Vocabulary
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -172,10 +175,11 @@ def run_delimited(paths: list[Path], out, *, fmt: str, plan: DelimitedPlan, comm
     vocab.check_hash_fields()
     bad = BadLines(common.max_bad_lines)
     opts = plan.options
-    positive_key = hash_strings([opts.label_positive])[0] if opts.label_positive is not None else None
+    positive = None if opts.label_positive is None else opts.label_positive.strip().strip('"').strip()
+    positive_key = hash_strings([positive])[0] if positive is not None else None
     ncols_expected = len(plan.cols)
     sepname = {",": "comma", "\t": "tab", ";": "semicolon", "|": "pipe", " ": "space"}.get(plan.sep, repr(plan.sep))
-    lines_read = 0
+    lines_read = positives = 0
     num_dense = len(plan.dense_cols)
     # stored as float32: without a transform a value must fit float32 (1e300 would become inf)
     raw = plan.options.dense_transform == "none"
@@ -192,7 +196,7 @@ def run_delimited(paths: list[Path], out, *, fmt: str, plan: DelimitedPlan, comm
                 lines_read += n
                 lab_s, lab_e = starts[:, [plan.label_col]], ends[:, [plan.label_col]]
                 if positive_key is not None:
-                    lkeys, lstat = hash_token_block(buf, lab_s, lab_e, True)
+                    lkeys, lstat = hash_token_block(buf, lab_s, lab_e, True, True)
                     labels = (lkeys[:, 0] == positive_key).astype(np.float32)
                     bad_label = lstat[:, 0] != 0
                 else:
@@ -258,6 +262,11 @@ def run_delimited(paths: list[Path], out, *, fmt: str, plan: DelimitedPlan, comm
                     dv = dvals[good]
                     dense = log1p_clamped(dv) if opts.dense_transform == "log1p" else dv.astype(np.float32)
                 writer.add(lengths, ids, labels[good], dense)
+                positives += int(labels[good].sum())
+        if positive is not None and positives == 0:
+            log.warning("warning: --label-positive %r matched no row's label, so every label is 0; compare it with "
+                        "the label column's values (spaces and a pair of quotes around a cell are ignored).",
+                        positive)
         return finish_import(writer, vocab, bad, fmt=fmt, paths=paths, lines_read=lines_read, common=common,
                              format_options=format_options, dense_names=[plan.cols[c] for c in plan.dense_cols])
 

@@ -154,7 +154,7 @@ def check_inputs(paths: Sequence[str | os.PathLike], *, streams: bool = False, f
         if not os.access(p, os.R_OK):
             raise ImportDataError(f"{p}: permission denied; make the file readable.")
         if not streams and not p.is_file():
-            raise ImportDataError(f"{p} is not a regular file (a pipe or device); the {fmt or 'this'} importer reads "
+            raise ImportDataError(f"{p} is not a regular file (a pipe or device); the {fmt + ' ' if fmt else ''}importer reads "
                                   f"the header before the data: save the input to a file first.")
         out.append(p)
     return out
@@ -372,6 +372,16 @@ def _strip(buf, s, e):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
+def _cell(buf, s, e):  # pragma: no cover - compiled
+    """The cell [s, e) without surrounding spaces and one pair of double quotes around it (``"1"``,
+    `` >50K`` after ``, ``): how a number or a label value is read."""
+    s, e = _strip(buf, s, e)
+    if e - s >= 2 and buf[s] == 34 and buf[e - 1] == 34:
+        s, e = _strip(buf, s + 1, e - 1)
+    return s, e
+
+
+@numba.njit(cache=True, nogil=True)
 def _parse_int(buf, s, e):  # pragma: no cover - compiled
     # [sign] at most 18 digits; returns (value, ok)
     neg = False
@@ -495,13 +505,14 @@ def _parse_float(buf, s, e):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True)
 def parse_float_block(buf, starts, ends):  # pragma: no cover - compiled
-    """Decimal floats (``1``, ``-2.5``, ``3e-4``); status per cell."""
+    """Decimal floats (``1``, ``-2.5``, ``3e-4``; spaces and a pair of quotes around them ignored); status
+    per cell."""
     n, k = starts.shape
     vals = np.zeros((n, k), dtype=np.float64)
     status = np.zeros((n, k), dtype=np.int8)
     for i in range(n):
         for j in range(k):
-            s, e = _strip(buf, starts[i, j], ends[i, j])
+            s, e = _cell(buf, starts[i, j], ends[i, j])
             if s == e:
                 status[i, j] = 1
                 continue
@@ -526,8 +537,10 @@ def _hash_span(buf, s, e):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def hash_token_block(buf, starts, ends, strip_quotes):  # pragma: no cover - compiled
-    """64-bit key of every token (FNV-1a + splitmix64); status 1 for empty."""
+def hash_token_block(buf, starts, ends, strip_quotes, as_cell=False):  # pragma: no cover - compiled
+    """64-bit key of every token (FNV-1a + splitmix64); status 1 for empty. ``strip_quotes``: a pair of
+    quotes around the token is not part of it; ``as_cell``: nor are spaces around it (:func:`_cell`: a label
+    value; categorical values keep their spaces, so their ids do not change)."""
     n, k = starts.shape
     vals = np.zeros((n, k), dtype=np.uint64)
     status = np.zeros((n, k), dtype=np.int8)
@@ -535,7 +548,9 @@ def hash_token_block(buf, starts, ends, strip_quotes):  # pragma: no cover - com
         for j in range(k):
             s = starts[i, j]
             e = ends[i, j]
-            if strip_quotes and e - s >= 2 and buf[s] == 34 and buf[e - 1] == 34:
+            if as_cell:
+                s, e = _cell(buf, s, e)
+            elif strip_quotes and e - s >= 2 and buf[s] == 34 and buf[e - 1] == 34:
                 s += 1
                 e -= 1
             if s == e:

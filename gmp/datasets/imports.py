@@ -67,9 +67,10 @@ def import_dataset(fmt: str, inputs: Sequence[str | os.PathLike], out: str | os.
     if fmt not in IMPORTERS:
         raise ImportDataError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}.")
     common = common or CommonOptions()
-    tests = check_inputs(test_inputs) if test_inputs else []
-    both = {str(p) for p in tests} & {str(Path(p)) for p in inputs}
-    if both:
+    # the format's importer checks every input again, refusing a pipe where it reads the header first
+    tests = check_inputs(test_inputs, streams=True, fmt=fmt) if test_inputs else []
+    both = {p.resolve(): p for p in tests}.keys() & {Path(p).resolve() for p in inputs}
+    if both:  # by resolved path: ./a.csv and $PWD/a.csv are one file, and its samples would train and test
         raise ImportDataError(f"{sorted(both)[0]} is given both as an input and as a test input; give it once.")
     if tests and fmt == "movielens":
         raise ImportDataError("test inputs do not apply to movielens (one ratings file with its side files); "
@@ -89,7 +90,7 @@ def import_dataset(fmt: str, inputs: Sequence[str | os.PathLike], out: str | os.
     if fmt in ("csv", "avazu"):
         from .sniff import check_header
 
-        for p in check_inputs(all_inputs):
+        for p in check_inputs(all_inputs, fmt=fmt):
             check_header(p, fmt)
     try:
         return importer(all_inputs, out, common=common, **options)
