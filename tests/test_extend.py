@@ -81,6 +81,12 @@ def test_extend_errors(tmp_path):
     res = runner.invoke(app, ["data", "import", "csv", str(src), "--out", str(tmp_path / "o"), "--label", "label",
                               "--cat", "item", "--test-fraction", "0", "--extend", str(GOLDEN)])
     assert res.exit_code == 2 and "has no vocab.npz" in res.output
+    dense = tmp_path / "dense.csv"  # the same categorical fields plus a dense column the parent lacks
+    dense.write_text("label,user,item,age\n1,u1,i1,3\n")
+    res = runner.invoke(app, ["data", "import", "csv", str(dense), "--out", str(tmp_path / "o"), "--label", "label",
+                              "--cat", "user,item", "--dense", "age", "--test-fraction", "0",
+                              "--extend", str(tmp_path / "d0")])
+    assert res.exit_code == 2 and "the previous dataset's dense columns are [], this input's ['age']" in res.output
 
 
 def test_golden_v1_dataset_upgrades_to_v2():

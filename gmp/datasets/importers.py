@@ -704,6 +704,10 @@ def finish_import(writer, vocab, bad: BadLines, *, fmt: str, paths: Sequence[Pat
         from .extend import previous_fields
 
         prev, prev_meta = previous_fields(common.extend)
+        prev_dense = [f.get("name") for f in prev_meta.get("fields", []) if f.get("kind") == "dense"]
+        if prev_dense != list(dense_names):  # the model trained on the parent takes this many dense inputs
+            raise ImportDataError(f"--extend: the previous dataset's dense columns are {prev_dense}, this input's "
+                                  f"{list(dense_names)}; extend with the same dense columns (--dense).")
         cat_fields, num_embeddings, remap = vocab.finish(prev, int(prev_meta["num_embeddings"]))
         extra["parent"] = {"sha256": prev_meta["sha256"], "num_embeddings": int(prev_meta["num_embeddings"]),
                            "path": str(common.extend)}
