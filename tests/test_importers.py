@@ -337,6 +337,21 @@ def test_iter_chunks_line_numbers(tmp_path):
     assert seen == [(i + 1, b"line%d" % i) for i in range(1, 50)]
 
 
+@pytest.mark.parametrize("chunk_bytes", [1, 3, 7, 4096])
+def test_blank_lines_at_the_very_end_are_not_data(tmp_path, chunk_bytes):
+    """An editor's blank lines after the last line are dropped (the strict default refused the file); a blank
+    line before other lines stays a malformed line, with its line number."""
+    p = tmp_path / "x.txt"
+    p.write_bytes(b"h\na\n\nb\n\r\n\n")
+    got = [(c.first_line + k, ln) for c in iter_chunks(p, chunk_bytes=chunk_bytes, skip_lines=1)
+           for k, ln in enumerate(c.data.split(b"\n")[:-1])]
+    assert got == [(2, b"a"), (3, b""), (4, b"b")]
+    q = tmp_path / "t.csv"
+    q.write_text("label,a\n1,x\n0,y\n\n\n")
+    meta = import_csv([q], tmp_path / "o", options=CsvOptions(label="label"), common=opts(test_fraction=0.0))
+    assert meta["num_samples"] == 2 and meta["num_bad_lines"] == 0
+
+
 # ---------------------------------------------------------------------------
 # vocabulary
 # ---------------------------------------------------------------------------

@@ -248,7 +248,8 @@ def iter_chunks(path: Path, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES, skip_line
     """Yield :class:`Chunk` s of complete lines of ``path`` (plain or gzip, file or pipe).
 
     ``skip_lines`` leading lines (a header) are dropped; line numbers still
-    count them. A UTF-8 byte-order mark at the start is dropped.
+    count them. A UTF-8 byte-order mark at the start is dropped, and so are blank
+    lines at the very end (a blank line before other lines stays: a malformed line).
     """
     name = str(path)
     stream, raw = _open(path)
@@ -268,12 +269,18 @@ def iter_chunks(path: Path, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES, skip_line
             data = carry + block
             if eof:
                 carry = b""
+                if not data.strip(b"\r\n"):  # blank lines at the very end (an editor's): not data
+                    data = b""
             else:
                 cut = data.rfind(b"\n")
                 if cut < 0:  # one line longer than a block: keep reading
                     carry = data
                     continue
                 data, carry = data[: cut + 1], data[cut + 1 :]
+                body = data.rstrip(b"\r\n")  # blank lines wait for the next block: at the end they are dropped
+                end = data.find(b"\n", len(body)) + 1 if body else 0
+                if end < len(data):
+                    data, carry = data[:end], data[end:] + carry
             while to_skip and data:
                 nl = data.find(b"\n")
                 data = b"" if nl < 0 else data[nl + 1 :]
