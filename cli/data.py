@@ -49,6 +49,9 @@ def parse_hash(specs: list[str]) -> dict[str, int]:
         if int(size) > MAX_HASH_BUCKETS:
             raise ImportDataError(f"--hash {spec!r}: SIZE must be at most {MAX_HASH_BUCKETS:,} (2^31 - 2), got "
                                   f"{int(size):,}; choose a smaller SIZE.")
+        if name.strip() in out:
+            raise ImportDataError(f"--hash {spec!r}: field {name.strip()!r} is already hashed into "
+                                  f"{out[name.strip()]:,} buckets; give one --hash per field.")
         out[name.strip()] = int(size)
     return out
 

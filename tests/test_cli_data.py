@@ -130,6 +130,9 @@ def test_option_for_another_format(tmp_path):
     assert_clean_error(r, r"--label does not apply to format 'criteo'")
     r = invoke("import", "criteo", FIX / "criteo_small.tsv", "--out", tmp_path / "out", "--hash", "C1")
     assert_clean_error(r, r"--hash 'C1': expected FIELD=SIZE")
+    r = invoke("import", "criteo", FIX / "criteo_small.tsv", "--out", tmp_path / "out", "--hash", "C1=3",
+               "--hash", "C1=5")  # the last one won silently
+    assert_clean_error(r, r"--hash 'C1=5': field 'C1' is already hashed into 3 buckets; give one --hash per field")
     assert no_output(tmp_path)
 
 
