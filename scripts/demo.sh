@@ -15,7 +15,7 @@ if [ ! -f "$DATA/dataset.json" ]; then
   gmp data synth --preset criteo-kaggle --scale 0.01 --samples 200000 --seed 0 --out "$DATA"
 fi
 gmp data info "$DATA"
-gmp compare "$DATA" --workers 4 --methods random,greedy-stream,metis,hybrid --batch-size 512 --out "$OUT/compare.md"
+gmp compare "$DATA" --workers 4 --methods random,greedy-stream,metis,hybrid --batch-size 512 --out "$OUT/compare.md" --overwrite
 gmp partition "$DATA" --workers 4 --method hybrid --batch-size 512 --seed 0 --out "$OUT/manifest-hybrid" --overwrite
 echo "report: $OUT/manifest-hybrid/report.md"
 gmp train "$DATA" --manifest "$OUT/manifest-hybrid" --workers 4 --engine local --model wdl \
