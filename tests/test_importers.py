@@ -507,6 +507,25 @@ def test_csv_cells_with_spaces_and_quotes_read_as_their_values(tmp_path, caplog)
     assert "--label-positive 'yes' matched no row's label" in caplog.text
 
 
+def test_a_first_line_naming_the_label_is_a_header(tmp_path):
+    """Numeric column names, a header-only file, a header repeated by cat: each was refused as 'no header line'
+    with advice that failed; a first line naming --label is the header."""
+    from gmp.datasets.imports import import_dataset
+
+    for name, text, said in (("num", "label,1,2\n1,x,y\n0,z,y\n", None),
+                             ("only", "label,a,b\n", "the input is empty"),
+                             ("twice", "label,a,b\n1,x,y\nlabel,a,b\n0,z,y\n", "line 3: label column 'label' is not")):
+        p = tmp_path / f"{name}.csv"
+        p.write_text(text)
+        call = lambda: import_dataset("csv", [p], tmp_path / name, options=CsvOptions(label="label"),  # noqa: E731
+                                      common=opts(test_fraction=0.0))
+        if said is None:
+            assert call()["num_samples"] == 2
+        else:
+            with pytest.raises(ImportDataError, match=said):
+                call()
+
+
 def test_a_test_input_that_is_an_input_by_another_spelling_is_refused(tmp_path, monkeypatch):
     from gmp.datasets.imports import import_dataset
 

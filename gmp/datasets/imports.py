@@ -90,8 +90,9 @@ def import_dataset(fmt: str, inputs: Sequence[str | os.PathLike], out: str | os.
     if fmt in ("csv", "avazu"):
         from .sniff import check_header
 
+        label = getattr(options.get("options"), "label", None)  # csv: the column the user named
         for p in check_inputs(all_inputs, fmt=fmt):
-            check_header(p, fmt)
+            check_header(p, fmt, label)
     try:
         return importer(all_inputs, out, common=common, **options)
     except MalformedInputError as exc:

@@ -211,9 +211,16 @@ def advice(path: str | Path, fmt: str, *, bad: int, lines_read: int, first_reaso
             f"the file looks like {guess.description}. Read it with: {guess.command(path)}")
 
 
-def check_header(path: str | Path, fmt: str) -> None:
+def check_header(path: str | Path, fmt: str, label: str | None = None) -> None:
     """Refuse, in one line with the right command, a ``csv``/``avazu`` input whose first
-    line is data rather than a header (e.g. a Criteo TSV, a libfm file)."""
+    line is data rather than a header (e.g. a Criteo TSV, a libfm file). A first line that
+    names the ``label`` column the user gave is a header whatever else it holds (numeric
+    column names, a header-only file, a header repeated by ``cat``)."""
+    if label is not None:
+        lines = read_lines(Path(path))
+        cells = re.split(r"[,\t;| ]", lines[0]) if lines else []
+        if label in {c.strip().strip('"').strip() for c in cells}:
+            return
     guess = sniff(path)
     if guess.format in ("criteo", "libfm", "libffm", "movielens") or (guess.format == "csv" and guess.header is None):
         raise ImportDataError(f"{path}: the {fmt} importer needs a header line naming the columns, but the file "
