@@ -205,6 +205,23 @@ def test_parquet_import_equals_the_csv_import_of_the_same_table(tmp_path):
     assert [f.to_json() for f in p.fields] == [f.to_json() for f in c.fields]
 
 
+def test_parquet_empty_strings_and_a_numeric_label_positive_read_as_in_csv(tmp_path):
+    """An empty string is the field's missing value (it got a real id), and --label-positive 1.0 matches a float
+    label column's 1.0 (pyarrow's text of it is '1': every label was 0)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"y": [1.0, 0.0, 1.0, 0.0], "a": ["x", "", "y", "x"]}), tmp_path / "t.parquet")
+    (tmp_path / "t.csv").write_text("y,a\n1.0,x\n0.0,\n1.0,y\n0.0,x\n")
+    common = ["--label", "y", "--label-positive", "1.0", "--test-fraction", "0"]
+    assert invoke("import", "parquet", tmp_path / "t.parquet", "--out", tmp_path / "p", *common).exit_code == 0
+    assert invoke("import", "csv", tmp_path / "t.csv", "--out", tmp_path / "c", *common).exit_code == 0
+    p, c = load_dataset(tmp_path / "p"), load_dataset(tmp_path / "c")
+    assert np.asarray(p.labels).tolist() == [1, 0, 1, 0]
+    for name in ("indptr", "indices", "labels"):
+        np.testing.assert_array_equal(np.asarray(getattr(p, name)), np.asarray(getattr(c, name)), err_msg=name)
+
+
 def test_parquet_null_label_is_a_malformed_row(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq

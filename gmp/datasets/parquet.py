@@ -166,8 +166,16 @@ def _roles(options: CsvOptions, cols: list[str], path: Path) -> dict[str, Any]:
 def _labels(pa, pc, col, options: CsvOptions) -> tuple[np.ndarray, np.ndarray]:
     n = len(col)
     if options.label_positive is not None:
-        text = pc.cast(col, pa.string())
-        labels = np.asarray(pc.fill_null(pc.equal(text, options.label_positive), False), dtype=np.float32)
+        positive = options.label_positive.strip()
+        try:  # a numeric column compares numerically ('1.0' is its 1), as its csv text would after parsing
+            number = float(positive) if (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)) else None
+        except ValueError:
+            number = None
+        if number is not None:
+            labels = np.asarray(pc.fill_null(pc.equal(pc.cast(col, pa.float64()), number), False), dtype=np.float32)
+        else:
+            text = pc.cast(col, pa.string())
+            labels = np.asarray(pc.fill_null(pc.equal(text, positive), False), dtype=np.float32)
         return labels, np.asarray(pc.is_null(col))
     values = _as_float(pa, pc, col, n)
     bad = ~np.isfinite(values)
@@ -218,9 +226,13 @@ def _keys(pa, pc, col) -> tuple[np.ndarray, np.ndarray]:
     enc = pc.dictionary_encode(col)
     if hasattr(enc, "combine_chunks"):
         enc = enc.combine_chunks()
-    uniq = hash_strings([b if isinstance(b, bytes) else str(b) for b in enc.dictionary.to_pylist()])
+    values = enc.dictionary.to_pylist()
+    uniq = hash_strings([b if isinstance(b, bytes) else str(b) for b in values])
     idx = np.asarray(pc.fill_null(enc.indices, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
     keys = uniq[idx] if uniq.size else np.zeros(idx.size, dtype=np.uint64)
+    empty = [i for i, v in enumerate(values) if v in ("", b"")]
+    if empty:  # an empty string is the field's missing value, as an empty csv cell is
+        present &= ~np.isin(idx, empty)
     return keys.astype(np.uint64), present
 
 
