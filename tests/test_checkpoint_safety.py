@@ -303,7 +303,7 @@ def test_a_log_that_is_not_a_training_log_is_refused_before_training(setup, save
     notes = tmp_path / "notes.txt"
     notes.write_text("my notes\nresults 0.81\n")
     binary = tmp_path / "bin.dat"
-    binary.write_bytes(bytes(range(256)) * 4)
+    binary.write_bytes(bytes(range(128, 256)) + bytes(range(256)) * 4)  # not UTF-8 from its first line
     dataset_json = Path(setup[0]) / "dataset.json"
     header = dataset_json.read_bytes()
     for log, said in ((notes, "line 1 is not a gmp training record"), (binary, "not UTF-8 text"),

@@ -99,18 +99,23 @@ def new_run_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
-def read_log(path: str | os.PathLike) -> list[tuple[str, dict[str, Any] | None]]:
-    """The lines of a JSON training log with their records; ``[]`` when it does not exist. Only the last line
-    may be torn (a crash mid-write: its record is None); a log with any other line that is not a gmp
-    record (a JSON object with an ``epoch``), or that is not UTF-8, is refused: rewriting or appending to it
-    would damage someone else's file."""
+def read_log(path: str | os.PathLike, *, first_only: bool = False) -> list[tuple[str, dict[str, Any] | None]]:
+    """The lines of a JSON training log with their records (``first_only``: its first line, enough to tell a
+    log from another file before appending); ``[]`` when it does not exist. Only the last line may be torn (a
+    crash mid-write: its record is None); a log with any other line that is not a gmp record (a JSON object
+    with an ``epoch``), or that is not UTF-8, is refused: rewriting or appending to it would damage someone
+    else's file."""
     path = Path(path)
     if not path.exists():
         return []
     if path.is_dir():
         raise TrainingError(f"--log-json {path} is a directory; give a file name.")
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        if first_only:
+            with open(path, "rb") as f:
+                lines = f.readline().decode("utf-8").splitlines()
+        else:
+            lines = path.read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError:
         raise TrainingError(f"--log-json {path} is not a gmp training log (not UTF-8 text); choose another file.") \
             from None
@@ -129,16 +134,17 @@ def read_log(path: str | os.PathLike) -> list[tuple[str, dict[str, Any] | None]]
     return out
 
 
-def check_log_file(path: str | os.PathLike) -> None:
+def check_log_file(path: str | os.PathLike, *, resume: bool) -> None:
     """Refuse, before training, a ``--log-json`` file that belongs to something else: a file inside a gmp
-    dataset or placement manifest, or a file that is not a gmp training log (:func:`read_log`)."""
+    dataset or placement manifest, or a file that is not a gmp training log (:func:`read_log`: every line
+    when ``resume`` will rewrite it, else its first)."""
     from .._io import KIND_NAMES, owner_of
 
     path = Path(path)
     owner = owner_of(path)
     if owner is not None:
         raise TrainingError(f"--log-json {path} is inside {KIND_NAMES[owner]} ({path.parent}); write it elsewhere.")
-    read_log(path)
+    read_log(path, first_only=not resume)
 
 
 def last_run_id(path: str | os.PathLike) -> str | None:
@@ -227,7 +233,7 @@ def check_arguments(config: TrainConfig, checkpoint_dir: str | os.PathLike | Non
     if checkpoint_dir is not None:
         check_checkpoint_dir(checkpoint_dir, resume=resume)
     if log_json is not None:
-        check_log_file(log_json)
+        check_log_file(log_json, resume=resume)
 
 
 def open_log(log_json: str | os.PathLike | None, trainer: Trainer, *, continued: bool):
