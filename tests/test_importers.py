@@ -645,6 +645,10 @@ def test_movielens_threshold_and_ignore(tmp_path):
     assert ds.labels.tolist() == [1, 0, 0, 0, 0, 0, 1]
     names = [x.name for x in ds.fields]
     assert "zip_code" not in names and "movie_title" in names  # ignore replaces the default list
+    with pytest.raises(ImportDataError, match="--ignore names 'zipcode', which no file has; the columns are .*zip_code"):
+        import_movielens([FIX / "ml_atomic" / "ml.inter"], tmp_path / "b", ignore=["zipcode"])  # a typo
+    with pytest.raises(ImportDataError, match="--ignore applies to the atomic layout"):
+        import_movielens([FIX / "ml_classic" / "u.data"], tmp_path / "c", ignore=["zip_code"])  # was ignored
 
 
 def test_movielens_malformed(tmp_path):

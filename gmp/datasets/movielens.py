@@ -231,6 +231,15 @@ def import_movielens(inputs: Sequence[str | os.PathLike], out: str | os.PathLike
         for need in ("user_id", "item_id", "rating"):
             if need not in names:
                 raise ImportDataError(f"{ratings}: the header has no {need!r} column; got {names}.")
+        known = set(names) | {c for side in (users_path, items_path) if side for c, _ in _typed_header(side)}
+        unknown = sorted(set(ignore or ()) - known)  # a typo would keep the column it meant, silently
+        if unknown:
+            raise ImportDataError(f"--ignore names {', '.join(map(repr, unknown))}, which no file has; the columns "
+                                  f"are {', '.join(sorted(known))}.")
+    elif ignore is not None:
+        raise ImportDataError("--ignore applies to the atomic layout (typed headers); the classic files' features "
+                              "are fixed: drop --ignore.")
+    if layout == "atomic":
         inter_cat = [j for j, (c, t) in enumerate(cols) if t == "token" and c not in ignore_set]
         inter_multi = [j for j, (c, t) in enumerate(cols) if t == "token_seq" and c not in ignore_set]
         sep, skip, ncols = b"\t", 1, len(cols)
