@@ -173,6 +173,9 @@ def partition(
     """Partition a dataset's sample-embedding graph and write a placement manifest + report."""
     from gmp.errors import PartitionError
 
+    if inter_cost is not None and from_manifest is None and not (topology and "x" in topology.lower()):
+        raise PartitionError("--inter-cost sets the cost between the machines of --topology MxG; it does not apply "
+                             "to --workers N, --topology N or --topology-file (which gives its own costs): drop it.")
     if distributed or chunk_samples is not None or block_samples is not None:
         from .partition_dist import check_launch, partition_distributed_cmd
 

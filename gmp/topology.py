@@ -42,6 +42,12 @@ class Topology:
         validate_cost(c, where=self.name)
         if self.machine_of is None:
             object.__setattr__(self, "machine_of", np.zeros(c.shape[0], dtype=np.int32))
+        used = np.unique(np.asarray(self.machine_of))
+        if used.size and not np.array_equal(used, np.arange(used.size)):  # the machine-level passes deal onto 0..M-1
+            missing = sorted(set(range(int(used.max()) + 1)) - set(used.tolist()))
+            why = f"machine(s) {missing[:5]} hold none" if used.min() >= 0 else f"got {int(used.min())}"
+            raise TopologyError(f"{self.name}: machine_of must number the machines 0..M-1 with every machine holding "
+                                f"a worker; {why}: renumber them.")
 
     @property
     def num_workers(self) -> int:

@@ -119,6 +119,12 @@ def test_hypergraph_balanced_and_better_than_random():
     assert np.bincount(p.sample_worker, minlength=4).max() <= sample_cap(2000, 4, 1.05)
     r = run_partitioner("random", g, homogeneous(4), seed=0)
     assert km1(g, p.sample_worker) < 0.5 * km1(g, r.sample_worker)
+    # the seed matters (Mt-KaHyPar's deterministic preset ignores its own: every seed gave one partition)
+    # and a seed reproduces its partition
+    q = run_partitioner("hypergraph", g, homogeneous(4), seed=1)
+    assert not np.array_equal(p.sample_worker, q.sample_worker)
+    assert np.array_equal(q.sample_worker, run_partitioner("hypergraph", g, homogeneous(4), seed=1).sample_worker)
+    assert km1(g, q.sample_worker) < 0.5 * km1(g, r.sample_worker)
 
 
 def test_hypergraph_refuses_too_many_pins(tiny7):

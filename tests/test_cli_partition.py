@@ -243,6 +243,15 @@ def test_compare_errors(tiny_dataset, tmp_path):
     assert res.exit_code == 2 and "expected a .md, .json or .html file name" in res.output
 
 
+def test_inter_cost_without_machines_is_refused(tiny_dataset, tmp_path):
+    for where in (["--workers", "2"], ["--topology", "2"]):  # a uniform matrix was written, the flag ignored
+        res = invoke("partition", tiny_dataset, "-m", "random", *where, "--inter-cost", "5", "--out", tmp_path / "p")
+        assert res.exit_code == 2 and "--inter-cost sets the cost between the machines of --topology MxG" in res.output
+    res = invoke("partition", tiny_dataset, "-m", "random", "--topology", "1x2", "--inter-cost", "5",
+                 "--out", tmp_path / "q")
+    assert res.exit_code == 0, res.output
+
+
 def test_compare_out_never_replaces_a_file_unasked(tiny_dataset, tmp_path):
     import shutil
 

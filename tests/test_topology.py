@@ -59,6 +59,11 @@ def test_file_bare_list_and_errors(tmp_path):
     path.write_text(json.dumps({"cost": [[0, 1], [1, 0]], "machine_of": [0]}))
     with pytest.raises(TopologyError, match="machine_of"):
         load_topology(path)
+    # machine 1 holds no worker: hybrid's machine-level pass divided by its zero workers (a traceback)
+    path.write_text(json.dumps({"cost": [[0, 9, 9, 1], [9, 0, 1, 9], [9, 1, 0, 9], [1, 9, 9, 0]],
+                                "machine_of": [0, 2, 2, 0]}))
+    with pytest.raises(TopologyError, match=r"number the machines 0..M-1 .* machine\(s\) \[1\] hold none"):
+        load_topology(path)
 
 
 def test_parse_and_resolve_errors():

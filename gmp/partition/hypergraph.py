@@ -197,17 +197,20 @@ def partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options: 
         ctx.set_partitioning_parameters(n, float(options.max_imbalance) - 1.0, mtkahypar.Objective.KM1)
         ctx.logging = False
         mtkahypar.set_seed(int(seed) % (2**31))
+        # the deterministic preset ignores that seed (same partition for every seed, mtkahypar 1.7): the samples
+        # are numbered in a seeded order instead, so another seed gives another (still reproducible) partition
+        perm = rng.permutation(num_samples).astype(np.int32)  # sample i is vertex perm[i]
         with tempfile.TemporaryDirectory(prefix="gmp-hgr-") as tmp:
             path = Path(tmp) / "samples.hgr"
             with task("hypergraph: writing hMetis file", total=num_pins) as advance:
-                write_hmetis(path, graph.emb_indptr, graph.emb_indices, edges, num_samples)
+                write_hmetis(path, graph.emb_indptr, perm[np.asarray(graph.emb_indices)], edges, num_samples)
                 advance(num_pins)
             del edges, degree
             with task("hypergraph: Mt-KaHyPar km1", total=None):
                 hg = init.hypergraph_from_file(str(path), ctx, mtkahypar.FileFormat.HMETIS)
                 part = hg.partition(ctx)
                 km1 = int(part.km1())
-                sample_worker = np.asarray(part.get_partition(), dtype=np.int32)
+                sample_worker = np.asarray(part.get_partition(), dtype=np.int32)[perm]
                 del part, hg
         log.info("hypergraph: Mt-KaHyPar km1 = %d", km1)
         enforce_cap(sample_worker, n, sample_cap(num_samples, n, options.max_imbalance), rng)
