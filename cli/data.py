@@ -33,8 +33,9 @@ data_app = typer.Typer(
 def _split_names(value: Optional[str]) -> list[str]:
     """Comma-separated column names; numbered ranges expand (``I1..I13``)."""
     from gmp.datasets.sniff import expand_names
+    from gmp.params import comma_list
 
-    return expand_names([v.strip() for v in value.split(",") if v.strip()]) if value else []
+    return expand_names(comma_list(value)) if value else []
 
 
 def parse_hash(specs: list[str]) -> dict[str, int]:

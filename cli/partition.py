@@ -295,8 +295,7 @@ def _check_report_target(out: Path, m, **given: int | None) -> None:
     own = out.resolve() == Path(m.path).resolve()
     if kind == "gmp.dataset" or (kind == "gmp.placement" and not own):
         raise OutputError(f"--out {out} is {KIND_NAMES[kind]}; its files are not this report's: write it elsewhere.")
-    differ = [f"{name} {value} (planned {getattr(m.plan, name)})" for name, value in given.items()
-              if value is not None and value != getattr(m.plan, name)]
+    differ = m.plan.differences(**given)
     if own and differ:
         raise OutputError(f"--out {out} is the manifest itself: its own report would be replaced by one for "
                           f"{', '.join(differ)}; write it elsewhere.")
@@ -326,10 +325,11 @@ def compare(
     from gmp.datasets.format import load_dataset
     from gmp.errors import PartitionError
     from gmp.graph import build_graph
+    from gmp.params import comma_list
     from gmp.report import dataset_name_of
     from gmp.topology import resolve_topology
 
-    names = [m.strip() for m in methods.split(",") if m.strip()]
+    names = comma_list(methods)
     check_seed(seed)
     _check_positive(batch_size=batch_size, embedding_dim=embedding_dim)
     if out is not None and out.suffix not in (".md", ".json", ".html"):

@@ -120,11 +120,11 @@ def import_dataset(format: str, paths: str | os.PathLike | Sequence[str | os.Pat
     if fmt in ("csv", "parquet"):
         from .datasets.csvfmt import CsvOptions
         from .datasets.sniff import expand_names
+        from .params import comma_list
 
         for key in ("categorical", "multi", "dense", "ignore"):  # as the CLI: "C1..C26,extra" or a list
             if options.get(key) is not None:
-                names = _names(options[key])
-                options[key] = expand_names(names)
+                options[key] = expand_names(comma_list(options[key]))
         options = {"options": CsvOptions(**options)}
     _import(fmt, _paths(paths), out, common=common, test_inputs=_paths(test_paths) if test_paths else (), **options)
     return load_dataset(out)
@@ -186,14 +186,6 @@ def load_manifest(path: str | os.PathLike, *, dataset: Any = None):
     if isinstance(dataset, (str, os.PathLike)):
         dataset = load_dataset(dataset)
     return _load(path, dataset=dataset)
-
-
-def _names(value: str | Sequence[str]) -> list[str]:
-    """A list of names from a list or from the CLI's comma-separated string (a bare string is never split
-    into its characters)."""
-    if isinstance(value, str):
-        return [v.strip() for v in value.split(",") if v.strip()]
-    return [str(v) for v in value]
 
 
 def _dataset(dataset: Any):
@@ -489,13 +481,14 @@ def make_report(manifest: Any, *, dataset: Any = None, batch_size: int | None = 
         ``.data`` (the report.json dict), ``.markdown()``, ``.html()``,
         ``.headline``; shown as rendered Markdown in a notebook.
     """
+    from .params import comma_list
     from .report import Report, report_from_manifest, write_report
 
     ds = _dataset(dataset) if dataset is not None else None
     m = _manifest(manifest, ds)
     data = report_from_manifest(m, dataset=ds, batch_size=batch_size, embedding_dim=embedding_dim)
     if out is not None:
-        write_report(out, data, formats=_names(formats), plots=plots)
+        write_report(out, data, formats=comma_list(formats), plots=plots)
     return Report(data)
 
 
@@ -510,11 +503,12 @@ def compare_partitioners(dataset: Any, methods: Sequence[str], *, workers: int |
     """
     from .compare import compare
     from .graph import build_graph
+    from .params import comma_list
     from .report import dataset_name_of
 
     ds = _dataset(dataset)
     topo = _topology(workers, topology, inter_cost)
-    return compare(build_graph(ds), topo, _names(methods), seed=seed, batch_size=batch_size,
+    return compare(build_graph(ds), topo, comma_list(methods), seed=seed, batch_size=batch_size,
                    embedding_dim=embedding_dim, options=options, dataset_path=ds.path if isolate else None,
                    isolate=isolate, dataset_name=dataset_name_of(ds.meta, ds.path))
 

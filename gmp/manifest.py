@@ -178,17 +178,18 @@ class ManifestPlan(NamedTuple):
         for name, value in given.items():
             if value is not None:
                 check_int(name, value, minimum=1)
-        out, differ = {}, []
-        for name, value in given.items():
-            planned = getattr(self, name)
-            out[name] = planned if value is None else value
-            if value is not None and planned is not None and value != planned:
-                differ.append(f"{name} {value} (planned {planned})")
+        out = {name: getattr(self, name) if value is None else value for name, value in given.items()}
+        differ = self.differences(**given)
         msg = None
         if differ:
             msg = (f"the manifest's placement was optimised for another setting: {', '.join(differ)}; its "
                    f"reported traffic and memory assume the planned values")
         return out, msg
+
+    def differences(self, **given: int | None) -> list[str]:
+        """``"name value (planned p)"`` for each given value (None: not given) that differs from the plan."""
+        return [f"{name} {value} (planned {getattr(self, name)})" for name, value in given.items()
+                if value is not None and getattr(self, name) is not None and value != getattr(self, name)]
 
 
 class RowHistory(NamedTuple):

@@ -63,3 +63,11 @@ def check_bool(name: str, value: Any, *, error: type[GmpError] = GmpError) -> bo
     if not isinstance(value, (bool, np.bool_)):
         raise _fail(error, name, "a bool", value)
     return bool(value)
+
+
+def comma_list(value: str | Sequence[str]) -> list[str]:
+    """Names from a list, or from the command line's comma-separated string (``"random, hybrid"``; blanks
+    dropped): a bare string is never taken as a sequence of one-character names."""
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return [str(v) for v in value]

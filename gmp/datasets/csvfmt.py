@@ -42,9 +42,9 @@ import numpy as np
 from ..errors import ImportDataError
 from ..progress import task
 from .format import DatasetWriter
-from .importers import (BAD, BadLines, CommonOptions, check_inputs, finish_import, hash_strings, hash_token_block,
-                        iter_chunks, log1p_clamped, parse_float_block, read_header, split_multi, token, tokenize,
-                        total_size)
+from .importers import (BAD, BadLines, CommonOptions, cell_text, check_inputs, finish_import, hash_strings,
+                        hash_token_block, iter_chunks, log1p_clamped, parse_float_block, read_header, split_multi,
+                        token, tokenize, total_size)
 from .vocab import Vocabulary
 
 log = logging.getLogger(__name__)
@@ -76,6 +76,11 @@ class CsvOptions:
             raise ImportDataError(f"--label-threshold must be a finite number, got {self.label_threshold}.")
         if self.dense_transform not in ("log1p", "none"):
             raise ImportDataError(f"--dense-transform must be 'log1p' or 'none', got {self.dense_transform!r}.")
+
+    @property
+    def positive_value(self) -> str | None:
+        """``label_positive`` as a label cell is read (:func:`~gmp.datasets.importers.cell_text`)."""
+        return None if self.label_positive is None else cell_text(self.label_positive)
 
     def to_json(self) -> dict[str, Any]:
         return {"label": self.label, "categorical": self.categorical, "multi": self.multi, "dense": self.dense,
@@ -175,7 +180,7 @@ def run_delimited(paths: list[Path], out, *, fmt: str, plan: DelimitedPlan, comm
     vocab.check_hash_fields()
     bad = BadLines(common.max_bad_lines)
     opts = plan.options
-    positive = None if opts.label_positive is None else opts.label_positive.strip().strip('"').strip()
+    positive = opts.positive_value
     positive_key = hash_strings([positive])[0] if positive is not None else None
     ncols_expected = len(plan.cols)
     sepname = {",": "comma", "\t": "tab", ";": "semicolon", "|": "pipe", " ": "space"}.get(plan.sep, repr(plan.sep))

@@ -607,6 +607,14 @@ def split_multi(buf, starts, ends, sep, strip_quotes):  # pragma: no cover - com
     return lengths, keys[:pos]
 
 
+def cell_text(text: str) -> str:
+    """``text`` as :func:`_cell` reads a cell: without the spaces and one pair of double quotes around it."""
+    text = text.strip(" ")
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        text = text[1:-1].strip(" ")
+    return text
+
+
 def hash_strings(values: Sequence[bytes | str]) -> np.ndarray:
     """The same 64-bit keys as :func:`hash_token_block`, for Python strings."""
     parts = [v.encode() if isinstance(v, str) else v for v in values]

@@ -165,8 +165,8 @@ def _roles(options: CsvOptions, cols: list[str], path: Path) -> dict[str, Any]:
 
 def _labels(pa, pc, col, options: CsvOptions) -> tuple[np.ndarray, np.ndarray]:
     n = len(col)
-    if options.label_positive is not None:
-        positive = options.label_positive.strip()
+    positive = options.positive_value
+    if positive is not None:
         try:  # a numeric column compares numerically ('1.0' is its 1), as its csv text would after parsing
             number = float(positive) if (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)) else None
         except ValueError:

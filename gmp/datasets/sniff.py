@@ -217,9 +217,11 @@ def check_header(path: str | Path, fmt: str, label: str | None = None) -> None:
     names the ``label`` column the user gave is a header whatever else it holds (numeric
     column names, a header-only file, a header repeated by ``cat``)."""
     if label is not None:
+        from .importers import cell_text
+
         lines = read_lines(Path(path))
         cells = re.split(r"[,\t;| ]", lines[0]) if lines else []
-        if label in {c.strip().strip('"').strip() for c in cells}:
+        if label in {cell_text(c) for c in cells}:
             return
     guess = sniff(path)
     if guess.format in ("criteo", "libfm", "libffm", "movielens") or (guess.format == "csv" and guess.header is None):

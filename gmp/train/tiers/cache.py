@@ -54,10 +54,11 @@ class TierStats:
         known = cls.__dataclass_fields__
         return cls(**{k: type(known[k].default)(v) for k, v in state.items() if k in known})
 
-    def subtract(self, moved: "TierStats") -> None:
-        """Take back an admission's counts (``moved``: what :meth:`RowCache.admit_counted` returned)."""
+    def add(self, moved: "TierStats", sign: int = 1) -> None:
+        """Add an admission's counts (``moved``: what :meth:`RowCache.admit_counted` returned); ``sign=-1``
+        takes them back."""
         for k in _ADMISSION_COUNTS:
-            setattr(self, k, getattr(self, k) - getattr(moved, k))
+            setattr(self, k, getattr(self, k) + sign * getattr(moved, k))
 
 
 #: what one admission counts (hits/misses of its rows, its loads and its victims' write-backs)
@@ -167,7 +168,6 @@ class RowCache:
             self._num_pinned += newly
             self.stats.hits += hits
             num_miss = rows.size - hits
-            moved = TierStats(hits=hits, misses=num_miss)
             self.stats.misses += num_miss
             new_slots = self._reserve(num_miss, wait)
             self.clock += 1
@@ -184,9 +184,8 @@ class RowCache:
             self._busy += 1
         try:
             miss_rows = self.row_of[new_slots]  # pinned: stable outside the lock
-            row_bytes = self.width * self.tensor.element_size()
-            moved.rows_loaded, moved.bytes_loaded = int(miss_rows.size), int(miss_rows.size) * row_bytes
-            moved.rows_written_back, moved.bytes_written_back = int(wb_rows.size), int(wb_rows.size) * row_bytes
+            moved = self._moves(int(wb_rows.size), int(miss_rows.size))
+            moved.hits, moved.misses = hits, num_miss
             if not self._cuda and isinstance(self.master, HostRows):
                 swap_rows(self.tensor.numpy(), self.master.data, wb_slots, wb_rows, new_slots, miss_rows)
                 self._count_moves(wb_rows.size, miss_rows.size)
@@ -205,7 +204,7 @@ class RowCache:
         """Take back the counts of an admission whose step never trained (an interrupt): a resumed
         run admits that step again, so the epoch's counters stay those of the steps trained."""
         with self.lock:
-            self.stats.subtract(moved)
+            self.stats.add(moved, -1)
 
     @contextlib.contextmanager
     def victims_not_counted(self) -> Iterator[None]:
@@ -217,12 +216,14 @@ class RowCache:
         finally:
             self._count_victims = old
 
-    def _count_moves(self, written: int, loaded: int) -> None:
+    def _moves(self, written: int, loaded: int) -> TierStats:
+        """What writing ``written`` rows back and loading ``loaded`` rows count."""
         row_bytes = self.width * self.tensor.element_size()
-        self.stats.rows_written_back += written
-        self.stats.bytes_written_back += written * row_bytes
-        self.stats.rows_loaded += loaded
-        self.stats.bytes_loaded += loaded * row_bytes
+        return TierStats(rows_written_back=written, bytes_written_back=written * row_bytes, rows_loaded=loaded,
+                         bytes_loaded=loaded * row_bytes)
+
+    def _count_moves(self, written: int, loaded: int) -> None:
+        self.stats.add(self._moves(written, loaded))
 
     def _reserve(self, n: int, wait: bool) -> np.ndarray:
         """``n`` slots for master rows: free slots, then victims among the resident master rows (see
