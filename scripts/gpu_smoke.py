@@ -55,6 +55,39 @@ def check_tiers_library() -> None:
             master.close()
 
 
+def check_reads_after_a_slow_load() -> None:
+    """A read or write of cached rows outside the step protocol (``gather``/``scatter``: Herald's copies,
+    early pulls, victim rows) right after an admission whose copy is still queued on the side stream
+    (held back here by a GPU sleep queued there first) sees the loaded values, and is not overwritten
+    by the copy. Before the fix the gather read the slots' old contents (zeros) and the scattered values
+    were lost."""
+    from gmp.train.tiers import HostRows, RowCache
+
+    rng = np.random.default_rng(1)
+    init = rng.uniform(-1, 1, size=(64, 8)).astype(np.float32)
+    rows = np.arange(0, 64, 3)
+    wrong = []
+    for what in ("gather", "scatter"):
+        master = HostRows(init.copy(), pin=True)
+        cache = RowCache(master, 40, device="cuda")
+        # the side stream's next copy starts ~1 s from now (longer than the admission's first, compiling call)
+        with torch.cuda.stream(cache._stream):
+            torch.cuda._sleep(2_000_000_000)
+        slots, _event = cache.admit(rows)
+        if what == "gather":
+            if not np.array_equal(cache.gather(rows).cpu().numpy(), init[rows]):
+                wrong.append("gather read the slots before the load")
+        else:
+            cache.scatter(rows, torch.full((rows.size, 8), 7.0, device="cuda"))
+            cache.release(slots)
+            cache.flush()
+            if not np.all(master.data[rows] == 7.0):
+                wrong.append("the load overwrote the scattered values")
+    assert not wrong, "; ".join(wrong)
+    print("ok: gather and scatter right after an admission whose copy is still running on the side stream "
+          "read and keep the right values")
+
+
 def check_trainer_tiers() -> None:
     from gmp.comm.local import LocalEngine
     from gmp.datasets.format import load_dataset
@@ -180,6 +213,7 @@ if __name__ == "__main__":
     what = sys.argv[1]
     if what == "single":
         check_tiers_library()
+        check_reads_after_a_slow_load()
         check_trainer_tiers()
         check_herald_device_cache()
     elif what == "nccl":

@@ -364,9 +364,14 @@ class RowCache:
     def _quiet(self) -> None:
         """Under the lock: wait until no admission copies data, so every row's current value is
         either in its slot (resident) or in the master (not resident), and stays there while the
-        lock is held."""
+        lock is held. On CUDA an admission's copy may still run on the side stream after it returned
+        (its step waits on its event; a read or write queued here does not): the current stream waits
+        for the side stream, so what it queues next reads and writes after every load (a GPU-side
+        wait: the host does not block)."""
         while self._busy:
             self.lock.wait()
+        if self._cuda:
+            torch.cuda.current_stream(self.device).wait_stream(self._stream)
 
     def gather(self, rows: np.ndarray) -> torch.Tensor:
         """Current values of ``rows`` ([k, width] on the cache's device, a copy): from their slot when
