@@ -167,7 +167,7 @@ def register(app: typer.Typer) -> None:
         from gmp.train import TrainConfig, train
         from gmp.train.herald import HeraldOptions
         from gmp.train.records import json_line
-        from gmp.train.tiers import TierOptions, split_cache_rows
+        from gmp.train.tiers import DEFAULT_CACHE_PERCENT, TierOptions, split_cache_rows
 
         with one_rank_speaks(), flags_for_params():
             plan = plan_defaults(manifest, batch_size=batch_size, embedding_dim=embedding_dim)
@@ -177,6 +177,10 @@ def register(app: typer.Typer) -> None:
                                         f"worker's own rows) or of --schedule herald (remote rows), got "
                                         f"--table-location device --schedule {schedule}; add one of them or "
                                         f"drop {flag}.")
+            if cache_bytes is not None and cache_bytes < 1:  # not "the default": that is leaving it out
+                raise TrainingError(f"--cache-bytes must hold at least one row of the tiered table's device "
+                                    f"cache, got {cache_bytes}; leave it out for the default (--table-location "
+                                    f"host|disk: {DEFAULT_CACHE_PERCENT}% of the worker's primaries).")
             # one device cache per worker (docs/train.md, "Tiers"): --cache-rows sizes it; with a tiered
             # table and Herald, the scheduler's copies of remote rows take half of it between steps
             own, remote = split_cache_rows(cache_rows, tiered=table_location != "device", herald=schedule == "herald")

@@ -380,6 +380,9 @@ def test_the_cache_rows_advice_is_a_value_that_runs(ctr, tmp_path, herald):
     zero = CliRunner().invoke(app, [*args, "--cache-rows", "0"])  # not silently the default
     assert zero.exit_code != 0 and "Traceback" not in zero.output
     assert "cache" in zero.output and "got 0" in zero.output and "leave it out" in zero.output
+    zero_bytes = CliRunner().invoke(app, [*args, "--cache-bytes", "0"])  # nor --cache-bytes 0
+    assert zero_bytes.exit_code != 0 and "Traceback" not in zero_bytes.output
+    assert "--cache-bytes" in zero_bytes.output and "got 0" in zero_bytes.output, zero_bytes.output
 
 
 @pytest.mark.distributed
