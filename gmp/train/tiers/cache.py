@@ -319,6 +319,9 @@ class RowCache:
         with torch.cuda.stream(self._stream):
             idx = torch.as_tensor(slots).pin_memory().to(self.device, non_blocking=True)
             self.tensor.index_copy_(0, idx, src.to(self.device, non_blocking=True))
+            # the tensor belongs to the compute stream's pool: freed (a cache dropped, or replaced by
+            # _grow) while this copy is pending, its memory must not go to a new tensor before it ends
+            self.tensor.record_stream(self._stream)
             event = torch.cuda.Event()
             event.record(self._stream)
         return event  # the step calls torch.cuda.current_stream().wait_event(event) before reading

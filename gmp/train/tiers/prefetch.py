@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Callable, Generic, Iterable, Iterator, Sequence, TypeVar
 
 import numpy as np
+import torch
 
 from ...errors import TrainingError
 from .cache import RowCache, TierStats
@@ -175,6 +176,9 @@ class StepFeeder(Generic[T]):
 
     def _run(self) -> None:
         """Read ahead (window), then load and pin in order; hand steps over at the admission depth."""
+        cuda = [c.device for c in self.caches if c.device.type == "cuda" and c.device.index is not None]
+        if cuda:  # a new thread's current device is 0: another rank's GPU on a machine of several
+            torch.cuda.set_device(cuda[0])
         ahead: deque = deque()
         it = iter(self.items)
         try:
