@@ -32,10 +32,10 @@ def check_tiers_library() -> None:
         ref[idx] = ref.index_select(0, idx) - 0.1 * g
     ref = ref.cpu().numpy()
     with tempfile.TemporaryDirectory() as tmp:
-        for name, master in (("pinned host", HostRows(init, pin=True)),
+        for name, master in (("host", HostRows(init)),
                              ("disk", DiskRows.create(Path(tmp) / "r.bin", num_rows, width, lambda a, b: init[a:b]))):
             for lookahead in (0, 8):
-                m = HostRows(init, pin=True) if name == "pinned host" else \
+                m = HostRows(init) if name == "host" else \
                     DiskRows.create(Path(tmp) / f"r{lookahead}.bin", num_rows, width, lambda a, b: init[a:b])
                 cache = RowCache(m, 1200, device="cuda")
                 pf = LookaheadPrefetcher(cache, batches, lookahead=lookahead, prefetch_depth=2)
@@ -47,7 +47,7 @@ def check_tiers_library() -> None:
                     cache.mark_dirty(step.slots)
                     pf.done(step)
                 cache.flush()
-                got = m.data if name == "pinned host" else m.read(np.arange(num_rows))
+                got = m.data if name == "host" else m.read(np.arange(num_rows))
                 np.testing.assert_array_equal(got, ref)
                 assert cache.stats.rows_written_back > 0
                 print(f"ok: CUDA RowCache over a {name} master, lookahead {lookahead}: equal to a CUDA table "
@@ -68,7 +68,7 @@ def check_reads_after_a_slow_load() -> None:
     rows = np.arange(0, 64, 3)
     wrong = []
     for what in ("gather", "scatter"):
-        master = HostRows(init.copy(), pin=True)
+        master = HostRows(init)
         cache = RowCache(master, 40, device="cuda")
         # the side stream's next copy starts ~1 s from now (longer than the admission's first, compiling call)
         with torch.cuda.stream(cache._stream):
@@ -117,7 +117,7 @@ def check_trainer_tiers() -> None:
                 for table, auc in results[1:]:
                     np.testing.assert_array_equal(table, results[0][0])
                     assert auc == results[0][1]
-                print(f"ok: gmp train on cuda:0, {n} worker(s), {opt}: host (pinned) and disk tiers with a CUDA "
+                print(f"ok: gmp train on cuda:0, {n} worker(s), {opt}: host and disk tiers with a CUDA "
                       f"cache of 45 rows == the CUDA store, bit for bit")
 
 
@@ -152,7 +152,7 @@ def check_herald_device_cache() -> None:
             tr.close()
         np.testing.assert_array_equal(tables[1], tables[0])
         print("ok: Herald (on-demand, cache, early fetch) with its copies in a CUDA device cache beside a "
-              "pinned host tier == Herald on the CUDA store, bit for bit")
+              "host tier == Herald on the CUDA store, bit for bit")
 
 
 def check_nccl() -> None:

@@ -7,8 +7,8 @@ Three pieces, each usable alone:
 :class:`HostRows`, :class:`DiskRows` — the *master* tier
     ``num_rows x width`` float32 rows: a worker's rows and their optimizer state side
     by side (``width = row_dim`` for SGD, ``2 * row_dim`` with Adagrad's sum of
-    squares). ``HostRows`` is one array (pinned when CUDA is used, so copies to the
-    device can be asynchronous); ``DiskRows`` is a file read and written with
+    squares). ``HostRows`` is one array (not pinned: loads to a CUDA cache go through a
+    pinned staging buffer); ``DiskRows`` is a file read and written with
     ``os.preadv``/``os.pwritev`` on runs of consecutive rows — never memory-mapped,
     so the process's resident memory stays the cache plus one transfer buffer, not
     the file's pages (file-backed pages of a mapping count in RSS and in a cgroup's
@@ -41,10 +41,13 @@ master row (after write-back), so a run with any tier and any cache size perform
 the same float operations on the same values as the all-on-device table: results
 are identical bit for bit (tested against a plain table with eviction every step).
 
-**GPU path.** With a CUDA cache the master is pinned host memory (or a disk file read
-into a pinned staging buffer), loads are ``copy_(non_blocking=True)`` on a side stream
-with an event the step waits on, write-backs synchronise that stream before reading.
-Until ``scripts/gpu_smoke.sh`` has run on a GPU, that path is **unverified**.
+**GPU path.** With a CUDA cache a load gathers its rows from the master (host array or
+disk file) into a pinned staging buffer and copies it with ``non_blocking=True`` on a side
+stream, with an event the step waits on; write-backs synchronise that stream before reading,
+and reads and writes outside a step's rows (``gather``/``scatter``) make the current stream
+wait for it. Loads are ordered after the admitting thread's current stream: compute on the
+device's default stream (as the trainer does), or admit from the thread and stream that
+compute. ``scripts/gpu_smoke.sh`` checks the path bit for bit on a GPU.
 
 **In the trainer** (``gmp train --table-location host|disk``; :mod:`.table`): each worker's
 primaries and their optimizer state are a :class:`TieredTable` inside its

@@ -26,19 +26,17 @@ def _runs(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 class HostRows:
-    """Master rows in host memory (pinned when ``pin``: needed for asynchronous copies to CUDA)."""
+    """Master rows in host memory: a copy of ``values``, or ``values`` itself with ``copy=False``.
+
+    Never pinned: a load to a CUDA cache gathers its rows into a pinned staging buffer, the
+    source of the asynchronous copy (:meth:`RowCache._load`), so pinning the master would not
+    make a copy asynchronous; it would page-lock the whole table (torch's pinned allocator rounds
+    a block up to a power of two: up to twice the table)."""
 
     location = "host"
 
-    def __init__(self, values: np.ndarray, *, pin: bool = False, dtype=FLOAT):
-        values = np.asarray(values, dtype=dtype)
-        if pin:
-            t = torch.empty(values.shape, dtype=torch.from_numpy(values[:0]).dtype, pin_memory=True)
-            t.numpy()[...] = values
-            self._tensor = t  # keeps the pinned buffer alive
-            self.data = t.numpy()
-        else:
-            self.data = np.array(values, dtype=dtype, copy=True)
+    def __init__(self, values: np.ndarray, *, copy: bool = True, dtype=FLOAT):
+        self.data = np.array(values, dtype=dtype, copy=True) if copy else np.ascontiguousarray(values, dtype=dtype)
         self.dtype = self.data.dtype
         self.num_rows, self.width = self.data.shape
 

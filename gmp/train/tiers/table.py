@@ -32,7 +32,7 @@ class TierOptions:
     Parameters
     ----------
     table_location : ``"device"`` (one table on the worker's device, no tiers), ``"host"``
-        (master rows in host memory, pinned with CUDA) or ``"disk"`` (a file in ``tier_dir``)
+        (master rows in host memory) or ``"disk"`` (a file in ``tier_dir``)
     cache_rows : rows of the worker's device cache (0: from ``cache_bytes``, else
         :data:`DEFAULT_CACHE_PERCENT` % of its primaries)
     cache_bytes : the cache's size in bytes instead (rows x (row width + optimizer state) x itemsize)
@@ -145,8 +145,7 @@ class TieredTable:
         self.device = torch.device(device)
         self._path = where = None
         if options.table_location == "host":
-            self.master = HostRows(_blocks(num_rows, init, self.width, dtype), pin=self.device.type == "cuda",
-                                   dtype=dtype)
+            self.master = HostRows(_blocks(num_rows, init, self.width, dtype), copy=False, dtype=dtype)
         else:
             import tempfile
 
