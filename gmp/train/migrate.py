@@ -182,10 +182,12 @@ class _Old:
 
 
 def _exchange(trainer, sends: list[list[np.ndarray]], dtype) -> list[list[torch.Tensor]]:
-    """All-to-all of numpy blocks (not counted in the training byte counters: the caller counts)."""
+    """All-to-all of numpy blocks (not counted in the training byte counters: the caller counts);
+    the received blocks on the host (NCCL delivers them on the rank's GPU)."""
     tens = [[torch.as_tensor(np.ascontiguousarray(a), dtype=dtype) for a in row] for row in sends]
     with trainer.engine.not_counted():  # nor timed into the first epoch's comm_seconds
-        return trainer.engine.alltoallv(tens, None)
+        got = trainer.engine.alltoallv(tens, None)
+    return [[t.cpu() for t in row] for row in got]
 
 
 def _who_held(trainer, olds: list[list[_Old]], old_workers: int, old_n: int) -> tuple[np.ndarray, np.ndarray]:
