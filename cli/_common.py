@@ -40,6 +40,14 @@ def handle_errors(fn: F) -> F:
             typer.echo("error: out of memory; use a smaller input or settings, or a machine with more memory.",
                        err=True)
             raise typer.Exit(2) from None
+        except RuntimeError as exc:
+            if type(exc).__name__ != "OutOfMemoryError":  # torch's (CUDA): not imported here for the name
+                raise
+            said = str(exc).split(". ")[:2]
+            typer.echo(f"error: out of GPU memory ({'. '.join(said).strip()}); lower --embedding-dim or "
+                       f"--batch-size, use more GPUs, or keep the table in host memory (--table-location host).",
+                       err=True)
+            raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
 

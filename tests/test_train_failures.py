@@ -102,14 +102,54 @@ def test_a_huge_embedding_dim_is_refused_against_the_available_memory(ctr, monke
     import gmp.train.trainer as trainer_mod
 
     path, _ = ctr
-    monkeypatch.setattr(trainer_mod, "available_memory", lambda: 64 << 20)  # 64 MiB left
+    monkeypatch.setattr(trainer_mod, "available_memory", lambda device=None: 64 << 20)  # 64 MiB left
     # 31 rows x 100001 values x 4 bytes x 2 (Adagrad) = 24.8 MB, plus the first layer 3 x 1e5 x 128 x 4 x 4
     one_line_error(["train", "--dataset", path, "--embedding-dim", 100000],
-                   r"^error: --embedding-dim 100000 needs about 0\.\d GiB .* more than the 0\.1 GiB of memory "
-                   r"available; lower it or use more workers\.$")
+                   r"^error: --embedding-dim 100000 needs about 0\.\d GiB .* more than the 0\.1 GiB (of memory "
+                   r"available; lower it or use more workers|free on cuda:0; lower it, use more GPUs, or "
+                   r"--table-location host)\.$")  # the host's memory, or the GPU's where the table goes there
     # a dimension that fits is not refused
     res = runner.invoke(app, ["train", "--dataset", str(path), "--embedding-dim", "4", "--epochs", "0"])
     assert res.exit_code == 0, res.output
+
+
+def test_running_out_of_gpu_memory_is_one_line(ctr, monkeypatch):
+    """torch's CUDA OutOfMemoryError (a RuntimeError, not a MemoryError) is said in one line."""
+    import gmp.train.run as run_mod
+
+    path, _ = ctr
+
+    def no_room(*a, **k):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity "
+                                     "of 79.10 GiB of which 256.00 MiB is free. Including non-PyTorch memory ...")
+
+    monkeypatch.setattr(run_mod, "Trainer", no_room)
+    one_line_error(["train", "--dataset", path],
+                   r"^error: out of GPU memory \(CUDA out of memory\. Tried to allocate 1\.00 GiB\); lower "
+                   r"--embedding-dim or --batch-size, use more GPUs, or keep the table in host memory "
+                   r"\(--table-location host\)\.$")
+
+
+def test_a_table_larger_than_the_gpu_is_refused_against_its_free_memory(ctr, monkeypatch):
+    """On a CUDA device the table is checked against the device's free memory, not the host's."""
+    import gmp.train.trainer as trainer_mod
+    from gmp.datasets.format import load_dataset
+    from gmp.train import TrainConfig
+    from train_data import random_placement
+
+    path, _ = ctr
+    ds = load_dataset(path)
+    pl = random_placement(ds, 2, seed=0)
+    seen = []
+    monkeypatch.setattr(trainer_mod, "available_memory",
+                        lambda device=None: seen.append(device) or (1 << 20 if device is not None else 1 << 40))
+    cfg = TrainConfig(embedding_dim=2000, hidden=(8,))
+    with pytest.raises(TrainingError, match=r"more than the 0\.0 GiB free on cuda:0; lower it, use more GPUs, "
+                                            r"or --table-location host\."):
+        trainer_mod.check_memory(pl, cfg, [0, 1], len(ds.categorical_fields), torch.device("cuda", 0))
+    assert seen == [torch.device("cuda", 0)]
+    trainer_mod.check_memory(pl, cfg, [0, 1], len(ds.categorical_fields), torch.device("cpu"))  # the host has room
+    assert seen[-1] is None
 
 
 # ----------------------------------------------------------------------------- item 13

@@ -98,7 +98,7 @@ class Trainer:
         self.id_dtype = wire_id_dtype(data.num_embeddings)  # ids and clocks on the wire
         self.phase = PhaseClock(engine)  # seconds per phase of the steps (records' phase_seconds)
         self.device = engine.device_for(engine.local_workers[0])
-        check_memory(placement, config, engine.local_workers, data.num_fields)
+        check_memory(placement, config, engine.local_workers, data.num_fields, self.device)
         self.model = make_model(config.model, num_fields=data.num_fields, num_dense=data.num_dense,
                                 embedding_dim=config.embedding_dim, hidden=config.hidden, seed=config.seed,
                                 dtype=self.dtype).to(self.device)
@@ -322,16 +322,22 @@ class Trainer:
         return out
 
 
-def available_memory() -> int:
-    """Bytes of memory this process may still allocate (psutil's ``available``)."""
+def available_memory(device: torch.device | None = None) -> int:
+    """Bytes this process may still allocate: on a CUDA ``device`` its free memory
+    (``torch.cuda.mem_get_info``), else host memory (psutil's ``available``)."""
+    if device is not None and device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
     import psutil
 
     return int(psutil.virtual_memory().available)
 
 
-def check_memory(placement: Placement, config: TrainConfig, local_workers, num_fields: int) -> None:
+def check_memory(placement: Placement, config: TrainConfig, local_workers, num_fields: int,
+                 device: torch.device | None = None) -> None:
     """Refuse, before allocating, a run whose embedding tables and first dense layer cannot fit in
-    the available memory (e.g. ``embedding_dim=100000`` by mistake).
+    the memory they go to (e.g. ``embedding_dim=100000`` by mistake): the free memory of a CUDA
+    ``device`` (the local engine's workers share one), else the host's; a tiered table's master
+    (``table_location`` host or disk) is checked against the host's.
 
     Estimate: the rows the local workers hold x (embedding_dim + 1) values x the dtype's bytes,
     twice with Adagrad (its state), plus the first hidden layer's weights, gradients and
@@ -341,12 +347,15 @@ def check_memory(placement: Placement, config: TrainConfig, local_workers, num_f
     rows = int(sum(int(placement.rows_held()[w]) for w in local_workers))
     table = rows * (config.embedding_dim + 1) * itemsize * copies
     first = num_fields * config.embedding_dim * (config.hidden[0] if config.hidden else 1) * itemsize * (2 + copies)
-    need, have = table + first, available_memory()
+    on_gpu = device is not None and device.type == "cuda" and not (config.tiers and config.tiers.tiered)
+    need, have = table + first, available_memory(device if on_gpu else None)
     if need > have:
+        where = f"free on {device}" if on_gpu else "of memory available"
+        fix = "lower it, use more GPUs, or --table-location host" if on_gpu else "lower it or use more workers"
         exc = TrainingError(f"The 'embedding_dim' parameter {config.embedding_dim} needs about {need / 2**30:.1f} GiB "
                             f"({rows:,} rows held here x {config.embedding_dim + 1} values x {itemsize} bytes"
                             f"{' x 2 (Adagrad state)' if copies == 2 else ''}, plus the first dense layer), more "
-                            f"than the {have / 2**30:.1f} GiB of memory available; lower it or use more workers.")
+                            f"than the {have / 2**30:.1f} GiB {where}; {fix}.")
         exc.param = "embedding_dim"
         raise exc
 
