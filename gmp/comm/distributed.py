@@ -93,6 +93,11 @@ class DistributedEngine(CommEngine):
         if backend == "nccl":
             if not use_cuda:
                 raise TrainingError("backend nccl needs CUDA; use gloo on CPU machines.")
+            per_machine, gpus = int(os.environ.get("LOCAL_WORLD_SIZE", "1")), torch.cuda.device_count()
+            if per_machine > gpus:  # NCCL refuses two ranks on one GPU, in a message about something else
+                raise TrainingError(f"{per_machine} processes on this machine but {gpus} GPU(s): NCCL needs one "
+                                    f"GPU per process; run --nproc-per-node {gpus} (more machines for more "
+                                    f"workers) or GMP_DIST_BACKEND=gloo.")
             torch.cuda.set_device(local % torch.cuda.device_count())
             self._device = torch.device("cuda", local % torch.cuda.device_count())
         else:
