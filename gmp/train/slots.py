@@ -10,13 +10,21 @@ from ..placement import Placement
 
 INIT_SCALE = 0.05
 _CHUNK_BITS = 16
+#: values drawn at a time when a chunk's rows are drawn in pieces (8 MiB of float64)
+_PIECE_VALUES = 1 << 20
 #: largest id space mapped with a dense int32 array (64 MiB).
 DENSE_MAP_MAX_IDS = 1 << 24
 
 
 def initial_rows(ids: np.ndarray, row_dim: int, seed: int, dtype=np.float64) -> np.ndarray:
     """[len(ids), row_dim] of ``dtype``: the deterministic initial value of each global id
-    (drawn in float64, then cast)."""
+    (drawn in float64, then cast).
+
+    Id ``i`` is row ``i % 2**16`` of a ``[2**16, row_dim]`` uniform block drawn from
+    ``(seed, 7919, i >> 16)``, so a row's value depends on its id alone, not on which ids are
+    asked together. The block is drawn in pieces of about ``_PIECE_VALUES`` values, up to the
+    chunk's largest id (the generator's stream continues across pieces: the same values), so
+    memory stays bounded whatever ``row_dim`` is."""
     ids = np.asarray(ids, dtype=np.int64)
     out = np.empty((ids.size, row_dim), dtype=dtype)
     if ids.size == 0:
@@ -27,12 +35,17 @@ def initial_rows(ids: np.ndarray, row_dim: int, seed: int, dtype=np.float64) -> 
     starts = np.concatenate([[0], bounds])
     ends = np.concatenate([bounds, [ids.size]])
     mask = (1 << _CHUNK_BITS) - 1
+    piece = max(1, _PIECE_VALUES // max(int(row_dim), 1))
     for a, b in zip(starts, ends):
-        c = int(chunk[a])
-        block = np.random.default_rng([int(seed), 7919, c]).uniform(-INIT_SCALE, INIT_SCALE,
-                                                                      size=(1 << _CHUNK_BITS, row_dim))
-        sel = order[a:b]
-        out[sel] = block[ids[sel] & mask]
+        rng = np.random.default_rng([int(seed), 7919, int(chunk[a])])
+        sel = order[a:b]  # this chunk's ids, ascending
+        within = ids[sel] & mask
+        lo = 0
+        for p in range(0, int(within[-1]) + 1, piece):  # rows [p, p + piece) of the block
+            block = rng.uniform(-INIT_SCALE, INIT_SCALE, size=(piece, row_dim))
+            hi = lo + int(np.searchsorted(within[lo:], p + piece))
+            out[sel[lo:hi]] = block[within[lo:hi] - p]
+            lo = hi
     return out
 
 
