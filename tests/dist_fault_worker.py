@@ -1,5 +1,6 @@
 """torchrun entry for the fault tests: ``gmp train`` in which rank FAULT_RANK hangs or dies at
-step FAULT_STEP (GMP_TEST_FAULT = "hang" | "die"); everything else is the real CLI."""
+step FAULT_STEP (GMP_TEST_FAULT = "hang" | "die"), or cannot write its part of the FAULT_STEP-th
+checkpoint (``"save"``: permission denied); everything else is the real CLI."""
 
 from __future__ import annotations
 
@@ -16,13 +17,27 @@ def main() -> None:
     real = Trainer.train_step
 
     def faulty(self, step):
-        if rank == bad and step.index == at:
+        if fault in ("hang", "die") and rank == bad and step.index == at:
             if fault == "die":
                 os._exit(1)
             time.sleep(120)  # hung (as kill -STOP): the peers' collective times out
         return real(self, step)
 
     Trainer.train_step = faulty
+    if fault == "save" and rank == bad:
+        import errno
+
+        import gmp.train.checkpoint as ck
+
+        real_write, saves = ck.write_primary_rows, []
+
+        def failing_write(store, path):
+            saves.append(path)
+            if len(saves) == at:
+                raise PermissionError(errno.EACCES, "Permission denied", str(path))
+            return real_write(store, path)
+
+        ck.write_primary_rows = failing_write
     from cli.main import main as gmp_main
 
     sys.argv = ["gmp", "train", *sys.argv[1:]]

@@ -94,3 +94,30 @@ def test_the_collective_timeout_is_validated():
     assert collective_timeout() == 600.0
     with pytest.raises(TrainingError, match="The 'collective_timeout' parameter must be a finite number > 0"):
         collective_timeout(0)
+
+
+def test_a_rank_that_cannot_write_its_part_leaves_latest_on_the_previous_checkpoint(setup, tmp_path):
+    """Rank 1 cannot write its part of epoch 2's checkpoint: every rank fails there (rank 1 says why,
+    rank 0 once for the others), latest still points to epoch 1's complete checkpoint, nothing
+    half-written is left, and --resume continues from it. Before, a barrier let rank 0 commit a
+    checkpoint without rank 1's files and point latest at it."""
+    import json
+
+    path, man = setup
+    ck = tmp_path / "ck"
+    args = [*train_args(path, man), "--epochs", "2", "--checkpoint-dir", str(ck)]
+    res = run(3, [str(HERE / "dist_fault_worker.py"), *args],
+              {"GMP_TEST_FAULT": "save", "FAULT_RANK": "1", "FAULT_STEP": "2", "GMP_COLLECTIVE_TIMEOUT": "20"})
+    assert res.returncode != 0
+    errs = gmp_errors(res)
+    assert any(e.startswith("error: cannot write a checkpoint in ") and "Permission denied" in e for e in errs), errs
+    assert "error: another process could not write its part of the checkpoint; latest still points to the " \
+           "previous checkpoint (its own error says why)." in errs, errs
+    assert len(errs) == 2, errs
+    head = json.loads((ck / "latest" / "checkpoint.json").read_text())
+    assert head["epoch"] == 1 and head["num_workers"] == 3
+    assert all(f"worker-{w:05d}.pt" in head["files"] for w in range(3)), head["files"]
+    assert sorted(p.name for p in ck.iterdir()) == ["ckpt-00001-00000000", "latest"]
+    again = run(3, ["-m", "cli.main", "train", *args, "--resume"], {})
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads((ck / "latest" / "checkpoint.json").read_text())["epoch"] == 2

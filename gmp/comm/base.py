@@ -160,8 +160,9 @@ class CommEngine(abc.ABC):
     def device_for(self, worker: int) -> torch.device:
         return torch.device("cpu")
 
-    def close(self) -> None:
-        """Release process groups."""
+    def close(self, *, clean: bool = True) -> None:
+        """Release process groups; ``clean=False`` after an error of this process alone (its peers are in
+        some other collective: nothing that would pair with theirs)."""
 
     # -- helpers ----------------------------------------------------------
     def total_bytes(self) -> dict[str, int]:

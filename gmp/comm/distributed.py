@@ -276,14 +276,17 @@ class DistributedEngine(CommEngine):
         dist.broadcast_object_list(box, src=0)
         return box[0]
 
-    def close(self) -> None:
+    def close(self, *, clean: bool = True) -> None:
         """Wait for every started asynchronous collective and drop it, then tear the groups down.
+        ``clean=False`` (an error of this process alone): as after a failed collective, no wait and no
+        barrier -- the peers are in another collective, which a barrier here would pair with.
 
         A gloo work object that outlives its process group, or is freed while the interpreter
         exits, holds tensors whose release needs the GIL then: the rank aborts at exit
         ("terminate called without an active exception", SIGABRT) after its work is done."""
         if not dist.is_initialized():
             return
+        self._failed = self._failed or not clean
         try:
             if not self._failed:
                 for work in list(self._pending):

@@ -194,6 +194,7 @@ def save_checkpoint(trainer, directory: str | os.PathLike, *, dataset_sha256: st
             raise _write_error(exc, directory) from None
     engine.barrier()
     files: dict[str, int] = {}
+    failed = None
     try:
         for li, (w, store) in enumerate(zip(engine.local_workers, trainer.stores)):
             name = f"worker-{w:05d}.pt"
@@ -203,11 +204,16 @@ def save_checkpoint(trainer, directory: str | os.PathLike, *, dataset_sha256: st
                                  "counters": trainer.counters[li].copy(),
                                  "bytes": engine.bytes[li].copy(), "acc": dict(trainer.acc)}, tmp / name)
     except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise _write_error(exc, directory) from None
-    engine.barrier()
+        failed = _write_error(exc, directory)
+    # every process learns whether every part was written (a barrier here let rank 0 commit without them)
+    _agree(engine, failed, tmp, "could not write its part of the checkpoint")
     if engine.is_main:
         try:
+            missing = [w for w in range(trainer.num_workers) if not (tmp / f"worker-{w:05d}.pt").is_file()]
+            if missing:
+                raise TrainingError(f"the checkpoint files of worker(s) {', '.join(map(str, missing[:5]))} are not "
+                                    f"in {tmp}, where rank 0 looks: --checkpoint-dir must be one directory that "
+                                    f"every machine shares; latest still points to the previous checkpoint.")
             files["trainer.pt"] = _save({
                 "model": trainer.model.state_dict(), "dense_opt": trainer.dense_opt.state_dict(),
                 "history": list(trainer.history), "schedule": trainer.schedule.state_dict(),
@@ -226,13 +232,27 @@ def save_checkpoint(trainer, directory: str | os.PathLike, *, dataset_sha256: st
             previous = link_target(directory)
             point_latest(directory, final.name)
         except (OSError, GmpError) as exc:
-            shutil.rmtree(tmp, ignore_errors=True)
-            if isinstance(exc, GmpError):
-                raise
-            raise _write_error(exc, directory) from None
-        prune(directory, keep={final.name, previous})
-    engine.barrier()
+            failed = exc if isinstance(exc, GmpError) else _write_error(exc, directory)
+        else:
+            prune(directory, keep={final.name, previous})
+    _agree(engine, failed, tmp, "could not commit the checkpoint")
     return directory / LATEST
+
+
+def _agree(engine, failed: GmpError | None, tmp: Path, what: str) -> None:
+    """Collective: raise on every process when one failed (``failed``: its error, which it raises; the
+    others raise one line that rank 0 prints), after rank 0 removed the unfinished ``tmp``; ``latest``
+    is untouched."""
+    if not engine.sum_across(np.array([0.0 if failed is None else 1.0]))[0]:
+        return
+    if engine.is_main:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if failed is None:
+        failed = TrainingError(f"another process {what}; latest still points to the previous checkpoint (its own "
+                               f"error says why).")
+        failed.rank = getattr(engine, "rank", 0)  # rank 0 says it for the others
+    failed.together = True  # every process raises here: they close together (gmp.train.run)
+    raise failed
 
 
 def _write_error(exc: OSError, directory: Path) -> GmpError:

@@ -291,7 +291,7 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
     placement, created, placed_from = open_placement(ds, manifest, workers)  # validated by load_manifest, Trainer
     data = TrainData(ds)
     eng = make_engine(engine, placement.num_workers, collective_timeout=collective_timeout)
-    trainer = None
+    trainer, alone = None, False  # alone: an error of this process only (not one every rank raises at one point)
     try:
         trainer = Trainer(data, placement, config, eng)
         psha = placement_sha256(placement)
@@ -336,7 +336,10 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
             exc.rank = getattr(eng, "rank", 0)  # every rank stops here; the CLI lets rank 0 say it
             raise exc
         return first + records
+    except BaseException as exc:
+        alone = not (hasattr(exc, "rank") or getattr(exc, "together", False))
+        raise
     finally:
         if trainer is not None:
             trainer.close()  # a disk tier's files
-        eng.close()
+        eng.close(clean=not alone)
