@@ -1,6 +1,7 @@
 """torchrun entry for the fault tests: ``gmp train`` in which rank FAULT_RANK hangs or dies at
 step FAULT_STEP (GMP_TEST_FAULT = "hang" | "die"), or cannot write its part of the FAULT_STEP-th
-checkpoint (``"save"``: permission denied); everything else is the real CLI."""
+checkpoint (``"save"``: permission denied), or is started with ``--lr 0.05`` added (``"flags"``);
+everything else is the real CLI."""
 
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ def main() -> None:
         ck.write_primary_rows = failing_write
     from cli.main import main as gmp_main
 
-    sys.argv = ["gmp", "train", *sys.argv[1:]]
+    extra = ["--lr", "0.05"] if fault == "flags" and rank == bad else []
+    sys.argv = ["gmp", "train", *sys.argv[1:], *extra]
     gmp_main()
 
 

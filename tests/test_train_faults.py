@@ -74,8 +74,8 @@ def test_a_worker_count_mismatch_is_printed_by_rank_0_only(setup):
     res = run(2, ["-m", "cli.main", "train", *train_args(path, man)], {})
     assert res.returncode != 0
     errs = gmp_errors(res)
-    assert errs == ["error: torchrun started 2 processes but the manifest places rows on 3 workers; use "
-                    "'torchrun --nproc-per-node 3' (times --nnodes)."], res.stderr[-2000:]
+    assert errs == ["error: torchrun started 2 processes but the manifest places rows on 3 workers; "
+                    "start 3 in all (torchrun --nnodes x --nproc-per-node = 3)."], res.stderr[-2000:]
 
 
 def test_the_collective_timeout_is_validated():
@@ -121,3 +121,30 @@ def test_a_rank_that_cannot_write_its_part_leaves_latest_on_the_previous_checkpo
     again = run(3, ["-m", "cli.main", "train", *args, "--resume"], {})
     assert again.returncode == 0, again.stderr[-3000:]
     assert json.loads((ck / "latest" / "checkpoint.json").read_text())["epoch"] == 2
+
+
+def test_ranks_started_with_other_flags_are_refused_in_one_line(setup):
+    """Rank 2 gets --lr 0.05 (a launch that differs by rank): refused before training, once, by rank 0.
+    Before, the run trained silently with mixed learning rates."""
+    path, man = setup
+    res = run(3, [str(HERE / "dist_fault_worker.py"), *train_args(path, man)],
+              {"GMP_TEST_FAULT": "flags", "FAULT_RANK": "2", "FAULT_STEP": "0"})
+    assert res.returncode != 0
+    assert gmp_errors(res) == ["error: every process must get the same dataset, manifest and training flags, got "
+                               "rank(s) 2 differing from rank 0; launch every rank with the same command."], \
+        res.stderr[-3000:]
+    assert '"kind": "epoch"' not in res.stdout
+
+
+def test_a_process_that_cannot_join_the_group_is_one_line(setup):
+    """RANK and WORLD_SIZE without a rendezvous address (torchrun not used): one line, no traceback."""
+    path, man = setup
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT")}
+    env.update(RANK="1", WORLD_SIZE="3", LOCAL_RANK="1", PYTHONPATH=str(HERE.parent))
+    res = subprocess.run([sys.executable, "-m", "cli.main", "train", *train_args(path, man)], capture_output=True,
+                         text=True, timeout=120, env=env)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert gmp_errors(res) == ["error: rank 1 of 3 could not join the process group at ?:? (Error initializing "
+                               "torch.distributed using env:// rendezvous: environment variable MASTER_ADDR "
+                               "expected, but not set); start every process with torchrun and the same rendezvous "
+                               "endpoint."], res.stderr[-2000:]

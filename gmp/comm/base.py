@@ -152,6 +152,14 @@ class CommEngine(abc.ABC):
         """Worker 0's ``obj`` on every process (identity locally)."""
         return obj
 
+    def ranks_unlike_rank0(self, fingerprint) -> list[int]:
+        """Collective: the workers whose process has another ``fingerprint`` (a picklable value) than
+        worker 0's, on every process ([] locally: one process)."""
+        theirs = self.broadcast_object(fingerprint)
+        mine = np.zeros(self.world_size)
+        mine[list(self.local_workers)] = float(fingerprint != theirs)
+        return np.flatnonzero(np.rint(self.sum_across(mine))).tolist()
+
     @property
     def is_main(self) -> bool:
         """True on the process that writes logs and shared files."""

@@ -108,7 +108,13 @@ class DistributedEngine(CommEngine):
         self.local_workers = [rank]
         if not dist.is_initialized():
             kw = {"device_id": self._device} if backend == "nccl" else {}
-            dist.init_process_group(backend, timeout=_dt.timedelta(seconds=timeout_s), **kw)
+            try:
+                dist.init_process_group(backend, timeout=_dt.timedelta(seconds=timeout_s), **kw)
+            except (RuntimeError, ValueError) as exc:  # torch's DistNetworkError, a missing MASTER_ADDR, ...
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200].rstrip(".")
+                where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
+                raise TrainingError(f"rank {rank} of {world} could not join the process group at {where} ({first}); "
+                                    f"start every process with torchrun and the same rendezvous endpoint.") from None
         if dist.get_world_size() != world or dist.get_rank() != rank:
             raise TrainingError("the process group disagrees with RANK/WORLD_SIZE from the environment.")
         # a second, idle gloo group: after a timeout gloo closes the main group's connections, so

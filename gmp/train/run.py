@@ -30,7 +30,7 @@ from ..params import check_float
 from ..manifest import load_manifest
 from .checkpoint import placement_sha256, save_checkpoint
 from .checkpoint_dir import check_checkpoint_dir
-from .config import TrainConfig
+from .config import TrainConfig, comparable_settings
 from .data import TrainData
 from .migrate import resume_training
 from .records import json_line
@@ -208,7 +208,7 @@ def make_engine(name: str, num_workers: int, *, collective_timeout: float | None
         rank, world, _ = world_from_env()
         if world != num_workers:
             exc = TrainingError(f"torchrun started {world} processes but the manifest places rows on {num_workers} "
-                                f"workers; use 'torchrun --nproc-per-node {num_workers}' (times --nnodes).")
+                                f"workers; start {num_workers} in all (torchrun --nnodes x --nproc-per-node = {num_workers}).")
             exc.rank = rank  # every rank finds it; the CLI lets rank 0 say it
             raise exc
         if "OMP_NUM_THREADS" not in os.environ and not os.environ.get("GMP_TORCH_THREADS"):
@@ -267,6 +267,22 @@ def stop_on_signals(trainer: Trainer, *, distributed: bool):
             signal.signal(sig, handler)
 
 
+def check_same_launch(eng, dataset_sha256: str, placement_sha: str, config: TrainConfig, resume: bool) -> None:
+    """Collective: every process trains the same dataset and placement with the same settings (the
+    ``--tier-dir`` aside, a machine's own path). A launch that gave the ranks different flags trained
+    on silently with mixed settings, or aborted in gloo; each rank raises this one line (rank 0 says it)."""
+    settings = comparable_settings(config.to_json())
+    if settings.get("tiers"):
+        settings["tiers"] = {k: v for k, v in settings["tiers"].items() if k != "tier_dir"}
+    differ = eng.ranks_unlike_rank0((dataset_sha256, placement_sha, settings, bool(resume)))
+    if differ:
+        exc = TrainingError(f"every process must get the same dataset, manifest and training flags, got rank(s) "
+                            f"{', '.join(map(str, differ[:8]))} differing from rank 0; launch every rank with the "
+                            f"same command.")
+        exc.rank = eng.local_workers[0]
+        raise exc
+
+
 def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config: TrainConfig, *,
           engine: str = "local", workers: int | None = None, checkpoint_dir: str | os.PathLike | None = None,
           resume: bool = False, log_json: str | os.PathLike | None = None,
@@ -293,8 +309,9 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
     eng = make_engine(engine, placement.num_workers, collective_timeout=collective_timeout)
     trainer, alone = None, False  # alone: an error of this process only (not one every rank raises at one point)
     try:
-        trainer = Trainer(data, placement, config, eng)
         psha = placement_sha256(placement)
+        check_same_launch(eng, ds.sha256, psha, config, resume)
+        trainer = Trainer(data, placement, config, eng)
         migration = None
         if resume:  # the checkpoint's dataset, or an ancestor's (rows migrate: gmp.train.migrate)
             migration = resume_training(trainer, checkpoint_dir, dataset=ds, placement_sha=psha, created=created)

@@ -51,11 +51,10 @@ def check_same_run(mesh: Mesh, indptr, num_embeddings: int, topology: Topology, 
     mine = (dataset_sha256, int(indptr.size - 1), int(indptr[-1]), int(num_embeddings),
             np.asarray(topology.cost).round(9).tolist(), int(seed), sorted(asdict(options).items()),
             int(block_samples), chunk_samples)
-    theirs = mesh.broadcast(mine if mesh.rank == 0 else None)
-    differ = np.flatnonzero(mesh.isum(np.eye(mesh.size, dtype=np.int64)[mesh.rank] * int(mine != theirs)))
-    if differ.size:
+    differ = mesh.engine.ranks_unlike_rank0(mine)
+    if differ:
         raise PartitionError(f"--distributed: every process must get the same dataset and flags, got ranks "
-                             f"{differ.tolist()} differing from rank 0 (dataset, samples, edges, ids, topology, seed, "
+                             f"{differ} differing from rank 0 (dataset, samples, edges, ids, topology, seed, "
                              f"options, "
                              f"--block-samples, --chunk-samples); launch every rank with the same command.")
 
