@@ -539,7 +539,7 @@ def train_model(dataset: Any, manifest: Any = None, *, engine: str = "local",
                             f"{', '.join(sorted(fields | herald_fields))}.")
     herald = {k: config.pop(k) for k in list(config) if k in herald_fields}
     if herald:
-        config["herald"] = HeraldOptions(**herald)
+        config["herald"] = HeraldOptions.for_trainer(**herald)  # gmp train's defaults
     # gmp.train.train opens both itself (verified, memory-mapped): an opened object gives its path
     dataset, manifest = (getattr(x, "path", x) for x in (dataset, manifest))
     return train(dataset, manifest, TrainConfig(**config), engine=engine, workers=workers,

@@ -221,3 +221,31 @@ def test_the_daily_loop_through_the_facade_equals_the_cli(tmp_path):
         gmp.repartition_dataset(d1, p0, tmp_path / "api")
     with pytest.raises(GmpError, match="continue_from takes growth, drift and test_fraction, not skew"):
         gmp.synthesize(tmp_path / "s1", continue_from=d0.path, skew=1.2)
+
+
+def test_train_model_takes_gmp_trains_herald_defaults(tmp_path):
+    """gmp.train_model(schedule="herald", cache options) runs what `gmp train` with the same flags runs: the
+    look-ahead cache policy (it took HeraldOptions' "lru", gmp simulate's, and moved other rows)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from cli.main import app
+    from gmp.datasets.format import load_dataset
+    from test_train_cli import manifest_for
+    from train_data import make_ctr_dataset
+
+    path = make_ctr_dataset(tmp_path / "ds", num_samples=400, field_sizes=(40, 30, 20), seed=3)
+    man, _ = manifest_for(tmp_path, load_dataset(path), 3)
+    opts = dict(schedule="herald", on_demand=True, cache_rows=12, lookahead=2, read_only_replicas=False)
+    api = gmp.train_model(path, man, epochs=1, batch_size=8, embedding_dim=4, seed=0, **opts)
+    log = tmp_path / "cli.jsonl"
+    res = CliRunner().invoke(app, ["train", "--dataset", str(path), "--manifest", str(man), "--epochs", "1",
+                                   "--batch-size", "8", "--embedding-dim", "4", "--seed", "0", "--schedule", "herald",
+                                   "--on-demand", "--cache-rows", "12", "--lookahead", "2", "--writable-replicas",
+                                   "--log-json", str(log)])
+    assert res.exit_code == 0, res.output
+    cli = [json.loads(line) for line in log.read_text().splitlines()]
+    assert api[-1]["herald"] == cli[-1]["herald"]
+    lru = gmp.train_model(path, man, epochs=1, batch_size=8, embedding_dim=4, seed=0, cache_policy="lru", **opts)
+    assert lru[-1]["herald"] != api[-1]["herald"]  # the policy matters here: the test can tell them apart

@@ -485,7 +485,8 @@ def test_herald_options_validate_once_and_the_two_default_sets():
 
     assert HeraldOptions() == HeraldOptions(on_demand=False, cache_rows=0, cache_policy="lru", lookahead=0,
                                             read_only_replicas=True)
-    assert HeraldOptions.for_trainer(cache_rows=None, lookahead=3) == HeraldOptions(lookahead=3)
+    assert HeraldOptions.for_trainer(cache_rows=None, lookahead=3) == HeraldOptions(lookahead=3,
+                                                                                      cache_policy="lookahead")
     sim = HeraldOptions.for_simulator("herald", 1234)
     assert (sim.on_demand, sim.cache_rows, sim.read_only_replicas) == (True, 123, False)
     assert HeraldOptions.for_simulator("naive", 1234, cache_rows=7).on_demand is False

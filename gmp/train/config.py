@@ -87,8 +87,9 @@ class TrainConfig:
         if self.herald is not None:
             if not isinstance(self.herald, HeraldOptions):
                 raise E(f"The 'herald' parameter must be a HeraldOptions or None, got {type(self.herald).__name__}.")
-            if self.schedule != "herald" and self.herald != HeraldOptions():
-                changed = [k for k, v in self.herald.to_json().items() if v != getattr(HeraldOptions(), k)]
+            unset = HeraldOptions.for_trainer()
+            if self.schedule != "herald" and self.herald != unset:
+                changed = [k for k, v in self.herald.to_json().items() if v != getattr(unset, k)]
                 exc = E(f"The '{changed[0]}' parameter applies to schedule='herald' only, got "
                         f"schedule={self.schedule!r}; drop it or use the herald schedule.")
                 exc.param = changed[0]
@@ -140,7 +141,7 @@ class TrainConfig:
         """The replica model when ``schedule == "herald"`` (its defaults if not given), else None."""
         if self.schedule != "herald":
             return None
-        return self.herald if self.herald is not None else HeraldOptions()
+        return self.herald if self.herald is not None else HeraldOptions.for_trainer()
 
     @property
     def torch_dtype(self) -> torch.dtype:

@@ -21,8 +21,10 @@ class HeraldOptions:
 
     The defaults describe the trainer's store (``gmp train --schedule herald``):
     no cache, every non-primary update pushed at once, replicas never written
-    locally, so the scheduler's counts are exactly the trainer's. ``gmp
-    simulate`` starts from :meth:`for_simulator` instead (see there).
+    locally, so the scheduler's counts are exactly the trainer's; the trainer's
+    cache policy is ``"lookahead"`` (:meth:`for_trainer`, what ``gmp train`` and
+    :func:`gmp.train_model` build), the dataclass's ``"lru"`` is ``gmp simulate``'s.
+    ``gmp simulate`` starts from :meth:`for_simulator` instead (see there).
 
     Parameters
     ----------
@@ -48,8 +50,8 @@ class HeraldOptions:
 
     @classmethod
     def for_trainer(cls, **overrides: Any) -> "HeraldOptions":
-        """The trainer's defaults with ``overrides`` (None values are ignored)."""
-        return cls(**{k: v for k, v in overrides.items() if v is not None})
+        """The trainer's defaults (the look-ahead cache policy) with ``overrides`` (None values are ignored)."""
+        return cls(**{"cache_policy": "lookahead", **{k: v for k, v in overrides.items() if v is not None}})
 
     @classmethod
     def for_simulator(cls, assignment: str, num_active_rows: int, **overrides: Any) -> "HeraldOptions":

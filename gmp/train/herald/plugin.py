@@ -140,6 +140,6 @@ def make_herald_schedule(context: ScheduleContext) -> HeraldSchedule:
     if ds is None:
         raise TrainingError("The 'dataset' of the ScheduleContext is None; the herald schedule needs the "
                             "dataset's samples.")
-    options: Any = context.herald if context.herald is not None else HeraldOptions()
+    options: Any = context.herald if context.herald is not None else HeraldOptions.for_trainer()
     return HeraldSchedule(context.placement, np.asarray(ds.indptr), np.asarray(ds.indices), context.num_train,
                           context.batch_size, options, seed=context.seed, shuffle=context.shuffle)
