@@ -38,6 +38,7 @@ from . import __version__
 from .errors import GmpError, PartitionError
 from .graph import BipartiteGraph
 from .metrics import compute_metrics
+from .params import option_name
 from .placement import Placement
 from .progress import task
 from .topology import Topology
@@ -80,8 +81,8 @@ def method_options(name: str, given: Mapping[str, Any], *, batch_size: int, embe
     fields = {f.name for f in dataclasses.fields(options_cls)}
     unknown = sorted(set(given) - fields)
     if unknown and strict:
-        flags = ", ".join("--" + k.replace("_", "-") for k in unknown)
-        takes = ", ".join("--" + k.replace("_", "-") for k in sorted(fields - FILLED_IN)) or "no options"
+        flags = ", ".join(map(option_name, unknown))
+        takes = ", ".join(map(option_name, sorted(fields - FILLED_IN))) or "no options"
         raise PartitionError(f"method {name!r} does not take {flags}; it takes: {takes}.")
     opts = {k: v for k, v in given.items() if k in fields}
     if "batch_size" in fields and "batch_size" not in opts:

@@ -71,3 +71,14 @@ def comma_list(value: str | Sequence[str]) -> list[str]:
     if isinstance(value, str):
         return [v.strip() for v in value.split(",") if v.strip()]
     return [str(v) for v in value]
+
+
+#: partitioner options ``gmp partition`` has a flag of their own for (``--max-imbalance``); the rest go
+#: through ``-O KEY=VALUE``
+OPTION_FLAGS = frozenset({"rounds", "tol", "alpha", "beta", "gamma", "max_imbalance", "replication_budget",
+                          "memory_per_worker", "threads"})
+
+
+def option_name(key: str) -> str:
+    """How a person gives partitioner option ``key`` to ``gmp partition``: its flag, else ``-O key=``."""
+    return "--" + key.replace("_", "-") if key in OPTION_FLAGS else f"-O {key}="

@@ -119,7 +119,10 @@ def test_report_refuses_corrupt_manifest(partitioned):
 
 def test_partition_errors(tiny_dataset, tmp_path):
     res = invoke("partition", tiny_dataset, "--workers", 2, "--method", "random", "--rounds", 3, "--out", tmp_path / "a")
-    assert res.exit_code == 2 and "error: method 'random' does not take --rounds; it takes: --per-field." in res.output
+    assert res.exit_code == 2 and "error: method 'random' does not take --rounds; it takes: -O per_field=." in res.output
+    res = invoke("partition", tiny_dataset, "--workers", 2, "--method", "greedy-stream", "-O", "foo=1")
+    assert "error: method 'greedy-stream' does not take -O foo=; it takes: -O embedding_max_imbalance=, " \
+           "--max-imbalance, -O order=." in res.output, res.output
     res = invoke("partition", tiny_dataset, "--workers", 2, "--method", "nope", "--out", tmp_path / "a")
     assert res.exit_code == 2 and "unknown partitioner 'nope'" in res.output
     res = invoke("partition", tiny_dataset, "--workers", 3, "--topology", "2x2", "--method", "random")
@@ -320,3 +323,16 @@ def test_generic_partitioner_option(tiny_dataset, tmp_path):
     r = CliRunner().invoke(app, ["partition", str(tiny_dataset), "--workers", "2", "--method", "random",
                                  "-O", "nonsense", "--out", str(tmp_path / "x")])
     assert r.exit_code == 2 and "expected KEY=VALUE" in r.output
+
+
+def test_the_options_named_as_flags_are_the_partition_commands_flags():
+    """Errors and the report name a partitioner option by its flag only where `gmp partition` has one
+    (they named --order, --per-field, ... that do not exist); every 'Partitioner option:' flag is listed."""
+    import typer
+
+    from cli.main import app
+    from gmp.params import OPTION_FLAGS
+
+    cmd = typer.main.get_command(app).commands["partition"]
+    option_flags = {p.name for p in cmd.params if "Partitioner option" in (getattr(p, "help", None) or "")}
+    assert option_flags == set(OPTION_FLAGS)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from ..params import option_name
+
 Table = tuple[list[str], list[list[str]]]
 
 METRIC_LABELS = {
@@ -357,7 +359,7 @@ def settings_table(settings: Mapping[str, Any]) -> Table:
     ]
     for k, v in (settings.get("options") or {}).items():
         if v is not None:  # unset options take the method's default
-            rows.append([f"option --{k.replace('_', '-')}", fmt_num(v) if not isinstance(v, (list, dict)) else str(v)])
+            rows.append([f"option {option_name(k)}", fmt_num(v) if not isinstance(v, (list, dict)) else str(v)])
     if settings.get("dataset_sha256"):
         rows.append(["dataset sha256", str(settings["dataset_sha256"])[:16] + "…"])
     return ["setting", "value"], rows
