@@ -82,7 +82,7 @@ def main(argv=None) -> None:
     hybrid = {"rounds": args.rounds, "replication_budget": 0.0, "batch_size": args.batch_size}
     runs = [("random", "random", topo, {}),
             (f"hybrid, flat {n}-worker cost", "hybrid", homogeneous(n), hybrid),
-            (f"hybrid, {args.topology} cost (machine level, then worker level)", "hybrid", topo, hybrid)]
+            (f"hybrid, {args.topology} cost (multilevel start, machines first)", "hybrid", topo, hybrid)]
     print(f"{args.dataset}, {n} workers ({args.topology}), per-worker batch {args.batch_size}, seed {args.seed}, "
           f"1D placements (no secondaries)\n")
     print(f"| placement | batch remote reads | cross-machine | share | reads, rows with <= {per_machine} readers "
