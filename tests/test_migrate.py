@@ -109,7 +109,8 @@ def reference_days(paths, *, optimizer, cfg):
             batch = Batch(samples.size, torch.tensor(ids), torch.tensor(seg), torch.as_tensor(ds.dense[samples]),
                           torch.as_tensor(ds.labels[samples]))
             opt.zero_grad()
-            (bce_sum(net(table, batch), batch.labels) / samples.size).backward()
+            # a partial last batch weighs each sample as a full one (Trainer.loss_denominator)
+            (bce_sum(net(table, batch), batch.labels) / max(samples.size, GLOBAL_BATCH)).backward()
             opt.step()
     return table.detach().cpu().numpy(), net
 

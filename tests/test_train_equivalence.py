@@ -7,6 +7,8 @@ independent of the store/exchange/consistency machinery under test.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -52,7 +54,8 @@ def assert_equals_reference(trainer, path, num_train, cfg, global_batch):
     one = NaiveSchedule(1, num_train, global_batch, seed=cfg.seed)
     batches = [[s.samples[0] for s in one.steps(e)] for e in range(cfg.epochs)]
     ref_table, ref_net = reference_train(path, batches, model=cfg.model, optimizer=cfg.optimizer, lr=cfg.lr,
-                                         embedding_dim=cfg.embedding_dim, seed=cfg.seed, hidden=cfg.hidden)
+                                         embedding_dim=cfg.embedding_dim, seed=cfg.seed, hidden=cfg.hidden,
+                                         full_batch=global_batch)
     assert_same_model(trainer, ref_table, ref_net)
 
 
@@ -92,14 +95,15 @@ def test_static_equals_replay_of_its_global_batches(ctr, num_workers, secondarie
     tr.fit()
     static = StaticSchedule(pl, ds.num_train, cfg.batch_size, seed=cfg.seed, shuffle=shuffle)
     unions = [[np.concatenate(s.samples) for s in static.steps(e)] for e in range(cfg.epochs)]
-    # the single-process replay through the trainer itself ...
-    replay = Trainer(TrainData(ds), random_placement(ds, 1), cfg, LocalEngine(1),
-                     schedule=ReplaySchedule(lambda e: [[u] for u in unions[e]]))
+    # the single-process replay through the trainer itself (a full step: N x B samples) ...
+    replay = Trainer(TrainData(ds), random_placement(ds, 1), replace(cfg, batch_size=num_workers * cfg.batch_size),
+                     LocalEngine(1), schedule=ReplaySchedule(lambda e: [[u] for u in unions[e]]))
     replay.fit()
     np.testing.assert_allclose(tr.embedding_table(), replay.embedding_table(), rtol=1e-9, atol=1e-12)
     # ... and through plain PyTorch
     ref_table, ref_net = reference_train(path, unions, optimizer="adagrad", lr=cfg.lr, seed=cfg.seed,
-                                         embedding_dim=cfg.embedding_dim, hidden=cfg.hidden)
+                                         embedding_dim=cfg.embedding_dim, hidden=cfg.hidden,
+                                         full_batch=num_workers * cfg.batch_size)
     assert_same_model(tr, ref_table, ref_net)
 
 

@@ -38,8 +38,10 @@ def make_ctr_dataset(out, *, num_samples=240, field_sizes=(7, 11, 5), num_dense=
 
 
 def reference_train(dataset_path, global_batches_per_epoch, *, model="wdl", embedding_dim=4, optimizer="sgd",
-                    lr=0.1, seed=0, hidden=(8,), dtype=torch.float64):
-    """Plain PyTorch on one full embedding table: mean BCE over each global batch, torch.optim step.
+                    lr=0.1, seed=0, hidden=(8,), dtype=torch.float64, full_batch=0):
+    """Plain PyTorch on one full embedding table: BCE summed over each global batch and divided by its
+    size, or by ``full_batch`` (N x B) when the batch is smaller (a partial step weighs each sample as
+    a full one), torch.optim step.
 
     ``global_batches_per_epoch`` is a list (one per epoch) of lists of sample-id arrays.
     Returns (table float64 [num_embeddings, row_dim], model).
@@ -68,7 +70,7 @@ def reference_train(dataset_path, global_batches_per_epoch, *, model="wdl", embe
             batch = Batch(samples.size, torch.tensor(ids), torch.tensor(seg), dense,
                           torch.as_tensor(np.asarray(ds.labels[samples])))
             opt.zero_grad()
-            loss = bce_sum(net(table, batch), batch.labels) / samples.size
+            loss = bce_sum(net(table, batch), batch.labels) / max(samples.size, full_batch)
             loss.backward()
             opt.step()
     return table.detach().cpu().numpy().astype(np.float64), net

@@ -260,7 +260,7 @@ class HeraldOnDemand(StepProtocol):
         """One s = 0 step whose every transfer is the runtime scheduler's (see :meth:`_herald_mode`)."""
         tr = self.trainer
         sched = step.info["herald"]
-        total = step.global_batch_size
+        total = tr.loss_denominator(step) if step.global_batch_size else 0
         n = tr.num_workers
         local = tr.engine.local_workers
         # end of the previous iteration: the communication plan (Algorithm 1 line 15)

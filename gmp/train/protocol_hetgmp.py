@@ -28,9 +28,9 @@ class BoundedStaleness(StepProtocol):
     def train_step(self, step: Step) -> float:
         """Run one synchronous step of all local workers; return the sum of their sample losses."""
         tr = self.trainer
-        total = step.global_batch_size
-        if total == 0:
+        if step.global_batch_size == 0:
             return 0.0
+        total = tr.loss_denominator(step)
         if len(step.samples) != tr.num_workers:
             raise TrainingError(f"schedule gave {len(step.samples)} batches for {tr.num_workers} workers.")
         with tr.phase("gather"):
