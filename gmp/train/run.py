@@ -208,7 +208,8 @@ def make_engine(name: str, num_workers: int, *, collective_timeout: float | None
         rank, world, _ = world_from_env()
         if world != num_workers:
             exc = TrainingError(f"torchrun started {world} processes but the manifest places rows on {num_workers} "
-                                f"workers; start {num_workers} in all (torchrun --nnodes x --nproc-per-node = {num_workers}).")
+                                f"workers; start {num_workers} in all (torchrun --nnodes x --nproc-per-node = "
+                                f"{num_workers}).")
             exc.rank = rank  # every rank finds it; the CLI lets rank 0 say it
             raise exc
         if "OMP_NUM_THREADS" not in os.environ and not os.environ.get("GMP_TORCH_THREADS"):
