@@ -109,7 +109,7 @@ def reference_days(paths, *, optimizer, cfg):
             batch = Batch(samples.size, torch.tensor(ids), torch.tensor(seg), torch.as_tensor(ds.dense[samples]),
                           torch.as_tensor(ds.labels[samples]))
             opt.zero_grad()
-            # a partial last batch weighs each sample as a full one (Trainer.loss_denominator)
+            # a partial last batch weighs each sample as a full one (gmp.train.steps.forward_backward)
             (bce_sum(net(table, batch), batch.labels) / max(samples.size, GLOBAL_BATCH)).backward()
             opt.step()
     return table.detach().cpu().numpy(), net

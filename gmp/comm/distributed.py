@@ -57,6 +57,11 @@ ENV_HINT = ("run it under torchrun, e.g. 'torchrun --standalone --nproc-per-node
             "--engine distributed ...'")
 
 
+def _first_line(exc: BaseException) -> str:
+    """An exception's first line (its type's name when it says nothing): torch's messages run on for pages."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
 def collective_timeout(timeout_s: float | None = None) -> float:
     """Seconds a collective may wait for the slowest rank: ``timeout_s``, else the environment
     variable ``GMP_COLLECTIVE_TIMEOUT``, else :data:`gmp.constants.COLLECTIVE_TIMEOUT_S`."""
@@ -98,8 +103,8 @@ class DistributedEngine(CommEngine):
                 raise TrainingError(f"{per_machine} processes on this machine but {gpus} GPU(s): NCCL needs one "
                                     f"GPU per process; run --nproc-per-node {gpus} (more machines for more "
                                     f"workers) or GMP_DIST_BACKEND=gloo.")
-            torch.cuda.set_device(local % torch.cuda.device_count())
-            self._device = torch.device("cuda", local % torch.cuda.device_count())
+            self._device = torch.device("cuda", local % gpus)
+            torch.cuda.set_device(self._device)
         else:
             self._device = torch.device("cpu")
         self.backend = backend
@@ -111,7 +116,7 @@ class DistributedEngine(CommEngine):
             try:
                 dist.init_process_group(backend, timeout=_dt.timedelta(seconds=timeout_s), **kw)
             except (RuntimeError, ValueError) as exc:  # torch's DistNetworkError, a missing MASTER_ADDR, ...
-                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200].rstrip(".")
+                first = _first_line(exc)[:200].rstrip(".")
                 where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
                 raise TrainingError(f"rank {rank} of {world} could not join the process group at {where} ({first}); "
                                     f"start every process with torchrun and the same rendezvous endpoint.") from None
@@ -156,8 +161,8 @@ class DistributedEngine(CommEngine):
                    f"not reach it within the collective timeout of {self.timeout_s:g} s (a stopped, hung or dead "
                    f"process; set the timeout with --collective-timeout or GMP_COLLECTIVE_TIMEOUT).")
         else:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            first = re.sub(r"^\[[^\]]*\]\s*", "", first).split(". ")[0][:160]  # gloo's source path, one sentence
+            # without gloo's source path, one sentence
+            first = re.sub(r"^\[[^\]]*\]\s*", "", _first_line(exc)).split(". ")[0][:160]
             msg = (f"rank {self.rank}: the {op} collective failed: a peer process died or closed its connection "
                    f"({first}).")
         err = TrainingError(msg)

@@ -260,7 +260,6 @@ class HeraldOnDemand(StepProtocol):
         """One s = 0 step whose every transfer is the runtime scheduler's (see :meth:`_herald_mode`)."""
         tr = self.trainer
         sched = step.info["herald"]
-        total = tr.loss_denominator(step) if step.global_batch_size else 0
         n = tr.num_workers
         local = tr.engine.local_workers
         # end of the previous iteration: the communication plan (Algorithm 1 line 15)
@@ -272,7 +271,7 @@ class HeraldOnDemand(StepProtocol):
                 raise TrainingError(f"worker {local[li]} lacks rows the runtime scheduler holds valid there. "
                                     f"This is a bug in gmp.")
             s.rows = tr.stores[li].read(s.slots)
-        loss_sum = forward_backward(tr, ws, total) if total else 0.0
+        loss_sum = forward_backward(tr, ws, step) if step.global_batch_size else 0.0
         # synchronous pushes (naive sync, or several writers): gradients to the primaries
         id_sends, grad_sends = [], []
         for li, s in enumerate(ws):

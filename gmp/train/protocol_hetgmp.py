@@ -30,7 +30,6 @@ class BoundedStaleness(StepProtocol):
         tr = self.trainer
         if step.global_batch_size == 0:
             return 0.0
-        total = tr.loss_denominator(step)
         if len(step.samples) != tr.num_workers:
             raise TrainingError(f"schedule gave {len(step.samples)} batches for {tr.num_workers} workers.")
         with tr.phase("gather"):
@@ -38,7 +37,7 @@ class BoundedStaleness(StepProtocol):
         check = not math.isinf(tr.staleness)
         read_rows(tr, ws, check_secondaries=check, staleness=tr.staleness)
         with tr.phase("compute"):
-            loss_sum = forward_backward(tr, ws, total)  # phase 4
+            loss_sum = forward_backward(tr, ws, step)  # phase 4
         # phase 5: push gradients of non-primary rows to their primaries (at s < inf the
         # primaries know the ids from this step's requests); the dense all-reduce of phase 6 is
         # started first and runs (on the engine's asynchronous group) under the push and the

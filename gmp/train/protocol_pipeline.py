@@ -202,7 +202,7 @@ class PipelinedStaleness(BoundedStaleness):
         with tr.phase("pulls"):
             ws = _finish_reads(tr, current)
         with tr.phase("compute"):
-            loss_sum = forward_backward(tr, ws, tr.loss_denominator(step))
+            loss_sum = forward_backward(tr, ws, step)
         with tr.phase("pushes"):
             dense = tr.engine.start_all_reduce_dense(tr.dense_flat(loss_sum))
             _, grad_sends = push_sends(tr, ws, with_ids=False)

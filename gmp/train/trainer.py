@@ -180,16 +180,6 @@ class Trainer:
         """Run one synchronous step of all local workers (the protocol's); return the sum of their sample losses."""
         return self.protocol.train_step(step)
 
-    def loss_denominator(self, step: Step) -> int:
-        """What a step's summed loss is divided by: its samples, but at least a full step's ``N x B``.
-
-        A partial step (the end of an epoch, or of a shard in the static schedule) weighs each sample
-        as a full one does; as a mean over its own samples, a last static step of 2 samples moved
-        the model like a step of ``N x B`` (1-epoch test log loss 0.498 against 0.425, docs/train.md,
-        "The last step of an epoch"). A step larger than ``N x B`` (a replayed global batch) keeps
-        its mean."""
-        return max(step.global_batch_size, self.num_workers * self.config.batch_size)
-
     def dense_step(self, loss_sum: float) -> None:
         """All-reduce the dense gradients and step the dense optimizer.
 
@@ -354,7 +344,7 @@ def check_memory(placement: Placement, config: TrainConfig, local_workers, num_f
     optimizer state (``num_fields * embedding_dim * hidden[0]``)."""
     itemsize = 4 if config.dtype == "float32" else 8
     copies = 2 if config.optimizer == "adagrad" else 1
-    rows = int(sum(int(placement.rows_held()[w]) for w in local_workers))
+    rows = int(placement.rows_held()[list(local_workers)].sum())  # one count over the ids, not one per worker
     table = rows * (config.embedding_dim + 1) * itemsize * copies
     first = num_fields * config.embedding_dim * (config.hidden[0] if config.hidden else 1) * itemsize * (2 + copies)
     on_gpu = device is not None and device.type == "cuda" and not (config.tiers and config.tiers.tiered)

@@ -55,8 +55,7 @@ def check_same_run(mesh: Mesh, indptr, num_embeddings: int, topology: Topology, 
     if differ:
         raise PartitionError(f"--distributed: every process must get the same dataset and flags, got ranks "
                              f"{differ} differing from rank 0 (dataset, samples, edges, ids, topology, seed, "
-                             f"options, "
-                             f"--block-samples, --chunk-samples); launch every rank with the same command.")
+                             f"options, --block-samples, --chunk-samples); launch every rank with the same command.")
 
 
 def partition_distributed(indptr: np.ndarray, indices: np.ndarray, num_embeddings: int, topology: Topology, *,
@@ -96,7 +95,6 @@ def partition_distributed(indptr: np.ndarray, indices: np.ndarray, num_embedding
     mesh = Mesh(engine)
     check_same_run(mesh, indptr, num_embeddings, topology, seed, options, block_samples, chunk_samples,
                    dataset_sha256)
-    n = topology.num_workers
     num_samples = int(indptr.size - 1)
     start, stop = shard_range(num_samples, mesh.size, mesh.rank)
     shard = Shard(indptr, indices, num_embeddings, start, stop, chunk_samples=chunk_samples)
