@@ -62,7 +62,10 @@ counting sort of ``sample_worker``) and keeps, per embedding, an int32 "last
 chunk" stamp and an int32 "last worker" stamp, so distinct-per-chunk and
 distinct-per-epoch counting need O(num_embeddings) memory and no dense workers
 x embeddings array; stamps are globally unique, so they are never reset.
-Membership in the secondary CSR is a scan of the embedding's (short) slice.
+With secondaries, where a row is held is one int64 per embedding, read once
+per edge: bit w set when worker w holds it, the primary in the top bits (up
+to :data:`PACKED_MAX_WORKERS` workers; beyond, the primary and a scan of the
+embedding's slice of the secondary CSR: 1.4-1.6x slower, docs/report.md).
 Workers are spread over numba threads (at most one per worker, each thread
 with its own stamps, within :data:`STAMP_MEMORY_BYTES`); a worker writes only
 its own column/row of the counts, so results do not depend on the thread
@@ -70,9 +73,9 @@ count. The training range's counts come from the same pass
 (:func:`traffic_with_train`: the training samples are a prefix of every
 worker's run, so its counts are taken as the run leaves the prefix).
 Memory at full Criteo-Kaggle scale (45.8M samples, 33.8M embeddings,
-1.19B edges): 270 MB of stamps per thread, the sample order (366 MB) and the
-degree array (270 MB) on top of the (memory-mapped) graph. Measured speed
-is in ``docs/report.md``.
+1.19B edges): 270 MB of stamps per thread, the rows' holders (270 MB, with
+secondaries), the sample order (366 MB) and the degree array (270 MB) on top
+of the (memory-mapped) graph. Measured speed is in ``docs/report.md``.
 """
 
 from __future__ import annotations
@@ -148,8 +151,25 @@ def _worker_order(sample_worker, num_workers, stop):  # pragma: no cover - compi
     return starts, order
 
 
+#: workers up to which a row's holders and primary pack into one int64 (:func:`_holders`)
+PACKED_MAX_WORKERS = 56
+_ONE = np.int64(1)
+
+
 @numba.njit(cache=True, nogil=True)
-def _traffic_part(indptr, indices, order, starts, primary, sec_indptr, sec_workers, num_embeddings,
+def _holders(primary, sec_indptr, sec_workers, out):  # pragma: no cover - compiled
+    # out[e]: bit w set when worker w holds e (primary or secondary), the primary in bits 56-61
+    # (num_workers <= PACKED_MAX_WORKERS): the traffic pass then looks up one word per edge, not
+    # the primary, the secondary offsets and the secondaries (three cache misses on a cold row)
+    for e in range(primary.size):
+        m = _ONE << primary[e]
+        for q in range(sec_indptr[e], sec_indptr[e + 1]):
+            m |= _ONE << sec_workers[q]
+        out[e] = m | (np.int64(primary[e]) << PACKED_MAX_WORKERS)
+
+
+@numba.njit(cache=True, nogil=True)
+def _traffic_part(indptr, indices, order, starts, primary, sec_indptr, sec_workers, held, num_embeddings,
                   batch_size, first, step, counts, train_stop, train):  # pragma: no cover - compiled
     # Workers first, first + step, ... in one pass over each one's samples in dataset order:
     #   counts[0] = edge[server, reader]   remote edges (HET-GMP Eq. 3 counts, before weighting)
@@ -162,7 +182,10 @@ def _traffic_part(indptr, indices, order, starts, primary, sec_indptr, sec_worke
     # are visited in dataset order, so those are a prefix of its run, and the counts as they
     # stand when the run first reaches a sample >= train_stop are exactly what a pass over the
     # prefix alone gives (the chunk the prefix ends in has counted the rows it reads so far).
+    # ``held``: :func:`_holders`' words, or empty (more workers than a word holds: the primary
+    # and a scan of the row's secondaries instead).
     num_workers = starts.size - 1
+    packed = held.size > 0
     has_secondaries = sec_workers.size > 0
     edge, read, push, epoch = counts[0], counts[1], counts[2], counts[3]
     # stamps[2e]: last chunk that touched e, as (first position of the chunk in `order`) + 1,
@@ -179,15 +202,20 @@ def _traffic_part(indptr, indices, order, starts, primary, sec_indptr, sec_worke
                 taken = True
             for k in range(indptr[i], indptr[i + 1]):
                 e = indices[k]
-                pe = primary[e]
+                if packed:
+                    word = held[e]
+                    pe = word >> PACKED_MAX_WORKERS
+                    local = (word >> w) & 1 != 0
+                else:
+                    pe = primary[e]
+                    local = pe == w
+                    if has_secondaries and not local:
+                        for q in range(sec_indptr[e], sec_indptr[e + 1]):
+                            if sec_workers[q] == w:
+                                local = True
+                                break
                 if pe == w:
                     continue
-                local = False
-                if has_secondaries:
-                    for q in range(sec_indptr[e], sec_indptr[e + 1]):
-                        if sec_workers[q] == w:
-                            local = True
-                            break
                 if not local:
                     edge[pe, w] += 1
                     if stamps[2 * e + 1] != w + 1:
@@ -213,10 +241,10 @@ def _take_worker(counts, train, w):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def _traffic_parallel(indptr, indices, order, starts, primary, sec_indptr, sec_workers, num_embeddings,
+def _traffic_parallel(indptr, indices, order, starts, primary, sec_indptr, sec_workers, held, num_embeddings,
                       batch_size, num_threads, counts, train_stop, train):  # pragma: no cover - compiled
     for t in numba.prange(num_threads):
-        _traffic_part(indptr, indices, order, starts, primary, sec_indptr, sec_workers, num_embeddings,
+        _traffic_part(indptr, indices, order, starts, primary, sec_indptr, sec_workers, held, num_embeddings,
                       batch_size, t, num_threads, counts, train_stop, train)
 
 
@@ -334,7 +362,11 @@ def traffic_with_train(graph: BipartiteGraph, placement: Placement, batch_size: 
     counts = np.zeros((4, n, n), dtype=np.int64)
     train = np.zeros((4, n, n), dtype=np.int64)
     threads = _num_threads(n, graph.num_embeddings, graph.num_edges)
-    args = (ip, ix, order, starts, pr, si, sws, graph.num_embeddings, np.int64(batch_size))
+    # packed where there are secondaries to look up (without, the primary alone is one lookup already)
+    held = np.empty(graph.num_embeddings if n <= PACKED_MAX_WORKERS and sws.size else 0, dtype=np.int64)
+    if held.size:
+        _holders(pr, si, sws, held)
+    args = (ip, ix, order, starts, pr, si, sws, held, graph.num_embeddings, np.int64(batch_size))
     if threads == 1:
         _traffic_part(*args, 0, 1, counts, np.int64(train_stop), train)
     else:

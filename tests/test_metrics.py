@@ -334,6 +334,27 @@ def test_random_graph_large_enough_to_chunk():
         assert M.batch_remote_pushes(graph, placement, b) == ref["batch_remote_pushes"]
 
 
+@pytest.mark.parametrize("num_workers", [M.PACKED_MAX_WORKERS, M.PACKED_MAX_WORKERS + 4])
+def test_many_workers_match_reference(num_workers):
+    """The pass reads one packed word per row up to PACKED_MAX_WORKERS workers (the last worker's
+    primary in the word's top bits) and scans the secondary CSR beyond: both against the reference."""
+    n = num_workers
+    rng = np.random.default_rng(n)
+    rows = [sorted(set(rng.integers(0, 90, size=6).tolist())) for _ in range(600)]
+    sw = rng.integers(0, n, size=600).tolist()
+    primary = rng.integers(0, n, size=90).tolist()
+    primary[:3] = [n - 1, n - 2, 0]  # the highest worker ids as primaries
+    secondaries = [sorted(set(rng.integers(0, n, size=e % 4).tolist()) - {primary[e]}) for e in range(90)]
+    secondaries[1] = sorted(set(range(n)) - {primary[1]})  # a row every worker holds
+    cost = (np.ones((n, n)) - np.eye(n)).tolist()
+    graph, placement = build(rows, sw, primary, secondaries, n)
+    ref = reference_metrics(rows, sw, primary, secondaries, cost, 8)
+    m = M.compute_metrics(graph, placement, Topology(np.array(cost)), batch_size=8, reference=placement)
+    for key in ("remote_accesses", "epoch_unique_remote", "batch_remote_reads", "batch_remote_pushes",
+                "traffic_matrix"):
+        assert m[key] == ref[key], key
+
+
 def test_thread_count_does_not_change_counts(monkeypatch):
     import numba
 
