@@ -28,6 +28,10 @@ def partition_from_manifest(dataset: Path, old_manifest: Path, *, max_moved_rows
     from ._common import check_seed
 
     check_seed(seed)
+    if max_moved_rows is not None:  # its form, before anything is read (the percentage's rows come later)
+        from gmp.partition.incremental import migration_budget
+
+        migration_budget(max_moved_rows, 0, name="--max-moved-rows")
     old = load_manifest(old_manifest)
     options = dict(given or {})
     name = "incremental" if max_moved_rows is not None else "place-new"

@@ -382,6 +382,8 @@ def repartition_dataset(dataset: Any, old_manifest: Any, out: str | os.PathLike,
     from .seeds import check_seed
 
     seed = check_seed(seed)
+    if max_moved_rows is not None:
+        migration_budget(max_moved_rows, 0)  # its form, before the data is read (a percentage's rows come later)
     old = old_manifest if isinstance(old_manifest, Manifest) else load_manifest(old_manifest)
     planned, _ = old.plan.resolve(batch_size=batch_size, embedding_dim=embedding_dim)
     batch_size = DEFAULT_BATCH_SIZE if planned["batch_size"] is None else planned["batch_size"]

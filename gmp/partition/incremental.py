@@ -387,8 +387,9 @@ def match_workers(old: Placement, new: Placement) -> Placement:
                      options=new.options, seed=new.seed, info=new.info)
 
 
-def migration_budget(value: int | str, num_rows: int) -> int:
+def migration_budget(value: int | str, num_rows: int, *, name: str = "max_moved_rows") -> int:
     """A budget of moved rows: an integer, or a percentage of ``num_rows`` (``"5%"``, floored).
+    ``name``: how the errors call the value (``"--max-moved-rows"`` on the command line).
 
     Examples
     --------
@@ -400,11 +401,11 @@ def migration_budget(value: int | str, num_rows: int) -> int:
     if m:
         pct = float(m.group(1))
         if pct > 100:
-            raise PartitionError(f"max_moved_rows {text!r} is above 100%; give a percentage in [0, 100] or a number of rows.")
+            raise PartitionError(f"{name} {text!r} is above 100%; give a percentage in [0, 100] or a number of rows.")
         return int(math.floor(pct / 100.0 * int(num_rows) + 1e-9))
     if re.fullmatch(r"[0-9]+", text):
-        return _check_budget(int(text))
-    raise PartitionError(f"max_moved_rows must be a number of rows (e.g. 5000) or a percentage (e.g. 5%), got {text!r}.")
+        return _check_budget(int(text), name)
+    raise PartitionError(f"{name} must be a number of rows (e.g. 5000) or a percentage (e.g. 5%), got {text!r}.")
 
 
 # --------------------------------------------------------------------------- shared set-up
@@ -719,11 +720,11 @@ def place_and_repartition(graph: BipartiteGraph, old: Placement, topology: Topol
                            state.is_old, state, t0)
 
 
-def _check_budget(max_moved_rows) -> int:
+def _check_budget(max_moved_rows, name: str = "max_moved_rows") -> int:
     if not isinstance(max_moved_rows, (int, np.integer)) or max_moved_rows < 0:
-        raise PartitionError(f"max_moved_rows must be an integer >= 0, got {max_moved_rows!r}.")
+        raise PartitionError(f"{name} must be an integer >= 0, got {max_moved_rows!r}.")
     if max_moved_rows >= 2**63:  # the kernels count in int64
-        raise PartitionError(f"max_moved_rows {max_moved_rows} is above 2^63 - 1; give 100% to allow every row to move.")
+        raise PartitionError(f"{name} {max_moved_rows} is above 2^63 - 1; give 100% to allow every row to move.")
     return int(max_moved_rows)
 
 
