@@ -482,6 +482,22 @@ def test_csv_numeric_label_and_default_categoricals(tmp_path):
     assert [f.name for f in ds.fields] == ["a", "b"]
 
 
+def test_csv_unnamed_columns_are_not_imported(tmp_path, caplog):
+    """A separator at the end of every line (header included) gave a field with an empty name, missing in
+    every row; two such columns were refused as duplicates. Unnamed columns are left out, with a warning."""
+    import logging
+
+    p = tmp_path / "t.csv"
+    p.write_text("y,a,,b,,\n1,x,,p,,\n0,y,,p,,\n1,x,,q,,\n")
+    with caplog.at_level(logging.WARNING, logger="gmp.datasets.csvfmt"):
+        import_csv([p], tmp_path / "out", options=CsvOptions(label="y"), common=opts(test_fraction=0.0))
+    ds = load_dataset(tmp_path / "out")
+    assert [f.name for f in ds.fields] == ["a", "b"]
+    # a: x x2 -> 2, y -> 3 (offset 0); b: p x2 -> 6, q -> 7 (offset 4)
+    assert rows_of(ds) == [[2, 6], [3, 6], [2, 7]]
+    assert "column(s) 3, 5, 6 of" in caplog.text and "have no name" in caplog.text
+
+
 def test_csv_cells_with_spaces_and_quotes_read_as_their_values(tmp_path, caplog):
     """UCI Adult separates cells with ', ': the label value ' >50K' is '>50K' (every label was 0), and a
     quoted number '"3"' is 3 (every line was malformed); categorical values keep their spaces (their ids)."""

@@ -109,8 +109,9 @@ def read_columns(paths: Sequence[Path], sep: str, what: str) -> list[str]:
         cols = [c.strip().strip('"') for c in header.decode("utf-8").split(sep)]
     except UnicodeDecodeError:
         raise ImportDataError(f"{paths[0]}: the header line is not UTF-8 text; is this a {what} file?") from None
-    if len(set(cols)) != len(cols):
-        dup = sorted({c for c in cols if cols.count(c) > 1})
+    named = [c for c in cols if c]  # unnamed columns (a trailing separator) are not imported: import_csv
+    if len(set(named)) != len(named):
+        dup = sorted({c for c in named if named.count(c) > 1})
         raise ImportDataError(f"{paths[0]}: the header names column(s) {dup} more than once.")
     for p in paths[1:]:
         h = read_header(p).decode("utf-8", errors="replace")
@@ -139,8 +140,13 @@ def import_csv(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, o
     dense_cols = _resolve(options.dense, cols, "--dense", paths[0])
     multi_cols = _resolve(options.multi, cols, "--multi", paths[0])
     ignore_cols = _resolve(options.ignore, cols, "--ignore", paths[0])
+    unnamed = [i for i, c in enumerate(cols) if not c]
+    if unnamed:  # no flag can name them: a trailing separator on every line, most often
+        log.warning("warning: column(s) %s of %s's header have no name (a separator at the end of the line?) and are "
+                    "not imported; name them in the header to import them", ", ".join(str(i + 1) for i in unnamed),
+                    paths[0])
     if options.categorical is None:
-        taken = {label_col, *dense_cols, *multi_cols, *ignore_cols}
+        taken = {label_col, *dense_cols, *multi_cols, *ignore_cols, *unnamed}
         cat_cols = [i for i in range(len(cols)) if i not in taken]
     else:
         cat_cols = _resolve(options.categorical, cols, "--cat", paths[0])
