@@ -597,6 +597,18 @@ def test_libsvm_field_is_token_position(tmp_path):
     assert ds.labels.tolist() == [1, 0, 0, 1]  # label > 0
 
 
+def test_libsvm_many_fields_and_a_chunk_of_zero_values(tmp_path):
+    """Fields interleave across lines and chunks (they were grouped by one mask per field: quadratic in long
+    lines); a chunk whose lines hold only zero values has no token at all."""
+    p = tmp_path / "t.libsvm"
+    p.write_text("1 7:0 8:0\n0 9:1 5:1 9:1\n1 9:1 6:1\n0 4:1\n1 3:0\n")
+    import_libsvm([p], tmp_path / "out", common=opts(test_fraction=0.0, chunk_bytes=10))
+    ds = load_dataset(tmp_path / "out")
+    assert [(f.name, f.num_values, f.offset) for f in ds.fields] == [("f1", 4, 0), ("f2", 4, 4), ("f3", 3, 8)]
+    # f1: 9 (x2) -> 2, 4 -> 3; f2: 5 -> 6, 6 -> 7 (first seen first); f3: 9 -> 10; lines 1 and 5 read no id
+    assert rows_of(ds) == [[], [2, 6, 10], [2, 7], [3], []]
+
+
 def test_libffm_given_fields_and_multi(tmp_path):
     import_libsvm([FIX / "small.libffm"], tmp_path / "out", ffm=True, fmt="libffm")
     ds = load_dataset(tmp_path / "out")

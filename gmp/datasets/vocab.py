@@ -101,10 +101,12 @@ class _Table:
     """uint64 key -> (provisional id, count), grown by doubling (load factor <= 1/2).
 
     16 bytes per slot, at most 4 slots per distinct value: a field with 10M
-    values (Criteo-Kaggle's largest) needs a 2^25-slot table, 512 MiB.
+    values (Criteo-Kaggle's largest) needs a 2^25-slot table, 512 MiB. It starts
+    at 16 slots: a libsvm line of 200k tokens has 200k fields (one per position),
+    and 1,024 slots each took 3.2 GB before a value was read.
     """
 
-    def __init__(self, capacity: int = 1 << 10):
+    def __init__(self, capacity: int = 1 << 4):
         self.slots = np.zeros((capacity, 2), dtype=np.uint64)
         self.size = 0
 
@@ -304,10 +306,12 @@ class Vocabulary:
         remap = np.full(max(self._next, 1), -1, dtype=np.int64)
         pid_field = self._pid_field[: self._next]
         counts = np.zeros(max(self._next, 1), dtype=np.int64)
+        key_of = np.zeros(max(self._next, 1), dtype=np.uint64)  # once for all fields (one per field was quadratic)
         for f in self.fields:
             if f.table is not None:
                 ids, c = f.table.ids_and_counts()
                 counts[ids] = c
+                key_of[ids] = f.table.keys()
         order = np.argsort(pid_field, kind="stable")
         bounds = np.searchsorted(pid_field[order], np.arange(len(self.fields) + 1))
         infos: list[FieldInfo] = []
@@ -334,18 +338,9 @@ class Vocabulary:
                 num_values = 2 + int(kept.size)
                 infos.append(FieldInfo(f.name, f.kind, num_values, offset, missing_id=offset, rare_id=offset + 1))
             offset += num_values
-        self.kept_keys = [self._keys_of(f, kept) for f, kept in zip(self.fields, kept_pids)]
+        self.kept_keys = [None if kept is None else key_of[kept] for kept in kept_pids]
         self.new_id_ranges = [[0, offset]] if offset else []
         return infos, offset, remap
-
-    def _keys_of(self, f: _Field, pids: np.ndarray | None) -> np.ndarray | None:
-        """The keys of provisional ids ``pids`` of field ``f`` (None for a hashed field)."""
-        if f.table is None or pids is None:
-            return None
-        ids, _ = f.table.ids_and_counts()
-        key_of = np.zeros(max(self._next, 1), dtype=np.uint64)
-        key_of[ids] = f.table.keys()
-        return key_of[pids]
 
     def _finish_extending(self, previous: list[PreviousField], base: int) -> tuple[list[FieldInfo], int, np.ndarray]:
         names = [f.name for f in self.fields]
