@@ -64,6 +64,46 @@ def test_extend_known_values_keep_their_id_even_when_rare(tmp_path):
     assert rows(d1) == [[7, 8], [3, 9], [6, 8], [2, 9], [1, 6]]
 
 
+def imp_sparse(tmp_path: Path, fmt: str, name: str, text: str, *extra: str):
+    src = tmp_path / f"{name}.{fmt}"
+    src.write_text(text)
+    res = runner.invoke(app, ["data", "import", fmt, str(src), "--out", str(tmp_path / name), "--test-fraction", "0",
+                              *extra])
+    assert res.exit_code == 0, res.output
+    return load_dataset(tmp_path / name)
+
+
+def test_extend_libsvm_days_that_add_or_lack_fields(tmp_path):
+    """libsvm's fields are token positions: a day with longer lines has new fields (all their ids new,
+    after the old ones), a day with shorter lines lacks some (kept, with their ids). Both were refused."""
+    d0 = imp_sparse(tmp_path, "libsvm", "d0", "1 3:1 5:1\n0 4:1 5:1\n")
+    # f1 = [missing 0, rare 1, 3 -> 2, 4 -> 3]; f2 = [missing 4, rare 5, 5 -> 6]
+    assert rows(d0) == [[2, 6], [3, 6]]
+    d1 = imp_sparse(tmp_path, "libsvm", "d1", "1 3:1 5:1 7:1\n0 4:1 6:1\n", "--extend", str(tmp_path / "d0"))
+    # f2's new 6 -> 7 (its ranges merge: 4..8); the new field f3 after it: [missing 8, rare 9, 7 -> 10]
+    assert [(f.name, f.id_ranges) for f in d1.categorical_fields] == [("f1", ((0, 4),)), ("f2", ((4, 8),)),
+                                                                      ("f3", ((8, 11),))]
+    assert rows(d1) == [[2, 6, 10], [3, 7]] and d1.meta["new_id_ranges"] == [[7, 8], [8, 11]]
+    d2 = imp_sparse(tmp_path, "libsvm", "d2", "1 3:1\n0 9:1\n", "--extend", str(tmp_path / "d1"))
+    # only f1 today: 3 keeps 2, the new 9 -> 11; f2 and f3 keep their ids and gain none
+    assert [(f.name, f.id_ranges) for f in d2.categorical_fields] == [
+        ("f1", ((0, 4), (11, 12))), ("f2", ((4, 8),)), ("f3", ((8, 11),))]
+    assert rows(d2) == [[2], [11]] and d2.num_embeddings == 12
+
+
+def test_extend_libffm_field_becomes_multi_valued(tmp_path):
+    imp_sparse(tmp_path, "libffm", "d0", "1 0:3:1 1:5:1\n0 0:4:1 1:5:1\n")
+    d1 = imp_sparse(tmp_path, "libffm", "d1", "1 0:3:1 1:5:1 1:6:1\n0 0:4:1 2:6:1\n", "--extend",
+                    str(tmp_path / "d0"))
+    # f1 repeated on a line today: multi-valued, its ids kept (5 -> 6), 6 new -> 7; new field f2 [8, 9, 6 -> 10]
+    assert [(f.name, f.kind) for f in d1.categorical_fields] == [("f0", "categorical"), ("f1", "multi"),
+                                                                 ("f2", "categorical")]
+    assert rows(d1) == [[2, 6, 7], [3, 10]]
+    # the next day reads f1 once per line again: it stays multi-valued (as its parent's)
+    d2 = imp_sparse(tmp_path, "libffm", "d2", "1 0:3:1 1:6:1\n", "--extend", str(tmp_path / "d1"))
+    assert [(f.name, f.kind) for f in d2.categorical_fields][1] == ("f1", "multi") and rows(d2) == [[2, 7]]
+
+
 def test_vocab_file_holds_the_kept_keys(tmp_path):
     out = imp(tmp_path, "d0", DAY0)
     with np.load(out / "vocab.npz") as z:
@@ -152,3 +192,25 @@ def test_field_ranges_are_checked(bad):
 
     with pytest.raises(DatasetError, match="ranges"):
         FieldInfo("A", "categorical", 3, 0, ranges=tuple(tuple(r) for r in bad))
+
+
+def test_resume_on_a_day_with_a_new_field_says_why(tmp_path):
+    """The model takes every field: a checkpoint of a 2-field day cannot continue on a 3-field day. The
+    refusal names the field counts (it said only "Error(s) in loading state_dict")."""
+    lines0 = "".join(f"{i % 2} {i % 7}:1 {i % 5}:1\n" for i in range(60))
+    lines1 = "".join(f"{i % 2} {i % 7}:1 {i % 5}:1" + (" 9:1\n" if i % 4 == 0 else "\n") for i in range(60))
+    imp_sparse(tmp_path, "libsvm", "d0", lines0)
+    imp_sparse(tmp_path, "libsvm", "d1", lines1, "--extend", str(tmp_path / "d0"))
+    for args in (["partition", str(tmp_path / "d0"), "-w", "2", "-m", "random", "--no-plots", "--out",
+                  str(tmp_path / "p0")],
+                 ["train", str(tmp_path / "d0"), "--manifest", str(tmp_path / "p0"), "--engine", "local",
+                  "--epochs", "1", "--batch-size", "8", "--checkpoint-dir", str(tmp_path / "ck")],
+                 ["partition", str(tmp_path / "d1"), "--from-manifest", str(tmp_path / "p0"), "--no-plots", "--out",
+                  str(tmp_path / "p1")]):
+        res = runner.invoke(app, args)
+        assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["train", str(tmp_path / "d1"), "--manifest", str(tmp_path / "p1"), "--engine", "local",
+                              "--epochs", "1", "--batch-size", "8", "--checkpoint-dir", str(tmp_path / "ck"),
+                              "--resume"])
+    assert res.exit_code == 2 and "size mismatch" in res.output and ": 3 and 0)" in res.output, res.output
+    assert "continues only with the checkpoint's fields" in res.output

@@ -693,8 +693,13 @@ class CommonOptions:
 
 def finish_import(writer, vocab, bad: BadLines, *, fmt: str, paths: Sequence[Path], lines_read: int,
                   common: CommonOptions, format_options: dict[str, Any], dense_names: Sequence[str] = (),
-                  extra: dict[str, Any] | None = None, dedupe: bool | None = None) -> dict[str, Any]:
+                  extra: dict[str, Any] | None = None, dedupe: bool | None = None,
+                  discovered_fields: bool = False) -> dict[str, Any]:
     """Check the import produced samples, then write the final arrays and header.
+
+    ``discovered_fields``: the importer found its fields in the data (libsvm, libffm), so a day
+    extending another (``--extend``) may lack some of its fields, add new ones or read a field
+    multi-valued (:meth:`gmp.datasets.vocab.Vocabulary.align`); others must match the previous fields.
 
     ``dedupe`` (default: only when a field is multi-valued) sorts and
     deduplicates each sample's ids in the writer. Without multi-valued fields
@@ -723,6 +728,8 @@ def finish_import(writer, vocab, bad: BadLines, *, fmt: str, paths: Sequence[Pat
         if prev_dense != list(dense_names):  # the model trained on the parent takes this many dense inputs
             raise ImportDataError(f"--extend: the previous dataset's dense columns are {prev_dense}, this input's "
                                   f"{list(dense_names)}; extend with the same dense columns (--dense).")
+        if discovered_fields:
+            vocab.align(prev)
         cat_fields, num_embeddings, remap = vocab.finish(prev, int(prev_meta["num_embeddings"]))
         extra["parent"] = {"sha256": prev_meta["sha256"], "num_embeddings": int(prev_meta["num_embeddings"]),
                            "path": str(common.extend)}

@@ -155,4 +155,4 @@ def import_libsvm(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *
         vocab.reorder([fields[f] for f in sorted(fields)])
         return finish_import(writer, vocab, bad, fmt=fmt, paths=paths, lines_read=lines_read, common=common,
                              format_options={"field": "given (libffm)" if ffm else "token position"},
-                             dedupe=True if ffm else None)
+                             dedupe=True if ffm else None, discovered_fields=True)

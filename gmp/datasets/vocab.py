@@ -192,6 +192,7 @@ class Vocabulary:
         self._by_name: dict[str, int] = {}
         self._next = 0
         self._pid_field = np.full(1 << 16, -1, dtype=np.int32)
+        self._aligned = False  # align() was called: finish() takes fields beyond the previous ones
 
     # -- building ---------------------------------------------------------
     def add_field(self, name: str, kind: str = "categorical") -> int:
@@ -231,6 +232,22 @@ class Vocabulary:
         self._by_name = {f.name: i for i, f in enumerate(self.fields)}
         used = self._pid_field[: self._next]
         used[:] = new_of_old[used]
+
+    def align(self, previous: list[PreviousField]) -> None:
+        """Line the fields up with ``previous`` (``--extend``) for importers that discover their fields
+        while reading (libsvm's positions, libffm's field numbers): the previous fields first, in their
+        order, each registered when this input never had it (its ids are kept, it gains no value); this
+        input's other fields after them (new fields: all their ids new); a field multi-valued on
+        either day is multi-valued. :meth:`finish` then accepts the added fields and the kinds."""
+        for p in previous:
+            if p.name not in self._by_name:
+                self.add_field(p.name, p.kind)
+            elif p.kind == "multi":
+                self.set_kind(self._by_name[p.name], "multi")
+        old = {p.name for p in previous}
+        self.reorder([self._by_name[p.name] for p in previous]
+                     + [i for i, f in enumerate(self.fields) if f.name not in old])
+        self._aligned = True
 
     def _alloc(self, num: int, field: int) -> int:
         first = self._next
@@ -304,47 +321,46 @@ class Vocabulary:
         if previous is not None:
             return self._finish_extending(previous, int(previous_num_embeddings))
         remap = np.full(max(self._next, 1), -1, dtype=np.int64)
-        pid_field = self._pid_field[: self._next]
-        counts = np.zeros(max(self._next, 1), dtype=np.int64)
-        key_of = np.zeros(max(self._next, 1), dtype=np.uint64)  # once for all fields (one per field was quadratic)
-        for f in self.fields:
-            if f.table is not None:
-                ids, c = f.table.ids_and_counts()
-                counts[ids] = c
-                key_of[ids] = f.table.keys()
-        order = np.argsort(pid_field, kind="stable")
-        bounds = np.searchsorted(pid_field[order], np.arange(len(self.fields) + 1))
         infos: list[FieldInfo] = []
-        kept_pids: list[np.ndarray | None] = []
+        self.kept_keys = []
         offset = 0
-        for i, f in enumerate(self.fields):
-            pids = order[bounds[i] : bounds[i + 1]]  # ascending = first-seen order
-            if f.hash_size is not None:
-                kept_pids.append(None)
-                num_values = f.hash_size + 1
-                remap[f.missing_pid : f.missing_pid + num_values] = offset + np.arange(num_values)
-                infos.append(FieldInfo(f.name, f.kind, num_values, offset, missing_id=offset, rare_id=None,
-                                       hash_buckets=f.hash_size))
-            else:
-                values = pids[pids != f.missing_pid]
-                c = counts[values]
-                keep = c >= self.min_count
-                kept = values[keep]
-                kept = kept[np.argsort(-c[keep], kind="stable")]
-                kept_pids.append(kept)
-                remap[f.missing_pid] = offset
-                remap[values[~keep]] = offset + 1
-                remap[kept] = offset + 2 + np.arange(kept.size)
-                num_values = 2 + int(kept.size)
-                infos.append(FieldInfo(f.name, f.kind, num_values, offset, missing_id=offset, rare_id=offset + 1))
-            offset += num_values
-        self.kept_keys = [None if kept is None else key_of[kept] for kept in kept_pids]
+        for f in self.fields:
+            info, keys = self._fresh_field(f, offset, remap)
+            infos.append(info)
+            self.kept_keys.append(keys)
+            offset += info.num_values
         self.new_id_ranges = [[0, offset]] if offset else []
         return infos, offset, remap
 
+    def _fresh_field(self, f: _Field, offset: int, remap: np.ndarray) -> tuple[FieldInfo, np.ndarray | None]:
+        """Field ``f`` given ids from ``offset`` on, as no earlier dataset knew it: its missing id, its
+        rare id, then its kept values most frequent first (ties: first seen first); a hashed field its
+        missing id and buckets. Fills ``remap``; returns the FieldInfo and the kept values' keys (None
+        for a hashed field)."""
+        if f.hash_size is not None:
+            num_values = f.hash_size + 1
+            remap[f.missing_pid: f.missing_pid + num_values] = offset + np.arange(num_values)
+            return FieldInfo(f.name, f.kind, num_values, offset, missing_id=offset, rare_id=None,
+                             hash_buckets=f.hash_size), None
+        ids, c = f.table.ids_and_counts()
+        keys = f.table.keys()
+        first_seen = np.argsort(ids, kind="stable")
+        ids, c, keys = ids[first_seen], c[first_seen], keys[first_seen]
+        keep = c >= self.min_count
+        by_count = np.argsort(-c[keep], kind="stable")
+        kept = ids[keep][by_count]
+        remap[f.missing_pid] = offset
+        remap[ids[~keep]] = offset + 1
+        remap[kept] = offset + 2 + np.arange(kept.size)
+        num_values = 2 + int(kept.size)
+        return FieldInfo(f.name, f.kind, num_values, offset, missing_id=offset, rare_id=offset + 1), \
+            keys[keep][by_count]
+
     def _finish_extending(self, previous: list[PreviousField], base: int) -> tuple[list[FieldInfo], int, np.ndarray]:
         names = [f.name for f in self.fields]
-        if [p.name for p in previous] != names or [p.kind for p in previous] != [f.kind for f in self.fields]:
+        same = [p.name for p in previous] == (names[:len(previous)] if self._aligned else names)
+        kinds = all(p.kind == f.kind or (self._aligned and f.kind == "multi") for p, f in zip(previous, self.fields))
+        if not (same and kinds):
             raise ImportDataError(
                 f"--extend: the previous dataset's categorical fields are "
                 f"{[(p.name, p.kind) for p in previous]}, this input's {[(f.name, f.kind) for f in self.fields]}; "
@@ -387,6 +403,12 @@ class Vocabulary:
             infos.append(FieldInfo(f.name, f.kind, int(all_ids.size), int(all_ids[0]), missing_id=int(prev.ids[0]),
                                    rare_id=int(prev.ids[1]), ranges=_ranges(all_ids)))
             self.kept_keys.append(np.concatenate([prev.keys, keys[fresh][np.argsort(-c[fresh], kind="stable")]]))
+        for f in self.fields[len(previous):]:  # fields the previous dataset never had (align)
+            info, keys = self._fresh_field(f, cursor, remap)
+            infos.append(info)
+            self.kept_keys.append(keys)
+            self.new_id_ranges.append([cursor, cursor + info.num_values])
+            cursor += info.num_values
         return infos, cursor, remap
 
 

@@ -131,8 +131,13 @@ def restore_dense(trainer, ckpt: Path) -> None:
         torch.random.set_rng_state(main["torch_rng"])
         np.random.set_state(main["numpy_rng"])
     except Exception as exc:  # noqa: BLE001 - a model of another shape: one line, not a traceback
-        raise TrainingError(f"{ckpt / 'trainer.pt'} does not fit this run ({str(exc).splitlines()[0][:160]}); "
-                            f"resume with the same model settings or {_FIX}.") from None
+        data = trainer.data
+        lines = str(exc).splitlines() or [""]  # torch's first line only says that a list of errors follows
+        detail = next((line.strip() for line in lines if "size mismatch" in line), lines[0])
+        raise TrainingError(f"{ckpt / 'trainer.pt'} does not fit this run ({detail[:200]}); the "
+                            f"model takes every categorical field and dense column ({data.dataset.path}: "
+                            f"{data.num_fields} and {data.num_dense}), so it continues only with the checkpoint's "
+                            f"fields (a day that adds one starts a new model) and model settings; {_FIX}.") from None
     trainer.epoch, trainer.step_in_epoch = 0, 0
 
 
