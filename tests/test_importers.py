@@ -498,6 +498,26 @@ def test_csv_unnamed_columns_are_not_imported(tmp_path, caplog):
     assert "column(s) 3, 5, 6 of" in caplog.text and "have no name" in caplog.text
 
 
+@pytest.mark.parametrize("chunk_bytes", [1 << 20, 8])
+def test_csv_quoted_separator_or_newline_is_malformed_not_a_row(tmp_path, chunk_bytes):
+    """A quoted cell holding the separator or a newline is not supported: the line that opens it is
+    malformed, and so are the lines its newlines made (the text after a quoted newline was read as a row
+    of its own). Chunks of 8 bytes: the open cell is carried from one chunk to the next."""
+    p = tmp_path / "q.csv"
+    p.write_text('label,a,b\n1,"a,b"\n0,"x""y",z\n1,42",q\n0,"m\nn\no",p\n1,ok,ok\n')
+    import_csv([p], tmp_path / "out", options=CsvOptions(label="label"),
+               common=opts(test_fraction=0.0, max_bad_lines=10, chunk_bytes=chunk_bytes))
+    ds = load_dataset(tmp_path / "out")
+    # kept: line 3 (a quoted cell with an escaped quote), 4 (a quote inside an unquoted cell is text), 8
+    # a: x""y -> 2, 42" -> 3, ok -> 4 (offset 0); b: z -> 7, q -> 8, ok -> 9 (offset 5)
+    assert rows_of(ds) == [[2, 7], [3, 8], [4, 9]] and ds.labels.tolist() == [0, 1, 1]
+    bad = [(b["line"], b["reason"].split(" (")[0]) for b in ds.meta["bad_lines"]]
+    assert bad == [(2, "column 2 opens a double quote it does not close"),
+                   (5, "column 2 opens a double quote it does not close"),
+                   (6, "goes on with a quoted cell an earlier line opened"),
+                   (7, "goes on with a quoted cell an earlier line opened")]
+
+
 def test_csv_cells_with_spaces_and_quotes_read_as_their_values(tmp_path, caplog):
     """UCI Adult separates cells with ', ': the label value ' >50K' is '>50K' (every label was 0), and a
     quoted number '"3"' is 3 (every line was malformed); categorical values keep their spaces (their ids)."""

@@ -43,8 +43,8 @@ from ..errors import ImportDataError
 from ..progress import task
 from .format import DatasetWriter
 from .importers import (BAD, BadLines, CommonOptions, cell_text, check_inputs, finish_import, hash_strings,
-                        hash_token_block, iter_chunks, log1p_clamped, parse_float_block, read_header, split_multi,
-                        token, tokenize, total_size)
+                        hash_token_block, iter_chunks, log1p_clamped, open_quotes, parse_float_block, read_header,
+                        split_multi, token, tokenize, total_size)
 from .vocab import Vocabulary
 
 log = logging.getLogger(__name__)
@@ -201,10 +201,12 @@ def run_delimited(paths: list[Path], out, *, fmt: str, plan: DelimitedPlan, comm
         for path in paths:
             common.begin_input(writer, path)
             last = 0
+            inside = False  # inside a quoted cell an earlier line opened (open_quotes)
             for chunk in iter_chunks(path, chunk_bytes=common.chunk_bytes, skip_lines=1):
                 buf, starts, ends, ncols = tokenize(chunk.data, plan.sep, ncols_expected)
                 n = ncols.size
                 lines_read += n
+                quoted, inside = open_quotes(buf, starts, ends, ncols, inside)
                 lab_s, lab_e = starts[:, [plan.label_col]], ends[:, [plan.label_col]]
                 if positive_key is not None:
                     lkeys, lstat = hash_token_block(buf, lab_s, lab_e, True, True)
@@ -223,12 +225,18 @@ def run_delimited(paths: list[Path], out, *, fmt: str, plan: DelimitedPlan, comm
                     dkeys, dpresent, bad_derived, dreason = derived(buf, starts, ends)
                 else:
                     bad_derived = np.zeros(n, dtype=bool)
-                is_bad = bad_cols | bad_label | bad_dense | bad_derived
+                is_bad = bad_cols | bad_label | bad_dense | bad_derived | (quoted != 0)
                 if is_bad.any():
                     rows = np.flatnonzero(is_bad)
 
                     def reason(k: int) -> str:
                         i = rows[k]
+                        if quoted[i] < 0:
+                            return ("goes on with a quoted cell an earlier line opened (a newline inside quotes is "
+                                    "not supported)")
+                        if quoted[i] > 0:
+                            return (f"column {int(quoted[i])} opens a double quote it does not close (a quoted cell "
+                                    f"holding the separator or a newline is not supported)")
                         if bad_cols[i]:
                             if ncols[i] == 1 and starts[i, 0] == ends[i, 0]:
                                 return "empty line"

@@ -379,6 +379,39 @@ def _strip(buf, s, e):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
+def open_quotes(buf, starts, ends, ncols, inside):  # pragma: no cover - compiled
+    """Lines broken by a quoted cell, which the delimited importers do not read (a pair of quotes around
+    a whole cell is all they strip). Per line: ``j + 1`` when cell ``j`` opens a double quote it does
+    not close (its separator split the cell, or a newline inside the quotes ended the line), ``-1`` for
+    a line that goes on with a cell an earlier line opened (the text after a quoted newline: it would
+    otherwise be read as a row of its own), else 0. A line opens such a cell for the next ones when the
+    quotes from the cell's start to the line's end are odd in number; it closes when a following line
+    holds an odd number. ``inside``: the state at the chunk's start. Returns ``(flags, inside at the
+    end)``. A quote inside a cell that does not start with one is text (as Python's csv reads it)."""
+    n, k = starts.shape
+    out = np.zeros(n, dtype=np.int32)
+    for i in range(n):
+        stop = starts[i + 1, 0] if i + 1 < n else buf.size
+        if inside:
+            out[i] = -1
+            q = 0
+            for p in range(starts[i, 0], stop):
+                q += buf[p] == 34
+            inside = q % 2 == 0
+            continue
+        for j in range(min(ncols[i], k)):
+            s, e = _strip(buf, starts[i, j], ends[i, j])
+            if s < e and buf[s] == 34 and (e - s == 1 or buf[e - 1] != 34):
+                out[i] = j + 1
+                q = 0
+                for p in range(s, stop):
+                    q += buf[p] == 34
+                inside = q % 2 == 1
+                break
+    return out, inside
+
+
+@numba.njit(cache=True, nogil=True)
 def _cell(buf, s, e):  # pragma: no cover - compiled
     """The cell [s, e) without surrounding spaces and one pair of double quotes around it (``"1"``,
     `` >50K`` after ``, ``): how a number or a label value is read."""
