@@ -18,8 +18,9 @@ from gmp.errors import PartitionError
 from gmp.graph import BipartiteGraph
 from gmp.manifest import load_manifest
 from gmp.metrics import batch_remote_reads
-from gmp.partition.incremental import (DENSE_SETTINGS, SPARSE_SETTINGS, MovedRows, Options, created_rows, match_workers,
-                                       migration_budget, moved_rows, place_and_repartition, place_new_data,
+from gmp.partition.incremental import (DENSE_SETTINGS, SMALL_SETTINGS, SPARSE_SETTINGS, MovedRows, Options,
+                                       created_rows, match_workers, migration_budget, moved_rows,
+                                       place_and_repartition, place_new_data,
                                        repartition_incremental,
                                        repartition_toward, resolve_options, saturated_degree,
                                        saturated_row_fraction)
@@ -504,13 +505,17 @@ def _density_case(dense: bool):
     return g, old
 
 
-@pytest.mark.parametrize("dense", [True, False])
-def test_defaults_follow_the_density(dense):
+@pytest.mark.parametrize("dense, small", [(True, True), (True, False), (False, True), (False, False)])
+def test_defaults_follow_the_density(dense, small, monkeypatch):
+    import gmp.partition.incremental as incremental
+
     g, old = _density_case(dense)
-    settings_ = DENSE_SETTINGS if dense else SPARSE_SETTINGS
+    if not small:  # the bound above which a sparse graph takes one round of changed-row sweeps
+        monkeypatch.setattr(incremental, "SMALL_EDGES", g.num_edges - 1)
+    settings_ = DENSE_SETTINGS if dense else SMALL_SETTINGS if small else SPARSE_SETTINGS
     resolved, record = resolve_options(Options(), g, 2)
     assert {k: getattr(resolved, k) for k in settings_} == settings_
-    assert record["dense"] is dense and set(record["set"]) == set(settings_)
+    assert record["dense"] is dense and record["small"] is small and set(record["set"]) == set(settings_)
     assert (record["saturated_row_fraction"] >= 0.2) is dense
     auto = repartition_incremental(g, old, two(), max_moved_rows=3)
     given = repartition_incremental(g, old, two(), max_moved_rows=3, options=Options(**settings_))

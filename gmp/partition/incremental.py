@@ -110,7 +110,8 @@ used rows`` (default: the old placement's own ``replication_budget`` option,
 **Defaults by density** (:func:`resolve_options`): ``start``, ``sweep_first``, ``sweep`` and
 ``rounds`` left ``None`` are set per graph: the ``project`` start, ``sweep_first``, ``sweep="every"``
 and 10 rounds when at least :data:`DENSE_SATURATED_ROWS` of the used rows are saturated (MovieLens),
-else the pass, one round and the changed-row sweep (docs/incremental.md, "Defaults by density").
+else the pass and then, up to :data:`SMALL_EDGES` edges, 10 rounds sweeping every sample, beyond
+one round and the changed-row sweep (docs/incremental.md, "Defaults by density").
 
 Deterministic: the only randomness is the seeded stream order of the
 placement pass; every kernel is sequential in a fixed order.
@@ -267,9 +268,15 @@ class Options:
 #: a graph is *dense* when at least this fraction of its used rows is saturated (:func:`saturated_degree`):
 #: MovieLens-100K by time 0.43, the synthetic entity drift 0.08, the independent drift 0.02
 DENSE_SATURATED_ROWS = 0.2
-#: the settings ``None`` stands for, by density (docs/incremental.md, "Defaults by density")
+#: the settings ``None`` stands for, by density and size (docs/incremental.md, "Defaults by density")
 SPARSE_SETTINGS = {"start": "pass", "sweep_first": False, "sweep": "changed", "rounds": 1}
+SMALL_SETTINGS = {"start": "pass", "sweep_first": False, "sweep": "every", "rounds": 10}
 DENSE_SETTINGS = {"start": "project", "sweep_first": True, "sweep": "every", "rounds": 10}
+#: a sparse graph of at most this many edges takes SMALL_SETTINGS: where ``hybrid`` runs its portfolio
+#: start (the same bound), ten sweeps of every sample cost little beside it (the synthetic 50k-sample
+#: days: 0.01x -> 0.03-0.04x of its CPU) and the streaming pass alone can be far off (iPinYou, train
+#: then test, 4 workers, 5%: 1.63x -> 0.84x of the full re-partition's reads)
+SMALL_EDGES = 2_000_000
 
 
 def saturated_row_fraction(graph: BipartiteGraph, num_workers: int, batch_size: int, *,
@@ -297,18 +304,21 @@ def resolve_options(options: Options, graph: BipartiteGraph, num_workers: int, *
     Dense (:func:`saturated_row_fraction` >= :data:`DENSE_SATURATED_ROWS`): most rows are read by every
     worker's batches whatever happens, so the placement of the samples is most of the gap to a full
     re-partition, and :data:`DENSE_SETTINGS` (the ``project`` start, ``sweep_first``, a sweep of every
-    sample in each of 10 rounds) closes it (MovieLens by time, 5%: 1.70x -> 1.09x). Otherwise
-    :data:`SPARSE_SETTINGS` (the streaming pass, one round sweeping the samples of the changed rows),
-    better on the synthetic drifts.
+    sample in each of 10 rounds) closes it (MovieLens by time, 5%: 1.70x -> 1.09x). Otherwise, on a
+    graph of at most :data:`SMALL_EDGES` edges, :data:`SMALL_SETTINGS` (the streaming pass, then a sweep
+    of every sample in each of 10 rounds); on a larger one :data:`SPARSE_SETTINGS` (one round sweeping
+    the samples of the changed rows: the sweeps cost what the pass does there).
     """
     unset = [k for k in SPARSE_SETTINGS if getattr(options, k) is None]
     if not unset:
-        return options, {"saturated_row_fraction": None, "dense": None, "set": []}
+        return options, {"saturated_row_fraction": None, "dense": None, "small": None, "set": []}
     fraction = saturated_row_fraction(graph, num_workers, options.batch_size, degree=degree)
     dense = fraction >= DENSE_SATURATED_ROWS
-    chosen = DENSE_SETTINGS if dense else SPARSE_SETTINGS
+    small = graph.num_edges <= SMALL_EDGES
+    chosen = DENSE_SETTINGS if dense else SMALL_SETTINGS if small else SPARSE_SETTINGS
     resolved = replace(options, **{k: chosen[k] for k in unset})
-    return resolved, {"saturated_row_fraction": round(fraction, 4), "dense": bool(dense), "set": unset}
+    return resolved, {"saturated_row_fraction": round(fraction, 4), "dense": bool(dense), "small": small,
+                      "set": unset}
 
 
 class MovedRows(NamedTuple):
