@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from ._common import console, dataset_argument, echo_json, handle_errors
+from ._common import check_seed, console, dataset_argument, echo_json, handle_errors
 from ._flags import flags_for_params
 
 
@@ -80,6 +80,7 @@ def register(app: typer.Typer) -> None:
         from gmp.simulate import active_rows, simulate, simulator_options
 
         with flags_for_params():
+            check_seed(seed)  # before the random placement, which numpy would refuse in a traceback
             dataset = dataset_argument(dataset_arg, dataset, "simulate")
             plan = plan_defaults(manifest, batch_size=batch_size, embedding_dim=embedding_dim)
             ds = load_dataset(dataset)

@@ -145,6 +145,19 @@ class _Payload:
         return (Path.touch, (self.marker,))
 
 
+def test_an_unwritable_checkpoint_dir_is_refused_before_training(setup, tmp_path, monkeypatch):
+    """The first save found it after a whole epoch (hours at scale); now it is tried before the first step."""
+    (tmp_path / "afile").write_text("x")
+    steps = []
+    monkeypatch.setattr("gmp.train.trainer.Trainer.fit", lambda *a, **k: steps.append(1) or [])
+    with pytest.raises(TrainingError) as exc:
+        run(setup, tmp_path / "afile" / "ck")
+    assert "cannot write a checkpoint in" in one_line(exc) and "Not a directory" in str(exc.value)
+    assert steps == []
+    run(setup, tmp_path / "new" / "ck")  # a directory that can be made is made, and holds no probe after
+    assert steps == [1] and [p.name for p in (tmp_path / "new" / "ck").iterdir()] == []
+
+
 def test_resume_never_runs_code_from_a_checkpoint(setup, saved, tmp_path):
     target = saved / os.readlink(saved / "latest")
     marker = tmp_path / "pwned"

@@ -165,6 +165,8 @@ def test_cli_table_and_errors(tiny_dataset):
     assert r.exit_code == 2 and "--workers is required" in r.output
     r = runner.invoke(app, ["simulate", "--dataset", str(tiny_dataset), "--workers", "2", "--cache-policy", "fifo"])
     assert r.exit_code == 2 and "--cache-policy must be one of ['lru', 'lookahead'], got 'fifo'" in r.output
+    r = runner.invoke(app, ["simulate", "--dataset", str(tiny_dataset), "--workers", "2", "--seed", "-1"])
+    assert r.exit_code == 2 and "--seed must be an int in [0, 2^63), got -1" in r.output  # was numpy's traceback
 
 
 def test_cli_refuses_batch_size_0_before_the_plan_warning(tiny_dataset, tmp_path):

@@ -52,7 +52,8 @@ def check_checkpoint_dir(directory: str | os.PathLike, *, resume: bool) -> None:
     checkpoints, which the new run's pruning would replace."""
     directory = Path(directory)
     if not directory.is_dir():
-        return  # created on the first save (an existing file is refused by the caller)
+        _check_writable(directory)  # the first save creates it: fail now, not after an epoch
+        return
     foreign, saved = [], []
     for p in sorted(directory.iterdir()):
         if p.name == LATEST and (p.is_symlink() or (p / HEADER).is_file()):
@@ -68,6 +69,20 @@ def check_checkpoint_dir(directory: str | os.PathLike, *, resume: bool) -> None:
     if saved and not resume:
         raise TrainingError(f"--checkpoint-dir {directory} holds the checkpoints of an earlier run; continue it "
                             f"with --resume, or choose another directory (this run would replace them).")
+    _check_writable(directory)
+
+
+def _check_writable(directory: Path) -> None:
+    """Create ``directory`` (as the first save would) and a file in it, removed at once (named like a save's
+    temporary, which pruning removes should this process die in between)."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / f".latest-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise TrainingError(f"cannot write a checkpoint in {directory}: {exc.strerror or exc}; check "
+                            f"--checkpoint-dir and its permissions.") from None
 
 
 def prune(directory: Path, *, keep: set[str | None]) -> None:
