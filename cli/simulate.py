@@ -23,6 +23,11 @@ def load_placement(dataset, manifest: Optional[Path], workers: Optional[int], se
 
         if workers is None:
             raise TrainingError("Without --manifest, --workers is required (rows are then placed at random).")
+        from gmp.constants import MAX_WORKERS
+
+        if workers > MAX_WORKERS:  # before the random placement (100,000 workers ran out of memory there)
+            raise TrainingError(f"gmp simulate supports up to {MAX_WORKERS} workers (the schedule engine's int64 "
+                                f"worker masks), got --workers {workers}.")
         return run_partitioner("random", build_graph(dataset), homogeneous(workers), seed=seed)
     placement = load_manifest(manifest, dataset=dataset).placement
     if workers is not None and workers != placement.num_workers:
@@ -61,10 +66,11 @@ def register(app: typer.Typer) -> None:
         embedding_dim: Optional[int] = typer.Option(None, "--embedding-dim",
                                                     help="Row width for the byte counts (float32; default: the "
                                                          "manifest's plan, else 16)."),
-        read_only_replicas: bool = typer.Option(False, "--read-only-replicas",
-                                                help="The trainer's store: non-primary copies are never written "
-                                                     "locally (use with --cache-rows 0 --no-on-demand to predict "
-                                                     "gmp train's counts)."),
+        read_only_replicas: Optional[bool] = typer.Option(
+            None, "--read-only-replicas/--writable-replicas",
+            help="Read-only: the trainer's store, non-primary copies are never written locally (with "
+                 "--cache-rows 0 --no-on-demand it predicts gmp train's counts); writable: Herald's cache "
+                 "(default here; gmp train's default is read-only)."),
         parameter_server: bool = typer.Option(False, "--parameter-server",
                                               help="Herald's setting: all rows on a separate PS (the manifest's "
                                                    "primaries are ignored)."),
@@ -87,7 +93,7 @@ def register(app: typer.Typer) -> None:
             placement = load_placement(ds, manifest, workers, seed)
             options = simulator_options(schedule, active_rows(ds.indptr, ds.indices, ds.num_train),
                                         on_demand=on_demand, cache_rows=cache_rows, cache_policy=cache_policy,
-                                        lookahead=lookahead, read_only_replicas=True if read_only_replicas else None)
+                                        lookahead=lookahead, read_only_replicas=read_only_replicas)
             result = simulate(ds.indptr, ds.indices, placement, num_train=ds.num_train, batch_size=plan["batch_size"],
                               schedule=schedule, options=options, seed=seed, shuffle=shuffle,
                               embedding_dim=plan["embedding_dim"],

@@ -123,7 +123,7 @@ def register(app: typer.Typer) -> None:
                                             "end needs them (Herald's on-demand synchronisation; default off)."),
         cache_rows: Optional[int] = typer.Option(None, "--cache-rows",
                                                  help="Rows of each worker's device cache. --table-location "
-                                                      "host|disk: the cache of its own rows (default 10%% of its "
+                                                      "host|disk: the cache of its own rows (default 10% of its "
                                                       "primaries); else --schedule herald (s = 0): rows cached "
                                                       "beyond its primaries and secondaries (default 0)."),
         cache_bytes: Optional[int] = typer.Option(None, "--cache-bytes",
@@ -171,7 +171,8 @@ def register(app: typer.Typer) -> None:
 
         with one_rank_speaks(), flags_for_params():
             plan = plan_defaults(manifest, batch_size=batch_size, embedding_dim=embedding_dim)
-            for flag, value in (("--cache-rows", cache_rows), ("--lookahead", lookahead)):
+            for flag, value in (("--cache-rows", cache_rows), ("--lookahead", lookahead),
+                                ("--cache-policy", cache_policy)):
                 if value and table_location == "device" and schedule != "herald":
                     raise TrainingError(f"{flag} drives the device cache of --table-location host|disk (the "
                                         f"worker's own rows) or of --schedule herald (remote rows), got "

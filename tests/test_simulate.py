@@ -167,6 +167,11 @@ def test_cli_table_and_errors(tiny_dataset):
     assert r.exit_code == 2 and "--cache-policy must be one of ['lru', 'lookahead'], got 'fifo'" in r.output
     r = runner.invoke(app, ["simulate", "--dataset", str(tiny_dataset), "--workers", "2", "--seed", "-1"])
     assert r.exit_code == 2 and "--seed must be an int in [0, 2^63), got -1" in r.output  # was numpy's traceback
+    r = runner.invoke(app, ["simulate", "--dataset", str(tiny_dataset), "--workers", "100000"])
+    assert r.exit_code == 2 and "supports up to 64 workers" in r.output  # was "out of memory"
+    for flag, read_only in (("--writable-replicas", False), ("--read-only-replicas", True)):  # gmp train's flags
+        r = runner.invoke(app, ["simulate", "--dataset", str(tiny_dataset), "--workers", "2", flag, "--json"])
+        assert r.exit_code == 0 and json.loads(r.output)["read_only_replicas"] is read_only, r.output
 
 
 def test_cli_refuses_batch_size_0_before_the_plan_warning(tiny_dataset, tmp_path):

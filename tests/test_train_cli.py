@@ -181,6 +181,7 @@ def test_bad_input_is_refused_before_training(ctr, tmp_path):
     _one_line_error(run_cli("--dataset", path, "--staleness", "-1"), "--staleness")
     _one_line_error(run_cli("--dataset", path, "--resume"), "--resume needs --checkpoint-dir")
     _one_line_error(run_cli("--dataset", path, "--seed", str(2**64)), r"--seed must be an int in \[0, 2\^63\)")
+    _one_line_error(run_cli("--dataset", path, "--cache-policy", "lru"), "--cache-policy drives the device cache")
     broken = tmp_path / "broken"
     shutil.copytree(path, broken)
     np.save(broken / "labels.npy", np.zeros(3, dtype=np.float32))
@@ -241,6 +242,17 @@ def test_the_manifests_plan_is_the_default_and_overriding_it_warns_once(ctr, tmp
 def test_pipeline_and_comm_dtype_are_validated(kw, match):
     with pytest.raises(TrainingError, match=match):
         TrainConfig(**kw)
+
+
+def test_comm_dtype_of_the_table_itself_is_the_default_on_resume():
+    """--comm-dtype fp32 on a float32 table is the exact default: a resume with it was refused
+    ("made with comm_dtype=None, this run has comm_dtype='fp32')."""
+    from gmp.train.config import comparable_settings
+
+    default = comparable_settings(TrainConfig().to_json())
+    assert comparable_settings(TrainConfig(comm_dtype="fp32").to_json()) == default
+    assert comparable_settings(TrainConfig(comm_dtype="bf16").to_json())["comm_dtype"] == "bf16"
+    assert comparable_settings(TrainConfig(comm_dtype="fp32", dtype="float64").to_json())["comm_dtype"] == "fp32"
 
 
 def test_cli_names_the_pipeline_flag(ctr):

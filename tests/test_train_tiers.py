@@ -184,6 +184,7 @@ def test_a_step_larger_than_the_cache_is_refused_in_one_line(ctr):
     (dict(cache_rows=10), r"The 'cache_rows' parameter applies to table_location='host' or 'disk' only"),
     (dict(table_location="host", cache_rows=10, cache_bytes=100), r"cannot be combined with cache_rows"),
     (dict(table_location="host", tier_dir="/tmp"), r"'tier_dir' parameter applies to table_location='disk'"),
+    (dict(tier_dir="/tmp"), r"'tier_dir' parameter applies to table_location='disk' only, got table_location='dev"),
     (dict(table_location="disk", cache_rows=-1), r"The 'cache_rows' parameter must be an int >= 0"),
 ])
 def test_tier_options_are_validated(kw, match):

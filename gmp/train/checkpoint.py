@@ -344,9 +344,15 @@ def find_checkpoint(directory: str | os.PathLike) -> tuple[Path, dict[str, Any]]
             raise TrainingError(f"{why}, and no complete older checkpoint is in {directory}; {_FIX}")
         return None
     _, path, head = max(candidates, key=lambda c: c[0])
-    log.warning("%s; resuming from the complete checkpoint %s (epoch %d step %d) instead",
-                why or f"{latest} is missing", path, head["epoch"] + 1, head["step"])
+    if (str(latest), str(path)) not in _FELL_BACK:  # once per process: a resume looks the checkpoint up twice
+        _FELL_BACK.add((str(latest), str(path)))
+        log.warning("warning: %s; resuming from the complete checkpoint %s (epoch %d step %d) instead",
+                    why or f"{latest} is missing", path, head["epoch"] + 1, head["step"])
     return path, head
+
+
+#: (latest, the checkpoint taken instead) pairs :func:`find_checkpoint` has warned of
+_FELL_BACK: set[tuple[str, str]] = set()
 
 
 def has_checkpoint(directory: str | os.PathLike) -> bool:

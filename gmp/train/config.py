@@ -168,5 +168,10 @@ WRITTEN_WHEN_SET: dict[str, Any] = {"comm_dtype": None, "pipeline": False}
 
 def comparable_settings(settings: dict[str, Any]) -> dict[str, Any]:
     """A :meth:`TrainConfig.to_json` dict with the settings it leaves out at their defaults filled in, so
-    two runs' settings compare key by key (a checkpoint without ``pipeline`` was made with ``False``)."""
-    return {**WRITTEN_WHEN_SET, **settings}
+    two runs' settings compare key by key (a checkpoint without ``pipeline`` was made with ``False``). A
+    ``comm_dtype`` that is the table's own dtype (``fp32`` on ``float32``) is the default, None: the same run."""
+    out = {**WRITTEN_WHEN_SET, **settings}
+    wire = out.get("comm_dtype")
+    if wire is not None and COMM_DTYPES.get(wire) == DTYPES.get(out.get("dtype", "float32")):
+        out["comm_dtype"] = None
+    return out

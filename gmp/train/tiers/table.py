@@ -63,14 +63,15 @@ class TierOptions:
             raise _param_error("cache_bytes", f"The 'cache_bytes' parameter cannot be combined with cache_rows "
                                               f"({self.cache_rows}), got {self.cache_bytes}; give one of them.")
         if self.table_location == "device":
-            for name in ("cache_rows", "cache_bytes", "lookahead", "tier_dir"):
+            for name in ("cache_rows", "cache_bytes", "lookahead"):  # tier_dir: disk only (below)
                 if getattr(self, name) not in (0, None):
                     raise _param_error(name, f"The '{name}' parameter applies to table_location='host' or "
                                              f"'disk' only, got table_location='device'; drop it or move the "
                                              f"table to host or disk.")
         if self.tier_dir is not None and self.table_location != "disk":
             raise _param_error("tier_dir", f"The 'tier_dir' parameter applies to table_location='disk' only, "
-                                           f"got table_location={self.table_location!r}.")
+                                           f"got table_location={self.table_location!r}; drop it or move the "
+                                           f"table to disk.")
 
     @property
     def tiered(self) -> bool:
