@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import shutil
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -273,6 +274,22 @@ def test_corrupt_checkpoint_file_is_one_line(setup, saved, case):
     with pytest.raises(TrainingError) as exc:
         run(setup, saved, epochs=2, resume=True)
     assert "checkpoint" in one_line(exc) or ".pt" in str(exc.value)
+
+
+def test_damaged_bytes_inside_a_checkpoint_file_are_named(setup, saved):
+    """A tensor's bytes flipped (same size, so the header's size check passes): torch read the damaged
+    ids without noticing, and the resume said the checkpoint held "other rows than the manifest"."""
+    target = saved / os.readlink(saved / "latest")
+    with zipfile.ZipFile(target / "worker-00001.pt") as z:
+        info = max(z.infolist(), key=lambda i: i.file_size)  # the largest entry: a tensor's data
+    data = bytearray((target / "worker-00001.pt").read_bytes())
+    start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)  # the entry's data
+    for k in range(start, start + min(64, info.file_size)):
+        data[k] ^= 0xFF  # other bytes whatever they were
+    (target / "worker-00001.pt").write_bytes(bytes(data))
+    with pytest.raises(TrainingError) as exc:
+        run(setup, saved, epochs=2, resume=True)
+    assert "worker-00001.pt is damaged: its entry" in one_line(exc) and "fails its CRC-32 check" in str(exc.value)
 
 
 @pytest.mark.parametrize("version", [2, 3])

@@ -182,6 +182,7 @@ def test_bad_input_is_refused_before_training(ctr, tmp_path):
     _one_line_error(run_cli("--dataset", path, "--resume"), "--resume needs --checkpoint-dir")
     _one_line_error(run_cli("--dataset", path, "--seed", str(2**64)), r"--seed must be an int in \[0, 2\^63\)")
     _one_line_error(run_cli("--dataset", path, "--cache-policy", "lru"), "--cache-policy drives the device cache")
+    _one_line_error(run_cli("--dataset", path, "--workers", "-1"), "--workers must be an int >= 1, got -1")
     broken = tmp_path / "broken"
     shutil.copytree(path, broken)
     np.save(broken / "labels.npy", np.zeros(3, dtype=np.float32))

@@ -68,6 +68,7 @@ import logging
 import os
 import re
 import shutil
+import zipfile
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -160,7 +161,19 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _load(path: Path, keys: tuple[str, ...]) -> dict:
-    """``torch.load(weights_only=True)`` of one checkpoint file, decoded; one-line errors."""
+    """``torch.load(weights_only=True)`` of one checkpoint file, decoded; one-line errors. The file's zip
+    entries are checked against their CRC-32 first: torch reads a damaged tensor without noticing, and the
+    damage then surfaced as another error ("holds other rows than the manifest", a loss that is not finite)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            damaged = archive.testzip()
+    except FileNotFoundError:
+        raise TrainingError(f"{path} is missing: the checkpoint is incomplete; {_FIX}") from None
+    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+        raise TrainingError(f"{path} is not a readable gmp checkpoint file ({_first_line(exc)}); {_FIX}") from None
+    if damaged is not None:
+        raise TrainingError(f"{path} is damaged: its entry {damaged} fails its CRC-32 check; resume from an older "
+                            f"checkpoint (move this one aside) or {_FIX}")
     try:
         obj = torch.load(path, weights_only=True, map_location="cpu")
     except FileNotFoundError:

@@ -26,7 +26,7 @@ from ..datasets.format import load_dataset
 from ..comm.local import LocalEngine
 from ..errors import TrainingError
 from ..placement import Placement
-from ..params import check_float
+from ..params import check_float, check_int
 from ..manifest import load_manifest
 from .checkpoint import placement_sha256, save_checkpoint
 from .checkpoint_dir import check_checkpoint_dir
@@ -56,6 +56,8 @@ def open_placement(dataset, manifest: str | os.PathLike | None, workers: int | N
     placement it was placed from (``partitioner.info.comparison.old_placement_sha256``; None unless made by
     ``gmp partition --from-manifest``)."""
     none = np.zeros(0, dtype=np.int64)
+    if workers is not None:
+        check_int("workers", workers, minimum=1, error=TrainingError)
     if manifest is None:
         if workers not in (None, 1):
             raise TrainingError(f"--workers {workers} needs a --manifest placing rows on {workers} workers "
