@@ -23,11 +23,9 @@ def load_placement(dataset, manifest: Optional[Path], workers: Optional[int], se
 
         if workers is None:
             raise TrainingError("Without --manifest, --workers is required (rows are then placed at random).")
-        from gmp.constants import MAX_WORKERS
+        from gmp.train.herald.engine import check_num_workers
 
-        if workers > MAX_WORKERS:  # before the random placement (100,000 workers ran out of memory there)
-            raise TrainingError(f"gmp simulate supports up to {MAX_WORKERS} workers (the schedule engine's int64 "
-                                f"worker masks), got --workers {workers}.")
+        check_num_workers(workers)  # before the random placement (100,000 workers ran out of memory there)
         return run_partitioner("random", build_graph(dataset), homogeneous(workers), seed=seed)
     placement = load_manifest(manifest, dataset=dataset).placement
     if workers is not None and workers != placement.num_workers:

@@ -14,11 +14,11 @@ import numpy as np
 from .errors import GmpError
 
 
-def check_seed(seed) -> int:
-    """``seed`` as an int in ``[0, 2^63)`` (numpy refuses negative seeds; manifests store it as int64),
-    or a GmpError naming the parameter."""
+def check_seed(seed, *, error: type[GmpError] = GmpError) -> int:
+    """``seed`` as an int in ``[0, 2^63)`` (numpy refuses negative seeds; manifests store it as int64, and
+    torch's generators take an int64), or an ``error`` naming the parameter."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) < 2**63:
-        raise GmpError(f"The 'seed' parameter must be an int in [0, 2^63), got {seed!r}; pass e.g. seed=0.")
+        raise error(f"The 'seed' parameter must be an int in [0, 2^63), got {seed!r}; pass e.g. seed=0.")
     return int(seed)
 
 

@@ -85,8 +85,8 @@ import numpy as np
 from .constants import DEFAULT_EMBEDDING_DIM, VALUE_BYTES
 from .errors import TrainingError
 from .params import check_choice, check_float, check_int
-from .seeds import check_seed
 from .placement import Placement
+from .seeds import check_seed
 from .train.herald import HeraldOptions, RuntimeScheduler
 from .train.schedule import SHUFFLES, NaiveSchedule, StaticSchedule
 
@@ -230,7 +230,7 @@ def simulate(indptr, indices, placement: Placement, *, num_train: int, batch_siz
     """
     check_choice("schedule", schedule, SCHEDULES, error=TrainingError)
     check_choice("shuffle", shuffle, SHUFFLES, error=TrainingError)
-    seed = check_seed(seed)
+    seed = check_seed(seed, error=TrainingError)
     check_int("embedding_dim", embedding_dim, minimum=1, error=TrainingError)
     check_int("batch_size", batch_size, minimum=1, error=TrainingError)
     check_float("min_frequency", min_frequency, minimum=0.0, error=TrainingError)

@@ -394,21 +394,24 @@ def open_quotes(buf, starts, ends, ncols, inside):  # pragma: no cover - compile
         stop = starts[i + 1, 0] if i + 1 < n else buf.size
         if inside:
             out[i] = -1
-            q = 0
-            for p in range(starts[i, 0], stop):
-                q += buf[p] == 34
-            inside = q % 2 == 0
+            inside = _quotes(buf, starts[i, 0], stop) % 2 == 0
             continue
         for j in range(min(ncols[i], k)):
             s, e = _strip(buf, starts[i, j], ends[i, j])
             if s < e and buf[s] == 34 and (e - s == 1 or buf[e - 1] != 34):
                 out[i] = j + 1
-                q = 0
-                for p in range(s, stop):
-                    q += buf[p] == 34
-                inside = q % 2 == 1
+                inside = _quotes(buf, s, stop) % 2 == 1
                 break
     return out, inside
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _quotes(buf, s, e):  # pragma: no cover - compiled
+    """Double quotes in ``buf[s:e]``."""
+    q = 0
+    for p in range(s, e):
+        q += buf[p] == 34
+    return q
 
 
 @numba.njit(cache=True, nogil=True)
@@ -732,7 +735,7 @@ def finish_import(writer, vocab, bad: BadLines, *, fmt: str, paths: Sequence[Pat
 
     ``discovered_fields``: the importer found its fields in the data (libsvm, libffm), so a day
     extending another (``--extend``) may lack some of its fields, add new ones or read a field
-    multi-valued (:meth:`gmp.datasets.vocab.Vocabulary.align`); others must match the previous fields.
+    multi-valued (:meth:`gmp.datasets.vocab.Vocabulary.finish`); others must match the previous fields.
 
     ``dedupe`` (default: only when a field is multi-valued) sorts and
     deduplicates each sample's ids in the writer. Without multi-valued fields
@@ -761,9 +764,8 @@ def finish_import(writer, vocab, bad: BadLines, *, fmt: str, paths: Sequence[Pat
         if prev_dense != list(dense_names):  # the model trained on the parent takes this many dense inputs
             raise ImportDataError(f"--extend: the previous dataset's dense columns are {prev_dense}, this input's "
                                   f"{list(dense_names)}; extend with the same dense columns (--dense).")
-        if discovered_fields:
-            vocab.align(prev)
-        cat_fields, num_embeddings, remap = vocab.finish(prev, int(prev_meta["num_embeddings"]))
+        cat_fields, num_embeddings, remap = vocab.finish(prev, int(prev_meta["num_embeddings"]),
+                                                         discovered=discovered_fields)
         extra["parent"] = {"sha256": prev_meta["sha256"], "num_embeddings": int(prev_meta["num_embeddings"]),
                            "path": str(common.extend)}
         extra["new_id_ranges"] = vocab.new_id_ranges

@@ -192,7 +192,6 @@ class Vocabulary:
         self._by_name: dict[str, int] = {}
         self._next = 0
         self._pid_field = np.full(1 << 16, -1, dtype=np.int32)
-        self._aligned = False  # align() was called: finish() takes fields beyond the previous ones
 
     # -- building ---------------------------------------------------------
     def add_field(self, name: str, kind: str = "categorical") -> int:
@@ -233,12 +232,12 @@ class Vocabulary:
         used = self._pid_field[: self._next]
         used[:] = new_of_old[used]
 
-    def align(self, previous: list[PreviousField]) -> None:
+    def _align(self, previous: list[PreviousField]) -> None:
         """Line the fields up with ``previous`` (``--extend``) for importers that discover their fields
         while reading (libsvm's positions, libffm's field numbers): the previous fields first, in their
         order, each registered when this input never had it (its ids are kept, it gains no value); this
         input's other fields after them (new fields: all their ids new); a field multi-valued on
-        either day is multi-valued. :meth:`finish` then accepts the added fields and the kinds."""
+        either day is multi-valued (:meth:`finish` with ``discovered``)."""
         for p in previous:
             if p.name not in self._by_name:
                 self.add_field(p.name, p.kind)
@@ -247,7 +246,6 @@ class Vocabulary:
         old = {p.name for p in previous}
         self.reorder([self._by_name[p.name] for p in previous]
                      + [i for i, f in enumerate(self.fields) if f.name not in old])
-        self._aligned = True
 
     def _alloc(self, num: int, field: int) -> int:
         first = self._next
@@ -301,8 +299,8 @@ class Vocabulary:
         return out_lengths, ids
 
     # -- final ids --------------------------------------------------------
-    def finish(self, previous: list[PreviousField] | None = None,
-               previous_num_embeddings: int = 0) -> tuple[list[FieldInfo], int, np.ndarray]:
+    def finish(self, previous: list[PreviousField] | None = None, previous_num_embeddings: int = 0, *,
+               discovered: bool = False) -> tuple[list[FieldInfo], int, np.ndarray]:
         """``(fields, num_embeddings, remap)``: final FieldInfo per categorical
         field (offsets in registration order), the embedding count, and the
         provisional -> final id array.
@@ -316,10 +314,14 @@ class Vocabulary:
         ``min_count`` times gets a new id after ``previous_num_embeddings``,
         field by field, most frequent first; other new values take the
         field's old rare id. A field's ids are then its old ids plus a new
-        range (``FieldInfo.ranges``); :attr:`new_id_ranges` lists the new ranges.
+        range (``FieldInfo.ranges``); :attr:`new_id_ranges` lists the new ranges. ``discovered``: the
+        importer found its fields in the data (libsvm, libffm), so this input may lack some of the previous
+        fields, add fields after them and read a field multi-valued (:meth:`_align`).
         """
         if previous is not None:
-            return self._finish_extending(previous, int(previous_num_embeddings))
+            if discovered:
+                self._align(previous)
+            return self._finish_extending(previous, int(previous_num_embeddings), discovered)
         remap = np.full(max(self._next, 1), -1, dtype=np.int64)
         infos: list[FieldInfo] = []
         self.kept_keys = []
@@ -356,10 +358,11 @@ class Vocabulary:
         return FieldInfo(f.name, f.kind, num_values, offset, missing_id=offset, rare_id=offset + 1), \
             keys[keep][by_count]
 
-    def _finish_extending(self, previous: list[PreviousField], base: int) -> tuple[list[FieldInfo], int, np.ndarray]:
+    def _finish_extending(self, previous: list[PreviousField], base: int,
+                          discovered: bool) -> tuple[list[FieldInfo], int, np.ndarray]:
         names = [f.name for f in self.fields]
-        same = [p.name for p in previous] == (names[:len(previous)] if self._aligned else names)
-        kinds = all(p.kind == f.kind or (self._aligned and f.kind == "multi") for p, f in zip(previous, self.fields))
+        same = [p.name for p in previous] == (names[:len(previous)] if discovered else names)
+        kinds = all(p.kind == f.kind or (discovered and f.kind == "multi") for p, f in zip(previous, self.fields))
         if not (same and kinds):
             raise ImportDataError(
                 f"--extend: the previous dataset's categorical fields are "
@@ -403,7 +406,7 @@ class Vocabulary:
             infos.append(FieldInfo(f.name, f.kind, int(all_ids.size), int(all_ids[0]), missing_id=int(prev.ids[0]),
                                    rare_id=int(prev.ids[1]), ranges=_ranges(all_ids)))
             self.kept_keys.append(np.concatenate([prev.keys, keys[fresh][np.argsort(-c[fresh], kind="stable")]]))
-        for f in self.fields[len(previous):]:  # fields the previous dataset never had (align)
+        for f in self.fields[len(previous):]:  # fields the previous dataset never had (_align)
             info, keys = self._fresh_field(f, cursor, remap)
             infos.append(info)
             self.kept_keys.append(keys)

@@ -320,9 +320,9 @@ def _incomplete(ckpt: Path, head: dict[str, Any]) -> str | None:
     return None
 
 
-def find_checkpoint(directory: str | os.PathLike) -> tuple[Path, dict[str, Any]] | None:
+def find_checkpoint(directory: str | os.PathLike, *, quiet: bool = False) -> tuple[Path, dict[str, Any]] | None:
     """The checkpoint to resume from and its header: ``latest`` if complete, else the newest complete
-    ``ckpt-*`` (with a warning saying so); None when there is none.
+    ``ckpt-*`` (with a warning saying so, unless ``quiet``: a caller that only looks); None when there is none.
 
     A schema-1 or malformed ``latest`` is refused (:class:`TrainingError`), not skipped.
     """
@@ -357,23 +357,18 @@ def find_checkpoint(directory: str | os.PathLike) -> tuple[Path, dict[str, Any]]
             raise TrainingError(f"{why}, and no complete older checkpoint is in {directory}; {_FIX}")
         return None
     _, path, head = max(candidates, key=lambda c: c[0])
-    if (str(latest), str(path)) not in _FELL_BACK:  # once per process: a resume looks the checkpoint up twice
-        _FELL_BACK.add((str(latest), str(path)))
+    if not quiet:
         log.warning("warning: %s; resuming from the complete checkpoint %s (epoch %d step %d) instead",
                     why or f"{latest} is missing", path, head["epoch"] + 1, head["step"])
     return path, head
 
 
-#: (latest, the checkpoint taken instead) pairs :func:`find_checkpoint` has warned of
-_FELL_BACK: set[tuple[str, str]] = set()
-
-
 def has_checkpoint(directory: str | os.PathLike) -> bool:
-    return find_checkpoint(directory) is not None
+    return find_checkpoint(directory, quiet=True) is not None
 
 
 def read_checkpoint_header(directory: str | os.PathLike) -> dict[str, Any]:
-    found = find_checkpoint(directory)
+    found = find_checkpoint(directory, quiet=True)
     if found is None:
         raise TrainingError(f"--resume: no checkpoint in {directory}; run without --resume first.")
     return found[1]
@@ -389,9 +384,11 @@ def read_trainer_file(ckpt: Path) -> dict:
     return _load(Path(ckpt) / "trainer.pt", TRAINER_KEYS)
 
 
-def load_checkpoint(trainer, directory: str | os.PathLike, *, dataset_sha256: str, placement_sha: str) -> dict:
-    """Restore ``trainer`` from the newest complete checkpoint in ``directory``; returns its header."""
-    found = find_checkpoint(directory)
+def load_checkpoint(trainer, directory: str | os.PathLike, *, dataset_sha256: str, placement_sha: str,
+                    found: tuple[Path, dict[str, Any]] | None = None) -> dict:
+    """Restore ``trainer`` from the newest complete checkpoint in ``directory``; returns its header.
+    ``found``: :func:`find_checkpoint`'s result when the caller has it (not looked up, nor warned of, again)."""
+    found = find_checkpoint(directory) if found is None else found
     if found is None:
         raise TrainingError(f"--resume: no checkpoint in {directory}; run without --resume first.")
     ckpt, head = found

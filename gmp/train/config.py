@@ -16,6 +16,7 @@ import torch
 from ..constants import DEFAULT_BATCH_SIZE, DEFAULT_EMBEDDING_DIM
 from ..errors import TrainingError
 from ..params import check_choice, check_float, check_int
+from ..seeds import check_seed
 from .herald.options import HeraldOptions
 from .models import MODELS
 from .registry import schedule_names
@@ -72,8 +73,8 @@ class TrainConfig:
         check_int("batch_size", self.batch_size, minimum=1, error=E)
         check_int("epochs", self.epochs, minimum=0, error=E)
         check_float("staleness", self.staleness, minimum=0.0, allow_inf=True, error=E)
-        if check_int("seed", self.seed, minimum=0, error=E) >= 2**63:  # torch.manual_seed takes int64
-            raise E(f"The 'seed' parameter must be an int in [0, 2^63), got {self.seed!r}; pass e.g. seed=0.")
+        check_int("seed", self.seed, minimum=0, error=E)
+        check_seed(self.seed, error=E)  # and below 2^63: torch.manual_seed takes an int64
         check_choice("schedule", self.schedule, schedule_names(), error=E)
         check_choice("shuffle", self.shuffle, SHUFFLES, error=E)
         check_choice("dtype", self.dtype, tuple(DTYPES), error=E)

@@ -78,7 +78,8 @@ def resume_training(trainer, checkpoint_dir: str | os.PathLike, *, dataset, plac
         raise TrainingError(f"--resume: no checkpoint in {checkpoint_dir}; run without --resume first.")
     ckpt, head = found
     if head["dataset_sha256"] == dataset.sha256:
-        load_checkpoint(trainer, checkpoint_dir, dataset_sha256=dataset.sha256, placement_sha=placement_sha)
+        load_checkpoint(trainer, checkpoint_dir, dataset_sha256=dataset.sha256, placement_sha=placement_sha,
+                        found=found)
         return None
     old_num_embeddings, depth = ancestor_size(dataset, head["dataset_sha256"], ckpt)
     check_migratable(trainer, ckpt, head)

@@ -130,6 +130,14 @@ from .options import ASSIGNMENTS, HeraldOptions
 from .reference import batch_capacities, naive_assignment
 
 
+def check_num_workers(n: int) -> int:
+    """``n`` if the schedule engine takes that many workers (its worker masks are int64), else a TrainingError."""
+    if n > MAX_WORKERS:
+        raise TrainingError(f"The schedule engine (Herald's, which the static and naive schedules of gmp simulate "
+                            f"use too) supports up to {MAX_WORKERS} workers (int64 worker masks), got {n}.")
+    return n
+
+
 class RuntimeScheduler:
     """Herald's data-loader-side scheduler: assigns global batches and tracks every replica.
 
@@ -159,10 +167,7 @@ class RuntimeScheduler:
             raise TrainingError(f"The 'options' parameter must be a HeraldOptions, got {type(options).__name__}.")
         check_choice("assignment", assignment, ASSIGNMENTS, error=TrainingError)
         check_int("batch_size", batch_size, minimum=1, error=TrainingError)
-        n = placement.num_workers
-        if n > MAX_WORKERS:
-            raise TrainingError(f"The schedule engine (Herald's, which the static and naive schedules of gmp simulate "
-                                f"use too) supports up to {MAX_WORKERS} workers (int64 worker masks), got {n}.")
+        n = check_num_workers(placement.num_workers)
         self.options = options
         self.indptr = np.asarray(indptr)
         self.placement = placement
