@@ -27,6 +27,7 @@ from gmp.partition.incremental import (DENSE_SETTINGS, SMALL_SETTINGS, SPARSE_SE
 from gmp.partition.incremental import _compact
 from gmp.placement import Placement
 from gmp.topology import resolve_topology
+from incremental_cases import density_case, reference_moved
 
 # batch 1 makes the soft count the plain count until it saturates (f(c) = min(c, samples per worker)),
 # alpha = beta = 0 removes the balance terms, order="dataset" makes the stream order the ids'
@@ -35,17 +36,6 @@ EXACT = dict(alpha=0.0, beta=0.0, batch_size=1, order="dataset")
 
 def two() -> object:
     return resolve_topology(2, None, None)
-
-
-def reference_moved(old: Placement, new: Placement, created=()) -> int:
-    """Moved rows counted the slow way: per old id (but the ``created`` ones), a changed primary, and new
-    secondaries on workers that held no copy before."""
-    total = 0
-    for e in sorted(set(range(old.num_embeddings)) - {int(x) for x in created}):
-        held = {int(old.embedding_primary[e])} | {int(w) for w in old.secondaries_of(e)}
-        total += int(new.embedding_primary[e] != old.embedding_primary[e])
-        total += sum(1 for w in new.secondaries_of(e) if int(w) not in held)
-    return total
 
 
 # --------------------------------------------------------------------------- placing new data
@@ -492,24 +482,11 @@ def test_saturated_row_fraction_hand_computed():
     assert saturated_row_fraction(BipartiteGraph.from_lists([[]], 2), 1, 512) == 0.0
 
 
-def _density_case(dense: bool):
-    rng = np.random.default_rng(5)
-    if dense:  # 200 samples over 12 ids: every row far above the saturated degree (4)
-        rows = [sorted(set(rng.integers(0, 12, size=3).tolist())) for _ in range(200)]
-        num = 14
-    else:  # 2 ids of its own per sample and one of 10 shared ones: 10 saturated rows of 410
-        rows = [[int(rng.integers(0, 10)), 10 + 2 * i, 11 + 2 * i] for i in range(200)]
-        num = 412
-    g = BipartiteGraph.from_lists(rows, num)
-    old = Placement.edge_cut(2, [0], rng.integers(0, 2, size=num - 2))  # the last two ids are new
-    return g, old
-
-
 @pytest.mark.parametrize("dense, small", [(True, True), (True, False), (False, True), (False, False)])
 def test_defaults_follow_the_density(dense, small, monkeypatch):
     import gmp.partition.incremental as incremental
 
-    g, old = _density_case(dense)
+    g, old = density_case(dense)
     if not small:  # the bound above which a sparse graph takes one round of changed-row sweeps
         monkeypatch.setattr(incremental, "SMALL_EDGES", g.num_edges - 1)
     settings_ = DENSE_SETTINGS if dense else SMALL_SETTINGS if small else SPARSE_SETTINGS
@@ -517,8 +494,9 @@ def test_defaults_follow_the_density(dense, small, monkeypatch):
     assert {k: getattr(resolved, k) for k in settings_} == settings_
     assert record["dense"] is dense and record["small"] is small and set(record["set"]) == set(settings_)
     assert (record["saturated_row_fraction"] >= 0.2) is dense
-    auto = repartition_incremental(g, old, two(), max_moved_rows=3)
-    given = repartition_incremental(g, old, two(), max_moved_rows=3, options=Options(**settings_))
+    # the exact plan's settings (on a large sparse graph the default plan is the sampled one: test_incremental_sampled)
+    auto = repartition_incremental(g, old, two(), max_moved_rows=3, options=Options(plan="exact"))
+    given = repartition_incremental(g, old, two(), max_moved_rows=3, options=Options(plan="exact", **settings_))
     assert np.array_equal(auto.sample_worker, given.sample_worker)
     assert np.array_equal(auto.embedding_primary, given.embedding_primary)
     assert auto.options["start"] == settings_["start"] and auto.info["defaults"]["dense"] is dense

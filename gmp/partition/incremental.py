@@ -134,8 +134,10 @@ from ..placement import Placement
 from ..progress import task
 from ..topology import Topology
 from . import _incremental_kernels as K
+from . import _incremental_sampled as P
 from ._common import (check_max_imbalance, choose_primaries, count_embedding_workers, place_unused_embeddings,
                       sample_cap, seeded_order)
+from ._row_moves import move_rows, primary_pool
 from .hybrid import default_weights, soft_count_table
 
 log = logging.getLogger(__name__)
@@ -146,6 +148,9 @@ VALUE_BYTES = 4
 ORDERS = ("random", "dataset")
 SWEEPS = ("all", "changed", "every")
 STARTS = ("pass", "project")
+PLANS = ("exact", "sampled")
+#: the options only the exact plan has (given explicitly, they choose it)
+EXACT_ONLY = ("start", "sweep", "rounds", "sweep_first")
 
 #: rows read by more than this many per-worker batches (times m / b) are read everywhere anyway and do
 #: not vote in the ``project`` start (hybrid's ``saturation``; :func:`gmp.partition._multilevel.signal_band`)
@@ -218,6 +223,19 @@ class Options:
         the primary cap, as ``hybrid``'s ``carry_private``. Without it such an id pins its sample. Default
         True (independent drift, 5%: day 1 1.211x -> 1.198x of the full re-partition's reads;
         docs/incremental.md).
+    plan
+        ``"exact"``: the streaming pass, the row moves and the sweeps below (``start``, ``sweep``,
+        ``rounds``, ``sweep_first``, ``carry_private`` are its options). ``"sampled"``: the row moves
+        chosen on every ``sample_every``-th sample, then every sample placed once, in dataset order, on
+        the final rows (:mod:`gmp.partition._incremental_sampled`): one word per id read once per edge,
+        at 0.08-0.09x of a full ``hybrid`` re-partition's CPU time at 1M-6.5M samples a day, for
+        1.084x/0.978x of its reads instead of the exact plan's 1.053x/0.941x (docs/incremental.md).
+        ``None`` (default): ``"sampled"`` on a graph of more than :data:`SMALL_EDGES` edges that is not
+        dense (estimated on the sample), up to 57 workers, when none of the exact plan's ``start``,
+        ``sweep``, ``rounds``, ``sweep_first`` is given; else ``"exact"``.
+    sample_every
+        The sampled plan's k: the samples ``0, k, 2k, ...`` choose the row moves. Default 8 (the 1M
+        drift day: k = 4, 8, 16 read 1.069x, 1.084x, 1.101x of the full re-partition).
     sweep_first
         Run a round 0 before the budgeted rounds: only the moves that cost no row (new ids,
         secondaries the old placement held) and a sweep of every sample, so the rows move
@@ -238,6 +256,8 @@ class Options:
     start: str | None = None
     sweep_first: bool | None = None
     carry_private: bool = True
+    plan: str | None = None
+    sample_every: int = 8
 
     def __post_init__(self) -> None:
         check_max_imbalance(self.max_imbalance)
@@ -259,6 +279,15 @@ class Options:
             raise PartitionError(f"incremental: sweep must be one of {', '.join(SWEEPS)}, got {self.sweep!r}.")
         if self.rounds is not None and (not isinstance(self.rounds, int) or self.rounds < 0):
             raise PartitionError(f"incremental: rounds must be an integer >= 0, got {self.rounds!r}.")
+        if self.plan is not None and self.plan not in PLANS:
+            raise PartitionError(f"incremental: plan must be one of {', '.join(PLANS)}, got {self.plan!r}.")
+        if not isinstance(self.sample_every, int) or isinstance(self.sample_every, bool) or self.sample_every < 1:
+            raise PartitionError(f"incremental: sample_every must be an integer >= 1, got {self.sample_every!r}.")
+        if self.plan == "sampled":
+            given = [k for k in EXACT_ONLY if getattr(self, k) is not None]
+            if given:
+                raise PartitionError(f"incremental: {given[0]} is an option of plan='exact', not of plan='sampled'; "
+                                     f"leave it out or choose plan='exact'.")
         rb = self.replication_budget
         if rb is not None and (not isinstance(rb, (int, float)) or not 0.0 <= rb <= 1.0):
             raise PartitionError(f"incremental: replication_budget must be a fraction in [0, 1] (or omitted), "
@@ -592,18 +621,19 @@ def place_new_data(graph: BipartiteGraph, old: Placement, topology: Topology, *,
         Over the new graph: every sample placed, old rows unchanged, new ids
         placed where their samples are; ``method = "place-new"``.
     """
-    return _place(graph, old, topology, seed=seed, options=options or Options(), trained=trained)[0]
+    return _place_and_refine(graph, old, topology, None, seed, options or Options(), trained, placed=True)[0]
 
 
 def _place(graph: BipartiteGraph, old: Placement, topology: Topology, *, seed: int,
-           options: Options, trained: np.ndarray | None) -> tuple[Placement, _State]:
-    """:func:`place_new_data` and the state it leaves (reused by :func:`repartition_incremental`)."""
+           options: Options, trained: np.ndarray | None, plan: dict | None = None) -> tuple[Placement, _State]:
+    """:func:`place_new_data` by the exact plan and the state it leaves (reused by :func:`repartition_incremental`);
+    ``plan``: the record of the plan's choice (:func:`_choose_plan`)."""
     _check_inputs(graph, old, topology)
     t0 = time.perf_counter()
     n = topology.num_workers
     m_old, m = old.num_embeddings, graph.num_embeddings
     comp = _compact(graph)
-    options, defaults = resolve_options(options, graph, n, degree=comp.degree)
+    options, defaults = _resolve_exact(options, graph, n, comp, plan)
     used = comp.used_ids
     is_old = _old_rows(used, old, trained)
     prim = np.full(used.size, -1, dtype=np.int32)
@@ -702,14 +732,17 @@ def repartition_incremental(graph: BipartiteGraph, old: Placement, topology: Top
         moved and a per-round log. ``moved_rows(old, result).total <=
         max_moved_rows`` always.
     """
-    if start is None:  # the pass's compact ids, counts and masks stay warm for the sweeps
-        return place_and_repartition(graph, old, topology, max_moved_rows=max_moved_rows, seed=seed,
-                                     options=options, trained=trained)[1]
+    if start is None:  # the exact pass's compact ids, counts and masks stay warm for the sweeps
+        return _place_and_refine(graph, old, topology, _check_budget(max_moved_rows), seed, options or Options(),
+                                 trained, placed=False)[1]
     budget = _check_budget(max_moved_rows)
     _check_inputs(graph, old, topology)
+    if options is not None and options.plan == "sampled":
+        raise PartitionError("incremental: plan='sampled' places the samples itself and takes no start placement; "
+                             "leave start out or choose plan='exact'.")
     t0 = time.perf_counter()
     comp = _compact(graph)
-    options, defaults = resolve_options(options or Options(), graph, topology.num_workers, degree=comp.degree)
+    options, defaults = _resolve_exact(options or Options(), graph, topology.num_workers, comp)
     return _refine(graph, old, topology, budget, seed, options, defaults, start, comp,
                    _old_rows(comp.used_ids, old, trained), None, t0)
 
@@ -723,11 +756,98 @@ def place_and_repartition(graph: BipartiteGraph, old: Placement, topology: Topol
     compacts the ids, counts the samples per row and worker and resolves the defaults twice (what
     ``gmp partition --from-manifest --max-moved-rows`` needs both for: the "no re-partition" line).
     """
-    budget = _check_budget(max_moved_rows)
+    return _place_and_refine(graph, old, topology, _check_budget(max_moved_rows), seed, options or Options(), trained,
+                             placed=True)
+
+
+def _place_and_refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: int | None, seed: int,
+                      options: Options, trained: np.ndarray | None, *,
+                      placed: bool) -> tuple[Placement | None, Placement | None]:
+    """The plan chosen once (:func:`_choose_plan`), then ``(placed, refined)``: :func:`place_new_data`'s
+    placement (None unless ``placed``; the exact plan makes it anyway) and the refined one (None without a
+    ``budget``)."""
+    _check_inputs(graph, old, topology)
+    sample, record = _choose_plan(options, graph, topology.num_workers)
+    if sample is not None:
+        return _sampled(graph, old, topology, budget, seed, options, trained, sample, record, placed=placed)
     t0 = time.perf_counter()
-    placed, state = _place(graph, old, topology, seed=seed, options=options or Options(), trained=trained)
-    return placed, _refine(graph, old, topology, budget, seed, state.options, state.defaults, placed, state.comp,
-                           state.is_old, state, t0)
+    first, state = _place(graph, old, topology, seed=seed, options=options, trained=trained, plan=record)
+    if budget is None:
+        return first, None
+    return first, _refine(graph, old, topology, budget, seed, state.options, state.defaults, first, state.comp,
+                          state.is_old, state, t0)
+
+
+def _choose_plan(options: Options, graph: BipartiteGraph, n: int) -> tuple[P.Sample | None, dict]:
+    """The sample of the sampled plan where it applies (:class:`Options` ``plan``), else None; with the record
+    of the choice for ``info["defaults"]`` (the bound of the saturated fraction, when the sample was taken)."""
+    if options.plan == "exact":
+        return None, {}
+    if n > P.MAX_WORKERS:
+        if options.plan == "sampled":
+            raise PartitionError(f"incremental: plan='sampled' supports up to {P.MAX_WORKERS} workers, got {n}; "
+                                 f"choose plan='exact'.")
+        return None, {}
+    if options.plan is None and (graph.num_edges <= SMALL_EDGES or any(getattr(options, k) is not None
+                                                                      for k in EXACT_ONLY)):
+        return None, {}
+    sample = P.take_sample(graph, options.sample_every)
+    bound = P.saturated_fraction_bound(sample, saturated_degree(graph.num_samples, n, options.batch_size))
+    record = {"saturated_row_fraction_bound": round(bound, 4)}
+    if options.plan is None and bound >= DENSE_SATURATED_ROWS:  # maybe dense: the exact plan decides on all rows
+        return None, record
+    return sample, {**record, "dense": False, "small": False, "set": [] if options.plan else ["plan"]}
+
+
+def _resolve_exact(options: Options, graph: BipartiteGraph, n: int, comp: _Compact,
+                   plan: dict | None = None) -> tuple[Options, dict]:
+    """:func:`resolve_options` for the exact plan, which it records (``plan``) when it was not given, with
+    ``plan``, the record of :func:`_choose_plan`."""
+    options, defaults = resolve_options(options, graph, n, degree=comp.degree)
+    defaults = {**(plan or {}), **defaults}
+    if options.plan is None:
+        options = replace(options, plan="exact")
+        defaults["set"] = [*defaults["set"], "plan"]
+    return options, defaults
+
+
+def _sampled(graph: BipartiteGraph, old: Placement, topology: Topology, budget: int | None, seed: int,
+             options: Options, trained: np.ndarray | None, sample: P.Sample, defaults: dict, *,
+             placed: bool = True) -> tuple[Placement | None, Placement | None]:
+    """The sampled plan: ``(placed, refined)``; ``placed`` (step 4 alone: :func:`place_new_data`) unless not
+    asked for, ``refined`` when ``budget`` is not None. Both checked and logged as the exact plan's."""
+    t0 = time.perf_counter()
+    options = replace(options, plan="sampled")
+    word, shift = P.words(graph, old, trained)
+    t_words = time.perf_counter() - t0
+    first = refined = None
+    if placed:
+        first, voted, new_cap = P.place(graph, old, topology, seed, options, word.copy() if budget is not None else
+                                        word, shift)
+        m_old = old.num_embeddings
+        first.info.update({"old_num_embeddings": int(m_old), "num_new_ids": int(graph.num_embeddings - m_old),
+                           "num_new_ids_used": int(np.count_nonzero(voted >= m_old)),
+                           "num_created_rows": int(np.count_nonzero(voted < m_old)), "new_id_cap": int(new_cap),
+                           "defaults": defaults, "seconds": round(time.perf_counter() - t0, 4)})
+        log.info("place-new (sampled plan): %d samples placed, %d new ids used, %.2f s", graph.num_samples,
+                 first.info["num_new_ids_used"], first.info["seconds"])
+    if budget is not None:
+        t1 = time.perf_counter()
+        with task("Incremental re-partitioning (sampled plan)", total=1) as advance:
+            refined, created = P.repartition(graph, old, topology, budget, seed, options, trained, sample,
+                                             word, shift)
+            advance(1)
+        refined.info["stages"]["words"] = round(t_words, 4)
+        refined.info.update({"defaults": defaults, "seconds": round(time.perf_counter() - t1 + t_words, 4)})
+        moved = moved_rows(old, refined, created=created)
+        if moved.total > budget:  # apply_moves recomputes every move's cost; this would be a bug
+            raise PartitionError(f"incremental: moved {moved.total} rows, above the budget {budget} (a gmp bug; "
+                                 f"please report it).")
+        refined.info["moved_rows"] = {"primaries": moved.primaries, "secondaries": moved.secondaries,
+                                      "total": moved.total}
+        log.info("incremental (sampled plan): %d rows moved (%d primaries, %d secondaries) of a budget of %d, "
+                 "%.2f s", moved.total, moved.primaries, moved.secondaries, budget, refined.info["seconds"])
+    return first, refined
 
 
 def _check_budget(max_moved_rows, name: str = "max_moved_rows") -> int:
@@ -799,24 +919,14 @@ def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: i
         raise PartitionError(f"incremental: the start placement already moves {spent} rows of the old placement, "
                              f"above max_moved_rows={budget}; give a larger budget or start from place_new_data's "
                              f"result.")
-    target = np.empty(num_used, dtype=np.int32)
-    gain = np.empty(num_used, dtype=np.float64)
     first = 0 if options.sweep_first else 1  # round 0: the free moves and a sweep of every sample, no budget
     with task("Incremental re-partitioning", total=options.rounds + 1 - first) as advance:
         for r in range(first, options.rounds + 1):
             t_r = time.perf_counter()
             allowed = budget if r > 0 else 0
-            K.primary_candidates(prim, sec, count, f, cost, pload, np.int64(pcap), beta, target, gain)
-            cands = [_primary_pool(target, gain, prim, old_prim, is_old)]
-            cands += _secondary_pool(prim, sec, count, f, cost, sec_load, sec_cap, old_prim, old_sec, is_old,
-                                     max(allowed - spent, 0))
-            kind, row, tgt, evict, g, est = (np.concatenate(c) for c in zip(*cands))
-            order = np.lexsort((-g, est > 0)).astype(np.int64)  # row-free moves first, then by gain
             before = spent
-            spent, touched = K.apply_moves(order, kind, row, tgt, evict, prim, sec, pload, np.int64(pcap),
-                                           sec_load, sec_cap, old_prim, old_sec, is_old, np.int64(allowed),
-                                           np.int64(spent))
-            spent = int(spent)
+            spent, touched, num_candidates = move_rows(prim, sec, count, f, cost, pload, pcap, beta, sec_load,
+                                                       sec_cap, old_prim, old_sec, is_old, allowed, spent)
             # sealed rows that lost a copy (a swap evicted one of their secondaries): the sweep sums them from
             # the sealed entries of their samples (11 rows on the 1M-sample entity day 1)
             lost = split.sealed & ~_all_local(prim, sec, n)
@@ -836,11 +946,11 @@ def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: i
                                             split.scindices, flags, marks, every, sw, prim, sec, count, marg, df,
                                             cost, load, np.int64(cap), alpha, pload, np.int64(pcap), beta, sec_load)
             entry = {"round": r, "allowed_rows": int(allowed), "spent_rows": int(spent),
-                     "rows_this_round": int(spent - before), "candidates": int(order.size), "swept_samples": swept,
+                     "rows_this_round": int(spent - before), "candidates": num_candidates, "swept_samples": swept,
                      "moved_samples": int(moved_samples), "seconds": round(time.perf_counter() - t_r, 4)}
             rounds.append(entry)
             log.info("incremental round %d: %d candidates, %d rows spent of %d allowed, %d samples moved, %.2f s",
-                     r, order.size, spent, allowed, moved_samples, entry["seconds"])
+                     r, num_candidates, spent, allowed, moved_samples, entry["seconds"])
             advance(1)
 
     primary = np.array(start.embedding_primary, dtype=np.int32)
@@ -913,7 +1023,7 @@ def repartition_toward(graph: BipartiteGraph, old: Placement, goal: Placement, t
     target = np.empty(used.size, dtype=np.int32)
     gain = np.empty(used.size, dtype=np.float64)
     K.toward_gains(prim, sec, count, f, cost, gprim, target, gain)
-    kind, row, tgt, evict, g, est = _primary_pool(target, gain, prim, old_prim, is_old)
+    kind, row, tgt, evict, g, est = primary_pool(target, gain, prim, old_prim, is_old)
     order = np.lexsort((-g, est > 0)).astype(np.int64)
     pload = np.bincount(prim, minlength=n).astype(np.int64)
     pcap = max(sample_cap(used.size, n, options.max_imbalance), int(pload.max()))
@@ -975,54 +1085,3 @@ def _eq3(graph, comp, sw, prim, sec, cost, f) -> float:
     local = ((sec[:, None] >> np.arange(n, dtype=np.int64)[None, :]) & 1).astype(bool)
     local[np.arange(prim.size), prim] = True
     return float(np.sum(np.where(local, 0.0, f[np.minimum(count, f.size - 1)] * cost[prim])))
-
-
-def _primary_pool(target, gain, prim, old_prim, is_old):
-    """Primary-move candidates as (kind, row, target, evict, gain, estimated rows)."""
-    rows = np.flatnonzero(target >= 0)
-    q = target[rows]
-    est = (is_old[rows] & (q != old_prim[rows])).astype(np.int64) - (is_old[rows] & (prim[rows] != old_prim[rows]))
-    return (np.zeros(rows.size, dtype=np.int8), rows.astype(np.int64), q.astype(np.int32),
-            np.full(rows.size, -1, dtype=np.int64), gain[rows], est)
-
-
-def _secondary_pool(prim, sec, count, f, cost, sec_load, sec_cap, old_prim, old_sec, is_old, spare):
-    """Secondary-swap candidates of every worker (Eq. 6's numerator as the score)."""
-    n = cost.shape[0]
-    out = []
-    for w in range(n):
-        slots = int(sec_cap[w] - sec_load[w])
-        has = ((sec >> w) & 1).astype(bool)
-        if sec_cap[w] == 0:
-            continue
-        score = f[count[:, w]] * cost[prim, w]  # Eq. 6 numerator: expected weighted reads w would save
-        fresh = np.flatnonzero(~has & (prim != w) & (score > 0))
-        if fresh.size == 0:
-            continue
-        was = is_old[fresh] & ((old_prim[fresh] == w) | ((old_sec[fresh] >> w) & 1).astype(bool))
-        limit = min(fresh.size, spare + int(np.count_nonzero(was)) + max(slots, 0))
-        if limit <= 0:
-            continue
-        top = fresh[_smallest(-score[fresh], limit)]
-        inc = np.flatnonzero(has)
-        inc = inc[_smallest(score[inc], limit)]
-        evict = np.concatenate([np.full(max(slots, 0), -1, dtype=np.int64), inc.astype(np.int64)])[:limit]
-        evict_score = np.where(evict >= 0, score[np.maximum(evict, 0)], 0.0)
-        k = min(top.size, evict.size)
-        g = score[top[:k]] - evict_score[:k]
-        keep = g > 1e-12
-        top, evict, g = top[:k][keep], evict[:k][keep], g[keep]
-        est = (is_old[top] & ~((old_prim[top] == w) | ((old_sec[top] >> w) & 1).astype(bool)))
-        out.append((np.ones(top.size, dtype=np.int8), top.astype(np.int64), np.full(top.size, w, dtype=np.int32),
-                    evict, g, est.astype(np.int64)))
-    return out
-
-
-def _smallest(values: np.ndarray, k: int) -> np.ndarray:
-    """Positions of the ``k`` smallest ``values``, ascending, ties by position (a stable argsort's first
-    ``k``) without sorting them all: the k-th value bounds a partition, the rest is sorted."""
-    if k >= values.size:
-        return np.argsort(values, kind="stable")
-    kth = np.partition(values, k - 1)[k - 1] if k > 0 else -np.inf
-    cand = np.flatnonzero(values <= kth)
-    return cand[np.argsort(values[cand], kind="stable")][:k]

@@ -1,0 +1,88 @@
+"""Row moves under a migration budget, shared by both plans of :mod:`gmp.partition.incremental`.
+
+:func:`move_rows` is one round of step 1 of :func:`~gmp.partition.incremental.repartition_incremental`:
+the candidates (every row's best primary move; per worker, secondary swaps by Eq. 6's numerator),
+the moves that cost no row first and then by gain, applied while the budget lasts
+(:func:`gmp.partition._incremental_kernels.apply_moves` recomputes each move's exact cost). The state is
+over one numbering of the rows (the compact ids of the exact plan, the sampled rows of the sampled
+plan): ``prim``, ``sec``, ``count``, ``old_prim``, ``old_sec``, ``is_old`` as in
+:mod:`gmp.partition._incremental_kernels`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _incremental_kernels as K
+
+
+def move_rows(prim, sec, count, f, cost, pload, pcap, beta, sec_load, sec_cap, old_prim, old_sec, is_old,
+              allowed: int, spent: int, *, primary: np.ndarray | None = None) -> tuple[int, np.ndarray, int]:
+    """Apply the best row moves while ``spent`` stays within ``allowed`` (in place on ``prim``, ``sec``,
+    ``pload``, ``sec_load``); returns ``(spent, touched, candidates)``: the rows spent in all, the rows
+    changed (bool) and the number of candidates. ``primary`` (bool over the rows, optional): the rows
+    that may take a primary move (default all); secondary swaps are open to every row."""
+    target = np.empty(prim.size, dtype=np.int32)
+    gain = np.empty(prim.size, dtype=np.float64)
+    K.primary_candidates(prim, sec, count, f, cost, pload, np.int64(pcap), float(beta), target, gain)
+    if primary is not None:
+        target[~primary] = -1
+    cands = [primary_pool(target, gain, prim, old_prim, is_old)]
+    cands += secondary_pool(prim, sec, count, f, cost, sec_load, sec_cap, old_prim, old_sec, is_old,
+                            max(allowed - spent, 0))
+    kind, row, tgt, evict, g, est = (np.concatenate(c) for c in zip(*cands))
+    order = np.lexsort((-g, est > 0)).astype(np.int64)  # row-free moves first, then by gain
+    spent, touched = K.apply_moves(order, kind, row, tgt, evict, prim, sec, pload, np.int64(pcap), sec_load,
+                                   sec_cap, old_prim, old_sec, is_old, np.int64(allowed), np.int64(spent))
+    return int(spent), touched, int(order.size)
+
+
+def primary_pool(target, gain, prim, old_prim, is_old):
+    """Primary-move candidates as (kind, row, target, evict, gain, estimated rows)."""
+    rows = np.flatnonzero(target >= 0)
+    q = target[rows]
+    est = (is_old[rows] & (q != old_prim[rows])).astype(np.int64) - (is_old[rows] & (prim[rows] != old_prim[rows]))
+    return (np.zeros(rows.size, dtype=np.int8), rows.astype(np.int64), q.astype(np.int32),
+            np.full(rows.size, -1, dtype=np.int64), gain[rows], est)
+
+
+def secondary_pool(prim, sec, count, f, cost, sec_load, sec_cap, old_prim, old_sec, is_old, spare):
+    """Secondary-swap candidates of every worker (Eq. 6's numerator as the score)."""
+    n = cost.shape[0]
+    out = []
+    for w in range(n):
+        slots = int(sec_cap[w] - sec_load[w])
+        has = ((sec >> w) & 1).astype(bool)
+        if sec_cap[w] == 0:
+            continue
+        score = f[count[:, w]] * cost[prim, w]  # Eq. 6 numerator: expected weighted reads w would save
+        fresh = np.flatnonzero(~has & (prim != w) & (score > 0))
+        if fresh.size == 0:
+            continue
+        was = is_old[fresh] & ((old_prim[fresh] == w) | ((old_sec[fresh] >> w) & 1).astype(bool))
+        limit = min(fresh.size, spare + int(np.count_nonzero(was)) + max(slots, 0))
+        if limit <= 0:
+            continue
+        top = fresh[smallest(-score[fresh], limit)]
+        inc = np.flatnonzero(has)
+        inc = inc[smallest(score[inc], limit)]
+        evict = np.concatenate([np.full(max(slots, 0), -1, dtype=np.int64), inc.astype(np.int64)])[:limit]
+        evict_score = np.where(evict >= 0, score[np.maximum(evict, 0)], 0.0)
+        k = min(top.size, evict.size)
+        g = score[top[:k]] - evict_score[:k]
+        keep = g > 1e-12
+        top, evict, g = top[:k][keep], evict[:k][keep], g[keep]
+        est = (is_old[top] & ~((old_prim[top] == w) | ((old_sec[top] >> w) & 1).astype(bool)))
+        out.append((np.ones(top.size, dtype=np.int8), top.astype(np.int64), np.full(top.size, w, dtype=np.int32),
+                    evict, g, est.astype(np.int64)))
+    return out
+
+
+def smallest(values: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the ``k`` smallest ``values``, ascending, ties by position (a stable argsort's first
+    ``k``) without sorting them all: the k-th value bounds a partition, the rest is sorted."""
+    if k >= values.size:
+        return np.argsort(values, kind="stable")
+    kth = np.partition(values, k - 1)[k - 1] if k > 0 else -np.inf
+    cand = np.flatnonzero(values <= kth)
+    return cand[np.argsort(values[cand], kind="stable")][:k]
