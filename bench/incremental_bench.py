@@ -10,7 +10,8 @@ from its own day d-1 placement):
 ``kept``        day 0's rows kept; the day's samples dealt at random (balanced), new ids at random
 ``placed``      :func:`gmp.partition.incremental.place_new_data` (rows fixed, one streaming pass)
 ``incr-P%``     :func:`gmp.partition.incremental.repartition_incremental` with a budget of P% of the
-                day's used rows (1%, 5%, 20% by default)
+                day's used rows (1%, 5%, 20% by default); ``--plans sampled`` adds the sampled plan's
+                (``incr-P%/sampled``)
 ``full``        ``hybrid`` from scratch on the day's data; rows moved are counted after relabelling
                 its workers to best match the previous day's full placement (Hungarian matching)
 ``full-window`` ``hybrid`` from scratch on days 0..d together (``--window``): what a user re-partitioning
@@ -187,6 +188,9 @@ def main(argv=None) -> None:
                     help="Incremental Options.start values, comma-separated (auto, pass, project; auto: by the "
                          "day's density, Options' own default); the strategies of a start other than the first are "
                          "named incr-P%%/START.")
+    ap.add_argument("--plans", default="",
+                    help="More incremental Options.plan values, comma-separated (sampled; the other options at "
+                         "their defaults): their strategies are named incr-P%%/PLAN. Default: the exact plan only.")
     ap.add_argument("--sweep-first", choices=("true", "false"), default=None,
                     help="Incremental Options.sweep_first (default: by the day's density).")
     ap.add_argument("--no-carry", dest="carry", action="store_false", help="Incremental carry_private=False.")
@@ -219,6 +223,8 @@ def main(argv=None) -> None:
     opts = Options(batch_size=bs, rounds=args.rounds, sweep=args.sweep, start=None if starts[0] == "auto" else starts[0],
                    sweep_first=sweep_first, carry_private=args.carry)
     start_opts = {st: replace(opts, start=None if st == "auto" else st) for st in starts}
+    plans = [x.strip() for x in args.plans.split(",") if x.strip()]
+    start_opts.update({pl: Options(batch_size=bs, plan=pl) for pl in plans})
     hybrid_opts = {"batch_size": bs}
     rng = np.random.default_rng(args.seed)
 
@@ -232,7 +238,7 @@ def main(argv=None) -> None:
         repartition_incremental(graphs[1], day0, topo, max_moved_rows=1, options=o)
     towards = [float(b) for b in args.toward.split(",") if b.strip()]
     names = ["kept", "placed"] + [f"incr-{b:g}%" for b in budgets]
-    names += [f"incr-{b:g}%/{st}" for st in starts[1:] for b in budgets]
+    names += [f"incr-{b:g}%/{st}" for st in starts[1:] + plans for b in budgets]
     names += ["full"] + (["full-gs"] if args.full_gs else []) + (["full-window"] if args.window else [])
     names += [f"toward-{b:g}%" for b in towards]
     prev = {name: day0 for name in names}

@@ -4,17 +4,20 @@ Cuts two consecutive days of ``--day-samples`` samples out of one prepared datas
 vocabulary, so ids are stable: what ``gmp data import --extend`` gives), partitions day 0 with
 ``hybrid`` (its defaults, batch 512) and then, on day 1, interleaves ``--reps`` calls of
 
-``incr``  :func:`gmp.partition.incremental.place_and_repartition`, 5% of day 1's used rows (what
-          ``gmp partition --from-manifest --max-moved-rows 5%`` calls; its placement pass included)
-``full``  ``run_partitioner("hybrid", ...)`` on day 1 from scratch
+``placed``   :func:`gmp.partition.incremental.place_new_data`: the new data on the fixed placement,
+             nothing moved
+``incr``     :func:`gmp.partition.incremental.repartition_incremental` with its defaults (the exact
+             plan), 5% of day 1's used rows
+``sampled``  the same call with ``Options(plan="sampled")`` (docs/incremental.md, "The sampled plan")
+``full``     ``run_partitioner("hybrid", ...)`` on day 1 from scratch
 
-and prints CPU and wall seconds of each call (loading excluded: both read the same graph) with
-``batch_remote_reads`` of the results. A third line, ``floor``, is the cheapest placement pass there
+and prints CPU and wall seconds of each call (loading excluded: all read the same graph) with
+``batch_remote_reads`` of the results. A last line, ``floor``, is the cheapest placement pass there
 can be, for scale (not a partitioner): each sample in dataset order to the worker holding the
 primaries of most of its rows (``gmp.partition._common.assign_by_majority``: one lookup per edge in
 a byte table over the id space, the sample cap kept); anything that looks at every edge of the new
 day once costs at least that. The days are views of the dataset's arrays (no copy).
-``incr`` gets day 0's row history as the manifest records it (``trained``: the ids day 0 reads;
+The calls get day 0's row history as the manifest records it (``trained``: the ids day 0 reads;
 the ids day 1 reads that day 0 never did are placed like new ids); ``--no-history`` counts every id
 as trained, as a manifest made before version 3 does.
 
@@ -49,7 +52,7 @@ from gmp.graph import BipartiteGraph, build_graph
 from gmp.metrics import batch_remote_reads
 from gmp.partition import run_partitioner
 from gmp.partition._common import assign_by_majority
-from gmp.partition.incremental import migration_budget, place_and_repartition
+from gmp.partition.incremental import Options, migration_budget, place_new_data, repartition_incremental
 from gmp.topology import resolve_topology
 
 
@@ -123,36 +126,40 @@ def main(argv=None) -> None:
     trained = None if args.no_history else np.bincount(np.asarray(g0.sample_indices), minlength=g0.num_embeddings) > 0
     budget = migration_budget(args.budget, used)
     floor_pass(g0, old, args.workers)  # compiled before it is timed
-    times: dict[str, list[tuple[float, float]]] = {"incr": [], "full": [], "floor": []}
+    calls = {
+        "placed": lambda: place_new_data(g1, old, topo, trained=trained),
+        "incr": lambda: repartition_incremental(g1, old, topo, max_moved_rows=budget, trained=trained),
+        "sampled": lambda: repartition_incremental(g1, old, topo, max_moved_rows=budget, trained=trained,
+                                                   options=Options(plan="sampled")),
+        "full": lambda: run_partitioner("hybrid", g1, topo, seed=1, options=hopts),
+        "floor": lambda: floor_pass(g1, old, args.workers),
+    }
+    times: dict[str, list[tuple[float, float]]] = {k: [] for k in calls}
     results = {}
     for rep in range(args.reps):
-        for what in ("incr", "full", "floor"):
+        for what, call in calls.items():
             c, w = time.process_time(), time.perf_counter()
-            if what == "incr":
-                results["placed"], results["incr"] = place_and_repartition(g1, old, topo, max_moved_rows=budget,
-                                                                            trained=trained)
-            elif what == "full":
-                results["full"] = run_partitioner("hybrid", g1, topo, seed=1, options=hopts)
-            else:
-                floor_pass(g1, old, args.workers)
+            out = call()
             times[what].append((time.process_time() - c, time.perf_counter() - w))
+            if what != "floor":
+                results[what] = out
             print(f"rep {rep + 1} {what}: cpu {times[what][-1][0]:.2f} s, wall {times[what][-1][1]:.2f} s", flush=True)
     reads = {k: batch_remote_reads(g1, p, args.batch_size) for k, p in results.items()}
     cpu = {k: min(c for c, _ in v) for k, v in times.items()}
     wall = {k: min(w for _, w in v) for k, v in times.items()}
     print(f"\nday 1: {g1.num_samples:,} samples, {g1.num_edges:,} edges, {used:,} used rows, budget {budget:,} rows; "
           f"min of {args.reps} calls")
-    print("| call | CPU s | wall s | CPU vs full | batch_remote_reads | vs full |")
-    print("|---|---:|---:|---:|---:|---:|")
-    print(f"| placed (no re-partition) | | | | {reads['placed']:,} | {reads['placed'] / reads['full']:.3f} |")
-    for k in ("incr", "full"):
-        print(f"| {k} | {cpu[k]:.2f} | {wall[k]:.2f} | {cpu[k] / cpu['full']:.3f} | {reads[k]:,} | "
-              f"{reads[k] / reads['full']:.3f} |")
-    print(f"| floor (one lookup per edge; samples only) | {cpu['floor']:.2f} | {wall['floor']:.2f} | "
-          f"{cpu['floor'] / cpu['full']:.3f} | | |")
-    print(f"incr moved rows: {results['incr'].info['moved_rows']}; old ids created (never read on day 0): "
-          f"{results['placed'].info['num_created_rows']:,}{' (--no-history)' if args.no_history else ''}")
-
+    print("| call | plan | CPU s | wall s | CPU vs full | batch_remote_reads | vs full | rows moved |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for k in ("placed", "incr", "sampled", "full"):
+        plan = (results[k].options or {}).get("plan", "")
+        moved = (results[k].info or {}).get("moved_rows", {}).get("total")
+        print(f"| {k} | {plan} | {cpu[k]:.2f} | {wall[k]:.2f} | {cpu[k] / cpu['full']:.3f} | {reads[k]:,} | "
+              f"{reads[k] / reads['full']:.3f} | {'' if moved is None else f'{moved:,}'} |")
+    print(f"| floor (one lookup per edge; samples only) | | {cpu['floor']:.2f} | {wall['floor']:.2f} | "
+          f"{cpu['floor'] / cpu['full']:.3f} | | | |")
+    print(f"old ids created (never read on day 0): {results['placed'].info['num_created_rows']:,}"
+          f"{' (--no-history)' if args.no_history else ''}")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -494,9 +494,8 @@ def test_defaults_follow_the_density(dense, small, monkeypatch):
     assert {k: getattr(resolved, k) for k in settings_} == settings_
     assert record["dense"] is dense and record["small"] is small and set(record["set"]) == set(settings_)
     assert (record["saturated_row_fraction"] >= 0.2) is dense
-    # the exact plan's settings (on a large sparse graph the default plan is the sampled one: test_incremental_sampled)
-    auto = repartition_incremental(g, old, two(), max_moved_rows=3, options=Options(plan="exact"))
-    given = repartition_incremental(g, old, two(), max_moved_rows=3, options=Options(plan="exact", **settings_))
+    auto = repartition_incremental(g, old, two(), max_moved_rows=3)
+    given = repartition_incremental(g, old, two(), max_moved_rows=3, options=Options(**settings_))
     assert np.array_equal(auto.sample_worker, given.sample_worker)
     assert np.array_equal(auto.embedding_primary, given.embedding_primary)
     assert auto.options["start"] == settings_["start"] and auto.info["defaults"]["dense"] is dense

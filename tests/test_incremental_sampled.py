@@ -236,25 +236,16 @@ def test_same_seed_same_result_and_the_seed_orders_the_sample():
 
 
 # --------------------------------------------------------------------------- which plan
-def test_the_plan_follows_size_and_density(monkeypatch):
+def test_the_exact_plan_is_the_default_at_any_size(monkeypatch):
     import gmp.partition.incremental as incremental
 
-    for dense in (False, True):
-        g, old = density_case(dense)
-        small = repartition_incremental(g, old, two(), max_moved_rows=3)
-        assert small.options["plan"] == "exact" and "plan" in small.info["defaults"]["set"]
-        monkeypatch.setattr(incremental, "SMALL_EDGES", g.num_edges - 1)
-        large = repartition_incremental(g, old, two(), max_moved_rows=3, options=Options(sample_every=1))
-        # the sample's bound of the saturated fraction is the exact fraction at sample_every=1
-        assert large.info["defaults"]["saturated_row_fraction_bound"] == pytest.approx(
-            small.info["defaults"]["saturated_row_fraction"], abs=1e-4)
-        assert large.options["plan"] == ("exact" if dense else "sampled")
-        if not dense:
-            assert large.info["defaults"]["set"] == ["plan"] and large.method == "incremental"
-            # an option of the exact plan, given, chooses it
-            assert repartition_incremental(g, old, two(), max_moved_rows=3,
-                                           options=Options(rounds=2)).options["plan"] == "exact"
-        monkeypatch.undo()
+    g, old = density_case(False)
+    monkeypatch.setattr(incremental, "SMALL_EDGES", g.num_edges - 1)  # a "large" graph
+    auto = repartition_incremental(g, old, two(), max_moved_rows=3)
+    assert auto.options["plan"] == "exact" and "sweeps" in auto.info
+    sampled = repartition_incremental(g, old, two(), max_moved_rows=3, options=Options(plan="sampled"))
+    assert sampled.options["plan"] == "sampled" and sampled.info["plan"] == "sampled" and "sweeps" not in sampled.info
+    assert sampled.info["sampled_samples"] == 25  # samples 0, 8, ..., 192 of 200
 
 
 @pytest.mark.parametrize("options, message", [

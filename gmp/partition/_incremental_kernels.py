@@ -119,6 +119,19 @@ def split_edges(indptr, cindices, flags, oindptr, out, num_private, sindptr, sou
     return k2
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def cheapest_below_cap(delta, load, cap):  # pragma: no cover - compiled
+    """The worker with the lowest ``delta`` among those with ``load < cap``, the lowest id on ties (-1: none);
+    inlined (``inline="always"``), so the per-sample call costs nothing."""
+    best = -1
+    for w in range(load.size):
+        if load[w] >= cap:
+            continue
+        if best < 0 or delta[w] < delta[best]:
+            best = w
+    return best
+
+
 @numba.njit(cache=True, nogil=True)
 def stream_samples(indptr, cindices, order, prim, sec, count, marg, df, cost, load, cap, alpha,
                    out):  # pragma: no cover - compiled
@@ -166,12 +179,7 @@ def stream_samples(indptr, cindices, order, prim, sec, count, marg, df, cost, lo
             x = cindices[k]
             for w in range(n):
                 delta[w] += marg[x, w]
-        best = -1
-        for w in range(n):
-            if load[w] >= cap:
-                continue
-            if best < 0 or delta[w] < delta[best]:
-                best = w
+        best = cheapest_below_cap(delta, load, cap)
         out[i] = best
         load[best] += 1
         for k in range(indptr[i], indptr[i + 1]):

@@ -1,5 +1,5 @@
-"""The sampled plan of :mod:`gmp.partition.incremental` (``Options(plan="sampled")``, the default on large
-sparse graphs): the row moves chosen on every k-th sample, then every sample placed once on the final rows.
+"""The sampled plan of :mod:`gmp.partition.incremental` (``Options(plan="sampled")``, made for large sparse
+days): the row moves chosen on every k-th sample, then every sample placed once on the final rows.
 
 Why a second plan. The exact plan numbers the day's rows, places every sample with its rows' soft-count
 state, counts every edge and sweeps the samples of the changed rows: ~10-15 random accesses per edge
@@ -21,17 +21,20 @@ order, one word per id:
    without the soft count: a sample's cost on a worker is the cost of the rows that worker does not hold)
    plus Eq. 4's alpha term. A row without a primary counts as held by its vote's candidate; after each
    sample its rows without a primary vote for the worker chosen. Then such rows take their vote's
-   candidate (at most ``sample_cap(their number, N, max_imbalance)`` per worker), and unused new ids the
-   least-loaded workers.
+   candidate (at most ``sample_cap(their number, N, max_imbalance)`` per worker, else the least-loaded
+   worker below it: :func:`~gmp.partition._common.choose_primaries`), and unused new ids the least-loaded
+   workers.
 
 What is traded (measured in docs/incremental.md, "The sampled plan"): the soft count is left out of the
 final pass (the exact plan's pass without it placed nearly as well, 896,333 against 895,893 reads on the
 1M drift day), and the row moves see 1/k of the samples, so rows read by few samples are moved on noisy
-counts: the 1M drift day reads 1.084x of the full re-partition instead of the exact plan's 1.053x,
-the 6.5M Criteo-size day 0.978x instead of 0.941x. Step 4 places the samples for the final rows, as the
-exact plan's sweep does: with exact counts (``k = 1``) the plan reads what the exact plan does (864,477
-against 864,337 on the 1M day). The primary cap of the moves counts the sample's rows (the rows it does
-not read keep their primaries); the secondary capacity is the larger of what a worker holds of the
+counts. Against a full ``hybrid`` re-partition, 5% budget: the 1M drift day reads 1.084x instead of the
+exact plan's 1.053x, the 6.5M Criteo-size day 0.978x instead of 0.941x, and 7 days of 1M samples with
+more ids per sample (45 edges per row instead of 127) 1.159x instead of 1.039x, for a quarter of the
+exact plan's time or less; the exact plan stays the default. Step 4 places the samples for the final rows,
+as the exact plan's sweep does: with exact counts (``k = 1``) the plan reads what the exact plan does
+(864,477 against 864,337 on the 1M day). The primary cap of the moves counts the sample's rows (the rows it
+does not read keep their primaries); the secondary capacity is the larger of what a worker holds of the
 sample's rows and ``replication_budget`` x the sample's rows.
 
 Deterministic: the only randomness is the seeded order of step 2; step 4 is in dataset order.
@@ -51,7 +54,7 @@ from ..placement import Placement
 from ..topology import Topology
 from . import _incremental_kernels as K
 from . import _sampled_kernels as S
-from ._common import place_unused_embeddings, sample_cap, seeded_order
+from ._common import choose_primaries, place_unused_embeddings, sample_cap, seeded_order
 from ._row_moves import move_rows
 from .hybrid import default_weights, soft_count_table
 
@@ -75,22 +78,21 @@ def take_sample(graph: BipartiteGraph, every: int) -> Sample:
     exact plan numbers the whole day: :func:`gmp.partition.incremental._compact`)."""
     indptr, indices = S.every_kth(np.ascontiguousarray(graph.sample_indptr, dtype=np.int64),
                                   np.asarray(graph.sample_indices), np.int64(every))
-    bits = np.zeros((graph.num_embeddings + 63) // 64, dtype=np.int64)
+    return Sample(int(every), indptr, *number_rows(indices, graph.num_embeddings))
+
+
+def number_rows(indices: np.ndarray, num_embeddings: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(cindices, used_ids, bits, degree)``: the ids of ``indices`` numbered densely in id order (compact
+    ids), through a bitmap over the id space and its rank (:func:`gmp.partition._incremental_kernels.rank_ids`);
+    both plans number their rows so."""
+    bits = np.zeros((num_embeddings + 63) // 64, dtype=np.int64)
     K.mark_ids(indices, bits)
     rank = np.empty(bits.size, dtype=np.int64)
     used = K.rank_ids(bits, rank)
     cindices = np.empty(indices.size, dtype=np.int32)
     degree = np.zeros(used.size, dtype=np.int32)
     K.remap(indices, bits, rank, cindices, degree)
-    return Sample(int(every), indptr, cindices, used, bits, degree)
-
-
-def saturated_fraction_bound(sample: Sample, saturated: int) -> float:
-    """The rows whose estimated degree (``every`` x their sampled degree) is above ``saturated``, as a fraction
-    of the rows the sample reads: above the day's fraction, which divides by at least as many rows."""
-    if sample.used_ids.size == 0:
-        return 0.0
-    return float(np.count_nonzero(sample.degree.astype(np.int64) * sample.every > saturated)) / sample.used_ids.size
+    return cindices, used, bits, degree
 
 
 def words(graph: BipartiteGraph, old: Placement, trained: np.ndarray | None) -> tuple[np.ndarray, int]:
@@ -134,9 +136,9 @@ def primaries(word: np.ndarray, old: Placement, options, moved: tuple[np.ndarray
         primary[moved[0]] = moved[1]
     voted = np.flatnonzero(word < S.UNSEEN)
     new_cap = sample_cap(voted.size, n, options.max_imbalance)
-    elected = np.empty(voted.size, dtype=np.int32)
-    S.elect_primaries(voted, word, np.zeros(n, dtype=np.int64), np.int64(new_cap), elected)
-    primary[voted] = elected
+    votes = np.zeros((voted.size, n), dtype=np.int32)  # the vote's candidate, the one worker it names
+    votes[np.arange(voted.size), (-word[voted].astype(np.int64) - 1) & 63] = 1
+    primary[voted] = choose_primaries(votes, cap=new_cap)
     place_unused_embeddings(primary, n)
     return primary, voted, new_cap
 
@@ -172,9 +174,20 @@ def sample_moves(sample: Sample, word: np.ndarray, shift: int, old: Placement, t
     alpha = options.alpha if options.alpha is not None else default_weights(n, num, used.size)[0]
     order = seeded_order(num, np.random.default_rng(seed)) if options.order == "random" else \
         np.arange(num, dtype=np.int64)
-    K.stream_samples(sample.indptr, sample.cindices, order, prim, sec, count, marg, df, cost,
-                     np.zeros(n, dtype=np.int64), np.int64(cap), float(alpha), np.empty(num, dtype=np.int32))
-    del marg
+    # rows every worker holds cost nothing anywhere (their marginals stay 0): the pass skips their edges and
+    # they are counted after it, in dataset order (the exact plan's sealed rows; the same placement)
+    sealed = is_old & ((wu & ((1 << shift) - 1)) == (1 << n) - 1)
+    num_sealed = int(sample.degree[sealed].sum())
+    oindptr, sindptr = np.empty(num + 1, dtype=np.int64), np.empty(num + 1, dtype=np.int64)
+    ocindices = np.empty(sample.cindices.size - num_sealed + 1, dtype=np.int32)
+    scindices = np.empty(num_sealed + 1, dtype=np.int32)
+    K.split_edges(sample.indptr, sample.cindices, sealed.view(np.uint8), oindptr, ocindices,
+                  np.empty(num, dtype=np.int32), sindptr, scindices)
+    sample_worker = np.empty(num, dtype=np.int32)
+    K.stream_samples(oindptr, ocindices, order, prim, sec, count, marg, df, cost, np.zeros(n, dtype=np.int64),
+                     np.int64(cap), float(alpha), sample_worker)
+    del marg, ocindices
+    K.count_samples(sindptr, scindices, sample_worker, count)
     rows = np.flatnonzero(is_old)  # rows without a primary are placed by step 4
     p, s, c = prim[rows], sec[rows], np.ascontiguousarray(count[rows])
     old_p, old_s, flags = p.copy(), s.copy(), np.ones(rows.size, dtype=bool)

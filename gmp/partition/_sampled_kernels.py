@@ -20,6 +20,7 @@ import numba
 import numpy as np
 
 from ..kernels.simd import prefetch
+from ._incremental_kernels import cheapest_below_cap
 
 #: ``word`` of a row without a primary that no sample has read yet
 UNSEEN = -1
@@ -84,16 +85,18 @@ def place_samples(indptr, indices, word, shift, cost, alpha, load, cap, out):  #
                 prefetch(word, indices[k])
         for w in range(n):
             delta[w] = alpha * load[w]
+        votes = False
         for k in range(indptr[i], indptr[i + 1]):
             v = word[indices[k]]
+            if v < 0:
+                votes = True
             if v >= 0:
                 holders = v & low
                 if holders == full:
                     continue
                 p = v >> shift
-                for w in range(n):
-                    if (holders >> w) & 1 == 0:
-                        delta[w] += cost[p, w]
+                for w in range(n):  # branch-free: the compiler vectorises it
+                    delta[w] += cost[p, w] * (1 - ((holders >> w) & 1))
             else:
                 u = -v - 1
                 if u >> 6 > 0:
@@ -101,44 +104,25 @@ def place_samples(indptr, indices, word, shift, cost, alpha, load, cap, out):  #
                     for w in range(n):
                         if w != p:
                             delta[w] += cost[p, w]
-        best = -1
-        for w in range(n):
-            if load[w] >= cap:
-                continue
-            if best < 0 or delta[w] < delta[best]:
-                best = w
+        best = cheapest_below_cap(delta, load, cap)
         out[i] = best
         load[best] += 1
+        if not votes:  # no row of the sample lacks a primary (1M drift day: 0.15 -> 0.12 s)
+            continue
         for k in range(indptr[i], indptr[i + 1]):
             x = indices[k]
             v = word[x]
             if v < 0:  # a vote (Boyer-Moore majority of the workers of the row's samples)
                 u = -v - 1
-                votes = u >> 6
-                if votes == 0:
+                count = u >> 6
+                if count == 0:
                     u = (1 << 6) | best
                 elif (u & 63) == best:
-                    if votes < MAX_VOTES:
+                    if count < MAX_VOTES:
                         u += 1 << 6
                 else:
                     u -= 1 << 6
                 word[x] = -u - 1
-
-
-@numba.njit(cache=True, nogil=True)
-def elect_primaries(ids, word, load, cap, out):  # pragma: no cover - compiled
-    """out[j] = the primary of row ``ids[j]`` (ascending; rows with a vote): its vote's candidate while
-    that worker has fewer than ``cap`` of these rows, else the least loaded worker (lowest id on ties)."""
-    n = load.size
-    for j in range(ids.size):
-        w = (-word[ids[j]] - 1) & 63
-        if load[w] >= cap:
-            w = 0
-            for q in range(1, n):
-                if load[q] < load[w]:
-                    w = q
-        out[j] = w
-        load[w] += 1
 
 
 @numba.njit(cache=True, nogil=True)

@@ -87,6 +87,11 @@ Starts from :func:`place_new_data`'s placement and runs ``rounds`` rounds of:
    reads (hybrid's ``carry_private``, restricted to rows whose move costs no
    budget: a new id is created, not moved), so those ids no longer pin it.
 
+**The sampled plan** (``Options(plan="sampled")``, :mod:`gmp.partition._incremental_sampled`): the row
+moves of step 1 chosen on every ``sample_every``-th sample, then every sample placed once, in dataset
+order, on the final rows instead of the sweeps: one word per id read once per edge, a fraction of the
+exact plan's time on large sparse days, for more reads (docs/incremental.md, "The sampled plan").
+
 :func:`place_and_repartition` returns both placements from one placement pass (what ``gmp partition
 --from-manifest --max-moved-rows`` reports: the placed data and the refined placement).
 
@@ -149,7 +154,7 @@ ORDERS = ("random", "dataset")
 SWEEPS = ("all", "changed", "every")
 STARTS = ("pass", "project")
 PLANS = ("exact", "sampled")
-#: the options only the exact plan has (given explicitly, they choose it)
+#: the options only the exact plan has (refused with plan="sampled")
 EXACT_ONLY = ("start", "sweep", "rounds", "sweep_first")
 
 #: rows read by more than this many per-worker batches (times m / b) are read everywhere anyway and do
@@ -224,15 +229,14 @@ class Options:
         True (independent drift, 5%: day 1 1.211x -> 1.198x of the full re-partition's reads;
         docs/incremental.md).
     plan
-        ``"exact"``: the streaming pass, the row moves and the sweeps below (``start``, ``sweep``,
-        ``rounds``, ``sweep_first``, ``carry_private`` are its options). ``"sampled"``: the row moves
-        chosen on every ``sample_every``-th sample, then every sample placed once, in dataset order, on
-        the final rows (:mod:`gmp.partition._incremental_sampled`): one word per id read once per edge,
-        at 0.08-0.09x of a full ``hybrid`` re-partition's CPU time at 1M-6.5M samples a day, for
-        1.084x/0.978x of its reads instead of the exact plan's 1.053x/0.941x (docs/incremental.md).
-        ``None`` (default): ``"sampled"`` on a graph of more than :data:`SMALL_EDGES` edges that is not
-        dense (estimated on the sample), up to 57 workers, when none of the exact plan's ``start``,
-        ``sweep``, ``rounds``, ``sweep_first`` is given; else ``"exact"``.
+        ``"exact"`` (default): the streaming pass, the row moves and the sweeps below (``start``,
+        ``sweep``, ``rounds``, ``sweep_first``, ``carry_private`` are its options). ``"sampled"``: the
+        row moves chosen on every ``sample_every``-th sample, then every sample placed once, in dataset
+        order, on the final rows (:mod:`gmp.partition._incremental_sampled`), up to 57 workers: one word
+        per id read once per edge, made for large sparse days. 5% budget, against a full ``hybrid``
+        re-partition (docs/incremental.md): the 1M drift day 0.086x of its CPU at 1.084x of its reads
+        (exact: 0.30x, 1.053x), the 6.5M Criteo-size day 0.056x at 0.978x (exact: 0.23x, 0.941x), 7 days
+        of 1M samples with more ids per sample 0.07x at 1.159x (exact: 0.33x, 1.039x).
     sample_every
         The sampled plan's k: the samples ``0, k, 2k, ...`` choose the row moves. Default 8 (the 1M
         drift day: k = 4, 8, 16 read 1.069x, 1.084x, 1.101x of the full re-partition).
@@ -256,7 +260,7 @@ class Options:
     start: str | None = None
     sweep_first: bool | None = None
     carry_private: bool = True
-    plan: str | None = None
+    plan: str = "exact"
     sample_every: int = 8
 
     def __post_init__(self) -> None:
@@ -279,7 +283,7 @@ class Options:
             raise PartitionError(f"incremental: sweep must be one of {', '.join(SWEEPS)}, got {self.sweep!r}.")
         if self.rounds is not None and (not isinstance(self.rounds, int) or self.rounds < 0):
             raise PartitionError(f"incremental: rounds must be an integer >= 0, got {self.rounds!r}.")
-        if self.plan is not None and self.plan not in PLANS:
+        if self.plan not in PLANS:
             raise PartitionError(f"incremental: plan must be one of {', '.join(PLANS)}, got {self.plan!r}.")
         if not isinstance(self.sample_every, int) or isinstance(self.sample_every, bool) or self.sample_every < 1:
             raise PartitionError(f"incremental: sample_every must be an integer >= 1, got {self.sample_every!r}.")
@@ -459,14 +463,7 @@ def _compact(graph: BipartiteGraph) -> _Compact:
     """The used ids numbered densely in id order, through a bitmap and its rank (:func:`K.rank_ids`): at
     Criteo-Kaggle's 33.8M ids an int32 id table (135 MB) made both passes over the edges cache misses
     (6.5M-sample day: 3.8 s of the call)."""
-    indices = np.asarray(graph.sample_indices)
-    bits = np.zeros((graph.num_embeddings + 63) // 64, dtype=np.int64)
-    K.mark_ids(indices, bits)
-    rank = np.empty(bits.size, dtype=np.int64)
-    used_ids = K.rank_ids(bits, rank)
-    cindices = np.empty(graph.num_edges, dtype=np.int32)
-    degree = np.zeros(used_ids.size, dtype=np.int32)
-    K.remap(indices, bits, rank, cindices, degree)
+    cindices, used_ids, bits, degree = P.number_rows(np.asarray(graph.sample_indices), graph.num_embeddings)
     return _Compact(used_ids, bits, cindices, degree)
 
 
@@ -625,15 +622,14 @@ def place_new_data(graph: BipartiteGraph, old: Placement, topology: Topology, *,
 
 
 def _place(graph: BipartiteGraph, old: Placement, topology: Topology, *, seed: int,
-           options: Options, trained: np.ndarray | None, plan: dict | None = None) -> tuple[Placement, _State]:
-    """:func:`place_new_data` by the exact plan and the state it leaves (reused by :func:`repartition_incremental`);
-    ``plan``: the record of the plan's choice (:func:`_choose_plan`)."""
+           options: Options, trained: np.ndarray | None) -> tuple[Placement, _State]:
+    """:func:`place_new_data` by the exact plan and the state it leaves (reused by :func:`repartition_incremental`)."""
     _check_inputs(graph, old, topology)
     t0 = time.perf_counter()
     n = topology.num_workers
     m_old, m = old.num_embeddings, graph.num_embeddings
     comp = _compact(graph)
-    options, defaults = _resolve_exact(options, graph, n, comp, plan)
+    options, defaults = resolve_options(options, graph, n, degree=comp.degree)
     used = comp.used_ids
     is_old = _old_rows(used, old, trained)
     prim = np.full(used.size, -1, dtype=np.int32)
@@ -739,10 +735,10 @@ def repartition_incremental(graph: BipartiteGraph, old: Placement, topology: Top
     _check_inputs(graph, old, topology)
     if options is not None and options.plan == "sampled":
         raise PartitionError("incremental: plan='sampled' places the samples itself and takes no start placement; "
-                             "leave start out or choose plan='exact'.")
+                             "leave start out or use the exact plan.")
     t0 = time.perf_counter()
     comp = _compact(graph)
-    options, defaults = _resolve_exact(options or Options(), graph, topology.num_workers, comp)
+    options, defaults = resolve_options(options or Options(), graph, topology.num_workers, degree=comp.degree)
     return _refine(graph, old, topology, budget, seed, options, defaults, start, comp,
                    _old_rows(comp.used_ids, old, trained), None, t0)
 
@@ -767,57 +763,33 @@ def _place_and_refine(graph: BipartiteGraph, old: Placement, topology: Topology,
     placement (None unless ``placed``; the exact plan makes it anyway) and the refined one (None without a
     ``budget``)."""
     _check_inputs(graph, old, topology)
-    sample, record = _choose_plan(options, graph, topology.num_workers)
+    sample = _choose_plan(options, graph, topology.num_workers)
     if sample is not None:
-        return _sampled(graph, old, topology, budget, seed, options, trained, sample, record, placed=placed)
+        return _sampled(graph, old, topology, budget, seed, options, trained, sample, placed=placed)
     t0 = time.perf_counter()
-    first, state = _place(graph, old, topology, seed=seed, options=options, trained=trained, plan=record)
+    first, state = _place(graph, old, topology, seed=seed, options=options, trained=trained)
     if budget is None:
         return first, None
     return first, _refine(graph, old, topology, budget, seed, state.options, state.defaults, first, state.comp,
                           state.is_old, state, t0)
 
 
-def _choose_plan(options: Options, graph: BipartiteGraph, n: int) -> tuple[P.Sample | None, dict]:
-    """The sample of the sampled plan where it applies (:class:`Options` ``plan``), else None; with the record
-    of the choice for ``info["defaults"]`` (the bound of the saturated fraction, when the sample was taken)."""
-    if options.plan == "exact":
-        return None, {}
+def _choose_plan(options: Options, graph: BipartiteGraph, n: int) -> P.Sample | None:
+    """The sample of the sampled plan when ``options.plan`` asks for it, else None (the exact plan)."""
+    if options.plan != "sampled":
+        return None
     if n > P.MAX_WORKERS:
-        if options.plan == "sampled":
-            raise PartitionError(f"incremental: plan='sampled' supports up to {P.MAX_WORKERS} workers, got {n}; "
-                                 f"choose plan='exact'.")
-        return None, {}
-    if options.plan is None and (graph.num_edges <= SMALL_EDGES or any(getattr(options, k) is not None
-                                                                      for k in EXACT_ONLY)):
-        return None, {}
-    sample = P.take_sample(graph, options.sample_every)
-    bound = P.saturated_fraction_bound(sample, saturated_degree(graph.num_samples, n, options.batch_size))
-    record = {"saturated_row_fraction_bound": round(bound, 4)}
-    if options.plan is None and bound >= DENSE_SATURATED_ROWS:  # maybe dense: the exact plan decides on all rows
-        return None, record
-    return sample, {**record, "dense": False, "small": False, "set": [] if options.plan else ["plan"]}
-
-
-def _resolve_exact(options: Options, graph: BipartiteGraph, n: int, comp: _Compact,
-                   plan: dict | None = None) -> tuple[Options, dict]:
-    """:func:`resolve_options` for the exact plan, which it records (``plan``) when it was not given, with
-    ``plan``, the record of :func:`_choose_plan`."""
-    options, defaults = resolve_options(options, graph, n, degree=comp.degree)
-    defaults = {**(plan or {}), **defaults}
-    if options.plan is None:
-        options = replace(options, plan="exact")
-        defaults["set"] = [*defaults["set"], "plan"]
-    return options, defaults
+        raise PartitionError(f"incremental: plan='sampled' supports up to {P.MAX_WORKERS} workers, got {n}; "
+                             f"choose plan='exact'.")
+    return P.take_sample(graph, options.sample_every)
 
 
 def _sampled(graph: BipartiteGraph, old: Placement, topology: Topology, budget: int | None, seed: int,
-             options: Options, trained: np.ndarray | None, sample: P.Sample, defaults: dict, *,
+             options: Options, trained: np.ndarray | None, sample: P.Sample, *,
              placed: bool = True) -> tuple[Placement | None, Placement | None]:
     """The sampled plan: ``(placed, refined)``; ``placed`` (step 4 alone: :func:`place_new_data`) unless not
     asked for, ``refined`` when ``budget`` is not None. Both checked and logged as the exact plan's."""
     t0 = time.perf_counter()
-    options = replace(options, plan="sampled")
     word, shift = P.words(graph, old, trained)
     t_words = time.perf_counter() - t0
     first = refined = None
@@ -828,7 +800,7 @@ def _sampled(graph: BipartiteGraph, old: Placement, topology: Topology, budget: 
         first.info.update({"old_num_embeddings": int(m_old), "num_new_ids": int(graph.num_embeddings - m_old),
                            "num_new_ids_used": int(np.count_nonzero(voted >= m_old)),
                            "num_created_rows": int(np.count_nonzero(voted < m_old)), "new_id_cap": int(new_cap),
-                           "defaults": defaults, "seconds": round(time.perf_counter() - t0, 4)})
+                           "seconds": round(time.perf_counter() - t0, 4)})
         log.info("place-new (sampled plan): %d samples placed, %d new ids used, %.2f s", graph.num_samples,
                  first.info["num_new_ids_used"], first.info["seconds"])
     if budget is not None:
@@ -838,7 +810,7 @@ def _sampled(graph: BipartiteGraph, old: Placement, topology: Topology, budget: 
                                              word, shift)
             advance(1)
         refined.info["stages"]["words"] = round(t_words, 4)
-        refined.info.update({"defaults": defaults, "seconds": round(time.perf_counter() - t1 + t_words, 4)})
+        refined.info["seconds"] = round(time.perf_counter() - t1 + t_words, 4)
         moved = moved_rows(old, refined, created=created)
         if moved.total > budget:  # apply_moves recomputes every move's cost; this would be a bug
             raise PartitionError(f"incremental: moved {moved.total} rows, above the budget {budget} (a gmp bug; "
