@@ -10,8 +10,8 @@ from its own day d-1 placement):
 ``kept``        day 0's rows kept; the day's samples dealt at random (balanced), new ids at random
 ``placed``      :func:`gmp.partition.incremental.place_new_data` (rows fixed, one streaming pass)
 ``incr-P%``     :func:`gmp.partition.incremental.repartition_incremental` with a budget of P% of the
-                day's used rows (1%, 5%, 20% by default); ``--plans sampled`` adds the sampled plan's
-                (``incr-P%/sampled``)
+                day's used rows (1%, 5%, 20% by default); ``--plans onepass`` adds the one-pass plan's
+                (``incr-P%/onepass``)
 ``full``        ``hybrid`` from scratch on the day's data; rows moved are counted after relabelling
                 its workers to best match the previous day's full placement (Hungarian matching)
 ``full-window`` ``hybrid`` from scratch on days 0..d together (``--window``): what a user re-partitioning
@@ -189,7 +189,7 @@ def main(argv=None) -> None:
                          "day's density, Options' own default); the strategies of a start other than the first are "
                          "named incr-P%%/START.")
     ap.add_argument("--plans", default="",
-                    help="More incremental Options.plan values, comma-separated (sampled; the other options at "
+                    help="More incremental Options.plan values, comma-separated (onepass; the other options at "
                          "their defaults): their strategies are named incr-P%%/PLAN. Default: the exact plan only.")
     ap.add_argument("--sweep-first", choices=("true", "false"), default=None,
                     help="Incremental Options.sweep_first (default: by the day's density).")

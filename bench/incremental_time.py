@@ -8,7 +8,7 @@ vocabulary, so ids are stable: what ``gmp data import --extend`` gives), partiti
              nothing moved
 ``incr``     :func:`gmp.partition.incremental.repartition_incremental` with its defaults (the exact
              plan), 5% of day 1's used rows
-``sampled``  the same call with ``Options(plan="sampled")`` (docs/incremental.md, "The sampled plan")
+``onepass``  the same call with ``Options(plan="onepass")`` (docs/incremental.md, "The one-pass plan")
 ``full``     ``run_partitioner("hybrid", ...)`` on day 1 from scratch
 
 and prints CPU and wall seconds of each call (loading excluded: all read the same graph) with
@@ -129,8 +129,8 @@ def main(argv=None) -> None:
     calls = {
         "placed": lambda: place_new_data(g1, old, topo, trained=trained),
         "incr": lambda: repartition_incremental(g1, old, topo, max_moved_rows=budget, trained=trained),
-        "sampled": lambda: repartition_incremental(g1, old, topo, max_moved_rows=budget, trained=trained,
-                                                   options=Options(plan="sampled")),
+        "onepass": lambda: repartition_incremental(g1, old, topo, max_moved_rows=budget, trained=trained,
+                                                   options=Options(plan="onepass")),
         "full": lambda: run_partitioner("hybrid", g1, topo, seed=1, options=hopts),
         "floor": lambda: floor_pass(g1, old, args.workers),
     }
@@ -151,7 +151,7 @@ def main(argv=None) -> None:
           f"min of {args.reps} calls")
     print("| call | plan | CPU s | wall s | CPU vs full | batch_remote_reads | vs full | rows moved |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
-    for k in ("placed", "incr", "sampled", "full"):
+    for k in ("placed", "incr", "onepass", "full"):
         plan = (results[k].options or {}).get("plan", "")
         moved = (results[k].info or {}).get("moved_rows", {}).get("total")
         print(f"| {k} | {plan} | {cpu[k]:.2f} | {wall[k]:.2f} | {cpu[k] / cpu['full']:.3f} | {reads[k]:,} | "

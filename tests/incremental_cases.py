@@ -1,4 +1,4 @@
-"""Cases and slow references shared by the incremental tests (test_incremental.py, test_incremental_sampled.py)."""
+"""Cases and slow references shared by the incremental tests (test_incremental.py, test_incremental_onepass.py)."""
 
 from __future__ import annotations
 

@@ -38,20 +38,27 @@ def two() -> object:
     return resolve_topology(2, None, None)
 
 
+def _plan(plan: str, **exact) -> dict:
+    """Options of ``plan``: the exact plan's own options (``exact``) only for it."""
+    return exact if plan == "exact" else {"plan": plan}
+
+
 # --------------------------------------------------------------------------- placing new data
-def test_place_new_data_hand_computed():
+@pytest.mark.parametrize("plan", ["exact", "onepass"])
+def test_place_new_data_hand_computed(plan):
     # old rows 0,1 on worker 0 and 2,3 on worker 1; ids 4, 5, 6 are new (6 unused)
     g = BipartiteGraph.from_lists([[0, 1], [0, 4], [2, 3], [3, 4, 5]], 7)
     old = Placement.edge_cut(2, [0, 0, 1, 1], [0, 0, 1, 1])
-    p = place_new_data(g, old, two(), options=Options(max_imbalance=1.5, **EXACT))
-    # cap = ceil(4 / 2 * 1.5) = 3; f(c) = min(c, 2), so df = 1, 1, 0, ...
+    p = place_new_data(g, old, two(), options=Options(max_imbalance=1.5, plan=plan, **EXACT))
+    # cap = ceil(4 / 2 * 1.5) = 3; f(c) = min(c, 2), so df = 1, 1, 0, ... (the one-pass plan counts a row
+    # remote on w as 1 whatever its users there, the same sums here; a new id is held by its vote's candidate)
     # s0 [0,1]: w0 costs 0, w1 2 -> w0.   s1 [0,4]: w0 0 (4 has no users yet), w1 1 -> w0.
     # s2 [2,3]: w0 2, w1 0 -> w1.         s3 [3,4,5]: w0 = 1 (row 3), w1 = 1 (id 4's users are on w0) -> tie -> w0.
     assert p.sample_worker.tolist() == [0, 0, 1, 0]
     # new ids 4 (users on w0 x2) and 5 (w0) -> w0 (new-id cap ceil(1 * 1.5) = 2); 6 unused -> least loaded w1
     assert p.embedding_primary.tolist() == [0, 0, 1, 1, 0, 0, 1]
     assert p.method == "place-new" and p.info["num_new_ids"] == 3 and p.info["num_new_ids_used"] == 2
-    assert moved_rows(old, p) == MovedRows(0, 0)
+    assert moved_rows(old, p) == MovedRows(0, 0) and p.options["plan"] == plan
 
 
 def test_untrained_old_ids_are_placed_like_new_ids():
@@ -122,9 +129,11 @@ def test_project_start_ignores_saturated_rows():
 
 
 # --------------------------------------------------------------------------- incremental with a budget
+@pytest.mark.parametrize("plan", ["exact", "onepass"])
 @pytest.mark.parametrize("budget, reads, moved", [(0, 4, 0), (1, 2, 1), (2, 2, 1)])
-def test_incremental_hand_computed_budgets(budget, reads, moved):
-    # yesterday rows {0,1} were together on w0 and {2,3} on w1; today samples pair 0 with 2 and 1 with 3.
+def test_incremental_hand_computed_budgets(budget, reads, moved, plan):
+    # yesterday rows {0,1} were together on w0 and {2,3} on w1; today samples pair 0 with 2 and 1 with 3
+    # (the one-pass plan: its pass puts s0, s1, s2 on w0 and s3 on w1, the moves are the same).
     # Fixed rows: every sample reads one remote row wherever it is (4). One move (row 2 -> w0 or the
     # like) makes one pair local (2 left, the best one move can do). Two moves could make both pairs
     # local (0), but from [0,2],[0,2],[1,3] on w0 and [1,3] on w1 no *single* move gains (row 1 has one
@@ -133,21 +142,22 @@ def test_incremental_hand_computed_budgets(budget, reads, moved):
     g = BipartiteGraph.from_lists([[0, 2], [0, 2], [1, 3], [1, 3]], 4)
     old = Placement.edge_cut(2, [0, 0, 1, 1], [0, 0, 1, 1])
     p = repartition_incremental(g, old, two(), max_moved_rows=budget,
-                                options=Options(max_imbalance=1.5, rounds=3, **EXACT))
+                                options=Options(max_imbalance=1.5, **EXACT, **_plan(plan, rounds=3)))
     p.check(num_samples=4, num_embeddings=4)
     assert batch_remote_reads(g, p, 1) == reads
     assert moved_rows(old, p).total == reference_moved(old, p) == moved
     assert p.info["moved_rows"]["total"] == moved and p.info["max_moved_rows"] == budget
 
 
+@pytest.mark.parametrize("plan", ["exact", "onepass"])
 @pytest.mark.parametrize("budget, reads, secondaries", [(0, 2, [[], [1], []]), (1, 0, [[1], [], []])])
-def test_incremental_swaps_a_useless_secondary(budget, reads, secondaries):
+def test_incremental_swaps_a_useless_secondary(budget, reads, secondaries, plan):
     # row 1's secondary on w1 serves nobody; w1's samples read row 0 twice: with one row of budget the
     # secondary slot of w1 (capacity 1: what it holds) goes to row 0
     g = BipartiteGraph.from_lists([[0, 1], [0, 1], [0, 2], [0, 2]], 3)
     old = Placement.edge_cut(2, [0, 0, 1, 1], [0, 0, 1]).with_secondaries([0, 0, 1, 1], [1])
     p = repartition_incremental(g, old, two(), max_moved_rows=budget,
-                                options=Options(max_imbalance=1.0, rounds=1, **EXACT))
+                                options=Options(max_imbalance=1.0, **EXACT, **_plan(plan, rounds=1)))
     assert p.sample_worker.tolist() == [0, 0, 1, 1]
     assert [p.secondaries_of(e).tolist() for e in range(3)] == secondaries
     assert batch_remote_reads(g, p, 1) == reads

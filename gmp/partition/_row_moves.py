@@ -4,8 +4,8 @@
 the candidates (every row's best primary move; per worker, secondary swaps by Eq. 6's numerator),
 the moves that cost no row first and then by gain, applied while the budget lasts
 (:func:`gmp.partition._incremental_kernels.apply_moves` recomputes each move's exact cost). The state is
-over one numbering of the rows (the compact ids of the exact plan, the sampled rows of the sampled
-plan): ``prim``, ``sec``, ``count``, ``old_prim``, ``old_sec``, ``is_old`` as in
+over one numbering of the rows (the compact ids of the exact plan, the rows read in id order of the
+one-pass plan): ``prim``, ``sec``, ``count``, ``old_prim``, ``old_sec``, ``is_old`` as in
 :mod:`gmp.partition._incremental_kernels`.
 """
 

@@ -87,10 +87,10 @@ Starts from :func:`place_new_data`'s placement and runs ``rounds`` rounds of:
    reads (hybrid's ``carry_private``, restricted to rows whose move costs no
    budget: a new id is created, not moved), so those ids no longer pin it.
 
-**The sampled plan** (``Options(plan="sampled")``, :mod:`gmp.partition._incremental_sampled`): the row
-moves of step 1 chosen on every ``sample_every``-th sample, then every sample placed once, in dataset
-order, on the final rows instead of the sweeps: one word per id read once per edge, a fraction of the
-exact plan's time on large sparse days, for more reads (docs/incremental.md, "The sampled plan").
+**The one-pass plan** (``Options(plan="onepass")``, :mod:`gmp.partition._incremental_onepass`): every
+sample placed once, in dataset order, while its rows count it in one table row per id, then step 1's row
+moves on those counts, without the sweeps: a fraction of the exact plan's time on large sparse days, for
+a little more traffic (docs/incremental.md, "The one-pass plan").
 
 :func:`place_and_repartition` returns both placements from one placement pass (what ``gmp partition
 --from-manifest --max-moved-rows`` reports: the placed data and the refined placement).
@@ -139,7 +139,7 @@ from ..placement import Placement
 from ..progress import task
 from ..topology import Topology
 from . import _incremental_kernels as K
-from . import _incremental_sampled as P
+from . import _incremental_onepass as P
 from ._common import (check_max_imbalance, choose_primaries, count_embedding_workers, place_unused_embeddings,
                       sample_cap, seeded_order)
 from ._row_moves import move_rows, primary_pool
@@ -153,8 +153,8 @@ VALUE_BYTES = 4
 ORDERS = ("random", "dataset")
 SWEEPS = ("all", "changed", "every")
 STARTS = ("pass", "project")
-PLANS = ("exact", "sampled")
-#: the options only the exact plan has (refused with plan="sampled")
+PLANS = ("exact", "onepass")
+#: the options only the exact plan has (refused with plan="onepass")
 EXACT_ONLY = ("start", "sweep", "rounds", "sweep_first")
 
 #: rows read by more than this many per-worker batches (times m / b) are read everywhere anyway and do
@@ -230,16 +230,13 @@ class Options:
         docs/incremental.md).
     plan
         ``"exact"`` (default): the streaming pass, the row moves and the sweeps below (``start``,
-        ``sweep``, ``rounds``, ``sweep_first``, ``carry_private`` are its options). ``"sampled"``: the
-        row moves chosen on every ``sample_every``-th sample, then every sample placed once, in dataset
-        order, on the final rows (:mod:`gmp.partition._incremental_sampled`), up to 57 workers: one word
-        per id read once per edge, made for large sparse days. 5% budget, against a full ``hybrid``
-        re-partition (docs/incremental.md): the 1M drift day 0.086x of its CPU at 1.084x of its reads
-        (exact: 0.30x, 1.053x), the 6.5M Criteo-size day 0.056x at 0.978x (exact: 0.23x, 0.941x), 7 days
-        of 1M samples with more ids per sample 0.07x at 1.159x (exact: 0.33x, 1.039x).
-    sample_every
-        The sampled plan's k: the samples ``0, k, 2k, ...`` choose the row moves. Default 8 (the 1M
-        drift day: k = 4, 8, 16 read 1.069x, 1.084x, 1.101x of the full re-partition).
+        ``sweep``, ``rounds``, ``sweep_first``, ``carry_private``, ``order`` are its options).
+        ``"onepass"``: every sample placed once, in dataset order, while its rows count it, then the row
+        moves on those counts; the samples are not swept after (:mod:`gmp.partition._incremental_onepass`),
+        up to 57 workers, made for large sparse days. 5% budget, against a full ``hybrid``
+        re-partition (docs/incremental.md, "The one-pass plan"): reads 1.061x on the 1M drift day,
+        1.061x over 7 days of 1M samples with more ids per sample and 0.949x on the 6.5M Criteo-size day
+        (exact plan: 1.053x, 1.039x, 0.941x) in 0.07-0.08x of its CPU time (exact plan: 0.25-0.33x).
     sweep_first
         Run a round 0 before the budgeted rounds: only the moves that cost no row (new ids,
         secondaries the old placement held) and a sweep of every sample, so the rows move
@@ -261,7 +258,6 @@ class Options:
     sweep_first: bool | None = None
     carry_private: bool = True
     plan: str = "exact"
-    sample_every: int = 8
 
     def __post_init__(self) -> None:
         check_max_imbalance(self.max_imbalance)
@@ -285,13 +281,11 @@ class Options:
             raise PartitionError(f"incremental: rounds must be an integer >= 0, got {self.rounds!r}.")
         if self.plan not in PLANS:
             raise PartitionError(f"incremental: plan must be one of {', '.join(PLANS)}, got {self.plan!r}.")
-        if not isinstance(self.sample_every, int) or isinstance(self.sample_every, bool) or self.sample_every < 1:
-            raise PartitionError(f"incremental: sample_every must be an integer >= 1, got {self.sample_every!r}.")
-        if self.plan == "sampled":
+        if self.plan == "onepass":
             given = [k for k in EXACT_ONLY if getattr(self, k) is not None]
             if given:
-                raise PartitionError(f"incremental: {given[0]} is an option of plan='exact', not of plan='sampled'; "
-                                     f"leave it out or choose plan='exact'.")
+                raise PartitionError(f"incremental: {given[0]} is an option of the exact plan, not of plan='onepass'; "
+                                     f"leave it out or use the exact plan.")
         rb = self.replication_budget
         if rb is not None and (not isinstance(rb, (int, float)) or not 0.0 <= rb <= 1.0):
             raise PartitionError(f"incremental: replication_budget must be a fraction in [0, 1] (or omitted), "
@@ -463,7 +457,14 @@ def _compact(graph: BipartiteGraph) -> _Compact:
     """The used ids numbered densely in id order, through a bitmap and its rank (:func:`K.rank_ids`): at
     Criteo-Kaggle's 33.8M ids an int32 id table (135 MB) made both passes over the edges cache misses
     (6.5M-sample day: 3.8 s of the call)."""
-    cindices, used_ids, bits, degree = P.number_rows(np.asarray(graph.sample_indices), graph.num_embeddings)
+    indices = np.asarray(graph.sample_indices)
+    bits = np.zeros((graph.num_embeddings + 63) // 64, dtype=np.int64)
+    K.mark_ids(indices, bits)
+    rank = np.empty(bits.size, dtype=np.int64)
+    used_ids = K.rank_ids(bits, rank)
+    cindices = np.empty(graph.num_edges, dtype=np.int32)
+    degree = np.zeros(used_ids.size, dtype=np.int32)
+    K.remap(indices, bits, rank, cindices, degree)
     return _Compact(used_ids, bits, cindices, degree)
 
 
@@ -733,8 +734,8 @@ def repartition_incremental(graph: BipartiteGraph, old: Placement, topology: Top
                                  trained, placed=False)[1]
     budget = _check_budget(max_moved_rows)
     _check_inputs(graph, old, topology)
-    if options is not None and options.plan == "sampled":
-        raise PartitionError("incremental: plan='sampled' places the samples itself and takes no start placement; "
+    if options is not None and options.plan == "onepass":
+        raise PartitionError("incremental: plan='onepass' places the samples itself and takes no start placement; "
                              "leave start out or use the exact plan.")
     t0 = time.perf_counter()
     comp = _compact(graph)
@@ -759,13 +760,11 @@ def place_and_repartition(graph: BipartiteGraph, old: Placement, topology: Topol
 def _place_and_refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: int | None, seed: int,
                       options: Options, trained: np.ndarray | None, *,
                       placed: bool) -> tuple[Placement | None, Placement | None]:
-    """The plan chosen once (:func:`_choose_plan`), then ``(placed, refined)``: :func:`place_new_data`'s
-    placement (None unless ``placed``; the exact plan makes it anyway) and the refined one (None without a
-    ``budget``)."""
+    """``(placed, refined)`` by the plan of ``options``: :func:`place_new_data`'s placement (None unless
+    ``placed``; the exact plan makes it anyway) and the refined one (None without a ``budget``)."""
     _check_inputs(graph, old, topology)
-    sample = _choose_plan(options, graph, topology.num_workers)
-    if sample is not None:
-        return _sampled(graph, old, topology, budget, seed, options, trained, sample, placed=placed)
+    if options.plan == "onepass":
+        return _onepass(graph, old, topology, budget, seed, options, trained, placed=placed)
     t0 = time.perf_counter()
     first, state = _place(graph, old, topology, seed=seed, options=options, trained=trained)
     if budget is None:
@@ -774,51 +773,44 @@ def _place_and_refine(graph: BipartiteGraph, old: Placement, topology: Topology,
                           state.is_old, state, t0)
 
 
-def _choose_plan(options: Options, graph: BipartiteGraph, n: int) -> P.Sample | None:
-    """The sample of the sampled plan when ``options.plan`` asks for it, else None (the exact plan)."""
-    if options.plan != "sampled":
-        return None
+def _onepass(graph: BipartiteGraph, old: Placement, topology: Topology, budget: int | None, seed: int,
+             options: Options, trained: np.ndarray | None, *, placed: bool) -> tuple[Placement | None, Placement | None]:
+    """The one-pass plan (:mod:`gmp.partition._incremental_onepass`): ``(placed, refined)`` from one pass, both
+    checked and logged as the exact plan's."""
+    n = topology.num_workers
     if n > P.MAX_WORKERS:
-        raise PartitionError(f"incremental: plan='sampled' supports up to {P.MAX_WORKERS} workers, got {n}; "
-                             f"choose plan='exact'.")
-    return P.take_sample(graph, options.sample_every)
-
-
-def _sampled(graph: BipartiteGraph, old: Placement, topology: Topology, budget: int | None, seed: int,
-             options: Options, trained: np.ndarray | None, sample: P.Sample, *,
-             placed: bool = True) -> tuple[Placement | None, Placement | None]:
-    """The sampled plan: ``(placed, refined)``; ``placed`` (step 4 alone: :func:`place_new_data`) unless not
-    asked for, ``refined`` when ``budget`` is not None. Both checked and logged as the exact plan's."""
+        raise PartitionError(f"incremental: plan='onepass' supports up to {P.MAX_WORKERS} workers, got {n}; "
+                             f"use the exact plan.")
     t0 = time.perf_counter()
-    word, shift = P.words(graph, old, trained)
-    t_words = time.perf_counter() - t0
+    with task("Placing new samples on the fixed rows (one pass)", total=1) as advance:
+        state = P.run_pass(graph, old, topology, options, trained)
+        advance(1)
+    m_old = old.num_embeddings
+    voted = state.used_ids[~state.is_old]
+    info = {"old_num_embeddings": int(m_old), "num_new_ids": int(graph.num_embeddings - m_old),
+            "num_new_ids_used": int(np.count_nonzero(voted >= m_old)),
+            "num_created_rows": int(np.count_nonzero(voted < m_old)), "num_used_embeddings": int(state.used_ids.size),
+            "new_id_cap": state.new_id_cap, "stages": dict(state.seconds)}
     first = refined = None
     if placed:
-        first, voted, new_cap = P.place(graph, old, topology, seed, options, word.copy() if budget is not None else
-                                        word, shift)
-        m_old = old.num_embeddings
-        first.info.update({"old_num_embeddings": int(m_old), "num_new_ids": int(graph.num_embeddings - m_old),
-                           "num_new_ids_used": int(np.count_nonzero(voted >= m_old)),
-                           "num_created_rows": int(np.count_nonzero(voted < m_old)), "new_id_cap": int(new_cap),
-                           "seconds": round(time.perf_counter() - t0, 4)})
-        log.info("place-new (sampled plan): %d samples placed, %d new ids used, %.2f s", graph.num_samples,
-                 first.info["num_new_ids_used"], first.info["seconds"])
-    if budget is not None:
-        t1 = time.perf_counter()
-        with task("Incremental re-partitioning (sampled plan)", total=1) as advance:
-            refined, created = P.repartition(graph, old, topology, budget, seed, options, trained, sample,
-                                             word, shift)
-            advance(1)
-        refined.info["stages"]["words"] = round(t_words, 4)
-        refined.info["seconds"] = round(time.perf_counter() - t1 + t_words, 4)
-        moved = moved_rows(old, refined, created=created)
-        if moved.total > budget:  # apply_moves recomputes every move's cost; this would be a bug
-            raise PartitionError(f"incremental: moved {moved.total} rows, above the budget {budget} (a gmp bug; "
-                                 f"please report it).")
-        refined.info["moved_rows"] = {"primaries": moved.primaries, "secondaries": moved.secondaries,
-                                      "total": moved.total}
-        log.info("incremental (sampled plan): %d rows moved (%d primaries, %d secondaries) of a budget of %d, "
-                 "%.2f s", moved.total, moved.primaries, moved.secondaries, budget, refined.info["seconds"])
+        first = P.placement_of(graph, old, topology, seed, options, state, "place-new")
+        first.info.update(info, seconds=round(time.perf_counter() - t0, 4))
+        log.info("place-new (one pass): %d samples placed, %d new ids used, %.2f s", graph.num_samples,
+                 info["num_new_ids_used"], first.info["seconds"])
+    if budget is None:
+        return first, None
+    record = P.move(state, old, topology, budget, options, graph.num_samples)
+    bits = np.zeros((graph.num_embeddings + 63) // 64, dtype=np.int64)
+    K.mark_ids(state.used_ids, bits)
+    refined = P.placement_of(graph, old, topology, seed, options, state, "incremental", bits)
+    refined.info.update(info, max_moved_rows=int(budget), **record, seconds=round(time.perf_counter() - t0, 4))
+    moved = moved_rows(old, refined, created=voted[voted < m_old])
+    if moved.total > budget:  # apply_moves recomputes every move's cost; this would be a bug
+        raise PartitionError(f"incremental: moved {moved.total} rows, above the budget {budget} (a gmp bug; "
+                             f"please report it).")
+    refined.info["moved_rows"] = {"primaries": moved.primaries, "secondaries": moved.secondaries, "total": moved.total}
+    log.info("incremental (one pass): %d rows moved (%d primaries, %d secondaries) of a budget of %d, %.2f s",
+             moved.total, moved.primaries, moved.secondaries, budget, refined.info["seconds"])
     return first, refined
 
 
