@@ -202,9 +202,14 @@ def test_cli_train_herald_with_cache_and_on_demand_equals_cli_simulate(ctr, tmp_
               "--schedule", "herald", "--on-demand", "--cache-rows", "7", "--cache-policy", "lookahead",
               "--lookahead", "2"]
     r = runner.invoke(app, ["train", *common, "--epochs", "1", "--embedding-dim", "4", "--writable-replicas",
-                            "--optimizer", "sgd"])
+                            "--optimizer", "sgd", "--log-every", "5"])
     assert r.exit_code == 0, r.output
-    rec = json.loads([line for line in r.output.splitlines() if line.startswith("{")][-1])
+    recs = [json.loads(line) for line in r.output.splitlines() if line.startswith("{")]
+    rec = recs[-1]
+    # a step line counts the scheduler's work ahead so far (it printed 0.0 until the epoch ended)
+    step_lines = [x for x in recs if x["kind"] == "step"]
+    assert step_lines and all(x["prefetch"]["scheduler_produce_s"] > 0 for x in step_lines)
+    assert step_lines[-1]["prefetch"]["scheduler_produce_s"] <= rec["prefetch"]["scheduler_produce_s"]
     r = runner.invoke(app, ["simulate", *common, "--json"])
     assert r.exit_code == 0, r.output
     sim = json.loads(r.output)

@@ -17,7 +17,7 @@ The trainer picks one from its config (:func:`gmp.train.trainer.make_protocol`).
 from __future__ import annotations
 
 import abc
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from .schedule import Step
 
@@ -42,6 +42,10 @@ class StepProtocol(abc.ABC):
     def add_lookahead_stats(self, stats: dict[str, float]) -> None:
         """What the look-ahead prefetcher measured over a call of :meth:`steps` (``items``,
         ``produce_s``, ``stall_s``; :class:`gmp.train.tiers.StepFeeder`), for the protocol's record."""
+
+    def watch_lookahead(self, stats: Callable[[], dict[str, float]] | None) -> None:
+        """The running prefetcher's ``stats`` while a call of :meth:`steps` is in progress (None after it), so
+        that a record made mid-epoch (``--log-every``) counts what it measured so far."""
 
     def reset_epoch(self) -> None:
         """Clear the protocol's per-epoch accumulators."""

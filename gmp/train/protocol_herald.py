@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -59,6 +59,10 @@ class HeraldOnDemand(StepProtocol):
 
     def reset_epoch(self) -> None:
         self.stats = {"produce_s": 0.0, "stall_s": 0.0, "items": 0, "fetch_wait_s": 0.0}
+        self._running = None  # the running prefetcher's stats() (watch_lookahead)
+
+    def watch_lookahead(self, stats: Callable[[], dict[str, float]] | None) -> None:
+        self._running = stats
 
     def steps(self, epoch: int, start: int) -> Iterator[Step]:
         """The scheduler's steps, each with the next step's schedule (or None) and the scheduler's
@@ -327,7 +331,11 @@ class HeraldOnDemand(StepProtocol):
         h.update({k: opts[k] for k in ("on_demand", "cache_rows", "cache_policy", "read_only_replicas")})
         rec["herald"] = h
         if self.options.lookahead > 0:
-            st = self.stats
+            st = dict(self.stats)
+            if self._running is not None:  # a step record: the prefetcher is still running
+                running = self._running()
+                for key in ("items", "produce_s", "stall_s"):
+                    st[key] += running[key]
             rec["prefetch"] = {
                 "lookahead": self.options.lookahead,
                 "early_rows": h["prefetched_rows"], "late_rows": h["pulls"] - h["prefetched_rows"],

@@ -309,8 +309,6 @@ class Trainer:
         return records
 
     # ---------------------------------------------------------- state
-
-    # ---------------------------------------------------------- state
     def embedding_table(self) -> np.ndarray:
         """The global model's rows (primaries), float64 [num_embeddings, row_dim]; local engine only."""
         if len(self.stores) != self.num_workers:

@@ -334,6 +334,7 @@ def feed_steps(trainer, steps: Iterable) -> Iterator:
                         prefetch_depth=opts.prefetch_depth if opts is not None else 1)
     gen = iter(feeder)
     ready = None
+    trainer.protocol.watch_lookahead(feeder.stats)
     try:
         for step, ready in gen:
             for (_, t), r in zip(live, ready):
@@ -349,4 +350,5 @@ def feed_steps(trainer, steps: Iterable) -> Iterator:
                 t.end()
             feeder.discard(ready)
         gen.close()
+        trainer.protocol.watch_lookahead(None)
         trainer.protocol.add_lookahead_stats(feeder.stats())
