@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import strategies as st
 
 from gmp.graph import BipartiteGraph
 from gmp.placement import Placement
@@ -30,3 +31,24 @@ def density_case(dense: bool):
     g = BipartiteGraph.from_lists(rows, num)
     old = Placement.edge_cut(2, [0], rng.integers(0, 2, size=num - 2))  # the last two ids are new
     return g, old
+
+
+def draw_day(draw, workers: list[int]):
+    """Draw (inside a hypothesis ``@st.composite``) a random old placement and a new day: ``(n, m_old, m,
+    rows, prim, secs, trained)``: N from ``workers``, m_old old ids (primaries ``prim``, secondaries
+    ``secs``), up to 4 new ids, up to 30 samples of 1-4 rows, and the old history (None: every id trained)."""
+    n = draw(st.sampled_from(workers))
+    m_old = draw(st.integers(1, 10))
+    m = m_old + draw(st.integers(0, 4))
+    rows = draw(st.lists(st.sets(st.integers(0, m - 1), min_size=1, max_size=4), min_size=1, max_size=30))
+    prim = draw(st.lists(st.integers(0, n - 1), min_size=m_old, max_size=m_old))
+    secs = [sorted(draw(st.sets(st.integers(0, n - 1), max_size=2)) - {prim[e]}) for e in range(m_old)]
+    trained = draw(st.one_of(st.none(), st.lists(st.booleans(), min_size=m_old, max_size=m_old)))
+    return n, m_old, m, [sorted(r) for r in rows], prim, secs, trained
+
+
+def old_placement(n: int, prim: list[int], secs: list[list[int]]) -> Placement:
+    """The placement of :func:`draw_day`'s ``prim`` and ``secs`` (samples: one, on worker 0)."""
+    indptr = np.zeros(len(prim) + 1, dtype=np.int64)
+    np.cumsum([len(s) for s in secs], out=indptr[1:])
+    return Placement.edge_cut(n, [0], prim).with_secondaries(indptr, [w for s in secs for w in s])

@@ -27,7 +27,7 @@ from gmp.partition.incremental import (DENSE_SETTINGS, SMALL_SETTINGS, SPARSE_SE
 from gmp.partition.incremental import _compact
 from gmp.placement import Placement
 from gmp.topology import resolve_topology
-from incremental_cases import density_case, reference_moved
+from incremental_cases import density_case, draw_day, old_placement, reference_moved
 
 # batch 1 makes the soft count the plain count until it saturates (f(c) = min(c, samples per worker)),
 # alpha = beta = 0 removes the balance terms, order="dataset" makes the stream order the ids'
@@ -190,12 +190,7 @@ def _assert_same_placements(got, want):
 
 @st.composite
 def cases(draw):
-    n = draw(st.sampled_from([2, 3, 4, 64]))  # 64: the widest int64 mask (bit 63 is the sign bit)
-    m_old = draw(st.integers(1, 10))
-    m = m_old + draw(st.integers(0, 4))
-    rows = draw(st.lists(st.sets(st.integers(0, m - 1), min_size=1, max_size=4), min_size=1, max_size=30))
-    prim = draw(st.lists(st.integers(0, n - 1), min_size=m_old, max_size=m_old))
-    secs = [sorted(draw(st.sets(st.integers(0, n - 1), max_size=2)) - {prim[e]}) for e in range(m_old)]
+    n, m_old, m, rows, prim, secs, trained = draw_day(draw, [2, 3, 4, 64])  # 64: the widest int64 mask
     budget = draw(st.integers(0, 12))
     rounds = draw(st.integers(0, 3))
     rb = draw(st.sampled_from([None, 0.0, 0.3]))
@@ -203,8 +198,7 @@ def cases(draw):
     start = draw(st.sampled_from(["pass", "project"]))
     first = draw(st.booleans())
     sweep = draw(st.sampled_from(["all", "changed", "every"]))
-    trained = draw(st.one_of(st.none(), st.lists(st.booleans(), min_size=m_old, max_size=m_old)))
-    return n, m_old, m, [sorted(r) for r in rows], prim, secs, budget, rounds, rb, bs, start, first, sweep, trained
+    return n, m_old, m, rows, prim, secs, budget, rounds, rb, bs, start, first, sweep, trained
 
 
 @settings(max_examples=60, deadline=None)
@@ -212,9 +206,7 @@ def cases(draw):
 def test_budget_is_never_exceeded(case):
     n, m_old, m, rows, prim, secs, budget, rounds, rb, bs, start, first, sweep, trained = case
     g = BipartiteGraph.from_lists(rows, m)
-    indptr = np.zeros(m_old + 1, dtype=np.int64)
-    np.cumsum([len(s) for s in secs], out=indptr[1:])
-    old = Placement.edge_cut(n, [0], prim).with_secondaries(indptr, [w for s in secs for w in s])
+    old = old_placement(n, prim, secs)
     topo = resolve_topology(n, None, None)
     opts = Options(rounds=rounds, replication_budget=rb, batch_size=bs, start=start, sweep_first=first, sweep=sweep)
     used = np.unique(np.concatenate([np.array(r, dtype=np.int64) for r in rows]))
@@ -528,16 +520,21 @@ def test_a_start_that_moved_rows_has_spent_them():
         repartition_incremental(g, old, two(), max_moved_rows=0, options=opts, start=first)
 
 
-def test_same_seed_same_result():
+@pytest.mark.parametrize("plan", ["exact", "onepass"])
+def test_same_seed_same_result(plan):
     rng = np.random.default_rng(0)
     rows = [sorted(set(rng.integers(0, 40, size=5).tolist())) for _ in range(200)]
     g = BipartiteGraph.from_lists(rows, 50)
     old = Placement.edge_cut(4, [0], rng.integers(0, 4, size=40))
     topo = resolve_topology(4, None, None)
-    a = repartition_incremental(g, old, topo, max_moved_rows=5, seed=7)
-    b = repartition_incremental(g, old, topo, max_moved_rows=5, seed=7)
+    a, b = (repartition_incremental(g, old, topo, max_moved_rows=5, seed=7, options=Options(plan=plan)) for _ in "ab")
     assert np.array_equal(a.sample_worker, b.sample_worker)
     assert np.array_equal(a.embedding_primary, b.embedding_primary)
+    if plan == "onepass":  # no randomness at all (dataset order): another seed, the same placement
+        c = repartition_incremental(g, old, topo, max_moved_rows=5, seed=8, options=Options(plan=plan))
+        assert np.array_equal(a.sample_worker, c.sample_worker) and np.array_equal(a.embedding_primary,
+                                                                                   c.embedding_primary)
+        assert a.info["num_used_embeddings"] == len({x for r in rows for x in r})
 
 
 # --------------------------------------------------------------------------- helpers and errors

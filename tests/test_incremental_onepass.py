@@ -21,7 +21,7 @@ from gmp.partition.incremental import (Options, created_rows, moved_rows, place_
 from gmp.placement import Placement
 from gmp.topology import resolve_topology
 
-from incremental_cases import density_case, reference_moved
+from incremental_cases import density_case, draw_day, old_placement, reference_moved
 
 # alpha = beta = 0 removes the balance terms, batch 1 makes the soft count of the moves the plain count until it
 # saturates
@@ -144,17 +144,11 @@ def test_words_hold_the_old_placement():
 # placements and budgets of tests/test_incremental.py, run for both plans)
 @st.composite
 def cases(draw):
-    n = draw(st.sampled_from([2, 3, 4, 5, 8, 57]))  # 4: one count column, 5: two, 57: the widest word
-    m_old = draw(st.integers(1, 10))
-    m = m_old + draw(st.integers(0, 4))
-    rows = draw(st.lists(st.sets(st.integers(0, m - 1), min_size=1, max_size=4), min_size=1, max_size=30))
-    prim = draw(st.lists(st.integers(0, n - 1), min_size=m_old, max_size=m_old))
-    secs = [sorted(draw(st.sets(st.integers(0, n - 1), max_size=2)) - {prim[e]}) for e in range(m_old)]
+    n, m_old, m, rows, prim, secs, trained = draw_day(draw, [2, 3, 4, 5, 8, 57])  # 4: one count column, 5: two
     budget = draw(st.integers(0, 12))
     rb = draw(st.sampled_from([None, 0.0, 0.3]))
     bs = draw(st.sampled_from([1, 4, 512]))
-    trained = draw(st.one_of(st.none(), st.lists(st.booleans(), min_size=m_old, max_size=m_old)))
-    return n, m_old, m, [sorted(r) for r in rows], prim, secs, budget, rb, bs, trained
+    return n, m_old, m, rows, prim, secs, budget, rb, bs, trained
 
 
 @settings(max_examples=60, deadline=None)
@@ -162,9 +156,7 @@ def cases(draw):
 def test_onepass_plan_never_exceeds_the_budget(case):
     n, m_old, m, rows, prim, secs, budget, rb, bs, trained = case
     g = BipartiteGraph.from_lists(rows, m)
-    indptr = np.zeros(m_old + 1, dtype=np.int64)
-    np.cumsum([len(s) for s in secs], out=indptr[1:])
-    old = Placement.edge_cut(n, [0], prim).with_secondaries(indptr, [w for s in secs for w in s])
+    old = old_placement(n, prim, secs)
     topo = resolve_topology(n, None, None)
     opts = Options(plan="onepass", replication_budget=rb, batch_size=bs)
     used = np.unique(np.concatenate([np.array(r, dtype=np.int64) for r in rows]))
@@ -184,18 +176,6 @@ def test_onepass_plan_never_exceeds_the_budget(case):
     assert np.array_equal(alone.sample_worker, p.sample_worker)
     assert np.array_equal(alone.embedding_primary, p.embedding_primary)
     assert np.array_equal(alone.secondary_workers, p.secondary_workers)
-
-
-def test_onepass_is_deterministic():
-    rng = np.random.default_rng(0)
-    rows = [sorted(set(rng.integers(0, 40, size=5).tolist())) for _ in range(400)]
-    g = BipartiteGraph.from_lists(rows, 50)
-    old = Placement.edge_cut(4, [0], rng.integers(0, 4, size=40))
-    topo = resolve_topology(4, None, None)
-    a, b = (repartition_incremental(g, old, topo, max_moved_rows=8, seed=s, options=Options(plan="onepass"))
-            for s in (7, 8))
-    assert np.array_equal(a.sample_worker, b.sample_worker) and np.array_equal(a.embedding_primary, b.embedding_primary)
-    assert a.info["num_used_embeddings"] == len({x for r in rows for x in r}) and a.seed == 7
 
 
 # --------------------------------------------------------------------------- which plan
