@@ -120,7 +120,9 @@ def test_pass_against_a_python_reference(seed, n):
                       np.zeros(n, dtype=np.int64), np.int64(cap), out)
     assert out.tolist() == want_out
     assert table[:, 0].tolist() == want_word
-    read = O.read_rows(table)
+    bits = np.zeros(1, dtype=np.int64)
+    O.mark_read_rows(table, bits)
+    read = np.flatnonzero([(int(bits[0]) >> x) & 1 for x in range(num_rows)])
     assert read.tolist() == sorted({x for r in rows for x in r})
     prim, sec, count = np.empty(read.size, np.int32), np.empty(read.size, np.int64), np.empty((read.size, n), np.int32)
     O.unpack(table, read, prim, sec, count)

@@ -35,7 +35,6 @@ the holders' bits and a 6-bit primary). Deterministic: no randomness (the pass i
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import asdict
 from typing import NamedTuple
@@ -48,7 +47,7 @@ from ..topology import Topology
 from . import _incremental_kernels as K
 from . import _onepass_kernels as O
 from ._common import choose_primaries, place_unused_embeddings, sample_cap
-from ._row_moves import move_rows
+from ._row_moves import move_rows, secondary_capacity
 from .hybrid import default_weights, soft_count_table
 
 #: workers a word holds (57 holder bits and a 6-bit primary below the sign)
@@ -59,7 +58,8 @@ class Pass(NamedTuple):
     """What the pass (steps 1-3) leaves: the samples' workers and the rows they read, with their state."""
 
     sample_worker: np.ndarray  # int32 [samples]
-    used_ids: np.ndarray  # int64 [rows read], ascending
+    used_ids: np.ndarray  # int32 [rows read], ascending
+    bits: np.ndarray  # int64 bitmap of used_ids over the id space
     prim: np.ndarray  # int32 [rows read]: primaries (new ids and created rows: as chosen in step 3)
     sec: np.ndarray  # int64 [rows read]: secondary masks
     count: np.ndarray  # int32 [rows read, N]: samples of each worker that read the row
@@ -88,7 +88,9 @@ def run_pass(graph: BipartiteGraph, old: Placement, topology: Topology, options,
                       table, np.ascontiguousarray(topology.cost, dtype=np.float64), float(alpha),
                       np.zeros(n, dtype=np.int64), np.int64(cap), sample_worker)
     t2 = time.perf_counter()
-    used = O.read_rows(table)
+    bits = np.zeros((graph.num_embeddings + 63) // 64, dtype=np.int64)
+    O.mark_read_rows(table, bits)
+    used = K.rank_ids(bits, np.empty(bits.size, dtype=np.int64))
     prim = np.empty(used.size, dtype=np.int32)
     sec = np.empty(used.size, dtype=np.int64)
     count = np.empty((used.size, n), dtype=np.int32)
@@ -99,7 +101,7 @@ def run_pass(graph: BipartiteGraph, old: Placement, topology: Topology, options,
     new_cap = sample_cap(new_rows.size, n, options.max_imbalance)
     prim[new_rows] = choose_primaries(np.ascontiguousarray(count[new_rows]), cap=new_cap)
     seconds = {"table": round(t1 - t0, 4), "pass": round(t2 - t1, 4), "rows": round(time.perf_counter() - t2, 4)}
-    return Pass(sample_worker, used, prim, sec, count, is_old, int(new_cap), seconds)
+    return Pass(sample_worker, used, bits, prim, sec, count, is_old, int(new_cap), seconds)
 
 
 def placement_of(graph: BipartiteGraph, old: Placement, topology: Topology, seed: int, options, state: Pass,
@@ -136,14 +138,11 @@ def move(state: Pass, old: Placement, topology: Topology, budget: int, options, 
     f = soft_count_table(cap, num_samples / n, options.batch_size)
     pcap = sample_cap(num_used, n, options.max_imbalance)
     pload = np.bincount(prim, minlength=n).astype(np.int64)
-    sec_load = np.array([np.count_nonzero((sec >> w) & 1) for w in range(n)], dtype=np.int64)
-    rb = options.replication_budget
-    if rb is None:
-        rb = float((old.options or {}).get("replication_budget", 0.0) or 0.0)
-    sec_cap = np.maximum(sec_load, int(math.floor(rb * num_used + 1e-9))).astype(np.int64)
+    sec_load, sec_cap = secondary_capacity(sec, n, options.replication_budget, old.options)
     beta = float(options.beta if options.beta is not None else default_weights(n, num_samples, num_used)[1])
     t = time.perf_counter()
-    spent, touched, candidates = move_rows(prim, sec, np.minimum(state.count, f.size - 1).astype(np.int32), f,
+    # a count is at most the samples of one worker, within the sample cap, so f covers it
+    spent, touched, candidates = move_rows(prim, sec, state.count, f,
                                            np.ascontiguousarray(topology.cost, dtype=np.float64), pload, pcap,
                                            beta, sec_load, sec_cap, old_prim, old_sec, is_old, budget, 0)
     return {"spent_rows": int(spent), "candidates": candidates, "changed_rows": int(np.count_nonzero(touched)),

@@ -112,23 +112,14 @@ def place_and_count(indptr, indices, table, cost, alpha, load, cap, out):  # pra
 
 
 @numba.njit(cache=True, nogil=True)
-def read_rows(table):  # pragma: no cover - compiled
-    """The ids some sample read (a lane above 0), ascending (int64)."""
-    num = 0
+def mark_read_rows(table, bits):  # pragma: no cover - compiled
+    """Set bit x of ``bits`` (int64 words, zeroed) for every id some sample read (a lane above 0): one scan of
+    the table; :func:`gmp.partition._incremental_kernels.rank_ids` then lists them."""
     for x in range(table.shape[0]):
         for c in range(1, table.shape[1]):
             if table[x, c] != 0:
-                num += 1
+                bits[x >> 6] |= np.int64(1) << (x & 63)
                 break
-    out = np.empty(num, dtype=np.int64)
-    j = 0
-    for x in range(table.shape[0]):
-        for c in range(1, table.shape[1]):
-            if table[x, c] != 0:
-                out[j] = x
-                j += 1
-                break
-    return out
 
 
 @numba.njit(cache=True, nogil=True)

@@ -11,22 +11,34 @@ one-pass plan): ``prim``, ``sec``, ``count``, ``old_prim``, ``old_sec``, ``is_ol
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from . import _incremental_kernels as K
 
 
+def secondary_capacity(sec: np.ndarray, num_workers: int, replication_budget: float | None,
+                       old_options) -> tuple[np.ndarray, np.ndarray]:
+    """``(sec_load, sec_cap)`` of the rows of ``sec`` (int64 masks): the secondaries each worker holds of them,
+    and its capacity, the larger of that and ``replication_budget`` x the rows (None: the old placement's
+    ``replication_budget`` option, 0 when it had none)."""
+    bits = (sec[:, None] >> np.arange(num_workers, dtype=np.int64)[None, :]) & 1
+    sec_load = bits.sum(axis=0).astype(np.int64)
+    rb = replication_budget
+    if rb is None:
+        rb = float((old_options or {}).get("replication_budget", 0.0) or 0.0)
+    return sec_load, np.maximum(sec_load, int(math.floor(rb * sec.size + 1e-9))).astype(np.int64)
+
+
 def move_rows(prim, sec, count, f, cost, pload, pcap, beta, sec_load, sec_cap, old_prim, old_sec, is_old,
-              allowed: int, spent: int, *, primary: np.ndarray | None = None) -> tuple[int, np.ndarray, int]:
+              allowed: int, spent: int) -> tuple[int, np.ndarray, int]:
     """Apply the best row moves while ``spent`` stays within ``allowed`` (in place on ``prim``, ``sec``,
     ``pload``, ``sec_load``); returns ``(spent, touched, candidates)``: the rows spent in all, the rows
-    changed (bool) and the number of candidates. ``primary`` (bool over the rows, optional): the rows
-    that may take a primary move (default all); secondary swaps are open to every row."""
+    changed (bool) and the number of candidates."""
     target = np.empty(prim.size, dtype=np.int32)
     gain = np.empty(prim.size, dtype=np.float64)
     K.primary_candidates(prim, sec, count, f, cost, pload, np.int64(pcap), float(beta), target, gain)
-    if primary is not None:
-        target[~primary] = -1
     cands = [primary_pool(target, gain, prim, old_prim, is_old)]
     cands += secondary_pool(prim, sec, count, f, cost, sec_load, sec_cap, old_prim, old_sec, is_old,
                             max(allowed - spent, 0))

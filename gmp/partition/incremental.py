@@ -142,7 +142,7 @@ from . import _incremental_kernels as K
 from . import _incremental_onepass as P
 from ._common import (check_max_imbalance, choose_primaries, count_embedding_workers, place_unused_embeddings,
                       sample_cap, seeded_order)
-from ._row_moves import move_rows, primary_pool
+from ._row_moves import move_rows, primary_pool, secondary_capacity
 from .hybrid import default_weights, soft_count_table
 
 log = logging.getLogger(__name__)
@@ -800,9 +800,7 @@ def _onepass(graph: BipartiteGraph, old: Placement, topology: Topology, budget: 
     if budget is None:
         return first, None
     record = P.move(state, old, topology, budget, options, graph.num_samples)
-    bits = np.zeros((graph.num_embeddings + 63) // 64, dtype=np.int64)
-    K.mark_ids(state.used_ids, bits)
-    refined = P.placement_of(graph, old, topology, seed, options, state, "incremental", bits)
+    refined = P.placement_of(graph, old, topology, seed, options, state, "incremental", state.bits)
     refined.info.update(info, max_moved_rows=int(budget), **record, seconds=round(time.perf_counter() - t0, 4))
     moved = moved_rows(old, refined, created=voted[voted < m_old])
     if moved.total > budget:  # apply_moves recomputes every move's cost; this would be a bug
@@ -860,13 +858,7 @@ def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: i
     beta = float(options.beta if options.beta is not None else beta_d)
     load = np.bincount(sw, minlength=n).astype(np.int64)
     pload = np.bincount(prim, minlength=n).astype(np.int64)
-    bits = (sec[:, None] >> np.arange(n, dtype=np.int64)[None, :]) & 1
-    sec_load = bits.sum(axis=0).astype(np.int64)
-    del bits
-    rb = options.replication_budget
-    if rb is None:
-        rb = float((old.options or {}).get("replication_budget", 0.0) or 0.0)
-    sec_cap = np.maximum(sec_load, int(math.floor(rb * num_used + 1e-9))).astype(np.int64)
+    sec_load, sec_cap = secondary_capacity(sec, n, options.replication_budget, old.options)
 
     marg = np.empty((num_used, n), dtype=np.float64)
     K.fill_marginals(prim, sec, count, df, cost, marg)
