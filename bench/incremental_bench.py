@@ -134,6 +134,47 @@ def synth_days(args) -> list[BipartiteGraph]:
     return renumber(days, ds.num_embeddings)
 
 
+def pool_dataset(path: Path, preset: str, num_samples: int, args, seed: int):
+    """The synthetic pool at ``path`` (made there when missing)."""
+    from gmp.datasets.format import load_dataset
+    from gmp.datasets.synth import preset_config, synthesize
+
+    if not (path / "dataset.json").is_file():
+        synthesize(preset_config(preset, num_samples=num_samples, scale=args.scale, seed=seed,
+                                 num_communities=args.communities), path)
+    return load_dataset(path)
+
+
+def mix_days(args) -> tuple[list[BipartiteGraph], list[str]]:
+    """Day 0 from one synthetic population (``--preset``, seed ``--seed``); every later day draws
+    ``1 - --mix`` of its samples afresh from that population and ``--mix`` from another seed's
+    (``--seed + 1``: the same fields and cardinalities, other hot values), without replacement. The
+    two pools share the raw id space (the same preset and scale); ids are then numbered by first
+    appearance over the days. Returns the days and each day's preset mix."""
+    root = Path(args.pool) if args.pool else Path(tempfile.mkdtemp(prefix="gmp-incr-mix-"))
+    n, days = args.day_samples, args.days
+    n_other = int(round(args.mix * n))
+    a = pool_dataset(root / "mix-a", args.preset, n + (days - 1) * (n - n_other), args, args.seed)
+    b = pool_dataset(root / "mix-b", args.preset, max((days - 1) * n_other, 1), args, args.seed + 1)
+    if a.num_embeddings != b.num_embeddings:
+        raise SystemExit("the two mix pools have different id spaces; use one preset and --scale")
+    out, names = [], []
+    ia, ib = 0, 0
+    for d in range(days):
+        take_a = n if d == 0 else n - n_other
+        pa = take_rows(np.asarray(a.indptr), np.asarray(a.indices), np.arange(ia, ia + take_a))
+        ia += take_a
+        if d == 0 or n_other == 0:
+            out.append(pa)
+            names.append(f"{args.preset} seed {args.seed}")
+            continue
+        pb = take_rows(np.asarray(b.indptr), np.asarray(b.indices), np.arange(ib, ib + n_other))
+        ib += n_other
+        out.append((np.concatenate([pa[0], pb[0][1:] + pa[0][-1]]), np.concatenate([pa[1], pb[1]])))
+        names.append(f"{args.preset}: {1 - args.mix:.0%} seed {args.seed}, {args.mix:.0%} seed {args.seed + 1}")
+    return renumber(out, a.num_embeddings), names
+
+
 def movielens_days(args) -> list[BipartiteGraph]:
     from gmp.datasets.format import load_dataset
 

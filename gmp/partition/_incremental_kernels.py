@@ -677,3 +677,121 @@ def stream_majority(indptr, cindices, order, prim, vote, count, load, cap, out):
                 p = vp[x]
                 if p != best and (p < 0 or c > count[x, p] or (c == count[x, p] and best < p)):
                     vp[x] = best
+
+
+@numba.njit(cache=True, nogil=True)
+def _worker_order(sw, n):  # pragma: no cover - compiled
+    """Samples grouped by worker, each worker's in dataset order (a stable counting sort), and the starts."""
+    starts = np.zeros(n + 1, dtype=np.int64)
+    for s in range(sw.size):
+        starts[sw[s] + 1] += 1
+    for w in range(n):
+        starts[w + 1] += starts[w]
+    fill = starts[:n].copy()
+    order = np.empty(sw.size, dtype=np.int64)
+    for s in range(sw.size):
+        order[fill[sw[s]]] = s
+        fill[sw[s]] += 1
+    return order, starts
+
+
+@numba.njit(cache=True, nogil=True)
+def batch_reads(indptr, cindices, sindptr, scindices, sw, prim, sec, batch_size, n):  # pragma: no cover
+    """``gmp.metrics.batch_remote_reads`` over compact ids: each worker's samples in dataset order, in
+    chunks of ``batch_size``; per chunk the distinct rows the worker does not hold (``prim``/``sec``).
+    A sample's entries are its ``indptr`` ones and, when ``sindptr`` is not empty, its ``sindptr`` ones
+    (the two CSRs of :class:`gmp.partition.incremental._Split`)."""
+    order, starts = _worker_order(sw, n)
+    stamp = np.zeros(prim.size, dtype=np.int64)
+    sealed = sindptr.size > 0
+    chunk = np.int64(0)
+    total = np.int64(0)
+    for w in range(n):
+        for i in range(starts[w], starts[w + 1]):
+            if (i - starts[w]) % batch_size == 0:
+                chunk += 1
+            s = order[i]
+            for k in range(indptr[s], indptr[s + 1]):
+                x = cindices[k]
+                if stamp[x] != chunk:
+                    stamp[x] = chunk
+                    if prim[x] != w and (sec[x] >> w) & 1 == 0:
+                        total += 1
+            if sealed:
+                for k in range(sindptr[s], sindptr[s + 1]):
+                    x = scindices[k]
+                    if stamp[x] != chunk:
+                        stamp[x] = chunk
+                        if prim[x] != w and (sec[x] >> w) & 1 == 0:
+                            total += 1
+    return total
+
+
+@numba.njit(cache=True, nogil=True)
+def row_batches(indptr, cindices, sw, batch_size, nb):  # pragma: no cover - compiled
+    """``nb[x, w]``: the chunks of ``batch_size`` of worker w's samples (dataset order) that read x, so that
+    a placement of the rows with these samples reads ``sum over w not holding x of nb[x, w]`` (rows are
+    independent once the samples are fixed). ``nb`` int32 [rows, N], zeros."""
+    n = nb.shape[1]
+    order, starts = _worker_order(sw, n)
+    stamp = np.zeros(nb.shape[0], dtype=np.int64)
+    chunk = np.int64(0)
+    for w in range(n):
+        for i in range(starts[w], starts[w + 1]):
+            if (i - starts[w]) % batch_size == 0:
+                chunk += 1
+            s = order[i]
+            for k in range(indptr[s], indptr[s + 1]):
+                x = cindices[k]
+                if stamp[x] != chunk:
+                    stamp[x] = chunk
+                    nb[x, w] += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def row_reads(nb, prim, sec, out):  # pragma: no cover - compiled
+    """``out[x]``: the chunks that read x remotely with x on ``prim[x]`` and ``sec[x]`` (:func:`row_batches`)."""
+    n = nb.shape[1]
+    for x in range(prim.size):
+        r = np.int64(0)
+        for w in range(n):
+            if prim[x] != w and (sec[x] >> w) & 1 == 0:
+                r += nb[x, w]
+        out[x] = r
+
+
+@numba.njit(cache=True, nogil=True)
+def walk_toward(order, gprim, gsec, prim, sec, pload, pcap, sload, scap, out):  # pragma: no cover - compiled
+    """Rows of ``order`` take their goal placement (``gprim``, ``gsec``) in that order, each unless it would
+    put a worker above the primary cap ``pcap`` or its secondary cap ``scap[w]``; a second pass in the same
+    order retries the rows the caps skipped. In place on ``prim``, ``sec``, ``pload``, ``sload``; writes the
+    rows taken, in the order taken, to ``out`` and returns their number. Nothing here depends on a
+    budget: every budget takes a prefix of the same sequence."""
+    n = pload.size
+    taken = np.zeros(order.size, dtype=np.bool_)
+    k = 0
+    for sweep in range(2):
+        for i in range(order.size):
+            if taken[i]:
+                continue
+            x = order[i]
+            p, q = prim[x], gprim[x]
+            if q != p and pload[q] + 1 > pcap:
+                continue
+            fits = True
+            for w in range(n):
+                if (gsec[x] >> w) & 1 != 0 and (sec[x] >> w) & 1 == 0 and sload[w] + 1 > scap[w]:
+                    fits = False
+                    break
+            if not fits:
+                continue
+            pload[p] -= 1
+            pload[q] += 1
+            for w in range(n):
+                sload[w] += ((gsec[x] >> w) & 1) - ((sec[x] >> w) & 1)
+            prim[x] = q
+            sec[x] = gsec[x]
+            taken[i] = True
+            out[k] = x
+            k += 1
+    return k

@@ -127,8 +127,13 @@ def placement_of(graph: BipartiteGraph, old: Placement, topology: Topology, seed
                      seed=seed, info={"plan": "onepass"})
 
 
-def move(state: Pass, old: Placement, topology: Topology, budget: int, options, num_samples: int) -> dict:
-    """Step 4 (module docstring), in place on ``state.prim`` and ``state.sec``; returns its record."""
+def move(state: Pass, old: Placement, topology: Topology, budget: int, options, num_samples: int,
+         steps: list[int] | None = None, score=None) -> dict:
+    """Step 4 (module docstring), in place on ``state.prim`` and ``state.sec``; returns its record.
+
+    ``steps`` (ascending budgets) and ``score``: the moves made step by step, each step's budget in turn
+    (one chain, whatever ``budget``), ``score(step budget, rows spent)`` called after each; ``budget``
+    is then not used here (the caller keeps the best step within it)."""
     n = topology.num_workers
     num_used = state.used_ids.size
     prim, sec, is_old = state.prim, state.sec, state.is_old
@@ -142,9 +147,15 @@ def move(state: Pass, old: Placement, topology: Topology, budget: int, options, 
     beta = float(options.beta if options.beta is not None else default_weights(n, num_samples, num_used)[1])
     t = time.perf_counter()
     # a count is at most the samples of one worker, within the sample cap, so f covers it
-    spent, touched, candidates = move_rows(prim, sec, state.count, f,
-                                           np.ascontiguousarray(topology.cost, dtype=np.float64), pload, pcap,
-                                           beta, sec_load, sec_cap, old_prim, old_sec, is_old, budget, 0)
+    cost = np.ascontiguousarray(topology.cost, dtype=np.float64)
+    spent, candidates, touched = 0, 0, np.zeros(num_used, dtype=bool)
+    for allowed in ([budget] if steps is None else steps):
+        spent, changed, num = move_rows(prim, sec, state.count, f, cost, pload, pcap, beta, sec_load, sec_cap,
+                                        old_prim, old_sec, is_old, allowed, spent)
+        touched |= changed
+        candidates += num
+        if score is not None:
+            score(allowed, spent)
     return {"spent_rows": int(spent), "candidates": candidates, "changed_rows": int(np.count_nonzero(touched)),
             "primary_cap": int(pcap), "secondary_cap": sec_cap.tolist(), "beta": beta,
             "moves_seconds": round(time.perf_counter() - t, 4)}

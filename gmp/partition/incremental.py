@@ -154,6 +154,11 @@ ORDERS = ("random", "dataset")
 SWEEPS = ("all", "changed", "every")
 STARTS = ("pass", "project")
 PLANS = ("exact", "onepass")
+#: ``Options.target``: ``"full"`` also moves toward the new data's full re-partition and keeps what reads
+#: least (:func:`place_and_repartition`); ``"none"``: the plan's own moves only
+TARGETS = ("full", "none")
+#: the budgets (percent of the used rows) of the chain that target mode runs and ``--compare-full``'s curve
+LADDER_PERCENT = (0.25, 0.5, 1, 2, 5, 10, 20, 50, 100)
 #: the options only the exact plan has (refused with plan="onepass")
 EXACT_ONLY = ("start", "sweep", "rounds", "sweep_first")
 
@@ -237,6 +242,14 @@ class Options:
         re-partition (docs/incremental.md, "The one-pass plan"): reads 1.061x on the 1M drift day,
         1.061x over 7 days of 1M samples with more ids per sample and 0.949x on the 6.5M Criteo-size day
         (exact plan: 1.053x, 1.039x, 0.941x) in 0.07-0.08x of its CPU time (exact plan: 0.25-0.33x).
+    target
+        ``"full"``: besides the plan's own moves, move toward the new data's full ``hybrid`` re-partition
+        (its workers renamed to the old placement's, :func:`match_workers`) and keep, at the budget,
+        the candidate that reads least: the plan's moves stepped through :func:`budget_ladder`'s budgets,
+        the best prefix of one ordered list of row moves toward the target, and the target itself when
+        it fits the budget (:func:`place_and_repartition`). Costs one full re-partition more.
+        ``"none"``: the plan's moves only, at the budget at once. ``None`` (default): ``"full"`` with the
+        exact plan, ``"none"`` with ``plan="onepass"`` (which keeps its time target).
     sweep_first
         Run a round 0 before the budgeted rounds: only the moves that cost no row (new ids,
         secondaries the old placement held) and a sweep of every sample, so the rows move
@@ -258,6 +271,7 @@ class Options:
     sweep_first: bool | None = None
     carry_private: bool = True
     plan: str = "exact"
+    target: str | None = None
 
     def __post_init__(self) -> None:
         check_max_imbalance(self.max_imbalance)
@@ -281,6 +295,9 @@ class Options:
             raise PartitionError(f"incremental: rounds must be an integer >= 0, got {self.rounds!r}.")
         if self.plan not in PLANS:
             raise PartitionError(f"incremental: plan must be one of {', '.join(PLANS)}, got {self.plan!r}.")
+        if self.target is not None and self.target not in TARGETS:
+            raise PartitionError(f"incremental: target must be one of {', '.join(TARGETS)} (or omitted), got "
+                                 f"{self.target!r}.")
         if self.plan == "onepass":
             given = [k for k in EXACT_ONLY if getattr(self, k) is not None]
             if given:
@@ -399,29 +416,79 @@ def moved_rows(old: Placement, new: Placement, *, rows: np.ndarray | None = None
     return MovedRows(primaries, int(secondaries))
 
 
-def match_workers(old: Placement, new: Placement) -> Placement:
+def match_workers(old: Placement, new: Placement, *, topology: Topology | None = None,
+                  rows: np.ndarray | None = None) -> Placement:
     """``new`` with its workers renamed to keep as many of ``old``'s primaries in place as possible.
 
     A full re-partition numbers its workers arbitrarily; before counting the
     rows it moves (:func:`moved_rows`), rename them by a maximum matching of
-    the (old worker, new worker) primary overlap over the old ids (Hungarian
-    algorithm, :func:`scipy.optimize.linear_sum_assignment`). Only meaningful
-    on a homogeneous topology, where renaming workers changes no cost.
+    the (old worker, new worker) primary overlap over the old ids (``rows``: over
+    those ids only; Hungarian algorithm, :func:`scipy.optimize.linear_sum_assignment`).
+    A renaming must change no cost: any one on a homogeneous topology (``topology``
+    None or uniform); on a machines x GPUs topology (``topology.machine_of``, one
+    intra-machine and one inter-machine cost, as many GPUs per machine) machines are
+    matched to machines and the GPUs within them (the best GPU matching of every
+    machine pair, then the best machine matching: exact). Another topology: ``new``
+    is returned as it is (:func:`renames_workers` says which).
     """
     from scipy.optimize import linear_sum_assignment
 
     n = old.num_workers
     m = old.num_embeddings
+    ids = np.arange(m) if rows is None else np.asarray(rows, dtype=np.int64)
+    ids = ids[ids < m]
     overlap = np.zeros((n, n), dtype=np.int64)
-    np.add.at(overlap, (np.asarray(old.embedding_primary), np.asarray(new.embedding_primary)[:m]), 1)
-    old_w, new_w = linear_sum_assignment(-overlap)
-    rename = np.empty(n, dtype=np.int32)
-    rename[new_w] = old_w
+    np.add.at(overlap, (np.asarray(old.embedding_primary)[ids], np.asarray(new.embedding_primary)[ids]), 1)
+    if topology is None or topology.is_uniform:
+        old_w, new_w = linear_sum_assignment(-overlap)
+        rename = np.empty(n, dtype=np.int32)
+        rename[new_w] = old_w
+    elif renames_workers(topology):
+        rename = _match_machines(overlap, np.asarray(topology.machine_of))
+    else:
+        return new
     return Placement(num_workers=n, sample_worker=rename[np.asarray(new.sample_worker)],
                      embedding_primary=rename[np.asarray(new.embedding_primary)],
                      secondary_indptr=np.asarray(new.secondary_indptr),
                      secondary_workers=rename[np.asarray(new.secondary_workers)], method=new.method,
                      options=new.options, seed=new.seed, info=new.info)
+
+
+def renames_workers(topology: Topology) -> bool:
+    """Whether :func:`match_workers` can rename ``topology``'s workers without changing a cost: uniform
+    off-diagonal costs, or machines of equally many workers with one intra- and one inter-machine cost."""
+    if topology.is_uniform:
+        return True
+    machine = np.asarray(topology.machine_of)
+    sizes = np.bincount(machine)
+    if sizes.size < 2 or np.any(sizes != sizes[0]):
+        return False
+    cost = topology.cost
+    same = machine[:, None] == machine[None, :]
+    off = ~np.eye(cost.shape[0], dtype=bool)
+    intra, inter = cost[same & off], cost[~same]
+    return bool((intra.size == 0 or np.all(intra == intra[0])) and np.all(inter == inter[0]))
+
+
+def _match_machines(overlap: np.ndarray, machine: np.ndarray) -> np.ndarray:
+    """rename[new worker] = old worker: machines to machines, GPUs to GPUs within them, most overlap."""
+    from scipy.optimize import linear_sum_assignment
+
+    k = int(machine.max()) + 1
+    members = [np.flatnonzero(machine == c) for c in range(k)]
+    value = np.zeros((k, k), dtype=np.int64)
+    inner = {}
+    for a in range(k):  # old machine a, new machine b
+        for b in range(k):
+            block = overlap[np.ix_(members[a], members[b])]
+            r, c = linear_sum_assignment(-block)
+            value[a, b] = int(block[r, c].sum())
+            inner[a, b] = (members[a][r], members[b][c])
+    rename = np.empty(machine.size, dtype=np.int32)
+    for a, b in zip(*linear_sum_assignment(-value)):
+        old_w, new_w = inner[a, b]
+        rename[new_w] = old_w
+    return rename
 
 
 def migration_budget(value: int | str, num_rows: int, *, name: str = "max_moved_rows") -> int:
@@ -745,24 +812,69 @@ def repartition_incremental(graph: BipartiteGraph, old: Placement, topology: Top
 
 
 def place_and_repartition(graph: BipartiteGraph, old: Placement, topology: Topology, *, max_moved_rows: int,
-                          seed: int = 0, options: Options | None = None,
-                          trained: np.ndarray | None = None) -> tuple[Placement, Placement]:
-    """:func:`place_new_data`'s and :func:`repartition_incremental`'s results from one placement pass.
+                          seed: int = 0, options: Options | None = None, trained: np.ndarray | None = None,
+                          goal: Placement | None = None, curve: bool = False) -> tuple[Placement, Placement]:
+    """:func:`place_new_data`'s result and the re-partition within ``max_moved_rows`` from one placement pass.
 
-    ``repartition_incremental(..., start=place_new_data(...))`` gives the same two placements but
-    compacts the ids, counts the samples per row and worker and resolves the defaults twice (what
-    ``gmp partition --from-manifest --max-moved-rows`` needs both for: the "no re-partition" line).
+    With ``Options.target="none"`` the re-partition is :func:`repartition_incremental`'s
+    (``repartition_incremental(..., start=place_new_data(...))`` gives the same two placements but
+    compacts the ids, counts the samples per row and worker and resolves the defaults twice: what
+    ``gmp partition --from-manifest --max-moved-rows`` needs both for, the "no re-partition" line).
+
+    **Target mode** (``target="full"``, the exact plan's default). Three kinds of candidates, and the
+    one with the fewest ``batch_remote_reads`` (ties: fewer rows moved) is returned:
+
+    * ``"sweep"``: the plan's own moves, made in one chain through :func:`budget_ladder`'s budgets
+      (``rounds`` rounds at each; the one-pass plan: its row moves at each), every step scored; the
+      start (the placed data, nothing moved) and every step within the budget are candidates.
+    * ``"target"``: the *target* is ``goal`` (default: a ``hybrid`` re-partition of ``graph``, the
+      same options' ``batch_size`` and ``max_imbalance``), its workers renamed to the old ones
+      (:func:`match_workers`). With the target's samples fixed, a row's batch reads depend on that
+      row's placement only (:func:`~gmp.partition._incremental_kernels.row_batches`), so every old row
+      whose target placement (primary and secondaries) reads less has an exact gain; these moves are
+      ordered once (the free ones first, then by gain per moved row) and taken in that order within
+      the primary and secondary caps, whatever the budget; a budget takes the longest prefix that fits.
+    * ``"full"``: the target itself on the rows ``graph`` uses, when its moved rows fit the budget.
+
+    A larger budget's candidates include a smaller one's (the same chain's steps, a longer prefix whose
+    every move reads less, the target once it fits), so the reads never rise with the budget, and
+    every budget reads at most the placed data's; ``max_moved_rows`` of every used row reads at most
+    the target. ``info["kept"]`` names the candidate kept, ``info["candidates"]`` the three at the
+    budget, ``info["seconds_sweep"]`` and ``info["seconds_target"]`` what each part cost
+    (the target's re-partition included unless ``goal`` was given), ``info["curve"]`` the same choice
+    at every step of the ladder up to the budget (every step with ``curve=True``, the chain then run
+    to 100%: ``--compare-full``'s table).
     """
     return _place_and_refine(graph, old, topology, _check_budget(max_moved_rows), seed, options or Options(), trained,
-                             placed=True)
+                             placed=True, goal=goal, curve=curve)
+
+
+def budget_ladder(num_used: int) -> list[tuple[float, int]]:
+    """``(percent, rows)`` of :data:`LADDER_PERCENT` over ``num_used`` rows (floored as
+    :func:`migration_budget`), ascending, rows distinct and above 0.
+
+    Examples
+    --------
+    >>> budget_ladder(1000)[:3]
+    [(0.25, 2), (0.5, 5), (1, 10)]
+    """
+    out: dict[int, float] = {}
+    for p in LADDER_PERCENT:
+        rows = int(math.floor(p / 100.0 * int(num_used) + 1e-9))
+        if rows > 0 and rows not in out:
+            out[rows] = p
+    return [(p, rows) for rows, p in out.items()]
 
 
 def _place_and_refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: int | None, seed: int,
-                      options: Options, trained: np.ndarray | None, *,
-                      placed: bool) -> tuple[Placement | None, Placement | None]:
+                      options: Options, trained: np.ndarray | None, *, placed: bool, goal: Placement | None = None,
+                      curve: bool = False) -> tuple[Placement | None, Placement | None]:
     """``(placed, refined)`` by the plan of ``options``: :func:`place_new_data`'s placement (None unless
     ``placed``; the exact plan makes it anyway) and the refined one (None without a ``budget``)."""
     _check_inputs(graph, old, topology)
+    options = replace(options, target=options.target or ("full" if options.plan == "exact" else "none"))
+    if budget is not None and options.target == "full":
+        return _with_target(graph, old, topology, budget, seed, options, trained, goal, curve, placed)
     if options.plan == "onepass":
         return _onepass(graph, old, topology, budget, seed, options, trained, placed=placed)
     t0 = time.perf_counter()
@@ -774,9 +886,11 @@ def _place_and_refine(graph: BipartiteGraph, old: Placement, topology: Topology,
 
 
 def _onepass(graph: BipartiteGraph, old: Placement, topology: Topology, budget: int | None, seed: int,
-             options: Options, trained: np.ndarray | None, *, placed: bool) -> tuple[Placement | None, Placement | None]:
+             options: Options, trained: np.ndarray | None, *, placed: bool, steps: list[int] | None = None,
+             cindices: np.ndarray | None = None) -> tuple[Placement | None, Placement | None]:
     """The one-pass plan (:mod:`gmp.partition._incremental_onepass`): ``(placed, refined)`` from one pass, both
-    checked and logged as the exact plan's."""
+    checked and logged as the exact plan's. ``steps`` (with ``cindices``, the edges in compact ids): the moves
+    made step by step and the step that reads least within the budget kept, as :func:`_refine`'s."""
     n = topology.num_workers
     if n > P.MAX_WORKERS:
         raise PartitionError(f"incremental: plan='onepass' supports up to {P.MAX_WORKERS} workers, got {n}; "
@@ -799,7 +913,24 @@ def _onepass(graph: BipartiteGraph, old: Placement, topology: Topology, budget: 
                  info["num_new_ids_used"], first.info["seconds"])
     if budget is None:
         return first, None
-    record = P.move(state, old, topology, budget, options, graph.num_samples)
+    if steps is None:
+        record = P.move(state, old, topology, budget, options, graph.num_samples)
+    else:
+        scored: list[dict] = []
+        best: dict = {}
+        none = np.zeros(0, dtype=np.int64)
+
+        def score(allowed: int, spent: int) -> None:
+            reads = int(K.batch_reads(np.asarray(graph.sample_indptr), cindices, none, none, state.sample_worker,
+                                      state.prim, state.sec, np.int64(options.batch_size), n))
+            scored.append({"budget": int(allowed), "batch_remote_reads": reads, "rows": int(spent)})
+            if allowed <= budget and reads < best.get("reads", np.inf):
+                best.update(reads=reads, prim=state.prim.copy(), sec=state.sec.copy())
+
+        score(0, 0)
+        record = P.move(state, old, topology, budget, options, graph.num_samples, steps=steps, score=score)
+        state.prim[:], state.sec[:] = best["prim"], best["sec"]
+        record["steps"] = scored
     refined = P.placement_of(graph, old, topology, seed, options, state, "incremental", state.bits)
     refined.info.update(info, max_moved_rows=int(budget), **record, seconds=round(time.perf_counter() - t0, 4))
     moved = moved_rows(old, refined, created=voted[voted < m_old])
@@ -812,6 +943,186 @@ def _onepass(graph: BipartiteGraph, old: Placement, topology: Topology, budget: 
     return first, refined
 
 
+# --------------------------------------------------------------------------- target mode
+class _Toward(NamedTuple):
+    """The ordered row moves toward the target (:func:`_toward_path`), over the compact ids."""
+
+    prim: np.ndarray  # int32 [U]: the start: old rows where they are, the others on the target's workers
+    sec: np.ndarray  # int64 [U]
+    gprim: np.ndarray  # int32 [U]: the target's placement of every row
+    gsec: np.ndarray  # int64 [U]
+    rows: np.ndarray  # int64: the rows taken, in order (every budget takes a prefix)
+    cum_rows: np.ndarray  # int64: moved rows after each
+    cum_gain: np.ndarray  # int64: change of the reads after each (<= 0, non-increasing)
+    start_reads: int
+    full_rows: int  # moved rows of the whole target
+    full_reads: int
+
+    def at(self, budget: int) -> tuple[int, int, int]:
+        """``(reads, moved rows, moves)`` of the longest prefix within ``budget``."""
+        k = int(np.searchsorted(self.cum_rows, budget, side="right"))
+        if k == 0:
+            return self.start_reads, 0, 0
+        return self.start_reads + int(self.cum_gain[k - 1]), int(self.cum_rows[k - 1]), k
+
+
+def _toward_path(graph: BipartiteGraph, old: Placement, goal: Placement, comp: _Compact, is_old: np.ndarray,
+                 options: Options, n: int) -> _Toward:
+    """Every old row whose target placement reads less under the target's samples, in one order taken
+    within the caps (:func:`~gmp.partition._incremental_kernels.walk_toward`); new ids and created rows
+    start on the target's workers (free)."""
+    used = comp.used_ids
+    gprim = np.asarray(goal.embedding_primary)[used].astype(np.int32)
+    gsec = _secondary_masks(goal, used)
+    oprim = np.full(used.size, -1, dtype=np.int32)
+    oprim[is_old] = np.asarray(old.embedding_primary)[used[is_old]]
+    osec = np.zeros(used.size, dtype=np.int64)
+    osec[is_old] = _secondary_masks(old, used[is_old])
+    prim = np.where(is_old, oprim, gprim).astype(np.int32)
+    sec = np.where(is_old, osec, gsec).astype(np.int64)
+    nb = np.zeros((used.size, n), dtype=np.int32)
+    K.row_batches(np.asarray(graph.sample_indptr), comp.cindices, np.asarray(goal.sample_worker, dtype=np.int32),
+                  np.int64(options.batch_size), nb)
+    here, there = np.empty(used.size, dtype=np.int64), np.empty(used.size, dtype=np.int64)
+    K.row_reads(nb, prim, sec, here)
+    K.row_reads(nb, gprim, gsec, there)
+    del nb
+    # moved_rows' count of taking the target's placement: a new primary, and every secondary not held before
+    held = osec | np.left_shift(np.int64(1), np.maximum(oprim, 0).astype(np.int64))
+    fresh = np.bitwise_count((gsec & ~held).view(np.uint64)).astype(np.int64)
+    rows_of = np.where(is_old, (gprim != oprim).astype(np.int64) + fresh, 0)
+    gain = there - here
+    cand = np.flatnonzero(is_old & (gain < 0) & ((gprim != prim) | (gsec != sec)))
+    per_row = gain[cand] / np.maximum(rows_of[cand], 1)
+    order = cand[np.lexsort((cand, per_row, rows_of[cand] > 0))].astype(np.int64)  # free first, then gain per row
+    pload = np.bincount(prim, minlength=n).astype(np.int64)
+    pcap = max(sample_cap(used.size, n, options.max_imbalance), int(pload.max(initial=0)),
+               int(np.bincount(gprim, minlength=n).max(initial=0)))
+    # secondaries: at most the start's and the target's together per worker (a tighter cap, the larger of
+    # the two, blocked the hot rows whose old secondaries stay on the rows not moved: 2,376 -> 3,297 reads
+    # against the target's 2,385 on a random 4-worker day)
+    bits = np.arange(n, dtype=np.int64)
+    sload = ((sec[:, None] >> bits) & 1).sum(axis=0).astype(np.int64)
+    scap = (sload + ((gsec[:, None] >> bits) & 1).sum(axis=0)).astype(np.int64)
+    taken = np.empty(order.size, dtype=np.int64)
+    k = K.walk_toward(order, gprim, gsec, prim.copy(), sec.copy(), pload, np.int64(pcap), sload, scap, taken)
+    taken = taken[:k]
+    return _Toward(prim, sec, gprim, gsec, taken, np.cumsum(rows_of[taken]), np.cumsum(gain[taken]),
+                   int(here.sum()), int(rows_of.sum()), int(there.sum()))
+
+
+def _rows_placement(old: Placement, goal: Placement, comp: _Compact, prim: np.ndarray, sec: np.ndarray,
+                    n: int, options: dict, seed: int, info: dict) -> Placement:
+    """The target's samples on rows ``prim``/``sec`` (compact ids); unused old rows where they were,
+    unused new ids where the target put them."""
+    m_old, m = old.num_embeddings, goal.num_embeddings
+    primary = np.array(goal.embedding_primary, dtype=np.int32)
+    primary[:m_old] = old.embedding_primary
+    primary[comp.used_ids] = prim
+    s_indptr, s_workers = K.csr_from_masks(np.asarray(old.secondary_indptr), np.asarray(old.secondary_workers),
+                                           np.int64(m_old), comp.bits, sec, np.int64(m), np.int64(n))
+    return Placement(num_workers=n, sample_worker=np.array(goal.sample_worker, dtype=np.int32),
+                     embedding_primary=primary, secondary_indptr=s_indptr, secondary_workers=s_workers,
+                     method="incremental", options=options, seed=seed, info=info)
+
+
+KINDS = ("sweep", "target", "full")
+
+
+def _choose(budget: int, steps: list[dict], path: _Toward) -> tuple[str, int, int]:
+    """``(kind, reads, rows)`` of the candidate that reads least within ``budget`` (ties: fewer rows, then
+    the order of :data:`KINDS`)."""
+    swept = min((s["batch_remote_reads"], s["rows"]) for s in steps if s["budget"] <= budget)
+    reads, rows, _ = path.at(budget)
+    cands = [(swept[0], swept[1], 0), (reads, rows, 1)]
+    if path.full_rows <= budget:
+        cands.append((path.full_reads, path.full_rows, 2))
+    r, rows, kind = min(cands)
+    return KINDS[kind], int(r), int(rows)
+
+
+def _with_target(graph: BipartiteGraph, old: Placement, topology: Topology, budget: int, seed: int, options: Options,
+                 trained: np.ndarray | None, goal: Placement | None, curve: bool,
+                 placed: bool) -> tuple[Placement | None, Placement]:
+    """Target mode of :func:`place_and_repartition`: ``(placed, the candidate that reads least)``."""
+    t0 = time.perf_counter()
+    n = topology.num_workers
+    comp = _compact(graph)
+    used = comp.used_ids
+    is_old = _old_rows(used, old, trained)
+    ladder = budget_ladder(used.size)
+    top = max(budget, ladder[-1][1] if curve and ladder else 0)
+    steps = [rows for _, rows in ladder if rows <= top]
+    given = goal is not None
+    if goal is None:
+        from . import run_partitioner
+
+        with task("Full re-partition (hybrid) as the target"):
+            goal = run_partitioner("hybrid", graph, topology, seed=seed,
+                                   options={"batch_size": options.batch_size, "max_imbalance": options.max_imbalance})
+    if goal.num_samples != graph.num_samples or goal.num_embeddings != graph.num_embeddings \
+            or goal.num_workers != n:
+        raise PartitionError(f"incremental: the goal placement ({goal.num_samples} samples, {goal.num_embeddings} "
+                             f"ids, {goal.num_workers} workers) is not a placement of this graph ({graph.num_samples} "
+                             f"samples, {graph.num_embeddings} ids, {n} workers); re-partition the new data.")
+    renamed = renames_workers(topology)
+    goal = match_workers(old, goal, topology=topology, rows=used)
+    path = _toward_path(graph, old, goal, comp, is_old, options, n)
+    t_target = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    if options.plan == "onepass":
+        first, swept = _onepass(graph, old, topology, budget, seed, options, trained, placed=placed, steps=steps,
+                                cindices=comp.cindices)
+    else:
+        comp = comp._replace(cindices=None)  # the pass numbers the edges again (its own split)
+        first, state = _place(graph, old, topology, seed=seed, options=options, trained=trained)
+        swept = _refine(graph, old, topology, budget, seed, state.options, state.defaults, first, state.comp,
+                        state.is_old, state, t1, steps=steps)
+        first = first if placed else None
+    t_sweep = time.perf_counter() - t1
+    scored = swept.info["steps"]
+    kind, reads, rows = _choose(budget, scored, path)
+    if kind == "sweep":
+        result = swept
+    else:
+        prim, sec = path.prim.copy(), path.sec.copy()
+        take = path.rows[:path.at(budget)[2]] if kind == "target" else np.flatnonzero(is_old)
+        prim[take], sec[take] = path.gprim[take], path.gsec[take]
+        result = _rows_placement(old, goal, comp, prim, sec, n, swept.options, seed, dict(swept.info))
+    points = [(p, b) for p, b in ladder if b <= top]
+    if not any(b == budget for _, b in points):
+        points.append((None, budget))
+    info = result.info
+    info.update({
+        "target": "full",
+        "kept": kind,
+        "candidates": {
+            "sweep": dict(zip(("batch_remote_reads", "rows"),
+                              min((s["batch_remote_reads"], s["rows"]) for s in scored if s["budget"] <= budget))),
+            "target": dict(zip(("batch_remote_reads", "rows"), path.at(budget)[:2])),
+            "full": {"batch_remote_reads": path.full_reads, "rows": path.full_rows,
+                     "fits": path.full_rows <= budget},
+        },
+        "workers_renamed": renamed,
+        "target_given": given,
+        "seconds_target": round(t_target, 4),
+        "seconds_sweep": round(t_sweep, 4),
+        "seconds": round(time.perf_counter() - t0, 4),
+        "curve": [dict(zip(("percent", "budget", "kept", "batch_remote_reads", "rows"), (p, b, *_choose(b, scored, path))))
+                  for p, b in sorted(points, key=lambda x: x[1])],
+    })
+    created = used[~is_old & (used < old.num_embeddings)]
+    moved = moved_rows(old, result, created=created)
+    if moved.total > budget or (kind != "sweep" and moved.total != rows):  # the same moves counted twice
+        raise PartitionError(f"incremental: the {kind} candidate moves {moved.total} rows, counted {rows}, budget "
+                             f"{budget} (a gmp bug; please report it).")
+    info["moved_rows"] = {"primaries": moved.primaries, "secondaries": moved.secondaries, "total": moved.total}
+    log.info("incremental (target mode): kept the %s candidate, %d reads, %d rows moved of a budget of %d; target "
+             "%.2f s, sweep %.2f s", kind, reads, moved.total, budget, t_target, t_sweep)
+    return first, result
+
+
+
 def _check_budget(max_moved_rows, name: str = "max_moved_rows") -> int:
     if not isinstance(max_moved_rows, (int, np.integer)) or max_moved_rows < 0:
         raise PartitionError(f"{name} must be an integer >= 0, got {max_moved_rows!r}.")
@@ -822,8 +1133,15 @@ def _check_budget(max_moved_rows, name: str = "max_moved_rows") -> int:
 
 def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: int, seed: int, options: Options,
             defaults: dict, start: Placement, comp: _Compact, is_old: np.ndarray, state: _State | None,
-            t0: float) -> Placement:
-    """:func:`repartition_incremental` from ``start`` (``state``: what the pass that made it left warm)."""
+            t0: float, steps: list[int] | None = None) -> Placement:
+    """:func:`repartition_incremental` from ``start`` (``state``: what the pass that made it left warm).
+
+    ``steps`` (ascending budgets, :func:`budget_ladder`): instead of spending ``budget`` at once, run
+    ``rounds`` rounds at each step's budget in turn (one chain, the same for every ``budget``: a
+    step's state never depends on the steps after it), score every step's placement
+    (``batch_remote_reads``, :func:`~gmp.partition._incremental_kernels.batch_reads`), and return the
+    one that reads least among the start and the steps within ``budget`` (``info["steps"]``: every
+    step's reads and rows)."""
     t_place = float(start.info.get("seconds", 0.0)) if start.info else 0.0
     t1 = time.perf_counter()
     n = topology.num_workers
@@ -876,10 +1194,26 @@ def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: i
                              f"above max_moved_rows={budget}; give a larger budget or start from place_new_data's "
                              f"result.")
     first = 0 if options.sweep_first else 1  # round 0: the free moves and a sweep of every sample, no budget
-    with task("Incremental re-partitioning", total=options.rounds + 1 - first) as advance:
-        for r in range(first, options.rounds + 1):
+    if steps is None:  # (round, allowed rows, score after it)
+        schedule = [(r, budget if r > 0 else 0, False) for r in range(first, options.rounds + 1)]
+    else:
+        schedule = [(0, 0, True)] if options.sweep_first else []
+        schedule += [(r, b, r == options.rounds) for b in steps for r in range(1, options.rounds + 1)]
+    scored: list[dict] = []
+    best: dict = {}
+
+    def score(allowed: int) -> None:  # a step's placement, kept when it reads least within the budget
+        reads = int(K.batch_reads(split.indptr, split.cindices, split.sindptr, split.scindices, sw, prim, sec,
+                                  np.int64(options.batch_size), n))
+        scored.append({"budget": int(allowed), "batch_remote_reads": reads, "rows": int(spent)})
+        if allowed <= budget and reads < best.get("reads", np.inf):
+            best.update(reads=reads, sw=sw.copy(), prim=prim.copy(), sec=sec.copy())
+
+    if steps is not None:
+        score(0)
+    with task("Incremental re-partitioning", total=len(schedule)) as advance:
+        for r, allowed, last in schedule:
             t_r = time.perf_counter()
-            allowed = budget if r > 0 else 0
             before = spent
             spent, touched, num_candidates = move_rows(prim, sec, count, f, cost, pload, pcap, beta, sec_load,
                                                        sec_cap, old_prim, old_sec, is_old, allowed, spent)
@@ -907,7 +1241,11 @@ def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: i
             rounds.append(entry)
             log.info("incremental round %d: %d candidates, %d rows spent of %d allowed, %d samples moved, %.2f s",
                      r, num_candidates, spent, allowed, moved_samples, entry["seconds"])
+            if last:
+                score(allowed)
             advance(1)
+    if best:  # the steps' best within the budget
+        sw, prim, sec = best["sw"], best["prim"], best["sec"]
 
     primary = np.array(start.embedding_primary, dtype=np.int32)
     primary[used] = prim
@@ -924,6 +1262,8 @@ def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: i
         "primary_cap": int(pcap),
         "secondary_cap": sec_cap.tolist(),
     }
+    if steps is not None:
+        info["steps"] = scored
     result = Placement(num_workers=n, sample_worker=sw, embedding_primary=primary, secondary_indptr=s_indptr,
                        secondary_workers=s_workers, method="incremental", options=asdict(options), seed=seed,
                        info=info)
