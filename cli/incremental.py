@@ -18,7 +18,7 @@ from ._common import console
 def partition_from_manifest(dataset: Path, old_manifest: Path, *, max_moved_rows: Optional[str],
                             batch_size: Optional[int], embedding_dim: Optional[int], seed: int, out: Optional[Path],
                             overwrite: bool, compare_full: bool, no_plots: bool = False,
-                            given: Optional[dict[str, Any]] = None) -> None:
+                            given: Optional[dict[str, Any]] = None, window: Optional[int] = None) -> None:
     """``given``: incremental Options fields (the flags that map to one and ``-O KEY=VALUE``);
     ``batch_size``/``embedding_dim`` None: the old manifest's plan."""
     from gmp._io import check_output_dir
@@ -28,6 +28,10 @@ def partition_from_manifest(dataset: Path, old_manifest: Path, *, max_moved_rows
     from ._common import check_seed
 
     check_seed(seed)
+    if window is not None and window < 1:
+        from gmp.errors import PartitionError
+
+        raise PartitionError(f"--window must be a number of days >= 1, got {window}.")
     if max_moved_rows is not None:  # its form, before anything is read (the percentage's rows come later)
         from gmp.partition.incremental import migration_budget
 
@@ -39,7 +43,7 @@ def partition_from_manifest(dataset: Path, old_manifest: Path, *, max_moved_rows
     check_output_dir(out, kind="gmp.placement", overwrite=overwrite, inputs=[dataset, old_manifest])
     made = repartition_dataset(dataset, old, out, max_moved_rows=max_moved_rows, seed=seed, batch_size=batch_size,
                                embedding_dim=embedding_dim, options=options, compare_full=compare_full,
-                               overwrite=overwrite, plots=not no_plots)
+                               overwrite=overwrite, plots=not no_plots, window=window)
     _print(made.placement.info["comparison"], name)
     if old.history is None:
         typer.echo(f"{old_manifest} records no row history (made before manifest version 3): every old id counts "
@@ -60,6 +64,49 @@ def _print(c: dict[str, Any], name: str) -> None:
     for row in rows:
         t.add_row(*row)
     console().print(t)
+    _print_target(c)
     if c["created_rows"]:
         typer.echo(f"{c['created_rows']:,} old ids no earlier data read were placed like new ids (created at their "
                    f"initial values, not moved)")
+
+
+#: what the summary calls each candidate of target mode (gmp.partition.incremental.place_and_repartition)
+KEPT = {"sweep": "the sweep's own moves", "target": "the moves toward the full re-partition",
+        "full": "the full re-partition itself"}
+
+
+def _print_target(c: dict[str, Any]) -> None:
+    """Target mode's lines: the candidate kept and the three at the budget, what each part cost, the window,
+    the curve (``--compare-full``)."""
+    from rich.table import Table
+
+    w = c.get("window")
+    if w:
+        typer.echo(f"window: the last {w['days']} days, {w['samples']:,} samples; "
+                   f"{w['batch_remote_reads']:,} batch_remote_reads over the window")
+    if "kept" not in c:
+        if c.get("target") == "none":
+            typer.echo("target none: the plan's own moves only (-O target=full also moves toward the full "
+                       "re-partition and keeps what reads least)")
+        return
+    cands = c["candidates"]
+    full = cands["full"]
+    typer.echo(f"kept: {KEPT[c['kept']]} (reads / rows moved at this budget: sweep "
+               f"{cands['sweep']['batch_remote_reads']:,} / {cands['sweep']['rows']:,}, toward the target "
+               f"{cands['target']['batch_remote_reads']:,} / {cands['target']['rows']:,}, the target "
+               f"{full['batch_remote_reads']:,} / {full['rows']:,}{'' if full['fits'] else ' (above the budget)'})")
+    sec = c["seconds"]
+    typer.echo(f"cost: sweep {sec['sweep']:.2f} s, target {sec['target']:.2f} s (its full re-partition and the "
+               f"ordered moves; -O target=none leaves it out)")
+    curve = c.get("curve")
+    if not curve:
+        return
+    t = Table(title="reads against rows moved by budget (one full re-partition run)", title_justify="left")
+    for h in ("budget", "rows allowed", "batch_remote_reads", "vs full", "rows moved", "kept"):
+        t.add_column(h, justify="left" if h in ("budget", "kept") else "right")
+    ref = full["batch_remote_reads"]  # the target: the full re-partition of the same samples
+    for p in curve:
+        label = f"{p['percent']:g}%" if p["percent"] is not None else "this budget"
+        t.add_row(label, f"{p['budget']:,}", f"{p['batch_remote_reads']:,}", f"{p['batch_remote_reads'] / ref:.3f}x",
+                  f"{p['rows']:,}", p["kept"])
+    console().print(t)

@@ -162,7 +162,11 @@ def partition(
     max_moved_rows: Optional[str] = typer.Option(None, "--max-moved-rows", help="With --from-manifest: re-partition "
                                                  "incrementally, moving at most N rows or P% of the used rows."),
     compare_full: bool = typer.Option(False, "--compare-full", help="With --from-manifest: also run a full hybrid "
-                                      "re-partition and report its traffic, rows moved and time."),
+                                      "re-partition and report its traffic, rows moved and time (and the reads "
+                                      "against rows moved at budgets from 0.5% to 100%)."),
+    window: Optional[int] = typer.Option(None, "--window", help="With --from-manifest: re-partition on the last K "
+                                         "days (DATASET and its --extend parents); the manifest places DATASET's "
+                                         "samples."),
     distributed: bool = typer.Option(False, "--distributed", help="Hybrid across the processes of torchrun (each "
                                      "reads its slice of the samples; docs/distributed.md)."),
     chunk_samples: Optional[int] = typer.Option(None, "--chunk-samples", help="Hybrid out of core: stream the "
@@ -180,9 +184,9 @@ def partition(
         from .partition_dist import check_launch, partition_distributed_cmd
 
         check_launch(distributed, method)
-        if from_manifest is not None or max_moved_rows is not None or compare_full:
+        if from_manifest is not None or max_moved_rows is not None or compare_full or window is not None:
             raise PartitionError("--distributed/--chunk-samples partition from scratch; drop --from-manifest, "
-                                 "--max-moved-rows and --compare-full.")
+                                 "--max-moved-rows, --compare-full and --window.")
         given = _merge_options({"rounds": rounds, "tol": tol, "alpha": alpha, "beta": beta, "gamma": gamma,
                                 "max_imbalance": max_imbalance, "replication_budget": replication_budget,
                                 "memory_per_worker": parse_bytes(memory_per_worker) if memory_per_worker else None},
@@ -209,12 +213,12 @@ def partition(
                  "replication_budget": replication_budget}
         return partition_from_manifest(dataset, from_manifest, max_moved_rows=max_moved_rows, batch_size=batch_size,
                                        embedding_dim=embedding_dim, seed=seed, out=out, overwrite=overwrite,
-                                       compare_full=compare_full, no_plots=no_plots,
+                                       compare_full=compare_full, no_plots=no_plots, window=window,
                                        given=_merge_options(flags, parse_key_values(option or [])))
     if method is None:
         raise PartitionError("--method is required (or give --from-manifest OLD_MANIFEST to place new data on it).")
-    if max_moved_rows is not None or compare_full:
-        raise PartitionError("--max-moved-rows and --compare-full need --from-manifest OLD_MANIFEST.")
+    if max_moved_rows is not None or compare_full or window is not None:
+        raise PartitionError("--max-moved-rows, --compare-full and --window need --from-manifest OLD_MANIFEST.")
     from gmp._io import check_output_dir
     from gmp.api import partition_dataset
     from gmp.topology import resolve_topology

@@ -331,10 +331,51 @@ def _lineage(ds, old) -> int | None:
     return generations
 
 
+def _window_graph(ds, graph, window: int | None):
+    """``graph`` (the dataset's) when ``window`` is None or 1, else the samples of the last ``window`` days
+    one after another, oldest first, in ``ds``'s id space: ``ds`` and its ``parent`` chain
+    (:func:`gmp.datasets.extend.parent_dataset`)."""
+    import numpy as np
+
+    from .datasets.extend import parent_dataset
+    from .errors import DatasetError, PartitionError
+    from .graph import BipartiteGraph, build_graph
+
+    if window is None or window == 1:
+        return graph
+    if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+        raise PartitionError(f"window must be an integer >= 1 (days), got {window!r}.")
+    chain = [ds]
+    while len(chain) < window:
+        parent = parent_dataset(chain[-1])
+        if parent is None:
+            raise DatasetError(f"window {window}: {ds.path} has {len(chain)} day(s) in its parent chain (datasets "
+                               f"made with 'gmp data import ... --extend'); give a window of at most {len(chain)}.")
+        chain.append(parent)
+    graphs = [build_graph(d) for d in reversed(chain[1:])] + [graph]
+    indptr = [np.asarray(graphs[0].sample_indptr, dtype=np.int64)]
+    for g in graphs[1:]:
+        indptr.append(np.asarray(g.sample_indptr, dtype=np.int64)[1:] + indptr[-1][-1])
+    indices = np.concatenate([np.asarray(g.sample_indices) for g in graphs])
+    return BipartiteGraph.from_csr(np.concatenate(indptr), indices, graph.num_embeddings)
+
+
+def _last_samples(placement, num_samples: int):
+    """``placement`` with only its last ``num_samples`` samples (the dataset's in a window's placement)."""
+    from .placement import Placement
+
+    return Placement(num_workers=placement.num_workers,
+                     sample_worker=placement.sample_worker[placement.num_samples - num_samples:],
+                     embedding_primary=placement.embedding_primary, secondary_indptr=placement.secondary_indptr,
+                     secondary_workers=placement.secondary_workers, method=placement.method,
+                     options=placement.options, seed=placement.seed, info=placement.info)
+
+
 def repartition_dataset(dataset: Any, old_manifest: Any, out: str | os.PathLike, *,
                         max_moved_rows: int | str | None = None, seed: int = 0, batch_size: int | None = None,
                         embedding_dim: int | None = None, options: Mapping[str, Any] | None = None,
-                        compare_full: bool = False, overwrite: bool = False, plots: bool = True):
+                        compare_full: bool = False, overwrite: bool = False, plots: bool = True,
+                        window: int | None = None):
     """New data on an existing placement, scored and written like :func:`partition_dataset`
     (``gmp partition NEW --from-manifest OLD [--max-moved-rows N|P%]``; docs/incremental.md).
 
@@ -357,7 +398,15 @@ def repartition_dataset(dataset: Any, old_manifest: Any, out: str | os.PathLike,
     options
         :class:`gmp.partition.incremental.Options` fields (``{"rounds": 3}``).
     compare_full
-        Also run a full ``hybrid`` re-partition and record its traffic, rows moved and time.
+        Also run a full ``hybrid`` re-partition and record its traffic, rows moved and time; in target
+        mode (``options["target"]``, the exact plan's default) it is the target, run once, and the
+        comparison also holds the curve of reads against rows moved at every budget of
+        :func:`gmp.partition.incremental.budget_ladder` (``comparison["curve"]``).
+    window
+        Re-partition on the last ``window`` days: the dataset and its ``parent`` datasets
+        (``--extend``'s chain), their samples one after another in the dataset's id space; the
+        manifest places the dataset's own samples (the last ones), and the budget's percentage is of
+        the rows the window uses. None or 1: the dataset alone.
 
     Returns
     -------
@@ -377,7 +426,7 @@ def repartition_dataset(dataset: Any, old_manifest: Any, out: str | os.PathLike,
     from .metrics import batch_remote_reads, embedding_degree
     from .partition import run_partitioner
     from .partition.incremental import (Options, created_rows, match_workers, migration_budget, moved_rows,
-                                        place_and_repartition, place_new_data)
+                                        place_and_repartition, place_new_data, renames_workers)
     from .progress import task
     from .seeds import check_seed
 
@@ -400,24 +449,43 @@ def repartition_dataset(dataset: Any, old_manifest: Any, out: str | os.PathLike,
         raise PartitionError(f"option {unknown[0]!r} is not an option of --from-manifest (repartition_dataset); "
                              f"expected one of {', '.join(sorted(Options.__dataclass_fields__))}.")
     opts = Options(**given)
+    target = opts.target or ("full" if opts.plan == "exact" else "none")
     degree = embedding_degree(graph)  # one pass over the edges, for the used rows and the history
-    used = np.flatnonzero(degree)
+    days = _window_graph(ds, graph, window)  # the graph partitioned: the dataset's, or the window's
+    used = np.flatnonzero(degree if days is graph else embedding_degree(days))
     # rows no earlier data read are placed like new ids and created, not moved (history: manifest v3)
     trained = None if old.history is None else old.history.trained
     created = created_rows(used, old.placement, trained)
     budget = None if max_moved_rows is None else migration_budget(max_moved_rows, int(used.size))
+    hybrid_options = method_options("hybrid", {}, batch_size=batch_size, embedding_dim=embedding_dim)
+
+    def full_repartition():
+        with task("Full re-partition (hybrid)" + (" as the target" if budget is not None and target == "full"
+                                                  else " for comparison")):
+            t = time.perf_counter()
+            return run_partitioner("hybrid", days, topo, seed=seed, options=hybrid_options), time.perf_counter() - t
 
     t0 = time.perf_counter()
+    full = full_seconds = None
     if budget is None:
         with task(f"Placing {graph.num_samples:,} new samples on {old.path}"):
-            placed = placement = place_new_data(graph, old.placement, topo, seed=seed, options=opts, trained=trained)
+            placed = placement = place_new_data(days, old.placement, topo, seed=seed, options=opts, trained=trained)
     else:  # one placement pass for both the "no re-partition" line and the refinement
-        with task(f"Placing {graph.num_samples:,} new samples on {old.path} and re-partitioning, "
+        if target == "full":  # the target is the comparison's full re-partition: one run for both
+            full, full_seconds = full_repartition()
+        with task(f"Placing {days.num_samples:,} new samples on {old.path} and re-partitioning, "
                   f"at most {budget:,} rows moved"):
-            placed, placement = place_and_repartition(graph, old.placement, topo, max_moved_rows=budget, seed=seed,
-                                                      options=opts, trained=trained)
+            placed, placement = place_and_repartition(days, old.placement, topo, max_moved_rows=budget, seed=seed,
+                                                      options=opts, trained=trained, goal=full,
+                                                      curve=compare_full)
     seconds = time.perf_counter() - t0
     peak = peak_rss_bytes()
+    window_reads = None
+    if days is not graph:  # the manifest places the dataset's own samples, the window's last ones
+        window_reads = batch_remote_reads(days, placement, batch_size)
+        same = placed is placement
+        placement = _last_samples(placement, graph.num_samples)
+        placed = placement if same else _last_samples(placed, graph.num_samples)
     moved = moved_rows(old.placement, placement, created=created)
     history = RowHistory.of_degree(degree, parent=old.history, parent_rows=old.num_embeddings, created=created)
     comparison: dict[str, Any] = {
@@ -435,21 +503,30 @@ def repartition_dataset(dataset: Any, old_manifest: Any, out: str | os.PathLike,
         "batch_remote_reads": {"no_repartition": None if placed is placement else
                                batch_remote_reads(graph, placed, batch_size), "this": None, "full_repartition": None},
         "seconds": {"this": round(seconds, 4), "full_repartition": None},
+        "target": target if budget is not None else None,
+        "window": None if days is graph else {"days": window, "samples": days.num_samples,
+                                              "batch_remote_reads": window_reads},
     }
+    info = placement.info or {}
+    if "kept" in info:  # target mode: which candidate, what each part cost, the curve
+        comparison["kept"] = info["kept"]
+        comparison["candidates"] = info["candidates"]
+        comparison["seconds"].update(sweep=info["seconds_sweep"],
+                                     target=round(full_seconds + info["seconds_target"], 4))
+        if compare_full:
+            comparison["curve"] = info["curve"]
     if compare_full:
-        with task("Full re-partition (hybrid) for comparison"):
-            t2 = time.perf_counter()
-            full = run_partitioner("hybrid", graph, topo, seed=seed,
-                                   options=method_options("hybrid", {}, batch_size=batch_size,
-                                                          embedding_dim=embedding_dim))
-            comparison["seconds"]["full_repartition"] = round(time.perf_counter() - t2, 4)
-        # a full re-partition numbers its workers arbitrarily: rename them to match the old placement
-        # where that changes no cost (uniform off-diagonal cost), and count the rows the new data uses
-        cost = np.asarray(topo.cost, dtype=float)
-        uniform = bool(np.all(cost[~np.eye(cost.shape[0], dtype=bool)] == cost[0, 1])) if cost.shape[0] > 1 else True
-        fm = moved_rows(old.placement, match_workers(old.placement, full) if uniform else full,
-                        rows=used, created=created)
-        comparison["full_repartition_workers_renamed"] = uniform
+        if full is None:
+            full, full_seconds = full_repartition()
+        comparison["seconds"]["full_repartition"] = round(full_seconds, 4)
+        # a full re-partition numbers its workers arbitrarily: rename them to match the old placement where
+        # that changes no cost (uniform costs, or machines x GPUs: match_workers), count the rows the data uses
+        renamed = renames_workers(topo)
+        full = match_workers(old.placement, full, topology=topo, rows=used)
+        if days is not graph:
+            full = _last_samples(full, graph.num_samples)
+        fm = moved_rows(old.placement, full, rows=used, created=created)
+        comparison["full_repartition_workers_renamed"] = renamed
         comparison["batch_remote_reads"]["full_repartition"] = batch_remote_reads(graph, full, batch_size)
         comparison["full_repartition_moved_rows"] = {"total": fm.total, "bytes": fm.bytes(embedding_dim)}
     placement.info["comparison"] = comparison  # info is a plain dict: recorded in manifest.json

@@ -30,8 +30,10 @@ from gmp.topology import resolve_topology
 from incremental_cases import density_case, draw_day, old_placement, reference_moved
 
 # batch 1 makes the soft count the plain count until it saturates (f(c) = min(c, samples per worker)),
-# alpha = beta = 0 removes the balance terms, order="dataset" makes the stream order the ids'
-EXACT = dict(alpha=0.0, beta=0.0, batch_size=1, order="dataset")
+# alpha = beta = 0 removes the balance terms, order="dataset" makes the stream order the ids';
+# target="none": the plan's own moves at the budget at once (what these known answers are for; target
+# mode has its own tests in tests/test_incremental_target.py)
+EXACT = dict(alpha=0.0, beta=0.0, batch_size=1, order="dataset", target="none")
 
 
 def two() -> object:
@@ -208,7 +210,8 @@ def test_budget_is_never_exceeded(case):
     g = BipartiteGraph.from_lists(rows, m)
     old = old_placement(n, prim, secs)
     topo = resolve_topology(n, None, None)
-    opts = Options(rounds=rounds, replication_budget=rb, batch_size=bs, start=start, sweep_first=first, sweep=sweep)
+    opts = Options(rounds=rounds, replication_budget=rb, batch_size=bs, start=start, sweep_first=first, sweep=sweep,
+                   target="none")
     used = np.unique(np.concatenate([np.array(r, dtype=np.int64) for r in rows]))
     # created: read now, untrained, no old secondary (computed here, not by gmp)
     created = [] if trained is None else [e for e in used if e < m_old and not trained[e] and not secs[e]]
@@ -263,7 +266,7 @@ def test_sweep_first_is_a_free_round_then_the_budgeted_one(start):
     g = BipartiteGraph.from_lists(rows, 70)  # ids 50..69 are new
     old = Placement.edge_cut(4, [0], rng.integers(0, 4, size=50))
     topo = resolve_topology(4, None, None)
-    opts = Options(start=start, replication_budget=0.0, rounds=1, sweep="all", sweep_first=False)
+    opts = Options(start=start, replication_budget=0.0, rounds=1, sweep="all", sweep_first=False, target="none")
     one = repartition_incremental(g, old, topo, max_moved_rows=6, options=replace(opts, sweep_first=True))
     free = repartition_incremental(g, old, topo, max_moved_rows=0, options=opts)
     two = repartition_incremental(g, old, topo, max_moved_rows=6, options=opts, start=free)
@@ -281,9 +284,9 @@ def test_sweep_every_sweeps_every_sample_every_round():
     g = BipartiteGraph.from_lists([sorted(set(rng.integers(0, 40, size=4).tolist())) for _ in range(120)], 45)
     old = Placement.edge_cut(3, [0], rng.integers(0, 3, size=40))
     topo = resolve_topology(3, None, None)
-    every = repartition_incremental(g, old, topo, max_moved_rows=4, options=Options(rounds=3, sweep="every", sweep_first=False))
+    every = repartition_incremental(g, old, topo, max_moved_rows=4, options=Options(rounds=3, sweep="every", sweep_first=False, target="none"))
     assert [r["swept_samples"] for r in every.info["sweeps"]] == [120, 120, 120]
-    changed = repartition_incremental(g, old, topo, max_moved_rows=4, options=Options(rounds=3, sweep="changed", sweep_first=False))
+    changed = repartition_incremental(g, old, topo, max_moved_rows=4, options=Options(rounds=3, sweep="changed", sweep_first=False, target="none"))
     assert all(r["swept_samples"] < 120 for r in changed.info["sweeps"])
     assert moved_rows(old, every).total <= 4 and moved_rows(old, changed).total <= 4
 
@@ -396,7 +399,7 @@ def test_sealed_rows_change_no_placement(monkeypatch, sweep):
     import gmp.partition.incremental as I
 
     g, old, topo = _sealed_case()
-    opts = Options(rounds=2, sweep=sweep, batch_size=64)
+    opts = Options(rounds=2, sweep=sweep, batch_size=64, target="none")
     splits = []
     real = I._split_edges
     monkeypatch.setattr(I, "_split_edges", lambda *a: splits.append(real(*a)) or splits[-1])
@@ -496,8 +499,8 @@ def test_defaults_follow_the_density(dense, small, monkeypatch):
     assert {k: getattr(resolved, k) for k in settings_} == settings_
     assert record["dense"] is dense and record["small"] is small and set(record["set"]) == set(settings_)
     assert (record["saturated_row_fraction"] >= 0.2) is dense
-    auto = repartition_incremental(g, old, two(), max_moved_rows=3)
-    given = repartition_incremental(g, old, two(), max_moved_rows=3, options=Options(**settings_))
+    auto = repartition_incremental(g, old, two(), max_moved_rows=3, options=Options(target="none"))
+    given = repartition_incremental(g, old, two(), max_moved_rows=3, options=Options(**settings_, target="none"))
     assert np.array_equal(auto.sample_worker, given.sample_worker)
     assert np.array_equal(auto.embedding_primary, given.embedding_primary)
     assert auto.options["start"] == settings_["start"] and auto.info["defaults"]["dense"] is dense
@@ -741,7 +744,7 @@ def test_sixty_four_workers_seal_the_rows_all_of_them_hold(monkeypatch):
     splits = []
     real = I._split_edges
     monkeypatch.setattr(I, "_split_edges", lambda *a: splits.append(real(*a)) or splits[-1])
-    opts = Options(start="pass", sweep="all", rounds=1)
+    opts = Options(start="pass", sweep="all", rounds=1, target="none")
     got = place_and_repartition(g, old, topo, max_moved_rows=20, options=opts)
     assert splits[0].sealed[0] and not splits[0].sealed[1:].any()
     assert moved_rows(old, got[1]).total <= 20

@@ -680,19 +680,16 @@ def stream_majority(indptr, cindices, order, prim, vote, count, load, cap, out):
 
 
 @numba.njit(cache=True, nogil=True)
-def _worker_order(sw, n):  # pragma: no cover - compiled
-    """Samples grouped by worker, each worker's in dataset order (a stable counting sort), and the starts."""
-    starts = np.zeros(n + 1, dtype=np.int64)
+def _chunks(sw, n, batch_size):  # pragma: no cover - compiled
+    """int32 [samples]: 1 + the chunk of ``batch_size`` that each sample falls in among its worker's samples
+    in dataset order (``gmp.metrics``' batches)."""
+    pos = np.zeros(n, dtype=np.int64)
+    out = np.empty(sw.size, dtype=np.int32)
     for s in range(sw.size):
-        starts[sw[s] + 1] += 1
-    for w in range(n):
-        starts[w + 1] += starts[w]
-    fill = starts[:n].copy()
-    order = np.empty(sw.size, dtype=np.int64)
-    for s in range(sw.size):
-        order[fill[sw[s]]] = s
-        fill[sw[s]] += 1
-    return order, starts
+        w = sw[s]
+        out[s] = pos[w] // batch_size + 1
+        pos[w] += 1
+    return out
 
 
 @numba.njit(cache=True, nogil=True)
@@ -700,30 +697,28 @@ def batch_reads(indptr, cindices, sindptr, scindices, sw, prim, sec, batch_size,
     """``gmp.metrics.batch_remote_reads`` over compact ids: each worker's samples in dataset order, in
     chunks of ``batch_size``; per chunk the distinct rows the worker does not hold (``prim``/``sec``).
     A sample's entries are its ``indptr`` ones and, when ``sindptr`` is not empty, its ``sindptr`` ones
-    (the two CSRs of :class:`gmp.partition.incremental._Split`)."""
-    order, starts = _worker_order(sw, n)
-    stamp = np.zeros(prim.size, dtype=np.int64)
+    (the two CSRs of :class:`gmp.partition.incremental._Split`). In dataset order, a chunk stamp per
+    row and worker (int32 [rows, N]): sequential reads of the edges."""
+    chunk = _chunks(sw, n, batch_size)
+    stamp = np.zeros((prim.size, n), dtype=np.int32)
     sealed = sindptr.size > 0
-    chunk = np.int64(0)
     total = np.int64(0)
-    for w in range(n):
-        for i in range(starts[w], starts[w + 1]):
-            if (i - starts[w]) % batch_size == 0:
-                chunk += 1
-            s = order[i]
-            for k in range(indptr[s], indptr[s + 1]):
-                x = cindices[k]
-                if stamp[x] != chunk:
-                    stamp[x] = chunk
+    for s in range(sw.size):
+        w = sw[s]
+        c = chunk[s]
+        for k in range(indptr[s], indptr[s + 1]):
+            x = cindices[k]
+            if stamp[x, w] != c:
+                stamp[x, w] = c
+                if prim[x] != w and (sec[x] >> w) & 1 == 0:
+                    total += 1
+        if sealed:
+            for k in range(sindptr[s], sindptr[s + 1]):
+                x = scindices[k]
+                if stamp[x, w] != c:
+                    stamp[x, w] = c
                     if prim[x] != w and (sec[x] >> w) & 1 == 0:
                         total += 1
-            if sealed:
-                for k in range(sindptr[s], sindptr[s + 1]):
-                    x = scindices[k]
-                    if stamp[x] != chunk:
-                        stamp[x] = chunk
-                        if prim[x] != w and (sec[x] >> w) & 1 == 0:
-                            total += 1
     return total
 
 
@@ -733,19 +728,16 @@ def row_batches(indptr, cindices, sw, batch_size, nb):  # pragma: no cover - com
     a placement of the rows with these samples reads ``sum over w not holding x of nb[x, w]`` (rows are
     independent once the samples are fixed). ``nb`` int32 [rows, N], zeros."""
     n = nb.shape[1]
-    order, starts = _worker_order(sw, n)
-    stamp = np.zeros(nb.shape[0], dtype=np.int64)
-    chunk = np.int64(0)
-    for w in range(n):
-        for i in range(starts[w], starts[w + 1]):
-            if (i - starts[w]) % batch_size == 0:
-                chunk += 1
-            s = order[i]
-            for k in range(indptr[s], indptr[s + 1]):
-                x = cindices[k]
-                if stamp[x] != chunk:
-                    stamp[x] = chunk
-                    nb[x, w] += 1
+    chunk = _chunks(sw, n, batch_size)
+    stamp = np.zeros(nb.shape, dtype=np.int32)
+    for s in range(sw.size):
+        w = sw[s]
+        c = chunk[s]
+        for k in range(indptr[s], indptr[s + 1]):
+            x = cindices[k]
+            if stamp[x, w] != c:
+                stamp[x, w] = c
+                nb[x, w] += 1
 
 
 @numba.njit(cache=True, nogil=True)

@@ -158,7 +158,7 @@ PLANS = ("exact", "onepass")
 #: least (:func:`place_and_repartition`); ``"none"``: the plan's own moves only
 TARGETS = ("full", "none")
 #: the budgets (percent of the used rows) of the chain that target mode runs and ``--compare-full``'s curve
-LADDER_PERCENT = (0.25, 0.5, 1, 2, 5, 10, 20, 50, 100)
+LADDER_PERCENT = (0.5, 1, 2, 5, 10, 20, 50, 100)
 #: the options only the exact plan has (refused with plan="onepass")
 EXACT_ONLY = ("start", "sweep", "rounds", "sweep_first")
 
@@ -804,9 +804,13 @@ def repartition_incremental(graph: BipartiteGraph, old: Placement, topology: Top
     if options is not None and options.plan == "onepass":
         raise PartitionError("incremental: plan='onepass' places the samples itself and takes no start placement; "
                              "leave start out or use the exact plan.")
+    if options is not None and options.target == "full":
+        raise PartitionError("incremental: target='full' chooses among placements from its own placement pass and "
+                             "takes no start placement; leave start out or give target='none'.")
     t0 = time.perf_counter()
     comp = _compact(graph)
-    options, defaults = resolve_options(options or Options(), graph, topology.num_workers, degree=comp.degree)
+    options, defaults = resolve_options(replace(options or Options(), target="none"), graph, topology.num_workers,
+                                        degree=comp.degree)
     return _refine(graph, old, topology, budget, seed, options, defaults, start, comp,
                    _old_rows(comp.used_ids, old, trained), None, t0)
 
@@ -1335,7 +1339,8 @@ def repartition_toward(graph: BipartiteGraph, old: Placement, goal: Placement, t
                      embedding_primary=primary, secondary_indptr=s_indptr, secondary_workers=s_workers)
     # two ways to fit the samples to these rows; the one with the lower Eq. 3 (soft count) is kept
     replaced = repartition_incremental(graph, rows, topology, max_moved_rows=0, seed=seed,
-                                       options=replace(options, rounds=1, replication_budget=0.0)).sample_worker
+                                       options=replace(options, rounds=1, replication_budget=0.0,
+                                                                   target="none")).sample_worker
     swept = np.array(goal.sample_worker, dtype=np.int32)
     _sweep_from(graph, comp, swept, prim, sec, count, cost, options, sweeps=3)
     costs = [_eq3(graph, comp, sw, prim, sec, cost, f) for sw in (replaced, swept)]
