@@ -1,0 +1,244 @@
+"""Target mode of the incremental re-partition (``Options.target="full"``, the exact plan's default): the plan's
+own moves stepped through a budget ladder, the ordered moves toward the relabelled full re-partition and the
+full re-partition itself, the one that reads least kept; ``--compare-full``'s curve and ``--window``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from cli.main import app
+from gmp.graph import BipartiteGraph
+from gmp.manifest import load_manifest
+from gmp.metrics import batch_remote_reads
+from gmp.partition import _incremental_kernels as K
+from gmp.partition.incremental import (Options, budget_ladder, match_workers, moved_rows, place_and_repartition,
+                                       place_new_data, renames_workers, repartition_incremental)
+from gmp.placement import Placement
+from gmp.topology import Topology, hierarchical, resolve_topology
+
+sys.path.insert(0, str(Path(__file__).parent))
+from incremental_cases import draw_day, old_placement, reference_moved  # noqa: E402
+
+runner = CliRunner()
+
+
+def two():
+    return resolve_topology(2, None, None)
+
+
+# --------------------------------------------------------------------------- known answers
+# yesterday rows {0,1} were together on w0 and {2,3} on w1; today samples pair 0 with 2 and 1 with 3. Single-row
+# moves stop at 2 reads whatever the budget (tests/test_incremental.py); the target (pairs {0,2} on w0 and
+# {1,3} on w1, samples 0-1 on w0 and 2-3 on w1) needs rows 1 and 2 moved: with one of them 2 reads, with both 0.
+PAIRS = [[0, 2], [0, 2], [1, 3], [1, 3]]
+
+
+def _pairs():
+    g = BipartiteGraph.from_lists(PAIRS, 4)
+    old = Placement.edge_cut(2, [0, 0, 1, 1], [0, 0, 1, 1])
+    goal = Placement.edge_cut(2, [1, 1, 0, 0], [1, 0, 1, 0])  # the target, its workers named the other way
+    return g, old, goal
+
+
+# budget 1 is below the ladder's first step here (50% of 4 rows): the sweep's candidate is the placed data
+@pytest.mark.parametrize("budget, reads, kept", [(0, 4, "sweep"), (1, 2, "target"), (2, 0, "target"), (9, 0, "target")])
+def test_target_mode_passes_the_single_move_plateau(budget, reads, kept):
+    g, old, goal = _pairs()
+    opts = Options(max_imbalance=1.5, alpha=0.0, beta=0.0, batch_size=1, order="dataset")
+    p = place_and_repartition(g, old, two(), max_moved_rows=budget, options=opts, goal=goal)[1]
+    p.check(num_samples=4, num_embeddings=4)
+    assert batch_remote_reads(g, p, 1) == reads
+    assert reference_moved(old, p) == p.info["moved_rows"]["total"] <= budget
+    assert p.info["kept"] == kept and p.options["target"] == "full"
+    # the target renamed to the old workers: rows 0 and 3 stay, 1 and 2 move (its own names would move all four)
+    assert p.info["candidates"]["full"] == {"batch_remote_reads": 0, "rows": 2, "fits": budget >= 2}
+    # the same call with target none stops on the plateau
+    none = place_and_repartition(g, old, two(), max_moved_rows=budget, options=Options(
+        max_imbalance=1.5, alpha=0.0, beta=0.0, batch_size=1, order="dataset", target="none", rounds=3))[1]
+    assert batch_remote_reads(g, none, 1) == min(4, 2 if budget else 4)
+
+
+def test_budget_ladder_and_curve_are_the_same_choice():
+    assert budget_ladder(1000) == [(0.5, 5), (1, 10), (2, 20), (5, 50), (10, 100), (20, 200), (50, 500),
+                                   (100, 1000)]
+    assert budget_ladder(4) == [(50, 2), (100, 4)]
+    assert budget_ladder(0) == []
+    g, old, goal = _pairs()
+    opts = Options(max_imbalance=1.5, alpha=0.0, beta=0.0, batch_size=1, order="dataset")
+    p = place_and_repartition(g, old, two(), max_moved_rows=1, options=opts, goal=goal, curve=True)[1]
+    assert [(c["budget"], c["batch_remote_reads"], c["rows"]) for c in p.info["curve"]] == [(1, 2, 1), (2, 0, 2),
+                                                                                           (4, 0, 2)]
+    assert [c["percent"] for c in p.info["curve"]] == [None, 50, 100]
+
+
+def test_target_none_and_the_start_placement():
+    g, old, goal = _pairs()
+    with pytest.raises(Exception, match="target must be one of full, none"):
+        Options(target="half")
+    placed = place_new_data(g, old, two())
+    with pytest.raises(Exception, match="target='full' .* takes no start placement"):
+        repartition_incremental(g, old, two(), max_moved_rows=1, start=placed, options=Options(target="full"))
+    # the one-pass plan keeps its time target: no target step unless asked
+    p = place_and_repartition(g, old, two(), max_moved_rows=2, options=Options(plan="onepass"))[1]
+    assert p.options["target"] == "none" and "kept" not in p.info
+    q = place_and_repartition(g, old, two(), max_moved_rows=2, options=Options(plan="onepass", target="full",
+                                                                                 batch_size=1), goal=goal)[1]
+    assert q.options["target"] == "full" and batch_remote_reads(g, q, 1) == 0
+
+
+# --------------------------------------------------------------------------- the property
+def _random_goal(rng, n, num_samples, m):
+    """Any placement of the day (the property holds for every target, not only a good one)."""
+    prim = rng.integers(0, n, size=m)
+    secs = [sorted(set(rng.integers(0, n, size=int(rng.integers(0, 3))).tolist()) - {int(prim[e])})
+            for e in range(m)]
+    indptr = np.zeros(m + 1, dtype=np.int64)
+    np.cumsum([len(s) for s in secs], out=indptr[1:])
+    return Placement.edge_cut(n, rng.integers(0, n, size=num_samples), prim).with_secondaries(
+        indptr, [w for s in secs for w in s])
+
+
+@st.composite
+def days(draw):
+    n, m_old, m, rows, prim, secs, trained = draw_day(draw, [2, 3, 4])
+    budgets = sorted(draw(st.lists(st.integers(0, 14), min_size=2, max_size=4, unique=True)))
+    bs = draw(st.sampled_from([1, 2, 512]))
+    plan = draw(st.sampled_from(["exact", "onepass"]))
+    return n, m_old, m, rows, prim, secs, trained, budgets, bs, plan, draw(st.integers(0, 2**16))
+
+
+@settings(max_examples=40, deadline=None)
+@given(days())
+def test_budget_holds_reads_never_rise_and_unbounded_is_never_worse_than_the_target(case):
+    n, m_old, m, rows, prim, secs, trained, budgets, bs, plan, seed = case
+    g = BipartiteGraph.from_lists(rows, m)
+    old = old_placement(n, prim, secs)
+    topo = resolve_topology(n, None, None)
+    goal = _random_goal(np.random.default_rng(seed), n, len(rows), m)
+    opts = Options(batch_size=bs, plan=plan, target="full")
+    used = np.unique(np.concatenate([np.array(r) for r in rows]))
+    created = [] if trained is None else [e for e in used if e < m_old and not trained[e] and not secs[e]]
+    placed = place_new_data(g, old, topo, options=Options(batch_size=bs, plan=plan), trained=trained)
+    last = batch_remote_reads(g, placed, bs)
+    for budget in budgets + [10**6]:
+        p = place_and_repartition(g, old, topo, max_moved_rows=budget, options=opts, trained=trained, goal=goal)[1]
+        p.check(num_samples=len(rows), num_embeddings=m)
+        assert reference_moved(old, p, created) == p.info["moved_rows"]["total"] <= budget
+        reads = batch_remote_reads(g, p, bs)
+        assert reads == p.info["candidates"][p.info["kept"]]["batch_remote_reads"]  # the kernels count as metrics
+        assert reads <= last  # never more than a smaller budget (and the placed data: budget 0's start)
+        last = reads
+    # unbounded: at most the target renamed to the old workers
+    assert last <= batch_remote_reads(g, match_workers(old, goal, topology=topo, rows=used), bs)
+
+
+def test_batch_kernels_count_as_the_metrics():
+    rng = np.random.default_rng(4)
+    rows = [sorted(set(rng.integers(0, 40, size=5).tolist())) for _ in range(300)]
+    g = BipartiteGraph.from_lists(rows, 40)
+    p = _random_goal(rng, 4, 300, 40)
+    sec = np.zeros(40, dtype=np.int64)
+    for e in range(40):
+        for w in p.secondaries_of(e):
+            sec[e] |= 1 << int(w)
+    prim = np.asarray(p.embedding_primary, dtype=np.int32)
+    sw = np.asarray(p.sample_worker, dtype=np.int32)
+    none = np.zeros(0, dtype=np.int64)
+    for bs in (1, 7, 512):
+        want = batch_remote_reads(g, p, bs)
+        ip, ix = np.asarray(g.sample_indptr), np.asarray(g.sample_indices).astype(np.int32)
+        assert K.batch_reads(ip, ix, none, none, sw, prim, sec, np.int64(bs), 4) == want
+        nb = np.zeros((40, 4), dtype=np.int32)
+        K.row_batches(ip, ix, sw, np.int64(bs), nb)
+        per_row = np.empty(40, dtype=np.int64)
+        K.row_reads(nb, prim, sec, per_row)
+        assert per_row.sum() == want
+
+
+# --------------------------------------------------------------------------- renaming on machines x GPUs
+def test_match_workers_renames_machines_and_gpus():
+    topo = hierarchical(2, 2, inter_cost=10.0)  # workers 0,1 on machine 0; 2,3 on machine 1
+    old = Placement.edge_cut(4, [0, 1, 2, 3], [0, 0, 1, 1, 2, 2, 3, 3])
+    perm = np.array([3, 2, 1, 0])  # machines swapped and GPUs swapped: costs unchanged
+    new = Placement.edge_cut(4, perm[[0, 1, 2, 3]], perm[[0, 0, 1, 1, 2, 2, 3, 3]])
+    back = match_workers(old, new, topology=topo)
+    assert back.embedding_primary.tolist() == old.embedding_primary.tolist()
+    assert back.sample_worker.tolist() == old.sample_worker.tolist()
+    assert renames_workers(topo) and renames_workers(resolve_topology(3, None, None))
+    # a rename that would pair a worker with the wrong machine mate is never made: 0 and 1 must stay together
+    cross = Placement.edge_cut(4, [0, 2, 1, 3], [0, 0, 2, 2, 1, 1, 3, 3])
+    got = match_workers(old, cross, topology=topo).embedding_primary
+    machine = np.asarray(topo.machine_of)
+    assert machine[got[0]] == machine[got[4]]  # cross's workers 0 and 1 (rows 0 and 4) share a machine
+    # a topology whose costs no renaming keeps: the placement as it is
+    odd = Topology(np.array([[0, 1, 2], [1, 0, 3], [2, 3, 0]], dtype=float))
+    assert not renames_workers(odd)
+    three = Placement.edge_cut(3, [2, 1, 0], [2, 1, 0])
+    assert match_workers(Placement.edge_cut(3, [0, 1, 2], [0, 1, 2]), three, topology=odd) is three
+
+
+# --------------------------------------------------------------------------- the command
+def _synth_days(tmp_path, days):
+    paths = [tmp_path / "d0"]
+    res = runner.invoke(app, ["data", "synth", "--preset", "tiny", "-n", "600", "--seed", "1", "-o", str(paths[0])])
+    assert res.exit_code == 0, res.output
+    for d in range(1, days):
+        paths.append(tmp_path / f"d{d}")
+        res = runner.invoke(app, ["data", "synth", "--continue", str(paths[-2]), "-n", "600", "-o", str(paths[-1])])
+        assert res.exit_code == 0, res.output
+    return paths
+
+
+def test_cli_compare_full_prints_the_curve_and_target_none_is_recorded(tmp_path):
+    d0, d1 = _synth_days(tmp_path, 2)
+    res = runner.invoke(app, ["partition", str(d0), "-w", "4", "-m", "hybrid", "--out", str(tmp_path / "p0"),
+                              "--no-plots"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["partition", str(d1), "--from-manifest", str(tmp_path / "p0"), "--max-moved-rows", "5%",
+                              "--compare-full", "--out", str(tmp_path / "p1"), "--no-plots"])
+    assert res.exit_code == 0, res.output
+    assert "kept: " in res.output and "cost: sweep " in res.output and "reads against rows moved" in res.output
+    c = load_manifest(tmp_path / "p1").meta["partitioner"]["info"]["comparison"]
+    curve = c["curve"]
+    assert [p["percent"] for p in curve] == [p for p, _ in budget_ladder(c["num_used_rows"])]
+    reads = [p["batch_remote_reads"] for p in curve]
+    assert reads == sorted(reads, reverse=True) and all(p["rows"] <= p["budget"] for p in curve)
+    assert reads[-1] <= c["batch_remote_reads"]["full_repartition"]  # 100%: at most the full re-partition
+    this = [p for p in curve if p["budget"] == c["max_moved_rows"]][0]
+    assert this["batch_remote_reads"] == c["batch_remote_reads"]["this"] and this["kept"] == c["kept"]
+    assert set(c["seconds"]) >= {"this", "sweep", "target", "full_repartition"}
+    res = runner.invoke(app, ["partition", str(d1), "--from-manifest", str(tmp_path / "p0"), "--max-moved-rows", "5%",
+                              "-O", "target=none", "--out", str(tmp_path / "p2"), "--no-plots"])
+    assert res.exit_code == 0, res.output
+    m = load_manifest(tmp_path / "p2")
+    assert m.placement.options["target"] == "none" and "kept" not in m.meta["partitioner"]["info"]["comparison"]
+    assert "target none" in res.output
+
+
+def test_cli_window_partitions_the_last_days(tmp_path):
+    d0, d1, d2 = _synth_days(tmp_path, 3)
+    res = runner.invoke(app, ["partition", str(d1), "-w", "2", "-m", "hybrid", "--out", str(tmp_path / "p1"),
+                              "--no-plots"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["partition", str(d2), "--from-manifest", str(tmp_path / "p1"), "--max-moved-rows", "10%",
+                              "--window", "3", "--out", str(tmp_path / "p2"), "--no-plots"])
+    assert res.exit_code == 0, res.output
+    m = load_manifest(tmp_path / "p2")
+    w = m.meta["partitioner"]["info"]["comparison"]["window"]
+    assert w["days"] == 3 and w["samples"] == 1800 and m.placement.num_samples == 600
+    assert "window: the last 3 days, 1,800 samples" in res.output
+    res = runner.invoke(app, ["partition", str(d2), "--from-manifest", str(tmp_path / "p1"), "--window", "4",
+                              "--out", str(tmp_path / "p3"), "--no-plots"])
+    assert res.exit_code != 0 and "has 3 day(s) in its parent chain" in res.output
+    res = runner.invoke(app, ["partition", str(d2), "-m", "hybrid", "-w", "2", "--window", "2", "--out",
+                              str(tmp_path / "p4")])
+    assert res.exit_code != 0 and "need --from-manifest" in res.output
+    assert json.loads((tmp_path / "p2" / "report.json").read_text())["incremental"]["window"]["days"] == 3
