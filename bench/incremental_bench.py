@@ -9,9 +9,11 @@ from its own day d-1 placement):
 
 ``kept``        day 0's rows kept; the day's samples dealt at random (balanced), new ids at random
 ``placed``      :func:`gmp.partition.incremental.place_new_data` (rows fixed, one streaming pass)
-``incr-P%``     :func:`gmp.partition.incremental.repartition_incremental` with a budget of P% of the
-                day's used rows (1%, 5%, 20% by default); ``--plans onepass`` adds the one-pass plan's
-                (``incr-P%/onepass``)
+``incr-P%``     :func:`gmp.partition.incremental.place_and_repartition` with a budget of P% of the
+                day's used rows (1%, 5%, 20% by default), its defaults: target mode, the target being the
+                day's ``full`` re-partition below (its CPU is added to the strategy's: the target costs
+                one full run); ``--plans onepass`` adds the one-pass plan's (``incr-P%/onepass``, no
+                target), ``--targets none,full`` the exact plan without the target (``incr-P%/none``)
 ``full``        ``hybrid`` from scratch on the day's data; rows moved are counted after relabelling
                 its workers to best match the previous day's full placement (Hungarian matching)
 ``full-window`` ``hybrid`` from scratch on days 0..d together (``--window``): what a user re-partitioning
@@ -39,6 +41,9 @@ Data.
   (``synth_community.npy``): log-weights start N(0, ``--spread``) and take a
   N(0, ``--drift``) random-walk step per day (clipped to +-2 ``--spread``). Popularity and which communities
   are active drift; ids first seen on a day are that day's new ids.
+* ``--source mix``: day 0 from one synthetic population (``--preset``, ``--seed``); every later day
+  ``1 - --mix`` (default 80%) fresh samples of it and ``--mix`` of another seed's population (the
+  same fields, other hot values): :func:`mix_days`. Every day's line names its preset.
 * ``--source movielens``: MovieLens-100K split by time: ratings sorted by
   timestamp, cut into ``--days`` equal-count periods (about a month each).
   Needs ``gmp data fetch movielens-100k -o RAW`` and ``gmp data import
@@ -68,8 +73,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gmp.graph import BipartiteGraph  # noqa: E402
 from gmp.metrics import batch_remote_reads  # noqa: E402
 from gmp.partition import run_partitioner  # noqa: E402
-from gmp.partition.incremental import (Options, match_workers, moved_rows, place_new_data,  # noqa: E402
-                                       repartition_incremental, repartition_toward)
+from gmp.partition.incremental import (Options, match_workers, moved_rows, place_and_repartition,  # noqa: E402
+                                       place_new_data, repartition_toward)
 from gmp.partition.random import balanced_random_assignment  # noqa: E402
 from gmp.placement import Placement  # noqa: E402
 from gmp.topology import resolve_topology  # noqa: E402
@@ -214,7 +219,11 @@ def kept_placement(graph: BipartiteGraph, prev: Placement, rng: np.random.Genera
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--source", choices=("synth", "movielens"), default="synth")
+    ap.add_argument("--source", choices=("synth", "mix", "movielens"), default="synth")
+    ap.add_argument("--mix", type=float, default=0.2, help="--source mix: share of a later day's samples from the "
+                    "other seed's population.")
+    ap.add_argument("--targets", default="full", help="Incremental Options.target values of the exact plan, "
+                    "comma-separated (full, none); a target other than the first is named incr-P%%/TARGET.")
     ap.add_argument("--days", type=int, default=7)
     ap.add_argument("--day-samples", type=int, default=100_000)
     ap.add_argument("--pool-samples", type=int, default=1_500_000)
@@ -255,7 +264,11 @@ def main(argv=None) -> None:
     ap.add_argument("--ml-dataset", default=None)
     args = ap.parse_args(argv)
 
-    graphs = synth_days(args) if args.source == "synth" else movielens_days(args)
+    if args.source == "mix":
+        graphs, presets = mix_days(args)
+    else:
+        graphs = synth_days(args) if args.source == "synth" else movielens_days(args)
+        presets = [args.preset if args.source == "synth" else "movielens-100k by time"] * len(graphs)
     topo = resolve_topology(args.workers, None, None)
     bs = args.batch_size
     budgets = [float(b) for b in args.budgets.split(",") if b.strip()]
@@ -266,6 +279,9 @@ def main(argv=None) -> None:
     start_opts = {st: replace(opts, start=None if st == "auto" else st) for st in starts}
     plans = [x.strip() for x in args.plans.split(",") if x.strip()]
     start_opts.update({pl: Options(batch_size=bs, plan=pl) for pl in plans})
+    targets = [x.strip() for x in args.targets.split(",") if x.strip()]
+    start_opts = {st: replace(o, target=targets[0]) if o.plan == "exact" else o for st, o in start_opts.items()}
+    start_opts.update({tg: replace(opts, target=tg) for tg in targets[1:]})
     hybrid_opts = {"batch_size": bs}
     rng = np.random.default_rng(args.seed)
 
@@ -276,14 +292,15 @@ def main(argv=None) -> None:
     goal = match_workers(day0, run_partitioner("hybrid", graphs[1], topo, options=hybrid_opts))
     repartition_toward(graphs[1], day0, goal, topo, max_moved_rows=1, options=opts)
     for o in start_opts.values():
-        repartition_incremental(graphs[1], day0, topo, max_moved_rows=1, options=o)
+        place_and_repartition(graphs[1], day0, topo, max_moved_rows=1, options=o, goal=goal)
     towards = [float(b) for b in args.toward.split(",") if b.strip()]
-    names = ["kept", "placed"] + [f"incr-{b:g}%" for b in budgets]
-    names += [f"incr-{b:g}%/{st}" for st in starts[1:] + plans for b in budgets]
-    names += ["full"] + (["full-gs"] if args.full_gs else []) + (["full-window"] if args.window else [])
+    names = ["full", "kept", "placed"] + [f"incr-{b:g}%" for b in budgets]  # full first: the others' target
+    names += [f"incr-{b:g}%/{st}" for st in starts[1:] + plans + targets[1:] for b in budgets]
+    names += (["full-gs"] if args.full_gs else []) + (["full-window"] if args.window else [])
     names += [f"toward-{b:g}%" for b in towards]
     prev = {name: day0 for name in names}
     rows_out = []
+    kept: dict = {}
     print(f"# {' '.join(sys.argv)}")
     print(f"# {args.source}: {args.days} days, {args.workers} workers, batch {bs}; day 0: "
           f"{graphs[0].num_samples:,} samples, {graphs[0].num_embeddings:,} ids, hybrid "
@@ -303,6 +320,7 @@ def main(argv=None) -> None:
                 p = place_new_data(g, old, topo, seed=args.seed, options=opts)
             elif name == "full":
                 p = full_raw = run_partitioner("hybrid", g, topo, seed=args.seed + d, options=hybrid_opts)
+                full_cpu = time.process_time() - t
             elif name.startswith("toward"):
                 goal = match_workers(old, full_raw)
                 t = time.process_time()
@@ -317,8 +335,12 @@ def main(argv=None) -> None:
             else:
                 pct, _, st = name[5:].partition("/")
                 budget = int(float(pct[:-1]) / 100.0 * used)
-                p = repartition_incremental(g, old, topo, max_moved_rows=budget, seed=args.seed,
-                                            options=start_opts[st or starts[0]])
+                o = start_opts[st or starts[0]]
+                p = place_and_repartition(g, old, topo, max_moved_rows=budget, seed=args.seed, options=o,
+                                          goal=full_raw)[1]
+                if "kept" in p.info:  # target mode: its target is the full re-partition, timed there
+                    t -= full_cpu
+                    kept[d, name] = p.info["kept"]
             sec = time.process_time() - t
             if name.startswith("full"):
                 p = match_workers(old, p)
@@ -331,16 +353,16 @@ def main(argv=None) -> None:
         for name in names:
             reads, moved, sec = res[name]
             rows_out.append((d, name, reads, moved, sec))
-        print(f"day {d}: {g.num_samples:,} samples, {used:,} used ids ({new_used:,} new), "
+        print(f"day {d} ({presets[d]}): {g.num_samples:,} samples, {used:,} used ids ({new_used:,} new), "
               f"full re-partition {full_reads:,} reads")
     print()
-    print("| day | strategy | batch_remote_reads | vs full | rows moved | % of used rows | CPU s |")
-    print("|---:|---|---:|---:|---:|---:|---:|")
+    print("| day | strategy | batch_remote_reads | vs full | rows moved | % of used rows | CPU s | kept |")
+    print("|---:|---|---:|---:|---:|---:|---:|---|")
     fulls = {d: r for d, n, r, _, _ in rows_out if n == "full"}
     used_of = {d: int(np.count_nonzero(np.bincount(np.asarray(graphs[d].sample_indices)))) for d in fulls}
     for d, name, reads, moved, sec in rows_out:
         print(f"| {d} | {name} | {reads:,} | {reads / fulls[d]:.3f} | {moved:,} | "
-              f"{100.0 * moved / used_of[d]:.2f} | {sec:.2f} |")
+              f"{100.0 * moved / used_of[d]:.2f} | {sec:.2f} | {kept.get((d, name), '')} |")
     print()
     print("| strategy | mean reads vs full (days 1+) | max reads vs full | rows moved (all days) | CPU s (all days) | CPU vs full |")
     print("|---|---:|---:|---:|---:|---:|")
