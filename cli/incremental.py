@@ -107,6 +107,6 @@ def _print_target(c: dict[str, Any]) -> None:
     ref = full["batch_remote_reads"]  # the target: the full re-partition of the same samples
     for p in curve:
         label = f"{p['percent']:g}%" if p["percent"] is not None else "this budget"
-        t.add_row(label, f"{p['budget']:,}", f"{p['batch_remote_reads']:,}", f"{p['batch_remote_reads'] / ref:.3f}x",
-                  f"{p['rows']:,}", p["kept"])
+        ratio = f"{p['batch_remote_reads'] / ref:.3f}x" if ref else "-"  # a full re-partition that reads nothing
+        t.add_row(label, f"{p['budget']:,}", f"{p['batch_remote_reads']:,}", ratio, f"{p['rows']:,}", p["kept"])
     console().print(t)
