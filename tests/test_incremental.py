@@ -284,9 +284,11 @@ def test_sweep_every_sweeps_every_sample_every_round():
     g = BipartiteGraph.from_lists([sorted(set(rng.integers(0, 40, size=4).tolist())) for _ in range(120)], 45)
     old = Placement.edge_cut(3, [0], rng.integers(0, 3, size=40))
     topo = resolve_topology(3, None, None)
-    every = repartition_incremental(g, old, topo, max_moved_rows=4, options=Options(rounds=3, sweep="every", sweep_first=False, target="none"))
+    every = repartition_incremental(g, old, topo, max_moved_rows=4,
+                                   options=Options(rounds=3, sweep="every", sweep_first=False, target="none"))
     assert [r["swept_samples"] for r in every.info["sweeps"]] == [120, 120, 120]
-    changed = repartition_incremental(g, old, topo, max_moved_rows=4, options=Options(rounds=3, sweep="changed", sweep_first=False, target="none"))
+    changed = repartition_incremental(g, old, topo, max_moved_rows=4,
+                                     options=Options(rounds=3, sweep="changed", sweep_first=False, target="none"))
     assert all(r["swept_samples"] < 120 for r in changed.info["sweeps"])
     assert moved_rows(old, every).total <= 4 and moved_rows(old, changed).total <= 4
 

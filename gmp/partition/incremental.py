@@ -95,6 +95,16 @@ a little more traffic (docs/incremental.md, "The one-pass plan").
 :func:`place_and_repartition` returns both placements from one placement pass (what ``gmp partition
 --from-manifest --max-moved-rows`` reports: the placed data and the refined placement).
 
+**Target mode** (``Options(target="full")``, the exact plan's default; :func:`place_and_repartition`):
+the sweep stops on a plateau of single-row moves that more budget does not pass. Target mode also runs
+a full ``hybrid`` re-partition of the new data (the *target*, its workers renamed by
+:func:`match_workers`) and keeps the candidate that reads least at the budget: the plan's moves made in
+one chain through :func:`budget_ladder`'s budgets (every step scored), the longest prefix within the
+budget of one ordered list of moves toward the target (with the target's samples fixed each row's batch
+reads are its own, so each move's gain is exact), and the target itself when it fits. A larger budget's
+candidates include a smaller one's: reads never rise with the budget, and a budget of every used row
+reads at most the target.
+
 :func:`repartition_toward` — the budget's best moves toward a goal placement
 ----------------------------------------------------------------------------
 A reference, not a fast path: given a goal (a full re-partition of the new data), it
@@ -794,7 +804,9 @@ def repartition_incremental(graph: BipartiteGraph, old: Placement, topology: Top
     Placement
         ``method = "incremental"``; ``info`` holds the budget, the rows
         moved and a per-round log. ``moved_rows(old, result).total <=
-        max_moved_rows`` always.
+        max_moved_rows`` always. Without ``start``, ``options.target`` applies:
+        target mode (the exact plan's default) is :func:`place_and_repartition`'s
+        second placement; with ``start``, the plan's moves only (``target="full"`` is refused).
     """
     if start is None:  # the exact pass's compact ids, counts and masks stay warm for the sweeps
         return _place_and_refine(graph, old, topology, _check_budget(max_moved_rows), seed, options or Options(),
@@ -860,7 +872,7 @@ def budget_ladder(num_used: int) -> list[tuple[float, int]]:
     Examples
     --------
     >>> budget_ladder(1000)[:3]
-    [(0.25, 2), (0.5, 5), (1, 10)]
+    [(0.5, 5), (1, 10), (2, 20)]
     """
     out: dict[int, float] = {}
     for p in LADDER_PERCENT:
@@ -1112,8 +1124,8 @@ def _with_target(graph: BipartiteGraph, old: Placement, topology: Topology, budg
         "seconds_target": round(t_target, 4),
         "seconds_sweep": round(t_sweep, 4),
         "seconds": round(time.perf_counter() - t0, 4),
-        "curve": [dict(zip(("percent", "budget", "kept", "batch_remote_reads", "rows"), (p, b, *_choose(b, scored, path))))
-                  for p, b in sorted(points, key=lambda x: x[1])],
+        "curve": [dict(zip(("percent", "budget", "kept", "batch_remote_reads", "rows"),
+                           (p, b, *_choose(b, scored, path)))) for p, b in sorted(points, key=lambda x: x[1])],
     })
     created = used[~is_old & (used < old.num_embeddings)]
     moved = moved_rows(old, result, created=created)
