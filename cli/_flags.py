@@ -37,7 +37,8 @@ def flags_for_params(special: Mapping[str, str] = SPECIAL) -> Iterator[None]:
         if param:
             new = re.sub(r"(?<![\w-])(\w+)=(?=\S)", lambda m: flag_of(m.group(1), special) + " ", new)
             # the parameter itself named in the fix ("raise cache_rows to at least 343")
-            new = re.sub(rf"(?<![\w'.-]){re.escape(param)}(?![\w'=(])", flag_of(param, special), new)
+            if "_" in param:  # a plain word ("workers") is also English in the message
+                new = re.sub(rf"(?<![\w'.-]){re.escape(param)}(?![\w'=(])", flag_of(param, special), new)
         if new == msg:
             raise
         err = type(exc)(new)

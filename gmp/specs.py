@@ -431,7 +431,7 @@ def resolve_simulate(dataset: Any, manifest: Any = None, *, workers: int | None 
             m.check_dataset(ds)
         placement = m.placement
         if workers is not None and workers != placement.num_workers:
-            raise _param_error(E, "workers", f"The 'workers' parameter ({workers}) does not match the manifest "
+            raise _param_error(E, "workers", f"workers={workers} does not match the manifest "
                                              f"{m.path}, which places rows on {placement.num_workers} workers; "
                                              f"drop workers or pass another manifest.")
     active = active_rows(ds.indptr, ds.indices, ds.num_train)
