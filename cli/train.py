@@ -41,16 +41,6 @@ def one_rank_speaks():
         raise
 
 
-def plan_defaults(manifest: Optional[Path], **given: Optional[int]) -> dict:
-    """``given`` with each None replaced by the manifest's plan (else the default; :func:`gmp.specs.resolve_plan`);
-    one warning line on stderr when a given value differs from the plan."""
-    from gmp.specs import resolve_plan
-
-    values, _, warning = resolve_plan(manifest, **given)
-    warn(warning)
-    return values
-
-
 def warn(line: Optional[str]) -> None:
     """``warning: LINE.`` on stderr, once under torchrun (rank 0 speaks for all)."""
     if line and os.environ.get("RANK", "0") == "0":
