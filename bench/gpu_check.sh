@@ -24,6 +24,10 @@ DATA="data/bench/gpu-check-$N"
 export PYTHONUNBUFFERED=1
 PY="${PYTHON:-python3}"
 GMP=("$PY" -m cli.main)
+# under torchrun the console script (torchrun --no-python gmp ...: a folder named gmp in the working
+# directory cannot shadow the package), importing this checkout; the module where none is installed
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+if command -v gmp >/dev/null 2>&1; then TORCHRUN_GMP=(--no-python gmp); else TORCHRUN_GMP=(-m cli.main); fi
 part() { echo; echo "=== $1 ($(date +%T))"; }
 
 part "environment"
@@ -62,7 +66,7 @@ CUDA_VISIBLE_DEVICES= train cpu
 
 part "4. torchrun, NCCL, one rank"
 timeout 200 torchrun --nnodes 1 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:29517 \
-  -m cli.main train "$DATA" --manifest "$OUT/manifest-1" --workers 1 --engine distributed --model wdl \
+  "${TORCHRUN_GMP[@]}" train "$DATA" --manifest "$OUT/manifest-1" --workers 1 --engine distributed --model wdl \
   --epochs 1 --batch-size 512 --seed 0 --log-json "$OUT/nccl.jsonl" 2>&1 | tail -6
 
 part "5. tiered tables on the GPU"

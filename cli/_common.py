@@ -82,6 +82,16 @@ def echo_json(obj: Any) -> None:
 
 
 
+def given(ctx: "typer.Context", **values: Any) -> dict[str, Any]:
+    """``values`` without those the person left at the command's default (click's parameter source), so the
+    library resolves them (:mod:`gmp.specs`) and records them as defaults, not as given."""
+    def left(name: str) -> bool:
+        source = ctx.get_parameter_source(name)  # click's ParameterSource (typer vendors click: compared by name)
+        return source is None or source.name in ("DEFAULT", "DEFAULT_MAP")
+
+    return {k: v for k, v in values.items() if not left(k)}
+
+
 def console():
     """A rich console on stdout (tables): the terminal's width, or 200 columns
     when stdout is a file or pipe (wide comparison tables stay unwrapped in logs)."""

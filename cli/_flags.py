@@ -33,10 +33,16 @@ def flags_for_params(special: Mapping[str, str] = SPECIAL) -> Iterator[None]:
     except GmpError as exc:
         msg = str(exc)
         new = re.sub(r"The '(\w+)' parameter", lambda m: flag_of(m.group(1), special), msg)
-        new = re.sub(r"(?<![\w-])(\w+)=(?=\S)", lambda m: flag_of(m.group(1), special) + " ", new) \
-            if getattr(exc, "param", None) else new
+        param = getattr(exc, "param", None)
+        if param:
+            new = re.sub(r"(?<![\w-])(\w+)=(?=\S)", lambda m: flag_of(m.group(1), special) + " ", new)
+            # the parameter itself named in the fix ("raise cache_rows to at least 343")
+            if "_" in param:  # a plain word ("workers") is also English in the message
+                new = re.sub(rf"(?<![\w'.-]){re.escape(param)}(?![\w'=(])", flag_of(param, special), new)
         if new == msg:
             raise
         err = type(exc)(new)
-        err.param = getattr(exc, "param", None)
+        for attr in ("param", "rank", "together"):  # who raised it (one_rank_speaks), not only what
+            if hasattr(exc, attr):
+                setattr(err, attr, getattr(exc, attr))
         raise err from None

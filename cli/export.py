@@ -34,15 +34,17 @@ def torchrec_cmd(
     """TorchRec row-wise sharding plan: per-field id remap (rank r holds worker r's primaries), sharding
     constraints, per-rank sample order, planner statistics and bytes per epoch beside gmp's own.
     See docs/export.md for what TorchRec cannot express (secondaries, staleness)."""
-    from cli.train import plan_defaults
-    from gmp.export.torchrec import export_torchrec
+    from gmp.api import run_export
     from gmp.report.tables import fmt_bytes
+    from gmp.specs import resolve_export
 
-    if batch_size is not None and batch_size >= 1:  # 0 gets the export's own error
-        plan_defaults(manifest, batch_size=batch_size)  # one warning line when it is not the planned batch
+    from .train import warn
+
     with flags_for_params():  # "pass dataset=DIR" -> "pass --dataset DIR"
-        exp = export_torchrec(manifest, out, dataset=dataset, embedding_dim=embedding_dim, batch_size=batch_size,
-                              overwrite=overwrite)
+        spec = resolve_export(manifest, batch_size=batch_size, embedding_dim=embedding_dim)
+        for line in spec.warnings:
+            warn(line)  # one line when a given value is not the planned one
+        exp = run_export(spec, manifest, out, dataset=dataset, overwrite=overwrite)
     plan = exp.plan
     b = plan["bytes_per_epoch"]
     typer.echo(f"wrote {out}: {len(plan['tables'])} row-wise tables on {plan['num_ranks']} ranks, padding "

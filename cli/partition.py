@@ -176,7 +176,13 @@ def partition(
 ) -> None:
     """Partition a dataset's sample-embedding graph and write a placement manifest + report."""
     from gmp.errors import PartitionError
+    from gmp.specs import torchrun_world
 
+    world = torchrun_world()
+    if world is not None and not distributed:  # every process would partition the whole dataset
+        raise PartitionError(f"gmp partition runs under torchrun (WORLD_SIZE={world}) without --distributed: each of "
+                             f"the {world} processes would partition the whole dataset; add --distributed (one "
+                             f"partition across the processes) or run it without torchrun.")
     if inter_cost is not None and from_manifest is None and not (topology and "x" in topology.lower()):
         raise PartitionError("--inter-cost sets the cost between the machines of --topology MxG; it does not apply "
                              "to --workers N, --topology N or --topology-file (which gives its own costs): drop it.")

@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 import typer
 
-ENV_HINT = ("run it under torchrun, e.g. 'torchrun --standalone --nproc-per-node 4 -m cli.main partition DATASET "
+ENV_HINT = ("run it under torchrun, e.g. 'torchrun --standalone --nproc-per-node 4 --no-python gmp partition DATASET "
             "--distributed --workers 8'")
 
 

@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from cli._common import dataset_argument, handle_errors
+from cli._common import dataset_argument, given, handle_errors
 from cli._flags import flags_for_params
 from gmp.errors import GmpError, TrainingError
 
@@ -41,42 +41,80 @@ def one_rank_speaks():
         raise
 
 
-def plan_defaults(manifest: Optional[Path], **given: Optional[int]) -> dict:
-    """``given`` with each None replaced by the manifest's plan (else the CLI default); one warning
-    line on stderr when a given value differs from the plan."""
-    from gmp.constants import DEFAULT_BATCH_SIZE, DEFAULT_EMBEDDING_DIM
-    from gmp.manifest import ManifestPlan, read_plan
-
-    plan = read_plan(manifest) if manifest is not None else ManifestPlan(None, None, None)
-    values, warning = plan.resolve(**given)
-    if warning and os.environ.get("RANK", "0") == "0":  # under torchrun rank 0 speaks for all
-        typer.echo(f"warning: {warning}.", err=True)
-    fallback = {"batch_size": DEFAULT_BATCH_SIZE, "embedding_dim": DEFAULT_EMBEDDING_DIM}
-    return {k: fallback[k] if v is None else v for k, v in values.items()}
+def warn(line: Optional[str]) -> None:
+    """``warning: LINE.`` on stderr, once under torchrun (rank 0 speaks for all)."""
+    if line and os.environ.get("RANK", "0") == "0":
+        typer.echo(f"warning: {line}.", err=True)
 
 
-def summary_line(records: list[dict]) -> str:
-    """What a person reads after training: the last epoch's test metrics, speed and traffic."""
+def summary_line(records: list[dict], spec=None) -> str:
+    """What a person reads after training: the last epoch's test metrics, speed, bytes per step (embedding
+    and dense), the tiered cache's hit rate, and the resume point or migration (``spec``: the run's
+    :class:`gmp.specs.TrainSpec`)."""
+    migration = next((r for r in records if r.get("kind") == "migration"), None)
     records = [r for r in records if r.get("kind") != "migration"] or records  # a resume's migration is epoch 0
     last = records[-1]
     secs = sum(float(r.get("train_seconds") or 0.0) for r in records)
     samples = sum(int(r.get("samples") or 0) for r in records)
-    mb = last.get("embedding_bytes_per_step")
     auc, logloss = last.get("test_auc"), last.get("test_logloss")
     has_test = isinstance(logloss, (int, float)) and logloss == logloss
     parts = [f"test AUC {auc:.4f}" if isinstance(auc, (int, float)) and auc == auc else
              "test AUC undefined (the test labels are all one class)" if has_test else "no test set",
              f"logloss {logloss:.4f}" if has_test else "",
              f"{samples / secs:,.0f} samples/s" if secs > 0 else "",
-             f"{mb / 1e6:.2f} MB of embedding traffic per step" if isinstance(mb, (int, float)) else ""]
+             bytes_per_step(last), cache_hit_rate(last)]
+    if migration is not None:
+        moved = (migration.get("moved_rows") or {})
+        parts.append(f"migrated {int(moved.get('total') or 0):,} rows from {migration.get('checkpoint', 'the checkpoint')}")
+    elif spec is not None and spec.resume_from is not None:
+        e, st = int(spec.resume_from["epoch"]), int(spec.resume_from["step"])
+        parts.append(f"resumed at epoch {e + 1} step {st}" if st else f"resumed after epoch {e}")
     epochs = f"epoch {last['epoch']}" if len(records) == 1 else f"epochs {records[0]['epoch']}-{last['epoch']}"
     return f"trained {epochs} in {secs:.1f} s: " + ", ".join(p for p in parts if p)
+
+
+def bytes_per_step(rec: dict) -> str:
+    """``"1.23 MB per step (embedding 0.40 MB, dense all-reduce 0.83 MB)"`` of an epoch record."""
+    nbytes, steps = rec.get("bytes"), rec.get("steps")
+    if not isinstance(nbytes, dict) or not steps:
+        mb = rec.get("embedding_bytes_per_step")
+        return f"{mb / 1e6:.2f} MB of embedding traffic per step" if isinstance(mb, (int, float)) else ""
+    emb = (nbytes.get("embedding_rows", 0) + nbytes.get("gradients", 0)) / steps
+    dense = nbytes.get("dense_allreduce", 0) / steps
+    ids = nbytes.get("ids_clocks", 0) / steps
+    total = sum(v for v in nbytes.values() if isinstance(v, (int, float))) / steps
+    more = f", ids {ids / 1e6:.2f} MB" if ids else ""
+    return (f"{total / 1e6:.2f} MB per step (embedding {emb / 1e6:.2f} MB, dense all-reduce "
+            f"{dense / 1e6:.2f} MB{more})")
+
+
+def cache_hit_rate(rec: dict) -> str:
+    """The tiered table's device-cache hit rate of an epoch record (empty without tiers)."""
+    tiers = rec.get("tiers")
+    if not isinstance(tiers, dict):
+        return ""
+    hits, misses = int(tiers.get("hits") or 0), int(tiers.get("misses") or 0)
+    return f"cache hit rate {hits / (hits + misses):.1%}" if hits + misses else ""
+
+
+def settings_line(spec) -> str:
+    """The settings the run took from somewhere other than the person or a fixed default (the manifest's
+    plan, torchrun, a checkpoint, a default derived from the data), with where from; empty when none."""
+    from gmp.specs import DEFAULT, USER
+
+    said = {k: v for k, v in spec.sources.items() if v not in (USER, DEFAULT) and k != "resume_from"}
+    if not said:
+        return ""
+    from gmp.specs import describe_sources
+
+    return "settings: " + describe_sources(spec.values(), said)
 
 
 def register(app: typer.Typer) -> None:
     @app.command("train")
     @handle_errors
     def train_cmd(
+        ctx: typer.Context,
         dataset_arg: Optional[Path] = typer.Argument(None, metavar="DATASET", help="Prepared dataset directory."),
         dataset: Optional[Path] = typer.Option(None, "--dataset",
                                                help="Deprecated alias of DATASET (kept for old scripts)."),
@@ -84,8 +122,9 @@ def register(app: typer.Typer) -> None:
                                                 help="Placement manifest ('gmp partition'); without it all rows "
                                                      "live on one worker."),
         model: str = typer.Option("wdl", "--model", help="wdl | dcn | deepfm."),
-        engine: str = typer.Option("local", "--engine",
-                                   help="local (N workers in this process) | distributed (under torchrun)."),
+        engine: Optional[str] = typer.Option(None, "--engine",
+                                             help="local (N workers in this process) | distributed (one worker per "
+                                                  "process of torchrun; the default under torchrun)."),
         workers: Optional[int] = typer.Option(None, "--workers", help="Must equal the manifest's workers."),
         schedule: str = typer.Option("static", "--schedule", help="static | naive | herald."),
         shuffle: str = typer.Option("seeded", "--shuffle", help="seeded (SeedSequence([seed, epoch])) | none "
@@ -101,6 +140,8 @@ def register(app: typer.Typer) -> None:
         embedding_dim: Optional[int] = typer.Option(None, "--embedding-dim",
                                                     help="Row width (default: the manifest's plan, else 16)."),
         seed: int = typer.Option(0, "--seed"),
+        hidden: Optional[str] = typer.Option(None, "--hidden",
+                                             help="Widths of the dense layers, e.g. 512,256,128 (default 128,64)."),
         checkpoint_dir: Optional[Path] = typer.Option(None, "--checkpoint-dir",
                                                       help="Save a checkpoint here after every epoch."),
         resume: bool = typer.Option(False, "--resume",
@@ -123,8 +164,9 @@ def register(app: typer.Typer) -> None:
                                             "end needs them (Herald's on-demand synchronisation; default off)."),
         cache_rows: Optional[int] = typer.Option(None, "--cache-rows",
                                                  help="Rows of each worker's device cache. --table-location "
-                                                      "host|disk: the cache of its own rows (default 10% of its "
-                                                      "primaries); else --schedule herald (s = 0): rows cached "
+                                                      "host|disk: the cache of its own rows (default: the largest "
+                                                      "step of the run or 10% of its primaries, whichever is "
+                                                      "larger); else --schedule herald (s = 0): rows cached "
                                                       "beyond its primaries and secondaries (default 0)."),
         cache_bytes: Optional[int] = typer.Option(None, "--cache-bytes",
                                                   help="--table-location host|disk: the device cache in bytes "
@@ -162,49 +204,38 @@ def register(app: typer.Typer) -> None:
         """Train WDL / DCN / DeepFM from a placement manifest (HET-GMP primaries/secondaries, bounded staleness).
 
         One JSON line per epoch goes to stdout (and to --log-json). Distributed:
-        'torchrun --nproc-per-node N -m cli.main train --engine distributed ...'.
+        'torchrun --nproc-per-node N --no-python gmp train DATASET --manifest M' (one worker per process).
         """
-        from gmp.train import TrainConfig, train
-        from gmp.train.herald import HeraldOptions
+        from gmp.api import run_train
+        from gmp.specs import resolve_train
         from gmp.train.records import json_line
-        from gmp.train.tiers import DEFAULT_CACHE_PERCENT, TierOptions, split_cache_rows
 
         with one_rank_speaks(), flags_for_params():
-            plan = plan_defaults(manifest, batch_size=batch_size, embedding_dim=embedding_dim)
-            for flag, value in (("--cache-rows", cache_rows), ("--lookahead", lookahead),
-                                ("--cache-policy", cache_policy)):
-                if value and table_location == "device" and schedule != "herald":
-                    raise TrainingError(f"{flag} drives the device cache of --table-location host|disk (the "
-                                        f"worker's own rows) or of --schedule herald (remote rows), got "
-                                        f"--table-location device --schedule {schedule}; add one of them or "
-                                        f"drop {flag}.")
-            if cache_bytes is not None and cache_bytes < 1:  # not "the default": that is leaving it out
-                raise TrainingError(f"--cache-bytes must hold at least one row of the tiered table's device "
-                                    f"cache, got {cache_bytes}; leave it out for the default (--table-location "
-                                    f"host|disk: {DEFAULT_CACHE_PERCENT}% of the worker's primaries).")
-            # one device cache per worker (docs/train.md, "Tiers"): --cache-rows sizes it; with a tiered
-            # table and Herald, the scheduler's copies of remote rows take half of it between steps
-            own, remote = split_cache_rows(cache_rows, tiered=table_location != "device", herald=schedule == "herald")
-            policy = cache_policy or "lookahead"
-            tiers = TierOptions(table_location=table_location, cache_rows=own, cache_bytes=cache_bytes or 0,
-                                lookahead=(lookahead or 0) if table_location != "device" else 0,
-                                cache_policy=policy, tier_dir=None if tier_dir is None else str(tier_dir))
-            herald = HeraldOptions.for_trainer(lookahead=lookahead if schedule == "herald" else None,
-                                               on_demand=on_demand, cache_rows=remote,
-                                               cache_policy=policy if schedule == "herald" else None,
-                                               read_only_replicas=read_only_replicas)
-            config = TrainConfig(model=model, embedding_dim=plan["embedding_dim"], optimizer=optimizer, lr=lr,
-                                 batch_size=plan["batch_size"], epochs=epochs, staleness=_parse_staleness(staleness),
-                                 seed=seed, schedule=schedule, shuffle=shuffle, log_every=log_every, herald=herald,
-                                 tiers=tiers, comm_dtype=comm_dtype, pipeline=pipeline)
             dataset = dataset_argument(dataset_arg, dataset, "train")
-            records = train(dataset, manifest, config, engine=engine, workers=workers, checkpoint_dir=checkpoint_dir,
-                            resume=resume, log_json=log_json, on_record=lambda rec: typer.echo(json_line(rec)),
-                            collective_timeout=collective_timeout)
+            settings = given(ctx, model=model, schedule=schedule, shuffle=shuffle, staleness=staleness,
+                             epochs=epochs, batch_size=batch_size, lr=lr, optimizer=optimizer,
+                             embedding_dim=embedding_dim, seed=seed, hidden=hidden, log_every=log_every,
+                             lookahead=lookahead, on_demand=on_demand, cache_rows=cache_rows, cache_bytes=cache_bytes,
+                             table_location=table_location, tier_dir=tier_dir, cache_policy=cache_policy,
+                             read_only_replicas=read_only_replicas, comm_dtype=comm_dtype, pipeline=pipeline)
+            if "staleness" in settings:
+                settings["staleness"] = _parse_staleness(staleness)
+            spec = resolve_train(dataset, manifest, engine=engine, workers=workers, checkpoint_dir=checkpoint_dir,
+                                 resume=resume, log_json=log_json, collective_timeout=collective_timeout, **settings)
+            for line in spec.warnings:
+                warn(line)
+            if os.environ.get("RANK", "0") == "0":
+                if spec.sources.get("engine") == "torchrun":
+                    typer.echo(f"under torchrun (WORLD_SIZE={spec.world_size}): one run on the distributed engine, "
+                               f"one worker per process.", err=True)
+                said = settings_line(spec)
+                if said:
+                    typer.echo(said, err=True)
+            records = run_train(spec, on_record=lambda rec: typer.echo(json_line(rec)))
         if os.environ.get("RANK", "0") != "0":
             return  # under torchrun rank 0 speaks for all
         if records:
-            typer.echo(summary_line(records), err=True)
+            typer.echo(summary_line(records, spec), err=True)
         elif resume:
             from gmp.train.checkpoint import read_checkpoint_header
 

@@ -33,10 +33,13 @@ one-line messages; see docs/python.md for a walkthrough.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
+
+_log = logging.getLogger("gmp")
 
 __all__ = ["import_dataset", "synthesize", "load_dataset", "partition_dataset", "repartition_dataset", "load_manifest",
            "make_report", "compare_partitioners", "train_model", "simulate_epoch", "export_torchrec"]
@@ -419,7 +422,6 @@ def repartition_dataset(dataset: Any, old_manifest: Any, out: str | os.PathLike,
 
     from ._io import check_output_dir
     from .compare import method_options, peak_rss_bytes
-    from .constants import DEFAULT_BATCH_SIZE, DEFAULT_EMBEDDING_DIM
     from .errors import PartitionError
     from .graph import build_graph
     from .manifest import Manifest, RowHistory
@@ -429,14 +431,14 @@ def repartition_dataset(dataset: Any, old_manifest: Any, out: str | os.PathLike,
                                         place_and_repartition, place_new_data, renames_workers)
     from .progress import task
     from .seeds import check_seed
+    from .specs import resolve_plan
 
     seed = check_seed(seed)
     if max_moved_rows is not None:
         migration_budget(max_moved_rows, 0)  # its form, before the data is read (a percentage's rows come later)
     old = old_manifest if isinstance(old_manifest, Manifest) else load_manifest(old_manifest)
-    planned, _ = old.plan.resolve(batch_size=batch_size, embedding_dim=embedding_dim)
-    batch_size = DEFAULT_BATCH_SIZE if planned["batch_size"] is None else planned["batch_size"]
-    embedding_dim = DEFAULT_EMBEDDING_DIM if planned["embedding_dim"] is None else planned["embedding_dim"]
+    planned, _, _ = resolve_plan(old, batch_size=batch_size, embedding_dim=embedding_dim)
+    batch_size, embedding_dim = planned["batch_size"], planned["embedding_dim"]
     ds = _dataset(dataset)
     # checked before the (possibly long) partitioning
     out = check_output_dir(out, kind="gmp.placement", overwrite=overwrite, inputs=[ds.path, old.path], flag="out")
@@ -592,37 +594,38 @@ def compare_partitioners(dataset: Any, methods: Sequence[str], *, workers: int |
                    isolate=isolate, dataset_name=dataset_name_of(ds.meta, ds.path))
 
 
-def train_model(dataset: Any, manifest: Any = None, *, engine: str = "local",
+def train_model(dataset: Any, manifest: Any = None, *, engine: str | None = None,
                 workers: int | None = None, checkpoint_dir: str | os.PathLike | None = None, resume: bool = False,
                 log_json: str | os.PathLike | None = None, **config: Any) -> list[dict[str, Any]]:
     """Train a CTR model with a manifest's placement (``gmp train``); returns the epoch records.
 
     ``config`` are :class:`gmp.train.TrainConfig` fields: ``model``
     (wdl | dcn | deepfm), ``epochs``, ``batch_size``, ``lr``, ``optimizer``,
-    ``embedding_dim``, ``staleness``, ``schedule``, ``shuffle``, ``seed``, ...;
-    with ``schedule="herald"`` also the :class:`gmp.train.herald.HeraldOptions`
-    fields (``on_demand``, ``cache_rows``, ``cache_policy``, ``lookahead``,
-    ``read_only_replicas``) directly.
+    ``embedding_dim``, ``staleness``, ``schedule``, ``shuffle``, ``seed``, ``hidden``, ...,
+    and the device cache's settings as ``gmp train`` has them (``table_location``,
+    ``cache_rows``, ``cache_bytes``, ``lookahead``, ``cache_policy``, ``tier_dir``,
+    ``on_demand``, ``read_only_replicas``). Resolved by :func:`gmp.specs.resolve_train`, as the
+    command is: ``batch_size``/``embedding_dim`` default to the manifest's plan, ``engine`` to
+    ``distributed`` under torchrun, a tiered table's cache to the largest step of the run.
     """
-    import dataclasses
+    from .specs import resolve_train
 
-    from .errors import TrainingError
-    from .train import TrainConfig, train
-    from .train.herald import HeraldOptions
-
-    fields = {f.name for f in dataclasses.fields(TrainConfig)}
-    herald_fields = {f.name for f in dataclasses.fields(HeraldOptions)}
-    unknown = sorted(set(config) - fields - herald_fields)
-    if unknown:
-        raise TrainingError(f"train_model: unknown option(s) {', '.join(unknown)}; TrainConfig takes: "
-                            f"{', '.join(sorted(fields | herald_fields))}.")
-    herald = {k: config.pop(k) for k in list(config) if k in herald_fields}
-    if herald:
-        config["herald"] = HeraldOptions.for_trainer(**herald)  # gmp train's defaults
     # gmp.train.train opens both itself (verified, memory-mapped): an opened object gives its path
-    dataset, manifest = (getattr(x, "path", x) for x in (dataset, manifest))
-    return train(dataset, manifest, TrainConfig(**config), engine=engine, workers=workers,
-                 checkpoint_dir=checkpoint_dir, resume=resume, log_json=log_json)
+    spec = resolve_train(dataset, manifest, engine=engine, workers=workers, checkpoint_dir=checkpoint_dir,
+                         resume=resume, log_json=log_json, **config)
+    for line in spec.warnings:
+        _log.warning("%s", line)
+    return run_train(spec)
+
+
+def run_train(spec: Any, *, on_record: Any = None) -> list[dict[str, Any]]:
+    """Run a resolved :class:`gmp.specs.TrainSpec` (what :func:`train_model` and ``gmp train`` do after
+    resolving); ``on_record(record)`` is called with each record on the main process as it is logged."""
+    from .train import train
+
+    return train(spec.dataset, spec.manifest, spec.config, engine=spec.engine, workers=spec.workers,
+                 checkpoint_dir=spec.checkpoint_dir, resume=spec.resume, log_json=spec.log_json,
+                 on_record=on_record, collective_timeout=spec.collective_timeout)
 
 
 def simulate_epoch(dataset: Any, manifest: Any = None, *, workers: int | None = None,
@@ -630,61 +633,51 @@ def simulate_epoch(dataset: Any, manifest: Any = None, *, workers: int | None = 
     """Replay one training epoch under a runtime schedule and count pulls and pushes (``gmp simulate``).
 
     Without ``manifest`` the rows are placed at random over ``workers``.
-    ``batch_size`` defaults to the manifest's plan (else ``gmp.constants.DEFAULT_BATCH_SIZE``).
+    ``batch_size`` and ``embedding_dim`` default to the manifest's plan (else
+    ``gmp.constants.DEFAULT_BATCH_SIZE`` and ``DEFAULT_EMBEDDING_DIM``).
     ``options`` are :func:`gmp.simulate.simulate` keywords (``schedule``,
     ``embedding_dim``, ...) and :class:`gmp.train.herald.HeraldOptions` fields
     (``on_demand``, ``cache_rows``, ``cache_policy``, ``lookahead``, ``read_only_replicas``),
     which override :meth:`HeraldOptions.for_simulator`'s defaults (Herald's paper).
+    Resolved by :func:`gmp.specs.resolve_simulate`, as the command is.
     Returns a :class:`gmp.simulate.SimulationResult` (``.to_json()`` for every count).
     """
-    from .errors import TrainingError
+    from .specs import resolve_simulate
+
+    spec = resolve_simulate(_dataset(dataset), manifest, workers=workers, batch_size=batch_size, seed=seed,
+                            **options)
+    for line in spec.warnings:
+        _log.warning("%s", line)
+    return run_simulate(spec)
+
+
+def run_simulate(spec: Any):
+    """Run a resolved :class:`gmp.specs.SimulateSpec`: a :class:`gmp.simulate.SimulationResult`."""
     from .simulate import simulate
 
-    ds = _dataset(dataset)
-    if manifest is None:
-        from .graph import build_graph
-        from .partition import run_partitioner
-        from .topology import homogeneous
-
-        if workers is None:
-            raise TrainingError("simulate_epoch: without a manifest, workers is required (rows are then placed "
-                                "at random); pass workers=N or a manifest.")
-        placement = run_partitioner("random", build_graph(ds), homogeneous(workers), seed=seed)
-    else:
-        m = _manifest(manifest, ds)
-        placement = m.placement
-        if workers is not None and workers != placement.num_workers:
-            raise TrainingError(f"simulate_epoch: workers={workers} does not match the manifest's "
-                                f"{placement.num_workers} workers; drop workers or pass another manifest.")
-    import dataclasses
-
-    import numpy as np
-
-    from .constants import DEFAULT_BATCH_SIZE
-    from .simulate import simulator_options
-    from .train.herald import HeraldOptions
-
-    if batch_size is None:
-        plan = m.plan.batch_size if manifest is not None else None
-        batch_size = plan or DEFAULT_BATCH_SIZE
-    herald_fields = {f.name for f in dataclasses.fields(HeraldOptions)}
-    takes = {"schedule", "shuffle", "epoch", "embedding_dim", "parameter_server", "min_frequency", "order"}
-    unknown = sorted(set(options) - takes - herald_fields)
-    if unknown:
-        raise TrainingError(f"simulate_epoch: unknown option(s) {', '.join(unknown)}; it takes: "
-                            f"{', '.join(sorted(takes | herald_fields))}.")
-    overrides = {k: options.pop(k) for k in list(options) if k in herald_fields}
-    if overrides:
-        schedule = options.get("schedule", "herald")
-        active = int(np.count_nonzero(np.bincount(np.asarray(ds.indices[:int(ds.indptr[ds.num_train])]),
-                                                  minlength=ds.num_embeddings)))
-        options["options"] = simulator_options(schedule, active, **overrides)
-    return simulate(ds.indptr, ds.indices, placement, num_train=ds.num_train, batch_size=batch_size, seed=seed,
-                    **options)
+    ds = spec.dataset
+    return simulate(ds.indptr, ds.indices, spec.placement, num_train=ds.num_train, batch_size=spec.batch_size,
+                    schedule=spec.schedule, options=spec.options, seed=spec.seed, epoch=spec.epoch,
+                    shuffle=spec.shuffle, embedding_dim=spec.embedding_dim, parameter_server=spec.parameter_server,
+                    min_frequency=spec.min_frequency, order=spec.order)
 
 
-def export_torchrec(manifest: Any, out: str | os.PathLike, *, dataset: Any = None, **options: Any):
-    """Write a TorchRec sharding plan for a manifest (``gmp export torchrec``); see :mod:`gmp.export.torchrec`."""
+def export_torchrec(manifest: Any, out: str | os.PathLike, *, dataset: Any = None, batch_size: int | None = None,
+                    embedding_dim: int | None = None, **options: Any):
+    """Write a TorchRec sharding plan for a manifest (``gmp export torchrec``); see :mod:`gmp.export.torchrec`.
+    ``batch_size`` and ``embedding_dim`` default to the manifest's plan (:func:`gmp.specs.resolve_export`)."""
+    from .specs import resolve_export
+
+    spec = resolve_export(manifest, batch_size=batch_size, embedding_dim=embedding_dim)
+    for line in spec.warnings:
+        _log.warning("%s", line)
+    return run_export(spec, manifest, out, dataset=dataset, **options)
+
+
+def run_export(spec: Any, manifest: Any, out: str | os.PathLike, *, dataset: Any = None, **options: Any):
+    """Write the TorchRec plan of a resolved :class:`gmp.specs.ExportSpec` (what :func:`export_torchrec` and
+    ``gmp export torchrec`` do after resolving)."""
     from .export.torchrec import export_torchrec as _export
 
-    return _export(manifest, out, dataset=dataset, **options)
+    return _export(manifest, out, dataset=dataset, batch_size=spec.batch_size, embedding_dim=spec.embedding_dim,
+                   **options)

@@ -83,7 +83,7 @@ def test_facade_errors_name_the_parameter(tiny_dataset, tmp_path):
         gmp.partition_dataset(tiny_dataset, "random", tmp_path / "taken", workers=2)
     with pytest.raises(TrainingError, match="unknown option\\(s\\) bogus"):
         gmp.train_model(tiny_dataset, None, bogus=1)
-    with pytest.raises(TrainingError, match="workers is required"):
+    with pytest.raises(TrainingError, match="The 'workers' parameter is required without a manifest"):
         gmp.simulate_epoch(tiny_dataset)
     assert issubclass(ImportDataError, GmpError)
 

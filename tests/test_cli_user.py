@@ -124,4 +124,8 @@ def test_training_ends_with_a_summary_for_people(ds):
     rec = json.loads(res.stdout.strip().splitlines()[-1])  # stdout stays JSON lines
     summary = res.stderr.strip().splitlines()[-1]
     assert summary.startswith("trained epoch 1 in ") and f"test AUC {rec['test_auc']:.4f}" in summary
-    assert "samples/s" in summary and "MB of embedding traffic per step" in summary
+    assert "samples/s" in summary
+    steps, nbytes = rec["steps"], rec["bytes"]
+    assert (f"{sum(nbytes.values()) / steps / 1e6:.2f} MB per step (embedding "
+            f"{rec['embedding_bytes_per_step'] / 1e6:.2f} MB, dense all-reduce "
+            f"{nbytes['dense_allreduce'] / steps / 1e6:.2f} MB") in summary, summary

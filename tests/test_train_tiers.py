@@ -371,7 +371,7 @@ def test_the_cache_rows_advice_is_a_value_that_runs(ctr, tmp_path, herald):
     small = CliRunner().invoke(app, [*args, "--cache-rows", "10"])
     assert small.exit_code != 0 and "Traceback" not in small.output
     found = re.search(r"a step uses (\d+) distinct rows but the cache holds (\d+); the largest step of the epoch "
-                      r"uses (\d+): raise cache_rows to at least (\d+)", small.output)
+                      r"uses (\d+): raise --cache-rows to at least (\d+)", small.output)  # the flag, not the parameter
     assert found, small.output
     step_rows, holds, largest, advised = map(int, found.groups())
     assert holds == (10 - 10 // 2 if herald else 10) < step_rows <= largest

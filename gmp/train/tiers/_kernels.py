@@ -254,3 +254,31 @@ def swap_rows(cache, master, wb_slots, wb_rows, load_slots, load_rows):  # pragm
         r = load_rows[i]
         for c in range(w):
             cache[s, c] = master[r, c]
+
+
+@numba.njit(cache=True)
+def largest_step_primaries(indptr, indices, order, bounds, primary, num_workers, stamp, first):  # pragma: no cover - compiled
+    """Per worker, the most distinct rows it is primary of that one step uses.
+
+    Step ``t`` is the samples ``order[bounds[t]:bounds[t + 1]]`` (every worker's batch of the step
+    together: :func:`gmp.train.tiers.feed_steps` pins a worker's primaries among all of them).
+    ``primary[id]`` is the row's primary worker; ``stamp`` (int64, one per row, all -1 at first) marks
+    a row seen by step ``first + t``: calls that number their steps on from the last call's share it.
+    """
+    most = np.zeros(num_workers, dtype=np.int64)
+    count = np.zeros(num_workers, dtype=np.int64)
+    for t in range(bounds.size - 1):
+        count[:] = 0
+        for k in range(bounds[t], bounds[t + 1]):
+            s = order[k]
+            for j in range(indptr[s], indptr[s + 1]):
+                g = indices[j]
+                if stamp[g] != first + t:
+                    stamp[g] = first + t
+                    w = primary[g]
+                    if w >= 0:
+                        count[w] += 1
+        for w in range(num_workers):
+            if count[w] > most[w]:
+                most[w] = count[w]
+    return most

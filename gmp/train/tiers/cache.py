@@ -65,6 +65,14 @@ class TierStats:
 _ADMISSION_COUNTS = ("hits", "misses", "rows_loaded", "rows_written_back", "bytes_loaded", "bytes_written_back")
 
 
+
+def too_small(msg: str) -> TrainingError:
+    """The error of a cache too small for a step; ``param`` names the setting its fix raises (the CLI
+    words it as its flag)."""
+    exc = TrainingError(msg)
+    exc.param = "cache_bytes" if "raise cache_bytes" in msg else "cache_rows"
+    return exc
+
 class RowCache:
     """``capacity`` rows of a master tier on ``device`` (see the module docstring).
 
@@ -160,8 +168,8 @@ class RowCache:
         never trained, because of an interrupt, is taken back with :meth:`uncount`)."""
         rows = np.asarray(rows, dtype=np.int64)
         if rows.size > self.capacity:
-            raise TrainingError(f"a step uses {rows.size} distinct rows but the cache holds {self.capacity}; "
-                                f"{self.advice(int(rows.size))}.")
+            raise too_small(f"a step uses {rows.size} distinct rows but the cache holds {self.capacity}; "
+                            f"{self.advice(int(rows.size))}.")
         with self.lock:
             self._drain()
             slots, hits, newly = pin_hits(rows, self.slot_of, self.pins, *self._lists())

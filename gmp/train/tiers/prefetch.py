@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ...errors import TrainingError
-from .cache import RowCache, TierStats
+from .cache import RowCache, TierStats, too_small
 
 T = TypeVar("T")
 #: steps read into the window per step admitted (the window reaches ``lookahead`` after lookahead / 7 steps)
@@ -94,9 +94,9 @@ class StepFeeder(Generic[T]):
             need = [max(a, int(r.size)) for a, r in zip(need, more)]
         k = next(k for k, (c, r) in enumerate(zip(self.caches, rows_list)) if r.size > c.capacity)
         most = max(need)
-        raise TrainingError(f"a step uses {rows_list[k].size} distinct rows but the cache holds "
-                            f"{self.caches[k].capacity}; the largest step of the epoch uses {most}: "
-                            f"{self.caches[k].advice(most)}.")
+        raise too_small(f"a step uses {rows_list[k].size} distinct rows but the cache holds "
+                        f"{self.caches[k].capacity}; the largest step of the epoch uses {most}: "
+                        f"{self.caches[k].advice(most)}.")
 
     def _rest(self, it, ahead=()) -> Callable[[], Iterator[list]]:
         def rows_lists():

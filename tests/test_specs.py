@@ -1,0 +1,222 @@
+"""One front door (gmp.specs): the CLI and the Python API resolve a request the same way and give the
+same run; defaults that work (a tiered table's cache, torchrun); the train and simulate summaries."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import gmp
+from cli.main import app
+from gmp.datasets.format import load_dataset
+from gmp.manifest import write_manifest
+from gmp.placement import Placement
+from gmp.specs import DEFAULT, PLAN, TORCHRUN, USER, resolve_train
+from gmp.topology import homogeneous
+from train_data import make_ctr_dataset
+
+PLANNED = {"batch_size": 16, "embedding_dim": 8}  # unlike the defaults (512, 16)
+
+
+def planned_manifest(root, ds, n, *, seed=0, plan=PLANNED):
+    rng = np.random.default_rng(seed)
+    pl = Placement.edge_cut(n, rng.integers(0, n, ds.num_samples), rng.integers(0, n, ds.num_embeddings),
+                            method="test")
+    out = root / f"m{n}"
+    write_manifest(out, pl, dataset_sha256=ds.sha256, num_samples=ds.num_samples, num_embeddings=ds.num_embeddings,
+                   topology=homogeneous(n), metrics=dict(plan))
+    return out, pl
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory):
+    root = tmp_path_factory.mktemp("specs")
+    path = make_ctr_dataset(root / "ds", num_samples=300, field_sizes=(30, 20, 10), seed=1)
+    man, pl = planned_manifest(root, load_dataset(path), 2)
+    return path, man, pl
+
+
+def cli(*args):
+    return CliRunner().invoke(app, [*map(str, args)])
+
+
+def log(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def same_run(a: dict, b: dict) -> None:
+    for key in ("train_loss", "test_logloss", "test_auc", "bytes", "steps", "samples", "remote_rows_read"):
+        assert a[key] == b[key], key
+
+
+def test_train_api_and_cli_use_the_manifests_plan(planned, tmp_path):
+    """gmp.train_model trained at the default batch whatever the manifest planned (logloss 0.4377 by the API,
+    0.4243 by the CLI on the issue's data): both now train at the plan, as an explicit --batch-size would."""
+    path, man, _ = planned
+    api = gmp.train_model(path, man, epochs=1, seed=0)
+    res = cli("train", path, "--manifest", man, "--log-json", tmp_path / "cli.jsonl")
+    assert res.exit_code == 0, res.output
+    res = cli("train", path, "--manifest", man, "--batch-size", 16, "--embedding-dim", 8,
+              "--log-json", tmp_path / "explicit.jsonl")
+    assert res.exit_code == 0, res.output
+    (by_cli,), (explicit,) = log(tmp_path / "cli.jsonl"), log(tmp_path / "explicit.jsonl")
+    same_run(api[-1], by_cli)
+    same_run(api[-1], explicit)
+    num_train = load_dataset(path).num_train
+    assert api[-1]["samples"] == num_train and api[-1]["steps"] >= num_train // (2 * 16)  # not one step of 512
+
+
+def test_the_spec_says_where_each_value_came_from(planned):
+    path, man, _ = planned
+    spec = resolve_train(path, man, embedding_dim=4, environ={})
+    assert (spec.config.batch_size, spec.config.embedding_dim) == (16, 4)
+    assert spec.sources["batch_size"] == PLAN and spec.sources["embedding_dim"] == USER
+    assert spec.sources["model"] == DEFAULT and spec.sources["engine"] == DEFAULT and spec.engine == "local"
+    assert spec.warnings and "embedding_dim 4 (planned 8)" in spec.warnings[0]
+    assert "batch_size 16 (manifest plan)" in spec.described()
+
+
+def test_herald_with_a_host_tier_is_the_same_run_from_python_and_the_cli(planned, tmp_path):
+    """gmp.train_model(cache_rows=...) gave the whole cache to Herald and took no tier keywords; the one device
+    cache is now split as gmp train splits it (Herald's copies keep half)."""
+    path, man, _ = planned
+    opts = dict(schedule="herald", table_location="host", cache_rows=80, on_demand=True)
+    api = gmp.train_model(path, man, epochs=1, seed=0, **opts)
+    res = cli("train", path, "--manifest", man, "--schedule", "herald", "--table-location", "host", "--cache-rows", 80,
+              "--on-demand", "--log-json", tmp_path / "h.jsonl")
+    assert res.exit_code == 0, res.output
+    (by_cli,) = log(tmp_path / "h.jsonl")
+    same_run(api[-1], by_cli)
+    untimed = lambda d: {k: v for k, v in d.items() if "seconds" not in k and k != "peak_rss_bytes"}
+    assert api[-1]["herald"] == by_cli["herald"] and untimed(api[-1]["tiers"]) == untimed(by_cli["tiers"])
+    spec = resolve_train(path, man, environ={}, **opts)
+    assert (spec.config.tiers.cache_rows, spec.config.herald.cache_rows) == (40, 40)
+
+
+def test_simulate_api_and_cli_use_the_plans_embedding_dim(planned):
+    """gmp.simulate_epoch applied the plan's batch size but not its embedding dim (bytes at 16 floats a row)."""
+    path, man, _ = planned
+    api = gmp.simulate_epoch(path, man).to_json()
+    res = cli("simulate", path, "--manifest", man, "--json")
+    assert res.exit_code == 0, res.output
+    by_cli = json.loads(res.stdout)
+    drop = lambda d: {k: v for k, v in d.items() if k not in ("wall_s", "schedule_ms_per_batch")}
+    assert drop(api) == drop(by_cli)
+    assert api["embedding_dim"] == 8 and api["rows_pulled_bytes"] == api["pulls"] * 8 * 4
+
+
+def test_simulate_prints_the_naive_baseline_and_its_defaults_unlike_train(planned):
+    path, man, _ = planned
+    res = cli("simulate", path, "--manifest", man)
+    assert res.exit_code == 0, res.output
+    assert "naive (baseline" in res.stdout
+    naive = json.loads(cli("simulate", path, "--manifest", man, "--schedule", "naive", "--json").stdout)
+    row = next(line for line in res.stdout.splitlines() if line.strip("│ ").startswith("pulls "))
+    assert f"{naive['pulls']:,}" in row
+    line = next(x for x in res.stderr.splitlines() if x.startswith("defaults unlike gmp train's"))
+    assert "--schedule herald (gmp train: --schedule static)" in line and "--on-demand (gmp train: --no-on-demand)" \
+        in line and "--writable-replicas (gmp train: --read-only-replicas)" in line
+    assert res.stderr.strip().splitlines()[-1].startswith("simulated 1 epoch of ")
+    given = cli("simulate", path, "--manifest", man, "--on-demand")
+    assert "--on-demand (gmp train" not in given.stderr  # a setting the person gave is theirs, not a default
+
+
+def largest_step_by_hand(ds, pl, batch_size, epochs, seed=0):
+    """Per step of the static schedule: the union of every worker's batch, its rows counted per primary worker."""
+    from gmp.train.schedule import StaticSchedule
+
+    sched = StaticSchedule(pl, ds.num_train, batch_size, seed=seed)
+    most = 0
+    for e in range(epochs):
+        for step in sched.steps(e):
+            ids = set()
+            for part in step.samples:
+                for s in part:
+                    ids.update(int(i) for i in ds.indices[ds.indptr[s]:ds.indptr[s + 1]])
+            per = np.bincount(pl.embedding_primary[sorted(ids)], minlength=pl.num_workers) if ids else [0]
+            most = max(most, int(np.max(per)))
+    return most
+
+
+@pytest.mark.parametrize("location", ["host", "disk"])
+def test_a_tiered_tables_default_cache_holds_the_largest_step(tmp_path, location):
+    """'gmp train --table-location host' with the default cache refused a 1,000-sample dataset ('a step uses 343
+    distinct rows but the cache holds 46'): the default now holds the run's largest step."""
+    path = make_ctr_dataset(tmp_path / "ds", num_samples=1000, field_sizes=(200, 150, 100), seed=2)
+    ds = load_dataset(path)
+    man, pl = planned_manifest(tmp_path, ds, 2, plan={"batch_size": None, "embedding_dim": None})
+    res = cli("train", path, "--manifest", man, "--table-location", location, "--epochs", 2,
+              "--log-json", tmp_path / "t.jsonl")
+    assert res.exit_code == 0, res.output
+    spec = resolve_train(path, man, table_location=location, epochs=2, environ={})
+    percent = -(-int(np.bincount(pl.embedding_primary).max()) * 10 // 100)
+    step = largest_step_by_hand(ds, pl, 512, 2)
+    assert step > percent  # the case the 10% default refused
+    assert spec.config.tiers.cache_rows == step and spec.cache.largest_step == step
+    assert "cache_rows" in spec.described() and "largest step" in spec.sources["cache_rows"]
+    assert "settings: " in res.stderr and "cache_rows " + str(step) in res.stderr
+    summary = res.stderr.strip().splitlines()[-1]
+    assert "MB per step (embedding" in summary and "dense all-reduce" in summary and "cache hit rate" in summary
+
+
+def test_a_cache_too_small_names_the_flag(planned):
+    path, man, _ = planned
+    res = cli("train", path, "--manifest", man, "--table-location", "host", "--cache-rows", 2)
+    assert res.exit_code == 2
+    lines = res.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: ") and "raise --cache-rows to at least" in lines[-1]
+    with pytest.raises(gmp.errors.TrainingError, match="raise cache_rows to at least"):
+        gmp.train_model(path, man, table_location="host", cache_rows=2)
+
+
+def test_torchrun_picks_the_distributed_engine_and_refuses_local_copies(planned):
+    path, man, _ = planned
+    spec = resolve_train(path, man, environ={"WORLD_SIZE": "2"})
+    assert spec.engine == "distributed" and spec.sources["engine"] == TORCHRUN
+    with pytest.raises(gmp.errors.TrainingError, match="'engine' parameter is 'local' under torchrun"):
+        resolve_train(path, man, engine="local", environ={"WORLD_SIZE": "2"})
+
+
+def test_partition_under_torchrun_without_distributed_refuses(planned, monkeypatch, tmp_path):
+    path, _, _ = planned
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    res = cli("partition", path, "--workers", 2, "--out", tmp_path / "p")
+    assert res.exit_code == 2 and not (tmp_path / "p").exists()
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "--distributed" in lines[0]
+
+
+def test_hidden_sets_the_dense_layers(planned, tmp_path):
+    path, man, _ = planned
+    assert resolve_train(path, man, hidden="32,16,8", environ={}).config.hidden == (32, 16, 8)
+    assert resolve_train(path, man, environ={}).config.hidden == (128, 64)
+    res = cli("train", path, "--manifest", man, "--hidden", "12,6", "--checkpoint-dir", tmp_path / "ck")
+    assert res.exit_code == 0, res.output
+    from gmp.train.checkpoint import read_checkpoint_header
+
+    assert read_checkpoint_header(tmp_path / "ck")["config"]["hidden"] == [12, 6]
+    bad = cli("train", path, "--manifest", man, "--hidden", "a,b")
+    assert bad.exit_code == 2 and "--hidden must be comma-separated" in bad.output
+    resumed = cli("train", path, "--manifest", man, "--hidden", "12,6", "--checkpoint-dir", tmp_path / "ck",
+                  "--resume", "--epochs", 2)
+    assert resumed.exit_code == 0, resumed.output
+    assert "resumed after epoch 1" in resumed.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_train_under_torchrun_without_engine_trains_once_distributed(planned, tmp_path):
+    """'torchrun --nproc-per-node 2 ... gmp train DATA --manifest M' without --engine: one run (one run id in
+    the log), on the distributed engine; it ran the whole local run once per process (two runs)."""
+    from test_train_distributed import torchrun
+
+    path, man, _ = planned
+    res = torchrun(2, ["-m", "cli.main", "train", str(path), "--manifest", str(man), "--log-json",
+                       str(tmp_path / "d.jsonl")])
+    assert res.returncode == 0, res.stderr[-3000:]
+    records = log(tmp_path / "d.jsonl")
+    assert len({r["run"] for r in records}) == 1 and [r["engine"] for r in records] == ["distributed"]
+    assert res.stderr.count("one run on the distributed engine") == 1
