@@ -75,8 +75,8 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from .. import __version__
 from .._io import full_disk_error, header_value, read_versioned_json, write_json
+from .._version import __version__
 from ..errors import GmpError, TrainingError
 from ..placement import Placement
 from .checkpoint_rows import PrimaryRows, rows_name, upgrade_worker_v2, write_primary_rows
