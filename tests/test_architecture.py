@@ -342,6 +342,15 @@ def test_train_modules_stay_small():
     assert {k: v for k, v in sizes.items() if v > 520} == {}
 
 
+def test_the_train_module_map_names_every_module():
+    """The map in gmp/train/__init__.py lists every module and subpackage of gmp/train."""
+    train = GMP / "train"
+    doc = ast.get_docstring(ast.parse((train / "__init__.py").read_text(encoding="utf-8")))
+    names = [p.name for p in sorted(train.glob("*.py")) if p.name != "__init__.py"]
+    names += [f"{d.name}/" for d in sorted(train.iterdir()) if (d / "__init__.py").is_file()]
+    assert [n for n in names if n not in doc] == []
+
+
 def test_train_functions_stay_short_or_say_why():
     """No function of gmp/train over about 100 lines without a ``# long function: <reason>`` line above it."""
     long = []
