@@ -82,6 +82,12 @@ log = logging.getLogger(__name__)
 METIS_NITER = 3
 
 
+def default_coarse_pairs(num_samples: int) -> int:
+    """Row pairs the signal graph is built from when ``coarse_pairs`` is not given: 2 per sample, within
+    [2M, 24M] (METIS's time grows with the pairs; 24M is the ``metis`` partitioner's own default)."""
+    return int(min(24_000_000, max(2_000_000, 2 * num_samples)))
+
+
 def signal_band(degree: np.ndarray, num_samples: int, num_workers: int, batch_size: int, *,
                 saturation: float, max_vertices: int) -> tuple[int, int]:
     """``(lo, hi)``: the degree band of the rows that form the coarse graph.

@@ -163,6 +163,8 @@ from . import _hybrid_kernels as K
 from ..kernels.simd import padded_width
 from . import _multilevel as ML
 from ._common import check_max_imbalance, enforce_cap, expand_primaries, place_unused_embeddings, sample_cap
+from ._multilevel import default_coarse_pairs
+from ._objective import default_weights, soft_count_table, summarize
 from .random import balanced_random_assignment
 
 log = logging.getLogger(__name__)
@@ -362,34 +364,6 @@ class Options:
 # --------------------------------------------------------------------------
 # pieces (public so tests can check them against slow references)
 # --------------------------------------------------------------------------
-def soft_count_table(max_count: int, samples_per_worker: float, batch_size: int) -> np.ndarray:
-    """float64 [max_count + 2]: f(c) = (1 - (1 - c/m)^b) * m/b, the expected batches touching an
-    embedding used by c of a worker's m samples (b = min(batch_size, m); f is clamped at m/b for c >= m).
-
-    Examples
-    --------
-    >>> soft_count_table(3, 10.0, 1)      # b = 1: f(c) = c, the plain count of Eq. 3
-    array([0., 1., 2., 3., 4.])
-    """
-    m = max(float(samples_per_worker), 1.0)
-    b = float(min(batch_size, m))
-    c = np.arange(max_count + 2, dtype=np.float64)
-    base = np.clip(1.0 - c / m, 0.0, 1.0)
-    return (1.0 - base**b) * (m / b)
-
-
-def default_weights(num_workers: int, num_samples: int, num_used_embeddings: int) -> tuple[float, float]:
-    """The paper's alpha = 100 N / |samples| and beta = 100 N / |embeddings| (used ones)."""
-    return 100.0 * num_workers / max(num_samples, 1), 100.0 * num_workers / max(num_used_embeddings, 1)
-
-
-def imbalance(load: np.ndarray) -> float:
-    """max / mean of a load vector (1.0 when empty or all zero)."""
-    load = np.asarray(load, dtype=np.float64)
-    mean = load.mean() if load.size else 0.0
-    return float(load.max() / mean) if mean > 0 else 1.0
-
-
 @contextmanager
 def _numba_threads(threads: int | None) -> Iterator[None]:
     if threads is None:
@@ -401,29 +375,6 @@ def _numba_threads(threads: int | None) -> Iterator[None]:
         yield
     finally:
         numba.set_num_threads(old)
-
-
-def summarize(state) -> dict:
-    """The objective J (module docstring) and the round metrics of a level's state whose ``_traffic``
-    (weighted, reads, remote, unique) and ``served`` are current; shared by the flat and coarse levels."""
-    weighted, reads, remote, unique = state._traffic
-    s_dev = state.sample_load - state.sample_load.mean()
-    p_dev = state.primary_load - state.primary_load.mean()
-    d_mean = float(state.served.mean())
-    traffic_pen = ((state.gamma / (2.0 * d_mean)) * float(np.sum((state.served - d_mean) ** 2))
-                   if d_mean > 0 else 0.0)
-    obj = (float(weighted) + state.alpha / 2.0 * float(s_dev @ s_dev) + state.beta / 2.0 * float(p_dev @ p_dev)
-           + traffic_pen)
-    return {
-        "objective": obj,
-        "comm_weighted": float(weighted),
-        "expected_remote_reads": float(reads),
-        "remote_accesses": int(remote),
-        "epoch_unique_remote": int(unique),
-        "sample_imbalance": imbalance(state.sample_load),
-        "primary_imbalance": imbalance(state.primary_load),
-        "traffic_imbalance": imbalance(state.served) if state.num_workers > 1 else 1.0,
-    }
 
 
 class _State:
@@ -496,7 +447,7 @@ class _State:
         if self._traffic is None:
             self._traffic = K.traffic_summary(self.prim, self.count, self.active, self.f, self.cost, self.served,
                                               self.received)
-        return summarize(self)
+        return summarize(self, self._traffic)
 
     def effective_cost(self) -> np.ndarray:
         """C' = C with row p scaled by 1 + gamma (served_p / mean - 1): Eq. 5 linearised at the round start."""
@@ -729,12 +680,6 @@ def _run_rounds(state: _State, options: Options, rounds: list[dict], level: str,
                 break
 
 
-def default_coarse_pairs(num_samples: int) -> int:
-    """Row pairs the signal graph is built from when ``coarse_pairs`` is not given: 2 per sample, within
-    [2M, 24M] (METIS's time grows with the pairs; 24M is the ``metis`` partitioner's own default)."""
-    return int(min(24_000_000, max(2_000_000, 2 * num_samples)))
-
-
 def _multilevel_start(graph: BipartiteGraph, topology: Topology, options: Options, rng: np.random.Generator,
                       degree: np.ndarray, num_private: np.ndarray | None) -> tuple[_State, list[dict] | None, dict] | None:
     """The multilevel start (:mod:`._multilevel`): ``(state, rounds, info)`` over the graph's (used) ids, or
@@ -921,11 +866,11 @@ def _start_objective(sw, prim, count, active, f, cost, n, alpha, beta, gamma) ->
     received = np.zeros(n, dtype=np.float64)
     traffic = K.traffic_summary(prim, count, active, f, cost, served, received)
     view = type("StartView", (), {})()
-    view._traffic, view.served, view.num_workers = traffic, served, n
+    view.served, view.num_workers = served, n
     view.sample_load = np.bincount(sw, minlength=n).astype(np.int64)
     view.primary_load = np.bincount(prim[active], minlength=n).astype(np.int64)
     view.alpha, view.beta, view.gamma = alpha, beta, float(gamma)
-    return summarize(view)["objective"]
+    return summarize(view, traffic)["objective"]
 
 
 def _flat_beside(state: _State, graph: BipartiteGraph, topology: Topology, options: Options,
