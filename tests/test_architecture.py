@@ -342,21 +342,17 @@ def test_train_modules_stay_small():
     assert {k: v for k, v in sizes.items() if v > 520} == {}
 
 
-#: modules that score with hybrid's objective: they take it from gmp/partition/_objective.py, not from the
-#: hybrid algorithm's module
+#: modules that score with hybrid's objective (and its Options): they take it from
+#: gmp/partition/_objective.py, not from the hybrid algorithm's module
 OBJECTIVE_USERS = ("gmp.partition.incremental", "gmp.partition._incremental_onepass",
-                   "gmp.partition.distributed.state")
-#: ... and gmp.partition.distributed.core still takes hybrid's Options (the distributed run is hybrid with
-#: its options; moving Options out of hybrid.py is left to do)
-HYBRID_IMPORTERS_LEFT = ("gmp.partition.distributed.core",)
+                   "gmp.partition.distributed.state", "gmp.partition.distributed.core")
 
 
 def test_incremental_and_distributed_partitioning_do_not_import_hybrid():
     edges = dependency_edges(parse_package(GMP))
-    users = [m for m in {a for a, _ in edges} if m.startswith(("gmp.partition.incremental",
-                                                               "gmp.partition._incremental_onepass",
-                                                               "gmp.partition.distributed"))]
-    assert sorted(a for a in users if (a, "gmp.partition.hybrid") in edges) == list(HYBRID_IMPORTERS_LEFT)
+    users = {a for a, _ in edges if a.startswith(("gmp.partition.incremental", "gmp.partition._incremental_onepass",
+                                                  "gmp.partition.distributed"))}
+    assert sorted(a for a in users if (a, "gmp.partition.hybrid") in edges) == []
     assert [a for a in OBJECTIVE_USERS if (a, "gmp.partition._objective") not in edges] == []
 
 

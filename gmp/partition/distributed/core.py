@@ -12,8 +12,8 @@ import numpy as np
 from ...errors import PartitionError
 from ...placement import Placement
 from ...topology import Topology
-from .._common import place_unused_embeddings
-from ..hybrid import Options, is_hierarchical, replication_budgets
+from .._common import is_hierarchical, place_unused_embeddings
+from .._objective import Options, replication_budgets
 from .exchange import Ghosts, Mesh, OwnedRows, shard_range
 from .shard import Shard
 from .start import install_primaries, install_samples, multilevel_start, random_start
