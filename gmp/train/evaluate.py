@@ -16,7 +16,8 @@ from .steps import make_batch, prepare, read_rows
 
 
 def evaluate(ctx) -> dict[str, float]:
-    """``{"test_auc", "test_logloss"}`` of the trainer whose :class:`~gmp.train.context.StepContext` is ``ctx`` (nan without test samples)."""
+    """``{"test_auc", "test_logloss"}`` of the trainer whose :class:`~gmp.train.context.StepContext` is
+    ``ctx`` (nan without test samples)."""
     test = np.arange(ctx.data.num_train, ctx.data.num_samples, dtype=np.int64)
     if test.size == 0:
         return {"test_auc": float("nan"), "test_logloss": float("nan")}

@@ -2,9 +2,10 @@
 
 The :class:`~gmp.train.trainer.Trainer` knows nothing of HET-GMP or Herald: it
 builds its protocol by name (:func:`gmp.train.registry.make_protocol`), hands it the
-:class:`~gmp.train.context.StepContext` (not the trainer), asks it for the epoch's steps, runs :meth:`StepProtocol.train_step`
-on each, :meth:`StepProtocol.end_epoch` after the last, and lets the protocol
-add its fields to the JSON records. The two implementations:
+:class:`~gmp.train.context.StepContext` (not the trainer), asks it for the epoch's
+steps, runs :meth:`StepProtocol.train_step` on each, :meth:`StepProtocol.end_epoch`
+after the last, and lets the protocol add its fields to the JSON records. The
+implementations:
 
 * :class:`gmp.train.protocol_hetgmp.BoundedStaleness` -- HET-GMP's bounded
   staleness (any schedule; s >= 0, including inf);
