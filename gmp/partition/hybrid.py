@@ -28,6 +28,10 @@ The objective the sweeps descend is::
       + beta/2  * sum_i (primaries_i  - primaries/N)^2           (Eq. 4, memory)
       + gamma/(2 d) * sum_i (served_i - d)^2                     (Eq. 5, hot spots)
 
+(:mod:`._objective` holds J, its weights and :class:`Options`, which the incremental and
+distributed partitionings share; :func:`._hybrid_kernels.balance_delta` the Eq. 4 marginal every
+sweep uses; the multilevel start is :func:`._multilevel.multilevel_start`.)
+
 * ``count[x, w]`` is the number of samples on worker w using embedding x, kept
   as a compact int32 [num_embeddings, N] array and updated incrementally when
   a sample moves. Traffic is de-duplicated within a batch, so the cost of c
