@@ -12,8 +12,6 @@ copies, so the communication phases show only their CPU work, never a wait); eve
 from __future__ import annotations
 
 import argparse
-import collections
-import contextlib
 import itertools
 import sys
 import time
@@ -47,21 +45,11 @@ def main() -> None:
     config = TrainConfig(model=args.model, optimizer="sgd", lr=0.01, batch_size=args.batch_size,
                          embedding_dim=args.embedding_dim, staleness=0, pipeline=args.pipeline)
     tr = Trainer(TrainData(ds), placement, config, LocalEngine(placement.num_workers))
-    cpu = collections.defaultdict(float)
-
-    @contextlib.contextmanager
-    def phase(name):
-        t0 = time.process_time()
-        try:
-            yield
-        finally:
-            cpu[name] += time.process_time() - t0
-
-    tr.phase = phase
+    tr.phase.clock = time.process_time  # CPU seconds per phase (the protocols time through this clock)
     steps = tr.protocol.steps(0, 0)
     for step in itertools.islice(steps, args.warmup):
         tr.train_step(step)
-    cpu.clear()
+    tr.phase.reset()
     t0 = time.process_time()
     done = 0
     for step in itertools.islice(steps, args.steps):
@@ -69,6 +57,7 @@ def main() -> None:
         done += 1
     total = time.process_time() - t0
     per = max(1, done * placement.num_workers)
+    cpu = tr.phase.seconds
     outside = sum(v for k, v in cpu.items() if k != "compute")
     print(f"CPU ms per worker per step ({done} steps, {placement.num_workers} workers): "
           + ", ".join(f"{k} {v / per * 1e3:.2f}" for k, v in cpu.items())

@@ -7,9 +7,10 @@ import functools
 import json
 from pathlib import Path
 import os
+import re
 import shutil
 import sys
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, Callable, Mapping, Optional, TypeVar
 
 import typer
 
@@ -119,3 +120,30 @@ def refuse_flags(given: Mapping[str, bool], where: str, error: type[Exception]) 
     wrong = [flag for flag, on in given.items() if on]
     if wrong:
         raise error(f"{', '.join(wrong)} do{'es' if len(wrong) == 1 else ''} not apply to {where}")
+
+
+# ----------------------------------------------------------------- shared by the partition commands
+def summary_table(metrics: dict[str, Any], title: str) -> None:
+    from rich.table import Table
+
+    from gmp.report import tables
+
+    out = console()
+    for headers, rows in (tables.metrics_table(metrics), tables.summary_table(metrics)):
+        t = Table(title=title, title_justify="left")
+        title = ""
+        for h in headers:
+            t.add_column(h, justify="left" if h in ("metric", "quantity") else "right")
+        for r in rows:
+            t.add_row(*r)
+        out.print(t)
+
+
+def topo_workers(workers: Optional[int], topology: Optional[str]) -> str:
+    """The worker count for the default --out name, before the topology is built."""
+    if workers is not None:
+        return str(workers)
+    if topology and re.fullmatch(r"\d+(x\d+)?", topology.strip()):
+        a, _, b = topology.strip().partition("x")
+        return str(int(a) * int(b or 1))
+    return "N"

@@ -14,7 +14,7 @@ import sys
 import typer
 from typer.core import TyperOption
 
-from gmp import __version__
+from gmp._version import __version__
 from gmp.errors import GmpError
 
 app = typer.Typer(

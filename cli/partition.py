@@ -17,7 +17,7 @@ import typer
 from gmp.constants import DEFAULT_BATCH_SIZE, DEFAULT_EMBEDDING_DIM
 from gmp.partition import PARTITIONERS
 
-from ._common import check_seed, console, handle_errors, refuse_flags
+from ._common import check_seed, console, handle_errors, refuse_flags, summary_table, topo_workers
 
 #: partitioner flags -> Options field names (passed through only when given)
 PARTITIONER_FLAGS = ("rounds", "tol", "alpha", "beta", "gamma", "max_imbalance", "replication_budget",
@@ -51,32 +51,6 @@ def _load_partitioner_or_explain(method: str):
                 f"choose another --method."
             ) from None
         raise PartitionError(f"method {method!r} needs the module {exc.name!r}; install it (pip install {exc.name}).") from None
-
-
-def summary_table(metrics: dict[str, Any], title: str) -> None:
-    from rich.table import Table
-
-    from gmp.report import tables
-
-    out = console()
-    for headers, rows in (tables.metrics_table(metrics), tables.summary_table(metrics)):
-        t = Table(title=title, title_justify="left")
-        title = ""
-        for h in headers:
-            t.add_column(h, justify="left" if h in ("metric", "quantity") else "right")
-        for r in rows:
-            t.add_row(*r)
-        out.print(t)
-
-
-def topo_workers(workers: Optional[int], topology: Optional[str]) -> str:
-    """The worker count for the default --out name, before the topology is built."""
-    if workers is not None:
-        return str(workers)
-    if topology and re.fullmatch(r"\d+(x\d+)?", topology.strip()):
-        a, _, b = topology.strip().partition("x")
-        return str(int(a) * int(b or 1))
-    return "N"
 
 
 def _check_positive(**flags: Optional[int]) -> None:

@@ -47,8 +47,7 @@ def partition_distributed_cmd(dataset: Path, *, distributed: bool, chunk_samples
     from gmp.partition.hybrid import Options
     from gmp.topology import resolve_topology
 
-    from ._common import check_seed
-    from .partition import topo_workers
+    from ._common import check_seed, topo_workers
 
     check_seed(seed)
     out = out or Path("placements") / f"{Path(dataset).resolve().name}.hybrid.w{topo_workers(workers, topology)}"
@@ -113,7 +112,7 @@ def _write(ds, placement, topo, out, overwrite, no_plots, batch_size, embedding_
     from gmp.compare import peak_rss_bytes
     from gmp.graph import build_graph
 
-    from .partition import summary_table
+    from ._common import summary_table
 
     graph = build_graph(ds)
     peak = max(placement.info["distributed"]["peak_rss_bytes_per_process"])

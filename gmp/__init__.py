@@ -25,9 +25,8 @@ The verbs are named so that no submodule shadows them (``gmp.partition`` is
 the partitioner package, ``gmp.partition_dataset`` the verb).
 """
 
-__version__ = "0.1.0"
-
-from .api import (  # noqa: E402  (after __version__, which gmp's modules import)
+from ._version import __version__
+from .api import (
     compare_partitioners,
     export_torchrec,
     import_dataset,

@@ -34,7 +34,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from . import __version__
+from ._version import __version__
 from .errors import GmpError, PartitionError
 from .graph import BipartiteGraph
 from .metrics import compute_metrics

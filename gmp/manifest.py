@@ -125,8 +125,8 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 import numpy as np
 
-from . import __version__
 from ._io import atomic_directory, hash_arrays, header_value, load_npy, read_versioned_json, verify_enabled, write_json
+from ._version import __version__
 from .errors import GmpError, ManifestError, TopologyError
 from .graph import min_max
 from .placement import Placement, secondary_violation

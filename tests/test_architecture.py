@@ -1,14 +1,20 @@
-"""The shape of gmp's code, checked by parsing ``gmp/`` (no imports executed).
+"""The shape of gmp's code, checked by parsing ``gmp/`` and ``cli/`` (no imports executed).
 
-* No import cycle between modules, nor between packages (``gmp.train``,
-  ``gmp.partition``, ... and the top-level modules); imports inside functions
-  count, so a cycle cannot hide behind a late import.
+* No import cycle between modules of ``gmp/`` and ``cli/``, nor between packages
+  (``gmp.train``, ``gmp.partition``, ... and the top-level modules); imports
+  inside functions count, so a cycle cannot hide behind a late import, and so
+  do imports of the package root (``from gmp import __version__`` depends on
+  ``gmp/__init__``, which imports :mod:`gmp.api` and through it every stage:
+  the version lives in the leaf ``gmp/_version.py``).
 * No ``_private`` name of one module used by another: not imported
   (``from .cache import _compact``), not read through a module
   (``graph._min_max``), not read or written on another module's objects
   (``store._dirty``). A package's private implementation modules (``_io.py``,
   ``partition/_common.py``) may be imported inside that package.
 * No ``try/except ImportError`` around an import of gmp's own modules.
+* No module but ``gmp/train/trainer.py`` reads or writes an attribute of a
+  :class:`~gmp.train.trainer.Trainer`; others call its public methods only
+  (protocols and step helpers get a :class:`~gmp.train.context.StepContext`).
 
 Each check is also run on a small hand-made package (``tmp_path``) that has
 the fault, so a check that cannot fail would fail here.
@@ -21,7 +27,9 @@ from pathlib import Path
 
 import pytest
 
-GMP = Path(__file__).resolve().parents[1] / "gmp"
+REPO = Path(__file__).resolve().parents[1]
+GMP = REPO / "gmp"
+CLI = REPO / "cli"
 #: attributes with a leading underscore that are public API (namedtuple methods, dunders)
 PUBLIC_UNDERSCORE = {"_replace", "_fields", "_asdict", "_make", "_field_defaults"}
 
@@ -34,9 +42,9 @@ def module_name(root: Path, path: Path) -> str:
     return ".".join(parts)
 
 
-def parse_package(root: Path) -> dict[str, tuple[Path, ast.Module]]:
+def parse_package(*roots: Path) -> dict[str, tuple[Path, ast.Module]]:
     return {module_name(root, p): (p, ast.parse(p.read_text(encoding="utf-8"), str(p)))
-            for p in sorted(root.rglob("*.py"))}
+            for root in roots for p in sorted(root.rglob("*.py"))}
 
 
 def is_package(mods, name: str, root: Path) -> bool:
@@ -54,19 +62,24 @@ def resolve_from(importer: str, is_pkg: bool, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def imports_of(mods, root: Path):
-    """Yield (importer, imported module, imported names or None, node) for every import in ``mods``."""
-    top = root.name
+def imports_of(mods):
+    """Yield (importer, imported module, imported names or None, node) for every import in ``mods`` of a
+    package ``mods`` holds."""
+    tops = {name.split(".")[0] for name in mods}
+
+    def ours(target: str) -> bool:
+        return target.split(".")[0] in tops
+
     for name, (path, tree) in mods.items():
         pkg = path.name == "__init__.py"
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 for a in node.names:
-                    if a.name == top or a.name.startswith(top + "."):
+                    if ours(a.name):
                         yield name, a.name, None, node
             elif isinstance(node, ast.ImportFrom):
                 target = resolve_from(name, pkg, node)
-                if not (target == top or target.startswith(top + ".")):
+                if not ours(target):
                     continue
                 for a in node.names:
                     sub = f"{target}.{a.name}"
@@ -76,13 +89,13 @@ def imports_of(mods, root: Path):
                         yield name, target, [a.name], node
 
 
-def dependency_edges(mods, root: Path) -> set[tuple[str, str]]:
+def dependency_edges(mods) -> set[tuple[str, str]]:
+    """(importer, imported) for every import between modules of ``mods``; ``from gmp import __version__``
+    is an edge to the package root (importing it runs ``gmp/__init__``)."""
     edges = set()
-    for importer, target, names, _ in imports_of(mods, root):
+    for importer, target, names, _ in imports_of(mods):
         if target not in mods:
             continue
-        if names is not None and all(n.startswith("__") for n in names):
-            continue  # ``from . import __version__``: metadata, not code
         if target != importer:
             edges.add((importer, target))
     return edges
@@ -127,19 +140,19 @@ def package_of(name: str, mods) -> str:
     return name if len(parts) <= 2 else ".".join(parts[:2])
 
 
-def import_cycles(root: Path) -> tuple[list[str] | None, list[str] | None]:
-    mods = parse_package(root)
-    edges = dependency_edges(mods, root)
+def import_cycles(*roots: Path) -> tuple[list[str] | None, list[str] | None]:
+    mods = parse_package(*roots)
+    edges = dependency_edges(mods)
     pkg_edges = {(package_of(a, mods), package_of(b, mods)) for a, b in edges}
-    pkg_edges = {(a, b) for a, b in pkg_edges if a != b and a != root.name and b != root.name}
+    pkg_edges = {(a, b) for a, b in pkg_edges if a != b}
     return find_cycle(edges), find_cycle(pkg_edges)
 
 
-def private_uses(root: Path) -> list[str]:
-    mods = parse_package(root)
+def private_uses(*roots: Path) -> list[str]:
+    mods = parse_package(*roots)
     out = []
     module_aliases: dict[str, dict[str, str]] = {name: {} for name in mods}
-    for importer, target, names, node in imports_of(mods, root):
+    for importer, target, names, node in imports_of(mods):
         if names is None:  # ``import gmp.x as m`` / ``from gmp import x``
             if isinstance(node, ast.Import):
                 for a in node.names:
@@ -210,15 +223,113 @@ def import_error_shims(root: Path) -> list[str]:
     return out
 
 
-# ----------------------------------------------------------------------------- the checks on gmp/
+def strongly_connected(edges: set[tuple[str, str]]) -> list[list[str]]:
+    """The groups of two or more modules that all import each other, directly or not (Tarjan), sorted."""
+    graph: dict[str, list[str]] = {}
+    for a, b in sorted(edges):
+        graph.setdefault(a, []).append(b)
+        graph.setdefault(b, [])
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(n: str) -> None:
+        index[n] = low[n] = len(index)
+        stack.append(n)
+        on.add(n)
+        for m in graph[n]:
+            if m not in index:
+                visit(m)
+                low[n] = min(low[n], low[m])
+            elif m in on:
+                low[n] = min(low[n], index[m])
+        if low[n] == index[n]:
+            group = []
+            while True:
+                m = stack.pop()
+                on.discard(m)
+                group.append(m)
+                if m == n:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for n in sorted(graph):
+        if n not in index:
+            visit(n)
+    return sorted(out)
+
+
+#: names that hold a Trainer outside trainer.py (besides parameters annotated ``Trainer``)
+TRAINER_NAMES = {"trainer", "tr"}
+
+
+def trainer_methods(trainer_py: Path) -> set[str]:
+    """The public methods of class ``Trainer`` in ``trainer_py`` (properties are attributes, not methods)."""
+    tree = ast.parse(trainer_py.read_text(encoding="utf-8"))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Trainer")
+    return {f.name for f in cls.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and not f.name.startswith("_") and not any(ast.unparse(d).endswith(("property", "setter"))
+                                                       for d in f.decorator_list)}
+
+
+def _is_trainer_annotation(node) -> bool:
+    return node is not None and ast.unparse(node).strip("'\"").split(".")[-1] == "Trainer"
+
+
+def trainer_attribute_uses(*roots: Path) -> list[str]:
+    """Every use of a Trainer's attribute outside ``<gmp>/train/trainer.py`` other than a call of one of
+    its public methods: ``trainer.stores``, ``tr.acc = ...``, ``self.trainer.config``. A Trainer is a name
+    in :data:`TRAINER_NAMES`, a parameter annotated ``Trainer``, a name assigned ``Trainer(...)``, or an
+    attribute called ``trainer``."""
+    mods = parse_package(*roots)
+    owner = next(p for p, _ in mods.values() if p.parts[-3:] == ("gmp", "train", "trainer.py"))
+    methods = trainer_methods(owner)
+    out = []
+    for name, (path, tree) in mods.items():
+        if path == owner:
+            continue
+        holders = set(TRAINER_NAMES)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.arg) and _is_trainer_annotation(node.annotation):
+                holders.add(node.arg)
+            elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
+                    ast.unparse(node.value.func).split(".")[-1] == "Trainer":
+                holders |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute):
+                continue
+            base = node.value
+            if not ((isinstance(base, ast.Name) and base.id in holders)
+                    or (isinstance(base, ast.Attribute) and base.attr in TRAINER_NAMES)):
+                continue
+            if node.attr in methods and id(node) in called and isinstance(node.ctx, ast.Load):
+                continue
+            verb = "writes" if isinstance(node.ctx, (ast.Store, ast.Del)) else "reads"
+            out.append(f"{name}:{node.lineno} {verb} {ast.unparse(node)}, an attribute of the Trainer")
+    return out
+
+
+# ----------------------------------------------------------------------------- the checks on gmp/ and cli/
 def test_no_import_cycle_between_modules_or_packages():
-    module_cycle, package_cycle = import_cycles(GMP)
+    groups = strongly_connected(dependency_edges(parse_package(GMP, CLI)))
+    assert groups == [], "modules that import each other: " + "; ".join(", ".join(g) for g in groups)
+    module_cycle, package_cycle = import_cycles(GMP, CLI)
     assert module_cycle is None, "import cycle: " + " -> ".join(module_cycle)
     assert package_cycle is None, "package import cycle: " + " -> ".join(package_cycle)
 
 
 def test_no_private_name_used_across_modules():
     assert private_uses(GMP) == []
+
+
+def test_no_module_but_the_trainer_uses_its_attributes():
+    """Protocols get a StepContext; checkpoints, migrations and the run loop call the Trainer's public
+    methods (issue 34: the Trainer is no blackboard)."""
+    assert trainer_attribute_uses(GMP, CLI) == []
 
 
 def test_no_import_error_shim_around_gmp_modules():
@@ -229,6 +340,29 @@ def test_train_modules_stay_small():
     """No module of gmp/train over about 500 lines (issue 10)."""
     sizes = {p.relative_to(GMP).as_posix(): len(p.read_text().splitlines()) for p in (GMP / "train").rglob("*.py")}
     assert {k: v for k, v in sizes.items() if v > 520} == {}
+
+
+#: modules that score with hybrid's objective (and its Options): they take it from
+#: gmp/partition/_objective.py, not from the hybrid algorithm's module
+OBJECTIVE_USERS = ("gmp.partition.incremental", "gmp.partition._incremental_onepass",
+                   "gmp.partition.distributed.state", "gmp.partition.distributed.core")
+
+
+def test_incremental_and_distributed_partitioning_do_not_import_hybrid():
+    edges = dependency_edges(parse_package(GMP))
+    users = {a for a, _ in edges if a.startswith(("gmp.partition.incremental", "gmp.partition._incremental_onepass",
+                                                  "gmp.partition.distributed"))}
+    assert sorted(a for a in users if (a, "gmp.partition.hybrid") in edges) == []
+    assert [a for a in OBJECTIVE_USERS if (a, "gmp.partition._objective") not in edges] == []
+
+
+def test_the_train_module_map_names_every_module():
+    """The map in gmp/train/__init__.py lists every module and subpackage of gmp/train."""
+    train = GMP / "train"
+    doc = ast.get_docstring(ast.parse((train / "__init__.py").read_text(encoding="utf-8")))
+    names = [p.name for p in sorted(train.glob("*.py")) if p.name != "__init__.py"]
+    names += [f"{d.name}/" for d in sorted(train.iterdir()) if (d / "__init__.py").is_file()]
+    assert [n for n in names if n not in doc] == []
 
 
 def test_train_functions_stay_short_or_say_why():
@@ -287,6 +421,52 @@ def test_private_module_inside_its_package_and_own_attributes_are_allowed(tmp_pa
                                "b.py": "class T:\n    def __init__(self):\n        self._n = 0\n"
                                        "    def same(self, other):\n        return other._n\n"})
     assert private_uses(root) == []
+
+
+def test_a_cycle_through_the_package_root_is_found(tmp_path):
+    """``from . import __version__`` in a module that ``gmp/__init__`` reaches is a cycle through the root."""
+    root = _package(tmp_path, {"__init__.py": "__version__ = '1'\nfrom .api import run\n",
+                               "api.py": "from .m import run\n", "m.py": "from . import __version__\nrun = 1\n"})
+    assert import_cycles(root)[0] == ["gmp", "gmp.api", "gmp.m", "gmp"]
+    assert strongly_connected(dependency_edges(parse_package(root))) == [["gmp", "gmp.api", "gmp.m"]]
+
+
+def test_a_cycle_between_two_roots_is_found(tmp_path):
+    gmp = _package(tmp_path, {"__init__.py": "", "a.py": "x = 1\n"})
+    cli = tmp_path / "cli"
+    cli.mkdir()
+    (cli / "__init__.py").write_text("")
+    (cli / "p.py").write_text("from gmp.a import x\nfrom cli.q import y\n")
+    (cli / "q.py").write_text("y = 1\ndef f():\n    from cli.p import x\n")
+    assert import_cycles(gmp)[0] is None
+    assert import_cycles(gmp, cli)[0] == ["cli.p", "cli.q", "cli.p"]
+
+
+_TRAINER = ("class Trainer:\n    def __init__(self):\n        self.stores = []\n        self.epoch = 0\n"
+            "    def position(self):\n        return self.epoch\n    @property\n    def engine(self):\n"
+            "        return 1\n")
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("def save(trainer):\n    return trainer.stores\n", "gmp.c:2 reads trainer.stores"),
+    ("def load(tr):\n    tr.epoch = 3\n", "gmp.c:2 writes tr.epoch"),
+    ("class P:\n    def __init__(self, trainer):\n        self.trainer = trainer\n"
+     "    def go(self):\n        return self.trainer.epoch\n", "gmp.c:5 reads self.trainer.epoch"),
+    ("def f(t: 'Trainer'):\n    return t.engine\n", "gmp.c:2 reads t.engine"),  # a property is an attribute
+    ("from .train.trainer import Trainer\nx = Trainer()\nn = x.position\n", "gmp.c:3 reads x.position"),
+])
+def test_trainer_attribute_uses_are_found(tmp_path, text, expected):
+    root = _package(tmp_path, {"__init__.py": "", "train/__init__.py": "", "train/trainer.py": _TRAINER,
+                               "c.py": text})
+    found = trainer_attribute_uses(root)
+    assert len(found) == 1 and found[0].startswith(expected), found
+
+
+def test_calls_of_the_trainers_public_methods_are_allowed(tmp_path):
+    root = _package(tmp_path, {"__init__.py": "", "train/__init__.py": "", "train/trainer.py": _TRAINER,
+                               "c.py": "def f(trainer, other):\n    other.stores = 1\n"
+                                       "    return trainer.position(), other.epoch\n"})
+    assert trainer_attribute_uses(root) == []
 
 
 def test_import_error_shims_are_found(tmp_path):

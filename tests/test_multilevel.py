@@ -24,7 +24,7 @@ from gmp.partition import run_partitioner
 from gmp.partition import _hybrid_kernels as K
 from gmp.partition._common import (assign_samples_by_majority, choose_primaries, compact_ids, sample_cap,
                                    seeded_order)
-from gmp.partition.hybrid import default_coarse_pairs
+from gmp.partition._multilevel import default_coarse_pairs
 from gmp.topology import hierarchical, homogeneous
 
 NO_2D = dict(replication_budget=0.0)
@@ -398,7 +398,7 @@ def test_kaminpar_planted_communities():
 def test_parallel_candidates_bounded_by_available_memory(monkeypatch):
     import psutil
 
-    from gmp.partition.hybrid import _candidates_that_fit, candidate_bytes
+    from gmp.partition._multilevel import _candidates_that_fit, candidate_bytes
 
     one = candidate_bytes(45_840_617, 30_100_000, 8, 24_000_000)
     assert one == 24 * 45_840_617 + 45 * 30_100_000 + 40 * 24_000_000  # ~3.2 GiB at the full Criteo scale
@@ -418,7 +418,7 @@ def test_worker_loads_matches_bincount_and_skips_unplaced():
 
 
 def test_portfolio_keeps_the_candidate_with_the_lowest_refined_objective(skewed_graph):
-    from gmp.partition.hybrid import _start_objective, soft_count_table
+    from gmp.partition._objective import soft_count_table, start_objective
 
     g, n = skewed_graph, 4
     p = run_partitioner("hybrid", g, homogeneous(n), seed=3, options=dict(NO_2D, portfolio_seeds=2))
@@ -435,9 +435,9 @@ def test_portfolio_keeps_the_candidate_with_the_lowest_refined_objective(skewed_
     K.count_samples(np.asarray(g.sample_indptr), local[np.asarray(g.sample_indices)], p.sample_worker, count)
     scap = sample_cap(g.num_samples, n, 1.05)
     f = soft_count_table(scap, g.num_samples / n, 512)
-    again = _start_objective(p.sample_worker, np.asarray(p.embedding_primary)[used_ids].astype(np.int32), count,
-                             degree > 0, f, homogeneous(n).cost.astype(np.float64), n, p.info["alpha"],
-                             p.info["beta"], p.info["gamma"])
+    again = start_objective(p.sample_worker, np.asarray(p.embedding_primary)[used_ids].astype(np.int32), count,
+                            degree > 0, f, homogeneous(n).cost.astype(np.float64), n, p.info["alpha"],
+                            p.info["beta"], p.info["gamma"])
     assert again == pytest.approx(objectives[ml["chosen"]], rel=1e-9)
     assert p.info["rounds"][-1]["objective"] == objectives[ml["chosen"]]
     # off: the projected choice among coarse_restarts bands, as on large graphs

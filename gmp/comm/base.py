@@ -64,6 +64,11 @@ class CommEngine(abc.ABC):
         if self.counting:
             self.bytes[local_index, _CAT_INDEX[category]] += int(nbytes)
 
+    def reset_counts(self) -> None:
+        """Zero the byte counters and the seconds inside collectives (a new epoch's accounting)."""
+        self.bytes[:] = 0
+        self.seconds = 0.0
+
     @contextlib.contextmanager
     def not_counted(self) -> Iterator[None]:
         old, self.counting = self.counting, False

@@ -103,7 +103,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numba
 import numpy as np
 
-from .. import __version__
+from .._version import __version__
 from .._io import (KIND_FILES, KIND_NAMES, atomic_directory, hash_arrays, header_value, index_dtype, load_npy,
                    output_kind, read_versioned_json, release_pages, verify_enabled, write_json)
 from ..errors import DatasetError

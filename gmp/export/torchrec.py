@@ -82,8 +82,8 @@ from typing import Any, Mapping, Sequence
 import numba
 import numpy as np
 
-from .. import __version__
 from .._io import atomic_directory, read_versioned_json, write_json
+from .._version import __version__
 from ..errors import ManifestError, MissingDependencyError
 from ..graph import build_graph
 from ..metrics import traffic

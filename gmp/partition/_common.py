@@ -35,6 +35,7 @@ import numba
 import numpy as np
 
 from ..errors import PartitionError
+from ..topology import Topology
 
 UNASSIGNED = -1
 
@@ -483,3 +484,10 @@ def _call_metis(fn, xadj, adjncy, num_parts, vweights, eweights, *, seed, ufacto
     if status != 1:  # METIS_OK
         raise PartitionError(f"METIS failed (status {status}) on a graph of {xadj.size - 1} vertices.")
     return part.astype(np.int32)
+
+
+def is_hierarchical(topology: Topology) -> bool:
+    """More than one machine and more than one worker on some machine (a flat topology otherwise)."""
+    mo = np.asarray(topology.machine_of)
+    num_machines = int(mo.max()) + 1 if mo.size else 1
+    return 1 < num_machines < topology.num_workers

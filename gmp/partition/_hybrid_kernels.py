@@ -174,6 +174,15 @@ def private_last(indptr, indices, private, num_private):  # pragma: no cover - c
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
+def balance_delta(weight, load_to, load_from):  # pragma: no cover - compiled
+    """Eq. 4's change when one vertex moves from a partition of load ``load_from`` to one of load
+    ``load_to``: ``weight * (load_to - load_from + 1)``, the change of ``weight / 2 * sum_i (load_i -
+    mean)^2``. The one place the sample (``alpha``) and primary (``beta``) balance terms of the sweeps are
+    written: hybrid's, the incremental plans' and the distributed run's kernels call it."""
+    return weight * (load_to - load_from + 1)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
 def cheapest_sample_move(gain, stay, load, cap, alpha, a):  # pragma: no cover - compiled
     """The worker b != a below ``cap`` that minimises ``gain[b] - stay + alpha * (load_b - load_a + 1)`` (a
     sample's move from a, Eq. 3 + Eq. 4), if that is below -1e-9 (no float-noise ping-pong); else a. Ties go
@@ -183,7 +192,7 @@ def cheapest_sample_move(gain, stay, load, cap, alpha, a):  # pragma: no cover -
     for b in range(load.size):
         if b == a or load[b] >= cap:
             continue
-        delta = gain[b] - stay + alpha * (load[b] - load[a] + 1)
+        delta = gain[b] - stay + balance_delta(alpha, load[b], load[a])
         if delta < best_delta:
             best_delta = delta
             best = b
@@ -334,7 +343,7 @@ def sweep_samples(indptr, indices, num_private, sw, prim, count, drow, df, ceff,
                 elif load[b] >= cap:
                     shared[b] = np.inf
                 else:
-                    shared[b] = gain[b] - stay + alpha * (load[b] - load[a] + 1)
+                    shared[b] = gain[b] - stay + balance_delta(alpha, load[b], load[a])
             best, carry = best_carry_move(shared, a, npv, tally, private_stay, primary_load, proom, beta, ceff,
                                           df0)
         else:
@@ -391,7 +400,7 @@ def sweep_embeddings(prim, count, active, f, ceff_t, load, cap, beta, fw, total,
         for q in range(num_workers):
             if q == p or load[q] >= cap:
                 continue
-            delta = total[q] - total[p] + beta * (load[q] - load[p] + 1)
+            delta = total[q] - total[p] + balance_delta(beta, load[q], load[p])
             if delta < best_delta:
                 best_delta = delta
                 best = q

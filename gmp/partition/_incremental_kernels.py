@@ -27,7 +27,7 @@ import numba
 import numpy as np
 
 from ..kernels.simd import popcount, prefetch
-from ._hybrid_kernels import cheapest_sample_move
+from ._hybrid_kernels import balance_delta, cheapest_sample_move
 from ._hybrid_kernels import count_samples  # noqa: F401 - one kernel, used as K.count_samples
 
 _ONE = np.int64(1)
@@ -302,7 +302,7 @@ def sweep_samples(oindptr, ocindices, num_private, sindptr, scindices, lost, mar
                 if b != a and load[b] >= cap:
                     continue
                 nb = pload[b] - tally[b] + npv
-                shared = 0.0 if b == a else delta[b] - stay + alpha * (load[b] - load[a] + 1)
+                shared = 0.0 if b == a else delta[b] - stay + balance_delta(alpha, load[b], load[a])
                 if nb <= pcap:  # the compound move: the sample and its carried rows to b
                     d = shared - private_stay + beta / 2.0 * (base + nb * nb - (pload[b] - tally[b]) ** 2)
                     if d < best_delta:
@@ -394,7 +394,7 @@ def primary_candidates(prim, sec, count, f, cost, load, cap, beta, out_target, o
             for w in range(n):
                 if w != q:
                     there += fw[w] * cost[q, w]
-            g = here - there - beta * (load[q] - load[p] + 1)
+            g = here - there - balance_delta(beta, load[q], load[p])
             if g > best_gain:
                 best_gain = g
                 out_target[x] = q

@@ -48,7 +48,7 @@ from . import _incremental_kernels as K
 from . import _onepass_kernels as O
 from ._common import choose_primaries, place_unused_embeddings, sample_cap
 from ._row_moves import move_rows, secondary_capacity
-from .hybrid import default_weights, soft_count_table
+from ._objective import default_weights, soft_count_table
 
 #: workers a word holds (57 holder bits and a 6-bit primary below the sign)
 MAX_WORKERS = 57

@@ -62,16 +62,23 @@ step's savings kept (iPinYou: the projected J ranks the bands backwards).
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
 
 import numba
 import numpy as np
 import scipy.sparse as sp
 
 from ..errors import PartitionError
-from ._common import choose_primaries, run_metis, seeded_order
+from ..progress import task
+from ._common import choose_primaries, is_hierarchical, run_metis, sample_cap, seeded_order
 from ._hybrid_kernels import count_samples
+from ._objective import default_weights, soft_count_table, start_objective
 from .metis import choose_rows_by_degree, cooccurrence_csr
 
 log = logging.getLogger(__name__)
@@ -80,6 +87,12 @@ log = logging.getLogger(__name__)
 #: refine the projection anyway: on criteo-1m 3 passes halve METIS's time (1.6 -> 0.86 s CPU) and the batch
 #: reads after the sweeps move by < 1 % either way (docs/hybrid.md, "Speed and memory of the multilevel default")
 METIS_NITER = 3
+
+
+def default_coarse_pairs(num_samples: int) -> int:
+    """Row pairs the signal graph is built from when ``coarse_pairs`` is not given: 2 per sample, within
+    [2M, 24M] (METIS's time grows with the pairs; 24M is the ``metis`` partitioner's own default)."""
+    return int(min(24_000_000, max(2_000_000, 2 * num_samples)))
 
 
 def signal_band(degree: np.ndarray, num_samples: int, num_workers: int, batch_size: int, *,
@@ -465,3 +478,184 @@ def _cluster_worker_weights(xadj, adjncy, weights, part, cluster, worker, num_cl
             if cluster[u] != c:
                 out[c, part[u]] += weights[k]
     return out
+
+
+# --------------------------------------------------------------------------
+# the start hybrid runs (levels=2): candidates, projections, the choice
+# --------------------------------------------------------------------------
+def multilevel_start(graph, topology, options, rng: np.random.Generator, degree: np.ndarray, *,
+                     new_state: Callable, refine: Callable) -> tuple[Any, list[dict] | None, dict] | None:
+    """The multilevel start of ``hybrid`` (module docstring): ``(state, rounds, info)`` over the graph's (used)
+    ids, or None when no row falls in the signal band (then the random start is used). ``graph``, ``topology``,
+    ``options`` (:class:`gmp.partition._objective.Options`) and ``rng`` are hybrid's; ``degree`` the users of
+    every row. The sweeps are hybrid's, handed in: ``new_state(sample_worker, primary, rng, count)`` builds
+    its state of a start, ``refine(state, t_start)`` runs up to ``portfolio_rounds`` rounds on it and returns
+    ``(round log, score)`` (J less the 2D step's savings).
+
+    Large graphs (more than ``portfolio_edges`` edges): one candidate per band, upper bounds
+    ``saturation * 4**k`` (k < ``coarse_restarts``) times the soft count's ``m / b``; each is partitioned
+    and projected, and the projection with the lowest objective J (the sweeps' own objective) is kept;
+    ``rounds`` is None (the caller runs the sweeps).
+
+    Small graphs (the *portfolio*): ``portfolio_bands`` bands x ``portfolio_seeds`` seeds, and every
+    candidate is refined by up to ``portfolio_rounds`` rounds before the choice, so the lowest J *after*
+    the sweeps, less the traffic the 2D step's secondaries will save (``hybrid.replication_savings``), wins
+    (the projected J predicts that poorly across bands: docs/hybrid.md, "iPinYou");
+    ``rounds`` is the chosen candidate's round log.
+
+    Every candidate has its own generator, seeded from ``rng`` before any runs, so the candidates are
+    independent: they run in up to ``numba.get_num_threads()`` Python threads at once (their kernels and
+    METIS release the GIL) and the result does not depend on how many. Ties go to the lower candidate.
+    """
+    t0 = time.perf_counter()
+    n = topology.num_workers
+    indptr = np.asarray(graph.sample_indptr)
+    indices = np.asarray(graph.sample_indices)
+    active = degree > 0  # degree: int64 [graph.num_embeddings], users of every row
+    num_used = int(np.count_nonzero(active))
+    scap = sample_cap(graph.num_samples, n, options.max_imbalance)
+    pcap = sample_cap(num_used, n, options.max_imbalance)
+    max_pairs = options.coarse_pairs or default_coarse_pairs(graph.num_samples)
+    a, b = default_weights(n, graph.num_samples, num_used)
+    weights_ab = (float(options.alpha) if options.alpha is not None else a,
+                  float(options.beta) if options.beta is not None else b)
+    f = soft_count_table(scap, graph.num_samples / n, options.batch_size)
+    cost = np.ascontiguousarray(topology.cost, dtype=np.float64)
+    machine_of = np.asarray(topology.machine_of, dtype=np.int64)
+    # the portfolio on flat topologies only: on a hierarchical one the refined J after the sweeps preferred
+    # near-misses of the planted machine/worker structure that the projected choice recovers exactly
+    # (tests/test_multilevel.py, two-level test)
+    # (rounds=0 asks for the projection alone: nothing to refine, no portfolio)
+    hierarchical = is_hierarchical(topology)
+    portfolio = graph.num_edges <= options.portfolio_edges and not hierarchical and options.rounds > 0
+    num_bands, num_seeds = (options.portfolio_bands, options.portfolio_seeds) if portfolio else (
+        options.coarse_restarts, 1)
+    bands = []
+    for k in range(num_bands):
+        band = signal_band(degree, graph.num_samples, n, options.batch_size,
+                              saturation=options.saturation * 4.0**k, max_vertices=options.coarse_vertices)
+        if band not in bands:
+            bands.append(band)
+    jobs = [(band, t) for band in bands for t in range(num_seeds)]
+    seeds = rng.integers(0, 2**63 - 1, size=len(jobs))
+    lock = threading.Lock()
+    best: list = []  # portfolio: [((objective, k), candidate)] of the best refined candidate so far
+
+    def candidate(k: int) -> dict:
+        t_c = time.perf_counter()
+        (lo, hi), _ = jobs[k]
+        crng = np.random.default_rng(int(seeds[k]))
+        xadj, adjncy, weights, vertex_row, rows_used = signal_graph(indptr, indices, degree, lo, hi, crng,
+                                                                      max_pairs)
+        cand = {"band": [lo, hi], "vertices": int(vertex_row.size), "edges": int(adjncy.size // 2),
+                "rows_sampled": rows_used}
+        if vertex_row.size < n:
+            return cand
+        part = partition_signal_graph(xadj, adjncy, weights, degree[vertex_row], machine_of,
+                                         seed=int(crng.integers(0, 2**31 - 1)), imbalance=options.max_imbalance)
+        row_worker = np.full(graph.num_embeddings, -1, dtype=np.int8)  # int8: a cache-sized table (N <= 64)
+        row_worker[vertex_row] = part
+        favourites = rebalanced = order_rng = None  # (without rebalancing the projection finds the favourites)
+        if options.rebalance_clusters and not hierarchical:
+            favourites = favourite_workers(indptr, indices, row_worker, n)
+            rebalanced, cand["rebalance"] = rebalance_clusters(xadj, adjncy, weights, part, favourites, row_worker,
+                                                                  vertex_row, indptr, indices, n, scap)
+            order_rng = copy.deepcopy(crng)  # the rebalanced projection visits the samples in the same order
+        del xadj, adjncy, weights  # (memory: before the projection's per-sample arrays, as before)
+        sw, prim, count = project(indptr, indices, row_worker, n, scap, pcap, crng, favourites=favourites)
+        del favourites
+        cand["projected_objective"] = start_objective(sw, prim, count, active, f, cost, n, *weights_ab,
+                                                      options.gamma)
+        if rebalanced is not None and cand["rebalance"]["moves"]:
+            # kept only when its projection has the lower objective (on real data the clusters are no
+            # communities and the moves can cost more than the spill they avoid: docs/hybrid.md)
+            del count  # (memory: one count array at a time; recounted below if the first projection stays)
+            row_worker[vertex_row] = rebalanced
+            sw1, prim1, count = project(indptr, indices, row_worker, n, scap, pcap, order_rng)
+            j1 = start_objective(sw1, prim1, count, active, f, cost, n, *weights_ab, options.gamma)
+            cand["rebalance"]["projected_objective"] = j1
+            cand["rebalance"]["kept"] = bool(j1 < cand["projected_objective"])
+            if cand["rebalance"]["kept"]:
+                sw, prim, cand["projected_objective"] = sw1, prim1, j1
+            else:
+                count = np.zeros((graph.num_embeddings, n), dtype=np.int32)
+                count_samples(indptr, indices, sw, count)
+            del sw1, prim1
+        del row_worker, rebalanced
+        if portfolio:  # refine now; the choice is made on the refined objective
+            state = new_state(sw, prim, crng, count)
+            del count
+            # scored as it will be used: J less what the 2D step's secondaries will save (a start whose
+            # remote traffic sits on a few rows loses less to replication than J alone says)
+            cand_rounds, cand["score"] = refine(state, t_c)
+            cand["objective"] = cand_rounds[-1]["objective"]
+            cand["rounds"] = len(cand_rounds) - 1
+            cand["placement"] = (state, cand_rounds)
+            # keep only the best refined state so far (memory: one state per running thread, plus the best);
+            # (score, k) is a total order, so the survivor does not depend on the order threads finish
+            with lock:
+                key = (cand["score"], k)
+                if best and best[0][0] <= key:
+                    cand["placement"] = None
+                else:
+                    if best:
+                        best[0][1]["placement"] = None
+                    best[:] = [(key, cand)]
+        else:
+            cand["objective"] = cand["score"] = cand["projected_objective"]
+            cand["placement"] = (sw, prim, count)
+        cand["seconds"] = round(time.perf_counter() - t_c, 4)
+        log.log(logging.DEBUG if portfolio else logging.INFO,
+                "hybrid multilevel: rows of degree [%d, %d]: %d vertices, %d edges (%d sampled rows): projected "
+                "objective %.6g, objective %.6g, %.2f s", lo, hi, cand["vertices"], cand["edges"], rows_used,
+                cand["projected_objective"], cand["objective"], cand["seconds"])
+        return cand
+
+    threads = max(1, min(len(jobs), numba.get_num_threads(),
+                         _candidates_that_fit(graph.num_samples, num_used, n, max_pairs)))
+    kind = f"{len(jobs)} refined candidates ({len(bands)} bands)" if portfolio else f"{len(jobs)} candidate bands"
+    with task(f"Hybrid multilevel: {kind}, {threads} at a time"):
+        if threads == 1:
+            candidates = [candidate(k) for k in range(len(jobs))]
+        else:
+            with ThreadPoolExecutor(max_workers=threads) as pool:
+                candidates = list(pool.map(candidate, range(len(jobs))))
+    placed = [k for k, c in enumerate(candidates) if "placement" in c]
+    if not placed:
+        log.info("hybrid multilevel: fewer signal rows than workers; random start.")
+        return None
+    chosen = min(placed, key=lambda k: (candidates[k]["score"], k))
+    assert candidates[chosen]["placement"] is not None  # the portfolio kept exactly this one
+    placement = candidates[chosen].pop("placement")
+    for c in candidates:
+        c.pop("placement", None)
+    info = {"candidates": candidates, "chosen": chosen, "max_pairs": max_pairs, "portfolio": portfolio,
+            "seconds": round(time.perf_counter() - t0, 4)}
+    log.info("hybrid multilevel: %s; chose band [%d, %d] (candidate %d), objective %.6g, %.2f s", kind,
+             *candidates[chosen]["band"], chosen, candidates[chosen]["objective"], info["seconds"])
+    if portfolio:
+        state, cand_rounds = placement
+        return state, cand_rounds, info
+    sw, prim, count = placement
+    del placement
+    return new_state(sw, prim, rng, count), None, info
+
+
+def candidate_bytes(num_samples: int, num_used: int, num_workers: int, max_pairs: int) -> int:
+    """Working memory of one multilevel candidate, estimated: per sample its band degree, favourite mask,
+    seeded order and worker (24 B); per used row its count row, row worker (int32 + int8) and primary;
+    about 40 B per row pair (the pair keys and METIS's CSR)."""
+    return 24 * num_samples + (4 * num_workers + 13) * num_used + 40 * max_pairs
+
+
+def _candidates_that_fit(num_samples: int, num_used: int, num_workers: int, max_pairs: int) -> int:
+    """How many candidates may run at once in the memory available now (at least 1). Only the number of
+    threads depends on it, never the result (the candidates are independent)."""
+    try:
+        import psutil  # noqa: PLC0415 - optional at import time
+
+        available = int(psutil.virtual_memory().available)
+    except Exception:  # noqa: BLE001 - no estimate: one at a time
+        return 1
+    # keep half of what is free for the sweeps' own arrays and everything else
+    return max(1, int(available // 2 // max(candidate_bytes(num_samples, num_used, num_workers, max_pairs), 1)))

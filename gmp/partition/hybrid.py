@@ -28,6 +28,10 @@ The objective the sweeps descend is::
       + beta/2  * sum_i (primaries_i  - primaries/N)^2           (Eq. 4, memory)
       + gamma/(2 d) * sum_i (served_i - d)^2                     (Eq. 5, hot spots)
 
+(:mod:`._objective` holds J, its weights and :class:`Options`, which the incremental and
+distributed partitionings share; :func:`._hybrid_kernels.balance_delta` the Eq. 4 marginal every
+sweep uses; the multilevel start is :func:`._multilevel.multilevel_start`.)
+
 * ``count[x, w]`` is the number of samples on worker w using embedding x, kept
   as a compact int32 [num_embeddings, N] array and updated incrementally when
   a sample moves. Traffic is de-duplicated within a batch, so the cost of c
@@ -138,22 +142,18 @@ edges: 40+ s at full scale, too costly to repeat per round).
 
 from __future__ import annotations
 
-import copy
 import logging
-import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Iterator
 
-import warnings
 
 import numba
 import numpy as np
 
-from ..constants import VALUE_BYTES
 from ..errors import PartitionError
 from ..graph import BipartiteGraph
 from ..placement import Placement
@@ -162,234 +162,17 @@ from ..topology import Topology
 from . import _hybrid_kernels as K
 from ..kernels.simd import padded_width
 from . import _multilevel as ML
-from ._common import check_max_imbalance, enforce_cap, expand_primaries, place_unused_embeddings, sample_cap
+from ._common import enforce_cap, expand_primaries, is_hierarchical, place_unused_embeddings, sample_cap
+# Options and INIT_METHODS are hybrid's names too (gmp.partition.PARTITIONERS reads hybrid.Options)
+from ._objective import (INIT_METHODS, Options, default_weights, replication_budgets,  # noqa: F401
+                         soft_count_table, summarize)
 from .random import balanced_random_assignment
 
 log = logging.getLogger(__name__)
 
-#: values of ``Options.init``: the paper's seeded random start, or a registered partitioner's placement
-INIT_METHODS = ("random", "bicut", "greedy-stream")
-
-
-@dataclass(frozen=True)
-class Options:
-    """Options of ``hybrid``.
-
-    Parameters
-    ----------
-    rounds
-        Maximum number of 1D rounds T (Algorithm 1). Default 5.
-    tol
-        Stop early when a round lowers the objective by less than this
-        fraction of its previous value. Default 4e-3 (was 1e-3: on criteo-1m
-        rounds 4 and 5 of the multilevel default gained 0.21 % and 0.12 % for
-        0.6 s each; docs/hybrid.md, "Speed and memory of the multilevel default").
-    alpha, beta
-        Weights of the sample and primary balance terms (Eq. 4). ``None``:
-        the paper's defaults ``100 N / |samples|`` and ``100 N / |used embeddings|``.
-    gamma
-        Weight of the traffic-served balance term (Eq. 5), relative to the
-        communication term. Default 0.01.
-    max_imbalance
-        Hard cap: no worker holds more than ``max_imbalance`` x the mean
-        number of samples, nor of primaries. Default 1.05.
-    replication_budget
-        2D step: secondaries per worker as a fraction of the used embeddings.
-        Default 0.01 (the paper's "top 1%"); 0 disables the 2D step.
-    memory_per_worker
-        2D step alternative: bytes of embedding rows (primaries + secondaries)
-        a worker may hold (at least 1); overrides ``replication_budget`` when given.
-    embedding_dim
-        Row width used with ``memory_per_worker`` (float32 values). Default 16.
-    batch_size
-        Per-worker batch B of the soft count (use the report's). Default 512.
-    threads
-        Bound numba's thread pool during the call (None: numba's default).
-        The result does not depend on it.
-    init
-        Start of the 1D sweeps. ``"random"`` (default): the multilevel start
-        (``levels=2``) or the seeded random balanced placement of Algorithm 1
-        line 1 (``levels=1``). ``"bicut"`` or ``"greedy-stream"``: run that
-        registered partitioner first (same seed, same ``max_imbalance``) and
-        start the sweeps from its samples and primaries (``levels`` is then
-        not used; docs/hybrid.md, "init"). Flat topologies only.
-    levels
-        2 (default): the multilevel start (:mod:`gmp.partition._multilevel`,
-        docs/hybrid.md "Multilevel"); 1: the paper's flat sweep from a random
-        start.
-    coarse_pairs
-        Row pairs the multilevel start's co-occurrence graph is built from
-        (a seeded row subset). None: 2 per sample, within [2M, 24M].
-    coarse_vertices
-        At most this many signal rows (vertices of that graph): the lower
-        degree bound rises from 2 until they fit. Default 100,000.
-    saturation
-        Upper degree bound of the signal rows, in units of the soft count's
-        per-worker batches ``m / b``. Default 4.
-    coarse_restarts
-        Candidate bands of the multilevel start on large graphs: upper bounds
-        ``saturation`` x 1, 4, 16, ...; the projection with the lowest
-        objective is refined. Default 2 (each candidate costs one METIS run).
-    portfolio_edges
-        Graphs with at most this many edges (sample-row entries) get the
-        *portfolio* multilevel start instead: ``portfolio_bands`` bands x
-        ``portfolio_seeds`` seeds, each candidate refined by up to
-        ``portfolio_rounds`` rounds, and the lowest objective after refinement
-        (less what the 2D step's budget will save) kept (docs/hybrid.md, "iPinYou"). Flat topologies and ``rounds > 0``
-        only. Default
-        2,000,000 (MovieLens-100K, Frappe, iPinYou; not criteo-1m's 26M); 0
-        disables it.
-    portfolio_bands, portfolio_seeds, portfolio_rounds
-        The portfolio: bands ``saturation`` x 1, 4, ... (default 5), seeds per
-        band (default 4) and the round limit of every candidate, which replaces
-        ``rounds`` there (default 20; ``tol`` still stops early).
-    carry_private
-        The sample sweep moves a sample *with its private rows* (rows no
-        other sample uses) as one move, scored by its exact change of J
-        (``_hybrid_kernels.sweep_samples``). Default True, on flat topologies
-        (a hierarchical one keeps the single-vertex sweep). False: Algorithm
-        1's single-vertex sweep, where those rows pin their sample (each would
-        turn remote until the embedding sweep), the behaviour before; criteo-1m
-        ``--locality 1.0``, 1D: 3,956,788 -> 3,946,380 batch reads
-        (docs/hybrid.md, "Private rows").
-    rebalance_clusters
-        Multilevel start, flat topologies: when a worker's projected samples
-        exceed the cap, move label-propagation clusters of the signal graph
-        off it (:func:`._multilevel.rebalance_clusters`) and keep the result
-        when its projected J is lower. Default False: it fixes the
-        seed-sensitive community split of ``--locality 1.0`` (seeds 1-3) but
-        costs up to a second per candidate and gains nothing on the other
-        datasets (docs/hybrid.md, "Private rows").
-    flat_beside_samples
-        Multilevel start on a flat topology, graphs of at least this many
-        samples (no portfolio): the flat sweep (random start, Algorithm 1) runs
-        too, and the refined placement with the lower objective *less what the
-        2D step's budget will save* (:func:`replication_savings`) is kept. On
-        the entity preset at 10M samples and more the flat placement gains so
-        much more from the 2D step that it ends ahead (10M: 7.03M against
-        7.97M batch reads) although its 1D objective is higher; at 1M the
-        multilevel one wins by far on every preset, so the check is skipped
-        there (docs/hybrid.md, "Multilevel against the flat sweep after the
-        2D step"). Default 5,000,000; 0 disables it.
-    """
-
-    rounds: int = 5
-    tol: float = 4e-3
-    alpha: float | None = None
-    beta: float | None = None
-    gamma: float = 0.01
-    max_imbalance: float = 1.05
-    replication_budget: float = 0.01
-    memory_per_worker: int | None = None
-    embedding_dim: int = 16
-    batch_size: int = 512
-    threads: int | None = None
-    init: str = "random"
-    levels: int = 2
-    coarse_pairs: int | None = None
-    coarse_vertices: int = 100_000
-    saturation: float = 4.0
-    coarse_restarts: int = 2
-    portfolio_edges: int = 2_000_000
-    portfolio_bands: int = 5
-    portfolio_seeds: int = 4
-    portfolio_rounds: int = 20
-    carry_private: bool = True
-    rebalance_clusters: bool = False
-    flat_beside_samples: int = 5_000_000
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.rounds, int) or self.rounds < 0:
-            raise PartitionError(f"hybrid: rounds must be an integer >= 0, got {self.rounds!r}.")
-        for name in ("tol", "gamma"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise PartitionError(f"hybrid: {name} must be a finite number >= 0, got {v!r}.")
-        for name in ("alpha", "beta"):
-            v = getattr(self, name)
-            if v is not None and (not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0):
-                raise PartitionError(f"hybrid: {name} must be a finite number >= 0 (or omitted for the default), got {v!r}.")
-        check_max_imbalance(self.max_imbalance)
-        rb = self.replication_budget
-        if not isinstance(rb, (int, float)) or not (0.0 <= rb <= 1.0):
-            raise PartitionError(f"hybrid: replication_budget must be a fraction in [0, 1], got {rb!r}.")
-        mem = self.memory_per_worker  # the manifest's plan takes only a positive budget
-        if mem is not None and (not isinstance(mem, int) or isinstance(mem, bool) or mem < 1):
-            raise PartitionError(f"hybrid: memory_per_worker must be a number of bytes >= 1 (or omitted for "
-                                 f"replication_budget), got {mem!r}; replication_budget=0 disables the 2D step.")
-        if not isinstance(self.embedding_dim, int) or self.embedding_dim < 1:
-            raise PartitionError(f"hybrid: embedding_dim must be an integer >= 1, got {self.embedding_dim!r}.")
-        if not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise PartitionError(f"hybrid: batch_size must be an integer >= 1, got {self.batch_size!r}.")
-        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
-            raise PartitionError(f"hybrid: threads must be an integer >= 1 (or omitted), got {self.threads!r}.")
-        if self.threads is not None:  # the kernels are single-threaded: the option changes nothing
-            warnings.warn("hybrid: the 'threads' option is deprecated and has no effect (the sweeps are "
-                          "sequential); drop it. It will be removed in a later version.", FutureWarning,
-                          stacklevel=3)
-        if self.levels not in (1, 2) or isinstance(self.levels, bool):
-            raise PartitionError(f"hybrid: levels must be 1 (the paper's flat sweep from a random start) or 2 "
-                                 f"(the multilevel start, docs/hybrid.md), got {self.levels!r}.")
-        if self.coarse_pairs is not None and (not isinstance(self.coarse_pairs, int) or self.coarse_pairs < 1):
-            raise PartitionError(f"hybrid: coarse_pairs must be a positive integer (or omitted for the default), "
-                                 f"got {self.coarse_pairs!r}.")
-        if not isinstance(self.coarse_vertices, int) or self.coarse_vertices < 1:
-            raise PartitionError(f"hybrid: coarse_vertices must be a positive integer, got {self.coarse_vertices!r}.")
-        if not isinstance(self.coarse_restarts, int) or self.coarse_restarts < 1:
-            raise PartitionError(f"hybrid: coarse_restarts must be an integer >= 1, got {self.coarse_restarts!r}.")
-        if not isinstance(self.portfolio_edges, int) or isinstance(self.portfolio_edges, bool) or self.portfolio_edges < 0:
-            raise PartitionError(f"hybrid: portfolio_edges must be an integer >= 0 (0 disables the portfolio), "
-                                 f"got {self.portfolio_edges!r}.")
-        if (not isinstance(self.flat_beside_samples, int) or isinstance(self.flat_beside_samples, bool)
-                or self.flat_beside_samples < 0):
-            raise PartitionError(f"hybrid: flat_beside_samples must be an integer >= 0 (0: never), "
-                                 f"got {self.flat_beside_samples!r}.")
-        for name in ("portfolio_bands", "portfolio_seeds", "portfolio_rounds"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise PartitionError(f"hybrid: {name} must be an integer >= 1, got {v!r}.")
-        if (not isinstance(self.saturation, (int, float)) or not math.isfinite(self.saturation)
-                or self.saturation <= 0):
-            raise PartitionError(f"hybrid: saturation must be a finite number > 0, got {self.saturation!r}.")
-        for name in ("carry_private", "rebalance_clusters"):
-            if not isinstance(getattr(self, name), bool):
-                raise PartitionError(f"hybrid: {name} must be true or false, got {getattr(self, name)!r}.")
-        if self.init not in INIT_METHODS:
-            raise PartitionError(f"hybrid: init must be one of {', '.join(repr(m) for m in INIT_METHODS)}, "
-                                 f"got {self.init!r}.")
-
-
 # --------------------------------------------------------------------------
 # pieces (public so tests can check them against slow references)
 # --------------------------------------------------------------------------
-def soft_count_table(max_count: int, samples_per_worker: float, batch_size: int) -> np.ndarray:
-    """float64 [max_count + 2]: f(c) = (1 - (1 - c/m)^b) * m/b, the expected batches touching an
-    embedding used by c of a worker's m samples (b = min(batch_size, m); f is clamped at m/b for c >= m).
-
-    Examples
-    --------
-    >>> soft_count_table(3, 10.0, 1)      # b = 1: f(c) = c, the plain count of Eq. 3
-    array([0., 1., 2., 3., 4.])
-    """
-    m = max(float(samples_per_worker), 1.0)
-    b = float(min(batch_size, m))
-    c = np.arange(max_count + 2, dtype=np.float64)
-    base = np.clip(1.0 - c / m, 0.0, 1.0)
-    return (1.0 - base**b) * (m / b)
-
-
-def default_weights(num_workers: int, num_samples: int, num_used_embeddings: int) -> tuple[float, float]:
-    """The paper's alpha = 100 N / |samples| and beta = 100 N / |embeddings| (used ones)."""
-    return 100.0 * num_workers / max(num_samples, 1), 100.0 * num_workers / max(num_used_embeddings, 1)
-
-
-def imbalance(load: np.ndarray) -> float:
-    """max / mean of a load vector (1.0 when empty or all zero)."""
-    load = np.asarray(load, dtype=np.float64)
-    mean = load.mean() if load.size else 0.0
-    return float(load.max() / mean) if mean > 0 else 1.0
-
-
 @contextmanager
 def _numba_threads(threads: int | None) -> Iterator[None]:
     if threads is None:
@@ -401,29 +184,6 @@ def _numba_threads(threads: int | None) -> Iterator[None]:
         yield
     finally:
         numba.set_num_threads(old)
-
-
-def summarize(state) -> dict:
-    """The objective J (module docstring) and the round metrics of a level's state whose ``_traffic``
-    (weighted, reads, remote, unique) and ``served`` are current; shared by the flat and coarse levels."""
-    weighted, reads, remote, unique = state._traffic
-    s_dev = state.sample_load - state.sample_load.mean()
-    p_dev = state.primary_load - state.primary_load.mean()
-    d_mean = float(state.served.mean())
-    traffic_pen = ((state.gamma / (2.0 * d_mean)) * float(np.sum((state.served - d_mean) ** 2))
-                   if d_mean > 0 else 0.0)
-    obj = (float(weighted) + state.alpha / 2.0 * float(s_dev @ s_dev) + state.beta / 2.0 * float(p_dev @ p_dev)
-           + traffic_pen)
-    return {
-        "objective": obj,
-        "comm_weighted": float(weighted),
-        "expected_remote_reads": float(reads),
-        "remote_accesses": int(remote),
-        "epoch_unique_remote": int(unique),
-        "sample_imbalance": imbalance(state.sample_load),
-        "primary_imbalance": imbalance(state.primary_load),
-        "traffic_imbalance": imbalance(state.served) if state.num_workers > 1 else 1.0,
-    }
 
 
 class _State:
@@ -496,7 +256,7 @@ class _State:
         if self._traffic is None:
             self._traffic = K.traffic_summary(self.prim, self.count, self.active, self.f, self.cost, self.served,
                                               self.received)
-        return summarize(self)
+        return summarize(self, self._traffic)
 
     def effective_cost(self) -> np.ndarray:
         """C' = C with row p scaled by 1 + gamma (served_p / mean - 1): Eq. 5 linearised at the round start."""
@@ -534,26 +294,6 @@ class _State:
 
     def sweep(self, ceff: np.ndarray) -> tuple[int, int]:
         return self.sweep_samples(ceff), self.sweep_embeddings(ceff)
-
-
-def replication_budgets(num_workers: int, num_used: int, primary_load: np.ndarray, options: Options, *,
-                        warn: bool = False) -> np.ndarray:
-    """Secondaries allowed per worker (int64 [N]).
-
-    ``replication_budget * num_used`` (floored) each, or with
-    ``memory_per_worker`` the rows that fit beside the worker's primaries:
-    ``memory_per_worker // (embedding_dim * 4) - primaries``, at least 0.
-    ``warn``: log when a worker's primaries alone exceed the memory; only the
-    final 2D step asks, not the scoring of every round and start.
-    """
-    if options.memory_per_worker is not None:
-        rows = options.memory_per_worker // (options.embedding_dim * VALUE_BYTES)
-        budget = np.maximum(rows - np.asarray(primary_load, dtype=np.int64), 0)
-        if warn and np.any(rows < primary_load):
-            log.warning("hybrid: memory_per_worker=%d B holds %d rows, fewer than some worker's %d primaries; "
-                        "no secondaries there.", options.memory_per_worker, rows, int(np.max(primary_load)))
-        return budget.astype(np.int64)
-    return np.full(num_workers, int(math.floor(options.replication_budget * num_used + 1e-9)), dtype=np.int64)
 
 
 def choose_secondaries(state: _State, budgets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -669,13 +409,6 @@ def machine_cost(topology: Topology) -> np.ndarray:
     return out
 
 
-def is_hierarchical(topology: Topology) -> bool:
-    """More than one machine and more than one worker on some machine (a flat topology otherwise)."""
-    mo = np.asarray(topology.machine_of)
-    num_machines = int(mo.max()) + 1 if mo.size else 1
-    return 1 < num_machines < topology.num_workers
-
-
 def _spread_within_machines(machine_part: np.ndarray, machine_of: np.ndarray, rng: np.random.Generator,
                             skip: np.ndarray | None = None) -> np.ndarray:
     """Worker ids: the items of each machine dealt at random, balanced, over that machine's workers."""
@@ -729,203 +462,19 @@ def _run_rounds(state: _State, options: Options, rounds: list[dict], level: str,
                 break
 
 
-def default_coarse_pairs(num_samples: int) -> int:
-    """Row pairs the signal graph is built from when ``coarse_pairs`` is not given: 2 per sample, within
-    [2M, 24M] (METIS's time grows with the pairs; 24M is the ``metis`` partitioner's own default)."""
-    return int(min(24_000_000, max(2_000_000, 2 * num_samples)))
-
-
 def _multilevel_start(graph: BipartiteGraph, topology: Topology, options: Options, rng: np.random.Generator,
                       degree: np.ndarray, num_private: np.ndarray | None) -> tuple[_State, list[dict] | None, dict] | None:
-    """The multilevel start (:mod:`._multilevel`): ``(state, rounds, info)`` over the graph's (used) ids, or
-    None when no row falls in the signal band (then the random start is used).
+    """:func:`gmp.partition._multilevel.multilevel_start` with this module's sweeps."""
+    def new_state(sw, prim, state_rng, count) -> _State:
+        return _State(graph, topology.cost, options, sw, prim, state_rng, batch_size=options.batch_size,
+                      count=count, num_private=num_private)
 
-    Large graphs (more than ``portfolio_edges`` edges): one candidate per band, upper bounds
-    ``saturation * 4**k`` (k < ``coarse_restarts``) times the soft count's ``m / b``; each is partitioned
-    and projected, and the projection with the lowest objective J (the sweeps' own objective) is kept;
-    ``rounds`` is None (the caller runs the sweeps).
+    def refine(state: _State, t_start: float) -> tuple[list[dict], float]:
+        cand_rounds: list[dict] = []
+        _run_rounds(state, options, cand_rounds, "worker", t_start, max_rounds=options.portfolio_rounds, show=False)
+        return cand_rounds, score_after_2d(state, cand_rounds, options)
 
-    Small graphs (the *portfolio*): ``portfolio_bands`` bands x ``portfolio_seeds`` seeds, and every
-    candidate is refined by up to ``portfolio_rounds`` rounds before the choice, so the lowest J *after*
-    the sweeps, less the traffic the 2D step's secondaries will save (:func:`replication_savings`), wins
-    (the projected J predicts that poorly across bands: docs/hybrid.md, "iPinYou");
-    ``rounds`` is the chosen candidate's round log.
-
-    Every candidate has its own generator, seeded from ``rng`` before any runs, so the candidates are
-    independent: they run in up to ``numba.get_num_threads()`` Python threads at once (their kernels and
-    METIS release the GIL) and the result does not depend on how many. Ties go to the lower candidate.
-    """
-    t0 = time.perf_counter()
-    n = topology.num_workers
-    indptr = np.asarray(graph.sample_indptr)
-    indices = np.asarray(graph.sample_indices)
-    active = degree > 0  # degree: int64 [graph.num_embeddings], users of every row
-    num_used = int(np.count_nonzero(active))
-    scap = sample_cap(graph.num_samples, n, options.max_imbalance)
-    pcap = sample_cap(num_used, n, options.max_imbalance)
-    max_pairs = options.coarse_pairs or default_coarse_pairs(graph.num_samples)
-    a, b = default_weights(n, graph.num_samples, num_used)
-    weights_ab = (float(options.alpha) if options.alpha is not None else a,
-                  float(options.beta) if options.beta is not None else b)
-    f = soft_count_table(scap, graph.num_samples / n, options.batch_size)
-    cost = np.ascontiguousarray(topology.cost, dtype=np.float64)
-    machine_of = np.asarray(topology.machine_of, dtype=np.int64)
-    # the portfolio on flat topologies only: on a hierarchical one the refined J after the sweeps preferred
-    # near-misses of the planted machine/worker structure that the projected choice recovers exactly
-    # (tests/test_multilevel.py, two-level test)
-    # (rounds=0 asks for the projection alone: nothing to refine, no portfolio)
-    hierarchical = is_hierarchical(topology)
-    portfolio = graph.num_edges <= options.portfolio_edges and not hierarchical and options.rounds > 0
-    num_bands, num_seeds = (options.portfolio_bands, options.portfolio_seeds) if portfolio else (
-        options.coarse_restarts, 1)
-    bands = []
-    for k in range(num_bands):
-        band = ML.signal_band(degree, graph.num_samples, n, options.batch_size,
-                              saturation=options.saturation * 4.0**k, max_vertices=options.coarse_vertices)
-        if band not in bands:
-            bands.append(band)
-    jobs = [(band, t) for band in bands for t in range(num_seeds)]
-    seeds = rng.integers(0, 2**63 - 1, size=len(jobs))
-    lock = threading.Lock()
-    best: list = []  # portfolio: [((objective, k), candidate)] of the best refined candidate so far
-
-    def candidate(k: int) -> dict:
-        t_c = time.perf_counter()
-        (lo, hi), _ = jobs[k]
-        crng = np.random.default_rng(int(seeds[k]))
-        xadj, adjncy, weights, vertex_row, rows_used = ML.signal_graph(indptr, indices, degree, lo, hi, crng,
-                                                                      max_pairs)
-        cand = {"band": [lo, hi], "vertices": int(vertex_row.size), "edges": int(adjncy.size // 2),
-                "rows_sampled": rows_used}
-        if vertex_row.size < n:
-            return cand
-        part = ML.partition_signal_graph(xadj, adjncy, weights, degree[vertex_row], machine_of,
-                                         seed=int(crng.integers(0, 2**31 - 1)), imbalance=options.max_imbalance)
-        row_worker = np.full(graph.num_embeddings, -1, dtype=np.int8)  # int8: a cache-sized table (N <= 64)
-        row_worker[vertex_row] = part
-        favourites = rebalanced = order_rng = None  # (without rebalancing the projection finds the favourites)
-        if options.rebalance_clusters and not hierarchical:
-            favourites = ML.favourite_workers(indptr, indices, row_worker, n)
-            rebalanced, cand["rebalance"] = ML.rebalance_clusters(xadj, adjncy, weights, part, favourites, row_worker,
-                                                                  vertex_row, indptr, indices, n, scap)
-            order_rng = copy.deepcopy(crng)  # the rebalanced projection visits the samples in the same order
-        del xadj, adjncy, weights  # (memory: before the projection's per-sample arrays, as before)
-        sw, prim, count = ML.project(indptr, indices, row_worker, n, scap, pcap, crng, favourites=favourites)
-        del favourites
-        cand["projected_objective"] = _start_objective(sw, prim, count, active, f, cost, n, *weights_ab,
-                                                       options.gamma)
-        if rebalanced is not None and cand["rebalance"]["moves"]:
-            # kept only when its projection has the lower objective (on real data the clusters are no
-            # communities and the moves can cost more than the spill they avoid: docs/hybrid.md)
-            del count  # (memory: one count array at a time; recounted below if the first projection stays)
-            row_worker[vertex_row] = rebalanced
-            sw1, prim1, count = ML.project(indptr, indices, row_worker, n, scap, pcap, order_rng)
-            j1 = _start_objective(sw1, prim1, count, active, f, cost, n, *weights_ab, options.gamma)
-            cand["rebalance"]["projected_objective"] = j1
-            cand["rebalance"]["kept"] = bool(j1 < cand["projected_objective"])
-            if cand["rebalance"]["kept"]:
-                sw, prim, cand["projected_objective"] = sw1, prim1, j1
-            else:
-                count = np.zeros((graph.num_embeddings, n), dtype=np.int32)
-                K.count_samples(indptr, indices, sw, count)
-            del sw1, prim1
-        del row_worker, rebalanced
-        if portfolio:  # refine now; the choice is made on the refined objective
-            state = _State(graph, topology.cost, options, sw, prim, crng, batch_size=options.batch_size,
-                           count=count, num_private=num_private)
-            del count
-            cand_rounds: list[dict] = []
-            _run_rounds(state, options, cand_rounds, "worker", t_c, max_rounds=options.portfolio_rounds,
-                        show=False)
-            cand["objective"] = cand_rounds[-1]["objective"]
-            cand["rounds"] = len(cand_rounds) - 1
-            # scored as it will be used: J less what the 2D step's secondaries will save (a start whose
-            # remote traffic sits on a few rows loses less to replication than J alone says)
-            cand["score"] = score_after_2d(state, cand_rounds, options)
-            cand["placement"] = (state, cand_rounds)
-            # keep only the best refined state so far (memory: one state per running thread, plus the best);
-            # (score, k) is a total order, so the survivor does not depend on the order threads finish
-            with lock:
-                key = (cand["score"], k)
-                if best and best[0][0] <= key:
-                    cand["placement"] = None
-                else:
-                    if best:
-                        best[0][1]["placement"] = None
-                    best[:] = [(key, cand)]
-        else:
-            cand["objective"] = cand["score"] = cand["projected_objective"]
-            cand["placement"] = (sw, prim, count)
-        cand["seconds"] = round(time.perf_counter() - t_c, 4)
-        log.log(logging.DEBUG if portfolio else logging.INFO,
-                "hybrid multilevel: rows of degree [%d, %d]: %d vertices, %d edges (%d sampled rows): projected "
-                "objective %.6g, objective %.6g, %.2f s", lo, hi, cand["vertices"], cand["edges"], rows_used,
-                cand["projected_objective"], cand["objective"], cand["seconds"])
-        return cand
-
-    threads = max(1, min(len(jobs), numba.get_num_threads(),
-                         _candidates_that_fit(graph.num_samples, num_used, n, max_pairs)))
-    kind = f"{len(jobs)} refined candidates ({len(bands)} bands)" if portfolio else f"{len(jobs)} candidate bands"
-    with task(f"Hybrid multilevel: {kind}, {threads} at a time"):
-        if threads == 1:
-            candidates = [candidate(k) for k in range(len(jobs))]
-        else:
-            with ThreadPoolExecutor(max_workers=threads) as pool:
-                candidates = list(pool.map(candidate, range(len(jobs))))
-    placed = [k for k, c in enumerate(candidates) if "placement" in c]
-    if not placed:
-        log.info("hybrid multilevel: fewer signal rows than workers; random start.")
-        return None
-    chosen = min(placed, key=lambda k: (candidates[k]["score"], k))
-    assert candidates[chosen]["placement"] is not None  # the portfolio kept exactly this one
-    placement = candidates[chosen].pop("placement")
-    for c in candidates:
-        c.pop("placement", None)
-    info = {"candidates": candidates, "chosen": chosen, "max_pairs": max_pairs, "portfolio": portfolio,
-            "seconds": round(time.perf_counter() - t0, 4)}
-    log.info("hybrid multilevel: %s; chose band [%d, %d] (candidate %d), objective %.6g, %.2f s", kind,
-             *candidates[chosen]["band"], chosen, candidates[chosen]["objective"], info["seconds"])
-    if portfolio:
-        state, cand_rounds = placement
-        return state, cand_rounds, info
-    sw, prim, count = placement
-    del placement
-    state = _State(graph, topology.cost, options, sw, prim, rng, batch_size=options.batch_size, count=count,
-                   num_private=num_private)
-    return state, None, info
-
-
-def candidate_bytes(num_samples: int, num_used: int, num_workers: int, max_pairs: int) -> int:
-    """Working memory of one multilevel candidate, estimated: per sample its band degree, favourite mask,
-    seeded order and worker (24 B); per used row its count row, row worker (int32 + int8) and primary;
-    about 40 B per row pair (the pair keys and METIS's CSR)."""
-    return 24 * num_samples + (4 * num_workers + 13) * num_used + 40 * max_pairs
-
-
-def _candidates_that_fit(num_samples: int, num_used: int, num_workers: int, max_pairs: int) -> int:
-    """How many candidates may run at once in the memory available now (at least 1). Only the number of
-    threads depends on it, never the result (the candidates are independent)."""
-    try:
-        import psutil  # noqa: PLC0415 - optional at import time
-
-        available = int(psutil.virtual_memory().available)
-    except Exception:  # noqa: BLE001 - no estimate: one at a time
-        return 1
-    # keep half of what is free for the sweeps' own arrays and everything else
-    return max(1, int(available // 2 // max(candidate_bytes(num_samples, num_used, num_workers, max_pairs), 1)))
-
-
-def _start_objective(sw, prim, count, active, f, cost, n, alpha, beta, gamma) -> float:
-    """J of a start placement (module docstring), the value the round log reports as round 0."""
-    served = np.zeros(n, dtype=np.float64)
-    received = np.zeros(n, dtype=np.float64)
-    traffic = K.traffic_summary(prim, count, active, f, cost, served, received)
-    view = type("StartView", (), {})()
-    view._traffic, view.served, view.num_workers = traffic, served, n
-    view.sample_load = np.bincount(sw, minlength=n).astype(np.int64)
-    view.primary_load = np.bincount(prim[active], minlength=n).astype(np.int64)
-    view.alpha, view.beta, view.gamma = alpha, beta, float(gamma)
-    return summarize(view)["objective"]
+    return ML.multilevel_start(graph, topology, options, rng, degree, new_state=new_state, refine=refine)
 
 
 def _flat_beside(state: _State, graph: BipartiteGraph, topology: Topology, options: Options,

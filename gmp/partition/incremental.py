@@ -153,7 +153,7 @@ from . import _incremental_onepass as P
 from ._common import (check_max_imbalance, choose_primaries, count_embedding_workers, place_unused_embeddings,
                       sample_cap, seeded_order)
 from ._row_moves import move_rows, primary_pool, secondary_capacity
-from .hybrid import default_weights, soft_count_table
+from ._objective import default_weights, soft_count_table
 
 log = logging.getLogger(__name__)
 

@@ -46,8 +46,8 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from .. import __version__
 from .._io import json_default, read_versioned_json, write_json
+from .._version import __version__
 from ..errors import ManifestError
 from .html import render_html
 from .markdown import render_markdown

@@ -1,17 +1,31 @@
-"""Training with a placement: the trainer, its two consistency protocols, the schedules and Herald.
+"""Training with a placement: the trainer, its consistency protocols, the schedules and Herald.
 
 Who calls whom (imports point down; docs/train.md has the full diagram)::
 
     run.py          gmp train as a library call: validate, build engine + trainer, fit, log, checkpoint
+      |   \
+      |    migrate.py       resume on the next day's placement (rows travel with their state)
+      |    checkpoint.py    save / resume (checkpoint_dir.py: names, latest link; checkpoint_rows.py: rows files)
+      |      (both use the Trainer's public methods only)
+    trainer.py      Trainer: the loop (fit), position, records, evaluation -- protocol-independent
       |
-    trainer.py      Trainer: the loop (fit), dense step, records, evaluation -- protocol-independent
-      |   \\
-      |    protocol.py         StepProtocol + make_protocol
-      |      protocol_hetgmp.py  HET-GMP bounded staleness      \\  both on steps.py
-      |      protocol_herald.py  Herald on-demand (s = 0)         /  (shared step helpers)
+    registry.py     SCHEDULES and PROTOCOLS (explicit dicts), make_schedule, make_protocol
+      |   \
+      |    protocol.py           StepProtocol: what a protocol implements; it gets a StepContext
+      |      protocol_hetgmp.py    HET-GMP bounded staleness         \
+      |      protocol_pipeline.py  bounded staleness at s = 0, reads   |  all on steps.py
+      |                            overlapped with compute             |  (shared step helpers)
+      |      protocol_herald.py    Herald on-demand (s = 0)           /
       |
-    config.py  registry.py  schedule.py  herald/  store.py  consistency.py  models.py  data.py
-    evaluate.py  records.py  checkpoint.py
+    context.py      StepContext: the run's parts a step uses (engine, stores, data, dense, staleness...)
+    dense.py        DenseSync: dense all-reduce + optimizer step, the stop/non-finite control element
+    evaluate.py  records.py (records, Counters)  steps.py (phases 1-6, PhaseClock)
+    config.py       TrainConfig (validated once)   consistency.py  Staleness: every rule that depends on s
+    schedule.py     static / naive / replay        herald/  Herald's runtime scheduler, HeraldSchedule
+    store.py        EmbeddingStore: a worker's rows, clocks, optimizer state
+      slots.py (initial rows, id -> slot)  unique.py (np.unique without the sort)
+      copies.py (Herald's copies in the device cache)  tiers/ (host / disk master tiers, device cache)
+    models.py  data.py
       |
     gmp.comm (engines)  gmp.kernels  gmp.seeds  gmp.params  gmp.constants  gmp.scoring  gmp.progress
 

@@ -75,8 +75,8 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from .. import __version__
 from .._io import full_disk_error, header_value, read_versioned_json, write_json
+from .._version import __version__
 from ..errors import GmpError, TrainingError
 from ..placement import Placement
 from .checkpoint_rows import PrimaryRows, rows_name, upgrade_worker_v2, write_primary_rows
@@ -194,9 +194,11 @@ def _load(path: Path, keys: tuple[str, ...]) -> dict:
 # --------------------------------------------------------------------------- saving
 def save_checkpoint(trainer, directory: str | os.PathLike, *, dataset_sha256: str, placement_sha: str) -> Path:
     """Write a new checkpoint and point ``directory/latest`` at it (collective: every process calls it)."""
-    engine = trainer.engine
+    ctx = trainer.context()
+    engine = ctx.engine
+    epoch, step = trainer.position()
     directory = Path(directory)
-    tmp = directory / f".tmp-{trainer.epoch}-{trainer.step_in_epoch}"
+    tmp = directory / f".tmp-{epoch}-{step}"
     if engine.is_main:
         if directory.exists() and not directory.is_dir():
             raise TrainingError(f"--checkpoint-dir {directory} exists and is not a directory; choose another.")
@@ -209,38 +211,36 @@ def save_checkpoint(trainer, directory: str | os.PathLike, *, dataset_sha256: st
     files: dict[str, int] = {}
     failed = None
     try:
-        for li, (w, store) in enumerate(zip(engine.local_workers, trainer.stores)):
+        for li, (w, store) in enumerate(zip(engine.local_workers, ctx.stores)):
             name = f"worker-{w:05d}.pt"
             meta = write_primary_rows(store, tmp / rows_name(w))
             files[meta["file"]] = (tmp / rows_name(w)).stat().st_size
-            files[name] = _save({"store": store.state_dict(), "primary_rows": meta,
-                                 "counters": trainer.counters[li].copy(),
-                                 "bytes": engine.bytes[li].copy(), "acc": dict(trainer.acc)}, tmp / name)
+            files[name] = _save({"store": store.state_dict(), "primary_rows": meta, **trainer.worker_state(li)},
+                                tmp / name)
     except OSError as exc:
         failed = _write_error(exc, directory)
     # every process learns whether every part was written (a barrier here let rank 0 commit without them)
     _agree(engine, failed, tmp, "could not write its part of the checkpoint")
     if engine.is_main:
         try:
-            missing = [w for w in range(trainer.num_workers) if not (tmp / f"worker-{w:05d}.pt").is_file()]
+            missing = [w for w in range(ctx.num_workers) if not (tmp / f"worker-{w:05d}.pt").is_file()]
             if missing:
                 raise TrainingError(f"the checkpoint files of worker(s) {', '.join(map(str, missing[:5]))} are not "
                                     f"in {tmp}, where rank 0 looks: --checkpoint-dir must be one directory that "
                                     f"every machine shares; latest still points to the previous checkpoint.")
             files["trainer.pt"] = _save({
-                "model": trainer.model.state_dict(), "dense_opt": trainer.dense_opt.state_dict(),
-                "history": list(trainer.history), "schedule": trainer.schedule.state_dict(),
+                **trainer.state_dict(),
                 "torch_rng": torch.random.get_rng_state(), "numpy_rng": np.random.get_state()}, tmp / "trainer.pt")
             for name in os.listdir(tmp):  # the workers of other processes
                 files.setdefault(name, (tmp / name).stat().st_size)
             write_json(tmp / HEADER, {  # last: a directory with a header is complete
                 "format": FORMAT, "schema_version": SCHEMA_VERSION, "gmp_version": __version__,
                 "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                "epoch": trainer.epoch, "step": trainer.step_in_epoch, "num_workers": trainer.num_workers,
+                "epoch": epoch, "step": step, "num_workers": ctx.num_workers,
                 "dataset_sha256": dataset_sha256, "placement_sha256": placement_sha,
-                "config": trainer.config.to_json(), "files": dict(sorted(files.items())),
-                **({"run": trainer.run_id} if trainer.run_id is not None else {})})
-            final = free_name(directory, trainer.epoch, trainer.step_in_epoch)
+                "config": trainer.settings().to_json(), "files": dict(sorted(files.items())),
+                **({"run": trainer.run_name()} if trainer.run_name() is not None else {})})
+            final = free_name(directory, epoch, step)
             os.rename(tmp, final)
             previous = link_target(directory)
             point_latest(directory, final.name)
@@ -392,50 +392,40 @@ def load_checkpoint(trainer, directory: str | os.PathLike, *, dataset_sha256: st
     if found is None:
         raise TrainingError(f"--resume: no checkpoint in {directory}; run without --resume first.")
     ckpt, head = found
+    ctx = trainer.context()
     if head["dataset_sha256"] != dataset_sha256:
         raise TrainingError(f"{ckpt} was made for another dataset (sha256 {head['dataset_sha256'][:12]}…); {_FIX}")
-    if head["placement_sha256"] != placement_sha or head["num_workers"] != trainer.num_workers:
+    if head["placement_sha256"] != placement_sha or head["num_workers"] != ctx.num_workers:
         raise TrainingError(f"{ckpt} was made with another manifest; resume with the same --manifest or {_FIX}")
-    check_settings(ckpt, head, trainer.config)
+    check_settings(ckpt, head, trainer.settings())
     main = _load(ckpt / "trainer.pt", TRAINER_KEYS)
     where = ckpt / "trainer.pt"
     try:
-        for li, w in enumerate(trainer.engine.local_workers):
+        for li, w in enumerate(ctx.engine.local_workers):
             where = ckpt / f"worker-{w:05d}.pt"
-            state, rows = open_worker_rows(ckpt, head, w, num_primary=trainer.stores[li].num_primary)
-            if rows.width != trainer.stores[li].primary_width:
-                raise ValueError(f"primary rows of width {rows.width}, expected {trainer.stores[li].primary_width}")
+            store = ctx.stores[li]
+            state, rows = open_worker_rows(ckpt, head, w, num_primary=store.num_primary)
+            if rows.width != store.primary_width:
+                raise ValueError(f"primary rows of width {rows.width}, expected {store.primary_width}")
             try:
-                trainer.stores[li].load_state_dict(state["store"], rows)
+                store.load_state_dict(state["store"], rows)
             finally:
                 rows.close()
-            for name, old, new in (("counters", trainer.counters[li], state["counters"]),
-                                   ("bytes", trainer.engine.bytes[li], state["bytes"])):
-                if not isinstance(new, np.ndarray) or new.shape != old.shape:
-                    raise ValueError(f"{name} has shape {getattr(new, 'shape', None)}, expected {old.shape}")
-            trainer.counters[li] = state["counters"]
-            trainer.engine.bytes[li] = state["bytes"]
-            if not isinstance(state["acc"], dict):
-                raise ValueError("acc is not a dict")
-            trainer.acc = dict(state["acc"])  # loss_sum is per process; the rest is global
+            trainer.load_worker_state(li, state)
         where = ckpt / "trainer.pt"
-        trainer.model.load_state_dict(main["model"])
-        trainer.dense_opt.load_state_dict(main["dense_opt"])
-        trainer.history = list(main["history"])
-        trainer.schedule.load_state_dict(main["schedule"])
+        trainer.load_state_dict(main)
         torch.random.set_rng_state(main["torch_rng"])
         np.random.set_state(main["numpy_rng"])
     except GmpError:
         raise
     except Exception as exc:  # noqa: BLE001 - wrong shapes/types inside a file: one line, not a traceback
         raise TrainingError(f"{where} does not fit this run ({_first_line(exc)}); {_FIX}") from None
-    num_steps = trainer.schedule.num_steps(head["epoch"])
+    num_steps = ctx.schedule.num_steps(head["epoch"])
     if head["step"] > num_steps:
         raise TrainingError(f"{ckpt / HEADER}: step {head['step']} is beyond the {num_steps} steps of epoch "
                             f"{head['epoch'] + 1}; {_FIX}")
-    trainer.epoch = head["epoch"]
-    trainer.step_in_epoch = head["step"]
-    trainer.run_id = head.get("run")  # its log lines continue under the same run (None: saved before gmp wrote it)
+    trainer.seek(head["epoch"], head["step"])
+    trainer.name_run(head.get("run"))  # its log lines continue under the same run (None: saved before gmp wrote it)
     return head
 
 

@@ -17,6 +17,7 @@ from ..constants import DEFAULT_BATCH_SIZE, DEFAULT_EMBEDDING_DIM
 from ..errors import TrainingError
 from ..params import check_choice, check_float, check_int
 from ..seeds import check_seed
+from .consistency import Staleness
 from .herald.options import HeraldOptions
 from .models import MODELS
 from .registry import schedule_names
@@ -112,7 +113,7 @@ class TrainConfig:
                             f"give one value (gmp train has one --{name.replace('_', '-')}).")
                     exc.param = name
                     raise exc
-        if h is not None and self.staleness != 0 and (h.cache_rows or h.on_demand or not h.read_only_replicas):
+        if Staleness.herald_needs_exact(h) and not self.staleness_rules.exact:
             exc = E(f"The 'staleness' parameter must be 0 with cache_rows > 0, on_demand or writable replicas "
                     f"(the runtime scheduler models s = 0 only, Herald section 3.3), got {self.staleness:g}; use "
                     f"staleness 0, or cache_rows 0 without on_demand and with read_only_replicas.")
@@ -124,7 +125,7 @@ class TrainConfig:
             raise TrainingError(f"The 'pipeline' parameter must be a bool, got {self.pipeline!r}.")
         if not self.pipeline:
             return
-        why = (("staleness 0", f"staleness={self.staleness:g}") if self.staleness != 0 else
+        why = (("staleness 0", f"staleness={self.staleness:g}") if not self.staleness_rules.exact else
                ("a schedule other than herald", "schedule='herald'") if self.schedule == "herald" else
                ("table_location 'device'", f"table_location={self.tiers.table_location!r}") if self.tiers is not None
                else None)
@@ -133,6 +134,11 @@ class TrainConfig:
                                 f"step of bounded staleness), got {why[1]}; drop pipeline or change that setting.")
             exc.param = "pipeline"
             raise exc
+
+    @property
+    def staleness_rules(self) -> Staleness:
+        """The staleness bound and the rules that follow from it (:class:`~gmp.train.consistency.Staleness`)."""
+        return Staleness(self.staleness)
 
     @property
     def comm_torch_dtype(self) -> torch.dtype:

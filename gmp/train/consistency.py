@@ -33,14 +33,66 @@ Checks (run when a worker reads the rows of a batch)
 refreshes during an epoch (the trainer syncs all secondaries at epoch end).
 Access frequency ``p_i`` is the row's degree in the training samples; only
 ratios matter.
+
+What depends on ``s``
+---------------------
+:class:`Staleness` holds every rule that depends on the bound, in one place: which checks a
+step makes, whether a worker's own updates land on its secondaries, the end-of-epoch sync, which
+settings need ``s = 0`` (the pipelined step; Herald's cache, on-demand sync and writable
+replicas, which the runtime scheduler models at ``s = 0`` only, Herald section 3.3), and which
+step protocol runs (:func:`gmp.train.registry.make_protocol`). :class:`~gmp.train.config.TrainConfig`
+validates with it, the protocols read it from their step context.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any
 
 import numba
 import numpy as np
+
+
+@dataclass(frozen=True)
+class Staleness:
+    """The bound ``s`` and the rules that follow from it (see the module docstring)."""
+
+    bound: float
+
+    @property
+    def exact(self) -> bool:
+        """``s = 0``: every read sees every earlier step's updates (N workers train as one)."""
+        return self.bound == 0
+
+    @property
+    def checks_clocks(self) -> bool:
+        """``s < inf``: requests carry the replicas' clocks and stale secondaries are refreshed in the step
+        (at ``s = inf`` only rows a worker does not hold are read, and pushes carry their ids)."""
+        return not math.isinf(self.bound)
+
+    @property
+    def local_updates(self) -> bool:
+        """``s > 0``: a worker's own updates of its secondaries are applied to them at once, and every
+        secondary is brought up to date at the end of each epoch (at ``s = 0`` a secondary is read only
+        when current, so neither is needed)."""
+        return self.bound > 0
+
+    @staticmethod
+    def herald_needs_exact(herald: Any) -> bool:
+        """Whether Herald's replica model (a :class:`~gmp.train.herald.HeraldOptions`, or None) needs
+        ``s = 0``: a cache, on-demand sync or writable replicas (the runtime scheduler models s = 0 only)."""
+        return herald is not None and bool(herald.cache_rows or herald.on_demand or not herald.read_only_replicas)
+
+    def protocol(self, *, herald: bool, pipeline: bool) -> str:
+        """The step protocol's name in :data:`gmp.train.registry.PROTOCOLS`: Herald's on-demand scheme for
+        the herald schedule at ``s = 0``, the pipelined step when asked for (``TrainConfig`` allows it at
+        ``s = 0`` only), else bounded staleness (the herald schedule at ``s > 0`` included)."""
+        if herald and self.exact:
+            return "herald"
+        if pipeline:
+            return "pipelined"
+        return "bounded"
 
 
 def intra_stale(primary_clock: np.ndarray, replica_clock: np.ndarray, staleness: float) -> np.ndarray:

@@ -118,28 +118,26 @@ def check_migratable(trainer, ckpt: Path, head: dict[str, Any]) -> None:
     if head["step"] != 0:
         raise TrainingError(f"{ckpt} stopped inside epoch {head['epoch'] + 1} (step {head['step']}) of its dataset; "
                             f"finish that epoch by resuming with the checkpoint's own dataset and manifest first.")
-    check_settings(ckpt, head, trainer.config, STATE_SETTINGS)
+    check_settings(ckpt, head, trainer.settings(), STATE_SETTINGS)
 
 
 def restore_dense(trainer, ckpt: Path) -> None:
     """The dense model, its optimizer and the RNG states; the position starts at the new data's first step."""
     main = read_trainer_file(ckpt)
     try:
-        trainer.model.load_state_dict(main["model"])
-        trainer.dense_opt.load_state_dict(main["dense_opt"])
-        for group in trainer.dense_opt.param_groups:  # this run's learning rate, not the checkpoint's
-            group["lr"] = trainer.config.lr
+        # this run's learning rate, not the checkpoint's
+        trainer.load_dense(main["model"], main["dense_opt"], lr=trainer.settings().lr)
         torch.random.set_rng_state(main["torch_rng"])
         np.random.set_state(main["numpy_rng"])
     except Exception as exc:  # noqa: BLE001 - a model of another shape: one line, not a traceback
-        data = trainer.data
+        data = trainer.context().data
         lines = str(exc).splitlines() or [""]  # torch's first line only says that a list of errors follows
         detail = next((line.strip() for line in lines if "size mismatch" in line), lines[0])
         raise TrainingError(f"{ckpt / 'trainer.pt'} does not fit this run ({detail[:200]}); the "
                             f"model takes every categorical field and dense column ({data.dataset.path}: "
                             f"{data.num_fields} and {data.num_dense}), so it continues only with the checkpoint's "
                             f"fields (a day that adds one starts a new model) and model settings; {_FIX}.") from None
-    trainer.epoch, trainer.step_in_epoch = 0, 0
+    trainer.seek(0, 0)
 
 
 # --------------------------------------------------------------------------- the rows
@@ -187,16 +185,16 @@ class _Old:
         return np.where(hit, self._order[pos], -1)
 
 
-def _exchange(trainer, sends: list[list[np.ndarray]], dtype) -> list[list[torch.Tensor]]:
+def _exchange(engine, sends: list[list[np.ndarray]], dtype) -> list[list[torch.Tensor]]:
     """All-to-all of numpy blocks (not counted in the training byte counters: the caller counts);
     the received blocks on the host (NCCL delivers them on the rank's GPU)."""
     tens = [[torch.as_tensor(np.ascontiguousarray(a), dtype=dtype) for a in row] for row in sends]
-    with trainer.engine.not_counted():  # nor timed into the first epoch's comm_seconds
-        got = trainer.engine.alltoallv(tens, None)
+    with engine.not_counted():  # nor timed into the first epoch's comm_seconds
+        got = engine.alltoallv(tens, None)
     return [[t.cpu() for t in row] for row in got]
 
 
-def _who_held(trainer, olds: list[list[_Old]], old_workers: int, old_n: int) -> tuple[np.ndarray, np.ndarray]:
+def _who_held(engine, olds: list[list[_Old]], old_workers: int, old_n: int) -> tuple[np.ndarray, np.ndarray]:
     """Every process learns the old primary of each old id and the sorted keys ``id * old_workers + w``
     of every (row, worker) the old placement held (two gathers)."""
     ids_parts, code_parts = [], []
@@ -204,8 +202,8 @@ def _who_held(trainer, olds: list[list[_Old]], old_workers: int, old_n: int) -> 
         ids_parts.append(np.concatenate([o.ids for o in mine] + [np.zeros(0, np.int64)]))
         code_parts.append(np.concatenate([2 * o.worker + (np.arange(o.ids.size) < o.num_primary) for o in mine]
                                          + [np.zeros(0, np.int64)]))
-    ids = np.concatenate(trainer.engine.gather(ids_parts)).astype(np.int64)
-    code = np.concatenate(trainer.engine.gather(code_parts)).astype(np.int64)
+    ids = np.concatenate(engine.gather(ids_parts)).astype(np.int64)
+    code = np.concatenate(engine.gather(code_parts)).astype(np.int64)
     prim, worker = code % 2 == 1, code // 2
     if ids.size and (ids.min() < 0 or ids.max() >= old_n) or np.count_nonzero(prim) != old_n or \
             np.any(np.bincount(ids[prim], minlength=old_n) != 1):
@@ -228,22 +226,23 @@ def migrate_rows(trainer, ckpt: Path, head: dict[str, Any], old_n: int,
     """Move the old placement's rows (checkpoint ``ckpt``, header ``head``) to ``trainer``'s stores, all but
     the ``created`` ids (left at their initial values); return the counts."""
     old_workers = int(head["num_workers"])
-    eng, n, d = trainer.engine, trainer.num_workers, trainer.row_dim
-    adagrad = trainer.config.optimizer == "adagrad"
-    dtype = trainer.config.torch_dtype
+    ctx, config = trainer.context(), trainer.settings()
+    eng, n, d = ctx.engine, ctx.num_workers, ctx.row_dim
+    adagrad = config.optimizer == "adagrad"
+    dtype = config.torch_dtype
     item = torch.empty(0, dtype=dtype).element_size()
     local = list(eng.local_workers)
-    if old_n > trainer.data.num_embeddings:
-        raise TrainingError(f"{ckpt}'s dataset has {old_n} ids, the new one {trainer.data.num_embeddings}; ids must "
+    if old_n > ctx.data.num_embeddings:
+        raise TrainingError(f"{ckpt}'s dataset has {old_n} ids, the new one {ctx.data.num_embeddings}; ids must "
                             f"only be appended ('gmp data import --extend').")
     olds = [[_Old(ckpt, head, w) for w in range(old_workers) if w % n == lw] for lw in local]
-    old_primary, held_keys = _who_held(trainer, olds, old_workers, old_n)
+    old_primary, held_keys = _who_held(eng, olds, old_workers, old_n)
     fresh = np.zeros(old_n, dtype=bool)  # created rows: at their initial values everywhere, nothing sent
     if created is not None:
         c = np.asarray(created, dtype=np.int64)
         fresh[c[c < old_n]] = True
-    new_primary = np.asarray(trainer.primary, dtype=np.int64)
-    moved = {"primaries": 0, "secondaries": 0, "refreshed": 0, "new_ids": int(trainer.data.num_embeddings - old_n)}
+    new_primary = np.asarray(ctx.primary, dtype=np.int64)
+    moved = {"primaries": 0, "secondaries": 0, "refreshed": 0, "new_ids": int(ctx.data.num_embeddings - old_n)}
     sent = {"values": 0, "optimizer_state": 0, "clocks": 0}
 
     # 1. primaries: old primary -> new primary (sender: the process reading the old file, by id order)
@@ -268,10 +267,10 @@ def migrate_rows(trainer, ckpt: Path, head: dict[str, Any], old_n: int,
         raise TrainingError(f"{ckpt} trained rows that the manifest's history says no earlier data read{which}: the "
                             f"new manifest was not placed from the one this checkpoint was trained with; run 'gmp "
                             f"partition NEW --from-manifest' on that manifest, or {_FIX}.")
-    got_vals, got_clk = _exchange(trainer, val_sends, dtype), _exchange(trainer, clk_sends, torch.int64)
+    got_vals, got_clk = _exchange(eng, val_sends, dtype), _exchange(eng, clk_sends, torch.int64)
     states = []
     for li, w in enumerate(local):
-        store = trainer.stores[li]
+        store = ctx.stores[li]
         st = store.state_dict()  # a fresh store: every row at its initial value (new ids included)
         st["primaries"] = np.concatenate(list(store.primary_blocks()) + [np.zeros((0, store.primary_width))])
         prim = store.ids[:store.num_primary]
@@ -293,21 +292,21 @@ def migrate_rows(trainer, ckpt: Path, head: dict[str, Any], old_n: int,
         states.append(st)
 
     # 2. secondaries of old ids: kept where the worker held a copy, else sent by the new primary
-    sec_x = np.repeat(np.arange(trainer.placement.num_embeddings, dtype=np.int64),
-                      np.diff(np.asarray(trainer.placement.secondary_indptr)))
-    sec_w = np.asarray(trainer.placement.secondary_workers, dtype=np.int64)
+    sec_x = np.repeat(np.arange(ctx.placement.num_embeddings, dtype=np.int64),
+                      np.diff(np.asarray(ctx.placement.secondary_indptr)))
+    sec_w = np.asarray(ctx.placement.secondary_workers, dtype=np.int64)
     old = sec_x < old_n
     old[old] = ~fresh[sec_x[old]]
     sec_x, sec_w = sec_x[old], sec_w[old]
     held = _held(held_keys, sec_x, sec_w, old_workers)
     # Herald's runtime scheduler takes every copy as fresh at the start (it tracks staleness by its
     # own events, not by clocks): there every copy is refreshed, with the primary's Adagrad state
-    herald = trainer.config.herald_options() is not None
+    herald = config.herald_options() is not None
     kept = held & (not herald)
     fill_x, fill_w, fill_new = sec_x[~kept], sec_w[~kept], ~held[~kept]
     ship_state = herald and adagrad
     for li, w in enumerate(local):
-        store, st = trainer.stores[li], states[li]
+        store, st = ctx.stores[li], states[li]
         mine = [o for o in olds[li] if o.worker == w]
         xs = sec_x[kept & (sec_w == w)]
         if mine and xs.size:
@@ -321,7 +320,7 @@ def migrate_rows(trainer, ckpt: Path, head: dict[str, Any], old_n: int,
                     o.local_state[torch.as_tensor(src[was_sec] - o.num_primary)].to(st["local_state"].dtype)
     val_sends, clk_sends = [], []
     for li, w in enumerate(local):
-        store, st = trainer.stores[li], states[li]
+        store, st = ctx.stores[li], states[li]
         mine = new_primary[fill_x] == w
         xs, to = fill_x[mine], fill_w[mine]
         order = np.lexsort((xs, to))
@@ -332,9 +331,9 @@ def migrate_rows(trainer, ckpt: Path, head: dict[str, Any], old_n: int,
             vals = st["primaries"][slots]
         val_sends.append([vals[cuts[k]:cuts[k + 1]] for k in range(n)])
         clk_sends.append([clk[cuts[k]:cuts[k + 1]] for k in range(n)])
-    got_vals, got_clk = _exchange(trainer, val_sends, dtype), _exchange(trainer, clk_sends, torch.int64)
+    got_vals, got_clk = _exchange(eng, val_sends, dtype), _exchange(eng, clk_sends, torch.int64)
     for li, w in enumerate(local):
-        store, st = trainer.stores[li], states[li]
+        store, st = ctx.stores[li], states[li]
         for src in range(n):
             sel = (fill_w == w) & (new_primary[fill_x] == src)
             exp = fill_x[sel]
@@ -357,5 +356,5 @@ def migrate_rows(trainer, ckpt: Path, head: dict[str, Any], old_n: int,
     return {"moved_rows": {"primaries": p, "secondaries": s, "total": p + s, "new_ids": moved["new_ids"],
                            "created_rows": int(np.count_nonzero(fresh)), "refreshed_secondaries": r},
             "bytes": {"values": v, "optimizer_state": o, "clocks": c, "total": v + o + c},
-            "old_num_embeddings": int(old_n), "num_embeddings": int(trainer.data.num_embeddings),
+            "old_num_embeddings": int(old_n), "num_embeddings": int(ctx.data.num_embeddings),
             "old_workers": int(old_workers)}

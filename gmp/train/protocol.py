@@ -1,17 +1,22 @@
 """The step-protocol interface: one implementation per consistency model.
 
 The :class:`~gmp.train.trainer.Trainer` knows nothing of HET-GMP or Herald: it
-asks its protocol for the epoch's steps, runs :meth:`StepProtocol.train_step`
-on each, :meth:`StepProtocol.end_epoch` after the last, and lets the protocol
-add its fields to the JSON records. The two implementations:
+builds its protocol by name (:func:`gmp.train.registry.make_protocol`), hands it the
+:class:`~gmp.train.context.StepContext` (not the trainer), asks it for the epoch's
+steps, runs :meth:`StepProtocol.train_step` on each, :meth:`StepProtocol.end_epoch`
+after the last, and lets the protocol add its fields to the JSON records. The
+implementations:
 
 * :class:`gmp.train.protocol_hetgmp.BoundedStaleness` -- HET-GMP's bounded
   staleness (any schedule; s >= 0, including inf);
+* :class:`gmp.train.protocol_pipeline.PipelinedStaleness` -- bounded staleness at
+  s = 0 with the next step's reads overlapped (``pipeline``);
 * :class:`gmp.train.protocol_herald.HeraldOnDemand` -- Herald's on-demand
   scheme at s = 0 (``--schedule herald``): every transfer is the one the
   runtime scheduler lists.
 
-The trainer picks one from its config (:func:`gmp.train.trainer.make_protocol`).
+Which one runs is :meth:`gmp.train.consistency.Staleness.protocol`'s choice (the staleness rules
+live there), by name in :data:`gmp.train.registry.PROTOCOLS`.
 """
 
 from __future__ import annotations
@@ -19,18 +24,19 @@ from __future__ import annotations
 import abc
 from typing import Any, Callable, Iterator
 
+from .context import StepContext
 from .schedule import Step
 
 
 class StepProtocol(abc.ABC):
     """How the workers of one trainer read, update and synchronise rows in a step."""
 
-    def __init__(self, trainer) -> None:
-        self.trainer = trainer
+    def __init__(self, ctx: StepContext) -> None:
+        self.ctx = ctx
 
     def steps(self, epoch: int, start: int) -> Iterator[Step]:
         """The steps of ``epoch`` from ``start`` on (default: the schedule's)."""
-        return self.trainer.schedule.steps(epoch, start)
+        return self.ctx.schedule.steps(epoch, start)
 
     @abc.abstractmethod
     def train_step(self, step: Step) -> float:

@@ -45,13 +45,13 @@ from .steps import apply_at_primaries, forward_backward, group_by_owner, int_ten
 class HeraldOnDemand(StepProtocol):
     """Herald at s = 0: pulls, plan/sync/evict/flush pushes exactly as the runtime scheduler lists them."""
 
-    def __init__(self, trainer) -> None:
-        super().__init__(trainer)
-        self.options = trainer.config.herald_options()
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.options = ctx.herald
         # copies are updated and read again only with on-demand sync or writable replicas; otherwise
         # every copy a worker updates is invalid afterwards and Adagrad's sums need not travel
         self.copies_stay_valid = self.options.on_demand or not self.options.read_only_replicas
-        for store in trainer.stores:
+        for store in ctx.stores:
             store.enable_cache(ship_state=self.copies_stay_valid)
         self._early = None  # (pending exchange, rows per local worker, step) of the early exchange in flight
         self._replay_early = None  # the step (of a resumed epoch) whose early fetch is redone uncounted
@@ -77,10 +77,10 @@ class HeraldOnDemand(StepProtocol):
         return self._steps(epoch, start)
 
     def _steps(self, epoch: int, start: int) -> Iterator[Step]:
-        tr = self.trainer
-        hs = tr.schedule
-        n = tr.num_workers
-        items = hs.batches(epoch, start, cache_of=tr.engine.local_workers)
+        ctx = self.ctx
+        hs = ctx.schedule
+        n = ctx.num_workers
+        items = hs.batches(epoch, start, cache_of=ctx.engine.local_workers)
         completed = False
         try:
             cur = next(items, None)
@@ -101,31 +101,31 @@ class HeraldOnDemand(StepProtocol):
         """The look-ahead prefetcher's ``stats()`` (it ran the scheduler ahead) for the record."""
         for key in ("items", "produce_s", "stall_s"):
             self.stats[key] += stats[key]
-        self.trainer.schedule.add_prefetch_stats(stats)
+        self.ctx.schedule.add_prefetch_stats(stats)
 
     def _push_pending(self, rows_per_worker: list[np.ndarray], kind: str) -> None:
         """Push the copies of ``rows_per_worker[li]`` (pending updates applied) to their primaries."""
-        tr = self.trainer
-        n = tr.num_workers
+        ctx = self.ctx
+        n = ctx.num_workers
         id_sends, pay_sends = [], []
         for li, rows in enumerate(rows_per_worker):
-            store = tr.stores[li]
+            store = ctx.stores[li]
             rows = np.asarray(rows, dtype=np.int64)
             slots = store.lookup(rows)
             if np.any(slots < store.num_primary) or not store.all_pending(slots):
                 raise TrainingError(f"worker {store.worker}: the runtime scheduler asks for a {kind} of rows "
                                     f"without pending updates here. This is a bug in gmp.")
-            order, bounds = group_by_owner(np.arange(rows.size), tr.primary[rows], n)
+            order, bounds = group_by_owner(np.arange(rows.size), ctx.primary[rows], n)
             pay = store.read_payload(slots[order])
             id_sends.append([int_tensor(rows[order[bounds[d]:bounds[d + 1]]]) for d in range(n)])
             pay_sends.append([pay[bounds[d]:bounds[d + 1]] for d in range(n)])
             store.mark_pending(slots, False)
-            tr.count(li, kind, rows.size)
-            tr.count(li, "remote_rows_pushed", rows.size)
-        rid = tr.engine.alltoallv(id_sends, "ids_clocks")
-        rpay = tr.engine.alltoallv(pay_sends, "gradients",
+            ctx.count(li, kind, rows.size)
+            ctx.count(li, "remote_rows_pushed", rows.size)
+        rid = ctx.engine.alltoallv(id_sends, "ids_clocks")
+        rpay = ctx.engine.alltoallv(pay_sends, "gradients",
                                      recv_counts=[[int(t.shape[0]) for t in r] for r in rid])
-        for li, store in enumerate(tr.stores):
+        for li, store in enumerate(ctx.stores):
             for src in range(n):
                 ids = rid[li][src].cpu().numpy()
                 if ids.size:
@@ -134,23 +134,23 @@ class HeraldOnDemand(StepProtocol):
     def _pull(self, sched, nxt) -> None:
         """Pull this step's rows: those fetched one step early come from the early exchange, the
         rest on demand; then, with a look-ahead, start the early fetch of the next step's final rows."""
-        tr = self.trainer
-        n = tr.num_workers
+        ctx = self.ctx
+        n = ctx.num_workers
         if self._replay_early is not None and self._replay_early == sched.index_in_epoch:
             self._replay_early = None
             with contextlib.ExitStack() as quiet:  # counted by the interrupted run, before its checkpoint
-                quiet.enter_context(tr.engine.not_counted())
-                for store in tr.stores:
+                quiet.enter_context(ctx.engine.not_counted())
+                for store in ctx.stores:
                     if store.tier is not None:
                         quiet.enter_context(store.tier.cache.victims_not_counted())
                 self._issue_early(sched)
         staged = self._take_early()
         req_sends, wants = [], []
-        for li, w in enumerate(tr.engine.local_workers):
-            tr.count(li, "pull_miss", sched.rows(PULL_MISS, w).size)
-            tr.count(li, "pull_stale", sched.rows(PULL_STALE, w).size)
-            tr.count(li, "remote_rows_read", sched.rows(PULL_MISS, w).size)
-            tr.count(li, "staleness_refreshes", sched.rows(PULL_STALE, w).size)
+        for li, w in enumerate(ctx.engine.local_workers):
+            ctx.count(li, "pull_miss", sched.rows(PULL_MISS, w).size)
+            ctx.count(li, "pull_stale", sched.rows(PULL_STALE, w).size)
+            ctx.count(li, "remote_rows_read", sched.rows(PULL_MISS, w).size)
+            ctx.count(li, "staleness_refreshes", sched.rows(PULL_STALE, w).size)
             rows = np.unique(sched.pulls(w))
             pre = None
             if staged is not None and staged[li][0].size:  # fetched one step early (provably final values)
@@ -158,14 +158,14 @@ class HeraldOnDemand(StepProtocol):
                 have = np.isin(rows, st_rows)
                 pos = np.searchsorted(st_rows, rows[have])
                 pre = (rows[have], st_pay[torch.as_tensor(pos, dtype=torch.int64, device=st_pay.device)])
-                tr.count(li, "prefetched_rows", int(have.sum()))
+                ctx.count(li, "prefetched_rows", int(have.sum()))
                 rows = rows[~have]
-            order, bounds = group_by_owner(np.arange(rows.size), tr.primary[rows], n)
+            order, bounds = group_by_owner(np.arange(rows.size), ctx.primary[rows], n)
             wants.append((rows, order, bounds, pre))
             req_sends.append([int_tensor(rows[order[bounds[d]:bounds[d + 1]]]) for d in range(n)])
-        rid = tr.engine.alltoallv(req_sends, "ids_clocks")
+        rid = ctx.engine.alltoallv(req_sends, "ids_clocks")
         replies = []
-        for li, store in enumerate(tr.stores):
+        for li, store in enumerate(ctx.stores):
             rep = []
             for src in range(n):
                 ids = rid[li][src].cpu().numpy()
@@ -173,14 +173,14 @@ class HeraldOnDemand(StepProtocol):
                 if np.any((slots < 0) | (slots >= store.num_primary)):
                     raise TrainingError(f"worker {store.worker} was asked for rows it is not primary of.")
                 rep.append(store.read_payload(slots) if ids.size else
-                           torch.zeros(0, store.payload_dim, dtype=tr.dtype, device=store.device))
+                           torch.zeros(0, store.payload_dim, dtype=ctx.dtype, device=store.device))
             replies.append(rep)
-        got = tr.engine.alltoallv(replies, "embedding_rows",
+        got = ctx.engine.alltoallv(replies, "embedding_rows",
                                     recv_counts=[[int(w[2][d + 1] - w[2][d]) for d in range(n)] for w in wants])
         for li, (rows, order, bounds, pre) in enumerate(wants):
-            store = tr.stores[li]
-            pay = torch.cat([g.to(store.device, tr.dtype) for g in got[li]]) if rows.size else \
-                torch.zeros(0, store.payload_dim, dtype=tr.dtype, device=store.device)
+            store = ctx.stores[li]
+            pay = torch.cat([g.to(store.device, ctx.dtype) for g in got[li]]) if rows.size else \
+                torch.zeros(0, store.payload_dim, dtype=ctx.dtype, device=store.device)
             inv = np.empty(rows.size, dtype=np.int64)
             inv[order] = np.arange(rows.size)
             pay = pay[torch.as_tensor(inv, dtype=torch.int64, device=pay.device)]  # back to rows order
@@ -203,33 +203,33 @@ class HeraldOnDemand(StepProtocol):
         asynchronous all-to-all under torchrun (overlapping step t's compute),
         an in-memory hand-off in the local engine. Taken at step t+1.
         """
-        tr = self.trainer
-        n = tr.num_workers
+        ctx = self.ctx
+        n = ctx.num_workers
         sel = nxt.early_pulls()
         ew = nxt.event_worker[sel].astype(np.int64)
         er = nxt.event_row[sel].astype(np.int64)
-        prim = tr.primary[er].astype(np.int64)
+        prim = ctx.primary[er].astype(np.int64)
         order = np.lexsort((er, prim, ew))  # by destination, then source (primary), then row
         ew, er, prim = ew[order], er[order], prim[order]
         sends, recv_rows, recv_counts = [], [], []
-        for li, me in enumerate(tr.engine.local_workers):
-            store = tr.stores[li]
+        for li, me in enumerate(ctx.engine.local_workers):
+            store = ctx.stores[li]
             mine = prim == me
             parts = []
             for d in range(n):
                 r = er[mine & (ew == d)]
                 parts.append(store.read_payload(store.lookup(r)) if r.size else
-                             torch.zeros(0, store.payload_dim, dtype=tr.dtype, device=store.device))
+                             torch.zeros(0, store.payload_dim, dtype=ctx.dtype, device=store.device))
             sends.append(parts)
             to_me = ew == me
             recv_rows.append(er[to_me])  # ordered by (primary, row): the order the parts arrive in
             recv_counts.append([int(np.count_nonzero(to_me & (prim == src))) for src in range(n)])
-        self._early = (tr.engine.start_alltoallv(sends, "embedding_rows", recv_counts=recv_counts), recv_rows,
+        self._early = (ctx.engine.start_alltoallv(sends, "embedding_rows", recv_counts=recv_counts), recv_rows,
                        nxt.index_in_epoch)
 
     def _take_early(self) -> list[tuple[np.ndarray, torch.Tensor]] | None:
         """Wait for the early exchange started in the previous step; per local worker (rows sorted, payload)."""
-        tr = self.trainer
+        ctx = self.ctx
         if self._early is None:
             return None
         handle, recv_rows, _ = self._early
@@ -238,17 +238,17 @@ class HeraldOnDemand(StepProtocol):
         got = handle.wait()
         self.stats["fetch_wait_s"] += time.perf_counter() - t0
         out = []
-        for li, store in enumerate(tr.stores):
+        for li, store in enumerate(ctx.stores):
             rows = recv_rows[li]
-            pay = torch.cat([g.to(store.device, tr.dtype) for g in got[li]]) if rows.size else \
-                torch.zeros(0, store.payload_dim, dtype=tr.dtype, device=store.device)
+            pay = torch.cat([g.to(store.device, ctx.dtype) for g in got[li]]) if rows.size else \
+                torch.zeros(0, store.payload_dim, dtype=ctx.dtype, device=store.device)
             srt = np.argsort(rows, kind="stable")
             out.append((rows[srt], pay[torch.as_tensor(srt, dtype=torch.int64, device=pay.device)]))
         return out
 
     def _install(self, li: int, rows: np.ndarray, payload: torch.Tensor) -> None:
         """Put pulled rows (and their optimizer state) into worker ``li``'s copies, cache slots first."""
-        store = self.trainer.stores[li]
+        store = self.ctx.stores[li]
         slots = store.lookup(rows)
         if np.any((slots >= 0) & (slots < store.num_primary)):
             raise TrainingError(f"worker {store.worker}: the runtime scheduler pulls a row it is primary of. "
@@ -262,24 +262,24 @@ class HeraldOnDemand(StepProtocol):
 
     def train_step(self, step: Step) -> float:
         """One s = 0 step whose every transfer is the runtime scheduler's (see :meth:`_herald_mode`)."""
-        tr = self.trainer
+        ctx = self.ctx
         sched = step.info["herald"]
-        n = tr.num_workers
-        local = tr.engine.local_workers
+        n = ctx.num_workers
+        local = ctx.engine.local_workers
         # end of the previous iteration: the communication plan (Algorithm 1 line 15)
         self._push_pending([sched.plan(w) for w in local], "push_plan")
         self._pull(sched, step.info.get("next"))
-        ws = [prepare(tr, li, step.samples[w]) for li, w in enumerate(local)]
+        ws = [prepare(ctx, li, step.samples[w]) for li, w in enumerate(local)]
         for li, s in enumerate(ws):
             if np.any(s.slots < 0):
                 raise TrainingError(f"worker {local[li]} lacks rows the runtime scheduler holds valid there. "
                                     f"This is a bug in gmp.")
-            s.rows = tr.stores[li].read(s.slots)
-        loss_sum = forward_backward(tr, ws, step) if step.global_batch_size else 0.0
+            s.rows = ctx.stores[li].read(s.slots)
+        loss_sum = forward_backward(ctx, ws, step) if step.global_batch_size else 0.0
         # synchronous pushes (naive sync, or several writers): gradients to the primaries
         id_sends, grad_sends = [], []
         for li, s in enumerate(ws):
-            store = tr.stores[li]
+            store = ctx.stores[li]
             sync = np.unique(sched.rows(PUSH_SYNC, local[li]))
             pos = np.searchsorted(s.uniq, sync)
             if sync.size and (np.any(pos >= s.uniq.size) or np.any(s.uniq[np.minimum(pos, s.uniq.size - 1)] != sync)
@@ -291,12 +291,12 @@ class HeraldOnDemand(StepProtocol):
             if pending.size and not self.options.on_demand:
                 raise TrainingError(f"worker {store.worker}: an update left unpushed without on-demand "
                                     f"synchronisation. This is a bug in gmp.")
-            order, bounds = group_by_owner(pos, tr.primary[s.uniq], n)
+            order, bounds = group_by_owner(pos, ctx.primary[s.uniq], n)
             g = s.grad[torch.as_tensor(order, dtype=torch.int64, device=s.grad.device)]
             id_sends.append([int_tensor(s.uniq[order[bounds[d]:bounds[d + 1]]]) for d in range(n)])
             grad_sends.append([g[bounds[d]:bounds[d + 1]] for d in range(n)])
-            tr.count(li, "push_sync", sync.size)
-            tr.count(li, "remote_rows_pushed", sync.size)
+            ctx.count(li, "push_sync", sync.size)
+            ctx.count(li, "remote_rows_pushed", sync.size)
             if store.any_pending(s.slots[pos]):
                 raise TrainingError(f"worker {store.worker}: a synchronous push of a row with pending updates. "
                                     f"This is a bug in gmp.")
@@ -305,22 +305,22 @@ class HeraldOnDemand(StepProtocol):
                 store.apply_copy(s.slots[copies], s.grad[torch.as_tensor(copies, dtype=torch.int64,
                                                                          device=s.grad.device)])
             store.mark_pending(s.slots[pending])  # on-demand: kept until a plan/eviction/epoch end
-        rid = tr.engine.alltoallv(id_sends, "ids_clocks")
-        rgrad = tr.engine.alltoallv(grad_sends, "gradients",
+        rid = ctx.engine.alltoallv(id_sends, "ids_clocks")
+        rgrad = ctx.engine.alltoallv(grad_sends, "gradients",
                                       recv_counts=[[int(t.shape[0]) for t in r] for r in rid])
-        apply_at_primaries(tr, ws, rid, rgrad)
+        apply_at_primaries(ctx, ws, rid, rgrad)
         # evictions: pending updates of victims go to their primaries, then the cache forgets them
         self._push_pending([sched.rows(PUSH_EVICT, w) for w in local], "push_evict")
         snap = step.info.get("cache_after")
         if snap is not None:
-            for li, store in enumerate(tr.stores):
+            for li, store in enumerate(ctx.stores):
                 store.cache_drop(np.setdiff1d(store.cached_ids(), snap[li], assume_unique=True))
-        tr.dense_step(loss_sum)
+        ctx.dense.step(loss_sum)
         return loss_sum
 
     def end_epoch(self) -> None:
         """Epoch end: every pending update goes to its primary (the scheduler's ``push_flush``)."""
-        self._push_pending([store.pending_ids() for store in self.trainer.stores], "push_flush")
+        self._push_pending([store.pending_ids() for store in self.ctx.stores], "push_flush")
 
     def add_to_record(self, rec: dict[str, Any], counters: dict[str, int]) -> None:
         """The record's ``herald`` object (transfers per kind) and, with a look-ahead, ``prefetch``."""
@@ -340,7 +340,7 @@ class HeraldOnDemand(StepProtocol):
                 "lookahead": self.options.lookahead,
                 "early_rows": h["prefetched_rows"], "late_rows": h["pulls"] - h["prefetched_rows"],
                 "early_share": h["prefetched_rows"] / h["pulls"] if h["pulls"] else 1.0,
-                "early_fetch_wait_s": self.trainer.max_across(st["fetch_wait_s"]),
+                "early_fetch_wait_s": self.ctx.max_across(st["fetch_wait_s"]),
                 "scheduler_produce_s": st["produce_s"], "scheduler_stall_s": st["stall_s"],
                 "scheduler_overlap": (max(0.0, 1.0 - st["stall_s"] / st["produce_s"])
                                       if st["produce_s"] > 0 else 1.0)}

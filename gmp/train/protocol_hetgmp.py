@@ -11,8 +11,6 @@ secondaries too, and every secondary is refreshed at the end of each epoch.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 
@@ -27,50 +25,50 @@ class BoundedStaleness(StepProtocol):
 
     def train_step(self, step: Step) -> float:
         """Run one synchronous step of all local workers; return the sum of their sample losses."""
-        tr = self.trainer
+        ctx = self.ctx
         if step.global_batch_size == 0:
             return 0.0
-        if len(step.samples) != tr.num_workers:
-            raise TrainingError(f"schedule gave {len(step.samples)} batches for {tr.num_workers} workers.")
-        with tr.phase("gather"):
-            ws = [prepare(tr, li, step.samples[w]) for li, w in enumerate(tr.engine.local_workers)]
-        check = not math.isinf(tr.staleness)
-        read_rows(tr, ws, check_secondaries=check, staleness=tr.staleness)
-        with tr.phase("compute"):
-            loss_sum = forward_backward(tr, ws, step)  # phase 4
+        if len(step.samples) != ctx.num_workers:
+            raise TrainingError(f"schedule gave {len(step.samples)} batches for {ctx.num_workers} workers.")
+        with ctx.phase("gather"):
+            ws = [prepare(ctx, li, step.samples[w]) for li, w in enumerate(ctx.engine.local_workers)]
+        check = ctx.staleness.checks_clocks
+        read_rows(ctx, ws, check_secondaries=check, staleness=ctx.staleness.bound)
+        with ctx.phase("compute"):
+            loss_sum = forward_backward(ctx, ws, step)  # phase 4
         # phase 5: push gradients of non-primary rows to their primaries (at s < inf the
         # primaries know the ids from this step's requests); the dense all-reduce of phase 6 is
         # started first and runs (on the engine's asynchronous group) under the push and the
         # embedding update
-        with tr.phase("pushes"):
-            dense = tr.engine.start_all_reduce_dense(tr.dense_flat(loss_sum))
-            id_sends, grad_sends = push_sends(tr, ws, with_ids=not check)
-            rid = tr.engine.alltoallv(id_sends, "ids_clocks") if not check else [s.served for s in ws]
-            rgrad = tr.engine.alltoallv(grad_sends, "gradients",
+        with ctx.phase("pushes"):
+            dense = ctx.engine.start_all_reduce_dense(ctx.dense.flat(loss_sum))
+            id_sends, grad_sends = push_sends(ctx, ws, with_ids=not check)
+            rid = ctx.engine.alltoallv(id_sends, "ids_clocks") if not check else [s.served for s in ws]
+            rgrad = ctx.engine.alltoallv(grad_sends, "gradients",
                                         recv_counts=[[int(r.shape[0]) for r in per] for per in rid])
-        with tr.phase("optimizer"):
-            if tr.staleness > 0:  # own updates visible locally on secondaries (store docstring)
+        with ctx.phase("optimizer"):
+            if ctx.staleness.local_updates:  # own updates visible locally on secondaries (store docstring)
                 for li, s in enumerate(ws):
                     if s.is_secondary.any():
                         sec = np.flatnonzero(s.is_secondary)
-                        tr.stores[li].apply_local(s.slots[sec], s.grad[torch.as_tensor(sec, dtype=torch.int64,
+                        ctx.stores[li].apply_local(s.slots[sec], s.grad[torch.as_tensor(sec, dtype=torch.int64,
                                                                                           device=s.grad.device)])
-            apply_at_primaries(tr, ws, rid, rgrad)
-        with tr.phase("allreduce"):
-            flat = tr.finish_dense_reduce(dense)
-        with tr.phase("optimizer"):
-            tr.dense_update(flat)
+            apply_at_primaries(ctx, ws, rid, rgrad)
+        with ctx.phase("allreduce"):
+            flat = ctx.dense.finish(dense)
+        with ctx.phase("optimizer"):
+            ctx.dense.update(flat)
         return loss_sum
 
     def end_epoch(self) -> None:
         """Bring every secondary up to date with its primary (end of epoch when s > 0)."""
-        tr = self.trainer
-        if tr.staleness == 0 or not tr.has_secondaries:
+        ctx = self.ctx
+        if not ctx.staleness.local_updates or not ctx.has_secondaries:
             return
         ws = []
-        for li, store in enumerate(tr.stores):
+        for li, store in enumerate(ctx.stores):
             sec = np.arange(store.num_primary, store.num_rows, dtype=np.int64)
             uniq = store.ids[sec]
             ws.append(WorkerStep(np.zeros(0, np.int64), np.zeros(1, np.int64), uniq, np.zeros(0, np.int64), sec,
                                   np.zeros(sec.size, bool), np.ones(sec.size, bool)))
-        read_rows(tr, ws, check_secondaries=True, staleness=0.0)
+        read_rows(ctx, ws, check_secondaries=True, staleness=0.0)

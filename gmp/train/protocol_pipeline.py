@@ -73,14 +73,14 @@ class _Reads:
     late_pending: object = None  # the started all-to-all of the late rows
 
 
-def _start_reads(tr, key: tuple[int, int], ws: list[WorkerStep], running: _Reads | None) -> _Reads:
+def _start_reads(ctx, key: tuple[int, int], ws: list[WorkerStep], running: _Reads | None) -> _Reads:
     """Exchange ``ws``'s requests and clocks and start the early rows. ``running``: the reads of
     the step running now, not yet installed (None: no step runs, every row is early)."""
-    n = tr.num_workers
-    recv = tr.engine.alltoallv(request_sends(tr, ws, True), "ids_clocks")
+    n = ctx.num_workers
+    recv = ctx.engine.alltoallv(request_sends(ctx, ws, True), "ids_clocks")
     replies, early_rows, late_slots, touched = [], [], [], []
     for li, s in enumerate(ws):
-        store = tr.stores[li]
+        store = ctx.stores[li]
         s.served = []
         rc, er, ls = [], [], []
         # the rows of this worker that the step updates: its batch's primaries and those requested
@@ -95,14 +95,14 @@ def _start_reads(tr, key: tuple[int, int], ws: list[WorkerStep], running: _Reads
             late = running.touched[li][oslots] if running is not None else np.zeros(oslots.size, bool)
             clock = store.clock[oslots]
             need = intra_stale(clock + late, msg[:, 1], 0.0)
-            rc.append(id_tensor(tr, np.where(late, -(clock + 1) - 2, clock)))
-            er.append(store.read(oslots[need & ~late]).to(tr.comm_dtype))
+            rc.append(id_tensor(ctx, np.where(late, -(clock + 1) - 2, clock)))
+            er.append(store.read(oslots[need & ~late]).to(ctx.comm_dtype))
             ls.append(oslots[late])
         replies.append(rc)
         early_rows.append(er)
         late_slots.append(ls)
         touched.append(mask)
-    got = tr.engine.alltoallv(replies, "ids_clocks", recv_counts=[
+    got = ctx.engine.alltoallv(replies, "ids_clocks", recv_counts=[
         [int(s.req_bounds[src + 1] - s.req_bounds[src]) for src in range(n)] for s in ws])
     clocks, need, late = [], [], []
     for li, s in enumerate(ws):
@@ -111,23 +111,23 @@ def _start_reads(tr, key: tuple[int, int], ws: list[WorkerStep], running: _Reads
         clocks.append([np.where(w < 0, -w - 2, w) for w in wire])
         need.append([intra_stale(clocks[li][src], s.req_clock[s.req_bounds[src]:s.req_bounds[src + 1]], 0.0)
                      for src in range(n)])
-    early = tr.engine.start_alltoallv(early_rows, "embedding_rows", recv_counts=[
+    early = ctx.engine.start_alltoallv(early_rows, "embedding_rows", recv_counts=[
         [int((need[li][src] & ~late[li][src]).sum()) for src in range(n)] for li in range(len(ws))])
     return _Reads(key, ws, clocks, need, late, early, late_slots, touched)
 
 
-def _start_late(tr, reads: _Reads) -> None:
+def _start_late(ctx, reads: _Reads) -> None:
     """Send the late rows (after the gradients of the step running now were applied)."""
-    n = tr.num_workers
-    sends = [[tr.stores[li].read(reads.late_slots[li][dst]).to(tr.comm_dtype) for dst in range(n)]
+    n = ctx.num_workers
+    sends = [[ctx.stores[li].read(reads.late_slots[li][dst]).to(ctx.comm_dtype) for dst in range(n)]
              for li in range(len(reads.ws))]
-    reads.late_pending = tr.engine.start_alltoallv(sends, "embedding_rows", recv_counts=[
+    reads.late_pending = ctx.engine.start_alltoallv(sends, "embedding_rows", recv_counts=[
         [int(m.sum()) for m in per] for per in reads.late])
 
 
-def _finish_reads(tr, reads: _Reads) -> list[WorkerStep]:
+def _finish_reads(ctx, reads: _Reads) -> list[WorkerStep]:
     """Wait for the early and late rows and install them (HET-GMP phase 2 on the reader)."""
-    n = tr.num_workers
+    n = ctx.num_workers
     early = reads.early.wait()
     late = reads.late_pending.wait() if reads.late_pending is not None else None
     rows = []
@@ -143,22 +143,22 @@ def _finish_reads(tr, reads: _Reads) -> list[WorkerStep]:
                 r[torch.as_tensor(np.flatnonzero(pos_late), device=r.device)] = late[li][src].to(r.device)
             per.append(r)
         rows.append(per)
-    install_rows(tr, reads.ws, reads.clocks, reads.need, rows, check_secondaries=True, staleness=0.0, refresh=True)
+    install_rows(ctx, reads.ws, reads.clocks, reads.need, rows, check_secondaries=True, staleness=0.0, refresh=True)
     return reads.ws
 
 
 class PipelinedStaleness(BoundedStaleness):
     """Bounded staleness at s = 0 with the next step's reads overlapped (see the module docstring)."""
 
-    def __init__(self, trainer) -> None:
-        super().__init__(trainer)
-        if trainer.staleness != 0:
-            raise TrainingError(f"The 'pipeline' parameter needs staleness 0, got {trainer.staleness:g}.")
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._epoch = 0  # the epoch whose steps run (steps() sets it)
         self._next: Step | None = None
         self._reads: _Reads | None = None
 
     def steps(self, epoch: int, start: int):
         """The schedule's steps, each yielded once the step after it is known (its reads start early)."""
+        self._epoch = epoch
         it = iter(super().steps(epoch, start))
         cur = next(it, None)
         while cur is not None:
@@ -169,8 +169,8 @@ class PipelinedStaleness(BoundedStaleness):
         self._next = None
 
     def _reads_of(self, step: Step) -> _Reads:
-        tr = self.trainer
-        key = (tr.epoch, step.index)
+        ctx = self.ctx
+        key = (self._epoch, step.index)
         reads, self._reads = self._reads, None
         if reads is not None and reads.key != key:  # a stop between steps: drop what was read ahead
             reads.early.wait()
@@ -178,43 +178,43 @@ class PipelinedStaleness(BoundedStaleness):
                 reads.late_pending.wait()
             reads = None
         if reads is None:
-            with tr.phase("gather"):
-                ws = [prepare(tr, li, step.samples[w]) for li, w in enumerate(tr.engine.local_workers)]
-            with tr.phase("ids"):
-                reads = _start_reads(tr, key, ws, None)
+            with ctx.phase("gather"):
+                ws = [prepare(ctx, li, step.samples[w]) for li, w in enumerate(ctx.engine.local_workers)]
+            with ctx.phase("ids"):
+                reads = _start_reads(ctx, key, ws, None)
         return reads
 
     def train_step(self, step: Step) -> float:
         """Run step t and start the reads of step t + 1; return the sum of the sample losses."""
-        tr = self.trainer
-        if len(step.samples) != tr.num_workers:
-            raise TrainingError(f"schedule gave {len(step.samples)} batches for {tr.num_workers} workers.")
+        ctx = self.ctx
+        if len(step.samples) != ctx.num_workers:
+            raise TrainingError(f"schedule gave {len(step.samples)} batches for {ctx.num_workers} workers.")
         if step.global_batch_size == 0:
             return 0.0
         current = self._reads_of(step)
         nxt = self._next if self._next is not None and self._next.global_batch_size > 0 else None
         reads = None
         if nxt is not None:  # while this step's late rows travel
-            with tr.phase("gather"):
-                ws_next = [prepare(tr, li, nxt.samples[w]) for li, w in enumerate(tr.engine.local_workers)]
-            with tr.phase("ids"):
-                reads = _start_reads(tr, (tr.epoch, nxt.index), ws_next, current)
-        with tr.phase("pulls"):
-            ws = _finish_reads(tr, current)
-        with tr.phase("compute"):
-            loss_sum = forward_backward(tr, ws, step)
-        with tr.phase("pushes"):
-            dense = tr.engine.start_all_reduce_dense(tr.dense_flat(loss_sum))
-            _, grad_sends = push_sends(tr, ws, with_ids=False)
+            with ctx.phase("gather"):
+                ws_next = [prepare(ctx, li, nxt.samples[w]) for li, w in enumerate(ctx.engine.local_workers)]
+            with ctx.phase("ids"):
+                reads = _start_reads(ctx, (self._epoch, nxt.index), ws_next, current)
+        with ctx.phase("pulls"):
+            ws = _finish_reads(ctx, current)
+        with ctx.phase("compute"):
+            loss_sum = forward_backward(ctx, ws, step)
+        with ctx.phase("pushes"):
+            dense = ctx.engine.start_all_reduce_dense(ctx.dense.flat(loss_sum))
+            _, grad_sends = push_sends(ctx, ws, with_ids=False)
             rid = [s.served for s in ws]
-            rgrad = tr.engine.alltoallv(grad_sends, "gradients",
+            rgrad = ctx.engine.alltoallv(grad_sends, "gradients",
                                         recv_counts=[[int(r.shape[0]) for r in per] for per in rid])
-        with tr.phase("allreduce"):
-            flat = tr.finish_dense_reduce(dense)
-        with tr.phase("optimizer"):
-            apply_at_primaries(tr, ws, rid, rgrad)
-            tr.dense_update(flat)
+        with ctx.phase("allreduce"):
+            flat = ctx.dense.finish(dense)
+        with ctx.phase("optimizer"):
+            apply_at_primaries(ctx, ws, rid, rgrad)
+            ctx.dense.update(flat)
         if reads is not None:
-            _start_late(tr, reads)
+            _start_late(ctx, reads)
             self._reads = reads
         return loss_sum

@@ -25,30 +25,48 @@ HERALD_COUNTERS = ("pull_miss", "pull_stale", "push_sync", "push_plan", "push_ev
 ALL_COUNTERS = COUNTERS + HERALD_COUNTERS
 
 
-def make_record(trainer, kind: str, extra: dict[str, Any]) -> dict[str, Any]:
-    """The record of the trainer's current epoch accumulators (collective: every process calls it)."""
-    eng = trainer.engine
-    counters = eng.sum_across(trainer.counters.sum(axis=0).astype(np.float64))
+class Counters:
+    """The :data:`ALL_COUNTERS` of the running epoch, per local worker (``values[li]``), counted only
+    while the engine counts (evaluation and replays are not)."""
+
+    def __init__(self, engine, num_local: int) -> None:
+        self.engine = engine
+        self.values = np.zeros((num_local, len(ALL_COUNTERS)), dtype=np.int64)
+
+    def add(self, li: int, name: str, value: int) -> None:
+        if self.engine.counting:
+            self.values[li, ALL_COUNTERS.index(name)] += int(value)
+
+    def reset(self) -> None:
+        self.values[:] = 0
+
+
+def make_record(ctx, protocol, kind: str, extra: dict[str, Any], *, epoch: int, step: int,
+                acc: dict[str, Any]) -> dict[str, Any]:
+    """The record of the epoch accumulators ``acc`` at ``epoch`` (0-based) and ``step`` (collective: every
+    process calls it). ``ctx``: the trainer's :class:`~gmp.train.context.StepContext`; ``protocol`` adds its
+    own fields."""
+    eng = ctx.engine
+    counters = eng.sum_across(ctx.counters.values.sum(axis=0).astype(np.float64))
     nbytes = eng.total_bytes()
-    loss = float(eng.sum_across(np.array([trainer.acc["loss_sum"]]))[0])
-    acc = trainer.acc
+    loss = float(eng.sum_across(np.array([acc["loss_sum"]]))[0])
     samples, secs, steps = acc["samples"], acc["train_seconds"], max(1, acc["steps"])
-    rec = {"epoch": trainer.epoch + 1, "step": trainer.step_in_epoch, "kind": kind,
+    rec = {"epoch": epoch + 1, "step": step, "kind": kind,
            "train_loss": loss / samples if samples else float("nan"),
            "samples": samples, "steps": acc["steps"],
            "samples_per_sec": samples / secs if secs > 0 else float("nan"),
            "train_seconds": secs, "bytes": nbytes,
            # max over processes of the time inside collectives (local engine: in-memory exchange)
-           "comm_seconds": trainer.max_across(eng.seconds),
+           "comm_seconds": ctx.max_across(eng.seconds),
            "embedding_bytes_per_step": (nbytes["embedding_rows"] + nbytes["gradients"]) / steps}
-    phases = trainer.phase.seconds
-    per_process = eng.sum_across(np.array(list(phases.values()))) * len(trainer.stores) / trainer.num_workers
+    phases = ctx.phase.seconds
+    per_process = eng.sum_across(np.array(list(phases.values()))) * len(ctx.stores) / ctx.num_workers
     rec["phase_seconds"] = {k: float(v) for k, v in zip(phases, per_process)}
     by_name = {name: int(round(v)) for name, v in zip(ALL_COUNTERS, counters)}
     for name in COUNTERS:
         rec[name] = by_name[name]
-    trainer.protocol.add_to_record(rec, by_name)
-    tiers = tier_record(trainer)
+    protocol.add_to_record(rec, by_name)
+    tiers = tier_record(ctx)
     if tiers is not None:
         rec["tiers"] = tiers
     rec.update(extra)
@@ -60,19 +78,19 @@ TIER_SUMS = ("hits", "misses", "rows_loaded", "rows_written_back", "bytes_loaded
              "victim_rows_read", "victim_rows_written")
 
 
-def tier_record(trainer) -> dict[str, Any] | None:
+def tier_record(ctx) -> dict[str, Any] | None:
     """The ``tiers`` object (collective): cache hits/misses, rows and bytes moved each way between
     the master tier and the cache since the epoch began (victim rows included in the bytes), the
     longest prefetch stall of any process, and the peak bytes per tier (largest worker) and
     resident memory (largest process). None when the primaries are on the device."""
-    tables = [s.tier for s in trainer.stores]
-    if trainer.config.tiers is None or not tables:
+    tables = [s.tier for s in ctx.stores]
+    if ctx.tiers is None or not tables:
         return None
-    eng = trainer.engine
+    eng = ctx.engine
     sums = np.zeros(len(TIER_SUMS))
     stall = peak_pinned = peak_held = 0.0
     device = master = 0
-    for store, t in zip(trainer.stores, tables):
+    for store, t in zip(ctx.stores, tables):
         st = t.cache.stats
         sums += [getattr(st, k) for k in TIER_SUMS]
         stall = max(stall, st.prefetch_stall_seconds)
@@ -84,15 +102,15 @@ def tier_record(trainer) -> dict[str, Any] | None:
     out: dict[str, Any] = {k: int(round(v)) for k, v in zip(TIER_SUMS, tot)}
     looked = out["hits"] + out["misses"]
     out["hit_rate"] = out["hits"] / looked if looked else 1.0
-    loc = trainer.config.tiers.table_location
+    loc = ctx.tiers.table_location
     out.update({"table_location": loc, "cache_rows": int(max(t.cache.capacity for t in tables)),
-                "lookahead": trainer.config.tiers.lookahead, "cache_policy": trainer.config.tiers.cache_policy,
-                "prefetch_stall_seconds": trainer.max_across(stall),
-                "peak_pinned_rows": int(trainer.max_across(peak_pinned)),
-                "peak_held_rows": int(trainer.max_across(peak_held)),
-                "peak_bytes": {"device": int(trainer.max_across(device)),
-                               loc: int(trainer.max_across(master))},
-                "peak_rss_bytes": int(trainer.max_across(_peak_rss()))})
+                "lookahead": ctx.tiers.lookahead, "cache_policy": ctx.tiers.cache_policy,
+                "prefetch_stall_seconds": ctx.max_across(stall),
+                "peak_pinned_rows": int(ctx.max_across(peak_pinned)),
+                "peak_held_rows": int(ctx.max_across(peak_held)),
+                "peak_bytes": {"device": int(ctx.max_across(device)),
+                               loc: int(ctx.max_across(master))},
+                "peak_rss_bytes": int(ctx.max_across(_peak_rss()))})
     return out
 
 

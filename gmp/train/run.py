@@ -240,15 +240,15 @@ def check_arguments(config: TrainConfig, checkpoint_dir: str | os.PathLike | Non
 
 
 def open_log(log_json: str | os.PathLike | None, trainer: Trainer, *, continued: bool):
-    """Name the run (``trainer.run_id``) and open its JSON log for appending (None: no log, or not the main
+    """Name the run (:meth:`Trainer.name_run`) and open its JSON log for appending (None: no log, or not the main
     process). A ``continued`` run (a plain resume) keeps its checkpoint's run id (the log's last run for a
     checkpoint saved before gmp recorded it) and loses its lines past the checkpoint."""
-    if trainer.run_id is None:  # a new run, a migration, or a checkpoint saved before it named its run
-        trainer.run_id = (last_run_id(log_json) if continued and log_json is not None else None) or new_run_id()
-    if log_json is None or not trainer.engine.is_main:
+    if trainer.run_name() is None:  # a new run, a migration, or a checkpoint saved before it named its run
+        trainer.name_run((last_run_id(log_json) if continued and log_json is not None else None) or new_run_id())
+    if log_json is None or not trainer.context().engine.is_main:
         return None
     if continued:
-        trim_log(log_json, trainer.epoch, trainer.step_in_epoch, run_id=trainer.run_id)
+        trim_log(log_json, *trainer.position(), run_id=trainer.run_name())
     return open(log_json, "a", encoding="utf-8")  # a log holds many runs, each line names its run
 
 
@@ -257,7 +257,7 @@ def stop_on_signals(trainer: Trainer, *, distributed: bool):
     """Ctrl-C stops ``trainer`` at the next step (which checkpoints); so does SIGTERM under torchrun, which
     turns a terminal's Ctrl-C into SIGTERM for its workers (and kills them 30 s later)."""
     old = {}
-    if trainer.engine.is_main or distributed:
+    if trainer.context().engine.is_main or distributed:
         try:
             for sig in (signal.SIGINT,) + ((signal.SIGTERM,) if distributed else ()):
                 old[sig] = signal.signal(sig, lambda *_: trainer.request_stop())
@@ -321,7 +321,7 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
             if migration is not None:
                 check_migration_source(migration, placed_from, manifest)
         log_file = open_log(log_json, trainer, continued=resume and migration is None)
-        run_id = trainer.run_id
+        run_id = trainer.run_name()
 
         def record(rec: dict[str, Any]) -> dict[str, Any]:
             rec = {**rec, "run": run_id, "engine": engine, "workers": placement.num_workers,
@@ -345,8 +345,9 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
         finally:
             if log_file is not None:
                 log_file.close()
-        if trainer.interrupted:
-            where = f"epoch {trainer.epoch + 1} step {trainer.step_in_epoch}"
+        if trainer.was_interrupted():
+            epoch, step = trainer.position()
+            where = f"epoch {epoch + 1} step {step}"
             if checkpoint_dir is None:
                 exc = TrainingError(f"interrupted at {where}; no --checkpoint-dir, so nothing was saved.")
             else:

@@ -98,9 +98,6 @@ class Schedule(abc.ABC):
     def steps(self, epoch: int, start: int = 0) -> Iterator[Step]:
         """The steps of ``epoch`` from step ``start`` on (``start`` > 0 when resuming)."""
 
-    def bind(self, trainer: Any) -> None:
-        """Called once by the trainer before training (hook for runtime-aware schedules)."""
-
     def state_dict(self) -> dict[str, Any]:
         """Extra state to checkpoint (stateless schedules return {})."""
         return {}

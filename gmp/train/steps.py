@@ -1,6 +1,6 @@
 """Step helpers shared by both consistency protocols and the evaluation.
 
-Each function takes the :class:`~gmp.train.trainer.Trainer` (``tr``) whose
+Each function takes the trainer's :class:`~gmp.train.context.StepContext` (``ctx``), whose
 local workers it runs, "vectorised over the workers this process hosts":
 one loop over them, then one collective of the engine.
 
@@ -11,7 +11,7 @@ one loop over them, then one collective of the engine.
 * :func:`apply_at_primaries` -- phase 6: each primary sums its own and the received gradients.
 
 On the wire ids and clocks travel as int32 when every id fits (:func:`wire_id_dtype`), rows
-and gradients in the trainer's ``comm_dtype`` (cast back to the table's dtype on arrival).
+and gradients in the context's ``comm_dtype`` (cast back to the table's dtype on arrival).
 :class:`PhaseClock` times the phases of a step (:data:`PHASES`) for the JSON records.
 """
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -36,20 +36,22 @@ PHASES = ("gather", "ids", "pulls", "compute", "pushes", "allreduce", "optimizer
 
 class PhaseClock:
     """Wall seconds per phase of the training steps (only while ``engine.counting``, so evaluation
-    is left out). In the pipelined step a phase is the time the step *waits* for it."""
+    is left out). In the pipelined step a phase is the time the step *waits* for it. ``clock``: the
+    seconds it reads (a benchmark may count CPU seconds, ``time.process_time``)."""
 
-    def __init__(self, engine) -> None:
+    def __init__(self, engine, clock: Callable[[], float] = time.perf_counter) -> None:
         self.engine = engine
+        self.clock = clock
         self.seconds = dict.fromkeys(PHASES, 0.0)
 
     @contextlib.contextmanager
     def __call__(self, name: str) -> Iterator[None]:
-        t0 = time.perf_counter()
+        t0 = self.clock()
         try:
             yield
         finally:
             if self.engine.counting:
-                self.seconds[name] += time.perf_counter() - t0
+                self.seconds[name] += self.clock() - t0
 
     def reset(self) -> None:
         self.seconds = dict.fromkeys(PHASES, 0.0)
@@ -92,9 +94,9 @@ def int_tensor(a: np.ndarray) -> torch.Tensor:
     return torch.as_tensor(np.ascontiguousarray(a, dtype=np.int64))
 
 
-def id_tensor(tr, a: np.ndarray) -> torch.Tensor:
-    """Ids or clocks as the wire carries them (``tr.id_dtype``: int32 when they fit)."""
-    return torch.as_tensor(np.ascontiguousarray(a, dtype=tr.id_dtype))
+def id_tensor(ctx, a: np.ndarray) -> torch.Tensor:
+    """Ids or clocks as the wire carries them (``ctx.id_dtype``: int32 when they fit)."""
+    return torch.as_tensor(np.ascontiguousarray(a, dtype=ctx.id_dtype))
 
 
 def received_ids(t: torch.Tensor) -> np.ndarray:
@@ -102,28 +104,28 @@ def received_ids(t: torch.Tensor) -> np.ndarray:
     return t.cpu().numpy().astype(np.int64, copy=False)
 
 
-def prepare(tr, li: int, samples: np.ndarray) -> WorkerStep:
-    store = tr.stores[li]
-    ptr, ids = tr.data.gather(samples)
-    uniq, inv = tr.unique_ids(ids)  # np.unique(ids, return_inverse=True), without sorting every id
+def prepare(ctx, li: int, samples: np.ndarray) -> WorkerStep:
+    store = ctx.stores[li]
+    ptr, ids = ctx.data.gather(samples)
+    uniq, inv = ctx.unique_ids(ids)  # np.unique(ids, return_inverse=True), without sorting every id
     slots = store.lookup(uniq)
     return WorkerStep(samples, ptr, uniq, inv, slots, store.is_primary_slot(slots),
                        store.is_secondary_slot(slots))
 
 
-def read_rows(tr, ws: list[WorkerStep], *, check_secondaries: bool, staleness: float,
+def read_rows(ctx, ws: list[WorkerStep], *, check_secondaries: bool, staleness: float,
                refresh: bool = True) -> None:
     """Phases 1-3: fill ``ws[i].rows`` ([U, row_dim]) obeying the staleness bound.
 
     ``staleness = -1`` pulls every non-primary row; ``refresh=False`` leaves
     the replicas untouched (evaluation reads the primaries' values only).
     """
-    n = tr.num_workers
-    with tr.phase("ids"):
-        recv = tr.engine.alltoallv(request_sends(tr, ws, check_secondaries), "ids_clocks")
+    n = ctx.num_workers
+    with ctx.phase("ids"):
+        recv = ctx.engine.alltoallv(request_sends(ctx, ws, check_secondaries), "ids_clocks")
         reply_clock, reply_rows = [], []
         for li, s in enumerate(ws):
-            store = tr.stores[li]
+            store = ctx.stores[li]
             rc, rr = [], []
             s.served = []
             for src in range(n):
@@ -131,40 +133,40 @@ def read_rows(tr, ws: list[WorkerStep], *, check_secondaries: bool, staleness: f
                 oslots = primary_slots(store, msg[:, 0])
                 s.served.append(msg[:, 0])
                 oc = store.clock[oslots]
-                rc.append(id_tensor(tr, oc))
-                rr.append(store.read(oslots[intra_stale(oc, msg[:, 1], staleness)]).to(tr.comm_dtype))
+                rc.append(id_tensor(ctx, oc))
+                rr.append(store.read(oslots[intra_stale(oc, msg[:, 1], staleness)]).to(ctx.comm_dtype))
             reply_clock.append(rc)
             reply_rows.append(rr)
         # reply sizes follow from the requests (clocks) and from the clocks (rows): no size exchange
-        clocks = tr.engine.alltoallv(reply_clock, "ids_clocks", recv_counts=[
+        clocks = ctx.engine.alltoallv(reply_clock, "ids_clocks", recv_counts=[
             [int(s.req_bounds[src + 1] - s.req_bounds[src]) for src in range(n)] for s in ws])
         clocks = [[received_ids(c) for c in per] for per in clocks]
         need = [[intra_stale(clocks[li][src], s.req_clock[s.req_bounds[src]:s.req_bounds[src + 1]], staleness)
                  for src in range(n)] for li, s in enumerate(ws)]
-    with tr.phase("pulls"):
-        rows = tr.engine.alltoallv(reply_rows, "embedding_rows",
+    with ctx.phase("pulls"):
+        rows = ctx.engine.alltoallv(reply_rows, "embedding_rows",
                                    recv_counts=[[int(m.sum()) for m in need[li]] for li in range(len(ws))])
-        second_round = install_rows(tr, ws, clocks, need, rows, check_secondaries=check_secondaries,
+        second_round = install_rows(ctx, ws, clocks, need, rows, check_secondaries=check_secondaries,
                                     staleness=staleness, refresh=refresh)
     if second_round:  # every process takes this branch together (same config, same placement)
-        with tr.phase("pulls"):
-            inter_round(tr, ws, second_round)
+        with ctx.phase("pulls"):
+            inter_round(ctx, ws, second_round)
 
 
-def request_sends(tr, ws: list[WorkerStep], check_secondaries: bool) -> list[list[torch.Tensor]]:
+def request_sends(ctx, ws: list[WorkerStep], check_secondaries: bool) -> list[list[torch.Tensor]]:
     """Phase 1: set each worker's requests (``req``, ``req_bounds``, ``req_clock``) and return the
     ``(id, clock)`` messages to the rows' primaries."""
-    n = tr.num_workers
+    n = ctx.num_workers
     sends = []
     for li, s in enumerate(ws):
-        store = tr.stores[li]
+        store = ctx.stores[li]
         need = ~s.is_primary if check_secondaries else (s.slots < 0)
-        s.req, s.req_bounds = group_by_owner(np.flatnonzero(need), tr.primary[s.uniq], n)
+        s.req, s.req_bounds = group_by_owner(np.flatnonzero(need), ctx.primary[s.uniq], n)
         sl = s.slots[s.req]
         s.req_clock = np.full(sl.size, -1, dtype=np.int64)  # -1: not held (a worker may hold no rows at all)
         s.req_clock[sl >= 0] = store.clock[sl[sl >= 0]]
         payload = np.stack([s.uniq[s.req], s.req_clock], axis=1)
-        sends.append([id_tensor(tr, payload[s.req_bounds[d]:s.req_bounds[d + 1]]) for d in range(n)])
+        sends.append([id_tensor(ctx, payload[s.req_bounds[d]:s.req_bounds[d + 1]]) for d in range(n)])
     return sends
 
 
@@ -176,20 +178,20 @@ def primary_slots(store, ids: np.ndarray) -> np.ndarray:
     return oslots
 
 
-def install_rows(tr, ws: list[WorkerStep], clocks, need, rows, *, check_secondaries: bool, staleness: float,
+def install_rows(ctx, ws: list[WorkerStep], clocks, need, rows, *, check_secondaries: bool, staleness: float,
                  refresh: bool) -> list[np.ndarray]:
     """Phase 2 on the reader: ``ws[i].rows`` from the rows it holds and those received
     (``rows[i][src]`` for the requests ``need[i][src]`` marks, clocks ``clocks[i][src]``);
     refresh stale secondaries. Returns the rows failing the inter-embedding bound, per worker
     (empty list when that check is off)."""
-    n = tr.num_workers
+    n = ctx.num_workers
     second_round = []
     for li, s in enumerate(ws):
-        store = tr.stores[li]
+        store = ctx.stores[li]
         u = s.uniq.size
         true_clock = np.full(u, -1, dtype=np.int64)
         true_clock[s.is_primary] = store.clock[s.slots[s.is_primary]]
-        out = torch.empty(u, tr.row_dim, dtype=tr.dtype, device=store.device)
+        out = torch.empty(u, ctx.row_dim, dtype=ctx.dtype, device=store.device)
         held = s.slots >= 0
         out[torch.as_tensor(np.flatnonzero(held), device=store.device)] = store.read(s.slots[held])
         for src in range(n):
@@ -198,69 +200,69 @@ def install_rows(tr, ws: list[WorkerStep], clocks, need, rows, *, check_secondar
             true_clock[part] = c
             got = part[need[li][src]]
             if got.size:
-                r = rows[li][src].to(store.device, tr.dtype)
+                r = rows[li][src].to(store.device, ctx.dtype)
                 out[torch.as_tensor(got, device=store.device)] = r
                 sec = got[s.slots[got] >= 0]
                 if sec.size and refresh:  # intra-embedding refresh of secondaries (Sec. 5.3 (1))
                     store.refresh(s.slots[sec], r[torch.as_tensor(s.slots[got] >= 0, device=r.device)],
                                   true_clock[sec])
-                    tr.count(li, "staleness_refreshes", sec.size)
-        tr.count(li, "remote_rows_read", int((s.slots < 0).sum()))
+                    ctx.count(li, "staleness_refreshes", sec.size)
+        ctx.count(li, "remote_rows_read", int((s.slots < 0).sum()))
         s.true_clock = true_clock
         s.rows = out
-        if check_secondaries and tr.has_secondaries and 0 < staleness and refresh:
+        if check_secondaries and ctx.has_secondaries and 0 < staleness and refresh:
             read_clock = true_clock.copy()
             read_clock[s.is_secondary] = store.clock[s.slots[s.is_secondary]]
             refreshable = s.is_secondary & (read_clock < true_clock)
-            flagged = np.flatnonzero(inter_stale(s.ptr, s.inv, read_clock, tr.data.freq[s.uniq], refreshable,
+            flagged = np.flatnonzero(inter_stale(s.ptr, s.inv, read_clock, ctx.data.freq[s.uniq], refreshable,
                                                  staleness))
             second_round.append(flagged)
     return second_round
 
 
-def inter_round(tr, ws: list[WorkerStep], flagged: list[np.ndarray]) -> None:
+def inter_round(ctx, ws: list[WorkerStep], flagged: list[np.ndarray]) -> None:
     """Phase 3: refresh the secondaries that failed the inter-embedding bound (Sec. 5.3 (2))."""
-    n = tr.num_workers
+    n = ctx.num_workers
     orders, sends = [], []
     for li, s in enumerate(ws):
-        order, bounds = group_by_owner(flagged[li], tr.primary[s.uniq], n)
+        order, bounds = group_by_owner(flagged[li], ctx.primary[s.uniq], n)
         orders.append((order, bounds))
         ids = s.uniq[order]
-        sends.append([id_tensor(tr, ids[bounds[d]:bounds[d + 1]]) for d in range(n)])
-    recv = tr.engine.alltoallv(sends, "ids_clocks")
-    replies = [[tr.stores[li].read(tr.stores[li].lookup(received_ids(recv[li][src]))).to(tr.comm_dtype)
+        sends.append([id_tensor(ctx, ids[bounds[d]:bounds[d + 1]]) for d in range(n)])
+    recv = ctx.engine.alltoallv(sends, "ids_clocks")
+    replies = [[ctx.stores[li].read(ctx.stores[li].lookup(received_ids(recv[li][src]))).to(ctx.comm_dtype)
                 for src in range(n)] for li in range(len(ws))]
-    rows = tr.engine.alltoallv(replies, "embedding_rows",
+    rows = ctx.engine.alltoallv(replies, "embedding_rows",
                                  recv_counts=[[int(b[src + 1] - b[src]) for src in range(n)] for _, b in orders])
     for li, s in enumerate(ws):
-        store = tr.stores[li]
+        store = ctx.stores[li]
         order, bounds = orders[li]
         for src in range(n):
             part = order[bounds[src]:bounds[src + 1]]
             if part.size:
-                r = rows[li][src].to(store.device, tr.dtype)
+                r = rows[li][src].to(store.device, ctx.dtype)
                 s.rows[torch.as_tensor(part, device=store.device)] = r
                 store.refresh(s.slots[part], r, s.true_clock[part])
-                tr.count(li, "staleness_refreshes", part.size)
+                ctx.count(li, "staleness_refreshes", part.size)
 
 
-def make_batch(tr, s: WorkerStep, device) -> Batch:
-    f = tr.data.num_fields
+def make_batch(ctx, s: WorkerStep, device) -> Batch:
+    f = ctx.data.num_fields
     entry_sample = np.repeat(np.arange(s.samples.size, dtype=np.int64), np.diff(s.ptr))
-    ids_field = tr.data.field_of[s.uniq[s.inv]]
+    ids_field = ctx.data.field_of[s.uniq[s.inv]]
     if np.any(ids_field < 0):
         raise TrainingError("a sample uses an embedding id outside every field of the dataset.")
     dense = None
-    if tr.data.num_dense:
-        dense = torch.as_tensor(np.asarray(tr.data.dense[s.samples]), device=device)
+    if ctx.data.num_dense:
+        dense = torch.as_tensor(np.asarray(ctx.data.dense[s.samples]), device=device)
     seg = entry_sample * f + ids_field
     one_hot = seg.size == s.samples.size * f and bool(np.all(seg == np.arange(seg.size)))
     return Batch(int(s.samples.size), torch.as_tensor(s.inv, dtype=torch.int64, device=device),
                  None if one_hot else torch.as_tensor(seg, device=device), dense,
-                 torch.as_tensor(np.asarray(tr.data.labels[s.samples]), device=device))
+                 torch.as_tensor(np.asarray(ctx.data.labels[s.samples]), device=device))
 
 
-def forward_backward(tr, ws: list[WorkerStep], step) -> float:
+def forward_backward(ctx, ws: list[WorkerStep], step) -> float:
     """Phase 4: forward/backward of every local worker of ``step``; dense grads accumulate over them.
 
     The summed loss is divided by the step's samples, but at least by a full step's ``N x B``: a partial
@@ -268,14 +270,14 @@ def forward_backward(tr, ws: list[WorkerStep], step) -> float:
     does. As a mean over its own samples, a last static step of 2 samples moved the model like a full
     step (1-epoch test log loss 0.498 against 0.425, docs/train.md, "The last step of an epoch"). A step
     larger than ``N x B`` (a replayed global batch) keeps its mean."""
-    total = max(step.global_batch_size, tr.num_workers * tr.config.batch_size)
-    tr.dense_opt.zero_grad(set_to_none=False)
+    total = max(step.global_batch_size, ctx.num_workers * ctx.batch_size)
+    ctx.dense.zero_grad()
     loss_sum = 0.0
     for li, s in enumerate(ws):
         leaf = s.rows.detach().requires_grad_(True)
         if s.samples.size:
-            batch = make_batch(tr, s, leaf.device)
-            loss = bce_sum(tr.model(leaf, batch), batch.labels)
+            batch = make_batch(ctx, s, leaf.device)
+            loss = bce_sum(ctx.model(leaf, batch), batch.labels)
             (loss / total).backward()
             loss_sum += float(loss.detach())
         s.grad = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
@@ -284,41 +286,41 @@ def forward_backward(tr, ws: list[WorkerStep], step) -> float:
 # ------------------------------------------------- herald (runtime-driven)
 
 
-def push_sends(tr, ws: list[WorkerStep], *, with_ids: bool):
+def push_sends(ctx, ws: list[WorkerStep], *, with_ids: bool):
     """Phase 5 messages: the gradients of each worker's non-primary rows to their primaries, in
-    :func:`group_by_owner` order, at ``tr.comm_dtype`` (and their ids, unless ``with_ids`` is
+    :func:`group_by_owner` order, at ``ctx.comm_dtype`` (and their ids, unless ``with_ids`` is
     false: at s < inf the pushed rows are the requested rows in the same order, so the primaries
     know them from the requests, ``WorkerStep.served``). Returns (id sends or None, grad sends)."""
-    n = tr.num_workers
+    n = ctx.num_workers
     id_sends, grad_sends = [], []
     for li, s in enumerate(ws):
-        order, bounds = group_by_owner(np.flatnonzero(~s.is_primary), tr.primary[s.uniq], n)
-        g = s.grad[torch.as_tensor(order, dtype=torch.int64, device=s.grad.device)].to(tr.comm_dtype)
+        order, bounds = group_by_owner(np.flatnonzero(~s.is_primary), ctx.primary[s.uniq], n)
+        g = s.grad[torch.as_tensor(order, dtype=torch.int64, device=s.grad.device)].to(ctx.comm_dtype)
         if with_ids:
             ids = s.uniq[order]
-            id_sends.append([id_tensor(tr, ids[bounds[d]:bounds[d + 1]]) for d in range(n)])
+            id_sends.append([id_tensor(ctx, ids[bounds[d]:bounds[d + 1]]) for d in range(n)])
         grad_sends.append([g[bounds[d]:bounds[d + 1]] for d in range(n)])
-        tr.count(li, "remote_rows_pushed", order.size)
+        ctx.count(li, "remote_rows_pushed", order.size)
     return (id_sends if with_ids else None), grad_sends
 
 
-def apply_at_primaries(tr, ws: list[WorkerStep], rid, rgrad) -> None:
+def apply_at_primaries(ctx, ws: list[WorkerStep], rid, rgrad) -> None:
     """Phase 6: each primary sums its own and the received gradients per row and steps once.
 
     ``rid[i][src]``: the ids of the gradients ``rgrad[i][src]`` (tensors from the wire or int64 arrays)."""
-    n = tr.num_workers
+    n = ctx.num_workers
     for li, s in enumerate(ws):
-        store = tr.stores[li]
+        store = ctx.stores[li]
         own = np.flatnonzero(s.is_primary)
         slot_parts = [s.slots[own]] + [store.lookup(r if isinstance(r, np.ndarray) else received_ids(r))
                                        for r in rid[li]]
         grad_parts = [s.grad[torch.as_tensor(own, dtype=torch.int64, device=s.grad.device)]]
-        grad_parts += [rgrad[li][src].to(store.device, tr.dtype) for src in range(n)]
+        grad_parts += [rgrad[li][src].to(store.device, ctx.dtype) for src in range(n)]
         all_slots = np.concatenate(slot_parts)
         if all_slots.size == 0:
             continue
-        uslots, where = tr.unique_slots[li](all_slots)  # np.unique(all_slots, return_inverse=True)
-        summed = torch.zeros(uslots.size, tr.row_dim, dtype=tr.dtype, device=store.device)
+        uslots, where = ctx.unique_slots[li](all_slots)  # np.unique(all_slots, return_inverse=True)
+        summed = torch.zeros(uslots.size, ctx.row_dim, dtype=ctx.dtype, device=store.device)
         summed.index_add_(0, torch.as_tensor(where, device=store.device),
                           torch.cat([g.to(store.device) for g in grad_parts]))
         store.apply_gradients(uslots, summed)

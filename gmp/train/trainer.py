@@ -36,12 +36,17 @@ secondaries are brought up to date at the end of every epoch (also counted).
 
 Evaluation (:mod:`gmp.train.evaluate`) reads primaries only; records are built
 by :mod:`gmp.train.records`; the progress bar is :func:`gmp.progress.task`.
+
+**No blackboard.** The protocol, the step helpers, the evaluation, the tier feeder and the records
+get the :class:`~gmp.train.context.StepContext` (the run's parts), not the trainer; checkpoints,
+migrations and the run loop (:mod:`gmp.train.checkpoint`, :mod:`gmp.train.migrate`,
+:mod:`gmp.train.run`) use the trainer's public methods only (``tests/test_architecture.py``
+checks both).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import time
 from typing import Any, Callable
 
@@ -54,16 +59,13 @@ from ..constants import DEFAULT_EMBEDDING_DIM, VALUE_BYTES
 from ..errors import TrainingError
 from ..placement import Placement
 from .config import TrainConfig
+from .context import StepContext
 from .data import TrainData
+from .dense import DenseSync
 from .evaluate import evaluate
-from .herald.plugin import HeraldSchedule
 from .models import make_model
-from .protocol import StepProtocol
-from .protocol_herald import HeraldOnDemand
-from .protocol_hetgmp import BoundedStaleness
-from .protocol_pipeline import PipelinedStaleness
-from .records import ALL_COUNTERS, make_record
-from .registry import make_schedule
+from .records import Counters, make_record
+from .registry import make_protocol, make_schedule
 from .schedule import Schedule, ScheduleContext, Step
 from .steps import PhaseClock, wire_id_dtype
 from .store import EmbeddingStore
@@ -90,12 +92,7 @@ class Trainer:
         self.config = config
         self.engine = engine
         self.num_workers = engine.world_size
-        self.primary = np.asarray(placement.embedding_primary)
-        self.has_secondaries = placement.num_secondaries > 0
-        self.staleness = float(config.staleness)
         self.dtype = config.torch_dtype
-        self.comm_dtype = config.comm_torch_dtype  # rows, gradients, dense all-reduce on the wire
-        self.id_dtype = wire_id_dtype(data.num_embeddings)  # ids and clocks on the wire
         self.phase = PhaseClock(engine)  # seconds per phase of the steps (records' phase_seconds)
         self.device = engine.device_for(engine.local_workers[0])
         check_memory(placement, config, engine.local_workers, data.num_fields, self.device)
@@ -108,14 +105,13 @@ class Trainer:
                                       tiers=config.tiers)
                        for w in engine.local_workers]
         self._check_memory_plan()
-        # np.unique(..., return_inverse=True) of a batch's ids and of a primary's gradient slots
-        self.unique_ids = UniqueIndex(data.num_embeddings)
-        self.unique_slots = [UniqueIndex(store.num_primary) for store in self.stores]
         params = list(self.model.parameters())
         if config.optimizer == "sgd":
             self.dense_opt = torch.optim.SGD(params, lr=config.lr)
         else:
             self.dense_opt = torch.optim.Adagrad(params, lr=config.lr, eps=1e-10)
+        self.dense = DenseSync(self.model, self.dense_opt, engine, self.phase, dtype=self.dtype,
+                               comm_dtype=config.comm_torch_dtype)
         if schedule is None:
             ctx = ScheduleContext(placement, data.num_train, config.batch_size, seed=config.seed,
                                   shuffle=config.shuffle, dataset=data.dataset, herald=config.herald_options())
@@ -126,16 +122,22 @@ class Trainer:
         # position and epoch accumulators (checkpointed)
         self.epoch = 0
         self.step_in_epoch = 0
-        self.counters = np.zeros((len(self.stores), len(ALL_COUNTERS)), dtype=np.int64)
-        self.protocol = make_protocol(self)
+        self.counts = Counters(engine, len(self.stores))
+        self.counters = self.counts.values  # [local worker, ALL_COUNTERS] of the running epoch
+        self.ctx = StepContext(
+            engine=engine, stores=tuple(self.stores), data=data, model=self.model, dense=self.dense,
+            schedule=schedule, placement=placement, primary=np.asarray(placement.embedding_primary),
+            staleness=config.staleness_rules, batch_size=config.batch_size,
+            eval_batch_size=config.eval_batch_size, row_dim=self.row_dim, dtype=self.dtype,
+            comm_dtype=config.comm_torch_dtype, id_dtype=wire_id_dtype(data.num_embeddings), phase=self.phase,
+            counters=self.counts, unique_ids=UniqueIndex(data.num_embeddings),
+            unique_slots=tuple(UniqueIndex(store.num_primary) for store in self.stores),
+            herald=config.herald_options(), tiers=config.tiers)
+        self.protocol = make_protocol(self.ctx, pipeline=config.pipeline)
         self.acc = {"loss_sum": 0.0, "samples": 0, "steps": 0, "train_seconds": 0.0}
         self.history: list[dict[str, Any]] = []
         self.interrupted = False
         self.run_id: str | None = None  # the run its JSON log lines name; kept in its checkpoints
-        self._stop_flag = False  # set by request_stop() (a signal handler); agreed on at the next step
-        self._stop_now = False
-        self._nonfinite_now = False  # set by dense_step: some worker's loss was not finite
-        self.schedule.bind(self)
 
     def _check_memory_plan(self) -> None:
         """Compare the rows each worker holds with the manifest's plan.
@@ -166,83 +168,28 @@ class Trainer:
 
     def request_stop(self) -> None:
         """Ask :meth:`fit` to stop after the current step (safe from a signal handler)."""
-        self._stop_flag = True
+        self.dense.request_stop()
 
     # ------------------------------------------------------------------ step
-
-    # ------------------------------------------------------------------ shared step helpers
-    def count(self, li: int, name: str, value: int) -> None:
-        """Add ``value`` to local worker ``li``'s counter ``name`` (while the engine counts)."""
-        if self.engine.counting:
-            self.counters[li, ALL_COUNTERS.index(name)] += int(value)
-
     def train_step(self, step: Step) -> float:
         """Run one synchronous step of all local workers (the protocol's); return the sum of their sample losses."""
         return self.protocol.train_step(step)
 
-    def dense_step(self, loss_sum: float) -> None:
-        """All-reduce the dense gradients and step the dense optimizer.
-
-        One control element rides along: ``stop + (N + 1) * nonfinite`` summed over the
-        workers, so any worker asking to stop stops all of them at this step, and a
-        non-finite loss on any worker is seen by all of them (no optimizer step then;
-        :meth:`fit` refuses to go on).
-        """
-        with self.phase("allreduce"):
-            flat = self.finish_dense_reduce(self.engine.start_all_reduce_dense(self.dense_flat(loss_sum)))
-        with self.phase("optimizer"):
-            self.dense_update(flat)
-
-    def dense_flat(self, loss_sum: float) -> torch.Tensor:
-        """This process's dense gradients and the control element (see :meth:`dense_step`), flat, at
-        the wire's ``comm_dtype``."""
-        params = list(self.model.parameters())
-        for p in params:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-        n1 = float(self.num_workers + 1)
-        local = (1.0 if self._stop_flag else 0.0) + (0.0 if math.isfinite(loss_sum) else n1)
-        control = torch.tensor([local], dtype=params[0].dtype, device=params[0].device)
-        return torch.cat([p.grad.reshape(-1) for p in params] + [control]).to(self.comm_dtype)
-
-    def finish_dense_reduce(self, pending) -> torch.Tensor:
-        """Wait for a started dense all-reduce; the sum in the model's dtype."""
-        return pending.wait().to(self.dtype)
-
-    def dense_update(self, flat: torch.Tensor) -> None:
-        """Read the control element of the summed ``flat``; unless some loss was not finite, copy
-        the sum into the gradients and step the dense optimizer."""
-        params = list(self.model.parameters())
-        n1 = float(self.num_workers + 1)
-        total = float(flat[-1].item())
-        self._nonfinite_now = total >= n1 - 0.5
-        self._stop_now = self._nonfinite_now or total > 0.5
-        if self._nonfinite_now:
-            return
-        offset = 0
-        for p in params:
-            k = p.numel()
-            p.grad.copy_(flat[offset:offset + k].view_as(p))
-            offset += k
-        self.dense_opt.step()
-
     def evaluate(self) -> dict[str, float]:
         """AUC and logloss of the current primaries on the test split (:mod:`gmp.train.evaluate`)."""
-        return evaluate(self)
+        return evaluate(self.ctx)
 
     # ------------------------------------------------------------ the loop
     def _reset_epoch(self) -> None:
-        self.counters[:] = 0
-        self.engine.bytes[:] = 0
-        self.engine.seconds = 0.0
+        self.counts.reset()
+        self.engine.reset_counts()
         self.phase.reset()
         self.acc = {"loss_sum": 0.0, "samples": 0, "steps": 0, "train_seconds": 0.0}
         self.protocol.reset_epoch()
 
-    def max_across(self, value: float) -> float:
-        """The largest ``value`` over all processes (collective)."""
-        per = np.concatenate(self.engine.gather([np.array([value])] * len(self.stores)))
-        return float(per.max())
+    def _record(self, kind: str, extra: dict[str, Any]) -> dict[str, Any]:
+        return make_record(self.ctx, self.protocol, kind, extra, epoch=self.epoch, step=self.step_in_epoch,
+                           acc=self.acc)
 
     def close(self) -> None:
         """Release the stores' tiers (a disk tier's files are removed)."""
@@ -270,14 +217,15 @@ class Trainer:
             with progress.task(f"epoch {self.epoch + 1}/{self.config.epochs}", total=num_steps,
                                completed=self.step_in_epoch, show=self.engine.is_main) as advance:
                 # tiered stores: each step's rows resident and pinned (look-ahead prefetch, gmp.train.tiers)
-                for step in feed_steps(self, self.protocol.steps(self.epoch, self.step_in_epoch)):
-                    if (stop_after_steps is not None and done >= stop_after_steps) or self._stop_now:
+                for step in feed_steps(self.ctx, self.protocol, self.protocol.steps(self.epoch, self.step_in_epoch),
+                                       epoch_start=self.step_in_epoch == 0):
+                    if (stop_after_steps is not None and done >= stop_after_steps) or self.dense.stop_now:
                         self.interrupted = True
                         return records
                     t0 = time.perf_counter()
                     loss = self.train_step(step)
                     self.acc["train_seconds"] += time.perf_counter() - t0
-                    if self._nonfinite_now:
+                    if self.dense.nonfinite_now:
                         raise TrainingError(f"The training loss is not finite at epoch {self.epoch + 1} step "
                                             f"{step.index + 1}; lower the learning rate (lr={self.config.lr:g}) "
                                             f"or check the dataset for non-finite values.")
@@ -288,13 +236,13 @@ class Trainer:
                     done += 1
                     advance(1, _status(self.acc))
                     if self.config.log_every and self.step_in_epoch % self.config.log_every == 0:
-                        rec = make_record(self, "step", {})
+                        rec = self._record("step", {})
                         if on_record:
                             on_record(rec)
             with _timed(self.acc):
                 self.protocol.end_epoch()
             metrics = self.evaluate()
-            rec = make_record(self, "epoch", metrics)
+            rec = self._record("epoch", metrics)
             rec["memory_bytes_per_worker"] = [int(x) for x in np.concatenate(self.engine.gather(
                 [np.array([m["total_bytes"]], dtype=np.float64) for m in self.memory()]))]
             records.append(rec)
@@ -308,7 +256,70 @@ class Trainer:
                 on_epoch_end(self)
         return records
 
-    # ---------------------------------------------------------- state
+    # ---------------------------------------------------------- state (checkpoints, migration, the run)
+    def context(self) -> StepContext:
+        """The run's parts (engine, local stores, data, placement, dense model, ...) as the steps see them."""
+        return self.ctx
+
+    def settings(self) -> TrainConfig:
+        return self.config
+
+    def position(self) -> tuple[int, int]:
+        """``(epoch, step)``: the next step to run (0-based epoch)."""
+        return self.epoch, self.step_in_epoch
+
+    def seek(self, epoch: int, step: int) -> None:
+        """Continue at step ``step`` of ``epoch`` (a checkpoint's position; a migration's ``(0, 0)``)."""
+        self.epoch, self.step_in_epoch = int(epoch), int(step)
+
+    def was_interrupted(self) -> bool:
+        """Whether the last :meth:`fit` stopped before ``config.epochs`` (a stop request or ``stop_after_steps``)."""
+        return self.interrupted
+
+    def run_name(self) -> str | None:
+        """The run id every JSON log line names (kept in checkpoints; None until named)."""
+        return self.run_id
+
+    def name_run(self, run_id: str | None) -> None:
+        self.run_id = run_id
+
+    def worker_state(self, li: int) -> dict[str, Any]:
+        """Local worker ``li``'s share of the running epoch's accumulators (a checkpoint's worker file):
+        its ``counters``, its engine ``bytes``, and this process's ``acc``."""
+        return {"counters": self.counters[li].copy(), "bytes": self.engine.bytes[li].copy(), "acc": dict(self.acc)}
+
+    def load_worker_state(self, li: int, state: dict[str, Any]) -> None:
+        """Restore :meth:`worker_state` (ValueError naming what does not fit)."""
+        for name, old, new in (("counters", self.counters[li], state["counters"]),
+                               ("bytes", self.engine.bytes[li], state["bytes"])):
+            if not isinstance(new, np.ndarray) or new.shape != old.shape:
+                raise ValueError(f"{name} has shape {getattr(new, 'shape', None)}, expected {old.shape}")
+        self.counters[li] = state["counters"]
+        self.engine.bytes[li] = state["bytes"]
+        if not isinstance(state["acc"], dict):
+            raise ValueError("acc is not a dict")
+        self.acc = dict(state["acc"])  # loss_sum is per process; the rest is global
+
+    def state_dict(self) -> dict[str, Any]:
+        """The dense model and optimizer, the epoch records so far and the schedule's state (``trainer.pt``)."""
+        return {"model": self.model.state_dict(), "dense_opt": self.dense_opt.state_dict(),
+                "history": list(self.history), "schedule": self.schedule.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (torch's errors for a model of another shape)."""
+        self.load_dense(state["model"], state["dense_opt"])
+        self.history = list(state["history"])
+        self.schedule.load_state_dict(state["schedule"])
+
+    def load_dense(self, model: dict[str, Any], dense_opt: dict[str, Any], *, lr: float | None = None) -> None:
+        """Load the dense model and its optimizer's state; ``lr``: the learning rate to go on with (a
+        migration keeps this run's, not the checkpoint's)."""
+        self.model.load_state_dict(model)
+        self.dense_opt.load_state_dict(dense_opt)
+        if lr is not None:
+            for group in self.dense_opt.param_groups:
+                group["lr"] = lr
+
     def embedding_table(self) -> np.ndarray:
         """The global model's rows (primaries), float64 [num_embeddings, row_dim]; local engine only."""
         if len(self.stores) != self.num_workers:
@@ -356,19 +367,6 @@ def check_memory(placement: Placement, config: TrainConfig, local_workers, num_f
                             f"than the {have / 2**30:.1f} GiB {where}; {fix}.")
         exc.param = "embedding_dim"
         raise exc
-
-
-def make_protocol(trainer: "Trainer") -> StepProtocol:
-    """Herald's on-demand protocol for ``--schedule herald`` at s = 0, else bounded staleness
-    (pipelined with ``config.pipeline``)."""
-    if trainer.config.herald_options() is not None and trainer.staleness == 0:
-        if not isinstance(trainer.schedule, HeraldSchedule):
-            raise TrainingError(f"The 'schedule' parameter must be a HeraldSchedule for schedule='herald' at "
-                                f"staleness 0, got {type(trainer.schedule).__name__}; pass no schedule.")
-        return HeraldOnDemand(trainer)
-    if trainer.config.pipeline:  # s = 0 (TrainConfig checks): the synchronous step, reads overlapped
-        return PipelinedStaleness(trainer)
-    return BoundedStaleness(trainer)
 
 
 class _timed:

@@ -30,8 +30,8 @@ import numba
 import numpy as np
 
 from ...kernels.simd import LANES, weighted_row_sum
-from .._hybrid_kernels import (add_traffic, best_carry_move, carry_rows, move_sample, private_tally,
-                               sample_gains)
+from .._hybrid_kernels import (add_traffic, balance_delta, best_carry_move, carry_rows, move_sample,
+                               private_tally, sample_gains)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -83,7 +83,7 @@ def sweep_block(indptr, indices, num_private, rows, sw, gprim, gcount, gdrow, df
             elif net[b] >= quota[b]:
                 shared[b] = np.inf
             else:
-                shared[b] = gain[b] - stay + alpha * ((load[b] + spread * net[b]) - (load[a] + spread * net[a]) + 1)
+                shared[b] = gain[b] - stay + balance_delta(alpha, load[b] + spread * net[b], load[a] + spread * net[a])
         if npv > 0:
             private_stay = private_tally(indices, kp, k1, gprim, ceff, a, df0, tally)
             for w in range(num_workers):
@@ -164,7 +164,7 @@ def sweep_owned(x0, x1, prim, count, f, ceff_t, load, net, quota, beta, spread, 
         for q in range(num_workers):
             if q == p or net[q] >= quota[q]:
                 continue
-            delta = total[q] - total[p] + beta * ((load[q] + spread * net[q]) - (load[p] + spread * net[p]) + 1)
+            delta = total[q] - total[p] + balance_delta(beta, load[q] + spread * net[q], load[p] + spread * net[p])
             if delta < best_delta:
                 best_delta = delta
                 best = q

@@ -12,8 +12,8 @@ import numpy as np
 from ...errors import PartitionError
 from ...placement import Placement
 from ...topology import Topology
-from .._common import place_unused_embeddings
-from ..hybrid import Options, is_hierarchical, replication_budgets
+from .._common import is_hierarchical, place_unused_embeddings
+from .._objective import Options, replication_budgets
 from .exchange import Ghosts, Mesh, OwnedRows, shard_range
 from .shard import Shard
 from .start import install_primaries, install_samples, multilevel_start, random_start
@@ -137,7 +137,7 @@ def refine_candidate(state: DistState, options: Options) -> tuple[float, list[di
 
 
 def score_after_2d(state: DistState, options: Options, rounds: list[dict]) -> float:
-    """A refined placement's score, as the single process scores it (``hybrid._multilevel_start``,
+    """A refined placement's score, as the single process scores it (``_multilevel.multilevel_start``,
     ``hybrid._flat_beside``): J after the last round less the traffic the 2D step's secondaries will
     take off (:func:`replication_savings`); the same value on every process."""
     budgets = replication_budgets(state.num_workers, state.w.num_used, state.primary_load, options)

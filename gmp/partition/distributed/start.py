@@ -42,7 +42,7 @@ import scipy.sparse as sp
 from .. import _multilevel as ML
 from .._common import assign_by_majority, choose_primaries
 from .._hybrid_kernels import count_samples
-from ..hybrid import default_coarse_pairs
+from .._multilevel import default_coarse_pairs
 from . import _kernels as DK
 from .state import DistState
 

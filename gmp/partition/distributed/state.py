@@ -36,7 +36,7 @@ import numpy as np
 
 from ...kernels.simd import padded_width
 from .._common import sample_cap
-from ..hybrid import default_weights, soft_count_table, summarize
+from .._objective import default_weights, soft_count_table, summarize
 from . import _kernels as DK
 from .exchange import Ghosts, Mesh, OwnedRows
 from .shard import Shard
@@ -150,7 +150,7 @@ class DistState:
         self._traffic = None
 
     def summary(self) -> dict:
-        """The round metrics of :func:`gmp.partition.hybrid.summarize` over all processes."""
+        """The round metrics of :func:`gmp.partition._objective.summarize` over all processes."""
         if self._traffic is None:
             served = np.zeros(self.num_workers)
             received = np.zeros(self.num_workers)
@@ -158,7 +158,7 @@ class DistState:
             DK.owned_traffic(self.prim, self.count, self.f, self.cost, served, received, sums, counts)
             self._set_traffic(served, received, sums, counts)
         view = _View(self)
-        return summarize(view)
+        return summarize(view, self._traffic)
 
     def _set_traffic(self, served, received, sums, counts) -> None:
         n = self.num_workers
@@ -310,10 +310,9 @@ class DistState:
 
 
 class _View:
-    """What :func:`gmp.partition.hybrid.summarize` reads, from a :class:`DistState`."""
+    """What :func:`gmp.partition._objective.summarize` reads, from a :class:`DistState`."""
 
     def __init__(self, s: DistState):
-        self._traffic = s._traffic
         self.served = s.served
         self.sample_load = s.sample_load
         self.primary_load = s.primary_load

@@ -285,17 +285,21 @@ def _blocks(num_rows: int, init: Callable[[int, int], np.ndarray], width: int, d
     return out
 
 
-def feed_steps(trainer, steps: Iterable) -> Iterator:
+def feed_steps(ctx, protocol, steps: Iterable, *, epoch_start: bool) -> Iterator:
     """The trainer's steps with each tiered store's rows of the step resident and pinned (the hook
     :meth:`gmp.train.trainer.Trainer.fit` loops over); ``steps`` unchanged without tiers.
+
+    ``ctx``: the trainer's :class:`~gmp.train.context.StepContext`; ``protocol``: its step protocol
+    (told of the look-ahead prefetcher's figures); ``epoch_start``: ``steps`` begin at the epoch's
+    first step (the record's tier figures count from there).
 
     A step's rows, per local worker: its primaries among the distinct rows of every worker's
     batch of the step (all its primaries the step reads, serves or updates under bounded
     staleness; Herald's pushes of pending copies and early pulls go through the victim path).
     """
-    tables = [s.tier for s in trainer.stores]
-    opts = trainer.config.tiers
-    herald = trainer.config.herald_options()
+    tables = [s.tier for s in ctx.stores]
+    opts = ctx.tiers
+    herald = ctx.herald
     lookahead = opts.lookahead if opts is not None else (herald.lookahead if herald is not None else 0)
     if not any(t is not None for t in tables) and lookahead == 0:
         yield from steps
@@ -304,7 +308,7 @@ def feed_steps(trainer, steps: Iterable) -> Iterator:
 
     maps = []
     for li, _t in live:
-        store = trainer.stores[li]
+        store = ctx.stores[li]
         identity, dense = store.slots.dense()
         maps.append((identity, dense if dense is not None else np.zeros(1, np.int32), identity or dense is not None,
                      np.zeros(store.num_primary, dtype=np.uint8), store))
@@ -316,25 +320,25 @@ def feed_steps(trainer, steps: Iterable) -> Iterator:
         uniq = None
         for identity, dense, compiled, mark, store in maps:
             if compiled:  # one compiled pass (the placement's map is immutable: safe in the feeder's thread)
-                out.append(step_primaries(trainer.data.indptr, trainer.data.indices, samples, dense, identity,
+                out.append(step_primaries(ctx.data.indptr, ctx.data.indices, samples, dense, identity,
                                           store.num_primary, mark))
                 continue
             if uniq is None:
-                uniq = np.unique(trainer.data.gather(samples)[1])
+                uniq = np.unique(ctx.data.gather(samples)[1])
             slots = store.slots.lookup(uniq)
             out.append(slots[(slots >= 0) & (slots < store.num_primary)])
         return out
 
     for _, t in live:  # with Herald, gmp train's --cache-rows gave the tier half its value (split_cache_rows)
         t.herald_share = herald is not None and opts.cache_rows > 0
-    if trainer.step_in_epoch == 0:  # the record's tier figures count from the epoch's first step
+    if epoch_start:  # the record's tier figures count from the epoch's first step
         for _, t in live:
             t.reset_stats()
     feeder = StepFeeder([t.cache for _, t in live], steps, rows_of, lookahead=lookahead,
                         prefetch_depth=opts.prefetch_depth if opts is not None else 1)
     gen = iter(feeder)
     ready = None
-    trainer.protocol.watch_lookahead(feeder.stats)
+    protocol.watch_lookahead(feeder.stats)
     try:
         for step, ready in gen:
             for (_, t), r in zip(live, ready):
@@ -350,5 +354,5 @@ def feed_steps(trainer, steps: Iterable) -> Iterator:
                 t.end()
             feeder.discard(ready)
         gen.close()
-        trainer.protocol.watch_lookahead(None)
-        trainer.protocol.add_lookahead_stats(feeder.stats())
+        protocol.watch_lookahead(None)
+        protocol.add_lookahead_stats(feeder.stats())
