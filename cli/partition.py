@@ -217,6 +217,7 @@ def partition(
         raise PartitionError("--max-moved-rows and --compare-full need --from-manifest OLD_MANIFEST.")
     from gmp._io import check_output_dir
     from gmp.api import partition_dataset
+    from gmp.manifest import MANIFEST_FILES
     from gmp.topology import resolve_topology
 
     # every cheap check before the expensive work (partitioning a large graph takes minutes)
@@ -224,7 +225,7 @@ def partition(
     batch_size, embedding_dim, inter_cost = _defaults(batch_size, embedding_dim, inter_cost)
     _check_positive(batch_size=batch_size, embedding_dim=embedding_dim)
     out = out or Path("placements") / f"{Path(dataset).resolve().name}.{method}.w{topo_workers(workers, topology)}"
-    check_output_dir(out, kind="gmp.placement", overwrite=overwrite, inputs=[dataset])
+    check_output_dir(out, kind="gmp.placement", overwrite=overwrite, inputs=[dataset], own=MANIFEST_FILES)
     topo = resolve_topology(workers, topology, str(topology_file) if topology_file else None, inter_cost=inter_cost)
     _load_partitioner_or_explain(method)
     flags = {"rounds": rounds, "tol": tol, "alpha": alpha, "beta": beta, "gamma": gamma,

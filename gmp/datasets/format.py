@@ -519,6 +519,14 @@ def _upgrade(meta: dict[str, Any]) -> dict[str, Any]:
     return meta
 
 
+#: every name a dataset directory may hold: what gmp writes there (the header, the arrays, the vocabulary
+#: of an import, the synthetic generator's side arrays). ``--overwrite`` replaces these and refuses a
+#: directory holding anything else (:func:`gmp._io.check_only_own`), which is someone else's.
+DATASET_FILES = frozenset({
+    "dataset.json", "indptr.npy", "indices.npy", "labels.npy", "dense.npy", "vocab.npz",
+    "synth_community.npy", "synth_ctr.npy", "synth_index.npy", "synth_ids.npz",
+})
+
 class DatasetWriter:
     """Build a prepared dataset chunk by chunk, in bounded memory.
 
@@ -552,7 +560,8 @@ class DatasetWriter:
         self._test_start: int | None = None
 
     def __enter__(self) -> "DatasetWriter":
-        self._ctx = atomic_directory(self.out, overwrite=self.overwrite, kind=FORMAT, inputs=self.inputs)
+        self._ctx = atomic_directory(self.out, overwrite=self.overwrite, kind=FORMAT, inputs=self.inputs,
+                                     own=DATASET_FILES)
         self._dir = self._ctx.__enter__()
         for name in ("lengths", "ids", "labels", "dense"):
             self._files[name] = open(self._dir / f"_{name}.bin", "wb")

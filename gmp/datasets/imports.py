@@ -77,9 +77,9 @@ def import_dataset(fmt: str, inputs: Sequence[str | os.PathLike], out: str | os.
                               "split it by --test-fraction.")
     if common.extend:  # the dataset it extends is an input too: an --out naming it is refused, --overwrite or not
         from .._io import check_output_dir
-        from .format import FORMAT
+        from .format import DATASET_FILES, FORMAT
 
-        check_output_dir(out, kind=FORMAT, overwrite=common.overwrite, inputs=[common.extend])
+        check_output_dir(out, kind=FORMAT, overwrite=common.overwrite, inputs=[common.extend], own=DATASET_FILES)
     module, name = IMPORTERS[fmt]
     importer = getattr(importlib.import_module(module), name)
     if fmt in ("libsvm", "libfm", "libffm"):
