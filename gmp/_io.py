@@ -219,6 +219,13 @@ class Claim:
     def same(self) -> bool:
         return _identity(self.path) == self.identity
 
+    def check(self, flag: str = "--out") -> None:
+        """Raise a one-line :class:`OutputError` unless the path still holds what the claim found."""
+        if not self.same():
+            now = _identity(self.path)
+            raise _changed(self.path, flag, "appeared" if self.identity is None else
+                           "was removed" if now is None else "was replaced")
+
     def release(self) -> None:
         self.lock.release()
         for d in self._made:  # parents this claim created for its lock, if nothing else went there

@@ -83,7 +83,7 @@ import numba
 import numpy as np
 
 from .. import __version__
-from .._io import atomic_directory, read_versioned_json, write_json
+from .._io import atomic_directory, claim_output, read_versioned_json, write_json
 from ..errors import ManifestError, MissingDependencyError
 from ..graph import build_graph
 from ..metrics import traffic
@@ -329,6 +329,7 @@ def export_torchrec(manifest: Any, out: str | os.PathLike, *, dataset: Any = Non
     if any(not 0 < f <= 1 for f in load_factors):
         raise ManifestError(f"export torchrec: load_factors must be in (0, 1], got {list(load_factors)}.")
     out = Path(out)
+    claim_output(out)  # one writer from here to the end; atomic_directory replaces only what is there now
     if out.exists() and not overwrite and any(out.iterdir()):
         raise ManifestError(f"export torchrec: {out} already exists; pass --overwrite or another --out.")
 
