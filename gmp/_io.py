@@ -14,9 +14,18 @@ by a killed run are removed by the next run that writes the same ``NAME``
 
 Before any work, :func:`check_output_dir` refuses an output that would destroy
 something it was not meant to replace: the working directory or one of its
-parents, a directory holding an input, a symbolic link, or (with
-``overwrite``) an existing directory that is not a gmp output of the same kind.
+parents, a directory holding an input, a symbolic link, a path inside a dataset
+or manifest, or (with ``overwrite``) an existing directory that is not a gmp
+output of the same kind or that holds anything but that kind's own files.
 Directories are created with the user's umask (``mkdtemp`` alone gives 0700).
+
+**Claims.** The same check claims the output for this process
+(:func:`claim_output`): an ``flock``-ed lock file ``.NAME.gmp-lock`` beside it
+refuses a second writer (a killed holder's lock is released by the kernel), and
+the claim records what stood at ``NAME`` (nothing, or a device and inode). At
+the end the new output goes in only if ``NAME`` still holds that
+(``RENAME_NOREPLACE`` where nothing was; after an exchange, the directory
+swapped out must be the claimed one, else it is swapped back).
 """
 
 from __future__ import annotations

@@ -14,6 +14,10 @@ A prepared dataset is a directory::
                           fields; hashed fields have none). Written by ``gmp data import``
                           (absent for synthetic data); read by ``gmp data import --extend``.
 
+The directory holds nothing else: :data:`DATASET_FILES` are its names (the
+synthetic generator adds ``synth_*`` arrays), and ``--overwrite`` refuses a
+dataset directory holding anything more, which is someone else's.
+
 Sample ``i`` uses embedding ids ``indices[indptr[i]:indptr[i+1]]`` (multi-hot
 allowed: a multi-valued field contributes several ids; duplicates are removed
 within a sample). Embedding ids are global: field ``f`` owns the ids of its
