@@ -283,6 +283,30 @@ def claim_output(out: str | os.PathLike, *, flag: str = "--out") -> Claim:
     return claim
 
 
+def release_claim_on_error(param: str = "out"):
+    """Decorate a library function that claims its ``param`` output early: when it raises, the claim is
+    released (the CLI releases every claim when a command ends; a notebook calling the function again
+    after fixing a mistake must start from a fresh claim, not one recording what stood there before)."""
+    import functools
+    import inspect
+
+    def wrap(fn):
+        sig = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def inner(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except BaseException:
+                out = sig.bind_partial(*args, **kwargs).arguments.get(param)
+                held = _CLAIMS.get(Path(os.path.abspath(out))) if out is not None else None
+                if held is not None:
+                    held.release()
+                raise
+        return inner
+    return wrap
+
+
 def release_claims() -> None:
     """Release every claim this process holds (the CLI calls it when a command ends, however it ends)."""
     for claim in list(_CLAIMS.values()):

@@ -358,3 +358,16 @@ def test_a_claim_is_exclusive_between_processes_and_reentrant_within_one(tmp_pat
     assert code.returncode != 0 and f"pid {os.getpid()} " in code.stderr and "OutputError" in code.stderr
     a.release()
     assert not _io.lock_path(out).exists() and not out.exists()
+
+
+def test_a_library_call_that_fails_after_claiming_releases_its_claim(tmp_path, criteo_file, dataset):
+    """A notebook that fixes its mistake and calls again must start from a fresh claim."""
+    from gmp.datasets.importers import CommonOptions
+    from gmp.datasets.imports import import_dataset
+    from gmp.errors import ImportDataError
+
+    (dataset / "vocab.npz").unlink()  # --extend needs it: refused after the output was claimed
+    out = tmp_path / "day2"
+    with pytest.raises(ImportDataError, match="vocab.npz"):
+        import_dataset("criteo", [criteo_file], out, common=CommonOptions(extend=str(dataset)))
+    assert not _io.lock_path(out).exists()

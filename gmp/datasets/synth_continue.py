@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from .._io import check_output_dir
+from .._io import check_output_dir, release_claim_on_error
 from ..errors import DatasetError
 from ..seeds import check_seed
 from .format import DATASET_FILES, FORMAT, FieldInfo, DatasetWriter, load_dataset
@@ -135,6 +135,7 @@ def _draw(gen: SyntheticCTR, start: int, num_samples: int, weights: np.ndarray, 
 
 
 # long function: one pass from the previous header to the written next day
+@release_claim_on_error("out")
 def continue_synth(previous: str | os.PathLike, out: str | os.PathLike, *, num_samples: int | None = None,
                    growth: float = 0.02, drift: float = 0.5, seed: int | None = None,
                    test_fraction: float | None = None, overwrite: bool = False) -> dict[str, Any]:

@@ -83,7 +83,7 @@ import numba
 import numpy as np
 
 from .. import __version__
-from .._io import atomic_directory, claim_output, read_versioned_json, write_json
+from .._io import atomic_directory, claim_output, read_versioned_json, release_claim_on_error, write_json
 from ..errors import ManifestError, MissingDependencyError
 from ..graph import build_graph
 from ..metrics import traffic
@@ -299,6 +299,7 @@ def _edge_chunks(ds, num_train: int, max_edges: int = 1 << 24):
         s = e
 
 
+@release_claim_on_error("out")
 def export_torchrec(manifest: Any, out: str | os.PathLike, *, dataset: Any = None,
                     embedding_dim: int | None = None, batch_size: int | None = None,
                     load_factors: Sequence[float] = DEFAULT_LOAD_FACTORS,
