@@ -143,6 +143,26 @@ def acquire_lock(path: str | os.PathLike, *, busy: str) -> OutputLock:
     for _ in range(50):  # a holder releasing between our open and our lock: look again
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        except PermissionError:  # another user's lock file (a shared directory): read-only serves for flock
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise OutputError(f"cannot open the lock {path}: {exc.strerror}; check the permissions of "
+                                  f"{path.parent}.") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                who = _holder(fd)
+                os.close(fd)
+                raise OutputError(f"{busy} is being written by {who}; wait for it to end or choose another "
+                                  f"path (a second writer would replace its files).") from None
+            if OutputLock(path, fd, token).held():
+                with contextlib.suppress(OSError):
+                    os.unlink(path)  # a dead run's lock, not ours to rewrite: removed under its lock, made anew
+            os.close(fd)
+            continue
         except OSError as exc:
             if exc.errno in _FULL:
                 raise full_disk_error(exc, path) from None
