@@ -371,3 +371,17 @@ def test_a_library_call_that_fails_after_claiming_releases_its_claim(tmp_path, c
     with pytest.raises(ImportDataError, match="vocab.npz"):
         import_dataset("criteo", [criteo_file], out, common=CommonOptions(extend=str(dataset)))
     assert not _io.lock_path(out).exists()
+
+
+def test_an_empty_out_that_gains_a_file_while_written_keeps_it(tmp_path):
+    """An empty existing directory may be written without --overwrite; one that someone fills meanwhile
+    is not replaced (the export's own files are all it may hold)."""
+    from gmp.export.torchrec import EXPORT_FILES
+
+    out = tmp_path / "exp"
+    out.mkdir()
+    with pytest.raises(OutputError, match=r"holds thesis\.tex \(put there while gmp was writing it\)"):
+        with _io.atomic_directory(out, overwrite=True, own=EXPORT_FILES) as tmp:
+            (tmp / "plan.json").write_text("{}")
+            (out / "thesis.tex").write_text("x")
+    assert sorted(p.name for p in out.iterdir()) == ["thesis.tex"] and no_leftovers(tmp_path) == []

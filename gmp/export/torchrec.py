@@ -299,6 +299,10 @@ def _edge_chunks(ds, num_train: int, max_edges: int = 1 << 24):
         s = e
 
 
+#: the files an export writes: anything else found in ``--out`` when it is replaced is someone else's
+EXPORT_FILES = frozenset({"remap.npy", "rank_indptr.npy", "rank_samples.npy", "plan.json", "README.md"})
+
+
 @release_claim_on_error("out")
 def export_torchrec(manifest: Any, out: str | os.PathLike, *, dataset: Any = None,
                     embedding_dim: int | None = None, batch_size: int | None = None,
@@ -444,7 +448,7 @@ def export_torchrec(manifest: Any, out: str | os.PathLike, *, dataset: Any = Non
         "not_expressible": NOT_EXPRESSIBLE,
         "needs_gpu": NEEDS_GPU,
     }
-    with atomic_directory(out, overwrite=True) as tmp:
+    with atomic_directory(out, overwrite=True, own=EXPORT_FILES) as tmp:
         np.save(tmp / "remap.npy", remap)
         np.save(tmp / "rank_indptr.npy", indptr)
         np.save(tmp / "rank_samples.npy", samples)
