@@ -531,6 +531,7 @@ DATASET_FILES = frozenset({
     "synth_community.npy", "synth_ctr.npy", "synth_index.npy", "synth_ids.npz",
 })
 
+
 class DatasetWriter:
     """Build a prepared dataset chunk by chunk, in bounded memory.
 
