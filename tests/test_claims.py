@@ -8,7 +8,6 @@ at the end and never refused a second writer)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -235,7 +234,7 @@ def train_setup(tmp_path_factory):
     return path, man
 
 
-CFG = "TrainConfig(model='wdl', batch_size=8, epochs=1, optimizer='adagrad', embedding_dim=2, hidden=(4,))"
+CFG = dict(model="wdl", batch_size=8, epochs=1, optimizer="adagrad", embedding_dim=2, hidden=(4,))
 
 
 def test_two_runs_sharing_a_checkpoint_dir_one_fails_and_the_others_checkpoints_stay(tmp_path, train_setup):
@@ -253,11 +252,11 @@ def test_two_runs_sharing_a_checkpoint_dir_one_fails_and_the_others_checkpoints_
             if not seen:
                 seen.append(rec)
                 pause()
-        train({str(path)!r}, {str(man)!r}, {CFG}, checkpoint_dir={str(ckdir)!r}, on_record=on_record)
+        train({str(path)!r}, {str(man)!r}, TrainConfig(**{CFG!r}), checkpoint_dir={str(ckdir)!r},
+              on_record=on_record)
     """, cwd=tmp_path)
-    cfg = eval(CFG, {"TrainConfig": TrainConfig})
     with pytest.raises(TrainingError) as exc:
-        train(path, man, cfg, checkpoint_dir=ckdir)
+        train(path, man, TrainConfig(**CFG), checkpoint_dir=ckdir)
     assert "\n" not in str(exc.value)
     assert re.search(rf"--checkpoint-dir .*ck is being written by another gmp run \(pid {first.proc.pid} ",
                      str(exc.value)), str(exc.value)
