@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Optional, TypeVar
 
 import typer
 
-from gmp._io import json_default
+from gmp._io import json_default, release_claims
 from gmp.errors import GmpError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -49,6 +49,8 @@ def handle_errors(fn: F) -> F:
                        f"--batch-size, use more GPUs, or keep the table in host memory (--table-location host).",
                        err=True)
             raise typer.Exit(2) from None
+        finally:
+            release_claims()  # the outputs this command claimed (released already when it wrote them)
 
     return wrapper  # type: ignore[return-value]
 

@@ -23,7 +23,7 @@ def partition_from_manifest(dataset: Path, old_manifest: Path, *, max_moved_rows
     ``batch_size``/``embedding_dim`` None: the old manifest's plan."""
     from gmp._io import check_output_dir
     from gmp.api import repartition_dataset
-    from gmp.manifest import load_manifest
+    from gmp.manifest import MANIFEST_FILES, load_manifest
 
     from ._common import check_seed
 
@@ -40,7 +40,8 @@ def partition_from_manifest(dataset: Path, old_manifest: Path, *, max_moved_rows
     options = dict(given or {})
     name = "incremental" if max_moved_rows is not None else "place-new"
     out = out or Path("placements") / f"{Path(dataset).resolve().name}.{name}.w{old.topology.num_workers}"
-    check_output_dir(out, kind="gmp.placement", overwrite=overwrite, inputs=[dataset, old_manifest])
+    check_output_dir(out, kind="gmp.placement", overwrite=overwrite, inputs=[dataset, old_manifest],
+                     own=MANIFEST_FILES)
     made = repartition_dataset(dataset, old, out, max_moved_rows=max_moved_rows, seed=seed, batch_size=batch_size,
                                embedding_dim=embedding_dim, options=options, compare_full=compare_full,
                                overwrite=overwrite, plots=not no_plots, window=window)

@@ -201,6 +201,7 @@ def partition(
         raise PartitionError("--max-moved-rows, --compare-full and --window need --from-manifest OLD_MANIFEST.")
     from gmp._io import check_output_dir
     from gmp.api import partition_dataset
+    from gmp.manifest import MANIFEST_FILES
     from gmp.topology import resolve_topology
 
     # every cheap check before the expensive work (partitioning a large graph takes minutes)
@@ -208,7 +209,7 @@ def partition(
     batch_size, embedding_dim, inter_cost = _defaults(batch_size, embedding_dim, inter_cost)
     _check_positive(batch_size=batch_size, embedding_dim=embedding_dim)
     out = out or Path("placements") / f"{Path(dataset).resolve().name}.{method}.w{topo_workers(workers, topology)}"
-    check_output_dir(out, kind="gmp.placement", overwrite=overwrite, inputs=[dataset])
+    check_output_dir(out, kind="gmp.placement", overwrite=overwrite, inputs=[dataset], own=MANIFEST_FILES)
     topo = resolve_topology(workers, topology, str(topology_file) if topology_file else None, inter_cost=inter_cost)
     _load_partitioner_or_explain(method)
     flags = {"rounds": rounds, "tol": tol, "alpha": alpha, "beta": beta, "gamma": gamma,
@@ -232,6 +233,8 @@ def report(
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Recompute with another per-worker batch (needs --dataset)."),
     embedding_dim: Optional[int] = typer.Option(None, "--embedding-dim", help="Recompute byte figures for another width (needs --dataset)."),
     no_plots: bool = typer.Option(False, "--no-plots", help="Leave the plots out (and skip matplotlib)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace report files already in the --out directory "
+                                   "(without it gmp only replaces the manifest's own report)."),
 ) -> None:
     """Validate a placement manifest and print (md, json) or write (html) its quality report."""
     from gmp.datasets.format import load_dataset
@@ -240,18 +243,22 @@ def report(
     from gmp.progress import task
     from gmp.report import REPORT_FORMATS, render, report_from_manifest, write_html_file, write_report
 
-    from gmp._io import check_output_dir
+    from gmp._io import atomic_directory, check_output_dir, claim_output
 
     if fmt not in REPORT_FORMATS:
         raise ManifestError(f"--format {fmt!r} not understood; choose one of {', '.join(REPORT_FORMATS)}.")
     _check_positive(batch_size=batch_size, embedding_dim=embedding_dim)
-    if out is not None and str(out) != "-" and not (out.is_dir() and not out.is_symlink()):
-        check_output_dir(out, kind="gmp.report")  # a new directory (an existing one receives the files)
+    to_dir = out is not None and str(out) != "-"
+    new_dir = to_dir and not (out.is_dir() and not out.is_symlink())
+    if new_dir:
+        check_output_dir(out, kind="gmp.report")  # a new directory, claimed (an existing one receives the files)
     ds = load_dataset(dataset) if dataset is not None else None
     with task("Validating manifest"):
         m = load_manifest(manifest, dataset=ds)
-    if out is not None and str(out) != "-" and out.is_dir():
+    if to_dir and not new_dir:
+        claim = claim_output(out)  # one writer at a time
         _check_report_target(out, m, batch_size=batch_size, embedding_dim=embedding_dim)
+        _check_report_files(out, m, fmt, plots=not no_plots, overwrite=overwrite)
     with task("Computing metrics" if ds is not None else "Reading report"):
         rep = report_from_manifest(m, dataset=ds, batch_size=batch_size, embedding_dim=embedding_dim)
     total = m.placement.num_secondaries  # the manifest's count, shown beside the report's when they differ
@@ -259,8 +266,13 @@ def report(
         page = write_html_file(Path(manifest) / "report.html", rep, plots=not no_plots, placement_secondaries=total)
         typer.echo(f"wrote {page}")
         return
-    if out is not None and str(out) != "-":
+    if new_dir:  # built aside and moved in: a directory someone makes there meanwhile stays theirs
+        with atomic_directory(out, kind="gmp.report") as tmp:
+            names = write_report(tmp, rep, formats=(fmt,), plots=not no_plots, placement_secondaries=total)
+    elif to_dir:
+        claim.check()  # still the directory checked above
         names = write_report(out, rep, formats=(fmt,), plots=not no_plots, placement_secondaries=total)
+    if to_dir:
         typer.echo(f"wrote {', '.join(str(Path(out) / n) for n in names)}")
         return
     if fmt == "md":
@@ -285,6 +297,22 @@ def _check_report_target(out: Path, m, **given: int | None) -> None:
                           f"{', '.join(differ)}; write it elsewhere.")
 
 
+def _check_report_files(out: Path, m, fmt: str, *, plots: bool, overwrite: bool) -> None:
+    """Refuse, without ``--overwrite``, ``gmp report --out DIR`` over report files in a directory other than
+    the manifest itself: they are someone's (another report, a page of their own), not this manifest's."""
+    from gmp.errors import OutputError
+    from gmp.report import PLOT_FILES
+
+    if out.resolve() == Path(m.path).resolve() or overwrite:
+        return
+    names = [f"report.{fmt}", *(PLOT_FILES.values() if plots else ())]
+    there = [n for n in names if (out / n).exists() or (out / n).is_symlink()]
+    if there:
+        shown = ", ".join(there)
+        raise OutputError(f"--out {out} already holds {shown}, which this report would replace; pass --overwrite to "
+                          f"replace {'it' if len(there) == 1 else 'them'}, or choose another --out.")
+
+
 def compare(
     dataset: Path = typer.Argument(..., help="Prepared dataset directory."),
     methods: str = typer.Option(..., "--methods", help="Comma-separated partitioners, e.g. random,metis,hybrid."),
@@ -303,7 +331,7 @@ def compare(
     """Run several partitioners on one dataset; print a HET-GMP-Table-3-shaped comparison."""
     from rich.table import Table
 
-    from gmp._io import check_output_file, write_json
+    from gmp._io import check_output_file, json_default, write_claimed_file
     from gmp.compare import compare as run_compare
     from gmp.compare import comparison_tables, comparison_title, render_comparison_html, render_comparison_md
     from gmp.datasets.format import load_dataset
@@ -335,14 +363,14 @@ def compare(
         for r in rows:
             t.add_row(*r)
         con.print(t)
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
+    if out is not None:  # moved in only if --out is still what the check above found (claimed since)
         if out.suffix == ".json":
-            write_json(out, result)
+            page = json.dumps(result, indent=2, default=json_default) + "\n"
         elif out.suffix == ".html":
-            out.write_text(render_comparison_html(result), encoding="utf-8")
+            page = render_comparison_html(result)
         else:
-            out.write_text(render_comparison_md(result), encoding="utf-8")
+            page = render_comparison_md(result)
+        write_claimed_file(out, page.encode("utf-8"))
         typer.echo(f"wrote {out}")
 
 

@@ -53,7 +53,9 @@ def partition_distributed_cmd(dataset: Path, *, distributed: bool, chunk_samples
     out = out or Path("placements") / f"{Path(dataset).resolve().name}.hybrid.w{topo_workers(workers, topology)}"
     rank = int(os.environ.get("RANK", "0")) if distributed else 0
     if rank == 0:
-        check_output_dir(out, kind="gmp.placement", overwrite=overwrite, inputs=[dataset])
+        from gmp.manifest import MANIFEST_FILES
+
+        check_output_dir(out, kind="gmp.placement", overwrite=overwrite, inputs=[dataset], own=MANIFEST_FILES)
     topo = resolve_topology(workers, topology, str(topology_file) if topology_file else None, inter_cost=inter_cost)
     options = Options(**method_options("hybrid", given, batch_size=batch_size, embedding_dim=embedding_dim))
     if block_samples is not None and not distributed:

@@ -95,10 +95,11 @@ def synth(
     from dataclasses import replace
 
     from gmp._io import check_disk, check_output_dir
+    from gmp.datasets.format import DATASET_FILES
     from gmp.datasets.synth import preset_config, synthesize
     from gmp.errors import DatasetError
 
-    check_output_dir(out, kind="gmp.dataset", overwrite=overwrite,
+    check_output_dir(out, kind="gmp.dataset", overwrite=overwrite, own=DATASET_FILES,
                      inputs=[p for p in (continue_from, like) if p is not None])
     if continue_from is not None:  # the next day (issue 18): ids of PREVIOUS stay, new ones are appended
         from gmp.datasets.synth_continue import continue_synth

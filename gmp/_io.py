@@ -14,13 +14,23 @@ by a killed run are removed by the next run that writes the same ``NAME``
 
 Before any work, :func:`check_output_dir` refuses an output that would destroy
 something it was not meant to replace: the working directory or one of its
-parents, a directory holding an input, a symbolic link, or (with
-``overwrite``) an existing directory that is not a gmp output of the same kind.
+parents, a directory holding an input, a symbolic link, a path inside a dataset
+or manifest, or (with ``overwrite``) an existing directory that is not a gmp
+output of the same kind or that holds anything but that kind's own files.
 Directories are created with the user's umask (``mkdtemp`` alone gives 0700).
+
+**Claims.** The same check claims the output for this process
+(:func:`claim_output`): an ``flock``-ed lock file ``.NAME.gmp-lock`` beside it
+refuses a second writer (a killed holder's lock is released by the kernel), and
+the claim records what stood at ``NAME`` (nothing, or a device and inode). At
+the end the new output goes in only if ``NAME`` still holds that
+(``RENAME_NOREPLACE`` where nothing was; after an exchange, the directory
+swapped out must be the claimed one, else it is swapped back).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import ctypes.util
@@ -34,7 +44,7 @@ import shutil
 import socket
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -74,16 +84,305 @@ def output_kind(path: Path) -> str | None:
     return None
 
 
+# --------------------------------------------------------------------------- claims
+#: the lock beside an output (``.NAME.gmp-lock`` in its parent) that one writer holds from start to end
+LOCK_SUFFIX = ".gmp-lock"
+
+
+class OutputLock:
+    """An exclusive ``flock`` on a lock file, held by this process until :meth:`release`.
+
+    The file records the holder (host, pid, command, start time, a random token) for the message a
+    second writer gets. The kernel drops a ``flock`` when its holder dies, so the lock of a killed run
+    is stale by construction: the next writer takes it over (no pid guessing, also on another host
+    when the filesystem passes locks on, as NFSv4 does).
+    """
+
+    def __init__(self, path: Path, fd: int, token: str):
+        self.path, self.fd, self.token = path, fd, token
+
+    def held(self) -> bool:
+        """Whether ``path`` is still this lock's file (a person may have deleted it)."""
+        try:
+            a, b = os.fstat(self.fd), os.stat(self.path)
+        except OSError:
+            return False
+        return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+    def release(self) -> None:
+        if self.fd < 0:
+            return
+        if self.held():
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)  # while still locked: a waiting writer then finds the path gone and retries
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+        self.fd = -1
+
+
+def _holder(fd: int) -> str:
+    try:
+        info = json.loads(os.pread(fd, 4096, 0).decode("utf-8") or "{}")
+    except (OSError, ValueError, UnicodeDecodeError):
+        info = {}
+    if not isinstance(info, dict) or "pid" not in info:
+        return "another gmp run"
+    return (f"another gmp run (pid {info.get('pid')} on {info.get('host')}, since {info.get('started')}: "
+            f"{str(info.get('command', ''))[:80]})")
+
+
+def acquire_lock(path: str | os.PathLike, *, busy: str) -> OutputLock:
+    """Take the lock file ``path`` (created if missing) or raise :class:`OutputError` ``"{busy} is being
+    written by {holder}; ..."`` when a live process holds it."""
+    import fcntl
+    import sys
+    import uuid
+
+    path = Path(path)
+    token = uuid.uuid4().hex
+    for _ in range(50):  # a holder releasing between our open and our lock: look again
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        except PermissionError:  # another user's lock file (a shared directory): read-only serves for flock
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise OutputError(f"cannot open the lock {path}: {exc.strerror}; check the permissions of "
+                                  f"{path.parent}.") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                who = _holder(fd)
+                os.close(fd)
+                raise OutputError(f"{busy} is being written by {who}; wait for it to end or choose another "
+                                  f"path (a second writer would replace its files).") from None
+            if OutputLock(path, fd, token).held():
+                with contextlib.suppress(OSError):
+                    os.unlink(path)  # a dead run's lock, not ours to rewrite: removed under its lock, made anew
+            os.close(fd)
+            continue
+        except OSError as exc:
+            if exc.errno in _FULL:
+                raise full_disk_error(exc, path) from None
+            raise OutputError(f"cannot create the lock {path}: {exc.strerror}; check the permissions of "
+                              f"{path.parent}.") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            who = _holder(fd)
+            os.close(fd)
+            raise OutputError(f"{busy} is being written by {who}; wait for it to end or choose another "
+                              f"path (a second writer would replace its files).") from None
+        except OSError:  # a filesystem without locks: the file's existence is the lock (O_EXCL below)
+            os.close(fd)
+            return _acquire_exclusive(path, busy=busy, token=token)
+        lock = OutputLock(path, fd, token)
+        if not lock.held():  # released (unlinked) by its holder between our open and our flock
+            os.close(fd)
+            continue
+        info = {"host": socket.gethostname(), "pid": os.getpid(), "token": token,
+                "started": _now(), "command": " ".join(sys.argv)[:200]}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(info) + "\n").encode("utf-8"), 0)
+        return lock
+    raise OutputError(f"{busy}: could not take the lock {path} (it keeps changing); try again.")
+
+
+def _acquire_exclusive(path: Path, *, busy: str, token: str) -> OutputLock:
+    """The lock where ``flock`` is unsupported: created with ``O_EXCL``; one left by a process of this host
+    that is gone is taken over, another host's is reported with the file to delete."""
+    info = {"host": _owner_tag().rsplit("-", 1)[0], "pid": os.getpid(), "token": token, "started": _now()}
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        except FileExistsError:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                old = json.loads(os.pread(fd, 4096, 0).decode("utf-8") or "{}")
+            except (OSError, ValueError, UnicodeDecodeError):
+                old = {}
+            finally:
+                os.close(fd)
+            pid = old.get("pid") if isinstance(old, dict) else None
+            if isinstance(pid, int) and old.get("host") == info["host"] and pid != os.getpid():
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    os.unlink(path)  # its process is gone
+                    continue
+                except PermissionError:
+                    pass
+            raise OutputError(f"{busy} is being written by another gmp run (lock {path}); wait for it to end, or "
+                              f"delete {path} if that run is gone.") from None
+        os.pwrite(fd, (json.dumps(info) + "\n").encode("utf-8"), 0)
+        return OutputLock(path, fd, token)
+    raise OutputError(f"{busy}: could not take the lock {path}; delete it if no gmp run writes there.")
+
+
+def _now() -> str:
+    import datetime as _dt
+
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of ``path`` itself (a link is not followed), or None when nothing is there."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+class Claim:
+    """A writer's claim on an output path: the lock beside it and what stood at the path when it was taken
+    (``identity``: device and inode, None when nothing was there). :func:`atomic_directory` and
+    :func:`write_claimed_file` put the result in place only if the path still holds that."""
+
+    def __init__(self, path: Path, lock: OutputLock, made: list[Path]):
+        self.path, self.lock, self._made = path, lock, made
+        self.identity = _identity(path)
+
+    def same(self) -> bool:
+        return _identity(self.path) == self.identity
+
+    def check(self, flag: str = "--out") -> None:
+        """Raise a one-line :class:`OutputError` unless the path still holds what the claim found."""
+        if not self.same():
+            now = _identity(self.path)
+            raise _changed(self.path, flag, "appeared" if self.identity is None else
+                           "was removed" if now is None else "was replaced")
+
+    def release(self) -> None:
+        self.lock.release()
+        for d in self._made:  # parents this claim created for its lock, if nothing else went there
+            with contextlib.suppress(OSError):
+                d.rmdir()
+        _CLAIMS.pop(self.path, None)
+
+
+#: this process's claims, by absolute path (a command checks early, writes late: one claim for both)
+_CLAIMS: dict[Path, Claim] = {}
+
+
+def lock_path(out: str | os.PathLike) -> Path:
+    """The lock file of the output ``out``: ``.NAME.gmp-lock`` beside it."""
+    out = Path(os.path.abspath(out))
+    return out.parent / f".{out.name}{LOCK_SUFFIX}"
+
+
+def claim_output(out: str | os.PathLike, *, flag: str = "--out") -> Claim:
+    """Claim ``out`` for this process (idempotent): take the lock beside it, creating missing parents, and
+    note what is there now. A second writer, in another process, gets a one-line :class:`OutputError`
+    naming the holder. Held until :meth:`Claim.release` (:func:`atomic_directory` releases it when it
+    ends), :func:`release_claims`, or this process's end."""
+    key = Path(os.path.abspath(out))
+    if key in _CLAIMS:
+        return _CLAIMS[key]
+    made = []
+    anc = key.parent
+    while not anc.exists() and not anc.is_symlink() and anc != anc.parent:
+        made.append(anc)
+        anc = anc.parent
+    try:
+        key.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        if exc.errno in _FULL:
+            raise full_disk_error(exc, key) from None
+        raise OutputError(f"cannot create {key.parent}: {exc.strerror}; choose another {flag}.") from None
+    try:
+        lock = acquire_lock(lock_path(key), busy=f"{flag} {out}")
+    except BaseException:
+        for d in made:
+            with contextlib.suppress(OSError):
+                d.rmdir()
+        raise
+    claim = _CLAIMS[key] = Claim(key, lock, made)
+    return claim
+
+
+def release_claim_on_error(param: str = "out"):
+    """Decorate a library function that claims its ``param`` output early: when it raises, the claim is
+    released (the CLI releases every claim when a command ends; a notebook calling the function again
+    after fixing a mistake must start from a fresh claim, not one recording what stood there before)."""
+    import functools
+    import inspect
+
+    def wrap(fn):
+        sig = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def inner(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except BaseException:
+                out = sig.bind_partial(*args, **kwargs).arguments.get(param)
+                held = _CLAIMS.get(Path(os.path.abspath(out))) if out is not None else None
+                if held is not None:
+                    held.release()
+                raise
+        return inner
+    return wrap
+
+
+def release_claims() -> None:
+    """Release every claim this process holds (the CLI calls it when a command ends, however it ends)."""
+    for claim in list(_CLAIMS.values()):
+        claim.release()
+
+
+atexit.register(release_claims)
+
+
+def foreign_entries(out: Path, own: Callable[[str], bool] | Collection[str]) -> list[str]:
+    """The names in directory ``out`` that gmp did not write there (not in ``own``), sorted."""
+    is_own = own if callable(own) else (lambda name: name in own)
+    try:
+        names = sorted(p.name for p in out.iterdir())
+    except OSError:
+        return []
+    return [n for n in names if not is_own(n)]
+
+
+def _shown(names: Sequence[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def enclosing_output(path: str | os.PathLike) -> tuple[str, Path] | None:
+    """``(kind, directory)`` of the gmp dataset or placement manifest that ``path`` lies inside (at any
+    depth), or None: such a directory's content is gmp's, and ``--overwrite`` of it would refuse or lose
+    anything else put there."""
+    target = Path(os.path.abspath(path))
+    for anc in target.parents:
+        if anc.is_dir():
+            kind = output_kind(anc)
+            if kind in ("gmp.dataset", "gmp.placement"):
+                return kind, anc
+    return None
+
+
 def check_output_dir(out: str | os.PathLike, *, kind: str | None, overwrite: bool = False,
-                     inputs: Iterable[str | os.PathLike] = (), flag: str = "--out") -> Path:
-    """Refuse an output directory that cannot or must not be (re)written; cheap, so call it first.
+                     inputs: Iterable[str | os.PathLike] = (), flag: str = "--out",
+                     own: Callable[[str], bool] | Collection[str] | None = None, claim: bool = True) -> Path:
+    """Refuse an output directory that cannot or must not be (re)written, and claim it; cheap, so call it
+    first.
 
     Refused, each with a one-line :class:`~gmp.errors.OutputError`: a symbolic
     link; the working directory or one of its parents; a directory that holds
-    one of ``inputs``; a path below an existing file; an existing file; an
-    existing non-empty directory without ``overwrite``, or (with ``overwrite``)
-    one that is not a gmp output of ``kind`` (with ``kind=None`` no
-    non-empty directory is ever replaced).
+    one of ``inputs``; a path inside a gmp dataset or placement manifest (their
+    directories hold only their own files); a path below an existing file; an
+    existing file; an existing non-empty directory without ``overwrite``, or
+    (with ``overwrite``) one that is not a gmp output of ``kind`` (with
+    ``kind=None`` no non-empty directory is ever replaced) or that holds an
+    entry not in ``own`` (the names a gmp output of ``kind`` writes: anything
+    else is someone else's, and is named); ``out`` claimed by another process.
+
+    With ``claim`` (the default) ``out`` is claimed for this process
+    (:func:`claim_output`) before it is looked at, so a second writer is refused
+    from the start and :func:`atomic_directory` later replaces only what was
+    found here.
     """
     out = Path(out)
     if out.is_symlink():
@@ -100,33 +399,59 @@ def check_output_dir(out: str | os.PathLike, *, kind: str | None, overwrite: boo
         if real in Path(inp).resolve().parents:
             raise OutputError(f"{flag} {out} contains the input {inp}; choose an output directory that does not "
                               f"hold the input.")
+    inside = enclosing_output(target)
+    if inside is not None:
+        raise OutputError(f"{flag} {out} is inside {KIND_NAMES[inside[0]]} ({inside[1]}), whose directory holds "
+                          f"only its own files (its --overwrite would refuse or lose it); choose a path outside it.")
     for anc in target.parents:
         if anc.exists() or anc.is_symlink():
             if not anc.is_dir():
                 raise OutputError(f"{flag} {out}: {anc} is not a directory; choose another {flag}.")
-            if not os.access(anc, os.W_OK | os.X_OK) and not out.exists():
+            if not os.access(anc, os.W_OK | os.X_OK):
                 raise OutputError(f"{flag} {out}: cannot write in {anc} (permission denied); choose another {flag}.")
             break
-    clean_leftovers(out)  # may put back an old copy a killed run had moved aside
-    if out.exists():
-        if not out.is_dir():
-            raise OutputError(f"{flag} {out} exists and is not a directory; choose another {flag}.")
-        if any(out.iterdir()):
-            if not overwrite:
-                raise OutputError(f"{flag} {out} already exists and is not empty; choose another {flag} or pass "
-                                  f"--overwrite.")
-            have = output_kind(out)
-            if kind is None or have != kind:
-                what = KIND_NAMES.get(kind or "", "a gmp output")
-                header = KIND_FILES.get(kind or "", "gmp header")
-                is_ = f"is {KIND_NAMES[have]}, not {what}" if have else f"is not {what} (no {header})"
-                raise OutputError(f"{flag} {out} {is_}; --overwrite only replaces {what}: choose another {flag}.")
-        if not os.access(out.parent, os.W_OK | os.X_OK):
-            raise OutputError(f"{flag} {out}: cannot write in {out.parent} (permission denied); choose another {flag}.")
-    for inp in inputs:
-        if Path(inp).resolve() == real:
-            raise OutputError(f"{flag} {out} is the input {inp}; choose another {flag}.")
+    fresh = claim and Path(os.path.abspath(out)) not in _CLAIMS
+    held = claim_output(out, flag=flag) if claim else None
+    try:
+        clean_leftovers(out)  # may put back an old copy a killed run had moved aside
+        if fresh:
+            held.identity = _identity(target)  # what this writer may replace at the end
+        if out.exists():
+            if not out.is_dir():
+                raise OutputError(f"{flag} {out} exists and is not a directory; choose another {flag}.")
+            if any(out.iterdir()):
+                if not overwrite:
+                    raise OutputError(f"{flag} {out} already exists and is not empty; choose another {flag} or "
+                                      f"pass --overwrite.")
+                have = output_kind(out)
+                if kind is None or have != kind:
+                    what = KIND_NAMES.get(kind or "", "a gmp output")
+                    header = KIND_FILES.get(kind or "", "gmp header")
+                    is_ = f"is {KIND_NAMES[have]}, not {what}" if have else f"is not {what} (no {header})"
+                    raise OutputError(f"{flag} {out} {is_}; --overwrite only replaces {what}: choose another "
+                                      f"{flag}.")
+                if own is not None:
+                    check_only_own(out, own, kind=kind, flag=flag)
+        for inp in inputs:
+            if Path(inp).resolve() == real:
+                raise OutputError(f"{flag} {out} is the input {inp}; choose another {flag}.")
+    except BaseException:
+        if fresh:
+            held.release()
+        raise
     return out
+
+
+def check_only_own(out: Path, own: Callable[[str], bool] | Collection[str], *, kind: str | None,
+                   flag: str = "--out", when: str = "") -> None:
+    """Refuse (one line naming them) the entries of ``out`` that are not in ``own``: ``--overwrite``
+    replaces a gmp output, never what someone else put inside it."""
+    foreign = foreign_entries(out, own)
+    if foreign:
+        what = KIND_NAMES.get(kind or "", "a gmp output")
+        raise OutputError(f"{flag} {out} holds {_shown(foreign)}{when}, which gmp did not write there; --overwrite "
+                          f"only replaces the files of {what}: move {'it' if len(foreign) == 1 else 'them'} out "
+                          f"or choose another {flag}.")
 
 
 def owner_of(path: str | os.PathLike) -> str | None:
@@ -137,12 +462,14 @@ def owner_of(path: str | os.PathLike) -> str | None:
     return kind if kind in ("gmp.dataset", "gmp.placement") else None
 
 
-def check_output_file(out: str | os.PathLike, *, overwrite: bool = False, flag: str = "--out") -> Path:
+def check_output_file(out: str | os.PathLike, *, overwrite: bool = False, flag: str = "--out",
+                      claim: bool = True) -> Path:
     """Refuse an output file that must not be (re)written; cheap, so call it first.
 
     Refused, each with a one-line :class:`~gmp.errors.OutputError`: a symbolic link; a directory; a file
     inside a gmp dataset or placement manifest (their files belong to them: a stray ``dataset.json`` or
-    ``report.json`` there replaces what gmp reads); an existing file without ``overwrite``.
+    ``report.json`` there replaces what gmp reads); an existing file without ``overwrite``; a file another
+    process claimed. With ``claim`` it is claimed for this process (see :func:`write_claimed_file`).
     """
     out = Path(out)
     if out.is_symlink():
@@ -153,7 +480,15 @@ def check_output_file(out: str | os.PathLike, *, overwrite: bool = False, flag: 
     owner = owner_of(out)
     if owner is not None:
         raise OutputError(f"{flag} {out} is inside {KIND_NAMES[owner]} ({out.parent}); write it elsewhere.")
+    if not claim:
+        if out.exists() and not overwrite:
+            raise OutputError(f"{flag} {out} already exists; choose another {flag} or pass --overwrite.")
+        return out
+    fresh = Path(os.path.abspath(out)) not in _CLAIMS
+    held = claim_output(out, flag=flag)
     if out.exists() and not overwrite:
+        if fresh:
+            held.release()
         raise OutputError(f"{flag} {out} already exists; choose another {flag} or pass --overwrite.")
     return out
 
@@ -184,6 +519,22 @@ def _exchange(a: Path, b: Path) -> bool:
     err = ctypes.get_errno()
     if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
         return False  # kernel or filesystem without RENAME_EXCHANGE: fall back
+    raise OSError(err, os.strerror(err), str(b))
+
+
+_RENAME_NOREPLACE = 1
+
+
+def _rename_noreplace(a: Path, b: Path) -> bool:
+    """Rename ``a`` to ``b`` unless ``b`` exists (``renameat2(RENAME_NOREPLACE)``: ``FileExistsError``
+    then); False where unsupported."""
+    if _RENAMEAT2 is None:
+        return False
+    if _RENAMEAT2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_NOREPLACE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
     raise OSError(err, os.strerror(err), str(b))
 
 
@@ -290,45 +641,124 @@ def check_disk(out: str | os.PathLike, need_bytes: float, *, what: str, fix: str
 
 @contextlib.contextmanager
 def atomic_directory(out: str | os.PathLike, *, overwrite: bool = False, kind: str | None = None,
-                     inputs: Iterable[str | os.PathLike] = ()) -> Iterator[Path]:
+                     inputs: Iterable[str | os.PathLike] = (), own: Callable[[str], bool] | Collection[str] | None = None,
+                     flag: str = "--out") -> Iterator[Path]:
     """Yield a temporary directory that replaces ``out`` on success.
 
-    On any exception the temporary directory is removed and ``out`` is left
-    untouched (a full device becomes a one-line :class:`OutputError`). With
-    ``overwrite=False`` an existing non-empty ``out`` is an error; with
-    ``overwrite=True`` only a gmp output of ``kind`` is replaced (see
-    :func:`check_output_dir`, which the caller should also run before
-    expensive work).
+    ``out`` is claimed first (:func:`check_output_dir`; a claim this process
+    took earlier is kept, with what it found then) and released when this
+    ends. On success the temporary is moved in only if ``out`` is still what
+    the claim found: nothing when nothing was there (a directory another
+    program created meanwhile stays, and this fails), else the same directory
+    holding nothing outside ``own`` (anything added meanwhile is named; the
+    old directory is put back). On any exception the temporary directory is
+    removed and ``out`` is left untouched (a full device becomes a one-line
+    :class:`OutputError`). With ``overwrite=False`` an existing non-empty
+    ``out`` is an error; with ``overwrite=True`` only a gmp output of ``kind``
+    is replaced.
     """
     out = Path(out)
-    check_output_dir(out, kind=kind, overwrite=overwrite, inputs=inputs)
+    check_output_dir(out, kind=kind, overwrite=overwrite, inputs=inputs, own=own, flag=flag)
+    claim = claim_output(out, flag=flag)  # taken by check_output_dir (now or earlier in this process)
+    tmp = None
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        if exc.errno in _FULL:
-            raise full_disk_error(exc, out) from None
-        raise OutputError(f"cannot create {out.parent}: {exc.strerror}; choose another --out.") from None
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{_owner_tag()}-", dir=out.parent))
-    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{_owner_tag()}-", dir=out.parent))
         os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp makes it 0700
         yield tmp
-        if out.exists() and not _exchange(tmp, out):
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-{_owner_tag()}-", dir=out.parent))
-            os.replace(out, old)  # a kill here leaves the complete old copy, restored by the next run
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        elif not out.exists():
-            os.replace(tmp, out)
-        shutil.rmtree(tmp, ignore_errors=True)  # after an exchange: the old directory
+        _put_in_place(tmp, out, claim, kind=kind, own=own, flag=flag)
     except OSError as exc:
-        written = _tree_bytes(tmp) if tmp.exists() else None
-        shutil.rmtree(tmp, ignore_errors=True)
+        written = _tree_bytes(tmp) if tmp is not None and tmp.exists() else None
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
         if exc.errno in _FULL:
             raise full_disk_error(exc, out, written) from None
         raise
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        claim.release()
+
+
+def _changed(out: Path, flag: str, how: str) -> OutputError:
+    return OutputError(f"{flag} {out} {how} while gmp was writing it (not by this run); it was left as it is and "
+                       f"the new output was not written: move it away or choose another {flag}.")
+
+
+def _put_in_place(tmp: Path, out: Path, claim: Claim, *, kind: str | None,
+                  own: Callable[[str], bool] | Collection[str] | None, flag: str) -> None:
+    """Move the complete ``tmp`` to ``out``, replacing only the directory ``claim`` found there."""
+    now = _identity(out)
+    if now is not None and now != claim.identity:
+        raise _changed(out, flag, "appeared" if claim.identity is None else "was replaced")
+    if now is None:  # nothing there (as claimed, or the claimed one was removed meanwhile): never replace
+        try:
+            if not _rename_noreplace(tmp, out):
+                os.rename(tmp, out)  # without RENAME_NOREPLACE: only an empty directory made this instant is replaced
+        except OSError as exc:
+            if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                raise _changed(out, flag, "appeared") from None
+            raise
+        return
+
+    def gained() -> None:
+        if own is not None:
+            check_only_own(old, own, kind=kind, flag=flag, when=" (put there while gmp was writing it)")
+
+    if _exchange(tmp, out):
+        old = tmp  # now the previous directory
+        try:
+            if _identity(old) != claim.identity:
+                raise _changed(out, flag, "was replaced")
+            gained()
+        except OutputError:
+            _exchange(tmp, out)  # put the previous one back, untouched
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-{_owner_tag()}-", dir=out.parent))
+    os.replace(out, old)  # a kill here leaves the complete old copy, restored by the next run
+    try:
+        if _identity(old) != claim.identity:
+            raise _changed(out, flag, "was replaced")
+        gained()
+    except OutputError:
+        os.replace(old, out)
+        raise
+    os.replace(tmp, out)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def write_claimed_file(out: str | os.PathLike, data: bytes, *, flag: str = "--out") -> Path:
+    """Write ``data`` to the file ``out`` claimed by :func:`check_output_file` (claimed now if it was not): through
+    a temporary, moved in only if ``out`` is still what the claim found (absent: never replaced)."""
+    out = Path(out)
+    claim = claim_output(out, flag=flag)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f".{out.name}.tmp-{_owner_tag()}")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+            if claim.identity is None:
+                try:
+                    os.link(tmp, out)  # fails if anything is there now: never replaces a file made meanwhile
+                except FileExistsError:
+                    raise _changed(out, flag, "appeared") from None
+            elif not claim.same():
+                raise _changed(out, flag, "was replaced" if out.exists() else "was removed")
+            else:
+                os.replace(tmp, out)
+        finally:
+            tmp.unlink(missing_ok=True)
+    except OSError as exc:
+        if exc.errno in _FULL:
+            raise full_disk_error(exc, out) from None
+        raise
+    finally:
+        claim.release()
+    return out
 
 
 def write_json(path: str | os.PathLike, obj: Mapping[str, Any]) -> None:

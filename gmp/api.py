@@ -424,7 +424,7 @@ def repartition_dataset(dataset: Any, old_manifest: Any, out: str | os.PathLike,
     from .compare import method_options, peak_rss_bytes
     from .errors import PartitionError
     from .graph import build_graph
-    from .manifest import Manifest, RowHistory
+    from .manifest import MANIFEST_FILES, Manifest, RowHistory
     from .metrics import batch_remote_reads, embedding_degree
     from .partition import run_partitioner
     from .partition.incremental import (Options, created_rows, match_workers, migration_budget, moved_rows,
@@ -441,7 +441,8 @@ def repartition_dataset(dataset: Any, old_manifest: Any, out: str | os.PathLike,
     batch_size, embedding_dim = planned["batch_size"], planned["embedding_dim"]
     ds = _dataset(dataset)
     # checked before the (possibly long) partitioning
-    out = check_output_dir(out, kind="gmp.placement", overwrite=overwrite, inputs=[ds.path, old.path], flag="out")
+    out = check_output_dir(out, kind="gmp.placement", overwrite=overwrite, inputs=[ds.path, old.path], flag="out",
+                           own=MANIFEST_FILES)
     generations = _lineage(ds, old)
     topo = old.topology
     graph = build_graph(ds)

@@ -130,6 +130,7 @@ from ._version import __version__
 from .errors import GmpError, ManifestError, TopologyError
 from .graph import min_max
 from .placement import Placement, secondary_violation
+from .report.plots import PLOT_FILES
 from .topology import Topology
 
 log = logging.getLogger(__name__)
@@ -152,6 +153,12 @@ HISTORY_ARRAYS = {
     "trained_rows": ("uint8", "trained_rows.npy"),
     "created_rows": ("int64", "created_rows.npy"),
 }
+
+#: every name a manifest directory may hold: its header and arrays, and its report (report.json, .md, the
+#: .html of ``gmp report MANIFEST --format html``, the plots). ``--overwrite`` replaces these and refuses a
+#: directory holding anything else (:func:`gmp._io.check_only_own`), which is someone else's.
+MANIFEST_FILES = frozenset({"manifest.json", *(f for _, f in ARRAYS.values()), *(f for _, f in HISTORY_ARRAYS.values()),
+                            "report.json", "report.md", "report.html", *PLOT_FILES.values()})
 
 #: metric keys copied into manifest.json's summary (the rest stays in report.json)
 SUMMARY_KEYS = (
@@ -330,7 +337,7 @@ def write_manifest(
     metrics = dict(metrics or {})
     from .partition import options_to_json
 
-    with atomic_directory(out, overwrite=overwrite, kind=FORMAT) as tmp:
+    with atomic_directory(out, overwrite=overwrite, kind=FORMAT, own=MANIFEST_FILES) as tmp:
         arrays_meta = {}
         for name, (dtype, fname) in ARRAYS.items():
             arr = np.ascontiguousarray(getattr(placement, name), dtype=dtype)

@@ -14,6 +14,10 @@ A prepared dataset is a directory::
                           fields; hashed fields have none). Written by ``gmp data import``
                           (absent for synthetic data); read by ``gmp data import --extend``.
 
+The directory holds nothing else: :data:`DATASET_FILES` are its names (the
+synthetic generator adds ``synth_*`` arrays), and ``--overwrite`` refuses a
+dataset directory holding anything more, which is someone else's.
+
 Sample ``i`` uses embedding ids ``indices[indptr[i]:indptr[i+1]]`` (multi-hot
 allowed: a multi-valued field contributes several ids; duplicates are removed
 within a sample). Embedding ids are global: field ``f`` owns the ids of its
@@ -519,6 +523,15 @@ def _upgrade(meta: dict[str, Any]) -> dict[str, Any]:
     return meta
 
 
+#: every name a dataset directory may hold: what gmp writes there (the header, the arrays, the vocabulary
+#: of an import, the synthetic generator's side arrays). ``--overwrite`` replaces these and refuses a
+#: directory holding anything else (:func:`gmp._io.check_only_own`), which is someone else's.
+DATASET_FILES = frozenset({
+    "dataset.json", "indptr.npy", "indices.npy", "labels.npy", "dense.npy", "vocab.npz",
+    "synth_community.npy", "synth_ctr.npy", "synth_index.npy", "synth_ids.npz",
+})
+
+
 class DatasetWriter:
     """Build a prepared dataset chunk by chunk, in bounded memory.
 
@@ -552,7 +565,8 @@ class DatasetWriter:
         self._test_start: int | None = None
 
     def __enter__(self) -> "DatasetWriter":
-        self._ctx = atomic_directory(self.out, overwrite=self.overwrite, kind=FORMAT, inputs=self.inputs)
+        self._ctx = atomic_directory(self.out, overwrite=self.overwrite, kind=FORMAT, inputs=self.inputs,
+                                     own=DATASET_FILES)
         self._dir = self._ctx.__enter__()
         for name in ("lengths", "ids", "labels", "dense"):
             self._files[name] = open(self._dir / f"_{name}.bin", "wb")

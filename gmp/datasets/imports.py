@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
+from .._io import release_claim_on_error
 from ..errors import ImportDataError
 from .importers import CommonOptions, MalformedInputError, check_inputs
 
@@ -41,6 +42,7 @@ TEXT_FORMATS = ("criteo", "avazu", "libsvm", "libfm", "libffm", "csv")
 WRONG_FORMAT_SHARE = 0.5
 
 
+@release_claim_on_error("out")
 def import_dataset(fmt: str, inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
                    common: CommonOptions | None = None, test_inputs: Sequence[str | os.PathLike] = (),
                    **options: Any) -> dict[str, Any]:
@@ -77,9 +79,9 @@ def import_dataset(fmt: str, inputs: Sequence[str | os.PathLike], out: str | os.
                               "split it by --test-fraction.")
     if common.extend:  # the dataset it extends is an input too: an --out naming it is refused, --overwrite or not
         from .._io import check_output_dir
-        from .format import FORMAT
+        from .format import DATASET_FILES, FORMAT
 
-        check_output_dir(out, kind=FORMAT, overwrite=common.overwrite, inputs=[common.extend])
+        check_output_dir(out, kind=FORMAT, overwrite=common.overwrite, inputs=[common.extend], own=DATASET_FILES)
     module, name = IMPORTERS[fmt]
     importer = getattr(importlib.import_module(module), name)
     if fmt in ("libsvm", "libfm", "libffm"):

@@ -39,10 +39,10 @@ from typing import Any
 
 import numpy as np
 
-from .._io import check_output_dir
+from .._io import check_output_dir, release_claim_on_error
 from ..errors import DatasetError
 from ..seeds import check_seed
-from .format import FORMAT, FieldInfo, DatasetWriter, load_dataset
+from .format import DATASET_FILES, FORMAT, FieldInfo, DatasetWriter, load_dataset
 from .synth import SynthConfig, SyntheticCTR, config_of, fields_of
 
 IDS_FILE = "synth_ids.npz"
@@ -135,6 +135,7 @@ def _draw(gen: SyntheticCTR, start: int, num_samples: int, weights: np.ndarray, 
 
 
 # long function: one pass from the previous header to the written next day
+@release_claim_on_error("out")
 def continue_synth(previous: str | os.PathLike, out: str | os.PathLike, *, num_samples: int | None = None,
                    growth: float = 0.02, drift: float = 0.5, seed: int | None = None,
                    test_fraction: float | None = None, overwrite: bool = False) -> dict[str, Any]:
@@ -154,7 +155,7 @@ def continue_synth(previous: str | os.PathLike, out: str | os.PathLike, *, num_s
         raise DatasetError(f"The 'drift' parameter must be a finite number >= 0, got {drift}.")
     if seed is not None:
         check_seed(seed)
-    check_output_dir(out, kind=FORMAT, overwrite=overwrite, inputs=[previous])  # never over the day it continues
+    check_output_dir(out, kind=FORMAT, overwrite=overwrite, inputs=[previous], own=DATASET_FILES)  # never over the day it continues
     prev = load_dataset(previous, verify=False)
     root, prev_day, cont = _root_and_day(prev)
     day = prev_day + 1

@@ -82,7 +82,7 @@ from typing import Any, Mapping, Sequence
 import numba
 import numpy as np
 
-from .._io import atomic_directory, read_versioned_json, write_json
+from .._io import atomic_directory, claim_output, read_versioned_json, release_claim_on_error, write_json
 from .._version import __version__
 from ..errors import ManifestError, MissingDependencyError
 from ..graph import build_graph
@@ -299,6 +299,11 @@ def _edge_chunks(ds, num_train: int, max_edges: int = 1 << 24):
         s = e
 
 
+#: the files an export writes: anything else found in ``--out`` when it is replaced is someone else's
+EXPORT_FILES = frozenset({"remap.npy", "rank_indptr.npy", "rank_samples.npy", "plan.json", "README.md"})
+
+
+@release_claim_on_error("out")
 def export_torchrec(manifest: Any, out: str | os.PathLike, *, dataset: Any = None,
                     embedding_dim: int | None = None, batch_size: int | None = None,
                     load_factors: Sequence[float] = DEFAULT_LOAD_FACTORS,
@@ -329,6 +334,7 @@ def export_torchrec(manifest: Any, out: str | os.PathLike, *, dataset: Any = Non
     if any(not 0 < f <= 1 for f in load_factors):
         raise ManifestError(f"export torchrec: load_factors must be in (0, 1], got {list(load_factors)}.")
     out = Path(out)
+    claim_output(out)  # one writer from here to the end; atomic_directory replaces only what is there now
     if out.exists() and not overwrite and any(out.iterdir()):
         raise ManifestError(f"export torchrec: {out} already exists; pass --overwrite or another --out.")
 
@@ -442,7 +448,7 @@ def export_torchrec(manifest: Any, out: str | os.PathLike, *, dataset: Any = Non
         "not_expressible": NOT_EXPRESSIBLE,
         "needs_gpu": NEEDS_GPU,
     }
-    with atomic_directory(out, overwrite=True) as tmp:
+    with atomic_directory(out, overwrite=True, own=EXPORT_FILES) as tmp:
         np.save(tmp / "remap.npy", remap)
         np.save(tmp / "rank_indptr.npy", indptr)
         np.save(tmp / "rank_samples.npy", samples)

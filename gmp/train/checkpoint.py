@@ -37,6 +37,10 @@ previous checkpoint is kept as a fallback. A full device removes the
 temporary and is one line. Under ``torchrun`` across machines ``C`` must be
 on a shared filesystem.
 
+**One run at a time.** Rank 0 holds ``C/.gmp-lock`` (``flock``) for the whole run, for all its
+ranks (:func:`gmp.train.checkpoint_dir.lock_checkpoint_dir`): a second run given the same ``C``
+is refused in one line instead of pruning the first one's checkpoints.
+
 **Resuming** reads ``latest``; if it is missing or incomplete (a file absent
 or of another size than ``checkpoint.json`` records) it falls back to the
 newest complete ``ckpt-*`` directory and says so (a warning on stderr). The

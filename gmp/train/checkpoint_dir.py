@@ -1,5 +1,6 @@
-"""The checkpoint directory (``--checkpoint-dir``): its names, the ``latest`` link, pruning, and what may be
-in it (:func:`check_checkpoint_dir`, before training). Layout and crash-safety: :mod:`gmp.train.checkpoint`."""
+"""The checkpoint directory (``--checkpoint-dir``): its names, the ``latest`` link, pruning, what may be
+in it (:func:`check_checkpoint_dir`, before training) and the lock one run holds on it
+(:func:`lock_checkpoint_dir`). Layout and crash-safety: :mod:`gmp.train.checkpoint`."""
 
 from __future__ import annotations
 
@@ -8,10 +9,14 @@ import re
 import shutil
 from pathlib import Path
 
+import numpy as np
+
 from ..errors import TrainingError
 
 LATEST = "latest"
 HEADER = "checkpoint.json"
+#: the lock a run holds on its checkpoint directory while it trains (rank 0 for all the ranks of a run)
+LOCK = ".gmp-lock"
 #: a checkpoint's directory: ``ckpt-EPOCH-STEP`` (``-K`` when the name was taken)
 CKPT_DIR = re.compile(r"ckpt-(\d+)-(\d+)(?:-(\d+))?$")
 
@@ -50,12 +55,20 @@ def check_checkpoint_dir(directory: str | os.PathLike, *, resume: bool) -> None:
     """Refuse, before training, a ``--checkpoint-dir`` whose entries saving would delete: anything that is not
     a gmp checkpoint, its ``latest`` link or a save's temporary, and (without ``resume``) another run's
     checkpoints, which the new run's pruning would replace."""
+    from .._io import KIND_NAMES, enclosing_output
+
     directory = Path(directory)
+    inside = enclosing_output(directory)
+    if inside is not None:
+        raise TrainingError(f"--checkpoint-dir {directory} is inside {KIND_NAMES[inside[0]]} ({inside[1]}), whose "
+                            f"directory holds only its own files; choose a directory outside it.")
     if not directory.is_dir():
         _check_writable(directory)  # the first save creates it: fail now, not after an epoch
         return
     foreign, saved = [], []
     for p in sorted(directory.iterdir()):
+        if p.name == LOCK and p.is_file() and not p.is_symlink():
+            continue
         if p.name == LATEST and (p.is_symlink() or (p / HEADER).is_file()):
             saved.append(p.name)
         elif CKPT_DIR.match(p.name) and p.is_dir() and not p.is_symlink() and (p / HEADER).is_file():
@@ -70,6 +83,37 @@ def check_checkpoint_dir(directory: str | os.PathLike, *, resume: bool) -> None:
         raise TrainingError(f"--checkpoint-dir {directory} holds the checkpoints of an earlier run; continue it "
                             f"with --resume, or choose another directory (this run would replace them).")
     _check_writable(directory)
+
+
+def lock_checkpoint_dir(engine, directory: str | os.PathLike | None):
+    """Collective: lock ``directory`` for this run, or raise one line on every process when another run
+    holds it (two runs saving into one directory prune each other's checkpoints). The lock is per run: rank 0
+    (the process that commits and prunes) holds ``directory/.gmp-lock`` for all ranks. Returns the lock
+    (None on other ranks, or without ``directory``); the caller releases it when training ends. A killed
+    run's lock is released by the kernel (``flock``), so it never blocks the next run."""
+    from .._io import acquire_lock
+    from ..errors import GmpError
+
+    if directory is None:
+        return None
+    directory = Path(directory)
+    lock, failed = None, None
+    if engine.is_main:
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            lock = acquire_lock(directory / LOCK, busy=f"--checkpoint-dir {directory}")
+        except GmpError as exc:
+            failed = TrainingError(str(exc))
+        except OSError as exc:
+            failed = TrainingError(f"cannot lock {directory / LOCK}: {exc.strerror or exc}; check --checkpoint-dir "
+                                   f"and its permissions.")
+    if engine.sum_across(np.array([0.0 if failed is None else 1.0]))[0]:
+        if failed is None:
+            failed = TrainingError(f"rank 0 could not lock --checkpoint-dir {directory} (its error says why).")
+        failed.rank = getattr(engine, "rank", 0)  # rank 0 says it for the others
+        failed.together = True  # every process raises here
+        raise failed
+    return lock
 
 
 def _check_writable(directory: Path) -> None:

@@ -29,7 +29,7 @@ from ..placement import Placement
 from ..params import check_float, check_int
 from ..manifest import load_manifest
 from .checkpoint import placement_sha256, save_checkpoint
-from .checkpoint_dir import check_checkpoint_dir
+from .checkpoint_dir import check_checkpoint_dir, lock_checkpoint_dir
 from .config import TrainConfig, comparable_settings
 from .data import TrainData
 from .migrate import resume_training
@@ -310,8 +310,9 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
     placement, created, placed_from = open_placement(ds, manifest, workers)  # validated by load_manifest, Trainer
     data = TrainData(ds)
     eng = make_engine(engine, placement.num_workers, collective_timeout=collective_timeout)
-    trainer, alone = None, False  # alone: an error of this process only (not one every rank raises at one point)
+    trainer, alone, lock = None, False, None  # alone: an error of this process only (not one every rank raises)
     try:
+        lock = lock_checkpoint_dir(eng, checkpoint_dir)  # one run at a time saves and prunes there
         psha = placement_sha256(placement)
         check_same_launch(eng, ds.sha256, psha, config, resume)
         trainer = Trainer(data, placement, config, eng)
@@ -363,4 +364,6 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
     finally:
         if trainer is not None:
             trainer.close()  # a disk tier's files
+        if lock is not None:
+            lock.release()
         eng.close(clean=not alone)
