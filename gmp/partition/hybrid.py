@@ -153,6 +153,7 @@ import warnings
 import numba
 import numpy as np
 
+from .._memory import available_memory
 from ..constants import VALUE_BYTES
 from ..errors import PartitionError
 from ..graph import BipartiteGraph
@@ -905,12 +906,7 @@ def candidate_bytes(num_samples: int, num_used: int, num_workers: int, max_pairs
 def _candidates_that_fit(num_samples: int, num_used: int, num_workers: int, max_pairs: int) -> int:
     """How many candidates may run at once in the memory available now (at least 1). Only the number of
     threads depends on it, never the result (the candidates are independent)."""
-    try:
-        import psutil  # noqa: PLC0415 - optional at import time
-
-        available = int(psutil.virtual_memory().available)
-    except Exception:  # noqa: BLE001 - no estimate: one at a time
-        return 1
+    available = available_memory()  # the host's, capped by this process's memory cgroup
     # keep half of what is free for the sweeps' own arrays and everything else
     return max(1, int(available // 2 // max(candidate_bytes(num_samples, num_used, num_workers, max_pairs), 1)))
 

@@ -49,6 +49,7 @@ import numpy as np
 import torch
 
 from .. import progress
+from .._memory import memory_note
 from ..comm.base import CommEngine
 from ..constants import DEFAULT_EMBEDDING_DIM, VALUE_BYTES
 from ..errors import TrainingError
@@ -322,12 +323,13 @@ class Trainer:
 
 def available_memory(device: torch.device | None = None) -> int:
     """Bytes this process may still allocate: on a CUDA ``device`` its free memory
-    (``torch.cuda.mem_get_info``), else host memory (psutil's ``available``)."""
+    (``torch.cuda.mem_get_info``), else host memory: psutil's ``available`` capped by this process's memory
+    cgroup (:func:`gmp._memory.available_memory`)."""
     if device is not None and device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0])
-    import psutil
+    from .._memory import available_memory as host_memory
 
-    return int(psutil.virtual_memory().available)
+    return host_memory()
 
 
 def check_memory(placement: Placement, config: TrainConfig, local_workers, num_fields: int,
@@ -348,7 +350,7 @@ def check_memory(placement: Placement, config: TrainConfig, local_workers, num_f
     on_gpu = device is not None and device.type == "cuda" and not (config.tiers and config.tiers.tiered)
     need, have = table + first, available_memory(device if on_gpu else None)
     if need > have:
-        where = f"free on {device}" if on_gpu else "of memory available"
+        where = f"free on {device}" if on_gpu else f"of memory available{memory_note()}"
         fix = "lower it, use more GPUs, or --table-location host" if on_gpu else "lower it or use more workers"
         exc = TrainingError(f"The 'embedding_dim' parameter {config.embedding_dim} needs about {need / 2**30:.1f} GiB "
                             f"({rows:,} rows held here x {config.embedding_dim + 1} values x {itemsize} bytes"
