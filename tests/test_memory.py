@@ -131,5 +131,43 @@ def test_a_huge_embedding_dim_is_refused_against_the_cgroup_before_training(smal
     res = CliRunner().invoke(app, ["train", "--dataset", str(path), "--embedding-dim", "100000"])
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
     assert res.exit_code == 2 and len(lines) == 1, res.output
-    assert re.match(r"^error: --embedding-dim 100000 needs about 0\.\d GiB .* more than the 0\.2 GiB of memory "
+    assert re.match(r"^error: --embedding-dim 100000 needs about \d\.\d GiB .* more than the 0\.2 GiB of memory "
                     r"available \(the memory cgroup /small limits this process to 0\.2 GiB\); lower it", lines[0])
+
+
+@pytest.mark.parametrize("flags,count", [(["--workers", "2000"], "2,000"), (["--topology", "40x50"], "2,000"),
+                                         (["--workers", str(2**63)], f"{2**63:,}"),
+                                         (["--topology", "99999999999999999999x1"], "99,999,999,999,999,999,999")])
+def test_a_worker_count_whose_matrices_cannot_fit_is_one_line(small_cgroup, tmp_path, flags, count):
+    """2,000 workers: 2,000 x 2,000 cost and traffic matrices (report.json read back) do not fit in 256 MiB;
+    2**63 workers was a traceback, 1,000,000 a generic "out of memory" naming nothing."""
+    from train_data import make_ctr_dataset
+
+    path = make_ctr_dataset(tmp_path / "ds", num_samples=40)
+    res = CliRunner().invoke(app, ["partition", str(path), "--method", "random", *flags, "--out", str(tmp_path / "m")])
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert res.exit_code == 2 and len(lines) == 1, res.output
+    assert re.match(rf"^error: topology \S+: {count} workers \({count} x {count} cost and traffic matrices\) needs "
+                    r"about [\d,.]+ GiB of memory, 0\.2 GiB is available", lines[0]), lines[0]
+
+
+def test_a_header_claiming_billions_of_embeddings_is_refused_on_open(small_cgroup, tmp_path):
+    """``data info`` and ``partition`` on a header saying 2.5e9 embeddings were killed; now refused on open."""
+    import json
+
+    from gmp.datasets.format import load_dataset
+    from gmp.errors import DatasetError
+    from train_data import make_ctr_dataset
+
+    path = make_ctr_dataset(tmp_path / "ds", num_samples=40)
+    head = json.loads((path / "dataset.json").read_text())
+    head["num_embeddings"] = 2_500_000_000
+    last = [f for f in head["fields"] if f["kind"] != "dense"][-1]
+    last["num_values"] = 2_500_000_000 - last["offset"]
+    last["ranges"] = [[last["offset"], 2_500_000_000]]
+    (path / "dataset.json").write_text(json.dumps(head))
+    with pytest.raises(DatasetError, match=r"dataset.json: num_embeddings 2,500,000,000 \(per-id counts of 16 bytes\) "
+                                           r"needs about 37\.3 GiB of memory, 0\.2 GiB is available"):
+        load_dataset(path, verify=False)
+    res = CliRunner().invoke(app, ["data", "info", str(path)])
+    assert res.exit_code == 2 and res.output.startswith("error: ") and len(res.output.splitlines()) == 1, res.output
