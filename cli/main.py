@@ -12,12 +12,52 @@ import logging
 import sys
 
 import typer
-from typer.core import TyperOption
+import typer.core
+from typer.core import TyperGroup, TyperOption
 
 from gmp import __version__
 from gmp.errors import GmpError
 
+#: the click typer runs on (typer >= 0.20 carries its own copy as ``typer._click``)
+click = getattr(typer.core, "_click", None) or importlib.import_module("click")
+#: raised for a group called without a command (its help is shown; click >= 8.2 only)
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
+class OneLineErrors(TyperGroup):
+    """The root group: a usage error (an unknown or mistyped flag, a missing argument, a bad value) is one
+    ``error:`` line on stderr, exit code 2, with click's did-you-mean hint, instead of typer's boxed usage
+    (the same under the console script and ``CliRunner``)."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except _NO_ARGS_IS_HELP as exc:  # ``gmp data``: the help, as typer shows it
+            from typer import rich_utils
+
+            rich_utils.rich_format_error(exc)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            typer.echo(f"error: {usage_error_line(exc)}", err=True)
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            typer.echo("Aborted.", err=True)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def usage_error_line(exc: click.ClickException) -> str:
+    """One line for a click error: its message (with any "Did you mean" hint) and where to find help."""
+    msg = " ".join(exc.format_message().split())
+    ctx = getattr(exc, "ctx", None)
+    where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+    return f"{msg.rstrip('.')}{where}."
+
+
 app = typer.Typer(
+    cls=OneLineErrors,
     name="gmp",
     help="gmp: graph-based placement of samples and embedding rows for distributed CTR training.\n\n"
     "Pipeline: 'gmp data import|synth' -> 'gmp partition' -> 'gmp report' -> 'gmp train'.",

@@ -26,7 +26,7 @@ from ..datasets.format import load_dataset
 from ..comm.local import LocalEngine
 from ..errors import TrainingError
 from ..placement import Placement
-from ..params import check_float, check_int
+from ..params import check_int
 from ..manifest import load_manifest
 from .checkpoint import placement_sha256, save_checkpoint
 from .checkpoint_dir import check_checkpoint_dir
@@ -198,10 +198,22 @@ def deterministic_on_cuda() -> bool:
     return True
 
 
+def torch_threads() -> int | None:
+    """``GMP_TORCH_THREADS`` (torch's intra-op threads) if set, checked: a positive integer (``-3`` was torch's
+    RuntimeError at start)."""
+    text = os.environ.get("GMP_TORCH_THREADS", "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or not 1 <= int(text) <= 1 << 16:
+        raise TrainingError(f"GMP_TORCH_THREADS must be a positive integer (torch's threads per process, at most "
+                            f"{1 << 16}), got {text!r}; set it to a number such as 4, or unset it.")
+    return int(text)
+
+
 def make_engine(name: str, num_workers: int, *, collective_timeout: float | None = None):
     deterministic_on_cuda()
     if os.environ.get("GMP_TORCH_THREADS"):
-        torch.set_num_threads(int(os.environ["GMP_TORCH_THREADS"]))
+        torch.set_num_threads(torch_threads())
     if name == "local":
         return LocalEngine(num_workers)
     if name == "distributed":
@@ -232,7 +244,10 @@ def check_arguments(config: TrainConfig, checkpoint_dir: str | os.PathLike | Non
         raise TrainingError("--resume needs --checkpoint-dir (where the interrupted run saved its checkpoints).")
     check_output_dir("checkpoint_dir", checkpoint_dir)
     if collective_timeout is not None:  # the local engine has no collectives, but a bad value is still an error
-        check_float("collective_timeout", collective_timeout, minimum=0.0, strict=True, error=TrainingError)
+        from ..comm.distributed import collective_timeout as check_timeout  # noqa: PLC0415 - the one rule
+
+        check_timeout(collective_timeout)
+    torch_threads()
     if checkpoint_dir is not None:
         check_checkpoint_dir(checkpoint_dir, resume=resume)
     if log_json is not None:
