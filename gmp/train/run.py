@@ -101,6 +101,16 @@ def new_run_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
+def is_stream(path: str | os.PathLike) -> bool:
+    """Whether a ``--log-json`` path is a stream gmp only appends to, never reads back nor rewrites: a FIFO, a
+    socket, a device, or anything under /dev or /proc (``/dev/stdout`` may lead to a terminal, a pipe or a
+    file that holds other output)."""
+    path = Path(path)
+    if Path(os.path.abspath(path)).parts[1:2] in (("dev",), ("proc",)):
+        return True
+    return path.exists() and not path.is_file() and not path.is_dir()
+
+
 def read_log(path: str | os.PathLike, *, first_only: bool = False) -> list[tuple[str, dict[str, Any] | None]]:
     """The lines of a JSON training log with their records (``first_only``: its first line, enough to tell a
     log from another file before appending); ``[]`` when it does not exist. Only the last line may be torn (a
@@ -112,6 +122,8 @@ def read_log(path: str | os.PathLike, *, first_only: bool = False) -> list[tuple
         return []
     if path.is_dir():
         raise TrainingError(f"--log-json {path} is a directory; give a file name.")
+    if is_stream(path):  # reading it back to validate it hung before training
+        return []
     try:
         if first_only:
             with open(path, "rb") as f:
@@ -165,7 +177,7 @@ def trim_log(path: str | os.PathLike, epoch: int, step: int, *, run_id: str | No
     With ``run_id`` only that run's lines are trimmed (other runs in the same log stay).
     Written atomically (temporary file, then rename)."""
     path = Path(path)
-    if not path.is_file():
+    if not path.is_file() or is_stream(path):
         return
     keep = []
     for line, rec in read_log(path):
