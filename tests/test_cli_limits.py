@@ -24,9 +24,10 @@ def ds(tmp_path_factory):
 
 def one_line(args, pattern, *, env=None, code=2):
     res = runner.invoke(app, [str(a) for a in args], env=env)
-    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]  # stdout may hold the records before it
     assert res.exit_code == code, (res.exit_code, res.output, res.exception)
     assert len(lines) == 1 and re.search(pattern, lines[0]), res.output
+    assert "Traceback" not in res.output
     return lines[0]
 
 
@@ -86,3 +87,41 @@ def test_absurd_communities_are_refused(tmp_path):
              r"^error: synth: --communities 2,147,483,647 \(per-community parameters\) needs about [\d.,]+ GiB of "
              r"memory")
     assert not (tmp_path / "s").exists()
+
+
+def _enospc(*_a, **_k):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # what a Python file's write raises (/dev/full)
+
+
+def test_a_full_disk_at_a_checkpoint_names_the_directory(ds, tmp_path, monkeypatch):
+    """torch's writer given a path says a full device with a RuntimeError ("unexpected pos 704 vs 598",
+    observed writing to /dev/full): a traceback naming neither the file nor the cause. Given a Python file,
+    the write fails with ENOSPC, said in one line naming --checkpoint-dir."""
+    import gmp.train.checkpoint as ckpt
+
+    def fake_save(obj, f):
+        if isinstance(f, (str, os.PathLike)):
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+        _enospc()
+
+    monkeypatch.setattr(ckpt.torch, "save", fake_save)
+    line = one_line(["train", "--dataset", ds, "--epochs", 1, "--embedding-dim", 2, "--checkpoint-dir",
+                     tmp_path / "ck"], r"^error: no space left on the device while writing ")
+    assert str(tmp_path / "ck") in line and "--checkpoint-dir" in line, line
+
+
+def test_a_full_disk_writing_the_log_names_the_log(ds, tmp_path, monkeypatch):
+    """A file object's write error names no file: it said "no space left on the device writing a file"."""
+    import gmp.train.run as run_mod
+
+    class Full:
+        write = flush = staticmethod(_enospc)
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(run_mod, "open_log", lambda *a, **k: Full())
+    log = tmp_path / "log.jsonl"
+    line = one_line(["train", "--dataset", ds, "--epochs", 1, "--embedding-dim", 2, "--log-json", log],
+                    r"^error: no space left on the device writing ")
+    assert str(log) in line, line

@@ -354,8 +354,11 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
             rec = {**rec, "run": run_id, "engine": engine, "workers": placement.num_workers,
                    "schedule": config.schedule, "staleness": "inf" if math.isinf(config.staleness) else config.staleness}
             if log_file is not None:
-                log_file.write(json_line(rec) + "\n")
-                log_file.flush()
+                try:
+                    log_file.write(json_line(rec) + "\n")
+                    log_file.flush()
+                except OSError as exc:  # a file object's error names no file: a full disk said "a file"
+                    raise OSError(exc.errno, exc.strerror, str(log_json)) from None
             if on_record is not None and eng.is_main:
                 on_record(rec)
             return rec
