@@ -125,3 +125,48 @@ def test_a_full_disk_writing_the_log_names_the_log(ds, tmp_path, monkeypatch):
     line = one_line(["train", "--dataset", ds, "--epochs", 1, "--embedding-dim", 2, "--log-json", log],
                     r"^error: no space left on the device writing ")
     assert str(log) in line, line
+
+
+class TwoRanks:
+    """This process as rank ``rank`` of two; ``peer_given``: whether the other rank was given a directory."""
+
+    world_size = 2
+
+    def __init__(self, rank: int, *, peer_given: bool = True, token: str = "t0k"):
+        self.rank, self.peer_given, self.token = rank, peer_given, token
+        self.local_workers = [rank]
+        self.is_main = rank == 0
+        self.calls = 0
+
+    def broadcast_object(self, obj):
+        return obj if self.is_main else self.token
+
+    def barrier(self):
+        pass
+
+    def ranks_unlike_rank0(self, fingerprint):
+        self.calls += 1
+        if self.calls == 1:  # "was a directory given": the peer's answer against rank 0's
+            mine, peer = fingerprint, self.peer_given
+            return [] if mine == peer else [1 - self.rank if self.is_main else self.rank]
+        return [] if self.is_main or fingerprint else [self.rank]  # "does this rank see rank 0's probe"
+
+
+def test_a_rank_given_another_checkpoint_dir_is_refused_before_training(tmp_path):
+    """Rank 1 given another --checkpoint-dir passed the flag comparison and failed at the first save with
+    "No such file or directory"; now it does not find rank 0's probe and every rank refuses at the start."""
+    from gmp.errors import TrainingError
+    from gmp.train.checkpoint_dir import check_shared_directory
+
+    shared, other = tmp_path / "shared", tmp_path / "other"
+    shared.mkdir()
+    (shared / ".gmp-probe-t0k").touch()  # what rank 0 wrote in its directory
+    check_shared_directory(TwoRanks(1), shared)  # the same directory: fine
+    with pytest.raises(TrainingError, match=r"^The 'checkpoint_dir' parameter of rank\(s\) 1 is not the directory "
+                                            r"rank 0 writes in \(.*other on this rank\)"):
+        check_shared_directory(TwoRanks(1), other)
+    with pytest.raises(TrainingError, match=r"must be given to every rank or to none; rank\(s\) 1 differ"):
+        check_shared_directory(TwoRanks(1, peer_given=True), None)
+    # rank 0 leaves nothing behind: its probe is removed, and a directory it created is too on a refusal
+    check_shared_directory(TwoRanks(0), tmp_path / "made")
+    assert (tmp_path / "made").is_dir() and list((tmp_path / "made").iterdir()) == []

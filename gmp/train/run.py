@@ -29,7 +29,7 @@ from ..placement import Placement
 from ..params import check_int
 from ..manifest import load_manifest
 from .checkpoint import placement_sha256, save_checkpoint
-from .checkpoint_dir import check_checkpoint_dir
+from .checkpoint_dir import check_checkpoint_dir, check_shared_directory
 from .config import TrainConfig, comparable_settings
 from .data import TrainData
 from .migrate import resume_training
@@ -341,6 +341,7 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
     try:
         psha = placement_sha256(placement)
         check_same_launch(eng, ds.sha256, psha, config, resume)
+        check_shared_directory(eng, checkpoint_dir)
         trainer = Trainer(data, placement, config, eng)
         migration = None
         if resume:  # the checkpoint's dataset, or an ancestor's (rows migrate: gmp.train.migrate)
