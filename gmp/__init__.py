@@ -27,6 +27,10 @@ the partitioner package, ``gmp.partition_dataset`` the verb).
 
 __version__ = "0.1.0"
 
+from ._numba_cache import configure as _configure_numba_cache  # noqa: E402
+
+_configure_numba_cache()  # before any kernel is compiled: a read-only install caches them in a temp directory
+
 from .api import (  # noqa: E402  (after __version__, which gmp's modules import)
     compare_partitioners,
     export_torchrec,

@@ -171,3 +171,20 @@ def test_a_header_claiming_billions_of_embeddings_is_refused_on_open(small_cgrou
         load_dataset(path, verify=False)
     res = CliRunner().invoke(app, ["data", "info", str(path)])
     assert res.exit_code == 2 and res.output.startswith("error: ") and len(res.output.splitlines()) == 1, res.output
+
+
+def test_a_read_only_install_caches_numba_kernels_in_a_temp_directory(tmp_path):
+    """A package directory that takes no cache (here: below a regular file, refused even to root) made numba
+    raise "no locator available" at import; gmp points numba at a per-user temporary directory instead."""
+    from types import SimpleNamespace
+
+    from gmp._numba_cache import configure, fallback_dir
+
+    (tmp_path / "file").write_text("x")
+    config = SimpleNamespace(CACHE_DIR="")
+    assert configure(config, package_dir=tmp_path / "file" / "gmp", environ={}) == str(fallback_dir())
+    assert config.CACHE_DIR == str(fallback_dir()) and fallback_dir().is_dir()
+    # a writable install, or the user's own NUMBA_CACHE_DIR, is left to numba
+    config = SimpleNamespace(CACHE_DIR="")
+    assert configure(config, package_dir=tmp_path / "gmp", environ={}) is None and config.CACHE_DIR == ""
+    assert configure(config, package_dir=tmp_path / "file" / "gmp", environ={"NUMBA_CACHE_DIR": "/x"}) is None
