@@ -7,6 +7,7 @@ one-line message on stderr with exit code 2 (never a traceback).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import sys
@@ -27,25 +28,28 @@ _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 class OneLineErrors(TyperGroup):
     """The root group: a usage error (an unknown or mistyped flag, a missing argument, a bad value) is one
     ``error:`` line on stderr, exit code 2, with click's did-you-mean hint, instead of typer's boxed usage
-    (the same under the console script and ``CliRunner``)."""
+    (the same under the console script and ``CliRunner``). Errors of the root's own arguments come from
+    :meth:`parse_args`, those of a command (its parsing included) from :meth:`invoke`; a group called
+    without a command still shows its help."""
 
-    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
-        if not standalone_mode:
-            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        try:
-            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except _NO_ARGS_IS_HELP as exc:  # ``gmp data``: the help, as typer shows it
-            from typer import rich_utils
+    def parse_args(self, ctx, args):
+        with _one_line_usage_errors():
+            return super().parse_args(ctx, args)
 
-            rich_utils.rich_format_error(exc)
-            sys.exit(exc.exit_code)
-        except click.ClickException as exc:
-            typer.echo(f"error: {usage_error_line(exc)}", err=True)
-            sys.exit(exc.exit_code)
-        except typer.Abort:
-            typer.echo("Aborted.", err=True)
-            sys.exit(1)
-        sys.exit(rv if isinstance(rv, int) else 0)
+    def invoke(self, ctx):
+        with _one_line_usage_errors():
+            return super().invoke(ctx)
+
+
+@contextlib.contextmanager
+def _one_line_usage_errors():
+    try:
+        yield
+    except _NO_ARGS_IS_HELP:
+        raise
+    except click.ClickException as exc:
+        typer.echo(f"error: {usage_error_line(exc)}", err=True)
+        raise typer.Exit(exc.exit_code) from None
 
 
 def usage_error_line(exc: click.ClickException) -> str:
