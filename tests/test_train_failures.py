@@ -82,8 +82,8 @@ def test_a_non_finite_loss_is_refused_naming_the_step(ctr):
 @pytest.mark.parametrize("flags,pattern", [
     (("--seed", -1), r"^error: --seed must be an int >= 0, got -1\.$"),
     (("--log-every", -1), r"^error: --log-every must be an int >= 0, got -1\.$"),
-    (("--lr", "inf"), r"^error: --lr must be a finite number > 0, got inf\.$"),
-    (("--lr", "nan"), r"^error: --lr must be a finite number > 0, got nan\.$"),
+    (("--lr", "inf"), r"^error: --lr must be a finite number > 0 and <= 1e\+06, got inf\.$"),
+    (("--lr", "nan"), r"^error: --lr must be a finite number > 0 and <= 1e\+06, got nan\.$"),
     (("--batch-size", 0), r"^error: --batch-size must be an int >= 1, got 0\.$"),
 ])
 def test_bad_numeric_train_flags_are_one_line_errors(ctr, flags, pattern):
