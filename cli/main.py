@@ -7,17 +7,61 @@ one-line message on stderr with exit code 2 (never a traceback).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import sys
 
 import typer
-from typer.core import TyperOption
+import typer.core
+from typer.core import TyperGroup, TyperOption
 
 from gmp._version import __version__
 from gmp.errors import GmpError
 
+#: the click typer runs on (typer >= 0.20 carries its own copy as ``typer._click``)
+click = getattr(typer.core, "_click", None) or importlib.import_module("click")
+#: raised for a group called without a command (its help is shown; click >= 8.2 only)
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
+class OneLineErrors(TyperGroup):
+    """The root group: a usage error (an unknown or mistyped flag, a missing argument, a bad value) is one
+    ``error:`` line on stderr, exit code 2, with click's did-you-mean hint, instead of typer's boxed usage
+    (the same under the console script and ``CliRunner``). Errors of the root's own arguments come from
+    :meth:`parse_args`, those of a command (its parsing included) from :meth:`invoke`; a group called
+    without a command still shows its help."""
+
+    def parse_args(self, ctx, args):
+        with _one_line_usage_errors():
+            return super().parse_args(ctx, args)
+
+    def invoke(self, ctx):
+        with _one_line_usage_errors():
+            return super().invoke(ctx)
+
+
+@contextlib.contextmanager
+def _one_line_usage_errors():
+    try:
+        yield
+    except _NO_ARGS_IS_HELP:
+        raise
+    except click.ClickException as exc:
+        typer.echo(f"error: {usage_error_line(exc)}", err=True)
+        raise typer.Exit(exc.exit_code) from None
+
+
+def usage_error_line(exc: click.ClickException) -> str:
+    """One line for a click error: its message (with any "Did you mean" hint) and where to find help."""
+    msg = " ".join(exc.format_message().split())
+    ctx = getattr(exc, "ctx", None)
+    where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+    return f"{msg.rstrip('.')}{where}."
+
+
 app = typer.Typer(
+    cls=OneLineErrors,
     name="gmp",
     help="gmp: graph-based placement of samples and embedding rows for distributed CTR training.\n\n"
     "Pipeline: 'gmp data import|synth' -> 'gmp partition' -> 'gmp report' -> 'gmp train'.",

@@ -26,7 +26,11 @@ the partitioner package, ``gmp.partition_dataset`` the verb).
 """
 
 from ._version import __version__
-from .api import (
+from ._numba_cache import configure as _configure_numba_cache
+
+_configure_numba_cache()  # before any kernel is compiled: a read-only install caches them in a temp directory
+
+from .api import (  # noqa: E402
     compare_partitioners,
     export_torchrec,
     import_dataset,

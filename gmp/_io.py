@@ -615,13 +615,13 @@ def _gib(n: float) -> str:
     return f"{n / 2**30:,.1f} GiB"
 
 
-def check_memory(need_bytes: float, *, what: str, fix: str, error: type[GmpError] = GmpError) -> None:
-    """Refuse before a large allocation that cannot fit in the memory available now."""
-    import psutil
+def check_memory(need_bytes: float, *, what: str, fix: str, error: type[GmpError] = GmpError,
+                 param: str | None = None) -> None:
+    """Refuse before a large allocation that cannot fit in the memory available now (the host's, capped by
+    this process's memory cgroup: :mod:`gmp._memory`)."""
+    from ._memory import check_memory as _check
 
-    avail = psutil.virtual_memory().available
-    if need_bytes > avail:
-        raise error(f"{what} needs about {_gib(need_bytes)} of memory, {_gib(avail)} is available; {fix}")
+    _check(need_bytes, what=what, fix=fix, error=error, param=param)
 
 
 def check_disk(out: str | os.PathLike, need_bytes: float, *, what: str, fix: str,

@@ -25,29 +25,39 @@ def _fail(error: type[GmpError], name: str, expected: str, value: Any) -> GmpErr
     return exc
 
 
-def check_int(name: str, value: Any, *, minimum: int | None = None, error: type[GmpError] = GmpError) -> int:
-    """``value`` as an int (bools refused), at least ``minimum``."""
+def check_int(name: str, value: Any, *, minimum: int | None = None, maximum: int | None = None,
+              error: type[GmpError] = GmpError) -> int:
+    """``value`` as an int (bools refused), at least ``minimum`` and at most ``maximum``."""
     expected = "an int" + (f" >= {minimum}" if minimum is not None else "")
+    if maximum is not None:
+        expected += (" and" if minimum is not None else "") + f" <= {maximum}"
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise _fail(error, name, expected, value)
     if minimum is not None and int(value) < minimum:
+        raise _fail(error, name, expected, value)
+    if maximum is not None and int(value) > maximum:
         raise _fail(error, name, expected, value)
     return int(value)
 
 
 def check_float(name: str, value: Any, *, minimum: float | None = None, strict: bool = False,
-                allow_inf: bool = False, error: type[GmpError] = GmpError) -> float:
-    """``value`` as a float: finite (unless ``allow_inf``), ``> minimum`` when ``strict`` else ``>=``."""
+                allow_inf: bool = False, maximum: float | None = None, error: type[GmpError] = GmpError) -> float:
+    """``value`` as a float: finite (unless ``allow_inf``), ``> minimum`` when ``strict`` else ``>=``, at most
+    ``maximum``."""
     rel = ">" if strict else ">="
     expected = "a finite number" if not allow_inf else "a number"
     if minimum is not None:
         expected += f" {rel} {minimum:g}" + (" (or inf)" if allow_inf else "")
+    if maximum is not None:
+        expected += (" and" if minimum is not None else "") + f" <= {maximum:g}"
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise _fail(error, name, expected, value)
     v = float(value)
     if math.isnan(v) or (math.isinf(v) and not (allow_inf and v > 0)):
         raise _fail(error, name, expected, value)
     if minimum is not None and (v <= minimum if strict else v < minimum):
+        raise _fail(error, name, expected, value)
+    if maximum is not None and v > maximum:
         raise _fail(error, name, expected, value)
     return v
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._memory import check_memory
 from .errors import TopologyError
 
 DEFAULT_INTER_COST = 10.0
@@ -85,9 +86,24 @@ def validate_cost(cost: np.ndarray, *, where: str = "cost matrix") -> None:
         raise TopologyError(f"{where}: cost[{i}][{i}] = {cost[i, i]}; the diagonal must be 0 (local access is free).")
 
 
+#: bytes per pair of workers a run over N workers holds: the N x N cost matrix with its temporaries (3 x 8 B)
+#: and the quality report's N x N traffic matrix, written to report.json and read back (about 100 B a number
+#: as JSON text and Python floats: ``--workers 7000`` wrote 1.9 GB that ``gmp report`` could not read in 4 GB)
+BYTES_PER_WORKER_PAIR = 24 + 100
+
+
+def check_num_workers(num_workers: int, what: str) -> None:
+    """Refuse, before any N x N matrix is made, a worker count whose matrices cannot fit in memory (the host's,
+    capped by the memory cgroup); ``what`` names where the count came from."""
+    check_memory(BYTES_PER_WORKER_PAIR * float(num_workers) ** 2, error=TopologyError,
+                 what=f"{what}: {num_workers:,} workers ({num_workers:,} x {num_workers:,} cost and traffic matrices)",
+                 fix="use fewer workers.")
+
+
 def homogeneous(num_workers: int) -> Topology:
     if num_workers < 1:
         raise TopologyError(f"number of workers must be >= 1, got {num_workers}.")
+    check_num_workers(num_workers, f"topology {num_workers}")
     cost = np.ones((num_workers, num_workers)) - np.eye(num_workers)
     return Topology(cost, name=str(num_workers))
 
@@ -99,6 +115,7 @@ def hierarchical(num_machines: int, workers_per_machine: int, *, intra_cost: flo
         raise TopologyError(f"topology {num_machines}x{workers_per_machine}: both numbers must be >= 1.")
     if intra_cost < 0 or inter_cost < 0:
         raise TopologyError("intra- and inter-machine costs must be >= 0.")
+    check_num_workers(num_machines * workers_per_machine, f"topology {num_machines}x{workers_per_machine}")
     machine = np.repeat(np.arange(num_machines, dtype=np.int32), workers_per_machine)
     same = machine[:, None] == machine[None, :]
     cost = np.where(same, intra_cost, inter_cost).astype(np.float64)

@@ -331,3 +331,53 @@ def test_fuzz_checkpoint_json(pipeline, checkpointed):
         assert_clean(res)
 
     check()
+
+
+# --------------------------------------------------------------------------- inputs without a newline (issue 38)
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_fuzz_newline_less_input(fmt, warm, tmp_path):
+    """An input with no newline ends in one line naming the line and its byte offset, bounded in time and
+    memory (it was buffered whole and re-copied per block: /dev/zero grew without bound). The streaming
+    formats read /dev/zero itself; the others (they read the header from a regular file first) a sparse
+    file of 17 MiB of zeros."""
+    from gmp.datasets.importers import MAX_LINE_BYTES
+
+    extra = csv_flags() if FORMATS[fmt][1] is None else FORMATS[fmt][1]
+    if fmt in ("criteo", "libsvm", "libffm"):
+        src = Path("/dev/zero")
+    else:
+        name = "u.data" if fmt == "movielens" else "input"
+        base = tmp_path / "ml" if fmt == "movielens" else tmp_path
+        if fmt == "movielens":
+            shutil.copytree(FIX / "ml_classic", base)
+        src = base / name
+        with open(src, "wb") as f:
+            f.truncate(MAX_LINE_BYTES + 4096)
+        src = base if fmt == "movielens" else src
+    out = tmp_path / "out"
+    res = invoke("data", "import", fmt, src, "--out", out, *extra)
+    assert not assert_clean(res, out)
+    assert "malformed line, more than 16 MiB" in res.stderr and "byte offset" in res.stderr, res.stderr
+
+
+def test_fuzz_fifo_log_does_not_hang(pipeline, tmp_path):
+    """``--log-json`` a FIFO (or /dev/stdout, /dev/stderr) is a stream to append to: it was opened for reading
+    to validate it, which waits for a writer that never comes (a hang before training)."""
+    import threading
+
+    root, ds, man = pipeline
+    fifo = tmp_path / "log.fifo"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    try:
+        res = invoke("train", "--dataset", ds, "--manifest", man, "--epochs", 1, "--batch-size", 16,
+                     "--embedding-dim", 2, "--log-json", fifo)
+    finally:
+        with contextlib.suppress(OSError):  # let a reader still waiting see the end
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    reader.join(10)
+    assert res.exit_code == 0, res.output
+    records = [json.loads(line) for line in got[0].decode().splitlines()]
+    assert [r["kind"] for r in records] == ["epoch"] and records[0]["epoch"] == 1

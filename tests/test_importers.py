@@ -352,6 +352,80 @@ def test_blank_lines_at_the_very_end_are_not_data(tmp_path, chunk_bytes):
     assert meta["num_samples"] == 2 and meta["num_bad_lines"] == 0
 
 
+@pytest.mark.parametrize("chunk_bytes", [1, 7, 64, 4096])
+@pytest.mark.parametrize("crlf", [False, True])
+def test_a_line_longer_than_the_limit_is_malformed_with_its_offset(tmp_path, chunk_bytes, crlf):
+    """A line over ``max_line_bytes`` stops the read with its line number and byte offset (counted by hand:
+    "ab\\n" + "cd\\n" = 6 bytes before line 3), at any block size; a line at the limit is read whole."""
+    nl = b"\r\n" if crlf else b"\n"
+    p = tmp_path / "x.txt"
+    p.write_bytes(b"ab" + nl + b"cd" + nl + b"x" * 50 + nl + b"ok" + nl)
+    whole = b"".join(c.data for c in iter_chunks(p, chunk_bytes=chunk_bytes, max_line_bytes=50))
+    assert whole == p.read_bytes()
+    with pytest.raises(ImportDataError, match=rf"x.txt line 3 \(starting at byte offset {6 + 2 * crlf}\): malformed "
+                                              r"line, more than 49 bytes"):
+        list(iter_chunks(p, chunk_bytes=chunk_bytes, max_line_bytes=49))
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 64, 4096])
+def test_a_newline_less_input_stops_after_the_limit(tmp_path, monkeypatch, chunk_bytes):
+    """No newline at all: refused once the limit is passed, not buffered to the end (the stream below would
+    give 10 MB; reading stops after about ``max_line_bytes`` plus a block)."""
+    served = 0
+
+    class Endless:
+        def read1(self, n):
+            nonlocal served
+            served += n
+            return b"\0" * n
+
+        def close(self):
+            pass
+
+    import gmp.datasets.importers as imp
+
+    p = tmp_path / "zeros"
+    p.write_bytes(b"\0")
+    monkeypatch.setattr(imp, "_open", lambda path: (Endless(), open(path, "rb")))
+    with pytest.raises(ImportDataError, match=r"zeros line 1 \(starting at byte offset 0\): malformed line"):
+        list(iter_chunks(p, chunk_bytes=chunk_bytes, max_line_bytes=1000))
+    assert served <= 1000 + 2 * chunk_bytes
+
+
+def test_a_header_line_longer_than_the_limit_is_refused(tmp_path):
+    from gmp.datasets.importers import read_header
+
+    p = tmp_path / "h.csv"
+    p.write_bytes(b"a," * 40 + b"b\n1,2\n")
+    assert read_header(p, max_line_bytes=81) == b"a," * 40 + b"b"
+    with pytest.raises(ImportDataError, match=r"h.csv line 1 \(starting at byte offset 0\): malformed line"):
+        read_header(p, max_line_bytes=80)
+
+
+@pytest.mark.parametrize("fmt", ["criteo", "libsvm", "libffm"])
+def test_import_of_a_line_over_16_mib_is_one_error_line(tmp_path, fmt):
+    """The documented limit, through the CLI: one ``error:`` line naming the line and its offset (the old reader
+    buffered the whole line, re-copying it per block: on /dev/zero without end)."""
+    from typer.testing import CliRunner
+
+    from cli.main import app
+    from gmp.datasets.importers import MAX_LINE_BYTES
+
+    assert MAX_LINE_BYTES == 16 << 20
+    p = tmp_path / "long.txt"
+    good = {"criteo": b"0" + b"\t" * 39 + b"\n", "libsvm": b"1 3:1\n", "libffm": b"1 0:3:1\n"}[fmt]
+    with open(p, "wb") as f:
+        f.write(good)
+        f.write(b"7" * (MAX_LINE_BYTES + 2))
+        f.write(b"\n" + good)
+    res = CliRunner().invoke(app, ["data", "import", fmt, str(p), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.output
+    assert f"line 2 (starting at byte offset {len(good)}): malformed line, more than 16 MiB" in lines[0]
+    assert not (tmp_path / "o").exists()
+
+
 # ---------------------------------------------------------------------------
 # vocabulary
 # ---------------------------------------------------------------------------

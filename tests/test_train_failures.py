@@ -82,8 +82,8 @@ def test_a_non_finite_loss_is_refused_naming_the_step(ctr):
 @pytest.mark.parametrize("flags,pattern", [
     (("--seed", -1), r"^error: --seed must be an int >= 0, got -1\.$"),
     (("--log-every", -1), r"^error: --log-every must be an int >= 0, got -1\.$"),
-    (("--lr", "inf"), r"^error: --lr must be a finite number > 0, got inf\.$"),
-    (("--lr", "nan"), r"^error: --lr must be a finite number > 0, got nan\.$"),
+    (("--lr", "inf"), r"^error: --lr must be a finite number > 0 and <= 1e\+06, got inf\.$"),
+    (("--lr", "nan"), r"^error: --lr must be a finite number > 0 and <= 1e\+06, got nan\.$"),
     (("--batch-size", 0), r"^error: --batch-size must be an int >= 1, got 0\.$"),
 ])
 def test_bad_numeric_train_flags_are_one_line_errors(ctr, flags, pattern):
@@ -105,8 +105,8 @@ def test_a_huge_embedding_dim_is_refused_against_the_available_memory(ctr, monke
     monkeypatch.setattr(trainer_mod, "available_memory", lambda device=None: 64 << 20)  # 64 MiB left
     # 31 rows x 100001 values x 4 bytes x 2 (Adagrad) = 24.8 MB, plus the first layer 3 x 1e5 x 128 x 4 x 4
     one_line_error(["train", "--dataset", path, "--embedding-dim", 100000],
-                   r"^error: --embedding-dim 100000 needs about 0\.\d GiB .* more than the 0\.1 GiB (of memory "
-                   r"available; lower it or use more workers|free on cuda:0; lower it, use more GPUs, or "
+                   r"^error: --embedding-dim 100000 needs about \d+\.\d GiB .* more than the 0\.1 GiB (of memory "
+                   r"available(?: \(the memory cgroup .*\))?; lower it or use more workers|free on cuda:0; lower it, use more GPUs, or "
                    r"--table-location host)\.$")  # the host's memory, or the GPU's where the table goes there
     # a dimension that fits is not refused
     res = runner.invoke(app, ["train", "--dataset", str(path), "--embedding-dim", "4", "--epochs", "0"])

@@ -73,7 +73,20 @@ def collective_timeout(timeout_s: float | None = None) -> float:
             timeout_s = float(text)
         except ValueError:
             raise TrainingError(f"GMP_COLLECTIVE_TIMEOUT must be a number of seconds > 0, got {text!r}.") from None
-    return check_float("collective_timeout", timeout_s, minimum=0.0, strict=True, error=TrainingError)
+    value = check_float("collective_timeout", timeout_s, minimum=0.0, strict=True, maximum=MAX_TIMEOUT_S,
+                        error=TrainingError)
+    if value < MIN_TIMEOUT_S:  # torch rounds to milliseconds: 1e-9 became 0, a failure in C++ on the first call
+        exc = TrainingError(f"The 'collective_timeout' parameter must be at least {MIN_TIMEOUT_S:g} s (the "
+                            f"collectives count in milliseconds), got {timeout_s!r}.")
+        exc.param = "collective_timeout"
+        raise exc
+    return value
+
+
+#: bounds of a collective's timeout in seconds: torch counts milliseconds, and a datetime.timedelta (its
+#: argument) overflows near 8.6e13 s (``1e300`` was an OverflowError on every rank); 1e9 s is 31 years
+MIN_TIMEOUT_S = 0.001
+MAX_TIMEOUT_S = 1e9
 
 
 def world_from_env() -> tuple[int, int, int]:

@@ -110,6 +110,7 @@ import numpy as np
 from .._version import __version__
 from .._io import (KIND_FILES, KIND_NAMES, atomic_directory, hash_arrays, header_value, index_dtype, load_npy,
                    output_kind, read_versioned_json, release_pages, verify_enabled, write_json)
+from .._memory import check_memory
 from ..errors import DatasetError
 
 FORMAT = "gmp.dataset"
@@ -270,6 +271,20 @@ def compute_sha256(indptr, indices, labels, dense) -> str:
     return hash_arrays(arrays)
 
 
+#: bytes per embedding id that every command using a dataset holds at least (``gmp data info``'s degree
+#: counts, a partitioner's degrees and primaries): checked on open, so a header claiming billions of ids is
+#: refused in one line instead of the process being killed
+BYTES_PER_EMBEDDING = 16
+
+
+def _check_id_memory(path: Path, num_embeddings: int) -> None:
+    check_memory(BYTES_PER_EMBEDDING * num_embeddings, error=DatasetError,
+                 what=f"{path / 'dataset.json'}: num_embeddings {num_embeddings:,} (per-id counts of "
+                      f"{BYTES_PER_EMBEDDING} bytes)",
+                 fix="a header edited by hand or a dataset too large for this machine: re-import it, or use a "
+                     "machine with more memory.")
+
+
 def load_dataset(path: str | os.PathLike, *, mmap: bool = True, verify: bool | None = None) -> PreparedDataset:
     """Open a prepared dataset, checking its header, version and every array's shape and dtype.
 
@@ -295,6 +310,7 @@ def load_dataset(path: str | os.PathLike, *, mmap: bool = True, verify: bool | N
     meta = _upgrade(meta)
     fields = check_header(meta, path / "dataset.json")
     n, e = meta["num_samples"], meta["num_edges"]
+    _check_id_memory(path, meta["num_embeddings"])
     indptr = load_npy(path / "indptr.npy", error=DatasetError, mmap=mmap, fix=_FIX)
     indices = load_npy(path / "indices.npy", error=DatasetError, mmap=mmap, fix=_FIX)
     labels = load_npy(path / "labels.npy", error=DatasetError, mmap=mmap, fix=_FIX)

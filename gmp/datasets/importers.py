@@ -33,6 +33,17 @@ lines found so far (the first 10), e.g.::
 Errors on the input itself (missing or unreadable path, a directory, a
 truncated or corrupt gzip stream, empty input) raise
 :class:`~gmp.errors.ImportDataError` with a one-line message.
+
+Bounded memory
+--------------
+A line longer than :data:`MAX_LINE_BYTES` (16 MiB) is a malformed line that
+stops the import with its line number and byte offset (of the decompressed
+text, for gzip), whatever ``--max-bad-lines`` says: no supported format has
+such lines, so the input is binary or not in this format (``/dev/zero`` has
+no newline at all and never ends, so such a line cannot even be skipped).
+While a line is being completed its blocks are kept in a list and joined
+once, so no buffer is re-copied per block; a read holds at most a block plus
+the longest line.
 """
 
 from __future__ import annotations
@@ -59,6 +70,9 @@ log = logging.getLogger(__name__)
 DEFAULT_CHUNK_BYTES = 16 << 20
 #: largest block (a read of more than 2 GiB fails on some platforms; bigger blocks gain nothing)
 MAX_CHUNK_BYTES = 1 << 30
+#: longest line an importer reads (bytes, newline excluded); a longer one is a malformed line that stops
+#: the import (module docstring, "Bounded memory")
+MAX_LINE_BYTES = 16 << 20
 #: how many bad lines are kept verbatim (the rest are only counted).
 KEEP_BAD_LINES = 10
 
@@ -228,34 +242,62 @@ def read_head(path: Path, max_bytes: int) -> bytes:
         raw.close()
 
 
-def read_header(path: Path) -> bytes:
-    """The first line of ``path`` (without its newline or a UTF-8 byte-order mark); b"" for an empty file."""
+def _line_too_long(path: Path, line: int, offset: int, limit: int) -> ImportDataError:
+    size = f"{limit >> 20} MiB" if limit % (1 << 20) == 0 else f"{limit:,} bytes"
+    return ImportDataError(
+        f"{path} line {line:,} (starting at byte offset {offset:,}): malformed line, more than {size} "
+        f"(the longest line gmp reads) without a newline; the input is not line-oriented "
+        f"text in this format (binary, or another format): check the file and the format.")
+
+
+def read_header(path: Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> bytes:
+    """The first line of ``path`` (without its newline or a UTF-8 byte-order mark); b"" for an empty file.
+
+    A first line longer than ``max_line_bytes`` is an :class:`ImportDataError` (module docstring).
+    """
     stream, raw = _open(path)
     try:
-        buf = b""
-        while b"\n" not in buf:
+        parts: list[bytes] = []
+        size = 0
+        while True:
             block = _read(stream, path, 1 << 16, 1)
             if not block:
                 break
-            buf += block
-        return buf.split(b"\n", 1)[0].rstrip(b"\r").removeprefix(BOM)
+            nl = block.find(b"\n")
+            parts.append(block if nl < 0 else block[:nl])
+            size += len(parts[-1])
+            if size > max_line_bytes + len(BOM) + 1:  # room for the mark and a CR
+                raise _line_too_long(path, 1, 0, max_line_bytes)
+            if nl >= 0:
+                break
+        head = b"".join(parts).rstrip(b"\r").removeprefix(BOM)
+        if len(head) > max_line_bytes:
+            raise _line_too_long(path, 1, 0, max_line_bytes)
+        return head
     finally:
         stream.close()
         raw.close()
 
 
-def iter_chunks(path: Path, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES, skip_lines: int = 0) -> Iterator[Chunk]:
+def iter_chunks(path: Path, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES, skip_lines: int = 0,
+                max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[Chunk]:
     """Yield :class:`Chunk` s of complete lines of ``path`` (plain or gzip, file or pipe).
 
     ``skip_lines`` leading lines (a header) are dropped; line numbers still
     count them. A UTF-8 byte-order mark at the start is dropped, and so are blank
     lines at the very end (a blank line before other lines stays: a malformed line).
+    A line longer than ``max_line_bytes`` raises :class:`ImportDataError` with its
+    line number and byte offset, having read at most a block more than the limit
+    (module docstring, "Bounded memory").
     """
     name = str(path)
     stream, raw = _open(path)
     try:
         carry = b""
-        line = 1
+        long: list[bytes] = []  # the blocks of a line longer than a block, joined once when its newline comes
+        long_size = 0  # bytes of that line so far
+        line = 1  # number of the first line of ``carry``
+        offset = 0  # byte offset (of the decompressed text) of ``carry``
         to_skip = skip_lines
         first = True
         consumed = 0
@@ -263,24 +305,39 @@ def iter_chunks(path: Path, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES, skip_line
             block = _read(stream, path, chunk_bytes, line)
             consumed += len(block)
             if first and block:
-                block = block.removeprefix(BOM)
+                if block.startswith(BOM):
+                    block, offset = block[len(BOM):], len(BOM)
                 first = False
             eof = not block
+            if not eof and b"\n" not in block:  # the last line of ``carry`` goes on
+                if not long:
+                    long = [carry]
+                    long_size = len(carry) - (carry.rfind(b"\n") + 1)
+                    carry = b""
+                long.append(block)
+                long_size += len(block)
+                if long_size - (block[-1:] == b"\r") > max_line_bytes:  # a CR before the newline is not counted
+                    head = long[0]
+                    start = head.rfind(b"\n") + 1
+                    raise _line_too_long(path, line + head.count(b"\n"), offset + start, max_line_bytes)
+                continue
+            if long:
+                carry, long, long_size = b"".join(long), [], 0
             data = carry + block
+            base = offset
             if eof:
                 carry = b""
                 if not data.strip(b"\r\n"):  # blank lines at the very end (an editor's): not data
                     data = b""
             else:
                 cut = data.rfind(b"\n")
-                if cut < 0:  # one line longer than a block: keep reading
-                    carry = data
-                    continue
                 data, carry = data[: cut + 1], data[cut + 1 :]
                 body = data.rstrip(b"\r\n")  # blank lines wait for the next block: at the end they are dropped
                 end = data.find(b"\n", len(body)) + 1 if body else 0
                 if end < len(data):
                     data, carry = data[:end], data[end:] + carry
+            offset = base + len(data)
+            _check_line_lengths(data, path, line, base, max_line_bytes, every=chunk_bytes > max_line_bytes)
             while to_skip and data:
                 nl = data.find(b"\n")
                 data = b"" if nl < 0 else data[nl + 1 :]
@@ -294,6 +351,29 @@ def iter_chunks(path: Path, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES, skip_line
     finally:
         stream.close()
         raw.close()
+
+
+def _check_line_lengths(data: bytes, path: Path, line: int, offset: int, limit: int, *, every: bool) -> None:
+    """Raise for the first line of ``data`` (its first line is number ``line``, at byte ``offset``) longer
+    than ``limit`` bytes. Only the first line can be, unless a block is longer than the limit (``every``):
+    the others lie within one block."""
+    if len(data) <= limit + 1:
+        return
+    nl = data.find(b"\n")
+    if (len(data) if nl < 0 else nl) - limit > (1 if nl > 0 and data[nl - 1:nl] == b"\r" else 0):
+        raise _line_too_long(path, line, offset, limit)
+    if not every:
+        return
+    ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
+    starts = np.concatenate(([0], ends + 1))
+    stops = np.append(ends, len(data))
+    buf = np.frombuffer(data, dtype=np.uint8)
+    lengths = stops - starts
+    lengths[lengths > 0] -= buf[stops[lengths > 0] - 1] == 13  # a CR before the newline is not counted
+    over = np.flatnonzero(lengths > limit)
+    if over.size:
+        k = int(over[0])
+        raise _line_too_long(path, line + k, offset + int(starts[k]), limit)
 
 
 def total_size(paths: Sequence[Path]) -> int:

@@ -172,6 +172,7 @@ from typing import Any, Mapping
 import numba
 import numpy as np
 
+from .._memory import check_memory
 from ..errors import DatasetError
 from ..kernels.hashing import mix64, splitmix_uniform
 from ..progress import task
@@ -309,6 +310,13 @@ class SynthConfig:
         _check_int("--seed", self.seed, 0)
         _check_int("--communities", self.num_communities, 1)
         _check_int("num_dense", self.num_dense, 0)
+        if self.num_communities > np.iinfo(np.int32).max:  # community ids are stored as int32
+            raise DatasetError(f"synth: --communities must be at most {np.iinfo(np.int32).max:,}, got "
+                               f"{self.num_communities:,}.")
+        # parameters per community: a dense shift per dense column, a bias and a label offset (float64)
+        check_memory(8 * (self.num_dense + 2) * self.num_communities, error=DatasetError,
+                     what=f"synth: --communities {self.num_communities:,} (per-community parameters)",
+                     fix="use fewer communities.")
         _check_range("--skew", self.skew, 0.0, 10.0)
         _check_range("--tail", self.tail, 0.0, 1.0)
         _check_range("--locality", self.locality, 0.0, 1.0)

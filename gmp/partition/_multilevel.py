@@ -74,6 +74,7 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
+from .._memory import available_memory
 from ..errors import PartitionError
 from ..progress import task
 from ._common import choose_primaries, is_hierarchical, run_metis, sample_cap, seeded_order
@@ -651,11 +652,6 @@ def candidate_bytes(num_samples: int, num_used: int, num_workers: int, max_pairs
 def _candidates_that_fit(num_samples: int, num_used: int, num_workers: int, max_pairs: int) -> int:
     """How many candidates may run at once in the memory available now (at least 1). Only the number of
     threads depends on it, never the result (the candidates are independent)."""
-    try:
-        import psutil  # noqa: PLC0415 - optional at import time
-
-        available = int(psutil.virtual_memory().available)
-    except Exception:  # noqa: BLE001 - no estimate: one at a time
-        return 1
+    available = available_memory()  # the host's, capped by this process's memory cgroup
     # keep half of what is free for the sweeps' own arrays and everything else
     return max(1, int(available // 2 // max(candidate_bytes(num_samples, num_used, num_workers, max_pairs), 1)))

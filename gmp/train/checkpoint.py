@@ -154,7 +154,10 @@ def from_safe(obj: Any) -> Any:
 
 
 def _save(obj: dict, path: Path) -> int:
-    torch.save(to_safe(obj), path)
+    # through a Python file: torch's own writer reports a full device as a RuntimeError ("unexpected pos
+    # 704 vs 598"), a traceback naming neither the file nor the cause; this way it is OSError ENOSPC
+    with open(path, "wb") as f:
+        torch.save(to_safe(obj), f)
     return path.stat().st_size
 
 

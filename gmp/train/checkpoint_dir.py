@@ -4,9 +4,11 @@ in it (:func:`check_checkpoint_dir`, before training) and the lock one run holds
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -137,3 +139,47 @@ def prune(directory: Path, *, keep: set[str | None]) -> None:
                 p.unlink(missing_ok=True)
             else:
                 shutil.rmtree(p, ignore_errors=True)
+
+
+def check_shared_directory(engine, directory: str | os.PathLike | None) -> None:
+    """Collective, before training: every process was given a checkpoint directory or none, and every
+    process sees, in its own, the probe file rank 0 writes in its. A rank given another directory passed
+    the flag comparison and failed at the first save ("No such file or directory"), after a full epoch.
+
+    Rank 0 creates the directory if needed (and removes it again, empty, on a refusal); the probe is named
+    by a token rank 0 draws, so concurrent launches do not see each other's.
+    """
+    given = directory is not None
+    differ = engine.ranks_unlike_rank0(given)
+    if differ:
+        exc = TrainingError(f"The 'checkpoint_dir' parameter must be given to every rank or to none; rank(s) "
+                            f"{', '.join(map(str, differ[:8]))} differ from rank 0.")
+        exc.param = "checkpoint_dir"
+        exc.rank = engine.local_workers[0]
+        raise exc
+    if not given or engine.world_size == 1:
+        return
+    directory = Path(directory)
+    token = engine.broadcast_object(uuid.uuid4().hex if engine.is_main else None)
+    probe = directory / f".gmp-probe-{token}"
+    created = False
+    if engine.is_main:
+        created = not directory.exists()
+        directory.mkdir(parents=True, exist_ok=True)
+        probe.touch()
+    engine.barrier()
+    differ = engine.ranks_unlike_rank0(probe.exists())
+    engine.barrier()
+    if engine.is_main:
+        probe.unlink(missing_ok=True)
+        if differ and created:
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+    if differ:
+        exc = TrainingError(f"The 'checkpoint_dir' parameter of rank(s) {', '.join(map(str, differ[:8]))} is not "
+                            f"the directory rank 0 writes in ({directory} on this rank): it must be one directory "
+                            f"that every machine shares, where rank 0 collects every worker's files; give every "
+                            f"rank the same shared directory.")
+        exc.param = "checkpoint_dir"
+        exc.rank = engine.local_workers[0]
+        raise exc

@@ -26,6 +26,12 @@ from .store import OPTIMIZERS
 from .tiers import TierOptions
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
+#: the largest learning rate: any larger overflows float32's optimizer step (``--lr 1e308`` was a torch
+#: RuntimeError mid-epoch) and no model trains at it anyway
+MAX_LR = 1e6
+#: the largest (eval) batch of one worker: its sample offsets are int32 (``2**63`` was a traceback); the
+#: memory check before training refuses what does not fit below this
+MAX_BATCH_SIZE = 2**31 - 1
 #: wire dtypes of rows, gradients and the dense all-reduce (``comm_dtype``; None: the table's dtype)
 COMM_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -70,8 +76,8 @@ class TrainConfig:
         check_choice("model", self.model, MODELS, error=E)
         check_int("embedding_dim", self.embedding_dim, minimum=1, error=E)
         check_choice("optimizer", self.optimizer, OPTIMIZERS, error=E)
-        check_float("lr", self.lr, minimum=0.0, strict=True, error=E)
-        check_int("batch_size", self.batch_size, minimum=1, error=E)
+        check_float("lr", self.lr, minimum=0.0, strict=True, maximum=MAX_LR, error=E)
+        check_int("batch_size", self.batch_size, minimum=1, maximum=MAX_BATCH_SIZE, error=E)
         check_int("epochs", self.epochs, minimum=0, error=E)
         check_float("staleness", self.staleness, minimum=0.0, allow_inf=True, error=E)
         check_int("seed", self.seed, minimum=0, error=E)
@@ -79,7 +85,7 @@ class TrainConfig:
         check_choice("schedule", self.schedule, schedule_names(), error=E)
         check_choice("shuffle", self.shuffle, SHUFFLES, error=E)
         check_choice("dtype", self.dtype, tuple(DTYPES), error=E)
-        check_int("eval_batch_size", self.eval_batch_size, minimum=1, error=E)
+        check_int("eval_batch_size", self.eval_batch_size, minimum=1, maximum=MAX_BATCH_SIZE, error=E)
         check_int("log_every", self.log_every, minimum=0, error=E)
         hidden = tuple(self.hidden)
         for h in hidden:

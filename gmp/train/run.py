@@ -26,10 +26,10 @@ from ..datasets.format import load_dataset
 from ..comm.local import LocalEngine
 from ..errors import TrainingError
 from ..placement import Placement
-from ..params import check_float, check_int
+from ..params import check_int
 from ..manifest import load_manifest
 from .checkpoint import placement_sha256, save_checkpoint
-from .checkpoint_dir import check_checkpoint_dir, lock_checkpoint_dir
+from .checkpoint_dir import check_checkpoint_dir, check_shared_directory, lock_checkpoint_dir
 from .config import TrainConfig, comparable_settings
 from .data import TrainData
 from .migrate import resume_training
@@ -101,6 +101,16 @@ def new_run_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
+def is_stream(path: str | os.PathLike) -> bool:
+    """Whether a ``--log-json`` path is a stream gmp only appends to, never reads back nor rewrites: a FIFO, a
+    socket, a device, or anything under /dev or /proc (``/dev/stdout`` may lead to a terminal, a pipe or a
+    file that holds other output)."""
+    path = Path(path)
+    if Path(os.path.abspath(path)).parts[1:2] in (("dev",), ("proc",)):
+        return True
+    return path.exists() and not path.is_file() and not path.is_dir()
+
+
 def read_log(path: str | os.PathLike, *, first_only: bool = False) -> list[tuple[str, dict[str, Any] | None]]:
     """The lines of a JSON training log with their records (``first_only``: its first line, enough to tell a
     log from another file before appending); ``[]`` when it does not exist. Only the last line may be torn (a
@@ -112,6 +122,8 @@ def read_log(path: str | os.PathLike, *, first_only: bool = False) -> list[tuple
         return []
     if path.is_dir():
         raise TrainingError(f"--log-json {path} is a directory; give a file name.")
+    if is_stream(path):  # reading it back to validate it hung before training
+        return []
     try:
         if first_only:
             with open(path, "rb") as f:
@@ -165,7 +177,7 @@ def trim_log(path: str | os.PathLike, epoch: int, step: int, *, run_id: str | No
     With ``run_id`` only that run's lines are trimmed (other runs in the same log stay).
     Written atomically (temporary file, then rename)."""
     path = Path(path)
-    if not path.is_file():
+    if not path.is_file() or is_stream(path):
         return
     keep = []
     for line, rec in read_log(path):
@@ -198,10 +210,22 @@ def deterministic_on_cuda() -> bool:
     return True
 
 
+def torch_threads() -> int | None:
+    """``GMP_TORCH_THREADS`` (torch's intra-op threads) if set, checked: a positive integer (``-3`` was torch's
+    RuntimeError at start)."""
+    text = os.environ.get("GMP_TORCH_THREADS", "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or not 1 <= int(text) <= 1 << 16:
+        raise TrainingError(f"GMP_TORCH_THREADS must be a positive integer (torch's threads per process, at most "
+                            f"{1 << 16}), got {text!r}; set it to a number such as 4, or unset it.")
+    return int(text)
+
+
 def make_engine(name: str, num_workers: int, *, collective_timeout: float | None = None):
     deterministic_on_cuda()
     if os.environ.get("GMP_TORCH_THREADS"):
-        torch.set_num_threads(int(os.environ["GMP_TORCH_THREADS"]))
+        torch.set_num_threads(torch_threads())
     if name == "local":
         return LocalEngine(num_workers)
     if name == "distributed":
@@ -232,7 +256,10 @@ def check_arguments(config: TrainConfig, checkpoint_dir: str | os.PathLike | Non
         raise TrainingError("--resume needs --checkpoint-dir (where the interrupted run saved its checkpoints).")
     check_output_dir("checkpoint_dir", checkpoint_dir)
     if collective_timeout is not None:  # the local engine has no collectives, but a bad value is still an error
-        check_float("collective_timeout", collective_timeout, minimum=0.0, strict=True, error=TrainingError)
+        from ..comm.distributed import collective_timeout as check_timeout  # noqa: PLC0415 - the one rule
+
+        check_timeout(collective_timeout)
+    torch_threads()
     if checkpoint_dir is not None:
         check_checkpoint_dir(checkpoint_dir, resume=resume)
     if log_json is not None:
@@ -315,6 +342,7 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
         lock = lock_checkpoint_dir(eng, checkpoint_dir)  # one run at a time saves and prunes there
         psha = placement_sha256(placement)
         check_same_launch(eng, ds.sha256, psha, config, resume)
+        check_shared_directory(eng, checkpoint_dir)
         trainer = Trainer(data, placement, config, eng)
         migration = None
         if resume:  # the checkpoint's dataset, or an ancestor's (rows migrate: gmp.train.migrate)
@@ -328,8 +356,11 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
             rec = {**rec, "run": run_id, "engine": engine, "workers": placement.num_workers,
                    "schedule": config.schedule, "staleness": "inf" if math.isinf(config.staleness) else config.staleness}
             if log_file is not None:
-                log_file.write(json_line(rec) + "\n")
-                log_file.flush()
+                try:
+                    log_file.write(json_line(rec) + "\n")
+                    log_file.flush()
+                except OSError as exc:  # a file object's error names no file: a full disk said "a file"
+                    raise OSError(exc.errno, exc.strerror, str(log_json)) from None
             if on_record is not None and eng.is_main:
                 on_record(rec)
             return rec

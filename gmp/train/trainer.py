@@ -54,6 +54,7 @@ import numpy as np
 import torch
 
 from .. import progress
+from .._memory import memory_note
 from ..comm.base import CommEngine
 from ..constants import DEFAULT_EMBEDDING_DIM, VALUE_BYTES
 from ..errors import TrainingError
@@ -95,7 +96,8 @@ class Trainer:
         self.dtype = config.torch_dtype
         self.phase = PhaseClock(engine)  # seconds per phase of the steps (records' phase_seconds)
         self.device = engine.device_for(engine.local_workers[0])
-        check_memory(placement, config, engine.local_workers, data.num_fields, self.device)
+        check_memory(placement, config, engine.local_workers, data.num_fields, self.device,
+                     num_dense=data.num_dense, num_test=data.num_samples - data.num_train)
         self.model = make_model(config.model, num_fields=data.num_fields, num_dense=data.num_dense,
                                 embedding_dim=config.embedding_dim, hidden=config.hidden, seed=config.seed,
                                 dtype=self.dtype).to(self.device)
@@ -333,38 +335,63 @@ class Trainer:
 
 def available_memory(device: torch.device | None = None) -> int:
     """Bytes this process may still allocate: on a CUDA ``device`` its free memory
-    (``torch.cuda.mem_get_info``), else host memory (psutil's ``available``)."""
+    (``torch.cuda.mem_get_info``), else host memory: psutil's ``available`` capped by this process's memory
+    cgroup (:func:`gmp._memory.available_memory`)."""
     if device is not None and device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0])
-    import psutil
+    from .._memory import available_memory as host_memory
 
-    return int(psutil.virtual_memory().available)
+    return host_memory()
+
+
+#: tensors of ``batch x deep input`` one forward/backward holds at its peak, per model (measured for wdl:
+#: 3.5 GB peak RSS at embedding_dim 100000, 3 fields, batch 512, about 4.3 such tensors beside the
+#: parameters): the pooled rows, the deep input and their gradients, plus the FM terms of deepfm and three
+#: tensors forward and back per cross layer of dcn
+ACTIVATION_COPIES = {"wdl": 5, "deepfm": 8, "dcn": 5 + 6 * 3}
 
 
 def check_memory(placement: Placement, config: TrainConfig, local_workers, num_fields: int,
-                 device: torch.device | None = None) -> None:
-    """Refuse, before allocating, a run whose embedding tables and first dense layer cannot fit in
-    the memory they go to (e.g. ``embedding_dim=100000`` by mistake): the free memory of a CUDA
-    ``device`` (the local engine's workers share one), else the host's; a tiered table's master
+                 device: torch.device | None = None, *, num_dense: int = 0, num_test: int = 0) -> None:
+    """Refuse, before allocating, a run whose embedding tables, first dense layer and batch activations
+    cannot fit in the memory they go to (e.g. ``embedding_dim=100000`` by mistake, or a libffm file with
+    50,000 field numbers): the free memory of a CUDA ``device`` (the local engine's workers share one),
+    else the host's, capped by this process's memory cgroup (:mod:`gmp._memory`); a tiered table's master
     (``table_location`` host or disk) is checked against the host's.
 
     Estimate: the rows the local workers hold x (embedding_dim + 1) values x the dtype's bytes,
     twice with Adagrad (its state), plus the first hidden layer's weights, gradients and
-    optimizer state (``num_fields * embedding_dim * hidden[0]``)."""
+    optimizer state (``num_fields * embedding_dim * hidden[0]``), plus one worker's batch (the larger of
+    ``batch_size`` and its share of the test split in ``eval_batch_size`` pieces) x the deep input
+    (``num_fields * embedding_dim + num_dense``) x :data:`ACTIVATION_COPIES` of the model. The workers of
+    one process run their forward/backward one after the other, so one batch counts."""
     itemsize = 4 if config.dtype == "float32" else 8
     copies = 2 if config.optimizer == "adagrad" else 1
     rows = int(placement.rows_held()[list(local_workers)].sum())  # one count over the ids, not one per worker
     table = rows * (config.embedding_dim + 1) * itemsize * copies
     first = num_fields * config.embedding_dim * (config.hidden[0] if config.hidden else 1) * itemsize * (2 + copies)
+    eval_rows = min(config.eval_batch_size, -(-max(int(num_test), 0) // max(placement.num_workers, 1)))
+    deep_in = num_fields * (config.embedding_dim + 1) + num_dense
+    activations = max(config.batch_size, eval_rows) * deep_in * itemsize * ACTIVATION_COPIES.get(config.model, 8)
     on_gpu = device is not None and device.type == "cuda" and not (config.tiers and config.tiers.tiered)
-    need, have = table + first, available_memory(device if on_gpu else None)
+    need, have = table + first + activations, available_memory(device if on_gpu else None)
     if need > have:
-        where = f"free on {device}" if on_gpu else "of memory available"
+        where = f"free on {device}" if on_gpu else f"of memory available{memory_note()}"
         fix = "lower it, use more GPUs, or --table-location host" if on_gpu else "lower it or use more workers"
+        big = "embedding_dim" if first + table >= activations or num_fields <= 1000 else "num_fields"
+        if big == "num_fields":  # a file with thousands of field numbers: the deep input is what is large
+            exc = TrainingError(f"The 'embedding_dim' parameter {config.embedding_dim} with the dataset's "
+                                f"{num_fields:,} fields makes a deep input of {deep_in:,} values per sample that "
+                                f"needs about {need / 2**30:.1f} GiB for model {config.model!r} (the first dense "
+                                f"layer and a batch of {max(config.batch_size, eval_rows):,}), more than the "
+                                f"{have / 2**30:.1f} GiB {where}; re-import with fewer fields (libffm's field "
+                                f"numbers name fields), or lower it or the batch size.")
+            exc.param = "embedding_dim"
+            raise exc
         exc = TrainingError(f"The 'embedding_dim' parameter {config.embedding_dim} needs about {need / 2**30:.1f} GiB "
                             f"({rows:,} rows held here x {config.embedding_dim + 1} values x {itemsize} bytes"
-                            f"{' x 2 (Adagrad state)' if copies == 2 else ''}, plus the first dense layer), more "
-                            f"than the {have / 2**30:.1f} GiB {where}; {fix}.")
+                            f"{' x 2 (Adagrad state)' if copies == 2 else ''}, plus the first dense layer and a "
+                            f"batch's activations), more than the {have / 2**30:.1f} GiB {where}; {fix}.")
         exc.param = "embedding_dim"
         raise exc
 

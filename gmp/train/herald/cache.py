@@ -222,7 +222,9 @@ class WorkerCaches:
 
     def reserve(self, touches: int) -> None:
         """Make the queues hold ``2 * (capacity + touches)`` entries (call before an iteration)."""
-        need = 2 * (self.capacity + int(touches)) + 16
+        # a cache never holds more rows than exist: a capacity beyond them (cache_rows 10**15) must not size
+        # the queues (it ran out of memory here)
+        need = 2 * (min(self.capacity, self.num_embeddings) + int(touches)) + 16
         if need <= self.queue_len:
             return
         for w in range(self.num_workers):

@@ -1,0 +1,190 @@
+"""The memory cgroup reader (gmp/_memory.py) on fake /proc and /sys trees, and the refusals that use it:
+a process in a 1.5 GiB cgroup on a 24 GiB host was killed (exit 137, no message) where the same request
+was refused on the host, because the checks read only the host's available memory."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import gmp._memory as mem
+from cli.main import app
+from gmp.datasets.importers import CommonOptions
+from gmp.errors import ImportDataError
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+V1_MOUNTS = """\
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+35 31 0:32 {root} /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+"""
+V2_MOUNTS = "30 23 0:27 {root} /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
+
+
+def fake_tree(tmp: Path, *, version: int, path: str, limits: dict[str, str], usage: int = 0,
+              inactive: int = 0, mount_root: str = "/") -> Path:
+    """A fake root: /proc/self/{cgroup,mountinfo} and the cgroup directories with ``limits`` (cgroup
+    path -> the limit file's text) below the hierarchy's mount point."""
+    root = tmp / "root"
+    (root / "proc/self").mkdir(parents=True)
+    if version == 1:
+        (root / "proc/self/cgroup").write_text(f"5:cpu:/\n4:memory:{path}\n0::/\n")
+        (root / "proc/self/mountinfo").write_text(V1_MOUNTS.format(root=mount_root))
+        top = root / "sys/fs/cgroup/memory"
+        limit_file, usage_file, stat = "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"
+    else:
+        (root / "proc/self/cgroup").write_text(f"0::{path}\n")
+        (root / "proc/self/mountinfo").write_text(V2_MOUNTS.format(root=mount_root))
+        top = root / "sys/fs/cgroup"
+        limit_file, usage_file, stat = "memory.max", "memory.current", "inactive_file"
+    for cg, text in limits.items():
+        rel = cg[len(mount_root):] if cg.startswith(mount_root) else cg
+        d = top / rel.lstrip("/")
+        d.mkdir(parents=True, exist_ok=True)
+        (d / limit_file).write_text(text + "\n")
+    leaf_rel = path[len(mount_root):] if path.startswith(mount_root) else path
+    leaf = top / leaf_rel.lstrip("/")
+    leaf.mkdir(parents=True, exist_ok=True)
+    (leaf / usage_file).write_text(f"{usage}\n")
+    (leaf / "memory.stat").write_text(f"cache 5\nactive_file 7\n{stat} {inactive}\n")
+    return root
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_the_limit_usage_and_room_of_a_cgroup(tmp_path, version):
+    root = fake_tree(tmp_path, version=version, path="/jobs/a", limits={"/jobs/a": str(3 * GIB // 2)},
+                     usage=500 * MIB, inactive=100 * MIB)
+    got = mem.cgroup_memory(root)
+    assert got == mem.CgroupMemory(limit=3 * GIB // 2, usage=400 * MIB, path="/jobs/a", version=version)
+    assert got.available == 3 * GIB // 2 - 400 * MIB
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_parents_limit_binds_its_child(tmp_path, version):
+    unlimited = "9223372036854771712" if version == 1 else "max"
+    root = fake_tree(tmp_path, version=version, path="/jobs/a/b",
+                     limits={"/jobs": str(GIB), "/jobs/a": str(4 * GIB), "/jobs/a/b": unlimited})
+    assert mem.cgroup_memory(root).limit == GIB
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_no_limit_is_none(tmp_path, version):
+    unlimited = "9223372036854771712" if version == 1 else "max"
+    root = fake_tree(tmp_path, version=version, path="/a", limits={"/a": unlimited})
+    assert mem.cgroup_memory(root) is None
+
+
+def test_a_container_mount_maps_the_hosts_path(tmp_path):
+    """Inside a container the mount's root is the container's cgroup (/docker/abc), mounted at the top."""
+    root = fake_tree(tmp_path, version=1, path="/docker/abc", limits={"/docker/abc": str(2 * GIB)},
+                     mount_root="/docker/abc")
+    assert mem.cgroup_memory(root).limit == 2 * GIB
+
+
+@pytest.mark.parametrize("broken", ["no proc", "no mount", "garbage"])
+def test_an_unreadable_tree_is_no_limit_never_an_error(tmp_path, broken):
+    root = fake_tree(tmp_path, version=2, path="/a", limits={"/a": str(GIB)})
+    if broken == "no proc":
+        (root / "proc/self/cgroup").unlink()
+    elif broken == "no mount":
+        (root / "proc/self/mountinfo").write_text("1 0 8:1 / / rw - ext4 /dev/sda1 rw\n")
+    else:
+        (root / "sys/fs/cgroup/a/memory.max").write_text("lots\n")
+    assert mem.cgroup_memory(root) is None
+
+
+def test_available_memory_is_the_smaller_of_host_and_cgroup(tmp_path, monkeypatch):
+    root = fake_tree(tmp_path, version=1, path="/j", limits={"/j": str(GIB)}, usage=GIB // 4)
+    monkeypatch.setattr(mem, "ROOT", str(root))
+    monkeypatch.setattr(mem, "host_available", lambda: 20 * GIB)
+    assert mem.available_memory() == GIB - GIB // 4
+    assert mem.memory_note() == " (the memory cgroup /j limits this process to 1.0 GiB)"
+    monkeypatch.setattr(mem, "host_available", lambda: GIB // 8)
+    assert mem.available_memory() == GIB // 8
+    assert mem.memory_note() == ""  # the host's memory binds, not the cgroup
+
+
+@pytest.fixture
+def small_cgroup(tmp_path, monkeypatch):
+    """This process seen in a 256 MiB memory cgroup on a host with 64 GiB free."""
+    root = fake_tree(tmp_path, version=1, path="/small", limits={"/small": str(256 * MIB)})
+    monkeypatch.setattr(mem, "ROOT", str(root))
+    monkeypatch.setattr(mem, "host_available", lambda: 64 * GIB)
+
+
+def test_the_import_block_is_refused_against_the_cgroup(small_cgroup):
+    with pytest.raises(ImportDataError, match=r"--chunk-mb 64 needs about 0\.5 GiB of memory, 0\.2 GiB is available "
+                                              r"\(the memory cgroup /small limits this process to 0\.2 GiB\)"):
+        CommonOptions(chunk_bytes=64 * MIB)
+
+
+def test_a_huge_embedding_dim_is_refused_against_the_cgroup_before_training(small_cgroup, tmp_path):
+    """``--embedding-dim 100000`` in a small cgroup: one line naming the flag and the cgroup (was exit 137)."""
+    from train_data import make_ctr_dataset
+
+    path = make_ctr_dataset(tmp_path / "ds", num_samples=40)
+    res = CliRunner().invoke(app, ["train", "--dataset", str(path), "--embedding-dim", "100000"])
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert res.exit_code == 2 and len(lines) == 1, res.output
+    assert re.match(r"^error: --embedding-dim 100000 needs about \d\.\d GiB .* more than the 0\.2 GiB of memory "
+                    r"available \(the memory cgroup /small limits this process to 0\.2 GiB\); lower it", lines[0])
+
+
+@pytest.mark.parametrize("flags,count", [(["--workers", "2000"], "2,000"), (["--topology", "40x50"], "2,000"),
+                                         (["--workers", str(2**63)], f"{2**63:,}"),
+                                         (["--topology", "99999999999999999999x1"], "99,999,999,999,999,999,999")])
+def test_a_worker_count_whose_matrices_cannot_fit_is_one_line(small_cgroup, tmp_path, flags, count):
+    """2,000 workers: 2,000 x 2,000 cost and traffic matrices (report.json read back) do not fit in 256 MiB;
+    2**63 workers was a traceback, 1,000,000 a generic "out of memory" naming nothing."""
+    from train_data import make_ctr_dataset
+
+    path = make_ctr_dataset(tmp_path / "ds", num_samples=40)
+    res = CliRunner().invoke(app, ["partition", str(path), "--method", "random", *flags, "--out", str(tmp_path / "m")])
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert res.exit_code == 2 and len(lines) == 1, res.output
+    assert re.match(rf"^error: topology \S+: {count} workers \({count} x {count} cost and traffic matrices\) needs "
+                    r"about [\d,.]+ GiB of memory, 0\.2 GiB is available", lines[0]), lines[0]
+
+
+def test_a_header_claiming_billions_of_embeddings_is_refused_on_open(small_cgroup, tmp_path):
+    """``data info`` and ``partition`` on a header saying 2.5e9 embeddings were killed; now refused on open."""
+    import json
+
+    from gmp.datasets.format import load_dataset
+    from gmp.errors import DatasetError
+    from train_data import make_ctr_dataset
+
+    path = make_ctr_dataset(tmp_path / "ds", num_samples=40)
+    head = json.loads((path / "dataset.json").read_text())
+    head["num_embeddings"] = 2_500_000_000
+    last = [f for f in head["fields"] if f["kind"] != "dense"][-1]
+    last["num_values"] = 2_500_000_000 - last["offset"]
+    last["ranges"] = [[last["offset"], 2_500_000_000]]
+    (path / "dataset.json").write_text(json.dumps(head))
+    with pytest.raises(DatasetError, match=r"dataset.json: num_embeddings 2,500,000,000 \(per-id counts of 16 bytes\) "
+                                           r"needs about 37\.3 GiB of memory, 0\.2 GiB is available"):
+        load_dataset(path, verify=False)
+    res = CliRunner().invoke(app, ["data", "info", str(path)])
+    assert res.exit_code == 2 and res.output.startswith("error: ") and len(res.output.splitlines()) == 1, res.output
+
+
+def test_a_read_only_install_caches_numba_kernels_in_a_temp_directory(tmp_path):
+    """A package directory that takes no cache (here: below a regular file, refused even to root) made numba
+    raise "no locator available" at import; gmp points numba at a per-user temporary directory instead."""
+    from types import SimpleNamespace
+
+    from gmp._numba_cache import configure, fallback_dir
+
+    (tmp_path / "file").write_text("x")
+    config = SimpleNamespace(CACHE_DIR="")
+    assert configure(config, package_dir=tmp_path / "file" / "gmp", environ={}) == str(fallback_dir())
+    assert config.CACHE_DIR == str(fallback_dir()) and fallback_dir().is_dir()
+    # a writable install, or the user's own NUMBA_CACHE_DIR, is left to numba
+    config = SimpleNamespace(CACHE_DIR="")
+    assert configure(config, package_dir=tmp_path / "gmp", environ={}) is None and config.CACHE_DIR == ""
+    assert configure(config, package_dir=tmp_path / "file" / "gmp", environ={"NUMBA_CACHE_DIR": "/x"}) is None
