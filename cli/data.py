@@ -187,6 +187,9 @@ def split_format(args: list[str]) -> tuple[Optional[str], list[Path]]:
             return args[0].lower(), [Path(a) for a in args[1:]]
         if not Path(args[0]).exists():
             raise ImportDataError(f"format {args[0]!r} given but no INPUT; pass the file(s) to import after it.")
+    if len(args) > 1 and not Path(args[0]).exists() and Path(args[1]).exists():  # a misspelt FORMAT, not a file
+        raise ImportDataError(f"unknown format {args[0]!r}; choose one of {', '.join(FORMATS)}, or leave it out to "
+                              f"have the input recognised.")
     return None, [Path(a) for a in args]
 
 
