@@ -307,7 +307,7 @@ def _plan_columns(fmt: str, path: Path, given: ColumnChoice, recognised: bool):
     """(choice, proposed names, numeric categorical columns, problem or None) for a csv/Parquet input."""
     import dataclasses
 
-    from .sniff import _NUM, _positive_label, csv_sample, parquet_sample, propose_columns
+    from .sniff import csv_sample, is_number, parquet_sample, positive_label, propose_columns
 
     if fmt == "csv":
         header, rows = csv_sample(path, sep_char(given.sep) or _delimiter(path))
@@ -334,13 +334,13 @@ def _plan_columns(fmt: str, path: Path, given: ColumnChoice, recognised: bool):
     values = roles.distinct(label)
     shown = ", ".join(repr(v) for v in values[:8]) + (f", ... ({len(values):,} values)" if len(values) > 8 else "")
     if problem is None and values and positive is None:
-        if not any(_NUM.match(v) for v in values):
-            positive = _positive_label(values)
+        if not any(is_number(v) for v in values):
+            positive = positive_label(values)
             first = next(v for v in roles.values[label] if v)
             problem = (f"label column {label!r} is not a number: {first!r}; the values in its first "
                        f"{roles.num_rows:,} rows are {shown}; name the positive one with --label-positive")
-        elif threshold is None and "label" in proposed and not {float(v) for v in values if _NUM.match(v)} <= {-1, 0, 1}:
-            nums = sorted({float(v) for v in values if _NUM.match(v)})
+        elif threshold is None and "label" in proposed and not {float(v) for v in values if is_number(v)} <= {-1, 0, 1}:
+            nums = sorted({float(v) for v in values if is_number(v)})
             if label.lower() == "rating" and nums[0] >= 0 and nums[-1] <= 5:
                 threshold = 4.0  # star ratings: liked at 4 or 5, as the movielens importer reads them
                 proposed.append("label_threshold")

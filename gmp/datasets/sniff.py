@@ -209,7 +209,7 @@ def sniff_lines(lines: Sequence[str], *, name: str = "") -> Guess:
     args: list[str] = ["--sep", _SEP_FLAGS[sep]] if sep != "," else ["--sep", ","]
     if label:
         args += ["--label", label]
-        positive = _positive_label(sorted(set(r[header.index(label)] for r in body if len(r) == ncols) - {""}))
+        positive = positive_label(sorted(set(r[header.index(label)] for r in body if len(r) == ncols) - {""}))
         if positive is not None:
             args += ["--label-positive", shlex.quote(positive)]
     else:
@@ -284,7 +284,7 @@ def _guess_label(header: Sequence[str], body: list[list[str]]) -> str | None:
     return None
 
 
-def _positive_label(values: list[str]) -> str | None:
+def positive_label(values: list[str]) -> str | None:
     """The ``--label-positive`` value for a label column of words (``yes``/``no``), None when its
     values are numbers (the importer reads those itself): a word that means "positive" if there is one,
     else the upper side of a threshold label (``>50K`` against ``<=50K``: UCI Adult), else the first value
@@ -345,6 +345,11 @@ def propose_columns(header: Sequence[str], rows: Sequence[Sequence[str]]) -> Col
     candidates = (named,) if named else tuple(binary)
     dense = tuple(h for h, col in values.items() if h != label and _is_dense(h, col))
     return ColumnRoles(tuple(header), label, candidates, dense, len(rows), values)
+
+
+def is_number(text: str) -> bool:
+    """``text`` reads as a decimal number (``1``, ``-2.5``, ``3e-4``)."""
+    return _NUM.match(text) is not None
 
 
 def _is_binary(values: Sequence[str]) -> bool:
