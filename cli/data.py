@@ -60,7 +60,7 @@ def parse_hash(specs: list[str]) -> dict[str, int]:
 @data_app.command("import")
 @handle_errors
 def import_cmd(
-    args: List[str] = typer.Argument(..., metavar="[FORMAT] INPUT...",
+    args: List[str] = typer.Argument(..., metavar="[FORMAT] INPUT",
                                      help=f"Optional input format ({', '.join(FORMATS)}; recognised from the first "
                                           f"input when left out), then the input file(s), plain or gzip (movielens: "
                                           f"the ratings file or its directory)."),
