@@ -132,12 +132,11 @@ def import_cmd(
         categorical=tuple(_split_names(cat)) if cat is not None else None, multi=tuple(_split_names(multi)),
         multi_sep=multi_sep, dense=tuple(_split_names(dense)) if dense is not None else None,
         dense_transform=dense_transform, ignore=tuple(_split_names(ignore)), sep=sep)
-    extra = _other_flags(test_input=test_input, min_count=min_count, hash_=hash_, max_bad_lines=max_bad_lines,
-                         test_fraction=test_fraction, overwrite=overwrite, chunk_mb=chunk_mb, split_hour=split_hour,
-                         rating_threshold=rating_threshold, extend=extend,
-                         ignore=ignore if fmt == "movielens" else None)
+    extra = _common_flags(test_input=test_input, min_count=min_count, hash_=hash_, max_bad_lines=max_bad_lines,
+                          test_fraction=test_fraction, overwrite=overwrite, chunk_mb=chunk_mb, extend=extend)
     plan = plan_import(fmt, inputs, out, columns=columns, extra_args=extra)
     fmt = plan.format
+    extra = _format_flags(fmt, split_hour=split_hour, rating_threshold=rating_threshold, ignore=ignore) + extra
     # Format-specific flags given to another format are mistakes, not silently ignored.
     given = {
         "--no-split-hour": not split_hour, "--rating-threshold": rating_threshold != 4.0,
@@ -193,9 +192,9 @@ def split_format(args: list[str]) -> tuple[Optional[str], list[Path]]:
     return None, [Path(a) for a in args]
 
 
-def _other_flags(*, test_input, min_count, hash_, max_bad_lines, test_fraction, overwrite, chunk_mb, split_hour,
-                 rating_threshold, extend, ignore) -> list[str]:
-    """The flags given besides the csv column options, as a command line repeats them."""
+def _common_flags(*, test_input, min_count, hash_, max_bad_lines, test_fraction, overwrite, chunk_mb,
+                  extend) -> list[str]:
+    """The flags every format takes, as given, for the commands the import prints."""
     import shlex
 
     out: list[str] = []
@@ -211,17 +210,23 @@ def _other_flags(*, test_input, min_count, hash_, max_bad_lines, test_fraction, 
         out += ["--test-fraction", f"{test_fraction:g}"]
     if chunk_mb != 16:
         out += ["--chunk-mb", str(chunk_mb)]
-    if not split_hour:
-        out += ["--no-split-hour"]
-    if rating_threshold != 4.0:
-        out += ["--rating-threshold", f"{rating_threshold:g}"]
-    if ignore is not None:
-        out += ["--ignore", shlex.quote(ignore)]
     if extend is not None:
         out += ["--extend", shlex.quote(str(extend))]
     if overwrite:
         out += ["--overwrite"]
     return out
+
+
+def _format_flags(fmt: str, *, split_hour: bool, rating_threshold: float, ignore: Optional[str]) -> list[str]:
+    """avazu's and movielens's own flags, as given (csv/parquet's are the plan's columns)."""
+    import shlex
+
+    if fmt == "avazu" and not split_hour:
+        return ["--no-split-hour"]
+    if fmt == "movielens":
+        return ((["--rating-threshold", f"{rating_threshold:g}"] if rating_threshold != 4.0 else [])
+                + (["--ignore", shlex.quote(ignore)] if ignore is not None else []))
+    return []
 
 
 def run_import(fmt: str, inputs: list[Path], out: Path, common, *, test_inputs=(), split_hour: bool = True,

@@ -282,3 +282,13 @@ def test_an_explicit_format_without_label_takes_the_recognised_columns(tmp_path,
     assert shlex.split(running(res))[3:-2] == [w.format(p=p) for w in explicit]
     ok(invoke(*[w.format(p=p) for w in explicit], "--out", tmp_path / "b"))
     same_dataset(tmp_path / "a", tmp_path / "b")
+
+
+def test_the_printed_command_keeps_the_recognised_formats_own_flags(tmp_path):
+    res = ok(invoke(FIX / "ml_atomic", "--rating-threshold", "3", "--ignore", "timestamp", "--min-count", "1",
+                    "--out", tmp_path / "a"))
+    assert running(res) == (f"gmp data import movielens {FIX / 'ml_atomic'} --rating-threshold 3 --ignore timestamp "
+                            f"--out {tmp_path / 'a'}")
+    ok(invoke("movielens", FIX / "ml_atomic", "--rating-threshold", "3", "--ignore", "timestamp",
+              "--out", tmp_path / "b"))
+    same_dataset(tmp_path / "a", tmp_path / "b")
