@@ -1,7 +1,12 @@
 """Recognise a raw input from its first lines: delimiter, header, and which importer reads it.
 
-Used in two places:
+Used in three places:
 
+* every ``gmp data import`` starts here (:func:`gmp.datasets.imports.plan_import`):
+  with no FORMAT the recognised format is read; a FORMAT the file contradicts
+  is refused with the command that reads it; for csv and Parquet
+  :func:`propose_columns` names the label and the dense columns from the first
+  :data:`SAMPLE_ROWS` rows (:func:`csv_sample`, :func:`parquet_sample`);
 * ``gmp data import csv`` takes its delimiter from the content when ``--sep`` is not
   given (the extension says little: ``.txt`` files are tab-, comma- and
   space-separated alike);
@@ -20,6 +25,7 @@ libfm       ``label idx:val ...`` (one colon per token; also libsvm)
 movielens   RecBole atomic files (``user_id:token`` headers) or the classic
             ``u.data`` (4 tab-separated integers per line)
 avazu       a comma-separated header with ``id``, ``click`` and ``hour``
+parquet     a file starting with ``PAR1`` (by its bytes, before any line is read)
 csv         anything else with a consistent delimiter; with a header line the
             suggestion names the label column (``label``/``click``/``target``/
             ... or a 0/1 first column) and the numeric columns as ``--dense``
