@@ -209,9 +209,9 @@ def sniff_lines(lines: Sequence[str], *, name: str = "") -> Guess:
     if sep == "," and {"id", "click", "hour"} <= set(lower):
         return Guess("avazu", f"an Avazu CSV (header with id, click, hour, {ncols} columns)", sep, header)
     body = rows[1:]
-    label = _guess_label(header, body)
-    dense = [h for j, h in enumerate(header)
-             if h != label and _is_dense(h, [r[j] for r in body if j < len(r)])]
+    roles = propose_columns(header, body)
+    label = roles.label or (roles.candidates[0] if roles.candidates else None)
+    dense = [h for h in roles.dense if h != label]
     args: list[str] = ["--sep", _SEP_FLAGS[sep]] if sep != "," else ["--sep", ","]
     if label:
         args += ["--label", label]
@@ -277,17 +277,6 @@ def _has_header(rows: list[list[str]]) -> bool:
         if col and all(_NUM.match(c) for c in col):
             return True
     return all(h not in {r[j] for r in body if j < len(r)} for j, h in enumerate(first))
-
-
-def _guess_label(header: Sequence[str], body: list[list[str]]) -> str | None:
-    for want in LABEL_NAMES:
-        for h in header:
-            if h.lower() == want:
-                return h
-    values = {r[0] for r in body if r}
-    if values and values <= {"0", "1", "-1", "+1"}:
-        return header[0]
-    return None
 
 
 def positive_label(values: list[str]) -> str | None:
