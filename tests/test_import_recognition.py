@@ -292,3 +292,12 @@ def test_the_printed_command_keeps_the_recognised_formats_own_flags(tmp_path):
     ok(invoke("movielens", FIX / "ml_atomic", "--rating-threshold", "3", "--ignore", "timestamp",
               "--out", tmp_path / "b"))
     same_dataset(tmp_path / "a", tmp_path / "b")
+
+
+def test_json_output_stays_one_object_and_the_command_goes_to_stderr(tmp_path):
+    p = tmp_path / "t.csv"
+    write_header_csv(p)
+    res = ok(invoke(p, "--out", tmp_path / "a", "--json"))
+    meta = json.loads(res.stdout)
+    assert meta == json.loads((tmp_path / "a" / "dataset.json").read_text())
+    assert f"running: gmp data import csv {p} --label click --dense age,price --out {tmp_path / 'a'}" in res.stderr
