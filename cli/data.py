@@ -60,9 +60,10 @@ def parse_hash(specs: list[str]) -> dict[str, int]:
 @data_app.command("import")
 @handle_errors
 def import_cmd(
-    fmt: str = typer.Argument(..., metavar="FORMAT", help=f"Input format: {', '.join(FORMATS)}."),
-    inputs: List[Path] = typer.Argument(..., metavar="INPUT...",
-                                        help="Input file(s), plain or gzip (movielens: the ratings file or its directory)."),
+    args: List[str] = typer.Argument(..., metavar="[FORMAT] INPUT",
+                                     help=f"Optional input format ({', '.join(FORMATS)}; recognised from the first "
+                                          f"input when left out), then the input file(s), plain or gzip (movielens: "
+                                          f"the ratings file or its directory)."),
     out: Path = typer.Option(..., "--out", "-o", help="Output directory (the prepared dataset)."),
     test_input: List[Path] = typer.Option([], "--test-input", metavar="FILE",
                                           help="Keep a provided split: these files (read after INPUT...) are "
@@ -105,23 +106,37 @@ def import_cmd(
 ) -> None:
     """Import raw data into a prepared dataset.
 
-    Formats: criteo (TSV: label, I1-I13, C1-C26), avazu (CSV with header),
-    movielens (RecBole .inter/.user/.item or classic u.data/u.user/u.item),
-    libsvm/libfm (label idx:val, field = token position), libffm
-    (label field:idx:val), csv (generic; name the columns with --label,
-    --cat, --multi, --dense; the delimiter is recognised), parquet (columns
-    named as for csv; needs pyarrow). --test-input FILE keeps a provided
-    train/test split. Dense integers are stored as log(1+max(x,0)).
-    Inside each field, id 0 is 'missing' and id 1 'rare' (--min-count).
-    Malformed lines stop the import unless --max-bad-lines allows skipping
-    them. See docs/datasets.md.
+    FORMAT may be left out: the first input is recognised (criteo, avazu,
+    movielens, libsvm/libfm, libffm, csv/tsv with a header, parquet) and the
+    command it runs is printed. Formats: criteo (TSV: label, I1-I13,
+    C1-C26), avazu (CSV with header), movielens (RecBole .inter/.user/.item
+    or classic u.data/u.user/u.item), libsvm/libfm (label idx:val, field =
+    token position), libffm (label field:idx:val), csv (generic, with a
+    header; the label is a column named label/click/target/y/rating or the
+    only 0/1 column, numeric columns with many values are --dense, unless
+    --label/--cat/--dense/--multi say otherwise; the delimiter is
+    recognised), parquet (columns as for csv; needs pyarrow). --test-input
+    FILE keeps a provided train/test split. Dense integers are stored as
+    log(1+max(x,0)). Inside each field, id 0 is 'missing' and id 1 'rare'
+    (--min-count). Malformed lines stop the import unless --max-bad-lines
+    allows skipping them. See docs/datasets.md.
     """
     from gmp.datasets.importers import CommonOptions
+    from gmp.datasets.imports import ColumnChoice, plan_import
     from gmp.errors import ImportDataError
 
-    fmt = fmt.lower()
-    if fmt not in FORMATS:
-        raise ImportDataError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}.")
+    fmt, inputs = split_format(args)
+    # recognition first: a file of another format is named before any flag is checked against FORMAT
+    columns = ColumnChoice(
+        label=label, label_positive=label_positive, label_threshold=None if label_threshold == 0.5 else label_threshold,
+        categorical=tuple(_split_names(cat)) if cat is not None else None, multi=tuple(_split_names(multi)),
+        multi_sep=multi_sep, dense=tuple(_split_names(dense)) if dense is not None else None,
+        dense_transform=dense_transform, ignore=tuple(_split_names(ignore)), sep=sep)
+    extra = _common_flags(test_input=test_input, min_count=min_count, hash_=hash_, max_bad_lines=max_bad_lines,
+                          test_fraction=test_fraction, overwrite=overwrite, chunk_mb=chunk_mb, extend=extend)
+    plan = plan_import(fmt, inputs, out, columns=columns, extra_args=extra)
+    fmt = plan.format
+    extra = _format_flags(fmt, split_hour=split_hour, rating_threshold=rating_threshold, ignore=ignore) + extra
     # Format-specific flags given to another format are mistakes, not silently ignored.
     given = {
         "--no-split-hour": not split_hour, "--rating-threshold": rating_threshold != 4.0,
@@ -144,10 +159,13 @@ def import_cmd(
                            extend=None if extend is None else str(extend))
     if test_input and test_fraction != 0.1:
         raise ImportDataError("--test-fraction and --test-input both choose the test set; give one of them.")
-    meta = run_import(fmt, inputs, out, common, test_inputs=test_input, split_hour=split_hour, rating_threshold=rating_threshold,
-                      label=label, label_positive=label_positive, label_threshold=label_threshold,
-                      cat=cat, multi=multi, multi_sep=multi_sep, dense=dense, dense_transform=dense_transform,
-                      ignore=ignore, sep=sep)
+    if plan.proposed:  # say what was recognised and the command that does the same explicitly
+        typer.echo(f"recognised {plan.description}; running: {plan.command(inputs, out, extra)}", err=as_json)
+    meta = run_import(fmt, inputs, out, common, test_inputs=test_input, split_hour=split_hour,
+                      rating_threshold=rating_threshold, ignore=ignore, columns=plan.columns)
+    warning = plan.numeric_warning(meta)
+    if warning:
+        typer.echo(warning, err=True)
     if as_json:
         echo_json(meta)
         return
@@ -158,30 +176,75 @@ def import_cmd(
                f"label rate {meta['label_rate']:.4f}{skipped} -> {out}")
 
 
-def run_import(fmt: str, inputs: list[Path], out: Path, common, *, test_inputs=(), **opts: Any) -> dict[str, Any]:
-    """The importer of ``fmt`` with the CLI's options (see :func:`gmp.datasets.imports.import_dataset`)."""
+def split_format(args: list[str]) -> tuple[Optional[str], list[Path]]:
+    """``[FORMAT] INPUT...`` -> (format or None, inputs): the first word is the format when it names one and
+    an input follows (a lone word naming a format and no file is a missing INPUT)."""
+    from gmp.errors import ImportDataError
+
+    if args and args[0].lower() in FORMATS:
+        if len(args) > 1:
+            return args[0].lower(), [Path(a) for a in args[1:]]
+        if not Path(args[0]).exists():
+            raise ImportDataError(f"format {args[0]!r} given but no INPUT; pass the file(s) to import after it.")
+    if len(args) > 1 and not Path(args[0]).exists() and Path(args[1]).exists():  # a misspelt FORMAT, not a file
+        raise ImportDataError(f"unknown format {args[0]!r}; choose one of {', '.join(FORMATS)}, or leave it out to "
+                              f"have the input recognised.")
+    return None, [Path(a) for a in args]
+
+
+def _common_flags(*, test_input, min_count, hash_, max_bad_lines, test_fraction, overwrite, chunk_mb,
+                  extend) -> list[str]:
+    """The flags every format takes, as given, for the commands the import prints."""
+    import shlex
+
+    out: list[str] = []
+    for p in test_input:
+        out += ["--test-input", shlex.quote(str(p))]
+    if min_count != 1:
+        out += ["--min-count", str(min_count)]
+    for h in hash_:
+        out += ["--hash", shlex.quote(h)]
+    if max_bad_lines:
+        out += ["--max-bad-lines", str(max_bad_lines)]
+    if test_fraction != 0.1:
+        out += ["--test-fraction", f"{test_fraction:g}"]
+    if chunk_mb != 16:
+        out += ["--chunk-mb", str(chunk_mb)]
+    if extend is not None:
+        out += ["--extend", shlex.quote(str(extend))]
+    if overwrite:
+        out += ["--overwrite"]
+    return out
+
+
+def _format_flags(fmt: str, *, split_hour: bool, rating_threshold: float, ignore: Optional[str]) -> list[str]:
+    """avazu's and movielens's own flags, as given (csv/parquet's are the plan's columns)."""
+    import shlex
+
+    if fmt == "avazu" and not split_hour:
+        return ["--no-split-hour"]
+    if fmt == "movielens":
+        return ((["--rating-threshold", f"{rating_threshold:g}"] if rating_threshold != 4.0 else [])
+                + (["--ignore", shlex.quote(ignore)] if ignore is not None else []))
+    return []
+
+
+def run_import(fmt: str, inputs: list[Path], out: Path, common, *, test_inputs=(), split_hour: bool = True,
+               rating_threshold: float = 4.0, ignore: Optional[str] = None, columns=None) -> dict[str, Any]:
+    """The importer of ``fmt`` with the CLI's options (see :func:`gmp.datasets.imports.import_dataset`);
+    ``columns`` is the csv/parquet :class:`~gmp.datasets.imports.ColumnChoice` of :func:`plan_import`."""
     from gmp.datasets.imports import import_dataset
 
     if fmt == "avazu":
-        format_opts: dict[str, Any] = {"split_hour": opts["split_hour"]}
+        format_opts: dict[str, Any] = {"split_hour": split_hour}
     elif fmt == "movielens":
-        ignore = None if opts["ignore"] is None else _split_names(opts["ignore"])
-        format_opts = {"rating_threshold": opts["rating_threshold"], "ignore": ignore}
+        format_opts = {"rating_threshold": rating_threshold,
+                       "ignore": None if ignore is None else _split_names(ignore)}
     elif fmt in ("csv", "parquet"):
-        from gmp.datasets.csvfmt import CsvOptions
-
-        format_opts = {"options": CsvOptions(
-            label=opts["label"] or "", categorical=_split_names(opts["cat"]) if opts["cat"] else None,
-            multi=_split_names(opts["multi"]), dense=_split_names(opts["dense"]), ignore=_split_names(opts["ignore"]),
-            sep=_unescape(opts["sep"]), multi_sep=opts["multi_sep"], label_positive=opts["label_positive"],
-            label_threshold=opts["label_threshold"], dense_transform=opts["dense_transform"])}
+        format_opts = {"options": columns.csv_options()}
     else:
         format_opts = {}
     return import_dataset(fmt, inputs, out, common=common, test_inputs=test_inputs, **format_opts)
-
-
-def _unescape(sep: Optional[str]) -> Optional[str]:
-    return {"\\t": "\t", "tab": "\t", "comma": ",", "space": " "}.get(sep, sep) if sep is not None else None
 
 
 def dataset_info(path: Path) -> dict[str, Any]:

@@ -89,7 +89,7 @@ def test_header_csv_imported_as_criteo_names_the_csv_command_that_works(tmp_path
     assert "--max-bad-lines" not in err
     cmd = re.search(r"Read it with: (gmp data import .*)$", err).group(1)
     args = shlex.split(cmd)[1:]  # drop 'gmp'
-    args[args.index("OUT")] = str(tmp_path / "good")
+    args[args.index(str(tmp_path / "bad"))] = str(tmp_path / "good")  # the command names the --out given
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     ds = load_dataset(tmp_path / "good")
@@ -101,10 +101,11 @@ def test_csv_with_a_word_label_names_label_positive_and_the_command_works(tmp_pa
     src.write_text("label,a\nyes,x\nno,y\nno,x\n")
     err = one_line_error(invoke("import", "csv", src, "--label", "label", "--out", tmp_path / "bad"))
     assert "label column 'label' is not a number: 'yes'" in err
-    cmd = re.search(r"Read it with: (gmp data import .*)$", err).group(1)
+    cmd = re.search(r"Run: (gmp data import .*)$", err).group(1)
     assert "--label-positive yes" in cmd, cmd
+    assert "the values in its first 3 rows are 'no', 'yes'" in err, err
     args = shlex.split(cmd)[1:]
-    args[args.index("OUT")] = str(tmp_path / "good")
+    args[args.index(str(tmp_path / "bad"))] = str(tmp_path / "good")
     res = runner.invoke(app, [*args, "--test-fraction", "0"])
     assert res.exit_code == 0, res.output
     np.testing.assert_array_equal(np.asarray(load_dataset(tmp_path / "good").labels), [1, 0, 0])
@@ -240,4 +241,5 @@ def test_a_csv_file_given_as_parquet_is_one_line(tmp_path):
     src = tmp_path / "t.parquet"
     src.write_text("a,b\n1,2\n")
     err = one_line_error(invoke("import", "parquet", src, "--out", tmp_path / "o", "--label", "a"))
-    assert "not a readable Parquet file" in err
+    assert "looks like a comma-separated file" in err and "not parquet input" in err, err
+    assert "Read it with: gmp data import csv" in err, err

@@ -90,14 +90,10 @@ class CsvOptions:
 
 
 def default_sep(path: Path) -> str:
-    """The delimiter recognised from the first lines (:func:`gmp.datasets.sniff.sniff_delimiter`); when no
-    candidate splits every line alike, tab for ``.tsv``/``.tab`` files and comma otherwise."""
-    from .sniff import read_lines, sniff_delimiter
+    """The delimiter recognised from the first lines (:func:`gmp.datasets.sniff.delimiter_of`)."""
+    from .sniff import delimiter_of
 
-    sep = sniff_delimiter(read_lines(path))
-    if sep is not None:
-        return sep
-    return "\t" if path.name.lower().endswith((".tsv", ".tsv.gz", ".tab")) else ","
+    return delimiter_of(path)
 
 
 def read_columns(paths: Sequence[Path], sep: str, what: str) -> list[str]:

@@ -10,6 +10,13 @@ What :func:`import_dataset` adds to the importers:
 * **Advice on the wrong format.** When most lines read so far are malformed, the
   file is sniffed (:mod:`gmp.datasets.sniff`) and the error becomes one line naming
   what the file looks like and the command that reads it.
+* **Recognition before reading** (:func:`plan_import`). The input's format is
+  recognised (:mod:`gmp.datasets.sniff`) before any option is checked: with no
+  format given it is the format; a format the file contradicts is refused with
+  what the file is and the command that reads it. For csv and Parquet the label
+  (a column named ``label``/``click``/``target``/``y``/``rating``/..., or the only
+  0/1 column) and the dense columns (numeric, many distinct values) are proposed;
+  a text label is refused with the values seen and ``--label-positive``.
 * **A provided test split.** ``test_inputs`` are read after ``inputs``; their
   samples, and only those, form the test set (``split.method = "provided"``).
 """
@@ -18,6 +25,8 @@ from __future__ import annotations
 
 import importlib
 import os
+import shlex
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -107,3 +116,252 @@ def import_dataset(fmt: str, inputs: Sequence[str | os.PathLike], out: str | os.
             if hint:
                 raise ImportDataError(hint) from None
         raise
+
+
+# --------------------------------------------------------------------------
+# recognition: which importer, and for csv/parquet which columns
+# --------------------------------------------------------------------------
+#: formats read by the same importer (a file recognised as one may be imported as the other)
+_SAME = {"libsvm": "libfm"}
+_SEP_FLAGS = {"\t": "tab", " ": "space"}
+
+
+def sep_char(flag: str | None) -> str | None:
+    """The delimiter a ``sep`` option names (``tab``, ``\\t``, ``comma``, ``space`` or the character)."""
+    return {"\\t": "\t", "tab": "\t", "comma": ",", "space": " "}.get(flag, flag) if flag is not None else None
+
+
+@dataclass(frozen=True)
+class ColumnChoice:
+    """The column options of a csv/Parquet import as the person gave them (``None``: not given)."""
+
+    label: str | None = None
+    label_positive: str | None = None
+    label_threshold: float | None = None
+    categorical: tuple[str, ...] | None = None
+    multi: tuple[str, ...] = ()
+    multi_sep: str = "|"
+    dense: tuple[str, ...] | None = None
+    dense_transform: str = "log1p"
+    ignore: tuple[str, ...] = ()
+    sep: str | None = None  # as given (``tab``, ``;``, ...): :func:`sep_char` reads it
+
+    def csv_options(self):
+        """The importer's :class:`~gmp.datasets.csvfmt.CsvOptions` (checks the values)."""
+        from .csvfmt import CsvOptions
+
+        return CsvOptions(label=self.label or "", categorical=None if self.categorical is None else list(self.categorical),
+                          multi=list(self.multi), dense=list(self.dense or ()), ignore=list(self.ignore),
+                          sep=sep_char(self.sep), multi_sep=self.multi_sep, label_positive=self.label_positive,
+                          label_threshold=0.5 if self.label_threshold is None else self.label_threshold,
+                          dense_transform=self.dense_transform)
+
+    def args(self) -> list[str]:
+        """The ``gmp data import`` flags that give these options."""
+        from .sniff import compress_names
+
+        out: list[str] = []
+
+        def add(flag: str, value: Any) -> None:
+            out.extend([flag, shlex.quote(str(value))])
+
+        if self.sep is not None:
+            add("--sep", _SEP_FLAGS.get(sep_char(self.sep), self.sep))
+        if self.label is not None:
+            add("--label", self.label)
+        if self.label_positive is not None:
+            add("--label-positive", self.label_positive)
+        if self.label_threshold is not None:
+            add("--label-threshold", f"{self.label_threshold:g}")
+        if self.categorical is not None:
+            add("--cat", ",".join(compress_names(list(self.categorical))))
+        if self.multi:
+            add("--multi", ",".join(self.multi))
+        if self.multi_sep != "|":
+            add("--multi-sep", self.multi_sep)
+        if self.dense:
+            add("--dense", ",".join(compress_names(list(self.dense))))
+        if self.dense_transform != "log1p":
+            add("--dense-transform", self.dense_transform)
+        if self.ignore:
+            add("--ignore", ",".join(self.ignore))
+        return out
+
+
+@dataclass(frozen=True)
+class ImportPlan:
+    """What :func:`plan_import` decided: the format, the column options, and what came from recognition.
+
+    ``proposed`` names what recognition chose (``"format"``, ``"label"``, ``"dense"``,
+    ``"label_threshold"``); ``numeric_categorical`` the numeric-looking columns (many distinct
+    values) that are imported as categorical by default (:meth:`numeric_warning`).
+    """
+
+    format: str
+    description: str
+    columns: ColumnChoice = field(default_factory=ColumnChoice)
+    proposed: tuple[str, ...] = ()
+    numeric_categorical: tuple[str, ...] = ()
+
+    def command(self, inputs: Sequence[str | os.PathLike], out: str | os.PathLike, extra: Sequence[str] = ()) -> str:
+        """The ``gmp data import`` command line of this plan (``extra``: the other flags, as typed)."""
+        cols = self.columns.args() if self.format in ("csv", "parquet") else []
+        return " ".join(["gmp data import", self.format, *(shlex.quote(str(p)) for p in inputs), *cols, *extra,
+                         "--out", shlex.quote(str(out))])
+
+    def numeric_warning(self, meta: dict[str, Any]) -> str | None:
+        """One line naming the numeric-looking columns the import made categorical, with their distinct
+        values (from the written header ``meta``); ``None`` when there are none."""
+        fields = {f["name"]: f for f in meta.get("fields", [])}
+        seen = [(c, int(fields[c]["num_values"]) - 2) for c in self.numeric_categorical
+                if c in fields and fields[c].get("kind") == "categorical" and not fields[c].get("hash_buckets")]
+        if not seen:
+            return None
+        from .sniff import compress_names
+
+        shown = ", ".join(f"{c} ({n:,} distinct values)" for c, n in seen[:6]) + (", ..." if len(seen) > 6 else "")
+        return (f"warning: {len(seen)} numeric-looking column{'s' if len(seen) != 1 else ''} imported as categorical "
+                f"(one id per distinct value): {shown}; to read them as numbers pass "
+                f"--dense {','.join(compress_names([c for c, _ in seen]))}.")
+
+
+def plan_import(fmt: str | None, inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
+                columns: ColumnChoice = ColumnChoice(), extra_args: Sequence[str] = ()) -> ImportPlan:
+    """Recognise the first input and decide how to import it, before any option is checked.
+
+    Parameters
+    ----------
+    fmt
+        The format the person named, or ``None`` to take the recognised one.
+    inputs, out
+        The input paths and the output directory (for the commands in messages).
+    columns
+        The csv/Parquet column options as given; recognition fills in what is missing.
+    extra_args
+        The command's other flags as typed, repeated in the commands this function suggests.
+
+    Raises
+    ------
+    ImportDataError
+        The format cannot be told, the file contradicts ``fmt``, or a csv/Parquet label is not
+        clear (no candidate or several, text values, numbers other than 0/1): one line saying
+        what the file is and the command to run.
+    """
+    from .sniff import sniff
+
+    if not inputs:
+        raise ImportDataError("no input files given; pass at least one INPUT path.")
+    first = Path(inputs[0])
+    if not first.exists():
+        raise ImportDataError(f"{first}: no such file; check the INPUT path.")
+    guess = sniff(first)
+    proposed: list[str] = []
+
+    def cmd(f: str, choice: ColumnChoice = ColumnChoice()) -> str:
+        return ImportPlan(f, "", choice).command(inputs, out, extra_args)
+
+    if fmt is None:
+        if guess.format == "unknown":
+            raise ImportDataError(f"{first}: cannot tell its format ({guess.description}); name it: "
+                                  f"gmp data import FORMAT {shlex.quote(str(first))} --out {shlex.quote(str(out))} with "
+                                  f"FORMAT one of {', '.join(FORMATS)}.")
+        if guess.format == "csv" and guess.header is None:
+            raise ImportDataError(f"{first} looks like {guess.description}; add a first line naming the columns "
+                                  f"(one of them the label), then run: {cmd('csv')}")
+        fmt = guess.format
+        proposed.append("format")
+    else:
+        fmt = str(fmt).lower()
+        if fmt not in IMPORTERS:
+            raise ImportDataError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}.")
+        if _contradicts(fmt, guess):
+            if guess.format in ("csv", "parquet"):
+                try:
+                    right = cmd(guess.format, _plan_columns(guess.format, first, ColumnChoice(), True)[0])
+                except ImportDataError:
+                    right = cmd(guess.format, ColumnChoice(label="LABEL_COLUMN"))
+            else:
+                right = cmd(guess.format)
+            raise ImportDataError(f"{first} looks like {guess.description}, not {fmt} input. Read it with: {right}")
+    if fmt not in ("csv", "parquet"):
+        return ImportPlan(fmt, guess.description, columns, tuple(proposed))
+    choice, more, numeric, problem = _plan_columns(fmt, first, columns, "format" in proposed)
+    if problem:
+        raise ImportDataError(f"{first}: {problem}. Run: {cmd(fmt, choice)}")
+    return ImportPlan(fmt, guess.description, choice, tuple(proposed + more), tuple(numeric))
+
+
+def _contradicts(fmt: str, guess) -> bool:
+    """The file is recognised as something ``fmt`` does not read."""
+    got = guess.format
+    if got == "unknown" or _SAME.get(fmt, fmt) == _SAME.get(got, got):
+        return False
+    if got == "csv" and guess.header is None:  # headerless delimited text: only criteo/avazu/csv say more
+        return fmt == "parquet"
+    if fmt == "csv" and got == "avazu":  # an Avazu CSV read as a generic csv: the person's choice
+        return False
+    if fmt == "avazu" and got == "csv":  # the avazu importer names a missing column itself
+        return not {"id", "hour"} <= {h.lower() for h in guess.header}
+    return True
+
+
+def _plan_columns(fmt: str, path: Path, given: ColumnChoice, recognised: bool):
+    """(choice, proposed names, numeric categorical columns, problem or None) for a csv/Parquet input."""
+    import dataclasses
+
+    from .sniff import csv_sample, is_number, parquet_sample, positive_label, propose_columns
+
+    if fmt == "csv":
+        header, rows = csv_sample(path, sep_char(given.sep) or _delimiter(path))
+    else:
+        header, rows = parquet_sample(path)
+    if not header:  # empty or unreadable: the importer says so in its words
+        return given, [], [], None
+    roles = propose_columns(header, rows)
+    proposed: list[str] = []
+    label, problem = given.label, None
+    positive, threshold = given.label_positive, given.label_threshold
+    if label is None:
+        label = roles.label
+        if label is None:
+            if roles.candidates:
+                problem = (f"which column is the label? {len(roles.candidates)} columns hold only 0 and 1 "
+                           f"({', '.join(roles.candidates[:6])}); name one with --label")
+            else:
+                problem = ("which column is the label? none is named label, click, target, y or rating and none "
+                           "holds only 0 and 1; name it with --label")
+            label = roles.candidates[0] if roles.candidates else "LABEL_COLUMN"
+        else:
+            proposed.append("label")
+    values = roles.distinct(label)
+    shown = ", ".join(repr(v) for v in values[:8]) + (f", ... ({len(values):,} values)" if len(values) > 8 else "")
+    if problem is None and values and positive is None:
+        if not any(is_number(v) for v in values):
+            positive = positive_label(values)
+            first = next(v for v in roles.values[label] if v)
+            problem = (f"label column {label!r} is not a number: {first!r}; the values in its first "
+                       f"{roles.num_rows:,} rows are {shown}; name the positive one with --label-positive")
+        elif threshold is None and "label" in proposed and not {float(v) for v in values if is_number(v)} <= {-1, 0, 1}:
+            nums = sorted({float(v) for v in values if is_number(v)})
+            if label.lower() == "rating" and nums[0] >= 0 and nums[-1] <= 5:
+                threshold = 4.0  # star ratings: liked at 4 or 5, as the movielens importer reads them
+                proposed.append("label_threshold")
+            else:
+                problem = (f"label column {label!r} holds numbers other than 0 and 1 ({shown}); say which are "
+                           f"positive with --label-threshold T (label = 1 when value >= T)")
+                threshold = nums[len(nums) // 2]
+    taken = {label, *given.multi, *given.ignore, *(given.categorical or ())}
+    dense = given.dense
+    if dense is None and given.categorical is None and (recognised or given.label is None):
+        dense = tuple(c for c in roles.dense if c not in taken)
+        if dense:
+            proposed.append("dense")
+    numeric = [c for c in roles.dense if c not in taken and c not in (dense or ())]
+    choice = dataclasses.replace(given, label=label, label_positive=positive, label_threshold=threshold, dense=dense)
+    return choice, proposed, numeric, problem
+
+
+def _delimiter(path: Path) -> str:
+    from .sniff import delimiter_of
+
+    return delimiter_of(path)

@@ -1,7 +1,12 @@
 """Recognise a raw input from its first lines: delimiter, header, and which importer reads it.
 
-Used in two places:
+Used in three places:
 
+* every ``gmp data import`` starts here (:func:`gmp.datasets.imports.plan_import`):
+  with no FORMAT the recognised format is read; a FORMAT the file contradicts
+  is refused with the command that reads it; for csv and Parquet
+  :func:`propose_columns` names the label and the dense columns from the first
+  :data:`SAMPLE_ROWS` rows (:func:`csv_sample`, :func:`parquet_sample`);
 * ``gmp data import csv`` takes its delimiter from the content when ``--sep`` is not
   given (the extension says little: ``.txt`` files are tab-, comma- and
   space-separated alike);
@@ -20,6 +25,7 @@ libfm       ``label idx:val ...`` (one colon per token; also libsvm)
 movielens   RecBole atomic files (``user_id:token`` headers) or the classic
             ``u.data`` (4 tab-separated integers per line)
 avazu       a comma-separated header with ``id``, ``click`` and ``hour``
+parquet     a file starting with ``PAR1`` (by its bytes, before any line is read)
 csv         anything else with a consistent delimiter; with a header line the
             suggestion names the label column (``label``/``click``/``target``/
             ... or a 0/1 first column) and the numeric columns as ``--dense``
@@ -41,6 +47,12 @@ from ..errors import ImportDataError
 
 MAX_LINES = 50
 MAX_BYTES = 1 << 18
+#: rows read to propose a csv/parquet file's label and dense columns
+SAMPLE_ROWS = 2000
+SAMPLE_BYTES = 1 << 20
+#: a numeric column with at least this many distinct values in the sample (or a fractional one) is dense
+DENSE_MIN_DISTINCT = 10
+PARQUET_MAGIC = b"PAR1"
 DELIMITERS = ("\t", ",", ";", "|", " ")
 STEADY_SHARE = 0.6
 _SEP_NAMES = {"\t": "tab", ",": "comma", ";": "semicolon", "|": "pipe", " ": "space"}
@@ -111,21 +123,36 @@ def compress_names(names: Sequence[str]) -> list[str]:
     return out
 
 
-def read_lines(path: Path) -> list[str]:
-    """Up to :data:`MAX_LINES` complete lines from the start of ``path`` (gzip aware)."""
+def read_lines(path: Path, max_lines: int = MAX_LINES, max_bytes: int = MAX_BYTES) -> list[str]:
+    """Up to ``max_lines`` complete lines from the start of ``path`` (gzip aware)."""
     from .importers import read_head
 
-    data = read_head(path, MAX_BYTES)
+    data = read_head(path, max_bytes)
     lines = data.split(b"\n")
-    if len(data) >= MAX_BYTES and len(lines) > 1:
+    if len(data) >= max_bytes and len(lines) > 1:
         lines = lines[:-1]  # the last one may be cut
-    text = [ln.rstrip(b"\r").decode("utf-8", errors="replace").lstrip("\ufeff") for ln in lines[:MAX_LINES]]
+    text = [ln.rstrip(b"\r").decode("utf-8", errors="replace").lstrip("\ufeff") for ln in lines[:max_lines]]
     return [t for t in text if t.strip()]
 
 
 def sniff(path: str | Path) -> Guess:
-    """Guess the format of ``path`` from its first lines (see the module docstring)."""
-    return sniff_lines(read_lines(Path(path)), name=Path(path).name)
+    """Guess the format of ``path`` from its first lines (see the module docstring).
+
+    A directory is MovieLens when it holds a RecBole ``*.inter`` file or a classic
+    ``u.data``; a file starting with ``PAR1`` is Parquet; a pipe or device is not
+    read (its first lines would be lost to the import) and is ``unknown``.
+    """
+    p = Path(path)
+    if p.is_dir():
+        if any(p.glob("*.inter")) or (p / "u.data").is_file():
+            return Guess("movielens", "a MovieLens directory (RecBole '*.inter' or classic 'u.data')")
+        return Guess("unknown", "a directory")
+    if not p.is_file():
+        return Guess("unknown", "a pipe or device (not read ahead)")
+    with open(p, "rb") as f:
+        if f.read(4) == PARQUET_MAGIC:
+            return Guess("parquet", "a Parquet file")
+    return sniff_lines(read_lines(p), name=p.name)
 
 
 def sniff_delimiter(lines: Sequence[str]) -> str | None:
@@ -182,13 +209,13 @@ def sniff_lines(lines: Sequence[str], *, name: str = "") -> Guess:
     if sep == "," and {"id", "click", "hour"} <= set(lower):
         return Guess("avazu", f"an Avazu CSV (header with id, click, hour, {ncols} columns)", sep, header)
     body = rows[1:]
-    label = _guess_label(header, body)
-    dense = [h for j, h in enumerate(header)
-             if h != label and _is_dense(h, [r[j] for r in body if j < len(r)])]
+    roles = propose_columns(header, body)
+    label = roles.label or (roles.candidates[0] if roles.candidates else None)
+    dense = [h for h in roles.dense if h != label]
     args: list[str] = ["--sep", _SEP_FLAGS[sep]] if sep != "," else ["--sep", ","]
     if label:
         args += ["--label", label]
-        positive = _positive_label(sorted(set(r[header.index(label)] for r in body if len(r) == ncols) - {""}))
+        positive = positive_label(sorted(set(r[header.index(label)] for r in body if len(r) == ncols) - {""}))
         if positive is not None:
             args += ["--label-positive", shlex.quote(positive)]
     else:
@@ -252,18 +279,7 @@ def _has_header(rows: list[list[str]]) -> bool:
     return all(h not in {r[j] for r in body if j < len(r)} for j, h in enumerate(first))
 
 
-def _guess_label(header: Sequence[str], body: list[list[str]]) -> str | None:
-    for want in LABEL_NAMES:
-        for h in header:
-            if h.lower() == want:
-                return h
-    values = {r[0] for r in body if r}
-    if values and values <= {"0", "1", "-1", "+1"}:
-        return header[0]
-    return None
-
-
-def _positive_label(values: list[str]) -> str | None:
+def positive_label(values: list[str]) -> str | None:
     """The ``--label-positive`` value for a label column of words (``yes``/``no``), None when its
     values are numbers (the importer reads those itself): a word that means "positive" if there is one,
     else the upper side of a threshold label (``>50K`` against ``<=50K``: UCI Adult), else the first value
@@ -280,7 +296,116 @@ def _positive_label(values: list[str]) -> str | None:
 
 
 def _is_dense(name: str, values: list[str]) -> bool:
+    """A numeric column with many distinct values (:data:`DENSE_MIN_DISTINCT`) or a fractional one; not an id.
+
+    A numeric column with few values (a 0/1 flag, a 1-5 code) reads better as categorical."""
     if re.match(r"^(C\d+|id|.*_id|.*id)$", name, flags=re.IGNORECASE):
         return False
-    filled = [v for v in values if v]
-    return bool(filled) and all(_NUM.match(v) for v in filled)
+    filled = {v for v in values if v}
+    if not filled or not all(_NUM.match(v) for v in filled):
+        return False
+    return len(filled) >= DENSE_MIN_DISTINCT or any(float(v) % 1 for v in filled)
+
+
+@dataclass(frozen=True)
+class ColumnRoles:
+    """What the first rows of a table with a header suggest (:func:`propose_columns`).
+
+    ``label`` is the label column when one stands out (a column named as in
+    :data:`LABEL_NAMES`, in that order of preference, or the only column holding
+    just two of -1/0/1), else ``None``; ``candidates`` the columns that could be it
+    (several 0/1 columns: the person chooses). ``dense`` are the numeric columns with
+    many distinct values (:func:`_is_dense`), the label left out. ``values`` holds
+    each column's cells in the rows read (``num_rows``).
+    """
+
+    header: tuple[str, ...]
+    label: str | None
+    candidates: tuple[str, ...]
+    dense: tuple[str, ...]
+    num_rows: int
+    values: dict[str, list[str]] = field(default_factory=dict, compare=False)
+
+    def distinct(self, column: str) -> list[str]:
+        """The distinct non-empty values of ``column`` in the rows read, sorted."""
+        return sorted({v for v in self.values.get(column, []) if v})
+
+
+def propose_columns(header: Sequence[str], rows: Sequence[Sequence[str]]) -> ColumnRoles:
+    """The label and dense columns of a table from its header and first rows (cells as text, ``""`` empty)."""
+    values = {h: [r[j] for r in rows if j < len(r)] for j, h in enumerate(header) if h}
+    named = next((h for want in LABEL_NAMES for h in values if h.lower() == want), None)
+    binary = [h for h, col in values.items() if _is_binary(col)]
+    label = named or (binary[0] if len(binary) == 1 else None)
+    candidates = (named,) if named else tuple(binary)
+    dense = tuple(h for h, col in values.items() if h != label and _is_dense(h, col))
+    return ColumnRoles(tuple(header), label, candidates, dense, len(rows), values)
+
+
+def is_number(text: str) -> bool:
+    """``text`` reads as a decimal number (``1``, ``-2.5``, ``3e-4``)."""
+    return _NUM.match(text) is not None
+
+
+def _is_binary(values: Sequence[str]) -> bool:
+    """Two distinct values, both of -1, 0, 1 (a 0/1 or -1/+1 label column)."""
+    filled = {v for v in values if v}
+    if not filled or not all(_NUM.match(v) for v in filled):
+        return False
+    nums = {float(v) for v in filled}
+    return len(nums) == 2 and nums <= {-1.0, 0.0, 1.0}
+
+
+def delimiter_of(path: Path) -> str:
+    """The delimiter recognised from the first lines (:func:`sniff_delimiter`); when no candidate
+    splits every line alike, tab for ``.tsv``/``.tab`` files and comma otherwise."""
+    sep = sniff_delimiter(read_lines(path))
+    if sep is not None:
+        return sep
+    return "\t" if path.name.lower().endswith((".tsv", ".tsv.gz", ".tab")) else ","
+
+
+def csv_sample(path: Path, sep: str) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of the first :data:`SAMPLE_ROWS` rows of a delimited file, cells as the csv
+    importer reads them (the first line is the header, as the importer takes it)."""
+    from .importers import cell_text
+
+    lines = read_lines(path, SAMPLE_ROWS + 1, SAMPLE_BYTES)
+    if not lines:
+        return [], []
+    header = [c.strip().strip('"') for c in lines[0].split(sep)]
+    return header, [[cell_text(c) for c in ln.split(sep)] for ln in lines[1:]]
+
+
+def parquet_sample(path: Path) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of the first :data:`SAMPLE_ROWS` rows of a Parquet file, cells as text: integers
+    and booleans as numbers (``1``/``0``), floats as Python writes them, null as ``""``; lists are not
+    numbers (they are never dense nor a label)."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        return [], []  # the importer says how to install it
+    try:
+        pf = pq.ParquetFile(path)
+        header = list(pf.schema_arrow.names)
+        batch = next(pf.iter_batches(batch_size=SAMPLE_ROWS), None)
+    except Exception:  # pyarrow's errors: the importer reports them in its words
+        return [], []
+    if batch is None:
+        return header, []
+    cols = [_texts(batch.column(j).to_pylist()) for j in range(batch.num_columns)]
+    return header, [list(r) for r in zip(*cols)]
+
+
+def _texts(values: list) -> list[str]:
+    out = []
+    for v in values:
+        if v is None:
+            out.append("")
+        elif isinstance(v, bool):
+            out.append(str(int(v)))
+        elif isinstance(v, (int, float, str)):
+            out.append(str(v))
+        else:  # lists, structs, dates: not numbers
+            out.append(f"<{type(v).__name__}>")
+    return out
