@@ -131,6 +131,14 @@ def _holder(fd: int) -> str:
             f"{str(info.get('command', ''))[:80]})")
 
 
+def _busy_error(fd: int, busy: str) -> OutputError:
+    """The refusal of a second writer: who holds the lock open as ``fd`` (closed here)."""
+    who = _holder(fd)
+    os.close(fd)
+    return OutputError(f"{busy} is being written by {who}; wait for it to end or choose another path (a second "
+                       f"writer would replace its files).")
+
+
 def acquire_lock(path: str | os.PathLike, *, busy: str) -> OutputLock:
     """Take the lock file ``path`` (created if missing) or raise :class:`OutputError` ``"{busy} is being
     written by {holder}; ..."`` when a live process holds it."""
@@ -154,10 +162,7 @@ def acquire_lock(path: str | os.PathLike, *, busy: str) -> OutputLock:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
-                who = _holder(fd)
-                os.close(fd)
-                raise OutputError(f"{busy} is being written by {who}; wait for it to end or choose another "
-                                  f"path (a second writer would replace its files).") from None
+                raise _busy_error(fd, busy) from None
             if OutputLock(path, fd, token).held():
                 with contextlib.suppress(OSError):
                     os.unlink(path)  # a dead run's lock, not ours to rewrite: removed under its lock, made anew
@@ -171,10 +176,7 @@ def acquire_lock(path: str | os.PathLike, *, busy: str) -> OutputLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            who = _holder(fd)
-            os.close(fd)
-            raise OutputError(f"{busy} is being written by {who}; wait for it to end or choose another "
-                              f"path (a second writer would replace its files).") from None
+            raise _busy_error(fd, busy) from None
         except OSError:  # a filesystem without locks: the file's existence is the lock (O_EXCL below)
             os.close(fd)
             return _acquire_exclusive(path, busy=busy, token=token)
