@@ -250,12 +250,9 @@ class Options:
         if mem is not None and (not isinstance(mem, int) or isinstance(mem, bool) or mem < 1):
             raise PartitionError(f"hybrid: memory_per_worker must be a number of bytes >= 1 (or omitted for "
                                  f"replication_budget), got {mem!r}; replication_budget=0 disables the 2D step.")
-        if not isinstance(self.embedding_dim, int) or self.embedding_dim < 1:
-            raise PartitionError(f"hybrid: embedding_dim must be an integer >= 1, got {self.embedding_dim!r}.")
-        if not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise PartitionError(f"hybrid: batch_size must be an integer >= 1, got {self.batch_size!r}.")
-        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
-            raise PartitionError(f"hybrid: threads must be an integer >= 1 (or omitted), got {self.threads!r}.")
+        _check_count(self, "embedding_dim")
+        _check_count(self, "batch_size")
+        _check_count(self, "threads", " (or omitted)", optional=True)
         if self.threads is not None:  # the kernels are single-threaded: the option changes nothing
             warnings.warn("hybrid: the 'threads' option is deprecated and has no effect (the sweeps are "
                           "sequential); drop it. It will be removed in a later version.", FutureWarning,
@@ -263,24 +260,13 @@ class Options:
         if self.levels not in (1, 2) or isinstance(self.levels, bool):
             raise PartitionError(f"hybrid: levels must be 1 (the paper's flat sweep from a random start) or 2 "
                                  f"(the multilevel start, docs/hybrid.md), got {self.levels!r}.")
-        if self.coarse_pairs is not None and (not isinstance(self.coarse_pairs, int) or self.coarse_pairs < 1):
-            raise PartitionError(f"hybrid: coarse_pairs must be a positive integer (or omitted for the default), "
-                                 f"got {self.coarse_pairs!r}.")
-        if not isinstance(self.coarse_vertices, int) or self.coarse_vertices < 1:
-            raise PartitionError(f"hybrid: coarse_vertices must be a positive integer, got {self.coarse_vertices!r}.")
-        if not isinstance(self.coarse_restarts, int) or self.coarse_restarts < 1:
-            raise PartitionError(f"hybrid: coarse_restarts must be an integer >= 1, got {self.coarse_restarts!r}.")
-        if not isinstance(self.portfolio_edges, int) or isinstance(self.portfolio_edges, bool) or self.portfolio_edges < 0:
-            raise PartitionError(f"hybrid: portfolio_edges must be an integer >= 0 (0 disables the portfolio), "
-                                 f"got {self.portfolio_edges!r}.")
-        if (not isinstance(self.flat_beside_samples, int) or isinstance(self.flat_beside_samples, bool)
-                or self.flat_beside_samples < 0):
-            raise PartitionError(f"hybrid: flat_beside_samples must be an integer >= 0 (0: never), "
-                                 f"got {self.flat_beside_samples!r}.")
+        _check_count(self, "coarse_pairs", " (or omitted for the default)", optional=True, word="a positive integer")
+        _check_count(self, "coarse_vertices", word="a positive integer")
+        _check_count(self, "coarse_restarts")
+        _check_count(self, "portfolio_edges", " (0 disables the portfolio)", minimum=0)
+        _check_count(self, "flat_beside_samples", " (0: never)", minimum=0)
         for name in ("portfolio_bands", "portfolio_seeds", "portfolio_rounds"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise PartitionError(f"hybrid: {name} must be an integer >= 1, got {v!r}.")
+            _check_count(self, name)
         if (not isinstance(self.saturation, (int, float)) or not math.isfinite(self.saturation)
                 or self.saturation <= 0):
             raise PartitionError(f"hybrid: saturation must be a finite number > 0, got {self.saturation!r}.")
@@ -290,6 +276,16 @@ class Options:
         if self.init not in INIT_METHODS:
             raise PartitionError(f"hybrid: init must be one of {', '.join(repr(m) for m in INIT_METHODS)}, "
                                  f"got {self.init!r}.")
+
+
+def _check_count(options: Options, name: str, note: str = "", *, minimum: int = 1, optional: bool = False,
+                 word: str | None = None) -> None:
+    """Refuse an option that is not an integer >= ``minimum`` (None allowed when ``optional``)."""
+    v = getattr(options, name)
+    if optional and v is None:
+        return
+    if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
+        raise PartitionError(f"hybrid: {name} must be {word or f'an integer >= {minimum}'}{note}, got {v!r}.")
 
 
 def replication_budgets(num_workers: int, num_used: int, primary_load: np.ndarray, options: Options, *,
