@@ -217,6 +217,7 @@ def partition(
         raise PartitionError("--max-moved-rows and --compare-full need --from-manifest OLD_MANIFEST.")
     from gmp._io import check_output_dir
     from gmp.api import partition_dataset
+    from gmp.report.tables import traffic_summary, workers_phrase
     from gmp.topology import resolve_topology
 
     # every cheap check before the expensive work (partitioning a large graph takes minutes)
@@ -235,8 +236,10 @@ def partition(
     partition_dataset(dataset, method, out, topology=topo, seed=seed, batch_size=batch_size,
                       embedding_dim=embedding_dim, options=given, overwrite=overwrite, plots=not no_plots)
     metrics = json.loads((out / "report.json").read_text(encoding="utf-8"))["metrics"]  # the full metrics
-    summary_table(metrics, f"{method} on {topo.num_workers} workers ({topo.name}), batch {batch_size}")
+    summary_table(metrics, f"{method} on {workers_phrase(topo.num_workers, topo.name)}, batch {batch_size}")
     typer.echo(f"wrote {out} (manifest.json, arrays, report.json, report.md{'' if no_plots else ', plots'})")
+    typer.echo(f"{method}, {topo.num_workers} workers: {traffic_summary(metrics)}; replication "
+               f"{metrics['replication_factor']:.3f}, {metrics['partition_seconds']:.1f} s")
 
 
 def report(
@@ -321,7 +324,8 @@ def compare(
 
     from gmp._io import check_output_file, write_json
     from gmp.compare import compare as run_compare
-    from gmp.compare import comparison_tables, comparison_title, render_comparison_html, render_comparison_md
+    from gmp.compare import (comparison_summary, comparison_tables, comparison_title, compile_note,
+                             render_comparison_html, render_comparison_md)
     from gmp.datasets.format import load_dataset
     from gmp.errors import PartitionError
     from gmp.graph import build_graph
@@ -351,6 +355,9 @@ def compare(
         for r in rows:
             t.add_row(*r)
         con.print(t)
+    note = compile_note(result)
+    if note:
+        typer.echo(note[0].upper() + note[1:])
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         if out.suffix == ".json":
@@ -360,6 +367,7 @@ def compare(
         else:
             out.write_text(render_comparison_md(result), encoding="utf-8")
         typer.echo(f"wrote {out}")
+    typer.echo(comparison_summary(result))
 
 
 def register(app: typer.Typer) -> None:
