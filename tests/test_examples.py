@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -83,3 +84,18 @@ def test_readme_is_short_with_own_data_before_any_measured_table():
         assert (ROOT / link).is_file(), link
     bench = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
     assert "| criteo-kaggle (entity model, the default) 1M | **0.58M (-93.8%)**" in bench
+
+
+STAMP = ROOT / ".venv" / ".gmp-setup-stamp"
+
+
+@pytest.mark.skipif(not STAMP.is_file(), reason="this checkout was not set up by scripts/setup.sh (CI's "
+                    "scripts/test.sh does that first)")
+def test_setup_is_silent_and_installs_nothing_when_nothing_changed():
+    """scripts/setup.sh after a setup with the same pyproject.toml: no output at all, no pip run (the
+    stamp and setup.log stay as they were)."""
+    log = ROOT / ".venv" / "setup.log"
+    before = (STAMP.read_text(), log.stat().st_mtime_ns if log.exists() else None)
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "setup.sh")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == "", proc.stdout + proc.stderr
+    assert (STAMP.read_text(), log.stat().st_mtime_ns if log.exists() else None) == before
