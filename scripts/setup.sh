@@ -4,7 +4,8 @@
 # torch is pinned to the CPU wheel 2.13.0 first so pip does not pull a CUDA build.
 #
 # Quiet when nothing changed: a stamp in .venv records the hash of pyproject.toml and of this
-# script; when it matches and gmp, torch and torchrec import, nothing is installed or printed.
+# script; when it matches and gmp, torch and torchrec are installed, nothing is installed or printed
+# (found, not imported: importing torch and torchrec alone takes seconds).
 # Otherwise one line is printed and pip's output goes to .venv/setup.log (shown on failure).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +14,8 @@ STAMP=.venv/.gmp-setup-stamp
 LOG=.venv/setup.log
 want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)"
 if [ -x .venv/bin/python ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$want" ] \
-    && .venv/bin/python -c "import gmp, torch, torchrec" >/dev/null 2>&1; then
+    && .venv/bin/python -c "import importlib.util as u, sys
+sys.exit(any(u.find_spec(m) is None for m in ('gmp', 'torch', 'torchrec')))" >/dev/null 2>&1; then
   exit 0
 fi
 echo "setup: installing gmp and its test extras into .venv (pip's output: $LOG)"
