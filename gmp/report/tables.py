@@ -366,7 +366,7 @@ def headline(report: Mapping[str, Any]) -> tuple[str, str]:
         title = f"{where}: {fmt_change(red[key])} {what} vs random"
         beneath = []
         rest = [(k, w) for k, w in HEADLINE_METRICS if k != key]
-    others = beneath + [f"{fmt_change(red[k])} {w}" for k, w in rest if red.get(k) is not None]
+    others = beneath + [f"{w} {fmt_change(red[k])}" for k, w in rest if red.get(k) is not None]
     rf = metrics.get("replication_factor")
     tail = f"; replication factor {fmt_ratio(rf)}" if rf is not None else ""
     bs = metrics.get("batch_size")
