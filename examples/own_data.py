@@ -37,7 +37,9 @@ def write_clicks(path: Path, num_rows: int, seed: int = 0) -> None:
     items_by_category = [np.flatnonzero(category_of_item == c) for c in range(num_categories)]
     item = np.array([rng.choice(items_by_category[c]) if len(items_by_category[c]) else 0 for c in category])
     price = np.round(rng.lognormal(3.0, 1.0, num_rows), 2)
-    click = (rng.random(num_rows) < np.where(category == favourite[user, 0], 0.3, 0.1)).astype(int)
+    # clicks: likelier on a user's first favourite category and on the popular half of the items
+    p_click = np.where(category == favourite[user, 0], 0.35, 0.08) * np.where(item < num_items // 2, 1.5, 0.5)
+    click = (rng.random(num_rows) < p_click).astype(int)
     lines = ["label,user,item,category,price"]
     lines += [f"{c},u{u},i{i},c{category_of_item[i]},{p}" for c, u, i, p in zip(click, user, item, price)]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -46,7 +48,8 @@ def write_clicks(path: Path, num_rows: int, seed: int = 0) -> None:
 def gmp(*args: str) -> str:
     print("$ gmp " + " ".join(shlex.quote(a) for a in args), flush=True)
     proc = subprocess.run([*GMP, *args], capture_output=True, text=True)
-    print(proc.stdout, end="")
+    # the per-epoch JSON records of gmp train are in --log-json's file; the rest is what a person reads
+    print("".join(line for line in proc.stdout.splitlines(keepends=True) if not line.startswith("{")), end="")
     if proc.returncode != 0:
         sys.exit(f"gmp {args[0]} failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
     return proc.stdout
@@ -68,8 +71,8 @@ def main(argv: list[str] | None = None) -> None:
     # 2. what is in it
     gmp("data", "info", str(data))
     # 3. partition: a placement manifest and its quality report (report.md, plots)
-    gmp("partition", str(data), "--workers", str(args.workers), "--method", "hybrid", "--out", str(manifest),
-        "--overwrite")
+    gmp("partition", str(data), "--workers", str(args.workers), "--method", "hybrid", "--batch-size", "128",
+        "--out", str(manifest), "--overwrite")
     # 4. the report as one HTML page
     gmp("report", str(manifest), "--format", "html")
     # 5. train one epoch of Wide & Deep with that placement, the workers simulated in this process
