@@ -115,9 +115,11 @@ def train_rank(rank: int, world: int, port: int, export_dir: str, data_dir: str,
             optimizer.step()
             losses.append(float(loss.detach()))
         quarter = max(1, len(losses) // 4)
-        print(f"rank {rank}: {int(steps) * batch:,} of its {len(samples):,} samples in {int(steps)} steps of {batch}, "
-              f"loss {np.mean(losses[:quarter]):.4f} (first quarter) -> {np.mean(losses[-quarter:]):.4f} (last)",
-              flush=True)
+        # each rank's line goes to a file the parent prints in rank order (two processes printing at once
+        # can interleave their lines)
+        Path(export_dir, f"rank{rank}.txt").write_text(
+            f"rank {rank}: {int(steps) * batch:,} of its {len(samples):,} samples in {int(steps)} steps of {batch}, "
+            f"loss {np.mean(losses[:quarter]):.4f} (first quarter) -> {np.mean(losses[-quarter:]):.4f} (last)\n")
         if not np.isfinite(losses).all():
             raise SystemExit(f"rank {rank}: the loss is not finite")
     finally:
@@ -151,6 +153,8 @@ def main(argv: list[str] | None = None) -> None:
         "--batch-size", str(args.batch_size), "--out", str(export))
     mp.start_processes(train_rank, args=(WORLD, free_port(), str(export), str(data), args.lr), nprocs=WORLD,
                        join=True, start_method="spawn")
+    for rank in range(WORLD):
+        print((export / f"rank{rank}.txt").read_text(), end="")
     print(f"trained one epoch on {WORLD} ranks from {export}")
 
 
