@@ -202,6 +202,7 @@ def partition(
     from gmp._io import check_output_dir
     from gmp.api import partition_dataset
     from gmp.manifest import MANIFEST_FILES
+    from gmp.report.tables import traffic_summary, workers_phrase
     from gmp.topology import resolve_topology
 
     # every cheap check before the expensive work (partitioning a large graph takes minutes)
@@ -220,8 +221,10 @@ def partition(
     partition_dataset(dataset, method, out, topology=topo, seed=seed, batch_size=batch_size,
                       embedding_dim=embedding_dim, options=given, overwrite=overwrite, plots=not no_plots)
     metrics = json.loads((out / "report.json").read_text(encoding="utf-8"))["metrics"]  # the full metrics
-    summary_table(metrics, f"{method} on {topo.num_workers} workers ({topo.name}), batch {batch_size}")
+    summary_table(metrics, f"{method} on {workers_phrase(topo.num_workers, topo.name)}, batch {batch_size}")
     typer.echo(f"wrote {out} (manifest.json, arrays, report.json, report.md{'' if no_plots else ', plots'})")
+    typer.echo(f"{method}, {topo.num_workers} workers: {traffic_summary(metrics)}; replication "
+               f"{metrics['replication_factor']:.3f}, {metrics['partition_seconds']:.1f} s")
 
 
 def report(
@@ -333,7 +336,8 @@ def compare(
 
     from gmp._io import check_output_file, json_default, write_claimed_file
     from gmp.compare import compare as run_compare
-    from gmp.compare import comparison_tables, comparison_title, render_comparison_html, render_comparison_md
+    from gmp.compare import (comparison_summary, comparison_tables, comparison_title, compile_note,
+                             render_comparison_html, render_comparison_md)
     from gmp.datasets.format import load_dataset
     from gmp.errors import PartitionError
     from gmp.graph import build_graph
@@ -363,6 +367,9 @@ def compare(
         for r in rows:
             t.add_row(*r)
         con.print(t)
+    note = compile_note(result)
+    if note:
+        typer.echo(note[0].upper() + note[1:])
     if out is not None:  # moved in only if --out is still what the check above found (claimed since)
         if out.suffix == ".json":
             page = json.dumps(result, indent=2, default=json_default) + "\n"
@@ -372,6 +379,7 @@ def compare(
             page = render_comparison_md(result)
         write_claimed_file(out, page.encode("utf-8"))
         typer.echo(f"wrote {out}")
+    typer.echo(comparison_summary(result))
 
 
 def register(app: typer.Typer) -> None:

@@ -260,10 +260,10 @@ def write_scored_manifest(out: str | os.PathLike, ds: Any, graph: Any, placement
     return metrics
 
 
-def partition_dataset(dataset: Any, method: str, out: str | os.PathLike, *, workers: int | None = None,
-                      topology: Any = None, inter_cost: float = 10.0, seed: int = 0, batch_size: int = 512,
-                      embedding_dim: int = 16, options: Mapping[str, Any] | None = None, overwrite: bool = False,
-                      plots: bool = True):
+def partition_dataset(dataset: Any, method: str, out: str | os.PathLike | None = None, *,
+                      workers: int | None = None, topology: Any = None, inter_cost: float | None = None,
+                      seed: int | None = None, batch_size: int | None = None, embedding_dim: int | None = None,
+                      options: Mapping[str, Any] | None = None, overwrite: bool = False, plots: bool = True):
     """Partition a dataset, score it against random and write the manifest directory ``out``
     (manifest, arrays, report.json, report.md and, unless ``plots=False``, the PNGs), like
     ``gmp partition``.
@@ -277,9 +277,15 @@ def partition_dataset(dataset: Any, method: str, out: str | os.PathLike, *, work
         ``gmp.partition.PARTITIONERS``).
     workers, topology, inter_cost
         ``workers=8``, or ``topology="2x8"`` / a :class:`gmp.topology.Topology`.
+    out
+        The manifest directory; None: ``placements/DATASET.METHOD.wN`` (what ``gmp partition`` writes
+        without ``--out``).
     options
         The method's Options fields (``{"rounds": 3}``); ``batch_size`` and
         ``embedding_dim`` are passed to methods that take them.
+
+    Every keyword left at None takes the default of ``gmp partition``: seed 0, batch size 512,
+    embedding dim 16, inter-machine cost 10 (``workers`` or ``topology`` must still be given).
 
     Returns
     -------
@@ -292,11 +298,21 @@ def partition_dataset(dataset: Any, method: str, out: str | os.PathLike, *, work
     from .partition import make_options, run_partitioner
     from .progress import task
 
+    from .constants import DEFAULT_BATCH_SIZE, DEFAULT_EMBEDDING_DIM
+    from .topology import DEFAULT_INTER_COST
+
+    # None means the default, as for gmp partition's flags left out
+    seed = 0 if seed is None else seed
+    batch_size = DEFAULT_BATCH_SIZE if batch_size is None else batch_size
+    embedding_dim = DEFAULT_EMBEDDING_DIM if embedding_dim is None else embedding_dim
+    inter_cost = DEFAULT_INTER_COST if inter_cost is None else inter_cost
+    ds = _dataset(dataset)
+    topo = _topology(workers, topology, inter_cost)
+    if out is None:
+        out = Path("placements") / f"{Path(ds.path).resolve().name}.{method}.w{topo.num_workers}"
     out = Path(out)
     if out.exists() and not overwrite:  # checked before the (possibly long) partitioning
         raise ManifestError(f"partition_dataset: out {out} already exists; pass overwrite=True or another out.")
-    ds = _dataset(dataset)
-    topo = _topology(workers, topology, inter_cost)
     opts = method_options(method, dict(options or {}), batch_size=batch_size, embedding_dim=embedding_dim)
     # per_field=True: the fields' first ids; validated here, before the (possibly long) graph and partitioning
     opts = make_options(method, with_field_layout(opts, ds))

@@ -16,6 +16,12 @@ footprint. A child that is killed (e.g. out of memory) or raises gives a
 row that says so instead of numbers. With ``isolate=False`` every method runs
 in this process and ``peak_rss_bytes`` is this process's high-water mark so
 far (monotonic across rows; ``rss_kind`` says which).
+
+**Time.** A row's ``seconds`` is the partitioner's wall time; ``compile_seconds``
+is the part numba spent compiling kernels on their first use (a fresh checkout,
+a new gmp version: later runs load them from numba's cache). The tables show
+the run time without it and the compilation in a column of its own, so the time
+column matches what ``gmp partition`` reports once the kernels are cached.
 """
 
 from __future__ import annotations
@@ -105,6 +111,19 @@ def with_field_layout(options: Mapping[str, Any], dataset) -> dict[str, Any]:
     return opts
 
 
+def timed_run(fn):
+    """``(fn(), seconds, compile_seconds)``: the wall time of ``fn()`` and the part of it numba spent
+    compiling (outermost compilations only; 0.0 when every kernel came from numba's cache)."""
+    from numba.core import event
+
+    compiled: list[float] = []
+    with event.install_timer("numba:compile", compiled.append):
+        t0 = time.perf_counter()
+        out = fn()
+        seconds = time.perf_counter() - t0
+    return out, seconds, min(sum(compiled), seconds)
+
+
 def _child(dataset_path: str, method: str, topology_json: dict, seed: int, options: dict, out_dir: str,
            conn) -> None:  # pragma: no cover - runs in a spawned process
     try:
@@ -116,13 +135,12 @@ def _child(dataset_path: str, method: str, topology_json: dict, seed: int, optio
         graph = build_graph(load_dataset(dataset_path))
         topo = _Topology.from_json(topology_json)
         base = current_rss_bytes()
-        t0 = time.perf_counter()
-        placement = run_partitioner(method, graph, topo, seed=seed, options=options)
-        seconds = time.perf_counter() - t0
+        placement, seconds, compile_seconds = timed_run(
+            lambda: run_partitioner(method, graph, topo, seed=seed, options=options))
         peak = peak_rss_bytes()
         for name in ("sample_worker", "embedding_primary", "secondary_indptr", "secondary_workers"):
             np.save(Path(out_dir) / f"{name}.npy", getattr(placement, name))
-        conn.send({"ok": True, "seconds": seconds, "peak_rss_bytes": peak, "base_rss_bytes": base,
+        conn.send({"ok": True, "seconds": seconds, "compile_seconds": compile_seconds, "peak_rss_bytes": peak, "base_rss_bytes": base,
                    "method": placement.method, "options": dict(placement.options), "seed": placement.seed,
                    "info": dict(placement.info or {})})
     except BaseException as exc:  # report every failure to the parent as a row
@@ -158,7 +176,8 @@ def _run_isolated(dataset_path: str, method: str, topology: Topology, seed: int,
                   ("sample_worker", "embedding_primary", "secondary_indptr", "secondary_workers")}
         placement = Placement(num_workers=num_workers, method=result["method"], options=result["options"],
                               seed=result["seed"], info=result["info"], **arrays)
-        return placement, {"status": "ok", "seconds": result["seconds"], "peak_rss_bytes": result["peak_rss_bytes"],
+        return placement, {"status": "ok", "seconds": result["seconds"],
+                           "compile_seconds": result["compile_seconds"], "peak_rss_bytes": result["peak_rss_bytes"],
                            "base_rss_bytes": result["base_rss_bytes"], "rss_kind": "child process peak"}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -169,13 +188,14 @@ def _run_inline(graph: BipartiteGraph, method: str, topology: Topology, seed: in
     from .partition import run_partitioner
 
     base = current_rss_bytes()
-    t0 = time.perf_counter()
     try:
-        placement = run_partitioner(method, graph, topology, seed=seed, options=options)
+        placement, seconds, compile_seconds = timed_run(
+            lambda: run_partitioner(method, graph, topology, seed=seed, options=options))
     except (GmpError, ImportError, MemoryError) as exc:
         msg = str(exc) if isinstance(exc, GmpError) else f"{type(exc).__name__}: {exc}"
         return None, {"status": f"not run: {msg}"}
-    return placement, {"status": "ok", "seconds": time.perf_counter() - t0, "peak_rss_bytes": peak_rss_bytes(),
+    return placement, {"status": "ok", "seconds": seconds, "compile_seconds": compile_seconds,
+                       "peak_rss_bytes": peak_rss_bytes(),
                        "base_rss_bytes": base, "rss_kind": "process high-water mark"}
 
 
@@ -206,7 +226,7 @@ def compare(graph: BipartiteGraph, topology: Topology, methods: Sequence[str], *
     -------
     dict
         ``{"format": "gmp.compare", "schema_version": 1, "settings": {...},
-        "rows": [{"method", "status", "seconds", "peak_rss_bytes",
+        "rows": [{"method", "status", "seconds", "compile_seconds", "peak_rss_bytes",
         "base_rss_bytes", "rss_kind", "metrics": {...} | None}, ...]}``.
     """
     from .partition import PARTITIONERS, run_partitioner
@@ -279,12 +299,13 @@ TABLE_METRICS = (
 def comparison_table(result: Mapping[str, Any]) -> tuple[list[str], list[list[str]]]:
     """``(headers, rows)``: per method each metric and its reduction vs random, replication,
     sample balance, time and peak RSS (HET-GMP Table 3 shape)."""
-    from .report.tables import fmt_bytes, fmt_num, fmt_pct, fmt_ratio
+    from .report.tables import fmt_bytes, fmt_change, fmt_num, fmt_ratio
 
+    compiled = _any_compiled(result)
     headers = ["method"]
     for _, label in TABLE_METRICS:
-        headers += [label, "red."]
-    headers += ["replication", "balance (samples)", "time (s)", "peak RSS"]
+        headers += [label, "vs random"]
+    headers += ["replication", "balance (samples)", "time (s)"] + (["compile (s)"] if compiled else []) + ["peak RSS"]
     rows = []
     for r in result["rows"]:
         m = r.get("metrics")
@@ -294,29 +315,33 @@ def comparison_table(result: Mapping[str, Any]) -> tuple[list[str], list[list[st
         red = m["reduction_vs_random"]
         cells = [r["method"]]
         for key, _ in TABLE_METRICS:
-            cells += [fmt_num(m[key], 1), fmt_pct(red[key])]
-        cells += [fmt_ratio(m["replication_factor"]), fmt_ratio(m["balance"]["samples"]),
-                  f"{r['seconds']:.2f}", fmt_bytes(r.get("peak_rss_bytes"))]
+            cells += [fmt_num(m[key], 1), fmt_change(red[key])]
+        cells += [fmt_ratio(m["replication_factor"]), fmt_ratio(m["balance"]["samples"])] + _time_cells(r, compiled)
+        cells += [fmt_bytes(r.get("peak_rss_bytes"))]
         rows.append(cells)
     return headers, rows
 
 
 def render_comparison_md(result: Mapping[str, Any]) -> str:
     from .report.markdown import md_table
+    from .report.tables import workers_phrase
 
     s = result["settings"]
     lines = [
         f"# Partitioner comparison: {s['num_samples']:,} samples, {s['num_embeddings']:,} embeddings, "
-        f"{s['num_edges']:,} edges, {s['num_workers']} workers (topology {s['topology']})",
+        f"{s['num_edges']:,} edges, {workers_phrase(s['num_workers'], s['topology'])}",
         "",
-        f"Per-worker batch {s['batch_size']}, seed {s['seed']}; 'red.' = reduction vs random "
-        "(same graph and seed; negative = more traffic than random). Peak RSS: "
+        f"Per-worker batch {s['batch_size']}, seed {s['seed']}; 'vs random' = the change against random "
+        "(same graph and seed; -60% = 60% less traffic, + = more). " + TIME_NOTE + " Peak RSS: "
         + ("each partitioner's own child process (includes the interpreter and the dataset pages it touched)."
            if s.get("isolated") else "this process's high-water mark so far."),
         "",
         md_table(comparison_table(result)),
         "",
     ]
+    note = compile_note(result)
+    if note:
+        lines += [note[0].upper() + note[1:], ""]
     return "\n".join(lines)
 
 
@@ -328,6 +353,28 @@ COMPACT_METRICS = (
     ("remote_accesses", "remote accesses"),
     ("remote_accesses_weighted", "weighted"),
 )
+
+
+TIME_NOTE = ("'time (s)' is the partitioner's run; 'compile (s)', where shown, the numba compilation of its "
+             "kernels on first use, which later runs load from numba's cache.")
+
+
+def _any_compiled(result: Mapping[str, Any]) -> bool:
+    """Whether some row spent a noticeable time (>= 0.05 s) compiling: only then the tables show the column."""
+    return any(float(r.get("compile_seconds") or 0.0) >= 0.05 for r in result["rows"] if r.get("metrics"))
+
+
+def _time_cells(row: Mapping[str, Any], compiled: bool) -> list[str]:
+    """``["1.02"]`` or, with ``compiled``, ``["1.02", "8.61"]``: the run time without the compilation, and it."""
+    comp = float(row.get("compile_seconds") or 0.0)
+    return [f"{row['seconds'] - comp:.2f}"] + ([f"{comp:.2f}"] if compiled else [])
+
+
+def compile_note(result: Mapping[str, Any]) -> str | None:
+    """One line under the tables when some row's time included first-run compilation (None otherwise)."""
+    if not _any_compiled(result):
+        return None
+    return "compile (s): numba compiling kernels on first use, left out of time (s); later runs load them cached."
 
 
 def _ok_rows(result: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -358,6 +405,7 @@ def comparison_tables(result: Mapping[str, Any]) -> list[tuple[str, tuple[list[s
     from .report.tables import fmt_bytes, fmt_change, fmt_ratio, fmt_short
 
     metrics = _compact_metrics(result)
+    compiled = _any_compiled(result)
     comm_rows, cost_rows = [], []
     for r in result["rows"]:
         m = r.get("metrics")
@@ -366,19 +414,35 @@ def comparison_tables(result: Mapping[str, Any]) -> list[tuple[str, tuple[list[s
             continue
         red = m["reduction_vs_random"]
         comm_rows.append([r["method"]] + [f"{fmt_short(m[k])} {fmt_change(red[k])}" for k, _ in metrics])
-        cost_rows.append([r["method"], fmt_ratio(m["replication_factor"]), fmt_ratio(m["balance"]["samples"]),
-                          f"{r['seconds']:.2f}", fmt_bytes(r.get("peak_rss_bytes"))])
+        cost_rows.append([r["method"], fmt_ratio(m["replication_factor"]), fmt_ratio(m["balance"]["samples"])]
+                         + _time_cells(r, compiled) + [fmt_bytes(r.get("peak_rss_bytes"))])
     return [
         ("Rows moved per epoch, change vs random", (["method"] + [name for _, name in metrics], comm_rows)),
-        ("Cost", (["method", "replication", "balance (samples)", "time (s)", "peak RSS"], cost_rows)),
+        ("Cost", (["method", "replication", "balance (samples)", "time (s)"] + (["compile (s)"] if compiled else [])
+                  + ["peak RSS"], cost_rows)),
     ]
 
 
 def comparison_title(result: Mapping[str, Any]) -> str:
+    from .report.tables import workers_phrase
+
     s = result["settings"]
     name = f"{s['dataset_name']}: " if s.get("dataset_name") else ""
-    return (f"{name}{s['num_samples']:,} samples, {s['num_workers']} workers ({s['topology']}), "
-            f"batch {s['batch_size']}")
+    return f"{name}{s['num_samples']:,} samples, {workers_phrase(s['num_workers'], s['topology'])}, batch {s['batch_size']}"
+
+
+def comparison_summary(result: Mapping[str, Any]) -> str:
+    """One line: the method that moves the fewest rows per epoch (batch reads + pushes), its change
+    against random, and the methods that did not run."""
+    from .report.tables import traffic_summary
+
+    rows = _ok_rows(result)
+    failed = [r["method"] for r in result["rows"] if r.get("metrics") is None]
+    tail = f" Not run: {', '.join(failed)}." if failed else ""
+    if not rows:
+        return "No method ran." + tail
+    best = min(rows, key=lambda r: float(r["metrics"]["batch_remote_reads"]) + float(r["metrics"]["batch_remote_pushes"]))
+    return f"Best: {best['method']}, {traffic_summary(best['metrics'])}.{tail}"
 
 
 def _bar_chart_svg(result: Mapping[str, Any]) -> str:
@@ -438,5 +502,7 @@ def render_comparison_html(result: Mapping[str, Any]) -> str:
         parts.append(_bar_chart_svg(result))
     for name, table in comparison_tables(result):
         parts += [f"<h2>{_html.escape(name)}</h2>", html_table(table)]
-    parts += ["<h2>Every number</h2>", html_table(comparison_table(result)), "</body></html>"]
+    parts += ["<h2>Every number</h2>", html_table(comparison_table(result))]
+    note = compile_note(result)
+    parts += ([f"<p class='note'>{_html.escape(note[0].upper() + note[1:])}</p>"] if note else []) + ["</body></html>"]
     return "\n".join(parts)

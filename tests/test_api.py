@@ -70,6 +70,20 @@ def test_reprs_are_one_line_without_arrays(tiny_dataset, tmp_path):
     assert "6 samples (4 train)" in repr(ds) and "2 workers, 6 samples, 6 embeddings" in repr(m)
 
 
+def test_partition_dataset_none_means_the_defaults(tiny_dataset, tmp_path, monkeypatch):
+    """``partition_dataset(ds, "hybrid", None, ...)`` (a TypeError before: Path(None)) writes where
+    ``gmp partition`` writes without --out, and None keywords take gmp partition's defaults."""
+    monkeypatch.chdir(tmp_path)
+    m = gmp.partition_dataset(tiny_dataset, "random", None, workers=2, seed=None, batch_size=None,
+                              embedding_dim=None, inter_cost=None, plots=False)
+    want = tmp_path / "placements" / f"{Path(tiny_dataset).resolve().name}.random.w2"
+    assert Path(m.path).resolve() == want.resolve() and (want / "manifest.json").is_file()
+    explicit = gmp.partition_dataset(tiny_dataset, "random", tmp_path / "explicit", workers=2, seed=0,
+                                     batch_size=512, embedding_dim=16, plots=False)
+    assert np.array_equal(m.placement.sample_worker, explicit.placement.sample_worker)
+    assert m.meta["metrics"]["batch_size"] == 512 and m.meta["metrics"]["embedding_dim"] == 16
+
+
 def test_facade_errors_name_the_parameter(tiny_dataset, tmp_path):
     from gmp.errors import GmpError, ImportDataError, ManifestError, TrainingError
 

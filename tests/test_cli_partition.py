@@ -65,12 +65,18 @@ def test_partition_prints_summary(tiny_dataset, tmp_path):
     assert "batch remote reads (rows pulled / epoch)" in res.output
     assert "balance: samples (max/mean)" in res.output
     assert f"wrote {tmp_path / 'p'}" in res.output
+    # the last line: rows a training epoch moves (batch reads + pushes) and the topology explained
+    m = json.loads((tmp_path / "p" / "report.json").read_text())["metrics"]
+    total = m["batch_remote_reads"] + m["batch_remote_pushes"]
+    last = res.output.strip().splitlines()[-1]
+    assert last.startswith(f"random, 2 workers: {total:,.0f} rows/epoch ({total * 16 * 4:.0f} B), 0.0% vs random"), last
+    assert "2 workers (1 machine x 2, a row on another machine costs more)" in res.output
 
 
 def test_report_formats(partitioned, tmp_path):
     res = invoke("report", partitioned)
     assert res.exit_code == 0, res.output
-    assert res.output.startswith("# random on tiny, 2 workers: 0.0% batch reads vs random")
+    assert res.output.startswith("# random on tiny, 2 workers: 0.0% bytes moved vs random (reads + pushes)")
     res = invoke("report", partitioned, "--format", "json")
     assert res.exit_code == 0
     obj = json.loads(res.output)
@@ -232,11 +238,36 @@ def test_compare_inline(tiny_dataset, tmp_path):
 
 def test_compare_isolated_markdown(tiny_dataset, tmp_path):
     out = tmp_path / "cmp.md"
-    res = invoke("compare", tiny_dataset, "--workers", 2, "--methods", "random", "--out", out)
+    res = invoke("compare", tiny_dataset, "--workers", 2, "--methods", "random,greedy-stream", "--batch-size", 2,
+                 "--out", out)
     assert res.exit_code == 0, res.output
     text = out.read_text()
-    assert "| method | batch reads | red. |" in text and "| random |" in text
+    assert "| method | batch reads | vs random |" in text and "| random |" in text
     assert "each partitioner's own child process" in text
+    assert "2 workers (flat: every remote row costs 1)" in text and "workers (2)" not in res.output
+
+
+def test_compare_one_sign_convention_and_compile_time_apart(tiny_dataset, tmp_path):
+    """The terminal and compare.md show a reduction the same way ("-83.3%", compare.md said "83.3%"), the
+    JSON rows carry the compilation apart, and the last line names the method that moves the fewest rows."""
+    out, js = tmp_path / "cmp.md", tmp_path / "cmp.json"
+    args = ["compare", tiny_dataset, "--workers", 2, "--methods", "random,greedy-stream", "--batch-size", 2,
+            "--no-isolate"]
+    res = invoke(*args, "--out", out)
+    assert res.exit_code == 0, res.output
+    assert invoke(*args, "--out", js).exit_code == 0
+    rows = {r["method"]: r for r in json.loads(js.read_text())["rows"]}
+    red = rows["greedy-stream"]["metrics"]["reduction_vs_random"]["batch_remote_reads"]
+    assert red > 0
+    shown = f"{-100 * red:+.1f}%"
+    md_row = next(line for line in out.read_text().splitlines() if line.startswith("| greedy-stream |"))
+    assert md_row.split(" | ")[2] == shown
+    assert f" {shown}" in next(line for line in res.output.splitlines() if "greedy-stream" in line)
+    for r in rows.values():
+        assert 0.0 <= r["compile_seconds"] <= r["seconds"]
+    gs = rows["greedy-stream"]["metrics"]
+    total = gs["batch_remote_reads"] + gs["batch_remote_pushes"]
+    assert res.output.strip().splitlines()[-1].startswith(f"Best: greedy-stream, {total:,.0f} rows/epoch")
 
 
 def test_compare_errors(tiny_dataset, tmp_path):
@@ -336,3 +367,20 @@ def test_the_options_named_as_flags_are_the_partition_commands_flags():
     cmd = typer.main.get_command(app).commands["partition"]
     option_flags = {p.name for p in cmd.params if "Partitioner option" in (getattr(p, "help", None) or "")}
     assert option_flags == set(OPTION_FLAGS)
+
+
+def test_timed_run_counts_numba_compilation_apart():
+    """gmp compare's rows time the first-run compilation apart: a kernel compiled inside the timed call
+    is counted, the same kernel called again (compiled) is not."""
+    import numba
+
+    from gmp.compare import timed_run
+
+    @numba.njit(cache=False)
+    def add_one(x):
+        return x + 1
+
+    out, seconds, compiled = timed_run(lambda: add_one(1))
+    assert out == 2 and 0.0 < compiled <= seconds
+    out, seconds, compiled = timed_run(lambda: add_one(2))
+    assert out == 3 and compiled == 0.0

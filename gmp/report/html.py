@@ -18,8 +18,8 @@ table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.85em; }
 th, td { border: 1px solid #ccc; padding: 0.2em 0.45em; text-align: right; }
 td { white-space: nowrap; } table.wide { font-size: 0.75em; }
 th { background: #f0f4f8; } td:first-child, th:first-child { text-align: left; }
-div.plots { display: flex; flex-wrap: wrap; gap: 0.5em; }
-div.plots img { width: 48%; min-width: 320px; border: 1px solid #eee; }
+div.plots { display: flex; flex-wrap: wrap; gap: 0.5em; align-items: flex-start; }
+div.plots img { width: 48%; min-width: 320px; height: auto; border: 1px solid #eee; }
 @media print { body { max-width: none; margin: 0; } div.table { overflow: visible; }
                table.wide { font-size: 0.65em; } div.plots img { width: 45%; } }
 """

@@ -313,6 +313,19 @@ def fmt_change(reduction: Any) -> str:
     return f"{change:+.1f}%".replace("+0.0%", "0.0%").replace("-0.0%", "0.0%")
 
 
+def workers_phrase(num_workers: int, topology: Any) -> str:
+    """``"4 workers (flat: every remote row costs 1)"``, ``"16 workers (2 machines x 8, a row on another
+    machine costs more)"``: the worker count and what its topology means, not its bare name (``"4 workers (4)"``)."""
+    name = str(topology.get("name") if isinstance(topology, Mapping) else topology)
+    if name == str(num_workers):
+        return f"{num_workers} workers (flat: every remote row costs 1)"
+    machines, x, per = name.partition("x")
+    if x and machines.isdigit() and per.isdigit():
+        plural = "" if machines == "1" else "s"
+        return f"{num_workers} workers ({machines} machine{plural} x {per}, a row on another machine costs more)"
+    return f"{num_workers} workers (topology {name})"
+
+
 def subject(report: Mapping[str, Any]) -> str:
     """``"hybrid on criteo-1m, 8 workers"``: what a report (and each of its figures) is about."""
     settings = report.get("settings") or {}
@@ -323,23 +336,63 @@ def subject(report: Mapping[str, Any]) -> str:
 def headline(report: Mapping[str, Any]) -> tuple[str, str]:
     """``(title, summary)`` of a report.
 
-    Title: ``"hybrid on criteo-1m, 8 workers: -77.9% batch reads vs random"``;
-    summary: the other main reductions and the replication factor in one line.
+    Title: the change in rows moved per batch over an epoch, reads and pushes together (each row is
+    ``bytes_per_row`` either way, so this is the change in bytes):
+    ``"hybrid on criteo-1m, 8 workers: -73.7% bytes moved vs random (reads + pushes)"``;
+    summary: the reads and the pushes beneath it with their bytes, then the other reductions and the
+    replication factor. A report without pushes (older ones) heads on whichever main metric it has.
     """
     metrics = report.get("metrics") or {}
     red = metrics.get("reduction_vs_random") or {}
+    ref = metrics.get("reference") or {}
     where = subject(report)
-    key, what = next(((k, w) for k, w in HEADLINE_METRICS if red.get(k) is not None), (None, None))
-    if key is None:
-        return f"Placement report: {where}", ""
-    title = f"{where}: {fmt_change(red[key])} {what} vs random"
-    others = [f"{fmt_change(red[k])} {w}" for k, w in HEADLINE_METRICS if k != key and red.get(k) is not None]
+    parts = ("batch_remote_reads", "batch_remote_pushes")
+    rb = metrics.get("bytes_per_row")
+    if all(metrics.get(k) is not None and ref.get(k) is not None for k in parts):
+        total, total_ref = (sum(float(d[k]) for k in parts) for d in (metrics, ref))
+        change = fmt_change(1.0 - total / total_ref if total_ref else 0.0)
+        title = f"{where}: {change} bytes moved vs random (reads + pushes)"
+
+        def one(k: str, what: str) -> str:
+            size = f" ({fmt_bytes(float(metrics[k]) * rb)})" if rb else ""
+            return f"{what} {fmt_change(red.get(k))}{size}"
+
+        beneath = [one("batch_remote_reads", "batch reads"), one("batch_remote_pushes", "batch pushes")]
+        rest = [(k, w) for k, w in HEADLINE_METRICS if k not in parts]
+    else:
+        key, what = next(((k, w) for k, w in HEADLINE_METRICS if red.get(k) is not None), (None, None))
+        if key is None:
+            return f"Placement report: {where}", ""
+        title = f"{where}: {fmt_change(red[key])} {what} vs random"
+        beneath = []
+        rest = [(k, w) for k, w in HEADLINE_METRICS if k != key]
+    others = beneath + [f"{w} {fmt_change(red[k])}" for k, w in rest if red.get(k) is not None]
     rf = metrics.get("replication_factor")
     tail = f"; replication factor {fmt_ratio(rf)}" if rf is not None else ""
     bs = metrics.get("batch_size")
     summary = (f"Versus random on the same graph and seed: {', '.join(others)}{tail}"
-               + (f" (batch {bs} per worker)." if bs else "."))
+               + (f" (batch {bs} per worker, per epoch)." if bs else "."))
     return title, summary
+
+
+def traffic_summary(metrics: Mapping[str, Any]) -> str:
+    """``"12.05k rows/epoch (753.38 KiB), -76.3% vs random (reads -77.5%, pushes -75.1%)"``: the rows a
+    training epoch moves, batch reads and pushes together, and the change against random: the headline's
+    quantity in a phrase short enough for the commands' one-line summaries."""
+    reads, pushes = metrics.get("batch_remote_reads"), metrics.get("batch_remote_pushes")
+    if reads is None or pushes is None:
+        return f"{fmt_short(reads)} batch reads/epoch"
+    red = metrics.get("reduction_vs_random") or {}
+    ref = metrics.get("reference") or {}
+    total = float(reads) + float(pushes)
+    rb = metrics.get("bytes_per_row")
+    out = f"{fmt_short(total)} rows/epoch" + (f" ({fmt_bytes(total * rb)})" if rb else "")
+    if ref.get("batch_remote_reads") is not None and ref.get("batch_remote_pushes") is not None:
+        total_ref = float(ref["batch_remote_reads"]) + float(ref["batch_remote_pushes"])
+        change = fmt_change(1.0 - total / total_ref if total_ref else 0.0)
+        out += (f", {change} vs random (reads {fmt_change(red.get('batch_remote_reads'))}, "
+                f"pushes {fmt_change(red.get('batch_remote_pushes'))})")
+    return out
 
 
 def graph_table(graph: Mapping[str, Any]) -> Table:
