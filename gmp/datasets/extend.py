@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -82,7 +82,7 @@ def parent_dataset(child) -> Any:
                 found = load_dataset(cand, verify=False)
             except DatasetError as exc:
                 raise DatasetError(f"the parent {cand} of {child.path} cannot be read ({exc})") from None
-            if found.sha256 != want:
+            if not found.has_sha256(want):
                 raise DatasetError(f"{child.path}'s parent {cand} is not the dataset it was made from (sha256 "
                                    f"{found.sha256[:12]}…, expected {want[:12]}…)")
             return found
@@ -105,6 +105,22 @@ def parents(dataset):
 def ancestor_generations(dataset, sha256: str) -> int | None:
     """How many ``parent`` links lead from ``dataset`` to its ancestor whose sha256 is ``sha256`` (0: the
     dataset itself); None when the chain ends without it (:func:`parents`)."""
-    if dataset.sha256 == sha256:
+    if dataset.has_sha256(sha256):
         return 0
-    return next((depth for depth, parent in parents(dataset) if parent.get("sha256") == sha256), None)
+    return next((depth for depth, parent in parents(dataset) if names_parent(parent, sha256)), None)
+
+
+def names_parent(link: Mapping[str, Any], sha256: str) -> bool:
+    """Whether a ``parent`` link names the dataset whose hash is ``sha256``: the parent's sha256, or the
+    hash schema 2 gave a parent written with it (``sha256_v2``, which files made before schema 3 name)."""
+    return str(sha256) in (link.get("sha256"), link.get("sha256_v2"))
+
+
+def parent_link(prev_meta: Mapping[str, Any], path: str | os.PathLike) -> dict[str, Any]:
+    """The ``parent`` link of a dataset extending the dataset at ``path`` (``prev_meta``: its header as
+    :func:`load_dataset` gives it). A parent written with schema 2 is also named by its schema-2 hash, so
+    what was made for it then (a manifest, a checkpoint) is still found among the child's ancestors."""
+    link = {"sha256": str(prev_meta["sha256"]), "num_embeddings": int(prev_meta["num_embeddings"]), "path": str(path)}
+    if prev_meta.get("sha256_v2"):
+        link["sha256_v2"] = str(prev_meta["sha256_v2"])
+    return link

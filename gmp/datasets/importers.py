@@ -757,7 +757,7 @@ def finish_import(writer, vocab, bad: BadLines, *, fmt: str, paths: Sequence[Pat
     bad.check(name=names, lines_read=lines_read)
     extra = dict(extra or {})
     if common.extend:  # keep the previous dataset's ids, append the new values (gmp.datasets.extend)
-        from .extend import previous_fields
+        from .extend import parent_link, previous_fields
 
         prev, prev_meta = previous_fields(common.extend)
         prev_dense = [f.get("name") for f in prev_meta.get("fields", []) if f.get("kind") == "dense"]
@@ -766,8 +766,7 @@ def finish_import(writer, vocab, bad: BadLines, *, fmt: str, paths: Sequence[Pat
                                   f"{list(dense_names)}; extend with the same dense columns (--dense).")
         cat_fields, num_embeddings, remap = vocab.finish(prev, int(prev_meta["num_embeddings"]),
                                                          discovered=discovered_fields)
-        extra["parent"] = {"sha256": prev_meta["sha256"], "num_embeddings": int(prev_meta["num_embeddings"]),
-                           "path": str(common.extend)}
+        extra["parent"] = parent_link(prev_meta, common.extend)
         extra["new_id_ranges"] = vocab.new_id_ranges
     else:
         cat_fields, num_embeddings, remap = vocab.finish()

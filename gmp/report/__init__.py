@@ -49,6 +49,7 @@ import numpy as np
 from .. import __version__
 from .._io import json_default, read_versioned_json, write_json
 from ..errors import ManifestError
+from ..manifest import made_for
 from .html import render_html
 from .markdown import render_markdown
 from .plots import PLOT_FILES, write_plots
@@ -198,7 +199,7 @@ def _report_from_manifest(manifest, dataset, batch_size, embedding_dim) -> dict[
         from ..graph import build_graph
         from ..metrics import compute_metrics
 
-        if str(dataset.sha256) != manifest.dataset_sha256:
+        if not made_for(dataset, manifest.dataset_sha256):
             raise ManifestError(
                 f"{manifest.path / 'manifest.json'} was made for dataset sha256 {manifest.dataset_sha256[:12]}…, "
                 f"but {dataset.path} has sha256 {str(dataset.sha256)[:12]}…; use the dataset it was made for."
