@@ -148,6 +148,9 @@ def check_inputs(paths: Sequence[str | os.PathLike], *, streams: bool = False, f
     for p in paths:
         p = Path(p)
         if not p.exists():
+            if p.is_symlink():  # exists() is False for a symlink to nowhere and for a loop
+                raise ImportDataError(f"{p} is a symbolic link that points nowhere or loops (to "
+                                      f"{os.readlink(p)}); point it at the data file or pass the file itself.")
             raise ImportDataError(f"{p}: no such file; check the INPUT path.")
         if p.is_dir():
             raise ImportDataError(f"{p} is a directory; pass the data file(s) inside it.")

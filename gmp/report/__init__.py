@@ -161,7 +161,7 @@ def dataset_name_of(meta: Mapping[str, Any] | None = None, path: str | os.PathLi
         if value:
             return str(value)
     if path is not None:
-        return Path(path).resolve().name or None
+        return Path(os.path.realpath(path)).name or None
     return None
 
 
