@@ -13,6 +13,8 @@ placement made for the previous day stays meaningful
 from __future__ import annotations
 
 import os
+import zipfile
+import zlib
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -48,8 +50,7 @@ def previous_fields(path: str | os.PathLike) -> tuple[list[PreviousField], dict[
     if not vfile.is_file():
         raise ImportDataError(f"--extend {path}: it has no {VOCAB_FILE} (its raw-value keys), so its ids cannot be "
                               f"kept; re-import it with this gmp (synthetic datasets cannot be extended).")
-    with np.load(vfile, allow_pickle=False) as z:
-        stored = {name: np.asarray(z[name]) for name in z.files}
+    stored = _read_vocab(vfile, path)
     out = []
     for i, f in enumerate(ds.categorical_fields):
         keys = stored.get(f"field_{i}")
@@ -60,6 +61,25 @@ def previous_fields(path: str | os.PathLike) -> tuple[list[PreviousField], dict[
         out.append(PreviousField(f.name, f.kind, f.ids(), None if f.hash_buckets is not None else keys.astype(np.uint64),
                                  f.hash_buckets))
     return out, ds.meta
+
+
+def _read_vocab(vfile: Path, path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """The key arrays of ``vocab.npz``: each a 1-d unsigned or signed integer array (what the importer wrote);
+    a corrupt archive, a pickled (object) entry or another dtype is one :class:`ImportDataError`."""
+    fix = "re-import the previous dataset with this gmp, or restore its vocab.npz"
+    try:
+        with np.load(vfile, allow_pickle=False) as z:
+            stored = {name: np.asarray(z[name]) for name in z.files}
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as exc:
+        # a pickled entry's ValueError advises allow_pickle=True: never taken, so not quoted
+        why = "it is not an archive of plain arrays (it would need unpickling, which gmp never does)" if "pickle" in str(exc).lower() else \
+            f"not a readable .npz archive ({str(exc).splitlines()[0][:80] if str(exc) else type(exc).__name__})"
+        raise ImportDataError(f"--extend {path}: {VOCAB_FILE} is corrupt: {why}; {fix}.") from None
+    for name, keys in stored.items():
+        if keys.ndim != 1 or keys.dtype.kind not in "ui":
+            raise ImportDataError(f"--extend {path}: {VOCAB_FILE} entry {name!r} is {keys.dtype} of shape "
+                                  f"{keys.shape}, expected a 1-d integer array of keys; {fix}.")
+    return stored
 
 
 def parent_dataset(child) -> Any:
