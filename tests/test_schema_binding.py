@@ -131,7 +131,7 @@ def test_big_endian_arrays_are_refused(v3):
 
 
 def test_extending_a_schema2_dataset_keeps_its_old_hash_reachable(tmp_path):
-    """A child of a schema-2 dataset names the parent's schema-3 hash and its schema-2 hash, so a manifest
+    """A child of a schema-2 dataset names the parent's schema-3 hash and its arrays' hash, so a manifest
     or checkpoint made for the parent before schema 3 is still found among the child's ancestors."""
     parent = Path(shutil.copytree(DATA / "dataset_v2", tmp_path / "d2"))
     old = json.loads((parent / "dataset.json").read_text())["sha256"]
@@ -142,5 +142,5 @@ def test_extending_a_schema2_dataset_keeps_its_old_hash_reachable(tmp_path):
     assert res.exit_code == 0, res.output
     child = load_dataset(tmp_path / "d3")
     link = child.meta["parent"]
-    assert link["sha256"] == load_dataset(parent).sha256 and link["sha256_v2"] == old
+    assert link["sha256"] == load_dataset(parent).sha256 and link["arrays_sha256"] == old
     assert ancestor_generations(child, old) == 1 and ancestor_generations(child, link["sha256"]) == 1

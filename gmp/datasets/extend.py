@@ -132,15 +132,15 @@ def ancestor_generations(dataset, sha256: str) -> int | None:
 
 def names_parent(link: Mapping[str, Any], sha256: str) -> bool:
     """Whether a ``parent`` link names the dataset whose hash is ``sha256``: the parent's sha256, or the
-    hash schema 2 gave a parent written with it (``sha256_v2``, which files made before schema 3 name)."""
-    return str(sha256) in (link.get("sha256"), link.get("sha256_v2"))
+    parent's ``arrays_sha256`` (which files made before dataset schema 3 name; links of that time hold only
+    that hash, as ``sha256``)."""
+    return str(sha256) in (link.get("sha256"), link.get("arrays_sha256"))
 
 
 def parent_link(prev_meta: Mapping[str, Any], path: str | os.PathLike) -> dict[str, Any]:
     """The ``parent`` link of a dataset extending the dataset at ``path`` (``prev_meta``: its header as
-    :func:`load_dataset` gives it). A parent written with schema 2 is also named by its schema-2 hash, so
-    what was made for it then (a manifest, a checkpoint) is still found among the child's ancestors."""
+    :func:`load_dataset` gives it). The parent's arrays' hash is kept too, so what was made for it before
+    dataset schema 3 (a manifest, a checkpoint naming that hash) is still found among the child's ancestors."""
     link = {"sha256": str(prev_meta["sha256"]), "num_embeddings": int(prev_meta["num_embeddings"]), "path": str(path)}
-    if prev_meta.get("sha256_v2"):
-        link["sha256_v2"] = str(prev_meta["sha256_v2"])
+    link["arrays_sha256"] = str(prev_meta["arrays_sha256"])
     return link

@@ -22,7 +22,7 @@ them): one range ``[offset_f, offset_f + num_values_f)`` for a fresh import,
 more for a dataset that extends another (``gmp data import --extend PREV``
 keeps every value PREV knew at its id and appends the new values of each
 field after PREV's ``num_embeddings``, so a row keeps its id across days).
-Such a dataset records ``parent`` (PREV's ``sha256`` and ``num_embeddings``)
+Such a dataset records ``parent`` (PREV's ``sha256``, ``arrays_sha256`` and ``num_embeddings``)
 and ``new_id_ranges`` (the ids it added); both are null otherwise. Inside every categorical or
 multi-valued field, local id 0 is the field's *missing* value and local id 1
 its shared *rare* value (values seen fewer than ``--min-count`` times); real
@@ -52,7 +52,7 @@ meaning of the same arrays).
 schema once (every count a JSON integer, ``fields`` a list of field objects,
 ``split`` an object whose counts add up, nesting at most 32 levels), then its
 consistency (the categorical fields' id ranges disjoint and covering
-``[0, num_embeddings)``, the dense fields' columns each of ``[0, num_dense)``
+``[0, num_embeddings)`` when there are any, the dense fields' columns each of ``[0, num_dense)``
 once, field names unique, a parent no larger than the dataset) and that
 ``sha256`` is the hash of that header (schema 3: checked on every open, it
 reads no array), then every array's shape, dtype and (native, little-endian)
@@ -94,7 +94,8 @@ Example ``dataset.json``::
     }
 
 ``bad_lines`` holds the first 10 skipped lines as ``{"line": N, "reason": "..."}``.
-An extending dataset has ``"parent": {"sha256": "...", "num_embeddings": 1228411, "path": "..."}``
+An extending dataset has ``"parent": {"sha256": "...", "arrays_sha256": "...", "num_embeddings": 1228411,
+"path": "..."}``
 and e.g. ``"new_id_ranges": [[1228411, 1230002], [1230002, 1230950]]`` (one range per field
 that gained values), and its fields' ``ranges`` then have two or more entries.
 
@@ -102,11 +103,14 @@ that gained values), and its fields' ``ranges`` then have two or more entries.
 a version-1 header is upgraded on read (one contiguous range per field, no parent).
 3 added ``arrays_sha256`` and made ``sha256`` cover the header (:func:`header_sha256`);
 a version-2 header is upgraded on read: its ``sha256`` (the arrays' hash then) becomes
-``arrays_sha256`` and ``sha256_v2``, and ``sha256`` is derived from the header as it
-reads. The dataset then answers to both (:meth:`PreparedDataset.has_sha256`), so the
-manifests, checkpoints and extending datasets made for it before schema 3 (which name
-``sha256_v2``) stay valid; its header is bound to its arrays only from the moment it is
-re-imported (a schema-2 header carries nothing that could tell an edit).
+``arrays_sha256``, and ``sha256`` is derived from the header as it reads (a schema-2
+header carries nothing that could tell an edit: it is bound from the next import on).
+
+**Older files stay valid.** Manifests, checkpoints and ``parent`` links written before
+schema 3 name a dataset by its arrays' hash; a dataset answers to its ``sha256`` and to its
+``arrays_sha256`` (:meth:`PreparedDataset.has_sha256`), so they keep working, with the
+protection they had (the arrays). Everything written since names ``sha256``, which an
+edited header changes.
 """
 
 from __future__ import annotations
@@ -235,8 +239,9 @@ class PreparedDataset:
 
     def has_sha256(self, sha256: str) -> bool:
         """Whether a manifest, checkpoint or child recording ``sha256`` was made for this dataset: its
-        :attr:`sha256`, or (a dataset written with schema 2) the hash schema 2 gave it (``sha256_v2``)."""
-        return str(sha256) in (self.sha256, self.meta.get("sha256_v2"))
+        :attr:`sha256`, or ``arrays_sha256`` (what files written before dataset schema 3 name; anything
+        written since names :attr:`sha256`, so an edited header is refused by it)."""
+        return str(sha256) in (self.sha256, self.meta["arrays_sha256"])
 
     @property
     def num_train(self) -> int:
@@ -374,12 +379,11 @@ def header_sha256(meta: Mapping[str, Any], fields: Sequence[FieldInfo]) -> str:
 
 def _bind_header(meta: dict[str, Any], fields: Sequence[FieldInfo], path: Path, written_as: int) -> None:
     """Check that ``sha256`` is :func:`header_sha256` of the header (schema 3), or derive it (a header
-    written with schema 2, whose ``sha256`` only covered the arrays: it stays known as ``sha256_v2``)."""
+    written before schema 3, whose ``sha256`` only covered the arrays: it is ``arrays_sha256`` now)."""
     derived = header_sha256(meta, fields)
     if written_as < 3:
         meta["sha256"] = derived
         return
-    meta.pop("sha256_v2", None)  # only an upgraded schema-2 header answers to an older hash
     if meta["sha256"] != derived:
         raise DatasetError(f"{path}: sha256 {meta['sha256'][:12]}… is not the hash of this header and its arrays "
                            f"({derived[:12]}…): the header (fields, split or counts) was edited after it was "
@@ -463,7 +467,9 @@ def check_header(meta: Mapping[str, Any], path: Path) -> list[FieldInfo]:
 
 def _check_layout(fields: Sequence[FieldInfo], num_embeddings: int, num_dense: int, path: Path) -> None:
     """The fields partition the ids and the dense columns: names unique, the categorical fields' ranges
-    disjoint and covering ``[0, num_embeddings)``, every dense column owned by one dense field."""
+    disjoint and covering ``[0, num_embeddings)`` (a header that lists no categorical field, as a bare
+    graph written by :func:`write_dataset` may, attributes no id), every dense column owned by one dense
+    field."""
     seen: set[str] = set()
     for f in fields:
         if f.name in seen:
@@ -479,7 +485,7 @@ def _check_layout(fields: Sequence[FieldInfo], num_embeddings: int, num_dense: i
             raise DatasetError(f"{path}: ids [{end}, {a}) belong to no field, expected the fields to cover "
                                f"[0, num_embeddings={num_embeddings}); {_FIX}")
         end, last = b, name
-    if end != num_embeddings:
+    if end != num_embeddings and any(f.kind != "dense" for f in fields):
         raise DatasetError(f"{path}: ids [{end}, {num_embeddings}) belong to no field, expected the fields to "
                            f"cover [0, num_embeddings={num_embeddings}); {_FIX}")
     columns = sorted(f.column for f in fields if f.kind == "dense")
@@ -621,10 +627,10 @@ def _upgrade_1_to_2(meta: dict[str, Any]) -> dict[str, Any]:
 
 def _upgrade_2_to_3(meta: dict[str, Any]) -> dict[str, Any]:
     """Version 3 added ``arrays_sha256`` and made ``sha256`` cover the header: a version-2 ``sha256`` is
-    the arrays' hash, kept as ``sha256_v2`` (what manifests, checkpoints and children of the time name);
-    ``sha256`` is derived once the header is checked (:func:`_bind_header`)."""
+    the arrays' hash, kept as ``arrays_sha256``; ``sha256`` is derived once the header is checked
+    (:func:`_bind_header`)."""
     meta = dict(meta)
-    meta["arrays_sha256"] = meta["sha256_v2"] = meta.get("sha256")
+    meta["arrays_sha256"] = meta.get("sha256")
     meta["schema_version"] = 3
     return meta
 

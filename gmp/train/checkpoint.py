@@ -160,6 +160,17 @@ def _first_line(exc: BaseException) -> str:
     return line if len(line) <= 160 else line[:160] + "…"
 
 
+def _refusal(exc: BaseException) -> str:
+    """Why torch refused a file, in gmp's words: torch's "Weights only load failed" advises re-loading with
+    ``weights_only=False`` (which would run the file's code), advice gmp must never pass on."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
+    if "weights only load failed" not in text.lower() and "weights_only" not in text:
+        return _first_line(exc)
+    found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text) or re.search(r"Unsupported operand \d+", text)
+    what = f"the pickled object {found.group(1)}" if found and found.groups() else "pickled objects"
+    return f"it holds {what}, which gmp never writes: refused, not unpickled"
+
+
 def _load(path: Path, keys: tuple[str, ...]) -> dict:
     """``torch.load(weights_only=True)`` of one checkpoint file, decoded; one-line errors. The file's zip
     entries are checked against their CRC-32 first: torch reads a damaged tensor without noticing, and the
@@ -179,7 +190,7 @@ def _load(path: Path, keys: tuple[str, ...]) -> dict:
     except FileNotFoundError:
         raise TrainingError(f"{path} is missing: the checkpoint is incomplete; {_FIX}") from None
     except Exception as exc:  # noqa: BLE001 - UnpicklingError, RuntimeError, EOFError, ...: all mean "corrupt"
-        raise TrainingError(f"{path} is not a readable gmp checkpoint file ({_first_line(exc)}); {_FIX}") from None
+        raise TrainingError(f"{path} is not a readable gmp checkpoint file ({_refusal(exc)}); {_FIX}") from None
     if not isinstance(obj, dict):
         raise TrainingError(f"{path} holds a {type(obj).__name__}, expected a dict; {_FIX}")
     missing = [k for k in keys if k not in obj]
@@ -230,7 +241,10 @@ def save_checkpoint(trainer, directory: str | os.PathLike, *, dataset_sha256: st
             files["trainer.pt"] = _save({
                 "model": trainer.model.state_dict(), "dense_opt": trainer.dense_opt.state_dict(),
                 "history": list(trainer.history), "schedule": trainer.schedule.state_dict(),
-                "torch_rng": torch.random.get_rng_state(), "numpy_rng": np.random.get_state()}, tmp / "trainer.pt")
+                "torch_rng": torch.random.get_rng_state(), "numpy_rng": np.random.get_state(),
+                # the position again, inside the state it belongs to: checkpoint.json's epoch/step are checked
+                # against it on resume (an edited step skipped steps silently)
+                "position": [int(trainer.epoch), int(trainer.step_in_epoch)]}, tmp / "trainer.pt")
             for name in os.listdir(tmp):  # the workers of other processes
                 files.setdefault(name, (tmp / name).stat().st_size)
             write_json(tmp / HEADER, {  # last: a directory with a header is complete
@@ -398,6 +412,7 @@ def load_checkpoint(trainer, directory: str | os.PathLike, *, dataset_sha256: st
         raise TrainingError(f"{ckpt} was made with another manifest; resume with the same --manifest or {_FIX}")
     check_settings(ckpt, head, trainer.config)
     main = _load(ckpt / "trainer.pt", TRAINER_KEYS)
+    check_position(ckpt, head, main)
     where = ckpt / "trainer.pt"
     try:
         for li, w in enumerate(trainer.engine.local_workers):
@@ -437,6 +452,22 @@ def load_checkpoint(trainer, directory: str | os.PathLike, *, dataset_sha256: st
     trainer.step_in_epoch = head["step"]
     trainer.run_id = head.get("run")  # its log lines continue under the same run (None: saved before gmp wrote it)
     return head
+
+
+def check_position(ckpt: Path, head: dict[str, Any], main: dict[str, Any]) -> None:
+    """Refuse a checkpoint whose ``checkpoint.json`` epoch/step differ from the position ``trainer.pt`` was
+    saved at (``position``; checkpoints saved before gmp wrote it are taken as they are)."""
+    pos = main.get("position")
+    if pos is None:
+        return
+    ok = isinstance(pos, (list, tuple)) and len(pos) == 2 and all(isinstance(x, int) and not isinstance(x, bool)
+                                                                  for x in pos)
+    if not ok:
+        raise TrainingError(f"{ckpt / 'trainer.pt'} holds position {pos!r}, expected [epoch, step]; {_FIX}")
+    if (head["epoch"], head["step"]) != tuple(pos):
+        raise TrainingError(f"{ckpt / HEADER} says epoch {head['epoch']} step {head['step']}, but the state in "
+                            f"trainer.pt was saved at epoch {pos[0]} step {pos[1]}: the header was edited; resume "
+                            f"from an untouched checkpoint or {_FIX}")
 
 
 def check_settings(ckpt: Path, head: dict[str, Any], config, keys: Sequence[str] | None = None) -> None:

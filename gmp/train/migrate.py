@@ -51,7 +51,7 @@ import torch
 
 from ..datasets.extend import names_parent, parents
 from ..errors import DatasetError, TrainingError
-from .checkpoint import check_settings, find_checkpoint, load_checkpoint, open_worker_rows, read_trainer_file
+from .checkpoint import check_position, check_settings, find_checkpoint, load_checkpoint, open_worker_rows, read_trainer_file
 
 log = logging.getLogger("gmp.train")
 _FIX = "start without --resume or point --checkpoint-dir elsewhere"
@@ -119,6 +119,7 @@ def check_migratable(trainer, ckpt: Path, head: dict[str, Any]) -> None:
         raise TrainingError(f"{ckpt} stopped inside epoch {head['epoch'] + 1} (step {head['step']}) of its dataset; "
                             f"finish that epoch by resuming with the checkpoint's own dataset and manifest first.")
     check_settings(ckpt, head, trainer.config, STATE_SETTINGS)
+    check_position(ckpt, head, read_trainer_file(ckpt))  # a step edited to 0 does not make it an epoch's end
 
 
 def restore_dense(trainer, ckpt: Path) -> None:
