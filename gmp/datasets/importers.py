@@ -429,20 +429,24 @@ def _cell(buf, s, e):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True)
 def _parse_int(buf, s, e):  # pragma: no cover - compiled
-    # [sign] at most 18 digits; returns (value, ok)
+    # [sign] digits, any int64 (-9223372036854775808 .. 9223372036854775807); returns (value, ok).
+    # Accumulated as a negative number, so the most negative int64 is reachable without overflow.
     neg = False
     if buf[s] == 45 or buf[s] == 43:
         neg = buf[s] == 45
         s += 1
-    if s == e or e - s > 18:
+    if s == e:
         return 0, False
+    floor = -9223372036854775807 - 1 if neg else -9223372036854775807
     v = 0
     for p in range(s, e):
         d = buf[p] - 48
         if d < 0 or d > 9:
             return 0, False
-        v = v * 10 + d
-    return (-v if neg else v), True
+        if v < (floor + d) // 10 + (1 if (floor + d) % 10 else 0):  # v * 10 - d would pass the floor
+            return 0, False
+        v = v * 10 - d
+    return (v if neg else -v), True
 
 
 @numba.njit(cache=True, nogil=True)
