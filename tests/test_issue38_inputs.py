@@ -238,3 +238,65 @@ def test_criteo_int64_max_is_an_integer(tmp_path):
     src.write_text("\n".join(lines) + "\n")
     one_line_error(invoke("data", "import", "criteo", src, "--out", tmp_path / "o2"),
                    r"column 2 \(I1\) is an integer outside the 64-bit range: '9223372036854775808'")
+
+
+# --------------------------------------------------------------------------- checkpoints
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A one-epoch run with a checkpoint (the schema-3 golden dataset, 4 training samples, batch 2)."""
+    import torch
+
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("ck")
+    ds, man, ck = root / "ds", root / "man", root / "ck"
+    shutil.copytree(Path(__file__).parent / "data" / "dataset_v3", ds)
+    res = invoke("partition", ds, "-w", 2, "-m", "random", "--out", man, "--batch-size", 2, "--embedding-dim", 2,
+                 "--no-plots")
+    assert res.exit_code == 0, res.output
+    res = invoke("train", "--dataset", ds, "--manifest", man, "--epochs", 1, "--batch-size", 2, "--embedding-dim", 2,
+                 "--checkpoint-dir", ck)
+    assert res.exit_code == 0, res.output
+    return root, ds, man, ck
+
+
+def _resume(root, ds, man, ck):
+    return invoke("train", "--dataset", ds, "--manifest", man, "--epochs", 2, "--batch-size", 2, "--embedding-dim", 2,
+                  "--checkpoint-dir", ck, "--resume")
+
+
+def _latest(ck: Path) -> Path:
+    return ck / os.readlink(ck / "latest")
+
+
+def test_checkpoint_step_edit_is_refused(trained, tmp_path):
+    """Before: checkpoint.json's step edited from 0 to 1 resumed, silently skipping a step."""
+    import json
+
+    root, ds, man, ck = trained
+    case = Path(shutil.copytree(ck, tmp_path / "ck", symlinks=True))
+    head_path = _latest(case) / "checkpoint.json"
+    head = json.loads(head_path.read_text())
+    assert (head["epoch"], head["step"]) == (1, 0)
+    head["step"] = 1
+    head_path.write_text(json.dumps(head))
+    one_line_error(_resume(root, ds, man, case), r"says epoch 1 step 1, but the state in trainer\.pt was saved at "
+                                                 r"epoch 1 step 0: the header was edited")
+
+
+def test_refused_checkpoint_never_advises_weights_only_false(trained, tmp_path):
+    """Before: the error quoted torch ('This file can still be loaded ... if you trust the source')."""
+    import json
+
+    import torch
+
+    root, ds, man, ck = trained
+    case = Path(shutil.copytree(ck, tmp_path / "ck", symlinks=True))
+    latest = _latest(case)
+    torch.save({"model": Path("x"), "dense_opt": {}, "history": [], "schedule": {}, "torch_rng": 0,
+                "numpy_rng": 0}, latest / "trainer.pt")
+    head = json.loads((latest / "checkpoint.json").read_text())
+    head["files"]["trainer.pt"] = (latest / "trainer.pt").stat().st_size
+    (latest / "checkpoint.json").write_text(json.dumps(head))
+    err = one_line_error(_resume(root, ds, man, case), r"trainer\.pt is not a readable gmp checkpoint file \(it holds "
+                                                       r"the pickled object pathlib\.\w+, which gmp never writes")
+    assert "weights_only" not in err and "still be loaded" not in err and "trust" not in err
