@@ -224,7 +224,8 @@ def partition(
     check_seed(seed)
     batch_size, embedding_dim, inter_cost = _defaults(batch_size, embedding_dim, inter_cost)
     _check_positive(batch_size=batch_size, embedding_dim=embedding_dim)
-    out = out or Path("placements") / f"{Path(os.path.realpath(dataset)).name}.{method}.w{topo_workers(workers, topology)}"
+    name = Path(os.path.realpath(dataset)).name  # realpath: Path.resolve raises RuntimeError in a symlink loop
+    out = out or Path("placements") / f"{name}.{method}.w{topo_workers(workers, topology)}"
     check_output_dir(out, kind="gmp.placement", overwrite=overwrite, inputs=[dataset])
     topo = resolve_topology(workers, topology, str(topology_file) if topology_file else None, inter_cost=inter_cost)
     _load_partitioner_or_explain(method)

@@ -51,7 +51,8 @@ def partition_distributed_cmd(dataset: Path, *, distributed: bool, chunk_samples
     from .partition import topo_workers
 
     check_seed(seed)
-    out = out or Path("placements") / f"{Path(os.path.realpath(dataset)).name}.hybrid.w{topo_workers(workers, topology)}"
+    name = Path(os.path.realpath(dataset)).name
+    out = out or Path("placements") / f"{name}.hybrid.w{topo_workers(workers, topology)}"
     rank = int(os.environ.get("RANK", "0")) if distributed else 0
     if rank == 0:
         check_output_dir(out, kind="gmp.placement", overwrite=overwrite, inputs=[dataset])

@@ -72,8 +72,9 @@ def _read_vocab(vfile: Path, path: str | os.PathLike) -> dict[str, np.ndarray]:
             stored = {name: np.asarray(z[name]) for name in z.files}
     except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as exc:
         # a pickled entry's ValueError advises allow_pickle=True: never taken, so not quoted
-        why = "it is not an archive of plain arrays (it would need unpickling, which gmp never does)" if "pickle" in str(exc).lower() else \
-            f"not a readable .npz archive ({str(exc).splitlines()[0][:80] if str(exc) else type(exc).__name__})"
+        detail = str(exc).splitlines()[0][:80] if str(exc) else type(exc).__name__
+        why = ("it is not an archive of plain arrays (it would need unpickling, which gmp never does)"
+               if "pickle" in str(exc).lower() else f"not a readable .npz archive ({detail})")
         raise ImportDataError(f"--extend {path}: {VOCAB_FILE} is corrupt: {why}; {fix}.") from None
     for name, keys in stored.items():
         if keys.ndim != 1 or keys.dtype.kind not in "ui":

@@ -51,7 +51,8 @@ import torch
 
 from ..datasets.extend import names_parent, parents
 from ..errors import DatasetError, TrainingError
-from .checkpoint import check_position, check_settings, find_checkpoint, load_checkpoint, open_worker_rows, read_trainer_file
+from .checkpoint import (check_position, check_settings, find_checkpoint, load_checkpoint, open_worker_rows,
+                         read_trainer_file)
 
 log = logging.getLogger("gmp.train")
 _FIX = "start without --resume or point --checkpoint-dir elsewhere"
