@@ -31,7 +31,7 @@ def test_dataset_newer_version_refused(tiny_dataset):
     meta = json.loads((tiny_dataset / "dataset.json").read_text())
     meta["schema_version"] = 99
     (tiny_dataset / "dataset.json").write_text(json.dumps(meta))
-    with pytest.raises(DatasetError, match="schema_version 99; this gmp reads up to 2"):
+    with pytest.raises(DatasetError, match="schema_version 99; this gmp reads up to 3"):
         load_dataset(tiny_dataset)
 
 
