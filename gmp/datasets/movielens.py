@@ -126,6 +126,9 @@ def _resolve_layout(inputs: Sequence[str | os.PathLike]) -> tuple[str, Path, Pat
     if len(inputs) != 1:
         raise ImportDataError(f"movielens takes one INPUT (the ratings file or its directory), got {len(inputs)}.")
     p = Path(inputs[0])
+    if not p.exists() and p.is_symlink():  # exists() is False for a symlink to nowhere and for a loop
+        raise ImportDataError(f"{p} is a symbolic link that points nowhere or loops (to {os.readlink(p)}); point it "
+                              f"at the ratings file or its directory.")
     if not p.exists():
         raise ImportDataError(f"{p}: no such file or directory; check the INPUT path.")
     if p.is_dir():

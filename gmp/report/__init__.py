@@ -239,8 +239,8 @@ def check_report(report: Mapping[str, Any], path: Path) -> None:
         if not (numbers_list(edges) and numbers_list(counts) and len(counts) == max(len(edges) - 1, 0)):
             raise bad("degree_distribution", "an object with bin_edges and one fewer counts (numbers)", degrees)
     conv = report.get("convergence")
-    if conv is not None and not (isinstance(conv, list) and all(_is_scalar(r) and isinstance(r, Mapping)
-                                                                 for r in conv)):
+    if conv is not None and not (isinstance(conv, list) and all(
+            isinstance(r, Mapping) and all(_is_scalar(v) for v in r.values()) for r in conv)):
         raise bad("convergence", "a list of objects of numbers or null", conv)
     plots = report.get("plots")
     if plots is not None and not (isinstance(plots, list) and all(isinstance(p, str) for p in plots)):

@@ -79,6 +79,7 @@ from .. import __version__
 from .._io import full_disk_error, header_value, read_versioned_json, write_json
 from ..errors import GmpError, TrainingError
 from ..placement import Placement
+from .checkpoint_safe import first_line, from_safe, refusal_reason, to_safe  # noqa: F401 - re-exported
 from .checkpoint_rows import PrimaryRows, rows_name, upgrade_worker_v2, write_primary_rows
 from .checkpoint_dir import CKPT_DIR, HEADER, LATEST, free_name, link_target, point_latest, prune
 from .config import comparable_settings
@@ -104,71 +105,9 @@ def placement_sha256(placement: Placement) -> str:
                         ("secondary_workers", placement.secondary_workers)])
 
 
-# --------------------------------------------------------------------------- safe encoding
-def to_safe(obj: Any) -> Any:
-    """``obj`` with every numpy array/scalar turned into what ``torch.load(weights_only=True)`` reads.
-
-    Arrays become ``{"__ndarray__": uint8 tensor, "dtype": "<u4", "shape": [...]}``;
-    numpy scalars Python numbers; tensors, numbers, strings, None, lists,
-    tuples and dicts pass (recursively). Anything else is a ``TypeError``: it
-    could not be read back without unpickling code.
-    """
-    if isinstance(obj, torch.Tensor) or obj is None or isinstance(obj, (bool, int, float, str)):
-        return obj
-    if isinstance(obj, np.ndarray):
-        if obj.dtype.hasobject:
-            raise TypeError("object arrays cannot be stored in a checkpoint")
-        raw = np.ascontiguousarray(obj).view(np.uint8).reshape(-1) if obj.size else np.zeros(0, np.uint8)
-        return {"__ndarray__": torch.from_numpy(raw.copy()), "dtype": obj.dtype.str, "shape": list(obj.shape)}
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, dict):
-        return {k: to_safe(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [to_safe(v) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(to_safe(v) for v in obj)
-    raise TypeError(f"a {type(obj).__name__} cannot be stored in a checkpoint (only tensors, numbers, strings, "
-                    f"containers and numpy arrays)")
-
-
-def from_safe(obj: Any) -> Any:
-    """Inverse of :func:`to_safe`."""
-    if isinstance(obj, dict):
-        if "__ndarray__" in obj:
-            data, dtype, shape = obj["__ndarray__"], np.dtype(obj["dtype"]), tuple(int(s) for s in obj["shape"])
-            if dtype.hasobject:
-                raise ValueError("object dtype")
-            raw = data.numpy().tobytes() if isinstance(data, torch.Tensor) else b""
-            return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
-        return {k: from_safe(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [from_safe(v) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(from_safe(v) for v in obj)
-    return obj
-
-
 def _save(obj: dict, path: Path) -> int:
     torch.save(to_safe(obj), path)
     return path.stat().st_size
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    line = text[0] if text else type(exc).__name__
-    return line if len(line) <= 160 else line[:160] + "…"
-
-
-def _refusal(exc: BaseException) -> str:
-    """Why torch refused a file, in gmp's words: torch's "Weights only load failed" advises re-loading with
-    ``weights_only=False`` (which would run the file's code), advice gmp must never pass on."""
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
-    if "weights only load failed" not in text.lower() and "weights_only" not in text:
-        return _first_line(exc)
-    found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text) or re.search(r"Unsupported operand \d+", text)
-    what = f"the pickled object {found.group(1)}" if found and found.groups() else "pickled objects"
-    return f"it holds {what}, which gmp never writes: refused, not unpickled"
 
 
 def _load(path: Path, keys: tuple[str, ...]) -> dict:
@@ -181,7 +120,7 @@ def _load(path: Path, keys: tuple[str, ...]) -> dict:
     except FileNotFoundError:
         raise TrainingError(f"{path} is missing: the checkpoint is incomplete; {_FIX}") from None
     except (zipfile.BadZipFile, OSError, EOFError) as exc:
-        raise TrainingError(f"{path} is not a readable gmp checkpoint file ({_first_line(exc)}); {_FIX}") from None
+        raise TrainingError(f"{path} is not a readable gmp checkpoint file ({first_line(exc)}); {_FIX}") from None
     if damaged is not None:
         raise TrainingError(f"{path} is damaged: its entry {damaged} fails its CRC-32 check; resume from an older "
                             f"checkpoint (move this one aside) or {_FIX}")
@@ -190,7 +129,7 @@ def _load(path: Path, keys: tuple[str, ...]) -> dict:
     except FileNotFoundError:
         raise TrainingError(f"{path} is missing: the checkpoint is incomplete; {_FIX}") from None
     except Exception as exc:  # noqa: BLE001 - UnpicklingError, RuntimeError, EOFError, ...: all mean "corrupt"
-        raise TrainingError(f"{path} is not a readable gmp checkpoint file ({_refusal(exc)}); {_FIX}") from None
+        raise TrainingError(f"{path} is not a readable gmp checkpoint file ({refusal_reason(exc)}); {_FIX}") from None
     if not isinstance(obj, dict):
         raise TrainingError(f"{path} holds a {type(obj).__name__}, expected a dict; {_FIX}")
     missing = [k for k in keys if k not in obj]
@@ -199,7 +138,7 @@ def _load(path: Path, keys: tuple[str, ...]) -> dict:
     try:
         return from_safe(obj)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise TrainingError(f"{path} holds a malformed array ({_first_line(exc)}); {_FIX}") from None
+        raise TrainingError(f"{path} holds a malformed array ({first_line(exc)}); {_FIX}") from None
 
 
 # --------------------------------------------------------------------------- saving
@@ -412,7 +351,6 @@ def load_checkpoint(trainer, directory: str | os.PathLike, *, dataset_sha256: st
         raise TrainingError(f"{ckpt} was made with another manifest; resume with the same --manifest or {_FIX}")
     check_settings(ckpt, head, trainer.config)
     main = _load(ckpt / "trainer.pt", TRAINER_KEYS)
-    check_position(ckpt, head, main)
     where = ckpt / "trainer.pt"
     try:
         for li, w in enumerate(trainer.engine.local_workers):
@@ -443,11 +381,12 @@ def load_checkpoint(trainer, directory: str | os.PathLike, *, dataset_sha256: st
     except GmpError:
         raise
     except Exception as exc:  # noqa: BLE001 - wrong shapes/types inside a file: one line, not a traceback
-        raise TrainingError(f"{where} does not fit this run ({_first_line(exc)}); {_FIX}") from None
+        raise TrainingError(f"{where} does not fit this run ({first_line(exc)}); {_FIX}") from None
     num_steps = trainer.schedule.num_steps(head["epoch"])
     if head["step"] > num_steps:
         raise TrainingError(f"{ckpt / HEADER}: step {head['step']} is beyond the {num_steps} steps of epoch "
                             f"{head['epoch'] + 1}; {_FIX}")
+    check_position(ckpt, head, main)
     trainer.epoch = head["epoch"]
     trainer.step_in_epoch = head["step"]
     trainer.run_id = head.get("run")  # its log lines continue under the same run (None: saved before gmp wrote it)
