@@ -20,7 +20,7 @@ def test_dataset_hash_detects_change(tiny_dataset):
     arr = np.load(tiny_dataset / "labels.npy")
     arr[0] = 1 - arr[0]
     np.save(tiny_dataset / "labels.npy", arr)
-    with pytest.raises(DatasetError, match=r"do not match the sha256 .* or 'gmp data synth' \(GMP_NO_VERIFY=1 "
+    with pytest.raises(DatasetError, match=r"do not match the arrays_sha256 .* or 'gmp data synth' \(GMP_NO_VERIFY=1 "
                                            r"skips this check\)\.$"):
         load_dataset(tiny_dataset).verify_hash()
 
