@@ -7,6 +7,7 @@ re-partition, score, write the manifest and report), print a comparison table.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Optional
 
@@ -39,7 +40,7 @@ def partition_from_manifest(dataset: Path, old_manifest: Path, *, max_moved_rows
     old = load_manifest(old_manifest)
     options = dict(given or {})
     name = "incremental" if max_moved_rows is not None else "place-new"
-    out = out or Path("placements") / f"{Path(dataset).resolve().name}.{name}.w{old.topology.num_workers}"
+    out = out or Path("placements") / f"{Path(os.path.realpath(dataset)).name}.{name}.w{old.topology.num_workers}"
     check_output_dir(out, kind="gmp.placement", overwrite=overwrite, inputs=[dataset, old_manifest],
                      own=MANIFEST_FILES)
     made = repartition_dataset(dataset, old, out, max_moved_rows=max_moved_rows, seed=seed, batch_size=batch_size,

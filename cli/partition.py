@@ -8,6 +8,7 @@ Thin: parse flags, call :mod:`gmp.partition`, :mod:`gmp.metrics`,
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any, Optional
@@ -209,7 +210,8 @@ def partition(
     check_seed(seed)
     batch_size, embedding_dim, inter_cost = _defaults(batch_size, embedding_dim, inter_cost)
     _check_positive(batch_size=batch_size, embedding_dim=embedding_dim)
-    out = out or Path("placements") / f"{Path(dataset).resolve().name}.{method}.w{topo_workers(workers, topology)}"
+    name = Path(os.path.realpath(dataset)).name  # realpath: Path.resolve raises RuntimeError in a symlink loop
+    out = out or Path("placements") / f"{name}.{method}.w{topo_workers(workers, topology)}"
     check_output_dir(out, kind="gmp.placement", overwrite=overwrite, inputs=[dataset], own=MANIFEST_FILES)
     topo = resolve_topology(workers, topology, str(topology_file) if topology_file else None, inter_cost=inter_cost)
     _load_partitioner_or_explain(method)
@@ -291,7 +293,7 @@ def _check_report_target(out: Path, m, **given: int | None) -> None:
     from gmp.errors import OutputError
 
     kind = output_kind(out)
-    own = out.resolve() == Path(m.path).resolve()
+    own = os.path.realpath(out) == os.path.realpath(m.path)
     if kind == "gmp.dataset" or (kind == "gmp.placement" and not own):
         raise OutputError(f"--out {out} is {KIND_NAMES[kind]}; its files are not this report's: write it elsewhere.")
     differ = m.plan.differences(**given)

@@ -50,7 +50,8 @@ def partition_distributed_cmd(dataset: Path, *, distributed: bool, chunk_samples
     from ._common import check_seed, topo_workers
 
     check_seed(seed)
-    out = out or Path("placements") / f"{Path(dataset).resolve().name}.hybrid.w{topo_workers(workers, topology)}"
+    name = Path(os.path.realpath(dataset)).name
+    out = out or Path("placements") / f"{name}.hybrid.w{topo_workers(workers, topology)}"
     rank = int(os.environ.get("RANK", "0")) if distributed else 0
     if rank == 0:
         from gmp.manifest import MANIFEST_FILES

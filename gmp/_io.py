@@ -391,14 +391,14 @@ def check_output_dir(out: str | os.PathLike, *, kind: str | None, overwrite: boo
         raise OutputError(f"{flag} {out} is a symbolic link (to {os.readlink(out)}); pass the real directory "
                           f"or another path.")
     target = Path(os.path.abspath(out))
-    real = out.resolve()
+    real = Path(os.path.realpath(out))  # Path.resolve raises RuntimeError inside a symlink loop
     cwd = Path.cwd().resolve()
     if real == cwd or real in cwd.parents:
         raise OutputError(f"{flag} {out} is the working directory or one of its parents; writing there would "
                           f"replace it: choose a new directory for {flag}.")
     inputs = list(inputs)
     for inp in inputs:
-        if real in Path(inp).resolve().parents:
+        if real in Path(os.path.realpath(inp)).parents:
             raise OutputError(f"{flag} {out} contains the input {inp}; choose an output directory that does not "
                               f"hold the input.")
     inside = enclosing_output(target)
@@ -435,7 +435,7 @@ def check_output_dir(out: str | os.PathLike, *, kind: str | None, overwrite: boo
                 if own is not None:
                     check_only_own(out, own, kind=kind, flag=flag)
         for inp in inputs:
-            if Path(inp).resolve() == real:
+            if Path(os.path.realpath(inp)) == real:
                 raise OutputError(f"{flag} {out} is the input {inp}; choose another {flag}.")
     except BaseException:
         if fresh:

@@ -130,7 +130,6 @@ from ._version import __version__
 from .errors import GmpError, ManifestError, TopologyError
 from .graph import min_max
 from .placement import Placement, secondary_violation
-from .report.plots import PLOT_FILES
 from .topology import Topology
 
 log = logging.getLogger(__name__)
@@ -154,6 +153,8 @@ HISTORY_ARRAYS = {
     "created_rows": ("int64", "created_rows.npy"),
 }
 
+#: the report's plots, written beside the manifest by ``gmp report`` (gmp.report.plots)
+PLOT_FILES = {"traffic": "traffic.png", "loads": "loads.png", "degrees": "degrees.png"}
 #: every name a manifest directory may hold: its header and arrays, and its report (report.json, .md, the
 #: .html of ``gmp report MANIFEST --format html``, the plots). ``--overwrite`` replaces these and refuses a
 #: directory holding anything else (:func:`gmp._io.check_only_own`), which is someone else's.
@@ -512,11 +513,18 @@ def read_plan(path: str | os.PathLike) -> ManifestPlan:
         raise ManifestError(f"{mfile}: plan must hold integers or null, got {plan!r}; {_FIX}") from None
 
 
+def made_for(dataset: Any, sha256: str) -> bool:
+    """Whether a file recording dataset hash ``sha256`` was made for ``dataset`` (a prepared dataset answers
+    to its schema-2 hash too: :meth:`gmp.datasets.format.PreparedDataset.has_sha256`)."""
+    known = getattr(dataset, "has_sha256", None)
+    return bool(known(sha256)) if known is not None else str(dataset.sha256) == sha256
+
+
 def _check_made_for(meta: dict[str, Any], mfile: Path, dataset: Any) -> None:
     """Refuse ``dataset`` unless the manifest ``meta`` (read from ``mfile``) was made for it: same sha256,
     same shape."""
     n, m = meta["num_samples"], meta["num_embeddings"]
-    if str(meta["dataset_sha256"]) != str(dataset.sha256):
+    if not made_for(dataset, str(meta["dataset_sha256"])):
         raise ManifestError(
             f"{mfile} was made for dataset sha256 {str(meta['dataset_sha256'])[:12]}…, but {dataset.path} "
             f"has sha256 {str(dataset.sha256)[:12]}…; use the dataset it was made for or re-run "

@@ -132,7 +132,7 @@ def test_extend_errors(tmp_path):
 def test_golden_v1_dataset_upgrades_to_v2():
     assert json.loads((GOLDEN / "dataset.json").read_text())["schema_version"] == 1
     ds = load_dataset(GOLDEN)
-    assert ds.meta["schema_version"] == SCHEMA_VERSION == 2
+    assert ds.meta["schema_version"] == SCHEMA_VERSION == 3
     # tests/data/dataset_v1: two categorical fields of 3 and 4 values (tests/data/README.md)
     assert [f.id_ranges for f in ds.categorical_fields] == [((0, 3),), ((3, 7),)]
     assert ds.meta["parent"] is None and ds.meta["new_id_ranges"] is None

@@ -381,3 +381,110 @@ def test_fuzz_fifo_log_does_not_hang(pipeline, tmp_path):
     assert res.exit_code == 0, res.output
     records = [json.loads(line) for line in got[0].decode().splitlines()]
     assert [r["kind"] for r in records] == ["epoch"] and records[0]["epoch"] == 1
+
+
+# --------------------------------------------------------------------------- issue 38: loops, nested parquet, headers
+@pytest.mark.parametrize("fmt", sorted(FORMATS) + ["parquet", "libfm"])
+def test_fuzz_symlink_loops(fmt, tmp_path):
+    """A symlink loop as the input, as ``--out`` and as a directory above ``--out``: one line, nothing written."""
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    name, extra = FORMATS.get(fmt, ("", []))
+    extra = csv_flags() if extra is None else extra
+    if fmt == "parquet":
+        extra = ["--label", "label"]
+    assert not assert_clean(invoke("data", "import", fmt, loop, "--out", tmp_path / "o", *extra), tmp_path / "o")
+    if name:
+        src = FIX / name if fmt != "movielens" else FIX / "ml_classic"
+        for out in (loop, loop / "x", loop / "x" / "y"):
+            assert not assert_clean(invoke("data", "import", fmt, src, "--out", out, *extra))
+
+
+NESTED_TYPES = st.sampled_from(["struct", "map", "list<list>", "list", "list<struct>", "struct<list>"])
+
+
+def _nested_column(pa, kind: str, n: int):
+    return {
+        "struct": lambda: pa.array([{"a": i, "b": str(i)} for i in range(n)]),
+        "map": lambda: pa.array([[("k", i)] for i in range(n)], type=pa.map_(pa.string(), pa.int64())),
+        "list<list>": lambda: pa.array([[[i], [i + 1]] for i in range(n)]),
+        "list": lambda: pa.array([[i, i + 1] for i in range(n)]),
+        "list<struct>": lambda: pa.array([[{"a": i}] for i in range(n)]),
+        "struct<list>": lambda: pa.array([{"a": [i]} for i in range(n)]),
+    }[kind]()
+
+
+def test_fuzz_nested_parquet(tmp_path_factory):
+    """Nested Arrow columns in every role: imported (a list as --multi) or one line, never a traceback."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    root = tmp_path_factory.mktemp("nested")
+
+    @settings(max_examples=24 * SCALE, **SETTINGS)
+    @given(kind=NESTED_TYPES, role=st.sampled_from([[], ["--multi", "x"], ["--dense", "x"], ["--cat", "c,x"]]),
+           as_label=st.booleans())
+    def check(kind, role, as_label):
+        src = root / "n.parquet"
+        pq.write_table(pa.table({"label": [0, 1, 0, 1, 1, 0], "c": list("abacab"), "x": _nested_column(pa, kind, 6)}),
+                       src)
+        out = root / "o"
+        label = ["--label", "x"] if as_label else ["--label", "label"]
+        if assert_clean(invoke("data", "import", "parquet", src, "--out", out, *label, *([] if as_label else role)),
+                        out):
+            load_dataset(out, verify=True)
+            shutil.rmtree(out)
+
+    check()
+
+
+#: dataset.json keys whose edits change the header's meaning (dataset schema 3 binds them to the arrays)
+MEANING_EDITS = st.one_of(
+    st.tuples(st.sampled_from(["offset", "num_values", "missing_id", "rare_id", "column"]), st.integers(0, 200)),
+    st.tuples(st.just("ranges"), st.lists(st.lists(st.integers(0, 200), min_size=2, max_size=2), max_size=3)),
+    st.tuples(st.sampled_from(["num_train", "num_test", "num_dense", "num_embeddings"]), st.integers(0, 200)),
+    st.tuples(st.sampled_from(["duplicate", "drop"]), st.just(0)),
+)
+
+
+def test_fuzz_header_consistency(pipeline, warm):
+    """Meaningful edits of dataset.json, with its sha256 left alone or recomputed from the edited header:
+    opened (the edit was consistent and the hash recomputed) or one line; never a traceback or a wrong run."""
+    from gmp.datasets.format import FieldInfo, header_sha256
+
+    root, ds, man = pipeline
+    header = json.loads((ds / "dataset.json").read_text())
+    original = load_dataset(ds)
+
+    @settings(max_examples=40 * SCALE, **SETTINGS)
+    @given(edits=st.lists(st.tuples(st.integers(0, 40), MEANING_EDITS), min_size=1, max_size=3), reseal=st.booleans())
+    def check(edits, reseal):
+        meta = json.loads(json.dumps(header))
+        for i, (key, value) in edits:
+            f = meta["fields"][i % len(meta["fields"])]
+            if key in ("num_train", "num_test"):
+                meta["split"][key] = value
+            elif key in ("num_dense", "num_embeddings"):
+                meta[key] = value
+            elif key == "duplicate":
+                meta["fields"].append(dict(f))
+            elif key == "drop":
+                meta["fields"].remove(f)
+            else:
+                f[key] = value
+        if reseal:
+            try:
+                meta["sha256"] = header_sha256(meta, [FieldInfo.from_json(f) for f in meta["fields"]])
+            except Exception:  # noqa: BLE001 - an edit FieldInfo refuses: the hash stays as it was
+                pass
+        case = _fresh_copy(ds, root / "hdr-fuzz")
+        (case / "dataset.json").write_text(json.dumps(meta))
+        if assert_clean(invoke("data", "info", case, "--json")):
+            opened = load_dataset(case, verify=True)
+            assert opened.sha256 == meta["sha256"]
+            if not reseal:  # the hash left alone: only an edit that changes no meaning opens (a dense field's ranges)
+                assert [f.to_json() for f in opened.fields] == [f.to_json() for f in original.fields]
+                assert (opened.num_train, opened.num_test, opened.num_dense) == \
+                    (original.num_train, original.num_test, original.num_dense)
+        assert_clean(invoke("simulate", "--dataset", case, "--manifest", man, "--json"))
+
+    check()

@@ -60,12 +60,53 @@ def test_golden_dataset_v1_reads_and_verifies():
 def test_golden_dataset_v2_reads_and_verifies():
     path = DATA / "dataset_v2"
     ds = load_dataset(path, verify=True)
-    assert ds.meta["schema_version"] == 2 and ds.meta["parent"] is None
+    assert json.loads((path / "dataset.json").read_text())["schema_version"] == 2
+    assert ds.meta["schema_version"] == 3 and ds.meta["parent"] is None
     assert [(f.name, f.id_ranges) for f in ds.categorical_fields] == [("user", ((0, 5),)), ("item", ((5, 10),))]
     assert (ds.num_samples, ds.num_train, ds.num_test, ds.num_dense) == (6, 4, 2, 1)
     arrays = [np.load(path / f"{n}.npy") for n in ("indptr", "indices", "labels", "dense")]
-    assert compute_sha256(*arrays) == ds.meta["sha256"]
+    assert compute_sha256(*arrays) == ds.meta["arrays_sha256"]
     assert (path / "vocab.npz").is_file()  # what --extend reads
+
+
+def meaning_sha256(meta: dict) -> str:
+    """The schema-3 ``sha256`` of a header, derived here from docs/datasets.md's definition (not gmp's code)."""
+    import hashlib
+
+    keys = ("name", "kind", "num_values", "offset", "missing_id", "rare_id", "hash_buckets", "column", "ranges")
+    meaning = {k: meta[k] for k in ("num_samples", "num_embeddings", "num_edges", "num_dense")}
+    meaning["fields"] = [{k: f.get(k) for k in keys} for f in meta["fields"]]
+    meaning["split"] = {k: meta["split"][k] for k in ("method", "num_train", "num_test")}
+    parent = meta.get("parent")
+    meaning["parent"] = parent and {"sha256": parent["sha256"], "num_embeddings": parent["num_embeddings"]}
+    meaning["new_id_ranges"] = meta.get("new_id_ranges")
+    h = hashlib.sha256(f"gmp.dataset|3|{meta['arrays_sha256']}|".encode())
+    h.update(json.dumps(meaning, sort_keys=True, separators=(",", ":")).encode())
+    return h.hexdigest()
+
+
+def test_golden_dataset_v3_binds_its_header():
+    path = DATA / "dataset_v3"
+    meta = json.loads((path / "dataset.json").read_text())
+    assert meta["schema_version"] == 3
+    ds = load_dataset(path, verify=True)
+    arrays = [np.load(path / f"{n}.npy") for n in ("indptr", "indices", "labels", "dense")]
+    assert compute_sha256(*arrays) == meta["arrays_sha256"]
+    assert meaning_sha256(meta) == meta["sha256"] == ds.sha256
+    # files written before schema 3 name the arrays' hash: still accepted
+    assert ds.has_sha256(meta["arrays_sha256"]) and not ds.has_sha256("0" * 64)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_golden_dataset_upgrade_keeps_the_old_hash(version):
+    """A dataset written before schema 3 answers to the hash its manifests, checkpoints and children
+    recorded (the arrays' hash), and gets the schema-3 identity of its header too."""
+    path = DATA / f"dataset_v{version}"
+    old = json.loads((path / "dataset.json").read_text())["sha256"]
+    ds = load_dataset(path, verify=True)
+    assert ds.has_sha256(old) and ds.has_sha256(ds.sha256) and ds.sha256 != old
+    assert ds.meta["arrays_sha256"] == old
+    assert ds.sha256 == meaning_sha256(ds.meta)
 
 
 def test_golden_manifest_v1_and_its_report_read():

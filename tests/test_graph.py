@@ -20,7 +20,7 @@ def test_dataset_hash_detects_change(tiny_dataset):
     arr = np.load(tiny_dataset / "labels.npy")
     arr[0] = 1 - arr[0]
     np.save(tiny_dataset / "labels.npy", arr)
-    with pytest.raises(DatasetError, match=r"do not match the sha256 .* or 'gmp data synth' \(GMP_NO_VERIFY=1 "
+    with pytest.raises(DatasetError, match=r"do not match the arrays_sha256 .* or 'gmp data synth' \(GMP_NO_VERIFY=1 "
                                            r"skips this check\)\.$"):
         load_dataset(tiny_dataset).verify_hash()
 
@@ -31,7 +31,7 @@ def test_dataset_newer_version_refused(tiny_dataset):
     meta = json.loads((tiny_dataset / "dataset.json").read_text())
     meta["schema_version"] = 99
     (tiny_dataset / "dataset.json").write_text(json.dumps(meta))
-    with pytest.raises(DatasetError, match="schema_version 99; this gmp reads up to 2"):
+    with pytest.raises(DatasetError, match="schema_version 99; this gmp reads up to 3"):
         load_dataset(tiny_dataset)
 
 

@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from gmp import _io
-from gmp.datasets.format import compute_sha256, load_dataset
+from gmp.datasets.format import compute_sha256, load_dataset, seal_header
 from gmp.errors import DatasetError, GmpError, ManifestError
 
 FIX = Path(__file__).parent / "data" / "import"
@@ -59,7 +59,8 @@ def rehash(path: Path) -> None:
     meta = json.loads((path / "dataset.json").read_text())
     arrays = [np.load(path / f"{n}.npy") for n in ("indptr", "indices", "labels")]
     dense = np.load(path / "dense.npy") if (path / "dense.npy").exists() else None
-    meta["sha256"] = compute_sha256(*arrays, dense)
+    meta["arrays_sha256"] = compute_sha256(*arrays, dense)
+    meta["sha256"] = seal_header(meta)
     (path / "dataset.json").write_text(json.dumps(meta))
 
 

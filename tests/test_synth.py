@@ -335,7 +335,7 @@ def test_independent_presets_unchanged(tmp_path, key):
     preset, n, scale, seed = key
     meta = synthesize(preset_config(preset, num_samples=n, scale=scale, seed=seed), tmp_path / "g",
                       chunk_samples=1000)
-    assert meta["sha256"] == GOLDEN_SHA256[key]
+    assert meta["arrays_sha256"] == GOLDEN_SHA256[key]  # the arrays (schema 2 called it sha256)
     assert "model" not in meta["synth"]  # dataset.json of the independent model is unchanged too
 
 
@@ -439,7 +439,7 @@ def test_entity_preset_unchanged(tmp_path, key):
     preset, n, scale, seed = key
     meta = synthesize(preset_config(preset, num_samples=n, scale=scale, seed=seed), tmp_path / "g",
                       chunk_samples=1000)
-    assert meta["sha256"] == ENTITY_GOLDEN_SHA256[key]
+    assert meta["arrays_sha256"] == ENTITY_GOLDEN_SHA256[key]
 
 
 def test_fresh_zero_keeps_the_data_and_the_header(tmp_path):

@@ -97,8 +97,9 @@ def _import_chunk(chunk, writer: DatasetWriter, vocab: Vocabulary, fids: list[in
                 return f"label (column 1) is not 0 or 1: {token(buf, starts[i, 0], ends[i, 0])}"
             if bad_dense[i]:
                 j = int(np.flatnonzero(int_status[i, 1:] == BAD)[0])
-                return (f"column {j + 2} ({DENSE_NAMES[j]}) is not an integer: "
-                        f"{token(buf, starts[i, j + 1], ends[i, j + 1])}")
+                text = bytes(buf[starts[i, j + 1]:ends[i, j + 1]]).strip()
+                what = "an integer outside the 64-bit range" if text.lstrip(b"+-").isdigit() else "not an integer"
+                return f"column {j + 2} ({DENSE_NAMES[j]}) is {what}: {token(buf, starts[i, j + 1], ends[i, j + 1])}"
             j = int(np.flatnonzero(hex_status[i] == BAD)[0])
             c = 1 + NUM_DENSE + j
             return f"column {c + 1} ({CAT_NAMES[j]}) is not hexadecimal: {token(buf, starts[i, c], ends[i, c])}"

@@ -13,8 +13,10 @@ placement made for the previous day stays meaningful
 from __future__ import annotations
 
 import os
+import zipfile
+import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -48,8 +50,7 @@ def previous_fields(path: str | os.PathLike) -> tuple[list[PreviousField], dict[
     if not vfile.is_file():
         raise ImportDataError(f"--extend {path}: it has no {VOCAB_FILE} (its raw-value keys), so its ids cannot be "
                               f"kept; re-import it with this gmp (synthetic datasets cannot be extended).")
-    with np.load(vfile, allow_pickle=False) as z:
-        stored = {name: np.asarray(z[name]) for name in z.files}
+    stored = _read_vocab(vfile, path)
     out = []
     for i, f in enumerate(ds.categorical_fields):
         keys = stored.get(f"field_{i}")
@@ -60,6 +61,26 @@ def previous_fields(path: str | os.PathLike) -> tuple[list[PreviousField], dict[
         out.append(PreviousField(f.name, f.kind, f.ids(), None if f.hash_buckets is not None else keys.astype(np.uint64),
                                  f.hash_buckets))
     return out, ds.meta
+
+
+def _read_vocab(vfile: Path, path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """The key arrays of ``vocab.npz``: each a 1-d unsigned or signed integer array (what the importer wrote);
+    a corrupt archive, a pickled (object) entry or another dtype is one :class:`ImportDataError`."""
+    fix = "re-import the previous dataset with this gmp, or restore its vocab.npz"
+    try:
+        with np.load(vfile, allow_pickle=False) as z:
+            stored = {name: np.asarray(z[name]) for name in z.files}
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as exc:
+        # a pickled entry's ValueError advises allow_pickle=True: never taken, so not quoted
+        detail = str(exc).splitlines()[0][:80] if str(exc) else type(exc).__name__
+        why = ("it is not an archive of plain arrays (it would need unpickling, which gmp never does)"
+               if "pickle" in str(exc).lower() else f"not a readable .npz archive ({detail})")
+        raise ImportDataError(f"--extend {path}: {VOCAB_FILE} is corrupt: {why}; {fix}.") from None
+    for name, keys in stored.items():
+        if keys.ndim != 1 or keys.dtype.kind not in "ui":
+            raise ImportDataError(f"--extend {path}: {VOCAB_FILE} entry {name!r} is {keys.dtype} of shape "
+                                  f"{keys.shape}, expected a 1-d integer array of keys; {fix}.")
+    return stored
 
 
 def parent_dataset(child) -> Any:
@@ -82,7 +103,7 @@ def parent_dataset(child) -> Any:
                 found = load_dataset(cand, verify=False)
             except DatasetError as exc:
                 raise DatasetError(f"the parent {cand} of {child.path} cannot be read ({exc})") from None
-            if found.sha256 != want:
+            if not found.has_sha256(want):
                 raise DatasetError(f"{child.path}'s parent {cand} is not the dataset it was made from (sha256 "
                                    f"{found.sha256[:12]}…, expected {want[:12]}…)")
             return found
@@ -105,6 +126,22 @@ def parents(dataset):
 def ancestor_generations(dataset, sha256: str) -> int | None:
     """How many ``parent`` links lead from ``dataset`` to its ancestor whose sha256 is ``sha256`` (0: the
     dataset itself); None when the chain ends without it (:func:`parents`)."""
-    if dataset.sha256 == sha256:
+    if dataset.has_sha256(sha256):
         return 0
-    return next((depth for depth, parent in parents(dataset) if parent.get("sha256") == sha256), None)
+    return next((depth for depth, parent in parents(dataset) if names_parent(parent, sha256)), None)
+
+
+def names_parent(link: Mapping[str, Any], sha256: str) -> bool:
+    """Whether a ``parent`` link names the dataset whose hash is ``sha256``: the parent's sha256, or the
+    parent's ``arrays_sha256`` (which files made before dataset schema 3 name; links of that time hold only
+    that hash, as ``sha256``)."""
+    return str(sha256) in (link.get("sha256"), link.get("arrays_sha256"))
+
+
+def parent_link(prev_meta: Mapping[str, Any], path: str | os.PathLike) -> dict[str, Any]:
+    """The ``parent`` link of a dataset extending the dataset at ``path`` (``prev_meta``: its header as
+    :func:`load_dataset` gives it). The parent's arrays' hash is kept too, so what was made for it before
+    dataset schema 3 (a manifest, a checkpoint naming that hash) is still found among the child's ancestors."""
+    link = {"sha256": str(prev_meta["sha256"]), "num_embeddings": int(prev_meta["num_embeddings"]), "path": str(path)}
+    link["arrays_sha256"] = str(prev_meta["arrays_sha256"])
+    return link

@@ -26,7 +26,7 @@ them): one range ``[offset_f, offset_f + num_values_f)`` for a fresh import,
 more for a dataset that extends another (``gmp data import --extend PREV``
 keeps every value PREV knew at its id and appends the new values of each
 field after PREV's ``num_embeddings``, so a row keeps its id across days).
-Such a dataset records ``parent`` (PREV's ``sha256`` and ``num_embeddings``)
+Such a dataset records ``parent`` (PREV's ``sha256``, ``arrays_sha256`` and ``num_embeddings``)
 and ``new_id_ranges`` (the ids it added); both are null otherwise. Inside every categorical or
 multi-valued field, local id 0 is the field's *missing* value and local id 1
 its shared *rare* value (values seen fewer than ``--min-count`` times); real
@@ -42,16 +42,27 @@ set; samples ``[0, split.num_train)`` are the training set. ``split.method`` is
 of the test inputs, ``gmp data import ... --test-input FILE``). Partitioners place
 every sample (the trainer only trains on the training range).
 
-**Hash.** ``sha256`` is :func:`gmp._io.hash_arrays` over indptr, indices,
-labels and dense (in that order: name, dtype, shape, raw bytes). Placement
-manifests record it, so a manifest cannot be used with another dataset.
+**Hash.** ``arrays_sha256`` is :func:`gmp._io.hash_arrays` over indptr,
+indices, labels and dense (in that order: name, dtype, shape, raw bytes).
+``sha256``, the dataset's identity, is :func:`header_sha256`: a sha256 over
+``arrays_sha256`` and the header's meaning (the counts, every field's kind,
+ids, ranges and dense column, the split's method and counts, ``parent``'s
+sha256 and ``num_embeddings``, ``new_id_ranges``), so an edited header is a
+different dataset. Placement manifests, checkpoints and extending datasets
+record it, so none of them can be used with another dataset (or another
+meaning of the same arrays).
 
 **Validation on read.** :func:`load_dataset` checks the header against the
 schema once (every count a JSON integer, ``fields`` a list of field objects,
-``split`` an object whose counts add up, nesting at most 32 levels), then every
-array's shape and dtype. Unless verification is switched off (``verify=False``
+``split`` an object whose counts add up, nesting at most 32 levels), then its
+consistency (the categorical fields' id ranges disjoint and covering
+``[0, num_embeddings)`` when there are any, the dense fields' columns each of ``[0, num_dense)``
+once, field names unique, a parent no larger than the dataset) and that
+``sha256`` is the hash of that header (schema 3: checked on every open, it
+reads no array), then every array's shape, dtype and (native, little-endian)
+byte order. Unless verification is switched off (``verify=False``
 or the environment variable ``GMP_NO_VERIFY=1``) it also recomputes the
-sha256 and checks the arrays' contents: ``indptr`` non-decreasing, ids in
+``arrays_sha256`` and checks the arrays' contents: ``indptr`` non-decreasing, ids in
 ``[0, num_embeddings)``, labels 0 or 1, dense values finite (one pass each).
 
 All arrays are plain ``.npy`` files and are memory-mapped when read.
@@ -60,7 +71,7 @@ Example ``dataset.json``::
 
     {
       "format": "gmp.dataset",
-      "schema_version": 2,
+      "schema_version": 3,
       "gmp_version": "0.1.0",
       "created": "2026-11-22T00:00:00+00:00",
       "source": {"format": "criteo", "inputs": ["train.txt.gz"],
@@ -82,21 +93,34 @@ Example ``dataset.json``::
       "num_bad_lines": 0,
       "bad_lines": [],
       "split": {"method": "tail", "test_fraction": 0.1, "num_train": 900000, "num_test": 100000},
+      "arrays_sha256": "5e01...",
       "sha256": "9f2c..."
     }
 
 ``bad_lines`` holds the first 10 skipped lines as ``{"line": N, "reason": "..."}``.
-An extending dataset has ``"parent": {"sha256": "...", "num_embeddings": 1228411, "path": "..."}``
+An extending dataset has ``"parent": {"sha256": "...", "arrays_sha256": "...", "num_embeddings": 1228411,
+"path": "..."}``
 and e.g. ``"new_id_ranges": [[1228411, 1230002], [1230002, 1230950]]`` (one range per field
 that gained values), and its fields' ``ranges`` then have two or more entries.
 
 **Versions.** 2 added ``fields[].ranges``, ``parent`` and ``new_id_ranges``;
 a version-1 header is upgraded on read (one contiguous range per field, no parent).
+3 added ``arrays_sha256`` and made ``sha256`` cover the header (:func:`header_sha256`);
+a version-2 header is upgraded on read: its ``sha256`` (the arrays' hash then) becomes
+``arrays_sha256``, and ``sha256`` is derived from the header as it reads (a schema-2
+header carries nothing that could tell an edit: it is bound from the next import on).
+
+**Older files stay valid.** Manifests, checkpoints and ``parent`` links written before
+schema 3 name a dataset by its arrays' hash; a dataset answers to its ``sha256`` and to its
+``arrays_sha256`` (:meth:`PreparedDataset.has_sha256`), so they keep working, with the
+protection they had (the arrays). Everything written since names ``sha256``, which an
+edited header changes.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import os
 import shutil
@@ -108,13 +132,13 @@ import numba
 import numpy as np
 
 from .._version import __version__
-from .._io import (KIND_FILES, KIND_NAMES, atomic_directory, hash_arrays, header_value, index_dtype, load_npy,
-                   output_kind, read_versioned_json, release_pages, verify_enabled, write_json)
+from .._io import (KIND_FILES, KIND_NAMES, atomic_directory, hash_arrays, header_value, index_dtype, json_default,
+                   load_npy, output_kind, read_versioned_json, release_pages, verify_enabled, write_json)
 from .._memory import check_memory
 from ..errors import DatasetError
 
 FORMAT = "gmp.dataset"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 FIELD_KINDS = ("categorical", "multi", "dense")
 _FIX = "re-create it with 'gmp data import' or 'gmp data synth'."
 
@@ -215,7 +239,14 @@ class PreparedDataset:
 
     @property
     def sha256(self) -> str:
+        """The dataset's identity: :func:`header_sha256` (arrays and header's meaning)."""
         return str(self.meta["sha256"])
+
+    def has_sha256(self, sha256: str) -> bool:
+        """Whether a manifest, checkpoint or child recording ``sha256`` was made for this dataset: its
+        :attr:`sha256`, or ``arrays_sha256`` (what files written before dataset schema 3 name; anything
+        written since names :attr:`sha256`, so an edited header is refused by it)."""
+        return str(sha256) in (self.sha256, self.meta["arrays_sha256"])
 
     @property
     def num_train(self) -> int:
@@ -254,10 +285,11 @@ class PreparedDataset:
         if self._verified:
             return
         got = compute_sha256(self.indptr, self.indices, self.labels, self.dense)
-        if got != self.sha256:
+        want = str(self.meta["arrays_sha256"])
+        if got != want:
             raise DatasetError(
-                f"{self.path}: arrays do not match the sha256 in dataset.json (got {got[:12]}…, "
-                f"expected {self.sha256[:12]}…); the files were modified or corrupted: "
+                f"{self.path}: arrays do not match the arrays_sha256 in dataset.json (got {got[:12]}…, "
+                f"expected {want[:12]}…); the files were modified or corrupted: "
                 f"{_FIX.rstrip('.')} (GMP_NO_VERIFY=1 skips this check)."
             )
         check_arrays(self.path, self.indptr, self.indices, self.labels, self.dense, self.num_embeddings)
@@ -265,6 +297,7 @@ class PreparedDataset:
 
 
 def compute_sha256(indptr, indices, labels, dense) -> str:
+    """``arrays_sha256``: :func:`gmp._io.hash_arrays` over the arrays (name, dtype, shape, bytes)."""
     arrays = [("indptr", indptr), ("indices", indices), ("labels", labels)]
     if dense is not None:
         arrays.append(("dense", dense))
@@ -307,8 +340,10 @@ def load_dataset(path: str | os.PathLike, *, mmap: bool = True, verify: bool | N
     meta = read_versioned_json(
         path / "dataset.json", fmt=FORMAT, max_version=SCHEMA_VERSION, error=DatasetError, fix=_FIX
     )
+    written_as = int(meta["schema_version"])
     meta = _upgrade(meta)
     fields = check_header(meta, path / "dataset.json")
+    _bind_header(meta, fields, path / "dataset.json", written_as)
     n, e = meta["num_samples"], meta["num_edges"]
     _check_id_memory(path, meta["num_embeddings"])
     indptr = load_npy(path / "indptr.npy", error=DatasetError, mmap=mmap, fix=_FIX)
@@ -333,6 +368,48 @@ def load_dataset(path: str | os.PathLike, *, mmap: bool = True, verify: bool | N
     return ds
 
 
+def header_sha256(meta: Mapping[str, Any], fields: Sequence[FieldInfo]) -> str:
+    """The dataset's identity (``sha256``): a sha256 over ``arrays_sha256`` and the header's meaning.
+
+    The meaning is what changes what a model trains on: the counts, every field as
+    :meth:`FieldInfo.to_json` writes it (kind, ids, ranges, dense column), the split's method and
+    counts, the parent's sha256 and ``num_embeddings`` and ``new_id_ranges``; not the statistics,
+    the source or the creation time. ``meta`` must have passed :func:`check_header` (``fields`` is
+    what it returned). Canonical JSON (sorted keys, no spaces), so the same header always hashes
+    the same.
+    """
+    split = meta["split"]
+    parent = meta.get("parent")
+    meaning = {
+        "num_samples": int(meta["num_samples"]),
+        "num_embeddings": int(meta["num_embeddings"]),
+        "num_edges": int(meta["num_edges"]),
+        "num_dense": int(meta.get("num_dense") or 0),
+        "fields": [f.to_json() for f in fields],
+        "split": {"method": split.get("method"), "num_train": int(split["num_train"]),
+                  "num_test": int(split["num_test"])},
+        "parent": None if not parent else {"sha256": str(parent["sha256"]),
+                                           "num_embeddings": int(parent["num_embeddings"])},
+        "new_id_ranges": meta.get("new_id_ranges"),
+    }
+    h = hashlib.sha256(f"{FORMAT}|3|{meta['arrays_sha256']}|".encode())
+    h.update(json.dumps(meaning, sort_keys=True, separators=(",", ":")).encode())
+    return h.hexdigest()
+
+
+def _bind_header(meta: dict[str, Any], fields: Sequence[FieldInfo], path: Path, written_as: int) -> None:
+    """Check that ``sha256`` is :func:`header_sha256` of the header (schema 3), or derive it (a header
+    written before schema 3, whose ``sha256`` only covered the arrays: it is ``arrays_sha256`` now)."""
+    derived = header_sha256(meta, fields)
+    if written_as < 3:
+        meta["sha256"] = derived
+        return
+    if meta["sha256"] != derived:
+        raise DatasetError(f"{path}: sha256 {meta['sha256'][:12]}… is not the hash of this header and its arrays "
+                           f"({derived[:12]}…): the header (fields, split or counts) was edited after it was "
+                           f"written; {_FIX}")
+
+
 def check_header(meta: Mapping[str, Any], path: Path) -> list[FieldInfo]:
     """Validate a ``dataset.json`` header against the schema; returns its fields.
 
@@ -348,6 +425,7 @@ def check_header(meta: Mapping[str, Any], path: Path) -> list[FieldInfo]:
     get(meta, "num_edges", "int>=0")
     num_dense = get(meta, "num_dense", "int>=0", optional=True) or 0
     get(meta, "sha256", "str")
+    get(meta, "arrays_sha256", "str")
     for key, kind in (("source", "dict"), ("label_rate", "number"), ("num_bad_lines", "int>=0"),
                       ("bad_lines", "list")):
         get(meta, key, kind, optional=True)
@@ -387,17 +465,53 @@ def check_header(meta: Mapping[str, Any], path: Path) -> list[FieldInfo]:
         fields.append(FieldInfo(name=name, kind=kind, num_values=num_values, offset=ids["offset"],
                                 missing_id=ids["missing_id"], rare_id=ids["rare_id"], hash_buckets=buckets,
                                 column=column, ranges=ranges))
-    get(meta, "parent", "dict", optional=True)  # schema 2: the dataset this one extends
+    parent = get(meta, "parent", "dict", optional=True)  # schema 2: the dataset this one extends
+    if parent:
+        get(parent, "sha256", "str", "parent.")
+        if get(parent, "num_embeddings", "int>=0", "parent.") > m:
+            raise DatasetError(f"{path}: parent.num_embeddings {parent['num_embeddings']} exceeds num_embeddings "
+                               f"{m}; an extending dataset keeps every id of its parent: {_FIX}")
     new_ranges = get(meta, "new_id_ranges", "list", optional=True)
     if new_ranges is not None:
         _check_ranges(new_ranges, 0, None, m, f"{path}: new_id_ranges")
     split = get(meta, "split", "dict")
+    get(split, "method", "str", "split.", optional=True)
     num_train = get(split, "num_train", "int>=0", "split.")
     num_test = get(split, "num_test", "int>=0", "split.")
     if num_train + num_test != n:
         raise DatasetError(f"{path}: split.num_train + split.num_test = {num_train + num_test}, expected "
                            f"num_samples {n}; {_FIX}")
+    _check_layout(fields, m, num_dense, path)
     return fields
+
+
+def _check_layout(fields: Sequence[FieldInfo], num_embeddings: int, num_dense: int, path: Path) -> None:
+    """The fields partition the ids and the dense columns: names unique, the categorical fields' ranges
+    disjoint and covering ``[0, num_embeddings)`` (a header that lists no categorical field, as a bare
+    graph written by :func:`write_dataset` may, attributes no id), every dense column owned by one dense
+    field."""
+    seen: set[str] = set()
+    for f in fields:
+        if f.name in seen:
+            raise DatasetError(f"{path}: two fields are named {f.name!r}, expected unique names; {_FIX}")
+        seen.add(f.name)
+    spans = sorted((a, b, f.name) for f in fields for a, b in f.id_ranges if b > a)
+    end, last = 0, None
+    for a, b, name in spans:
+        if a < end:
+            raise DatasetError(f"{path}: field {name!r}'s ids [{a}, {b}) overlap field {last!r}'s (up to {end}), "
+                               f"expected every id in one field; {_FIX}")
+        if a > end:
+            raise DatasetError(f"{path}: ids [{end}, {a}) belong to no field, expected the fields to cover "
+                               f"[0, num_embeddings={num_embeddings}); {_FIX}")
+        end, last = b, name
+    if end != num_embeddings and any(f.kind != "dense" for f in fields):
+        raise DatasetError(f"{path}: ids [{end}, {num_embeddings}) belong to no field, expected the fields to "
+                           f"cover [0, num_embeddings={num_embeddings}); {_FIX}")
+    columns = sorted(f.column for f in fields if f.kind == "dense")
+    if columns != list(range(num_dense)):
+        raise DatasetError(f"{path}: the dense fields own columns {columns}, expected each of 0..{num_dense - 1} "
+                           f"once (num_dense={num_dense}); {_FIX}")
 
 
 def _check_ranges(ranges, offset: int, num_values: int | None, num_embeddings: int,
@@ -503,6 +617,9 @@ def _expect(path: Path, arr: np.ndarray, shape: tuple[int, ...], dtypes: Sequenc
         raise DatasetError(f"{path} has shape {arr.shape}, expected {shape} from dataset.json; {_FIX}")
     if arr.dtype.str.lstrip("<>|=") not in dtypes:
         raise DatasetError(f"{path} has dtype {arr.dtype}, expected one of {list(dtypes)}; {_FIX}")
+    if not arr.dtype.isnative:  # gmp writes native (little-endian) arrays; its kernels take no other order
+        raise DatasetError(f"{path} has byte order {arr.dtype.str} (big-endian), expected the native "
+                           f"{arr.dtype.newbyteorder('=').str} that gmp writes; {_FIX}")
 
 
 def _upgrade_1_to_2(meta: dict[str, Any]) -> dict[str, Any]:
@@ -528,8 +645,18 @@ def _upgrade_1_to_2(meta: dict[str, Any]) -> dict[str, Any]:
     return meta
 
 
+def _upgrade_2_to_3(meta: dict[str, Any]) -> dict[str, Any]:
+    """Version 3 added ``arrays_sha256`` and made ``sha256`` cover the header: a version-2 ``sha256`` is
+    the arrays' hash, kept as ``arrays_sha256``; ``sha256`` is derived once the header is checked
+    (:func:`_bind_header`)."""
+    meta = dict(meta)
+    meta["arrays_sha256"] = meta.get("sha256")
+    meta["schema_version"] = 3
+    return meta
+
+
 #: version v -> the function upgrading a version-v header to v + 1
-_UPGRADES = {1: _upgrade_1_to_2}
+_UPGRADES = {1: _upgrade_1_to_2, 2: _upgrade_2_to_3}
 
 
 def _upgrade(meta: dict[str, Any]) -> dict[str, Any]:
@@ -744,7 +871,7 @@ class DatasetWriter:
         for name in ("lengths", "ids", "labels", "dense"):
             (d / f"_{name}.bin").unlink(missing_ok=True)
         indices = np.load(d / "indices.npy", mmap_mode="r")
-        sha = compute_sha256(indptr, indices, labels, dense)
+        arrays_sha = compute_sha256(indptr, indices, labels, dense)
         del indices, dense
         if self._test_start is None:
             num_test = int(round(n * test_fraction))
@@ -773,15 +900,25 @@ class DatasetWriter:
             "num_bad_lines": int(num_bad_lines),
             "bad_lines": [dict(b) for b in list(bad_lines)[:10]],
             "split": split,
-            "sha256": sha,
+            "arrays_sha256": arrays_sha,
+            "sha256": "",
             "parent": None,
             "new_id_ranges": None,
         }
         if extra:
             meta.update(extra)
+        meta["sha256"] = seal_header(meta, d / "dataset.json")
         write_json(d / "dataset.json", meta)
         self._finished = True
         return meta
+
+
+def seal_header(meta: Mapping[str, Any], path: str | os.PathLike = "dataset.json") -> str:
+    """The ``sha256`` a header must carry (:func:`header_sha256`), after checking it as a reader would
+    (:func:`check_header`, on its JSON form): an importer that writes an inconsistent header fails here
+    rather than its readers. ``path`` only names the file in a message."""
+    as_read = json.loads(json.dumps(meta, default=json_default))
+    return header_sha256(as_read, check_header(as_read, Path(path)))
 
 
 def write_dataset(

@@ -162,6 +162,9 @@ def check_inputs(paths: Sequence[str | os.PathLike], *, streams: bool = False, f
     for p in paths:
         p = Path(p)
         if not p.exists():
+            if p.is_symlink():  # exists() is False for a symlink to nowhere and for a loop
+                raise ImportDataError(f"{p} is a symbolic link that points nowhere or loops (to "
+                                      f"{os.readlink(p)}); point it at the data file or pass the file itself.")
             raise ImportDataError(f"{p}: no such file; check the INPUT path.")
         if p.is_dir():
             raise ImportDataError(f"{p} is a directory; pass the data file(s) inside it.")
@@ -506,20 +509,24 @@ def _cell(buf, s, e):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True)
 def _parse_int(buf, s, e):  # pragma: no cover - compiled
-    # [sign] at most 18 digits; returns (value, ok)
+    # [sign] digits, any int64 (-9223372036854775808 .. 9223372036854775807); returns (value, ok).
+    # Accumulated as a negative number, so the most negative int64 is reachable without overflow.
     neg = False
     if buf[s] == 45 or buf[s] == 43:
         neg = buf[s] == 45
         s += 1
-    if s == e or e - s > 18:
+    if s == e:
         return 0, False
+    floor = -9223372036854775807 - 1 if neg else -9223372036854775807
     v = 0
     for p in range(s, e):
         d = buf[p] - 48
         if d < 0 or d > 9:
             return 0, False
-        v = v * 10 + d
-    return (-v if neg else v), True
+        if v < (floor + d) // 10 + (1 if (floor + d) % 10 else 0):  # v * 10 - d would pass the floor
+            return 0, False
+        v = v * 10 - d
+    return (v if neg else -v), True
 
 
 @numba.njit(cache=True, nogil=True)
@@ -837,7 +844,7 @@ def finish_import(writer, vocab, bad: BadLines, *, fmt: str, paths: Sequence[Pat
     bad.check(name=names, lines_read=lines_read)
     extra = dict(extra or {})
     if common.extend:  # keep the previous dataset's ids, append the new values (gmp.datasets.extend)
-        from .extend import previous_fields
+        from .extend import parent_link, previous_fields
 
         prev, prev_meta = previous_fields(common.extend)
         prev_dense = [f.get("name") for f in prev_meta.get("fields", []) if f.get("kind") == "dense"]
@@ -846,8 +853,7 @@ def finish_import(writer, vocab, bad: BadLines, *, fmt: str, paths: Sequence[Pat
                                   f"{list(dense_names)}; extend with the same dense columns (--dense).")
         cat_fields, num_embeddings, remap = vocab.finish(prev, int(prev_meta["num_embeddings"]),
                                                          discovered=discovered_fields)
-        extra["parent"] = {"sha256": prev_meta["sha256"], "num_embeddings": int(prev_meta["num_embeddings"]),
-                           "path": str(common.extend)}
+        extra["parent"] = parent_link(prev_meta, common.extend)
         extra["new_id_ranges"] = vocab.new_id_ranges
     else:
         cat_fields, num_embeddings, remap = vocab.finish()

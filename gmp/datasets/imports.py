@@ -80,7 +80,8 @@ def import_dataset(fmt: str, inputs: Sequence[str | os.PathLike], out: str | os.
     common = common or CommonOptions()
     # the format's importer checks every input again, refusing a pipe where it reads the header first
     tests = check_inputs(test_inputs, streams=True, fmt=fmt) if test_inputs else []
-    both = {p.resolve() for p in tests} & {Path(p).resolve() for p in inputs}
+    # realpath, not Path.resolve: a symlink loop raises RuntimeError there (check_inputs names it)
+    both = {Path(os.path.realpath(p)) for p in tests} & {Path(os.path.realpath(p)) for p in inputs}
     if both:  # by resolved path: ./a.csv and $PWD/a.csv are one file, and its samples would train and test
         raise ImportDataError(f"{sorted(both)[0]} is given both as an input and as a test input; give it once.")
     if tests and fmt == "movielens":

@@ -126,6 +126,9 @@ def _resolve_layout(inputs: Sequence[str | os.PathLike]) -> tuple[str, Path, Pat
     if len(inputs) != 1:
         raise ImportDataError(f"movielens takes one INPUT (the ratings file or its directory), got {len(inputs)}.")
     p = Path(inputs[0])
+    if not p.exists() and p.is_symlink():  # exists() is False for a symlink to nowhere and for a loop
+        raise ImportDataError(f"{p} is a symbolic link that points nowhere or loops (to {os.readlink(p)}); point it "
+                              f"at the ratings file or its directory.")
     if not p.exists():
         raise ImportDataError(f"{p}: no such file or directory; check the INPUT path.")
     if p.is_dir():
@@ -145,9 +148,36 @@ def _resolve_layout(inputs: Sequence[str | os.PathLike]) -> tuple[str, Path, Pat
     if p.suffix == ".inter" or p.name.endswith(".inter.gz"):
         stem = p.name[: p.name.index(".inter")]
         u, i = p.with_name(stem + ".user"), p.with_name(stem + ".item")
-        return "atomic", p, (u if u.is_file() else None), (i if i.is_file() else None)
+        return "atomic", p, _side_file(u), _side_file(i)
     u, i = p.with_name("u.user"), p.with_name("u.item")
-    return "classic", p, (u if u.is_file() else None), (i if i.is_file() else None)
+    return "classic", p, _side_file(u), _side_file(i)
+
+
+def _side_file(path: Path) -> Path | None:
+    """``path`` when it is a readable regular file, None when nothing is there. Anything else there (a
+    directory, a FIFO, a broken or looping symlink, an unreadable file) is refused: skipping it dropped
+    every user or item field without a word."""
+    if not os.path.lexists(path):
+        return None
+    try:
+        regular = path.is_file()
+    except OSError:  # a symlink loop
+        regular = False
+    if not regular:
+        what = ("a broken or looping symlink" if path.is_symlink() and not _exists(path)
+                else "a directory" if path.is_dir() else "not a regular file (a pipe or device)")
+        raise ImportDataError(f"{path} is {what}; the movielens importer reads the side file beside the ratings "
+                              f"when one is there: make it a regular file or remove it.")
+    if not os.access(path, os.R_OK):
+        raise ImportDataError(f"{path}: permission denied; make the side file readable or remove it.")
+    return path
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:
+        return False
 
 
 def _read_atomic_side(path: Path, key: str, ignore: set[str], bad: BadLines) -> _Side:
@@ -240,10 +270,12 @@ def import_movielens(inputs: Sequence[str | os.PathLike], out: str | os.PathLike
         raise ImportDataError("--ignore applies to the atomic layout (typed headers); the classic files' features "
                               "are fixed: drop --ignore.")
     if layout == "atomic":
-        inter_cat = [j for j, (c, t) in enumerate(cols) if t == "token" and c not in ignore_set]
-        inter_multi = [j for j, (c, t) in enumerate(cols) if t == "token_seq" and c not in ignore_set]
-        sep, skip, ncols = b"\t", 1, len(cols)
         uj, ij, rj = names.index("user_id"), names.index("item_id"), names.index("rating")
+        # the rating is the label: never a feature, whatever type its header gives it (a 'rating:token'
+        # column made it one, so the model saw its own label)
+        inter_cat = [j for j, (c, t) in enumerate(cols) if t == "token" and c not in ignore_set and j != rj]
+        inter_multi = [j for j, (c, t) in enumerate(cols) if t == "token_seq" and c not in ignore_set and j != rj]
+        sep, skip, ncols = b"\t", 1, len(cols)
         users = _read_atomic_side(users_path, "user_id", ignore_set, bad) if users_path else _empty_side()
         items = _read_atomic_side(items_path, "item_id", ignore_set, bad) if items_path else _empty_side()
     else:
@@ -261,6 +293,9 @@ def import_movielens(inputs: Sequence[str | os.PathLike], out: str | os.PathLike
     f_umulti = [vocab.add_field(n, "multi") for n in users.multi_names]
     f_itmulti = [vocab.add_field(n, "multi") for n in items.multi_names]
     vocab.check_hash_fields()
+    if not (f_inter or f_user or f_item or f_imulti or f_umulti or f_itmulti):
+        raise ImportDataError(f"--ignore {','.join(sorted(ignore_set))} leaves no feature column (the rating is the "
+                              f"label); keep at least one, e.g. user_id or item_id.")
     lines_read = 0
     paths = [ratings]
     sources = [p for p in (ratings, users_path, items_path) if p]

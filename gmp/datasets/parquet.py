@@ -66,6 +66,7 @@ def import_parquet(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, 
         if list(f.schema_arrow.names) != cols:
             raise ImportDataError(f"{p}: its columns differ from {paths[0]}'s; all inputs must have the same columns.")
     roles = _roles(options, cols, paths[0])
+    _check_nested(pa, files[0].schema_arrow, roles, paths[0])
     vocab = Vocabulary(min_count=common.min_count, hash_sizes=common.hash_sizes)
     cat_fids = [vocab.add_field(c) for c in roles["cat"]]
     multi_fids = [vocab.add_field(c, "multi") for c in roles["multi"]]
@@ -261,3 +262,21 @@ def _multi_keys(pa, pc, col, multi_sep: str) -> tuple[np.ndarray, np.ndarray]:
         lens = np.bincount(row[present], minlength=lens.size).astype(np.int64)
         keys = keys[present]
     return lens, keys
+
+
+def _check_nested(pa, schema, roles: dict[str, Any], path: Path) -> None:
+    """Refuse a nested column (struct, map, list of lists, ...) in a role that cannot read it, naming it
+    (pyarrow's cast of one to text was a traceback). Lists of scalars are read as ``--multi`` only."""
+    for role, flag in (("label", "--label"), ("dense", "--dense"), ("cat", "--cat"), ("multi", "--multi")):
+        for c in [roles[role]] if role == "label" else roles[role]:
+            t = schema.field(c).type
+            if pa.types.is_dictionary(t):
+                t = t.value_type
+            flat_list = (pa.types.is_list(t) or pa.types.is_large_list(t)) and not pa.types.is_nested(t.value_type)
+            if not pa.types.is_nested(t) or (role == "multi" and flat_list):
+                continue
+            fix = ("choose a scalar label column" if role == "label"
+                   else "name it with --multi (each element one value), or --ignore it" if flat_list and role == "cat"
+                   else "flatten it into scalar columns first, or --ignore it")
+            raise ImportDataError(f"{path}: column {c!r} ({flag}) has the nested Arrow type {t}, which gmp cannot "
+                                  f"read as a {'multi-valued' if role == 'multi' else 'scalar'} column; {fix}.")

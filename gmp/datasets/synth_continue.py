@@ -42,6 +42,7 @@ import numpy as np
 from .._io import check_output_dir, release_claim_on_error
 from ..errors import DatasetError
 from ..seeds import check_seed
+from .extend import parent_link
 from .format import DATASET_FILES, FORMAT, FieldInfo, DatasetWriter, load_dataset
 from .synth import SynthConfig, SyntheticCTR, config_of, fields_of
 
@@ -200,6 +201,5 @@ def continue_synth(previous: str | os.PathLike, out: str | os.PathLike, *, num_s
                         source={"format": "synth-continue", "inputs": [str(previous)],
                                 "options": {"growth": growth, "drift": drift, "seed": seed}},
                         test_fraction=tf, dedupe=False,
-                        extra={"parent": {"sha256": prev.sha256, "num_embeddings": prev.num_embeddings,
-                                          "path": str(previous)},
+                        extra={"parent": parent_link(prev.meta, previous),
                                "new_id_ranges": new_ranges, "synth_continue": header})

@@ -49,6 +49,7 @@ import numpy as np
 from .._io import json_default, read_versioned_json, write_json
 from .._version import __version__
 from ..errors import ManifestError
+from ..manifest import made_for
 from .html import render_html
 from .markdown import render_markdown
 from .plots import PLOT_FILES, write_plots
@@ -160,14 +161,96 @@ def dataset_name_of(meta: Mapping[str, Any] | None = None, path: str | os.PathLi
         if value:
             return str(value)
     if path is not None:
-        return Path(path).resolve().name or None
+        return Path(os.path.realpath(path)).name or None
     return None
 
 
+_REPORT_FIX = "re-create it with 'gmp report MANIFEST_DIR --dataset DATASET_DIR'."
+#: metrics that are one number (or null)
+_NUMBER_METRICS = ("remote_accesses", "remote_accesses_weighted", "epoch_unique_remote", "batch_remote_reads",
+                   "batch_remote_pushes", "batch_remote_reads_weighted", "batch_size", "embedding_dim", "bytes_per_row",
+                   "remote_accesses_bytes", "epoch_unique_remote_bytes", "batch_remote_reads_bytes",
+                   "batch_remote_pushes_bytes", "replication_factor", "num_workers", "num_samples", "num_edges",
+                   "num_active_embeddings", "num_secondaries", "partition_seconds", "peak_rss_bytes")
+#: metrics that are an object of numbers (or strings: ``reference.placement``)
+_TABLE_METRICS = ("reduction_vs_random", "reference", "balance", "train")
+
+
 def load_report(path: str | os.PathLike) -> dict[str, Any]:
-    """Read a ``report.json`` (format and version checked)."""
-    return read_versioned_json(Path(path), fmt=FORMAT, max_version=SCHEMA_VERSION, error=ManifestError,
-                               fix="re-create it with 'gmp report MANIFEST_DIR --dataset DATASET_DIR'.")
+    """Read a ``report.json`` (format and version checked, then its shape: :func:`check_report`)."""
+    report = read_versioned_json(Path(path), fmt=FORMAT, max_version=SCHEMA_VERSION, error=ManifestError,
+                                 fix=_REPORT_FIX)
+    check_report(report, Path(path))
+    return report
+
+
+def check_report(report: Mapping[str, Any], path: Path) -> None:
+    """Check the shape of what a report's tables and plots read, so an edited or damaged ``report.json``
+    is one :class:`ManifestError` naming the key, not a TypeError deep in the rendering.
+
+    ``metrics`` an object: its counts numbers or null, ``per_worker`` lists of numbers one per worker,
+    ``traffic_matrix`` workers x workers numbers, ``balance``/``reference``/... objects of scalars;
+    ``graph`` an object of scalars, ``degree_distribution`` ``bin_edges`` and one fewer ``counts``,
+    ``convergence`` a list of objects of scalars, ``plots`` a list of file names (each may be null).
+    """
+    def bad(key: str, expected: str, got: Any) -> ManifestError:
+        import json
+
+        return ManifestError(f"{path}: {key} must be {expected}, got {json.dumps(got, default=str)[:60]}; "
+                             f"{_REPORT_FIX}")
+
+    def numbers_list(v: Any) -> bool:
+        return isinstance(v, list) and all(_is_number(x) for x in v)
+
+    def scalars(v: Any) -> bool:
+        return isinstance(v, Mapping) and all(x is None or isinstance(x, (numbers.Real, str)) for x in v.values())
+
+    metrics = report.get("metrics")
+    if not isinstance(metrics, Mapping):
+        raise bad("metrics", "an object", metrics)
+    for k in _NUMBER_METRICS:
+        if metrics.get(k) is not None and not _is_number(metrics[k]):
+            raise bad(f"metrics.{k}", "a number or null", metrics[k])
+    for k in _TABLE_METRICS:
+        if metrics.get(k) is not None and not scalars(metrics[k]):
+            raise bad(f"metrics.{k}", "an object of numbers", metrics[k])
+    num_workers = metrics.get("num_workers")
+    per_worker = metrics.get("per_worker")
+    if per_worker is not None:
+        if not isinstance(per_worker, Mapping):
+            raise bad("metrics.per_worker", "an object of per-worker lists", per_worker)
+        for k, v in per_worker.items():
+            if not numbers_list(v):
+                raise bad(f"metrics.per_worker.{k}", "a list of numbers", v)
+            num_workers = len(v) if num_workers is None else num_workers
+            if len(v) != num_workers:
+                raise bad(f"metrics.per_worker.{k}", f"one number per worker ({num_workers})", v)
+    matrix = metrics.get("traffic_matrix")
+    if matrix is not None:
+        square = isinstance(matrix, list) and all(numbers_list(r) and len(r) == len(matrix) for r in matrix)
+        if not square or (num_workers is not None and len(matrix) != num_workers):
+            raise bad("metrics.traffic_matrix", f"a {num_workers} x {num_workers} list of lists of numbers", matrix)
+    graph = report.get("graph")
+    if graph is not None and not scalars(graph):
+        raise bad("graph", "an object of numbers", graph)
+    degrees = report.get("degree_distribution")
+    if degrees is not None:
+        edges, counts = (degrees.get("bin_edges"), degrees.get("counts")) if isinstance(degrees, Mapping) else (0, 0)
+        if not (numbers_list(edges) and numbers_list(counts) and len(counts) == max(len(edges) - 1, 0)):
+            raise bad("degree_distribution", "an object with bin_edges and one fewer counts (numbers)", degrees)
+    conv = report.get("convergence")
+    if conv is not None and not (isinstance(conv, list) and all(
+            isinstance(r, Mapping) and all(_is_scalar(v) for v in r.values()) for r in conv)):
+        raise bad("convergence", "a list of objects of numbers or null", conv)
+    plots = report.get("plots")
+    if plots is not None and not (isinstance(plots, list) and all(isinstance(p, str) for p in plots)):
+        raise bad("plots", "a list of file names or null", plots)
+    for k in ("settings",):
+        if report.get(k) is not None and not isinstance(report[k], Mapping):
+            raise bad(k, "an object", report[k])
+    for k in ("source", "dataset_sha256", "dataset_name"):
+        if report.get(k) is not None and not isinstance(report[k], str):
+            raise bad(k, "a string or null", report[k])
 
 
 def report_from_manifest(manifest, *, dataset=None, batch_size: int | None = None,
@@ -198,7 +281,7 @@ def _report_from_manifest(manifest, dataset, batch_size, embedding_dim) -> dict[
         from ..graph import build_graph
         from ..metrics import compute_metrics
 
-        if str(dataset.sha256) != manifest.dataset_sha256:
+        if not made_for(dataset, manifest.dataset_sha256):
             raise ManifestError(
                 f"{manifest.path / 'manifest.json'} was made for dataset sha256 {manifest.dataset_sha256[:12]}…, "
                 f"but {dataset.path} has sha256 {str(dataset.sha256)[:12]}…; use the dataset it was made for."

@@ -25,9 +25,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..manifest import PLOT_FILES  # the manifest directory names its own files
 from .tables import subject
 
-PLOT_FILES = {"traffic": "traffic.png", "loads": "loads.png", "degrees": "degrees.png"}
 #: dots per inch of every saved figure (print resolution)
 DPI = 200
 

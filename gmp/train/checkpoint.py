@@ -83,6 +83,7 @@ from .._io import full_disk_error, header_value, read_versioned_json, write_json
 from .._version import __version__
 from ..errors import GmpError, TrainingError
 from ..placement import Placement
+from .checkpoint_safe import first_line, from_safe, refusal_reason, to_safe  # noqa: F401 - re-exported
 from .checkpoint_rows import PrimaryRows, rows_name, upgrade_worker_v2, write_primary_rows
 from .checkpoint_dir import CKPT_DIR, HEADER, LATEST, free_name, link_target, point_latest, prune
 from .config import comparable_settings
@@ -108,63 +109,12 @@ def placement_sha256(placement: Placement) -> str:
                         ("secondary_workers", placement.secondary_workers)])
 
 
-# --------------------------------------------------------------------------- safe encoding
-def to_safe(obj: Any) -> Any:
-    """``obj`` with every numpy array/scalar turned into what ``torch.load(weights_only=True)`` reads.
-
-    Arrays become ``{"__ndarray__": uint8 tensor, "dtype": "<u4", "shape": [...]}``;
-    numpy scalars Python numbers; tensors, numbers, strings, None, lists,
-    tuples and dicts pass (recursively). Anything else is a ``TypeError``: it
-    could not be read back without unpickling code.
-    """
-    if isinstance(obj, torch.Tensor) or obj is None or isinstance(obj, (bool, int, float, str)):
-        return obj
-    if isinstance(obj, np.ndarray):
-        if obj.dtype.hasobject:
-            raise TypeError("object arrays cannot be stored in a checkpoint")
-        raw = np.ascontiguousarray(obj).view(np.uint8).reshape(-1) if obj.size else np.zeros(0, np.uint8)
-        return {"__ndarray__": torch.from_numpy(raw.copy()), "dtype": obj.dtype.str, "shape": list(obj.shape)}
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, dict):
-        return {k: to_safe(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [to_safe(v) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(to_safe(v) for v in obj)
-    raise TypeError(f"a {type(obj).__name__} cannot be stored in a checkpoint (only tensors, numbers, strings, "
-                    f"containers and numpy arrays)")
-
-
-def from_safe(obj: Any) -> Any:
-    """Inverse of :func:`to_safe`."""
-    if isinstance(obj, dict):
-        if "__ndarray__" in obj:
-            data, dtype, shape = obj["__ndarray__"], np.dtype(obj["dtype"]), tuple(int(s) for s in obj["shape"])
-            if dtype.hasobject:
-                raise ValueError("object dtype")
-            raw = data.numpy().tobytes() if isinstance(data, torch.Tensor) else b""
-            return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
-        return {k: from_safe(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [from_safe(v) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(from_safe(v) for v in obj)
-    return obj
-
-
 def _save(obj: dict, path: Path) -> int:
     # through a Python file: torch's own writer reports a full device as a RuntimeError ("unexpected pos
     # 704 vs 598"), a traceback naming neither the file nor the cause; this way it is OSError ENOSPC
     with open(path, "wb") as f:
         torch.save(to_safe(obj), f)
     return path.stat().st_size
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    line = text[0] if text else type(exc).__name__
-    return line if len(line) <= 160 else line[:160] + "…"
 
 
 def _load(path: Path, keys: tuple[str, ...]) -> dict:
@@ -177,7 +127,7 @@ def _load(path: Path, keys: tuple[str, ...]) -> dict:
     except FileNotFoundError:
         raise TrainingError(f"{path} is missing: the checkpoint is incomplete; {_FIX}") from None
     except (zipfile.BadZipFile, OSError, EOFError) as exc:
-        raise TrainingError(f"{path} is not a readable gmp checkpoint file ({_first_line(exc)}); {_FIX}") from None
+        raise TrainingError(f"{path} is not a readable gmp checkpoint file ({first_line(exc)}); {_FIX}") from None
     if damaged is not None:
         raise TrainingError(f"{path} is damaged: its entry {damaged} fails its CRC-32 check; resume from an older "
                             f"checkpoint (move this one aside) or {_FIX}")
@@ -186,7 +136,7 @@ def _load(path: Path, keys: tuple[str, ...]) -> dict:
     except FileNotFoundError:
         raise TrainingError(f"{path} is missing: the checkpoint is incomplete; {_FIX}") from None
     except Exception as exc:  # noqa: BLE001 - UnpicklingError, RuntimeError, EOFError, ...: all mean "corrupt"
-        raise TrainingError(f"{path} is not a readable gmp checkpoint file ({_first_line(exc)}); {_FIX}") from None
+        raise TrainingError(f"{path} is not a readable gmp checkpoint file ({refusal_reason(exc)}); {_FIX}") from None
     if not isinstance(obj, dict):
         raise TrainingError(f"{path} holds a {type(obj).__name__}, expected a dict; {_FIX}")
     missing = [k for k in keys if k not in obj]
@@ -195,7 +145,7 @@ def _load(path: Path, keys: tuple[str, ...]) -> dict:
     try:
         return from_safe(obj)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise TrainingError(f"{path} holds a malformed array ({_first_line(exc)}); {_FIX}") from None
+        raise TrainingError(f"{path} holds a malformed array ({first_line(exc)}); {_FIX}") from None
 
 
 # --------------------------------------------------------------------------- saving
@@ -237,7 +187,10 @@ def save_checkpoint(trainer, directory: str | os.PathLike, *, dataset_sha256: st
                                     f"every machine shares; latest still points to the previous checkpoint.")
             files["trainer.pt"] = _save({
                 **trainer.state_dict(),
-                "torch_rng": torch.random.get_rng_state(), "numpy_rng": np.random.get_state()}, tmp / "trainer.pt")
+                "torch_rng": torch.random.get_rng_state(), "numpy_rng": np.random.get_state(),
+                # the position again, inside the state it belongs to: checkpoint.json's epoch/step are checked
+                # against it on resume (an edited step skipped steps silently)
+                "position": [int(v) for v in trainer.position()]}, tmp / "trainer.pt")
             for name in os.listdir(tmp):  # the workers of other processes
                 files.setdefault(name, (tmp / name).stat().st_size)
             write_json(tmp / HEADER, {  # last: a directory with a header is complete
@@ -426,14 +379,31 @@ def load_checkpoint(trainer, directory: str | os.PathLike, *, dataset_sha256: st
     except GmpError:
         raise
     except Exception as exc:  # noqa: BLE001 - wrong shapes/types inside a file: one line, not a traceback
-        raise TrainingError(f"{where} does not fit this run ({_first_line(exc)}); {_FIX}") from None
+        raise TrainingError(f"{where} does not fit this run ({first_line(exc)}); {_FIX}") from None
     num_steps = ctx.schedule.num_steps(head["epoch"])
     if head["step"] > num_steps:
         raise TrainingError(f"{ckpt / HEADER}: step {head['step']} is beyond the {num_steps} steps of epoch "
                             f"{head['epoch'] + 1}; {_FIX}")
+    check_position(ckpt, head, main)
     trainer.seek(head["epoch"], head["step"])
     trainer.name_run(head.get("run"))  # its log lines continue under the same run (None: saved before gmp wrote it)
     return head
+
+
+def check_position(ckpt: Path, head: dict[str, Any], main: dict[str, Any]) -> None:
+    """Refuse a checkpoint whose ``checkpoint.json`` epoch/step differ from the position ``trainer.pt`` was
+    saved at (``position``; checkpoints saved before gmp wrote it are taken as they are)."""
+    pos = main.get("position")
+    if pos is None:
+        return
+    ok = isinstance(pos, (list, tuple)) and len(pos) == 2 and all(isinstance(x, int) and not isinstance(x, bool)
+                                                                  for x in pos)
+    if not ok:
+        raise TrainingError(f"{ckpt / 'trainer.pt'} holds position {pos!r}, expected [epoch, step]; {_FIX}")
+    if (head["epoch"], head["step"]) != tuple(pos):
+        raise TrainingError(f"{ckpt / HEADER} says epoch {head['epoch']} step {head['step']}, but the state in "
+                            f"trainer.pt was saved at epoch {pos[0]} step {pos[1]}: the header was edited; resume "
+                            f"from an untouched checkpoint or {_FIX}")
 
 
 def check_settings(ckpt: Path, head: dict[str, Any], config, keys: Sequence[str] | None = None) -> None:

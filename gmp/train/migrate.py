@@ -49,9 +49,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..datasets.extend import parents
+from ..datasets.extend import names_parent, parents
 from ..errors import DatasetError, TrainingError
-from .checkpoint import check_settings, find_checkpoint, load_checkpoint, open_worker_rows, read_trainer_file
+from .checkpoint import (check_position, check_settings, find_checkpoint, load_checkpoint, open_worker_rows,
+                         read_trainer_file)
 
 log = logging.getLogger("gmp.train")
 _FIX = "start without --resume or point --checkpoint-dir elsewhere"
@@ -77,8 +78,8 @@ def resume_training(trainer, checkpoint_dir: str | os.PathLike, *, dataset, plac
     if found is None:
         raise TrainingError(f"--resume: no checkpoint in {checkpoint_dir}; run without --resume first.")
     ckpt, head = found
-    if head["dataset_sha256"] == dataset.sha256:
-        load_checkpoint(trainer, checkpoint_dir, dataset_sha256=dataset.sha256, placement_sha=placement_sha,
+    if dataset.has_sha256(head["dataset_sha256"]):  # its hash, or the one schema 2 gave it
+        load_checkpoint(trainer, checkpoint_dir, dataset_sha256=head["dataset_sha256"], placement_sha=placement_sha,
                         found=found)
         return None
     old_num_embeddings, depth = ancestor_size(dataset, head["dataset_sha256"], ckpt)
@@ -101,7 +102,7 @@ def ancestor_size(dataset, sha256: str, ckpt: Path) -> tuple[int, int]:
     try:
         for depth, parent in parents(dataset):
             seen.append(str(parent.get("sha256", ""))[:12])
-            if parent.get("sha256") == sha256:
+            if names_parent(parent, sha256):
                 return int(parent["num_embeddings"]), depth
     except DatasetError as exc:
         raise TrainingError(f"--resume {ckpt}: {exc}, so the checkpoint's dataset cannot be found among its "
@@ -119,6 +120,7 @@ def check_migratable(trainer, ckpt: Path, head: dict[str, Any]) -> None:
         raise TrainingError(f"{ckpt} stopped inside epoch {head['epoch'] + 1} (step {head['step']}) of its dataset; "
                             f"finish that epoch by resuming with the checkpoint's own dataset and manifest first.")
     check_settings(ckpt, head, trainer.settings(), STATE_SETTINGS)
+    check_position(ckpt, head, read_trainer_file(ckpt))  # a step edited to 0 does not make it an epoch's end
 
 
 def restore_dense(trainer, ckpt: Path) -> None:
