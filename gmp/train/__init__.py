@@ -5,7 +5,8 @@ Who calls whom (imports point down; docs/train.md has the full diagram)::
     run.py          gmp train as a library call: validate, build engine + trainer, fit, log, checkpoint
       |   \
       |    migrate.py       resume on the next day's placement (rows travel with their state)
-      |    checkpoint.py    save / resume (checkpoint_dir.py: names, latest link; checkpoint_rows.py: rows files)
+      |    checkpoint.py    save / resume (checkpoint_dir.py: names, latest link; checkpoint_rows.py: rows files;
+      |                     checkpoint_safe.py: arrays as weights-only tensors)
       |      (both use the Trainer's public methods only)
     trainer.py      Trainer: the loop (fit), position, records, evaluation -- protocol-independent
       |
