@@ -254,7 +254,7 @@ def plan_import(fmt: str | None, inputs: Sequence[str | os.PathLike], out: str |
         raise ImportDataError("no input files given; pass at least one INPUT path.")
     first = Path(inputs[0])
     if not first.exists():
-        raise ImportDataError(f"{first}: no such file; check the INPUT path.")
+        check_inputs([first], streams=True)  # names a missing file, a dangling link or a symlink loop
     guess = sniff(first)
     proposed: list[str] = []
 
