@@ -155,7 +155,7 @@ def test_a_header_claiming_billions_of_embeddings_is_refused_on_open(small_cgrou
     """``data info`` and ``partition`` on a header saying 2.5e9 embeddings were killed; now refused on open."""
     import json
 
-    from gmp.datasets.format import load_dataset
+    from gmp.datasets.format import FieldInfo, header_sha256, load_dataset
     from gmp.errors import DatasetError
     from train_data import make_ctr_dataset
 
@@ -165,6 +165,8 @@ def test_a_header_claiming_billions_of_embeddings_is_refused_on_open(small_cgrou
     last = [f for f in head["fields"] if f["kind"] != "dense"][-1]
     last["num_values"] = 2_500_000_000 - last["offset"]
     last["ranges"] = [[last["offset"], 2_500_000_000]]
+    # resealed, as a consistent header of that size would be (dataset schema 3 binds the header to its hash)
+    head["sha256"] = header_sha256(head, [FieldInfo.from_json(f) for f in head["fields"]])
     (path / "dataset.json").write_text(json.dumps(head))
     with pytest.raises(DatasetError, match=r"dataset.json: num_embeddings 2,500,000,000 \(per-id counts of 16 bytes\) "
                                            r"needs about 37\.3 GiB of memory, 0\.2 GiB is available"):
