@@ -312,6 +312,8 @@ def _plan_columns(fmt: str, path: Path, given: ColumnChoice, recognised: bool):
 
     from .sniff import csv_sample, is_number, parquet_sample, positive_label, propose_columns
 
+    if not path.is_file():  # a pipe or device is read once, by the importer: nothing to sample ahead
+        return given, [], [], None
     if fmt == "csv":
         header, rows = csv_sample(path, sep_char(given.sep) or _delimiter(path))
     else:
