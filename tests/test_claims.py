@@ -20,9 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from cli.main import app
+from cli_helpers import invoke, one_line_error
 from gmp import _io
 from gmp.datasets import format as dataset_format
 from gmp.datasets.format import DATASET_FILES, load_dataset
@@ -30,19 +29,6 @@ from gmp.errors import OutputError, TrainingError
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = Path(__file__).parent / "data" / "import"
-runner = CliRunner()
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
-
-
-def one_line_error(res, pattern: str) -> str:
-    assert res.exit_code == 2, (res.exit_code, res.output)
-    err = res.stderr.strip()
-    assert err.startswith("error: ") and "\n" not in err and "Traceback" not in res.output, err
-    assert re.search(pattern, err), err
-    return err
 
 
 def no_leftovers(parent: Path) -> list[str]:

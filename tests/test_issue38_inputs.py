@@ -13,25 +13,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from cli.main import app
+from cli_helpers import invoke, one_line_error
 from gmp.datasets.format import load_dataset
 
 FIX = Path(__file__).parent / "data" / "import"
-runner = CliRunner()
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
-
-
-def one_line_error(res, pattern: str) -> str:
-    assert res.exit_code == 2, (res.exit_code, res.output)
-    err = res.stderr.strip()
-    assert err.startswith("error: ") and "\n" not in err and "Traceback" not in res.output, err
-    assert re.search(pattern, err), err
-    return err
 
 
 @pytest.fixture
