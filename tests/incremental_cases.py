@@ -52,3 +52,26 @@ def old_placement(n: int, prim: list[int], secs: list[list[int]]) -> Placement:
     indptr = np.zeros(len(prim) + 1, dtype=np.int64)
     np.cumsum([len(s) for s in secs], out=indptr[1:])
     return Placement.edge_cut(n, [0], prim).with_secondaries(indptr, [w for s in secs for w in s])
+
+
+def day_to_day_cli(tmp_path, budget: str):
+    """Through the CLI: a tiny day 0 and its ``--continue`` day 1, day 0 placed by hybrid on 2 workers and
+    trained with checkpoints, day 1 placed ``--from-manifest`` at ``--max-moved-rows budget``, then trained
+    with ``--resume``. Returns ``(d0, d1, p0, p1, resume_result)``; every command exited 0."""
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    run = CliRunner().invoke
+    d0, d1, p0, p1, ck = (str(tmp_path / x) for x in ("s0", "s1", "p0", "p1", "ck"))
+    train = ["--checkpoint-dir", ck, "--batch-size", "256", "--embedding-dim", "4"]
+    for args in (["data", "synth", "--preset", "tiny", "-n", "1500", "--scale", "0.05", "-o", d0],
+                 ["data", "synth", "--continue", d0, "-o", d1, "--growth", "0.05"],
+                 ["partition", d0, "-m", "hybrid", "-w", "2", "-o", p0, "--no-plots"],
+                 ["partition", d1, "--from-manifest", p0, "--max-moved-rows", budget, "-o", p1, "--no-plots"],
+                 ["train", "--dataset", d0, "--manifest", p0, *train]):
+        res = run(app, args)
+        assert res.exit_code == 0, res.output
+    res = run(app, ["train", "--dataset", d1, "--manifest", p1, *train, "--resume"])
+    assert res.exit_code == 0, res.output
+    return d0, d1, p0, p1, res

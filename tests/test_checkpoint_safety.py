@@ -16,15 +16,11 @@ import numpy as np
 import pytest
 import torch
 
-from gmp.datasets.format import load_dataset
 from gmp.errors import GmpError, TrainingError
-from gmp.manifest import write_manifest
-from gmp.placement import Placement
-from gmp.topology import homogeneous
 from gmp.train import checkpoint as ck
 from gmp.train import TrainConfig
 from gmp.train.run import train
-from train_data import make_ctr_dataset
+from train_data import make_two_worker_run
 
 GOLDEN = Path(__file__).parent / "data"
 CFG = TrainConfig(model="wdl", batch_size=8, epochs=1, optimizer="adagrad", embedding_dim=2, hidden=(4,))
@@ -40,15 +36,7 @@ def _one_thread():
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ck")
-    path = make_ctr_dataset(root / "ds", num_samples=64, field_sizes=(5, 7))
-    ds = load_dataset(path)
-    rng = np.random.default_rng(0)
-    pl = Placement.edge_cut(2, rng.integers(0, 2, ds.num_samples), rng.integers(0, 2, ds.num_embeddings), method="t")
-    man = root / "man"
-    write_manifest(man, pl, dataset_sha256=ds.sha256, num_samples=ds.num_samples, num_embeddings=ds.num_embeddings,
-                   topology=homogeneous(2))
-    return path, man
+    return make_two_worker_run(tmp_path_factory.mktemp("ck"))
 
 
 def run(setup, ckdir, *, epochs=1, resume=False, **kw):

@@ -18,7 +18,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from cli_helpers import invoke, one_line_error
@@ -204,20 +203,9 @@ def test_a_file_made_at_compare_out_meanwhile_is_not_replaced(tmp_path):
 # --------------------------------------------------------------------------- --checkpoint-dir: one run at a time
 @pytest.fixture(scope="module")
 def train_setup(tmp_path_factory):
-    from gmp.manifest import write_manifest
-    from gmp.placement import Placement
-    from gmp.topology import homogeneous
-    from train_data import make_ctr_dataset
+    from train_data import make_two_worker_run
 
-    root = tmp_path_factory.mktemp("claims")
-    path = make_ctr_dataset(root / "ds", num_samples=64, field_sizes=(5, 7))
-    ds = load_dataset(path)
-    rng = np.random.default_rng(0)
-    pl = Placement.edge_cut(2, rng.integers(0, 2, ds.num_samples), rng.integers(0, 2, ds.num_embeddings), method="t")
-    man = root / "man"
-    write_manifest(man, pl, dataset_sha256=ds.sha256, num_samples=ds.num_samples, num_embeddings=ds.num_embeddings,
-                   topology=homogeneous(2))
-    return path, man
+    return make_two_worker_run(tmp_path_factory.mktemp("claims"))
 
 
 CFG = dict(model="wdl", batch_size=8, epochs=1, optimizer="adagrad", embedding_dim=2, hidden=(4,))

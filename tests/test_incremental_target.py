@@ -19,13 +19,13 @@ from gmp.graph import BipartiteGraph
 from gmp.manifest import load_manifest
 from gmp.metrics import batch_remote_reads
 from gmp.partition import _incremental_kernels as K
-from gmp.partition.incremental import (Options, budget_ladder, match_workers, moved_rows, place_and_repartition,
+from gmp.partition.incremental import (Options, budget_ladder, match_workers, place_and_repartition,
                                        place_new_data, renames_workers, repartition_incremental)
 from gmp.placement import Placement
 from gmp.topology import Topology, hierarchical, resolve_topology
 
 sys.path.insert(0, str(Path(__file__).parent))
-from incremental_cases import draw_day, old_placement, reference_moved  # noqa: E402
+from incremental_cases import day_to_day_cli, draw_day, old_placement, reference_moved  # noqa: E402
 
 runner = CliRunner()
 
@@ -247,21 +247,9 @@ def test_cli_window_partitions_the_last_days(tmp_path):
 def test_the_trainer_moves_the_rows_of_the_target_candidate(tmp_path):
     """At 100% the rows come from the target (its moves or itself): gmp train --resume moves exactly the rows
     the partitioner counted, as it does for the sweep's (tests/test_migrate.py)."""
-    run = runner.invoke
-    d0, d1, p0, p1, ck = (str(tmp_path / x) for x in ("s0", "s1", "p0", "p1", "ck"))
-    for args in (["data", "synth", "--preset", "tiny", "-n", "1500", "--scale", "0.05", "-o", d0],
-                 ["data", "synth", "--continue", d0, "-o", d1, "--growth", "0.05"],
-                 ["partition", d0, "-m", "hybrid", "-w", "2", "-o", p0, "--no-plots"],
-                 ["partition", d1, "--from-manifest", p0, "--max-moved-rows", "100%", "-o", p1, "--no-plots"],
-                 ["train", "--dataset", d0, "--manifest", p0, "--checkpoint-dir", ck, "--batch-size", "256",
-                  "--embedding-dim", "4"]):
-        res = run(app, args)
-        assert res.exit_code == 0, res.output
+    d0, d1, p0, p1, res = day_to_day_cli(tmp_path, "100%")
     c = json.loads((Path(p1) / "report.json").read_text())["incremental"]
     assert c["kept"] in ("target", "full")
-    res = run(app, ["train", "--dataset", d1, "--manifest", p1, "--checkpoint-dir", ck, "--batch-size", "256",
-                    "--embedding-dim", "4", "--resume"])
-    assert res.exit_code == 0, res.output
     mig = next(json.loads(x) for x in res.output.splitlines() if x.startswith('{"kind": "migration"'))
     assert 0 < mig["moved_rows"]["total"] == c["moved_rows"]["total"]
     assert mig["moved_rows"]["created_rows"] == c["created_rows"]

@@ -363,19 +363,10 @@ def test_day_to_day_through_the_cli(tmp_path):
 
     from cli.main import app
 
+    from incremental_cases import day_to_day_cli
+
     run = CliRunner().invoke
-    d0, d1, p0, p1, ck = (str(tmp_path / x) for x in ("s0", "s1", "p0", "p1", "ck"))
-    for args in (["data", "synth", "--preset", "tiny", "-n", "1500", "--scale", "0.05", "-o", d0],
-                 ["data", "synth", "--continue", d0, "-o", d1, "--growth", "0.05"],
-                 ["partition", d0, "-m", "hybrid", "-w", "2", "-o", p0, "--no-plots"],
-                 ["partition", d1, "--from-manifest", p0, "--max-moved-rows", "5%", "-o", p1, "--no-plots"],
-                 ["train", "--dataset", d0, "--manifest", p0, "--checkpoint-dir", ck, "--batch-size", "256",
-                  "--embedding-dim", "4"]):
-        res = run(app, args)
-        assert res.exit_code == 0, res.output
-    res = run(app, ["train", "--dataset", d1, "--manifest", p1, "--checkpoint-dir", ck, "--batch-size", "256",
-                    "--embedding-dim", "4", "--resume"])
-    assert res.exit_code == 0, res.output
+    d0, d1, p0, p1, res = day_to_day_cli(tmp_path, "5%")
     mig = next(json.loads(x) for x in res.output.splitlines() if x.startswith('{"kind": "migration"'))
     planned = json.loads((Path(p1) / "report.json").read_text())["incremental"]["moved_rows"]
     assert 0 < mig["moved_rows"]["total"] == planned["total"]

@@ -154,3 +154,19 @@ def random_placement(ds, n, *, secondaries=0.0, seed=1):
         pl = pl.with_secondaries(indptr, np.array([w for s in sec for w in s], dtype=np.int32))
     pl.check(num_samples=ds.num_samples, num_embeddings=ds.num_embeddings)
     return pl
+
+
+def make_two_worker_run(root):
+    """``(dataset, manifest)`` under ``root``: 64 samples with fields of 5 and 7 values, placed at random
+    (seed 0) on 2 workers; the small run of the checkpoint and claim tests."""
+    from gmp.manifest import write_manifest
+    from gmp.topology import homogeneous
+
+    path = make_ctr_dataset(root / "ds", num_samples=64, field_sizes=(5, 7))
+    ds = load_dataset(path)
+    rng = np.random.default_rng(0)
+    pl = Placement.edge_cut(2, rng.integers(0, 2, ds.num_samples), rng.integers(0, 2, ds.num_embeddings), method="t")
+    man = root / "man"
+    write_manifest(man, pl, dataset_sha256=ds.sha256, num_samples=ds.num_samples, num_embeddings=ds.num_embeddings,
+                   topology=homogeneous(2))
+    return path, man
