@@ -149,25 +149,17 @@ def acquire_lock(path: str | os.PathLike, *, busy: str) -> OutputLock:
     path = Path(path)
     token = uuid.uuid4().hex
     for _ in range(50):  # a holder releasing between our open and our lock: look again
+        read_only = False
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
         except PermissionError:  # another user's lock file (a shared directory): read-only serves for flock
             try:
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                fd, read_only = os.open(path, os.O_RDONLY | os.O_CLOEXEC), True
             except FileNotFoundError:
                 continue
             except OSError as exc:
                 raise OutputError(f"cannot open the lock {path}: {exc.strerror}; check the permissions of "
                                   f"{path.parent}.") from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                raise _busy_error(fd, busy) from None
-            if OutputLock(path, fd, token).held():
-                with contextlib.suppress(OSError):
-                    os.unlink(path)  # a dead run's lock, not ours to rewrite: removed under its lock, made anew
-            os.close(fd)
-            continue
         except OSError as exc:
             if exc.errno in _FULL:
                 raise full_disk_error(exc, path) from None
@@ -175,12 +167,18 @@ def acquire_lock(path: str | os.PathLike, *, busy: str) -> OutputLock:
                               f"{path.parent}.") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise _busy_error(fd, busy) from None
-        except OSError:  # a filesystem without locks: the file's existence is the lock (O_EXCL below)
-            os.close(fd)
+        except OSError as exc:
+            if isinstance(exc, BlockingIOError) or read_only:
+                raise _busy_error(fd, busy) from None
+            os.close(fd)  # a filesystem without locks: the file's existence is the lock (O_EXCL below)
             return _acquire_exclusive(path, busy=busy, token=token)
         lock = OutputLock(path, fd, token)
+        if read_only:  # a dead run's lock, not ours to rewrite: removed under its lock, then made anew
+            if lock.held():
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+            os.close(fd)
+            continue
         if not lock.held():  # released (unlinked) by its holder between our open and our flock
             os.close(fd)
             continue

@@ -706,19 +706,23 @@ def batch_reads(indptr, cindices, sindptr, scindices, sw, prim, sec, batch_size,
     for s in range(sw.size):
         w = sw[s]
         c = chunk[s]
-        for k in range(indptr[s], indptr[s + 1]):
-            x = cindices[k]
-            if stamp[x, w] != c:
-                stamp[x, w] = c
-                if prim[x] != w and (sec[x] >> w) & 1 == 0:
-                    total += 1
+        total += _chunk_reads(cindices, indptr[s], indptr[s + 1], stamp, w, c, prim, sec)
         if sealed:
-            for k in range(sindptr[s], sindptr[s + 1]):
-                x = scindices[k]
-                if stamp[x, w] != c:
-                    stamp[x, w] = c
-                    if prim[x] != w and (sec[x] >> w) & 1 == 0:
-                        total += 1
+            total += _chunk_reads(scindices, sindptr[s], sindptr[s + 1], stamp, w, c, prim, sec)
+    return total
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _chunk_reads(ids, lo, hi, stamp, w, c, prim, sec):  # pragma: no cover - compiled
+    """Rows ``ids[lo:hi]`` not yet stamped for chunk ``c`` of worker ``w`` (stamped now) that ``w`` does not
+    hold: the chunk's new remote reads."""
+    total = 0
+    for k in range(lo, hi):
+        x = ids[k]
+        if stamp[x, w] != c:
+            stamp[x, w] = c
+            if prim[x] != w and (sec[x] >> w) & 1 == 0:
+                total += 1
     return total
 
 
