@@ -329,7 +329,8 @@ def _default_cache(dataset: Path, manifest: Path | None, workers: int | None, co
     from .train.run import open_placement
     from .train.tiers.sizing import default_cache_rows
 
-    ds = load_dataset(dataset)
+    # not verified here: the run that follows recomputes the content hash once (sizing is a read of ids)
+    ds = load_dataset(dataset, verify=False)
     placement = open_placement(ds, manifest, workers)[0]
     start = 0
     if resume_from is not None and resume_from.get("dataset_sha256") == ds.sha256:
