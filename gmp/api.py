@@ -39,6 +39,8 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from ._io import release_claim_on_error
+
 _log = logging.getLogger("gmp")
 
 __all__ = ["import_dataset", "synthesize", "load_dataset", "partition_dataset", "repartition_dataset", "load_manifest",
@@ -260,6 +262,7 @@ def write_scored_manifest(out: str | os.PathLike, ds: Any, graph: Any, placement
     return metrics
 
 
+@release_claim_on_error("out")
 def partition_dataset(dataset: Any, method: str, out: str | os.PathLike | None = None, *,
                       workers: int | None = None, topology: Any = None, inter_cost: float | None = None,
                       seed: int | None = None, batch_size: int | None = None, embedding_dim: int | None = None,
@@ -292,8 +295,10 @@ def partition_dataset(dataset: Any, method: str, out: str | os.PathLike | None =
     Manifest
         The written manifest, opened again (validated).
     """
+    from ._io import check_output_dir
     from .compare import method_options, peak_rss_bytes, with_field_layout
     from .errors import ManifestError
+    from .manifest import MANIFEST_FILES
     from .graph import build_graph
     from .partition import make_options, run_partitioner
     from .progress import task
@@ -313,6 +318,9 @@ def partition_dataset(dataset: Any, method: str, out: str | os.PathLike | None =
     out = Path(out)
     if out.exists() and not overwrite:  # checked before the (possibly long) partitioning
         raise ManifestError(f"partition_dataset: out {out} already exists; pass overwrite=True or another out.")
+    # claimed from here (a second writer is refused now, not after the partitioning) to the swap
+    check_output_dir(out, kind="gmp.placement", overwrite=overwrite, inputs=[ds.path], flag="out",
+                     own=MANIFEST_FILES)
     opts = method_options(method, dict(options or {}), batch_size=batch_size, embedding_dim=embedding_dim)
     # per_field=True: the fields' first ids; validated here, before the (possibly long) graph and partitioning
     opts = make_options(method, with_field_layout(opts, ds))
@@ -390,6 +398,7 @@ def _last_samples(placement, num_samples: int):
                      options=placement.options, seed=placement.seed, info=placement.info)
 
 
+@release_claim_on_error("out")  # a failed call leaves out unclaimed: a notebook may call it again
 def repartition_dataset(dataset: Any, old_manifest: Any, out: str | os.PathLike, *,
                         max_moved_rows: int | str | None = None, seed: int = 0, batch_size: int | None = None,
                         embedding_dim: int | None = None, options: Mapping[str, Any] | None = None,

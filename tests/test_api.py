@@ -263,3 +263,21 @@ def test_train_model_takes_gmp_trains_herald_defaults(tmp_path):
     assert api[-1]["herald"] == cli[-1]["herald"]
     lru = gmp.train_model(path, man, epochs=1, batch_size=8, embedding_dim=4, seed=0, cache_policy="lru", **opts)
     assert lru[-1]["herald"] != api[-1]["herald"]  # the policy matters here: the test can tell them apart
+
+
+def test_a_failed_partition_or_repartition_releases_its_out(tiny_dataset, tmp_path):
+    """Both claim ``out`` before the (long) partitioning; a call that fails after that must let it go (the
+    lock file ``.NAME.gmp-lock`` beside it, held open until this process ended, refused any other writer)."""
+    from gmp import _io
+    from gmp.errors import GmpError
+
+    p0 = gmp.partition_dataset(tiny_dataset, "random", tmp_path / "p0", workers=2, batch_size=2, plots=False)
+    out = tmp_path / "x"
+    with pytest.raises(GmpError, match="option 'levels' is not an option of --from-manifest"):
+        gmp.repartition_dataset(tiny_dataset, p0, out, options={"levels": 3}, plots=False)
+    assert not _io.lock_path(out).exists() and not out.exists()
+    with pytest.raises(GmpError, match="bogus"):
+        gmp.partition_dataset(tiny_dataset, "random", out, workers=2, options={"bogus": 1}, plots=False)
+    assert not _io.lock_path(out).exists() and not out.exists()
+    m = gmp.partition_dataset(tiny_dataset, "random", out, workers=2, batch_size=2, plots=False)  # a fresh claim
+    assert Path(m.path) == out and not _io.lock_path(out).exists()
