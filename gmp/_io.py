@@ -416,6 +416,9 @@ def check_output_dir(out: str | os.PathLike, *, kind: str | None, overwrite: boo
         clean_leftovers(out)  # may put back an old copy a killed run had moved aside
         if fresh:
             held.identity = _identity(target)  # what this writer may replace at the end
+        elif held is not None and _identity(target) not in (None, held.identity):  # claimed earlier (before
+            # the inputs were read): what stands there now was put there meanwhile by someone else
+            raise _changed(target, flag, "appeared" if held.identity is None else "was replaced")
         if out.exists():
             if not out.is_dir():
                 raise OutputError(f"{flag} {out} exists and is not a directory; choose another {flag}.")

@@ -104,6 +104,36 @@ def test_a_directory_made_at_out_during_an_import_survives_and_the_import_fails(
     assert no_leftovers(tmp_path) == []
 
 
+def test_out_is_claimed_before_any_input_is_read(tmp_path, monkeypatch):
+    """The race of issue 38 at its earliest: a movielens import reads its side files (users, items) whole
+    before the writer opens. A directory made at --out then survives, the import fails in one line saying
+    it appeared meanwhile, and during that reading --out is already claimed (another writer is refused)."""
+    from gmp.datasets import movielens
+
+    src = tmp_path / "ml"
+    shutil.copytree(FIX / "ml_atomic", src)
+    race = tmp_path / "race"
+    seen = []
+    orig = movielens._read_atomic_side
+
+    def side(*args, **kwargs):
+        if not seen:  # reading ml.user: no writer is open yet
+            other = subprocess.run([sys.executable, "-c", f"from gmp import _io; _io.claim_output({str(race)!r})"],
+                                   env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
+            seen.append(other)
+            race.mkdir()
+            (race / "thesis.tex").write_text("x")
+        return orig(*args, **kwargs)
+
+    monkeypatch.setattr(movielens, "_read_atomic_side", side)
+    res = invoke("data", "import", "movielens", src, "--out", race)
+    assert seen and seen[0].returncode != 0 and f"is being written by another gmp run (pid {os.getpid()} " \
+        in seen[0].stderr, seen[0].stderr
+    one_line_error(res, r"--out .*race appeared while gmp was writing it .*left as it is")
+    assert sorted(p.name for p in race.iterdir()) == ["thesis.tex"] and (race / "thesis.tex").read_text() == "x"
+    assert no_leftovers(tmp_path) == []
+
+
 def test_an_overwritten_dataset_that_gains_a_file_during_the_import_is_kept(tmp_path, criteo_file, dataset,
                                                                              monkeypatch):
     before = load_dataset(dataset).sha256

@@ -78,6 +78,14 @@ def import_dataset(fmt: str, inputs: Sequence[str | os.PathLike], out: str | os.
     if fmt not in IMPORTERS:
         raise ImportDataError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}.")
     common = common or CommonOptions()
+    from .._io import check_output_dir
+    from .format import DATASET_FILES, FORMAT
+
+    # claimed before any input is read (csv/avazu headers, movielens side files, parquet schemas are read
+    # before the writer opens): a second writer is refused from the start, and a directory put at out
+    # meanwhile is found at the swap and left as it is. The dataset it extends is an input too.
+    given = [*inputs, *test_inputs, *([common.extend] if common.extend else [])]
+    check_output_dir(out, kind=FORMAT, overwrite=common.overwrite, inputs=given, own=DATASET_FILES)
     # the format's importer checks every input again, refusing a pipe where it reads the header first
     tests = check_inputs(test_inputs, streams=True, fmt=fmt) if test_inputs else []
     # realpath, not Path.resolve: a symlink loop raises RuntimeError there (check_inputs names it)
@@ -87,11 +95,6 @@ def import_dataset(fmt: str, inputs: Sequence[str | os.PathLike], out: str | os.
     if tests and fmt == "movielens":
         raise ImportDataError("test inputs do not apply to movielens (one ratings file with its side files); "
                               "split it by --test-fraction.")
-    if common.extend:  # the dataset it extends is an input too: an --out naming it is refused, --overwrite or not
-        from .._io import check_output_dir
-        from .format import DATASET_FILES, FORMAT
-
-        check_output_dir(out, kind=FORMAT, overwrite=common.overwrite, inputs=[common.extend], own=DATASET_FILES)
     module, name = IMPORTERS[fmt]
     importer = getattr(importlib.import_module(module), name)
     if fmt in ("libsvm", "libfm", "libffm"):
