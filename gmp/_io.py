@@ -808,6 +808,13 @@ def read_versioned_json(
     if not path.is_file():
         raise error(f"{path} not found; {fix}")
     try:
+        size = path.stat().st_size
+    except OSError:
+        size = 0
+    if size > MAX_HEADER_BYTES:  # parsed whole, into several times its size of Python objects: refused unread
+        raise error(f"{path} is {size / 2**20:,.0f} MiB, expected at most {MAX_HEADER_BYTES >> 20} MiB for a gmp "
+                    f"header (gmp refuses to make a placement whose headers would be this big); {fix}")
+    try:
         with open(path, encoding="utf-8") as f:
             obj = json.load(f)
     except (OSError, ValueError) as exc:
@@ -833,6 +840,10 @@ def read_versioned_json(
 
 #: deepest nesting a gmp JSON header may have (free-form sections included)
 MAX_JSON_DEPTH = 32
+#: largest gmp JSON file read [bytes]: the biggest a placement writes (report.json of
+#: :data:`gmp.topology.MAX_PLACEMENT_WORKERS` workers, about 170 MB) with room to spare; a bigger one (1.9 GB
+#: of --workers 7000, written before that limit) would take several times its size to parse
+MAX_HEADER_BYTES = 256 << 20
 
 
 def json_depth(obj: Any) -> int:

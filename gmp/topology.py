@@ -92,18 +92,36 @@ def validate_cost(cost: np.ndarray, *, where: str = "cost matrix") -> None:
 BYTES_PER_WORKER_PAIR = 24 + 100
 
 
+#: bytes of JSON text per pair of workers that a placement writes: manifest.json and report.json each hold the
+#: N x N topology costs, report.json also the N x N traffic matrix, every number on its own indented line
+#: (about 15 B each; ``--workers 7000`` made 1.9 GB of report.json)
+JSON_BYTES_PER_WORKER_PAIR = 54
+#: the most workers a placement may have: its headers stay under about 230 MB of JSON, which every reader
+#: (``gmp report``, ``gmp train``, another machine) parses whole (:data:`gmp._io.MAX_HEADER_BYTES`)
+MAX_PLACEMENT_WORKERS = 2048
+
+
 def check_num_workers(num_workers: int, what: str) -> None:
-    """Refuse, before any N x N matrix is made, a worker count whose matrices cannot fit in memory (the host's,
+    """Refuse, before any N x N matrix is made, a worker count over :data:`MAX_PLACEMENT_WORKERS` (its manifest
+    and report would be JSON too large to read back) or whose matrices cannot fit in memory (the host's,
     capped by the memory cgroup); ``what`` names where the count came from."""
     check_memory(BYTES_PER_WORKER_PAIR * float(num_workers) ** 2, error=TopologyError,
                  what=f"{what}: {num_workers:,} workers ({num_workers:,} x {num_workers:,} cost and traffic matrices)",
                  fix="use fewer workers.")
+    if num_workers > MAX_PLACEMENT_WORKERS:
+        size = JSON_BYTES_PER_WORKER_PAIR * float(num_workers) ** 2
+        raise TopologyError(f"{what}: {num_workers:,} workers would write about {size / 1e9:,.1f} GB of N x N "
+                            f"matrices (topology costs, traffic) as JSON into manifest.json and report.json, which "
+                            f"every reader parses whole; gmp places at most {MAX_PLACEMENT_WORKERS:,} workers: use "
+                            f"fewer.")
 
 
-def homogeneous(num_workers: int) -> Topology:
+def homogeneous(num_workers: int, *, what: str | None = None) -> Topology:
+    """``num_workers`` workers, every pair at cost 1; ``what`` names where the count came from in refusals
+    (default ``topology N``)."""
     if num_workers < 1:
         raise TopologyError(f"number of workers must be >= 1, got {num_workers}.")
-    check_num_workers(num_workers, f"topology {num_workers}")
+    check_num_workers(num_workers, what or f"topology {num_workers}")
     cost = np.ones((num_workers, num_workers)) - np.eye(num_workers)
     return Topology(cost, name=str(num_workers))
 
@@ -157,6 +175,7 @@ def load_topology(path: str | os.PathLike) -> Topology:
         if mo.shape != (cost.shape[0],) or (mo.size and mo.min() < 0):
             raise TopologyError(f"topology file {path}: 'machine_of' must list one machine index >= 0 per worker.")
     validate_cost(cost, where=f"topology file {path}")
+    check_num_workers(cost.shape[0], f"topology file {path}")
     return Topology(cost, name=str(obj.get("name", path.stem)), machine_of=mo)
 
 
@@ -170,7 +189,7 @@ def resolve_topology(workers: int | None, spec: str | None, file: str | None, *,
     elif spec:
         topo = parse_topology(spec, inter_cost=inter_cost)
     elif workers is not None:  # 0 is refused by homogeneous, not taken for "not given"
-        topo = homogeneous(workers)
+        topo = homogeneous(workers, what=f"--workers {workers}")
     else:
         raise TopologyError("give --workers N, --topology or --topology-file.")
     if workers is not None and workers != topo.num_workers:

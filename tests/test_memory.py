@@ -147,8 +147,50 @@ def test_a_worker_count_whose_matrices_cannot_fit_is_one_line(small_cgroup, tmp_
     res = CliRunner().invoke(app, ["partition", str(path), "--method", "random", *flags, "--out", str(tmp_path / "m")])
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
     assert res.exit_code == 2 and len(lines) == 1, res.output
-    assert re.match(rf"^error: topology \S+: {count} workers \({count} x {count} cost and traffic matrices\) needs "
-                    r"about [\d,.]+ GiB of memory, 0\.2 GiB is available", lines[0]), lines[0]
+    assert re.match(rf"^error: (topology|--workers) \S+: {count} workers \({count} x {count} cost and traffic "
+                    r"matrices\) needs about [\d,.]+ GiB of memory, 0\.2 GiB is available", lines[0]), lines[0]
+
+
+@pytest.mark.parametrize("flags,what", [(["--workers", "9"], "--workers 9"), (["--topology", "3x3"], "topology 3x3"),
+                                        (["--topology", "9"], "topology 9")])
+def test_a_worker_count_whose_json_no_reader_could_parse_is_one_line(tmp_path, monkeypatch, flags, what):
+    """``--workers 7000`` on 6,000 samples fitted the host's memory and wrote 1.9 GB of report.json (N x N
+    matrices as JSON) that ``gmp report`` could not read in 4 GB: the count is refused before any work.
+    The limit is lowered to 8 here so that the test makes no big matrix."""
+    import gmp.topology as topology
+    from train_data import make_ctr_dataset
+
+    monkeypatch.setattr(topology, "MAX_PLACEMENT_WORKERS", 8)
+    path = make_ctr_dataset(tmp_path / "ds", num_samples=40)
+    res = CliRunner().invoke(app, ["partition", str(path), "--method", "random", *flags, "--out", str(tmp_path / "m")])
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert res.exit_code == 2 and len(lines) == 1, res.output
+    assert re.match(rf"^error: {what}: 9 workers would write about [\d.]+ GB of N x N matrices .* as JSON into "
+                    r"manifest\.json and report\.json, .*at most 8 workers", lines[0]), lines[0]
+    assert not (tmp_path / "m").exists()
+    res = CliRunner().invoke(app, ["partition", str(path), "--method", "random", "--workers", "8", "--out",
+                                   str(tmp_path / "m"), "--no-plots"])
+    assert res.exit_code == 0, res.output
+
+
+def test_a_header_too_big_to_parse_is_refused_unread(tmp_path, monkeypatch):
+    """A report.json of 1.9 GB (written before the limit above) was parsed whole and killed ``gmp report``; a
+    gmp JSON file over MAX_HEADER_BYTES is one line naming it and its size, read no further."""
+    import gmp._io as io
+    from train_data import make_ctr_dataset
+
+    path = make_ctr_dataset(tmp_path / "ds", num_samples=40)
+    man = tmp_path / "m"
+    res = CliRunner().invoke(app, ["partition", str(path), "--method", "random", "--workers", "2", "--out", str(man),
+                                   "--no-plots"])
+    assert res.exit_code == 0, res.output
+    size = (man / "report.json").stat().st_size
+    monkeypatch.setattr(io, "MAX_HEADER_BYTES", size - 1)  # report.json is now "too big"; manifest.json is smaller
+    assert (man / "manifest.json").stat().st_size < size
+    res = CliRunner().invoke(app, ["report", str(man), "--format", "json"])
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert res.exit_code == 2 and len(lines) == 1, res.output
+    assert re.match(rf"^error: .*report\.json is 0 MiB, expected at most 0 MiB for a gmp header", lines[0]), lines[0]
 
 
 def test_a_header_claiming_billions_of_embeddings_is_refused_on_open(small_cgroup, tmp_path):
