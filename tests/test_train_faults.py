@@ -148,3 +148,32 @@ def test_a_process_that_cannot_join_the_group_is_one_line(setup):
                                "torch.distributed using env:// rendezvous: environment variable MASTER_ADDR "
                                "expected, but not set); start every process with torchrun and the same rendezvous "
                                "endpoint."], res.stderr[-2000:]
+
+
+def test_a_checkpoint_dir_is_locked_per_run_not_per_process(setup, tmp_path):
+    """Issue 38: the three ranks of a run share one lock on --checkpoint-dir (rank 0 holds ``C/.gmp-lock``),
+    so the run saves; while another run holds it (here this test process, as a run does), a run on the same
+    directory is refused before training in one line, said once by rank 0, and writes nothing there."""
+    import json
+    import re
+
+    from gmp import _io
+
+    path, man = setup
+    ck = tmp_path / "ck"
+    args = ["-m", "cli.main", "train", *train_args(path, man), "--checkpoint-dir", str(ck)]
+    ck.mkdir()
+    other = _io.acquire_lock(ck / ".gmp-lock", busy=f"--checkpoint-dir {ck}")
+    try:
+        res = run(3, args, {})
+    finally:
+        other.release()
+    assert res.returncode != 0
+    errs = gmp_errors(res)
+    assert len(errs) == 1 and re.match(rf"error: --checkpoint-dir \S*ck is being written by another gmp run "
+                                       rf"\(pid {os.getpid()} ", errs[0]), res.stderr[-3000:]
+    assert '"kind": "epoch"' not in res.stdout and sorted(p.name for p in ck.iterdir()) == []
+    res = run(3, args, {})  # the same run alone: its three ranks share the lock, and it saves
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert json.loads((ck / "latest" / "checkpoint.json").read_text())["epoch"] == 1
+    assert sorted(p.name for p in ck.iterdir()) == ["ckpt-00001-00000000", "latest"]  # the lock went with the run
