@@ -232,3 +232,20 @@ def test_a_read_only_install_caches_numba_kernels_in_a_temp_directory(tmp_path):
     config = SimpleNamespace(CACHE_DIR="")
     assert configure(config, package_dir=tmp_path / "gmp", environ={}) is None and config.CACHE_DIR == ""
     assert configure(config, package_dir=tmp_path / "file" / "gmp", environ={"NUMBA_CACHE_DIR": "/x"}) is None
+
+
+def test_a_libffm_file_with_thousands_of_field_numbers_is_refused_before_training(small_cgroup, tmp_path):
+    """A 750 KB libffm file with 51,760 field numbers imported, then ``train --model dcn`` was killed at 9 GB:
+    the deep input (fields x (dim + 1) values a sample) was not estimated. Here 2,000 fields in 40 lines: the
+    refusal names the fields and the re-import, not only the embedding dim."""
+    lines = [f"{i % 2} " + " ".join(f"{(i % 20) * 100 + j}:{i}:1" for j in range(100)) for i in range(40)]
+    (tmp_path / "wide.libffm").write_text("\n".join(lines) + "\n")
+    res = CliRunner().invoke(app, ["data", "import", "libffm", str(tmp_path / "wide.libffm"), "--out",
+                                   str(tmp_path / "ds"), "--test-fraction", "0.25"])
+    assert res.exit_code == 0 and "in 2000 fields" in res.output, res.output
+    res = CliRunner().invoke(app, ["train", "--dataset", str(tmp_path / "ds"), "--model", "dcn"])
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert res.exit_code == 2 and len(lines) == 1, res.output
+    assert re.match(r"^error: --embedding-dim 16 with the dataset's 2,000 fields makes a deep input of 34,000 values "
+                    r"per sample that needs about [\d.]+ GiB for model 'dcn' .*re-import with fewer fields",
+                    lines[0]), lines[0]
