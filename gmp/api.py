@@ -298,8 +298,8 @@ def partition_dataset(dataset: Any, method: str, out: str | os.PathLike | None =
     from ._io import check_output_dir
     from .compare import method_options, peak_rss_bytes, with_field_layout
     from .errors import ManifestError
-    from .manifest import MANIFEST_FILES
     from .graph import build_graph
+    from .manifest import MANIFEST_FILES
     from .partition import make_options, run_partitioner
     from .progress import task
 
