@@ -18,7 +18,7 @@ import typer
 
 from ._common import console, echo_json, handle_errors, refuse_flags
 
-from gmp.datasets.imports import FORMATS
+from gmp.datasets.dispatch import FORMATS
 
 #: largest --hash SIZE
 MAX_HASH_BUCKETS = 2**31 - 2
@@ -121,8 +121,8 @@ def import_cmd(
     (--min-count). Malformed lines stop the import unless --max-bad-lines
     allows skipping them. See docs/datasets.md.
     """
-    from gmp.datasets.importers import CommonOptions
-    from gmp.datasets.imports import ColumnChoice, plan_import
+    from gmp.datasets.streaming import CommonOptions
+    from gmp.datasets.dispatch import ColumnChoice, plan_import
     from gmp.errors import ImportDataError
 
     fmt, inputs = split_format(args)
@@ -231,9 +231,9 @@ def _format_flags(fmt: str, *, split_hour: bool, rating_threshold: float, ignore
 
 def run_import(fmt: str, inputs: list[Path], out: Path, common, *, test_inputs=(), split_hour: bool = True,
                rating_threshold: float = 4.0, ignore: Optional[str] = None, columns=None) -> dict[str, Any]:
-    """The importer of ``fmt`` with the CLI's options (see :func:`gmp.datasets.imports.import_dataset`);
-    ``columns`` is the csv/parquet :class:`~gmp.datasets.imports.ColumnChoice` of :func:`plan_import`."""
-    from gmp.datasets.imports import import_dataset
+    """The importer of ``fmt`` with the CLI's options (see :func:`gmp.datasets.dispatch.import_dataset`);
+    ``columns`` is the csv/parquet :class:`~gmp.datasets.dispatch.ColumnChoice` of :func:`plan_import`."""
+    from gmp.datasets.dispatch import import_dataset
 
     if fmt == "avazu":
         format_opts: dict[str, Any] = {"split_hour": split_hour}

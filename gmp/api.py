@@ -105,8 +105,8 @@ def import_dataset(format: str, paths: str | os.PathLike | Sequence[str | os.Pat
     --------
     >>> ds = gmp.import_dataset("criteo", "train.txt.gz", "data/criteo", min_count=10)  # doctest: +SKIP
     """
-    from .datasets.importers import CommonOptions
-    from .datasets.imports import import_dataset as _import
+    from .datasets.streaming import CommonOptions
+    from .datasets.dispatch import import_dataset as _import
     from .errors import ImportDataError
 
     fmt = str(format).lower()

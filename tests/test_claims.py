@@ -335,8 +335,8 @@ def test_a_claim_is_exclusive_between_processes_and_reentrant_within_one(tmp_pat
 
 def test_a_library_call_that_fails_after_claiming_releases_its_claim(tmp_path, criteo_file, dataset):
     """A notebook that fixes its mistake and calls again must start from a fresh claim."""
-    from gmp.datasets.importers import CommonOptions
-    from gmp.datasets.imports import import_dataset
+    from gmp.datasets.streaming import CommonOptions
+    from gmp.datasets.dispatch import import_dataset
     from gmp.errors import ImportDataError
 
     (dataset / "vocab.npz").unlink()  # --extend needs it: refused after the output was claimed

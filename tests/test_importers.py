@@ -21,7 +21,7 @@ from gmp.datasets import load_dataset
 from gmp.datasets.avazu import import_avazu
 from gmp.datasets.criteo import import_criteo
 from gmp.datasets.csvfmt import CsvOptions, import_csv
-from gmp.datasets.importers import CommonOptions, hash_strings, iter_chunks
+from gmp.datasets.streaming import CommonOptions, hash_strings, iter_chunks
 from gmp.datasets.libsvm import import_libsvm
 from gmp.datasets.movielens import import_movielens
 from gmp.datasets.vocab import Vocabulary
@@ -382,7 +382,7 @@ def test_a_newline_less_input_stops_after_the_limit(tmp_path, monkeypatch, chunk
         def close(self):
             pass
 
-    import gmp.datasets.importers as imp
+    import gmp.datasets.streaming as imp
 
     p = tmp_path / "zeros"
     p.write_bytes(b"\0")
@@ -393,7 +393,7 @@ def test_a_newline_less_input_stops_after_the_limit(tmp_path, monkeypatch, chunk
 
 
 def test_a_header_line_longer_than_the_limit_is_refused(tmp_path):
-    from gmp.datasets.importers import read_header
+    from gmp.datasets.streaming import read_header
 
     p = tmp_path / "h.csv"
     p.write_bytes(b"a," * 40 + b"b\n1,2\n")
@@ -409,7 +409,7 @@ def test_import_of_a_line_over_16_mib_is_one_error_line(tmp_path, fmt):
     from typer.testing import CliRunner
 
     from cli.main import app
-    from gmp.datasets.importers import MAX_LINE_BYTES
+    from gmp.datasets.streaming import MAX_LINE_BYTES
 
     assert MAX_LINE_BYTES == 16 << 20
     p = tmp_path / "long.txt"
@@ -620,7 +620,7 @@ def test_csv_cells_with_spaces_and_quotes_read_as_their_values(tmp_path, caplog)
 def test_a_first_line_naming_the_label_is_a_header(tmp_path):
     """Numeric column names, a header-only file, a header repeated by cat: each was refused as 'no header line'
     with advice that failed; a first line naming --label is the header."""
-    from gmp.datasets.imports import import_dataset
+    from gmp.datasets.dispatch import import_dataset
 
     for name, text, said in (("num", "label,1,2\n1,x,y\n0,z,y\n", None),
                              ("only", "label,a,b\n", "the input is empty"),
@@ -637,7 +637,7 @@ def test_a_first_line_naming_the_label_is_a_header(tmp_path):
 
 
 def test_a_test_input_that_is_an_input_by_another_spelling_is_refused(tmp_path, monkeypatch):
-    from gmp.datasets.imports import import_dataset
+    from gmp.datasets.dispatch import import_dataset
 
     p = tmp_path / "tr.csv"
     p.write_text("label,a\n1,x\n0,y\n")
@@ -811,7 +811,7 @@ def test_real_movielens_100k(tmp_path):
 
 def test_unreadable_path_message(tmp_path, monkeypatch):
     # Runs as root too: pretend the permission check fails.
-    import gmp.datasets.importers as imp
+    import gmp.datasets.streaming as imp
 
     monkeypatch.setattr(imp.os, "access", lambda path, mode: False)
     with pytest.raises(ImportDataError, match=r"criteo_small.tsv: permission denied; make the file readable"):

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 import gmp._memory as mem
 from cli.main import app
-from gmp.datasets.importers import CommonOptions
+from gmp.datasets.streaming import CommonOptions
 from gmp.errors import ImportDataError
 
 GIB = 1 << 30

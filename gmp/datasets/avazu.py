@@ -30,7 +30,7 @@ import numpy as np
 
 from ..errors import ImportDataError
 from .csvfmt import CsvOptions, DelimitedPlan, read_columns, run_delimited
-from .importers import CommonOptions, check_inputs, parse_int_block, token
+from .streaming import CommonOptions, check_inputs, parse_int_block, token
 
 
 class _HourSplit:

@@ -42,7 +42,7 @@ import numpy as np
 from ..errors import ImportDataError
 from ..progress import task
 from .format import DatasetWriter
-from .importers import (BAD, BadLines, CommonOptions, cell_text, check_inputs, finish_import, hash_strings,
+from .streaming import (BAD, BadLines, CommonOptions, cell_text, check_inputs, finish_import, hash_strings,
                         hash_token_block, iter_chunks, log1p_clamped, open_quotes, parse_float_block, read_header,
                         split_multi, token, tokenize, total_size)
 from .vocab import Vocabulary
@@ -79,7 +79,7 @@ class CsvOptions:
 
     @property
     def positive_value(self) -> str | None:
-        """``label_positive`` as a label cell is read (:func:`~gmp.datasets.importers.cell_text`)."""
+        """``label_positive`` as a label cell is read (:func:`~gmp.datasets.streaming.cell_text`)."""
         return None if self.label_positive is None else cell_text(self.label_positive)
 
     def to_json(self) -> dict[str, Any]:

@@ -53,7 +53,7 @@ from ..errors import ImportDataError
 from ..progress import task
 from .csvfmt import interleave
 from .format import DatasetWriter
-from .importers import BadLines, CommonOptions, finish_import, hash_strings, iter_chunks, read_header, total_size
+from .streaming import BadLines, CommonOptions, finish_import, hash_strings, iter_chunks, read_header, total_size
 from .vocab import Vocabulary
 
 CLASSIC_GENRES = ["unknown", "Action", "Adventure", "Animation", "Children's", "Comedy", "Crime", "Documentary",

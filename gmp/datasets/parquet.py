@@ -36,7 +36,7 @@ from ..errors import ImportDataError
 from ..progress import task
 from .csvfmt import CsvOptions, interleave
 from .format import DatasetWriter
-from .importers import BadLines, CommonOptions, check_inputs, finish_import, hash_strings, log1p_clamped, total_size
+from .streaming import BadLines, CommonOptions, check_inputs, finish_import, hash_strings, log1p_clamped, total_size
 from .vocab import Vocabulary
 
 #: bytes of input per record batch are not known before reading; rows per batch instead

@@ -32,7 +32,7 @@ from typing import Any, Sequence
 
 from .._io import release_claim_on_error
 from ..errors import ImportDataError
-from .importers import CommonOptions, MalformedInputError, check_inputs
+from .streaming import CommonOptions, MalformedInputError, check_inputs
 
 IMPORTERS: dict[str, tuple[str, str]] = {
     "criteo": ("gmp.datasets.criteo", "import_criteo"),

@@ -1,4 +1,4 @@
-"""Streaming machinery shared by every raw-data importer.
+"""Streaming machinery shared by every raw-data importer (the per-format readers are criteo.py, csvfmt.py, ...).
 
 Design
 ------
