@@ -365,6 +365,18 @@ def test_the_train_module_map_names_every_module():
     assert [n for n in names if n not in doc] == []
 
 
+def test_the_version_is_written_once():
+    """pyproject.toml takes the version from gmp/_version.py (setuptools reads the assignment without
+    importing gmp), so a release changes one line."""
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "gmp._version.__version__"}
+    tree = ast.parse((GMP / "_version.py").read_text(encoding="utf-8"))
+    assigned = [n.targets[0].id for n in tree.body if isinstance(n, ast.Assign)]
+    assert assigned == ["__version__"]  # a literal setuptools can read statically, nothing else
+
 def test_train_functions_stay_short_or_say_why():
     """No function of gmp/train over about 100 lines without a ``# long function: <reason>`` line above it."""
     long = []
