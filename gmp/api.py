@@ -465,7 +465,7 @@ def repartition_dataset(dataset: Any, old_manifest: Any, out: str | os.PathLike,
     given = {"batch_size": batch_size, **dict(options or {})}
     unknown = sorted(set(given) - set(Options.__dataclass_fields__))
     if unknown:
-        raise PartitionError(f"option {unknown[0]!r} is not an option of --from-manifest (repartition_dataset); "
+        raise PartitionError(f"option {unknown[0]!r} is not an option of `from_manifest` (repartition_dataset); "
                              f"expected one of {', '.join(sorted(Options.__dataclass_fields__))}.")
     opts = Options(**given)
     target = opts.target or ("full" if opts.plan == "exact" else "none")

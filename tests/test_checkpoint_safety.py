@@ -121,7 +121,7 @@ def test_full_disk_during_a_save_is_one_line_and_leaves_no_temporary(setup, tmp_
     monkeypatch.setattr(ck.torch, "save", full)
     with pytest.raises(TrainingError) as exc:
         run(setup, tmp_path / "ck")
-    assert "no space left" in one_line(exc) and "--checkpoint-dir" in str(exc.value)
+    assert "no space left" in one_line(exc) and "`checkpoint_dir`" in str(exc.value)
     assert not any(p.name.startswith(".tmp-") for p in (tmp_path / "ck").iterdir())
 
 

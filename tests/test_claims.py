@@ -273,7 +273,7 @@ def test_no_manifest_or_checkpoint_dir_inside_a_dataset(tmp_path, dataset):
     res = invoke("partition", dataset, "-w", 2, "-m", "random", "--out", dataset / "man")
     one_line_error(res, r"--out .*dsx/man is inside a gmp dataset \(.*dsx\)")
     assert not (dataset / "man").exists()
-    with pytest.raises(TrainingError, match=r"--checkpoint-dir .*dsx/ckpt is inside a gmp dataset"):
+    with pytest.raises(TrainingError, match=r"`checkpoint_dir` .*dsx/ckpt is inside a gmp dataset"):
         check_checkpoint_dir(dataset / "ckpt", resume=False)
     assert not (dataset / "ckpt").exists()
 

@@ -145,7 +145,7 @@ def test_criteo_hashed_field(tmp_path):
 
 
 def test_unknown_hash_field_is_rejected(tmp_path):
-    with pytest.raises(ImportDataError, match=r"--hash names unknown field\(s\) \['C99'\]"):
+    with pytest.raises(ImportDataError, match=r"`hash_sizes` names unknown field\(s\) \['C99'\]"):
         import_criteo([CRITEO], tmp_path / "out", common=opts(hash_sizes={"C99": 4}))
     assert_nothing_left(tmp_path, "out")
 
@@ -212,7 +212,7 @@ def test_bad_lines_skipped_and_recorded(tmp_path):
 
 
 def test_bad_lines_over_limit_fail(tmp_path):
-    with pytest.raises(ImportDataError, match=r"4 malformed lines .* more than --max-bad-lines 3"):
+    with pytest.raises(ImportDataError, match=r"4 malformed lines .* more than `max_bad_lines` 3"):
         import_criteo([FIX / "criteo_bad.tsv"], tmp_path / "out", common=opts(max_bad_lines=3))
     assert_nothing_left(tmp_path, "out")
 
@@ -322,7 +322,7 @@ def test_unreadable_path(tmp_path):
 
 def test_existing_output_needs_overwrite(tmp_path):
     import_criteo([CRITEO], tmp_path / "out")
-    with pytest.raises(Exception, match=r"already exists and is not empty; .*--overwrite"):
+    with pytest.raises(Exception, match=r"already exists and is not empty; .*`overwrite=True`"):
         import_criteo([CRITEO], tmp_path / "out")
     import_criteo([CRITEO], tmp_path / "out", common=opts(overwrite=True))
 
@@ -446,7 +446,7 @@ def test_vocabulary_orders_by_frequency_then_first_seen():
 
 
 def test_vocabulary_rejects_bad_options():
-    with pytest.raises(ImportDataError, match="--min-count must be >= 1"):
+    with pytest.raises(ImportDataError, match="`min_count` must be >= 1"):
         Vocabulary(min_count=0)
     with pytest.raises(ImportDataError, match="the size must be a positive integer"):
         Vocabulary(hash_sizes={"C1": 0})
@@ -673,9 +673,9 @@ def test_csv_fixture_bad_lines_skipped(tmp_path):
 
 
 def test_csv_unknown_column(tmp_path):
-    with pytest.raises(ImportDataError, match=r"--dense names column 'nope', which is not in the header"):
+    with pytest.raises(ImportDataError, match=r"`dense` names column 'nope', which is not in the header"):
         import_csv([FIX / "mixed_small.csv"], tmp_path / "out", options=CsvOptions(label="income", dense=["nope"]))
-    with pytest.raises(ImportDataError, match=r"csv import needs --label COLUMN"):
+    with pytest.raises(ImportDataError, match=r"csv import needs `label` COLUMN"):
         CsvOptions()
 
 
@@ -767,9 +767,9 @@ def test_movielens_threshold_and_ignore(tmp_path):
     assert ds.labels.tolist() == [1, 0, 0, 0, 0, 0, 1]
     names = [x.name for x in ds.fields]
     assert "zip_code" not in names and "movie_title" in names  # ignore replaces the default list
-    with pytest.raises(ImportDataError, match="--ignore names 'zipcode', which no file has; the columns are .*zip_code"):
+    with pytest.raises(ImportDataError, match="`ignore` names 'zipcode', which no file has; the columns are .*zip_code"):
         import_movielens([FIX / "ml_atomic" / "ml.inter"], tmp_path / "b", ignore=["zipcode"])  # a typo
-    with pytest.raises(ImportDataError, match="--ignore applies to the atomic layout"):
+    with pytest.raises(ImportDataError, match="`ignore` applies to the atomic layout"):
         import_movielens([FIX / "ml_classic" / "u.data"], tmp_path / "c", ignore=["zip_code"])  # was ignored
 
 

@@ -229,7 +229,7 @@ def test_not_a_directory(tmp_path):
 
 def test_write_refuses_existing_and_invalid(tmp_path):
     path = write(tmp_path / "m")
-    with pytest.raises(GmpError, match="already exists and is not empty; choose another --out or pass --overwrite"):
+    with pytest.raises(GmpError, match="already exists and is not empty; choose another `out` or pass `overwrite=True`"):
         write(path)
     write(path, overwrite=True)
     bad = Placement.edge_cut(2, [0, 0, 0, 1, 1, 3], [0] * 6)

@@ -259,7 +259,7 @@ def test_unknown_preset():
 
 
 def test_bad_chunk_size(tmp_path):
-    with pytest.raises(DatasetError, match="--chunk-samples must be an integer >= 1"):
+    with pytest.raises(DatasetError, match="`chunk_samples` must be an integer >= 1"):
         synthesize(preset_config("tiny", num_samples=10), tmp_path / "x", chunk_samples=0)
     assert not (tmp_path / "x").exists()
 
@@ -454,9 +454,9 @@ def test_fresh_zero_keeps_the_data_and_the_header(tmp_path):
 
 
 def test_entity_knob_errors():
-    with pytest.raises(DatasetError, match=r"--fresh must be in \[0.0, 1.0\], got -0.1"):
+    with pytest.raises(DatasetError, match=r"`fresh` must be in \[0.0, 1.0\], got -0.1"):
         _entity_cfg(fresh=-0.1)
-    with pytest.raises(DatasetError, match=r"--fidelity must be in \[0.0, 1.0\], got 1.5"):
+    with pytest.raises(DatasetError, match=r"`fidelity` must be in \[0.0, 1.0\], got 1.5"):
         _entity_cfg(fidelity=1.5)
     with pytest.raises(DatasetError, match="field_entity needs 5 entries"):
         _entity_cfg(field_entity=(0, 0))

@@ -67,15 +67,15 @@ class CsvOptions:
 
     def __post_init__(self) -> None:
         if not self.label:
-            raise ImportDataError("csv import needs --label COLUMN (the name of the label column in the header).")
+            raise ImportDataError("csv import needs `label` COLUMN (the name of the label column in the header).")
         if self.sep is not None and len(self.sep.encode()) != 1:
-            raise ImportDataError(f"--sep must be a single character, got {self.sep!r}.")
+            raise ImportDataError(f"`sep` must be a single character, got {self.sep!r}.")
         if len(self.multi_sep.encode()) != 1:
-            raise ImportDataError(f"--multi-sep must be a single character, got {self.multi_sep!r}.")
+            raise ImportDataError(f"`multi_sep` must be a single character, got {self.multi_sep!r}.")
         if not np.isfinite(self.label_threshold):
-            raise ImportDataError(f"--label-threshold must be a finite number, got {self.label_threshold}.")
+            raise ImportDataError(f"`label_threshold` must be a finite number, got {self.label_threshold}.")
         if self.dense_transform not in ("log1p", "none"):
-            raise ImportDataError(f"--dense-transform must be 'log1p' or 'none', got {self.dense_transform!r}.")
+            raise ImportDataError(f"`dense_transform` must be 'log1p' or 'none', got {self.dense_transform!r}.")
 
     @property
     def positive_value(self) -> str | None:
@@ -132,10 +132,10 @@ def import_csv(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, o
     paths = check_inputs(inputs, fmt="csv")
     sep = options.sep or default_sep(paths[0])
     cols = read_columns(paths, sep, "csv")
-    label_col = _resolve([options.label], cols, "--label", paths[0])[0]
-    dense_cols = _resolve(options.dense, cols, "--dense", paths[0])
-    multi_cols = _resolve(options.multi, cols, "--multi", paths[0])
-    ignore_cols = _resolve(options.ignore, cols, "--ignore", paths[0])
+    label_col = _resolve([options.label], cols, "`label`", paths[0])[0]
+    dense_cols = _resolve(options.dense, cols, "`dense`", paths[0])
+    multi_cols = _resolve(options.multi, cols, "`multi`", paths[0])
+    ignore_cols = _resolve(options.ignore, cols, "`ignore`", paths[0])
     unnamed = [i for i, c in enumerate(cols) if not c]
     if unnamed:  # no flag can name them: a trailing separator on every line, most often
         log.warning("warning: column(s) %s of %s's header have no name (a separator at the end of the line?) and are "
@@ -145,12 +145,12 @@ def import_csv(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, o
         taken = {label_col, *dense_cols, *multi_cols, *ignore_cols, *unnamed}
         cat_cols = [i for i in range(len(cols)) if i not in taken]
     else:
-        cat_cols = _resolve(options.categorical, cols, "--cat", paths[0])
+        cat_cols = _resolve(options.categorical, cols, "`categorical`", paths[0])
     roles = [label_col] + dense_cols + multi_cols + cat_cols
     if len(set(roles)) != len(roles):
-        raise ImportDataError("a column is named in more than one of --label/--cat/--multi/--dense; give each one role.")
+        raise ImportDataError("a column is named in more than one of `label`/`categorical`/`multi`/`dense`; give each one role.")
     if not (cat_cols or multi_cols):
-        raise ImportDataError("no categorical or multi-valued columns to import; name some with --cat or --multi.")
+        raise ImportDataError("no categorical or multi-valued columns to import; name some with `categorical` or `multi`.")
     plan = DelimitedPlan(cols, sep, label_col, dense_cols, multi_cols, cat_cols, options)
     return run_delimited(paths, out, fmt="csv", plan=plan, common=common, format_options=options.to_json())
 

@@ -86,7 +86,7 @@ def import_dataset(fmt: str, inputs: Sequence[str | os.PathLike], out: str | os.
         raise ImportDataError(f"{sorted(both)[0]} is given both as an input and as a test input; give it once.")
     if tests and fmt == "movielens":
         raise ImportDataError("test inputs do not apply to movielens (one ratings file with its side files); "
-                              "split it by --test-fraction.")
+                              "split it by `test_fraction`.")
     if common.extend:  # the dataset it extends is an input too: an --out naming it is refused, --overwrite or not
         from .._io import check_output_dir
         from .format import DATASET_FILES, FORMAT
@@ -329,10 +329,10 @@ def _plan_columns(fmt: str, path: Path, given: ColumnChoice, recognised: bool):
         if label is None:
             if roles.candidates:
                 problem = (f"which column is the label? {len(roles.candidates)} columns hold only 0 and 1 "
-                           f"({', '.join(roles.candidates[:6])}); name one with --label")
+                           f"({', '.join(roles.candidates[:6])}); name one with `label`")
             else:
                 problem = ("which column is the label? none is named label, click, target, y or rating and none "
-                           "holds only 0 and 1; name it with --label")
+                           "holds only 0 and 1; name it with `label`")
             label = roles.candidates[0] if roles.candidates else "LABEL_COLUMN"
         else:
             proposed.append("label")
@@ -343,7 +343,7 @@ def _plan_columns(fmt: str, path: Path, given: ColumnChoice, recognised: bool):
             positive = positive_label(values)
             first = next(v for v in roles.values[label] if v)
             problem = (f"label column {label!r} is not a number: {first!r}; the values in its first "
-                       f"{roles.num_rows:,} rows are {shown}; name the positive one with --label-positive")
+                       f"{roles.num_rows:,} rows are {shown}; name the positive one with `label_positive`")
         elif threshold is None and "label" in proposed and not {float(v) for v in values if is_number(v)} <= {-1, 0, 1}:
             nums = sorted({float(v) for v in values if is_number(v)})
             if label.lower() == "rating" and nums[0] >= 0 and nums[-1] <= 5:
@@ -351,7 +351,7 @@ def _plan_columns(fmt: str, path: Path, given: ColumnChoice, recognised: bool):
                 proposed.append("label_threshold")
             else:
                 problem = (f"label column {label!r} holds numbers other than 0 and 1 ({shown}); say which are "
-                           f"positive with --label-threshold T (label = 1 when value >= T)")
+                           f"positive with `label_threshold` T (label = 1 when value >= T)")
                 threshold = nums[len(nums) // 2]
     taken = {label, *given.multi, *given.ignore, *(given.categorical or ())}
     dense = given.dense

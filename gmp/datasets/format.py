@@ -792,7 +792,7 @@ class DatasetWriter:
             raise DatasetError(f"test fraction must be in [0, 1), got {test_fraction}.")
         if self._test_start is None and self.num_samples - int(round(self.num_samples * test_fraction)) < 1:
             raise DatasetError(f"test fraction {test_fraction} of {self.num_samples} samples leaves no training "
-                               f"samples; lower --test-fraction.")
+                               f"samples; lower `test_fraction`.")
         for f in self._files.values():
             f.close()
         d = self.tmpdir

@@ -251,7 +251,7 @@ def import_movielens(inputs: Sequence[str | os.PathLike], out: str | os.PathLike
     """Import MovieLens ratings (+ user and item side files) into a prepared dataset."""
     common = common or CommonOptions()
     if not math.isfinite(rating_threshold):
-        raise ImportDataError(f"--rating-threshold must be a finite number, got {rating_threshold}.")
+        raise ImportDataError(f"`rating_threshold` must be a finite number, got {rating_threshold}.")
     layout, ratings, users_path, items_path = _resolve_layout(inputs)
     ignore_set = set(DEFAULT_IGNORE if ignore is None else ignore)
     bad = BadLines(common.max_bad_lines)
@@ -264,11 +264,11 @@ def import_movielens(inputs: Sequence[str | os.PathLike], out: str | os.PathLike
         known = set(names) | {c for side in (users_path, items_path) if side for c, _ in _typed_header(side)}
         unknown = sorted(set(ignore or ()) - known)  # a typo would keep the column it meant, silently
         if unknown:
-            raise ImportDataError(f"--ignore names {', '.join(map(repr, unknown))}, which no file has; the columns "
+            raise ImportDataError(f"`ignore` names {', '.join(map(repr, unknown))}, which no file has; the columns "
                                   f"are {', '.join(sorted(known))}.")
     elif ignore is not None:
-        raise ImportDataError("--ignore applies to the atomic layout (typed headers); the classic files' features "
-                              "are fixed: drop --ignore.")
+        raise ImportDataError("`ignore` applies to the atomic layout (typed headers); the classic files' features "
+                              "are fixed: drop `ignore`.")
     if layout == "atomic":
         uj, ij, rj = names.index("user_id"), names.index("item_id"), names.index("rating")
         # the rating is the label: never a feature, whatever type its header gives it (a 'rating:token'
@@ -294,7 +294,7 @@ def import_movielens(inputs: Sequence[str | os.PathLike], out: str | os.PathLike
     f_itmulti = [vocab.add_field(n, "multi") for n in items.multi_names]
     vocab.check_hash_fields()
     if not (f_inter or f_user or f_item or f_imulti or f_umulti or f_itmulti):
-        raise ImportDataError(f"--ignore {','.join(sorted(ignore_set))} leaves no feature column (the rating is the "
+        raise ImportDataError(f"`ignore` {','.join(sorted(ignore_set))} leaves no feature column (the rating is the "
                               f"label); keep at least one, e.g. user_id or item_id.")
     lines_read = 0
     paths = [ratings]
