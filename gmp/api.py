@@ -447,13 +447,13 @@ def repartition_dataset(dataset: Any, old_manifest: Any, out: str | os.PathLike,
                                         place_and_repartition, place_new_data, renames_workers)
     from .progress import task
     from .seeds import check_seed
-    from .specs import resolve_plan
+    from .specs import resolve_training_plan
 
     seed = check_seed(seed)
     if max_moved_rows is not None:
         migration_budget(max_moved_rows, 0)  # its form, before the data is read (a percentage's rows come later)
     old = old_manifest if isinstance(old_manifest, Manifest) else load_manifest(old_manifest)
-    planned, _, _ = resolve_plan(old, batch_size=batch_size, embedding_dim=embedding_dim)
+    planned, _, _ = resolve_training_plan(old, batch_size=batch_size, embedding_dim=embedding_dim)
     batch_size, embedding_dim = planned["batch_size"], planned["embedding_dim"]
     ds = _dataset(dataset)
     # checked before the (possibly long) partitioning

@@ -10,7 +10,7 @@ What :func:`import_dataset` adds to the importers:
 * **Advice on the wrong format.** When most lines read so far are malformed, the
   file is sniffed (:mod:`gmp.datasets.sniff`) and the error becomes one line naming
   what the file looks like and the command that reads it.
-* **Recognition before reading** (:func:`plan_import`). The input's format is
+* **Recognition before reading** (:func:`recognise_import`). The input's format is
   recognised (:mod:`gmp.datasets.sniff`) before any option is checked: with no
   format given it is the format; a format the file contradicts is refused with
   what the file is and the command that reads it. For csv and Parquet the label
@@ -190,8 +190,8 @@ class ColumnChoice:
 
 
 @dataclass(frozen=True)
-class ImportPlan:
-    """What :func:`plan_import` decided: the format, the column options, and what came from recognition.
+class ImportRecipe:
+    """What :func:`recognise_import` decided: the format, the column options, and what came from recognition.
 
     ``proposed`` names what recognition chose (``"format"``, ``"label"``, ``"dense"``,
     ``"label_threshold"``); ``numeric_categorical`` the numeric-looking columns (many distinct
@@ -205,7 +205,7 @@ class ImportPlan:
     numeric_categorical: tuple[str, ...] = ()
 
     def command(self, inputs: Sequence[str | os.PathLike], out: str | os.PathLike, extra: Sequence[str] = ()) -> str:
-        """The ``gmp data import`` command line of this plan (``extra``: the other flags, as typed)."""
+        """The ``gmp data import`` command line of this recipe (``extra``: the other flags, as typed)."""
         cols = self.columns.args() if self.format in ("csv", "parquet") else []
         return " ".join(["gmp data import", self.format, *(shlex.quote(str(p)) for p in inputs), *cols, *extra,
                          "--out", shlex.quote(str(out))])
@@ -226,8 +226,8 @@ class ImportPlan:
                 f"--dense {','.join(compress_names([c for c, _ in seen]))}.")
 
 
-def plan_import(fmt: str | None, inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
-                columns: ColumnChoice = ColumnChoice(), extra_args: Sequence[str] = ()) -> ImportPlan:
+def recognise_import(fmt: str | None, inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
+                     columns: ColumnChoice = ColumnChoice(), extra_args: Sequence[str] = ()) -> ImportRecipe:
     """Recognise the first input and decide how to import it, before any option is checked.
 
     Parameters
@@ -259,7 +259,7 @@ def plan_import(fmt: str | None, inputs: Sequence[str | os.PathLike], out: str |
     proposed: list[str] = []
 
     def cmd(f: str, choice: ColumnChoice = ColumnChoice()) -> str:
-        return ImportPlan(f, "", choice).command(inputs, out, extra_args)
+        return ImportRecipe(f, "", choice).command(inputs, out, extra_args)
 
     if fmt is None:
         if guess.format == "unknown":
@@ -278,18 +278,18 @@ def plan_import(fmt: str | None, inputs: Sequence[str | os.PathLike], out: str |
         if _contradicts(fmt, guess):
             if guess.format in ("csv", "parquet"):
                 try:
-                    right = cmd(guess.format, _plan_columns(guess.format, first, ColumnChoice(), True)[0])
+                    right = cmd(guess.format, _choose_columns(guess.format, first, ColumnChoice(), True)[0])
                 except ImportDataError:
                     right = cmd(guess.format, ColumnChoice(label="LABEL_COLUMN"))
             else:
                 right = cmd(guess.format)
             raise ImportDataError(f"{first} looks like {guess.description}, not {fmt} input. Read it with: {right}")
     if fmt not in ("csv", "parquet"):
-        return ImportPlan(fmt, guess.description, columns, tuple(proposed))
-    choice, more, numeric, problem = _plan_columns(fmt, first, columns, "format" in proposed)
+        return ImportRecipe(fmt, guess.description, columns, tuple(proposed))
+    choice, more, numeric, problem = _choose_columns(fmt, first, columns, "format" in proposed)
     if problem:
         raise ImportDataError(f"{first}: {problem}. Run: {cmd(fmt, choice)}")
-    return ImportPlan(fmt, guess.description, choice, tuple(proposed + more), tuple(numeric))
+    return ImportRecipe(fmt, guess.description, choice, tuple(proposed + more), tuple(numeric))
 
 
 def _contradicts(fmt: str, guess) -> bool:
@@ -306,7 +306,7 @@ def _contradicts(fmt: str, guess) -> bool:
     return True
 
 
-def _plan_columns(fmt: str, path: Path, given: ColumnChoice, recognised: bool):
+def _choose_columns(fmt: str, path: Path, given: ColumnChoice, recognised: bool):
     """(choice, proposed names, numeric categorical columns, problem or None) for a csv/Parquet input."""
     import dataclasses
 

@@ -2,7 +2,7 @@
 
 Used in three places:
 
-* every ``gmp data import`` starts here (:func:`gmp.datasets.dispatch.plan_import`):
+* every ``gmp data import`` starts here (:func:`gmp.datasets.dispatch.recognise_import`):
   with no FORMAT the recognised format is read; a FORMAT the file contradicts
   is refused with the command that reads it; for csv and Parquet
   :func:`propose_columns` names the label and the dense columns from the first
