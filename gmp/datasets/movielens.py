@@ -180,6 +180,22 @@ def _exists(path: Path) -> bool:
         return False
 
 
+def _side_rows(path: Path, sep: bytes, num_cols: int, bad: BadLines, *, skip_lines: int = 0):
+    """The columns of every line of a side file split at ``sep``; a line without ``num_cols`` columns is
+    counted in ``bad`` (a malformed line) and skipped."""
+    what = "tab-separated" if sep == b"\t" else f"'{sep.decode()}'-separated"
+    for chunk in iter_chunks(path, skip_lines=skip_lines):
+        lines = chunk.data.split(b"\n")
+        if chunk.data.endswith(b"\n"):
+            lines.pop()
+        for k, line in enumerate(lines):
+            parts = line.rstrip(b"\r").split(sep)
+            if len(parts) != num_cols:
+                bad.add(chunk.file, chunk.first_line + k, f"expected {num_cols} {what} columns, got {len(parts)}")
+                continue
+            yield parts
+
+
 def _read_atomic_side(path: Path, key: str, ignore: set[str], bad: BadLines) -> _Side:
     cols = _typed_header(path)
     names = [c for c, _ in cols]
@@ -189,32 +205,16 @@ def _read_atomic_side(path: Path, key: str, ignore: set[str], bad: BadLines) -> 
     cat = [j for j, (c, t) in enumerate(cols) if t == "token" and j != kj and c not in ignore]
     multi = [j for j, (c, t) in enumerate(cols) if t == "token_seq" and c not in ignore]
     side = _Side([names[j] for j in cat], [names[j] for j in multi])
-    for chunk in iter_chunks(path, skip_lines=1):
-        lines = chunk.data.split(b"\n")
-        if chunk.data.endswith(b"\n"):
-            lines.pop()
-        for k, line in enumerate(lines):
-            parts = line.rstrip(b"\r").split(b"\t")
-            if len(parts) != len(cols):
-                bad.add(chunk.file, chunk.first_line + k, f"expected {len(cols)} tab-separated columns, got {len(parts)}")
-                continue
-            side.add(parts[kj], [parts[j] for j in cat], [parts[j].split() for j in multi])
+    for parts in _side_rows(path, b"\t", len(cols), bad, skip_lines=1):
+        side.add(parts[kj], [parts[j] for j in cat], [parts[j].split() for j in multi])
     side.freeze()
     return side
 
 
 def _read_classic_users(path: Path, bad: BadLines) -> _Side:
     side = _Side(["age", "gender", "occupation", "zip_code"], [])
-    for chunk in iter_chunks(path):
-        lines = chunk.data.split(b"\n")
-        if chunk.data.endswith(b"\n"):
-            lines.pop()
-        for k, line in enumerate(lines):
-            parts = line.rstrip(b"\r").split(b"|")
-            if len(parts) != 5:
-                bad.add(chunk.file, chunk.first_line + k, f"expected 5 '|'-separated columns, got {len(parts)}")
-                continue
-            side.add(parts[0], parts[1:5], [])
+    for parts in _side_rows(path, b"|", 5, bad):
+        side.add(parts[0], parts[1:5], [])
     side.freeze()
     return side
 
@@ -228,19 +228,11 @@ def _read_classic_items(path: Path, bad: BadLines) -> _Side:
             genres = names
     side = _Side(["release_year"], ["class"])
     want = 5 + len(genres)
-    for chunk in iter_chunks(path):
-        lines = chunk.data.split(b"\n")
-        if chunk.data.endswith(b"\n"):
-            lines.pop()
-        for k, line in enumerate(lines):
-            parts = line.rstrip(b"\r").split(b"|")
-            if len(parts) != want:
-                bad.add(chunk.file, chunk.first_line + k, f"expected {want} '|'-separated columns, got {len(parts)}")
-                continue
-            date = parts[2].strip()
-            year = date[-4:] if len(date) >= 4 and date[-4:].isdigit() else None
-            g = [genres[j].encode() for j, flag in enumerate(parts[5:]) if flag.strip() == b"1"]
-            side.add(parts[0], [year], [g])
+    for parts in _side_rows(path, b"|", want, bad):
+        date = parts[2].strip()
+        year = date[-4:] if len(date) >= 4 and date[-4:].isdigit() else None
+        g = [genres[j].encode() for j, flag in enumerate(parts[5:]) if flag.strip() == b"1"]
+        side.add(parts[0], [year], [g])
     side.freeze()
     return side
 
