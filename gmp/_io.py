@@ -854,6 +854,18 @@ _KINDS = {
 }
 
 
+class HeaderCount:
+    """A read-only attribute ``int(self.meta[name])``: a count the header of a file states
+    (``num_samples = HeaderCount()`` on a class whose instances hold the header as ``meta``)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.key = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        return int(obj.meta[self.key])
+
 def header_value(obj: Mapping[str, Any], key: str, kind: str, *, path: Path, error: type[GmpError], fix: str,
                  optional: bool = False, where: str = "") -> Any:
     """``obj[key]`` checked against ``kind`` (see ``_KINDS``); one-line ``error`` otherwise.

@@ -125,7 +125,8 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 import numpy as np
 
-from ._io import atomic_directory, hash_arrays, header_value, load_npy, read_versioned_json, verify_enabled, write_json
+from ._io import (HeaderCount, atomic_directory, hash_arrays, header_value, load_npy, read_versioned_json, verify_enabled,
+                  write_json)
 from ._version import __version__
 from .errors import GmpError, ManifestError, TopologyError
 from .graph import min_max
@@ -254,17 +255,9 @@ class Manifest:
         checks on open; for a manifest opened before the dataset was known)."""
         _check_made_for(self.meta, self.path / MANIFEST_FILE, dataset)
 
-    @property
-    def num_workers(self) -> int:
-        return int(self.meta["num_workers"])
-
-    @property
-    def num_samples(self) -> int:
-        return int(self.meta["num_samples"])
-
-    @property
-    def num_embeddings(self) -> int:
-        return int(self.meta["num_embeddings"])
+    num_workers = HeaderCount()
+    num_samples = HeaderCount()
+    num_embeddings = HeaderCount()
 
     @property
     def method(self) -> str:
