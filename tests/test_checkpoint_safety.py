@@ -312,7 +312,7 @@ def test_another_runs_checkpoints_are_not_replaced_without_resume(setup, saved):
     kept = os.readlink(saved / "latest")
     with pytest.raises(TrainingError) as exc:
         run(setup, saved, epochs=2)
-    assert "holds the checkpoints of an earlier run; continue it with --resume" in one_line(exc)
+    assert "holds the checkpoints of an earlier run; continue it with `resume=True`" in one_line(exc)
     assert os.readlink(saved / "latest") == kept and (saved / kept / "checkpoint.json").is_file()
     run(setup, saved, epochs=2, resume=True)  # what the message says works
 
