@@ -510,16 +510,22 @@ _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
 
 
-def _exchange(a: Path, b: Path) -> bool:
-    """Atomically swap two paths (``renameat2(RENAME_EXCHANGE)``); False where unsupported."""
+def _renameat2(a: Path, b: Path, flags: int) -> bool:
+    """``renameat2(a, b, flags)``: True when done, False where the kernel or filesystem lacks it (the caller
+    falls back); any other failure raises ``OSError`` naming ``b``."""
     if _RENAMEAT2 is None:
         return False
-    if _RENAMEAT2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+    if _RENAMEAT2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), flags) == 0:
         return True
     err = ctypes.get_errno()
     if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
-        return False  # kernel or filesystem without RENAME_EXCHANGE: fall back
+        return False  # kernel or filesystem without this flag: fall back
     raise OSError(err, os.strerror(err), str(b))
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two paths (``renameat2(RENAME_EXCHANGE)``); False where unsupported."""
+    return _renameat2(a, b, _RENAME_EXCHANGE)
 
 
 _RENAME_NOREPLACE = 1
@@ -528,14 +534,7 @@ _RENAME_NOREPLACE = 1
 def _rename_noreplace(a: Path, b: Path) -> bool:
     """Rename ``a`` to ``b`` unless ``b`` exists (``renameat2(RENAME_NOREPLACE)``: ``FileExistsError``
     then); False where unsupported."""
-    if _RENAMEAT2 is None:
-        return False
-    if _RENAMEAT2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_NOREPLACE) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
-        return False
-    raise OSError(err, os.strerror(err), str(b))
+    return _renameat2(a, b, _RENAME_NOREPLACE)
 
 
 def _owner_tag() -> str:
