@@ -185,8 +185,8 @@ def test_criteo_malformed_line_fails_strict(tmp_path, bad_line, message):
     with pytest.raises(ImportDataError, match=message) as err:
         import_criteo([p], tmp_path / "out")
     text = str(err.value)
-    assert "1 malformed line in the first 4 lines read, more than --max-bad-lines 0" in text
-    assert f"{p} line 3" in text and "pass --max-bad-lines N" in text
+    assert "1 malformed line in the first 4 lines read, more than `max_bad_lines` 0" in text
+    assert f"{p} line 3" in text and "pass `max_bad_lines` N" in text
     assert "\n" not in text
     assert_nothing_left(tmp_path, "out")
 
