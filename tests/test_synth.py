@@ -236,15 +236,15 @@ def test_labels_learnable(tiny_dir):
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(num_samples=-5), r"--samples must be an integer >= 1, got -5"),
-    (dict(num_samples=0), r"--samples must be an integer >= 1"),
-    (dict(locality=1.5), r"--locality must be in \[0.0, 1.0\], got 1.5"),
-    (dict(locality=-0.1), r"--locality must be in"),
-    (dict(skew=-1.0), r"--skew must be in"),
-    (dict(num_communities=0), r"--communities must be an integer >= 1"),
-    (dict(scale=0.0), r"--scale must be in \(0.0"),
-    (dict(seed=-1), r"--seed must be an integer >= 0"),
-    (dict(test_fraction=1.0), r"--test-fraction must be in \[0, 1\)"),
+    (dict(num_samples=-5), r"`num_samples` must be an integer >= 1, got -5"),
+    (dict(num_samples=0), r"`num_samples` must be an integer >= 1"),
+    (dict(locality=1.5), r"`locality` must be in \[0.0, 1.0\], got 1.5"),
+    (dict(locality=-0.1), r"`locality` must be in"),
+    (dict(skew=-1.0), r"`skew` must be in"),
+    (dict(num_communities=0), r"`num_communities` must be an integer >= 1"),
+    (dict(scale=0.0), r"`scale` must be in \(0.0"),
+    (dict(seed=-1), r"`seed` must be an integer >= 0"),
+    (dict(test_fraction=1.0), r"`test_fraction` must be in \[0, 1\)"),
 ])
 def test_bad_knobs(kwargs, match):
     kw = dict(num_samples=100)

@@ -306,16 +306,16 @@ class SynthConfig:
             raise DatasetError(f"synth: every field needs >= 1 value, got cardinalities {cards}.")
         if sum(cards) > np.iinfo(np.int32).max:
             raise DatasetError(f"synth: {sum(cards):,} embeddings exceed int32 ids; lower `scale`.")
-        _check_int("`samples`", self.num_samples, 1)
+        _check_int("`num_samples`", self.num_samples, 1)
         _check_int("`seed`", self.seed, 0)
-        _check_int("`communities`", self.num_communities, 1)
+        _check_int("`num_communities`", self.num_communities, 1)
         _check_int("num_dense", self.num_dense, 0)
         if self.num_communities > np.iinfo(np.int32).max:  # community ids are stored as int32
-            raise DatasetError(f"synth: `communities` must be at most {np.iinfo(np.int32).max:,}, got "
+            raise DatasetError(f"synth: `num_communities` must be at most {np.iinfo(np.int32).max:,}, got "
                                f"{self.num_communities:,}.")
         # parameters per community: a dense shift per dense column, a bias and a label offset (float64)
         check_memory(8 * (self.num_dense + 2) * self.num_communities, error=DatasetError,
-                     what=f"synth: `communities` {self.num_communities:,} (per-community parameters)",
+                     what=f"synth: `num_communities` {self.num_communities:,} (per-community parameters)",
                      fix="use fewer communities.")
         _check_range("`skew`", self.skew, 0.0, 10.0)
         _check_range("`tail`", self.tail, 0.0, 1.0)
