@@ -32,7 +32,9 @@ def handle_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except GmpError as exc:
-            typer.echo(f"error: {exc}", err=True)
+            from ._flags import to_flags  # the library names parameters (`max_bad_lines`); the person typed flags
+
+            typer.echo(f"error: {to_flags(str(exc))}", err=True)
             raise typer.Exit(2) from None
         except OSError as exc:
             typer.echo(f"error: {os_error_line(exc)}", err=True)

@@ -18,7 +18,7 @@ import typer
 
 from ._common import console, echo_json, handle_errors, refuse_flags
 
-from gmp.datasets.imports import FORMATS
+from gmp.datasets.dispatch import FORMATS
 
 #: largest --hash SIZE
 MAX_HASH_BUCKETS = 2**31 - 2
@@ -121,8 +121,8 @@ def import_cmd(
     (--min-count). Malformed lines stop the import unless --max-bad-lines
     allows skipping them. See docs/datasets.md.
     """
-    from gmp.datasets.importers import CommonOptions
-    from gmp.datasets.imports import ColumnChoice, plan_import
+    from gmp.datasets.streaming import CommonOptions
+    from gmp.datasets.dispatch import ColumnChoice, recognise_import
     from gmp.errors import ImportDataError
 
     fmt, inputs = split_format(args)
@@ -134,8 +134,8 @@ def import_cmd(
         dense_transform=dense_transform, ignore=tuple(_split_names(ignore)), sep=sep)
     extra = _common_flags(test_input=test_input, min_count=min_count, hash_=hash_, max_bad_lines=max_bad_lines,
                           test_fraction=test_fraction, overwrite=overwrite, chunk_mb=chunk_mb, extend=extend)
-    plan = plan_import(fmt, inputs, out, columns=columns, extra_args=extra)
-    fmt = plan.format
+    recipe = recognise_import(fmt, inputs, out, columns=columns, extra_args=extra)
+    fmt = recipe.format
     extra = _format_flags(fmt, split_hour=split_hour, rating_threshold=rating_threshold, ignore=ignore) + extra
     # Format-specific flags given to another format are mistakes, not silently ignored.
     given = {
@@ -159,11 +159,11 @@ def import_cmd(
                            extend=None if extend is None else str(extend))
     if test_input and test_fraction != 0.1:
         raise ImportDataError("--test-fraction and --test-input both choose the test set; give one of them.")
-    if plan.proposed:  # say what was recognised and the command that does the same explicitly
-        typer.echo(f"recognised {plan.description}; running: {plan.command(inputs, out, extra)}", err=as_json)
+    if recipe.proposed:  # say what was recognised and the command that does the same explicitly
+        typer.echo(f"recognised {recipe.description}; running: {recipe.command(inputs, out, extra)}", err=as_json)
     meta = run_import(fmt, inputs, out, common, test_inputs=test_input, split_hour=split_hour,
-                      rating_threshold=rating_threshold, ignore=ignore, columns=plan.columns)
-    warning = plan.numeric_warning(meta)
+                      rating_threshold=rating_threshold, ignore=ignore, columns=recipe.columns)
+    warning = recipe.numeric_warning(meta)
     if warning:
         typer.echo(warning, err=True)
     if as_json:
@@ -218,7 +218,7 @@ def _common_flags(*, test_input, min_count, hash_, max_bad_lines, test_fraction,
 
 
 def _format_flags(fmt: str, *, split_hour: bool, rating_threshold: float, ignore: Optional[str]) -> list[str]:
-    """avazu's and movielens's own flags, as given (csv/parquet's are the plan's columns)."""
+    """avazu's and movielens's own flags, as given (csv/parquet's are the recipe's columns)."""
     import shlex
 
     if fmt == "avazu" and not split_hour:
@@ -231,9 +231,9 @@ def _format_flags(fmt: str, *, split_hour: bool, rating_threshold: float, ignore
 
 def run_import(fmt: str, inputs: list[Path], out: Path, common, *, test_inputs=(), split_hour: bool = True,
                rating_threshold: float = 4.0, ignore: Optional[str] = None, columns=None) -> dict[str, Any]:
-    """The importer of ``fmt`` with the CLI's options (see :func:`gmp.datasets.imports.import_dataset`);
-    ``columns`` is the csv/parquet :class:`~gmp.datasets.imports.ColumnChoice` of :func:`plan_import`."""
-    from gmp.datasets.imports import import_dataset
+    """The importer of ``fmt`` with the CLI's options (see :func:`gmp.datasets.dispatch.import_dataset`);
+    ``columns`` is the csv/parquet :class:`~gmp.datasets.dispatch.ColumnChoice` of :func:`recognise_import`."""
+    from gmp.datasets.dispatch import import_dataset
 
     if fmt == "avazu":
         format_opts: dict[str, Any] = {"split_hour": split_hour}

@@ -128,7 +128,9 @@ def main() -> None:
     try:
         app(args=hoist_global_options(sys.argv[1:]))
     except GmpError as exc:  # a command that forgot @handle_errors
-        typer.echo(f"error: {exc}", err=True)
+        from ._flags import to_flags
+
+        typer.echo(f"error: {to_flags(str(exc))}", err=True)
         sys.exit(2)
 
 

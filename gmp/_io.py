@@ -248,7 +248,7 @@ class Claim:
     def same(self) -> bool:
         return _identity(self.path) == self.identity
 
-    def check(self, flag: str = "--out") -> None:
+    def check(self, flag: str = "`out`") -> None:
         """Raise a one-line :class:`OutputError` unless the path still holds what the claim found."""
         if not self.same():
             now = _identity(self.path)
@@ -273,7 +273,7 @@ def lock_path(out: str | os.PathLike) -> Path:
     return out.parent / f".{out.name}{LOCK_SUFFIX}"
 
 
-def claim_output(out: str | os.PathLike, *, flag: str = "--out") -> Claim:
+def claim_output(out: str | os.PathLike, *, flag: str = "`out`") -> Claim:
     """Claim ``out`` for this process (idempotent): take the lock beside it, creating missing parents, and
     note what is there now. A second writer, in another process, gets a one-line :class:`OutputError`
     naming the holder. Held until :meth:`Claim.release` (:func:`atomic_directory` releases it when it
@@ -364,7 +364,7 @@ def enclosing_output(path: str | os.PathLike) -> tuple[str, Path] | None:
 
 
 def check_output_dir(out: str | os.PathLike, *, kind: str | None, overwrite: bool = False,
-                     inputs: Iterable[str | os.PathLike] = (), flag: str = "--out",
+                     inputs: Iterable[str | os.PathLike] = (), flag: str = "`out`",
                      own: Callable[[str], bool] | Collection[str] | None = None, claim: bool = True) -> Path:
     """Refuse an output directory that cannot or must not be (re)written, and claim it; cheap, so call it
     first.
@@ -402,7 +402,7 @@ def check_output_dir(out: str | os.PathLike, *, kind: str | None, overwrite: boo
     inside = enclosing_output(target)
     if inside is not None:
         raise OutputError(f"{flag} {out} is inside {KIND_NAMES[inside[0]]} ({inside[1]}), whose directory holds "
-                          f"only its own files (its --overwrite would refuse or lose it); choose a path outside it.")
+                          f"only its own files (its `overwrite=True` would refuse or lose it); choose a path outside it.")
     for anc in target.parents:
         if anc.exists() or anc.is_symlink():
             if not anc.is_dir():
@@ -425,13 +425,13 @@ def check_output_dir(out: str | os.PathLike, *, kind: str | None, overwrite: boo
             if any(out.iterdir()):
                 if not overwrite:
                     raise OutputError(f"{flag} {out} already exists and is not empty; choose another {flag} or "
-                                      f"pass --overwrite.")
+                                      f"pass `overwrite=True`.")
                 have = output_kind(out)
                 if kind is None or have != kind:
                     what = KIND_NAMES.get(kind or "", "a gmp output")
                     header = KIND_FILES.get(kind or "", "gmp header")
                     is_ = f"is {KIND_NAMES[have]}, not {what}" if have else f"is not {what} (no {header})"
-                    raise OutputError(f"{flag} {out} {is_}; --overwrite only replaces {what}: choose another "
+                    raise OutputError(f"{flag} {out} {is_}; `overwrite=True` only replaces {what}: choose another "
                                       f"{flag}.")
                 if own is not None:
                     check_only_own(out, own, kind=kind, flag=flag)
@@ -446,13 +446,13 @@ def check_output_dir(out: str | os.PathLike, *, kind: str | None, overwrite: boo
 
 
 def check_only_own(out: Path, own: Callable[[str], bool] | Collection[str], *, kind: str | None,
-                   flag: str = "--out", when: str = "") -> None:
+                   flag: str = "`out`", when: str = "") -> None:
     """Refuse (one line naming them) the entries of ``out`` that are not in ``own``: ``--overwrite``
     replaces a gmp output, never what someone else put inside it."""
     foreign = foreign_entries(out, own)
     if foreign:
         what = KIND_NAMES.get(kind or "", "a gmp output")
-        raise OutputError(f"{flag} {out} holds {_shown(foreign)}{when}, which gmp did not write there; --overwrite "
+        raise OutputError(f"{flag} {out} holds {_shown(foreign)}{when}, which gmp did not write there; `overwrite=True` "
                           f"only replaces the files of {what}: move {'it' if len(foreign) == 1 else 'them'} out "
                           f"or choose another {flag}.")
 
@@ -465,7 +465,7 @@ def owner_of(path: str | os.PathLike) -> str | None:
     return kind if kind in ("gmp.dataset", "gmp.placement") else None
 
 
-def check_output_file(out: str | os.PathLike, *, overwrite: bool = False, flag: str = "--out",
+def check_output_file(out: str | os.PathLike, *, overwrite: bool = False, flag: str = "`out`",
                       claim: bool = True) -> Path:
     """Refuse an output file that must not be (re)written; cheap, so call it first.
 
@@ -485,14 +485,14 @@ def check_output_file(out: str | os.PathLike, *, overwrite: bool = False, flag: 
         raise OutputError(f"{flag} {out} is inside {KIND_NAMES[owner]} ({out.parent}); write it elsewhere.")
     if not claim:
         if out.exists() and not overwrite:
-            raise OutputError(f"{flag} {out} already exists; choose another {flag} or pass --overwrite.")
+            raise OutputError(f"{flag} {out} already exists; choose another {flag} or pass `overwrite=True`.")
         return out
     fresh = Path(os.path.abspath(out)) not in _CLAIMS
     held = claim_output(out, flag=flag)
     if out.exists() and not overwrite:
         if fresh:
             held.release()
-        raise OutputError(f"{flag} {out} already exists; choose another {flag} or pass --overwrite.")
+        raise OutputError(f"{flag} {out} already exists; choose another {flag} or pass `overwrite=True`.")
     return out
 
 
@@ -513,16 +513,22 @@ _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
 
 
-def _exchange(a: Path, b: Path) -> bool:
-    """Atomically swap two paths (``renameat2(RENAME_EXCHANGE)``); False where unsupported."""
+def _renameat2(a: Path, b: Path, flags: int) -> bool:
+    """``renameat2(a, b, flags)``: True when done, False where the kernel or filesystem lacks it (the caller
+    falls back); any other failure raises ``OSError`` naming ``b``."""
     if _RENAMEAT2 is None:
         return False
-    if _RENAMEAT2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+    if _RENAMEAT2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), flags) == 0:
         return True
     err = ctypes.get_errno()
     if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
-        return False  # kernel or filesystem without RENAME_EXCHANGE: fall back
+        return False  # kernel or filesystem without this flag: fall back
     raise OSError(err, os.strerror(err), str(b))
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two paths (``renameat2(RENAME_EXCHANGE)``); False where unsupported."""
+    return _renameat2(a, b, _RENAME_EXCHANGE)
 
 
 _RENAME_NOREPLACE = 1
@@ -531,14 +537,7 @@ _RENAME_NOREPLACE = 1
 def _rename_noreplace(a: Path, b: Path) -> bool:
     """Rename ``a`` to ``b`` unless ``b`` exists (``renameat2(RENAME_NOREPLACE)``: ``FileExistsError``
     then); False where unsupported."""
-    if _RENAMEAT2 is None:
-        return False
-    if _RENAMEAT2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_NOREPLACE) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
-        return False
-    raise OSError(err, os.strerror(err), str(b))
+    return _renameat2(a, b, _RENAME_NOREPLACE)
 
 
 def _owner_tag() -> str:
@@ -611,7 +610,7 @@ def full_disk_error(exc: OSError, out: Path, written: int | None = None) -> Outp
     room = f"{_mib(free)} free now" if free is not None else "free space unknown"
     need = f"at least {_mib(written)} more" if written else "more space"
     return OutputError(f"no space left on the device while writing {out} ({exc.strerror}): {what}{room}; "
-                       f"free {need} or choose another --out on a larger device.")
+                       f"free {need} or choose another `out` on a larger device.")
 
 
 def _gib(n: float) -> str:
@@ -645,7 +644,7 @@ def check_disk(out: str | os.PathLike, need_bytes: float, *, what: str, fix: str
 @contextlib.contextmanager
 def atomic_directory(out: str | os.PathLike, *, overwrite: bool = False, kind: str | None = None,
                      inputs: Iterable[str | os.PathLike] = (), own: Callable[[str], bool] | Collection[str] | None = None,
-                     flag: str = "--out") -> Iterator[Path]:
+                     flag: str = "`out`") -> Iterator[Path]:
     """Yield a temporary directory that replaces ``out`` on success.
 
     ``out`` is claimed first (:func:`check_output_dir`; a claim this process
@@ -733,7 +732,7 @@ def _put_in_place(tmp: Path, out: Path, claim: Claim, *, kind: str | None,
     shutil.rmtree(old, ignore_errors=True)
 
 
-def write_claimed_file(out: str | os.PathLike, data: bytes, *, flag: str = "--out") -> Path:
+def write_claimed_file(out: str | os.PathLike, data: bytes, *, flag: str = "`out`") -> Path:
     """Write ``data`` to the file ``out`` claimed by :func:`check_output_file` (claimed now if it was not): through
     a temporary, moved in only if ``out`` is still what the claim found (absent: never replaced)."""
     out = Path(out)
@@ -867,6 +866,18 @@ _KINDS = {
     "number": "a finite number", "str": "a string", "dict": "an object", "list": "a list", "bool": "true or false",
 }
 
+
+class HeaderCount:
+    """A read-only attribute ``int(self.meta[name])``: a count the header of a file states
+    (``num_samples = HeaderCount()`` on a class whose instances hold the header as ``meta``)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.key = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        return int(obj.meta[self.key])
 
 def header_value(obj: Mapping[str, Any], key: str, kind: str, *, path: Path, error: type[GmpError], fix: str,
                  optional: bool = False, where: str = "") -> Any:

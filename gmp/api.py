@@ -107,8 +107,8 @@ def import_dataset(format: str, paths: str | os.PathLike | Sequence[str | os.Pat
     --------
     >>> ds = gmp.import_dataset("criteo", "train.txt.gz", "data/criteo", min_count=10)  # doctest: +SKIP
     """
-    from .datasets.importers import CommonOptions
-    from .datasets.imports import import_dataset as _import
+    from .datasets.streaming import CommonOptions
+    from .datasets.dispatch import import_dataset as _import
     from .errors import ImportDataError
 
     fmt = str(format).lower()
@@ -456,13 +456,13 @@ def repartition_dataset(dataset: Any, old_manifest: Any, out: str | os.PathLike,
                                         place_and_repartition, place_new_data, renames_workers)
     from .progress import task
     from .seeds import check_seed
-    from .specs import resolve_plan
+    from .specs import resolve_training_plan
 
     seed = check_seed(seed)
     if max_moved_rows is not None:
         migration_budget(max_moved_rows, 0)  # its form, before the data is read (a percentage's rows come later)
     old = old_manifest if isinstance(old_manifest, Manifest) else load_manifest(old_manifest)
-    planned, _, _ = resolve_plan(old, batch_size=batch_size, embedding_dim=embedding_dim)
+    planned, _, _ = resolve_training_plan(old, batch_size=batch_size, embedding_dim=embedding_dim)
     batch_size, embedding_dim = planned["batch_size"], planned["embedding_dim"]
     ds = _dataset(dataset)
     # checked before the (possibly long) partitioning
@@ -474,7 +474,7 @@ def repartition_dataset(dataset: Any, old_manifest: Any, out: str | os.PathLike,
     given = {"batch_size": batch_size, **dict(options or {})}
     unknown = sorted(set(given) - set(Options.__dataclass_fields__))
     if unknown:
-        raise PartitionError(f"option {unknown[0]!r} is not an option of --from-manifest (repartition_dataset); "
+        raise PartitionError(f"option {unknown[0]!r} is not an option of `from_manifest` (repartition_dataset); "
                              f"expected one of {', '.join(sorted(Options.__dataclass_fields__))}.")
     opts = Options(**given)
     target = opts.target or ("full" if opts.plan == "exact" else "none")

@@ -235,7 +235,7 @@ def compare(graph: BipartiteGraph, topology: Topology, methods: Sequence[str], *
     if unknown:
         raise PartitionError(f"unknown method(s) {', '.join(unknown)}; choose from: {', '.join(sorted(PARTITIONERS))}.")
     if not methods:
-        raise PartitionError("give at least one method, e.g. --methods random,metis.")
+        raise PartitionError("give at least one method, e.g. `methods` random,metis.")
     if isolate is None:
         isolate = dataset_path is not None
     if isolate and dataset_path is None:

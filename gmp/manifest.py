@@ -125,7 +125,8 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 import numpy as np
 
-from ._io import atomic_directory, hash_arrays, header_value, load_npy, read_versioned_json, verify_enabled, write_json
+from ._io import (HeaderCount, atomic_directory, hash_arrays, header_value, load_npy, read_versioned_json, verify_enabled,
+                  write_json)
 from ._version import __version__
 from .errors import GmpError, ManifestError, TopologyError
 from .graph import min_max
@@ -169,8 +170,13 @@ SUMMARY_KEYS = (
 )
 
 
-class ManifestPlan(NamedTuple):
-    """What a placement was optimised for (manifest ``plan``); None where the manifest does not say."""
+class TrainingPlan(NamedTuple):
+    """The training plan a placement was optimised for (the manifest's ``plan`` key); None where the manifest
+    does not say.
+
+    In gmp's code "plan" alone means this; the other two are qualified: the import recipe
+    (:class:`gmp.datasets.dispatch.ImportRecipe`) and the incremental partitioner's option ``plan``
+    (``"exact"``/``"onepass"``, a public ``-O`` key and manifest option, so it keeps its name)."""
 
     batch_size: int | None
     embedding_dim: int | None
@@ -198,6 +204,10 @@ class ManifestPlan(NamedTuple):
         """``"name value (planned p)"`` for each given value (None: not given) that differs from the plan."""
         return [f"{name} {value} (planned {getattr(self, name)})" for name, value in given.items()
                 if value is not None and getattr(self, name) is not None and value != getattr(self, name)]
+
+
+#: the name of :class:`TrainingPlan` before issue 34 ("plan" had three meanings); kept for code that imports it
+ManifestPlan = TrainingPlan
 
 
 class RowHistory(NamedTuple):
@@ -245,26 +255,18 @@ class Manifest:
         checks on open; for a manifest opened before the dataset was known)."""
         _check_made_for(self.meta, self.path / MANIFEST_FILE, dataset)
 
-    @property
-    def num_workers(self) -> int:
-        return int(self.meta["num_workers"])
-
-    @property
-    def num_samples(self) -> int:
-        return int(self.meta["num_samples"])
-
-    @property
-    def num_embeddings(self) -> int:
-        return int(self.meta["num_embeddings"])
+    num_workers = HeaderCount()
+    num_samples = HeaderCount()
+    num_embeddings = HeaderCount()
 
     @property
     def method(self) -> str:
         return str(self.meta["partitioner"]["name"])
 
     @property
-    def plan(self) -> ManifestPlan:
+    def plan(self) -> TrainingPlan:
         plan = self.meta.get("plan") or {}
-        return ManifestPlan(*(None if plan.get(k) is None else int(plan[k]) for k in ManifestPlan._fields))
+        return TrainingPlan(*(None if plan.get(k) is None else int(plan[k]) for k in TrainingPlan._fields))
 
     @property
     def dataset_name(self) -> str | None:
@@ -497,7 +499,7 @@ def check_header(meta: Mapping[str, Any], mfile: Path, *, verify_hash: bool = Tr
         get(meta, "placement_sha256", "str")
 
 
-def read_plan(path: str | os.PathLike) -> ManifestPlan:
+def read_plan(path: str | os.PathLike) -> TrainingPlan:
     """The ``plan`` of a manifest, from its header alone (upgraded; arrays not read or checked)."""
     path = Path(path)
     mfile = path if path.name == MANIFEST_FILE else path / MANIFEST_FILE
@@ -508,7 +510,7 @@ def read_plan(path: str | os.PathLike) -> ManifestPlan:
     if not isinstance(plan, dict):
         raise ManifestError(f"{mfile}: plan must be an object, got {plan!r:.40}; {_FIX}")
     try:
-        return ManifestPlan(*(None if plan.get(k) is None else int(plan[k]) for k in ManifestPlan._fields))
+        return TrainingPlan(*(None if plan.get(k) is None else int(plan[k]) for k in TrainingPlan._fields))
     except (TypeError, ValueError):
         raise ManifestError(f"{mfile}: plan must hold integers or null, got {plan!r}; {_FIX}") from None
 

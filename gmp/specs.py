@@ -47,15 +47,15 @@ def _param_error(error: type[GmpError], param: str, msg: str) -> GmpError:
 
 
 # ----------------------------------------------------------------------------------- the plan
-def resolve_plan(manifest: Any, **given: int | None) -> tuple[dict[str, int], dict[str, str], str | None]:
+def resolve_training_plan(manifest: Any, **given: int | None) -> tuple[dict[str, int], dict[str, str], str | None]:
     """``given`` (``batch_size``, ``embedding_dim``; None: not given) with each None replaced by the
     manifest's plan, else the default; returns ``(values, sources, warning)``, the warning naming
     every given value that differs from the plan (None when none does). ``manifest``: a path, an
     opened :class:`gmp.manifest.Manifest` or None."""
-    from .manifest import Manifest, ManifestPlan, read_plan
+    from .manifest import Manifest, TrainingPlan, read_plan
 
     if manifest is None:
-        plan = ManifestPlan(None, None, None)
+        plan = TrainingPlan(None, None, None)
     elif isinstance(manifest, Manifest):
         plan = manifest.plan
     else:
@@ -217,7 +217,7 @@ def resolve_train(dataset: Any, manifest: Any = None, *, engine: str | None = No
     warnings: list[str] = []
 
     # the manifest's plan
-    plan, plan_sources, warning = resolve_plan(manifest, batch_size=settings.pop("batch_size", None),
+    plan, plan_sources, warning = resolve_training_plan(manifest, batch_size=settings.pop("batch_size", None),
                                                embedding_dim=settings.pop("embedding_dim", None))
     sources.update(plan_sources)
     if warning:
@@ -409,7 +409,7 @@ def resolve_simulate(dataset: Any, manifest: Any = None, *, workers: int | None 
     sources = {"schedule": USER if schedule is not None else DEFAULT}
     schedule = "herald" if schedule is None else schedule
     check_choice("schedule", schedule, SCHEDULES, error=E)
-    plan, plan_sources, warning = resolve_plan(manifest, batch_size=batch_size, embedding_dim=embedding_dim)
+    plan, plan_sources, warning = resolve_training_plan(manifest, batch_size=batch_size, embedding_dim=embedding_dim)
     sources.update(plan_sources)
     ds = dataset if isinstance(dataset, PreparedDataset) else load_dataset(dataset)
     if manifest is None:

@@ -149,7 +149,7 @@ def parse_topology(spec: str, *, inter_cost: float = DEFAULT_INTER_COST) -> Topo
     m = re.fullmatch(r"(\d+)x(\d+)", spec)
     if m:
         return hierarchical(int(m.group(1)), int(m.group(2)), inter_cost=inter_cost)
-    raise TopologyError(f"topology {spec!r} not understood; expected N (e.g. 8) or MxG (e.g. 2x8), or use --topology-file.")
+    raise TopologyError(f"topology {spec!r} not understood; expected N (e.g. 8) or MxG (e.g. 2x8), or use `topology_file`.")
 
 
 def load_topology(path: str | os.PathLike) -> Topology:
@@ -183,7 +183,7 @@ def resolve_topology(workers: int | None, spec: str | None, file: str | None, *,
                      inter_cost: float = DEFAULT_INTER_COST) -> Topology:
     """The topology the CLI flags describe, checked against ``--workers``."""
     if spec and file:
-        raise TopologyError("give --topology or --topology-file, not both.")
+        raise TopologyError("give `topology` or `topology_file`, not both.")
     if file:
         topo = load_topology(file)
     elif spec:
@@ -191,7 +191,7 @@ def resolve_topology(workers: int | None, spec: str | None, file: str | None, *,
     elif workers is not None:  # 0 is refused by homogeneous, not taken for "not given"
         topo = homogeneous(workers, what=f"--workers {workers}")
     else:
-        raise TopologyError("give --workers N, --topology or --topology-file.")
+        raise TopologyError("give `workers` N, `topology` or `topology_file`.")
     if workers is not None and workers != topo.num_workers:
-        raise TopologyError(f"--workers {workers} disagrees with the topology's {topo.num_workers} workers.")
+        raise TopologyError(f"`workers` {workers} disagrees with the topology's {topo.num_workers} workers.")
     return topo

@@ -229,7 +229,7 @@ def test_the_daily_loop_through_the_facade_equals_the_cli(tmp_path):
     assert {k: v for k, v in ours.items() if k not in ("seconds", "old_manifest")} == \
         {k: v for k, v in theirs.items() if k not in ("seconds", "old_manifest")}
     assert ours["moved_rows"]["total"] <= ours["max_moved_rows"]
-    with pytest.raises(GmpError, match="option 'levels' is not an option of --from-manifest"):
+    with pytest.raises(GmpError, match="option 'levels' is not an option of `from_manifest`"):
         gmp.repartition_dataset(d1, p0, tmp_path / "x", options={"levels": 3})
     with pytest.raises(GmpError, match="already exists"):
         gmp.repartition_dataset(d1, p0, tmp_path / "api")

@@ -15,6 +15,10 @@
 * No module but ``gmp/train/trainer.py`` reads or writes an attribute of a
   :class:`~gmp.train.trainer.Trainer`; others call its public methods only
   (protocols and step helpers get a :class:`~gmp.train.context.StepContext`).
+* No library error message names a command-line ``--flag``: it names the parameter between
+  backticks (```max_bad_lines` N``), and every such name has its flag in ``cli/_flags.py``'s
+  ``FLAGS`` (the CLI prints the flag). A command line the message suggests
+  (``'gmp data import ... --extend'``) and another tool's flags (torchrun's, pip's) may name flags.
 
 Each check is also run on a small hand-made package (``tmp_path``) that has
 the fault, so a check that cannot fail would fail here.
@@ -23,6 +27,7 @@ the fault, so a check that cannot fail would fail here.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -313,6 +318,79 @@ def trainer_attribute_uses(*roots: Path) -> list[str]:
     return out
 
 
+# ----------------------------------------------------------------------------- error messages name parameters
+FLAG = re.compile(r"(?<![\w`-])--[a-z][a-z0-9-]*")
+#: a command line a message suggests (quoted, or up to the end of its clause): its flags are the command's
+COMMAND_LINE = re.compile(r"(?:gmp (?:data|partition|train|report|export|simulate|compare)\b|torchrun |pip install )"
+                          r"[^';]*")
+#: other tools' flags a message may tell the person to pass to that tool
+OTHER_TOOLS_FLAGS = {"--nproc-per-node", "--nnodes", "--no-deps"}
+#: a parameter named in a message: `name` or `name=value` (single backticks, not reST's ``literal``)
+NAMED_PARAM = re.compile(r"(?<!`)`([a-z][a-z0-9_]*)(?:=[^`]*)?`(?!`)")
+
+
+def _text(node) -> str | None:
+    """The text of a string constant or f-string, each ``{...}`` as ``{}``."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+    return None
+
+
+def _message_nodes(tree: ast.Module):
+    """The string expressions that end up in an error message: those inside ``raise ...``, inside a call of a
+    class named ``*Error``, and the ``what=``/``fix=`` words of a call (``check_memory``)."""
+    for node in ast.walk(tree):
+        parts = []
+        if isinstance(node, ast.Raise) and node.exc is not None:
+            parts = [node.exc]
+        elif isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            parts = [node] if name.endswith("Error") else [k.value for k in node.keywords if k.arg in ("what", "fix")]
+        for part in parts:
+            subs = list(ast.walk(part))
+            pieces = {id(v) for n in subs if isinstance(n, ast.JoinedStr) for v in n.values}
+            yield from (n for n in subs if id(n) not in pieces)  # an f-string whole, not its pieces
+
+
+def flags_in_library_errors(root: Path) -> list[str]:
+    """``module:line --flag`` for every command-line flag named by an error message of the library ``root``."""
+    out = set()
+    for name, (path, tree) in parse_package(root).items():
+        for sub in _message_nodes(tree):
+            text = _text(sub)
+            if text is None:
+                continue
+            for flag in FLAG.findall(COMMAND_LINE.sub("", text)):
+                if flag not in OTHER_TOOLS_FLAGS:
+                    out.add(f"{name}:{sub.lineno} {flag}")
+    return sorted(out)
+
+
+def params_named_in_strings(root: Path) -> set[str]:
+    """Every name a string of ``root`` (docstrings aside) writes between single backticks."""
+    names = set()
+    for name, (path, tree) in parse_package(root).items():
+        docs = {id(n.body[0].value) for n in ast.walk(tree)
+                if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                and n.body and isinstance(n.body[0], ast.Expr)}
+        for sub in ast.walk(tree):
+            text = _text(sub)
+            if text is not None and id(sub) not in docs:
+                names |= set(NAMED_PARAM.findall(text))
+    return names
+
+
+def cli_flag_table(flags_py: Path) -> dict[str, str]:
+    """``FLAGS`` of cli/_flags.py, read from its source (nothing imported)."""
+    for node in ast.parse(flags_py.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["FLAGS"]:
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"{flags_py} has no FLAGS table")
+
+
 # ----------------------------------------------------------------------------- the checks on gmp/ and cli/
 def test_no_import_cycle_between_modules_or_packages():
     groups = strongly_connected(dependency_edges(parse_package(GMP, CLI)))
@@ -365,6 +443,18 @@ def test_the_train_module_map_names_every_module():
     assert [n for n in names if n not in doc] == []
 
 
+def test_the_version_is_written_once():
+    """pyproject.toml takes the version from gmp/_version.py (setuptools reads the assignment without
+    importing gmp), so a release changes one line."""
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "gmp._version.__version__"}
+    tree = ast.parse((GMP / "_version.py").read_text(encoding="utf-8"))
+    assigned = [n.targets[0].id for n in tree.body if isinstance(n, ast.Assign)]
+    assert assigned == ["__version__"]  # a literal setuptools can read statically, nothing else
+
 def test_train_functions_stay_short_or_say_why():
     """No function of gmp/train over about 100 lines without a ``# long function: <reason>`` line above it."""
     long = []
@@ -377,6 +467,19 @@ def test_train_functions_stay_short_or_say_why():
                 if "# long function:" not in above:
                     long.append(f"{p.relative_to(GMP)}:{node.name}")
     assert long == []
+
+
+def test_library_errors_name_parameters_not_flags():
+    """Issue 34: a library error names the parameter (`max_bad_lines`); cli/_flags.py maps it to --max-bad-lines."""
+    assert flags_in_library_errors(GMP) == []
+
+
+def test_every_parameter_a_message_names_has_its_flag():
+    """The CLI's table is complete: a backticked name in a gmp/ message without a flag would reach the person
+    as `name`."""
+    table = cli_flag_table(CLI / "_flags.py")
+    assert sorted(params_named_in_strings(GMP) - set(table)) == []
+    assert {k: v for k, v in table.items() if not v.startswith("--")} == {}
 
 
 # ----------------------------------------------------------------------------- the checks can fail
@@ -473,3 +576,19 @@ def test_import_error_shims_are_found(tmp_path):
     root = _package(tmp_path, {"__init__.py": "", "a.py": "try:\n    from .b import x\nexcept ImportError:\n"
                                                           "    x = None\n", "b.py": "x = 1\n"})
     assert import_error_shims(root) == ["gmp.a:2 guards an import of gmp's own module with except ImportError"]
+
+
+def test_flags_in_library_errors_are_found(tmp_path):
+    root = _package(tmp_path, {"a.py": (
+        "from .errors import GmpError\n"
+        "def f(n):\n"
+        "    if n: raise GmpError(f'more than --max-bad-lines {n}; pass --max-bad-lines N.')\n"
+        "    raise ValueError('x')\n"
+        "def g(n):\n"
+        "    return GmpError('no checkpoint; run without `resume=True` first')\n"
+        "def h(n):\n"
+        "    check_memory(n, what='--chunk-mb 4', fix='lower it')\n"
+        "def i(n):\n"
+        "    raise GmpError(f\"import with 'gmp data import ... --extend {n}' or torchrun --nproc-per-node 2\")\n")})
+    assert flags_in_library_errors(root) == ["gmp.a:3 --max-bad-lines", "gmp.a:8 --chunk-mb"]
+    assert params_named_in_strings(root) == {"resume"}

@@ -121,7 +121,7 @@ def test_full_disk_during_a_save_is_one_line_and_leaves_no_temporary(setup, tmp_
     monkeypatch.setattr(ck.torch, "save", full)
     with pytest.raises(TrainingError) as exc:
         run(setup, tmp_path / "ck")
-    assert "no space left" in one_line(exc) and "--checkpoint-dir" in str(exc.value)
+    assert "no space left" in one_line(exc) and "`checkpoint_dir`" in str(exc.value)
     assert not any(p.name.startswith(".tmp-") for p in (tmp_path / "ck").iterdir())
 
 
@@ -312,7 +312,7 @@ def test_another_runs_checkpoints_are_not_replaced_without_resume(setup, saved):
     kept = os.readlink(saved / "latest")
     with pytest.raises(TrainingError) as exc:
         run(setup, saved, epochs=2)
-    assert "holds the checkpoints of an earlier run; continue it with --resume" in one_line(exc)
+    assert "holds the checkpoints of an earlier run; continue it with `resume=True`" in one_line(exc)
     assert os.readlink(saved / "latest") == kept and (saved / kept / "checkpoint.json").is_file()
     run(setup, saved, epochs=2, resume=True)  # what the message says works
 

@@ -303,7 +303,7 @@ def test_no_manifest_or_checkpoint_dir_inside_a_dataset(tmp_path, dataset):
     res = invoke("partition", dataset, "-w", 2, "-m", "random", "--out", dataset / "man")
     one_line_error(res, r"--out .*dsx/man is inside a gmp dataset \(.*dsx\)")
     assert not (dataset / "man").exists()
-    with pytest.raises(TrainingError, match=r"--checkpoint-dir .*dsx/ckpt is inside a gmp dataset"):
+    with pytest.raises(TrainingError, match=r"`checkpoint_dir` .*dsx/ckpt is inside a gmp dataset"):
         check_checkpoint_dir(dataset / "ckpt", resume=False)
     assert not (dataset / "ckpt").exists()
 
@@ -365,8 +365,8 @@ def test_a_claim_is_exclusive_between_processes_and_reentrant_within_one(tmp_pat
 
 def test_a_library_call_that_fails_after_claiming_releases_its_claim(tmp_path, criteo_file, dataset):
     """A notebook that fixes its mistake and calls again must start from a fresh claim."""
-    from gmp.datasets.importers import CommonOptions
-    from gmp.datasets.imports import import_dataset
+    from gmp.datasets.streaming import CommonOptions
+    from gmp.datasets.dispatch import import_dataset
     from gmp.errors import ImportDataError
 
     (dataset / "vocab.npz").unlink()  # --extend needs it: refused after the output was claimed

@@ -197,7 +197,7 @@ def test_init_other_than_random_is_refused(data):
     _, ds = data
     with pytest.raises(PartitionError, match="init='bicut'"):
         run_local(ds, 4, init="bicut")
-    with pytest.raises(PartitionError, match="--block-samples must be an integer >= 1, got 0"):
+    with pytest.raises(PartitionError, match="`block_samples` must be an integer >= 1, got 0"):
         run_local(ds, 4, block_samples=0)
 
 

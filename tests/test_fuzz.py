@@ -340,7 +340,7 @@ def test_fuzz_newline_less_input(fmt, warm, tmp_path):
     memory (it was buffered whole and re-copied per block: /dev/zero grew without bound). The streaming
     formats read /dev/zero itself; the others (they read the header from a regular file first) a sparse
     file of 17 MiB of zeros."""
-    from gmp.datasets.importers import MAX_LINE_BYTES
+    from gmp.datasets.streaming import MAX_LINE_BYTES
 
     extra = csv_flags() if FORMATS[fmt][1] is None else FORMATS[fmt][1]
     if fmt in ("criteo", "libsvm", "libffm"):

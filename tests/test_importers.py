@@ -21,7 +21,7 @@ from gmp.datasets import load_dataset
 from gmp.datasets.avazu import import_avazu
 from gmp.datasets.criteo import import_criteo
 from gmp.datasets.csvfmt import CsvOptions, import_csv
-from gmp.datasets.importers import CommonOptions, hash_strings, iter_chunks
+from gmp.datasets.streaming import CommonOptions, hash_strings, iter_chunks
 from gmp.datasets.libsvm import import_libsvm
 from gmp.datasets.movielens import import_movielens
 from gmp.datasets.vocab import Vocabulary
@@ -145,7 +145,7 @@ def test_criteo_hashed_field(tmp_path):
 
 
 def test_unknown_hash_field_is_rejected(tmp_path):
-    with pytest.raises(ImportDataError, match=r"--hash names unknown field\(s\) \['C99'\]"):
+    with pytest.raises(ImportDataError, match=r"`hash_sizes` names unknown field\(s\) \['C99'\]"):
         import_criteo([CRITEO], tmp_path / "out", common=opts(hash_sizes={"C99": 4}))
     assert_nothing_left(tmp_path, "out")
 
@@ -185,8 +185,8 @@ def test_criteo_malformed_line_fails_strict(tmp_path, bad_line, message):
     with pytest.raises(ImportDataError, match=message) as err:
         import_criteo([p], tmp_path / "out")
     text = str(err.value)
-    assert "1 malformed line in the first 4 lines read, more than --max-bad-lines 0" in text
-    assert f"{p} line 3" in text and "pass --max-bad-lines N" in text
+    assert "1 malformed line in the first 4 lines read, more than `max_bad_lines` 0" in text
+    assert f"{p} line 3" in text and "pass `max_bad_lines` N" in text
     assert "\n" not in text
     assert_nothing_left(tmp_path, "out")
 
@@ -212,7 +212,7 @@ def test_bad_lines_skipped_and_recorded(tmp_path):
 
 
 def test_bad_lines_over_limit_fail(tmp_path):
-    with pytest.raises(ImportDataError, match=r"4 malformed lines .* more than --max-bad-lines 3"):
+    with pytest.raises(ImportDataError, match=r"4 malformed lines .* more than `max_bad_lines` 3"):
         import_criteo([FIX / "criteo_bad.tsv"], tmp_path / "out", common=opts(max_bad_lines=3))
     assert_nothing_left(tmp_path, "out")
 
@@ -322,7 +322,7 @@ def test_unreadable_path(tmp_path):
 
 def test_existing_output_needs_overwrite(tmp_path):
     import_criteo([CRITEO], tmp_path / "out")
-    with pytest.raises(Exception, match=r"already exists and is not empty; .*--overwrite"):
+    with pytest.raises(Exception, match=r"already exists and is not empty; .*`overwrite=True`"):
         import_criteo([CRITEO], tmp_path / "out")
     import_criteo([CRITEO], tmp_path / "out", common=opts(overwrite=True))
 
@@ -382,7 +382,7 @@ def test_a_newline_less_input_stops_after_the_limit(tmp_path, monkeypatch, chunk
         def close(self):
             pass
 
-    import gmp.datasets.importers as imp
+    import gmp.datasets.streaming as imp
 
     p = tmp_path / "zeros"
     p.write_bytes(b"\0")
@@ -393,7 +393,7 @@ def test_a_newline_less_input_stops_after_the_limit(tmp_path, monkeypatch, chunk
 
 
 def test_a_header_line_longer_than_the_limit_is_refused(tmp_path):
-    from gmp.datasets.importers import read_header
+    from gmp.datasets.streaming import read_header
 
     p = tmp_path / "h.csv"
     p.write_bytes(b"a," * 40 + b"b\n1,2\n")
@@ -409,7 +409,7 @@ def test_import_of_a_line_over_16_mib_is_one_error_line(tmp_path, fmt):
     from typer.testing import CliRunner
 
     from cli.main import app
-    from gmp.datasets.importers import MAX_LINE_BYTES
+    from gmp.datasets.streaming import MAX_LINE_BYTES
 
     assert MAX_LINE_BYTES == 16 << 20
     p = tmp_path / "long.txt"
@@ -446,7 +446,7 @@ def test_vocabulary_orders_by_frequency_then_first_seen():
 
 
 def test_vocabulary_rejects_bad_options():
-    with pytest.raises(ImportDataError, match="--min-count must be >= 1"):
+    with pytest.raises(ImportDataError, match="`min_count` must be >= 1"):
         Vocabulary(min_count=0)
     with pytest.raises(ImportDataError, match="the size must be a positive integer"):
         Vocabulary(hash_sizes={"C1": 0})
@@ -620,7 +620,7 @@ def test_csv_cells_with_spaces_and_quotes_read_as_their_values(tmp_path, caplog)
 def test_a_first_line_naming_the_label_is_a_header(tmp_path):
     """Numeric column names, a header-only file, a header repeated by cat: each was refused as 'no header line'
     with advice that failed; a first line naming --label is the header."""
-    from gmp.datasets.imports import import_dataset
+    from gmp.datasets.dispatch import import_dataset
 
     for name, text, said in (("num", "label,1,2\n1,x,y\n0,z,y\n", None),
                              ("only", "label,a,b\n", "the input is empty"),
@@ -637,7 +637,7 @@ def test_a_first_line_naming_the_label_is_a_header(tmp_path):
 
 
 def test_a_test_input_that_is_an_input_by_another_spelling_is_refused(tmp_path, monkeypatch):
-    from gmp.datasets.imports import import_dataset
+    from gmp.datasets.dispatch import import_dataset
 
     p = tmp_path / "tr.csv"
     p.write_text("label,a\n1,x\n0,y\n")
@@ -673,9 +673,9 @@ def test_csv_fixture_bad_lines_skipped(tmp_path):
 
 
 def test_csv_unknown_column(tmp_path):
-    with pytest.raises(ImportDataError, match=r"--dense names column 'nope', which is not in the header"):
+    with pytest.raises(ImportDataError, match=r"`dense` names column 'nope', which is not in the header"):
         import_csv([FIX / "mixed_small.csv"], tmp_path / "out", options=CsvOptions(label="income", dense=["nope"]))
-    with pytest.raises(ImportDataError, match=r"csv import needs --label COLUMN"):
+    with pytest.raises(ImportDataError, match=r"csv import needs `label` COLUMN"):
         CsvOptions()
 
 
@@ -767,9 +767,9 @@ def test_movielens_threshold_and_ignore(tmp_path):
     assert ds.labels.tolist() == [1, 0, 0, 0, 0, 0, 1]
     names = [x.name for x in ds.fields]
     assert "zip_code" not in names and "movie_title" in names  # ignore replaces the default list
-    with pytest.raises(ImportDataError, match="--ignore names 'zipcode', which no file has; the columns are .*zip_code"):
+    with pytest.raises(ImportDataError, match="`ignore` names 'zipcode', which no file has; the columns are .*zip_code"):
         import_movielens([FIX / "ml_atomic" / "ml.inter"], tmp_path / "b", ignore=["zipcode"])  # a typo
-    with pytest.raises(ImportDataError, match="--ignore applies to the atomic layout"):
+    with pytest.raises(ImportDataError, match="`ignore` applies to the atomic layout"):
         import_movielens([FIX / "ml_classic" / "u.data"], tmp_path / "c", ignore=["zip_code"])  # was ignored
 
 
@@ -811,7 +811,7 @@ def test_real_movielens_100k(tmp_path):
 
 def test_unreadable_path_message(tmp_path, monkeypatch):
     # Runs as root too: pretend the permission check fails.
-    import gmp.datasets.importers as imp
+    import gmp.datasets.streaming as imp
 
     monkeypatch.setattr(imp.os, "access", lambda path, mode: False)
     with pytest.raises(ImportDataError, match=r"criteo_small.tsv: permission denied; make the file readable"):

@@ -229,7 +229,7 @@ def test_not_a_directory(tmp_path):
 
 def test_write_refuses_existing_and_invalid(tmp_path):
     path = write(tmp_path / "m")
-    with pytest.raises(GmpError, match="already exists and is not empty; choose another --out or pass --overwrite"):
+    with pytest.raises(GmpError, match="already exists and is not empty; choose another `out` or pass `overwrite=True`"):
         write(path)
     write(path, overwrite=True)
     bad = Placement.edge_cut(2, [0, 0, 0, 1, 1, 3], [0] * 6)
@@ -297,31 +297,31 @@ def test_round_trip_random_placements(tmp_path_factory, data):
 
 
 def test_version_2_records_the_plan_and_the_dataset_name(tmp_path):
-    from gmp.manifest import ManifestPlan, read_plan
+    from gmp.manifest import TrainingPlan, read_plan
 
     metrics = {"batch_size": 64, "embedding_dim": 8}
     plain = load_manifest(write(tmp_path / "a", metrics=metrics, dataset_name="criteo-1m"))
     assert plain.meta["schema_version"] == SCHEMA_VERSION and plain.dataset_name == "criteo-1m"
-    assert plain.plan == ManifestPlan(64, 8, None) == read_plan(tmp_path / "a")
+    assert plain.plan == TrainingPlan(64, 8, None) == read_plan(tmp_path / "a")
     # with a memory budget, the plan's dim is the one the partitioner budgeted rows for
     budgeted = make_placement()
     budgeted = Placement(budgeted.num_workers, budgeted.sample_worker, budgeted.embedding_primary,
                          budgeted.secondary_indptr, budgeted.secondary_workers, method="hybrid",
                          options={"memory_per_worker": 4096, "embedding_dim": 32})
     m = load_manifest(write(tmp_path / "b", budgeted, metrics=metrics))
-    assert m.plan == ManifestPlan(64, 32, 4096) and m.dataset_name is None
+    assert m.plan == TrainingPlan(64, 32, 4096) and m.dataset_name is None
 
 
 def test_the_plan_becomes_defaults_and_one_line_names_what_differs():
-    from gmp.manifest import ManifestPlan
+    from gmp.manifest import TrainingPlan
 
-    plan = ManifestPlan(512, 16, None)
+    plan = TrainingPlan(512, 16, None)
     assert plan.resolve(batch_size=None, embedding_dim=None) == ({"batch_size": 512, "embedding_dim": 16}, None)
     assert plan.resolve(batch_size=512, embedding_dim=16)[1] is None
     values, msg = plan.resolve(batch_size=256, embedding_dim=None)
     assert values == {"batch_size": 256, "embedding_dim": 16}
     assert "batch_size 256 (planned 512)" in msg and "embedding_dim" not in msg and "\n" not in msg
-    assert ManifestPlan(None, None, None).resolve(batch_size=None, embedding_dim=8)[0] == {"batch_size": None,
+    assert TrainingPlan(None, None, None).resolve(batch_size=None, embedding_dim=8)[0] == {"batch_size": None,
                                                                                          "embedding_dim": 8}
     with pytest.raises(GmpError, match=r"^The 'batch_size' parameter must be an int >= 1, got 0\.$"):
         plan.resolve(batch_size=0, embedding_dim=None)  # refused, not named in a warning first

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 import gmp._memory as mem
 from cli.main import app
-from gmp.datasets.importers import CommonOptions
+from gmp.datasets.streaming import CommonOptions
 from gmp.errors import ImportDataError
 
 GIB = 1 << 30
@@ -118,7 +118,7 @@ def small_cgroup(tmp_path, monkeypatch):
 
 
 def test_the_import_block_is_refused_against_the_cgroup(small_cgroup):
-    with pytest.raises(ImportDataError, match=r"--chunk-mb 64 needs about 0\.5 GiB of memory, 0\.2 GiB is available "
+    with pytest.raises(ImportDataError, match=r"`chunk_mb` 64 needs about 0\.5 GiB of memory, 0\.2 GiB is available "
                                               r"\(the memory cgroup /small limits this process to 0\.2 GiB\)"):
         CommonOptions(chunk_bytes=64 * MIB)
 

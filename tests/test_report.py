@@ -143,7 +143,7 @@ def test_report_without_report_json_uses_arrays(tmp_path):
     assert rep["metrics"]["per_worker"]["samples"] == [1, 2]
     assert rep["metrics"]["batch_remote_reads"] == 7
     assert "| batch remote reads (rows pulled / epoch) | 7 |" in render(rep, "md")
-    with pytest.raises(ManifestError, match="need --dataset"):
+    with pytest.raises(ManifestError, match="need `dataset`"):
         report_from_manifest(load_manifest(path), batch_size=8)
 
 

@@ -278,7 +278,7 @@ def test_herald_at_s0_equals_one_worker(ctr, options, num_workers, secondaries):
 
 def test_herald_schedule_resumes_mid_epoch(ctr):
     from gmp.train.herald import HeraldOptions
-    from gmp.train.herald.plugin import HeraldSchedule
+    from gmp.train.herald.schedule import HeraldSchedule
 
     _, ds = ctr
     pl = _placement(ds, 3)

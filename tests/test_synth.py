@@ -236,15 +236,15 @@ def test_labels_learnable(tiny_dir):
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(num_samples=-5), r"--samples must be an integer >= 1, got -5"),
-    (dict(num_samples=0), r"--samples must be an integer >= 1"),
-    (dict(locality=1.5), r"--locality must be in \[0.0, 1.0\], got 1.5"),
-    (dict(locality=-0.1), r"--locality must be in"),
-    (dict(skew=-1.0), r"--skew must be in"),
-    (dict(num_communities=0), r"--communities must be an integer >= 1"),
-    (dict(scale=0.0), r"--scale must be in \(0.0"),
-    (dict(seed=-1), r"--seed must be an integer >= 0"),
-    (dict(test_fraction=1.0), r"--test-fraction must be in \[0, 1\)"),
+    (dict(num_samples=-5), r"`num_samples` must be an integer >= 1, got -5"),
+    (dict(num_samples=0), r"`num_samples` must be an integer >= 1"),
+    (dict(locality=1.5), r"`locality` must be in \[0.0, 1.0\], got 1.5"),
+    (dict(locality=-0.1), r"`locality` must be in"),
+    (dict(skew=-1.0), r"`skew` must be in"),
+    (dict(num_communities=0), r"`num_communities` must be an integer >= 1"),
+    (dict(scale=0.0), r"`scale` must be in \(0.0"),
+    (dict(seed=-1), r"`seed` must be an integer >= 0"),
+    (dict(test_fraction=1.0), r"`test_fraction` must be in \[0, 1\)"),
 ])
 def test_bad_knobs(kwargs, match):
     kw = dict(num_samples=100)
@@ -259,7 +259,7 @@ def test_unknown_preset():
 
 
 def test_bad_chunk_size(tmp_path):
-    with pytest.raises(DatasetError, match="--chunk-samples must be an integer >= 1"):
+    with pytest.raises(DatasetError, match="`chunk_samples` must be an integer >= 1"):
         synthesize(preset_config("tiny", num_samples=10), tmp_path / "x", chunk_samples=0)
     assert not (tmp_path / "x").exists()
 
@@ -454,9 +454,9 @@ def test_fresh_zero_keeps_the_data_and_the_header(tmp_path):
 
 
 def test_entity_knob_errors():
-    with pytest.raises(DatasetError, match=r"--fresh must be in \[0.0, 1.0\], got -0.1"):
+    with pytest.raises(DatasetError, match=r"`fresh` must be in \[0.0, 1.0\], got -0.1"):
         _entity_cfg(fresh=-0.1)
-    with pytest.raises(DatasetError, match=r"--fidelity must be in \[0.0, 1.0\], got 1.5"):
+    with pytest.raises(DatasetError, match=r"`fidelity` must be in \[0.0, 1.0\], got 1.5"):
         _entity_cfg(fidelity=1.5)
     with pytest.raises(DatasetError, match="field_entity needs 5 entries"):
         _entity_cfg(field_entity=(0, 0))

@@ -69,7 +69,7 @@ def test_file_bare_list_and_errors(tmp_path):
 def test_parse_and_resolve_errors():
     with pytest.raises(TopologyError, match="not understood"):
         parse_topology("2by8")
-    with pytest.raises(TopologyError, match="--workers 4 disagrees with the topology's 16 workers"):
+    with pytest.raises(TopologyError, match="`workers` 4 disagrees with the topology's 16 workers"):
         resolve_topology(4, "2x8", None)
     with pytest.raises(TopologyError, match="not both"):
         resolve_topology(None, "8", "f.json")

@@ -127,7 +127,7 @@ def test_resume_after_an_interrupt_equals_an_uninterrupted_run(ctr, tmp_path):
                       staleness=2)
     full = train(path, man, cfg, checkpoint_dir=tmp_path / "a")
     steps_per_epoch = StaticSchedule(pl, ds.num_train, 16).num_steps(0)
-    with pytest.raises(TrainingError, match="interrupted at epoch 2 step 3; checkpoint saved.*--resume"):
+    with pytest.raises(TrainingError, match="interrupted at epoch 2 step 3; checkpoint saved.*`resume=True`"):
         train(path, man, cfg, checkpoint_dir=tmp_path / "b", stop_after_steps=steps_per_epoch + 3,
               log_json=tmp_path / "b.jsonl")
     head = json.loads((tmp_path / "b" / "latest" / "checkpoint.json").read_text())

@@ -145,7 +145,7 @@ def test_a_table_larger_than_the_gpu_is_refused_against_its_free_memory(ctr, mon
                         lambda device=None: seen.append(device) or (1 << 20 if device is not None else 1 << 40))
     cfg = TrainConfig(embedding_dim=2000, hidden=(8,))
     with pytest.raises(TrainingError, match=r"more than the 0\.0 GiB free on cuda:0; lower it, use more GPUs, "
-                                            r"or --table-location host\."):
+                                            r"or `table_location` host\."):
         trainer_mod.check_memory(pl, cfg, [0, 1], len(ds.categorical_fields), torch.device("cuda", 0))
     assert seen == [torch.device("cuda", 0)]
     trainer_mod.check_memory(pl, cfg, [0, 1], len(ds.categorical_fields), torch.device("cpu"))  # the host has room

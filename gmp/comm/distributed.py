@@ -96,7 +96,7 @@ def world_from_env() -> tuple[int, int, int]:
         world = int(os.environ["WORLD_SIZE"])
         local = int(os.environ.get("LOCAL_RANK", rank))
     except (KeyError, ValueError):
-        raise TrainingError(f"--engine distributed needs RANK and WORLD_SIZE in the environment; {ENV_HINT}.") from None
+        raise TrainingError(f"`engine` distributed needs RANK and WORLD_SIZE in the environment; {ENV_HINT}.") from None
     return rank, world, local
 
 

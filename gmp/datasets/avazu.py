@@ -29,8 +29,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import ImportDataError
-from .csvfmt import CsvOptions, DelimitedPlan, read_columns, run_delimited
-from .importers import CommonOptions, check_inputs, parse_int_block, token
+from .csvfmt import CsvOptions, DelimitedLayout, read_columns, run_delimited
+from .streaming import CommonOptions, check_inputs, parse_int_block, token
 
 
 class _HourSplit:
@@ -84,9 +84,9 @@ def import_avazu(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
     cat_cols = [i for i, c in enumerate(cols) if c not in ("id", "click", "hour")]
     # click must be exactly 0/1: a threshold of 0.5 on a parsed number plus the integer check below
     opts = CsvOptions(label="click", label_threshold=0.5)
-    plan = DelimitedPlan(cols, ",", label_col, [], [], cat_cols, opts)
+    layout = DelimitedLayout(cols, ",", label_col, [], [], cat_cols, opts)
     derived = _HourSplit(hour_col, split_hour)
-    return run_delimited(paths, out, fmt="avazu", plan=plan, common=common,
+    return run_delimited(paths, out, fmt="avazu", layout=layout, common=common,
                          format_options={"split_hour": split_hour}, derived=_ClickCheck(derived, label_col))
 
 

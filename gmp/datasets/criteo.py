@@ -30,7 +30,7 @@ import numpy as np
 
 from ..progress import task
 from .format import DatasetWriter
-from .importers import (BAD, BadLines, CommonOptions, check_inputs, finish_import, iter_chunks, log1p_clamped,
+from .streaming import (BAD, BadLines, CommonOptions, check_inputs, finish_import, iter_chunks, log1p_clamped,
                         parse_hex_block, parse_int_block, token, tokenize, total_size)
 from .vocab import Vocabulary
 

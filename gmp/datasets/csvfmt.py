@@ -42,7 +42,7 @@ import numpy as np
 from ..errors import ImportDataError
 from ..progress import task
 from .format import DatasetWriter
-from .importers import (BAD, BadLines, CommonOptions, cell_text, check_inputs, finish_import, hash_strings,
+from .streaming import (BAD, BadLines, CommonOptions, cell_text, check_inputs, finish_import, hash_strings,
                         hash_token_block, iter_chunks, log1p_clamped, open_quotes, parse_float_block, read_header,
                         split_multi, token, tokenize, total_size)
 from .vocab import Vocabulary
@@ -67,19 +67,19 @@ class CsvOptions:
 
     def __post_init__(self) -> None:
         if not self.label:
-            raise ImportDataError("csv import needs --label COLUMN (the name of the label column in the header).")
+            raise ImportDataError("csv import needs `label` COLUMN (the name of the label column in the header).")
         if self.sep is not None and len(self.sep.encode()) != 1:
-            raise ImportDataError(f"--sep must be a single character, got {self.sep!r}.")
+            raise ImportDataError(f"`sep` must be a single character, got {self.sep!r}.")
         if len(self.multi_sep.encode()) != 1:
-            raise ImportDataError(f"--multi-sep must be a single character, got {self.multi_sep!r}.")
+            raise ImportDataError(f"`multi_sep` must be a single character, got {self.multi_sep!r}.")
         if not np.isfinite(self.label_threshold):
-            raise ImportDataError(f"--label-threshold must be a finite number, got {self.label_threshold}.")
+            raise ImportDataError(f"`label_threshold` must be a finite number, got {self.label_threshold}.")
         if self.dense_transform not in ("log1p", "none"):
-            raise ImportDataError(f"--dense-transform must be 'log1p' or 'none', got {self.dense_transform!r}.")
+            raise ImportDataError(f"`dense_transform` must be 'log1p' or 'none', got {self.dense_transform!r}.")
 
     @property
     def positive_value(self) -> str | None:
-        """``label_positive`` as a label cell is read (:func:`~gmp.datasets.importers.cell_text`)."""
+        """``label_positive`` as a label cell is read (:func:`~gmp.datasets.streaming.cell_text`)."""
         return None if self.label_positive is None else cell_text(self.label_positive)
 
     def to_json(self) -> dict[str, Any]:
@@ -132,10 +132,10 @@ def import_csv(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, o
     paths = check_inputs(inputs, fmt="csv")
     sep = options.sep or default_sep(paths[0])
     cols = read_columns(paths, sep, "csv")
-    label_col = _resolve([options.label], cols, "--label", paths[0])[0]
-    dense_cols = _resolve(options.dense, cols, "--dense", paths[0])
-    multi_cols = _resolve(options.multi, cols, "--multi", paths[0])
-    ignore_cols = _resolve(options.ignore, cols, "--ignore", paths[0])
+    label_col = _resolve([options.label], cols, "`label`", paths[0])[0]
+    dense_cols = _resolve(options.dense, cols, "`dense`", paths[0])
+    multi_cols = _resolve(options.multi, cols, "`multi`", paths[0])
+    ignore_cols = _resolve(options.ignore, cols, "`ignore`", paths[0])
     unnamed = [i for i, c in enumerate(cols) if not c]
     if unnamed:  # no flag can name them: a trailing separator on every line, most often
         log.warning("warning: column(s) %s of %s's header have no name (a separator at the end of the line?) and are "
@@ -145,18 +145,18 @@ def import_csv(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, o
         taken = {label_col, *dense_cols, *multi_cols, *ignore_cols, *unnamed}
         cat_cols = [i for i in range(len(cols)) if i not in taken]
     else:
-        cat_cols = _resolve(options.categorical, cols, "--cat", paths[0])
+        cat_cols = _resolve(options.categorical, cols, "`categorical`", paths[0])
     roles = [label_col] + dense_cols + multi_cols + cat_cols
     if len(set(roles)) != len(roles):
-        raise ImportDataError("a column is named in more than one of --label/--cat/--multi/--dense; give each one role.")
+        raise ImportDataError("a column is named in more than one of `label`/`categorical`/`multi`/`dense`; give each one role.")
     if not (cat_cols or multi_cols):
-        raise ImportDataError("no categorical or multi-valued columns to import; name some with --cat or --multi.")
-    plan = DelimitedPlan(cols, sep, label_col, dense_cols, multi_cols, cat_cols, options)
-    return run_delimited(paths, out, fmt="csv", plan=plan, common=common, format_options=options.to_json())
+        raise ImportDataError("no categorical or multi-valued columns to import; name some with `categorical` or `multi`.")
+    layout = DelimitedLayout(cols, sep, label_col, dense_cols, multi_cols, cat_cols, options)
+    return run_delimited(paths, out, fmt="csv", layout=layout, common=common, format_options=options.to_json())
 
 
 @dataclass
-class DelimitedPlan:
+class DelimitedLayout:
     cols: list[str]
     sep: str
     label_col: int
@@ -166,7 +166,7 @@ class DelimitedPlan:
     options: CsvOptions
 
 
-def run_delimited(paths: list[Path], out, *, fmt: str, plan: DelimitedPlan, common: CommonOptions,
+def run_delimited(paths: list[Path], out, *, fmt: str, layout: DelimitedLayout, common: CommonOptions,
                   format_options: dict[str, Any], derived=None) -> dict[str, Any]:
     """The chunk loop shared by the CSV-like importers.
 
@@ -176,20 +176,20 @@ def run_delimited(paths: list[Path], out, *, fmt: str, plan: DelimitedPlan, comm
     columns (Avazu's hour split).
     """
     vocab = Vocabulary(min_count=common.min_count, hash_sizes=common.hash_sizes)
-    cat_fids = [vocab.add_field(plan.cols[c]) for c in plan.cat_cols]
+    cat_fids = [vocab.add_field(layout.cols[c]) for c in layout.cat_cols]
     der_fids = [vocab.add_field(n) for n in derived.names] if derived is not None else []
-    multi_fids = [vocab.add_field(plan.cols[c], "multi") for c in plan.multi_cols]
+    multi_fids = [vocab.add_field(layout.cols[c], "multi") for c in layout.multi_cols]
     vocab.check_hash_fields()
     bad = BadLines(common.max_bad_lines)
-    opts = plan.options
+    opts = layout.options
     positive = opts.positive_value
     positive_key = hash_strings([positive])[0] if positive is not None else None
-    ncols_expected = len(plan.cols)
-    sepname = {",": "comma", "\t": "tab", ";": "semicolon", "|": "pipe", " ": "space"}.get(plan.sep, repr(plan.sep))
+    ncols_expected = len(layout.cols)
+    sepname = {",": "comma", "\t": "tab", ";": "semicolon", "|": "pipe", " ": "space"}.get(layout.sep, repr(layout.sep))
     lines_read = positives = 0
-    num_dense = len(plan.dense_cols)
+    num_dense = len(layout.dense_cols)
     # stored as float32: without a transform a value must fit float32 (1e300 would become inf)
-    raw = plan.options.dense_transform == "none"
+    raw = layout.options.dense_transform == "none"
     dense_limit = float(np.finfo(np.float32).max) if raw else np.inf
     limit_note = " within float32 (--dense-transform none)" if raw else ""
     with DatasetWriter(out, num_dense=num_dense, overwrite=common.overwrite, inputs=paths) as writer, \
@@ -199,11 +199,11 @@ def run_delimited(paths: list[Path], out, *, fmt: str, plan: DelimitedPlan, comm
             last = 0
             inside = False  # inside a quoted cell an earlier line opened (open_quotes)
             for chunk in iter_chunks(path, chunk_bytes=common.chunk_bytes, skip_lines=1):
-                buf, starts, ends, ncols = tokenize(chunk.data, plan.sep, ncols_expected)
+                buf, starts, ends, ncols = tokenize(chunk.data, layout.sep, ncols_expected)
                 n = ncols.size
                 lines_read += n
                 quoted, inside = open_quotes(buf, starts, ends, ncols, inside)
-                lab_s, lab_e = starts[:, [plan.label_col]], ends[:, [plan.label_col]]
+                lab_s, lab_e = starts[:, [layout.label_col]], ends[:, [layout.label_col]]
                 if positive_key is not None:
                     lkeys, lstat = hash_token_block(buf, lab_s, lab_e, True, True)
                     labels = (lkeys[:, 0] == positive_key).astype(np.float32)
@@ -212,7 +212,7 @@ def run_delimited(paths: list[Path], out, *, fmt: str, plan: DelimitedPlan, comm
                     lvals, lstat = parse_float_block(buf, lab_s, lab_e)
                     labels = (lvals[:, 0] >= opts.label_threshold).astype(np.float32)
                     bad_label = (lstat[:, 0] != 0) | ~np.isfinite(lvals[:, 0])
-                dvals, dstat = parse_float_block(buf, starts[:, plan.dense_cols], ends[:, plan.dense_cols])
+                dvals, dstat = parse_float_block(buf, starts[:, layout.dense_cols], ends[:, layout.dense_cols])
                 bad_cols = ncols != ncols_expected
                 # non-finite input (1e400 parses as inf), or beyond float32 when stored as is
                 not_finite = (dstat == 0) & ~(np.isfinite(dvals) & (np.abs(dvals) <= dense_limit))
@@ -237,17 +237,18 @@ def run_delimited(paths: list[Path], out, *, fmt: str, plan: DelimitedPlan, comm
                             if ncols[i] == 1 and starts[i, 0] == ends[i, 0]:
                                 return "empty line"
                             return f"expected {ncols_expected} {sepname}-separated columns, got {int(ncols[i])}"
-                        c = plan.label_col
+                        c = layout.label_col
                         if bad_label[i]:
                             if lstat[i, 0] == 1:
-                                return f"label column {plan.cols[c]!r} is empty"
+                                return f"label column {layout.cols[c]!r} is empty"
                             what = "a number" if lstat[i, 0] == BAD else "a finite number"
-                            return f"label column {plan.cols[c]!r} is not {what}: {token(buf, starts[i, c], ends[i, c])}"
+                            return (f"label column {layout.cols[c]!r} is not {what}: "
+                                    f"{token(buf, starts[i, c], ends[i, c])}")
                         if bad_dense[i]:
                             j = int(np.flatnonzero((dstat[i] == BAD) | not_finite[i])[0])
-                            c = plan.dense_cols[j]
+                            c = layout.dense_cols[j]
                             what = "a number" if dstat[i, j] == BAD else f"a finite number{limit_note}"
-                            return (f"column {c + 1} ({plan.cols[c]}) is not {what}: "
+                            return (f"column {c + 1} ({layout.cols[c]}) is not {what}: "
                                     f"{token(buf, starts[i, c], ends[i, c])}")
                         return dreason(i)
 
@@ -260,13 +261,14 @@ def run_delimited(paths: list[Path], out, *, fmt: str, plan: DelimitedPlan, comm
                 if m == 0:
                     continue
                 parts = []  # per field: (lengths [m], pids)
-                ckeys, cstat = hash_token_block(buf, starts[good][:, plan.cat_cols], ends[good][:, plan.cat_cols], True)
+                cat = layout.cat_cols
+                ckeys, cstat = hash_token_block(buf, starts[good][:, cat], ends[good][:, cat], True)
                 for j, f in enumerate(cat_fids):
                     parts.append((None, vocab.lookup(f, ckeys[:, j], cstat[:, j] == 0)))
                 for j, f in enumerate(der_fids):
                     parts.append((None, vocab.lookup(f, dkeys[good, j], dpresent[good, j])))
                 for j, f in enumerate(multi_fids):
-                    c = plan.multi_cols[j]
+                    c = layout.multi_cols[j]
                     lens, keys = split_multi(buf, np.ascontiguousarray(starts[good, c]),
                                              np.ascontiguousarray(ends[good, c]), ord(opts.multi_sep), True)
                     # an empty list is the field's missing value (one id)
@@ -283,7 +285,7 @@ def run_delimited(paths: list[Path], out, *, fmt: str, plan: DelimitedPlan, comm
                         "the label column's values (spaces and a pair of quotes around a cell are ignored).",
                         positive)
         return finish_import(writer, vocab, bad, fmt=fmt, paths=paths, lines_read=lines_read, common=common,
-                             format_options=format_options, dense_names=[plan.cols[c] for c in plan.dense_cols])
+                             format_options=format_options, dense_names=[layout.cols[c] for c in layout.dense_cols])
 
 
 def interleave(parts: list[tuple[np.ndarray | None, np.ndarray]], m: int) -> tuple[np.ndarray, np.ndarray]:

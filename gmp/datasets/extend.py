@@ -48,7 +48,7 @@ def previous_fields(path: str | os.PathLike) -> tuple[list[PreviousField], dict[
     ds = load_dataset(path)
     vfile = Path(path) / VOCAB_FILE
     if not vfile.is_file():
-        raise ImportDataError(f"--extend {path}: it has no {VOCAB_FILE} (its raw-value keys), so its ids cannot be "
+        raise ImportDataError(f"`extend` {path}: it has no {VOCAB_FILE} (its raw-value keys), so its ids cannot be "
                               f"kept; re-import it with this gmp (synthetic datasets cannot be extended).")
     stored = _read_vocab(vfile, path)
     out = []
@@ -56,7 +56,7 @@ def previous_fields(path: str | os.PathLike) -> tuple[list[PreviousField], dict[
         keys = stored.get(f"field_{i}")
         if f.hash_buckets is None and (keys is None or keys.size != f.num_values - 2):
             got = "none" if keys is None else keys.size
-            raise ImportDataError(f"--extend {path}: {VOCAB_FILE} holds {got} keys for field {f.name!r}, its header "
+            raise ImportDataError(f"`extend` {path}: {VOCAB_FILE} holds {got} keys for field {f.name!r}, its header "
                                   f"{f.num_values - 2} kept values; the dataset is inconsistent, re-import it.")
         out.append(PreviousField(f.name, f.kind, f.ids(), None if f.hash_buckets is not None else keys.astype(np.uint64),
                                  f.hash_buckets))
@@ -75,10 +75,10 @@ def _read_vocab(vfile: Path, path: str | os.PathLike) -> dict[str, np.ndarray]:
         detail = str(exc).splitlines()[0][:80] if str(exc) else type(exc).__name__
         why = ("it is not an archive of plain arrays (it would need unpickling, which gmp never does)"
                if "pickle" in str(exc).lower() else f"not a readable .npz archive ({detail})")
-        raise ImportDataError(f"--extend {path}: {VOCAB_FILE} is corrupt: {why}; {fix}.") from None
+        raise ImportDataError(f"`extend` {path}: {VOCAB_FILE} is corrupt: {why}; {fix}.") from None
     for name, keys in stored.items():
         if keys.ndim != 1 or keys.dtype.kind not in "ui":
-            raise ImportDataError(f"--extend {path}: {VOCAB_FILE} entry {name!r} is {keys.dtype} of shape "
+            raise ImportDataError(f"`extend` {path}: {VOCAB_FILE} entry {name!r} is {keys.dtype} of shape "
                                   f"{keys.shape}, expected a 1-d integer array of keys; {fix}.")
     return stored
 

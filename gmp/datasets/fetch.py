@@ -50,7 +50,7 @@ def fetch_movielens_100k(out: str | os.PathLike, *, overwrite: bool = False,
     out = Path(out)
     targets = [out / m for m in ML100K_MEMBERS]
     if any(t.exists() for t in targets) and not overwrite:
-        raise ImportDataError(f"{out} already holds ml-100k files; pass --overwrite or choose another --out.")
+        raise ImportDataError(f"{out} already holds ml-100k files; pass `overwrite=True` or choose another `out`.")
     with tempfile.TemporaryDirectory(prefix="gmp-fetch-") as tmp:
         whl = Path(wheel) if wheel else _download_recbole(Path(tmp))
         try:
@@ -87,6 +87,6 @@ def _download_recbole(tmp: Path) -> Path:
         last = (proc.stderr or proc.stdout or "").strip().splitlines()[-1:] or ["no output"]
         raise ImportDataError(
             f"could not download recbole=={RECBOLE_VERSION} from PyPI (are you offline?): {last[0]}; "
-            f"retry with network access, or pass a downloaded wheel with --wheel."
+            f"retry with network access, or pass a downloaded wheel with `wheel`."
         )
     return wheels[0]

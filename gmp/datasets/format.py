@@ -132,8 +132,8 @@ import numba
 import numpy as np
 
 from .._version import __version__
-from .._io import (KIND_FILES, KIND_NAMES, atomic_directory, hash_arrays, header_value, index_dtype, json_default,
-                   load_npy, output_kind, read_versioned_json, release_pages, verify_enabled, write_json)
+from .._io import (KIND_FILES, KIND_NAMES, HeaderCount, atomic_directory, hash_arrays, header_value, index_dtype,
+                   json_default, load_npy, output_kind, read_versioned_json, release_pages, verify_enabled, write_json)
 from .._memory import check_memory
 from ..errors import DatasetError
 
@@ -221,17 +221,9 @@ class PreparedDataset:
     fields: list[FieldInfo] = field(default_factory=list)
     _verified: bool = field(default=False, repr=False, compare=False)
 
-    @property
-    def num_samples(self) -> int:
-        return int(self.meta["num_samples"])
-
-    @property
-    def num_embeddings(self) -> int:
-        return int(self.meta["num_embeddings"])
-
-    @property
-    def num_edges(self) -> int:
-        return int(self.meta["num_edges"])
+    num_samples = HeaderCount()
+    num_embeddings = HeaderCount()
+    num_edges = HeaderCount()
 
     @property
     def num_dense(self) -> int:
@@ -792,7 +784,7 @@ class DatasetWriter:
             raise DatasetError(f"test fraction must be in [0, 1), got {test_fraction}.")
         if self._test_start is None and self.num_samples - int(round(self.num_samples * test_fraction)) < 1:
             raise DatasetError(f"test fraction {test_fraction} of {self.num_samples} samples leaves no training "
-                               f"samples; lower --test-fraction.")
+                               f"samples; lower `test_fraction`.")
         for f in self._files.values():
             f.close()
         d = self.tmpdir

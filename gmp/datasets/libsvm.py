@@ -47,7 +47,7 @@ import numpy as np
 
 from ..progress import task
 from .format import DatasetWriter
-from .importers import BadLines, CommonOptions, check_inputs, finish_import, iter_chunks, total_size
+from .streaming import BadLines, CommonOptions, check_inputs, finish_import, iter_chunks, total_size
 from .vocab import Vocabulary
 
 

@@ -53,7 +53,7 @@ from ..errors import ImportDataError
 from ..progress import task
 from .csvfmt import interleave
 from .format import DatasetWriter
-from .importers import BadLines, CommonOptions, finish_import, hash_strings, iter_chunks, read_header, total_size
+from .streaming import BadLines, CommonOptions, finish_import, hash_strings, iter_chunks, read_header, total_size
 from .vocab import Vocabulary
 
 CLASSIC_GENRES = ["unknown", "Action", "Adventure", "Animation", "Children's", "Comedy", "Crime", "Documentary",
@@ -180,6 +180,22 @@ def _exists(path: Path) -> bool:
         return False
 
 
+def _side_rows(path: Path, sep: bytes, num_cols: int, bad: BadLines, *, skip_lines: int = 0):
+    """The columns of every line of a side file split at ``sep``; a line without ``num_cols`` columns is
+    counted in ``bad`` (a malformed line) and skipped."""
+    what = "tab-separated" if sep == b"\t" else f"'{sep.decode()}'-separated"
+    for chunk in iter_chunks(path, skip_lines=skip_lines):
+        lines = chunk.data.split(b"\n")
+        if chunk.data.endswith(b"\n"):
+            lines.pop()
+        for k, line in enumerate(lines):
+            parts = line.rstrip(b"\r").split(sep)
+            if len(parts) != num_cols:
+                bad.add(chunk.file, chunk.first_line + k, f"expected {num_cols} {what} columns, got {len(parts)}")
+                continue
+            yield parts
+
+
 def _read_atomic_side(path: Path, key: str, ignore: set[str], bad: BadLines) -> _Side:
     cols = _typed_header(path)
     names = [c for c, _ in cols]
@@ -189,32 +205,16 @@ def _read_atomic_side(path: Path, key: str, ignore: set[str], bad: BadLines) -> 
     cat = [j for j, (c, t) in enumerate(cols) if t == "token" and j != kj and c not in ignore]
     multi = [j for j, (c, t) in enumerate(cols) if t == "token_seq" and c not in ignore]
     side = _Side([names[j] for j in cat], [names[j] for j in multi])
-    for chunk in iter_chunks(path, skip_lines=1):
-        lines = chunk.data.split(b"\n")
-        if chunk.data.endswith(b"\n"):
-            lines.pop()
-        for k, line in enumerate(lines):
-            parts = line.rstrip(b"\r").split(b"\t")
-            if len(parts) != len(cols):
-                bad.add(chunk.file, chunk.first_line + k, f"expected {len(cols)} tab-separated columns, got {len(parts)}")
-                continue
-            side.add(parts[kj], [parts[j] for j in cat], [parts[j].split() for j in multi])
+    for parts in _side_rows(path, b"\t", len(cols), bad, skip_lines=1):
+        side.add(parts[kj], [parts[j] for j in cat], [parts[j].split() for j in multi])
     side.freeze()
     return side
 
 
 def _read_classic_users(path: Path, bad: BadLines) -> _Side:
     side = _Side(["age", "gender", "occupation", "zip_code"], [])
-    for chunk in iter_chunks(path):
-        lines = chunk.data.split(b"\n")
-        if chunk.data.endswith(b"\n"):
-            lines.pop()
-        for k, line in enumerate(lines):
-            parts = line.rstrip(b"\r").split(b"|")
-            if len(parts) != 5:
-                bad.add(chunk.file, chunk.first_line + k, f"expected 5 '|'-separated columns, got {len(parts)}")
-                continue
-            side.add(parts[0], parts[1:5], [])
+    for parts in _side_rows(path, b"|", 5, bad):
+        side.add(parts[0], parts[1:5], [])
     side.freeze()
     return side
 
@@ -228,19 +228,11 @@ def _read_classic_items(path: Path, bad: BadLines) -> _Side:
             genres = names
     side = _Side(["release_year"], ["class"])
     want = 5 + len(genres)
-    for chunk in iter_chunks(path):
-        lines = chunk.data.split(b"\n")
-        if chunk.data.endswith(b"\n"):
-            lines.pop()
-        for k, line in enumerate(lines):
-            parts = line.rstrip(b"\r").split(b"|")
-            if len(parts) != want:
-                bad.add(chunk.file, chunk.first_line + k, f"expected {want} '|'-separated columns, got {len(parts)}")
-                continue
-            date = parts[2].strip()
-            year = date[-4:] if len(date) >= 4 and date[-4:].isdigit() else None
-            g = [genres[j].encode() for j, flag in enumerate(parts[5:]) if flag.strip() == b"1"]
-            side.add(parts[0], [year], [g])
+    for parts in _side_rows(path, b"|", want, bad):
+        date = parts[2].strip()
+        year = date[-4:] if len(date) >= 4 and date[-4:].isdigit() else None
+        g = [genres[j].encode() for j, flag in enumerate(parts[5:]) if flag.strip() == b"1"]
+        side.add(parts[0], [year], [g])
     side.freeze()
     return side
 
@@ -251,7 +243,7 @@ def import_movielens(inputs: Sequence[str | os.PathLike], out: str | os.PathLike
     """Import MovieLens ratings (+ user and item side files) into a prepared dataset."""
     common = common or CommonOptions()
     if not math.isfinite(rating_threshold):
-        raise ImportDataError(f"--rating-threshold must be a finite number, got {rating_threshold}.")
+        raise ImportDataError(f"`rating_threshold` must be a finite number, got {rating_threshold}.")
     layout, ratings, users_path, items_path = _resolve_layout(inputs)
     ignore_set = set(DEFAULT_IGNORE if ignore is None else ignore)
     bad = BadLines(common.max_bad_lines)
@@ -264,11 +256,11 @@ def import_movielens(inputs: Sequence[str | os.PathLike], out: str | os.PathLike
         known = set(names) | {c for side in (users_path, items_path) if side for c, _ in _typed_header(side)}
         unknown = sorted(set(ignore or ()) - known)  # a typo would keep the column it meant, silently
         if unknown:
-            raise ImportDataError(f"--ignore names {', '.join(map(repr, unknown))}, which no file has; the columns "
+            raise ImportDataError(f"`ignore` names {', '.join(map(repr, unknown))}, which no file has; the columns "
                                   f"are {', '.join(sorted(known))}.")
     elif ignore is not None:
-        raise ImportDataError("--ignore applies to the atomic layout (typed headers); the classic files' features "
-                              "are fixed: drop --ignore.")
+        raise ImportDataError("`ignore` applies to the atomic layout (typed headers); the classic files' features "
+                              "are fixed: drop `ignore`.")
     if layout == "atomic":
         uj, ij, rj = names.index("user_id"), names.index("item_id"), names.index("rating")
         # the rating is the label: never a feature, whatever type its header gives it (a 'rating:token'
@@ -294,7 +286,7 @@ def import_movielens(inputs: Sequence[str | os.PathLike], out: str | os.PathLike
     f_itmulti = [vocab.add_field(n, "multi") for n in items.multi_names]
     vocab.check_hash_fields()
     if not (f_inter or f_user or f_item or f_imulti or f_umulti or f_itmulti):
-        raise ImportDataError(f"--ignore {','.join(sorted(ignore_set))} leaves no feature column (the rating is the "
+        raise ImportDataError(f"`ignore` {','.join(sorted(ignore_set))} leaves no feature column (the rating is the "
                               f"label); keep at least one, e.g. user_id or item_id.")
     lines_read = 0
     paths = [ratings]

@@ -36,7 +36,7 @@ from ..errors import ImportDataError
 from ..progress import task
 from .csvfmt import CsvOptions, interleave
 from .format import DatasetWriter
-from .importers import BadLines, CommonOptions, check_inputs, finish_import, hash_strings, log1p_clamped, total_size
+from .streaming import BadLines, CommonOptions, check_inputs, finish_import, hash_strings, log1p_clamped, total_size
 from .vocab import Vocabulary
 
 #: bytes of input per record batch are not known before reading; rows per batch instead
@@ -148,19 +148,19 @@ def _roles(options: CsvOptions, cols: list[str], path: Path) -> dict[str, Any]:
                 raise ImportDataError(f"{flag} names column {n!r}, which is not in {path} ({cols}).")
         return list(names)
 
-    label = check([options.label], "--label")[0]
-    dense, multi, ignore = check(options.dense, "--dense"), check(options.multi, "--multi"), \
-        check(options.ignore, "--ignore")
+    label = check([options.label], "`label`")[0]
+    dense, multi, ignore = check(options.dense, "`dense`"), check(options.multi, "`multi`"), \
+        check(options.ignore, "`ignore`")
     if options.categorical is None:
         taken = {label, *dense, *multi, *ignore}
         cat = [c for c in cols if c not in taken]
     else:
-        cat = check(options.categorical, "--cat")
+        cat = check(options.categorical, "`categorical`")
     named = [label, *dense, *multi, *cat]
     if len(set(named)) != len(named):
-        raise ImportDataError("a column is named in more than one of --label/--cat/--multi/--dense; give each one role.")
+        raise ImportDataError("a column is named in more than one of `label`/`categorical`/`multi`/`dense`; give each one role.")
     if not (cat or multi):
-        raise ImportDataError("no categorical or multi-valued columns to import; name some with --cat or --multi.")
+        raise ImportDataError("no categorical or multi-valued columns to import; name some with `categorical` or `multi`.")
     return {"label": label, "dense": dense, "multi": multi, "cat": cat}
 
 
@@ -244,7 +244,7 @@ def _multi_keys(pa, pc, col, multi_sep: str) -> tuple[np.ndarray, np.ndarray]:
         col = pc.split_pattern(pc.fill_null(col, ""), multi_sep)
         t = col.type
     if not (pa.types.is_list(t) or pa.types.is_large_list(t)):
-        raise ImportDataError(f"a --multi column must hold lists or text, got Arrow type {t}.")
+        raise ImportDataError(f"a `multi` column must hold lists or text, got Arrow type {t}.")
     if hasattr(col, "combine_chunks"):
         col = col.combine_chunks()
     col = pc.fill_null(col, pa.scalar([], type=t))
@@ -267,7 +267,7 @@ def _multi_keys(pa, pc, col, multi_sep: str) -> tuple[np.ndarray, np.ndarray]:
 def _check_nested(pa, schema, roles: dict[str, Any], path: Path) -> None:
     """Refuse a nested column (struct, map, list of lists, ...) in a role that cannot read it, naming it
     (pyarrow's cast of one to text was a traceback). Lists of scalars are read as ``--multi`` only."""
-    for role, flag in (("label", "--label"), ("dense", "--dense"), ("cat", "--cat"), ("multi", "--multi")):
+    for role, flag in (("label", "`label`"), ("dense", "`dense`"), ("cat", "`categorical`"), ("multi", "`multi`")):
         for c in [roles[role]] if role == "label" else roles[role]:
             t = schema.field(c).type
             if pa.types.is_dictionary(t):
@@ -276,7 +276,7 @@ def _check_nested(pa, schema, roles: dict[str, Any], path: Path) -> None:
             if not pa.types.is_nested(t) or (role == "multi" and flat_list):
                 continue
             fix = ("choose a scalar label column" if role == "label"
-                   else "name it with --multi (each element one value), or --ignore it" if flat_list and role == "cat"
-                   else "flatten it into scalar columns first, or --ignore it")
+                   else "name it with `multi` (each element one value), or `ignore` it" if flat_list and role == "cat"
+                   else "flatten it into scalar columns first, or `ignore` it")
             raise ImportDataError(f"{path}: column {c!r} ({flag}) has the nested Arrow type {t}, which gmp cannot "
                                   f"read as a {'multi-valued' if role == 'multi' else 'scalar'} column; {fix}.")

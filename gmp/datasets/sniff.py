@@ -2,7 +2,7 @@
 
 Used in three places:
 
-* every ``gmp data import`` starts here (:func:`gmp.datasets.imports.plan_import`):
+* every ``gmp data import`` starts here (:func:`gmp.datasets.dispatch.recognise_import`):
   with no FORMAT the recognised format is read; a FORMAT the file contradicts
   is refused with the command that reads it; for csv and Parquet
   :func:`propose_columns` names the label and the dense columns from the first
@@ -125,7 +125,7 @@ def compress_names(names: Sequence[str]) -> list[str]:
 
 def read_lines(path: Path, max_lines: int = MAX_LINES, max_bytes: int = MAX_BYTES) -> list[str]:
     """Up to ``max_lines`` complete lines from the start of ``path`` (gzip aware)."""
-    from .importers import read_head
+    from .streaming import read_head
 
     data = read_head(path, max_bytes)
     lines = data.split(b"\n")
@@ -244,7 +244,7 @@ def check_header(path: str | Path, fmt: str, label: str | None = None) -> None:
     names the ``label`` column the user gave is a header whatever else it holds (numeric
     column names, a header-only file, a header repeated by ``cat``)."""
     if label is not None:
-        from .importers import cell_text
+        from .streaming import cell_text
 
         lines = read_lines(Path(path))
         cells = re.split(r"[,\t;| ]", lines[0]) if lines else []
@@ -368,7 +368,7 @@ def delimiter_of(path: Path) -> str:
 def csv_sample(path: Path, sep: str) -> tuple[list[str], list[list[str]]]:
     """(header, rows) of the first :data:`SAMPLE_ROWS` rows of a delimited file, cells as the csv
     importer reads them (the first line is the header, as the importer takes it)."""
-    from .importers import cell_text
+    from .streaming import cell_text
 
     lines = read_lines(path, SAMPLE_ROWS + 1, SAMPLE_BYTES)
     if not lines:

@@ -305,24 +305,24 @@ class SynthConfig:
         if min(cards) < 1:
             raise DatasetError(f"synth: every field needs >= 1 value, got cardinalities {cards}.")
         if sum(cards) > np.iinfo(np.int32).max:
-            raise DatasetError(f"synth: {sum(cards):,} embeddings exceed int32 ids; lower --scale.")
-        _check_int("--samples", self.num_samples, 1)
-        _check_int("--seed", self.seed, 0)
-        _check_int("--communities", self.num_communities, 1)
+            raise DatasetError(f"synth: {sum(cards):,} embeddings exceed int32 ids; lower `scale`.")
+        _check_int("`num_samples`", self.num_samples, 1)
+        _check_int("`seed`", self.seed, 0)
+        _check_int("`num_communities`", self.num_communities, 1)
         _check_int("num_dense", self.num_dense, 0)
         if self.num_communities > np.iinfo(np.int32).max:  # community ids are stored as int32
-            raise DatasetError(f"synth: --communities must be at most {np.iinfo(np.int32).max:,}, got "
+            raise DatasetError(f"synth: `num_communities` must be at most {np.iinfo(np.int32).max:,}, got "
                                f"{self.num_communities:,}.")
         # parameters per community: a dense shift per dense column, a bias and a label offset (float64)
         check_memory(8 * (self.num_dense + 2) * self.num_communities, error=DatasetError,
-                     what=f"synth: --communities {self.num_communities:,} (per-community parameters)",
+                     what=f"synth: `num_communities` {self.num_communities:,} (per-community parameters)",
                      fix="use fewer communities.")
-        _check_range("--skew", self.skew, 0.0, 10.0)
-        _check_range("--tail", self.tail, 0.0, 1.0)
-        _check_range("--locality", self.locality, 0.0, 1.0)
-        _check_range("--scale", self.scale, 0.0, math.inf, low_open=True)
+        _check_range("`skew`", self.skew, 0.0, 10.0)
+        _check_range("`tail`", self.tail, 0.0, 1.0)
+        _check_range("`locality`", self.locality, 0.0, 1.0)
+        _check_range("`scale`", self.scale, 0.0, math.inf, low_open=True)
         if not 0.0 <= float(self.test_fraction) < 1.0:
-            raise DatasetError(f"synth: --test-fraction must be in [0, 1), got {self.test_fraction}.")
+            raise DatasetError(f"synth: `test_fraction` must be in [0, 1), got {self.test_fraction}.")
         if not 0.0 < float(self.label_rate) < 1.0:
             raise DatasetError(f"synth: label_rate must be in (0, 1), got {self.label_rate}.")
         for name in ("sigma_value", "sigma_dense", "sigma_community"):
@@ -352,7 +352,7 @@ class SynthConfig:
         object.__setattr__(self, "local_fields", (False,) * nf)
         if not counts or min(counts) < 1:
             raise DatasetError(f"synth: entity_counts must be one or more integers >= 1, got {counts}.")
-        _check_range("--entity-skew", self.entity_skew, 0.0, 10.0)
+        _check_range("`entity_skew`", self.entity_skew, 0.0, 10.0)
         fe = tuple(int(t) for t in (self.field_entity if self.field_entity is not None else [0] * nf))
         if len(fe) != nf or any(t < -1 or t >= len(counts) for t in fe):
             raise DatasetError(f"synth: field_entity needs {nf} entries in [-1, {len(counts) - 1}] "
@@ -361,11 +361,11 @@ class SynthConfig:
         fid = self.fidelity
         fid = tuple(float(x) for x in fid) if isinstance(fid, (tuple, list, np.ndarray)) else float(fid)
         for x in (fid if isinstance(fid, tuple) else (fid,)):
-            _check_range("--fidelity", x, 0.0, 1.0)
+            _check_range("`fidelity`", x, 0.0, 1.0)
         if isinstance(fid, tuple) and len(fid) != nf:
             raise DatasetError(f"synth: fidelity has {len(fid)} entries for {nf} fields.")
         object.__setattr__(self, "fidelity", fid)
-        _check_int("--segments", self.segments, 0)
+        _check_int("`segments`", self.segments, 0)
         _check_int("session_length", self.session_length, 1)
         sh = self.session_share
         sh = tuple(float(x) for x in sh) if isinstance(sh, (tuple, list, np.ndarray)) else float(sh)
@@ -374,8 +374,8 @@ class SynthConfig:
         if isinstance(sh, tuple) and len(sh) != len(counts):
             raise DatasetError(f"synth: session_share has {len(sh)} entries for {len(counts)} entity types.")
         object.__setattr__(self, "session_share", sh)
-        _check_range("--coherence", self.coherence, 0.0, 1.0)
-        _check_range("--fresh", self.fresh, 0.0, 1.0)
+        _check_range("`coherence`", self.coherence, 0.0, 1.0)
+        _check_range("`fresh`", self.fresh, 0.0, 1.0)
         if self.field_skews is not None:
             fs = tuple(float(x) for x in self.field_skews)
             if len(fs) != nf:
@@ -471,11 +471,11 @@ def preset_config(preset: str, *, num_samples: int | None = None, scale: float =
     if preset not in PRESETS:
         raise DatasetError(f"synth: unknown preset {preset!r}; choose one of {sorted(PRESETS)}.")
     p = PRESETS[preset]
-    _check_range("--scale", scale, 0.0, math.inf, low_open=True)
+    _check_range("`scale`", scale, 0.0, math.inf, low_open=True)
     if p.model == "entities":
         if local_min_values is not None or "locality" in knobs:
             raise DatasetError(f"synth: preset {preset!r} has no community locality (latent-entity model); "
-                               "--locality and --local-threshold apply to 'criteo-kaggle-independent' and 'tiny'.")
+                               "`locality` and `local_threshold` apply to 'criteo-kaggle-independent' and 'tiny'.")
         merged = dict(p.knobs)
         merged.update(knobs)
         counts = tuple(max(min(c, SCALE_FLOOR), int(round(c * float(scale))))
@@ -493,7 +493,7 @@ def preset_config(preset: str, *, num_samples: int | None = None, scale: float =
             **merged,
         )
     threshold = p.local_min_values if local_min_values is None else local_min_values
-    _check_int("--local-threshold", threshold, 1)
+    _check_int("`local_threshold`", threshold, 1)
     cards = _scaled(p.cardinalities, scale)
     local = tuple(c >= threshold for c in p.cardinalities)
     return SynthConfig(
@@ -927,7 +927,7 @@ def synthesize(config: SynthConfig, out: str | os.PathLike, *, chunk_samples: in
     the writer's final pass), not by the number of samples. Returns the
     ``dataset.json`` header.
     """
-    _check_int("--chunk-samples", chunk_samples, 1)
+    _check_int("`chunk_samples`", chunk_samples, 1)
     cfg = config
     gen = SyntheticCTR(cfg)
     n = cfg.num_samples

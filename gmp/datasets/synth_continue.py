@@ -58,7 +58,7 @@ def _root_and_day(prev) -> tuple[SynthConfig, int, dict[str, Any]]:
         root = SynthConfig(**_config_args(cont["root"]))
         return root, int(cont["day"]), cont
     if "synth" not in prev.meta:
-        raise DatasetError(f"--continue {prev.path}: it was not made by 'gmp data synth' (no 'synth' in its "
+        raise DatasetError(f"`continue_from` {prev.path}: it was not made by 'gmp data synth' (no 'synth' in its "
                            f"dataset.json); imported data extends with 'gmp data import --extend'.")
     root = config_of(prev)
     return root, 0, {"log_weights": [0.0] * root.num_communities, "next_index": int(prev.num_samples),

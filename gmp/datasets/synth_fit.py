@@ -230,7 +230,7 @@ def like_config(dataset: PreparedDataset, *, num_samples: int | None = None, see
                 stats: DatasetStats | None = None) -> LikeFit:
     """A latent-entity :class:`SynthConfig` fitted to ``dataset`` (see the module docstring)."""
     if not dataset.categorical_fields:
-        raise DatasetError(f"synth --like: {dataset.path} has no categorical fields to imitate.")
+        raise DatasetError(f"synth `like`: {dataset.path} has no categorical fields to imitate.")
     target = stats or dataset_stats(dataset, StatsOptions(mi_bootstrap=0, seed=seed))
     cats = dataset.categorical_fields
     used = [max(1, f.values_used) for f in target.fields]

@@ -179,14 +179,14 @@ class Vocabulary:
 
     def __init__(self, *, min_count: int = 1, hash_sizes: Mapping[str, int] | None = None):
         if min_count < 1:
-            raise ImportDataError(f"--min-count must be >= 1, got {min_count}.")
+            raise ImportDataError(f"`min_count` must be >= 1, got {min_count}.")
         self.min_count = int(min_count)
         self.hash_sizes = dict(hash_sizes or {})
         for name, size in self.hash_sizes.items():
             if int(size) < 1:
-                raise ImportDataError(f"--hash {name}={size}: the size must be a positive integer.")
+                raise ImportDataError(f"`hash_sizes` {name}={size}: the size must be a positive integer.")
             # one provisional id per bucket: the id map and the remap hold ~16 bytes each
-            check_memory(16 * int(size), what=f"--hash {name}={size}", error=ImportDataError,
+            check_memory(16 * int(size), what=f"`hash_sizes` {name}={size}", error=ImportDataError,
                          fix="choose a smaller SIZE.")
         self.fields: list[_Field] = []
         self._by_name: dict[str, int] = {}
@@ -217,7 +217,7 @@ class Vocabulary:
         unknown = sorted(set(self.hash_sizes) - set(self._by_name))
         if unknown:
             raise ImportDataError(
-                f"--hash names unknown field(s) {unknown}; this input's fields are {list(self._by_name)}."
+                f"`hash_sizes` names unknown field(s) {unknown}; this input's fields are {list(self._by_name)}."
             )
 
     def reorder(self, order: list[int]) -> None:
@@ -365,7 +365,7 @@ class Vocabulary:
         kinds = all(p.kind == f.kind or (discovered and f.kind == "multi") for p, f in zip(previous, self.fields))
         if not (same and kinds):
             raise ImportDataError(
-                f"--extend: the previous dataset's categorical fields are "
+                f"`extend`: the previous dataset's categorical fields are "
                 f"{[(p.name, p.kind) for p in previous]}, this input's {[(f.name, f.kind) for f in self.fields]}; "
                 f"extend a dataset imported from the same format and columns.")
         remap = np.full(max(self._next, 1), -1, dtype=np.int64)
@@ -376,8 +376,8 @@ class Vocabulary:
         for f, prev in zip(self.fields, previous):
             if f.hash_size is not None or prev.hash_buckets is not None:
                 if f.hash_size != prev.hash_buckets:
-                    raise ImportDataError(f"--extend: field {f.name!r} is hashed into {prev.hash_buckets} buckets in "
-                                          f"the previous dataset and {f.hash_size} here; pass the same --hash.")
+                    raise ImportDataError(f"`extend`: field {f.name!r} is hashed into {prev.hash_buckets} buckets in "
+                                          f"the previous dataset and {f.hash_size} here; pass the same `hash_sizes`.")
                 remap[f.missing_pid: f.missing_pid + f.hash_size + 1] = prev.ids
                 infos.append(FieldInfo(f.name, f.kind, int(prev.ids.size), int(prev.ids[0]),
                                        missing_id=int(prev.ids[0]), rare_id=None, hash_buckets=f.hash_size,

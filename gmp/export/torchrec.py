@@ -328,7 +328,7 @@ def export_torchrec(manifest: Any, out: str | os.PathLike, *, dataset: Any = Non
     bs = int(meta.get("batch_size") or 512) if batch_size is None else int(batch_size)
     if dim < 4 or dim % 4:
         raise ManifestError(f"export torchrec: embedding_dim must be a positive multiple of 4 (FBGEMM's row "
-                            f"alignment), got {dim}; pass --embedding-dim {max(4, 4 * math.ceil(dim / 4))}.")
+                            f"alignment), got {dim}; pass `embedding_dim` {max(4, 4 * math.ceil(dim / 4))}.")
     if bs < 1:
         raise ManifestError(f"export torchrec: batch_size must be >= 1, got {bs}.")
     if any(not 0 < f <= 1 for f in load_factors):
@@ -336,7 +336,7 @@ def export_torchrec(manifest: Any, out: str | os.PathLike, *, dataset: Any = Non
     out = Path(out)
     claim_output(out)  # one writer from here to the end; atomic_directory replaces only what is there now
     if out.exists() and not overwrite and any(out.iterdir()):
-        raise ManifestError(f"export torchrec: {out} already exists; pass --overwrite or another --out.")
+        raise ManifestError(f"export torchrec: {out} already exists; pass `overwrite=True` or another `out`.")
 
     placement = m.placement
     num_ranks = placement.num_workers

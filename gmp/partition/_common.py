@@ -189,6 +189,21 @@ def count_embedding_workers(indptr: np.ndarray, indices: np.ndarray, sample_work
     return counts
 
 
+
+def primaries_by_majority(indptr: np.ndarray, indices: np.ndarray, sample_worker: np.ndarray,
+                          num_embeddings: int, num_workers: int, max_imbalance: float) -> np.ndarray:
+    """int32 [num_embeddings]: the edge-cut primaries of a sample assignment. Each used embedding goes to
+    the worker with most of its samples (:func:`choose_primaries`, at most ``max_imbalance`` x the mean
+    primaries per worker); unused ones are dealt to the least-loaded workers (:func:`place_unused_embeddings`)."""
+    used, local = compact_ids(indices, num_embeddings)
+    counts = count_embedding_workers(indptr, indices, sample_worker, local, used.size, num_workers)
+    del local
+    primary = np.full(num_embeddings, UNASSIGNED, dtype=np.int32)
+    primary[used] = choose_primaries(counts, cap=sample_cap(used.size, num_workers, max_imbalance))
+    del counts
+    place_unused_embeddings(primary, num_workers)
+    return primary
+
 @numba.njit(cache=True, nogil=True)
 def _count_embedding_workers(indptr, indices, sample_worker, local, counts):  # pragma: no cover - compiled
     for i in range(indptr.size - 1):

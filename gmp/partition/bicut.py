@@ -54,8 +54,7 @@ from ..graph import BipartiteGraph
 from ..placement import Placement
 from ..progress import task
 from ..topology import Topology
-from ._common import (UNASSIGNED, check_max_imbalance, choose_primaries, compact_ids, count_embedding_workers,
-                      place_unused_embeddings, sample_cap, seeded_order)
+from ._common import check_max_imbalance, primaries_by_majority, sample_cap, seeded_order
 from .random import balanced_random_assignment
 
 ORDERS = ("random", "dataset")
@@ -115,14 +114,8 @@ def partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options: 
     else:
         sample_worker = balanced_random_assignment(num_samples, n, rng)
 
-    # primaries: per used id (compact rows), the worker with most of its samples
-    used, local = compact_ids(indices, graph.num_embeddings)
-    counts = count_embedding_workers(indptr, indices, sample_worker, local, used.size, n)
-    del local
-    primary = np.full(graph.num_embeddings, UNASSIGNED, dtype=np.int32)
-    primary[used] = choose_primaries(counts, cap=sample_cap(used.size, n, options.max_imbalance))
-    del counts
-    place_unused_embeddings(primary, n)
+    # primaries: per used id, the worker with most of its samples
+    primary = primaries_by_majority(indptr, indices, sample_worker, graph.num_embeddings, n, options.max_imbalance)
     return Placement.edge_cut(n, sample_worker, primary, method="bicut", options=asdict(options), seed=seed)
 
 

@@ -48,8 +48,7 @@ from ..graph import BipartiteGraph
 from ..placement import Placement
 from ..progress import task
 from ..topology import Topology
-from ._common import (UNASSIGNED, check_max_imbalance, choose_primaries, compact_ids, count_embedding_workers,
-                      enforce_cap, place_unused_embeddings, sample_cap)
+from ._common import check_max_imbalance, enforce_cap, primaries_by_majority, sample_cap
 
 log = logging.getLogger(__name__)
 
@@ -216,11 +215,5 @@ def partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options: 
         enforce_cap(sample_worker, n, sample_cap(num_samples, n, options.max_imbalance), rng)
 
     indptr, indices = np.asarray(graph.sample_indptr), np.asarray(graph.sample_indices)
-    used, local = compact_ids(indices, graph.num_embeddings)
-    counts = count_embedding_workers(indptr, indices, sample_worker, local, used.size, n)
-    del local
-    primary = np.full(graph.num_embeddings, UNASSIGNED, dtype=np.int32)
-    primary[used] = choose_primaries(counts, cap=sample_cap(used.size, n, options.max_imbalance))
-    del counts
-    place_unused_embeddings(primary, n)
+    primary = primaries_by_majority(indptr, indices, sample_worker, graph.num_embeddings, n, options.max_imbalance)
     return Placement.edge_cut(n, sample_worker, primary, method="hypergraph", options=asdict(options), seed=seed)

@@ -310,7 +310,7 @@ def _report_from_manifest(manifest, dataset, batch_size, embedding_dim) -> dict[
                               dataset_name=name or stored.get("dataset_name"))
         return report
     if batch_size is not None or embedding_dim is not None:
-        raise ManifestError("--batch-size/--embedding-dim need --dataset DATASET_DIR to recompute the metrics.")
+        raise ManifestError("`batch_size`/`embedding_dim` need `dataset` DATASET_DIR to recompute the metrics.")
     metrics = dict(meta.get("metrics") or {})
     prim = np.bincount(np.asarray(placement.embedding_primary), minlength=placement.num_workers)
     sec = np.bincount(np.asarray(placement.secondary_workers), minlength=placement.num_workers)
@@ -401,8 +401,8 @@ def write_html_file(path: str | os.PathLike, report: dict[str, Any], *, plots: b
         tmp.write_text(page, encoding="utf-8")
         os.replace(tmp, path)
     except OSError as exc:
-        raise ManifestError(f"cannot write {path}: {exc.strerror}; pass --out DIR (a writable directory) "
-                            "or --out - to print the page.") from None
+        raise ManifestError(f"cannot write {path}: {exc.strerror}; pass `out` DIR (a writable directory) "
+                            "or `out` - to print the page.") from None
     return path
 
 

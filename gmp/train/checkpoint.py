@@ -158,7 +158,7 @@ def save_checkpoint(trainer, directory: str | os.PathLike, *, dataset_sha256: st
     tmp = directory / f".tmp-{epoch}-{step}"
     if engine.is_main:
         if directory.exists() and not directory.is_dir():
-            raise TrainingError(f"--checkpoint-dir {directory} exists and is not a directory; choose another.")
+            raise TrainingError(f"`checkpoint_dir` {directory} exists and is not a directory; choose another.")
         shutil.rmtree(tmp, ignore_errors=True)
         try:
             tmp.mkdir(parents=True)
@@ -183,7 +183,7 @@ def save_checkpoint(trainer, directory: str | os.PathLike, *, dataset_sha256: st
             missing = [w for w in range(ctx.num_workers) if not (tmp / f"worker-{w:05d}.pt").is_file()]
             if missing:
                 raise TrainingError(f"the checkpoint files of worker(s) {', '.join(map(str, missing[:5]))} are not "
-                                    f"in {tmp}, where rank 0 looks: --checkpoint-dir must be one directory that "
+                                    f"in {tmp}, where rank 0 looks: `checkpoint_dir` must be one directory that "
                                     f"every machine shares; latest still points to the previous checkpoint.")
             files["trainer.pt"] = _save({
                 **trainer.state_dict(),
@@ -231,9 +231,9 @@ def _agree(engine, failed: GmpError | None, tmp: Path, what: str) -> None:
 def _write_error(exc: OSError, directory: Path) -> GmpError:
     if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
         err = full_disk_error(exc, directory)
-        return TrainingError(str(err).replace("--out", "--checkpoint-dir"))
+        return TrainingError(str(err).replace("`out`", "`checkpoint_dir`"))
     return TrainingError(f"cannot write a checkpoint in {directory}: {exc.strerror or exc}; "
-                         f"check --checkpoint-dir and its permissions.")
+                         f"check `checkpoint_dir` and its permissions.")
 
 
 # --------------------------------------------------------------------------- finding and reading
@@ -330,7 +330,7 @@ def has_checkpoint(directory: str | os.PathLike) -> bool:
 def read_checkpoint_header(directory: str | os.PathLike) -> dict[str, Any]:
     found = find_checkpoint(directory, quiet=True)
     if found is None:
-        raise TrainingError(f"--resume: no checkpoint in {directory}; run without --resume first.")
+        raise TrainingError(f"`resume=True`: no checkpoint in {directory}; run without `resume=True` first.")
     return found[1]
 
 
@@ -350,13 +350,13 @@ def load_checkpoint(trainer, directory: str | os.PathLike, *, dataset_sha256: st
     ``found``: :func:`find_checkpoint`'s result when the caller has it (not looked up, nor warned of, again)."""
     found = find_checkpoint(directory) if found is None else found
     if found is None:
-        raise TrainingError(f"--resume: no checkpoint in {directory}; run without --resume first.")
+        raise TrainingError(f"`resume=True`: no checkpoint in {directory}; run without `resume=True` first.")
     ckpt, head = found
     ctx = trainer.context()
     if head["dataset_sha256"] != dataset_sha256:
         raise TrainingError(f"{ckpt} was made for another dataset (sha256 {head['dataset_sha256'][:12]}…); {_FIX}")
     if head["placement_sha256"] != placement_sha or head["num_workers"] != ctx.num_workers:
-        raise TrainingError(f"{ckpt} was made with another manifest; resume with the same --manifest or {_FIX}")
+        raise TrainingError(f"{ckpt} was made with another manifest; resume with the same `manifest` or {_FIX}")
     check_settings(ckpt, head, trainer.settings())
     main = _load(ckpt / "trainer.pt", TRAINER_KEYS)
     where = ckpt / "trainer.pt"
@@ -442,7 +442,7 @@ def read_primary_rows(directory: str | os.PathLike, gids, *,
     Reads only those rows. ``placement`` (the run's) is needed for schema-2 SGD checkpoints only."""
     found = find_checkpoint(directory)
     if found is None:
-        raise TrainingError(f"no checkpoint in {directory}; train with --checkpoint-dir first.")
+        raise TrainingError(f"no checkpoint in {directory}; train with `checkpoint_dir` first.")
     ckpt, head = found
     gids = np.asarray(gids, dtype=np.int64)
     values = state = None

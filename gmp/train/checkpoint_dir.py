@@ -62,7 +62,7 @@ def check_checkpoint_dir(directory: str | os.PathLike, *, resume: bool) -> None:
     directory = Path(directory)
     inside = enclosing_output(directory)
     if inside is not None:
-        raise TrainingError(f"--checkpoint-dir {directory} is inside {KIND_NAMES[inside[0]]} ({inside[1]}), whose "
+        raise TrainingError(f"`checkpoint_dir` {directory} is inside {KIND_NAMES[inside[0]]} ({inside[1]}), whose "
                             f"directory holds only its own files; choose a directory outside it.")
     if not directory.is_dir():
         _check_writable(directory)  # the first save creates it: fail now, not after an epoch
@@ -79,11 +79,11 @@ def check_checkpoint_dir(directory: str | os.PathLike, *, resume: bool) -> None:
             foreign.append(p.name)
     if foreign:
         shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
-        raise TrainingError(f"--checkpoint-dir {directory} holds {shown}, which are not gmp checkpoints; saving "
+        raise TrainingError(f"`checkpoint_dir` {directory} holds {shown}, which are not gmp checkpoints; saving "
                             f"removes old entries there: choose an empty or new directory.")
     if saved and not resume:
-        raise TrainingError(f"--checkpoint-dir {directory} holds the checkpoints of an earlier run; continue it "
-                            f"with --resume, or choose another directory (this run would replace them).")
+        raise TrainingError(f"`checkpoint_dir` {directory} holds the checkpoints of an earlier run; continue it "
+                            f"with `resume=True`, or choose another directory (this run would replace them).")
     _check_writable(directory)
 
 
@@ -107,11 +107,11 @@ def lock_checkpoint_dir(engine, directory: str | os.PathLike | None):
         except GmpError as exc:
             failed = TrainingError(str(exc))
         except OSError as exc:
-            failed = TrainingError(f"cannot lock {directory / LOCK}: {exc.strerror or exc}; check --checkpoint-dir "
+            failed = TrainingError(f"cannot lock {directory / LOCK}: {exc.strerror or exc}; check `checkpoint_dir` "
                                    f"and its permissions.")
     if engine.sum_across(np.array([0.0 if failed is None else 1.0]))[0]:
         if failed is None:
-            failed = TrainingError(f"rank 0 could not lock --checkpoint-dir {directory} (its error says why).")
+            failed = TrainingError(f"rank 0 could not lock `checkpoint_dir` {directory} (its error says why).")
         failed.rank = getattr(engine, "rank", 0)  # rank 0 says it for the others
         failed.together = True  # every process raises here
         raise failed
@@ -128,7 +128,7 @@ def _check_writable(directory: Path) -> None:
         probe.unlink()
     except OSError as exc:
         raise TrainingError(f"cannot write a checkpoint in {directory}: {exc.strerror or exc}; check "
-                            f"--checkpoint-dir and its permissions.") from None
+                            f"`checkpoint_dir` and its permissions.") from None
 
 
 def prune(directory: Path, *, keep: set[str | None]) -> None:

@@ -76,7 +76,7 @@ def resume_training(trainer, checkpoint_dir: str | os.PathLike, *, dataset, plac
     """
     found = find_checkpoint(checkpoint_dir)
     if found is None:
-        raise TrainingError(f"--resume: no checkpoint in {checkpoint_dir}; run without --resume first.")
+        raise TrainingError(f"`resume=True`: no checkpoint in {checkpoint_dir}; run without `resume=True` first.")
     ckpt, head = found
     if dataset.has_sha256(head["dataset_sha256"]):  # its hash, or the one schema 2 gave it
         load_checkpoint(trainer, checkpoint_dir, dataset_sha256=head["dataset_sha256"], placement_sha=placement_sha,
@@ -105,7 +105,7 @@ def ancestor_size(dataset, sha256: str, ckpt: Path) -> tuple[int, int]:
             if names_parent(parent, sha256):
                 return int(parent["num_embeddings"]), depth
     except DatasetError as exc:
-        raise TrainingError(f"--resume {ckpt}: {exc}, so the checkpoint's dataset cannot be found among its "
+        raise TrainingError(f"`resume=True` {ckpt}: {exc}, so the checkpoint's dataset cannot be found among its "
                             f"ancestors; restore it or {_FIX}.") from None
     chain = " <- ".join(seen) if seen else "it has no parent"
     raise TrainingError(
@@ -152,7 +152,7 @@ class _Old:
         try:
             state, rows = open_worker_rows(ckpt, head, worker)
         except TrainingError as exc:  # a schema-2 SGD file does not say which rows are primaries
-            raise TrainingError(f"{where}: {exc} (a checkpoint of an older gmp with --optimizer sgd cannot "
+            raise TrainingError(f"{where}: {exc} (a checkpoint of an older gmp with `optimizer` sgd cannot "
                                 f"migrate); finish the old data with that gmp or {_FIX}.") from None
         store = state["store"]
         self.worker = worker
@@ -268,7 +268,7 @@ def migrate_rows(trainer, ckpt: Path, head: dict[str, Any], old_n: int,
         which = "" if first_trained is None else f" (e.g. row {first_trained})"
         raise TrainingError(f"{ckpt} trained rows that the manifest's history says no earlier data read{which}: the "
                             f"new manifest was not placed from the one this checkpoint was trained with; run 'gmp "
-                            f"partition NEW --from-manifest' on that manifest, or {_FIX}.")
+                            f"partition NEW `from_manifest`' on that manifest, or {_FIX}.")
     got_vals, got_clk = _exchange(eng, val_sends, dtype), _exchange(eng, clk_sends, torch.int64)
     states = []
     for li, w in enumerate(local):

@@ -95,7 +95,10 @@ class CTRModel(nn.Module):
         raise NotImplementedError
 
 
-class WideDeep(CTRModel):
+class _LinearAndDeep(CTRModel):
+    """A linear (first-order) part, a bias and an MLP over the deep input: the layers Wide&Deep and DeepFM
+    share (built in the same order, so the same seed initialises the same weights)."""
+
     has_linear = True
 
     def __init__(self, num_fields, num_dense, embedding_dim, hidden=(128, 64)):
@@ -104,6 +107,8 @@ class WideDeep(CTRModel):
         self.out = nn.Linear(self.hidden[-1] if self.hidden else self.deep_in, 1)
         self.bias = nn.Parameter(torch.zeros(()))
 
+
+class WideDeep(_LinearAndDeep):
     def logits_from(self, emb, linear, batch):
         return self.bias + linear + self.out(self.mlp(self.deep_input(emb, batch))).squeeze(1)
 
@@ -127,15 +132,7 @@ class DCN(CTRModel):
         return self.out(torch.cat([x, self.mlp(x0)], dim=1)).squeeze(1)
 
 
-class DeepFM(CTRModel):
-    has_linear = True
-
-    def __init__(self, num_fields, num_dense, embedding_dim, hidden=(128, 64)):
-        super().__init__(num_fields, num_dense, embedding_dim, hidden)
-        self.mlp = _mlp([self.deep_in, *self.hidden])
-        self.out = nn.Linear(self.hidden[-1] if self.hidden else self.deep_in, 1)
-        self.bias = nn.Parameter(torch.zeros(()))
-
+class DeepFM(_LinearAndDeep):
     def logits_from(self, emb, linear, batch):
         s = emb.sum(dim=1)
         fm = 0.5 * (s * s - (emb * emb).sum(dim=1)).sum(dim=1)  # FM second order (Rendle 2010, Eq. 1)

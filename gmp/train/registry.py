@@ -12,7 +12,7 @@ from typing import Callable
 from ..errors import TrainingError
 from ..params import check_choice
 from .context import StepContext
-from .herald.plugin import HeraldSchedule, make_herald_schedule
+from .herald.schedule import HeraldSchedule, make_herald_schedule
 from .protocol import StepProtocol
 from .protocol_herald import HeraldOnDemand
 from .protocol_hetgmp import BoundedStaleness

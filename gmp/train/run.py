@@ -60,7 +60,7 @@ def open_placement(dataset, manifest: str | os.PathLike | None, workers: int | N
         check_int("workers", workers, minimum=1, error=TrainingError)
     if manifest is None:
         if workers not in (None, 1):
-            raise TrainingError(f"--workers {workers} needs a --manifest placing rows on {workers} workers "
+            raise TrainingError(f"`workers` {workers} needs a `manifest` placing rows on {workers} workers "
                                 f"(make one with 'gmp partition'); without a manifest training uses 1 worker.")
         zeros_s = np.zeros(dataset.num_samples, dtype=np.int32)
         return OpenedPlacement(Placement.edge_cut(1, zeros_s, np.zeros(dataset.num_embeddings, dtype=np.int32),
@@ -68,8 +68,8 @@ def open_placement(dataset, manifest: str | os.PathLike | None, workers: int | N
     man = load_manifest(manifest, dataset=dataset)
     placement = man.placement
     if workers is not None and workers != placement.num_workers:
-        raise TrainingError(f"--workers {workers} does not match the manifest {manifest}, which places rows on "
-                            f"{placement.num_workers} workers; pass --workers {placement.num_workers} or another manifest.")
+        raise TrainingError(f"`workers` {workers} does not match the manifest {manifest}, which places rows on "
+                            f"{placement.num_workers} workers; pass `workers` {placement.num_workers} or another manifest.")
     comparison = (placement.info or {}).get("comparison") or {}  # recorded by gmp partition --from-manifest
     return OpenedPlacement(placement, none if man.history is None else man.history.created,
                            comparison.get("old_placement_sha256"))
@@ -121,7 +121,7 @@ def read_log(path: str | os.PathLike, *, first_only: bool = False) -> list[tuple
     if not path.exists():
         return []
     if path.is_dir():
-        raise TrainingError(f"--log-json {path} is a directory; give a file name.")
+        raise TrainingError(f"`log_json` {path} is a directory; give a file name.")
     if is_stream(path):  # reading it back to validate it hung before training
         return []
     try:
@@ -131,7 +131,7 @@ def read_log(path: str | os.PathLike, *, first_only: bool = False) -> list[tuple
         else:
             lines = path.read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError:
-        raise TrainingError(f"--log-json {path} is not a gmp training log (not UTF-8 text); choose another file.") \
+        raise TrainingError(f"`log_json` {path} is not a gmp training log (not UTF-8 text); choose another file.") \
             from None
     out: list[tuple[str, dict[str, Any] | None]] = []
     for k, line in enumerate(lines):
@@ -142,8 +142,8 @@ def read_log(path: str | os.PathLike, *, first_only: bool = False) -> list[tuple
             rec, ok = None, False
         torn = k == len(lines) - 1 and line.lstrip().startswith("{")
         if not ok and not torn:
-            raise TrainingError(f"--log-json {path}: line {k + 1} is not a gmp training record; choose another "
-                                f"file (gmp appends to it and, with --resume, rewrites it).")
+            raise TrainingError(f"`log_json` {path}: line {k + 1} is not a gmp training record; choose another "
+                                f"file (gmp appends to it and, with `resume=True`, rewrites it).")
         out.append((line, rec if ok else None))
     return out
 
@@ -157,7 +157,7 @@ def check_log_file(path: str | os.PathLike, *, resume: bool) -> None:
     path = Path(path)
     owner = owner_of(path)
     if owner is not None:
-        raise TrainingError(f"--log-json {path} is inside {KIND_NAMES[owner]} ({path.parent}); write it elsewhere.")
+        raise TrainingError(f"`log_json` {path} is inside {KIND_NAMES[owner]} ({path.parent}); write it elsewhere.")
     read_log(path, first_only=not resume)
 
 
@@ -253,7 +253,7 @@ def check_arguments(config: TrainConfig, checkpoint_dir: str | os.PathLike | Non
     if not isinstance(config, TrainConfig):
         raise TrainingError(f"The 'config' parameter must be a TrainConfig, got {type(config).__name__}.")
     if resume and checkpoint_dir is None:
-        raise TrainingError("--resume needs --checkpoint-dir (where the interrupted run saved its checkpoints).")
+        raise TrainingError("`resume=True` needs `checkpoint_dir` (where the interrupted run saved its checkpoints).")
     check_output_dir("checkpoint_dir", checkpoint_dir)
     if collective_timeout is not None:  # the local engine has no collectives, but a bad value is still an error
         from ..comm.distributed import collective_timeout as check_timeout  # noqa: PLC0415 - the one rule
@@ -381,11 +381,11 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
             epoch, step = trainer.position()
             where = f"epoch {epoch + 1} step {step}"
             if checkpoint_dir is None:
-                exc = TrainingError(f"interrupted at {where}; no --checkpoint-dir, so nothing was saved.")
+                exc = TrainingError(f"interrupted at {where}; no `checkpoint_dir`, so nothing was saved.")
             else:
                 checkpoint(trainer)
                 exc = TrainingError(f"interrupted at {where}; checkpoint saved in {checkpoint_dir}, "
-                                    f"continue with the same command plus --resume.")
+                                    f"continue with the same command plus `resume=True`.")
             exc.rank = getattr(eng, "rank", 0)  # every rank stops here; the CLI lets rank 0 say it
             raise exc
         return first + records

@@ -7,7 +7,7 @@ the workers' arrays (the loss is the mean over that union), so any schedule
 gives the same model as a one-worker replay of its global batches.
 
 Two schedules live here; Herald's location-aware schedule lives in
-:mod:`gmp.train.herald.plugin`. The names ``--schedule`` accepts are the
+:mod:`gmp.train.herald.schedule`. The names ``--schedule`` accepts are the
 explicit registry :data:`gmp.train.registry.SCHEDULES`.
 
 ``static`` (HET-GMP)

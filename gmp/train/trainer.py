@@ -85,7 +85,7 @@ class Trainer:
             raise TrainingError(f"The 'config' parameter must be a TrainConfig, got {type(config).__name__}.")
         if placement.num_workers != engine.world_size:
             raise TrainingError(f"the manifest places rows on {placement.num_workers} workers but the engine runs "
-                                f"{engine.world_size}; use --workers {placement.num_workers} "
+                                f"{engine.world_size}; use `workers` {placement.num_workers} "
                                 f"(torchrun --nproc-per-node {placement.num_workers}).")
         placement.check(num_samples=data.num_samples, num_embeddings=data.num_embeddings)
         self.data = data
@@ -377,7 +377,7 @@ def check_memory(placement: Placement, config: TrainConfig, local_workers, num_f
     need, have = table + first + activations, available_memory(device if on_gpu else None)
     if need > have:
         where = f"free on {device}" if on_gpu else f"of memory available{memory_note()}"
-        fix = "lower it, use more GPUs, or --table-location host" if on_gpu else "lower it or use more workers"
+        fix = "lower it, use more GPUs, or `table_location` host" if on_gpu else "lower it or use more workers"
         big = "embedding_dim" if first + table >= activations or num_fields <= 1000 else "num_fields"
         if big == "num_fields":  # a file with thousands of field numbers: the deep input is what is large
             exc = TrainingError(f"The 'embedding_dim' parameter {config.embedding_dim} with the dataset's "

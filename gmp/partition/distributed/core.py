@@ -34,10 +34,10 @@ def check_settings(options: Options, topology: Topology, block_samples: int, chu
         raise PartitionError(f"the distributed hybrid starts from the multilevel (levels=2) or random (levels=1) "
                              f"start; init={options.init!r} needs the whole graph in one process: drop it.")
     if not isinstance(block_samples, int) or block_samples < 1:
-        raise PartitionError(f"--block-samples must be an integer >= 1, got {block_samples!r}; the default is "
+        raise PartitionError(f"`block_samples` must be an integer >= 1, got {block_samples!r}; the default is "
                              f"{DEFAULT_BLOCK_SAMPLES}.")
     if chunk_samples is not None and (not isinstance(chunk_samples, int) or chunk_samples < 1):
-        raise PartitionError(f"--chunk-samples must be an integer >= 1, got {chunk_samples!r}.")
+        raise PartitionError(f"`chunk_samples` must be an integer >= 1, got {chunk_samples!r}.")
 
 
 def check_same_run(mesh: Mesh, indptr, num_embeddings: int, topology: Topology, seed: int, options: Options,
@@ -53,9 +53,9 @@ def check_same_run(mesh: Mesh, indptr, num_embeddings: int, topology: Topology, 
             int(block_samples), chunk_samples)
     differ = mesh.engine.ranks_unlike_rank0(mine)
     if differ:
-        raise PartitionError(f"--distributed: every process must get the same dataset and flags, got ranks "
+        raise PartitionError(f"`distributed`: every process must get the same dataset and flags, got ranks "
                              f"{differ} differing from rank 0 (dataset, samples, edges, ids, topology, seed, "
-                             f"options, --block-samples, --chunk-samples); launch every rank with the same command.")
+                             f"options, `block_samples`, `chunk_samples`); launch every rank with the same command.")
 
 
 def partition_distributed(indptr: np.ndarray, indices: np.ndarray, num_embeddings: int, topology: Topology, *,

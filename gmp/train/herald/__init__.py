@@ -2,7 +2,7 @@
 
 Imports go one way, top to bottom::
 
-    plugin.py     HeraldSchedule: the trainer's ``--schedule herald`` (a gmp.train.schedule.Schedule)
+    schedule.py   HeraldSchedule: the trainer's ``--schedule herald`` (a gmp.train.schedule.Schedule)
       |  \\
       |   prefetch.py   Prefetcher (look-ahead thread), plan_prefetch (cDLRM early/late pulls)
       v

@@ -10,7 +10,7 @@ What :func:`import_dataset` adds to the importers:
 * **Advice on the wrong format.** When most lines read so far are malformed, the
   file is sniffed (:mod:`gmp.datasets.sniff`) and the error becomes one line naming
   what the file looks like and the command that reads it.
-* **Recognition before reading** (:func:`plan_import`). The input's format is
+* **Recognition before reading** (:func:`recognise_import`). The input's format is
   recognised (:mod:`gmp.datasets.sniff`) before any option is checked: with no
   format given it is the format; a format the file contradicts is refused with
   what the file is and the command that reads it. For csv and Parquet the label
@@ -32,7 +32,7 @@ from typing import Any, Sequence
 
 from .._io import release_claim_on_error
 from ..errors import ImportDataError
-from .importers import CommonOptions, MalformedInputError, check_inputs
+from .streaming import CommonOptions, MalformedInputError, check_inputs
 
 IMPORTERS: dict[str, tuple[str, str]] = {
     "criteo": ("gmp.datasets.criteo", "import_criteo"),
@@ -94,7 +94,7 @@ def import_dataset(fmt: str, inputs: Sequence[str | os.PathLike], out: str | os.
         raise ImportDataError(f"{sorted(both)[0]} is given both as an input and as a test input; give it once.")
     if tests and fmt == "movielens":
         raise ImportDataError("test inputs do not apply to movielens (one ratings file with its side files); "
-                              "split it by --test-fraction.")
+                              "split it by `test_fraction`.")
     module, name = IMPORTERS[fmt]
     importer = getattr(importlib.import_module(module), name)
     if fmt in ("libsvm", "libfm", "libffm"):
@@ -193,8 +193,8 @@ class ColumnChoice:
 
 
 @dataclass(frozen=True)
-class ImportPlan:
-    """What :func:`plan_import` decided: the format, the column options, and what came from recognition.
+class ImportRecipe:
+    """What :func:`recognise_import` decided: the format, the column options, and what came from recognition.
 
     ``proposed`` names what recognition chose (``"format"``, ``"label"``, ``"dense"``,
     ``"label_threshold"``); ``numeric_categorical`` the numeric-looking columns (many distinct
@@ -208,7 +208,7 @@ class ImportPlan:
     numeric_categorical: tuple[str, ...] = ()
 
     def command(self, inputs: Sequence[str | os.PathLike], out: str | os.PathLike, extra: Sequence[str] = ()) -> str:
-        """The ``gmp data import`` command line of this plan (``extra``: the other flags, as typed)."""
+        """The ``gmp data import`` command line of this recipe (``extra``: the other flags, as typed)."""
         cols = self.columns.args() if self.format in ("csv", "parquet") else []
         return " ".join(["gmp data import", self.format, *(shlex.quote(str(p)) for p in inputs), *cols, *extra,
                          "--out", shlex.quote(str(out))])
@@ -229,8 +229,8 @@ class ImportPlan:
                 f"--dense {','.join(compress_names([c for c, _ in seen]))}.")
 
 
-def plan_import(fmt: str | None, inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
-                columns: ColumnChoice = ColumnChoice(), extra_args: Sequence[str] = ()) -> ImportPlan:
+def recognise_import(fmt: str | None, inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
+                     columns: ColumnChoice = ColumnChoice(), extra_args: Sequence[str] = ()) -> ImportRecipe:
     """Recognise the first input and decide how to import it, before any option is checked.
 
     Parameters
@@ -262,7 +262,7 @@ def plan_import(fmt: str | None, inputs: Sequence[str | os.PathLike], out: str |
     proposed: list[str] = []
 
     def cmd(f: str, choice: ColumnChoice = ColumnChoice()) -> str:
-        return ImportPlan(f, "", choice).command(inputs, out, extra_args)
+        return ImportRecipe(f, "", choice).command(inputs, out, extra_args)
 
     if fmt is None:
         if guess.format == "unknown":
@@ -281,18 +281,18 @@ def plan_import(fmt: str | None, inputs: Sequence[str | os.PathLike], out: str |
         if _contradicts(fmt, guess):
             if guess.format in ("csv", "parquet"):
                 try:
-                    right = cmd(guess.format, _plan_columns(guess.format, first, ColumnChoice(), True)[0])
+                    right = cmd(guess.format, _choose_columns(guess.format, first, ColumnChoice(), True)[0])
                 except ImportDataError:
                     right = cmd(guess.format, ColumnChoice(label="LABEL_COLUMN"))
             else:
                 right = cmd(guess.format)
             raise ImportDataError(f"{first} looks like {guess.description}, not {fmt} input. Read it with: {right}")
     if fmt not in ("csv", "parquet"):
-        return ImportPlan(fmt, guess.description, columns, tuple(proposed))
-    choice, more, numeric, problem = _plan_columns(fmt, first, columns, "format" in proposed)
+        return ImportRecipe(fmt, guess.description, columns, tuple(proposed))
+    choice, more, numeric, problem = _choose_columns(fmt, first, columns, "format" in proposed)
     if problem:
         raise ImportDataError(f"{first}: {problem}. Run: {cmd(fmt, choice)}")
-    return ImportPlan(fmt, guess.description, choice, tuple(proposed + more), tuple(numeric))
+    return ImportRecipe(fmt, guess.description, choice, tuple(proposed + more), tuple(numeric))
 
 
 def _contradicts(fmt: str, guess) -> bool:
@@ -309,7 +309,7 @@ def _contradicts(fmt: str, guess) -> bool:
     return True
 
 
-def _plan_columns(fmt: str, path: Path, given: ColumnChoice, recognised: bool):
+def _choose_columns(fmt: str, path: Path, given: ColumnChoice, recognised: bool):
     """(choice, proposed names, numeric categorical columns, problem or None) for a csv/Parquet input."""
     import dataclasses
 
@@ -332,10 +332,10 @@ def _plan_columns(fmt: str, path: Path, given: ColumnChoice, recognised: bool):
         if label is None:
             if roles.candidates:
                 problem = (f"which column is the label? {len(roles.candidates)} columns hold only 0 and 1 "
-                           f"({', '.join(roles.candidates[:6])}); name one with --label")
+                           f"({', '.join(roles.candidates[:6])}); name one with `label`")
             else:
                 problem = ("which column is the label? none is named label, click, target, y or rating and none "
-                           "holds only 0 and 1; name it with --label")
+                           "holds only 0 and 1; name it with `label`")
             label = roles.candidates[0] if roles.candidates else "LABEL_COLUMN"
         else:
             proposed.append("label")
@@ -346,7 +346,7 @@ def _plan_columns(fmt: str, path: Path, given: ColumnChoice, recognised: bool):
             positive = positive_label(values)
             first = next(v for v in roles.values[label] if v)
             problem = (f"label column {label!r} is not a number: {first!r}; the values in its first "
-                       f"{roles.num_rows:,} rows are {shown}; name the positive one with --label-positive")
+                       f"{roles.num_rows:,} rows are {shown}; name the positive one with `label_positive`")
         elif threshold is None and "label" in proposed and not {float(v) for v in values if is_number(v)} <= {-1, 0, 1}:
             nums = sorted({float(v) for v in values if is_number(v)})
             if label.lower() == "rating" and nums[0] >= 0 and nums[-1] <= 5:
@@ -354,7 +354,7 @@ def _plan_columns(fmt: str, path: Path, given: ColumnChoice, recognised: bool):
                 proposed.append("label_threshold")
             else:
                 problem = (f"label column {label!r} holds numbers other than 0 and 1 ({shown}); say which are "
-                           f"positive with --label-threshold T (label = 1 when value >= T)")
+                           f"positive with `label_threshold` T (label = 1 when value >= T)")
                 threshold = nums[len(nums) // 2]
     taken = {label, *given.multi, *given.ignore, *(given.categorical or ())}
     dense = given.dense

@@ -1,4 +1,4 @@
-"""Streaming machinery shared by every raw-data importer.
+"""Streaming machinery shared by every raw-data importer (the per-format readers are criteo.py, csvfmt.py, ...).
 
 Design
 ------
@@ -106,7 +106,7 @@ class BadLines:
 
     def __post_init__(self) -> None:
         if self.max_bad_lines < 0:
-            raise ImportDataError(f"--max-bad-lines must be >= 0, got {self.max_bad_lines}.")
+            raise ImportDataError(f"`max_bad_lines` must be >= 0, got {self.max_bad_lines}.")
 
     def add(self, file: str, line: int, reason: str) -> None:
         self.count += 1
@@ -128,8 +128,8 @@ class BadLines:
         more = f" (first {SHOW_BAD_LINES} shown)" if self.count > SHOW_BAD_LINES else ""
         raise MalformedInputError(
             f"{name}: {self.count} malformed line{'s' if self.count != 1 else ''} in the first "
-            f"{lines_read} lines read, more than --max-bad-lines {self.max_bad_lines}{more}: {shown}; "
-            f"fix the input or pass --max-bad-lines N to skip up to N malformed lines.",
+            f"{lines_read} lines read, more than `max_bad_lines` {self.max_bad_lines}{more}: {shown}; "
+            f"fix the input or pass `max_bad_lines` N to skip up to N malformed lines.",
             bad=self, lines_read=lines_read)
 
     def to_json(self) -> dict[str, Any]:
@@ -783,18 +783,18 @@ class CommonOptions:
 
     def __post_init__(self) -> None:
         if self.min_count < 1:
-            raise ImportDataError(f"--min-count must be >= 1, got {self.min_count}.")
+            raise ImportDataError(f"`min_count` must be >= 1, got {self.min_count}.")
         if self.max_bad_lines < 0:
-            raise ImportDataError(f"--max-bad-lines must be >= 0, got {self.max_bad_lines}.")
+            raise ImportDataError(f"`max_bad_lines` must be >= 0, got {self.max_bad_lines}.")
         if not 0.0 <= self.test_fraction < 1.0:
-            raise ImportDataError(f"--test-fraction must be in [0, 1), got {self.test_fraction}.")
+            raise ImportDataError(f"`test_fraction` must be in [0, 1), got {self.test_fraction}.")
         if self.chunk_bytes < 1:
             raise ImportDataError(f"chunk size must be positive, got {self.chunk_bytes}.")
         if self.chunk_bytes > MAX_CHUNK_BYTES:
-            raise ImportDataError(f"--chunk-mb must be at most {MAX_CHUNK_BYTES >> 20}, got {self.chunk_bytes >> 20}.")
+            raise ImportDataError(f"`chunk_mb` must be at most {MAX_CHUNK_BYTES >> 20}, got {self.chunk_bytes >> 20}.")
         # a block, its carry-over and the tokenizer's column offsets (8 bytes per column per line)
-        check_memory(8 * self.chunk_bytes, what=f"--chunk-mb {self.chunk_bytes >> 20}", error=ImportDataError,
-                     fix="choose a smaller --chunk-mb.")
+        check_memory(8 * self.chunk_bytes, what=f"`chunk_mb` {self.chunk_bytes >> 20}", error=ImportDataError,
+                     fix="choose a smaller `chunk_mb`.")
 
     def to_json(self) -> dict[str, Any]:
         out = {"min_count": self.min_count, "hash": dict(self.hash_sizes), "max_bad_lines": self.max_bad_lines,
@@ -849,8 +849,8 @@ def finish_import(writer, vocab, bad: BadLines, *, fmt: str, paths: Sequence[Pat
         prev, prev_meta = previous_fields(common.extend)
         prev_dense = [f.get("name") for f in prev_meta.get("fields", []) if f.get("kind") == "dense"]
         if prev_dense != list(dense_names):  # the model trained on the parent takes this many dense inputs
-            raise ImportDataError(f"--extend: the previous dataset's dense columns are {prev_dense}, this input's "
-                                  f"{list(dense_names)}; extend with the same dense columns (--dense).")
+            raise ImportDataError(f"`extend`: the previous dataset's dense columns are {prev_dense}, this input's "
+                                  f"{list(dense_names)}; extend with the same dense columns (`dense`).")
         cat_fields, num_embeddings, remap = vocab.finish(prev, int(prev_meta["num_embeddings"]),
                                                          discovered=discovered_fields)
         extra["parent"] = parent_link(prev_meta, common.extend)
