@@ -189,7 +189,7 @@ def resolve_topology(workers: int | None, spec: str | None, file: str | None, *,
     elif spec:
         topo = parse_topology(spec, inter_cost=inter_cost)
     elif workers is not None:  # 0 is refused by homogeneous, not taken for "not given"
-        topo = homogeneous(workers, what=f"--workers {workers}")
+        topo = homogeneous(workers, what=f"`workers` {workers}")
     else:
         raise TopologyError("give `workers` N, `topology` or `topology_file`.")
     if workers is not None and workers != topo.num_workers:
