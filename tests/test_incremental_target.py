@@ -215,6 +215,11 @@ def test_cli_compare_full_prints_the_curve_and_target_none_is_recorded(tmp_path)
     this = [p for p in curve if p["budget"] == c["max_moved_rows"]][0]
     assert this["batch_remote_reads"] == c["batch_remote_reads"]["this"] and this["kept"] == c["kept"]
     assert set(c["seconds"]) >= {"this", "sweep", "target", "full_repartition"}
+    # the report's markdown shows the same curve, one line per budget of the ladder
+    md = (tmp_path / "p1" / "report.md").read_text()
+    assert "Reads against rows moved by budget" in md
+    for p in curve:
+        assert f"| {p['percent']:g}% | {p['budget']:,} | {p['batch_remote_reads']:,} |" in md
     res = runner.invoke(app, ["partition", str(d1), "--from-manifest", str(tmp_path / "p0"), "--max-moved-rows", "5%",
                               "-O", "target=none", "--out", str(tmp_path / "p2"), "--no-plots"])
     assert res.exit_code == 0, res.output
