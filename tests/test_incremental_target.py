@@ -215,6 +215,13 @@ def test_cli_compare_full_prints_the_curve_and_target_none_is_recorded(tmp_path)
     this = [p for p in curve if p["budget"] == c["max_moved_rows"]][0]
     assert this["batch_remote_reads"] == c["batch_remote_reads"]["this"] and this["kept"] == c["kept"]
     assert set(c["seconds"]) >= {"this", "sweep", "target", "full_repartition"}
+    # the cost of each step: the chain runs every ladder step (--compare-full: to 100%), the target's full
+    # re-partition is the comparison's own run
+    cost = c["cost"]
+    assert cost["sweep_steps"] == len(curve)
+    assert cost["target_full_repartition"] == c["seconds"]["full_repartition"]
+    assert cost["place"] + cost["sweep_chain"] == pytest.approx(c["seconds"]["sweep"], abs=2e-4)
+    assert f"chain of {len(curve)} steps" in res.output
     # the report's markdown shows the same curve, one line per budget of the ladder
     md = (tmp_path / "p1" / "report.md").read_text()
     assert "Reads against rows moved by budget" in md
