@@ -77,6 +77,13 @@ def test_budget_ladder_and_curve_are_the_same_choice():
     assert [(c["budget"], c["batch_remote_reads"], c["rows"]) for c in p.info["curve"]] == [(1, 2, 1), (2, 0, 2),
                                                                                            (4, 0, 2)]
     assert [c["percent"] for c in p.info["curve"]] == [None, 50, 100]
+    # the cost of each step: the chain ran the ladder's two steps (50%, 100%: the curve runs it to the end);
+    # the goal was given, so no full re-partition ran here
+    cost = p.info["cost"]
+    assert cost["sweep_steps"] == 2 and cost["target_full_repartition"] == 0.0
+    assert min(cost["place"], cost["sweep_chain"], cost["target_moves"]) >= 0.0
+    assert place_and_repartition(g, old, two(), max_moved_rows=2, options=opts, goal=goal)[1].info["cost"][
+        "sweep_steps"] == 1  # without the curve the chain stops at the budget's step
 
 
 def test_target_none_and_the_start_placement():

@@ -103,7 +103,16 @@ one chain through :func:`budget_ladder`'s budgets (every step scored), the longe
 budget of one ordered list of moves toward the target (with the target's samples fixed each row's batch
 reads are its own, so each move's gain is exact), and the target itself when it fits. A larger budget's
 candidates include a smaller one's: reads never rise with the budget, and a budget of every used row
-reads at most the target.
+reads at most the target. ``info["cost"]`` gives each step's seconds (the pass, the chain and its steps,
+the target's re-partition and its ordered moves).
+
+Why no other candidate (issue 36, the independent-fields drift at 5%, where the kept candidate reads
+1.21-1.39x the full re-partition): grouping the target's row moves by (old worker, target worker) and
+taking whole groups, returning the least useful rows of a larger budget's chain down to the budget,
+starting from the target's samples with the old rows kept, and remapping a 32-way re-partition onto the
+old workers were each measured at or above the chain's reads (docs/incremental.md, "The independent
+drift at 5%"): on that drift reads fall at a nearly constant rate per moved row whichever rows move, so
+the budget, not the choice of rows, is what is missing.
 
 :func:`repartition_toward` — the budget's best moves toward a goal placement
 ----------------------------------------------------------------------------
