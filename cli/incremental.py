@@ -100,11 +100,11 @@ def _print_target(c: dict[str, Any]) -> None:
                f"{cands['target']['batch_remote_reads']:,} / {cands['target']['rows']:,}, the target "
                f"{full['batch_remote_reads']:,} / {full['rows']:,}{'' if full['fits'] else ' (above the budget)'})")
     sec = c["seconds"]
-    cost = c["cost"]
-    typer.echo(f"cost: sweep {sec['sweep']:.2f} s (placement pass {cost['place']:.2f} s, chain of "
-               f"{cost['sweep_steps']} step{'s' if cost['sweep_steps'] != 1 else ''} {cost['sweep_chain']:.2f} s), "
-               f"target {sec['target']:.2f} s (full re-partition {cost['target_full_repartition']:.2f} s, ordered "
-               f"moves {cost['target_moves']:.2f} s; -O target=none leaves it out)")
+    steps = c["sweep_steps"]
+    typer.echo(f"cost: sweep {sec['sweep']:.2f} s (placement pass {sec['place']:.2f} s, chain of {steps} "
+               f"step{'s' if steps != 1 else ''} {sec['sweep_chain']:.2f} s), target {sec['target']:.2f} s (full "
+               f"re-partition {sec['target_full_repartition']:.2f} s, ordered moves {sec['target_moves']:.2f} s; "
+               f"-O target=none leaves it out)")
     curve = curve_table(c)
     if curve is None:
         return

@@ -103,8 +103,8 @@ one chain through :func:`budget_ladder`'s budgets (every step scored), the longe
 budget of one ordered list of moves toward the target (with the target's samples fixed each row's batch
 reads are its own, so each move's gain is exact), and the target itself when it fits. A larger budget's
 candidates include a smaller one's: reads never rise with the budget, and a budget of every used row
-reads at most the target. ``info["cost"]`` gives each step's seconds (the pass, the chain and its steps,
-the target's re-partition and its ordered moves).
+reads at most the target. ``info["seconds_steps"]`` gives each step's seconds (the pass, the chain, the
+target's re-partition and its ordered moves), ``info["sweep_steps"]`` the chain's steps.
 
 Why no other candidate (issue 36, the independent-fields drift at 5%, where the kept candidate reads
 1.21-1.39x the full re-partition): grouping the target's row moves by (old worker, target worker) and
@@ -865,8 +865,9 @@ def place_and_repartition(graph: BipartiteGraph, old: Placement, topology: Topol
     every move reads less, the target once it fits), so the reads never rise with the budget, and
     every budget reads at most the placed data's; ``max_moved_rows`` of every used row reads at most
     the target. ``info["kept"]`` names the candidate kept, ``info["candidates"]`` the three at the
-    budget, ``info["seconds_sweep"]`` and ``info["seconds_target"]`` what each part cost (``info["cost"]``:
-    the placement pass, the chain and its number of steps, the target's full re-partition and its ordered moves)
+    budget, ``info["seconds_sweep"]`` and ``info["seconds_target"]`` what each part cost (``info["seconds_steps"]``:
+    the placement pass, the chain, the target's full re-partition and its ordered moves; ``info["sweep_steps"]``
+    the chain's steps)
     (the target's re-partition included unless ``goal`` was given), ``info["curve"]`` the same choice
     at every step of the ladder up to the budget (every step with ``curve=True``, the chain then run
     to 100%: ``--compare-full``'s table).
@@ -1139,9 +1140,9 @@ def _with_target(graph: BipartiteGraph, old: Placement, topology: Topology, budg
         "seconds_sweep": round(t_sweep, 4),
         # what each step cost: the placement pass, the chain's steps (rounds and a traffic count each), the
         # full re-partition (0 when the goal was given: the caller ran it) and the ordered moves toward it
-        "cost": {"place": round(t_place, 4), "sweep_chain": round(max(t_sweep - t_place, 0.0), 4),
-                 "sweep_steps": len(steps), "target_full_repartition": round(t_full, 4),
-                 "target_moves": round(t_target - t_full, 4)},
+        "seconds_steps": {"place": round(t_place, 4), "sweep_chain": round(max(t_sweep - t_place, 0.0), 4),
+                          "target_full_repartition": round(t_full, 4), "target_moves": round(t_target - t_full, 4)},
+        "sweep_steps": len(steps),
         "seconds": round(time.perf_counter() - t0, 4),
         "curve": [dict(zip(("percent", "budget", "kept", "batch_remote_reads", "rows"),
                            (p, b, *_choose(b, scored, path)))) for p, b in sorted(points, key=lambda x: x[1])],
