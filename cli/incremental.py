@@ -82,6 +82,8 @@ def _print_target(c: dict[str, Any]) -> None:
     the curve (``--compare-full``)."""
     from rich.table import Table
 
+    from gmp.report.tables import CURVE_TITLE, curve_table
+
     w = c.get("window")
     if w:
         typer.echo(f"window: the last {w['days']} days, {w['samples']:,} samples; "
@@ -98,17 +100,18 @@ def _print_target(c: dict[str, Any]) -> None:
                f"{cands['target']['batch_remote_reads']:,} / {cands['target']['rows']:,}, the target "
                f"{full['batch_remote_reads']:,} / {full['rows']:,}{'' if full['fits'] else ' (above the budget)'})")
     sec = c["seconds"]
-    typer.echo(f"cost: sweep {sec['sweep']:.2f} s, target {sec['target']:.2f} s (its full re-partition and the "
-               f"ordered moves; -O target=none leaves it out)")
-    curve = c.get("curve")
-    if not curve:
+    steps = c["sweep_steps"]
+    typer.echo(f"cost: sweep {sec['sweep']:.2f} s (placement pass {sec['place']:.2f} s, chain of {steps} "
+               f"step{'s' if steps != 1 else ''} {sec['sweep_chain']:.2f} s), target {sec['target']:.2f} s (full "
+               f"re-partition {sec['target_full_repartition']:.2f} s, ordered moves {sec['target_moves']:.2f} s; "
+               f"-O target=none leaves it out)")
+    curve = curve_table(c)
+    if curve is None:
         return
-    t = Table(title="reads against rows moved by budget (one full re-partition run)", title_justify="left")
-    for h in ("budget", "rows allowed", "batch_remote_reads", "vs full", "rows moved", "kept"):
+    headers, rows = curve
+    t = Table(title=CURVE_TITLE, title_justify="left")
+    for h in headers:
         t.add_column(h, justify="left" if h in ("budget", "kept") else "right")
-    ref = full["batch_remote_reads"]  # the target: the full re-partition of the same samples
-    for p in curve:
-        label = f"{p['percent']:g}%" if p["percent"] is not None else "this budget"
-        ratio = f"{p['batch_remote_reads'] / ref:.3f}x" if ref else "-"  # a full re-partition that reads nothing
-        t.add_row(label, f"{p['budget']:,}", f"{p['batch_remote_reads']:,}", ratio, f"{p['rows']:,}", p["kept"])
+    for row in rows:
+        t.add_row(*row)
     console().print(t)

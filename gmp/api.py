@@ -541,6 +541,8 @@ def repartition_dataset(dataset: Any, old_manifest: Any, out: str | os.PathLike,
         comparison["candidates"] = info["candidates"]
         comparison["seconds"].update(sweep=info["seconds_sweep"],
                                      target=round(full_seconds + info["seconds_target"], 4))
+        comparison["seconds"].update(info["seconds_steps"], target_full_repartition=round(full_seconds, 4))
+        comparison["sweep_steps"] = info["sweep_steps"]
         if compare_full:
             comparison["curve"] = info["curve"]
     if compare_full:

@@ -77,6 +77,13 @@ def test_budget_ladder_and_curve_are_the_same_choice():
     assert [(c["budget"], c["batch_remote_reads"], c["rows"]) for c in p.info["curve"]] == [(1, 2, 1), (2, 0, 2),
                                                                                            (4, 0, 2)]
     assert [c["percent"] for c in p.info["curve"]] == [None, 50, 100]
+    # the cost of each step: the chain ran the ladder's two steps (50%, 100%: the curve runs it to the end);
+    # the goal was given, so no full re-partition ran here
+    cost = p.info["seconds_steps"]
+    assert p.info["sweep_steps"] == 2 and cost["target_full_repartition"] == 0.0
+    assert min(cost["place"], cost["sweep_chain"], cost["target_moves"]) >= 0.0
+    assert place_and_repartition(g, old, two(), max_moved_rows=2, options=opts, goal=goal)[1].info[
+        "sweep_steps"] == 1  # without the curve the chain stops at the budget's step
 
 
 def test_target_none_and_the_start_placement():
@@ -215,6 +222,19 @@ def test_cli_compare_full_prints_the_curve_and_target_none_is_recorded(tmp_path)
     this = [p for p in curve if p["budget"] == c["max_moved_rows"]][0]
     assert this["batch_remote_reads"] == c["batch_remote_reads"]["this"] and this["kept"] == c["kept"]
     assert set(c["seconds"]) >= {"this", "sweep", "target", "full_repartition"}
+    # the cost of each step: the chain runs every ladder step (--compare-full: to 100%), the target's full
+    # re-partition is the comparison's own run
+    sec = c["seconds"]
+    assert c["sweep_steps"] == len(curve)
+    assert sec["target_full_repartition"] == sec["full_repartition"]
+    assert sec["place"] + sec["sweep_chain"] == pytest.approx(sec["sweep"], abs=2e-4)
+    assert sec["target_full_repartition"] + sec["target_moves"] == pytest.approx(sec["target"], abs=2e-4)
+    assert f"chain of {len(curve)} steps" in res.output
+    # the report's markdown shows the same curve, one line per budget of the ladder
+    md = (tmp_path / "p1" / "report.md").read_text()
+    assert "Reads against rows moved by budget" in md
+    for p in curve:
+        assert f"| {p['percent']:g}% | {p['budget']:,} | {p['batch_remote_reads']:,} |" in md
     res = runner.invoke(app, ["partition", str(d1), "--from-manifest", str(tmp_path / "p0"), "--max-moved-rows", "5%",
                               "-O", "target=none", "--out", str(tmp_path / "p2"), "--no-plots"])
     assert res.exit_code == 0, res.output

@@ -103,7 +103,16 @@ one chain through :func:`budget_ladder`'s budgets (every step scored), the longe
 budget of one ordered list of moves toward the target (with the target's samples fixed each row's batch
 reads are its own, so each move's gain is exact), and the target itself when it fits. A larger budget's
 candidates include a smaller one's: reads never rise with the budget, and a budget of every used row
-reads at most the target.
+reads at most the target. ``info["seconds_steps"]`` gives each step's seconds (the pass, the chain, the
+target's re-partition and its ordered moves), ``info["sweep_steps"]`` the chain's steps.
+
+Why no other candidate (issue 36, the independent-fields drift at 5%, where the kept candidate reads
+1.21-1.39x the full re-partition): grouping the target's row moves by (old worker, target worker) and
+taking whole groups, returning the least useful rows of a larger budget's chain down to the budget,
+starting from the target's samples with the old rows kept, and remapping a 32-way re-partition onto the
+old workers were each measured at or above the chain's reads (docs/incremental.md, "The independent
+drift at 5%"): on that drift reads fall at a nearly constant rate per moved row whichever rows move, so
+the budget, not the choice of rows, is what is missing.
 
 :func:`repartition_toward` — the budget's best moves toward a goal placement
 ----------------------------------------------------------------------------
@@ -856,7 +865,9 @@ def place_and_repartition(graph: BipartiteGraph, old: Placement, topology: Topol
     every move reads less, the target once it fits), so the reads never rise with the budget, and
     every budget reads at most the placed data's; ``max_moved_rows`` of every used row reads at most
     the target. ``info["kept"]`` names the candidate kept, ``info["candidates"]`` the three at the
-    budget, ``info["seconds_sweep"]`` and ``info["seconds_target"]`` what each part cost
+    budget, ``info["seconds_sweep"]`` and ``info["seconds_target"]`` what each part cost (``info["seconds_steps"]``:
+    the placement pass, the chain, the target's full re-partition and its ordered moves; ``info["sweep_steps"]``
+    the chain's steps)
     (the target's re-partition included unless ``goal`` was given), ``info["curve"]`` the same choice
     at every step of the ladder up to the budget (every step with ``curve=True``, the chain then run
     to 100%: ``--compare-full``'s table).
@@ -1070,12 +1081,14 @@ def _with_target(graph: BipartiteGraph, old: Placement, topology: Topology, budg
     top = max(budget, ladder[-1][1] if curve and ladder else 0)
     steps = [rows for _, rows in ladder if rows <= top]
     given = goal is not None
+    t_full = 0.0
     if goal is None:
         from . import run_partitioner
 
         with task("Full re-partition (hybrid) as the target"):
             goal = run_partitioner("hybrid", graph, topology, seed=seed,
                                    options={"batch_size": options.batch_size, "max_imbalance": options.max_imbalance})
+        t_full = time.perf_counter() - t0
     if goal.num_samples != graph.num_samples or goal.num_embeddings != graph.num_embeddings \
             or goal.num_workers != n:
         raise PartitionError(f"incremental: the goal placement ({goal.num_samples} samples, {goal.num_embeddings} "
@@ -1097,6 +1110,8 @@ def _with_target(graph: BipartiteGraph, old: Placement, topology: Topology, budg
         first = first if placed else None
     t_sweep = time.perf_counter() - t1
     scored = swept.info["steps"]
+    stages = swept.info.get("stages") or {}  # the one-pass plan: its pass (table, pass, rows)
+    t_place = float(swept.info.get("place_seconds", sum(stages.values())))
     kind, reads, rows = _choose(budget, scored, path)
     if kind == "sweep":
         result = swept
@@ -1123,6 +1138,11 @@ def _with_target(graph: BipartiteGraph, old: Placement, topology: Topology, budg
         "target_given": given,
         "seconds_target": round(t_target, 4),
         "seconds_sweep": round(t_sweep, 4),
+        # what each step cost: the placement pass, the chain's steps (rounds and a traffic count each), the
+        # full re-partition (0 when the goal was given: the caller ran it) and the ordered moves toward it
+        "seconds_steps": {"place": round(t_place, 4), "sweep_chain": round(max(t_sweep - t_place, 0.0), 4),
+                          "target_full_repartition": round(t_full, 4), "target_moves": round(t_target - t_full, 4)},
+        "sweep_steps": len(steps),
         "seconds": round(time.perf_counter() - t0, 4),
         "curve": [dict(zip(("percent", "budget", "kept", "batch_remote_reads", "rows"),
                            (p, b, *_choose(b, scored, path)))) for p, b in sorted(points, key=lambda x: x[1])],

@@ -64,6 +64,10 @@ def render_html(report: Mapping[str, Any], *, images: Sequence[Path] = (),
         parts += ["<h2>New data on an old placement</h2>",
                   f"<p class='note'>{html.escape(tables.incremental_note(inc))}</p>",
                   html_table(tables.incremental_table(inc))]
+        curve = tables.curve_table(inc)
+        if curve:
+            parts += [f"<p class='note'>{html.escape(tables.CURVE_TITLE[0].upper() + tables.CURVE_TITLE[1:])}:</p>",
+                      html_table(curve)]
     rounds = tables.convergence_with_final(report)
     if rounds:
         parts += ["<h2>Convergence (per round)</h2>", f"<p class='note'>{html.escape(CONVERGENCE_NOTE)}</p>",

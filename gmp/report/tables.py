@@ -437,6 +437,27 @@ def incremental_table(c: Mapping[str, Any]) -> Table:
     return ["placement", "batch_remote_reads", "rows moved", "bytes moved", "seconds"], rows
 
 
+def curve_table(c: Mapping[str, Any]) -> Table | None:
+    """Target mode's budget curve (``comparison.curve``, ``gmp partition --from-manifest --compare-full``):
+    reads against rows moved at each budget of the ladder, and the candidate kept; None without one.
+    "vs full" is against the target's reads (the full re-partition of the same samples)."""
+    curve = c.get("curve")
+    if not curve:
+        return None
+    ref = ((c.get("candidates") or {}).get("full") or {}).get("batch_remote_reads")
+    rows = []
+    for p in curve:
+        label = f"{p['percent']:g}%" if p.get("percent") is not None else "this budget"
+        ratio = f"{p['batch_remote_reads'] / ref:.3f}x" if ref else "-"  # a full re-partition that reads nothing
+        rows.append([label, fmt_int(p["budget"]), fmt_int(p["batch_remote_reads"]), ratio, fmt_int(p["rows"]),
+                     str(p["kept"])])
+    return ["budget", "rows allowed", "batch_remote_reads", "vs full", "rows moved", "kept"], rows
+
+
+#: the title of :func:`curve_table` wherever it is shown
+CURVE_TITLE = "reads against rows moved by budget (one full re-partition run)"
+
+
 def incremental_note(c: Mapping[str, Any]) -> str:
     """One line under :func:`incremental_table`: the old manifest, the widths and the created rows."""
     gen = c.get("generations")
