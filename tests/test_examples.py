@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -99,3 +100,14 @@ def test_setup_is_silent_and_installs_nothing_when_nothing_changed():
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "setup.sh")], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout == "" and proc.stderr == "", proc.stdout + proc.stderr
     assert (STAMP.read_text(), log.stat().st_mtime_ns if log.exists() else None) == before
+
+
+def test_readme_layout_names_every_library_module():
+    """Issue 34: the README's layout block names every module of gmp/ (a new or renamed module must appear)."""
+    text = (ROOT / "README.md").read_text()
+    start = text.index("gmp/errors.py")
+    block = text[start:text.index("```", start)]
+    missing = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "gmp").rglob("*.py"))
+               if p.name != "__init__.py"
+               and not re.search(r"(?<![\w])" + re.escape(p.stem) + r"(?![\w])", block)]
+    assert missing == []
