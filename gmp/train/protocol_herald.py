@@ -260,7 +260,7 @@ class HeraldOnDemand(StepProtocol):
             raise TrainingError(f"worker {store.worker}: a pull would overwrite pending updates. This is a bug in gmp.")
         store.install_copies(slots, payload)
 
-    def train_step(self, step: Step) -> float:
+    def train_step(self, step: Step) -> list[torch.Tensor]:
         """One s = 0 step whose every transfer is the runtime scheduler's (see :meth:`_herald_mode`)."""
         ctx = self.ctx
         sched = step.info["herald"]
@@ -275,7 +275,7 @@ class HeraldOnDemand(StepProtocol):
                 raise TrainingError(f"worker {local[li]} lacks rows the runtime scheduler holds valid there. "
                                     f"This is a bug in gmp.")
             s.rows = ctx.stores[li].read(s.slots)
-        loss_sum = forward_backward(ctx, ws, step) if step.global_batch_size else 0.0
+        losses = forward_backward(ctx, ws, step) if step.global_batch_size else []
         # synchronous pushes (naive sync, or several writers): gradients to the primaries
         id_sends, grad_sends = [], []
         for li, s in enumerate(ws):
@@ -315,8 +315,8 @@ class HeraldOnDemand(StepProtocol):
         if snap is not None:
             for li, store in enumerate(ctx.stores):
                 store.cache_drop(np.setdiff1d(store.cached_ids(), snap[li], assume_unique=True))
-        ctx.dense.step(loss_sum)
-        return loss_sum
+        ctx.dense.step(losses)
+        return losses
 
     def end_epoch(self) -> None:
         """Epoch end: every pending update goes to its primary (the scheduler's ``push_flush``)."""
