@@ -24,6 +24,9 @@ GMP_DIR = str(Path(__file__).resolve().parents[1] / "gmp")
 
 #: the ``torch.Tensor`` methods that copy a tensor to the host or read it there
 SYNC_METHODS = ("item", "tolist", "cpu", "numpy", "__array__", "__float__", "__int__", "__bool__", "__index__")
+#: the ``torch`` functions that make a tensor of host data: on CUDA a blocking copy to the device,
+#: which waits for the stream too (recorded as ``upload:<name>`` when given host data, not a tensor)
+UPLOAD_FUNCTIONS = ("as_tensor", "tensor", "from_numpy")
 
 
 def _caller() -> str | None:
@@ -38,15 +41,18 @@ def _caller() -> str | None:
 
 
 class HostSyncs:
-    """The host synchronisations seen in the watched windows: ``sites[(method, where)] = count``."""
+    """The host synchronisations seen in the watched windows: ``sites[(method, where)] = count``;
+    ``uploads[(function, where)]``: tensors made of host data there (:data:`UPLOAD_FUNCTIONS`)."""
 
     def __init__(self) -> None:
         self.sites: Counter = Counter()
+        self.uploads: Counter = Counter()
         self.active = False
         self.thread: int | None = None  # the thread running the step (a look-ahead thread prepares, not steps)
 
-    def report(self) -> str:
-        return "\n".join(f"  {n:5d} x {m} at {w}" for (m, w), n in sorted(self.sites.items()))
+    def report(self, uploads: bool = False) -> str:
+        sites = self.uploads if uploads else self.sites
+        return "\n".join(f"  {n:5d} x {m} at {w}" for (m, w), n in sorted(sites.items()))
 
 
 @contextlib.contextmanager
@@ -56,6 +62,16 @@ def watch_host_syncs() -> Iterator[HostSyncs]:
     (:func:`step_window`)."""
     syncs = HostSyncs()
     originals = {m: getattr(torch.Tensor, m) for m in SYNC_METHODS}
+    makers = {f: getattr(torch, f) for f in UPLOAD_FUNCTIONS}
+
+    def wrap_maker(name, fn):
+        def watched(data, *a, **k):
+            if syncs.active and threading.get_ident() == syncs.thread and not isinstance(data, torch.Tensor):
+                where = _caller()
+                if where is not None:
+                    syncs.uploads[(name, where)] += 1
+            return fn(data, *a, **k)
+        return watched
 
     def wrap(name, fn):
         def watched(self, *a, **k):
@@ -69,10 +85,14 @@ def watch_host_syncs() -> Iterator[HostSyncs]:
     try:
         for m, fn in originals.items():
             setattr(torch.Tensor, m, wrap(m, fn))
+        for f, fn in makers.items():
+            setattr(torch, f, wrap_maker(f, fn))
         yield syncs
     finally:
         for m, fn in originals.items():
             setattr(torch.Tensor, m, fn)
+        for f, fn in makers.items():
+            setattr(torch, f, fn)
 
 
 @contextlib.contextmanager

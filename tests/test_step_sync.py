@@ -27,7 +27,12 @@ from gmp.train.steps import received_ids
 from host_sync import step_window, watch_host_syncs
 from train_data import make_config, make_ctr_dataset, random_placement
 
-DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+#: on CUDA the step still uploads index tensors made on the host (blocking copies that wait for
+#: the stream, which the sync debug mode refuses): the id work is not on the device yet (issue 33)
+DEVICES = ["cpu", pytest.param("cuda", marks=[
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+    pytest.mark.xfail(strict=True, raises=RuntimeError,
+                      reason="index tensors are still built from host arrays inside the step (issue 33)")])]
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +105,15 @@ def test_the_unpipelined_exchange_still_reads_received_ids(ctr, case, monkeypatc
     receives, and nothing else."""
     syncs = run_watched(ctr, *STILL_SYNCING[case], "cpu", monkeypatch)
     assert syncs.sites and {where.split(" ")[-1] for _, where in syncs.sites} == {"(received_ids)"}
+
+
+@pytest.mark.xfail(strict=True, reason="issue 33, not done: the step's id work (unique, id -> slot, gradient "
+                                      "slots) runs in numpy and its index tensors are made inside the step")
+def test_a_step_makes_no_tensor_of_host_data(ctr, monkeypatch):
+    """The goal on a GPU: no index or batch tensor is made of host data inside a step (each is a
+    blocking copy to the device); batch preparation makes them ahead of the step."""
+    syncs = run_watched(ctr, *CASES["device-1"], "cpu", monkeypatch)
+    assert not syncs.uploads, f"tensors made of host data inside a step:\n{syncs.report(uploads=True)}"
 
 
 def test_the_watch_sees_a_read_back_from_gmp_code():
