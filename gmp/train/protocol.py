@@ -24,6 +24,8 @@ from __future__ import annotations
 import abc
 from typing import Any, Callable, Iterator
 
+import torch
+
 from .context import StepContext
 from .schedule import Step
 
@@ -39,8 +41,12 @@ class StepProtocol(abc.ABC):
         return self.ctx.schedule.steps(epoch, start)
 
     @abc.abstractmethod
-    def train_step(self, step: Step) -> float:
-        """Run one synchronous step of all local workers; return the sum of their sample losses."""
+    def train_step(self, step: Step) -> list[torch.Tensor]:
+        """Run one synchronous step of all local workers; return the summed sample loss of each local
+        worker with samples (0-d tensors on its device, :func:`gmp.train.steps.forward_backward`).
+
+        A step never waits for the device (issue 33): the trainer reads the losses and the dense
+        control element (:meth:`gmp.train.dense.DenseSync.settle`) after it returns."""
 
     def end_epoch(self) -> None:
         """Work after an epoch's last step (counted as training time)."""

@@ -35,11 +35,11 @@ import numpy as np
 import torch
 
 from ..errors import TrainingError
-from .herald.events import PULL_MISS, PULL_STALE, PUSH_EVICT, PUSH_SYNC
+from .herald.events import PULL_KINDS, PULL_MISS, PULL_STALE, PUSH_EVICT, PUSH_PLAN, PUSH_SYNC
 from .protocol import StepProtocol
 from .records import HERALD_COUNTERS
 from .schedule import Step
-from .steps import apply_at_primaries, forward_backward, group_by_owner, int_tensor, prepare
+from .steps import apply_at_primaries, forward_backward, group_by_owner, int_tensor, prepare, received_ids
 
 
 class HeraldOnDemand(StepProtocol):
@@ -103,8 +103,20 @@ class HeraldOnDemand(StepProtocol):
             self.stats[key] += stats[key]
         self.ctx.schedule.add_prefetch_stats(stats)
 
-    def _push_pending(self, rows_per_worker: list[np.ndarray], kind: str) -> None:
-        """Push the copies of ``rows_per_worker[li]`` (pending updates applied) to their primaries."""
+    def _owned_by(self, rows_of: list[np.ndarray], me: int) -> list[np.ndarray]:
+        """Of each worker's rows (``rows_of[src]``, in the order it sends them), those whose primary is
+        ``me``: what ``me`` receives from each worker, in arrival order (:func:`group_by_owner` keeps
+        each owner's rows in their order). The schedule is global, so a primary knows the ids it is
+        sent before they arrive and never reads them back from the device (issue 33)."""
+        primary = self.ctx.primary
+        return [rows[primary[rows] == me] for rows in rows_of]
+
+    def _push_pending(self, rows_per_worker: list[np.ndarray], kind: str,
+                      rows_of: list[np.ndarray] | None = None) -> None:
+        """Push the copies of ``rows_per_worker[li]`` (pending updates applied) to their primaries.
+        ``rows_of[w]``: the rows every worker ``w`` pushes, when the schedule says so (then no id is
+        read back from the wire); None: the primaries read the ids they receive (the epoch-end flush,
+        whose rows only their holders know)."""
         ctx = self.ctx
         n = ctx.num_workers
         id_sends, pay_sends = [], []
@@ -126,8 +138,9 @@ class HeraldOnDemand(StepProtocol):
         rpay = ctx.engine.alltoallv(pay_sends, "gradients",
                                      recv_counts=[[int(t.shape[0]) for t in r] for r in rid])
         for li, store in enumerate(ctx.stores):
+            known = self._owned_by(rows_of, ctx.engine.local_workers[li]) if rows_of is not None else None
             for src in range(n):
-                ids = rid[li][src].cpu().numpy()
+                ids = known[src] if known is not None else received_ids(rid[li][src])
                 if ids.size:
                     store.overwrite_primary(store.lookup(ids), rpay[li][src])
 
@@ -144,6 +157,7 @@ class HeraldOnDemand(StepProtocol):
                     if store.tier is not None:
                         quiet.enter_context(store.tier.cache.victims_not_counted())
                 self._issue_early(sched)
+        early_of = self._early[3] if self._early is not None else None  # every worker's early rows
         staged = self._take_early()
         req_sends, wants = [], []
         for li, w in enumerate(ctx.engine.local_workers):
@@ -163,12 +177,12 @@ class HeraldOnDemand(StepProtocol):
             order, bounds = group_by_owner(np.arange(rows.size), ctx.primary[rows], n)
             wants.append((rows, order, bounds, pre))
             req_sends.append([int_tensor(rows[order[bounds[d]:bounds[d + 1]]]) for d in range(n)])
-        rid = ctx.engine.alltoallv(req_sends, "ids_clocks")
+        ctx.engine.alltoallv(req_sends, "ids_clocks")  # the requests travel; their ids follow from the schedule
+        asked = self._requests(sched, early_of)
         replies = []
         for li, store in enumerate(ctx.stores):
             rep = []
-            for src in range(n):
-                ids = rid[li][src].cpu().numpy()
+            for src, ids in enumerate(self._owned_by(asked, ctx.engine.local_workers[li])):
                 slots = store.lookup(ids)
                 if np.any((slots < 0) | (slots >= store.num_primary)):
                     raise TrainingError(f"worker {store.worker} was asked for rows it is not primary of.")
@@ -192,6 +206,17 @@ class HeraldOnDemand(StepProtocol):
             self._install(li, rows, pay)
         if self.options.lookahead > 0 and nxt is not None:
             self._issue_early(nxt)
+
+    def _requests(self, sched, early_of: list[np.ndarray] | None) -> list[np.ndarray]:
+        """The rows each worker requests in :meth:`_pull` (sorted): its pulls, less those fetched early."""
+        pulls = _rows_by_worker(sched, PULL_KINDS, self.ctx.num_workers)
+        out = []
+        for w, rows in enumerate(pulls):
+            rows = np.unique(rows)
+            if early_of is not None and early_of[w].size:
+                rows = rows[~np.isin(rows, early_of[w])]
+            out.append(rows)
+        return out
 
     def _issue_early(self, nxt) -> None:
         """Start sending the next step's pulls whose row is final now (cDLRM prefetch, s = 0 safe).
@@ -225,14 +250,14 @@ class HeraldOnDemand(StepProtocol):
             recv_rows.append(er[to_me])  # ordered by (primary, row): the order the parts arrive in
             recv_counts.append([int(np.count_nonzero(to_me & (prim == src))) for src in range(n)])
         self._early = (ctx.engine.start_alltoallv(sends, "embedding_rows", recv_counts=recv_counts), recv_rows,
-                       nxt.index_in_epoch)
+                       nxt.index_in_epoch, [er[ew == w] for w in range(n)])
 
     def _take_early(self) -> list[tuple[np.ndarray, torch.Tensor]] | None:
         """Wait for the early exchange started in the previous step; per local worker (rows sorted, payload)."""
         ctx = self.ctx
         if self._early is None:
             return None
-        handle, recv_rows, _ = self._early
+        handle, recv_rows, _, _ = self._early
         self._early = None
         t0 = time.perf_counter()
         got = handle.wait()
@@ -260,14 +285,15 @@ class HeraldOnDemand(StepProtocol):
             raise TrainingError(f"worker {store.worker}: a pull would overwrite pending updates. This is a bug in gmp.")
         store.install_copies(slots, payload)
 
-    def train_step(self, step: Step) -> float:
+    def train_step(self, step: Step) -> list[torch.Tensor]:
         """One s = 0 step whose every transfer is the runtime scheduler's (see :meth:`_herald_mode`)."""
         ctx = self.ctx
         sched = step.info["herald"]
         n = ctx.num_workers
         local = ctx.engine.local_workers
         # end of the previous iteration: the communication plan (Algorithm 1 line 15)
-        self._push_pending([sched.plan(w) for w in local], "push_plan")
+        plans = _rows_by_worker(sched, (PUSH_PLAN,), n)
+        self._push_pending([plans[w] for w in local], "push_plan", plans)
         self._pull(sched, step.info.get("next"))
         ws = [prepare(ctx, li, step.samples[w]) for li, w in enumerate(local)]
         for li, s in enumerate(ws):
@@ -275,7 +301,7 @@ class HeraldOnDemand(StepProtocol):
                 raise TrainingError(f"worker {local[li]} lacks rows the runtime scheduler holds valid there. "
                                     f"This is a bug in gmp.")
             s.rows = ctx.stores[li].read(s.slots)
-        loss_sum = forward_backward(ctx, ws, step) if step.global_batch_size else 0.0
+        losses = forward_backward(ctx, ws, step) if step.global_batch_size else []
         # synchronous pushes (naive sync, or several writers): gradients to the primaries
         id_sends, grad_sends = [], []
         for li, s in enumerate(ws):
@@ -308,15 +334,17 @@ class HeraldOnDemand(StepProtocol):
         rid = ctx.engine.alltoallv(id_sends, "ids_clocks")
         rgrad = ctx.engine.alltoallv(grad_sends, "gradients",
                                       recv_counts=[[int(t.shape[0]) for t in r] for r in rid])
-        apply_at_primaries(ctx, ws, rid, rgrad)
+        syncs = [np.unique(rows) for rows in _rows_by_worker(sched, (PUSH_SYNC,), n)]  # the ids rid carries
+        apply_at_primaries(ctx, ws, [self._owned_by(syncs, w) for w in local], rgrad)
         # evictions: pending updates of victims go to their primaries, then the cache forgets them
-        self._push_pending([sched.rows(PUSH_EVICT, w) for w in local], "push_evict")
+        evicts = _rows_by_worker(sched, (PUSH_EVICT,), n)
+        self._push_pending([evicts[w] for w in local], "push_evict", evicts)
         snap = step.info.get("cache_after")
         if snap is not None:
             for li, store in enumerate(ctx.stores):
                 store.cache_drop(np.setdiff1d(store.cached_ids(), snap[li], assume_unique=True))
-        ctx.dense.step(loss_sum)
-        return loss_sum
+        ctx.dense.step(losses)
+        return losses
 
     def end_epoch(self) -> None:
         """Epoch end: every pending update goes to its primary (the scheduler's ``push_flush``)."""
@@ -344,3 +372,10 @@ class HeraldOnDemand(StepProtocol):
                 "scheduler_produce_s": st["produce_s"], "scheduler_stall_s": st["stall_s"],
                 "scheduler_overlap": (max(0.0, 1.0 - st["stall_s"] / st["produce_s"])
                                       if st["produce_s"] > 0 else 1.0)}
+
+
+def _rows_by_worker(sched, kinds: tuple[int, ...], num_workers: int) -> list[np.ndarray]:
+    """``sched.rows(kinds, w)`` (int64) of every worker ``w``, from one pass over the events."""
+    sel = np.isin(sched.event_kind, kinds)
+    rows, worker = sched.event_row[sel].astype(np.int64), sched.event_worker[sel]
+    return [rows[worker == w] for w in range(num_workers)]

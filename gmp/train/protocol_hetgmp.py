@@ -23,11 +23,11 @@ from .steps import WorkerStep, apply_at_primaries, forward_backward, prepare, pu
 class BoundedStaleness(StepProtocol):
     """HET-GMP's protocol: requests with clocks, refresh of stale secondaries, gradient pushes."""
 
-    def train_step(self, step: Step) -> float:
-        """Run one synchronous step of all local workers; return the sum of their sample losses."""
+    def train_step(self, step: Step) -> list[torch.Tensor]:
+        """Run one synchronous step of all local workers; return their sample losses (0-d tensors)."""
         ctx = self.ctx
         if step.global_batch_size == 0:
-            return 0.0
+            return []
         if len(step.samples) != ctx.num_workers:
             raise TrainingError(f"schedule gave {len(step.samples)} batches for {ctx.num_workers} workers.")
         with ctx.phase("gather"):
@@ -35,13 +35,13 @@ class BoundedStaleness(StepProtocol):
         check = ctx.staleness.checks_clocks
         read_rows(ctx, ws, check_secondaries=check, staleness=ctx.staleness.bound)
         with ctx.phase("compute"):
-            loss_sum = forward_backward(ctx, ws, step)  # phase 4
+            losses = forward_backward(ctx, ws, step)  # phase 4
         # phase 5: push gradients of non-primary rows to their primaries (at s < inf the
         # primaries know the ids from this step's requests); the dense all-reduce of phase 6 is
         # started first and runs (on the engine's asynchronous group) under the push and the
         # embedding update
         with ctx.phase("pushes"):
-            dense = ctx.engine.start_all_reduce_dense(ctx.dense.flat(loss_sum))
+            dense = ctx.engine.start_all_reduce_dense(ctx.dense.flat(losses))
             id_sends, grad_sends = push_sends(ctx, ws, with_ids=not check)
             rid = ctx.engine.alltoallv(id_sends, "ids_clocks") if not check else [s.served for s in ws]
             rgrad = ctx.engine.alltoallv(grad_sends, "gradients",
@@ -58,7 +58,7 @@ class BoundedStaleness(StepProtocol):
             flat = ctx.dense.finish(dense)
         with ctx.phase("optimizer"):
             ctx.dense.update(flat)
-        return loss_sum
+        return losses
 
     def end_epoch(self) -> None:
         """Bring every secondary up to date with its primary (end of epoch when s > 0)."""

@@ -184,13 +184,13 @@ class PipelinedStaleness(BoundedStaleness):
                 reads = _start_reads(ctx, key, ws, None)
         return reads
 
-    def train_step(self, step: Step) -> float:
-        """Run step t and start the reads of step t + 1; return the sum of the sample losses."""
+    def train_step(self, step: Step) -> list[torch.Tensor]:
+        """Run step t and start the reads of step t + 1; return the local workers' sample losses."""
         ctx = self.ctx
         if len(step.samples) != ctx.num_workers:
             raise TrainingError(f"schedule gave {len(step.samples)} batches for {ctx.num_workers} workers.")
         if step.global_batch_size == 0:
-            return 0.0
+            return []
         current = self._reads_of(step)
         nxt = self._next if self._next is not None and self._next.global_batch_size > 0 else None
         reads = None
@@ -202,9 +202,9 @@ class PipelinedStaleness(BoundedStaleness):
         with ctx.phase("pulls"):
             ws = _finish_reads(ctx, current)
         with ctx.phase("compute"):
-            loss_sum = forward_backward(ctx, ws, step)
+            losses = forward_backward(ctx, ws, step)
         with ctx.phase("pushes"):
-            dense = ctx.engine.start_all_reduce_dense(ctx.dense.flat(loss_sum))
+            dense = ctx.engine.start_all_reduce_dense(ctx.dense.flat(losses))
             _, grad_sends = push_sends(ctx, ws, with_ids=False)
             rid = [s.served for s in ws]
             rgrad = ctx.engine.alltoallv(grad_sends, "gradients",
@@ -217,4 +217,4 @@ class PipelinedStaleness(BoundedStaleness):
         if reads is not None:
             _start_late(ctx, reads)
             self._reads = reads
-        return loss_sum
+        return losses

@@ -100,7 +100,10 @@ def id_tensor(ctx, a: np.ndarray) -> torch.Tensor:
 
 
 def received_ids(t: torch.Tensor) -> np.ndarray:
-    """Ids or clocks received from the wire, as int64."""
+    """Ids or clocks received from the wire, as int64 (an empty message is read without a copy to
+    the host: its size is known without waiting for the device)."""
+    if t.numel() == 0:
+        return np.zeros(t.shape, dtype=np.int64)
     return t.cpu().numpy().astype(np.int64, copy=False)
 
 
@@ -262,26 +265,38 @@ def make_batch(ctx, s: WorkerStep, device) -> Batch:
                  torch.as_tensor(np.asarray(ctx.data.labels[s.samples]), device=device))
 
 
-def forward_backward(ctx, ws: list[WorkerStep], step) -> float:
+def loss_value(losses: list[torch.Tensor]) -> float:
+    """The sum of a step's per-worker sample losses (:func:`forward_backward`) as a Python float,
+    added in the workers' order: read on the host after the step, not inside it."""
+    total = 0.0
+    for loss in losses:
+        total += float(loss)
+    return total
+
+
+def forward_backward(ctx, ws: list[WorkerStep], step) -> list[torch.Tensor]:
     """Phase 4: forward/backward of every local worker of ``step``; dense grads accumulate over them.
 
     The summed loss is divided by the step's samples, but at least by a full step's ``N x B``: a partial
     step (the end of an epoch, or of a shard in the static schedule) weighs each sample as a full one
     does. As a mean over its own samples, a last static step of 2 samples moved the model like a full
     step (1-epoch test log loss 0.498 against 0.425, docs/train.md, "The last step of an epoch"). A step
-    larger than ``N x B`` (a replayed global batch) keeps its mean."""
+    larger than ``N x B`` (a replayed global batch) keeps its mean.
+
+    Returns the summed sample loss of each local worker with samples, a 0-d tensor on its device
+    (no wait for the device here: :func:`loss_value` reads them after the step)."""
     total = max(step.global_batch_size, ctx.num_workers * ctx.batch_size)
     ctx.dense.zero_grad()
-    loss_sum = 0.0
+    losses = []
     for li, s in enumerate(ws):
         leaf = s.rows.detach().requires_grad_(True)
         if s.samples.size:
             batch = make_batch(ctx, s, leaf.device)
             loss = bce_sum(ctx.model(leaf, batch), batch.labels)
             (loss / total).backward()
-            loss_sum += float(loss.detach())
+            losses.append(loss.detach())
         s.grad = leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)
-    return loss_sum
+    return losses
 
 # ------------------------------------------------- herald (runtime-driven)
 

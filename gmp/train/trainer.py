@@ -68,7 +68,7 @@ from .models import make_model
 from .records import Counters, make_record
 from .registry import make_protocol, make_schedule
 from .schedule import Schedule, ScheduleContext, Step
-from .steps import PhaseClock, wire_id_dtype
+from .steps import PhaseClock, loss_value, wire_id_dtype
 from .store import EmbeddingStore
 from .unique import UniqueIndex
 from .tiers import feed_steps
@@ -174,8 +174,11 @@ class Trainer:
 
     # ------------------------------------------------------------------ step
     def train_step(self, step: Step) -> float:
-        """Run one synchronous step of all local workers (the protocol's); return the sum of their sample losses."""
-        return self.protocol.train_step(step)
+        """Run one synchronous step of all local workers (the protocol's); return the sum of their sample losses
+        (read on the host once the step has returned)."""
+        losses = self.protocol.train_step(step)
+        self.dense.settle()  # the step's stop / non-finite agreement, read after the step
+        return loss_value(losses)
 
     def evaluate(self) -> dict[str, float]:
         """AUC and logloss of the current primaries on the test split (:mod:`gmp.train.evaluate`)."""

@@ -1,0 +1,153 @@
+"""A training step never waits for the device (issue 33, item 1): from the trainer handing the
+protocol a prepared batch to the optimizer update returning, no tensor is read back on the host.
+
+On the CPU nothing waits, so :mod:`host_sync` records gmp's calls that would (``.item()``,
+``.cpu()``, ``.numpy()``, ``float(t)``, ...) inside each step's window; on CUDA the window runs
+under ``torch.cuda.set_sync_debug_mode("error")``. The trainer reads the step's losses and the
+dense stop/non-finite agreement after the window (:meth:`gmp.train.dense.DenseSync.settle`).
+
+The input pipeline ahead of the step is outside the window: the tier feeder and Herald's
+scheduler run before it (or in the look-ahead thread), and the pipelined step's exchange of the
+next step's ids and clocks (``_start_reads``) is the next step's preparation.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import gmp.train.protocol_pipeline as protocol_pipeline
+from gmp.comm.local import LocalEngine
+from gmp.datasets.format import load_dataset
+from gmp.train import TrainData, Trainer
+from gmp.train.steps import received_ids
+from host_sync import step_window, watch_host_syncs
+from train_data import make_config, make_ctr_dataset, random_placement
+
+#: on CUDA the step still uploads index tensors made on the host (blocking copies that wait for
+#: the stream, which the sync debug mode refuses): the id work is not on the device yet (issue 33)
+DEVICES = ["cpu", pytest.param("cuda", marks=[
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+    pytest.mark.xfail(strict=True, raises=RuntimeError,
+                      reason="index tensors are still built from host arrays inside the step (issue 33)")])]
+
+
+@pytest.fixture(scope="module")
+def ctr(tmp_path_factory):
+    path = make_ctr_dataset(tmp_path_factory.mktemp("sync") / "ds")
+    return load_dataset(path)
+
+
+HERALD = dict(on_demand=True, cache_rows=6, read_only_replicas=False, lookahead=0)
+HOST = dict(table_location="host", cache_rows=30)
+CASES = {
+    # name: (workers, secondaries, settings)
+    "device-1": (1, 0.0, dict(schedule="naive")),
+    "host-tier-1": (1, 0.0, dict(schedule="naive", tiers=HOST)),
+    "device-2-pipelined": (2, 0.5, dict(schedule="naive", staleness=0, pipeline=True)),
+    "herald-cache-1": (1, 0.0, dict(schedule="herald", schedule_options=HERALD)),
+    "herald-cache-2": (2, 0.5, dict(schedule="herald", schedule_options=HERALD)),
+    "herald-cache-host-tier-2": (2, 0.0, dict(
+        schedule="herald", schedule_options=dict(HERALD, cache_rows=30, lookahead=1),
+        tiers=dict(HOST, lookahead=1))),
+}
+#: steps that still read received ids and clocks on the host: HET-GMP's request/clock exchange
+#: (phases 1-3) is inside the unpipelined step; ``pipeline=True`` (device tables, s = 0) moves it ahead
+STILL_SYNCING = {
+    "device-2": (2, 0.5, dict(schedule="naive", staleness=0)),
+    "host-tier-2": (2, 0.0, dict(schedule="naive", tiers=HOST)),
+}
+
+
+def run_watched(ds, num_workers, secondaries, settings, device, monkeypatch):
+    """Train one epoch with every step's window watched; the host synchronisations seen."""
+    config = make_config(**dict(dict(model="wdl", embedding_dim=4, optimizer="adagrad", lr=0.1, batch_size=12,
+                                     epochs=1, hidden=(8,), seed=3), **settings))
+    pl = random_placement(ds, num_workers, secondaries=secondaries)
+    tr = Trainer(TrainData(ds), pl, config, LocalEngine(num_workers, device=device))
+    with watch_host_syncs() as syncs:
+        step = tr.protocol.train_step
+
+        def watched(s):
+            with step_window(syncs, torch.device(device)):
+                return step(s)
+
+        start_reads = protocol_pipeline._start_reads
+
+        def ahead(*a, **k):  # the next step's preparation (the input pipeline), not this step
+            active, syncs.active = syncs.active, False
+            try:
+                return start_reads(*a, **k)
+            finally:
+                syncs.active = active
+
+        monkeypatch.setattr(tr.protocol, "train_step", watched)
+        monkeypatch.setattr(protocol_pipeline, "_start_reads", ahead)
+        recs = tr.fit()
+    tr.close()
+    assert recs and math.isfinite(recs[-1]["train_loss"])
+    return syncs
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_step_never_reads_a_tensor_on_the_host(ctr, case, device, monkeypatch):
+    syncs = run_watched(ctr, *CASES[case], device, monkeypatch)
+    assert not syncs.sites, f"host synchronisations inside a {case} step:\n{syncs.report()}"
+
+
+@pytest.mark.parametrize("case", sorted(STILL_SYNCING))
+def test_the_unpipelined_exchange_still_reads_received_ids(ctr, case, monkeypatch):
+    """What is left (issue 33): the unpipelined bounded-staleness step reads the ids and clocks it
+    receives, and nothing else."""
+    syncs = run_watched(ctr, *STILL_SYNCING[case], "cpu", monkeypatch)
+    assert syncs.sites and {where.split(" ")[-1] for _, where in syncs.sites} == {"(received_ids)"}
+
+
+@pytest.mark.xfail(strict=True, reason="issue 33, not done: the step's id work (unique, id -> slot, gradient "
+                                      "slots) runs in numpy and its index tensors are made inside the step")
+def test_a_step_makes_no_tensor_of_host_data(ctr, monkeypatch):
+    """The goal on a GPU: no index or batch tensor is made of host data inside a step (each is a
+    blocking copy to the device); batch preparation makes them ahead of the step."""
+    syncs = run_watched(ctr, *CASES["device-1"], "cpu", monkeypatch)
+    assert not syncs.uploads, f"tensors made of host data inside a step:\n{syncs.report(uploads=True)}"
+
+
+def test_the_watch_sees_a_read_back_from_gmp_code():
+    """The instrument can fail: a received message read on the host inside a window is recorded,
+    outside a window it is not, and an empty message needs no read."""
+    with watch_host_syncs() as syncs:
+        received_ids(torch.tensor([3, 4]))
+        with step_window(syncs, torch.device("cpu")):
+            assert received_ids(torch.tensor([1, 2])).tolist() == [1, 2]
+            assert received_ids(torch.zeros(0, 2, dtype=torch.int32)).shape == (0, 2)
+    assert sorted(m for m, _ in syncs.sites) == ["cpu", "numpy"]
+    assert all("(received_ids)" in w for _, w in syncs.sites)
+
+
+def test_a_non_finite_loss_steps_the_dense_model_with_zero_gradients(ctr):
+    """The non-finite check runs on the device: the dense step then changes no parameter, and the
+    trainer learns of it after the step (``settle``)."""
+    pl = random_placement(ctr, 1)
+    tr = Trainer(TrainData(ctr), pl, make_config(model="wdl", embedding_dim=4, optimizer="adagrad", lr=0.1,
+                                                 batch_size=12, epochs=1, hidden=(8,), seed=3), LocalEngine(1))
+    before = [p.detach().clone() for p in tr.model.parameters()]
+    for p in tr.model.parameters():
+        p.grad = torch.full_like(p, float("nan"))
+    tr.dense.step([torch.tensor(1.0), torch.tensor(float("inf"))])
+    assert not tr.dense.nonfinite_now  # not read yet: the step did not wait
+    tr.dense.settle()
+    assert tr.dense.nonfinite_now and tr.dense.stop_now
+    for a, b in zip(before, tr.model.parameters()):
+        assert torch.equal(a, b.detach())
+    # a finite step moves the parameters, and settles to "go on"
+    for p in tr.model.parameters():
+        p.grad = torch.ones_like(p)
+    tr.dense.step([torch.tensor(1.0)])
+    tr.dense.settle()
+    assert not tr.dense.nonfinite_now and not tr.dense.stop_now
+    assert any(not torch.equal(a, b.detach()) for a, b in zip(before, tr.model.parameters()))
+    assert np.isfinite(np.concatenate([p.detach().numpy().ravel() for p in tr.model.parameters()])).all()
