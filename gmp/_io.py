@@ -385,6 +385,9 @@ def check_output_dir(out: str | os.PathLike, *, kind: str | None, overwrite: boo
     found here.
     """
     out = Path(out)
+    # a library caller names the parameter in backticks (`out`): the fix is then `overwrite=True`, which the
+    # CLI words as its flag (cli/_flags.py)
+    overwrite_fix = "`overwrite=True`" if flag.startswith("`") else "--overwrite"
     if out.is_symlink():
         raise OutputError(f"{flag} {out} is a symbolic link (to {os.readlink(out)}); pass the real directory "
                           f"or another path.")
@@ -422,7 +425,7 @@ def check_output_dir(out: str | os.PathLike, *, kind: str | None, overwrite: boo
             if any(out.iterdir()):
                 if not overwrite:
                     raise OutputError(f"{flag} {out} already exists and is not empty; choose another {flag} or "
-                                      f"pass --overwrite.")
+                                      f"pass {overwrite_fix}.")
                 have = output_kind(out)
                 if kind is None or have != kind:
                     what = KIND_NAMES.get(kind or "", "a gmp output")
@@ -472,6 +475,9 @@ def check_output_file(out: str | os.PathLike, *, overwrite: bool = False, flag: 
     process claimed. With ``claim`` it is claimed for this process (see :func:`write_claimed_file`).
     """
     out = Path(out)
+    # a library caller names the parameter in backticks (`out`): the fix is then `overwrite=True`, which the
+    # CLI words as its flag (cli/_flags.py)
+    overwrite_fix = "`overwrite=True`" if flag.startswith("`") else "--overwrite"
     if out.is_symlink():
         raise OutputError(f"{flag} {out} is a symbolic link (to {os.readlink(out)}); pass the real file or another "
                           f"path.")
