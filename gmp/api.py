@@ -761,7 +761,8 @@ def run_train(spec: Any, *, on_record: Any = None) -> list[dict[str, Any]]:
 
     return train(spec.dataset, spec.manifest, spec.config, engine=spec.engine, workers=spec.workers,
                  checkpoint_dir=spec.checkpoint_dir, resume=spec.resume, log_json=spec.log_json,
-                 on_record=on_record, collective_timeout=spec.collective_timeout)
+                 on_record=on_record, collective_timeout=spec.collective_timeout,
+                 settings=spec.to_json() if spec.log_json is not None else None)
 
 
 def simulate_epoch(dataset: Any, manifest: Any = None, *, workers: int | None = None,

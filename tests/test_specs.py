@@ -44,7 +44,13 @@ def cli(*args):
 
 
 def log(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    """The records of a JSON training log, without its ``settings`` lines (:func:`settings_of`)."""
+    return [r for r in map(json.loads, path.read_text().splitlines()) if r["kind"] != "settings"]
+
+
+def settings_of(path):
+    """The ``"kind": "settings"`` lines of a JSON training log (one per start of a run)."""
+    return [r for r in map(json.loads, path.read_text().splitlines()) if r["kind"] == "settings"]
 
 
 def same_run(a: dict, b: dict) -> None:
@@ -56,7 +62,7 @@ def test_train_api_and_cli_use_the_manifests_plan(planned, tmp_path):
     """gmp.train_model trained at the default batch whatever the manifest planned (logloss 0.4377 by the API,
     0.4243 by the CLI on the issue's data): both now train at the plan, as an explicit --batch-size would."""
     path, man, _ = planned
-    api = gmp.train_model(path, man, epochs=1, seed=0)
+    api = gmp.train_model(path, man, epochs=1, seed=0, log_json=tmp_path / "api.jsonl")
     res = cli("train", path, "--manifest", man, "--log-json", tmp_path / "cli.jsonl")
     assert res.exit_code == 0, res.output
     res = cli("train", path, "--manifest", man, "--batch-size", 16, "--embedding-dim", 8,
@@ -67,6 +73,15 @@ def test_train_api_and_cli_use_the_manifests_plan(planned, tmp_path):
     same_run(api[-1], explicit)
     num_train = load_dataset(path).num_train
     assert api[-1]["samples"] == num_train and api[-1]["steps"] >= num_train // (2 * 16)  # not one step of 512
+    # the log's first line: the resolved settings and where each came from, the same request by both doors
+    (by_api,), (said,) = settings_of(tmp_path / "api.jsonl"), settings_of(tmp_path / "cli.jsonl")
+    assert (said["epoch"], said["step"], said["run"]) == (0, 0, by_cli["run"])
+    assert said["settings"]["config"] == by_api["settings"]["config"]
+    assert (said["settings"]["config"]["batch_size"], said["settings"]["config"]["embedding_dim"]) == (16, 8)
+    assert said["settings"]["sources"]["batch_size"] == by_api["settings"]["sources"]["batch_size"] == PLAN
+    assert said["settings"]["sources"]["epochs"] == DEFAULT and by_api["settings"]["sources"]["epochs"] == USER
+    assert json.loads((tmp_path / "explicit.jsonl").read_text().splitlines()[0])["settings"]["sources"][
+        "batch_size"] == USER
 
 
 def test_the_spec_says_where_each_value_came_from(planned):
