@@ -18,7 +18,7 @@ import typer
 from gmp.constants import DEFAULT_BATCH_SIZE
 from gmp.partition import PARTITIONERS
 
-from ._common import check_seed, console, handle_errors, summary_table
+from ._common import console, handle_errors, summary_table
 
 #: partitioner flags -> Options field names (passed through only when given)
 PARTITIONER_FLAGS = ("rounds", "tol", "alpha", "beta", "gamma", "max_imbalance", "replication_budget",
@@ -36,14 +36,6 @@ def parse_bytes(text: str) -> int:
     if not m or m.group(2).lower() not in _UNITS:
         raise PartitionError(f"--memory-per-worker {text!r} not understood; expected bytes like 1048576, 512MiB or 2GB.")
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-
-
-def _check_positive(**flags: Optional[int]) -> None:
-    from gmp.errors import GmpError
-
-    for name, value in flags.items():
-        if value is not None and value < 1:
-            raise GmpError(f"--{name.replace('_', '-')} must be >= 1, got {value}.")
 
 
 def parse_key_values(items: list[str]) -> dict:
@@ -187,16 +179,18 @@ def report(
 ) -> None:
     """Validate a placement manifest and print (md, json) or write (html) its quality report."""
     from gmp.datasets.format import load_dataset
-    from gmp.errors import ManifestError
     from gmp.manifest import load_manifest
     from gmp.progress import task
-    from gmp.report import REPORT_FORMATS, render, report_from_manifest, write_html_file, write_report
+    from gmp.report import render, report_from_manifest, write_html_file, write_report
+    from gmp.specs import resolve_report
+
+    from ._flags import flags_for_params
 
     from gmp._io import atomic_directory, check_output_dir, claim_output
 
-    if fmt not in REPORT_FORMATS:
-        raise ManifestError(f"--format {fmt!r} not understood; choose one of {', '.join(REPORT_FORMATS)}.")
-    _check_positive(batch_size=batch_size, embedding_dim=embedding_dim)
+    with flags_for_params():
+        resolve_report(manifest, dataset=dataset, format=fmt, out=out, batch_size=batch_size,
+                       embedding_dim=embedding_dim, plots=not no_plots, overwrite=overwrite)
     to_dir = out is not None and str(out) != "-"
     new_dir = to_dir and not (out.is_dir() and not out.is_symlink())
     if new_dir:
@@ -281,29 +275,20 @@ def compare(
     from rich.table import Table
 
     from gmp._io import check_output_file, json_default, write_claimed_file
-    from gmp.compare import compare as run_compare
+    from gmp.api import run_compare
     from gmp.compare import (comparison_summary, comparison_tables, comparison_title, compile_note,
                              render_comparison_html, render_comparison_md)
-    from gmp.datasets.format import load_dataset
-    from gmp.errors import PartitionError
-    from gmp.graph import build_graph
-    from gmp.params import comma_list
-    from gmp.report import dataset_name_of
-    from gmp.topology import resolve_topology
+    from gmp.specs import resolve_compare
 
-    names = comma_list(methods)
-    check_seed(seed)
-    _check_positive(batch_size=batch_size, embedding_dim=embedding_dim)
-    if out is not None and out.suffix not in (".md", ".json", ".html"):
-        raise PartitionError(f"--out {out}: expected a .md, .json or .html file name.")
+    from ._flags import flags_for_params
+
+    with flags_for_params():
+        spec = resolve_compare(dataset, methods, workers=workers, topology=topology, topology_file=topology_file,
+                               inter_cost=inter_cost, seed=seed, batch_size=batch_size, embedding_dim=embedding_dim,
+                               isolate=isolate, out=out, overwrite=overwrite)
     if out is not None:
         check_output_file(out, overwrite=overwrite)  # before the (long) partitioning
-    topo = resolve_topology(workers, topology, str(topology_file) if topology_file else None, inter_cost=inter_cost)
-    ds = load_dataset(dataset)
-    graph = build_graph(ds)
-    result = run_compare(graph, topo, names, seed=seed, batch_size=batch_size, embedding_dim=embedding_dim,
-                         dataset_path=dataset if isolate else None, isolate=isolate,
-                         dataset_name=dataset_name_of(ds.meta, dataset))
+    result = run_compare(spec)
     con = console()
     con.print(comparison_title(result), highlight=False)
     for title, (headers, rows) in comparison_tables(result):

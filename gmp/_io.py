@@ -475,9 +475,6 @@ def check_output_file(out: str | os.PathLike, *, overwrite: bool = False, flag: 
     process claimed. With ``claim`` it is claimed for this process (see :func:`write_claimed_file`).
     """
     out = Path(out)
-    # a library caller names the parameter in backticks (`out`): the fix is then `overwrite=True`, which the
-    # CLI words as its flag (cli/_flags.py)
-    overwrite_fix = "`overwrite=True`" if flag.startswith("`") else "--overwrite"
     if out.is_symlink():
         raise OutputError(f"{flag} {out} is a symbolic link (to {os.readlink(out)}); pass the real file or another "
                           f"path.")

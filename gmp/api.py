@@ -211,18 +211,6 @@ def _manifest(manifest: Any, ds: Any):
     return manifest
 
 
-def _topology(workers: int | None, topology: Any, inter_cost: float):
-    from .errors import TopologyError
-    from .params import check_int
-    from .topology import Topology, resolve_topology
-
-    if isinstance(topology, Topology):
-        return topology
-    if workers is not None:
-        check_int("workers", workers, minimum=1, error=TopologyError)
-    return resolve_topology(workers, None if topology is None else str(topology), None, inter_cost=inter_cost)
-
-
 def write_scored_manifest(out: str | os.PathLike, ds: Any, graph: Any, placement: Any, topology: Any, *, seed: int,
                           batch_size: int, embedding_dim: int, seconds: float, peak: int, history: Any = None,
                           plots: bool = True, overwrite: bool = False, report_extra: Any = None,
@@ -700,34 +688,50 @@ def make_report(manifest: Any, *, dataset: Any = None, batch_size: int | None = 
     """
     from .params import comma_list
     from .report import Report, report_from_manifest, write_report
+    from .specs import resolve_report
 
+    formats = comma_list(formats)
+    for fmt in formats or ["md"]:  # each checked as gmp report --format is
+        spec = resolve_report(manifest, dataset=dataset, format=fmt, out=out, batch_size=batch_size,
+                              embedding_dim=embedding_dim, plots=plots)
     ds = _dataset(dataset) if dataset is not None else None
     m = _manifest(manifest, ds)
-    data = report_from_manifest(m, dataset=ds, batch_size=batch_size, embedding_dim=embedding_dim)
+    data = report_from_manifest(m, dataset=ds, batch_size=spec.batch_size, embedding_dim=spec.embedding_dim)
     if out is not None:
-        write_report(out, data, formats=comma_list(formats), plots=plots)
+        write_report(out, data, formats=formats, plots=plots)
     return Report(data)
 
 
 def compare_partitioners(dataset: Any, methods: Sequence[str], *, workers: int | None = None, topology: Any = None,
-                         inter_cost: float = 10.0, seed: int = 0, batch_size: int = 512, embedding_dim: int = 16,
+                         inter_cost: float | None = None, seed: int | None = None, batch_size: int | None = None,
+                         embedding_dim: int | None = None,
                          options: Mapping[str, Mapping[str, Any]] | None = None, isolate: bool = False):
     """Run several partitioners on one dataset and score each against random (``gmp compare``).
 
     Returns the ``gmp.compare`` dict; ``gmp.compare.comparison_tables`` and
     ``render_comparison_html`` render it. ``isolate=True`` runs each method in
-    its own process (peak memory per method; slower to start).
+    its own process (peak memory per method; slower to start). Keywords left at None take ``gmp compare``'s
+    defaults (seed 0, batch 512, width 16, inter-machine cost 10); resolved by :func:`gmp.specs.resolve_compare`.
     """
+    from .specs import resolve_compare
+
+    spec = resolve_compare(dataset, methods, workers=workers, topology=topology, inter_cost=inter_cost, seed=seed,
+                           batch_size=batch_size, embedding_dim=embedding_dim, options=options, isolate=isolate)
+    return run_compare(spec, dataset=dataset)
+
+
+def run_compare(spec: Any, *, dataset: Any = None):
+    """Run a resolved :class:`gmp.specs.CompareSpec` (what :func:`compare_partitioners` and ``gmp compare`` do
+    after resolving): the ``gmp.compare`` dict. ``dataset``: the opened dataset, if the caller has it."""
     from .compare import compare
     from .graph import build_graph
-    from .params import comma_list
     from .report import dataset_name_of
 
-    ds = _dataset(dataset)
-    topo = _topology(workers, topology, inter_cost)
-    return compare(build_graph(ds), topo, comma_list(methods), seed=seed, batch_size=batch_size,
-                   embedding_dim=embedding_dim, options=options, dataset_path=ds.path if isolate else None,
-                   isolate=isolate, dataset_name=dataset_name_of(ds.meta, ds.path))
+    ds = dataset if dataset is not None and not isinstance(dataset, (str, os.PathLike)) else load_dataset(spec.dataset)
+    return compare(build_graph(ds), spec.topology, list(spec.methods), seed=spec.seed, batch_size=spec.batch_size,
+                   embedding_dim=spec.embedding_dim, options=spec.options,
+                   dataset_path=spec.dataset if spec.isolate else None, isolate=spec.isolate,
+                   dataset_name=dataset_name_of(ds.meta, spec.dataset))
 
 
 def train_model(dataset: Any, manifest: Any = None, *, engine: str | None = None,

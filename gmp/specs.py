@@ -687,3 +687,105 @@ def resolve_partition(dataset: Any, method: str | None = None, out: str | os.Pat
                          max_moved_rows=max_moved_rows, compare_full=bool(compare_full), window=window,
                          chunk_samples=chunk_samples, block_samples=block, overwrite=bool(overwrite),
                          plots=bool(plots), sources=sources, warnings=tuple(warnings))
+
+
+# ----------------------------------------------------------------------------------- report / compare
+@dataclass(frozen=True)
+class ReportSpec:
+    """One report request, resolved (:func:`resolve_report`): ``batch_size``/``embedding_dim`` None keep the
+    manifest's own (recomputing with others needs ``dataset``)."""
+
+    manifest: Path
+    dataset: Path | None = None
+    format: str = "md"
+    out: Path | None = None
+    batch_size: int | None = None
+    embedding_dim: int | None = None
+    plots: bool = True
+    overwrite: bool = False
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+
+def resolve_report(manifest: Any, *, dataset: Any = None, format: str = "md", out: str | os.PathLike | None = None,
+                   batch_size: int | None = None, embedding_dim: int | None = None, plots: bool = True,
+                   overwrite: bool = False) -> ReportSpec:
+    """The one resolution of a report request (``gmp report`` and :func:`gmp.make_report`): the format is one
+    of :data:`gmp.report.REPORT_FORMATS`, a given batch or width an int >= 1."""
+    from .errors import ManifestError
+    from .params import check_int
+    from .report import REPORT_FORMATS
+
+    if format not in REPORT_FORMATS:
+        raise _refuse(ManifestError, "format", f"`format` {format!r} not understood; choose one of "
+                                               f"{', '.join(REPORT_FORMATS)}.")
+    for name, value in (("batch_size", batch_size), ("embedding_dim", embedding_dim)):
+        if value is not None:
+            check_int(name, value, minimum=1, error=ManifestError)
+    sources = {k: USER if v is not None else DEFAULT for k, v in (("batch_size", batch_size),
+                                                                    ("embedding_dim", embedding_dim),
+                                                                    ("dataset", dataset), ("out", out))}
+    return ReportSpec(manifest=Path(getattr(manifest, "path", manifest)),
+                      dataset=None if dataset is None else Path(getattr(dataset, "path", dataset)), format=format,
+                      out=None if out is None else Path(out), batch_size=batch_size, embedding_dim=embedding_dim,
+                      plots=bool(plots), overwrite=bool(overwrite), sources=sources)
+
+
+#: the files ``gmp compare --out`` writes, by suffix
+COMPARE_SUFFIXES = (".md", ".json", ".html")
+
+
+@dataclass(frozen=True)
+class CompareSpec:
+    """One comparison of partitioners, resolved (:func:`resolve_compare`; run by :func:`gmp.api.run_compare`)."""
+
+    dataset: Path
+    methods: tuple[str, ...]
+    topology: Any
+    seed: int = 0
+    batch_size: int = DEFAULT_BATCH_SIZE
+    embedding_dim: int = DEFAULT_EMBEDDING_DIM
+    options: Mapping[str, Mapping[str, Any]] | None = None
+    isolate: bool = False
+    out: Path | None = None
+    overwrite: bool = False
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+
+def resolve_compare(dataset: Any, methods: Any, *, workers: int | None = None, topology: Any = None,
+                    topology_file: str | os.PathLike | None = None, inter_cost: float | None = None,
+                    seed: int | None = None, batch_size: int | None = None, embedding_dim: int | None = None,
+                    options: Mapping[str, Mapping[str, Any]] | None = None, isolate: bool = False,
+                    out: str | os.PathLike | None = None, overwrite: bool = False) -> CompareSpec:
+    """The one resolution of a comparison (``gmp compare`` and :func:`gmp.compare_partitioners`): ``methods`` a
+    list or ``"random,metis,hybrid"``; defaults seed 0, batch 512, width 16, inter-machine cost 10; ``out``
+    (a ``.md``, ``.json`` or ``.html`` file) is checked here, before the (long) partitioning."""
+    from .errors import PartitionError
+    from .params import check_int, comma_list
+    from .seeds import check_seed
+    from .topology import DEFAULT_INTER_COST, Topology, resolve_topology
+
+    E = PartitionError
+    sources = {k: USER if v is not None else DEFAULT for k, v in (("seed", seed), ("batch_size", batch_size),
+                                                                    ("embedding_dim", embedding_dim),
+                                                                    ("inter_cost", inter_cost))}
+    seed = check_seed(0 if seed is None else seed)
+    batch_size = DEFAULT_BATCH_SIZE if batch_size is None else batch_size
+    embedding_dim = DEFAULT_EMBEDDING_DIM if embedding_dim is None else embedding_dim
+    for name, value in (("batch_size", batch_size), ("embedding_dim", embedding_dim)):
+        check_int(name, value, minimum=1, error=E)
+    if out is not None and Path(out).suffix not in COMPARE_SUFFIXES:
+        raise _refuse(E, "out", f"`out` {out}: expected a .md, .json or .html file name.")
+    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool)):
+        from .errors import TopologyError  # a count < 1 is the topology's to refuse (as --workers 0)
+
+        check_int("workers", workers, minimum=1, error=TopologyError)
+    if isinstance(topology, Topology):
+        topo = topology
+    else:
+        topo = resolve_topology(workers, None if topology is None else str(topology),
+                                None if topology_file is None else str(topology_file),
+                                inter_cost=DEFAULT_INTER_COST if inter_cost is None else inter_cost)
+    return CompareSpec(dataset=Path(getattr(dataset, "path", dataset)), methods=tuple(comma_list(methods)),
+                       topology=topo, seed=seed, batch_size=batch_size, embedding_dim=embedding_dim,
+                       options=options, isolate=bool(isolate), out=None if out is None else Path(out),
+                       overwrite=bool(overwrite), sources=sources)
