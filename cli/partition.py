@@ -1,8 +1,9 @@
 """``gmp partition``, ``gmp report`` and ``gmp compare``: place samples and embedding rows,
 score the placement, and compare partitioners.
 
-Thin: parse flags, call :mod:`gmp.partition`, :mod:`gmp.metrics`,
-:mod:`gmp.manifest`, :mod:`gmp.report` and :mod:`gmp.compare`, print.
+Thin: parse flags, resolve them with :mod:`gmp.specs` (``resolve_partition``, ``resolve_report``,
+``resolve_compare``: every default and every rule between flags, worded with the flags by
+:mod:`cli._flags`), run them with :mod:`gmp.api` (``run_partition``, ``run_compare``), print.
 """
 
 from __future__ import annotations
