@@ -7,10 +7,9 @@ import functools
 import json
 from pathlib import Path
 import os
-import re
 import shutil
 import sys
-from typing import Any, Callable, Mapping, Optional, TypeVar
+from typing import Any, Callable, Mapping, TypeVar
 
 import typer
 
@@ -141,13 +140,3 @@ def summary_table(metrics: dict[str, Any], title: str) -> None:
         for r in rows:
             t.add_row(*r)
         out.print(t)
-
-
-def topo_workers(workers: Optional[int], topology: Optional[str]) -> str:
-    """The worker count for the default --out name, before the topology is built."""
-    if workers is not None:
-        return str(workers)
-    if topology and re.fullmatch(r"\d+(x\d+)?", topology.strip()):
-        a, _, b = topology.strip().partition("x")
-        return str(int(a) * int(b or 1))
-    return "N"

@@ -21,6 +21,7 @@ SPECIAL = {
     "on_demand": "--on-demand/--no-on-demand",
     "read_only_replicas": "--read-only-replicas/--writable-replicas",
     "schedule": "--schedule",
+    "from_manifest": "--from-manifest",
 }
 
 
@@ -29,13 +30,16 @@ SPECIAL = {
 #: "--" + its name with dashes (categorical -> --cat) needs no rule; complete:
 #: tests/test_architecture.py fails on a backticked name in gmp/ that is missing here.
 FLAGS = {
+    "alpha": "--alpha",
     "batch_size": "--batch-size",
+    "beta": "--beta",
     "block_samples": "--block-samples",
     "categorical": "--cat",
     "checkpoint_dir": "--checkpoint-dir",
     "chunk_mb": "--chunk-mb",
     "chunk_samples": "--chunk-samples",
     "coherence": "--coherence",
+    "compare_full": "--compare-full",
     "continue_from": "--continue",
     "dataset": "--dataset",
     "dense": "--dense",
@@ -46,10 +50,13 @@ FLAGS = {
     "entity_skew": "--entity-skew",
     "extend": "--extend",
     "fidelity": "--fidelity",
+    "format": "--format",
     "fresh": "--fresh",
     "from_manifest": "--from-manifest",
+    "gamma": "--gamma",
     "hash_sizes": "--hash",
     "ignore": "--ignore",
+    "inter_cost": "--inter-cost",
     "label": "--label",
     "label_positive": "--label-positive",
     "label_threshold": "--label-threshold",
@@ -59,6 +66,10 @@ FLAGS = {
     "log_json": "--log-json",
     "manifest": "--manifest",
     "max_bad_lines": "--max-bad-lines",
+    "max_imbalance": "--max-imbalance",
+    "max_moved_rows": "--max-moved-rows",
+    "memory_per_worker": "--memory-per-worker",
+    "method": "--method",
     "methods": "--methods",
     "min_count": "--min-count",
     "multi": "--multi",
@@ -69,7 +80,9 @@ FLAGS = {
     "out": "--out",
     "overwrite": "--overwrite",
     "rating_threshold": "--rating-threshold",
+    "replication_budget": "--replication-budget",
     "resume": "--resume",
+    "rounds": "--rounds",
     "scale": "--scale",
     "seed": "--seed",
     "segments": "--segments",
@@ -78,13 +91,17 @@ FLAGS = {
     "table_location": "--table-location",
     "tail": "--tail",
     "test_fraction": "--test-fraction",
+    "threads": "--threads",
+    "tol": "--tol",
     "topology": "--topology",
     "topology_file": "--topology-file",
     "wheel": "--wheel",
+    "window": "--window",
     "workers": "--workers",
 }
 #: `name=True` / `name=False` of a boolean parameter -> its flag / its negative flag (None: none)
-BOOLEAN_FLAGS = {"overwrite": ("--overwrite", None), "resume": ("--resume", None)}
+BOOLEAN_FLAGS = {"overwrite": ("--overwrite", None), "resume": ("--resume", None),
+                 "distributed": ("--distributed", None), "compare_full": ("--compare-full", None)}
 
 _NAMED = re.compile(r"`(\w+)(=[^`]*)?`")
 
@@ -120,7 +137,7 @@ def flags_for_params(special: Mapping[str, str] = SPECIAL) -> Iterator[None]:
         new = re.sub(r"The '(\w+)' parameter", lambda m: flag_of(m.group(1), special), to_flags(msg))
         param = getattr(exc, "param", None)
         if param:
-            new = re.sub(r"(?<![\w-])(\w+)=(?=\S)", lambda m: flag_of(m.group(1), special) + " ", new)
+            new = re.sub(r"(?<![\w-])([a-z][a-z0-9_]*)=(?=\S)", lambda m: flag_of(m.group(1), special) + " ", new)
             # the parameter itself named in the fix ("raise cache_rows to at least 343")
             if "_" in param:  # a plain word ("workers") is also English in the message
                 new = re.sub(rf"(?<![\w'.-]){re.escape(param)}(?![\w'=(])", flag_of(param, special), new)

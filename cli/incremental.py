@@ -1,59 +1,21 @@
-"""``gmp partition NEW --from-manifest OLD [--max-moved-rows N|P%]``: new data on an existing placement.
+"""What ``gmp partition NEW --from-manifest OLD [--max-moved-rows N|P%]`` prints: the comparison table.
 
-Called by :func:`cli.partition.partition` when ``--from-manifest`` is given.
-Thin: check ``--out``, call :func:`gmp.api.repartition_dataset` (place,
-re-partition, score, write the manifest and report), print a comparison table.
+:func:`cli.partition.partition` resolves and runs the request (:func:`gmp.specs.resolve_partition`,
+:func:`gmp.api.run_partition`) and calls :func:`print_comparison` with the manifest's comparison.
 """
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
 from ._common import console
 
 
-def partition_from_manifest(dataset: Path, old_manifest: Path, *, max_moved_rows: Optional[str],
-                            batch_size: Optional[int], embedding_dim: Optional[int], seed: int, out: Optional[Path],
-                            overwrite: bool, compare_full: bool, no_plots: bool = False,
-                            given: Optional[dict[str, Any]] = None, window: Optional[int] = None) -> None:
-    """``given``: incremental Options fields (the flags that map to one and ``-O KEY=VALUE``);
-    ``batch_size``/``embedding_dim`` None: the old manifest's plan."""
-    from gmp._io import check_output_dir
-    from gmp.api import repartition_dataset
-    from gmp.manifest import MANIFEST_FILES, load_manifest
-
-    from ._common import check_seed
-
-    check_seed(seed)
-    if window is not None and window < 1:
-        from gmp.errors import PartitionError
-
-        raise PartitionError(f"--window must be a number of days >= 1, got {window}.")
-    if max_moved_rows is not None:  # its form, before anything is read (the percentage's rows come later)
-        from gmp.partition.incremental import migration_budget
-
-        migration_budget(max_moved_rows, 0, name="--max-moved-rows")
-    old = load_manifest(old_manifest)
-    options = dict(given or {})
-    name = "incremental" if max_moved_rows is not None else "place-new"
-    out = out or Path("placements") / f"{Path(os.path.realpath(dataset)).name}.{name}.w{old.topology.num_workers}"
-    check_output_dir(out, kind="gmp.placement", overwrite=overwrite, inputs=[dataset, old_manifest],
-                     own=MANIFEST_FILES)
-    made = repartition_dataset(dataset, old, out, max_moved_rows=max_moved_rows, seed=seed, batch_size=batch_size,
-                               embedding_dim=embedding_dim, options=options, compare_full=compare_full,
-                               overwrite=overwrite, plots=not no_plots, window=window)
-    _print(made.placement.info["comparison"], name)
-    if old.history is None:
-        typer.echo(f"{old_manifest} records no row history (made before manifest version 3): every old id counts "
-                   f"as trained")
-    typer.echo(f"wrote {out} (manifest.json, arrays, report.json, report.md{'' if no_plots else ', plots'})")
-
-
-def _print(c: dict[str, Any], name: str) -> None:
+def print_comparison(c: dict[str, Any], name: str) -> None:
+    """The comparison table of ``gmp partition --from-manifest`` (the manifest's ``comparison`` object) and
+    the lines of target mode."""
     from rich.table import Table
 
     from gmp.report.tables import incremental_table

@@ -1,8 +1,9 @@
 """``gmp partition``, ``gmp report`` and ``gmp compare``: place samples and embedding rows,
 score the placement, and compare partitioners.
 
-Thin: parse flags, call :mod:`gmp.partition`, :mod:`gmp.metrics`,
-:mod:`gmp.manifest`, :mod:`gmp.report` and :mod:`gmp.compare`, print.
+Thin: parse flags, resolve them with :mod:`gmp.specs` (``resolve_partition``, ``resolve_report``,
+``resolve_compare``: every default and every rule between flags, worded with the flags by
+:mod:`cli._flags`), run them with :mod:`gmp.api` (``run_partition``, ``run_compare``), print.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from typing import Any, Optional
 
 import typer
 
-from gmp.constants import DEFAULT_BATCH_SIZE, DEFAULT_EMBEDDING_DIM
+from gmp.constants import DEFAULT_BATCH_SIZE
 from gmp.partition import PARTITIONERS
 
-from ._common import check_seed, console, handle_errors, refuse_flags, summary_table, topo_workers
+from ._common import console, handle_errors, summary_table
 
 #: partitioner flags -> Options field names (passed through only when given)
 PARTITIONER_FLAGS = ("rounds", "tol", "alpha", "beta", "gamma", "max_imbalance", "replication_budget",
@@ -38,30 +39,6 @@ def parse_bytes(text: str) -> int:
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
 
 
-def _load_partitioner_or_explain(method: str):
-    from gmp.errors import PartitionError
-    from gmp.partition import get_partitioner
-
-    try:
-        return get_partitioner(method)
-    except ModuleNotFoundError as exc:
-        spec = PARTITIONERS[method]
-        if exc.name and exc.name.endswith(f"gmp.partition.{spec.module}"):
-            raise PartitionError(
-                f"method {method!r} is registered but gmp/partition/{spec.module}.py is not in this installation; "
-                f"choose another --method."
-            ) from None
-        raise PartitionError(f"method {method!r} needs the module {exc.name!r}; install it (pip install {exc.name}).") from None
-
-
-def _check_positive(**flags: Optional[int]) -> None:
-    from gmp.errors import GmpError
-
-    for name, value in flags.items():
-        if value is not None and value < 1:
-            raise GmpError(f"--{name.replace('_', '-')} must be >= 1, got {value}.")
-
-
 def parse_key_values(items: list[str]) -> dict:
     """``["a=1", "b=x"]`` -> ``{"a": 1, "b": "x"}``: values as JSON literals when they parse, else strings."""
     from gmp.errors import PartitionError
@@ -77,16 +54,6 @@ def parse_key_values(items: list[str]) -> dict:
         except ValueError:
             out[key] = value
     return out
-
-
-def _defaults(batch_size: Optional[int], embedding_dim: Optional[int],
-              inter_cost: Optional[float]) -> tuple[int, int, float]:
-    """The defaults of the flags that default to None only so that --from-manifest can tell them apart."""
-    from gmp.topology import DEFAULT_INTER_COST
-
-    return (DEFAULT_BATCH_SIZE if batch_size is None else batch_size,
-            DEFAULT_EMBEDDING_DIM if embedding_dim is None else embedding_dim,
-            DEFAULT_INTER_COST if inter_cost is None else inter_cost)
 
 
 def _merge_options(flags: dict[str, Any], keyed: dict[str, Any]) -> dict[str, Any]:
@@ -150,84 +117,54 @@ def partition(
                                                 "sweeps between two exchanges (default 1024)."),
 ) -> None:
     """Partition a dataset's sample-embedding graph and write a placement manifest + report."""
-    from gmp.errors import PartitionError
-    from gmp.specs import torchrun_world
+    from gmp.api import run_partition
+    from gmp.specs import resolve_partition
 
-    world = torchrun_world()
-    if world is not None and not distributed:  # every process would partition the whole dataset
-        raise PartitionError(f"gmp partition runs under torchrun (WORLD_SIZE={world}) without --distributed: each of "
-                             f"the {world} processes would partition the whole dataset; add --distributed (one "
-                             f"partition across the processes) or run it without torchrun.")
-    if inter_cost is not None and from_manifest is None and not (topology and "x" in topology.lower()):
-        raise PartitionError("--inter-cost sets the cost between the machines of --topology MxG; it does not apply "
-                             "to --workers N, --topology N or --topology-file (which gives its own costs): drop it.")
-    if distributed or chunk_samples is not None or block_samples is not None:
-        from .partition_dist import check_launch, partition_distributed_cmd
+    from ._flags import flags_for_params
 
-        check_launch(distributed, method)
-        if from_manifest is not None or max_moved_rows is not None or compare_full or window is not None:
-            raise PartitionError("--distributed/--chunk-samples partition from scratch; drop --from-manifest, "
-                                 "--max-moved-rows, --compare-full and --window.")
-        given = _merge_options({"rounds": rounds, "tol": tol, "alpha": alpha, "beta": beta, "gamma": gamma,
-                                "max_imbalance": max_imbalance, "replication_budget": replication_budget,
-                                "memory_per_worker": parse_bytes(memory_per_worker) if memory_per_worker else None},
-                               parse_key_values(option or []))
-        batch_size, embedding_dim, inter_cost = _defaults(batch_size, embedding_dim, inter_cost)
-        return partition_distributed_cmd(dataset, distributed=distributed, chunk_samples=chunk_samples,
-                                         block_samples=block_samples, workers=workers, topology=topology,
-                                         topology_file=topology_file, inter_cost=inter_cost, batch_size=batch_size,
-                                         embedding_dim=embedding_dim, seed=seed, out=out, overwrite=overwrite,
-                                         no_plots=no_plots, given=given)
-
-    if from_manifest is not None:
-        from .incremental import partition_from_manifest
-
-        if method is not None or workers is not None or topology is not None or topology_file is not None:
-            raise PartitionError("--from-manifest keeps the old placement's workers and topology; drop --method, "
-                                 "--workers, --topology and --topology-file.")
-        not_here = {"--inter-cost": inter_cost, "--tol": tol, "--gamma": gamma, "--threads": threads,
-                    "--memory-per-worker": memory_per_worker}
-        refuse_flags({flag: value is not None for flag, value in not_here.items()},
-                     "--from-manifest (its options: --max-imbalance, --rounds, --alpha, --beta, --replication-budget "
-                     "and -O KEY=VALUE).", PartitionError)
-        flags = {"max_imbalance": max_imbalance, "rounds": rounds, "alpha": alpha, "beta": beta,
-                 "replication_budget": replication_budget}
-        return partition_from_manifest(dataset, from_manifest, max_moved_rows=max_moved_rows, batch_size=batch_size,
-                                       embedding_dim=embedding_dim, seed=seed, out=out, overwrite=overwrite,
-                                       compare_full=compare_full, no_plots=no_plots, window=window,
-                                       given=_merge_options(flags, parse_key_values(option or [])))
-    if method is None:
-        raise PartitionError("--method is required (or give --from-manifest OLD_MANIFEST to place new data on it).")
-    if max_moved_rows is not None or compare_full or window is not None:
-        raise PartitionError("--max-moved-rows, --compare-full and --window need --from-manifest OLD_MANIFEST.")
-    from gmp._io import check_output_dir
-    from gmp.api import partition_dataset
-    from gmp.manifest import MANIFEST_FILES
-    from gmp.report.tables import traffic_summary, workers_phrase
-    from gmp.topology import resolve_topology
-
-    # every cheap check before the expensive work (partitioning a large graph takes minutes)
-    check_seed(seed)
-    batch_size, embedding_dim, inter_cost = _defaults(batch_size, embedding_dim, inter_cost)
-    _check_positive(batch_size=batch_size, embedding_dim=embedding_dim)
-    name = Path(os.path.realpath(dataset)).name  # realpath: Path.resolve raises RuntimeError in a symlink loop
-    out = out or Path("placements") / f"{name}.{method}.w{topo_workers(workers, topology)}"
-    check_output_dir(out, kind="gmp.placement", overwrite=overwrite, inputs=[dataset], own=MANIFEST_FILES)
-    topo = resolve_topology(workers, topology, str(topology_file) if topology_file else None, inter_cost=inter_cost)
-    _load_partitioner_or_explain(method)
     flags = {"rounds": rounds, "tol": tol, "alpha": alpha, "beta": beta, "gamma": gamma,
              "max_imbalance": max_imbalance, "replication_budget": replication_budget,
              "memory_per_worker": parse_bytes(memory_per_worker) if memory_per_worker is not None else None,
              "threads": threads}
-    given = _merge_options(flags, parse_key_values(option or []))
-    partition_dataset(dataset, method, out, topology=topo, seed=seed, batch_size=batch_size,
-                      embedding_dim=embedding_dim, options=given, overwrite=overwrite, plots=not no_plots)
-    metrics = json.loads((out / "report.json").read_text(encoding="utf-8"))["metrics"]  # the full metrics
-    summary_table(metrics, f"{method} on {workers_phrase(topo.num_workers, topo.name)}, batch {batch_size}")
-    typer.echo(f"wrote {out} (manifest.json, arrays, report.json, report.md{'' if no_plots else ', plots'})")
-    typer.echo(f"{method}, {topo.num_workers} workers: {traffic_summary(metrics)}; replication "
-               f"{metrics['replication_factor']:.3f}, {metrics['partition_seconds']:.1f} s")
+    with flags_for_params():
+        spec = resolve_partition(dataset, method, out, workers=workers, topology=topology,
+                                 topology_file=topology_file, inter_cost=inter_cost, seed=seed,
+                                 batch_size=batch_size, embedding_dim=embedding_dim,
+                                 options=_merge_options(flags, parse_key_values(option or [])),
+                                 from_manifest=from_manifest, max_moved_rows=max_moved_rows,
+                                 compare_full=compare_full, window=window, distributed=distributed,
+                                 chunk_samples=chunk_samples, block_samples=block_samples, overwrite=overwrite,
+                                 plots=not no_plots)
+        for line in spec.warnings:
+            typer.echo(f"warning: {line}.", err=True)
+        made = run_partition(spec)
+    if made is None:  # a distributed run's other ranks: rank 0 speaks for all
+        return
+    wrote = f"wrote {spec.out} (manifest.json, arrays, report.json, report.md{'' if no_plots else ', plots'})"
+    if spec.mode == "incremental":
+        from .incremental import print_comparison
 
+        print_comparison(made.placement.info["comparison"], spec.method)
+        if spec.old_manifest.history is None:
+            typer.echo(f"{from_manifest} records no row history (made before manifest version 3): every old id "
+                       f"counts as trained")
+        typer.echo(wrote)
+        return
+    from gmp.report.tables import traffic_summary, workers_phrase
+
+    topo = spec.topology
+    metrics = json.loads((spec.out / "report.json").read_text(encoding="utf-8"))["metrics"]  # the full metrics
+    if spec.mode == "scratch":
+        summary_table(metrics, f"{spec.method} on {workers_phrase(topo.num_workers, topo.name)}, "
+                               f"batch {spec.batch_size}")
+        typer.echo(wrote)
+        typer.echo(f"{spec.method}, {topo.num_workers} workers: {traffic_summary(metrics)}; replication "
+                   f"{metrics['replication_factor']:.3f}, {metrics['partition_seconds']:.1f} s")
+        return
+    processes = made.placement.info["distributed"]["processes"]
+    summary_table(metrics, f"hybrid ({processes} process{'es' if processes > 1 else ''}) on {topo.num_workers} "
+                           f"workers ({topo.name}), batch {spec.batch_size}")
+    typer.echo(wrote)
 
 def report(
     manifest: Path = typer.Argument(..., help="Placement manifest directory (from 'gmp partition')."),
@@ -243,16 +180,18 @@ def report(
 ) -> None:
     """Validate a placement manifest and print (md, json) or write (html) its quality report."""
     from gmp.datasets.format import load_dataset
-    from gmp.errors import ManifestError
     from gmp.manifest import load_manifest
     from gmp.progress import task
-    from gmp.report import REPORT_FORMATS, render, report_from_manifest, write_html_file, write_report
+    from gmp.report import render, report_from_manifest, write_html_file, write_report
+    from gmp.specs import resolve_report
+
+    from ._flags import flags_for_params
 
     from gmp._io import atomic_directory, check_output_dir, claim_output
 
-    if fmt not in REPORT_FORMATS:
-        raise ManifestError(f"--format {fmt!r} not understood; choose one of {', '.join(REPORT_FORMATS)}.")
-    _check_positive(batch_size=batch_size, embedding_dim=embedding_dim)
+    with flags_for_params():
+        resolve_report(manifest, dataset=dataset, format=fmt, out=out, batch_size=batch_size,
+                       embedding_dim=embedding_dim, plots=not no_plots, overwrite=overwrite)
     to_dir = out is not None and str(out) != "-"
     new_dir = to_dir and not (out.is_dir() and not out.is_symlink())
     if new_dir:
@@ -337,29 +276,20 @@ def compare(
     from rich.table import Table
 
     from gmp._io import check_output_file, json_default, write_claimed_file
-    from gmp.compare import compare as run_compare
+    from gmp.api import run_compare
     from gmp.compare import (comparison_summary, comparison_tables, comparison_title, compile_note,
                              render_comparison_html, render_comparison_md)
-    from gmp.datasets.format import load_dataset
-    from gmp.errors import PartitionError
-    from gmp.graph import build_graph
-    from gmp.params import comma_list
-    from gmp.report import dataset_name_of
-    from gmp.topology import resolve_topology
+    from gmp.specs import resolve_compare
 
-    names = comma_list(methods)
-    check_seed(seed)
-    _check_positive(batch_size=batch_size, embedding_dim=embedding_dim)
-    if out is not None and out.suffix not in (".md", ".json", ".html"):
-        raise PartitionError(f"--out {out}: expected a .md, .json or .html file name.")
+    from ._flags import flags_for_params
+
+    with flags_for_params():
+        spec = resolve_compare(dataset, methods, workers=workers, topology=topology, topology_file=topology_file,
+                               inter_cost=inter_cost, seed=seed, batch_size=batch_size, embedding_dim=embedding_dim,
+                               isolate=isolate, out=out, overwrite=overwrite)
     if out is not None:
         check_output_file(out, overwrite=overwrite)  # before the (long) partitioning
-    topo = resolve_topology(workers, topology, str(topology_file) if topology_file else None, inter_cost=inter_cost)
-    ds = load_dataset(dataset)
-    graph = build_graph(ds)
-    result = run_compare(graph, topo, names, seed=seed, batch_size=batch_size, embedding_dim=embedding_dim,
-                         dataset_path=dataset if isolate else None, isolate=isolate,
-                         dataset_name=dataset_name_of(ds.meta, dataset))
+    result = run_compare(spec)
     con = console()
     con.print(comparison_title(result), highlight=False)
     for title, (headers, rows) in comparison_tables(result):

@@ -318,13 +318,18 @@ def release_claim_on_error(param: str = "out"):
             try:
                 return fn(*args, **kwargs)
             except BaseException:
-                out = sig.bind_partial(*args, **kwargs).arguments.get(param)
-                held = _CLAIMS.get(Path(os.path.abspath(out))) if out is not None else None
-                if held is not None:
-                    held.release()
+                release_claim(sig.bind_partial(*args, **kwargs).arguments.get(param))
                 raise
         return inner
     return wrap
+
+
+def release_claim(out: str | os.PathLike | None) -> None:
+    """Release this process's claim on ``out``, if it holds one (a library call that failed after
+    claiming: a notebook calling it again must start from a fresh claim)."""
+    held = _CLAIMS.get(Path(os.path.abspath(out))) if out is not None else None
+    if held is not None:
+        held.release()
 
 
 def release_claims() -> None:

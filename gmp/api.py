@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ._io import release_claim_on_error
+from ._io import release_claim
 
 _log = logging.getLogger("gmp")
 
@@ -213,18 +213,6 @@ def _manifest(manifest: Any, ds: Any):
     return manifest
 
 
-def _topology(workers: int | None, topology: Any, inter_cost: float):
-    from .errors import TopologyError
-    from .params import check_int
-    from .topology import Topology, resolve_topology
-
-    if isinstance(topology, Topology):
-        return topology
-    if workers is not None:
-        check_int("workers", workers, minimum=1, error=TopologyError)
-    return resolve_topology(workers, None if topology is None else str(topology), None, inter_cost=inter_cost)
-
-
 def write_scored_manifest(out: str | os.PathLike, ds: Any, graph: Any, placement: Any, topology: Any, *, seed: int,
                           batch_size: int, embedding_dim: int, seconds: float, peak: int, history: Any = None,
                           plots: bool = True, overwrite: bool = False, report_extra: Any = None,
@@ -262,11 +250,12 @@ def write_scored_manifest(out: str | os.PathLike, ds: Any, graph: Any, placement
     return metrics
 
 
-@release_claim_on_error("out")
-def partition_dataset(dataset: Any, method: str, out: str | os.PathLike | None = None, *,
+def partition_dataset(dataset: Any, method: str | None = None, out: str | os.PathLike | None = None, *,
                       workers: int | None = None, topology: Any = None, inter_cost: float | None = None,
                       seed: int | None = None, batch_size: int | None = None, embedding_dim: int | None = None,
-                      options: Mapping[str, Any] | None = None, overwrite: bool = False, plots: bool = True):
+                      options: Mapping[str, Any] | None = None, overwrite: bool = False, plots: bool = True,
+                      distributed: bool = False, chunk_samples: int | None = None,
+                      block_samples: int | None = None):
     """Partition a dataset, score it against random and write the manifest directory ``out``
     (manifest, arrays, report.json, report.md and, unless ``plots=False``, the PNGs), like
     ``gmp partition``.
@@ -287,41 +276,65 @@ def partition_dataset(dataset: Any, method: str, out: str | os.PathLike | None =
         The method's Options fields (``{"rounds": 3}``); ``batch_size`` and
         ``embedding_dim`` are passed to methods that take them.
 
+    distributed, chunk_samples, block_samples
+        ``distributed=True``: the hybrid across the processes of torchrun (``gmp partition --distributed``;
+        call it on every process: each reads its slice of the samples, rank 0 writes the manifest and gets
+        it back, the others get None); the process group is started and closed here. ``chunk_samples``:
+        the hybrid streamed from disk that many samples at a time; ``block_samples``: the samples each
+        process sweeps between two exchanges (default 1024). ``method`` may then be left out (``hybrid``).
+
     Every keyword left at None takes the default of ``gmp partition``: seed 0, batch size 512,
     embedding dim 16, inter-machine cost 10 (``workers`` or ``topology`` must still be given).
+    Resolved by :func:`gmp.specs.resolve_partition`, as the command is.
 
     Returns
     -------
     Manifest
-        The written manifest, opened again (validated).
+        The written manifest, opened again (validated); None on the ranks other than 0 of ``distributed``.
     """
+    from .specs import resolve_partition
+
+    spec = resolve_partition(dataset, method, out, workers=workers, topology=topology, inter_cost=inter_cost,
+                             seed=seed, batch_size=batch_size, embedding_dim=embedding_dim, options=options,
+                             distributed=distributed, chunk_samples=chunk_samples, block_samples=block_samples,
+                             overwrite=overwrite, plots=plots)
+    return run_partition(spec, dataset=dataset)
+
+
+def run_partition(spec: Any, *, dataset: Any = None):
+    """Run a resolved :class:`gmp.specs.PartitionSpec` (what :func:`partition_dataset`,
+    :func:`repartition_dataset` and ``gmp partition`` do after resolving): the written manifest, opened
+    again (None on the ranks other than 0 of a distributed run). ``dataset``: the opened dataset, if the
+    caller has it (else ``spec.dataset`` is opened)."""
+    ds = dataset if dataset is not None and not isinstance(dataset, (str, os.PathLike)) else None
+    try:
+        if spec.mode == "incremental":
+            return _repartition(spec, ds)
+        if spec.mode in ("distributed", "chunked"):
+            return _partition_streamed(spec)
+        return _partition(spec, ds)
+    except BaseException:  # a failed call leaves out unclaimed: a notebook may call it again
+        release_claim(spec.out)
+        raise
+
+
+def _partition(spec: Any, ds: Any):
+    """From scratch in this process (``spec.mode == "scratch"``)."""
     from ._io import check_output_dir
     from .compare import method_options, peak_rss_bytes, with_field_layout
-    from .errors import ManifestError
     from .graph import build_graph
     from .manifest import MANIFEST_FILES
     from .partition import make_options, run_partitioner
     from .progress import task
 
-    from .constants import DEFAULT_BATCH_SIZE, DEFAULT_EMBEDDING_DIM
-    from .topology import DEFAULT_INTER_COST
-
-    # None means the default, as for gmp partition's flags left out
-    seed = 0 if seed is None else seed
-    batch_size = DEFAULT_BATCH_SIZE if batch_size is None else batch_size
-    embedding_dim = DEFAULT_EMBEDDING_DIM if embedding_dim is None else embedding_dim
-    inter_cost = DEFAULT_INTER_COST if inter_cost is None else inter_cost
-    ds = _dataset(dataset)
-    topo = _topology(workers, topology, inter_cost)
-    if out is None:
-        out = Path("placements") / f"{Path(ds.path).resolve().name}.{method}.w{topo.num_workers}"
-    out = Path(out)
-    if out.exists() and not overwrite:  # checked before the (possibly long) partitioning
-        raise ManifestError(f"partition_dataset: out {out} already exists; pass overwrite=True or another out.")
-    # claimed from here (a second writer is refused now, not after the partitioning) to the swap
-    check_output_dir(out, kind="gmp.placement", overwrite=overwrite, inputs=[ds.path], flag="out",
+    method, topo, seed = spec.method, spec.topology, spec.seed
+    batch_size, embedding_dim, out, overwrite = spec.batch_size, spec.embedding_dim, spec.out, spec.overwrite
+    # checked before the (possibly long) partitioning
+    check_output_dir(out, kind="gmp.placement", overwrite=overwrite, inputs=[spec.dataset], flag="`out`",
                      own=MANIFEST_FILES)
-    opts = method_options(method, dict(options or {}), batch_size=batch_size, embedding_dim=embedding_dim)
+    _load_partitioner(method)
+    ds = ds if ds is not None else load_dataset(spec.dataset)
+    opts = method_options(method, dict(spec.options), batch_size=batch_size, embedding_dim=embedding_dim)
     # per_field=True: the fields' first ids; validated here, before the (possibly long) graph and partitioning
     opts = make_options(method, with_field_layout(opts, ds))
     graph = build_graph(ds)
@@ -330,9 +343,96 @@ def partition_dataset(dataset: Any, method: str, out: str | os.PathLike | None =
         placement = run_partitioner(method, graph, topo, seed=seed, options=opts)
         seconds = time.perf_counter() - t0
     write_scored_manifest(out, ds, graph, placement, topo, seed=seed, batch_size=batch_size,
-                          embedding_dim=embedding_dim, seconds=seconds, peak=peak_rss_bytes(), plots=plots,
+                          embedding_dim=embedding_dim, seconds=seconds, peak=peak_rss_bytes(), plots=spec.plots,
                           overwrite=overwrite)
     return load_manifest(out)
+
+
+def _load_partitioner(method: str) -> None:
+    """Import ``method``'s module, or say why it cannot be (before any data is read)."""
+    from .errors import PartitionError
+    from .partition import PARTITIONERS, get_partitioner
+
+    try:
+        get_partitioner(method)
+    except ModuleNotFoundError as exc:
+        module = PARTITIONERS[method].module
+        if exc.name and exc.name.endswith(f"gmp.partition.{module}"):
+            err = PartitionError(f"method {method!r} is registered but gmp/partition/{module}.py is not in this "
+                                 f"installation; choose another `method`.")
+            err.param = "method"
+            raise err from None
+        raise PartitionError(f"method {method!r} needs the module {exc.name!r}; install it "
+                             f"(pip install {exc.name}).") from None
+
+
+def _partition_streamed(spec: Any):
+    """The hybrid across torchrun's processes (``distributed``) or streamed out of core in this process
+    (``chunked``); the process group is started here and closed whatever happens. Rank 0 scores the
+    placement and writes the manifest; the other ranks return None."""
+    from ._io import check_output_dir
+    from .comm import LocalEngine
+    from .compare import method_options, peak_rss_bytes
+    from .errors import PartitionError
+    from .graph import build_graph
+    from .manifest import MANIFEST_FILES
+    from .partition.distributed import partition_distributed
+    from .partition.hybrid import Options
+    from .specs import TORCHRUN_HINT
+
+    distributed = spec.mode == "distributed"
+    rank = int(os.environ.get("RANK", "0")) if distributed else 0
+    if rank == 0:
+        check_output_dir(spec.out, kind="gmp.placement", overwrite=spec.overwrite, inputs=[spec.dataset],
+                         flag="`out`", own=MANIFEST_FILES)
+    options = Options(**method_options("hybrid", dict(spec.options), batch_size=spec.batch_size,
+                                       embedding_dim=spec.embedding_dim))
+    ds = load_dataset(spec.dataset)
+    if distributed:
+        from .comm.distributed import DistributedEngine
+
+        try:
+            engine = DistributedEngine()
+        except (ValueError, RuntimeError) as exc:  # rendezvous: torch's message, first line
+            said = str(exc).strip()
+            err = PartitionError(f"`distributed` could not join the process group: "
+                                 f"{said.splitlines()[0] if said else type(exc).__name__}; {TORCHRUN_HINT}.")
+            err.param = "distributed"
+            raise err from None
+    else:
+        engine = LocalEngine(1)
+    ok = False
+    try:
+        t0 = time.perf_counter()
+        placement = partition_distributed(ds.indptr, ds.indices, ds.num_embeddings, spec.topology, seed=spec.seed,
+                                          options=options, engine=engine, block_samples=spec.block_samples,
+                                          chunk_samples=spec.chunk_samples, dataset_sha256=ds.sha256)
+        seconds = time.perf_counter() - t0
+        made = None
+        if placement is not None:  # rank 0: score on the memory-mapped graph, write atomically
+            peak = max(placement.info["distributed"]["peak_rss_bytes_per_process"])
+            write_scored_manifest(spec.out, ds, build_graph(ds), placement, spec.topology, seed=spec.seed,
+                                  batch_size=spec.batch_size, embedding_dim=spec.embedding_dim, seconds=seconds,
+                                  peak=peak, plots=spec.plots, overwrite=spec.overwrite,
+                                  manifest_peak=max(peak, peak_rss_bytes()))
+            made = load_manifest(spec.out)
+        ok = True
+        return made
+    finally:
+        _close_engine(engine, ok)
+
+
+def _close_engine(engine: Any, ok: bool) -> None:
+    """Close the engine; after an error on this rank, without the closing barrier: the peers are inside
+    some collective, and this process leaving closes its connections, so they fail at once with a
+    line naming the lost peer instead of waiting out the collective timeout."""
+    import sys
+
+    dist = sys.modules.get("torch.distributed")  # loaded by the distributed engine only
+    if ok or dist is None or not (dist.is_available() and dist.is_initialized()):
+        engine.close()
+        return
+    dist.destroy_process_group()
 
 
 def _lineage(ds, old) -> int | None:
@@ -398,7 +498,6 @@ def _last_samples(placement, num_samples: int):
                      options=placement.options, seed=placement.seed, info=placement.info)
 
 
-@release_claim_on_error("out")  # a failed call leaves out unclaimed: a notebook may call it again
 def repartition_dataset(dataset: Any, old_manifest: Any, out: str | os.PathLike, *,
                         max_moved_rows: int | str | None = None, seed: int = 0, batch_size: int | None = None,
                         embedding_dim: int | None = None, options: Mapping[str, Any] | None = None,
@@ -443,31 +542,36 @@ def repartition_dataset(dataset: Any, old_manifest: Any, out: str | os.PathLike,
         ``incremental`` object) holds ``batch_remote_reads`` of the placed data, this placement and the
         full re-partition, the rows and bytes moved and the old ids created afresh.
     """
+    from .specs import resolve_partition
+
+    spec = resolve_partition(dataset, None, out, from_manifest=old_manifest, max_moved_rows=max_moved_rows,
+                             seed=seed, batch_size=batch_size, embedding_dim=embedding_dim, options=options,
+                             compare_full=compare_full, overwrite=overwrite, plots=plots, window=window)
+    return run_partition(spec, dataset=dataset)
+
+
+def _repartition(spec: Any, ds: Any):
+    """New data on the old placement ``spec.old_manifest`` (``spec.mode == "incremental"``)."""
     import numpy as np
 
     from ._io import check_output_dir
     from .compare import method_options, peak_rss_bytes
     from .errors import PartitionError
     from .graph import build_graph
-    from .manifest import MANIFEST_FILES, Manifest, RowHistory
+    from .manifest import MANIFEST_FILES, RowHistory
     from .metrics import batch_remote_reads, embedding_degree
     from .partition import run_partitioner
     from .partition.incremental import (Options, created_rows, match_workers, migration_budget, moved_rows,
                                         place_and_repartition, place_new_data, renames_workers)
     from .progress import task
-    from .seeds import check_seed
-    from .specs import resolve_training_plan
 
-    seed = check_seed(seed)
-    if max_moved_rows is not None:
-        migration_budget(max_moved_rows, 0)  # its form, before the data is read (a percentage's rows come later)
-    old = old_manifest if isinstance(old_manifest, Manifest) else load_manifest(old_manifest)
-    planned, _, _ = resolve_training_plan(old, batch_size=batch_size, embedding_dim=embedding_dim)
-    batch_size, embedding_dim = planned["batch_size"], planned["embedding_dim"]
-    ds = _dataset(dataset)
+    old, seed, batch_size, embedding_dim = spec.old_manifest, spec.seed, spec.batch_size, spec.embedding_dim
+    max_moved_rows, options, compare_full, window = spec.max_moved_rows, spec.options, spec.compare_full, spec.window
+    overwrite, plots = spec.overwrite, spec.plots
     # checked before the (possibly long) partitioning
-    out = check_output_dir(out, kind="gmp.placement", overwrite=overwrite, inputs=[ds.path, old.path], flag="out",
-                           own=MANIFEST_FILES)
+    out = check_output_dir(spec.out, kind="gmp.placement", overwrite=overwrite, inputs=[spec.dataset, old.path],
+                           flag="`out`", own=MANIFEST_FILES)
+    ds = ds if ds is not None else load_dataset(spec.dataset)
     generations = _lineage(ds, old)
     topo = old.topology
     graph = build_graph(ds)
@@ -592,34 +696,50 @@ def make_report(manifest: Any, *, dataset: Any = None, batch_size: int | None = 
     """
     from .params import comma_list
     from .report import Report, report_from_manifest, write_report
+    from .specs import resolve_report
 
+    formats = comma_list(formats)
+    for fmt in formats or ["md"]:  # each checked as gmp report --format is
+        spec = resolve_report(manifest, dataset=dataset, format=fmt, out=out, batch_size=batch_size,
+                              embedding_dim=embedding_dim, plots=plots)
     ds = _dataset(dataset) if dataset is not None else None
     m = _manifest(manifest, ds)
-    data = report_from_manifest(m, dataset=ds, batch_size=batch_size, embedding_dim=embedding_dim)
+    data = report_from_manifest(m, dataset=ds, batch_size=spec.batch_size, embedding_dim=spec.embedding_dim)
     if out is not None:
-        write_report(out, data, formats=comma_list(formats), plots=plots)
+        write_report(out, data, formats=formats, plots=plots)
     return Report(data)
 
 
 def compare_partitioners(dataset: Any, methods: Sequence[str], *, workers: int | None = None, topology: Any = None,
-                         inter_cost: float = 10.0, seed: int = 0, batch_size: int = 512, embedding_dim: int = 16,
+                         inter_cost: float | None = None, seed: int | None = None, batch_size: int | None = None,
+                         embedding_dim: int | None = None,
                          options: Mapping[str, Mapping[str, Any]] | None = None, isolate: bool = False):
     """Run several partitioners on one dataset and score each against random (``gmp compare``).
 
     Returns the ``gmp.compare`` dict; ``gmp.compare.comparison_tables`` and
     ``render_comparison_html`` render it. ``isolate=True`` runs each method in
-    its own process (peak memory per method; slower to start).
+    its own process (peak memory per method; slower to start). Keywords left at None take ``gmp compare``'s
+    defaults (seed 0, batch 512, width 16, inter-machine cost 10); resolved by :func:`gmp.specs.resolve_compare`.
     """
+    from .specs import resolve_compare
+
+    spec = resolve_compare(dataset, methods, workers=workers, topology=topology, inter_cost=inter_cost, seed=seed,
+                           batch_size=batch_size, embedding_dim=embedding_dim, options=options, isolate=isolate)
+    return run_compare(spec, dataset=dataset)
+
+
+def run_compare(spec: Any, *, dataset: Any = None):
+    """Run a resolved :class:`gmp.specs.CompareSpec` (what :func:`compare_partitioners` and ``gmp compare`` do
+    after resolving): the ``gmp.compare`` dict. ``dataset``: the opened dataset, if the caller has it."""
     from .compare import compare
     from .graph import build_graph
-    from .params import comma_list
     from .report import dataset_name_of
 
-    ds = _dataset(dataset)
-    topo = _topology(workers, topology, inter_cost)
-    return compare(build_graph(ds), topo, comma_list(methods), seed=seed, batch_size=batch_size,
-                   embedding_dim=embedding_dim, options=options, dataset_path=ds.path if isolate else None,
-                   isolate=isolate, dataset_name=dataset_name_of(ds.meta, ds.path))
+    ds = dataset if dataset is not None and not isinstance(dataset, (str, os.PathLike)) else load_dataset(spec.dataset)
+    return compare(build_graph(ds), spec.topology, list(spec.methods), seed=spec.seed, batch_size=spec.batch_size,
+                   embedding_dim=spec.embedding_dim, options=spec.options,
+                   dataset_path=spec.dataset if spec.isolate else None, isolate=spec.isolate,
+                   dataset_name=dataset_name_of(ds.meta, spec.dataset))
 
 
 def train_model(dataset: Any, manifest: Any = None, *, engine: str | None = None,
@@ -653,7 +773,8 @@ def run_train(spec: Any, *, on_record: Any = None) -> list[dict[str, Any]]:
 
     return train(spec.dataset, spec.manifest, spec.config, engine=spec.engine, workers=spec.workers,
                  checkpoint_dir=spec.checkpoint_dir, resume=spec.resume, log_json=spec.log_json,
-                 on_record=on_record, collective_timeout=spec.collective_timeout)
+                 on_record=on_record, collective_timeout=spec.collective_timeout,
+                 settings=spec.to_json() if spec.log_json is not None else None)
 
 
 def simulate_epoch(dataset: Any, manifest: Any = None, *, workers: int | None = None,

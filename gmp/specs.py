@@ -483,3 +483,309 @@ def resolve_export(manifest: Any, *, batch_size: int | None = None, embedding_di
         values[k] = v if v is not None else planned
         sources[k] = USER if v is not None else PLAN if planned is not None else DEFAULT
     return ExportSpec(values["batch_size"], values["embedding_dim"], sources, (warning,) if warning else ())
+
+
+# ----------------------------------------------------------------------------------- partition
+#: what :func:`resolve_partition` runs: a partitioner from scratch in this process, the distributed hybrid
+#: across torchrun's processes, the hybrid streamed out of core in one process, new data on an old placement
+PARTITION_MODES = ("scratch", "distributed", "chunked", "incremental")
+#: the options of the incremental placement that ``from_manifest`` takes (the rest are refused)
+_NOT_INCREMENTAL = ("inter_cost", "tol", "gamma", "threads", "memory_per_worker")
+#: the settings only ``from_manifest`` takes
+_INCREMENTAL_ONLY = ("max_moved_rows", "compare_full", "window")
+#: the environment ``distributed`` needs (torchrun sets it)
+TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+TORCHRUN_HINT = "run it under torchrun (one process per rank; docs/distributed.md)"
+
+
+@dataclass(frozen=True)
+class PartitionSpec:
+    """One partitioning request, resolved (:func:`resolve_partition`; run by :func:`gmp.api.run_partition`).
+
+    ``mode`` is one of :data:`PARTITION_MODES`; ``topology`` is the resolved
+    :class:`gmp.topology.Topology` (None in ``incremental`` mode, which keeps the old placement's);
+    ``options`` the partitioner's options as given (``incremental``: :class:`gmp.partition.incremental.Options`
+    fields; else the method's); ``block_samples`` is resolved in ``distributed`` mode only."""
+
+    dataset: Path
+    mode: str
+    method: str
+    out: Path
+    topology: Any = None
+    from_manifest: Path | None = None
+    old_manifest: Any = None  # from_manifest opened (a gmp.manifest.Manifest)
+    seed: int = 0
+    batch_size: int = DEFAULT_BATCH_SIZE
+    embedding_dim: int = DEFAULT_EMBEDDING_DIM
+    options: Mapping[str, Any] = field(default_factory=dict)
+    max_moved_rows: int | str | None = None
+    compare_full: bool = False
+    window: int | None = None
+    chunk_samples: int | None = None
+    block_samples: int | None = None
+    overwrite: bool = False
+    plots: bool = True
+    sources: Mapping[str, str] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """The spec as a JSON object (the topology by name and worker count)."""
+        topo = None if self.topology is None else {"name": self.topology.name,
+                                                    "num_workers": self.topology.num_workers}
+        return {"dataset": str(self.dataset), "mode": self.mode, "method": self.method, "out": str(self.out),
+                "topology": topo, "from_manifest": None if self.from_manifest is None else str(self.from_manifest),
+                "seed": self.seed, "batch_size": self.batch_size, "embedding_dim": self.embedding_dim,
+                "options": dict(self.options), "max_moved_rows": self.max_moved_rows,
+                "compare_full": self.compare_full, "window": self.window, "chunk_samples": self.chunk_samples,
+                "block_samples": self.block_samples, "sources": dict(self.sources)}
+
+
+def _refuse(error: type[GmpError], param: str, msg: str) -> GmpError:
+    """A refusal that names several parameters, each in backticks (`` `window` ``, `` `workers=N` ``,
+    `` `distributed=True` ``), so that the CLI can word each as its flag; ``param`` is the one to blame."""
+    return _param_error(error, param, msg)
+
+
+def resolve_partition(dataset: Any, method: str | None = None, out: str | os.PathLike | None = None, *,
+                      workers: int | None = None, topology: Any = None,
+                      topology_file: str | os.PathLike | None = None, inter_cost: float | None = None,
+                      seed: int | None = None, batch_size: int | None = None, embedding_dim: int | None = None,
+                      options: Mapping[str, Any] | None = None, from_manifest: Any = None,
+                      max_moved_rows: int | str | None = None, compare_full: bool = False,
+                      window: int | None = None, distributed: bool = False, chunk_samples: int | None = None,
+                      block_samples: int | None = None, overwrite: bool = False, plots: bool = True,
+                      environ: Mapping[str, str] | None = None) -> PartitionSpec:
+    """The one resolution of a partitioning request (``gmp partition`` and :func:`gmp.partition_dataset` /
+    :func:`gmp.repartition_dataset`).
+
+    The mode: ``from_manifest`` (new data on an old placement; ``max_moved_rows``, ``compare_full`` and
+    ``window`` need it), ``distributed`` (the hybrid across torchrun's processes), ``chunk_samples`` (the
+    hybrid streamed from disk), else ``method`` from scratch. Defaults: ``seed`` 0, ``batch_size``/
+    ``embedding_dim`` the old manifest's plan with ``from_manifest`` (else 512/16), ``inter_cost`` 10,
+    ``out`` ``placements/DATASET.METHOD.wN``. Every rule between the settings is checked here, before
+    anything is read but the old manifest."""
+    from .errors import PartitionError
+    from .params import check_int
+    from .seeds import check_seed
+    from .topology import DEFAULT_INTER_COST, Topology, resolve_topology
+
+    E = PartitionError
+    env = os.environ if environ is None else environ
+    world = torchrun_world(env)
+    if world is not None and not distributed:  # every process would partition the whole dataset
+        raise _refuse(E, "distributed", f"gmp partition runs under torchrun (WORLD_SIZE={world}) without "
+                                        f"`distributed=True`: each of the {world} processes would partition the "
+                                        f"whole dataset; add `distributed=True` (one partition across the "
+                                        f"processes) or run it without torchrun.")
+    multi = topology is not None and not isinstance(topology, Topology) and "x" in str(topology).lower()
+    if inter_cost is not None and from_manifest is None and not multi:
+        raise _refuse(E, "inter_cost", "`inter_cost` sets the cost between the machines of `topology=MxG`; it does "
+                                       "not apply to `workers=N`, `topology=N` or `topology_file` (which gives its "
+                                       "own costs): drop it.")
+    sources: dict[str, str] = {"seed": USER if seed is not None else DEFAULT}
+    seed = check_seed(0 if seed is None else seed)
+    options = dict(options or {})
+    streamed = distributed or chunk_samples is not None or block_samples is not None
+    incremental_given = [k for k, v in (("from_manifest", from_manifest), ("max_moved_rows", max_moved_rows),
+                                        ("compare_full", compare_full or None), ("window", window))
+                         if v is not None]
+    if streamed:
+        mode = "distributed" if distributed else "chunked"
+        if method not in (None, "hybrid"):
+            raise _refuse(E, "method", f"`distributed` and `chunk_samples` run the hybrid partitioner, got "
+                                       f"`method={method}`; drop `method` or use `method=hybrid`.")
+        if distributed:
+            missing = [k for k in TORCHRUN_ENV if k not in env]
+            if missing:
+                raise _refuse(E, "distributed", f"`distributed` needs RANK and WORLD_SIZE (and MASTER_ADDR, "
+                                                f"MASTER_PORT) in the environment (torchrun sets them), got no "
+                                                f"{', '.join(missing)}; {TORCHRUN_HINT}, or drop `distributed`.")
+        if incremental_given:
+            raise _refuse(E, incremental_given[0], "`distributed`/`chunk_samples` partition from scratch; drop "
+                                                   "`from_manifest`, `max_moved_rows`, `compare_full` and `window`.")
+        method = "hybrid"
+    elif from_manifest is not None:
+        mode = "incremental"
+        if method is not None or workers is not None or topology is not None or topology_file is not None:
+            raise _refuse(E, "from_manifest", "`from_manifest` keeps the old placement's workers and topology; drop "
+                                              "`method`, `workers`, `topology` and `topology_file`.")
+        wrong = [k for k in _NOT_INCREMENTAL if (inter_cost if k == "inter_cost" else options.get(k)) is not None]
+        if wrong:
+            raise _refuse(E, wrong[0], f"{', '.join(f'`{k}`' for k in wrong)} do{'es' if len(wrong) == 1 else ''} "
+                                       f"not apply to `from_manifest` (its options: `max_imbalance`, `rounds`, "
+                                       f"`alpha`, `beta`, `replication_budget` and the incremental options).")
+        method = "incremental" if max_moved_rows is not None else "place-new"
+    else:
+        mode = "scratch"
+        if method is None:
+            raise _refuse(E, "method", "`method` is required (or give `from_manifest=OLD_MANIFEST` to place new "
+                                       "data on it).")
+        if incremental_given:
+            raise _refuse(E, incremental_given[0], "`max_moved_rows`, `compare_full` and `window` need "
+                                                   "`from_manifest=OLD_MANIFEST`.")
+    if window is not None and (not isinstance(window, int) or isinstance(window, bool) or window < 1):
+        raise _param_error(E, "window", f"The 'window' parameter must be a number of days >= 1, got {window}.")
+    if max_moved_rows is not None:  # its form, before anything is read (the percentage's rows come later)
+        from .partition.incremental import migration_budget
+
+        migration_budget(max_moved_rows, 0, name="`max_moved_rows`")
+
+    ds_path = Path(getattr(dataset, "path", dataset))
+    name = Path(os.path.realpath(ds_path)).name  # realpath: Path.resolve raises RuntimeError in a symlink loop
+    old = None
+    topo = None
+    warnings: list[str] = []
+    if mode == "incremental":
+        from .manifest import Manifest, load_manifest
+
+        old = from_manifest if isinstance(from_manifest, Manifest) else load_manifest(from_manifest)
+        plan, plan_sources, warning = resolve_training_plan(old, batch_size=batch_size, embedding_dim=embedding_dim)
+        if warning:
+            warnings.append(warning)
+        num_workers = old.topology.num_workers
+    else:
+        plan, plan_sources, _ = resolve_training_plan(None, batch_size=batch_size, embedding_dim=embedding_dim)
+        sources["inter_cost"] = USER if inter_cost is not None else DEFAULT
+        inter_cost = DEFAULT_INTER_COST if inter_cost is None else inter_cost
+        for k in ("batch_size", "embedding_dim"):
+            check_int(k, plan[k], minimum=1, error=E)
+        if isinstance(topology, Topology):
+            topo = topology
+            if workers is not None and workers != topo.num_workers:
+                raise _param_error(E, "workers", f"workers={workers} disagrees with the topology's "
+                                                 f"{topo.num_workers} workers; drop workers or pass another topology.")
+        else:
+            if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool)):
+                from .errors import TopologyError  # a count < 1 is the topology's to refuse (as --workers 0)
+
+                check_int("workers", workers, minimum=1, error=TopologyError)
+            topo = resolve_topology(workers, None if topology is None else str(topology),
+                                    None if topology_file is None else str(topology_file), inter_cost=inter_cost)
+        num_workers = topo.num_workers
+    sources.update(plan_sources)
+    sources["out"] = USER if out is not None else DEFAULT
+    out = Path(out) if out is not None else Path("placements") / f"{name}.{method}.w{num_workers}"
+    block = None
+    if mode in ("distributed", "chunked"):
+        from .compare import method_options
+        from .partition.distributed import DEFAULT_BLOCK_SAMPLES, check_settings
+        from .partition.hybrid import Options
+
+        if block_samples is not None and not distributed:
+            raise _refuse(E, "block_samples", f"`block_samples` sets the blocks of `distributed` (one process sweeps "
+                                              f"its samples in order), got `block_samples={block_samples}` without "
+                                              f"`distributed`; add `distributed` (under torchrun) or drop "
+                                              f"`block_samples`.")
+        hybrid = Options(**method_options("hybrid", options, batch_size=plan["batch_size"],
+                                          embedding_dim=plan["embedding_dim"]))
+        sources["block_samples"] = USER if block_samples is not None else DEFAULT
+        block = DEFAULT_BLOCK_SAMPLES if block_samples is None else block_samples
+        check_settings(hybrid, topo, block, chunk_samples)
+    return PartitionSpec(dataset=ds_path, mode=mode, method=method, out=out, topology=topo,
+                         from_manifest=None if old is None else Path(old.path), old_manifest=old, seed=seed,
+                         batch_size=plan["batch_size"], embedding_dim=plan["embedding_dim"], options=options,
+                         max_moved_rows=max_moved_rows, compare_full=bool(compare_full), window=window,
+                         chunk_samples=chunk_samples, block_samples=block, overwrite=bool(overwrite),
+                         plots=bool(plots), sources=sources, warnings=tuple(warnings))
+
+
+# ----------------------------------------------------------------------------------- report / compare
+@dataclass(frozen=True)
+class ReportSpec:
+    """One report request, resolved (:func:`resolve_report`): ``batch_size``/``embedding_dim`` None keep the
+    manifest's own (recomputing with others needs ``dataset``)."""
+
+    manifest: Path
+    dataset: Path | None = None
+    format: str = "md"
+    out: Path | None = None
+    batch_size: int | None = None
+    embedding_dim: int | None = None
+    plots: bool = True
+    overwrite: bool = False
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+
+def resolve_report(manifest: Any, *, dataset: Any = None, format: str = "md", out: str | os.PathLike | None = None,
+                   batch_size: int | None = None, embedding_dim: int | None = None, plots: bool = True,
+                   overwrite: bool = False) -> ReportSpec:
+    """The one resolution of a report request (``gmp report`` and :func:`gmp.make_report`): the format is one
+    of :data:`gmp.report.REPORT_FORMATS`, a given batch or width an int >= 1."""
+    from .errors import ManifestError
+    from .params import check_int
+    from .report import REPORT_FORMATS
+
+    if format not in REPORT_FORMATS:
+        raise _refuse(ManifestError, "format", f"`format` {format!r} not understood; choose one of "
+                                               f"{', '.join(REPORT_FORMATS)}.")
+    for name, value in (("batch_size", batch_size), ("embedding_dim", embedding_dim)):
+        if value is not None:
+            check_int(name, value, minimum=1, error=ManifestError)
+    sources = {k: USER if v is not None else DEFAULT for k, v in (("batch_size", batch_size),
+                                                                    ("embedding_dim", embedding_dim),
+                                                                    ("dataset", dataset), ("out", out))}
+    return ReportSpec(manifest=Path(getattr(manifest, "path", manifest)),
+                      dataset=None if dataset is None else Path(getattr(dataset, "path", dataset)), format=format,
+                      out=None if out is None else Path(out), batch_size=batch_size, embedding_dim=embedding_dim,
+                      plots=bool(plots), overwrite=bool(overwrite), sources=sources)
+
+
+#: the files ``gmp compare --out`` writes, by suffix
+COMPARE_SUFFIXES = (".md", ".json", ".html")
+
+
+@dataclass(frozen=True)
+class CompareSpec:
+    """One comparison of partitioners, resolved (:func:`resolve_compare`; run by :func:`gmp.api.run_compare`)."""
+
+    dataset: Path
+    methods: tuple[str, ...]
+    topology: Any
+    seed: int = 0
+    batch_size: int = DEFAULT_BATCH_SIZE
+    embedding_dim: int = DEFAULT_EMBEDDING_DIM
+    options: Mapping[str, Mapping[str, Any]] | None = None
+    isolate: bool = False
+    out: Path | None = None
+    overwrite: bool = False
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+
+def resolve_compare(dataset: Any, methods: Any, *, workers: int | None = None, topology: Any = None,
+                    topology_file: str | os.PathLike | None = None, inter_cost: float | None = None,
+                    seed: int | None = None, batch_size: int | None = None, embedding_dim: int | None = None,
+                    options: Mapping[str, Mapping[str, Any]] | None = None, isolate: bool = False,
+                    out: str | os.PathLike | None = None, overwrite: bool = False) -> CompareSpec:
+    """The one resolution of a comparison (``gmp compare`` and :func:`gmp.compare_partitioners`): ``methods`` a
+    list or ``"random,metis,hybrid"``; defaults seed 0, batch 512, width 16, inter-machine cost 10; ``out``
+    (a ``.md``, ``.json`` or ``.html`` file) is checked here, before the (long) partitioning."""
+    from .errors import PartitionError
+    from .params import check_int, comma_list
+    from .seeds import check_seed
+    from .topology import DEFAULT_INTER_COST, Topology, resolve_topology
+
+    E = PartitionError
+    sources = {k: USER if v is not None else DEFAULT for k, v in (("seed", seed), ("batch_size", batch_size),
+                                                                    ("embedding_dim", embedding_dim),
+                                                                    ("inter_cost", inter_cost))}
+    seed = check_seed(0 if seed is None else seed)
+    batch_size = DEFAULT_BATCH_SIZE if batch_size is None else batch_size
+    embedding_dim = DEFAULT_EMBEDDING_DIM if embedding_dim is None else embedding_dim
+    for name, value in (("batch_size", batch_size), ("embedding_dim", embedding_dim)):
+        check_int(name, value, minimum=1, error=E)
+    if out is not None and Path(out).suffix not in COMPARE_SUFFIXES:
+        raise _refuse(E, "out", f"`out` {out}: expected a .md, .json or .html file name.")
+    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool)):
+        from .errors import TopologyError  # a count < 1 is the topology's to refuse (as --workers 0)
+
+        check_int("workers", workers, minimum=1, error=TopologyError)
+    if isinstance(topology, Topology):
+        topo = topology
+    else:
+        topo = resolve_topology(workers, None if topology is None else str(topology),
+                                None if topology_file is None else str(topology_file),
+                                inter_cost=DEFAULT_INTER_COST if inter_cost is None else inter_cost)
+    return CompareSpec(dataset=Path(getattr(dataset, "path", dataset)), methods=tuple(comma_list(methods)),
+                       topology=topo, seed=seed, batch_size=batch_size, embedding_dim=embedding_dim,
+                       options=options, isolate=bool(isolate), out=None if out is None else Path(out),
+                       overwrite=bool(overwrite), sources=sources)

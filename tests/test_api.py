@@ -85,7 +85,7 @@ def test_partition_dataset_none_means_the_defaults(tiny_dataset, tmp_path, monke
 
 
 def test_facade_errors_name_the_parameter(tiny_dataset, tmp_path):
-    from gmp.errors import GmpError, ImportDataError, ManifestError, TrainingError
+    from gmp.errors import GmpError, ImportDataError, OutputError, TrainingError
 
     with pytest.raises(ImportDataError, match="format 'tfrecord' is not one of criteo"):
         gmp.import_dataset("tfrecord", "x.tfrecord", tmp_path / "x")
@@ -93,7 +93,8 @@ def test_facade_errors_name_the_parameter(tiny_dataset, tmp_path):
         gmp.import_dataset("criteo", "x.txt", tmp_path / "x", sep=",")
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "f").write_text("x")
-    with pytest.raises(ManifestError, match="already exists; pass overwrite=True"):
+    with pytest.raises(OutputError, match="already exists and is not empty; choose another `out` or pass "
+                                          "`overwrite=True`"):
         gmp.partition_dataset(tiny_dataset, "random", tmp_path / "taken", workers=2)
     with pytest.raises(TrainingError, match="unknown option\\(s\\) bogus"):
         gmp.train_model(tiny_dataset, None, bogus=1)
@@ -273,7 +274,7 @@ def test_a_failed_partition_or_repartition_releases_its_out(tiny_dataset, tmp_pa
 
     p0 = gmp.partition_dataset(tiny_dataset, "random", tmp_path / "p0", workers=2, batch_size=2, plots=False)
     out = tmp_path / "x"
-    with pytest.raises(GmpError, match="option 'levels' is not an option of --from-manifest"):
+    with pytest.raises(GmpError, match="option 'levels' is not an option of `from_manifest`"):
         gmp.repartition_dataset(tiny_dataset, p0, out, options={"levels": 3}, plots=False)
     assert not _io.lock_path(out).exists() and not out.exists()
     with pytest.raises(GmpError, match="bogus"):

@@ -368,6 +368,28 @@ def test_cli_distributed_writes_a_valid_manifest(data, tmp_path):
     assert "batch_remote_reads" in json.loads((out / "manifest.json").read_text())["metrics"]
 
 
+def test_python_under_torchrun_equals_the_cli(data, tmp_path):
+    """gmp.partition_dataset(..., distributed=True) called on every process of torchrun starts and closes
+    the process group itself and writes the manifest the command writes: the same arrays and metrics."""
+    path, ds = data
+    cli, api = tmp_path / "cli", tmp_path / "api"
+    res = torchrun(2, ["-m", "cli.main", "partition", str(path), "--distributed", "-w", "4", "--seed", "3",
+                       "--block-samples", "32", "--out", str(cli), "--no-plots"], timeout=180)
+    assert res.returncode == 0, res.stderr[-3000:]
+    code = (f"import gmp; m = gmp.partition_dataset({str(path)!r}, out={str(api)!r}, workers=4, seed=3, "
+            f"block_samples=32, distributed=True, plots=False); "
+            f"import os; assert (m is None) == (os.environ['RANK'] != '0'), m")
+    res = torchrun(2, ["--no-python", sys.executable, "-c", code], timeout=180)
+    assert res.returncode == 0, res.stderr[-3000:]
+    a, b = load_manifest(cli, dataset=ds), load_manifest(api, dataset=ds)
+    for name in ("sample_worker", "embedding_primary", "secondary_indptr", "secondary_workers"):
+        assert np.array_equal(getattr(a.placement, name), getattr(b.placement, name)), name
+    assert a.placement.info["distributed"]["processes"] == b.placement.info["distributed"]["processes"] == 2
+    timing = {"partition_seconds", "peak_rss_bytes"}
+    ma, mb = (json.loads((d / "report.json").read_text())["metrics"] for d in (cli, api))
+    assert {k: v for k, v in ma.items() if k not in timing} == {k: v for k, v in mb.items() if k not in timing}
+
+
 def test_cli_distributed_without_torchrun_is_one_line(data, tmp_path):
     path, _ = data
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}

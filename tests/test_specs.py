@@ -4,6 +4,7 @@ same run; defaults that work (a tiered table's cache, torchrun); the train and s
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -44,7 +45,13 @@ def cli(*args):
 
 
 def log(path):
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    """The records of a JSON training log, without its ``settings`` lines (:func:`settings_of`)."""
+    return [r for r in map(json.loads, path.read_text().splitlines()) if r["kind"] != "settings"]
+
+
+def settings_of(path):
+    """The ``"kind": "settings"`` lines of a JSON training log (one per start of a run)."""
+    return [r for r in map(json.loads, path.read_text().splitlines()) if r["kind"] == "settings"]
 
 
 def same_run(a: dict, b: dict) -> None:
@@ -56,7 +63,7 @@ def test_train_api_and_cli_use_the_manifests_plan(planned, tmp_path):
     """gmp.train_model trained at the default batch whatever the manifest planned (logloss 0.4377 by the API,
     0.4243 by the CLI on the issue's data): both now train at the plan, as an explicit --batch-size would."""
     path, man, _ = planned
-    api = gmp.train_model(path, man, epochs=1, seed=0)
+    api = gmp.train_model(path, man, epochs=1, seed=0, log_json=tmp_path / "api.jsonl")
     res = cli("train", path, "--manifest", man, "--log-json", tmp_path / "cli.jsonl")
     assert res.exit_code == 0, res.output
     res = cli("train", path, "--manifest", man, "--batch-size", 16, "--embedding-dim", 8,
@@ -67,6 +74,15 @@ def test_train_api_and_cli_use_the_manifests_plan(planned, tmp_path):
     same_run(api[-1], explicit)
     num_train = load_dataset(path).num_train
     assert api[-1]["samples"] == num_train and api[-1]["steps"] >= num_train // (2 * 16)  # not one step of 512
+    # the log's first line: the resolved settings and where each came from, the same request by both doors
+    (by_api,), (said,) = settings_of(tmp_path / "api.jsonl"), settings_of(tmp_path / "cli.jsonl")
+    assert (said["epoch"], said["step"], said["run"]) == (0, 0, by_cli["run"])
+    assert said["settings"]["config"] == by_api["settings"]["config"]
+    assert (said["settings"]["config"]["batch_size"], said["settings"]["config"]["embedding_dim"]) == (16, 8)
+    assert said["settings"]["sources"]["batch_size"] == by_api["settings"]["sources"]["batch_size"] == PLAN
+    assert said["settings"]["sources"]["epochs"] == DEFAULT and by_api["settings"]["sources"]["epochs"] == USER
+    assert json.loads((tmp_path / "explicit.jsonl").read_text().splitlines()[0])["settings"]["sources"][
+        "batch_size"] == USER
 
 
 def test_the_spec_says_where_each_value_came_from(planned):
@@ -220,3 +236,65 @@ def test_train_under_torchrun_without_engine_trains_once_distributed(planned, tm
     records = log(tmp_path / "d.jsonl")
     assert len({r["run"] for r in records}) == 1 and [r["engine"] for r in records] == ["distributed"]
     assert res.stderr.count("one run on the distributed engine") == 1
+
+
+# ----------------------------------------------------------------------------------- partition / report / compare
+def test_a_partition_request_resolves_each_mode_and_says_where_each_value_came_from(planned):
+    from gmp.specs import resolve_partition
+
+    path, man, _ = planned
+    spec = resolve_partition(path, "random", workers=3, environ={})
+    assert (spec.mode, spec.method, spec.topology.num_workers, spec.seed) == ("scratch", "random", 3, 0)
+    assert (spec.batch_size, spec.embedding_dim) == (512, 16)
+    assert spec.out == Path("placements") / f"{Path(path).name}.random.w3"
+    assert {spec.sources[k] for k in ("seed", "batch_size", "embedding_dim", "inter_cost", "out")} == {DEFAULT}
+    new = resolve_partition(path, from_manifest=man, max_moved_rows="5%", embedding_dim=4, environ={})
+    assert (new.mode, new.method, new.batch_size, new.embedding_dim) == ("incremental", "incremental", 16, 4)
+    assert new.sources["batch_size"] == PLAN and new.sources["embedding_dim"] == USER
+    assert new.out.name == f"{Path(path).name}.incremental.w2" and new.topology is None
+    assert new.warnings and "embedding_dim 4 (planned 8)" in new.warnings[0]
+    env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
+    dist = resolve_partition(path, workers=4, distributed=True, environ=env)
+    assert (dist.mode, dist.method, dist.block_samples, dist.sources["block_samples"]) == \
+        ("distributed", "hybrid", 1024, DEFAULT)
+
+
+@pytest.mark.parametrize("kwargs, library, command", [
+    (dict(method="random", workers=2, inter_cost=3.0), "`inter_cost` sets the cost between the machines of "
+     "`topology=MxG`", "--inter-cost sets the cost between the machines of --topology MxG"),
+    (dict(workers=2, distributed=True), "`distributed` needs RANK and WORLD_SIZE", "--distributed needs RANK"),
+    (dict(method="random", workers=2, window=2), "`max_moved_rows`, `compare_full` and `window` need "
+     "`from_manifest=OLD_MANIFEST`", "--max-moved-rows, --compare-full and --window need --from-manifest "
+     "OLD_MANIFEST"),
+    (dict(workers=2), "`method` is required", "--method is required"),
+])
+def test_partition_refusals_name_the_parameter_and_the_command_its_flag(planned, kwargs, library, command):
+    from gmp.errors import PartitionError
+    from gmp.specs import resolve_partition
+
+    path, _, _ = planned
+    with pytest.raises(PartitionError) as exc:
+        resolve_partition(path, environ={}, **kwargs)
+    assert library in str(exc.value) and "--" not in str(exc.value).split(";")[0]
+    from cli._flags import flags_for_params
+
+    with pytest.raises(PartitionError, match=command.replace("-", "\\-")):
+        with flags_for_params():
+            resolve_partition(path, environ={}, **kwargs)
+
+
+def test_report_and_compare_requests_are_checked_once_for_both_doors(planned, tmp_path):
+    from gmp.errors import ManifestError, PartitionError
+    from gmp.specs import DEFAULT as D, resolve_compare, resolve_report
+
+    path, man, _ = planned
+    with pytest.raises(ManifestError, match="`format` 'pdf' not understood"):
+        gmp.make_report(man, formats=("pdf",))
+    res = cli("report", man, "--format", "pdf")
+    assert res.exit_code == 2 and "--format 'pdf' not understood" in res.output
+    spec = resolve_compare(path, "random,hybrid", workers=2)
+    assert spec.methods == ("random", "hybrid") and spec.topology.num_workers == 2
+    assert (spec.seed, spec.batch_size, spec.embedding_dim) == (0, 512, 16) and set(spec.sources.values()) == {D}
+    with pytest.raises(PartitionError, match="`out` x.txt: expected a .md, .json or .html file name"):
+        resolve_compare(path, "random", workers=2, out="x.txt")
+    assert resolve_report(man, batch_size=8).sources["batch_size"] == USER

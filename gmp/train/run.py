@@ -161,6 +161,14 @@ def check_log_file(path: str | os.PathLike, *, resume: bool) -> None:
     read_log(path, first_only=not resume)
 
 
+def settings_record(settings: dict[str, Any], epoch: int, step: int, *, run_id: str | None) -> dict[str, Any]:
+    """The JSON log's ``"kind": "settings"`` line: what this start of a run was asked and resolved to
+    (``settings``: :meth:`gmp.specs.TrainSpec.to_json`, with ``sources`` saying where each value came from),
+    at ``epoch`` completed epochs and ``step`` (0 and 0 for a new run; a resume's checkpoint position), so a
+    resume's log trimming keeps it."""
+    return {"kind": "settings", "epoch": int(epoch), "step": int(step), "run": run_id, "settings": settings}
+
+
 def last_run_id(path: str | os.PathLike) -> str | None:
     """The ``run`` of the last complete line of a JSON log (the run a ``--resume`` continues when its
     checkpoint does not name it: saved before gmp wrote the run id into checkpoints)."""
@@ -318,7 +326,7 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
           resume: bool = False, log_json: str | os.PathLike | None = None,
           on_record: Callable[[dict[str, Any]], None] | None = None,
           stop_after_steps: int | None = None, verify_hash: bool = True,
-          collective_timeout: float | None = None) -> list[dict[str, Any]]:
+          collective_timeout: float | None = None, settings: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Train and return the epoch records (see :mod:`gmp.train.records` for the keys); a resumed
     run whose checkpoint already finished ``config.epochs`` returns ``[]``. A resume that migrated
     rows to a new day's placement (:mod:`gmp.train.migrate`) returns its ``"kind": "migration"``
@@ -326,6 +334,9 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
 
     ``collective_timeout`` (seconds; default ``GMP_COLLECTIVE_TIMEOUT`` or 600) bounds how long a
     collective of the distributed engine waits for the slowest rank.
+    ``settings`` (the resolved request with where each value came from: :meth:`gmp.specs.TrainSpec.to_json`)
+    goes to the log as the run's first line, a ``"kind": "settings"`` record at the position the run
+    starts from (:func:`settings_record`); it is not returned.
     ``stop_after_steps`` simulates an interrupt after that many steps (a
     checkpoint is written when ``checkpoint_dir`` is set) and raises
     :class:`TrainingError` like a real interrupt does.
@@ -365,6 +376,11 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
                 on_record(rec)
             return rec
 
+        if log_file is not None and settings is not None:
+            try:
+                log_file.write(json_line(settings_record(settings, *trainer.position(), run_id=run_id)) + "\n")
+            except OSError as exc:
+                raise OSError(exc.errno, exc.strerror, str(log_json)) from None
         first = [] if migration is None else [record({"kind": "migration", "epoch": 0, "step": 0, **migration})]
 
         def checkpoint(t: Trainer) -> None:
