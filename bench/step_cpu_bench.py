@@ -13,7 +13,10 @@ memory copies). For each (embedding dim, per-worker batch) the bench builds a tr
    rest of the profiled step wall time, the host work *outside* them (numpy, Python, the trainer's
    bookkeeping). The profiler adds a few microseconds per operator, so its step is slower than
    the plain one: read the split as fractions of the profiled step;
-3. on CUDA also the GPU busy fraction: the union of the kernels' and copies' intervals on the
+3. 'outside CPU': that outside share applied to the plain step's CPU milliseconds, the estimate
+   of the host's own work per step that a loaded machine (whose wall clock includes the waits
+   for a core) distorts least;
+4. on CUDA also the GPU busy fraction: the union of the kernels' and copies' intervals on the
    device over the profiled steps' wall time.
 
 The per-phase CPU milliseconds of gmp's own clock (:data:`gmp.train.steps.PHASES`, process time)
@@ -121,7 +124,9 @@ def measure(ds, placement, args, dim: int, batch: int) -> dict:
         pwall = time.perf_counter() - t0
     in_ops_us, busy_us = profile_split(prof.events())
     n, p = max(1, args.steps), max(1, args.profile_steps)
+    outside_share = max(0.0, 1.0 - in_ops_us / 1e6 / pwall) if pwall > 0 else 0.0
     return {"dim": dim, "batch": batch, "workers": placement.num_workers, "samples_per_step": samples / n,
+            "outside_share": outside_share, "outside_cpu_ms": outside_share * cpu / n * 1e3,
             "wall_ms": wall / n * 1e3, "cpu_ms": cpu / n * 1e3, "profiled_ms": pwall / p * 1e3,
             "in_ops_ms": in_ops_us / p / 1e3, "outside_ms": max(0.0, pwall / p * 1e3 - in_ops_us / p / 1e3),
             "gpu_busy": busy_us / 1e6 / pwall if device.type == "cuda" and pwall > 0 else None,
@@ -150,8 +155,8 @@ def main() -> None:
     ds = load_dataset(args.dataset)
     placement = load_placement(ds, args.manifest, None)
     rows = []
-    head = (f"{'dim':>4} {'batch':>7} {'wall ms':>9} {'CPU ms':>9} {'profiled':>9} {'in ops':>9} "
-            f"{'outside':>9} {'outside %':>9} {'host µs/sample':>14} {'GPU busy':>9}")
+    head = (f"{'dim':>4} {'batch':>7} {'wall ms':>9} {'CPU ms':>9} {'profiled':>9} {'in ops':>9} {'outside':>9} "
+            f"{'outside %':>9} {'outside CPU':>11} {'µs/sample':>9} {'GPU busy':>9}")
     print(f"{ds.num_samples:,} samples, {placement.num_workers} worker(s), model {args.model} hidden {args.hidden}, "
           f"{args.optimizer}, {args.steps} timed + {args.profile_steps} profiled steps; ms per step "
           f"(all workers of the step); batch per worker", flush=True)
@@ -162,14 +167,17 @@ def main() -> None:
             rows.append(r)
             busy = "-" if r["gpu_busy"] is None else f"{100 * r['gpu_busy']:.0f}%"
             print(f"{dim:>4} {batch:>7,} {r['wall_ms']:>9.1f} {r['cpu_ms']:>9.1f} {r['profiled_ms']:>9.1f} "
-                  f"{r['in_ops_ms']:>9.1f} {r['outside_ms']:>9.1f} "
-                  f"{100 * r['outside_ms'] / max(r['profiled_ms'], 1e-9):>8.0f}% "
-                  f"{1e3 * r['outside_ms'] / max(r['samples_per_step'], 1):>14.2f} {busy:>9}", flush=True)
+                  f"{r['in_ops_ms']:>9.1f} {r['outside_ms']:>9.1f} {100 * r['outside_share']:>8.0f}% "
+                  f"{r['outside_cpu_ms']:>11.1f} {1e3 * r['outside_cpu_ms'] / max(r['samples_per_step'], 1):>9.2f} "
+                  f"{busy:>9}", flush=True)
             if args.phases:
                 print("      phases, CPU ms per step: "
                       + ", ".join(f"{k} {v:.2f}" for k, v in r["phases_cpu_ms"].items()), flush=True)
-    print("wall: plain steps, device synchronised; CPU: this process's CPU time; profiled: a step under "
-          "torch.profiler, split into 'in ops' (inside torch operators) and 'outside' (host work between them)")
+    print("wall: plain steps, device synchronised; CPU: this process's CPU time of a plain step; profiled: a "
+          "step under torch.profiler (wall), split into 'in ops' (inside torch operators) and 'outside' (host "
+          "work between them); 'outside CPU': the outside share x CPU ms, the host's own work per step (on a "
+          "loaded machine the wall columns include the waits for a core, this one does not); µs/sample: "
+          "'outside CPU' per sample of the step")
     if args.out:
         import json
         Path(args.out).write_text(json.dumps(rows, indent=1))
