@@ -19,8 +19,8 @@ memory copies). For each (embedding dim, per-worker batch) the bench builds a tr
 4. on CUDA also the GPU busy fraction: the union of the kernels' and copies' intervals on the
    device over the profiled steps' wall time.
 
-The per-phase CPU milliseconds of gmp's own clock (:data:`gmp.train.steps.PHASES`, process time)
-are printed with ``--phases``. Batches of several steps per epoch cycle through epochs, so a
+The per-phase CPU milliseconds per worker of gmp's own clock (:data:`gmp.train.steps.PHASES`,
+process time: the table of docs/train.md "A cheaper step") are printed with ``--phases``. Batches of several steps per epoch cycle through epochs, so a
 batch larger than the training set still runs whole steps.
 
 A step here is the trainer's ``train_step`` for one scheduled step (batch gathering included):
@@ -29,7 +29,7 @@ it roughly constant from 4,096 up (issue 33's target).
 
     python bench/step_cpu_bench.py D [MANIFEST] --batches 512,2048,4096,16384,65536 --dims 16,64 \\
         --hidden 512,256,128 [--device cuda]
-    python bench/step_cpu_bench.py D MANIFEST --batches 2048 --dims 16 --phases   # the old per-phase table
+    python bench/step_cpu_bench.py D MANIFEST --steps 40 --batches 2048 --dims 16 --phases  # per-phase CPU ms
 
 Without a manifest the run is one worker holding every row (a world of one).
 """
@@ -130,7 +130,8 @@ def measure(ds, placement, args, dim: int, batch: int) -> dict:
             "wall_ms": wall / n * 1e3, "cpu_ms": cpu / n * 1e3, "profiled_ms": pwall / p * 1e3,
             "in_ops_ms": in_ops_us / p / 1e3, "outside_ms": max(0.0, pwall / p * 1e3 - in_ops_us / p / 1e3),
             "gpu_busy": busy_us / 1e6 / pwall if device.type == "cuda" and pwall > 0 else None,
-            "phases_cpu_ms": {k: v / n * 1e3 for k, v in phases.items()}, "device": str(device)}
+            "phases_cpu_ms_per_worker": {k: v / n / placement.num_workers * 1e3 for k, v in phases.items()},
+            "device": str(device)}
 
 
 def main() -> None:
@@ -171,8 +172,10 @@ def main() -> None:
                   f"{r['outside_cpu_ms']:>11.1f} {1e3 * r['outside_cpu_ms'] / max(r['samples_per_step'], 1):>9.2f} "
                   f"{busy:>9}", flush=True)
             if args.phases:
-                print("      phases, CPU ms per step: "
-                      + ", ".join(f"{k} {v:.2f}" for k, v in r["phases_cpu_ms"].items()), flush=True)
+                phases = r["phases_cpu_ms_per_worker"]
+                outside = sum(v for k, v in phases.items() if k != "compute")
+                print("      CPU ms per worker per step: " + ", ".join(f"{k} {v:.2f}" for k, v in phases.items())
+                      + f"; outside compute {outside:.2f}", flush=True)
     print("wall: plain steps, device synchronised; CPU: this process's CPU time of a plain step; profiled: a "
           "step under torch.profiler (wall), split into 'in ops' (inside torch operators) and 'outside' (host "
           "work between them); 'outside CPU': the outside share x CPU ms, the host's own work per step (on a "
