@@ -46,7 +46,7 @@ reference_part() {
   part "6. gmp (world 1, 4 local workers) vs the plain-PyTorch reference: DCN 512-256-128, dim 64, batch 16,384"
   local size=()
   [ "${GMP_GPU_CHECK_TINY:-0}" = 1 ] && size=(--tiny)
-  timeout 480 "$PY" bench/gpu_reference.py --out "$OUT/reference" --budget 440 --timeout 200 --cpu-run "${size[@]}" \
+  timeout 480 "$PY" bench/gpu_reference.py --out "$OUT/reference" --budget 440 --timeout 150 --cpu-run "${size[@]}" \
     2> "$OUT/reference.log" | tee "$OUT/reference.md"
   grep -v '^\$ ' "$OUT/reference.log" | tail -12
 }

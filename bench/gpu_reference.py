@@ -14,7 +14,9 @@ SGD at one learning rate, one epoch:
 each with ``GMP_DETERMINISTIC=0`` and ``=1`` (the reference honours it as gmp does), in
 interleaved rounds (``--repeats``: every round runs every configuration once, so a slow minute of
 the machine hits all of them alike). Optionally (``--cpu-run``) one ``gmp w1`` run on the CPU
-(``CUDA_VISIBLE_DEVICES=``), for the GPU/CPU ratio. Prints one table (median samples/s with the
+(``CUDA_VISIBLE_DEVICES=``), for the GPU/CPU ratio, after the first round (so a ``--budget`` that
+runs out drops repeats first). The first round's gmp runs include numba's first compilation of the
+step's kernels (cached on disk for the later runs): compare the rounds. Prints one table (median samples/s with the
 min-max, test AUC, ratio to the reference of the same determinism) and writes every run as JSON.
 
     python bench/gpu_reference.py --out runs/gpu-check/reference          # the GPU section's sizes
@@ -161,8 +163,9 @@ def run_all(args, out: Path, results: list[dict], start: float) -> None:
     device = default_device()
     plan = [(f"{name}-det{det}-r{r}", name, det, device, r + 1, {"GMP_DETERMINISTIC": det})
             for r in range(args.repeats) for det in args.deterministic.split(",") for name in names]
-    if args.cpu_run:
-        plan.append(("gmp-w1-cpu", "gmp-w1", "-", "cpu", 1, {"CUDA_VISIBLE_DEVICES": ""}))
+    if args.cpu_run:  # after the first round (numba's kernels compiled and cached), before the repeats
+        plan.insert(len(plan) // max(1, args.repeats),
+                    ("gmp-w1-cpu", "gmp-w1", "-", "cpu", 1, {"CUDA_VISIBLE_DEVICES": ""}))
     base_env = {**os.environ, "GMP_NO_PROGRESS": "1", "PYTHONPATH": str(ROOT)}
     slowest = 0.0
     for tag, name, det, dev, rnd, env in plan:
