@@ -167,6 +167,8 @@ def run_all(args, out: Path, results: list[dict], start: float) -> None:
         plan.insert(len(plan) // max(1, args.repeats),
                     ("gmp-w1-cpu", "gmp-w1", "-", "cpu", 1, {"CUDA_VISIBLE_DEVICES": ""}))
     base_env = {**os.environ, "GMP_NO_PROGRESS": "1", "PYTHONPATH": str(ROOT)}
+    if args.tiny:  # the logic check runs on a shared CPU: gmp on as many torch threads as the reference
+        base_env.setdefault("GMP_TORCH_THREADS", str(args.threads))
     slowest = 0.0
     for tag, name, det, dev, rnd, env in plan:
         if args.budget and time.monotonic() - start + slowest > args.budget:
