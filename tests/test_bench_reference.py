@@ -71,3 +71,11 @@ def test_reference_two_steps_match_a_replay(tmp_path, model, multi):
     assert expected[0] != expected[1]
     np.testing.assert_allclose(res["losses"], expected, rtol=1e-5)
     assert 0.0 <= res["test_auc"] <= 1.0
+
+
+def test_step_bench_counts_nested_and_overlapping_operators_once():
+    from step_cpu_bench import union_seconds
+
+    # an operator inside another (2-3 in 0-10) counts once; overlapping ones (12-15, 14-16) as 12-16
+    assert union_seconds([(12.0, 15.0), (0.0, 10.0), (2.0, 3.0), (14.0, 16.0)]) == 14.0
+    assert union_seconds([]) == 0.0
