@@ -13,8 +13,15 @@
 # 4. the tiered-table bench (bench/tiered_bench.py): host and disk tables behind a device
 #    cache fed by the look-ahead prefetcher (pinned staging, side-stream copies), against
 #    the whole table on the device.
+# 6. gmp (a world of 1 and 4 local workers) against the plain-PyTorch reference trainer
+#    (bench/gpu_reference.py, bench/peers/reference.py): one generated dataset, DCN 512-256-128, dim 64,
+#    global batch 16,384, SGD, one epoch, GMP_DETERMINISTIC=0 and =1, 2 interleaved rounds, and one gmp
+#    run on the CPU cores; samples/s and test AUC in one table (issue 33). About 8 minutes; it stops
+#    starting runs at its budget and prints the table of those done.
 # Each part has its own time limit; a part that fails does not stop the others.
-# GMP_GPU_CHECK_SAMPLES (default 500000) sizes the generated dataset.
+# GMP_GPU_CHECK_SAMPLES (default 500000) sizes the generated dataset of parts 1-5.
+# GMP_GPU_CHECK_ONLY=reference runs the environment and part 6 alone (bash bench/gpu_check.sh OUT);
+# GMP_GPU_CHECK_TINY=1 shrinks part 6 to a logic check of seconds of training (it runs on a CPU too).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:-runs/gpu-check}"
@@ -34,6 +41,20 @@ part "environment"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1
 "$PY" -c "import torch, numba, numpy; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(),
  torch.cuda.get_device_name(0) if torch.cuda.is_available() else '-', 'numba', numba.__version__, 'numpy', numpy.__version__)"
+
+reference_part() {
+  part "6. gmp (world 1, 4 local workers) vs the plain-PyTorch reference: DCN 512-256-128, dim 64, batch 16,384"
+  local size=()
+  [ "${GMP_GPU_CHECK_TINY:-0}" = 1 ] && size=(--tiny)
+  timeout 480 "$PY" bench/gpu_reference.py --out "$OUT/reference" --budget 440 --timeout 150 --cpu-run "${size[@]}" \
+    2> "$OUT/reference.log" | tee "$OUT/reference.md"
+  grep -v '^\$ ' "$OUT/reference.log" | tail -12
+}
+if [ "${GMP_GPU_CHECK_ONLY:-}" = reference ]; then
+  reference_part
+  part "done"
+  exit 0
+fi
 
 part "0. scripts/gpu_smoke.sh"
 timeout 200 bash scripts/gpu_smoke.sh 2>&1 | tail -15
@@ -73,4 +94,6 @@ part "5. tiered tables on the GPU"
 timeout 300 "$PY" bench/tiered_bench.py --data "$DATA" --steps 300 --repeats 3 --threads 8 \
   --only host:10:0,host:10:8,host:10:64,disk:10:8,disk:10:64 --tier-dir "$OUT/tiers" --out "$OUT/tiers.json" 2>&1 | tail -20
 rm -rf "$OUT/tiers"
+
+reference_part
 part "done"

@@ -1,12 +1,37 @@
-"""CPU milliseconds per worker per step of each phase of gmp's training step (process time, so
-other jobs on a shared machine distort it less than wall-clock time).
+"""The step bench: where a gmp training step spends its time, host work outside torch operations
+against time inside them, over batch sizes and embedding dims (issue 33, item 4).
 
-Both workers of a placement run in this process (the local engine: the exchanges are memory
-copies, so the communication phases show only their CPU work, never a wait); every phase of
-:data:`gmp.train.steps.PHASES` is timed with ``time.process_time`` and divided by steps x workers.
+Every local worker of the placement runs in this process (the local engine: the exchanges are
+memory copies). For each (embedding dim, per-worker batch) the bench builds a trainer, runs
+``--warmup`` steps, then
 
-    python bench/step_cpu_bench.py data/bench/cluster-bench/criteo-kaggle-500k-s0.1 \\
-        data/bench/cluster-bench/criteo-kaggle-500k-s0.1.hybrid.2 --steps 40
+1. ``--steps`` plain steps: wall milliseconds per step (the device synchronised around each step)
+   and CPU milliseconds of this process;
+2. ``--profile-steps`` steps under ``torch.profiler``: the time the host spends *inside* torch
+   operations (the union, per thread, of the intervals of every operator event: nested
+   operators are counted once; the backward's operators on the autograd thread included), and the
+   rest of the profiled step wall time, the host work *outside* them (numpy, Python, the trainer's
+   bookkeeping). The profiler adds a few microseconds per operator, so its step is slower than
+   the plain one: read the split as fractions of the profiled step;
+3. 'outside CPU': that outside share applied to the plain step's CPU milliseconds, the estimate
+   of the host's own work per step that a loaded machine (whose wall clock includes the waits
+   for a core) distorts least;
+4. on CUDA also the GPU busy fraction: the union of the kernels' and copies' intervals on the
+   device over the profiled steps' wall time.
+
+The per-phase CPU milliseconds per worker of gmp's own clock (:data:`gmp.train.steps.PHASES`,
+process time: the table of docs/train.md "A cheaper step") are printed with ``--phases``. Batches of several steps per epoch cycle through epochs, so a
+batch larger than the training set still runs whole steps.
+
+A step here is the trainer's ``train_step`` for one scheduled step (batch gathering included):
+with the current numpy id path the host time grows with the batch; a device-resident step keeps
+it roughly constant from 4,096 up (issue 33's target).
+
+    python bench/step_cpu_bench.py D [MANIFEST] --batches 512,2048,4096,16384,65536 --dims 16,64 \\
+        --hidden 512,256,128 [--device cuda]
+    python bench/step_cpu_bench.py D MANIFEST --steps 40 --batches 2048 --dims 16 --phases  # per-phase CPU ms
+
+Without a manifest the run is one worker holding every row (a world of one).
 """
 
 from __future__ import annotations
@@ -28,40 +53,137 @@ from gmp.train.run import load_placement  # noqa: E402
 from gmp.train.trainer import Trainer  # noqa: E402
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("dataset")
-    ap.add_argument("manifest")
-    ap.add_argument("--steps", type=int, default=40, help="timed steps (after --warmup)")
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--model", default="dcn")
-    ap.add_argument("--batch-size", type=int, default=2048)
-    ap.add_argument("--embedding-dim", type=int, default=16)
-    ap.add_argument("--pipeline", action="store_true")
-    args = ap.parse_args()
-    torch.set_num_threads(1)
-    ds = load_dataset(args.dataset)
-    placement = load_placement(ds, args.manifest, None)
-    config = TrainConfig(model=args.model, optimizer="sgd", lr=0.01, batch_size=args.batch_size,
-                         embedding_dim=args.embedding_dim, staleness=0, pipeline=args.pipeline)
-    tr = Trainer(TrainData(ds), placement, config, LocalEngine(placement.num_workers))
+def int_list(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def union_seconds(intervals) -> float:
+    """Length of the union of ``(start, end)`` intervals (any unit in, the same unit out)."""
+    total, reach = 0.0, None
+    for a, b in sorted(intervals):
+        if reach is None or a > reach:
+            total += b - a
+            reach = b
+        elif b > reach:
+            total += b - reach
+            reach = b
+    return total
+
+
+def profile_split(events) -> tuple[float, float]:
+    """(host µs inside torch operators, summed over threads; device µs busy) of profiler events."""
+    host: dict[int, list] = {}
+    device = []
+    for e in events:
+        span = (e.time_range.start, e.time_range.end)
+        if e.device_type == torch.autograd.DeviceType.CPU:
+            if not e.is_user_annotation:
+                host.setdefault(e.thread, []).append(span)
+        else:
+            device.append(span)
+    return sum(union_seconds(v) for v in host.values()), union_seconds(device)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure(ds, placement, args, dim: int, batch: int) -> dict:
+    config = TrainConfig(model=args.model, optimizer=args.optimizer, lr=0.01, batch_size=batch,
+                         embedding_dim=dim, hidden=tuple(int_list(args.hidden)), staleness=0,
+                         pipeline=args.pipeline)
+    engine = LocalEngine(placement.num_workers, device=args.device)
+    device = engine.device_for(0)
+    tr = Trainer(TrainData(ds), placement, config, engine)
     tr.phase.clock = time.process_time  # CPU seconds per phase (the protocols time through this clock)
-    steps = tr.protocol.steps(0, 0)
+    steps = itertools.chain.from_iterable(tr.protocol.steps(e, 0) for e in itertools.count())
     for step in itertools.islice(steps, args.warmup):
         tr.train_step(step)
     tr.phase.reset()
-    t0 = time.process_time()
-    done = 0
+    wall = cpu = 0.0
+    samples = 0
     for step in itertools.islice(steps, args.steps):
+        sync(device)
+        t0, c0 = time.perf_counter(), time.process_time()
         tr.train_step(step)
-        done += 1
-    total = time.process_time() - t0
-    per = max(1, done * placement.num_workers)
-    cpu = tr.phase.seconds
-    outside = sum(v for k, v in cpu.items() if k != "compute")
-    print(f"CPU ms per worker per step ({done} steps, {placement.num_workers} workers): "
-          + ", ".join(f"{k} {v / per * 1e3:.2f}" for k, v in cpu.items())
-          + f"; outside compute {outside / per * 1e3:.2f}; total {total / per * 1e3:.2f}")
+        sync(device)
+        wall += time.perf_counter() - t0
+        cpu += time.process_time() - c0
+        samples += step.global_batch_size
+    phases = dict(tr.phase.seconds)
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    sync(device)
+    with torch.profiler.profile(activities=activities) as prof:
+        t0 = time.perf_counter()
+        for step in itertools.islice(steps, args.profile_steps):
+            tr.train_step(step)
+        sync(device)
+        pwall = time.perf_counter() - t0
+    in_ops_us, busy_us = profile_split(prof.events())
+    n, p = max(1, args.steps), max(1, args.profile_steps)
+    outside_share = max(0.0, 1.0 - in_ops_us / 1e6 / pwall) if pwall > 0 else 0.0
+    return {"dim": dim, "batch": batch, "workers": placement.num_workers, "samples_per_step": samples / n,
+            "outside_share": outside_share, "outside_cpu_ms": outside_share * cpu / n * 1e3,
+            "wall_ms": wall / n * 1e3, "cpu_ms": cpu / n * 1e3, "profiled_ms": pwall / p * 1e3,
+            "in_ops_ms": in_ops_us / p / 1e3, "outside_ms": max(0.0, pwall / p * 1e3 - in_ops_us / p / 1e3),
+            "gpu_busy": busy_us / 1e6 / pwall if device.type == "cuda" and pwall > 0 else None,
+            "phases_cpu_ms_per_worker": {k: v / n / placement.num_workers * 1e3 for k, v in phases.items()},
+            "device": str(device)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("dataset")
+    ap.add_argument("manifest", nargs="?", default=None, help="placement (default: one worker, every row)")
+    ap.add_argument("--batches", default="512,2048,4096,16384,65536", help="samples per worker per step")
+    ap.add_argument("--dims", default="16,64", help="embedding dims")
+    ap.add_argument("--hidden", default="128,64", help="dense layers, as gmp train --hidden (e.g. 512,256,128)")
+    ap.add_argument("--model", default="dcn")
+    ap.add_argument("--optimizer", default="sgd")
+    ap.add_argument("--steps", type=int, default=5, help="plain timed steps (after --warmup)")
+    ap.add_argument("--profile-steps", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--device", default=None, help="cpu | cuda:0 (default: the local engine's: cuda:0 if present)")
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    ap.add_argument("--pipeline", action="store_true")
+    ap.add_argument("--phases", action="store_true", help="also print gmp's per-phase CPU ms")
+    ap.add_argument("--out", default=None, help="write the rows as JSON here")
+    args = ap.parse_args()
+    torch.set_num_threads(max(1, args.threads))
+    ds = load_dataset(args.dataset)
+    placement = load_placement(ds, args.manifest, None)
+    rows = []
+    head = (f"{'dim':>4} {'batch':>7} {'wall ms':>9} {'CPU ms':>9} {'profiled':>9} {'in ops':>9} {'outside':>9} "
+            f"{'outside %':>9} {'outside CPU':>11} {'µs/sample':>9} {'GPU busy':>9}")
+    print(f"{ds.num_samples:,} samples, {placement.num_workers} worker(s), model {args.model} hidden {args.hidden}, "
+          f"{args.optimizer}, {args.steps} timed + {args.profile_steps} profiled steps; ms per step "
+          f"(all workers of the step); batch per worker", flush=True)
+    print(head, flush=True)
+    for dim in int_list(args.dims):
+        for batch in int_list(args.batches):
+            r = measure(ds, placement, args, dim, batch)
+            rows.append(r)
+            busy = "-" if r["gpu_busy"] is None else f"{100 * r['gpu_busy']:.0f}%"
+            print(f"{dim:>4} {batch:>7,} {r['wall_ms']:>9.1f} {r['cpu_ms']:>9.1f} {r['profiled_ms']:>9.1f} "
+                  f"{r['in_ops_ms']:>9.1f} {r['outside_ms']:>9.1f} {100 * r['outside_share']:>8.0f}% "
+                  f"{r['outside_cpu_ms']:>11.1f} {1e3 * r['outside_cpu_ms'] / max(r['samples_per_step'], 1):>9.2f} "
+                  f"{busy:>9}", flush=True)
+            if args.phases:
+                phases = r["phases_cpu_ms_per_worker"]
+                outside = sum(v for k, v in phases.items() if k != "compute")
+                print("      CPU ms per worker per step: " + ", ".join(f"{k} {v:.2f}" for k, v in phases.items())
+                      + f"; outside compute {outside:.2f}", flush=True)
+    print("wall: plain steps, device synchronised; CPU: this process's CPU time of a plain step; profiled: a "
+          "step under torch.profiler (wall), split into 'in ops' (inside torch operators) and 'outside' (host "
+          "work between them); 'outside CPU': the outside share x CPU ms, the host's own work per step (on a "
+          "loaded machine the wall columns include the waits for a core, this one does not); µs/sample: "
+          "'outside CPU' per sample of the step")
+    if args.out:
+        import json
+        Path(args.out).write_text(json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":

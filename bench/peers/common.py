@@ -109,10 +109,14 @@ class Data:
         return torch.as_tensor(self.labels[samples])
 
 
+def epoch_order(data: Data, epoch: int, *, seed: int) -> np.ndarray:
+    """The epoch's permutation of the training samples (the naive order)."""
+    return np.random.default_rng(np.random.SeedSequence([seed, epoch])).permutation(data.num_train)
+
+
 def epoch_batches(data: Data, epoch: int, *, seed: int, world: int, batch_size: int, rank: int):
     """Rank ``rank``'s part of every global batch of the epoch (the naive order)."""
-    rng = np.random.default_rng(np.random.SeedSequence([seed, epoch]))
-    order = rng.permutation(data.num_train)
+    order = epoch_order(data, epoch, seed=seed)
     global_batch = world * batch_size
     for a in range(0, order.size, global_batch):
         g = order[a:a + global_batch]
