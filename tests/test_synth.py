@@ -516,7 +516,7 @@ def test_group_fields_by_hand():
 
 def test_cli_fresh(tmp_path, data_app):
     out = tmp_path / "f"
-    res = CliRunner().invoke(data_app, ["data", "synth", "--preset", "criteo-kaggle", "--samples", "1500",
+    res = CliRunner().invoke(data_app, ["data", "synth", "--preset", "criteo-kaggle-entity", "--samples", "1500",
                                         "--scale", "0.001", "--fresh", "0.25", "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert config_of(load_dataset(out)).fresh == 0.25

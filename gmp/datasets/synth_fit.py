@@ -45,13 +45,14 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from ..errors import DatasetError
 from .format import PreparedDataset
-from .stats import DatasetStats, StatsOptions, dataset_stats, field_values, mutual_information, zipf_exponent
+from .stats import (DatasetStats, StatsOptions, dataset_stats, field_values, mi_growth, mutual_information,
+                    zipf_exponent)
 from .synth import SynthConfig, SyntheticCTR
 
 log = logging.getLogger(__name__)
@@ -127,15 +128,42 @@ def synthetic_mi(config: SynthConfig, *, num_samples: int = 1000, windows: int =
     return float(np.mean(out)) if out else float("nan")
 
 
-def fit_knob(config: SynthConfig, knob: str, target_bits: float, *, iterations: int = 9, num_samples: int = 1000,
-             windows: int = 4) -> float:
-    """Bisection on ``knob`` (fidelity or coherence) in [0, 1] so the mean MI above control is ``target_bits``."""
+def synthetic_mi_curve(config: SynthConfig, windows: Sequence[int], *, blocks: int = 4, seed: int = 0
+                       ) -> tuple[float, ...]:
+    """The generator's excess-MI curve (:func:`gmp.datasets.stats.mi_growth`: the first ``w`` samples of a
+    block, one field set per block), averaged over ``blocks`` disjoint blocks of ``max(windows)`` samples."""
+    gen = SyntheticCTR(config, calibrate=False)
+    names = list(config.field_names)
+    size = max(windows)
+    rows = [mi_growth(_values_of_chunk(gen, b * size, (b + 1) * size), names, windows, seed=seed)[1]
+            for b in range(blocks)]
+    arr = np.array(rows, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        return tuple(float(np.nanmean(arr[:, k])) if np.any(~np.isnan(arr[:, k])) else float("nan")
+                     for k in range(len(windows)))
+
+
+def _curve_gap(config: SynthConfig, target: float | Mapping[int, float], num_samples: int, windows: int) -> float:
+    """Generated minus target MI: at one sample size (a number) or the mean gap over a curve (a mapping
+    window -> bits; issue 37: a fit at one N does not carry to the others)."""
+    if isinstance(target, Mapping):
+        wins = sorted(w for w, v in target.items() if not math.isnan(v))
+        got = synthetic_mi_curve(config, wins, blocks=windows)
+        gaps = [g - target[w] for g, w in zip(got, wins) if not math.isnan(g)]
+        return float(np.mean(gaps)) if gaps else float("nan")
+    return synthetic_mi(config, num_samples=num_samples, windows=windows) - float(target)
+
+
+def fit_knob(config: SynthConfig, knob: str, target_bits: float | Mapping[int, float], *, iterations: int = 9,
+             num_samples: int = 1000, windows: int = 4) -> float:
+    """Bisection on ``knob`` (fidelity or coherence) in [0, 1] so the mean MI above control is ``target_bits``:
+    a number (at ``num_samples``), or a curve ``{window: bits}`` whose mean gap over windows is closed."""
     lo, hi = 0.0, 1.0
     for _ in range(iterations):
         mid = 0.5 * (lo + hi)
-        got = synthetic_mi(replace(config, **{knob: mid}), num_samples=num_samples, windows=windows)
-        log.info("fit: %s %.4f -> MI %.4f bits (target %.4f)", knob, mid, got, target_bits)
-        lo, hi = (mid, hi) if got < target_bits else (lo, mid)
+        gap = _curve_gap(replace(config, **{knob: mid}), target_bits, num_samples, windows)
+        log.info("fit: %s %.4f -> MI gap %+.4f bits", knob, mid, gap)
+        lo, hi = (mid, hi) if gap < 0 else (lo, mid)
     return 0.5 * (lo + hi)
 
 
@@ -204,16 +232,21 @@ def _fit_sessions(cfg: SynthConfig, groups: Sequence[int], head: np.ndarray, use
     return replace(cfg, session_length=SESSION_LENGTH, session_share=tuple(shares))
 
 
-def fit_dependence(cfg: SynthConfig, dataset: PreparedDataset, target_bits: float, used: Sequence[int], *,
+def fit_dependence(cfg: SynthConfig, dataset: PreparedDataset, target_bits: float | Mapping[int, float],
+                   used: Sequence[int], *,
                    skew_rounds: int = 2, segments: int | None = None) -> SynthConfig:
     """Steps 3b and 4 of the module docstring on a config whose ``field_entity`` is set: sessions,
     then fidelity (or, when fidelity 1 falls short, segments + coherence) for ``target_bits``."""
     head = field_values(dataset, 1000)
     cfg = _fit_sessions(cfg, cfg.field_entity, head, used)
-    if math.isnan(target_bits):
+    if isinstance(target_bits, Mapping):
+        target_bits = {w: v for w, v in target_bits.items() if not math.isnan(v)}
+        if not target_bits:
+            return cfg
+    elif math.isnan(target_bits):
         return cfg
     cfg = replace(cfg, fidelity=fit_fidelity(cfg, target_bits))
-    if cfg.fidelity > 0.99 and synthetic_mi(cfg) < 0.9 * target_bits:
+    if cfg.fidelity > 0.99 and _curve_gap(cfg, target_bits, 1000, 4) < -0.1 * _level(target_bits):
         # even faithful attributes are not enough: entities must share attributes (segments);
         # segments change the marginals, so the skews are corrected again and coherence refitted
         cfg = replace(cfg, fidelity=1.0, segments=SEGMENTS if segments is None else segments)
@@ -223,6 +256,19 @@ def fit_dependence(cfg: SynthConfig, dataset: PreparedDataset, target_bits: floa
             cfg = _fit_skews(cfg, target, dataset.num_samples, skew_rounds)
             cfg = replace(cfg, coherence=fit_knob(cfg, "coherence", target_bits))
     return cfg
+
+
+def _level(target: float | Mapping[int, float]) -> float:
+    return float(np.mean(list(target.values()))) if isinstance(target, Mapping) else float(target)
+
+
+def target_curve(stats: DatasetStats) -> dict[int, float] | float:
+    """What the dependence fit targets: the excess-MI curve over the report's windows (issue 37), or its
+    single mean MI when the dataset is smaller than every window."""
+    g = stats.growth
+    if g is not None and g.windows and any(not math.isnan(v) for v in g.mi_bits):
+        return {int(w): float(v) for w, v in zip(g.windows, g.mi_bits)}
+    return stats.mi.mean_bits
 
 
 def like_config(dataset: PreparedDataset, *, num_samples: int | None = None, seed: int = 0,
@@ -264,7 +310,7 @@ def like_config(dataset: PreparedDataset, *, num_samples: int | None = None, see
                       test_fraction=float(dataset.num_test) / max(1, dataset.num_samples))
     cfg = _fit_skews(cfg, target, dataset.num_samples, skew_rounds)
     if num_types:
-        cfg = fit_dependence(cfg, dataset, target.mi.mean_bits, used, skew_rounds=skew_rounds)
+        cfg = fit_dependence(cfg, dataset, target_curve(target), used, skew_rounds=skew_rounds)
     return LikeFit(cfg, target, groups)
 
 
