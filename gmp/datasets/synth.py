@@ -546,6 +546,12 @@ def preset_config(preset: str, *, num_samples: int | None = None, scale: float =
             raise DatasetError(f"synth: preset {preset!r} has no community locality (latent-entity model); "
                                "--locality and --local-threshold apply to 'criteo-kaggle-independent' and 'tiny'.")
         merged = dict(p.knobs)
+        # one --skew / --tail for every field replaces the preset's per-field fit (issue 37's knobs)
+        if "skew" in knobs:
+            merged.pop("field_skews", None)
+        if "tail" in knobs:
+            merged.pop("field_tails", None)
+            merged.pop("entity_tail", None)
         merged.update(knobs)
         counts = tuple(max(min(c, SCALE_FLOOR), int(round(c * float(scale))))
                        for c in merged.pop("entity_counts"))
