@@ -254,7 +254,7 @@ def test_bad_knobs(kwargs, match):
 
 
 def test_unknown_preset():
-    with pytest.raises(DatasetError, match=r"unknown preset 'avazu'; choose one of \['criteo-kaggle', 'criteo-kaggle-independent', 'tiny'\]"):
+    with pytest.raises(DatasetError, match=r"unknown preset 'avazu'; choose one of \['criteo-kaggle', 'criteo-kaggle-entity', 'criteo-kaggle-independent', 'tiny'\]"):
         preset_config("avazu", num_samples=10)
 
 
