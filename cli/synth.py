@@ -74,6 +74,9 @@ def synth(
                                                "drawn rarely-seen value instead of its entity (default 0; "
                                                "criteo-kaggle has one fitted per field: use "
                                                "criteo-kaggle-entity)."),
+    min_count: int = typer.Option(1, "--min-count",
+                                  help="As gmp data import's: values seen fewer times share their field's rare id "
+                                       "(1 keeps every value; > 1 costs a first counting pass)."),
     test_fraction: float = typer.Option(0.1, "--test-fraction",
                                         help="The last fraction of samples is the test split."),
     chunk_samples: int = typer.Option(1 << 18, "--chunk-samples",
@@ -162,7 +165,7 @@ def synth(
     per_sample = 4 * len(cfg.cardinalities) + 8 + 4 + 4 * cfg.num_dense
     check_disk(out, 2 * per_sample * cfg.num_samples, what=f"--samples {cfg.num_samples:,}",
                fix="lower --samples or choose another --out.")
-    meta = synthesize(cfg, out, chunk_samples=chunk_samples, overwrite=overwrite)
+    meta = synthesize(cfg, out, chunk_samples=chunk_samples, overwrite=overwrite, min_count=min_count)
     synth_meta = meta["synth"]
     summary = {
         "out": str(out),

@@ -112,3 +112,29 @@ def test_distinct_and_mi_growth_by_hand():
 def test_stats_windows_must_increase():
     with pytest.raises(DatasetError, match="windows must be one or more increasing"):
         StatsOptions(windows=(500, 100))
+
+
+def test_min_count_cuts_as_import_does(tmp_path):
+    from gmp.datasets.format import load_dataset
+    from gmp.datasets.synth import synthesize
+
+    cfg = preset_config("tiny", num_samples=3000, seed=4)
+    synthesize(cfg, tmp_path / "all")
+    synthesize(cfg, tmp_path / "cut", min_count=3, chunk_samples=700)
+    full, cut = load_dataset(tmp_path / "all"), load_dataset(tmp_path / "cut")
+    ids = np.asarray(full.indices).reshape(3000, -1)
+    new = np.asarray(cut.indices).reshape(3000, -1)
+    assert np.array_equal(np.asarray(full.labels), np.asarray(cut.labels))
+    for f, (fa, fc) in enumerate(zip(full.categorical_fields, cut.categorical_fields)):
+        vals, counts = np.unique(ids[:, f], return_counts=True)
+        kept = vals[counts >= 3]
+        assert fc.num_values == kept.size + 1 and fc.rare_id == fc.offset
+        count_of = dict(zip(vals.tolist(), counts.tolist()))
+        rare = np.array([count_of[v] < 3 for v in ids[:, f]])
+        assert np.all(new[rare, f] == fc.rare_id)
+        # kept values: 1, 2, ... after the rare id, in the order of their old ids
+        assert np.array_equal(new[~rare, f], fc.offset + 1 + np.searchsorted(kept, ids[~rare, f]))
+    assert cut.num_embeddings == sum(f.num_values for f in cut.categorical_fields)
+    assert cut.meta["synth"]["min_count"] == 3 and "min_count" not in full.meta["synth"]
+    with pytest.raises(DatasetError, match="--min-count must be an integer >= 1, got 0"):
+        synthesize(cfg, tmp_path / "bad", min_count=0)

@@ -1007,17 +1007,49 @@ def fields_of(config: SynthConfig) -> list[FieldInfo]:
     return out
 
 
+def _min_count_remap(gen: SyntheticCTR, chunk_samples: int, min_count: int
+                     ) -> tuple[np.ndarray, list[FieldInfo], int]:
+    """``gmp data import --min-count``'s cut for a synthetic dataset: a first pass counts every value, then
+    each field gets a rare id (its first id) for the values seen fewer than ``min_count`` times, and its
+    kept values the next ids in id order. Returns the id map (int32 over the generator's ids), the fields
+    and the number of embeddings."""
+    cfg = gen.config
+    counts = np.zeros(cfg.num_embeddings, dtype=np.int64)
+    with task(f"Counting values for --min-count {min_count}", total=cfg.num_samples) as advance:
+        for s0 in range(0, cfg.num_samples, chunk_samples):
+            s1 = min(cfg.num_samples, s0 + chunk_samples)
+            u, c = np.unique(gen.generate(s0, s1).ids, return_counts=True)
+            counts[u] += c
+            advance(s1 - s0)
+    remap = np.empty(cfg.num_embeddings, dtype=np.int32)
+    fields = [f for f in fields_of(cfg) if f.kind == "dense"]
+    base = 0
+    for name, n, off in zip(cfg.field_names, cfg.cardinalities, cfg.offsets):
+        keep = counts[off:off + n] >= min_count
+        remap[off:off + n] = np.where(keep, base + np.cumsum(keep), base)
+        kept = int(keep.sum())
+        fields.append(FieldInfo(name, "categorical", kept + 1, base, missing_id=None, rare_id=base))
+        base += kept + 1
+    return remap, fields, base
+
+
 def synthesize(config: SynthConfig, out: str | os.PathLike, *, chunk_samples: int = 1 << 18,
-               overwrite: bool = False) -> dict[str, Any]:
+               overwrite: bool = False, min_count: int = 1) -> dict[str, Any]:
     """Generate ``config.num_samples`` samples and write a prepared dataset to ``out``.
 
     Memory is bounded by ``chunk_samples`` (plus the permutation tables and
-    the writer's final pass), not by the number of samples. Returns the
-    ``dataset.json`` header.
+    the writer's final pass), not by the number of samples. ``min_count`` > 1
+    cuts the values as ``gmp data import --min-count`` does (a first pass
+    counts them; values seen fewer times share their field's rare id; the ids
+    are renumbered). Returns the ``dataset.json`` header.
     """
     _check_int("--chunk-samples", chunk_samples, 1)
+    _check_int("--min-count", min_count, 1)
     cfg = config
     gen = SyntheticCTR(cfg)
+    remap, fields, num_embeddings = None, fields_of(cfg), cfg.num_embeddings
+    if min_count > 1:
+        remap, fields, num_embeddings = _min_count_remap(gen, chunk_samples, min_count)
     n = cfg.num_samples
     num_test = int(round(n * cfg.test_fraction))
     eval_start = n - num_test if num_test else 0
@@ -1033,7 +1065,8 @@ def synthesize(config: SynthConfig, out: str | os.PathLike, *, chunk_samples: in
             for s0 in range(0, n, chunk_samples):
                 s1 = min(n, s0 + chunk_samples)
                 ch = gen.generate(s0, s1)
-                w.add(lengths[: s1 - s0], ch.ids.reshape(-1), ch.labels, ch.dense)
+                ids = ch.ids if remap is None else remap[ch.ids]
+                w.add(lengths[: s1 - s0], ids.reshape(-1), ch.labels, ch.dense)
                 comm_out[s0:s1] = ch.community
                 ctr_out[s0:s1] = ch.ctr
                 if s1 > eval_start:
@@ -1046,6 +1079,8 @@ def synthesize(config: SynthConfig, out: str | os.PathLike, *, chunk_samples: in
         del comm_out, ctr_out
         bayes_auc = roc_auc(np.concatenate(eval_labels), np.concatenate(eval_ctr))
         synth_meta = cfg.to_json()
+        if min_count > 1:
+            synth_meta["min_count"] = int(min_count)  # absent when 1 (no cut), as before the option
         synth_meta.update({
             "synth_version": SYNTH_VERSION,
             "b0": gen.b0,
@@ -1056,8 +1091,8 @@ def synthesize(config: SynthConfig, out: str | os.PathLike, *, chunk_samples: in
         options = {k: synth_meta[k] for k in ("preset", "scale", "seed", "skew", "tail", "num_communities",
                                                "locality", "local_min_values", "test_fraction")}
         meta = w.finish(
-            fields=fields_of(cfg),
-            num_embeddings=cfg.num_embeddings,
+            fields=fields,
+            num_embeddings=num_embeddings,
             source={"format": "synth", "inputs": [], "options": options},
             test_fraction=cfg.test_fraction,
             dedupe=False,
@@ -1108,6 +1143,9 @@ def planted_placement(dataset: PreparedDataset, num_workers: int):
                            "no partition; use a 'criteo-kaggle-independent' or 'tiny' dataset.")
     if num_workers < 1:
         raise DatasetError(f"planted_placement: num_workers must be >= 1, got {num_workers}.")
+    if dataset.meta["synth"].get("min_count", 1) > 1:
+        raise DatasetError(f"planted_placement: {dataset.path} was cut with --min-count (its ids are renumbered); "
+                           "generate it without --min-count.")
     gen = SyntheticCTR(cfg, calibrate=False)  # tables only
     community = np.asarray(load_community(dataset))
     sample_worker = (community.astype(np.int64) % num_workers).astype(np.int32)
