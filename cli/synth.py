@@ -118,7 +118,7 @@ def synth(
                 "--skew": skew is not None, "--tail": tail is not None, "--communities": communities is not None,
                 "--locality": locality is not None, "--local-threshold": local_threshold is not None,
                 "--entity-skew": entity_skew is not None, "--fidelity": fidelity is not None,
-                "--coherence": coherence is not None, "--fresh": fresh is not None}
+                "--coherence": coherence is not None, "--fresh": fresh is not None, "--min-count": min_count != 1}
         refuse_flags(kept, f"--continue: the next day keeps {continue_from}'s generator (it takes --samples, "
                            f"--seed, --test-fraction, --growth and --drift).", DatasetError)
         day_knobs = {k: v for k, v in (("growth", growth), ("drift", drift)) if v is not None}  # else its defaults

@@ -138,3 +138,12 @@ def test_min_count_cuts_as_import_does(tmp_path):
     assert cut.meta["synth"]["min_count"] == 3 and "min_count" not in full.meta["synth"]
     with pytest.raises(DatasetError, match="--min-count must be an integer >= 1, got 0"):
         synthesize(cfg, tmp_path / "bad", min_count=0)
+
+
+def test_a_cut_dataset_has_no_next_day(tmp_path):
+    from gmp.datasets.synth import synthesize
+    from gmp.datasets.synth_continue import continue_synth
+
+    synthesize(preset_config("tiny", num_samples=500, seed=1), tmp_path / "cut", min_count=2)
+    with pytest.raises(DatasetError, match="cut with --min-count"):
+        continue_synth(tmp_path / "cut", tmp_path / "next")
