@@ -7,7 +7,7 @@ story* with a handful of knobs, each of which changes the sample–embedding
 graph in a known way (measured numbers: ``docs/synth.md``). Two models
 (``SynthConfig.model``):
 
-* ``"entities"`` (the ``criteo-kaggle`` preset and ``--like``; issue 13): the
+* ``"entities"`` (``criteo-kaggle``, ``criteo-kaggle-entity`` and ``--like``; issue 13): the
   fields express attributes of latent entities, so they depend on each other
   as real CTR fields do (below, "The entity model");
 * ``"independent"`` (``criteo-kaggle-independent``, ``tiny``): every field is
@@ -36,10 +36,19 @@ The entity model
    depend on each other through its segment, not only through repeats.
 3. Dense features and the label as in the independent model below, with the
    community ``c = (entity of type 0) mod K``.
+4. **Criteo's vocabulary** (issue 37; ``field_skews``, ``field_tails``,
+   ``field_fresh``, ``entity_tail``): every field has its own Zipf exponent and
+   uniform-tail share, entities their own tail, and a field of an entity type
+   shows, with probability ``field_fresh[f]``, a *fresh* value instead of its
+   entity's (id-like field: a uniform rank no entity names; attribute field: a
+   uniform rank of the field), so distinct values keep growing with the sample
+   size as real logs' do. Unset, nothing changes and nothing is drawn.
 
-Knobs of ``criteo-kaggle`` are fitted to the real Criteo rows
-(:data:`CRITEO_ENTITY_KNOBS`); :mod:`gmp.datasets.synth_fit` fits them to any
-dataset (``--like``).
+Knobs of ``criteo-kaggle`` (:data:`CRITEO_VOCAB_KNOBS`) are fitted to the real
+Criteo rows at 100-1,000 rows and to the published counts at full size;
+``criteo-kaggle-entity`` keeps issue 13's (:data:`CRITEO_ENTITY_KNOBS`).
+:mod:`gmp.datasets.synth_fit` fits the entity model to any dataset (``--like``)
+and holds the analytic distinct-value growth (``expected_distinct``).
 
 The story of one sample (independent model)
 -------------------------------------------
