@@ -77,6 +77,7 @@ FLAGS = {
     "num_communities": "--communities",
     "num_samples": "--samples",
     "optimizer": "--optimizer",
+    "preset": "--preset",
     "out": "--out",
     "overwrite": "--overwrite",
     "rating_threshold": "--rating-threshold",

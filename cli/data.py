@@ -355,6 +355,8 @@ def stats_cmd(
     compare: Optional[Path] = typer.Option(None, "--compare", metavar="OTHER",
                                            help="A second dataset: print both side by side."),
     seed: int = typer.Option(0, "--seed", help="Seed of the shuffled controls, bootstrap and shuffled order."),
+    windows: str = typer.Option("100,200,500,1000", "--windows", metavar="N,N,...",
+                                help="Nested windows (first N samples) for the excess-MI and distinct-value curves."),
 ) -> None:
     """Does this data behave like real CTR data? Per field: values used, Zipf exponent, top-1% share;
     between fields: mutual information above a shuffled control (first 1,000 samples, fields with
@@ -363,7 +365,14 @@ def stats_cmd(
     from gmp.datasets.format import load_dataset
     from gmp.datasets.stats import StatsOptions, compare_stats, dataset_stats
 
-    opts = StatsOptions(batch_size=batch_size, seed=seed)
+    from gmp.errors import DatasetError
+
+    try:
+        wins = tuple(int(x) for x in windows.split(",") if x.strip())
+    except ValueError:
+        raise DatasetError(f"stats: windows must be comma-separated sample counts, e.g. 100,200,500,1000; "
+                           f"got {windows!r}.") from None
+    opts = StatsOptions(batch_size=batch_size, seed=seed, windows=wins)
     a = dataset_stats(load_dataset(path), opts)
     b = dataset_stats(load_dataset(compare), opts) if compare is not None else None
     if as_json:
@@ -392,6 +401,14 @@ def stats_cmd(
               f"{_fmt(a.clustering.clustering)} (shuffled control {_fmt(a.clustering.shuffled)})")
     con.print(f"row reuse between consecutive batches of {a.reuse.batch_size:,}: file order "
               f"{_fmt(a.reuse.file_order)}, shuffled {_fmt(a.reuse.shuffled)} ({a.reuse.num_batches} batches)")
+    g = a.growth
+    if g is not None and g.windows:
+        con.print(f"across windows (first N samples; MI on the {len(g.fields)} fields with 2-500 values in the "
+                  f"largest window):")
+        table = Table("first N", "MI above control, bits", "distinct values (sum over fields)")
+        for k, w in enumerate(g.windows):
+            table.add_row(f"{w:,}", _fmt(g.mi_bits[k]), f"{int(g.distinct[k].sum()):,}")
+        con.print(table)
 
 
 def _fmt(x: float) -> str:

@@ -27,7 +27,9 @@ def synth(
     out: Path = typer.Option(..., "--out", "-o", help="Output directory (a prepared dataset)."),
     preset: str = typer.Option(DEFAULT_PRESET, "--preset",
                                help="Field layout and model: 'criteo-kaggle' (26 Criteo Kaggle cardinalities, "
-                                    "latent-entity model fitted to real Criteo rows), 'criteo-kaggle-independent' "
+                                    "latent-entity model fitted to real Criteo rows and Criteo's vocabulary), "
+                                    "'criteo-kaggle-entity' (its issue-13 version, 1.36M values at full size), "
+                                    "'criteo-kaggle-independent' "
                                     "(the same fields drawn independently, the generator before issue 13) or "
                                     "'tiny' (8 independent fields, for demos)."),
     like: Optional[Path] = typer.Option(None, "--like", metavar="DATASET",
@@ -39,11 +41,13 @@ def synth(
     scale: float = typer.Option(DEFAULT_SCALE, "--scale", help="Multiply every field's cardinality and entity count (a field keeps at least min(its values, 100))."),
     seed: int = typer.Option(0, "--seed", help="Random seed; same seed, same data (any chunk size)."),
     skew: Optional[float] = typer.Option(None, "--skew",
-                                         help="Zipf exponent of value popularity (default 1.1): higher = more "
+                                         help="Zipf exponent of value popularity (default 1.1; criteo-kaggle: "
+                                              "fitted per field, which this replaces): higher = more "
                                               "accesses to the top 1% of embeddings, fewer distinct values."),
     tail: Optional[float] = typer.Option(None, "--tail",
                                          help="Share of draws spread uniformly over a field's values or a type's "
-                                              "entities (default 0.3): higher = more distinct values."),
+                                              "entities (default 0.3; criteo-kaggle: fitted per field, which "
+                                              "this replaces): higher = more distinct values."),
     communities: Optional[int] = typer.Option(None, "--communities",
                                               help="Number of latent communities K (default 64); independent "
                                                    "presets: each owns a 1/K slice of every local field."),
@@ -67,7 +71,12 @@ def synth(
     fresh: Optional[float] = typer.Option(None, "--fresh",
                                           help="Entity model: probability in [0, 1] that an id-like field "
                                                "(at least as many values as its entities) shows a uniformly "
-                                               "drawn rarely-seen value instead of its entity (default 0)."),
+                                               "drawn rarely-seen value instead of its entity (default 0; "
+                                               "criteo-kaggle has one fitted per field: use "
+                                               "criteo-kaggle-entity)."),
+    min_count: int = typer.Option(1, "--min-count",
+                                  help="As gmp data import's: values seen fewer times share their field's rare id "
+                                       "(1 keeps every value; > 1 costs a first counting pass)."),
     test_fraction: float = typer.Option(0.1, "--test-fraction",
                                         help="The last fraction of samples is the test split."),
     chunk_samples: int = typer.Option(1 << 18, "--chunk-samples",
@@ -109,7 +118,7 @@ def synth(
                 "--skew": skew is not None, "--tail": tail is not None, "--communities": communities is not None,
                 "--locality": locality is not None, "--local-threshold": local_threshold is not None,
                 "--entity-skew": entity_skew is not None, "--fidelity": fidelity is not None,
-                "--coherence": coherence is not None, "--fresh": fresh is not None}
+                "--coherence": coherence is not None, "--fresh": fresh is not None, "--min-count": min_count != 1}
         refuse_flags(kept, f"--continue: the next day keeps {continue_from}'s generator (it takes --samples, "
                            f"--seed, --test-fraction, --growth and --drift).", DatasetError)
         day_knobs = {k: v for k, v in (("growth", growth), ("drift", drift)) if v is not None}  # else its defaults
@@ -156,7 +165,7 @@ def synth(
     per_sample = 4 * len(cfg.cardinalities) + 8 + 4 + 4 * cfg.num_dense
     check_disk(out, 2 * per_sample * cfg.num_samples, what=f"--samples {cfg.num_samples:,}",
                fix="lower --samples or choose another --out.")
-    meta = synthesize(cfg, out, chunk_samples=chunk_samples, overwrite=overwrite)
+    meta = synthesize(cfg, out, chunk_samples=chunk_samples, overwrite=overwrite, min_count=min_count)
     synth_meta = meta["synth"]
     summary = {
         "out": str(out),

@@ -171,6 +171,25 @@ def test_cli_stats(tmp_path):
     assert res.exit_code == 2 and "batch_size must be an integer >= 1" in res.output
 
 
+def test_cli_stats_windows(tmp_path):
+    from cli.main import app
+
+    path = _write(tmp_path / "d", ROWS, [3, 3], ["A", "B"])
+    runner = CliRunner()
+    res = runner.invoke(app, ["data", "stats", str(path), "--windows", "2,4,100", "--json"])
+    assert res.exit_code == 0, res.output
+    growth = json.loads(res.output)["growth"]
+    # A's values 0, 1, 0, 2 and B's 0, 0, 1, 1 (ids 3, 3, 4, 4): 2 and 1 distinct in the first 2 samples,
+    # 3 and 2 in the first 4; window 100 > the 6 samples is left out
+    assert growth["windows"] == [2, 4] and growth["distinct"] == [[2, 1], [3, 2]]
+    res = runner.invoke(app, ["data", "stats", str(path), "--windows", "2,4", "--compare", str(path)])
+    assert res.exit_code == 0 and "first 4 (fixed fields)" in res.output and "distinct values, first 2" in res.output
+    res = runner.invoke(app, ["data", "stats", str(path), "--windows", "4,2"])
+    assert res.exit_code == 2 and res.output.count("\n") == 1 and "windows must be one or more increasing" in res.output
+    res = runner.invoke(app, ["data", "stats", str(path), "--windows", "a,b"])
+    assert res.exit_code == 2 and "comma-separated" in res.output
+
+
 @settings(max_examples=25, deadline=None)
 @given(st.integers(0, 2**31 - 1))
 def test_mi_invariant_under_relabelling_values_and_fields(seed):

@@ -254,7 +254,7 @@ def test_bad_knobs(kwargs, match):
 
 
 def test_unknown_preset():
-    with pytest.raises(DatasetError, match=r"unknown preset 'avazu'; choose one of \['criteo-kaggle', 'criteo-kaggle-independent', 'tiny'\]"):
+    with pytest.raises(DatasetError, match=r"unknown preset 'avazu'; choose one of \['criteo-kaggle', 'criteo-kaggle-entity', 'criteo-kaggle-independent', 'tiny'\]"):
         preset_config("avazu", num_samples=10)
 
 
@@ -430,7 +430,7 @@ def test_fresh_tail_of_id_like_fields(fresh):
 
 # sha256 of the entity preset as the issue-13 generator made it before the --fresh knob (commit
 # f7c316e): fresh = 0 (the preset's value) must keep giving these bytes.
-ENTITY_GOLDEN_SHA256 = {("criteo-kaggle", 3000, 0.001, 5):
+ENTITY_GOLDEN_SHA256 = {("criteo-kaggle-entity", 3000, 0.001, 5):
                         "7a7385600ce969287323f1adeb5077be80503e4126e24f68dd1e9050afb46246"}
 
 
@@ -443,13 +443,13 @@ def test_entity_preset_unchanged(tmp_path, key):
 
 
 def test_fresh_zero_keeps_the_data_and_the_header(tmp_path):
-    cfg = preset_config("criteo-kaggle", num_samples=2000, scale=0.001, seed=1)
+    cfg = preset_config("criteo-kaggle-entity", num_samples=2000, scale=0.001, seed=1)
     a = synthesize(cfg, tmp_path / "a")
-    b = synthesize(preset_config("criteo-kaggle", num_samples=2000, scale=0.001, seed=1, fresh=0.0), tmp_path / "b")
-    c = synthesize(preset_config("criteo-kaggle", num_samples=2000, scale=0.001, seed=1, fresh=0.3), tmp_path / "c")
+    b = synthesize(preset_config("criteo-kaggle-entity", num_samples=2000, scale=0.001, seed=1, fresh=0.0), tmp_path / "b")
+    c = synthesize(preset_config("criteo-kaggle-entity", num_samples=2000, scale=0.001, seed=1, fresh=0.3), tmp_path / "c")
     assert a["sha256"] == b["sha256"] != c["sha256"]
     assert "fresh" not in a["synth"] and c["synth"]["fresh"] == 0.3
-    assert config_of(load_dataset(tmp_path / "c")) == preset_config("criteo-kaggle", num_samples=2000, scale=0.001,
+    assert config_of(load_dataset(tmp_path / "c")) == preset_config("criteo-kaggle-entity", num_samples=2000, scale=0.001,
                                                                      seed=1, fresh=0.3)
 
 
@@ -516,7 +516,7 @@ def test_group_fields_by_hand():
 
 def test_cli_fresh(tmp_path, data_app):
     out = tmp_path / "f"
-    res = CliRunner().invoke(data_app, ["data", "synth", "--preset", "criteo-kaggle", "--samples", "1500",
+    res = CliRunner().invoke(data_app, ["data", "synth", "--preset", "criteo-kaggle-entity", "--samples", "1500",
                                         "--scale", "0.001", "--fresh", "0.25", "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert config_of(load_dataset(out)).fresh == 0.25

@@ -88,8 +88,16 @@ class StatsOptions:
     num_wedges: int = 200_000
     reuse_batches: int = 50
     seed: int = 0
+    windows: tuple[int, ...] = (100, 200, 500, 1000)
 
     def __post_init__(self) -> None:
+        w = tuple(self.windows)
+        for x in w:
+            _check_int("windows", x, 2)
+        if not w or list(w) != sorted(set(w)):
+            raise DatasetError(f"stats: windows must be one or more increasing sample counts >= 2, got {w}; "
+                               "e.g. 100,200,500,1000.")
+        object.__setattr__(self, "windows", w)
         for name in ("batch_size", "mi_samples", "mi_shuffles", "graph_samples", "num_wedges", "reuse_batches"):
             _check_int(name, getattr(self, name), 1)
         _check_int("mi_max_values", self.mi_max_values, 2)
@@ -140,6 +148,16 @@ class Reuse:
 
 
 @dataclass(frozen=True)
+class Growth:
+    """The statistics across nested windows (the first ``windows[k]`` samples; issue 37)."""
+
+    windows: tuple[int, ...]          # sample counts (those not above the dataset's size)
+    fields: tuple[str, ...]           # the MI field set, fixed across windows (kept in the largest window)
+    mi_bits: tuple[float, ...]        # mean MI above control over pairs of ``fields``, per window
+    distinct: np.ndarray              # int64 [len(windows), F]: distinct values of every field, per window
+
+
+@dataclass(frozen=True)
 class DatasetStats:
     path: str
     num_samples: int
@@ -149,6 +167,7 @@ class DatasetStats:
     clustering: Clustering
     reuse: Reuse
     options: StatsOptions = field(default_factory=StatsOptions)
+    growth: Growth | None = None
 
     @property
     def mean_zipf_exponent(self) -> float:
@@ -182,6 +201,10 @@ class DatasetStats:
             "mi": mi,
             "clustering": asdict(self.clustering),
             "reuse": asdict(self.reuse),
+            **({} if self.growth is None else {"growth": {
+                "windows": list(self.growth.windows), "fields": list(self.growth.fields),
+                "mi_bits": list(self.growth.mi_bits),
+                "distinct": [[int(v) for v in row] for row in self.growth.distinct]}}),
         })
 
 
@@ -329,6 +352,34 @@ def mutual_information(values: np.ndarray, field_names: Sequence[str], *, max_va
                       float(np.mean(ctl[iu])), float(np.mean(above[iu])), sd)
 
 
+def distinct_growth(values: np.ndarray, windows: Sequence[int]) -> np.ndarray:
+    """int64 [len(windows), F]: the distinct values of every column among the first ``w`` rows, per window
+    (a -1, "none", counts as a value, as in :func:`mutual_information`)."""
+    values = np.asarray(values)
+    return np.array([[np.unique(values[:w, j]).size for j in range(values.shape[1])] for w in windows],
+                    dtype=np.int64).reshape(len(windows), values.shape[1])
+
+
+def mi_growth(values: np.ndarray, field_names: Sequence[str], windows: Sequence[int], *, max_values: int = 500,
+              num_shuffles: int = 5, seed: int = 0) -> tuple[tuple[str, ...], tuple[float, ...]]:
+    """The excess-MI curve: :func:`mutual_information`'s mean bits among the first ``w`` rows, per window,
+    on one field set for all windows (the fields with 2..``max_values`` values in the largest window), so
+    the curve shows how dependence grows with the sample, not which fields pass the filter."""
+    values = np.asarray(values)
+    head = values[: max(windows)] if len(windows) else values[:0]
+    cols = [j for j in range(values.shape[1]) if 2 <= np.unique(head[:, j]).size <= max_values]
+    kept = [field_names[j] for j in cols]
+    out = []
+    for w in windows:
+        if len(cols) < 2:
+            out.append(float("nan"))
+            continue
+        mi = mutual_information(values[:w][:, cols], kept, max_values=max(2, w), num_shuffles=num_shuffles,
+                                num_bootstrap=0, seed=seed)
+        out.append(mi.mean_bits)
+    return tuple(kept), tuple(out)
+
+
 def _wedge_clustering(values: np.ndarray, num_wedges: int, rng: np.random.Generator) -> tuple[float, int]:
     """Wedge-sampled average local clustering of the co-occurrence graph of rows of ``values`` ([n, F])."""
     import scipy.sparse as sp
@@ -434,7 +485,7 @@ def dataset_stats(dataset: PreparedDataset, options: StatsOptions | None = None)
     for f, counts in zip(cats, field_counts(dataset)):
         fields.append(FieldStats(f.name, int(f.num_values), int(np.count_nonzero(counts)), int(counts.sum()),
                                  zipf_exponent(counts), top_share(counts)))
-    head = field_values(dataset, max(opts.mi_samples, opts.graph_samples))
+    head = field_values(dataset, max(opts.mi_samples, opts.graph_samples, max(opts.windows)))
     mi = mutual_information(head[: opts.mi_samples], names, max_values=opts.mi_max_values,
                             num_shuffles=opts.mi_shuffles, num_bootstrap=opts.mi_bootstrap, seed=opts.seed)
     clus = cooccurrence_clustering(head[: opts.graph_samples], num_wedges=opts.num_wedges, seed=opts.seed)
@@ -446,7 +497,11 @@ def dataset_stats(dataset: PreparedDataset, options: StatsOptions | None = None)
                   batch_reuse(dataset.indptr, dataset.indices, opts.batch_size, num_batches=opts.reuse_batches),
                   batch_reuse(dataset.indptr, dataset.indices, opts.batch_size, num_batches=opts.reuse_batches,
                               order=shuffled_order))
-    return DatasetStats(str(dataset.path), n, names, tuple(fields), mi, clus, reuse, opts)
+    wins = tuple(w for w in opts.windows if w <= n)
+    kept, curve = mi_growth(head, names, wins, max_values=opts.mi_max_values, num_shuffles=opts.mi_shuffles,
+                            seed=opts.seed) if wins else ((), ())
+    growth = Growth(wins, kept, curve, distinct_growth(head, wins))
+    return DatasetStats(str(dataset.path), n, names, tuple(fields), mi, clus, reuse, opts, growth)
 
 
 @dataclass(frozen=True)
@@ -482,4 +537,17 @@ def compare_stats(a: DatasetStats, b: DatasetStats) -> list[CompareRow]:
         CompareRow(f"batch reuse, file order (B={a.reuse.batch_size})", a.reuse.file_order, b.reuse.file_order),
         CompareRow(f"batch reuse, shuffled (B={a.reuse.batch_size})", a.reuse.shuffled, b.reuse.shuffled),
     ]
+    ga, gb = a.growth, b.growth
+    if ga is not None and gb is not None:
+        for k, w in enumerate(ga.windows):
+            if w in gb.windows:
+                rows.append(CompareRow(f"MI above control, first {w:,} (fixed fields)", ga.mi_bits[k],
+                                       gb.mi_bits[gb.windows.index(w)]))
+        for k, w in enumerate(ga.windows):
+            if w in gb.windows and ga.distinct.shape[1] == gb.distinct.shape[1]:
+                da, db = ga.distinct[k], gb.distinct[gb.windows.index(w)]
+                rows.append(CompareRow(f"distinct values, first {w:,} (sum over fields)", int(da.sum()),
+                                       int(db.sum())))
+                rows.append(CompareRow(f"  per field: mean |ratio - 1|, first {w:,}",
+                                       float(np.mean(np.abs(da / np.maximum(db, 1) - 1.0))), float("nan")))
     return rows

@@ -7,7 +7,7 @@ story* with a handful of knobs, each of which changes the sample–embedding
 graph in a known way (measured numbers: ``docs/synth.md``). Two models
 (``SynthConfig.model``):
 
-* ``"entities"`` (the ``criteo-kaggle`` preset and ``--like``; issue 13): the
+* ``"entities"`` (``criteo-kaggle``, ``criteo-kaggle-entity`` and ``--like``; issue 13): the
   fields express attributes of latent entities, so they depend on each other
   as real CTR fields do (below, "The entity model");
 * ``"independent"`` (``criteo-kaggle-independent``, ``tiny``): every field is
@@ -36,10 +36,19 @@ The entity model
    depend on each other through its segment, not only through repeats.
 3. Dense features and the label as in the independent model below, with the
    community ``c = (entity of type 0) mod K``.
+4. **Criteo's vocabulary** (issue 37; ``field_skews``, ``field_tails``,
+   ``field_fresh``, ``entity_tail``): every field has its own Zipf exponent and
+   uniform-tail share, entities their own tail, and a field of an entity type
+   shows, with probability ``field_fresh[f]``, a *fresh* value instead of its
+   entity's (id-like field: a uniform rank no entity names; attribute field: a
+   uniform rank of the field), so distinct values keep growing with the sample
+   size as real logs' do. Unset, nothing changes and nothing is drawn.
 
-Knobs of ``criteo-kaggle`` are fitted to the real Criteo rows
-(:data:`CRITEO_ENTITY_KNOBS`); :mod:`gmp.datasets.synth_fit` fits them to any
-dataset (``--like``).
+Knobs of ``criteo-kaggle`` (:data:`CRITEO_VOCAB_KNOBS`) are fitted to the real
+Criteo rows at 100-1,000 rows and to the published counts at full size;
+``criteo-kaggle-entity`` keeps issue 13's (:data:`CRITEO_ENTITY_KNOBS`).
+:mod:`gmp.datasets.synth_fit` fits the entity model to any dataset (``--like``)
+and holds the analytic distinct-value growth (``expected_distinct``).
 
 The story of one sample (independent model)
 -------------------------------------------
@@ -182,7 +191,7 @@ from .format import DatasetWriter, FieldInfo, PreparedDataset
 log = logging.getLogger(__name__)
 
 #: bump when the generative story changes (a seed then gives different data).
-SYNTH_VERSION = 1
+SYNTH_VERSION = 2
 
 #: Criteo Kaggle (display advertising challenge) per-field cardinalities, C1..C26.
 CRITEO_KAGGLE_CARDINALITIES = (
@@ -213,6 +222,25 @@ CRITEO_ENTITY_KNOBS: dict[str, Any] = {
     "session_share": 0.0,
 }
 
+#: The issue-37 knobs of ``criteo-kaggle``: the issue-13 entity model above at Criteo's real
+#: vocabulary. Per field, the Zipf exponent, the uniform-tail share and the fresh-value share
+#: (an id-like field: a rank no entity names; an attribute field: a uniform draw over the field)
+#: are the least-squares fit of the expected distinct values (:func:`gmp.datasets.synth_fit.
+#: expected_distinct`) to the real rows' counts among their first 100, 200, 500 and 1,000 rows and
+#: to the published cardinality at 45,840,617 samples (weight 3), with entity popularity
+#: ``(1 - 0.03) Zipf(1.1) + 0.03 Uniform`` (``python bench/fidelity_bench.py --fit-growth``).
+CRITEO_VOCAB_KNOBS: dict[str, Any] = {
+    **CRITEO_ENTITY_KNOBS,
+    "entity_tail": 0.03,
+    "field_skews": (1.875, 1.055, 1.1, 1.1, 2.482, 3.345, 0.953, 2.087, 4.0, 1.1, 0.886, 1.1, 0.851,
+                   3.255, 0.886, 1.1, 2.649, 0.834, 2.46, 0.6, 1.1, 3.633, 3.167, 1.1, 3.256, 2.412),
+    "field_tails": (0.0, 0.0, 0.3, 0.3, 0.0017, 0.0, 0.0001, 0.0, 0.0, 0.3, 0.0, 0.3, 0.0, 0.0, 0.0,
+                   0.3, 0.0, 0.0, 0.1858, 0.3, 0.3, 0.0, 0.0, 0.3, 0.0192, 0.3824),
+    "field_fresh": (0.0, 0.0, 0.544, 0.1551, 0.0, 0.0, 0.5716, 0.0, 0.0, 0.0636, 0.4561, 0.4678,
+                   0.3991, 0.0, 0.2611, 0.3378, 0.0, 0.0, 0.0, 0.0, 0.4105, 0.0, 0.0, 0.0061,
+                   0.0024, 0.1354),
+}
+
 #: the generative models: ``independent`` (fields drawn independently, with
 #: community locality; issue 13's "before") and ``entities`` (latent entities).
 MODELS = ("independent", "entities")
@@ -239,8 +267,14 @@ PRESETS: dict[str, Preset] = {
     "criteo-kaggle": Preset(
         "criteo-kaggle", CRITEO_KAGGLE_CARDINALITIES, 1_000_000, 10_000,
         description="the 26 Criteo Kaggle categorical fields (33.8M values at --scale 1) + 13 dense, "
-        "latent-entity model with knobs fitted to the public real Criteo rows (docs/synth.md); "
-        f"the real file has {CRITEO_KAGGLE_SAMPLES:,} samples",
+        "latent-entity model with knobs fitted to the public real Criteo rows and to Criteo's vocabulary "
+        f"(distinct values growing to the published counts at {CRITEO_KAGGLE_SAMPLES:,} samples; docs/synth.md)",
+        model="entities", knobs=tuple(CRITEO_VOCAB_KNOBS.items()),
+    ),
+    "criteo-kaggle-entity": Preset(
+        "criteo-kaggle-entity", CRITEO_KAGGLE_CARDINALITIES, 1_000_000, 10_000,
+        description="the default of issue 13 (latent entities fitted to the real Criteo rows at 1,000 rows; "
+        "1.36M distinct values at full size, real Criteo has 33.8M), bit-identical to its old output",
         model="entities", knobs=tuple(CRITEO_ENTITY_KNOBS.items()),
     ),
     "criteo-kaggle-independent": Preset(
@@ -296,6 +330,9 @@ class SynthConfig:
     session_length: int = 1
     session_share: float | tuple[float, ...] = 0.0
     fresh: float = 0.0
+    field_tails: tuple[float, ...] | None = None
+    entity_tail: float | None = None
+    field_fresh: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         cards = tuple(int(c) for c in self.cardinalities)
@@ -383,6 +420,22 @@ class SynthConfig:
             for x in fs:
                 _check_range("field_skews", x, 0.0, 10.0)
             object.__setattr__(self, "field_skews", fs)
+        for name in ("field_tails", "field_fresh"):
+            v = getattr(self, name)
+            if v is not None:
+                v = tuple(float(x) for x in v)
+                if len(v) != nf:
+                    raise DatasetError(f"synth: {name} has {len(v)} entries for {nf} fields.")
+                for x in v:
+                    _check_range(name, x, 0.0, 1.0)
+                object.__setattr__(self, name, v)
+        if self.field_fresh is not None and self.fresh:
+            raise DatasetError(f"synth: `fresh` sets one fresh share for the id-like fields, but this model already "
+                               f"has one per field (field_fresh, the criteo-kaggle preset's); got `fresh` "
+                               f"{self.fresh}. Use `preset` criteo-kaggle-entity for `fresh`.")
+        if self.entity_tail is not None:
+            _check_range("entity_tail", self.entity_tail, 0.0, 1.0)
+            object.__setattr__(self, "entity_tail", float(self.entity_tail))
 
     def field_fidelity(self) -> np.ndarray:
         """Per-field probability that the value is the entity's attribute (0 for independent fields)."""
@@ -395,6 +448,25 @@ class SynthConfig:
         if self.field_skews is None:
             return np.full(self.num_fields, float(self.skew))
         return np.asarray(self.field_skews, dtype=np.float64)
+
+    def tails(self) -> np.ndarray:
+        """Per-field uniform-tail share (``field_tails`` or ``tail`` for every field)."""
+        if self.field_tails is None:
+            return np.full(self.num_fields, float(self.tail))
+        return np.asarray(self.field_tails, dtype=np.float64)
+
+    def fresh_shares(self) -> np.ndarray:
+        """Per-field probability of a fresh value (entity model): ``field_fresh``, or ``fresh`` on the
+        id-like fields (at least as many values as their type has entities, and more) and 0 elsewhere."""
+        if self.field_fresh is not None:
+            out = np.asarray(self.field_fresh, dtype=np.float64).copy()
+        else:
+            out = np.zeros(self.num_fields)
+            for f, (n, t) in enumerate(zip(self.cardinalities, self.field_entity)):
+                if t >= 0 and self.entity_counts[t] < n:
+                    out[f] = float(self.fresh)
+        out[np.asarray(self.field_entity) < 0] = 0.0
+        return out
 
     @property
     def num_fields(self) -> int:
@@ -415,11 +487,17 @@ class SynthConfig:
         if self.model == "independent":
             # dataset.json of the independent model stays as it was before the entity model existed
             for k in ("model", "entity_counts", "entity_skew", "field_entity", "fidelity", "field_skews",
-                      "segments", "coherence", "session_length", "session_share", "fresh"):
+                      "segments", "coherence", "session_length", "session_share", "fresh", "field_tails",
+                      "entity_tail", "field_fresh"):
                 del d[k]
         else:
             if not self.fresh:
                 del d["fresh"]  # dataset.json without the knob stays as it was before it existed
+            for k in ("field_tails", "entity_tail", "field_fresh"):  # likewise (issue 37's knobs)
+                if d[k] is None:
+                    del d[k]
+                elif k != "entity_tail":
+                    d[k] = list(d[k])
             d["entity_counts"] = list(self.entity_counts)
             d["field_entity"] = list(self.field_entity)
             d["fidelity"] = list(self.fidelity) if isinstance(self.fidelity, tuple) else self.fidelity
@@ -477,6 +555,12 @@ def preset_config(preset: str, *, num_samples: int | None = None, scale: float =
             raise DatasetError(f"synth: preset {preset!r} has no community locality (latent-entity model); "
                                "`locality` and `local_threshold` apply to 'criteo-kaggle-independent' and 'tiny'.")
         merged = dict(p.knobs)
+        # one --skew / --tail for every field replaces the preset's per-field fit (issue 37's knobs)
+        if "skew" in knobs:
+            merged.pop("field_skews", None)
+        if "tail" in knobs:
+            merged.pop("field_tails", None)
+            merged.pop("entity_tail", None)
         merged.update(knobs)
         counts = tuple(max(min(c, SCALE_FLOOR), int(round(c * float(scale))))
                        for c in merged.pop("entity_counts"))
@@ -662,7 +746,7 @@ def _generate(start, count, key, wkey, num_comm, locality, tail, skew,
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def _generate_entities(start, count, key, wkey, akey, skey, session_length, session_share, num_comm, tail, fskew, card, offset, perm, gparams,
+def _generate_entities(start, count, key, wkey, akey, skey, session_length, session_share, num_comm, etail, ftail, fskew, card, offset, perm, gparams,
                        ent_count, ent_skew, eparams, field_entity, fidelity, segments, coherence, sparams, value_scale,
                        fresh, dense_mu, dense_coef, comm_shift, comm_bias, b0,
                        ids, dense, logit, label, community, entity):  # pragma: no cover - compiled
@@ -683,11 +767,11 @@ def _generate_entities(start, count, key, wkey, akey, skey, session_length, sess
                     block = np.uint64((start + i) // session_length)
                     s3 = _mix64(skey ^ _mix64(block * np.uint64(64) + np.uint64(t)))
                     s3, u = _uniform(s3)
-                    s3, e = _draw_rank(s3, u, m, tail, ent_skew, eparams[t, 0], eparams[t, 1], eparams[t, 2])
+                    s3, e = _draw_rank(s3, u, m, etail, ent_skew, eparams[t, 0], eparams[t, 1], eparams[t, 2])
                     entity[i, t] = e
                     continue
             state, u = _uniform(state)
-            state, e = _draw_rank(state, u, m, tail, ent_skew, eparams[t, 0], eparams[t, 1], eparams[t, 2])
+            state, e = _draw_rank(state, u, m, etail, ent_skew, eparams[t, 0], eparams[t, 1], eparams[t, 2])
             entity[i, t] = e
         c = entity[i, 0] % num_comm
         community[i] = c
@@ -703,51 +787,61 @@ def _generate_entities(start, count, key, wkey, akey, skey, session_length, sess
                     g = e  # the field names the entity itself (an id-like field)
                     # ... or, with probability fresh, a rank no entity names (uniform): the once-seen
                     # tail. No draw at all when fresh == 0, so older datasets keep their bytes.
-                    if fresh > 0.0 and ent_count[t] < n:
+                    if fresh[f] > 0.0 and ent_count[t] < n:
                         state, u4 = _uniform(state)
-                        if u4 < fresh:
+                        if u4 < fresh[f]:
                             span = n - ent_count[t]
-                            r = np.int64(u4 / fresh * span)
+                            r = np.int64(u4 / fresh[f] * span)
                             g = ent_count[t] + (r if r < span else span - 1)
                 else:
-                    # an attribute shared by many entities: a draw seeded by (field, entity) alone.
-                    # With probability coherence it is drawn inside the slice of ranks of the
-                    # entity's segment (g = r * segments + seg, like the independent model's community
-                    # slices), so the attributes of one entity depend on each other (through its
-                    # segment), not only through repeated entities.
-                    s2 = _mix64(akey ^ _mix64(np.uint64(f) * np.uint64(4294967296) + np.uint64(e)))
-                    sliced = False
-                    if segments > 0:
-                        s2, u3 = _uniform(s2)
-                        sliced = u3 < coherence
-                    s2, u2 = _uniform(s2)
-                    if sliced:
-                        seg = np.int64(_mix64(akey ^ _mix64(np.uint64(e) + np.uint64(t + 1) * np.uint64(4294967296)))
-                                       % np.uint64(segments))
-                        if seg >= n:
-                            g = seg % n
-                        else:
-                            q = n // segments
-                            rem = n - q * segments
-                            size = q + 1 if seg < rem else q
-                            p = 0 if seg < rem else 1
-                            if u2 < tail:
-                                r = np.int64(u2 / tail * size)
-                                if r >= size:
-                                    r = size - 1
+                    # with probability fresh[f] (issue 37; no draw when 0, so older data keep their
+                    # bytes) a fresh value: uniform over the whole field, not the entity's attribute
+                    g = -1
+                    if fresh[f] > 0.0:
+                        state, u4 = _uniform(state)
+                        if u4 < fresh[f]:
+                            g = np.int64(u4 / fresh[f] * n)
+                            if g >= n:
+                                g = n - 1
+                    if g < 0:
+                        # an attribute shared by many entities: a draw seeded by (field, entity) alone.
+                        # With probability coherence it is drawn inside the slice of ranks of the
+                        # entity's segment (g = r * segments + seg, like the independent model's community
+                        # slices), so the attributes of one entity depend on each other (through its
+                        # segment), not only through repeated entities.
+                        s2 = _mix64(akey ^ _mix64(np.uint64(f) * np.uint64(4294967296) + np.uint64(e)))
+                        sliced = False
+                        if segments > 0:
+                            s2, u3 = _uniform(s2)
+                            sliced = u3 < coherence
+                        s2, u2 = _uniform(s2)
+                        if sliced:
+                            seg = np.int64(_mix64(akey ^ _mix64(np.uint64(e) + np.uint64(t + 1) * np.uint64(4294967296)))
+                                           % np.uint64(segments))
+                            if seg >= n:
+                                g = seg % n
                             else:
-                                s2, r = _zipf_rank(s2, size, fskew[f], sparams[f, p, 0], sparams[f, p, 1],
-                                                   sparams[f, p, 2])
-                            g = r * segments + seg
-                    elif u2 < tail:
-                        g = np.int64(u2 / tail * n)
-                        if g >= n:
-                            g = n - 1
-                    else:
-                        s2, g = _zipf_rank(s2, n, fskew[f], gparams[f, 0], gparams[f, 1], gparams[f, 2])
+                                q = n // segments
+                                rem = n - q * segments
+                                size = q + 1 if seg < rem else q
+                                p = 0 if seg < rem else 1
+                                if u2 < ftail[f]:
+                                    r = np.int64(u2 / ftail[f] * size)
+                                    if r >= size:
+                                        r = size - 1
+                                else:
+                                    s2, r = _zipf_rank(s2, size, fskew[f], sparams[f, p, 0], sparams[f, p, 1],
+                                                       sparams[f, p, 2])
+                                g = r * segments + seg
+                        elif u2 < ftail[f]:
+                            g = np.int64(u2 / ftail[f] * n)
+                            if g >= n:
+                                g = n - 1
+                        else:
+                            s2, g = _zipf_rank(s2, n, fskew[f], gparams[f, 0], gparams[f, 1], gparams[f, 2])
             else:
                 state, u = _uniform(state)
-                state, g = _draw_rank(state, u, n, tail, fskew[f], gparams[f, 0], gparams[f, 1], gparams[f, 2])
+                state, g = _draw_rank(state, u, n, ftail[f], fskew[f], gparams[f, 0], gparams[f, 1], gparams[f, 2])
             e_id = offset[f] + perm[offset[f] + g]
             ids[i, f] = e_id
             hw = np.float64(_mix64(wkey ^ _mix64(np.uint64(e_id))) >> _S11) * _TWO_M53
@@ -812,6 +906,9 @@ class SyntheticCTR:
             self.session_share = np.broadcast_to(np.asarray(share, dtype=np.float64),
                                                  (len(cfg.entity_counts),)).copy()
             self.fskew = cfg.skews()
+            self.ftail = cfg.tails()
+            self.etail = float(cfg.tail if cfg.entity_tail is None else cfg.entity_tail)
+            self.fresh = cfg.fresh_shares()
             for f, n in enumerate(cfg.cardinalities):
                 self.gparams[f] = _zipf_params(float(n), self.fskew[f])
             self.ent_count = np.asarray(cfg.entity_counts, dtype=np.int64)
@@ -839,11 +936,11 @@ class SyntheticCTR:
         if cfg.model == "entities":
             ent = np.empty((n, len(cfg.entity_counts)), dtype=np.int32)
             _generate_entities(start, n, self._key, self._wkey, self._akey, self._skey, np.int64(cfg.session_length),
-                               self.session_share, cfg.num_communities, float(cfg.tail),
+                               self.session_share, cfg.num_communities, self.etail, self.ftail,
                                self.fskew, self.card, self.offset, self.perm, self.gparams, self.ent_count,
                                float(cfg.entity_skew), self.eparams, self.field_entity, self.fidelity,
                                np.int64(cfg.segments), float(cfg.coherence), self.sparams, self.value_scale,
-                               float(cfg.fresh), self.dense_mu, self.dense_coef, self.comm_shift, self.comm_bias,
+                               self.fresh, self.dense_mu, self.dense_coef, self.comm_shift, self.comm_bias,
                                float(b0), ids, dense, logit, labels, comm, ent)
             ctr = (1.0 / (1.0 + np.exp(-logit))).astype(np.float32)
             return SynthChunk(start, ids, dense, labels, ctr, logit, comm, ent)
@@ -919,17 +1016,49 @@ def fields_of(config: SynthConfig) -> list[FieldInfo]:
     return out
 
 
+def _min_count_remap(gen: SyntheticCTR, chunk_samples: int, min_count: int
+                     ) -> tuple[np.ndarray, list[FieldInfo], int]:
+    """``gmp data import --min-count``'s cut for a synthetic dataset: a first pass counts every value, then
+    each field gets a rare id (its first id) for the values seen fewer than ``min_count`` times, and its
+    kept values the next ids in id order. Returns the id map (int32 over the generator's ids), the fields
+    and the number of embeddings."""
+    cfg = gen.config
+    counts = np.zeros(cfg.num_embeddings, dtype=np.int64)
+    with task(f"Counting values for --min-count {min_count}", total=cfg.num_samples) as advance:
+        for s0 in range(0, cfg.num_samples, chunk_samples):
+            s1 = min(cfg.num_samples, s0 + chunk_samples)
+            u, c = np.unique(gen.generate(s0, s1).ids, return_counts=True)
+            counts[u] += c
+            advance(s1 - s0)
+    remap = np.empty(cfg.num_embeddings, dtype=np.int32)
+    fields = [f for f in fields_of(cfg) if f.kind == "dense"]
+    base = 0
+    for name, n, off in zip(cfg.field_names, cfg.cardinalities, cfg.offsets):
+        keep = counts[off:off + n] >= min_count
+        remap[off:off + n] = np.where(keep, base + np.cumsum(keep), base)
+        kept = int(keep.sum())
+        fields.append(FieldInfo(name, "categorical", kept + 1, base, missing_id=None, rare_id=base))
+        base += kept + 1
+    return remap, fields, base
+
+
 def synthesize(config: SynthConfig, out: str | os.PathLike, *, chunk_samples: int = 1 << 18,
-               overwrite: bool = False) -> dict[str, Any]:
+               overwrite: bool = False, min_count: int = 1) -> dict[str, Any]:
     """Generate ``config.num_samples`` samples and write a prepared dataset to ``out``.
 
     Memory is bounded by ``chunk_samples`` (plus the permutation tables and
-    the writer's final pass), not by the number of samples. Returns the
-    ``dataset.json`` header.
+    the writer's final pass), not by the number of samples. ``min_count`` > 1
+    cuts the values as ``gmp data import --min-count`` does (a first pass
+    counts them; values seen fewer times share their field's rare id; the ids
+    are renumbered). Returns the ``dataset.json`` header.
     """
     _check_int("`chunk_samples`", chunk_samples, 1)
+    _check_int("`min_count`", min_count, 1)
     cfg = config
     gen = SyntheticCTR(cfg)
+    remap, fields, num_embeddings = None, fields_of(cfg), cfg.num_embeddings
+    if min_count > 1:
+        remap, fields, num_embeddings = _min_count_remap(gen, chunk_samples, min_count)
     n = cfg.num_samples
     num_test = int(round(n * cfg.test_fraction))
     eval_start = n - num_test if num_test else 0
@@ -945,7 +1074,8 @@ def synthesize(config: SynthConfig, out: str | os.PathLike, *, chunk_samples: in
             for s0 in range(0, n, chunk_samples):
                 s1 = min(n, s0 + chunk_samples)
                 ch = gen.generate(s0, s1)
-                w.add(lengths[: s1 - s0], ch.ids.reshape(-1), ch.labels, ch.dense)
+                ids = ch.ids if remap is None else remap[ch.ids]
+                w.add(lengths[: s1 - s0], ids.reshape(-1), ch.labels, ch.dense)
                 comm_out[s0:s1] = ch.community
                 ctr_out[s0:s1] = ch.ctr
                 if s1 > eval_start:
@@ -958,6 +1088,8 @@ def synthesize(config: SynthConfig, out: str | os.PathLike, *, chunk_samples: in
         del comm_out, ctr_out
         bayes_auc = roc_auc(np.concatenate(eval_labels), np.concatenate(eval_ctr))
         synth_meta = cfg.to_json()
+        if min_count > 1:
+            synth_meta["min_count"] = int(min_count)  # absent when 1 (no cut), as before the option
         synth_meta.update({
             "synth_version": SYNTH_VERSION,
             "b0": gen.b0,
@@ -968,8 +1100,8 @@ def synthesize(config: SynthConfig, out: str | os.PathLike, *, chunk_samples: in
         options = {k: synth_meta[k] for k in ("preset", "scale", "seed", "skew", "tail", "num_communities",
                                                "locality", "local_min_values", "test_fraction")}
         meta = w.finish(
-            fields=fields_of(cfg),
-            num_embeddings=cfg.num_embeddings,
+            fields=fields,
+            num_embeddings=num_embeddings,
             source={"format": "synth", "inputs": [], "options": options},
             test_fraction=cfg.test_fraction,
             dedupe=False,
@@ -1020,6 +1152,9 @@ def planted_placement(dataset: PreparedDataset, num_workers: int):
                            "no partition; use a 'criteo-kaggle-independent' or 'tiny' dataset.")
     if num_workers < 1:
         raise DatasetError(f"planted_placement: num_workers must be >= 1, got {num_workers}.")
+    if dataset.meta["synth"].get("min_count", 1) > 1:
+        raise DatasetError(f"planted_placement: {dataset.path} was cut with `min_count` (its ids are renumbered); "
+                           "generate it without `min_count`.")
     gen = SyntheticCTR(cfg, calibrate=False)  # tables only
     community = np.asarray(load_community(dataset))
     sample_worker = (community.astype(np.int64) % num_workers).astype(np.int32)

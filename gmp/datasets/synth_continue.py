@@ -60,6 +60,9 @@ def _root_and_day(prev) -> tuple[SynthConfig, int, dict[str, Any]]:
     if "synth" not in prev.meta:
         raise DatasetError(f"`continue_from` {prev.path}: it was not made by 'gmp data synth' (no 'synth' in its "
                            f"dataset.json); imported data extends with 'gmp data import --extend'.")
+    if prev.meta["synth"].get("min_count", 1) > 1:
+        raise DatasetError(f"`continue_from` {prev.path}: it was cut with `min_count` (its ids are renumbered, so "
+                           f"the next day cannot keep them); continue a day generated without `min_count`.")
     root = config_of(prev)
     return root, 0, {"log_weights": [0.0] * root.num_communities, "next_index": int(prev.num_samples),
                      "cardinalities": list(root.cardinalities)}
