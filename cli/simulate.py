@@ -2,59 +2,21 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Optional
 
 import typer
 
 from ._common import check_seed, console, dataset_argument, echo_json, given, handle_errors
 from ._flags import flag_of, flags_for_params
+from ._options import options
 
 
 def register(app: typer.Typer) -> None:
     @app.command("simulate")
+    @options("simulate")
     @handle_errors
-    def simulate_cmd(
-        ctx: typer.Context,
-        dataset_arg: Optional[Path] = typer.Argument(None, metavar="DATASET", help="Prepared dataset directory."),
-        dataset: Optional[Path] = typer.Option(None, "--dataset",
-                                               help="Deprecated alias of DATASET (kept for old scripts)."),
-        manifest: Optional[Path] = typer.Option(None, "--manifest",
-                                                help="Placement manifest (default: random placement over --workers)."),
-        workers: Optional[int] = typer.Option(None, "--workers", help="Workers (must match the manifest)."),
-        schedule: str = typer.Option("herald", "--schedule",
-                                     help="static (gmp train's default) | naive | herald: every schedule of "
-                                          "gmp train."),
-        shuffle: str = typer.Option("seeded", "--shuffle", help="seeded (SeedSequence([seed, epoch])) | none "
-                                                                "(dataset order), as gmp train --shuffle."),
-        on_demand: Optional[bool] = typer.Option(None, "--on-demand/--no-on-demand",
-                                                 help="On-demand synchronisation (default: on for herald, off for "
-                                                      "naive and static; Herald's paper setting, unlike gmp "
-                                                      "train)."),
-        cache_rows: Optional[int] = typer.Option(None, "--cache-rows",
-                                                 help="Cached rows per worker (default: 10% of the rows the training samples use)."),
-        cache_policy: Optional[str] = typer.Option(None, "--cache-policy", help="lru (default) | lookahead"),
-        lookahead: Optional[int] = typer.Option(None, "--lookahead", help="Look-ahead window in global batches "
-                                                                          "(default 0)."),
-        batch_size: Optional[int] = typer.Option(None, "--batch-size",
-                                                 help="Samples per worker per iteration (default: the manifest's "
-                                                      "plan, else 512)."),
-        embedding_dim: Optional[int] = typer.Option(None, "--embedding-dim",
-                                                    help="Row width for the byte counts (float32; default: the "
-                                                         "manifest's plan, else 16)."),
-        read_only_replicas: Optional[bool] = typer.Option(
-            None, "--read-only-replicas/--writable-replicas",
-            help="Read-only: the trainer's store, non-primary copies are never written locally (with "
-                 "--cache-rows 0 --no-on-demand it predicts gmp train's counts); writable: Herald's cache "
-                 "(default here; gmp train's default is read-only)."),
-        parameter_server: bool = typer.Option(False, "--parameter-server",
-                                              help="Herald's setting: all rows on a separate PS (the manifest's "
-                                                   "primaries are ignored)."),
-        min_frequency: float = typer.Option(0.0, "--min-frequency",
-                                            help="Count only rows used by more than this fraction of the training "
-                                                 "samples (Herald caches frequency > 1e-5)."),
-        seed: int = typer.Option(0, "--seed", help="Seed of the sample order (and of the random placement)."),
-        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    def simulate_cmd(ctx: typer.Context, dataset_arg, dataset, manifest, workers, schedule, shuffle, on_demand,
+                     cache_rows, cache_policy, lookahead, batch_size, embedding_dim, read_only_replicas,
+                     parameter_server, min_frequency, seed, as_json,
     ) -> None:
         """Count the embedding pulls/pushes one epoch incurs under a schedule, without training."""
         from gmp.api import run_simulate

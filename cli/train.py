@@ -5,13 +5,13 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from pathlib import Path
 from typing import Optional
 
 import typer
 
 from cli._common import dataset_argument, given, handle_errors
 from cli._flags import flags_for_params
+from cli._options import options
 from gmp.errors import GmpError, TrainingError
 
 
@@ -112,94 +112,12 @@ def settings_line(spec) -> str:
 
 def register(app: typer.Typer) -> None:
     @app.command("train")
+    @options("train")
     @handle_errors
-    def train_cmd(
-        ctx: typer.Context,
-        dataset_arg: Optional[Path] = typer.Argument(None, metavar="DATASET", help="Prepared dataset directory."),
-        dataset: Optional[Path] = typer.Option(None, "--dataset",
-                                               help="Deprecated alias of DATASET (kept for old scripts)."),
-        manifest: Optional[Path] = typer.Option(None, "--manifest",
-                                                help="Placement manifest ('gmp partition'); without it all rows "
-                                                     "live on one worker."),
-        model: str = typer.Option("wdl", "--model", help="wdl | dcn | deepfm."),
-        engine: Optional[str] = typer.Option(None, "--engine",
-                                             help="local (N workers in this process) | distributed (one worker per "
-                                                  "process of torchrun; the default under torchrun)."),
-        workers: Optional[int] = typer.Option(None, "--workers", help="Must equal the manifest's workers."),
-        schedule: str = typer.Option("static", "--schedule", help="static | naive | herald."),
-        shuffle: str = typer.Option("seeded", "--shuffle", help="seeded (SeedSequence([seed, epoch])) | none "
-                                                                "(dataset order)."),
-        staleness: str = typer.Option("0", "--staleness", help="Bound s on secondary staleness; 0 = synchronous, "
-                                                               "'inf' = refresh only at epoch end."),
-        epochs: int = typer.Option(1, "--epochs"),
-        batch_size: Optional[int] = typer.Option(None, "--batch-size",
-                                                 help="Samples per worker per step (default: the manifest's plan, "
-                                                      "else 512)."),
-        lr: float = typer.Option(0.01, "--lr", help="Learning rate (embeddings and dense layers)."),
-        optimizer: str = typer.Option("adagrad", "--optimizer", help="sgd | adagrad."),
-        embedding_dim: Optional[int] = typer.Option(None, "--embedding-dim",
-                                                    help="Row width (default: the manifest's plan, else 16)."),
-        seed: int = typer.Option(0, "--seed"),
-        hidden: Optional[str] = typer.Option(None, "--hidden",
-                                             help="Widths of the dense layers, e.g. 512,256,128 (default 128,64)."),
-        checkpoint_dir: Optional[Path] = typer.Option(None, "--checkpoint-dir",
-                                                      help="Save a checkpoint here after every epoch."),
-        resume: bool = typer.Option(False, "--resume",
-                                    help="Continue from --checkpoint-dir exactly where it stopped (or, for the next "
-                                         "day's --dataset made with --extend, move its rows to --manifest)."),
-        log_json: Optional[Path] = typer.Option(None, "--log-json",
-                                                help="Append one JSON line per epoch here (each line carries the "
-                                                     "run's id; --resume continues the log's last run)."),
-        log_every: int = typer.Option(0, "--log-every", help="Also log a JSON line every K steps (0 = off)."),
-        lookahead: Optional[int] = typer.Option(None, "--lookahead",
-                                      help="Steps read ahead (default 0 = inline). --table-location host|disk: "
-                                           "the prefetcher loads each step's rows into the device cache in a "
-                                           "background thread and keeps the window's rows cached (cDLRM). "
-                                           "--schedule herald: the scheduler runs this many batches ahead and "
-                                           "the next step's already-final rows are fetched early; also the "
-                                           "window of --cache-policy lookahead."),
-        on_demand: Optional[bool] = typer.Option(None, "--on-demand/--no-on-demand",
-                                       help="--schedule herald (s = 0): keep a worker's updates of rows it is not "
-                                            "primary of until the communication plan, an eviction or the epoch "
-                                            "end needs them (Herald's on-demand synchronisation; default off)."),
-        cache_rows: Optional[int] = typer.Option(None, "--cache-rows",
-                                                 help="Rows of each worker's device cache. --table-location "
-                                                      "host|disk: the cache of its own rows (default: the largest "
-                                                      "step of the run or 10% of its primaries, whichever is "
-                                                      "larger); else --schedule herald (s = 0): rows cached "
-                                                      "beyond its primaries and secondaries (default 0)."),
-        cache_bytes: Optional[int] = typer.Option(None, "--cache-bytes",
-                                                  help="--table-location host|disk: the device cache in bytes "
-                                                       "instead of --cache-rows (a row = value + optimizer "
-                                                       "state)."),
-        table_location: str = typer.Option("device", "--table-location",
-                                           help="device (one table on the worker's device) | host (primaries "
-                                                "and their optimizer state in host memory, a device cache) | "
-                                                "disk (in a file under --tier-dir, a device cache)."),
-        tier_dir: Optional[Path] = typer.Option(None, "--tier-dir",
-                                                help="--table-location disk: directory of the tier files "
-                                                     "(default: the system's temporary directory); removed "
-                                                     "at the end."),
-        cache_policy: Optional[str] = typer.Option(None, "--cache-policy",
-                                                   help="lookahead (default: evict first the rows the next "
-                                                        "--lookahead steps do not use, then LRU; cDLRM) | lru. "
-                                                        "The one device cache's order: own rows and Herald's."),
-        collective_timeout: Optional[float] = typer.Option(None, "--collective-timeout",
-                                                           help="--engine distributed: seconds a collective waits "
-                                                                "for the slowest rank (default: "
-                                                                "GMP_COLLECTIVE_TIMEOUT, else 600)."),
-        read_only_replicas: Optional[bool] = typer.Option(None, "--read-only-replicas/--writable-replicas",
-                                                help="--schedule herald: after a synchronous push only the primary "
-                                                     "is current (read-only) or the writer's copy too (writable, "
-                                                     "Herald's cache; s = 0)."),
-        comm_dtype: Optional[str] = typer.Option(None, "--comm-dtype",
-                                                 help="fp32 | fp16 | bf16: dtype of rows, gradients and the dense "
-                                                      "all-reduce on the wire (default: the table's, float32; "
-                                                      "optimizer state stays float32; exact only at fp32)."),
-        pipeline: bool = typer.Option(False, "--pipeline/--no-pipeline",
-                                      help="s = 0, static/naive schedule: overlap the next step's id exchange and "
-                                           "pulls with this step's compute, and the gradient push with the dense "
-                                           "all-reduce (the same model bit for bit)."),
+    def train_cmd(ctx: typer.Context, dataset_arg, dataset, manifest, model, engine, workers, schedule, shuffle,
+                  staleness, epochs, batch_size, lr, optimizer, embedding_dim, seed, hidden, checkpoint_dir,
+                  resume, log_json, log_every, lookahead, on_demand, cache_rows, cache_bytes, table_location,
+                  tier_dir, cache_policy, collective_timeout, read_only_replicas, comm_dtype, pipeline,
     ) -> None:
         """Train WDL / DCN / DeepFM from a placement manifest (HET-GMP primaries/secondaries, bounded staleness).
 
