@@ -20,6 +20,11 @@ import typer
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: ``gmp data synth``'s generator defaults; its --continue refuses any other value (the next day keeps
+#: PREVIOUS's generator)
+DEFAULT_PRESET = "criteo-kaggle"
+DEFAULT_SCALE = 1.0
+
 
 @dataclass(frozen=True)
 class Opt:
@@ -159,6 +164,69 @@ VARIANTS: dict[str, dict[str, Opt]] = {
                                             "counts); writable: Herald's cache (default here; gmp train's default "
                                             "is read-only)."),
         "seed": _variant("seed", help="Seed of the sample order (and of the random placement)."),
+    },
+    "data synth": {
+        "preset": _opt(str, DEFAULT_PRESET, "--preset",
+                       help="Field layout and model: 'criteo-kaggle' (26 Criteo Kaggle cardinalities, latent-entity "
+                            "model fitted to real Criteo rows and Criteo's vocabulary), 'criteo-kaggle-entity' (its "
+                            "issue-13 version, 1.36M values at full size), 'criteo-kaggle-independent' (the same "
+                            "fields drawn independently, the generator before issue 13) or 'tiny' (8 independent "
+                            "fields, for demos)."),
+        "like": _opt(Optional[Path], None, "--like", metavar="DATASET",
+                     help="Fit the latent-entity model to this prepared dataset's stats (cardinalities, skew, mutual "
+                          "information) instead of a preset."),
+        "samples": _opt(Optional[int], None, "--samples", "-n",
+                        help="Number of samples (default: 1,000,000 for criteo-kaggle, 20,000 for tiny, the "
+                             "dataset's count with --like)."),
+        "scale": _opt(float, DEFAULT_SCALE, "--scale",
+                      help="Multiply every field's cardinality and entity count (a field keeps at least min(its "
+                           "values, 100))."),
+        "seed": _variant("seed", help="Random seed; same seed, same data (any chunk size)."),
+        "skew": _opt(Optional[float], None, "--skew",
+                     help="Zipf exponent of value popularity (default 1.1; criteo-kaggle: fitted per field, which "
+                          "this replaces): higher = more accesses to the top 1% of embeddings, fewer distinct "
+                          "values."),
+        "tail": _opt(Optional[float], None, "--tail",
+                     help="Share of draws spread uniformly over a field's values or a type's entities (default 0.3; "
+                          "criteo-kaggle: fitted per field, which this replaces): higher = more distinct values."),
+        "communities": _opt(Optional[int], None, "--communities",
+                            help="Number of latent communities K (default 64); independent presets: each owns a 1/K "
+                                 "slice of every local field."),
+        "locality": _opt(Optional[float], None, "--locality",
+                         help="Independent presets: probability in [0, 1] that a local field's value comes from the "
+                              "sample's community slice (default 0.7)."),
+        "local_threshold": _opt(Optional[int], None, "--local-threshold",
+                                help="Independent presets: a field is local when its unscaled preset cardinality is "
+                                     ">= this (default: 10,000 for criteo-kaggle-independent, 1,000 for tiny)."),
+        "entity_skew": _opt(Optional[float], None, "--entity-skew",
+                            help="Entity model: Zipf exponent of entity popularity (criteo-kaggle: 1.1)."),
+        "fidelity": _opt(Optional[float], None, "--fidelity",
+                         help="Entity model: probability in [0, 1] that a field shows its entity's attribute (0 = "
+                              "independent fields)."),
+        "coherence": _opt(Optional[float], None, "--coherence",
+                          help="Entity model: probability in [0, 1] that an attribute is shared by the entity's "
+                               "whole segment."),
+        "fresh": _opt(Optional[float], None, "--fresh",
+                      help="Entity model: probability in [0, 1] that an id-like field (at least as many values as "
+                           "its entities) shows a uniformly drawn rarely-seen value instead of its entity (default "
+                           "0; criteo-kaggle has one fitted per field: use criteo-kaggle-entity)."),
+        "min_count": _opt(int, 1, "--min-count",
+                          help="As gmp data import's: values seen fewer times share their field's rare id (1 keeps "
+                               "every value; > 1 costs a first counting pass)."),
+        "test_fraction": _opt(float, 0.1, "--test-fraction", help="The last fraction of samples is the test split."),
+        "chunk_samples": _opt(int, 1 << 18, "--chunk-samples",
+                              help="Samples generated per chunk (bounds memory; does not change the data)."),
+        "continue_from": _opt(Optional[Path], None, "--continue", metavar="PREVIOUS",
+                              help="Make the next day of this synthetic dataset: its ids stay, new values get new "
+                                   "ids after them, community popularity drifts (gmp.datasets.synth_continue). Uses "
+                                   "--samples, --seed (0: PREVIOUS's), --test-fraction, --growth and --drift; the "
+                                   "other knobs come from PREVIOUS."),
+        "growth": _opt(Optional[float], None, "--growth",
+                       help="With --continue: share of new values per field per day (default 0.02)."),
+        "drift": _opt(Optional[float], None, "--drift",
+                      help="With --continue: standard deviation of the daily random-walk step of each community's "
+                           "log-weight (default 0.5)."),
+        "as_json": _variant("as_json", help="Print a JSON summary instead of one line for people."),
     },
 }
 

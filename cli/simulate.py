@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import typer
 
 from ._common import check_seed, console, dataset_argument, echo_json, given, handle_errors

@@ -5,16 +5,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Optional
-
 import typer
 
 from cli._common import check_seed, echo_json, handle_errors, refuse_flags
-
-#: the generator's defaults; --continue refuses any other value (the next day keeps PREVIOUS's generator)
-DEFAULT_PRESET = "criteo-kaggle"
-DEFAULT_SCALE = 1.0
+from cli._options import DEFAULT_PRESET, DEFAULT_SCALE, options  # --continue refuses other values than these
 
 
 def register(data_app: typer.Typer) -> None:
@@ -22,78 +16,11 @@ def register(data_app: typer.Typer) -> None:
     data_app.command("synth")(synth)
 
 
+@options("data synth")
 @handle_errors
-def synth(
-    out: Path = typer.Option(..., "--out", "-o", help="Output directory (a prepared dataset)."),
-    preset: str = typer.Option(DEFAULT_PRESET, "--preset",
-                               help="Field layout and model: 'criteo-kaggle' (26 Criteo Kaggle cardinalities, "
-                                    "latent-entity model fitted to real Criteo rows and Criteo's vocabulary), "
-                                    "'criteo-kaggle-entity' (its issue-13 version, 1.36M values at full size), "
-                                    "'criteo-kaggle-independent' "
-                                    "(the same fields drawn independently, the generator before issue 13) or "
-                                    "'tiny' (8 independent fields, for demos)."),
-    like: Optional[Path] = typer.Option(None, "--like", metavar="DATASET",
-                                        help="Fit the latent-entity model to this prepared dataset's stats "
-                                             "(cardinalities, skew, mutual information) instead of a preset."),
-    samples: Optional[int] = typer.Option(None, "--samples", "-n",
-                                          help="Number of samples (default: 1,000,000 for criteo-kaggle, "
-                                               "20,000 for tiny, the dataset's count with --like)."),
-    scale: float = typer.Option(DEFAULT_SCALE, "--scale", help="Multiply every field's cardinality and entity count (a field keeps at least min(its values, 100))."),
-    seed: int = typer.Option(0, "--seed", help="Random seed; same seed, same data (any chunk size)."),
-    skew: Optional[float] = typer.Option(None, "--skew",
-                                         help="Zipf exponent of value popularity (default 1.1; criteo-kaggle: "
-                                              "fitted per field, which this replaces): higher = more "
-                                              "accesses to the top 1% of embeddings, fewer distinct values."),
-    tail: Optional[float] = typer.Option(None, "--tail",
-                                         help="Share of draws spread uniformly over a field's values or a type's "
-                                              "entities (default 0.3; criteo-kaggle: fitted per field, which "
-                                              "this replaces): higher = more distinct values."),
-    communities: Optional[int] = typer.Option(None, "--communities",
-                                              help="Number of latent communities K (default 64); independent "
-                                                   "presets: each owns a 1/K slice of every local field."),
-    locality: Optional[float] = typer.Option(None, "--locality",
-                                             help="Independent presets: probability in [0, 1] that a local "
-                                                  "field's value comes from the sample's community slice "
-                                                  "(default 0.7)."),
-    local_threshold: Optional[int] = typer.Option(None, "--local-threshold",
-                                                  help="Independent presets: a field is local when its unscaled "
-                                                       "preset cardinality is >= this (default: 10,000 for "
-                                                       "criteo-kaggle-independent, 1,000 for tiny)."),
-    entity_skew: Optional[float] = typer.Option(None, "--entity-skew",
-                                                help="Entity model: Zipf exponent of entity popularity "
-                                                     "(criteo-kaggle: 1.1)."),
-    fidelity: Optional[float] = typer.Option(None, "--fidelity",
-                                             help="Entity model: probability in [0, 1] that a field shows its "
-                                                  "entity's attribute (0 = independent fields)."),
-    coherence: Optional[float] = typer.Option(None, "--coherence",
-                                              help="Entity model: probability in [0, 1] that an attribute is "
-                                                   "shared by the entity's whole segment."),
-    fresh: Optional[float] = typer.Option(None, "--fresh",
-                                          help="Entity model: probability in [0, 1] that an id-like field "
-                                               "(at least as many values as its entities) shows a uniformly "
-                                               "drawn rarely-seen value instead of its entity (default 0; "
-                                               "criteo-kaggle has one fitted per field: use "
-                                               "criteo-kaggle-entity)."),
-    min_count: int = typer.Option(1, "--min-count",
-                                  help="As gmp data import's: values seen fewer times share their field's rare id "
-                                       "(1 keeps every value; > 1 costs a first counting pass)."),
-    test_fraction: float = typer.Option(0.1, "--test-fraction",
-                                        help="The last fraction of samples is the test split."),
-    chunk_samples: int = typer.Option(1 << 18, "--chunk-samples",
-                                      help="Samples generated per chunk (bounds memory; does not change "
-                                           "the data)."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out directory."),
-    continue_from: Optional[Path] = typer.Option(
-        None, "--continue", metavar="PREVIOUS",
-        help="Make the next day of this synthetic dataset: its ids stay, new values get new ids after them, "
-             "community popularity drifts (gmp.datasets.synth_continue). Uses --samples, --seed (0: PREVIOUS's), "
-             "--test-fraction, --growth and --drift; the other knobs come from PREVIOUS."),
-    growth: Optional[float] = typer.Option(None, "--growth", help="With --continue: share of new values per field "
-                                           "per day (default 0.02)."),
-    drift: Optional[float] = typer.Option(None, "--drift", help="With --continue: standard deviation of the daily "
-                                          "random-walk step of each community's log-weight (default 0.5)."),
-    as_json: bool = typer.Option(False, "--json", help="Print a JSON summary instead of one line for people."),
-) -> None:
+def synth(out, preset, like, samples, scale, seed, skew, tail, communities, locality, local_threshold, entity_skew,
+          fidelity, coherence, fresh, min_count, test_fraction, chunk_samples, overwrite, continue_from, growth,
+          drift, as_json) -> None:
     """Generate CTR-like data: latent entities (users, items, contexts) whose attributes the fields
     express, power-law popularity, 13 dense features and labels from a hidden logistic model (its
     Bayes AUC is stored in dataset.json). See docs/synth.md.
