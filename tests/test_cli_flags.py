@@ -66,3 +66,35 @@ def test_the_cli_prints_flags_for_a_message_with_several(tmp_path):
     assert res.exit_code == 2, res.output
     assert res.stderr.strip() == (f"error: --out {out} already exists and is not empty; choose another --out or "
                                   f"pass --overwrite.")
+
+
+def test_the_option_table_spells_each_flag_as_the_flag_map_does():
+    """cli/_options.py declares the flags the commands take, cli/_flags.py the flags messages name: a
+    parameter in both must get one flag, or a message would tell the person to type a flag that is not there."""
+    from cli._options import OPTIONS, VARIANTS
+    from cli._flags import SPECIAL
+
+    declared = [("", n, d) for n, d in OPTIONS.items()] + [(c, n, d) for c, own in VARIANTS.items()
+                                                            for n, d in own.items()]
+    checked = 0
+    for command, name, decl in declared:
+        if decl.decls and (name in FLAGS or name in SPECIAL):
+            assert flag_of(name) == decl.decls[0], (command, name)
+            checked += 1
+    assert checked >= 30  # the table is in use (train's and synth's flags, most of them in FLAGS)
+
+
+def test_a_command_takes_its_declarations_and_its_own_variants():
+    import typer.main
+
+    commands = typer.main.get_command(app).commands
+    train = {p.name: p for p in commands["train"].params}
+    simulate = {p.name: p for p in commands["simulate"].params}
+    synth = {p.name: p for p in commands["data"].commands["synth"].params}
+    # the shared declaration: one flag, one default in both commands
+    assert train["cache_rows"].opts == simulate["cache_rows"].opts == ["--cache-rows"]
+    assert train["batch_size"].default is None and simulate["batch_size"].default is None
+    # simulate's own default (Herald's paper setting), train's the shared one
+    assert (train["schedule"].default, simulate["schedule"].default) == ("static", "herald")
+    assert synth["out"].required and synth["out"].opts == ["--out", "-o"]
+    assert synth["continue_from"].opts == ["--continue"] and synth["chunk_samples"].default == 1 << 18
