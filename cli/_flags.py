@@ -89,9 +89,11 @@ FLAGS = {
     "segments": "--segments",
     "sep": "--sep",
     "skew": "--skew",
+    "split_hour": "--split-hour",
     "table_location": "--table-location",
     "tail": "--tail",
     "test_fraction": "--test-fraction",
+    "test_inputs": "--test-input",
     "threads": "--threads",
     "tol": "--tol",
     "topology": "--topology",
@@ -102,7 +104,8 @@ FLAGS = {
 }
 #: `name=True` / `name=False` of a boolean parameter -> its flag / its negative flag (None: none)
 BOOLEAN_FLAGS = {"overwrite": ("--overwrite", None), "resume": ("--resume", None),
-                 "distributed": ("--distributed", None), "compare_full": ("--compare-full", None)}
+                 "distributed": ("--distributed", None), "compare_full": ("--compare-full", None),
+                 "split_hour": ("--split-hour", "--no-split-hour")}
 
 _NAMED = re.compile(r"`(\w+)(=[^`]*)?`")
 

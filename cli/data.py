@@ -16,7 +16,7 @@ from typing import Any, List, Optional
 
 import typer
 
-from ._common import console, echo_json, handle_errors, refuse_flags
+from ._common import console, echo_json, handle_errors
 
 from gmp.datasets.dispatch import FORMATS
 
@@ -121,12 +121,11 @@ def import_cmd(
     (--min-count). Malformed lines stop the import unless --max-bad-lines
     allows skipping them. See docs/datasets.md.
     """
-    from gmp.datasets.streaming import CommonOptions
-    from gmp.datasets.dispatch import ColumnChoice, recognise_import
-    from gmp.errors import ImportDataError
+    from gmp.api import run_import
+    from gmp.datasets.dispatch import ColumnChoice
+    from gmp.specs import resolve_import
 
     fmt, inputs = split_format(args)
-    # recognition first: a file of another format is named before any flag is checked against FORMAT
     columns = ColumnChoice(
         label=label, label_positive=label_positive, label_threshold=None if label_threshold == 0.5 else label_threshold,
         categorical=tuple(_split_names(cat)) if cat is not None else None, multi=tuple(_split_names(multi)),
@@ -134,35 +133,16 @@ def import_cmd(
         dense_transform=dense_transform, ignore=tuple(_split_names(ignore)), sep=sep)
     extra = _common_flags(test_input=test_input, min_count=min_count, hash_=hash_, max_bad_lines=max_bad_lines,
                           test_fraction=test_fraction, overwrite=overwrite, chunk_mb=chunk_mb, extend=extend)
-    recipe = recognise_import(fmt, inputs, out, columns=columns, extra_args=extra)
-    fmt = recipe.format
-    extra = _format_flags(fmt, split_hour=split_hour, rating_threshold=rating_threshold, ignore=ignore) + extra
-    # Format-specific flags given to another format are mistakes, not silently ignored.
-    given = {
-        "--no-split-hour": not split_hour, "--rating-threshold": rating_threshold != 4.0,
-        "--label": label is not None, "--label-positive": label_positive is not None,
-        "--label-threshold": label_threshold != 0.5, "--cat": cat is not None, "--multi": multi is not None,
-        "--multi-sep": multi_sep != "|", "--dense": dense is not None, "--dense-transform": dense_transform != "log1p",
-        "--ignore": ignore is not None, "--sep": sep is not None,
-    }
-    allowed = {"avazu": {"--no-split-hour"}, "movielens": {"--rating-threshold", "--ignore"},
-               "csv": {"--label", "--label-positive", "--label-threshold", "--cat", "--multi", "--multi-sep",
-                       "--dense", "--dense-transform", "--ignore", "--sep"},
-               "parquet": {"--label", "--label-positive", "--label-threshold", "--cat", "--multi", "--multi-sep",
-                           "--dense", "--dense-transform", "--ignore"}}.get(fmt, set())
-    refuse_flags({flag: on and flag not in allowed for flag, on in given.items()},
-                 f"format {fmt!r}; see 'gmp data import --help'.", ImportDataError)
-    if not 1 <= chunk_mb <= 1024:
-        raise ImportDataError(f"--chunk-mb must be in [1, 1024], got {chunk_mb}.")
-    common = CommonOptions(min_count=min_count, hash_sizes=parse_hash(hash_), max_bad_lines=max_bad_lines,
-                           test_fraction=test_fraction, overwrite=overwrite, chunk_bytes=chunk_mb << 20,
-                           extend=None if extend is None else str(extend))
-    if test_input and test_fraction != 0.1:
-        raise ImportDataError("--test-fraction and --test-input both choose the test set; give one of them.")
+    spec = resolve_import(fmt, inputs, out, test_inputs=test_input, min_count=min_count, hash_sizes=parse_hash(hash_),
+                          max_bad_lines=max_bad_lines, test_fraction=test_fraction, overwrite=overwrite, extend=extend,
+                          chunk_mb=chunk_mb, split_hour=None if split_hour else False,
+                          rating_threshold=None if rating_threshold == 4.0 else rating_threshold, columns=columns,
+                          extra_args=extra)
+    recipe = spec.recipe
+    extra = _format_flags(spec.format, split_hour=split_hour, rating_threshold=rating_threshold, ignore=ignore) + extra
     if recipe.proposed:  # say what was recognised and the command that does the same explicitly
         typer.echo(f"recognised {recipe.description}; running: {recipe.command(inputs, out, extra)}", err=as_json)
-    meta = run_import(fmt, inputs, out, common, test_inputs=test_input, split_hour=split_hour,
-                      rating_threshold=rating_threshold, ignore=ignore, columns=recipe.columns)
+    meta = run_import(spec)
     warning = recipe.numeric_warning(meta)
     if warning:
         typer.echo(warning, err=True)
@@ -227,24 +207,6 @@ def _format_flags(fmt: str, *, split_hour: bool, rating_threshold: float, ignore
         return ((["--rating-threshold", f"{rating_threshold:g}"] if rating_threshold != 4.0 else [])
                 + (["--ignore", shlex.quote(ignore)] if ignore is not None else []))
     return []
-
-
-def run_import(fmt: str, inputs: list[Path], out: Path, common, *, test_inputs=(), split_hour: bool = True,
-               rating_threshold: float = 4.0, ignore: Optional[str] = None, columns=None) -> dict[str, Any]:
-    """The importer of ``fmt`` with the CLI's options (see :func:`gmp.datasets.dispatch.import_dataset`);
-    ``columns`` is the csv/parquet :class:`~gmp.datasets.dispatch.ColumnChoice` of :func:`recognise_import`."""
-    from gmp.datasets.dispatch import import_dataset
-
-    if fmt == "avazu":
-        format_opts: dict[str, Any] = {"split_hour": split_hour}
-    elif fmt == "movielens":
-        format_opts = {"rating_threshold": rating_threshold,
-                       "ignore": None if ignore is None else _split_names(ignore)}
-    elif fmt in ("csv", "parquet"):
-        format_opts = {"options": columns.csv_options()}
-    else:
-        format_opts = {}
-    return import_dataset(fmt, inputs, out, common=common, test_inputs=test_inputs, **format_opts)
 
 
 def dataset_info(path: Path) -> dict[str, Any]:

@@ -67,7 +67,7 @@ def _paths(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Path]
     return [Path(p) for p in paths]
 
 
-def import_dataset(format: str, paths: str | os.PathLike | Sequence[str | os.PathLike], out: str | os.PathLike, *,
+def import_dataset(format: str | None, paths: str | os.PathLike | Sequence[str | os.PathLike], out: str | os.PathLike, *,
                    test_paths: str | os.PathLike | Sequence[str | os.PathLike] = (), min_count: int = 1,
                    hash_sizes: Mapping[str, int] | None = None, max_bad_lines: int = 0, test_fraction: float = 0.1,
                    overwrite: bool = False, extend: str | os.PathLike | None = None, **options: Any):
@@ -77,7 +77,8 @@ def import_dataset(format: str, paths: str | os.PathLike | Sequence[str | os.Pat
     ----------
     format
         One of ``criteo``, ``avazu``, ``movielens``, ``libsvm``, ``libfm``,
-        ``libffm``, ``csv``, ``parquet``.
+        ``libffm``, ``csv``, ``parquet``; ``None``: recognised from the first input, as
+        ``gmp data import`` does (csv/Parquet: the label and dense columns too, when not given).
     paths
         One input file or a list of them (plain or gzip).
     test_paths
@@ -107,32 +108,47 @@ def import_dataset(format: str, paths: str | os.PathLike | Sequence[str | os.Pat
     --------
     >>> ds = gmp.import_dataset("criteo", "train.txt.gz", "data/criteo", min_count=10)  # doctest: +SKIP
     """
-    from .datasets.streaming import CommonOptions
-    from .datasets.dispatch import import_dataset as _import
+    from .datasets.dispatch import ColumnChoice
+    from .datasets.sniff import expand_names
     from .errors import ImportDataError
+    from .params import comma_list
+    from .specs import resolve_import
 
-    fmt = str(format).lower()
-    if fmt not in IMPORT_FORMATS:
+    fmt = None if format is None else str(format).lower()
+    if fmt is not None and fmt not in IMPORT_FORMATS:
         raise ImportDataError(f"import_dataset: format {format!r} is not one of {', '.join(IMPORT_FORMATS)}; "
-                              "pass one of those.")
-    unknown = sorted(set(options) - set(IMPORT_FORMATS[fmt]))
+                              "pass one of those, or None to have the first input recognised.")
+    takes = IMPORT_FORMATS[fmt] if fmt is not None else tuple(sorted({o for v in IMPORT_FORMATS.values() for o in v}))
+    unknown = sorted(set(options) - set(takes))
     if unknown:
-        takes = ", ".join(IMPORT_FORMATS[fmt]) or "no format options"
-        raise ImportDataError(f"import_dataset: format {fmt!r} does not take {', '.join(unknown)}; it takes: {takes}.")
-    common = CommonOptions(min_count=min_count, hash_sizes=dict(hash_sizes or {}), max_bad_lines=max_bad_lines,
-                           test_fraction=test_fraction, overwrite=overwrite,
-                           extend=None if extend is None else str(extend))
-    if fmt in ("csv", "parquet"):
-        from .datasets.csvfmt import CsvOptions
-        from .datasets.sniff import expand_names
-        from .params import comma_list
+        said = ", ".join(takes) or "no format options"
+        raise ImportDataError(f"import_dataset: format {fmt!r} does not take {', '.join(unknown)}; it takes: {said}.")
 
-        for key in ("categorical", "multi", "dense", "ignore"):  # as the CLI: "C1..C26,extra" or a list
-            if options.get(key) is not None:
-                options[key] = expand_names(comma_list(options[key]))
-        options = {"options": CsvOptions(**options)}
-    _import(fmt, _paths(paths), out, common=common, test_inputs=_paths(test_paths) if test_paths else (), **options)
+    def names(key: str) -> tuple[str, ...] | None:  # as the CLI: "C1..C26,extra" or a list
+        value = options.get(key)
+        return None if value is None else tuple(expand_names(comma_list(value)))
+
+    columns = ColumnChoice(label=options.get("label"), label_positive=options.get("label_positive"),
+                           label_threshold=options.get("label_threshold"), categorical=names("categorical"),
+                           multi=names("multi") or (), multi_sep=options.get("multi_sep", "|"), dense=names("dense"),
+                           dense_transform=options.get("dense_transform", "log1p"), ignore=names("ignore") or (),
+                           sep=options.get("sep"))
+    spec = resolve_import(fmt, _paths(paths), out, test_inputs=_paths(test_paths) if test_paths else (),
+                          min_count=min_count, hash_sizes=hash_sizes, max_bad_lines=max_bad_lines,
+                          test_fraction=test_fraction, overwrite=overwrite, extend=extend,
+                          split_hour=options.get("split_hour"), rating_threshold=options.get("rating_threshold"),
+                          columns=columns)
+    run_import(spec)
     return load_dataset(out)
+
+
+def run_import(spec: Any) -> dict[str, Any]:
+    """Run a resolved :class:`gmp.specs.ImportSpec` (``gmp data import`` and :func:`import_dataset`);
+    returns the written ``dataset.json`` header."""
+    from .datasets.dispatch import import_dataset as _import
+
+    return _import(spec.format, list(spec.inputs), spec.out, common=spec.common, test_inputs=spec.test_inputs,
+                   **spec.format_options)
 
 
 def synthesize(out: str | os.PathLike, *, preset: str = "criteo-kaggle", num_samples: int | None = None,

@@ -789,3 +789,99 @@ def resolve_compare(dataset: Any, methods: Any, *, workers: int | None = None, t
                        topology=topo, seed=seed, batch_size=batch_size, embedding_dim=embedding_dim,
                        options=options, isolate=bool(isolate), out=None if out is None else Path(out),
                        overwrite=bool(overwrite), sources=sources)
+
+
+# ------------------------------------------------------------------ import
+#: a value the input's recognition chose (:func:`gmp.datasets.dispatch.recognise_import`)
+RECOGNISED = "recognised"
+#: the format options each import format takes beyond the common ones (the others are refused)
+IMPORT_FORMAT_OPTIONS: dict[str, tuple[str, ...]] = {
+    "avazu": ("split_hour",),
+    "movielens": ("rating_threshold", "ignore"),
+    "csv": ("label", "label_positive", "label_threshold", "categorical", "multi", "multi_sep", "dense",
+            "dense_transform", "ignore", "sep"),
+    "parquet": ("label", "label_positive", "label_threshold", "categorical", "multi", "multi_sep", "dense",
+                "dense_transform", "ignore"),
+}
+#: the order format options given to the wrong format are named in (as the command lists them)
+_IMPORT_OPTION_ORDER = ("split_hour", "rating_threshold", "label", "label_positive", "label_threshold",
+                        "categorical", "multi", "multi_sep", "dense", "dense_transform", "ignore", "sep")
+
+
+@dataclass(frozen=True)
+class ImportSpec:
+    """One import, resolved: the format (given or recognised), the inputs, the common options and the
+    importer's format options; ``recipe`` is what recognition decided (the command it stands for)."""
+
+    format: str
+    inputs: tuple[Path, ...]
+    out: Path
+    test_inputs: tuple[Path, ...]
+    common: Any  # gmp.datasets.streaming.CommonOptions
+    format_options: Mapping[str, Any]
+    recipe: Any  # gmp.datasets.dispatch.ImportRecipe
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def values(self) -> dict[str, Any]:
+        return {"format": self.format, **self.common.to_json()}
+
+
+def resolve_import(format: str | None, inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
+                   test_inputs: Sequence[str | os.PathLike] = (), min_count: int = 1,
+                   hash_sizes: Mapping[str, int] | None = None, max_bad_lines: int = 0,
+                   test_fraction: float | None = None, overwrite: bool = False,
+                   extend: str | os.PathLike | None = None, chunk_mb: int = 16, split_hour: bool | None = None,
+                   rating_threshold: float | None = None, columns: Any = None,
+                   extra_args: Sequence[str] = ()) -> ImportSpec:
+    """Resolve ``gmp data import`` / :func:`gmp.import_dataset`: recognise the first input (the format
+    when ``format`` is None, csv/Parquet's label and dense columns when not given), refuse format options
+    the format does not take, check the common options, and build the importer's options.
+
+    ``columns`` is a :class:`~gmp.datasets.dispatch.ColumnChoice` (csv/Parquet columns and, for
+    movielens, ``ignore``); a format option left ``None`` (or at its ColumnChoice default) is not given.
+    ``extra_args`` are the other flags as typed, repeated in the commands recognition suggests.
+    """
+    from .datasets.dispatch import ColumnChoice, recognise_import
+    from .datasets.streaming import CommonOptions
+    from .errors import ImportDataError
+
+    columns = columns if columns is not None else ColumnChoice()
+    inputs = tuple(Path(p) for p in inputs)
+    # recognition first: a file of another format is named before any option is checked against the format
+    recipe = recognise_import(format, inputs, out, columns=columns, extra_args=extra_args)
+    fmt = recipe.format
+    plain = ColumnChoice()
+    given = {
+        "split_hour": split_hour is False, "rating_threshold": rating_threshold is not None,
+        "label": columns.label is not None, "label_positive": columns.label_positive is not None,
+        "label_threshold": columns.label_threshold is not None, "categorical": columns.categorical is not None,
+        "multi": columns.multi != plain.multi, "multi_sep": columns.multi_sep != plain.multi_sep,
+        "dense": columns.dense is not None, "dense_transform": columns.dense_transform != plain.dense_transform,
+        "ignore": columns.ignore != plain.ignore, "sep": columns.sep is not None,
+    }
+    takes = IMPORT_FORMAT_OPTIONS.get(fmt, ())
+    wrong = [f"`{name}=False`" if name == "split_hour" else f"`{name}`"
+             for name in _IMPORT_OPTION_ORDER if given[name] and name not in takes]
+    if wrong:  # an option of another format is a mistake, not to be ignored
+        raise ImportDataError(f"{', '.join(wrong)} do{'es' if len(wrong) == 1 else ''} not apply to format "
+                              f"{fmt!r}; docs/datasets.md lists each format's options.")
+    if not 1 <= chunk_mb <= 1024:
+        raise ImportDataError(f"`chunk_mb` must be in [1, 1024], got {chunk_mb}.")
+    common = CommonOptions(min_count=min_count, hash_sizes=dict(hash_sizes or {}), max_bad_lines=max_bad_lines,
+                           test_fraction=0.1 if test_fraction is None else test_fraction, overwrite=overwrite,
+                           chunk_bytes=chunk_mb << 20, extend=None if extend is None else str(extend))
+    if test_inputs and test_fraction is not None and test_fraction != 0.1:
+        raise ImportDataError("`test_fraction` and `test_inputs` both choose the test set; give one of them.")
+    if fmt == "avazu":
+        format_options: dict[str, Any] = {"split_hour": split_hour is not False}
+    elif fmt == "movielens":
+        format_options = {"rating_threshold": 4.0 if rating_threshold is None else rating_threshold,
+                          "ignore": list(columns.ignore) if given["ignore"] else None}
+    elif fmt in ("csv", "parquet"):
+        format_options = {"options": recipe.columns.csv_options()}
+    else:
+        format_options = {}
+    sources = {"format": RECOGNISED if "format" in recipe.proposed else USER}
+    sources.update({name: RECOGNISED for name in recipe.proposed if name != "format"})
+    return ImportSpec(fmt, inputs, Path(out), tuple(Path(p) for p in test_inputs), common, format_options, recipe,
+                      sources)

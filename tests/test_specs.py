@@ -298,3 +298,47 @@ def test_report_and_compare_requests_are_checked_once_for_both_doors(planned, tm
     with pytest.raises(PartitionError, match="`out` x.txt: expected a .md, .json or .html file name"):
         resolve_compare(path, "random", workers=2, out="x.txt")
     assert resolve_report(man, batch_size=8).sources["batch_size"] == USER
+
+
+# ------------------------------------------------------------------ import (resolve_import)
+def _recognisable_csv(path: Path) -> Path:
+    """A csv with a header whose label (``click``, the only 0/1 column) and dense column (``price``, numeric,
+    many values) are left for recognition to find."""
+    rng = np.random.default_rng(5)
+    lines = ["click,user,item,price"]
+    for i in range(300):
+        lines.append(f"{int(rng.random() < 0.3)},u{rng.integers(40)},i{rng.integers(25)},{rng.random() * 100:.3f}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_import_with_recognition_is_the_same_dataset_from_python_and_the_cli(tmp_path):
+    src = _recognisable_csv(tmp_path / "clicks.csv")
+    r = CliRunner().invoke(app, ["data", "import", str(src), "--out", str(tmp_path / "cli"), "--min-count", "2"])
+    assert r.exit_code == 0, r.output
+    assert "recognised" in r.output
+    ds = gmp.import_dataset(None, src, tmp_path / "api", min_count=2)  # the format, label and dense recognised
+    by_cli = json.loads((tmp_path / "cli" / "dataset.json").read_text())
+    by_api = json.loads((tmp_path / "api" / "dataset.json").read_text())
+    assert by_api["sha256"] == by_cli["sha256"]
+    kinds = {f["name"]: f["kind"] for f in by_api["fields"]}
+    assert kinds == {"user": "categorical", "item": "categorical", "price": "dense"}  # click: the label
+    assert ds.num_samples == 300
+
+
+def test_resolve_import_names_the_parameter_and_the_cli_the_flag(tmp_path):
+    from gmp.datasets.dispatch import ColumnChoice
+    from gmp.errors import ImportDataError
+    from gmp.specs import RECOGNISED, resolve_import
+
+    src = _recognisable_csv(tmp_path / "clicks.csv")
+    spec = resolve_import(None, [src], tmp_path / "out")
+    assert (spec.format, spec.sources["format"], spec.sources["label"]) == ("csv", RECOGNISED, RECOGNISED)
+    assert spec.format_options["options"].label == "click"
+    with pytest.raises(ImportDataError, match=r"^`split_hour=False` does not apply to format 'csv'"):
+        resolve_import(None, [src], tmp_path / "out", split_hour=False)
+    with pytest.raises(ImportDataError, match=r"`test_fraction` and `test_inputs` both choose"):
+        resolve_import("csv", [src], tmp_path / "out", test_inputs=[tmp_path / "t.csv"], test_fraction=0.2,
+                       columns=ColumnChoice(label="click"))
+    r = CliRunner().invoke(app, ["data", "import", str(src), "--out", str(tmp_path / "o"), "--no-split-hour"])
+    assert r.exit_code == 2 and "error: --no-split-hour does not apply to format 'csv'" in r.output
