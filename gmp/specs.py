@@ -12,13 +12,15 @@ says where each value came from::
         -> resolve_train(...)  -> TrainSpec    -> gmp.api.run_train(spec)
         -> resolve_simulate(...) -> SimulateSpec -> gmp.api.run_simulate(spec)
         -> resolve_export(...) -> ExportSpec   -> gmp.export_torchrec
+        -> resolve_import(...) -> ImportSpec   -> gmp.api.run_import (gmp data import, gmp.import_dataset)
 
 So the same request gives the same run from the command line and from Python. Errors name the
 parameter (``The 'cache_rows' parameter ...``); the CLI words them with its flags
 (``cli/_flags.py``).
 
 Sources (``spec.sources[name]``): :data:`USER`, :data:`PLAN` (the manifest's plan),
-:data:`CHECKPOINT`, :data:`TORCHRUN` (the environment), :data:`DEFAULT`.
+:data:`CHECKPOINT`, :data:`TORCHRUN` (the environment), :data:`DEFAULT`, :data:`RECOGNISED` (the
+input's recognition, imports only).
 """
 
 from __future__ import annotations
