@@ -337,6 +337,8 @@ def _partition(spec: Any, ds: Any):
     opts = method_options(method, dict(spec.options), batch_size=batch_size, embedding_dim=embedding_dim)
     # per_field=True: the fields' first ids; validated here, before the (possibly long) graph and partitioning
     opts = make_options(method, with_field_layout(opts, ds))
+    if method == "hybrid":
+        _check_hybrid_memory(ds, topo.num_workers, opts)
     graph = build_graph(ds)
     with task(f"Partitioning {graph.num_samples:,} samples with {method} on {topo.num_workers} workers"):
         t0 = time.perf_counter()
@@ -346,6 +348,28 @@ def _partition(spec: Any, ds: Any):
                           embedding_dim=embedding_dim, seconds=seconds, peak=peak_rss_bytes(), plots=spec.plots,
                           overwrite=overwrite)
     return load_manifest(out)
+
+
+def _check_hybrid_memory(ds: Any, num_workers: int, options: Any) -> None:
+    """Refuse an in-memory hybrid run whose estimated peak (from the header, before any array is read)
+    exceeds the memory available now (the host's, capped by the memory cgroup): one line naming the
+    estimate, the memory available and the out-of-core path (``chunk_samples``)."""
+    from ._memory import check_memory
+    from .compare import peak_rss_bytes
+    from .errors import PartitionError
+    from .partition.hybrid import peak_memory_bytes
+
+    peak = peak_memory_bytes(ds.num_samples, ds.num_edges, ds.num_embeddings, num_workers, options,
+                             field_sizes=[f.num_values for f in ds.categorical_fields])
+    # the estimate counts the process itself (BASE_BYTES); what it holds now is already allocated
+    need = max(0, peak - min(peak_rss_bytes(), peak // 2))
+    chunk = max(1, min(2_000_000, ds.num_samples // 4))
+    check_memory(need, error=PartitionError, param="chunk_samples",
+                 what=f"`method` hybrid in memory on {ds.num_samples:,} samples, {ds.num_edges:,} edges, "
+                      f"{ds.num_embeddings:,} embeddings and {num_workers} workers (estimated peak "
+                      f"{peak / 2**30:,.1f} GiB)",
+                 fix=f"partition out of core with `chunk_samples` {chunk} (the same hybrid streamed in "
+                     f"blocks; docs/distributed.md), or free memory.")
 
 
 def _load_partitioner(method: str) -> None:

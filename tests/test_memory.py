@@ -249,3 +249,54 @@ def test_a_libffm_file_with_thousands_of_field_numbers_is_refused_before_trainin
     assert re.match(r"^error: --embedding-dim 16 with the dataset's 2,000 fields makes a deep input of 34,000 values "
                     r"per sample that needs about [\d.]+ GiB for model 'dcn' .*re-import with fewer fields",
                     lines[0]), lines[0]
+
+
+@pytest.fixture
+def tiny_cgroup(tmp_path, monkeypatch):
+    """This process seen in a memory cgroup with 64 MiB of room on a host with 64 GiB free."""
+    root = fake_tree(tmp_path / "cg", version=2, path="/tiny", limits={"/tiny": str(GIB)}, usage=GIB - 64 * MIB)
+    monkeypatch.setattr(mem, "ROOT", str(root))
+    monkeypatch.setattr(mem, "host_available", lambda: 64 * GIB)
+
+
+def test_an_in_memory_hybrid_that_cannot_fit_is_refused_before_work(tiny_cgroup, tmp_path):
+    """Issue 37: the in-memory hybrid on a graph bigger than the memory ran until the kernel killed it; its
+    peak is estimated from the header and a run that cannot fit is one line naming the estimate, the memory
+    available and the out-of-core path, before any array is read or any output written."""
+    from train_data import make_ctr_dataset
+
+    path = make_ctr_dataset(tmp_path / "ds", num_samples=40)
+    res = CliRunner().invoke(app, ["partition", str(path), "--method", "hybrid", "--workers", "2", "--no-plots",
+                                   "--out", str(tmp_path / "m")])
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert res.exit_code == 2 and len(lines) == 1, res.output
+    assert re.match(r"^error: --method hybrid in memory on 40 samples, [\d,]+ edges, 23 embeddings and 2 workers "
+                    r"\(estimated peak 0\.5 GiB\) needs about 0\.\d GiB of memory, 0\.1 GiB is available \(the memory "
+                    r"cgroup /tiny limits this process to 1\.0 GiB\); partition out of core with --chunk-samples 10 ",
+                    lines[0]), lines[0]
+    assert not (tmp_path / "m").exists()
+    # the same cgroup: a method that holds no graph-sized state is not refused
+    res = CliRunner().invoke(app, ["partition", str(path), "--method", "random", "--workers", "2", "--no-plots",
+                                   "--out", str(tmp_path / "m")])
+    assert res.exit_code == 0, res.output
+
+
+GIB_KB = GIB / 1024
+
+#: measured peaks (``/usr/bin/time -v``, maximum resident set size, kB) of ``gmp partition DIR --workers 8
+#: --method hybrid --no-plots`` on ``gmp data synth --preset criteo-kaggle --samples N --scale 1 --seed 0``
+#: (docs/synth.md, "Memory pre-check"): samples -> kB
+MEASURED_PEAK_KB = {1_000_000: 2_027_936}
+
+
+@pytest.mark.parametrize("samples", sorted(MEASURED_PEAK_KB))
+def test_the_hybrid_estimate_bounds_the_measured_peak_closely(samples):
+    """The header estimate is at or above the measured peak of the whole command and at most 15% above it."""
+    from gmp.datasets.synth import PRESETS
+    from gmp.partition.hybrid import peak_memory_bytes
+
+    sizes = list(PRESETS["criteo-kaggle"].cardinalities)  # at --scale 1: the header's num_values
+    assert sum(sizes) == 33_762_577
+    est = peak_memory_bytes(samples, 26 * samples, 33_762_577, 8, field_sizes=sizes)
+    measured = MEASURED_PEAK_KB[samples] * 1024
+    assert measured <= est <= 1.15 * measured, (est / GIB, measured / GIB)

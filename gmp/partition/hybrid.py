@@ -645,3 +645,41 @@ def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options:
     if workers.size:
         placement = placement.with_secondaries(indptr, workers)
     return placement
+
+
+#: the process before any array (interpreter, numpy, numba, the CLI; measured 0.3-0.4 GiB) and the
+#: compiled kernels, rounded up
+BASE_BYTES = 1 << 29
+
+
+def peak_memory_bytes(num_samples: int, num_edges: int, num_embeddings: int, num_workers: int,
+                      options: Options | None = None, *, field_sizes: list[int] | None = None) -> int:
+    """Peak resident memory of an in-memory ``gmp partition --method hybrid`` (partitioner and scoring),
+    estimated from the dataset's header before any array is read: the larger of
+
+    * the partitioner: the memory-mapped edges (int32, every page touched) and the working copy the
+      sweeps reorder (int32), per sample its CSR pointer, worker, private count, load and the multilevel
+      candidates' band degree, mask, order and worker (``_multilevel.candidate_bytes``); per used row its
+      ``count`` (int32 [rows, workers]), ``drow`` (float64 [rows, workers padded to 8]), primary and degree,
+      twice when the flat sweep runs beside the multilevel start (``flat_beside_samples``); per id of the
+      header the compaction map and the placement's arrays;
+    * the scoring pass (:func:`gmp.metrics.evaluate`): the mapped edges, per id its degree, primary,
+      secondary pointer and ``held`` word and the per-thread stamps (two threads' worth).
+
+    The rows used are not in the header: ``min(num_embeddings, num_edges)`` bounds them and, where every
+    sample has one value per categorical field (``field_sizes``: their ``num_values``, and ``num_edges`` =
+    fields x samples), so does the sum over the fields of ``min(num_values, num_samples)``. The estimate
+    is then an upper bound, tight where most of the vocabulary occurs (full-size ``criteo-kaggle``: 31.6M
+    of 33.8M rows) and a few percent high on small draws, where the scoring pass's per-id arrays bind
+    (docs/synth.md, "Memory pre-check")."""
+    options = options or Options()
+    s, e, v, n = int(num_samples), int(num_edges), int(num_embeddings), int(num_workers)
+    used = min(v, e)
+    if field_sizes and len(field_sizes) * s == e:
+        used = min(used, sum(min(int(k), s) for k in field_sizes))
+    per_row = 4 * n + 8 * padded_width(n) + 4 + 1 + 8 + 8
+    states = 2 if 0 < options.flat_beside_samples <= s and options.levels > 1 else 1
+    partitioner = (8 * e + (8 + 4 + 4 + 8 + 8) * s + states * per_row * used + (4 + 4 + 8) * v
+                   + (24 * s if options.levels > 1 else 0))
+    scoring = 4 * e + (8 + 4) * s + (8 + 4 + 8 + 8) * v + 2 * 8 * v
+    return BASE_BYTES + max(partitioner, scoring)
