@@ -357,12 +357,19 @@ def _check_hybrid_memory(ds: Any, num_workers: int, options: Any) -> None:
     from ._memory import check_memory
     from .compare import peak_rss_bytes
     from .errors import PartitionError
-    from .partition.hybrid import peak_memory_bytes
+    from ._memory import available_memory
+    from .partition.hybrid import count_used_rows, peak_memory_bytes
 
-    peak = peak_memory_bytes(ds.num_samples, ds.num_edges, ds.num_embeddings, num_workers, options,
-                             field_sizes=[f.num_values for f in ds.categorical_fields])
-    # the estimate counts the process itself (BASE_BYTES); what it holds now is already allocated
-    need = max(0, peak - min(peak_rss_bytes(), peak // 2))
+    def need_of(peak: int) -> int:  # the estimate counts the process itself (BASE_BYTES), held already
+        return max(0, peak - min(peak_rss_bytes(), peak // 2))
+
+    header = (ds.num_samples, ds.num_edges, ds.num_embeddings, num_workers, options)
+    peak = peak_memory_bytes(*header, field_sizes=[f.num_values for f in ds.categorical_fields])
+    if need_of(peak) > available_memory():
+        # the header bounds the rows used (2x high on a 5M draw); count them (one pass over the ids) before
+        # refusing a run that may fit
+        peak = peak_memory_bytes(*header, used_rows=count_used_rows(ds.indices, ds.num_embeddings))
+    need = need_of(peak)
     chunk = max(1, min(2_000_000, ds.num_samples // 4))
     check_memory(need, error=PartitionError, param="chunk_samples",
                  what=f"`method` hybrid in memory on {ds.num_samples:,} samples, {ds.num_edges:,} edges, "
