@@ -366,7 +366,7 @@ def _check_hybrid_memory(ds: Any, num_workers: int, options: Any) -> None:
     header = (ds.num_samples, ds.num_edges, ds.num_embeddings, num_workers, options)
     peak = peak_memory_bytes(*header, field_sizes=[f.num_values for f in ds.categorical_fields])
     if need_of(peak) > available_memory():
-        # the header bounds the rows used (2x high on a 5M draw); count them (one pass over the ids) before
+        # the header bounds the rows used (1.4x high on a 5M draw); count them (one pass over the ids) before
         # refusing a run that may fit
         peak = peak_memory_bytes(*header, used_rows=count_used_rows(ds.indices, ds.num_embeddings))
     need = need_of(peak)

@@ -658,13 +658,15 @@ def peak_memory_bytes(num_samples: int, num_edges: int, num_embeddings: int, num
     """Peak resident memory of an in-memory ``gmp partition --method hybrid`` (partitioner and scoring),
     estimated from the dataset's header before any array is read: the larger of
 
-    * the partitioner: the memory-mapped edges (int32, every page touched) and the working copy the
-      sweeps reorder (int32), per sample its CSR pointer, worker, private count, load and the multilevel
-      candidates' band degree, mask, order and worker (``_multilevel.candidate_bytes``); per used row its
+    * the sweeps: the memory-mapped edges (int32, every page touched) and the working copy the sweeps
+      reorder (int32), per sample its CSR pointer, worker, private count and load; per used row its
       ``count`` (int32 [rows, workers]), ``drow`` (float64 [rows, workers padded to 8]), primary and degree,
       and all but ``drow`` again when the flat sweep runs beside the multilevel start
       (``flat_beside_samples``: both states at once, less the first one's ``drow``); per id of the
       header the compaction map and the placement's arrays;
+    * the multilevel start: the edges and samples as above and its candidates
+      (``_multilevel.candidate_bytes``, two at once where numba has two threads), one finished
+      candidate's placement kept beside them;
     * the scoring pass (:func:`gmp.metrics.evaluate`): the mapped edges, per id its degree, primary,
       secondary pointer and ``held`` word and the per-thread stamps (two threads' worth).
 
@@ -674,7 +676,8 @@ def peak_memory_bytes(num_samples: int, num_edges: int, num_embeddings: int, num
     of ``min(num_values, num_samples)``; tight where most of the vocabulary occurs (full-size
     ``criteo-kaggle``: 31.6M of 33.8M rows), about 2x the used rows on a 5M-sample draw. Calibrated on
     ``criteo-kaggle`` draws (docs/synth.md, "Memory pre-check"): with the used rows counted, 3% above the
-    measured peak of the command at 1M samples and 13% above at 5M."""
+    measured peak of the command at 1M samples and 22% above at 5M; 4% above the 13.9 GiB measured at
+    full size on the entity model (1.36M rows; docs/benchmarks.md)."""
     options = options or Options()
     s, e, v, n = int(num_samples), int(num_edges), int(num_embeddings), int(num_workers)
     used = min(v, e)
@@ -686,8 +689,13 @@ def peak_memory_bytes(num_samples: int, num_edges: int, num_embeddings: int, num
     per_row = 4 * n + drow + 4 + 1 + 8  # count, drow, primary, active flag, degree
     beside = 0 < options.flat_beside_samples <= s and options.levels > 1  # a second count and primary
     partitioner = (8 * e + (8 + 4 + 4 + 8 + 8) * s + (per_row + (4 * n + 4 if beside else 0)) * used
-                   + (4 + 8) * v
-                   + (24 * s if options.levels > 1 else 0))
+                   + (4 + 8) * v)
+    if options.levels > 1:  # the multilevel start: candidates at once (two bands, one per thread) + one kept
+        at_once = max(1, min(2, numba.get_num_threads()))
+        pairs = options.coarse_pairs or ML.default_coarse_pairs(s)
+        multilevel = (8 * e + (8 + 4 + 8) * s + at_once * ML.candidate_bytes(s, used, n, pairs)
+                      + 4 * s + (4 + 4 * n) * used)
+        partitioner = max(partitioner, multilevel)
     scoring = 4 * e + (8 + 4) * s + (8 + 4 + 8 + 8) * v + 2 * 8 * v
     return BASE_BYTES + max(partitioner, scoring)
 
