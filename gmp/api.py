@@ -354,10 +354,9 @@ def _check_hybrid_memory(ds: Any, num_workers: int, options: Any) -> None:
     """Refuse an in-memory hybrid run whose estimated peak (from the header, before any array is read)
     exceeds the memory available now (the host's, capped by the memory cgroup): one line naming the
     estimate, the memory available and the out-of-core path (``chunk_samples``)."""
-    from ._memory import check_memory
+    from ._memory import available_memory, check_memory
     from .compare import peak_rss_bytes
     from .errors import PartitionError
-    from ._memory import available_memory
     from .partition.hybrid import count_used_rows, peak_memory_bytes
 
     def need_of(peak: int) -> int:  # the estimate counts the process itself (BASE_BYTES), held already
@@ -365,9 +364,10 @@ def _check_hybrid_memory(ds: Any, num_workers: int, options: Any) -> None:
 
     header = (ds.num_samples, ds.num_edges, ds.num_embeddings, num_workers, options)
     peak = peak_memory_bytes(*header, field_sizes=[f.num_values for f in ds.categorical_fields])
-    if need_of(peak) > available_memory():
-        # the header bounds the rows used (1.4x high on a 5M draw); count them (one pass over the ids) before
-        # refusing a run that may fit
+    available = available_memory()
+    if need_of(peak) > available and need_of(peak_memory_bytes(*header, used_rows=0)) <= available:
+        # the header bounds the rows used (1.4x high on a 5M draw) and the run may fit with fewer: count them
+        # (one pass over the ids; skipped where even no used row would fit) before refusing
         peak = peak_memory_bytes(*header, used_rows=count_used_rows(ds.indices, ds.num_embeddings))
     need = need_of(peak)
     chunk = max(1, min(2_000_000, ds.num_samples // 4))

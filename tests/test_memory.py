@@ -310,3 +310,43 @@ def test_count_used_rows_reads_the_ids_in_blocks():
 
     ids = np.array([5, 1, 5, 9, 1, 0, 9], dtype=np.int32)
     assert count_used_rows(ids, 12, block=3) == len(set(ids.tolist())) == 4
+
+
+def test_the_used_rows_are_counted_before_a_refusal_and_only_then(monkeypatch):
+    """The header bounds the rows used (22.8M at 5M criteo-kaggle samples, 9.6M used): a run refused by the
+    header estimate but fitting with the rows counted starts; one that cannot fit even with no used row is
+    refused without the pass over the ids."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    import gmp.compare as compare
+    from gmp.api import _check_hybrid_memory
+    from gmp.datasets.synth import PRESETS
+    from gmp.errors import PartitionError
+    from gmp.partition import hybrid
+    from gmp.partition.hybrid import Options, peak_memory_bytes
+
+    sizes = PRESETS["criteo-kaggle"].cardinalities
+    s, e, v = 5_000_000, 26 * 5_000_000, sum(sizes)
+    ids = np.arange(9_587_552, dtype=np.int32)  # stands in for the edges: its distinct ids are the rows used
+    ds = SimpleNamespace(num_samples=s, num_edges=e, num_embeddings=v, indices=ids,
+                         categorical_fields=[SimpleNamespace(num_values=k) for k in sizes])
+    header = peak_memory_bytes(s, e, v, 8, field_sizes=list(sizes))
+    counted = peak_memory_bytes(s, e, v, 8, used_rows=ids.size)
+    assert counted < header
+    monkeypatch.setattr(compare, "peak_rss_bytes", lambda: 0)
+    passes = []
+    real = hybrid.count_used_rows
+    monkeypatch.setattr(hybrid, "count_used_rows", lambda *a, **k: passes.append(1) or real(*a, **k))
+    monkeypatch.setattr(mem, "available_memory", lambda: (counted + header) // 2)
+    _check_hybrid_memory(ds, 8, Options())  # fits once counted
+    assert passes == [1]
+    monkeypatch.setattr(mem, "available_memory", lambda: counted - 1)
+    with pytest.raises(PartitionError, match=rf"\(estimated peak {counted / GIB:.1f} GiB\)") as err:
+        _check_hybrid_memory(ds, 8, Options())
+    assert err.value.param == "chunk_samples" and passes == [1, 1]
+    monkeypatch.setattr(mem, "available_memory", lambda: GIB)  # not even the edges fit: no pass
+    with pytest.raises(PartitionError, match=rf"\(estimated peak {header / GIB:.1f} GiB\)"):
+        _check_hybrid_memory(ds, 8, Options())
+    assert passes == [1, 1]
