@@ -355,12 +355,20 @@ def _check_hybrid_memory(ds: Any, num_workers: int, options: Any) -> None:
     exceeds the memory available now (the host's, capped by the memory cgroup): one line naming the
     estimate, the memory available and the out-of-core path (``chunk_samples``)."""
     from ._memory import available_memory, check_memory
-    from .compare import peak_rss_bytes
     from .errors import PartitionError
-    from .partition.hybrid import count_used_rows, peak_memory_bytes
+    from .partition.hybrid import BASE_BYTES, count_used_rows, peak_memory_bytes
 
-    def need_of(peak: int) -> int:  # the estimate counts the process itself (BASE_BYTES), held already
-        return max(0, peak - min(peak_rss_bytes(), peak // 2))
+    # the estimate counts the process itself (BASE_BYTES), which holds part of that already (its resident
+    # set now, not its peak: hashing the arrays touched their mapped pages)
+    try:
+        import psutil  # noqa: PLC0415 - a dependency of gmp, optional as in gmp._memory
+
+        held = min(BASE_BYTES, psutil.Process().memory_info().rss)
+    except ImportError:  # pragma: no cover
+        held = 0
+
+    def need_of(peak: int) -> int:
+        return max(0, peak - held)
 
     header = (ds.num_samples, ds.num_edges, ds.num_embeddings, num_workers, options)
     peak = peak_memory_bytes(*header, field_sizes=[f.num_values for f in ds.categorical_fields])
