@@ -353,6 +353,8 @@ def _partition(spec: Any, ds: Any):
     opts = method_options(method, dict(spec.options), batch_size=batch_size, embedding_dim=embedding_dim)
     # per_field=True: the fields' first ids; validated here, before the (possibly long) graph and partitioning
     opts = make_options(method, with_field_layout(opts, ds))
+    if method == "hybrid":
+        _check_hybrid_memory(ds, topo.num_workers, opts)
     graph = build_graph(ds)
     with task(f"Partitioning {graph.num_samples:,} samples with {method} on {topo.num_workers} workers"):
         t0 = time.perf_counter()
@@ -362,6 +364,43 @@ def _partition(spec: Any, ds: Any):
                           embedding_dim=embedding_dim, seconds=seconds, peak=peak_rss_bytes(), plots=spec.plots,
                           overwrite=overwrite)
     return load_manifest(out)
+
+
+def _check_hybrid_memory(ds: Any, num_workers: int, options: Any) -> None:
+    """Refuse an in-memory hybrid run whose estimated peak (from the header, before any array is read)
+    exceeds the memory available now (the host's, capped by the memory cgroup): one line naming the
+    estimate, the memory available and the out-of-core path (``chunk_samples``)."""
+    from ._memory import available_memory, check_memory
+    from .errors import PartitionError
+    from .partition.hybrid import BASE_BYTES, count_used_rows, peak_memory_bytes
+
+    # the estimate counts the process itself (BASE_BYTES), which holds part of that already (its resident
+    # set now, not its peak: hashing the arrays touched their mapped pages)
+    try:
+        import psutil  # noqa: PLC0415 - a dependency of gmp, optional as in gmp._memory
+
+        held = min(BASE_BYTES, psutil.Process().memory_info().rss)
+    except ImportError:  # pragma: no cover
+        held = 0
+
+    def need_of(peak: int) -> int:
+        return max(0, peak - held)
+
+    header = (ds.num_samples, ds.num_edges, ds.num_embeddings, num_workers, options)
+    peak = peak_memory_bytes(*header, field_sizes=[f.num_values for f in ds.categorical_fields])
+    available = available_memory()
+    if need_of(peak) > available and need_of(peak_memory_bytes(*header, used_rows=0)) <= available:
+        # the header bounds the rows used (1.4x high on a 5M draw) and the run may fit with fewer: count them
+        # (one pass over the ids; skipped where even no used row would fit) before refusing
+        peak = peak_memory_bytes(*header, used_rows=count_used_rows(ds.indices, ds.num_embeddings))
+    need = need_of(peak)
+    chunk = max(1, min(2_000_000, ds.num_samples // 4))
+    check_memory(need, error=PartitionError, param="chunk_samples",
+                 what=f"`method` hybrid in memory on {ds.num_samples:,} samples, {ds.num_edges:,} edges, "
+                      f"{ds.num_embeddings:,} embeddings and {num_workers} workers (estimated peak "
+                      f"{peak / 2**30:,.1f} GiB)",
+                 fix=f"partition out of core with `chunk_samples` {chunk} (the same hybrid streamed in "
+                     f"blocks; docs/distributed.md), or free memory.")
 
 
 def _load_partitioner(method: str) -> None:

@@ -249,3 +249,104 @@ def test_a_libffm_file_with_thousands_of_field_numbers_is_refused_before_trainin
     assert re.match(r"^error: --embedding-dim 16 with the dataset's 2,000 fields makes a deep input of 34,000 values "
                     r"per sample that needs about [\d.]+ GiB for model 'dcn' .*re-import with fewer fields",
                     lines[0]), lines[0]
+
+
+@pytest.fixture
+def tiny_cgroup(tmp_path, monkeypatch):
+    """This process seen in a memory cgroup with 64 MiB of room on a host with 64 GiB free."""
+    root = fake_tree(tmp_path / "cg", version=2, path="/tiny", limits={"/tiny": str(GIB)}, usage=GIB - 64 * MIB)
+    monkeypatch.setattr(mem, "ROOT", str(root))
+    monkeypatch.setattr(mem, "host_available", lambda: 64 * GIB)
+
+
+def test_an_in_memory_hybrid_that_cannot_fit_is_refused_before_work(tiny_cgroup, tmp_path):
+    """Issue 37: the in-memory hybrid on a graph bigger than the memory ran until the kernel killed it; its
+    peak is estimated from the header and a run that cannot fit is one line naming the estimate, the memory
+    available and the out-of-core path, before any array is read or any output written."""
+    from train_data import make_ctr_dataset
+
+    path = make_ctr_dataset(tmp_path / "ds", num_samples=40)
+    res = CliRunner().invoke(app, ["partition", str(path), "--method", "hybrid", "--workers", "2", "--no-plots",
+                                   "--out", str(tmp_path / "m")])
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert res.exit_code == 2 and len(lines) == 1, res.output
+    assert re.match(r"^error: --method hybrid in memory on 40 samples, [\d,]+ edges, 23 embeddings and 2 workers "
+                    r"\(estimated peak 0\.\d GiB\) needs about 0\.\d GiB of memory, 0\.1 GiB is available \(the memory "
+                    r"cgroup /tiny limits this process to 1\.0 GiB\); partition out of core with --chunk-samples 10 ",
+                    lines[0]), lines[0]
+    assert not (tmp_path / "m").exists()
+    # the same cgroup: a method that holds no graph-sized state is not refused
+    res = CliRunner().invoke(app, ["partition", str(path), "--method", "random", "--workers", "2", "--no-plots",
+                                   "--out", str(tmp_path / "m")])
+    assert res.exit_code == 0, res.output
+
+
+#: measured peaks (``/usr/bin/time -v``, maximum resident set size, kB) of ``gmp partition DIR --workers 8
+#: --method hybrid --no-plots`` on ``gmp data synth --preset criteo-kaggle --samples N --scale 1 --seed 0``
+#: and the rows that draw uses (the report's active embeddings; docs/synth.md, "Memory pre-check")
+MEASURED = {1_000_000: (2_027_936, 2_574_753), 5_000_000: (3_164_572, 9_587_552)}
+
+
+@pytest.mark.parametrize("samples", sorted(MEASURED))
+def test_the_hybrid_estimate_bounds_the_measured_peak(samples):
+    """With the used rows counted (what decides a refusal) the estimate is at or above the measured peak of
+    the whole command and at most 25% above it; from the header alone it is an upper bound."""
+    from gmp.datasets.synth import PRESETS
+    from gmp.partition.hybrid import peak_memory_bytes
+
+    sizes = list(PRESETS["criteo-kaggle"].cardinalities)  # at --scale 1: the header's num_values
+    assert sum(sizes) == 33_762_577
+    kb, used = MEASURED[samples]
+    measured = kb * 1024
+    counted = peak_memory_bytes(samples, 26 * samples, 33_762_577, 8, used_rows=used)
+    assert measured <= counted <= 1.25 * measured, (counted / GIB, measured / GIB)
+    assert counted <= peak_memory_bytes(samples, 26 * samples, 33_762_577, 8, field_sizes=sizes)
+
+
+def test_count_used_rows_reads_the_ids_in_blocks():
+    import numpy as np
+
+    from gmp.partition.hybrid import count_used_rows
+
+    ids = np.array([5, 1, 5, 9, 1, 0, 9], dtype=np.int32)
+    assert count_used_rows(ids, 12, block=3) == len(set(ids.tolist())) == 4
+
+
+def test_the_used_rows_are_counted_before_a_refusal_and_only_then(monkeypatch):
+    """The header bounds the rows used (22.8M at 5M criteo-kaggle samples, 9.6M used): a run refused by the
+    header estimate but fitting with the rows counted starts; one that cannot fit even with no used row is
+    refused without the pass over the ids."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    import psutil
+    from gmp.api import _check_hybrid_memory
+    from gmp.datasets.synth import PRESETS
+    from gmp.errors import PartitionError
+    from gmp.partition import hybrid
+    from gmp.partition.hybrid import Options, peak_memory_bytes
+
+    sizes = PRESETS["criteo-kaggle"].cardinalities
+    s, e, v = 5_000_000, 26 * 5_000_000, sum(sizes)
+    ids = np.arange(9_587_552, dtype=np.int32)  # stands in for the edges: its distinct ids are the rows used
+    ds = SimpleNamespace(num_samples=s, num_edges=e, num_embeddings=v, indices=ids,
+                         categorical_fields=[SimpleNamespace(num_values=k) for k in sizes])
+    header = peak_memory_bytes(s, e, v, 8, field_sizes=list(sizes))
+    counted = peak_memory_bytes(s, e, v, 8, used_rows=ids.size)
+    assert counted < header
+    monkeypatch.setattr(psutil.Process, "memory_info", lambda self: SimpleNamespace(rss=0))
+    passes = []
+    real = hybrid.count_used_rows
+    monkeypatch.setattr(hybrid, "count_used_rows", lambda *a, **k: passes.append(1) or real(*a, **k))
+    monkeypatch.setattr(mem, "available_memory", lambda: (counted + header) // 2)
+    _check_hybrid_memory(ds, 8, Options())  # fits once counted
+    assert passes == [1]
+    monkeypatch.setattr(mem, "available_memory", lambda: counted - 1)
+    with pytest.raises(PartitionError, match=rf"\(estimated peak {counted / GIB:.1f} GiB\)") as err:
+        _check_hybrid_memory(ds, 8, Options())
+    assert err.value.param == "chunk_samples" and passes == [1, 1]
+    monkeypatch.setattr(mem, "available_memory", lambda: GIB)  # not even the edges fit: no pass
+    with pytest.raises(PartitionError, match=rf"\(estimated peak {header / GIB:.1f} GiB\)"):
+        _check_hybrid_memory(ds, 8, Options())
+    assert passes == [1, 1]

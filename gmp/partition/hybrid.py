@@ -645,3 +645,65 @@ def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options:
     if workers.size:
         placement = placement.with_secondaries(indptr, workers)
     return placement
+
+
+#: the process before any array (interpreter, numpy, numba, the CLI; measured 0.3-0.4 GiB) and the
+#: compiled kernels, rounded up
+BASE_BYTES = 1 << 29
+
+
+def peak_memory_bytes(num_samples: int, num_edges: int, num_embeddings: int, num_workers: int,
+                      options: Options | None = None, *, field_sizes: list[int] | None = None,
+                      used_rows: int | None = None) -> int:
+    """Peak resident memory of an in-memory ``gmp partition --method hybrid`` (partitioner and scoring),
+    estimated from the dataset's header before any array is read: the larger of
+
+    * the sweeps: the memory-mapped edges (int32, every page touched) and the working copy the sweeps
+      reorder (int32), per sample its CSR pointer, worker, private count and load; per used row its
+      ``count`` (int32 [rows, workers]), ``drow`` (float64 [rows, workers padded to 8]), primary and degree,
+      and all but ``drow`` again when the flat sweep runs beside the multilevel start
+      (``flat_beside_samples``: both states at once, less the first one's ``drow``); per id of the
+      header the compaction map and the placement's arrays;
+    * the multilevel start: the edges and samples as above and its candidates
+      (``_multilevel.candidate_bytes``, two at once where numba has two threads), one finished
+      candidate's placement kept beside them;
+    * the scoring pass (:func:`gmp.metrics.evaluate`): the mapped edges, per id its degree, primary,
+      secondary pointer and ``held`` word and the per-thread stamps (two threads' worth).
+
+    ``used_rows``: the ids that occur, if counted (:func:`count_used_rows`). Else the header bounds them:
+    ``min(num_embeddings, num_edges)`` and, where every sample has one value per categorical field
+    (``field_sizes``: their ``num_values``, and ``num_edges`` = fields x samples), the sum over the fields
+    of ``min(num_values, num_samples)``; tight where most of the vocabulary occurs (full-size
+    ``criteo-kaggle``: 31.6M of 33.8M rows), about 2x the used rows on a 5M-sample draw. Calibrated on
+    ``criteo-kaggle`` draws (docs/synth.md, "Memory pre-check"): with the used rows counted, 3% above the
+    measured peak of the command at 1M samples and 22% above at 5M; 4% above the 13.9 GiB measured at
+    full size on the entity model (1.36M rows; docs/benchmarks.md)."""
+    options = options or Options()
+    s, e, v, n = int(num_samples), int(num_edges), int(num_embeddings), int(num_workers)
+    used = min(v, e)
+    if used_rows is not None:
+        used = min(used, int(used_rows))
+    elif field_sizes and len(field_sizes) * s == e:
+        used = min(used, sum(min(int(k), s) for k in field_sizes))
+    drow = 8 * padded_width(n)
+    per_row = 4 * n + drow + 4 + 1 + 8  # count, drow, primary, active flag, degree
+    beside = 0 < options.flat_beside_samples <= s and options.levels > 1  # a second count and primary
+    partitioner = (8 * e + (8 + 4 + 4 + 8 + 8) * s + (per_row + (4 * n + 4 if beside else 0)) * used
+                   + (4 + 8) * v)
+    if options.levels > 1:  # the multilevel start: candidates at once (two bands, one per thread) + one kept
+        at_once = max(1, min(2, numba.get_num_threads()))
+        pairs = options.coarse_pairs or ML.default_coarse_pairs(s)
+        multilevel = (8 * e + (8 + 4 + 8) * s + at_once * ML.candidate_bytes(s, used, n, pairs)
+                      + 4 * s + (4 + 4 * n) * used)
+        partitioner = max(partitioner, multilevel)
+    scoring = 4 * e + (8 + 4) * s + (8 + 4 + 8 + 8) * v + 2 * 8 * v
+    return BASE_BYTES + max(partitioner, scoring)
+
+
+def count_used_rows(indices: np.ndarray, num_embeddings: int, *, block: int = 1 << 26) -> int:
+    """The number of distinct ids in ``indices`` (a memory-mapped edge array, read in blocks): one pass,
+    ``num_embeddings`` bytes of flags."""
+    seen = np.zeros(int(num_embeddings), dtype=np.bool_)
+    for start in range(0, indices.size, block):
+        seen[indices[start:start + block]] = True
+    return int(np.count_nonzero(seen))
