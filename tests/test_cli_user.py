@@ -72,13 +72,19 @@ def test_flags_show_no_type_in_help():
 
 
 # ------------------------------------------------------------------ item 3: the JSON log
+def epoch_lines(log):
+    """The log's epoch records (each start of a run also writes a settings line)."""
+    return [r for r in log_lines(log) if r["kind"] == "epoch"]
+
+
 def test_log_json_appends_with_a_run_id_per_line(ds, tmp_path):
     log = tmp_path / "train.jsonl"
     for _ in range(2):
         assert runner.invoke(app, ["train", str(ds), *TRAIN, "--log-json", str(log)]).exit_code == 0
-    lines = log_lines(log)
-    assert len(lines) == 2 and all(isinstance(r["run"], str) and len(r["run"]) == 12 for r in lines)
-    assert lines[0]["run"] != lines[1]["run"]
+    lines = log_lines(log)  # each run: its settings line, then its epoch line
+    assert [r["kind"] for r in lines] == ["settings", "epoch"] * 2
+    assert all(isinstance(r["run"], str) and len(r["run"]) == 12 for r in lines)
+    assert lines[0]["run"] == lines[1]["run"] != lines[2]["run"] == lines[3]["run"]
 
 
 def test_resume_continues_the_last_run_and_keeps_the_others(ds, tmp_path):
@@ -87,7 +93,7 @@ def test_resume_continues_the_last_run_and_keeps_the_others(ds, tmp_path):
     args = ["train", str(ds), "--epochs", "2", "--batch-size", "32", "--embedding-dim", "2", "--log-json", str(log),
             "--checkpoint-dir", str(ck)]
     assert runner.invoke(app, args).exit_code == 0
-    before = log_lines(log)
+    before = epoch_lines(log)
     # a crash after the last epoch's line but before its checkpoint: that line is written again on resume
     latest = ck / "latest"
     target = latest.resolve()
@@ -97,7 +103,7 @@ def test_resume_continues_the_last_run_and_keeps_the_others(ds, tmp_path):
     latest.symlink_to(previous[-1].name)
     res = runner.invoke(app, args + ["--resume"])
     assert res.exit_code == 0, res.output
-    after = log_lines(log)
+    after = epoch_lines(log)
     assert len(after) == len(before) == 3
     assert after[0] == before[0]  # the other run's line is untouched
     assert {r["run"] for r in after[1:]} == {before[1]["run"]}  # the resumed run keeps its id
