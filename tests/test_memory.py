@@ -141,14 +141,20 @@ def test_a_huge_embedding_dim_is_refused_against_the_cgroup_before_training(smal
 def test_a_worker_count_whose_matrices_cannot_fit_is_one_line(small_cgroup, tmp_path, flags, count):
     """2,000 workers: 2,000 x 2,000 cost and traffic matrices (report.json read back) do not fit in 256 MiB;
     2**63 workers was a traceback, 1,000,000 a generic "out of memory" naming nothing."""
+    _, line = refused_partition(tmp_path, flags)
+    assert re.match(rf"^error: (topology|--workers) \S+: {count} workers \({count} x {count} cost and traffic "
+                    r"matrices\) needs about [\d,.]+ GiB of memory, 0\.2 GiB is available", line), line
+
+
+def refused_partition(tmp_path, flags):
+    """``gmp partition`` of a 40-sample dataset with ``flags``: (the dataset, its one ``error:`` line)."""
     from train_data import make_ctr_dataset
 
     path = make_ctr_dataset(tmp_path / "ds", num_samples=40)
     res = CliRunner().invoke(app, ["partition", str(path), "--method", "random", *flags, "--out", str(tmp_path / "m")])
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
     assert res.exit_code == 2 and len(lines) == 1, res.output
-    assert re.match(rf"^error: (topology|--workers) \S+: {count} workers \({count} x {count} cost and traffic "
-                    r"matrices\) needs about [\d,.]+ GiB of memory, 0\.2 GiB is available", lines[0]), lines[0]
+    return path, lines[0]
 
 
 @pytest.mark.parametrize("flags,what", [(["--workers", "9"], "--workers 9"), (["--topology", "3x3"], "topology 3x3"),
@@ -158,15 +164,11 @@ def test_a_worker_count_whose_json_no_reader_could_parse_is_one_line(tmp_path, m
     matrices as JSON) that ``gmp report`` could not read in 4 GB: the count is refused before any work.
     The limit is lowered to 8 here so that the test makes no big matrix."""
     import gmp.topology as topology
-    from train_data import make_ctr_dataset
 
     monkeypatch.setattr(topology, "MAX_PLACEMENT_WORKERS", 8)
-    path = make_ctr_dataset(tmp_path / "ds", num_samples=40)
-    res = CliRunner().invoke(app, ["partition", str(path), "--method", "random", *flags, "--out", str(tmp_path / "m")])
-    lines = [ln for ln in res.output.splitlines() if ln.strip()]
-    assert res.exit_code == 2 and len(lines) == 1, res.output
+    path, line = refused_partition(tmp_path, flags)
     assert re.match(rf"^error: {what}: 9 workers would write about [\d.]+ GB of N x N matrices .* as JSON into "
-                    r"manifest\.json and report\.json, .*at most 8 workers", lines[0]), lines[0]
+                    r"manifest\.json and report\.json, .*at most 8 workers", line), line
     assert not (tmp_path / "m").exists()
     res = CliRunner().invoke(app, ["partition", str(path), "--method", "random", "--workers", "8", "--out",
                                    str(tmp_path / "m"), "--no-plots"])
