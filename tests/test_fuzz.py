@@ -380,7 +380,7 @@ def test_fuzz_fifo_log_does_not_hang(pipeline, tmp_path):
     reader.join(10)
     assert res.exit_code == 0, res.output
     records = [json.loads(line) for line in got[0].decode().splitlines()]
-    assert [r["kind"] for r in records] == ["epoch"] and records[0]["epoch"] == 1
+    assert [r["kind"] for r in records] == ["settings", "epoch"] and records[1]["epoch"] == 1
 
 
 # --------------------------------------------------------------------------- issue 38: loops, nested parquet, headers

@@ -340,8 +340,8 @@ def test_cli_table_location_flags(ctr, tmp_path):
     out = CliRunner().invoke(app, [*args, "--table-location", "disk", "--tier-dir", str(tmp_path / "tiers"),
                                    "--cache-bytes", "4000", "--lookahead", "8", "--log-json", str(tmp_path / "t.jsonl")])
     assert out.exit_code == 0, out.output
-    d = json.loads((tmp_path / "d.jsonl").read_text())
-    t = json.loads((tmp_path / "t.jsonl").read_text())
+    d = json.loads((tmp_path / "d.jsonl").read_text().splitlines()[-1])  # the epoch line, after the settings
+    t = json.loads((tmp_path / "t.jsonl").read_text().splitlines()[-1])
     assert t["test_auc"] == d["test_auc"] and t["train_loss"] == d["train_loss"]
     assert t["tiers"]["cache_rows"] == 4000 // (4 * 5 * 2) and t["tiers"]["lookahead"] == 8
     assert not list((tmp_path / "tiers").glob("*.rows"))  # the disk tier's file is removed
