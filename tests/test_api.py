@@ -110,7 +110,7 @@ def test_an_opened_manifest_is_checked_against_the_dataset(tiny_dataset, tmp_pat
 
     m = gmp.load_manifest(gmp.partition_dataset(tiny_dataset, "random", tmp_path / "m", workers=2, batch_size=2,
                                                 plots=False).path)
-    other = gmp.synthesize(tmp_path / "other", num_samples=300, seed=1)
+    other = gmp.synthesize(tmp_path / "other", preset="tiny", num_samples=300, seed=1)
     for call in (lambda: gmp.simulate_epoch(other, m, schedule="static"),
                  lambda: gmp.make_report(m, dataset=other),
                  lambda: gmp.export_torchrec(m, tmp_path / "x", dataset=other)):
