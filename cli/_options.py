@@ -79,9 +79,9 @@ OPTIONS: dict[str, Opt] = {
     "resume": _opt(bool, False, "--resume", help="Continue from --checkpoint-dir exactly where it stopped (or, for "
                                                  "the next day's --dataset made with --extend, move its rows to "
                                                  "--manifest)."),
-    "log_json": _opt(Optional[Path], None, "--log-json", help="Append one JSON line per epoch here (each line "
-                                                              "carries the run's id; --resume continues the log's "
-                                                              "last run)."),
+    "log_json": _opt(Optional[Path], None, "--log-json", help="Append one JSON line per epoch here, after a "
+                                                              "settings line per start (each line carries the "
+                                                              "run's id; --resume continues the log's last run)."),
     "log_every": _opt(int, 0, "--log-every", help="Also log a JSON line every K steps (0 = off)."),
     "lookahead": _opt(Optional[int], None, "--lookahead",
                       help="Steps read ahead (default 0 = inline). --table-location host|disk: the prefetcher loads "

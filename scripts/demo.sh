@@ -26,5 +26,5 @@ echo
 echo "Open:"
 echo "  $OUT/manifest-hybrid/report.html   the hybrid placement's quality report (also report.md)"
 echo "  $OUT/compare.md                     the partitioners side by side"
-echo "  $OUT/train.jsonl                    the training run's records (one JSON line per epoch)"
+echo "  $OUT/train.jsonl                    the training run's settings, then one JSON line per epoch"
 echo "Next, your own data: README.md, \"Your own data\"."
