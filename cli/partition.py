@@ -9,7 +9,6 @@ Thin: parse flags, resolve them with :mod:`gmp.specs` (``resolve_partition``, ``
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any, Optional
@@ -179,82 +178,27 @@ def report(
                                    "(without it gmp only replaces the manifest's own report)."),
 ) -> None:
     """Validate a placement manifest and print (md, json) or write (html) its quality report."""
-    from gmp.datasets.format import load_dataset
-    from gmp.manifest import load_manifest
-    from gmp.progress import task
-    from gmp.report import render, report_from_manifest, write_html_file, write_report
+    from gmp.api import run_report
+    from gmp.report import render, write_html_file
     from gmp.specs import resolve_report
 
     from ._flags import flags_for_params
 
-    from gmp._io import atomic_directory, check_output_dir, claim_output
-
     with flags_for_params():
-        resolve_report(manifest, dataset=dataset, format=fmt, out=out, batch_size=batch_size,
-                       embedding_dim=embedding_dim, plots=not no_plots, overwrite=overwrite)
-    to_dir = out is not None and str(out) != "-"
-    new_dir = to_dir and not (out.is_dir() and not out.is_symlink())
-    if new_dir:
-        check_output_dir(out, kind="gmp.report")  # a new directory, claimed (an existing one receives the files)
-    ds = load_dataset(dataset) if dataset is not None else None
-    with task("Validating manifest"):
-        m = load_manifest(manifest, dataset=ds)
-    if to_dir and not new_dir:
-        claim = claim_output(out)  # one writer at a time
-        _check_report_target(out, m, batch_size=batch_size, embedding_dim=embedding_dim)
-        _check_report_files(out, m, fmt, plots=not no_plots, overwrite=overwrite)
-    with task("Computing metrics" if ds is not None else "Reading report"):
-        rep = report_from_manifest(m, dataset=ds, batch_size=batch_size, embedding_dim=embedding_dim)
+        spec = resolve_report(manifest, dataset=dataset, format=fmt, out=out, batch_size=batch_size,
+                              embedding_dim=embedding_dim, plots=not no_plots, overwrite=overwrite)
+        rep, m, names = run_report(spec)
     total = m.placement.num_secondaries  # the manifest's count, shown beside the report's when they differ
     if fmt == "html" and out is None:  # a page of inlined PNGs is for a browser, not a terminal
         page = write_html_file(Path(manifest) / "report.html", rep, plots=not no_plots, placement_secondaries=total)
         typer.echo(f"wrote {page}")
         return
-    if new_dir:  # built aside and moved in: a directory someone makes there meanwhile stays theirs
-        with atomic_directory(out, kind="gmp.report") as tmp:
-            names = write_report(tmp, rep, formats=(fmt,), plots=not no_plots, placement_secondaries=total)
-    elif to_dir:
-        claim.check()  # still the directory checked above
-        names = write_report(out, rep, formats=(fmt,), plots=not no_plots, placement_secondaries=total)
-    if to_dir:
+    if names is not None:
         typer.echo(f"wrote {', '.join(str(Path(out) / n) for n in names)}")
         return
     if fmt == "md":
         rep["plots"] = []  # plot files are not next to stdout; use --out for them
     typer.echo(render(rep, fmt, plots=not no_plots, placement_secondaries=total))
-
-
-def _check_report_target(out: Path, m, **given: int | None) -> None:
-    """Refuse ``gmp report --out`` into a directory whose report files belong to something else: a dataset,
-    another manifest, or this manifest when the report is recomputed for another batch or width (its own
-    report.json is what ``gmp report MANIFEST`` reads back)."""
-    from gmp._io import KIND_NAMES, output_kind
-    from gmp.errors import OutputError
-
-    kind = output_kind(out)
-    own = os.path.realpath(out) == os.path.realpath(m.path)
-    if kind == "gmp.dataset" or (kind == "gmp.placement" and not own):
-        raise OutputError(f"--out {out} is {KIND_NAMES[kind]}; its files are not this report's: write it elsewhere.")
-    differ = m.plan.differences(**given)
-    if own and differ:
-        raise OutputError(f"--out {out} is the manifest itself: its own report would be replaced by one for "
-                          f"{', '.join(differ)}; write it elsewhere.")
-
-
-def _check_report_files(out: Path, m, fmt: str, *, plots: bool, overwrite: bool) -> None:
-    """Refuse, without ``--overwrite``, ``gmp report --out DIR`` over report files in a directory other than
-    the manifest itself: they are someone's (another report, a page of their own), not this manifest's."""
-    from gmp.errors import OutputError
-    from gmp.report import PLOT_FILES
-
-    if out.resolve() == Path(m.path).resolve() or overwrite:
-        return
-    names = [f"report.{fmt}", *(PLOT_FILES.values() if plots else ())]
-    there = [n for n in names if (out / n).exists() or (out / n).is_symlink()]
-    if there:
-        shown = ", ".join(there)
-        raise OutputError(f"--out {out} already holds {shown}, which this report would replace; pass --overwrite to "
-                          f"replace {'it' if len(there) == 1 else 'them'}, or choose another --out.")
 
 
 def compare(

@@ -735,13 +735,15 @@ def _repartition(spec: Any, ds: Any):
 
 def make_report(manifest: Any, *, dataset: Any = None, batch_size: int | None = None,
                 embedding_dim: int | None = None, out: str | os.PathLike | None = None,
-                formats: Sequence[str] = ("md", "html"), plots: bool = True):
+                formats: Sequence[str] = ("md", "html"), plots: bool = True, overwrite: bool = False):
     """The quality report of a manifest (``gmp report``).
 
     Without ``dataset`` the stored report.json is re-rendered (after checking
     it against the arrays); with it every metric is recomputed. With ``out``
     the report files (``report.md``, ``report.html``, ``report.json``, PNGs)
-    are written there too.
+    are written there too, as ``gmp report --out`` writes them: a new directory
+    is built aside and moved in; into an existing one, report files gmp did
+    not write there are replaced only with ``overwrite=True``.
 
     Returns
     -------
@@ -750,19 +752,93 @@ def make_report(manifest: Any, *, dataset: Any = None, batch_size: int | None = 
         ``.headline``; shown as rendered Markdown in a notebook.
     """
     from .params import comma_list
-    from .report import Report, report_from_manifest, write_report
+    from .report import Report
     from .specs import resolve_report
 
     formats = comma_list(formats)
     for fmt in formats or ["md"]:  # each checked as gmp report --format is
         spec = resolve_report(manifest, dataset=dataset, format=fmt, out=out, batch_size=batch_size,
-                              embedding_dim=embedding_dim, plots=plots)
-    ds = _dataset(dataset) if dataset is not None else None
-    m = _manifest(manifest, ds)
-    data = report_from_manifest(m, dataset=ds, batch_size=spec.batch_size, embedding_dim=spec.embedding_dim)
-    if out is not None:
-        write_report(out, data, formats=formats, plots=plots)
+                              embedding_dim=embedding_dim, plots=plots, overwrite=overwrite)
+    data, _, _ = run_report(spec, formats=formats or ["md"], dataset=dataset, manifest=manifest)
     return Report(data)
+
+
+def run_report(spec: Any, *, formats: Sequence[str] | None = None, dataset: Any = None, manifest: Any = None):
+    """Run a resolved :class:`gmp.specs.ReportSpec` (what :func:`make_report` and ``gmp report`` do after
+    resolving): ``(report dict, manifest, names written into spec.out or None)``.
+
+    ``spec.out`` None or ``"-"`` writes nothing. A new directory is claimed before the (possibly long)
+    metrics, built aside and moved in, so a directory someone makes there meanwhile stays theirs; into an
+    existing directory (claimed, one writer at a time) only the report's own files are written, and
+    report files found there that are not the manifest's own are replaced only with ``spec.overwrite``.
+    ``dataset``/``manifest``: opened objects, if the caller has them."""
+    from ._io import atomic_directory, check_output_dir, claim_output
+    from .progress import task
+    from .report import report_from_manifest, write_report
+
+    formats = tuple(formats or (spec.format,))
+    out = spec.out
+    to_dir = out is not None and str(out) != "-"
+    new_dir = to_dir and not (out.is_dir() and not out.is_symlink())
+    if new_dir:
+        check_output_dir(out, kind="gmp.report", flag="`out`")  # a new directory, claimed
+    try:
+        ds = _dataset(dataset if dataset is not None else spec.dataset) if spec.dataset is not None else None
+        with task("Validating manifest"):
+            m = _manifest(manifest if manifest is not None else spec.manifest, ds)
+        if to_dir and not new_dir:
+            claim = claim_output(out)  # one writer at a time
+            _check_report_target(out, m, batch_size=spec.batch_size, embedding_dim=spec.embedding_dim)
+            _check_report_files(out, m, formats, plots=spec.plots, overwrite=spec.overwrite)
+        with task("Computing metrics" if ds is not None else "Reading report"):
+            rep = report_from_manifest(m, dataset=ds, batch_size=spec.batch_size, embedding_dim=spec.embedding_dim)
+        total = m.placement.num_secondaries  # the manifest's count, shown beside the report's when they differ
+        names = None
+        if new_dir:
+            with atomic_directory(out, kind="gmp.report") as tmp:
+                names = write_report(tmp, rep, formats=formats, plots=spec.plots, placement_secondaries=total)
+        elif to_dir:
+            claim.check()  # still the directory checked above
+            names = write_report(out, rep, formats=formats, plots=spec.plots, placement_secondaries=total)
+    except BaseException:  # a failed call leaves out unclaimed: a notebook may call it again
+        if to_dir:
+            release_claim(out)
+        raise
+    return rep, m, names
+
+
+def _check_report_target(out: Path, m: Any, **given: int | None) -> None:
+    """Refuse a report into a directory whose report files belong to something else: a dataset, another
+    manifest, or this manifest when the report is recomputed for another batch or width (its own report.json
+    is what ``gmp report MANIFEST`` reads back)."""
+    from ._io import KIND_NAMES, output_kind
+    from .errors import OutputError
+
+    kind = output_kind(out)
+    own = os.path.realpath(out) == os.path.realpath(m.path)
+    if kind == "gmp.dataset" or (kind == "gmp.placement" and not own):
+        raise OutputError(f"`out` {out} is {KIND_NAMES[kind]}; its files are not this report's: write it elsewhere.")
+    differ = m.plan.differences(**given)
+    if own and differ:
+        raise OutputError(f"`out` {out} is the manifest itself: its own report would be replaced by one for "
+                          f"{', '.join(differ)}; write it elsewhere.")
+
+
+def _check_report_files(out: Path, m: Any, formats: Sequence[str], *, plots: bool, overwrite: bool) -> None:
+    """Refuse, without ``overwrite``, a report over report files in a directory other than the manifest
+    itself: they are someone's (another report, a page of their own), not this manifest's."""
+    from .errors import OutputError
+    from .report import PLOT_FILES
+
+    if out.resolve() == Path(m.path).resolve() or overwrite:
+        return
+    names = [*(f"report.{fmt}" for fmt in formats), *(PLOT_FILES.values() if plots else ())]
+    there = [n for n in names if (out / n).exists() or (out / n).is_symlink()]
+    if there:
+        shown = ", ".join(there)
+        raise OutputError(f"`out` {out} already holds {shown}, which this report would replace; pass "
+                          f"`overwrite=True` to replace {'it' if len(there) == 1 else 'them'}, or choose another "
+                          f"`out`.")
 
 
 def compare_partitioners(dataset: Any, methods: Sequence[str], *, workers: int | None = None, topology: Any = None,

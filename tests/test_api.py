@@ -282,3 +282,25 @@ def test_a_failed_partition_or_repartition_releases_its_out(tiny_dataset, tmp_pa
     assert not _io.lock_path(out).exists() and not out.exists()
     m = gmp.partition_dataset(tiny_dataset, "random", out, workers=2, batch_size=2, plots=False)  # a fresh claim
     assert Path(m.path) == out and not _io.lock_path(out).exists()
+
+
+def test_make_report_out_keeps_files_it_did_not_write(tiny_dataset, tmp_path):
+    """``make_report(out=DIR)`` writes as ``gmp report --out`` does: a report.md of someone else's in DIR is
+    replaced only with ``overwrite=True`` (it was overwritten silently), and the manifest's own report is never
+    replaced by one for another batch size."""
+    from gmp.errors import OutputError
+
+    m = gmp.partition_dataset(tiny_dataset, "random", tmp_path / "m", workers=2, batch_size=2, plots=False)
+    theirs = tmp_path / "notes"
+    theirs.mkdir()
+    (theirs / "report.md").write_text("my own notes\n")
+    with pytest.raises(OutputError, match=r"^`out` \S*notes already holds report.md, which this report would "
+                                          r"replace; pass `overwrite=True`"):
+        gmp.make_report(m, out=theirs, formats="md", plots=False)
+    assert (theirs / "report.md").read_text() == "my own notes\n"
+    with pytest.raises(OutputError, match="already holds report.md"):  # the same refusal: the claim was released
+        gmp.make_report(m, out=theirs, formats="md", plots=False)
+    with pytest.raises(OutputError, match="is the manifest itself"):
+        gmp.make_report(m, dataset=tiny_dataset, batch_size=3, out=m.path, formats="md", plots=False)
+    rep = gmp.make_report(m, out=theirs, formats="md", plots=False, overwrite=True)
+    assert (theirs / "report.md").read_text() == rep.markdown()
