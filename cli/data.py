@@ -12,11 +12,12 @@ attached to this group when present.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Optional
 
 import typer
 
 from ._common import console, echo_json, handle_errors
+from ._options import options
 
 from gmp.datasets.dispatch import FORMATS
 
@@ -58,52 +59,11 @@ def parse_hash(specs: list[str]) -> dict[str, int]:
 
 
 @data_app.command("import")
+@options("data import")
 @handle_errors
-def import_cmd(
-    args: List[str] = typer.Argument(..., metavar="[FORMAT] INPUT",
-                                     help=f"Optional input format ({', '.join(FORMATS)}; recognised from the first "
-                                          f"input when left out), then the input file(s), plain or gzip (movielens: "
-                                          f"the ratings file or its directory)."),
-    out: Path = typer.Option(..., "--out", "-o", help="Output directory (the prepared dataset)."),
-    test_input: List[Path] = typer.Option([], "--test-input", metavar="FILE",
-                                          help="Keep a provided split: these files (read after INPUT...) are "
-                                               "the test set, instead of the last --test-fraction (repeatable)."),
-    min_count: int = typer.Option(1, "--min-count",
-                                  help="Values seen fewer times share their field's 'rare' id (1 keeps all)."),
-    hash_: List[str] = typer.Option([], "--hash", metavar="FIELD=SIZE",
-                                    help="Hash FIELD into SIZE buckets instead of a vocabulary (repeatable)."),
-    max_bad_lines: int = typer.Option(0, "--max-bad-lines",
-                                      help="Skip up to N malformed lines (recorded in dataset.json); 0 = strict."),
-    test_fraction: float = typer.Option(0.1, "--test-fraction",
-                                        help="The last fraction of samples is the test set (not with --test-input)."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace --out if it exists."),
-    chunk_mb: int = typer.Option(16, "--chunk-mb", help="Read the input in blocks of this many MiB."),
-    split_hour: bool = typer.Option(True, "--split-hour/--no-split-hour",
-                                    help="avazu: split 'hour' (YYMMDDHH) into hour_of_day and weekday (default)."),
-    rating_threshold: float = typer.Option(4.0, "--rating-threshold",
-                                           help="movielens: label = 1 when rating >= this."),
-    label: Optional[str] = typer.Option(None, "--label", help="csv: name of the label column."),
-    label_positive: Optional[str] = typer.Option(None, "--label-positive",
-                                                 help="csv: label = 1 when the label cell equals this text."),
-    label_threshold: float = typer.Option(0.5, "--label-threshold",
-                                          help="csv: numeric label = 1 when value >= this."),
-    cat: Optional[str] = typer.Option(None, "--cat",
-                                      help="csv: categorical columns, comma-separated, ranges as C1..C26 "
-                                           "(default: all unnamed ones)."),
-    multi: Optional[str] = typer.Option(None, "--multi", help="csv: multi-valued columns, comma-separated."),
-    multi_sep: str = typer.Option("|", "--multi-sep", help="csv: separator inside multi-valued cells."),
-    dense: Optional[str] = typer.Option(None, "--dense",
-                                        help="csv: numeric columns, comma-separated, ranges as I1..I13."),
-    dense_transform: str = typer.Option("log1p", "--dense-transform",
-                                        help="csv: 'log1p' (log(1+max(x,0))) or 'none'."),
-    ignore: Optional[str] = typer.Option(None, "--ignore",
-                                         help="csv/movielens: columns to drop (movielens default: movie_title,timestamp)."),
-    sep: Optional[str] = typer.Option(None, "--sep", help="csv: delimiter (default: recognised from the first "
-                                                          "lines: tab, comma, semicolon, pipe or space)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the written dataset.json header."),
-    extend: Optional[Path] = typer.Option(None, "--extend", help="A dataset imported before (e.g. yesterday's) "
-                                          "whose ids to keep: known values keep their ids, new ones are appended."),
-) -> None:
+def import_cmd(args, out, test_inputs, min_count, hash_sizes, max_bad_lines, test_fraction, overwrite, chunk_mb,
+               split_hour, rating_threshold, label, label_positive, label_threshold, categorical, multi, multi_sep,
+               dense, dense_transform, ignore, sep, as_json, extend) -> None:
     """Import raw data into a prepared dataset.
 
     FORMAT may be left out: the first input is recognised (criteo, avazu,
@@ -128,13 +88,15 @@ def import_cmd(
     fmt, inputs = split_format(args)
     columns = ColumnChoice(
         label=label, label_positive=label_positive, label_threshold=None if label_threshold == 0.5 else label_threshold,
-        categorical=tuple(_split_names(cat)) if cat is not None else None, multi=tuple(_split_names(multi)),
-        multi_sep=multi_sep, dense=tuple(_split_names(dense)) if dense is not None else None,
+        categorical=tuple(_split_names(categorical)) if categorical is not None else None,
+        multi=tuple(_split_names(multi)), multi_sep=multi_sep, dense=tuple(_split_names(dense)) if dense is not None else None,
         dense_transform=dense_transform, ignore=tuple(_split_names(ignore)), sep=sep)
-    extra = _common_flags(test_input=test_input, min_count=min_count, hash_=hash_, max_bad_lines=max_bad_lines,
-                          test_fraction=test_fraction, overwrite=overwrite, chunk_mb=chunk_mb, extend=extend)
-    spec = resolve_import(fmt, inputs, out, test_inputs=test_input, min_count=min_count, hash_sizes=parse_hash(hash_),
-                          max_bad_lines=max_bad_lines, test_fraction=test_fraction, overwrite=overwrite, extend=extend,
+    extra = _common_flags(test_inputs=test_inputs, min_count=min_count, hash_sizes=hash_sizes,
+                          max_bad_lines=max_bad_lines, test_fraction=test_fraction, overwrite=overwrite,
+                          chunk_mb=chunk_mb, extend=extend)
+    spec = resolve_import(fmt, inputs, out, test_inputs=test_inputs, min_count=min_count,
+                          hash_sizes=parse_hash(hash_sizes), max_bad_lines=max_bad_lines,
+                          test_fraction=test_fraction, overwrite=overwrite, extend=extend,
                           chunk_mb=chunk_mb, split_hour=None if split_hour else False,
                           rating_threshold=None if rating_threshold == 4.0 else rating_threshold, columns=columns,
                           extra_args=extra)
@@ -172,17 +134,17 @@ def split_format(args: list[str]) -> tuple[Optional[str], list[Path]]:
     return None, [Path(a) for a in args]
 
 
-def _common_flags(*, test_input, min_count, hash_, max_bad_lines, test_fraction, overwrite, chunk_mb,
+def _common_flags(*, test_inputs, min_count, hash_sizes, max_bad_lines, test_fraction, overwrite, chunk_mb,
                   extend) -> list[str]:
     """The flags every format takes, as given, for the commands the import prints."""
     import shlex
 
     out: list[str] = []
-    for p in test_input:
+    for p in test_inputs:
         out += ["--test-input", shlex.quote(str(p))]
     if min_count != 1:
         out += ["--min-count", str(min_count)]
-    for h in hash_:
+    for h in hash_sizes:
         out += ["--hash", shlex.quote(h)]
     if max_bad_lines:
         out += ["--max-bad-lines", str(max_bad_lines)]

@@ -7,30 +7,20 @@ Thin: parse, call :mod:`gmp.export`, print.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Optional
-
 import typer
 
 from ._common import handle_errors
 from ._flags import flags_for_params
+from ._options import options
 
 export_app = typer.Typer(name="export", help="Export a placement manifest to another training system (TorchRec).",
                          no_args_is_help=True)
 
 
 @export_app.command("torchrec")
+@options("export torchrec")
 @handle_errors
-def torchrec_cmd(
-    manifest: Path = typer.Argument(..., help="Placement manifest directory (from 'gmp partition')."),
-    out: Path = typer.Option(..., "--out", "-o", help="Export directory (plan.json, remap.npy, rank order, README.md)."),
-    dataset: Optional[Path] = typer.Option(None, "--dataset", "-d", help="Required: the dataset the manifest "
-                                           "was made for (fields and samples; its hash is checked)."),
-    embedding_dim: Optional[int] = typer.Option(None, "--embedding-dim", help="Row width, a multiple of 4 "
-                                                "(default: the manifest's)."),
-    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Per-rank batch (default: the manifest's)."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out directory."),
-) -> None:
+def torchrec_cmd(manifest, out, dataset, embedding_dim, batch_size, overwrite) -> None:
     """TorchRec row-wise sharding plan: per-field id remap (rank r holds worker r's primaries), sharding
     constraints, per-rank sample order, planner statistics and bytes per epoch beside gmp's own.
     See docs/export.md for what TorchRec cannot express (secondaries, staleness)."""

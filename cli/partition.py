@@ -11,18 +11,12 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
-from gmp.constants import DEFAULT_BATCH_SIZE
-from gmp.partition import PARTITIONERS
-
 from ._common import console, handle_errors, summary_table
-
-#: partitioner flags -> Options field names (passed through only when given)
-PARTITIONER_FLAGS = ("rounds", "tol", "alpha", "beta", "gamma", "max_imbalance", "replication_budget",
-                     "memory_per_worker", "threads")
+from ._options import options
 
 _UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 10**3, "kib": 2**10, "m": 2**20, "mb": 10**6, "mib": 2**20,
           "g": 2**30, "gb": 10**9, "gib": 2**30, "t": 2**40, "tb": 10**12, "tib": 2**40}
@@ -68,53 +62,11 @@ def _merge_options(flags: dict[str, Any], keyed: dict[str, Any]) -> dict[str, An
     return {**given, **keyed}
 
 
-def partition(
-    dataset: Path = typer.Argument(..., help="Prepared dataset directory (from 'gmp data import|synth')."),
-    workers: Optional[int] = typer.Option(None, "--workers", "-w", help="Number of workers (or give --topology)."),
-    method: Optional[str] = typer.Option(None, "--method", "-m", help=f"Partitioner: {', '.join(PARTITIONERS)} "
-                                         "(not with --from-manifest)."),
-    topology: Optional[str] = typer.Option(None, "--topology", help="N workers (e.g. 8) or MxG machines x GPUs (e.g. 2x8)."),
-    topology_file: Optional[Path] = typer.Option(None, "--topology-file", help="JSON cost matrix {\"cost\": [[...]]}."),
-    inter_cost: Optional[float] = typer.Option(None, "--inter-cost", help="Inter-machine cost for --topology MxG "
-                                               "(intra = 1; default 10)."),
-    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Per-worker batch size the batch metrics (and "
-                                             "partitioners that take it) use (default 512; with --from-manifest, the "
-                                             "old manifest's)."),
-    embedding_dim: Optional[int] = typer.Option(None, "--embedding-dim", help="Embedding width for byte figures and "
-                                                "memory budgets (default 16; with --from-manifest, the old "
-                                                "manifest's)."),
-    seed: int = typer.Option(0, "--seed", help="Random seed (the random reference uses the same seed)."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Manifest directory (default: placements/DATASET.METHOD.wN)."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out directory."),
-    no_plots: bool = typer.Option(False, "--no-plots", help="Skip the PNG plots (and matplotlib's start-up)."),
-    rounds: Optional[int] = typer.Option(None, "--rounds", help="Partitioner option: refinement rounds."),
-    tol: Optional[float] = typer.Option(None, "--tol", help="Partitioner option: stop when a round improves less than this."),
-    alpha: Optional[float] = typer.Option(None, "--alpha", help="Partitioner option: sample-balance weight."),
-    beta: Optional[float] = typer.Option(None, "--beta", help="Partitioner option: embedding-balance weight."),
-    gamma: Optional[float] = typer.Option(None, "--gamma", help="Partitioner option: traffic-balance weight."),
-    max_imbalance: Optional[float] = typer.Option(None, "--max-imbalance", help="Partitioner option: hard cap on max/mean load."),
-    replication_budget: Optional[float] = typer.Option(None, "--replication-budget", help="Partitioner option: secondaries per worker as a fraction of embeddings."),
-    memory_per_worker: Optional[str] = typer.Option(None, "--memory-per-worker", help="Partitioner option: replica memory per worker (e.g. 512MiB)."),
-    threads: Optional[int] = typer.Option(None, "--threads", help="Partitioner option: worker threads."),
-    option: Optional[list[str]] = typer.Option(None, "--option", "-O", help="Any other partitioner option as "
-                                               "KEY=VALUE (repeatable), e.g. -O order=dataset -O max_pairs=8000000."),
-    from_manifest: Optional[Path] = typer.Option(None, "--from-manifest", help="Keep this older placement's rows "
-                                                 "and place the new DATASET on it (ids must be stable: --extend)."),
-    max_moved_rows: Optional[str] = typer.Option(None, "--max-moved-rows", help="With --from-manifest: re-partition "
-                                                 "incrementally, moving at most N rows or P% of the used rows."),
-    compare_full: bool = typer.Option(False, "--compare-full", help="With --from-manifest: also run a full hybrid "
-                                      "re-partition and report its traffic, rows moved and time (and the reads "
-                                      "against rows moved at budgets from 0.5% to 100%)."),
-    window: Optional[int] = typer.Option(None, "--window", help="With --from-manifest: re-partition on the last K "
-                                         "days (DATASET and its --extend parents); the manifest places DATASET's "
-                                         "samples."),
-    distributed: bool = typer.Option(False, "--distributed", help="Hybrid across the processes of torchrun (each "
-                                     "reads its slice of the samples; docs/distributed.md)."),
-    chunk_samples: Optional[int] = typer.Option(None, "--chunk-samples", help="Hybrid out of core: stream the "
-                                                "samples from disk N at a time (with or without --distributed)."),
-    block_samples: Optional[int] = typer.Option(None, "--block-samples", help="--distributed: samples each process "
-                                                "sweeps between two exchanges (default 1024)."),
-) -> None:
+@options("partition")
+def partition(dataset, workers, method, topology, topology_file, inter_cost, batch_size, embedding_dim, seed,
+              out, overwrite, no_plots, rounds, tol, alpha, beta, gamma, max_imbalance, replication_budget,
+              memory_per_worker, threads, option, from_manifest, max_moved_rows, compare_full, window,
+              distributed, chunk_samples, block_samples) -> None:
     """Partition a dataset's sample-embedding graph and write a placement manifest + report."""
     from gmp.api import run_partition
     from gmp.specs import resolve_partition
@@ -165,18 +117,8 @@ def partition(
                            f"workers ({topo.name}), batch {spec.batch_size}")
     typer.echo(wrote)
 
-def report(
-    manifest: Path = typer.Argument(..., help="Placement manifest directory (from 'gmp partition')."),
-    dataset: Optional[Path] = typer.Option(None, "--dataset", "-d", help="Recompute every metric from this dataset (hash must match)."),
-    fmt: str = typer.Option("md", "--format", "-f", help="md, json or html."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write report.FORMAT (and the plots) into this directory "
-                                       "instead of printing; '-' prints html too. html defaults to MANIFEST/report.html."),
-    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Recompute with another per-worker batch (needs --dataset)."),
-    embedding_dim: Optional[int] = typer.Option(None, "--embedding-dim", help="Recompute byte figures for another width (needs --dataset)."),
-    no_plots: bool = typer.Option(False, "--no-plots", help="Leave the plots out (and skip matplotlib)."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace report files already in the --out directory "
-                                   "(without it gmp only replaces the manifest's own report)."),
-) -> None:
+@options("report")
+def report(manifest, dataset, format, out, batch_size, embedding_dim, no_plots, overwrite) -> None:
     """Validate a placement manifest and print (md, json) or write (html) its quality report."""
     from gmp.api import run_report
     from gmp.report import render, write_html_file
@@ -185,37 +127,25 @@ def report(
     from ._flags import flags_for_params
 
     with flags_for_params():
-        spec = resolve_report(manifest, dataset=dataset, format=fmt, out=out, batch_size=batch_size,
+        spec = resolve_report(manifest, dataset=dataset, format=format, out=out, batch_size=batch_size,
                               embedding_dim=embedding_dim, plots=not no_plots, overwrite=overwrite)
         rep, m, names = run_report(spec)
     total = m.placement.num_secondaries  # the manifest's count, shown beside the report's when they differ
-    if fmt == "html" and out is None:  # a page of inlined PNGs is for a browser, not a terminal
+    if format == "html" and out is None:  # a page of inlined PNGs is for a browser, not a terminal
         page = write_html_file(Path(manifest) / "report.html", rep, plots=not no_plots, placement_secondaries=total)
         typer.echo(f"wrote {page}")
         return
     if names is not None:
         typer.echo(f"wrote {', '.join(str(Path(out) / n) for n in names)}")
         return
-    if fmt == "md":
+    if format == "md":
         rep["plots"] = []  # plot files are not next to stdout; use --out for them
-    typer.echo(render(rep, fmt, plots=not no_plots, placement_secondaries=total))
+    typer.echo(render(rep, format, plots=not no_plots, placement_secondaries=total))
 
 
-def compare(
-    dataset: Path = typer.Argument(..., help="Prepared dataset directory."),
-    methods: str = typer.Option(..., "--methods", help="Comma-separated partitioners, e.g. random,metis,hybrid."),
-    workers: Optional[int] = typer.Option(None, "--workers", "-w", help="Number of workers (or give --topology)."),
-    topology: Optional[str] = typer.Option(None, "--topology", help="N or MxG (e.g. 2x8)."),
-    topology_file: Optional[Path] = typer.Option(None, "--topology-file", help="JSON cost matrix."),
-    inter_cost: float = typer.Option(10.0, "--inter-cost", help="Inter-machine cost for --topology MxG."),
-    batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, "--batch-size", help="Per-worker batch size."),
-    embedding_dim: int = typer.Option(16, "--embedding-dim", help="Embedding width for byte figures."),
-    seed: int = typer.Option(0, "--seed", help="Seed of every partitioner and of the random reference."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Also write the comparison to FILE.md, FILE.json or "
-                                       "FILE.html (a bar chart and the tables)."),
-    isolate: bool = typer.Option(True, "--isolate/--no-isolate", help="Run each partitioner in its own process so its peak RSS is its own."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out file."),
-) -> None:
+@options("compare")
+def compare(dataset, methods, workers, topology, topology_file, inter_cost, batch_size, embedding_dim, seed, out,
+            isolate, overwrite) -> None:
     """Run several partitioners on one dataset; print a HET-GMP-Table-3-shaped comparison."""
     from rich.table import Table
 

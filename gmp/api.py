@@ -844,13 +844,14 @@ def _check_report_files(out: Path, m: Any, formats: Sequence[str], *, plots: boo
 def compare_partitioners(dataset: Any, methods: Sequence[str], *, workers: int | None = None, topology: Any = None,
                          inter_cost: float | None = None, seed: int | None = None, batch_size: int | None = None,
                          embedding_dim: int | None = None,
-                         options: Mapping[str, Mapping[str, Any]] | None = None, isolate: bool = False):
+                         options: Mapping[str, Mapping[str, Any]] | None = None, isolate: bool | None = None):
     """Run several partitioners on one dataset and score each against random (``gmp compare``).
 
     Returns the ``gmp.compare`` dict; ``gmp.compare.comparison_tables`` and
-    ``render_comparison_html`` render it. ``isolate=True`` runs each method in
-    its own process (peak memory per method; slower to start). Keywords left at None take ``gmp compare``'s
-    defaults (seed 0, batch 512, width 16, inter-machine cost 10); resolved by :func:`gmp.specs.resolve_compare`.
+    ``render_comparison_html`` render it. Keywords left at None take ``gmp compare``'s defaults (seed 0,
+    batch 512, width 16, inter-machine cost 10, ``isolate=True``: each method runs in a process of its own
+    started with ``spawn``, so its peak memory is its own; ``isolate=False`` runs them in this process,
+    quicker to start); resolved by :func:`gmp.specs.resolve_compare`.
     """
     from .specs import resolve_compare
 

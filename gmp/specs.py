@@ -747,7 +747,7 @@ class CompareSpec:
     batch_size: int = DEFAULT_BATCH_SIZE
     embedding_dim: int = DEFAULT_EMBEDDING_DIM
     options: Mapping[str, Mapping[str, Any]] | None = None
-    isolate: bool = False
+    isolate: bool = True  # each method in a process of its own, so its peak RSS is its own (docs/report.md)
     out: Path | None = None
     overwrite: bool = False
     sources: Mapping[str, str] = field(default_factory=dict)
@@ -756,11 +756,12 @@ class CompareSpec:
 def resolve_compare(dataset: Any, methods: Any, *, workers: int | None = None, topology: Any = None,
                     topology_file: str | os.PathLike | None = None, inter_cost: float | None = None,
                     seed: int | None = None, batch_size: int | None = None, embedding_dim: int | None = None,
-                    options: Mapping[str, Mapping[str, Any]] | None = None, isolate: bool = False,
+                    options: Mapping[str, Mapping[str, Any]] | None = None, isolate: bool | None = None,
                     out: str | os.PathLike | None = None, overwrite: bool = False) -> CompareSpec:
     """The one resolution of a comparison (``gmp compare`` and :func:`gmp.compare_partitioners`): ``methods`` a
-    list or ``"random,metis,hybrid"``; defaults seed 0, batch 512, width 16, inter-machine cost 10; ``out``
-    (a ``.md``, ``.json`` or ``.html`` file) is checked here, before the (long) partitioning."""
+    list or ``"random,metis,hybrid"``; defaults seed 0, batch 512, width 16, inter-machine cost 10, ``isolate``
+    True (each method in a process of its own: its peak RSS is its own); ``out`` (a ``.md``, ``.json`` or
+    ``.html`` file) is checked here, before the (long) partitioning."""
     from .errors import PartitionError
     from .params import check_int, comma_list
     from .seeds import check_seed
@@ -769,7 +770,9 @@ def resolve_compare(dataset: Any, methods: Any, *, workers: int | None = None, t
     E = PartitionError
     sources = {k: USER if v is not None else DEFAULT for k, v in (("seed", seed), ("batch_size", batch_size),
                                                                     ("embedding_dim", embedding_dim),
-                                                                    ("inter_cost", inter_cost))}
+                                                                    ("inter_cost", inter_cost),
+                                                                    ("isolate", isolate))}
+    isolate = CompareSpec.isolate if isolate is None else isolate
     seed = check_seed(0 if seed is None else seed)
     batch_size = DEFAULT_BATCH_SIZE if batch_size is None else batch_size
     embedding_dim = DEFAULT_EMBEDDING_DIM if embedding_dim is None else embedding_dim

@@ -125,7 +125,7 @@ def test_the_facade_takes_what_a_notebook_passes(tiny_dataset, tmp_path):
     from gmp.errors import PartitionError, TopologyError
 
     ds = gmp.load_dataset(tiny_dataset)
-    res = gmp.compare_partitioners(ds, "random, greedy-stream", workers=2, batch_size=2)
+    res = gmp.compare_partitioners(ds, "random, greedy-stream", workers=2, batch_size=2, isolate=False)
     assert [r["method"] for r in res["rows"]] == ["random", "greedy-stream"]
     with pytest.raises(PartitionError, match="options has key\\(s\\) 'rounds', which are not among the methods"):
         gmp.compare_partitioners(ds, ["random"], workers=2, options={"rounds": 1})
