@@ -61,13 +61,15 @@ class Request:
     dataclass they resolve it into (``spec_default`` entries read their defaults there); ``renamed``:
     option -> parameter where the names differ (``no_plots`` -> ``plots``; a dotted parameter is a
     field of a parameter's dataclass, ``columns.label``); ``cli_only``: options that only shape what the
-    command prints; ``python_only``: parameters the command does not take, each with why."""
+    command prints; ``python_only``: parameters the command does not take, each with why; ``derived``: the
+    spec's fields that resolution computes rather than takes (besides ``sources`` and ``warnings``)."""
 
     takes: tuple[str, ...]
     spec: str
     renamed: Mapping[str, str] = field(default_factory=dict)
     cli_only: tuple[str, ...] = ()
     python_only: Mapping[str, str] = field(default_factory=dict)
+    derived: tuple[str, ...] = ()
 
     def spec_class(self) -> type:
         module, _, name = self.spec.partition(":")
@@ -93,13 +95,16 @@ REQUESTS: dict[str, Request] = {
     "partition": Request(
         ("gmp.specs:resolve_partition",), "gmp.specs:PartitionSpec",
         renamed={"no_plots": "plots", "option": "options", **{k: "options" for k in PARTITIONER_FLAGS}},
-        python_only={"environ": "the environment torchrun sets (os.environ)"}),
+        python_only={"environ": "the environment torchrun sets (os.environ)"}, derived=("mode", "old_manifest")),
     "report": Request(("gmp.specs:resolve_report",), "gmp.specs:ReportSpec", renamed={"no_plots": "plots"}),
     "compare": Request(("gmp.specs:resolve_compare",), "gmp.specs:CompareSpec",
                        python_only={"options": "per-method partitioner options (a dict of dicts)"}),
-    "export torchrec": Request(("gmp.specs:resolve_export", "gmp.api:run_export"), "gmp.specs:ExportSpec",
-                               python_only={"spec": "the resolved request itself",
-                                            "options": "the exporter's other keywords"}),
+    "export torchrec": Request(
+        ("gmp.specs:resolve_export", "gmp.api:run_export", "gmp.export.torchrec:export_torchrec"),
+        "gmp.specs:ExportSpec",
+        python_only={"spec": "the resolved request itself",
+                     "load_factors": "the planner statistics' load factors (docs/export.md; the defaults)",
+                     "cache_lookups": "the planner statistics' cache size (docs/export.md; the default)"}),
     "data import": Request(
         ("gmp.specs:resolve_import",), "gmp.specs:ImportSpec",
         renamed={"args": "inputs", **{k: f"columns.{k}" for k in (
@@ -107,7 +112,8 @@ REQUESTS: dict[str, Request] = {
             "dense_transform", "ignore", "sep")}},
         cli_only=("as_json",),
         python_only={"format": "the first word of ARGS when it names a format (cli.data.split_format)",
-                     "extra_args": "the flags as typed, for the commands that recognition prints"}),
+                     "extra_args": "the flags as typed, for the commands that recognition prints"},
+        derived=("common", "format_options", "recipe")),
 }
 
 

@@ -99,3 +99,103 @@ def test_a_command_takes_its_declarations_and_its_own_variants():
     assert (train["schedule"].default, simulate["schedule"].default) == ("static", "herald")
     assert synth["out"].required and synth["out"].opts == ["--out", "-o"]
     assert synth["continue_from"].opts == ["--continue"] and synth["chunk_samples"].default == 1 << 18
+
+
+# ------------------------------------------------------------------ the option table tied to the specs
+#: the dataclass a dotted request parameter (``columns.label``) is a field of
+NESTED = {"columns": "gmp.datasets.dispatch:ColumnChoice"}
+#: spec fields every resolution computes
+COMPUTED = ("sources", "warnings")
+
+
+def _load(ref: str):
+    import importlib
+
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _command(path: str):
+    import typer.main
+
+    cmd = typer.main.get_command(app)
+    for word in path.split():
+        cmd = cmd.commands[word]
+    return cmd
+
+
+def request_mismatches(request, params) -> list[str]:
+    """What does not meet between a command's options (click ``params``) and its :class:`cli._options.Request`:
+    an option that is no request parameter, a parameter (or a field of a dotted one, or a spec field) that no
+    option gives, a default of the command that is not the library's."""
+    import dataclasses
+    import inspect
+
+    takes: dict = {}
+    for ref in request.takes:
+        for p in inspect.signature(_load(ref)).parameters.values():
+            if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
+                takes.setdefault(p.name, p.default)
+    spec = {f.name: f for f in dataclasses.fields(request.spec_class())}
+    problems, reached = [], set()
+    for opt in params:
+        if opt.name in request.cli_only:
+            continue
+        target = request.renamed.get(opt.name, opt.name)
+        head, _, leaf = target.partition(".")
+        if head not in takes:
+            problems.append(f"option {opt.name}: no parameter {head!r} in {', '.join(request.takes)}")
+            continue
+        reached.update((head, target))
+        if leaf and leaf not in {f.name for f in dataclasses.fields(_load(NESTED[head]))}:
+            problems.append(f"option {opt.name}: {NESTED[head]} has no field {leaf!r}")
+        default = tuple(opt.default) if isinstance(opt.default, list) else opt.default
+        if target != opt.name or opt.required or default is None:
+            continue  # renamed (no_plots -> plots), or "not given": resolution decides
+        library = takes[head]
+        if library is not inspect.Parameter.empty and library is not None and library != default:
+            problems.append(f"option {opt.name}: default {default!r}, {request.takes[0]} {library!r}")
+        field = spec.get(head)
+        if field is not None and field.default is not dataclasses.MISSING and field.default != default:
+            problems.append(f"option {opt.name}: default {default!r}, {request.spec} {field.default!r}")
+    for name in takes:
+        if name not in reached and name not in request.python_only:
+            problems.append(f"parameter {name}: no option gives it (or say why in python_only)")
+        if name in NESTED and name in reached:
+            for f in dataclasses.fields(_load(NESTED[name])):
+                if f"{name}.{f.name}" not in reached:
+                    problems.append(f"field {name}.{f.name}: no option gives it")
+    for name in spec:
+        if name not in takes and name not in request.derived and name not in COMPUTED:
+            problems.append(f"spec field {name}: neither a parameter nor derived")
+    return problems
+
+
+@pytest.mark.parametrize("command", ["partition", "report", "compare", "export torchrec", "data import"])
+def test_each_option_is_a_request_parameter_and_each_parameter_an_option(command):
+    """The option table and the specs (issue 34): every option of the command is a parameter of the request it
+    resolves, every parameter (every spec field) is an option or says why not, and where the command shows a
+    default it is the library's (the same request from Python and from the command line)."""
+    from cli._options import REQUESTS
+
+    assert request_mismatches(REQUESTS[command], _command(command).params) == []
+
+
+def test_a_parameter_without_an_option_and_a_drifted_default_are_found():
+    import dataclasses
+
+    from cli._options import REQUESTS
+
+    compare = REQUESTS["compare"]
+    params = [p for p in _command("compare").params if p.name != "methods"]
+    assert request_mismatches(compare, params) == ["parameter methods: no option gives it (or say why in "
+                                                   "python_only)"]
+    params = _command("compare").params
+    isolate = next(p for p in params if p.name == "isolate")
+    old_default, isolate.default = isolate.default, False  # the API's default before issue 34's item 6
+    try:
+        assert request_mismatches(compare, params) == ["option isolate: default False, gmp.specs:CompareSpec True"]
+    finally:
+        isolate.default = old_default
+    no_field = dataclasses.replace(compare, spec="gmp.specs:ReportSpec")  # a spec with fields no option gives
+    assert "spec field format: neither a parameter nor derived" in request_mismatches(no_field, params)

@@ -342,3 +342,26 @@ def test_resolve_import_names_the_parameter_and_the_cli_the_flag(tmp_path):
                        columns=ColumnChoice(label="click"))
     r = CliRunner().invoke(app, ["data", "import", str(src), "--out", str(tmp_path / "o"), "--no-split-hour"])
     assert r.exit_code == 2 and "error: --no-split-hour does not apply to format 'csv'" in r.output
+
+
+def test_compare_is_one_request_from_python_and_the_cli_each_method_in_its_own_process(planned, tmp_path):
+    """One default for ``isolate`` (the command's, True, which docs/report.md documents): before issue 34's
+    item 6 ``gmp.compare_partitioners`` ran the methods in its own process (``isolate=False``), so its peak RSS
+    column was this process's high-water mark where ``gmp compare``'s was each method's own."""
+    from gmp._io import json_default
+    from gmp.specs import resolve_compare
+
+    path, _, _ = planned
+    assert resolve_compare(path, "random", workers=2).isolate is True
+    assert resolve_compare(path, "random", workers=2).sources["isolate"] == DEFAULT
+    api = gmp.compare_partitioners(path, ["random"], workers=2, batch_size=16)
+    out = tmp_path / "cmp.json"
+    res = cli("compare", path, "--methods", "random", "--workers", 2, "--batch-size", 16, "--out", out)
+    assert res.exit_code == 0, res.output
+    got = json.loads(out.read_text())
+    assert [r["rss_kind"] for r in api["rows"]] == [r["rss_kind"] for r in got["rows"]] == ["child process peak"]
+    api = json.loads(json.dumps(api, default=json_default))  # as the command wrote it
+    assert api["settings"] == got["settings"]
+    measured = ("partition_seconds", "peak_rss_bytes")  # of the run, not of the request
+    assert ([{k: v for k, v in r["metrics"].items() if k not in measured} for r in api["rows"]]
+            == [{k: v for k, v in r["metrics"].items() if k not in measured} for r in got["rows"]])
