@@ -92,6 +92,9 @@ def partition(dataset, workers, method, topology, topology_file, inter_cost, bat
     if made is None:  # a distributed run's other ranks: rank 0 speaks for all
         return
     wrote = f"wrote {spec.out} (manifest.json, arrays, report.json, report.md{'' if no_plots else ', plots'})"
+    said = spec.described()
+    if said:  # the settings the person did not give, and where each came from (the old manifest's plan, a default)
+        wrote = f"settings: {said}\n{wrote}"
     if spec.mode == "incremental":
         from .incremental import print_comparison
 

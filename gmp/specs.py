@@ -527,8 +527,20 @@ class PartitionSpec:
     block_samples: int | None = None
     overwrite: bool = False
     plots: bool = True
+    inter_cost: float | None = None  # resolved for a topology of machines (MxG) only: elsewhere it does not apply
     sources: Mapping[str, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+
+    def values(self) -> dict[str, Any]:
+        """The value of each setting :attr:`sources` names that applies to this request."""
+        out = {"seed": self.seed, "batch_size": self.batch_size, "embedding_dim": self.embedding_dim,
+               "out": self.out, "inter_cost": self.inter_cost, "block_samples": self.block_samples}
+        return {k: v for k, v in out.items() if v is not None}
+
+    def described(self) -> str:
+        """What the person did not set and where it came from (the manifest's plan, a default): one line for
+        the summary, as ``gmp train``'s settings line."""
+        return describe_sources(self.values(), self.sources)
 
     def to_json(self) -> dict[str, Any]:
         """The spec as a JSON object (the topology by name and worker count)."""
@@ -539,7 +551,7 @@ class PartitionSpec:
                 "seed": self.seed, "batch_size": self.batch_size, "embedding_dim": self.embedding_dim,
                 "options": dict(self.options), "max_moved_rows": self.max_moved_rows,
                 "compare_full": self.compare_full, "window": self.window, "chunk_samples": self.chunk_samples,
-                "block_samples": self.block_samples, "sources": dict(self.sources)}
+                "block_samples": self.block_samples, "inter_cost": self.inter_cost, "sources": dict(self.sources)}
 
 
 def _refuse(error: type[GmpError], param: str, msg: str) -> GmpError:
@@ -688,7 +700,8 @@ def resolve_partition(dataset: Any, method: str | None = None, out: str | os.Pat
                          batch_size=plan["batch_size"], embedding_dim=plan["embedding_dim"], options=options,
                          max_moved_rows=max_moved_rows, compare_full=bool(compare_full), window=window,
                          chunk_samples=chunk_samples, block_samples=block, overwrite=bool(overwrite),
-                         plots=bool(plots), sources=sources, warnings=tuple(warnings))
+                         plots=bool(plots), inter_cost=inter_cost if multi else None, sources=sources,
+                         warnings=tuple(warnings))
 
 
 # ----------------------------------------------------------------------------------- report / compare

@@ -365,3 +365,22 @@ def test_compare_is_one_request_from_python_and_the_cli_each_method_in_its_own_p
     measured = ("partition_seconds", "peak_rss_bytes")  # of the run, not of the request
     assert ([{k: v for k, v in r["metrics"].items() if k not in measured} for r in api["rows"]]
             == [{k: v for k, v in r["metrics"].items() if k not in measured} for r in got["rows"]])
+
+
+def test_the_partition_summary_says_where_each_setting_came_from(planned, tmp_path):
+    """``PartitionSpec.sources`` printed (issue 34): one ``settings:`` line names what the person did not give,
+    with where it came from: the old manifest's plan, a default (the inter-machine cost of a MxG topology)."""
+    path, man, _ = planned
+    res = cli("partition", path, "--from-manifest", man, "--out", tmp_path / "new", "--no-plots")
+    assert res.exit_code == 0, res.output
+    said = [line for line in res.output.splitlines() if line.startswith("settings: ")]
+    assert said == [f"settings: batch_size {PLANNED['batch_size']} ({PLAN}), embedding_dim "
+                    f"{PLANNED['embedding_dim']} ({PLAN})"]
+    res = cli("partition", path, "--method", "random", "--topology", "2x2", "--batch-size", 32, "--out",
+              tmp_path / "mxg", "--no-plots")
+    assert res.exit_code == 0, res.output
+    said = [line for line in res.output.splitlines() if line.startswith("settings: ")]
+    assert said == [f"settings: inter_cost 10.0 ({DEFAULT}), embedding_dim 16 ({DEFAULT})"]
+    res = cli("partition", path, "--method", "random", "--workers", 2, "--batch-size", 32, "--embedding-dim", 8,
+              "--out", tmp_path / "given", "--no-plots")
+    assert res.exit_code == 0 and "settings: " not in res.output  # every setting given: nothing to say
