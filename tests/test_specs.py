@@ -384,3 +384,35 @@ def test_the_partition_summary_says_where_each_setting_came_from(planned, tmp_pa
     res = cli("partition", path, "--method", "random", "--workers", 2, "--batch-size", 32, "--embedding-dim", 8,
               "--out", tmp_path / "given", "--no-plots")
     assert res.exit_code == 0 and "settings: " not in res.output  # every setting given: nothing to say
+
+
+def test_partition_report_and_export_are_the_same_from_python_and_the_cli(planned, tmp_path):
+    """The other verbs of issue 34's one front door: a scratch partition (the same arrays and metrics), a report
+    of it (the same report.md) and a TorchRec export of a manifest with a plan (the same plan.json, at the plan's
+    batch and width) are one request whichever door it comes in by."""
+    path, man, _ = planned
+    timing = {"partition_seconds", "peak_rss_bytes"}
+
+    api = gmp.partition_dataset(path, "greedy-stream", tmp_path / "pa", workers=3, seed=2, plots=False)
+    res = cli("partition", path, "--method", "greedy-stream", "--workers", 3, "--seed", 2, "--out", tmp_path / "pc",
+              "--no-plots")
+    assert res.exit_code == 0, res.output
+    made = gmp.load_manifest(tmp_path / "pc", dataset=path)
+    for name in ("sample_worker", "embedding_primary", "secondary_indptr", "secondary_workers"):
+        assert np.array_equal(getattr(api.placement, name), getattr(made.placement, name)), name
+    ma, mc = (json.loads((d / "report.json").read_text())["metrics"] for d in (tmp_path / "pa", tmp_path / "pc"))
+    assert {k: v for k, v in ma.items() if k not in timing} == {k: v for k, v in mc.items() if k not in timing}
+
+    gmp.make_report(tmp_path / "pa", dataset=path, batch_size=4, out=tmp_path / "ra", formats="md", plots=False)
+    res = cli("report", tmp_path / "pa", "--dataset", path, "--batch-size", 4, "--out", tmp_path / "rc",
+              "--format", "md", "--no-plots")
+    assert res.exit_code == 0, res.output
+    ra, rc = ((tmp_path / d / "report.md").read_text() for d in ("ra", "rc"))
+    assert ra == rc
+
+    gmp.export_torchrec(man, tmp_path / "ea", dataset=path)
+    res = cli("export", "torchrec", man, "--dataset", path, "--out", tmp_path / "ec")
+    assert res.exit_code == 0, res.output
+    ea, ec = (json.loads((tmp_path / d / "plan.json").read_text()) for d in ("ea", "ec"))
+    assert ea == ec
+    assert (ea["embedding_dim"], ea["batch_size"]) == (PLANNED["embedding_dim"], PLANNED["batch_size"])
