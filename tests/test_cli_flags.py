@@ -124,12 +124,24 @@ def _command(path: str):
     return cmd
 
 
-def request_mismatches(request, params) -> list[str]:
+def _type_name(type_) -> str:
+    """``Optional[int]`` -> ``"int"``, ``List[Path]`` -> ``"Path"``: the name a spec field's annotation holds."""
+    import typing
+
+    while typing.get_args(type_):
+        type_ = next(a for a in typing.get_args(type_) if a is not type(None))
+    return type_.__name__
+
+
+def request_mismatches(command, request, params) -> list[str]:
     """What does not meet between a command's options (click ``params``) and its :class:`cli._options.Request`:
     an option that is no request parameter, a parameter (or a field of a dotted one, or a spec field) that no
-    option gives, a default of the command that is not the library's."""
+    option gives, a default of the command that is not the library's, an option's type that is not its spec
+    field's."""
     import dataclasses
     import inspect
+
+    from cli._options import declaration
 
     takes: dict = {}
     for ref in request.takes:
@@ -149,13 +161,16 @@ def request_mismatches(request, params) -> list[str]:
         reached.update((head, target))
         if leaf and leaf not in {f.name for f in dataclasses.fields(_load(NESTED[head]))}:
             problems.append(f"option {opt.name}: {NESTED[head]} has no field {leaf!r}")
+        field = spec.get(head)
+        kind = _type_name(declaration(command, opt.name).type)
+        if target == opt.name and field is not None and field.type != "Any" and kind not in str(field.type):
+            problems.append(f"option {opt.name}: type {kind}, {request.spec} {field.type}")
         default = tuple(opt.default) if isinstance(opt.default, list) else opt.default
         if target != opt.name or opt.required or default is None:
             continue  # renamed (no_plots -> plots), or "not given": resolution decides
         library = takes[head]
         if library is not inspect.Parameter.empty and library is not None and library != default:
             problems.append(f"option {opt.name}: default {default!r}, {request.takes[0]} {library!r}")
-        field = spec.get(head)
         if field is not None and field.default is not dataclasses.MISSING and field.default != default:
             problems.append(f"option {opt.name}: default {default!r}, {request.spec} {field.default!r}")
     for name in takes:
@@ -178,7 +193,7 @@ def test_each_option_is_a_request_parameter_and_each_parameter_an_option(command
     default it is the library's (the same request from Python and from the command line)."""
     from cli._options import REQUESTS
 
-    assert request_mismatches(REQUESTS[command], _command(command).params) == []
+    assert request_mismatches(command, REQUESTS[command], _command(command).params) == []
 
 
 def test_a_parameter_without_an_option_and_a_drifted_default_are_found():
@@ -188,14 +203,33 @@ def test_a_parameter_without_an_option_and_a_drifted_default_are_found():
 
     compare = REQUESTS["compare"]
     params = [p for p in _command("compare").params if p.name != "methods"]
-    assert request_mismatches(compare, params) == ["parameter methods: no option gives it (or say why in "
+    assert request_mismatches("compare", compare, params) == ["parameter methods: no option gives it (or say why in "
                                                    "python_only)"]
     params = _command("compare").params
     isolate = next(p for p in params if p.name == "isolate")
     old_default, isolate.default = isolate.default, False  # the API's default before issue 34's item 6
     try:
-        assert request_mismatches(compare, params) == ["option isolate: default False, gmp.specs:CompareSpec True"]
+        assert request_mismatches("compare", compare, params) == ["option isolate: default False, "
+                                                                  "gmp.specs:CompareSpec True"]
     finally:
         isolate.default = old_default
     no_field = dataclasses.replace(compare, spec="gmp.specs:ReportSpec")  # a spec with fields no option gives
-    assert "spec field format: neither a parameter nor derived" in request_mismatches(no_field, params)
+    assert "spec field format: neither a parameter nor derived" in request_mismatches("compare", no_field, params)
+
+
+def test_an_option_of_another_type_than_its_spec_field_is_found():
+    import dataclasses
+
+    from cli._options import REQUESTS, Request
+
+    @dataclasses.dataclass(frozen=True)
+    class Seeded:
+        seed: str = "0"  # a string where gmp compare --seed takes an int
+
+    class OtherSpec(Request):
+        def spec_class(self):
+            return Seeded
+
+    other = OtherSpec(**{f.name: getattr(REQUESTS["compare"], f.name) for f in dataclasses.fields(Request)})
+    assert "option seed: type int, gmp.specs:CompareSpec str" in request_mismatches("compare", other,
+                                                                                    _command("compare").params)
