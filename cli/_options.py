@@ -131,7 +131,16 @@ def spec_default(command: str, name: str) -> Any:
                    f"has no field {target!r} with a default.")
 
 
+#: the fields an entry of the table may have
+ENTRY_KEYS = frozenset({"type", "flags", "argument", "default", "required", "metavar", "help", "spec_default", "like"})
+
+
 def _declare(command: str, name: str, entry: Mapping[str, Any]) -> Opt:
+    unknown = sorted(set(entry) - ENTRY_KEYS)
+    if unknown or entry.get("type", "").rstrip("?") not in _TYPES:
+        raise ValueError(f"cli/options.json: {command or 'options'} {name}: unknown field(s) {unknown} or type "
+                         f"{entry.get('type')!r}; fields: {', '.join(sorted(ENTRY_KEYS))}; types: "
+                         f"{', '.join(_TYPES)} (a trailing ? allows None).")
     kind = entry["type"]
     type_ = _TYPES[kind.rstrip("?")]
     if kind.endswith("?"):

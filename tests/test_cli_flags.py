@@ -233,3 +233,19 @@ def test_an_option_of_another_type_than_its_spec_field_is_found():
     other = OtherSpec(**{f.name: getattr(REQUESTS["compare"], f.name) for f in dataclasses.fields(Request)})
     assert "option seed: type int, gmp.specs:CompareSpec str" in request_mismatches("compare", other,
                                                                                     _command("compare").params)
+
+
+def test_a_misspelt_field_of_the_option_table_is_refused(tmp_path):
+    """A typo in cli/options.json (``defualt``) would leave a default out silently; loading the table refuses it."""
+    import json
+
+    from cli._options import TABLE, load_table
+
+    table = json.loads(TABLE.read_text(encoding="utf-8"))
+    table["options"]["seed"]["defualt"] = 1
+    (tmp_path / "o.json").write_text(json.dumps(table))
+    with pytest.raises(ValueError, match=r"options seed: unknown field\(s\) \['defualt'\]"):
+        load_table(tmp_path / "o.json")
+    shared, commands = load_table()  # the table itself loads, with every command
+    assert {"partition", "report", "compare", "export torchrec", "data import", "simulate", "data synth"} <= \
+        set(commands) and shared["seed"].default == 0
