@@ -99,13 +99,15 @@ FLAGS = {
     "topology": "--topology",
     "topology_file": "--topology-file",
     "wheel": "--wheel",
+    "isolate": "--isolate",
     "window": "--window",
     "workers": "--workers",
 }
 #: `name=True` / `name=False` of a boolean parameter -> its flag / its negative flag (None: none)
 BOOLEAN_FLAGS = {"overwrite": ("--overwrite", None), "resume": ("--resume", None),
                  "distributed": ("--distributed", None), "compare_full": ("--compare-full", None),
-                 "split_hour": ("--split-hour", "--no-split-hour")}
+                 "split_hour": ("--split-hour", "--no-split-hour"),
+                 "isolate": ("--isolate", "--no-isolate")}
 
 _NAMED = re.compile(r"`(\w+)(=[^`]*)?`")
 

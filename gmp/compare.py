@@ -27,6 +27,7 @@ column matches what ``gmp partition`` reports once the kernels are cached.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 import multiprocessing as mp
 import os
@@ -152,6 +153,30 @@ def _child(dataset_path: str, method: str, topology_json: dict, seed: int, optio
         conn.close()
 
 
+#: the exit code of a spawned child that found itself re-running an unguarded script (below)
+UNGUARDED_MAIN_EXIT = 87
+
+
+def _called_from_a_reimported_main() -> bool:
+    """True when this call runs at the top level of ``__mp_main__``, the name a spawned child gives
+    the parent's script while it imports it again: the script called :func:`compare` outside an
+    ``if __name__ == "__main__":`` block, so every child would start the whole comparison anew."""
+    frame = inspect.currentframe()
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__mp_main__":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _unguarded_main_error() -> PartitionError:
+    return PartitionError(
+        "the comparison runs each method in a spawned process (`isolate` is on by default), and that process "
+        "imports your script again; your script calls the comparison outside `if __name__ == \"__main__\":`, "
+        "so the child would start it anew. Put the call under that guard, or pass `isolate=False` to run the "
+        "methods in this process.")
+
+
 def _run_isolated(dataset_path: str, method: str, topology: Topology, seed: int, options: dict,
                   num_workers: int) -> tuple[Placement | None, dict]:
     ctx = mp.get_context("spawn")
@@ -168,6 +193,8 @@ def _run_isolated(dataset_path: str, method: str, topology: Topology, seed: int,
         proc.join()
         if result is None:
             code = proc.exitcode
+            if code == UNGUARDED_MAIN_EXIT:
+                raise _unguarded_main_error()
             why = "killed (likely out of memory)" if code is not None and code < 0 else f"exited with code {code}"
             return None, {"status": f"not run: process {why}"}
         if not result["ok"]:
@@ -240,6 +267,8 @@ def compare(graph: BipartiteGraph, topology: Topology, methods: Sequence[str], *
         isolate = dataset_path is not None
     if isolate and dataset_path is None:
         raise PartitionError("isolate=True needs dataset_path (the child process loads the dataset itself).")
+    if isolate and _called_from_a_reimported_main():  # a spawned child importing an unguarded script
+        raise SystemExit(UNGUARDED_MAIN_EXIT)
     options = dict(options or {})
     stray = sorted(set(options) - set(methods))
     if stray:  # a typo, or one method's flat options: either would run with the defaults unnoticed

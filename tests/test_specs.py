@@ -4,6 +4,7 @@ same run; defaults that work (a tiered table's cache, torchrun); the train and s
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -365,6 +366,30 @@ def test_compare_is_one_request_from_python_and_the_cli_each_method_in_its_own_p
     measured = ("partition_seconds", "peak_rss_bytes")  # of the run, not of the request
     assert ([{k: v for k, v in r["metrics"].items() if k not in measured} for r in api["rows"]]
             == [{k: v for k, v in r["metrics"].items() if k not in measured} for r in got["rows"]])
+
+
+def test_an_unguarded_script_gets_one_error_not_rows_of_dead_processes(planned, tmp_path):
+    """With ``isolate`` on by default a spawned child imports the caller's script again; a script that calls
+    the comparison at its top level (no ``if __name__ == "__main__":``) made every child start it anew and die,
+    which the parent reported as rows "not run: process exited with code 1" under a multiprocessing
+    traceback. Now the child exits at once and the parent raises one error that names the fix; the same
+    script guarded runs."""
+    import subprocess
+    import sys
+
+    path, _, _ = planned
+    call = f"gmp.compare_partitioners({str(path)!r}, ['random'], workers=2, batch_size=16)"
+    env = dict(os.environ, PYTHONPATH=str(Path(gmp.__file__).resolve().parent.parent))
+    script = tmp_path / "unguarded.py"
+    script.write_text(f"import gmp\nprint([r['status'] for r in {call}['rows']])\n")
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 1
+    assert "not run" not in res.stdout + res.stderr
+    assert res.stderr.strip().splitlines()[-1].startswith("gmp.errors.PartitionError: ")
+    assert 'if __name__ == "__main__":' in res.stderr and "`isolate=False`" in res.stderr
+    script.write_text(f"import gmp\nif __name__ == '__main__':\n    print([r['status'] for r in {call}['rows']])\n")
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300)
+    assert (res.returncode, res.stdout.strip()) == (0, "['ok']"), res.stderr
 
 
 def test_the_partition_summary_says_where_each_setting_came_from(planned, tmp_path):
