@@ -270,14 +270,19 @@ def test_processes_keep_caps_are_deterministic_and_near_one_process(data, tmp_pa
     assert reads[1] <= 1.10 * reads[0], reads
 
 
-@pytest.mark.distributed
-def test_hierarchical_topology_streamed_chunks_and_mismatched_ranks(data, tmp_path):
-    """2 processes: a 2x2 topology keeps the caps and stays within 10% of one process on it (cost-weighted
-    remote accesses too); --chunk-samples gives the in-memory distributed placement; ranks given
-    different seeds all stop with the same one-line error."""
-    path, ds = data
+PAIRS_OPTIONS = {"levels": 1, "alpha": 0.0, "beta": 0.0, "gamma": 0.0, "max_imbalance": 2.0,
+                 "replication_budget": 0.0}
+
+
+@pytest.fixture(scope="module")
+def two_processes(data, tmp_path_factory):
+    """One torchrun launch of 2 processes for the two tests below (start-up is most of a launch's time): the
+    runs of the hierarchical test on ``data`` and those of the carry-private test on the pairs dataset."""
+    path, _ = data
+    root = tmp_path_factory.mktemp("two_processes")
+    pairs = str(make_pairs_dataset(root / "pairs"))
     hier = {"topology": "2x2", "block_samples": 32}
-    got = worker(2, path, tmp_path, [
+    hierarchical = [
         {"name": "hier", **hier},
         {"name": "mem", **hier, "project_block": 128},
         {"name": "chunked", **hier, "project_block": 128, "chunk_samples": 100},
@@ -285,7 +290,25 @@ def test_hierarchical_topology_streamed_chunks_and_mismatched_ranks(data, tmp_pa
         {"name": "flat_mem", "options": {"levels": 1}},
         {"name": "mismatch", "seed_plus_rank": True},
         {"name": "other_data", "sha_by_rank": True},  # same shape, another dataset (two days of one size)
-    ])
+    ]
+    flat = {"topology": "2", "block_samples": 8, "dataset": pairs}
+    pair_runs = [
+        {"name": "carry", **flat, "options": PAIRS_OPTIONS},
+        {"name": "streamed", **flat, "options": PAIRS_OPTIONS, "chunk_samples": 20},
+        {"name": "single_vertex", **flat, "options": {**PAIRS_OPTIONS, "carry_private": False}},
+    ]
+    got = worker(2, path, root, pair_runs + hierarchical)  # the runs that fail on purpose last, as before
+    return {"hierarchical": {r["name"]: got[r["name"]] for r in hierarchical},
+            "pairs": {r["name"]: got[r["name"]] for r in pair_runs}, "pairs_path": pairs}
+
+
+@pytest.mark.distributed
+def test_hierarchical_topology_streamed_chunks_and_mismatched_ranks(data, two_processes):
+    """2 processes: a 2x2 topology keeps the caps and stays within 10% of one process on it (cost-weighted
+    remote accesses too); --chunk-samples gives the in-memory distributed placement; ranks given
+    different seeds all stop with the same one-line error."""
+    path, ds = data
+    got = two_processes["hierarchical"]
     topo = resolve_topology(None, "2x2", None)
     assert_caps(ds, got["hier"], 4)
     graph = build_graph(ds)
@@ -322,21 +345,15 @@ def make_pairs_dataset(out: Path, *, num_pairs=64, num_private=3):
 
 
 @pytest.mark.distributed
-def test_processes_carry_private_rows_to_the_optimum(tmp_path):
+def test_processes_carry_private_rows_to_the_optimum(two_processes):
     """carry_private across processes. On the pairs graph the single-vertex sweep leaves split pairs
     pinned by their private rows (each would turn remote); moving a sample with its private rows
     joins every pair in round 1 (no balance terms, loose caps): 0 expected remote reads with 1 and 2
     processes, every private row's primary (on its owner, which may be the other process) with its
     sample, the same placement streamed, and more than 0 reads with ``carry_private=False``."""
-    path = make_pairs_dataset(tmp_path / "pairs")
-    ds = load_dataset(path)
-    opts = {"levels": 1, "alpha": 0.0, "beta": 0.0, "gamma": 0.0, "max_imbalance": 2.0, "replication_budget": 0.0}
-    flat = {"topology": "2", "block_samples": 8}
-    got = worker(2, path, tmp_path, [
-        {"name": "carry", **flat, "options": opts},
-        {"name": "streamed", **flat, "options": opts, "chunk_samples": 20},
-        {"name": "single_vertex", **flat, "options": {**opts, "carry_private": False}},
-    ])
+    ds = load_dataset(two_processes["pairs_path"])
+    opts = PAIRS_OPTIONS
+    got = two_processes["pairs"]
     for key in ("sample_worker", "primary"):
         np.testing.assert_array_equal(got["carry"][key], got["streamed"][key])
     one = run_local(ds, 2, block_samples=8, **opts)
