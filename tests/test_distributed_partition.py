@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -494,20 +495,53 @@ def test_cli_more_processes_than_samples(tmp_path):
     assert np.bincount(sw, minlength=4).max() <= sample_cap(2, 4, 1.05)
 
 
-@pytest.mark.parametrize("args, message", [
+BAD_INPUT = [
     (["--chunk-samples", "0"], "--chunk-samples must be an integer >= 1, got 0"),
     (["--block-samples", "64"], "--block-samples sets the blocks of --distributed"),
     (["--chunk-samples", "10", "-m", "metis"], "got --method metis"),
     (["--chunk-samples", "10", "-O", "init=bicut"], "init='bicut' needs the whole graph"),
     (["--chunk-samples", "10", "-w", "65"], "up to 64 workers, got 65"),
-])
-def test_cli_bad_input_is_one_line(data, tmp_path, args, message):
+]
+
+#: one interpreter runs the command line of every BAD_INPUT case in turn (its start-up, the imports of the CLI,
+#: is most of a case's time); after each case's stderr, a line "--- case exit STATUS ---"
+_CASES = """
+import json, sys, traceback
+from cli.main import main
+for argv in json.loads(sys.argv[1]):
+    sys.argv = ["gmp", *argv]
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    print(f"--- case exit {code} ---", file=sys.stderr, flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def bad_input_runs(data, tmp_path_factory):
+    """``gmp partition DATA ... ARGS`` of each BAD_INPUT case: (exit status, stderr), in one Python process."""
     path, _ = data
-    argv = ["partition", str(path), *(["-w", "4"] if "-w" not in args else []), *args, "--out", str(tmp_path / "x")]
-    res = subprocess.run([sys.executable, "-m", "cli.main", *argv], capture_output=True, text=True, cwd=ROOT)
-    assert res.returncode != 0
-    assert message in res.stderr and "Traceback" not in res.stderr, res.stderr
-    assert len(res.stderr.strip().splitlines()) == 1
+    out = tmp_path_factory.mktemp("bad_input")
+    argvs = [["partition", str(path), *(["-w", "4"] if "-w" not in args else []), *args, "--out", str(out / str(i))]
+             for i, (args, _) in enumerate(BAD_INPUT)]
+    res = subprocess.run([sys.executable, "-c", _CASES, json.dumps(argvs)], capture_output=True, text=True, cwd=ROOT)
+    parts = re.split(r"^--- case exit (-?\d+) ---\n", res.stderr, flags=re.M)  # [err, code, err, code, ..., tail]
+    assert res.returncode == 0 and len(parts) == 2 * len(BAD_INPUT) + 1, res.stdout + res.stderr[-3000:]
+    return [(int(parts[2 * i + 1]), parts[2 * i]) for i in range(len(BAD_INPUT))]
+
+
+@pytest.mark.parametrize("case", range(len(BAD_INPUT)), ids=[m for _, m in BAD_INPUT])
+def test_cli_bad_input_is_one_line(bad_input_runs, case):
+    message = BAD_INPUT[case][1]
+    code, stderr = bad_input_runs[case]
+    assert code != 0
+    assert message in stderr and "Traceback" not in stderr, stderr
+    assert len(stderr.strip().splitlines()) == 1
 
 
 def test_cli_distributed_without_rendezvous_address_is_one_line(data, tmp_path):
