@@ -49,6 +49,7 @@ def main() -> None:
         else:
             sys.exit(4)
         wrong.close()
+        engine.bytes[:] = 0  # the refused attempt's gathers are not the run's traffic
     trainer = Trainer(TrainData(ds), placement, make_config(**json.loads(cfg)), engine)
     try:
         summary = resume_training(trainer, ckpt, dataset=ds, placement_sha=psha, created=created) if resume else None
