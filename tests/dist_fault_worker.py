@@ -6,6 +6,7 @@ everything else is the real CLI."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 
@@ -21,7 +22,12 @@ def main() -> None:
         if fault in ("hang", "die") and rank == bad and step.index == at:
             if fault == "die":
                 os._exit(1)
-            time.sleep(120)  # hung (as kill -STOP): the peers' collective times out
+            # hung (as kill -STOP): the peers' collective times out. torchrun then stops this rank with
+            # SIGTERM, which the trainer turns into a stop request (kept until the step ends): left at
+            # that, the sleep outlasts torchrun's 30 s grace period before its SIGKILL. A hung process
+            # is gone after either signal, so here SIGTERM ends it at once.
+            signal.signal(signal.SIGTERM, lambda *_: os._exit(1))
+            time.sleep(120)
         return real(self, step)
 
     Trainer.train_step = faulty

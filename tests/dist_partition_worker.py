@@ -5,7 +5,8 @@ run per entry of RUNS_JSON in the same process group, each rank-0 placement save
 usage: torchrun ... tests/dist_partition_worker.py DATASET OUT_DIR RUNS_JSON
 
 A run: {"name": ..., "topology": "4" or "2x2", "options": {...}, "block_samples": 64,
-"chunk_samples": null, "project_block": null, "seed": 3, "seed_plus_rank": false}.
+"chunk_samples": null, "project_block": null, "seed": 3, "seed_plus_rank": false, "dataset": null}; a run's
+"dataset" (a path) replaces DATASET for that run, so that tests on several datasets share one launch.
 """
 
 import json
@@ -24,10 +25,12 @@ from gmp.topology import resolve_topology
 
 def main() -> None:
     dataset, out, runs = sys.argv[1:4]
-    ds = load_dataset(dataset)
+    datasets = {dataset: load_dataset(dataset)}
     engine = DistributedEngine()
     default_block = start.PROJECT_BLOCK
     for run in json.loads(runs):
+        path = run.get("dataset") or dataset
+        ds = datasets[path] = datasets.get(path) or load_dataset(path)
         topo = str(run.get("topology", "4"))
         topo = resolve_topology(int(topo), None, None) if "x" not in topo else resolve_topology(None, topo, None)
         start.PROJECT_BLOCK = run.get("project_block") or default_block

@@ -1,11 +1,15 @@
 """Run under torchrun by tests/test_migrate.py: train one day with the distributed engine and
 save a checkpoint; with ``resume``, first migrate from the previous day's checkpoint.
 
-usage: torchrun ... tests/migrate_worker.py DATASET PLACEMENT.npz CKPT_DIR OUT_DIR CONFIG_JSON [resume [CREATED.npy]]
+usage: torchrun ... tests/migrate_worker.py DATASET PLACEMENT.npz CKPT_DIR OUT_DIR CONFIG_JSON
+       [resume [CREATED.npy [REFUSED.npy]]]
 
 Writes OUT_DIR/rank{r}.npz (each rank's primary ids, rows and the dense parameters) and,
 on rank 0, OUT_DIR/migration.json (the summary, when resuming). A refused migration
 (TrainingError) writes OUT_DIR/refused{r}.txt with the message and exits 3 on every rank.
+With REFUSED.npy, a migration with that history (which must be refused) is tried first, by a
+trainer of its own: its message goes to OUT_DIR/refused{r}.txt (exit 4 if it was not refused),
+then the run goes on with CREATED.npy in the same processes (one torchrun launch for both).
 """
 
 import json
@@ -28,13 +32,25 @@ def main() -> None:
     dataset, placement_npz, ckpt, out, cfg = sys.argv[1:6]
     resume = sys.argv[6:7] == ["resume"]
     created = np.load(sys.argv[7]) if len(sys.argv) > 7 else None
+    refused = np.load(sys.argv[8]) if len(sys.argv) > 8 else None
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     placement = load_placement_npz(placement_npz)
     engine = DistributedEngine()
     ds = load_dataset(dataset)
-    trainer = Trainer(TrainData(ds), placement, make_config(**json.loads(cfg)), engine)
     psha = placement_sha256(placement)
+    if refused is not None:
+        wrong = Trainer(TrainData(ds), placement, make_config(**json.loads(cfg)), engine)
+        try:
+            resume_training(wrong, ckpt, dataset=ds, placement_sha=psha, created=refused)
+        except TrainingError as exc:
+            Path(out).mkdir(parents=True, exist_ok=True)
+            (Path(out) / f"refused{engine.rank}.txt").write_text(str(exc))
+        else:
+            sys.exit(4)
+        wrong.close()
+        engine.bytes[:] = 0  # the refused attempt's gathers are not the run's traffic
+    trainer = Trainer(TrainData(ds), placement, make_config(**json.loads(cfg)), engine)
     try:
         summary = resume_training(trainer, ckpt, dataset=ds, placement_sha=psha, created=created) if resume else None
     except TrainingError as exc:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -270,14 +271,19 @@ def test_processes_keep_caps_are_deterministic_and_near_one_process(data, tmp_pa
     assert reads[1] <= 1.10 * reads[0], reads
 
 
-@pytest.mark.distributed
-def test_hierarchical_topology_streamed_chunks_and_mismatched_ranks(data, tmp_path):
-    """2 processes: a 2x2 topology keeps the caps and stays within 10% of one process on it (cost-weighted
-    remote accesses too); --chunk-samples gives the in-memory distributed placement; ranks given
-    different seeds all stop with the same one-line error."""
-    path, ds = data
+PAIRS_OPTIONS = {"levels": 1, "alpha": 0.0, "beta": 0.0, "gamma": 0.0, "max_imbalance": 2.0,
+                 "replication_budget": 0.0}
+
+
+@pytest.fixture(scope="module")
+def two_processes(data, tmp_path_factory):
+    """One torchrun launch of 2 processes for the two tests below (start-up is most of a launch's time): the
+    runs of the hierarchical test on ``data`` and those of the carry-private test on the pairs dataset."""
+    path, _ = data
+    root = tmp_path_factory.mktemp("two_processes")
+    pairs = str(make_pairs_dataset(root / "pairs"))
     hier = {"topology": "2x2", "block_samples": 32}
-    got = worker(2, path, tmp_path, [
+    hierarchical = [
         {"name": "hier", **hier},
         {"name": "mem", **hier, "project_block": 128},
         {"name": "chunked", **hier, "project_block": 128, "chunk_samples": 100},
@@ -285,7 +291,25 @@ def test_hierarchical_topology_streamed_chunks_and_mismatched_ranks(data, tmp_pa
         {"name": "flat_mem", "options": {"levels": 1}},
         {"name": "mismatch", "seed_plus_rank": True},
         {"name": "other_data", "sha_by_rank": True},  # same shape, another dataset (two days of one size)
-    ])
+    ]
+    flat = {"topology": "2", "block_samples": 8, "dataset": pairs}
+    pair_runs = [
+        {"name": "carry", **flat, "options": PAIRS_OPTIONS},
+        {"name": "streamed", **flat, "options": PAIRS_OPTIONS, "chunk_samples": 20},
+        {"name": "single_vertex", **flat, "options": {**PAIRS_OPTIONS, "carry_private": False}},
+    ]
+    got = worker(2, path, root, pair_runs + hierarchical)  # the runs that fail on purpose last, as before
+    return {"hierarchical": {r["name"]: got[r["name"]] for r in hierarchical},
+            "pairs": {r["name"]: got[r["name"]] for r in pair_runs}, "pairs_path": pairs}
+
+
+@pytest.mark.distributed
+def test_hierarchical_topology_streamed_chunks_and_mismatched_ranks(data, two_processes):
+    """2 processes: a 2x2 topology keeps the caps and stays within 10% of one process on it (cost-weighted
+    remote accesses too); --chunk-samples gives the in-memory distributed placement; ranks given
+    different seeds all stop with the same one-line error."""
+    path, ds = data
+    got = two_processes["hierarchical"]
     topo = resolve_topology(None, "2x2", None)
     assert_caps(ds, got["hier"], 4)
     graph = build_graph(ds)
@@ -322,21 +346,15 @@ def make_pairs_dataset(out: Path, *, num_pairs=64, num_private=3):
 
 
 @pytest.mark.distributed
-def test_processes_carry_private_rows_to_the_optimum(tmp_path):
+def test_processes_carry_private_rows_to_the_optimum(two_processes):
     """carry_private across processes. On the pairs graph the single-vertex sweep leaves split pairs
     pinned by their private rows (each would turn remote); moving a sample with its private rows
     joins every pair in round 1 (no balance terms, loose caps): 0 expected remote reads with 1 and 2
     processes, every private row's primary (on its owner, which may be the other process) with its
     sample, the same placement streamed, and more than 0 reads with ``carry_private=False``."""
-    path = make_pairs_dataset(tmp_path / "pairs")
-    ds = load_dataset(path)
-    opts = {"levels": 1, "alpha": 0.0, "beta": 0.0, "gamma": 0.0, "max_imbalance": 2.0, "replication_budget": 0.0}
-    flat = {"topology": "2", "block_samples": 8}
-    got = worker(2, path, tmp_path, [
-        {"name": "carry", **flat, "options": opts},
-        {"name": "streamed", **flat, "options": opts, "chunk_samples": 20},
-        {"name": "single_vertex", **flat, "options": {**opts, "carry_private": False}},
-    ])
+    ds = load_dataset(two_processes["pairs_path"])
+    opts = PAIRS_OPTIONS
+    got = two_processes["pairs"]
     for key in ("sample_worker", "primary"):
         np.testing.assert_array_equal(got["carry"][key], got["streamed"][key])
     one = run_local(ds, 2, block_samples=8, **opts)
@@ -477,20 +495,53 @@ def test_cli_more_processes_than_samples(tmp_path):
     assert np.bincount(sw, minlength=4).max() <= sample_cap(2, 4, 1.05)
 
 
-@pytest.mark.parametrize("args, message", [
+BAD_INPUT = [
     (["--chunk-samples", "0"], "--chunk-samples must be an integer >= 1, got 0"),
     (["--block-samples", "64"], "--block-samples sets the blocks of --distributed"),
     (["--chunk-samples", "10", "-m", "metis"], "got --method metis"),
     (["--chunk-samples", "10", "-O", "init=bicut"], "init='bicut' needs the whole graph"),
     (["--chunk-samples", "10", "-w", "65"], "up to 64 workers, got 65"),
-])
-def test_cli_bad_input_is_one_line(data, tmp_path, args, message):
+]
+
+#: one interpreter runs the command line of every BAD_INPUT case in turn (its start-up, the imports of the CLI,
+#: is most of a case's time); after each case's stderr, a line "--- case exit STATUS ---"
+_CASES = """
+import json, sys, traceback
+from cli.main import main
+for argv in json.loads(sys.argv[1]):
+    sys.argv = ["gmp", *argv]
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    print(f"--- case exit {code} ---", file=sys.stderr, flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def bad_input_runs(data, tmp_path_factory):
+    """``gmp partition DATA ... ARGS`` of each BAD_INPUT case: (exit status, stderr), in one Python process."""
     path, _ = data
-    argv = ["partition", str(path), *(["-w", "4"] if "-w" not in args else []), *args, "--out", str(tmp_path / "x")]
-    res = subprocess.run([sys.executable, "-m", "cli.main", *argv], capture_output=True, text=True, cwd=ROOT)
-    assert res.returncode != 0
-    assert message in res.stderr and "Traceback" not in res.stderr, res.stderr
-    assert len(res.stderr.strip().splitlines()) == 1
+    out = tmp_path_factory.mktemp("bad_input")
+    argvs = [["partition", str(path), *(["-w", "4"] if "-w" not in args else []), *args, "--out", str(out / str(i))]
+             for i, (args, _) in enumerate(BAD_INPUT)]
+    res = subprocess.run([sys.executable, "-c", _CASES, json.dumps(argvs)], capture_output=True, text=True, cwd=ROOT)
+    parts = re.split(r"^--- case exit (-?\d+) ---\n", res.stderr, flags=re.M)  # [err, code, err, code, ..., tail]
+    assert res.returncode == 0 and len(parts) == 2 * len(BAD_INPUT) + 1, res.stdout + res.stderr[-3000:]
+    return [(int(parts[2 * i + 1]), parts[2 * i]) for i in range(len(BAD_INPUT))]
+
+
+@pytest.mark.parametrize("case", range(len(BAD_INPUT)), ids=[m for _, m in BAD_INPUT])
+def test_cli_bad_input_is_one_line(bad_input_runs, case):
+    message = BAD_INPUT[case][1]
+    code, stderr = bad_input_runs[case]
+    assert code != 0
+    assert message in stderr and "Traceback" not in stderr, stderr
+    assert len(stderr.strip().splitlines()) == 1
 
 
 def test_cli_distributed_without_rendezvous_address_is_one_line(data, tmp_path):
