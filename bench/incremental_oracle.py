@@ -149,11 +149,15 @@ def loop_curve(day: Day, budgets: list[int], starts) -> None:
     done = np.zeros(day.U, bool)
     sw = np.array(starts[1][1], np.int32)  # the placed data's samples
     step = max(day.U // 200, 1)
-    spent, marks = 0, list(budgets)
+    spent, marks, last = 0, list(budgets), None
     while marks:
         per_row = day.gain(sw, prim, sec) / np.maximum(day.rows_of, 1)
         cand = day.R[~done[day.R] & (per_row[day.R] > 0)]
         if cand.size == 0:
+            reads, moved, how = last or (0, 0, "")
+            print(f"| loop (stops: no move of the full re-partition's left reads less under the settled samples) | "
+                  f"{spent:,} ({100 * spent / day.U:.1f}%) | {moved:,} | {reads:,} | {reads / day.full_reads:.3f} | "
+                  f"{how} |", flush=True)
             break
         o = cand[np.argsort(-per_row[cand], kind="stable")]
         cum = np.cumsum(day.rows_of[o])
@@ -166,6 +170,7 @@ def loop_curve(day: Day, budgets: list[int], starts) -> None:
         done[take] = True
         spent += int(cum[k - 1])
         reads, moved, how, sw = day.evaluate(prim, sec, [("settled", sw)])
+        last = (reads, moved, how)
         if spent >= marks[0] - step // 10:
             b = marks.pop(0)
             print(f"| loop | {b:,} ({100 * b / day.U:.1f}%) | {moved:,} | {reads:,} | {reads / day.full_reads:.3f} | "
