@@ -112,7 +112,11 @@ taking whole groups, returning the least useful rows of a larger budget's chain 
 starting from the target's samples with the old rows kept, and remapping a 32-way re-partition onto the
 old workers were each measured at or above the chain's reads (docs/incremental.md, "The independent
 drift at 5%"): on that drift reads fall at a nearly constant rate per moved row whichever rows move, so
-the budget, not the choice of rows, is what is missing.
+the budget, not the choice of rows, is what is missing. An oracle confirms it (``bench/incremental_oracle.py``):
+the full re-partition's own row moves, ranked with hindsight (five ways, the best by their exact gain
+with the target's samples) and the samples re-fitted, read 1.33-1.70x at 5% where the chain reads 1.21x;
+``hybrid``'s sweeps started from the kept placement stop at 1.28x having moved 13% of the rows, so a
+priced (Lagrangian) version of them was not built.
 
 :func:`repartition_toward` — the budget's best moves toward a goal placement
 ----------------------------------------------------------------------------
