@@ -168,6 +168,11 @@ class PipelinedStaleness(BoundedStaleness):
             cur = nxt
         self._next = None
 
+    def prepare(self, step: Step) -> Step:
+        """No preparation by the trainer: this protocol prepares step t + 1 inside step t, where its
+        exchange starts (:meth:`train_step`)."""
+        return step
+
     def _reads_of(self, step: Step) -> _Reads:
         ctx = self.ctx
         key = (self._epoch, step.index)

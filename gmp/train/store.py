@@ -126,7 +126,10 @@ class EmbeddingStore:
             self.tier.close()
 
     def _tidx(self, slots: np.ndarray) -> torch.Tensor:
-        """Rows of ``self.table`` holding ``slots`` (copies; any slot when the table is on the device)."""
+        """Rows of ``self.table`` holding ``slots`` (copies; any slot when the table is on the device).
+        No slots: an empty index made without host data (nothing to copy to the device)."""
+        if len(slots) == 0:
+            return torch.empty(0, dtype=torch.int64, device=self.device)
         return torch.as_tensor(np.asarray(slots, dtype=np.int64) - self._base, dtype=torch.int64, device=self.device)
 
     def _primary_views(self, slots: np.ndarray):
@@ -134,6 +137,25 @@ class EmbeddingStore:
         if self.tier is None:
             return self.table, self.opt_state, self._tidx(slots), lambda: None
         return self.tier.views(slots)
+
+    # -- prepared indices (batch preparation ahead of the step, gmp.train.steps.prepare) --------
+    @property
+    def fixed_layout(self) -> bool:
+        """True when every held row sits in the device table at a slot fixed for the store's life
+        (no tier, no cache): an index made ahead of a step (:meth:`table_index`) stays valid."""
+        return self.tier is None and self.copies is None
+
+    def table_index(self, slots: np.ndarray) -> torch.Tensor:
+        """The rows of the device table holding ``slots`` as an index tensor on the store's device,
+        for :meth:`read_rows` and :meth:`apply_gradients` (``idx``); only with :attr:`fixed_layout`."""
+        if not self.fixed_layout:
+            raise TrainingError(f"worker {self.worker}: a table index made ahead of a step needs a store "
+                                f"without tier or cache. This is a bug in gmp.")
+        return self._tidx(slots)
+
+    def read_rows(self, idx: torch.Tensor) -> torch.Tensor:
+        """Values of the table rows ``idx`` (:meth:`table_index`): :meth:`read` without host data."""
+        return self.table.index_select(0, idx)
 
     # -- lookups ----------------------------------------------------------
     def lookup(self, gids: np.ndarray) -> np.ndarray:
@@ -395,13 +417,17 @@ class EmbeddingStore:
         self.table[self._tidx(slots)] = rows.to(self.device, self.dtype)
         self.clock[slots] = clocks
 
-    def apply_gradients(self, slots: np.ndarray, grads: torch.Tensor) -> None:
-        """One optimizer step on primary rows ``slots`` (distinct) with summed gradients; clocks += 1."""
+    def apply_gradients(self, slots: np.ndarray, grads: torch.Tensor, *, idx: torch.Tensor | None = None) -> None:
+        """One optimizer step on primary rows ``slots`` (distinct) with summed gradients; clocks += 1.
+        ``idx``: their table rows made ahead of the step (:meth:`table_index`)."""
         if slots.size == 0:
             return
         if np.any((slots < 0) | (slots >= self.num_primary)):
             raise TrainingError(f"worker {self.worker} received a gradient for a row it is not primary of.")
-        values, state, idx, commit = self._primary_views(slots)
+        if idx is not None and self.tier is None:
+            values, state, commit = self.table, self.opt_state, lambda: None
+        else:
+            values, state, idx, commit = self._primary_views(slots)
         self._step(values, idx, state, idx, grads)
         commit()
         self.clock[slots] += 1

@@ -176,7 +176,7 @@ class Trainer:
     def train_step(self, step: Step) -> float:
         """Run one synchronous step of all local workers (the protocol's); return the sum of their sample losses
         (read on the host once the step has returned)."""
-        losses = self.protocol.train_step(step)
+        losses = self.protocol.train_step(self.protocol.prepare(step))  # the batch prepared ahead of the step
         self.dense.settle()  # the step's stop / non-finite agreement, read after the step
         return loss_value(losses)
 
