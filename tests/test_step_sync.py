@@ -130,7 +130,7 @@ def test_a_step_makes_no_tensor_of_host_data(ctr, case, monkeypatch):
 def test_the_watch_sees_a_tensor_made_inside_a_step(ctr, monkeypatch):
     """The upload instrument can fail: a step that prepares its own batch (the protocol handed the bare
     step, as before the preparation stage) makes its index tensors inside the window."""
-    monkeypatch.setattr(BoundedStaleness, "prepare", lambda self, step: step)
+    monkeypatch.setattr(BoundedStaleness, "prepare", lambda self, step, **_: step)
     syncs = run_watched(ctr, *CASES["device-1"], "cpu", monkeypatch)
     assert any("(prepare)" in where or "(make_batch)" in where for _, where in syncs.uploads)
 

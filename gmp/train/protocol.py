@@ -40,10 +40,15 @@ class StepProtocol(abc.ABC):
         """The steps of ``epoch`` from ``start`` on (default: the schedule's)."""
         return self.ctx.schedule.steps(epoch, start)
 
-    def prepare(self, step: Step) -> Any:
+    #: whether :meth:`prepare` may run on a side thread while an earlier step computes (it reads
+    #: nothing a step changes; :func:`gmp.train.prepare.prepared_steps`)
+    prepares_ahead: bool = False
+
+    def prepare(self, step: Step, *, timed: bool = True) -> Any:
         """The batch preparation of ``step`` ahead of it (issue 33: ids deduplicated and translated,
         index and batch tensors made), handed to :meth:`train_step` instead of ``step``. Default: none
-        (``step`` itself; the protocol prepares inside its step)."""
+        (``step`` itself; the protocol prepares inside its step). ``timed``: count it as the ``gather``
+        phase (not when it runs on a side thread)."""
         return step
 
     @abc.abstractmethod

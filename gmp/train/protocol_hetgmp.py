@@ -23,10 +23,16 @@ from .steps import (PreparedStep, WorkerStep, apply_at_primaries, forward_backwa
 class BoundedStaleness(StepProtocol):
     """HET-GMP's protocol: requests with clocks, refresh of stale secondaries, gradient pushes."""
 
-    def prepare(self, step: Step) -> PreparedStep:
+    @property
+    def prepares_ahead(self) -> bool:
+        """Stores whose slots never move (no tier, no cache): the preparation is a pure function of
+        the step and the placement, so it may run while an earlier step computes."""
+        return all(store.fixed_layout for store in self.ctx.stores)
+
+    def prepare(self, step: Step, *, timed: bool = True) -> PreparedStep:
         """Every local worker's batch, deduplicated, translated and its index tensors made
         (:func:`~gmp.train.steps.prepare_step`), ahead of the step."""
-        return prepare_step(self.ctx, step)
+        return prepare_step(self.ctx, step, timed=timed)
 
     def train_step(self, step: Step | PreparedStep) -> list[torch.Tensor]:
         """Run one synchronous step of all local workers; return their sample losses (0-d tensors).

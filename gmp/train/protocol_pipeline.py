@@ -168,7 +168,9 @@ class PipelinedStaleness(BoundedStaleness):
             cur = nxt
         self._next = None
 
-    def prepare(self, step: Step) -> Step:
+    prepares_ahead = False
+
+    def prepare(self, step: Step, *, timed: bool = True) -> Step:
         """No preparation by the trainer: this protocol prepares step t + 1 inside step t, where its
         exchange starts (:meth:`train_step`)."""
         return step

@@ -117,13 +117,14 @@ class PreparedStep:
     workers: list[WorkerStep]
 
 
-def prepare_step(ctx, step) -> PreparedStep:
-    """Every local worker's :func:`prepare` of ``step`` (timed as the ``gather`` phase)."""
+def prepare_step(ctx, step, *, timed: bool = True) -> PreparedStep:
+    """Every local worker's :func:`prepare` of ``step``; ``timed``: as the ``gather`` phase (not on a
+    side thread, :func:`gmp.train.prepare.prepared_steps`, which times the wait for it instead)."""
     if step.global_batch_size == 0:
         return PreparedStep(step, [])
     if len(step.samples) != ctx.num_workers:
         raise TrainingError(f"schedule gave {len(step.samples)} batches for {ctx.num_workers} workers.")
-    with ctx.phase("gather"):
+    with ctx.phase("gather") if timed else contextlib.nullcontext():
         return PreparedStep(step, [prepare(ctx, li, step.samples[w]) for li, w in enumerate(ctx.engine.local_workers)])
 
 
