@@ -6,9 +6,11 @@ On the CPU nothing waits, so :mod:`host_sync` records gmp's calls that would (``
 under ``torch.cuda.set_sync_debug_mode("error")``. The trainer reads the step's losses and the
 dense stop/non-finite agreement after the window (:meth:`gmp.train.dense.DenseSync.settle`).
 
-The input pipeline ahead of the step is outside the window: the tier feeder and Herald's
-scheduler run before it (or in the look-ahead thread), and the pipelined step's exchange of the
-next step's ids and clocks (``_start_reads``) is the next step's preparation.
+The input pipeline ahead of the step is outside the window: the batch preparation
+(``protocol.prepare``, gmp/train/prepare.py: ids deduplicated and translated, index and batch
+tensors made, a step ahead on a side thread where it can), the tier feeder and Herald's scheduler
+run before it (or in the look-ahead thread), and the pipelined step's exchange of the next step's
+ids and clocks (``_start_reads``) is the next step's preparation.
 """
 
 from __future__ import annotations
