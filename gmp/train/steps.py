@@ -25,7 +25,7 @@ features, labels), the positions and table rows of the rows the worker holds, th
 order of its gradient push, and the slots of its own primaries' gradients (index, position,
 table rows) for a step in which no gradient is received. The step helpers use them when present
 and build the same tensors (same values, same order of operations: bit-for-bit the same step)
-when not. The slot-dependent tensors are made only for a *fixed layout* (:meth:`EmbeddingStore.fixed_layout`:
+when not. The slot-dependent tensors are made only for a *fixed layout* (``EmbeddingStore.fixed_layout``:
 no tier, no cache), whose id -> slot map does not change while training; a tiered or caching
 store's slots are settled by its tier feeder or Herald's scheduler, inside the step for now.
 What the step still builds on the host: anything made of data received in the step (the
@@ -183,7 +183,7 @@ def prepare(ctx, li: int, samples: np.ndarray) -> WorkerStep:
     if store.fixed_layout:  # slots do not move while training: the slot-dependent tensors too
         held = np.flatnonzero(ws.slots >= 0)
         ready.held_pos = torch.as_tensor(held, device=dev)
-        ready.held_idx = store.table_index(ws.slots[held])
+        ready.held_idx = torch.as_tensor(ws.slots[held], device=dev)  # fixed layout: slot s is table row s
         order, bounds = group_by_owner(np.flatnonzero(~ws.is_primary), ctx.primary[uniq], ctx.num_workers)
         ready.push_order, ready.push_bounds = order, bounds
         ready.push_order_t = torch.as_tensor(order, dtype=torch.int64, device=dev)
@@ -195,7 +195,7 @@ def prepare(ctx, li: int, samples: np.ndarray) -> WorkerStep:
         where[rank] = np.arange(own.size, dtype=np.int64)
         ready.grad_slots = own_slots[rank]
         ready.grad_where = torch.as_tensor(where, device=dev)
-        ready.grad_idx = store.table_index(ready.grad_slots)
+        ready.grad_idx = torch.as_tensor(ready.grad_slots, device=dev)
     return ws
 
 
@@ -279,7 +279,7 @@ def install_rows(ctx, ws: list[WorkerStep], clocks, need, rows, *, check_seconda
         true_clock[s.is_primary] = store.clock[s.slots[s.is_primary]]
         out = torch.empty(u, ctx.row_dim, dtype=ctx.dtype, device=store.device)
         if s.ready.held_pos is not None:
-            out[s.ready.held_pos] = store.read_rows(s.ready.held_idx)
+            out[s.ready.held_pos] = store.table.index_select(0, s.ready.held_idx)
         else:
             held = s.slots >= 0
             out[torch.as_tensor(np.flatnonzero(held), device=store.device)] = store.read(s.slots[held])
