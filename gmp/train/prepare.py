@@ -47,9 +47,9 @@ def prepared_steps(ctx, protocol, steps: Iterable, *, on_wait: Callable[[float],
 
     The wait for a step prepared ahead is timed as the ``gather`` phase (the time the step waits for
     its preparation) and handed to ``on_wait`` (seconds; the trainer counts it as training time, as
-    it counted the preparation when it ran inside the step). Close the generator (``contextlib.closing``) when leaving the loop early: the
-    thread is stopped and joined there, and a step prepared but never run is dropped (preparing has
-    no side effect)."""
+    it counted the preparation when it ran inside the step). Close the generator
+    (``contextlib.closing``) when leaving the loop early: the thread is stopped and joined there, and
+    a step prepared but never run is dropped (preparing has no side effect)."""
     if not protocol.prepares_ahead:
         yield from steps
         return
@@ -59,12 +59,10 @@ def prepared_steps(ctx, protocol, steps: Iterable, *, on_wait: Callable[[float],
     try:
         while True:
             t0 = time.perf_counter()
-            got = next(it, None)
-            waited = time.perf_counter() - t0
-            if ctx.engine.counting:
-                ctx.phase.seconds["gather"] += waited
+            with ctx.phase("gather"):
+                got = next(it, None)
             if on_wait is not None:
-                on_wait(waited)
+                on_wait(time.perf_counter() - t0)
             if got is None:
                 return
             (_, prepared), _ = got
