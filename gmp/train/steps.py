@@ -116,6 +116,11 @@ class PreparedStep:
     step: Step
     workers: list[WorkerStep]
 
+    # the step's own fields, so a hook reading ``step.index`` of what ``Trainer.train_step`` receives works
+    index = property(lambda self: self.step.index)
+    samples = property(lambda self: self.step.samples)
+    global_batch_size = property(lambda self: self.step.global_batch_size)
+
 
 def prepare_step(ctx, step, *, timed: bool = True) -> PreparedStep:
     """Every local worker's :func:`prepare` of ``step``; ``timed``: as the ``gather`` phase (not on a
