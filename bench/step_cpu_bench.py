@@ -13,7 +13,7 @@ memory copies). For each (embedding dim, per-worker batch) the bench builds a tr
    rest of the profiled step wall time, the host work *outside* them (numpy, Python, the trainer's
    bookkeeping). The profiler adds a few microseconds per operator, so its step is slower than
    the plain one: read the split as fractions of the profiled step;
-3. 'outside CPU': that outside share applied to the plain step's CPU milliseconds, the estimate
+3. 'outside CPU': that outside share applied to the plain step's step CPU milliseconds, the estimate
    of the host's own work per step that a loaded machine (whose wall clock includes the waits
    for a core) distorts least;
 4. on CUDA also the GPU busy fraction: the union of the kernels' and copies' intervals on the
@@ -23,9 +23,14 @@ The per-phase CPU milliseconds per worker of gmp's own clock (:data:`gmp.train.s
 process time: the table of docs/train.md "A cheaper step") are printed with ``--phases``. Batches of several steps per epoch cycle through epochs, so a
 batch larger than the training set still runs whole steps.
 
-A step here is the trainer's ``train_step`` for one scheduled step (batch gathering included):
-with the current numpy id path the host time grows with the batch; a device-resident step keeps
-it roughly constant from 4,096 up (issue 33's target).
+A step is split in two (issue 33): the batch *preparation* (``protocol.prepare``: ids gathered,
+deduplicated, translated, index and batch tensors made; in training it runs a step ahead on a side
+thread, :mod:`gmp.train.prepare`), timed alone ('prep CPU'), and the *step* proper, from the
+prepared batch to the optimizer update returning ('step CPU'; the profiled steps are these alone,
+so 'outside' is the host work inside the step). 'CPU ms' is their sum, the same work as a
+``train_step`` of the code before the split. A protocol that prepares inside its step (the
+pipelined one, tiered or caching stores) shows its preparation in the step. The host time per step
+should stay roughly constant from 4,096 up when the per-sample work is in torch operations.
 
     python bench/step_cpu_bench.py D [MANIFEST] --batches 512,2048,4096,16384,65536 --dims 16,64 \\
         --hidden 512,256,128 [--device cuda]
@@ -103,10 +108,14 @@ def measure(ds, placement, args, dim: int, batch: int) -> dict:
     tr.phase.reset()
     wall = cpu = 0.0
     samples = 0
+    prep_cpu = 0.0
     for step in itertools.islice(steps, args.steps):
         sync(device)
         t0, c0 = time.perf_counter(), time.process_time()
-        tr.train_step(step)
+        prepared = tr.protocol.prepare(step)
+        sync(device)
+        prep_cpu += time.process_time() - c0
+        tr.train_step(prepared)
         sync(device)
         wall += time.perf_counter() - t0
         cpu += time.process_time() - c0
@@ -116,17 +125,20 @@ def measure(ds, placement, args, dim: int, batch: int) -> dict:
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     sync(device)
+    ready = [tr.protocol.prepare(step) for step in itertools.islice(steps, args.profile_steps)]
+    sync(device)
     with torch.profiler.profile(activities=activities) as prof:
         t0 = time.perf_counter()
-        for step in itertools.islice(steps, args.profile_steps):
-            tr.train_step(step)
+        for prepared in ready:
+            tr.train_step(prepared)
         sync(device)
         pwall = time.perf_counter() - t0
     in_ops_us, busy_us = profile_split(prof.events())
     n, p = max(1, args.steps), max(1, args.profile_steps)
     outside_share = max(0.0, 1.0 - in_ops_us / 1e6 / pwall) if pwall > 0 else 0.0
     return {"dim": dim, "batch": batch, "workers": placement.num_workers, "samples_per_step": samples / n,
-            "outside_share": outside_share, "outside_cpu_ms": outside_share * cpu / n * 1e3,
+            "prep_cpu_ms": prep_cpu / n * 1e3, "step_cpu_ms": (cpu - prep_cpu) / n * 1e3,
+            "outside_share": outside_share, "outside_cpu_ms": outside_share * (cpu - prep_cpu) / n * 1e3,
             "wall_ms": wall / n * 1e3, "cpu_ms": cpu / n * 1e3, "profiled_ms": pwall / p * 1e3,
             "in_ops_ms": in_ops_us / p / 1e3, "outside_ms": max(0.0, pwall / p * 1e3 - in_ops_us / p / 1e3),
             "gpu_busy": busy_us / 1e6 / pwall if device.type == "cuda" and pwall > 0 else None,
@@ -156,7 +168,8 @@ def main() -> None:
     ds = load_dataset(args.dataset)
     placement = load_placement(ds, args.manifest, None)
     rows = []
-    head = (f"{'dim':>4} {'batch':>7} {'wall ms':>9} {'CPU ms':>9} {'profiled':>9} {'in ops':>9} {'outside':>9} "
+    head = (f"{'dim':>4} {'batch':>7} {'wall ms':>9} {'CPU ms':>9} {'prep CPU':>9} {'step CPU':>9} {'profiled':>9} "
+            f"{'in ops':>9} {'outside':>9} "
             f"{'outside %':>9} {'outside CPU':>11} {'µs/sample':>9} {'GPU busy':>9}")
     print(f"{ds.num_samples:,} samples, {placement.num_workers} worker(s), model {args.model} hidden {args.hidden}, "
           f"{args.optimizer}, {args.steps} timed + {args.profile_steps} profiled steps; ms per step "
@@ -167,7 +180,8 @@ def main() -> None:
             r = measure(ds, placement, args, dim, batch)
             rows.append(r)
             busy = "-" if r["gpu_busy"] is None else f"{100 * r['gpu_busy']:.0f}%"
-            print(f"{dim:>4} {batch:>7,} {r['wall_ms']:>9.1f} {r['cpu_ms']:>9.1f} {r['profiled_ms']:>9.1f} "
+            print(f"{dim:>4} {batch:>7,} {r['wall_ms']:>9.1f} {r['cpu_ms']:>9.1f} {r['prep_cpu_ms']:>9.1f} "
+                  f"{r['step_cpu_ms']:>9.1f} {r['profiled_ms']:>9.1f} "
                   f"{r['in_ops_ms']:>9.1f} {r['outside_ms']:>9.1f} {100 * r['outside_share']:>8.0f}% "
                   f"{r['outside_cpu_ms']:>11.1f} {1e3 * r['outside_cpu_ms'] / max(r['samples_per_step'], 1):>9.2f} "
                   f"{busy:>9}", flush=True)
@@ -176,11 +190,12 @@ def main() -> None:
                 outside = sum(v for k, v in phases.items() if k != "compute")
                 print("      CPU ms per worker per step: " + ", ".join(f"{k} {v:.2f}" for k, v in phases.items())
                       + f"; outside compute {outside:.2f}", flush=True)
-    print("wall: plain steps, device synchronised; CPU: this process's CPU time of a plain step; profiled: a "
-          "step under torch.profiler (wall), split into 'in ops' (inside torch operators) and 'outside' (host "
-          "work between them); 'outside CPU': the outside share x CPU ms, the host's own work per step (on a "
+    print("wall: plain steps (preparation included), device synchronised; CPU: this process's CPU time of a "
+          "plain step, prep CPU (the batch preparation) + step CPU (the step from the prepared batch); profiled: "
+          "a step from its prepared batch under torch.profiler (wall), split into 'in ops' (inside torch operators) and 'outside' (host "
+          "work between them); 'outside CPU': the outside share x step CPU ms, the host's own work per step (on a "
           "loaded machine the wall columns include the waits for a core, this one does not); µs/sample: "
-          "'outside CPU' per sample of the step")
+          "'outside CPU' per sample of the step (both the step proper's, preparation excluded)")
     if args.out:
         import json
         Path(args.out).write_text(json.dumps(rows, indent=1))

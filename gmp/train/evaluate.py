@@ -33,7 +33,7 @@ def evaluate(ctx) -> dict[str, float]:
             read_rows(ctx, ws, check_secondaries=True, staleness=-1.0, refresh=False)
             for li, s in enumerate(ws):
                 if s.samples.size:
-                    batch = make_batch(ctx, s, s.rows.device)
+                    batch = s.ready.batch if s.ready.batch is not None else make_batch(ctx, s, s.rows.device)
                     logits[li].append(ctx.model(s.rows, batch).double().cpu().numpy())
                     sample_ids[li].append(s.samples.astype(np.float64))
     ctx.model.train()

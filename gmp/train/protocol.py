@@ -40,10 +40,21 @@ class StepProtocol(abc.ABC):
         """The steps of ``epoch`` from ``start`` on (default: the schedule's)."""
         return self.ctx.schedule.steps(epoch, start)
 
+    #: whether :meth:`prepare` may run on a side thread while an earlier step computes (it reads
+    #: nothing a step changes; :func:`gmp.train.prepare.prepared_steps`)
+    prepares_ahead: bool = False
+
+    def prepare(self, step: Step, *, timed: bool = True) -> Any:
+        """The batch preparation of ``step`` ahead of it (issue 33: ids deduplicated and translated,
+        index and batch tensors made), handed to :meth:`train_step` instead of ``step``. Default: none
+        (``step`` itself; the protocol prepares inside its step). ``timed``: count it as the ``gather``
+        phase (not when it runs on a side thread)."""
+        return step
+
     @abc.abstractmethod
     def train_step(self, step: Step) -> list[torch.Tensor]:
-        """Run one synchronous step of all local workers; return the summed sample loss of each local
-        worker with samples (0-d tensors on its device, :func:`gmp.train.steps.forward_backward`).
+        """Run one synchronous step of all local workers (``step``: what :meth:`prepare` made of it);
+        return the summed sample loss of each local worker with samples (0-d tensors on its device, :func:`gmp.train.steps.forward_backward`).
 
         A step never waits for the device (issue 33): the trainer reads the losses and the dense
         control element (:meth:`gmp.train.dense.DenseSync.settle`) after it returns."""

@@ -14,24 +14,34 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..errors import TrainingError
 from .protocol import StepProtocol
 from .schedule import Step
-from .steps import WorkerStep, apply_at_primaries, forward_backward, prepare, push_sends, read_rows
+from .steps import (PreparedStep, WorkerStep, apply_at_primaries, forward_backward, prepare_step, push_sends,
+                    read_rows)
 
 
 class BoundedStaleness(StepProtocol):
     """HET-GMP's protocol: requests with clocks, refresh of stale secondaries, gradient pushes."""
 
-    def train_step(self, step: Step) -> list[torch.Tensor]:
-        """Run one synchronous step of all local workers; return their sample losses (0-d tensors)."""
+    @property
+    def prepares_ahead(self) -> bool:
+        """Stores whose slots never move (no tier, no cache): the preparation is a pure function of
+        the step and the placement, so it may run while an earlier step computes."""
+        return all(store.fixed_layout for store in self.ctx.stores)
+
+    def prepare(self, step: Step, *, timed: bool = True) -> PreparedStep:
+        """Every local worker's batch, deduplicated, translated and its index tensors made
+        (:func:`~gmp.train.steps.prepare_step`), ahead of the step."""
+        return prepare_step(self.ctx, step, timed=timed)
+
+    def train_step(self, step: Step | PreparedStep) -> list[torch.Tensor]:
+        """Run one synchronous step of all local workers; return their sample losses (0-d tensors).
+        ``step``: prepared by :meth:`prepare` (the trainer does so before the step), or not."""
         ctx = self.ctx
+        prepared = step if isinstance(step, PreparedStep) else prepare_step(ctx, step)
+        step, ws = prepared.step, prepared.workers
         if step.global_batch_size == 0:
             return []
-        if len(step.samples) != ctx.num_workers:
-            raise TrainingError(f"schedule gave {len(step.samples)} batches for {ctx.num_workers} workers.")
-        with ctx.phase("gather"):
-            ws = [prepare(ctx, li, step.samples[w]) for li, w in enumerate(ctx.engine.local_workers)]
         check = ctx.staleness.checks_clocks
         read_rows(ctx, ws, check_secondaries=check, staleness=ctx.staleness.bound)
         with ctx.phase("compute"):

@@ -168,6 +168,13 @@ class PipelinedStaleness(BoundedStaleness):
             cur = nxt
         self._next = None
 
+    prepares_ahead = False
+
+    def prepare(self, step: Step, *, timed: bool = True) -> Step:
+        """No preparation by the trainer: this protocol prepares step t + 1 inside step t, where its
+        exchange starts (:meth:`train_step`)."""
+        return step
+
     def _reads_of(self, step: Step) -> _Reads:
         ctx = self.ctx
         key = (self._epoch, step.index)

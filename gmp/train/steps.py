@@ -4,7 +4,8 @@ Each function takes the trainer's :class:`~gmp.train.context.StepContext` (``ctx
 local workers it runs, "vectorised over the workers this process hosts":
 one loop over them, then one collective of the engine.
 
-* :func:`prepare` -- a worker's batch: distinct rows, their slots;
+* :func:`prepare` -- a worker's batch: distinct rows, their slots, and the step's index and batch
+  tensors (:class:`Prepared`), made ahead of the step (see below);
 * :func:`read_rows` -- HET-GMP phases 1-3 (request, serve, inter-embedding check), also the
   evaluation's read of the primaries (``staleness = -1``);
 * :func:`forward_backward` -- phase 4;
@@ -13,6 +14,24 @@ one loop over them, then one collective of the engine.
 On the wire ids and clocks travel as int32 when every id fits (:func:`wire_id_dtype`), rows
 and gradients in the context's ``comm_dtype`` (cast back to the table's dtype on arrival).
 :class:`PhaseClock` times the phases of a step (:data:`PHASES`) for the JSON records.
+
+**Batch preparation ahead of the step (issue 33).** A step should run only torch operations on
+tensors it is handed: every tensor made of host data inside a step is, on a GPU, a blocking copy
+that waits for the stream. :func:`prepare` is the preparation stage: it reads a worker's ids,
+deduplicates them (:class:`~gmp.train.unique.UniqueIndex`), translates ids to slots, and builds
+what depends on the batch and the placement alone as tensors on the worker's device
+(:class:`Prepared`): the model's :class:`~gmp.train.models.Batch` (inverse, segments, dense
+features, labels), the positions and table rows of the rows the worker holds, the owner-grouped
+order of its gradient push, and the slots of its own primaries' gradients (index, position,
+table rows) for a step in which no gradient is received. The step helpers use them when present
+and build the same tensors (same values, same order of operations: bit-for-bit the same step)
+when not. The slot-dependent tensors are made only for a *fixed layout* (``EmbeddingStore.fixed_layout``:
+no tier, no cache), whose id -> slot map does not change while training; a tiered or caching
+store's slots are settled by its tier feeder or Herald's scheduler, inside the step for now.
+What the step still builds on the host: anything made of data received in the step (the
+unpipelined bounded-staleness exchange of ids and clocks, phases 1-3) and the clock-dependent
+requests. Protocols that prepare a whole step before it runs (``StepProtocol.prepare``) call
+:func:`prepare` for each local worker there, outside the step.
 """
 
 from __future__ import annotations
@@ -20,7 +39,7 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import numpy as np
 import torch
@@ -28,6 +47,9 @@ import torch
 from ..errors import TrainingError
 from .consistency import inter_stale, intra_stale
 from .models import Batch, bce_sum
+
+if TYPE_CHECKING:
+    from .schedule import Step
 
 
 #: the phases of a training step, in order (seconds per phase in the records' ``phase_seconds``)
@@ -70,6 +92,48 @@ def group_by_owner(idx: np.ndarray, owner: np.ndarray, num_workers: int) -> tupl
 
 
 @dataclass
+class Prepared:
+    """Tensors of one worker's step made ahead of it by :func:`prepare` (module docstring); None:
+    not prepared (the step makes it)."""
+
+    batch: Batch | None = None  # the model's batch (None without samples)
+    held_pos: torch.Tensor | None = None  # positions in uniq of the rows the worker holds
+    held_idx: torch.Tensor | None = None  # ... and their rows in the store's table
+    push_order: np.ndarray | None = None  # group_by_owner order of the non-primary rows
+    push_bounds: np.ndarray | None = None
+    push_order_t: torch.Tensor | None = None  # push_order on the gradients' device
+    own_t: torch.Tensor | None = None  # positions in uniq of the worker's own primaries
+    grad_slots: np.ndarray | None = None  # their slots ascending (np.unique of the own slots) ...
+    grad_where: torch.Tensor | None = None  # ... the position of each own gradient among them ...
+    grad_idx: torch.Tensor | None = None  # ... and their rows in the table (own gradients only)
+
+
+@dataclass
+class PreparedStep:
+    """A step with its local workers' batches prepared (:func:`prepare`), ready for the protocol's
+    ``train_step``: ``workers[li]`` is local worker ``li``'s (empty for a step without samples)."""
+
+    step: Step
+    workers: list[WorkerStep]
+
+    # the step's own fields, so a hook reading ``step.index`` of what ``Trainer.train_step`` receives works
+    index = property(lambda self: self.step.index)
+    samples = property(lambda self: self.step.samples)
+    global_batch_size = property(lambda self: self.step.global_batch_size)
+
+
+def prepare_step(ctx, step, *, timed: bool = True) -> PreparedStep:
+    """Every local worker's :func:`prepare` of ``step``; ``timed``: as the ``gather`` phase (not on a
+    side thread, :func:`gmp.train.prepare.prepared_steps`, which times the wait for it instead)."""
+    if step.global_batch_size == 0:
+        return PreparedStep(step, [])
+    if len(step.samples) != ctx.num_workers:
+        raise TrainingError(f"schedule gave {len(step.samples)} batches for {ctx.num_workers} workers.")
+    with ctx.phase("gather") if timed else contextlib.nullcontext():
+        return PreparedStep(step, [prepare(ctx, li, step.samples[w]) for li, w in enumerate(ctx.engine.local_workers)])
+
+
+@dataclass
 class WorkerStep:
     """Scratch state of one worker during one step."""
 
@@ -88,6 +152,7 @@ class WorkerStep:
     grad: torch.Tensor | None = None  # their gradients
     #: as a primary: the ids each worker requested of this one this step (its pushes follow them, s < inf)
     served: list[np.ndarray] = field(default_factory=list)
+    ready: Prepared = field(default_factory=Prepared)  # tensors made ahead of the step (prepare)
 
 
 def int_tensor(a: np.ndarray) -> torch.Tensor:
@@ -95,7 +160,10 @@ def int_tensor(a: np.ndarray) -> torch.Tensor:
 
 
 def id_tensor(ctx, a: np.ndarray) -> torch.Tensor:
-    """Ids or clocks as the wire carries them (``ctx.id_dtype``: int32 when they fit)."""
+    """Ids or clocks as the wire carries them (``ctx.id_dtype``: int32 when they fit); an empty
+    message is made without host data (nothing to copy)."""
+    if a.size == 0:
+        return torch.empty(a.shape, dtype=torch.int32 if ctx.id_dtype == np.int32 else torch.int64)
     return torch.as_tensor(np.ascontiguousarray(a, dtype=ctx.id_dtype))
 
 
@@ -112,8 +180,28 @@ def prepare(ctx, li: int, samples: np.ndarray) -> WorkerStep:
     ptr, ids = ctx.data.gather(samples)
     uniq, inv = ctx.unique_ids(ids)  # np.unique(ids, return_inverse=True), without sorting every id
     slots = store.lookup(uniq)
-    return WorkerStep(samples, ptr, uniq, inv, slots, store.is_primary_slot(slots),
-                       store.is_secondary_slot(slots))
+    ws = WorkerStep(samples, ptr, uniq, inv, slots, store.is_primary_slot(slots), store.is_secondary_slot(slots))
+    ready = ws.ready
+    dev = store.device
+    if samples.size:
+        ready.batch = make_batch(ctx, ws, dev)
+    if store.fixed_layout:  # slots do not move while training: the slot-dependent tensors too
+        held = np.flatnonzero(ws.slots >= 0)
+        ready.held_pos = torch.as_tensor(held, device=dev)
+        ready.held_idx = torch.as_tensor(ws.slots[held], device=dev)  # fixed layout: slot s is table row s
+        order, bounds = group_by_owner(np.flatnonzero(~ws.is_primary), ctx.primary[uniq], ctx.num_workers)
+        ready.push_order, ready.push_bounds = order, bounds
+        ready.push_order_t = torch.as_tensor(order, dtype=torch.int64, device=dev)
+        own = np.flatnonzero(ws.is_primary)
+        ready.own_t = torch.as_tensor(own, dtype=torch.int64, device=dev)
+        own_slots = ws.slots[own]  # distinct (distinct ids): np.unique is a sort, the inverse its rank
+        rank = np.argsort(own_slots, kind="stable")
+        where = np.empty(own.size, dtype=np.int64)
+        where[rank] = np.arange(own.size, dtype=np.int64)
+        ready.grad_slots = own_slots[rank]
+        ready.grad_where = torch.as_tensor(where, device=dev)
+        ready.grad_idx = torch.as_tensor(ready.grad_slots, device=dev)
+    return ws
 
 
 def read_rows(ctx, ws: list[WorkerStep], *, check_secondaries: bool, staleness: float,
@@ -195,8 +283,11 @@ def install_rows(ctx, ws: list[WorkerStep], clocks, need, rows, *, check_seconda
         true_clock = np.full(u, -1, dtype=np.int64)
         true_clock[s.is_primary] = store.clock[s.slots[s.is_primary]]
         out = torch.empty(u, ctx.row_dim, dtype=ctx.dtype, device=store.device)
-        held = s.slots >= 0
-        out[torch.as_tensor(np.flatnonzero(held), device=store.device)] = store.read(s.slots[held])
+        if s.ready.held_pos is not None:
+            out[s.ready.held_pos] = store.table.index_select(0, s.ready.held_idx)
+        else:
+            held = s.slots >= 0
+            out[torch.as_tensor(np.flatnonzero(held), device=store.device)] = store.read(s.slots[held])
         for src in range(n):
             part = s.req[s.req_bounds[src]:s.req_bounds[src + 1]]
             c = clocks[li][src]
@@ -291,7 +382,7 @@ def forward_backward(ctx, ws: list[WorkerStep], step) -> list[torch.Tensor]:
     for li, s in enumerate(ws):
         leaf = s.rows.detach().requires_grad_(True)
         if s.samples.size:
-            batch = make_batch(ctx, s, leaf.device)
+            batch = s.ready.batch if s.ready.batch is not None else make_batch(ctx, s, leaf.device)
             loss = bce_sum(ctx.model(leaf, batch), batch.labels)
             (loss / total).backward()
             losses.append(loss.detach())
@@ -309,8 +400,12 @@ def push_sends(ctx, ws: list[WorkerStep], *, with_ids: bool):
     n = ctx.num_workers
     id_sends, grad_sends = [], []
     for li, s in enumerate(ws):
-        order, bounds = group_by_owner(np.flatnonzero(~s.is_primary), ctx.primary[s.uniq], n)
-        g = s.grad[torch.as_tensor(order, dtype=torch.int64, device=s.grad.device)].to(ctx.comm_dtype)
+        if s.ready.push_order is not None:
+            order, bounds = s.ready.push_order, s.ready.push_bounds
+            g = s.grad[s.ready.push_order_t.to(s.grad.device)].to(ctx.comm_dtype)
+        else:
+            order, bounds = group_by_owner(np.flatnonzero(~s.is_primary), ctx.primary[s.uniq], n)
+            g = s.grad[torch.as_tensor(order, dtype=torch.int64, device=s.grad.device)].to(ctx.comm_dtype)
         if with_ids:
             ids = s.uniq[order]
             id_sends.append([id_tensor(ctx, ids[bounds[d]:bounds[d + 1]]) for d in range(n)])
@@ -326,6 +421,14 @@ def apply_at_primaries(ctx, ws: list[WorkerStep], rid, rgrad) -> None:
     n = ctx.num_workers
     for li, s in enumerate(ws):
         store = ctx.stores[li]
+        ready = s.ready
+        received = sum(int(r.shape[0]) for r in rid[li])  # sizes known on the host: no wait
+        if ready.grad_where is not None and received == 0:  # own gradients only: prepared
+            if ready.grad_slots.size:
+                summed = torch.zeros(ready.grad_slots.size, ctx.row_dim, dtype=ctx.dtype, device=store.device)
+                summed.index_add_(0, ready.grad_where, s.grad[ready.own_t.to(s.grad.device)].to(store.device))
+                store.apply_gradients(ready.grad_slots, summed, idx=ready.grad_idx)
+            continue
         own = np.flatnonzero(s.is_primary)
         slot_parts = [s.slots[own]] + [store.lookup(r if isinstance(r, np.ndarray) else received_ids(r))
                                        for r in rid[li]]

@@ -1,50 +1,41 @@
 """The per-worker embedding store: primaries and secondaries in one local table.
 
-Worker ``w`` holds every row whose primary is ``w`` and every row with a
-secondary on ``w`` (from the placement), in one tensor on its device:
+Worker ``w`` holds every row whose primary is ``w`` and every row with a secondary on ``w``
+(from the placement), in one tensor on its device:
 
 * slots ``[0, num_primary)`` are the primaries, sorted by global id;
 * slots ``[num_primary, num_rows)`` are the secondaries, sorted by global id.
 
-A :class:`SlotMap` translates global ids to slots (a dense int32 array over all
-ids when that is at most :data:`DENSE_MAP_MAX_IDS` entries, else a sorted id
-array searched with ``np.searchsorted``). Each row has a clock
-(:mod:`gmp.train.consistency`); the embedding optimizer's state (Adagrad's
-sum of squares) exists only for primaries, which are the only rows updated.
+A :class:`SlotMap` translates global ids to slots (:mod:`gmp.train.slots`). Each row has a
+clock (:mod:`gmp.train.consistency`); the embedding optimizer's state (Adagrad's sum of
+squares) exists only for primaries, which are the only rows updated. Initial values depend
+only on ``(seed, global id)`` (:func:`initial_rows`): every placement and every number of
+workers starts from the same model.
 
-Initial values depend only on ``(seed, global id)`` (uniform in
-``±INIT_SCALE``, drawn in chunks of 65,536 ids from
-``np.random.default_rng([seed, chunk])``), so every placement and every
-number of workers starts from the same model.
-
-Optimizers (row-wise; a row absent from a step is untouched, which makes them
-equal to torch's dense ``SGD``/``Adagrad`` on a full table):
+Optimizers (row-wise; a row absent from a step is untouched, which makes them equal to
+torch's dense ``SGD``/``Adagrad`` on a full table):
 
 * ``sgd``:     ``x -= lr * g``
 * ``adagrad``: ``h += g*g;  x -= lr * g / (sqrt(h) + eps)``  (torch.optim.Adagrad, eps 1e-10)
 
-With ``s > 0`` a worker also applies its own gradient to the secondaries it
-holds (:meth:`EmbeddingStore.apply_local`; Adagrad with a per-replica sum of
-squares of the worker's own gradients), so it sees its own updates between
-refreshes; the clock is not advanced, and a refresh overwrites the replica
-with the primary, which has received the same gradients.
+With ``s > 0`` a worker also applies its own gradient to the secondaries it holds
+(:meth:`EmbeddingStore.apply_local`; Adagrad with a per-replica sum of squares of the worker's
+own gradients), so it sees its own updates between refreshes; the clock is not advanced, and a
+refresh overwrites the replica with the primary, which has received the same gradients.
 
 **Cache and pending updates (``--schedule herald`` at s = 0).** With
-:meth:`EmbeddingStore.enable_cache` the store also keeps copies of rows that
-are neither primary nor secondary on the worker, in slots
-``[num_rows, num_rows + allocated)`` (the table grows by doubling; the
-runtime scheduler bounds how many are live: ``--cache-rows`` between
-iterations, plus the batch's rows during one). Every non-primary slot
-(secondary or cached) then holds a *copy* of the primary row: its value and,
-with Adagrad, a copy of the primary's sum of squares (``copy_state``), so the
-worker can apply the optimizer step to its copy exactly as the primary would
-(:meth:`apply_copy`), and a ``dirty`` flag for updates not yet pushed.
-A push of pending updates sends the copy's value (and state), which
-overwrites the primary (:meth:`overwrite_primary`): at s = 0 the runtime
-scheduler guarantees nobody else read or wrote the row in between, so this
-is the single-worker update sequence, bit for bit. In this mode
-``copy_state`` replaces the per-replica ``local_state`` of ``s > 0`` (the
-two modes never mix: cache and pending updates need s = 0).
+:meth:`EmbeddingStore.enable_cache` the store also keeps copies of rows that are neither
+primary nor secondary on the worker, in slots ``[num_rows, num_rows + allocated)`` (the table
+grows by doubling; the runtime scheduler bounds how many are live: ``--cache-rows`` between
+iterations, plus the batch's rows during one). Every non-primary slot (secondary or cached)
+then holds a *copy* of the primary row: its value and, with Adagrad, a copy of the primary's
+sum of squares (``copy_state``), so the worker can apply the optimizer step to its copy exactly
+as the primary would (:meth:`apply_copy`), and a ``dirty`` flag for updates not yet pushed. A
+push of pending updates sends the copy's value (and state), which overwrites the primary
+(:meth:`overwrite_primary`): at s = 0 the runtime scheduler guarantees nobody else read or
+wrote the row in between, so this is the single-worker update sequence, bit for bit. In this
+mode ``copy_state`` replaces the per-replica ``local_state`` of ``s > 0`` (the two modes never
+mix: cache and pending updates need s = 0).
 """
 
 from __future__ import annotations
@@ -127,13 +118,20 @@ class EmbeddingStore:
 
     def _tidx(self, slots: np.ndarray) -> torch.Tensor:
         """Rows of ``self.table`` holding ``slots`` (copies; any slot when the table is on the device)."""
+        if len(slots) == 0:  # made without host data: nothing to copy to the device
+            return torch.empty(0, dtype=torch.int64, device=self.device)
         return torch.as_tensor(np.asarray(slots, dtype=np.int64) - self._base, dtype=torch.int64, device=self.device)
 
-    def _primary_views(self, slots: np.ndarray):
+    def _primary_views(self, slots: np.ndarray, idx: torch.Tensor | None = None):
         """``(values, state, idx, commit)`` of primary ``slots``: write rows ``idx``, then ``commit()``."""
         if self.tier is None:
-            return self.table, self.opt_state, self._tidx(slots), lambda: None
+            return self.table, self.opt_state, self._tidx(slots) if idx is None else idx, lambda: None
         return self.tier.views(slots)
+
+    @property
+    def fixed_layout(self) -> bool:
+        """No tier, no cache: slot s is row s of ``table`` for the store's life (an index made ahead of a step)."""
+        return self.tier is None and self.copies is None
 
     # -- lookups ----------------------------------------------------------
     def lookup(self, gids: np.ndarray) -> np.ndarray:
@@ -395,13 +393,14 @@ class EmbeddingStore:
         self.table[self._tidx(slots)] = rows.to(self.device, self.dtype)
         self.clock[slots] = clocks
 
-    def apply_gradients(self, slots: np.ndarray, grads: torch.Tensor) -> None:
-        """One optimizer step on primary rows ``slots`` (distinct) with summed gradients; clocks += 1."""
+    def apply_gradients(self, slots: np.ndarray, grads: torch.Tensor, idx: torch.Tensor | None = None) -> None:
+        """One optimizer step on primary rows ``slots`` (distinct; ``idx``: their rows, :attr:`fixed_layout`)
+        with summed gradients; clocks += 1."""
         if slots.size == 0:
             return
         if np.any((slots < 0) | (slots >= self.num_primary)):
             raise TrainingError(f"worker {self.worker} received a gradient for a row it is not primary of.")
-        values, state, idx, commit = self._primary_views(slots)
+        values, state, idx, commit = self._primary_views(slots, idx)
         self._step(values, idx, state, idx, grads)
         commit()
         self.clock[slots] += 1

@@ -46,6 +46,7 @@ checks both).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import Any, Callable
@@ -68,7 +69,8 @@ from .models import make_model
 from .records import Counters, make_record
 from .registry import make_protocol, make_schedule
 from .schedule import Schedule, ScheduleContext, Step
-from .steps import PhaseClock, loss_value, wire_id_dtype
+from .prepare import prepared_steps
+from .steps import PhaseClock, PreparedStep, loss_value, wire_id_dtype
 from .store import EmbeddingStore
 from .unique import UniqueIndex
 from .tiers import feed_steps
@@ -173,10 +175,12 @@ class Trainer:
         self.dense.request_stop()
 
     # ------------------------------------------------------------------ step
-    def train_step(self, step: Step) -> float:
+    def train_step(self, step: Step | PreparedStep) -> float:
         """Run one synchronous step of all local workers (the protocol's); return the sum of their sample losses
-        (read on the host once the step has returned)."""
-        losses = self.protocol.train_step(step)
+        (read on the host once the step has returned). ``step``: prepared ahead (:mod:`gmp.train.prepare`)
+        or not (prepared here, before the protocol's step)."""
+        prepared = step if isinstance(step, PreparedStep) else self.protocol.prepare(step)
+        losses = self.protocol.train_step(prepared)
         self.dense.settle()  # the step's stop / non-finite agreement, read after the step
         return loss_value(losses)
 
@@ -185,6 +189,10 @@ class Trainer:
         return evaluate(self.ctx)
 
     # ------------------------------------------------------------ the loop
+    def _count_wait(self, seconds: float) -> None:
+        """The wait for a step prepared ahead (gmp.train.prepare): training time, as the preparation was."""
+        self.acc["train_seconds"] += seconds
+
     def _reset_epoch(self) -> None:
         self.counts.reset()
         self.engine.reset_counts()
@@ -219,16 +227,20 @@ class Trainer:
         records = []
         while self.epoch < self.config.epochs:
             num_steps = self.schedule.num_steps(self.epoch)
+            # tiered stores: each step's rows resident and pinned (look-ahead prefetch, gmp.train.tiers);
+            # then each step's batch prepared a step ahead when the protocol can (gmp.train.prepare)
+            fed = feed_steps(self.ctx, self.protocol, self.protocol.steps(self.epoch, self.step_in_epoch),
+                             epoch_start=self.step_in_epoch == 0)
             with progress.task(f"epoch {self.epoch + 1}/{self.config.epochs}", total=num_steps,
-                               completed=self.step_in_epoch, show=self.engine.is_main) as advance:
-                # tiered stores: each step's rows resident and pinned (look-ahead prefetch, gmp.train.tiers)
-                for step in feed_steps(self.ctx, self.protocol, self.protocol.steps(self.epoch, self.step_in_epoch),
-                                       epoch_start=self.step_in_epoch == 0):
+                               completed=self.step_in_epoch, show=self.engine.is_main) as advance, \
+                    contextlib.closing(prepared_steps(self.ctx, self.protocol, fed, on_wait=self._count_wait)) as ahead:
+                for item in ahead:
+                    step = item.step if isinstance(item, PreparedStep) else item
                     if (stop_after_steps is not None and done >= stop_after_steps) or self.dense.stop_now:
                         self.interrupted = True
                         return records
                     t0 = time.perf_counter()
-                    loss = self.train_step(step)
+                    loss = self.train_step(item)
                     self.acc["train_seconds"] += time.perf_counter() - t0
                     if self.dense.nonfinite_now:
                         raise TrainingError(f"The training loss is not finite at epoch {self.epoch + 1} step "
