@@ -92,6 +92,23 @@ PARTITIONER_FLAGS = ("rounds", "tol", "alpha", "beta", "gamma", "max_imbalance",
 
 #: what each command (of those that resolve a spec of :mod:`gmp.specs` through ``gmp.api``) asks the library
 REQUESTS: dict[str, Request] = {
+    "train": Request(
+        ("gmp.specs:resolve_train", "gmp.train.config:TrainConfig", "gmp.specs:TIER_KEYS", "gmp.specs:SHARED_KEYS",
+         "gmp.specs:HERALD_KEYS"), "gmp.specs:TrainSpec",
+        renamed={"dataset_arg": "dataset"},
+        python_only={"environ": "the environment torchrun sets (os.environ)",
+                     "dtype": "the table's float dtype (the command trains float32)",
+                     "eval_batch_size": "the evaluation's batch (the command evaluates at the default)",
+                     "tiers": "a TierOptions object; the command gives its fields as flags",
+                     "herald": "a HeraldOptions object; the command gives its fields as flags",
+                     "prefetch_depth": "the host tier's look-ahead queue depth (the default)"},
+        derived=("config", "resume_from", "cache", "world_size")),
+    "simulate": Request(
+        ("gmp.specs:resolve_simulate", "gmp.specs:SIMULATE_HERALD_KEYS"), "gmp.specs:SimulateSpec",
+        renamed={"dataset_arg": "dataset"}, cli_only=("as_json",),
+        python_only={"epoch": "which epoch's shuffle to replay (the command replays the first)",
+                     "order": "a sample order of the caller's own"},
+        derived=("placement", "options", "num_active_rows", "herald_given", "differs_from_train")),
     "partition": Request(
         ("gmp.specs:resolve_partition",), "gmp.specs:PartitionSpec",
         renamed={"no_plots": "plots", "option": "options", **{k: "options" for k in PARTITIONER_FLAGS}},

@@ -145,7 +145,12 @@ def request_mismatches(command, request, params) -> list[str]:
 
     takes: dict = {}
     for ref in request.takes:
-        for p in inspect.signature(_load(ref)).parameters.values():
+        taken = _load(ref)
+        if isinstance(taken, tuple):  # the names a resolution takes through **keywords (gmp.specs.TIER_KEYS)
+            for name in taken:
+                takes.setdefault(name, inspect.Parameter.empty)
+            continue
+        for p in inspect.signature(taken).parameters.values():
             if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
                 takes.setdefault(p.name, p.default)
     spec = {f.name: f for f in dataclasses.fields(request.spec_class())}
@@ -169,6 +174,8 @@ def request_mismatches(command, request, params) -> list[str]:
         if target != opt.name or opt.required or default is None:
             continue  # renamed (no_plots -> plots), or "not given": resolution decides
         library = takes[head]
+        if isinstance(default, str) and isinstance(library, (int, float)) and not isinstance(library, bool):
+            default = type(library)(default)  # a number the command takes as text (--staleness 0 or inf)
         if library is not inspect.Parameter.empty and library is not None and library != default:
             problems.append(f"option {opt.name}: default {default!r}, {request.takes[0]} {library!r}")
         if field is not None and field.default is not dataclasses.MISSING and field.default != default:
@@ -186,7 +193,8 @@ def request_mismatches(command, request, params) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("command", ["partition", "report", "compare", "export torchrec", "data import"])
+@pytest.mark.parametrize("command", ["train", "simulate", "partition", "report", "compare", "export torchrec",
+                                     "data import"])
 def test_each_option_is_a_request_parameter_and_each_parameter_an_option(command):
     """The option table and the specs (issue 34): every option of the command is a parameter of the request it
     resolves, every parameter (every spec field) is an option or says why not, and where the command shows a
