@@ -12,7 +12,7 @@ attached to this group when present.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 
@@ -171,51 +171,6 @@ def _format_flags(fmt: str, *, split_hour: bool, rating_threshold: float, ignore
     return []
 
 
-def dataset_info(path: Path) -> dict[str, Any]:
-    """Counts, per-field cardinalities and degree skew of a prepared dataset."""
-    import numpy as np
-
-    from gmp.datasets.format import load_dataset
-    from gmp.graph import build_graph
-
-    ds = load_dataset(path)
-    graph = build_graph(ds)
-    stats = graph.stats().to_json()
-    deg = graph.embedding_degree()
-    fields = []
-    for f in ds.fields:
-        row: dict[str, Any] = {"name": f.name, "kind": f.kind}
-        if f.kind == "dense":
-            row.update(column=f.column)
-        else:
-            d = np.asarray(deg[f.ids()])  # the field's ids (several ranges once extended)
-            active = d[d > 0]
-            k = max(1, int(np.ceil(active.size * 0.01))) if active.size else 0
-            top = float(np.sort(active)[-k:].sum() / active.sum()) if active.size else 0.0
-            missing = int(deg[f.missing_id]) if f.missing_id is not None else None
-            rare = int(deg[f.rare_id]) if f.rare_id is not None else None
-            row.update(num_values=f.num_values, offset=f.offset, num_active=int(active.size),
-                       max_degree=int(d.max()) if d.size else 0, top1pct_access_share=top,
-                       missing_accesses=missing, rare_accesses=rare, hash_buckets=f.hash_buckets)
-        fields.append(row)
-    meta = ds.meta
-    return {
-        "path": str(path),
-        "source": meta.get("source", {}),
-        "num_samples": ds.num_samples,
-        "num_train": ds.num_train,
-        "num_test": ds.num_test,
-        "num_embeddings": ds.num_embeddings,
-        "num_edges": ds.num_edges,
-        "num_dense": ds.num_dense,
-        "label_rate": meta.get("label_rate"),
-        "num_bad_lines": meta.get("num_bad_lines", 0),
-        "sha256": ds.sha256,
-        "graph": stats,
-        "fields": fields,
-    }
-
-
 @data_app.command("info")
 @handle_errors
 def info_cmd(
@@ -223,6 +178,8 @@ def info_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Counts, per-field cardinalities and skew (share of accesses to the top 1% of embeddings, max degree)."""
+    from gmp.api import dataset_info
+
     info = dataset_info(path)
     if as_json:
         echo_json(info)
