@@ -109,6 +109,10 @@ REQUESTS: dict[str, Request] = {
         python_only={"epoch": "which epoch's shuffle to replay (the command replays the first)",
                      "order": "a sample order of the caller's own"},
         derived=("placement", "options", "num_active_rows", "herald_given", "differs_from_train")),
+    "data synth": Request(
+        ("gmp.specs:resolve_synth", "gmp.specs:SYNTH_KNOBS"), "gmp.specs:SynthSpec",
+        renamed={"samples": "num_samples", "communities": "num_communities", "local_threshold": "local_min_values"},
+        cli_only=("as_json",), derived=("config", "knobs", "day")),
     "partition": Request(
         ("gmp.specs:resolve_partition",), "gmp.specs:PartitionSpec",
         renamed={"no_plots": "plots", "option": "options", **{k: "options" for k in PARTITIONER_FLAGS}},

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typer
 
-from cli._common import check_seed, echo_json, handle_errors, refuse_flags
+from cli._common import check_seed, echo_json, handle_errors
 from cli._options import DEFAULT_PRESET, DEFAULT_SCALE, options  # --continue refuses other values than these
 
 
@@ -27,30 +27,21 @@ def synth(out, preset, like, samples, scale, seed, skew, tail, communities, loca
 
     Example: gmp data synth --preset criteo-kaggle --samples 1000000 --seed 0 --out data/criteo-1m
     """
-    import math
-    from dataclasses import replace
+    from gmp.api import run_synth
+    from gmp.specs import resolve_synth
 
-    from gmp._io import check_disk, check_output_dir
-    from gmp.datasets.format import DATASET_FILES
-    from gmp.datasets.synth import preset_config, synthesize
-    from gmp.errors import DatasetError
+    from ._flags import flags_for_params
 
-    check_output_dir(out, kind="gmp.dataset", overwrite=overwrite, own=DATASET_FILES,
-                     inputs=[p for p in (continue_from, like) if p is not None])
+    with flags_for_params():
+        spec = resolve_synth(
+            out, preset=None if preset == DEFAULT_PRESET else preset, like=like, num_samples=samples,
+            scale=None if scale == DEFAULT_SCALE else scale, seed=check_seed(seed), test_fraction=test_fraction,
+            min_count=min_count, chunk_samples=chunk_samples, overwrite=overwrite, continue_from=continue_from,
+            growth=growth, drift=drift, local_min_values=local_threshold, skew=skew, tail=tail,
+            num_communities=communities, locality=locality, entity_skew=entity_skew, fidelity=fidelity,
+            coherence=coherence, fresh=fresh)
+        meta = run_synth(spec)
     if continue_from is not None:  # the next day (issue 18): ids of PREVIOUS stay, new ones are appended
-        from gmp.datasets.synth_continue import continue_synth
-
-        check_seed(seed)
-        kept = {"--preset": preset != DEFAULT_PRESET, "--like": like is not None, "--scale": scale != DEFAULT_SCALE,
-                "--skew": skew is not None, "--tail": tail is not None, "--communities": communities is not None,
-                "--locality": locality is not None, "--local-threshold": local_threshold is not None,
-                "--entity-skew": entity_skew is not None, "--fidelity": fidelity is not None,
-                "--coherence": coherence is not None, "--fresh": fresh is not None, "--min-count": min_count != 1}
-        refuse_flags(kept, f"--continue: the next day keeps {continue_from}'s generator (it takes --samples, "
-                           f"--seed, --test-fraction, --growth and --drift).", DatasetError)
-        day_knobs = {k: v for k, v in (("growth", growth), ("drift", drift)) if v is not None}  # else its defaults
-        meta = continue_synth(continue_from, out, num_samples=samples, seed=seed if seed else None,
-                              test_fraction=test_fraction, overwrite=overwrite, **day_knobs)
         day = meta["synth_continue"]
         summary = {"out": str(out), "day": day["day"], "num_samples": meta["num_samples"],
                    "num_embeddings": meta["num_embeddings"], "num_new_ids": day["num_new_ids"],
@@ -61,38 +52,6 @@ def synth(out, preset, like, samples, scale, seed, skew, tail, communities, loca
             typer.echo(f"generated day {day['day']} after {continue_from}: {meta['num_samples']:,} samples, "
                        f"{day['num_new_ids']:,} new ids ({meta['num_embeddings']:,} in all) -> {out}")
         return
-    if growth is not None or drift is not None:
-        raise DatasetError("--growth and --drift apply to --continue PREVIOUS (the next day of a synthetic dataset).")
-    if not math.isfinite(scale):
-        raise DatasetError(f"--scale must be a finite number > 0, got {scale}.")
-
-    knobs = {k: v for k, v in (("skew", skew), ("tail", tail), ("num_communities", communities),
-                               ("locality", locality), ("entity_skew", entity_skew), ("fidelity", fidelity),
-                               ("coherence", coherence), ("fresh", fresh)) if v is not None}
-    if like is not None:
-        from gmp.datasets.format import load_dataset
-        from gmp.datasets.synth_fit import like_config
-
-        if local_threshold is not None or locality is not None:
-            raise DatasetError("synth: --locality and --local-threshold do not apply to --like "
-                               "(the latent-entity model has no community slices).")
-        fit = like_config(load_dataset(like), num_samples=samples, seed=seed)
-        cfg = replace(fit.config, test_fraction=test_fraction, **knobs)
-    else:
-        entity_only = [f"--{k.replace('_', '-')}" for k in ("entity_skew", "fidelity", "coherence", "fresh")
-                       if k in knobs]
-        from gmp.datasets.synth import PRESETS
-
-        if entity_only and preset in PRESETS and PRESETS[preset].model != "entities":
-            raise DatasetError(f"synth: {', '.join(entity_only)} apply to the latent-entity model "
-                               f"('criteo-kaggle' or --like), not to preset {preset!r}.")
-        cfg = preset_config(preset, num_samples=samples, scale=scale, local_min_values=local_threshold,
-                            seed=seed, test_fraction=test_fraction, **knobs)
-    # the arrays (ids, row pointers, labels, dense) plus their raw temporaries, before any is written
-    per_sample = 4 * len(cfg.cardinalities) + 8 + 4 + 4 * cfg.num_dense
-    check_disk(out, 2 * per_sample * cfg.num_samples, what=f"--samples {cfg.num_samples:,}",
-               fix="lower --samples or choose another --out.")
-    meta = synthesize(cfg, out, chunk_samples=chunk_samples, overwrite=overwrite, min_count=min_count)
     synth_meta = meta["synth"]
     summary = {
         "out": str(out),

@@ -151,45 +151,69 @@ def run_import(spec: Any) -> dict[str, Any]:
                    **spec.format_options)
 
 
-def synthesize(out: str | os.PathLike, *, preset: str = "criteo-kaggle", num_samples: int | None = None,
-               scale: float = 1.0, seed: int = 0, overwrite: bool = False,
-               continue_from: str | os.PathLike | None = None, **knobs: Any):
+def synthesize(out: str | os.PathLike, *, preset: str | None = None, num_samples: int | None = None,
+               scale: float | None = None, seed: int = 0, overwrite: bool = False,
+               continue_from: str | os.PathLike | None = None, like: str | os.PathLike | None = None,
+               min_count: int = 1, chunk_samples: int = 1 << 18, **knobs: Any):
     """Generate a synthetic CTR dataset at ``out`` (``gmp data synth``) and open it.
 
-    ``knobs`` are :class:`gmp.datasets.synth.SynthConfig` fields (``skew``,
-    ``tail``, ``num_communities``, ``locality``, ``test_fraction``, ...).
+    ``preset`` defaults to ``criteo-kaggle`` at ``scale`` 1.0; ``like`` fits the latent-entity model
+    to that prepared dataset instead (``--like``); ``min_count`` cuts values seen fewer times as
+    import does. ``knobs`` are :class:`gmp.datasets.synth.SynthConfig` fields (``skew``, ``tail``,
+    ``num_communities``, ``locality``, ``test_fraction``, ...).
 
     ``continue_from`` (``--continue``): the day after that synthetic dataset instead: its ids
     stay, new ones are appended, popularity drifts; ``knobs`` then are ``growth``, ``drift``
     and ``test_fraction``, ``num_samples`` defaults to the previous day's and a ``seed`` of 0
     to the first day's (:func:`gmp.datasets.synth_continue.continue_synth`).
 
+    Resolved by :func:`gmp.specs.resolve_synth` and run by :func:`run_synth`, as the command is.
+
     >>> ds = gmp.synthesize("data/tiny", preset="tiny", num_samples=2000)  # doctest: +SKIP
     """
-    if continue_from is not None:
-        from .datasets.synth_continue import continue_synth
-        from .errors import DatasetError
+    from .specs import resolve_synth
 
-        unknown = sorted(set(knobs) - {"growth", "drift", "test_fraction"})
-        if unknown:
-            raise DatasetError(f"synthesize: continue_from takes growth, drift and test_fraction, not "
-                               f"{', '.join(unknown)}.")
-        continue_synth(continue_from, out, num_samples=num_samples, seed=seed or None, overwrite=overwrite, **knobs)
-        return load_dataset(out)
-    import dataclasses
-
-    from .datasets.synth import SynthConfig, preset_config
-    from .datasets.synth import synthesize as _synthesize
-    from .errors import DatasetError
-
-    takes = {f.name for f in dataclasses.fields(SynthConfig)} | {"local_min_values"}
-    unknown = sorted(set(knobs) - takes)
-    if unknown:
-        raise DatasetError(f"synthesize: unknown knob(s) {', '.join(unknown)}; SynthConfig takes: "
-                           f"{', '.join(sorted(takes))}.")
-    config = preset_config(preset, num_samples=num_samples, scale=scale, seed=seed, **knobs)
-    _synthesize(config, out, overwrite=overwrite)
+    spec = resolve_synth(out, preset=preset, like=like, num_samples=num_samples, scale=scale, seed=seed,
+                         min_count=min_count, chunk_samples=chunk_samples, overwrite=overwrite,
+                         continue_from=continue_from, **knobs)
+    run_synth(spec)
     return load_dataset(out)
+
+
+def run_synth(spec: Any) -> dict[str, Any]:
+    """Run a resolved :class:`gmp.specs.SynthSpec` (``gmp data synth`` and :func:`synthesize`); returns
+    the written ``dataset.json`` header. ``out`` is claimed before any input is read (``like``: the
+    dataset the model is fitted to), and released when the run fails."""
+    from ._io import check_disk, check_output_dir
+    from .datasets.format import DATASET_FILES
+
+    check_output_dir(spec.out, kind="gmp.dataset", overwrite=spec.overwrite, own=DATASET_FILES,
+                     inputs=[p for p in (spec.continue_from, spec.like) if p is not None])
+    try:
+        if spec.continue_from is not None:
+            from .datasets.synth_continue import continue_synth
+
+            return continue_synth(spec.continue_from, spec.out, overwrite=spec.overwrite, **spec.day)
+        from .datasets.synth import synthesize as _synthesize
+
+        config = spec.config
+        if config is None:  # --like: the model fitted to that dataset, the request's knobs on top
+            import dataclasses
+
+            from .datasets.format import load_dataset as _load
+            from .datasets.synth_fit import like_config
+
+            fit = like_config(_load(spec.like), num_samples=spec.num_samples, seed=spec.seed)
+            config = dataclasses.replace(fit.config, test_fraction=spec.test_fraction, **spec.knobs)
+        # the arrays (ids, row pointers, labels, dense) plus their raw temporaries, before any is written
+        per_sample = 4 * len(config.cardinalities) + 8 + 4 + 4 * config.num_dense
+        check_disk(spec.out, 2 * per_sample * config.num_samples, what=f"`num_samples` {config.num_samples:,}",
+                   fix="lower `num_samples` or choose another `out`.")
+        return _synthesize(config, spec.out, chunk_samples=spec.chunk_samples, overwrite=spec.overwrite,
+                           min_count=spec.min_count)
+    except BaseException:  # a failed call leaves out unclaimed: a notebook may call it again
+        release_claim(spec.out)
+        raise
 
 
 def dataset_info(path: str | os.PathLike) -> dict[str, Any]:

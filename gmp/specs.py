@@ -903,3 +903,91 @@ def resolve_import(format: str | None, inputs: Sequence[str | os.PathLike], out:
     sources.update({name: RECOGNISED for name in recipe.proposed if name != "format"})
     return ImportSpec(fmt, inputs, Path(out), tuple(Path(p) for p in test_inputs), common, format_options, recipe,
                       sources)
+
+
+#: the knobs of a synthetic preset the command sets (``gmp data synth --skew ...``; Python may set any
+#: other SynthConfig field too)
+SYNTH_KNOBS = ("skew", "tail", "num_communities", "locality", "entity_skew", "fidelity", "coherence", "fresh")
+#: what the next day of a synthetic dataset takes besides ``out`` (``continue_from``)
+SYNTH_DAY_KEYS = ("num_samples", "seed", "test_fraction", "growth", "drift")
+
+
+@dataclass(frozen=True)
+class SynthSpec:
+    """One ``gmp data synth`` / :func:`gmp.synthesize` request, resolved: a new dataset from ``config``
+    (None with ``like``: the model is fitted to that dataset when the run starts, after ``out`` is
+    claimed, with ``knobs`` on top), or the next day of ``continue_from`` (``day``: its keywords)."""
+
+    out: Path
+    overwrite: bool = False
+    config: Any = None  # gmp.datasets.synth.SynthConfig
+    like: Path | None = None
+    knobs: Mapping[str, Any] = field(default_factory=dict)
+    num_samples: int | None = None
+    seed: int = 0
+    test_fraction: float = 0.1
+    min_count: int = 1
+    chunk_samples: int = 1 << 18
+    continue_from: Path | None = None
+    day: Mapping[str, Any] = field(default_factory=dict)
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+
+def resolve_synth(out: str | os.PathLike, *, preset: str | None = None, like: str | os.PathLike | None = None,
+                  num_samples: int | None = None, scale: float | None = None, seed: int = 0,
+                  test_fraction: float | None = None, min_count: int = 1, chunk_samples: int = 1 << 18,
+                  overwrite: bool = False, continue_from: str | os.PathLike | None = None,
+                  growth: float | None = None, drift: float | None = None, local_min_values: int | None = None,
+                  **knobs: Any) -> SynthSpec:
+    """Resolve ``gmp data synth`` / :func:`gmp.synthesize`: a preset (default ``criteo-kaggle``, at
+    ``scale`` 1.0) or a model fitted to ``like``, with ``knobs`` (:data:`SYNTH_KNOBS`) on top; or, with
+    ``continue_from``, the next day of that synthetic dataset, which keeps its generator and takes only
+    ``num_samples``, ``seed``, ``test_fraction``, ``growth`` and ``drift`` (None: the previous day's,
+    and a ``seed`` of 0 the first day's). A setting the request cannot use is refused, not ignored."""
+    from .datasets.synth import PRESETS, SynthConfig, preset_config
+    from .errors import DatasetError
+    from .seeds import check_seed
+
+    seed = check_seed(seed, error=DatasetError)
+    takes = {f.name for f in dataclasses.fields(SynthConfig)} | {"local_min_values"}
+    unknown = sorted(set(knobs) - takes)
+    if unknown:
+        raise DatasetError(f"synthesize: unknown knob(s) {', '.join(unknown)}; SynthConfig takes: "
+                           f"{', '.join(sorted(takes))}.")
+    knobs = {k: v for k, v in knobs.items() if v is not None}
+    sources = {name: USER for name, value in (("preset", preset), ("scale", scale), ("test_fraction", test_fraction))
+               if value is not None}
+    if continue_from is not None:  # the next day (issue 18): ids of the previous day stay, new ones are appended
+        kept = [name for name, given in (("preset", preset is not None), ("like", like is not None),
+                                         ("scale", scale is not None), *((k, True) for k in knobs),
+                                         ("local_min_values", local_min_values is not None),
+                                         ("min_count", min_count != 1)) if given]
+        if kept:
+            raise DatasetError(f"{', '.join(f'`{k}`' for k in kept)} do{'es' if len(kept) == 1 else ''} not apply to "
+                               f"`continue_from`: the next day keeps {continue_from}'s generator (it takes "
+                               f"`num_samples`, `seed`, `test_fraction`, `growth` and `drift`).")
+        day = {k: v for k, v in (("num_samples", num_samples), ("seed", seed or None), ("test_fraction", test_fraction),
+                                 ("growth", growth), ("drift", drift)) if v is not None}
+        return SynthSpec(out=Path(out), overwrite=overwrite, continue_from=Path(continue_from), day=day,
+                         sources=sources)
+    if growth is not None or drift is not None:
+        raise DatasetError("`growth` and `drift` apply to `continue_from` (the next day of a synthetic dataset).")
+    scale = 1.0 if scale is None else scale
+    if not math.isfinite(scale):
+        raise DatasetError(f"`scale` must be a finite number > 0, got {scale}.")
+    test_fraction = 0.1 if test_fraction is None else test_fraction
+    common = dict(out=Path(out), overwrite=overwrite, num_samples=num_samples, seed=seed, test_fraction=test_fraction,
+                  min_count=min_count, chunk_samples=chunk_samples, sources=sources)
+    if like is not None:
+        if local_min_values is not None or "locality" in knobs:
+            raise DatasetError("synth: `locality` and `local_min_values` do not apply to `like` "
+                               "(the latent-entity model has no community slices).")
+        return SynthSpec(like=Path(like), knobs=knobs, **common)
+    preset = "criteo-kaggle" if preset is None else preset
+    entity_only = [f"`{k}`" for k in ("entity_skew", "fidelity", "coherence", "fresh") if k in knobs]
+    if entity_only and preset in PRESETS and PRESETS[preset].model != "entities":
+        raise DatasetError(f"synth: {', '.join(entity_only)} apply to the latent-entity model "
+                           f"('criteo-kaggle' or `like`), not to preset {preset!r}.")
+    config = preset_config(preset, num_samples=num_samples, scale=scale, local_min_values=local_min_values,
+                           seed=seed, test_fraction=test_fraction, **knobs)
+    return SynthSpec(config=config, **common)

@@ -234,7 +234,7 @@ def test_the_daily_loop_through_the_facade_equals_the_cli(tmp_path):
         gmp.repartition_dataset(d1, p0, tmp_path / "x", options={"levels": 3})
     with pytest.raises(GmpError, match="already exists"):
         gmp.repartition_dataset(d1, p0, tmp_path / "api")
-    with pytest.raises(GmpError, match="continue_from takes growth, drift and test_fraction, not skew"):
+    with pytest.raises(GmpError, match="`skew` does not apply to `continue_from`: the next day keeps"):
         gmp.synthesize(tmp_path / "s1", continue_from=d0.path, skew=1.2)
 
 

@@ -193,7 +193,7 @@ def request_mismatches(command, request, params) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("command", ["train", "simulate", "partition", "report", "compare", "export torchrec",
+@pytest.mark.parametrize("command", ["train", "simulate", "data synth", "partition", "report", "compare", "export torchrec",
                                      "data import"])
 def test_each_option_is_a_request_parameter_and_each_parameter_an_option(command):
     """The option table and the specs (issue 34): every option of the command is a parameter of the request it

@@ -481,6 +481,32 @@ def test_cli_like(tmp_path, data_app):
     assert res.exit_code == 2 and "apply to the latent-entity model" in res.output
 
 
+def test_synth_is_one_request_from_python_and_the_cli(tmp_path, data_app):
+    """``gmp.synthesize`` and ``gmp data synth`` resolve through one spec (issue 34): the Python verb
+    takes ``like`` and ``min_count`` as the command does (before it had neither) and writes the same bytes;
+    a plain preset with knobs too, and a setting the request cannot use is refused the same way."""
+    import gmp
+
+    src = tmp_path / "src"
+    synthesize(_entity_cfg(num_samples=3000, entity_counts=(300, 80)), src)
+    for name, flags, keywords in (
+            ("like", ["--like", src, "--samples", 2500, "--min-count", 2, "--fidelity", 0.7],
+             dict(like=src, num_samples=2500, min_count=2, fidelity=0.7)),
+            ("tiny", ["--preset", "tiny", "--samples", 1500, "--skew", 1.3, "--seed", 4],
+             dict(preset="tiny", num_samples=1500, skew=1.3, seed=4))):
+        res = CliRunner().invoke(data_app, ["data", "synth", *map(str, flags), "--out", str(tmp_path / f"cli-{name}")])
+        assert res.exit_code == 0, res.output
+        api = gmp.synthesize(tmp_path / f"api-{name}", **keywords)
+        assert api.sha256 == load_dataset(tmp_path / f"cli-{name}").sha256
+    assert load_dataset(tmp_path / "api-like").meta["synth"]["min_count"] == 2
+    with pytest.raises(DatasetError, match="`locality` and `local_min_values` do not apply to `like`"):
+        gmp.synthesize(tmp_path / "bad", like=src, locality=0.5)
+    assert not (tmp_path / "bad").exists()
+    res = CliRunner().invoke(data_app, ["data", "synth", "--like", str(src), "--locality", "0.5",
+                                        "--out", str(tmp_path / "bad")])
+    assert res.exit_code == 2 and "--locality and --local-threshold do not apply to --like" in res.output
+
+
 def test_sessions_and_coherent_segments():
     # session_share 1: every sample of a block of 10 takes the block's entity of type 0
     gen = SyntheticCTR(_entity_cfg(session_length=10, session_share=(1.0, 0.0)), calibrate=False)

@@ -121,7 +121,7 @@ def test_cli_continue_and_its_errors(chain, tmp_path):
     assert res.exit_code == 2 and "--preset, --skew do not apply to --continue" in res.output, res.output
     res = runner.invoke(app, ["data", "synth", "--preset", "tiny", "-n", "100", "-o", str(tmp_path / "z"),
                               "--drift", "0.9"])
-    assert res.exit_code == 2 and "--growth and --drift apply to --continue PREVIOUS" in res.output, res.output
+    assert res.exit_code == 2 and "--growth and --drift apply to --continue (the next day" in res.output, res.output
     assert not (tmp_path / "z").exists()
 
 
