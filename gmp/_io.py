@@ -56,9 +56,10 @@ log = logging.getLogger(__name__)
 _HASH_CHUNK = 1 << 24
 
 #: the header file that makes a directory a gmp output of each kind
-KIND_FILES = {"gmp.dataset": "dataset.json", "gmp.placement": "manifest.json", "gmp.report": "report.json"}
+KIND_FILES = {"gmp.dataset": "dataset.json", "gmp.placement": "manifest.json", "gmp.report": "report.json",
+              "gmp.torchrec_export": "plan.json"}
 KIND_NAMES = {"gmp.dataset": "a gmp dataset", "gmp.placement": "a placement manifest",
-              "gmp.report": "a gmp report directory"}
+              "gmp.report": "a gmp report directory", "gmp.torchrec_export": "a TorchRec export"}
 #: errno values that mean "the device is full"
 _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 

@@ -147,6 +147,18 @@ def test_export_cli(manifest, tiny_dataset, tmp_path):
     res = runner.invoke(app, ["export", "torchrec", str(manifest), "-d", str(tiny_dataset), "--out",
                               str(tmp_path / "e")])
     assert res.exit_code == 2 and "already exists" in res.output
+    # --overwrite replaces an export (it refused every directory: an export had no gmp header kind) ...
+    res = runner.invoke(app, ["export", "torchrec", str(manifest), "-d", str(tiny_dataset), "--out",
+                              str(tmp_path / "e"), "--embedding-dim", "12", "--overwrite"])
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "e" / "plan.json").read_text())["embedding_dim"] == 12
+    # ... and nothing else
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "thesis.tex").write_text("keep")
+    res = runner.invoke(app, ["export", "torchrec", str(manifest), "-d", str(tiny_dataset), "--out",
+                              str(tmp_path / "notes"), "--overwrite"])
+    assert res.exit_code == 2 and "is not a TorchRec export (no plan.json)" in res.output
+    assert (tmp_path / "notes" / "thesis.tex").read_text() == "keep"
     res = runner.invoke(app, ["export", "torchrec", str(manifest), "-d", str(tiny_dataset), "--out",
                               str(tmp_path / "b"), "--embedding-dim", "8", "--batch-size", "3"])
     assert res.exit_code == 0 and "optimised for another setting: batch_size 3 (planned 2)" in res.output

@@ -448,7 +448,7 @@ def export_torchrec(manifest: Any, out: str | os.PathLike, *, dataset: Any = Non
         "not_expressible": NOT_EXPRESSIBLE,
         "needs_gpu": NEEDS_GPU,
     }
-    with atomic_directory(out, overwrite=True, own=EXPORT_FILES) as tmp:
+    with atomic_directory(out, overwrite=True, kind=FORMAT, own=EXPORT_FILES) as tmp:
         np.save(tmp / "remap.npy", remap)
         np.save(tmp / "rank_indptr.npy", indptr)
         np.save(tmp / "rank_samples.npy", samples)
