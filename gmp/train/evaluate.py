@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from ..scoring import logloss_from_logits, roc_auc
-from .steps import make_batch, prepare, read_rows
+from .steps import prepare, read_rows
 
 
 def evaluate(ctx) -> dict[str, float]:
@@ -29,12 +29,11 @@ def evaluate(ctx) -> dict[str, float]:
     with ctx.engine.not_counted(), torch.no_grad():
         for start in range(0, test.size, chunk):
             parts = np.array_split(test[start:start + chunk], n)
-            ws = [prepare(ctx, li, parts[w]) for li, w in enumerate(ctx.engine.local_workers)]
+            ws = [prepare(ctx, li, parts[w], training=False) for li, w in enumerate(ctx.engine.local_workers)]
             read_rows(ctx, ws, check_secondaries=True, staleness=-1.0, refresh=False)
             for li, s in enumerate(ws):
                 if s.samples.size:
-                    batch = s.ready.batch if s.ready.batch is not None else make_batch(ctx, s, s.rows.device)
-                    logits[li].append(ctx.model(s.rows, batch).double().cpu().numpy())
+                    logits[li].append(ctx.model(s.rows, s.ready.batch).double().cpu().numpy())
                     sample_ids[li].append(s.samples.astype(np.float64))
     ctx.model.train()
     mine_l = [np.concatenate(x) if x else np.zeros(0) for x in logits]

@@ -175,7 +175,9 @@ def received_ids(t: torch.Tensor) -> np.ndarray:
     return t.cpu().numpy().astype(np.int64, copy=False)
 
 
-def prepare(ctx, li: int, samples: np.ndarray) -> WorkerStep:
+def prepare(ctx, li: int, samples: np.ndarray, *, training: bool = True) -> WorkerStep:
+    """Worker ``li``'s batch of ``samples`` (module docstring); ``training=False`` (the evaluation's
+    read) leaves out what only the gradient push and update use."""
     store = ctx.stores[li]
     ptr, ids = ctx.data.gather(samples)
     uniq, inv = ctx.unique_ids(ids)  # np.unique(ids, return_inverse=True), without sorting every id
@@ -189,6 +191,7 @@ def prepare(ctx, li: int, samples: np.ndarray) -> WorkerStep:
         held = np.flatnonzero(ws.slots >= 0)
         ready.held_pos = torch.as_tensor(held, device=dev)
         ready.held_idx = torch.as_tensor(ws.slots[held], device=dev)  # fixed layout: slot s is table row s
+    if store.fixed_layout and training:  # the push's owner groups and the own gradients' slots
         order, bounds = group_by_owner(np.flatnonzero(~ws.is_primary), ctx.primary[uniq], ctx.num_workers)
         ready.push_order, ready.push_bounds = order, bounds
         ready.push_order_t = torch.as_tensor(order, dtype=torch.int64, device=dev)
@@ -382,7 +385,7 @@ def forward_backward(ctx, ws: list[WorkerStep], step) -> list[torch.Tensor]:
     for li, s in enumerate(ws):
         leaf = s.rows.detach().requires_grad_(True)
         if s.samples.size:
-            batch = s.ready.batch if s.ready.batch is not None else make_batch(ctx, s, leaf.device)
+            batch = s.ready.batch  # made by prepare for every worker with samples
             loss = bce_sum(ctx.model(leaf, batch), batch.labels)
             (loss / total).backward()
             losses.append(loss.detach())
