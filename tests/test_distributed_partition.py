@@ -479,6 +479,28 @@ def test_flat_beside_follows_the_scores_after_the_2d_step(data, monkeypatch):
     assert np.bincount(flat.sample_worker, minlength=4).max() <= sample_cap(ds.num_samples, 4, 1.05)
 
 
+def test_the_log_names_the_flat_sweep_and_the_2d_step(data, caplog):
+    """The flat sweep's rounds are logged under its level's name, as the single process logs them: its
+    round 0 (a random start, after the multilevel rounds) read as the run's objective jumping back to
+    random's (a 10M run's log: 3.42e7 after round 4, then 8.12e7). The 2D step's line gives the reads
+    after it, the figure the report compares (the rounds' expected reads are the 1D objective's)."""
+    import logging
+
+    _, ds = data
+    with caplog.at_level(logging.INFO, logger="gmp.partition.distributed.core"):
+        placement = run_local(ds, 4, portfolio_edges=0, rounds=2, flat_beside_samples=1)
+    lines = [r.getMessage() for r in caplog.records]
+    ml_rounds = [m for m in lines if m.startswith("distributed hybrid worker round ")]
+    flat_rounds = [m for m in lines if m.startswith("distributed hybrid worker (flat) round ")]
+    assert len(ml_rounds) == placement.info["multilevel"]["flat_beside"]["multilevel_rounds"] + 1
+    assert flat_rounds and flat_rounds[0].startswith("distributed hybrid worker (flat) round 0: ")
+    rep = placement.info["replication"]
+    step = [m for m in lines if m.startswith("distributed hybrid 2D step: ")]
+    assert len(step) == 1
+    assert f"{rep['num_secondaries']} secondaries" in step[0]
+    assert f"{rep['expected_remote_pushes']:.6g} -> {rep['expected_remote_reads']:.6g}" in step[0]
+
+
 @pytest.mark.distributed
 def test_cli_more_processes_than_samples(tmp_path):
     """3 processes on 2 samples: rank 0's shard is empty; the manifest is written and every sample placed."""

@@ -196,9 +196,11 @@ def run_rounds(state: DistState, options: Options, t0: float, *, max_rounds: int
                  "moved_embeddings": moved[1], "seconds": round(seconds, 4),
                  "bytes_sent": int(state.mesh.isum(np.array([state.round_bytes() - bytes0]))[0])}
         rounds.append(entry)
-        log.log(level, "distributed hybrid round %d: objective %.6g, expected batch remote reads %.6g, moved %d "
-                "samples %d embeddings, %d bytes sent, %.2f s", r, entry["objective"], entry["expected_remote_reads"],
-                moved[0], moved[1], entry["bytes_sent"], seconds)
+        # the level named as the single process names it: the flat sweep's round 0 (a random start, after
+        # the multilevel rounds) must not read as a jump of the multilevel run's objective
+        log.log(level, "distributed hybrid %s round %d: objective %.6g, expected batch remote reads %.6g, moved %d "
+                "samples %d embeddings, %d bytes sent, %.2f s", name, r, entry["objective"],
+                entry["expected_remote_reads"], moved[0], moved[1], entry["bytes_sent"], seconds)
         return entry["objective"]
 
     prev = record(0, time.perf_counter() - t0, (0, 0), 0)
@@ -270,6 +272,8 @@ def _assemble(state: DistState, options: Options, topology: Topology, num_embedd
         return None
     indptr, workers, saved = choose_global(np.concatenate(cands).reshape(-1, 4), budgets, num_embeddings, n)
     expected_1d = rounds[-1]["expected_remote_reads"]
+    log.info("distributed hybrid 2D step: %d secondaries, expected batch remote reads %.6g -> %.6g, %.2f s",
+             workers.size, expected_1d, expected_1d - saved, time.perf_counter() - t2)
     info = {
         "rounds": rounds,
         "replication": {"budget_per_worker": budgets.tolist(),
