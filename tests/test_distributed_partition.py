@@ -275,6 +275,22 @@ PAIRS_OPTIONS = {"levels": 1, "alpha": 0.0, "beta": 0.0, "gamma": 0.0, "max_imba
                  "replication_budget": 0.0}
 
 
+def host_needs(path, nproc: int, workers: int) -> list[int]:
+    """``memory.bytes_to_come`` of each of ``nproc`` processes on the dataset at ``path``: its ghosts (the ids
+    its samples touch) and owned rows (the used ids ``x % nproc == rank``), counted here from the CSR."""
+    from gmp.partition.distributed.memory import bytes_to_come
+
+    ds = load_dataset(path)
+    indptr, indices = np.asarray(ds.indptr), np.asarray(ds.indices)
+    used = np.unique(indices)
+    needs = []
+    for r in range(nproc):
+        s0, s1 = shard_range(ds.num_samples, nproc, r)
+        ghosts = np.unique(indices[indptr[s0]:indptr[s1]]).size
+        needs.append(bytes_to_come(ghosts, int(np.sum(used % nproc == r)), s1 - s0, workers, streamed=False))
+    return needs
+
+
 @pytest.fixture(scope="module")
 def two_processes(data, tmp_path_factory):
     """One torchrun launch of 2 processes for the two tests below (start-up is most of a launch's time): the
@@ -289,6 +305,9 @@ def two_processes(data, tmp_path_factory):
         {"name": "chunked", **hier, "project_block": 128, "chunk_samples": 100},
         {"name": "flat_chunked", "options": {"levels": 1}, "chunk_samples": 70},
         {"name": "flat_mem", "options": {"levels": 1}},
+        # the memory pre-check: both processes on this host, so their needs add up
+        {"name": "enough_memory", "options": {"levels": 1}, "available_bytes": sum(host_needs(path, 2, 4))},
+        {"name": "short_of_memory", "options": {"levels": 1}, "available_bytes": sum(host_needs(path, 2, 4)) - 1},
         {"name": "mismatch", "seed_plus_rank": True},
         {"name": "other_data", "sha_by_rank": True},  # same shape, another dataset (two days of one size)
     ]
@@ -343,6 +362,34 @@ def make_pairs_dataset(out: Path, *, num_pairs=64, num_private=3):
                   fields=[FieldInfo("C0", "categorical", num_embeddings, 0)], num_embeddings=num_embeddings,
                   source={"format": "test"}, test_fraction=0.0)
     return out
+
+
+@pytest.mark.distributed
+def test_a_host_short_of_memory_is_refused_before_the_start(data, two_processes):
+    """The pre-check adds up the needs of the processes of one host (both here): with exactly their sum
+    available the run goes on; with a byte less every rank stops with the same line naming the ranks,
+    the estimate and the way out. Each process alone would fit (its need is at most 60% of the sum)."""
+    path, _ = data
+    needs = host_needs(path, 2, 4)
+    assert max(needs) < 0.6 * sum(needs)
+    got = two_processes["hierarchical"]
+    assert isinstance(got["enough_memory"], dict)
+    errs = got["short_of_memory"]
+    assert isinstance(errs, list) and len(set(errs)) == 1, errs
+    gib = 2.0 ** 30
+    assert (f"the 2 processes on the host of ranks [0, 1] need about {sum(needs) / gib:,.1f} GiB more of memory"
+            in errs[0]), errs[0]
+    assert f"{(sum(needs) - 1) / gib:,.1f} GiB is available there" in errs[0]
+    assert "run fewer processes per host" in errs[0] and "\n" not in errs[0]
+
+
+def test_hosts_short_of_memory_add_up_their_processes():
+    """Ranks grouped by host key: a host's needs summed against the least memory its processes saw."""
+    from gmp.partition.distributed.memory import hosts_short
+
+    table = [(7, 6, 10), (9, 6, 10), (7, 5, 11), (9, 3, 10)]  # host 7: ranks 0, 2 need 11 > 10 available
+    assert hosts_short(table) == [([0, 2], 11.0, 10.0)]
+    assert hosts_short([(7, 5, 10), (7, 5, 10)]) == []  # exactly what is there fits
 
 
 @pytest.mark.distributed

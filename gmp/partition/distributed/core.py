@@ -15,6 +15,7 @@ from ...topology import Topology
 from .._common import is_hierarchical, place_unused_embeddings
 from .._objective import Options, replication_budgets
 from .exchange import Ghosts, Mesh, OwnedRows, shard_range
+from .memory import bytes_to_come, check_host_memory
 from .shard import Shard
 from .start import install_primaries, install_samples, multilevel_start, random_start
 from .state import DistState
@@ -104,6 +105,13 @@ def partition_distributed(indptr: np.ndarray, indices: np.ndarray, num_embedding
     owner_degree = owned.sum_received(received)[:, 0]
     del received
     num_used = int(mesh.isum(np.array([owned.used.size]))[0])
+    if mesh.size > 1:  # before the large arrays and the start: can every host hold its processes' rounds?
+        need = bytes_to_come(ghosts.gids.size, owned.used.size, shard.num_samples, topology.num_workers,
+                             streamed=chunk_samples is not None)
+        log.info("distributed hybrid: %d ghost rows, %d owned rows, %d samples: about %.2f GiB to come beside "
+                 "%.2f GiB held (peak RSS so far)", ghosts.gids.size, owned.used.size, shard.num_samples,
+                 need / 2**30, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)
+        check_host_memory(mesh, need, num_samples=num_samples, num_workers=topology.num_workers)
     # carry_private: flat topologies only, as in the single process
     carry = options.carry_private and not is_hierarchical(topology)
     state = DistState(mesh, shard, owned, ghosts, topology.cost, num_samples=num_samples, num_used=num_used,
