@@ -12,9 +12,11 @@ The estimate counts the arrays the rounds hold and the largest exchange (every g
 an int64 row of 1 + N columns, held four times at once: the table, its per-owner parts, the
 engine's send copy and its receive buffer, beside the int32 counts being sent). It leaves out
 rank 0's merge of the start's pair keys and METIS (bounded by ``coarse_pairs``, about 3 GB at
-24M pairs) and the pages of the memory-mapped dataset (reclaimable), so it is a lower bound:
-Criteo-Kaggle-sized draws measured 1.0-1.2x of it (docs/distributed.md). With one process (the
-out-of-core path) the ghosts are the owned rows and nothing is exchanged; it is not checked here.
+24M pairs) and the pages of the memory-mapped dataset (reclaimable): meant as a lower bound. On
+the 10M ``criteo-kaggle`` draw with 2 processes it says 4.7 GiB per process; the sampled RSS of
+rank 1 rose by about 4.2-5.5 GB from the set-up to its peak (docs/distributed.md). With one
+process (the out-of-core path) the ghosts are the owned rows and nothing is exchanged; it is not
+checked here.
 """
 
 from __future__ import annotations
