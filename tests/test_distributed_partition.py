@@ -383,13 +383,18 @@ def test_a_host_short_of_memory_is_refused_before_the_start(data, two_processes)
     assert "run fewer processes per host" in errs[0] and "\n" not in errs[0]
 
 
-def test_hosts_short_of_memory_add_up_their_processes():
-    """Ranks grouped by host key: a host's needs summed against the least memory its processes saw."""
-    from gmp.partition.distributed.memory import hosts_short
+def test_hosts_short_of_memory_add_up_their_processes(monkeypatch):
+    """Ranks grouped by host key: a host's needs summed against the least memory its processes saw. The
+    key is torchrun's node rank where it is set (one name may serve containers on several hosts)."""
+    from gmp.partition.distributed.memory import host_key, hosts_short
 
     table = [(7, 6, 10), (9, 6, 10), (7, 5, 11), (9, 3, 10)]  # host 7: ranks 0, 2 need 11 > 10 available
     assert hosts_short(table) == [([0, 2], 11.0, 10.0)]
     assert hosts_short([(7, 5, 10), (7, 5, 10)]) == []  # exactly what is there fits
+    monkeypatch.delenv("GROUP_RANK", raising=False)
+    assert host_key() >= 2**32
+    monkeypatch.setenv("GROUP_RANK", "3")
+    assert host_key() == 3
 
 
 @pytest.mark.distributed

@@ -3,10 +3,10 @@
 After the first exchange (the shard's row degrees to the owners) every process knows what sizes
 its arrays: its ghost rows G (the rows its shard touches), its owned rows O and its samples S.
 Nothing large has been allocated yet beyond the shard itself. Each process estimates what it will
-still allocate (:func:`bytes_to_come`), the processes of one host add theirs up (they share its
-memory, and every exchange runs on all of them at once), and when a host's sum exceeds the memory
-available there every process raises the same one-line error before the start, instead of the
-kernel killing one of them an hour in.
+still allocate (:func:`bytes_to_come`), the processes of one host (:func:`host_key`) add theirs up
+(they share its memory, and every exchange runs on all of them at once), and when a host's sum
+exceeds the memory available there every process raises the same one-line error before the start,
+instead of the kernel killing one of them an hour in.
 
 The estimate counts the arrays the rounds hold and the largest exchange (every ghost's full row:
 an int64 row of 1 + N columns, held four times at once: the table, its per-owner parts, the
@@ -21,6 +21,7 @@ checked here.
 
 from __future__ import annotations
 
+import os
 import socket
 import zlib
 
@@ -53,8 +54,13 @@ def bytes_to_come(num_ghosts: int, num_owned: int, num_samples: int, num_workers
 
 
 def host_key() -> int:
-    """This host's name as an integer below 2^32 (exact in the float64 sums that gather it)."""
-    return zlib.crc32(socket.gethostname().encode("utf-8", "replace"))
+    """This host as an integer below 2^33 (exact in the float64 sums that gather it): torchrun's node
+    rank (``GROUP_RANK``, one per launching agent, so containers of one name on several hosts stay
+    apart), else the host name's CRC-32 past 2^32."""
+    group = os.environ.get("GROUP_RANK", "")
+    if group.isdigit() and int(group) < 2**32:
+        return int(group)
+    return 2**32 + zlib.crc32(socket.gethostname().encode("utf-8", "replace"))
 
 
 def hosts_short(table: np.ndarray) -> list[tuple[list[int], float, float]]:
