@@ -13,8 +13,9 @@ an int64 row of 1 + N columns, held four times at once: the table, its per-owner
 engine's send copy and its receive buffer, beside the int32 counts being sent). It leaves out
 rank 0's merge of the start's pair keys and METIS (bounded by ``coarse_pairs``, about 3 GB at
 24M pairs) and the pages of the memory-mapped dataset (reclaimable): meant as a lower bound. On
-the 10M ``criteo-kaggle`` draw with 2 processes it says 4.7 GiB per process; the sampled RSS of
-rank 1 rose by about 4.2-5.5 GB from the set-up to its peak (docs/distributed.md). With one
+the 10M ``criteo-kaggle`` draw with 2 processes it says 4.7 GiB (5.0 GB) per process; a process's
+peak ``ru_maxrss`` was ~5.7 GB above its RSS just after the set-up, rank 0's start and mapped
+pages included (docs/distributed.md). With one
 process (the out-of-core path) the ghosts are the owned rows and nothing is exchanged; it is not
 checked here.
 """
