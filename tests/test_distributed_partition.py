@@ -275,6 +275,22 @@ PAIRS_OPTIONS = {"levels": 1, "alpha": 0.0, "beta": 0.0, "gamma": 0.0, "max_imba
                  "replication_budget": 0.0}
 
 
+def host_needs(path, nproc: int, workers: int) -> list[int]:
+    """``memory.bytes_to_come`` of each of ``nproc`` processes on the dataset at ``path``: its ghosts (the ids
+    its samples touch) and owned rows (the used ids ``x % nproc == rank``), counted here from the CSR."""
+    from gmp.partition.distributed.memory import bytes_to_come
+
+    ds = load_dataset(path)
+    indptr, indices = np.asarray(ds.indptr), np.asarray(ds.indices)
+    used = np.unique(indices)
+    needs = []
+    for r in range(nproc):
+        s0, s1 = shard_range(ds.num_samples, nproc, r)
+        ghosts = np.unique(indices[indptr[s0]:indptr[s1]]).size
+        needs.append(bytes_to_come(ghosts, int(np.sum(used % nproc == r)), s1 - s0, workers, streamed=False))
+    return needs
+
+
 @pytest.fixture(scope="module")
 def two_processes(data, tmp_path_factory):
     """One torchrun launch of 2 processes for the two tests below (start-up is most of a launch's time): the
@@ -289,6 +305,9 @@ def two_processes(data, tmp_path_factory):
         {"name": "chunked", **hier, "project_block": 128, "chunk_samples": 100},
         {"name": "flat_chunked", "options": {"levels": 1}, "chunk_samples": 70},
         {"name": "flat_mem", "options": {"levels": 1}},
+        # the memory pre-check: both processes on this host, so their needs add up
+        {"name": "enough_memory", "options": {"levels": 1}, "available_bytes": sum(host_needs(path, 2, 4))},
+        {"name": "short_of_memory", "options": {"levels": 1}, "available_bytes": sum(host_needs(path, 2, 4)) - 1},
         {"name": "mismatch", "seed_plus_rank": True},
         {"name": "other_data", "sha_by_rank": True},  # same shape, another dataset (two days of one size)
     ]
@@ -343,6 +362,39 @@ def make_pairs_dataset(out: Path, *, num_pairs=64, num_private=3):
                   fields=[FieldInfo("C0", "categorical", num_embeddings, 0)], num_embeddings=num_embeddings,
                   source={"format": "test"}, test_fraction=0.0)
     return out
+
+
+@pytest.mark.distributed
+def test_a_host_short_of_memory_is_refused_before_the_start(data, two_processes):
+    """The pre-check adds up the needs of the processes of one host (both here): with exactly their sum
+    available the run goes on; with a byte less every rank stops with the same line naming the ranks,
+    the estimate and the way out. Each process alone would fit (its need is at most 60% of the sum)."""
+    path, _ = data
+    needs = host_needs(path, 2, 4)
+    assert max(needs) < 0.6 * sum(needs)
+    got = two_processes["hierarchical"]
+    assert isinstance(got["enough_memory"], dict)
+    errs = got["short_of_memory"]
+    assert isinstance(errs, list) and len(set(errs)) == 1, errs
+    gib = 2.0 ** 30
+    assert (f"the 2 processes on the host of ranks [0, 1] need about {sum(needs) / gib:,.1f} GiB more of memory"
+            in errs[0]), errs[0]
+    assert f"{(sum(needs) - 1) / gib:,.1f} GiB is available there" in errs[0]
+    assert "run fewer processes per host" in errs[0] and "\n" not in errs[0]
+
+
+def test_hosts_short_of_memory_add_up_their_processes(monkeypatch):
+    """Ranks grouped by host key: a host's needs summed against the least memory its processes saw. The
+    key is torchrun's node rank where it is set (one name may serve containers on several hosts)."""
+    from gmp.partition.distributed.memory import host_key, hosts_short
+
+    table = [(7, 6, 10), (9, 6, 10), (7, 5, 11), (9, 3, 10)]  # host 7: ranks 0, 2 need 11 > 10 available
+    assert hosts_short(table) == [([0, 2], 11.0, 10.0)]
+    assert hosts_short([(7, 5, 10), (7, 5, 10)]) == []  # exactly what is there fits
+    monkeypatch.delenv("GROUP_RANK", raising=False)
+    assert host_key() >= 2**32
+    monkeypatch.setenv("GROUP_RANK", "3")
+    assert host_key() == 3
 
 
 @pytest.mark.distributed
@@ -477,6 +529,28 @@ def test_flat_beside_follows_the_scores_after_the_2d_step(data, monkeypatch):
     assert fb["flat_score"] + 1e9 == pytest.approx(flat.info["rounds"][-1]["objective"] - saved, rel=1e-9)
     assert not np.array_equal(flat.sample_worker, alone.sample_worker)
     assert np.bincount(flat.sample_worker, minlength=4).max() <= sample_cap(ds.num_samples, 4, 1.05)
+
+
+def test_the_log_names_the_flat_sweep_and_the_2d_step(data, caplog):
+    """The flat sweep's rounds are logged under its level's name, as the single process logs them: its
+    round 0 (a random start, after the multilevel rounds) read as the run's objective jumping back to
+    random's (a 10M run's log: 3.42e7 after round 4, then 8.12e7). The 2D step's line gives the reads
+    after it, the figure the report compares (the rounds' expected reads are the 1D objective's)."""
+    import logging
+
+    _, ds = data
+    with caplog.at_level(logging.INFO, logger="gmp.partition.distributed.core"):
+        placement = run_local(ds, 4, portfolio_edges=0, rounds=2, flat_beside_samples=1)
+    lines = [r.getMessage() for r in caplog.records]
+    ml_rounds = [m for m in lines if m.startswith("distributed hybrid worker round ")]
+    flat_rounds = [m for m in lines if m.startswith("distributed hybrid worker (flat) round ")]
+    assert len(ml_rounds) == placement.info["multilevel"]["flat_beside"]["multilevel_rounds"] + 1
+    assert flat_rounds and flat_rounds[0].startswith("distributed hybrid worker (flat) round 0: ")
+    rep = placement.info["replication"]
+    step = [m for m in lines if m.startswith("distributed hybrid 2D step: ")]
+    assert len(step) == 1
+    assert f"{rep['num_secondaries']} secondaries" in step[0]
+    assert f"{rep['expected_remote_pushes']:.6g} -> {rep['expected_remote_reads']:.6g}" in step[0]
 
 
 @pytest.mark.distributed

@@ -7,6 +7,7 @@ disk in chunks). Design, measurements and the Criteo-1TB plan: docs/distributed.
 ==========================  =====================================================
 :mod:`.exchange`            the processes (:class:`Mesh`), ghost rows and owned rows, their messages
 :mod:`.shard`               a process's samples, in memory or streamed in chunks
+:mod:`.memory`              the pre-check: the memory each host's processes will need, before the start
 :mod:`.state`               counts, loads, the blocked sample sweep and the owners' embedding sweep
 :mod:`.start`               the multilevel start from shards (or the seeded random start)
 :mod:`.core`                :func:`partition_distributed`: set-up, rounds, the 2D step, the placement

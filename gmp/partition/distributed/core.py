@@ -15,6 +15,7 @@ from ...topology import Topology
 from .._common import is_hierarchical, place_unused_embeddings
 from .._objective import Options, replication_budgets
 from .exchange import Ghosts, Mesh, OwnedRows, shard_range
+from .memory import bytes_to_come, check_host_memory
 from .shard import Shard
 from .start import install_primaries, install_samples, multilevel_start, random_start
 from .state import DistState
@@ -104,6 +105,13 @@ def partition_distributed(indptr: np.ndarray, indices: np.ndarray, num_embedding
     owner_degree = owned.sum_received(received)[:, 0]
     del received
     num_used = int(mesh.isum(np.array([owned.used.size]))[0])
+    if mesh.size > 1:  # before the large arrays and the start: can every host hold its processes' rounds?
+        need = bytes_to_come(ghosts.gids.size, owned.used.size, shard.num_samples, topology.num_workers,
+                             streamed=chunk_samples is not None)
+        log.info("distributed hybrid: %d ghost rows, %d owned rows, %d samples: about %.2f GiB to come beside "
+                 "%.2f GiB held (peak RSS so far)", ghosts.gids.size, owned.used.size, shard.num_samples,
+                 need / 2**30, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)
+        check_host_memory(mesh, need, num_samples=num_samples, num_workers=topology.num_workers)
     # carry_private: flat topologies only, as in the single process
     carry = options.carry_private and not is_hierarchical(topology)
     state = DistState(mesh, shard, owned, ghosts, topology.cost, num_samples=num_samples, num_used=num_used,
@@ -196,9 +204,11 @@ def run_rounds(state: DistState, options: Options, t0: float, *, max_rounds: int
                  "moved_embeddings": moved[1], "seconds": round(seconds, 4),
                  "bytes_sent": int(state.mesh.isum(np.array([state.round_bytes() - bytes0]))[0])}
         rounds.append(entry)
-        log.log(level, "distributed hybrid round %d: objective %.6g, expected batch remote reads %.6g, moved %d "
-                "samples %d embeddings, %d bytes sent, %.2f s", r, entry["objective"], entry["expected_remote_reads"],
-                moved[0], moved[1], entry["bytes_sent"], seconds)
+        # the level named as the single process names it: the flat sweep's round 0 (a random start, after
+        # the multilevel rounds) must not read as a jump of the multilevel run's objective
+        log.log(level, "distributed hybrid %s round %d: objective %.6g, expected batch remote reads %.6g, moved %d "
+                "samples %d embeddings, %d bytes sent, %.2f s", name, r, entry["objective"],
+                entry["expected_remote_reads"], moved[0], moved[1], entry["bytes_sent"], seconds)
         return entry["objective"]
 
     prev = record(0, time.perf_counter() - t0, (0, 0), 0)
@@ -270,6 +280,8 @@ def _assemble(state: DistState, options: Options, topology: Topology, num_embedd
         return None
     indptr, workers, saved = choose_global(np.concatenate(cands).reshape(-1, 4), budgets, num_embeddings, n)
     expected_1d = rounds[-1]["expected_remote_reads"]
+    log.info("distributed hybrid 2D step: %d secondaries, expected batch remote reads %.6g -> %.6g, %.2f s",
+             workers.size, expected_1d, expected_1d - saved, time.perf_counter() - t2)
     info = {
         "rounds": rounds,
         "replication": {"budget_per_worker": budgets.tolist(),
