@@ -10,7 +10,8 @@ The input pipeline ahead of the step is outside the window: the batch preparatio
 (``protocol.prepare``, gmp/train/prepare.py: ids deduplicated and translated, index and batch
 tensors made, a step ahead on a side thread where it can), the tier feeder and Herald's scheduler
 run before it (or in the look-ahead thread), and the pipelined step's exchange of the next step's
-ids and clocks (``_start_reads``) is the next step's preparation.
+ids and clocks (``_start_reads``) is the next step's preparation; so is the unpipelined step's
+exchange of ids and clocks, in ``protocol.settle`` right before the step (outside the window).
 """
 
 from __future__ import annotations
@@ -52,18 +53,20 @@ CASES = {
     # name: (workers, secondaries, settings)
     "device-1": (1, 0.0, dict(schedule="naive")),
     "host-tier-1": (1, 0.0, dict(schedule="naive", tiers=HOST)),
+    "device-2": (2, 0.5, dict(schedule="naive", staleness=0)),
+    "device-2-s2": (2, 0.5, dict(schedule="naive", staleness=2)),
     "device-2-pipelined": (2, 0.5, dict(schedule="naive", staleness=0, pipeline=True)),
+    "host-tier-2": (2, 0.0, dict(schedule="naive", tiers=HOST)),
     "herald-cache-1": (1, 0.0, dict(schedule="herald", schedule_options=HERALD)),
     "herald-cache-2": (2, 0.5, dict(schedule="herald", schedule_options=HERALD)),
     "herald-cache-host-tier-2": (2, 0.0, dict(
         schedule="herald", schedule_options=dict(HERALD, cache_rows=30, lookahead=1),
         tiers=dict(HOST, lookahead=1))),
 }
-#: steps that still read received ids and clocks on the host: HET-GMP's request/clock exchange
-#: (phases 1-3) is inside the unpipelined step; ``pipeline=True`` (device tables, s = 0) moves it ahead
+#: steps that still read received ids on the host: at s = inf a gradient push carries its ids (no
+#: request tells the primary which rows come), read in the step to find their slots
 STILL_SYNCING = {
-    "device-2": (2, 0.5, dict(schedule="naive", staleness=0)),
-    "host-tier-2": (2, 0.0, dict(schedule="naive", tiers=HOST)),
+    "device-2-s-inf": (2, 0.5, dict(schedule="naive", staleness=math.inf)),
 }
 
 
@@ -106,8 +109,9 @@ def test_a_step_never_reads_a_tensor_on_the_host(ctr, case, device, monkeypatch)
 
 @pytest.mark.parametrize("case", sorted(STILL_SYNCING))
 def test_the_unpipelined_exchange_still_reads_received_ids(ctr, case, monkeypatch):
-    """What is left (issue 33): the unpipelined bounded-staleness step reads the ids and clocks it
-    receives, and nothing else."""
+    """What is left (issue 33): the s = inf step of several workers reads the pushed gradients' ids
+    it receives, and nothing else (the exchange of ids and clocks at s < inf is settled before the
+    step, ``BoundedStaleness.settle``)."""
     syncs = run_watched(ctr, *STILL_SYNCING[case], "cpu", monkeypatch)
     assert syncs.sites and {where.split(" ")[-1] for _, where in syncs.sites} == {"(received_ids)"}
 
@@ -115,9 +119,11 @@ def test_the_unpipelined_exchange_still_reads_received_ids(ctr, case, monkeypatc
 #: steps whose every index and batch tensor is made by the batch preparation ahead of the step
 #: (fixed-layout stores: no tier, no cache; the synchronous protocol): on main before issue 33's
 #: preparation stage, make_batch, install_rows, push_sends and apply_at_primaries made them inside
-#: the step (the test was a strict xfail then). Not yet: a step of several workers makes tensors of
-#: the ids, clocks and rows it receives, and tiered or caching stores' slots move during the step
-NO_UPLOADS = {"device-1": CASES["device-1"],
+#: the step (the test was a strict xfail then). Two workers (s = 0, s = 2): the exchange of ids and
+#: clocks is settled before the step (``BoundedStaleness.settle``); before that, request_sends,
+#: install_rows, inter_round, apply_at_primaries and apply_local made tensors inside it. Not yet:
+#: s = inf's pushed ids, and tiered or caching stores, whose slots move during the step
+NO_UPLOADS = {"device-1": CASES["device-1"], "device-2": CASES["device-2"], "device-2-s2": CASES["device-2-s2"],
               "device-1-sgd-s-inf": (1, 0.0, dict(schedule="naive", optimizer="sgd", staleness=math.inf))}
 
 

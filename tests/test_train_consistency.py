@@ -101,7 +101,7 @@ def refresh_steps(ds, staleness, num_steps=12, monkeypatch=None):
                       dtype="float64", batch_size=1)
     tr = Trainer(TrainData(ds), pl, cfg, LocalEngine(2), schedule=ReplaySchedule([[[0], [1]]] * num_steps))
     # without local application of own updates, a refreshed replica must equal the primary as read
-    monkeypatch.setattr(tr.stores[1], "apply_local", lambda slots, grads: None)
+    monkeypatch.setattr(tr.stores[1], "apply_local", lambda slots, grads, idx=None: None)
     k = COUNTERS.index("staleness_refreshes")
     steps = []
     for step in tr.schedule.steps(0):

@@ -12,7 +12,8 @@ import numpy as np
 import torch
 
 from ..scoring import logloss_from_logits, roc_auc
-from .steps import prepare, read_rows
+from .reads import read_rows
+from .steps import prepare
 
 
 def evaluate(ctx) -> dict[str, float]:

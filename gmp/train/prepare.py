@@ -29,8 +29,10 @@ Design, and what is not done yet (issue 33)::
   inside the step (the tier feeder, :func:`gmp.train.tiers.feed_steps`, and Herald's look-ahead,
   :mod:`gmp.train.herald.prefetch`, stay separate); one pipeline for all of them is issue 33's
   item 2;
-* a step of several workers still makes tensors of the ids, clocks and rows it receives in the
-  step (the unpipelined bounded-staleness exchange).
+* a step of several workers exchanges its ids and clocks in ``StepProtocol.settle`` (right
+  before the step, on the trainer's thread: it reads the clocks the step before left), not a
+  step ahead; the stale/fresh decision is made there on the host clocks, so that only the rows
+  HET-GMP's protocol sends travel (fixed-size device buffers would send every requested row).
 """
 
 from __future__ import annotations

@@ -51,6 +51,13 @@ class StepProtocol(abc.ABC):
         phase (not when it runs on a side thread)."""
         return step
 
+    def settle(self, prepared: Any) -> Any:
+        """The last stage of the preparation, on the trainer's thread right before :meth:`train_step`
+        (after the step before it has updated): what depends on the state that step left (HET-GMP's
+        clocks) and on the other workers' batches (the exchange of ids), so that the step itself
+        reads nothing on the host. Default: nothing (``prepared`` unchanged)."""
+        return prepared
+
     @abc.abstractmethod
     def train_step(self, step: Step) -> list[torch.Tensor]:
         """Run one synchronous step of all local workers (``step``: what :meth:`prepare` made of it);

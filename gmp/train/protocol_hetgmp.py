@@ -7,6 +7,10 @@ Per step (HET-GMP section 6, "Decentralized Communication"; module docstring of
 of non-primary rows (5), :func:`~gmp.train.steps.apply_at_primaries` and the
 dense all-reduce (6). With ``s > 0`` a worker applies its own gradients to its
 secondaries too, and every secondary is refreshed at the end of each epoch.
+
+The exchange of ids and clocks of phases 1-3 runs before the step, in :meth:`BoundedStaleness.settle`
+(after the previous step's update, on the trainer's thread): the step moves rows with every size
+and index tensor known, and reads nothing on the host (issue 33).
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ import torch
 
 from .protocol import StepProtocol
 from .schedule import Step
+from .reads import read_rows, settle_reads
 from .steps import (PreparedStep, WorkerStep, apply_at_primaries, forward_backward, prepare_step, push_sends,
-                    read_rows)
+                    settle_gradients)
 
 
 class BoundedStaleness(StepProtocol):
@@ -34,6 +39,21 @@ class BoundedStaleness(StepProtocol):
         (:func:`~gmp.train.steps.prepare_step`), ahead of the step."""
         return prepare_step(self.ctx, step, timed=timed)
 
+    def settle(self, prepared: Step | PreparedStep) -> Step | PreparedStep:
+        """Phases 1-3's ids and clocks exchanged (:func:`~gmp.train.steps.settle_reads`), and at s < inf
+        the primaries' gradient slots (:func:`~gmp.train.steps.settle_gradients`), after the step
+        before has updated the clocks: the step then moves rows with every size and index known."""
+        if not isinstance(prepared, PreparedStep) or not prepared.workers:
+            return prepared
+        ctx = self.ctx
+        check = ctx.staleness.checks_clocks
+        with ctx.phase("ids"):
+            prepared.reads = settle_reads(ctx, prepared.workers, check_secondaries=check,
+                                          staleness=ctx.staleness.bound)
+            if check:
+                settle_gradients(ctx, prepared.workers)
+        return prepared
+
     def train_step(self, step: Step | PreparedStep) -> list[torch.Tensor]:
         """Run one synchronous step of all local workers; return their sample losses (0-d tensors).
         ``step``: prepared by :meth:`prepare` (the trainer does so before the step), or not."""
@@ -43,7 +63,7 @@ class BoundedStaleness(StepProtocol):
         if step.global_batch_size == 0:
             return []
         check = ctx.staleness.checks_clocks
-        read_rows(ctx, ws, check_secondaries=check, staleness=ctx.staleness.bound)
+        read_rows(ctx, ws, check_secondaries=check, staleness=ctx.staleness.bound, plan=prepared.reads)
         with ctx.phase("compute"):
             losses = forward_backward(ctx, ws, step)  # phase 4
         # phase 5: push gradients of non-primary rows to their primaries (at s < inf the
@@ -59,7 +79,10 @@ class BoundedStaleness(StepProtocol):
         with ctx.phase("optimizer"):
             if ctx.staleness.local_updates:  # own updates visible locally on secondaries (store docstring)
                 for li, s in enumerate(ws):
-                    if s.is_secondary.any():
+                    if s.ready.sec_t is not None:  # made by prepare (fixed layout)
+                        sec = s.ready.sec_t.to(s.grad.device)
+                        ctx.stores[li].apply_local(s.slots[s.is_secondary], s.grad[sec], s.ready.sec_idx)
+                    elif s.is_secondary.any():
                         sec = np.flatnonzero(s.is_secondary)
                         ctx.stores[li].apply_local(s.slots[sec], s.grad[torch.as_tensor(sec, dtype=torch.int64,
                                                                                           device=s.grad.device)])

@@ -54,8 +54,8 @@ from ..errors import TrainingError
 from .consistency import intra_stale
 from .protocol_hetgmp import BoundedStaleness
 from .schedule import Step
-from .steps import (WorkerStep, apply_at_primaries, forward_backward, id_tensor, install_rows, prepare,
-                    primary_slots, push_sends, received_ids, request_sends)
+from .reads import install_rows, plan_install, primary_slots, request_sends
+from .steps import WorkerStep, apply_at_primaries, forward_backward, id_tensor, prepare, push_sends, received_ids
 
 
 @dataclass
@@ -143,7 +143,9 @@ def _finish_reads(ctx, reads: _Reads) -> list[WorkerStep]:
                 r[torch.as_tensor(np.flatnonzero(pos_late), device=r.device)] = late[li][src].to(r.device)
             per.append(r)
         rows.append(per)
-    install_rows(ctx, reads.ws, reads.clocks, reads.need, rows, check_secondaries=True, staleness=0.0, refresh=True)
+    plan = plan_install(ctx, reads.ws, reads.clocks, reads.need, check_secondaries=True, staleness=0.0,
+                        refresh=True)  # at install: the primaries' clocks after the step before
+    install_rows(ctx, reads.ws, rows, plan)
     return reads.ws
 
 

@@ -6,8 +6,9 @@ one loop over them, then one collective of the engine.
 
 * :func:`prepare` -- a worker's batch: distinct rows, their slots, and the step's index and batch
   tensors (:class:`Prepared`), made ahead of the step (see below);
-* :func:`read_rows` -- HET-GMP phases 1-3 (request, serve, inter-embedding check), also the
-  evaluation's read of the primaries (``staleness = -1``);
+* HET-GMP phases 1-3 (request, serve, inter-embedding check) are :mod:`gmp.train.reads`'
+  (``settle_reads`` right before the step, ``read_rows`` in it; also the evaluation's read of
+  the primaries, ``staleness = -1``);
 * :func:`forward_backward` -- phase 4;
 * :func:`apply_at_primaries` -- phase 6: each primary sums its own and the received gradients.
 
@@ -28,9 +29,13 @@ and build the same tensors (same values, same order of operations: bit-for-bit t
 when not. The slot-dependent tensors are made only for a *fixed layout* (``EmbeddingStore.fixed_layout``:
 no tier, no cache), whose id -> slot map does not change while training; a tiered or caching
 store's slots are settled by its tier feeder or Herald's scheduler, inside the step for now.
-What the step still builds on the host: anything made of data received in the step (the
-unpipelined bounded-staleness exchange of ids and clocks, phases 1-3) and the clock-dependent
-requests. Protocols that prepare a whole step before it runs (``StepProtocol.prepare``) call
+What depends on the other workers' batches and on the clocks the step before left (HET-GMP's
+requests and clock replies, which rows travel, phase 3's ids, the primaries' gradient slots at
+s < inf) is settled by :func:`gmp.train.reads.settle_reads` and :func:`settle_gradients` in the
+last stage of the preparation (``StepProtocol.settle``, on the trainer's thread right before the step): the
+clocks are host arrays, so the step then reads nothing on the host. What the step still builds
+on the host: at s = inf the pushed gradients' ids it receives, and a tiered or caching store's
+index tensors. Protocols that prepare a whole step before it runs (``StepProtocol.prepare``) call
 :func:`prepare` for each local worker there, outside the step.
 """
 
@@ -45,7 +50,6 @@ import numpy as np
 import torch
 
 from ..errors import TrainingError
-from .consistency import inter_stale, intra_stale
 from .models import Batch, bce_sum
 
 if TYPE_CHECKING:
@@ -106,6 +110,11 @@ class Prepared:
     grad_slots: np.ndarray | None = None  # their slots ascending (np.unique of the own slots) ...
     grad_where: torch.Tensor | None = None  # ... the position of each own gradient among them ...
     grad_idx: torch.Tensor | None = None  # ... and their rows in the table (own gradients only)
+    sec_t: torch.Tensor | None = None  # positions in uniq of the worker's secondaries ...
+    sec_idx: tuple | None = None  # ... their (table rows, optimizer state rows): s > 0's local updates
+    #: phase 6 with gradients received (settled before the step, :func:`settle_gradients`): the
+    #: slots summed (distinct, ascending), each gradient's position among them, and their table rows
+    agg: tuple | None = None
 
 
 @dataclass
@@ -115,6 +124,9 @@ class PreparedStep:
 
     step: Step
     workers: list[WorkerStep]
+    #: phases 1-3's ids and clocks settled right before the step (a :class:`gmp.train.reads.ReadPlan`;
+    #: reads.py imports this module, not the other way round)
+    reads: object | None = None
 
     # the step's own fields, so a hook reading ``step.index`` of what ``Trainer.train_step`` receives works
     index = property(lambda self: self.step.index)
@@ -204,143 +216,12 @@ def prepare(ctx, li: int, samples: np.ndarray, *, training: bool = True) -> Work
         ready.grad_slots = own_slots[rank]
         ready.grad_where = torch.as_tensor(where, device=dev)
         ready.grad_idx = torch.as_tensor(ready.grad_slots, device=dev)
+        sec = np.flatnonzero(ws.is_secondary)
+        if sec.size:  # s > 0's local updates of the secondaries (fixed layout: table row = slot)
+            ready.sec_t = torch.as_tensor(sec, dtype=torch.int64, device=dev)
+            ready.sec_idx = (torch.as_tensor(ws.slots[sec], device=dev),
+                             torch.as_tensor(ws.slots[sec] - store.num_primary, device=dev))
     return ws
-
-
-def read_rows(ctx, ws: list[WorkerStep], *, check_secondaries: bool, staleness: float,
-               refresh: bool = True) -> None:
-    """Phases 1-3: fill ``ws[i].rows`` ([U, row_dim]) obeying the staleness bound.
-
-    ``staleness = -1`` pulls every non-primary row; ``refresh=False`` leaves
-    the replicas untouched (evaluation reads the primaries' values only).
-    """
-    n = ctx.num_workers
-    with ctx.phase("ids"):
-        recv = ctx.engine.alltoallv(request_sends(ctx, ws, check_secondaries), "ids_clocks")
-        reply_clock, reply_rows = [], []
-        for li, s in enumerate(ws):
-            store = ctx.stores[li]
-            rc, rr = [], []
-            s.served = []
-            for src in range(n):
-                msg = received_ids(recv[li][src]).reshape(-1, 2)
-                oslots = primary_slots(store, msg[:, 0])
-                s.served.append(msg[:, 0])
-                oc = store.clock[oslots]
-                rc.append(id_tensor(ctx, oc))
-                rr.append(store.read(oslots[intra_stale(oc, msg[:, 1], staleness)]).to(ctx.comm_dtype))
-            reply_clock.append(rc)
-            reply_rows.append(rr)
-        # reply sizes follow from the requests (clocks) and from the clocks (rows): no size exchange
-        clocks = ctx.engine.alltoallv(reply_clock, "ids_clocks", recv_counts=[
-            [int(s.req_bounds[src + 1] - s.req_bounds[src]) for src in range(n)] for s in ws])
-        clocks = [[received_ids(c) for c in per] for per in clocks]
-        need = [[intra_stale(clocks[li][src], s.req_clock[s.req_bounds[src]:s.req_bounds[src + 1]], staleness)
-                 for src in range(n)] for li, s in enumerate(ws)]
-    with ctx.phase("pulls"):
-        rows = ctx.engine.alltoallv(reply_rows, "embedding_rows",
-                                   recv_counts=[[int(m.sum()) for m in need[li]] for li in range(len(ws))])
-        second_round = install_rows(ctx, ws, clocks, need, rows, check_secondaries=check_secondaries,
-                                    staleness=staleness, refresh=refresh)
-    if second_round:  # every process takes this branch together (same config, same placement)
-        with ctx.phase("pulls"):
-            inter_round(ctx, ws, second_round)
-
-
-def request_sends(ctx, ws: list[WorkerStep], check_secondaries: bool) -> list[list[torch.Tensor]]:
-    """Phase 1: set each worker's requests (``req``, ``req_bounds``, ``req_clock``) and return the
-    ``(id, clock)`` messages to the rows' primaries."""
-    n = ctx.num_workers
-    sends = []
-    for li, s in enumerate(ws):
-        store = ctx.stores[li]
-        need = ~s.is_primary if check_secondaries else (s.slots < 0)
-        s.req, s.req_bounds = group_by_owner(np.flatnonzero(need), ctx.primary[s.uniq], n)
-        sl = s.slots[s.req]
-        s.req_clock = np.full(sl.size, -1, dtype=np.int64)  # -1: not held (a worker may hold no rows at all)
-        s.req_clock[sl >= 0] = store.clock[sl[sl >= 0]]
-        payload = np.stack([s.uniq[s.req], s.req_clock], axis=1)
-        sends.append([id_tensor(ctx, payload[s.req_bounds[d]:s.req_bounds[d + 1]]) for d in range(n)])
-    return sends
-
-
-def primary_slots(store, ids: np.ndarray) -> np.ndarray:
-    """Slots of rows ``ids`` that ``store``'s worker must be primary of (a request or a push)."""
-    oslots = store.lookup(ids)
-    if np.any((oslots < 0) | (oslots >= store.num_primary)):
-        raise TrainingError(f"worker {store.worker} was asked for rows it is not primary of.")
-    return oslots
-
-
-def install_rows(ctx, ws: list[WorkerStep], clocks, need, rows, *, check_secondaries: bool, staleness: float,
-                 refresh: bool) -> list[np.ndarray]:
-    """Phase 2 on the reader: ``ws[i].rows`` from the rows it holds and those received
-    (``rows[i][src]`` for the requests ``need[i][src]`` marks, clocks ``clocks[i][src]``);
-    refresh stale secondaries. Returns the rows failing the inter-embedding bound, per worker
-    (empty list when that check is off)."""
-    n = ctx.num_workers
-    second_round = []
-    for li, s in enumerate(ws):
-        store = ctx.stores[li]
-        u = s.uniq.size
-        true_clock = np.full(u, -1, dtype=np.int64)
-        true_clock[s.is_primary] = store.clock[s.slots[s.is_primary]]
-        out = torch.empty(u, ctx.row_dim, dtype=ctx.dtype, device=store.device)
-        if s.ready.held_pos is not None:
-            out[s.ready.held_pos] = store.table.index_select(0, s.ready.held_idx)
-        else:
-            held = s.slots >= 0
-            out[torch.as_tensor(np.flatnonzero(held), device=store.device)] = store.read(s.slots[held])
-        for src in range(n):
-            part = s.req[s.req_bounds[src]:s.req_bounds[src + 1]]
-            c = clocks[li][src]
-            true_clock[part] = c
-            got = part[need[li][src]]
-            if got.size:
-                r = rows[li][src].to(store.device, ctx.dtype)
-                out[torch.as_tensor(got, device=store.device)] = r
-                sec = got[s.slots[got] >= 0]
-                if sec.size and refresh:  # intra-embedding refresh of secondaries (Sec. 5.3 (1))
-                    store.refresh(s.slots[sec], r[torch.as_tensor(s.slots[got] >= 0, device=r.device)],
-                                  true_clock[sec])
-                    ctx.count(li, "staleness_refreshes", sec.size)
-        ctx.count(li, "remote_rows_read", int((s.slots < 0).sum()))
-        s.true_clock = true_clock
-        s.rows = out
-        if check_secondaries and ctx.has_secondaries and 0 < staleness and refresh:
-            read_clock = true_clock.copy()
-            read_clock[s.is_secondary] = store.clock[s.slots[s.is_secondary]]
-            refreshable = s.is_secondary & (read_clock < true_clock)
-            flagged = np.flatnonzero(inter_stale(s.ptr, s.inv, read_clock, ctx.data.freq[s.uniq], refreshable,
-                                                 staleness))
-            second_round.append(flagged)
-    return second_round
-
-
-def inter_round(ctx, ws: list[WorkerStep], flagged: list[np.ndarray]) -> None:
-    """Phase 3: refresh the secondaries that failed the inter-embedding bound (Sec. 5.3 (2))."""
-    n = ctx.num_workers
-    orders, sends = [], []
-    for li, s in enumerate(ws):
-        order, bounds = group_by_owner(flagged[li], ctx.primary[s.uniq], n)
-        orders.append((order, bounds))
-        ids = s.uniq[order]
-        sends.append([id_tensor(ctx, ids[bounds[d]:bounds[d + 1]]) for d in range(n)])
-    recv = ctx.engine.alltoallv(sends, "ids_clocks")
-    replies = [[ctx.stores[li].read(ctx.stores[li].lookup(received_ids(recv[li][src]))).to(ctx.comm_dtype)
-                for src in range(n)] for li in range(len(ws))]
-    rows = ctx.engine.alltoallv(replies, "embedding_rows",
-                                 recv_counts=[[int(b[src + 1] - b[src]) for src in range(n)] for _, b in orders])
-    for li, s in enumerate(ws):
-        store = ctx.stores[li]
-        order, bounds = orders[li]
-        for src in range(n):
-            part = order[bounds[src]:bounds[src + 1]]
-            if part.size:
-                r = rows[li][src].to(store.device, ctx.dtype)
-                s.rows[torch.as_tensor(part, device=store.device)] = r
-                store.refresh(s.slots[part], r, s.true_clock[part])
-                ctx.count(li, "staleness_refreshes", part.size)
 
 
 def make_batch(ctx, s: WorkerStep, device) -> Batch:
@@ -432,6 +313,14 @@ def apply_at_primaries(ctx, ws: list[WorkerStep], rid, rgrad) -> None:
                 summed.index_add_(0, ready.grad_where, s.grad[ready.own_t.to(s.grad.device)].to(store.device))
                 store.apply_gradients(ready.grad_slots, summed, idx=ready.grad_idx)
             continue
+        if ready.agg is not None:  # the pushed rows were known before the step (settle_gradients)
+            uslots, where_t, own_t, idx = ready.agg
+            grad_parts = [s.grad[own_t.to(s.grad.device)]]
+            grad_parts += [rgrad[li][src].to(store.device, ctx.dtype) for src in range(n)]
+            summed = torch.zeros(uslots.size, ctx.row_dim, dtype=ctx.dtype, device=store.device)
+            summed.index_add_(0, where_t, torch.cat([g.to(store.device) for g in grad_parts]))
+            store.apply_gradients(uslots, summed, idx=idx)
+            continue
         own = np.flatnonzero(s.is_primary)
         slot_parts = [s.slots[own]] + [store.lookup(r if isinstance(r, np.ndarray) else received_ids(r))
                                        for r in rid[li]]
@@ -445,3 +334,19 @@ def apply_at_primaries(ctx, ws: list[WorkerStep], rid, rgrad) -> None:
         summed.index_add_(0, torch.as_tensor(where, device=store.device),
                           torch.cat([g.to(store.device) for g in grad_parts]))
         store.apply_gradients(uslots, summed)
+
+
+def settle_gradients(ctx, ws: list[WorkerStep]) -> None:
+    """Phase 6's slots settled before the step (``ready.agg``) where the pushed rows are known then:
+    at s < inf a worker pushes the gradients of the rows it requested (``served``, set by
+    :func:`gmp.train.reads.settle_reads`), so each primary's sum of its own and the received gradients needs no
+    id from the step (fixed-layout stores; :func:`apply_at_primaries` uses it)."""
+    for li, s in enumerate(ws):
+        store = ctx.stores[li]
+        if not store.fixed_layout or not sum(r.size for r in s.served):  # own gradients only: prepared
+            continue
+        own = np.flatnonzero(s.is_primary)
+        uslots, where = ctx.unique_slots[li](np.concatenate([s.slots[own]] + [store.lookup(r) for r in s.served]))
+        dev = store.device
+        s.ready.agg = (uslots, torch.as_tensor(where, dtype=torch.int64, device=dev),
+                       torch.as_tensor(own, dtype=torch.int64, device=dev), torch.as_tensor(uslots, device=dev))

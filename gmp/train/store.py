@@ -340,14 +340,14 @@ class EmbeddingStore:
             state[sidx] = h
             values[idx] = values.index_select(0, idx) - self.lr * grads / (h.sqrt() + ADAGRAD_EPS)
 
-    def _step_copies(self, slots: np.ndarray, grads: torch.Tensor) -> None:
+    def _step_copies(self, slots: np.ndarray, grads: torch.Tensor, idx: tuple | None = None) -> None:
         """The optimizer step on copies: secondaries in the table, cached copies in the device cache
-        (row-wise, so the two parts are independent)."""
+        (row-wise, so the two parts are independent). ``idx``: (table rows, state rows) of secondaries."""
         slots = np.asarray(slots, dtype=np.int64)
         sec, rem, cslots = self._copy_parts(slots)
         if rem.size == 0:
-            self._step(self.table, self._tidx(slots), self.local_state, self._dev(slots - self.num_primary), grads)
-            return
+            idx = idx or (self._tidx(slots), self._dev(slots - self.num_primary))
+            return self._step(self.table, idx[0], self.local_state, idx[1], grads)
         if sec.size:
             self._step(self.table, self._tidx(slots[sec]), self.local_state,
                        self._dev(slots[sec] - self.num_primary), grads[self._dev(sec).to(grads.device)])
@@ -384,13 +384,13 @@ class EmbeddingStore:
         return out
 
     # -- writes -----------------------------------------------------------
-    def refresh(self, slots: np.ndarray, rows: torch.Tensor, clocks: np.ndarray) -> None:
-        """Overwrite secondary replicas with their primaries' values and clocks."""
+    def refresh(self, slots: np.ndarray, rows: torch.Tensor, clocks: np.ndarray, idx=None) -> None:
+        """Overwrite secondary replicas with their primaries' values and clocks (``idx``: their rows, fixed_layout)."""
         if slots.size == 0:
             return
         if np.any(slots < self.num_primary):
             raise TrainingError("refresh: only secondaries can be overwritten from a primary.")
-        self.table[self._tidx(slots)] = rows.to(self.device, self.dtype)
+        self.table[self._tidx(slots) if idx is None else idx] = rows.to(self.device, self.dtype)
         self.clock[slots] = clocks
 
     def apply_gradients(self, slots: np.ndarray, grads: torch.Tensor, idx: torch.Tensor | None = None) -> None:
@@ -405,7 +405,7 @@ class EmbeddingStore:
         commit()
         self.clock[slots] += 1
 
-    def apply_local(self, slots: np.ndarray, grads: torch.Tensor) -> None:
+    def apply_local(self, slots: np.ndarray, grads: torch.Tensor, idx: tuple | None = None) -> None:
         """Apply this worker's own gradients to its secondary replicas (clocks unchanged).
 
         The same gradients are pushed to the primaries; this only lets the
@@ -416,7 +416,7 @@ class EmbeddingStore:
             return
         if np.any(slots < self.num_primary):
             raise TrainingError("apply_local: only secondaries take local updates.")
-        self._step_copies(slots, grads)
+        self._step_copies(slots, grads, idx)
 
     # -- bookkeeping ------------------------------------------------------
     def memory_bytes(self) -> dict[str, int]:

@@ -180,6 +180,7 @@ class Trainer:
         (read on the host once the step has returned). ``step``: prepared ahead (:mod:`gmp.train.prepare`)
         or not (prepared here, before the protocol's step)."""
         prepared = step if isinstance(step, PreparedStep) else self.protocol.prepare(step)
+        prepared = self.protocol.settle(prepared)  # on this thread, after the step before updated
         losses = self.protocol.train_step(prepared)
         self.dense.settle()  # the step's stop / non-finite agreement, read after the step
         return loss_value(losses)
