@@ -118,7 +118,9 @@ def test_the_unpipelined_exchange_still_reads_received_ids(ctr, case, monkeypatc
 #: the step (the test was a strict xfail then). Not yet: a step of several workers makes tensors of
 #: the ids, clocks and rows it receives, and tiered or caching stores' slots move during the step
 NO_UPLOADS = {"device-1": CASES["device-1"],
-              "device-1-sgd-s-inf": (1, 0.0, dict(schedule="naive", optimizer="sgd", staleness=math.inf))}
+              "device-1-sgd-s-inf": (1, 0.0, dict(schedule="naive", optimizer="sgd", staleness=math.inf)),
+              "host-tier-1": CASES["host-tier-1"],
+              "herald-cache-1": CASES["herald-cache-1"]}
 
 
 @pytest.mark.parametrize("case", sorted(NO_UPLOADS))

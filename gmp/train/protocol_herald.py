@@ -39,7 +39,8 @@ from .herald.events import PULL_KINDS, PULL_MISS, PULL_STALE, PUSH_EVICT, PUSH_P
 from .protocol import StepProtocol
 from .records import HERALD_COUNTERS
 from .schedule import Step
-from .steps import apply_at_primaries, forward_backward, group_by_owner, int_tensor, prepare, received_ids
+from .steps import (PreparedStep, apply_at_primaries, forward_backward, group_by_owner, int_tensor, prepare,
+                    prepare_step, read_held, received_ids, settle_copies)
 
 
 class HeraldOnDemand(StepProtocol):
@@ -56,6 +57,15 @@ class HeraldOnDemand(StepProtocol):
         self._early = None  # (pending exchange, rows per local worker, step) of the early exchange in flight
         self._replay_early = None  # the step (of a resumed epoch) whose early fetch is redone uncounted
         self.reset_epoch()
+
+    #: the scheduler and the batch preparation run ahead in the input pipeline (gmp.train.prepare): the
+    #: preparation settles what the placement and the tier fix; the copies' slots are the step's
+    prepares_ahead = True
+
+    def prepare(self, step: Step, *, timed: bool = True, resident: list | None = None) -> PreparedStep:
+        """Every local worker's batch ahead of the step (:func:`~gmp.train.steps.prepare_step`), its
+        cached copies of remote rows left to the step (they are placed by the earlier steps' pulls)."""
+        return prepare_step(self.ctx, step, timed=timed, resident=resident, ahead=True)
 
     def reset_epoch(self) -> None:
         self.stats = {"produce_s": 0.0, "stall_s": 0.0, "items": 0, "fetch_wait_s": 0.0}
@@ -197,7 +207,7 @@ class HeraldOnDemand(StepProtocol):
                 torch.zeros(0, store.payload_dim, dtype=ctx.dtype, device=store.device)
             inv = np.empty(rows.size, dtype=np.int64)
             inv[order] = np.arange(rows.size)
-            pay = pay[torch.as_tensor(inv, dtype=torch.int64, device=pay.device)]  # back to rows order
+            pay = pay[int_tensor(inv, pay.device)]  # back to rows order
             if pre is not None:  # one install in id order, early or not: the cache layout is the same
                 rows = np.concatenate([rows, pre[0]])
                 pay = torch.cat([pay, pre[1].to(pay.device)])
@@ -285,9 +295,12 @@ class HeraldOnDemand(StepProtocol):
             raise TrainingError(f"worker {store.worker}: a pull would overwrite pending updates. This is a bug in gmp.")
         store.install_copies(slots, payload)
 
-    def train_step(self, step: Step) -> list[torch.Tensor]:
-        """One s = 0 step whose every transfer is the runtime scheduler's (see :meth:`_herald_mode`)."""
+    def train_step(self, step: Step | PreparedStep) -> list[torch.Tensor]:
+        """One s = 0 step whose every transfer is the runtime scheduler's (``step``: prepared by
+        :meth:`prepare`, or not)."""
         ctx = self.ctx
+        prepared = step if isinstance(step, PreparedStep) else self.prepare(step)
+        step = prepared.step
         sched = step.info["herald"]
         n = ctx.num_workers
         local = ctx.engine.local_workers
@@ -295,12 +308,13 @@ class HeraldOnDemand(StepProtocol):
         plans = _rows_by_worker(sched, (PUSH_PLAN,), n)
         self._push_pending([plans[w] for w in local], "push_plan", plans)
         self._pull(sched, step.info.get("next"))
-        ws = [prepare(ctx, li, step.samples[w]) for li, w in enumerate(local)]
+        ws = prepared.workers or [prepare(ctx, li, step.samples[w]) for li, w in enumerate(local)]
         for li, s in enumerate(ws):
+            covered = settle_copies(ctx, li, s)  # the copies this step's pulls placed
             if np.any(s.slots < 0):
                 raise TrainingError(f"worker {local[li]} lacks rows the runtime scheduler holds valid there. "
                                     f"This is a bug in gmp.")
-            s.rows = ctx.stores[li].read(s.slots)
+            s.rows = read_held(ctx, li, s) if covered else ctx.stores[li].read(s.slots)
         losses = forward_backward(ctx, ws, step) if step.global_batch_size else []
         # synchronous pushes (naive sync, or several writers): gradients to the primaries
         id_sends, grad_sends = [], []
@@ -318,7 +332,7 @@ class HeraldOnDemand(StepProtocol):
                 raise TrainingError(f"worker {store.worker}: an update left unpushed without on-demand "
                                     f"synchronisation. This is a bug in gmp.")
             order, bounds = group_by_owner(pos, ctx.primary[s.uniq], n)
-            g = s.grad[torch.as_tensor(order, dtype=torch.int64, device=s.grad.device)]
+            g = s.grad[int_tensor(order, s.grad.device)]
             id_sends.append([int_tensor(s.uniq[order[bounds[d]:bounds[d + 1]]]) for d in range(n)])
             grad_sends.append([g[bounds[d]:bounds[d + 1]] for d in range(n)])
             ctx.count(li, "push_sync", sync.size)
@@ -328,8 +342,7 @@ class HeraldOnDemand(StepProtocol):
                                     f"This is a bug in gmp.")
             # the worker's own step on its copies (exactly the primary's formula and state)
             if self.copies_stay_valid:
-                store.apply_copy(s.slots[copies], s.grad[torch.as_tensor(copies, dtype=torch.int64,
-                                                                         device=s.grad.device)])
+                store.apply_copy(s.slots[copies], s.grad[int_tensor(copies, s.grad.device)])
             store.mark_pending(s.slots[pending])  # on-demand: kept until a plan/eviction/epoch end
         rid = ctx.engine.alltoallv(id_sends, "ids_clocks")
         rgrad = ctx.engine.alltoallv(grad_sends, "gradients",

@@ -97,8 +97,10 @@ class Prepared:
     not prepared (the step makes it)."""
 
     batch: Batch | None = None  # the model's batch (None without samples)
-    held_pos: torch.Tensor | None = None  # positions in uniq of the rows the worker holds
+    held_pos: torch.Tensor | None = None  # positions in uniq of the rows the worker holds in its table
     held_idx: torch.Tensor | None = None  # ... and their rows in the store's table
+    cached_pos: torch.Tensor | None = None  # a tiered store: positions in uniq of its primaries ...
+    cached_idx: torch.Tensor | None = None  # ... and their (pinned) slots in its tier's cache
     push_order: np.ndarray | None = None  # group_by_owner order of the non-primary rows
     push_bounds: np.ndarray | None = None
     push_order_t: torch.Tensor | None = None  # push_order on the gradients' device
@@ -115,6 +117,16 @@ class PreparedStep:
 
     step: Step
     workers: list[WorkerStep]
+    event: object = None  # CUDA: the event of the side stream that made its tensors (gmp.train.prepare)
+
+    def tensors(self) -> Iterator[torch.Tensor]:
+        """Every tensor the preparation made (the pipeline marks them as used by the step's stream)."""
+        for s in self.workers:
+            for value in vars(s.ready).values():
+                if isinstance(value, torch.Tensor):
+                    yield value
+                elif isinstance(value, Batch):
+                    yield from (t for t in vars(value).values() if isinstance(t, torch.Tensor))
 
     # the step's own fields, so a hook reading ``step.index`` of what ``Trainer.train_step`` receives works
     index = property(lambda self: self.step.index)
@@ -122,15 +134,18 @@ class PreparedStep:
     global_batch_size = property(lambda self: self.step.global_batch_size)
 
 
-def prepare_step(ctx, step, *, timed: bool = True) -> PreparedStep:
-    """Every local worker's :func:`prepare` of ``step``; ``timed``: as the ``gather`` phase (not on a
-    side thread, :func:`gmp.train.prepare.prepared_steps`, which times the wait for it instead)."""
+def prepare_step(ctx, step, *, timed: bool = True, resident=None, ahead: bool = False) -> PreparedStep:
+    """Every local worker's :func:`prepare` of ``step``; ``timed``: as the ``gather`` phase (not in the
+    input pipeline, :func:`gmp.train.prepare.pipeline_steps`, which times the wait for it instead);
+    ``resident``: per local worker, its tier's pinned rows of the step (None: no tier, or not pinned)."""
     if step.global_batch_size == 0:
         return PreparedStep(step, [])
     if len(step.samples) != ctx.num_workers:
         raise TrainingError(f"schedule gave {len(step.samples)} batches for {ctx.num_workers} workers.")
+    resident = resident if resident is not None else [None] * len(ctx.stores)
     with ctx.phase("gather") if timed else contextlib.nullcontext():
-        return PreparedStep(step, [prepare(ctx, li, step.samples[w]) for li, w in enumerate(ctx.engine.local_workers)])
+        return PreparedStep(step, [prepare(ctx, li, step.samples[w], resident=resident[li], ahead=ahead)
+                                   for li, w in enumerate(ctx.engine.local_workers)])
 
 
 @dataclass
@@ -155,8 +170,11 @@ class WorkerStep:
     ready: Prepared = field(default_factory=Prepared)  # tensors made ahead of the step (prepare)
 
 
-def int_tensor(a: np.ndarray) -> torch.Tensor:
-    return torch.as_tensor(np.ascontiguousarray(a, dtype=np.int64))
+def int_tensor(a: np.ndarray, device: torch.device | None = None) -> torch.Tensor:
+    """``a`` as int64 (on ``device``); an empty one is made without host data (nothing to copy)."""
+    if a.size == 0:
+        return torch.empty(a.shape, dtype=torch.int64, device=device)
+    return torch.as_tensor(np.ascontiguousarray(a, dtype=np.int64), device=device)
 
 
 def id_tensor(ctx, a: np.ndarray) -> torch.Tensor:
@@ -175,36 +193,93 @@ def received_ids(t: torch.Tensor) -> np.ndarray:
     return t.cpu().numpy().astype(np.int64, copy=False)
 
 
-def prepare(ctx, li: int, samples: np.ndarray, *, training: bool = True) -> WorkerStep:
+def prepare(ctx, li: int, samples: np.ndarray, *, training: bool = True, resident=None,
+            ahead: bool = False) -> WorkerStep:
     """Worker ``li``'s batch of ``samples`` (module docstring); ``training=False`` (the evaluation's
-    read) leaves out what only the gradient push and update use."""
+    read) leaves out what only the gradient push and update use. ``resident``: the tiered store's
+    :class:`~gmp.train.tiers.ReadyStep` (its rows pinned for this step: their cache slots are
+    settled); ``ahead``: prepared while an earlier step may still run (gmp.train.prepare), so a
+    store's cached copies of remote rows, which steps place, are left to the step (:func:`settle_copies`)."""
     store = ctx.stores[li]
     ptr, ids = ctx.data.gather(samples)
     uniq, inv = ctx.unique_ids(ids)  # np.unique(ids, return_inverse=True), without sorting every id
-    slots = store.lookup(uniq)
+    slots = store.slots.lookup(uniq) if ahead and store.copies is not None else store.lookup(uniq)
     ws = WorkerStep(samples, ptr, uniq, inv, slots, store.is_primary_slot(slots), store.is_secondary_slot(slots))
     ready = ws.ready
     dev = store.device
     if samples.size:
         ready.batch = make_batch(ctx, ws, dev)
-    if store.fixed_layout:  # slots do not move while training: the slot-dependent tensors too
-        held = np.flatnonzero(ws.slots >= 0)
-        ready.held_pos = torch.as_tensor(held, device=dev)
-        ready.held_idx = torch.as_tensor(ws.slots[held], device=dev)  # fixed layout: slot s is table row s
-    if store.fixed_layout and training:  # the push's owner groups and the own gradients' slots
+    # the slot-dependent tensors: the placement's slots never move, a tiered store's primaries sit in
+    # the cache slots they were pinned in (resident) until the step ends, copies of remote rows move
+    settled = store.tier is None or resident is not None
+    if not settled or not (store.fixed_layout or ahead or resident is not None):
+        return ws
+    held = np.flatnonzero((ws.slots >= 0) & (ws.slots < store.num_rows))
+    in_table = held if store.tier is None else held[~ws.is_primary[held]]
+    ready.held_pos = to_device(in_table, dev)
+    ready.held_idx = to_device(ws.slots[in_table] - store.table_base, dev)  # row s - table_base of table
+    if store.tier is not None:
+        mine = held[ws.is_primary[held]]
+        ready.cached_pos = to_device(mine, dev)
+        ready.cached_idx = to_device(cache_slots(resident, ws.slots[mine]), dev)
+    if training:  # the push's owner groups and the own gradients' slots
         order, bounds = group_by_owner(np.flatnonzero(~ws.is_primary), ctx.primary[uniq], ctx.num_workers)
         ready.push_order, ready.push_bounds = order, bounds
-        ready.push_order_t = torch.as_tensor(order, dtype=torch.int64, device=dev)
+        ready.push_order_t = to_device(order, dev, torch.int64)
         own = np.flatnonzero(ws.is_primary)
-        ready.own_t = torch.as_tensor(own, dtype=torch.int64, device=dev)
+        ready.own_t = to_device(own, dev, torch.int64)
         own_slots = ws.slots[own]  # distinct (distinct ids): np.unique is a sort, the inverse its rank
         rank = np.argsort(own_slots, kind="stable")
         where = np.empty(own.size, dtype=np.int64)
         where[rank] = np.arange(own.size, dtype=np.int64)
         ready.grad_slots = own_slots[rank]
-        ready.grad_where = torch.as_tensor(where, device=dev)
-        ready.grad_idx = torch.as_tensor(ready.grad_slots, device=dev)
+        ready.grad_where = to_device(where, dev)
+        ready.grad_idx = to_device(ready.grad_slots if store.tier is None else
+                                   cache_slots(resident, ready.grad_slots), dev)
     return ws
+
+
+def cache_slots(resident, rows: np.ndarray) -> np.ndarray:
+    """Cache slots of a tiered store's master ``rows`` (primary slots), all pinned in ``resident``."""
+    return resident.slots[np.searchsorted(resident.rows, rows)]
+
+
+def to_device(a: np.ndarray, device: torch.device, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``a`` on ``device`` for a step prepared ahead: on CUDA through a pinned host buffer with a
+    ``non_blocking`` copy (on the pipeline's side stream, gmp.train.prepare); on the CPU
+    ``torch.as_tensor`` (no copy)."""
+    if device.type != "cuda":
+        return torch.as_tensor(a, dtype=dtype, device=device)
+    return torch.as_tensor(np.ascontiguousarray(a), dtype=dtype).pin_memory().to(device, non_blocking=True)
+
+
+def settle_copies(ctx, li: int, s: WorkerStep) -> bool:
+    """In the step, after its pulls: the slots of the cached copies of remote rows that worker ``li``'s
+    batch (prepared ahead) reads, which the earlier steps placed. True when the batch reads no copy
+    (its prepared tensors cover every row it holds)."""
+    store = ctx.stores[li]
+    if store.copies is None:
+        return True
+    s.slots = store.lookup(s.uniq)
+    s.is_primary, s.is_secondary = store.is_primary_slot(s.slots), store.is_secondary_slot(s.slots)
+    return bool(np.all((s.slots >= 0) & (s.slots < store.num_rows)))
+
+
+def read_held(ctx, li: int, s: WorkerStep, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``out[i]`` = the values of the rows worker ``li`` holds of ``s.uniq``, by the prepared indices when
+    there are (``out``: made here when None, every row then held)."""
+    store = ctx.stores[li]
+    ready = s.ready
+    if out is None:
+        out = torch.empty(s.uniq.size, ctx.row_dim, dtype=ctx.dtype, device=store.device)
+    if ready.held_pos is None:
+        held = s.slots >= 0
+        out[torch.as_tensor(np.flatnonzero(held), device=store.device)] = store.read(s.slots[held])
+        return out
+    out[ready.held_pos] = store.table.index_select(0, ready.held_idx)
+    if ready.cached_pos is not None:
+        out[ready.cached_pos] = store.tier.cache.tensor.index_select(0, ready.cached_idx)[:, :ctx.row_dim]
+    return out
 
 
 def read_rows(ctx, ws: list[WorkerStep], *, check_secondaries: bool, staleness: float,
@@ -285,12 +360,7 @@ def install_rows(ctx, ws: list[WorkerStep], clocks, need, rows, *, check_seconda
         u = s.uniq.size
         true_clock = np.full(u, -1, dtype=np.int64)
         true_clock[s.is_primary] = store.clock[s.slots[s.is_primary]]
-        out = torch.empty(u, ctx.row_dim, dtype=ctx.dtype, device=store.device)
-        if s.ready.held_pos is not None:
-            out[s.ready.held_pos] = store.table.index_select(0, s.ready.held_idx)
-        else:
-            held = s.slots >= 0
-            out[torch.as_tensor(np.flatnonzero(held), device=store.device)] = store.read(s.slots[held])
+        out = read_held(ctx, li, s, torch.empty(u, ctx.row_dim, dtype=ctx.dtype, device=store.device))
         for src in range(n):
             part = s.req[s.req_bounds[src]:s.req_bounds[src + 1]]
             c = clocks[li][src]

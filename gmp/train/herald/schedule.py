@@ -108,9 +108,12 @@ class HeraldSchedule(Schedule):
         for k in ("items", "produce_s", "stall_s"):
             self._prefetch_stats[k] += stats[k]
 
-    def steps(self, epoch: int, start: int = 0) -> Iterator[Step]:
+    def steps(self, epoch: int, start: int = 0, *, threaded: bool = True) -> Iterator[Step]:
+        """The epoch's steps from ``start``; with ``lookahead > 0`` the scheduler runs ahead in a
+        :class:`Prefetcher` thread unless ``threaded=False`` (the trainer, whose input pipeline runs
+        it ahead in its own thread, :func:`gmp.train.prepare.pipeline_steps`)."""
         n = self.num_workers
-        if self.lookahead > 0:
+        if self.lookahead > 0 and threaded:
             pf = Prefetcher((s for s, _ in self.batches(epoch, start)), self.lookahead,
                             prepare=lambda s: plan_prefetch(s, self.indptr, self.indices))
             completed = False

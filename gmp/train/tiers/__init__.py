@@ -66,8 +66,8 @@ files of killed runs).
 from .cache import CACHE_POLICIES, RowCache, TierStats
 from .prefetch import LookaheadPrefetcher, ReadyStep, StepFeeder
 from .rows import DiskRows, HostRows
-from .table import DEFAULT_CACHE_PERCENT, TABLE_LOCATIONS, TieredTable, TierOptions, cache_rows_for, feed_steps, split_cache_rows
+from .table import DEFAULT_CACHE_PERCENT, TABLE_LOCATIONS, TierFeed, TieredTable, TierOptions, cache_rows_for, split_cache_rows
 
 __all__ = ["CACHE_POLICIES", "DEFAULT_CACHE_PERCENT", "DiskRows", "HostRows", "LookaheadPrefetcher", "ReadyStep", "RowCache",
-           "StepFeeder", "TABLE_LOCATIONS", "TierOptions", "TierStats", "TieredTable", "cache_rows_for",
-           "feed_steps", "split_cache_rows"]
+           "StepFeeder", "TABLE_LOCATIONS", "TierFeed", "TierOptions", "TierStats", "TieredTable", "cache_rows_for",
+           "split_cache_rows"]
