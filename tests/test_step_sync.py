@@ -6,11 +6,10 @@ On the CPU nothing waits, so :mod:`host_sync` records gmp's calls that would (``
 under ``torch.cuda.set_sync_debug_mode("error")``. The trainer reads the step's losses and the
 dense stop/non-finite agreement after the window (:meth:`gmp.train.dense.DenseSync.settle`).
 
-The input pipeline ahead of the step is outside the window: the batch preparation
-(``protocol.prepare``, gmp/train/prepare.py: ids deduplicated and translated, index and batch
-tensors made, a step ahead on a side thread where it can), the tier feeder and Herald's scheduler
-run before it (or in the look-ahead thread), and the pipelined step's exchange of the next step's
-ids and clocks (``_start_reads``) is the next step's preparation.
+The input pipeline ahead of the step is outside the window (gmp/train/prepare.py, one side thread:
+Herald's scheduler, the tier's loads, then the batch preparation, ``protocol.prepare``: ids
+deduplicated and translated, index and batch tensors made), and the pipelined step's exchange of
+the next step's ids and clocks (``_start_reads``) is the next step's preparation.
 """
 
 from __future__ import annotations
@@ -112,11 +111,12 @@ def test_the_unpipelined_exchange_still_reads_received_ids(ctr, case, monkeypatc
     assert syncs.sites and {where.split(" ")[-1] for _, where in syncs.sites} == {"(received_ids)"}
 
 
-#: steps whose every index and batch tensor is made by the batch preparation ahead of the step
-#: (fixed-layout stores: no tier, no cache; the synchronous protocol): on main before issue 33's
-#: preparation stage, make_batch, install_rows, push_sends and apply_at_primaries made them inside
-#: the step (the test was a strict xfail then). Not yet: a step of several workers makes tensors of
-#: the ids, clocks and rows it receives, and tiered or caching stores' slots move during the step
+#: steps whose every index and batch tensor is made by the input pipeline ahead of the step: on main
+#: before issue 33's preparation stage, make_batch, install_rows, push_sends and apply_at_primaries
+#: made them inside the step (a strict xfail then); the tiered and Herald-cache cases made them inside
+#: the step until the one pipeline settled a tier's pinned cache slots ahead and Herald's step took a
+#: prepared batch (90 and 300 tensors in an epoch before). Not yet: a step of several workers makes
+#: tensors of the ids, clocks and rows it receives, and a Herald step the index of the copies it reads
 NO_UPLOADS = {"device-1": CASES["device-1"],
               "device-1-sgd-s-inf": (1, 0.0, dict(schedule="naive", optimizer="sgd", staleness=math.inf)),
               "host-tier-1": CASES["host-tier-1"],

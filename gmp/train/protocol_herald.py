@@ -16,6 +16,11 @@ pushed (``push_flush``). The protocol refuses transfers the scheduler's state
 does not justify (a pull over pending updates, a push of a clean row, a row
 read but not held) instead of training on wrong values.
 
+The batch is prepared ahead of the step in the input pipeline (:meth:`HeraldOnDemand.prepare`,
+:mod:`gmp.train.prepare`): ids, unique, the model's batch and the slots the placement fixes; the
+slots of the copies the step's pulls place are looked up after them (a one-worker step reads none
+and makes no tensor of host data).
+
 Counts: ``remote_rows_read`` = ``pull_miss``, ``staleness_refreshes`` =
 ``pull_stale``, ``remote_rows_pushed`` = all pushes; per kind in the record's
 ``herald`` object. With ``lookahead K`` the primaries send the next step's
@@ -77,7 +82,7 @@ class HeraldOnDemand(StepProtocol):
     def steps(self, epoch: int, start: int) -> Iterator[Step]:
         """The scheduler's steps, each with the next step's schedule (or None) and the scheduler's
         cache after it. With ``lookahead > 0`` the trainer's one look-ahead prefetcher
-        (:func:`gmp.train.tiers.feed_steps`) advances this generator ``lookahead`` steps ahead in its
+        (:func:`gmp.train.prepare.pipeline_steps`) advances this generator ``lookahead`` steps ahead in its
         thread, so the scheduler runs ahead of training there."""
         if self._early is not None and self._early[2] != start:  # left over, for another step: drop the rows
             self._take_early()

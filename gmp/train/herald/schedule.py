@@ -33,7 +33,8 @@ class HeraldSchedule(Schedule):
     assignment (and the counts) but not the model: at s = 0 any split of a
     global batch trains the same model (Herald 3.3). With ``lookahead > 0`` the
     scheduler runs that many batches ahead in a background thread
-    (:class:`gmp.train.herald.prefetch.Prefetcher`; :meth:`prefetch_stats`).
+    (:class:`gmp.train.herald.prefetch.Prefetcher`; :meth:`prefetch_stats`); in the
+    trainer in its input pipeline's thread instead (``steps(..., threaded=False)``).
 
     ``Step.info["herald"]`` holds the :class:`BatchSchedule` and, with a
     look-ahead, ``Step.info["prefetch"]`` the :class:`~gmp.train.herald.prefetch.PrefetchPlan`.
