@@ -136,7 +136,7 @@ def test_the_watch_sees_a_tensor_made_inside_a_step(ctr, monkeypatch):
     step, as before the preparation stage) makes its index tensors inside the window."""
     monkeypatch.setattr(BoundedStaleness, "prepare", lambda self, step, **_: step)
     syncs = run_watched(ctr, *CASES["device-1"], "cpu", monkeypatch)
-    assert any("(prepare)" in where or "(make_batch)" in where for _, where in syncs.uploads)
+    assert any(where.endswith(("(prepare)", "(make_batch)", "(to_device)")) for _, where in syncs.uploads)
 
 
 def test_the_watch_sees_a_read_back_from_gmp_code():

@@ -425,12 +425,12 @@ def make_batch(ctx, s: WorkerStep, device) -> Batch:
         raise TrainingError("a sample uses an embedding id outside every field of the dataset.")
     dense = None
     if ctx.data.num_dense:
-        dense = torch.as_tensor(np.asarray(ctx.data.dense[s.samples]), device=device)
+        dense = to_device(np.asarray(ctx.data.dense[s.samples]), device)
     seg = entry_sample * f + ids_field
     one_hot = seg.size == s.samples.size * f and bool(np.all(seg == np.arange(seg.size)))
-    return Batch(int(s.samples.size), torch.as_tensor(s.inv, dtype=torch.int64, device=device),
-                 None if one_hot else torch.as_tensor(seg, device=device), dense,
-                 torch.as_tensor(np.asarray(ctx.data.labels[s.samples]), device=device))
+    return Batch(int(s.samples.size), to_device(s.inv, device, torch.int64),
+                 None if one_hot else to_device(seg, device), dense,
+                 to_device(np.asarray(ctx.data.labels[s.samples]), device))
 
 
 def loss_value(losses: list[torch.Tensor]) -> float:
