@@ -25,17 +25,12 @@ features, labels), the positions and table rows of the rows the worker holds, th
 order of its gradient push, and the slots of its own primaries' gradients (index, position,
 table rows) for a step in which no gradient is received. The step helpers use them when present
 and build the same tensors (same values, same order of operations: bit-for-bit the same step)
-when not. The slot-dependent tensors are made for the rows whose slots are settled ahead: the
-placement's (primaries and secondaries never move), and a tiered store's primaries in the cache
-slots the input pipeline pinned them in (``resident``, from admission to the step's end). A
-store's cached copies of remote rows (Herald, s = 0) are placed by the earlier steps' pulls and
-evictions, so a batch prepared ahead leaves them to the step (:func:`settle_copies`, then
-:func:`read_held`, which falls back to building the index when the batch reads a copy). What the
-step still builds on the host: anything made of data received in the step (the unpipelined
-bounded-staleness exchange of ids and clocks, phases 1-3), the clock-dependent requests, and the
-index of the copies a Herald step reads. Protocols that prepare a whole step before it runs
-(``StepProtocol.prepare``) call :func:`prepare` for each local worker there, outside the step
-(:func:`gmp.train.prepare.pipeline_steps`).
+when not. Slot-dependent tensors are made for rows whose slots are settled ahead: the placement's,
+and a tiered store's primaries in the cache slots the input pipeline pinned (``resident``). Herald's
+cached copies of remote rows are placed by earlier steps, so they are left to the step
+(:func:`settle_copies`, :func:`read_held`). The step still builds on the host what it receives (the
+unpipelined exchange of ids and clocks, phases 1-3), the clock-dependent requests and the index of
+the copies a Herald step reads. ``StepProtocol.prepare`` calls :func:`prepare` outside the step.
 """
 
 from __future__ import annotations
