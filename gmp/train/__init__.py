@@ -9,7 +9,7 @@ Who calls whom (imports point down; docs/train.md has the full diagram)::
       |                     checkpoint_safe.py: arrays as weights-only tensors)
       |      (both use the Trainer's public methods only)
     trainer.py      Trainer: the loop (fit), position, records, evaluation -- protocol-independent
-      |    prepare.py       the batch preparation a step ahead on a side thread (prepared_steps)
+      |    prepare.py       the one input pipeline: schedule, tier rows, batch preparation ahead (pipeline_steps)
       |
     registry.py     SCHEDULES and PROTOCOLS (explicit dicts), make_schedule, make_protocol
       |   \

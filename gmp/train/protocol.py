@@ -40,15 +40,16 @@ class StepProtocol(abc.ABC):
         """The steps of ``epoch`` from ``start`` on (default: the schedule's)."""
         return self.ctx.schedule.steps(epoch, start)
 
-    #: whether :meth:`prepare` may run on a side thread while an earlier step computes (it reads
-    #: nothing a step changes; :func:`gmp.train.prepare.prepared_steps`)
+    #: whether :meth:`prepare` and :meth:`steps` may run on the input pipeline's side thread while an
+    #: earlier step computes (they read nothing a step changes; :func:`gmp.train.prepare.pipeline_steps`)
     prepares_ahead: bool = False
 
-    def prepare(self, step: Step, *, timed: bool = True) -> Any:
+    def prepare(self, step: Step, *, timed: bool = True, resident: list | None = None) -> Any:
         """The batch preparation of ``step`` ahead of it (issue 33: ids deduplicated and translated,
         index and batch tensors made), handed to :meth:`train_step` instead of ``step``. Default: none
         (``step`` itself; the protocol prepares inside its step). ``timed``: count it as the ``gather``
-        phase (not when it runs on a side thread)."""
+        phase (not in the input pipeline, which times its wait); ``resident``: per local worker, the
+        :class:`~gmp.train.tiers.ReadyStep` of its tier's rows pinned for the step (None: no tier)."""
         return step
 
     def settle(self, prepared: Any) -> Any:

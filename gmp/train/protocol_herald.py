@@ -16,6 +16,11 @@ pushed (``push_flush``). The protocol refuses transfers the scheduler's state
 does not justify (a pull over pending updates, a push of a clean row, a row
 read but not held) instead of training on wrong values.
 
+The batch is prepared ahead of the step in the input pipeline (:meth:`HeraldOnDemand.prepare`,
+:mod:`gmp.train.prepare`): ids, unique, the model's batch and the slots the placement fixes; the
+slots of the copies the step's pulls place are looked up after them (a one-worker step reads none
+and makes no tensor of host data).
+
 Counts: ``remote_rows_read`` = ``pull_miss``, ``staleness_refreshes`` =
 ``pull_stale``, ``remote_rows_pushed`` = all pushes; per kind in the record's
 ``herald`` object. With ``lookahead K`` the primaries send the next step's
@@ -39,7 +44,8 @@ from .herald.events import PULL_KINDS, PULL_MISS, PULL_STALE, PUSH_EVICT, PUSH_P
 from .protocol import StepProtocol
 from .records import HERALD_COUNTERS
 from .schedule import Step
-from .steps import apply_at_primaries, forward_backward, group_by_owner, int_tensor, prepare, received_ids
+from .steps import (PreparedStep, apply_at_primaries, forward_backward, group_by_owner, int_tensor, prepare,
+                    prepare_step, read_held, received_ids, settle_copies)
 
 
 class HeraldOnDemand(StepProtocol):
@@ -57,6 +63,15 @@ class HeraldOnDemand(StepProtocol):
         self._replay_early = None  # the step (of a resumed epoch) whose early fetch is redone uncounted
         self.reset_epoch()
 
+    #: the scheduler and the batch preparation run ahead in the input pipeline (gmp.train.prepare): the
+    #: preparation settles what the placement and the tier fix; the copies' slots are the step's
+    prepares_ahead = True
+
+    def prepare(self, step: Step, *, timed: bool = True, resident: list | None = None) -> PreparedStep:
+        """Every local worker's batch ahead of the step (:func:`~gmp.train.steps.prepare_step`), its
+        cached copies of remote rows left to the step (they are placed by the earlier steps' pulls)."""
+        return prepare_step(self.ctx, step, timed=timed, resident=resident, ahead=True)
+
     def reset_epoch(self) -> None:
         self.stats = {"produce_s": 0.0, "stall_s": 0.0, "items": 0, "fetch_wait_s": 0.0}
         self._running = None  # the running prefetcher's stats() (watch_lookahead)
@@ -67,7 +82,7 @@ class HeraldOnDemand(StepProtocol):
     def steps(self, epoch: int, start: int) -> Iterator[Step]:
         """The scheduler's steps, each with the next step's schedule (or None) and the scheduler's
         cache after it. With ``lookahead > 0`` the trainer's one look-ahead prefetcher
-        (:func:`gmp.train.tiers.feed_steps`) advances this generator ``lookahead`` steps ahead in its
+        (:func:`gmp.train.prepare.pipeline_steps`) advances this generator ``lookahead`` steps ahead in its
         thread, so the scheduler runs ahead of training there."""
         if self._early is not None and self._early[2] != start:  # left over, for another step: drop the rows
             self._take_early()
@@ -197,7 +212,7 @@ class HeraldOnDemand(StepProtocol):
                 torch.zeros(0, store.payload_dim, dtype=ctx.dtype, device=store.device)
             inv = np.empty(rows.size, dtype=np.int64)
             inv[order] = np.arange(rows.size)
-            pay = pay[torch.as_tensor(inv, dtype=torch.int64, device=pay.device)]  # back to rows order
+            pay = pay[int_tensor(inv, pay.device)]  # back to rows order
             if pre is not None:  # one install in id order, early or not: the cache layout is the same
                 rows = np.concatenate([rows, pre[0]])
                 pay = torch.cat([pay, pre[1].to(pay.device)])
@@ -285,9 +300,12 @@ class HeraldOnDemand(StepProtocol):
             raise TrainingError(f"worker {store.worker}: a pull would overwrite pending updates. This is a bug in gmp.")
         store.install_copies(slots, payload)
 
-    def train_step(self, step: Step) -> list[torch.Tensor]:
-        """One s = 0 step whose every transfer is the runtime scheduler's (see :meth:`_herald_mode`)."""
+    def train_step(self, step: Step | PreparedStep) -> list[torch.Tensor]:
+        """One s = 0 step whose every transfer is the runtime scheduler's (``step``: prepared by
+        :meth:`prepare`, or not)."""
         ctx = self.ctx
+        prepared = step if isinstance(step, PreparedStep) else self.prepare(step)
+        step = prepared.step
         sched = step.info["herald"]
         n = ctx.num_workers
         local = ctx.engine.local_workers
@@ -295,12 +313,13 @@ class HeraldOnDemand(StepProtocol):
         plans = _rows_by_worker(sched, (PUSH_PLAN,), n)
         self._push_pending([plans[w] for w in local], "push_plan", plans)
         self._pull(sched, step.info.get("next"))
-        ws = [prepare(ctx, li, step.samples[w]) for li, w in enumerate(local)]
+        ws = prepared.workers or [prepare(ctx, li, step.samples[w]) for li, w in enumerate(local)]
         for li, s in enumerate(ws):
+            covered = settle_copies(ctx, li, s)  # the copies this step's pulls placed
             if np.any(s.slots < 0):
                 raise TrainingError(f"worker {local[li]} lacks rows the runtime scheduler holds valid there. "
                                     f"This is a bug in gmp.")
-            s.rows = ctx.stores[li].read(s.slots)
+            s.rows = read_held(ctx, li, s) if covered else ctx.stores[li].read(s.slots)
         losses = forward_backward(ctx, ws, step) if step.global_batch_size else []
         # synchronous pushes (naive sync, or several writers): gradients to the primaries
         id_sends, grad_sends = [], []
@@ -318,7 +337,7 @@ class HeraldOnDemand(StepProtocol):
                 raise TrainingError(f"worker {store.worker}: an update left unpushed without on-demand "
                                     f"synchronisation. This is a bug in gmp.")
             order, bounds = group_by_owner(pos, ctx.primary[s.uniq], n)
-            g = s.grad[torch.as_tensor(order, dtype=torch.int64, device=s.grad.device)]
+            g = s.grad[int_tensor(order, s.grad.device)]
             id_sends.append([int_tensor(s.uniq[order[bounds[d]:bounds[d + 1]]]) for d in range(n)])
             grad_sends.append([g[bounds[d]:bounds[d + 1]] for d in range(n)])
             ctx.count(li, "push_sync", sync.size)
@@ -328,8 +347,7 @@ class HeraldOnDemand(StepProtocol):
                                     f"This is a bug in gmp.")
             # the worker's own step on its copies (exactly the primary's formula and state)
             if self.copies_stay_valid:
-                store.apply_copy(s.slots[copies], s.grad[torch.as_tensor(copies, dtype=torch.int64,
-                                                                         device=s.grad.device)])
+                store.apply_copy(s.slots[copies], s.grad[int_tensor(copies, s.grad.device)])
             store.mark_pending(s.slots[pending])  # on-demand: kept until a plan/eviction/epoch end
         rid = ctx.engine.alltoallv(id_sends, "ids_clocks")
         rgrad = ctx.engine.alltoallv(grad_sends, "gradients",

@@ -15,9 +15,12 @@ and index tensor known, and reads nothing on the host (issue 33).
 
 from __future__ import annotations
 
+from typing import Iterator
+
 import numpy as np
 import torch
 
+from .herald.schedule import HeraldSchedule
 from .protocol import StepProtocol
 from .schedule import Step
 from .reads import read_rows, settle_reads
@@ -28,16 +31,22 @@ from .steps import (PreparedStep, WorkerStep, apply_at_primaries, forward_backwa
 class BoundedStaleness(StepProtocol):
     """HET-GMP's protocol: requests with clocks, refresh of stale secondaries, gradient pushes."""
 
-    @property
-    def prepares_ahead(self) -> bool:
-        """Stores whose slots never move (no tier, no cache): the preparation is a pure function of
-        the step and the placement, so it may run while an earlier step computes."""
-        return all(store.fixed_layout for store in self.ctx.stores)
+    #: the preparation is a pure function of the step, the placement and the tier's pinned slots
+    #: (this protocol caches no copy of a remote row): it may run while an earlier step computes
+    prepares_ahead = True
 
-    def prepare(self, step: Step, *, timed: bool = True) -> PreparedStep:
+    def steps(self, epoch: int, start: int) -> Iterator[Step]:
+        """The schedule's steps; Herald's runtime scheduler (``--schedule herald`` at s > 0) runs ahead in
+        the input pipeline's thread, not in a thread of its own."""
+        schedule = self.ctx.schedule
+        if isinstance(schedule, HeraldSchedule):
+            return schedule.steps(epoch, start, threaded=False)
+        return schedule.steps(epoch, start)
+
+    def prepare(self, step: Step, *, timed: bool = True, resident: list | None = None) -> PreparedStep:
         """Every local worker's batch, deduplicated, translated and its index tensors made
         (:func:`~gmp.train.steps.prepare_step`), ahead of the step."""
-        return prepare_step(self.ctx, step, timed=timed)
+        return prepare_step(self.ctx, step, timed=timed, resident=resident)
 
     def settle(self, prepared: Step | PreparedStep) -> Step | PreparedStep:
         """Phases 1-3's ids and clocks exchanged (:func:`~gmp.train.steps.settle_reads`), and at s < inf

@@ -172,7 +172,7 @@ class PipelinedStaleness(BoundedStaleness):
 
     prepares_ahead = False
 
-    def prepare(self, step: Step, *, timed: bool = True) -> Step:
+    def prepare(self, step: Step, *, timed: bool = True, resident: list | None = None) -> Step:
         """No preparation by the trainer: this protocol prepares step t + 1 inside step t, where its
         exchange starts (:meth:`train_step`)."""
         return step

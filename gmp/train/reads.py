@@ -24,7 +24,7 @@ import torch
 
 from ..errors import TrainingError
 from .consistency import inter_stale, intra_stale
-from .steps import WorkerStep, group_by_owner, id_tensor, received_ids
+from .steps import WorkerStep, group_by_owner, id_tensor, read_held, received_ids
 
 
 @dataclass
@@ -219,12 +219,7 @@ def install_rows(ctx, ws: list[WorkerStep], rows, plan: ReadPlan) -> None:
     n = ctx.num_workers
     for li, s in enumerate(ws):
         store = ctx.stores[li]
-        out = torch.empty(s.uniq.size, ctx.row_dim, dtype=ctx.dtype, device=store.device)
-        if s.ready.held_pos is not None:
-            out[s.ready.held_pos] = store.table.index_select(0, s.ready.held_idx)
-        else:
-            held = s.slots >= 0
-            out[torch.as_tensor(np.flatnonzero(held), device=store.device)] = store.read(s.slots[held])
+        out = read_held(ctx, li, s, torch.empty(s.uniq.size, ctx.row_dim, dtype=ctx.dtype, device=store.device))
         for src in range(n):
             if plan.got_t[li][src] is not None:
                 r = rows[li][src].to(store.device, ctx.dtype)

@@ -26,17 +26,17 @@ features, labels), the positions and table rows of the rows the worker holds, th
 order of its gradient push, and the slots of its own primaries' gradients (index, position,
 table rows) for a step in which no gradient is received. The step helpers use them when present
 and build the same tensors (same values, same order of operations: bit-for-bit the same step)
-when not. The slot-dependent tensors are made only for a *fixed layout* (``EmbeddingStore.fixed_layout``:
-no tier, no cache), whose id -> slot map does not change while training; a tiered or caching
-store's slots are settled by its tier feeder or Herald's scheduler, inside the step for now.
-What depends on the other workers' batches and on the clocks the step before left (HET-GMP's
-requests and clock replies, which rows travel, phase 3's ids, the primaries' gradient slots at
-s < inf) is settled by :func:`gmp.train.reads.settle_reads` and :func:`settle_gradients` in the
-last stage of the preparation (``StepProtocol.settle``, on the trainer's thread right before the step): the
-clocks are host arrays, so the step then reads nothing on the host. What the step still builds
-on the host: at s = inf the pushed gradients' ids it receives, and a tiered or caching store's
-index tensors. Protocols that prepare a whole step before it runs (``StepProtocol.prepare``) call
-:func:`prepare` for each local worker there, outside the step.
+when not. Slot-dependent tensors are made for rows whose slots are settled ahead: the placement's,
+and a tiered store's primaries in the cache slots the input pipeline pinned (``resident``). Herald's
+cached copies of remote rows are placed by earlier steps, so they are left to the step
+(:func:`settle_copies`, :func:`read_held`). What depends on the other workers' batches and on the
+clocks the step before left (HET-GMP's requests and clock replies, which rows travel, phase 3's ids,
+the primaries' gradient slots at s < inf) is settled by :func:`gmp.train.reads.settle_reads` and
+:func:`settle_gradients` in the last stage of the preparation (``StepProtocol.settle``, on the
+trainer's thread right before the step): the clocks are host arrays, so the step then reads nothing
+on the host. What the step still builds on the host: at s = inf the pushed gradients' ids it
+receives, and the index of the copies a Herald step reads. ``StepProtocol.prepare`` calls
+:func:`prepare` outside the step.
 """
 
 from __future__ import annotations
@@ -101,8 +101,10 @@ class Prepared:
     not prepared (the step makes it)."""
 
     batch: Batch | None = None  # the model's batch (None without samples)
-    held_pos: torch.Tensor | None = None  # positions in uniq of the rows the worker holds
+    held_pos: torch.Tensor | None = None  # positions in uniq of the rows the worker holds in its table
     held_idx: torch.Tensor | None = None  # ... and their rows in the store's table
+    cached_pos: torch.Tensor | None = None  # a tiered store: positions in uniq of its primaries ...
+    cached_idx: torch.Tensor | None = None  # ... and their (pinned) slots in its tier's cache
     push_order: np.ndarray | None = None  # group_by_owner order of the non-primary rows
     push_bounds: np.ndarray | None = None
     push_order_t: torch.Tensor | None = None  # push_order on the gradients' device
@@ -127,6 +129,16 @@ class PreparedStep:
     #: phases 1-3's ids and clocks settled right before the step (a :class:`gmp.train.reads.ReadPlan`;
     #: reads.py imports this module, not the other way round)
     reads: object | None = None
+    event: object = None  # CUDA: the event of the side stream that made its tensors (gmp.train.prepare)
+
+    def tensors(self) -> Iterator[torch.Tensor]:
+        """Every tensor the preparation made (the pipeline marks them as used by the step's stream)."""
+        for s in self.workers:
+            for value in vars(s.ready).values():
+                if isinstance(value, torch.Tensor):
+                    yield value
+                elif isinstance(value, Batch):
+                    yield from (t for t in vars(value).values() if isinstance(t, torch.Tensor))
 
     # the step's own fields, so a hook reading ``step.index`` of what ``Trainer.train_step`` receives works
     index = property(lambda self: self.step.index)
@@ -134,15 +146,18 @@ class PreparedStep:
     global_batch_size = property(lambda self: self.step.global_batch_size)
 
 
-def prepare_step(ctx, step, *, timed: bool = True) -> PreparedStep:
-    """Every local worker's :func:`prepare` of ``step``; ``timed``: as the ``gather`` phase (not on a
-    side thread, :func:`gmp.train.prepare.prepared_steps`, which times the wait for it instead)."""
+def prepare_step(ctx, step, *, timed: bool = True, resident=None, ahead: bool = False) -> PreparedStep:
+    """Every local worker's :func:`prepare` of ``step``; ``timed``: as the ``gather`` phase (not in the
+    input pipeline, :func:`gmp.train.prepare.pipeline_steps`, which times the wait for it instead);
+    ``resident``: per local worker, its tier's pinned rows of the step (None: no tier, or not pinned)."""
     if step.global_batch_size == 0:
         return PreparedStep(step, [])
     if len(step.samples) != ctx.num_workers:
         raise TrainingError(f"schedule gave {len(step.samples)} batches for {ctx.num_workers} workers.")
+    resident = resident if resident is not None else [None] * len(ctx.stores)
     with ctx.phase("gather") if timed else contextlib.nullcontext():
-        return PreparedStep(step, [prepare(ctx, li, step.samples[w]) for li, w in enumerate(ctx.engine.local_workers)])
+        return PreparedStep(step, [prepare(ctx, li, step.samples[w], resident=resident[li], ahead=ahead)
+                                   for li, w in enumerate(ctx.engine.local_workers)])
 
 
 @dataclass
@@ -167,8 +182,11 @@ class WorkerStep:
     ready: Prepared = field(default_factory=Prepared)  # tensors made ahead of the step (prepare)
 
 
-def int_tensor(a: np.ndarray) -> torch.Tensor:
-    return torch.as_tensor(np.ascontiguousarray(a, dtype=np.int64))
+def int_tensor(a: np.ndarray, device: torch.device | None = None) -> torch.Tensor:
+    """``a`` as int64 (on ``device``); an empty one is made without host data (nothing to copy)."""
+    if a.size == 0:
+        return torch.empty(a.shape, dtype=torch.int64, device=device)
+    return torch.as_tensor(np.ascontiguousarray(a, dtype=np.int64), device=device)
 
 
 def id_tensor(ctx, a: np.ndarray) -> torch.Tensor:
@@ -187,41 +205,98 @@ def received_ids(t: torch.Tensor) -> np.ndarray:
     return t.cpu().numpy().astype(np.int64, copy=False)
 
 
-def prepare(ctx, li: int, samples: np.ndarray, *, training: bool = True) -> WorkerStep:
+def prepare(ctx, li: int, samples: np.ndarray, *, training: bool = True, resident=None,
+            ahead: bool = False) -> WorkerStep:
     """Worker ``li``'s batch of ``samples`` (module docstring); ``training=False`` (the evaluation's
-    read) leaves out what only the gradient push and update use."""
+    read) leaves out what only the gradient push and update use. ``resident``: the tiered store's
+    :class:`~gmp.train.tiers.ReadyStep` (its rows pinned for this step: their cache slots are
+    settled); ``ahead``: prepared while an earlier step may still run (gmp.train.prepare), so a
+    store's cached copies of remote rows, which steps place, are left to the step (:func:`settle_copies`)."""
     store = ctx.stores[li]
     ptr, ids = ctx.data.gather(samples)
     uniq, inv = ctx.unique_ids(ids)  # np.unique(ids, return_inverse=True), without sorting every id
-    slots = store.lookup(uniq)
+    slots = store.slots.lookup(uniq) if ahead and store.copies is not None else store.lookup(uniq)
     ws = WorkerStep(samples, ptr, uniq, inv, slots, store.is_primary_slot(slots), store.is_secondary_slot(slots))
     ready = ws.ready
     dev = store.device
     if samples.size:
         ready.batch = make_batch(ctx, ws, dev)
-    if store.fixed_layout:  # slots do not move while training: the slot-dependent tensors too
-        held = np.flatnonzero(ws.slots >= 0)
-        ready.held_pos = torch.as_tensor(held, device=dev)
-        ready.held_idx = torch.as_tensor(ws.slots[held], device=dev)  # fixed layout: slot s is table row s
-    if store.fixed_layout and training:  # the push's owner groups and the own gradients' slots
+    # the slot-dependent tensors: the placement's slots never move, a tiered store's primaries sit in
+    # the cache slots they were pinned in (resident) until the step ends, copies of remote rows move
+    settled = store.tier is None or resident is not None
+    if not settled or not (store.fixed_layout or ahead or resident is not None):
+        return ws
+    held = np.flatnonzero((ws.slots >= 0) & (ws.slots < store.num_rows))
+    in_table = held if store.tier is None else held[~ws.is_primary[held]]
+    ready.held_pos = to_device(in_table, dev)
+    ready.held_idx = to_device(ws.slots[in_table] - store.table_base, dev)  # row s - table_base of table
+    if store.tier is not None:
+        mine = held[ws.is_primary[held]]
+        ready.cached_pos = to_device(mine, dev)
+        ready.cached_idx = to_device(cache_slots(resident, ws.slots[mine]), dev)
+    if training:  # the push's owner groups and the own gradients' slots
         order, bounds = group_by_owner(np.flatnonzero(~ws.is_primary), ctx.primary[uniq], ctx.num_workers)
         ready.push_order, ready.push_bounds = order, bounds
-        ready.push_order_t = torch.as_tensor(order, dtype=torch.int64, device=dev)
+        ready.push_order_t = to_device(order, dev, torch.int64)
         own = np.flatnonzero(ws.is_primary)
-        ready.own_t = torch.as_tensor(own, dtype=torch.int64, device=dev)
+        ready.own_t = to_device(own, dev, torch.int64)
         own_slots = ws.slots[own]  # distinct (distinct ids): np.unique is a sort, the inverse its rank
         rank = np.argsort(own_slots, kind="stable")
         where = np.empty(own.size, dtype=np.int64)
         where[rank] = np.arange(own.size, dtype=np.int64)
         ready.grad_slots = own_slots[rank]
-        ready.grad_where = torch.as_tensor(where, device=dev)
-        ready.grad_idx = torch.as_tensor(ready.grad_slots, device=dev)
+        ready.grad_where = to_device(where, dev)
+        ready.grad_idx = to_device(ready.grad_slots if store.tier is None else
+                                   cache_slots(resident, ready.grad_slots), dev)
         sec = np.flatnonzero(ws.is_secondary)
-        if sec.size:  # s > 0's local updates of the secondaries (fixed layout: table row = slot)
-            ready.sec_t = torch.as_tensor(sec, dtype=torch.int64, device=dev)
-            ready.sec_idx = (torch.as_tensor(ws.slots[sec], device=dev),
-                             torch.as_tensor(ws.slots[sec] - store.num_primary, device=dev))
+        if sec.size:  # s > 0's local updates of the secondaries: (table rows, state rows)
+            ready.sec_t = to_device(sec, dev, torch.int64)
+            ready.sec_idx = (to_device(ws.slots[sec] - store.table_base, dev),
+                             to_device(ws.slots[sec] - store.num_primary, dev))
     return ws
+
+
+def cache_slots(resident, rows: np.ndarray) -> np.ndarray:
+    """Cache slots of a tiered store's master ``rows`` (primary slots), all pinned in ``resident``."""
+    return resident.slots[np.searchsorted(resident.rows, rows)]
+
+
+def to_device(a: np.ndarray, device: torch.device, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``a`` on ``device`` for a step prepared ahead: on CUDA through a pinned host buffer with a
+    ``non_blocking`` copy (on the pipeline's side stream, gmp.train.prepare); on the CPU
+    ``torch.as_tensor`` (no copy)."""
+    if device.type != "cuda":
+        return torch.as_tensor(a, dtype=dtype, device=device)
+    return torch.as_tensor(np.ascontiguousarray(a), dtype=dtype).pin_memory().to(device, non_blocking=True)
+
+
+def settle_copies(ctx, li: int, s: WorkerStep) -> bool:
+    """In the step, after its pulls: the slots of the cached copies of remote rows that worker ``li``'s
+    batch (prepared ahead) reads, which the earlier steps placed. True when the batch reads no copy
+    (its prepared tensors cover every row it holds)."""
+    store = ctx.stores[li]
+    if store.copies is None:
+        return True
+    s.slots = store.lookup(s.uniq)
+    s.is_primary, s.is_secondary = store.is_primary_slot(s.slots), store.is_secondary_slot(s.slots)
+    return bool(np.all((s.slots >= 0) & (s.slots < store.num_rows)))
+
+
+def read_held(ctx, li: int, s: WorkerStep, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``out[i]`` = the values of the rows worker ``li`` holds of ``s.uniq``, by the prepared indices when
+    there are (``out``: made here when None, every row then held)."""
+    store = ctx.stores[li]
+    ready = s.ready
+    if out is None:
+        out = torch.empty(s.uniq.size, ctx.row_dim, dtype=ctx.dtype, device=store.device)
+    if ready.held_pos is None:
+        held = s.slots >= 0
+        out[torch.as_tensor(np.flatnonzero(held), device=store.device)] = store.read(s.slots[held])
+        return out
+    out[ready.held_pos] = store.table.index_select(0, ready.held_idx)
+    if ready.cached_pos is not None:
+        out[ready.cached_pos] = store.tier.cache.tensor.index_select(0, ready.cached_idx)[:, :ctx.row_dim]
+    return out
 
 
 def make_batch(ctx, s: WorkerStep, device) -> Batch:
@@ -232,12 +307,12 @@ def make_batch(ctx, s: WorkerStep, device) -> Batch:
         raise TrainingError("a sample uses an embedding id outside every field of the dataset.")
     dense = None
     if ctx.data.num_dense:
-        dense = torch.as_tensor(np.asarray(ctx.data.dense[s.samples]), device=device)
+        dense = to_device(np.asarray(ctx.data.dense[s.samples]), device)
     seg = entry_sample * f + ids_field
     one_hot = seg.size == s.samples.size * f and bool(np.all(seg == np.arange(seg.size)))
-    return Batch(int(s.samples.size), torch.as_tensor(s.inv, dtype=torch.int64, device=device),
-                 None if one_hot else torch.as_tensor(seg, device=device), dense,
-                 torch.as_tensor(np.asarray(ctx.data.labels[s.samples]), device=device))
+    return Batch(int(s.samples.size), to_device(s.inv, device, torch.int64),
+                 None if one_hot else to_device(seg, device), dense,
+                 to_device(np.asarray(ctx.data.labels[s.samples]), device))
 
 
 def loss_value(losses: list[torch.Tensor]) -> float:

@@ -76,11 +76,11 @@ class EmbeddingStore:
         self.slots = SlotMap(self.ids, placement.num_embeddings)
         np_dtype = np.float32 if dtype == torch.float32 else np.float64
         self.tier: TieredTable | None = None
-        self._base = 0  # table row of slot s is s - _base (primaries are in the tier when _base > 0)
+        self.table_base = 0  # table row of slot s is s - table_base (primaries are in the tier when > 0)
         if tiers is not None and tiers.tiered:
             self.tier = self._make_tier(tiers, prim_ids, seed, np_dtype)
-            self._base = self.num_primary
-        self.table = torch.as_tensor(initial_rows(self.ids[self._base:], self.row_dim, seed, np_dtype),
+            self.table_base = self.num_primary
+        self.table = torch.as_tensor(initial_rows(self.ids[self.table_base:], self.row_dim, seed, np_dtype),
                                      dtype=dtype).to(self.device)
         self.clock = np.zeros(self.num_rows, dtype=np.int64)
         self.opt_state = (torch.zeros(self.num_primary, self.row_dim, dtype=dtype, device=self.device)
@@ -120,13 +120,13 @@ class EmbeddingStore:
         """Rows of ``self.table`` holding ``slots`` (copies; any slot when the table is on the device)."""
         if len(slots) == 0:  # made without host data: nothing to copy to the device
             return torch.empty(0, dtype=torch.int64, device=self.device)
-        return torch.as_tensor(np.asarray(slots, dtype=np.int64) - self._base, dtype=torch.int64, device=self.device)
+        return torch.as_tensor(np.asarray(slots, dtype=np.int64) - self.table_base, dtype=torch.int64, device=self.device)
 
     def _primary_views(self, slots: np.ndarray, idx: torch.Tensor | None = None):
         """``(values, state, idx, commit)`` of primary ``slots``: write rows ``idx``, then ``commit()``."""
         if self.tier is None:
             return self.table, self.opt_state, self._tidx(slots) if idx is None else idx, lambda: None
-        return self.tier.views(slots)
+        return self.tier.views(slots, idx)
 
     @property
     def fixed_layout(self) -> bool:
@@ -394,7 +394,7 @@ class EmbeddingStore:
         self.clock[slots] = clocks
 
     def apply_gradients(self, slots: np.ndarray, grads: torch.Tensor, idx: torch.Tensor | None = None) -> None:
-        """One optimizer step on primary rows ``slots`` (distinct; ``idx``: their rows, :attr:`fixed_layout`)
+        """One optimizer step on primary rows ``slots`` (distinct; ``idx``: their table or cache rows, made ahead)
         with summed gradients; clocks += 1."""
         if slots.size == 0:
             return
@@ -421,7 +421,7 @@ class EmbeddingStore:
     # -- bookkeeping ------------------------------------------------------
     def memory_bytes(self) -> dict[str, int]:
         item = self.table.element_size()
-        held = self.num_rows - self._base  # rows in the device table (primaries too unless tiered)
+        held = self.num_rows - self.table_base  # rows in the device table (primaries too unless tiered)
         state = self.optimizer == "adagrad"
         out = {
             "rows": self.num_rows,
@@ -475,7 +475,7 @@ class EmbeddingStore:
     def state_dict(self) -> dict:
         """The store as the checkpoint holds it beside :meth:`primary_blocks`: the table of the other
         rows (secondaries, then cached copies), clocks, the copies' optimizer state and pending flags."""
-        table = self.table[self.num_primary - self._base:].detach().cpu().clone()
+        table = self.table[self.num_primary - self.table_base:].detach().cpu().clone()
         local_state = None if self.local_state is None else self.local_state.detach().cpu().clone()
         cached = self._cached_rows()
         table = torch.cat([table, cached[:, :self.row_dim]])
@@ -500,7 +500,7 @@ class EmbeddingStore:
         self.clock[:] = state["clock"]
         table = state["table"].to(self.device, self.dtype)  # secondaries, then cached copies
         nsec = self.num_rows - self.num_primary
-        self.table[self.num_primary - self._base:].copy_(table[:nsec])
+        self.table[self.num_primary - self.table_base:].copy_(table[:nsec])
         if self.tier is not None:
             self.tier.write_blocks(primary_rows, state.get("tier"))  # + the running epoch's counters
         else:

@@ -69,11 +69,10 @@ from .models import make_model
 from .records import Counters, make_record
 from .registry import make_protocol, make_schedule
 from .schedule import Schedule, ScheduleContext, Step
-from .prepare import prepared_steps
+from .prepare import pipeline_steps
 from .steps import PhaseClock, PreparedStep, loss_value, wire_id_dtype
 from .store import EmbeddingStore
 from .unique import UniqueIndex
-from .tiers import feed_steps
 
 log = logging.getLogger("gmp.train")
 
@@ -191,7 +190,7 @@ class Trainer:
 
     # ------------------------------------------------------------ the loop
     def _count_wait(self, seconds: float) -> None:
-        """The wait for a step prepared ahead (gmp.train.prepare): training time, as the preparation was."""
+        """The wait for the input pipeline (gmp.train.prepare): training time, as the preparation was."""
         self.acc["train_seconds"] += seconds
 
     def _reset_epoch(self) -> None:
@@ -228,13 +227,13 @@ class Trainer:
         records = []
         while self.epoch < self.config.epochs:
             num_steps = self.schedule.num_steps(self.epoch)
-            # tiered stores: each step's rows resident and pinned (look-ahead prefetch, gmp.train.tiers);
-            # then each step's batch prepared a step ahead when the protocol can (gmp.train.prepare)
-            fed = feed_steps(self.ctx, self.protocol, self.protocol.steps(self.epoch, self.step_in_epoch),
-                             epoch_start=self.step_in_epoch == 0)
+            # the one input pipeline (gmp.train.prepare): the schedule, the tiered rows resident and
+            # pinned, each step's batch prepared, ahead on a side thread where it can
+            steps = pipeline_steps(self.ctx, self.protocol, self.protocol.steps(self.epoch, self.step_in_epoch),
+                                   epoch_start=self.step_in_epoch == 0, on_wait=self._count_wait)
             with progress.task(f"epoch {self.epoch + 1}/{self.config.epochs}", total=num_steps,
                                completed=self.step_in_epoch, show=self.engine.is_main) as advance, \
-                    contextlib.closing(prepared_steps(self.ctx, self.protocol, fed, on_wait=self._count_wait)) as ahead:
+                    contextlib.closing(steps) as ahead:
                 for item in ahead:
                     step = item.step if isinstance(item, PreparedStep) else item
                     if (stop_after_steps is not None and done >= stop_after_steps) or self.dense.stop_now:

@@ -24,8 +24,11 @@ nothing here ever fetches a row before its last update has been pushed, so
 ``s = 0`` stays exact.
 
 **In the trainer** (``gmp train --schedule herald --lookahead K``, s = 0,
-:class:`gmp.train.protocol_herald.HeraldProtocol`): the scheduler runs ``K``
-batches ahead in this module's background thread, so at step ``t`` the
+:class:`gmp.train.protocol_herald.HeraldOnDemand`): the scheduler runs ``K``
+batches ahead in the trainer's one input-pipeline thread
+(:func:`gmp.train.prepare.pipeline_steps`; :class:`Prefetcher` is this
+module's thread for :meth:`HeraldSchedule.steps
+<gmp.train.herald.schedule.HeraldSchedule.steps>` used outside the trainer), so at step ``t`` the
 trainer already has batch ``t + 1``'s schedule. Right after step ``t``'s own
 pulls, every primary sends each worker the rows of its ``early`` pulls for
 ``t + 1`` -- unasked, since the schedule is global and deterministic, so no

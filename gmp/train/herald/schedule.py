@@ -33,7 +33,8 @@ class HeraldSchedule(Schedule):
     assignment (and the counts) but not the model: at s = 0 any split of a
     global batch trains the same model (Herald 3.3). With ``lookahead > 0`` the
     scheduler runs that many batches ahead in a background thread
-    (:class:`gmp.train.herald.prefetch.Prefetcher`; :meth:`prefetch_stats`).
+    (:class:`gmp.train.herald.prefetch.Prefetcher`; :meth:`prefetch_stats`); in the
+    trainer in its input pipeline's thread instead (``steps(..., threaded=False)``).
 
     ``Step.info["herald"]`` holds the :class:`BatchSchedule` and, with a
     look-ahead, ``Step.info["prefetch"]`` the :class:`~gmp.train.herald.prefetch.PrefetchPlan`.
@@ -108,9 +109,12 @@ class HeraldSchedule(Schedule):
         for k in ("items", "produce_s", "stall_s"):
             self._prefetch_stats[k] += stats[k]
 
-    def steps(self, epoch: int, start: int = 0) -> Iterator[Step]:
+    def steps(self, epoch: int, start: int = 0, *, threaded: bool = True) -> Iterator[Step]:
+        """The epoch's steps from ``start``; with ``lookahead > 0`` the scheduler runs ahead in a
+        :class:`Prefetcher` thread unless ``threaded=False`` (the trainer, whose input pipeline runs
+        it ahead in its own thread, :func:`gmp.train.prepare.pipeline_steps`)."""
         n = self.num_workers
-        if self.lookahead > 0:
+        if self.lookahead > 0 and threaded:
             pf = Prefetcher((s for s, _ in self.batches(epoch, start)), self.lookahead,
                             prepare=lambda s: plan_prefetch(s, self.indptr, self.indices))
             completed = False

@@ -51,14 +51,16 @@ compute. ``scripts/gpu_smoke.sh`` checks the path bit for bit on a GPU.
 
 **In the trainer** (``gmp train --table-location host|disk``; :mod:`.table`): each worker's
 primaries and their optimizer state are a :class:`TieredTable` inside its
-:class:`~gmp.train.store.EmbeddingStore`; :func:`feed_steps` wraps the trainer's steps in a
-:class:`StepFeeder` that loads and pins every step's rows ahead of it. Rows a step touches
+:class:`~gmp.train.store.EmbeddingStore`; :class:`TierFeed` is their part of the trainer's one
+input pipeline (:func:`gmp.train.prepare.pipeline_steps`), whose :class:`StepFeeder` loads and
+pins every step's rows ahead of it and then prepares the step in the same thread (its cache slots
+are settled while the rows stay pinned, so the step's index tensors are made ahead). Rows a step touches
 outside that set (Herald's pushes of pending copies, evaluation) are read and written in
 place: their slot when cached, else the master (cDLRM's victim rows, section 5.2.2).
 
 Modules: :mod:`.rows` (master tiers), :mod:`.cache` (``RowCache``, ``TierStats``),
 :mod:`.prefetch` (``StepFeeder``, ``LookaheadPrefetcher``), :mod:`.table` (``TierOptions``,
-``TieredTable``, ``feed_steps``), :mod:`.files` (the disk tier's folder: directories made for it,
+``TieredTable``, ``TierFeed``), :mod:`.files` (the disk tier's folder: directories made for it,
 files of killed runs).
 """
 
@@ -66,8 +68,9 @@ files of killed runs).
 from .cache import CACHE_POLICIES, RowCache, TierStats
 from .prefetch import LookaheadPrefetcher, ReadyStep, StepFeeder
 from .rows import DiskRows, HostRows
-from .table import DEFAULT_CACHE_PERCENT, TABLE_LOCATIONS, TieredTable, TierOptions, cache_rows_for, feed_steps, split_cache_rows
+from .table import (DEFAULT_CACHE_PERCENT, TABLE_LOCATIONS, TierFeed, TieredTable, TierOptions, cache_rows_for,
+                    split_cache_rows)
 
-__all__ = ["CACHE_POLICIES", "DEFAULT_CACHE_PERCENT", "DiskRows", "HostRows", "LookaheadPrefetcher", "ReadyStep", "RowCache",
-           "StepFeeder", "TABLE_LOCATIONS", "TierOptions", "TierStats", "TieredTable", "cache_rows_for",
-           "feed_steps", "split_cache_rows"]
+__all__ = ["CACHE_POLICIES", "DEFAULT_CACHE_PERCENT", "DiskRows", "HostRows", "LookaheadPrefetcher", "ReadyStep",
+           "RowCache", "StepFeeder", "TABLE_LOCATIONS", "TierFeed", "TierOptions", "TierStats", "TieredTable",
+           "cache_rows_for", "split_cache_rows"]

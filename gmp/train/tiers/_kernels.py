@@ -261,7 +261,7 @@ def largest_step_primaries(indptr, indices, order, bounds, primary, num_workers,
     """Per worker, the most distinct rows it is primary of that one step uses.
 
     Step ``t`` is the samples ``order[bounds[t]:bounds[t + 1]]`` (every worker's batch of the step
-    together: :func:`gmp.train.tiers.feed_steps` pins a worker's primaries among all of them).
+    together: :class:`gmp.train.tiers.TierFeed` pins a worker's primaries among all of them).
     ``primary[id]`` is the row's primary worker; ``stamp`` (int64, one per row, all -1 at first) marks
     a row seen by step ``first + t``: calls that number their steps on from the last call's share it.
     """

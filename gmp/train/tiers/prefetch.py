@@ -1,5 +1,10 @@
 """cDLRM Algorithm 1 as a rolling window: :class:`StepFeeder` (several caches, any step
-iterator) and :class:`LookaheadPrefetcher` (one cache). See :mod:`gmp.train.tiers`."""
+iterator) and :class:`LookaheadPrefetcher` (one cache). See :mod:`gmp.train.tiers`.
+
+:class:`StepFeeder` is also the thread of the trainer's one input pipeline
+(:func:`gmp.train.prepare.pipeline_steps`): its ``prepare`` hook runs on each step right after
+the step's rows are admitted (resident and pinned), in the same thread, so that the batch
+preparation can translate the step's rows to the cache slots they were pinned in."""
 
 from __future__ import annotations
 
@@ -41,13 +46,19 @@ class StepFeeder(Generic[T]):
     it trains; ``lookahead = 0`` loads each step inline. The item iterator itself is
     advanced in that thread (it must not need the training thread's state).
 
+    ``prepare(item, ready)``, when given, runs right after a step's admission (in the thread
+    with ``lookahead > 0``, else inline) and its result is yielded instead of ``item``: the rows
+    stay pinned in ``ready``'s slots until :meth:`done`, so what it derives from them holds
+    for the step. It must not change what a step reads (it runs while the earlier step trains).
+
     Two depths: the *window* (read ahead: ids only, cheap) and the *admission depth*
     (loaded and pinned: bounded by what the caches hold). cDLRM's windows are up to
     thousands of batches while its cache holds far fewer batches' rows.
     """
 
     def __init__(self, caches: Sequence[RowCache], items: Iterable[T], rows_of: Callable[[T], list],
-                 *, lookahead: int = 0, prefetch_depth: int = 2):
+                 *, lookahead: int = 0, prefetch_depth: int = 2,
+                 prepare: Callable[[T, list[ReadyStep]], T] | None = None):
         if lookahead < 0:
             raise TrainingError(f"The 'lookahead' parameter must be an int >= 0, got {lookahead}.")
         if prefetch_depth < 1:
@@ -57,6 +68,7 @@ class StepFeeder(Generic[T]):
         self.rows_of = rows_of
         self.lookahead = int(lookahead)
         self.prefetch_depth = int(prefetch_depth)
+        self.prepare = prepare
         self._error: BaseException | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -116,6 +128,19 @@ class StepFeeder(Generic[T]):
             out.append(ReadyStep(i, rows, slots, event, moved))
         return out
 
+    def _prepared(self, item: T, ready: list[ReadyStep]) -> T:
+        """``prepare(item, ready)`` (the step given back unpinned and uncounted if it raises)."""
+        if self.prepare is None:
+            return item
+        t0 = time.perf_counter()
+        try:
+            return self.prepare(item, ready)
+        except BaseException:
+            self.discard(ready)
+            raise
+        finally:
+            self.produce_s += time.perf_counter() - t0
+
     def __iter__(self) -> Iterator[tuple[T, list[ReadyStep]]]:
         if self.lookahead == 0:
             it = iter(self.items)
@@ -132,6 +157,7 @@ class StepFeeder(Generic[T]):
                 self._fits(rows_list, self._rest(it))
                 t0 = time.perf_counter()
                 ready = self._admit(i, rows_list)  # inline: the whole load is a stall
+                item = self._prepared(item, ready)
                 self._add_stall(time.perf_counter() - t0)
                 yield item, ready
             return
@@ -202,6 +228,7 @@ class StepFeeder(Generic[T]):
                 item, rows_list = ahead.popleft()
                 self._fits(rows_list, self._rest(it, ahead))
                 ready = self._admit(i, rows_list)
+                item = self._prepared(item, ready)
                 while not self._stop.is_set():
                     try:
                         self._q.put((item, ready), timeout=0.05)  # blocks at the admission depth

@@ -1,13 +1,13 @@
 """The tiers in ``gmp train``: :class:`TierOptions` (``--table-location``, ``--cache-rows``/``--cache-bytes``,
 ``--lookahead``, ``--tier-dir``), :class:`TieredTable` (a worker's primaries in a master tier behind a
-cache) and :func:`feed_steps` (the trainer's hook). See :mod:`gmp.train.tiers`."""
+cache) and :class:`TierFeed` (their part of the trainer's input pipeline). See :mod:`gmp.train.tiers`."""
 
 from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -17,7 +17,7 @@ from ...params import check_choice, check_int
 from . import files
 from ._kernels import step_primaries
 from .cache import CACHE_POLICIES, RowCache, TierStats
-from .prefetch import ReadyStep, StepFeeder
+from .prefetch import ReadyStep
 from .rows import DiskRows, HostRows
 
 TABLE_LOCATIONS = ("device", "host", "disk")
@@ -209,16 +209,18 @@ class TieredTable:
             return self.cache.tensor.index_select(0, torch.as_tensor(slots, device=self.device))
         return self.cache.gather(rows)
 
-    def views(self, rows: np.ndarray):
+    def views(self, rows: np.ndarray, idx: torch.Tensor | None = None):
         """``(values, state, idx, commit)``: rows ``idx`` of ``values``/``state`` (state None
-        without optimizer state) are ``rows``; write them in place, then call ``commit()``."""
+        without optimizer state) are ``rows``; write them in place, then call ``commit()``.
+        ``idx``: the cache slots of ``rows`` when the step pinned them all, made ahead of the step."""
         rows = np.asarray(rows, dtype=np.int64)
         d = self.row_dim
         slots = self._fast(rows)
         if slots is not None:
             t = self.cache.tensor
             return (t[:, :d], t[:, d:] if self.width > d else None,
-                    torch.as_tensor(slots, device=self.device), lambda: self.cache.mark_dirty(slots))
+                    torch.as_tensor(slots, device=self.device) if idx is None else idx,
+                    lambda: self.cache.mark_dirty(slots))
         tmp = self.cache.gather(rows)
         return (tmp[:, :d], tmp[:, d:] if self.width > d else None,
                 torch.arange(rows.size, device=self.device), lambda: self.cache.scatter(rows, tmp))
@@ -285,40 +287,49 @@ def _blocks(num_rows: int, init: Callable[[int, int], np.ndarray], width: int, d
     return out
 
 
-def feed_steps(ctx, protocol, steps: Iterable, *, epoch_start: bool) -> Iterator:
-    """The trainer's steps with each tiered store's rows of the step resident and pinned (the hook
-    :meth:`gmp.train.trainer.Trainer.fit` loops over); ``steps`` unchanged without tiers.
+class TierFeed:
+    """The tiered stores' part of the trainer's one input pipeline (:func:`gmp.train.prepare.pipeline_steps`,
+    whose :class:`StepFeeder` loads and pins :meth:`rows_of` each step ahead of it).
 
-    ``ctx``: the trainer's :class:`~gmp.train.context.StepContext`; ``protocol``: its step protocol
-    (told of the look-ahead prefetcher's figures); ``epoch_start``: ``steps`` begin at the epoch's
-    first step (the record's tier figures count from there).
+    ``ctx``: the trainer's :class:`~gmp.train.context.StepContext`; ``epoch_start``: the steps begin at
+    the epoch's first step (the record's tier figures count from there).
 
     A step's rows, per local worker: its primaries among the distinct rows of every worker's
     batch of the step (all its primaries the step reads, serves or updates under bounded
     staleness; Herald's pushes of pending copies and early pulls go through the victim path).
     """
-    tables = [s.tier for s in ctx.stores]
-    opts = ctx.tiers
-    herald = ctx.herald
-    lookahead = opts.lookahead if opts is not None else (herald.lookahead if herald is not None else 0)
-    if not any(t is not None for t in tables) and lookahead == 0:
-        yield from steps
-        return
-    live = [(li, t) for li, t in enumerate(tables) if t is not None]
 
-    maps = []
-    for li, _t in live:
-        store = ctx.stores[li]
-        identity, dense = store.slots.dense()
-        maps.append((identity, dense if dense is not None else np.zeros(1, np.int32), identity or dense is not None,
-                     np.zeros(store.num_primary, dtype=np.uint8), store))
+    def __init__(self, ctx, *, epoch_start: bool) -> None:
+        self.ctx = ctx
+        opts, herald = ctx.tiers, ctx.herald
+        #: the window (steps read ahead; 0: each step's rows loaded inline) and the admission depth
+        self.lookahead = opts.lookahead if opts is not None else (herald.lookahead if herald is not None else 0)
+        self.prefetch_depth = opts.prefetch_depth if opts is not None else 1
+        self.live = [(li, s.tier) for li, s in enumerate(ctx.stores) if s.tier is not None]
+        self._maps = []
+        for li, _t in self.live:
+            store = ctx.stores[li]
+            identity, dense = store.slots.dense()
+            self._maps.append((identity, dense if dense is not None else np.zeros(1, np.int32),
+                               identity or dense is not None, np.zeros(store.num_primary, dtype=np.uint8), store))
+        for _, t in self.live:  # with Herald, gmp train's --cache-rows gave the tier half its value (split_cache_rows)
+            t.herald_share = herald is not None and opts.cache_rows > 0
+        if epoch_start:
+            for _, t in self.live:
+                t.reset_stats()
 
-    def rows_of(step) -> list[np.ndarray]:
+    @property
+    def caches(self) -> list[RowCache]:
+        return [t.cache for _, t in self.live]
+
+    def rows_of(self, step) -> list[np.ndarray]:
+        """Per tiered store, the master rows (its primary slots, ascending) ``step`` computes on."""
+        ctx = self.ctx
         samples = np.concatenate([np.asarray(a, dtype=np.int64) for a in step.samples]) if step.samples else \
             np.zeros(0, np.int64)
         out = []
         uniq = None
-        for identity, dense, compiled, mark, store in maps:
+        for identity, dense, compiled, mark, store in self._maps:
             if compiled:  # one compiled pass (the placement's map is immutable: safe in the feeder's thread)
                 out.append(step_primaries(ctx.data.indptr, ctx.data.indices, samples, dense, identity,
                                           store.num_primary, mark))
@@ -329,30 +340,18 @@ def feed_steps(ctx, protocol, steps: Iterable, *, epoch_start: bool) -> Iterator
             out.append(slots[(slots >= 0) & (slots < store.num_primary)])
         return out
 
-    for _, t in live:  # with Herald, gmp train's --cache-rows gave the tier half its value (split_cache_rows)
-        t.herald_share = herald is not None and opts.cache_rows > 0
-    if epoch_start:  # the record's tier figures count from the epoch's first step
-        for _, t in live:
-            t.reset_stats()
-    feeder = StepFeeder([t.cache for _, t in live], steps, rows_of, lookahead=lookahead,
-                        prefetch_depth=opts.prefetch_depth if opts is not None else 1)
-    gen = iter(feeder)
-    ready = None
-    protocol.watch_lookahead(feeder.stats)
-    try:
-        for step, ready in gen:
-            for (_, t), r in zip(live, ready):
-                t.begin(r)
-            yield step
-            for _, t in live:
-                t.end()
-            feeder.done(ready)
-            ready = None
-    finally:
-        if ready is not None:  # stopped before training the step (interrupt): unpin it, uncount its load
-            for _, t in live:
-                t.end()
-            feeder.discard(ready)
-        gen.close()
-        protocol.watch_lookahead(None)
-        protocol.add_lookahead_stats(feeder.stats())
+    def resident(self, ready: list[ReadyStep]) -> list[ReadyStep | None]:
+        """``ready`` (one per tiered store) as one entry per local worker (None: no tier)."""
+        out: list[ReadyStep | None] = [None] * len(self.ctx.stores)
+        for (li, _), r in zip(self.live, ready):
+            out[li] = r
+        return out
+
+    def begin(self, ready: list[ReadyStep]) -> None:
+        """The step starts: it computes on ``ready``'s slots (and waits for their loads on CUDA)."""
+        for (_, t), r in zip(self.live, ready):
+            t.begin(r)
+
+    def end(self) -> None:
+        for _, t in self.live:
+            t.end()
