@@ -334,10 +334,12 @@ def main() -> None:
 
 
 def run_all(args, data: Path, manifests: dict, rates: list, results: dict, tmp: Path) -> None:
-    """Every method ``--runs`` times per rate, interleaved; ``--out`` rewritten after every run."""
-    for rate in rates:
-        with EmulatedCluster(hosts=args.hosts, rate=rate, prefix=args.netns_prefix) as net:
-            for r in range(args.runs):
+    """Every method ``--runs`` times per rate, interleaved: each round runs every rate (a cluster
+    emulated per round and rate), so a deadline cuts rounds, not a whole rate; ``--out`` rewritten
+    after every run."""
+    for r in range(args.runs):
+        for rate in rates:
+            with EmulatedCluster(hosts=args.hosts, rate=rate, prefix=args.netns_prefix) as net:
                 for method in args.methods:
                     out = tmp / f"{method}-{rate}-{r}.json"
                     for attempt in range(2):  # a rare gloo abort of one rank: retried once, and said

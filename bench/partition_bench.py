@@ -48,6 +48,7 @@ import argparse
 import json
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -238,21 +239,24 @@ def run_method(dataset: Path, name: str, options: dict[str, Any], args: argparse
         ps = psutil.Process(proc.pid)
         limit = args.max_rss_gib * 2**30
         killed = None
-        while proc.poll() is None:
-            try:
-                rss = ps.memory_info().rss
-            except psutil.Error:
-                rss = 0
-            elapsed = time.perf_counter() - t0
-            if rss > limit:
-                killed = f"exceeded the memory guard of {args.max_rss_gib:g} GiB after {elapsed:.0f} s"
-            elif elapsed > args.timeout:
-                killed = f"timed out after {args.timeout:g} s"
-            if killed:
+        try:
+            while proc.poll() is None:
+                try:
+                    rss = ps.memory_info().rss
+                except psutil.Error:
+                    rss = 0
+                elapsed = time.perf_counter() - t0
+                if rss > limit:
+                    killed = f"exceeded the memory guard of {args.max_rss_gib:g} GiB after {elapsed:.0f} s"
+                elif elapsed > args.timeout:
+                    killed = f"timed out after {args.timeout:g} s"
+                if killed:
+                    break
+                time.sleep(0.2)
+        finally:  # a guard, Ctrl-C or a SIGTERM to the bench (main turns it into SystemExit) ends the child too
+            if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-                break
-            time.sleep(0.2)
         wall = time.perf_counter() - t0
         if killed:
             return {"error": killed, "wall_seconds": wall}
@@ -292,6 +296,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # run_method's finally kills the child
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="", help="comma-separated sample counts of criteo-preset data, e.g. 1m,10m")
