@@ -217,6 +217,24 @@ def kept_placement(graph: BipartiteGraph, prev: Placement, rng: np.random.Genera
                      np.asarray(prev.secondary_workers, dtype=np.int32), method="kept")
 
 
+def add_day_arguments(ap: argparse.ArgumentParser, *, preset: str = "criteo-kaggle") -> None:
+    """The options of the synthetic day generators (:func:`synth_days`, :func:`mix_days`), shared with
+    the benches that draw their days from this module (incremental_oracle.py, incremental_compound.py)."""
+    ap.add_argument("--day-samples", type=int, default=100_000)
+    ap.add_argument("--pool-samples", type=int, default=1_500_000)
+    ap.add_argument("--pool", default=None, help="Pool dataset directory (generated there when missing).")
+    ap.add_argument("--scale", type=float, default=0.02)
+    ap.add_argument("--preset", default=preset,
+                    help="Synth preset of the pool (criteo-kaggle: latent entities; criteo-kaggle-independent: "
+                         "community slices, many more ids per day).")
+    ap.add_argument("--communities", type=int, default=64)
+    ap.add_argument("--drift", type=float, default=0.5)
+    ap.add_argument("--spread", type=float, default=0.75)
+    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--batch-size", type=int, default=512)
+    ap.add_argument("--seed", type=int, default=0)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--source", choices=("synth", "mix", "movielens"), default="synth")
@@ -225,13 +243,7 @@ def main(argv=None) -> None:
     ap.add_argument("--targets", default="full", help="Incremental Options.target values of the exact plan, "
                     "comma-separated (full, none); a target other than the first is named incr-P%%/TARGET.")
     ap.add_argument("--days", type=int, default=7)
-    ap.add_argument("--day-samples", type=int, default=100_000)
-    ap.add_argument("--pool-samples", type=int, default=1_500_000)
-    ap.add_argument("--pool", default=None, help="Pool dataset directory (generated there when missing).")
-    ap.add_argument("--scale", type=float, default=0.02)
-    ap.add_argument("--preset", default="criteo-kaggle",
-                    help="Synth preset of the pool (criteo-kaggle: latent entities; criteo-kaggle-independent: "
-                         "community slices, many more ids per day).")
+    add_day_arguments(ap)
     ap.add_argument("--sweep", choices=("all", "changed", "every"), default=None,
                     help="Incremental Options.sweep (default: by the day's density, Options' own default).")
     ap.add_argument("--starts", default="auto",
@@ -244,14 +256,8 @@ def main(argv=None) -> None:
     ap.add_argument("--sweep-first", choices=("true", "false"), default=None,
                     help="Incremental Options.sweep_first (default: by the day's density).")
     ap.add_argument("--no-carry", dest="carry", action="store_false", help="Incremental carry_private=False.")
-    ap.add_argument("--communities", type=int, default=64)
-    ap.add_argument("--drift", type=float, default=0.5)
-    ap.add_argument("--spread", type=float, default=0.75)
-    ap.add_argument("--workers", type=int, default=8)
-    ap.add_argument("--batch-size", type=int, default=512)
     ap.add_argument("--budgets", default="1,5,20", help="Incremental budgets in percent of the day's used rows.")
     ap.add_argument("--rounds", type=int, default=None, help="Incremental rounds (default: by the day's density).")
-    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-full-gs", dest="full_gs", action="store_false",
                     help="Leave out the hybrid re-partition with the greedy-stream start.")
     ap.add_argument("--toward", default="",

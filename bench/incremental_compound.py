@@ -260,17 +260,7 @@ def free_start(day, share, marks):
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--pool", default=None)
-    ap.add_argument("--pool-samples", type=int, default=1_500_000)
-    ap.add_argument("--day-samples", type=int, default=100_000)
-    ap.add_argument("--scale", type=float, default=0.02)
-    ap.add_argument("--preset", default="criteo-kaggle-independent")
-    ap.add_argument("--communities", type=int, default=64)
-    ap.add_argument("--drift", type=float, default=0.5)
-    ap.add_argument("--spread", type=float, default=0.75)
-    ap.add_argument("--workers", type=int, default=8)
-    ap.add_argument("--batch-size", type=int, default=512)
-    ap.add_argument("--seed", type=int, default=0)
+    IB.add_day_arguments(ap, preset="criteo-kaggle-independent")
     ap.add_argument("--days", default="1,2", help="The days measured (1 and/or 2).")
     ap.add_argument("--ideas", default="refit,rowonly,free,joint")
     ap.add_argument("--marks", default="1,2,5,10", help="Budgets reported, percent of the day's used rows.")
