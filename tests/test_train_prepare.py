@@ -52,13 +52,18 @@ def trained(ds, num_workers, ahead: bool, monkeypatch, *, stop_after=None, **set
     return out
 
 
+def assert_same_model(table_a, dense_a, table_b, dense_b) -> None:
+    """The two runs' embedding tables and dense parameters are equal bit for bit."""
+    np.testing.assert_array_equal(table_a, table_b)
+    for a, b in zip(dense_a, dense_b):
+        assert torch.equal(a, b)
+
+
 @pytest.mark.parametrize("num_workers,settings", [(1, {}), (2, dict(staleness=0)), (2, dict(staleness=2.0))])
 def test_preparing_ahead_changes_nothing(ctr, num_workers, settings, monkeypatch):
     table_a, dense_a, threads_a, _ = trained(ctr, num_workers, True, monkeypatch, **settings)
     table_b, dense_b, threads_b, _ = trained(ctr, num_workers, False, monkeypatch, **settings)
-    np.testing.assert_array_equal(table_a, table_b)
-    for a, b in zip(dense_a, dense_b):
-        assert torch.equal(a, b)
+    assert_same_model(table_a, dense_a, table_b, dense_b)
     # the look-ahead prepared on its side thread (the evaluation prepares on the main one)
     assert "gmp-lookahead" in threads_a and "gmp-lookahead" not in threads_b
 
@@ -99,9 +104,7 @@ def test_the_pipeline_changes_nothing_for_tiers_and_herald(ctr, case, monkeypatc
     num_workers, settings, reference = PIPELINES[case]
     table_a, dense_a, threads_a, _ = trained(ctr, num_workers, True, monkeypatch, **settings)
     table_b, dense_b, threads_b, _ = trained(ctr, num_workers, False, monkeypatch, **reference)
-    np.testing.assert_array_equal(table_a, table_b)
-    for a, b in zip(dense_a, dense_b):
-        assert torch.equal(a, b)
+    assert_same_model(table_a, dense_a, table_b, dense_b)
     assert "gmp-lookahead" in threads_a and "gmp-lookahead" not in threads_b
 
 
@@ -111,9 +114,7 @@ def test_a_stop_mid_epoch_with_tiers_and_herald_resumes_exactly(ctr, case, monke
     table_a, dense_a, _, _ = trained(ctr, num_workers, True, monkeypatch, **settings)
     table_b, dense_b, _, _ = trained(ctr, num_workers, True, monkeypatch, stop_after=4, **settings)
     assert not [t for t in threading.enumerate() if t.name == "gmp-lookahead"]
-    np.testing.assert_array_equal(table_a, table_b)
-    for a, b in zip(dense_a, dense_b):
-        assert torch.equal(a, b)
+    assert_same_model(table_a, dense_a, table_b, dense_b)
 
 
 def test_a_stop_mid_epoch_leaves_no_thread_and_resumes_exactly(ctr, monkeypatch):
@@ -121,6 +122,4 @@ def test_a_stop_mid_epoch_leaves_no_thread_and_resumes_exactly(ctr, monkeypatch)
     table_b, dense_b, threads, _ = trained(ctr, 2, True, monkeypatch, staleness=0, stop_after=3)
     assert "gmp-lookahead" in threads
     assert not [t for t in threading.enumerate() if t.name == "gmp-lookahead"]
-    np.testing.assert_array_equal(table_a, table_b)
-    for a, b in zip(dense_a, dense_b):
-        assert torch.equal(a, b)
+    assert_same_model(table_a, dense_a, table_b, dense_b)

@@ -24,7 +24,7 @@ import torch
 
 from ..errors import TrainingError
 from .consistency import inter_stale, intra_stale
-from .steps import WorkerStep, group_by_owner, id_tensor, read_held, received_ids
+from .steps import WorkerStep, group_by_owner, id_tensor, int_tensor, read_held, received_ids
 
 
 @dataclass
@@ -51,11 +51,7 @@ class ReadPlan:
 
 def _index(store, slots: np.ndarray) -> torch.Tensor | None:
     """Table rows of ``slots`` as a tensor made now (ahead of the step), or None when slots may move."""
-    return torch.as_tensor(np.asarray(slots, dtype=np.int64), device=store.device) if store.fixed_layout else None
-
-
-def _pos(a: np.ndarray, device) -> torch.Tensor:
-    return torch.as_tensor(np.asarray(a, dtype=np.int64), device=device)
+    return int_tensor(slots, store.device) if store.fixed_layout else None
 
 
 def _read(store, slots: np.ndarray, idx: torch.Tensor | None) -> torch.Tensor:
@@ -124,9 +120,9 @@ def plan_install(ctx, ws: list[WorkerStep], clocks, need, *, check_secondaries: 
             refreshed[sec] = refresh
             counts.append(int(got.size))
             got_l.append(got)
-            got_t.append(_pos(got, dev) if got.size else None)
+            got_t.append(int_tensor(got, dev) if got.size else None)
             sec_l.append(sec)
-            sec_in.append(_pos(np.flatnonzero(held), dev) if sec.size else None)
+            sec_in.append(int_tensor(np.flatnonzero(held), dev) if sec.size else None)
             sec_idx.append(_index(store, s.slots[sec]) if sec.size else None)
         for name, value in (("counts", counts), ("got", got_l), ("got_t", got_t), ("sec", sec_l),
                             ("sec_in", sec_in), ("sec_idx", sec_idx)):
@@ -161,7 +157,7 @@ def _settle_inter_round(ctx, ws: list[WorkerStep], flagged: list[np.ndarray]) ->
     for li, (order, bounds) in enumerate(orders):
         store, s = ctx.stores[li], ws[li]
         parts = [order[bounds[src]:bounds[src + 1]] for src in range(n)]
-        parts_t.append([_pos(p, store.device) if p.size else None for p in parts])
+        parts_t.append([int_tensor(p, store.device) if p.size else None for p in parts])
         sec_idx.append([_index(store, s.slots[p]) if p.size else None for p in parts])
     return slots, idx, orders, parts_t, sec_idx
 

@@ -423,5 +423,5 @@ def settle_gradients(ctx, ws: list[WorkerStep]) -> None:
         own = np.flatnonzero(s.is_primary)
         uslots, where = ctx.unique_slots[li](np.concatenate([s.slots[own]] + [store.lookup(r) for r in s.served]))
         dev = store.device
-        s.ready.agg = (uslots, torch.as_tensor(where, dtype=torch.int64, device=dev),
-                       torch.as_tensor(own, dtype=torch.int64, device=dev), torch.as_tensor(uslots, device=dev))
+        own_t = s.ready.own_t if s.ready.own_t is not None else int_tensor(own, dev)  # made by prepare
+        s.ready.agg = (uslots, int_tensor(where, dev), own_t, torch.as_tensor(uslots, device=dev))
