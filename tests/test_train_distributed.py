@@ -133,9 +133,11 @@ def test_close_waits_for_pending_asynchronous_collectives():
 
 @pytest.mark.slow
 def test_pipelined_cli_runs_exit_cleanly(tmp_path):
-    """'gmp train --pipeline' under torchrun, three times: every run exits 0 with no C++ abort at
-    teardown (a pipelined rank once died with SIGABRT, "terminate called without an active
-    exception", after writing its result)."""
+    """'gmp train --pipeline' under torchrun exits 0 with no C++ abort at teardown (a pipelined rank
+    once died with SIGABRT, "terminate called without an active exception", after writing its
+    result). One run, not the three it used to loop: each torchrun launch costs ~30 s of the CI's
+    ~20-minute budget on 2 cores, and the defect (a thread left running at exit) is fixed; run the
+    test in a shell loop when touching the pipeline's teardown."""
     from gmp.manifest import write_manifest
     from gmp.topology import homogeneous
 
@@ -144,11 +146,10 @@ def test_pipelined_cli_runs_exit_cleanly(tmp_path):
     pl = placement_with_secondaries(ds, 2)
     write_manifest(tmp_path / "m", pl, dataset_sha256=ds.sha256, num_samples=ds.num_samples,
                    num_embeddings=ds.num_embeddings, topology=homogeneous(2))
-    for i in range(3):
-        log = tmp_path / f"run{i}.jsonl"
-        res = torchrun(2, ["-m", "cli.main", "train", "--dataset", str(path), "--manifest", str(tmp_path / "m"),
-                           "--batch-size", "16", "--epochs", "1", "--pipeline", "--comm-dtype", "bf16",
-                           "--engine", "distributed", "--log-json", str(log)])
-        assert res.returncode == 0, res.stderr[-3000:]
-        assert "terminate called" not in res.stderr, res.stderr[-3000:]
-        assert [json.loads(x)["kind"] for x in log.read_text().splitlines()] == ["settings", "epoch"]
+    log = tmp_path / "run.jsonl"
+    res = torchrun(2, ["-m", "cli.main", "train", "--dataset", str(path), "--manifest", str(tmp_path / "m"),
+                       "--batch-size", "16", "--epochs", "1", "--pipeline", "--comm-dtype", "bf16",
+                       "--engine", "distributed", "--log-json", str(log)])
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "terminate called" not in res.stderr, res.stderr[-3000:]
+    assert [json.loads(x)["kind"] for x in log.read_text().splitlines()] == ["settings", "epoch"]
