@@ -100,12 +100,32 @@ def group_gains(gptr, grows, gtarget, indptr, cind, rptr, rsam, sw, prim, sec, c
         out[g] = gain
 
 
+@numba.njit(cache=False)
+def _find(label, x):
+    while label[x] != x:
+        label[x] = label[label[x]]
+        x = label[x]
+    return x
+
+
+@numba.njit(cache=False)
+def agglomerate(lo, hi, label, size, max_group):
+    """Union-find over the pairs in order, a union only while the group stays within ``max_group`` rows."""
+    for k in range(lo.size):
+        a, b = _find(label, lo[k]), _find(label, hi[k])
+        if a != b and size[a] + size[b] <= max_group:
+            if size[a] < size[b]:
+                a, b = b, a
+            label[b] = a
+            size[a] += size[b]
+
+
 def targets_of(day, sw) -> np.ndarray:
     """Per used row, the worker holding most of its readers under samples ``sw``."""
     return np.argmax(day.counts(sw), axis=1).astype(np.int32)
 
 
-def make_groups(day, target, cand, sw_goal, min_couse: int, share: float):
+def make_groups(day, target, cand, sw_goal, min_couse: int, share: float, max_group: int = 0):
     """(group CSR over candidate rows, group target) of module docstring step 2."""
     U = day.U
     is_cand = np.zeros(U, bool)
@@ -135,9 +155,20 @@ def make_groups(day, target, cand, sw_goal, min_couse: int, share: float):
         ok = (w >= min_couse) & (w >= share * np.minimum(readers[lo], readers[hi]))
         lo, hi = lo[ok], hi[ok]
     else:
-        lo = hi = np.zeros(0, np.int64)
-    adj = coo_array((np.ones(lo.size), (lo, hi)), shape=(U, U)).tocsr()
-    _, label = connected_components(adj, directed=False)
+        lo = hi = w = np.zeros(0, np.int64)
+        ok = np.zeros(0, bool)
+    if max_group > 0:  # greedy agglomeration: the most co-used pairs first, groups up to max_group rows
+        order = np.lexsort((hi, lo, -w[ok])) if lo.size else np.zeros(0, np.int64)
+        label = np.arange(U, dtype=np.int64)
+        agglomerate(lo[order], hi[order], label, np.ones(U, np.int64), max_group)
+        for _ in range(64):  # flatten
+            nxt = label[label]
+            if np.array_equal(nxt, label):
+                break
+            label = nxt
+    else:
+        adj = coo_array((np.ones(lo.size), (lo, hi)), shape=(U, U)).tocsr()
+        _, label = connected_components(adj, directed=False)
     lab = label[cand]
     order = np.lexsort((cand, lab))
     rows = cand[order].astype(np.int64)
@@ -203,6 +234,8 @@ def main(argv=None) -> None:
     ap.add_argument("--targets", default="full,refit")
     ap.add_argument("--min-couse", default="2", help="Comma-separated values tried.")
     ap.add_argument("--couse-share", type=float, default=0.0)
+    ap.add_argument("--max-group", default="0", help="Group size caps tried (greedy agglomeration; 0: connected "
+                    "components), comma-separated.")
     ap.add_argument("--step", default="1,0", help="Percent of the used rows a step (0: one shot), comma-separated.")
     args = ap.parse_args(argv)
     days = [int(x) for x in args.days.split(",") if x.strip()]
@@ -229,11 +262,11 @@ def main(argv=None) -> None:
                 target = targets_of(day, sw_t)
                 prim0, _ = day.placed_rows()
                 cand = np.flatnonzero(prim0 != target)
-                for mc in [int(x) for x in args.min_couse.split(",")]:
+                for mc, mg in [(int(a), int(b)) for a in args.min_couse.split(",") for b in args.max_group.split(",")]:
                     t = time.process_time()
-                    gptr, grows, gtarget = make_groups(day, target, cand, sw_t, mc, args.couse_share)
+                    gptr, grows, gtarget = make_groups(day, target, cand, sw_t, mc, args.couse_share, mg)
                     sizes = np.diff(gptr)
-                    print(f"targets {tname}, min co-use {mc}: {cand.size:,} candidate rows "
+                    print(f"targets {tname}, min co-use {mc}, groups up to {mg or 'any'} rows: {cand.size:,} candidate rows "
                           f"({int(day.is_old[cand].sum()):,} old), {sizes.size:,} groups, largest "
                           f"{int(sizes.max()):,}, {int((sizes > 1).sum()):,} of 2+ rows holding "
                           f"{int(sizes[sizes > 1].sum()):,}; {time.process_time() - t:.1f} s", flush=True)

@@ -1057,19 +1057,59 @@ def _rows_placement(old: Placement, goal: Placement, comp: _Compact, prim: np.nd
                      method="incremental", options=options, seed=seed, info=info)
 
 
-KINDS = ("sweep", "target", "full")
+KINDS = ("sweep", "target", "full", "refit")
+#: the re-fitted target (:func:`_refit_target`): sample sweeps from the target's samples, then this many rounds of
+#: the exact plan's moves sweeping every sample, within the target's moved rows (docs/incremental.md)
+REFIT_SWEEPS = 2
+REFIT_ROUNDS = 3
 
 
-def _choose(budget: int, steps: list[dict], path: _Toward) -> tuple[str, int, int]:
+def _choose(budget: int, steps: list[dict], path: _Toward,
+            refit: tuple[int, int] | None = None) -> tuple[str, int, int]:
     """``(kind, reads, rows)`` of the candidate that reads least within ``budget`` (ties: fewer rows, then
-    the order of :data:`KINDS`)."""
+    the order of :data:`KINDS`). ``refit``: the re-fitted target's ``(reads, rows)``, a candidate wherever
+    the target is (its budget is the target's moved rows, whatever rows it ends up moving)."""
     swept = min((s["batch_remote_reads"], s["rows"]) for s in steps if s["budget"] <= budget)
     reads, rows, _ = path.at(budget)
     cands = [(swept[0], swept[1], 0), (reads, rows, 1)]
     if path.full_rows <= budget:
         cands.append((path.full_reads, path.full_rows, 2))
+        if refit is not None:
+            cands.append((refit[0], refit[1], 3))
     r, rows, kind = min(cands)
     return KINDS[kind], int(r), int(rows)
+
+
+def _refit_target(graph: BipartiteGraph, old: Placement, topology: Topology, goal: Placement, comp: _Compact,
+                  is_old: np.ndarray, path: _Toward, seed: int, options: Options) -> tuple[Placement, int]:
+    """The target re-fitted: ``(placement, batch_remote_reads)``.
+
+    The target's rows on every used row (the ``full`` candidate), the samples swept :data:`REFIT_SWEEPS`
+    times from the target's with the rows fixed, then :data:`REFIT_ROUNDS` rounds of the exact plan's row
+    moves and sweeps of every sample within the target's own moved rows (:func:`repartition_incremental`
+    from that start: it may trade the target's moves for others, never move more). Independent of the
+    budget, so it is a candidate at every budget the target fits (reads never rise with the budget)."""
+    n = topology.num_workers
+    prim, sec = path.gprim.copy(), path.gsec.copy()
+    sw = np.array(goal.sample_worker, dtype=np.int32)
+    count = np.zeros((prim.size, n), dtype=np.int32)
+    K.count_samples(np.asarray(graph.sample_indptr), comp.cindices, sw, count)
+    cost = np.ascontiguousarray(topology.cost, dtype=np.float64)
+    _sweep_from(graph, comp, sw, prim, sec, count, cost, options, sweeps=REFIT_SWEEPS)
+    del count
+    start = _rows_placement(old, goal, comp, prim, sec, n, {}, seed, {})
+    start = replace(start, sample_worker=sw)
+    ropts, defaults = resolve_options(replace(options, plan="exact", target="none", start="pass", sweep_first=False,
+                                              sweep="every", rounds=REFIT_ROUNDS), graph, n, degree=comp.degree)
+    result = _refine(graph, old, topology, path.full_rows, seed, ropts, defaults, start, comp, is_old, None,
+                     time.perf_counter())
+    used = comp.used_ids
+    none = np.zeros(0, dtype=np.int64)
+    reads = int(K.batch_reads(np.asarray(graph.sample_indptr), comp.cindices, none, none,
+                              np.asarray(result.sample_worker, dtype=np.int32),
+                              np.asarray(result.embedding_primary)[used].astype(np.int32),
+                              _secondary_masks(result, used), np.int64(options.batch_size), n))
+    return result, reads
 
 
 def _with_target(graph: BipartiteGraph, old: Placement, topology: Topology, budget: int, seed: int, options: Options,
@@ -1101,6 +1141,13 @@ def _with_target(graph: BipartiteGraph, old: Placement, topology: Topology, budg
     renamed = renames_workers(topology)
     goal = match_workers(old, goal, topology=topology, rows=used)
     path = _toward_path(graph, old, goal, comp, is_old, options, n)
+    t_refit = 0.0
+    refit: Placement | None = None
+    if path.full_rows <= top:  # the re-fitted target, a candidate at every budget the target fits
+        t_r = time.perf_counter()
+        refit, refit_reads = _refit_target(graph, old, topology, goal, comp, is_old, path, seed, options)
+        refit_rows = moved_rows(old, refit, created=used[~is_old & (used < old.num_embeddings)]).total
+        t_refit = time.perf_counter() - t_r
     t_target = time.perf_counter() - t0
     t1 = time.perf_counter()
     if options.plan == "onepass":
@@ -1116,9 +1163,12 @@ def _with_target(graph: BipartiteGraph, old: Placement, topology: Topology, budg
     scored = swept.info["steps"]
     stages = swept.info.get("stages") or {}  # the one-pass plan: its pass (table, pass, rows)
     t_place = float(swept.info.get("place_seconds", sum(stages.values())))
-    kind, reads, rows = _choose(budget, scored, path)
+    fitted = None if refit is None else (refit_reads, refit_rows)
+    kind, reads, rows = _choose(budget, scored, path, fitted)
     if kind == "sweep":
         result = swept
+    elif kind == "refit":
+        result = replace(refit, options=swept.options, info=dict(swept.info))
     else:
         prim, sec = path.prim.copy(), path.sec.copy()
         take = path.rows[:path.at(budget)[2]] if kind == "target" else np.flatnonzero(is_old)
@@ -1137,6 +1187,9 @@ def _with_target(graph: BipartiteGraph, old: Placement, topology: Topology, budg
             "target": dict(zip(("batch_remote_reads", "rows"), path.at(budget)[:2])),
             "full": {"batch_remote_reads": path.full_reads, "rows": path.full_rows,
                      "fits": path.full_rows <= budget},
+            # computed only where the target fits (the budget, or the curve's end)
+            "refit": {"batch_remote_reads": None if fitted is None else fitted[0],
+                      "rows": None if fitted is None else fitted[1], "fits": path.full_rows <= budget},
         },
         "workers_renamed": renamed,
         "target_given": given,
@@ -1145,11 +1198,12 @@ def _with_target(graph: BipartiteGraph, old: Placement, topology: Topology, budg
         # what each step cost: the placement pass, the chain's steps (rounds and a traffic count each), the
         # full re-partition (0 when the goal was given: the caller ran it) and the ordered moves toward it
         "seconds_steps": {"place": round(t_place, 4), "sweep_chain": round(max(t_sweep - t_place, 0.0), 4),
-                          "target_full_repartition": round(t_full, 4), "target_moves": round(t_target - t_full, 4)},
+                          "target_full_repartition": round(t_full, 4),
+                          "target_moves": round(t_target - t_full - t_refit, 4), "target_refit": round(t_refit, 4)},
         "sweep_steps": len(steps),
         "seconds": round(time.perf_counter() - t0, 4),
         "curve": [dict(zip(("percent", "budget", "kept", "batch_remote_reads", "rows"),
-                           (p, b, *_choose(b, scored, path)))) for p, b in sorted(points, key=lambda x: x[1])],
+                           (p, b, *_choose(b, scored, path, fitted)))) for p, b in sorted(points, key=lambda x: x[1])],
     })
     created = used[~is_old & (used < old.num_embeddings)]
     moved = moved_rows(old, result, created=created)
