@@ -133,7 +133,7 @@ def make_groups(day, target, cand, sw_goal, min_couse: int, share: float, max_gr
     cind, indptr = day.comp.cindices, day.indptr
     deg = np.diff(indptr)
     s_of = np.repeat(np.arange(deg.size), deg)
-    keep = is_cand[cind] & (target[cind] == np.asarray(sw_goal)[s_of])
+    keep = is_cand[cind] if sw_goal is None else is_cand[cind] & (target[cind] == np.asarray(sw_goal)[s_of])
     ks, kx = s_of[keep], cind[keep].astype(np.int64)
     # pairs within each sample's kept rows
     kptr = np.zeros(deg.size + 1, np.int64)
@@ -174,7 +174,7 @@ def make_groups(day, target, cand, sw_goal, min_couse: int, share: float, max_gr
     rows = cand[order].astype(np.int64)
     _, first = np.unique(lab[order], return_index=True)
     gptr = np.append(first, rows.size).astype(np.int64)
-    return gptr, rows, target[rows[gptr[:-1]]].astype(np.int32)
+    return gptr, rows, None if target is None else target[rows[gptr[:-1]]].astype(np.int32)
 
 
 def run_groups(day, budget, target, cand, gptr, grows, gtarget, step_rows, sw0):
@@ -188,15 +188,34 @@ def run_groups(day, budget, target, cand, gptr, grows, gtarget, step_rows, sw0):
     done = np.zeros(gptr.size - 1, bool)
     spent = 0
     step_rows = step_rows if step_rows > 0 else budget
-    while spent < budget:
-        gain = np.empty(gptr.size - 1, np.float64)
-        group_gains(gptr, grows, gtarget, day.indptr, day.comp.cindices, day.rptr, day.rsam, sw, prim, sec,
-                    day.counts(sw), f, df, day.cost, gain)
+    def costs(targets):
         # budget cost (moved_rows'): an old row off its old primary costs 1, moving it back frees 1
-        t_rows = np.repeat(gtarget, np.diff(gptr))
+        t_rows = np.repeat(targets, np.diff(gptr))
         row_cost = np.where(day.is_old[grows], (t_rows != day.oprim[grows]).astype(np.int64)
                             - (prim[grows] != day.oprim[grows]), 0)
-        cost = np.add.reduceat(row_cost, gptr[:-1])
+        return np.add.reduceat(row_cost, gptr[:-1])
+
+    free = gtarget is None
+    while spent < budget:
+        count = day.counts(sw)
+        gain = np.empty(gptr.size - 1, np.float64)
+        if free:  # every group's best worker by gain per budgeted row
+            best = np.full(gptr.size - 1, -np.inf)
+            gtarget = np.zeros(gptr.size - 1, np.int32)
+            for t in range(n):
+                tt = np.full(gptr.size - 1, t, np.int32)
+                group_gains(gptr, grows, tt, day.indptr, day.comp.cindices, day.rptr, day.rsam, sw, prim, sec,
+                            count, f, df, day.cost, gain)
+                per = np.where(gain > 0, gain / np.maximum(costs(tt), 1), -np.inf)
+                better = per > best
+                best[better], gtarget[better] = per[better], t
+            group_gains(gptr, grows, gtarget, day.indptr, day.comp.cindices, day.rptr, day.rsam, sw, prim, sec,
+                        count, f, df, day.cost, gain)
+            done[:] = False  # a group may move again, elsewhere
+        else:
+            group_gains(gptr, grows, gtarget, day.indptr, day.comp.cindices, day.rptr, day.rsam, sw, prim, sec,
+                        count, f, df, day.cost, gain)
+        cost = costs(gtarget)
         ok = ~done & (gain > 0)
         idx = np.flatnonzero(ok)
         per = gain[idx] / np.maximum(cost[idx], 1)
@@ -211,7 +230,7 @@ def run_groups(day, budget, target, cand, gptr, grows, gtarget, step_rows, sw0):
             rows = grows[gptr[g]:gptr[g + 1]]
             t = gtarget[g]
             mv = rows[prim[rows] != t]
-            if pload[t] + mv.size > pcap:
+            if mv.size == 0 or pload[t] + mv.size > pcap:
                 continue
             np.subtract.at(pload, prim[mv], 1)
             pload[t] += mv.size
@@ -258,10 +277,15 @@ def main(argv=None) -> None:
                   f"{day.r(batch_remote_reads(graphs[d], chain, bs))}", flush=True)
             gsw = np.asarray(day.goal.sample_worker, np.int32)
             for tname in [x.strip() for x in args.targets.split(",") if x.strip()]:
-                sw_t = gsw if tname == "full" else day.sweep(day.placed.sample_worker, day.gprim, day.gsec, 2)
-                target = targets_of(day, sw_t)
-                prim0, _ = day.placed_rows()
-                cand = np.flatnonzero(prim0 != target)
+                if tname == "best":  # no target: co-use over every sample, each group to its best worker
+                    sat = I.saturated_degree(day.g.num_samples, day.n, bs)
+                    cand = np.flatnonzero(np.bincount(day.comp.cindices, minlength=day.U) <= sat)
+                    sw_t = target = None
+                else:
+                    sw_t = gsw if tname == "full" else day.sweep(day.placed.sample_worker, day.gprim, day.gsec, 2)
+                    target = targets_of(day, sw_t)
+                    prim0, _ = day.placed_rows()
+                    cand = np.flatnonzero(prim0 != target)
                 for mc, mg in [(int(a), int(b)) for a in args.min_couse.split(",") for b in args.max_group.split(",")]:
                     t = time.process_time()
                     gptr, grows, gtarget = make_groups(day, target, cand, sw_t, mc, args.couse_share, mg)
