@@ -52,7 +52,7 @@ from gmp.metrics import batch_remote_reads  # noqa: E402
 from gmp.partition import incremental as I  # noqa: E402
 from gmp.partition import run_partitioner  # noqa: E402
 from gmp.partition._common import sample_cap  # noqa: E402
-from gmp.partition.incremental import Options, moved_rows, place_and_repartition, repartition_incremental  # noqa: E402
+from gmp.partition.incremental import Options, moved_rows, place_and_repartition  # noqa: E402
 from gmp.topology import resolve_topology  # noqa: E402
 
 
@@ -255,6 +255,8 @@ def main(argv=None) -> None:
     ap.add_argument("--couse-share", type=float, default=0.0)
     ap.add_argument("--max-group", default="0", help="Group size caps tried (greedy agglomeration; 0: connected "
                     "components), comma-separated.")
+    ap.add_argument("--group-share", type=float, default=1.0, help="Share of the budget the groups may spend; "
+                    "the chain spends the rest.")
     ap.add_argument("--step", default="1,0", help="Percent of the used rows a step (0: one shot), comma-separated.")
     args = ap.parse_args(argv)
     days = [int(x) for x in args.days.split(",") if x.strip()]
@@ -298,17 +300,25 @@ def main(argv=None) -> None:
                         for pct in [float(x) for x in args.marks.split(",")]:
                             t = time.process_time()
                             budget = int(pct / 100 * used)
-                            prim, sec, sw, spent = run_groups(day, budget, target, cand, gptr, grows, gtarget,
-                                                              int(step / 100 * used), day.placed.sample_worker)
+                            prim, sec, sw, spent = run_groups(day, int(args.group_share * budget), target, cand,
+                                                              gptr, grows, gtarget, int(step / 100 * used),
+                                                              day.placed.sample_worker)
                             reads, moved = day.score(prim, sec, sw)
                             start = day.placement(prim, sec, sw)
-                            res = repartition_incremental(day.g, day.old, day.topo, max_moved_rows=budget,
-                                                          start=start, options=Options(batch_size=bs,
-                                                                                       target="none"))
+                            # the shipped chain from there: the ladder's steps within the budget, the least of
+                            # the start and the steps (what target mode's sweep candidate takes)
+                            steps = [rows for _, rows in I.budget_ladder(day.U) if rows <= budget]
+                            if budget not in steps:
+                                steps.append(budget)
+                            opts, defaults = I.resolve_options(Options(batch_size=bs, target="none"), day.g, day.n,
+                                                               degree=day.comp.degree)
+                            res = I._refine(day.g, day.old, day.topo, budget, 0, opts, defaults, start, day.comp,
+                                            day.is_old, None, time.perf_counter(), steps=steps)
                             r2 = batch_remote_reads(day.g, res, bs)
-                            print(f"  step {step:g}%, {pct:g}% ({budget:,}): groups {day.r(reads)} ({moved:,} "
-                                  f"rows), then the sweep {day.r(r2)} ({moved_rows(day.old, res).total:,} rows); "
-                                  f"{time.process_time() - t:.1f} s CPU", flush=True)
+                            print(f"  step {step:g}%, {pct:g}% ({budget:,}, groups up to {args.group_share:g} of "
+                                  f"it): groups {day.r(reads)} ({moved:,} rows), then the chain {day.r(r2)} "
+                                  f"({moved_rows(day.old, res).total:,} rows); {time.process_time() - t:.1f} s CPU",
+                                  flush=True)
         old = chain
 
 
