@@ -4,28 +4,34 @@ The idea not tried before session 20 (docs/incremental.md, "The independent drif
 stall because a row's gain shows only once the samples reading it follow, and those samples follow only
 once most of *their* rows have moved. So move rows in groups whose readers overlap:
 
-1. **Targets.** Every used row's target worker: where most of its readers' samples sit in the day's full
-   re-partition (renamed to the old workers; ``--targets full``), or where most of them sit after the
-   placed data's samples are swept onto the full re-partition's rows (``--targets refit``). Candidates: the
-   old rows whose primary is not their target (they cost one row each) and the new ids not there (free).
-2. **Groups.** Row-row co-use of the candidates: for every sample, the candidates it reads whose target is
-   the full re-partition's worker of that sample are pairwise co-used once. Groups are the connected
-   components of the pairs co-used at least ``--min-couse`` times (``--couse-share``: also at least that
-   share of the smaller row's readers), per target worker; a candidate in no pair is its own group.
+1. **Targets** (``--targets``). ``full``: every used row's target worker is where most of its readers' samples
+   sit in the day's full re-partition (renamed to the old workers); ``refit``: where most of them sit after the
+   placed data's samples are swept onto the full re-partition's rows. Candidates: the used rows whose primary
+   (in the placed data) is not their target; old rows cost one row each, new ids are free. ``best``: no target;
+   every used row read at most ``saturated_degree`` times is a candidate, and each group goes to its best
+   worker (step 3, every worker tried, by gain per budgeted row) at every step.
+2. **Groups.** Row-row co-use of the candidates: for every sample, the candidates it reads (with a target: only
+   those whose target is the sample's worker in the full re-partition) are pairwise co-used once. Pairs co-used
+   at least ``--min-couse`` times (and at least ``--couse-share`` of the smaller row's readers) are joined:
+   connected components (``--max-group 0``), or greedy agglomeration, the most co-used pairs first, into groups
+   of at most ``--max-group`` rows. A candidate in no pair is its own group.
 3. **Gains.** A group's gain (HET-GMP's Eq. 3, soft count, with the current samples' counts): every member
    moved to the target, plus, for every sample reading a member and not on the target, the gain of that
    sample moving there with the group moved (losing ones left out; samples are free).
-4. **Moves.** Groups by gain per budgeted row (free groups first), taken whole while they fit the budget and
-   the primary cap, in steps of ``--step`` percent of the used rows; after each step the samples are swept
-   twice with the rows fixed and the gains recomputed (closed loop; ``--step 0``: one shot).
-5. **Then the shipped sweep**: ``repartition_incremental`` from that placement with the same budget (what
-   the groups spent is counted), the density defaults.
+4. **Moves.** Groups by gain per budgeted row (free groups first), taken whole while they fit
+   ``--group-share`` of the budget and the primary cap, in steps of ``--step`` percent of the used rows;
+   after each step the samples are swept twice with the rows fixed and the gains recomputed (closed loop;
+   ``--step 0``: one shot).
+5. **Then the shipped chain**: the exact plan's moves through the ladder's steps up to the budget from that
+   placement (what the groups spent counted), the least of the start and the steps kept, as target mode's
+   ``sweep`` candidate.
 
 Reads are ``batch_remote_reads`` against the day's full re-partition; days and placements as
 bench/incremental_compound.py (day 1's old placement ``hybrid`` on day 0, day 2's the 5% target-mode
 chain's day 1). Usage (the numbers of docs/incremental.md)::
 
-    python bench/incremental_groups.py --pool POOL --pool-samples 1500000 --preset criteo-kaggle-independent
+    python bench/incremental_groups.py --pool POOL --pool-samples 1500000 --preset criteo-kaggle-independent \\
+        --days 1 --marks 5 --targets full,best --min-couse 2 --max-group 0,16 --step 1
 
 The machine these numbers come from is shared: CPU seconds are noisy.
 """
