@@ -119,7 +119,9 @@ the budget, not the choice of rows, is what is missing. An oracle confirms it (`
 the full re-partition's own row moves, ranked with hindsight (five ways, the best by their exact gain
 with the target's samples) and the samples re-fitted, read 1.33-1.70x at 5% where the chain reads 1.21x;
 ``hybrid``'s sweeps started from the kept placement stop at 1.28x having moved 13% of the rows, so a
-priced (Lagrangian) version of them was not built.
+priced (Lagrangian) version of them was not built. Groups of co-used rows moved as one unit (session 20,
+``bench/incremental_groups.py``) read 1.23-1.29x on day 1 and 1.45-1.49x on day 2, above the chain's
+1.21x and 1.39x.
 
 :func:`repartition_toward` — the budget's best moves toward a goal placement
 ----------------------------------------------------------------------------
