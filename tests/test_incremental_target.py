@@ -83,6 +83,9 @@ def test_the_refitted_target_is_kept_where_it_reads_less(budget, reads, kept):
     assert refit == ({"batch_remote_reads": 0, "rows": 2, "fits": True} if budget >= 2 else
                      {"batch_remote_reads": None, "rows": None, "fits": False})
     assert p.options["target"] == "full" and p.info["seconds_steps"]["target_refit"] >= 0.0
+    q = place_and_repartition(g, old, two(), max_moved_rows=budget, options=opts, goal=goal)[1]  # deterministic
+    assert np.array_equal(p.sample_worker, q.sample_worker) and np.array_equal(p.embedding_primary,
+                                                                               q.embedding_primary)
 
 
 def test_budget_ladder_and_curve_are_the_same_choice():
