@@ -36,7 +36,14 @@ def print_comparison(c: dict[str, Any], name: str) -> None:
 
 #: what the summary calls each candidate of target mode (gmp.partition.incremental.place_and_repartition)
 KEPT = {"sweep": "the sweep's own moves", "target": "the moves toward the full re-partition",
-        "full": "the full re-partition itself"}
+        "full": "the full re-partition itself", "refit": "the full re-partition re-fitted"}
+
+
+def _refit_text(refit: dict[str, Any] | None) -> str:
+    """The re-fitted target at the kept line's end: only where it was computed (the target fits)."""
+    if not refit or refit.get("batch_remote_reads") is None:
+        return ""
+    return f", re-fitted {refit['batch_remote_reads']:,} / {refit['rows']:,}"
 
 
 def _print_target(c: dict[str, Any]) -> None:
@@ -60,12 +67,14 @@ def _print_target(c: dict[str, Any]) -> None:
     typer.echo(f"kept: {KEPT[c['kept']]} (reads / rows moved at this budget: sweep "
                f"{cands['sweep']['batch_remote_reads']:,} / {cands['sweep']['rows']:,}, toward the target "
                f"{cands['target']['batch_remote_reads']:,} / {cands['target']['rows']:,}, the target "
-               f"{full['batch_remote_reads']:,} / {full['rows']:,}{'' if full['fits'] else ' (above the budget)'})")
+               f"{full['batch_remote_reads']:,} / {full['rows']:,}{'' if full['fits'] else ' (above the budget)'}"
+               f"{_refit_text(cands.get('refit'))})")
     sec = c["seconds"]
     steps = c["sweep_steps"]
     typer.echo(f"cost: sweep {sec['sweep']:.2f} s (placement pass {sec['place']:.2f} s, chain of {steps} "
                f"step{'s' if steps != 1 else ''} {sec['sweep_chain']:.2f} s), target {sec['target']:.2f} s (full "
-               f"re-partition {sec['target_full_repartition']:.2f} s, ordered moves {sec['target_moves']:.2f} s; "
+               f"re-partition {sec['target_full_repartition']:.2f} s, ordered moves {sec['target_moves']:.2f} s, "
+               f"re-fit {sec.get('target_refit', 0.0):.2f} s; "
                f"-O target=none leaves it out)")
     curve = curve_table(c)
     if curve is None:

@@ -66,6 +66,28 @@ def test_target_mode_passes_the_single_move_plateau(budget, reads, kept):
     assert batch_remote_reads(g, none, 1) == min(4, 2 if budget else 4)
 
 
+# the same target rows with two samples on the wrong worker: the target reads 4, its rows with the samples re-fitted 0
+# (at 1 row the single moves stop at the placed data, and the target's moves gain nothing under its samples)
+@pytest.mark.parametrize("budget, reads, kept", [(1, 4, "sweep"), (2, 0, "refit"), (9, 0, "refit")])
+def test_the_refitted_target_is_kept_where_it_reads_less(budget, reads, kept):
+    g, old, _ = _pairs()
+    goal = Placement.edge_cut(2, [1, 0, 1, 0], [1, 0, 1, 0])
+    opts = Options(max_imbalance=1.5, alpha=0.0, beta=0.0, batch_size=1, order="dataset")
+    p = place_and_repartition(g, old, two(), max_moved_rows=budget, options=opts, goal=goal)[1]
+    p.check(num_samples=4, num_embeddings=4)
+    assert batch_remote_reads(g, p, 1) == reads and p.info["kept"] == kept
+    assert reference_moved(old, p) == p.info["moved_rows"]["total"] <= budget
+    full, refit = p.info["candidates"]["full"], p.info["candidates"]["refit"]
+    assert full == {"batch_remote_reads": 4, "rows": 2, "fits": budget >= 2}
+    # computed only where the target fits; then within the target's rows
+    assert refit == ({"batch_remote_reads": 0, "rows": 2, "fits": True} if budget >= 2 else
+                     {"batch_remote_reads": None, "rows": None, "fits": False})
+    assert p.options["target"] == "full" and p.info["seconds_steps"]["target_refit"] >= 0.0
+    q = place_and_repartition(g, old, two(), max_moved_rows=budget, options=opts, goal=goal)[1]  # deterministic
+    assert np.array_equal(p.sample_worker, q.sample_worker) and np.array_equal(p.embedding_primary,
+                                                                               q.embedding_primary)
+
+
 def test_budget_ladder_and_curve_are_the_same_choice():
     assert budget_ladder(1000) == [(0.5, 5), (1, 10), (2, 20), (5, 50), (10, 100), (20, 200), (50, 500),
                                    (100, 1000)]
@@ -143,8 +165,11 @@ def test_budget_holds_reads_never_rise_and_unbounded_is_never_worse_than_the_tar
         assert reads == p.info["candidates"][p.info["kept"]]["batch_remote_reads"]  # the kernels count as metrics
         assert reads <= last  # never more than a smaller budget (and the placed data: budget 0's start)
         last = reads
-    # unbounded: at most the target renamed to the old workers
+    # unbounded: at most the target renamed to the old workers, and at most the target re-fitted, which moves
+    # at most the target's rows
     assert last <= batch_remote_reads(g, match_workers(old, goal, topology=topo, rows=used), bs)
+    full, refit = p.info["candidates"]["full"], p.info["candidates"]["refit"]
+    assert full["fits"] and refit["rows"] <= full["rows"] and last <= refit["batch_remote_reads"]
 
 
 def test_batch_kernels_count_as_the_metrics():
@@ -228,7 +253,8 @@ def test_cli_compare_full_prints_the_curve_and_target_none_is_recorded(tmp_path)
     assert c["sweep_steps"] == len(curve)
     assert sec["target_full_repartition"] == sec["full_repartition"]
     assert sec["place"] + sec["sweep_chain"] == pytest.approx(sec["sweep"], abs=2e-4)
-    assert sec["target_full_repartition"] + sec["target_moves"] == pytest.approx(sec["target"], abs=2e-4)
+    assert sec["target_full_repartition"] + sec["target_moves"] + sec["target_refit"] == pytest.approx(
+        sec["target"], abs=3e-4)
     assert f"chain of {len(curve)} steps" in res.output
     # the report's markdown shows the same curve, one line per budget of the ladder
     md = (tmp_path / "p1" / "report.md").read_text()
