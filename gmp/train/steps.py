@@ -50,6 +50,7 @@ import numpy as np
 import torch
 
 from ..errors import TrainingError
+from .device_ids import HostCopies, host_field, prepare_tensors, takes_torch_path
 from .models import Batch, bce_sum
 
 if TYPE_CHECKING:
@@ -182,6 +183,14 @@ class WorkerStep:
     ready: Prepared = field(default_factory=Prepared)  # tensors made ahead of the step (prepare)
 
 
+# the numpy fields the settle stage and the step read on the host (gmp.train.device_ids, "The host arrays")
+for _cls, _names in ((WorkerStep, ("uniq", "inv", "slots", "is_primary", "is_secondary")),
+                     (Prepared, ("push_order", "push_bounds", "grad_slots"))):
+    for _name in _names:
+        setattr(_cls, _name, host_field(_name))
+del _cls, _names, _name
+
+
 def int_tensor(a: np.ndarray, device: torch.device | None = None) -> torch.Tensor:
     """``a`` as int64 (on ``device``); an empty one is made without host data (nothing to copy)."""
     if a.size == 0:
@@ -213,6 +222,8 @@ def prepare(ctx, li: int, samples: np.ndarray, *, training: bool = True, residen
     settled); ``ahead``: prepared while an earlier step may still run (gmp.train.prepare), so a
     store's cached copies of remote rows, which steps place, are left to the step (:func:`settle_copies`)."""
     store = ctx.stores[li]
+    if takes_torch_path(store, ctx.num_workers, resident=resident):
+        return prepare_on_device(ctx, li, samples, training=training)
     ptr, ids = ctx.data.gather(samples)
     uniq, inv = ctx.unique_ids(ids)  # np.unique(ids, return_inverse=True), without sorting every id
     slots = store.slots.lookup(uniq) if ahead and store.copies is not None else store.lookup(uniq)
@@ -253,6 +264,20 @@ def prepare(ctx, li: int, samples: np.ndarray, *, training: bool = True, residen
             ready.sec_t = to_device(sec, dev, torch.int64)
             ready.sec_idx = (to_device(ws.slots[sec] - store.table_base, dev),
                              to_device(ws.slots[sec] - store.num_primary, dev))
+    return ws
+
+
+def prepare_on_device(ctx, li: int, samples: np.ndarray, *, training: bool = True) -> WorkerStep:
+    """:func:`prepare` by the torch id path (:mod:`gmp.train.device_ids`, a fixed-layout store): the same
+    fields, its tensors made by torch operations on the store's device, its numpy fields host views or
+    copies of them."""
+    copies = HostCopies(ctx.stores[li].device)
+    ptr, ids, ready = prepare_tensors(ctx, li, samples, training=training)
+    ws = WorkerStep(samples, ptr, *(copies.add(ids[k]) for k in ("uniq", "inv", "slots", "is_primary",
+                                                                   "is_secondary")))
+    for name, value in ready.items():
+        setattr(ws.ready, name, copies.add(value) if name in ("push_order", "push_bounds", "grad_slots") else value)
+    copies.close()
     return ws
 
 
