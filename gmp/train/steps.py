@@ -138,8 +138,9 @@ class PreparedStep:
             for value in vars(s.ready).values():
                 if isinstance(value, torch.Tensor):
                     yield value
-                elif isinstance(value, Batch):
-                    yield from (t for t in vars(value).values() if isinstance(t, torch.Tensor))
+                elif isinstance(value, (Batch, tuple)):  # a batch's parts; (table rows, state rows) and the like
+                    yield from (t for t in (vars(value).values() if isinstance(value, Batch) else value)
+                                if isinstance(t, torch.Tensor))
 
     # the step's own fields, so a hook reading ``step.index`` of what ``Trainer.train_step`` receives works
     index = property(lambda self: self.step.index)
