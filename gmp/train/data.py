@@ -103,6 +103,15 @@ class TrainData:
                 self._kinds = _sample_kinds(self.indptr, self.indices, self.field_of, self.num_fields)
             return self._kinds
 
+    def one_hot(self, samples: np.ndarray) -> bool:
+        """Whether every sample of the batch has one id per field, in field order (the model's batch then
+        needs no pooling: ``Batch.entry_seg`` None); refuses a batch with an id outside every field. Read
+        from :meth:`sample_kinds`: no id is read."""
+        kinds = self.sample_kinds()[samples]
+        if np.any(kinds == BAD_FIELD):
+            raise TrainingError("a sample uses an embedding id outside every field of the dataset.")
+        return kinds.size > 0 and bool(np.all(kinds == ONE_HOT))
+
     def tensors(self, device: torch.device | str) -> DataTensors:
         """The id matrix (``indptr``, ``indices``), labels and dense features as tensors, made once per
         device: on a CUDA ``device`` when they take at most half its free memory, else the CPU tensors
@@ -139,34 +148,31 @@ class TrainData:
         ``indptr`` and :meth:`sample_kinds` (no id read there)."""
         device = torch.device(device)
         samples = np.asarray(samples, dtype=np.int64)
-        kinds = self.sample_kinds()[samples]
-        if np.any(kinds == BAD_FIELD):
-            raise TrainingError("a sample uses an embedding id outside every field of the dataset.")
-        one_hot = kinds.size > 0 and bool(np.all(kinds == ONE_HOT))
+        one_hot = self.one_hot(samples)
         lens = self.indptr[samples + 1] - self.indptr[samples]
         ptr = np.zeros(samples.size + 1, dtype=np.int64)
         np.cumsum(lens, out=ptr[1:])
         t = self.tensors(device)
         here = t.device
         s = _shared(samples) if here.type == "cpu" else samples_on(samples, here)
-        starts = t.indptr[s].long()
+        starts = t.indptr.index_select(0, s).long()
         if one_hot:
             pos = (starts.unsqueeze(1) + torch.arange(self.num_fields, device=here)).reshape(-1)
             entry_sample = None
         else:
-            lens_t = t.indptr[s + 1].long() - starts
+            lens_t = t.indptr.index_select(0, s + 1).long() - starts
             # output sizes from the host offsets: no wait for the device
             entry_sample = torch.repeat_interleave(torch.arange(samples.size, device=here), lens_t,
                                                    output_size=int(ptr[-1]))
             first = torch.cumsum(lens_t, 0) - lens_t
             pos = torch.arange(int(ptr[-1]), device=here) - first[entry_sample] + starts[entry_sample]
-        ids = t.indices[pos].long()
-        dense = None if t.dense is None else t.dense[s]
+        ids = t.indices.index_select(0, pos).long()
+        dense = None if t.dense is None else t.dense.index_select(0, s)
 
         def on(x):
             return None if x is None else _to(x, device)
 
-        return Gathered(ptr, on(ids), on(entry_sample), on(t.labels[s]), on(dense))
+        return Gathered(ptr, on(ids), on(entry_sample), on(t.labels.index_select(0, s)), on(dense))
 
 
 def samples_on(samples: np.ndarray, device: torch.device) -> torch.Tensor:

@@ -170,7 +170,7 @@ def prepare_tensors(ctx, li: int, samples: np.ndarray, *, training: bool = True)
     ready: dict = {}
     if samples.size:
         f = ctx.data.num_fields
-        seg = None if got.entry_sample is None else got.entry_sample * f + ctx.data.field_tensor(dev)[got.ids]
+        seg = None if got.entry_sample is None else got.entry_sample * f + ctx.data.field_tensor(dev).index_select(0, got.ids)
         ready["batch"] = Batch(int(samples.size), inv, seg, got.dense, got.labels)
     # a world of one: the worker is primary of every row (no nonzero, no owner groups, no secondaries)
     every = store.num_primary == store.slots.num_embeddings

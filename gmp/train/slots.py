@@ -94,7 +94,7 @@ class SlotMap:
             return gids.clone()
         maps = self._maps(gids.device)
         if self._dense is not None:
-            return maps[0][gids].long()
+            return maps[0].index_select(0, gids).long()
         sorted_ids, order = maps
         if sorted_ids.shape[0] == 0:
             return torch.full_like(gids, -1)

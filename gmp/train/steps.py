@@ -326,18 +326,14 @@ def read_held(ctx, li: int, s: WorkerStep, out: torch.Tensor | None = None) -> t
 
 
 def make_batch(ctx, s: WorkerStep, device) -> Batch:
-    f = ctx.data.num_fields
-    entry_sample = np.repeat(np.arange(s.samples.size, dtype=np.int64), np.diff(s.ptr))
-    ids_field = ctx.data.field_of[s.uniq[s.inv]]
-    if np.any(ids_field < 0):
-        raise TrainingError("a sample uses an embedding id outside every field of the dataset.")
+    seg = None
+    if not ctx.data.one_hot(s.samples):  # (one id per field in field order: entry e is segment e, no pooling)
+        entry_sample = np.repeat(np.arange(s.samples.size, dtype=np.int64), np.diff(s.ptr))
+        seg = to_device(entry_sample * ctx.data.num_fields + ctx.data.field_of[s.uniq[s.inv]], device)
     dense = None
     if ctx.data.num_dense:
         dense = to_device(np.asarray(ctx.data.dense[s.samples]), device)
-    seg = entry_sample * f + ids_field
-    one_hot = seg.size == s.samples.size * f and bool(np.all(seg == np.arange(seg.size)))
-    return Batch(int(s.samples.size), to_device(s.inv, device, torch.int64),
-                 None if one_hot else to_device(seg, device), dense,
+    return Batch(int(s.samples.size), to_device(s.inv, device, torch.int64), seg, dense,
                  to_device(np.asarray(ctx.data.labels[s.samples]), device))
 
 
