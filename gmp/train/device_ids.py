@@ -87,6 +87,7 @@ class HostCopies:
     stream, with one event recorded by :meth:`close` that a first read waits for."""
 
     def __init__(self, device: torch.device) -> None:
+        self.device = device
         self.cuda = device.type == "cuda"
         self._event = None
 
@@ -102,10 +103,10 @@ class HostCopies:
         return HostArray(buf.numpy(), self)  # the array keeps the pinned buffer alive
 
     def close(self) -> None:
-        """Mark the end of the copies (on the current stream)."""
+        """Mark the end of the copies (on the device's current stream, which made them)."""
         if self.cuda:
             self._event = torch.cuda.Event()
-            self._event.record()
+            self._event.record(torch.cuda.current_stream(self.device))
 
     def wait(self) -> None:
         """Wait for the copies (once): the preparation's stream up to :meth:`close`, nothing else."""

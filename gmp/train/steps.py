@@ -21,7 +21,8 @@ tensors it is handed: every tensor made of host data inside a step is, on a GPU,
 that waits for the stream. :func:`prepare` is the preparation stage: it reads a worker's ids,
 deduplicates them (:class:`~gmp.train.unique.UniqueIndex`), translates ids to slots, and builds
 what depends on the batch and the placement alone as tensors on the worker's device
-(:class:`Prepared`): the model's :class:`~gmp.train.models.Batch` (inverse, segments, dense
+(:class:`Prepared`; the id work by numpy on the host, or as torch operations on the device,
+:mod:`gmp.train.device_ids`): the model's :class:`~gmp.train.models.Batch` (inverse, segments, dense
 features, labels), the positions and table rows of the rows the worker holds, the owner-grouped
 order of its gradient push, and the slots of its own primaries' gradients (index, position,
 table rows) for a step in which no gradient is received. The step helpers use them when present
