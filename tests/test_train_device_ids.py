@@ -6,6 +6,7 @@ gather, id -> slot on every kind of map, the host fields read on first use)."""
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -195,8 +196,8 @@ def test_the_preparation_reads_no_tensor_on_the_host(multi_hot, monkeypatch):
 def test_a_world_of_one_step_by_the_torch_path_waits_for_nothing(multi_hot, monkeypatch):
     """The step from a torch-prepared batch reads no tensor on the host and makes none of host data."""
     monkeypatch.setenv("GMP_ID_PATH", "torch")
-    for case in ("w1-sgd", "w1-adagrad"):
-        tr = make_trainer(multi_hot, case, epochs=1)
+    for case, staleness in (("w1-sgd", 0.0), ("w1-adagrad", 2.0), ("w1-sgd", math.inf)):
+        tr = make_trainer(multi_hot, case, epochs=1, staleness=staleness)
         with watch_host_syncs() as syncs:
             step = tr.protocol.train_step
 
