@@ -152,6 +152,7 @@ def test_which_cases_take_the_torch_path(multi_hot, monkeypatch):
         device = torch.device("cuda", 0)
 
     assert takes_torch_path(OnCuda, 1) and not takes_torch_path(OnCuda, 2)
+    assert not takes_torch_path(OnCuda, 1, before_step=False)  # inside a step (--pipeline) or the evaluation
     assert not takes_torch_path(OnCuda, 1, resident=object())  # a tier's pinned rows: numpy
     monkeypatch.setenv("GMP_ID_PATH", "torch")
     assert takes_torch_path(store, 1) and takes_torch_path(store, 4)

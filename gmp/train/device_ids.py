@@ -5,27 +5,23 @@ slots and makes the step's index and batch tensors. The *numpy path* does the id
 and copies its results to the device; the *torch path* (here) does the same work with torch
 operations on the store's device, with the same results bit for bit:
 
-================================  ===================================  ==========================================
-the preparation's id work         numpy path (host)                    torch path (the store's device)
-================================  ===================================  ==========================================
-the batch's ids                   ``gather_csr`` over the dataset      the dataset's id matrix as a tensor
-                                                                       (:meth:`TrainData.tensors`) indexed by the
-                                                                       sample indices (CUDA: copied from pinned
-                                                                       memory, ``non_blocking``)
-deduplication                     :class:`~gmp.train.unique.UniqueIndex`  ``torch.unique(sorted=True,
-                                  (numba; equal to ``np.unique``)      return_inverse=True)``
-id -> slot                        :meth:`SlotMap.lookup`               :meth:`SlotMap.lookup_tensor` (a device
-                                                                       map, or ``searchsorted`` over the sorted
-                                                                       held ids)
-masks, owner groups, own          numpy (stable argsort)               torch (``argsort(stable=True)``, scatter)
-gradients' sorted slots
-the model's ``Batch``             :func:`~gmp.train.steps.make_batch`  :func:`prepare_tensors`
-================================  ===================================  ==========================================
+* the batch's ids: numpy ``gather_csr`` over the dataset / the dataset's id matrix as a tensor
+  (:meth:`TrainData.tensors`) indexed by the sample indices (on CUDA copied from pinned memory,
+  ``non_blocking``);
+* deduplication: numba :class:`~gmp.train.unique.UniqueIndex` (equal to ``np.unique``) /
+  ``torch.unique(sorted=True, return_inverse=True)``;
+* id -> slot: :meth:`SlotMap.lookup` / :meth:`SlotMap.lookup_tensor` (the dense map as a device
+  tensor, or ``searchsorted`` over the sorted held ids);
+* the masks, the owner groups of the gradient push, the own gradients' sorted slots and their
+  positions: numpy stable argsorts / ``argsort(stable=True)`` and a scatter;
+* the model's ``Batch``: :func:`~gmp.train.steps.make_batch` / :func:`prepare_tensors`.
 
 **Which case takes which path** (:func:`takes_torch_path`, the one place that reads
 ``GMP_ID_PATH``): the torch path needs a store whose slots never move (``fixed_layout``: a device
 table, no tier, no Herald cache). With ``GMP_ID_PATH`` unset (or ``auto``) it is taken when that
-store is on CUDA in a world of one (one worker in all); ``GMP_ID_PATH=torch`` takes it for every
+store is on CUDA in a world of one (one worker in all) and the batch is prepared before its step
+(``BoundedStaleness.prepare``, on the input pipeline's side stream; not the pipelined protocol's
+preparation inside a step, nor the evaluation's); ``GMP_ID_PATH=torch`` takes it for every
 fixed-layout store (any number of workers, any staleness: the tests and the bench force it on the
 CPU), ``GMP_ID_PATH=numpy`` never. Everything else takes the numpy path: tiered stores (their pinned
 cache slots are the tier's host arrays), Herald's cache (its copies move during steps), several
@@ -69,15 +65,16 @@ def id_path() -> str:
     return value
 
 
-def takes_torch_path(store, num_workers: int, *, resident=None) -> bool:
+def takes_torch_path(store, num_workers: int, *, resident=None, before_step: bool = True) -> bool:
     """Whether :func:`gmp.train.steps.prepare` takes the torch path for ``store`` (module docstring):
-    a fixed-layout store (``resident``: a tier's pinned rows, never), on CUDA in a world of one, or
-    any when ``GMP_ID_PATH=torch``."""
+    a fixed-layout store (``resident``: a tier's pinned rows, never), on CUDA in a world of one when
+    prepared ``before_step`` (not inside another step, as the pipelined protocol prepares the next:
+    ``torch.unique`` would wait for the step's stream there), or any when ``GMP_ID_PATH=torch``."""
     if resident is not None or not store.fixed_layout:
         return False
     setting = id_path()
     if setting == "auto":
-        return store.device.type == "cuda" and num_workers == 1
+        return store.device.type == "cuda" and num_workers == 1 and before_step
     return setting == "torch"
 
 

@@ -149,17 +149,20 @@ class PreparedStep:
     global_batch_size = property(lambda self: self.step.global_batch_size)
 
 
-def prepare_step(ctx, step, *, timed: bool = True, resident=None, ahead: bool = False) -> PreparedStep:
+def prepare_step(ctx, step, *, timed: bool = True, resident=None, ahead: bool = False,
+                 before_step: bool = False) -> PreparedStep:
     """Every local worker's :func:`prepare` of ``step``; ``timed``: as the ``gather`` phase (not in the
     input pipeline, :func:`gmp.train.prepare.pipeline_steps`, which times the wait for it instead);
-    ``resident``: per local worker, its tier's pinned rows of the step (None: no tier, or not pinned)."""
+    ``resident``: per local worker, its tier's pinned rows of the step (None: no tier, or not pinned);
+    ``before_step``: see :func:`prepare`."""
     if step.global_batch_size == 0:
         return PreparedStep(step, [])
     if len(step.samples) != ctx.num_workers:
         raise TrainingError(f"schedule gave {len(step.samples)} batches for {ctx.num_workers} workers.")
     resident = resident if resident is not None else [None] * len(ctx.stores)
     with ctx.phase("gather") if timed else contextlib.nullcontext():
-        return PreparedStep(step, [prepare(ctx, li, step.samples[w], resident=resident[li], ahead=ahead)
+        return PreparedStep(step, [prepare(ctx, li, step.samples[w], resident=resident[li], ahead=ahead,
+                                           before_step=before_step)
                                    for li, w in enumerate(ctx.engine.local_workers)])
 
 
@@ -217,14 +220,16 @@ def received_ids(t: torch.Tensor) -> np.ndarray:
 
 
 def prepare(ctx, li: int, samples: np.ndarray, *, training: bool = True, resident=None,
-            ahead: bool = False) -> WorkerStep:
+            ahead: bool = False, before_step: bool = False) -> WorkerStep:
     """Worker ``li``'s batch of ``samples`` (module docstring); ``training=False`` (the evaluation's
     read) leaves out what only the gradient push and update use. ``resident``: the tiered store's
     :class:`~gmp.train.tiers.ReadyStep` (its rows pinned for this step: their cache slots are
     settled); ``ahead``: prepared while an earlier step may still run (gmp.train.prepare), so a
-    store's cached copies of remote rows, which steps place, are left to the step (:func:`settle_copies`)."""
+    store's cached copies of remote rows, which steps place, are left to the step (:func:`settle_copies`);
+    ``before_step``: prepared outside any step (the input pipeline, or the trainer before the step), where
+    the torch id path may wait for its sizes (:func:`~gmp.train.device_ids.takes_torch_path`)."""
     store = ctx.stores[li]
-    if takes_torch_path(store, ctx.num_workers, resident=resident):
+    if takes_torch_path(store, ctx.num_workers, resident=resident, before_step=before_step):
         return prepare_on_device(ctx, li, samples, training=training)
     ptr, ids = ctx.data.gather(samples)
     uniq, inv = ctx.unique_ids(ids)  # np.unique(ids, return_inverse=True), without sorting every id
