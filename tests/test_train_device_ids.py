@@ -45,14 +45,14 @@ def one_hot(tmp_path_factory):
     return load_dataset(make_ctr_dataset(tmp_path_factory.mktemp("ids1") / "ds", multi=False, seed=4))
 
 
-def make_trainer(ds, case, **extra):
+def make_trainer(ds, case, device=None, **extra):
     num_workers, secondaries, settings = CASES[case]
     return Trainer(TrainData(ds), random_placement(ds, num_workers, secondaries=secondaries),
-                   make_config(**dict(CONFIG, **settings, **extra)), LocalEngine(num_workers))
+                   make_config(**dict(CONFIG, **settings, **extra)), LocalEngine(num_workers, device=device))
 
 
 def as_array(value):
-    return value.numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+    return value.cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
 
 
 def assert_same(a, b, what: str) -> None:
@@ -97,12 +97,18 @@ def prepared_both_ways(tr, step, monkeypatch, **kw) -> tuple[list, list]:
     return out[0], out[1]
 
 
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+DEVICES = ["cpu", pytest.param("cuda", marks=CUDA)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("data", ["multi_hot", "one_hot"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_the_torch_path_prepares_every_tensor_of_the_numpy_path(case, data, request, monkeypatch):
+def test_the_torch_path_prepares_every_tensor_of_the_numpy_path(case, data, device, request, monkeypatch):
     """Several steps of an epoch (their batches differ in size at the epoch's end), training and the
-    evaluation's preparation: every field, tensor and batch part equal in dtype, device and value."""
-    tr = make_trainer(request.getfixturevalue(data), case)
+    evaluation's preparation: every field, tensor and batch part equal in dtype, device and value (on
+    CUDA: the pinned uploads, the device maps and the host copies read on first use too)."""
+    tr = make_trainer(request.getfixturevalue(data), case, device)
     used = []
     real = steps_module.prepare_on_device
     monkeypatch.setattr(steps_module, "prepare_on_device", lambda *a, **k: used.append(1) or real(*a, **k))
@@ -164,6 +170,18 @@ def test_which_cases_take_the_torch_path(multi_hot, monkeypatch):
     with pytest.raises(TrainingError, match=r"GMP_ID_PATH is 'gpu'; expected auto, torch or numpy"):
         takes_torch_path(store, 1)
     tr.close()
+
+
+@CUDA
+def test_on_cuda_a_world_of_one_takes_the_torch_path_by_default(multi_hot, monkeypatch):
+    monkeypatch.delenv("GMP_ID_PATH", raising=False)
+    calls = []
+    real = steps_module.prepare_on_device
+    monkeypatch.setattr(steps_module, "prepare_on_device", lambda *a, **k: calls.append(1) or real(*a, **k))
+    tr = make_trainer(multi_hot, "w1-adagrad", "cuda", epochs=1)
+    recs = tr.fit()
+    tr.close()
+    assert calls and np.isfinite(recs[-1]["train_loss"])
 
 
 def test_tiered_and_herald_stores_keep_the_numpy_path(multi_hot, monkeypatch):

@@ -165,7 +165,8 @@ class TrainData:
             entry_sample = torch.repeat_interleave(torch.arange(samples.size, device=here), lens_t,
                                                    output_size=int(ptr[-1]))
             first = torch.cumsum(lens_t, 0) - lens_t
-            pos = torch.arange(int(ptr[-1]), device=here) - first[entry_sample] + starts[entry_sample]
+            pos = (torch.arange(int(ptr[-1]), device=here) - first.index_select(0, entry_sample)
+                   + starts.index_select(0, entry_sample))
         ids = t.indices.index_select(0, pos).long()
         dense = None if t.dense is None else t.dense.index_select(0, s)
 
