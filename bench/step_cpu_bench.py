@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import sys
 import time
 from pathlib import Path
@@ -162,8 +163,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     ap.add_argument("--pipeline", action="store_true")
     ap.add_argument("--phases", action="store_true", help="also print gmp's per-phase CPU ms")
+    ap.add_argument("--id-path", choices=("auto", "torch", "numpy"), default=None,
+                    help="the preparation's id path (sets GMP_ID_PATH, gmp/train/device_ids.py; default: as set)")
     ap.add_argument("--out", default=None, help="write the rows as JSON here")
     args = ap.parse_args()
+    if args.id_path is not None:
+        os.environ["GMP_ID_PATH"] = args.id_path
     torch.set_num_threads(max(1, args.threads))
     ds = load_dataset(args.dataset)
     placement = load_placement(ds, args.manifest, None)
@@ -172,7 +177,7 @@ def main() -> None:
             f"{'in ops':>9} {'outside':>9} "
             f"{'outside %':>9} {'outside CPU':>11} {'µs/sample':>9} {'GPU busy':>9}")
     print(f"{ds.num_samples:,} samples, {placement.num_workers} worker(s), model {args.model} hidden {args.hidden}, "
-          f"{args.optimizer}, {args.steps} timed + {args.profile_steps} profiled steps; ms per step "
+          f"{args.optimizer}, id path {os.environ.get('GMP_ID_PATH') or 'auto'}, {args.steps} timed + {args.profile_steps} profiled steps; ms per step "
           f"(all workers of the step); batch per worker", flush=True)
     print(head, flush=True)
     for dim in int_list(args.dims):

@@ -11,7 +11,7 @@ protocol reads settings off the trainer or its config.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
@@ -54,6 +54,8 @@ class StepContext:
     unique_slots: Sequence[UniqueIndex]  # ... and of each local primary's gradient slots
     herald: Any = None  # the herald schedule's replica model (HeraldOptions), else None
     tiers: Any = None  # where the primaries live (TierOptions), None: on the device
+    #: tensors of the run's fixed arrays made on first use, per device (:meth:`primary_tensor`)
+    device_arrays: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def num_workers(self) -> int:
@@ -62,6 +64,14 @@ class StepContext:
     @property
     def has_secondaries(self) -> bool:
         return self.placement.num_secondaries > 0
+
+    def primary_tensor(self, device: torch.device) -> torch.Tensor:
+        """``primary`` as a tensor on ``device`` (the torch id path's owner groups, :mod:`gmp.train.device_ids`):
+        made once per device, shared with the array on the CPU."""
+        key = ("primary", torch.device(device))
+        if key not in self.device_arrays:  # a race makes the same tensor twice: harmless
+            self.device_arrays[key] = torch.from_numpy(np.ascontiguousarray(self.primary)).to(device)
+        return self.device_arrays[key]
 
     def count(self, li: int, name: str, value: int) -> None:
         """Add ``value`` to local worker ``li``'s counter ``name`` (while the engine counts)."""

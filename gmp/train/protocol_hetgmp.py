@@ -46,7 +46,7 @@ class BoundedStaleness(StepProtocol):
     def prepare(self, step: Step, *, timed: bool = True, resident: list | None = None) -> PreparedStep:
         """Every local worker's batch, deduplicated, translated and its index tensors made
         (:func:`~gmp.train.steps.prepare_step`), ahead of the step."""
-        return prepare_step(self.ctx, step, timed=timed, resident=resident)
+        return prepare_step(self.ctx, step, timed=timed, resident=resident, before_step=True)
 
     def settle(self, prepared: Step | PreparedStep) -> Step | PreparedStep:
         """Phases 1-3's ids and clocks exchanged (:func:`~gmp.train.steps.settle_reads`), and at s < inf

@@ -4,7 +4,10 @@ Used by :mod:`gmp.train.store` (which re-exports them)."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
+import torch
 
 from ..placement import Placement
 
@@ -66,6 +69,8 @@ class SlotMap:
             self._dense = None
             self._order = np.argsort(ids, kind="stable")
             self._sorted = ids[self._order]
+        self._lock = threading.Lock()
+        self._tensors: dict = {}  # device -> the map as tensors (lookup_tensor)
 
     def lookup(self, gids: np.ndarray) -> np.ndarray:
         gids = np.asarray(gids, dtype=np.int64)
@@ -79,6 +84,29 @@ class SlotMap:
         out = np.full(gids.size, -1, dtype=np.int64)
         out[hit] = self._order[pos_c[hit]]
         return out
+
+    def lookup_tensor(self, gids: torch.Tensor) -> torch.Tensor:
+        """:meth:`lookup` as torch operations on ``gids``' device (the torch id path of the preparation,
+        :mod:`gmp.train.device_ids`): int64 slots, -1 where not held, equal to :meth:`lookup`'s. The map
+        is a tensor on that device (made on first use; on the CPU it shares the map's memory): the
+        dense map indexed, or ``searchsorted`` over the sorted held ids."""
+        if self._identity:
+            return gids.clone()
+        maps = self._maps(gids.device)
+        if self._dense is not None:
+            return maps[0].index_select(0, gids).long()
+        sorted_ids, order = maps
+        if sorted_ids.shape[0] == 0:
+            return torch.full_like(gids, -1)
+        pos = torch.searchsorted(sorted_ids, gids).clamp_(max=sorted_ids.shape[0] - 1)
+        return torch.where(sorted_ids[pos] == gids, order[pos], -1)
+
+    def _maps(self, device: torch.device) -> tuple[torch.Tensor, ...]:
+        with self._lock:
+            if device not in self._tensors:
+                arrays = (self._dense,) if self._dense is not None else (self._sorted, self._order)
+                self._tensors[device] = tuple(torch.from_numpy(a).to(device) for a in arrays)
+            return self._tensors[device]
 
     def dense(self) -> tuple[bool, np.ndarray | None]:
         """``(identity, dense map)``: slot = id, or the dense int32 array (-1 = not held), or

@@ -21,7 +21,8 @@ tensors it is handed: every tensor made of host data inside a step is, on a GPU,
 that waits for the stream. :func:`prepare` is the preparation stage: it reads a worker's ids,
 deduplicates them (:class:`~gmp.train.unique.UniqueIndex`), translates ids to slots, and builds
 what depends on the batch and the placement alone as tensors on the worker's device
-(:class:`Prepared`): the model's :class:`~gmp.train.models.Batch` (inverse, segments, dense
+(:class:`Prepared`; the id work by numpy on the host, or as torch operations on the device,
+:mod:`gmp.train.device_ids`): the model's :class:`~gmp.train.models.Batch` (inverse, segments, dense
 features, labels), the positions and table rows of the rows the worker holds, the owner-grouped
 order of its gradient push, and the slots of its own primaries' gradients (index, position,
 table rows) for a step in which no gradient is received. The step helpers use them when present
@@ -50,6 +51,7 @@ import numpy as np
 import torch
 
 from ..errors import TrainingError
+from .device_ids import HostCopies, host_field, prepare_tensors, takes_torch_path
 from .models import Batch, bce_sum
 
 if TYPE_CHECKING:
@@ -137,8 +139,9 @@ class PreparedStep:
             for value in vars(s.ready).values():
                 if isinstance(value, torch.Tensor):
                     yield value
-                elif isinstance(value, Batch):
-                    yield from (t for t in vars(value).values() if isinstance(t, torch.Tensor))
+                elif isinstance(value, (Batch, tuple)):  # a batch's parts; (table rows, state rows) and the like
+                    yield from (t for t in (vars(value).values() if isinstance(value, Batch) else value)
+                                if isinstance(t, torch.Tensor))
 
     # the step's own fields, so a hook reading ``step.index`` of what ``Trainer.train_step`` receives works
     index = property(lambda self: self.step.index)
@@ -146,17 +149,20 @@ class PreparedStep:
     global_batch_size = property(lambda self: self.step.global_batch_size)
 
 
-def prepare_step(ctx, step, *, timed: bool = True, resident=None, ahead: bool = False) -> PreparedStep:
+def prepare_step(ctx, step, *, timed: bool = True, resident=None, ahead: bool = False,
+                 before_step: bool = False) -> PreparedStep:
     """Every local worker's :func:`prepare` of ``step``; ``timed``: as the ``gather`` phase (not in the
     input pipeline, :func:`gmp.train.prepare.pipeline_steps`, which times the wait for it instead);
-    ``resident``: per local worker, its tier's pinned rows of the step (None: no tier, or not pinned)."""
+    ``resident``: per local worker, its tier's pinned rows of the step (None: no tier, or not pinned);
+    ``before_step``: see :func:`prepare`."""
     if step.global_batch_size == 0:
         return PreparedStep(step, [])
     if len(step.samples) != ctx.num_workers:
         raise TrainingError(f"schedule gave {len(step.samples)} batches for {ctx.num_workers} workers.")
     resident = resident if resident is not None else [None] * len(ctx.stores)
     with ctx.phase("gather") if timed else contextlib.nullcontext():
-        return PreparedStep(step, [prepare(ctx, li, step.samples[w], resident=resident[li], ahead=ahead)
+        return PreparedStep(step, [prepare(ctx, li, step.samples[w], resident=resident[li], ahead=ahead,
+                                           before_step=before_step)
                                    for li, w in enumerate(ctx.engine.local_workers)])
 
 
@@ -180,6 +186,14 @@ class WorkerStep:
     #: as a primary: the ids each worker requested of this one this step (its pushes follow them, s < inf)
     served: list[np.ndarray] = field(default_factory=list)
     ready: Prepared = field(default_factory=Prepared)  # tensors made ahead of the step (prepare)
+
+
+# the numpy fields the settle stage and the step read on the host (gmp.train.device_ids, "The host arrays")
+for _cls, _names in ((WorkerStep, ("uniq", "inv", "slots", "is_primary", "is_secondary")),
+                     (Prepared, ("push_order", "push_bounds", "grad_slots"))):
+    for _name in _names:
+        setattr(_cls, _name, host_field(_name))
+del _cls, _names, _name
 
 
 def int_tensor(a: np.ndarray, device: torch.device | None = None) -> torch.Tensor:
@@ -206,13 +220,17 @@ def received_ids(t: torch.Tensor) -> np.ndarray:
 
 
 def prepare(ctx, li: int, samples: np.ndarray, *, training: bool = True, resident=None,
-            ahead: bool = False) -> WorkerStep:
+            ahead: bool = False, before_step: bool = False) -> WorkerStep:
     """Worker ``li``'s batch of ``samples`` (module docstring); ``training=False`` (the evaluation's
     read) leaves out what only the gradient push and update use. ``resident``: the tiered store's
     :class:`~gmp.train.tiers.ReadyStep` (its rows pinned for this step: their cache slots are
     settled); ``ahead``: prepared while an earlier step may still run (gmp.train.prepare), so a
-    store's cached copies of remote rows, which steps place, are left to the step (:func:`settle_copies`)."""
+    store's cached copies of remote rows, which steps place, are left to the step (:func:`settle_copies`);
+    ``before_step``: prepared outside any step (the input pipeline, or the trainer before the step), where
+    the torch id path may wait for its sizes (:func:`~gmp.train.device_ids.takes_torch_path`)."""
     store = ctx.stores[li]
+    if takes_torch_path(store, ctx.num_workers, resident=resident, before_step=before_step):
+        return prepare_on_device(ctx, li, samples, training=training)
     ptr, ids = ctx.data.gather(samples)
     uniq, inv = ctx.unique_ids(ids)  # np.unique(ids, return_inverse=True), without sorting every id
     slots = store.slots.lookup(uniq) if ahead and store.copies is not None else store.lookup(uniq)
@@ -253,6 +271,20 @@ def prepare(ctx, li: int, samples: np.ndarray, *, training: bool = True, residen
             ready.sec_t = to_device(sec, dev, torch.int64)
             ready.sec_idx = (to_device(ws.slots[sec] - store.table_base, dev),
                              to_device(ws.slots[sec] - store.num_primary, dev))
+    return ws
+
+
+def prepare_on_device(ctx, li: int, samples: np.ndarray, *, training: bool = True) -> WorkerStep:
+    """:func:`prepare` by the torch id path (:mod:`gmp.train.device_ids`, a fixed-layout store): the same
+    fields, its tensors made by torch operations on the store's device, its numpy fields host views or
+    copies of them."""
+    copies = HostCopies(ctx.stores[li].device)
+    ptr, ids, ready = prepare_tensors(ctx, li, samples, training=training)
+    ws = WorkerStep(samples, ptr, *(copies.add(ids[k]) for k in ("uniq", "inv", "slots", "is_primary",
+                                                                   "is_secondary")))
+    for name, value in ready.items():
+        setattr(ws.ready, name, copies.add(value) if name in ("push_order", "push_bounds", "grad_slots") else value)
+    copies.close()
     return ws
 
 
@@ -300,18 +332,14 @@ def read_held(ctx, li: int, s: WorkerStep, out: torch.Tensor | None = None) -> t
 
 
 def make_batch(ctx, s: WorkerStep, device) -> Batch:
-    f = ctx.data.num_fields
-    entry_sample = np.repeat(np.arange(s.samples.size, dtype=np.int64), np.diff(s.ptr))
-    ids_field = ctx.data.field_of[s.uniq[s.inv]]
-    if np.any(ids_field < 0):
-        raise TrainingError("a sample uses an embedding id outside every field of the dataset.")
+    seg = None
+    if not ctx.data.one_hot(s.samples):  # (one id per field in field order: entry e is segment e, no pooling)
+        entry_sample = np.repeat(np.arange(s.samples.size, dtype=np.int64), np.diff(s.ptr))
+        seg = to_device(entry_sample * ctx.data.num_fields + ctx.data.field_of[s.uniq[s.inv]], device)
     dense = None
     if ctx.data.num_dense:
         dense = to_device(np.asarray(ctx.data.dense[s.samples]), device)
-    seg = entry_sample * f + ids_field
-    one_hot = seg.size == s.samples.size * f and bool(np.all(seg == np.arange(seg.size)))
-    return Batch(int(s.samples.size), to_device(s.inv, device, torch.int64),
-                 None if one_hot else to_device(seg, device), dense,
+    return Batch(int(s.samples.size), to_device(s.inv, device, torch.int64), seg, dense,
                  to_device(np.asarray(ctx.data.labels[s.samples]), device))
 
 
