@@ -32,8 +32,16 @@ so 'outside' is the host work inside the step). 'CPU ms' is their sum, the same 
 pipelined one, tiered or caching stores) shows its preparation in the step. The host time per step
 should stay roughly constant from 4,096 up when the per-sample work is in torch operations.
 
+``torch.profiler``'s gaps between operators are wall time: they include preemption on a loaded
+machine and the kernel's unmapping of large tensors freed between two operators (glibc returns
+every block above 32 MiB to the system), which any eager torch loop pays. Two checks tell gmp's own
+host work from those: ``--torch-only`` adds a row per batch that runs the same prepared batches
+through the step's torch operations alone (gather, model, per-row sums, row-wise update, dense
+optimizer; a world of one), and ``--perf`` splits the timed steps' CPU time by Linux ``perf``
+samples (:mod:`perf_split`: operators, their page faults, numpy, munmap, Python).
+
     python bench/step_cpu_bench.py D [MANIFEST] --batches 512,2048,4096,16384,65536 --dims 16,64 \\
-        --hidden 512,256,128 [--device cuda]
+        --hidden 512,256,128 [--device cuda] [--torch-only] [--perf]
     python bench/step_cpu_bench.py D MANIFEST --steps 40 --batches 2048 --dims 16 --phases  # per-phase CPU ms
 
 Without a manifest the run is one worker holding every row (a world of one).
