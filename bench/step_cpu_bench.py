@@ -62,6 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from perf_split import PerfSplit  # noqa: E402
 from gmp.comm.local import LocalEngine  # noqa: E402
+from gmp.constants import ADAGRAD_EPS  # noqa: E402
 from gmp.datasets.format import load_dataset  # noqa: E402
 from gmp.train.config import TrainConfig  # noqa: E402
 from gmp.train.data import TrainData  # noqa: E402
@@ -125,7 +126,7 @@ def torch_only_step(tr: Trainer, prepared, args) -> torch.Tensor:
     else:  # Adagrad (gmp.train.store's formula)
         h = store.opt_state.index_select(0, idx) + summed * summed
         store.opt_state[idx] = h
-        store.table[idx] = store.table.index_select(0, idx) - lr * summed / (h.sqrt() + 1e-10)
+        store.table[idx] = store.table.index_select(0, idx) - lr * summed / (h.sqrt() + ADAGRAD_EPS)
     tr.dense_opt.step()
     return loss.detach()
 
