@@ -32,8 +32,16 @@ so 'outside' is the host work inside the step). 'CPU ms' is their sum, the same 
 pipelined one, tiered or caching stores) shows its preparation in the step. The host time per step
 should stay roughly constant from 4,096 up when the per-sample work is in torch operations.
 
+``torch.profiler``'s gaps between operators are wall time: they include preemption on a loaded
+machine and the kernel's unmapping of large tensors freed between two operators (glibc returns
+every block above 32 MiB to the system), which any eager torch loop pays. Two checks tell gmp's own
+host work from those: ``--torch-only`` adds a row per batch that runs the same prepared batches
+through the step's torch operations alone (gather, model, per-row sums, row-wise update, dense
+optimizer; a world of one), and ``--perf`` splits the timed steps' CPU time by Linux ``perf``
+samples (:mod:`perf_split`: operators, their page faults, numpy, munmap, Python).
+
     python bench/step_cpu_bench.py D [MANIFEST] --batches 512,2048,4096,16384,65536 --dims 16,64 \\
-        --hidden 512,256,128 [--device cuda]
+        --hidden 512,256,128 [--device cuda] [--torch-only] [--perf]
     python bench/step_cpu_bench.py D MANIFEST --steps 40 --batches 2048 --dims 16 --phases  # per-phase CPU ms
 
 Without a manifest the run is one worker holding every row (a world of one).
@@ -42,6 +50,7 @@ Without a manifest the run is one worker holding every row (a world of one).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import os
 import sys
@@ -51,10 +60,14 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from perf_split import PerfSplit  # noqa: E402
 from gmp.comm.local import LocalEngine  # noqa: E402
+from gmp.constants import ADAGRAD_EPS  # noqa: E402
 from gmp.datasets.format import load_dataset  # noqa: E402
 from gmp.train.config import TrainConfig  # noqa: E402
 from gmp.train.data import TrainData  # noqa: E402
+from gmp.train.models import bce_sum  # noqa: E402
 from gmp.train.run import load_placement  # noqa: E402
 from gmp.train.trainer import Trainer  # noqa: E402
 
@@ -95,7 +108,31 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def measure(ds, placement, args, dim: int, batch: int) -> dict:
+def torch_only_step(tr: Trainer, prepared, args) -> torch.Tensor:
+    """The step's torch operations for a world of one without gmp's code around them: the gather, the
+    model, the gradients summed per row and the row-wise SGD/Adagrad update on the prepared index
+    tensors, the dense optimizer (``--torch-only``: what eager torch costs outside its operators)."""
+    ready, store = prepared.workers[0].ready, tr.stores[0]
+    rows = torch.empty(prepared.workers[0].uniq.size, tr.row_dim, dtype=tr.dtype, device=store.device)
+    rows[ready.held_pos] = store.table.index_select(0, ready.held_idx)
+    leaf = rows.requires_grad_(True)
+    tr.dense_opt.zero_grad(set_to_none=False)
+    loss = bce_sum(tr.model(leaf, ready.batch), ready.batch.labels)
+    (loss / max(prepared.global_batch_size, args.batch)).backward()
+    summed = torch.zeros(ready.grad_slots.size, tr.row_dim, dtype=tr.dtype, device=store.device)
+    summed.index_add_(0, ready.grad_where, leaf.grad[ready.own_t])
+    idx, lr = ready.grad_idx, tr.config.lr
+    if store.opt_state is None:  # SGD
+        store.table.index_copy_(0, idx, store.table.index_select(0, idx).add_(summed, alpha=-lr))
+    else:  # Adagrad (gmp.train.store's formula)
+        h = store.opt_state.index_select(0, idx) + summed * summed
+        store.opt_state[idx] = h
+        store.table[idx] = store.table.index_select(0, idx) - lr * summed / (h.sqrt() + ADAGRAD_EPS)
+    tr.dense_opt.step()
+    return loss.detach()
+
+
+def measure(ds, placement, args, dim: int, batch: int, torch_only: bool = False) -> dict:
     config = TrainConfig(model=args.model, optimizer=args.optimizer, lr=0.01, batch_size=batch,
                          embedding_dim=dim, hidden=tuple(int_list(args.hidden)), staleness=0,
                          pipeline=args.pipeline)
@@ -110,17 +147,21 @@ def measure(ds, placement, args, dim: int, batch: int) -> dict:
     wall = cpu = 0.0
     samples = 0
     prep_cpu = 0.0
-    for step in itertools.islice(steps, args.steps):
-        sync(device)
-        t0, c0 = time.perf_counter(), time.process_time()
-        prepared = tr.protocol.prepare(step)
-        sync(device)
-        prep_cpu += time.process_time() - c0
-        tr.train_step(prepared)
-        sync(device)
-        wall += time.perf_counter() - t0
-        cpu += time.process_time() - c0
-        samples += step.global_batch_size
+    args.batch = batch
+    run = (lambda p: torch_only_step(tr, p, args)) if torch_only else tr.train_step
+    with PerfSplit() if args.perf else contextlib.nullcontext() as perf:
+        for step in itertools.islice(steps, args.steps):
+            sync(device)
+            t0, c0 = time.perf_counter(), time.process_time()
+            prepared = tr.protocol.prepare(step)
+            sync(device)
+            prep_cpu += time.process_time() - c0
+            with perf.window() if perf else contextlib.nullcontext():
+                run(prepared)
+                sync(device)
+            wall += time.perf_counter() - t0
+            cpu += time.process_time() - c0
+            samples += step.global_batch_size
     phases = dict(tr.phase.seconds)
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
@@ -131,13 +172,16 @@ def measure(ds, placement, args, dim: int, batch: int) -> dict:
     with torch.profiler.profile(activities=activities) as prof:
         t0 = time.perf_counter()
         for prepared in ready:
-            tr.train_step(prepared)
+            run(prepared)
         sync(device)
         pwall = time.perf_counter() - t0
     in_ops_us, busy_us = profile_split(prof.events())
     n, p = max(1, args.steps), max(1, args.profile_steps)
     outside_share = max(0.0, 1.0 - in_ops_us / 1e6 / pwall) if pwall > 0 else 0.0
-    return {"dim": dim, "batch": batch, "workers": placement.num_workers, "samples_per_step": samples / n,
+    step_cpu_ms = (cpu - prep_cpu) / n * 1e3
+    perf_ms = {k: v * step_cpu_ms for k, v in perf.shares().items()} if perf else {}
+    return {"dim": dim, "batch": batch, "step": "torch only" if torch_only else "gmp", "perf_cpu_ms": perf_ms,
+            "workers": placement.num_workers, "samples_per_step": samples / n,
             "prep_cpu_ms": prep_cpu / n * 1e3, "step_cpu_ms": (cpu - prep_cpu) / n * 1e3,
             "outside_share": outside_share, "outside_cpu_ms": outside_share * (cpu - prep_cpu) / n * 1e3,
             "wall_ms": wall / n * 1e3, "cpu_ms": cpu / n * 1e3, "profiled_ms": pwall / p * 1e3,
@@ -165,6 +209,12 @@ def main() -> None:
     ap.add_argument("--phases", action="store_true", help="also print gmp's per-phase CPU ms")
     ap.add_argument("--id-path", choices=("auto", "torch", "numpy"), default=None,
                     help="the preparation's id path (sets GMP_ID_PATH, gmp/train/device_ids.py; default: as set)")
+    ap.add_argument("--torch-only", action="store_true",
+                    help="also run each batch through the same torch operations without gmp's step code "
+                         "(a world of one only): the share outside operators that eager torch itself has")
+    ap.add_argument("--perf", action="store_true",
+                    help="also split the timed steps' CPU time by Linux perf samples (bench/perf_split.py): "
+                         "operators, their page faults, numpy, freeing memory, Python")
     ap.add_argument("--out", default=None, help="write the rows as JSON here")
     args = ap.parse_args()
     if args.id_path is not None:
@@ -173,34 +223,42 @@ def main() -> None:
     ds = load_dataset(args.dataset)
     placement = load_placement(ds, args.manifest, None)
     rows = []
-    head = (f"{'dim':>4} {'batch':>7} {'wall ms':>9} {'CPU ms':>9} {'prep CPU':>9} {'step CPU':>9} {'profiled':>9} "
-            f"{'in ops':>9} {'outside':>9} "
+    head = (f"{'dim':>4} {'batch':>7} {'step':>10} {'wall ms':>9} {'CPU ms':>9} {'prep CPU':>9} {'step CPU':>9} "
+            f"{'profiled':>9} {'in ops':>9} {'outside':>9} "
             f"{'outside %':>9} {'outside CPU':>11} {'µs/sample':>9} {'GPU busy':>9}")
     print(f"{ds.num_samples:,} samples, {placement.num_workers} worker(s), model {args.model} hidden {args.hidden}, "
           f"{args.optimizer}, id path {os.environ.get('GMP_ID_PATH') or 'auto'}, {args.steps} timed + {args.profile_steps} profiled steps; ms per step "
           f"(all workers of the step); batch per worker", flush=True)
     print(head, flush=True)
+    kinds = [False, True] if args.torch_only and placement.num_workers == 1 else [False]
     for dim in int_list(args.dims):
         for batch in int_list(args.batches):
-            r = measure(ds, placement, args, dim, batch)
-            rows.append(r)
-            busy = "-" if r["gpu_busy"] is None else f"{100 * r['gpu_busy']:.0f}%"
-            print(f"{dim:>4} {batch:>7,} {r['wall_ms']:>9.1f} {r['cpu_ms']:>9.1f} {r['prep_cpu_ms']:>9.1f} "
-                  f"{r['step_cpu_ms']:>9.1f} {r['profiled_ms']:>9.1f} "
-                  f"{r['in_ops_ms']:>9.1f} {r['outside_ms']:>9.1f} {100 * r['outside_share']:>8.0f}% "
-                  f"{r['outside_cpu_ms']:>11.1f} {1e3 * r['outside_cpu_ms'] / max(r['samples_per_step'], 1):>9.2f} "
-                  f"{busy:>9}", flush=True)
-            if args.phases:
-                phases = r["phases_cpu_ms_per_worker"]
-                outside = sum(v for k, v in phases.items() if k != "compute")
-                print("      CPU ms per worker per step: " + ", ".join(f"{k} {v:.2f}" for k, v in phases.items())
-                      + f"; outside compute {outside:.2f}", flush=True)
+            for torch_only in kinds:
+                r = measure(ds, placement, args, dim, batch, torch_only)
+                rows.append(r)
+                busy = "-" if r["gpu_busy"] is None else f"{100 * r['gpu_busy']:.0f}%"
+                print(f"{dim:>4} {batch:>7,} {r['step']:>10} {r['wall_ms']:>9.1f} {r['cpu_ms']:>9.1f} "
+                      f"{r['prep_cpu_ms']:>9.1f} {r['step_cpu_ms']:>9.1f} {r['profiled_ms']:>9.1f} "
+                      f"{r['in_ops_ms']:>9.1f} {r['outside_ms']:>9.1f} {100 * r['outside_share']:>8.0f}% "
+                      f"{r['outside_cpu_ms']:>11.1f} "
+                      f"{1e3 * r['outside_cpu_ms'] / max(r['samples_per_step'], 1):>9.2f} {busy:>9}", flush=True)
+                if r["perf_cpu_ms"]:
+                    print("      perf, step CPU ms: " + ", ".join(f"{k} {v:.1f}" for k, v in r["perf_cpu_ms"].items()),
+                          flush=True)
+                if args.phases:
+                    phases = r["phases_cpu_ms_per_worker"]
+                    outside = sum(v for k, v in phases.items() if k != "compute")
+                    print("      CPU ms per worker per step: " + ", ".join(f"{k} {v:.2f}" for k, v in phases.items())
+                          + f"; outside compute {outside:.2f}", flush=True)
     print("wall: plain steps (preparation included), device synchronised; CPU: this process's CPU time of a "
           "plain step, prep CPU (the batch preparation) + step CPU (the step from the prepared batch); profiled: "
           "a step from its prepared batch under torch.profiler (wall), split into 'in ops' (inside torch operators) and 'outside' (host "
           "work between them); 'outside CPU': the outside share x step CPU ms, the host's own work per step (on a "
           "loaded machine the wall columns include the waits for a core, this one does not); µs/sample: "
-          "'outside CPU' per sample of the step (both the step proper's, preparation excluded)")
+          "'outside CPU' per sample of the step (both the step proper's, preparation excluded); step 'torch only': "
+          "the same batches through the step's torch operations alone (--torch-only); perf: the timed steps' CPU "
+          "split by perf samples (bench/perf_split.py: ops, ops_memory = their page faults, numpy, free = munmap, "
+          "python)")
     if args.out:
         import json
         Path(args.out).write_text(json.dumps(rows, indent=1))

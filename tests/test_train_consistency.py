@@ -11,7 +11,7 @@ import torch
 
 from gmp.datasets.format import FieldInfo, load_dataset, write_dataset
 from gmp.placement import Placement
-from gmp.train.consistency import inter_stale, intra_stale, normalized_gap
+from gmp.train.consistency import inter_stale, intra_stale, normalized_gap, tick_clocks
 from gmp.comm.local import LocalEngine
 from gmp.train import TrainConfig, TrainData, Trainer
 from gmp.train.records import COUNTERS
@@ -25,6 +25,14 @@ def test_intra_stale_hand_cases():
     assert intra_stale(primary, replica, 1).tolist() == [False, False, True, True, False]
     assert intra_stale(primary, replica, 3).tolist() == [False, False, False, True, False]
     assert intra_stale(primary, replica, math.inf).tolist() == [False, False, False, True, False]
+
+
+def test_tick_clocks_adds_one_at_each_slot():
+    clock = np.array([0, 5, 2, 7, 1], dtype=np.int64)
+    tick_clocks(clock, np.array([4, 1, 0], dtype=np.int32))  # any int dtype, any order
+    assert clock.tolist() == [1, 6, 2, 7, 2]
+    tick_clocks(clock, np.zeros(0, dtype=np.int64))
+    assert clock.tolist() == [1, 6, 2, 7, 2]
 
 
 def test_normalized_gap_follows_the_paper():

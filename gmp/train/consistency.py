@@ -171,3 +171,16 @@ def _inter_stale(sample_ptr, entry_row, clock, freq, refreshable, s):  # pragma:
                     out[j] = True
                     break
     return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _tick(clock, slots):  # pragma: no cover - compiled
+    for s in slots:
+        clock[s] += 1
+
+
+def tick_clocks(clock: np.ndarray, slots: np.ndarray) -> None:
+    """``clock[slots] += 1`` for distinct ``slots``, in one pass: numpy's fancy ``+=`` gathers, adds and
+    scatters (2.5x the time: 6.1 against 2.4 ms for a 65,536-sample step's 188,000 rows of a 3.4M-row
+    table, the step's largest host work on its batch's rows, docs/train.md "Issue 33")."""
+    _tick(clock, np.asarray(slots, dtype=np.int64))

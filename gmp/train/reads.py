@@ -43,6 +43,9 @@ class ReadPlan:
     sec: list  # [reader][owner]: positions in uniq of the secondaries they refresh ...
     sec_in: list  # ... their positions among the received rows (tensors) ...
     sec_idx: list  # ... and the secondaries' rows in the table (tensors)
+    #: [reader]: its rows not held (every one is requested and gets a row: a -1 clock is always
+    #: stale), counted from the sizes above instead of a pass over the batch's rows in the step
+    remote: list
     refresh: bool
     #: phase 3 (None: not run): [owner][reader] slots sent, their table rows; [reader] (order, bounds)
     #: of the flagged rows, their positions in uniq as tensors per owner, and the secondaries' table rows
@@ -102,14 +105,17 @@ def plan_install(ctx, ws: list[WorkerStep], clocks, need, *, check_secondaries: 
     where the received rows go, which secondaries they refresh, and phase 3's exchange of ids when
     the inter-embedding check runs. Sets ``ws[i].true_clock`` (every row's primary clock)."""
     n = ctx.num_workers
-    plan = ReadPlan([], [], [], [], [], [], [], [], refresh)
+    plan = ReadPlan([], [], [], [], [], [], [], [], [], refresh)
     flagged_all = []
     for li, s in enumerate(ws):
         store = ctx.stores[li]
         dev = store.device
+        inter = check_secondaries and ctx.has_secondaries and 0 < staleness and refresh
         true_clock = np.full(s.uniq.size, -1, dtype=np.int64)
-        true_clock[s.is_primary] = store.clock[s.slots[s.is_primary]]
+        if inter:  # only the inter-embedding check reads the primaries' clocks (the rest: requested rows)
+            true_clock[s.is_primary] = store.clock[s.slots[s.is_primary]]
         refreshed = np.zeros(s.uniq.size, dtype=bool)
+        remote = 0
         counts, got_l, got_t, sec_l, sec_in, sec_idx = [], [], [], [], [], []
         for src in range(n):
             part = s.req[s.req_bounds[src]:s.req_bounds[src + 1]]
@@ -119,16 +125,17 @@ def plan_install(ctx, ws: list[WorkerStep], clocks, need, *, check_secondaries: 
             sec = got[held]
             refreshed[sec] = refresh
             counts.append(int(got.size))
+            remote += int(got.size - sec.size)
             got_l.append(got)
             got_t.append(int_tensor(got, dev) if got.size else None)
             sec_l.append(sec)
             sec_in.append(int_tensor(np.flatnonzero(held), dev) if sec.size else None)
             sec_idx.append(_index(store, s.slots[sec]) if sec.size else None)
         for name, value in (("counts", counts), ("got", got_l), ("got_t", got_t), ("sec", sec_l),
-                            ("sec_in", sec_in), ("sec_idx", sec_idx)):
+                            ("sec_in", sec_in), ("sec_idx", sec_idx), ("remote", remote)):
             getattr(plan, name).append(value)
         s.true_clock = true_clock
-        if check_secondaries and ctx.has_secondaries and 0 < staleness and refresh:
+        if inter:
             # the clocks install leaves: a secondary refreshed by it reads at its primary's clock
             read_clock = true_clock.copy()
             read_clock[s.is_secondary] = store.clock[s.slots[s.is_secondary]]
@@ -225,7 +232,7 @@ def install_rows(ctx, ws: list[WorkerStep], rows, plan: ReadPlan) -> None:
                     store.refresh(s.slots[sec], r[plan.sec_in[li][src].to(r.device)], s.true_clock[sec],
                                   idx=plan.sec_idx[li][src])
                     ctx.count(li, "staleness_refreshes", sec.size)
-        ctx.count(li, "remote_rows_read", int((s.slots < 0).sum()))
+        ctx.count(li, "remote_rows_read", plan.remote[li])
         s.rows = out
 
 

@@ -49,6 +49,7 @@ from ..constants import ADAGRAD_EPS
 from ..errors import TrainingError
 from ..params import check_choice
 from ..placement import Placement
+from .consistency import tick_clocks
 from .slots import DENSE_MAP_MAX_IDS, INIT_SCALE, SlotMap, initial_rows, secondary_ids_of  # noqa: F401 (public here)
 from .copies import CachedCopies
 from .tiers import RowCache, TieredTable, TierOptions
@@ -394,16 +395,16 @@ class EmbeddingStore:
         self.clock[slots] = clocks
 
     def apply_gradients(self, slots: np.ndarray, grads: torch.Tensor, idx: torch.Tensor | None = None) -> None:
-        """One optimizer step on primary rows ``slots`` (distinct; ``idx``: their table or cache rows, made ahead)
-        with summed gradients; clocks += 1."""
+        """One optimizer step on primary rows ``slots`` (distinct; ``idx``: their table or cache rows, made ahead
+        with ``slots``, primary by construction: unchecked) with summed gradients; clocks += 1."""
         if slots.size == 0:
             return
-        if np.any((slots < 0) | (slots >= self.num_primary)):
+        if idx is None and np.any((slots < 0) | (slots >= self.num_primary)):
             raise TrainingError(f"worker {self.worker} received a gradient for a row it is not primary of.")
         values, state, idx, commit = self._primary_views(slots, idx)
         self._step(values, idx, state, idx, grads)
         commit()
-        self.clock[slots] += 1
+        tick_clocks(self.clock, slots)
 
     def apply_local(self, slots: np.ndarray, grads: torch.Tensor, idx: tuple | None = None) -> None:
         """Apply this worker's own gradients to its secondary replicas (clocks unchanged).
