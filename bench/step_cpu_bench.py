@@ -67,6 +67,7 @@ from gmp.constants import ADAGRAD_EPS  # noqa: E402
 from gmp.datasets.format import load_dataset  # noqa: E402
 from gmp.train.config import TrainConfig  # noqa: E402
 from gmp.train.data import TrainData  # noqa: E402
+from gmp.train import host_memory  # noqa: E402
 from gmp.train.models import bce_sum  # noqa: E402
 from gmp.train.run import load_placement  # noqa: E402
 from gmp.train.trainer import Trainer  # noqa: E402
@@ -139,6 +140,7 @@ def measure(ds, placement, args, dim: int, batch: int, torch_only: bool = False)
     engine = LocalEngine(placement.num_workers, device=args.device)
     device = engine.device_for(0)
     tr = Trainer(TrainData(ds), placement, config, engine)
+    host_memory.keep_freed_memory([s.device for s in tr.stores])  # as gmp train does (GMP_KEEP_HOST_MEMORY=0: not)
     tr.phase.clock = time.process_time  # CPU seconds per phase (the protocols time through this clock)
     steps = itertools.chain.from_iterable(tr.protocol.steps(e, 0) for e in itertools.count())
     for step in itertools.islice(steps, args.warmup):
@@ -227,7 +229,8 @@ def main() -> None:
             f"{'profiled':>9} {'in ops':>9} {'outside':>9} "
             f"{'outside %':>9} {'outside CPU':>11} {'µs/sample':>9} {'GPU busy':>9}")
     print(f"{ds.num_samples:,} samples, {placement.num_workers} worker(s), model {args.model} hidden {args.hidden}, "
-          f"{args.optimizer}, id path {os.environ.get('GMP_ID_PATH') or 'auto'}, {args.steps} timed + {args.profile_steps} profiled steps; ms per step "
+          f"{args.optimizer}, id path {os.environ.get('GMP_ID_PATH') or 'auto'}, freed host memory kept: "
+          f"{'yes' if host_memory.wanted() else 'no'} (GMP_KEEP_HOST_MEMORY), {args.steps} timed + {args.profile_steps} profiled steps; ms per step "
           f"(all workers of the step); batch per worker", flush=True)
     print(head, flush=True)
     kinds = [False, True] if args.torch_only and placement.num_workers == 1 else [False]

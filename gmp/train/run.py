@@ -32,6 +32,7 @@ from .checkpoint import placement_sha256, save_checkpoint
 from .checkpoint_dir import check_checkpoint_dir, check_shared_directory, lock_checkpoint_dir
 from .config import TrainConfig, comparable_settings
 from .data import TrainData
+from . import host_memory
 from .migrate import resume_training
 from .records import json_line
 from .trainer import Trainer
@@ -268,6 +269,7 @@ def check_arguments(config: TrainConfig, checkpoint_dir: str | os.PathLike | Non
 
         check_timeout(collective_timeout)
     torch_threads()
+    host_memory.wanted()  # GMP_KEEP_HOST_MEMORY checked before the data is opened
     if checkpoint_dir is not None:
         check_checkpoint_dir(checkpoint_dir, resume=resume)
     if log_json is not None:
@@ -360,6 +362,8 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
             migration = resume_training(trainer, checkpoint_dir, dataset=ds, placement_sha=psha, created=created)
             if migration is not None:
                 check_migration_source(migration, placed_from, manifest)
+        if host_memory.keep_freed_memory([st.device for st in trainer.stores]):  # a CPU step's pages stay for the next step
+            log.info("keeping freed host memory for the next steps (GMP_KEEP_HOST_MEMORY=0: glibc's default)")
         log_file = open_log(log_json, trainer, continued=resume and migration is None)
         run_id = trainer.run_name()
 
