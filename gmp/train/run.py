@@ -362,7 +362,7 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
             migration = resume_training(trainer, checkpoint_dir, dataset=ds, placement_sha=psha, created=created)
             if migration is not None:
                 check_migration_source(migration, placed_from, manifest)
-        if host_memory.keep_freed_memory([st.device for st in trainer.stores]):  # a CPU step's pages stay for the next step
+        if host_memory.keep_freed_memory([eng.device_for(w) for w in eng.local_workers]):  # a CPU step's pages stay for the next step
             log.info("keeping freed host memory for the next steps (GMP_KEEP_HOST_MEMORY=0: glibc's default)")
         log_file = open_log(log_json, trainer, continued=resume and migration is None)
         run_id = trainer.run_name()
