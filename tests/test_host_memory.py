@@ -28,25 +28,37 @@ class Info(ctypes.Structure):
                 "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
 libc = ctypes.CDLL(None)
 libc.mallinfo2.restype = Info
-kept = host_memory.keep_freed_memory([torch.device(sys.argv[1])])
+devices = [torch.device(sys.argv[1])]
+if sys.argv[2] == "after":  # a block inside the scope, then one after leaving it
+    import os
+    def rss():
+        return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    with host_memory.kept_between_steps(devices) as kept:
+        b = np.ones(64 << 17)
+        del b
+        kept_rss = rss()  # the freed block's pages still resident
+    given_back = kept_rss - rss()  # what leaving gave back
+else:
+    kept = host_memory.keep_freed_memory(devices)
+    given_back = None
 before = libc.mallinfo2()
 a = np.ones(64 << 17)  # 64 MiB of float64
 during = libc.mallinfo2()
 del a
 after = libc.mallinfo2()
-print(json.dumps({"kept": kept, "mapped": during.hblkhd - before.hblkhd,
+print(json.dumps({"kept": kept, "mapped": during.hblkhd - before.hblkhd, "given_back": given_back,
                   "heap_grew": during.arena - before.arena, "heap_after_free": after.arena - before.arena}))
 """
 
-needs_glibc = pytest.mark.skipif(not sys.platform.startswith("linux") or host_memory._mallopt() is None,
+needs_glibc = pytest.mark.skipif(not sys.platform.startswith("linux") or host_memory._libc() is None,
                                  reason="glibc's mallopt only")
 
 
-def probe(device: str, keep: str | None) -> dict:
+def probe(device: str, keep: str | None, mode: str = "keep") -> dict:
     env = {k: v for k, v in os.environ.items() if k != host_memory.KEEP_ENV}
     if keep is not None:
         env[host_memory.KEEP_ENV] = keep
-    res = subprocess.run([sys.executable, "-c", PROBE, device], capture_output=True, text=True, env=env, cwd=ROOT,
+    res = subprocess.run([sys.executable, "-c", PROBE, device, mode], capture_output=True, text=True, env=env, cwd=ROOT,
                          timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
     return json.loads(res.stdout)
@@ -69,6 +81,15 @@ def test_switched_off_or_on_a_gpu_the_allocator_is_glibcs_own():
         got = probe(device, keep)
         assert got["kept"] is False
         assert got["mapped"] >= 64 << 20 and got["heap_after_free"] < 1 << 20, (device, keep, got)
+
+
+@needs_glibc
+def test_leaving_the_scope_gives_the_memory_back_and_maps_large_blocks_again():
+    """What a notebook keeps after training: nothing (the kept 64 MiB trimmed, mmaps back on)."""
+    got = probe("cpu", None, "after")
+    assert got["kept"] is True
+    assert got["given_back"] >= 60 << 20  # the pages of the block freed inside were given back on leaving
+    assert got["mapped"] >= 64 << 20 and got["heap_after_free"] < 1 << 20
 
 
 def test_a_bad_setting_is_one_error(monkeypatch):

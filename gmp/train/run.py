@@ -362,8 +362,6 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
             migration = resume_training(trainer, checkpoint_dir, dataset=ds, placement_sha=psha, created=created)
             if migration is not None:
                 check_migration_source(migration, placed_from, manifest)
-        if host_memory.keep_freed_memory([eng.device_for(w) for w in eng.local_workers]):  # a CPU step's pages stay for the next step
-            log.info("keeping freed host memory for the next steps (GMP_KEEP_HOST_MEMORY=0: glibc's default)")
         log_file = open_log(log_json, trainer, continued=resume and migration is None)
         run_id = trainer.run_name()
 
@@ -391,8 +389,12 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
             if checkpoint_dir is not None:
                 save_checkpoint(t, checkpoint_dir, dataset_sha256=ds.sha256, placement_sha=psha)
 
-        try:
-            with stop_on_signals(trainer, distributed=engine == "distributed"):
+        devices = [eng.device_for(w) for w in eng.local_workers]
+        try:  # a CPU step's freed pages stay for the next step while the epochs run
+            with stop_on_signals(trainer, distributed=engine == "distributed"), \
+                    host_memory.kept_between_steps(devices) as kept:
+                if kept:
+                    log.info("keeping freed host memory for the next steps (GMP_KEEP_HOST_MEMORY=0: glibc's default)")
                 records = trainer.fit(on_record=record, on_epoch_end=checkpoint, stop_after_steps=stop_after_steps)
         finally:
             if log_file is not None:
