@@ -267,36 +267,42 @@ def main(argv=None) -> None:
     ap.add_argument("--step", type=float, default=0.5, help="joint/rowonly: percent of the used rows a step.")
     ap.add_argument("--free-share", type=float, default=0.1)
     args = ap.parse_args(argv)
+    marks = [float(x) for x in args.marks.split(",") if x.strip()]
+    print(f"# {' '.join(sys.argv)}")
+    for day, used, chain_reads in measured_days(args):
+        print(f"\n## day {day.d} ({args.preset}): {used:,} used rows ({int(day.is_old.sum()):,} old); full "
+              f"{day.full_reads:,}; placed {day.r(day.placed_reads)}; target mode at 5% "
+              f"{day.r(chain_reads)}; 1.10x = {int(1.1 * day.full_reads):,}", flush=True)
+        for idea in [x.strip() for x in args.ideas.split(",") if x.strip()]:
+            if idea == "refit":
+                refit(day)
+            elif idea in ("joint", "rowonly"):
+                loop(day, idea == "joint", marks, args.step)
+            elif idea == "free":
+                free_start(day, args.free_share, marks)
+            else:
+                raise SystemExit(f"unknown idea {idea!r}; choose from joint, rowonly, free, refit")
+
+
+def measured_days(args):
+    """The ``--days`` of the synthetic drift (``add_day_arguments``' options) as ``(Day, used rows, the
+    shipped 5% budget's reads)``; each day starts from the day before's 5% result (the bench's incr-5%
+    strategy)."""
     days = [int(x) for x in args.days.split(",") if x.strip()]
     args.source, args.days = "synth", max(days) + 1
     graphs = IB.synth_days(args)
     topo = resolve_topology(args.workers, None, None)
     bs = args.batch_size
-    marks = [float(x) for x in args.marks.split(",") if x.strip()]
     hopts = {"batch_size": bs}
     old = run_partitioner("hybrid", graphs[0], topo, seed=args.seed, options=hopts)
-    print(f"# {' '.join(sys.argv)}")
     for d in range(1, args.days):
         full = run_partitioner("hybrid", graphs[d], topo, seed=args.seed + d, options=hopts)
         used = int(np.unique(np.asarray(graphs[d].sample_indices)).size)
         _, chain = place_and_repartition(graphs[d], old, topo, max_moved_rows=int(0.05 * used), seed=args.seed,
                                          options=Options(batch_size=bs), goal=full)
         if d in days:
-            day = Day(d, graphs[d], old, full, topo, bs)
-            print(f"\n## day {d} ({args.preset}): {used:,} used rows ({int(day.is_old.sum()):,} old); full "
-                  f"{day.full_reads:,}; placed {day.r(day.placed_reads)}; target mode at 5% "
-                  f"{day.r(batch_remote_reads(graphs[d], chain, bs))}; 1.10x = {int(1.1 * day.full_reads):,}",
-                  flush=True)
-            for idea in [x.strip() for x in args.ideas.split(",") if x.strip()]:
-                if idea == "refit":
-                    refit(day)
-                elif idea in ("joint", "rowonly"):
-                    loop(day, idea == "joint", marks, args.step)
-                elif idea == "free":
-                    free_start(day, args.free_share, marks)
-                else:
-                    raise SystemExit(f"unknown idea {idea!r}; choose from joint, rowonly, free, refit")
-        old = chain  # the next day starts from the 5% chain (the bench's incr-5% strategy)
+            yield Day(d, graphs[d], old, full, topo, bs), used, batch_remote_reads(graphs[d], chain, bs)
+        old = chain
 
 
 if __name__ == "__main__":

@@ -51,15 +51,13 @@ from scipy.sparse.csgraph import connected_components
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import incremental_bench as IB  # noqa: E402  (the day generators)
-import incremental_compound as IC  # noqa: E402  (one day's arrays and the sample sweep)
+import incremental_bench as IB  # noqa: E402  (the day generators' options)
+import incremental_compound as IC  # noqa: E402  (the measured days, one day's arrays and the sample sweep)
 
 from gmp.metrics import batch_remote_reads  # noqa: E402
 from gmp.partition import incremental as I  # noqa: E402
-from gmp.partition import run_partitioner  # noqa: E402
 from gmp.partition._common import sample_cap  # noqa: E402
-from gmp.partition.incremental import Options, moved_rows, place_and_repartition  # noqa: E402
-from gmp.topology import resolve_topology  # noqa: E402
+from gmp.partition.incremental import Options, moved_rows  # noqa: E402
 
 
 @numba.njit(cache=False)
@@ -265,67 +263,53 @@ def main(argv=None) -> None:
                     "the chain spends the rest.")
     ap.add_argument("--step", default="1,0", help="Percent of the used rows a step (0: one shot), comma-separated.")
     args = ap.parse_args(argv)
-    days = [int(x) for x in args.days.split(",") if x.strip()]
-    args.source, args.days = "synth", max(days) + 1
-    graphs = IB.synth_days(args)
-    topo = resolve_topology(args.workers, None, None)
     bs = args.batch_size
-    hopts = {"batch_size": bs}
-    old = run_partitioner("hybrid", graphs[0], topo, seed=args.seed, options=hopts)
     print(f"# {' '.join(sys.argv)}")
-    for d in range(1, args.days):
-        full = run_partitioner("hybrid", graphs[d], topo, seed=args.seed + d, options=hopts)
-        used = int(np.unique(np.asarray(graphs[d].sample_indices)).size)
-        _, chain = place_and_repartition(graphs[d], old, topo, max_moved_rows=int(0.05 * used), seed=args.seed,
-                                         options=Options(batch_size=bs), goal=full)
-        if d in days:
-            day = IC.Day(d, graphs[d], old, full, topo, bs)
-            print(f"\n## day {d}: {used:,} used rows ({int(day.is_old.sum()):,} old); full {day.full_reads:,}; "
-                  f"placed {day.r(day.placed_reads)}; target mode at 5% "
-                  f"{day.r(batch_remote_reads(graphs[d], chain, bs))}", flush=True)
-            gsw = np.asarray(day.goal.sample_worker, np.int32)
-            for tname in [x.strip() for x in args.targets.split(",") if x.strip()]:
-                if tname == "best":  # no target: co-use over every sample, each group to its best worker
-                    sat = I.saturated_degree(day.g.num_samples, day.n, bs)
-                    cand = np.flatnonzero(np.bincount(day.comp.cindices, minlength=day.U) <= sat)
-                    sw_t = target = None
-                else:
-                    sw_t = gsw if tname == "full" else day.sweep(day.placed.sample_worker, day.gprim, day.gsec, 2)
-                    target = targets_of(day, sw_t)
-                    prim0, _ = day.placed_rows()
-                    cand = np.flatnonzero(prim0 != target)
-                for mc, mg in [(int(a), int(b)) for a in args.min_couse.split(",") for b in args.max_group.split(",")]:
-                    t = time.process_time()
-                    gptr, grows, gtarget = make_groups(day, target, cand, sw_t, mc, args.couse_share, mg)
-                    sizes = np.diff(gptr)
-                    print(f"targets {tname}, min co-use {mc}, groups up to {mg or 'any'} rows: {cand.size:,} candidate rows "
-                          f"({int(day.is_old[cand].sum()):,} old), {sizes.size:,} groups, largest "
-                          f"{int(sizes.max()):,}, {int((sizes > 1).sum()):,} of 2+ rows holding "
-                          f"{int(sizes[sizes > 1].sum()):,}; {time.process_time() - t:.1f} s", flush=True)
-                    for step in [float(x) for x in args.step.split(",")]:
-                        for pct in [float(x) for x in args.marks.split(",")]:
-                            t = time.process_time()
-                            budget = int(pct / 100 * used)
-                            prim, sec, sw, spent = run_groups(day, int(args.group_share * budget), target, cand,
-                                                              gptr, grows, gtarget, int(step / 100 * used),
-                                                              day.placed.sample_worker)
-                            reads, moved = day.score(prim, sec, sw)
-                            start = day.placement(prim, sec, sw)
-                            # the shipped chain from there: the ladder's steps within the budget, the least of
-                            # the start and the steps (what target mode's sweep candidate takes)
-                            steps = [rows for _, rows in I.budget_ladder(day.U) if rows <= budget]
-                            if budget not in steps:
-                                steps.append(budget)
-                            opts, defaults = I.resolve_options(Options(batch_size=bs, target="none"), day.g, day.n,
-                                                               degree=day.comp.degree)
-                            res = I._refine(day.g, day.old, day.topo, budget, 0, opts, defaults, start, day.comp,
-                                            day.is_old, None, time.perf_counter(), steps=steps)
-                            r2 = batch_remote_reads(day.g, res, bs)
-                            print(f"  step {step:g}%, {pct:g}% ({budget:,}, groups up to {args.group_share:g} of "
-                                  f"it): groups {day.r(reads)} ({moved:,} rows), then the chain {day.r(r2)} "
-                                  f"({moved_rows(day.old, res).total:,} rows); {time.process_time() - t:.1f} s CPU",
-                                  flush=True)
-        old = chain
+    for day, used, chain_reads in IC.measured_days(args):
+        print(f"\n## day {day.d}: {used:,} used rows ({int(day.is_old.sum()):,} old); full {day.full_reads:,}; "
+              f"placed {day.r(day.placed_reads)}; target mode at 5% {day.r(chain_reads)}", flush=True)
+        gsw = np.asarray(day.goal.sample_worker, np.int32)
+        for tname in [x.strip() for x in args.targets.split(",") if x.strip()]:
+            if tname == "best":  # no target: co-use over every sample, each group to its best worker
+                sat = I.saturated_degree(day.g.num_samples, day.n, bs)
+                cand = np.flatnonzero(np.bincount(day.comp.cindices, minlength=day.U) <= sat)
+                sw_t = target = None
+            else:
+                sw_t = gsw if tname == "full" else day.sweep(day.placed.sample_worker, day.gprim, day.gsec, 2)
+                target = targets_of(day, sw_t)
+                prim0, _ = day.placed_rows()
+                cand = np.flatnonzero(prim0 != target)
+            for mc, mg in [(int(a), int(b)) for a in args.min_couse.split(",") for b in args.max_group.split(",")]:
+                t = time.process_time()
+                gptr, grows, gtarget = make_groups(day, target, cand, sw_t, mc, args.couse_share, mg)
+                sizes = np.diff(gptr)
+                print(f"targets {tname}, min co-use {mc}, groups up to {mg or 'any'} rows: {cand.size:,} candidate rows "
+                      f"({int(day.is_old[cand].sum()):,} old), {sizes.size:,} groups, largest "
+                      f"{int(sizes.max()):,}, {int((sizes > 1).sum()):,} of 2+ rows holding "
+                      f"{int(sizes[sizes > 1].sum()):,}; {time.process_time() - t:.1f} s", flush=True)
+                for step in [float(x) for x in args.step.split(",")]:
+                    for pct in [float(x) for x in args.marks.split(",")]:
+                        t = time.process_time()
+                        budget = int(pct / 100 * used)
+                        prim, sec, sw, spent = run_groups(day, int(args.group_share * budget), target, cand,
+                                                          gptr, grows, gtarget, int(step / 100 * used),
+                                                          day.placed.sample_worker)
+                        reads, moved = day.score(prim, sec, sw)
+                        start = day.placement(prim, sec, sw)
+                        # the shipped chain from there: the ladder's steps within the budget, the least of
+                        # the start and the steps (what target mode's sweep candidate takes)
+                        steps = [rows for _, rows in I.budget_ladder(day.U) if rows <= budget]
+                        if budget not in steps:
+                            steps.append(budget)
+                        opts, defaults = I.resolve_options(Options(batch_size=bs, target="none"), day.g, day.n,
+                                                           degree=day.comp.degree)
+                        res = I._refine(day.g, day.old, day.topo, budget, 0, opts, defaults, start, day.comp,
+                                        day.is_old, None, time.perf_counter(), steps=steps)
+                        r2 = batch_remote_reads(day.g, res, bs)
+                        print(f"  step {step:g}%, {pct:g}% ({budget:,}, groups up to {args.group_share:g} of "
+                              f"it): groups {day.r(reads)} ({moved:,} rows), then the chain {day.r(r2)} "
+                              f"({moved_rows(day.old, res).total:,} rows); {time.process_time() - t:.1f} s CPU",
+                              flush=True)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@ from __future__ import annotations
 import itertools
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -36,7 +35,7 @@ def test_the_torch_only_step_is_the_same_step_as_gmps(tmp_path, optimizer):
     gmp_tr, bare_tr = trainer(), trainer()
     for gmp_step, bare_step in itertools.islice(zip(gmp_tr.protocol.steps(0, 0), bare_tr.protocol.steps(0, 0)), 3):
         gmp_tr.train_step(gmp_tr.protocol.prepare(gmp_step))
-        step_cpu_bench.torch_only_step(bare_tr, bare_tr.protocol.prepare(bare_step), SimpleNamespace(batch=BATCH))
+        step_cpu_bench.torch_only_step(bare_tr, bare_tr.protocol.prepare(bare_step), BATCH)
     assert not torch.equal(gmp_tr.stores[0].table, trainer().stores[0].table)  # the steps moved the rows
     assert torch.equal(gmp_tr.stores[0].table, bare_tr.stores[0].table)
     for a, b in zip(gmp_tr.model.parameters(), bare_tr.model.parameters()):

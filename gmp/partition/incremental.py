@@ -1084,19 +1084,19 @@ class _Refit(NamedTuple):
     need: int  # the start's moved rows: the re-fit's own budget
 
 
-def _choose(budget: int, steps: list[dict], path: _Toward,
-            refits: list[_Refit] = ()) -> tuple[str, int, int, int]:
-    """``(kind, reads, rows, which)`` of the candidate that reads least within ``budget`` (ties: fewer rows,
-    then the order of :data:`KINDS`, then of ``refits``; ``which``: the index into ``refits``, -1 for the other
-    kinds). A re-fit is a candidate wherever its start fits, whatever rows it ends up moving."""
+def _choose(budget: int, steps: list[dict], path: _Toward, refit: _Refit | None = None) -> tuple[str, int, int]:
+    """``(kind, reads, rows)`` of the candidate that reads least within ``budget`` (ties: fewer rows, then
+    the order of :data:`KINDS`). The re-fit is a candidate wherever its start fits, whatever rows it ends
+    up moving."""
     swept = min((s["batch_remote_reads"], s["rows"]) for s in steps if s["budget"] <= budget)
     reads, rows, _ = path.at(budget)
-    cands = [(swept[0], swept[1], 0, -1), (reads, rows, 1, -1)]
+    cands = [(swept[0], swept[1], 0), (reads, rows, 1)]
     if path.full_rows <= budget:
-        cands.append((path.full_reads, path.full_rows, 2, -1))
-    cands += [(r.reads, r.rows, 3, k) for k, r in enumerate(refits) if r.need <= budget]
-    r, rows, kind, which = min(cands)
-    return KINDS[kind], int(r), int(rows), int(which)
+        cands.append((path.full_reads, path.full_rows, 2))
+    if refit is not None and refit.need <= budget:
+        cands.append((refit.reads, refit.rows, 3))
+    r, rows, kind = min(cands)
+    return KINDS[kind], int(r), int(rows)
 
 
 def _refit(graph: BipartiteGraph, old: Placement, topology: Topology, goal: Placement, comp: _Compact,
@@ -1131,16 +1131,16 @@ def _refit(graph: BipartiteGraph, old: Placement, topology: Topology, goal: Plac
     return _Refit(result, reads, moved_rows(old, result, created=created).total, int(need))
 
 
-def _refits(graph: BipartiteGraph, old: Placement, topology: Topology, goal: Placement, comp: _Compact,
-            is_old: np.ndarray, path: _Toward, top: int, seed: int, options: Options) -> list[_Refit]:
-    """The re-fit (a list of one, or none where its start does not fit ``top`` rows) of one budget-independent
-    placement toward the target: every move of the ordered list, or the target itself where that list is
+def _refit_toward(graph: BipartiteGraph, old: Placement, topology: Topology, goal: Placement, comp: _Compact,
+                  is_old: np.ndarray, path: _Toward, top: int, seed: int, options: Options,
+                  created: np.ndarray) -> _Refit | None:
+    """The re-fit (None where its start does not fit ``top`` rows) of one budget-independent placement
+    toward the target: every move of the ordered list, or the target itself where that list is
     empty. The list's re-fit was the better start on every day measured (day 1 of the independent, mix and
     entity drifts: 0.945x, 0.986x, 0.974x of the full re-partition's reads; the target's re-fit 0.970x,
     0.996x, 0.996x); the target's covers the days where no move of the list reads less under the target's
     samples (its samples, not its rows, are then what is off). One re-fit, not both: each costs about half
     a full re-partition at 100k samples."""
-    created = comp.used_ids[~is_old & (comp.used_ids < old.num_embeddings)]
     if path.rows.size:
         prim, sec = path.prim.copy(), path.sec.copy()
         prim[path.rows], sec[path.rows] = path.gprim[path.rows], path.gsec[path.rows]
@@ -1148,15 +1148,15 @@ def _refits(graph: BipartiteGraph, old: Placement, topology: Topology, goal: Pla
     else:
         prim, sec, need = path.gprim, path.gsec, path.full_rows
     if need > top:
-        return []
-    return [_refit(graph, old, topology, goal, comp, is_old, prim, sec, need, seed, options, created)]
+        return None
+    return _refit(graph, old, topology, goal, comp, is_old, prim, sec, need, seed, options, created)
 
 
-def _refit_candidate(refits: list[_Refit], budget: int) -> dict:
-    """``info["candidates"]["refit"]``: the reads and rows of the best re-fit within ``budget``, None if none fits."""
-    fit = [(r.reads, r.rows) for r in refits if r.need <= budget]
-    best = min(fit) if fit else (None, None)
-    return {"batch_remote_reads": best[0], "rows": best[1], "fits": bool(fit)}
+def _refit_candidate(refit: _Refit | None, budget: int) -> dict:
+    """``info["candidates"]["refit"]``: the re-fit's reads and rows where it fits ``budget``, else None."""
+    fits = refit is not None and refit.need <= budget
+    return {"batch_remote_reads": refit.reads if fits else None, "rows": refit.rows if fits else None,
+            "fits": fits}
 
 
 def _with_target(graph: BipartiteGraph, old: Placement, topology: Topology, budget: int, seed: int, options: Options,
@@ -1189,7 +1189,8 @@ def _with_target(graph: BipartiteGraph, old: Placement, topology: Topology, budg
     goal = match_workers(old, goal, topology=topology, rows=used)
     path = _toward_path(graph, old, goal, comp, is_old, options, n)
     t_r = time.perf_counter()
-    refits = _refits(graph, old, topology, goal, comp, is_old, path, top, seed, options)
+    created = used[~is_old & (used < old.num_embeddings)]
+    refit = _refit_toward(graph, old, topology, goal, comp, is_old, path, top, seed, options, created)
     t_refit = time.perf_counter() - t_r
     t_target = time.perf_counter() - t0
     t1 = time.perf_counter()
@@ -1206,11 +1207,11 @@ def _with_target(graph: BipartiteGraph, old: Placement, topology: Topology, budg
     scored = swept.info["steps"]
     stages = swept.info.get("stages") or {}  # the one-pass plan: its pass (table, pass, rows)
     t_place = float(swept.info.get("place_seconds", sum(stages.values())))
-    kind, reads, rows, which = _choose(budget, scored, path, refits)
+    kind, reads, rows = _choose(budget, scored, path, refit)
     if kind == "sweep":
         result = swept
     elif kind == "refit":
-        result = replace(refits[which].placement, options=swept.options, info=dict(swept.info))
+        result = replace(refit.placement, options=swept.options, info=dict(swept.info))
     else:
         prim, sec = path.prim.copy(), path.sec.copy()
         take = path.rows[:path.at(budget)[2]] if kind == "target" else np.flatnonzero(is_old)
@@ -1230,7 +1231,7 @@ def _with_target(graph: BipartiteGraph, old: Placement, topology: Topology, budg
             "full": {"batch_remote_reads": path.full_reads, "rows": path.full_rows,
                      "fits": path.full_rows <= budget},
             # the best re-fit whose start fits the budget (None where none does)
-            "refit": _refit_candidate(refits, budget),
+            "refit": _refit_candidate(refit, budget),
         },
         "workers_renamed": renamed,
         "target_given": given,
@@ -1244,10 +1245,9 @@ def _with_target(graph: BipartiteGraph, old: Placement, topology: Topology, budg
         "sweep_steps": len(steps),
         "seconds": round(time.perf_counter() - t0, 4),
         "curve": [dict(zip(("percent", "budget", "kept", "batch_remote_reads", "rows"),
-                           (p, b, *_choose(b, scored, path, refits)[:3])))
+                           (p, b, *_choose(b, scored, path, refit))))
                   for p, b in sorted(points, key=lambda x: x[1])],
     })
-    created = used[~is_old & (used < old.num_embeddings)]
     moved = moved_rows(old, result, created=created)
     if moved.total > budget or (kind != "sweep" and moved.total != rows):  # the same moves counted twice
         raise PartitionError(f"incremental: the {kind} candidate moves {moved.total} rows, counted {rows}, budget "

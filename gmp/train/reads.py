@@ -103,7 +103,8 @@ def plan_install(ctx, ws: list[WorkerStep], clocks, need, *, check_secondaries: 
     """The reader's side of a :class:`ReadPlan` (its ``send_*`` left empty) from the primaries'
     clocks of its requests (``clocks[i][src]``) and which of them get a row (``need[i][src]``):
     where the received rows go, which secondaries they refresh, and phase 3's exchange of ids when
-    the inter-embedding check runs. Sets ``ws[i].true_clock`` (every row's primary clock)."""
+    the inter-embedding check runs. Sets ``ws[i].true_clock``: the primary clock of every requested
+    row, and of the worker's own primaries only where the inter-embedding check reads them (else -1)."""
     n = ctx.num_workers
     plan = ReadPlan([], [], [], [], [], [], [], [], [], refresh)
     flagged_all = []

@@ -180,7 +180,7 @@ class WorkerStep:
     req: np.ndarray | None = None  # indices into uniq of the rows requested, grouped by owner
     req_bounds: np.ndarray | None = None  # req[req_bounds[d]:req_bounds[d+1]] go to worker d
     req_clock: np.ndarray | None = None  # clock sent with each request (-1: not held)
-    true_clock: np.ndarray | None = None  # primary clock of every row of uniq
+    true_clock: np.ndarray | None = None  # primary clock of the rows of uniq it reads (reads.plan_install)
     rows: torch.Tensor | None = None  # [len(uniq), row_dim] values read
     grad: torch.Tensor | None = None  # their gradients
     #: as a primary: the ids each worker requested of this one this step (its pushes follow them, s < inf)
@@ -188,9 +188,11 @@ class WorkerStep:
     ready: Prepared = field(default_factory=Prepared)  # tensors made ahead of the step (prepare)
 
 
-# the numpy fields the settle stage and the step read on the host (gmp.train.device_ids, "The host arrays")
-for _cls, _names in ((WorkerStep, ("uniq", "inv", "slots", "is_primary", "is_secondary")),
-                     (Prepared, ("push_order", "push_bounds", "grad_slots"))):
+#: the numpy fields the settle stage and the step read on the host (gmp.train.device_ids, "The host arrays"):
+#: of WorkerStep (in its field order) and of Prepared
+STEP_HOST_FIELDS = ("uniq", "inv", "slots", "is_primary", "is_secondary")
+READY_HOST_FIELDS = ("push_order", "push_bounds", "grad_slots")
+for _cls, _names in ((WorkerStep, STEP_HOST_FIELDS), (Prepared, READY_HOST_FIELDS)):
     for _name in _names:
         setattr(_cls, _name, host_field(_name))
 del _cls, _names, _name
@@ -280,10 +282,9 @@ def prepare_on_device(ctx, li: int, samples: np.ndarray, *, training: bool = Tru
     copies of them."""
     copies = HostCopies(ctx.stores[li].device)
     ptr, ids, ready = prepare_tensors(ctx, li, samples, training=training)
-    ws = WorkerStep(samples, ptr, *(copies.add(ids[k]) for k in ("uniq", "inv", "slots", "is_primary",
-                                                                   "is_secondary")))
+    ws = WorkerStep(samples, ptr, *(copies.add(ids[k]) for k in STEP_HOST_FIELDS))
     for name, value in ready.items():
-        setattr(ws.ready, name, copies.add(value) if name in ("push_order", "push_bounds", "grad_slots") else value)
+        setattr(ws.ready, name, copies.add(value) if name in READY_HOST_FIELDS else value)
     copies.close()
     return ws
 
