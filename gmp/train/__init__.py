@@ -23,6 +23,7 @@ Who calls whom (imports point down; docs/train.md has the full diagram)::
     dense.py        DenseSync: dense all-reduce + optimizer step, the stop/non-finite control element
     evaluate.py  records.py (records, Counters)  steps.py (phases 1-6, PhaseClock)
       device_ids.py (the preparation's id work as torch operations: the torch id path, GMP_ID_PATH)
+      device_arrays.py (the run's fixed host arrays as tensors, made once per device: id matrix, maps, primaries)
       host_memory.py (a CPU run keeps a step's freed memory for the next step: GMP_KEEP_HOST_MEMORY)
       reads.py (phases 1-3: settle_reads right before a step, read_rows in it)
     config.py       TrainConfig (validated once)   consistency.py  Staleness: every rule that depends on s

@@ -22,6 +22,7 @@ from ..placement import Placement
 from .consistency import Staleness
 from .data import TrainData
 from .dense import DenseSync
+from .device_arrays import DeviceArrays
 from .records import Counters
 from .schedule import Schedule
 from .steps import PhaseClock
@@ -55,7 +56,7 @@ class StepContext:
     herald: Any = None  # the herald schedule's replica model (HeraldOptions), else None
     tiers: Any = None  # where the primaries live (TierOptions), None: on the device
     #: tensors of the run's fixed arrays made on first use, per device (:meth:`primary_tensor`)
-    device_arrays: dict = field(default_factory=dict, repr=False, compare=False)
+    device_arrays: DeviceArrays = field(default_factory=DeviceArrays, repr=False, compare=False)
 
     @property
     def num_workers(self) -> int:
@@ -68,10 +69,7 @@ class StepContext:
     def primary_tensor(self, device: torch.device) -> torch.Tensor:
         """``primary`` as a tensor on ``device`` (the torch id path's owner groups, :mod:`gmp.train.device_ids`):
         made once per device, shared with the array on the CPU."""
-        key = ("primary", torch.device(device))
-        if key not in self.device_arrays:  # a race makes the same tensor twice: harmless
-            self.device_arrays[key] = torch.from_numpy(np.ascontiguousarray(self.primary)).to(device)
-        return self.device_arrays[key]
+        return self.device_arrays.tensor("primary", self.primary, device)
 
     def count(self, li: int, name: str, value: int) -> None:
         """Add ``value`` to local worker ``li``'s counter ``name`` (while the engine counts)."""

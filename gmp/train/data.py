@@ -8,7 +8,6 @@ arrays' memory) and gathers a batch's ids with torch operations (:meth:`TrainDat
 from __future__ import annotations
 
 import threading
-import warnings
 from typing import NamedTuple
 
 import numba
@@ -17,6 +16,7 @@ import torch
 
 from ..errors import TrainingError
 from ..kernels.csr import gather_csr
+from .device_arrays import DeviceArrays, shared_tensor
 
 #: :meth:`TrainData.sample_kinds`: a sample with an id outside every field, one id per field in
 #: field order (its entries are its fields: nothing to pool), anything else
@@ -60,13 +60,6 @@ class Gathered(NamedTuple):
     dense: torch.Tensor | None
 
 
-def _shared(a: np.ndarray) -> torch.Tensor:
-    """A CPU tensor sharing ``a``'s memory (a read-only memory map too: the id path only reads it)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        return torch.from_numpy(np.asarray(a))
-
-
 class TrainData:
     """The arrays of a prepared dataset the trainer needs, loaded once."""
 
@@ -87,7 +80,7 @@ class TrainData:
         end = int(self.indptr[self.num_train])
         self.freq = np.bincount(self.indices[:end], minlength=self.num_embeddings).astype(np.int64)
         self._lock = threading.Lock()
-        self._tensors: dict = {}
+        self._device = DeviceArrays()
         self._kinds: np.ndarray | None = None
 
     def gather(self, samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -117,14 +110,11 @@ class TrainData:
         device: on a CUDA ``device`` when they take at most half its free memory, else the CPU tensors
         that share the arrays' memory (no copy)."""
         device = torch.device(device)
-        with self._lock:
-            if device not in self._tensors:
-                self._tensors[device] = self._make_tensors(device)
-            return self._tensors[device]
+        return self._device.get(("data", device), lambda: self._make_tensors(device))
 
     def _make_tensors(self, device: torch.device) -> DataTensors:
         arrays = (self.indptr, self.indices, self.labels, self.dense)
-        cpu = [None if a is None else _shared(a) for a in arrays]
+        cpu = [None if a is None else shared_tensor(a) for a in arrays]
         if device.type == "cuda":
             need = sum(a.nbytes for a in arrays if a is not None)
             if need <= torch.cuda.mem_get_info(device)[0] // 2:
@@ -133,12 +123,7 @@ class TrainData:
 
     def field_tensor(self, device: torch.device | str) -> torch.Tensor:
         """``field_of`` (each id's field, int64) as a tensor on ``device`` (made once; shared on the CPU)."""
-        device = torch.device(device)
-        key = ("field_of", device)
-        with self._lock:
-            if key not in self._tensors:
-                self._tensors[key] = _shared(self.field_of).to(device)
-            return self._tensors[key]
+        return self._device.tensor("field_of", self.field_of, device)
 
     def gather_tensor(self, samples: np.ndarray, device: torch.device | str) -> Gathered:
         """The batch of ``samples`` by torch operations, its tensors on ``device``: the ids (the same as
@@ -154,7 +139,7 @@ class TrainData:
         np.cumsum(lens, out=ptr[1:])
         t = self.tensors(device)
         here = t.device
-        s = _shared(samples) if here.type == "cpu" else samples_on(samples, here)
+        s = shared_tensor(samples) if here.type == "cpu" else samples_on(samples, here)
         starts = t.indptr.index_select(0, s).long()
         if one_hot:
             pos = (starts.unsqueeze(1) + torch.arange(self.num_fields, device=here)).reshape(-1)

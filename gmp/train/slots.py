@@ -4,12 +4,12 @@ Used by :mod:`gmp.train.store` (which re-exports them)."""
 
 from __future__ import annotations
 
-import threading
 
 import numpy as np
 import torch
 
 from ..placement import Placement
+from .device_arrays import DeviceArrays
 
 INIT_SCALE = 0.05
 _CHUNK_BITS = 16
@@ -69,8 +69,7 @@ class SlotMap:
             self._dense = None
             self._order = np.argsort(ids, kind="stable")
             self._sorted = ids[self._order]
-        self._lock = threading.Lock()
-        self._tensors: dict = {}  # device -> the map as tensors (lookup_tensor)
+        self._device = DeviceArrays()  # the map as tensors (lookup_tensor)
 
     def lookup(self, gids: np.ndarray) -> np.ndarray:
         gids = np.asarray(gids, dtype=np.int64)
@@ -102,11 +101,8 @@ class SlotMap:
         return torch.where(sorted_ids[pos] == gids, order[pos], -1)
 
     def _maps(self, device: torch.device) -> tuple[torch.Tensor, ...]:
-        with self._lock:
-            if device not in self._tensors:
-                arrays = (self._dense,) if self._dense is not None else (self._sorted, self._order)
-                self._tensors[device] = tuple(torch.from_numpy(a).to(device) for a in arrays)
-            return self._tensors[device]
+        names = ("dense",) if self._dense is not None else ("sorted", "order")
+        return tuple(self._device.tensor(n, getattr(self, f"_{n}"), device) for n in names)
 
     def dense(self) -> tuple[bool, np.ndarray | None]:
         """``(identity, dense map)``: slot = id, or the dense int32 array (-1 = not held), or
