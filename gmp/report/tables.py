@@ -440,7 +440,10 @@ def incremental_table(c: Mapping[str, Any]) -> Table:
 def curve_table(c: Mapping[str, Any]) -> Table | None:
     """Target mode's budget curve (``comparison.curve``, ``gmp partition --from-manifest --compare-full``):
     reads against rows moved at each budget of the ladder, and the candidate kept; None without one.
-    "vs full" is against the target's reads (the full re-partition of the same samples)."""
+    "vs full" is against the target's reads (the full re-partition of the same samples); "reads + moved" adds
+    the rows moved to one epoch's reads (the rows a day trained one epoch sends: on sparse days the full
+    re-partition pays in moves what it saves in reads, docs/incremental.md), and the last line is the full
+    re-partition itself (its rows moved after renaming its workers)."""
     curve = c.get("curve")
     if not curve:
         return None
@@ -450,8 +453,13 @@ def curve_table(c: Mapping[str, Any]) -> Table | None:
         label = f"{p['percent']:g}%" if p.get("percent") is not None else "this budget"
         ratio = f"{p['batch_remote_reads'] / ref:.3f}x" if ref else "-"  # a full re-partition that reads nothing
         rows.append([label, fmt_int(p["budget"]), fmt_int(p["batch_remote_reads"]), ratio, fmt_int(p["rows"]),
-                     str(p["kept"])])
-    return ["budget", "rows allowed", "batch_remote_reads", "vs full", "rows moved", "kept"], rows
+                     fmt_int(p["batch_remote_reads"] + p["rows"]), str(p["kept"])])
+    full_reads = (c.get("batch_remote_reads") or {}).get("full_repartition")
+    full_rows = (c.get("full_repartition_moved_rows") or {}).get("total")
+    if full_reads is not None and full_rows is not None:
+        rows.append(["full re-partition", "-", fmt_int(full_reads), f"{full_reads / ref:.3f}x" if ref else "-",
+                     fmt_int(full_rows), fmt_int(full_reads + full_rows), "-"])
+    return ["budget", "rows allowed", "batch_remote_reads", "vs full", "rows moved", "reads + moved", "kept"], rows
 
 
 #: the title of :func:`curve_table` wherever it is shown
