@@ -256,6 +256,14 @@ def test_cli_compare_full_prints_the_curve_and_target_none_is_recorded(tmp_path)
     assert sec["target_full_repartition"] + sec["target_moves"] + sec["target_refit"] == pytest.approx(
         sec["target"], abs=3e-4)
     assert f"chain of {len(curve)} steps" in res.output
+    # the line under the curve names the budgets that read least and that send least in one epoch
+    read = min(curve, key=lambda p: (p["batch_remote_reads"], p["budget"]))
+    sent = min(curve, key=lambda p: (p["batch_remote_reads"] + p["rows"], p["budget"]))
+    full_sent = c["batch_remote_reads"]["full_repartition"] + c["full_repartition_moved_rows"]["total"]
+    sent_text = (f"{sent['percent']:g}% ({sent['batch_remote_reads'] + sent['rows']:,} rows)"
+                 if sent["batch_remote_reads"] + sent["rows"] <= full_sent else f"the full re-partition ({full_sent:,} rows)")
+    assert (f"least read: {read['percent']:g}% ({read['batch_remote_reads']:,}); least sent by a day trained one epoch "
+            f"(reads + rows moved): {sent_text}") in " ".join(res.output.split())
     # the report's markdown shows the same curve, one line per budget of the ladder
     md = (tmp_path / "p1" / "report.md").read_text()
     assert "Reads against rows moved by budget" in md
