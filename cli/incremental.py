@@ -51,7 +51,7 @@ def _print_target(c: dict[str, Any]) -> None:
     the curve (``--compare-full``)."""
     from rich.table import Table
 
-    from gmp.report.tables import CURVE_TITLE, curve_table
+    from gmp.report.tables import CURVE_TITLE, curve_choice, curve_table
 
     w = c.get("window")
     if w:
@@ -86,23 +86,5 @@ def _print_target(c: dict[str, Any]) -> None:
     for row in rows:
         t.add_row(*row)
     console().print(t)
-    typer.echo(_least_sent(c))
+    typer.echo(curve_choice(c))
 
-
-def _least_sent(c: dict[str, Any]) -> str:
-    """The curve's budget that reads least and the one whose reads plus rows moved are least (what a day
-    trained one epoch sends), the smaller budget on a tie; the full re-partition where it sends less."""
-    def label(p):
-        return f"{p['percent']:g}%" if p.get("percent") is not None else f"this budget ({p['budget']:,} rows)"
-
-    curve = c["curve"]
-    read = min(curve, key=lambda p: (p["batch_remote_reads"], p["budget"]))
-    sent = min(curve, key=lambda p: (p["batch_remote_reads"] + p["rows"], p["budget"]))
-    total = sent["batch_remote_reads"] + sent["rows"]
-    name = label(sent)
-    full_reads = (c.get("batch_remote_reads") or {}).get("full_repartition")
-    full_rows = (c.get("full_repartition_moved_rows") or {}).get("total")
-    if full_reads is not None and full_rows is not None and full_reads + full_rows < total:
-        name, total = "the full re-partition", full_reads + full_rows
-    return (f"least read: {label(read)} ({read['batch_remote_reads']:,}); least sent by a day trained one "
-            f"epoch (reads + rows moved): {name} ({total:,} rows)")

@@ -271,6 +271,7 @@ def test_cli_compare_full_prints_the_curve_and_target_none_is_recorded(tmp_path)
         assert f"| {p['percent']:g}% | {p['budget']:,} | {p['batch_remote_reads']:,} |" in md
         # one epoch's reads plus the rows moved, the sum of the line's own two columns
         assert f"| {p['rows']:,} | {p['batch_remote_reads'] + p['rows']:,} | {p['kept']} |" in md
+    assert f"least read: {read['percent']:g}% ({read['batch_remote_reads']:,}); least sent" in md  # the same line
     full_reads, full_rows = c["batch_remote_reads"]["full_repartition"], c["full_repartition_moved_rows"]["total"]
     assert (f"| full re-partition | - | {full_reads:,} | 1.000x | {full_rows:,} | {full_reads + full_rows:,} | - |"
             in md)

@@ -67,7 +67,7 @@ def render_html(report: Mapping[str, Any], *, images: Sequence[Path] = (),
         curve = tables.curve_table(inc)
         if curve:
             parts += [f"<p class='note'>{html.escape(tables.CURVE_TITLE[0].upper() + tables.CURVE_TITLE[1:])}:</p>",
-                      html_table(curve)]
+                      html_table(curve), f"<p class='note'>{html.escape(tables.curve_choice(inc))}.</p>"]
     rounds = tables.convergence_with_final(report)
     if rounds:
         parts += ["<h2>Convergence (per round)</h2>", f"<p class='note'>{html.escape(CONVERGENCE_NOTE)}</p>",

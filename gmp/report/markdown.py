@@ -53,7 +53,8 @@ def render_markdown(report: Mapping[str, Any], *, images: Sequence[str] = (),
                   md_table(tables.incremental_table(inc)), ""]
         curve = tables.curve_table(inc)
         if curve:
-            parts += [tables.CURVE_TITLE[0].upper() + tables.CURVE_TITLE[1:] + ":", "", md_table(curve), ""]
+            parts += [tables.CURVE_TITLE[0].upper() + tables.CURVE_TITLE[1:] + ":", "", md_table(curve), "",
+                      tables.curve_choice(inc) + ".", ""]
     rounds = tables.convergence_with_final(report)
     if rounds:
         parts += ["## Convergence (per round)", "", CONVERGENCE_NOTE, "", md_table(tables.convergence_table(rounds)), ""]

@@ -462,6 +462,26 @@ def curve_table(c: Mapping[str, Any]) -> Table | None:
     return ["budget", "rows allowed", "batch_remote_reads", "vs full", "rows moved", "reads + moved", "kept"], rows
 
 
+def curve_choice(c: Mapping[str, Any]) -> str:
+    """The line under :func:`curve_table`: the curve's budget that reads least and the one whose reads plus
+    rows moved are least (what a day trained one epoch sends), the smaller budget on a tie; the full
+    re-partition where it sends less."""
+    def label(p):
+        return f"{p['percent']:g}%" if p.get("percent") is not None else f"this budget ({p['budget']:,} rows)"
+
+    curve = c["curve"]
+    read = min(curve, key=lambda p: (p["batch_remote_reads"], p["budget"]))
+    sent = min(curve, key=lambda p: (p["batch_remote_reads"] + p["rows"], p["budget"]))
+    total = sent["batch_remote_reads"] + sent["rows"]
+    name = label(sent)
+    full_reads = (c.get("batch_remote_reads") or {}).get("full_repartition")
+    full_rows = (c.get("full_repartition_moved_rows") or {}).get("total")
+    if full_reads is not None and full_rows is not None and full_reads + full_rows < total:
+        name, total = "the full re-partition", full_reads + full_rows
+    return (f"least read: {label(read)} ({read['batch_remote_reads']:,}); least sent by a day trained one "
+            f"epoch (reads + rows moved): {name} ({total:,} rows)")
+
+
 #: the title of :func:`curve_table` wherever it is shown
 CURVE_TITLE = "reads against rows moved by budget (one full re-partition run)"
 
