@@ -87,4 +87,3 @@ def _print_target(c: dict[str, Any]) -> None:
         t.add_row(*row)
     console().print(t)
     typer.echo(curve_choice(c))
-

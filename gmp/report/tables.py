@@ -450,15 +450,14 @@ def curve_table(c: Mapping[str, Any]) -> Table | None:
     ref = ((c.get("candidates") or {}).get("full") or {}).get("batch_remote_reads")
     rows = []
     for p in curve:
-        label = f"{p['percent']:g}%" if p.get("percent") is not None else "this budget"
         ratio = f"{p['batch_remote_reads'] / ref:.3f}x" if ref else "-"  # a full re-partition that reads nothing
-        rows.append([label, fmt_int(p["budget"]), fmt_int(p["batch_remote_reads"]), ratio, fmt_int(p["rows"]),
-                     fmt_int(p["batch_remote_reads"] + p["rows"]), str(p["kept"])])
-    full_reads = (c.get("batch_remote_reads") or {}).get("full_repartition")
-    full_rows = (c.get("full_repartition_moved_rows") or {}).get("total")
-    if full_reads is not None and full_rows is not None:
-        rows.append(["full re-partition", "-", fmt_int(full_reads), f"{full_reads / ref:.3f}x" if ref else "-",
-                     fmt_int(full_rows), fmt_int(full_reads + full_rows), "-"])
+        rows.append([_budget_label(p), fmt_int(p["budget"]), fmt_int(p["batch_remote_reads"]), ratio,
+                     fmt_int(p["rows"]), fmt_int(p["batch_remote_reads"] + p["rows"]), str(p["kept"])])
+    full = _full_line(c)
+    if full is not None:
+        reads, moved = full
+        rows.append(["full re-partition", "-", fmt_int(reads), f"{reads / ref:.3f}x" if ref else "-",
+                     fmt_int(moved), fmt_int(reads + moved), "-"])
     return ["budget", "rows allowed", "batch_remote_reads", "vs full", "rows moved", "reads + moved", "kept"], rows
 
 
@@ -466,20 +465,30 @@ def curve_choice(c: Mapping[str, Any]) -> str:
     """The line under :func:`curve_table`: the curve's budget that reads least and the one whose reads plus
     rows moved are least (what a day trained one epoch sends), the smaller budget on a tie; the full
     re-partition where it sends less."""
-    def label(p):
-        return f"{p['percent']:g}%" if p.get("percent") is not None else f"this budget ({p['budget']:,} rows)"
-
     curve = c["curve"]
     read = min(curve, key=lambda p: (p["batch_remote_reads"], p["budget"]))
     sent = min(curve, key=lambda p: (p["batch_remote_reads"] + p["rows"], p["budget"]))
     total = sent["batch_remote_reads"] + sent["rows"]
-    name = label(sent)
-    full_reads = (c.get("batch_remote_reads") or {}).get("full_repartition")
-    full_rows = (c.get("full_repartition_moved_rows") or {}).get("total")
-    if full_reads is not None and full_rows is not None and full_reads + full_rows < total:
-        name, total = "the full re-partition", full_reads + full_rows
-    return (f"least read: {label(read)} ({read['batch_remote_reads']:,}); least sent by a day trained one "
-            f"epoch (reads + rows moved): {name} ({total:,} rows)")
+    name = _budget_label(sent, rows=True)
+    full = _full_line(c)
+    if full is not None and sum(full) < total:
+        name, total = "the full re-partition", sum(full)
+    return (f"least read: {_budget_label(read, rows=True)} ({read['batch_remote_reads']:,}); least sent by a day "
+            f"trained one epoch (reads + rows moved): {name} ({total:,} rows)")
+
+
+def _budget_label(p: Mapping[str, Any], *, rows: bool = False) -> str:
+    """A curve point's budget: its percent of the used rows, or "this budget" (off the ladder)."""
+    if p.get("percent") is not None:
+        return f"{p['percent']:g}%"
+    return f"this budget ({p['budget']:,} rows)" if rows else "this budget"
+
+
+def _full_line(c: Mapping[str, Any]) -> tuple[int, int] | None:
+    """``(reads, rows moved)`` of the comparison's full re-partition, None where it was not run."""
+    reads = (c.get("batch_remote_reads") or {}).get("full_repartition")
+    moved = (c.get("full_repartition_moved_rows") or {}).get("total")
+    return None if reads is None or moved is None else (int(reads), int(moved))
 
 
 #: the title of :func:`curve_table` wherever it is shown

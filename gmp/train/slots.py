@@ -4,7 +4,6 @@ Used by :mod:`gmp.train.store` (which re-exports them)."""
 
 from __future__ import annotations
 
-
 import numpy as np
 import torch
 
@@ -101,8 +100,8 @@ class SlotMap:
         return torch.where(sorted_ids[pos] == gids, order[pos], -1)
 
     def _maps(self, device: torch.device) -> tuple[torch.Tensor, ...]:
-        names = ("dense",) if self._dense is not None else ("sorted", "order")
-        return tuple(self._device.tensor(n, getattr(self, f"_{n}"), device) for n in names)
+        arrays = {"dense": self._dense} if self._dense is not None else {"sorted": self._sorted, "order": self._order}
+        return tuple(self._device.tensor(name, a, device) for name, a in arrays.items())
 
     def dense(self) -> tuple[bool, np.ndarray | None]:
         """``(identity, dense map)``: slot = id, or the dense int32 array (-1 = not held), or
