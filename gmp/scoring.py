@@ -12,15 +12,26 @@ def roc_auc(labels, scores) -> float:
     >>> roc_auc([0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8])
     0.75
     """
-    from scipy.stats import rankdata
-
     labels = np.asarray(labels) > 0.5
     num_pos = int(labels.sum())
     num_neg = labels.size - num_pos
-    if num_pos == 0 or num_neg == 0:
+    scores = np.asarray(scores, dtype=np.float64)
+    if num_pos == 0 or num_neg == 0 or np.isnan(scores).any():
         return float("nan")
-    ranks = rankdata(np.asarray(scores, dtype=np.float64))
+    ranks = average_ranks(scores)
     return float((ranks[labels].sum() - num_pos * (num_pos + 1) / 2.0) / (num_pos * num_neg))
+
+
+def average_ranks(values: np.ndarray) -> np.ndarray:
+    """float64 ranks 1..n of ``values``, each tie group at its mean rank (scipy.stats.rankdata's
+    "average", value for value, without importing scipy.stats: 1-2 s of every evaluating process's start).
+
+    >>> average_ranks(np.array([0.3, 0.1, 0.3, 0.2])).tolist()
+    [3.5, 1.0, 3.5, 2.0]
+    """
+    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    last = np.cumsum(counts)  # the rank of each group's last member
+    return (last - (counts - 1) / 2.0)[inverse.reshape(-1)]
 
 
 def logloss_from_logits(labels, logits) -> float:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -12,6 +16,8 @@ from gmp.errors import PlacementError
 from gmp.graph import BipartiteGraph
 from gmp.placement import Placement
 from gmp.topology import Topology, homogeneous
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # --------------------------------------------------------------------------- the hand-built case
 # 9 samples over 7 embedding ids; id 6 never occurs (degree 0, must count nowhere).
@@ -390,3 +396,33 @@ def test_reference_values_are_cached_per_settings(graph, topo, edge_cut, with_se
     m = M.compute_metrics(graph, with_secondaries, topo, batch_size=3, reference=edge_cut)
     assert sum(c is edge_cut for c in calls) == 3  # another batch size: recomputed
     assert m["reference"]["batch_remote_reads"] == 9
+
+
+# -- scoring: ROC AUC's ranks without scipy.stats -----------------------------------------
+
+
+def test_average_ranks_equal_scipys_rankdata_and_auc_sklearns():
+    """Tie groups at their mean rank, value for value as scipy.stats.rankdata("average"); roc_auc equals
+    sklearn's on tied and untied scores, and is nan with one class or a nan score."""
+    from scipy.stats import rankdata
+    from sklearn.metrics import roc_auc_score
+
+    from gmp.scoring import average_ranks, roc_auc
+
+    rng = np.random.default_rng(7)
+    for t in range(200):
+        n = int(rng.integers(2, 400))
+        x = rng.integers(0, 1 + t % 9, n) / 3.0 if t % 2 else rng.random(n)
+        assert np.array_equal(average_ranks(x), rankdata(x)), t
+        y = rng.random(n) < 0.3
+        if 0 < y.sum() < n:
+            assert roc_auc(y, x) == pytest.approx(roc_auc_score(y, x), abs=1e-12), t
+    assert np.isnan(roc_auc([1, 1], [0.2, 0.3])) and np.isnan(roc_auc([0, 1], [np.nan, 0.3]))
+
+
+def test_scoring_does_not_import_scipy_stats():
+    """An evaluating process (every rank of gmp train) no longer pays scipy.stats' import (1-2 s)."""
+    code = ("import sys; from gmp.scoring import roc_auc; roc_auc([0, 1, 1], [0.1, 0.5, 0.5]); "
+            "assert 'scipy.stats' not in sys.modules, 'scipy.stats imported'")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-2000:]
