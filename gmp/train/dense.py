@@ -13,16 +13,103 @@ waits for the device (issue 33).
 
 from __future__ import annotations
 
+import copy
+from typing import Any
+
 import torch
 
 from ..comm.base import CommEngine
 from .steps import PhaseClock
 
+#: torch.optim's param_group keys for the two optimizers, in its order (its state_dict, key for key)
+_GROUP_DEFAULTS = {
+    "sgd": {"momentum": 0, "dampening": 0, "weight_decay": 0, "nesterov": False, "maximize": False,
+            "foreach": None, "differentiable": False, "fused": None},
+    "adagrad": {"lr_decay": 0, "eps": 1e-10, "weight_decay": 0, "initial_accumulator_value": 0, "foreach": None,
+                "maximize": False, "differentiable": False, "fused": None},
+}
+
+
+class DenseOptimizer:
+    """SGD or Adagrad on the dense model's parameters: torch.optim's update and its state_dict, without
+    torch.optim, whose constructor and step import torch._dynamo (2-3 s of CPU at the start of every
+    process of ``gmp train``, a third of a small run's).
+
+    The update is torch.optim's single-tensor one, the one it runs on CPU, operation for operation (so a
+    run's numbers are those of torch.optim there): SGD ``p.add_(g, alpha=-lr)``; Adagrad
+    ``step += 1; h.addcmul_(g, g); p.addcdiv_(g, h.sqrt().add_(eps), value=-lr)`` (no lr decay, no weight
+    decay). On CUDA torch.optim would take its multi-tensor kernels (the same formula, rounded
+    differently in the last bit); this runs the single-tensor one on every device. :meth:`state_dict` and
+    :meth:`load_state_dict` keep torch.optim's layout (``state``: per parameter index ``step`` and ``sum``
+    for Adagrad, nothing for SGD; ``param_groups``: its keys), so checkpoints written before read as before
+    and the other way round. ``param_groups[0]["lr"]`` is the learning rate a step uses.
+    """
+
+    def __init__(self, params: list[torch.nn.Parameter], kind: str, *, lr: float) -> None:
+        if kind not in _GROUP_DEFAULTS:
+            raise ValueError(f"kind must be one of {sorted(_GROUP_DEFAULTS)}, got {kind!r}")
+        self.kind = kind
+        self.params = list(params)
+        self.param_groups = [{"lr": lr, **_GROUP_DEFAULTS[kind], "params": self.params}]
+        self.state: dict[int, dict[str, torch.Tensor]] = {}
+        if kind == "adagrad":  # as torch.optim.Adagrad's constructor: a float32 step on the host, sums of 0
+            self.state = {i: {"step": torch.tensor(0.0), "sum": torch.zeros_like(p, memory_format=torch.preserve_format)}
+                          for i, p in enumerate(self.params)}
+
+    def zero_grad(self, set_to_none: bool = False) -> None:
+        for p in self.params:
+            if p.grad is None:
+                continue
+            if set_to_none:
+                p.grad = None
+                continue
+            if p.grad.grad_fn is not None:
+                p.grad.detach_()
+            else:
+                p.grad.requires_grad_(False)
+            p.grad.zero_()
+
+    @torch.no_grad()
+    def step(self) -> None:
+        lr = float(self.param_groups[0]["lr"])
+        for i, p in enumerate(self.params):
+            if p.grad is None:
+                continue
+            if self.kind == "sgd":
+                p.add_(p.grad, alpha=-lr)
+                continue
+            state = self.state[i]
+            state["step"] += 1
+            state["sum"].addcmul_(p.grad, p.grad, value=1)
+            p.addcdiv_(p.grad, state["sum"].sqrt().add_(float(self.param_groups[0]["eps"])), value=-lr)
+
+    def state_dict(self) -> dict[str, Any]:
+        """torch.optim's layout: the state's tensors themselves (not copies), the group's keys, the
+        parameters by index."""
+        group = {k: v for k, v in self.param_groups[0].items() if k != "params"}
+        return {"state": {i: dict(s) for i, s in self.state.items()},
+                "param_groups": [{**group, "params": list(range(len(self.params)))}]}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """A :meth:`state_dict` (or torch.optim's, of the same optimizer) of the same parameters: the state
+        copied onto each parameter's device and dtype (``step`` kept as saved), the group's values taken."""
+        groups = state_dict["param_groups"]
+        if len(groups) != 1 or len(groups[0]["params"]) != len(self.params):
+            raise ValueError("loaded state dict has a different number of parameter groups or parameters")
+        state = copy.deepcopy(state_dict["state"])
+        if self.kind == "adagrad":
+            new = {}
+            for i, p in enumerate(self.params):
+                saved = state[groups[0]["params"][i]]
+                new[i] = {"step": saved["step"], "sum": saved["sum"].to(dtype=p.dtype, device=p.device)}
+            self.state = new
+        self.param_groups[0].update({k: v for k, v in groups[0].items() if k != "params"})
+
 
 class DenseSync:
     """The dense model, its optimizer and the all-reduce of its gradients (see the module docstring)."""
 
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, engine: CommEngine,
+    def __init__(self, model: torch.nn.Module, optimizer: DenseOptimizer, engine: CommEngine,
                  phase: PhaseClock, *, dtype: torch.dtype, comm_dtype: torch.dtype) -> None:
         self.model = model
         self.optimizer = optimizer

@@ -63,7 +63,7 @@ from ..placement import Placement
 from .config import TrainConfig
 from .context import StepContext
 from .data import TrainData
-from .dense import DenseSync
+from .dense import DenseOptimizer, DenseSync
 from .evaluate import evaluate
 from .models import make_model
 from .records import Counters, make_record
@@ -108,11 +108,7 @@ class Trainer:
                                       tiers=config.tiers)
                        for w in engine.local_workers]
         self._check_memory_plan()
-        params = list(self.model.parameters())
-        if config.optimizer == "sgd":
-            self.dense_opt = torch.optim.SGD(params, lr=config.lr)
-        else:
-            self.dense_opt = torch.optim.Adagrad(params, lr=config.lr, eps=1e-10)
+        self.dense_opt = DenseOptimizer(list(self.model.parameters()), config.optimizer, lr=config.lr)
         self.dense = DenseSync(self.model, self.dense_opt, engine, self.phase, dtype=self.dtype,
                                comm_dtype=config.comm_torch_dtype)
         if schedule is None:
