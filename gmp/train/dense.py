@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from ..comm.base import CommEngine
+from ..errors import TrainingError
 from .steps import PhaseClock
 
 #: torch.optim's param_group keys for the two optimizers, in its order (its state_dict, key for key)
@@ -51,14 +52,15 @@ class DenseOptimizer:
     def __init__(self, params: list[torch.nn.Parameter], kind: str, *, lr: float,
                  foreach: bool | None = None) -> None:
         if kind not in _GROUP_DEFAULTS:
-            raise ValueError(f"kind must be one of {sorted(_GROUP_DEFAULTS)}, got {kind!r}")
+            raise TrainingError(f"optimizer must be one of {sorted(_GROUP_DEFAULTS)}, got {kind!r}.")
         self.kind = kind
         self.params = list(params)
         self.foreach = all(p.device.type == "cuda" for p in self.params) if foreach is None else foreach
         self.param_groups = [{"lr": lr, **_GROUP_DEFAULTS[kind], "params": self.params}]
         self.state: dict[int, dict[str, torch.Tensor]] = {}
         if kind == "adagrad":  # as torch.optim.Adagrad's constructor: a float32 step on the host, sums of 0
-            self.state = {i: {"step": torch.tensor(0.0), "sum": torch.zeros_like(p, memory_format=torch.preserve_format)}
+            self.state = {i: {"step": torch.tensor(0.0),
+                              "sum": torch.zeros_like(p, memory_format=torch.preserve_format)}
                           for i, p in enumerate(self.params)}
 
     def zero_grad(self, set_to_none: bool = False) -> None:
@@ -122,7 +124,9 @@ class DenseOptimizer:
         copied onto each parameter's device and dtype (``step`` kept as saved), the group's values taken."""
         groups = state_dict["param_groups"]
         if len(groups) != 1 or len(groups[0]["params"]) != len(self.params):
-            raise ValueError("loaded state dict has a different number of parameter groups or parameters")
+            raise TrainingError(f"the dense optimizer's saved state has {sum(len(g['params']) for g in groups)} "
+                                f"parameters in {len(groups)} group(s); this model has {len(self.params)} in 1: "
+                                "a checkpoint of another model; resume with the flags it was written with.")
         state = copy.deepcopy(state_dict["state"])
         if self.kind == "adagrad":
             new = {}
