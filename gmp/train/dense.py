@@ -36,26 +36,23 @@ class DenseOptimizer:
     torch.optim, whose constructor and step import torch._dynamo (2-3 s of CPU at the start of every
     process of ``gmp train``, a third of a small run's).
 
-    The update is torch.optim's, operation for operation, so a run's numbers are those of torch.optim
-    (no lr decay, no weight decay, no momentum). On CPU its single-tensor one: SGD ``p.add_(g,
-    alpha=-lr)``; Adagrad ``step += 1; h.addcmul_(g, g); p.addcdiv_(g, h.sqrt().add_(eps), value=-lr)``.
-    Where every parameter is on CUDA, its multi-tensor one (what torch.optim picks there by default: a few
-    kernels for all the parameters, not a few per parameter): SGD ``_foreach_add_(p, g, alpha=-lr)``;
-    Adagrad ``_foreach_addcmul_(h, g, g)``, ``std = _foreach_sqrt(h) + eps``, ``_foreach_addcdiv_(p,
-    _foreach_mul(g, -lr), std)``, which rounds differently from the single-tensor one in the last bit.
-    ``foreach`` forces either (tests). :meth:`state_dict` and :meth:`load_state_dict` keep torch.optim's
-    layout (``state``: per parameter index ``step`` and ``sum`` for Adagrad, nothing for SGD;
+    The update is torch.optim's single-tensor one, the one it runs on CPU, operation for operation (so a
+    run's numbers on CPU are those of torch.optim): SGD ``p.add_(g, alpha=-lr)``; Adagrad ``step += 1;
+    h.addcmul_(g, g); p.addcdiv_(g, h.sqrt().add_(eps), value=-lr)`` (no lr decay, no weight decay, no
+    momentum). On CUDA torch.optim took its multi-tensor kernels instead (``torch._foreach_*``, the same
+    formula rounded differently in the last bit, a few launches for all the parameters); this runs the
+    single-tensor step there too, 4 launches a parameter (28-48 a step for the three models), rather than
+    call torch's private ``_foreach`` functions. :meth:`state_dict` and :meth:`load_state_dict` keep
+    torch.optim's layout (``state``: per parameter index ``step`` and ``sum`` for Adagrad, nothing for SGD;
     ``param_groups``: its keys), so checkpoints written before read as before and the other way round.
     ``param_groups[0]["lr"]`` is the learning rate a step uses.
     """
 
-    def __init__(self, params: list[torch.nn.Parameter], kind: str, *, lr: float,
-                 foreach: bool | None = None) -> None:
+    def __init__(self, params: list[torch.nn.Parameter], kind: str, *, lr: float) -> None:
         if kind not in _GROUP_DEFAULTS:
             raise TrainingError(f"optimizer must be one of {sorted(_GROUP_DEFAULTS)}, got {kind!r}.")
         self.kind = kind
         self.params = list(params)
-        self.foreach = all(p.device.type == "cuda" for p in self.params) if foreach is None else foreach
         self.param_groups = [{"lr": lr, **_GROUP_DEFAULTS[kind], "params": self.params}]
         self.state: dict[int, dict[str, torch.Tensor]] = {}
         if kind == "adagrad":  # as torch.optim.Adagrad's constructor: a float32 step on the host, sums of 0
@@ -79,9 +76,6 @@ class DenseOptimizer:
     @torch.no_grad()
     def step(self) -> None:
         lr = float(self.param_groups[0]["lr"])
-        if self.foreach:
-            self._step_foreach(lr)
-            return
         for i, p in enumerate(self.params):
             if p.grad is None:
                 continue
@@ -92,25 +86,6 @@ class DenseOptimizer:
             state["step"] += 1
             state["sum"].addcmul_(p.grad, p.grad, value=1)
             p.addcdiv_(p.grad, state["sum"].sqrt().add_(float(self.param_groups[0]["eps"])), value=-lr)
-
-    def _step_foreach(self, lr: float) -> None:
-        """torch.optim's multi-tensor step, per (device, dtype) group of parameters with a gradient."""
-        groups: dict[tuple, list[int]] = {}
-        for i, p in enumerate(self.params):
-            if p.grad is not None:
-                groups.setdefault((p.device, p.dtype), []).append(i)
-        for index in groups.values():
-            params = [self.params[i] for i in index]
-            grads = [p.grad for p in params]
-            if self.kind == "sgd":
-                torch._foreach_add_(params, grads, alpha=-lr)
-                continue
-            sums = [self.state[i]["sum"] for i in index]
-            torch._foreach_add_([self.state[i]["step"] for i in index], torch.tensor(1.0), alpha=1.0)
-            torch._foreach_addcmul_(sums, grads, grads, value=1)
-            std = torch._foreach_sqrt(sums)
-            torch._foreach_add_(std, float(self.param_groups[0]["eps"]))
-            torch._foreach_addcdiv_(params, torch._foreach_mul(grads, [-lr] * len(grads)), std)
 
     def state_dict(self) -> dict[str, Any]:
         """torch.optim's layout: the state's tensors themselves (not copies), the group's keys, the
