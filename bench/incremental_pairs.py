@@ -41,6 +41,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -51,7 +53,24 @@ from gmp.partition import incremental as I  # noqa: E402
 from gmp.partition import run_partitioner  # noqa: E402
 from gmp.partition.incremental import (Options, match_workers, moved_rows, place_and_repartition,  # noqa: E402
                                        repartition_incremental)
+from gmp.placement import Placement  # noqa: E402
 from gmp.topology import resolve_topology  # noqa: E402
+
+
+def undo_moves(old: Placement, placement: Placement) -> Placement:
+    """``placement`` with every id of ``old`` (below ``old.num_embeddings``) placed as in ``old``: primary and
+    secondaries; the samples and the newer ids as in ``placement``. What the bound undoes: for every row the
+    day reads, its remote pairs grow by at most its count in ``moved_rows(old, placement)`` (a holder of
+    ``placement`` that ``old`` lacks is a moved primary or a new secondary; tests/test_incremental_pairs.py)."""
+    m_old, m = old.num_embeddings, placement.num_embeddings
+    primary = np.asarray(placement.embedding_primary, dtype=np.int32).copy()
+    primary[:m_old] = np.asarray(old.embedding_primary)[:m_old]
+    oip, ow = np.asarray(old.secondary_indptr), np.asarray(old.secondary_workers)
+    pip, pw = np.asarray(placement.secondary_indptr), np.asarray(placement.secondary_workers)
+    counts = np.concatenate([np.diff(oip)[:m_old], np.diff(pip)[m_old:m]])
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    workers = np.concatenate([ow[:oip[m_old]], pw[pip[m_old]:pip[m]]]).astype(np.int32)
+    return Placement.edge_cut(placement.num_workers, placement.sample_worker, primary).with_secondaries(indptr, workers)
 
 
 def main(argv=None) -> None:
@@ -84,6 +103,9 @@ def main(argv=None) -> None:
 
     def line(name, p, kept_pairs=None):
         b, c, m = batch_remote_reads(g, p, bs), epoch_unique_remote(g, p), moved_rows(old, p).total
+        undone = epoch_unique_remote(g, undo_moves(old, p))
+        if undone > c + moved_rows(old, p, rows=used).total:  # the bound's step, checked on every line
+            raise SystemExit(f"{name}: undoing its moves added {undone - c:,} pairs, more than its moved rows")
         per = f"{(kept_pairs - c) / m:.2f}" if kept_pairs is not None and m else ""
         print(f"| {name} | {m:,} | {b:,} | {b / full_reads:.3f} | {c:,} | {c / full_pairs:.3f} | {b / c:.3f} | {per} |",
               flush=True)
