@@ -235,6 +235,29 @@ def add_day_arguments(ap: argparse.ArgumentParser, *, preset: str = "criteo-kagg
     ap.add_argument("--seed", type=int, default=0)
 
 
+def add_one_day_arguments(ap: argparse.ArgumentParser, *, budgets: str) -> None:
+    """The options of a bench that measures one synthetic day against its previous day's placement
+    (:func:`one_day`: incremental_oracle.py, incremental_pairs.py)."""
+    add_day_arguments(ap, preset="criteo-kaggle-independent")
+    ap.add_argument("--source", choices=("synth", "mix"), default="synth")
+    ap.add_argument("--mix", type=float, default=0.2)
+    ap.add_argument("--day", type=int, default=1, help="The day measured (its previous day is the old one).")
+    ap.add_argument("--budgets", default=budgets, help="Percent of the day's used rows.")
+
+
+def one_day(args):
+    """``(graph, old, full, topology, full_cpu_seconds)`` of day ``args.day``: its graph, ``hybrid`` on the
+    previous day (seed ``args.seed``) and ``hybrid`` on the day (seed ``args.seed + day``, its CPU seconds)."""
+    args.days = args.day + 1
+    graphs = mix_days(args)[0] if args.source == "mix" else synth_days(args)
+    topo = resolve_topology(args.workers, None, None)
+    options = {"batch_size": args.batch_size}
+    old = run_partitioner("hybrid", graphs[args.day - 1], topo, seed=args.seed, options=options)
+    t = time.process_time()
+    full = run_partitioner("hybrid", graphs[args.day], topo, seed=args.seed + args.day, options=options)
+    return graphs[args.day], old, full, topo, time.process_time() - t
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--source", choices=("synth", "mix", "movielens"), default="synth")

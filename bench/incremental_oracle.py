@@ -54,11 +54,9 @@ from gmp.metrics import batch_remote_reads  # noqa: E402
 from gmp.partition import _incremental_kernels as K  # noqa: E402
 from gmp.partition import hybrid as H  # noqa: E402
 from gmp.partition import incremental as I  # noqa: E402
-from gmp.partition import run_partitioner  # noqa: E402
 from gmp.partition._objective import Options as HybridOptions  # noqa: E402
 from gmp.partition.incremental import (Options, match_workers, moved_rows, place_and_repartition,  # noqa: E402
                                        repartition_incremental)
-from gmp.topology import resolve_topology  # noqa: E402
 
 RANKINGS = ("fgain", "pgain", "degree", "random", "loop")
 
@@ -195,24 +193,13 @@ def hybrid_from_placed(day: Day, placed, rounds: int) -> None:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    IB.add_day_arguments(ap, preset="criteo-kaggle-independent")
-    ap.add_argument("--source", choices=("synth", "mix"), default="synth")
-    ap.add_argument("--mix", type=float, default=0.2)
-    ap.add_argument("--day", type=int, default=1, help="The day measured (its previous day is the old one).")
-    ap.add_argument("--budgets", default="1,2,5,10,20", help="Percent of the day's used rows.")
+    IB.add_one_day_arguments(ap, budgets="1,2,5,10,20")
     ap.add_argument("--rankings", default=",".join(RANKINGS))
     ap.add_argument("--hybrid-rounds", type=int, default=8, help="0: leave question 2 out.")
     args = ap.parse_args(argv)
-    args.days = args.day + 1
-    graphs = IB.mix_days(args)[0] if args.source == "mix" else IB.synth_days(args)
-    topo = resolve_topology(args.workers, None, None)
+    graph, old, full, topo, t_full = IB.one_day(args)
     bs, d = args.batch_size, args.day
-    hopts = {"batch_size": bs}
-    old = run_partitioner("hybrid", graphs[d - 1], topo, seed=args.seed, options=hopts)
-    t = time.process_time()
-    full = run_partitioner("hybrid", graphs[d], topo, seed=args.seed + d, options=hopts)
-    t_full = time.process_time() - t
-    day = Day(graphs[d], old, full, topo, bs, args.seed)
+    day = Day(graph, old, full, topo, bs, args.seed)
     budgets = [int(float(p) / 100.0 * day.U) for p in args.budgets.split(",") if p.strip()]
     b5 = int(0.05 * day.U)
     t = time.process_time()

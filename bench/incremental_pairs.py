@@ -50,11 +50,9 @@ import incremental_bench as IB  # noqa: E402  (the day generators)
 
 from gmp.metrics import batch_remote_reads, epoch_unique_remote  # noqa: E402
 from gmp.partition import incremental as I  # noqa: E402
-from gmp.partition import run_partitioner  # noqa: E402
 from gmp.partition.incremental import (Options, match_workers, moved_rows, place_and_repartition,  # noqa: E402
                                        repartition_incremental)
 from gmp.placement import Placement  # noqa: E402
-from gmp.topology import resolve_topology  # noqa: E402
 
 
 def undo_moves(old: Placement, placement: Placement) -> Placement:
@@ -75,20 +73,11 @@ def undo_moves(old: Placement, placement: Placement) -> Placement:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    IB.add_day_arguments(ap, preset="criteo-kaggle-independent")
-    ap.add_argument("--source", choices=("synth", "mix"), default="synth")
-    ap.add_argument("--mix", type=float, default=0.2)
-    ap.add_argument("--day", type=int, default=1, help="The day measured (its previous day is the old one).")
-    ap.add_argument("--budgets", default="1,5,10,20", help="Percent of the day's used rows.")
+    IB.add_one_day_arguments(ap, budgets="1,5,10,20")
     ap.add_argument("--sweep-rounds", type=int, default=10, help="Rounds of the kept-rows sweeps.")
     args = ap.parse_args(argv)
-    args.days = args.day + 1
-    graphs = IB.mix_days(args)[0] if args.source == "mix" else IB.synth_days(args)
-    topo = resolve_topology(args.workers, None, None)
+    g, old, full, topo, _ = IB.one_day(args)
     bs, d = args.batch_size, args.day
-    g = graphs[d]
-    old = run_partitioner("hybrid", graphs[d - 1], topo, seed=args.seed, options={"batch_size": bs})
-    full = run_partitioner("hybrid", g, topo, seed=args.seed + d, options={"batch_size": bs})
     used = I._compact(g).used_ids
     goal = match_workers(old, full, topology=topo, rows=used)
     full_reads, full_pairs = batch_remote_reads(g, goal, bs), epoch_unique_remote(g, goal)
@@ -123,7 +112,7 @@ def main(argv=None) -> None:
                                                     rounds=args.sweep_rounds, max_imbalance=2.0, alpha=0.0))
     line("the same, max_imbalance 2, alpha 0 (over the balance)", loose)
     best_kept = min(kept)
-    need = {}
+    budgets = {}
     for pct in [float(x) for x in args.budgets.split(",") if x.strip()]:
         budget = int(pct / 100.0 * used.size)
         t = time.process_time()
@@ -131,15 +120,16 @@ def main(argv=None) -> None:
                                      options=Options(batch_size=bs), goal=full)
         line(f"target mode at {pct:g}% ({budget:,} rows; {p.info['kept']} kept, "
              f"{time.process_time() - t:.1f} s CPU)", p, best_kept)
-        need[pct] = (budget, 1.10 * full_reads / ratio_full + budget)
+        budgets[pct] = budget
     line("full re-partition (renamed)", goal)
     print(f"\nBound: any placement moving at most B rows has >= K - B pairs, K the fewest pairs with every old row "
           f"kept; the fewest found here with the balance kept: {best_kept:,}.")
-    for pct, (budget, k_max) in need.items():
+    pairs_needed = 1.10 * full_pairs  # 1.10x the full re-partition's reads at its reads per pair
+    for pct, budget in budgets.items():
+        k_max = pairs_needed + budget
         print(f"1.10x at {pct:g}% ({budget:,} rows) at the full re-partition's {ratio_full:.3f} reads per pair needs "
-              f"<= {1.10 * full_reads / ratio_full:,.0f} pairs, so K <= {k_max:,.0f} ({k_max / best_kept:.3f}x the "
+              f"<= {pairs_needed:,.0f} pairs, so K <= {k_max:,.0f} ({k_max / best_kept:.3f}x the "
               f"kept-rows placement found)")
-
 
 if __name__ == "__main__":
     main()

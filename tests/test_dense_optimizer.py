@@ -37,7 +37,10 @@ def _grads(step: int, params) -> list[torch.Tensor]:
 
 def _run(opt, params, steps: range) -> None:
     for t in steps:
-        opt.zero_grad(set_to_none=False)
+        if isinstance(opt, DenseOptimizer):
+            opt.zero_grad()
+        else:
+            opt.zero_grad(set_to_none=False)
         for p, g in zip(params, _grads(t, params)):
             if p.grad is None:
                 p.grad = torch.zeros_like(p)

@@ -13,7 +13,6 @@ waits for the device (issue 33).
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import torch
@@ -60,12 +59,11 @@ class DenseOptimizer:
                               "sum": torch.zeros_like(p, memory_format=torch.preserve_format)}
                           for i, p in enumerate(self.params)}
 
-    def zero_grad(self, set_to_none: bool = False) -> None:
+    def zero_grad(self) -> None:
+        """The gradients zeroed in place (torch.optim's ``zero_grad(set_to_none=False)``): the dense
+        all-reduce copies into them every step."""
         for p in self.params:
             if p.grad is None:
-                continue
-            if set_to_none:
-                p.grad = None
                 continue
             if p.grad.grad_fn is not None:
                 p.grad.detach_()
@@ -75,7 +73,7 @@ class DenseOptimizer:
 
     @torch.no_grad()
     def step(self) -> None:
-        lr = float(self.param_groups[0]["lr"])
+        lr, eps = float(self.param_groups[0]["lr"]), float(self.param_groups[0].get("eps", 0.0))
         for i, p in enumerate(self.params):
             if p.grad is None:
                 continue
@@ -85,7 +83,7 @@ class DenseOptimizer:
             state = self.state[i]
             state["step"] += 1
             state["sum"].addcmul_(p.grad, p.grad, value=1)
-            p.addcdiv_(p.grad, state["sum"].sqrt().add_(float(self.param_groups[0]["eps"])), value=-lr)
+            p.addcdiv_(p.grad, state["sum"].sqrt().add_(eps), value=-lr)
 
     def state_dict(self) -> dict[str, Any]:
         """torch.optim's layout: the state's tensors themselves (not copies), the group's keys, the
@@ -96,19 +94,16 @@ class DenseOptimizer:
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """A :meth:`state_dict` (or torch.optim's, of the same optimizer) of the same parameters: the state
-        copied onto each parameter's device and dtype (``step`` kept as saved), the group's values taken."""
+        copied onto each parameter's device and dtype (``step`` as saved), the group's values taken."""
         groups = state_dict["param_groups"]
         if len(groups) != 1 or len(groups[0]["params"]) != len(self.params):
             raise TrainingError(f"the dense optimizer's saved state has {sum(len(g['params']) for g in groups)} "
                                 f"parameters in {len(groups)} group(s); this model has {len(self.params)} in 1: "
                                 "a checkpoint of another model; resume with the flags it was written with.")
-        state = copy.deepcopy(state_dict["state"])
-        if self.kind == "adagrad":
-            new = {}
-            for i, p in enumerate(self.params):
-                saved = state[groups[0]["params"][i]]
-                new[i] = {"step": saved["step"], "sum": saved["sum"].to(dtype=p.dtype, device=p.device)}
-            self.state = new
+        if self.kind == "adagrad":  # copies, as torch.optim's: the loaded dict shares no tensor with the state
+            saved = [state_dict["state"][k] for k in groups[0]["params"]]
+            self.state = {i: {"step": s["step"].clone(), "sum": s["sum"].to(dtype=p.dtype, device=p.device, copy=True)}
+                          for i, (p, s) in enumerate(zip(self.params, saved))}
         self.param_groups[0].update({k: v for k, v in groups[0].items() if k != "params"})
 
 
@@ -133,7 +128,7 @@ class DenseSync:
         self.stop_requested = True
 
     def zero_grad(self) -> None:
-        self.optimizer.zero_grad(set_to_none=False)
+        self.optimizer.zero_grad()
 
     def step(self, losses: list[torch.Tensor]) -> None:
         """All-reduce the dense gradients and step the dense optimizer (see the module docstring)."""
