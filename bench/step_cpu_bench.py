@@ -117,7 +117,7 @@ def torch_only_step(tr: Trainer, prepared, batch: int) -> torch.Tensor:
     rows = torch.empty(prepared.workers[0].uniq.size, tr.row_dim, dtype=tr.dtype, device=store.device)
     rows[ready.held_pos] = store.table.index_select(0, ready.held_idx)
     leaf = rows.requires_grad_(True)
-    tr.dense_opt.zero_grad(set_to_none=False)
+    tr.dense_opt.zero_grad()
     loss = bce_sum(tr.model(leaf, ready.batch), ready.batch.labels)
     (loss / max(prepared.global_batch_size, batch)).backward()
     summed = torch.zeros(ready.grad_slots.size, tr.row_dim, dtype=tr.dtype, device=store.device)
