@@ -289,22 +289,33 @@ def open_log(log_json: str | os.PathLike | None, trainer: Trainer, *, continued:
     return open(log_json, "a", encoding="utf-8")  # a log holds many runs, each line names its run
 
 
-@contextlib.contextmanager
-def stop_on_signals(trainer: Trainer, *, distributed: bool):
-    """Ctrl-C stops ``trainer`` at the next step (which checkpoints); so does SIGTERM under torchrun, which
-    turns a terminal's Ctrl-C into SIGTERM for its workers (and kills them 30 s later)."""
-    old = {}
-    if trainer.context().engine.is_main or distributed:
+class SignalStop:
+    """From :meth:`start` to :meth:`end`, Ctrl-C stops the trainer at the next step (which checkpoints);
+    so does SIGTERM under torchrun, which turns a terminal's Ctrl-C into SIGTERM for its workers (and
+    kills them 30 s later). :func:`train` keeps it from the trainer's start until the process group is
+    closed, past the last step: a signal while the run ends only asks for a stop already under way.
+
+    Under torchrun a run that ends with an error leaves SIGTERM ignored: when a peer dies, torchrun
+    terminates the others as soon as it sees the exit, and a rank whose collective failed at that
+    moment was killed before it printed why (the one line rank 0 says for all). That process is
+    ending; torchrun's SIGKILL 30 s later still bounds it. A run that ends well restores the handlers."""
+
+    def __init__(self) -> None:
+        self.old: dict[int, Any] = {}
+
+    def start(self, trainer: Trainer, *, distributed: bool) -> None:
+        if not (trainer.context().engine.is_main or distributed):
+            return
         try:
             for sig in (signal.SIGINT,) + ((signal.SIGTERM,) if distributed else ()):
-                old[sig] = signal.signal(sig, lambda *_: trainer.request_stop())
+                self.old[sig] = signal.signal(sig, lambda *_: trainer.request_stop())
         except ValueError:  # not in the main thread
             pass
-    try:
-        yield
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
+
+    def end(self, *, failed: bool) -> None:
+        for sig, handler in self.old.items():
+            signal.signal(sig, signal.SIG_IGN if failed and sig == signal.SIGTERM else handler)
+        self.old.clear()
 
 
 def check_same_launch(eng, dataset_sha256: str, placement_sha: str, config: TrainConfig, resume: bool) -> None:
@@ -351,12 +362,14 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
     data = TrainData(ds)
     eng = make_engine(engine, placement.num_workers, collective_timeout=collective_timeout)
     trainer, alone, lock = None, False, None  # alone: an error of this process only (not one every rank raises)
+    signals, failed = SignalStop(), True
     try:
         lock = lock_checkpoint_dir(eng, checkpoint_dir)  # one run at a time saves and prunes there
         psha = placement_sha256(placement)
         check_same_launch(eng, ds.sha256, psha, config, resume)
         check_shared_directory(eng, checkpoint_dir)
         trainer = Trainer(data, placement, config, eng)
+        signals.start(trainer, distributed=engine == "distributed")
         migration = None
         if resume:  # the checkpoint's dataset, or an ancestor's (rows migrate: gmp.train.migrate)
             migration = resume_training(trainer, checkpoint_dir, dataset=ds, placement_sha=psha, created=created)
@@ -391,8 +404,7 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
 
         devices = [eng.device_for(w) for w in eng.local_workers]
         try:  # a CPU step's freed pages stay for the next step while the epochs run
-            with stop_on_signals(trainer, distributed=engine == "distributed"), \
-                    host_memory.kept_between_steps(devices) as kept:
+            with host_memory.kept_between_steps(devices) as kept:
                 if kept:
                     log.info("keeping freed host memory for the next steps (GMP_KEEP_HOST_MEMORY=0: glibc's default)")
                 records = trainer.fit(on_record=record, on_epoch_end=checkpoint, stop_after_steps=stop_after_steps)
@@ -410,13 +422,23 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
                                     f"continue with the same command plus `resume=True`.")
             exc.rank = getattr(eng, "rank", 0)  # every rank stops here; the CLI lets rank 0 say it
             raise exc
+        failed = False
         return first + records
     except BaseException as exc:
         alone = not (hasattr(exc, "rank") or getattr(exc, "together", False))
         raise
     finally:
+        close_run(trainer, lock, eng, signals, clean=not alone, failed=failed)
+
+
+def close_run(trainer: Trainer | None, lock, eng, signals: SignalStop, *, clean: bool, failed: bool) -> None:
+    """The end of :func:`train`: a disk tier's files, the checkpoint directory's lock, the process group
+    (``clean``: see the engine's ``close``), then the signal handlers (:class:`SignalStop`)."""
+    try:
         if trainer is not None:
-            trainer.close()  # a disk tier's files
+            trainer.close()
         if lock is not None:
             lock.release()
-        eng.close(clean=not alone)
+        eng.close(clean=clean)
+    finally:
+        signals.end(failed=failed)

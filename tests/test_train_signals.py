@@ -1,0 +1,76 @@
+"""Signals during a run (gmp.train.run.SignalStop): Ctrl-C stops at the next step and leaves the
+handlers as they were; under torchrun a run that ends with an error keeps SIGTERM ignored, so the
+rank prints its line before torchrun's SIGTERM (it had killed rank 0 mid-report when a peer died:
+test_train_faults.test_a_dead_peer_is_one_gmp_line, flaky on a loaded machine)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from types import SimpleNamespace
+
+import pytest
+
+from gmp.errors import TrainingError
+from gmp.train import TrainConfig
+from gmp.train.run import SignalStop, train
+from test_train_cli import ctr, manifest_for  # noqa: F401 (a fixture)
+
+
+def test_ctrl_c_stops_at_the_next_step_and_restores_the_handlers(ctr, tmp_path):
+    root, path, ds = ctr
+    man, _ = manifest_for(root, ds, 2)
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    sent = []
+
+    def on_record(rec):
+        if rec.get("kind", "epoch") == "epoch" and not sent:
+            sent.append(rec["epoch"])
+            os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C at the end of the first epoch
+
+    cfg = TrainConfig(model="wdl", batch_size=16, epochs=3, embedding_dim=4)
+    with pytest.raises(TrainingError, match=r"interrupted at epoch 2 step \d+; checkpoint saved in"):
+        train(path, man, cfg, checkpoint_dir=tmp_path / "ck", on_record=on_record)
+    assert sent == [1]
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    assert (tmp_path / "ck" / "latest" / "checkpoint.json").exists()
+
+
+class _Trainer:
+    def __init__(self, is_main):
+        self.stops = 0
+        self.ctx = SimpleNamespace(engine=SimpleNamespace(is_main=is_main))
+
+    def context(self):
+        return self.ctx
+
+    def request_stop(self):
+        self.stops += 1
+
+
+@pytest.mark.parametrize("failed", [False, True])
+def test_under_torchrun_sigterm_asks_for_a_stop_and_stays_ignored_after_an_error(failed):
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    tr, stop = _Trainer(is_main=False), SignalStop()
+    try:
+        stop.start(tr, distributed=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGINT)
+        assert tr.stops == 2
+        stop.end(failed=failed)
+        assert signal.getsignal(signal.SIGINT) == before[0]
+        assert signal.getsignal(signal.SIGTERM) == (signal.SIG_IGN if failed else before[1])
+        if failed:
+            os.kill(os.getpid(), signal.SIGTERM)  # ignored: this test process lives on
+            assert tr.stops == 2
+    finally:
+        signal.signal(signal.SIGTERM, before[1])
+
+
+def test_a_local_run_leaves_sigterm_alone():
+    before = signal.getsignal(signal.SIGTERM)
+    tr, stop = _Trainer(is_main=True), SignalStop()
+    stop.start(tr, distributed=False)
+    assert signal.getsignal(signal.SIGTERM) == before and signal.getsignal(signal.SIGINT) != signal.default_int_handler
+    stop.end(failed=True)
+    assert signal.getsignal(signal.SIGTERM) == before and signal.getsignal(signal.SIGINT) == signal.default_int_handler
