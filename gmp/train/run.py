@@ -9,7 +9,6 @@ the torchrun world size), an unknown model / optimizer / schedule.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
