@@ -1,9 +1,9 @@
 """torchrun entry for the fault tests: ``gmp train`` in which rank FAULT_RANK hangs or dies at
 step FAULT_STEP (GMP_TEST_FAULT = "hang" | "die"), or cannot write its part of the FAULT_STEP-th
 checkpoint (``"save"``: permission denied), or is started with ``--lr 0.05`` added (``"flags"``);
-everything else is the real CLI. ``TERM_RANK_0`` = ``"closing"`` | ``"closed"``: after a failed
-collective rank 0 gets SIGTERM (as from torchrun, on a loaded machine, late) while the run closes
-its process group, or after it did and before the error line is printed."""
+everything else is the real CLI. ``TERM_RANK_0=1``: after a failed collective rank 0 gets SIGTERM
+(as from torchrun, on a loaded machine, late) while the run closes its process group, and again
+after it did, before the error line is printed."""
 
 from __future__ import annotations
 
@@ -33,19 +33,18 @@ def main() -> None:
         return real(self, step)
 
     Trainer.train_step = faulty
-    term = os.environ.get("TERM_RANK_0")
-    if term and rank == 0:
+    if os.environ.get("TERM_RANK_0") and rank == 0:
         import gmp.comm.distributed as d
 
         real_close = d.DistributedEngine.close
 
         def close_and_terminate(self, *args, **kwargs):
             failed = self._failed
-            if failed and term == "closing":
+            if failed:
                 os.kill(os.getpid(), signal.SIGTERM)
                 time.sleep(0.2)
             out = real_close(self, *args, **kwargs)
-            if failed and term == "closed":
+            if failed:
                 os.kill(os.getpid(), signal.SIGTERM)
                 time.sleep(0.2)
             return out

@@ -58,15 +58,15 @@ def test_a_hung_rank_is_named_after_the_collective_timeout(setup):
     assert "Traceback" not in "\n".join(ln for ln in res.stderr.splitlines() if "[rank0]" in ln)
 
 
-@pytest.mark.parametrize("term", ["closing", "closed"])
-def test_a_dead_peer_is_one_gmp_line(setup, term):
+def test_a_dead_peer_is_one_gmp_line(setup):
     """torchrun's SIGTERM (it terminates the others when a peer dies) reaching rank 0 after its
-    collective failed, while it closes the run or after, does not kill it before it says why (it
-    did, now and then, on a loaded machine: gmp.train.run.SignalStop)."""
+    collective failed, while it closes the run and after, does not kill it before it says why (it
+    did, now and then, on a loaded machine: gmp.train.run.SignalStop). Each SIGTERM alone failed the
+    test before SignalStop."""
     path, man = setup
     res = run(3, [str(HERE / "dist_fault_worker.py"), *train_args(path, man)],
               {"GMP_TEST_FAULT": "die", "FAULT_RANK": "2", "FAULT_STEP": "1", "GMP_COLLECTIVE_TIMEOUT": "20",
-               "TERM_RANK_0": term})
+               "TERM_RANK_0": "1"})
     assert res.returncode != 0
     errs = gmp_errors(res)
     assert len(errs) == 1, res.stderr[-3000:]
