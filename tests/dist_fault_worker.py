@@ -1,9 +1,10 @@
 """torchrun entry for the fault tests: ``gmp train`` in which rank FAULT_RANK hangs or dies at
 step FAULT_STEP (GMP_TEST_FAULT = "hang" | "die"), or cannot write its part of the FAULT_STEP-th
 checkpoint (``"save"``: permission denied), or is started with ``--lr 0.05`` added (``"flags"``);
-everything else is the real CLI. ``TERM_RANK_0=1``: after a failed collective rank 0 gets SIGTERM
-(as from torchrun, on a loaded machine, late) while the run closes its process group, and again
-after it did, before the error line is printed."""
+everything else is the real CLI. ``TERM_RANK_0=1``: when the run fails, rank 0 gets SIGTERM (as
+from torchrun, which terminates the others as soon as one rank exits; late, on a loaded machine)
+before the run closes (its trainer, lock and process group), and again after, before the error
+line is printed."""
 
 from __future__ import annotations
 
@@ -34,22 +35,20 @@ def main() -> None:
 
     Trainer.train_step = faulty
     if os.environ.get("TERM_RANK_0") and rank == 0:
-        import gmp.comm.distributed as d
+        import gmp.train.run as run
 
-        real_close = d.DistributedEngine.close
+        real_close = run.close_run
 
-        def close_and_terminate(self, *args, **kwargs):
-            failed = self._failed
+        def close_and_terminate(*args, failed, **kwargs):
             if failed:
                 os.kill(os.getpid(), signal.SIGTERM)
                 time.sleep(0.2)
-            out = real_close(self, *args, **kwargs)
+            real_close(*args, failed=failed, **kwargs)
             if failed:
                 os.kill(os.getpid(), signal.SIGTERM)
                 time.sleep(0.2)
-            return out
 
-        d.DistributedEngine.close = close_and_terminate
+        run.close_run = close_and_terminate
     if fault == "save" and rank == bad:
         import errno
 

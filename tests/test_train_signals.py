@@ -51,26 +51,34 @@ class _Trainer:
 @pytest.mark.parametrize("failed", [False, True])
 def test_under_torchrun_sigterm_asks_for_a_stop_and_stays_ignored_after_an_error(failed):
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
-    tr, stop = _Trainer(is_main=False), SignalStop()
+    tr, stop = _Trainer(is_main=False), SignalStop(distributed=True)
     try:
-        stop.start(tr, distributed=True)
+        stop.start()  # the process group has started, the trainer not yet
+        assert signal.getsignal(signal.SIGINT) == before[0]
+        os.kill(os.getpid(), signal.SIGTERM)  # held: it neither kills this process nor is lost
+        assert stop.pending
+        stop.attach(tr)
+        assert tr.stops == 1  # the held signal stops the trainer at its first step
         os.kill(os.getpid(), signal.SIGTERM)
         os.kill(os.getpid(), signal.SIGINT)
-        assert tr.stops == 2
+        assert tr.stops == 3
         stop.end(failed=failed)
         assert signal.getsignal(signal.SIGINT) == before[0]
         assert signal.getsignal(signal.SIGTERM) == (signal.SIG_IGN if failed else before[1])
         if failed:
             os.kill(os.getpid(), signal.SIGTERM)  # ignored: this test process lives on
-            assert tr.stops == 2
+            assert tr.stops == 3
     finally:
         signal.signal(signal.SIGTERM, before[1])
 
 
 def test_a_local_run_leaves_sigterm_alone():
     before = signal.getsignal(signal.SIGTERM)
-    tr, stop = _Trainer(is_main=True), SignalStop()
-    stop.start(tr, distributed=False)
+    tr, stop = _Trainer(is_main=True), SignalStop(distributed=False)
+    stop.start()
+    stop.attach(tr)
     assert signal.getsignal(signal.SIGTERM) == before and signal.getsignal(signal.SIGINT) != signal.default_int_handler
+    os.kill(os.getpid(), signal.SIGINT)
+    assert tr.stops == 1
     stop.end(failed=True)
     assert signal.getsignal(signal.SIGTERM) == before and signal.getsignal(signal.SIGINT) == signal.default_int_handler

@@ -289,27 +289,47 @@ def open_log(log_json: str | os.PathLike | None, trainer: Trainer, *, continued:
 
 
 class SignalStop:
-    """From :meth:`start` to :meth:`end`, Ctrl-C stops the trainer at the next step (which checkpoints);
-    so does SIGTERM under torchrun, which turns a terminal's Ctrl-C into SIGTERM for its workers (and
-    kills them 30 s later). :func:`train` keeps it from the trainer's start until the process group is
-    closed, past the last step: a signal while the run ends only asks for a stop already under way.
+    """Ctrl-C stops the trainer at the next step (which checkpoints); so does SIGTERM under torchrun, which
+    turns a terminal's Ctrl-C into SIGTERM for its workers (and kills them 30 s later). :func:`train`
+    holds it from its process group's start (:meth:`start`) until the group is closed (:meth:`end`),
+    past the last step: a signal while the run ends only asks for a stop already under way.
 
-    Under torchrun a run that ends with an error leaves SIGTERM ignored: when a peer dies, torchrun
-    terminates the others as soon as it sees the exit, and a rank whose collective failed at that
-    moment was killed before it printed why (the one line rank 0 says for all). That process is
-    ending; torchrun's SIGKILL 30 s later still bounds it. A run that ends well restores the handlers."""
+    Under torchrun SIGTERM is held from the start: one that comes before the trainer exists (while the ranks
+    check each other and the trainer is built) stops the trainer at its first step (:meth:`attach`).
+    torchrun terminates every other rank as soon as one exits, and a rank 0 that was about to print the
+    one line an error every rank found gets (a peer died, the ranks were started with other flags) was
+    killed before it did. For the same reason a run that ends with an error leaves SIGTERM ignored: that
+    process is ending, and torchrun's SIGKILL 30 s later still bounds it. A run that ends well restores
+    the handlers."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, distributed: bool) -> None:
+        self.distributed = distributed
+        self.trainer: Trainer | None = None
+        self.pending = False  # a signal came before the trainer did
         self.old: dict[int, Any] = {}
 
-    def start(self, trainer: Trainer, *, distributed: bool) -> None:
-        if not (trainer.context().engine.is_main or distributed):
-            return
+    def start(self) -> None:
+        if self.distributed:
+            self._install(signal.SIGTERM)
+
+    def attach(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+        if trainer.context().engine.is_main or self.distributed:
+            self._install(signal.SIGINT)
+        if self.pending:
+            trainer.request_stop()
+
+    def _install(self, sig: int) -> None:
         try:
-            for sig in (signal.SIGINT,) + ((signal.SIGTERM,) if distributed else ()):
-                self.old[sig] = signal.signal(sig, lambda *_: trainer.request_stop())
+            self.old[sig] = signal.signal(sig, self._on_signal)
         except ValueError:  # not in the main thread
             pass
+
+    def _on_signal(self, *_) -> None:
+        if self.trainer is None:
+            self.pending = True
+        else:
+            self.trainer.request_stop()
 
     def end(self, *, failed: bool) -> None:
         for sig, handler in self.old.items():
@@ -361,14 +381,15 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
     data = TrainData(ds)
     eng = make_engine(engine, placement.num_workers, collective_timeout=collective_timeout)
     trainer, alone, lock = None, False, None  # alone: an error of this process only (not one every rank raises)
-    signals, failed = SignalStop(), True
+    signals, failed = SignalStop(distributed=engine == "distributed"), True
+    signals.start()
     try:
         lock = lock_checkpoint_dir(eng, checkpoint_dir)  # one run at a time saves and prunes there
         psha = placement_sha256(placement)
         check_same_launch(eng, ds.sha256, psha, config, resume)
         check_shared_directory(eng, checkpoint_dir)
         trainer = Trainer(data, placement, config, eng)
-        signals.start(trainer, distributed=engine == "distributed")
+        signals.attach(trainer)
         migration = None
         if resume:  # the checkpoint's dataset, or an ancestor's (rows migrate: gmp.train.migrate)
             migration = resume_training(trainer, checkpoint_dir, dataset=ds, placement_sha=psha, created=created)
