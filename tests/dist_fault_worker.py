@@ -1,6 +1,7 @@
 """torchrun entry for the fault tests: ``gmp train`` in which rank FAULT_RANK hangs or dies at
-step FAULT_STEP (GMP_TEST_FAULT = "hang" | "die"), or cannot write its part of the FAULT_STEP-th
-checkpoint (``"save"``: permission denied), or is started with ``--lr 0.05`` added (``"flags"``);
+step FAULT_STEP (GMP_TEST_FAULT = "hang" | "die") or gets SIGTERM there (``"term"``), or cannot
+write its part of the FAULT_STEP-th checkpoint (``"save"``: permission denied), or is started
+with ``--lr 0.05`` added (``"flags"``);
 everything else is the real CLI. ``TERM_RANK_0=1``: when the run fails, rank 0 gets SIGTERM (as
 from torchrun, which terminates the others as soon as one rank exits; late, on a loaded machine)
 before the run closes (its trainer, lock and process group), and again after, before the error
@@ -22,6 +23,8 @@ def main() -> None:
     real = Trainer.train_step
 
     def faulty(self, step):
+        if fault == "term" and rank == bad and step.index == at:
+            os.kill(os.getpid(), signal.SIGTERM)  # as torchrun's, on Ctrl-C: the ranks stop together, checkpointed
         if fault in ("hang", "die") and rank == bad and step.index == at:
             if fault == "die":
                 os._exit(1)

@@ -6,6 +6,7 @@ Connection closed by peer`` traceback, and one error line per rank."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -182,3 +183,26 @@ def test_a_checkpoint_dir_is_locked_per_run_not_per_process(setup, tmp_path):
     assert '"kind": "epoch"' not in res.stdout and sorted(p.name for p in ck.iterdir()) == []
     # the same run alone, its three ranks sharing the lock, saves: the --resume run of
     # test_a_rank_that_cannot_write_its_part_leaves_latest_on_the_previous_checkpoint shows it (one launch less)
+
+
+def test_sigterm_on_one_rank_stops_every_rank_at_one_step_with_a_checkpoint(setup, tmp_path):
+    """SIGTERM (what torchrun sends its workers on Ctrl-C) reaching rank 1 at step 2: every rank stops after
+    the same step, the checkpoint holds every worker's part and rank 0 says so once (docs/train.md,
+    "Checkpoints"; that a resume continues such a checkpoint is tested in test_train_cli.py)."""
+    import json
+
+    path, man = setup
+    ck = tmp_path / "ck"
+    args = [*train_args(path, man), "--epochs", "2", "--checkpoint-dir", str(ck)]
+    res = run(3, [str(HERE / "dist_fault_worker.py"), *args],
+              {"GMP_TEST_FAULT": "term", "FAULT_RANK": "1", "FAULT_STEP": "2", "GMP_COLLECTIVE_TIMEOUT": "20"})
+    assert res.returncode != 0
+    errs = gmp_errors(res)
+    assert len(errs) == 1 and re.fullmatch(rf"error: interrupted at epoch 1 step (\d+); checkpoint saved in "
+                                           rf"{re.escape(str(ck))}, continue with the same command plus --resume\.",
+                                           errs[0]), (errs, res.stderr[-3000:])
+    step = int(re.search(r"step (\d+)", errs[0]).group(1))
+    assert step >= 3  # stopped after the step the signal came in (agreed on at a later one)
+    head = json.loads((ck / "latest" / "checkpoint.json").read_text())
+    assert (head["epoch"], head["num_workers"]) == (0, 3) and head["step"] == step, head
+    assert all(f"worker-{w:05d}.pt" in head["files"] for w in range(3)), head["files"]
