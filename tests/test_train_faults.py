@@ -162,9 +162,6 @@ def test_a_checkpoint_dir_is_locked_per_run_not_per_process(setup, tmp_path):
     so the run saves (shown by the three-rank --resume run above); while another run holds it (here this test
     process, as a run does), a run on the same
     directory is refused before training in one line, said once by rank 0, and writes nothing there."""
-    import json
-    import re
-
     from gmp import _io
 
     path, man = setup
