@@ -12,15 +12,23 @@ stronger than a sweep, searches the kept-rows placements and the moves, on two m
   cut: samples and the rows of at most ``--hot`` samples (the others stay) are vertices, one edge per
   (sample, row) use, and each old row an edge of weight ``alpha`` to a fixed anchor vertex of its old
   worker: the cut is the remote uses plus ``alpha`` per moved row. Old secondaries stay.
+* ``batch``: the batch reads themselves, as far as a net can count them: one net per (row, window of
+  ``batch_size x workers`` consecutive sample ids) over the window's samples that read the row, the row's
+  vertex (free) and its old secondaries (fixed vertices); each old row also an ``alpha`` net to its old
+  worker's anchor. km1 = the reads of the batches, when every worker's batches line up with the windows
+  (a worker's batch is a run of its samples in id order), plus a constant.
 
 Each placement is scored on ``batch_remote_reads`` (what the budget curve compares) and pairs, then given to
-the exact plan (``repartition_incremental``, ``target="none"``) as its start at each budget it fits.
+the exact plan (``repartition_incremental``, ``target="none"``) as its start at each budget it fits, and to
+target mode's chain (``--chain``: the budget ladder's steps up to the budget, as the ``sweep`` candidate runs
+them from ``place_new_data``; also run from ``place_new_data`` as the control).
 Samples weigh 100 and rows 1 against the per-worker caps (samples within ``max_imbalance``, as ``hybrid``).
 
 Usage (docs/incremental.md, "Session 23: a multilevel search of the kept rows"; needs ``mtkahypar``)::
 
     python bench/incremental_fixed_vertices.py --pool POOL --pool-samples 1500000 \\
         --preset criteo-kaggle-independent --models km1,repart --alphas 1000,3
+    python bench/incremental_fixed_vertices.py ... --models batch --alphas 1000 --budgets 5,10 --chain
 
 Day d's old placement is ``hybrid`` on day d - 1, its full re-partition ``hybrid`` on day d, as
 bench/incremental_pairs.py.
@@ -45,7 +53,8 @@ from gmp.metrics import batch_remote_reads, epoch_unique_remote  # noqa: E402
 from gmp.partition import incremental as I  # noqa: E402
 from gmp.partition._common import enforce_cap, primaries_by_majority, sample_cap  # noqa: E402
 from gmp.partition.hypergraph import import_mtkahypar  # noqa: E402
-from gmp.partition.incremental import Options, match_workers, moved_rows, repartition_incremental  # noqa: E402
+from gmp.partition.incremental import (Options, match_workers, moved_rows, place_and_repartition,  # noqa: E402
+                                       repartition_incremental)
 from gmp.placement import Placement  # noqa: E402
 
 SAMPLE_WEIGHT = 100  # against a row's 1: the caps are on samples, rows only tip them
@@ -125,11 +134,65 @@ def repart_model(g, old, n, cap, mtk, init, seed, alpha: int, hot: int) -> Place
     return Placement.edge_cut(n, sample_worker, prim).with_secondaries(indptr, ow.astype(np.int32))
 
 
+def batch_model(g, old, n, cap, mtk, init, seed, alpha: int, batch_size: int) -> Placement:
+    """The ``batch`` model's placement at migration cost ``alpha`` per moved row."""
+    N, M, m_old = g.num_samples, g.num_embeddings, old.num_embeddings
+    sip, six = np.asarray(g.sample_indptr), np.asarray(g.sample_indices)
+    prim = np.zeros(M, np.int32)
+    prim[:m_old] = np.asarray(old.embedding_primary)
+    oip, ow = np.asarray(old.secondary_indptr), np.asarray(old.secondary_workers)
+    rows = np.flatnonzero(np.bincount(six, minlength=M) > 0)
+    node = np.full(M, -1, np.int64)
+    node[rows] = N + np.arange(rows.size)
+    fixed = [-1] * (N + rows.size)
+    secondaries = {}  # old row -> its fixed secondary vertices
+    for r in rows[rows < m_old]:
+        if oip[r + 1] > oip[r]:
+            secondaries[int(r)] = list(range(len(fixed), len(fixed) + int(oip[r + 1] - oip[r])))
+            fixed.extend(ow[oip[r]:oip[r + 1]].tolist())
+    anchor0 = len(fixed)
+    fixed += list(range(n))
+    sample = np.repeat(np.arange(N), np.diff(sip))
+    window = sample // (batch_size * n)
+    order = np.lexsort((sample, window, six))
+    key = six[order].astype(np.int64) * (int(window.max()) + 1) + window[order]
+    cuts = np.flatnonzero(np.diff(key)) + 1
+    nets = []
+    for a, b in zip(np.concatenate([[0], cuts]).tolist(), np.concatenate([cuts, [key.size]]).tolist()):
+        r = int(six[order[a]])
+        nets.append(sample[order[a:b]].tolist() + [int(node[r])] + secondaries.get(r, []))
+    old_rows = rows[rows < m_old]
+    nets += [[int(node[r]), anchor0 + int(prim[r])] for r in old_rows]
+    held = np.bincount(np.asarray(fixed[N + rows.size:]), minlength=n)
+    blocks = mtkahypar_blocks(mtk, init, graph=False, num_nodes=len(fixed), nets=nets,
+                              net_weights=[1] * (len(nets) - old_rows.size) + [alpha] * old_rows.size,
+                              node_weights=[SAMPLE_WEIGHT] * N + [1] * (len(fixed) - N), fixed=fixed,
+                              block_caps=cap * SAMPLE_WEIGHT + int(np.ceil(1.05 * rows.size / n)) + 2 + held,
+                              seed=seed)
+    sample_worker = blocks[:N].astype(np.int32)
+    enforce_cap(sample_worker, n, cap, np.random.default_rng(seed))
+    prim[rows] = blocks[N:N + rows.size]
+    indptr = np.concatenate([oip, np.full(M - m_old, oip[-1])]).astype(np.int64)
+    return Placement.edge_cut(n, sample_worker, prim).with_secondaries(indptr, ow.astype(np.int32))
+
+
+def chain_from(g, old, topo, start: Placement, budget: int, seed: int, batch_size: int) -> Placement:
+    """Target mode's ``sweep`` candidate (the chain through the budget ladder up to ``budget``) run from ``start``."""
+    comp = I._compact(g)
+    options, defaults = I.resolve_options(Options(batch_size=batch_size, target="none"), g, old.num_workers,
+                                          degree=comp.degree)
+    steps = [rows for _, rows in I.budget_ladder(comp.used_ids.size) if rows <= budget]
+    return I._refine(g, old, topo, budget, seed, options, defaults, start, comp, I._old_rows(comp.used_ids, old, None),
+                     None, time.perf_counter(), steps=steps)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     IB.add_one_day_arguments(ap, budgets="5")
-    ap.add_argument("--models", default="km1,repart", help="km1, repart (comma-separated).")
-    ap.add_argument("--alphas", default="1000,3", help="The repart model's migration costs per moved row.")
+    ap.add_argument("--models", default="km1,repart", help="km1, repart, batch (comma-separated).")
+    ap.add_argument("--alphas", default="1000,3", help="The repart and batch models' migration costs per moved row.")
+    ap.add_argument("--chain", action="store_true", help="Also run target mode's chain from each start (and from "
+                    "place_new_data, the control).")
     ap.add_argument("--hot", type=int, default=2000, help="repart: rows of more samples stay where they are.")
     ap.add_argument("--threads", type=int, default=1, help="Mt-KaHyPar's threads.")
     args = ap.parse_args(argv)
@@ -157,9 +220,12 @@ def main(argv=None) -> None:
     for model in [m for m in args.models.split(",") if m]:
         for alpha in ([None] if model == "km1" else [int(a) for a in args.alphas.split(",")]):
             t = time.perf_counter()
-            p = (km1_kept_rows(g, old, n, cap, mtk, init, args.seed) if model == "km1"
-                 else repart_model(g, old, n, cap, mtk, init, args.seed, alpha, args.hot))
-            name = "km1, old rows' holders fixed" if model == "km1" else f"repart, alpha {alpha}"
+            if model == "km1":
+                p, name = km1_kept_rows(g, old, n, cap, mtk, init, args.seed), "km1, old rows' holders fixed"
+            elif model == "repart":
+                p, name = repart_model(g, old, n, cap, mtk, init, args.seed, alpha, args.hot), f"repart, alpha {alpha}"
+            else:
+                p, name = batch_model(g, old, n, cap, mtk, init, args.seed, alpha, bs), f"batch, alpha {alpha}"
             line(name, p, time.perf_counter() - t)
             starts.append((name, p))
     for pct in [float(x) for x in args.budgets.split(",") if x.strip()]:
@@ -169,6 +235,13 @@ def main(argv=None) -> None:
                 q = repartition_incremental(g, old, topo, max_moved_rows=budget, start=p, seed=args.seed,
                                             options=Options(batch_size=bs, target="none"))
                 line(f"exact plan at {pct:g}% from ({name})", q)
+                if args.chain:
+                    line(f"chain to {pct:g}% from ({name})", chain_from(g, old, topo, p, budget, args.seed, bs))
+        if args.chain:
+            placed, _ = place_and_repartition(g, old, topo, max_moved_rows=0, seed=args.seed,
+                                              options=Options(batch_size=bs, target="none"))
+            line(f"chain to {pct:g}% from `place_new_data` (the control)",
+                 chain_from(g, old, topo, placed, budget, args.seed, bs))
     line("full re-partition (renamed)", goal)
 
 
