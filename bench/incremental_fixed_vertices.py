@@ -104,13 +104,33 @@ def km1_kept_rows(g, old, n, cap, mtk, init, seed) -> Placement:
     return undo_moves(old, Placement.edge_cut(n, sample_worker, primary))
 
 
+def old_primaries(g, old) -> np.ndarray:
+    """int32 [the day's ids]: the old primaries, 0 for the ids the old placement lacks (the models place them)."""
+    prim = np.zeros(g.num_embeddings, np.int32)
+    prim[:old.num_embeddings] = np.asarray(old.embedding_primary)
+    return prim
+
+
+def placed_by_blocks(g, old, blocks: np.ndarray, prim: np.ndarray, rows: np.ndarray, cap: int, seed: int) -> Placement:
+    """The placement of a model whose vertices are the samples, then ``rows`` (from ``g.num_samples`` on):
+    the samples' blocks within the cap, ``rows`` on their blocks (the other ids at ``prim``), and the old
+    secondaries kept (the newer ids have none)."""
+    n, N = old.num_workers, g.num_samples
+    sample_worker = blocks[:N].astype(np.int32)
+    enforce_cap(sample_worker, n, cap, np.random.default_rng(seed))
+    prim[rows] = blocks[N:N + rows.size]
+    oip = np.asarray(old.secondary_indptr)
+    indptr = np.concatenate([oip, np.full(g.num_embeddings - old.num_embeddings, oip[-1])]).astype(np.int64)
+    return Placement.edge_cut(n, sample_worker, prim).with_secondaries(
+        indptr, np.asarray(old.secondary_workers).astype(np.int32))
+
+
 def repart_model(g, old, n, cap, mtk, init, seed, alpha: int, hot: int) -> Placement:
     """The repartitioning model's placement at migration cost ``alpha`` per moved row (the ``repart`` model)."""
     N, M, m_old = g.num_samples, g.num_embeddings, old.num_embeddings
     six = np.asarray(g.sample_indices)
     deg = np.bincount(six, minlength=M)
-    prim = np.zeros(M, np.int32)
-    prim[:m_old] = np.asarray(old.embedding_primary)
+    prim = old_primaries(g, old)
     rows = np.flatnonzero((deg > 0) & (deg <= hot))
     node = np.full(M, -1, np.int64)
     node[rows] = N + np.arange(rows.size)
@@ -126,20 +146,14 @@ def repart_model(g, old, n, cap, mtk, init, seed, alpha: int, hot: int) -> Place
                               fixed=[-1] * anchor0 + list(range(n)),
                               block_caps=np.full(n, cap * SAMPLE_WEIGHT + int(np.ceil(1.05 * rows.size / n)) + 2),
                               seed=seed)
-    sample_worker = blocks[:N].astype(np.int32)
-    enforce_cap(sample_worker, n, cap, np.random.default_rng(seed))
-    prim[rows] = blocks[N:anchor0]
-    oip, ow = np.asarray(old.secondary_indptr), np.asarray(old.secondary_workers)
-    indptr = np.concatenate([oip, np.full(M - m_old, oip[-1])]).astype(np.int64)
-    return Placement.edge_cut(n, sample_worker, prim).with_secondaries(indptr, ow.astype(np.int32))
+    return placed_by_blocks(g, old, blocks, prim, rows, cap, seed)
 
 
 def batch_model(g, old, n, cap, mtk, init, seed, alpha: int, batch_size: int) -> Placement:
     """The ``batch`` model's placement at migration cost ``alpha`` per moved row."""
     N, M, m_old = g.num_samples, g.num_embeddings, old.num_embeddings
     sip, six = np.asarray(g.sample_indptr), np.asarray(g.sample_indices)
-    prim = np.zeros(M, np.int32)
-    prim[:m_old] = np.asarray(old.embedding_primary)
+    prim = old_primaries(g, old)
     oip, ow = np.asarray(old.secondary_indptr), np.asarray(old.secondary_workers)
     rows = np.flatnonzero(np.bincount(six, minlength=M) > 0)
     node = np.full(M, -1, np.int64)
@@ -169,11 +183,7 @@ def batch_model(g, old, n, cap, mtk, init, seed, alpha: int, batch_size: int) ->
                               node_weights=[SAMPLE_WEIGHT] * N + [1] * (len(fixed) - N), fixed=fixed,
                               block_caps=cap * SAMPLE_WEIGHT + int(np.ceil(1.05 * rows.size / n)) + 2 + held,
                               seed=seed)
-    sample_worker = blocks[:N].astype(np.int32)
-    enforce_cap(sample_worker, n, cap, np.random.default_rng(seed))
-    prim[rows] = blocks[N:N + rows.size]
-    indptr = np.concatenate([oip, np.full(M - m_old, oip[-1])]).astype(np.int64)
-    return Placement.edge_cut(n, sample_worker, prim).with_secondaries(indptr, ow.astype(np.int32))
+    return placed_by_blocks(g, old, blocks, prim, rows, cap, seed)
 
 
 def chain_from(g, old, topo, start: Placement, budget: int, seed: int, batch_size: int) -> Placement:
@@ -228,6 +238,8 @@ def main(argv=None) -> None:
                 p, name = batch_model(g, old, n, cap, mtk, init, args.seed, alpha, bs), f"batch, alpha {alpha}"
             line(name, p, time.perf_counter() - t)
             starts.append((name, p))
+    placed = place_and_repartition(g, old, topo, max_moved_rows=0, seed=args.seed,
+                                   options=Options(batch_size=bs, target="none"))[0] if args.chain else None
     for pct in [float(x) for x in args.budgets.split(",") if x.strip()]:
         budget = int(pct / 100.0 * used.size)
         for name, p in starts:
@@ -238,8 +250,6 @@ def main(argv=None) -> None:
                 if args.chain:
                     line(f"chain to {pct:g}% from ({name})", chain_from(g, old, topo, p, budget, args.seed, bs))
         if args.chain:
-            placed, _ = place_and_repartition(g, old, topo, max_moved_rows=0, seed=args.seed,
-                                              options=Options(batch_size=bs, target="none"))
             line(f"chain to {pct:g}% from `place_new_data` (the control)",
                  chain_from(g, old, topo, placed, budget, args.seed, bs))
     line("full re-partition (renamed)", goal)

@@ -42,14 +42,15 @@ def main() -> None:
 
         real_close = run.close_run
 
+        def terminate_if(failed):
+            if failed:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.2)
+
         def close_and_terminate(*args, failed, **kwargs):
-            if failed:
-                os.kill(os.getpid(), signal.SIGTERM)
-                time.sleep(0.2)
+            terminate_if(failed)
             real_close(*args, failed=failed, **kwargs)
-            if failed:
-                os.kill(os.getpid(), signal.SIGTERM)
-                time.sleep(0.2)
+            terminate_if(failed)
 
         run.close_run = close_and_terminate
     if fault == "save" and rank == bad:

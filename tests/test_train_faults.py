@@ -47,6 +47,23 @@ def train_args(path, man):
             "--batch-size", "8", "--embedding-dim", "4"]
 
 
+def fault_run_with_checkpoints(setup, ck, fault: str):
+    """``(args, result)``: 2 epochs on 3 ranks checkpointing in ``ck``, rank 1 given ``fault`` at step 2."""
+    path, man = setup
+    args = [*train_args(path, man), "--epochs", "2", "--checkpoint-dir", str(ck)]
+    return args, run(3, [str(HERE / "dist_fault_worker.py"), *args],
+                     {"GMP_TEST_FAULT": fault, "FAULT_RANK": "1", "FAULT_STEP": "2", "GMP_COLLECTIVE_TIMEOUT": "20"})
+
+
+def latest_of_every_worker(ck) -> dict:
+    """``ck``'s latest checkpoint head, checked to list the part of each of the 3 workers."""
+    import json
+
+    head = json.loads((ck / "latest" / "checkpoint.json").read_text())
+    assert all(f"worker-{w:05d}.pt" in head["files"] for w in range(3)), head["files"]
+    return head
+
+
 def test_a_hung_rank_is_named_after_the_collective_timeout(setup):
     path, man = setup
     res = run(3, [str(HERE / "dist_fault_worker.py"), *train_args(path, man)],
@@ -109,20 +126,16 @@ def test_a_rank_that_cannot_write_its_part_leaves_latest_on_the_previous_checkpo
     checkpoint without rank 1's files and point latest at it."""
     import json
 
-    path, man = setup
     ck = tmp_path / "ck"
-    args = [*train_args(path, man), "--epochs", "2", "--checkpoint-dir", str(ck)]
-    res = run(3, [str(HERE / "dist_fault_worker.py"), *args],
-              {"GMP_TEST_FAULT": "save", "FAULT_RANK": "1", "FAULT_STEP": "2", "GMP_COLLECTIVE_TIMEOUT": "20"})
+    args, res = fault_run_with_checkpoints(setup, ck, "save")
     assert res.returncode != 0
     errs = gmp_errors(res)
     assert any(e.startswith("error: cannot write a checkpoint in ") and "Permission denied" in e for e in errs), errs
     assert "error: another process could not write its part of the checkpoint; latest still points to the " \
            "previous checkpoint (its own error says why)." in errs, errs
     assert len(errs) == 2, errs
-    head = json.loads((ck / "latest" / "checkpoint.json").read_text())
+    head = latest_of_every_worker(ck)
     assert head["epoch"] == 1 and head["num_workers"] == 3
-    assert all(f"worker-{w:05d}.pt" in head["files"] for w in range(3)), head["files"]
     assert sorted(p.name for p in ck.iterdir()) == ["ckpt-00001-00000000", "latest"]
     again = run(3, ["-m", "cli.main", "train", *args, "--resume"], {})
     assert again.returncode == 0, again.stderr[-3000:]
@@ -186,13 +199,8 @@ def test_sigterm_on_one_rank_stops_every_rank_at_one_step_with_a_checkpoint(setu
     """SIGTERM (what torchrun sends its workers on Ctrl-C) reaching rank 1 at step 2: every rank stops after
     the same step, the checkpoint holds every worker's part and rank 0 says so once (docs/train.md,
     "Checkpoints"; that a resume continues such a checkpoint is tested in test_train_cli.py)."""
-    import json
-
-    path, man = setup
     ck = tmp_path / "ck"
-    args = [*train_args(path, man), "--epochs", "2", "--checkpoint-dir", str(ck)]
-    res = run(3, [str(HERE / "dist_fault_worker.py"), *args],
-              {"GMP_TEST_FAULT": "term", "FAULT_RANK": "1", "FAULT_STEP": "2", "GMP_COLLECTIVE_TIMEOUT": "20"})
+    _, res = fault_run_with_checkpoints(setup, ck, "term")
     assert res.returncode != 0
     errs = gmp_errors(res)
     assert len(errs) == 1 and re.fullmatch(rf"error: interrupted at epoch 1 step (\d+); checkpoint saved in "
@@ -200,6 +208,5 @@ def test_sigterm_on_one_rank_stops_every_rank_at_one_step_with_a_checkpoint(setu
                                            errs[0]), (errs, res.stderr[-3000:])
     step = int(re.search(r"step (\d+)", errs[0]).group(1))
     assert step >= 3  # stopped after the step the signal came in (agreed on at a later one)
-    head = json.loads((ck / "latest" / "checkpoint.json").read_text())
+    head = latest_of_every_worker(ck)
     assert (head["epoch"], head["num_workers"]) == (0, 3) and head["step"] == step, head
-    assert all(f"worker-{w:05d}.pt" in head["files"] for w in range(3)), head["files"]
