@@ -17,7 +17,16 @@ from gmp.train.run import SignalStop, train
 from test_train_cli import ctr, manifest_for  # noqa: F401 (a fixture)
 
 
-def test_ctrl_c_stops_at_the_next_step_and_restores_the_handlers(ctr, tmp_path):
+@pytest.fixture
+def terminal_sigint():
+    """SIGINT as in a terminal (Python's handler), also when the suite runs in the background, where it is
+    ignored (`cmd &`)."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def test_ctrl_c_stops_at_the_next_step_and_restores_the_handlers(ctr, tmp_path, terminal_sigint):
     root, path, ds = ctr
     man, _ = manifest_for(root, ds, 2)
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
@@ -49,7 +58,7 @@ class _Trainer:
 
 
 @pytest.mark.parametrize("failed", [False, True])
-def test_under_torchrun_sigterm_asks_for_a_stop_and_stays_ignored_after_an_error(failed):
+def test_under_torchrun_sigterm_asks_for_a_stop_and_stays_ignored_after_an_error(failed, terminal_sigint):
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     tr, stop = _Trainer(is_main=False), SignalStop(distributed=True)
     try:
@@ -72,13 +81,29 @@ def test_under_torchrun_sigterm_asks_for_a_stop_and_stays_ignored_after_an_error
         signal.signal(signal.SIGTERM, before[1])
 
 
-def test_a_local_run_leaves_sigterm_alone():
-    before = signal.getsignal(signal.SIGTERM)
+def test_a_local_run_leaves_sigterm_alone(terminal_sigint):
+    before, before_int = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
     tr, stop = _Trainer(is_main=True), SignalStop(distributed=False)
     stop.start()
     stop.attach(tr)
-    assert signal.getsignal(signal.SIGTERM) == before and signal.getsignal(signal.SIGINT) != signal.default_int_handler
+    assert signal.getsignal(signal.SIGTERM) == before and signal.getsignal(signal.SIGINT) != before_int
     os.kill(os.getpid(), signal.SIGINT)
     assert tr.stops == 1
     stop.end(failed=True)
-    assert signal.getsignal(signal.SIGTERM) == before and signal.getsignal(signal.SIGINT) == signal.default_int_handler
+    assert signal.getsignal(signal.SIGTERM) == before and signal.getsignal(signal.SIGINT) == before_int
+
+
+@pytest.mark.parametrize("distributed", [False, True])
+def test_a_signal_ignored_at_start_stays_ignored(distributed):
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as `gmp train ... &` from a script starts it
+    try:
+        tr, stop = _Trainer(is_main=True), SignalStop(distributed=distributed)
+        stop.start()
+        stop.attach(tr)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        os.kill(os.getpid(), signal.SIGINT)
+        assert tr.stops == 0
+        stop.end(failed=False)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)

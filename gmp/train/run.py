@@ -300,7 +300,8 @@ class SignalStop:
     one line an error every rank found gets (a peer died, the ranks were started with other flags) was
     killed before it did. For the same reason a run that ends with an error leaves SIGTERM ignored: that
     process is ending, and torchrun's SIGKILL 30 s later still bounds it. A run that ends well restores
-    the handlers."""
+    the handlers. A signal the process was started ignoring (SIGINT under ``nohup`` or ``cmd &``) stays
+    ignored, as Python itself leaves it."""
 
     def __init__(self, *, distributed: bool) -> None:
         self.distributed = distributed
@@ -320,6 +321,8 @@ class SignalStop:
             trainer.request_stop()
 
     def _install(self, sig: int) -> None:
+        if signal.getsignal(sig) is signal.SIG_IGN:  # ignored by who started us (nohup, `cmd &`): stays so
+            return
         try:
             self.old[sig] = signal.signal(sig, self._on_signal)
         except ValueError:  # not in the main thread
