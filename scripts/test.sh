@@ -4,4 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
-python -m pytest -q "$@"
+# One pytest process per core, at most 4 (pytest-xdist): run serially the suite keeps 1.3 of 2 cores busy,
+# the rest is spent waiting on the torchrun ranks it starts. GMP_TEST_PROCESSES=1 runs it in one process.
+n="${GMP_TEST_PROCESSES:-$(python -c 'import os; print(min(4, len(os.sched_getaffinity(0))))')}"
+if [ "$n" -le 1 ]; then n=0; fi  # 0: pytest-xdist starts no worker processes
+python -m pytest -q -n "$n" "$@"
