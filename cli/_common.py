@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
+import hashlib
 import json
 from pathlib import Path
 import os
 import shutil
 import sys
+import tempfile
+import time
 from typing import Any, Callable, Mapping, TypeVar
 
 import typer
@@ -33,27 +37,68 @@ def handle_errors(fn: F) -> F:
         except GmpError as exc:
             from ._flags import to_flags  # the library names parameters (`max_bad_lines`); the person typed flags
 
-            typer.echo(f"error: {to_flags(str(exc))}", err=True)
+            say_error(to_flags(str(exc)))
             raise typer.Exit(2) from None
         except OSError as exc:
-            typer.echo(f"error: {os_error_line(exc)}", err=True)
+            say_error(os_error_line(exc))
             raise typer.Exit(2) from None
         except MemoryError:
-            typer.echo("error: out of memory; use a smaller input or settings, or a machine with more memory.",
-                       err=True)
+            say_error("out of memory; use a smaller input or settings, or a machine with more memory.")
             raise typer.Exit(2) from None
         except RuntimeError as exc:
             if type(exc).__name__ != "OutOfMemoryError":  # torch's (CUDA): not imported here for the name
                 raise
             said = str(exc).split(". ")[:2]
-            typer.echo(f"error: out of GPU memory ({'. '.join(said).strip()}); lower --embedding-dim or "
-                       f"--batch-size, use more GPUs, or keep the table in host memory (--table-location host).",
-                       err=True)
+            say_error(f"out of GPU memory ({'. '.join(said).strip()}); lower --embedding-dim or --batch-size, use "
+                      f"more GPUs, or keep the table in host memory (--table-location host).")
             raise typer.Exit(2) from None
         finally:
             release_claims()  # the outputs this command claimed (released already when it wrote them)
 
     return wrapper  # type: ignore[return-value]
+
+
+def say_error(line: str) -> None:
+    """``error: LINE`` on stderr, once per machine under torchrun: the processes one torchrun started find
+    the same errors in the same flags and files, before their process group exists as after (3 ranks
+    printed 3 identical lines). Another line (a rank whose GPU is missing) is still printed, once."""
+    if first_to_say(line):
+        typer.echo(f"error: {line}", err=True)
+
+
+#: where :func:`first_to_say` marks what the processes of one torchrun launch have said
+SAID_DIR = Path(tempfile.gettempdir()) / "gmp-said"
+
+
+def first_to_say(line: str) -> bool:
+    """True unless another process of the same torchrun launch on this machine said ``line`` already.
+
+    The launch is the parent process (torchrun's agent starts every local rank), named by its pid and its
+    start time (a pid is reused; the start time, in ``/proc``, tells the two apart) and torchrun's restart
+    count; the first process to create the file of (launch, line) says it. Outside torchrun, on a system
+    without ``/proc``, or where the mark cannot be written, every process says it. Marks older than a day
+    are removed."""
+    if os.environ.get("LOCAL_WORLD_SIZE", "1") in ("", "0", "1") or "TORCHELASTIC_RUN_ID" not in os.environ:
+        return True
+    parent = os.getppid()
+    try:
+        started = Path(f"/proc/{parent}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        SAID_DIR.mkdir(mode=0o700, exist_ok=True)
+    except (OSError, IndexError):
+        return True
+    launch = f"{parent} {started} {os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+    mark = SAID_DIR / hashlib.sha256(f"{launch}\n{line}".encode()).hexdigest()[:32]
+    try:
+        os.close(os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        return False
+    except OSError:
+        return True
+    with contextlib.suppress(OSError):
+        for old in SAID_DIR.iterdir():
+            if time.time() - old.stat().st_mtime > 86400:
+                old.unlink()
+    return True
 
 
 def os_error_line(exc: OSError) -> str:

@@ -16,6 +16,7 @@ import typer
 import typer.core
 from typer.core import TyperGroup, TyperOption
 
+from cli._common import say_error
 from gmp._version import __version__
 from gmp.errors import GmpError
 
@@ -48,7 +49,7 @@ def _one_line_usage_errors():
     except _NO_ARGS_IS_HELP:
         raise
     except click.ClickException as exc:
-        typer.echo(f"error: {usage_error_line(exc)}", err=True)
+        say_error(usage_error_line(exc))
         raise typer.Exit(exc.exit_code) from None
 
 
@@ -130,7 +131,7 @@ def main() -> None:
     except GmpError as exc:  # a command that forgot @handle_errors
         from ._flags import to_flags
 
-        typer.echo(f"error: {to_flags(str(exc))}", err=True)
+        say_error(to_flags(str(exc)))
         sys.exit(2)
 
 

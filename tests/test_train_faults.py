@@ -101,6 +101,35 @@ def test_a_worker_count_mismatch_is_printed_by_rank_0_only(setup):
                     "start 3 in all (torchrun --nnodes x --nproc-per-node = 3)."], res.stderr[-2000:]
 
 
+def test_an_error_before_the_process_group_is_printed_once_per_launch(setup):
+    """Every rank refuses --lr -1 before the process group exists: one line, not one per rank (3 were printed),
+    and a second launch of the same command prints its own line (the first launch's mark does not silence it)."""
+    path, man = setup
+    for _ in range(2):
+        res = run(3, ["-m", "cli.main", "train", *train_args(path, man), "--lr", "-1"], {})
+        assert res.returncode != 0
+        assert gmp_errors(res) == ["error: --lr must be a finite number > 0 and <= 1e+06, got -1.0."], res.stderr[-2000:]
+
+
+def test_first_to_say_is_once_per_launch_and_line(tmp_path, monkeypatch):
+    from cli import _common
+
+    monkeypatch.setattr(_common, "SAID_DIR", tmp_path / "said")
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    assert _common.first_to_say("a") and _common.first_to_say("a")  # not under torchrun: every process says it
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "r")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    assert _common.first_to_say("a") and _common.first_to_say("a")  # one process on this machine
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")
+    assert [_common.first_to_say(x) for x in ("a", "a", "b", "a")] == [True, False, True, False]
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")  # torchrun restarted the ranks: a new launch
+    assert [_common.first_to_say(x) for x in ("a", "a")] == [True, False]
+    old = next((tmp_path / "said").iterdir())
+    os.utime(old, (1, 1))  # a mark from long ago is removed by the next one written
+    assert _common.first_to_say("c") and not old.exists()
+
+
 def test_the_collective_timeout_is_validated():
     from gmp.comm.distributed import collective_timeout
     from gmp.errors import TrainingError
