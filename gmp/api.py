@@ -351,7 +351,7 @@ def partition_dataset(dataset: Any, method: str | None = None, out: str | os.Pat
         A prepared dataset or its path.
     method
         A registered partitioner (``random``, ``metis``, ``hybrid``, ...; see
-        ``gmp.partition.PARTITIONERS``).
+        ``gmp.partition.PARTITIONERS``); None (default): ``hybrid``.
     workers, topology, inter_cost
         ``workers=8``, or ``topology="2x8"`` / a :class:`gmp.topology.Topology`.
     out
@@ -910,14 +910,15 @@ def _check_report_files(out: Path, m: Any, formats: Sequence[str], *, plots: boo
                           f"`out`.")
 
 
-def compare_partitioners(dataset: Any, methods: Sequence[str], *, workers: int | None = None, topology: Any = None,
+def compare_partitioners(dataset: Any, methods: Sequence[str] | str | None = None, *, workers: int | None = None, topology: Any = None,
                          inter_cost: float | None = None, seed: int | None = None, batch_size: int | None = None,
                          embedding_dim: int | None = None,
                          options: Mapping[str, Mapping[str, Any]] | None = None, isolate: bool | None = None):
     """Run several partitioners on one dataset and score each against random (``gmp compare``).
 
     Returns the ``gmp.compare`` dict; ``gmp.compare.comparison_tables`` and
-    ``render_comparison_html`` render it. Keywords left at None take ``gmp compare``'s defaults (seed 0,
+    ``render_comparison_html`` render it. Keywords left at None take ``gmp compare``'s defaults (methods
+    ``random, metis, hybrid``, seed 0,
     batch 512, width 16, inter-machine cost 10, ``isolate=True``: each method runs in a process of its own
     started with ``spawn``, so its peak memory is its own; ``isolate=False`` runs them in this process,
     quicker to start); resolved by :func:`gmp.specs.resolve_compare`.

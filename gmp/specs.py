@@ -533,8 +533,9 @@ class PartitionSpec:
 
     def values(self) -> dict[str, Any]:
         """The value of each setting :attr:`sources` names that applies to this request."""
-        out = {"seed": self.seed, "batch_size": self.batch_size, "embedding_dim": self.embedding_dim,
-               "out": self.out, "inter_cost": self.inter_cost, "block_samples": self.block_samples}
+        out = {"method": self.method, "seed": self.seed, "batch_size": self.batch_size,
+               "embedding_dim": self.embedding_dim, "out": self.out, "inter_cost": self.inter_cost,
+               "block_samples": self.block_samples}
         return {k: v for k, v in out.items() if v is not None}
 
     def described(self) -> str:
@@ -560,6 +561,12 @@ def _refuse(error: type[GmpError], param: str, msg: str) -> GmpError:
     return _param_error(error, param, msg)
 
 
+#: ``gmp partition``'s partitioner when none is given: gmp's own (HET-GMP's hybrid partitioning)
+DEFAULT_METHOD = "hybrid"
+#: ``gmp compare``'s partitioners when none are given: the reference, the classic peer and gmp's own
+DEFAULT_COMPARE_METHODS = ("random", "metis", "hybrid")
+
+
 def resolve_partition(dataset: Any, method: str | None = None, out: str | os.PathLike | None = None, *,
                       workers: int | None = None, topology: Any = None,
                       topology_file: str | os.PathLike | None = None, inter_cost: float | None = None,
@@ -574,7 +581,8 @@ def resolve_partition(dataset: Any, method: str | None = None, out: str | os.Pat
 
     The mode: ``from_manifest`` (new data on an old placement; ``max_moved_rows``, ``compare_full`` and
     ``window`` need it), ``distributed`` (the hybrid across torchrun's processes), ``chunk_samples`` (the
-    hybrid streamed from disk), else ``method`` from scratch. Defaults: ``seed`` 0, ``batch_size``/
+    hybrid streamed from disk), else ``method`` from scratch. Defaults: ``method`` ``hybrid``, ``seed`` 0,
+    ``batch_size``/
     ``embedding_dim`` the old manifest's plan with ``from_manifest`` (else 512/16), ``inter_cost`` 10,
     ``out`` ``placements/DATASET.METHOD.wN``. Every rule between the settings is checked here, before
     anything is read but the old manifest."""
@@ -631,9 +639,8 @@ def resolve_partition(dataset: Any, method: str | None = None, out: str | os.Pat
         method = "incremental" if max_moved_rows is not None else "place-new"
     else:
         mode = "scratch"
-        if method is None:
-            raise _refuse(E, "method", "`method` is required (or give `from_manifest=OLD_MANIFEST` to place new "
-                                       "data on it).")
+        sources["method"] = USER if method is not None else DEFAULT
+        method = DEFAULT_METHOD if method is None else method
         if incremental_given:
             raise _refuse(E, incremental_given[0], "`max_moved_rows`, `compare_full` and `window` need "
                                                    "`from_manifest=OLD_MANIFEST`.")
@@ -766,22 +773,24 @@ class CompareSpec:
     sources: Mapping[str, str] = field(default_factory=dict)
 
 
-def resolve_compare(dataset: Any, methods: Any, *, workers: int | None = None, topology: Any = None,
+def resolve_compare(dataset: Any, methods: Any = None, *, workers: int | None = None, topology: Any = None,
                     topology_file: str | os.PathLike | None = None, inter_cost: float | None = None,
                     seed: int | None = None, batch_size: int | None = None, embedding_dim: int | None = None,
                     options: Mapping[str, Mapping[str, Any]] | None = None, isolate: bool | None = None,
                     out: str | os.PathLike | None = None, overwrite: bool = False) -> CompareSpec:
     """The one resolution of a comparison (``gmp compare`` and :func:`gmp.compare_partitioners`): ``methods`` a
-    list or ``"random,metis,hybrid"``; defaults seed 0, batch 512, width 16, inter-machine cost 10, ``isolate``
-    True (each method in a process of its own: its peak RSS is its own); ``out`` (a ``.md``, ``.json`` or
-    ``.html`` file) is checked here, before the (long) partitioning."""
+    list or ``"random,metis,hybrid"`` (the default, :data:`DEFAULT_COMPARE_METHODS`); defaults seed 0, batch
+    512, width 16, inter-machine cost 10, ``isolate`` True (each method in a process of its own: its peak RSS
+    is its own); ``out`` (a ``.md``, ``.json`` or ``.html`` file) is checked here, before the (long)
+    partitioning."""
     from .errors import PartitionError
     from .params import check_int, comma_list
     from .seeds import check_seed
     from .topology import DEFAULT_INTER_COST, Topology, resolve_topology
 
     E = PartitionError
-    sources = {k: USER if v is not None else DEFAULT for k, v in (("seed", seed), ("batch_size", batch_size),
+    sources = {k: USER if v is not None else DEFAULT for k, v in (("methods", methods), ("seed", seed),
+                                                                    ("batch_size", batch_size),
                                                                     ("embedding_dim", embedding_dim),
                                                                     ("inter_cost", inter_cost),
                                                                     ("isolate", isolate))}
@@ -803,6 +812,7 @@ def resolve_compare(dataset: Any, methods: Any, *, workers: int | None = None, t
         topo = resolve_topology(workers, None if topology is None else str(topology),
                                 None if topology_file is None else str(topology_file),
                                 inter_cost=DEFAULT_INTER_COST if inter_cost is None else inter_cost)
+    methods = DEFAULT_COMPARE_METHODS if methods is None else methods
     return CompareSpec(dataset=Path(getattr(dataset, "path", dataset)), methods=tuple(comma_list(methods)),
                        topology=topo, seed=seed, batch_size=batch_size, embedding_dim=embedding_dim,
                        options=options, isolate=bool(isolate), out=None if out is None else Path(out),

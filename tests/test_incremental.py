@@ -706,10 +706,11 @@ def test_cli_from_manifest_errors(tmp_path, extra, message):
     assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output
 
 
-def test_cli_needs_a_method_without_from_manifest(tmp_path):
+def test_cli_max_moved_rows_needs_from_manifest(tmp_path):
     day0 = _dataset(tmp_path / "d0", [[0, 1], [2, 3]], 4)
     res = runner.invoke(app, ["partition", str(day0), "-w", "2", "--max-moved-rows", "5"])
-    assert res.exit_code == 2 and "--method is required" in res.output
+    assert res.exit_code == 2 and "--max-moved-rows, --compare-full and --window need --from-manifest" in res.output
+    assert not (tmp_path / "placements").exists()
 
 
 def test_cli_from_manifest_refuses_to_overwrite_its_inputs(tmp_path):

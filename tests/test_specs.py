@@ -249,6 +249,10 @@ def test_a_partition_request_resolves_each_mode_and_says_where_each_value_came_f
     assert (spec.batch_size, spec.embedding_dim) == (512, 16)
     assert spec.out == Path("placements") / f"{Path(path).name}.random.w3"
     assert {spec.sources[k] for k in ("seed", "batch_size", "embedding_dim", "inter_cost", "out")} == {DEFAULT}
+    assert spec.sources["method"] == USER and "method" not in spec.described()
+    plain = resolve_partition(path, workers=3, environ={})  # no method: gmp's own, said in the settings line
+    assert (plain.mode, plain.method, plain.sources["method"]) == ("scratch", "hybrid", DEFAULT)
+    assert plain.out.name == f"{Path(path).name}.hybrid.w3" and "method hybrid (default)" in plain.described()
     new = resolve_partition(path, from_manifest=man, max_moved_rows="5%", embedding_dim=4, environ={})
     assert (new.mode, new.method, new.batch_size, new.embedding_dim) == ("incremental", "incremental", 16, 4)
     assert new.sources["batch_size"] == PLAN and new.sources["embedding_dim"] == USER
@@ -267,7 +271,8 @@ def test_a_partition_request_resolves_each_mode_and_says_where_each_value_came_f
     (dict(method="random", workers=2, window=2), "`max_moved_rows`, `compare_full` and `window` need "
      "`from_manifest=OLD_MANIFEST`", "--max-moved-rows, --compare-full and --window need --from-manifest "
      "OLD_MANIFEST"),
-    (dict(workers=2), "`method` is required", "--method is required"),
+    (dict(method="hybrid", workers=2, distributed=False, block_samples=64), "`block_samples` sets the blocks of "
+     "`distributed`", "--block-samples sets the blocks of --distributed"),
 ])
 def test_partition_refusals_name_the_parameter_and_the_command_its_flag(planned, kwargs, library, command):
     from gmp.errors import PartitionError
@@ -295,7 +300,10 @@ def test_report_and_compare_requests_are_checked_once_for_both_doors(planned, tm
     assert res.exit_code == 2 and "--format 'pdf' not understood" in res.output
     spec = resolve_compare(path, "random,hybrid", workers=2)
     assert spec.methods == ("random", "hybrid") and spec.topology.num_workers == 2
-    assert (spec.seed, spec.batch_size, spec.embedding_dim) == (0, 512, 16) and set(spec.sources.values()) == {D}
+    assert (spec.seed, spec.batch_size, spec.embedding_dim) == (0, 512, 16) and spec.sources.pop("methods") == USER
+    assert set(spec.sources.values()) == {D}
+    plain = resolve_compare(path, workers=2)  # no methods: the reference, the classic peer and gmp's own
+    assert plain.methods == ("random", "metis", "hybrid") and plain.sources["methods"] == D
     with pytest.raises(PartitionError, match="`out` x.txt: expected a .md, .json or .html file name"):
         resolve_compare(path, "random", workers=2, out="x.txt")
     assert resolve_report(man, batch_size=8).sources["batch_size"] == USER
