@@ -20,7 +20,6 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from .herald.schedule import HeraldSchedule
 from .protocol import StepProtocol
 from .schedule import Step
 from .reads import read_rows, settle_reads
@@ -38,10 +37,7 @@ class BoundedStaleness(StepProtocol):
     def steps(self, epoch: int, start: int) -> Iterator[Step]:
         """The schedule's steps; Herald's runtime scheduler (``--schedule herald`` at s > 0) runs ahead in
         the input pipeline's thread, not in a thread of its own."""
-        schedule = self.ctx.schedule
-        if isinstance(schedule, HeraldSchedule):
-            return schedule.steps(epoch, start, threaded=False)
-        return schedule.steps(epoch, start)
+        return self.ctx.schedule.steps(epoch, start, threaded=False)
 
     def prepare(self, step: Step, *, timed: bool = True, resident: list | None = None) -> PreparedStep:
         """Every local worker's batch, deduplicated, translated and its index tensors made

@@ -95,8 +95,10 @@ class Schedule(abc.ABC):
         """Number of steps of ``epoch`` (0-based)."""
 
     @abc.abstractmethod
-    def steps(self, epoch: int, start: int = 0) -> Iterator[Step]:
-        """The steps of ``epoch`` from step ``start`` on (``start`` > 0 when resuming)."""
+    def steps(self, epoch: int, start: int = 0, *, threaded: bool = True) -> Iterator[Step]:
+        """The steps of ``epoch`` from step ``start`` on (``start`` > 0 when resuming). A schedule that
+        computes ahead (Herald's runtime scheduler) does it in a thread of its own unless ``threaded`` is
+        False: the caller's input pipeline then runs it ahead in its thread. The others ignore it."""
 
     def state_dict(self) -> dict[str, Any]:
         """Extra state to checkpoint (stateless schedules return {})."""
@@ -140,7 +142,7 @@ class StaticSchedule(Schedule):
         rng = seeds.epoch_rng(self.seed, epoch)
         return [s[rng.permutation(s.size)] for s in self.shards]
 
-    def steps(self, epoch: int, start: int = 0) -> Iterator[Step]:
+    def steps(self, epoch: int, start: int = 0, *, threaded: bool = True) -> Iterator[Step]:
         shards = self.epoch_shards(epoch)
         b = self.batch_size
         for t in range(start, self.num_steps(epoch)):
@@ -178,7 +180,7 @@ class NaiveSchedule(Schedule):
         for t in range(start, self.num_steps(epoch)):
             yield order[t * g:(t + 1) * g]
 
-    def steps(self, epoch: int, start: int = 0) -> Iterator[Step]:
+    def steps(self, epoch: int, start: int = 0, *, threaded: bool = True) -> Iterator[Step]:
         for t, batch in enumerate(self.global_batches(epoch, start), start=start):
             yield Step(t, [np.ascontiguousarray(p) for p in np.array_split(batch, self.num_workers)])
 
@@ -198,7 +200,7 @@ class ReplaySchedule(Schedule):
     def num_steps(self, epoch: int) -> int:
         return len(self._epoch(epoch))
 
-    def steps(self, epoch: int, start: int = 0) -> Iterator[Step]:
+    def steps(self, epoch: int, start: int = 0, *, threaded: bool = True) -> Iterator[Step]:
         for t, parts in enumerate(self._epoch(epoch)):
             if t >= start:
                 yield Step(t, [np.asarray(p, dtype=np.int64) for p in parts])
