@@ -96,6 +96,48 @@ def test_cli_writes_one_json_line_per_epoch_with_the_documented_keys(ctr, tmp_pa
     assert [r["test_auc"] for r in out_lines if r["kind"] == "epoch"] == [r["test_auc"] for r in epochs]
 
 
+def test_a_terminal_reads_a_line_per_epoch_and_the_log_keeps_the_json(ctr, tmp_path):
+    """stdout a terminal (a pseudo-terminal here): each epoch is one line to read, made from the same record
+    the JSON log holds; a pipe gets the JSON (the test above)."""
+    import pty
+    import subprocess
+
+    root, path, ds = ctr
+    man, _ = manifest_for(root, ds, 2)
+    primary, secondary = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    proc = subprocess.run([sys.executable, "-m", "cli.main", "train", str(path), "--manifest", str(man), "--epochs",
+                           "2", "--batch-size", "32", "--log-json", str(tmp_path / "log.jsonl")],
+                          stdout=secondary, stderr=subprocess.PIPE, text=True, env=env, timeout=300)
+    os.close(secondary)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(primary, 65536)
+        except OSError:  # the terminal's other end is closed: all read
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(primary)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [ln.strip() for ln in out.decode().splitlines() if ln.strip()]
+    want = []
+    for r in read_log(tmp_path / "log.jsonl", "epoch"):
+        want.append(f"epoch {r['epoch']}: train loss {r['train_loss']:.4f}, test AUC {r['test_auc']:.4f}, "
+                    f"logloss {r['test_logloss']:.4f}, {r['samples_per_sec']:,.0f} samples/s")
+    assert lines == want and not any(ln.startswith("{") for ln in lines), (lines, want)
+
+
+def test_record_line_of_a_step_and_a_migration():
+    from cli.train import record_line
+
+    assert record_line({"kind": "step", "epoch": 2, "step": 8, "train_loss": 0.5, "samples_per_sec": 1234.4,
+                        "test_auc": float("nan")}) == "epoch 2 step 8: train loss 0.5000, 1,234 samples/s"
+    assert record_line({"kind": "migration", "epoch": 0, "moved_rows": {"total": 9721},
+                        "checkpoint": "ck/ckpt-1"}) == "migrated 9,721 rows from ck/ckpt-1"
+
+
 @pytest.mark.parametrize("n,batch", [(2, 16), (3, 7)])
 def test_remote_rows_equal_the_reports_batch_traffic(ctr, tmp_path, n, batch):
     """s = 0, static, --shuffle none, no secondaries: measured rows read/pushed per epoch
