@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -451,9 +454,7 @@ def test_tier_files_of_killed_runs_are_removed_on_start_and_nothing_else(ctr, tm
     files of dead PIDs whose lock is free, names matching exactly, and says so in one line."""
     import fcntl
     import logging
-    import os
     import subprocess
-    import sys
 
     _, ds = ctr
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -487,3 +488,42 @@ def test_tier_files_of_killed_runs_are_removed_on_start_and_nothing_else(ctr, tm
         os.close(fd)
         live.kill()
         live.wait()
+
+
+RELEASE_INSIDE_MAKE_DIRS = """
+import sys
+from pathlib import Path
+from gmp.train.tiers import files
+
+d = Path(sys.argv[1]) / "a" / "b"
+files.make_dirs(d)  # the first tier's directories
+real, fired = files._owned_above, []
+
+
+def collector_here(directory):  # the garbage collector runs the first tier's finalizer on an allocation here
+    if not fired:
+        fired.append(1)
+        files.release_dirs(d)
+    return real(directory)
+
+
+files._owned_above = collector_here
+files.make_dirs(d)  # the second tier, in the same directory
+files._owned_above = real
+assert fired and d.is_dir(), "the second tier's directory was removed"
+files.release_dirs(d)
+assert not d.parent.exists(), "the last tier's close left its directories"
+print("ok")
+"""
+
+
+def test_a_tier_released_by_the_garbage_collector_inside_make_dirs_does_not_deadlock(tmp_path):
+    """A disk tier's finalizer (its table collected) runs wherever the garbage collector does, here inside
+    make_dirs' critical section: it waited there for the lock its own thread held, forever (a test run hung
+    in test_a_schema_2_checkpoint_resumes_into_a_tiered_run). In a process of its own, so that a hang fails
+    this test by its timeout and leaves the suite's lock alone."""
+    import subprocess
+
+    res = subprocess.run([sys.executable, "-c", RELEASE_INSIDE_MAKE_DIRS, str(tmp_path)], capture_output=True,
+                         text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
+    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-2000:]

@@ -11,6 +11,7 @@ another machine sharing the folder) -- nothing else is ever deleted.
 
 from __future__ import annotations
 
+import collections
 import errno
 import fcntl
 import logging
@@ -28,6 +29,10 @@ TIER_FILE = re.compile(r"worker-(\d{5,})-(\d+)\.rows")
 
 _lock = threading.Lock()
 _users: dict[Path, int] = {}  # directories this process created -> open tiers inside them
+#: releases waiting for ``_lock`` (:func:`release_dirs`): a tier's finalizer runs wherever the garbage
+#: collector does, on any allocation, also inside this module's critical section in the same thread, where
+#: waiting for the lock never ends (a test run hung there, in make_dirs)
+_pending: collections.deque[Path] = collections.deque()
 
 
 def tier_file(directory: Path, worker: int) -> Path:
@@ -36,49 +41,68 @@ def tier_file(directory: Path, worker: int) -> Path:
 
 def make_dirs(directory: Path) -> list[Path]:
     """Create ``directory`` and its missing parents; the ones created here (deepest first), which
-    :func:`release_dirs` removes when no tier of this process uses them any more."""
+    :func:`release_dirs` removes when no tier of this process uses them any more. Under the lock from the
+    check to the count, so that no release removes a directory this tier is about to use."""
     directory = Path(directory)
-    missing = []
-    p = directory
-    while not p.exists() and p != p.parent:
-        missing.append(p)
-        p = p.parent
-    created = []
     try:
-        for d in reversed(missing):
+        with _lock:
+            missing = []
+            p = directory
+            while not p.exists() and p != p.parent:
+                missing.append(p)
+                p = p.parent
+            created = []
             try:
-                d.mkdir()
-                created.append(d)
-            except FileExistsError:  # another process made it meanwhile: not ours to remove
-                pass
-    except OSError as exc:
-        _remove_empty(reversed(created))
-        raise TrainingError(f"cannot create the disk tier directory {directory}: {exc.strerror}; pass a writable "
-                            f"tier_dir.") from None
-    with _lock:
-        for d in created:
-            _users[d] = 0
-        for d in _owned_above(directory):
-            _users[d] += 1
+                for d in reversed(missing):
+                    try:
+                        d.mkdir()
+                        created.append(d)
+                    except FileExistsError:  # another process made it meanwhile: not ours to remove
+                        pass
+            except OSError as exc:
+                _remove_empty(reversed(created))
+                raise TrainingError(f"cannot create the disk tier directory {directory}: {exc.strerror}; pass a "
+                                    f"writable tier_dir.") from None
+            for d in created:
+                _users[d] = 0
+            for d in _owned_above(directory):
+                _users[d] += 1
+    finally:
+        _release_pending()
     return list(reversed(created))
 
 
 def release_dirs(directory: Path) -> None:
     """One tier in ``directory`` closed: remove the directories this process created for tiers (deepest
-    first) once none of its tiers uses them, if empty (another file in them keeps them)."""
-    with _lock:
+    first) once none of its tiers uses them, if empty (another file in them keeps them). Never waits for
+    the lock: a release that finds it taken is left to its holder, which takes the pending releases
+    when it lets go (:func:`_release_pending`)."""
+    _pending.append(Path(directory))
+    _release_pending()
+
+
+def _release_pending() -> None:
+    """Take the pending releases while the lock is free; a holder calls this after it lets go, so a release
+    left by a finalizer inside its critical section, or by another thread meanwhile, is taken then."""
+    while _pending:
+        if not _lock.acquire(blocking=False):
+            return  # its holder takes it when it lets go
         done = []
-        for d in _owned_above(Path(directory)):
-            _users[d] -= 1
-            if _users[d] <= 0:
-                del _users[d]
-                done.append(d)
-    _remove_empty(sorted(done, key=lambda d: len(d.parts), reverse=True))
+        try:
+            while _pending:
+                for d in _owned_above(_pending.popleft()):
+                    _users[d] -= 1
+                    if _users[d] <= 0:
+                        del _users[d]
+                        done.append(d)
+        finally:
+            _lock.release()
+        _remove_empty(sorted(done, key=lambda d: len(d.parts), reverse=True))
 
 
 def _owned_above(directory: Path) -> list[Path]:
     """The directories of this process's registry that are ``directory`` or hold it. Under ``_lock``."""
-    return [d for d in _users if d == directory or d in directory.parents]
+    return [d for d in list(_users) if d == directory or d in directory.parents]
 
 
 def _remove_empty(dirs) -> None:
