@@ -68,18 +68,13 @@ def return_order(graph, old, refit, comp, is_old, n: int, batch_size: int):
     sw = np.asarray(refit.sample_worker, dtype=np.int32)
     prim = np.asarray(refit.embedding_primary)[used].astype(np.int32)
     sec = I._secondary_masks(refit, used)
-    oprim = np.full(used.size, -1, np.int32)
-    oprim[is_old] = np.asarray(old.embedding_primary)[used[is_old]]
-    osec = np.zeros(used.size, np.int64)
-    osec[is_old] = I._secondary_masks(old, used[is_old])
+    oprim, osec = I.old_holders(old, used, is_old)
     nb = np.zeros((used.size, n), np.int32)
     K.row_batches(np.asarray(graph.sample_indptr), comp.cindices, sw, np.int64(batch_size), nb)
     here, back = np.empty(used.size, np.int64), np.empty(used.size, np.int64)
     K.row_reads(nb, prim, sec, here)
     K.row_reads(nb, np.where(is_old, oprim, prim).astype(np.int32), np.where(is_old, osec, sec), back)
-    held = osec | np.left_shift(np.int64(1), np.maximum(oprim, 0).astype(np.int64))
-    fresh = np.bitwise_count((sec & ~held).view(np.uint64)).astype(np.int64)
-    rows_of = np.where(is_old, (prim != oprim).astype(np.int64) + fresh, 0)
+    rows_of = I.moved_per_row(oprim, osec, prim, sec, is_old)
     moved = np.flatnonzero(rows_of > 0)
     cost = back[moved] - here[moved]
     order = moved[np.argsort(cost / rows_of[moved], kind="stable")]
@@ -132,8 +127,9 @@ def main(argv=None) -> None:
             j = k + int(np.argmin(reads[k:]))
             trimmed = f"{int(reads[j]):,} ({reads[j] / full_reads:.3f}x) | {int(rows[j]):,}"
         pr, prows = prefix_refit(graph, old.placement, topo, cap, b)
-        print(f"| {pt['percent']}% | {b:,} | {pt['batch_remote_reads']:,} ({pt['batch_remote_reads'] / full_reads:.3f}x)"
-              f" | {pt['kept']} | {trimmed} | {pr:,} ({pr / full_reads:.3f}x) | {prows:,} |")
+        shipped_reads = pt["batch_remote_reads"]
+        print(f"| {pt['percent']}% | {b:,} | {shipped_reads:,} ({shipped_reads / full_reads:.3f}x) | {pt['kept']} | "
+              f"{trimmed} | {pr:,} ({pr / full_reads:.3f}x) | {prows:,} |")
 
 
 if __name__ == "__main__":

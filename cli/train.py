@@ -65,8 +65,7 @@ def summary_line(records: list[dict], spec=None) -> str:
              f"{samples / secs:,.0f} samples/s" if secs > 0 else "",
              bytes_per_step(last), cache_hit_rate(last)]
     if migration is not None:
-        moved = (migration.get("moved_rows") or {})
-        parts.append(f"migrated {int(moved.get('total') or 0):,} rows from {migration.get('checkpoint', 'the checkpoint')}")
+        parts.append(migrated(migration))
     elif spec is not None and spec.resume_from is not None:
         e, st = int(spec.resume_from["epoch"]), int(spec.resume_from["step"])
         parts.append(f"resumed at epoch {e + 1} step {st}" if st else f"resumed after epoch {e}")
@@ -79,8 +78,7 @@ def record_line(rec: dict) -> str:
     ``epoch 2: train loss 0.4312, test AUC 0.7947, logloss 0.4601, 181,616 samples/s``."""
     kind = rec.get("kind", "epoch")
     if kind == "migration":
-        moved = rec.get("moved_rows") or {}
-        return f"migrated {int(moved.get('total') or 0):,} rows from {rec.get('checkpoint', 'the checkpoint')}"
+        return migrated(rec)
     where = f"epoch {rec.get('epoch')}" + (f" step {rec.get('step')}" if kind == "step" else "")
     parts = []
     for key, label in (("train_loss", "train loss"), ("test_auc", "test AUC"), ("test_logloss", "logloss")):
@@ -91,6 +89,12 @@ def record_line(rec: dict) -> str:
     if isinstance(sps, (int, float)) and sps > 0:
         parts.append(f"{sps:,.0f} samples/s")
     return f"{where}: {', '.join(parts)}"
+
+
+def migrated(rec: dict) -> str:
+    """``"migrated 9,721 rows from CHECKPOINT"`` of a migration record."""
+    moved = rec.get("moved_rows") or {}
+    return f"migrated {int(moved.get('total') or 0):,} rows from {rec.get('checkpoint', 'the checkpoint')}"
 
 
 def bytes_per_step(rec: dict) -> str:

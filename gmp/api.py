@@ -910,18 +910,18 @@ def _check_report_files(out: Path, m: Any, formats: Sequence[str], *, plots: boo
                           f"`out`.")
 
 
-def compare_partitioners(dataset: Any, methods: Sequence[str] | str | None = None, *, workers: int | None = None, topology: Any = None,
-                         inter_cost: float | None = None, seed: int | None = None, batch_size: int | None = None,
-                         embedding_dim: int | None = None,
+def compare_partitioners(dataset: Any, methods: Sequence[str] | str | None = None, *, workers: int | None = None,
+                         topology: Any = None, inter_cost: float | None = None, seed: int | None = None,
+                         batch_size: int | None = None, embedding_dim: int | None = None,
                          options: Mapping[str, Mapping[str, Any]] | None = None, isolate: bool | None = None):
     """Run several partitioners on one dataset and score each against random (``gmp compare``).
 
     Returns the ``gmp.compare`` dict; ``gmp.compare.comparison_tables`` and
     ``render_comparison_html`` render it. Keywords left at None take ``gmp compare``'s defaults (methods
-    ``random, metis, hybrid``, seed 0,
-    batch 512, width 16, inter-machine cost 10, ``isolate=True``: each method runs in a process of its own
-    started with ``spawn``, so its peak memory is its own; ``isolate=False`` runs them in this process,
-    quicker to start); resolved by :func:`gmp.specs.resolve_compare`.
+    ``random, metis, hybrid``, seed 0, batch 512, width 16, inter-machine cost 10, ``isolate=True``: each
+    method runs in a process of its own started with ``spawn``, so its peak memory is its own;
+    ``isolate=False`` runs them in this process, quicker to start); resolved by
+    :func:`gmp.specs.resolve_compare`.
     """
     from .specs import resolve_compare
 

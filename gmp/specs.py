@@ -582,9 +582,8 @@ def resolve_partition(dataset: Any, method: str | None = None, out: str | os.Pat
     The mode: ``from_manifest`` (new data on an old placement; ``max_moved_rows``, ``compare_full`` and
     ``window`` need it), ``distributed`` (the hybrid across torchrun's processes), ``chunk_samples`` (the
     hybrid streamed from disk), else ``method`` from scratch. Defaults: ``method`` ``hybrid``, ``seed`` 0,
-    ``batch_size``/
-    ``embedding_dim`` the old manifest's plan with ``from_manifest`` (else 512/16), ``inter_cost`` 10,
-    ``out`` ``placements/DATASET.METHOD.wN``. Every rule between the settings is checked here, before
+    ``batch_size``/``embedding_dim`` the old manifest's plan with ``from_manifest`` (else 512/16),
+    ``inter_cost`` 10, ``out`` ``placements/DATASET.METHOD.wN``. Every rule between the settings is checked here, before
     anything is read but the old manifest."""
     from .errors import PartitionError
     from .params import check_int

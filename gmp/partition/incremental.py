@@ -1008,6 +1008,25 @@ class _Toward(NamedTuple):
         return self.start_reads + int(self.cum_gain[k - 1]), int(self.cum_rows[k - 1]), k
 
 
+def old_holders(old: Placement, used: np.ndarray, is_old: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(primary, secondary mask)`` of each compact id in ``old`` (int32 -1 / int64 0 where it is not old)."""
+    oprim = np.full(used.size, -1, dtype=np.int32)
+    oprim[is_old] = np.asarray(old.embedding_primary)[used[is_old]]
+    osec = np.zeros(used.size, dtype=np.int64)
+    osec[is_old] = _secondary_masks(old, used[is_old])
+    return oprim, osec
+
+
+def moved_per_row(oprim: np.ndarray, osec: np.ndarray, prim: np.ndarray, sec: np.ndarray,
+                  is_old: np.ndarray) -> np.ndarray:
+    """int64 [U]: :func:`moved_rows`' count of each row placed on ``prim``/``sec`` (compact ids), from its old
+    holders (:func:`old_holders`): a new primary, and every secondary on a worker that held no copy; 0 for
+    the ids that are not old."""
+    held = osec | np.left_shift(np.int64(1), np.maximum(oprim, 0).astype(np.int64))
+    fresh = np.bitwise_count((sec & ~held).view(np.uint64)).astype(np.int64)
+    return np.where(is_old, (prim != oprim).astype(np.int64) + fresh, 0)
+
+
 def _toward_path(graph: BipartiteGraph, old: Placement, goal: Placement, comp: _Compact, is_old: np.ndarray,
                  options: Options, n: int) -> _Toward:
     """Every old row whose target placement reads less under the target's samples, in one order taken
@@ -1016,10 +1035,7 @@ def _toward_path(graph: BipartiteGraph, old: Placement, goal: Placement, comp: _
     used = comp.used_ids
     gprim = np.asarray(goal.embedding_primary)[used].astype(np.int32)
     gsec = _secondary_masks(goal, used)
-    oprim = np.full(used.size, -1, dtype=np.int32)
-    oprim[is_old] = np.asarray(old.embedding_primary)[used[is_old]]
-    osec = np.zeros(used.size, dtype=np.int64)
-    osec[is_old] = _secondary_masks(old, used[is_old])
+    oprim, osec = old_holders(old, used, is_old)
     prim = np.where(is_old, oprim, gprim).astype(np.int32)
     sec = np.where(is_old, osec, gsec).astype(np.int64)
     nb = np.zeros((used.size, n), dtype=np.int32)
@@ -1029,10 +1045,7 @@ def _toward_path(graph: BipartiteGraph, old: Placement, goal: Placement, comp: _
     K.row_reads(nb, prim, sec, here)
     K.row_reads(nb, gprim, gsec, there)
     del nb
-    # moved_rows' count of taking the target's placement: a new primary, and every secondary not held before
-    held = osec | np.left_shift(np.int64(1), np.maximum(oprim, 0).astype(np.int64))
-    fresh = np.bitwise_count((gsec & ~held).view(np.uint64)).astype(np.int64)
-    rows_of = np.where(is_old, (gprim != oprim).astype(np.int64) + fresh, 0)
+    rows_of = moved_per_row(oprim, osec, gprim, gsec, is_old)
     gain = there - here
     cand = np.flatnonzero(is_old & (gain < 0) & ((gprim != prim) | (gsec != sec)))
     per_row = gain[cand] / np.maximum(rows_of[cand], 1)

@@ -46,23 +46,7 @@ def make_dirs(directory: Path) -> list[Path]:
     directory = Path(directory)
     try:
         with _lock:
-            missing = []
-            p = directory
-            while not p.exists() and p != p.parent:
-                missing.append(p)
-                p = p.parent
-            created = []
-            try:
-                for d in reversed(missing):
-                    try:
-                        d.mkdir()
-                        created.append(d)
-                    except FileExistsError:  # another process made it meanwhile: not ours to remove
-                        pass
-            except OSError as exc:
-                _remove_empty(reversed(created))
-                raise TrainingError(f"cannot create the disk tier directory {directory}: {exc.strerror}; pass a "
-                                    f"writable tier_dir.") from None
+            created = _create_missing(directory)
             for d in created:
                 _users[d] = 0
             for d in _owned_above(directory):
@@ -70,6 +54,28 @@ def make_dirs(directory: Path) -> list[Path]:
     finally:
         _release_pending()
     return list(reversed(created))
+
+
+def _create_missing(directory: Path) -> list[Path]:
+    """``directory``'s missing parents and itself, created (shallowest first); none left on an error."""
+    missing = []
+    p = directory
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    created = []
+    try:
+        for d in reversed(missing):
+            try:
+                d.mkdir()
+                created.append(d)
+            except FileExistsError:  # another process made it meanwhile: not ours to remove
+                pass
+    except OSError as exc:
+        _remove_empty(reversed(created))
+        raise TrainingError(f"cannot create the disk tier directory {directory}: {exc.strerror}; pass a writable "
+                            f"tier_dir.") from None
+    return created
 
 
 def release_dirs(directory: Path) -> None:
@@ -102,7 +108,7 @@ def _release_pending() -> None:
 
 def _owned_above(directory: Path) -> list[Path]:
     """The directories of this process's registry that are ``directory`` or hold it. Under ``_lock``."""
-    return [d for d in list(_users) if d == directory or d in directory.parents]
+    return [d for d in _users if d == directory or d in directory.parents]
 
 
 def _remove_empty(dirs) -> None:
