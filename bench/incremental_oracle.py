@@ -94,7 +94,8 @@ class Day:
 
     def row_reads(self, sw, prim, sec) -> np.ndarray:
         nb = np.zeros((self.U, self.n), np.int32)
-        K.row_batches(self.indptr, self.comp.cindices, np.asarray(sw, np.int32), np.int64(self.bs), nb)
+        K.row_batches(self.indptr, self.comp.cindices, np.asarray(sw, np.int32), np.int64(self.bs), nb,
+                      np.zeros(self.U, bool))
         out = np.empty(self.U, np.int64)
         K.row_reads(nb, prim, sec, out)
         return out

@@ -70,7 +70,8 @@ def return_order(graph, old, refit, comp, is_old, n: int, batch_size: int):
     sec = I._secondary_masks(refit, used)
     oprim, osec = I.old_holders(old, used, is_old)
     nb = np.zeros((used.size, n), np.int32)
-    K.row_batches(np.asarray(graph.sample_indptr), comp.cindices, sw, np.int64(batch_size), nb)
+    K.row_batches(np.asarray(graph.sample_indptr), comp.cindices, sw, np.int64(batch_size), nb,
+                  np.zeros(used.size, bool))
     here, back = np.empty(used.size, np.int64), np.empty(used.size, np.int64)
     K.row_reads(nb, prim, sec, here)
     K.row_reads(nb, np.where(is_old, oprim, prim).astype(np.int32), np.where(is_old, osec, sec), back)

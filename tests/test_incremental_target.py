@@ -177,6 +177,13 @@ def test_batch_kernels_count_as_the_metrics():
     rows = [sorted(set(rng.integers(0, 40, size=5).tolist())) for _ in range(300)]
     g = BipartiteGraph.from_lists(rows, 40)
     p = _random_goal(rng, 4, 300, 40)
+    everywhere = {3, 17, 29}  # rows every worker holds: the kernels may skip their entries
+    secs = [sorted(set(range(4)) - {int(p.embedding_primary[e])}) if e in everywhere
+            else p.secondaries_of(e).tolist() for e in range(40)]
+    indptr = np.zeros(41, dtype=np.int64)
+    np.cumsum([len(x) for x in secs], out=indptr[1:])
+    p = Placement.edge_cut(4, p.sample_worker, p.embedding_primary).with_secondaries(
+        indptr, [w for x in secs for w in x])
     sec = np.zeros(40, dtype=np.int64)
     for e in range(40):
         for w in p.secondaries_of(e):
@@ -188,11 +195,13 @@ def test_batch_kernels_count_as_the_metrics():
         want = batch_remote_reads(g, p, bs)
         ip, ix = np.asarray(g.sample_indptr), np.asarray(g.sample_indices).astype(np.int32)
         assert K.batch_reads(ip, ix, none, none, sw, prim, sec, np.int64(bs), 4) == want
-        nb = np.zeros((40, 4), dtype=np.int32)
-        K.row_batches(ip, ix, sw, np.int64(bs), nb)
-        per_row = np.empty(40, dtype=np.int64)
-        K.row_reads(nb, prim, sec, per_row)
-        assert per_row.sum() == want
+        for skip in (np.zeros(40, dtype=bool), np.isin(np.arange(40), list(everywhere))):
+            nb = np.zeros((40, 4), dtype=np.int32)
+            K.row_batches(ip, ix, sw, np.int64(bs), nb, skip)
+            assert not nb[skip].any()
+            per_row = np.empty(40, dtype=np.int64)
+            K.row_reads(nb, prim, sec, per_row)
+            assert per_row.sum() == want
 
 
 # --------------------------------------------------------------------------- renaming on machines x GPUs
