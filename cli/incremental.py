@@ -39,6 +39,15 @@ KEPT = {"sweep": "the sweep's own moves", "target": "the moves toward the full r
         "full": "the full re-partition itself", "refit": "the full re-partition re-fitted"}
 
 
+def _alongside_text(c: dict) -> str:
+    """Where the full re-partition ran beside the sweep: the parts overlap, so say the call's own time."""
+    if not c.get("target_alongside"):
+        return ""
+    sec = c["seconds"]
+    return (f"; the two ran side by side: {sec['this']:.2f} s in all, the sweep waited "
+            f"{sec.get('wait_for_target', 0.0):.2f} s for the target")
+
+
 def _refit_text(refit: dict[str, Any] | None) -> str:
     """The re-fitted target at the kept line's end: only where it was computed (the target fits)."""
     if not refit or refit.get("batch_remote_reads") is None:
@@ -75,7 +84,7 @@ def _print_target(c: dict[str, Any]) -> None:
                f"step{'s' if steps != 1 else ''} {sec['sweep_chain']:.2f} s), target {sec['target']:.2f} s (full "
                f"re-partition {sec['target_full_repartition']:.2f} s, ordered moves {sec['target_moves']:.2f} s, "
                f"re-fit {sec.get('target_refit', 0.0):.2f} s; "
-               f"-O target=none leaves it out)")
+               f"-O target=none leaves it out)" + _alongside_text(c))
     curve = curve_table(c)
     if curve is None:
         return

@@ -677,6 +677,7 @@ def repartition_dataset(dataset: Any, old_manifest: Any, out: str | os.PathLike,
 def _repartition(spec: Any, ds: Any):
     """New data on the old placement ``spec.old_manifest`` (``spec.mode == "incremental"``)."""
     import numpy as np
+    from concurrent.futures import Future
 
     from ._io import check_output_dir
     from .compare import method_options, peak_rss_bytes
@@ -685,8 +686,9 @@ def _repartition(spec: Any, ds: Any):
     from .manifest import MANIFEST_FILES, RowHistory
     from .metrics import batch_remote_reads, embedding_degree
     from .partition import run_partitioner
-    from .partition.incremental import (Options, created_rows, match_workers, migration_budget, moved_rows,
-                                        place_and_repartition, place_new_data, renames_workers)
+    from .partition.incremental import (Options, created_rows, in_background, match_workers, migration_budget,
+                                        moved_rows, place_and_repartition, place_new_data, renames_workers,
+                                        runs_alongside)
     from .progress import task
 
     old, seed, batch_size, embedding_dim = spec.old_manifest, spec.seed, spec.batch_size, spec.embedding_dim
@@ -715,25 +717,32 @@ def _repartition(spec: Any, ds: Any):
     budget = None if max_moved_rows is None else migration_budget(max_moved_rows, int(used.size))
     hybrid_options = method_options("hybrid", {}, batch_size=batch_size, embedding_dim=embedding_dim)
 
+    full_seconds = None
+
     def full_repartition():
+        nonlocal full_seconds
         with task("Full re-partition (hybrid)" + (" as the target" if budget is not None and target == "full"
                                                   else " for comparison")):
             t = time.perf_counter()
-            return run_partitioner("hybrid", days, topo, seed=seed, options=hybrid_options), time.perf_counter() - t
+            full = run_partitioner("hybrid", days, topo, seed=seed, options=hybrid_options)
+            full_seconds = time.perf_counter() - t
+            return full
 
     t0 = time.perf_counter()
-    full = full_seconds = None
+    full = None
     if budget is None:
         with task(f"Placing {graph.num_samples:,} new samples on {old.path}"):
             placed = placement = place_new_data(days, old.placement, topo, seed=seed, options=opts, trained=trained)
     else:  # one placement pass for both the "no re-partition" line and the refinement
-        if target == "full":  # the target is the comparison's full re-partition: one run for both
-            full, full_seconds = full_repartition()
+        if target == "full":  # the target is the comparison's full re-partition: one run for both, beside the sweep
+            full = in_background(full_repartition) if runs_alongside(opts) else full_repartition()
         with task(f"Placing {days.num_samples:,} new samples on {old.path} and re-partitioning, "
-                  f"at most {budget:,} rows moved"):
+                  f"at most {budget:,} rows moved" + (" (the full re-partition alongside)" if isinstance(full, Future)
+                                                       else "")):
             placed, placement = place_and_repartition(days, old.placement, topo, max_moved_rows=budget, seed=seed,
                                                       options=opts, trained=trained, goal=full,
                                                       curve=compare_full)
+        full = full.result() if isinstance(full, Future) else full  # done: the call waited for it
     seconds = time.perf_counter() - t0
     peak = peak_rss_bytes()
     window_reads = None
@@ -771,11 +780,12 @@ def _repartition(spec: Any, ds: Any):
                                      target=round(full_seconds + info["seconds_target"], 4))
         comparison["seconds"].update(info["seconds_steps"], target_full_repartition=round(full_seconds, 4))
         comparison["sweep_steps"] = info["sweep_steps"]
+        comparison["target_alongside"] = info["target_alongside"]  # the parts' seconds overlap in time
         if compare_full:
             comparison["curve"] = info["curve"]
     if compare_full:
         if full is None:
-            full, full_seconds = full_repartition()
+            full = full_repartition()
         comparison["seconds"]["full_repartition"] = round(full_seconds, 4)
         # a full re-partition numbers its workers arbitrarily: rename them to match the old placement where
         # that changes no cost (uniform costs, or machines x GPUs: match_workers), count the rows the data uses

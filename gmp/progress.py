@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+import threading
 import time
 from typing import Callable, Iterator
 
@@ -39,10 +40,12 @@ def task(description: str, total: float | None = None, unit: str = "", *, comple
 
     ``completed`` starts the bar part-way (a resumed epoch); ``status`` is a short text shown
     after the bar (the trainer's loss and samples/s); ``show=False`` hides the bar even when
-    enabled (every process but the main one of a distributed run).
+    enabled (every process but the main one of a distributed run). Only the main thread draws bars:
+    a task on another thread (the full re-partition that target mode runs beside its sweep) is
+    logged only, since a terminal holds one live display at a time.
     """
     t0 = time.perf_counter()
-    if not (_enabled and show):
+    if not (_enabled and show) or threading.current_thread() is not threading.main_thread():
         yield lambda amount=1, status=None: None
         log.info("%s: %.2fs", description, time.perf_counter() - t0)
         return

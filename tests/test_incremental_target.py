@@ -5,6 +5,7 @@ full re-partition itself, the one that reads least kept; ``--compare-full``'s cu
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -19,8 +20,9 @@ from gmp.graph import BipartiteGraph
 from gmp.manifest import load_manifest
 from gmp.metrics import batch_remote_reads
 from gmp.partition import _incremental_kernels as K
-from gmp.partition.incremental import (Options, budget_ladder, match_workers, place_and_repartition,
-                                       place_new_data, renames_workers, repartition_incremental)
+from gmp.partition import run_partitioner
+from gmp.partition.incremental import (Options, budget_ladder, in_background, match_workers, place_and_repartition,
+                                       place_new_data, renames_workers, repartition_incremental, runs_alongside)
 from gmp.placement import Placement
 from gmp.topology import Topology, hierarchical, resolve_topology
 
@@ -106,6 +108,81 @@ def test_budget_ladder_and_curve_are_the_same_choice():
     assert min(cost["place"], cost["sweep_chain"], cost["target_moves"]) >= 0.0
     assert place_and_repartition(g, old, two(), max_moved_rows=2, options=opts, goal=goal)[1].info[
         "sweep_steps"] == 1  # without the curve the chain stops at the budget's step
+
+
+def _placements_equal(p, q):
+    return all(np.array_equal(getattr(p, k), getattr(q, k)) for k in
+               ("sample_worker", "embedding_primary", "secondary_indptr", "secondary_workers"))
+
+
+def test_the_full_repartition_beside_the_sweep_changes_nothing_but_the_time():
+    # a random day on a random old placement: the target's hybrid run on a thread of its own (alongside), after the
+    # chain's own work (not), or the caller's run handed over as a future, all give the same placement and choice
+    rng = np.random.default_rng(7)
+    g = BipartiteGraph.from_lists([sorted(set(rng.integers(0, 300, size=8).tolist())) for _ in range(2000)], 300)
+    topo = resolve_topology(4, None, None)
+    old = _random_goal(rng, 4, 2000, 300)
+    runs = {}
+    for name, alongside in (("after", False), ("alongside", True)):
+        runs[name] = place_and_repartition(g, old, topo, max_moved_rows=30,
+                                           options=Options(batch_size=64, alongside=alongside))[1]
+    goal = in_background(lambda: run_partitioner("hybrid", g, topo, seed=0, options={"batch_size": 64,
+                                                                                     "max_imbalance": 1.05}))
+    runs["future"] = place_and_repartition(g, old, topo, max_moved_rows=30, options=Options(batch_size=64),
+                                           goal=goal)[1]
+    after = runs["after"]
+    for name, p in runs.items():
+        assert _placements_equal(p, after), name
+        assert (p.info["kept"], p.info["candidates"]) == (after.info["kept"], after.info["candidates"])
+        assert p.info["target_alongside"] == (name != "after")
+        assert p.info["target_given"] is False  # a future is the caller's run, not a finished placement
+        assert p.info["seconds_steps"]["wait_for_target"] >= 0.0
+    assert runs["future"].info["seconds_steps"]["target_full_repartition"] == 0.0  # timed by the caller
+    assert after.info["seconds_steps"]["target_full_repartition"] > 0.0
+
+    def fails():
+        raise RuntimeError("the target's run failed")
+
+    with pytest.raises(RuntimeError, match="the target's run failed"):  # handed to the caller, not lost
+        place_and_repartition(g, old, topo, max_moved_rows=30, options=Options(batch_size=64),
+                              goal=in_background(fails))
+
+
+def test_alongside_option():
+    with pytest.raises(Exception, match="alongside must be true or false"):
+        Options(alongside="yes")
+    assert runs_alongside(Options(alongside=False)) is False and runs_alongside(Options(alongside=True)) is True
+    assert runs_alongside(Options()) is (len(os.sched_getaffinity(0)) > 1 if hasattr(os, "sched_getaffinity")
+                                         else (os.cpu_count() or 1) > 1)
+
+
+def test_progress_bars_are_drawn_from_the_main_thread_only(monkeypatch):
+    import threading
+
+    import rich.progress
+
+    from gmp import progress
+
+    drawn = []
+    init = rich.progress.Progress.__init__
+
+    def counting(self, *a, **k):
+        drawn.append(threading.current_thread().name)
+        init(self, *a, **k)
+
+    monkeypatch.setattr(rich.progress.Progress, "__init__", counting)
+    monkeypatch.setattr(progress, "_enabled", True)
+
+    def beside():
+        with progress.task("beside", total=1) as advance:
+            advance(1)
+
+    thread = threading.Thread(target=beside, name="beside")
+    with progress.task("main", total=1) as advance:
+        thread.start()
+        thread.join()
+        advance(1)
+    assert drawn == [threading.main_thread().name]
 
 
 def test_target_none_and_the_start_placement():
