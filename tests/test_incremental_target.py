@@ -20,6 +20,7 @@ from gmp.graph import BipartiteGraph
 from gmp.manifest import load_manifest
 from gmp.metrics import batch_remote_reads
 from gmp.partition import _incremental_kernels as K
+from gmp.kernels.threads import concurrent_launches_safe
 from gmp.partition import run_partitioner
 from gmp.partition.incremental import (Options, budget_ladder, in_background, match_workers, place_and_repartition,
                                        place_new_data, renames_workers, repartition_incremental, runs_alongside)
@@ -152,8 +153,8 @@ def test_alongside_option():
     with pytest.raises(Exception, match="alongside must be true or false"):
         Options(alongside="yes")
     assert runs_alongside(Options(alongside=False)) is False and runs_alongside(Options(alongside=True)) is True
-    assert runs_alongside(Options()) is (len(os.sched_getaffinity(0)) > 1 if hasattr(os, "sched_getaffinity")
-                                         else (os.cpu_count() or 1) > 1)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    assert runs_alongside(Options()) is (cores > 1 and concurrent_launches_safe())
 
 
 def test_progress_bars_are_drawn_from_the_main_thread_only(monkeypatch):

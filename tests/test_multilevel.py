@@ -10,6 +10,7 @@ determinism per seed and with 1 and 2 numba threads.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -507,3 +508,37 @@ def test_flat_beside_takes_the_flat_placement_when_it_scores_lower(skewed_graph,
     assert np.bincount(p.sample_worker, minlength=4).max() <= sample_cap(n, 4, 1.05)
     with pytest.raises(PartitionError, match="flat_beside_samples"):
         run_partitioner("hybrid", skewed_graph, homogeneous(4), options={"flat_beside_samples": -1})
+
+
+# --------------------------------------------------------------------------- numba's workqueue threading layer
+WORKQUEUE_RUN = """
+import numpy as np
+from gmp.graph import BipartiteGraph
+from gmp.kernels.threads import concurrent_launches_safe
+from gmp.partition import run_partitioner
+from gmp.partition.incremental import Options, place_and_repartition, runs_alongside
+from gmp.placement import Placement
+from gmp.topology import resolve_topology
+rng = np.random.default_rng(7)
+g = BipartiteGraph.from_lists([sorted(set(rng.integers(0, 300, size=8).tolist())) for _ in range(2000)], 300)
+topo = resolve_topology(4, None, None)
+p = run_partitioner("hybrid", g, topo, seed=0, options={"batch_size": 64})
+old = Placement.edge_cut(4, rng.integers(0, 4, size=2000), rng.integers(0, 4, size=300))
+q = place_and_repartition(g, old, topo, max_moved_rows=30, options=Options(batch_size=64))[1]
+print(concurrent_launches_safe(), runs_alongside(Options()), q.info["target_alongside"], p.sample_worker[:20].tolist())
+"""
+
+
+def test_hybrid_and_target_mode_run_on_numbas_workqueue_layer():
+    # workqueue aborts the process when two threads launch parallel kernels at once: hybrid's multilevel start
+    # (candidate bands on threads) did so on every small graph there, and target mode would beside its sweep
+    def run(layer):
+        env = {**os.environ, "NUMBA_THREADING_LAYER": layer}
+        res = subprocess.run([sys.executable, "-c", WORKQUEUE_RUN], capture_output=True, text=True, env=env,
+                             timeout=600)
+        assert res.returncode == 0, res.stderr[-2000:]
+        return res.stdout.split(maxsplit=3)
+
+    safe, alongside, ran_alongside, start = run("workqueue")
+    assert (safe, alongside, ran_alongside) == ("False", "False", "False")
+    assert run("default")[3] == start  # one band at a time: the same placement

@@ -76,6 +76,7 @@ import scipy.sparse as sp
 
 from .._memory import available_memory
 from ..errors import PartitionError
+from ..kernels.threads import concurrent_launches_safe
 from ..progress import task
 from ._common import choose_primaries, is_hierarchical, run_metis, sample_cap, seeded_order
 from ._hybrid_kernels import count_samples
@@ -614,6 +615,8 @@ def multilevel_start(graph, topology, options, rng: np.random.Generator, degree:
 
     threads = max(1, min(len(jobs), numba.get_num_threads(),
                          _candidates_that_fit(graph.num_samples, num_used, n, max_pairs)))
+    if threads > 1 and not concurrent_launches_safe():  # numba's workqueue layer: one band at a time
+        threads = 1
     kind = f"{len(jobs)} refined candidates ({len(bands)} bands)" if portfolio else f"{len(jobs)} candidate bands"
     with task(f"Hybrid multilevel: {kind}, {threads} at a time"):
         if threads == 1:

@@ -166,6 +166,7 @@ import numpy as np
 
 from ..errors import PartitionError
 from ..graph import BipartiteGraph
+from ..kernels.threads import concurrent_launches_safe
 from ..placement import Placement
 from ..progress import task
 from ..topology import Topology
@@ -1217,11 +1218,12 @@ def in_background(fn: Callable[[], T], name: str = "gmp-target") -> Future:
 
 def runs_alongside(options: Options) -> bool:
     """Whether target mode runs its full re-partition beside the sweep chain (``Options.alongside``;
-    ``None``: where this process may use two cores or more)."""
+    ``None``: where this process may use two cores or more and numba's threading layer takes parallel
+    launches from several threads, :func:`~gmp.kernels.threads.concurrent_launches_safe`)."""
     if options.alongside is not None:
         return options.alongside
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return cores > 1
+    return cores > 1 and concurrent_launches_safe()
 
 
 def _with_target(graph: BipartiteGraph, old: Placement, topology: Topology, budget: int, seed: int, options: Options,
