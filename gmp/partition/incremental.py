@@ -293,10 +293,11 @@ class Options:
     alongside
         Target mode: run the full re-partition on a thread of its own beside the sweep chain (the two do
         not depend on each other; the same placements either way). ``None`` (default): where the process
-        may use two cores or more. The call then takes about the longer of the two rather than their sum
-        (a 1M-sample day on 2 cores: 4.5 s -> 2.9 s wall, CPU unchanged), and holds both parts' memory at
-        once (that day's ``gmp partition --from-manifest``: peak RSS 0.89 -> 1.25 GB); ``False`` runs them
-        one after the other.
+        may use two cores or more and numba's threading layer is not ``workqueue``
+        (:mod:`gmp.kernels.threads`). The call then takes about the longer of the two rather than their
+        sum (a 1M-sample day on 2 cores: 4.4 s -> 3.2 s wall; CPU 4.9 -> 5.9 s, the two contending for
+        the cores), and holds both parts' memory at once (that day's ``gmp partition --from-manifest``:
+        peak RSS 0.89 -> 1.26 GB); ``False`` runs them one after the other.
     """
 
     max_imbalance: float = 1.05
@@ -1235,9 +1236,9 @@ def _with_target(graph: BipartiteGraph, old: Placement, topology: Topology, budg
     re-partition (``goal`` None: run here; a :class:`~concurrent.futures.Future`: the caller's) runs
     on a thread of its own (:func:`in_background`) while this one runs the chain; the ordered moves
     and the re-fit then wait for it. Both are compiled kernels that release the GIL, and the chain
-    launches no parallel kernel (numba's default threading layer takes parallel launches from one
-    thread at a time), so on two cores or more the call takes about the longer of the two instead of
-    their sum (a 1M-sample day: 4.5 s -> 2.9 s wall), for the same CPU and the same placements."""
+    launches no parallel kernel (numba's ``workqueue`` layer takes parallel launches from one thread
+    at a time: :func:`runs_alongside`), so on two cores or more the call takes about the longer of the
+    two instead of their sum (a 1M-sample day: 4.4 s -> 3.2 s wall), for the same placements."""
     t0 = time.perf_counter()
     n = topology.num_workers
     comp = _compact(graph)
