@@ -735,7 +735,7 @@ def _repartition(spec: Any, ds: Any):
             placed = placement = place_new_data(days, old.placement, topo, seed=seed, options=opts, trained=trained)
     else:  # one placement pass for both the "no re-partition" line and the refinement
         if target == "full":  # the target is the comparison's full re-partition: one run for both, beside the sweep
-            full = in_background(full_repartition) if runs_alongside(opts) else full_repartition()
+            full = in_background(full_repartition) if runs_alongside(opts, days) else full_repartition()
         with task(f"Placing {days.num_samples:,} new samples on {old.path} and re-partitioning, "
                   f"at most {budget:,} rows moved" + (" (the full re-partition alongside)" if isinstance(full, Future)
                                                        else "")):

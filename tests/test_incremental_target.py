@@ -149,12 +149,21 @@ def test_the_full_repartition_beside_the_sweep_changes_nothing_but_the_time():
                               goal=in_background(fails))
 
 
-def test_alongside_option():
+def test_alongside_option(monkeypatch):
+    from gmp.partition import incremental
+
     with pytest.raises(Exception, match="alongside must be true or false"):
         Options(alongside="yes")
-    assert runs_alongside(Options(alongside=False)) is False and runs_alongside(Options(alongside=True)) is True
+    g = BipartiteGraph.from_lists([[0, 1], [1, 2]], 3)  # 4 edges
+    assert runs_alongside(Options(alongside=False), g) is False and runs_alongside(Options(alongside=True), g)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    assert runs_alongside(Options()) is (cores > 1 and concurrent_launches_safe())
+    assert runs_alongside(Options(), g) is (cores > 1 and concurrent_launches_safe())
+    # the default declines where half the memory available does not hold what the two at once add
+    need = incremental.ALONGSIDE_BYTES_PER_EDGE * 4
+    monkeypatch.setattr(incremental, "available_memory", lambda: 2 * need - 2)
+    assert runs_alongside(Options(), g) is False and runs_alongside(Options(alongside=True), g) is True
+    monkeypatch.setattr(incremental, "available_memory", lambda: 2 * need)
+    assert runs_alongside(Options(), g) is (cores > 1 and concurrent_launches_safe())
 
 
 def test_progress_bars_are_drawn_from_the_main_thread_only(monkeypatch):

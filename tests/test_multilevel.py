@@ -525,7 +525,8 @@ topo = resolve_topology(4, None, None)
 p = run_partitioner("hybrid", g, topo, seed=0, options={"batch_size": 64})
 old = Placement.edge_cut(4, rng.integers(0, 4, size=2000), rng.integers(0, 4, size=300))
 q = place_and_repartition(g, old, topo, max_moved_rows=30, options=Options(batch_size=64))[1]
-print(concurrent_launches_safe(), runs_alongside(Options()), q.info["target_alongside"], p.sample_worker[:20].tolist())
+print(concurrent_launches_safe(), runs_alongside(Options(), g), q.info["target_alongside"],
+      p.sample_worker[:20].tolist())
 """
 
 

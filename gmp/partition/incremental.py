@@ -164,6 +164,7 @@ from typing import Callable, NamedTuple, TypeVar
 
 import numpy as np
 
+from .._memory import available_memory
 from ..errors import PartitionError
 from ..graph import BipartiteGraph
 from ..kernels.threads import concurrent_launches_safe
@@ -293,11 +294,11 @@ class Options:
     alongside
         Target mode: run the full re-partition on a thread of its own beside the sweep chain (the two do
         not depend on each other; the same placements either way). ``None`` (default): where the process
-        may use two cores or more and numba's threading layer is not ``workqueue``
-        (:mod:`gmp.kernels.threads`). The call then takes about the longer of the two rather than their
-        sum (a 1M-sample day on 2 cores: 4.4 s -> 3.2 s wall; CPU 4.9 -> 5.9 s, the two contending for
-        the cores), and holds both parts' memory at once (that day's ``gmp partition --from-manifest``:
-        peak RSS 0.89 -> 1.26 GB); ``False`` runs them one after the other.
+        may use two cores or more, numba's threading layer is not ``workqueue`` (:mod:`gmp.kernels.threads`)
+        and the memory it adds fits (:func:`runs_alongside`). The call then takes about the longer of the
+        two rather than their sum (a 1M-sample day on 2 cores: 4.4 s -> 3.2 s wall; CPU 4.9 -> 5.9 s, the
+        two contending for the cores), and holds both parts' memory at once (that day's ``gmp partition
+        --from-manifest``: peak RSS 0.89 -> 1.26 GB); ``False`` runs them one after the other.
     """
 
     max_imbalance: float = 1.05
@@ -1217,14 +1218,22 @@ def in_background(fn: Callable[[], T], name: str = "gmp-target") -> Future:
     return future
 
 
-def runs_alongside(options: Options) -> bool:
-    """Whether target mode runs its full re-partition beside the sweep chain (``Options.alongside``;
-    ``None``: where this process may use two cores or more and numba's threading layer takes parallel
-    launches from several threads, :func:`~gmp.kernels.threads.concurrent_launches_safe`)."""
+#: what running the full re-partition beside the chain adds to the peak, per edge of the new data, rounded up
+#: (``gmp partition --from-manifest`` on independent-drift days: +0.37 GB at 26M edges, +0.73 GB at 78M)
+ALONGSIDE_BYTES_PER_EDGE = 16
+
+
+def runs_alongside(options: Options, graph: BipartiteGraph) -> bool:
+    """Whether target mode runs its full re-partition beside the sweep chain (``Options.alongside``).
+    ``None``: where this process may use two cores or more, numba's threading layer takes parallel
+    launches from several threads (:func:`~gmp.kernels.threads.concurrent_launches_safe`), and half the
+    memory available now holds what running both at once adds (:data:`ALONGSIDE_BYTES_PER_EDGE` per edge
+    of ``graph``, as ``hybrid``'s multilevel start sizes its threads)."""
     if options.alongside is not None:
         return options.alongside
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return cores > 1 and concurrent_launches_safe()
+    fits = available_memory() // 2 >= ALONGSIDE_BYTES_PER_EDGE * graph.num_edges
+    return cores > 1 and fits and concurrent_launches_safe()
 
 
 def _with_target(graph: BipartiteGraph, old: Placement, topology: Topology, budget: int, seed: int, options: Options,
@@ -1260,7 +1269,7 @@ def _with_target(graph: BipartiteGraph, old: Placement, topology: Topology, budg
             timed["full"] = time.perf_counter() - t
             return p
 
-        goal = in_background(full) if runs_alongside(options) else full()
+        goal = in_background(full) if runs_alongside(options, graph) else full()
     alongside = isinstance(goal, Future)
     t1 = time.perf_counter()
     if options.plan == "onepass":
