@@ -751,14 +751,15 @@ def _repartition(spec: Any, ds: Any):
         same = placed is placement
         placement = _last_samples(placement, graph.num_samples)
         placed = placement if same else _last_samples(placed, graph.num_samples)
-    def _placed_reads() -> int:
-        # target mode scored the placed data as its chain's first step (budget 0, nothing moved): the same
-        # count as the metrics' pass, which costs 0.2 s more on a 1M-sample day; a window scores the window
-        first = (placement.info or {}).get("steps", [None])[0]
-        if days is graph and opts.batch_size == batch_size and first and first["budget"] == first["rows"] == 0:
-            return int(first["batch_remote_reads"])
-        return batch_remote_reads(graph, placed, batch_size)
-
+    # target mode scored the placed data as its chain's first step (budget 0, nothing moved): the same count as
+    # the metrics' pass, which costs 0.2 s more on a 1M-sample day; a window's chain scores the window
+    first = ((placement.info or {}).get("steps") or [None])[0]
+    if placed is placement:
+        placed_reads = None
+    elif days is graph and opts.batch_size == batch_size and first and first["budget"] == first["rows"] == 0:
+        placed_reads = int(first["batch_remote_reads"])
+    else:
+        placed_reads = batch_remote_reads(graph, placed, batch_size)
     moved = moved_rows(old.placement, placement, created=created)
     history = RowHistory.of_degree(degree, parent=old.history, parent_rows=old.num_embeddings, created=created)
     comparison: dict[str, Any] = {
@@ -773,8 +774,7 @@ def _repartition(spec: Any, ds: Any):
         "created_rows": int(created.size),
         "generations": generations,
         # "this" is the metrics' batch_remote_reads (filled below: one traffic count, not two)
-        "batch_remote_reads": {"no_repartition": None if placed is placement else _placed_reads(),
-                               "this": None, "full_repartition": None},
+        "batch_remote_reads": {"no_repartition": placed_reads, "this": None, "full_repartition": None},
         "seconds": {"this": round(seconds, 4), "full_repartition": None},
         "target": target if budget is not None else None,
         "window": None if days is graph else {"days": window, "samples": days.num_samples,

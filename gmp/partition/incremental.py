@@ -1195,10 +1195,10 @@ def _refit_candidate(refit: _Refit | None, budget: int) -> dict:
             "fits": fits}
 
 
-T = TypeVar("T")
+_T = TypeVar("_T")
 
 
-def in_background(fn: Callable[[], T], name: str = "gmp-target") -> Future:
+def in_background(fn: Callable[[], _T], name: str = "gmp-target") -> Future:
     """``fn()`` on a daemon thread of its own; its result (or its exception) through the returned future.
 
     A daemon thread, not an executor's: where the caller fails first (an error, Ctrl-C) the process
@@ -1257,16 +1257,17 @@ def _with_target(graph: BipartiteGraph, old: Placement, topology: Topology, budg
     top = max(budget, ladder[-1][1] if curve and ladder else 0)
     steps = [rows for _, rows in ladder if rows <= top]
     given = goal is not None and not isinstance(goal, Future)
-    timed: dict[str, float] = {}
+    t_full = 0.0  # the full re-partition's own time, where this call runs it
     if goal is None:
         from . import run_partitioner
 
         def full() -> Placement:
+            nonlocal t_full
             t = time.perf_counter()
             with task("Full re-partition (hybrid) as the target"):
                 p = run_partitioner("hybrid", graph, topology, seed=seed,
                                     options={"batch_size": options.batch_size, "max_imbalance": options.max_imbalance})
-            timed["full"] = time.perf_counter() - t
+            t_full = time.perf_counter() - t
             return p
 
         goal = in_background(full) if runs_alongside(options, graph) else full()
@@ -1279,13 +1280,12 @@ def _with_target(graph: BipartiteGraph, old: Placement, topology: Topology, budg
         first, state = _place(graph, old, topology, seed=seed, options=options, trained=trained, comp=comp)
         swept = _refine(graph, old, topology, budget, seed, state.options, state.defaults, first, state.comp,
                         state.is_old, state, t1, steps=steps)
-        del state
+        del state  # the chain's split of the edges, freed before the moves toward the target
         first = first if placed else None
     t_sweep = time.perf_counter() - t1
     t_w = time.perf_counter()
     goal = goal.result() if alongside else goal
     t_wait = time.perf_counter() - t_w
-    t_full = timed.get("full", 0.0)
     if goal.num_samples != graph.num_samples or goal.num_embeddings != graph.num_embeddings \
             or goal.num_workers != n:
         raise PartitionError(f"incremental: the goal placement ({goal.num_samples} samples, {goal.num_embeddings} "
@@ -1441,10 +1441,10 @@ def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: i
 
     none = np.zeros(0, dtype=np.int64)
 
-    def score(allowed: int) -> None:  # a step's placement, kept when it reads least within the budget
+    def score(allowed: int, lost: bool) -> None:  # a step's placement, kept when it reads least within the budget
         # the sealed rows read nothing while every worker holds them: their entries (77% of the edges on a
-        # 1M-sample independent day, 0.12 of a score's 0.2 s there) are read only once one lost a copy
-        lost = bool((split.sealed & ~_all_local(prim, sec, n)).any())
+        # 1M-sample independent day, 0.12 of a score's 0.2 s there) are read only once one lost a copy (``lost``:
+        # the round's own count; the sweep after it moves no sealed row)
         sindptr, scindices = (split.sindptr, split.scindices) if lost else (none, none)
         reads = int(K.batch_reads(split.indptr, split.cindices, sindptr, scindices, sw, prim, sec,
                                   np.int64(options.batch_size), n))
@@ -1453,7 +1453,7 @@ def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: i
             best.update(reads=reads, sw=sw.copy(), prim=prim.copy(), sec=sec.copy())
 
     if steps is not None:
-        score(0)
+        score(0, False)  # the split was made from these rows: every sealed row is held everywhere
     with task("Incremental re-partitioning", total=len(schedule)) as advance:
         for r, allowed, last in schedule:
             t_r = time.perf_counter()
@@ -1463,6 +1463,7 @@ def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: i
             # sealed rows that lost a copy (a swap evicted one of their secondaries): the sweep sums them from
             # the sealed entries of their samples (11 rows on the 1M-sample entity day 1)
             lost = split.sealed & ~_all_local(prim, sec, n)
+            any_lost = bool(lost.any())
             flags = lost.view(np.uint8) << 1
             # round 1 sweeps every sample with sweep="all" (it also refines the one-pass placement), and so
             # does round 0; the other rounds only the samples that read a row changed in this round
@@ -1471,7 +1472,7 @@ def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: i
             if not every:  # bit 0: reads a changed row (open or sealed)
                 flags |= touched.view(np.uint8)
                 K.mark_samples(split.indptr, split.cindices, flags, marks)
-            if not every or lost.any():  # bit 1: reads a lost row (sealed entries only)
+            if not every or any_lost:  # bit 1: reads a lost row (sealed entries only)
                 K.mark_samples(split.sindptr, split.scindices, flags, marks)
             swept = num_samples if every else int(np.count_nonzero(marks & 1))
             K.refresh_marginals(touched, prim, sec, count, df, cost, marg)
@@ -1485,7 +1486,7 @@ def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: i
             log.info("incremental round %d: %d candidates, %d rows spent of %d allowed, %d samples moved, %.2f s",
                      r, num_candidates, spent, allowed, moved_samples, entry["seconds"])
             if last:
-                score(allowed)
+                score(allowed, any_lost)
             advance(1)
     if best:  # the steps' best within the budget
         sw, prim, sec = best["sw"], best["prim"], best["sec"]
