@@ -686,9 +686,9 @@ def _repartition(spec: Any, ds: Any):
     from .manifest import MANIFEST_FILES, RowHistory
     from .metrics import batch_remote_reads, embedding_degree
     from .partition import run_partitioner
-    from .partition.incremental import (Options, created_rows, in_background, match_workers, migration_budget,
-                                        moved_rows, place_and_repartition, place_new_data, renames_workers,
-                                        runs_alongside)
+    from .partition.incremental import (Background, Options, created_rows, in_background, match_workers,
+                                        migration_budget, moved_rows, place_and_repartition, place_new_data,
+                                        renames_workers, runs_alongside)
     from .progress import task
 
     old, seed, batch_size, embedding_dim = spec.old_manifest, spec.seed, spec.batch_size, spec.embedding_dim
@@ -739,9 +739,14 @@ def _repartition(spec: Any, ds: Any):
         with task(f"Placing {days.num_samples:,} new samples on {old.path} and re-partitioning, "
                   f"at most {budget:,} rows moved" + (" (the full re-partition alongside)" if isinstance(full, Future)
                                                        else "")):
-            placed, placement = place_and_repartition(days, old.placement, topo, max_moved_rows=budget, seed=seed,
-                                                      options=opts, trained=trained, goal=full,
-                                                      curve=compare_full)
+            try:
+                placed, placement = place_and_repartition(days, old.placement, topo, max_moved_rows=budget,
+                                                          seed=seed, options=opts, trained=trained, goal=full,
+                                                          curve=compare_full)
+            except BaseException:  # the full re-partition beside it ends at its next step, not computing on
+                if isinstance(full, Background):
+                    full.stop()
+                raise
         full = full.result() if isinstance(full, Future) else full  # done: the call waited for it
     seconds = time.perf_counter() - t0
     peak = peak_rss_bytes()

@@ -8,6 +8,11 @@ library users see nothing unless they enable it.
         for chunk in chunks:
             ...
             advance(len(chunk))
+
+A thread started with :func:`stoppable` can be asked to stop: its next progress step (a :func:`task`
+entered or advanced, or a :func:`stop_point` call) raises :class:`Stopped`. Compiled kernels cannot be
+interrupted, so it stops at the first step after the request (target mode's full re-partition when the
+call that started it fails first).
 """
 
 from __future__ import annotations
@@ -21,6 +26,36 @@ from typing import Callable, Iterator
 
 log = logging.getLogger("gmp")
 _enabled = False
+_stops: dict[int, threading.Event] = {}  # thread ident -> the request to stop it (:func:`stoppable`)
+
+
+class Stopped(Exception):
+    """Raised at a progress step of a thread whose stop was requested (:func:`stoppable`)."""
+
+
+@contextlib.contextmanager
+def stoppable(request: threading.Event) -> Iterator[None]:
+    """Within this block, this thread's progress steps raise :class:`Stopped` once ``request`` is set."""
+    me = threading.get_ident()
+    _stops[me] = request
+    try:
+        yield
+    finally:
+        del _stops[me]
+
+
+def stop_point() -> Callable[[], None]:
+    """A check bound to the calling thread's stop request: raises :class:`Stopped` once it is set (a
+    no-op where the thread is not :func:`stoppable`). Taken by a thread that hands work to a pool, so
+    that the pool's threads stop with it."""
+    request = _stops.get(threading.get_ident())
+    if request is None:
+        return lambda: None
+
+    def check() -> None:
+        if request.is_set():
+            raise Stopped("stopped on request: the call that started this work ended first")
+    return check
 
 
 def enable(on: bool = True) -> None:
@@ -45,8 +80,10 @@ def task(description: str, total: float | None = None, unit: str = "", *, comple
     logged only, since a terminal holds one live display at a time.
     """
     t0 = time.perf_counter()
+    check = stop_point()
+    check()
     if not (_enabled and show) or threading.current_thread() is not threading.main_thread():
-        yield lambda amount=1, status=None: None
+        yield lambda amount=1, status=None: check()
         log.info("%s: %.2fs", description, time.perf_counter() - t0)
         return
     from rich.progress import (BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn,
@@ -59,6 +96,7 @@ def task(description: str, total: float | None = None, unit: str = "", *, comple
         tid = progress.add_task(description, total=total, completed=completed, status="")
 
         def advance(amount: float = 1, status: str | None = None) -> None:
+            check()
             if status is None:
                 progress.advance(tid, amount)
             else:

@@ -195,6 +195,108 @@ def test_progress_bars_are_drawn_from_the_main_thread_only(monkeypatch):
     assert drawn == [threading.main_thread().name]
 
 
+def _steps_until_stopped(steps: list, started, limit: int = 1000):
+    """A stand-in for a long re-partition: ``limit`` progress steps of 10 ms, counted in ``steps``."""
+    import time
+
+    from gmp import progress
+
+    started.set()
+    with progress.task("long", total=limit) as advance:
+        for _ in range(limit):
+            time.sleep(0.01)
+            steps.append(1)
+            advance(1)
+    return "finished"
+
+
+def test_a_background_run_stops_at_its_next_progress_step():
+    import threading
+    from concurrent.futures import wait
+
+    from gmp.progress import Stopped, stop_point
+
+    steps, started = [], threading.Event()
+    future = in_background(lambda: _steps_until_stopped(steps, started))
+    assert started.wait(10)
+    future.stop()
+    done, _ = wait([future], timeout=5)  # without the stop it runs 10 s
+    assert done and isinstance(future.exception(), Stopped) and len(steps) < 1000
+    finished = in_background(lambda: _steps_until_stopped([], threading.Event(), limit=3))
+    assert finished.result(timeout=5) == "finished"  # not asked: runs to its end
+    stop_point()()  # the main thread is never stoppable: a no-op
+
+
+def test_target_mode_stops_its_full_repartition_when_the_chain_fails(monkeypatch):
+    import threading
+    from concurrent.futures import wait
+
+    from gmp.partition import incremental
+    from gmp.progress import Stopped
+
+    g, old, _ = _pairs()
+    futures, steps = [], []
+    real = incremental.in_background
+
+    def kept(fn, name="gmp-target"):
+        futures.append(real(fn, name))
+        return futures[-1]
+
+    def chain_fails(*a, **k):
+        raise RuntimeError("the chain failed")
+
+    monkeypatch.setattr(incremental, "in_background", kept)
+    monkeypatch.setattr("gmp.partition.run_partitioner",
+                        lambda *a, **k: _steps_until_stopped(steps, threading.Event()))
+    monkeypatch.setattr(incremental, "_refine", chain_fails)
+    with pytest.raises(RuntimeError, match="the chain failed"):
+        place_and_repartition(g, old, two(), max_moved_rows=1, options=Options(batch_size=2, alongside=True))
+    done, _ = wait(futures, timeout=5)
+    assert len(futures) == 1 and done and isinstance(futures[0].exception(), Stopped) and len(steps) < 1000
+
+    # a caller's future is the caller's to stop
+    caller = real(lambda: _steps_until_stopped(steps, threading.Event()))
+    with pytest.raises(RuntimeError, match="the chain failed"):
+        place_and_repartition(g, old, two(), max_moved_rows=1, options=Options(batch_size=2), goal=caller)
+    assert not caller.done()
+    caller.stop()
+    assert isinstance(caller.exception(timeout=5), Stopped)
+
+
+def test_the_command_stops_the_full_repartition_it_started_when_the_call_fails(tmp_path, monkeypatch):
+    import threading
+    from concurrent.futures import wait
+
+    from gmp.partition import incremental
+    from gmp.progress import Stopped
+
+    d0, d1, p0 = (str(tmp_path / x) for x in ("s0", "s1", "p0"))
+    for args in (["data", "synth", "--preset", "tiny", "-n", "600", "--scale", "0.05", "-o", d0],
+                 ["data", "synth", "--continue", d0, "-o", d1],
+                 ["partition", d0, "-m", "hybrid", "-w", "2", "-o", p0, "--no-plots"]):
+        assert runner.invoke(app, args).exit_code == 0
+    futures, steps = [], []
+    real = incremental.in_background
+
+    def kept(fn, name="gmp-target"):
+        futures.append(real(fn, name))
+        return futures[-1]
+
+    def call_fails(*a, **k):
+        raise RuntimeError("the call failed")
+
+    monkeypatch.setattr(incremental, "in_background", kept)
+    monkeypatch.setattr(incremental, "runs_alongside", lambda *a: True)
+    monkeypatch.setattr(incremental, "place_and_repartition", call_fails)
+    monkeypatch.setattr("gmp.partition.run_partitioner",
+                        lambda *a, **k: _steps_until_stopped(steps, threading.Event()))
+    res = runner.invoke(app, ["partition", d1, "--from-manifest", p0, "--max-moved-rows", "5%",
+                              "-o", str(tmp_path / "p1"), "--no-plots"])
+    assert res.exit_code != 0 and "the call failed" in str(res.exception)
+    done, _ = wait(futures, timeout=5)
+    assert len(futures) == 1 and done and isinstance(futures[0].exception(), Stopped) and len(steps) < 1000
+
+
 def test_target_none_and_the_start_placement():
     g, old, goal = _pairs()
     with pytest.raises(Exception, match="target must be one of full, none"):

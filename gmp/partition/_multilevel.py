@@ -77,7 +77,7 @@ import scipy.sparse as sp
 from .._memory import available_memory
 from ..errors import PartitionError
 from ..kernels.threads import concurrent_launches_safe
-from ..progress import task
+from ..progress import stop_point, task
 from ._common import choose_primaries, is_hierarchical, run_metis, sample_cap, seeded_order
 from ._hybrid_kernels import count_samples
 from ._objective import default_weights, soft_count_table, start_objective
@@ -542,8 +542,10 @@ def multilevel_start(graph, topology, options, rng: np.random.Generator, degree:
     seeds = rng.integers(0, 2**63 - 1, size=len(jobs))
     lock = threading.Lock()
     best: list = []  # portfolio: [((objective, k), candidate)] of the best refined candidate so far
+    stop = stop_point()  # the pool's threads stop with this one (gmp.progress.stoppable)
 
     def candidate(k: int) -> dict:
+        stop()
         t_c = time.perf_counter()
         (lo, hi), _ = jobs[k]
         crng = np.random.default_rng(int(seeds[k]))
@@ -553,6 +555,7 @@ def multilevel_start(graph, topology, options, rng: np.random.Generator, degree:
                 "rows_sampled": rows_used}
         if vertex_row.size < n:
             return cand
+        stop()
         part = partition_signal_graph(xadj, adjncy, weights, degree[vertex_row], machine_of,
                                          seed=int(crng.integers(0, 2**31 - 1)), imbalance=options.max_imbalance)
         row_worker = np.full(graph.num_embeddings, -1, dtype=np.int8)  # int8: a cache-sized table (N <= 64)
@@ -564,6 +567,7 @@ def multilevel_start(graph, topology, options, rng: np.random.Generator, degree:
                                                                   vertex_row, indptr, indices, n, scap)
             order_rng = copy.deepcopy(crng)  # the rebalanced projection visits the samples in the same order
         del xadj, adjncy, weights  # (memory: before the projection's per-sample arrays, as before)
+        stop()
         sw, prim, count = project(indptr, indices, row_worker, n, scap, pcap, crng, favourites=favourites)
         del favourites
         cand["projected_objective"] = start_objective(sw, prim, count, active, f, cost, n, *weights_ab,
@@ -584,6 +588,7 @@ def multilevel_start(graph, topology, options, rng: np.random.Generator, degree:
                 count_samples(indptr, indices, sw, count)
             del sw1, prim1
         del row_worker, rebalanced
+        stop()
         if portfolio:  # refine now; the choice is made on the refined objective
             state = new_state(sw, prim, crng, count)
             del count
