@@ -166,6 +166,24 @@ def test_incremental_swaps_a_useless_secondary(budget, reads, secondaries, plan)
     assert moved_rows(old, p) == MovedRows(0, budget)
 
 
+@pytest.mark.parametrize("allowed", [0, 1])
+def test_a_hot_new_row_takes_every_free_slot_in_one_batch(allowed):
+    # 3 workers. Row 0 (old, primary w0) has secondaries on w1 and w2 that no sample there reads; row 1 is a
+    # new id (created: free) read by two samples on every worker, its primary on w0. One batch of moves swaps
+    # both useless copies for row 1's, at no cost and with no budget left: a copy's gain on w depends on the
+    # row's count on w and its primary, not on its copies elsewhere (one copy per row and batch before).
+    from gmp.partition._row_moves import move_rows
+
+    sec = np.array([0b110, 0], dtype=np.int64)
+    prim, sec_load = np.zeros(2, dtype=np.int32), np.array([0, 1, 1], dtype=np.int64)
+    spent, touched, _ = move_rows(prim, sec, np.array([[1, 0, 0], [2, 2, 2]], dtype=np.int32),
+                                  np.array([0.0, 1.0, 2.0, 3.0]), 1.0 - np.eye(3), np.array([2, 0, 0], dtype=np.int64),
+                                  2, 0.0, sec_load, sec_load.copy(), np.array([0, -1], dtype=np.int32),
+                                  np.array([0b110, 0], dtype=np.int64), np.array([True, False]), allowed, 0)
+    assert (spent, sec.tolist(), prim.tolist(), sec_load.tolist(), touched.tolist()) == \
+        (0, [0, 0b110], [0, 0], [0, 1, 1], [True, True])
+
+
 @pytest.mark.parametrize("budget, reads", [(0, 4), (1, 2), (2, 0)])
 def test_toward_a_goal_passes_the_single_move_plateau(budget, reads):
     # the graph above, where single-row moves stop at 2 reads: with the goal's samples (pairs {0,2} on

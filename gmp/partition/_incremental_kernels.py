@@ -438,20 +438,21 @@ def apply_moves(order, kind, row, target, evict, prim, sec, load, cap, sec_load,
     ``kind[j]`` 0: move row ``row[j]``'s primary to ``target[j]``; 1: give row ``row[j]`` a
     secondary on worker ``target[j]``, evicting row ``evict[j]``'s secondary there
     (``-1``: a free slot). A move is skipped when it would exceed ``budget`` (the exact
-    cost is recomputed here, so ``spent`` never exceeds it), when a row it touches was
-    already changed in this batch (its gain is stale), or when a cap would be exceeded.
-    Returns ``(spent, touched)``, ``touched`` marking the rows changed.
+    cost is recomputed here, so ``spent`` never exceeds it), when its gain is stale (a primary move
+    of a row already changed in this batch; a secondary swap of a row whose primary moved in this
+    batch: a secondary's gain on w depends on the row's count on w and its primary, not on its
+    copies elsewhere, so a hot row may gain copies on several workers in one batch), or when a cap
+    would be exceeded. Returns ``(spent, touched)``, ``touched`` marking the rows changed.
     """
     touched = np.zeros(prim.size, dtype=np.bool_)
+    moved = np.zeros(prim.size, dtype=np.bool_)  # primary moved in this batch
     for t in range(order.size):
         j = order[t]
         x = row[j]
         w = target[j]
-        if touched[x]:
-            continue
         if kind[j] == 0:
             p = prim[x]
-            if w == p or load[w] >= cap:
+            if touched[x] or w == p or load[w] >= cap:
                 continue
             d = primary_move_cost(x, p, w, old_prim, old_sec, is_old, sec)
             if spent + d > budget:
@@ -464,12 +465,13 @@ def apply_moves(order, kind, row, target, evict, prim, sec, load, cap, sec_load,
             load[w] += 1
             spent += d
             touched[x] = True
+            moved[x] = True
         else:
             e = evict[j]
-            if prim[x] == w or _holds(sec[x], w):
+            if moved[x] or prim[x] == w or _holds(sec[x], w):
                 continue
             if e >= 0:
-                if touched[e] or not _holds(sec[e], w):
+                if moved[e] or not _holds(sec[e], w):
                     continue
             elif sec_load[w] >= sec_cap[w]:
                 continue

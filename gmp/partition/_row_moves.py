@@ -71,8 +71,9 @@ def secondary_pool(prim, sec, count, f, cost, sec_load, sec_cap, old_prim, old_s
         fresh = np.flatnonzero(~has & (prim != w) & (score > 0))
         if fresh.size == 0:
             continue
-        was = is_old[fresh] & ((old_prim[fresh] == w) | ((old_sec[fresh] >> w) & 1).astype(bool))
-        limit = min(fresh.size, spare + int(np.count_nonzero(was)) + max(slots, 0))
+        # the adds that cost no row: a new id (created), or a copy the old placement held on w
+        free = ~is_old[fresh] | (old_prim[fresh] == w) | ((old_sec[fresh] >> w) & 1).astype(bool)
+        limit = min(fresh.size, spare + int(np.count_nonzero(free)) + max(slots, 0))
         if limit <= 0:
             continue
         top = fresh[smallest(-score[fresh], limit)]
