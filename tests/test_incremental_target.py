@@ -91,6 +91,24 @@ def test_the_refitted_target_is_kept_where_it_reads_less(budget, reads, kept):
                                                                                q.embedding_primary)
 
 
+def test_the_chain_starts_with_a_step_that_moves_no_row():
+    # 3 workers, groups {0,1,2}, {3,4,5}, {6,7,8} on w0, w1, w2; row 9 (on w0, read on w0 only) has copies on w1
+    # and w2 that nobody there reads; id 10 is new and every sample reads it. The pass puts the samples on
+    # [0, 1, 0, 1, 2, 2] and id 10 on w0: 10 reads at batch 1 (s1 and s2 read 3 rows of the other group's
+    # worker, the four samples off w0 read id 10). With no row to move, the chain's first step swaps row 9's
+    # two copies for id 10's (both free): 6 reads. Budget 0 keeps at most that (before: the placed data).
+    rows = [[0, 1, 2, 9, 10], [0, 1, 2, 10], [3, 4, 5, 10], [3, 4, 5, 10], [6, 7, 8, 10], [6, 7, 8, 10]]
+    g = BipartiteGraph.from_lists(rows, 11)
+    old = Placement.edge_cut(3, [0, 0, 1, 1, 2, 2], [0, 0, 0, 1, 1, 1, 2, 2, 2, 0]).with_secondaries(
+        [0] * 9 + [0, 2], [1, 2])
+    placed, p = place_and_repartition(g, old, resolve_topology(3, None, None), max_moved_rows=0,
+                                      options=Options(batch_size=1))
+    assert placed.sample_worker.tolist() == [0, 1, 0, 1, 2, 2] and batch_remote_reads(g, placed, 1) == 10
+    assert p.info["steps"][:2] == [{"budget": 0, "batch_remote_reads": 10, "rows": 0},
+                                   {"budget": 0, "batch_remote_reads": 6, "rows": 0}]
+    assert batch_remote_reads(g, p, 1) <= 6 and p.info["moved_rows"]["total"] == 0
+
+
 def test_budget_ladder_and_curve_are_the_same_choice():
     assert budget_ladder(1000) == [(0.5, 5), (1, 10), (2, 20), (5, 50), (10, 100), (20, 200), (50, 500),
                                    (100, 1000)]
@@ -102,13 +120,13 @@ def test_budget_ladder_and_curve_are_the_same_choice():
     assert [(c["budget"], c["batch_remote_reads"], c["rows"]) for c in p.info["curve"]] == [(1, 2, 1), (2, 0, 2),
                                                                                            (4, 0, 2)]
     assert [c["percent"] for c in p.info["curve"]] == [None, 50, 100]
-    # the cost of each step: the chain ran the ladder's two steps (50%, 100%: the curve runs it to the end);
-    # the goal was given, so no full re-partition ran here
+    # the cost of each step: the chain ran its free step and the ladder's two (50%, 100%: the curve runs it to
+    # the end); the goal was given, so no full re-partition ran here
     cost = p.info["seconds_steps"]
-    assert p.info["sweep_steps"] == 2 and cost["target_full_repartition"] == 0.0
+    assert p.info["sweep_steps"] == 3 and cost["target_full_repartition"] == 0.0
     assert min(cost["place"], cost["sweep_chain"], cost["target_moves"]) >= 0.0
     assert place_and_repartition(g, old, two(), max_moved_rows=2, options=opts, goal=goal)[1].info[
-        "sweep_steps"] == 1  # without the curve the chain stops at the budget's step
+        "sweep_steps"] == 2  # without the curve the chain stops at the budget's step (after its free one)
 
 
 def _placements_equal(p, q):
@@ -445,15 +463,15 @@ def test_cli_compare_full_prints_the_curve_and_target_none_is_recorded(tmp_path)
     this = [p for p in curve if p["budget"] == c["max_moved_rows"]][0]
     assert this["batch_remote_reads"] == c["batch_remote_reads"]["this"] and this["kept"] == c["kept"]
     assert set(c["seconds"]) >= {"this", "sweep", "target", "full_repartition"}
-    # the cost of each step: the chain runs every ladder step (--compare-full: to 100%), the target's full
-    # re-partition is the comparison's own run
+    # the cost of each step: the chain runs its free step and every ladder step (--compare-full: to 100%), the
+    # target's full re-partition is the comparison's own run
     sec = c["seconds"]
-    assert c["sweep_steps"] == len(curve)
+    assert c["sweep_steps"] == len(curve) + 1
     assert sec["target_full_repartition"] == sec["full_repartition"]
     assert sec["place"] + sec["sweep_chain"] == pytest.approx(sec["sweep"], abs=2e-4)
     assert sec["target_full_repartition"] + sec["target_moves"] + sec["target_refit"] == pytest.approx(
         sec["target"], abs=3e-4)
-    assert f"chain of {len(curve)} steps" in res.output
+    assert f"chain of {len(curve) + 1} steps" in res.output
     # the line under the curve names the budgets that read least and that send least in one epoch
     read = min(curve, key=lambda p: (p["batch_remote_reads"], p["budget"]))
     sent = min(curve, key=lambda p: (p["batch_remote_reads"] + p["rows"], p["budget"]))

@@ -990,7 +990,8 @@ def _onepass(graph: BipartiteGraph, old: Placement, topology: Topology, budget: 
                 best.update(reads=reads, prim=state.prim.copy(), sec=state.sec.copy())
 
         score(0, 0)
-        record = P.move(state, old, topology, budget, options, graph.num_samples, steps=steps, score=score)
+        # the chain's first step moves no row, as the exact plan's (_refine)
+        record = P.move(state, old, topology, budget, options, graph.num_samples, steps=[0, *steps], score=score)
         state.prim[:], state.sec[:] = best["prim"], best["sec"]
         record["steps"] = scored
     refined = P.placement_of(graph, old, topology, seed, options, state, "incremental", state.bits)
@@ -1369,7 +1370,7 @@ def _with_target(graph: BipartiteGraph, old: Placement, topology: Topology, budg
                           "wait_for_target": round(t_wait, 4)},
         # the full re-partition ran beside the chain (not after it): the parts above overlap in time
         "target_alongside": alongside,
-        "sweep_steps": len(steps),
+        "sweep_steps": len(scored) - 1,  # the scored steps after the start: the free one and the ladder's
         "seconds": round(time.perf_counter() - t0, 4),
         "curve": [dict(zip(("percent", "budget", "kept", "batch_remote_reads", "rows"),
                            (p, b, *_choose(b, scored, path, refit))))
@@ -1404,7 +1405,9 @@ def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: i
     step's state never depends on the steps after it), score every step's placement
     (``batch_remote_reads``, :func:`~gmp.partition._incremental_kernels.batch_reads`), and return the
     one that reads least among the start and the steps within ``budget`` (``info["steps"]``: every
-    step's reads and rows)."""
+    step's reads and rows). The chain's first step moves no row (budget 0: new ids' copies, copies
+    dropped, the samples; round 0 where ``sweep_first``), so that a budget below the ladder's first
+    step gets those too (a 1M-sample independent day: 3.2% fewer reads than the placed data)."""
     t_place = float(start.info.get("seconds", 0.0)) if start.info else 0.0
     t1 = time.perf_counter()
     n = topology.num_workers
@@ -1460,7 +1463,7 @@ def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: i
     if steps is None:  # (round, allowed rows, score after it)
         schedule = [(r, budget if r > 0 else 0, False) for r in range(first, options.rounds + 1)]
     else:
-        schedule = [(0, 0, True)] if options.sweep_first else []
+        schedule = [(0, 0, True)] if options.sweep_first else [(1, 0, True)]  # the free step first
         schedule += [(r, b, r == options.rounds) for b in steps for r in range(1, options.rounds + 1)]
     scored: list[dict] = []
     best: dict = {}
