@@ -10,12 +10,15 @@ re-partition. Then, per worker, the copies (secondaries) that cost no row and wo
 copy the old placement held, in place of the worker's least read copy, counted with the budgeted
 placement's samples fixed; and the same for copies that cost one row each and save at least 3 reads.
 
-Usage (session 26's numbers, docs/incremental.md)::
+The day is a dataset on a manifest, or (without them) a day of bench/incremental_bench.py's pools: day
+``--day`` on ``hybrid`` of the day before, as bench/incremental_oracle.py draws it. Usage (session 26's
+numbers, docs/incremental.md)::
 
     gmp data synth --preset criteo-kaggle-independent -n 1000000 --scale 0.02 -o D/s0
     gmp data synth --continue D/s0 -o D/s1
     gmp partition D/s0 --workers 8 --method hybrid -o D/p0
-    python bench/incremental_where.py D/s1 D/p0 --budget 5%
+    python bench/incremental_where.py D/s1 D/p0 --budgets 5
+    python bench/incremental_where.py --pool POOL --pool-samples 1500000 --preset criteo-kaggle-independent
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import incremental_bench as IB  # noqa: E402
 from gmp.datasets.format import load_dataset  # noqa: E402
 from gmp.graph import build_graph  # noqa: E402
 from gmp.manifest import load_manifest  # noqa: E402
@@ -57,22 +62,29 @@ def row_reads(nb: np.ndarray, prim: np.ndarray, sec: np.ndarray) -> np.ndarray:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("dataset", help="the new day")
-    ap.add_argument("manifest", help="the old placement's manifest")
-    ap.add_argument("--budget", default="5%")
-    ap.add_argument("--batch-size", type=int, default=512)
+    ap.add_argument("dataset", nargs="?", help="the new day (else a day of --pool)")
+    ap.add_argument("manifest", nargs="?", help="the old placement's manifest")
     ap.add_argument("--target", default="full", choices=("full", "none"))
+    IB.add_one_day_arguments(ap, budgets="5")
     args = ap.parse_args(argv)
-    graph = build_graph(load_dataset(args.dataset))
-    man = load_manifest(args.manifest)
-    old, topo, bs = man.placement, man.topology, args.batch_size
+    bs = args.batch_size
+    if args.dataset is not None:
+        graph = build_graph(load_dataset(args.dataset))
+        man = load_manifest(args.manifest)
+        old, topo, full = man.placement, man.topology, None
+        trained = None if man.history is None else man.history.trained
+        where = f"{args.dataset} on {args.manifest}"
+    else:
+        graph, old, full, topo, _ = IB.one_day(args)
+        trained, where = None, f"day {args.day} of {args.pool} ({args.preset})"
     n = topo.num_workers
-    trained = None if man.history is None else man.history.trained
     degree = np.asarray(graph.embedding_degree())
     used = np.flatnonzero(degree)
     is_old = I._old_rows(used, old, trained)
-    budget = I.migration_budget(args.budget, used.size)
-    full = run_partitioner("hybrid", graph, topo, seed=0, options={"batch_size": bs})
+    percent = args.budgets.split(",")[0]
+    budget = I.migration_budget(f"{percent}%", used.size)
+    if full is None:
+        full = run_partitioner("hybrid", graph, topo, seed=0, options={"batch_size": bs})
     placed, budgeted = I.place_and_repartition(
         graph, old, topo, max_moved_rows=budget, trained=trained, goal=full if args.target == "full" else None,
         options=I.Options(batch_size=bs, target=args.target, alongside=False))
@@ -83,7 +95,7 @@ def main(argv=None) -> None:
         reads[name] = row_reads(nb, np.asarray(p.embedding_primary)[used], masks[name])
     total = {k: int(v.sum()) for k, v in reads.items()}
     excess = total["budgeted"] - total["full"]
-    print(f"{args.dataset} on {args.manifest}: budget {args.budget} ({budget:,} rows), {used.size:,} used rows "
+    print(f"{where}: budget {percent}% ({budget:,} rows), {used.size:,} used rows "
           f"({int(is_old.sum()):,} old), {n} workers, batch {bs}; kept {budgeted.info.get('kept', 'plan')}")
     print(f"batch_remote_reads: full {total['full']:,}, budgeted {total['budgeted']:,} "
           f"({total['budgeted'] / total['full']:.3f}x), placed {total['placed']:,} "
