@@ -8,7 +8,9 @@ worker's samples that read it, less the workers that hold it: ``row_batches``, `
 by the row's degree on the day, with each group's share of the budgeted placement's excess over the full
 re-partition. Then, per worker, the copies (secondaries) that cost no row and would read less: a new id or a
 copy the old placement held, in place of the worker's least read copy, counted with the budgeted
-placement's samples fixed; and the same for copies that cost one row each and save at least 3 reads.
+placement's samples fixed; and the same for copies that cost one row each and save at least 3 reads. Last,
+with the same samples, what each moved row's move saves, and how many old rows that stayed (without
+copies) would save 2 reads or more by one primary move.
 
 The day is a dataset on a manifest, or (without them) a day of bench/incremental_bench.py's pools: day
 ``--day`` on ``hybrid`` of the day before, as bench/incremental_oracle.py draws it. Usage (session 26's
@@ -43,14 +45,13 @@ from gmp.partition import run_partitioner  # noqa: E402
 DEGREES = (1, 2, 3, 5, 9, 17, 65, 257)
 
 
-def batches(graph, used, sample_worker, n: int, batch_size: int) -> np.ndarray:
-    """int32 [used rows, N]: the chunks of each worker's samples that read each used row."""
-    compact = np.full(graph.num_embeddings, -1, dtype=np.int64)
-    compact[used] = np.arange(used.size)
-    cindices = compact[np.asarray(graph.sample_indices)].astype(np.int32)
-    nb = np.zeros((used.size, n), dtype=np.int32)
-    K.row_batches(np.asarray(graph.sample_indptr), cindices, np.asarray(sample_worker, dtype=np.int32),
-                  np.int64(batch_size), nb, np.zeros(used.size, dtype=bool))
+def batches(graph, comp, sample_worker, n: int, batch_size: int) -> np.ndarray:
+    """int32 [used rows, N]: the chunks of each worker's samples that read each used row (``comp``: the
+    graph's compact ids, ``incremental._compact``)."""
+    num_used = comp.used_ids.size
+    nb = np.zeros((num_used, n), dtype=np.int32)
+    K.row_batches(np.asarray(graph.sample_indptr), comp.cindices, np.asarray(sample_worker, dtype=np.int32),
+                  np.int64(batch_size), nb, np.zeros(num_used, dtype=bool))
     return nb
 
 
@@ -78,8 +79,8 @@ def main(argv=None) -> None:
         graph, old, full, topo, _ = IB.one_day(args)
         trained, where = None, f"day {args.day} of {args.pool} ({args.preset})"
     n = topo.num_workers
-    degree = np.asarray(graph.embedding_degree())
-    used = np.flatnonzero(degree)
+    comp = I._compact(graph)
+    used, deg = comp.used_ids, comp.degree
     is_old = I._old_rows(used, old, trained)
     percent = args.budgets.split(",")[0]
     budget = I.migration_budget(f"{percent}%", used.size)
@@ -88,11 +89,11 @@ def main(argv=None) -> None:
     placed, budgeted = I.place_and_repartition(
         graph, old, topo, max_moved_rows=budget, trained=trained, goal=full if args.target == "full" else None,
         options=I.Options(batch_size=bs, target=args.target, alongside=False))
-    reads, masks = {}, {}
+    reads, masks, nbs = {}, {}, {}
     for name, p in (("full", full), ("budgeted", budgeted), ("placed", placed)):
-        nb = batches(graph, used, p.sample_worker, n, bs)
+        nbs[name] = batches(graph, comp, p.sample_worker, n, bs)
         masks[name] = I._secondary_masks(p, used)
-        reads[name] = row_reads(nb, np.asarray(p.embedding_primary)[used], masks[name])
+        reads[name] = row_reads(nbs[name], np.asarray(p.embedding_primary)[used], masks[name])
     total = {k: int(v.sum()) for k, v in reads.items()}
     excess = total["budgeted"] - total["full"]
     print(f"{where}: budget {percent}% ({budget:,} rows), {used.size:,} used rows "
@@ -103,7 +104,6 @@ def main(argv=None) -> None:
     print("| rows | degree | count | full | budgeted | placed | share of the excess |")
     print("|---|---|---:|---:|---:|---:|---:|")
     bounds = DEGREES + (np.iinfo(np.int64).max,)
-    deg = degree[used]
     for kind, mask in (("old", is_old), ("new", ~is_old)):
         for lo, hi in zip(bounds[:-1], bounds[1:]):
             m = mask & (deg >= lo) & (deg < hi)
@@ -114,7 +114,7 @@ def main(argv=None) -> None:
             print(f"| {kind} | {span} | {int(m.sum()):,} | {r['full']:,} | {r['budgeted']:,} | {r['placed']:,} | "
                   f"{(r['budgeted'] - r['full']) / max(excess, 1):.3f} |")
     # copies left on the table, with the budgeted placement's samples fixed
-    nb = batches(graph, used, budgeted.sample_worker, n, bs)
+    nb = nbs["budgeted"]
     prim = np.asarray(budgeted.embedding_primary)[used]
     sec = masks["budgeted"]
     oprim, osec = I.old_holders(old, used, is_old)
@@ -136,6 +136,17 @@ def main(argv=None) -> None:
     print(f"copies that cost no row and would read less (each for a worker's least read copy): "
           f"{free_gain:,} reads in all")
     print(f"copies that cost a row and save at least 3 reads each: {paid_swaps:,}, {paid_gain:,} reads in all")
+    # the rows moved against what their moves save, and the best single primary move of the old rows that
+    # stayed without copies (their reads if their primary sat on w: every other worker's chunks)
+    here = reads["budgeted"]
+    back = row_reads(nb, np.where(is_old, oprim, prim), np.where(is_old, osec, sec))
+    moved = I.moved_per_row(oprim, osec, prim.astype(np.int32), sec, is_old) > 0
+    gain = (back - here)[moved]
+    stayed = is_old & ~moved & (sec == 0)
+    best = (here[stayed, None] - (nb[stayed].sum(axis=1, keepdims=True) - nb[stayed])).max(axis=1, initial=0)
+    print(f"rows moved: {int(moved.sum()):,}, the reads each saves with these samples: 10th percentile "
+          f"{np.percentile(gain, 10):.0f}, median {np.median(gain):.0f}, {int((gain <= 0).sum()):,} at 0 or less; "
+          f"old rows that stayed without copies and would save 2 or more by one move: {int((best >= 2).sum()):,}")
 
 
 if __name__ == "__main__":

@@ -677,7 +677,6 @@ def repartition_dataset(dataset: Any, old_manifest: Any, out: str | os.PathLike,
 def _repartition(spec: Any, ds: Any):
     """New data on the old placement ``spec.old_manifest`` (``spec.mode == "incremental"``)."""
     import numpy as np
-    from concurrent.futures import Future
 
     from ._io import check_output_dir
     from .compare import method_options, peak_rss_bytes
@@ -737,7 +736,7 @@ def _repartition(spec: Any, ds: Any):
         if target == "full":  # the target is the comparison's full re-partition: one run for both, beside the sweep
             full = in_background(full_repartition) if runs_alongside(opts, days) else full_repartition()
         with task(f"Placing {days.num_samples:,} new samples on {old.path} and re-partitioning, "
-                  f"at most {budget:,} rows moved" + (" (the full re-partition alongside)" if isinstance(full, Future)
+                  f"at most {budget:,} rows moved" + (" (the full re-partition alongside)" if isinstance(full, Background)
                                                        else "")):
             try:
                 placed, placement = place_and_repartition(days, old.placement, topo, max_moved_rows=budget,
@@ -747,7 +746,7 @@ def _repartition(spec: Any, ds: Any):
                 if isinstance(full, Background):
                     full.stop()
                 raise
-        full = full.result() if isinstance(full, Future) else full  # done: the call waited for it
+        full = full.result() if isinstance(full, Background) else full  # done: the call waited for it
     seconds = time.perf_counter() - t0
     peak = peak_rss_bytes()
     window_reads = None

@@ -245,35 +245,55 @@ def test_a_background_run_stops_at_its_next_progress_step():
     stop_point()()  # the main thread is never stoppable: a no-op
 
 
+def _long_runs_recorded(monkeypatch) -> tuple[list, list]:
+    """``in_background`` records the futures it returns, and the full re-partition is a long run of progress
+    steps (:func:`_steps_until_stopped`): ``(futures, steps)``."""
+    import threading
+
+    from gmp.partition import incremental
+
+    futures, steps = [], []
+
+    def kept(fn, name="gmp-target"):
+        futures.append(in_background(fn, name))
+        return futures[-1]
+
+    monkeypatch.setattr(incremental, "in_background", kept)
+    monkeypatch.setattr("gmp.partition.run_partitioner",
+                        lambda *a, **k: _steps_until_stopped(steps, threading.Event()))
+    return futures, steps
+
+
+def _fails(message: str):
+    def fail(*a, **k):
+        raise RuntimeError(message)
+    return fail
+
+
+def _assert_the_one_run_stopped(futures: list, steps: list) -> None:
+    from concurrent.futures import wait
+
+    from gmp.progress import Stopped
+
+    done, _ = wait(futures, timeout=5)  # without the stop a run takes 10 s
+    assert len(futures) == 1 and done and isinstance(futures[0].exception(), Stopped) and len(steps) < 1000
+
+
 def test_target_mode_stops_its_full_repartition_when_the_chain_fails(monkeypatch):
     import threading
-    from concurrent.futures import wait
 
     from gmp.partition import incremental
     from gmp.progress import Stopped
 
     g, old, _ = _pairs()
-    futures, steps = [], []
-    real = incremental.in_background
-
-    def kept(fn, name="gmp-target"):
-        futures.append(real(fn, name))
-        return futures[-1]
-
-    def chain_fails(*a, **k):
-        raise RuntimeError("the chain failed")
-
-    monkeypatch.setattr(incremental, "in_background", kept)
-    monkeypatch.setattr("gmp.partition.run_partitioner",
-                        lambda *a, **k: _steps_until_stopped(steps, threading.Event()))
-    monkeypatch.setattr(incremental, "_refine", chain_fails)
+    futures, steps = _long_runs_recorded(monkeypatch)
+    monkeypatch.setattr(incremental, "_refine", _fails("the chain failed"))
     with pytest.raises(RuntimeError, match="the chain failed"):
         place_and_repartition(g, old, two(), max_moved_rows=1, options=Options(batch_size=2, alongside=True))
-    done, _ = wait(futures, timeout=5)
-    assert len(futures) == 1 and done and isinstance(futures[0].exception(), Stopped) and len(steps) < 1000
+    _assert_the_one_run_stopped(futures, steps)
 
     # a caller's future is the caller's to stop
-    caller = real(lambda: _steps_until_stopped(steps, threading.Event()))
+    caller = in_background(lambda: _steps_until_stopped(steps, threading.Event()))
     with pytest.raises(RuntimeError, match="the chain failed"):
         place_and_repartition(g, old, two(), max_moved_rows=1, options=Options(batch_size=2), goal=caller)
     assert not caller.done()
@@ -282,37 +302,20 @@ def test_target_mode_stops_its_full_repartition_when_the_chain_fails(monkeypatch
 
 
 def test_the_command_stops_the_full_repartition_it_started_when_the_call_fails(tmp_path, monkeypatch):
-    import threading
-    from concurrent.futures import wait
-
     from gmp.partition import incremental
-    from gmp.progress import Stopped
 
     d0, d1, p0 = (str(tmp_path / x) for x in ("s0", "s1", "p0"))
     for args in (["data", "synth", "--preset", "tiny", "-n", "600", "--scale", "0.05", "-o", d0],
                  ["data", "synth", "--continue", d0, "-o", d1],
                  ["partition", d0, "-m", "hybrid", "-w", "2", "-o", p0, "--no-plots"]):
         assert runner.invoke(app, args).exit_code == 0
-    futures, steps = [], []
-    real = incremental.in_background
-
-    def kept(fn, name="gmp-target"):
-        futures.append(real(fn, name))
-        return futures[-1]
-
-    def call_fails(*a, **k):
-        raise RuntimeError("the call failed")
-
-    monkeypatch.setattr(incremental, "in_background", kept)
+    futures, steps = _long_runs_recorded(monkeypatch)
     monkeypatch.setattr(incremental, "runs_alongside", lambda *a: True)
-    monkeypatch.setattr(incremental, "place_and_repartition", call_fails)
-    monkeypatch.setattr("gmp.partition.run_partitioner",
-                        lambda *a, **k: _steps_until_stopped(steps, threading.Event()))
+    monkeypatch.setattr(incremental, "place_and_repartition", _fails("the call failed"))
     res = runner.invoke(app, ["partition", d1, "--from-manifest", p0, "--max-moved-rows", "5%",
                               "-o", str(tmp_path / "p1"), "--no-plots"])
     assert res.exit_code != 0 and "the call failed" in str(res.exception)
-    done, _ = wait(futures, timeout=5)
-    assert len(futures) == 1 and done and isinstance(futures[0].exception(), Stopped) and len(steps) < 1000
+    _assert_the_one_run_stopped(futures, steps)
 
 
 def test_target_none_and_the_start_placement():

@@ -76,7 +76,8 @@ def secondary_pool(prim, sec, count, f, cost, sec_load, sec_cap, old_prim, old_s
         limit = min(fresh.size, spare + int(np.count_nonzero(free)) + max(slots, 0))
         if limit <= 0:
             continue
-        top = fresh[smallest(-score[fresh], limit)]
+        pick = smallest(-score[fresh], limit)
+        top, top_free = fresh[pick], free[pick]
         inc = np.flatnonzero(has)
         inc = inc[smallest(score[inc], limit)]
         evict = np.concatenate([np.full(max(slots, 0), -1, dtype=np.int64), inc.astype(np.int64)])[:limit]
@@ -84,8 +85,7 @@ def secondary_pool(prim, sec, count, f, cost, sec_load, sec_cap, old_prim, old_s
         k = min(top.size, evict.size)
         g = score[top[:k]] - evict_score[:k]
         keep = g > 1e-12
-        top, evict, g = top[:k][keep], evict[:k][keep], g[keep]
-        est = (is_old[top] & ~((old_prim[top] == w) | ((old_sec[top] >> w) & 1).astype(bool)))
+        top, evict, g, est = top[:k][keep], evict[:k][keep], g[keep], ~top_free[:k][keep]
         out.append((np.ones(top.size, dtype=np.int8), top.astype(np.int64), np.full(top.size, w, dtype=np.int32),
                     evict, g, est.astype(np.int64)))
     return out

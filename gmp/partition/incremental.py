@@ -744,10 +744,7 @@ def _place(graph: BipartiteGraph, old: Placement, topology: Topology, *, seed: i
     options, defaults = resolve_options(options, graph, n, degree=comp.degree)
     used = comp.used_ids
     is_old = _old_rows(used, old, trained)
-    prim = np.full(used.size, -1, dtype=np.int32)
-    prim[is_old] = np.asarray(old.embedding_primary)[used[is_old]]
-    sec = np.zeros(used.size, dtype=np.int64)
-    sec[is_old] = _secondary_masks(old, used[is_old])
+    prim, sec = old_holders(old, used, is_old)
 
     num_samples = graph.num_samples
     cap = sample_cap(num_samples, n, options.max_imbalance)
@@ -1414,16 +1411,12 @@ def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: i
     m_old, m = old.num_embeddings, graph.num_embeddings
     used = comp.used_ids
     num_used = used.size
-    if state is not None:  # the pass moved no row: its masks are the old ones
+    old_prim, old_sec = old_holders(old, used, is_old)
+    if state is not None:  # the pass's own rows (it moved none)
         prim, sec = state.prim, state.sec
-        old_sec = sec.copy()
     else:
         prim = np.array(np.asarray(start.embedding_primary)[used], dtype=np.int32)
         sec = _secondary_masks(start, used)
-        old_sec = np.zeros(num_used, dtype=np.int64)
-        old_sec[is_old] = _secondary_masks(old, used[is_old])
-    old_prim = np.full(num_used, -1, dtype=np.int32)
-    old_prim[is_old] = np.asarray(old.embedding_primary)[used[is_old]]
     sw = np.array(start.sample_worker, dtype=np.int32)
     indptr = np.asarray(graph.sample_indptr)
     if state is not None:
@@ -1576,12 +1569,8 @@ def repartition_toward(graph: BipartiteGraph, old: Placement, goal: Placement, t
     used = comp.used_ids
     is_old = used < m_old
     gprim = np.asarray(goal.embedding_primary)[used].astype(np.int32)
-    prim = gprim.copy()
-    old_prim = np.full(used.size, -1, dtype=np.int32)
-    old_prim[is_old] = np.asarray(old.embedding_primary)[used[is_old]]
-    prim[is_old] = old_prim[is_old]
-    old_sec = np.zeros(used.size, dtype=np.int64)
-    old_sec[is_old] = _secondary_masks(old, used[is_old])
+    old_prim, old_sec = old_holders(old, used, is_old)
+    prim = np.where(is_old, old_prim, gprim).astype(np.int32)
     sec = old_sec.copy()
     count = np.zeros((used.size, n), dtype=np.int32)
     K.count_samples(np.asarray(graph.sample_indptr), comp.cindices, np.asarray(goal.sample_worker, dtype=np.int32),
