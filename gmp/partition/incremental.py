@@ -1411,12 +1411,13 @@ def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: i
     m_old, m = old.num_embeddings, graph.num_embeddings
     used = comp.used_ids
     num_used = used.size
-    old_prim, old_sec = old_holders(old, used, is_old)
-    if state is not None:  # the pass's own rows (it moved none)
+    if state is not None:  # the pass moved no row and gave the new ones primaries only: the old holders are its
         prim, sec = state.prim, state.sec
+        old_prim, old_sec = np.where(is_old, prim, -1).astype(np.int32), sec.copy()
     else:
         prim = np.array(np.asarray(start.embedding_primary)[used], dtype=np.int32)
         sec = _secondary_masks(start, used)
+        old_prim, old_sec = old_holders(old, used, is_old)
     sw = np.array(start.sample_worker, dtype=np.int32)
     indptr = np.asarray(graph.sample_indptr)
     if state is not None:
