@@ -414,6 +414,79 @@ def test_batch_kernels_count_as_the_metrics():
             assert per_row.sum() == want
 
 
+def _exact_moves(nb, prim, old_prim, is_old, cap, budget, skip=None, sec=None):
+    """Run the kernel on copies; returns (prim after, loads after, spent before, spent after, saved)."""
+    nb, prim = np.array(nb, dtype=np.int32), np.array(prim, dtype=np.int32)
+    old_prim, is_old = np.array(old_prim, dtype=np.int32), np.array(is_old, dtype=bool)
+    num, n = nb.shape
+    sec = np.zeros(num, dtype=np.int64) if sec is None else np.array(sec, dtype=np.int64)
+    skip = np.zeros(num, dtype=bool) if skip is None else np.array(skip, dtype=bool)
+    load = np.bincount(prim, minlength=n).astype(np.int64)
+    spent = int(np.count_nonzero(is_old & (prim != old_prim)))
+    touched = np.zeros(num, dtype=bool)
+    after, saved = K.exact_moves(nb, prim, sec, old_prim, sec.copy(), is_old, skip, load, np.int64(cap),
+                                 np.int64(budget), np.int64(spent), touched)
+    return prim, load, spent, int(after), int(saved)
+
+
+def test_exact_moves_by_hand():
+    # 3 workers, cap 4, budget 2 (rows 1 and 3 are moved already: spent 2), reads of row x on worker w: nb[x, w]
+    nb = [[1, 3, 0],   # 0: a new id on w0: free to w1, gains 2
+          [2, 2, 0],   # 1: moved 0 -> 1; back to w0 reads the same and frees a row of the budget
+          [1, 0, 4],   # 2: on its old w0; to w2 gains 3 for a row
+          [0, 3, 4],   # 3: moved 1 -> 2; back to w1 loses 1
+          [0, 1, 6],   # 4: on its old w1; to w2 gains 5 for a row
+          [0, 0, 0]]   # 5: every worker holds it (skipped)
+    prim, load, spent, after, saved = _exact_moves(nb, [0, 1, 0, 2, 1, 0], [-1, 0, 0, 1, 1, 0],
+                                                   [False, True, True, True, True, True], cap=4, budget=2,
+                                                   skip=[False] * 5 + [True])
+    # free moves: 0 -> w1 (+2), 1 back (+0, spent 1); the one paid move left: 4 -> w2 (+5); then 2 -> w2 (+3)
+    # takes the place of row 3, which goes back to w1 (-1): 18 reads -> 9
+    assert prim.tolist() == [1, 0, 2, 1, 2, 0] and (spent, after, saved) == (2, 2, 9)
+    assert load.tolist() == [2, 2, 2]
+
+
+def test_exact_moves_swap_out_of_a_full_worker():
+    # cap 3: w2 is full. The cheapest return (row 0 out of w1, loses 1) leaves no room on w2 for row 2's move
+    # (gains 5); row 1's return out of w2 (loses 2) does: 5 - 2 = 3 reads saved, the budget (2) stays spent
+    nb = [[2, 3, 0], [2, 0, 4], [0, 1, 6], [0, 0, 5], [0, 0, 5]]
+    prim, load, spent, after, saved = _exact_moves(nb, [1, 2, 1, 2, 2], [0, 0, 1, 2, 2], [True] * 5, cap=3,
+                                                   budget=2)
+    assert prim.tolist() == [1, 0, 2, 2, 2] and (spent, after, saved) == (2, 2, 3)
+    assert load.tolist() == [1, 1, 3]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**16))
+def test_exact_moves_keep_the_budget_and_count_their_gain(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 5))
+    num = int(rng.integers(1, 40))
+    nb = rng.integers(0, 6, size=(num, n)) * (rng.random((num, n)) < 0.6)
+    is_old = rng.random(num) < 0.8
+    old_prim = np.where(is_old, rng.integers(0, n, num), -1)
+    prim = np.where(is_old & (rng.random(num) < 0.3), rng.integers(0, n, num), old_prim)
+    prim = np.where(prim < 0, rng.integers(0, n, num), prim)
+    sec = np.array([sum(1 << int(w) for w in range(n) if w != prim[x] and rng.random() < 0.15)
+                    for x in range(num)], dtype=np.int64)
+    skip = rng.random(num) < 0.1
+    cap = int(rng.integers(num // n + 1, num + 1))
+    moved = int(np.count_nonzero(is_old & (prim != old_prim)))
+    budget = moved + int(rng.integers(0, 4))
+    before = np.bincount(prim, minlength=n)
+    new, load, spent, after, saved = _exact_moves(nb, prim, old_prim, is_old, cap, budget, skip=skip, sec=sec)
+
+    def reads(p):  # a row reads the chunks of the workers that hold no copy of it (reference, not the kernel)
+        return sum(int(nb[x, w]) for x in range(num) for w in range(n) if w != p[x] and not (sec[x] >> w) & 1)
+
+    assert saved == reads(prim) - reads(new) >= 0
+    assert after == int(np.count_nonzero(is_old & (new != old_prim))) <= budget
+    assert np.array_equal(new[skip], prim[skip])
+    assert all((sec[x] >> int(new[x])) & 1 == 0 for x in range(num))  # never onto a copy
+    assert np.array_equal(load, np.bincount(new, minlength=n))
+    assert all(load[w] <= max(before[w], cap) for w in range(n))  # no worker goes above the cap
+
+
 # --------------------------------------------------------------------------- renaming on machines x GPUs
 def test_match_workers_renames_machines_and_gpus():
     topo = hierarchical(2, 2, inter_cost=10.0)  # workers 0,1 on machine 0; 2,3 on machine 1

@@ -761,6 +761,175 @@ def row_reads(nb, prim, sec, out):  # pragma: no cover - compiled
         out[x] = r
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _best_primary(x, nb, prim, sec, old_prim, old_sec, is_old, load, cap, want):  # pragma: no cover - compiled
+    """Row x's best primary move p -> q (q holds no copy, ``load[q] < cap``) among the moves whose moved-row
+    cost is ``want`` (:func:`primary_move_cost`; ``want`` 0 takes costs 0 and -1): ``(q, gain)`` with the
+    gain in batch reads, ``nb[x, q] - nb[x, p]`` (:func:`row_batches`), or ``(-1, 0)``."""
+    p = prim[x]
+    best_q, best_g, best_d = -1, np.int64(0), 0
+    for q in range(nb.shape[1]):
+        if q == p or _holds(sec[x], q) or load[q] >= cap:
+            continue
+        # primary_move_cost (q holds no copy), written out: a call per row and worker is not inlined
+        d = 0 if not is_old[x] else (1 if q != old_prim[x] else 0) - (1 if p != old_prim[x] else 0)
+        if (want == 0 and d > 0) or (want != 0 and d != want):
+            continue
+        g = np.int64(nb[x, q]) - nb[x, p]
+        if best_q < 0 or g > best_g or (g == best_g and d < best_d):  # a tie: the move that frees a row
+            best_q, best_g, best_d = q, g, d
+    return best_q, best_g
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _move_primary(x, q, prim, load, touched):  # pragma: no cover - compiled
+    load[prim[x]] -= 1
+    load[q] += 1
+    prim[x] = q
+    touched[x] = True
+
+
+@numba.njit(cache=True, nogil=True)
+def _next_free(nxt, k):  # pragma: no cover - compiled
+    """The first position from k not taken (``nxt[k] == k``: free), halving the path on the way."""
+    while nxt[k] != k:
+        nxt[k] = nxt[nxt[k]]
+        k = nxt[k]
+    return k
+
+
+@numba.njit(cache=True, nogil=True)
+def exact_moves(nb, prim, sec, old_prim, old_sec, is_old, skip, load, cap, budget, spent,
+                touched):  # pragma: no cover - compiled
+    """Primary moves by their exact gain in batch reads, with the samples fixed (``nb``: :func:`row_batches`
+    of them, so a row's reads depend on that row alone and the gains add up exactly), in place on ``prim``
+    and ``load``; secondaries are left as they are. Returns ``(spent, saved)``: the moved rows spent in all
+    (never above ``budget``) and the batch reads the moves saved.
+
+    1. Moves that cost no row (new ids, a moved row to a better worker, a moved row back to its old primary
+       when that reads no more), by gain, while they read less.
+    2. Moves that cost one row, by gain, while the budget allows.
+    3. Swaps, the moves by gain: each takes the place of the moved row whose return to its old primary loses
+       least and fits the caps (a return out of a full worker makes room there), while the move gains more
+       than the return loses; the budget spent stays where it is.
+
+    Rows where ``skip`` is set (every worker holds them) are left alone; ``load[q] < cap`` holds for every
+    move. The soft counts of the round before (Eq. 3) chose the moves at the step; this weighs them with
+    the day's batches: on a 1M-sample entity-drift day (``gmp data synth --continue``), of the 5% budget's
+    8,492 moved rows 162 read no less than where they were (their samples had left) and a tenth saved 8 reads
+    or fewer, while 2,485 rows that stayed would save 10 or more each."""
+    num = prim.size
+    n = load.size
+    saved = np.int64(0)
+    # candidates: rows, their targets and gains, sorted by gain (few rows gain: the sorts are short)
+    rows = np.empty(num, dtype=np.int64)
+    tq = np.empty(num, dtype=np.int32)
+    tg = np.empty(num, dtype=np.int64)
+    # 1. free moves: the best of each row, by gain, where its worker is below the cap
+    m = 0
+    for x in range(num):
+        if skip[x]:
+            continue
+        q, g = _best_primary(x, nb, prim, sec, old_prim, old_sec, is_old, load, cap, 0)
+        if q >= 0 and (g > 0 or (g == 0 and is_old[x] and prim[x] != old_prim[x] and q == old_prim[x])):
+            rows[m], tq[m], tg[m] = x, q, g
+            m += 1
+    for k in np.argsort(-tg[:m], kind="mergesort"):
+        x, q = rows[k], tq[k]
+        if load[q] < cap:
+            spent += primary_move_cost(x, prim[x], q, old_prim, old_sec, is_old, sec)
+            saved += tg[k]
+            _move_primary(x, q, prim, load, touched)
+    # 2. paid moves (old rows on their old primary) by gain, while the budget allows
+    m = 0
+    if spent < budget:
+        for x in range(num):
+            if not skip[x] and is_old[x] and prim[x] == old_prim[x]:
+                q, g = _best_primary(x, nb, prim, sec, old_prim, old_sec, is_old, load, cap, 1)
+                if q >= 0 and g > 0:
+                    rows[m], tq[m], tg[m] = x, q, g
+                    m += 1
+    for k in np.argsort(-tg[:m], kind="mergesort"):
+        if spent + 1 > budget:
+            break
+        x, q = rows[k], tq[k]
+        if load[q] < cap:
+            spent += 1
+            saved += tg[k]
+            _move_primary(x, q, prim, load, touched)
+    # 3. swaps: a moved row back to its old primary frees its row of the budget for a move that gains more
+    # than the return loses. The moves now also look at full workers: a return out of that worker makes room.
+    unbounded = np.int64(num) + cap + 1
+    m = 0
+    num_out = 0
+    out_rows = np.empty(num, dtype=np.int64)
+    out_loss = np.empty(num, dtype=np.int64)
+    for x in range(num):
+        if skip[x] or not is_old[x]:
+            continue
+        p, o = prim[x], old_prim[x]
+        if p == o:
+            q, g = _best_primary(x, nb, prim, sec, old_prim, old_sec, is_old, load, unbounded, 1)
+            if q >= 0 and g > 0:
+                rows[m], tq[m], tg[m] = x, q, g
+                m += 1
+        elif not _holds(sec[x], o):
+            out_rows[num_out], out_loss[num_out] = x, np.int64(nb[x, p]) - nb[x, o]
+            num_out += 1
+    by_loss = np.argsort(out_loss[:num_out], kind="mergesort")
+    outs = out_rows[by_loss]
+    loss = out_loss[by_loss]  # loss[k]: what returning outs[k] loses
+    # the same returns by their current worker (each group by loss): the way out of a full worker
+    by_src = np.argsort(prim[outs], kind="mergesort")
+    start = np.zeros(n + 1, dtype=np.int64)
+    for k in range(num_out):
+        start[prim[outs[k]] + 1] += 1
+    start = np.cumsum(start)
+    # the returns taken are skipped through "next free" links (path halving): the scans below look at
+    # returns not yet taken only; ``where[k]``: position k of ``by_src`` in ``outs``' order, and back
+    nxt = np.arange(num_out + 1)
+    snxt = np.arange(num_out + 1)
+    back = np.empty(num_out, dtype=np.int64)
+    for k in range(num_out):
+        back[by_src[k]] = k
+    for t in np.argsort(-tg[:m], kind="mergesort"):
+        x, q, g = rows[t], tq[t], tg[t]
+        head = _next_free(nxt, 0)
+        if head == num_out or loss[head] >= g:
+            break  # gains fall, losses rise: no swap gains from here
+        best, best_l = -1, g
+        # the cheapest return after which q has room (the first few that fit: returns into full workers wait)
+        k = head
+        for _ in range(64):
+            if k >= num_out or loss[k] >= best_l:
+                break
+            y = outs[k]
+            o = old_prim[y]
+            if load[o] < cap and load[q] + (o == q) - (prim[y] == q) < cap:
+                best, best_l = k, loss[k]
+                break
+            k = _next_free(nxt, k + 1)
+        # or the cheapest return out of q itself
+        j = _next_free(snxt, start[q])
+        for _ in range(64):
+            if j >= start[q + 1] or loss[by_src[j]] >= best_l:
+                break
+            k = by_src[j]
+            if load[old_prim[outs[k]]] < cap and load[q] - 1 < cap:
+                best, best_l = k, loss[k]
+                break
+            j = _next_free(snxt, j + 1)
+        if best < 0:
+            continue
+        nxt[best] = best + 1
+        snxt[back[best]] = back[best] + 1
+        y = outs[best]
+        _move_primary(y, old_prim[y], prim, load, touched)
+        _move_primary(x, q, prim, load, touched)
+        saved += g - best_l
+    return spent, saved
+
+
 @numba.njit(cache=True, nogil=True)
 def walk_toward(order, gprim, gsec, prim, sec, pload, pcap, sload, scap, out):  # pragma: no cover - compiled
     """Rows of ``order`` take their goal placement (``gprim``, ``gsec``) in that order, each unless it would
