@@ -1528,7 +1528,8 @@ def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: i
             if not every:  # bit 0: reads a changed row (open or sealed)
                 flags |= touched.view(np.uint8)
                 K.mark_samples(split.indptr, split.cindices, flags, marks)
-            if not every or any_lost:  # bit 1: reads a lost row (sealed entries only)
+            if any_lost:  # bit 1: reads a lost row (sealed entries only); a sealed row that changed lost a copy
+                # (all its workers hold it: a move takes one away), so without lost rows its entries mark nothing
                 K.mark_samples(split.sindptr, split.scindices, flags, marks)
             swept = num_samples if every else int(np.count_nonzero(marks & 1))
             K.refresh_marginals(touched, prim, sec, count, df, cost, marg)
