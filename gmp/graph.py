@@ -185,7 +185,7 @@ class BipartiteGraph:
         indptr = np.zeros(self.num_embeddings + 1, dtype=np.int64)
         np.cumsum(counts, out=indptr[1:])
         out = np.empty(self.num_edges, dtype=index_dtype(max(self.num_samples - 1, 0)))
-        _transpose_fill(np.asarray(self.sample_indptr), np.asarray(self.sample_indices), indptr, out)
+        transpose_fill(np.asarray(self.sample_indptr), np.asarray(self.sample_indices), indptr, out)
         self._emb_indptr, self._emb_indices = indptr, out
 
     # -- scipy views -----------------------------------------------------------
@@ -258,9 +258,10 @@ def build_graph(dataset: "PreparedDataset", *, verify_hash: bool = False) -> Bip
 
 
 @numba.njit(cache=True, nogil=True)
-def _transpose_fill(indptr, indices, emb_indptr, out):  # pragma: no cover - compiled
-    # Counting sort: samples visited in order, so each embedding's sample list
-    # comes out ascending.
+def transpose_fill(indptr, indices, emb_indptr, out):  # pragma: no cover - compiled
+    """The transpose of the CSR ``indptr``/``indices`` into ``out``, given its ``emb_indptr`` (the prefix sums of
+    each column's count): a counting sort that visits the rows in order, so each column's rows come out
+    ascending."""
     pos = emb_indptr[:-1].copy()
     n = indptr.size - 1
     for i in range(n):

@@ -750,6 +750,27 @@ def row_batches(indptr, cindices, sw, batch_size, nb, skip):  # pragma: no cover
 
 
 @numba.njit(cache=True, nogil=True)
+def row_batches_by_row(tindptr, tsamples, sw, batch_size, nb, skip):  # pragma: no cover - compiled
+    """:func:`row_batches` from the transposed edges (``tindptr``/``tsamples``: each row's samples, ascending):
+    a row's chunks come in order on each worker, so the last chunk per worker is all it remembers. Rows where
+    ``skip`` is set are not visited at all (the sample-major kernel still reads their entries): on a
+    1M-sample independent day, 0.03 s against 0.10 s for the open edges of the chain's split."""
+    n = nb.shape[1]
+    chunk = _chunks(sw, n, batch_size)
+    last = np.empty(n, dtype=np.int64)
+    for x in range(nb.shape[0]):
+        if skip[x]:
+            continue
+        last[:] = -1
+        for k in range(tindptr[x], tindptr[x + 1]):
+            s = tsamples[k]
+            w = sw[s]
+            if last[w] != chunk[s]:
+                last[w] = chunk[s]
+                nb[x, w] += 1
+
+
+@numba.njit(cache=True, nogil=True)
 def row_reads(nb, prim, sec, out):  # pragma: no cover - compiled
     """``out[x]``: the chunks that read x remotely with x on ``prim[x]`` and ``sec[x]`` (:func:`row_batches`)."""
     n = nb.shape[1]

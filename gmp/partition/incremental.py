@@ -164,9 +164,10 @@ from typing import Callable, NamedTuple, TypeVar
 
 import numpy as np
 
+from .._io import index_dtype
 from .._memory import available_memory
 from ..errors import PartitionError
-from ..graph import BipartiteGraph
+from ..graph import BipartiteGraph, transpose_fill
 from ..kernels.threads import concurrent_launches_safe
 from ..placement import Placement
 from ..progress import stoppable, task
@@ -1474,7 +1475,14 @@ def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: i
 
     none = np.zeros(0, dtype=np.int64)
     pending = np.zeros(num_used, dtype=bool)  # rows the exact moves changed: the next round sweeps their samples
-    nb = np.zeros((num_used, n), dtype=np.int32) if steps is not None else None
+    nb = tindptr = tsamples = None
+    if steps is not None:  # the exact moves' batch counts, from each open row's samples (the transposed split)
+        nb = np.zeros((num_used, n), dtype=np.int32)
+        num_open = int(split.indptr[-1])
+        tindptr = np.zeros(num_used + 1, dtype=np.int64)
+        np.cumsum(np.bincount(split.cindices[:num_open], minlength=num_used), out=tindptr[1:])
+        tsamples = np.empty(num_open, dtype=index_dtype(max(num_samples - 1, 0)))
+        transpose_fill(split.indptr, split.cindices, tindptr, tsamples)
 
     def exact(allowed: int, lost: bool) -> int:
         """The step's exact moves (:func:`~gmp.partition._incremental_kernels.exact_moves`): with the samples
@@ -1484,7 +1492,7 @@ def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: i
         # their own entries, read only once one lost a copy)
         held = _all_local(prim, sec, n)
         nb[:] = 0
-        K.row_batches(split.indptr, split.cindices, sw, np.int64(options.batch_size), nb, held)
+        K.row_batches_by_row(tindptr, tsamples, sw, np.int64(options.batch_size), nb, held)
         if lost:
             K.row_batches(split.sindptr, split.scindices, sw, np.int64(options.batch_size), nb, held)
         here = np.empty(num_used, dtype=np.int64)
