@@ -91,6 +91,37 @@ def test_the_refitted_target_is_kept_where_it_reads_less(budget, reads, kept):
                                                                                q.embedding_primary)
 
 
+def test_a_prefix_refit_is_a_candidate_from_its_ladder_step(tmp_path, monkeypatch):
+    # a tiny synthetic day 1 on hybrid's day 0 (2 workers): at 20% of the used rows the chain and the ordered
+    # moves' prefix read more than that prefix re-fitted; the re-fit of the whole list needs more rows
+    from gmp.datasets.format import load_dataset
+    from gmp.graph import build_graph
+    from gmp.partition import incremental as I
+
+    d0, d1, p0 = (str(tmp_path / x) for x in ("s0", "s1", "p0"))
+    for args in (["data", "synth", "--preset", "tiny", "-n", "2000", "--scale", "0.05", "--seed", "0", "-o", d0],
+                 ["data", "synth", "--continue", d0, "-o", d1],
+                 ["partition", d0, "-m", "hybrid", "-w", "2", "-o", p0, "--no-plots"]):
+        res = runner.invoke(app, args)
+        assert res.exit_code == 0, res.output
+    g, old = build_graph(load_dataset(d1)), load_manifest(p0)
+    goal = run_partitioner("hybrid", g, old.topology, seed=0, options={"batch_size": 512})
+    used = int(np.count_nonzero(g.embedding_degree()))
+    step = dict(budget_ladder(used))[20]
+
+    def call(budget):
+        return place_and_repartition(g, old.placement, old.topology, max_moved_rows=budget, goal=goal,
+                                     trained=old.history.trained, options=Options(alongside=False))[1]
+
+    p = call(step)
+    assert p.info["kept"] == "refit" and p.info["moved_rows"]["total"] <= step
+    assert batch_remote_reads(g, p, 512) == p.info["candidates"]["refit"]["batch_remote_reads"]
+    assert not call(step - 1).info["candidates"]["refit"]["fits"]  # a candidate from its step on, not before
+    monkeypatch.setattr(I, "PREFIX_REFIT_PERCENT", ())
+    without = call(step)
+    assert without.info["kept"] != "refit" and batch_remote_reads(g, without, 512) > batch_remote_reads(g, p, 512)
+
+
 def test_the_chain_starts_with_a_step_that_moves_no_row():
     # 3 workers, groups {0,1,2}, {3,4,5}, {6,7,8} on w0, w1, w2; row 9 (on w0, read on w0 only) has copies on w1
     # and w2 that nobody there reads; id 10 is new and every sample reads it. The pass puts the samples on

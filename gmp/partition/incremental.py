@@ -887,9 +887,12 @@ def place_and_repartition(graph: BipartiteGraph, old: Placement, topology: Topol
       (:func:`_refit`: the target's samples swept onto its rows, then the exact plan's moves within its
       own moved rows, which a re-fit never exceeds): every move of the ordered list (the target itself
       where the list is empty); a candidate where its rows fit the budget (at most the target's rows).
+      Also the list's prefix at the ladder's 20% and 50% steps (:data:`PREFIX_REFIT_PERCENT`), re-fitted
+      within its own rows: each a candidate from its step on, computed only where the budget reaches it;
+      the best re-fit that fits is the ``"refit"`` candidate.
 
     A larger budget's candidates include a smaller one's (the same chain's steps, a longer prefix whose
-    every move reads less, the target and the re-fit once they fit: neither depends on the budget), so
+    every move reads less, the target and the re-fits once they fit: none depends on the budget), so
     the reads never rise with the budget, and every budget reads at most the placed data's;
     ``max_moved_rows`` of every used row reads at most the target. ``info["kept"]`` names the candidate
     kept, ``info["candidates"]`` the four at the budget (the re-fit's reads and rows ``None`` where none
@@ -1108,6 +1111,12 @@ KINDS = ("sweep", "target", "full", "refit")
 #: plan's moves sweeping every sample, within the start's moved rows (docs/incremental.md)
 REFIT_SWEEPS = 2
 REFIT_ROUNDS = 3
+#: the ladder's steps (percent of the used rows) at which the ordered moves' prefix is re-fitted too (session 27):
+#: a candidate at every budget of at least the step's rows. Below them the curve is the chain's, which
+#: plateaus where its single moves stop (a 1M-sample ``synth --continue`` entity day: 1.07x of the full
+#: re-partition from 10% to 50%, the prefix re-fits 1.053x at 20% and 0.971x at 50%); each costs a re-fit
+#: (0.3-1.8 s at 100k-1M samples), and only budgets of 20% or more pay for them
+PREFIX_REFIT_PERCENT = (20, 50)
 
 
 class _Refit(NamedTuple):
@@ -1119,16 +1128,24 @@ class _Refit(NamedTuple):
     need: int  # the start's moved rows: the re-fit's own budget
 
 
-def _choose(budget: int, steps: list[dict], path: _Toward, refit: _Refit | None = None) -> tuple[str, int, int]:
+def _best_refit(refits: list[_Refit], budget: int) -> _Refit | None:
+    """The re-fit that reads least (ties: fewer rows) among those that are candidates at ``budget`` (``need``
+    within it), or None."""
+    fit = [r for r in refits if r.need <= budget]
+    return min(fit, key=lambda r: (r.reads, r.rows)) if fit else None
+
+
+def _choose(budget: int, steps: list[dict], path: _Toward, refits: list[_Refit] = ()) -> tuple[str, int, int]:
     """``(kind, reads, rows)`` of the candidate that reads least within ``budget`` (ties: fewer rows, then
-    the order of :data:`KINDS`). The re-fit is a candidate wherever its start fits, whatever rows it ends
+    the order of :data:`KINDS`). A re-fit is a candidate wherever its ``need`` fits, whatever rows it ends
     up moving."""
     swept = min((s["batch_remote_reads"], s["rows"]) for s in steps if s["budget"] <= budget)
     reads, rows, _ = path.at(budget)
     cands = [(swept[0], swept[1], 0), (reads, rows, 1)]
     if path.full_rows <= budget:
         cands.append((path.full_reads, path.full_rows, 2))
-    if refit is not None and refit.need <= budget:
+    refit = _best_refit(list(refits), budget)
+    if refit is not None:
         cands.append((refit.reads, refit.rows, 3))
     r, rows, kind = min(cands)
     return KINDS[kind], int(r), int(rows)
@@ -1187,9 +1204,32 @@ def _refit_toward(graph: BipartiteGraph, old: Placement, topology: Topology, goa
     return _refit(graph, old, topology, goal, comp, is_old, prim, sec, need, seed, options, created)
 
 
-def _refit_candidate(refit: _Refit | None, budget: int) -> dict:
-    """``info["candidates"]["refit"]``: the re-fit's reads and rows where it fits ``budget``, else None."""
-    fits = refit is not None and refit.need <= budget
+def _prefix_refits(graph: BipartiteGraph, old: Placement, topology: Topology, goal: Placement, comp: _Compact,
+                   is_old: np.ndarray, path: _Toward, ladder: list[tuple[float, int]], top: int, seed: int,
+                   options: Options, created: np.ndarray) -> list[_Refit]:
+    """The ordered moves' prefix at each step of :data:`PREFIX_REFIT_PERCENT` within ``top`` rows, re-fitted
+    (:func:`_refit`, within the prefix's rows), each a candidate at every budget of at least the step's rows
+    (``need``: the step, so that a budget's candidates do not depend on ``top``). Left out where the prefix is
+    empty or is the whole list (the re-fit of every move, :func:`_refit_toward`, is that candidate)."""
+    out = []
+    for percent, step in ladder:
+        if percent not in PREFIX_REFIT_PERCENT or step > top:
+            continue
+        _, rows, k = path.at(step)
+        if k == 0 or k == path.rows.size:
+            continue
+        prim, sec = path.prim.copy(), path.sec.copy()
+        take = path.rows[:k]
+        prim[take], sec[take] = path.gprim[take], path.gsec[take]
+        r = _refit(graph, old, topology, goal, comp, is_old, prim, sec, rows, seed, options, created)
+        out.append(r._replace(need=int(step)))
+    return out
+
+
+def _refit_candidate(refits: list[_Refit], budget: int) -> dict:
+    """``info["candidates"]["refit"]``: the best re-fit's reads and rows where one fits ``budget``, else None."""
+    refit = _best_refit(refits, budget)
+    fits = refit is not None
     return {"batch_remote_reads": refit.reads if fits else None, "rows": refit.rows if fits else None,
             "fits": fits}
 
@@ -1323,17 +1363,19 @@ def _with_target(graph: BipartiteGraph, old: Placement, topology: Topology, budg
     t_r = time.perf_counter()
     created = used[~is_old & (used < old.num_embeddings)]
     refit = _refit_toward(graph, old, topology, goal, comp, is_old, path, top, seed, options, created)
+    refits = ([] if refit is None else [refit]) + _prefix_refits(graph, old, topology, goal, comp, is_old, path,
+                                                                 ladder, top, seed, options, created)
     t_refit = time.perf_counter() - t_r
     t_moves = time.perf_counter() - t2 - t_refit
     t_target = t_full + t_moves + t_refit
     scored = swept.info["steps"]
     stages = swept.info.get("stages") or {}  # the one-pass plan: its pass (table, pass, rows)
     t_place = float(swept.info.get("place_seconds", sum(stages.values())))
-    kind, reads, rows = _choose(budget, scored, path, refit)
+    kind, reads, rows = _choose(budget, scored, path, refits)
     if kind == "sweep":
         result = swept
     elif kind == "refit":
-        result = replace(refit.placement, options=swept.options, info=dict(swept.info))
+        result = replace(_best_refit(refits, budget).placement, options=swept.options, info=dict(swept.info))
     else:
         prim, sec = path.prim.copy(), path.sec.copy()
         take = path.rows[:path.at(budget)[2]] if kind == "target" else np.flatnonzero(is_old)
@@ -1353,7 +1395,7 @@ def _with_target(graph: BipartiteGraph, old: Placement, topology: Topology, budg
             "full": {"batch_remote_reads": path.full_reads, "rows": path.full_rows,
                      "fits": path.full_rows <= budget},
             # the best re-fit whose start fits the budget (None where none does)
-            "refit": _refit_candidate(refit, budget),
+            "refit": _refit_candidate(refits, budget),
         },
         "workers_renamed": renamed,
         "target_given": given,
@@ -1371,7 +1413,7 @@ def _with_target(graph: BipartiteGraph, old: Placement, topology: Topology, budg
         "sweep_steps": len(scored) - 1,  # the scored steps after the start: the free one and the ladder's
         "seconds": round(time.perf_counter() - t0, 4),
         "curve": [dict(zip(("percent", "budget", "kept", "batch_remote_reads", "rows"),
-                           (p, b, *_choose(b, scored, path, refit))))
+                           (p, b, *_choose(b, scored, path, refits))))
                   for p, b in sorted(points, key=lambda x: x[1])],
     })
     moved = moved_rows(old, result, created=created)
