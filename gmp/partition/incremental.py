@@ -1159,8 +1159,10 @@ def _refit(graph: BipartiteGraph, old: Placement, topology: Topology, goal: Plac
     The target's samples swept :data:`REFIT_SWEEPS` times onto these rows with the rows fixed, then
     :data:`REFIT_ROUNDS` rounds of the exact plan's row moves and sweeps of every sample within ``need``
     rows (:func:`repartition_incremental` from that start: it may trade the start's moves for others,
-    never move more). Independent of the budget, so it is a candidate at every budget of at least
-    ``need`` rows (reads never rise with the budget)."""
+    never move more), then its exact moves within the same rows (as each step of the chain ends, session 27:
+    0.1-0.8% fewer reads on the days measured, for one count of the rows' batches). Independent of the
+    budget, so it is a candidate at every budget of at least ``need`` rows (reads never rise with the
+    budget)."""
     n = topology.num_workers
     prim, sec = prim.copy(), sec.copy()
     sw = np.array(goal.sample_worker, dtype=np.int32)
@@ -1175,11 +1177,27 @@ def _refit(graph: BipartiteGraph, old: Placement, topology: Topology, goal: Plac
     result = _refine(graph, old, topology, need, seed, ropts, defaults, start, comp, is_old, None,
                      time.perf_counter())
     used = comp.used_ids
-    none = np.zeros(0, dtype=np.int64)
-    reads = int(K.batch_reads(np.asarray(graph.sample_indptr), comp.cindices, none, none,
-                              np.asarray(result.sample_worker, dtype=np.int32),
-                              np.asarray(result.embedding_primary)[used].astype(np.int32),
-                              _secondary_masks(result, used), np.int64(options.batch_size), n))
+    sw = np.asarray(result.sample_worker, dtype=np.int32)
+    prim = np.asarray(result.embedding_primary)[used].astype(np.int32)
+    sec = _secondary_masks(result, used)
+    # its exact moves within the same rows (as each step of the chain ends: ``_refine``'s ``exact``)
+    held = _all_local(prim, sec, n)
+    nb = np.zeros((used.size, n), dtype=np.int32)
+    K.row_batches(np.asarray(graph.sample_indptr), comp.cindices, sw, np.int64(options.batch_size), nb, held)
+    here = np.empty(used.size, dtype=np.int64)
+    K.row_reads(nb, prim, sec, here)
+    oprim, osec = old_holders(old, used, is_old)
+    pload = np.bincount(prim, minlength=n).astype(np.int64)
+    spent = int(moved_per_row(oprim, osec, prim, sec, is_old).sum())
+    changed = np.zeros(used.size, dtype=bool)
+    _, saved = K.exact_moves(nb, prim, sec, oprim, osec, is_old, held, pload,
+                             np.int64(sample_cap(used.size, n, options.max_imbalance)), np.int64(max(need, spent)),
+                             np.int64(spent), changed)
+    if changed.any():
+        primary = np.array(result.embedding_primary, dtype=np.int32)
+        primary[used] = prim
+        result = replace(result, embedding_primary=primary)
+    reads = int(here.sum() - saved)
     return _Refit(result, reads, moved_rows(old, result, created=created).total, int(need))
 
 
