@@ -887,7 +887,7 @@ def place_and_repartition(graph: BipartiteGraph, old: Placement, topology: Topol
       (:func:`_refit`: the target's samples swept onto its rows, then the exact plan's moves within its
       own moved rows, which a re-fit never exceeds): every move of the ordered list (the target itself
       where the list is empty); a candidate where its rows fit the budget (at most the target's rows).
-      Also the list's prefix at the ladder's 20% and 50% steps (:data:`PREFIX_REFIT_PERCENT`), re-fitted
+      Also the list's prefix at the ladder's 50% step (:data:`PREFIX_REFIT_PERCENT`), re-fitted
       within its own rows: each a candidate from its step on, computed only where the budget reaches it;
       the best re-fit that fits is the ``"refit"`` candidate.
 
@@ -1112,11 +1112,13 @@ KINDS = ("sweep", "target", "full", "refit")
 REFIT_SWEEPS = 2
 REFIT_ROUNDS = 3
 #: the ladder's steps (percent of the used rows) at which the ordered moves' prefix is re-fitted too (session 27):
-#: a candidate at every budget of at least the step's rows. Below them the curve is the chain's, which
-#: plateaus where its single moves stop (a 1M-sample ``synth --continue`` entity day: 1.07x of the full
-#: re-partition from 10% to 50%, the prefix re-fits 1.053x at 20% and 0.971x at 50%); each costs a re-fit
-#: (0.3-1.8 s at 100k-1M samples), and only budgets of 20% or more pay for them
-PREFIX_REFIT_PERCENT = (20, 50)
+#: a candidate at every budget of at least the step's rows. Below the whole list's re-fit the curve is the
+#: chain's, which plateaus where its single moves stop (a 1M-sample ``synth --continue`` entity day: 1.07x of
+#: the full re-partition from 10% to 50%; the prefix re-fit 0.969x at 50%). Each step costs a re-fit (0.3-3 s
+#: at 100k-1M samples) in every call that reaches it while the whole list needs more rows; at 20% the prefix
+#: gained 0-2.5% on the days measured for 0.4-0.6x of the full re-partition's CPU in every call of 20-49%,
+#: so only 50% is taken
+PREFIX_REFIT_PERCENT = (50,)
 
 
 class _Refit(NamedTuple):
