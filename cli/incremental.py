@@ -73,7 +73,11 @@ def _print_target(c: dict[str, Any]) -> None:
         return
     cands = c["candidates"]
     full = cands["full"]
-    typer.echo(f"kept: {KEPT[c['kept']]} (reads / rows moved at this budget: sweep "
+    kept = KEPT[c["kept"]]
+    prefix = (cands.get("refit") or {}).get("prefix_percent")
+    if c["kept"] == "refit" and prefix is not None:
+        kept = f"the moves toward the full re-partition within {prefix:g}% of the used rows, re-fitted"
+    typer.echo(f"kept: {kept} (reads / rows moved at this budget: sweep "
                f"{cands['sweep']['batch_remote_reads']:,} / {cands['sweep']['rows']:,}, toward the target "
                f"{cands['target']['batch_remote_reads']:,} / {cands['target']['rows']:,}, the target "
                f"{full['batch_remote_reads']:,} / {full['rows']:,}{'' if full['fits'] else ' (above the budget)'}"

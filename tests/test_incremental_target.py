@@ -83,8 +83,8 @@ def test_the_refitted_target_is_kept_where_it_reads_less(budget, reads, kept):
     full, refit = p.info["candidates"]["full"], p.info["candidates"]["refit"]
     assert full == {"batch_remote_reads": 4, "rows": 2, "fits": budget >= 2}
     # computed only where the target fits; then within the target's rows
-    assert refit == ({"batch_remote_reads": 0, "rows": 2, "fits": True} if budget >= 2 else
-                     {"batch_remote_reads": None, "rows": None, "fits": False})
+    assert refit == ({"batch_remote_reads": 0, "rows": 2, "prefix_percent": None, "fits": True} if budget >= 2 else
+                     {"batch_remote_reads": None, "rows": None, "prefix_percent": None, "fits": False})
     assert p.options["target"] == "full" and p.info["seconds_steps"]["target_refit"] >= 0.0
     q = place_and_repartition(g, old, two(), max_moved_rows=budget, options=opts, goal=goal)[1]  # deterministic
     assert np.array_equal(p.sample_worker, q.sample_worker) and np.array_equal(p.embedding_primary,
@@ -118,6 +118,7 @@ def test_a_prefix_refit_is_a_candidate_from_its_ladder_step(tmp_path, monkeypatc
     p = call(step)
     assert p.info["kept"] == "refit" and p.info["moved_rows"]["total"] <= step
     assert batch_remote_reads(g, p, 512) == p.info["candidates"]["refit"]["batch_remote_reads"]
+    assert p.info["candidates"]["refit"]["prefix_percent"] == 20
     assert not call(step - 1).info["candidates"]["refit"]["fits"]  # a candidate from its step on, not before
     monkeypatch.setattr(I, "PREFIX_REFIT_PERCENT", ())
     without = call(step)

@@ -1128,6 +1128,7 @@ class _Refit(NamedTuple):
     reads: int
     rows: int  # moved rows of the result (at most ``need``)
     need: int  # the start's moved rows: the re-fit's own budget
+    prefix_percent: float | None = None  # the ladder step of a prefix re-fit (None: every ordered move)
 
 
 def _best_refit(refits: list[_Refit], budget: int) -> _Refit | None:
@@ -1242,7 +1243,7 @@ def _prefix_refits(graph: BipartiteGraph, old: Placement, topology: Topology, go
         take = path.rows[:k]
         prim[take], sec[take] = path.gprim[take], path.gsec[take]
         r = _refit(graph, old, topology, goal, comp, is_old, prim, sec, rows, seed, options, created)
-        out.append(r._replace(need=int(step)))
+        out.append(r._replace(need=int(step), prefix_percent=percent))
     return out
 
 
@@ -1251,6 +1252,7 @@ def _refit_candidate(refits: list[_Refit], budget: int) -> dict:
     refit = _best_refit(refits, budget)
     fits = refit is not None
     return {"batch_remote_reads": refit.reads if fits else None, "rows": refit.rows if fits else None,
+            "prefix_percent": refit.prefix_percent if fits else None,
             "fits": fits}
 
 
