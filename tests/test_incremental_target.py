@@ -451,8 +451,9 @@ def test_batch_kernels_count_as_the_metrics():
             assert per_row.sum() == want
 
 
-def _exact_moves(nb, prim, old_prim, is_old, cap, budget, skip=None, sec=None):
-    """Run the kernel on copies; returns (prim after, loads after, spent before, spent after, saved)."""
+def _exact_moves(nb, prim, old_prim, is_old, cap, budget, skip=None, sec=None, cost=None):
+    """Run the kernel on copies (``cost``: the topology's, default flat); returns (prim after, loads after,
+    spent before, spent after, saved)."""
     nb, prim = np.array(nb, dtype=np.int32), np.array(prim, dtype=np.int32)
     old_prim, is_old = np.array(old_prim, dtype=np.int32), np.array(is_old, dtype=bool)
     num, n = nb.shape
@@ -461,9 +462,11 @@ def _exact_moves(nb, prim, old_prim, is_old, cap, budget, skip=None, sec=None):
     load = np.bincount(prim, minlength=n).astype(np.int64)
     spent = int(np.count_nonzero(is_old & (prim != old_prim)))
     touched = np.zeros(num, dtype=bool)
-    after, saved = K.exact_moves(nb, prim, sec, old_prim, sec.copy(), is_old, skip, load, np.int64(cap),
-                                 np.int64(budget), np.int64(spent), touched)
-    return prim, load, spent, int(after), int(saved)
+    flat = cost is None
+    cost = 1.0 - np.eye(n) if flat else np.asarray(cost, dtype=np.float64)
+    after, saved = K.exact_moves(nb, cost, 1.0 if flat else 0.0, prim, sec, old_prim, sec.copy(), is_old, skip,
+                                 load, np.int64(cap), np.int64(budget), np.int64(spent), touched)
+    return prim, load, spent, int(after), float(saved)
 
 
 def test_exact_moves_by_hand():
@@ -479,7 +482,7 @@ def test_exact_moves_by_hand():
                                                    skip=[False] * 5 + [True])
     # free moves: 0 -> w1 (+2), 1 back (+0, spent 1); the one paid move left: 4 -> w2 (+5); then 2 -> w2 (+3)
     # takes the place of row 3, which goes back to w1 (-1): 18 reads -> 9
-    assert prim.tolist() == [1, 0, 2, 1, 2, 0] and (spent, after, saved) == (2, 2, 9)
+    assert prim.tolist() == [1, 0, 2, 1, 2, 0] and (spent, after, saved) == (2, 2, 9.0)
     assert load.tolist() == [2, 2, 2]
 
 
@@ -489,15 +492,27 @@ def test_exact_moves_swap_out_of_a_full_worker():
     nb = [[2, 3, 0], [2, 0, 4], [0, 1, 6], [0, 0, 5], [0, 0, 5]]
     prim, load, spent, after, saved = _exact_moves(nb, [1, 2, 1, 2, 2], [0, 0, 1, 2, 2], [True] * 5, cap=3,
                                                    budget=2)
-    assert prim.tolist() == [1, 0, 2, 2, 2] and (spent, after, saved) == (2, 2, 3)
+    assert prim.tolist() == [1, 0, 2, 2, 2] and (spent, after, saved) == (2, 2, 3.0)
     assert load.tolist() == [1, 1, 3]
 
 
+def test_exact_moves_weigh_reads_by_the_topology():
+    # 2 machines x 2 GPUs (workers 0, 1 | 2, 3; a read across machines costs 10). A new id on w0 read by 2, 2
+    # and 3 chunks of w0, w1, w2: on w2 it reads 4 times instead of 5, but 4 reads across machines (40)
+    # instead of 2 within and 3 across (32); the flat topology moves it, machines x GPUs keeps it
+    nb, args = [[2, 2, 3, 0]], dict(old_prim=[-1], is_old=[False], cap=9, budget=0)
+    assert _exact_moves(nb, [0], **args)[0].tolist() == [2]
+    prim, _, _, _, saved = _exact_moves(nb, [0], **args, cost=hierarchical(2, 2, inter_cost=10.0).cost)
+    assert prim.tolist() == [0] and saved == 0.0
+
+
 @settings(max_examples=60, deadline=None)
-@given(st.integers(0, 2**16))
-def test_exact_moves_keep_the_budget_and_count_their_gain(seed):
+@given(st.integers(0, 2**16), st.booleans())
+def test_exact_moves_keep_the_budget_and_count_their_gain(seed, machines):
     rng = np.random.default_rng(seed)
-    n = int(rng.integers(2, 5))
+    n = int(rng.integers(2, 5)) * (2 if machines else 1)
+    # machines x GPUs: two machines, a read across them costs 10 (the gains are weighted by the cost)
+    cost = hierarchical(2, n // 2, inter_cost=10.0).cost if machines else 1.0 - np.eye(n)
     num = int(rng.integers(1, 40))
     nb = rng.integers(0, 6, size=(num, n)) * (rng.random((num, n)) < 0.6)
     is_old = rng.random(num) < 0.8
@@ -511,12 +526,15 @@ def test_exact_moves_keep_the_budget_and_count_their_gain(seed):
     moved = int(np.count_nonzero(is_old & (prim != old_prim)))
     budget = moved + int(rng.integers(0, 4))
     before = np.bincount(prim, minlength=n)
-    new, load, spent, after, saved = _exact_moves(nb, prim, old_prim, is_old, cap, budget, skip=skip, sec=sec)
+    new, load, spent, after, saved = _exact_moves(nb, prim, old_prim, is_old, cap, budget, skip=skip, sec=sec,
+                                                  cost=cost if machines else None)
 
-    def reads(p):  # a row reads the chunks of the workers that hold no copy of it (reference, not the kernel)
-        return sum(int(nb[x, w]) for x in range(num) for w in range(n) if w != p[x] and not (sec[x] >> w) & 1)
+    def reads(p):  # a row reads the chunks of the workers that hold no copy of it, each at the cost from its
+        # primary (reference, not the kernel)
+        return sum(nb[x, w] * cost[p[x], w] for x in range(num) for w in range(n)
+                   if w != p[x] and not (sec[x] >> w) & 1)
 
-    assert saved == reads(prim) - reads(new) >= 0
+    assert saved == pytest.approx(reads(prim) - reads(new)) and saved >= -1e-9
     assert after == int(np.count_nonzero(is_old & (new != old_prim))) <= budget
     assert np.array_equal(new[skip], prim[skip])
     assert all((sec[x] >> int(new[x])) & 1 == 0 for x in range(num))  # never onto a copy

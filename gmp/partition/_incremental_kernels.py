@@ -783,12 +783,26 @@ def row_reads(nb, prim, sec, out):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _best_primary(x, nb, prim, sec, old_prim, old_sec, is_old, load, cap, want):  # pragma: no cover - compiled
+def _weighted_reads(x, r, nb, cost, sec):  # pragma: no cover - compiled
+    """Row x's batch reads with its primary on r, each weighted by the topology's ``cost[r, w]`` (Eq. 3's
+    weight: a reader fetches from the primary): the workers w other than r that hold no copy."""
+    total = 0.0
+    for w in range(nb.shape[1]):
+        if w != r and not _holds(sec[x], w):
+            total += nb[x, w] * cost[r, w]
+    return total
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _best_primary(x, nb, cost, uniform, prim, sec, old_prim, is_old, load, cap, want):  # pragma: no cover
     """Row x's best primary move p -> q (q holds no copy, ``load[q] < cap``) among the moves whose moved-row
     cost is ``want`` (:func:`primary_move_cost`; ``want`` 0 takes costs 0 and -1): ``(q, gain)`` with the
-    gain in batch reads, ``nb[x, q] - nb[x, p]`` (:func:`row_batches`), or ``(-1, 0)``."""
+    gain in batch reads (:func:`row_batches`) weighted by the topology (:func:`_weighted_reads`), or
+    ``(-1, 0)``. ``uniform`` > 0: every remote read costs that (a flat topology), so the gain is
+    ``uniform * (nb[x, q] - nb[x, p])`` without the sums."""
     p = prim[x]
-    best_q, best_g, best_d = -1, np.int64(0), 0
+    best_q, best_g, best_d = -1, 0.0, 0
+    here = 0.0 if uniform > 0.0 else _weighted_reads(x, p, nb, cost, sec)
     for q in range(nb.shape[1]):
         if q == p or _holds(sec[x], q) or load[q] >= cap:
             continue
@@ -796,7 +810,10 @@ def _best_primary(x, nb, prim, sec, old_prim, old_sec, is_old, load, cap, want):
         d = 0 if not is_old[x] else (1 if q != old_prim[x] else 0) - (1 if p != old_prim[x] else 0)
         if (want == 0 and d > 0) or (want != 0 and d != want):
             continue
-        g = np.int64(nb[x, q]) - nb[x, p]
+        if uniform > 0.0:
+            g = uniform * (np.float64(nb[x, q]) - nb[x, p])
+        else:
+            g = here - _weighted_reads(x, q, nb, cost, sec)
         if best_q < 0 or g > best_g or (g == best_g and d < best_d):  # a tie: the move that frees a row
             best_q, best_g, best_d = q, g, d
     return best_q, best_g
@@ -820,12 +837,16 @@ def _next_free(nxt, k):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def exact_moves(nb, prim, sec, old_prim, old_sec, is_old, skip, load, cap, budget, spent,
+def exact_moves(nb, cost, uniform, prim, sec, old_prim, old_sec, is_old, skip, load, cap, budget, spent,
                 touched):  # pragma: no cover - compiled
     """Primary moves by their exact gain in batch reads, with the samples fixed (``nb``: :func:`row_batches`
     of them, so a row's reads depend on that row alone and the gains add up exactly), in place on ``prim``
-    and ``load``; secondaries are left as they are. Returns ``(spent, saved)``: the moved rows spent in all
-    (never above ``budget``) and the batch reads the moves saved.
+    and ``load``; secondaries are left as they are. The gains are weighted by the topology as Eq. 3 weighs
+    them (``cost[p, w]`` per read of w from the primary p; ``uniform`` > 0 where every remote read costs the
+    same, as on a flat topology: then the gains are the batch reads themselves, times ``uniform``), so that on
+    machines x GPUs the moves do not trade inter-machine reads for fewer intra-machine ones. Returns
+    ``(spent, saved)``: the moved rows spent in all (never above ``budget``) and the weighted reads the moves
+    saved.
 
     1. Moves that cost no row (new ids, a moved row to a better worker, a moved row back to its old primary
        when that reads no more), by gain, while they read less.
@@ -841,18 +862,18 @@ def exact_moves(nb, prim, sec, old_prim, old_sec, is_old, skip, load, cap, budge
     or fewer, while 2,485 rows that stayed would save 10 or more each."""
     num = prim.size
     n = load.size
-    saved = np.int64(0)
+    saved = 0.0
     # candidates: rows, their targets and gains, sorted by gain (few rows gain: the sorts are short)
     rows = np.empty(num, dtype=np.int64)
     tq = np.empty(num, dtype=np.int32)
-    tg = np.empty(num, dtype=np.int64)
+    tg = np.empty(num, dtype=np.float64)
     # 1. free moves: the best of each row, by gain, where its worker is below the cap
     m = 0
     for x in range(num):
         if skip[x]:
             continue
-        q, g = _best_primary(x, nb, prim, sec, old_prim, old_sec, is_old, load, cap, 0)
-        if q >= 0 and (g > 0 or (g == 0 and is_old[x] and prim[x] != old_prim[x] and q == old_prim[x])):
+        q, g = _best_primary(x, nb, cost, uniform, prim, sec, old_prim, is_old, load, cap, 0)
+        if q >= 0 and (g > 1e-9 or (g > -1e-9 and is_old[x] and prim[x] != old_prim[x] and q == old_prim[x])):
             rows[m], tq[m], tg[m] = x, q, g
             m += 1
     for k in np.argsort(-tg[:m], kind="mergesort"):
@@ -866,8 +887,8 @@ def exact_moves(nb, prim, sec, old_prim, old_sec, is_old, skip, load, cap, budge
     if spent < budget:
         for x in range(num):
             if not skip[x] and is_old[x] and prim[x] == old_prim[x]:
-                q, g = _best_primary(x, nb, prim, sec, old_prim, old_sec, is_old, load, cap, 1)
-                if q >= 0 and g > 0:
+                q, g = _best_primary(x, nb, cost, uniform, prim, sec, old_prim, is_old, load, cap, 1)
+                if q >= 0 and g > 1e-9:
                     rows[m], tq[m], tg[m] = x, q, g
                     m += 1
     for k in np.argsort(-tg[:m], kind="mergesort"):
@@ -884,18 +905,22 @@ def exact_moves(nb, prim, sec, old_prim, old_sec, is_old, skip, load, cap, budge
     m = 0
     num_out = 0
     out_rows = np.empty(num, dtype=np.int64)
-    out_loss = np.empty(num, dtype=np.int64)
+    out_loss = np.empty(num, dtype=np.float64)
     for x in range(num):
         if skip[x] or not is_old[x]:
             continue
         p, o = prim[x], old_prim[x]
         if p == o:
-            q, g = _best_primary(x, nb, prim, sec, old_prim, old_sec, is_old, load, unbounded, 1)
-            if q >= 0 and g > 0:
+            q, g = _best_primary(x, nb, cost, uniform, prim, sec, old_prim, is_old, load, unbounded, 1)
+            if q >= 0 and g > 1e-9:
                 rows[m], tq[m], tg[m] = x, q, g
                 m += 1
         elif not _holds(sec[x], o):
-            out_rows[num_out], out_loss[num_out] = x, np.int64(nb[x, p]) - nb[x, o]
+            if uniform > 0.0:
+                back = uniform * (np.float64(nb[x, p]) - nb[x, o])
+            else:
+                back = _weighted_reads(x, o, nb, cost, sec) - _weighted_reads(x, p, nb, cost, sec)
+            out_rows[num_out], out_loss[num_out] = x, back
             num_out += 1
     by_loss = np.argsort(out_loss[:num_out], kind="mergesort")
     outs = out_rows[by_loss]
@@ -916,9 +941,9 @@ def exact_moves(nb, prim, sec, old_prim, old_sec, is_old, skip, load, cap, budge
     for t in np.argsort(-tg[:m], kind="mergesort"):
         x, q, g = rows[t], tq[t], tg[t]
         head = _next_free(nxt, 0)
-        if head == num_out or loss[head] >= g:
+        if head == num_out or loss[head] >= g - 1e-9:
             break  # gains fall, losses rise: no swap gains from here
-        best, best_l = -1, g
+        best, best_l = -1, g - 1e-9
         # the cheapest return after which q has room (the first few that fit: returns into full workers wait)
         k = head
         for _ in range(64):

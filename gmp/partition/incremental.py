@@ -1187,20 +1187,20 @@ def _refit(graph: BipartiteGraph, old: Placement, topology: Topology, goal: Plac
     held = _all_local(prim, sec, n)
     nb = np.zeros((used.size, n), dtype=np.int32)
     K.row_batches(np.asarray(graph.sample_indptr), comp.cindices, sw, np.int64(options.batch_size), nb, held)
-    here = np.empty(used.size, dtype=np.int64)
-    K.row_reads(nb, prim, sec, here)
     oprim, osec = old_holders(old, used, is_old)
     pload = np.bincount(prim, minlength=n).astype(np.int64)
     spent = int(moved_per_row(oprim, osec, prim, sec, is_old).sum())
     changed = np.zeros(used.size, dtype=bool)
-    _, saved = K.exact_moves(nb, prim, sec, oprim, osec, is_old, held, pload,
-                             np.int64(sample_cap(used.size, n, options.max_imbalance)), np.int64(max(need, spent)),
-                             np.int64(spent), changed)
+    K.exact_moves(nb, cost, _uniform_cost(cost), prim, sec, oprim, osec, is_old, held, pload,
+                  np.int64(sample_cap(used.size, n, options.max_imbalance)), np.int64(max(need, spent)),
+                  np.int64(spent), changed)
     if changed.any():
         primary = np.array(result.embedding_primary, dtype=np.int32)
         primary[used] = prim
         result = replace(result, embedding_primary=primary)
-    reads = int(here.sum() - saved)
+    here = np.empty(used.size, dtype=np.int64)
+    K.row_reads(nb, prim, sec, here)
+    reads = int(here.sum())
     return _Refit(result, reads, moved_rows(old, result, created=created).total, int(need))
 
 
@@ -1449,6 +1449,16 @@ def _with_target(graph: BipartiteGraph, old: Placement, topology: Topology, budg
 
 
 
+def _uniform_cost(cost: np.ndarray) -> float:
+    """The cost every remote read has where the topology's off-diagonal costs are all the same and positive
+    (a flat topology: 1), else 0.0 (the exact moves then weigh each read by its cost)."""
+    n = cost.shape[0]
+    off = cost[~np.eye(n, dtype=bool)]
+    if n < 2 or not np.all(np.diag(cost) == 0) or not np.all(off == off[0]) or off[0] <= 0:
+        return 0.0
+    return float(off[0])
+
+
 def _check_budget(max_moved_rows, name: str = "max_moved_rows") -> int:
     if not isinstance(max_moved_rows, (int, np.integer)) or max_moved_rows < 0:
         raise PartitionError(f"{name} must be an integer >= 0, got {max_moved_rows!r}.")
@@ -1501,6 +1511,7 @@ def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: i
         count = np.zeros((num_used, n), dtype=np.int32)
         K.count_samples(indptr, comp.cindices, sw, count)
     cost = np.ascontiguousarray(topology.cost, dtype=np.float64)
+    uniform = _uniform_cost(cost)
 
     num_samples = graph.num_samples
     cap = sample_cap(num_samples, n, options.max_imbalance)
@@ -1561,10 +1572,13 @@ def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: i
             K.row_batches(split.sindptr, split.scindices, sw, np.int64(options.batch_size), nb, held)
         here = np.empty(num_used, dtype=np.int64)
         K.row_reads(nb, prim, sec, here)
-        spent, saved = K.exact_moves(nb, prim, sec, old_prim, old_sec, is_old, held, pload, np.int64(pcap),
-                                     np.int64(allowed), np.int64(spent), pending)
-        rounds[-1]["exact_moves"] = {"rows_changed": int(np.count_nonzero(pending)), "reads_saved": int(saved)}
-        return int(here.sum() - saved)
+        before = int(here.sum())
+        spent, _ = K.exact_moves(nb, cost, uniform, prim, sec, old_prim, old_sec, is_old, held, pload,
+                                 np.int64(pcap), np.int64(allowed), np.int64(spent), pending)
+        K.row_reads(nb, prim, sec, here)  # the score: batch reads, whatever the moves' weights
+        rounds[-1]["exact_moves"] = {"rows_changed": int(np.count_nonzero(pending)),
+                                     "reads_saved": before - int(here.sum())}
+        return int(here.sum())
 
     def score(allowed: int, lost: bool, reads: int | None = None) -> None:  # a step's placement, kept when it
         # reads least within the budget; the sealed rows read nothing while every worker holds them: their
