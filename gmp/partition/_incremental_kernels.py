@@ -402,6 +402,29 @@ def primary_candidates(prim, sec, count, f, cost, load, cap, beta, out_target, o
 
 
 @numba.njit(cache=True, nogil=True)
+def secondary_scores(prim, sec, count, f, cost, w, old_prim, old_sec, is_old, fresh, fscore, ffree, inc,
+                     iscore):  # pragma: no cover - compiled
+    """Worker w's secondary candidates in one pass over the rows (ascending): Eq. 6's numerator
+    ``f[count[x, w]] * cost[prim[x], w]`` of each row. ``fresh``/``fscore``/``ffree``: the rows w does not hold
+    with a positive score, and whether a copy on w costs no row (a new id, or w held it in the old placement);
+    ``inc``/``iscore``: the rows w holds a secondary of. Returns ``(fresh rows, incumbents)``."""
+    nf = 0
+    ni = 0
+    for x in range(prim.size):
+        score = f[count[x, w]] * cost[prim[x], w]
+        if _holds(sec[x], w):
+            inc[ni] = x
+            iscore[ni] = score
+            ni += 1
+        elif prim[x] != w and score > 0:
+            fresh[nf] = x
+            fscore[nf] = score
+            ffree[nf] = not is_old[x] or old_prim[x] == w or _holds(old_sec[x], w)
+            nf += 1
+    return nf, ni
+
+
+@numba.njit(cache=True, nogil=True)
 def _was_held(x, w, old_prim, old_sec):  # pragma: no cover - compiled
     return old_prim[x] == w or _holds(old_sec[x], w)
 

@@ -62,28 +62,31 @@ def secondary_pool(prim, sec, count, f, cost, sec_load, sec_cap, old_prim, old_s
     """Secondary-swap candidates of every worker (Eq. 6's numerator as the score)."""
     n = cost.shape[0]
     out = []
+    num = prim.size
+    fresh, fscore, ffree = np.empty(num, dtype=np.int64), np.empty(num), np.empty(num, dtype=bool)
+    inc, iscore = np.empty(num, dtype=np.int64), np.empty(num)
     for w in range(n):
         slots = int(sec_cap[w] - sec_load[w])
-        has = ((sec >> w) & 1).astype(bool)
         if sec_cap[w] == 0:
             continue
-        score = f[count[:, w]] * cost[prim, w]  # Eq. 6 numerator: expected weighted reads w would save
-        fresh = np.flatnonzero(~has & (prim != w) & (score > 0))
-        if fresh.size == 0:
+        # Eq. 6 numerator of every row (expected weighted reads w would save), the rows w lacks with a positive
+        # one and whether their copy costs no row (a new id, or a copy the old placement held on w), and the
+        # rows w holds: one compiled pass (the numpy form took 0.05 s a call on 620k rows)
+        nf, ni = K.secondary_scores(prim, sec, count, f, cost, w, old_prim, old_sec, is_old, fresh, fscore, ffree,
+                                    inc, iscore)
+        if nf == 0:
             continue
-        # the adds that cost no row: a new id (created), or a copy the old placement held on w
-        free = ~is_old[fresh] | (old_prim[fresh] == w) | ((old_sec[fresh] >> w) & 1).astype(bool)
-        limit = min(fresh.size, spare + int(np.count_nonzero(free)) + max(slots, 0))
+        free = ffree[:nf]
+        limit = min(nf, spare + int(np.count_nonzero(free)) + max(slots, 0))
         if limit <= 0:
             continue
-        pick = smallest(-score[fresh], limit)
-        top, top_free = fresh[pick], free[pick]
-        inc = np.flatnonzero(has)
-        inc = inc[smallest(score[inc], limit)]
-        evict = np.concatenate([np.full(max(slots, 0), -1, dtype=np.int64), inc.astype(np.int64)])[:limit]
-        evict_score = np.where(evict >= 0, score[np.maximum(evict, 0)], 0.0)
+        pick = smallest(-fscore[:nf], limit)
+        top, top_score, top_free = fresh[pick], fscore[pick], free[pick]
+        weakest = smallest(iscore[:ni], limit)
+        evict = np.concatenate([np.full(max(slots, 0), -1, dtype=np.int64), inc[weakest]])[:limit]
+        evict_score = np.concatenate([np.zeros(max(slots, 0)), iscore[weakest]])[:limit]
         k = min(top.size, evict.size)
-        g = score[top[:k]] - evict_score[:k]
+        g = top_score[:k] - evict_score[:k]
         keep = g > 1e-12
         top, evict, g, est = top[:k][keep], evict[:k][keep], g[keep], ~top_free[:k][keep]
         out.append((np.ones(top.size, dtype=np.int8), top.astype(np.int64), np.full(top.size, w, dtype=np.int32),
