@@ -1448,7 +1448,6 @@ def _with_target(graph: BipartiteGraph, old: Placement, topology: Topology, budg
     return first, result
 
 
-
 def _uniform_cost(cost: np.ndarray) -> float:
     """The cost every remote read has where the topology's off-diagonal costs are all the same and positive
     (a flat topology: 1), else 0.0 (the exact moves then weigh each read by its cost)."""
@@ -1484,10 +1483,10 @@ def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: i
     Each step ends with its *exact moves* (:func:`~gmp.partition._incremental_kernels.exact_moves`, session 27):
     the round chose its moves by HET-GMP's soft count (Eq. 3); with the step's samples fixed, the rows' batch
     counts (:func:`~gmp.partition._incremental_kernels.row_batches`) give every primary move its exact gain in
-    batch reads, and the step takes the free ones, spends what is left of its budget, then swaps moved rows
-    whose move no longer pays (their samples left) for rows that stayed and would gain more
-    (``info["sweeps"][k]["exact_moves"]``). The same counts score the step (their reads less the moves' gain:
-    exact). On a 1M-sample day of ``gmp data synth --continue``'s entity drift the 5% step read 823,150 ->
+    batch reads (weighted by the topology as Eq. 3 weighs a read: on a flat topology the reads themselves), and
+    the step takes the free ones, spends what is left of its budget, then swaps moved rows whose move no longer
+    pays (their samples left) for rows that stayed and would gain more (``info["sweeps"][k]["exact_moves"]``).
+    The same counts score the step (their reads after the moves). On a 1M-sample day of ``gmp data synth --continue``'s entity drift the 5% step read 823,150 ->
     810,636 (1.113x -> 1.096x of the full re-partition); on the independent drift, where a row's gains are 1-5
     reads, little changes."""
     t_place = float(start.info.get("seconds", 0.0)) if start.info else 0.0
