@@ -419,7 +419,7 @@ def secondary_scores(prim, sec, count, f, cost, w, old_prim, old_sec, is_old, fr
         elif prim[x] != w and score > 0:
             fresh[nf] = x
             fscore[nf] = score
-            ffree[nf] = not is_old[x] or old_prim[x] == w or _holds(old_sec[x], w)
+            ffree[nf] = not is_old[x] or _was_held(x, w, old_prim, old_sec)
             nf += 1
     return nf, ni
 
@@ -820,9 +820,9 @@ def _weighted_reads(x, r, nb, cost, sec):  # pragma: no cover - compiled
 def _best_primary(x, nb, cost, uniform, prim, sec, old_prim, is_old, load, cap, want):  # pragma: no cover
     """Row x's best primary move p -> q (q holds no copy, ``load[q] < cap``) among the moves whose moved-row
     cost is ``want`` (:func:`primary_move_cost`; ``want`` 0 takes costs 0 and -1): ``(q, gain)`` with the
-    gain in batch reads (:func:`row_batches`) weighted by the topology (:func:`_weighted_reads`), or
-    ``(-1, 0)``. ``uniform`` > 0: every remote read costs that (a flat topology), so the gain is
-    ``uniform * (nb[x, q] - nb[x, p])`` without the sums."""
+    gain in batch reads (:func:`row_batches`) weighted by the topology (:func:`_weighted_reads`) and its
+    moved-row cost, or ``(-1, 0, 0)``. ``uniform`` > 0: every remote read costs that (a flat topology), so the
+    gain is ``uniform * (nb[x, q] - nb[x, p])`` without the sums."""
     p = prim[x]
     best_q, best_g, best_d = -1, 0.0, 0
     here = 0.0 if uniform > 0.0 else _weighted_reads(x, p, nb, cost, sec)
@@ -839,7 +839,7 @@ def _best_primary(x, nb, cost, uniform, prim, sec, old_prim, is_old, load, cap, 
             g = here - _weighted_reads(x, q, nb, cost, sec)
         if best_q < 0 or g > best_g or (g == best_g and d < best_d):  # a tie: the move that frees a row
             best_q, best_g, best_d = q, g, d
-    return best_q, best_g
+    return best_q, best_g, best_d
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -890,19 +890,21 @@ def exact_moves(nb, cost, uniform, prim, sec, old_prim, old_sec, is_old, skip, l
     rows = np.empty(num, dtype=np.int64)
     tq = np.empty(num, dtype=np.int32)
     tg = np.empty(num, dtype=np.float64)
-    # 1. free moves: the best of each row, by gain, where its worker is below the cap
+    td = np.empty(num, dtype=np.int64)
+    # 1. free moves: the best of each row, by gain (a return that frees a row also at no gain), where its
+    # worker is below the cap
     m = 0
     for x in range(num):
         if skip[x]:
             continue
-        q, g = _best_primary(x, nb, cost, uniform, prim, sec, old_prim, is_old, load, cap, 0)
-        if q >= 0 and (g > 1e-9 or (g > -1e-9 and is_old[x] and prim[x] != old_prim[x] and q == old_prim[x])):
-            rows[m], tq[m], tg[m] = x, q, g
+        q, g, d = _best_primary(x, nb, cost, uniform, prim, sec, old_prim, is_old, load, cap, 0)
+        if q >= 0 and (g > 1e-9 or (g > -1e-9 and d < 0)):
+            rows[m], tq[m], tg[m], td[m] = x, q, g, d
             m += 1
     for k in np.argsort(-tg[:m], kind="mergesort"):
         x, q = rows[k], tq[k]
         if load[q] < cap:
-            spent += primary_move_cost(x, prim[x], q, old_prim, old_sec, is_old, sec)
+            spent += td[k]
             saved += tg[k]
             _move_primary(x, q, prim, load, touched)
     # 2. paid moves (old rows on their old primary) by gain, while the budget allows
@@ -910,7 +912,7 @@ def exact_moves(nb, cost, uniform, prim, sec, old_prim, old_sec, is_old, skip, l
     if spent < budget:
         for x in range(num):
             if not skip[x] and is_old[x] and prim[x] == old_prim[x]:
-                q, g = _best_primary(x, nb, cost, uniform, prim, sec, old_prim, is_old, load, cap, 1)
+                q, g, _ = _best_primary(x, nb, cost, uniform, prim, sec, old_prim, is_old, load, cap, 1)
                 if q >= 0 and g > 1e-9:
                     rows[m], tq[m], tg[m] = x, q, g
                     m += 1
@@ -934,16 +936,16 @@ def exact_moves(nb, cost, uniform, prim, sec, old_prim, old_sec, is_old, skip, l
             continue
         p, o = prim[x], old_prim[x]
         if p == o:
-            q, g = _best_primary(x, nb, cost, uniform, prim, sec, old_prim, is_old, load, unbounded, 1)
+            q, g, _ = _best_primary(x, nb, cost, uniform, prim, sec, old_prim, is_old, load, unbounded, 1)
             if q >= 0 and g > 1e-9:
                 rows[m], tq[m], tg[m] = x, q, g
                 m += 1
         elif not _holds(sec[x], o):
             if uniform > 0.0:
-                back = uniform * (np.float64(nb[x, p]) - nb[x, o])
+                lose = uniform * (np.float64(nb[x, p]) - nb[x, o])
             else:
-                back = _weighted_reads(x, o, nb, cost, sec) - _weighted_reads(x, p, nb, cost, sec)
-            out_rows[num_out], out_loss[num_out] = x, back
+                lose = _weighted_reads(x, o, nb, cost, sec) - _weighted_reads(x, p, nb, cost, sec)
+            out_rows[num_out], out_loss[num_out] = x, lose
             num_out += 1
     by_loss = np.argsort(out_loss[:num_out], kind="mergesort")
     outs = out_rows[by_loss]
@@ -955,7 +957,7 @@ def exact_moves(nb, cost, uniform, prim, sec, old_prim, old_sec, is_old, skip, l
         start[prim[outs[k]] + 1] += 1
     start = np.cumsum(start)
     # the returns taken are skipped through "next free" links (path halving): the scans below look at
-    # returns not yet taken only; ``where[k]``: position k of ``by_src`` in ``outs``' order, and back
+    # returns not yet taken only; ``back[k]``: where return k (``outs``' order) sits in ``by_src``
     nxt = np.arange(num_out + 1)
     snxt = np.arange(num_out + 1)
     back = np.empty(num_out, dtype=np.int64)

@@ -1188,20 +1188,30 @@ def _refit(graph: BipartiteGraph, old: Placement, topology: Topology, goal: Plac
     nb = np.zeros((used.size, n), dtype=np.int32)
     K.row_batches(np.asarray(graph.sample_indptr), comp.cindices, sw, np.int64(options.batch_size), nb, held)
     oprim, osec = old_holders(old, used, is_old)
-    pload = np.bincount(prim, minlength=n).astype(np.int64)
     spent = int(moved_per_row(oprim, osec, prim, sec, is_old).sum())
     changed = np.zeros(used.size, dtype=bool)
-    K.exact_moves(nb, cost, _uniform_cost(cost), prim, sec, oprim, osec, is_old, held, pload,
-                  np.int64(sample_cap(used.size, n, options.max_imbalance)), np.int64(max(need, spent)),
-                  np.int64(spent), changed)
+    _, _, reads = _exact_step(nb, cost, _uniform_cost(cost), prim, sec, oprim, osec, is_old, held,
+                              np.bincount(prim, minlength=n).astype(np.int64),
+                              sample_cap(used.size, n, options.max_imbalance), max(need, spent), spent, changed)
     if changed.any():
         primary = np.array(result.embedding_primary, dtype=np.int32)
         primary[used] = prim
         result = replace(result, embedding_primary=primary)
-    here = np.empty(used.size, dtype=np.int64)
-    K.row_reads(nb, prim, sec, here)
-    reads = int(here.sum())
     return _Refit(result, reads, moved_rows(old, result, created=created).total, int(need))
+
+
+def _exact_step(nb, cost, uniform, prim, sec, old_prim, old_sec, is_old, held, pload, pcap: int, budget: int,
+                spent: int, changed) -> tuple[int, int, int]:
+    """:func:`~gmp.partition._incremental_kernels.exact_moves` on the rows' batch counts ``nb`` (in place on
+    ``prim``, ``pload``; ``changed`` marks the rows moved): ``(spent, reads before, reads after)``, the reads
+    being batch reads whatever the moves' weights."""
+    here = np.empty(prim.size, dtype=np.int64)
+    K.row_reads(nb, prim, sec, here)
+    before = int(here.sum())
+    spent, _ = K.exact_moves(nb, cost, uniform, prim, sec, old_prim, old_sec, is_old, held, pload, np.int64(pcap),
+                             np.int64(budget), np.int64(spent), changed)
+    K.row_reads(nb, prim, sec, here)
+    return int(spent), before, int(here.sum())
 
 
 def _refit_toward(graph: BipartiteGraph, old: Placement, topology: Topology, goal: Placement, comp: _Compact,
@@ -1486,9 +1496,9 @@ def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: i
     batch reads (weighted by the topology as Eq. 3 weighs a read: on a flat topology the reads themselves), and
     the step takes the free ones, spends what is left of its budget, then swaps moved rows whose move no longer
     pays (their samples left) for rows that stayed and would gain more (``info["sweeps"][k]["exact_moves"]``).
-    The same counts score the step (their reads after the moves). On a 1M-sample day of ``gmp data synth --continue``'s entity drift the 5% step read 823,150 ->
-    810,636 (1.113x -> 1.096x of the full re-partition); on the independent drift, where a row's gains are 1-5
-    reads, little changes."""
+    The same counts score the step (their reads after the moves). On a 1M-sample day of ``gmp data synth
+    --continue``'s entity drift the 5% step read 823,150 -> 810,636 (1.113x -> 1.096x of the full
+    re-partition); on the independent drift, where a row's gains are 1-5 reads, little changes."""
     t_place = float(start.info.get("seconds", 0.0)) if start.info else 0.0
     t1 = time.perf_counter()
     n = topology.num_workers
@@ -1569,30 +1579,20 @@ def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: i
         K.row_batches_by_row(tindptr, tsamples, sw, np.int64(options.batch_size), nb, held)
         if lost:
             K.row_batches(split.sindptr, split.scindices, sw, np.int64(options.batch_size), nb, held)
-        here = np.empty(num_used, dtype=np.int64)
-        K.row_reads(nb, prim, sec, here)
-        before = int(here.sum())
-        spent, _ = K.exact_moves(nb, cost, uniform, prim, sec, old_prim, old_sec, is_old, held, pload,
-                                 np.int64(pcap), np.int64(allowed), np.int64(spent), pending)
-        K.row_reads(nb, prim, sec, here)  # the score: batch reads, whatever the moves' weights
-        rounds[-1]["exact_moves"] = {"rows_changed": int(np.count_nonzero(pending)),
-                                     "reads_saved": before - int(here.sum())}
-        return int(here.sum())
+        spent, before, after = _exact_step(nb, cost, uniform, prim, sec, old_prim, old_sec, is_old, held, pload,
+                                           pcap, allowed, spent, pending)
+        rounds[-1]["exact_moves"] = {"rows_changed": int(np.count_nonzero(pending)), "reads_saved": before - after}
+        return after
 
-    def score(allowed: int, lost: bool, reads: int | None = None) -> None:  # a step's placement, kept when it
-        # reads least within the budget; the sealed rows read nothing while every worker holds them: their
-        # entries (77% of the edges on a 1M-sample independent day, 0.12 of a score's 0.2 s there) are read only
-        # once one lost a copy (``lost``: the round's own count; the sweep after it moves no sealed row)
-        if reads is None:
-            sindptr, scindices = (split.sindptr, split.scindices) if lost else (none, none)
-            reads = int(K.batch_reads(split.indptr, split.cindices, sindptr, scindices, sw, prim, sec,
-                                      np.int64(options.batch_size), n))
+    def score(allowed: int, reads: int) -> None:  # a step's placement, kept when it reads least within the budget
         scored.append({"budget": int(allowed), "batch_remote_reads": reads, "rows": int(spent)})
         if allowed <= budget and reads < best.get("reads", np.inf):
             best.update(reads=reads, sw=sw.copy(), prim=prim.copy(), sec=sec.copy())
 
-    if steps is not None:
-        score(0, False)  # the split was made from these rows: every sealed row is held everywhere
+    if steps is not None:  # the start; the split was made from these rows, so every sealed row is held
+        # everywhere and reads nothing: their entries (77% of the edges on a 1M-sample independent day) are left out
+        score(0, int(K.batch_reads(split.indptr, split.cindices, none, none, sw, prim, sec,
+                                   np.int64(options.batch_size), n)))
     with task("Incremental re-partitioning", total=len(schedule)) as advance:
         for r, allowed, last in schedule:
             t_r = time.perf_counter()
@@ -1628,7 +1628,7 @@ def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: i
             log.info("incremental round %d: %d candidates, %d rows spent of %d allowed, %d samples moved, %.2f s",
                      r, num_candidates, spent, allowed, moved_samples, entry["seconds"])
             if last:
-                score(allowed, any_lost, exact(allowed, any_lost))
+                score(allowed, exact(allowed, any_lost))
             advance(1)
     if best:  # the steps' best within the budget
         sw, prim, sec = best["sw"], best["prim"], best["sec"]
