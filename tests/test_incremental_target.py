@@ -446,6 +446,9 @@ def test_batch_kernels_count_as_the_metrics():
             by_row = np.zeros((40, 4), dtype=np.int32)  # the same from each row's samples
             K.row_batches_by_row(np.asarray(g.emb_indptr), np.asarray(g.emb_indices), sw, np.int64(bs), by_row, skip)
             assert np.array_equal(by_row, nb)
+            parallel = np.zeros((40, 4), dtype=np.int32)  # the same with the workers counted in parallel
+            K.row_batches_parallel(ip, ix, sw, np.int64(bs), parallel, skip)
+            assert np.array_equal(parallel, nb)
             per_row = np.empty(40, dtype=np.int64)
             K.row_reads(nb, prim, sec, per_row)
             assert per_row.sum() == want

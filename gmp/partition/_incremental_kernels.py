@@ -772,6 +772,39 @@ def row_batches(indptr, cindices, sw, batch_size, nb, skip):  # pragma: no cover
                 nb[x, w] += 1
 
 
+@numba.njit(cache=True, nogil=True, parallel=True)
+def row_batches_parallel(indptr, cindices, sw, batch_size, nb, skip):  # pragma: no cover - compiled
+    """:func:`row_batches` with the workers in parallel: a worker's chunks and counts are its own (int32
+    [N, rows] each, added into ``nb`` at the end), so the threads share nothing they write. For the calls
+    that nothing runs beside (target mode's moves toward its target, once its re-partition has ended)."""
+    n = nb.shape[1]
+    rows = nb.shape[0]
+    start = np.zeros(n + 1, dtype=np.int64)
+    for s in range(sw.size):
+        start[sw[s] + 1] += 1
+    for w in range(n):
+        start[w + 1] += start[w]
+    order = np.empty(sw.size, dtype=np.int64)  # each worker's samples, in dataset order
+    pos = start[:n].copy()
+    for s in range(sw.size):
+        order[pos[sw[s]]] = s
+        pos[sw[s]] += 1
+    counts = np.zeros((n, rows), dtype=np.int32)
+    stamp = np.zeros((n, rows), dtype=np.int32)
+    for w in numba.prange(n):
+        for j in range(start[w], start[w + 1]):
+            s = order[j]
+            c = np.int32((j - start[w]) // batch_size + 1)
+            for k in range(indptr[s], indptr[s + 1]):
+                x = cindices[k]
+                if not skip[x] and stamp[w, x] != c:
+                    stamp[w, x] = c
+                    counts[w, x] += 1
+    for x in numba.prange(rows):
+        for w in range(n):
+            nb[x, w] += counts[w, x]
+
+
 @numba.njit(cache=True, nogil=True)
 def row_batches_by_row(tindptr, tsamples, sw, batch_size, nb, skip):  # pragma: no cover - compiled
     """:func:`row_batches` from the transposed edges (``tindptr``/``tsamples``: each row's samples, ascending):

@@ -1064,8 +1064,9 @@ def _toward_path(graph: BipartiteGraph, old: Placement, goal: Placement, comp: _
     # a row every worker holds at the start and in the target reads nothing in either: its counts are not
     # needed (the hot rows: most of the edges on dense days)
     skip = _all_local(prim, sec, n) & _all_local(gprim, gsec, n)
-    K.row_batches(np.asarray(graph.sample_indptr), comp.cindices, np.asarray(goal.sample_worker, dtype=np.int32),
-                  np.int64(options.batch_size), nb, skip)
+    # after the target's re-partition: nothing runs beside this, so the workers are counted in parallel
+    K.row_batches_parallel(np.asarray(graph.sample_indptr), comp.cindices,
+                           np.asarray(goal.sample_worker, dtype=np.int32), np.int64(options.batch_size), nb, skip)
     here, there = np.empty(used.size, dtype=np.int64), np.empty(used.size, dtype=np.int64)
     K.row_reads(nb, prim, sec, here)
     K.row_reads(nb, gprim, gsec, there)
@@ -1186,7 +1187,7 @@ def _refit(graph: BipartiteGraph, old: Placement, topology: Topology, goal: Plac
     # its exact moves within the same rows (as each step of the chain ends: ``_refine``'s ``exact``)
     held = _all_local(prim, sec, n)
     nb = np.zeros((used.size, n), dtype=np.int32)
-    K.row_batches(np.asarray(graph.sample_indptr), comp.cindices, sw, np.int64(options.batch_size), nb, held)
+    K.row_batches_parallel(np.asarray(graph.sample_indptr), comp.cindices, sw, np.int64(options.batch_size), nb, held)
     oprim, osec = old_holders(old, used, is_old)
     spent = int(moved_per_row(oprim, osec, prim, sec, is_old).sum())
     changed = np.zeros(used.size, dtype=bool)
@@ -1341,12 +1342,6 @@ def _with_target(graph: BipartiteGraph, old: Placement, topology: Topology, budg
     two instead of their sum (a 1M-sample day: 4.4 s -> 3.2 s wall), for the same placements."""
     t0 = time.perf_counter()
     n = topology.num_workers
-    comp = _compact(graph)
-    used = comp.used_ids
-    is_old = _old_rows(used, old, trained)
-    ladder = budget_ladder(used.size)
-    top = max(budget, ladder[-1][1] if curve and ladder else 0)
-    steps = [rows for _, rows in ladder if rows <= top]
     given = goal is not None and not isinstance(goal, Future)
     started = goal is None  # this call runs the full re-partition (a caller's future is the caller's to stop)
     t_full = 0.0  # the full re-partition's own time, where this call runs it
@@ -1366,6 +1361,13 @@ def _with_target(graph: BipartiteGraph, old: Placement, topology: Topology, budg
     alongside = isinstance(goal, Future)
     t1 = time.perf_counter()
     try:
+        # after the re-partition has started: on a day where it is the longer part, this is on the call's wall
+        comp = _compact(graph)
+        used = comp.used_ids
+        is_old = _old_rows(used, old, trained)
+        ladder = budget_ladder(used.size)
+        top = max(budget, ladder[-1][1] if curve and ladder else 0)
+        steps = [rows for _, rows in ladder if rows <= top]
         if options.plan == "onepass":
             first, swept = _onepass(graph, old, topology, budget, seed, options, trained, placed=placed,
                                     steps=steps, cindices=comp.cindices)
