@@ -492,6 +492,30 @@ def test_small_graphs_get_the_portfolio_start(data):
     assert not run_local(ds, 4, portfolio_edges=0, rounds=1).info["multilevel"]["portfolio"]
 
 
+def test_large_graphs_refine_every_band_before_the_choice(data):
+    """Above ``portfolio_edges`` (flat topology): each band's projection (the lower J of its METIS seeds) is refined
+    by ``rounds`` rounds and the lowest refined J less the 2D step's savings wins, as in the single process; the
+    result's rounds are the winner's, and its score is its last J less what its 2D step saved."""
+    _, ds = data
+    p = run_local(ds, 4, portfolio_edges=0, coarse_restarts=3, rounds=2)
+    ml = p.info["multilevel"]
+    assert ml["refined"] and not ml["portfolio"]
+    bands = [k for k, c in enumerate(ml["candidates"]) if "score" in c]
+    assert len(bands) == 2  # the first band ([2, 4]) has no signal rows here
+    assert ml["chosen"] == min(bands, key=lambda k: (ml["candidates"][k]["score"], k))
+    chosen = ml["candidates"][ml["chosen"]]
+    assert len(p.info["rounds"]) - 1 == chosen["rounds"] <= 2
+    rep = p.info["replication"]
+    saved = rep["expected_remote_pushes"] - rep["expected_remote_reads"]
+    assert chosen["score"] == pytest.approx(p.info["rounds"][-1]["objective"] - saved, rel=1e-9)
+    # a hierarchical topology keeps the projected choice, refined after it
+    q = partition_distributed(ds.indptr, ds.indices, ds.num_embeddings, resolve_topology(None, "2x2", None), seed=3,
+                              options=Options(portfolio_edges=0, coarse_restarts=3, rounds=2), engine=LocalEngine(1),
+                              block_samples=64)
+    assert not q.info["multilevel"]["refined"]
+    assert all("score" not in c for c in q.info["multilevel"]["candidates"])
+
+
 def test_flat_beside_follows_the_scores_after_the_2d_step(data, monkeypatch):
     """``flat_beside_samples`` reached: the flat sweep runs beside the multilevel start, each refined
     placement is scored as J less the 2D step's savings, and the lower is kept. The multilevel score is
@@ -516,13 +540,12 @@ def test_flat_beside_follows_the_scores_after_the_2d_step(data, monkeypatch):
         np.testing.assert_array_equal(getattr(both, key), getattr(alone, key))
     assert [r["objective"] for r in both.info["rounds"]] == [r["objective"] for r in alone.info["rounds"]]
 
-    real, calls = core.replication_savings, []
+    real = core.score_after_2d
 
-    def savings(state, budgets):
-        calls.append(1)
-        return real(state, budgets) + (1e9 if len(calls) == 2 else 0.0)  # the second score: the flat state's
+    def score(state, options, rounds):  # the refined bands' and the multilevel scores as they are; the flat one's
+        return real(state, options, rounds) - (1e9 if rounds[-1]["level"] == "worker (flat)" else 0.0)
 
-    monkeypatch.setattr(core, "replication_savings", savings)
+    monkeypatch.setattr(core, "score_after_2d", score)
     flat = run_local(ds, 4, **opts, flat_beside_samples=1)
     fb = flat.info["multilevel"]["flat_beside"]
     assert fb["chosen"] == "flat" and fb["flat_score"] < 0 < fb["multilevel_score"]
@@ -547,7 +570,11 @@ def test_the_log_names_the_flat_sweep_and_the_2d_step(data, caplog):
     lines = [r.getMessage() for r in caplog.records]
     ml_rounds = [m for m in lines if m.startswith("distributed hybrid worker round ")]
     flat_rounds = [m for m in lines if m.startswith("distributed hybrid worker (flat) round ")]
-    assert len(ml_rounds) == placement.info["multilevel"]["flat_beside"]["multilevel_rounds"] + 1
+    # every band's refinement is logged (round 0 its projection), the chosen one's rounds are the multilevel's
+    ml = placement.info["multilevel"]
+    bands = [c for c in ml["candidates"] if "rounds" in c]
+    assert bands and len(ml_rounds) == sum(c["rounds"] + 1 for c in bands)
+    assert ml["candidates"][ml["chosen"]]["rounds"] == ml["flat_beside"]["multilevel_rounds"]
     assert flat_rounds and flat_rounds[0].startswith("distributed hybrid worker (flat) round 0: ")
     rep = placement.info["replication"]
     step = [m for m in lines if m.startswith("distributed hybrid 2D step: ")]

@@ -53,11 +53,15 @@ would otherwise count the same placement again.
 
 **Candidates.** ``hybrid`` projects one candidate per band (its option
 ``coarse_restarts``: upper bounds ``saturation`` x 1, 4, ...), each from its
-own seeded generator and in parallel threads where memory allows, and refines
-the projection with the lowest objective (the sweeps' own J). On small flat
-graphs (``portfolio_edges``) it runs a *portfolio* instead: bands x seeds
-candidates, each refined before the choice, the lowest refined J less the 2D
-step's savings kept (iPinYou: the projected J ranks the bands backwards).
+own seeded generator and in parallel threads where memory allows, refines
+each projection by the sweeps' rounds and keeps the lowest refined J less the
+2D step's savings (on 19 large graphs measured it read less than the
+projected choice on 14, the same on 5: docs/hybrid.md, "Session 28"). On small flat graphs
+(``portfolio_edges``) it runs a *portfolio*: bands x seeds candidates, each
+refined before the same choice (iPinYou: the projected J ranks the bands
+backwards). On a hierarchical topology the projection with the lowest J is
+chosen and refined after the choice (the projected choice recovers planted
+machine/worker structure exactly).
 """
 
 from __future__ import annotations
@@ -79,6 +83,7 @@ from ..errors import PartitionError
 from ..kernels.threads import concurrent_launches_safe
 from ..progress import stop_point, task
 from ._common import choose_primaries, is_hierarchical, run_metis, sample_cap, seeded_order
+from ..kernels.simd import padded_width
 from ._hybrid_kernels import count_samples
 from ._objective import default_weights, soft_count_table, start_objective
 from .metis import choose_rows_by_degree, cooccurrence_csr
@@ -491,13 +496,16 @@ def multilevel_start(graph, topology, options, rng: np.random.Generator, degree:
     ids, or None when no row falls in the signal band (then the random start is used). ``graph``, ``topology``,
     ``options`` (:class:`gmp.partition._objective.Options`) and ``rng`` are hybrid's; ``degree`` the users of
     every row. The sweeps are hybrid's, handed in: ``new_state(sample_worker, primary, rng, count)`` builds
-    its state of a start, ``refine(state, t_start)`` runs up to ``portfolio_rounds`` rounds on it and returns
-    ``(round log, score)`` (J less the 2D step's savings).
+    its state of a start, ``refine(state, t_start, max_rounds)`` runs up to ``max_rounds`` rounds on it and
+    returns ``(round log, score)`` (J less the 2D step's savings).
 
     Large graphs (more than ``portfolio_edges`` edges): one candidate per band, upper bounds
-    ``saturation * 4**k`` (k < ``coarse_restarts``) times the soft count's ``m / b``; each is partitioned
-    and projected, and the projection with the lowest objective J (the sweeps' own objective) is kept;
-    ``rounds`` is None (the caller runs the sweeps).
+    ``saturation * 4**k`` (k < ``coarse_restarts``) times the soft count's ``m / b``; each is partitioned,
+    projected and refined by up to ``rounds`` rounds, and the lowest refined J less the 2D step's savings
+    wins, as in the portfolio (on 19 large graphs measured: fewer batch reads than the projected choice on
+    14, the same on 5; a 10M-sample entity day 7,019,081 -> 5,716,992); ``rounds`` is the chosen candidate's
+    round log. On a hierarchical topology (or with
+    ``rounds=0``) the projection with the lowest J is kept and ``rounds`` is None (the caller runs the sweeps).
 
     Small graphs (the *portfolio*): ``portfolio_bands`` bands x ``portfolio_seeds`` seeds, and every
     candidate is refined by up to ``portfolio_rounds`` rounds before the choice, so the lowest J *after*
@@ -530,8 +538,12 @@ def multilevel_start(graph, topology, options, rng: np.random.Generator, degree:
     # (rounds=0 asks for the projection alone: nothing to refine, no portfolio)
     hierarchical = is_hierarchical(topology)
     portfolio = graph.num_edges <= options.portfolio_edges and not hierarchical and options.rounds > 0
+    # large flat graphs: each band's projection is refined before the choice too, by the sweeps' own rounds (the
+    # projected J predicts the refined result poorly across bands there as well: docs/hybrid.md, "Session 28")
+    refined = not hierarchical and options.rounds > 0
     num_bands, num_seeds = (options.portfolio_bands, options.portfolio_seeds) if portfolio else (
         options.coarse_restarts, 1)
+    max_rounds = options.portfolio_rounds if portfolio else options.rounds
     bands = []
     for k in range(num_bands):
         band = signal_band(degree, graph.num_samples, n, options.batch_size,
@@ -541,7 +553,7 @@ def multilevel_start(graph, topology, options, rng: np.random.Generator, degree:
     jobs = [(band, t) for band in bands for t in range(num_seeds)]
     seeds = rng.integers(0, 2**63 - 1, size=len(jobs))
     lock = threading.Lock()
-    best: list = []  # portfolio: [((objective, k), candidate)] of the best refined candidate so far
+    best: list = []  # refined: [((score, k), candidate)] of the best refined candidate so far
     stop = stop_point()  # the pool's threads stop with this one (gmp.progress.stoppable)
 
     def candidate(k: int) -> dict:
@@ -589,12 +601,12 @@ def multilevel_start(graph, topology, options, rng: np.random.Generator, degree:
             del sw1, prim1
         del row_worker, rebalanced
         stop()
-        if portfolio:  # refine now; the choice is made on the refined objective
+        if refined:  # refine now; the choice is made on the refined objective
             state = new_state(sw, prim, crng, count)
             del count
             # scored as it will be used: J less what the 2D step's secondaries will save (a start whose
             # remote traffic sits on a few rows loses less to replication than J alone says)
-            cand_rounds, cand["score"] = refine(state, t_c)
+            cand_rounds, cand["score"] = refine(state, t_c, max_rounds)
             cand["objective"] = cand_rounds[-1]["objective"]
             cand["rounds"] = len(cand_rounds) - 1
             cand["placement"] = (state, cand_rounds)
@@ -619,10 +631,11 @@ def multilevel_start(graph, topology, options, rng: np.random.Generator, degree:
         return cand
 
     threads = max(1, min(len(jobs), numba.get_num_threads(),
-                         _candidates_that_fit(graph.num_samples, num_used, n, max_pairs)))
+                         _candidates_that_fit(graph.num_samples, num_used, n, max_pairs, refined=refined)))
     if threads > 1 and not concurrent_launches_safe():  # numba's workqueue layer: one band at a time
         threads = 1
-    kind = f"{len(jobs)} refined candidates ({len(bands)} bands)" if portfolio else f"{len(jobs)} candidate bands"
+    kind = (f"{len(jobs)} refined candidates ({len(bands)} bands)" if portfolio else
+            f"{len(jobs)} candidate bands, each refined" if refined else f"{len(jobs)} candidate bands")
     with task(f"Hybrid multilevel: {kind}, {threads} at a time"):
         if threads == 1:
             candidates = [candidate(k) for k in range(len(jobs))]
@@ -634,15 +647,15 @@ def multilevel_start(graph, topology, options, rng: np.random.Generator, degree:
         log.info("hybrid multilevel: fewer signal rows than workers; random start.")
         return None
     chosen = min(placed, key=lambda k: (candidates[k]["score"], k))
-    assert candidates[chosen]["placement"] is not None  # the portfolio kept exactly this one
+    assert candidates[chosen]["placement"] is not None  # the refined choice kept exactly this one
     placement = candidates[chosen].pop("placement")
     for c in candidates:
         c.pop("placement", None)
     info = {"candidates": candidates, "chosen": chosen, "max_pairs": max_pairs, "portfolio": portfolio,
-            "seconds": round(time.perf_counter() - t0, 4)}
+            "refined": refined, "seconds": round(time.perf_counter() - t0, 4)}
     log.info("hybrid multilevel: %s; chose band [%d, %d] (candidate %d), objective %.6g, %.2f s", kind,
              *candidates[chosen]["band"], chosen, candidates[chosen]["objective"], info["seconds"])
-    if portfolio:
+    if refined:
         state, cand_rounds = placement
         return state, cand_rounds, info
     sw, prim, count = placement
@@ -650,16 +663,21 @@ def multilevel_start(graph, topology, options, rng: np.random.Generator, degree:
     return new_state(sw, prim, rng, count), None, info
 
 
-def candidate_bytes(num_samples: int, num_used: int, num_workers: int, max_pairs: int) -> int:
+def candidate_bytes(num_samples: int, num_used: int, num_workers: int, max_pairs: int, *,
+                    refined: bool = False) -> int:
     """Working memory of one multilevel candidate, estimated: per sample its band degree, favourite mask,
     seeded order and worker (24 B); per used row its count row, row worker (int32 + int8) and primary;
-    about 40 B per row pair (the pair keys and METIS's CSR)."""
-    return 24 * num_samples + (4 * num_workers + 13) * num_used + 40 * max_pairs
+    about 40 B per row pair (the pair keys and METIS's CSR); ``refined``: also its sweep state's marginals
+    (float64, a SIMD-padded row per used row) and per-sample order (8 B)."""
+    state = (8 * padded_width(num_workers) * num_used + 8 * num_samples) if refined else 0
+    return 24 * num_samples + (4 * num_workers + 13) * num_used + 40 * max_pairs + state
 
 
-def _candidates_that_fit(num_samples: int, num_used: int, num_workers: int, max_pairs: int) -> int:
+def _candidates_that_fit(num_samples: int, num_used: int, num_workers: int, max_pairs: int, *,
+                         refined: bool = False) -> int:
     """How many candidates may run at once in the memory available now (at least 1). Only the number of
     threads depends on it, never the result (the candidates are independent)."""
     available = available_memory()  # the host's, capped by this process's memory cgroup
     # keep half of what is free for the sweeps' own arrays and everything else
-    return max(1, int(available // 2 // max(candidate_bytes(num_samples, num_used, num_workers, max_pairs), 1)))
+    need = candidate_bytes(num_samples, num_used, num_workers, max_pairs, refined=refined)
+    return max(1, int(available // 2 // max(need, 1)))

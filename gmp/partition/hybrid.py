@@ -469,9 +469,9 @@ def _multilevel_start(graph: BipartiteGraph, topology: Topology, options: Option
         return _State(graph, topology.cost, options, sw, prim, state_rng, batch_size=options.batch_size,
                       count=count, num_private=num_private)
 
-    def refine(state: _State, t_start: float) -> tuple[list[dict], float]:
+    def refine(state: _State, t_start: float, max_rounds: int) -> tuple[list[dict], float]:
         cand_rounds: list[dict] = []
-        _run_rounds(state, options, cand_rounds, "worker", t_start, max_rounds=options.portfolio_rounds, show=False)
+        _run_rounds(state, options, cand_rounds, "worker", t_start, max_rounds=max_rounds, show=False)
         return cand_rounds, score_after_2d(state, cand_rounds, options)
 
     return ML.multilevel_start(graph, topology, options, rng, degree, new_state=new_state, refine=refine)
@@ -551,12 +551,12 @@ def _partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options:
     if ml is not None:
         state, refined, multilevel_info = ml
         del ml
-        if refined is None:
+        if refined is None:  # a hierarchical topology: the projection chosen, refined here
             _run_rounds(state, options, rounds, "worker", time.perf_counter())
-            if 0 < options.flat_beside_samples <= graph.num_samples and not is_hierarchical(topology):
-                state = _flat_beside(state, graph, topology, options, rng, rounds, multilevel_info, num_private)
-        else:  # the portfolio refined its candidates already: the chosen one's round log
+        else:  # the candidates were refined before the choice: the chosen one's round log
             rounds.extend(refined)
+        if 0 < options.flat_beside_samples <= graph.num_samples and not is_hierarchical(topology):
+            state = _flat_beside(state, graph, topology, options, rng, rounds, multilevel_info, num_private)
     elif is_hierarchical(topology):
         # machine level first: machines are the partitions, a machine's batch is its workers' batches
         mo = np.asarray(topology.machine_of, dtype=np.int32)

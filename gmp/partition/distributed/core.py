@@ -121,9 +121,14 @@ def partition_distributed(indptr: np.ndarray, indices: np.ndarray, num_embedding
     ml, rounds = None, None
     if options.levels > 1:
         # small graphs: the single process's portfolio (every candidate refined before the choice)
-        portfolio = int(indptr[-1]) <= options.portfolio_edges and not is_hierarchical(topology) and options.rounds > 0
+        flat = not is_hierarchical(topology) and options.rounds > 0
+        portfolio = flat and int(indptr[-1]) <= options.portfolio_edges
+        # large flat graphs: every band's projection refined before the choice, as the single process
         started = multilevel_start(state, owner_degree, options, np.asarray(topology.machine_of, dtype=np.int64), rng,
-                                   seed_rng, refine=(lambda s: refine_candidate(s, options)) if portfolio else None)
+                                   seed_rng, refine=(lambda s: refine_candidate(s, options)) if portfolio else None,
+                                   refine_bands=(lambda s: refine_candidate(s, options, options.rounds,
+                                                                            level=logging.INFO))
+                                   if flat and not portfolio else None)
         if started is not None:
             ml, rounds = started
     if ml is None:
@@ -131,16 +136,17 @@ def partition_distributed(indptr: np.ndarray, indices: np.ndarray, num_embedding
     del owner_degree
     if rounds is None:
         rounds = run_rounds(state, options, t0)
-        if ml is not None and 0 < options.flat_beside_samples <= num_samples and not is_hierarchical(topology):
-            rounds = flat_beside(state, options, rng, rounds, ml)
+    if ml is not None and 0 < options.flat_beside_samples <= num_samples and not is_hierarchical(topology):
+        rounds = flat_beside(state, options, rng, rounds, ml)
     return _assemble(state, options, topology, num_embeddings, seed, rounds, ml, t0, chunk_samples)
 
 
-def refine_candidate(state: DistState, options: Options) -> tuple[float, list[dict]]:
-    """A portfolio candidate: up to ``portfolio_rounds`` rounds, scored by :func:`score_after_2d`.
-    Returns the score and the round log."""
-    rounds = run_rounds(state, options, time.perf_counter(), max_rounds=options.portfolio_rounds,
-                        level=logging.DEBUG)
+def refine_candidate(state: DistState, options: Options, max_rounds: int | None = None, *,
+                     level: int = logging.DEBUG) -> tuple[float, list[dict]]:
+    """A refined candidate: up to ``max_rounds`` rounds (default ``portfolio_rounds``: the portfolio's), logged at
+    ``level``, scored by :func:`score_after_2d`. Returns the score and the round log."""
+    rounds = run_rounds(state, options, time.perf_counter(),
+                        max_rounds=options.portfolio_rounds if max_rounds is None else max_rounds, level=level)
     return score_after_2d(state, options, rounds), rounds
 
 

@@ -18,9 +18,11 @@ sharded:
    signal rows within its share of the sample cap; counts go to the owners, who choose the
    primaries within their share of the primary cap.
 
-As in the single-process scheme one candidate per band (``coarse_restarts``) is projected and the
-one with the lowest objective J is kept. Small graphs get the single process's *portfolio* instead
-(:func:`multilevel_start`'s ``refine``): more bands and seeds, each candidate refined by rounds
+As in the single-process scheme one candidate per band (``coarse_restarts``) is projected (the
+lower J of :data:`METIS_SEEDS` METIS runs) and, on a flat topology, refined by the rounds before the
+choice (:func:`multilevel_start`'s ``refine_bands``): the lowest refined J less the 2D step's savings
+is kept (on a hierarchical one the lowest projected J, refined after). Small graphs get the single
+process's *portfolio* instead (``refine``): more bands and seeds, each candidate refined by rounds
 before the choice. ``levels=1`` (or no signal rows) starts from a seeded
 random placement, balanced to within one sample (and one primary) per worker globally.
 
@@ -103,7 +105,8 @@ def band_from_histogram(hist: np.ndarray, hi: int, max_vertices: int) -> int:
 
 def multilevel_start(state: DistState, owner_degree: np.ndarray, options, machine_of: np.ndarray,
                      rng: np.random.Generator, seed_rng: np.random.Generator,
-                     refine: Callable[[DistState], tuple[float, list[dict]]] | None = None
+                     refine: Callable[[DistState], tuple[float, list[dict]]] | None = None,
+                     refine_bands: Callable[[DistState], tuple[float, list[dict]]] | None = None
                      ) -> tuple[dict, list[dict] | None] | None:
     """The distributed multilevel start (module docstring): ``(info, rounds)``, or None when no band has N
     signal rows.
@@ -111,8 +114,10 @@ def multilevel_start(state: DistState, owner_degree: np.ndarray, options, machin
     ``refine`` given: the *portfolio* (small graphs, as the single process's): ``portfolio_bands`` bands x
     ``portfolio_seeds`` METIS seeds, every projection refined by ``refine`` (the rounds, returning the
     score J less the 2D step's savings and the round log) and the lowest score kept; ``rounds`` is its
-    round log. Else one candidate per band (``coarse_restarts``) x :data:`METIS_SEEDS`, chosen by the
-    projected J; ``rounds`` is None."""
+    round log. Else one candidate per band (``coarse_restarts``) x :data:`METIS_SEEDS`, the band's lower
+    projected J kept; ``refine_bands`` given (large flat graphs, as the single process), each band's
+    projection is then refined by it and the lowest score wins (``rounds``: its round log); else the lowest
+    projected J wins and ``rounds`` is None."""
     t0 = time.perf_counter()
     mesh, n = state.mesh, state.num_workers
     num_bands, num_seeds = ((options.portfolio_bands, options.portfolio_seeds) if refine is not None else
@@ -138,16 +143,29 @@ def multilevel_start(state: DistState, owner_degree: np.ndarray, options, machin
         if vids is None:
             continue
         cand["objectives"] = []
+        band_best = None  # refine_bands: (J, samples, primaries) of this band's lower projection
         for part in parts:  # one projection per METIS seed; the lowest J (portfolio: score) is kept
             _project(state, vids, part, rng)
             score, rounds = refine(state) if refine is not None else (state.summary()["objective"], None)
             cand["objectives"].append(score)
             log.info("distributed hybrid start: band [%d, %d], %d vertices: %s %.6g", lo, hi, cand["vertices"],
                      "refined score" if refine is not None else "objective", score)
-            if best is None or score < best[0]:
+            if refine_bands is not None:
+                if band_best is None or score < band_best[0]:
+                    band_best = (score, state.sw.copy(), state.prim.copy())
+            elif best is None or score < best[0]:
                 counts = state.count.copy() if refine is not None else None
                 best = (score, state.sw.copy(), state.prim.copy(), len(candidates) - 1, counts, rounds)
         cand["objective"] = min(cand["objectives"])
+        if band_best is not None:  # the band's projection refined, scored as the single process scores it
+            if not (np.array_equal(band_best[1], state.sw) and np.array_equal(band_best[2], state.prim)):
+                install_samples(state, band_best[1])
+                install_primaries(state, band_best[2])
+            del band_best
+            score, rounds = refine_bands(state)
+            cand["score"], cand["rounds"] = score, len(rounds) - 1
+            if best is None or score < best[0]:
+                best = (score, state.sw.copy(), state.prim.copy(), len(candidates) - 1, state.count.copy(), rounds)
     if best is None:
         return None
     _, sw, prim, chosen, counts, rounds = best
@@ -158,7 +176,7 @@ def multilevel_start(state: DistState, owner_degree: np.ndarray, options, machin
             install_samples(state, sw)
             install_primaries(state, prim)
     info = {"candidates": candidates, "chosen": chosen, "max_pairs": max_pairs, "portfolio": refine is not None,
-            "seconds": round(time.perf_counter() - t0, 4)}
+            "refined": refine is not None or refine_bands is not None, "seconds": round(time.perf_counter() - t0, 4)}
     return info, rounds
 
 
