@@ -181,12 +181,8 @@ class BipartiteGraph:
     def _build_transpose(self) -> None:
         if self._emb_indptr is not None:
             return
-        counts = np.bincount(np.asarray(self.sample_indices), minlength=self.num_embeddings).astype(np.int64)
-        indptr = np.zeros(self.num_embeddings + 1, dtype=np.int64)
-        np.cumsum(counts, out=indptr[1:])
-        out = np.empty(self.num_edges, dtype=index_dtype(max(self.num_samples - 1, 0)))
-        transpose_fill(np.asarray(self.sample_indptr), np.asarray(self.sample_indices), indptr, out)
-        self._emb_indptr, self._emb_indices = indptr, out
+        self._emb_indptr, self._emb_indices = transpose_csr(np.asarray(self.sample_indptr),
+                                                            np.asarray(self.sample_indices), self.num_embeddings)
 
     # -- scipy views -----------------------------------------------------------
     def sample_csr(self, dtype=np.float32) -> sp.csr_array:
@@ -257,11 +253,21 @@ def build_graph(dataset: "PreparedDataset", *, verify_hash: bool = False) -> Bip
                           sha256=dataset.sha256)
 
 
+def transpose_csr(indptr: np.ndarray, indices: np.ndarray, num_cols: int) -> tuple[np.ndarray, np.ndarray]:
+    """The transpose of the CSR ``indptr``/``indices`` (its first ``indptr[-1]`` entries; columns below
+    ``num_cols``): ``(indptr int64 [num_cols + 1], rows)``, each column's rows ascending, in the smallest index
+    type that holds the row ids."""
+    num_rows = indptr.size - 1
+    tindptr = np.zeros(num_cols + 1, dtype=np.int64)
+    np.cumsum(np.bincount(indices[:indptr[-1]], minlength=num_cols), out=tindptr[1:])
+    out = np.empty(int(indptr[-1]), dtype=index_dtype(max(num_rows - 1, 0)))
+    _transpose_fill(indptr, indices, tindptr, out)
+    return tindptr, out
+
+
 @numba.njit(cache=True, nogil=True)
-def transpose_fill(indptr, indices, emb_indptr, out):  # pragma: no cover - compiled
-    """The transpose of the CSR ``indptr``/``indices`` into ``out``, given its ``emb_indptr`` (the prefix sums of
-    each column's count): a counting sort that visits the rows in order, so each column's rows come out
-    ascending."""
+def _transpose_fill(indptr, indices, emb_indptr, out):  # pragma: no cover - compiled
+    # Counting sort: the rows visited in order, so each column's rows come out ascending.
     pos = emb_indptr[:-1].copy()
     n = indptr.size - 1
     for i in range(n):

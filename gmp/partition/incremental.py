@@ -160,14 +160,13 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass, replace
-from typing import Callable, NamedTuple, TypeVar
+from typing import Callable, NamedTuple, Sequence, TypeVar
 
 import numpy as np
 
-from .._io import index_dtype
 from .._memory import available_memory
 from ..errors import PartitionError
-from ..graph import BipartiteGraph, transpose_fill
+from ..graph import BipartiteGraph, transpose_csr
 from ..kernels.threads import concurrent_launches_safe
 from ..placement import Placement
 from ..progress import stoppable, task
@@ -1132,14 +1131,14 @@ class _Refit(NamedTuple):
     prefix_percent: float | None = None  # the ladder step of a prefix re-fit (None: every ordered move)
 
 
-def _best_refit(refits: list[_Refit], budget: int) -> _Refit | None:
+def _best_refit(refits: Sequence[_Refit], budget: int) -> _Refit | None:
     """The re-fit that reads least (ties: fewer rows) among those that are candidates at ``budget`` (``need``
     within it), or None."""
     fit = [r for r in refits if r.need <= budget]
     return min(fit, key=lambda r: (r.reads, r.rows)) if fit else None
 
 
-def _choose(budget: int, steps: list[dict], path: _Toward, refits: list[_Refit] = ()) -> tuple[str, int, int]:
+def _choose(budget: int, steps: list[dict], path: _Toward, refits: Sequence[_Refit] = ()) -> tuple[str, int, int]:
     """``(kind, reads, rows)`` of the candidate that reads least within ``budget`` (ties: fewer rows, then
     the order of :data:`KINDS`). A re-fit is a candidate wherever its ``need`` fits, whatever rows it ends
     up moving."""
@@ -1148,7 +1147,7 @@ def _choose(budget: int, steps: list[dict], path: _Toward, refits: list[_Refit] 
     cands = [(swept[0], swept[1], 0), (reads, rows, 1)]
     if path.full_rows <= budget:
         cands.append((path.full_reads, path.full_rows, 2))
-    refit = _best_refit(list(refits), budget)
+    refit = _best_refit(refits, budget)
     if refit is not None:
         cands.append((refit.reads, refit.rows, 3))
     r, rows, kind = min(cands)
@@ -1564,11 +1563,7 @@ def _refine(graph: BipartiteGraph, old: Placement, topology: Topology, budget: i
     nb = tindptr = tsamples = None
     if steps is not None:  # the exact moves' batch counts, from each open row's samples (the transposed split)
         nb = np.zeros((num_used, n), dtype=np.int32)
-        num_open = int(split.indptr[-1])
-        tindptr = np.zeros(num_used + 1, dtype=np.int64)
-        np.cumsum(np.bincount(split.cindices[:num_open], minlength=num_used), out=tindptr[1:])
-        tsamples = np.empty(num_open, dtype=index_dtype(max(num_samples - 1, 0)))
-        transpose_fill(split.indptr, split.cindices, tindptr, tsamples)
+        tindptr, tsamples = transpose_csr(split.indptr, split.cindices, num_used)
 
     def exact(allowed: int, lost: bool) -> int:
         """The step's exact moves (:func:`~gmp.partition._incremental_kernels.exact_moves`): with the samples
