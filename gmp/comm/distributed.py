@@ -6,7 +6,7 @@ the rendezvous), so the usual multi-machine flags work unchanged::
 
     torchrun --nnodes 2 --node-rank 0 --nproc-per-node 4 \\
              --rdzv-backend c10d --rdzv-endpoint host0:29500 \\
-             -m cli.main train --engine distributed --dataset D --manifest M
+             --no-python gmp train D --manifest M
 
 Backend: NCCL with ``cuda:<LOCAL_RANK>`` when CUDA is available, gloo on CPU
 otherwise (``GMP_DIST_BACKEND`` overrides).
@@ -53,8 +53,8 @@ from ..errors import TrainingError
 from ..params import check_float
 from .base import CommEngine
 
-ENV_HINT = ("run it under torchrun, e.g. 'torchrun --standalone --nproc-per-node N -m cli.main train "
-            "--engine distributed ...'")
+ENV_HINT = ("run it under torchrun, e.g. 'torchrun --standalone --nproc-per-node N --no-python gmp train DATASET "
+            "--manifest M'")
 
 
 def _first_line(exc: BaseException) -> str:

@@ -4,6 +4,7 @@ Who calls whom (imports point down; docs/train.md has the full diagram)::
 
     run.py          gmp train as a library call: validate, build engine + trainer, fit, log, checkpoint
       |   \
+      |    json_log.py      the --log-json file: refused if foreign, torn last line dropped, trimmed on resume
       |    migrate.py       resume on the next day's placement (rows travel with their state)
       |    checkpoint.py    save / resume (checkpoint_dir.py: names, latest link; checkpoint_rows.py: rows files;
       |                     checkpoint_safe.py: arrays as weights-only tensors)

@@ -118,6 +118,27 @@ def lock_checkpoint_dir(engine, directory: str | os.PathLike | None):
     return lock
 
 
+@contextlib.contextmanager
+def removed_if_left_empty(directory: str | os.PathLike | None):
+    """Within the block, a run may create ``directory`` (and its missing parents); when the block raises, those
+    it created are removed again if still empty (innermost first), so a run that fails before its first
+    checkpoint leaves no empty directory behind. A directory that existed when the block began is never
+    removed."""
+    made = []
+    if directory is not None:
+        path = Path(os.path.abspath(directory))
+        while not path.exists() and not path.is_symlink() and path != path.parent:
+            made.append(path)
+            path = path.parent
+    try:
+        yield
+    except BaseException:
+        for d in made:
+            with contextlib.suppress(OSError):  # not empty (a checkpoint, another writer's file): kept
+                d.rmdir()
+        raise
+
+
 def _check_writable(directory: Path) -> None:
     """Create ``directory`` (as the first save would) and a file in it, removed at once (named like a save's
     temporary, which pruning removes should this process die in between)."""

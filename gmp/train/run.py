@@ -9,7 +9,6 @@ the torchrun world size), an unknown model / optimizer / schedule.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -28,9 +27,11 @@ from ..placement import Placement
 from ..params import check_int
 from ..manifest import load_manifest
 from .checkpoint import placement_sha256, save_checkpoint
-from .checkpoint_dir import check_checkpoint_dir, check_shared_directory, lock_checkpoint_dir
+from .checkpoint_dir import (check_checkpoint_dir, check_shared_directory, lock_checkpoint_dir,
+                             removed_if_left_empty)
 from .config import TrainConfig, comparable_settings
 from .data import TrainData
+from .json_log import check_log_file, end_torn_line, last_run_id, settings_record, trim_log
 from . import host_memory
 from .migrate import resume_training
 from .records import json_line
@@ -99,107 +100,6 @@ def check_output_dir(name: str, path: str | os.PathLike | None) -> None:
 def new_run_id() -> str:
     """A short random id that every JSON log line of one run carries (``"run"``)."""
     return uuid.uuid4().hex[:12]
-
-
-def is_stream(path: str | os.PathLike) -> bool:
-    """Whether a ``--log-json`` path is a stream gmp only appends to, never reads back nor rewrites: a FIFO, a
-    socket, a device, or anything under /dev or /proc (``/dev/stdout`` may lead to a terminal, a pipe or a
-    file that holds other output)."""
-    path = Path(path)
-    if Path(os.path.abspath(path)).parts[1:2] in (("dev",), ("proc",)):
-        return True
-    return path.exists() and not path.is_file() and not path.is_dir()
-
-
-def read_log(path: str | os.PathLike, *, first_only: bool = False) -> list[tuple[str, dict[str, Any] | None]]:
-    """The lines of a JSON training log with their records (``first_only``: its first line, enough to tell a
-    log from another file before appending); ``[]`` when it does not exist. Only the last line may be torn (a
-    crash mid-write: its record is None); a log with any other line that is not a gmp record (a JSON object
-    with an ``epoch``), or that is not UTF-8, is refused: rewriting or appending to it would damage someone
-    else's file."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    if path.is_dir():
-        raise TrainingError(f"`log_json` {path} is a directory; give a file name.")
-    if is_stream(path):  # reading it back to validate it hung before training
-        return []
-    try:
-        if first_only:
-            with open(path, "rb") as f:
-                lines = f.readline().decode("utf-8").splitlines()
-        else:
-            lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError:
-        raise TrainingError(f"`log_json` {path} is not a gmp training log (not UTF-8 text); choose another file.") \
-            from None
-    out: list[tuple[str, dict[str, Any] | None]] = []
-    for k, line in enumerate(lines):
-        try:
-            rec = json.loads(line)
-            ok = isinstance(rec, dict) and "epoch" in rec
-        except ValueError:
-            rec, ok = None, False
-        torn = k == len(lines) - 1 and line.lstrip().startswith("{")
-        if not ok and not torn:
-            raise TrainingError(f"`log_json` {path}: line {k + 1} is not a gmp training record; choose another "
-                                f"file (gmp appends to it and, with `resume=True`, rewrites it).")
-        out.append((line, rec if ok else None))
-    return out
-
-
-def check_log_file(path: str | os.PathLike, *, resume: bool) -> None:
-    """Refuse, before training, a ``--log-json`` file that belongs to something else: a file inside a gmp
-    dataset or placement manifest, or a file that is not a gmp training log (:func:`read_log`: every line
-    when ``resume`` will rewrite it, else its first)."""
-    from .._io import KIND_NAMES, owner_of
-
-    path = Path(path)
-    owner = owner_of(path)
-    if owner is not None:
-        raise TrainingError(f"`log_json` {path} is inside {KIND_NAMES[owner]} ({path.parent}); write it elsewhere.")
-    read_log(path, first_only=not resume)
-
-
-def settings_record(settings: dict[str, Any], epoch: int, step: int, *, run_id: str | None) -> dict[str, Any]:
-    """The JSON log's ``"kind": "settings"`` line: what this start of a run was asked and resolved to
-    (``settings``: :meth:`gmp.specs.TrainSpec.to_json`, with ``sources`` saying where each value came from),
-    at ``epoch`` completed epochs and ``step`` (0 and 0 for a new run; a resume's checkpoint position), so a
-    resume's log trimming keeps it."""
-    return {"kind": "settings", "epoch": int(epoch), "step": int(step), "run": run_id, "settings": settings}
-
-
-def last_run_id(path: str | os.PathLike) -> str | None:
-    """The ``run`` of the last complete line of a JSON log (the run a ``--resume`` continues when its
-    checkpoint does not name it: saved before gmp wrote the run id into checkpoints)."""
-    for _, rec in reversed(read_log(path)):
-        if rec is not None and isinstance(rec.get("run"), str):
-            return rec["run"]
-    return None
-
-
-def trim_log(path: str | os.PathLike, epoch: int, step: int, *, run_id: str | None = None) -> None:
-    """Keep the JSON log lines up to a checkpoint's position: every line of the ``epoch`` completed
-    epochs, and the step lines of epoch ``epoch + 1`` up to ``step``. A run killed after writing a
-    line but before saving its checkpoint wrote lines the resumed run writes again; they go.
-    With ``run_id`` only that run's lines are trimmed (other runs in the same log stay).
-    Written atomically (temporary file, then rename)."""
-    path = Path(path)
-    if not path.is_file() or is_stream(path):
-        return
-    keep = []
-    for line, rec in read_log(path):
-        try:
-            e, kind, s = int(rec["epoch"]), rec.get("kind"), int(rec.get("step", 0))
-        except (KeyError, TypeError, ValueError):
-            continue  # the torn last line of the crash
-        if run_id is not None and rec.get("run") not in (run_id, None):
-            keep.append(line + "\n")  # another run's line
-        elif e <= epoch or (kind == "step" and e == epoch + 1 and s <= step):
-            keep.append(line + "\n")
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("".join(keep), encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def deterministic_on_cuda() -> bool:
@@ -284,7 +184,9 @@ def open_log(log_json: str | os.PathLike | None, trainer: Trainer, *, continued:
     if log_json is None or not trainer.context().engine.is_main:
         return None
     if continued:
-        trim_log(log_json, *trainer.position(), run_id=trainer.run_name())
+        trim_log(log_json, *trainer.position(), run_id=trainer.run_name())  # drops a torn last line too
+    else:
+        end_torn_line(log_json)
     return open(log_json, "a", encoding="utf-8")  # a log holds many runs, each line names its run
 
 
@@ -360,7 +262,7 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
           engine: str = "local", workers: int | None = None, checkpoint_dir: str | os.PathLike | None = None,
           resume: bool = False, log_json: str | os.PathLike | None = None,
           on_record: Callable[[dict[str, Any]], None] | None = None,
-          stop_after_steps: int | None = None, verify_hash: bool = True,
+          stop_after_steps: int | None = None, verify_hash: bool | None = None,
           collective_timeout: float | None = None, settings: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Train and return the epoch records (see :mod:`gmp.train.records` for the keys); a resumed
     run whose checkpoint already finished ``config.epochs`` returns ``[]``. A resume that migrated
@@ -372,14 +274,27 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
     ``settings`` (the resolved request with where each value came from: :meth:`gmp.specs.TrainSpec.to_json`)
     goes to the log as the run's first line, a ``"kind": "settings"`` record at the position the run
     starts from (:func:`settings_record`); it is not returned.
+    ``verify_hash`` recomputes the dataset's content hash and checks its arrays (default: on unless
+    ``GMP_NO_VERIFY=1`` is set, as every command that opens a dataset).
     ``stop_after_steps`` simulates an interrupt after that many steps (a
     checkpoint is written when ``checkpoint_dir`` is set) and raises
     :class:`TrainingError` like a real interrupt does.
+
+    A run that fails before its first checkpoint leaves no ``checkpoint_dir`` it created (nor the missing
+    parents it made for it); one that existed before is never removed.
     """
+    with removed_if_left_empty(checkpoint_dir):
+        return _train(dataset, manifest, config, engine=engine, workers=workers, checkpoint_dir=checkpoint_dir,
+                      resume=resume, log_json=log_json, on_record=on_record, stop_after_steps=stop_after_steps,
+                      verify_hash=verify_hash, collective_timeout=collective_timeout, settings=settings)
+
+
+def _train(dataset, manifest, config: TrainConfig, *, engine: str, workers: int | None, checkpoint_dir, resume: bool,
+           log_json, on_record, stop_after_steps: int | None, verify_hash: bool | None,
+           collective_timeout: float | None, settings: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """:func:`train` itself, within the clean-up of the checkpoint directory it may create."""
     check_arguments(config, checkpoint_dir, resume=resume, log_json=log_json, collective_timeout=collective_timeout)
-    ds = load_dataset(dataset)
-    if verify_hash:
-        ds.verify_hash()
+    ds = load_dataset(dataset, verify=verify_hash)
     placement, created, placed_from = open_placement(ds, manifest, workers)  # validated by load_manifest, Trainer
     data = TrainData(ds)
     eng = make_engine(engine, placement.num_workers, collective_timeout=collective_timeout)
