@@ -111,11 +111,17 @@ def import_cmd(args, out, test_inputs, min_count, hash_sizes, max_bad_lines, tes
     if as_json:
         echo_json(meta)
         return
+    from gmp.wording import plural
+
     num_fields = sum(1 for f in meta["fields"] if f["kind"] != "dense")
-    skipped = f", {meta['num_bad_lines']} malformed lines skipped" if meta["num_bad_lines"] else ""
-    typer.echo(f"imported {meta['num_samples']:,} samples ({meta['split']['num_test']:,} test), "
-               f"{meta['num_embeddings']:,} embeddings in {num_fields} fields, {meta['num_dense']} dense, "
-               f"label rate {meta['label_rate']:.4f}{skipped} -> {out}")
+    num_bad, num_blank = meta["num_bad_lines"], meta["source"].get("num_blank_lines", 0)
+    skipped = f", {num_bad} malformed {plural('line', num_bad)} skipped" if num_bad else ""
+    if num_blank:
+        skipped += f", {num_blank:,} blank {plural('line', num_blank)} skipped"
+    typer.echo(f"imported {meta['num_samples']:,} {plural('sample', meta['num_samples'])} "
+               f"({meta['split']['num_test']:,} test), {meta['num_embeddings']:,} "
+               f"{plural('embedding', meta['num_embeddings'])} in {num_fields} {plural('field', num_fields)}, "
+               f"{meta['num_dense']} dense, label rate {meta['label_rate']:.4f}{skipped} -> {out}")
 
 
 def split_format(args: list[str]) -> tuple[Optional[str], list[Path]]:
@@ -247,6 +253,7 @@ def stats_cmd(
     from gmp.datasets.stats import StatsOptions, compare_stats, dataset_stats
 
     from gmp.errors import DatasetError
+    from gmp.wording import plural
 
     try:
         wins = tuple(int(x) for x in windows.split(",") if x.strip())
@@ -268,7 +275,8 @@ def stats_cmd(
             table.add_row(row.name, _fmt(row.a), _fmt(row.b), _fmt(row.ratio))
         con.print(table)
         return
-    con.print(f"[bold]{path}[/bold]  {a.num_samples:,} samples, {len(a.fields)} categorical fields")
+    con.print(f"[bold]{path}[/bold]  {a.num_samples:,} {plural('sample', a.num_samples)}, {len(a.fields)} "
+              f"categorical {plural('field', len(a.fields))}")
     table = Table("field", "values", "used", "zipf exponent", "top 1% share")
     for f in a.fields:
         table.add_row(f.name, f"{f.num_values:,}", f"{f.values_used:,}", _fmt(f.zipf_exponent),

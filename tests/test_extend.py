@@ -91,6 +91,21 @@ def test_extend_libsvm_days_that_add_or_lack_fields(tmp_path):
     assert rows(d2) == [[2], [11]] and d2.num_embeddings == 12
 
 
+@pytest.mark.parametrize("fmt, text", [("libsvm", "1 3:1 5:1\n0 4:1\n"), ("libffm", "1 0:3:1 1:5:1\n")])
+def test_extend_a_dataset_that_shares_no_field_is_refused(tmp_path, fmt, text):
+    """A libsvm/libffm day extending a csv dataset kept the parent's fields unused beside its own."""
+    imp(tmp_path, "d0", DAY0)
+    src = tmp_path / f"d1.{fmt}"
+    src.write_text(text)
+    res = runner.invoke(app, ["data", "import", fmt, str(src), "--out", str(tmp_path / "d1"), "--extend",
+                              str(tmp_path / "d0")])
+    assert res.exit_code == 2 and not (tmp_path / "d1").exists(), res.output
+    names = "f1, f2" if fmt == "libsvm" else "f0, f1"
+    assert res.stderr.strip() == (f"error: --extend: this input's 2 fields ({names}) share none with the previous "
+                                  f"dataset's 2 fields (user, item); extend a dataset imported from the same source, "
+                                  f"or import without --extend.")
+
+
 def test_extend_libffm_field_becomes_multi_valued(tmp_path):
     imp_sparse(tmp_path, "libffm", "d0", "1 0:3:1 1:5:1\n0 0:4:1 1:5:1\n")
     d1 = imp_sparse(tmp_path, "libffm", "d1", "1 0:3:1 1:5:1 1:6:1\n0 0:4:1 2:6:1\n", "--extend",

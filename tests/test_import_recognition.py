@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -175,6 +176,42 @@ def test_parquet_without_a_label_candidate_says_so(tmp_path):
     assert "csv import needs --label" not in err
 
 
+def _truncated(p):
+    write_parquet(p.with_suffix(".ok"))
+    p.write_bytes(p.with_suffix(".ok").read_bytes()[:400])
+
+
+@pytest.mark.parametrize("fmt, make, says", [
+    ([], _truncated, "not a readable Parquet file (Parquet magic bytes not found"),
+    (["parquet"], _truncated, "not a readable Parquet file (Parquet magic bytes not found"),
+    ([], lambda p: p.write_bytes(b"PAR1 and then no Parquet at all"), "not a readable Parquet file"),
+    (["parquet"], lambda p: p.write_bytes(b"PAR1 and then no Parquet at all"), "not a readable Parquet file"),
+    # too short to be recognised as Parquet: only the named format applies
+    (["parquet"], lambda p: p.write_bytes(b"PAR"), "not a readable Parquet file"),
+    (["parquet"], lambda p: p.write_bytes(b""), "not a readable Parquet file"),
+])
+def test_an_unreadable_parquet_file_gets_the_parquet_error_not_a_label_question(tmp_path, fmt, make, says):
+    """A truncated or corrupt Parquet file, recognised or named, said 'csv import needs --label COLUMN'."""
+    p = tmp_path / "t.parquet"
+    make(p)
+    err = one_line_error(invoke(*fmt, p, "--out", tmp_path / "o"))
+    assert says in err and err == one_line_error(invoke(*fmt, p, "--label", "y", "--out", tmp_path / "o")), err
+    assert "csv import" not in err
+
+
+@pytest.mark.parametrize("fmt, make, says", [
+    ("csv", lambda p: p.write_text(""), "the input is empty (no header line)"),
+    ("csv", lambda p: p.write_text("\n \n"), "the input is empty (no header line)"),
+    ("csv", lambda p: p.mkdir(), "is a directory"),
+    ("parquet", lambda p: p.mkdir(), "is a directory"),
+])
+def test_an_input_without_columns_gets_the_importers_error_not_a_label_question(tmp_path, fmt, make, says):
+    p = tmp_path / "t.in"
+    make(p)
+    err = one_line_error(invoke(fmt, p, "--out", tmp_path / "o"))
+    assert says in err and "needs --label" not in err, err
+
+
 # ---------------------------------------------------------------- text labels
 @pytest.mark.parametrize("kind", ["csv", "parquet"])
 def test_a_text_label_lists_its_values_and_label_positive(tmp_path, kind):
@@ -269,6 +306,36 @@ def test_numeric_columns_imported_as_categorical_get_one_warning_line(tmp_path):
     # the command it advises reads them as numbers, and warns no more
     res = ok(invoke("csv", p, "--label", "label", "--dense", "I1..I13", "--out", tmp_path / "d"))
     assert "warning" not in res.stderr and load_dataset(tmp_path / "d").num_dense == 13
+
+
+def write_prices(p, n):
+    """A csv with a label, a city and a price with about 200 distinct values (0.0 to 20.0)."""
+    rng = np.random.default_rng(6)
+    prices = [f"{x:.1f}" for x in rng.uniform(0, 20, n)]
+    p.write_text("label,city,price\n" + "".join(f"{i % 2},c{i % 9},{x}\n" for i, x in enumerate(prices)))
+    return prices
+
+
+@pytest.mark.parametrize("num_rows", [1000, 3000])
+def test_the_numeric_warning_under_min_count_gives_the_columns_distinct_values(tmp_path, num_rows):
+    """With --min-count the warning gave the values kept, as 'distinct values' (0 for a price column whose
+    ~200 values are each seen under 5 times in 1,000 rows)."""
+    p = tmp_path / "t.csv"
+    prices = write_prices(p, num_rows)
+    res = ok(invoke("csv", p, "--label", "label", "--min-count", "5", "--out", tmp_path / "o"))
+    counts = Counter(prices)
+    kept = sum(c >= 5 for c in counts.values())
+    if num_rows <= 2000:  # recognition read every row: the column's distinct values
+        distinct = f"{len(counts):,} distinct values"
+    else:
+        distinct = f"{len(set(prices[:2000])):,} distinct values in the first 2,000 rows"
+    warning = [ln for ln in res.stderr.splitlines() if ln.startswith("warning:")]
+    assert warning == [f"warning: 1 numeric-looking column imported as categorical (one id per value seen at least 5 "
+                       f"times, one rare id for the others): price ({distinct}, {kept:,} kept); to read them as "
+                       f"numbers pass --dense price."], res.stderr
+    assert len(counts) > 150 and load_dataset(tmp_path / "o").fields[1].num_values == kept + 2
+    res = ok(invoke("csv", p, "--label", "label", "--out", tmp_path / "all"))  # one id per value: all of them
+    assert f"price ({len(counts):,} distinct values); to read them" in res.stderr, res.stderr
 
 
 @pytest.mark.parametrize("fmt, name, write", [("csv", "t.csv", write_header_csv), ("parquet", "t.parquet", write_parquet)])

@@ -175,10 +175,9 @@ def _criteo_with(tmp_path: Path, bad_line: str) -> Path:
          r"line 3: column 15 \(C1\) is not hexadecimal: '68fd1e6g'"),
         ("\t".join(GOOD.split("\t")[:39] + ["0123456789abcdef0"]),
          r"line 3: column 40 \(C26\) is not hexadecimal: '0123456789abcdef0'"),
-        ("", r"line 3: empty line"),
     ],
     ids=["too-few-columns", "too-many-columns", "36-columns", "label-text", "label-2", "dense-float", "bad-hex",
-         "hex-too-long", "empty-line"],
+         "hex-too-long"],
 )
 def test_criteo_malformed_line_fails_strict(tmp_path, bad_line, message):
     p = _criteo_with(tmp_path, bad_line)
@@ -340,12 +339,12 @@ def test_iter_chunks_line_numbers(tmp_path):
 @pytest.mark.parametrize("chunk_bytes", [1, 3, 7, 4096])
 def test_blank_lines_at_the_very_end_are_not_data(tmp_path, chunk_bytes):
     """An editor's blank lines after the last line are dropped (the strict default refused the file); a blank
-    line before other lines stays a malformed line, with its line number."""
+    line before other lines is skipped too (tests/test_import_blank_lines.py), the others keep their numbers."""
     p = tmp_path / "x.txt"
     p.write_bytes(b"h\na\n\nb\n\r\n\n")
-    got = [(c.first_line + k, ln) for c in iter_chunks(p, chunk_bytes=chunk_bytes, skip_lines=1)
+    got = [(int(c.line_of(k)), ln) for c in iter_chunks(p, chunk_bytes=chunk_bytes, skip_lines=1)
            for k, ln in enumerate(c.data.split(b"\n")[:-1])]
-    assert got == [(2, b"a"), (3, b""), (4, b"b")]
+    assert got == [(2, b"a"), (4, b"b")]
     q = tmp_path / "t.csv"
     q.write_text("label,a\n1,x\n0,y\n\n\n")
     meta = import_csv([q], tmp_path / "o", options=CsvOptions(label="label"), common=opts(test_fraction=0.0))
@@ -721,9 +720,8 @@ def test_libffm_given_fields_and_multi(tmp_path):
         ("0 3.5:1", False, r"line 2: index in '3.5:1' is not a non-negative integer"),
         ("1 3:1", True, r"line 2: token 1 '3:1' is not field:idx:val"),
         ("0 a:3:1", True, r"line 2: field in 'a:3:1' is not a non-negative integer"),
-        ("", False, r"line 2: empty line"),
     ],
-    ids=["label", "no-colon", "value", "negative-index", "float-index", "ffm-two-parts", "ffm-field", "empty"],
+    ids=["label", "no-colon", "value", "negative-index", "float-index", "ffm-two-parts", "ffm-field"],
 )
 def test_libsvm_malformed(tmp_path, line, ffm, message):
     p = tmp_path / "in.txt"
@@ -883,7 +881,7 @@ def test_criteo_property_matches_reference(tmp_path_factory, text, min_count, ch
 @pytest.mark.parametrize("fixture, run, bad_lines", [
     ("criteo_bad.tsv", lambda p, o, c: import_criteo([p], o, common=c), [2, 3, 4, 5]),
     ("avazu_bad.csv", lambda p, o, c: import_avazu([p], o, common=c), [3, 4, 5]),
-    ("bad.libsvm", lambda p, o, c: import_libsvm([p], o, common=c), [2, 3, 4, 5, 6]),
+    ("bad.libsvm", lambda p, o, c: import_libsvm([p], o, common=c), [2, 3, 4, 5]),  # line 6 is blank: skipped
     ("bad.libffm", lambda p, o, c: import_libsvm([p], o, ffm=True, common=c), [2, 3]),
     ("mixed_bad.csv", lambda p, o, c: import_csv([p], o, options=CsvOptions(label="income", dense=["age", "hours"],
                                                                           multi=["tags"]), common=c), [3, 4, 5, 6]),
@@ -898,6 +896,7 @@ def test_malformed_fixtures_strict_and_skipping(tmp_path, fixture, run, bad_line
     meta = run(p, tmp_path / "skip", opts(max_bad_lines=len(bad_lines)))
     assert [b["line"] for b in meta["bad_lines"]] == bad_lines
     assert meta["num_bad_lines"] == len(bad_lines)
+    assert meta["source"].get("num_blank_lines", 0) == (fixture == "bad.libsvm")
 
 
 @settings(max_examples=200, deadline=None)

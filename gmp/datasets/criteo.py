@@ -65,6 +65,7 @@ def import_criteo(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *
             common.begin_input(writer, path)
             last = 0
             for chunk in iter_chunks(path, chunk_bytes=common.chunk_bytes):
+                bad.skip_blank(chunk)
                 n = _import_chunk(chunk, writer, vocab, fids, bad)
                 lines_read += n
                 bad.check(name=", ".join(map(str, paths)), lines_read=lines_read)
@@ -90,8 +91,6 @@ def _import_chunk(chunk, writer: DatasetWriter, vocab: Vocabulary, fids: list[in
         def reason(k: int) -> str:
             i = rows[k]
             if bad_cols[i]:
-                if ncols[i] == 1 and starts[i, 0] == ends[i, 0]:
-                    return "empty line"
                 return f"expected {NUM_COLS} tab-separated columns (37-39 are padded), got {int(ncols[i])}"
             if bad_label[i]:
                 return f"label (column 1) is not 0 or 1: {token(buf, starts[i, 0], ends[i, 0])}"
@@ -104,7 +103,7 @@ def _import_chunk(chunk, writer: DatasetWriter, vocab: Vocabulary, fids: list[in
             c = 1 + NUM_DENSE + j
             return f"column {c + 1} ({CAT_NAMES[j]}) is not hexadecimal: {token(buf, starts[i, c], ends[i, c])}"
 
-        bad.add_many(chunk.file, chunk.first_line + rows, reason)
+        bad.add_many(chunk.file, chunk.line_of(rows), reason)
         good = ~is_bad
         ints, hexes, hex_status = ints[good], hexes[good], hex_status[good]
         int_status = int_status[good]

@@ -199,6 +199,7 @@ def run_delimited(paths: list[Path], out, *, fmt: str, layout: DelimitedLayout, 
             last = 0
             inside = False  # inside a quoted cell an earlier line opened (open_quotes)
             for chunk in iter_chunks(path, chunk_bytes=common.chunk_bytes, skip_lines=1):
+                bad.skip_blank(chunk)
                 buf, starts, ends, ncols = tokenize(chunk.data, layout.sep, ncols_expected)
                 n = ncols.size
                 lines_read += n
@@ -234,8 +235,6 @@ def run_delimited(paths: list[Path], out, *, fmt: str, layout: DelimitedLayout, 
                             return (f"column {int(quoted[i])} opens a double quote it does not close (a quoted cell "
                                     f"holding the separator or a newline is not supported)")
                         if bad_cols[i]:
-                            if ncols[i] == 1 and starts[i, 0] == ends[i, 0]:
-                                return "empty line"
                             return f"expected {ncols_expected} {sepname}-separated columns, got {int(ncols[i])}"
                         c = layout.label_col
                         if bad_label[i]:
@@ -252,7 +251,7 @@ def run_delimited(paths: list[Path], out, *, fmt: str, layout: DelimitedLayout, 
                                     f"{token(buf, starts[i, c], ends[i, c])}")
                         return dreason(i)
 
-                    bad.add_many(chunk.file, chunk.first_line + rows, reason)
+                    bad.add_many(chunk.file, chunk.line_of(rows), reason)
                     bad.check(name=", ".join(map(str, paths)), lines_read=lines_read)
                 good = np.flatnonzero(~is_bad)
                 m = good.size

@@ -28,7 +28,7 @@ import os
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from .._io import release_claim_on_error
 from ..errors import ImportDataError
@@ -198,7 +198,8 @@ class ImportRecipe:
 
     ``proposed`` names what recognition chose (``"format"``, ``"label"``, ``"dense"``,
     ``"label_threshold"``); ``numeric_categorical`` the numeric-looking columns (many distinct
-    values) that are imported as categorical by default (:meth:`numeric_warning`).
+    values) that are imported as categorical by default (:meth:`numeric_warning`), and
+    ``numeric_distinct`` their distinct values in the first ``sample_rows`` rows, which recognition read.
     """
 
     format: str
@@ -206,6 +207,8 @@ class ImportRecipe:
     columns: ColumnChoice = field(default_factory=ColumnChoice)
     proposed: tuple[str, ...] = ()
     numeric_categorical: tuple[str, ...] = ()
+    numeric_distinct: tuple[int, ...] = ()
+    sample_rows: int = 0
 
     def command(self, inputs: Sequence[str | os.PathLike], out: str | os.PathLike, extra: Sequence[str] = ()) -> str:
         """The ``gmp data import`` command line of this recipe (``extra``: the other flags, as typed)."""
@@ -215,18 +218,37 @@ class ImportRecipe:
 
     def numeric_warning(self, meta: dict[str, Any]) -> str | None:
         """One line naming the numeric-looking columns the import made categorical, with their distinct
-        values (from the written header ``meta``); ``None`` when there are none."""
+        values (from the written header ``meta``); ``None`` when there are none.
+
+        Below ``min_count`` the values share the field's rare id and the header counts only the kept
+        ones, so the distinct values are then those recognition saw (in its first rows, unless they
+        were the whole input), followed by the kept ones."""
         fields = {f["name"]: f for f in meta.get("fields", [])}
-        seen = [(c, int(fields[c]["num_values"]) - 2) for c in self.numeric_categorical
+        source = meta.get("source", {})
+        min_count = int(source.get("options", {}).get("min_count", 1))
+        sampled = dict(zip(self.numeric_categorical, self.numeric_distinct))
+        whole = self.sample_rows >= int(source.get("num_lines", 0))  # recognition read every row
+        where = "" if whole else f" in the first {self.sample_rows:,} rows"
+
+        def count(c: str) -> str:
+            kept = int(fields[c]["num_values"]) - 2
+            if min_count == 1 or c not in sampled:  # one id per value: the header counts them
+                return f"{kept:,} distinct values"
+            return f"{sampled[c]:,} distinct values{where}, {kept:,} kept"
+
+        seen = [c for c in self.numeric_categorical
                 if c in fields and fields[c].get("kind") == "categorical" and not fields[c].get("hash_buckets")]
         if not seen:
             return None
+        from ..wording import plural
         from .sniff import compress_names
 
-        shown = ", ".join(f"{c} ({n:,} distinct values)" for c, n in seen[:6]) + (", ..." if len(seen) > 6 else "")
-        return (f"warning: {len(seen)} numeric-looking column{'s' if len(seen) != 1 else ''} imported as categorical "
-                f"(one id per distinct value): {shown}; to read them as numbers pass "
-                f"--dense {','.join(compress_names([c for c, _ in seen]))}.")
+        shown = ", ".join(f"{c} ({count(c)})" for c in seen[:6]) + (", ..." if len(seen) > 6 else "")
+        ids = ("one id per distinct value" if min_count == 1 else
+               f"one id per value seen at least {min_count} times, one rare id for the others")
+        return (f"warning: {len(seen)} numeric-looking {plural('column', len(seen))} imported as categorical "
+                f"({ids}): {shown}; to read them as numbers pass "
+                f"--dense {','.join(compress_names(seen))}.")
 
 
 def recognise_import(fmt: str | None, inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
@@ -281,7 +303,7 @@ def recognise_import(fmt: str | None, inputs: Sequence[str | os.PathLike], out: 
         if _contradicts(fmt, guess):
             if guess.format in ("csv", "parquet"):
                 try:
-                    right = cmd(guess.format, _choose_columns(guess.format, first, ColumnChoice(), True)[0])
+                    right = cmd(guess.format, _choose_columns(guess.format, first, ColumnChoice(), True).choice)
                 except ImportDataError:
                     right = cmd(guess.format, ColumnChoice(label="LABEL_COLUMN"))
             else:
@@ -289,10 +311,11 @@ def recognise_import(fmt: str | None, inputs: Sequence[str | os.PathLike], out: 
             raise ImportDataError(f"{first} looks like {guess.description}, not {fmt} input. Read it with: {right}")
     if fmt not in ("csv", "parquet"):
         return ImportRecipe(fmt, guess.description, columns, tuple(proposed))
-    choice, more, numeric, problem = _choose_columns(fmt, first, columns, "format" in proposed)
-    if problem:
-        raise ImportDataError(f"{first}: {problem}. Run: {cmd(fmt, choice)}")
-    return ImportRecipe(fmt, guess.description, choice, tuple(proposed + more), tuple(numeric))
+    cols = _choose_columns(fmt, first, columns, "format" in proposed)
+    if cols.problem:
+        raise ImportDataError(f"{first}: {cols.problem}. Run: {cmd(fmt, cols.choice)}")
+    return ImportRecipe(fmt, guess.description, cols.choice, tuple(proposed + cols.proposed), tuple(cols.numeric),
+                        tuple(cols.numeric.values()), cols.num_rows)
 
 
 def _contradicts(fmt: str, guess) -> bool:
@@ -309,20 +332,30 @@ def _contradicts(fmt: str, guess) -> bool:
     return True
 
 
-def _choose_columns(fmt: str, path: Path, given: ColumnChoice, recognised: bool):
-    """(choice, proposed names, numeric categorical columns, problem or None) for a csv/Parquet input."""
+class _Columns(NamedTuple):
+    """What :func:`_choose_columns` decided for a csv/Parquet input."""
+
+    choice: ColumnChoice
+    proposed: list[str]
+    numeric: dict[str, int]  # numeric-looking columns left categorical -> their distinct values in the sample
+    num_rows: int  # rows sampled
+    problem: str | None
+
+
+def _choose_columns(fmt: str, path: Path, given: ColumnChoice, recognised: bool) -> _Columns:
+    """The columns of a csv/Parquet input, from its first rows (:data:`gmp.datasets.sniff.SAMPLE_ROWS`)."""
     import dataclasses
 
     from .sniff import csv_sample, is_number, parquet_sample, positive_label, propose_columns
 
     if not path.is_file():  # a pipe or device is read once, by the importer: nothing to sample ahead
-        return given, [], [], None
-    if fmt == "csv":
-        header, rows = csv_sample(path, sep_char(given.sep) or _delimiter(path))
-    else:
-        header, rows = parquet_sample(path)
-    if not header:  # empty or unreadable: the importer says so in its words
-        return given, [], [], None
+        check_inputs([path], streams=fmt == "csv", fmt=fmt)  # a directory; a pipe Parquet cannot read
+        return _Columns(given, [], {}, 0, None)
+    sep = (sep_char(given.sep) or _delimiter(path)) if fmt == "csv" else None
+    header, rows = csv_sample(path, sep) if fmt == "csv" else parquet_sample(path)
+    if not header:  # empty or unreadable: the importer's own error, not a question about the label
+        _check_readable(fmt, path, sep)
+        return _Columns(given, [], {}, 0, None)
     roles = propose_columns(header, rows)
     proposed: list[str] = []
     label, problem = given.label, None
@@ -362,9 +395,21 @@ def _choose_columns(fmt: str, path: Path, given: ColumnChoice, recognised: bool)
         dense = tuple(c for c in roles.dense if c not in taken)
         if dense:
             proposed.append("dense")
-    numeric = [c for c in roles.dense if c not in taken and c not in (dense or ())]
+    numeric = {c: len(roles.distinct(c)) for c in roles.dense if c not in taken and c not in (dense or ())}
     choice = dataclasses.replace(given, label=label, label_positive=positive, label_threshold=threshold, dense=dense)
-    return choice, proposed, numeric, problem
+    return _Columns(choice, proposed, numeric, roles.num_rows, problem)
+
+
+def _check_readable(fmt: str, path: Path, sep: str | None) -> None:
+    """Raise the importer's error for a csv/Parquet input whose columns could not be sampled."""
+    if fmt == "csv":
+        from .csvfmt import read_columns
+
+        read_columns([path], sep, "csv")
+    else:
+        from .parquet import check_readable
+
+        check_readable(path)
 
 
 def _delimiter(path: Path) -> str:

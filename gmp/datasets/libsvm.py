@@ -100,6 +100,7 @@ def import_libsvm(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *
             common.begin_input(writer, path)
             last = 0
             for chunk in iter_chunks(path, chunk_bytes=common.chunk_bytes):
+                bad.skip_blank(chunk)
                 lines = chunk.data.split(b"\n")
                 if chunk.data.endswith(b"\n"):
                     lines.pop()
@@ -107,8 +108,6 @@ def import_libsvm(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *
                 for k, line in enumerate(lines):
                     toks = line.split()
                     try:
-                        if not toks:
-                            raise _BadLine("empty line")
                         label = _num(toks[0], "label")
                         row_f, row_k = [], []
                         for pos, tok in enumerate(toks[1:], start=1):
@@ -121,7 +120,7 @@ def import_libsvm(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *
                                 row_f.append(f)
                                 row_k.append(idx)
                     except _BadLine as exc:
-                        bad.add(chunk.file, chunk.first_line + k, str(exc))
+                        bad.add(chunk.file, chunk.line_of(k), str(exc))
                         continue
                     if ffm and len(set(row_f)) != len(row_f):
                         multi.update(f for f in row_f if row_f.count(f) > 1)

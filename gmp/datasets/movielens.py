@@ -185,13 +185,14 @@ def _side_rows(path: Path, sep: bytes, num_cols: int, bad: BadLines, *, skip_lin
     counted in ``bad`` (a malformed line) and skipped."""
     what = "tab-separated" if sep == b"\t" else f"'{sep.decode()}'-separated"
     for chunk in iter_chunks(path, skip_lines=skip_lines):
+        bad.skip_blank(chunk)
         lines = chunk.data.split(b"\n")
         if chunk.data.endswith(b"\n"):
             lines.pop()
         for k, line in enumerate(lines):
             parts = line.rstrip(b"\r").split(sep)
             if len(parts) != num_cols:
-                bad.add(chunk.file, chunk.first_line + k, f"expected {num_cols} {what} columns, got {len(parts)}")
+                bad.add(chunk.file, chunk.line_of(k), f"expected {num_cols} {what} columns, got {len(parts)}")
                 continue
             yield parts
 
@@ -295,6 +296,7 @@ def import_movielens(inputs: Sequence[str | os.PathLike], out: str | os.PathLike
             task("Importing movielens", total=total_size(paths), unit="B") as advance:
         last = 0
         for chunk in iter_chunks(ratings, chunk_bytes=common.chunk_bytes, skip_lines=skip):
+            bad.skip_blank(chunk)
             lines = chunk.data.split(b"\n")
             if chunk.data.endswith(b"\n"):
                 lines.pop()
@@ -303,9 +305,7 @@ def import_movielens(inputs: Sequence[str | os.PathLike], out: str | os.PathLike
             for k, line in enumerate(lines):
                 parts = line.rstrip(b"\r").split(sep)
                 if len(parts) != ncols:
-                    reason = "empty line" if not line.strip() else \
-                        f"expected {ncols} tab-separated columns, got {len(parts)}"
-                    bad.add(chunk.file, chunk.first_line + k, reason)
+                    bad.add(chunk.file, chunk.line_of(k), f"expected {ncols} tab-separated columns, got {len(parts)}")
                     continue
                 try:
                     rating = float(parts[rj])
@@ -313,7 +313,7 @@ def import_movielens(inputs: Sequence[str | os.PathLike], out: str | os.PathLike
                     rating = None
                 if rating is None or not math.isfinite(rating):  # nan/inf would make every label 0 or 1
                     what = "a number" if rating is None else "a finite number"
-                    bad.add(chunk.file, chunk.first_line + k,
+                    bad.add(chunk.file, chunk.line_of(k),
                             f"rating (column {rj + 1}) is not {what}: {parts[rj].decode('utf-8', 'replace')[:24]!r}")
                     continue
                 rows.append(parts)

@@ -123,6 +123,15 @@ def import_parquet(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, 
                              format_options=options.to_json(), dense_names=roles["dense"])
 
 
+def check_readable(path: str | os.PathLike) -> None:
+    """Raise the importer's own one-line error for a file it could not read: pyarrow missing, a file that
+    is not Parquet, truncated or corrupt (checked before its columns are chosen, so that a column's
+    question never hides it)."""
+    _, _, pq = _pyarrow()
+    path = Path(path)
+    next(_batches(_open(pq, path), path, None), None)
+
+
 def _open(pq, path: Path):
     try:
         return pq.ParquetFile(path)

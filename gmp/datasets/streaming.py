@@ -17,6 +17,14 @@ status per cell (0 ok, 1 empty, 2 malformed), so a malformed line is found
 without a Python loop over lines; only the (rare) bad lines are turned into
 messages.
 
+Blank lines
+-----------
+A blank line (empty, or only spaces, tabs and carriage returns: :data:`BLANK`) is no sample
+and no malformed line: :func:`iter_chunks` leaves it out of its chunks (line
+numbers still count it) and :class:`BadLines` counts it; ``dataset.json``'s
+``source`` records ``num_blank_lines`` when there were any. Blank lines at the
+very end of an input (an editor's) are dropped without being counted.
+
 Bad lines
 ---------
 :class:`BadLines` counts malformed lines and keeps the first 10 as
@@ -63,6 +71,7 @@ import numpy as np
 from .._io import check_memory
 from ..errors import ImportDataError
 from ..kernels.hashing import mix64
+from ..wording import plural
 
 log = logging.getLogger(__name__)
 
@@ -98,11 +107,13 @@ class MalformedInputError(ImportDataError):
 
 @dataclass
 class BadLines:
-    """Counts malformed lines; keeps the first :data:`KEEP_BAD_LINES`."""
+    """Counts malformed lines; keeps the first :data:`KEEP_BAD_LINES`. Counts the blank lines
+    skipped too (``num_blank``; they are not malformed, so ``max_bad_lines`` does not count them)."""
 
     max_bad_lines: int = 0
     count: int = 0
     first: list[dict[str, Any]] = field(default_factory=list)
+    num_blank: int = 0
 
     def __post_init__(self) -> None:
         if self.max_bad_lines < 0:
@@ -120,6 +131,10 @@ class BadLines:
             self.first.append({"file": file, "line": int(lines[k]), "reason": reason_of(k)})
         self.count += int(len(lines))
 
+    def skip_blank(self, chunk: "Chunk") -> None:
+        """Count the blank lines :func:`iter_chunks` left out of ``chunk``."""
+        self.num_blank += chunk.num_blank
+
     def check(self, *, name: str, lines_read: int) -> None:
         """Raise :class:`MalformedInputError` if more than ``max_bad_lines`` were seen."""
         if self.count <= self.max_bad_lines:
@@ -127,8 +142,8 @@ class BadLines:
         shown = "; ".join(f"{b['file']} line {b['line']}: {b['reason']}" for b in self.first[:SHOW_BAD_LINES])
         more = f" (first {SHOW_BAD_LINES} shown)" if self.count > SHOW_BAD_LINES else ""
         raise MalformedInputError(
-            f"{name}: {self.count} malformed line{'s' if self.count != 1 else ''} in the first "
-            f"{lines_read} lines read, more than `max_bad_lines` {self.max_bad_lines}{more}: {shown}; "
+            f"{name}: {self.count} malformed {plural('line', self.count)} in the first {lines_read} "
+            f"{plural('line', lines_read)} read, more than `max_bad_lines` {self.max_bad_lines}{more}: {shown}; "
             f"fix the input or pass `max_bad_lines` N to skip up to N malformed lines.",
             bad=self, lines_read=lines_read)
 
@@ -141,12 +156,18 @@ class BadLines:
 # --------------------------------------------------------------------------
 @dataclass
 class Chunk:
-    """Complete lines of one input file."""
+    """Complete lines of one input file, its blank lines left out (module docstring, "Blank lines")."""
 
     file: str  # display name (the path as given)
     first_line: int  # 1-based line number of the chunk's first line
     data: bytes  # complete lines; the last one may lack its newline at EOF
     progress: int  # bytes of the underlying (possibly compressed) file consumed so far
+    num_blank: int = 0  # blank lines left out of ``data``
+    line_numbers: np.ndarray | None = None  # each line's number where blank lines were left out
+
+    def line_of(self, k):
+        """The 1-based line number in the file of line ``k`` of ``data`` (an int or an array of them)."""
+        return self.first_line + k if self.line_numbers is None else self.line_numbers[k]
 
 
 def check_inputs(paths: Sequence[str | os.PathLike], *, streams: bool = False, fmt: str = "") -> list[Path]:
@@ -179,6 +200,9 @@ def check_inputs(paths: Sequence[str | os.PathLike], *, streams: bool = False, f
 
 #: a UTF-8 byte-order mark (Excel and some exports start files with it)
 BOM = b"\xef\xbb\xbf"
+#: the bytes a blank line is made of (module docstring, "Blank lines"): what ``bytes.strip()`` strips
+BLANK = b" \t\n\v\f\r"
+_BLANK_BYTES = np.isin(np.arange(256), list(BLANK))
 
 
 def _open(path: Path) -> tuple[BinaryIO, BinaryIO]:
@@ -288,7 +312,8 @@ def iter_chunks(path: Path, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES, skip_line
 
     ``skip_lines`` leading lines (a header) are dropped; line numbers still
     count them. A UTF-8 byte-order mark at the start is dropped, and so are blank
-    lines at the very end (a blank line before other lines stays: a malformed line).
+    lines at the very end; a blank line before other lines is left out of its chunk
+    and counted in :attr:`Chunk.num_blank` (module docstring, "Blank lines").
     A line longer than ``max_line_bytes`` raises :class:`ImportDataError` with its
     line number and byte offset, having read at most a block more than the limit
     (module docstring, "Bounded memory").
@@ -330,12 +355,12 @@ def iter_chunks(path: Path, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES, skip_line
             base = offset
             if eof:
                 carry = b""
-                if not data.strip(b"\r\n"):  # blank lines at the very end (an editor's): not data
+                if not data.strip(BLANK):  # blank lines at the very end (an editor's): not data
                     data = b""
             else:
                 cut = data.rfind(b"\n")
                 data, carry = data[: cut + 1], data[cut + 1 :]
-                body = data.rstrip(b"\r\n")  # blank lines wait for the next block: at the end they are dropped
+                body = data.rstrip(BLANK)  # blank lines wait for the next block: at the end they are dropped
                 end = data.find(b"\n", len(body)) + 1 if body else 0
                 if end < len(data):
                     data, carry = data[:end], data[end:] + carry
@@ -347,13 +372,29 @@ def iter_chunks(path: Path, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES, skip_line
                 line += 1
                 to_skip -= 1
             if data:
-                yield Chunk(name, line, data, _position(raw, consumed))
+                yield _without_blank_lines(Chunk(name, line, data, _position(raw, consumed)))
                 line += data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
             if eof:
                 return
     finally:
         stream.close()
         raw.close()
+
+
+def _without_blank_lines(chunk: Chunk) -> Chunk:
+    """``chunk`` with its blank lines left out (it ends with a line that is not blank: :func:`iter_chunks`)."""
+    buf = np.frombuffer(chunk.data, dtype=np.uint8)
+    starts = np.flatnonzero(buf == 10) + 1
+    starts = np.concatenate(([0], starts[starts < buf.size]))  # of every line
+    if not _BLANK_BYTES[buf[starts]].any():  # a blank line starts with a blank byte: most chunks have none
+        return chunk
+    blank = np.zeros(starts.size, dtype=np.bool_)
+    _blank_lines(buf, blank)
+    if not blank.any():  # lines that start with a space or tab (an empty first column) but go on
+        return chunk
+    keep = np.repeat(~blank, np.diff(starts, append=buf.size))
+    return Chunk(chunk.file, chunk.first_line, buf[keep].tobytes(), chunk.progress, int(blank.sum()),
+                 chunk.first_line + np.flatnonzero(~blank))
 
 
 def _check_line_lengths(data: bytes, path: Path, line: int, offset: int, limit: int, *, every: bool) -> None:
@@ -396,6 +437,27 @@ def _count_lines(buf):  # pragma: no cover - compiled
     if buf.size and buf[buf.size - 1] != 10:
         n += 1
     return n
+
+
+@numba.njit(cache=True, nogil=True)
+def _is_blank_byte(c):  # pragma: no cover - compiled
+    return c == 32 or 9 <= c <= 13  # space, \t \n \v \f \r: what bytes.strip() strips (BLANK)
+
+
+@numba.njit(cache=True, nogil=True)
+def _blank_lines(buf, blank):  # pragma: no cover - compiled
+    """Mark in ``blank`` (one entry per line of ``buf``) the blank lines."""
+    line = 0
+    empty = True
+    for i in range(buf.size):
+        if buf[i] == 10:
+            blank[line] = empty
+            line += 1
+            empty = True
+        elif not _is_blank_byte(buf[i]):
+            empty = False
+    if buf.size and buf[buf.size - 1] != 10:
+        blank[line] = empty
 
 
 @numba.njit(cache=True, nogil=True)
@@ -863,6 +925,8 @@ def finish_import(writer, vocab, bad: BadLines, *, fmt: str, paths: Sequence[Pat
     fields = [FieldInfo(n, "dense", 0, None, column=j) for j, n in enumerate(dense_names)] + cat_fields
     source = {"format": fmt, "inputs": [str(p) for p in paths],
               "options": {**common.to_json(), **format_options}, "num_lines": int(lines_read)}
+    if bad.num_blank:  # only then: a header without them reads as before
+        source["num_blank_lines"] = int(bad.num_blank)
     log.info("%s: %d lines, %d samples, %d bad", names, lines_read, writer.num_samples, bad.count)
     if dedupe is None:  # an extending import's new ids follow all old ones: its samples need sorting
         dedupe = any(f.kind == "multi" for f in cat_fields) or bool(common.extend)

@@ -39,6 +39,7 @@ import numpy as np
 from .._io import check_memory
 from ..errors import ImportDataError
 from ..kernels.hashing import mix64, mix64_array
+from ..wording import plural
 from .format import FieldInfo
 
 
@@ -232,6 +233,16 @@ class Vocabulary:
         used = self._pid_field[: self._next]
         used[:] = new_of_old[used]
 
+    def _check_shares_a_field(self, previous: list[PreviousField]) -> None:
+        """A day may lack or add fields (:meth:`_align`), but one that shares none of ``previous``'s would
+        keep every old id unused and give all its own new ones: almost surely the wrong ``extend``."""
+        old = {p.name for p in previous}
+        if self.fields and not any(f.name in old for f in self.fields):
+            raise ImportDataError(
+                f"`extend`: this input's {_shown([f.name for f in self.fields])} share none with the previous "
+                f"dataset's {_shown([p.name for p in previous])}; extend a dataset imported from the same source, "
+                f"or import without `extend`.")
+
     def _align(self, previous: list[PreviousField]) -> None:
         """Line the fields up with ``previous`` (``--extend``) for importers that discover their fields
         while reading (libsvm's positions, libffm's field numbers): the previous fields first, in their
@@ -320,6 +331,7 @@ class Vocabulary:
         """
         if previous is not None:
             if discovered:
+                self._check_shares_a_field(previous)
                 self._align(previous)
             return self._finish_extending(previous, int(previous_num_embeddings), discovered)
         remap = np.full(max(self._next, 1), -1, dtype=np.int64)
@@ -413,6 +425,12 @@ class Vocabulary:
             self.new_id_ranges.append([cursor, cursor + info.num_values])
             cursor += info.num_values
         return infos, cursor, remap
+
+
+def _shown(names: list[str], most: int = 8) -> str:
+    """``N fields (a, b, ...)`` for a message: how many, and their names (the first few of many)."""
+    shown = ", ".join(names) if len(names) <= most else f"{', '.join(names[:most - 2])}, ..."
+    return f"{len(names)} {plural('field', len(names))} ({shown})"
 
 
 def _ranges(ids: np.ndarray) -> tuple[tuple[int, int], ...]:
