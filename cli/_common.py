@@ -24,7 +24,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def handle_errors(fn: F) -> F:
-    """Turn GmpError (and unreadable files) into ``error: ...`` on stderr and exit code 2.
+    """Turn GmpError (and unreadable files) into ``error: ...`` on stderr and exit code 2, and Ctrl-C into
+    ``error: interrupted; nothing written to OUT`` and exit code 130.
 
     Every command function is wrapped, so the behaviour is the same under the
     console script and typer's ``CliRunner``.
@@ -42,6 +43,9 @@ def handle_errors(fn: F) -> F:
         except OSError as exc:
             say_error(os_error_line(exc))
             raise typer.Exit(2) from None
+        except KeyboardInterrupt:  # Ctrl-C: one line, as for an error (gmp train says where its epochs stopped)
+            say_error(interrupted_line())
+            raise typer.Exit(130) from None  # 128 + SIGINT, as a shell reports a command Ctrl-C stopped
         except MemoryError:
             say_error("out of memory; use a smaller input or settings, or a machine with more memory.")
             raise typer.Exit(2) from None
@@ -56,6 +60,24 @@ def handle_errors(fn: F) -> F:
             release_claims()  # the outputs this command claimed (released already when it wrote them)
 
     return wrapper  # type: ignore[return-value]
+
+
+def interrupted_line() -> str:
+    """The line for a command stopped by Ctrl-C: the outputs it had claimed and not written (each is put in
+    place whole at the end, so none of them holds anything of this run; :func:`gmp._io.unwritten_outputs`)."""
+    from gmp._io import unwritten_outputs
+
+    outs = unwritten_outputs()
+    if not outs:
+        return "interrupted."
+    try:
+        here = Path.cwd()
+    except OSError:  # the working directory was removed
+        here = None
+    shown = []
+    for out in outs:  # as the person gave it, where it is under the working directory
+        shown.append(os.path.relpath(out, here) if here is not None and here in out.parents else str(out))
+    return f"interrupted; nothing written to {', '.join(shown)}."
 
 
 def say_error(line: str) -> None:

@@ -33,15 +33,20 @@ def parse_bytes(text: str) -> int:
 
 
 def parse_key_values(items: list[str]) -> dict:
-    """``["a=1", "b=x"]`` -> ``{"a": 1, "b": "x"}``: values as JSON literals when they parse, else strings."""
+    """``["a=1", "b=x"]`` -> ``{"a": 1, "b": "x"}``: values as JSON literals when they parse, else strings. A key
+    given twice is refused (one of the values would be dropped silently)."""
     from gmp.errors import PartitionError
 
-    out = {}
+    out: dict = {}
+    given: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
         key = key.strip().replace("-", "_")
         if not sep or not key:
-            raise PartitionError(f"--option {item!r}: expected KEY=VALUE, e.g. --option max_pairs=8000000.")
+            raise PartitionError(f"--option {item!r}: expected KEY=VALUE, e.g. --option levels=1.")
+        if key in given:
+            raise PartitionError(f"-O {key} is given twice (-O {given[key]} and -O {item}); give it once.")
+        given[key] = item
         try:
             out[key] = json.loads(value)
         except ValueError:

@@ -29,6 +29,7 @@ def synth(out, preset, like, samples, scale, seed, skew, tail, communities, loca
     """
     from gmp.api import run_synth
     from gmp.specs import resolve_synth
+    from gmp.wording import plural
 
     from ._flags import flags_for_params
 
@@ -49,8 +50,9 @@ def synth(out, preset, like, samples, scale, seed, skew, tail, communities, loca
         if as_json:
             echo_json(summary)
         else:
-            typer.echo(f"generated day {day['day']} after {continue_from}: {meta['num_samples']:,} samples, "
-                       f"{day['num_new_ids']:,} new ids ({meta['num_embeddings']:,} in all) -> {out}")
+            typer.echo(f"generated day {day['day']} after {continue_from}: {meta['num_samples']:,} "
+                       f"{plural('sample', meta['num_samples'])}, {day['num_new_ids']:,} new "
+                       f"{plural('id', day['num_new_ids'])} ({meta['num_embeddings']:,} in all) -> {out}")
         return
     synth_meta = meta["synth"]
     summary = {
@@ -67,6 +69,8 @@ def synth(out, preset, like, samples, scale, seed, skew, tail, communities, loca
     if as_json:
         echo_json(summary)
         return
-    typer.echo(f"generated {summary['num_samples']:,} samples ({meta['split']['num_test']:,} test), "
-               f"{summary['num_embeddings']:,} embeddings, {summary['num_edges']:,} edges, label rate "
+    typer.echo(f"generated {summary['num_samples']:,} {plural('sample', summary['num_samples'])} "
+               f"({meta['split']['num_test']:,} test), {summary['num_embeddings']:,} "
+               f"{plural('embedding', summary['num_embeddings'])}, {summary['num_edges']:,} "
+               f"{plural('edge', summary['num_edges'])}, label rate "
                f"{summary['label_rate']:.4f}, Bayes AUC {summary['bayes_auc']:.4f} ({summary['model']} model) -> {out}")

@@ -14,8 +14,9 @@ by a killed run are removed by the next run that writes the same ``NAME``
 
 Before any work, :func:`check_output_dir` refuses an output that would destroy
 something it was not meant to replace: the working directory or one of its
-parents, a directory holding an input, a symbolic link, a path inside a dataset
-or manifest, or (with ``overwrite``) an existing directory that is not a gmp
+parents, a directory holding an input, a symbolic link, a path inside a dataset,
+manifest, TorchRec export or checkpoint directory (:data:`OWNING_KINDS`), or
+(with ``overwrite``) an existing directory that is not a gmp
 output of the same kind or that holds anything but that kind's own files.
 Directories are created with the user's umask (``mkdtemp`` alone gives 0700).
 
@@ -55,11 +56,21 @@ log = logging.getLogger(__name__)
 #: bytes read per hash update; large enough to keep sha256 near memory speed.
 _HASH_CHUNK = 1 << 24
 
-#: the header file that makes a directory a gmp output of each kind
-KIND_FILES = {"gmp.dataset": "dataset.json", "gmp.placement": "manifest.json", "gmp.report": "report.json",
-              "gmp.torchrec_export": "plan.json"}
+#: the header file that makes a directory a gmp output of each kind, the report's last (a manifest holds its own
+#: report.json; a report may be written into an export); a checkpoint directory (``--checkpoint-dir``) has none
+#: of its own: its ``latest`` checkpoint's header marks it (:func:`output_kind`)
+KIND_FILES = {"gmp.dataset": "dataset.json", "gmp.placement": "manifest.json", "gmp.torchrec_export": "plan.json",
+              "gmp.checkpoint": "checkpoint.json", "gmp.report": "report.json"}
 KIND_NAMES = {"gmp.dataset": "a gmp dataset", "gmp.placement": "a placement manifest",
-              "gmp.report": "a gmp report directory", "gmp.torchrec_export": "a TorchRec export"}
+              "gmp.report": "a gmp report directory", "gmp.torchrec_export": "a TorchRec export",
+              "gmp.checkpoint": "a gmp checkpoint directory"}
+#: the kinds whose directory holds only its own files, so that no output may go inside one: a dataset, a
+#: manifest and an export are replaced whole (their `overwrite=True` refuses or loses anything else there), and
+#: a checkpoint directory's saves refuse what is not a checkpoint. Not a report directory: a report is written
+#: into an existing directory beside what is there and never replaces it.
+OWNING_KINDS = ("gmp.dataset", "gmp.placement", "gmp.torchrec_export", "gmp.checkpoint")
+#: the entry of a checkpoint directory that holds its newest checkpoint (``gmp.train.checkpoint_dir.LATEST``)
+_LATEST_CHECKPOINT = "latest"
 #: errno values that mean "the device is full"
 _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
@@ -71,18 +82,26 @@ def current_umask() -> int:
 
 
 def output_kind(path: Path) -> str | None:
-    """The gmp format whose header ``path`` holds (``"gmp.dataset"``, ...), or None."""
+    """The gmp format whose header ``path`` holds (``"gmp.dataset"``, ...), or None; a checkpoint directory
+    (its ``latest`` checkpoint's header) is ``"gmp.checkpoint"`` too."""
     for kind, name in KIND_FILES.items():
-        f = path / name
-        if f.is_file():
-            try:
-                with open(f, encoding="utf-8") as fh:
-                    head = json.load(fh)
-            except (OSError, ValueError, RecursionError):
-                continue
-            if isinstance(head, dict) and head.get("format") == kind:
-                return kind
+        if _has_header(path / name, kind):
+            return kind
+    if _has_header(path / _LATEST_CHECKPOINT / KIND_FILES["gmp.checkpoint"], "gmp.checkpoint"):
+        return "gmp.checkpoint"
     return None
+
+
+def _has_header(f: Path, kind: str) -> bool:
+    """Whether the file ``f`` is a JSON header of format ``kind``."""
+    if not f.is_file():
+        return False
+    try:
+        with open(f, encoding="utf-8") as fh:
+            head = json.load(fh)
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(head, dict) and head.get("format") == kind
 
 
 # --------------------------------------------------------------------------- claims
@@ -245,6 +264,9 @@ class Claim:
     def __init__(self, path: Path, lock: OutputLock, made: list[Path]):
         self.path, self.lock, self._made = path, lock, made
         self.identity = _identity(path)
+        #: True once this run may have changed what stands at the path (its output put in place, or files
+        #: written into an existing directory): kept after the release, for :func:`unwritten_outputs`
+        self.written = False
 
     def same(self) -> bool:
         return _identity(self.path) == self.identity
@@ -266,6 +288,8 @@ class Claim:
 
 #: this process's claims, by absolute path (a command checks early, writes late: one claim for both)
 _CLAIMS: dict[Path, Claim] = {}
+#: every claim taken since the last :func:`release_claims`, released or not (:func:`unwritten_outputs`)
+_TAKEN: dict[Path, Claim] = {}
 
 
 def lock_path(out: str | os.PathLike) -> Path:
@@ -300,7 +324,7 @@ def claim_output(out: str | os.PathLike, *, flag: str = "`out`") -> Claim:
             with contextlib.suppress(OSError):
                 d.rmdir()
         raise
-    claim = _CLAIMS[key] = Claim(key, lock, made)
+    claim = _CLAIMS[key] = _TAKEN[key] = Claim(key, lock, made)
     return claim
 
 
@@ -333,10 +357,18 @@ def release_claim(out: str | os.PathLike | None) -> None:
         held.release()
 
 
+def unwritten_outputs() -> list[Path]:
+    """The outputs (absolute paths) claimed since the last :func:`release_claims` (the CLI's command) that this
+    run has not written: an output is put in place whole (:func:`atomic_directory`, :func:`write_claimed_file`),
+    so nothing of this run is there (what the CLI says when a command is interrupted)."""
+    return [path for path, claim in _TAKEN.items() if not claim.written]
+
+
 def release_claims() -> None:
     """Release every claim this process holds (the CLI calls it when a command ends, however it ends)."""
     for claim in list(_CLAIMS.values()):
         claim.release()
+    _TAKEN.clear()
 
 
 atexit.register(release_claims)
@@ -357,14 +389,15 @@ def _shown(names: Sequence[str]) -> str:
 
 
 def enclosing_output(path: str | os.PathLike) -> tuple[str, Path] | None:
-    """``(kind, directory)`` of the gmp dataset or placement manifest that ``path`` lies inside (at any
-    depth), or None: such a directory's content is gmp's, and ``--overwrite`` of it would refuse or lose
-    anything else put there."""
+    """``(kind, directory)`` of the gmp output of :data:`OWNING_KINDS` (a dataset, a placement manifest, a
+    TorchRec export, a checkpoint directory or one of its checkpoints) that ``path`` lies inside (at any depth),
+    or None: such a directory's content is gmp's, and ``--overwrite`` of it would refuse or lose anything else
+    put there."""
     target = Path(os.path.abspath(path))
     for anc in target.parents:
         if anc.is_dir():
             kind = output_kind(anc)
-            if kind in ("gmp.dataset", "gmp.placement"):
+            if kind in OWNING_KINDS:
                 return kind, anc
     return None
 
@@ -377,7 +410,7 @@ def check_output_dir(out: str | os.PathLike, *, kind: str | None, overwrite: boo
 
     Refused, each with a one-line :class:`~gmp.errors.OutputError`: a symbolic
     link; the working directory or one of its parents; a directory that holds
-    one of ``inputs``; a path inside a gmp dataset or placement manifest (their
+    one of ``inputs``; a path inside a gmp output of :data:`OWNING_KINDS` (their
     directories hold only their own files); a path below an existing file; an
     existing file; an existing non-empty directory without ``overwrite``, or
     (with ``overwrite``) one that is not a gmp output of ``kind`` (with
@@ -408,7 +441,8 @@ def check_output_dir(out: str | os.PathLike, *, kind: str | None, overwrite: boo
     inside = enclosing_output(target)
     if inside is not None:
         raise OutputError(f"{flag} {out} is inside {KIND_NAMES[inside[0]]} ({inside[1]}), whose directory holds "
-                          f"only its own files (its `overwrite=True` would refuse or lose it); choose a path outside it.")
+                          f"only its own files (rewriting it would refuse or lose anything else); choose a path "
+                          f"outside it.")
     for anc in target.parents:
         if anc.exists() or anc.is_symlink():
             if not anc.is_dir():
@@ -464,11 +498,11 @@ def check_only_own(out: Path, own: Callable[[str], bool] | Collection[str], *, k
 
 
 def owner_of(path: str | os.PathLike) -> str | None:
-    """``"gmp.dataset"`` or ``"gmp.placement"`` when ``path`` lies in such a directory (its files belong to it:
-    a stray file there can replace or corrupt what gmp reads), else None."""
+    """The kind of :data:`OWNING_KINDS` of the directory ``path`` lies in (its files belong to it: a stray file
+    there can replace or corrupt what gmp reads, or block its `overwrite=True`), else None."""
     parent = Path(path).parent
     kind = output_kind(parent) if parent.is_dir() else None
-    return kind if kind in ("gmp.dataset", "gmp.placement") else None
+    return kind if kind in OWNING_KINDS else None
 
 
 def check_output_file(out: str | os.PathLike, *, overwrite: bool = False, flag: str = "`out`",
@@ -476,7 +510,7 @@ def check_output_file(out: str | os.PathLike, *, overwrite: bool = False, flag: 
     """Refuse an output file that must not be (re)written; cheap, so call it first.
 
     Refused, each with a one-line :class:`~gmp.errors.OutputError`: a symbolic link; a directory; a file
-    inside a gmp dataset or placement manifest (their files belong to them: a stray ``dataset.json`` or
+    inside a gmp output of :data:`OWNING_KINDS` (their files belong to them: a stray ``dataset.json`` or
     ``report.json`` there replaces what gmp reads); an existing file without ``overwrite``; a file another
     process claimed. With ``claim`` it is claimed for this process (see :func:`write_claimed_file`).
     """
@@ -674,6 +708,7 @@ def atomic_directory(out: str | os.PathLike, *, overwrite: bool = False, kind: s
         os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp makes it 0700
         yield tmp
         _put_in_place(tmp, out, claim, kind=kind, own=own, flag=flag)
+        claim.written = True
     except OSError as exc:
         written = _tree_bytes(tmp) if tmp is not None and tmp.exists() else None
         if tmp is not None:
@@ -758,6 +793,7 @@ def write_claimed_file(out: str | os.PathLike, data: bytes, *, flag: str = "`out
                 raise _changed(out, flag, "was replaced" if out.exists() else "was removed")
             else:
                 os.replace(tmp, out)
+            claim.written = True
         finally:
             tmp.unlink(missing_ok=True)
     except OSError as exc:

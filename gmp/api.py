@@ -890,7 +890,9 @@ def run_report(spec: Any, *, formats: Sequence[str] | None = None, dataset: Any 
                 names = write_report(tmp, rep, formats=formats, plots=spec.plots, placement_secondaries=total)
         elif to_dir:
             claim.check()  # still the directory checked above
+            claim.written = True  # file by file, into a directory that stays: from here it may have changed
             names = write_report(out, rep, formats=formats, plots=spec.plots, placement_secondaries=total)
+            claim.release()  # written: a library caller's next report there (another process's) is not refused
     except BaseException:  # a failed call leaves out unclaimed: a notebook may call it again
         if to_dir:
             release_claim(out)
@@ -899,16 +901,21 @@ def run_report(spec: Any, *, formats: Sequence[str] | None = None, dataset: Any 
 
 
 def _check_report_target(out: Path, m: Any, **given: int | None) -> None:
-    """Refuse a report into a directory whose report files belong to something else: a dataset, another
-    manifest, or this manifest when the report is recomputed for another batch or width (its own report.json
-    is what ``gmp report MANIFEST`` reads back)."""
-    from ._io import KIND_NAMES, output_kind
+    """Refuse a report into a directory whose files belong to something else: a dataset, another manifest, a
+    TorchRec export, a checkpoint directory (:data:`gmp._io.OWNING_KINDS`) or a directory inside one, or this
+    manifest when the report is recomputed for another batch or width (its own report.json is what
+    ``gmp report MANIFEST`` reads back)."""
+    from ._io import KIND_NAMES, OWNING_KINDS, enclosing_output, output_kind
     from .errors import OutputError
 
     kind = output_kind(out)
     own = os.path.realpath(out) == os.path.realpath(m.path)
-    if kind == "gmp.dataset" or (kind == "gmp.placement" and not own):
+    if kind in OWNING_KINDS and not own:
         raise OutputError(f"`out` {out} is {KIND_NAMES[kind]}; its files are not this report's: write it elsewhere.")
+    inside = None if own else enclosing_output(out)
+    if inside is not None:
+        raise OutputError(f"`out` {out} is inside {KIND_NAMES[inside[0]]} ({inside[1]}), whose directory holds only "
+                          f"its own files; write it elsewhere.")
     differ = m.plan.differences(**given)
     if own and differ:
         raise OutputError(f"`out` {out} is the manifest itself: its own report would be replaced by one for "

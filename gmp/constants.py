@@ -12,6 +12,11 @@ VALUE_BYTES = 4
 #: (``gmp partition`` / ``report`` / ``train`` / ``simulate``) [samples]; a manifest's plan overrides it
 DEFAULT_BATCH_SIZE = 512
 
+#: the largest batch of one worker that every command takes (``--batch-size``): the trainer's sample
+#: offsets are int32 (``2**63`` was a traceback), so ``gmp partition`` refuses to plan a placement for a
+#: batch that ``gmp train`` could not run [samples]
+MAX_BATCH_SIZE = 2**31 - 1
+
 #: default embedding row width [values per row]; a manifest's plan overrides it
 DEFAULT_EMBEDDING_DIM = 16
 

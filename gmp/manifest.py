@@ -130,7 +130,7 @@ from ._io import (HeaderCount, atomic_directory, hash_arrays, header_value, load
 from ._version import __version__
 from .errors import GmpError, ManifestError, TopologyError
 from .graph import min_max
-from .placement import Placement, secondary_violation
+from .placement import Placement, indptr_fault, secondary_violation
 from .topology import Topology
 
 log = logging.getLogger(__name__)
@@ -617,7 +617,7 @@ def load_manifest(path: str | os.PathLike, *, dataset: Any = None, mmap: bool = 
     if kind == 1:
         raise ManifestError(
             f"{path / ARRAYS['secondary_indptr'][1]} must run non-decreasing from 0 to "
-            f"len(secondary_workers) = {sw.size}, got {int(ipa[0])}..{int(ipa[-1])}; {_FIX}"
+            f"len(secondary_workers) = {sw.size}, {indptr_fault(ipa, sw.size, 'secondary_indptr')}; {_FIX}"
         )
     if kind == 2:
         raise ManifestError(

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .constants import MAX_BATCH_SIZE
 from .errors import GmpError
 
 
@@ -60,6 +61,17 @@ def check_float(name: str, value: Any, *, minimum: float | None = None, strict: 
     if maximum is not None and v > maximum:
         raise _fail(error, name, expected, value)
     return v
+
+
+#: the bounds of a training plan's values (:class:`gmp.manifest.TrainingPlan`) besides ``>= 1``: a manifest carries
+#: them into ``gmp train``, so every command that plans or scores a placement bounds them as the trainer does
+PLAN_MAXIMA = {"batch_size": MAX_BATCH_SIZE, "embedding_dim": None}
+
+
+def check_plan_value(name: str, value: Any, *, error: type[GmpError] = GmpError) -> int:
+    """``value`` of the plan's ``name`` (``batch_size``, ``embedding_dim``): an int >= 1 and at most
+    :data:`PLAN_MAXIMA`'s bound."""
+    return check_int(name, value, minimum=1, maximum=PLAN_MAXIMA[name], error=error)
 
 
 def check_choice(name: str, value: Any, choices: Sequence[str], *, error: type[GmpError] = GmpError) -> str:

@@ -122,11 +122,36 @@ class Placement:
         code, bad = secondary_violation(ip, np.asarray(self.secondary_workers), np.asarray(self.embedding_primary),
                                        np.int64(w))
         if code == 1:
-            raise PlacementError("secondary_indptr must be non-decreasing from 0 to len(secondary_workers).")
+            size = self.secondary_workers.size
+            raise PlacementError(f"secondary_indptr must be non-decreasing from 0 to len(secondary_workers) = {size}, "
+                                 f"{indptr_fault(ip, size, 'secondary_indptr')}.")
         if code == 2:
             raise PlacementError(f"embedding {bad} has a secondary on its primary's worker.")
         if code == 3:
             raise PlacementError(f"embedding {bad} lists the same secondary worker twice.")
+
+
+def indptr_fault(indptr: np.ndarray, size: int, name: str = "indptr") -> str:
+    """What makes ``indptr`` not run non-decreasing from 0 to ``size``: its ends when they are wrong, and the
+    first position where it decreases (its ends alone can look right: ``got 0..328``); ``name``: the array's.
+
+    Examples
+    --------
+    >>> indptr_fault(np.array([0, 2, 1, 3]), 3)
+    'but it decreases at position 2 (indptr[1] = 2, indptr[2] = 1)'
+    >>> indptr_fault(np.array([1, 2, 2]), 3)
+    'got 1..2'
+    """
+    ip = np.asarray(indptr)
+    said = []
+    if ip.size == 0 or ip[0] != 0 or ip[-1] != size:
+        said.append("got " + (f"{int(ip[0])}..{int(ip[-1])}" if ip.size else "no entries"))
+    down = np.flatnonzero(ip[1:] < ip[:-1])
+    if down.size:
+        i = int(down[0]) + 1
+        said.append(f"{'and' if said else 'but'} it decreases at position {i} ({name}[{i - 1}] = {int(ip[i - 1])}, "
+                    f"{name}[{i}] = {int(ip[i])})")
+    return " ".join(said)
 
 
 @numba.njit(cache=True, nogil=True)

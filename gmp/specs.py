@@ -495,6 +495,11 @@ PARTITION_MODES = ("scratch", "distributed", "chunked", "incremental")
 _NOT_INCREMENTAL = ("inter_cost", "tol", "gamma", "threads", "memory_per_worker")
 #: the settings only ``from_manifest`` takes
 _INCREMENTAL_ONLY = ("max_moved_rows", "compare_full", "window")
+#: the incremental options that placing new data on the old placement reads (``from_manifest`` without
+#: ``max_moved_rows``: :func:`gmp.partition.incremental.place_new_data`, i.e. the exact plan's ``_place`` and
+#: ``resolve_options``, the one-pass plan's ``run_pass``); the others only shape the re-partition, so without
+#: ``max_moved_rows`` they are refused rather than ignored (and recorded in the manifest as if used)
+PLACEMENT_OPTIONS = ("plan", "max_imbalance", "alpha", "batch_size", "order", "start", "carry_private")
 #: the environment ``distributed`` needs (torchrun sets it)
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 TORCHRUN_HINT = "run it under torchrun (one process per rank; docs/distributed.md)"
@@ -561,6 +566,27 @@ def _refuse(error: type[GmpError], param: str, msg: str) -> GmpError:
     return _param_error(error, param, msg)
 
 
+def _refuse_repartition_options(options: Mapping[str, Any]) -> None:
+    """Refuse the incremental options given (not None) that only the re-partition reads (not in
+    :data:`PLACEMENT_OPTIONS`): ``from_manifest`` without ``max_moved_rows`` places the new data only."""
+    from .errors import PartitionError
+
+    if not options:
+        return
+    from .partition.incremental import Options
+
+    unread = [k for k in Options.__dataclass_fields__ if k not in PLACEMENT_OPTIONS and options.get(k) is not None]
+    if unread:
+        quoted = [f"'{k}'" for k in unread]
+        names = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} and {quoted[-1]}"
+        one = len(unread) == 1
+        raise _refuse(PartitionError, unread[0],
+                      f"the incremental option{'' if one else 's'} {names} appl{'ies' if one else 'y'} only to the "
+                      f"re-partition that `max_moved_rows` asks for; without it the new data is only placed on the "
+                      f"old placement, which does not read {'it' if one else 'them'}: add `max_moved_rows=N` (rows, "
+                      f"or a percentage such as 5%) or drop {'it' if one else 'them'}.")
+
+
 #: ``gmp partition``'s partitioner when none is given: gmp's own (HET-GMP's hybrid partitioning)
 DEFAULT_METHOD = "hybrid"
 #: ``gmp compare``'s partitioners when none are given: the reference, the classic peer and gmp's own
@@ -586,7 +612,7 @@ def resolve_partition(dataset: Any, method: str | None = None, out: str | os.Pat
     ``inter_cost`` 10, ``out`` ``placements/DATASET.METHOD.wN``. Every rule between the settings is checked here, before
     anything is read but the old manifest."""
     from .errors import PartitionError
-    from .params import check_int
+    from .params import check_int, check_plan_value
     from .seeds import check_seed
     from .topology import DEFAULT_INTER_COST, Topology, resolve_topology
 
@@ -635,6 +661,8 @@ def resolve_partition(dataset: Any, method: str | None = None, out: str | os.Pat
             raise _refuse(E, wrong[0], f"{', '.join(f'`{k}`' for k in wrong)} do{'es' if len(wrong) == 1 else ''} "
                                        f"not apply to `from_manifest` (its options: `max_imbalance`, `rounds`, "
                                        f"`alpha`, `beta`, `replication_budget` and the incremental options).")
+        if max_moved_rows is None:
+            _refuse_repartition_options(options)
         method = "incremental" if max_moved_rows is not None else "place-new"
     else:
         mode = "scratch"
@@ -667,8 +695,6 @@ def resolve_partition(dataset: Any, method: str | None = None, out: str | os.Pat
         plan, plan_sources, _ = resolve_training_plan(None, batch_size=batch_size, embedding_dim=embedding_dim)
         sources["inter_cost"] = USER if inter_cost is not None else DEFAULT
         inter_cost = DEFAULT_INTER_COST if inter_cost is None else inter_cost
-        for k in ("batch_size", "embedding_dim"):
-            check_int(k, plan[k], minimum=1, error=E)
         if isinstance(topology, Topology):
             topo = topology
             if workers is not None and workers != topo.num_workers:
@@ -682,6 +708,8 @@ def resolve_partition(dataset: Any, method: str | None = None, out: str | os.Pat
             topo = resolve_topology(workers, None if topology is None else str(topology),
                                     None if topology_file is None else str(topology_file), inter_cost=inter_cost)
         num_workers = topo.num_workers
+    for k in ("batch_size", "embedding_dim"):  # bounded as gmp train bounds them: the manifest carries them there
+        check_plan_value(k, plan[k], error=E)
     sources.update(plan_sources)
     sources["out"] = USER if out is not None else DEFAULT
     out = Path(out) if out is not None else Path("placements") / f"{name}.{method}.w{num_workers}"
@@ -733,7 +761,7 @@ def resolve_report(manifest: Any, *, dataset: Any = None, format: str = "md", ou
     """The one resolution of a report request (``gmp report`` and :func:`gmp.make_report`): the format is one
     of :data:`gmp.report.REPORT_FORMATS`, a given batch or width an int >= 1."""
     from .errors import ManifestError
-    from .params import check_int
+    from .params import check_plan_value
     from .report import REPORT_FORMATS
 
     if format not in REPORT_FORMATS:
@@ -741,7 +769,7 @@ def resolve_report(manifest: Any, *, dataset: Any = None, format: str = "md", ou
                                                f"{', '.join(REPORT_FORMATS)}.")
     for name, value in (("batch_size", batch_size), ("embedding_dim", embedding_dim)):
         if value is not None:
-            check_int(name, value, minimum=1, error=ManifestError)
+            check_plan_value(name, value, error=ManifestError)
     sources = {k: USER if v is not None else DEFAULT for k, v in (("batch_size", batch_size),
                                                                     ("embedding_dim", embedding_dim),
                                                                     ("dataset", dataset), ("out", out))}
@@ -783,7 +811,7 @@ def resolve_compare(dataset: Any, methods: Any = None, *, workers: int | None = 
     is its own); ``out`` (a ``.md``, ``.json`` or ``.html`` file) is checked here, before the (long)
     partitioning."""
     from .errors import PartitionError
-    from .params import check_int, comma_list
+    from .params import check_int, check_plan_value, comma_list
     from .seeds import check_seed
     from .topology import DEFAULT_INTER_COST, Topology, resolve_topology
 
@@ -798,7 +826,7 @@ def resolve_compare(dataset: Any, methods: Any = None, *, workers: int | None = 
     batch_size = DEFAULT_BATCH_SIZE if batch_size is None else batch_size
     embedding_dim = DEFAULT_EMBEDDING_DIM if embedding_dim is None else embedding_dim
     for name, value in (("batch_size", batch_size), ("embedding_dim", embedding_dim)):
-        check_int(name, value, minimum=1, error=E)
+        check_plan_value(name, value, error=E)
     if out is not None and Path(out).suffix not in COMPARE_SUFFIXES:
         raise _refuse(E, "out", f"`out` {out}: expected a .md, .json or .html file name.")
     if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool)):
@@ -981,6 +1009,11 @@ def resolve_synth(out: str | os.PathLike, *, preset: str | None = None, like: st
                          sources=sources)
     if growth is not None or drift is not None:
         raise DatasetError("`growth` and `drift` apply to `continue_from` (the next day of a synthetic dataset).")
+    if like is not None:  # the model is fitted to LIKE: a preset's model and size would be ignored
+        kept = [name for name, given in (("preset", preset is not None), ("scale", scale is not None)) if given]
+        if kept:
+            raise DatasetError(f"{', '.join(f'`{k}`' for k in kept)} do{'es' if len(kept) == 1 else ''} not apply "
+                               f"to `like`: the model is fitted to {like} (size it with `num_samples`).")
     scale = 1.0 if scale is None else scale
     if not math.isfinite(scale):
         raise DatasetError(f"`scale` must be a finite number > 0, got {scale}.")

@@ -308,6 +308,40 @@ def test_no_manifest_or_checkpoint_dir_inside_a_dataset(tmp_path, dataset):
     assert not (dataset / "ckpt").exists()
 
 
+def test_no_output_inside_an_export_or_a_checkpoint_dir(tmp_path, dataset):
+    """A gmp output inside a TorchRec export made the export's ``--overwrite`` blame the person ("holds inner,
+    which gmp did not write there"), one inside a checkpoint directory its next save; both are refused up front
+    as inside a dataset or manifest, and so is a report into (or inside) an export."""
+    from gmp.train.checkpoint_dir import check_checkpoint_dir
+
+    man, ex = tmp_path / "man", tmp_path / "ex"
+    assert invoke("partition", dataset, "-w", 2, "-m", "random", "--no-plots", "--out", man).exit_code == 0
+    assert invoke("export", "torchrec", man, "--dataset", dataset, "--out", ex).exit_code == 0
+    (ex / "sub").mkdir()  # a directory inside the export (made by hand): a report there is inside it too
+    for args, where in ((("partition", dataset, "-w", 2, "-m", "random", "--out", ex / "inner"), "ex/inner"),
+                        (("data", "synth", "-n", 50, "--preset", "tiny", "--out", ex / "ds"), "ex/ds"),
+                        (("compare", dataset, "-w", 2, "--methods", "random", "--out", ex / "c.md"), "ex/c.md"),
+                        (("report", man, "--format", "json", "--out", ex), "ex"),
+                        (("report", man, "--format", "json", "--out", ex / "sub"), "ex/sub")):
+        one_line_error(invoke(*args), rf"--out .*{where} is (inside )?a TorchRec export")
+    (ex / "sub").rmdir()
+    res = invoke("export", "torchrec", man, "--dataset", dataset, "--out", ex, "--overwrite")
+    assert res.exit_code == 0, res.output
+
+    ckpt = tmp_path / "ck"  # a checkpoint directory as a run leaves it: its latest checkpoint's header marks it
+    (ckpt / "ckpt-00001-00000000").mkdir(parents=True)
+    (ckpt / "ckpt-00001-00000000" / "checkpoint.json").write_text('{"format": "gmp.checkpoint", "schema_version": 3}')
+    os.symlink("ckpt-00001-00000000", ckpt / "latest")
+    for out, inside in ((ckpt / "inner", ckpt), (ckpt / "latest" / "x", ckpt / "latest")):
+        res = invoke("partition", dataset, "-w", 2, "-m", "random", "--out", out)
+        one_line_error(res, rf"--out {re.escape(str(out))} is inside a gmp checkpoint directory "
+                            rf"\({re.escape(str(inside))}\)")
+    one_line_error(invoke("compare", dataset, "-w", 2, "--methods", "random", "--out", ckpt / "c.md"),
+                   r"inside a gmp checkpoint directory")
+    check_checkpoint_dir(ckpt, resume=True)  # nothing but checkpoints there: the run can go on
+    assert sorted(p.name for p in ckpt.iterdir()) == ["ckpt-00001-00000000", "latest"]
+
+
 def test_overwrite_of_a_manifest_keeps_its_report_and_plots_but_nothing_else(tmp_path, dataset):
     man = tmp_path / "m"
     assert invoke("partition", dataset, "-w", 2, "-m", "random", "--out", man).exit_code == 0

@@ -356,6 +356,70 @@ def test_generic_partitioner_option(tiny_dataset, tmp_path):
     assert r.exit_code == 2 and "expected KEY=VALUE" in r.output
 
 
+@pytest.fixture(scope="module")
+def synth_day(tmp_path_factory) -> Path:
+    """A small criteo-kaggle day (5,000 samples): hybrid's multilevel start and its sweeps run on it."""
+    out = tmp_path_factory.mktemp("day") / "d"
+    res = invoke("data", "synth", "--preset", "criteo-kaggle", "-n", 5000, "--scale", 0.01, "--out", out)
+    assert res.exit_code == 0, res.output
+    return out
+
+
+def test_the_option_example_of_the_help_runs_with_the_default_method(synth_day, tmp_path):
+    """The -O example in ``gmp partition --help`` (it was -O order=dataset -O max_pairs=8000000, which every
+    method refused) runs as shown, and each of its options changes the default method's placement."""
+    import re
+
+    help_text = runner.invoke(app, ["partition", "--help"], env={"COLUMNS": "400"}).output
+    line = next(ln for ln in help_text.splitlines() if "--option" in ln)
+    example = re.search(r"e\.g\. ((?:-O \S+ ?)+)", line).group(1).split()
+    assert example[::2] == ["-O"] * (len(example) // 2) and len(example) >= 4, example
+    sha = {}
+    for name, extra in (("default", []), ("first", example[:2]), ("example", example)):
+        res = invoke("partition", synth_day, "-w", 2, "--no-plots", "--out", tmp_path / name, *extra)
+        assert res.exit_code == 0, res.output
+        sha[name] = load_manifest(tmp_path / name).meta["placement_sha256"]
+    assert len(set(sha.values())) == 3, sha  # neither option is ignored
+
+
+def test_an_option_given_twice_is_refused(tiny_dataset, tmp_path):
+    """``-O rounds=3 -O rounds=4`` kept the last silently (``--rounds 4 -O rounds=3`` was refused)."""
+    res = invoke("partition", tiny_dataset, "-w", 2, "-O", "rounds=3", "-O", "rounds=4", "--out", tmp_path / "p")
+    assert res.exit_code == 2 and not (tmp_path / "p").exists()
+    assert res.stderr.strip() == "error: -O rounds is given twice (-O rounds=3 and -O rounds=4); give it once."
+
+
+def test_ctrl_c_says_nothing_was_written_and_leaves_nothing(synth_day, tmp_path):
+    """Ctrl-C during ``gmp partition`` exited 130 without a word; it says so in one line, naming --out, of which
+    nothing is on disk (nor its lock or a temporary). The sweeps run until the signal (tol 0, a million rounds):
+    it is sent once a round was logged, so the partitioning is under way."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "p"
+    proc = subprocess.Popen([sys.executable, "-m", "cli.main", "-v", "partition", str(synth_day), "-w", "2",
+                             "--no-plots", "--rounds", "1000000", "--tol", "0", "-O", "levels=1", "--out", str(out)],
+                            cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a terminal
+    try:
+        said = []
+        for line in proc.stderr:  # wait for the marker: the sweeps' first round
+            said.append(line)
+            if "round 1:" in line:
+                break
+        assert proc.poll() is None, "".join(said)[-2000:]  # still partitioning
+        proc.send_signal(signal.SIGINT)
+        _, rest = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, rest[-2000:]
+    assert rest.strip().splitlines()[-1:] == [f"error: interrupted; nothing written to {out}."], rest[-2000:]
+    assert "Traceback" not in rest and sorted(os.listdir(tmp_path)) == []
+
+
 def test_the_options_named_as_flags_are_the_partition_commands_flags():
     """Errors and the report name a partitioner option by its flag only where `gmp partition` has one
     (they named --order, --per-field, ... that do not exist); every 'Partitioner option:' flag is listed."""

@@ -140,7 +140,13 @@ INVALID_CASES = {
     "secondary_on_primary": (lambda p: _save(p, "secondary_workers", np.array([0], dtype=np.int32)),
                              r"secondary_workers\.npy: embedding 2 has a secondary on its primary's worker 0"),
     "bad_indptr": (lambda p: _save(p, "secondary_indptr", np.array([0, 0, 0, 1, 1, 1, 2], dtype=np.int64)),
-                   r"secondary_indptr\.npy must run non-decreasing from 0 to len\(secondary_workers\) = 1"),
+                   r"secondary_indptr\.npy must run non-decreasing from 0 to len\(secondary_workers\) = 1, "
+                   r"got 0\.\.2; re-create it"),
+    # its ends are right: the message names where it decreases (it said "got 0..1", a range that looks valid)
+    "indptr_decreasing_inside": (lambda p: _save(p, "secondary_indptr", np.array([0, 0, 1, 0, 1, 1, 1], np.int64)),
+                                 r"secondary_indptr\.npy must run non-decreasing from 0 to len\(secondary_workers\) "
+                                 r"= 1, but it decreases at position 3 \(secondary_indptr\[2\] = 1, "
+                                 r"secondary_indptr\[3\] = 0\); re-create it"),
     "missing_array": (lambda p: (p / "embedding_primary.npy").unlink(),
                       r"embedding_primary\.npy not found; re-create it with 'gmp partition'"),
     "corrupt_npy": (lambda p: (p / "secondary_indptr.npy").write_bytes(b"\x93NUMPY garbage"),

@@ -20,9 +20,10 @@ def test_valid_placement_passes():
 
 
 @pytest.mark.parametrize("indptr, workers, message", [
-    ([0, 2, 1, 3, 3], [1, 2, 0], "non-decreasing"),           # decreasing step
-    ([1, 2, 2, 3, 3], [1, 2, 0], "non-decreasing"),           # does not start at 0
-    ([0, 1, 1, 2, 2], [1, 2, 0], "non-decreasing"),           # does not end at len(workers)
+    ([0, 2, 1, 3, 3], [1, 2, 0], r"non-decreasing from 0 to len\(secondary_workers\) = 3, but it decreases at "
+                                 r"position 2 \(secondary_indptr\[1\] = 2, secondary_indptr\[2\] = 1\)\.$"),
+    ([1, 2, 2, 3, 3], [1, 2, 0], r"non-decreasing .*, got 1\.\.3\.$"),  # does not start at 0
+    ([0, 1, 1, 2, 2], [1, 2, 0], r"non-decreasing .*, got 0\.\.2\.$"),  # does not end at len(workers)
     ([0, 2, 2, 3, 3], [1, 1, 0], "embedding 0 lists the same secondary worker twice"),
     ([0, 1, 2, 3, 3], [1, 1, 0], "embedding 1 has a secondary on its primary's worker"),
     ([0, 0, 0, 0, 1], [0], "embedding 3 has a secondary on its primary's worker"),

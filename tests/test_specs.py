@@ -289,6 +289,81 @@ def test_partition_refusals_name_the_parameter_and_the_command_its_flag(planned,
             resolve_partition(path, environ={}, **kwargs)
 
 
+def test_a_placement_is_planned_only_for_a_batch_gmp_train_takes(planned, tmp_path):
+    """``gmp partition --batch-size 10**12`` was accepted and its manifest then refused by ``gmp train`` (which
+    the person never gave the flag); every door that plans or scores a placement bounds the batch as the trainer
+    does, in the trainer's words (one bound: gmp.constants.MAX_BATCH_SIZE)."""
+    from gmp.constants import MAX_BATCH_SIZE
+    from gmp.errors import GmpError
+    from gmp.specs import resolve_compare, resolve_partition, resolve_report
+    from gmp.train.config import TrainConfig
+
+    path, man, _ = planned
+    with pytest.raises(GmpError) as trained:
+        TrainConfig(batch_size=MAX_BATCH_SIZE + 1)
+    said = str(trained.value)
+    assert said == f"The 'batch_size' parameter must be an int >= 1 and <= {MAX_BATCH_SIZE}, got {MAX_BATCH_SIZE + 1}."
+    for resolve in (lambda b: resolve_partition(path, "random", workers=2, batch_size=b, environ={}),
+                    lambda b: resolve_partition(path, from_manifest=man, batch_size=b, environ={}),
+                    lambda b: resolve_report(man, dataset=path, batch_size=b),
+                    lambda b: resolve_compare(path, "random", workers=2, batch_size=b)):
+        with pytest.raises(GmpError) as refused:
+            resolve(MAX_BATCH_SIZE + 1)
+        assert str(refused.value) == said
+        resolve(MAX_BATCH_SIZE)  # the bound itself is taken
+    res = cli("partition", path, "-w", 2, "-m", "random", "--batch-size", 10**12, "--out", tmp_path / "pb")
+    assert res.exit_code == 2 and not (tmp_path / "pb").exists()
+    assert res.stderr.strip() == f"error: --batch-size must be an int >= 1 and <= {MAX_BATCH_SIZE}, got {10**12}."
+
+
+#: a value other than the default of each incremental option that only the re-partition reads
+REPARTITION_ONLY = {"rounds": 1, "sweep": "all", "sweep_first": True, "beta": 5.0, "replication_budget": 0.5,
+                    "target": "none", "alongside": False}
+
+
+def test_the_options_only_the_repartition_reads_need_max_moved_rows(planned, tmp_path):
+    """``from_manifest`` without ``max_moved_rows`` places the new data only: an option only the re-partition
+    reads (``--rounds 1``) was ignored there but recorded in the manifest as used; it is refused in one line
+    that names the flag making it apply. The placement's own options are taken, and with a budget all are."""
+    from gmp.errors import PartitionError
+    from gmp.partition.incremental import Options
+    from gmp.specs import PLACEMENT_OPTIONS, resolve_partition
+
+    path, man, _ = planned
+    assert set(PLACEMENT_OPTIONS) | set(REPARTITION_ONLY) == set(Options.__dataclass_fields__)  # every option sorted
+    with pytest.raises(PartitionError, match=r"^the incremental option 'rounds' applies only to the re-partition "
+                                             r"that `max_moved_rows` asks for; .*add `max_moved_rows=N`"):
+        resolve_partition(path, from_manifest=man, options={"rounds": 1}, environ={})
+    with pytest.raises(PartitionError, match=r"options 'beta' and 'sweep' apply only"):
+        resolve_partition(path, from_manifest=man, options={"sweep": "all", "beta": 1.0, "order": "dataset"},
+                          environ={})
+    resolve_partition(path, from_manifest=man, options=REPARTITION_ONLY, max_moved_rows="5%", environ={})
+    resolve_partition(path, from_manifest=man, options={"order": "dataset", "start": "project", "alpha": 2.0,
+                                                        "carry_private": False, "max_imbalance": 1.2}, environ={})
+    res = cli("partition", path, "--from-manifest", man, "--rounds", 1, "--out", tmp_path / "r1", "--no-plots")
+    assert res.exit_code == 2 and not (tmp_path / "r1").exists()
+    assert res.stderr.strip().startswith("error: the incremental option 'rounds' applies only to the re-partition "
+                                         "that --max-moved-rows asks for;") and "--max-moved-rows N" in res.stderr
+    assert "\n" not in res.stderr.strip()
+
+
+@pytest.mark.parametrize("key", sorted(REPARTITION_ONLY))
+def test_placing_new_data_reads_none_of_the_options_refused_without_a_budget(planned, key):
+    """The guard of :data:`gmp.specs.PLACEMENT_OPTIONS`: each option refused without ``max_moved_rows`` leaves
+    :func:`place_new_data`'s placement as it is (should the placement start reading one, this fails)."""
+    from gmp.graph import build_graph
+    from gmp.manifest import load_manifest
+    from gmp.partition.incremental import Options, place_new_data
+
+    path, man, _ = planned
+    old = load_manifest(man)
+    graph = build_graph(load_dataset(path))
+    base = place_new_data(graph, old.placement, old.topology, seed=1, options=Options())
+    other = place_new_data(graph, old.placement, old.topology, seed=1, options=Options(**{key: REPARTITION_ONLY[key]}))
+    for name in ("sample_worker", "embedding_primary", "secondary_indptr", "secondary_workers"):
+        assert np.array_equal(getattr(base, name), getattr(other, name)), name
+
+
 def test_report_and_compare_requests_are_checked_once_for_both_doors(planned, tmp_path):
     from gmp.errors import ManifestError, PartitionError
     from gmp.specs import DEFAULT as D, resolve_compare, resolve_report

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from ..constants import DEFAULT_BATCH_SIZE, DEFAULT_EMBEDDING_DIM
+from ..constants import DEFAULT_BATCH_SIZE, DEFAULT_EMBEDDING_DIM, MAX_BATCH_SIZE
 from ..errors import TrainingError
 from ..params import check_choice, check_float, check_int
 from ..seeds import check_seed
@@ -29,9 +29,6 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64}
 #: the largest learning rate: any larger overflows float32's optimizer step (``--lr 1e308`` was a torch
 #: RuntimeError mid-epoch) and no model trains at it anyway
 MAX_LR = 1e6
-#: the largest (eval) batch of one worker: its sample offsets are int32 (``2**63`` was a traceback); the
-#: memory check before training refuses what does not fit below this
-MAX_BATCH_SIZE = 2**31 - 1
 #: wire dtypes of rows, gradients and the dense all-reduce (``comm_dtype``; None: the table's dtype)
 COMM_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
