@@ -37,3 +37,14 @@ def tiny_dataset(tmp_path, tiny_rows):
     write_dataset(out, indptr=indptr, indices=indices, labels=labels, dense=dense, fields=fields,
                   num_embeddings=6, source={"format": "test"}, test_fraction=1 / 3)
     return out
+
+
+@pytest.fixture
+def one_torch_thread():
+    """torch on one thread for the test, then as it was (the training tests share a small machine)."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

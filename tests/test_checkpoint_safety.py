@@ -18,31 +18,18 @@ import torch
 
 from gmp.errors import GmpError, TrainingError
 from gmp.train import checkpoint as ck
-from gmp.train import TrainConfig
 from gmp.train.run import train
-from train_data import make_two_worker_run
+from train_data import TWO_WORKER_CONFIG as CFG, make_two_worker_run, train_two_worker_run as run
 
 GOLDEN = Path(__file__).parent / "data"
-CFG = TrainConfig(model="wdl", batch_size=8, epochs=1, optimizer="adagrad", embedding_dim=2, hidden=(4,))
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     return make_two_worker_run(tmp_path_factory.mktemp("ck"))
-
-
-def run(setup, ckdir, *, epochs=1, resume=False, **kw):
-    path, man = setup
-    cfg = dataclasses.replace(CFG, epochs=epochs)
-    return train(path, man, cfg, checkpoint_dir=ckdir, resume=resume, **kw)
 
 
 def one_line(exc: pytest.ExceptionInfo) -> str:

@@ -34,12 +34,7 @@ KEYS = {"epoch", "train_loss", "test_auc", "test_logloss", "samples_per_sec", "b
 BYTE_KEYS = {"embedding_rows", "gradients", "ids_clocks", "dense_allreduce"}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

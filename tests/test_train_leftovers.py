@@ -4,7 +4,6 @@ its errors give (each test failed before its fix)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 import sys
@@ -12,35 +11,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from cli_helpers import invoke, one_line_error
 from gmp.errors import GmpError, TrainingError
-from gmp.train import TrainConfig
-from gmp.train.run import train
-from train_data import make_two_worker_run
+from train_data import make_two_worker_run, train_two_worker_run as run
 
 HERE = Path(__file__).parent
-CFG = TrainConfig(model="wdl", batch_size=8, epochs=1, optimizer="adagrad", embedding_dim=2, hidden=(4,))
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     return make_two_worker_run(tmp_path_factory.mktemp("leftovers"))
-
-
-def run(setup, ckdir, *, epochs=1, resume=False, manifest=None, **kw):
-    path, man = setup
-    return train(path, manifest or man, dataclasses.replace(CFG, epochs=epochs), checkpoint_dir=ckdir,
-                 resume=resume, **kw)
 
 
 def records(log):

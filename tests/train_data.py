@@ -10,6 +10,7 @@ from gmp.train.models import Batch, bce_sum, make_model
 from gmp.constants import ADAGRAD_EPS
 from gmp.train.store import initial_rows
 from gmp.placement import Placement
+from gmp.train import TrainConfig
 
 
 def make_ctr_dataset(out, *, num_samples=240, field_sizes=(7, 11, 5), num_dense=2, multi=True, test_fraction=0.25,
@@ -170,3 +171,20 @@ def make_two_worker_run(root):
     write_manifest(man, pl, dataset_sha256=ds.sha256, num_samples=ds.num_samples, num_embeddings=ds.num_embeddings,
                    topology=homogeneous(2))
     return path, man
+
+
+#: the settings of :func:`make_two_worker_run`'s run: Wide & Deep, batch 8, rows of width 2, one epoch
+TWO_WORKER_CONFIG = TrainConfig(model="wdl", batch_size=8, epochs=1, optimizer="adagrad", embedding_dim=2,
+                                hidden=(4,))
+
+
+def train_two_worker_run(setup, ckdir, *, epochs=1, resume=False, manifest=None, **kw):
+    """:func:`gmp.train.run.train` on ``setup`` (:func:`make_two_worker_run`'s ``(dataset, manifest)``; ``manifest``
+    replaces its manifest) with :data:`TWO_WORKER_CONFIG` for ``epochs`` epochs; ``kw`` as ``train`` takes them."""
+    import dataclasses
+
+    from gmp.train.run import train
+
+    path, man = setup
+    return train(path, manifest or man, dataclasses.replace(TWO_WORKER_CONFIG, epochs=epochs), checkpoint_dir=ckdir,
+                 resume=resume, **kw)

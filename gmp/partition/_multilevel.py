@@ -80,10 +80,10 @@ import scipy.sparse as sp
 
 from .._memory import available_memory
 from ..errors import PartitionError
+from ..kernels.simd import padded_width
 from ..kernels.threads import concurrent_launches_safe
 from ..progress import stop_point, task
 from ._common import choose_primaries, is_hierarchical, run_metis, sample_cap, seeded_order
-from ..kernels.simd import padded_width
 from ._hybrid_kernels import count_samples
 from ._objective import default_weights, soft_count_table, start_objective
 from .metis import choose_rows_by_degree, cooccurrence_csr
