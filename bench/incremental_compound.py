@@ -1,6 +1,6 @@
 """Compound moves, a free-sample start and the re-fitted target on one drift (issue 36; a measurement, not a test).
 
-Session 19's attempts at the independent-fields drift at a 5% budget (docs/incremental.md, "Session 19"),
+Session 19's attempts at the independent-fields drift at a 5% budget (docs/incremental-log.md, "Session 19"),
 on bench/incremental_bench.py's days: day 0 ``hybrid`` (seed ``--seed``), the day's full re-partition
 ``hybrid`` (seed ``--seed + d``), day 1's old placement day 0's, day 2's the 5% target-mode chain's day 1
 (the bench's ``incr-5%`` strategy). Reads are ``batch_remote_reads`` against the day's full re-partition.
@@ -20,7 +20,7 @@ on bench/incremental_bench.py's days: day 0 ``hybrid`` (seed ``--seed``), the da
              from the placed data's, then the exact plan's moves with the same rows as budget (1 and 3
              rounds, ``sweep="every"`` and the density default)
 
-Usage (the numbers of docs/incremental.md)::
+Usage (the numbers of docs/incremental-log.md)::
 
     python bench/incremental_compound.py --pool POOL --pool-samples 1500000 \\
         --preset criteo-kaggle-independent --ideas refit,rowonly,free,joint

@@ -24,7 +24,7 @@ target mode's chain (``--chain``: the budget ladder's steps up to the budget, as
 them from ``place_new_data``; also run from ``place_new_data`` as the control).
 Samples weigh 100 and rows 1 against the per-worker caps (samples within ``max_imbalance``, as ``hybrid``).
 
-Usage (docs/incremental.md, "Session 23: a multilevel search of the kept rows"; needs ``mtkahypar``)::
+Usage (docs/incremental-log.md, "Session 23: a multilevel search of the kept rows"; needs ``mtkahypar``)::
 
     python bench/incremental_fixed_vertices.py --pool POOL --pool-samples 1500000 \\
         --preset criteo-kaggle-independent --models km1,repart --alphas 1000,3

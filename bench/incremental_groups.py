@@ -1,6 +1,6 @@
 """Groups of co-used rows moved as one unit, on the independent-fields drift (issue 36; a measurement, not a test).
 
-The idea not tried before session 20 (docs/incremental.md, "The independent drift at 5%"): single-row moves
+The idea not tried before session 20 (docs/incremental-log.md, "The independent drift at 5%"): single-row moves
 stall because a row's gain shows only once the samples reading it follow, and those samples follow only
 once most of *their* rows have moved. So move rows in groups whose readers overlap:
 
@@ -28,7 +28,7 @@ once most of *their* rows have moved. So move rows in groups whose readers overl
 
 Reads are ``batch_remote_reads`` against the day's full re-partition; days and placements as
 bench/incremental_compound.py (day 1's old placement ``hybrid`` on day 0, day 2's the 5% target-mode
-chain's day 1). Usage (the numbers of docs/incremental.md)::
+chain's day 1). Usage (the numbers of docs/incremental-log.md)::
 
     python bench/incremental_groups.py --pool POOL --pool-samples 1500000 --preset criteo-kaggle-independent \\
         --days 1 --marks 5 --targets full,best --min-couse 2 --max-group 0,16 --step 1

@@ -1,7 +1,7 @@
 """Oracle budget curves for one drifting day (issue 36; a measurement, not a test).
 
 What can a migration budget buy at best on a day where target mode stays above 1.10x of the full
-re-partition's reads (the independent-fields drift at 5%: docs/incremental.md)? Two questions:
+re-partition's reads (the independent-fields drift at 5%: docs/incremental-log.md)? Two questions:
 
 1. **The full re-partition's own moves, ranked by an oracle.** The day's full ``hybrid`` re-partition
    (its workers renamed to the old ones, :func:`~gmp.partition.incremental.match_workers`) moves a set of
@@ -27,7 +27,7 @@ re-partition's reads (the independent-fields drift at 5%: docs/incremental.md)? 
    "Lagrangian target" (hybrid from the kept placement, a price per moved row) would end at price 0.
 
 Old placement: ``hybrid`` on the previous day (seed ``--seed``); full re-partition: ``hybrid`` on the
-day (seed ``--seed + day``), as bench/incremental_bench.py. Usage (the numbers of docs/incremental.md)::
+day (seed ``--seed + day``), as bench/incremental_bench.py. Usage (the numbers of docs/incremental-log.md)::
 
     python bench/incremental_oracle.py --pool POOL --pool-samples 1500000 --preset criteo-kaggle-independent
     python bench/incremental_oracle.py --source mix --pool POOLMIX --preset criteo-kaggle

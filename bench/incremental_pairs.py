@@ -25,7 +25,7 @@ What 1.10x the full re-partition's batch reads at a budget B would need follows:
 ratio of the full re-partition, pairs <= 1.10 x full's batch reads / ratio, so K <= that + B; the script
 prints it beside the kept-rows placements found.
 
-Usage (the numbers of docs/incremental.md, "Counted in (row, worker) pairs")::
+Usage (the numbers of docs/incremental-log.md, "Counted in (row, worker) pairs")::
 
     python bench/incremental_pairs.py --pool POOL --pool-samples 1500000 --preset criteo-kaggle-independent
     python bench/incremental_pairs.py --pool POOL --pool-samples 1500000 --preset criteo-kaggle-independent --day 2

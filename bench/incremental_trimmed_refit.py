@@ -12,7 +12,7 @@ that fits B (the ``target`` candidate), re-fitted as the re-fit is (``_refit``: 
 exact plan's moves within B rows). Printed beside the shipped curve (``--compare-full``'s), all against the
 full re-partition's reads.
 
-Usage (docs/incremental.md, "Session 24: the re-fit within the budget")::
+Usage (docs/incremental-log.md, "Session 24: the re-fit within the budget")::
 
     gmp data synth --preset criteo-kaggle -n 100000 --scale 0.02 -o D/s0
     gmp data synth --continue D/s0 -o D/s1

@@ -14,7 +14,7 @@ copies) would save 2 reads or more by one primary move.
 
 The day is a dataset on a manifest, or (without them) a day of bench/incremental_bench.py's pools: day
 ``--day`` on ``hybrid`` of the day before, as bench/incremental_oracle.py draws it. Usage (session 26's
-numbers, docs/incremental.md)::
+numbers, docs/incremental-log.md)::
 
     gmp data synth --preset criteo-kaggle-independent -n 1000000 --scale 0.02 -o D/s0
     gmp data synth --continue D/s0 -o D/s1
