@@ -61,6 +61,7 @@ def _print_target(c: dict[str, Any]) -> None:
     from rich.table import Table
 
     from gmp.report.tables import CURVE_TITLE, curve_choice, curve_table
+    from gmp.wording import plural
 
     w = c.get("window")
     if w:
@@ -85,7 +86,7 @@ def _print_target(c: dict[str, Any]) -> None:
     sec = c["seconds"]
     steps = c["sweep_steps"]
     typer.echo(f"cost: sweep {sec['sweep']:.2f} s (placement pass {sec['place']:.2f} s, chain of {steps} "
-               f"step{'s' if steps != 1 else ''} {sec['sweep_chain']:.2f} s), target {sec['target']:.2f} s (full "
+               f"{plural('step', steps)} {sec['sweep_chain']:.2f} s), target {sec['target']:.2f} s (full "
                f"re-partition {sec['target_full_repartition']:.2f} s, ordered moves {sec['target_moves']:.2f} s, "
                f"re-fit {sec.get('target_refit', 0.0):.2f} s; "
                f"-O target=none leaves it out)" + _alongside_text(c))

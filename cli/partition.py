@@ -110,6 +110,7 @@ def partition(dataset, workers, method, topology, topology_file, inter_cost, bat
         typer.echo(wrote)
         return
     from gmp.report.tables import traffic_summary, workers_phrase
+    from gmp.wording import plural
 
     topo = spec.topology
     metrics = json.loads((spec.out / "report.json").read_text(encoding="utf-8"))["metrics"]  # the full metrics
@@ -121,7 +122,7 @@ def partition(dataset, workers, method, topology, topology_file, inter_cost, bat
                    f"{metrics['replication_factor']:.3f}, {metrics['partition_seconds']:.1f} s")
         return
     processes = made.placement.info["distributed"]["processes"]
-    summary_table(metrics, f"hybrid ({processes} process{'es' if processes > 1 else ''}) on {topo.num_workers} "
+    summary_table(metrics, f"hybrid ({processes} {plural('process', processes, 'processes')}) on {topo.num_workers} "
                            f"workers ({topo.name}), batch {spec.batch_size}")
     typer.echo(wrote)
 

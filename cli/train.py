@@ -182,9 +182,10 @@ def register(app: typer.Typer) -> None:
             typer.echo(summary_line(records, spec), err=True)
         elif resume:
             from gmp.train.checkpoint import read_checkpoint_header
+            from gmp.wording import plural
 
             done = read_checkpoint_header(checkpoint_dir)["epoch"]
             typer.echo(f"nothing left to train: the checkpoint in {checkpoint_dir} already finished {done} "
-                       f"epoch{'s' if done != 1 else ''}; pass --epochs {done + 1} or more to continue.", err=True)
+                       f"{plural('epoch', done)}; pass --epochs {done + 1} or more to continue.", err=True)
         else:
             typer.echo("nothing trained: --epochs 0.", err=True)

@@ -34,6 +34,7 @@ from typing import Any, Mapping, Sequence
 
 from .constants import DEFAULT_BATCH_SIZE, DEFAULT_EMBEDDING_DIM
 from .errors import GmpError, TrainingError
+from .wording import plural
 
 USER = "user"
 PLAN = "manifest plan"
@@ -500,6 +501,11 @@ _INCREMENTAL_ONLY = ("max_moved_rows", "compare_full", "window")
 #: ``resolve_options``, the one-pass plan's ``run_pass``); the others only shape the re-partition, so without
 #: ``max_moved_rows`` they are refused rather than ignored (and recorded in the manifest as if used)
 PLACEMENT_OPTIONS = ("plan", "max_imbalance", "alpha", "batch_size", "order", "start", "carry_private")
+#: the incremental options the one-pass plan (``plan="onepass"``, :mod:`gmp.partition._incremental_onepass`) never
+#: reads: the exact plan's start, sweeps and rounds (``gmp.partition.incremental.EXACT_ONLY``) and the pass's
+#: ``order`` (its one pass is in dataset order); refused rather than ignored and recorded in the manifest as if used.
+#: (``carry_private`` is read there: target mode's re-fit runs the exact plan's rounds.)
+ONEPASS_UNREAD = ("order", "start", "sweep", "rounds", "sweep_first")
 #: the environment ``distributed`` needs (torchrun sets it)
 TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 TORCHRUN_HINT = "run it under torchrun (one process per rank; docs/distributed.md)"
@@ -577,14 +583,36 @@ def _refuse_repartition_options(options: Mapping[str, Any]) -> None:
 
     unread = [k for k in Options.__dataclass_fields__ if k not in PLACEMENT_OPTIONS and options.get(k) is not None]
     if unread:
-        quoted = [f"'{k}'" for k in unread]
-        names = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} and {quoted[-1]}"
         one = len(unread) == 1
         raise _refuse(PartitionError, unread[0],
-                      f"the incremental option{'' if one else 's'} {names} appl{'ies' if one else 'y'} only to the "
-                      f"re-partition that `max_moved_rows` asks for; without it the new data is only placed on the "
-                      f"old placement, which does not read {'it' if one else 'them'}: add `max_moved_rows=N` (rows, "
-                      f"or a percentage such as 5%) or drop {'it' if one else 'them'}.")
+                      f"the incremental {plural('option', len(unread))} {_quoted(unread)} appl{'ies' if one else 'y'} "
+                      f"only to the re-partition that `max_moved_rows` asks for; without it the new data is only "
+                      f"placed on the old placement, which does not read {'it' if one else 'them'}: add "
+                      f"`max_moved_rows=N` (rows, or a percentage such as 5%) or drop {'it' if one else 'them'}.")
+
+
+def _refuse_options_the_plan_ignores(options: Mapping[str, Any]) -> None:
+    """Refuse the incremental options given (not None) that the one-pass plan never reads
+    (:data:`ONEPASS_UNREAD`), with or without ``max_moved_rows``, before anything is read."""
+    from .errors import PartitionError
+
+    if options.get("plan") != "onepass":
+        return
+    unread = [k for k in ONEPASS_UNREAD if options.get(k) is not None]
+    if unread:
+        one = len(unread) == 1
+        # no `name=value` here: the CLI would word it as a flag, and `plan` is only `-O plan=...`
+        raise _refuse(PartitionError, unread[0],
+                      f"the incremental {plural('option', len(unread))} {_quoted(unread)} "
+                      f"{'is' if one else 'are'} not read by plan 'onepass', which places each sample once, in "
+                      f"dataset order, and does not sweep the samples after: drop {'it' if one else 'them'} or use "
+                      f"plan 'exact'.")
+
+
+def _quoted(names: Sequence[str]) -> str:
+    """``'a'``, ``'a' and 'b'``, ``'a', 'b' and 'c'``."""
+    quoted = [f"'{k}'" for k in names]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} and {quoted[-1]}"
 
 
 #: ``gmp partition``'s partitioner when none is given: gmp's own (HET-GMP's hybrid partitioning)
@@ -661,6 +689,7 @@ def resolve_partition(dataset: Any, method: str | None = None, out: str | os.Pat
             raise _refuse(E, wrong[0], f"{', '.join(f'`{k}`' for k in wrong)} do{'es' if len(wrong) == 1 else ''} "
                                        f"not apply to `from_manifest` (its options: `max_imbalance`, `rounds`, "
                                        f"`alpha`, `beta`, `replication_budget` and the incremental options).")
+        _refuse_options_the_plan_ignores(options)
         if max_moved_rows is None:
             _refuse_repartition_options(options)
         method = "incremental" if max_moved_rows is not None else "place-new"

@@ -19,6 +19,8 @@
   backticks (```max_bad_lines` N``), and every such name has its flag in ``cli/_flags.py``'s
   ``FLAGS`` (the CLI prints the flag). A command line the message suggests
   (``'gmp data import ... --extend'``) and another tool's flags (torchrun's, pip's) may name flags.
+* No count's noun made plural inline (``step{'s' if n != 1 else ''}``, ``"" if n == 1 else "s"``): messages
+  word a count with :func:`gmp.wording.plural`, in one place.
 
 Each check is also run on a small hand-made package (``tmp_path``) that has
 the fault, so a check that cannot fail would fail here.
@@ -391,6 +393,20 @@ def cli_flag_table(flags_py: Path) -> dict[str, str]:
     raise AssertionError(f"{flags_py} has no FLAGS table")
 
 
+# ----------------------------------------------------------------------------- counts are worded in one place
+#: a noun's plural ending chosen inline: ``'s' if n != 1`` (or ``> 1``), ``'' if n == 1 else 's'`` (a verb's
+#: singular ending, ``do{'es' if n == 1 else ''}``, is not a plural)
+INLINE_PLURAL = re.compile(r"""['"](?:s|es)['"]\s+if\s+[^'"\n]*?(?:!=|>)\s*1\b"""
+                           r"""|['"]{2}\s+if\s+[^\n]*?\belse\s+['"](?:s|es)['"]""")
+
+
+def inline_plurals(*roots: Path) -> list[str]:
+    """``path:line`` of every line of ``roots`` that makes a noun plural inline rather than by
+    :func:`gmp.wording.plural`."""
+    return [f"{p.relative_to(root.parent).as_posix()}:{i}" for root in roots for p in sorted(root.rglob("*.py"))
+            for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if INLINE_PLURAL.search(line)]
+
+
 # ----------------------------------------------------------------------------- the checks on gmp/ and cli/
 def test_no_import_cycle_between_modules_or_packages():
     groups = strongly_connected(dependency_edges(parse_package(GMP, CLI)))
@@ -480,6 +496,12 @@ def test_every_parameter_a_message_names_has_its_flag():
     table = cli_flag_table(CLI / "_flags.py")
     assert sorted(params_named_in_strings(GMP) - set(table)) == []
     assert {k: v for k, v in table.items() if not v.startswith("--")} == {}
+
+
+def test_counts_are_worded_by_the_one_plural_helper():
+    """Each inline ending was its own rule (``!= 1`` here, ``> 1`` there) and one slip prints '1 rows';
+    gmp.wording.plural is the one rule."""
+    assert inline_plurals(GMP, CLI) == []
 
 
 # ----------------------------------------------------------------------------- the checks can fail
@@ -592,3 +614,14 @@ def test_flags_in_library_errors_are_found(tmp_path):
         "    raise GmpError(f\"import with 'gmp data import ... --extend {n}' or torchrun --nproc-per-node 2\")\n")})
     assert flags_in_library_errors(root) == ["gmp.a:3 --max-bad-lines", "gmp.a:8 --chunk-mb"]
     assert params_named_in_strings(root) == {"resume"}
+
+
+def test_inline_plurals_are_found(tmp_path):
+    root = _package(tmp_path, {"a.py": (
+        "def f(n, one, machines):\n"
+        "    a = f\"{n} step{'s' if n != 1 else ''}, {n} process{'es' if n > 1 else ''}\"\n"
+        "    b = f\"option{'' if one else 's'}\"\n"
+        "    c = \"\" if machines == \"1\" else \"s\"\n"
+        "    d = f\"{n} it do{'es' if n == 1 else ''} appl{'ies' if one else 'y'}, {'it' if one else 'them'}\"\n"
+        "    return plural('step', n)\n")})
+    assert inline_plurals(root) == ["gmp/a.py:2", "gmp/a.py:3", "gmp/a.py:4"]

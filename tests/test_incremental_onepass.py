@@ -213,26 +213,95 @@ def test_plan_errors():
                                 options=Options(plan="onepass"))
 
 
-def test_cli_takes_the_plan(tmp_path):
+@pytest.fixture(scope="module")
+def days(tmp_path_factory):
+    """Two days of 300 samples over 60 ids and day 0's hybrid placement on 4 workers: ``(day0, day1, p0)``."""
     from gmp.datasets.format import FieldInfo, write_dataset
 
+    root = tmp_path_factory.mktemp("days")
     rng = np.random.default_rng(0)
     for d in range(2):
         rows = [sorted(set(rng.integers(0, 60, size=4).tolist())) for _ in range(300)]
         indptr = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64)
-        write_dataset(tmp_path / f"day{d}", indptr=indptr, indices=np.concatenate(rows).astype(np.int32),
+        write_dataset(root / f"day{d}", indptr=indptr, indices=np.concatenate(rows).astype(np.int32),
                       labels=np.zeros(300, dtype=np.float32), dense=None,
                       fields=[FieldInfo("ids", "categorical", 60, 0)], num_embeddings=60,
                       source={"kind": "test"}, test_fraction=0.0)
-    runner = CliRunner()
-    r = runner.invoke(app, ["partition", str(tmp_path / "day0"), "-m", "hybrid", "-w", "4", "--no-plots",
-                            "-o", str(tmp_path / "p0")])
+    r = CliRunner().invoke(app, ["partition", str(root / "day0"), "-m", "hybrid", "-w", "4", "--no-plots",
+                                 "-o", str(root / "p0")])
     assert r.exit_code == 0, r.output
-    r = runner.invoke(app, ["partition", str(tmp_path / "day1"), "--from-manifest", str(tmp_path / "p0"),
-                            "--max-moved-rows", "10%", "-O", "plan=onepass", "--no-plots",
-                            "-o", str(tmp_path / "p1")])
+    return root / "day0", root / "day1", root / "p0"
+
+
+def test_cli_takes_the_plan(days, tmp_path):
+    _, day1, p0 = days
+    r = CliRunner().invoke(app, ["partition", str(day1), "--from-manifest", str(p0),
+                                 "--max-moved-rows", "10%", "-O", "plan=onepass", "--no-plots",
+                                 "-o", str(tmp_path / "p1")])
     assert r.exit_code == 0, r.output
     m = load_manifest(tmp_path / "p1")
     assert m.meta["partitioner"]["options"]["plan"] == "onepass"
     comparison = json.loads((tmp_path / "p1" / "report.json").read_text())["incremental"]
     assert comparison["moved_rows"]["total"] <= comparison["max_moved_rows"]
+
+
+#: a value of each option the one-pass plan never reads (gmp.specs.ONEPASS_UNREAD)
+ONEPASS_UNREAD = {"order": "dataset", "start": "pass", "sweep": "all", "rounds": 2, "sweep_first": True}
+
+
+@pytest.mark.parametrize("budget", [None, "10%"])
+@pytest.mark.parametrize("key", sorted(ONEPASS_UNREAD))
+def test_options_the_onepass_plan_never_reads_are_refused(days, tmp_path, key, budget):
+    """``-O order=dataset`` with ``-O plan=onepass`` was taken and recorded in the manifest, yet the one pass is
+    always in dataset order; it is refused (as the exact plan's start, sweep and rounds now are, before the data
+    is read) in one message naming the option and the plan, by the Python verb and the command alike."""
+    from gmp.api import repartition_dataset
+    from gmp.specs import ONEPASS_UNREAD as unread
+
+    assert set(unread) == set(ONEPASS_UNREAD)
+    _, day1, p0 = days
+    said = rf"^the incremental option '{key}' is not read by plan 'onepass', .*: drop it or use plan 'exact'\.$"
+    with pytest.raises(PartitionError, match=said):
+        repartition_dataset(day1, p0, tmp_path / "api", max_moved_rows=budget,
+                            options={"plan": "onepass", key: ONEPASS_UNREAD[key]})
+    value = str(ONEPASS_UNREAD[key]).lower()
+    args = ["partition", str(day1), "--from-manifest", str(p0), "-O", "plan=onepass", "-O", f"{key}={value}",
+            "--no-plots", "-o", str(tmp_path / "cli")] + ([] if budget is None else ["--max-moved-rows", budget])
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2 and not (tmp_path / "api").exists() and not (tmp_path / "cli").exists()
+    assert r.stderr.strip() == (f"error: the incremental option '{key}' is not read by plan 'onepass', which places "
+                                f"each sample once, in dataset order, and does not sweep the samples after: drop it "
+                                f"or use plan 'exact'.")
+
+
+def test_several_unread_options_are_named_together_and_the_exact_plan_takes_them(days, tmp_path):
+    from gmp.specs import resolve_partition
+
+    _, day1, p0 = days
+    with pytest.raises(PartitionError, match=r"^the incremental options 'order' and 'rounds' are not read by plan "
+                                             r"'onepass', .*: drop them or use plan 'exact'\.$"):
+        resolve_partition(day1, from_manifest=p0, max_moved_rows=5, environ={},
+                          options={"plan": "onepass", "rounds": 2, "order": "random"})
+    resolve_partition(day1, from_manifest=p0, max_moved_rows=5, environ={},
+                      options={"plan": "exact", "order": "dataset", "rounds": 2})
+    # carry_private is read with the one-pass plan: target mode's re-fit runs the exact plan's rounds
+    resolve_partition(day1, from_manifest=p0, max_moved_rows=5, environ={},
+                      options={"plan": "onepass", "carry_private": False, "target": "full"})
+
+
+@pytest.mark.parametrize("target", ["none", "full"])
+def test_the_onepass_plan_reads_no_order(target):
+    """The guard of the refusal above: the one-pass plan's placements are the same whatever ``order`` (should the
+    plan start reading it, this fails and gmp.specs.ONEPASS_UNREAD must lose it)."""
+    from gmp.partition.incremental import EXACT_ONLY
+    from gmp.specs import ONEPASS_UNREAD as unread
+
+    assert set(EXACT_ONLY) | {"order"} == set(unread)  # the rest are refused by Options itself
+    g, old = density_case(False)
+    made = [place_and_repartition(g, old, two(), max_moved_rows=3, seed=1,
+                                  options=Options(plan="onepass", order=order, target=target))
+            for order in ("random", "dataset")]
+    (placed_a, moved_a), (placed_b, moved_b) = made
+    for a, b in ((placed_a, placed_b), (moved_a, moved_b)):
+        for name in ("sample_worker", "embedding_primary", "secondary_indptr", "secondary_workers"):
+            assert np.array_equal(getattr(a, name), getattr(b, name)), name

@@ -470,3 +470,19 @@ def test_secondaries_on_unread_rows_show_the_placement_total_too():
     assert "secondaries in the placement (every row, as manifest.json counts)" not in same  # equal: one row
     page = render(rep, "html", plots=False, placement_secondaries=p.num_secondaries)
     assert "secondaries (on rows the data reads)" in page and "as manifest.json counts" in page
+
+
+@pytest.mark.parametrize("generations, said", [(1, "1 generation after"), (2, "2 generations after")])
+def test_the_incremental_note_counts_generations_with_the_plural_helper(generations, said):
+    from gmp.report.tables import incremental_note
+
+    note = incremental_note({"generations": generations, "old_manifest": "p0", "old_placement_sha256": "ab" * 32,
+                             "batch_size": 512, "embedding_dim": 16, "created_rows": 0})
+    assert f"the new data is {said} its dataset)" in note
+
+
+@pytest.mark.parametrize("name, said", [("1x8", "8 workers (1 machine x 8,"), ("2x4", "8 workers (2 machines x 4,")])
+def test_workers_phrase_counts_machines(name, said):
+    from gmp.report.tables import workers_phrase
+
+    assert workers_phrase(8, name).startswith(said)

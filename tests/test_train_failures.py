@@ -113,6 +113,30 @@ def test_a_huge_embedding_dim_is_refused_against_the_available_memory(ctr, monke
     assert res.exit_code == 0, res.output
 
 
+def test_a_huge_batch_is_refused_naming_the_batch_and_the_largest_that_fits(ctr, monkeypatch):
+    """``--batch-size 2147483647``: the batch's activations are the estimate, yet the refusal blamed
+    --embedding-dim 16. It names --batch-size, what a sample costs, and the largest batch that fits (which the
+    check then takes, one more it refuses)."""
+    import gmp.train.trainer as trainer_mod
+    from gmp.train import TrainConfig
+    from train_data import random_placement
+
+    path, ds = ctr
+    monkeypatch.setattr(trainer_mod, "available_memory", lambda device=None: 64 << 20)  # 64 MiB left
+    res = one_line_error(["train", "--dataset", path, "--batch-size", 2**31 - 1],
+                         r"^error: --batch-size 2147483647 needs about \d+\.\d GiB \(a batch of 2,147,483,647 samples "
+                         r"x \d+ values of deep input x 4 bytes x 5 activation copies of model 'wdl', plus 0\.0 GiB of "
+                         r"embedding rows and the first dense layer\), more than the 0\.1 GiB (of memory available"
+                         r"(?: \(the memory cgroup .*\))?|free on cuda:0); lower it to [\d,]+ or less\.$")
+    assert "--embedding-dim" not in res.output
+    fits = int(re.search(r"lower it to ([\d,]+) or less", res.output).group(1).replace(",", ""))
+    pl = random_placement(ds, 1, seed=0)
+    fields = len(ds.categorical_fields)
+    trainer_mod.check_memory(pl, TrainConfig(batch_size=fits), [0], fields, num_dense=ds.num_dense)
+    with pytest.raises(TrainingError, match=r"^The 'batch_size' parameter .* lower it to "):
+        trainer_mod.check_memory(pl, TrainConfig(batch_size=fits + 1), [0], fields, num_dense=ds.num_dense)
+
+
 def test_running_out_of_gpu_memory_is_one_line(ctr, monkeypatch):
     """torch's CUDA OutOfMemoryError (a RuntimeError, not a MemoryError) is said in one line."""
     import gmp.train.run as run_mod

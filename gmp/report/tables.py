@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from ..params import option_name
+from ..wording import plural
 
 Table = tuple[list[str], list[list[str]]]
 
@@ -321,8 +322,8 @@ def workers_phrase(num_workers: int, topology: Any) -> str:
         return f"{num_workers} workers (flat: every remote row costs 1)"
     machines, x, per = name.partition("x")
     if x and machines.isdigit() and per.isdigit():
-        plural = "" if machines == "1" else "s"
-        return f"{num_workers} workers ({machines} machine{plural} x {per}, a row on another machine costs more)"
+        return (f"{num_workers} workers ({machines} {plural('machine', int(machines))} x {per}, a row on another "
+                f"machine costs more)")
     return f"{num_workers} workers (topology {name})"
 
 
@@ -499,7 +500,7 @@ def incremental_note(c: Mapping[str, Any]) -> str:
     """One line under :func:`incremental_table`: the old manifest, the widths and the created rows."""
     gen = c.get("generations")
     lineage = ("the dataset it was made for" if gen == 0 else
-               f"{gen} generation{'s' if gen > 1 else ''} after its dataset" if gen else
+               f"{gen} {plural('generation', gen)} after its dataset" if gen else
                "not known to descend from its dataset (ids taken as the same rows)")
     return (f"Placed on {c['old_manifest']} (placement {str(c.get('old_placement_sha256'))[:12]}; the new data is "
             f"{lineage}); batch {c['batch_size']}, rows of {c['embedding_dim']} float32; "

@@ -57,7 +57,7 @@ import torch
 from .. import progress
 from .._memory import memory_note
 from ..comm.base import CommEngine
-from ..constants import DEFAULT_EMBEDDING_DIM, VALUE_BYTES
+from ..constants import DEFAULT_BATCH_SIZE, DEFAULT_EMBEDDING_DIM, VALUE_BYTES
 from ..errors import TrainingError
 from ..placement import Placement
 from .config import TrainConfig
@@ -375,7 +375,12 @@ def check_memory(placement: Placement, config: TrainConfig, local_workers, num_f
     optimizer state (``num_fields * embedding_dim * hidden[0]``), plus one worker's batch (the larger of
     ``batch_size`` and its share of the test split in ``eval_batch_size`` pieces) x the deep input
     (``num_fields * embedding_dim + num_dense``) x :data:`ACTIVATION_COPIES` of the model. The workers of
-    one process run their forward/backward one after the other, so one batch counts."""
+    one process run their forward/backward one after the other, so one batch counts.
+
+    The refusal names what drives the estimate: ``embedding_dim`` where the rows and the first layer
+    outweigh the batch's activations; else the fields where thousands of them make the deep input large
+    under an ordinary batch (at most the default), else ``batch_size`` where a smaller batch fits (with
+    the largest that does)."""
     itemsize = 4 if config.dtype == "float32" else 8
     copies = 2 if config.optimizer == "adagrad" else 1
     rows = int(placement.rows_held()[list(local_workers)].sum())  # one count over the ids, not one per worker
@@ -383,13 +388,32 @@ def check_memory(placement: Placement, config: TrainConfig, local_workers, num_f
     first = num_fields * config.embedding_dim * (config.hidden[0] if config.hidden else 1) * itemsize * (2 + copies)
     eval_rows = min(config.eval_batch_size, -(-max(int(num_test), 0) // max(placement.num_workers, 1)))
     deep_in = num_fields * (config.embedding_dim + 1) + num_dense
-    activations = max(config.batch_size, eval_rows) * deep_in * itemsize * ACTIVATION_COPIES.get(config.model, 8)
+    per_sample = deep_in * itemsize * ACTIVATION_COPIES.get(config.model, 8)  # one sample's activations
+    activations = max(config.batch_size, eval_rows) * per_sample
     on_gpu = device is not None and device.type == "cuda" and not (config.tiers and config.tiers.tiered)
     need, have = table + first + activations, available_memory(device if on_gpu else None)
     if need > have:
         where = f"free on {device}" if on_gpu else f"of memory available{memory_note()}"
         fix = "lower it, use more GPUs, or `table_location` host" if on_gpu else "lower it or use more workers"
-        big = "embedding_dim" if first + table >= activations or num_fields <= 1000 else "num_fields"
+        fits = (have - table - first) // per_sample  # the largest batch beside the rows and the first layer
+        big = "embedding_dim"
+        if activations > first + table:
+            wide = num_fields > 1000
+            if wide and max(config.batch_size, eval_rows) <= DEFAULT_BATCH_SIZE:
+                big = "num_fields"
+            elif config.batch_size >= eval_rows and fits >= 1:
+                big = "batch_size"
+            elif wide:
+                big = "num_fields"
+        if big == "batch_size":  # e.g. --batch-size 2147483647: the batch's activations are the estimate
+            exc = TrainingError(f"The 'batch_size' parameter {config.batch_size} needs about {need / 2**30:.1f} GiB "
+                                f"(a batch of {config.batch_size:,} samples x {deep_in:,} values of deep input x "
+                                f"{itemsize} bytes x {ACTIVATION_COPIES.get(config.model, 8)} activation copies of "
+                                f"model {config.model!r}, plus {(table + first) / 2**30:.1f} GiB of embedding rows "
+                                f"and the first dense layer), more than the {have / 2**30:.1f} GiB {where}; lower it "
+                                f"to {int(fits):,} or less.")
+            exc.param = "batch_size"
+            raise exc
         if big == "num_fields":  # a file with thousands of field numbers: the deep input is what is large
             exc = TrainingError(f"The 'embedding_dim' parameter {config.embedding_dim} with the dataset's "
                                 f"{num_fields:,} fields makes a deep input of {deep_in:,} values per sample that "

@@ -21,6 +21,7 @@ import threading
 from pathlib import Path
 
 from ...errors import TrainingError
+from ...wording import plural
 
 log = logging.getLogger("gmp.train")
 
@@ -157,8 +158,8 @@ def remove_stale(directory: Path) -> int:
         finally:
             os.close(fd)
     if removed:
-        log.warning("removed %d disk-tier file%s of killed runs (%.1f MB) from %s", removed,
-                    "" if removed == 1 else "s", nbytes / 1e6, directory)
+        log.warning("removed %d disk-tier %s of killed runs (%.1f MB) from %s", removed, plural("file", removed),
+                    nbytes / 1e6, directory)
     return removed
 
 
