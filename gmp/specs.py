@@ -591,13 +591,18 @@ def _refuse_repartition_options(options: Mapping[str, Any]) -> None:
                       f"`max_moved_rows=N` (rows, or a percentage such as 5%) or drop {'it' if one else 'them'}.")
 
 
-def _refuse_options_the_plan_ignores(options: Mapping[str, Any]) -> None:
+def _refuse_options_the_plan_ignores(options: Mapping[str, Any], max_moved_rows: Any) -> None:
     """Refuse the incremental options given (not None) that the one-pass plan never reads
-    (:data:`ONEPASS_UNREAD`), with or without ``max_moved_rows``, before anything is read."""
+    (:data:`ONEPASS_UNREAD`), with or without ``max_moved_rows``, before anything is read; and
+    ``carry_private``, which only target mode's re-fit reads there (``target="full"`` with a budget)."""
     from .errors import PartitionError
 
     if options.get("plan") != "onepass":
         return
+    if options.get("carry_private") is not None and (max_moved_rows is None or options.get("target") != "full"):
+        raise _refuse(PartitionError, "carry_private",
+                      "the incremental option 'carry_private' is read by plan 'onepass' only in target mode's "
+                      "re-fit (`target=full` with `max_moved_rows`): drop it, add both, or use plan 'exact'.")
     unread = [k for k in ONEPASS_UNREAD if options.get(k) is not None]
     if unread:
         one = len(unread) == 1
@@ -689,7 +694,7 @@ def resolve_partition(dataset: Any, method: str | None = None, out: str | os.Pat
             raise _refuse(E, wrong[0], f"{', '.join(f'`{k}`' for k in wrong)} do{'es' if len(wrong) == 1 else ''} "
                                        f"not apply to `from_manifest` (its options: `max_imbalance`, `rounds`, "
                                        f"`alpha`, `beta`, `replication_budget` and the incremental options).")
-        _refuse_options_the_plan_ignores(options)
+        _refuse_options_the_plan_ignores(options, max_moved_rows)
         if max_moved_rows is None:
             _refuse_repartition_options(options)
         method = "incremental" if max_moved_rows is not None else "place-new"

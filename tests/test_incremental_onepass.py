@@ -287,6 +287,12 @@ def test_several_unread_options_are_named_together_and_the_exact_plan_takes_them
     # carry_private is read with the one-pass plan: target mode's re-fit runs the exact plan's rounds
     resolve_partition(day1, from_manifest=p0, max_moved_rows=5, environ={},
                       options={"plan": "onepass", "carry_private": False, "target": "full"})
+    # ... and only there: without the target, or without a budget (no re-partition), nothing reads it
+    said = r"^the incremental option 'carry_private' is read by plan 'onepass' only in target mode's re-fit"
+    for budget, target in [(5, None), (5, "none"), (None, None)]:
+        options = {"plan": "onepass", "carry_private": False} | ({} if target is None else {"target": target})
+        with pytest.raises(PartitionError, match=said):
+            resolve_partition(day1, from_manifest=p0, max_moved_rows=budget, environ={}, options=options)
 
 
 @pytest.mark.parametrize("target", ["none", "full"])
