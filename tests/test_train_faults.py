@@ -92,7 +92,9 @@ def test_a_dead_peer_is_one_gmp_line(setup):
                                                            or "rank(s) 2 did not reach it" in errs[0]), errs
 
 
-def test_a_worker_count_mismatch_is_printed_by_rank_0_only(setup):
+def test_a_worker_count_mismatch_is_printed_once(setup):
+    """Printed once by whichever rank finds it first: rank 0 alone was stopped unheard by torchrun when a
+    quiet rank exited first (a loaded machine: no line at all)."""
     path, man = setup
     res = run(2, ["-m", "cli.main", "train", *train_args(path, man)], {})
     assert res.returncode != 0

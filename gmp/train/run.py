@@ -144,7 +144,8 @@ def make_engine(name: str, num_workers: int, *, collective_timeout: float | None
             exc = TrainingError(f"torchrun started {world} processes but the manifest places rows on {num_workers} "
                                 f"workers; start {num_workers} in all (torchrun --nnodes x --nproc-per-node = "
                                 f"{num_workers}).")
-            exc.rank = rank  # every rank finds it; the CLI lets rank 0 say it
+            # every rank finds it and the CLI says it once per machine, by whichever rank is first (not
+            # rank 0 alone: torchrun stops the others when one exits, so rank 0 could be stopped unheard)
             raise exc
         if "OMP_NUM_THREADS" not in os.environ and not os.environ.get("GMP_TORCH_THREADS"):
             # share the machine's cores between the processes of this node: oversubscribed
