@@ -250,7 +250,7 @@ def stats_cmd(
     2-500 values, bootstrap sd), co-occurrence clustering; across batches: row reuse. See docs/synth.md.
     """
     from gmp.datasets.format import load_dataset
-    from gmp.datasets.stats import StatsOptions, compare_stats, dataset_stats
+    from gmp.datasets.stats import StatsOptions, compare_stats, dataset_stats, dropped_windows_note
 
     from gmp.errors import DatasetError
     from gmp.wording import plural
@@ -261,9 +261,19 @@ def stats_cmd(
         raise DatasetError(f"stats: windows must be comma-separated sample counts, e.g. 100,200,500,1000; "
                            f"got {windows!r}.") from None
     opts = StatsOptions(batch_size=batch_size, seed=seed, windows=wins)
-    a = dataset_stats(load_dataset(path), opts)
-    b = dataset_stats(load_dataset(compare), opts) if compare is not None else None
+    datasets = [load_dataset(p) for p in ([path] if compare is None else [path, compare])]
+    if opts.windows != StatsOptions().windows:  # windows asked for: at least one must fit each dataset
+        for ds in datasets:
+            if min(opts.windows) > ds.num_samples:
+                raise DatasetError(f"stats: no window of --windows {windows} fits {ds.path}, which has "
+                                   f"{ds.num_samples:,} {plural('sample', ds.num_samples)}; give windows of at "
+                                   f"most {ds.num_samples:,} samples.")
+    a = dataset_stats(datasets[0], opts)
+    b = dataset_stats(datasets[1], opts) if compare is not None else None
+    notes = [n for n in (dropped_windows_note(a), None if b is None else dropped_windows_note(b)) if n]
     if as_json:
+        for note in notes:  # stderr: stdout stays one JSON object
+            typer.echo(note, err=True)
         echo_json(a.to_json() if b is None else {"a": a.to_json(), "b": b.to_json()})
         return
     from rich.table import Table
@@ -274,6 +284,8 @@ def stats_cmd(
         for row in compare_stats(a, b):
             table.add_row(row.name, _fmt(row.a), _fmt(row.b), _fmt(row.ratio))
         con.print(table)
+        for note in notes:
+            typer.echo(note)
         return
     con.print(f"[bold]{path}[/bold]  {a.num_samples:,} {plural('sample', a.num_samples)}, {len(a.fields)} "
               f"categorical {plural('field', len(a.fields))}")
@@ -298,6 +310,8 @@ def stats_cmd(
         for k, w in enumerate(g.windows):
             table.add_row(f"{w:,}", _fmt(g.mi_bits[k]), f"{int(g.distinct[k].sum()):,}")
         con.print(table)
+    for note in notes:  # after the windows table, or where it would be
+        typer.echo(note)
 
 
 def _fmt(x: float) -> str:

@@ -171,6 +171,34 @@ def test_fetch_offline_is_one_clear_line(tmp_path, monkeypatch):
     assert not (tmp_path / "raw").exists()
 
 
+@pytest.mark.parametrize("inner", ["", "raw"])
+def test_fetch_refuses_out_inside_a_dataset_or_manifest_before_downloading(tmp_path, monkeypatch, inner):
+    """docs/failure.md: no output may lie inside a dataset or a manifest (their directories hold only
+    their own files); fetch refuses one before any download, and writes nothing there."""
+    r = invoke("synth", "--preset", "tiny", "-n", "400", "-o", tmp_path / "d1")
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["partition", str(tmp_path / "d1"), "-w", "2", "-o", str(tmp_path / "m1"),
+                            "--method", "random"])
+    assert r.exit_code == 0, r.output
+    before = {d: sorted(p.name for p in (tmp_path / d).iterdir()) for d in ("d1", "m1")}
+
+    def no_download(cmd, **kw):
+        raise AssertionError(f"downloaded: {cmd}")
+
+    monkeypatch.setattr(subprocess, "run", no_download)
+    whl = _fake_wheel(tmp_path / "recbole-1.2.1-py3-none-any.whl")
+    for d, kind in (("d1", "a gmp dataset"), ("m1", "a placement manifest")):
+        out = tmp_path / d / inner if inner else tmp_path / d
+        for extra in ([], ["--overwrite"], ["--wheel", whl], ["--wheel", whl, "--overwrite"]):
+            r = invoke("fetch", "movielens-100k", "--out", out, *extra)
+            is_ = f"is inside {kind} \\({tmp_path / d}\\)" if inner else f"is {kind}"
+            assert_clean_error(r, rf"--out {out} {is_}, whose directory holds only its own files .*outside it\.$")
+        assert sorted(p.name for p in (tmp_path / d).iterdir()) == before[d]
+    r = runner.invoke(app, ["partition", str(tmp_path / "d1"), "-w", "2", "-o", str(tmp_path / "m1"),
+                            "--method", "random", "--overwrite"])
+    assert r.exit_code == 0, r.output
+
+
 def test_fetch_unknown_name(tmp_path):
     r = invoke("fetch", "criteo-1tb", "--out", tmp_path / "raw")
     assert_clean_error(r, r"unknown data set 'criteo-1tb'; gmp can fetch: movielens-100k")

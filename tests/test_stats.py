@@ -157,7 +157,7 @@ def test_cli_stats(tmp_path):
     runner = CliRunner()
     res = runner.invoke(app, ["data", "stats", str(path), "--batch-size", "2", "--json"])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.output)["reuse"]["file_order"] == pytest.approx(7 / 24)
+    assert json.loads(res.stdout)["reuse"]["file_order"] == pytest.approx(7 / 24)
     res = runner.invoke(app, ["data", "stats", str(path), "--batch-size", "2", "--compare", str(path)])
     assert res.exit_code == 0 and "MI above control" in res.output
     res = runner.invoke(app, ["data", "stats", str(path), "--batch-size", "100", "--json"])  # > 6 samples
@@ -166,7 +166,7 @@ def test_cli_stats(tmp_path):
     def refuse(name):
         raise AssertionError(f"{name} in the JSON output")
 
-    assert json.loads(res.output, parse_constant=refuse)["reuse"]["file_order"] is None
+    assert json.loads(res.stdout, parse_constant=refuse)["reuse"]["file_order"] is None
     res = runner.invoke(app, ["data", "stats", str(path), "--batch-size", "0"])
     assert res.exit_code == 2 and "batch_size must be an integer >= 1" in res.output
 
@@ -178,10 +178,23 @@ def test_cli_stats_windows(tmp_path):
     runner = CliRunner()
     res = runner.invoke(app, ["data", "stats", str(path), "--windows", "2,4,100", "--json"])
     assert res.exit_code == 0, res.output
-    growth = json.loads(res.output)["growth"]
+    growth = json.loads(res.stdout)["growth"]
     # A's values 0, 1, 0, 2 and B's 0, 0, 1, 1 (ids 3, 3, 4, 4): 2 and 1 distinct in the first 2 samples,
-    # 3 and 2 in the first 4; window 100 > the 6 samples is left out
+    # 3 and 2 in the first 4; window 100 > the 6 samples is left out, and said so
     assert growth["windows"] == [2, 4] and growth["distinct"] == [[2, 1], [3, 2]]
+    assert growth["dropped_windows"] == [100]
+    assert res.stderr == f"window 100 left out: {path} has 6 samples; the curve holds 2, 4.\n"
+    res = runner.invoke(app, ["data", "stats", str(path), "--windows", "2,4,100"])
+    assert res.exit_code == 0 and f"window 100 left out: {path} has 6 samples" in res.stdout
+    # only windows above the size: refused (the curve asked for cannot be drawn)
+    res = runner.invoke(app, ["data", "stats", str(path), "--windows", "50,100", "--json"])
+    assert res.exit_code == 2 and res.stdout == ""
+    assert res.stderr.count("\n") == 1 and "no window of --windows 50,100 fits" in res.stderr
+    assert "has 6 samples; give windows of at most 6 samples" in res.stderr
+    # the default windows on a small dataset: the report, and a line saying why there is no curve
+    res = runner.invoke(app, ["data", "stats", str(path)])
+    assert res.exit_code == 0
+    assert f"windows 100, 200, 500, 1,000 left out: {path} has 6 samples; no window is left" in res.stdout
     res = runner.invoke(app, ["data", "stats", str(path), "--windows", "2,4", "--compare", str(path)])
     assert res.exit_code == 0 and "first 4 (fixed fields)" in res.output and "distinct values, first 2" in res.output
     res = runner.invoke(app, ["data", "stats", str(path), "--windows", "4,2"])

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
 
-from ..errors import ImportDataError
+from .._io import KIND_NAMES, check_output_file, enclosing_output, release_claim, write_claimed_file
+from ..errors import ImportDataError, OutputError
 
 log = logging.getLogger(__name__)
 
@@ -45,31 +45,57 @@ def fetch_movielens_100k(out: str | os.PathLike, *, overwrite: bool = False,
                          wheel: str | os.PathLike | None = None) -> list[Path]:
     """Extract ml-100k's atomic files from the recbole wheel into ``out``.
 
-    ``wheel`` skips the download (a recbole wheel already on disk).
+    ``wheel`` skips the download (a recbole wheel already on disk). ``out`` may hold other files, but
+    not lie inside a gmp dataset, manifest, export or checkpoint directory (their directories hold only
+    their own files); that is refused before anything is downloaded.
     """
     out = Path(out)
     targets = [out / m for m in ML100K_MEMBERS]
-    if any(t.exists() for t in targets) and not overwrite:
-        raise ImportDataError(f"{out} already holds ml-100k files; pass `overwrite=True` or choose another `out`.")
-    with tempfile.TemporaryDirectory(prefix="gmp-fetch-") as tmp:
-        whl = Path(wheel) if wheel else _download_recbole(Path(tmp))
-        try:
-            with zipfile.ZipFile(whl) as z:
-                out.mkdir(parents=True, exist_ok=True)
-                for member, target in zip(ML100K_MEMBERS, targets):
-                    src = f"recbole/dataset_example/ml-100k/{member}"
-                    try:
-                        info = z.getinfo(src)
-                    except KeyError:
-                        raise ImportDataError(f"{whl} has no {src}; expected recbole {RECBOLE_VERSION}.") from None
-                    part = target.with_name(f".{target.name}.part")
-                    with z.open(info) as fin, open(part, "wb") as fout:
-                        shutil.copyfileobj(fin, fout)
-                    os.replace(part, target)
-        except zipfile.BadZipFile:
-            raise ImportDataError(f"{whl} is not a valid wheel (zip); delete it and fetch again.") from None
+    check_fetch_output(out, targets, overwrite=overwrite)
+    try:
+        with tempfile.TemporaryDirectory(prefix="gmp-fetch-") as tmp:
+            whl = Path(wheel) if wheel else _download_recbole(Path(tmp))
+            try:
+                with zipfile.ZipFile(whl) as z:
+                    data = []
+                    for member in ML100K_MEMBERS:
+                        src = f"recbole/dataset_example/ml-100k/{member}"
+                        try:
+                            data.append(z.read(src))
+                        except KeyError:
+                            raise ImportDataError(f"{whl} has no {src}; expected recbole {RECBOLE_VERSION}.") \
+                                from None
+            except zipfile.BadZipFile:
+                raise ImportDataError(f"{whl} is not a valid wheel (zip); delete it and fetch again.") from None
+        for target, blob in zip(targets, data):  # each through a temporary, only where its claim still holds
+            write_claimed_file(target, blob)
+    except BaseException:
+        for target in reversed(targets):  # the first claim made `out`: released last, it removes it
+            release_claim(target)
+        raise
     log.info("fetched ml-100k into %s", out)
     return targets
+
+
+def check_fetch_output(out: Path, targets: list[Path], *, overwrite: bool) -> None:
+    """Refuse (one line) raw files that must not be written, and claim them: ``out`` inside a gmp output
+    whose directory holds only its own files, ml-100k files already there without ``overwrite``, or what
+    :func:`gmp._io.check_output_file` refuses (a link, a directory, a file another run is writing)."""
+    inside = enclosing_output(targets[0])
+    if inside is not None:
+        kind, where = KIND_NAMES[inside[0]], inside[1]
+        is_ = f"is {kind}" if where == Path(os.path.abspath(out)) else f"is inside {kind} ({where})"
+        raise OutputError(f"`out` {out} {is_}, whose directory holds only its own files (rewriting it would refuse "
+                          f"or lose anything else); fetch the raw files into a directory outside it.")
+    if any(t.exists() or t.is_symlink() for t in targets) and not overwrite:
+        raise ImportDataError(f"{out} already holds ml-100k files; pass `overwrite=True` or choose another `out`.")
+    try:
+        for t in targets:
+            check_output_file(t, overwrite=overwrite)
+    except BaseException:
+        for t in reversed(targets):
+            release_claim(t)
+        raise
 
 
 def _download_recbole(tmp: Path) -> Path:

@@ -14,8 +14,9 @@ Between fields
 
       1. take the first ``mi_samples`` (1,000) samples and, per categorical
          field, each sample's *value* of the field (:func:`field_values`: the
-         field's smallest id in the sample, or a "none" value when the sample
-         has none; so a multi-valued field counts by its first value);
+         field's smallest local id in the sample, ids numbered along the
+         field's id ranges, or a "none" value when the sample has none; so a
+         multi-valued field counts by its first value);
       2. keep the fields with 2 to ``mi_max_values`` (500) distinct values among
          those samples;
       3. for each pair of kept fields, the plug-in mutual information in bits
@@ -69,7 +70,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import DatasetError
-from .format import PreparedDataset
+from ..wording import plural
+from .format import FieldInfo, PreparedDataset
 
 FORMAT = "gmp.data-stats"
 SCHEMA_VERSION = 1
@@ -155,6 +157,7 @@ class Growth:
     fields: tuple[str, ...]           # the MI field set, fixed across windows (kept in the largest window)
     mi_bits: tuple[float, ...]        # mean MI above control over pairs of ``fields``, per window
     distinct: np.ndarray              # int64 [len(windows), F]: distinct values of every field, per window
+    dropped: tuple[int, ...] = ()     # the windows asked for that are above the dataset's size (left out)
 
 
 @dataclass(frozen=True)
@@ -204,7 +207,8 @@ class DatasetStats:
             **({} if self.growth is None else {"growth": {
                 "windows": list(self.growth.windows), "fields": list(self.growth.fields),
                 "mi_bits": list(self.growth.mi_bits),
-                "distinct": [[int(v) for v in row] for row in self.growth.distinct]}}),
+                "distinct": [[int(v) for v in row] for row in self.growth.distinct],
+                "dropped_windows": list(self.growth.dropped)}}),
         })
 
 
@@ -215,26 +219,47 @@ class DatasetStats:
 def field_values(dataset: PreparedDataset, num_samples: int | None = None) -> np.ndarray:
     """int64 [n, F]: each sample's value (id within the field) of every categorical field.
 
-    A sample's value of a field is its smallest id of that field (ids are
-    sorted within a sample, fields occupy contiguous id ranges); -1 when the
-    sample uses no id of the field.
+    A sample's value of a field is its smallest local id of that field (the
+    position of the id along the field's ``ranges``: a dataset made by
+    ``--continue`` or ``--extend`` gives its new values ids after every older
+    field's, so a field's ids are several ranges, not one run from its
+    ``offset``); -1 when the sample uses no id of the field.
     """
     cats = dataset.categorical_fields
     n = dataset.num_samples if num_samples is None else min(dataset.num_samples, int(num_samples))
     indptr = np.asarray(dataset.indptr[: n + 1], dtype=np.int64)
     ids = np.asarray(dataset.indices[: int(indptr[-1])], dtype=np.int64)
-    out = np.full((n, len(cats)), -1, dtype=np.int64)
-    if ids.size == 0:
-        return out
-    offsets = np.array([f.offset for f in cats], dtype=np.int64)
-    order = np.argsort(offsets, kind="stable")
-    fpos = np.searchsorted(offsets[order], ids, side="right") - 1
-    fidx = order[fpos]
-    sample = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
-    first = np.ones(ids.size, dtype=bool)
-    first[1:] = (sample[1:] != sample[:-1]) | (fidx[1:] != fidx[:-1])
-    out[sample[first], fidx[first]] = ids[first] - offsets[fidx[first]]
+    none = np.iinfo(np.int64).max
+    out = np.full((n, len(cats)), none, dtype=np.int64)
+    if ids.size:
+        fidx, local = local_ids(cats, ids)
+        sample = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+        # a field's ids need not be adjacent inside a sample (a new range lies after the other fields')
+        np.minimum.at(out, (sample, fidx), local)
+    out[out == none] = -1
     return out
+
+
+def local_ids(fields: Sequence[FieldInfo], ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(field index into ``fields``, local id) of every global id in ``ids``, from the fields' id ranges.
+
+    Local id k of a field is the k-th id along its ``ranges`` (:attr:`FieldInfo.id_ranges`).
+    Raises :class:`DatasetError` for an id that no field's ranges hold.
+    """
+    spans = sorted((a, b, i, local) for i, f in enumerate(fields)
+                   for (a, b), local in zip(f.id_ranges, np.cumsum([0] + [b - a for a, b in f.id_ranges]))
+                   if b > a)
+    ids = np.asarray(ids, dtype=np.int64)
+    if not spans:
+        if ids.size:
+            raise DatasetError(f"stats: id {int(ids[0])} belongs to no categorical field.")
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    start, stop, fidx, base = (np.array(c, dtype=np.int64) for c in zip(*spans))
+    pos = np.searchsorted(start, ids, side="right") - 1
+    bad = (pos < 0) | (ids >= stop[np.maximum(pos, 0)])
+    if bad.any():
+        raise DatasetError(f"stats: id {int(ids[np.argmax(bad)])} belongs to no categorical field's ranges.")
+    return fidx[pos], ids - start[pos] + base[pos]
 
 
 def zipf_exponent(counts: np.ndarray, *, min_count: int = 5, points_per_decade: int = 10) -> float:
@@ -465,13 +490,14 @@ def batch_reuse(indptr: np.ndarray, indices: np.ndarray, batch_size: int, *, num
 
 
 def field_counts(dataset: PreparedDataset, *, chunk_edges: int = 1 << 26) -> list[np.ndarray]:
-    """Per categorical field, the access count of each of its values (all samples; chunked)."""
+    """Per categorical field, the access count of each of its values in local id order (all samples;
+    chunked): the ids along the field's ranges, several once the dataset was extended."""
     cats = dataset.categorical_fields
     deg = np.zeros(dataset.num_embeddings, dtype=np.int64)
     ind = dataset.indices
     for a in range(0, int(ind.shape[0]), chunk_edges):
         deg += np.bincount(np.asarray(ind[a:a + chunk_edges]), minlength=dataset.num_embeddings)
-    return [deg[f.offset:f.offset + f.num_values] for f in cats]
+    return [np.concatenate([deg[a:b] for a, b in f.id_ranges]) if f.num_values else deg[:0] for f in cats]
 
 
 def dataset_stats(dataset: PreparedDataset, options: StatsOptions | None = None) -> DatasetStats:
@@ -500,7 +526,7 @@ def dataset_stats(dataset: PreparedDataset, options: StatsOptions | None = None)
     wins = tuple(w for w in opts.windows if w <= n)
     kept, curve = mi_growth(head, names, wins, max_values=opts.mi_max_values, num_shuffles=opts.mi_shuffles,
                             seed=opts.seed) if wins else ((), ())
-    growth = Growth(wins, kept, curve, distinct_growth(head, wins))
+    growth = Growth(wins, kept, curve, distinct_growth(head, wins), tuple(w for w in opts.windows if w > n))
     return DatasetStats(str(dataset.path), n, names, tuple(fields), mi, clus, reuse, opts, growth)
 
 
@@ -513,6 +539,17 @@ class CompareRow:
     @property
     def ratio(self) -> float:
         return self.a / self.b if self.b else float("nan")
+
+
+def dropped_windows_note(stats: DatasetStats) -> str | None:
+    """A line naming the windows left out of ``stats`` (above its sample count), or None when none was."""
+    g = stats.growth
+    if g is None or not g.dropped:
+        return None
+    kept = (f"; the curve holds {', '.join(f'{w:,}' for w in g.windows)}" if g.windows
+            else "; no window is left, so there is no curve")
+    return (f"{plural('window', len(g.dropped))} {', '.join(f'{w:,}' for w in g.dropped)} left out: {stats.path} has "
+            f"{stats.num_samples:,} {plural('sample', stats.num_samples)}{kept}.")
 
 
 def compare_stats(a: DatasetStats, b: DatasetStats) -> list[CompareRow]:

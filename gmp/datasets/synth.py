@@ -175,6 +175,7 @@ import logging
 import math
 import os
 from dataclasses import asdict, dataclass
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -240,6 +241,10 @@ CRITEO_VOCAB_KNOBS: dict[str, Any] = {
                    0.3991, 0.0, 0.2611, 0.3378, 0.0, 0.0, 0.0, 0.0, 0.4105, 0.0, 0.0, 0.0061,
                    0.0024, 0.1354),
 }
+
+#: the knobs only the latent-entity model reads (the independent model refuses them)
+ENTITY_KNOBS = ("entity_counts", "entity_skew", "field_entity", "fidelity", "field_skews", "segments", "coherence",
+                "session_length", "session_share", "fresh", "field_tails", "entity_tail", "field_fresh")
 
 #: the generative models: ``independent`` (fields drawn independently, with
 #: community locality; issue 13's "before") and ``entities`` (latent entities).
@@ -385,6 +390,7 @@ class SynthConfig:
         counts = tuple(int(c) for c in self.entity_counts)
         object.__setattr__(self, "entity_counts", counts)
         if self.model == "independent":
+            self._refuse_entity_knobs()
             return
         object.__setattr__(self, "local_fields", (False,) * nf)
         if not counts or min(counts) < 1:
@@ -437,6 +443,14 @@ class SynthConfig:
             _check_range("entity_tail", self.entity_tail, 0.0, 1.0)
             object.__setattr__(self, "entity_tail", float(self.entity_tail))
 
+    def _refuse_entity_knobs(self) -> None:
+        """The independent model reads none of :data:`ENTITY_KNOBS`: one set to other than its default is
+        refused, not dropped (the output would be the default's, and ``to_json`` would not record it)."""
+        defaults = {f.name: f.default for f in dataclass_fields(SynthConfig)}
+        given = [name for name in ENTITY_KNOBS if _differs(getattr(self, name), defaults[name])]
+        if given:
+            raise _entity_knobs_error(given, self.preset)
+
     def field_fidelity(self) -> np.ndarray:
         """Per-field probability that the value is the entity's attribute (0 for independent fields)."""
         f = np.broadcast_to(np.asarray(self.fidelity, dtype=np.float64), (self.num_fields,)).copy()
@@ -486,9 +500,7 @@ class SynthConfig:
         d = asdict(self)
         if self.model == "independent":
             # dataset.json of the independent model stays as it was before the entity model existed
-            for k in ("model", "entity_counts", "entity_skew", "field_entity", "fidelity", "field_skews",
-                      "segments", "coherence", "session_length", "session_share", "fresh", "field_tails",
-                      "entity_tail", "field_fresh"):
+            for k in ("model", *ENTITY_KNOBS):  # none is set (refused on construction)
                 del d[k]
         else:
             if not self.fresh:
@@ -510,6 +522,25 @@ class SynthConfig:
         return d
 
 
+def _entity_knobs_error(names: list[str], preset: str | None) -> DatasetError:
+    """The refusal of knobs of :data:`ENTITY_KNOBS` on the independent model (one line)."""
+    one = len(names) == 1
+    where = f"preset {preset!r}" if preset is not None else "the independent model"
+    return DatasetError(f"synth: {', '.join(f'`{k}`' for k in names)} appl{'ies' if one else 'y'} to the "
+                        f"latent-entity model ('criteo-kaggle' or `like`), not to {where}, which draws every field "
+                        f"from one `skew` and `tail`; leave {'it' if one else 'them'} out or choose an entity preset.")
+
+
+def _differs(value: Any, default: Any) -> bool:
+    """Whether a knob's value is other than its default (a list or array compared as a tuple)."""
+    if isinstance(value, (list, np.ndarray)):
+        value = tuple(value)
+    try:
+        return bool(value != default)
+    except (TypeError, ValueError):
+        return True
+
+
 def _check_int(name: str, value: Any, low: int) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
         raise DatasetError(f"synth: {name} must be an integer >= {low}, got {value!r}.")
@@ -525,6 +556,9 @@ def _check_range(name: str, value: Any, low: float, high: float, *, low_open: bo
         lo = "(" if low_open else "["
         raise DatasetError(f"synth: {name} must be in {lo}{low}, {high}], got {value!r}.")
 
+
+#: the SynthConfig fields a preset sets (its layout and model), which :func:`preset_config` refuses as knobs
+PRESET_FIELDS = ("cardinalities", "num_dense", "field_names", "local_fields", "model")
 
 #: ``--scale`` never takes a field below min(its cardinality, SCALE_FLOOR) values
 SCALE_FLOOR = 100
@@ -548,6 +582,12 @@ def preset_config(preset: str, *, num_samples: int | None = None, scale: float =
     """
     if preset not in PRESETS:
         raise DatasetError(f"synth: unknown preset {preset!r}; choose one of {sorted(PRESETS)}.")
+    fixed = [f"`{k}`" for k in PRESET_FIELDS if k in knobs]
+    if fixed:
+        one = len(fixed) == 1
+        raise DatasetError(f"synth: {', '.join(fixed)} {'is' if one else 'are'} set by preset {preset!r}, not "
+                           f"{'a knob' if one else 'knobs'}; for another layout build a SynthConfig and pass it to "
+                           f"gmp.datasets.synth.synthesize.")
     p = PRESETS[preset]
     _check_range("`scale`", scale, 0.0, math.inf, low_open=True)
     if p.model == "entities":
@@ -576,6 +616,9 @@ def preset_config(preset: str, *, num_samples: int | None = None, scale: float =
             entity_counts=counts,
             **merged,
         )
+    entity_only = [k for k in ENTITY_KNOBS if k in knobs]  # given, even at the entity model's default
+    if entity_only:
+        raise _entity_knobs_error(entity_only, preset)
     threshold = p.local_min_values if local_min_values is None else local_min_values
     _check_int("`local_threshold`", threshold, 1)
     cards = _scaled(p.cardinalities, scale)
