@@ -54,6 +54,30 @@ def parse_key_values(items: list[str]) -> dict:
     return out
 
 
+#: ``gmp partition``'s settings that are not partitioner options: ``-O`` of one of them is refused, naming its flag
+#: (``-O batch_size=64`` reached the partitioner alone, which then optimised for 64 while the metrics, the
+#: manifest's plan and ``gmp train`` used 512); the options with a flag of their own (``--rounds``) are merged
+#: by :func:`_merge_options` instead
+REQUEST_KEYS = ("workers", "method", "topology", "topology_file", "inter_cost", "batch_size", "embedding_dim",
+                "seed", "out", "overwrite", "from_manifest", "max_moved_rows", "compare_full", "window",
+                "distributed", "chunk_samples", "block_samples")
+
+
+def refuse_request_keys(keyed: dict[str, Any], items: list[str]) -> None:
+    """Refuse a ``-O KEY=VALUE`` whose KEY is one of the command's own flags (:data:`REQUEST_KEYS`)."""
+    from gmp.errors import PartitionError
+
+    from ._flags import flag_of
+
+    for item in items:
+        key = item.partition("=")[0].strip().replace("-", "_")
+        if key in REQUEST_KEYS and key in keyed:
+            value = item.partition("=")[2]
+            flag = flag_of(key)
+            raise PartitionError(f"-O {key}={value} sets {flag}, a setting of the whole run (not a partitioner "
+                                 f"option only); pass {flag} {value} instead.")
+
+
 def _merge_options(flags: dict[str, Any], keyed: dict[str, Any]) -> dict[str, Any]:
     """The partitioner options the flags give (None: not given) and the ``-O KEY=VALUE`` ones; a key given
     both ways is refused (one of them would be dropped silently)."""
@@ -82,11 +106,13 @@ def partition(dataset, workers, method, topology, topology_file, inter_cost, bat
              "max_imbalance": max_imbalance, "replication_budget": replication_budget,
              "memory_per_worker": parse_bytes(memory_per_worker) if memory_per_worker is not None else None,
              "threads": threads}
+    keyed = parse_key_values(option or [])
+    refuse_request_keys(keyed, option or [])
     with flags_for_params():
         spec = resolve_partition(dataset, method, out, workers=workers, topology=topology,
                                  topology_file=topology_file, inter_cost=inter_cost, seed=seed,
                                  batch_size=batch_size, embedding_dim=embedding_dim,
-                                 options=_merge_options(flags, parse_key_values(option or [])),
+                                 options=_merge_options(flags, keyed),
                                  from_manifest=from_manifest, max_moved_rows=max_moved_rows,
                                  compare_full=compare_full, window=window, distributed=distributed,
                                  chunk_samples=chunk_samples, block_samples=block_samples, overwrite=overwrite,
@@ -138,6 +164,8 @@ def report(manifest, dataset, format, out, batch_size, embedding_dim, no_plots, 
     with flags_for_params():
         spec = resolve_report(manifest, dataset=dataset, format=format, out=out, batch_size=batch_size,
                               embedding_dim=embedding_dim, plots=not no_plots, overwrite=overwrite)
+        if format == "html" and out is None and dataset is not None:  # into the manifest, as --out M is
+            _refuse_replacing_the_manifests_page(Path(manifest), batch_size=batch_size, embedding_dim=embedding_dim)
         rep, m, names = run_report(spec)
     total = m.placement.num_secondaries  # the manifest's count, shown beside the report's when they differ
     if format == "html" and out is None:  # a page of inlined PNGs is for a browser, not a terminal
@@ -152,6 +180,25 @@ def report(manifest, dataset, format, out, batch_size, embedding_dim, no_plots, 
     typer.echo(render(rep, format, plots=not no_plots, placement_secondaries=total))
 
 
+def _refuse_replacing_the_manifests_page(manifest: Path, **given: int | None) -> None:
+    """``gmp report M -f html`` without ``--out`` writes M/report.html, the manifest's own report: refused when
+    the report is recomputed for a batch or width other than the manifest's plan (as ``--out M`` is), before
+    the metrics are computed. A manifest that cannot be read is left to the report's own error."""
+    from gmp.errors import GmpError, ManifestError
+    from gmp.manifest import read_plan
+
+    if all(v is None for v in given.values()):
+        return
+    try:
+        differ = read_plan(manifest).differences(**given)
+    except GmpError:
+        return
+    if differ:
+        raise ManifestError(f"--format html without --out writes {manifest / 'report.html'}, the manifest's own "
+                            f"report, which would be replaced by one for {', '.join(differ)}; pass --out DIR to "
+                            f"write it elsewhere.")
+
+
 @options("compare")
 def compare(dataset, methods, workers, topology, topology_file, inter_cost, batch_size, embedding_dim, seed, out,
             isolate, overwrite) -> None:
@@ -160,6 +207,7 @@ def compare(dataset, methods, workers, topology, topology_file, inter_cost, batc
 
     from gmp._io import check_output_file, json_default, write_claimed_file
     from gmp.api import run_compare
+    from gmp.compare import FORMAT as COMPARE_FORMAT
     from gmp.compare import (comparison_summary, comparison_tables, comparison_title, compile_note,
                              render_comparison_html, render_comparison_md)
     from gmp.specs import resolve_compare
@@ -171,7 +219,7 @@ def compare(dataset, methods, workers, topology, topology_file, inter_cost, batc
                                inter_cost=inter_cost, seed=seed, batch_size=batch_size, embedding_dim=embedding_dim,
                                isolate=isolate, out=out, overwrite=overwrite)
     if out is not None:
-        check_output_file(out, overwrite=overwrite)  # before the (long) partitioning
+        check_output_file(out, overwrite=overwrite, kind=COMPARE_FORMAT)  # before the (long) partitioning
     result = run_compare(spec)
     con = console()
     con.print(comparison_title(result), highlight=False)

@@ -31,8 +31,9 @@ def _parse_staleness(text: str) -> float:
 
 @contextlib.contextmanager
 def one_rank_speaks():
-    """Under torchrun an error every rank finds (a worker-count mismatch, a lost peer) is printed
-    once, by rank 0; the other ranks exit with code 2 quietly. (When rank 0 itself is the lost
+    """Under torchrun an error every rank finds but words by its own rank (a lost peer) is printed
+    once, by rank 0; the other ranks exit with code 2 quietly. (An error worded alike on every rank, such
+    as a worker-count mismatch, is printed once per machine by :func:`say_error` instead.) (When rank 0 itself is the lost
     process, torchrun's own failure report names it.)"""
     try:
         yield

@@ -43,6 +43,7 @@ import mmap
 import os
 import shutil
 import socket
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Collection, Iterable, Iterator, Mapping, Sequence
@@ -448,7 +449,8 @@ def check_output_dir(out: str | os.PathLike, *, kind: str | None, overwrite: boo
             if not anc.is_dir():
                 raise OutputError(f"{flag} {out}: {anc} is not a directory; choose another {flag}.")
             if not os.access(anc, os.W_OK | os.X_OK):
-                raise OutputError(f"{flag} {out}: cannot write in {anc} (permission denied); choose another {flag}.")
+                why = "read-only file system" if read_only_file_system(anc) else "permission denied"
+                raise OutputError(f"{flag} {out}: cannot write in {anc} ({why}); choose another {flag}.")
             break
     fresh = claim and Path(os.path.abspath(out)) not in _CLAIMS
     held = claim_output(out, flag=flag) if claim else None
@@ -506,13 +508,15 @@ def owner_of(path: str | os.PathLike) -> str | None:
 
 
 def check_output_file(out: str | os.PathLike, *, overwrite: bool = False, flag: str = "`out`",
-                      claim: bool = True) -> Path:
+                      claim: bool = True, kind: str | None = None) -> Path:
     """Refuse an output file that must not be (re)written; cheap, so call it first.
 
     Refused, each with a one-line :class:`~gmp.errors.OutputError`: a symbolic link; a directory; a file
     inside a gmp output of :data:`OWNING_KINDS` (their files belong to them: a stray ``dataset.json`` or
-    ``report.json`` there replaces what gmp reads); an existing file without ``overwrite``; a file another
-    process claimed. With ``claim`` it is claimed for this process (see :func:`write_claimed_file`).
+    ``report.json`` there replaces what gmp reads); an existing file without ``overwrite``, or (with
+    ``overwrite``) one that is not a gmp file of ``kind`` (:func:`file_kind`; with ``kind=None`` any file is
+    replaced): someone's own notes are never replaced; a file another process claimed. With ``claim`` it is
+    claimed for this process (see :func:`write_claimed_file`).
     """
     out = Path(out)
     if out.is_symlink():
@@ -523,17 +527,88 @@ def check_output_file(out: str | os.PathLike, *, overwrite: bool = False, flag: 
     owner = owner_of(out)
     if owner is not None:
         raise OutputError(f"{flag} {out} is inside {KIND_NAMES[owner]} ({out.parent}); write it elsewhere.")
-    if not claim:
+    fresh = claim and Path(os.path.abspath(out)) not in _CLAIMS
+    held = claim_output(out, flag=flag) if claim else None
+    try:
         if out.exists() and not overwrite:
             raise OutputError(f"{flag} {out} already exists; choose another {flag} or pass `overwrite=True`.")
-        return out
-    fresh = Path(os.path.abspath(out)) not in _CLAIMS
-    held = claim_output(out, flag=flag)
-    if out.exists() and not overwrite:
+        if out.exists() and kind is not None:
+            _check_own_file(out, kind, flag)
+    except BaseException:
         if fresh:
             held.release()
-        raise OutputError(f"{flag} {out} already exists; choose another {flag} or pass `overwrite=True`.")
+        raise
     return out
+
+
+#: the mark gmp writes at the top of a Markdown or HTML file of its own (a JSON file says its ``format`` in its
+#: object): an HTML comment, shown by neither a Markdown viewer nor a browser (:func:`file_mark`)
+_MARK = "<!-- gmp "
+#: bytes of a text file :func:`file_kind` looks for the mark in
+_MARK_BYTES = 1024
+
+
+def file_mark(kind: str, version: int) -> str:
+    """The line that makes a Markdown or HTML file one of gmp's own: ``<!-- gmp {"format": KIND,
+    "schema_version": N} -->`` (put it in the file's first :data:`_MARK_BYTES` bytes)."""
+    return f"{_MARK}{json.dumps({'format': kind, 'schema_version': int(version)})} -->"
+
+
+def file_kind(path: str | os.PathLike) -> str | None:
+    """The gmp format of the file ``path`` (``"gmp.compare"``, ...): a JSON object's ``format``, or the format
+    of the mark (:func:`file_mark`) near the top of a text file; None for anything else (someone's own file)."""
+    path = Path(path)
+    try:
+        if not path.is_file():
+            return None
+        with open(path, "rb") as f:
+            head = f.read(_MARK_BYTES)
+        if head.lstrip()[:1] == b"{":
+            if path.stat().st_size > MAX_HEADER_BYTES:
+                return None
+            with open(path, encoding="utf-8") as f:
+                obj = json.load(f)
+            got = obj.get("format") if isinstance(obj, dict) else None
+            return got if isinstance(got, str) and got.startswith("gmp.") else None
+    except (OSError, ValueError, RecursionError):
+        return None
+    text = head.decode("utf-8", errors="replace")
+    at = text.find(_MARK)
+    if at < 0:
+        return _unmarked_kind(text)
+    end = text.find("-->", at)
+    try:
+        obj = json.loads(text[at + len(_MARK):end])
+    except ValueError:
+        return None
+    got = obj.get("format") if isinstance(obj, dict) else None
+    return got if isinstance(got, str) and got.startswith("gmp.") else None
+
+
+#: how the files gmp wrote before the mark (:func:`file_mark`) began: a comparison's Markdown title line, its HTML
+#: head; read so that ``--overwrite`` keeps replacing the comparisons an earlier version wrote (the demo's)
+_UNMARKED_STARTS = {
+    "gmp.compare": ("# Partitioner comparison: ",
+                    "<!DOCTYPE html><html><head><meta charset='utf-8'>\n<title>Partitioner comparison — "),
+}
+
+
+def _unmarked_kind(text: str) -> str | None:
+    """The gmp format of a text file written before the mark, by its first bytes; None for any other file."""
+    for kind, starts in _UNMARKED_STARTS.items():
+        if text.startswith(starts):
+            return kind
+    return None
+
+
+def _check_own_file(out: Path, kind: str, flag: str) -> None:
+    """Refuse to replace ``out`` unless gmp wrote it as a file of ``kind``."""
+    have = file_kind(out)
+    if have == kind:
+        return
+    what = f"a {have} file, not a {kind} one" if have else f"not a file gmp wrote (it has no {kind} mark)"
+    raise OutputError(f"{flag} {out} is {what}; `overwrite=True` only replaces a {kind} file gmp wrote: move it "
+                      f"or choose another {flag}.")
 
 
 def _libc():
@@ -847,7 +922,7 @@ def read_versioned_json(
     Raises ``error`` with a one-line message naming ``path`` and the fix.
     """
     if not path.is_file():
-        raise error(f"{path} not found; {fix}")
+        raise error(f"{not_a_file(path)}; {fix}")
     try:
         size = path.stat().st_size
     except OSError:
@@ -1020,11 +1095,38 @@ def release_pages(arr: np.ndarray, start: int, stop: int) -> None:
 def load_npy(path: Path, *, error: type[GmpError], mmap: bool = True, fix: str) -> np.ndarray:
     """Load a ``.npy`` file (memory-mapped by default) with a clear error."""
     if not path.is_file():
-        raise error(f"{path} not found; {fix}")
+        raise error(f"{not_a_file(path)}; {fix}")
     try:
         return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     except (OSError, ValueError, EOFError) as exc:
         raise error(f"{path} is not a readable .npy array ({exc}); {fix}") from None
+
+
+def not_a_file(path: Path) -> str:
+    """Why ``path``, expected to be a regular file, is not one: ``"PATH not found"``, ``"PATH is a directory"``,
+    ``"PATH is a named pipe (FIFO), not a regular file"``, a broken symbolic link, unreadable, ..."""
+    try:
+        mode = path.stat().st_mode  # what a symbolic link points at
+    except FileNotFoundError:
+        if path.is_symlink():
+            return f"{path} is a broken symbolic link (to {os.readlink(path)})"
+        return f"{path} not found"
+    except NotADirectoryError:
+        return f"{path} not found (a parent of it is a file)"
+    except OSError as exc:
+        return f"{path} cannot be read ({(exc.strerror or str(exc)).lower()})"
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+    what = next((name for test, name in kinds if test(mode)), "a special file")
+    return f"{path} is {what}, not a regular file"
+
+
+def read_only_file_system(path: str | os.PathLike) -> bool:
+    """Whether ``path`` lies on a file system mounted read-only (``ST_RDONLY``; False where it cannot be told)."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False
 
 
 def index_dtype(max_value: int) -> np.dtype:

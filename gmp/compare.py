@@ -74,16 +74,41 @@ def current_rss_bytes() -> int | None:
 FILLED_IN = frozenset({"field_offsets"})
 
 
+#: the settings a partitioner's options may also hold (hybrid's and the incremental placement's ``batch_size``,
+#: hybrid's ``embedding_dim``) that are one setting of the whole request: the batch and width the partitioner
+#: optimises for, the metrics score and the manifest's plan records (:func:`refuse_plan_options`)
+PLAN_OPTIONS = ("batch_size", "embedding_dim")
+
+
+def refuse_plan_options(options: Mapping[str, Any] | None, error: type[GmpError] = PartitionError, *,
+                        method: str | None = None) -> None:
+    """Refuse ``batch_size``/``embedding_dim`` (:data:`PLAN_OPTIONS`) inside a partitioner's ``options``: given
+    there they reached the partitioner only, so it optimised for one value while the metrics, the manifest's
+    plan and ``gmp train`` used another. ``method``: whose options these are (``gmp compare``'s per-method ones)."""
+    given = [k for k in PLAN_OPTIONS if k in (options or {})]
+    if given:
+        key = given[0]
+        value = options[key]
+        where = "the partitioner's options" if method is None else f"the options of {method!r}"
+        exc = error(f"{where} give {key}={value!r}, which is the request's own `{key}` (the value the partitioner "
+                    f"optimises for, the metrics score and the manifest's plan records); pass `{key}={value!r}` and "
+                    f"leave it out of the options.")
+        exc.param = key  # the CLI words the parameter as its flag (cli/_flags.py)
+        raise exc
+
+
 def method_options(name: str, given: Mapping[str, Any], *, batch_size: int, embedding_dim: int,
                    strict: bool = True) -> dict[str, Any]:
     """The options dict for partitioner ``name``.
 
     ``given`` (user flags) must all be fields of the method's Options (else a
     :class:`PartitionError` naming the flags, when ``strict``); ``batch_size``
-    and ``embedding_dim`` are added when the Options has such fields.
+    and ``embedding_dim`` are added when the Options has such fields (given
+    in ``given`` they are refused: :func:`refuse_plan_options`).
     """
     from .partition import get_partitioner
 
+    refuse_plan_options(given, method=name)  # one batch and width for the whole run
     _, options_cls = get_partitioner(name)
     fields = {f.name for f in dataclasses.fields(options_cls)}
     unknown = sorted(set(given) - fields)
@@ -263,6 +288,9 @@ def compare(graph: BipartiteGraph, topology: Topology, methods: Sequence[str], *
         raise PartitionError(f"unknown method(s) {', '.join(unknown)}; choose from: {', '.join(sorted(PARTITIONERS))}.")
     if not methods:
         raise PartitionError("give at least one method, e.g. `methods` random,metis.")
+    twice = sorted({m for m in methods if list(methods).count(m) > 1})
+    if twice:  # each would run and print its row again
+        raise PartitionError(f"`methods` names {', '.join(twice)} more than once; name each method once.")
     if isolate is None:
         isolate = dataset_path is not None
     if isolate and dataset_path is None:
@@ -355,8 +383,11 @@ def render_comparison_md(result: Mapping[str, Any]) -> str:
     from .report.markdown import md_table
     from .report.tables import workers_phrase
 
+    from ._io import file_mark
+
     s = result["settings"]
     lines = [
+        file_mark(FORMAT, SCHEMA_VERSION),  # what --overwrite recognises as gmp's own file
         f"# Partitioner comparison: {s['num_samples']:,} samples, {s['num_embeddings']:,} embeddings, "
         f"{s['num_edges']:,} edges, {workers_phrase(s['num_workers'], s['topology'])}",
         "",
@@ -521,7 +552,9 @@ def render_comparison_html(result: Mapping[str, Any]) -> str:
 
     s = result["settings"]
     title = f"Partitioner comparison — {comparison_title(result)}"
-    parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'>",
+    from ._io import file_mark
+
+    parts = ["<!DOCTYPE html>", file_mark(FORMAT, SCHEMA_VERSION), "<html><head><meta charset='utf-8'>",
              f"<title>{_html.escape(title)}</title><style>{CSS}</style></head><body>",
              f"<h1>{_html.escape(title)}</h1>",
              f"<p class='note'>{s['num_embeddings']:,} embeddings, {s['num_edges']:,} edges, seed {s['seed']}; "

@@ -238,6 +238,17 @@ def resolve_train(dataset: Any, manifest: Any = None, *, engine: str | None = No
                                         f"each of the {world} processes would train the whole run; use "
                                         f"engine='distributed' (the default under torchrun) or run without torchrun.")
     sources["workers"] = USER if workers is not None else DEFAULT
+    if collective_timeout is not None:
+        from .comm.distributed import collective_timeout as check_timeout  # the one rule for its value
+
+        check_timeout(collective_timeout)  # a bad value is named as such, on either engine
+        if engine == "local":  # as the other settings a run cannot use: refused, not ignored
+            how = "the default outside torchrun" if sources["engine"] == DEFAULT else "given"
+            raise _param_error(E, "collective_timeout",
+                               f"The 'collective_timeout' parameter bounds the collectives of the distributed "
+                               f"engine (one worker per process under torchrun); this run is on engine 'local' "
+                               f"({how}), which has none: drop collective_timeout or run under torchrun with "
+                               f"engine='distributed'.")
 
     # the device cache: one per worker, for its own tiered rows and Herald's copies of remote rows
     schedule = settings.get("schedule", "static")
@@ -602,7 +613,7 @@ def _refuse_options_the_plan_ignores(options: Mapping[str, Any], max_moved_rows:
     if options.get("carry_private") is not None and (max_moved_rows is None or options.get("target") != "full"):
         raise _refuse(PartitionError, "carry_private",
                       "the incremental option 'carry_private' is read by plan 'onepass' only in target mode's "
-                      "re-fit (`target=full` with `max_moved_rows`): drop it, add both, or use plan 'exact'.")
+                      "re-fit (target 'full' with `max_moved_rows`): drop it, add both, or use plan 'exact'.")
     unread = [k for k in ONEPASS_UNREAD if options.get(k) is not None]
     if unread:
         one = len(unread) == 1
@@ -612,6 +623,22 @@ def _refuse_options_the_plan_ignores(options: Mapping[str, Any], max_moved_rows:
                       f"{'is' if one else 'are'} not read by plan 'onepass', which places each sample once, in "
                       f"dataset order, and does not sweep the samples after: drop {'it' if one else 'them'} or use "
                       f"plan 'exact'.")
+
+
+def _machines_given(topology: Any) -> bool:
+    """Whether ``topology`` names machines (``"MxG"``), the one form ``inter_cost`` shapes."""
+    from .topology import Topology
+
+    return topology is not None and not isinstance(topology, Topology) and "x" in str(topology).lower()
+
+
+def _refuse_inter_cost_without_machines(inter_cost: float | None, topology: Any, error: type[GmpError]) -> None:
+    """``inter_cost`` given (not None) with a topology that has no machines to put it between: refused, not
+    ignored (a uniform matrix would be used and the value dropped). ``gmp partition`` and ``gmp compare``."""
+    if inter_cost is not None and not _machines_given(topology):
+        raise _refuse(error, "inter_cost", "`inter_cost` sets the cost between the machines of `topology=MxG`; it "
+                                           "does not apply to `workers=N`, `topology=N` or `topology_file` (which "
+                                           "gives its own costs): drop it.")
 
 
 def _quoted(names: Sequence[str]) -> str:
@@ -644,6 +671,7 @@ def resolve_partition(dataset: Any, method: str | None = None, out: str | os.Pat
     ``batch_size``/``embedding_dim`` the old manifest's plan with ``from_manifest`` (else 512/16),
     ``inter_cost`` 10, ``out`` ``placements/DATASET.METHOD.wN``. Every rule between the settings is checked here, before
     anything is read but the old manifest."""
+    from .compare import refuse_plan_options
     from .errors import PartitionError
     from .params import check_int, check_plan_value
     from .seeds import check_seed
@@ -657,14 +685,13 @@ def resolve_partition(dataset: Any, method: str | None = None, out: str | os.Pat
                                         f"`distributed=True`: each of the {world} processes would partition the "
                                         f"whole dataset; add `distributed=True` (one partition across the "
                                         f"processes) or run it without torchrun.")
-    multi = topology is not None and not isinstance(topology, Topology) and "x" in str(topology).lower()
-    if inter_cost is not None and from_manifest is None and not multi:
-        raise _refuse(E, "inter_cost", "`inter_cost` sets the cost between the machines of `topology=MxG`; it does "
-                                       "not apply to `workers=N`, `topology=N` or `topology_file` (which gives its "
-                                       "own costs): drop it.")
+    multi = _machines_given(topology)
+    if from_manifest is None:
+        _refuse_inter_cost_without_machines(inter_cost, topology, E)
     sources: dict[str, str] = {"seed": USER if seed is not None else DEFAULT}
     seed = check_seed(0 if seed is None else seed)
     options = dict(options or {})
+    refuse_plan_options(options, E)  # one batch and width for the whole request
     streamed = distributed or chunk_samples is not None or block_samples is not None
     incremental_given = [k for k, v in (("from_manifest", from_manifest), ("max_moved_rows", max_moved_rows),
                                         ("compare_full", compare_full or None), ("window", window))
@@ -844,12 +871,17 @@ def resolve_compare(dataset: Any, methods: Any = None, *, workers: int | None = 
     512, width 16, inter-machine cost 10, ``isolate`` True (each method in a process of its own: its peak RSS
     is its own); ``out`` (a ``.md``, ``.json`` or ``.html`` file) is checked here, before the (long)
     partitioning."""
+    from .compare import refuse_plan_options
     from .errors import PartitionError
     from .params import check_int, check_plan_value, comma_list
     from .seeds import check_seed
     from .topology import DEFAULT_INTER_COST, Topology, resolve_topology
 
     E = PartitionError
+    _refuse_inter_cost_without_machines(inter_cost, topology, E)
+    for method, given in (options or {}).items():
+        if isinstance(given, Mapping):
+            refuse_plan_options(given, E, method=str(method))
     sources = {k: USER if v is not None else DEFAULT for k, v in (("methods", methods), ("seed", seed),
                                                                     ("batch_size", batch_size),
                                                                     ("embedding_dim", embedding_dim),
@@ -873,8 +905,11 @@ def resolve_compare(dataset: Any, methods: Any = None, *, workers: int | None = 
         topo = resolve_topology(workers, None if topology is None else str(topology),
                                 None if topology_file is None else str(topology_file),
                                 inter_cost=DEFAULT_INTER_COST if inter_cost is None else inter_cost)
-    methods = DEFAULT_COMPARE_METHODS if methods is None else methods
-    return CompareSpec(dataset=Path(getattr(dataset, "path", dataset)), methods=tuple(comma_list(methods)),
+    methods = tuple(comma_list(DEFAULT_COMPARE_METHODS if methods is None else methods))
+    twice = sorted({m for m in methods if methods.count(m) > 1})
+    if twice:  # each would run and print its row again: the same numbers, twice the time
+        raise _refuse(E, "methods", f"`methods` names {_quoted(twice)} more than once; name each method once.")
+    return CompareSpec(dataset=Path(getattr(dataset, "path", dataset)), methods=methods,
                        topology=topo, seed=seed, batch_size=batch_size, embedding_dim=embedding_dim,
                        options=options, isolate=bool(isolate), out=None if out is None else Path(out),
                        overwrite=bool(overwrite), sources=sources)

@@ -302,7 +302,13 @@ def test_compare_out_never_replaces_a_file_unasked(tiny_dataset, tmp_path):
     res = invoke("compare", ds, "-w", 2, "--methods", "random", "--no-isolate", "--out", out)
     assert res.exit_code == 2 and "already exists" in res.output and out.read_text() == "mine"
     res = invoke("compare", ds, "-w", 2, "--methods", "random", "--no-isolate", "--out", out, "--overwrite")
-    assert res.exit_code == 0 and json.loads(out.read_text())["format"] == "gmp.compare"
+    # not gmp's: --overwrite replaces only a file gmp wrote (it replaced this one)
+    assert res.exit_code == 2 and "is not a file gmp wrote (it has no gmp.compare mark)" in res.output
+    assert out.read_text() == "mine"
+    out.unlink()
+    for _ in range(2):  # written, then replaced: gmp's own
+        res = invoke("compare", ds, "-w", 2, "--methods", "random", "--no-isolate", "--out", out, "--overwrite")
+        assert res.exit_code == 0 and json.loads(out.read_text())["format"] == "gmp.compare", res.output
 
 
 def test_report_out_never_replaces_another_report(partitioned, tiny_dataset, tmp_path):

@@ -130,7 +130,8 @@ def test_report_refuses_stale_report_json(tmp_path):
     obj = json.loads((path / "report.json").read_text())
     obj["metrics"]["per_worker"]["samples"] = [4, 2]
     (path / "report.json").write_text(json.dumps(obj))
-    with pytest.raises(ManifestError, match=r"per-worker sample counts \[4, 2\] do not match sample_worker\.npy"):
+    with pytest.raises(ManifestError, match=r"metrics\.per_worker\.samples is \[4, 2\], but sample_worker\.npy "
+                                            r"counts \[3, 3\]"):
         report_from_manifest(load_manifest(path))
 
 

@@ -260,9 +260,11 @@ def report_from_manifest(manifest, *, dataset=None, batch_size: int | None = Non
     With ``dataset`` (whose hash must match; check it with
     ``load_manifest(path, dataset=dataset)``) every metric is recomputed from
     the arrays. Without it the stored ``report.json`` is used after checking
-    that its per-worker sample and primary counts match the arrays; if there is
-    no report.json, the manifest's metric summary and what the arrays alone
-    give (per-worker samples, rows held) are shown.
+    it against ``manifest.json``'s metrics summary, the arrays and its own sums
+    (:func:`cross_check_report`); if there is no report.json, the manifest's
+    metric summary and what the arrays alone give (per-worker samples, rows
+    held) are shown. Either way ``manifest.json``'s counts of the arrays are
+    checked against them first (:func:`check_header_against_arrays`).
     """
     report = _report_from_manifest(manifest, dataset, batch_size, embedding_dim)
     comparison = (manifest.placement.info or {}).get("comparison")
@@ -274,6 +276,7 @@ def report_from_manifest(manifest, *, dataset=None, batch_size: int | None = Non
 def _report_from_manifest(manifest, dataset, batch_size, embedding_dim) -> dict[str, Any]:
     meta = manifest.meta
     placement = manifest.placement
+    check_header_against_arrays(manifest)
     name = dataset_name_of(meta) or (dataset_name_of(dataset.meta, dataset.path) if dataset is not None else None)
     bs = int(batch_size or meta.get("batch_size") or 512)
     dim = int(embedding_dim or meta.get("embedding_dim") or 16)
@@ -298,12 +301,7 @@ def _report_from_manifest(manifest, dataset, batch_size, embedding_dim) -> dict[
     stored_path = manifest.path / "report.json"
     if stored_path.is_file() and batch_size is None and embedding_dim is None:
         stored = load_report(stored_path)
-        loads = (stored.get("metrics") or {}).get("per_worker") or {}
-        if loads.get("samples") is not None and [int(x) for x in loads["samples"]] != samples.tolist():
-            raise ManifestError(
-                f"{stored_path}: per-worker sample counts {loads['samples']} do not match sample_worker.npy "
-                f"({samples.tolist()}); regenerate it with 'gmp report {manifest.path} --dataset DATASET_DIR'."
-            )
+        cross_check_report(stored, manifest, stored_path)
         report = build_report(placement=placement, topology=manifest.topology, metrics=stored["metrics"],
                               source="report.json (arrays re-validated)", dataset_sha256=manifest.dataset_sha256,
                               degree_distribution=stored.get("degree_distribution"), graph_stats=stored.get("graph"),
@@ -312,6 +310,10 @@ def _report_from_manifest(manifest, dataset, batch_size, embedding_dim) -> dict[
     if batch_size is not None or embedding_dim is not None:
         raise ManifestError("`batch_size`/`embedding_dim` need `dataset` DATASET_DIR to recompute the metrics.")
     metrics = dict(meta.get("metrics") or {})
+    if metrics.get("embedding_dim") is not None:  # the bytes of a row, as a partition's report.json records them
+        from ..constants import VALUE_BYTES
+
+        metrics.setdefault("bytes_per_row", int(metrics["embedding_dim"]) * VALUE_BYTES)
     prim = np.bincount(np.asarray(placement.embedding_primary), minlength=placement.num_workers)
     sec = np.bincount(np.asarray(placement.secondary_workers), minlength=placement.num_workers)
     metrics["per_worker"] = {"samples": samples.tolist(), "primaries": prim.tolist(), "secondaries": sec.tolist(),
@@ -321,6 +323,127 @@ def _report_from_manifest(manifest, dataset, batch_size, embedding_dim) -> dict[
     return build_report(placement=placement, topology=manifest.topology, metrics=metrics,
                         source="manifest summary (no report.json; pass --dataset for every metric)",
                         dataset_sha256=manifest.dataset_sha256, dataset_name=name)
+
+
+def _fix_for(manifest) -> str:
+    return (f"one of them was edited or damaged: recompute the report with 'gmp report {manifest.path} --dataset "
+            f"DATASET_DIR', or re-create both with 'gmp partition'.")
+
+
+def _shown(v: Any) -> str:
+    import json
+
+    text = json.dumps(v, default=str)
+    return text if len(text) <= 40 else text[:40] + "…"
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal, numbers to a relative 1e-9 (each went through JSON once; a float's last digit is not news)."""
+    if _is_number(a) and _is_number(b):
+        return a == b or abs(float(a) - float(b)) <= 1e-9 * max(abs(float(a)), abs(float(b)))
+    return a == b
+
+
+def check_header_against_arrays(manifest) -> None:
+    """Refuse a ``manifest.json`` whose counts of the arrays disagree with the arrays: ``num_secondaries`` and
+    the ``arrays`` index (each array's file, dtype and shape). The placement's hash covers the arrays, not the
+    header, so an edited header is caught here (one :class:`ManifestError` naming the key)."""
+    from ..manifest import ARRAYS, MANIFEST_FILE
+
+    meta, placement = manifest.meta, manifest.placement
+    mfile = manifest.path / MANIFEST_FILE
+    fix = "re-create it with 'gmp partition' (placement_sha256 covers the arrays, not the header)."
+    said = meta.get("num_secondaries")
+    if said is not None and int(said) != placement.num_secondaries:
+        raise ManifestError(f"{mfile}: num_secondaries is {said}, but secondary_workers.npy holds "
+                            f"{placement.num_secondaries:,}; {fix}")
+    index = meta.get("arrays") or {}
+    for name, entry in index.items():
+        if name not in ARRAYS:
+            continue
+        arr = np.asarray(getattr(placement, name))
+        have = {"file": ARRAYS[name][1], "dtype": str(arr.dtype), "shape": list(arr.shape)}
+        if not isinstance(entry, Mapping):
+            raise ManifestError(f"{mfile}: arrays.{name} must be an object {_shown(have)}, got {_shown(entry)}; "
+                                f"{fix}")
+        for key, value in have.items():
+            if key in entry and entry[key] != value:
+                raise ManifestError(f"{mfile}: arrays.{name}.{key} is {_shown(entry[key])}, but the array "
+                                    f"{ARRAYS[name][1]} has {_shown(value)}; {fix}")
+
+
+def cross_check_report(report: Mapping[str, Any], manifest, path: Path) -> None:
+    """Refuse a stored ``report.json`` whose metrics disagree with what else records or implies them (one
+    :class:`ManifestError` naming the key): ``manifest.json``'s metrics summary (every key it holds), the
+    arrays (workers, samples, per-worker samples; the per-worker primaries and secondaries and the
+    secondaries' total at most the arrays' counts, as the metrics count only rows the data reads), and the
+    report's own sums (per-worker traffic and the traffic matrix against the totals; each change against
+    random against the metric and the reference's value).
+
+    The report is re-rendered from these numbers without the dataset, so an edited file would otherwise be
+    shown, headline and all, as the manifest's own."""
+    from ..manifest import MANIFEST_FILE
+    from ..metrics import reduction
+
+    metrics = report.get("metrics") or {}
+    placement = manifest.placement
+    fix = _fix_for(manifest)
+
+    def refuse(key: str, got: Any, what: str) -> ManifestError:
+        return ManifestError(f"{path}: metrics.{key} is {_shown(got)}, but {what}; {fix}")
+
+    summary = manifest.meta.get("metrics") or {}
+    against = f"{manifest.path / MANIFEST_FILE}'s metrics summary"
+    for key, want in summary.items():
+        pairs = ([(f"{key}.{k}", v, (metrics.get(key) or {}).get(k) if isinstance(metrics.get(key), Mapping)
+                   else None) for k, v in want.items()] if isinstance(want, Mapping) else [(key, want, metrics.get(key))])
+        for name, expected, got in pairs:
+            if expected is not None and not _same(got, expected):
+                raise refuse(name, got, f"{against} has {_shown(expected)}")
+
+    w = placement.num_workers
+    if metrics.get("num_workers") is not None and int(metrics["num_workers"]) != w:
+        raise refuse("num_workers", metrics["num_workers"], f"the placement has {w}")
+    if metrics.get("num_samples") is not None and int(metrics["num_samples"]) != placement.num_samples:
+        raise refuse("num_samples", metrics["num_samples"], f"sample_worker.npy has {placement.num_samples:,}")
+    loads = metrics.get("per_worker") or {}
+    arrays = {"samples": ("sample_worker.npy", np.asarray(placement.sample_worker), True),
+              "primaries": ("embedding_primary.npy", np.asarray(placement.embedding_primary), False),
+              "secondaries": ("secondary_workers.npy", np.asarray(placement.secondary_workers), False)}
+    for key, (fname, arr, exact) in arrays.items():
+        if loads.get(key) is None:
+            continue
+        have = np.bincount(arr, minlength=w).tolist()
+        got = [int(x) for x in loads[key]]
+        if got != have if exact else any(g > h for g, h in zip(got, have)):
+            relation = "counts" if exact else "counts at most"
+            raise refuse(f"per_worker.{key}", got, f"{fname} {relation} {have}")
+    counted = metrics.get("num_secondaries")
+    if counted is not None:
+        if int(counted) > placement.num_secondaries:
+            raise refuse("num_secondaries", counted, f"secondary_workers.npy holds only "
+                                                     f"{placement.num_secondaries:,}")
+        if loads.get("secondaries") is not None and int(counted) != sum(int(x) for x in loads["secondaries"]):
+            raise refuse("num_secondaries", counted, f"metrics.per_worker.secondaries sums to "
+                                                     f"{sum(int(x) for x in loads['secondaries']):,}")
+    for key in ("remote_accesses", "epoch_unique_remote", "batch_remote_reads", "batch_remote_pushes"):
+        if metrics.get(key) is not None and loads.get(key) is not None and not _same(sum(loads[key]), metrics[key]):
+            raise refuse(key, metrics[key], f"metrics.per_worker.{key} sums to {_shown(sum(loads[key]))}")
+    matrix = metrics.get("traffic_matrix")
+    if matrix is not None and metrics.get("batch_remote_reads") is not None:
+        total = sum(sum(row) for row in matrix)
+        if not _same(total, metrics["batch_remote_reads"]):
+            raise refuse("batch_remote_reads", metrics["batch_remote_reads"],
+                         f"metrics.traffic_matrix sums to {_shown(total)}")
+    ref = metrics.get("reference") or {}
+    for key, change in (metrics.get("reduction_vs_random") or {}).items():
+        if change is None or not _is_number(metrics.get(key)) or not _is_number(ref.get(key)):
+            continue
+        want = reduction(float(metrics[key]), float(ref[key]))
+        if not _same(change, want):
+            raise refuse(f"reduction_vs_random.{key}", change,
+                         f"metrics.{key} {_shown(metrics[key])} against the reference's {_shown(ref[key])} is "
+                         f"{want:+.4f}")
 
 
 def write_report(out_dir: str | os.PathLike, report: dict[str, Any],

@@ -341,16 +341,18 @@ def headline(report: Mapping[str, Any]) -> tuple[str, str]:
     ``bytes_per_row`` either way, so this is the change in bytes):
     ``"hybrid on criteo-1m, 8 workers: -73.7% bytes moved vs random (reads + pushes)"``;
     summary: the reads and the pushes beneath it with their bytes, then the other reductions and the
-    replication factor. A report without pushes (older ones) heads on whichever main metric it has.
+    replication factor. Random's counts are the report's ``reference`` or, in a report made from
+    manifest.json's summary, recovered from the changes (:func:`reference_total`), so both head alike. A
+    report without pushes (older ones) heads on whichever main metric it has.
     """
     metrics = report.get("metrics") or {}
     red = metrics.get("reduction_vs_random") or {}
-    ref = metrics.get("reference") or {}
     where = subject(report)
     parts = ("batch_remote_reads", "batch_remote_pushes")
     rb = metrics.get("bytes_per_row")
-    if all(metrics.get(k) is not None and ref.get(k) is not None for k in parts):
-        total, total_ref = (sum(float(d[k]) for k in parts) for d in (metrics, ref))
+    total_ref = reference_total(metrics, parts)
+    if total_ref is not None:
+        total = sum(float(metrics[k]) for k in parts)
         change = fmt_change(1.0 - total / total_ref if total_ref else 0.0)
         title = f"{where}: {change} bytes moved vs random (reads + pushes)"
 
@@ -374,6 +376,27 @@ def headline(report: Mapping[str, Any]) -> tuple[str, str]:
     summary = (f"Versus random on the same graph and seed: {', '.join(others)}{tail}"
                + (f" (batch {bs} per worker, per epoch)." if bs else "."))
     return title, summary
+
+
+def reference_total(metrics: Mapping[str, Any], keys: tuple[str, ...]) -> float | None:
+    """The random reference's total of ``keys``: its recorded values (``metrics["reference"]``, report.json),
+    else each recovered from the metric and its change against random (``value / (1 - change)``: manifest.json's
+    summary, which keeps the changes only), so a report without report.json heads on the same quantity; None
+    when a value is unknown, or its reference is (a change of -100%: the metric is 0, whatever random's was)."""
+    ref = metrics.get("reference") or {}
+    red = metrics.get("reduction_vs_random") or {}
+    total = 0.0
+    for k in keys:
+        value = metrics.get(k)
+        if value is None:
+            return None
+        if ref.get(k) is not None:
+            total += float(ref[k])
+        elif red.get(k) is not None and float(red[k]) != 1.0:
+            total += float(value) / (1.0 - float(red[k]))
+        else:
+            return None
+    return total
 
 
 def traffic_summary(metrics: Mapping[str, Any]) -> str:
