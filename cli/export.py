@@ -27,6 +27,7 @@ def torchrec_cmd(manifest, out, dataset, embedding_dim, batch_size, overwrite) -
     from gmp.api import run_export
     from gmp.report.tables import fmt_bytes
     from gmp.specs import resolve_export
+    from gmp.wording import plural
 
     from .train import warn
 
@@ -37,9 +38,11 @@ def torchrec_cmd(manifest, out, dataset, embedding_dim, batch_size, overwrite) -
         exp = run_export(spec, manifest, out, dataset=dataset, overwrite=overwrite)
     plan = exp.plan
     b = plan["bytes_per_epoch"]
-    typer.echo(f"wrote {out}: {len(plan['tables'])} row-wise tables on {plan['num_ranks']} ranks, padding "
-               f"{plan['padding']['rows']:,} rows ({plan['padding']['fraction']:.2%}), "
-               f"{plan['secondaries_dropped']:,} secondaries dropped (TorchRec cannot express them)")
+    tables, ranks, rows, dropped = (len(plan["tables"]), plan["num_ranks"], plan["padding"]["rows"],
+                                    plan["secondaries_dropped"])
+    typer.echo(f"wrote {out}: {tables} row-wise {plural('table', tables)} on {ranks} {plural('rank', ranks)}, "
+               f"padding {rows:,} {plural('row', rows)} ({plan['padding']['fraction']:.2%}), {dropped:,} "
+               f"{plural('secondary', dropped, 'secondaries')} dropped (TorchRec cannot express them)")
     typer.echo(f"bytes per epoch: TorchRec row-wise {fmt_bytes(b['torchrec_row_wise']['total_bytes'])} "
                f"(ids {fmt_bytes(b['torchrec_row_wise']['ids_bytes'])}, pooled sums "
                f"{fmt_bytes(b['torchrec_row_wise']['pooled_bytes'])}); gmp {fmt_bytes(b['gmp']['total_bytes'])}")

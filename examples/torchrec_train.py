@@ -6,9 +6,10 @@ ShardingPlan, and each rank's training samples. This script makes a small datase
 placement on 2 workers, exports it, then starts 2 processes (gloo, CPU) that each build the sharded
 EmbeddingBagCollection from the export, wrap it with DistributedModelParallel and train a small
 model (pooled embeddings + the dense features -> MLP -> click logit) for one epoch over their own
-samples:
+samples: the export's steps_per_epoch steps, every training sample once (a rank that runs out
+pads its batch with empty samples that the loss masks):
 
-    python examples/torchrec_train.py [--samples 3000] [--work DIR]
+    python examples/torchrec_train.py [--samples 3000] [--batch-size 64] [--work DIR]
 
 Needs TorchRec (the `peers` extra, which scripts/setup.sh installs):
     pip install -e '.[peers]' && pip install --no-deps torchrec==1.8.0
@@ -57,7 +58,9 @@ def train_rank(rank: int, world: int, port: int, export_dir: str, data_dir: str,
     from torchrec.optim.optimizers import in_backward_optimizer_filter
 
     import gmp as gmp_api
-    from gmp.export.torchrec import load_export, torchrec_batch, torchrec_sharding_plan, torchrec_tables
+    from gmp.export.torchrec import (epoch_batches, load_export, torchrec_batch, torchrec_sharding_plan,
+                                     torchrec_tables)
+    from gmp.wording import plural
 
     import warnings
 
@@ -94,32 +97,40 @@ def train_rank(rank: int, world: int, port: int, export_dir: str, data_dir: str,
 
         samples = np.asarray(exp.rank_samples(rank))  # this rank's training samples, in gmp's order
         batch = int(exp.plan["batch_size"])
-        # every rank runs the same number of steps of the same batch size: the row-wise lookup's
-        # collectives (on CPU, TorchRec 1.8) need equal batches, so the shortest rank's count of full
-        # batches is the epoch; the rest of the longer ranks' samples wait for the next epoch's order
-        steps = torch.tensor([len(samples) // batch])
-        dist.all_reduce(steps, op=dist.ReduceOp.MIN)
+        # every rank runs the export's steps_per_epoch steps, and at every step all ranks' batches have the
+        # same size (the row-wise lookup's collectives on CPU, TorchRec 1.8, exchange fixed-size blocks):
+        # epoch_batches gives this rank's samples of each step and that size; a rank with fewer samples
+        # left pads its batch with empty samples (no ids, zero dense features), masked out of the loss
         labels = np.asarray(ds.labels)
         dense_all = np.asarray(ds.dense, dtype=np.float32) if num_dense else None
-        loss_fn = nn.BCEWithLogitsLoss()
-        losses = []
-        for step in range(int(steps)):
-            ids = samples[step * batch:(step + 1) * batch]
-            kjt = torchrec_batch(exp, ds, ids)
-            dense = torch.as_tensor(dense_all[ids]) if num_dense else torch.zeros((len(ids), 0))
-            target = torch.as_tensor(labels[ids], dtype=torch.float32)
+        loss_fn = nn.BCEWithLogitsLoss(reduction="none")
+        losses, trained, steps = [], 0, 0
+        for ids, size in epoch_batches(exp, rank):
+            kjt = torchrec_batch(exp, ds, ids, pad_to=size)
+            dense = torch.zeros((size, num_dense))
+            target = torch.zeros(size)
+            mask = torch.zeros(size)
+            if num_dense:
+                dense[:len(ids)] = torch.as_tensor(dense_all[ids])
+            target[:len(ids)] = torch.as_tensor(labels[ids], dtype=torch.float32)
+            mask[:len(ids)] = 1.0
             optimizer.zero_grad()
             logits = dmp(kjt, dense)
-            loss = loss_fn(logits, target)
+            loss = (loss_fn(logits, target) * mask).sum() / max(len(ids), 1)  # 0 (no gradient) when out of samples
             loss.backward()
             optimizer.step()
-            losses.append(float(loss.detach()))
+            steps += 1
+            trained += len(ids)
+            if len(ids):
+                losses.append(float(loss.detach()))
         quarter = max(1, len(losses) // 4)
         # each rank's line goes to a file the parent prints in rank order (two processes printing at once
         # can interleave their lines)
+        loss_line = (f"loss {np.mean(losses[:quarter]):.4f} (first quarter) -> {np.mean(losses[-quarter:]):.4f} "
+                     f"(last)" if losses else "no samples")
         Path(export_dir, f"rank{rank}.txt").write_text(
-            f"rank {rank}: {int(steps) * batch:,} of its {len(samples):,} samples in {int(steps)} steps of {batch}, "
-            f"loss {np.mean(losses[:quarter]):.4f} (first quarter) -> {np.mean(losses[-quarter:]):.4f} (last)\n")
+            f"rank {rank}: {trained:,} of its {len(samples):,} samples in {steps} {plural('step', steps)} of up to "
+            f"{batch}, {loss_line}\n")
         if not np.isfinite(losses).all():
             raise SystemExit(f"rank {rank}: the loss is not finite")
     finally:

@@ -496,6 +496,9 @@ def resolve_export(manifest: Any, *, batch_size: int | None = None, embedding_di
         planned = getattr(plan, k)
         values[k] = v if v is not None else planned
         sources[k] = USER if v is not None else PLAN if planned is not None else DEFAULT
+    from .export.torchrec import check_settings
+
+    check_settings(**values)  # a refusal comes before the plan's warning, which the caller prints
     return ExportSpec(values["batch_size"], values["embedding_dim"], sources, (warning,) if warning else ())
 
 
@@ -1050,7 +1053,7 @@ def resolve_synth(out: str | os.PathLike, *, preset: str | None = None, like: st
     ``continue_from``, the next day of that synthetic dataset, which keeps its generator and takes only
     ``num_samples``, ``seed``, ``test_fraction``, ``growth`` and ``drift`` (None: the previous day's,
     and a ``seed`` of 0 the first day's). A setting the request cannot use is refused, not ignored."""
-    from .datasets.synth import PRESETS, SynthConfig, preset_config
+    from .datasets.synth import PRESET_FIELDS, SynthConfig, preset_config
     from .errors import DatasetError
     from .seeds import check_seed
 
@@ -1058,8 +1061,10 @@ def resolve_synth(out: str | os.PathLike, *, preset: str | None = None, like: st
     takes = {f.name for f in dataclasses.fields(SynthConfig)} | {"local_min_values"}
     unknown = sorted(set(knobs) - takes)
     if unknown:
-        raise DatasetError(f"synthesize: unknown knob(s) {', '.join(unknown)}; SynthConfig takes: "
-                           f"{', '.join(sorted(takes))}.")
+        # a preset's layout and the named arguments are SynthConfig fields but not knobs
+        knob_names = takes - set(PRESET_FIELDS) - {"num_samples", "seed", "test_fraction", "preset", "scale"}
+        raise DatasetError(f"synthesize: unknown knob(s) {', '.join(unknown)}; the knobs: "
+                           f"{', '.join(sorted(knob_names))}.")
     knobs = {k: v for k, v in knobs.items() if v is not None}
     sources = {name: USER for name, value in (("preset", preset), ("scale", scale), ("test_fraction", test_fraction))
                if value is not None}
@@ -1095,10 +1100,7 @@ def resolve_synth(out: str | os.PathLike, *, preset: str | None = None, like: st
                                "(the latent-entity model has no community slices).")
         return SynthSpec(like=Path(like), knobs=knobs, **common)
     preset = "criteo-kaggle" if preset is None else preset
-    entity_only = [f"`{k}`" for k in ("entity_skew", "fidelity", "coherence", "fresh") if k in knobs]
-    if entity_only and preset in PRESETS and PRESETS[preset].model != "entities":
-        raise DatasetError(f"synth: {', '.join(entity_only)} apply to the latent-entity model "
-                           f"('criteo-kaggle' or `like`), not to preset {preset!r}.")
+    # a knob only the latent-entity model reads is refused by preset_config on an independent preset
     config = preset_config(preset, num_samples=num_samples, scale=scale, local_min_values=local_min_values,
                            seed=seed, test_fraction=test_fraction, **knobs)
     return SynthSpec(config=config, **common)

@@ -133,7 +133,7 @@ def test_the_facade_takes_what_a_notebook_passes(tiny_dataset, tmp_path):
 
     with pytest.raises(ManifestError, match="manifest must be a placement manifest .* got PreparedDataset"):
         gmp.make_report(ds)
-    with pytest.raises(DatasetError, match="unknown knob\\(s\\) skw; SynthConfig takes: .*skew"):
+    with pytest.raises(DatasetError, match="unknown knob\\(s\\) skw; the knobs: .*skew"):
         gmp.synthesize(tmp_path / "s", num_samples=100, skw=1.0)
     with pytest.raises(TrainingError, match="unknown option\\(s\\) foo; it takes: .*schedule"):
         gmp.simulate_epoch(ds, workers=2, foo=1)

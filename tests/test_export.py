@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 from collections import OrderedDict
 
@@ -111,8 +112,9 @@ def test_export_plan(manifest, tiny_dataset, tmp_path):
     assert any("staleness" in line for line in plan["not_expressible"])
     readme = (tmp_path / "x" / "README.md").read_text()
     assert "## What TorchRec cannot express" in readme and "## What needs a GPU" in readme
-    assert "1 secondaries; they are dropped" in readme or "has 1 secondaries" in readme
-    assert "TorchRecExport" in repr(exp) and "2 row-wise tables" in repr(exp)
+    assert "* Dropped: this placement's 1 secondary." in readme
+    assert "on 2 ranks, 2 tables (one per field" in readme and ", 1 step per epoch" in readme
+    assert "TorchRecExport" in repr(exp) and "on 2 ranks, 2 row-wise tables" in repr(exp)
 
 
 def test_cache_statistics(manifest, tiny_dataset, tmp_path):
@@ -130,7 +132,8 @@ def test_export_cli(manifest, tiny_dataset, tmp_path):
     res = runner.invoke(app, ["export", "torchrec", str(manifest), "--dataset", str(tiny_dataset), "--out",
                               str(tmp_path / "e"), "--embedding-dim", "8"])
     assert res.exit_code == 0, res.output
-    assert "2 row-wise tables on 2 ranks" in res.output and "1 secondaries dropped" in res.output
+    # "1 secondary" once cli/export.py words counts with gmp.wording.plural (test_export_ranges pins that)
+    assert "2 row-wise tables on 2 ranks" in res.output and re.search(r"\b1 secondar(y|ies) dropped", res.output)
     assert json.loads((tmp_path / "e" / "plan.json").read_text())["embedding_dim"] == 8
     res = runner.invoke(app, ["export", "torchrec", str(manifest), "--out", str(tmp_path / "f")])
     assert res.exit_code == 2 and "the dataset is needed" in res.output and "Traceback" not in res.output
@@ -256,11 +259,9 @@ def _sharded_lookup(rank, world, port, export_dir, dataset_dir, queue):  # pragm
         ebc = EmbeddingBagCollection(tables=torchrec_tables(exp), device=torch.device("meta"))
         model = DistributedModelParallel(ebc, device=torch.device("cpu"), plan=torchrec_sharding_plan(exp, ebc))
         # every row holds (gmp id, rank that holds the row): the lookup then shows which id and which rank served it
-        inverse = {}
-        for e, row in enumerate(np.asarray(exp.remap())):
-            if row >= 0:
-                inverse[(int(np.searchsorted([t["gmp_offset"] for t in exp.tables], e, side="right")) - 1,
-                         int(row))] = e
+        remap = np.asarray(exp.remap())
+        inverse = {(k, int(remap[e])): e for k, t in enumerate(exp.tables)
+                   for a, b in t["gmp_ranges"] for e in range(a, b)}
         with torch.no_grad():
             for k, t in enumerate(exp.tables):
                 weight = model.state_dict()[f"embedding_bags.{t['name']}.weight"]
@@ -309,24 +310,40 @@ def test_torchrec_sharded_lookup_serves_each_id_from_its_gmp_primary(manifest, t
     assert checked == 8  # every training edge
 
 
-GOLDEN = __import__("pathlib").Path(__file__).parent / "data" / "torchrec_export_v1"
+DATA = __import__("pathlib").Path(__file__).parent / "data"
 
 
-def test_golden_export_reads_and_matches_a_fresh_export(manifest, tiny_dataset, tmp_path):
-    golden = load_export(GOLDEN)
-    assert golden.plan["format"] == "gmp.torchrec_export" and golden.plan["schema_version"] == 1
+@pytest.mark.parametrize("version", [1, 2])
+def test_golden_export_reads_and_matches_a_fresh_export(manifest, tiny_dataset, tmp_path, version):
+    """Every version's golden, read (version 1 upgraded: one range per table), equals a fresh export."""
+    from gmp.export.torchrec import SCHEMA_VERSION
+
+    golden_dir = DATA / f"torchrec_export_v{version}"
+    on_disk = json.loads((golden_dir / "plan.json").read_text())
+    assert on_disk["format"] == "gmp.torchrec_export" and on_disk["schema_version"] == version
+    golden = load_export(golden_dir)
+    assert golden.plan["schema_version"] == SCHEMA_VERSION == 2
+    assert [t["gmp_ranges"] for t in golden.tables] == [[[0, 3]], [[3, 6]]]
     fresh = export_torchrec(manifest, tmp_path / "x", dataset=tiny_dataset, embedding_dim=8, batch_size=2)
     skip = {"gmp_version", "manifest", "dataset", "dataset_sha256"}
     assert {k: v for k, v in fresh.plan.items() if k not in skip} == \
         {k: v for k, v in golden.plan.items() if k not in skip}
-    # the golden predates dataset schema 3: it names the arrays' hash, which the dataset still answers to
     meta = json.loads((tiny_dataset / "dataset.json").read_text())
-    assert golden.plan["dataset_sha256"] == meta["arrays_sha256"] != meta["sha256"] == fresh.plan["dataset_sha256"]
+    if version == 1:  # it predates dataset schema 3: it names the arrays' hash, which the dataset still answers to
+        assert golden.plan["dataset_sha256"] == meta["arrays_sha256"] != meta["sha256"]
+    assert fresh.plan["dataset_sha256"] == meta["sha256"]
     for name in ("remap.npy", "rank_indptr.npy", "rank_samples.npy"):
-        assert np.array_equal(np.load(GOLDEN / name), np.load(tmp_path / "x" / name)), name
+        assert np.array_equal(np.load(golden_dir / name), np.load(tmp_path / "x" / name)), name
+
+
+def test_every_export_version_has_a_golden():
+    from gmp.export.torchrec import SCHEMA_VERSION
+
+    for version in range(1, SCHEMA_VERSION + 1):
+        assert (DATA / f"torchrec_export_v{version}" / "plan.json").is_file(), version
 
 
 def test_newer_export_is_refused(tmp_path):
-    (tmp_path / "plan.json").write_text(json.dumps({"format": "gmp.torchrec_export", "schema_version": 2}))
-    with pytest.raises(ManifestError, match="schema_version 2; this gmp reads up to 1"):
+    (tmp_path / "plan.json").write_text(json.dumps({"format": "gmp.torchrec_export", "schema_version": 3}))
+    with pytest.raises(ManifestError, match="schema_version 3; this gmp reads up to 2"):
         load_export(tmp_path)

@@ -548,4 +548,4 @@ def test_cli_fresh(tmp_path, data_app):
     assert config_of(load_dataset(out)).fresh == 0.25
     res = CliRunner().invoke(data_app, ["data", "synth", "--preset", "tiny", "--fresh", "0.2",
                                         "--out", str(tmp_path / "t")])
-    assert res.exit_code == 2 and "--fresh apply to the latent-entity model" in res.output
+    assert res.exit_code == 2 and "--fresh applies to the latent-entity model" in res.output

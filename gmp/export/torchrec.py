@@ -11,6 +11,12 @@ field's table, where ``B_f = max_w count_f(w)``; the table is padded to
 even row-wise split puts exactly worker ``w``'s primaries on rank ``w``.
 One TorchRec table per gmp field, one feature per table.
 
+A field's ids are its ``ranges`` in the dataset (:class:`gmp.datasets.format.FieldInfo`): one
+range for a fresh dataset, two or more for one made by ``gmp data synth --continue`` or
+``gmp data import --extend`` (the new values of every field come after the parent's ids). The
+remap, the statistics and :func:`torchrec_batch` go by those ranges (a table's ``gmp_ranges``),
+never by ``gmp_offset`` + ``num_values``, which are kept for reading only.
+
 Written into ``OUT``::
 
     OUT/
@@ -24,12 +30,13 @@ Written into ``OUT``::
 ``plan.json`` (abridged)::
 
     {
-      "format": "gmp.torchrec_export", "schema_version": 1, "gmp_version": "0.1.0",
+      "format": "gmp.torchrec_export", "schema_version": 2, "gmp_version": "0.1.0",
       "manifest": "placements/criteo-1m.hybrid.w8", "dataset_sha256": "5b0d...", "dataset_name": "criteo-1m",
       "method": "hybrid", "num_ranks": 8, "embedding_dim": 16, "batch_size": 512,
       "steps_per_epoch": 220,
       "tables": [
         {"name": "t_C1", "feature": "C1", "gmp_offset": 0, "num_values": 1460,
+         "gmp_ranges": [[0, 1450], [1228411, 1228421]],
          "num_embeddings": 1464, "block_rows": 183, "rows_per_rank": [183, 181, ...],
          "padding_rows": 4, "pooling_factor": 1.0,
          "shards": [{"rank": 0, "row_offset": 0, "num_rows": 183}, ...],
@@ -42,6 +49,17 @@ Written into ``OUT``::
       "not_expressible": ["...secondaries...", "...staleness..."],
       "needs_gpu": ["..."]
     }
+
+``gmp_ranges`` are the field's global ids as half-open ``[start, stop)`` ranges; local id
+``k`` (the ``k``-th id along them) is the field's natural row ``k``, and ``remap`` renumbers
+them as above. ``steps_per_epoch`` is ``ceil(max samples per rank / batch_size)``: every
+training sample is read once, and a step's batch is shorter once ranks run out
+(:func:`epoch_batches` gives each step's samples and the size all ranks pad to).
+
+**Versions.** 2 added ``tables[].gmp_ranges``; a version-1 plan is upgraded on read
+(``[[gmp_offset, gmp_offset + num_values]]``), which is what it meant, and
+:func:`torchrec_batch` refuses it for a dataset whose fields have more ranges (such a
+version-1 export was wrong: re-export it).
 
 **Planner statistics.** ``pooling_factor`` is the mean number of ids a
 training sample has in the field (TorchRec's ``ParameterConstraints.
@@ -87,11 +105,12 @@ from .._version import __version__
 from ..errors import ManifestError, MissingDependencyError
 from ..graph import build_graph
 from ..metrics import traffic
+from ..wording import plural
 
 log = logging.getLogger(__name__)
 
 FORMAT = "gmp.torchrec_export"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 VALUE_BYTES = 4  # float32 rows and lengths
 ID_BYTES = 8  # int64 ids in TorchRec's KeyedJaggedTensor
 DEFAULT_LOAD_FACTORS = (0.01, 0.05, 0.1, 0.2, 0.5)
@@ -131,6 +150,8 @@ class TableSpec:
     num_values: int
     block_rows: int
     rows_per_rank: tuple[int, ...]
+    #: the field's gmp ids as half-open ``(start, stop)`` ranges, in local-id order
+    ranges: tuple[tuple[int, int], ...] = ()
 
     @property
     def num_embeddings(self) -> int:
@@ -166,9 +187,52 @@ class TorchRecExport:
     def __repr__(self) -> str:
         pad = self.plan["padding"]
         b = self.plan["bytes_per_epoch"]
-        return (f"<TorchRecExport {str(self.path)!r}: {self.plan['method']} on {self.num_ranks} ranks, "
-                f"{len(self.tables)} row-wise tables, padding {pad['fraction']:.2%}, per epoch "
+        num_tables = len(self.tables)
+        return (f"<TorchRecExport {str(self.path)!r}: {self.plan['method']} on {self.num_ranks} "
+                f"{plural('rank', self.num_ranks)}, {num_tables} row-wise {plural('table', num_tables)}, "
+                f"padding {pad['fraction']:.2%}, per epoch "
                 f"TorchRec {_mib(b['torchrec_row_wise']['total_bytes'])} vs gmp {_mib(b['gmp']['total_bytes'])}>")
+
+
+class _IdRanges:
+    """Which table a gmp id belongs to and its local id there (its natural row), from the tables' ranges.
+
+    >>> r = _IdRanges([[(0, 3), (10, 12)], [(3, 10)]])
+    >>> [a.tolist() for a in r.locate(np.array([11, 4, 12, 2]))]
+    [[0, 1, -1, 0], [4, 1, -1, 2]]
+    """
+
+    def __init__(self, table_ranges: Sequence[Sequence[Sequence[int]]]):
+        spans = []
+        for t, ranges in enumerate(table_ranges):
+            base = 0
+            for a, b in ranges:
+                if int(b) > int(a):
+                    spans.append((int(a), int(b), t, base))
+                base += int(b) - int(a)
+        spans.sort()
+        self.start, self.stop, self.table, self.base = (np.array([s[i] for s in spans], dtype=np.int64)
+                                                        for i in range(4))
+
+    def locate(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(table, local)`` of every id (both -1 for an id in no table)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        table = np.full(ids.shape, -1, dtype=np.int64)
+        local = np.full(ids.shape, -1, dtype=np.int64)
+        if not ids.size or not self.start.size:
+            return table, local
+        k = np.searchsorted(self.start, ids, side="right") - 1
+        kc = np.maximum(k, 0)
+        inside = (k >= 0) & (ids < self.stop[kc])
+        k = kc[inside]
+        table[inside] = self.table[k]
+        local[inside] = ids[inside] - self.start[k] + self.base[k]
+        return table, local
+
+
+def table_ranges(table: Mapping[str, Any]) -> list[tuple[int, int]]:
+    """A plan table's gmp ids as ``(start, stop)`` ranges (``gmp_ranges``)."""
+    return [(int(a), int(b)) for a, b in table["gmp_ranges"]]
 
 
 def _mib(v: float | None) -> str:
@@ -303,6 +367,30 @@ def _edge_chunks(ds, num_train: int, max_edges: int = 1 << 24):
 EXPORT_FILES = frozenset({"remap.npy", "rank_indptr.npy", "rank_samples.npy", "plan.json", "README.md"})
 
 
+def check_settings(*, embedding_dim: int | None = None, batch_size: int | None = None,
+                   load_factors: Sequence[float] = DEFAULT_LOAD_FACTORS) -> None:
+    """Refuse settings the export cannot use (None: not given), before anything is read or written.
+
+    What :func:`export_torchrec` checks first; a caller that words a warning about the settings
+    (``gmp export torchrec``'s "optimised for another setting") calls it before, so that no
+    warning precedes the refusal.
+
+    >>> check_settings(embedding_dim=6)
+    Traceback (most recent call last):
+    ...
+    gmp.errors.ManifestError: export torchrec: embedding_dim must be a positive multiple of 4 (FBGEMM's row \
+alignment), got 6; pass `embedding_dim` 8.
+    """
+    if embedding_dim is not None and (embedding_dim < 4 or embedding_dim % 4):
+        raise ManifestError(f"export torchrec: embedding_dim must be a positive multiple of 4 (FBGEMM's row "
+                            f"alignment), got {embedding_dim}; pass `embedding_dim` "
+                            f"{max(4, 4 * math.ceil(embedding_dim / 4))}.")
+    if batch_size is not None and batch_size < 1:
+        raise ManifestError(f"export torchrec: batch_size must be >= 1, got {batch_size}.")
+    if any(not 0 < f <= 1 for f in load_factors):
+        raise ManifestError(f"export torchrec: load_factors must be in (0, 1], got {list(load_factors)}.")
+
+
 @release_claim_on_error("out")
 def export_torchrec(manifest: Any, out: str | os.PathLike, *, dataset: Any = None,
                     embedding_dim: int | None = None, batch_size: int | None = None,
@@ -322,17 +410,14 @@ def export_torchrec(manifest: Any, out: str | os.PathLike, *, dataset: Any = Non
         Cache sizes (fractions of a shard) for the LRU miss rates, and the
         replay budget (lookups) that bounds their cost.
     """
+    # the given settings first: a refusal never waits for the manifest and the dataset to be read
+    check_settings(embedding_dim=None if embedding_dim is None else int(embedding_dim),  # 0 is refused
+                   batch_size=None if batch_size is None else int(batch_size), load_factors=load_factors)
     m, ds = _open(manifest, dataset)
     meta = m.meta
-    dim = int(meta.get("embedding_dim") or 16) if embedding_dim is None else int(embedding_dim)  # 0 is refused
+    dim = int(meta.get("embedding_dim") or 16) if embedding_dim is None else int(embedding_dim)
     bs = int(meta.get("batch_size") or 512) if batch_size is None else int(batch_size)
-    if dim < 4 or dim % 4:
-        raise ManifestError(f"export torchrec: embedding_dim must be a positive multiple of 4 (FBGEMM's row "
-                            f"alignment), got {dim}; pass `embedding_dim` {max(4, 4 * math.ceil(dim / 4))}.")
-    if bs < 1:
-        raise ManifestError(f"export torchrec: batch_size must be >= 1, got {bs}.")
-    if any(not 0 < f <= 1 for f in load_factors):
-        raise ManifestError(f"export torchrec: load_factors must be in (0, 1], got {list(load_factors)}.")
+    check_settings(embedding_dim=dim, batch_size=bs)  # the manifest's, when none was given
     out = Path(out)
     claim_output(out)  # one writer from here to the end; atomic_directory replaces only what is there now
     if out.exists() and not overwrite and any(out.iterdir()):
@@ -348,10 +433,13 @@ def export_torchrec(manifest: Any, out: str | os.PathLike, *, dataset: Any = Non
     remap = np.full(ds.num_embeddings, -1, dtype=np.int64)
     tables: list[TableSpec] = []
     for f in fields:
-        rows, block, count = remap_field(primary[f.offset:f.offset + f.num_values], num_ranks)
-        remap[f.offset:f.offset + f.num_values] = rows
+        # the field's ids along its ranges (a dataset made by 'gmp data synth --continue' or 'gmp data import
+        # --extend' gives a field its new values after the parent's ids): local id k is the k-th of them
+        ids = f.ids()
+        rows, block, count = remap_field(primary[ids], num_ranks)
+        remap[ids] = rows
         tables.append(TableSpec(f"t_{f.name}", f.name, int(f.offset), int(f.num_values), block,
-                                tuple(int(c) for c in count)))
+                                tuple(int(c) for c in count), tuple((int(a), int(b)) for a, b in f.id_ranges)))
 
     num_train = ds.num_train
     indptr, samples = rank_order(placement.sample_worker, num_train, num_ranks)
@@ -362,7 +450,7 @@ def export_torchrec(manifest: Any, out: str | os.PathLike, *, dataset: Any = Non
 
     # one pass over the training edges: pooling factors and the id all-to-all under both id orders
     default_block = np.array([max(1, math.ceil(t.num_values / num_ranks)) for t in tables], dtype=np.int64)
-    offsets = np.array([t.gmp_offset for t in tables], dtype=np.int64)
+    locate = _IdRanges([t.ranges for t in tables]).locate  # natural order: a field's local id is its row
     edges_per_field = np.zeros(num_fields, dtype=np.int64)
     remote_ids = 0
     remote_ids_default = 0
@@ -374,7 +462,7 @@ def export_torchrec(manifest: Any, out: str | os.PathLike, *, dataset: Any = Non
         idx, fo = idx[keep].astype(np.int64), fo[keep]
         edges_per_field += np.bincount(fo, minlength=num_fields)
         remote_ids += int(np.count_nonzero(primary[idx] != worker))
-        remote_ids_default += int(np.count_nonzero((idx - offsets[fo]) // default_block[fo] != worker))
+        remote_ids_default += int(np.count_nonzero(locate(idx)[1] // default_block[fo] != worker))
 
     pooling = (edges_per_field / max(num_train, 1)).tolist()
     cache = _cache_statistics(ds, tables, remap, field_of, indptr, samples, bs, load_factors, cache_lookups)
@@ -383,6 +471,7 @@ def export_torchrec(manifest: Any, out: str | os.PathLike, *, dataset: Any = Non
     for t, pf, c in zip(tables, pooling, cache):
         table_json.append({
             "name": t.name, "feature": t.feature, "gmp_offset": t.gmp_offset, "num_values": t.num_values,
+            "gmp_ranges": [list(r) for r in t.ranges],
             "num_embeddings": t.num_embeddings, "block_rows": t.block_rows, "rows_per_rank": list(t.rows_per_rank),
             "padding_rows": t.padding_rows, "pooling_factor": round(float(pf), 6),
             "shards": [{"rank": r, "row_offset": r * t.block_rows, "num_rows": t.block_rows} for r in range(num_ranks)],
@@ -509,41 +598,87 @@ def _cache_statistics(ds, tables: list[TableSpec], remap: np.ndarray, field_of: 
     return out
 
 
+_FIX = "re-create it with 'gmp export torchrec MANIFEST --dataset DIR --out DIR'."
+
+
+def _upgrade_1_to_2(plan: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 adds ``tables[].gmp_ranges``: a version-1 table meant the one range
+    ``[gmp_offset, gmp_offset + num_values)`` (:func:`torchrec_batch` refuses it for a dataset whose
+    field has more ranges)."""
+    plan = dict(plan)
+    plan["tables"] = [{**t, "gmp_ranges": [[int(t["gmp_offset"]), int(t["gmp_offset"]) + int(t["num_values"])]]}
+                      for t in plan["tables"]]
+    plan["schema_version"] = 2
+    return plan
+
+
 def load_export(path: str | os.PathLike) -> TorchRecExport:
-    """Open an export directory (plan.json's format and version checked)."""
+    """Open an export directory (plan.json's format and version checked; older versions upgraded)."""
     path = Path(path)
     plan = read_versioned_json(path / "plan.json", fmt=FORMAT, max_version=SCHEMA_VERSION, error=ManifestError,
-                               fix="re-create it with 'gmp export torchrec MANIFEST --out DIR'.")
+                               fix=_FIX)
+    upgrades = {1: _upgrade_1_to_2}  # v -> v + 1
+    try:
+        while plan["schema_version"] < SCHEMA_VERSION:
+            plan = upgrades[plan["schema_version"]](plan)
+    except (KeyError, TypeError, ValueError):
+        raise ManifestError(f"{path / 'plan.json'}: its tables lack gmp_offset or num_values; {_FIX}") from None
     return TorchRecExport(path, plan)
+
+
+def epoch_batches(export: TorchRecExport, rank: int) -> list[tuple[np.ndarray, int]]:
+    """One epoch of ``rank``: ``(sample_ids, size)`` per step, ``steps_per_epoch`` steps.
+
+    Step ``k`` reads the rank's next ``batch_size`` samples (fewer, or none, once they run out);
+    ``size`` is the same on every rank: ``min(batch_size, the most samples any rank has left)``.
+    TorchRec's row-wise lookup (1.8, CPU) wants the same batch size on every rank at every step,
+    so pass it on: ``torchrec_batch(export, dataset, sample_ids, pad_to=size)`` pads with empty
+    samples (which a loss should mask). Every training sample is read once, also when
+    ``batch_size`` is larger than a rank's samples (one step). With ``batch_size`` 2 and 5 and 2
+    samples on ranks 0 and 1, rank 1 reads 2, 0 and 0 samples in steps of sizes 2, 2 and 1.
+    """
+    batch = int(export.plan["batch_size"])
+    per_rank = np.asarray(export.plan["samples_per_rank"], dtype=np.int64)
+    samples = np.asarray(export.rank_samples(rank))
+    out = []
+    for k in range(int(export.plan["steps_per_epoch"])):
+        size = int(min(batch, (per_rank - k * batch).max()))
+        out.append((samples[k * batch:k * batch + size], size))
+    return out
 
 
 def render_readme(plan: Mapping[str, Any]) -> str:
     b = plan["bytes_per_epoch"]
     gmp_b, trec, dflt = b["gmp"], b["torchrec_row_wise"], b["torchrec_row_wise_default_ids"]
+    ranks, num_tables, steps = plan["num_ranks"], len(plan["tables"]), plan["steps_per_epoch"]
     lines = [
         f"# TorchRec export of {plan['manifest']}",
         "",
-        f"{plan['method']} placement of {plan.get('dataset_name') or plan['dataset']} on {plan['num_ranks']} ranks, "
-        f"{len(plan['tables'])} tables (one per field, row-wise), embedding dim {plan['embedding_dim']}, "
-        f"batch {plan['batch_size']} per rank, {plan['steps_per_epoch']} steps per epoch "
-        f"(samples per rank: {', '.join(f'{n:,}' for n in plan['samples_per_rank'])}).",
+        f"{plan['method']} placement of {plan.get('dataset_name') or plan['dataset']} on {ranks} "
+        f"{plural('rank', ranks)}, {num_tables} {plural('table', num_tables)} (one per field, row-wise), embedding "
+        f"dim {plan['embedding_dim']}, batch {plan['batch_size']} per rank, {steps} {plural('step', steps)} per "
+        f"epoch (samples per rank: {', '.join(f'{n:,}' for n in plan['samples_per_rank'])}; a step's batch is "
+        f"shorter once ranks run out, and every sample is read once).",
         "",
         "## Files",
         "",
         "* `remap.npy` — int64 per gmp embedding id: its row in its field's table (-1: not a categorical id).",
         "  Feed TorchRec `KeyedJaggedTensor(keys=[feature...], values=remap[ids], lengths=...)`.",
         "* `rank_indptr.npy`, `rank_samples.npy` — rank r reads training samples "
-        "`rank_samples[rank_indptr[r]:rank_indptr[r+1]]` in that order, `batch_size` at a time.",
+        "`rank_samples[rank_indptr[r]:rank_indptr[r+1]]` in that order, `batch_size` at a time "
+        "(`epoch_batches(exp, r)`: each step's samples and the batch size every rank pads to).",
         "* `plan.json` — tables, shards (rank r holds rows `[r * block_rows, (r + 1) * block_rows)`), "
         "`ParameterConstraints` fields, cache statistics, bytes.",
         "",
-        f"Padding: {plan['padding']['rows']:,} rows ({plan['padding']['fraction']:.2%} of all table rows; most in "
+        f"Padding: {plan['padding']['rows']:,} {plural('row', plan['padding']['rows'])} "
+        f"({plan['padding']['fraction']:.2%} of all table rows; most in "
         f"{plan['padding']['worst_table']}). Padding rows are never looked up.",
         "",
         "## What TorchRec cannot express",
         "",
         *[f"* {line}" for line in plan["not_expressible"]],
-        f"* This placement has {plan['secondaries_dropped']:,} secondaries; they are dropped.",
+        f"* Dropped: this placement's {plan['secondaries_dropped']:,} "
+        f"{plural('secondary', plan['secondaries_dropped'], 'secondaries')}.",
         "",
         "## What needs a GPU",
         "",
@@ -660,23 +795,53 @@ def torchrec_constraints(export: TorchRecExport) -> dict:
     return out
 
 
-def torchrec_batch(export: TorchRecExport, dataset, sample_ids: np.ndarray):
-    """A ``KeyedJaggedTensor`` of these samples' ids, remapped to table rows (features in table order)."""
+def torchrec_batch(export: TorchRecExport, dataset, sample_ids: np.ndarray, *, pad_to: int | None = None):
+    """A ``KeyedJaggedTensor`` of these samples' ids, remapped to table rows (features in table order).
+
+    An id goes to the table whose ``gmp_ranges`` hold it (its field's). ``pad_to`` appends empty
+    samples (no ids: a pooled row of zeros) up to that batch size (:func:`epoch_batches`).
+    The dataset must be the one the export was made for.
+    """
     _torchrec()
     import torch
     from torchrec import KeyedJaggedTensor
 
-    remap = np.asarray(export.remap())
+    _check_dataset(export, dataset)
+    sample_ids = np.asarray(sample_ids, dtype=np.int64).ravel()
+    num = sample_ids.size
+    size = num if pad_to is None else int(pad_to)
+    if size < num:
+        raise ManifestError(f"torchrec_batch: pad_to must be at least the number of sample_ids ({num:,}), got {size}.")
+    tables = export.tables
     indptr = np.asarray(dataset.indptr)
-    values, lengths = [], []
-    for t in export.tables:
-        lo, hi = t["gmp_offset"], t["gmp_offset"] + t["num_values"]
-        for s in np.asarray(sample_ids, dtype=np.int64):
-            ids = np.asarray(dataset.indices[indptr[s]:indptr[s + 1]])
-            ids = ids[(ids >= lo) & (ids < hi)]
-            values.append(remap[ids])
-            lengths.append(ids.size)
-    vals = np.concatenate(values) if values else np.zeros(0, dtype=np.int64)
-    return KeyedJaggedTensor.from_lengths_sync(keys=[t["feature"] for t in export.tables],
+    lo, deg = indptr[sample_ids], indptr[sample_ids + 1] - indptr[sample_ids]
+    # every id of the samples, in sample order (one gather: no slice per sample)
+    starts = np.repeat(lo - np.concatenate([[0], np.cumsum(deg)[:-1]]), deg) if num else np.zeros(0, np.int64)
+    ids = np.asarray(dataset.indices[starts + np.arange(starts.size)], dtype=np.int64)
+    pos = np.repeat(np.arange(num, dtype=np.int64), deg)
+    table, _ = _IdRanges([table_ranges(t) for t in tables]).locate(ids)
+    keep = table >= 0
+    key = table[keep] * size + pos[keep]  # table-major, then sample, then the sample's own order
+    order = np.argsort(key, kind="stable")
+    vals = np.asarray(export.remap())[ids[keep][order]]
+    lengths = np.bincount(key, minlength=len(tables) * size)
+    return KeyedJaggedTensor.from_lengths_sync(keys=[t["feature"] for t in tables],
                                                values=torch.as_tensor(vals, dtype=torch.int64),
-                                               lengths=torch.as_tensor(np.asarray(lengths), dtype=torch.int32))
+                                               lengths=torch.as_tensor(lengths, dtype=torch.int32))
+
+
+def _check_dataset(export: TorchRecExport, dataset) -> None:
+    """Refuse a dataset the export was not made for, or whose fields' ranges are not the tables' (a
+    version-1 export of a dataset with extended fields: it covered only each field's first range)."""
+    from ..manifest import made_for
+
+    sha = export.plan.get("dataset_sha256")
+    if sha and not made_for(dataset, str(sha)):
+        raise ManifestError(f"{export.path} was made for dataset sha256 {str(sha)[:12]}…, but {dataset.path} has "
+                            f"sha256 {str(dataset.sha256)[:12]}…; use the dataset it was made for or {_FIX}")
+    fields = {f.name: [tuple(r) for r in f.id_ranges] for f in dataset.categorical_fields}
+    for t in export.tables:
+        if fields.get(t["feature"]) != table_ranges(t):
+            raise ManifestError(f"{export.path}: table {t['name']} covers gmp ids {table_ranges(t)}, but field "
+                                f"{t['feature']!r} of {dataset.path} has ids {fields.get(t['feature'])} (an export "
+                                f"made before plan.json schema 2 covered each field's first range only); {_FIX}")
