@@ -67,6 +67,53 @@ def _paths(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Path]
     return [Path(p) for p in paths]
 
 
+# ------------------------------------------------------------------ the keywords' types, checked at the door
+# The resolvers (gmp.specs) check what the command line can give; a Python caller can also give what no flag
+# can (a list for a mapping, 'no' for a bool, an int for a path): refused here, in gmp.params' wording, so
+# the call fails in one line before anything is read instead of deep inside with a builtin's error.
+def _refused(error: type, param: str, message: str):
+    exc = error(message)
+    exc.param = param  # as gmp.params does: the parameter the message is about
+    return exc
+
+
+def _check_bools(error: type, **values: Any) -> None:
+    """Each keyword a bool: ``"no"`` or ``1`` is refused, not taken as true or false (None: left at its default,
+    for the keywords whose default is None)."""
+    from .params import check_bool
+
+    for name, value in values.items():
+        if value is not None:
+            check_bool(name, value, error=error)
+
+
+def _check_path(name: str, value: Any, error: type, what: str) -> None:
+    if not isinstance(value, (str, os.PathLike)):
+        raise _refused(error, name, f"The '{name}' parameter must be {what} (a str or os.PathLike), got "
+                                    f"{type(value).__name__}.")
+
+
+def _check_options(options: Any, error: type, *, per_method: bool = False) -> None:
+    """``options`` None or a mapping of option names to values (``per_method``: of method names to such
+    mappings), as ``-O KEY=VALUE`` gives them; a list of ``"key=value"`` strings is refused, not misread."""
+    if options is None:
+        return
+    if per_method:  # a key that is no method is the resolver's to name ("not among the methods")
+        from .partition import PARTITIONERS
+
+        expected = "a mapping of method names to mappings of their options (e.g. {'hybrid': {'rounds': 3}})"
+        if isinstance(options, Mapping) and all(isinstance(v, Mapping) for k, v in options.items()
+                                                if k in PARTITIONERS):
+            return
+    else:
+        expected = "a mapping of option names to values (e.g. {'rounds': 3})"
+        if isinstance(options, Mapping):
+            return
+    shown = repr(options)
+    raise _refused(error, "options", f"The 'options' parameter must be {expected}, got "
+                                     f"{shown if len(shown) <= 60 else shown[:60] + '…'}.")
+
+
 def import_dataset(format: str | None, paths: str | os.PathLike | Sequence[str | os.PathLike], out: str | os.PathLike, *,
                    test_paths: str | os.PathLike | Sequence[str | os.PathLike] = (), min_count: int = 1,
                    hash_sizes: Mapping[str, int] | None = None, max_bad_lines: int = 0, test_fraction: float = 0.1,
@@ -114,6 +161,7 @@ def import_dataset(format: str | None, paths: str | os.PathLike | Sequence[str |
     from .params import comma_list
     from .specs import resolve_import
 
+    _check_bools(ImportDataError, overwrite=overwrite)
     fmt = None if format is None else str(format).lower()
     if fmt is not None and fmt not in IMPORT_FORMATS:
         raise ImportDataError(f"import_dataset: format {format!r} is not one of {', '.join(IMPORT_FORMATS)}; "
@@ -171,8 +219,10 @@ def synthesize(out: str | os.PathLike, *, preset: str | None = None, num_samples
 
     >>> ds = gmp.synthesize("data/tiny", preset="tiny", num_samples=2000)  # doctest: +SKIP
     """
+    from .errors import DatasetError
     from .specs import resolve_synth
 
+    _check_bools(DatasetError, overwrite=overwrite)
     spec = resolve_synth(out, preset=preset, like=like, num_samples=num_samples, scale=scale, seed=seed,
                          min_count=min_count, chunk_samples=chunk_samples, overwrite=overwrite,
                          continue_from=continue_from, **knobs)
@@ -264,34 +314,56 @@ def dataset_info(path: str | os.PathLike) -> dict[str, Any]:
 def load_dataset(path: str | os.PathLike, *, mmap: bool = True):
     """Open a prepared dataset (arrays memory-mapped); see :mod:`gmp.datasets.format`."""
     from .datasets.format import load_dataset as _load
+    from .errors import DatasetError
 
+    _check_path("path", path, DatasetError, "a prepared dataset's directory")
+    _check_bools(DatasetError, mmap=mmap)
     return _load(path, mmap=mmap)
 
 
 def load_manifest(path: str | os.PathLike, *, dataset: Any = None):
     """Open and validate a placement manifest; with ``dataset`` (a path or a loaded
     dataset) also check it was made for that dataset. See :mod:`gmp.manifest`."""
+    from .errors import ManifestError
     from .manifest import load_manifest as _load
 
-    if isinstance(dataset, (str, os.PathLike)):
-        dataset = load_dataset(dataset)
-    return _load(path, dataset=dataset)
+    _check_path("path", path, ManifestError, "a placement manifest's directory")
+    return _load(path, dataset=None if dataset is None else _dataset(dataset))
+
+
+def _check_dataset(dataset: Any) -> None:
+    """``dataset`` a path or an opened :class:`gmp.datasets.format.PreparedDataset` (not opened here)."""
+    from .datasets.format import PreparedDataset
+    from .errors import DatasetError
+
+    if not isinstance(dataset, (str, os.PathLike, PreparedDataset)):
+        raise _refused(DatasetError, "dataset", f"dataset must be a prepared dataset (its directory, or "
+                                                f"gmp.load_dataset(...)), got {type(dataset).__name__}.")
 
 
 def _dataset(dataset: Any):
+    """``dataset`` (a path or an opened :class:`gmp.datasets.format.PreparedDataset`), opened."""
+    _check_dataset(dataset)
     return load_dataset(dataset) if isinstance(dataset, (str, os.PathLike)) else dataset
+
+
+def _check_manifest(manifest: Any, name: str = "manifest") -> None:
+    """``manifest`` (the keyword ``name``) a path or an opened :class:`gmp.manifest.Manifest` (not opened here)."""
+    from .errors import ManifestError
+    from .manifest import Manifest
+
+    if not isinstance(manifest, (str, os.PathLike, Manifest)):
+        raise _refused(ManifestError, name, f"{name} must be a placement manifest (its directory, or "
+                                            f"gmp.load_manifest(...)), got {type(manifest).__name__}.")
 
 
 def _manifest(manifest: Any, ds: Any):
     """``manifest`` (a path or an opened :class:`gmp.manifest.Manifest`), checked against ``ds`` (None: no
     dataset to check) whichever it is: an opened manifest was checked against nothing when it was opened."""
-    from .errors import ManifestError
     from .manifest import Manifest
 
+    _check_manifest(manifest)
     if not isinstance(manifest, Manifest):
-        if not isinstance(manifest, (str, os.PathLike)):
-            raise ManifestError(f"manifest must be a placement manifest (its directory, or gmp.load_manifest(...)), "
-                                f"got {type(manifest).__name__}.")
         return load_manifest(manifest, dataset=ds)
     if ds is not None:
         manifest.check_dataset(ds)
@@ -377,8 +449,12 @@ def partition_dataset(dataset: Any, method: str | None = None, out: str | os.Pat
     Manifest
         The written manifest, opened again (validated); None on the ranks other than 0 of ``distributed``.
     """
+    from .errors import PartitionError
     from .specs import resolve_partition
 
+    _check_dataset(dataset)
+    _check_options(options, PartitionError)
+    _check_bools(PartitionError, overwrite=overwrite, plots=plots, distributed=distributed)
     spec = resolve_partition(dataset, method, out, workers=workers, topology=topology, inter_cost=inter_cost,
                              seed=seed, batch_size=batch_size, embedding_dim=embedding_dim, options=options,
                              distributed=distributed, chunk_samples=chunk_samples, block_samples=block_samples,
@@ -666,8 +742,13 @@ def repartition_dataset(dataset: Any, old_manifest: Any, out: str | os.PathLike,
         ``incremental`` object) holds ``batch_remote_reads`` of the placed data, this placement and the
         full re-partition, the rows and bytes moved and the old ids created afresh.
     """
+    from .errors import PartitionError
     from .specs import resolve_partition
 
+    _check_dataset(dataset)
+    _check_manifest(old_manifest, "old_manifest")
+    _check_options(options, PartitionError)
+    _check_bools(PartitionError, compare_full=compare_full, overwrite=overwrite, plots=plots)
     spec = resolve_partition(dataset, None, out, from_manifest=old_manifest, max_moved_rows=max_moved_rows,
                              seed=seed, batch_size=batch_size, embedding_dim=embedding_dim, options=options,
                              compare_full=compare_full, overwrite=overwrite, plots=plots, window=window)
@@ -842,10 +923,15 @@ def make_report(manifest: Any, *, dataset: Any = None, batch_size: int | None = 
         ``.data`` (the report.json dict), ``.markdown()``, ``.html()``,
         ``.headline``; shown as rendered Markdown in a notebook.
     """
+    from .errors import ManifestError
     from .params import comma_list
     from .report import Report
     from .specs import resolve_report
 
+    _check_manifest(manifest)
+    if dataset is not None:
+        _check_dataset(dataset)
+    _check_bools(ManifestError, plots=plots, overwrite=overwrite)
     formats = comma_list(formats)
     for fmt in formats or ["md"]:  # each checked as gmp report --format is
         spec = resolve_report(manifest, dataset=dataset, format=fmt, out=out, batch_size=batch_size,
@@ -952,8 +1038,12 @@ def compare_partitioners(dataset: Any, methods: Sequence[str] | str | None = Non
     ``isolate=False`` runs them in this process, quicker to start); resolved by
     :func:`gmp.specs.resolve_compare`.
     """
+    from .errors import PartitionError
     from .specs import resolve_compare
 
+    _check_dataset(dataset)
+    _check_options(options, PartitionError, per_method=True)
+    _check_bools(PartitionError, isolate=isolate)
     spec = resolve_compare(dataset, methods, workers=workers, topology=topology, inter_cost=inter_cost, seed=seed,
                            batch_size=batch_size, embedding_dim=embedding_dim, options=options, isolate=isolate)
     return run_compare(spec, dataset=dataset)
@@ -987,14 +1077,36 @@ def train_model(dataset: Any, manifest: Any = None, *, engine: str | None = None
     command is: ``batch_size``/``embedding_dim`` default to the manifest's plan, ``engine`` to
     ``distributed`` under torchrun, a tiered table's cache to the largest step of the run.
     """
+    from .errors import TrainingError
     from .specs import resolve_train
 
+    _check_dataset(dataset)
+    if manifest is not None:
+        _check_manifest(manifest)
+    _check_bools(TrainingError, resume=resume)
+    _check_hidden(config.get("hidden"))
     # gmp.train.train opens both itself (verified, memory-mapped): an opened object gives its path
     spec = resolve_train(dataset, manifest, engine=engine, workers=workers, checkpoint_dir=checkpoint_dir,
                          resume=resume, log_json=log_json, **config)
     for line in spec.warnings:
         _log.warning("%s", line)
     return run_train(spec)
+
+
+def _check_hidden(hidden: Any) -> None:
+    """``hidden`` None (the default), ``"512,256,128"`` (the resolver parses it as ``--hidden``) or a non-empty
+    sequence: no layer at all is refused, as ``--hidden ''`` is."""
+    from .errors import TrainingError
+
+    if hidden is None or isinstance(hidden, str):
+        return
+    try:
+        empty = len(hidden) == 0
+    except TypeError:  # a bare number: not a sequence of widths
+        empty = True
+    if empty:
+        raise _refused(TrainingError, "hidden", f"The 'hidden' parameter must be comma-separated layer widths "
+                                                f"(e.g. 512,256,128) or a sequence of them, got {hidden!r}.")
 
 
 def run_train(spec: Any, *, on_record: Any = None) -> list[dict[str, Any]]:
@@ -1016,16 +1128,24 @@ def simulate_epoch(dataset: Any, manifest: Any = None, *, workers: int | None = 
     ``batch_size`` and ``embedding_dim`` default to the manifest's plan (else
     ``gmp.constants.DEFAULT_BATCH_SIZE`` and ``DEFAULT_EMBEDDING_DIM``).
     ``options`` are :func:`gmp.simulate.simulate` keywords (``schedule``,
-    ``embedding_dim``, ...) and :class:`gmp.train.herald.HeraldOptions` fields
+    ``embedding_dim``, ``epoch`` (>= 0), ``order`` (training sample ids in ``[0, num_train)``, each
+    at most once: :func:`gmp.simulate.check_order`), ``min_frequency`` (in ``[0, 1)``), ...) and
+    :class:`gmp.train.herald.HeraldOptions` fields
     (``on_demand``, ``cache_rows``, ``cache_policy``, ``lookahead``, ``read_only_replicas``),
-    which override :meth:`HeraldOptions.for_simulator`'s defaults (Herald's paper).
+    which override :meth:`HeraldOptions.for_simulator`'s defaults (Herald's paper); a ``lookahead``
+    without ``cache_policy="lookahead"``, which alone reads it in a replay, is refused as ``gmp simulate``
+    refuses it.
     Resolved by :func:`gmp.specs.resolve_simulate`, as the command is.
     Returns a :class:`gmp.simulate.SimulationResult` (``.to_json()`` for every count).
     """
+    from .simulate import check_simulated_options
     from .specs import resolve_simulate
 
+    if manifest is not None:
+        _check_manifest(manifest)
     spec = resolve_simulate(_dataset(dataset), manifest, workers=workers, batch_size=batch_size, seed=seed,
                             **options)
+    check_simulated_options(spec.options)  # a lookahead the replay would not read: refused, as gmp simulate does
     for line in spec.warnings:
         _log.warning("%s", line)
     return run_simulate(spec)
@@ -1046,18 +1166,55 @@ def export_torchrec(manifest: Any, out: str | os.PathLike, *, dataset: Any = Non
                     embedding_dim: int | None = None, **options: Any):
     """Write a TorchRec sharding plan for a manifest (``gmp export torchrec``); see :mod:`gmp.export.torchrec`.
     ``batch_size`` and ``embedding_dim`` default to the manifest's plan (:func:`gmp.specs.resolve_export`)."""
+    import inspect
+
+    from .errors import ManifestError, OutputError
+    from .export.torchrec import export_torchrec as _export
     from .specs import resolve_export
 
+    takes = sorted(set(inspect.signature(_export).parameters) - {"manifest", "out", "dataset", "batch_size",
+                                                                "embedding_dim"})
+    unknown = sorted(set(options) - set(takes))
+    if unknown:
+        raise ManifestError(f"export_torchrec: unknown option(s) {', '.join(unknown)}; it takes: {', '.join(takes)}.")
+    _check_bools(ManifestError, overwrite=options.get("overwrite", False))
+    _check_export_cache(options, ManifestError)
+    _check_manifest(manifest)
+    if dataset is not None:
+        _check_dataset(dataset)
+    _check_path("out", out, OutputError, "the export's directory")
     spec = resolve_export(manifest, batch_size=batch_size, embedding_dim=embedding_dim)
     for line in spec.warnings:
         _log.warning("%s", line)
     return run_export(spec, manifest, out, dataset=dataset, **options)
 
 
+def _check_export_cache(options: Mapping[str, Any], error: type) -> None:
+    """The cache keywords of :func:`export_torchrec` of a type the export can read (it checks their ranges)."""
+    import numpy as np
+
+    from .params import check_int
+
+    if "load_factors" in options:
+        factors = options["load_factors"]
+        ok = isinstance(factors, (Sequence, np.ndarray)) and not isinstance(factors, (str, bytes))
+        ok = ok and all(isinstance(f, (int, float, np.integer, np.floating)) and not isinstance(f, (bool, np.bool_))
+                        for f in factors)
+        if not ok:
+            raise _refused(error, "load_factors", f"The 'load_factors' parameter must be a sequence of fractions in "
+                                                  f"(0, 1] (e.g. (0.01, 0.1, 0.5)), got {factors!r}.")
+    if "cache_lookups" in options:
+        check_int("cache_lookups", options["cache_lookups"], minimum=0, error=error)
+
+
 def run_export(spec: Any, manifest: Any, out: str | os.PathLike, *, dataset: Any = None, **options: Any):
     """Write the TorchRec plan of a resolved :class:`gmp.specs.ExportSpec` (what :func:`export_torchrec` and
-    ``gmp export torchrec`` do after resolving)."""
+    ``gmp export torchrec`` do after resolving). An ``out`` that is a file is refused in one line (the export
+    would list it as a directory)."""
+    from .errors import OutputError
     from .export.torchrec import export_torchrec as _export
 
+    if os.path.lexists(out) and not os.path.isdir(out):
+        raise _refused(OutputError, "out", f"`out` {out} exists and is not a directory; choose another `out`.")
     return _export(manifest, out, dataset=dataset, batch_size=spec.batch_size, embedding_dim=spec.embedding_dim,
                    **options)

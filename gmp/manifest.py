@@ -471,7 +471,9 @@ def check_header(meta: Mapping[str, Any], mfile: Path, *, verify_hash: bool = Tr
     get(part, "name", "str", "partitioner.")
     get(part, "options", "dict", "partitioner.", optional=True)
     get(part, "info", "dict", "partitioner.", optional=True)
-    get(part, "seed", "int", "partitioner.", optional=True)
+    seed = get(part, "seed", "int>=0", "partitioner.", optional=True)  # numpy refuses a negative one later
+    if seed is not None and seed >= 2**63:  # gmp.seeds.check_seed's range: manifests store it as int64
+        raise ManifestError(f"{mfile}: partitioner.seed must be an integer in [0, 2^63), got {seed}; {_FIX}")
     for key in ("batch_size", "embedding_dim"):
         get(meta, key, "int>=1", optional=True)
     plan = get(meta, "plan", "dict", optional=True)
@@ -499,10 +501,20 @@ def check_header(meta: Mapping[str, Any], mfile: Path, *, verify_hash: bool = Tr
         get(meta, "placement_sha256", "str")
 
 
+def _manifest_file(path: str | os.PathLike) -> Path:
+    """``DIR/manifest.json`` of a manifest directory given as DIR or as its manifest.json; one line where
+    DIR is not a directory (what :func:`load_manifest` and :func:`read_plan` both say)."""
+    path = Path(path)
+    if path.is_file() and path.name == MANIFEST_FILE:
+        path = path.parent
+    if not path.is_dir():
+        raise ManifestError(f"{path} is not a directory; pass a placement manifest directory ({_FIX.rstrip('.')}).")
+    return path / MANIFEST_FILE
+
+
 def read_plan(path: str | os.PathLike) -> TrainingPlan:
     """The ``plan`` of a manifest, from its header alone (upgraded; arrays not read or checked)."""
-    path = Path(path)
-    mfile = path if path.name == MANIFEST_FILE else path / MANIFEST_FILE
+    mfile = _manifest_file(path)
     meta = read_versioned_json(mfile, fmt=FORMAT, max_version=SCHEMA_VERSION, error=ManifestError, fix=_FIX)
     check_header(meta, mfile, verify_hash=False)  # the upgrade reads typed values
     meta = _upgrade(meta, mfile)
@@ -562,12 +574,8 @@ def load_manifest(path: str | os.PathLike, *, dataset: Any = None, mmap: bool = 
     ManifestError
         One line naming the file that is wrong and the fix.
     """
-    path = Path(path)
-    if path.is_file() and path.name == MANIFEST_FILE:
-        path = path.parent
-    if not path.is_dir():
-        raise ManifestError(f"{path} is not a directory; pass a placement manifest directory ({_FIX.rstrip('.')}).")
-    mfile = path / MANIFEST_FILE
+    mfile = _manifest_file(path)
+    path = mfile.parent
     meta = read_versioned_json(mfile, fmt=FORMAT, max_version=SCHEMA_VERSION, error=ManifestError, fix=_FIX)
     verify_hash = verify_enabled(verify_hash)
     check_header(meta, mfile, verify_hash=verify_hash)  # before the upgrade, which reads typed values
@@ -581,7 +589,7 @@ def load_manifest(path: str | os.PathLike, *, dataset: Any = None, mmap: bool = 
     try:
         topology = Topology.from_json(meta["topology"])
     except (TopologyError, KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
-        raise ManifestError(f"{mfile}: invalid topology ({exc}); {_FIX}") from None
+        raise ManifestError(f"{mfile}: invalid topology ({str(exc).rstrip('.')}); {_FIX}") from None
     if topology.num_workers != w:
         raise ManifestError(f"{mfile}: topology has {topology.num_workers} workers, num_workers is {w}; {_FIX}")
 

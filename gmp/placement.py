@@ -102,10 +102,10 @@ class Placement:
     def check(self, *, num_samples: int | None = None, num_embeddings: int | None = None) -> None:
         """Validate dtypes, shapes, worker ranges and the secondary invariants."""
         w = self.num_workers
-        if w < 1:
-            raise PlacementError(f"num_workers must be >= 1, got {w}.")
+        if isinstance(w, bool) or not isinstance(w, (int, np.integer)) or w < 1:
+            raise PlacementError(f"num_workers must be an int >= 1, got {w!r}.")
         for name in ("sample_worker", "embedding_primary", "secondary_workers"):
-            arr = getattr(self, name)
+            arr = np.asarray(getattr(self, name))  # a list given to the constructor: refused by dtype, not crashed on
             if arr.ndim != 1 or arr.dtype != np.int32:
                 raise PlacementError(f"{name} must be 1-D int32, got {arr.dtype} {arr.shape}.")
             if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= w):
@@ -116,7 +116,7 @@ class Placement:
             raise PlacementError(
                 f"embedding_primary has {self.num_embeddings} entries, the graph {num_embeddings} embeddings."
             )
-        ip = self.secondary_indptr
+        ip = np.asarray(self.secondary_indptr)
         if ip.dtype != np.int64 or ip.shape != (self.num_embeddings + 1,):
             raise PlacementError(f"secondary_indptr must be int64 [{self.num_embeddings + 1}], got {ip.dtype} {ip.shape}.")
         code, bad = secondary_violation(ip, np.asarray(self.secondary_workers), np.asarray(self.embedding_primary),

@@ -32,7 +32,10 @@ one deliberate difference between the two commands
 (:meth:`gmp.train.herald.HeraldOptions.for_simulator`): the simulator follows
 Herald's paper; ``gmp train`` its own store -- pass the flags explicitly to
 compare. Later epochs differ from this one-epoch replay because caches
-persist across epochs.
+persist across epochs. ``--lookahead`` is taken only with ``--cache-policy lookahead``, the
+one part of a replay that reads it (:func:`check_simulated_options`); under ``lru`` the
+trainer's ``--lookahead`` drives its prefetch thread alone, which moves no other row, so the
+replay of such a run leaves it out.
 
 Every schedule of ``gmp train`` (:data:`gmp.train.registry.SCHEDULES`) can be
 replayed, with the trainer's own sample order (the trainer's schedule classes
@@ -83,8 +86,8 @@ import numba
 import numpy as np
 
 from .constants import DEFAULT_EMBEDDING_DIM, VALUE_BYTES
-from .errors import TrainingError
-from .params import check_choice, check_float, check_int
+from .errors import PlacementError, TrainingError
+from .params import check_bool, check_choice, check_float, check_int
 from .placement import Placement
 from .seeds import check_seed
 from .train.herald import HeraldOptions, RuntimeScheduler
@@ -134,6 +137,64 @@ def simulator_options(schedule: str, num_active_rows: int, **overrides: Any) -> 
     return HeraldOptions.for_simulator("herald" if schedule == "herald" else "naive", num_active_rows, **overrides)
 
 
+def check_order(order: Any, num_train: int) -> np.ndarray:
+    """``order`` (:func:`simulate`'s explicit sample order) as int64, or a one-line :class:`TrainingError`.
+
+    An order lists training samples: integers in ``[0, num_train)``, each at most once (the epoch the
+    trainer walks visits every sample once; a prefix or any subset of the samples is an order too).
+    Floats are refused rather than truncated, negative ids rather than counted from the end: the
+    scheduler's kernels read the CSR at these ids unchecked.
+
+    >>> check_order([2, 0], 3).tolist()
+    [2, 0]
+    """
+    expected = f"a 1-D sequence of training sample ids (integers in [0, {num_train}), each at most once)"
+
+    def fail(got: str) -> TrainingError:
+        exc = TrainingError(f"The 'order' parameter must be {expected}, got {got}.")
+        exc.param = "order"
+        return exc
+
+    if isinstance(order, (str, bytes)) or np.isscalar(order):
+        raise fail(repr(order)[:40])
+    try:
+        arr = np.asarray(order)
+    except (TypeError, ValueError):  # ragged nesting
+        raise fail(f"a {type(order).__name__} numpy cannot read as an array") from None
+    if arr.ndim != 1:
+        raise fail(f"an array of shape {arr.shape}")
+    if arr.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
+        raise fail(f"{arr.dtype} values")
+    lo, hi = int(arr.min()), int(arr.max())
+    if lo < 0 or hi >= num_train:
+        bad = lo if lo < 0 else hi
+        raise fail(f"{bad} at position {int(np.flatnonzero(arr == bad)[0])}")
+    out = arr.astype(np.int64, copy=False)
+    seen = np.zeros(int(num_train), dtype=np.bool_)
+    seen[out] = True
+    if np.count_nonzero(seen) != out.size:  # a repeat: name the first one
+        _, first = np.unique(out, return_index=True)
+        again = np.setdiff1d(np.arange(out.size), first)[0]
+        raise fail(f"sample {int(out[again])} twice (positions {int(np.flatnonzero(out == out[again])[0])} and "
+                   f"{int(again)})")
+    return out
+
+
+def check_simulated_options(options: HeraldOptions) -> None:
+    """Refuse a replica model whose ``lookahead`` a replay would not read: in the replay it is only the
+    window of ``cache_policy="lookahead"`` (the trainer's prefetch thread, which it also drives there,
+    moves no other row), so under ``"lru"`` it changes no count. ``gmp simulate`` and
+    :func:`gmp.simulate_epoch` call it, as other commands refuse settings that have no effect."""
+    if options.lookahead > 0 and options.cache_policy != "lookahead":
+        exc = TrainingError(f"The 'lookahead' parameter has no effect under cache_policy={options.cache_policy} "
+                            f"(it is the window of cache_policy=lookahead), got lookahead={options.lookahead}; "
+                            f"pass cache_policy=lookahead, or lookahead=0.")
+        exc.param = "lookahead"
+        raise exc
+
+
 def _with_padding_sample(indptr, indices, num_train: int):
     """The training samples' CSR plus one sample (id ``num_train``) that uses no row."""
     indptr = np.asarray(indptr[: num_train + 1])
@@ -153,6 +214,18 @@ def _filter_csr(indptr, indices, keep, num_samples):  # pragma: no cover - compi
                 k += 1
         out_ptr[s + 1] = k
     return out_ptr, out_idx[:k]
+
+
+def check_min_frequency(min_frequency: Any) -> float:
+    """``min_frequency`` (a fraction of the training samples, :func:`hot_rows_only`) in ``[0, 1)``: at 1 or
+    more no row is used by more samples than there are, so nothing would be counted."""
+    value = check_float("min_frequency", min_frequency, minimum=0.0, error=TrainingError)
+    if value >= 1.0:
+        exc = TrainingError(f"The 'min_frequency' parameter must be a finite number >= 0 and < 1 (a fraction of the "
+                            f"training samples; Herald caches rows of frequency > 1e-5), got {min_frequency!r}.")
+        exc.param = "min_frequency"
+        raise exc
+    return value
 
 
 def hot_rows_only(indptr, indices, num_train: int, min_frequency: float):
@@ -222,21 +295,34 @@ def simulate(indptr, indices, placement: Placement, *, num_train: int, batch_siz
         ignored and every row lives on a separate parameter server (an extra
         worker that trains nothing), so every row a worker uses is either
         cached or pulled (:func:`parameter_server_placement`)
-    min_frequency : count only rows used by more than this fraction of the
+    min_frequency : count only rows used by more than this fraction (in ``[0, 1)``) of the
         training samples (Herald caches embeddings with frequency > 1e-5);
         0 counts every row (:func:`hot_rows_only`)
     order : optional explicit sample order of the ``naive``/``herald`` global batches
-        (overrides ``seed``/``epoch``/``shuffle``; not for ``static``)
+        (overrides ``seed``/``epoch``/``shuffle``; not for ``static``): training sample ids in
+        ``[0, num_train)``, each at most once (:func:`check_order`)
     """
-    check_choice("schedule", schedule, SCHEDULES, error=TrainingError)
-    check_choice("shuffle", shuffle, SHUFFLES, error=TrainingError)
-    seed = check_seed(seed, error=TrainingError)
-    check_int("embedding_dim", embedding_dim, minimum=1, error=TrainingError)
-    check_int("batch_size", batch_size, minimum=1, error=TrainingError)
-    check_float("min_frequency", min_frequency, minimum=0.0, error=TrainingError)
+    E = TrainingError
+    check_choice("schedule", schedule, SCHEDULES, error=E)
+    check_choice("shuffle", shuffle, SHUFFLES, error=E)
+    seed = check_seed(seed, error=E)
+    check_int("epoch", epoch, minimum=0, error=E)  # numpy's SeedSequence refuses a negative one in a traceback
+    check_int("embedding_dim", embedding_dim, minimum=1, error=E)
+    check_int("batch_size", batch_size, minimum=1, error=E)
+    check_bool("parameter_server", parameter_server, error=E)
+    check_min_frequency(min_frequency)
+    if not isinstance(placement, Placement):
+        raise E(f"The 'placement' parameter must be a gmp.placement.Placement, got {type(placement).__name__}.")
+    placement.check()  # its worker ids index the scheduler's per-worker state unchecked
+    check_int("num_train", num_train, minimum=0, maximum=int(np.asarray(indptr).size) - 1, error=E)
+    if placement.num_samples < num_train:  # the static shards read the owners of the training samples
+        raise PlacementError(f"placement covers {placement.num_samples} samples, fewer than the {num_train} training "
+                             f"samples; use the placement made for this dataset.")
     if schedule == "static" and order is not None:
-        raise TrainingError("The 'order' parameter applies to the naive and herald schedules; the static "
-                            "schedule's order is the placement's shards. Pass order=None.")
+        raise E("The 'order' parameter applies to the naive and herald schedules; the static "
+                "schedule's order is the placement's shards. Pass order=None.")
+    if order is not None:
+        order = check_order(order, num_train)
     if options is None:
         options = simulator_options(schedule, active_rows(indptr, indices, num_train))
     t0 = time.perf_counter()

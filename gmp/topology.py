@@ -43,7 +43,12 @@ class Topology:
         validate_cost(c, where=self.name)
         if self.machine_of is None:
             object.__setattr__(self, "machine_of", np.zeros(c.shape[0], dtype=np.int32))
-        used = np.unique(np.asarray(self.machine_of))
+        machine = np.asarray(self.machine_of)
+        if machine.shape != (c.shape[0],):  # every reader indexes it by worker (the machine-level passes, reports)
+            got = f"{machine.size} entries" if machine.ndim == 1 else f"shape {machine.shape}"
+            raise TopologyError(f"{self.name}: machine_of must list one machine index per worker ({c.shape[0]}), "
+                                f"got {got}.")
+        used = np.unique(machine)
         if used.size and not np.array_equal(used, np.arange(used.size)):  # the machine-level passes deal onto 0..M-1
             missing = sorted(set(range(int(used.max()) + 1)) - set(used.tolist()))
             why = f"machine(s) {missing[:5]} hold none" if used.min() >= 0 else f"got {int(used.min())}"
@@ -68,9 +73,16 @@ class Topology:
 
     @classmethod
     def from_json(cls, obj: dict) -> "Topology":
+        """The topology :meth:`to_json` wrote (a manifest's ``topology``), validated as the constructor and
+        :func:`load_topology` validate theirs: ``machine_of`` one integer per worker."""
+        name = str(obj.get("name", "custom"))
         mo = obj.get("machine_of")
-        return cls(np.asarray(obj["cost"], dtype=np.float64), name=str(obj.get("name", "custom")),
-                   machine_of=None if mo is None else np.asarray(mo, dtype=np.int32))
+        if mo is not None:
+            mo = np.asarray(mo)
+            if mo.size and not np.issubdtype(mo.dtype, np.integer):  # 0.5 or true: not cast to a machine
+                raise TopologyError(f"{name}: machine_of must hold integer machine indices, got {mo.dtype} values.")
+            mo = mo.astype(np.int32)
+        return cls(np.asarray(obj["cost"], dtype=np.float64), name=name, machine_of=mo)
 
 
 def validate_cost(cost: np.ndarray, *, where: str = "cost matrix") -> None:

@@ -391,8 +391,6 @@ def test_a_refused_width_is_not_preceded_by_a_warning(days, tmp_path):
     assert not (tmp_path / "e").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="needs gmp.manifest.read_plan to refuse a missing directory with "
-                   "load_manifest's words (this change's report); remove this mark with that change")
 def test_a_missing_manifest_directory_is_worded_as_report_words_it(days, tmp_path):
     missing = tmp_path / "nothere"
     res_report = runner.invoke(app, ["report", str(missing)])

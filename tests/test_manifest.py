@@ -159,7 +159,23 @@ INVALID_CASES = {
                           r"topology has 3 workers, num_workers is 2"),
     "bad_topology": (lambda p: _edit_meta(p, topology={"cost": [[0, -1], [1, 0]]}),
                      r"invalid topology .*negative"),
+    # a hand-edited seed passed the header check, then 'gmp report M -d D' died in numpy's SeedSequence
+    "negative_seed": (lambda p: _edit_partitioner(p, seed=-3),
+                      r"manifest\.json: partitioner\.seed must be a non-negative integer, got -3; re-create it"),
+    "seed_beyond_int64": (lambda p: _edit_partitioner(p, seed=2**63),
+                          r"partitioner\.seed must be an integer in \[0, 2\^63\), got 9223372036854775808"),
+    # Topology.from_json skipped the length check load_topology makes: 3 machines listed for 2 workers
+    "machine_of_wrong_length": (lambda p: _edit_meta(p, topology={"name": "2", "cost": [[0, 1], [1, 0]],
+                                                                  "machine_of": [0, 0, 1]}),
+                                r"invalid topology \(2: machine_of must list one machine index per worker \(2\), "
+                                r"got 3 entries\); re-create it"),
 }
+
+
+def _edit_partitioner(path: Path, **changes) -> None:
+    meta = json.loads((path / "manifest.json").read_text())
+    meta["partitioner"].update(changes)
+    (path / "manifest.json").write_text(json.dumps(meta))
 
 
 def _drop_key(path: Path, key: str) -> None:

@@ -155,6 +155,82 @@ def test_mismatched_shapes_and_arguments(graph, topo):
         M.compute_metrics(graph, p, homogeneous(2), reference=p)
 
 
+# The two-community graph of conftest.py: samples 0-2 use rows {0,1,2}, samples 3-4 rows {3,4,5}, sample 5 the
+# bridge [2, 3]. With samples 0-2 and rows 0-2 on worker 0 and the rest on worker 1, sample 5 (worker 1) reads one
+# remote row (2): 1 remote read for any batch size.
+TWO_COMMUNITIES = [[0, 1], [1, 2], [0, 2], [3, 4], [4, 5], [2, 3]]
+
+
+def _invalid_placements():
+    """(placement, message): worker ids out of range, in each of the three arrays."""
+    good = Placement.edge_cut(2, [0, 0, 0, 1, 1, 1], [0, 0, 0, 1, 1, 1])
+    return [
+        (Placement.edge_cut(2, [0, 0, 0, 1, 1, 5], [0, 0, 0, 1, 1, 1]),
+         r"sample_worker holds worker ids outside \[0, 2\): \[0, 5\]\."),
+        (Placement.edge_cut(2, [0, 0, 0, 1, 1, -1], [0, 0, 0, 1, 1, 1]),
+         r"sample_worker holds worker ids outside \[0, 2\): \[-1, 1\]\."),
+        (good.with_secondaries([0, 0, 0, 1, 1, 1, 1], [7]),
+         r"secondary_workers holds worker ids outside \[0, 2\): \[7, 7\]\."),
+        (good.with_secondaries([0, 0, 0, 1, 1, 1, 1], [0]), r"embedding 2 has a secondary on its primary's worker"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(4))
+@pytest.mark.parametrize("call", ["compute_metrics", "batch_remote_reads", "batch_remote_pushes", "traffic",
+                                  "traffic_with_train", "edge_traffic_matrix", "remote_accesses",
+                                  "epoch_unique_remote", "traffic_matrix", "per_worker", "balance",
+                                  "replication_factor"])
+def test_every_public_metric_validates_the_placement(call, case):
+    """compute_metrics and the traffic functions never called Placement.check: a sample on worker 5 of 2 gave
+    batch_remote_reads 2, silently wrong (the kernels index per-worker arrays by these ids unchecked)."""
+    g = BipartiteGraph.from_lists(TWO_COMMUNITIES, num_embeddings=6)
+    placement, message = _invalid_placements()[case]
+    calls = {
+        "compute_metrics": lambda p: M.compute_metrics(g, p, homogeneous(2), batch_size=2, reference=p),
+        "batch_remote_reads": lambda p: M.batch_remote_reads(g, p, 2),
+        "batch_remote_pushes": lambda p: M.batch_remote_pushes(g, p, 2),
+        "traffic": lambda p: M.traffic(g, p, 2),
+        "traffic_with_train": lambda p: M.traffic_with_train(g, p, 2, num_train=4),
+        "edge_traffic_matrix": lambda p: M.edge_traffic_matrix(g, p),
+        "remote_accesses": lambda p: M.remote_accesses(g, p),
+        "epoch_unique_remote": lambda p: M.epoch_unique_remote(g, p),
+        "traffic_matrix": lambda p: M.traffic_matrix(g, p, 2),
+        "per_worker": lambda p: M.per_worker(g, p, 2),
+        "balance": lambda p: M.balance(g, p, 2),
+        "replication_factor": lambda p: M.replication_factor(p, g),
+    }
+    with pytest.raises(PlacementError, match=message):
+        calls[call](placement)
+    # the same placement with its ids in range: scored as by hand (the check refuses nothing valid)
+    good = Placement.edge_cut(2, [0, 0, 0, 1, 1, 1], [0, 0, 0, 1, 1, 1])
+    assert M.batch_remote_reads(g, good, 2) == 1 and M.remote_accesses(g, good) == 1
+
+
+def test_a_primary_out_of_range_is_refused_not_a_crash():
+    """A primary on worker 99 of 2 crashed the process (segmentation fault) in compute_metrics; run in a child
+    process so that the old crash fails this test instead of the test run."""
+    code = ("from gmp import metrics as M\n"
+            "from gmp.errors import PlacementError\n"
+            "from gmp.graph import BipartiteGraph\n"
+            "from gmp.placement import Placement\n"
+            "from gmp.topology import homogeneous\n"
+            f"g = BipartiteGraph.from_lists({TWO_COMMUNITIES!r}, num_embeddings=6)\n"
+            "p = Placement.edge_cut(2, [0, 0, 0, 1, 1, 1], [0, 0, 0, 1, 1, 99])\n"
+            "try:\n"
+            "    M.compute_metrics(g, p, homogeneous(2), batch_size=2, reference=p)\n"
+            "except PlacementError as exc:\n"
+            "    print('refused:', exc)\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 0, (res.returncode, res.stderr[-2000:])
+    assert res.stdout.strip() == "refused: embedding_primary holds worker ids outside [0, 2): [0, 99]."
+
+
+def test_a_reference_over_other_workers_is_refused(graph, edge_cut):
+    other = Placement.edge_cut(2, np.zeros(9, dtype=np.int32), np.zeros(7, dtype=np.int32))
+    with pytest.raises(PlacementError, match="reference places rows on 2 workers, the placement on 3"):
+        M.compute_metrics(graph, edge_cut, homogeneous(3), batch_size=2, reference=other)
+
+
 def test_degree_distribution_skips_unused_ids(graph):
     d = M.degree_distribution(graph)
     assert sum(d["counts"]) == 6  # e6 has degree 0

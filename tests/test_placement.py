@@ -40,3 +40,16 @@ def test_sizes_must_match_the_graph():
         p.check(num_samples=4)
     with pytest.raises(PlacementError, match="4 entries, the graph 5 embeddings"):
         p.check(num_embeddings=5)
+
+
+@pytest.mark.parametrize("make, message", [
+    # a list given to the constructor itself (edge_cut converts, the dataclass does not): one line, not an
+    # AttributeError on list.ndim
+    (lambda: Placement(2, [0, 1], np.zeros(2, np.int32), np.zeros(3, np.int64), np.zeros(0, np.int32)),
+     r"sample_worker must be 1-D int32, got int64 \(2,\)\."),
+    (lambda: Placement("2", np.zeros(2, np.int32), np.zeros(2, np.int32), np.zeros(3, np.int64),
+                       np.zeros(0, np.int32)), r"num_workers must be an int >= 1, got '2'\."),
+])
+def test_check_refuses_what_the_constructor_was_given_as_is(make, message):
+    with pytest.raises(PlacementError, match=message):
+        make().check()

@@ -136,6 +136,125 @@ def test_simulate_refuses_bad_schedule_shuffle_and_static_order():
         simulate(indptr, indices, pl, num_train=5, batch_size=1, schedule="static", order=np.arange(5))
 
 
+ORDER_IS = (r"The 'order' parameter must be a 1-D sequence of training sample ids \(integers in \[0, 10\), each "
+            r"at most once\), got ")
+
+
+@pytest.mark.parametrize("order, got", [
+    ([1.7, 2.2], r"float64 values\.$"),  # was truncated to [1, 2]
+    ([True, False], r"bool values\.$"),  # was read as [1, 0]
+    ([0, 3, 0], r"sample 0 twice \(positions 0 and 2\)\.$"),  # an epoch visits a sample once
+    ([[0, 1], [2, 3]], r"an array of shape \(2, 2\)\.$"),  # was a numba typing error
+    ("abc", r"'abc'\.$"),  # was a ValueError from int()
+    (3, r"3\.$"),
+])
+def test_simulate_refuses_an_order_that_is_not_training_sample_ids(order, got):
+    from gmp.errors import TrainingError
+
+    indptr, indices = _csr(TINY_ROWS)
+    pl = Placement.edge_cut(2, np.zeros(10, dtype=np.int32), TINY_PRIMARY)
+    with pytest.raises(TrainingError, match=ORDER_IS + got):
+        simulate(indptr, indices, pl, num_train=10, batch_size=1, schedule="naive", order=order)
+
+
+def test_an_order_may_be_any_subset_of_the_training_samples():
+    """A prefix or subset is an order (docs/herald.md times one): its samples are counted, in its order."""
+    indptr, indices = _csr(TINY_ROWS)
+    pl = Placement.edge_cut(2, np.zeros(10, dtype=np.int32), TINY_PRIMARY)
+    res = simulate(indptr, indices, pl, num_train=10, batch_size=1, schedule="naive", order=[9, 2, 4]).to_json()
+    assert (res["samples"], res["batches"]) == (3, 2)
+    assert simulate(indptr, indices, pl, num_train=10, batch_size=1, order=np.array([], dtype=np.int64)).to_json()[
+        "samples"] == 0
+
+
+def test_orders_and_placements_out_of_range_are_refused_not_a_crash(tiny_dataset):
+    """``order=[num_train]`` and ``order=[-1]`` crashed the process (segmentation fault), ``[-20001]`` counted
+    nothing; a placement with a worker id out of range reached the scheduler's kernels unchecked. Run in a child
+    process, so that the old crash fails this test rather than the test run."""
+    code = f"""
+import numpy as np
+import gmp
+from gmp.errors import GmpError
+from gmp.placement import Placement
+from gmp.simulate import simulate
+
+ds = gmp.load_dataset({str(tiny_dataset)!r})  # 6 samples, 4 of them training samples
+calls = [lambda: gmp.simulate_epoch(ds, workers=2, order=[ds.num_train]),
+         lambda: gmp.simulate_epoch(ds, workers=2, order=[-1]),
+         lambda: gmp.simulate_epoch(ds, workers=2, order=[-20001]),
+         lambda: simulate(ds.indptr, ds.indices, Placement.edge_cut(2, np.zeros(6, np.int32), [0, 0, 1, 1, 9, 1]),
+                          num_train=4, batch_size=1),
+         lambda: simulate(ds.indptr, ds.indices, Placement.edge_cut(2, np.zeros(3, np.int32), np.zeros(6, np.int32)),
+                          num_train=4, batch_size=1, schedule="static")]
+for call in calls:
+    try:
+        call()
+        print("accepted")
+    except GmpError as exc:
+        print(type(exc).__name__, exc)
+"""
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0, (res.returncode, res.stderr[-2000:])
+    order_is = ("TrainingError The 'order' parameter must be a 1-D sequence of training sample ids (integers in "
+                "[0, 4), each at most once), got ")
+    assert res.stdout.splitlines() == [
+        order_is + "4 at position 0.",
+        order_is + "-1 at position 0.",
+        order_is + "-20001 at position 0.",
+        "PlacementError embedding_primary holds worker ids outside [0, 2): [0, 9].",
+        "PlacementError placement covers 3 samples, fewer than the 4 training samples; use the placement made for "
+        "this dataset.",
+    ]
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"epoch": -1}, r"The 'epoch' parameter must be an int >= 0, got -1\."),  # was numpy's ValueError
+    ({"epoch": 1.5}, r"The 'epoch' parameter must be an int >= 0, got 1\.5\."),
+    ({"parameter_server": "no"}, r"The 'parameter_server' parameter must be a bool, got 'no'\."),
+    ({"min_frequency": 2}, r"The 'min_frequency' parameter must be a finite number >= 0 and < 1 \(a fraction of "
+                           r"the training samples; Herald caches rows of frequency > 1e-5\), got 2\."),
+    ({"min_frequency": 1.0}, r"finite number >= 0 and < 1 .*got 1\.0\."),
+    ({"min_frequency": -0.1}, r"The 'min_frequency' parameter must be a finite number >= 0, got -0\.1\."),
+    ({"lookahead": 3}, r"The 'lookahead' parameter has no effect under cache_policy=lru \(it is the window of "
+                       r"cache_policy=lookahead\), got lookahead=3; pass cache_policy=lookahead, or lookahead=0\."),
+])
+def test_simulate_epoch_refuses_settings_in_one_line(tiny_dataset, kw, message):
+    import gmp
+    from gmp.errors import TrainingError
+
+    with pytest.raises(TrainingError, match=message):
+        gmp.simulate_epoch(tiny_dataset, workers=2, **kw)
+
+
+def test_lookahead_is_taken_with_the_policy_that_reads_it(tiny_dataset):
+    import gmp
+
+    out = gmp.simulate_epoch(tiny_dataset, workers=2, batch_size=1, cache_policy="lookahead", lookahead=2).to_json()
+    assert (out["cache_policy"], out["lookahead"]) == ("lookahead", 2)
+    assert gmp.simulate_epoch(tiny_dataset, workers=2, lookahead=0).to_json()["lookahead"] == 0
+
+
+def test_cli_refuses_lookahead_without_its_policy_and_min_frequency_beyond_1(tiny_dataset):
+    """--lookahead under the default --cache-policy lru changed no count yet was echoed in --json; --min-frequency
+    2 (a fraction) reported 0 pulls and 0 pushes."""
+    runner = CliRunner()
+    base = ["simulate", str(tiny_dataset), "--workers", "2", "--batch-size", "1", "--json"]
+    r = runner.invoke(app, [*base, "--lookahead", "3"])
+    assert r.exit_code == 2 and r.output == (
+        "error: --lookahead has no effect under --cache-policy lru (it is the window of --cache-policy lookahead), "
+        "got --lookahead 3; pass --cache-policy lookahead, or --lookahead 0.\n"), r.output
+    r = runner.invoke(app, [*base, "--lookahead", "3", "--cache-policy", "lookahead"])
+    assert r.exit_code == 0 and json.loads(r.output)["lookahead"] == 3, r.output
+    r = runner.invoke(app, [*base, "--min-frequency", "2"])
+    assert r.exit_code == 2 and r.output.startswith("error: --min-frequency must be a finite number >= 0 and < 1 (a "
+                                                    "fraction of the training samples;"), r.output
+    r = runner.invoke(app, [*base, "--min-frequency", "0.3"])
+    assert r.exit_code == 0 and json.loads(r.output)["min_frequency"] == 0.3, r.output
+
+
 # --------------------------------------------------------------------------- CLI
 
 

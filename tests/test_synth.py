@@ -478,7 +478,7 @@ def test_cli_like(tmp_path, data_app):
     assert cfg.field_entity[0] == cfg.field_entity[1] == cfg.field_entity[2] >= 0
     res = CliRunner().invoke(data_app, ["data", "synth", "--preset", "tiny", "--fidelity", "0.5",
                                         "--out", str(tmp_path / "e")])
-    assert res.exit_code == 2 and "apply to the latent-entity model" in res.output
+    assert res.exit_code == 2 and "--fidelity applies to the latent-entity model" in res.output
 
 
 def test_synth_is_one_request_from_python_and_the_cli(tmp_path, data_app):

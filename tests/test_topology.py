@@ -31,6 +31,28 @@ def test_json_round_trip():
     assert u.machine_of.tolist() == t.machine_of.tolist()
 
 
+@pytest.mark.parametrize("machine_of, match", [
+    ([0, 0, 1], r"2x2: machine_of must list one machine index per worker \(4\), got 3 entries\."),
+    ([0, 0, 1, 1, 1], r"per worker \(4\), got 5 entries"),
+    ([[0, 0], [1, 1]], r"per worker \(4\), got shape \(2, 2\)"),
+    ([0, 0.5, 1, 1], r"machine_of must hold integer machine indices, got float64 values"),
+])
+def test_from_json_checks_machine_of_as_load_topology_does(machine_of, match):
+    """A manifest's topology (Topology.from_json) took a machine_of of any length: 3 machines for 4 workers was
+    accepted by report, train, simulate and export."""
+    obj = parse_topology("2x2").to_json()
+    obj["machine_of"] = machine_of
+    with pytest.raises(TopologyError, match=match):
+        type(parse_topology("2x2")).from_json(obj)
+
+
+def test_the_constructor_checks_machine_of_length():
+    from gmp.topology import Topology
+
+    with pytest.raises(TopologyError, match=r"machine_of must list one machine index per worker \(2\), got 1"):
+        Topology(np.array([[0.0, 1.0], [1.0, 0.0]]), name="t", machine_of=np.array([0], dtype=np.int32))
+
+
 @pytest.mark.parametrize(
     "cost, match",
     [
