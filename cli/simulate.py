@@ -19,7 +19,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Count the embedding pulls/pushes one epoch incurs under a schedule, without training."""
         from gmp.api import run_simulate
-        from gmp.simulate import check_simulated_options
         from gmp.specs import resolve_simulate
 
         from .train import warn
@@ -32,7 +31,6 @@ def register(app: typer.Typer) -> None:
                                     **given(ctx, schedule=schedule, batch_size=batch_size, embedding_dim=embedding_dim,
                                             on_demand=on_demand, cache_rows=cache_rows, cache_policy=cache_policy,
                                             lookahead=lookahead, read_only_replicas=read_only_replicas))
-            check_simulated_options(spec.options)  # --lookahead without the policy that reads it: refused
             for line in spec.warnings:
                 warn(line)
             result = run_simulate(spec)

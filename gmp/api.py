@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ._io import release_claim
+from .params import param_error
 
 _log = logging.getLogger("gmp")
 
@@ -71,12 +72,6 @@ def _paths(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Path]
 # The resolvers (gmp.specs) check what the command line can give; a Python caller can also give what no flag
 # can (a list for a mapping, 'no' for a bool, an int for a path): refused here, in gmp.params' wording, so
 # the call fails in one line before anything is read instead of deep inside with a builtin's error.
-def _refused(error: type, param: str, message: str):
-    exc = error(message)
-    exc.param = param  # as gmp.params does: the parameter the message is about
-    return exc
-
-
 def _check_bools(error: type, **values: Any) -> None:
     """Each keyword a bool: ``"no"`` or ``1`` is refused, not taken as true or false (None: left at its default,
     for the keywords whose default is None)."""
@@ -89,7 +84,7 @@ def _check_bools(error: type, **values: Any) -> None:
 
 def _check_path(name: str, value: Any, error: type, what: str) -> None:
     if not isinstance(value, (str, os.PathLike)):
-        raise _refused(error, name, f"The '{name}' parameter must be {what} (a str or os.PathLike), got "
+        raise param_error(error, name, f"The '{name}' parameter must be {what} (a str or os.PathLike), got "
                                     f"{type(value).__name__}.")
 
 
@@ -110,7 +105,7 @@ def _check_options(options: Any, error: type, *, per_method: bool = False) -> No
         if isinstance(options, Mapping):
             return
     shown = repr(options)
-    raise _refused(error, "options", f"The 'options' parameter must be {expected}, got "
+    raise param_error(error, "options", f"The 'options' parameter must be {expected}, got "
                                      f"{shown if len(shown) <= 60 else shown[:60] + '…'}.")
 
 
@@ -337,7 +332,7 @@ def _check_dataset(dataset: Any) -> None:
     from .errors import DatasetError
 
     if not isinstance(dataset, (str, os.PathLike, PreparedDataset)):
-        raise _refused(DatasetError, "dataset", f"dataset must be a prepared dataset (its directory, or "
+        raise param_error(DatasetError, "dataset", f"dataset must be a prepared dataset (its directory, or "
                                                 f"gmp.load_dataset(...)), got {type(dataset).__name__}.")
 
 
@@ -353,7 +348,7 @@ def _check_manifest(manifest: Any, name: str = "manifest") -> None:
     from .manifest import Manifest
 
     if not isinstance(manifest, (str, os.PathLike, Manifest)):
-        raise _refused(ManifestError, name, f"{name} must be a placement manifest (its directory, or "
+        raise param_error(ManifestError, name, f"{name} must be a placement manifest (its directory, or "
                                             f"gmp.load_manifest(...)), got {type(manifest).__name__}.")
 
 
@@ -1084,29 +1079,12 @@ def train_model(dataset: Any, manifest: Any = None, *, engine: str | None = None
     if manifest is not None:
         _check_manifest(manifest)
     _check_bools(TrainingError, resume=resume)
-    _check_hidden(config.get("hidden"))
     # gmp.train.train opens both itself (verified, memory-mapped): an opened object gives its path
     spec = resolve_train(dataset, manifest, engine=engine, workers=workers, checkpoint_dir=checkpoint_dir,
                          resume=resume, log_json=log_json, **config)
     for line in spec.warnings:
         _log.warning("%s", line)
     return run_train(spec)
-
-
-def _check_hidden(hidden: Any) -> None:
-    """``hidden`` None (the default), ``"512,256,128"`` (the resolver parses it as ``--hidden``) or a non-empty
-    sequence: no layer at all is refused, as ``--hidden ''`` is."""
-    from .errors import TrainingError
-
-    if hidden is None or isinstance(hidden, str):
-        return
-    try:
-        empty = len(hidden) == 0
-    except TypeError:  # a bare number: not a sequence of widths
-        empty = True
-    if empty:
-        raise _refused(TrainingError, "hidden", f"The 'hidden' parameter must be comma-separated layer widths "
-                                                f"(e.g. 512,256,128) or a sequence of them, got {hidden!r}.")
 
 
 def run_train(spec: Any, *, on_record: Any = None) -> list[dict[str, Any]]:
@@ -1138,14 +1116,12 @@ def simulate_epoch(dataset: Any, manifest: Any = None, *, workers: int | None = 
     Resolved by :func:`gmp.specs.resolve_simulate`, as the command is.
     Returns a :class:`gmp.simulate.SimulationResult` (``.to_json()`` for every count).
     """
-    from .simulate import check_simulated_options
     from .specs import resolve_simulate
 
     if manifest is not None:
         _check_manifest(manifest)
     spec = resolve_simulate(_dataset(dataset), manifest, workers=workers, batch_size=batch_size, seed=seed,
                             **options)
-    check_simulated_options(spec.options)  # a lookahead the replay would not read: refused, as gmp simulate does
     for line in spec.warnings:
         _log.warning("%s", line)
     return run_simulate(spec)
@@ -1201,7 +1177,7 @@ def _check_export_cache(options: Mapping[str, Any], error: type) -> None:
         ok = ok and all(isinstance(f, (int, float, np.integer, np.floating)) and not isinstance(f, (bool, np.bool_))
                         for f in factors)
         if not ok:
-            raise _refused(error, "load_factors", f"The 'load_factors' parameter must be a sequence of fractions in "
+            raise param_error(error, "load_factors", f"The 'load_factors' parameter must be a sequence of fractions in "
                                                   f"(0, 1] (e.g. (0.01, 0.1, 0.5)), got {factors!r}.")
     if "cache_lookups" in options:
         check_int("cache_lookups", options["cache_lookups"], minimum=0, error=error)
@@ -1215,6 +1191,6 @@ def run_export(spec: Any, manifest: Any, out: str | os.PathLike, *, dataset: Any
     from .export.torchrec import export_torchrec as _export
 
     if os.path.lexists(out) and not os.path.isdir(out):
-        raise _refused(OutputError, "out", f"`out` {out} exists and is not a directory; choose another `out`.")
+        raise param_error(OutputError, "out", f"`out` {out} exists and is not a directory; choose another `out`.")
     return _export(manifest, out, dataset=dataset, batch_size=spec.batch_size, embedding_dim=spec.embedding_dim,
                    **options)

@@ -20,10 +20,15 @@ from .constants import MAX_BATCH_SIZE
 from .errors import GmpError
 
 
-def _fail(error: type[GmpError], name: str, expected: str, value: Any) -> GmpError:
-    exc = error(f"The '{name}' parameter must be {expected}, got {value!r}.")
-    exc.param = name
+def param_error(error: type[GmpError], param: str, msg: str) -> GmpError:
+    """``error(msg)`` about the parameter ``param``, which the CLI re-words as its flag (cli/_flags.py)."""
+    exc = error(msg)
+    exc.param = param
     return exc
+
+
+def _fail(error: type[GmpError], name: str, expected: str, value: Any) -> GmpError:
+    return param_error(error, name, f"The '{name}' parameter must be {expected}, got {value!r}.")
 
 
 def check_int(name: str, value: Any, *, minimum: int | None = None, maximum: int | None = None,

@@ -34,6 +34,7 @@ from typing import Any, Mapping, Sequence
 
 from .constants import DEFAULT_BATCH_SIZE, DEFAULT_EMBEDDING_DIM
 from .errors import GmpError, TrainingError
+from .params import param_error
 from .wording import plural
 
 USER = "user"
@@ -41,12 +42,6 @@ PLAN = "manifest plan"
 CHECKPOINT = "checkpoint"
 TORCHRUN = "torchrun"
 DEFAULT = "default"
-
-
-def _param_error(error: type[GmpError], param: str, msg: str) -> GmpError:
-    exc = error(msg)
-    exc.param = param  # the CLI re-words parameter names as flags (cli/_flags.py)
-    return exc
 
 
 # ----------------------------------------------------------------------------------- the plan
@@ -164,14 +159,25 @@ def _parse_staleness(value: Any) -> float:
         try:
             return float(t)
         except ValueError:
-            raise _param_error(TrainingError, "staleness", f"The 'staleness' parameter must be a number >= 0 or "
+            raise param_error(TrainingError, "staleness", f"The 'staleness' parameter must be a number >= 0 or "
                                                            f"'inf', got {value!r}.") from None
     return value
 
 
 def _parse_hidden(value: Any) -> Any:
-    """``"512,256,128"`` -> ``(512, 256, 128)`` (a sequence passes through; TrainConfig checks it)."""
+    """``"512,256,128"`` -> ``(512, 256, 128)``; a non-empty sequence passes through (TrainConfig checks its
+    widths); no layer at all (``""``, ``()``, a bare number) is refused, from the command line and Python alike."""
+    if value is None:
+        return value
     if not isinstance(value, str):
+        try:
+            empty = len(value) == 0
+        except TypeError:  # a bare number: not a sequence of widths
+            empty = True
+        if empty:
+            raise param_error(TrainingError, "hidden", f"The 'hidden' parameter must be comma-separated layer "
+                                                        f"widths (e.g. 512,256,128) or a sequence of them, got "
+                                                        f"{value!r}.")
         return value
     parts = [p.strip() for p in value.split(",") if p.strip()]
     try:
@@ -179,7 +185,7 @@ def _parse_hidden(value: Any) -> Any:
     except ValueError:
         out = ()
     if not out:
-        raise _param_error(TrainingError, "hidden", f"The 'hidden' parameter must be comma-separated layer widths "
+        raise param_error(TrainingError, "hidden", f"The 'hidden' parameter must be comma-separated layer widths "
                                                     f"(e.g. 512,256,128), got {value!r}.")
     return out
 
@@ -234,7 +240,7 @@ def resolve_train(dataset: Any, manifest: Any = None, *, engine: str | None = No
         sources["engine"] = USER
     check_choice("engine", engine, ENGINES, error=E)
     if engine == "local" and world is not None and world > 1:
-        raise _param_error(E, "engine", f"The 'engine' parameter is 'local' under torchrun (WORLD_SIZE={world}): "
+        raise param_error(E, "engine", f"The 'engine' parameter is 'local' under torchrun (WORLD_SIZE={world}): "
                                         f"each of the {world} processes would train the whole run; use "
                                         f"engine='distributed' (the default under torchrun) or run without torchrun.")
     sources["workers"] = USER if workers is not None else DEFAULT
@@ -244,7 +250,7 @@ def resolve_train(dataset: Any, manifest: Any = None, *, engine: str | None = No
         check_timeout(collective_timeout)  # a bad value is named as such, on either engine
         if engine == "local":  # as the other settings a run cannot use: refused, not ignored
             how = "the default outside torchrun" if sources["engine"] == DEFAULT else "given"
-            raise _param_error(E, "collective_timeout",
+            raise param_error(E, "collective_timeout",
                                f"The 'collective_timeout' parameter bounds the collectives of the distributed "
                                f"engine (one worker per process under torchrun); this run is on engine 'local' "
                                f"({how}), which has none: drop collective_timeout or run under torchrun with "
@@ -260,7 +266,7 @@ def resolve_train(dataset: Any, manifest: Any = None, *, engine: str | None = No
     tier_given = {k: settings.pop(k) for k in TIER_KEYS if k in settings}
     if tiers_obj is not None:
         if tier_given:
-            raise _param_error(E, sorted(tier_given)[0], f"The '{sorted(tier_given)[0]}' parameter cannot be "
+            raise param_error(E, sorted(tier_given)[0], f"The '{sorted(tier_given)[0]}' parameter cannot be "
                                                          f"combined with tiers (a TierOptions); give one of them.")
         tiers = tiers_obj
         herald_given.update(cache_rows=cache_rows, lookahead=lookahead, cache_policy=cache_policy)
@@ -270,13 +276,13 @@ def resolve_train(dataset: Any, manifest: Any = None, *, engine: str | None = No
         sources["table_location"] = USER if "table_location" in tier_given else DEFAULT
         for name, value in (("cache_rows", cache_rows), ("lookahead", lookahead), ("cache_policy", cache_policy)):
             if value and location == "device" and not herald_on:
-                raise _param_error(E, name, f"The '{name}' parameter drives the device cache of table_location="
+                raise param_error(E, name, f"The '{name}' parameter drives the device cache of table_location="
                                             f"host|disk (the worker's own rows) or of schedule=herald (remote "
                                             f"rows), got table_location=device schedule={schedule}; add one of "
                                             f"them or drop {name}.")
         cache_bytes = tier_given.get("cache_bytes")
         if cache_bytes is not None and cache_bytes < 1:  # not "the default": that is leaving it out
-            raise _param_error(E, "cache_bytes", f"The 'cache_bytes' parameter must hold at least one row of the "
+            raise param_error(E, "cache_bytes", f"The 'cache_bytes' parameter must hold at least one row of the "
                                                  f"tiered table's device cache, got {cache_bytes}; leave it out "
                                                  f"for the default.")
         own, remote = split_cache_rows(cache_rows, tiered=location != "device", herald=herald_on)
@@ -292,7 +298,7 @@ def resolve_train(dataset: Any, manifest: Any = None, *, engine: str | None = No
     if herald_obj is not None:
         if any(v is not None for v in herald_given.values()):
             name = next(k for k, v in herald_given.items() if v is not None)
-            raise _param_error(E, name, f"The '{name}' parameter cannot be combined with herald (a HeraldOptions); "
+            raise param_error(E, name, f"The '{name}' parameter cannot be combined with herald (a HeraldOptions); "
                                         f"give one of them.")
         herald = herald_obj
     elif any(v is not None for v in herald_given.values()) or tiers_obj is None:
@@ -408,7 +414,7 @@ def resolve_simulate(dataset: Any, manifest: Any = None, *, workers: int | None 
     from .datasets.format import PreparedDataset, load_dataset
     from .params import check_int
     from .seeds import check_seed
-    from .simulate import SCHEDULES, active_rows, simulator_options
+    from .simulate import SCHEDULES, active_rows, check_simulated_options, simulator_options
     from .train.herald import HeraldOptions
     from .params import check_choice
 
@@ -433,7 +439,7 @@ def resolve_simulate(dataset: Any, manifest: Any = None, *, workers: int | None 
         from .train.herald.engine import check_num_workers
 
         if workers is None:
-            raise _param_error(E, "workers", "The 'workers' parameter is required without a manifest (rows are "
+            raise param_error(E, "workers", "The 'workers' parameter is required without a manifest (rows are "
                                              "then placed at random); pass workers=N or a manifest.")
         check_int("workers", workers, minimum=1, error=E)
         check_num_workers(workers)  # before the random placement (100,000 workers ran out of memory there)
@@ -446,11 +452,12 @@ def resolve_simulate(dataset: Any, manifest: Any = None, *, workers: int | None 
             m.check_dataset(ds)
         placement = m.placement
         if workers is not None and workers != placement.num_workers:
-            raise _param_error(E, "workers", f"workers={workers} does not match the manifest "
+            raise param_error(E, "workers", f"workers={workers} does not match the manifest "
                                              f"{m.path}, which places rows on {placement.num_workers} workers; "
                                              f"drop workers or pass another manifest.")
     active = active_rows(ds.indptr, ds.indices, ds.num_train)
     options = simulator_options(schedule, active, **herald)
+    check_simulated_options(options)  # a lookahead the replay would not read
     for k in SIMULATE_HERALD_KEYS:
         sources[k] = USER if k in herald else DEFAULT
     # the settings whose defaults here (Herald's paper) are not gmp train's
@@ -583,49 +590,49 @@ class PartitionSpec:
 def _refuse(error: type[GmpError], param: str, msg: str) -> GmpError:
     """A refusal that names several parameters, each in backticks (`` `window` ``, `` `workers=N` ``,
     `` `distributed=True` ``), so that the CLI can word each as its flag; ``param`` is the one to blame."""
-    return _param_error(error, param, msg)
+    return param_error(error, param, msg)
 
 
 def _refuse_repartition_options(options: Mapping[str, Any]) -> None:
     """Refuse the incremental options given (not None) that only the re-partition reads (not in
     :data:`PLACEMENT_OPTIONS`): ``from_manifest`` without ``max_moved_rows`` places the new data only."""
-    from .errors import PartitionError
-
     if not options:
         return
     from .partition.incremental import Options
 
     unread = [k for k in Options.__dataclass_fields__ if k not in PLACEMENT_OPTIONS and options.get(k) is not None]
     if unread:
-        one = len(unread) == 1
-        raise _refuse(PartitionError, unread[0],
-                      f"the incremental {plural('option', len(unread))} {_quoted(unread)} appl{'ies' if one else 'y'} "
-                      f"only to the re-partition that `max_moved_rows` asks for; without it the new data is only "
-                      f"placed on the old placement, which does not read {'it' if one else 'them'}: add "
-                      f"`max_moved_rows=N` (rows, or a percentage such as 5%) or drop {'it' if one else 'them'}.")
+        raise _options_refusal(unread, lambda one: (
+            f"appl{'ies' if one else 'y'} only to the re-partition that `max_moved_rows` asks for; without it the new "
+            f"data is only placed on the old placement, which does not read {'it' if one else 'them'}: add "
+            f"`max_moved_rows=N` (rows, or a percentage such as 5%) or drop {'it' if one else 'them'}."))
 
 
 def _refuse_options_the_plan_ignores(options: Mapping[str, Any], max_moved_rows: Any) -> None:
     """Refuse the incremental options given (not None) that the one-pass plan never reads
     (:data:`ONEPASS_UNREAD`), with or without ``max_moved_rows``, before anything is read; and
     ``carry_private``, which only target mode's re-fit reads there (``target="full"`` with a budget)."""
-    from .errors import PartitionError
-
     if options.get("plan") != "onepass":
         return
     if options.get("carry_private") is not None and (max_moved_rows is None or options.get("target") != "full"):
-        raise _refuse(PartitionError, "carry_private",
-                      "the incremental option 'carry_private' is read by plan 'onepass' only in target mode's "
-                      "re-fit (target 'full' with `max_moved_rows`): drop it, add both, or use plan 'exact'.")
+        raise _options_refusal(["carry_private"], lambda one: (
+            "is read by plan 'onepass' only in target mode's re-fit (target 'full' with `max_moved_rows`): drop it, "
+            "add both, or use plan 'exact'."))
     unread = [k for k in ONEPASS_UNREAD if options.get(k) is not None]
     if unread:
-        one = len(unread) == 1
         # no `name=value` here: the CLI would word it as a flag, and `plan` is only `-O plan=...`
-        raise _refuse(PartitionError, unread[0],
-                      f"the incremental {plural('option', len(unread))} {_quoted(unread)} "
-                      f"{'is' if one else 'are'} not read by plan 'onepass', which places each sample once, in "
-                      f"dataset order, and does not sweep the samples after: drop {'it' if one else 'them'} or use "
-                      f"plan 'exact'.")
+        raise _options_refusal(unread, lambda one: (
+            f"{'is' if one else 'are'} not read by plan 'onepass', which places each sample once, in dataset order, "
+            f"and does not sweep the samples after: drop {'it' if one else 'them'} or use plan 'exact'."))
+
+
+def _options_refusal(unread: Sequence[str], says: Any) -> GmpError:
+    """``the incremental option 'a'`` (or ``options 'a' and 'b'``) followed by ``says(one)``, ``one`` telling
+    whether a single option is named; the first option is the one to blame."""
+    from .errors import PartitionError
+
+    return _refuse(PartitionError, unread[0],
+                   f"the incremental {plural('option', len(unread))} {_quoted(unread)} {says(len(unread) == 1)}")
 
 
 def _machines_given(topology: Any) -> bool:
@@ -736,7 +743,7 @@ def resolve_partition(dataset: Any, method: str | None = None, out: str | os.Pat
             raise _refuse(E, incremental_given[0], "`max_moved_rows`, `compare_full` and `window` need "
                                                    "`from_manifest=OLD_MANIFEST`.")
     if window is not None and (not isinstance(window, int) or isinstance(window, bool) or window < 1):
-        raise _param_error(E, "window", f"The 'window' parameter must be a number of days >= 1, got {window}.")
+        raise param_error(E, "window", f"The 'window' parameter must be a number of days >= 1, got {window}.")
     if max_moved_rows is not None:  # its form, before anything is read (the percentage's rows come later)
         from .partition.incremental import migration_budget
 
@@ -762,7 +769,7 @@ def resolve_partition(dataset: Any, method: str | None = None, out: str | os.Pat
         if isinstance(topology, Topology):
             topo = topology
             if workers is not None and workers != topo.num_workers:
-                raise _param_error(E, "workers", f"workers={workers} disagrees with the topology's "
+                raise param_error(E, "workers", f"workers={workers} disagrees with the topology's "
                                                  f"{topo.num_workers} workers; drop workers or pass another topology.")
         else:
             if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool)):

@@ -8,7 +8,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +26,7 @@ from gmp.partition.distributed import partition_distributed
 from gmp.partition.distributed.exchange import Mesh, shard_range
 from gmp.partition.hybrid import Options, default_weights, soft_count_table
 from gmp.topology import resolve_topology
+from test_train_distributed import free_port
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent
@@ -205,12 +205,6 @@ def test_init_other_than_random_is_refused(data):
 # --------------------------------------------------------------------------
 # under torchrun (gloo)
 # --------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def torchrun(nproc: int, args: list[str], *, timeout: float = 240) -> subprocess.CompletedProcess:
     torchrun_bin = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
     cmd = [torchrun_bin, "--nnodes", "1", "--nproc-per-node", str(nproc), "--rdzv-backend", "c10d",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 from collections import OrderedDict
 
 import numpy as np
@@ -18,6 +17,7 @@ from gmp.export.torchrec import export_torchrec, load_export, lru_miss_rates, re
 from gmp.manifest import write_manifest
 from gmp.placement import Placement
 from gmp.topology import homogeneous
+from test_train_distributed import free_port
 
 runner = CliRunner()
 
@@ -233,12 +233,6 @@ def test_torchrec_builds_tables_plan_and_constraints(manifest, tiny_dataset, tmp
     assert stats.expected_miss_rate(cache["load_factors"][1]) == pytest.approx(cache["miss_rates"][1])
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _sharded_lookup(rank, world, port, export_dir, dataset_dir, queue):  # pragma: no cover - spawned process
     import os
 
@@ -287,7 +281,7 @@ def test_torchrec_sharded_lookup_serves_each_id_from_its_gmp_primary(manifest, t
     export_torchrec(manifest, tmp_path / "x", dataset=tiny_dataset, embedding_dim=8)
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    port = _free_port()
+    port = free_port()
     procs = [ctx.Process(target=_sharded_lookup, args=(r, 2, port, str(tmp_path / "x"), str(tiny_dataset), queue))
              for r in range(2)]
     for p in procs:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +25,7 @@ from gmp.datasets.synth import preset_config, synthesize
 from gmp.datasets.synth_continue import continue_synth
 from gmp.errors import ManifestError
 from gmp.export.torchrec import epoch_batches, export_torchrec, load_export
+from test_train_distributed import free_port
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
@@ -253,12 +253,6 @@ def test_the_example_trains_every_sample_when_the_batch_exceeds_a_ranks_samples(
 # --------------------------------------------------------------------------
 # TorchRec's sharded lookup on the extended dataset, in padded steps
 # --------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _lookup_epochs(rank, world, port, exports, dataset_dir, queue):  # pragma: no cover - spawned process
     """Each export's epoch of padded steps on this rank: (samples, size, pooled rows) per step."""
     import torch
@@ -330,7 +324,7 @@ def test_sharded_lookup_on_an_extended_dataset_serves_each_id_from_its_primary(d
     assert [p["steps_per_epoch"] for p in plans][1] == 1
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    port = _free_port()
+    port = free_port()
     procs = [ctx.Process(target=_lookup_epochs, args=(r, world, port, exports, str(data), queue))
              for r in range(world)]
     for p in procs:
