@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -26,7 +25,7 @@ from gmp.partition.distributed import partition_distributed
 from gmp.partition.distributed.exchange import Mesh, shard_range
 from gmp.partition.hybrid import Options, default_weights, soft_count_table
 from gmp.topology import resolve_topology
-from test_train_distributed import free_port
+import torchrun_helpers
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent
@@ -206,11 +205,7 @@ def test_init_other_than_random_is_refused(data):
 # under torchrun (gloo)
 # --------------------------------------------------------------------------
 def torchrun(nproc: int, args: list[str], *, timeout: float = 240) -> subprocess.CompletedProcess:
-    torchrun_bin = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
-    cmd = [torchrun_bin, "--nnodes", "1", "--nproc-per-node", str(nproc), "--rdzv-backend", "c10d",
-           "--rdzv-endpoint", f"127.0.0.1:{free_port()}", *args]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    return torchrun_helpers.torchrun(nproc, args, timeout=timeout, cwd=ROOT)
 
 
 def worker(nproc: int, path, out: Path, runs: list[dict]) -> dict:

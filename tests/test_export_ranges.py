@@ -25,7 +25,7 @@ from gmp.datasets.synth import preset_config, synthesize
 from gmp.datasets.synth_continue import continue_synth
 from gmp.errors import ManifestError
 from gmp.export.torchrec import epoch_batches, export_torchrec, load_export
-from test_train_distributed import free_port
+from torchrun_helpers import free_port
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,24 +13,11 @@ from gmp.datasets.format import load_dataset
 from gmp.placement import Placement
 from gmp.comm.local import LocalEngine
 from gmp.train import TrainConfig, TrainData, Trainer
+from torchrun_helpers import torchrun
 from train_data import assert_rank_rows_match, make_ctr_dataset, save_placement_npz
 
 pytestmark = pytest.mark.distributed
 HERE = Path(__file__).parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def torchrun(nproc: int, args: list[str], *, timeout: float = 240) -> subprocess.CompletedProcess:
-    torchrun_bin = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
-    cmd = [torchrun_bin, "--nnodes", "1", "--nproc-per-node", str(nproc), "--rdzv-backend", "c10d",
-           "--rdzv-endpoint", f"127.0.0.1:{free_port()}", *args]
-    env = {**__import__("os").environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE.parent)}
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 @pytest.fixture(scope="module")

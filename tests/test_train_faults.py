@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +15,7 @@ import pytest
 
 from gmp.datasets.format import load_dataset
 from test_train_cli import manifest_for
-from test_train_distributed import free_port
+from torchrun_helpers import torchrun
 from train_data import make_ctr_dataset
 
 HERE = Path(__file__).parent
@@ -31,11 +30,7 @@ def setup(tmp_path_factory):
 
 
 def run(nproc, script_args, env_extra, timeout=200):
-    torchrun_bin = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
-    cmd = [torchrun_bin, "--nnodes", "1", "--nproc-per-node", str(nproc), "--rdzv-backend", "c10d",
-           "--rdzv-endpoint", f"127.0.0.1:{free_port()}", *script_args]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE.parent), **env_extra}
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    return torchrun(nproc, script_args, timeout=timeout, env=env_extra)
 
 
 def gmp_errors(res) -> list[str]:
