@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import importlib
+import io
 import os
 import pkgutil
 import re
@@ -155,12 +158,40 @@ def test_the_facade_takes_what_a_notebook_passes(tiny_dataset, tmp_path):
     assert ranged.dense is not None and ranged.dense.shape[1] == 2
 
 
-def python_blocks(path: Path) -> list[str]:
-    return re.findall(r"```python\n(.*?)```", path.read_text(encoding="utf-8"), flags=re.S)
+def python_blocks(path: Path) -> list[tuple[int, str]]:
+    """The page's ```python blocks: (the line of the block's first line in the page, the block)."""
+    text = path.read_text(encoding="utf-8")
+    found = re.finditer(r"```python\n(.*?)```", text, flags=re.S)
+    return [(text.count("\n", 0, m.start(1)) + 1, m.group(1)) for m in found]
+
+
+def run_cell(block: str, name: str, namespace: dict) -> list[tuple[int, list[str], list[str]]]:
+    """Run ``block`` statement by statement as a notebook would; returns ``(line, shown, printed)`` for every
+    run of ``# `` lines at the start of a line after a statement: what the page shows there, and what the
+    statements since the last such run printed (a bare expression right before the comment: its repr)."""
+    lines = block.splitlines()
+    tree = ast.parse(block, name)
+    checks, out = [], io.StringIO()
+    for k, stmt in enumerate(tree.body):
+        end = stmt.end_lineno  # the comment lines after the statement, up to the next one
+        stop = tree.body[k + 1].lineno - 1 if k + 1 < len(tree.body) else len(lines)
+        shown = [ln[2:] for ln in lines[end:stop] if ln.startswith("# ")]
+        with contextlib.redirect_stdout(out):
+            if isinstance(stmt, ast.Expr):
+                value = eval(compile(ast.Expression(stmt.value), name, "eval"), namespace)
+                if shown and value is not None:
+                    print(repr(value))
+            else:
+                exec(compile(ast.Module([stmt], type_ignores=[]), name, "exec"), namespace)
+        if shown:
+            checks.append((end + 1, shown, out.getvalue().splitlines()))
+            out = io.StringIO()
+    return checks
 
 
 def test_docs_python_md_runs(tmp_path, monkeypatch):
-    """Every ```python block of docs/python.md, in order, in one namespace (a notebook run)."""
+    """Every ```python block of docs/python.md, in order, in one namespace (a notebook run), prints what the
+    page shows after it."""
     blocks = python_blocks(ROOT / "docs" / "python.md")
     assert len(blocks) >= 10
     monkeypatch.setenv("TMPDIR", str(tmp_path))
@@ -169,14 +200,23 @@ def test_docs_python_md_runs(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     namespace: dict = {"__name__": "__walkthrough__"}
     cwd = os.getcwd()
+    differ, shown_lines = [], 0
     try:
-        for i, block in enumerate(blocks):
+        for i, (first, block) in enumerate(blocks):
+            name = f"docs/python.md block {i + 1} (line {first})"
             try:
-                exec(compile(block, f"docs/python.md block {i + 1}", "exec"), namespace)
+                checks = run_cell(block, name, namespace)
             except Exception as exc:  # name the block that failed
-                raise AssertionError(f"docs/python.md block {i + 1} failed: {type(exc).__name__}: {exc}\n{block}")
+                raise AssertionError(f"{name} failed: {type(exc).__name__}: {exc}\n{block}")
+            for line, shown, printed in checks:
+                shown_lines += len(shown)
+                if shown != printed:
+                    differ.append(f"docs/python.md:{first + line - 1}: the page shows {shown}, the code printed "
+                                  f"{printed}")
     finally:
         os.chdir(cwd)
+    assert not differ, "docs/python.md is stale:\n" + "\n".join(differ)
+    assert shown_lines >= 20  # the outputs were found and compared
     # what the walkthrough promises, checked on its own objects
     assert namespace["rep"].headline.startswith("hybrid on tiny, 4 workers: ")
     assert namespace["records"][-1]["kind"] == "epoch"
