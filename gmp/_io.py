@@ -385,6 +385,12 @@ def foreign_entries(out: Path, own: Callable[[str], bool] | Collection[str]) -> 
     return [n for n in names if not is_own(n)]
 
 
+def shown_value(v: Any) -> str:
+    """``v`` as JSON for a one-line message, cut to 40 characters."""
+    text = json.dumps(v, default=str)
+    return text if len(text) <= 40 else text[:40] + "…"
+
+
 def _shown(names: Sequence[str]) -> str:
     return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 

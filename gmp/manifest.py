@@ -125,8 +125,8 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 import numpy as np
 
-from ._io import (HeaderCount, atomic_directory, hash_arrays, header_value, load_npy, read_versioned_json, verify_enabled,
-                  write_json)
+from ._io import (HeaderCount, atomic_directory, hash_arrays, header_value, load_npy, read_versioned_json, shown_value,
+                  verify_enabled, write_json)
 from ._version import __version__
 from .errors import GmpError, ManifestError, TopologyError
 from .graph import min_max
@@ -658,7 +658,35 @@ def load_manifest(path: str | os.PathLike, *, dataset: Any = None, mmap: bool = 
                 f"expected {str(meta['placement_sha256'])[:12]}…); the files were modified or corrupted: {_FIX}"
             )
     history = _load_history(path, meta, m, mmap=mmap, verify_hash=verify_hash)
-    return Manifest(path=path, meta=meta, placement=placement, topology=topology, history=history)
+    manifest = Manifest(path=path, meta=meta, placement=placement, topology=topology, history=history)
+    check_header_against_arrays(manifest)
+    return manifest
+
+
+def check_header_against_arrays(manifest: Manifest) -> None:
+    """Refuse a ``manifest.json`` whose counts of the arrays disagree with the arrays: ``num_secondaries`` and
+    the ``arrays`` index (each array's file, dtype and shape). The placement's hash covers the arrays, not the
+    header, so an edited header is caught here (one :class:`ManifestError` naming the key)."""
+    meta, placement = manifest.meta, manifest.placement
+    mfile = manifest.path / MANIFEST_FILE
+    fix = "re-create it with 'gmp partition' (placement_sha256 covers the arrays, not the header)."
+    said = meta.get("num_secondaries")
+    if said is not None and int(said) != placement.num_secondaries:
+        raise ManifestError(f"{mfile}: num_secondaries is {said}, but secondary_workers.npy holds "
+                            f"{placement.num_secondaries:,}; {fix}")
+    index = meta.get("arrays") or {}
+    for name, entry in index.items():
+        if name not in ARRAYS:
+            continue
+        arr = np.asarray(getattr(placement, name))
+        have = {"file": ARRAYS[name][1], "dtype": str(arr.dtype), "shape": list(arr.shape)}
+        if not isinstance(entry, Mapping):
+            raise ManifestError(f"{mfile}: arrays.{name} must be an object {shown_value(have)}, got "
+                                f"{shown_value(entry)}; {fix}")
+        for key, value in have.items():
+            if key in entry and entry[key] != value:
+                raise ManifestError(f"{mfile}: arrays.{name}.{key} is {shown_value(entry[key])}, but the array "
+                                    f"{ARRAYS[name][1]} has {shown_value(value)}; {fix}")
 
 
 def _load_history(path: Path, meta: dict[str, Any], m: int, *, mmap: bool, verify_hash: bool) -> RowHistory | None:

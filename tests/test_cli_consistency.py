@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -234,15 +235,18 @@ def test_the_report_json_it_wrote_passes_every_check(manifest_copy):
      r"arrays\.secondary_indptr\.dtype is \"int32\", but the array secondary_indptr\.npy has \"int64\""),
 ])
 def test_a_manifest_header_that_disagrees_with_its_arrays_is_refused(manifest_copy, ctr, edit, key):
+    """The placement hash covers the arrays, not these: ``gmp report`` caught them, ``load_manifest`` (so
+    ``gmp train``, ``--from-manifest``, the API) took them."""
     edit_json(manifest_copy / "manifest.json", edit)
-    m = load_manifest(manifest_copy)  # the placement hash covers the arrays, not these
     with pytest.raises(ManifestError, match=key):
-        report_from_manifest(m)
+        load_manifest(manifest_copy)
     from gmp.datasets.format import load_dataset
 
-    ds = load_dataset(ctr)
-    with pytest.raises(ManifestError, match=key):  # recomputed too
-        report_from_manifest(load_manifest(manifest_copy, dataset=ds), dataset=ds)
+    with pytest.raises(ManifestError, match=key):
+        load_manifest(manifest_copy, dataset=load_dataset(ctr))
+    one_line_error(invoke("report", manifest_copy), key)
+    res = invoke("train", ctr, "--manifest", manifest_copy, "--epochs", "1")  # after its settings line
+    assert res.exit_code == 2 and re.search("^error: .*" + key, res.output, flags=re.M), res.output
 
 
 # ----------------------------------------------------------------- 7. what a path is; the headline's words

@@ -46,10 +46,10 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from .._io import json_default, read_versioned_json, write_json
+from .._io import json_default, read_versioned_json, shown_value as _shown, write_json
 from .._version import __version__
 from ..errors import ManifestError
-from ..manifest import made_for
+from ..manifest import check_header_against_arrays, made_for
 from .html import render_html
 from .markdown import render_markdown
 from .plots import PLOT_FILES, write_plots
@@ -330,46 +330,11 @@ def _fix_for(manifest) -> str:
             f"DATASET_DIR', or re-create both with 'gmp partition'.")
 
 
-def _shown(v: Any) -> str:
-    import json
-
-    text = json.dumps(v, default=str)
-    return text if len(text) <= 40 else text[:40] + "…"
-
-
 def _same(a: Any, b: Any) -> bool:
     """Equal, numbers to a relative 1e-9 (each went through JSON once; a float's last digit is not news)."""
     if _is_number(a) and _is_number(b):
         return a == b or abs(float(a) - float(b)) <= 1e-9 * max(abs(float(a)), abs(float(b)))
     return a == b
-
-
-def check_header_against_arrays(manifest) -> None:
-    """Refuse a ``manifest.json`` whose counts of the arrays disagree with the arrays: ``num_secondaries`` and
-    the ``arrays`` index (each array's file, dtype and shape). The placement's hash covers the arrays, not the
-    header, so an edited header is caught here (one :class:`ManifestError` naming the key)."""
-    from ..manifest import ARRAYS, MANIFEST_FILE
-
-    meta, placement = manifest.meta, manifest.placement
-    mfile = manifest.path / MANIFEST_FILE
-    fix = "re-create it with 'gmp partition' (placement_sha256 covers the arrays, not the header)."
-    said = meta.get("num_secondaries")
-    if said is not None and int(said) != placement.num_secondaries:
-        raise ManifestError(f"{mfile}: num_secondaries is {said}, but secondary_workers.npy holds "
-                            f"{placement.num_secondaries:,}; {fix}")
-    index = meta.get("arrays") or {}
-    for name, entry in index.items():
-        if name not in ARRAYS:
-            continue
-        arr = np.asarray(getattr(placement, name))
-        have = {"file": ARRAYS[name][1], "dtype": str(arr.dtype), "shape": list(arr.shape)}
-        if not isinstance(entry, Mapping):
-            raise ManifestError(f"{mfile}: arrays.{name} must be an object {_shown(have)}, got {_shown(entry)}; "
-                                f"{fix}")
-        for key, value in have.items():
-            if key in entry and entry[key] != value:
-                raise ManifestError(f"{mfile}: arrays.{name}.{key} is {_shown(entry[key])}, but the array "
-                                    f"{ARRAYS[name][1]} has {_shown(value)}; {fix}")
 
 
 def cross_check_report(report: Mapping[str, Any], manifest, path: Path) -> None:
