@@ -185,6 +185,24 @@ def test_pipelined_step_survives_a_stop_between_steps(ctr):
     assert np.array_equal(whole.embedding_table(), parts.embedding_table())
 
 
+@pytest.mark.parametrize("comm_dtype", ["fp16", "bf16"])
+def test_a_narrow_comm_dtype_on_one_worker_changes_nothing(ctr, comm_dtype):
+    """One worker sends nothing, so there is no wire to narrow: the model equals the fp32 run's bit for bit
+    (the dense gradients were rounded to 2 bytes anyway, and the losses moved)."""
+    _, ds = ctr
+    pl = random_placement(ds, 1, seed=4)
+    out = {}
+    for cd in (None, comm_dtype):
+        cfg = config(model="dcn", optimizer="sgd", schedule="static", batch_size=12, dtype="float32", comm_dtype=cd)
+        tr = Trainer(TrainData(ds), pl, cfg, LocalEngine(1))
+        out[cd] = (tr, tr.fit()[-1])
+    (full, rf), (half, rh) = out[None], out[comm_dtype]
+    assert rh["train_loss"] == rf["train_loss"] and rh["bytes"] == rf["bytes"]
+    np.testing.assert_array_equal(half.embedding_table(), full.embedding_table())
+    for a, b in zip(half.model.parameters(), full.model.parameters()):
+        assert torch.equal(a, b)
+
+
 @pytest.mark.parametrize("comm_dtype", ["bf16", "fp16"])
 def test_narrow_comm_dtype_halves_the_row_bytes_and_stays_close(ctr, comm_dtype):
     """Rows and gradients travel at 2 bytes per value (dense all-reduce too); the model is close to,

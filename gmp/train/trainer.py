@@ -109,8 +109,9 @@ class Trainer:
                        for w in engine.local_workers]
         self._check_memory_plan()
         self.dense_opt = DenseOptimizer(list(self.model.parameters()), config.optimizer, lr=config.lr)
+        # one worker sends nothing: --comm-dtype has no wire to narrow (its gradients were rounded for nothing)
         self.dense = DenseSync(self.model, self.dense_opt, engine, self.phase, dtype=self.dtype,
-                               comm_dtype=config.comm_torch_dtype)
+                               comm_dtype=config.comm_torch_dtype if self.num_workers > 1 else self.dtype)
         if schedule is None:
             ctx = ScheduleContext(placement, data.num_train, config.batch_size, seed=config.seed,
                                   shuffle=config.shuffle, dataset=data.dataset, herald=config.herald_options())
