@@ -18,6 +18,7 @@ import torch
 from gmp.datasets.format import load_dataset
 from gmp.comm.distributed import DistributedEngine
 from gmp.train import TrainData, Trainer
+from gmp.train.trainer import _status
 from train_data import load_placement_npz, make_config
 
 
@@ -31,13 +32,15 @@ def main() -> None:
     for i, config in enumerate(json.loads(cfg)):
         engine.bytes[:] = 0
         trainer = Trainer(data, placement, make_config(**config), engine)
-        records = trainer.fit()
+        acc = {}  # the last epoch's accumulators, as they stood when its record was made
+        records = trainer.fit(on_record=lambda rec: acc.update(trainer.acc, status=_status(trainer.acc)))
         store = trainer.stores[0]
         p = store.num_primary
         d = Path(out) / str(i)
         d.mkdir(exist_ok=True)
         np.savez(d / f"rank{engine.rank}.npz", ids=store.ids[:p], rows=store.primary_rows()[1].double().cpu().numpy(),
-                 dense=torch.cat([q.detach().reshape(-1) for q in trainer.model.parameters()]).double().cpu().numpy())
+                 dense=torch.cat([q.detach().reshape(-1) for q in trainer.model.parameters()]).double().cpu().numpy(),
+                 loss_sum=acc["loss_sum"], local_samples=acc["local_samples"], status=acc["status"])
         if engine.rank == 0:
             (d / "records.json").write_text(json.dumps(records))
         trainer.close()

@@ -65,6 +65,15 @@ def test_distributed_equals_local(ctr, tmp_path):
                 assert a[key] == b[key], key
             assert a["test_auc"] == pytest.approx(b["test_auc"], abs=1e-9)
             assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-9)
+        # the progress bar's loss is its own samples' (it divided this rank's loss by every rank's samples: 1/N)
+        ranks = [np.load(tmp_path / str(i) / f"rank{r}.npz") for r in range(n)]
+        last = dist_records[-1]
+        assert sum(int(x["local_samples"]) for x in ranks) == last["samples"]
+        assert sum(float(x["loss_sum"]) for x in ranks) / last["samples"] == pytest.approx(last["train_loss"], rel=1e-9)
+        for x in ranks:
+            shown = float(str(x["status"]).split()[1])
+            assert shown == pytest.approx(float(x["loss_sum"]) / int(x["local_samples"]), abs=1e-4)
+            assert shown > 0.5 * last["train_loss"]  # 1/3 of it with the old division
     # under torchrun too the pipelined step is the synchronous one bit for bit (same reduction order)
     for r in range(n):
         sync, pipe = np.load(tmp_path / "1" / f"rank{r}.npz"), np.load(tmp_path / "2" / f"rank{r}.npz")

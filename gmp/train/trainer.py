@@ -134,7 +134,7 @@ class Trainer:
             unique_slots=tuple(UniqueIndex(store.num_primary) for store in self.stores),
             herald=config.herald_options(), tiers=config.tiers)
         self.protocol = make_protocol(self.ctx, pipeline=config.pipeline)
-        self.acc = {"loss_sum": 0.0, "samples": 0, "steps": 0, "train_seconds": 0.0}
+        self.acc = _new_acc()
         self.history: list[dict[str, Any]] = []
         self.interrupted = False
         self.run_id: str | None = None  # the run its JSON log lines name; kept in its checkpoints
@@ -194,7 +194,7 @@ class Trainer:
         self.counts.reset()
         self.engine.reset_counts()
         self.phase.reset()
-        self.acc = {"loss_sum": 0.0, "samples": 0, "steps": 0, "train_seconds": 0.0}
+        self.acc = _new_acc()
         self.protocol.reset_epoch()
 
     def _record(self, kind: str, extra: dict[str, Any]) -> dict[str, Any]:
@@ -245,6 +245,7 @@ class Trainer:
                                             f"or check the dataset for non-finite values.")
                     self.acc["loss_sum"] += loss
                     self.acc["samples"] += step.global_batch_size
+                    self.acc["local_samples"] += sum(int(step.samples[w].size) for w in self.engine.local_workers)
                     self.acc["steps"] += 1
                     self.step_in_epoch = step.index + 1
                     done += 1
@@ -312,7 +313,9 @@ class Trainer:
         self.engine.bytes[li] = state["bytes"]
         if not isinstance(state["acc"], dict):
             raise ValueError("acc is not a dict")
-        self.acc = dict(state["acc"])  # loss_sum is per process; the rest is global
+        self.acc = dict(state["acc"])  # loss_sum and local_samples are per process; the rest is global
+        if "local_samples" not in self.acc:  # a checkpoint from before the bar's own count: this process's share
+            self.acc["local_samples"] = self.acc["samples"] * len(self.engine.local_workers) // self.num_workers
 
     def state_dict(self) -> dict[str, Any]:
         """The dense model and optimizer, the epoch records so far and the schedule's state (``trainer.pt``)."""
@@ -445,7 +448,15 @@ class _timed:
         self.acc["train_seconds"] += time.perf_counter() - self.t0
 
 
+def _new_acc() -> dict[str, Any]:
+    """An epoch's accumulators: the loss summed over this process's samples and their count (``local_samples``),
+    the global samples and steps, the training seconds."""
+    return {"loss_sum": 0.0, "samples": 0, "steps": 0, "train_seconds": 0.0, "local_samples": 0}
+
+
 def _status(acc) -> str:
-    loss = acc["loss_sum"] / acc["samples"] if acc["samples"] else float("nan")
+    """The progress bar's words: the running loss of this process's samples (the epoch record's sums every
+    process's; a collective each step would cost more than the bar is worth) and the global rate."""
+    loss = acc["loss_sum"] / acc["local_samples"] if acc["local_samples"] else float("nan")
     rate = acc["samples"] / acc["train_seconds"] if acc["train_seconds"] else 0.0
     return f"loss {loss:.4f}  {rate:,.0f} samples/s"
