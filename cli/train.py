@@ -13,6 +13,7 @@ import typer
 from cli._common import dataset_argument, given, handle_errors
 from cli._flags import flags_for_params
 from cli._options import options
+from gmp import progress
 from gmp.errors import GmpError, TrainingError
 
 
@@ -176,7 +177,7 @@ def register(app: typer.Typer) -> None:
                 if said:
                     typer.echo(said, err=True)
             show = record_line if sys.stdout.isatty() else json_line  # a terminal reads lines, a pipe JSON
-            records = run_train(spec, on_record=lambda rec: typer.echo(show(rec)))
+            records = run_train(spec, on_record=lambda rec: progress.echo(show(rec)))
         if os.environ.get("RANK", "0") != "0":
             return  # under torchrun rank 0 speaks for all
         if records:

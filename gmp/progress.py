@@ -27,6 +27,7 @@ from typing import Callable, Iterator
 log = logging.getLogger("gmp")
 _enabled = False
 _stops: dict[int, threading.Event] = {}  # thread ident -> the request to stop it (:func:`stoppable`)
+_live = None  # the rich Progress drawing now (main thread), for :func:`echo`
 
 
 class Stopped(Exception):
@@ -92,8 +93,10 @@ def task(description: str, total: float | None = None, unit: str = "", *, comple
 
     columns = [TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TextColumn("{task.fields[status]}"),
                TimeElapsedColumn(), TimeRemainingColumn()]
+    global _live
     with Progress(*columns, console=Console(file=sys.stderr), transient=True) as progress:
         tid = progress.add_task(description, total=total, completed=completed, status="")
+        outer, _live = _live, progress
 
         def advance(amount: float = 1, status: str | None = None) -> None:
             check()
@@ -101,5 +104,18 @@ def task(description: str, total: float | None = None, unit: str = "", *, comple
                 progress.advance(tid, amount)
             else:
                 progress.update(tid, advance=amount, status=status)
-        yield advance
+        try:
+            yield advance
+        finally:
+            _live = outer
     log.info("%s: %.2fs", description, time.perf_counter() - t0)
+
+
+def echo(line: str) -> None:
+    """Print ``line`` on stdout; while a bar is drawn on the terminal stdout shares, above the bar instead (a
+    plain write would land on the bar's line and leave a frozen copy of it there)."""
+    live = _live
+    if live is not None and sys.stdout.isatty() and sys.stderr.isatty():
+        live.console.print(line, markup=False, highlight=False, soft_wrap=True)
+    else:
+        print(line, flush=True)

@@ -124,6 +124,31 @@ def test_a_terminal_reads_a_line_per_epoch_and_the_log_keeps_the_json(ctr, tmp_p
     assert lines == want and not any(ln.startswith("{") for ln in lines), (lines, want)
 
 
+def test_a_line_said_while_a_bar_is_drawn_goes_above_the_bar(monkeypatch):
+    """stdout and stderr one terminal (``--log-every`` in a terminal): a step line written to stdout landed on
+    the bar's line and left a frozen copy of the bar before it; it now goes through the bar's console."""
+    import io
+
+    from gmp import progress
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    out, err = Tty(), Tty()
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setattr(sys, "stderr", err)
+    monkeypatch.setattr(progress, "_enabled", True)
+    with progress.task("epoch 1/1", total=4) as advance:
+        advance(1, "loss 0.5000")
+        progress.echo("epoch 1 step 1: train loss 0.5000")
+        advance(1, "loss 0.4000")
+    progress.echo("epoch 1: train loss 0.4000")  # no bar: stdout
+    assert out.getvalue() == "epoch 1: train loss 0.4000\n"
+    said = [ln for ln in err.getvalue().replace("\r", "\n").splitlines() if "step 1" in ln]
+    assert len(said) == 1 and re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", said[0]) == "epoch 1 step 1: train loss 0.5000"
+
+
 def test_record_line_of_a_step_and_a_migration():
     from cli.train import record_line
 
