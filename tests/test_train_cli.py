@@ -184,11 +184,14 @@ def test_remote_rows_equal_the_reports_batch_traffic(ctr, tmp_path, n, batch):
         assert r["bytes"]["ids_clocks"] == reads * 12
 
 
-def test_resume_after_an_interrupt_equals_an_uninterrupted_run(ctr, tmp_path):
+@pytest.mark.parametrize("step", [dict(staleness=2), dict(staleness=0, pipeline=True)])
+def test_resume_after_an_interrupt_equals_an_uninterrupted_run(ctr, tmp_path, step):
+    """Bytes included: the pipelined step had begun the next step's reads before the checkpoint and counted
+    them; the resumed run began them again and counted them twice."""
     root, path, ds = ctr
     man, pl = manifest_for(root, ds, 3, secondaries=0.4)
     cfg = TrainConfig(model="deepfm", batch_size=16, epochs=3, optimizer="adagrad", schedule="static", lr=0.05,
-                      staleness=2)
+                      **step)
     full = train(path, man, cfg, checkpoint_dir=tmp_path / "a")
     steps_per_epoch = StaticSchedule(pl, ds.num_train, 16).num_steps(0)
     with pytest.raises(TrainingError, match="interrupted at epoch 2 step 3; checkpoint saved.*`resume=True`"):

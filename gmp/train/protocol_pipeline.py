@@ -45,6 +45,7 @@ gloo's (or NCCL's) background while the process computes.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -157,10 +158,15 @@ class PipelinedStaleness(BoundedStaleness):
         self._epoch = 0  # the epoch whose steps run (steps() sets it)
         self._next: Step | None = None
         self._reads: _Reads | None = None
+        # the step (of an epoch resumed or restarted mid-way) whose reads step start - 1 already began and
+        # counted (in the checkpoint's bytes, or before a stop): they are done again, uncounted
+        self._replay: tuple[int, int] | None = None
 
     def steps(self, epoch: int, start: int):
         """The schedule's steps, each yielded once the step after it is known (its reads start early)."""
         self._epoch = epoch
+        ahead = self._reads is not None and self._reads.key == (epoch, start)
+        self._replay = (epoch, start) if start > 0 and not ahead else None
         it = iter(super().steps(epoch, start))
         cur = next(it, None)
         while cur is not None:
@@ -187,9 +193,11 @@ class PipelinedStaleness(BoundedStaleness):
                 reads.late_pending.wait()
             reads = None
         if reads is None:
+            replay, self._replay = self._replay == key, None
             with ctx.phase("gather"):
                 ws = [prepare(ctx, li, step.samples[w]) for li, w in enumerate(ctx.engine.local_workers)]
-            with ctx.phase("ids"):
+            with ctx.phase("ids"), (ctx.engine.not_counted() if replay else contextlib.nullcontext()):
+                # replayed: the same requests and rows, late ones now early (step start - 1 was applied)
                 reads = _start_reads(ctx, key, ws, None)
         return reads
 
