@@ -573,20 +573,21 @@ def file_kind(path: str | os.PathLike) -> str | None:
             if path.stat().st_size > MAX_HEADER_BYTES:
                 return None
             with open(path, encoding="utf-8") as f:
-                obj = json.load(f)
-            got = obj.get("format") if isinstance(obj, dict) else None
-            return got if isinstance(got, str) and got.startswith("gmp.") else None
+                return _gmp_format(json.load(f))
     except (OSError, ValueError, RecursionError):
         return None
     text = head.decode("utf-8", errors="replace")
     at = text.find(_MARK)
     if at < 0:
         return _unmarked_kind(text)
-    end = text.find("-->", at)
     try:
-        obj = json.loads(text[at + len(_MARK):end])
+        return _gmp_format(json.loads(text[at + len(_MARK):text.find("-->", at)]))
     except ValueError:
         return None
+
+
+def _gmp_format(obj: Any) -> str | None:
+    """The ``format`` a JSON header or mark names, when it is a gmp one (``gmp.*``)."""
     got = obj.get("format") if isinstance(obj, dict) else None
     return got if isinstance(got, str) and got.startswith("gmp.") else None
 

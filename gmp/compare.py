@@ -45,7 +45,7 @@ from ._version import __version__
 from .errors import GmpError, PartitionError
 from .graph import BipartiteGraph
 from .metrics import compute_metrics
-from .params import option_name
+from .params import option_name, param_error
 from .placement import Placement
 from .progress import task
 from .topology import Topology
@@ -90,11 +90,9 @@ def refuse_plan_options(options: Mapping[str, Any] | None, error: type[GmpError]
         key = given[0]
         value = options[key]
         where = "the partitioner's options" if method is None else f"the options of {method!r}"
-        exc = error(f"{where} give {key}={value!r}, which is the request's own `{key}` (the value the partitioner "
-                    f"optimises for, the metrics score and the manifest's plan records); pass `{key}={value!r}` and "
-                    f"leave it out of the options.")
-        exc.param = key  # the CLI words the parameter as its flag (cli/_flags.py)
-        raise exc
+        raise param_error(error, key, f"{where} give {key}={value!r}, which is the request's own `{key}` (the value "
+                                      f"the partitioner optimises for, the metrics score and the manifest's plan "
+                                      f"records); pass `{key}={value!r}` and leave it out of the options.")
 
 
 def method_options(name: str, given: Mapping[str, Any], *, batch_size: int, embedding_dim: int,

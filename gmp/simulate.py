@@ -87,7 +87,7 @@ import numpy as np
 
 from .constants import DEFAULT_EMBEDDING_DIM, VALUE_BYTES
 from .errors import PlacementError, TrainingError
-from .params import check_bool, check_choice, check_float, check_int
+from .params import check_bool, check_choice, check_float, check_int, param_error
 from .placement import Placement
 from .seeds import check_seed
 from .train.herald import HeraldOptions, RuntimeScheduler
@@ -151,9 +151,7 @@ def check_order(order: Any, num_train: int) -> np.ndarray:
     expected = f"a 1-D sequence of training sample ids (integers in [0, {num_train}), each at most once)"
 
     def fail(got: str) -> TrainingError:
-        exc = TrainingError(f"The 'order' parameter must be {expected}, got {got}.")
-        exc.param = "order"
-        return exc
+        return param_error(TrainingError, "order", f"The 'order' parameter must be {expected}, got {got}.")
 
     if isinstance(order, (str, bytes)) or np.isscalar(order):
         raise fail(repr(order)[:40])
@@ -188,11 +186,10 @@ def check_simulated_options(options: HeraldOptions) -> None:
     moves no other row), so under ``"lru"`` it changes no count. ``gmp simulate`` and
     :func:`gmp.simulate_epoch` call it, as other commands refuse settings that have no effect."""
     if options.lookahead > 0 and options.cache_policy != "lookahead":
-        exc = TrainingError(f"The 'lookahead' parameter has no effect under cache_policy={options.cache_policy} "
-                            f"(it is the window of cache_policy=lookahead), got lookahead={options.lookahead}; "
-                            f"pass cache_policy=lookahead, or lookahead=0.")
-        exc.param = "lookahead"
-        raise exc
+        raise param_error(TrainingError, "lookahead", f"The 'lookahead' parameter has no effect under cache_policy="
+                                                      f"{options.cache_policy} (it is the window of cache_policy="
+                                                      f"lookahead), got lookahead={options.lookahead}; pass "
+                                                      f"cache_policy=lookahead, or lookahead=0.")
 
 
 def _with_padding_sample(indptr, indices, num_train: int):
@@ -221,10 +218,9 @@ def check_min_frequency(min_frequency: Any) -> float:
     more no row is used by more samples than there are, so nothing would be counted."""
     value = check_float("min_frequency", min_frequency, minimum=0.0, error=TrainingError)
     if value >= 1.0:
-        exc = TrainingError(f"The 'min_frequency' parameter must be a finite number >= 0 and < 1 (a fraction of the "
-                            f"training samples; Herald caches rows of frequency > 1e-5), got {min_frequency!r}.")
-        exc.param = "min_frequency"
-        raise exc
+        raise param_error(TrainingError, "min_frequency", f"The 'min_frequency' parameter must be a finite number >= 0 "
+                                                          f"and < 1 (a fraction of the training samples; Herald caches "
+                                                          f"rows of frequency > 1e-5), got {min_frequency!r}.")
     return value
 
 

@@ -17,6 +17,7 @@ from gmp.export.torchrec import export_torchrec, load_export, lru_miss_rates, re
 from gmp.manifest import write_manifest
 from gmp.placement import Placement
 from gmp.topology import homogeneous
+from peers import needs_torchrec
 from torchrun_helpers import free_port
 
 runner = CliRunner()
@@ -198,18 +199,6 @@ def test_random_per_field_balance_keeps_padding_small(tmp_path):
 # --------------------------------------------------------------------------
 # TorchRec itself (the optional 'peers' extra)
 # --------------------------------------------------------------------------
-try:
-    import torchrec  # noqa: F401
-
-    HAVE_TORCHREC = True
-except ImportError:  # pragma: no cover - depends on the environment
-    HAVE_TORCHREC = False
-
-needs_torchrec = pytest.mark.skipif(
-    not HAVE_TORCHREC, reason="TorchRec is not installed (optional extra 'peers': pip install fbgemm-gpu-cpu==1.8.0 "
-    "tensordict torchmetrics==1.0.3 pyre-extensions && pip install --no-deps torchrec==1.8.0)")
-
-
 @needs_torchrec
 def test_torchrec_builds_tables_plan_and_constraints(manifest, tiny_dataset, tmp_path):
     import torch

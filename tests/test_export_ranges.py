@@ -25,21 +25,11 @@ from gmp.datasets.synth import preset_config, synthesize
 from gmp.datasets.synth_continue import continue_synth
 from gmp.errors import ManifestError
 from gmp.export.torchrec import epoch_batches, export_torchrec, load_export
+from peers import needs_torchrec
 from torchrun_helpers import free_port
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
-
-try:
-    import torchrec  # noqa: F401
-
-    HAVE_TORCHREC = True
-except ImportError:  # pragma: no cover - depends on the environment
-    HAVE_TORCHREC = False
-
-needs_torchrec = pytest.mark.skipif(
-    not HAVE_TORCHREC, reason="TorchRec is not installed (optional extra 'peers': pip install fbgemm-gpu-cpu==1.8.0 "
-    "tensordict torchmetrics==1.0.3 pyre-extensions && pip install --no-deps torchrec==1.8.0)")
 
 
 # --------------------------------------------------------------------------

@@ -49,7 +49,7 @@ import numpy as np
 from .._io import json_default, read_versioned_json, shown_value as _shown, write_json
 from .._version import __version__
 from ..errors import ManifestError
-from ..manifest import check_header_against_arrays, made_for
+from ..manifest import made_for
 from .html import render_html
 from .markdown import render_markdown
 from .plots import PLOT_FILES, write_plots
@@ -263,8 +263,8 @@ def report_from_manifest(manifest, *, dataset=None, batch_size: int | None = Non
     it against ``manifest.json``'s metrics summary, the arrays and its own sums
     (:func:`cross_check_report`); if there is no report.json, the manifest's
     metric summary and what the arrays alone give (per-worker samples, rows
-    held) are shown. Either way ``manifest.json``'s counts of the arrays are
-    checked against them first (:func:`check_header_against_arrays`).
+    held) are shown. ``manifest.json``'s counts of the arrays were checked
+    against them when it was loaded (:func:`gmp.manifest.check_header_against_arrays`).
     """
     report = _report_from_manifest(manifest, dataset, batch_size, embedding_dim)
     comparison = (manifest.placement.info or {}).get("comparison")
@@ -276,7 +276,6 @@ def report_from_manifest(manifest, *, dataset=None, batch_size: int | None = Non
 def _report_from_manifest(manifest, dataset, batch_size, embedding_dim) -> dict[str, Any]:
     meta = manifest.meta
     placement = manifest.placement
-    check_header_against_arrays(manifest)
     name = dataset_name_of(meta) or (dataset_name_of(dataset.meta, dataset.path) if dataset is not None else None)
     bs = int(batch_size or meta.get("batch_size") or 512)
     dim = int(embedding_dim or meta.get("embedding_dim") or 16)
