@@ -17,7 +17,7 @@ from gmp.export.torchrec import export_torchrec, load_export, lru_miss_rates, re
 from gmp.manifest import write_manifest
 from gmp.placement import Placement
 from gmp.topology import homogeneous
-from peers import needs_torchrec
+from torchrec_mark import needs_torchrec
 from torchrun_helpers import free_port
 
 runner = CliRunner()

@@ -25,7 +25,7 @@ from gmp.datasets.synth import preset_config, synthesize
 from gmp.datasets.synth_continue import continue_synth
 from gmp.errors import ManifestError
 from gmp.export.torchrec import epoch_batches, export_torchrec, load_export
-from peers import needs_torchrec
+from torchrec_mark import needs_torchrec
 from torchrun_helpers import free_port
 
 runner = CliRunner()
