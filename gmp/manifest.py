@@ -512,12 +512,16 @@ def _manifest_file(path: str | os.PathLike) -> Path:
     return path / MANIFEST_FILE
 
 
-def read_plan(path: str | os.PathLike) -> TrainingPlan:
-    """The ``plan`` of a manifest, from its header alone (upgraded; arrays not read or checked)."""
+def read_plan(path: str | os.PathLike, *, dataset: Any = None) -> TrainingPlan:
+    """The ``plan`` of a manifest, from its header alone (upgraded; arrays not read or checked). With
+    ``dataset`` (an opened dataset) it also refuses a dataset the header says the manifest was not made
+    for, as :func:`load_manifest` does later, so that a command says so before anything else."""
     mfile = _manifest_file(path)
     meta = read_versioned_json(mfile, fmt=FORMAT, max_version=SCHEMA_VERSION, error=ManifestError, fix=_FIX)
     check_header(meta, mfile, verify_hash=False)  # the upgrade reads typed values
     meta = _upgrade(meta, mfile)
+    if dataset is not None:
+        _check_made_for(meta, mfile, dataset)
     plan = meta.get("plan") or {}
     if not isinstance(plan, dict):
         raise ManifestError(f"{mfile}: plan must be an object, got {plan!r:.40}; {_FIX}")

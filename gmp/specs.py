@@ -45,19 +45,23 @@ DEFAULT = "default"
 
 
 # ----------------------------------------------------------------------------------- the plan
-def resolve_training_plan(manifest: Any, **given: int | None) -> tuple[dict[str, int], dict[str, str], str | None]:
+def resolve_training_plan(manifest: Any, *, dataset: Any = None,
+                          **given: int | None) -> tuple[dict[str, int], dict[str, str], str | None]:
     """``given`` (``batch_size``, ``embedding_dim``; None: not given) with each None replaced by the
     manifest's plan, else the default; returns ``(values, sources, warning)``, the warning naming
     every given value that differs from the plan (None when none does). ``manifest``: a path, an
-    opened :class:`gmp.manifest.Manifest` or None."""
+    opened :class:`gmp.manifest.Manifest` or None; ``dataset`` (opened): refused where the manifest
+    was not made for it."""
     from .manifest import Manifest, TrainingPlan, read_plan
 
     if manifest is None:
         plan = TrainingPlan(None, None, None)
     elif isinstance(manifest, Manifest):
+        if dataset is not None:
+            manifest.check_dataset(dataset)
         plan = manifest.plan
     else:
-        plan = read_plan(manifest)
+        plan = read_plan(manifest, dataset=dataset)
     planned, warning = plan.resolve(**given)
     fallback = {"batch_size": DEFAULT_BATCH_SIZE, "embedding_dim": DEFAULT_EMBEDDING_DIM}
     values, sources = {}, {}
@@ -225,9 +229,15 @@ def resolve_train(dataset: Any, manifest: Any = None, *, engine: str | None = No
     sources: dict[str, str] = {}
     warnings: list[str] = []
 
-    # the manifest's plan
-    plan, plan_sources, warning = resolve_training_plan(manifest, batch_size=settings.pop("batch_size", None),
-                                               embedding_dim=settings.pop("embedding_dim", None))
+    # the manifest's plan; a manifest made for another dataset is refused here, before the run says its settings
+    opened = None
+    if manifest is not None:
+        from .datasets.format import PreparedDataset, load_dataset
+
+        opened = dataset if isinstance(dataset, PreparedDataset) else load_dataset(dataset, verify=False)
+    plan, plan_sources, warning = resolve_training_plan(manifest, dataset=opened,
+                                                        batch_size=settings.pop("batch_size", None),
+                                                        embedding_dim=settings.pop("embedding_dim", None))
     sources.update(plan_sources)
     if warning:
         warnings.append(warning)

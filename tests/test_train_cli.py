@@ -239,9 +239,13 @@ def _one_line_error(res, pattern):
 
 def test_bad_input_is_refused_before_training(ctr, tmp_path):
     root, path, ds = ctr
-    man, _ = manifest_for(root, ds, 2)
+    man, pl = manifest_for(root, ds, 2)
     other = make_ctr_dataset(tmp_path / "other", num_samples=400, field_sizes=(9, 13, 6, 5), seed=9)
     _one_line_error(run_cli("--dataset", other, "--manifest", man), "another dataset|sha256|hash")
+    planned = tmp_path / "planned"  # a plan would be said first ("settings: batch_size 16 (manifest plan)")
+    write_manifest(planned, pl, dataset_sha256=ds.sha256, num_samples=ds.num_samples,
+                   num_embeddings=ds.num_embeddings, topology=homogeneous(2), metrics={"batch_size": 16})
+    _one_line_error(run_cli("--dataset", other, "--manifest", planned), "was made for dataset sha256")
     _one_line_error(run_cli("--dataset", path, "--manifest", man, "--workers", 3), "--workers 3.*2 workers")
     _one_line_error(run_cli("--dataset", path, "--manifest", man, "--model", "xgboost"), "--model must be one of .*got 'xgboost'")
     _one_line_error(run_cli("--dataset", path, "--optimizer", "adam"), "--optimizer must be one of .*got 'adam'")
