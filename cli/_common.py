@@ -18,14 +18,27 @@ from typing import Any, Callable, Mapping, TypeVar
 import typer
 
 from gmp._io import json_default, release_claims
-from gmp.errors import GmpError
+from gmp.errors import GmpError, Terminated
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def stop_on_sigterm() -> None:
+    """Make SIGTERM end a command as Ctrl-C does (:class:`gmp.errors.Terminated`, exit code 143) instead of
+    killing the process where it stands, which left the lock files of its outputs behind; ``gmp train``
+    stops at its next step and checkpoints. Not under torchrun (``WORLD_SIZE`` set), whose SIGTERM ``gmp
+    train`` holds itself, and not where the process was started ignoring SIGTERM."""
+    import signal
+
+    from gmp.errors import raise_terminated
+
+    if "WORLD_SIZE" not in os.environ and signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, raise_terminated)
+
+
 def handle_errors(fn: F) -> F:
     """Turn GmpError (and unreadable files) into ``error: ...`` on stderr and exit code 2, and Ctrl-C into
-    ``error: interrupted; nothing written to OUT`` and exit code 130.
+    ``error: interrupted; nothing written to OUT`` and exit code 130 (SIGTERM, :class:`Terminated`: 143).
 
     Every command function is wrapped, so the behaviour is the same under the
     console script and typer's ``CliRunner``.
@@ -43,9 +56,10 @@ def handle_errors(fn: F) -> F:
         except OSError as exc:
             say_error(os_error_line(exc))
             raise typer.Exit(2) from None
-        except KeyboardInterrupt:  # Ctrl-C: one line, as for an error (gmp train says where its epochs stopped)
+        except KeyboardInterrupt as exc:  # Ctrl-C: one line, as for an error (gmp train says where its epochs stopped)
             say_error(interrupted_line())
-            raise typer.Exit(130) from None  # 128 + SIGINT, as a shell reports a command Ctrl-C stopped
+            # 128 + the signal, as a shell reports a command Ctrl-C (SIGINT) or kill (SIGTERM) stopped
+            raise typer.Exit(143 if isinstance(exc, Terminated) else 130) from None
         except MemoryError:
             say_error("out of memory; use a smaller input or settings, or a machine with more memory.")
             raise typer.Exit(2) from None
@@ -173,7 +187,7 @@ def console():
 
 def dataset_argument(positional, option, command: str):
     """The DATASET of a command that takes it positionally and, deprecated, as ``--dataset``."""
-    from gmp.errors import GmpError
+    from gmp.errors import GmpError, Terminated
 
     if positional is not None and option is not None and Path(positional) != Path(option):
         raise GmpError(f"DATASET is given twice ({positional} and --dataset {option}); pass it once: "

@@ -16,7 +16,7 @@ import typer
 import typer.core
 from typer.core import TyperGroup, TyperOption
 
-from cli._common import say_error
+from cli._common import say_error, stop_on_sigterm
 from gmp._version import __version__
 from gmp.errors import GmpError
 
@@ -126,6 +126,7 @@ def main() -> None:
     from gmp import progress
 
     progress.enable(sys.stderr.isatty())
+    stop_on_sigterm()
     try:
         app(args=hoist_global_options(sys.argv[1:]))
     except GmpError as exc:  # a command that forgot @handle_errors

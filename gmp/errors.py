@@ -52,3 +52,15 @@ class TrainingError(GmpError, RuntimeError):
 class OutputError(GmpError, OSError):
     """An output path cannot or must not be written (it would replace an input, the
     working directory or a foreign directory; a full device; a path below a file)."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, a job scheduler's stop), raised in the main thread by :func:`raise_terminated`: a
+    ``gmp`` command then ends as for Ctrl-C, its outputs left as they were and their locks released."""
+
+
+def raise_terminated(signum: int, frame: object) -> None:
+    """The SIGTERM handler ``gmp``'s commands install (``cli.main``): raise :class:`Terminated`. While it is
+    installed, :func:`gmp.train.run.train` holds SIGTERM instead, as it holds Ctrl-C: the run stops at its
+    next step and checkpoints."""
+    raise Terminated

@@ -395,10 +395,12 @@ def test_an_option_given_twice_is_refused(tiny_dataset, tmp_path):
     assert res.stderr.strip() == "error: -O rounds is given twice (-O rounds=3 and -O rounds=4); give it once."
 
 
-def test_ctrl_c_says_nothing_was_written_and_leaves_nothing(synth_day, tmp_path):
+@pytest.mark.parametrize("sig,code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_ctrl_c_says_nothing_was_written_and_leaves_nothing(synth_day, tmp_path, sig, code):
     """Ctrl-C during ``gmp partition`` exited 130 without a word; it says so in one line, naming --out, of which
     nothing is on disk (nor its lock or a temporary). The sweeps run until the signal (tol 0, a million rounds):
-    it is sent once a round was logged, so the partitioning is under way."""
+    it is sent once a round was logged, so the partitioning is under way. SIGTERM (``kill``, a job scheduler)
+    killed the process where it stood, leaving the lock file; it now ends as Ctrl-C does, exit code 143."""
     import os
     import signal
     import subprocess
@@ -416,12 +418,12 @@ def test_ctrl_c_says_nothing_was_written_and_leaves_nothing(synth_day, tmp_path)
             if "round 1:" in line:
                 break
         assert proc.poll() is None, "".join(said)[-2000:]  # still partitioning
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(getattr(signal, sig))
         _, rest = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, rest[-2000:]
+    assert proc.returncode == code, rest[-2000:]
     assert rest.strip().splitlines()[-1:] == [f"error: interrupted; nothing written to {out}."], rest[-2000:]
     assert "Traceback" not in rest and sorted(os.listdir(tmp_path)) == []
 

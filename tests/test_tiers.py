@@ -145,6 +145,42 @@ def test_a_failure_in_the_prefetch_thread_reaches_the_step_loop():
             pf.done(step)
 
 
+def test_the_prefetch_thread_ends_when_an_interrupt_lost_its_wake_up(monkeypatch):
+    """An interrupt (Ctrl-C, SIGTERM) between the training thread taking a step off the queue and waking the
+    prefetch thread left that thread waiting for room to put its end mark, and the training thread joining
+    it, for ever (`gmp train` hung after a SIGTERM). The end mark is now put with a timeout."""
+    import queue
+    import threading
+    import time
+
+    from gmp.train.tiers import prefetch
+
+    class LosingQueue(queue.Queue):
+        def get(self, block=True, timeout=None):
+            if not block:
+                return super().get(block, timeout)
+            time.sleep(0.3)  # the thread has put the only step and waits for room for its end mark
+            with self.mutex:
+                self._get()  # the step is taken; the interrupt comes before not_full.notify()
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(prefetch.queue, "Queue", LosingQueue)
+    feeder = prefetch.StepFeeder([], [0], lambda item: [], lookahead=1, prefetch_depth=1)
+    said = []
+
+    def train():
+        try:
+            for _ in feeder:
+                pass
+        except KeyboardInterrupt:
+            said.append("interrupted")
+
+    training = threading.Thread(target=train, daemon=True)
+    training.start()
+    training.join(timeout=30)
+    assert not training.is_alive() and said == ["interrupted"]
+
+
 def test_held_rows_share_the_cache_and_are_never_evicted():
     """Herald's copies (hold/drop) live in the same tensor as master rows: the cache evicts only
     master rows, and grows so that ``capacity`` slots stay for them."""

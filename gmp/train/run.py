@@ -22,7 +22,7 @@ import torch
 
 from ..datasets.format import load_dataset
 from ..comm.local import LocalEngine
-from ..errors import TrainingError
+from ..errors import TrainingError, raise_terminated
 from ..placement import Placement
 from ..params import check_int
 from ..manifest import load_manifest
@@ -204,7 +204,9 @@ class SignalStop:
     killed before it did. For the same reason a run that ends with an error leaves SIGTERM ignored: that
     process is ending, and torchrun's SIGKILL 30 s later still bounds it. A run that ends well restores
     the handlers. A signal the process was started ignoring (SIGINT under ``nohup`` or ``cmd &``) stays
-    ignored, as Python itself leaves it."""
+    ignored, as Python itself leaves it. A local run holds SIGTERM only where the program asked SIGTERM to
+    end it as Ctrl-C does (:func:`gmp.errors.raise_terminated`, ``gmp``'s commands): a job scheduler's stop
+    then checkpoints too; a library caller's SIGTERM is left as it is."""
 
     def __init__(self, *, distributed: bool) -> None:
         self.distributed = distributed
@@ -213,7 +215,7 @@ class SignalStop:
         self.old: dict[int, Any] = {}
 
     def start(self) -> None:
-        if self.distributed:
+        if self.distributed or signal.getsignal(signal.SIGTERM) is raise_terminated:
             self._install(signal.SIGTERM)
 
     def attach(self, trainer: Trainer) -> None:
@@ -239,7 +241,7 @@ class SignalStop:
 
     def end(self, *, failed: bool) -> None:
         for sig, handler in self.old.items():
-            signal.signal(sig, signal.SIG_IGN if failed and sig == signal.SIGTERM else handler)
+            signal.signal(sig, signal.SIG_IGN if failed and self.distributed and sig == signal.SIGTERM else handler)
         self.old.clear()
 
 

@@ -247,7 +247,13 @@ class StepFeeder(Generic[T]):
             close = getattr(it, "close", None)
             if close is not None:
                 close()  # a generator's own clean-up (e.g. a scheduler that ran ahead) runs now
-            self._q.put(None)
+            while True:  # the end mark; once the training thread has left, it drains without waiting for it
+                try:
+                    self._q.put(None, timeout=0.05)
+                    break
+                except queue.Full:
+                    if self._stop.is_set():
+                        break
 
     def done(self, ready: list[ReadyStep]) -> None:
         """The step has finished: its rows leave the window and are unpinned (queued: applied by the
