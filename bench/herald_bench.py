@@ -268,9 +268,9 @@ def train_part(args) -> list[dict]:
     from gmp.train import TrainConfig, TrainData, Trainer
 
     torch.set_num_threads(1)
-    path = Path(args.train_dataset or f"data/bench/herald-train-{args.train_samples // 1000}k")
+    path = Path(args.train_dataset or f"data/bench/herald-train-{args.train_preset}-{args.train_samples // 1000}k")
     if not (path / "dataset.json").exists():
-        cfg = preset_config("criteo-kaggle", num_samples=args.train_samples, scale=args.train_scale, seed=0)
+        cfg = preset_config(args.train_preset, num_samples=args.train_samples, scale=args.train_scale, seed=0)
         synthesize(cfg, path, overwrite=True)
     ds = load_dataset(path)
     n = args.train_workers
@@ -390,6 +390,8 @@ def main() -> None:
     ap.add_argument("--train", action="store_true", help="also run the training comparison")
     ap.add_argument("--train-dataset", default=None)
     ap.add_argument("--train-samples", type=int, default=50_000)
+    ap.add_argument("--train-preset", default="criteo-kaggle",
+                    help="the synth preset of the dataset drawn without --train-dataset (named in its folder)")
     ap.add_argument("--train-scale", type=float, default=0.02)
     ap.add_argument("--train-workers", type=int, default=4)
     ap.add_argument("--train-batch-size", type=int, default=256)

@@ -187,7 +187,7 @@ def console():
 
 def dataset_argument(positional, option, command: str):
     """The DATASET of a command that takes it positionally and, deprecated, as ``--dataset``."""
-    from gmp.errors import GmpError, Terminated
+    from gmp.errors import GmpError
 
     if positional is not None and option is not None and Path(positional) != Path(option):
         raise GmpError(f"DATASET is given twice ({positional} and --dataset {option}); pass it once: "
