@@ -107,6 +107,30 @@ def test_a_looser_cap_still_recovers_the_communities(max_imbalance):
         assert batch_remote_reads(g, loose, 8) <= batch_remote_reads(g, tight, 8)
 
 
+@pytest.mark.parametrize("inter_cost", [1.0, 10.0])
+def test_machines_of_unequal_size_are_placed_as_the_flat_topology_of_their_costs(inter_cost):
+    """3 + 1 workers on two machines: the machines-first start split the signal graph into two equal halves,
+    one of them for a single worker, and the sweeps pulled the loads back through the communities (the
+    adversarial pass: 10,203 batch reads against the flat 7,105 at one cost; 970 cost-weighted reads against
+    408 at an inter-machine cost of 10). Such a topology is now placed as the flat one with the same costs,
+    to the array; so is one whose machines change no cost."""
+    from gmp.topology import Topology
+
+    cost = np.ones((4, 4)) - np.eye(4)
+    cost[3, :3] = cost[:3, 3] = inter_cost
+    g, comm = rare_value_communities(np.random.default_rng(0))
+    machines = run_partitioner("hybrid", g, Topology(cost, machine_of=np.array([0, 0, 0, 1])), seed=0, options=SMALL)
+    flat = run_partitioner("hybrid", g, Topology(cost), seed=0, options=SMALL)
+    assert np.array_equal(machines.sample_worker, flat.sample_worker)
+    assert np.array_equal(machines.embedding_primary, flat.embedding_primary)
+    if inter_cost == 1.0:
+        assert recovered(machines.sample_worker, comm)
+    even = np.ones((4, 4)) - np.eye(4)  # two machines of 2 workers at one cost: no cost tells them apart
+    two = run_partitioner("hybrid", g, Topology(even, machine_of=np.array([0, 0, 1, 1])), seed=0, options=SMALL)
+    assert np.array_equal(two.sample_worker, run_partitioner("hybrid", g, Topology(even), seed=0,
+                                                             options=SMALL).sample_worker)
+
+
 def test_flat_sweep_misses_the_rare_value_communities():
     # the paper's sweep from a random start: hot values outvote the rare ones, communities stay split
     hits = 0

@@ -83,7 +83,8 @@ from ..errors import PartitionError
 from ..kernels.simd import padded_width
 from ..kernels.threads import concurrent_launches_safe
 from ..progress import stop_point, task
-from ._common import choose_primaries, is_hierarchical, run_metis, sample_cap, seeded_order
+from ._common import (choose_primaries, is_hierarchical, machines_of_the_start, run_metis, sample_cap,
+                      seeded_order)
 from ._hybrid_kernels import count_samples
 from ._objective import default_weights, soft_count_table, start_objective
 from .metis import choose_rows_by_degree, cooccurrence_csr
@@ -535,7 +536,7 @@ def multilevel_start(graph, topology, options, rng: np.random.Generator, degree:
                   float(options.beta) if options.beta is not None else b)
     f = soft_count_table(scap, graph.num_samples / n, options.batch_size)
     cost = np.ascontiguousarray(topology.cost, dtype=np.float64)
-    machine_of = np.asarray(topology.machine_of, dtype=np.int64)
+    machine_of = machines_of_the_start(topology)
     # the portfolio on flat topologies only: on a hierarchical one the refined J after the sweeps preferred
     # near-misses of the planted machine/worker structure that the projected choice recovers exactly
     # (tests/test_multilevel.py, two-level test)

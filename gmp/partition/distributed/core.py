@@ -12,7 +12,7 @@ import numpy as np
 from ...errors import PartitionError
 from ...placement import Placement
 from ...topology import Topology
-from .._common import is_hierarchical, place_unused_embeddings
+from .._common import is_hierarchical, machines_of_the_start, place_unused_embeddings
 from .._objective import Options, replication_budgets
 from .exchange import Ghosts, Mesh, OwnedRows, shard_range
 from .memory import bytes_to_come, check_host_memory
@@ -124,7 +124,7 @@ def partition_distributed(indptr: np.ndarray, indices: np.ndarray, num_embedding
         flat = not is_hierarchical(topology) and options.rounds > 0
         portfolio = flat and int(indptr[-1]) <= options.portfolio_edges
         # large flat graphs: every band's projection refined before the choice, as the single process
-        started = multilevel_start(state, owner_degree, options, np.asarray(topology.machine_of, dtype=np.int64), rng,
+        started = multilevel_start(state, owner_degree, options, machines_of_the_start(topology), rng,
                                    seed_rng, refine=(lambda s: refine_candidate(s, options)) if portfolio else None,
                                    refine_bands=(lambda s: refine_candidate(s, options, options.rounds,
                                                                             level=logging.INFO))
