@@ -682,15 +682,21 @@ def _window_graph(ds, graph, window: int | None):
     return BipartiteGraph.from_csr(np.concatenate(indptr), indices, graph.num_embeddings)
 
 
-def _last_samples(placement, num_samples: int):
-    """``placement`` with only its last ``num_samples`` samples (the dataset's in a window's placement)."""
+def _last_samples(placement, graph, max_imbalance: float):
+    """``placement`` with only the samples of ``graph``, its last ones (the dataset's in a window's placement),
+    those above their own cap (the window's cap held over all its days) moved to the workers under it that hold
+    most of their rows (:func:`gmp.partition.fit_samples_to_cap`): the manifest holds ``max_imbalance`` for
+    them. The samples are a view of ``placement``'s, so its last day is fitted too."""
+    from .partition.incremental import fit_samples_to_cap
     from .placement import Placement
 
-    return Placement(num_workers=placement.num_workers,
-                     sample_worker=placement.sample_worker[placement.num_samples - num_samples:],
+    last = Placement(num_workers=placement.num_workers,
+                     sample_worker=placement.sample_worker[placement.num_samples - graph.num_samples:],
                      embedding_primary=placement.embedding_primary, secondary_indptr=placement.secondary_indptr,
                      secondary_workers=placement.secondary_workers, method=placement.method,
                      options=placement.options, seed=placement.seed, info=placement.info)
+    fit_samples_to_cap(graph, last, max_imbalance)
+    return last
 
 
 def repartition_dataset(dataset: Any, old_manifest: Any, out: str | os.PathLike, *,
@@ -760,7 +766,7 @@ def _repartition(spec: Any, ds: Any):
     from .graph import build_graph
     from .manifest import MANIFEST_FILES, RowHistory
     from .metrics import batch_remote_reads, embedding_degree
-    from .partition import run_partitioner
+    from .partition import make_options, run_partitioner
     from .partition.incremental import (Background, Options, created_rows, in_background, match_workers,
                                         migration_budget, moved_rows, place_and_repartition, place_new_data,
                                         renames_workers, runs_alongside)
@@ -827,10 +833,10 @@ def _repartition(spec: Any, ds: Any):
     peak = peak_rss_bytes()
     window_reads = None
     if days is not graph:  # the manifest places the dataset's own samples, the window's last ones
-        window_reads = batch_remote_reads(days, placement, batch_size)
-        same = placed is placement
-        placement = _last_samples(placement, graph.num_samples)
-        placed = placement if same else _last_samples(placed, graph.num_samples)
+        same, window_placement = placed is placement, placement
+        placement = _last_samples(placement, graph, opts.max_imbalance)
+        window_reads = batch_remote_reads(days, window_placement, batch_size)  # with its last day fitted
+        placed = placement if same else _last_samples(placed, graph, opts.max_imbalance)
     # target mode scored the placed data as its chain's first step (budget 0, nothing moved): the same count as
     # the metrics' pass, which costs 0.2 s more on a 1M-sample day; a window's chain scores the window
     first = ((placement.info or {}).get("steps") or [None])[0]
@@ -880,7 +886,7 @@ def _repartition(spec: Any, ds: Any):
         renamed = renames_workers(topo)
         full = match_workers(old.placement, full, topology=topo, rows=used)
         if days is not graph:
-            full = _last_samples(full, graph.num_samples)
+            full = _last_samples(full, graph, make_options("hybrid", hybrid_options).max_imbalance)
         fm = moved_rows(old.placement, full, rows=used, created=created)
         comparison["full_repartition_workers_renamed"] = renamed
         comparison["batch_remote_reads"]["full_repartition"] = batch_remote_reads(graph, full, batch_size)

@@ -22,6 +22,7 @@ from gmp.metrics import batch_remote_reads
 from gmp.partition import _incremental_kernels as K
 from gmp.kernels.threads import concurrent_launches_safe
 from gmp.partition import run_partitioner
+from gmp.partition._common import sample_cap
 from gmp.partition.incremental import (Options, budget_ladder, in_background, match_workers, place_and_repartition,
                                        place_new_data, renames_workers, repartition_incremental, runs_alongside)
 from gmp.placement import Placement
@@ -644,6 +645,9 @@ def test_cli_window_partitions_the_last_days(tmp_path):
     m = load_manifest(tmp_path / "p2")
     w = m.meta["partitioner"]["info"]["comparison"]["window"]
     assert w["days"] == 3 and w["samples"] == 1800 and m.placement.num_samples == 600
+    # the window's cap held over its 1,800 samples; the day's 600, the manifest's, hold their own
+    loads = np.bincount(m.placement.sample_worker, minlength=2)
+    assert loads.max() <= sample_cap(600, 2, m.placement.options["max_imbalance"]), loads
     assert "window: the last 3 days, 1,800 samples" in res.output
     res = runner.invoke(app, ["partition", str(d2), "--from-manifest", str(tmp_path / "p1"), "--window", "4",
                               "--out", str(tmp_path / "p3"), "--no-plots"])
@@ -652,6 +656,42 @@ def test_cli_window_partitions_the_last_days(tmp_path):
                               str(tmp_path / "p4")])
     assert res.exit_code != 0 and "need --from-manifest" in res.output
     assert json.loads((tmp_path / "p2" / "report.json").read_text())["incremental"]["window"]["days"] == 3
+
+
+def test_a_window_holds_the_new_days_own_sample_cap(tmp_path):
+    """The window's cap is held over all its days; a small last day, the one the manifest keeps, exceeded its
+    own (the adversarial pass: loads up to 1.09x the mean at max_imbalance 1.05). Its samples are now fitted."""
+    d0, d1 = _synth_days(tmp_path, 2)
+    d2 = tmp_path / "d2"
+    assert runner.invoke(app, ["data", "synth", "--continue", str(d1), "-n", "150", "-o", str(d2)]).exit_code == 0
+    res = runner.invoke(app, ["partition", str(d1), "-w", "4", "-m", "hybrid", "--out", str(tmp_path / "p1"),
+                              "--no-plots"])
+    assert res.exit_code == 0, res.output
+    for seed in range(3):
+        out = tmp_path / f"w{seed}"
+        res = runner.invoke(app, ["partition", str(d2), "--from-manifest", str(tmp_path / "p1"), "--max-moved-rows",
+                                  "5%", "--window", "3", "--seed", str(seed), "--out", str(out), "--no-plots"])
+        assert res.exit_code == 0, res.output
+        m = load_manifest(out)
+        loads = np.bincount(m.placement.sample_worker, minlength=4)
+        assert loads.sum() == 150 and loads.max() <= sample_cap(150, 4, 1.05), (seed, loads)
+
+
+def test_fit_samples_to_cap_moves_the_samples_that_lose_least():
+    """Hand-checked: 2 workers, cap 2 (4 samples, imbalance 1). Worker 0 holds samples 0, 1, 2; row 0 is on
+    worker 0, row 1 on worker 1 (and a copy on 0). Sample 0 reads row 0 (loses 1 local row by moving), sample
+    1 reads rows 0 and 1 (loses 1: row 1's copy is on both), sample 2 reads row 1 (loses 0): sample 2 moves."""
+    from gmp.graph import BipartiteGraph
+    from gmp.partition.incremental import fit_samples_to_cap
+    from gmp.placement import Placement
+
+    g = BipartiteGraph.from_lists([[0], [0, 1], [1], [1]], 2)
+    p = Placement(num_workers=2, sample_worker=np.array([0, 0, 0, 1], dtype=np.int32),
+                  embedding_primary=np.array([0, 1], dtype=np.int32), secondary_indptr=np.array([0, 0, 1]),
+                  secondary_workers=np.array([0], dtype=np.int32), method="test")
+    assert fit_samples_to_cap(g, p, 1.0) == 1
+    assert p.sample_worker.tolist() == [0, 0, 1, 1]
+    assert fit_samples_to_cap(g, p, 1.0) == 0  # within the cap: left as it is
 
 
 def test_the_trainer_moves_the_rows_of_the_target_candidate(tmp_path):

@@ -1069,3 +1069,61 @@ def walk_toward(order, gprim, gsec, prim, sec, pload, pcap, sload, scap, out):  
             out[k] = x
             k += 1
     return k
+
+
+@numba.njit(cache=True, nogil=True)
+def fit_to_cap(indptr, indices, sw, primary, sec_indptr, sec_workers, n, cap):  # pragma: no cover - compiled
+    """The moves of :func:`gmp.partition.incremental.fit_samples_to_cap` (``sw`` changed in place); returns their
+    number."""
+    load = np.zeros(n, dtype=np.int64)
+    for s in range(sw.size):
+        load[sw[s]] += 1
+    num = 0
+    for s in range(sw.size):
+        if load[sw[s]] > cap:
+            num += 1
+    cand = np.empty(num, dtype=np.int64)
+    k = 0
+    for s in range(sw.size):
+        if load[sw[s]] > cap:
+            cand[k] = s
+            k += 1
+    hold = np.zeros((num, n), dtype=np.int32)  # rows of each candidate held on each worker
+    for k in range(num):
+        s = cand[k]
+        for e in range(indptr[s], indptr[s + 1]):
+            r = indices[e]
+            hold[k, primary[r]] += 1
+            for j in range(sec_indptr[r], sec_indptr[r + 1]):
+                hold[k, sec_workers[j]] += 1
+    moved = 0
+    best = np.empty(num, dtype=np.int64)
+    loss = np.empty(num, dtype=np.int64)
+    for _ in range(n):  # a pass per worker that may fill up: the moves it could not make go to the next best
+        over = False
+        for w in range(n):
+            over = over or load[w] > cap
+        if not over:
+            break
+        for k in range(num):
+            w = sw[cand[k]]
+            best[k] = -1
+            loss[k] = np.iinfo(np.int64).max
+            if load[w] <= cap:
+                continue
+            for v in range(n):
+                if load[v] < cap and (best[k] < 0 or hold[k, v] > hold[k, best[k]]):
+                    best[k] = v
+            if best[k] >= 0:
+                loss[k] = hold[k, w] - hold[k, best[k]]
+        for k in np.argsort(loss, kind="mergesort"):
+            s, d = cand[k], best[k]
+            if d < 0:
+                break
+            w = sw[s]
+            if load[w] > cap and load[d] < cap:
+                sw[s] = d
+                load[w] -= 1
+                load[d] += 1
+                moved += 1
+    return moved

@@ -812,6 +812,25 @@ def _place(graph: BipartiteGraph, old: Placement, topology: Topology, *, seed: i
     return placed, _State(comp, is_old, split, prim, sec, count, options, defaults)
 
 
+def fit_samples_to_cap(graph: BipartiteGraph, placement: Placement, max_imbalance: float) -> int:
+    """Move samples off workers above their cap (``sample_cap(samples, N, max_imbalance)``), each to the worker
+    under the cap that holds most of its rows (primaries and secondaries), those that lose fewest local rows
+    first; the rows stay. Returns how many samples moved; ``placement.sample_worker`` is changed in place (a
+    placement within the cap is left as it is).
+
+    For a placement made over more samples than it keeps: a ``--window`` re-partition caps the window's samples,
+    and the new day's, which the manifest holds, could exceed their own cap (the adversarial pass of session 32:
+    loads up to 1.09x the mean where ``max_imbalance`` said 1.05)."""
+    sw = np.asarray(placement.sample_worker)
+    n = placement.num_workers
+    cap = sample_cap(sw.size, n, max_imbalance)
+    if sw.size == 0 or np.bincount(sw, minlength=n).max() <= cap:
+        return 0
+    return int(K.fit_to_cap(np.asarray(graph.sample_indptr), np.asarray(graph.sample_indices), sw,
+                            np.asarray(placement.embedding_primary), np.asarray(placement.secondary_indptr),
+                            np.asarray(placement.secondary_workers), np.int64(n), np.int64(cap)))
+
+
 # --------------------------------------------------------------------------- step 2
 def repartition_incremental(graph: BipartiteGraph, old: Placement, topology: Topology, *, max_moved_rows: int,
                             seed: int = 0, options: Options | None = None,
