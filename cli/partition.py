@@ -100,7 +100,7 @@ def partition(dataset, workers, method, topology, topology_file, inter_cost, bat
     from gmp.api import run_partition
     from gmp.specs import resolve_partition
 
-    from ._flags import flags_for_params
+    from ._flags import flags_for_params, to_flags
 
     flags = {"rounds": rounds, "tol": tol, "alpha": alpha, "beta": beta, "gamma": gamma,
              "max_imbalance": max_imbalance, "replication_budget": replication_budget,
@@ -118,7 +118,7 @@ def partition(dataset, workers, method, topology, topology_file, inter_cost, bat
                                  chunk_samples=chunk_samples, block_samples=block_samples, overwrite=overwrite,
                                  plots=not no_plots)
         for line in spec.warnings:
-            typer.echo(f"warning: {line}.", err=True)
+            typer.echo(f"warning: {to_flags(line)}.", err=True)
         made = run_partition(spec)
     if made is None:  # a distributed run's other ranks: rank 0 speaks for all
         return

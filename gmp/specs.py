@@ -771,6 +771,12 @@ def resolve_partition(dataset: Any, method: str | None = None, out: str | os.Pat
         plan, plan_sources, warning = resolve_training_plan(old, batch_size=batch_size, embedding_dim=embedding_dim)
         if warning:
             warnings.append(warning)
+        memory = old.plan.memory_per_worker
+        if memory is not None:  # said, not silently dropped: the placement is not made to hold it
+            warnings.append(f"{old.path} was made with a memory plan of {memory:,} bytes per worker, which placing "
+                            f"new data on it does not hold (the new ids' primaries and the copies are placed "
+                            f"without it) and the new manifest does not record; to hold it, re-partition the new "
+                            f"data from scratch with `memory_per_worker` {memory}")
         num_workers = old.topology.num_workers
     else:
         plan, plan_sources, _ = resolve_training_plan(None, batch_size=batch_size, embedding_dim=embedding_dim)

@@ -656,6 +656,26 @@ def test_cli_from_manifest(tmp_path):
     assert "│ place-new" in res.output and "no re-partition" not in res.output  # one row: the same placement
 
 
+def test_cli_from_manifest_says_the_old_memory_plan_is_not_held(tmp_path):
+    """A day-0 manifest made with --memory-per-worker: placing new data on it held no budget and the new plan
+    dropped it without a word (the adversarial pass: 344-351 rows a worker against 340). It is said."""
+    day0 = _dataset(tmp_path / "d0", [[0, 1], [0, 1], [2, 3], [2, 3]], 4)
+    day1 = _dataset(tmp_path / "d1", [[0, 2], [0, 2], [1, 3], [1, 3], [4, 1]], 5)
+    res = runner.invoke(app, ["partition", str(day0), "-w", "2", "-m", "hybrid", "--memory-per-worker", "256",
+                              "--out", str(tmp_path / "p0")])
+    assert res.exit_code == 0, res.output
+    for budget in ([], ["--max-moved-rows", "50%"]):
+        res = runner.invoke(app, ["partition", str(day1), "--from-manifest", str(tmp_path / "p0"), *budget,
+                                  "--out", str(tmp_path / "p1"), "--overwrite"])
+        assert res.exit_code == 0, res.output
+        said = [ln for ln in res.stderr.splitlines() if ln.startswith("warning:")]
+        assert said == [f"warning: {tmp_path / 'p0'} was made with a memory plan of 256 bytes per worker, which "
+                        f"placing new data on it does not hold (the new ids' primaries and the copies are placed "
+                        f"without it) and the new manifest does not record; to hold it, re-partition the new data "
+                        f"from scratch with --memory-per-worker 256."], res.stderr
+        assert load_manifest(tmp_path / "p1").plan.memory_per_worker is None
+
+
 def test_cli_chains_the_row_history_and_reads_a_version_2_manifest(tmp_path):
     """Day 0 reads ids 0-3 of 6 (4 and 5 are a fixed vocabulary's unread ids); day 1 reads 4; day 2 reads 5.
     Each manifest's trained rows are its ancestors' and its own data's; an unread old id is created.
