@@ -85,7 +85,7 @@ def test_same_model_as_one_worker_and_counts_equal_the_simulator(ctr, options, o
     # epoch 1 (fresh caches) against the simulator's one-epoch replay
     sim = simulate_with(ds.indptr, ds.indices, pl, num_train=ds.num_train, batch_size=12, schedule="herald",
                    on_demand=options["on_demand"], cache_rows=options["cache_rows"],
-                   cache_policy=options.get("cache_policy", "lru"), lookahead=options["lookahead"],
+                   cache_policy=options.get("cache_policy", "lookahead"), lookahead=options["lookahead"],
                    read_only_replicas=options["read_only_replicas"], seed=3).to_json()
     h = recs[0]["herald"]
     assert {k: h[k] for k in KINDS} == {k: sim[k] for k in KINDS}
@@ -183,7 +183,7 @@ def test_store_cache_by_hand():
 def test_cache_and_on_demand_need_staleness_zero(ctr):
     _, ds = ctr
     pl = random_placement(ds, 2)
-    with pytest.raises(TrainingError, match="The 'staleness' parameter must be 0 with cache_rows > 0"):
+    with pytest.raises(TrainingError, match="The 'staleness' parameter must be 0 with Herald's copies of remote rows \\(`cache_rows` > 0"):
         Trainer(TrainData(ds), pl, _config(staleness=5, schedule_options={"cache_rows": 4}), LocalEngine(2))
     # without them herald at s > 0 only assigns samples (the store's own consistency)
     Trainer(TrainData(ds), pl, _config(staleness=5), LocalEngine(2))

@@ -185,7 +185,7 @@ def test_a_step_larger_than_the_cache_is_refused_in_one_line(ctr):
 @pytest.mark.parametrize("kw, match", [
     (dict(table_location="ram"), r"The 'table_location' parameter must be one of"),
     (dict(cache_rows=10), r"The 'cache_rows' parameter applies to table_location='host' or 'disk' only"),
-    (dict(table_location="host", cache_rows=10, cache_bytes=100), r"cannot be combined with cache_rows"),
+    (dict(table_location="host", cache_rows=10, cache_bytes=100), r"cannot be combined with `cache_rows`"),
     (dict(table_location="host", tier_dir="/tmp"), r"'tier_dir' parameter applies to table_location='disk'"),
     (dict(tier_dir="/tmp"), r"'tier_dir' parameter applies to table_location='disk' only, got table_location='dev"),
     (dict(table_location="disk", cache_rows=-1), r"The 'cache_rows' parameter must be an int >= 0"),
@@ -358,8 +358,9 @@ def test_cli_table_location_flags(ctr, tmp_path):
 
 @pytest.mark.parametrize("herald", [False, True])
 def test_the_cache_rows_advice_is_a_value_that_runs(ctr, tmp_path, herald):
-    """A step larger than the cache names a --cache-rows that passes that check: with Herald, whose
-    copies keep --cache-rows // 2 of the cache, the own rows need 2 n - 1 for a step of n rows."""
+    """A cache smaller than the run's largest step is refused before training, naming a --cache-rows that
+    passes: with Herald, whose copies keep --cache-rows // 2 of the cache, the own rows need 2 n - 1 for a
+    step of n rows."""
     import re
 
     from typer.testing import CliRunner
@@ -373,11 +374,11 @@ def test_the_cache_rows_advice_is_a_value_that_runs(ctr, tmp_path, herald):
         args += ["--schedule", "herald", "--on-demand"]
     small = CliRunner().invoke(app, [*args, "--cache-rows", "10"])
     assert small.exit_code != 0 and "Traceback" not in small.output
-    found = re.search(r"a step uses (\d+) distinct rows but the cache holds (\d+); the largest step of the epoch "
-                      r"uses (\d+): raise --cache-rows to at least (\d+)", small.output)  # the flag, not the parameter
+    found = re.search(r"--cache-rows leaves each worker's cache (\d+) rows for its own tiered rows, but the largest "
+                      r"step of the run uses (\d+); raise --cache-rows to at least (\d+)", small.output)  # the flag
     assert found, small.output
-    step_rows, holds, largest, advised = map(int, found.groups())
-    assert holds == (10 - 10 // 2 if herald else 10) < step_rows <= largest
+    holds, largest, advised = map(int, found.groups())
+    assert holds == (10 - 10 // 2 if herald else 10) < largest
     assert advised == (2 * largest - 1 if herald else largest)
     ok = CliRunner().invoke(app, [*args, "--cache-rows", str(advised)])
     assert ok.exit_code == 0, ok.output
