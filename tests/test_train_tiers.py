@@ -528,3 +528,41 @@ def test_a_tier_released_by_the_garbage_collector_inside_make_dirs_does_not_dead
     res = subprocess.run([sys.executable, "-c", RELEASE_INSIDE_MAKE_DIRS, str(tmp_path)], capture_output=True,
                          text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
     assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-2000:]
+
+
+def test_the_checkpoints_flush_counts_in_the_epoch_it_ends(ctr, tmp_path, monkeypatch):
+    """The write-backs of an epoch-end checkpoint's flush were counted in no epoch: rows_written_back and
+    bytes_written_back now count every row the caches write to the master (victim writes apart), the
+    checkpoint's flush in the epoch it ends; measured here at the master itself (a disk file: every write to
+    it goes through DiskRows.write)."""
+    from gmp.manifest import write_manifest
+    from gmp.topology import homogeneous
+    from gmp.train.run import train
+    from gmp.train.tiers import DiskRows
+
+    path, ds = ctr
+    man = tmp_path / "m2"
+    write_manifest(man, placement(ds, 2), dataset_sha256=ds.sha256, num_samples=ds.num_samples,
+                   num_embeddings=ds.num_embeddings, topology=homogeneous(2), metrics={})
+    written = []
+    write = DiskRows.write
+
+    def counted(self, rows, values):
+        written.append((len(rows), values.nbytes))
+        return write(self, rows, values)
+
+    monkeypatch.setattr(DiskRows, "write", counted)
+    cfg = config(epochs=3, tiers=TierOptions(table_location="disk", cache_rows=60, tier_dir=str(tmp_path / "t")))
+    runs = {}
+    for name, where in (("plain", None), ("saved", tmp_path / "ck")):
+        written.clear()
+        runs[name] = records = train(path, man, cfg, checkpoint_dir=where)
+        rows = sum(r["tiers"]["rows_written_back"] + r["tiers"]["victim_rows_written"] for r in records)
+        assert rows == sum(n for n, _ in written), name
+        assert sum(r["tiers"]["bytes_written_back"] for r in records) <= sum(b for _, b in written)
+    # epoch 1 alike up to its end, where the checkpoint's flush adds its write-backs
+    first, plain = runs["saved"][0]["tiers"], runs["plain"][0]["tiers"]
+    assert (first["hits"], first["misses"]) == (plain["hits"], plain["misses"])
+    assert first["rows_written_back"] > plain["rows_written_back"]
+    assert first["bytes_written_back"] - plain["bytes_written_back"] == \
+        (first["rows_written_back"] - plain["rows_written_back"]) * (4 + 1) * 2 * 4  # wdl dim 4, Adagrad, float32

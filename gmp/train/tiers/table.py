@@ -227,6 +227,10 @@ class TieredTable:
         return (tmp[:, :d], tmp[:, d:] if self.width > d else None,
                 torch.arange(rows.size, device=self.device), lambda: self.cache.scatter(rows, tmp))
 
+    def flush(self) -> None:
+        """Write every dirty cached row back to the master (counted in ``rows_written_back``)."""
+        self.cache.flush()
+
     def read_all(self) -> np.ndarray:
         """Every master row (the cache flushed first): ``[num_rows, width]``."""
         self.cache.flush()
