@@ -259,3 +259,16 @@ def test_distributed_engine_with_cache_and_on_demand(ctr, tmp_path):
             assert rec["prefetch"]["early_rows"] == h["prefetched_rows"] > 0
             assert h["prefetched_rows"] == sim["prefetchable_pulls"] - _first_batch_prefetchable(
                 ds, pl, dict(o, on_demand=True, cache_rows=o["cache_rows"]), batch_size=10, seed=4)
+
+
+@pytest.mark.parametrize("lookahead", [0, 2])
+def test_herald_ids_travel_as_int32_as_the_hetgmp_paths_do(ctr, lookahead):
+    """Herald's ids went out as int64 (8 bytes each) while the JSON log's table and the HET-GMP path use int32
+    for datasets of fewer than 2^31 ids: one id per late pull (an early one needs none) and per push."""
+    _, ds = ctr
+    pl = random_placement(ds, 2)
+    options = dict(on_demand=True, cache_rows=5, read_only_replicas=False, lookahead=lookahead)
+    rec = Trainer(TrainData(ds), pl, _config(epochs=1, schedule_options=options), LocalEngine(2)).fit()[0]
+    h = rec["herald"]
+    assert h["pulls"] > h["prefetched_rows"] and h["pushes"] > 0 and (h["prefetched_rows"] > 0) == (lookahead > 0)
+    assert rec["bytes"]["ids_clocks"] == 4 * (h["pulls"] - h["prefetched_rows"] + h["pushes"])
