@@ -110,7 +110,7 @@ def _first_batch_prefetchable(ds, pl, options, batch_size=12, seed=3):
     from gmp.train.herald import PULL_KINDS, RuntimeScheduler
 
     eng = runtime_scheduler(ds.indptr, ds.indices, pl, batch_size=batch_size, on_demand=options["on_demand"],
-                           cache_rows=options["cache_rows"], cache_policy=options.get("cache_policy", "lru"),
+                           cache_rows=options["cache_rows"], cache_policy=options.get("cache_policy", "lookahead"),
                            lookahead=options["lookahead"], read_only_replicas=options["read_only_replicas"])
     eng.start_epoch(epoch_order(ds.num_train, seed))
     s = eng.next_batch()
@@ -251,7 +251,7 @@ def test_distributed_engine_with_cache_and_on_demand(ctr, tmp_path):
         o = cfg["schedule_options"]
         sim = simulate_with(ds.indptr, ds.indices, pl, num_train=ds.num_train, batch_size=10, schedule="herald",
                        on_demand=True, cache_rows=o["cache_rows"], lookahead=o["lookahead"],
-                       read_only_replicas=False, seed=4).to_json()
+                       cache_policy="lookahead", read_only_replicas=False, seed=4).to_json()
         rec = json.loads((tmp_path / str(i) / "records.json").read_text())[0]
         h = rec["herald"]
         assert {k: h[k] for k in KINDS} == {k: sim[k] for k in KINDS}
