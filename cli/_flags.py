@@ -34,6 +34,8 @@ FLAGS = {
     "batch_size": "--batch-size",
     "beta": "--beta",
     "block_samples": "--block-samples",
+    "cache_bytes": "--cache-bytes",
+    "cache_rows": "--cache-rows",
     "categorical": "--cat",
     "checkpoint_dir": "--checkpoint-dir",
     "chunk_mb": "--chunk-mb",
@@ -79,11 +81,13 @@ FLAGS = {
     "multi_sep": "--multi-sep",
     "num_communities": "--communities",
     "num_samples": "--samples",
+    "on_demand": "--on-demand",
     "optimizer": "--optimizer",
     "preset": "--preset",
     "out": "--out",
     "overwrite": "--overwrite",
     "rating_threshold": "--rating-threshold",
+    "read_only_replicas": "--read-only-replicas",
     "replication_budget": "--replication-budget",
     "resume": "--resume",
     "rounds": "--rounds",
@@ -93,6 +97,7 @@ FLAGS = {
     "sep": "--sep",
     "skew": "--skew",
     "split_hour": "--split-hour",
+    "staleness": "--staleness",
     "table_location": "--table-location",
     "tail": "--tail",
     "test_fraction": "--test-fraction",
@@ -110,7 +115,9 @@ FLAGS = {
 BOOLEAN_FLAGS = {"overwrite": ("--overwrite", None), "resume": ("--resume", None),
                  "distributed": ("--distributed", None), "compare_full": ("--compare-full", None),
                  "split_hour": ("--split-hour", "--no-split-hour"),
-                 "isolate": ("--isolate", "--no-isolate")}
+                 "isolate": ("--isolate", "--no-isolate"),
+                 "on_demand": ("--on-demand", "--no-on-demand"),
+                 "read_only_replicas": ("--read-only-replicas", "--writable-replicas")}
 
 _NAMED = re.compile(r"`(\w+)(=[^`]*)?`")
 

@@ -269,11 +269,14 @@ def resolve_train(dataset: Any, manifest: Any = None, *, engine: str | None = No
     # the device cache: one per worker, for its own tiered rows and Herald's copies of remote rows
     schedule = settings.get("schedule", "static")
     herald_on = schedule == "herald"
+    if "staleness" in settings:
+        settings["staleness"] = _parse_staleness(settings["staleness"])
     tiers_obj, herald_obj = settings.pop("tiers", None), settings.pop("herald", None)
     cache_rows, lookahead = settings.pop("cache_rows", None), settings.pop("lookahead", None)
     cache_policy = settings.pop("cache_policy", None)
     herald_given = {k: settings.pop(k) for k in HERALD_KEYS if k in settings}
     tier_given = {k: settings.pop(k) for k in TIER_KEYS if k in settings}
+    split = False  # the one cache size given is shared by the tiered rows and Herald's copies
     if tiers_obj is not None:
         if tier_given:
             raise param_error(E, sorted(tier_given)[0], f"The '{sorted(tier_given)[0]}' parameter cannot be "
@@ -283,9 +286,10 @@ def resolve_train(dataset: Any, manifest: Any = None, *, engine: str | None = No
         sources["table_location"] = USER
     else:
         location = tier_given.get("table_location", "device")
+        tiered = location != "device"
         sources["table_location"] = USER if "table_location" in tier_given else DEFAULT
         for name, value in (("cache_rows", cache_rows), ("lookahead", lookahead), ("cache_policy", cache_policy)):
-            if value and location == "device" and not herald_on:
+            if value and not tiered and not herald_on:
                 raise param_error(E, name, f"The '{name}' parameter drives the device cache of table_location="
                                             f"host|disk (the worker's own rows) or of schedule=herald (remote "
                                             f"rows), got table_location=device schedule={schedule}; add one of "
@@ -295,15 +299,27 @@ def resolve_train(dataset: Any, manifest: Any = None, *, engine: str | None = No
             raise param_error(E, "cache_bytes", f"The 'cache_bytes' parameter must hold at least one row of the "
                                                  f"tiered table's device cache, got {cache_bytes}; leave it out "
                                                  f"for the default.")
-        own, remote = split_cache_rows(cache_rows, tiered=location != "device", herald=herald_on)
+        whole = herald_on and herald_obj is not None  # Herald's replica model given whole, its cache included
+        if whole and tiered:  # the one window and eviction order of the device cache are then the object's
+            given = next((k for k, v in (("lookahead", lookahead), ("cache_policy", cache_policy)) if v is not None),
+                         None)
+            if given is not None:
+                raise param_error(E, given, f"The '{given}' parameter cannot be combined with herald (a "
+                                            f"HeraldOptions), whose {given} the tiered table's cache takes too; "
+                                            f"set it in the HeraldOptions.")
+            lookahead, cache_policy = herald_obj.lookahead, herald_obj.cache_policy
+        # Herald keeps copies at s = 0 only (at s > 0 it only assigns samples): only then is a size shared
+        split = tiered and herald_on and not whole and settings.get("staleness", 0.0) == 0
+        own, remote = split_cache_rows(cache_rows, tiered=tiered, herald=split)
         policy = cache_policy or "lookahead"
         tiers = TierOptions(table_location=location, cache_rows=own, cache_bytes=cache_bytes or 0,
-                            lookahead=(lookahead or 0) if location != "device" else 0, cache_policy=policy,
+                            lookahead=(lookahead or 0) if tiered else 0, cache_policy=policy,
                             tier_dir=None if tier_given.get("tier_dir") is None else str(tier_given["tier_dir"]),
                             **({"prefetch_depth": tier_given["prefetch_depth"]}
                                if "prefetch_depth" in tier_given else {}))
-        herald_given.update(cache_rows=remote, lookahead=lookahead if herald_on else None,
-                            cache_policy=policy if herald_on else None)
+        if not whole or not tiered:
+            herald_given.update(cache_rows=remote, lookahead=lookahead if herald_on else None,
+                                cache_policy=cache_policy if herald_on else None)
     sources["cache_rows"] = USER if cache_rows is not None or tiers.cache_rows or tiers.cache_bytes else DEFAULT
     if herald_obj is not None:
         if any(v is not None for v in herald_given.values()):
@@ -318,17 +334,16 @@ def resolve_train(dataset: Any, manifest: Any = None, *, engine: str | None = No
     for name in config_fields:
         if name not in sources:
             sources[name] = USER if name in settings else DEFAULT
-    if "staleness" in settings:
-        settings["staleness"] = _parse_staleness(settings["staleness"])
     if "hidden" in settings:
         settings["hidden"] = _parse_hidden(settings["hidden"])
     config = TrainConfig(**settings, batch_size=plan["batch_size"], embedding_dim=plan["embedding_dim"],
                          herald=herald, tiers=tiers)
 
-    # what is on disk: the checkpoint a resume starts from, the steps a default cache must hold
+    # what is on disk: the checkpoint a resume starts from, the steps the device cache must hold
     ds_path = Path(getattr(dataset, "path", dataset))
     man_path = None if manifest is None else Path(getattr(manifest, "path", manifest))
     resume_from = None
+    kept_share = None  # Herald's share of the device cache in the checkpoint's run
     if resume and checkpoint_dir is not None:
         from .train.checkpoint import find_checkpoint
 
@@ -338,17 +353,66 @@ def resolve_train(dataset: Any, manifest: Any = None, *, engine: str | None = No
             resume_from = {"epoch": int(head["epoch"]), "step": int(head["step"]),
                            "dataset_sha256": head.get("dataset_sha256")}
             sources["resume_from"] = CHECKPOINT
+            then = (head.get("config") or {}).get("herald") or {}
+            if isinstance(then.get("cache_rows"), int):
+                kept_share = then["cache_rows"]
+    if split and (config.tiers.cache_rows or config.tiers.cache_bytes):
+        config = _share_device_cache(config, cache_rows, kept_share)
     cache = None
-    if config.tiers is not None and not config.tiers.cache_rows and not config.tiers.cache_bytes:
-        cache = _default_cache(ds_path, man_path, workers, config, resume_from)
-        config = dataclasses.replace(config, tiers=dataclasses.replace(config.tiers, cache_rows=cache.rows))
-        sources["cache_rows"] = (f"{DEFAULT}: the largest step of the run" if cache.rows == cache.largest_step else
-                                 f"{DEFAULT}: {DEFAULT_CACHE_PERCENT}% of the largest worker's primaries")
+    if config.tiers is not None:
+        need = _default_cache(ds_path, man_path, workers, config, resume_from)
+        if not config.tiers.cache_rows and not config.tiers.cache_bytes:
+            cache = need
+            config = dataclasses.replace(config, tiers=dataclasses.replace(config.tiers, cache_rows=cache.rows))
+            sources["cache_rows"] = (f"{DEFAULT}: the largest step of the run" if cache.rows == cache.largest_step
+                                     else f"{DEFAULT}: {DEFAULT_CACHE_PERCENT}% of the largest worker's primaries")
+        else:
+            _check_cache_holds_the_run(config, need.largest_step, split=split, kept_share=kept_share)
     return TrainSpec(dataset=ds_path, manifest=man_path, config=config, engine=engine, workers=workers,
                      checkpoint_dir=None if checkpoint_dir is None else Path(checkpoint_dir), resume=bool(resume),
                      log_json=None if log_json is None else Path(log_json), collective_timeout=collective_timeout,
                      sources=sources, warnings=tuple(warnings), resume_from=resume_from, cache=cache,
                      world_size=world)
+
+
+def _share_device_cache(config: Any, cache_rows: int | None, kept_share: int | None) -> Any:
+    """``config`` with the one device cache size given (``cache_rows``, else the tier's ``cache_bytes``) shared
+    between the tiered rows and Herald's copies: Herald keeps half of its rows (``cache_rows // 2``), or on a
+    resume the checkpoint's share (``kept_share``: it must match, and more rows then all go to the tiered rows);
+    the tiered rows get the rest (:func:`gmp.train.tiers.split_cache_rows`)."""
+    tiers, row_bytes = config.tiers, config.row_bytes
+    total = int(cache_rows) if cache_rows else tiers.cache_bytes // row_bytes
+    share = total // 2 if kept_share is None else kept_share
+    name = "cache_rows" if cache_rows else "cache_bytes"
+    if total - share < 1:
+        size = total if cache_rows else f"{tiers.cache_bytes} ({total} rows)"
+        raise param_error(TrainingError, name, f"The '{name}' parameter must leave the tiered rows at least one "
+                                               f"row beside the {share} of Herald's copies the checkpoint was made "
+                                               f"with, got {size}; raise {name}.")
+    own = ({"cache_rows": total - share} if cache_rows else {"cache_bytes": tiers.cache_bytes - share * row_bytes})
+    return dataclasses.replace(config, tiers=dataclasses.replace(tiers, **own),
+                               herald=dataclasses.replace(config.herald_options(), cache_rows=share))
+
+
+def _check_cache_holds_the_run(config: Any, largest_step: int, *, split: bool, kept_share: int | None) -> None:
+    """Refuse a tiered table's cache (given in rows or bytes) that cannot hold the rows of the largest step of
+    the run (every epoch this run trains), naming the size that can, in the setting the person gave: with
+    ``split`` the size is shared with Herald's copies (:func:`_share_device_cache`)."""
+    tiers, row_bytes = config.tiers, config.row_bytes
+    own = tiers.cache_rows or tiers.cache_bytes // row_bytes
+    if own >= largest_step:
+        return
+    if not split:
+        rows, why = largest_step, ""
+    elif kept_share is None:  # Herald keeps half: T - T // 2 >= L from T = 2L - 1 on
+        rows, why = 2 * largest_step - 1, " (Herald's copies keep half of it)"
+    else:
+        rows, why = largest_step + kept_share, f" (Herald's copies keep the checkpoint's {kept_share} rows of it)"
+    name = "cache_bytes" if tiers.cache_bytes else "cache_rows"
+    need = rows * row_bytes if tiers.cache_bytes else rows
+    raise param_error(TrainingError, name, f"The '{name}' parameter leaves each worker's cache {own} rows for its "
+                                           f"own tiered rows, but the largest step of the run uses {largest_step}; "
+                                           f"raise {name} to at least {need}{why}.")
 
 
 def _default_cache(dataset: Path, manifest: Path | None, workers: int | None, config: Any,

@@ -85,7 +85,7 @@ def test_same_model_as_one_worker_and_counts_equal_the_simulator(ctr, options, o
     # epoch 1 (fresh caches) against the simulator's one-epoch replay
     sim = simulate_with(ds.indptr, ds.indices, pl, num_train=ds.num_train, batch_size=12, schedule="herald",
                    on_demand=options["on_demand"], cache_rows=options["cache_rows"],
-                   cache_policy=options.get("cache_policy", "lru"), lookahead=options["lookahead"],
+                   cache_policy=options.get("cache_policy", "lookahead"), lookahead=options["lookahead"],
                    read_only_replicas=options["read_only_replicas"], seed=3).to_json()
     h = recs[0]["herald"]
     assert {k: h[k] for k in KINDS} == {k: sim[k] for k in KINDS}
@@ -110,7 +110,7 @@ def _first_batch_prefetchable(ds, pl, options, batch_size=12, seed=3):
     from gmp.train.herald import PULL_KINDS, RuntimeScheduler
 
     eng = runtime_scheduler(ds.indptr, ds.indices, pl, batch_size=batch_size, on_demand=options["on_demand"],
-                           cache_rows=options["cache_rows"], cache_policy=options.get("cache_policy", "lru"),
+                           cache_rows=options["cache_rows"], cache_policy=options.get("cache_policy", "lookahead"),
                            lookahead=options["lookahead"], read_only_replicas=options["read_only_replicas"])
     eng.start_epoch(epoch_order(ds.num_train, seed))
     s = eng.next_batch()
@@ -183,7 +183,7 @@ def test_store_cache_by_hand():
 def test_cache_and_on_demand_need_staleness_zero(ctr):
     _, ds = ctr
     pl = random_placement(ds, 2)
-    with pytest.raises(TrainingError, match="The 'staleness' parameter must be 0 with cache_rows > 0"):
+    with pytest.raises(TrainingError, match="The 'staleness' parameter must be 0 with Herald's copies of remote rows \\(`cache_rows` > 0"):
         Trainer(TrainData(ds), pl, _config(staleness=5, schedule_options={"cache_rows": 4}), LocalEngine(2))
     # without them herald at s > 0 only assigns samples (the store's own consistency)
     Trainer(TrainData(ds), pl, _config(staleness=5), LocalEngine(2))
@@ -251,7 +251,7 @@ def test_distributed_engine_with_cache_and_on_demand(ctr, tmp_path):
         o = cfg["schedule_options"]
         sim = simulate_with(ds.indptr, ds.indices, pl, num_train=ds.num_train, batch_size=10, schedule="herald",
                        on_demand=True, cache_rows=o["cache_rows"], lookahead=o["lookahead"],
-                       read_only_replicas=False, seed=4).to_json()
+                       cache_policy="lookahead", read_only_replicas=False, seed=4).to_json()
         rec = json.loads((tmp_path / str(i) / "records.json").read_text())[0]
         h = rec["herald"]
         assert {k: h[k] for k in KINDS} == {k: sim[k] for k in KINDS}
@@ -259,3 +259,16 @@ def test_distributed_engine_with_cache_and_on_demand(ctr, tmp_path):
             assert rec["prefetch"]["early_rows"] == h["prefetched_rows"] > 0
             assert h["prefetched_rows"] == sim["prefetchable_pulls"] - _first_batch_prefetchable(
                 ds, pl, dict(o, on_demand=True, cache_rows=o["cache_rows"]), batch_size=10, seed=4)
+
+
+@pytest.mark.parametrize("lookahead", [0, 2])
+def test_herald_ids_travel_as_int32_as_the_hetgmp_paths_do(ctr, lookahead):
+    """Herald's ids went out as int64 (8 bytes each) while the JSON log's table and the HET-GMP path use int32
+    for datasets of fewer than 2^31 ids: one id per late pull (an early one needs none) and per push."""
+    _, ds = ctr
+    pl = random_placement(ds, 2)
+    options = dict(on_demand=True, cache_rows=5, read_only_replicas=False, lookahead=lookahead)
+    rec = Trainer(TrainData(ds), pl, _config(epochs=1, schedule_options=options), LocalEngine(2)).fit()[0]
+    h = rec["herald"]
+    assert h["pulls"] > h["prefetched_rows"] and h["pushes"] > 0 and (h["prefetched_rows"] > 0) == (lookahead > 0)
+    assert rec["bytes"]["ids_clocks"] == 4 * (h["pulls"] - h["prefetched_rows"] + h["pushes"])

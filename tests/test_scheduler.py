@@ -503,3 +503,34 @@ def test_placement_too_small_for_the_samples_is_refused():
     pl = Placement.edge_cut(2, [0, 1], [0, 1])
     with pytest.raises(TrainingError, match="embedding id 5 but the placement has 2 rows"):
         runtime_scheduler(np.array([0, 1, 2]), np.array([0, 5]), pl, batch_size=1)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_lookahead_past_the_epoch_schedules_as_the_whole_epoch(seed, monkeypatch):
+    """K beyond the epoch's batches: the window holds the rest of the epoch, as with K = its batch count, and
+    start_epoch reads only the epoch's batches (K = 10**20 used to loop over K slots before the first step)."""
+    rng, n, e, rows, primary, sec = _random_case(seed)
+    b = int(rng.integers(1, 4))
+    order = rng.permutation(len(rows))
+    num_batches = -(-len(rows) // (n * b))
+
+    def epochs(k):
+        eng = _engine(rows, primary, n=n, b=b, assignment="herald", cap=3, policy="lookahead", k=k)
+        read = []
+        batch_samples = eng.batch_samples
+
+        def counted(i):
+            read.append(i)
+            if len(read) > 4 * num_batches:
+                raise AssertionError(f"read {len(read)} batches of a {num_batches}-batch epoch")
+            return batch_samples(i)
+
+        monkeypatch.setattr(eng, "batch_samples", counted)
+        out = []
+        for _ in range(2):  # caches persist: the second epoch starts warm
+            read.clear()
+            eng.start_epoch(order)
+            out += [(s.worker_of.tolist(), _events(s)) for s in eng]
+        return out, eng.totals.by_kind.tolist()
+
+    assert epochs(10 ** 20) == epochs(num_batches)

@@ -405,7 +405,7 @@ def test_herald_schedule_resumes_mid_epoch(ctr):
                           seed=2)
     want = [[a.tolist() for a in s.samples] for e in range(2) for s in full.steps(e)]
     part = HeraldSchedule(pl, ds.indptr, ds.indices, ds.num_train, 8,
-                          HeraldOptions(cache_rows=4, on_demand=True, lookahead=2), seed=2)
+                          HeraldOptions(cache_rows=4, on_demand=True, lookahead=2, cache_policy="lru"), seed=2)
     got = []
     it = part.steps(0)
     for _ in range(3):
@@ -609,10 +609,11 @@ def test_herald_options_validate_once_and_the_two_default_sets():
     from gmp.errors import TrainingError
     from gmp.train.herald import HeraldOptions
 
-    assert HeraldOptions() == HeraldOptions(on_demand=False, cache_rows=0, cache_policy="lru", lookahead=0,
+    assert HeraldOptions() == HeraldOptions(on_demand=False, cache_rows=0, cache_policy="lookahead", lookahead=0,
                                             read_only_replicas=True)
     assert HeraldOptions.for_trainer(cache_rows=None, lookahead=3) == HeraldOptions(lookahead=3,
                                                                                       cache_policy="lookahead")
+    assert HeraldOptions.for_simulator("herald", 1234).cache_policy == "lru"
     sim = HeraldOptions.for_simulator("herald", 1234)
     assert (sim.on_demand, sim.cache_rows, sim.read_only_replicas) == (True, 123, False)
     assert HeraldOptions.for_simulator("naive", 1234, cache_rows=7).on_demand is False

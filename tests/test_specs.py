@@ -524,3 +524,122 @@ def test_partition_report_and_export_are_the_same_from_python_and_the_cli(planne
     ea, ec = (json.loads((tmp_path / d / "plan.json").read_text()) for d in ("ea", "ec"))
     assert ea == ec
     assert (ea["embedding_dim"], ea["batch_size"]) == (PLANNED["embedding_dim"], PLANNED["batch_size"])
+
+
+def largest_global_step(ds, pl, batch_size, epochs, seed=0):
+    """Per epoch, the most rows one worker is primary of among the distinct rows of a global batch of the naive
+    (and herald) schedule: what its tiered cache must hold for that step."""
+    from gmp.train.schedule import NaiveSchedule
+
+    naive = NaiveSchedule(pl.num_workers, ds.num_train, batch_size, seed=seed)
+    out = []
+    for e in epochs:
+        most = 0
+        for batch in naive.global_batches(e):
+            ids = sorted({int(i) for s in batch for i in ds.indices[ds.indptr[s]:ds.indptr[s + 1]]})
+            most = max(most, int(np.bincount(pl.embedding_primary[ids], minlength=pl.num_workers).max()))
+        out.append(most)
+    return out
+
+
+def test_herald_options_given_whole_train_as_the_same_flat_keywords(planned):
+    """train_model(herald=HeraldOptions(...)) was always refused ("'cache_policy' cannot be combined with herald"):
+    resolve_train filled the cache policy itself. A HeraldOptions now gives the run its flat keywords give, and
+    its defaults are gmp train's (the look-ahead policy), so the two cannot train differently."""
+    from gmp.train.herald import HeraldOptions
+
+    path, man, _ = planned
+    assert HeraldOptions() == HeraldOptions.for_trainer()
+    assert HeraldOptions().cache_policy == "lookahead" == HeraldOptions.for_trainer().cache_policy
+    assert HeraldOptions.for_simulator("herald", 100).cache_policy == "lru"  # Herald's paper, gmp simulate
+    flat = resolve_train(path, man, schedule="herald", on_demand=True, cache_rows=10, lookahead=2, environ={})
+    whole = resolve_train(path, man, schedule="herald", environ={},
+                          herald=HeraldOptions(on_demand=True, cache_rows=10, lookahead=2))
+    assert whole.config == flat.config
+    assert resolve_train(path, man, schedule="herald", herald=HeraldOptions(), environ={}).config == \
+        resolve_train(path, man, schedule="herald", environ={}).config
+    # a tiered table takes the object's window and eviction order; the flat cache size is then the tier's alone
+    tiered = resolve_train(path, man, schedule="herald", table_location="host", cache_rows=300, environ={},
+                           herald=HeraldOptions(cache_rows=10, lookahead=3, cache_policy="lru")).config
+    assert (tiered.tiers.cache_rows, tiered.tiers.lookahead, tiered.tiers.cache_policy) == (300, 3, "lru")
+    assert tiered.herald.cache_rows == 10
+    with pytest.raises(gmp.errors.TrainingError, match="'lookahead' parameter cannot be combined with herald"):
+        resolve_train(path, man, schedule="herald", table_location="host", lookahead=1, herald=HeraldOptions(),
+                      environ={})
+
+
+@pytest.mark.parametrize("staleness", [2, "inf"])
+def test_at_s_above_0_cache_rows_sizes_the_tiered_cache_alone(planned, staleness):
+    """Herald keeps no copies at s > 0, so a tiered table's --cache-rows is its cache's whole size; it used to
+    give Herald half, which the s = 0 rule then refused (and every fix the messages named was refused too)."""
+    path, man, _ = planned
+    config = resolve_train(path, man, schedule="herald", staleness=staleness, table_location="host",
+                           cache_rows=300, environ={}).config
+    assert config.tiers.cache_rows == 300 and config.herald_options().cache_rows == 0
+    res = cli("train", path, "--manifest", man, "--schedule", "herald", "--staleness", staleness,
+              "--table-location", "host", "--cache-rows", 300, "--epochs", 1)
+    assert res.exit_code == 0, res.output
+    # on a device table --cache-rows is Herald's copies alone: refused at s > 0, in flags only
+    res = cli("train", path, "--manifest", man, "--schedule", "herald", "--staleness", staleness, "--cache-rows", 5)
+    err = res.stderr.strip().splitlines()[-1]
+    assert res.exit_code == 2 and err.startswith("error: --staleness must be 0")
+    assert "--cache-rows > 0" in err and "cache_rows" not in err and "on_demand" not in err
+
+
+def test_cache_bytes_is_shared_with_herald_as_cache_rows_is(planned):
+    """--cache-bytes B is the cache of B // row_bytes rows: with Herald at s = 0 it keeps half of them, as with
+    --cache-rows (it used to keep none with --cache-bytes)."""
+    path, man, _ = planned
+    row_bytes = (PLANNED["embedding_dim"] + 1) * 2 * 4  # wdl: value + linear weight; Adagrad's sum; float32
+    by_rows = resolve_train(path, man, schedule="herald", table_location="host", cache_rows=301, environ={}).config
+    by_bytes = resolve_train(path, man, schedule="herald", table_location="host", cache_bytes=301 * row_bytes + 5,
+                             environ={}).config
+    assert by_bytes.row_bytes == row_bytes
+    assert by_rows.herald.cache_rows == by_bytes.herald.cache_rows == 150
+    assert by_rows.tiers.cache_rows == 151 and by_bytes.tiers.cache_bytes == 151 * row_bytes + 5
+    assert by_bytes.tiers.capacity(1, row_bytes) == 151
+
+
+def test_a_given_cache_is_checked_against_the_largest_step_of_the_run(tmp_path):
+    """The advice used to cover only the running epoch, so a run given that size died in a later epoch: the
+    size given is now checked against every epoch of the run before training, and the advice holds them all."""
+    path = make_ctr_dataset(tmp_path / "ds", num_samples=600, field_sizes=(200, 150, 100), seed=2)
+    ds = load_dataset(path)
+    man, pl = planned_manifest(tmp_path, ds, 2)
+    per_epoch = largest_global_step(ds, pl, 16, range(4))
+    first, run = per_epoch[0], max(per_epoch)
+    assert run > first  # a later epoch has a larger step: the case the epoch's advice missed
+    for schedule, need in (("naive", run), ("herald", 2 * run - 1)):  # Herald's copies keep half of --cache-rows
+        given = first if schedule == "naive" else 2 * first - 1  # what the epoch's advice said
+        with pytest.raises(gmp.errors.TrainingError, match=rf"largest step of the run uses {run}; raise cache_rows "
+                                                           rf"to at least {need}\b"):
+            resolve_train(path, man, schedule=schedule, table_location="host", cache_rows=given, epochs=4,
+                          environ={})
+        assert resolve_train(path, man, schedule=schedule, table_location="host", cache_rows=need, epochs=4,
+                             environ={}).config.tiers.cache_rows == run
+        res = cli("train", path, "--manifest", man, "--schedule", schedule, "--table-location", "host",
+                  "--cache-rows", given, "--epochs", 4)
+        err = res.stderr.strip().splitlines()[-1]
+        assert res.exit_code == 2 and f"raise --cache-rows to at least {need}" in err
+        assert "TierOptions" not in err and "cache_rows" not in err
+    row_bytes = (PLANNED["embedding_dim"] + 1) * 2 * 4
+    with pytest.raises(gmp.errors.TrainingError, match=rf"raise cache_bytes to at least {run * row_bytes}\b"):
+        resolve_train(path, man, schedule="naive", table_location="disk", cache_bytes=first * row_bytes, epochs=4,
+                      environ={})
+
+
+def test_a_herald_run_on_a_tier_resumes_with_another_cache_rows(tmp_path):
+    """Herald's share of --cache-rows must match the checkpoint's, and with half of any --cache-rows going to Herald
+    no value gave it the same share and the tier more rows: a resume keeps the checkpoint's share, the rest is
+    the tier's."""
+    path = make_ctr_dataset(tmp_path / "ds", num_samples=300, field_sizes=(30, 20, 10), seed=1)
+    man, _ = planned_manifest(tmp_path, load_dataset(path), 2)
+    flags = ["--schedule", "herald", "--on-demand", "--table-location", "host", "--checkpoint-dir", tmp_path / "ck"]
+    first = cli("train", path, "--manifest", man, *flags, "--cache-rows", 201, "--epochs", 1)
+    assert first.exit_code == 0, first.output
+    spec = resolve_train(path, man, schedule="herald", on_demand=True, table_location="host", cache_rows=251,
+                         epochs=2, checkpoint_dir=tmp_path / "ck", resume=True, environ={})
+    assert (spec.config.herald.cache_rows, spec.config.tiers.cache_rows) == (100, 151)
+    res = cli("train", path, "--manifest", man, *flags, "--cache-rows", 251, "--epochs", 2, "--resume")
+    assert res.exit_code == 0, res.output
+    assert "resumed after epoch 1" in res.stderr

@@ -185,7 +185,7 @@ def test_a_step_larger_than_the_cache_is_refused_in_one_line(ctr):
 @pytest.mark.parametrize("kw, match", [
     (dict(table_location="ram"), r"The 'table_location' parameter must be one of"),
     (dict(cache_rows=10), r"The 'cache_rows' parameter applies to table_location='host' or 'disk' only"),
-    (dict(table_location="host", cache_rows=10, cache_bytes=100), r"cannot be combined with cache_rows"),
+    (dict(table_location="host", cache_rows=10, cache_bytes=100), r"cannot be combined with `cache_rows`"),
     (dict(table_location="host", tier_dir="/tmp"), r"'tier_dir' parameter applies to table_location='disk'"),
     (dict(tier_dir="/tmp"), r"'tier_dir' parameter applies to table_location='disk' only, got table_location='dev"),
     (dict(table_location="disk", cache_rows=-1), r"The 'cache_rows' parameter must be an int >= 0"),
@@ -358,8 +358,9 @@ def test_cli_table_location_flags(ctr, tmp_path):
 
 @pytest.mark.parametrize("herald", [False, True])
 def test_the_cache_rows_advice_is_a_value_that_runs(ctr, tmp_path, herald):
-    """A step larger than the cache names a --cache-rows that passes that check: with Herald, whose
-    copies keep --cache-rows // 2 of the cache, the own rows need 2 n - 1 for a step of n rows."""
+    """A cache smaller than the run's largest step is refused before training, naming a --cache-rows that
+    passes: with Herald, whose copies keep --cache-rows // 2 of the cache, the own rows need 2 n - 1 for a
+    step of n rows."""
     import re
 
     from typer.testing import CliRunner
@@ -373,11 +374,11 @@ def test_the_cache_rows_advice_is_a_value_that_runs(ctr, tmp_path, herald):
         args += ["--schedule", "herald", "--on-demand"]
     small = CliRunner().invoke(app, [*args, "--cache-rows", "10"])
     assert small.exit_code != 0 and "Traceback" not in small.output
-    found = re.search(r"a step uses (\d+) distinct rows but the cache holds (\d+); the largest step of the epoch "
-                      r"uses (\d+): raise --cache-rows to at least (\d+)", small.output)  # the flag, not the parameter
+    found = re.search(r"--cache-rows leaves each worker's cache (\d+) rows for its own tiered rows, but the largest "
+                      r"step of the run uses (\d+); raise --cache-rows to at least (\d+)", small.output)  # the flag
     assert found, small.output
-    step_rows, holds, largest, advised = map(int, found.groups())
-    assert holds == (10 - 10 // 2 if herald else 10) < step_rows <= largest
+    holds, largest, advised = map(int, found.groups())
+    assert holds == (10 - 10 // 2 if herald else 10) < largest
     assert advised == (2 * largest - 1 if herald else largest)
     ok = CliRunner().invoke(app, [*args, "--cache-rows", str(advised)])
     assert ok.exit_code == 0, ok.output
@@ -527,3 +528,41 @@ def test_a_tier_released_by_the_garbage_collector_inside_make_dirs_does_not_dead
     res = subprocess.run([sys.executable, "-c", RELEASE_INSIDE_MAKE_DIRS, str(tmp_path)], capture_output=True,
                          text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)})
     assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-2000:]
+
+
+def test_the_checkpoints_flush_counts_in_the_epoch_it_ends(ctr, tmp_path, monkeypatch):
+    """The write-backs of an epoch-end checkpoint's flush were counted in no epoch: rows_written_back and
+    bytes_written_back now count every row the caches write to the master (victim writes apart), the
+    checkpoint's flush in the epoch it ends; measured here at the master itself (a disk file: every write to
+    it goes through DiskRows.write)."""
+    from gmp.manifest import write_manifest
+    from gmp.topology import homogeneous
+    from gmp.train.run import train
+    from gmp.train.tiers import DiskRows
+
+    path, ds = ctr
+    man = tmp_path / "m2"
+    write_manifest(man, placement(ds, 2), dataset_sha256=ds.sha256, num_samples=ds.num_samples,
+                   num_embeddings=ds.num_embeddings, topology=homogeneous(2), metrics={})
+    written = []
+    write = DiskRows.write
+
+    def counted(self, rows, values):
+        written.append((len(rows), values.nbytes))
+        return write(self, rows, values)
+
+    monkeypatch.setattr(DiskRows, "write", counted)
+    cfg = config(epochs=3, tiers=TierOptions(table_location="disk", cache_rows=60, tier_dir=str(tmp_path / "t")))
+    runs = {}
+    for name, where in (("plain", None), ("saved", tmp_path / "ck")):
+        written.clear()
+        runs[name] = records = train(path, man, cfg, checkpoint_dir=where)
+        rows = sum(r["tiers"]["rows_written_back"] + r["tiers"]["victim_rows_written"] for r in records)
+        assert rows == sum(n for n, _ in written), name
+        assert sum(r["tiers"]["bytes_written_back"] for r in records) <= sum(b for _, b in written)
+    # epoch 1 alike up to its end, where the checkpoint's flush adds its write-backs
+    first, plain = runs["saved"][0]["tiers"], runs["plain"][0]["tiers"]
+    assert (first["hits"], first["misses"]) == (plain["hits"], plain["misses"])
+    assert first["rows_written_back"] > plain["rows_written_back"]
+    assert first["bytes_written_back"] - plain["bytes_written_back"] == \
+        (first["rows_written_back"] - plain["rows_written_back"]) * (4 + 1) * 2 * 4  # wdl dim 4, Adagrad, float32

@@ -19,7 +19,7 @@ from ..params import check_choice, check_float, check_int
 from ..seeds import check_seed
 from .consistency import Staleness
 from .herald.options import HeraldOptions
-from .models import MODELS
+from .models import MODELS, model_row_dim
 from .registry import schedule_names
 from .schedule import SHUFFLES
 from .store import OPTIMIZERS
@@ -117,9 +117,10 @@ class TrainConfig:
                     exc.param = name
                     raise exc
         if Staleness.herald_needs_exact(h) and not self.staleness_rules.exact:
-            exc = E(f"The 'staleness' parameter must be 0 with cache_rows > 0, on_demand or writable replicas "
-                    f"(the runtime scheduler models s = 0 only, Herald section 3.3), got {self.staleness:g}; use "
-                    f"staleness 0, or cache_rows 0 without on_demand and with read_only_replicas.")
+            exc = E(f"The 'staleness' parameter must be 0 with Herald's copies of remote rows (`cache_rows` > 0 "
+                    f"on a device table), `on_demand=True` or `read_only_replicas=False` (the runtime scheduler "
+                    f"models s = 0 only, Herald section 3.3), got {self.staleness:g}; use `staleness` 0, or drop "
+                    f"those (with a tiered table `cache_rows` then sizes its cache alone).")
             exc.param = "staleness"
             raise exc
 
@@ -153,6 +154,13 @@ class TrainConfig:
         if self.schedule != "herald":
             return None
         return self.herald if self.herald is not None else HeraldOptions.for_trainer()
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one row of a worker's device cache (a tiered primary or a Herald copy): its value and,
+        with Adagrad, its sum of squares, side by side in ``dtype`` (``--cache-bytes`` counts these)."""
+        width = model_row_dim(self.model, self.embedding_dim) * (2 if self.optimizer == "adagrad" else 1)
+        return width * self.torch_dtype.itemsize
 
     @property
     def torch_dtype(self) -> torch.dtype:

@@ -142,6 +142,12 @@ class DeepFM(_LinearAndDeep):
 _CLASSES = {"wdl": WideDeep, "dcn": DCN, "deepfm": DeepFM}
 
 
+def model_row_dim(name: str, embedding_dim: int) -> int:
+    """The width of model ``name``'s embedding rows: ``embedding_dim``, plus the linear weight of the models
+    with a first-order part (``wdl``, ``deepfm``), as :attr:`CTRModel.row_dim`."""
+    return int(embedding_dim) + (1 if _CLASSES[name].has_linear else 0)
+
+
 def make_model(name: str, *, num_fields: int, num_dense: int, embedding_dim: int,
                hidden: tuple[int, ...] = (128, 64), seed: int = 0,
                dtype: torch.dtype = torch.float32) -> CTRModel:

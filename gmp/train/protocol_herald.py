@@ -44,8 +44,8 @@ from .herald.events import PULL_KINDS, PULL_MISS, PULL_STALE, PUSH_EVICT, PUSH_P
 from .protocol import StepProtocol
 from .records import HERALD_COUNTERS
 from .schedule import Step
-from .steps import (PreparedStep, apply_at_primaries, forward_backward, group_by_owner, int_tensor, prepare,
-                    prepare_step, read_held, received_ids, settle_copies)
+from .steps import (PreparedStep, apply_at_primaries, forward_backward, group_by_owner, id_tensor, int_tensor,
+                    prepare, prepare_step, read_held, received_ids, settle_copies)
 
 
 class HeraldOnDemand(StepProtocol):
@@ -144,7 +144,7 @@ class HeraldOnDemand(StepProtocol):
                                     f"without pending updates here. This is a bug in gmp.")
             order, bounds = group_by_owner(np.arange(rows.size), ctx.primary[rows], n)
             pay = store.read_payload(slots[order])
-            id_sends.append([int_tensor(rows[order[bounds[d]:bounds[d + 1]]]) for d in range(n)])
+            id_sends.append([id_tensor(ctx, rows[order[bounds[d]:bounds[d + 1]]]) for d in range(n)])
             pay_sends.append([pay[bounds[d]:bounds[d + 1]] for d in range(n)])
             store.mark_pending(slots, False)
             ctx.count(li, kind, rows.size)
@@ -191,7 +191,7 @@ class HeraldOnDemand(StepProtocol):
                 rows = rows[~have]
             order, bounds = group_by_owner(np.arange(rows.size), ctx.primary[rows], n)
             wants.append((rows, order, bounds, pre))
-            req_sends.append([int_tensor(rows[order[bounds[d]:bounds[d + 1]]]) for d in range(n)])
+            req_sends.append([id_tensor(ctx, rows[order[bounds[d]:bounds[d + 1]]]) for d in range(n)])
         ctx.engine.alltoallv(req_sends, "ids_clocks")  # the requests travel; their ids follow from the schedule
         asked = self._requests(sched, early_of)
         replies = []
@@ -338,7 +338,7 @@ class HeraldOnDemand(StepProtocol):
                                     f"synchronisation. This is a bug in gmp.")
             order, bounds = group_by_owner(pos, ctx.primary[s.uniq], n)
             g = s.grad[int_tensor(order, s.grad.device)]
-            id_sends.append([int_tensor(s.uniq[order[bounds[d]:bounds[d + 1]]]) for d in range(n)])
+            id_sends.append([id_tensor(ctx, s.uniq[order[bounds[d]:bounds[d + 1]]]) for d in range(n)])
             grad_sends.append([g[bounds[d]:bounds[d + 1]] for d in range(n)])
             ctx.count(li, "push_sync", sync.size)
             ctx.count(li, "remote_rows_pushed", sync.size)

@@ -348,7 +348,8 @@ def _train(dataset, manifest, config: TrainConfig, *, engine: str, workers: int 
             with host_memory.kept_between_steps(devices) as kept:
                 if kept:
                     log.info("keeping freed host memory for the next steps (GMP_KEEP_HOST_MEMORY=0: glibc's default)")
-                records = trainer.fit(on_record=record, on_epoch_end=checkpoint, stop_after_steps=stop_after_steps)
+                records = trainer.fit(on_record=record, on_epoch_end=checkpoint, stop_after_steps=stop_after_steps,
+                                      flush_at_epoch_end=checkpoint_dir is not None)
         finally:
             if log_file is not None:
                 log_file.close()

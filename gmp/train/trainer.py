@@ -211,14 +211,18 @@ class Trainer:
 
     def fit(self, *, on_record: Callable[[dict[str, Any]], None] | None = None,
             on_epoch_end: Callable[["Trainer"], None] | None = None,
-            stop_after_steps: int | None = None) -> list[dict[str, Any]]:
+            stop_after_steps: int | None = None, flush_at_epoch_end: bool = False) -> list[dict[str, Any]]:
         """Train from the current position to ``config.epochs``.
 
         ``on_record`` receives every JSON record (per epoch, and every
         ``log_every`` steps); ``on_epoch_end`` runs after each epoch (checkpoints).
         ``stop_after_steps`` stops after that many steps of this call (tests
         of interrupt/resume); the position is kept so a checkpoint saved then
-        resumes exactly there. Returns the epoch records of this call.
+        resumes exactly there. ``flush_at_epoch_end`` (``on_epoch_end`` saves a checkpoint,
+        which flushes the tiered caches): the flush is done before the epoch's record, so its
+        write-backs count in the epoch whose checkpoint made them (the next epoch's counters
+        start from zero), and the run's totals do not depend on checkpointing.
+        Returns the epoch records of this call.
         """
         done = 0
         records = []
@@ -257,6 +261,10 @@ class Trainer:
             with _timed(self.acc):
                 self.protocol.end_epoch()
             metrics = self.evaluate()
+            if flush_at_epoch_end:
+                for store in self.stores:
+                    if store.tier is not None:
+                        store.tier.flush()
             rec = self._record("epoch", metrics)
             rec["memory_bytes_per_worker"] = [int(x) for x in np.concatenate(self.engine.gather(
                 [np.array([m["total_bytes"]], dtype=np.float64) for m in self.memory()]))]

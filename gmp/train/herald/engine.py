@@ -258,7 +258,9 @@ class RuntimeScheduler:
         self.flush = None
         if self.caches.lookahead_policy and self.lookahead > 0:
             self.caches.window_count[:] = 0
-            for k in range(self.lookahead):  # window = batches 0 .. K-1; shifted in next_batch
+            # window = batches 0 .. K-1, shifted in next_batch; a window past the epoch's last batch holds
+            # nothing more, so K larger than the epoch costs (and schedules) what K = its batches does
+            for k in range(min(self.lookahead, self.num_batches())):
                 self._window_push(k)
 
     @property

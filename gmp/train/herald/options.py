@@ -19,12 +19,13 @@ ASSIGNMENTS = ("naive", "herald")
 class HeraldOptions:
     """How the scheduler models each worker's copies (validated once, here).
 
-    The defaults describe the trainer's store (``gmp train --schedule herald``):
-    no cache, every non-primary update pushed at once, replicas never written
-    locally, so the scheduler's counts are exactly the trainer's; the trainer's
-    cache policy is ``"lookahead"`` (:meth:`for_trainer`, what ``gmp train`` and
-    :func:`gmp.train_model` build), the dataclass's ``"lru"`` is ``gmp simulate``'s.
-    ``gmp simulate`` starts from :meth:`for_simulator` instead (see there).
+    The defaults are the trainer's (``gmp train --schedule herald``): no cache,
+    every non-primary update pushed at once, replicas never written locally, so
+    the scheduler's counts are exactly the trainer's, and the ``"lookahead"``
+    cache policy, so ``HeraldOptions(...)`` trains as the same flags of ``gmp
+    train`` do (:meth:`for_trainer` is the same with None values dropped).
+    ``gmp simulate`` starts from :meth:`for_simulator` instead (Herald's paper,
+    ``"lru"`` included; see there).
 
     Parameters
     ----------
@@ -37,7 +38,7 @@ class HeraldOptions:
 
     on_demand: bool = False
     cache_rows: int = 0
-    cache_policy: str = "lru"
+    cache_policy: str = "lookahead"
     lookahead: int = 0
     read_only_replicas: bool = True
 
@@ -50,8 +51,8 @@ class HeraldOptions:
 
     @classmethod
     def for_trainer(cls, **overrides: Any) -> "HeraldOptions":
-        """The trainer's defaults (the look-ahead cache policy) with ``overrides`` (None values are ignored)."""
-        return cls(**{"cache_policy": "lookahead", **{k: v for k, v in overrides.items() if v is not None}})
+        """The trainer's defaults (the dataclass's) with ``overrides`` (None values are ignored)."""
+        return cls(**{k: v for k, v in overrides.items() if v is not None})
 
     @classmethod
     def for_simulator(cls, assignment: str, num_active_rows: int, **overrides: Any) -> "HeraldOptions":
@@ -60,13 +61,13 @@ class HeraldOptions:
         The one deliberate difference between the two commands: the simulator
         follows Herald's paper -- on-demand synchronisation for the ``herald``
         assignment (off for ``naive``), caches of 10% of the active rows,
-        writable copies -- while the trainer defaults to its own store (no
-        cache, pushes at once, read-only replicas). Pass the options
-        explicitly to make the two compare.
+        writable copies, LRU eviction -- while the trainer defaults to its own
+        store (no cache, pushes at once, read-only replicas, the look-ahead
+        policy). Pass the options explicitly to make the two compare.
         """
         check_choice("schedule", assignment, ASSIGNMENTS, error=TrainingError)
         base = cls(on_demand=assignment == "herald", cache_rows=default_cache_rows(num_active_rows),
-                   read_only_replicas=False)
+                   cache_policy="lru", read_only_replicas=False)
         return replace(base, **{k: v for k, v in overrides.items() if v is not None})
 
     def to_json(self) -> dict[str, Any]:

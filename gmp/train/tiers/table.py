@@ -60,7 +60,7 @@ class TierOptions:
         check_choice("cache_policy", self.cache_policy, CACHE_POLICIES, error=E)
         check_int("prefetch_depth", self.prefetch_depth, minimum=1, error=E)
         if self.cache_rows and self.cache_bytes:
-            raise _param_error("cache_bytes", f"The 'cache_bytes' parameter cannot be combined with cache_rows "
+            raise _param_error("cache_bytes", f"The 'cache_bytes' parameter cannot be combined with `cache_rows` "
                                               f"({self.cache_rows}), got {self.cache_bytes}; give one of them.")
         if self.table_location == "device":
             for name in ("cache_rows", "cache_bytes", "lookahead"):  # tier_dir: disk only (below)
@@ -96,15 +96,17 @@ class TierOptions:
 def split_cache_rows(cache_rows: int | None, *, tiered: bool, herald: bool) -> tuple[int, int | None]:
     """``cache_rows`` of the one device cache as ``(own rows, Herald's remote rows)``: all of it for
     the worker's own tiered rows, or for Herald's copies of remote rows when the table is on the
-    device; with both, Herald's runtime scheduler keeps at most half between steps (its share must
-    be fixed: the scheduler decides which copies exist, identically on every rank) and the own rows
-    get the rest. ``None`` for Herald: its default (no copies kept)."""
+    device; with both (``herald``: Herald keeps copies, i.e. the herald schedule at s = 0), Herald's
+    runtime scheduler keeps at most half between steps (its share must be fixed: the scheduler
+    decides which copies exist, identically on every rank) and the own rows get the rest. ``None``
+    for Herald: its default (no copies kept)."""
     if not tiered:
         return 0, cache_rows
     if cache_rows is not None and cache_rows < 1:  # not "the default": that is leaving it out
         raise _param_error("cache_rows", f"The 'cache_rows' parameter must be >= 1 with a tiered table (the cache "
                                          f"of the worker's own rows), got {cache_rows}; leave it out for the "
-                                         f"default ({DEFAULT_CACHE_PERCENT}% of the worker's primaries).")
+                                         f"default (the largest step of the run or {DEFAULT_CACHE_PERCENT}% of the "
+                                         f"largest worker's primaries, whichever is larger).")
     if not cache_rows:
         return 0, None
     if not herald:
@@ -176,7 +178,7 @@ class TieredTable:
             return f"raise cache_bytes to at least {rows * self.width * self.master.dtype.itemsize}"
         if self.herald_share:
             return (f"raise cache_rows to at least {cache_rows_for(rows, herald=True)} (Herald's copies keep "
-                    f"cache_rows // 2 of it; TierOptions.cache_rows >= {rows} in Python)")
+                    f"half of it)")
         return f"raise cache_rows to at least {rows}"
 
     # -- the current step ---------------------------------------------------------------------
@@ -224,6 +226,10 @@ class TieredTable:
         tmp = self.cache.gather(rows)
         return (tmp[:, :d], tmp[:, d:] if self.width > d else None,
                 torch.arange(rows.size, device=self.device), lambda: self.cache.scatter(rows, tmp))
+
+    def flush(self) -> None:
+        """Write every dirty cached row back to the master (counted in ``rows_written_back``)."""
+        self.cache.flush()
 
     def read_all(self) -> np.ndarray:
         """Every master row (the cache flushed first): ``[num_rows, width]``."""
@@ -312,8 +318,8 @@ class TierFeed:
             identity, dense = store.slots.dense()
             self._maps.append((identity, dense if dense is not None else np.zeros(1, np.int32),
                                identity or dense is not None, np.zeros(store.num_primary, dtype=np.uint8), store))
-        for _, t in self.live:  # with Herald, gmp train's --cache-rows gave the tier half its value (split_cache_rows)
-            t.herald_share = herald is not None and opts.cache_rows > 0
+        for _, t in self.live:  # Herald's copies share the cache: gmp train's --cache-rows was split (split_cache_rows)
+            t.herald_share = herald is not None and herald.cache_rows > 0
         if epoch_start:
             for _, t in self.live:
                 t.reset_stats()
