@@ -570,3 +570,14 @@ def test_threads_option_is_deprecated_with_a_warning():
     """``threads`` never changed anything (the sweeps are sequential): passing it warns."""
     with pytest.warns(FutureWarning, match="'threads' option is deprecated"):
         H.Options(threads=2)
+
+
+def test_soft_count_table_is_sized_by_the_samples_not_by_max_imbalance(monkeypatch):
+    """The table was sized ceil(S/N * max_imbalance): 10.9 GB at 1e5 on 5,000 samples. A cap above S is
+    no cap, so the table never needs more than S + 2 entries."""
+    sizes = []
+    real = H.soft_count_table
+    monkeypatch.setattr(H, "soft_count_table", lambda c, m, b: sizes.append(c) or real(c, m, b))
+    g = community_graph(np.random.default_rng(0))   # 80 samples
+    run_partitioner("hybrid", g, homogeneous(2), seed=0, options={"max_imbalance": 1e5, "levels": 1, "rounds": 1})
+    assert sizes and max(sizes) == g.num_samples

@@ -48,7 +48,7 @@ from ..graph import BipartiteGraph
 from ..placement import Placement
 from ..progress import task
 from ..topology import Topology
-from ._common import check_max_imbalance, enforce_cap, primaries_by_majority, sample_cap
+from ._common import check_max_imbalance, enforce_cap, primaries_by_majority, sample_cap, solver_imbalance
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +193,7 @@ def partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options: 
     else:
         init = _initializer(mtkahypar, options.threads)
         ctx = init.context_from_preset(getattr(mtkahypar.PresetType, options.preset.upper()))
-        ctx.set_partitioning_parameters(n, float(options.max_imbalance) - 1.0, mtkahypar.Objective.KM1)
+        ctx.set_partitioning_parameters(n, solver_imbalance(options.max_imbalance, n) - 1.0, mtkahypar.Objective.KM1)
         ctx.logging = False
         mtkahypar.set_seed(int(seed) % (2**31))
         # the deterministic preset ignores that seed (same partition for every seed, mtkahypar 1.7): the samples

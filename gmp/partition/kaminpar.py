@@ -39,7 +39,7 @@ from ..errors import MissingDependencyError, PartitionError
 from ..graph import BipartiteGraph
 from ..placement import Placement
 from ..topology import Topology
-from ._common import check_max_imbalance
+from ._common import check_max_imbalance, solver_imbalance
 from .metis import partition_cooccurrence
 
 INSTALL_HINT = "pip install 'gmp[kaminpar]'  (or: pip install kaminpar)"
@@ -134,7 +134,7 @@ def run_kaminpar(xadj: np.ndarray, adjncy: np.ndarray, num_parts: int, *, vertex
     kaminpar.reseed(int(seed))
     context = getattr(kaminpar, f"{preset}_context")()
     solver = kaminpar.KaMinPar(int(threads), context)
-    parts = solver.compute_partition(graph, int(num_parts), float(imbalance) - 1.0)
+    parts = solver.compute_partition(graph, int(num_parts), solver_imbalance(imbalance, num_parts) - 1.0)
     return np.asarray(parts, dtype=np.int32)
 
 
