@@ -320,6 +320,19 @@ def test_metis_bipartite_memory_guard():
     ("greedy-stream", {"order": "sorted"}, "order must be one of random, dataset"),
     ("greedy-stream", {"embedding_max_imbalance": 0.5}, "embedding_max_imbalance must be"),
     ("greedy-stream", {"rounds": 3}, "has no option"),
+    # JSON's true is a Python int: -O max_imbalance=true ran as 1 and was recorded as true
+    ("greedy-stream", {"max_imbalance": True}, "max_imbalance must be a number >= 1.0"),
+    ("hybrid", {"max_imbalance": True}, "max_imbalance must be a number >= 1.0"),
+    ("hybrid", {"replication_budget": True}, "replication_budget must be a fraction"),
+    ("hybrid", {"rounds": True}, "rounds must be an integer >= 0"),
+    ("hybrid", {"saturation": True}, "saturation must be a finite number > 0"),
+    ("metis", {"max_pairs": True}, "max_pairs must be a positive integer"),
+    ("metis-bipartite", {"max_memory_gib": True}, "max_memory_gib must be > 0"),
+    ("bicut", {"balance_weight": True}, "balance_weight must be"),
+    ("hypergraph", {"max_pins": True}, "max_pins must be"),
+    ("kaminpar", {"threads": True}, "threads must be an integer >= 1"),
+    # KaMinPar needs epsilon > 0: 1.0 passed validation and then raised KaMinPar's own ValueError
+    ("kaminpar", {"kaminpar_imbalance": 1.0}, r"kaminpar_imbalance must be a number > 1.0"),
 ])
 def test_options_are_validated(name, options, match):
     with pytest.raises(PartitionError, match=match):

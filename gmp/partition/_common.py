@@ -36,6 +36,7 @@ import numba
 import numpy as np
 
 from ..errors import PartitionError
+from ..params import is_real
 from ..topology import Topology
 
 UNASSIGNED = -1
@@ -78,7 +79,7 @@ def solver_imbalance(imbalance: float, num_parts: int) -> float:
 
 def check_max_imbalance(value: float, *, name: str = "max_imbalance") -> None:
     """Raise :class:`PartitionError` unless ``value`` is a finite number >= 1."""
-    if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 1.0:
+    if not is_real(value) or not math.isfinite(value) or value < 1.0:
         raise PartitionError(f"{name} must be a number >= 1.0 (1.05 allows 5% above the mean), got {value!r}.")
 
 

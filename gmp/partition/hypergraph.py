@@ -44,6 +44,7 @@ import numba
 import numpy as np
 
 from ..errors import MissingDependencyError, PartitionError
+from ..params import is_int
 from ..graph import BipartiteGraph
 from ..placement import Placement
 from ..progress import task
@@ -84,9 +85,9 @@ class Options:
         check_max_imbalance(self.max_imbalance)
         if self.preset not in PRESETS:
             raise PartitionError(f"hypergraph: preset must be one of {', '.join(PRESETS)}, got {self.preset!r}.")
-        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
+        if self.threads is not None and (not is_int(self.threads) or self.threads < 1):
             raise PartitionError(f"hypergraph: threads must be an integer >= 1 (or omitted), got {self.threads!r}.")
-        if not isinstance(self.max_pins, int) or self.max_pins < 1:
+        if not is_int(self.max_pins) or self.max_pins < 1:
             raise PartitionError(f"hypergraph: max_pins must be an integer >= 1, got {self.max_pins!r}.")
 
 
