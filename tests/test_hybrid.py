@@ -505,6 +505,9 @@ def test_zero_rounds_is_the_random_start(medium_graph):
     (dict(memory_per_worker=-5), "memory_per_worker must be a number of bytes"),
     (dict(memory_per_worker=0), "memory_per_worker must be a number of bytes >= 1"),  # the manifest refuses 0
     (dict(threads=0), "threads must be an integer >= 1"),
+    # 99999999999999999999999GiB overflowed the int64 budgets (an OverflowError traceback)
+    (dict(memory_per_worker=99999999999999999999999 * 2**30), r"memory_per_worker must be .* below 2\^63"),
+    (dict(memory_per_worker=2**63), r"memory_per_worker must be .* below 2\^63"),
 ])
 def test_bad_options(bad, match, tiny_graph):
     with pytest.raises(PartitionError, match=match):

@@ -248,9 +248,11 @@ class Options:
         if not is_real(rb) or not (0.0 <= rb <= 1.0):
             raise PartitionError(f"hybrid: replication_budget must be a fraction in [0, 1], got {rb!r}.")
         mem = self.memory_per_worker  # the manifest's plan takes only a positive budget
-        if mem is not None and (not is_int(mem) or mem < 1):
-            raise PartitionError(f"hybrid: memory_per_worker must be a number of bytes >= 1 (or omitted for "
-                                 f"replication_budget), got {mem!r}; replication_budget=0 disables the 2D step.")
+        # below 2^63: the budgets are int64 rows (a larger value overflowed there: 99999999999999999999999GiB)
+        if mem is not None and (not is_int(mem) or not 1 <= mem < 2**63):
+            raise PartitionError(f"hybrid: memory_per_worker must be a number of bytes >= 1 and below 2^63 (or "
+                                 f"omitted for replication_budget), got {mem!r}; replication_budget=0 disables the "
+                                 f"2D step.")
         _check_count(self, "embedding_dim")
         _check_count(self, "batch_size")
         _check_count(self, "threads", " (or omitted)", optional=True)
