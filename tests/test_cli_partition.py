@@ -498,3 +498,20 @@ def test_a_huge_max_imbalance_is_no_cap_and_is_recorded(tiny_dataset, tmp_path):
                  "--no-plots", "--out", tmp_path / "o")
     assert res.exit_code == 0, res.output
     assert load_manifest(tmp_path / "o").meta["partitioner"]["options"]["max_imbalance"] == 1e300
+
+
+def test_threads_is_a_one_line_deprecation_notice(tiny_dataset, tmp_path):
+    """--threads printed Python's FutureWarning with its source file and the line 'return options_cls(**options)'."""
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "cli.main", "partition", str(tiny_dataset), "--workers", "2",
+                          "--threads", "2", "--no-plots", "--out", str(tmp_path / "o")],
+                         capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1], timeout=300)
+    assert res.returncode == 0, res.stderr
+    notices = [line for line in res.stderr.splitlines() if "threads" in line]
+    assert notices == ["warning: hybrid: the 'threads' option is deprecated and does nothing (the sweeps are "
+                       "sequential); drop it. It will be removed in a later version."], res.stderr
+    assert "FutureWarning" not in res.stderr and "options_cls" not in res.stderr
+    help_text = " ".join(invoke("partition", "--help").output.replace("│", " ").split())
+    assert "for hybrid deprecated, does nothing" in help_text

@@ -257,7 +257,7 @@ class Options:
         _check_count(self, "batch_size")
         _check_count(self, "threads", " (or omitted)", optional=True)
         if self.threads is not None:  # the kernels are single-threaded: the option changes nothing
-            warnings.warn("hybrid: the 'threads' option is deprecated and has no effect (the sweeps are "
+            warnings.warn("hybrid: the 'threads' option is deprecated and does nothing (the sweeps are "
                           "sequential); drop it. It will be removed in a later version.", FutureWarning,
                           stacklevel=3)
         if self.levels not in (1, 2) or isinstance(self.levels, bool):
