@@ -11,6 +11,7 @@ import contextlib
 import importlib
 import logging
 import sys
+import warnings
 
 import typer
 import typer.core
@@ -88,6 +89,14 @@ def _root(
                                  help="Print the version and exit."),
 ) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(message)s", stream=sys.stderr)
+    warnings.formatwarning = one_line_warning
+
+
+def one_line_warning(message, category, filename, lineno, line=None) -> str:
+    """A warning as the command line shows it: ``warning: MESSAGE``, one line, without the source file and line
+    Python adds (a deprecation notice is for the person at the terminal: ``--threads`` printed
+    ``gmp/partition/__init__.py:77: FutureWarning: ...`` and then ``return options_cls(**options)``)."""
+    return f"warning: {message}\n"
 
 
 for _name in COMMAND_MODULES:  # a missing command module is an error, never silently dropped

@@ -887,20 +887,50 @@ def write_claimed_file(out: str | os.PathLike, data: bytes, *, flag: str = "`out
     return out
 
 
-def write_json(path: str | os.PathLike, obj: Mapping[str, Any]) -> None:
-    """Write ``obj`` as indented JSON (atomically within its directory)."""
+def write_json(path: str | os.PathLike, obj: Mapping[str, Any], *, finite: bool = False,
+               error: type[GmpError] = OutputError) -> None:
+    """Write ``obj`` as indented JSON (atomically within its directory).
+
+    ``finite``: refuse (``error``, nothing written) an ``obj`` holding NaN or an infinity: JSON has no such
+    number, and Python's ``NaN``/``Infinity`` are refused by strict parsers and read back as a damaged file.
+    """
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=2, sort_keys=False, default=json_default)
+            json.dump(obj, f, indent=2, sort_keys=False, default=json_default, allow_nan=not finite)
             f.write("\n")
         os.replace(tmp, path)
+    except ValueError:
+        tmp.unlink(missing_ok=True)
+        found = non_finite_value(obj)
+        if found is None:
+            raise
+        key, value = found
+        raise error(f"{path}: {key} is {value}, which is not a JSON number; nothing was written.") from None
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         if exc.errno in _FULL:
             raise full_disk_error(exc, path) from None
         raise
+
+
+def non_finite_value(obj: Any, key: str = "") -> tuple[str, float] | None:
+    """``(dotted key, value)`` of the first NaN or infinity inside ``obj`` (dicts, lists, numpy values), else
+    None."""
+    if isinstance(obj, Mapping):
+        items = ((f"{key}.{k}" if key else str(k), v) for k, v in obj.items())
+    elif isinstance(obj, (list, tuple, np.ndarray)):
+        items = ((f"{key}[{i}]", v) for i, v in enumerate(obj))
+    else:
+        if isinstance(obj, (float, np.floating)) and not np.isfinite(obj):
+            return key, float(obj)
+        return None
+    for k, v in items:
+        found = non_finite_value(v, k)
+        if found is not None:
+            return found
+    return None
 
 
 def json_default(o: Any) -> Any:

@@ -569,7 +569,7 @@ def _partition_streamed(spec: Any):
     from .comm import LocalEngine
     from .compare import method_options, peak_rss_bytes
     from .errors import PartitionError
-    from .graph import build_graph
+    from .graph import build_graph, check_unique_ids
     from .manifest import MANIFEST_FILES
     from .partition.distributed import partition_distributed
     from .partition.hybrid import Options
@@ -583,6 +583,8 @@ def _partition_streamed(spec: Any):
     options = Options(**method_options("hybrid", dict(spec.options), batch_size=spec.batch_size,
                                        embedding_dim=spec.embedding_dim))
     ds = load_dataset(spec.dataset)
+    # every rank refuses a repeated id before the process group starts (the shards index count tables by it)
+    check_unique_ids(ds.indptr, ds.indices, where=str(ds.path))
     if distributed:
         from .comm.distributed import DistributedEngine
 

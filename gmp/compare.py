@@ -70,10 +70,6 @@ def current_rss_bytes() -> int | None:
         return None
 
 
-#: Options fields gmp fills in from the dataset (not flags a person gives)
-FILLED_IN = frozenset({"field_offsets"})
-
-
 #: the settings a partitioner's options may also hold (hybrid's and the incremental placement's ``batch_size``,
 #: hybrid's ``embedding_dim``) that are one setting of the whole request: the batch and width the partitioner
 #: optimises for, the metrics score and the manifest's plan records (:func:`refuse_plan_options`)
@@ -112,7 +108,7 @@ def method_options(name: str, given: Mapping[str, Any], *, batch_size: int, embe
     unknown = sorted(set(given) - fields)
     if unknown and strict:
         flags = ", ".join(map(option_name, unknown))
-        takes = ", ".join(map(option_name, sorted(fields - FILLED_IN))) or "no options"
+        takes = ", ".join(map(option_name, sorted(fields))) or "no options"
         raise PartitionError(f"method {name!r} does not take {flags}; it takes: {takes}.")
     opts = {k: v for k, v in given.items() if k in fields}
     if "batch_size" in fields and "batch_size" not in opts:

@@ -392,7 +392,7 @@ def write_manifest(
             "history": history_meta,
             "report_files": names,
         }
-        write_json(tmp / MANIFEST_FILE, meta)
+        write_json(tmp / MANIFEST_FILE, meta, finite=True, error=ManifestError)
     log.info("wrote manifest %s", out)
     return Path(out)
 

@@ -31,6 +31,16 @@ def _fail(error: type[GmpError], name: str, expected: str, value: Any) -> GmpErr
     return param_error(error, name, f"The '{name}' parameter must be {expected}, got {value!r}.")
 
 
+def is_int(value: Any) -> bool:
+    """``value`` is a Python int and not a bool (JSON's ``true`` is no count, though ``bool`` subclasses ``int``)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_real(value: Any) -> bool:
+    """``value`` is a Python int or float and not a bool (JSON's ``true`` is no number)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def check_int(name: str, value: Any, *, minimum: int | None = None, maximum: int | None = None,
               error: type[GmpError] = GmpError) -> int:
     """``value`` as an int (bools refused), at least ``minimum`` and at most ``maximum``."""

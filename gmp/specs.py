@@ -849,8 +849,9 @@ def resolve_partition(dataset: Any, method: str | None = None, out: str | os.Pat
         if isinstance(topology, Topology):
             topo = topology
             if workers is not None and workers != topo.num_workers:
-                raise param_error(E, "workers", f"workers={workers} disagrees with the topology's "
-                                                 f"{topo.num_workers} workers; drop workers or pass another topology.")
+                raise param_error(E, "workers", f"workers={workers} disagrees with the topology's {topo.num_workers:,} "
+                                                 f"{plural('worker', topo.num_workers)}; drop workers or pass another "
+                                                 f"topology.")
         else:
             if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool)):
                 from .errors import TopologyError  # a count < 1 is the topology's to refuse (as --workers 0)

@@ -9,7 +9,11 @@ to get one:
   ``inter_cost`` (10 by default, the bandwidth ratio of HET-GMP section 7.2);
 * a JSON file ``{"cost": [[0, 1], [1, 0]]}`` (or a bare nested list).
 
-Every matrix is validated: square, finite, non-negative, zero diagonal.
+Every matrix is validated: square, non-negative, at most :data:`MAX_COST`
+(so every sum of costs x rows stays a finite number), zero diagonal. A file
+and a manifest's ``topology`` are read by the same rule
+(:func:`topology_fields`): ``name`` a string, ``machine_of`` one integer
+machine index per worker.
 """
 
 from __future__ import annotations
@@ -24,8 +28,14 @@ import numpy as np
 
 from ._memory import check_memory
 from .errors import TopologyError
+from .params import param_error
+from .wording import plural
 
 DEFAULT_INTER_COST = 10.0
+#: the largest cost gmp takes: costs are relative (1 = a row between two workers of one machine), and every
+#: weighted metric and hybrid's objective sum cost x rows; 1e12 x 2^63 rows x 2048^2 pairs is still about 4e37,
+#: far below float64's 1.8e308 (``--inter-cost 1e308`` wrote NaN and Infinity into report.json)
+MAX_COST = 1e12
 
 
 @dataclass(frozen=True, eq=False)
@@ -73,16 +83,56 @@ class Topology:
 
     @classmethod
     def from_json(cls, obj: dict) -> "Topology":
-        """The topology :meth:`to_json` wrote (a manifest's ``topology``), validated as the constructor and
-        :func:`load_topology` validate theirs: ``machine_of`` one integer per worker."""
-        name = str(obj.get("name", "custom"))
-        mo = obj.get("machine_of")
-        if mo is not None:
-            mo = np.asarray(mo)
-            if mo.size and not np.issubdtype(mo.dtype, np.integer):  # 0.5 or true: not cast to a machine
-                raise TopologyError(f"{name}: machine_of must hold integer machine indices, got {mo.dtype} values.")
-            mo = mo.astype(np.int32)
-        return cls(np.asarray(obj["cost"], dtype=np.float64), name=name, machine_of=mo)
+        """The topology :meth:`to_json` wrote (a manifest's ``topology``), read by the rule a topology file is
+        read by (:func:`topology_fields`)."""
+        name = obj.get("name", "custom")
+        cost, name, machine_of = topology_fields(obj, where=name if isinstance(name, str) else "topology",
+                                                 default_name="custom")
+        return cls(cost, name=name, machine_of=machine_of)
+
+
+def topology_fields(obj: dict, *, where: str, default_name: str) -> tuple[np.ndarray, str, np.ndarray | None]:
+    """``(cost, name, machine_of)`` of a topology object, ``{"cost": [[...]], "name": "..."?, "machine_of":
+    [...]?}``, checked by the one rule a topology file (:func:`load_topology`) and a manifest's ``topology``
+    (:meth:`Topology.from_json`) share, so gmp never writes a manifest from a file it would refuse to read:
+    ``name`` a string, ``cost`` a valid matrix (:func:`validate_cost`), ``machine_of`` one integer machine
+    index per worker (0.5 or true is no machine index; nothing is truncated or cast). ``where`` starts every
+    message."""
+    name = obj.get("name", default_name)
+    if not isinstance(name, str):
+        raise TopologyError(f"{where}: 'name' must be a string, got {json.dumps(name, default=str)[:40]}.")
+    try:
+        cost = np.asarray(obj["cost"], dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):
+        raise TopologyError(f"{where}: 'cost' must be a square matrix of numbers.") from None
+    validate_cost(cost, where=where)
+    return cost, name, machine_indices(obj.get("machine_of"), cost.shape[0], where=where)
+
+
+def machine_indices(value, num_workers: int, *, where: str) -> np.ndarray | None:
+    """``value`` (JSON's ``machine_of``) as int32 [num_workers] machine indices in ``[0, num_workers)``, or None
+    when not given. Refused: a list of another length or shape, anything but integers (floats, booleans,
+    text), and an index that cannot number a machine of ``num_workers`` workers (the int32 cast overflowed)."""
+    if value is None:
+        return None
+    try:
+        mo = np.asarray(value)
+    except (TypeError, ValueError, OverflowError):  # ragged, or an int beyond 64 bits
+        mo = np.asarray([], dtype=object)
+    if mo.dtype == object or mo.dtype.kind not in "biufUS":
+        raise TopologyError(f"{where}: machine_of must list one integer machine index per worker ({num_workers}).")
+    if mo.size and not np.issubdtype(mo.dtype, np.integer):  # 0.5, true or "a": not cast to a machine
+        kind = {"b": "true/false", "U": "text", "S": "text"}.get(mo.dtype.kind, str(mo.dtype))
+        raise TopologyError(f"{where}: machine_of must hold integer machine indices, got {kind} values.")
+    if mo.shape != (num_workers,):  # every reader indexes it by worker (the machine-level passes, reports)
+        got = f"{mo.size} entries" if mo.ndim == 1 else f"shape {mo.shape}"
+        raise TopologyError(f"{where}: machine_of must list one machine index per worker ({num_workers}), "
+                            f"got {got}.")
+    low, high = (int(mo.min()), int(mo.max())) if mo.size else (0, 0)
+    if low < 0 or high >= num_workers:  # M machines of N workers are numbered below N
+        raise TopologyError(f"{where}: machine_of must number the machines 0..M-1 with every machine holding a "
+                            f"worker; got {low if low < 0 else high}: renumber them.")
+    return mo.astype(np.int32)
 
 
 def validate_cost(cost: np.ndarray, *, where: str = "cost matrix") -> None:
@@ -93,6 +143,11 @@ def validate_cost(cost: np.ndarray, *, where: str = "cost matrix") -> None:
     if np.any(cost < 0):
         i, j = np.argwhere(cost < 0)[0]
         raise TopologyError(f"{where}: cost[{i}][{j}] = {cost[i, j]} is negative; costs must be >= 0.")
+    if np.any(cost > MAX_COST):
+        i, j = np.argwhere(cost > MAX_COST)[0]
+        raise TopologyError(f"{where}: cost[{i}][{j}] = {cost[i, j]:g} is above {MAX_COST:g}, the largest cost gmp "
+                            f"takes (costs are relative, 1 = a row within a machine; larger ones make the weighted "
+                            f"sums overflow): scale the costs down.")
     if np.any(np.diag(cost) != 0):
         i = int(np.flatnonzero(np.diag(cost) != 0)[0])
         raise TopologyError(f"{where}: cost[{i}][{i}] = {cost[i, i]}; the diagonal must be 0 (local access is free).")
@@ -145,6 +200,10 @@ def hierarchical(num_machines: int, workers_per_machine: int, *, intra_cost: flo
         raise TopologyError(f"topology {num_machines}x{workers_per_machine}: both numbers must be >= 1.")
     if intra_cost < 0 or inter_cost < 0:
         raise TopologyError("intra- and inter-machine costs must be >= 0.")
+    if inter_cost > MAX_COST:
+        raise param_error(TopologyError, "inter_cost", f"`inter_cost` {inter_cost:g} is above {MAX_COST:g}, the "
+                                                       f"largest cost gmp takes (intra-machine cost is 1; larger ones "
+                                                       f"make the weighted sums overflow).")
     check_num_workers(num_machines * workers_per_machine, f"topology {num_machines}x{workers_per_machine}")
     machine = np.repeat(np.arange(num_machines, dtype=np.int32), workers_per_machine)
     same = machine[:, None] == machine[None, :]
@@ -177,18 +236,15 @@ def load_topology(path: str | os.PathLike) -> Topology:
         obj = {"cost": obj}
     if not isinstance(obj, dict) or "cost" not in obj:
         raise TopologyError(f"topology file {path}: expected an object with a 'cost' matrix.")
+    where = f"topology file {path}"
     try:
         cost = np.asarray(obj["cost"], dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TopologyError(f"topology file {path}: 'cost' must be a square matrix of numbers.") from None
-    mo = obj.get("machine_of")
-    if mo is not None:
-        mo = np.asarray(mo, dtype=np.int32)
-        if mo.shape != (cost.shape[0],) or (mo.size and mo.min() < 0):
-            raise TopologyError(f"topology file {path}: 'machine_of' must list one machine index >= 0 per worker.")
-    validate_cost(cost, where=f"topology file {path}")
-    check_num_workers(cost.shape[0], f"topology file {path}")
-    return Topology(cost, name=str(obj.get("name", path.stem)), machine_of=mo)
+    except (TypeError, ValueError, OverflowError):
+        raise TopologyError(f"{where}: 'cost' must be a square matrix of numbers.") from None
+    if cost.ndim == 2 and cost.shape[0] == cost.shape[1]:  # before the N x N checks make temporaries
+        check_num_workers(cost.shape[0], where)
+    cost, name, machine_of = topology_fields(obj, where=where, default_name=path.stem)
+    return Topology(cost, name=name, machine_of=machine_of)
 
 
 def resolve_topology(workers: int | None, spec: str | None, file: str | None, *,
@@ -205,5 +261,6 @@ def resolve_topology(workers: int | None, spec: str | None, file: str | None, *,
     else:
         raise TopologyError("give `workers` N, `topology` or `topology_file`.")
     if workers is not None and workers != topo.num_workers:
-        raise TopologyError(f"`workers` {workers} disagrees with the topology's {topo.num_workers} workers.")
+        raise TopologyError(f"`workers` {workers} disagrees with the topology's {topo.num_workers:,} "
+                            f"{plural('worker', topo.num_workers)}.")
     return topo

@@ -43,9 +43,35 @@ def two_communities(num_samples=400, per=50, degree=5, seed=0, unused=0):
     (100, 4, 1.0, 25),     # exact, no rounding up to 26
     (7, 2, 1.0, 4),        # never below ceil(n / N)
     (0, 3, 1.05, 0),
+    (10, 4, 3.9, 10),      # ceil(9.75): the cap never exceeds the items
+    (10, 4, 1e5, 10),      # a cap >= n is no cap: n, whatever the value
+    (10, 4, 1e300, 10),    # 10 / 4 * 1e300 would overflow an int
+    (5_000, 4, 1.7e308, 5_000),
 ])
 def test_sample_cap(n, workers, imb, expected):
     assert sample_cap(n, workers, imb) == expected
+
+
+@pytest.mark.parametrize("method", ["greedy-stream", "metis", "metis-bipartite", "bicut", "hybrid"])
+def test_a_huge_max_imbalance_is_no_cap(method):
+    """1e300 overflowed (OverflowError, or a 10 GB soft-count table in hybrid): it is the same as no cap,
+    so every sample placement is valid and the manifest's options keep the value given."""
+    g = two_communities(num_samples=200)
+    p = run_partitioner(method, g, homogeneous(4), seed=0, options={"max_imbalance": 1e300})
+    assert p.sample_worker.shape == (200,) and 0 <= p.sample_worker.min() and p.sample_worker.max() < 4
+    assert p.options["max_imbalance"] == 1e300
+
+
+def test_metis_imbalance_is_capped_at_the_number_of_parts(monkeypatch):
+    """METIS's ufactor is an int64: metis_imbalance=1e300 overflowed it; N parts is already no constraint."""
+    import gmp.partition._common as common
+
+    seen = []
+    monkeypatch.setattr(common, "_call_metis", lambda *a, **kw: seen.append(kw["ufactor"]) or np.zeros(a[1].size - 1, dtype=np.int32))
+    monkeypatch.setattr(common, "_metis_entry", lambda pymetis, recursive: object())
+    xadj, adjncy = np.array([0, 1, 2]), np.array([1, 0])
+    common.run_metis(xadj, adjncy, 4, vertex_weights=None, edge_weights=None, seed=0, imbalance=1e300, recursive=False)
+    assert seen == [3000]   # 1000 * (4 - 1)
 
 
 def test_assign_samples_by_majority_hand_traced():
@@ -294,6 +320,19 @@ def test_metis_bipartite_memory_guard():
     ("greedy-stream", {"order": "sorted"}, "order must be one of random, dataset"),
     ("greedy-stream", {"embedding_max_imbalance": 0.5}, "embedding_max_imbalance must be"),
     ("greedy-stream", {"rounds": 3}, "has no option"),
+    # JSON's true is a Python int: -O max_imbalance=true ran as 1 and was recorded as true
+    ("greedy-stream", {"max_imbalance": True}, "max_imbalance must be a number >= 1.0"),
+    ("hybrid", {"max_imbalance": True}, "max_imbalance must be a number >= 1.0"),
+    ("hybrid", {"replication_budget": True}, "replication_budget must be a fraction"),
+    ("hybrid", {"rounds": True}, "rounds must be an integer >= 0"),
+    ("hybrid", {"saturation": True}, "saturation must be a finite number > 0"),
+    ("metis", {"max_pairs": True}, "max_pairs must be a positive integer"),
+    ("metis-bipartite", {"max_memory_gib": True}, "max_memory_gib must be > 0"),
+    ("bicut", {"balance_weight": True}, "balance_weight must be"),
+    ("hypergraph", {"max_pins": True}, "max_pins must be"),
+    ("kaminpar", {"threads": True}, "threads must be an integer >= 1"),
+    # KaMinPar needs epsilon > 0: 1.0 passed validation and then raised KaMinPar's own ValueError
+    ("kaminpar", {"kaminpar_imbalance": 1.0}, r"kaminpar_imbalance must be a number > 1.0"),
 ])
 def test_options_are_validated(name, options, match):
     with pytest.raises(PartitionError, match=match):

@@ -125,7 +125,8 @@ def test_report_refuses_corrupt_manifest(partitioned):
 
 def test_partition_errors(tiny_dataset, tmp_path):
     res = invoke("partition", tiny_dataset, "--workers", 2, "--method", "random", "--rounds", 3, "--out", tmp_path / "a")
-    assert res.exit_code == 2 and "error: method 'random' does not take --rounds; it takes: -O per_field=." in res.output
+    assert res.exit_code == 2 and ("error: method 'random' does not take --rounds; it takes: -O field_offsets=, "
+                                   "-O per_field=." in res.output)
     res = invoke("partition", tiny_dataset, "--workers", 2, "--method", "greedy-stream", "-O", "foo=1")
     assert "error: method 'greedy-stream' does not take -O foo=; it takes: -O embedding_max_imbalance=, " \
            "--max-imbalance, -O order=." in res.output, res.output
@@ -456,3 +457,61 @@ def test_timed_run_counts_numba_compilation_apart():
     assert out == 2 and 0.0 < compiled <= seconds
     out, seconds, compiled = timed_run(lambda: add_one(2))
     assert out == 3 and compiled == 0.0
+
+
+@pytest.mark.parametrize("args, pattern", [
+    (["-m", "random", "-O", 'field_offsets="x"'], r"random: field_offsets must be a list of ids"),
+    (["-m", "random", "-O", "field_offsets=[0, true]"], r"random: field_offsets must be a list of ids"),
+    (["-m", "hybrid", "--memory-per-worker", "99999999999999999999999GiB"], r"memory_per_worker must be .* below 2\^63"),
+    (["-m", "kaminpar", "-O", "kaminpar_imbalance=1.0"], r"kaminpar_imbalance must be a number > 1.0"),
+    (["-m", "hybrid", "-O", "replication_budget=true"], r"replication_budget must be a fraction in \[0, 1\], got True"),
+    (["--topology", "2x1", "--inter-cost", "1e308"], r"--inter-cost 1e\+308 is above 1e\+12"),
+])
+def test_values_that_passed_validation_are_one_line_errors(tiny_dataset, tmp_path, args, pattern):
+    """Each of these ran into a traceback (or, for the bools and 1e308, wrote what gmp then could not read)."""
+    from cli_helpers import one_line_error
+
+    res = invoke("partition", tiny_dataset, *(["--workers", 2] if "--topology" not in args else []), *args,
+                 "--no-plots", "--out", tmp_path / "o")
+    one_line_error(res, pattern)
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("machine_of, pattern", [
+    (["a", "b"], "got text values"), ([1e12, 0], "got float64 values"),
+    ([0.5, 1.7], "got float64 values"), ([True, False], "got true/false values"),
+])
+@pytest.mark.parametrize("command", ["partition", "compare"])
+def test_topology_files_with_bad_machine_of_are_one_line_errors(tiny_dataset, tmp_path, command, machine_of, pattern):
+    from cli_helpers import one_line_error
+
+    topo = tmp_path / "t.json"
+    topo.write_text(json.dumps({"cost": [[0, 1], [1, 0]], "machine_of": machine_of}))
+    out = ["--no-plots", "--out", tmp_path / "o"] if command == "partition" else []
+    res = invoke(command, tiny_dataset, "--topology-file", topo, *out)
+    one_line_error(res, r"machine_of must hold integer machine indices, " + pattern)
+
+
+def test_a_huge_max_imbalance_is_no_cap_and_is_recorded(tiny_dataset, tmp_path):
+    """1e300 overflowed (greedy-stream, metis, ...) or sized a table past memory (hybrid): now no cap."""
+    res = invoke("partition", tiny_dataset, "--workers", 2, "-m", "greedy-stream", "--max-imbalance", "1e300",
+                 "--no-plots", "--out", tmp_path / "o")
+    assert res.exit_code == 0, res.output
+    assert load_manifest(tmp_path / "o").meta["partitioner"]["options"]["max_imbalance"] == 1e300
+
+
+def test_threads_is_a_one_line_deprecation_notice(tiny_dataset, tmp_path):
+    """--threads printed Python's FutureWarning with its source file and the line 'return options_cls(**options)'."""
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "cli.main", "partition", str(tiny_dataset), "--workers", "2",
+                          "--threads", "2", "--no-plots", "--out", str(tmp_path / "o")],
+                         capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1], timeout=300)
+    assert res.returncode == 0, res.stderr
+    notices = [line for line in res.stderr.splitlines() if "threads" in line]
+    assert notices == ["warning: hybrid: the 'threads' option is deprecated and does nothing (the sweeps are "
+                       "sequential); drop it. It will be removed in a later version."], res.stderr
+    assert "FutureWarning" not in res.stderr and "options_cls" not in res.stderr
+    help_text = " ".join(invoke("partition", "--help").output.replace("│", " ").split())
+    assert "for hybrid deprecated, does nothing" in help_text

@@ -122,3 +122,58 @@ def test_from_csr_refuses_a_sample_that_lists_an_embedding_twice():
     BipartiteGraph.from_csr(indptr, np.array([0, 1, 1, 2, 3, 1]), 4)  # repeats across samples are edges
     with pytest.raises(GraphError, match="sample 1 lists the same embedding twice"):
         BipartiteGraph.from_csr(indptr, np.array([0, 1, 1, 2, 1, 1]), 4)
+
+
+def _write(path, rows, num_embeddings, dedupe):
+    from gmp.datasets.format import FieldInfo, write_dataset
+
+    write_dataset(path, indptr=np.cumsum([0] + [len(r) for r in rows]),
+                  indices=np.array([i for r in rows for i in r], dtype=np.int64),
+                  labels=np.zeros(len(rows), dtype=np.float32), dense=None,
+                  fields=[FieldInfo("M", "multi", num_embeddings, 0)], num_embeddings=num_embeddings,
+                  source={"format": "test"}, test_fraction=0.0, dedupe=dedupe)
+
+
+def test_build_graph_refuses_a_dataset_whose_sample_repeats_an_id(tmp_path):
+    """write_dataset(dedupe=False) wrote a repeat that load_dataset and build_graph accepted: --distributed then
+    raised an IndexError and the compiled kernels indexed their count tables past the end."""
+    rows = [[2, 0], [1, 3, 1, 0], [3, 3]]   # sample 1 repeats id 1 (not ascending), sample 2 id 3
+    _write(tmp_path / "raw", rows, 4, dedupe=False)
+    with pytest.raises(GraphError, match=r"raw: sample 1 lists id 1 more than once.*dedupe=True"):
+        build_graph(load_dataset(tmp_path / "raw"))
+    _write(tmp_path / "clean", rows, 4, dedupe=True)
+    assert build_graph(load_dataset(tmp_path / "clean")).num_edges == 2 + 3 + 1
+
+
+@pytest.mark.parametrize("block_edges", [1, 2, 3, 7, 1 << 24])
+def test_first_repeated_id_equals_a_plain_reference(block_edges):
+    from gmp.graph import first_repeated_id
+
+    def reference(rows):
+        for i, r in enumerate(rows):
+            if len(set(r)) < len(r):
+                return i
+        return None
+
+    rng = np.random.default_rng(block_edges)
+    for _ in range(400):
+        rows = [list(rng.integers(0, 6, rng.integers(0, 5))) for _ in range(rng.integers(0, 8))]
+        if rng.random() < 0.5:  # ascending rows, as the writer leaves them: repeats come only from ties
+            rows = [sorted(r) for r in rows]
+        indptr = np.cumsum([0] + [len(r) for r in rows]).astype(np.int64)
+        indices = np.array([i for r in rows for i in r], dtype=np.int32)
+        got = first_repeated_id(indptr, indices, block_edges=block_edges)
+        want = reference(rows)
+        assert (None if got is None else got[0]) == want, (rows, got)
+        if got is not None:
+            assert rows[got[0]].count(got[1]) > 1
+
+
+def test_a_streamed_partition_refuses_a_repeated_id_before_it_starts(tmp_path):
+    """The --distributed / --chunk-samples path reads the dataset's arrays without build_graph."""
+    from cli_helpers import invoke, one_line_error
+
+    _write(tmp_path / "raw", [[0, 1], [1, 2, 1], [0]], 3, dedupe=False)
+    res = invoke("partition", tmp_path / "raw", "--workers", 2, "--chunk-samples", 2, "--no-plots",
+                 "--out", tmp_path / "o")
+    one_line_error(res, r"sample 1 lists id 1 more than once")

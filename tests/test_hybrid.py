@@ -505,6 +505,9 @@ def test_zero_rounds_is_the_random_start(medium_graph):
     (dict(memory_per_worker=-5), "memory_per_worker must be a number of bytes"),
     (dict(memory_per_worker=0), "memory_per_worker must be a number of bytes >= 1"),  # the manifest refuses 0
     (dict(threads=0), "threads must be an integer >= 1"),
+    # 99999999999999999999999GiB overflowed the int64 budgets (an OverflowError traceback)
+    (dict(memory_per_worker=99999999999999999999999 * 2**30), r"memory_per_worker must be .* below 2\^63"),
+    (dict(memory_per_worker=2**63), r"memory_per_worker must be .* below 2\^63"),
 ])
 def test_bad_options(bad, match, tiny_graph):
     with pytest.raises(PartitionError, match=match):
@@ -570,3 +573,14 @@ def test_threads_option_is_deprecated_with_a_warning():
     """``threads`` never changed anything (the sweeps are sequential): passing it warns."""
     with pytest.warns(FutureWarning, match="'threads' option is deprecated"):
         H.Options(threads=2)
+
+
+def test_soft_count_table_is_sized_by_the_samples_not_by_max_imbalance(monkeypatch):
+    """The table was sized ceil(S/N * max_imbalance): 10.9 GB at 1e5 on 5,000 samples. A cap above S is
+    no cap, so the table never needs more than S + 2 entries."""
+    sizes = []
+    real = H.soft_count_table
+    monkeypatch.setattr(H, "soft_count_table", lambda c, m, b: sizes.append(c) or real(c, m, b))
+    g = community_graph(np.random.default_rng(0))   # 80 samples
+    run_partitioner("hybrid", g, homogeneous(2), seed=0, options={"max_imbalance": 1e5, "levels": 1, "rounds": 1})
+    assert sizes and max(sizes) == g.num_samples

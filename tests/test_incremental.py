@@ -605,6 +605,21 @@ def test_errors_name_the_problem():
         Options(start="random")
 
 
+@pytest.mark.parametrize("option, match", [
+    ("max_imbalance", "max_imbalance must be a number >= 1.0"),
+    ("rounds", "rounds must be an integer >= 0"),
+    ("replication_budget", "replication_budget must be a fraction"),
+    ("batch_size", "batch_size must be an integer >= 1"),
+])
+def test_a_bool_is_not_a_number(option, match):
+    """-O rounds=true (JSON's true, a Python int) ran as 1 and the manifest recorded true."""
+    with pytest.raises(PartitionError, match=match):
+        Options(**{option: True})
+    with pytest.raises(PartitionError, match="max_moved_rows must be an integer >= 0, got True"):
+        repartition_incremental(BipartiteGraph.from_lists([[0]], 3), Placement.edge_cut(2, [0], [0, 1, 1]), two(),
+                                max_moved_rows=True)
+
+
 # --------------------------------------------------------------------------- CLI
 runner = CliRunner()
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
+import pytest
 
 from gmp._io import _HASH_CHUNK, hash_arrays, release_pages
 
@@ -36,3 +39,19 @@ def test_hash_of_a_memmap_equals_the_hash_in_memory(tmp_path):
     mapped = np.load(tmp_path / "a.npy", mmap_mode="r")
     assert hash_arrays([("a", mapped)]) == hash_arrays([("a", arr)])
     np.testing.assert_array_equal(mapped, arr)  # still readable after its pages were released
+
+
+def test_write_json_finite_refuses_nan_and_infinity_naming_the_key(tmp_path):
+    """manifest.json and report.json held bare NaN/Infinity (not JSON), which gmp report then called damaged."""
+    from gmp._io import write_json
+    from gmp.errors import ManifestError
+
+    path = tmp_path / "m.json"
+    bad = {"metrics": {"reduction_vs_random": {"remote_accesses_weighted": float("nan")}}, "ok": 1}
+    with pytest.raises(ManifestError, match=r"m.json: metrics.reduction_vs_random.remote_accesses_weighted is nan"):
+        write_json(path, bad, finite=True, error=ManifestError)
+    assert not path.exists() and not list(tmp_path.iterdir())
+    with pytest.raises(ManifestError, match=r"traffic\[1\]\[0\] is inf"):
+        write_json(path, {"traffic": np.array([[0.0, 1.0], [np.inf, 0.0]])}, finite=True, error=ManifestError)
+    write_json(path, {"a": 1.5, "b": [np.float64(2.0)]}, finite=True)
+    assert json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(c)) == {"a": 1.5, "b": [2.0]}

@@ -150,3 +150,46 @@ def test_continue_and_extend_refuse_to_write_over_the_day_they_read(chain, tmp_p
     res = runner.invoke(app, ["data", "synth", "--continue", str(prev), "-n", "200", "-o", str(tmp_path / "x"),
                               "--seed", "-3"])
     assert res.exit_code == 2 and "--seed must be an int in [0, 2^63)" in res.output and "Traceback" not in res.output
+
+
+def test_a_parent_recorded_relative_to_another_directory_is_found(tmp_path, monkeypatch):
+    """`--continue ds/d0 --out ds/d1` records the parent as "ds/d0", relative to where it ran: from any other
+    directory --window and the lineage check said the parent (right beside d1) was missing."""
+    from gmp.datasets.extend import ancestor_generations, parent_dataset
+    from gmp.train.migrate import ancestor_size
+
+    monkeypatch.chdir(tmp_path)
+    synthesize(preset_config("tiny", num_samples=300, seed=1), "ds/d0")
+    continue_synth("ds/d0", "ds/d1", growth=0.05)
+    continue_synth("ds/d1", "ds/d2", growth=0.05)
+    d1 = load_dataset(tmp_path / "ds" / "d1")
+    assert d1.meta["parent"]["path"] == "ds/d0"   # what is recorded does not change (the format)
+    sha0, sha1 = load_dataset(tmp_path / "ds" / "d0").sha256, d1.sha256
+    (tmp_path / "elsewhere").mkdir()
+    for cwd in (tmp_path / "elsewhere", tmp_path / "ds", "/"):
+        monkeypatch.chdir(cwd)
+        d2 = load_dataset(tmp_path / "ds" / "d2")
+        assert parent_dataset(d2).sha256 == sha1
+        assert ancestor_generations(d2, sha0) == 2
+        # the trainer's walk to a checkpoint's dataset is the same function
+        assert ancestor_size(d2, sha0, tmp_path / "ckpt") == (load_dataset(tmp_path / "ds" / "d0").num_embeddings, 2)
+
+
+def test_a_parent_path_is_confirmed_by_its_sha256_not_taken_on_trust(tmp_path, monkeypatch):
+    """Another dataset at the recorded relative path (here: under the current directory) is not the parent:
+    the one whose sha256 was recorded, beside the child, is."""
+    from gmp.datasets.extend import parent_dataset
+
+    monkeypatch.chdir(tmp_path)
+    synthesize(preset_config("tiny", num_samples=300, seed=1), "ds/d0")
+    continue_synth("ds/d0", "ds/d1", growth=0.05)
+    sha0 = load_dataset("ds/d0").sha256
+    (tmp_path / "run").mkdir()
+    monkeypatch.chdir(tmp_path / "run")
+    synthesize(preset_config("tiny", num_samples=200, seed=2), "ds/d0")   # a decoy at the path as given
+    assert parent_dataset(load_dataset(tmp_path / "ds" / "d1")).sha256 == sha0
+    import shutil
+
+    shutil.rmtree(tmp_path / "ds" / "d0")   # now only the decoy: named, not followed
+    with pytest.raises(DatasetError, match=r"parent ds/d0 is not the dataset it was made from"):
+        parent_dataset(load_dataset(tmp_path / "ds" / "d1"))

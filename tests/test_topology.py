@@ -96,3 +96,54 @@ def test_parse_and_resolve_errors():
     with pytest.raises(TopologyError, match="not both"):
         resolve_topology(None, "8", "f.json")
     assert resolve_topology(5, None, None).num_workers == 5
+
+
+@pytest.mark.parametrize("machine_of, match", [
+    (["a", "b"], r"machine_of must hold integer machine indices, got text values"),   # was a ValueError traceback
+    ([1e12, 0], r"machine_of must hold integer machine indices, got float64 values"),  # was an OverflowError
+    ([10**12, 0], r"machine_of must number the machines 0..M-1 .*; got 1000000000000"),  # int32 overflow
+    ([2**64, 0], r"machine_of must list one integer machine index per worker \(2\)"),
+    ([0.5, 1.7], r"machine_of must hold integer machine indices, got float64 values"),  # was truncated to [0, 1]
+    ([True, False], r"machine_of must hold integer machine indices, got true/false values"),  # was cast to [1, 0]
+])
+def test_a_topology_file_refuses_what_a_manifest_refuses(tmp_path, machine_of, match):
+    """One rule for a file and a manifest's topology: gmp wrote manifests from files it then refused to read."""
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"cost": [[0, 1], [1, 0]], "machine_of": machine_of}))
+    with pytest.raises(TopologyError, match=match):
+        load_topology(path)
+    with pytest.raises(TopologyError, match=match):
+        type(homogeneous(2)).from_json({"name": "2", "cost": [[0, 1], [1, 0]], "machine_of": machine_of})
+
+
+def test_a_topology_name_must_be_a_string(tmp_path):
+    """{"x": [1, 2]} was stringified into the manifest's name."""
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"cost": [[0, 1], [1, 0]], "name": {"x": [1, 2]}}))
+    with pytest.raises(TopologyError, match=r"'name' must be a string, got \{\"x\": \[1, 2\]\}"):
+        load_topology(path)
+    with pytest.raises(TopologyError, match="'name' must be a string"):
+        type(homogeneous(2)).from_json({"name": 7, "cost": [[0, 1], [1, 0]]})
+    path.write_text(json.dumps({"cost": [[0, 1], [1, 0]], "name": "pair", "machine_of": [0, 1]}))
+    t = load_topology(path)
+    assert t.name == "pair" and t.machine_of.tolist() == [0, 1] and t.machine_of.dtype == np.int32
+
+
+def test_costs_are_bounded_so_their_sums_stay_finite(tmp_path):
+    """--inter-cost 1e308 wrote NaN and Infinity into report.json and manifest.json."""
+    from gmp.topology import MAX_COST
+
+    assert MAX_COST * 2.0**63 * 2048**2 < 1e300   # the largest weighted sum is still finite
+    with pytest.raises(TopologyError, match=r"`inter_cost` 1e\+308 is above 1e\+12") as exc:
+        hierarchical(2, 2, inter_cost=1e308)
+    assert exc.value.param == "inter_cost"
+    assert hierarchical(2, 2, inter_cost=MAX_COST).cost[0, 2] == MAX_COST
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"cost": [[0, 1e13], [1, 0]]}))
+    with pytest.raises(TopologyError, match=r"cost\[0\]\[1\] = 1e\+13 is above 1e\+12"):
+        load_topology(path)
+
+
+def test_workers_disagreeing_with_a_one_worker_topology_reads_right():
+    with pytest.raises(TopologyError, match="`workers` 3 disagrees with the topology's 1 worker\\.$"):
+        resolve_topology(3, "1", None)

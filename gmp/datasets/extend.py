@@ -84,30 +84,56 @@ def _read_vocab(vfile: Path, path: str | os.PathLike) -> dict[str, np.ndarray]:
 
 
 def parent_dataset(child) -> Any:
-    """The dataset ``child``'s header names as its ``parent`` (None when it has none): its ``path`` as
-    recorded, else beside ``child`` (a relative path), opened without re-hashing its arrays.
+    """The dataset ``child``'s header names as its ``parent`` (None when it has none), opened without
+    re-hashing its arrays: the first of :func:`parent_candidates` whose header has the recorded sha256.
+
+    The recorded ``path`` is the one given to ``--extend`` / ``--continue``, relative to the directory the
+    command ran in, which later commands need not share (``ds/d2`` recorded from ``/data`` is not
+    ``ds/d2`` from ``/``, nor ``/data/ds/ds/d2`` beside the child): so it is tried as given, then against
+    each folder above the child, then as the child's sibling of the same name, and only the recorded
+    sha256 decides which one is the parent.
 
     Raises
     ------
     DatasetError
-        The parent is missing or unreadable, or the dataset now at its path is not the one ``child``
-        was made from (its header's sha256 differs: re-imported, or replaced since).
+        No candidate is the parent: missing, unreadable, or the dataset now at its path is not the one
+        ``child`` was made from (its header's sha256 differs: re-imported, or replaced since).
     """
     parent = child.meta.get("parent")
     if not parent:
         return None
     raw, want = Path(str(parent.get("path", ""))), str(parent.get("sha256", ""))
-    for cand in (raw, Path(child.path).parent / raw):
-        if (cand / "dataset.json").is_file():
-            try:
-                found = load_dataset(cand, verify=False)
-            except DatasetError as exc:
-                raise DatasetError(f"the parent {cand} of {child.path} cannot be read ({exc})") from None
-            if not found.has_sha256(want):
-                raise DatasetError(f"{child.path}'s parent {cand} is not the dataset it was made from (sha256 "
-                                   f"{found.sha256[:12]}…, expected {want[:12]}…)")
+    problem = None  # the first candidate that is a dataset but not the parent, said when none is
+    for cand in parent_candidates(raw, Path(child.path)):
+        try:
+            found = load_dataset(cand, verify=False)
+        except DatasetError as exc:
+            problem = problem or f"the parent {cand} of {child.path} cannot be read ({exc})"
+            continue
+        if found.has_sha256(want):
             return found
-    raise DatasetError(f"{child.path}'s parent {raw} (sha256 {want[:12]}…) is missing")
+        problem = problem or (f"{child.path}'s parent {cand} is not the dataset it was made from (sha256 "
+                              f"{found.sha256[:12]}…, expected {want[:12]}…)")
+    raise DatasetError(problem or f"{child.path}'s parent {raw} (sha256 {want[:12]}…) is missing")
+
+
+def parent_candidates(raw: Path, child: Path) -> list[Path]:
+    """Where the parent recorded as ``raw`` may be, in order, each holding a ``dataset.json``: ``raw`` as
+    given (absolute, or relative to this process's directory); for a relative ``raw``, ``raw`` against the
+    child's folder and each folder above it (the directory ``raw`` was recorded in is one of them when the
+    child was written below it); then the child's sibling named as ``raw``'s last part. Each place once."""
+    places = [raw]
+    if not raw.is_absolute() and raw.parts:
+        places += [folder / raw for folder in Path(os.path.abspath(child)).parents]
+    if raw.name:
+        places.append(child.parent / raw.name)
+    out, seen = [], set()
+    for place in places:
+        key = os.path.abspath(place)
+        if key not in seen and (place / "dataset.json").is_file():
+            seen.add(key)
+            out.append(place)
+    return out
 
 
 def parents(dataset):

@@ -20,7 +20,9 @@ dataset directory holding anything more, which is someone else's.
 
 Sample ``i`` uses embedding ids ``indices[indptr[i]:indptr[i+1]]`` (multi-hot
 allowed: a multi-valued field contributes several ids; duplicates are removed
-within a sample). Embedding ids are global: field ``f`` owns the ids of its
+within a sample, and the graph refuses a sample that lists an id twice,
+:func:`gmp.graph.check_unique_ids`: only ``write_dataset(..., dedupe=False)``
+can write one). Embedding ids are global: field ``f`` owns the ids of its
 ``ranges`` (half-open ``[start, stop)`` pairs; local id k is the k-th id along
 them): one range ``[offset_f, offset_f + num_values_f)`` for a fresh import,
 more for a dataset that extends another (``gmp data import --extend PREV``

@@ -18,7 +18,8 @@ compiled with numba and deterministic (no threads, fixed tie-breaking):
   never occur neither distort a partitioner's graph nor pile up on worker 0.
 * :func:`sample_cap` — the one definition of the hard balance cap,
   ``ceil(num_items / num_workers * max_imbalance)``, never below
-  ``ceil(num_items / num_workers)`` so it is always feasible.
+  ``ceil(num_items / num_workers)`` so it is always feasible, never above
+  ``num_items`` (a bigger cap is no cap).
 
 All id arrays are int32 and all offsets int64; counts are integers.
 """
@@ -35,13 +36,19 @@ import numba
 import numpy as np
 
 from ..errors import PartitionError
+from ..params import is_real
 from ..topology import Topology
 
 UNASSIGNED = -1
 
 
 def sample_cap(num_items: int, num_workers: int, max_imbalance: float) -> int:
-    """The most items one worker may hold: ``ceil(n / N * max_imbalance)`` (at least ``ceil(n / N)``).
+    """The most items one worker may hold: ``ceil(n / N * max_imbalance)``, at least ``ceil(n / N)`` and at
+    most ``n``.
+
+    A cap of ``n`` or more is no cap, so any ``max_imbalance >= N`` gives ``n``: tables sized by the cap
+    (hybrid's soft counts) then stay sized by the graph, and a huge value (1e300) neither overflows nor
+    asks for memory.
 
     Examples
     --------
@@ -49,18 +56,30 @@ def sample_cap(num_items: int, num_workers: int, max_imbalance: float) -> int:
     3
     >>> sample_cap(100, 8, 1.05)
     14
+    >>> sample_cap(100, 8, 1e300)
+    100
     """
     if num_workers < 1:
         raise PartitionError(f"num_workers must be >= 1, got {num_workers}.")
-    even = -(-int(num_items) // int(num_workers))
+    num_items, num_workers = int(num_items), int(num_workers)
+    if float(max_imbalance) >= num_workers:
+        return num_items
+    even = -(-num_items // num_workers)
     # the small epsilon keeps 100 / 4 * 1.0 from becoming 26 through rounding
     capped = math.ceil(num_items / num_workers * float(max_imbalance) - 1e-9)
-    return int(max(even, capped))
+    return min(num_items, max(even, capped))
+
+
+def solver_imbalance(imbalance: float, num_parts: int) -> float:
+    """``imbalance`` (max/mean) as handed to an external partitioner (METIS, KaMinPar, Mt-KaHyPar): at most
+    ``num_parts``, where one part may already hold the whole graph, so a huge value is no constraint rather
+    than an integer overflow in the solver (METIS's ``ufactor`` is an int64)."""
+    return min(float(imbalance), float(max(int(num_parts), 1)))
 
 
 def check_max_imbalance(value: float, *, name: str = "max_imbalance") -> None:
     """Raise :class:`PartitionError` unless ``value`` is a finite number >= 1."""
-    if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 1.0:
+    if not is_real(value) or not math.isfinite(value) or value < 1.0:
         raise PartitionError(f"{name} must be a number >= 1.0 (1.05 allows 5% above the mean), got {value!r}.")
 
 
@@ -421,7 +440,7 @@ def run_metis(xadj: np.ndarray, adjncy: np.ndarray, num_parts: int, *, vertex_we
     num_vertices = xadj.size - 1
     if num_parts == 1 or num_vertices == 0:
         return np.zeros(num_vertices, dtype=np.int32)
-    ufactor = max(1, int(round((float(imbalance) - 1.0) * 1000)))
+    ufactor = max(1, int(round((solver_imbalance(imbalance, num_parts) - 1.0) * 1000)))
     dtype = np.dtype(pymetis.zero_copy_dtype()) if hasattr(pymetis, "zero_copy_dtype") else np.dtype(np.int64)
     kw = {}
     if vertex_weights is not None:

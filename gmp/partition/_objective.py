@@ -27,6 +27,7 @@ import numpy as np
 
 from ..constants import VALUE_BYTES
 from ..errors import PartitionError
+from ..params import is_int, is_real
 from ._common import check_max_imbalance
 from ._hybrid_kernels import traffic_summary
 
@@ -232,29 +233,31 @@ class Options:
     flat_beside_samples: int = 5_000_000
 
     def __post_init__(self) -> None:
-        if not isinstance(self.rounds, int) or self.rounds < 0:
+        if not is_int(self.rounds) or self.rounds < 0:
             raise PartitionError(f"hybrid: rounds must be an integer >= 0, got {self.rounds!r}.")
         for name in ("tol", "gamma"):
             v = getattr(self, name)
-            if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            if not is_real(v) or not math.isfinite(v) or v < 0:
                 raise PartitionError(f"hybrid: {name} must be a finite number >= 0, got {v!r}.")
         for name in ("alpha", "beta"):
             v = getattr(self, name)
-            if v is not None and (not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0):
+            if v is not None and (not is_real(v) or not math.isfinite(v) or v < 0):
                 raise PartitionError(f"hybrid: {name} must be a finite number >= 0 (or omitted for the default), got {v!r}.")
         check_max_imbalance(self.max_imbalance)
         rb = self.replication_budget
-        if not isinstance(rb, (int, float)) or not (0.0 <= rb <= 1.0):
+        if not is_real(rb) or not (0.0 <= rb <= 1.0):
             raise PartitionError(f"hybrid: replication_budget must be a fraction in [0, 1], got {rb!r}.")
         mem = self.memory_per_worker  # the manifest's plan takes only a positive budget
-        if mem is not None and (not isinstance(mem, int) or isinstance(mem, bool) or mem < 1):
-            raise PartitionError(f"hybrid: memory_per_worker must be a number of bytes >= 1 (or omitted for "
-                                 f"replication_budget), got {mem!r}; replication_budget=0 disables the 2D step.")
+        # below 2^63: the budgets are int64 rows (a larger value overflowed there: 99999999999999999999999GiB)
+        if mem is not None and (not is_int(mem) or not 1 <= mem < 2**63):
+            raise PartitionError(f"hybrid: memory_per_worker must be a number of bytes >= 1 and below 2^63 (or "
+                                 f"omitted for replication_budget), got {mem!r}; replication_budget=0 disables the "
+                                 f"2D step.")
         _check_count(self, "embedding_dim")
         _check_count(self, "batch_size")
         _check_count(self, "threads", " (or omitted)", optional=True)
         if self.threads is not None:  # the kernels are single-threaded: the option changes nothing
-            warnings.warn("hybrid: the 'threads' option is deprecated and has no effect (the sweeps are "
+            warnings.warn("hybrid: the 'threads' option is deprecated and does nothing (the sweeps are "
                           "sequential); drop it. It will be removed in a later version.", FutureWarning,
                           stacklevel=3)
         if self.levels not in (1, 2) or isinstance(self.levels, bool):
@@ -267,7 +270,7 @@ class Options:
         _check_count(self, "flat_beside_samples", " (0: never)", minimum=0)
         for name in ("portfolio_bands", "portfolio_seeds", "portfolio_rounds"):
             _check_count(self, name)
-        if (not isinstance(self.saturation, (int, float)) or not math.isfinite(self.saturation)
+        if (not is_real(self.saturation) or not math.isfinite(self.saturation)
                 or self.saturation <= 0):
             raise PartitionError(f"hybrid: saturation must be a finite number > 0, got {self.saturation!r}.")
         for name in ("carry_private", "rebalance_clusters"):
@@ -284,7 +287,7 @@ def _check_count(options: Options, name: str, note: str = "", *, minimum: int = 
     v = getattr(options, name)
     if optional and v is None:
         return
-    if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
+    if not is_int(v) or v < minimum:
         raise PartitionError(f"hybrid: {name} must be {word or f'an integer >= {minimum}'}{note}, got {v!r}.")
 
 

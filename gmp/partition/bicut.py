@@ -50,6 +50,7 @@ import numba
 import numpy as np
 
 from ..errors import PartitionError
+from ..params import is_real
 from ..graph import BipartiteGraph
 from ..placement import Placement
 from ..progress import task
@@ -84,7 +85,7 @@ class Options:
 
     def __post_init__(self) -> None:
         check_max_imbalance(self.max_imbalance)
-        if not isinstance(self.balance_weight, (int, float)) or not math.isfinite(self.balance_weight) \
+        if not is_real(self.balance_weight) or not math.isfinite(self.balance_weight) \
                 or self.balance_weight < 0:
             raise PartitionError(f"bicut: balance_weight must be a finite number >= 0, got {self.balance_weight!r}.")
         if self.order not in ORDERS:

@@ -44,11 +44,12 @@ import numba
 import numpy as np
 
 from ..errors import MissingDependencyError, PartitionError
+from ..params import is_int
 from ..graph import BipartiteGraph
 from ..placement import Placement
 from ..progress import task
 from ..topology import Topology
-from ._common import check_max_imbalance, enforce_cap, primaries_by_majority, sample_cap
+from ._common import check_max_imbalance, enforce_cap, primaries_by_majority, sample_cap, solver_imbalance
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +85,9 @@ class Options:
         check_max_imbalance(self.max_imbalance)
         if self.preset not in PRESETS:
             raise PartitionError(f"hypergraph: preset must be one of {', '.join(PRESETS)}, got {self.preset!r}.")
-        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
+        if self.threads is not None and (not is_int(self.threads) or self.threads < 1):
             raise PartitionError(f"hypergraph: threads must be an integer >= 1 (or omitted), got {self.threads!r}.")
-        if not isinstance(self.max_pins, int) or self.max_pins < 1:
+        if not is_int(self.max_pins) or self.max_pins < 1:
             raise PartitionError(f"hypergraph: max_pins must be an integer >= 1, got {self.max_pins!r}.")
 
 
@@ -193,7 +194,7 @@ def partition(graph: BipartiteGraph, topology: Topology, *, seed: int, options: 
     else:
         init = _initializer(mtkahypar, options.threads)
         ctx = init.context_from_preset(getattr(mtkahypar.PresetType, options.preset.upper()))
-        ctx.set_partitioning_parameters(n, float(options.max_imbalance) - 1.0, mtkahypar.Objective.KM1)
+        ctx.set_partitioning_parameters(n, solver_imbalance(options.max_imbalance, n) - 1.0, mtkahypar.Objective.KM1)
         ctx.logging = False
         mtkahypar.set_seed(int(seed) % (2**31))
         # the deterministic preset ignores that seed (same partition for every seed, mtkahypar 1.7): the samples

@@ -166,6 +166,7 @@ import numpy as np
 
 from .._memory import available_memory
 from ..errors import PartitionError
+from ..params import is_int, is_real
 from ..graph import BipartiteGraph, transpose_csr
 from ..kernels.threads import concurrent_launches_safe
 from ..placement import Placement
@@ -318,11 +319,11 @@ class Options:
 
     def __post_init__(self) -> None:
         check_max_imbalance(self.max_imbalance)
-        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+        if not is_int(self.batch_size) or self.batch_size < 1:
             raise PartitionError(f"incremental: batch_size must be an integer >= 1, got {self.batch_size!r}.")
         for name in ("alpha", "beta"):
             v = getattr(self, name)
-            if v is not None and (not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0):
+            if v is not None and (not is_real(v) or not math.isfinite(v) or v < 0):
                 raise PartitionError(f"incremental: {name} must be a finite number >= 0 (or omitted), got {v!r}.")
         if self.order not in ORDERS:
             raise PartitionError(f"incremental: order must be one of {', '.join(ORDERS)}, got {self.order!r}.")
@@ -334,7 +335,7 @@ class Options:
             raise PartitionError(f"incremental: start must be one of {', '.join(STARTS)}, got {self.start!r}.")
         if self.sweep is not None and self.sweep not in SWEEPS:
             raise PartitionError(f"incremental: sweep must be one of {', '.join(SWEEPS)}, got {self.sweep!r}.")
-        if self.rounds is not None and (not isinstance(self.rounds, int) or self.rounds < 0):
+        if self.rounds is not None and (not is_int(self.rounds) or self.rounds < 0):
             raise PartitionError(f"incremental: rounds must be an integer >= 0, got {self.rounds!r}.")
         if self.plan not in PLANS:
             raise PartitionError(f"incremental: plan must be one of {', '.join(PLANS)}, got {self.plan!r}.")
@@ -347,7 +348,7 @@ class Options:
                 raise PartitionError(f"incremental: {given[0]} is an option of the exact plan, not of plan='onepass'; "
                                      f"leave it out or use the exact plan.")
         rb = self.replication_budget
-        if rb is not None and (not isinstance(rb, (int, float)) or not 0.0 <= rb <= 1.0):
+        if rb is not None and (not is_real(rb) or not 0.0 <= rb <= 1.0):
             raise PartitionError(f"incremental: replication_budget must be a fraction in [0, 1] (or omitted), "
                                  f"got {rb!r}.")
 
@@ -1489,7 +1490,8 @@ def _uniform_cost(cost: np.ndarray) -> float:
 
 
 def _check_budget(max_moved_rows, name: str = "max_moved_rows") -> int:
-    if not isinstance(max_moved_rows, (int, np.integer)) or max_moved_rows < 0:
+    if isinstance(max_moved_rows, (bool, np.bool_)) or not isinstance(max_moved_rows, (int, np.integer)) \
+            or max_moved_rows < 0:
         raise PartitionError(f"{name} must be an integer >= 0, got {max_moved_rows!r}.")
     if max_moved_rows >= 2**63:  # the kernels count in int64
         raise PartitionError(f"{name} {max_moved_rows} is above 2^63 - 1; give 100% to allow every row to move.")

@@ -36,10 +36,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import MissingDependencyError, PartitionError
+from ..params import is_int
 from ..graph import BipartiteGraph
 from ..placement import Placement
 from ..topology import Topology
-from ._common import check_max_imbalance
+from ._common import check_max_imbalance, solver_imbalance
 from .metis import partition_cooccurrence
 
 INSTALL_HINT = "pip install 'gmp[kaminpar]'  (or: pip install kaminpar)"
@@ -58,7 +59,7 @@ class Options:
         Hard cap on samples per worker (max/mean), as for ``metis``.
     kaminpar_imbalance
         KaMinPar's own tolerance on the vertex-weight (degree) balance, max/mean
-        (its ``epsilon`` = value - 1).
+        (its ``epsilon`` = value - 1), above 1.0.
     max_pairs, max_samples
         Bound the co-occurrence graph as in ``metis`` (seeded row subset).
     preset
@@ -77,13 +78,16 @@ class Options:
     def __post_init__(self) -> None:
         check_max_imbalance(self.max_imbalance)
         check_max_imbalance(self.kaminpar_imbalance, name="kaminpar_imbalance")
-        if not isinstance(self.max_pairs, int) or self.max_pairs < 1:
+        if self.kaminpar_imbalance <= 1.0:  # KaMinPar refuses epsilon = 0 (it asks for block weights instead)
+            raise PartitionError(f"kaminpar: kaminpar_imbalance must be a number > 1.0 (KaMinPar needs some slack; "
+                                 f"1.03 allows 3% above the mean), got {self.kaminpar_imbalance!r}.")
+        if not is_int(self.max_pairs) or self.max_pairs < 1:
             raise PartitionError(f"kaminpar: max_pairs must be a positive integer, got {self.max_pairs!r}.")
-        if self.max_samples is not None and (not isinstance(self.max_samples, int) or self.max_samples < 1):
+        if self.max_samples is not None and (not is_int(self.max_samples) or self.max_samples < 1):
             raise PartitionError(f"kaminpar: max_samples must be a positive integer or None, got {self.max_samples!r}.")
         if self.preset not in PRESETS:
             raise PartitionError(f"kaminpar: preset must be one of {', '.join(PRESETS)}, got {self.preset!r}.")
-        if not isinstance(self.threads, int) or self.threads < 1:
+        if not is_int(self.threads) or self.threads < 1:
             raise PartitionError(f"kaminpar: threads must be an integer >= 1, got {self.threads!r}.")
 
 
@@ -134,7 +138,7 @@ def run_kaminpar(xadj: np.ndarray, adjncy: np.ndarray, num_parts: int, *, vertex
     kaminpar.reseed(int(seed))
     context = getattr(kaminpar, f"{preset}_context")()
     solver = kaminpar.KaMinPar(int(threads), context)
-    parts = solver.compute_partition(graph, int(num_parts), float(imbalance) - 1.0)
+    parts = solver.compute_partition(graph, int(num_parts), solver_imbalance(imbalance, num_parts) - 1.0)
     return np.asarray(parts, dtype=np.int32)
 
 

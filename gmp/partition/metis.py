@@ -42,6 +42,7 @@ import numba
 import numpy as np
 
 from ..errors import PartitionError
+from ..params import is_int
 from ..graph import BipartiteGraph
 from ..placement import Placement
 from ..progress import task
@@ -90,11 +91,11 @@ class Options:
     def __post_init__(self) -> None:
         check_max_imbalance(self.max_imbalance)
         check_max_imbalance(self.metis_imbalance, name="metis_imbalance")
-        if not isinstance(self.max_pairs, int) or self.max_pairs < 1:
+        if not is_int(self.max_pairs) or self.max_pairs < 1:
             raise PartitionError(f"metis: max_pairs must be a positive integer, got {self.max_pairs!r}.")
-        if self.max_samples is not None and (not isinstance(self.max_samples, int) or self.max_samples < 1):
+        if self.max_samples is not None and (not is_int(self.max_samples) or self.max_samples < 1):
             raise PartitionError(f"metis: max_samples must be a positive integer or None, got {self.max_samples!r}.")
-        if not isinstance(self.ncuts, int) or isinstance(self.ncuts, bool) or self.ncuts < 1:
+        if not is_int(self.ncuts) or self.ncuts < 1:
             raise PartitionError(f"metis: ncuts must be an integer >= 1, got {self.ncuts!r}.")
         if self.ptype not in PTYPES:
             raise PartitionError(f"metis: ptype must be one of {', '.join(PTYPES)}, got {self.ptype!r}.")

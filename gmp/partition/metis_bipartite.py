@@ -37,6 +37,7 @@ import numba
 import numpy as np
 
 from ..errors import PartitionError
+from ..params import is_real
 from ..graph import BipartiteGraph
 from ..placement import Placement
 from ..progress import task
@@ -76,7 +77,7 @@ class Options:
     def __post_init__(self) -> None:
         check_max_imbalance(self.max_imbalance)
         check_max_imbalance(self.metis_imbalance, name="metis_imbalance")
-        if not isinstance(self.max_memory_gib, (int, float)) or not self.max_memory_gib > 0:
+        if not is_real(self.max_memory_gib) or not self.max_memory_gib > 0:
             raise PartitionError(f"metis-bipartite: max_memory_gib must be > 0, got {self.max_memory_gib!r}.")
         if self.ptype not in PTYPES:
             raise PartitionError(f"metis-bipartite: ptype must be one of {', '.join(PTYPES)}, got {self.ptype!r}.")

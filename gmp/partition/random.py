@@ -25,7 +25,9 @@ from ..topology import Topology
 
 @dataclass(frozen=True)
 class Options:
-    """``per_field``: balance each field's ids across workers (needs ``field_offsets``)."""
+    """``per_field``: balance each field's ids across workers (needs ``field_offsets``, the increasing first
+    id of each field; ``gmp partition`` fills them in from the dataset; offsets at or past the id space start
+    no field)."""
 
     per_field: bool = False
     field_offsets: tuple[int, ...] = ()
@@ -33,7 +35,13 @@ class Options:
     def __post_init__(self) -> None:
         from ..errors import PartitionError
 
-        offsets = tuple(int(o) for o in self.field_offsets)
+        given = self.field_offsets
+        # a string is a sequence too: field_offsets="x" reached int("x")
+        if not isinstance(given, (list, tuple, np.ndarray)) or not all(
+                isinstance(o, (int, np.integer)) and not isinstance(o, (bool, np.bool_)) for o in given):
+            raise PartitionError(f"random: field_offsets must be a list of ids (the first id of each field, e.g. "
+                                 f"[0, 1000]), got {given!r}.")
+        offsets = tuple(int(o) for o in given)
         object.__setattr__(self, "field_offsets", offsets)
         if not isinstance(self.per_field, bool):
             raise PartitionError(f"random: per_field must be true or false, got {self.per_field!r}.")

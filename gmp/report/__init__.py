@@ -433,7 +433,7 @@ def write_report(out_dir: str | os.PathLike, report: dict[str, Any],
     for fmt in formats:
         name = f"report.{fmt}"
         if fmt == "json":
-            write_json(out_dir / name, report)
+            write_json(out_dir / name, report, finite=True, error=ManifestError)
         elif fmt == "md":
             page = render_markdown(report, images=written, placement_secondaries=placement_secondaries)
             (out_dir / name).write_text(page, encoding="utf-8")
@@ -499,7 +499,7 @@ def render(report: dict[str, Any], fmt: str, *, plots: bool = True, placement_se
     import json
 
     if fmt == "json":
-        return json.dumps(report, indent=2, default=json_default)
+        return json.dumps(report, indent=2, default=json_default, allow_nan=False)
     if fmt == "md":
         return render_markdown(report, images=report.get("plots") or [], placement_secondaries=placement_secondaries)
     if fmt == "html" and not plots:

@@ -10,6 +10,7 @@ from dataclasses import asdict
 import numpy as np
 
 from ...errors import PartitionError
+from ...params import is_int
 from ...placement import Placement
 from ...topology import Topology
 from .._common import is_hierarchical, machines_of_the_start, place_unused_embeddings
@@ -34,10 +35,10 @@ def check_settings(options: Options, topology: Topology, block_samples: int, chu
     if options.init != "random":
         raise PartitionError(f"the distributed hybrid starts from the multilevel (levels=2) or random (levels=1) "
                              f"start; init={options.init!r} needs the whole graph in one process: drop it.")
-    if not isinstance(block_samples, int) or block_samples < 1:
+    if not is_int(block_samples) or block_samples < 1:
         raise PartitionError(f"`block_samples` must be an integer >= 1, got {block_samples!r}; the default is "
                              f"{DEFAULT_BLOCK_SAMPLES}.")
-    if chunk_samples is not None and (not isinstance(chunk_samples, int) or chunk_samples < 1):
+    if chunk_samples is not None and (not is_int(chunk_samples) or chunk_samples < 1):
         raise PartitionError(f"`chunk_samples` must be an integer >= 1, got {chunk_samples!r}.")
 
 
