@@ -145,8 +145,8 @@ def test_build_graph_refuses_a_dataset_whose_sample_repeats_an_id(tmp_path):
     assert build_graph(load_dataset(tmp_path / "clean")).num_edges == 2 + 3 + 1
 
 
-@pytest.mark.parametrize("block_edges", [1, 2, 3, 7, 1 << 24])
-def test_first_repeated_id_equals_a_plain_reference(block_edges):
+@pytest.mark.parametrize("seed", [1, 2, 3, 7])
+def test_first_repeated_id_equals_a_plain_reference(seed):
     from gmp.graph import first_repeated_id
 
     def reference(rows):
@@ -155,14 +155,14 @@ def test_first_repeated_id_equals_a_plain_reference(block_edges):
                 return i
         return None
 
-    rng = np.random.default_rng(block_edges)
+    rng = np.random.default_rng(seed)
     for _ in range(400):
         rows = [list(rng.integers(0, 6, rng.integers(0, 5))) for _ in range(rng.integers(0, 8))]
         if rng.random() < 0.5:  # ascending rows, as the writer leaves them: repeats come only from ties
             rows = [sorted(r) for r in rows]
         indptr = np.cumsum([0] + [len(r) for r in rows]).astype(np.int64)
         indices = np.array([i for r in rows for i in r], dtype=np.int32)
-        got = first_repeated_id(indptr, indices, block_edges=block_edges)
+        got = first_repeated_id(indptr, indices)
         want = reference(rows)
         assert (None if got is None else got[0]) == want, (rows, got)
         if got is not None:
