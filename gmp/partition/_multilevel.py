@@ -182,12 +182,14 @@ def signal_graph(indptr: np.ndarray, indices: np.ndarray, degree: np.ndarray, lo
 
 def partition_signal_graph(xadj: np.ndarray, adjncy: np.ndarray, weights: np.ndarray, vertex_weight: np.ndarray,
                            machine_of: np.ndarray, *, seed: int, imbalance: float) -> np.ndarray:
-    """Worker of every vertex of the signal graph (int32), by METIS k-way.
+    """Worker of every vertex of the signal graph (int32), by METIS k-way, the parts balanced within
+    ``imbalance`` but never looser than :data:`START_IMBALANCE`.
 
     ``machine_of`` (int [N]): with several machines of equal size, the machines are
     partitioned first and then each machine's subgraph into its workers (recursive), so
     heavily co-accessed rows share a machine before they share a worker.
     """
+    imbalance = min(imbalance, START_IMBALANCE)
     num_workers = int(machine_of.size)
     num_machines = int(machine_of.max()) + 1 if machine_of.size else 1
     if num_machines <= 1 or num_machines >= num_workers:
@@ -574,8 +576,7 @@ def multilevel_start(graph, topology, options, rng: np.random.Generator, degree:
             return cand
         stop()
         part = partition_signal_graph(xadj, adjncy, weights, degree[vertex_row], machine_of,
-                                         seed=int(crng.integers(0, 2**31 - 1)),
-                                         imbalance=min(options.max_imbalance, START_IMBALANCE))
+                                         seed=int(crng.integers(0, 2**31 - 1)), imbalance=options.max_imbalance)
         row_worker = np.full(graph.num_embeddings, -1, dtype=np.int8)  # int8: a cache-sized table (N <= 64)
         row_worker[vertex_row] = part
         favourites = rebalanced = order_rng = None  # (without rebalancing the projection finds the favourites)

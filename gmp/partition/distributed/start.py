@@ -234,8 +234,7 @@ def _root_partition(got, machine_of, seed_rng, options, cand, num_seeds):
     xadj, adjncy, ew, vw = (a.indptr.astype(np.int64), a.indices.astype(np.int64), a.data.astype(np.int64),
                             np.maximum(vdeg, 1))
     parts = [ML.partition_signal_graph(xadj, adjncy, ew, vw, machine_of, seed=seed + t,
-                                       imbalance=min(options.max_imbalance, ML.START_IMBALANCE))
-             for t in range(num_seeds)]
+                                       imbalance=options.max_imbalance) for t in range(num_seeds)]
     return vids, parts
 
 
