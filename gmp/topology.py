@@ -53,17 +53,13 @@ class Topology:
         validate_cost(c, where=self.name)
         if self.machine_of is None:
             object.__setattr__(self, "machine_of", np.zeros(c.shape[0], dtype=np.int32))
-        machine = np.asarray(self.machine_of)
-        if machine.shape != (c.shape[0],):  # every reader indexes it by worker (the machine-level passes, reports)
-            got = f"{machine.size} entries" if machine.ndim == 1 else f"shape {machine.shape}"
-            raise TopologyError(f"{self.name}: machine_of must list one machine index per worker ({c.shape[0]}), "
-                                f"got {got}.")
+        machine = machine_indices(self.machine_of, c.shape[0], where=self.name)
+        object.__setattr__(self, "machine_of", machine)
         used = np.unique(machine)
         if used.size and not np.array_equal(used, np.arange(used.size)):  # the machine-level passes deal onto 0..M-1
-            missing = sorted(set(range(int(used.max()) + 1)) - set(used.tolist()))
-            why = f"machine(s) {missing[:5]} hold none" if used.min() >= 0 else f"got {int(used.min())}"
+            missing = sorted(set(range(int(used.max()) + 1)) - set(used.tolist()))  # (indices are >= 0 by now)
             raise TopologyError(f"{self.name}: machine_of must number the machines 0..M-1 with every machine holding "
-                                f"a worker; {why}: renumber them.")
+                                f"a worker; machine(s) {missing[:5]} hold none: renumber them.")
 
     @property
     def num_workers(self) -> int:

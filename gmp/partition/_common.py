@@ -532,9 +532,7 @@ def is_hierarchical(topology: Topology) -> bool:
     if not 1 < num_machines < topology.num_workers:
         return False
     sizes = np.bincount(mo, minlength=num_machines)
-    cost = np.asarray(topology.cost, dtype=np.float64)
-    off = cost[~np.eye(cost.shape[0], dtype=bool)]
-    return bool(np.all(sizes == sizes[0]) and np.any(off != off[0]))
+    return bool(np.all(sizes == sizes[0])) and not topology.is_uniform
 
 
 def machines_of_the_start(topology: Topology) -> np.ndarray:
