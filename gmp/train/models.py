@@ -61,12 +61,18 @@ class CTRModel(nn.Module):
 
     has_linear = False
 
+    @classmethod
+    def row_width(cls, embedding_dim: int) -> int:
+        """The width of the model's embedding rows: ``embedding_dim``, plus the linear weight of a model with a
+        first-order part."""
+        return int(embedding_dim) + (1 if cls.has_linear else 0)
+
     def __init__(self, num_fields: int, num_dense: int, embedding_dim: int, hidden: tuple[int, ...]):
         super().__init__()
         self.num_fields = int(num_fields)
         self.num_dense = int(num_dense)
         self.embedding_dim = int(embedding_dim)
-        self.row_dim = self.embedding_dim + (1 if self.has_linear else 0)
+        self.row_dim = self.row_width(self.embedding_dim)
         self.deep_in = self.num_fields * self.embedding_dim + self.num_dense
         self.hidden = tuple(int(h) for h in hidden)
 
@@ -143,9 +149,8 @@ _CLASSES = {"wdl": WideDeep, "dcn": DCN, "deepfm": DeepFM}
 
 
 def model_row_dim(name: str, embedding_dim: int) -> int:
-    """The width of model ``name``'s embedding rows: ``embedding_dim``, plus the linear weight of the models
-    with a first-order part (``wdl``, ``deepfm``), as :attr:`CTRModel.row_dim`."""
-    return int(embedding_dim) + (1 if _CLASSES[name].has_linear else 0)
+    """The width of model ``name``'s embedding rows (:meth:`CTRModel.row_width`), before any model is built."""
+    return _CLASSES[name].row_width(embedding_dim)
 
 
 def make_model(name: str, *, num_fields: int, num_dense: int, embedding_dim: int,
