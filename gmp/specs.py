@@ -380,9 +380,11 @@ def _share_device_cache(config: Any, cache_rows: int | None, kept_share: int | N
     between the tiered rows and Herald's copies: Herald keeps half of its rows (``cache_rows // 2``), or on a
     resume the checkpoint's share (``kept_share``: it must match, and more rows then all go to the tiered rows);
     the tiered rows get the rest (:func:`gmp.train.tiers.split_cache_rows`)."""
+    from .train.tiers import split_cache_rows
+
     tiers, row_bytes = config.tiers, config.row_bytes
     total = int(cache_rows) if cache_rows else tiers.cache_bytes // row_bytes
-    share = total // 2 if kept_share is None else kept_share
+    share = split_cache_rows(total, tiered=True, herald=True)[1] if kept_share is None else kept_share
     name = "cache_rows" if cache_rows else "cache_bytes"
     if total - share < 1:
         size = total if cache_rows else f"{tiers.cache_bytes} ({total} rows)"
@@ -398,14 +400,16 @@ def _check_cache_holds_the_run(config: Any, largest_step: int, *, split: bool, k
     """Refuse a tiered table's cache (given in rows or bytes) that cannot hold the rows of the largest step of
     the run (every epoch this run trains), naming the size that can, in the setting the person gave: with
     ``split`` the size is shared with Herald's copies (:func:`_share_device_cache`)."""
+    from .train.tiers import cache_rows_for
+
     tiers, row_bytes = config.tiers, config.row_bytes
     own = tiers.cache_rows or tiers.cache_bytes // row_bytes
     if own >= largest_step:
         return
     if not split:
         rows, why = largest_step, ""
-    elif kept_share is None:  # Herald keeps half: T - T // 2 >= L from T = 2L - 1 on
-        rows, why = 2 * largest_step - 1, " (Herald's copies keep half of it)"
+    elif kept_share is None:  # Herald keeps half
+        rows, why = cache_rows_for(largest_step, herald=True), " (Herald's copies keep half of it)"
     else:
         rows, why = largest_step + kept_share, f" (Herald's copies keep the checkpoint's {kept_share} rows of it)"
     name = "cache_bytes" if tiers.cache_bytes else "cache_rows"
