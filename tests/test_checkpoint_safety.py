@@ -346,6 +346,25 @@ def test_resume_refuses_a_setting_only_the_checkpoint_records(setup, tmp_path):
     train(path, man, dataclasses.replace(CFG, epochs=2, comm_dtype="bf16"), checkpoint_dir=ckdir, resume=True)
 
 
+def test_a_refused_nested_setting_names_the_part_that_differs(tmp_path):
+    class Config:  # check_settings reads the run's settings through to_json only
+        def __init__(self, settings):
+            self.settings = settings
+
+        def to_json(self):
+            return self.settings
+
+    herald = {"on_demand": False, "cache_rows": 0, "lookahead": 0}
+    head = {"config": {"schedule": "herald", "herald": herald}}
+    ck.check_settings(tmp_path, head, Config({"schedule": "herald", "herald": dict(herald)}))
+    with pytest.raises(TrainingError) as exc:
+        ck.check_settings(tmp_path, head, Config({"schedule": "herald", "herald": {**herald, "lookahead": 3}}))
+    assert f"{tmp_path} was made with herald.lookahead=0, this run has herald.lookahead=3; " in one_line(exc)
+    with pytest.raises(TrainingError) as exc:  # a part only one side has counts, as a whole setting does
+        ck.check_settings(tmp_path, head, Config({"schedule": "herald", "herald": {**herald, "extra": 1}}))
+    assert "was made with herald.extra=None, this run has herald.extra=1;" in one_line(exc)
+
+
 @pytest.mark.parametrize("bad", [-5.0, float("nan"), 0.0])
 def test_a_bad_collective_timeout_is_refused_on_the_local_engine_too(setup, bad):
     with pytest.raises(TrainingError) as exc:

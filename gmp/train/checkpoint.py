@@ -412,9 +412,16 @@ def check_settings(ckpt: Path, head: dict[str, Any], config, keys: Sequence[str]
     leaves out filled in)."""
     then, now = comparable_settings(head["config"]), comparable_settings(config.to_json())
     for k in (sorted((set(then) | set(now)) - set(MUTABLE)) if keys is None else keys):
-        if then.get(k) != now.get(k):
-            raise TrainingError(f"{ckpt} was made with {k}={then.get(k)!r}, this run has {k}={now.get(k)!r}; "
-                                f"resume with the same settings or {_FIX}")
+        a, b = then.get(k), now.get(k)
+        if a == b:
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):  # name the parts that differ, not two whole dicts
+            parts = sorted(p for p in set(a) | set(b) if a.get(p) != b.get(p))
+            made = ", ".join(f"{k}.{p}={a.get(p)!r}" for p in parts)
+            has = ", ".join(f"{k}.{p}={b.get(p)!r}" for p in parts)
+        else:
+            made, has = f"{k}={a!r}", f"{k}={b!r}"
+        raise TrainingError(f"{ckpt} was made with {made}, this run has {has}; resume with the same settings or {_FIX}")
 
 
 # --------------------------------------------------------------------------- rows by id
