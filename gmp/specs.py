@@ -293,7 +293,7 @@ def resolve_train(dataset: Any, manifest: Any = None, *, engine: str | None = No
                 raise param_error(E, name, f"The '{name}' parameter drives the device cache of table_location="
                                             f"host|disk (the worker's own rows) or of schedule=herald (remote "
                                             f"rows), got table_location=device schedule={schedule}; add one of "
-                                            f"them or drop {name}.")
+                                            f"them or drop `{name}`.")
         cache_bytes = tier_given.get("cache_bytes")
         if cache_bytes is not None and cache_bytes < 1:  # not "the default": that is leaving it out
             raise param_error(E, "cache_bytes", f"The 'cache_bytes' parameter must hold at least one row of the "

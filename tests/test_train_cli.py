@@ -253,6 +253,8 @@ def test_bad_input_is_refused_before_training(ctr, tmp_path):
     _one_line_error(run_cli("--dataset", path, "--resume"), "--resume needs --checkpoint-dir")
     _one_line_error(run_cli("--dataset", path, "--seed", str(2**64)), r"--seed must be an int in \[0, 2\^63\)")
     _one_line_error(run_cli("--dataset", path, "--cache-policy", "lru"), "--cache-policy drives the device cache")
+    for flag, value in (("--cache-policy", "lru"), ("--lookahead", "2"), ("--cache-rows", "5")):  # the fix names the flag
+        _one_line_error(run_cli("--dataset", path, flag, value), f"add one of them or drop {flag}\\.$")
     _one_line_error(run_cli("--dataset", path, "--workers", "-1"), "--workers must be an int >= 1, got -1")
     broken = tmp_path / "broken"
     shutil.copytree(path, broken)
