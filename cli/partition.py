@@ -144,7 +144,8 @@ def partition(dataset, workers, method, topology, topology_file, inter_cost, bat
         summary_table(metrics, f"{spec.method} on {workers_phrase(topo.num_workers, topo.name)}, "
                                f"batch {spec.batch_size}")
         typer.echo(wrote)
-        typer.echo(f"{spec.method}, {topo.num_workers} workers: {traffic_summary(metrics)}; replication "
+        on = f"{topo.num_workers} {plural('worker', topo.num_workers)}"
+        typer.echo(f"{spec.method}, {on}: {traffic_summary(metrics)}; replication "
                    f"{metrics['replication_factor']:.3f}, {metrics['partition_seconds']:.1f} s")
         return
     processes = made.placement.info["distributed"]["processes"]

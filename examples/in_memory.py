@@ -29,17 +29,25 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=int, default=3000)
     ap.add_argument("--workers", type=int, default=4)
-    ap.add_argument("--work", type=Path, default=None, help="scratch directory (default: a new temporary one)")
+    ap.add_argument("--work", type=Path, default=None,
+                    help="scratch directory, kept (default: a temporary one, removed at the end)")
     args = ap.parse_args(argv)
-    work = args.work or Path(tempfile.mkdtemp(prefix="gmp-in-memory-"))
+    if args.work is not None:
+        run(args.work, args.samples, args.workers)
+        return
+    with tempfile.TemporaryDirectory(prefix="gmp-in-memory-") as work:
+        run(Path(work), args.samples, args.workers)
 
+
+def run(work: Path, num_samples: int, num_workers: int) -> None:
+    """The five steps, in ``work``."""
     # 1. a dataset (gmp.import_dataset for real data) and its graph: samples x embedding rows, CSR both ways
-    ds = gmp.synthesize(work / "data", preset="tiny", num_samples=args.samples, seed=0, overwrite=True)
+    ds = gmp.synthesize(work / "data", preset="tiny", num_samples=num_samples, seed=0, overwrite=True)
     graph = build_graph(ds)
     print(f"graph: {graph.num_samples:,} samples, {graph.num_embeddings:,} rows, {graph.num_edges:,} edges")
 
     # 2. partition in memory: any registered partitioner, one signature, a Placement back
-    topo = homogeneous(args.workers)
+    topo = homogeneous(num_workers)
     print(f"partitioners: {', '.join(sorted(PARTITIONERS))}")
     placement = run_partitioner("hybrid", graph, topo, seed=0, options={"batch_size": 64})
     reference = run_partitioner("random", graph, topo, seed=0)
@@ -77,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
     assert len(set(two.sample_worker[:3])) == 1 and len(set(two.sample_worker[3:])) == 1  # the two triangles
 
     # 5. only now, if you want it on disk: the manifest + report gmp partition writes
-    written = gmp.partition_dataset(ds, "hybrid", work / "manifest", workers=args.workers, batch_size=64,
+    written = gmp.partition_dataset(ds, "hybrid", work / "manifest", workers=num_workers, batch_size=64,
                                     options={}, plots=False, overwrite=True)
     assert np.array_equal(written.placement.sample_worker, placement.sample_worker)  # same seed, same placement
     print(f"wrote {written.path}: {gmp.make_report(written).headline}")

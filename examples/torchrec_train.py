@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -142,27 +141,34 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--samples", type=int, default=3000)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--lr", type=float, default=0.05)
-    ap.add_argument("--work", type=Path, default=None, help="scratch directory (default: a new temporary one)")
+    ap.add_argument("--work", type=Path, default=None,
+                    help="scratch directory, kept (default: a temporary one, removed at the end)")
     args = ap.parse_args(argv)
     try:
         import torchrec  # noqa: F401
     except ImportError as exc:
         sys.exit(f"TorchRec is not installed ({exc}): pip install -e '.[peers]' && "
                  "pip install --no-deps torchrec==1.8.0 (scripts/setup.sh does both)")
+    if args.work is not None:
+        run(args.work, args.samples, args.batch_size, args.lr)
+        return
+    with tempfile.TemporaryDirectory(prefix="gmp-torchrec-") as work:
+        run(Path(work), args.samples, args.batch_size, args.lr)
+
+
+def run(work: Path, num_samples: int, batch_size: int, lr: float) -> None:
+    """Synthesize, partition, export, and train one epoch on WORLD ranks, in ``work``."""
     import torch.multiprocessing as mp
 
-    work = args.work or Path(tempfile.mkdtemp(prefix="gmp-torchrec-"))
     data, manifest, export = work / "data", work / "data.hybrid.w2", work / "data.hybrid.w2.torchrec"
-    gmp("data", "synth", "--preset", "tiny", "--samples", str(args.samples), "--seed", "0", "--out", str(data),
+    gmp("data", "synth", "--preset", "tiny", "--samples", str(num_samples), "--seed", "0", "--out", str(data),
         "--overwrite")
-    gmp("partition", str(data), "--workers", str(WORLD), "--method", "hybrid", "--batch-size", str(args.batch_size),
+    gmp("partition", str(data), "--workers", str(WORLD), "--method", "hybrid", "--batch-size", str(batch_size),
         "--no-plots", "--out", str(manifest), "--overwrite")
-    if export.exists():  # gmp export torchrec --overwrite does not recognise an export directory yet
-        shutil.rmtree(export)
     # FBGEMM wants row widths divisible by 4
     gmp("export", "torchrec", str(manifest), "--dataset", str(data), "--embedding-dim", "8",
-        "--batch-size", str(args.batch_size), "--out", str(export))
-    mp.start_processes(train_rank, args=(WORLD, free_port(), str(export), str(data), args.lr), nprocs=WORLD,
+        "--batch-size", str(batch_size), "--out", str(export), "--overwrite")
+    mp.start_processes(train_rank, args=(WORLD, free_port(), str(export), str(data), lr), nprocs=WORLD,
                        join=True, start_method="spawn")
     for rank in range(WORLD):
         print((export / f"rank{rank}.txt").read_text(), end="")

@@ -71,6 +71,9 @@ def test_partition_prints_summary(tiny_dataset, tmp_path):
     last = res.output.strip().splitlines()[-1]
     assert last.startswith(f"random, 2 workers: {total:,.0f} rows/epoch ({total * 16 * 4:.0f} B), 0.0% vs random"), last
     assert "2 workers (1 machine x 2, a row on another machine costs more)" in res.output
+    one = invoke("partition", tiny_dataset, "--workers", "1", "--method", "random", "--out", tmp_path / "p1")
+    assert one.exit_code == 0, one.output
+    assert one.output.strip().splitlines()[-1].startswith("random, 1 worker: 0 rows/epoch (0 B)"), one.output
 
 
 def test_report_formats(partitioned, tmp_path):

@@ -20,8 +20,10 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 
 
-def run_example(name: str, *args: str, timeout: int = 900) -> str:
+def run_example(name: str, *args: str, timeout: int = 900, tmpdir: Path | None = None) -> str:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    if tmpdir is not None:  # where the example's default scratch directory goes
+        env["TMPDIR"] = str(tmpdir)
     proc = subprocess.run([sys.executable, str(EXAMPLES / name), *args], capture_output=True, text=True,
                           cwd=ROOT, env=env, timeout=timeout)
     assert proc.returncode == 0, f"{name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
@@ -52,6 +54,12 @@ def test_in_memory_example(tmp_path):
     written = json.loads((tmp_path / "manifest" / "report.json").read_text())["metrics"]
     total = written["batch_remote_reads"] + written["batch_remote_pushes"]
     assert f"hybrid: {total:,.0f} rows moved per epoch (reads + pushes)" in out  # in memory == on disk
+
+
+def test_in_memory_example_removes_its_default_scratch_directory(tmp_path):
+    out = run_example("in_memory.py", "--samples", "600", tmpdir=tmp_path)
+    assert f"wrote {tmp_path}" in out  # it did work there ...
+    assert list(tmp_path.iterdir()) == []  # ... and left nothing behind
 
 
 def test_torchrec_example_trains_on_two_cpu_ranks(tmp_path):
