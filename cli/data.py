@@ -19,7 +19,7 @@ import typer
 from ._common import console, echo_json, handle_errors
 from ._options import options
 
-from gmp.datasets.dispatch import FORMATS
+from gmp.datasets.dispatch import FORMAT_ALIASES, FORMATS
 
 #: largest --hash SIZE
 MAX_HASH_BUCKETS = 2**31 - 2
@@ -72,8 +72,9 @@ def import_cmd(args, out, test_inputs, min_count, hash_sizes, max_bad_lines, tes
     C1-C26), avazu (CSV with header), movielens (RecBole .inter/.user/.item
     or classic u.data/u.user/u.item), libsvm/libfm (label idx:val, field =
     token position), libffm (label field:idx:val), csv (generic, with a
-    header; the label is a column named label/click/target/y/rating or the
-    only 0/1 column, numeric columns with many values are --dense, unless
+    header, any delimiter; tsv is another name for it; the label is a
+    column named label/click/target/y/rating or the only 0/1 column,
+    numeric columns with many values are --dense, unless
     --label/--cat/--dense/--multi say otherwise; the delimiter is
     recognised), parquet (columns as for csv; needs pyarrow). --test-input
     FILE keeps a provided train/test split. Dense integers are stored as
@@ -115,7 +116,7 @@ def import_cmd(args, out, test_inputs, min_count, hash_sizes, max_bad_lines, tes
 
     num_fields = sum(1 for f in meta["fields"] if f["kind"] != "dense")
     num_bad, num_blank = meta["num_bad_lines"], meta["source"].get("num_blank_lines", 0)
-    skipped = f", {num_bad} malformed {plural('line', num_bad)} skipped" if num_bad else ""
+    skipped = f", {num_bad:,} malformed {plural('line', num_bad)} skipped" if num_bad else ""
     if num_blank:
         skipped += f", {num_blank:,} blank {plural('line', num_blank)} skipped"
     typer.echo(f"imported {meta['num_samples']:,} {plural('sample', meta['num_samples'])} "
@@ -129,9 +130,10 @@ def split_format(args: list[str]) -> tuple[Optional[str], list[Path]]:
     an input follows (a lone word naming a format and no file is a missing INPUT)."""
     from gmp.errors import ImportDataError
 
-    if args and args[0].lower() in FORMATS:
+    if args and (args[0].lower() in FORMATS or args[0].lower() in FORMAT_ALIASES):
         if len(args) > 1:
-            return args[0].lower(), [Path(a) for a in args[1:]]
+            word = args[0].lower()
+            return FORMAT_ALIASES.get(word, word), [Path(a) for a in args[1:]]
         if not Path(args[0]).exists():
             raise ImportDataError(f"format {args[0]!r} given but no INPUT; pass the file(s) to import after it.")
     if len(args) > 1 and not Path(args[0]).exists() and Path(args[1]).exists():  # a misspelt FORMAT, not a file
@@ -198,7 +200,7 @@ def info_cmd(
     con.print(f"[bold]{path}[/bold]  (source: {src.get('format', '?')}, sha256 {info['sha256'][:12]})")
     con.print(f"samples {info['num_samples']:,} (train {info['num_train']:,}, test {info['num_test']:,}), "
               f"embeddings {info['num_embeddings']:,} ({g['num_active_embeddings']:,} used), edges {info['num_edges']:,}, "
-              f"dense {info['num_dense']}, label rate {info['label_rate']:.4f}, bad lines skipped {info['num_bad_lines']}")
+              f"dense {info['num_dense']}, label rate {info['label_rate']:.4f}, bad lines skipped {info['num_bad_lines']:,}")
     con.print(f"skew: top 1% of used embeddings get {g['top1pct_access_share']:.1%} of accesses "
               f"(top 0.1%: {g['top01pct_access_share']:.1%}); max embedding degree {g['max_embedding_degree']:,}; "
               f"sample degree mean {g['mean_sample_degree']:.2f}, max {g['max_sample_degree']}")

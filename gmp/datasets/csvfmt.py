@@ -76,6 +76,13 @@ class CsvOptions:
             raise ImportDataError(f"`label_threshold` must be a finite number, got {self.label_threshold}.")
         if self.dense_transform not in ("log1p", "none"):
             raise ImportDataError(f"`dense_transform` must be 'log1p' or 'none', got {self.dense_transform!r}.")
+        # an ignored column given another role too: which one was meant cannot be told (it was imported)
+        for role, names in (("label", [self.label]), ("categorical", self.categorical or []), ("multi", self.multi),
+                            ("dense", self.dense)):
+            both = [c for c in names if c in self.ignore]
+            if both:
+                raise ImportDataError(f"column {both[0]!r} is named in both `ignore` and `{role}`; give each column "
+                                      f"one role.")
 
     @property
     def positive_value(self) -> str | None:

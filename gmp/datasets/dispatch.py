@@ -45,6 +45,8 @@ IMPORTERS: dict[str, tuple[str, str]] = {
     "parquet": ("gmp.datasets.parquet", "import_parquet"),
 }
 FORMATS = tuple(IMPORTERS)
+#: other names of a format (``tsv``: the csv importer reads any delimiter, tab included)
+FORMAT_ALIASES = {"tsv": "csv"}
 #: formats whose inputs are line-oriented text (sniffed when most lines fail)
 TEXT_FORMATS = ("criteo", "avazu", "libsvm", "libfm", "libffm", "csv")
 #: the share of malformed lines above which the file is taken for another format
@@ -75,6 +77,7 @@ def import_dataset(fmt: str, inputs: Sequence[str | os.PathLike], out: str | os.
         The written ``dataset.json`` header.
     """
     fmt = str(fmt).lower()
+    fmt = FORMAT_ALIASES.get(fmt, fmt)
     if fmt not in IMPORTERS:
         raise ImportDataError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}.")
     common = common or CommonOptions()
@@ -95,6 +98,8 @@ def import_dataset(fmt: str, inputs: Sequence[str | os.PathLike], out: str | os.
     if tests and fmt == "movielens":
         raise ImportDataError("test inputs do not apply to movielens (one ratings file with its side files); "
                               "split it by `test_fraction`.")
+    check_compression([*inputs, *tests])
+    _check_same_format(fmt, [*inputs[1:], *tests])
     module, name = IMPORTERS[fmt]
     importer = getattr(importlib.import_module(module), name)
     if fmt in ("libsvm", "libfm", "libffm"):
@@ -111,22 +116,78 @@ def import_dataset(fmt: str, inputs: Sequence[str | os.PathLike], out: str | os.
     try:
         return importer(all_inputs, out, common=common, **options)
     except MalformedInputError as exc:
-        if fmt in TEXT_FORMATS and exc.first and exc.count > WRONG_FORMAT_SHARE * max(1, exc.lines_read):
+        first = exc.first[0] if exc.first else None
+        if fmt in TEXT_FORMATS and first and exc.count > WRONG_FORMAT_SHARE * max(1, exc.lines_read):
             from .sniff import advice
 
-            first = exc.first[0]
-            hint = advice(Path(first["file"]), fmt, bad=exc.count, lines_read=exc.lines_read,
+            # lines_read counts every input read so far: a count for a later input would mix in the earlier ones'
+            alone = str(first["file"]) == str(all_inputs[0])
+            hint = advice(Path(first["file"]), fmt, bad=exc.count, lines_read=exc.lines_read if alone else None,
                           first_reason=f"line {first['line']}: {first['reason']}")
+            if hint:
+                raise ImportDataError(hint) from None
+        if fmt == "criteo" and first and exc.count == 1 and first["line"] == 1 and exc.lines_read > 1:
+            hint = _header_line(Path(first["file"]))
             if hint:
                 raise ImportDataError(hint) from None
         raise
 
 
+def _header_line(path: Path) -> str | None:
+    """One line for a Criteo file whose only malformed line is a header line (no cell a number), else None."""
+    from .sniff import compress_names, is_number, read_lines
+
+    lines = read_lines(path, 1) if path.is_file() else []
+    cells = lines[0].split("\t") if lines else []
+    if not cells or any(is_number(c.strip()) for c in cells if c.strip()):
+        return None
+    names = compress_names([c.strip() for c in cells])
+    shown = ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
+    return (f"{path}: line 1 looks like a header line ({shown}), which Criteo files do not have; remove it or "
+            f"pass `max_bad_lines` 1 to skip it.")
+
+
+#: the first bytes of compressed files gmp does not read, and the command that decompresses each
+_COMPRESSED = ((b"BZh", "bzip2", "bunzip2 -k"), (b"\xfd7zXZ\x00", "xz", "unxz -k"),
+               (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"))
+
+
+def check_compression(paths: Sequence[str | os.PathLike]) -> None:
+    """Refuse a bzip2, xz or zstd input (by its magic bytes) in one line: gmp reads plain text and gzip, and
+    the compressed bytes read as text were "cannot tell its format" or a list of malformed lines."""
+    for p in paths:
+        path = Path(p)
+        try:
+            if not path.is_file():  # a pipe is not read ahead; a missing file is named by its importer
+                continue
+            with open(path, "rb") as f:
+                head = f.read(6)
+        except OSError:
+            continue
+        for magic, kind, tool in _COMPRESSED:
+            if head.startswith(magic):
+                raise ImportDataError(f"{path} is {kind}-compressed, and gmp reads plain text and gzip only; "
+                                      f"decompress it ({tool} {shlex.quote(str(path))}) or recompress it with gzip.")
+
+
+def _check_same_format(fmt: str, paths: Sequence[str | os.PathLike]) -> None:
+    """Refuse a later input (or a test input) that is recognised as another format than ``fmt``, before any
+    line is read: its lines would all be malformed, counted together with the earlier inputs' lines."""
+    from .sniff import sniff
+
+    for p in paths:
+        path = Path(p)
+        if not path.is_file():
+            continue
+        guess = sniff(path)
+        if _contradicts(fmt, guess):
+            raise ImportDataError(f"{path} looks like {guess.description}, not {fmt} input like the first input; "
+                                  f"give inputs and test inputs of one format (import the other one separately).")
+
+
 # --------------------------------------------------------------------------
 # recognition: which importer, and for csv/parquet which columns
 # --------------------------------------------------------------------------
-#: formats read by the same importer (a file recognised as one may be imported as the other)
-_SAME = {"libsvm": "libfm"}
 _SEP_FLAGS = {"\t": "tab", " ": "space"}
 
 
@@ -209,6 +270,7 @@ class ImportRecipe:
     numeric_categorical: tuple[str, ...] = ()
     numeric_distinct: tuple[int, ...] = ()
     sample_rows: int = 0
+    header: tuple[str, ...] = ()  # the csv/Parquet columns in file order (orders the suggested --dense)
 
     def command(self, inputs: Sequence[str | os.PathLike], out: str | os.PathLike, extra: Sequence[str] = ()) -> str:
         """The ``gmp data import`` command line of this recipe (``extra``: the other flags, as typed)."""
@@ -246,9 +308,12 @@ class ImportRecipe:
         shown = ", ".join(f"{c} ({count(c)})" for c in seen[:6]) + (", ..." if len(seen) > 6 else "")
         ids = ("one id per distinct value" if min_count == 1 else
                f"one id per value seen at least {min_count} times, one rare id for the others")
+        # the --dense to pass holds the columns already given too: passing only the new ones would drop those
+        given = [c for c in (self.columns.dense or ()) if c not in seen]
+        dense = sorted([*given, *seen], key=lambda c: self.header.index(c) if c in self.header else len(self.header))
         return (f"warning: {len(seen)} numeric-looking {plural('column', len(seen))} imported as categorical "
                 f"({ids}): {shown}; to read them as numbers pass "
-                f"--dense {','.join(compress_names(seen))}.")
+                f"--dense {','.join(compress_names(dense))}.")
 
 
 def recognise_import(fmt: str | None, inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
@@ -280,6 +345,7 @@ def recognise_import(fmt: str | None, inputs: Sequence[str | os.PathLike], out: 
     first = Path(inputs[0])
     if not first.exists():
         check_inputs([first], streams=True)  # names a missing file, a dangling link or a symlink loop
+    check_compression(inputs)
     guess = sniff(first)
     proposed: list[str] = []
 
@@ -291,6 +357,9 @@ def recognise_import(fmt: str | None, inputs: Sequence[str | os.PathLike], out: 
             raise ImportDataError(f"{first}: cannot tell its format ({guess.description}); name it: "
                                   f"gmp data import FORMAT {shlex.quote(str(first))} --out {shlex.quote(str(out))} with "
                                   f"FORMAT one of {', '.join(FORMATS)}.")
+        if guess.format == "empty":  # a header line alone: as the csv importer says it, not "add a header"
+            raise ImportDataError(f"{first}: the input is empty (no data lines, only the header line); pass a "
+                                  f"non-empty csv file.")
         if guess.format == "csv" and guess.header is None:
             raise ImportDataError(f"{first} looks like {guess.description}; add a first line naming the columns "
                                   f"(one of them the label), then run: {cmd('csv')}")
@@ -298,6 +367,7 @@ def recognise_import(fmt: str | None, inputs: Sequence[str | os.PathLike], out: 
         proposed.append("format")
     else:
         fmt = str(fmt).lower()
+        fmt = FORMAT_ALIASES.get(fmt, fmt)
         if fmt not in IMPORTERS:
             raise ImportDataError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}.")
         if _contradicts(fmt, guess):
@@ -315,13 +385,15 @@ def recognise_import(fmt: str | None, inputs: Sequence[str | os.PathLike], out: 
     if cols.problem:
         raise ImportDataError(f"{first}: {cols.problem}. Run: {cmd(fmt, cols.choice)}")
     return ImportRecipe(fmt, guess.description, cols.choice, tuple(proposed + cols.proposed), tuple(cols.numeric),
-                        tuple(cols.numeric.values()), cols.num_rows)
+                        tuple(cols.numeric.values()), cols.num_rows, tuple(cols.header))
 
 
 def _contradicts(fmt: str, guess) -> bool:
     """The file is recognised as something ``fmt`` does not read."""
+    from .sniff import same_importer
+
     got = guess.format
-    if got == "unknown" or _SAME.get(fmt, fmt) == _SAME.get(got, got):
+    if got in ("unknown", "empty") or same_importer(fmt) == same_importer(got):
         return False
     if got == "csv" and guess.header is None:  # headerless delimited text: only criteo/avazu/csv say more
         return fmt == "parquet"
@@ -340,6 +412,7 @@ class _Columns(NamedTuple):
     numeric: dict[str, int]  # numeric-looking columns left categorical -> their distinct values in the sample
     num_rows: int  # rows sampled
     problem: str | None
+    header: tuple[str, ...] = ()
 
 
 def _choose_columns(fmt: str, path: Path, given: ColumnChoice, recognised: bool) -> _Columns:
@@ -356,7 +429,9 @@ def _choose_columns(fmt: str, path: Path, given: ColumnChoice, recognised: bool)
     if not header:  # empty or unreadable: the importer's own error, not a question about the label
         _check_readable(fmt, path, sep)
         return _Columns(given, [], {}, 0, None)
-    roles = propose_columns(header, rows)
+    # an ignored column is never proposed (as the label, or as dense): `ignore` label with no `label` means
+    # "not that one"
+    roles = propose_columns([h if h not in given.ignore else "" for h in header], rows)
     proposed: list[str] = []
     label, problem = given.label, None
     positive, threshold = given.label_positive, given.label_threshold
@@ -397,7 +472,7 @@ def _choose_columns(fmt: str, path: Path, given: ColumnChoice, recognised: bool)
             proposed.append("dense")
     numeric = {c: len(roles.distinct(c)) for c in roles.dense if c not in taken and c not in (dense or ())}
     choice = dataclasses.replace(given, label=label, label_positive=positive, label_threshold=threshold, dense=dense)
-    return _Columns(choice, proposed, numeric, roles.num_rows, problem)
+    return _Columns(choice, proposed, numeric, roles.num_rows, problem, tuple(header))
 
 
 def _check_readable(fmt: str, path: Path, sep: str | None) -> None:

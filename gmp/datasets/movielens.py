@@ -7,8 +7,10 @@ One sample per rating; label = 1 when ``rating >= --rating-threshold``
 (default 4). Samples keep the order of the ratings file (so the tail test
 split is the file's last ratings).
 
-RecBole atomic (``INPUT`` = ``ml-100k.inter`` or the directory holding it;
-``ml-100k.user`` / ``ml-100k.item`` are read from beside it when present)::
+RecBole atomic (``INPUT`` = ``ml-100k.inter`` or the directory holding it, which must hold one
+``*.inter`` file; ``ml-100k.user`` / ``ml-100k.item`` are read from beside it when present, and for
+RecBole's split files ``ml-100k.train.inter`` those of the shorter name ``ml-100k``; a warning says
+when no side file is found)::
 
     ml-100k.inter   user_id:token  item_id:token  rating:float  timestamp:float
                     196            242            3             881250949
@@ -41,6 +43,7 @@ side fields take their missing ids.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from dataclasses import dataclass, field
@@ -55,6 +58,8 @@ from .csvfmt import interleave
 from .format import DatasetWriter
 from .streaming import BadLines, CommonOptions, finish_import, hash_strings, iter_chunks, read_header, total_size
 from .vocab import Vocabulary
+
+log = logging.getLogger(__name__)
 
 CLASSIC_GENRES = ["unknown", "Action", "Adventure", "Animation", "Children's", "Comedy", "Crime", "Documentary",
                   "Drama", "Fantasy", "Film-Noir", "Horror", "Musical", "Mystery", "Romance", "Sci-Fi", "Thriller",
@@ -133,6 +138,10 @@ def _resolve_layout(inputs: Sequence[str | os.PathLike]) -> tuple[str, Path, Pat
         raise ImportDataError(f"{p}: no such file or directory; check the INPUT path.")
     if p.is_dir():
         inter = sorted(p.glob("*.inter"))
+        if len(inter) > 1:  # taking the first by name imported RecBole's test split alone, without a word
+            pick = next((q for q in inter if ".train." in q.name), inter[0])  # RecBole's split: its train file
+            raise ImportDataError(f"{p} holds {len(inter)} RecBole '*.inter' files ({', '.join(q.name for q in inter)}); "
+                                  f"pass the one to import as INPUT, e.g. gmp data import movielens {pick} --out OUT.")
         if inter:
             p = inter[0]
         elif (p / "u.data").is_file():
@@ -145,12 +154,47 @@ def _resolve_layout(inputs: Sequence[str | os.PathLike]) -> tuple[str, Path, Pat
     if not p.is_file():
         raise ImportDataError(f"{p} is not a regular file (a pipe or device); the movielens importer reads the "
                               f"header before the data: save the input to a file first.")
+    _refuse_side_file(p)
     if p.suffix == ".inter" or p.name.endswith(".inter.gz"):
-        stem = p.name[: p.name.index(".inter")]
-        u, i = p.with_name(stem + ".user"), p.with_name(stem + ".item")
-        return "atomic", p, _side_file(u), _side_file(i)
+        users = items = None
+        # <stem>.user/.item, else those of a shorter stem: RecBole's benchmark split files
+        # {dataset}.{train,valid,test}.inter share {dataset}.user/.item
+        for stem in side_stems(p):
+            users, items = _side_file(p.with_name(stem + ".user")), _side_file(p.with_name(stem + ".item"))
+            if users is not None or items is not None:
+                break
+        return "atomic", p, users, items
     u, i = p.with_name("u.user"), p.with_name("u.item")
     return "classic", p, _side_file(u), _side_file(i)
+
+
+def side_stems(ratings: Path) -> list[str]:
+    """The names whose ``.user``/``.item`` files are joined to an ``.inter`` file, first found first:
+    ``ml-100k.train.inter`` -> ``ml-100k.train``, ``ml-100k``."""
+    stem = ratings.name[: ratings.name.index(".inter")]
+    out = []
+    while stem:
+        out.append(stem)
+        stem = stem.rpartition(".")[0]
+    return out
+
+
+#: MovieLens side files, by how their names end, and what they hold
+_SIDE_FILES = {".user": "users", ".item": "items", "u.user": "users", "u.item": "items", "u.genre": "genres",
+               "u.occupation": "occupations", "u.info": "counts"}
+
+
+def _refuse_side_file(p: Path) -> None:
+    """A side file given as INPUT is refused naming the ratings file to give (its lines were all malformed)."""
+    name = p.name[:-3] if p.name.endswith(".gz") else p.name
+    what = _SIDE_FILES.get(name) or next((w for end, w in _SIDE_FILES.items() if end.startswith(".")
+                                          and name.endswith(end)), None)
+    if what is None:
+        return
+    classic = name.startswith("u.") and name in _SIDE_FILES
+    ratings = p.with_name("u.data") if classic else p.with_name(name.rpartition(".")[0] + ".inter")
+    raise ImportDataError(f"{p} is a MovieLens side file ({what}), not the ratings; pass the ratings file "
+                          f"({ratings}) or its directory, and the side files beside it are joined in.")
 
 
 def _side_file(path: Path) -> Path | None:
@@ -246,6 +290,11 @@ def import_movielens(inputs: Sequence[str | os.PathLike], out: str | os.PathLike
     if not math.isfinite(rating_threshold):
         raise ImportDataError(f"`rating_threshold` must be a finite number, got {rating_threshold}.")
     layout, ratings, users_path, items_path = _resolve_layout(inputs)
+    if users_path is None and items_path is None:  # the user and item fields are then missing: say so
+        looked = ("u.user, u.item" if layout == "classic" else
+                  ", ".join(f"{stem}{end}" for stem in side_stems(ratings) for end in (".user", ".item")))
+        log.warning("warning: no side files beside %s (looked for %s); only the ratings file's columns are "
+                    "imported, without user or item features.", ratings, looked)
     ignore_set = set(DEFAULT_IGNORE if ignore is None else ignore)
     bad = BadLines(common.max_bad_lines)
     if layout == "atomic":
@@ -290,6 +339,7 @@ def import_movielens(inputs: Sequence[str | os.PathLike], out: str | os.PathLike
         raise ImportDataError(f"`ignore` {','.join(sorted(ignore_set))} leaves no feature column (the rating is the "
                               f"label); keep at least one, e.g. user_id or item_id.")
     lines_read = 0
+    top = -math.inf  # the highest rating read
     paths = [ratings]
     sources = [p for p in (ratings, users_path, items_path) if p]
     with DatasetWriter(out, num_dense=0, overwrite=common.overwrite, inputs=sources) as writer, \
@@ -318,6 +368,7 @@ def import_movielens(inputs: Sequence[str | os.PathLike], out: str | os.PathLike
                     continue
                 rows.append(parts)
                 labels.append(1.0 if rating >= rating_threshold else 0.0)
+                top = max(top, rating)
             bad.check(name=str(ratings), lines_read=lines_read)
             advance(chunk.progress - last)
             last = chunk.progress
@@ -346,6 +397,10 @@ def import_movielens(inputs: Sequence[str | os.PathLike], out: str | os.PathLike
                     parts_out.append(vocab.lookup_multi(f, lens, keys[take]))
             lengths, ids = interleave(parts_out, m)
             writer.add(lengths, ids, np.asarray(labels, np.float32))
+        if top != -math.inf and top < rating_threshold:
+            log.warning("warning: --rating-threshold %g is above every rating (the highest is %g), so every label "
+                        "is 0; choose a threshold within the ratings (the default 4 reads 4 and 5 stars as liked).",
+                        rating_threshold, top)
         options = {"layout": layout, "rating_threshold": rating_threshold, "ignore": sorted(ignore_set),
                    "users": str(users_path) if users_path else None, "items": str(items_path) if items_path else None}
         return finish_import(writer, vocab, bad, fmt="movielens", paths=paths, lines_read=lines_read,

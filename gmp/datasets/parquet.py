@@ -205,8 +205,8 @@ def _as_float(pa, pc, col, n: int) -> np.ndarray:
             except (TypeError, ValueError):
                 pass
         return out
-    try:
-        arr = pc.cast(col, pa.float64())
+    try:  # unsafe: a 64-bit integer beyond 2^53 is its nearest float (a safe cast refused it: every row "null")
+        arr = pc.cast(col, pa.float64(), safe=not pa.types.is_integer(t))
     except Exception:
         return np.full(n, np.nan)
     return np.asarray(arr.to_numpy(zero_copy_only=False), dtype=np.float64)
@@ -228,6 +228,9 @@ def _keys(pa, pc, col) -> tuple[np.ndarray, np.ndarray]:
     if pa.types.is_dictionary(t):
         col = pc.cast(col, t.value_type)
         t = col.type
+    if pa.types.is_uint64(t):  # the values are 64-bit keys as they are (a cast to int64 refused those >= 2^63)
+        v = np.asarray(pc.fill_null(col, 0).to_numpy(zero_copy_only=False), dtype=np.uint64)
+        return v, present
     if pa.types.is_integer(t) or pa.types.is_boolean(t):
         v = np.asarray(pc.fill_null(pc.cast(col, pa.int64()), 0).to_numpy(zero_copy_only=False), dtype=np.int64)
         return v.view(np.uint64), present

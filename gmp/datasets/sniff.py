@@ -20,10 +20,13 @@ Recognised (first match wins; each rule looks at up to 50 complete lines):
 ==========  ====================================================================
 criteo      tab-separated, 37-40 columns, label 0/1, 13 integer (or empty)
             columns, then hexadecimal (or empty) columns; no header
-libffm      ``label field:idx:val ...`` (two colons per token)
-libfm       ``label idx:val ...`` (one colon per token; also libsvm)
+            (most lines: :data:`STEADY_SHARE`)
+libffm      ``label field:idx:val ...`` (two colons per token; most lines)
+libfm       ``label idx:val ...`` (one colon per token; also libsvm; most lines)
 movielens   RecBole atomic files (``user_id:token`` headers) or the classic
-            ``u.data`` (4 tab-separated integers per line)
+            ``u.data`` (4 tab-separated integers per line: a 0-5 rating third,
+            a 9- or 10-digit Unix timestamp fourth)
+empty       one line of non-numeric cells: a header line and no data
 avazu       a comma-separated header with ``id``, ``click`` and ``hour``
 parquet     a file starting with ``PAR1`` (by its bytes, before any line is read)
 csv         anything else with a consistent delimiter; with a header line the
@@ -62,6 +65,8 @@ POSITIVE_WORDS = ("yes", "y", "true", "t", "positive", "pos", "click", "clicked"
 LABEL_NAMES = ("label", "click", "clicked", "target", "y", "is_click", "ctr_label", "rating", "income")
 _NUM = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 _INT = re.compile(r"^[-+]?\d+$")
+#: not-a-number and infinities as Python and most writers spell them (a numeric column may hold a few)
+_NONFINITE = re.compile(r"^[-+]?(nan|inf|infinity)$", re.IGNORECASE)
 _HEX = re.compile(r"^[0-9a-fA-F]{1,16}$")
 _FM = re.compile(r"^\d+:[-+0-9.eE]+$")
 _FFM = re.compile(r"^\d+:\d+:[-+0-9.eE]+$")
@@ -181,12 +186,13 @@ def sniff_lines(lines: Sequence[str], *, name: str = "") -> Guess:
     if not lines:
         return Guess("unknown", "an empty file")
     tokens = [ln.split() for ln in lines]
-    if all(t and _NUM.match(t[0]) for t in tokens):
-        rest = [x for t in tokens for x in t[1:]]
-        if rest and all(_FFM.match(x) for x in rest):
-            return Guess("libffm", "libffm lines ('label field:idx:val ...')")
-        if rest and all(_FM.match(x) for x in rest):
-            return Guess("libfm", "libfm/libsvm lines ('label idx:val ...', one colon per token)")
+    # most lines (STEADY_SHARE), as for Criteo: a libsvm file with a few broken lines is still libsvm, and
+    # its import names them (with `max_bad_lines` to skip them)
+    for pattern, fmt, what in ((_FFM, "libffm", "libffm lines ('label field:idx:val ...')"),
+                               (_FM, "libfm", "libfm/libsvm lines ('label idx:val ...', one colon per token)")):
+        good = [t for t in tokens if _NUM.match(t[0]) and all(pattern.match(x) for x in t[1:])]
+        if any(len(t) > 1 for t in good) and len(good) >= STEADY_SHARE * len(tokens):
+            return Guess(fmt, what)
     first = lines[0]
     if ":token" in first or ":float" in first:
         return Guess("movielens", "a RecBole atomic file (typed header such as 'user_id:token')")
@@ -197,8 +203,11 @@ def sniff_lines(lines: Sequence[str], *, name: str = "") -> Guess:
         return Guess("unknown", "text without a consistent delimiter")
     rows = [ln.split(sep) for ln in lines]
     rows = [[c.strip().strip('"') for c in r] for r in rows]
-    if sep == "\t" and len(rows[0]) == 4 and all(all(_INT.match(c) for c in r) for r in rows):
+    if sep == "\t" and _looks_like_udata(rows):
         return Guess("movielens", "MovieLens 'u.data' rows (user, item, rating, timestamp)")
+    if len(rows) == 1 and not any(_NUM.match(c) or _NONFINITE.match(c) for c in rows[0] if c):
+        return Guess("empty", f"a header line ({', '.join(compress_names(rows[0])[:6])}) and no data lines", sep,
+                     tuple(rows[0]))
     has_header = len(rows) > 1 and _has_header(rows)
     ncols = len(rows[0])
     what = f"a {_SEP_NAMES[sep]}-separated file with {ncols} columns"
@@ -227,15 +236,28 @@ def sniff_lines(lines: Sequence[str], *, name: str = "") -> Guess:
     return Guess("csv", f"{what} and a header line ({shown})", sep, header, tuple(args))
 
 
-def advice(path: str | Path, fmt: str, *, bad: int, lines_read: int, first_reason: str) -> str | None:
-    """One line for an import where most lines failed, or ``None`` if the file looks like ``fmt``."""
+def advice(path: str | Path, fmt: str, *, bad: int, lines_read: int | None, first_reason: str) -> str | None:
+    """One line for an import where most lines failed, or ``None`` if the file looks like ``fmt`` (or like
+    a format the same importer reads). ``lines_read`` None: the count is not known for this file alone (a
+    later input of several), so the line gives no count."""
     guess = sniff(path)
-    if guess.format == fmt and fmt != "csv":
-        return None
-    if guess.format == "unknown" or (guess.format == "csv" and guess.header is None):
+    if same_importer(guess.format) == same_importer(fmt) and fmt != "csv":
+        return None  # libsvm and libfm are one importer: naming the other would run the same failing import
+    if guess.format in ("unknown", "empty") or (guess.format == "csv" and guess.header is None):
         return None  # nothing that reads the file could be named
-    return (f"{path}: {bad:,} of the first {lines_read:,} lines are not valid {fmt} (e.g. {first_reason}); "
+    counted = (f"{bad:,} of the first {lines_read:,} lines are" if lines_read is not None
+               else "most of its lines read are")
+    return (f"{path}: {counted} not valid {fmt} (e.g. {first_reason}); "
             f"the file looks like {guess.description}. Read it with: {guess.command(path)}")
+
+
+#: formats read by the same importer (a file recognised as one may be imported as the other)
+SAME_IMPORTER = {"libsvm": "libfm"}
+
+
+def same_importer(fmt: str) -> str:
+    """The name of the importer that reads ``fmt`` (``libsvm`` and ``libfm`` are one)."""
+    return SAME_IMPORTER.get(fmt, fmt)
 
 
 def check_header(path: str | Path, fmt: str, label: str | None = None) -> None:
@@ -254,6 +276,16 @@ def check_header(path: str | Path, fmt: str, label: str | None = None) -> None:
     if guess.format in ("criteo", "libfm", "libffm", "movielens") or (guess.format == "csv" and guess.header is None):
         raise ImportDataError(f"{path}: the {fmt} importer needs a header line naming the columns, but the file "
                               f"looks like {guess.description}. Read it with: {guess.command(path)}")
+
+
+def _looks_like_udata(rows: list[list[str]]) -> bool:
+    """MovieLens ``u.data``: 4 integer columns, the third a star rating (0 to 5) and the fourth a Unix
+    timestamp (9 or 10 digits: 1973 to 2286). Any other 4 integer columns are not taken for ratings."""
+    def ok(r: list[str]) -> bool:
+        return (len(r) == 4 and all(_INT.match(c) for c in r) and 0 <= int(r[2]) <= 5
+                and 10**8 <= int(r[3]) < 10**10)
+
+    return all(ok(r) for r in rows)
 
 
 def _looks_like_criteo(rows: list[list[str]]) -> bool:
@@ -298,11 +330,15 @@ def positive_label(values: list[str]) -> str | None:
 def _is_dense(name: str, values: list[str]) -> bool:
     """A numeric column with many distinct values (:data:`DENSE_MIN_DISTINCT`) or a fractional one; not an id.
 
-    A numeric column with few values (a 0/1 flag, a 1-5 code) reads better as categorical."""
+    A numeric column with few values (a 0/1 flag, a 1-5 code) reads better as categorical. A minority of
+    ``nan``/``inf`` cells does not make it text: it is still dense, and the import names those lines as
+    malformed (one id per float, silently, was the alternative)."""
     if re.match(r"^(C\d+|id|.*_id|.*id)$", name, flags=re.IGNORECASE):
         return False
-    filled = {v for v in values if v}
-    if not filled or not all(_NUM.match(v) for v in filled):
+    cells = [v for v in values if v]
+    odd = sum(1 for v in cells if _NONFINITE.match(v))
+    filled = {v for v in cells if not _NONFINITE.match(v)}
+    if not filled or 2 * odd >= len(cells) or not all(_NUM.match(v) for v in filled):
         return False
     return len(filled) >= DENSE_MIN_DISTINCT or any(float(v) % 1 for v in filled)
 
