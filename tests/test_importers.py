@@ -720,8 +720,15 @@ def test_libffm_given_fields_and_multi(tmp_path):
         ("0 3.5:1", False, r"line 2: index in '3.5:1' is not a non-negative integer"),
         ("1 3:1", True, r"line 2: token 1 '3:1' is not field:idx:val"),
         ("0 a:3:1", True, r"line 2: field in 'a:3:1' is not a non-negative integer"),
+        # more digits than int() converts (4,300): still a malformed line, never int()'s ValueError
+        ("0 " + "1" * 5000 + ":1", False, r"line 2: index in '1{24}' is larger than 18446744073709551615;"),
+        ("0 " + "1" * 5000 + ":3:1", True, r"line 2: field in '1{24}' is larger than 2147483647;"),
+        ("0 0:" + "9" * 5000 + ":1", True, r"line 2: index in '0:9{22}' is larger than 18446744073709551615;"),
+        ("0 18446744073709551616:1", False, r"line 2: index in '18446744073709551616:1' is larger than "
+                                            r"18446744073709551615;"),
     ],
-    ids=["label", "no-colon", "value", "negative-index", "float-index", "ffm-two-parts", "ffm-field"],
+    ids=["label", "no-colon", "value", "negative-index", "float-index", "ffm-two-parts", "ffm-field",
+         "huge-index", "huge-field", "huge-ffm-index", "index-2**64"],
 )
 def test_libsvm_malformed(tmp_path, line, ffm, message):
     p = tmp_path / "in.txt"
@@ -730,6 +737,16 @@ def test_libsvm_malformed(tmp_path, line, ffm, message):
     with pytest.raises(ImportDataError, match=message):
         import_libsvm([p], tmp_path / "out", ffm=ffm)
     assert_nothing_left(tmp_path, "out")
+
+
+def test_libsvm_index_with_leading_zeros_keeps_its_value(tmp_path):
+    """Leading zeros do not count towards an index's size: 5,000 zeros then 7 is the index 7."""
+    p, q = tmp_path / "a.txt", tmp_path / "b.txt"
+    p.write_text("1 " + "0" * 5000 + "7:1\n0 3:1\n")
+    q.write_text("1 7:1\n0 3:1\n")
+    a = import_libsvm([p], tmp_path / "a", common=CommonOptions(test_fraction=0.0))
+    b = import_libsvm([q], tmp_path / "b", common=CommonOptions(test_fraction=0.0))
+    assert a["arrays_sha256"] == b["arrays_sha256"]
 
 
 # ---------------------------------------------------------------------------

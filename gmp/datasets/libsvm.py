@@ -76,7 +76,10 @@ _MAX_FIELD = 2**31 - 1
 def _index(text: bytes, what: str, tok: bytes, limit: int = _MAX_INDEX) -> int:
     if not text.isdigit():
         raise _BadLine(f"{what} in {tok.decode('utf-8', 'replace')[:24]!r} is not a non-negative integer")
-    v = int(text)
+    # leading zeros do not count; more digits than the limit has is larger, without int() (which refuses
+    # more than 4,300 digits with a ValueError of its own)
+    digits = text.lstrip(b"0") or b"0"
+    v = int(digits) if len(digits) <= len(str(limit)) else limit + 1
     if v > limit:
         raise _BadLine(f"{what} in {tok.decode('utf-8', 'replace')[:24]!r} is larger than {limit}")
     return v
