@@ -931,3 +931,18 @@ def test_sort_unique_rows_matches_a_per_sample_sorted_set(rows):
     expect = [sorted(set(r)) for r in rows]
     assert out_lens.tolist() == [len(r) for r in expect]
     assert out[:n].tolist() == [v for r in expect for v in r]
+
+
+@pytest.mark.parametrize("ffm, text", [(False, "1\n0\n1\n"), (False, "1 3:0 5:0\n0 4:0\n"), (True, "1 0:3:0\n0\n")],
+                         ids=["labels-only", "zero-values", "ffm-zero-values"])
+def test_libsvm_without_features_is_refused(tmp_path, ffm, text):
+    """A file whose lines hold no present token imported 0 fields and 0 embeddings (csv refuses the same)."""
+    p = tmp_path / "in.txt"
+    p.write_text(text)
+    fmt, expect = ("libffm", "field:idx:val") if ffm else ("libsvm", "idx:val")
+    with pytest.raises(ImportDataError) as err:
+        import_libsvm([p], tmp_path / "out", ffm=ffm, fmt=fmt)
+    assert str(err.value) == (f"{p}: no features to import: every line is a label alone or its tokens' values are "
+                              f"all 0 (a token of value 0 is absent); pass a {fmt} file whose lines hold {expect} "
+                              f"tokens with non-zero values.")
+    assert_nothing_left(tmp_path, "out")

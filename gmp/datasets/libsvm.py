@@ -45,6 +45,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..errors import ImportDataError
 from ..progress import task
 from .format import DatasetWriter
 from .streaming import BadLines, CommonOptions, check_inputs, finish_import, iter_chunks, total_size
@@ -150,6 +151,11 @@ def import_libsvm(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *
                         fields[f] = vocab.add_field(f"f{f}")
                     pids[group] = vocab.lookup(fields[f], karr[group], np.ones(group.size, bool))
                 writer.add(np.asarray(lengths, np.int32), pids, np.asarray(labels, np.float32))
+        if not fields and writer.num_samples:  # (no line, or none valid: finish_import says so)
+            # as csv refuses an input without categorical columns: a dataset of 0 fields has nothing to embed
+            raise ImportDataError(f"{', '.join(map(str, paths))}: no features to import: every line is a label "
+                                  f"alone or its tokens' values are all 0 (a token of value 0 is absent); pass "
+                                  f"a {fmt} file whose lines hold {expect} tokens with non-zero values.")
         vocab.check_hash_fields()
         for f in multi:
             vocab.set_kind(fields[f], "multi")
