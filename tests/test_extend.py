@@ -101,7 +101,8 @@ def test_extend_a_dataset_that_shares_no_field_is_refused(tmp_path, fmt, text):
                               str(tmp_path / "d0")])
     assert res.exit_code == 2 and not (tmp_path / "d1").exists(), res.output
     names = "f1, f2" if fmt == "libsvm" else "f0, f1"
-    assert res.stderr.strip() == (f"error: --extend: this input's 2 fields ({names}) share none with the previous "
+    assert res.stderr.strip() == (f"error: --extend: the previous dataset is a csv import and this input is {fmt}; "
+                                  f"this input's 2 fields ({names}) share none with the previous "
                                   f"dataset's 2 fields (user, item); extend a dataset imported from the same source, "
                                   f"or import without --extend.")
 
@@ -229,3 +230,52 @@ def test_resume_on_a_day_with_a_new_field_says_why(tmp_path):
                               "--resume"])
     assert res.exit_code == 2 and "size mismatch" in res.output and ": 3 and 0)" in res.output, res.output
     assert "continues only with the checkpoint's fields" in res.output
+
+
+@pytest.mark.parametrize("before, now, message", [
+    (None, "item=3", "field 'item' is not hashed in the previous dataset (a vocabulary) and hashed into 3 buckets "
+                     "here; drop --hash item=3."),
+    ("item=3", None, "field 'item' is hashed into 3 buckets in the previous dataset and not hashed here (a "
+                     "vocabulary); pass --hash item=3."),
+    ("item=3", "item=5", "field 'item' is hashed into 3 buckets in the previous dataset and into 5 here; pass "
+                         "--hash item=3."),
+], ids=["vocabulary-then-hashed", "hashed-then-vocabulary", "other-size"])
+def test_extend_hash_mismatch_names_the_flag_to_pass(tmp_path, before, now, message):
+    """The refusal said 'hashed into None buckets' for the side that is not hashed."""
+    imp(tmp_path, "d0", DAY0, *(("--hash", before) if before else ()))
+    src = tmp_path / "d1.csv"
+    src.write_text(DAY1)
+    res = runner.invoke(app, ["data", "import", "csv", str(src), "--out", str(tmp_path / "d1"), "--label", "label",
+                              "--cat", "user,item", "--extend", str(tmp_path / "d0"),
+                              *(("--hash", now) if now else ())])
+    assert res.exit_code == 2 and not (tmp_path / "d1").exists(), res.output
+    assert res.stderr.strip() == f"error: --extend: {message}"
+
+
+def test_extend_from_another_format_says_so_first(tmp_path):
+    """A libsvm day extending a csv dataset with a dense column was told to pass --dense, which libsvm
+    does not take; a libfm day extending a libsvm dataset is the same format (one importer)."""
+    src = tmp_path / "d0.csv"
+    src.write_text("label,user,age\n1,u1,3\n0,u2,4\n")
+    res = runner.invoke(app, ["data", "import", "csv", str(src), "--out", str(tmp_path / "d0"), "--label", "label",
+                              "--cat", "user", "--dense", "age", "--test-fraction", "0"])
+    assert res.exit_code == 0, res.output
+    svm = tmp_path / "d1.libsvm"
+    svm.write_text("1 3:1\n")
+    res = runner.invoke(app, ["data", "import", "libsvm", str(svm), "--out", str(tmp_path / "d1"),
+                              "--extend", str(tmp_path / "d0")])
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip() == ("error: --extend: the previous dataset is a csv import and this input is libsvm: "
+                                  "its dense columns are ['age'], this input's []; extend a dataset imported from "
+                                  "libsvm, or import without --extend.")
+    imp(tmp_path, "c0", DAY0)  # no dense column: the fields differ, said after the formats
+    res = runner.invoke(app, ["data", "import", "libsvm", str(svm), "--out", str(tmp_path / "d1"),
+                              "--extend", str(tmp_path / "c0")])
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip() == ("error: --extend: the previous dataset is a csv import and this input is libsvm; "
+                                  "this input's 1 field (f1) share none with the previous dataset's 2 fields (user, "
+                                  "item); extend a dataset imported from the same source, or import without "
+                                  "--extend.")
+    imp_sparse(tmp_path, "libsvm", "s0", "1 3:1 5:1\n0 4:1\n")
+    d1 = imp_sparse(tmp_path, "libfm", "s1", "1 3:1 6:1\n", "--extend", str(tmp_path / "s0"))
+    assert d1.meta["parent"]["sha256"] == load_dataset(tmp_path / "s0").sha256

@@ -63,7 +63,7 @@ import os
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator, Sequence
+from typing import Any, BinaryIO, Iterator, Mapping, Sequence
 
 import numba
 import numpy as np
@@ -876,6 +876,20 @@ class CommonOptions:
             writer.start_test()
 
 
+#: formats read by the same importer, so extending one from the other is extending the same format
+_SAME_IMPORTER = {"libfm": "libsvm"}
+
+
+def _other_format(prev_meta: Mapping[str, Any], fmt: str) -> str:
+    """``"the previous dataset is a criteo import and this input is libfm"`` when the dataset an import
+    extends was imported from another format than ``fmt`` (its ``source.format``); "" when the same."""
+    source = prev_meta.get("source")
+    before = str(source.get("format") or "") if isinstance(source, Mapping) else ""
+    if not before or _SAME_IMPORTER.get(before, before) == _SAME_IMPORTER.get(fmt, fmt):
+        return ""
+    return f"the previous dataset is a{'n' if before[0] in 'aeiou' else ''} {before} import and this input is {fmt}"
+
+
 def finish_import(writer, vocab, bad: BadLines, *, fmt: str, paths: Sequence[Path], lines_read: int,
                   common: CommonOptions, format_options: dict[str, Any], dense_names: Sequence[str] = (),
                   extra: dict[str, Any] | None = None, dedupe: bool | None = None,
@@ -909,12 +923,24 @@ def finish_import(writer, vocab, bad: BadLines, *, fmt: str, paths: Sequence[Pat
         from .extend import parent_link, previous_fields
 
         prev, prev_meta = previous_fields(common.extend)
+        # a refusal below says first that the previous dataset came from another format: its fix (--dense,
+        # the columns) may not apply to this one
+        other = _other_format(prev_meta, fmt)
         prev_dense = [f.get("name") for f in prev_meta.get("fields", []) if f.get("kind") == "dense"]
         if prev_dense != list(dense_names):  # the model trained on the parent takes this many dense inputs
+            if other:
+                raise ImportDataError(f"`extend`: {other}: its dense columns are {prev_dense}, this input's "
+                                      f"{list(dense_names)}; extend a dataset imported from {fmt}, or import "
+                                      f"without `extend`.")
             raise ImportDataError(f"`extend`: the previous dataset's dense columns are {prev_dense}, this input's "
                                   f"{list(dense_names)}; extend with the same dense columns (`dense`).")
-        cat_fields, num_embeddings, remap = vocab.finish(prev, int(prev_meta["num_embeddings"]),
-                                                         discovered=discovered_fields)
+        try:
+            cat_fields, num_embeddings, remap = vocab.finish(prev, int(prev_meta["num_embeddings"]),
+                                                             discovered=discovered_fields)
+        except ImportDataError as exc:
+            if not other:
+                raise
+            raise ImportDataError(f"`extend`: {other}; {str(exc).removeprefix('`extend`: ')}") from None
         extra["parent"] = parent_link(prev_meta, common.extend)
         extra["new_id_ranges"] = vocab.new_id_ranges
     else:

@@ -388,8 +388,7 @@ class Vocabulary:
         for f, prev in zip(self.fields, previous):
             if f.hash_size is not None or prev.hash_buckets is not None:
                 if f.hash_size != prev.hash_buckets:
-                    raise ImportDataError(f"`extend`: field {f.name!r} is hashed into {prev.hash_buckets} buckets in "
-                                          f"the previous dataset and {f.hash_size} here; pass the same `hash_sizes`.")
+                    raise ImportDataError(_hash_mismatch(f.name, prev.hash_buckets, f.hash_size))
                 remap[f.missing_pid: f.missing_pid + f.hash_size + 1] = prev.ids
                 infos.append(FieldInfo(f.name, f.kind, int(prev.ids.size), int(prev.ids[0]),
                                        missing_id=int(prev.ids[0]), rare_id=None, hash_buckets=f.hash_size,
@@ -425,6 +424,17 @@ class Vocabulary:
             self.new_id_ranges.append([cursor, cursor + info.num_values])
             cursor += info.num_values
         return infos, cursor, remap
+
+
+def _hash_mismatch(name: str, before: int | None, now: int | None) -> str:
+    """The refusal of an ``extend`` whose field ``name`` is hashed into ``before`` buckets in the previous
+    dataset and ``now`` here (None: not hashed, a vocabulary): what to pass to match the previous one."""
+    if before is None:
+        return (f"`extend`: field {name!r} is not hashed in the previous dataset (a vocabulary) and hashed into "
+                f"{now} buckets here; drop `hash_sizes` {name}={now}.")
+    here = "not hashed here (a vocabulary)" if now is None else f"into {now} here"
+    return (f"`extend`: field {name!r} is hashed into {before} buckets in the previous dataset and {here}; "
+            f"pass `hash_sizes` {name}={before}.")
 
 
 def _shown(names: list[str], most: int = 8) -> str:
