@@ -1136,7 +1136,19 @@ def load_npy(path: Path, *, error: type[GmpError], mmap: bool = True, fix: str) 
     try:
         return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     except (OSError, ValueError, EOFError) as exc:
-        raise error(f"{path} is not a readable .npy array ({exc}); {fix}") from None
+        raise error(f"{path} is not a readable .npy array ({npy_problem(exc)}); {fix}") from None
+
+
+def npy_problem(exc: BaseException) -> str:
+    """Why numpy could not read a ``.npy`` file, in a few words. numpy says a file without the ``.npy``
+    magic "contains pickled (object) data" and advises loading it unsafely with ``allow_pickle``: that file
+    is garbage or a pickle, and gmp never unpickles, so the advice is never quoted."""
+    text = str(exc).strip()
+    if "Object arrays" in text or "Python objects" in text:  # a .npy of dtype object (read, or mapped)
+        return "an array of Python objects (a pickle, which gmp never loads)"
+    if "pickle" in text.lower():
+        return "garbage or a pickle, which gmp never loads"
+    return text.splitlines()[0][:120] if text else type(exc).__name__
 
 
 def not_a_file(path: Path) -> str:
