@@ -279,3 +279,76 @@ def test_extend_from_another_format_says_so_first(tmp_path):
     imp_sparse(tmp_path, "libsvm", "s0", "1 3:1 5:1\n0 4:1\n")
     d1 = imp_sparse(tmp_path, "libfm", "s1", "1 3:1 6:1\n", "--extend", str(tmp_path / "s0"))
     assert d1.meta["parent"]["sha256"] == load_dataset(tmp_path / "s0").sha256
+
+
+def _edit_vocab(out: Path, edit) -> None:
+    with np.load(out / "vocab.npz") as z:
+        members = {name: z[name].copy() for name in z.files}
+    edit(members)
+    np.savez(out / "vocab.npz", **members)
+
+
+def _extend_day1(tmp_path: Path):
+    src = tmp_path / "d1.csv"
+    src.write_text(DAY1)
+    return runner.invoke(app, ["data", "import", "csv", str(src), "--out", str(tmp_path / "d1"), "--label", "label",
+                               "--cat", "user,item", "--test-fraction", "0", "--extend", str(tmp_path / "d0")])
+
+
+def test_vocab_hash_is_recorded_outside_the_dataset_identity(tmp_path):
+    """vocab.npz was covered by no hash; its keys' hash is recorded (an additive key), and the dataset's
+    sha256 stays the hash of the arrays and the header's meaning (the vocabulary is not part of it)."""
+    from gmp._io import hash_arrays
+    from gmp.datasets.format import header_sha256
+
+    out = imp(tmp_path, "d0", DAY0)
+    meta = json.loads((out / "dataset.json").read_text())
+    with np.load(out / "vocab.npz") as z:  # u1, u2 and i1, i2 as the csv importer keys them, in local-id order
+        members = [(name, z[name]) for name in sorted(z.files)]
+    assert meta["vocab_sha256"] == hash_arrays(members)
+    ds = load_dataset(out)
+    assert ds.sha256 == header_sha256(ds.meta, ds.fields) == meta["sha256"]
+    d1 = load_dataset(imp(tmp_path, "d1", DAY1, "--extend", str(out)))
+    with np.load(tmp_path / "d1" / "vocab.npz") as z:
+        assert d1.meta["vocab_sha256"] == hash_arrays([(name, z[name]) for name in sorted(z.files)])
+
+
+def test_extend_refuses_an_edited_vocabulary(tmp_path):
+    """An edited vocab.npz (the keys of a field reversed) opened fine and an --extend import gave the
+    previous values other ids, silently."""
+    out = imp(tmp_path, "d0", DAY0)
+    want = json.loads((out / "dataset.json").read_text())["vocab_sha256"]
+    _edit_vocab(out, lambda z: z.update(field_0=z["field_0"][::-1].copy()))
+    with np.load(out / "vocab.npz") as z:
+        from gmp._io import hash_arrays
+        got = hash_arrays([(name, z[name]) for name in sorted(z.files)])
+    assert load_dataset(out).sha256  # the dataset itself still opens: its arrays and header are intact
+    res = _extend_day1(tmp_path)
+    assert res.exit_code == 2 and not (tmp_path / "d1").exists(), res.output
+    assert res.stderr.strip() == (
+        f"error: --extend {out}: vocab.npz is not the vocabulary the dataset was imported with (its keys hash to "
+        f"{got[:12]}…, dataset.json's vocab_sha256 is {want[:12]}…), so its ids would not mean the dataset's; "
+        f"restore its vocab.npz or re-import the previous dataset.")
+
+
+def test_extend_refuses_a_key_listed_twice_also_without_a_recorded_hash(tmp_path):
+    """A dataset written before vocab_sha256 (no such key) still opens and extends; a vocabulary listing a
+    key twice (imported 7,692 embeddings instead of 7,691) is refused."""
+    out = imp(tmp_path, "d0", DAY0)
+    meta = json.loads((out / "dataset.json").read_text())
+    del meta["vocab_sha256"]  # as imported before the key existed: the same sha256 (not part of it)
+    (out / "dataset.json").write_text(json.dumps(meta))
+    assert load_dataset(out).sha256 == meta["sha256"]
+    d1 = _extend_day1(tmp_path)
+    assert d1.exit_code == 0, d1.output
+    assert rows(load_dataset(tmp_path / "d1")) == [[7, 8], [3, 9], [6, 8], [2, 9]]
+    import shutil
+    shutil.rmtree(tmp_path / "d1")
+    with np.load(out / "vocab.npz") as z:
+        first = int(z["field_1"][0])
+    _edit_vocab(out, lambda z: z["field_1"].__setitem__(1, z["field_1"][0]))
+    res = _extend_day1(tmp_path)
+    assert res.exit_code == 2 and not (tmp_path / "d1").exists(), res.output
+    assert res.stderr.strip() == (f"error: --extend {out}: vocab.npz lists key {first} more than once in field "
+                                  f"'item', so one value would have two ids; restore its vocab.npz or re-import "
+                                  f"the previous dataset.")

@@ -945,9 +945,11 @@ def finish_import(writer, vocab, bad: BadLines, *, fmt: str, paths: Sequence[Pat
         extra["new_id_ranges"] = vocab.new_id_ranges
     else:
         cat_fields, num_embeddings, remap = vocab.finish()
-    from .extend import VOCAB_FILE, vocab_arrays
+    from .extend import VOCAB_FILE, vocab_arrays, vocab_sha256
 
-    np.savez(writer.tmpdir / VOCAB_FILE, **vocab_arrays(vocab.kept_keys))
+    members = vocab_arrays(vocab.kept_keys)
+    np.savez(writer.tmpdir / VOCAB_FILE, **members)
+    extra["vocab_sha256"] = vocab_sha256(members)  # what `extend` checks the file against
     fields = [FieldInfo(n, "dense", 0, None, column=j) for j, n in enumerate(dense_names)] + cat_fields
     source = {"format": fmt, "inputs": [str(p) for p in paths],
               "options": {**common.to_json(), **format_options}, "num_lines": int(lines_read)}
