@@ -186,6 +186,8 @@ def check_inputs(paths: Sequence[str | os.PathLike], *, streams: bool = False, f
             if p.is_symlink():  # exists() is False for a symlink to nowhere and for a loop
                 raise ImportDataError(f"{p} is a symbolic link that points nowhere or loops (to "
                                       f"{os.readlink(p)}); point it at the data file or pass the file itself.")
+            if str(p) == "-":  # the Unix convention for standard input, which gmp does not follow
+                raise ImportDataError(f"-: no such file (gmp takes no '-' for standard input); {_stdin_fix(fmt)}")
             raise ImportDataError(f"{p}: no such file; check the INPUT path.")
         if p.is_dir():
             raise ImportDataError(f"{p} is a directory; pass the data file(s) inside it.")
@@ -196,6 +198,20 @@ def check_inputs(paths: Sequence[str | os.PathLike], *, streams: bool = False, f
                                   f"the header before the data: save the input to a file first.")
         out.append(p)
     return out
+
+
+#: the formats whose importer reads each input once from start to end, so a pipe (/dev/stdin) serves
+PIPE_FORMATS = ("criteo", "libsvm", "libfm", "libffm")
+
+
+def _stdin_fix(fmt: str) -> str:
+    """How to give standard input to the importer of ``fmt`` ("": recognition, which reads ahead)."""
+    if fmt in PIPE_FORMATS:
+        return "read standard input as /dev/stdin."
+    if not fmt:
+        return (f"read standard input as /dev/stdin, with FORMAT one of {', '.join(PIPE_FORMATS)} (the importers "
+                f"that read a pipe).")
+    return f"the {fmt} importer reads the header before the data, so it cannot read a pipe: save the input to a file."
 
 
 #: a UTF-8 byte-order mark (Excel and some exports start files with it)
