@@ -352,3 +352,39 @@ def test_extend_refuses_a_key_listed_twice_also_without_a_recorded_hash(tmp_path
     assert res.stderr.strip() == (f"error: --extend {out}: vocab.npz lists key {first} more than once in field "
                                   f"'item', so one value would have two ids; restore its vocab.npz or re-import "
                                   f"the previous dataset.")
+
+
+def test_extend_keeps_a_hashed_fields_ids_without_listing_its_buckets(tmp_path):
+    """A hashed field's ids come from its parent's ranges (its buckets are not listed one by one); a value
+    lands in the bucket it had, the vocabulary field beside it grows after the parent's ids."""
+    from gmp.datasets.streaming import hash_strings
+    from gmp.datasets.vocab import PreviousField, Vocabulary
+
+    d0 = load_dataset(imp(tmp_path, "d0", DAY0, "--hash", "item=3"))
+    # user: missing 0, rare 1, u1 2, u2 3; item from 4: missing 4, buckets 5..7
+    bucket = {v: 5 + int(k) % 3 for v, k in zip(("i1", "i2", "i3"), _mixed(hash_strings(["i1", "i2", "i3"])))}
+    assert rows(d0) == [sorted([2, bucket["i1"]]), sorted([3, bucket["i1"]]), sorted([2, bucket["i2"]])]
+    d1 = load_dataset(imp(tmp_path, "d1", DAY1, "--hash", "item=3", "--extend", str(tmp_path / "d0")))
+    assert rows(d1) == [sorted([8, bucket["i2"]]), sorted([3, bucket["i3"]]), sorted([8, bucket["i1"]]),
+                        sorted([2, bucket["i3"]])]
+    assert [f.id_ranges for f in d1.categorical_fields] == [((0, 4), (8, 9)), ((4, 8),)]
+    # a parent whose hashed field holds two ranges: local id k -> the k-th id along them
+    v = Vocabulary(hash_sizes={"H": 4})
+    h = v.add_field("H")
+    pids = v.lookup(h, np.array([0, 0, 0, 0, 0], np.uint64), np.array([0, 1, 0, 0, 0], bool))
+    prev = [PreviousField("H", "categorical", None, None, 4, ranges=((10, 12), (20, 23)))]
+    fields, n, remap = v.finish(prev, 23)
+    local = 1 + int(_mixed(np.array([0], np.uint64))[0]) % 4
+    assert remap[pids].tolist() == [10, [10, 11, 20, 21, 22][local], 10, 10, 10]
+    assert fields[0].id_ranges == ((10, 12), (20, 23)) and n == 23
+
+
+def _mixed(keys: np.ndarray) -> np.ndarray:
+    """The SplitMix64 finaliser of each key, in plain Python integers (derived apart from gmp's)."""
+    m = (1 << 64) - 1
+    out = []
+    for k in (int(x) for x in keys):
+        k = ((k ^ (k >> 30)) * 0xBF58476D1CE4E5B9) & m
+        k = ((k ^ (k >> 27)) * 0x94D049BB133111EB) & m
+        out.append(k ^ (k >> 31))
+    return np.array(out, dtype=object)

@@ -444,6 +444,47 @@ def test_vocabulary_orders_by_frequency_then_first_seen():
     assert n == 8
 
 
+def _splitmix64(k: int) -> int:
+    """The SplitMix64 finaliser in plain Python integers (the hashed bucket's mixer, derived apart)."""
+    m = (1 << 64) - 1
+    k = ((k ^ (k >> 30)) * 0xBF58476D1CE4E5B9) & m
+    k = ((k ^ (k >> 27)) * 0x94D049BB133111EB) & m
+    return k ^ (k >> 31)
+
+
+def test_hashed_field_memory_follows_the_data_not_its_size():
+    """--hash C=SIZE gave every bucket a provisional id and a remap entry (16-25 bytes each: 2.5 GB for 500
+    rows at 1e8 buckets); a hashed field's ids are a span mapped by an offset, so a huge SIZE costs nothing.
+    Values, missing and the fields around it keep the ids they had."""
+    import tracemalloc
+
+    size = 10_000_000  # the old code allocated over 200 MB here
+    keys = np.array([7, 2**64 - 1, 7, 0, 12345], np.uint64)
+    tracemalloc.start()
+    try:
+        v = Vocabulary(hash_sizes={"H": size})
+        a = v.add_field("A")
+        h = v.add_field("H")
+        b = v.add_field("B")
+        pa = v.lookup(a, np.array([5, 6, 5], np.uint64), np.ones(3, bool))
+        ph = v.lookup(h, keys, np.array([1, 1, 1, 0, 1], bool))
+        pb = v.lookup(b, np.array([9], np.uint64), np.ones(1, bool))
+        fields, n, remap = v.finish()
+        got_a, got_h, got_b = remap[pa].tolist(), remap[ph].tolist(), remap[pb].tolist()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20, peak
+    # A: missing 0, rare 1, 5 -> 2, 6 -> 3; H from 4: missing 4, buckets 5..4+size; B after it
+    assert got_a == [2, 3, 2]
+    assert got_h == [4 + 1 + _splitmix64(7) % size, 4 + 1 + _splitmix64(2**64 - 1) % size,
+                     4 + 1 + _splitmix64(7) % size, 4, 4 + 1 + _splitmix64(12345) % size]
+    hb = 4 + size + 1
+    assert got_b == [hb + 2] and n == hb + 3
+    assert [(f.name, f.offset, f.num_values, f.hash_buckets) for f in fields] == [
+        ("A", 0, 4, None), ("H", 4, size + 1, size), ("B", hb, 3, None)]
+
+
 def test_vocabulary_rejects_bad_options():
     with pytest.raises(ImportDataError, match="`min_count` must be >= 1"):
         Vocabulary(min_count=0)

@@ -79,8 +79,10 @@ def previous_fields(path: str | os.PathLike) -> tuple[list[PreviousField], dict[
                 raise ImportDataError(f"`extend` {path}: {VOCAB_FILE} lists key {int(ordered[twice[0]])} more than "
                                       f"once in field {f.name!r}, so one value would have two ids; restore its "
                                       f"{VOCAB_FILE} or re-import the previous dataset.")
-        out.append(PreviousField(f.name, f.kind, f.ids(), None if f.hash_buckets is not None else keys.astype(np.uint64),
-                                 f.hash_buckets))
+        if f.hash_buckets is not None:  # its ranges only: listing its buckets' ids would cost 8 bytes each
+            out.append(PreviousField(f.name, f.kind, None, None, f.hash_buckets, ranges=f.id_ranges))
+        else:
+            out.append(PreviousField(f.name, f.kind, f.ids(), keys.astype(np.uint64), f.hash_buckets))
     return out, ds.meta
 
 
