@@ -60,6 +60,14 @@ def handle_errors(fn: F) -> F:
             say_error(interrupted_line())
             # 128 + the signal, as a shell reports a command Ctrl-C (SIGINT) or kill (SIGTERM) stopped
             raise typer.Exit(143 if isinstance(exc, Terminated) else 130) from None
+        except SystemError as exc:
+            # a signal arriving inside a compiled (numba) kernel: its handler's KeyboardInterrupt comes out
+            # as "... returned a result with an exception set", a SystemError whose context is the interrupt
+            interrupt = interrupt_behind(exc)
+            if interrupt is None:
+                raise
+            say_error(interrupted_line())
+            raise typer.Exit(143 if isinstance(interrupt, Terminated) else 130) from None
         except MemoryError:
             say_error("out of memory; use a smaller input or settings, or a machine with more memory.")
             raise typer.Exit(2) from None
@@ -74,6 +82,20 @@ def handle_errors(fn: F) -> F:
             release_claims()  # the outputs this command claimed (released already when it wrote them)
 
     return wrapper  # type: ignore[return-value]
+
+
+def interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C (or SIGTERM, :class:`Terminated`) that ``exc`` was raised while handling, if any: the
+    ``__cause__``/``__context__`` chain, followed a few links (numba wraps the interrupt of a compiled kernel
+    in a SystemError; a caller may wrap that once more)."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        seen = seen.__cause__ or seen.__context__
+        if seen is None:
+            return None
+        if isinstance(seen, KeyboardInterrupt):
+            return seen
+    return None
 
 
 def interrupted_line() -> str:

@@ -160,23 +160,28 @@ def _busy_error(fd: int, busy: str) -> OutputError:
                        f"writer would replace its files).")
 
 
-def acquire_lock(path: str | os.PathLike, *, busy: str) -> OutputLock:
+def acquire_lock(path: str | os.PathLike, *, busy: str, flag: str = "") -> OutputLock:
     """Take the lock file ``path`` (created if missing) or raise :class:`OutputError` ``"{busy} is being
-    written by {holder}; ..."`` when a live process holds it."""
+    written by {holder}; ..."`` when a live process holds it, ``"{busy}: FOLDER is not writable ...; choose
+    another {flag}"`` when no file can be created beside it."""
     import fcntl
     import sys
     import uuid
 
     path = Path(path)
     token = uuid.uuid4().hex
+    absent = 0  # tries that could neither create the lock nor find one (released meanwhile, or no place for it)
     for _ in range(50):  # a holder releasing between our open and our lock: look again
         read_only = False
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-        except PermissionError:  # another user's lock file (a shared directory): read-only serves for flock
+        except PermissionError as exc:  # another user's lock file (a shared directory): read-only serves for flock
             try:
                 fd, read_only = os.open(path, os.O_RDONLY | os.O_CLOEXEC), True
             except FileNotFoundError:
+                absent += 1
+                if absent >= 3:  # not a holder releasing it: nothing can be created there (/sys, as root too)
+                    raise _not_writable(path, busy, exc, flag) from None
                 continue
             except OSError as exc:
                 raise OutputError(f"cannot open the lock {path}: {exc.strerror}; check the permissions of "
@@ -184,8 +189,7 @@ def acquire_lock(path: str | os.PathLike, *, busy: str) -> OutputLock:
         except OSError as exc:
             if exc.errno in _FULL:
                 raise full_disk_error(exc, path) from None
-            raise OutputError(f"cannot create the lock {path}: {exc.strerror}; check the permissions of "
-                              f"{path.parent}.") from None
+            raise _not_writable(path, busy, exc, flag) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -209,6 +213,14 @@ def acquire_lock(path: str | os.PathLike, *, busy: str) -> OutputLock:
         os.pwrite(fd, (json.dumps(info) + "\n").encode("utf-8"), 0)
         return lock
     raise OutputError(f"{busy}: could not take the lock {path} (it keeps changing); try again.")
+
+
+def _not_writable(lock: Path, busy: str, exc: OSError, flag: str) -> OutputError:
+    """The refusal of an output whose folder takes no new file (the lock ``lock`` beside it could not be
+    created): the folder, not the lock, is what the person chose; trying again cannot help."""
+    why = "read-only file system" if read_only_file_system(lock.parent) else (exc.strerror or str(exc)).lower()
+    return OutputError(f"{busy}: {lock.parent} is not writable (a file cannot be created there: {why}); choose "
+                       f"another {flag or 'location'}.")
 
 
 def _acquire_exclusive(path: Path, *, busy: str, token: str) -> OutputLock:
@@ -319,7 +331,7 @@ def claim_output(out: str | os.PathLike, *, flag: str = "`out`") -> Claim:
             raise full_disk_error(exc, key) from None
         raise OutputError(f"cannot create {key.parent}: {exc.strerror}; choose another {flag}.") from None
     try:
-        lock = acquire_lock(lock_path(key), busy=f"{flag} {out}")
+        lock = acquire_lock(lock_path(key), busy=f"{flag} {out}", flag=flag)
     except BaseException:
         for d in made:
             with contextlib.suppress(OSError):
@@ -1136,7 +1148,19 @@ def load_npy(path: Path, *, error: type[GmpError], mmap: bool = True, fix: str) 
     try:
         return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     except (OSError, ValueError, EOFError) as exc:
-        raise error(f"{path} is not a readable .npy array ({exc}); {fix}") from None
+        raise error(f"{path} is not a readable .npy array ({npy_problem(exc)}); {fix}") from None
+
+
+def npy_problem(exc: BaseException) -> str:
+    """Why numpy could not read a ``.npy`` file, in a few words. numpy says a file without the ``.npy``
+    magic "contains pickled (object) data" and advises loading it unsafely with ``allow_pickle``: that file
+    is garbage or a pickle, and gmp never unpickles, so the advice is never quoted."""
+    text = str(exc).strip()
+    if "Object arrays" in text or "Python objects" in text:  # a .npy of dtype object (read, or mapped)
+        return "an array of Python objects (a pickle, which gmp never loads)"
+    if "pickle" in text.lower():
+        return "garbage or a pickle, which gmp never loads"
+    return text.splitlines()[0][:120] if text else type(exc).__name__
 
 
 def not_a_file(path: Path) -> str:

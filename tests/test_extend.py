@@ -101,7 +101,8 @@ def test_extend_a_dataset_that_shares_no_field_is_refused(tmp_path, fmt, text):
                               str(tmp_path / "d0")])
     assert res.exit_code == 2 and not (tmp_path / "d1").exists(), res.output
     names = "f1, f2" if fmt == "libsvm" else "f0, f1"
-    assert res.stderr.strip() == (f"error: --extend: this input's 2 fields ({names}) share none with the previous "
+    assert res.stderr.strip() == (f"error: --extend: the previous dataset is a csv import and this input is {fmt}; "
+                                  f"this input's 2 fields ({names}) share none with the previous "
                                   f"dataset's 2 fields (user, item); extend a dataset imported from the same source, "
                                   f"or import without --extend.")
 
@@ -229,3 +230,161 @@ def test_resume_on_a_day_with_a_new_field_says_why(tmp_path):
                               "--resume"])
     assert res.exit_code == 2 and "size mismatch" in res.output and ": 3 and 0)" in res.output, res.output
     assert "continues only with the checkpoint's fields" in res.output
+
+
+@pytest.mark.parametrize("before, now, message", [
+    (None, "item=3", "field 'item' is not hashed in the previous dataset (a vocabulary) and hashed into 3 buckets "
+                     "here; drop --hash item=3."),
+    ("item=3", None, "field 'item' is hashed into 3 buckets in the previous dataset and not hashed here (a "
+                     "vocabulary); pass --hash item=3."),
+    ("item=3", "item=5", "field 'item' is hashed into 3 buckets in the previous dataset and into 5 here; pass "
+                         "--hash item=3."),
+], ids=["vocabulary-then-hashed", "hashed-then-vocabulary", "other-size"])
+def test_extend_hash_mismatch_names_the_flag_to_pass(tmp_path, before, now, message):
+    """The refusal said 'hashed into None buckets' for the side that is not hashed."""
+    imp(tmp_path, "d0", DAY0, *(("--hash", before) if before else ()))
+    src = tmp_path / "d1.csv"
+    src.write_text(DAY1)
+    res = runner.invoke(app, ["data", "import", "csv", str(src), "--out", str(tmp_path / "d1"), "--label", "label",
+                              "--cat", "user,item", "--extend", str(tmp_path / "d0"),
+                              *(("--hash", now) if now else ())])
+    assert res.exit_code == 2 and not (tmp_path / "d1").exists(), res.output
+    assert res.stderr.strip() == f"error: --extend: {message}"
+
+
+def test_extend_from_another_format_says_so_first(tmp_path):
+    """A libsvm day extending a csv dataset with a dense column was told to pass --dense, which libsvm
+    does not take; a libfm day extending a libsvm dataset is the same format (one importer)."""
+    src = tmp_path / "d0.csv"
+    src.write_text("label,user,age\n1,u1,3\n0,u2,4\n")
+    res = runner.invoke(app, ["data", "import", "csv", str(src), "--out", str(tmp_path / "d0"), "--label", "label",
+                              "--cat", "user", "--dense", "age", "--test-fraction", "0"])
+    assert res.exit_code == 0, res.output
+    svm = tmp_path / "d1.libsvm"
+    svm.write_text("1 3:1\n")
+    res = runner.invoke(app, ["data", "import", "libsvm", str(svm), "--out", str(tmp_path / "d1"),
+                              "--extend", str(tmp_path / "d0")])
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip() == ("error: --extend: the previous dataset is a csv import and this input is libsvm: "
+                                  "its dense columns are ['age'], this input's []; extend a dataset imported from "
+                                  "libsvm, or import without --extend.")
+    imp(tmp_path, "c0", DAY0)  # no dense column: the fields differ, said after the formats
+    res = runner.invoke(app, ["data", "import", "libsvm", str(svm), "--out", str(tmp_path / "d1"),
+                              "--extend", str(tmp_path / "c0")])
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip() == ("error: --extend: the previous dataset is a csv import and this input is libsvm; "
+                                  "this input's 1 field (f1) share none with the previous dataset's 2 fields (user, "
+                                  "item); extend a dataset imported from the same source, or import without "
+                                  "--extend.")
+    imp_sparse(tmp_path, "libsvm", "s0", "1 3:1 5:1\n0 4:1\n")
+    d1 = imp_sparse(tmp_path, "libfm", "s1", "1 3:1 6:1\n", "--extend", str(tmp_path / "s0"))
+    assert d1.meta["parent"]["sha256"] == load_dataset(tmp_path / "s0").sha256
+
+
+def _edit_vocab(out: Path, edit) -> None:
+    with np.load(out / "vocab.npz") as z:
+        members = {name: z[name].copy() for name in z.files}
+    edit(members)
+    np.savez(out / "vocab.npz", **members)
+
+
+def _extend_day1(tmp_path: Path):
+    src = tmp_path / "d1.csv"
+    src.write_text(DAY1)
+    return runner.invoke(app, ["data", "import", "csv", str(src), "--out", str(tmp_path / "d1"), "--label", "label",
+                               "--cat", "user,item", "--test-fraction", "0", "--extend", str(tmp_path / "d0")])
+
+
+def test_vocab_hash_is_recorded_outside_the_dataset_identity(tmp_path):
+    """vocab.npz was covered by no hash; its keys' hash is recorded (an additive key), and the dataset's
+    sha256 stays the hash of the arrays and the header's meaning (the vocabulary is not part of it)."""
+    from gmp._io import hash_arrays
+    from gmp.datasets.format import header_sha256
+
+    out = imp(tmp_path, "d0", DAY0)
+    meta = json.loads((out / "dataset.json").read_text())
+    with np.load(out / "vocab.npz") as z:  # u1, u2 and i1, i2 as the csv importer keys them, in local-id order
+        members = [(name, z[name]) for name in sorted(z.files)]
+    assert meta["vocab_sha256"] == hash_arrays(members)
+    ds = load_dataset(out)
+    assert ds.sha256 == header_sha256(ds.meta, ds.fields) == meta["sha256"]
+    d1 = load_dataset(imp(tmp_path, "d1", DAY1, "--extend", str(out)))
+    with np.load(tmp_path / "d1" / "vocab.npz") as z:
+        assert d1.meta["vocab_sha256"] == hash_arrays([(name, z[name]) for name in sorted(z.files)])
+
+
+def test_extend_refuses_an_edited_vocabulary(tmp_path):
+    """An edited vocab.npz (the keys of a field reversed) opened fine and an --extend import gave the
+    previous values other ids, silently."""
+    out = imp(tmp_path, "d0", DAY0)
+    want = json.loads((out / "dataset.json").read_text())["vocab_sha256"]
+    _edit_vocab(out, lambda z: z.update(field_0=z["field_0"][::-1].copy()))
+    with np.load(out / "vocab.npz") as z:
+        from gmp._io import hash_arrays
+        got = hash_arrays([(name, z[name]) for name in sorted(z.files)])
+    assert load_dataset(out).sha256  # the dataset itself still opens: its arrays and header are intact
+    res = _extend_day1(tmp_path)
+    assert res.exit_code == 2 and not (tmp_path / "d1").exists(), res.output
+    assert res.stderr.strip() == (
+        f"error: --extend {out}: vocab.npz is not the vocabulary the dataset was imported with (its keys hash to "
+        f"{got[:12]}…, dataset.json's vocab_sha256 is {want[:12]}…), so its ids would not mean the dataset's; "
+        f"restore its vocab.npz or re-import the previous dataset.")
+
+
+def test_extend_refuses_a_key_listed_twice_also_without_a_recorded_hash(tmp_path):
+    """A dataset written before vocab_sha256 (no such key) still opens and extends; a vocabulary listing a
+    key twice (imported 7,692 embeddings instead of 7,691) is refused."""
+    out = imp(tmp_path, "d0", DAY0)
+    meta = json.loads((out / "dataset.json").read_text())
+    del meta["vocab_sha256"]  # as imported before the key existed: the same sha256 (not part of it)
+    (out / "dataset.json").write_text(json.dumps(meta))
+    assert load_dataset(out).sha256 == meta["sha256"]
+    d1 = _extend_day1(tmp_path)
+    assert d1.exit_code == 0, d1.output
+    assert rows(load_dataset(tmp_path / "d1")) == [[7, 8], [3, 9], [6, 8], [2, 9]]
+    import shutil
+    shutil.rmtree(tmp_path / "d1")
+    with np.load(out / "vocab.npz") as z:
+        first = int(z["field_1"][0])
+    _edit_vocab(out, lambda z: z["field_1"].__setitem__(1, z["field_1"][0]))
+    res = _extend_day1(tmp_path)
+    assert res.exit_code == 2 and not (tmp_path / "d1").exists(), res.output
+    assert res.stderr.strip() == (f"error: --extend {out}: vocab.npz lists key {first} more than once in field "
+                                  f"'item', so one value would have two ids; restore its vocab.npz or re-import "
+                                  f"the previous dataset.")
+
+
+def test_extend_keeps_a_hashed_fields_ids_without_listing_its_buckets(tmp_path):
+    """A hashed field's ids come from its parent's ranges (its buckets are not listed one by one); a value
+    lands in the bucket it had, the vocabulary field beside it grows after the parent's ids."""
+    from gmp.datasets.streaming import hash_strings
+    from gmp.datasets.vocab import PreviousField, Vocabulary
+
+    d0 = load_dataset(imp(tmp_path, "d0", DAY0, "--hash", "item=3"))
+    # user: missing 0, rare 1, u1 2, u2 3; item from 4: missing 4, buckets 5..7
+    bucket = {v: 5 + int(k) % 3 for v, k in zip(("i1", "i2", "i3"), _mixed(hash_strings(["i1", "i2", "i3"])))}
+    assert rows(d0) == [sorted([2, bucket["i1"]]), sorted([3, bucket["i1"]]), sorted([2, bucket["i2"]])]
+    d1 = load_dataset(imp(tmp_path, "d1", DAY1, "--hash", "item=3", "--extend", str(tmp_path / "d0")))
+    assert rows(d1) == [sorted([8, bucket["i2"]]), sorted([3, bucket["i3"]]), sorted([8, bucket["i1"]]),
+                        sorted([2, bucket["i3"]])]
+    assert [f.id_ranges for f in d1.categorical_fields] == [((0, 4), (8, 9)), ((4, 8),)]
+    # a parent whose hashed field holds two ranges: local id k -> the k-th id along them
+    v = Vocabulary(hash_sizes={"H": 4})
+    h = v.add_field("H")
+    pids = v.lookup(h, np.array([0, 0, 0, 0, 0], np.uint64), np.array([0, 1, 0, 0, 0], bool))
+    prev = [PreviousField("H", "categorical", None, None, 4, ranges=((10, 12), (20, 23)))]
+    fields, n, remap = v.finish(prev, 23)
+    local = 1 + int(_mixed(np.array([0], np.uint64))[0]) % 4
+    assert remap[pids].tolist() == [10, [10, 11, 20, 21, 22][local], 10, 10, 10]
+    assert fields[0].id_ranges == ((10, 12), (20, 23)) and n == 23
+
+
+def _mixed(keys: np.ndarray) -> np.ndarray:
+    """The SplitMix64 finaliser of each key, in plain Python integers (derived apart from gmp's)."""
+    m = (1 << 64) - 1
+    out = []
+    for k in (int(x) for x in keys):
+        k = ((k ^ (k >> 30)) * 0xBF58476D1CE4E5B9) & m
+        k = ((k ^ (k >> 27)) * 0x94D049BB133111EB) & m
+        out.append(k ^ (k >> 31))
+    return np.array(out, dtype=object)

@@ -444,6 +444,47 @@ def test_vocabulary_orders_by_frequency_then_first_seen():
     assert n == 8
 
 
+def _splitmix64(k: int) -> int:
+    """The SplitMix64 finaliser in plain Python integers (the hashed bucket's mixer, derived apart)."""
+    m = (1 << 64) - 1
+    k = ((k ^ (k >> 30)) * 0xBF58476D1CE4E5B9) & m
+    k = ((k ^ (k >> 27)) * 0x94D049BB133111EB) & m
+    return k ^ (k >> 31)
+
+
+def test_hashed_field_memory_follows_the_data_not_its_size():
+    """--hash C=SIZE gave every bucket a provisional id and a remap entry (16-25 bytes each: 2.5 GB for 500
+    rows at 1e8 buckets); a hashed field's ids are a span mapped by an offset, so a huge SIZE costs nothing.
+    Values, missing and the fields around it keep the ids they had."""
+    import tracemalloc
+
+    size = 10_000_000  # the old code allocated over 200 MB here
+    keys = np.array([7, 2**64 - 1, 7, 0, 12345], np.uint64)
+    tracemalloc.start()
+    try:
+        v = Vocabulary(hash_sizes={"H": size})
+        a = v.add_field("A")
+        h = v.add_field("H")
+        b = v.add_field("B")
+        pa = v.lookup(a, np.array([5, 6, 5], np.uint64), np.ones(3, bool))
+        ph = v.lookup(h, keys, np.array([1, 1, 1, 0, 1], bool))
+        pb = v.lookup(b, np.array([9], np.uint64), np.ones(1, bool))
+        fields, n, remap = v.finish()
+        got_a, got_h, got_b = remap[pa].tolist(), remap[ph].tolist(), remap[pb].tolist()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20, peak
+    # A: missing 0, rare 1, 5 -> 2, 6 -> 3; H from 4: missing 4, buckets 5..4+size; B after it
+    assert got_a == [2, 3, 2]
+    assert got_h == [4 + 1 + _splitmix64(7) % size, 4 + 1 + _splitmix64(2**64 - 1) % size,
+                     4 + 1 + _splitmix64(7) % size, 4, 4 + 1 + _splitmix64(12345) % size]
+    hb = 4 + size + 1
+    assert got_b == [hb + 2] and n == hb + 3
+    assert [(f.name, f.offset, f.num_values, f.hash_buckets) for f in fields] == [
+        ("A", 0, 4, None), ("H", 4, size + 1, size), ("B", hb, 3, None)]
+
+
 def test_vocabulary_rejects_bad_options():
     with pytest.raises(ImportDataError, match="`min_count` must be >= 1"):
         Vocabulary(min_count=0)
@@ -720,8 +761,15 @@ def test_libffm_given_fields_and_multi(tmp_path):
         ("0 3.5:1", False, r"line 2: index in '3.5:1' is not a non-negative integer"),
         ("1 3:1", True, r"line 2: token 1 '3:1' is not field:idx:val"),
         ("0 a:3:1", True, r"line 2: field in 'a:3:1' is not a non-negative integer"),
+        # more digits than int() converts (4,300): still a malformed line, never int()'s ValueError
+        ("0 " + "1" * 5000 + ":1", False, r"line 2: index in '1{24}' is larger than 18446744073709551615;"),
+        ("0 " + "1" * 5000 + ":3:1", True, r"line 2: field in '1{24}' is larger than 2147483647;"),
+        ("0 0:" + "9" * 5000 + ":1", True, r"line 2: index in '0:9{22}' is larger than 18446744073709551615;"),
+        ("0 18446744073709551616:1", False, r"line 2: index in '18446744073709551616:1' is larger than "
+                                            r"18446744073709551615;"),
     ],
-    ids=["label", "no-colon", "value", "negative-index", "float-index", "ffm-two-parts", "ffm-field"],
+    ids=["label", "no-colon", "value", "negative-index", "float-index", "ffm-two-parts", "ffm-field",
+         "huge-index", "huge-field", "huge-ffm-index", "index-2**64"],
 )
 def test_libsvm_malformed(tmp_path, line, ffm, message):
     p = tmp_path / "in.txt"
@@ -730,6 +778,16 @@ def test_libsvm_malformed(tmp_path, line, ffm, message):
     with pytest.raises(ImportDataError, match=message):
         import_libsvm([p], tmp_path / "out", ffm=ffm)
     assert_nothing_left(tmp_path, "out")
+
+
+def test_libsvm_index_with_leading_zeros_keeps_its_value(tmp_path):
+    """Leading zeros do not count towards an index's size: 5,000 zeros then 7 is the index 7."""
+    p, q = tmp_path / "a.txt", tmp_path / "b.txt"
+    p.write_text("1 " + "0" * 5000 + "7:1\n0 3:1\n")
+    q.write_text("1 7:1\n0 3:1\n")
+    a = import_libsvm([p], tmp_path / "a", common=CommonOptions(test_fraction=0.0))
+    b = import_libsvm([q], tmp_path / "b", common=CommonOptions(test_fraction=0.0))
+    assert a["arrays_sha256"] == b["arrays_sha256"]
 
 
 # ---------------------------------------------------------------------------
@@ -914,3 +972,18 @@ def test_sort_unique_rows_matches_a_per_sample_sorted_set(rows):
     expect = [sorted(set(r)) for r in rows]
     assert out_lens.tolist() == [len(r) for r in expect]
     assert out[:n].tolist() == [v for r in expect for v in r]
+
+
+@pytest.mark.parametrize("ffm, text", [(False, "1\n0\n1\n"), (False, "1 3:0 5:0\n0 4:0\n"), (True, "1 0:3:0\n0\n")],
+                         ids=["labels-only", "zero-values", "ffm-zero-values"])
+def test_libsvm_without_features_is_refused(tmp_path, ffm, text):
+    """A file whose lines hold no present token imported 0 fields and 0 embeddings (csv refuses the same)."""
+    p = tmp_path / "in.txt"
+    p.write_text(text)
+    fmt, expect = ("libffm", "field:idx:val") if ffm else ("libsvm", "idx:val")
+    with pytest.raises(ImportDataError) as err:
+        import_libsvm([p], tmp_path / "out", ffm=ffm, fmt=fmt)
+    assert str(err.value) == (f"{p}: no features to import: every line is a label alone or its tokens' values are "
+                              f"all 0 (a token of value 0 is absent); pass a {fmt} file whose lines hold {expect} "
+                              f"tokens with non-zero values.")
+    assert_nothing_left(tmp_path, "out")

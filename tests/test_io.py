@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 
 import numpy as np
 import pytest
@@ -55,3 +56,27 @@ def test_write_json_finite_refuses_nan_and_infinity_naming_the_key(tmp_path):
         write_json(path, {"traffic": np.array([[0.0, 1.0], [np.inf, 0.0]])}, finite=True, error=ManifestError)
     write_json(path, {"a": 1.5, "b": [np.float64(2.0)]}, finite=True)
     assert json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(c)) == {"a": 1.5, "b": [2.0]}
+
+
+@pytest.mark.parametrize("content, why", [
+    (b"garbage", "garbage or a pickle, which gmp never loads"),
+    (pickle.dumps([1, 2]), "garbage or a pickle, which gmp never loads"),
+    ("object", "an array of Python objects (a pickle, which gmp never loads)"),
+    (b"", "No data left in file"),
+], ids=["garbage", "pickle", "object-array", "empty"])
+@pytest.mark.parametrize("mmap", [True, False])
+def test_load_npy_never_quotes_the_unsafe_load_advice(tmp_path, content, why, mmap):
+    """numpy's error for a file without the .npy magic advises allow_pickle=; it was quoted as it is."""
+    from gmp._io import load_npy
+    from gmp.errors import DatasetError
+
+    path = tmp_path / "indptr.npy"
+    if content == "object":
+        np.save(path, np.array([1, "a"], dtype=object), allow_pickle=True)
+        if mmap:  # numpy's memory-mapping words it otherwise ("Python objects in dtype")
+            why = "an array of Python objects (a pickle, which gmp never loads)"
+    else:
+        path.write_bytes(content)
+    with pytest.raises(DatasetError) as err:
+        load_npy(path, error=DatasetError, mmap=mmap, fix="re-create it.")
+    assert str(err.value) == f"{path} is not a readable .npy array ({why}); re-create it."

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .._io import hash_arrays
 from ..errors import DatasetError, ImportDataError
 from .format import load_dataset
 from .vocab import PreviousField
@@ -34,6 +35,13 @@ MAX_ANCESTORS = 1000
 def vocab_arrays(kept_keys: list[np.ndarray | None]) -> dict[str, np.ndarray]:
     """``vocab.npz``'s members: ``field_<i>`` -> uint64 keys for every vocabulary field i."""
     return {f"field_{i}": np.asarray(k, dtype=np.uint64) for i, k in enumerate(kept_keys) if k is not None}
+
+
+def vocab_sha256(members: Mapping[str, np.ndarray]) -> str:
+    """``vocab_sha256`` (dataset.json): :func:`gmp._io.hash_arrays` over ``vocab.npz``'s members by name
+    (name, dtype, shape, keys), so the same keys hash the same whatever the archive's zip bytes. It is not
+    part of the dataset's ``sha256`` (which would change every dataset's identity); ``extend`` checks it."""
+    return hash_arrays(sorted(members.items()))
 
 
 def previous_fields(path: str | os.PathLike) -> tuple[list[PreviousField], dict[str, Any]]:
@@ -51,6 +59,12 @@ def previous_fields(path: str | os.PathLike) -> tuple[list[PreviousField], dict[
         raise ImportDataError(f"`extend` {path}: it has no {VOCAB_FILE} (its raw-value keys), so its ids cannot be "
                               f"kept; re-import it with this gmp (synthetic datasets cannot be extended).")
     stored = _read_vocab(vfile, path)
+    want = ds.meta.get("vocab_sha256")  # absent in datasets imported before it was recorded: not checked
+    if want is not None and vocab_sha256(stored) != want:
+        raise ImportDataError(f"`extend` {path}: {VOCAB_FILE} is not the vocabulary the dataset was imported with "
+                              f"(its keys hash to {vocab_sha256(stored)[:12]}…, dataset.json's vocab_sha256 is "
+                              f"{str(want)[:12]}…), so its ids would not mean the dataset's; restore its "
+                              f"{VOCAB_FILE} or re-import the previous dataset.")
     out = []
     for i, f in enumerate(ds.categorical_fields):
         keys = stored.get(f"field_{i}")
@@ -58,8 +72,17 @@ def previous_fields(path: str | os.PathLike) -> tuple[list[PreviousField], dict[
             got = "none" if keys is None else keys.size
             raise ImportDataError(f"`extend` {path}: {VOCAB_FILE} holds {got} keys for field {f.name!r}, its header "
                                   f"{f.num_values - 2} kept values; the dataset is inconsistent, re-import it.")
-        out.append(PreviousField(f.name, f.kind, f.ids(), None if f.hash_buckets is not None else keys.astype(np.uint64),
-                                 f.hash_buckets))
+        if f.hash_buckets is None and keys.size > 1:
+            ordered = np.sort(keys.astype(np.uint64))
+            twice = np.flatnonzero(ordered[1:] == ordered[:-1])
+            if twice.size:
+                raise ImportDataError(f"`extend` {path}: {VOCAB_FILE} lists key {int(ordered[twice[0]])} more than "
+                                      f"once in field {f.name!r}, so one value would have two ids; restore its "
+                                      f"{VOCAB_FILE} or re-import the previous dataset.")
+        if f.hash_buckets is not None:  # its ranges only: listing its buckets' ids would cost 8 bytes each
+            out.append(PreviousField(f.name, f.kind, None, None, f.hash_buckets, ranges=f.id_ranges))
+        else:
+            out.append(PreviousField(f.name, f.kind, f.ids(), keys.astype(np.uint64), f.hash_buckets))
     return out, ds.meta
 
 

@@ -81,6 +81,12 @@ def check_fetch_output(out: Path, targets: list[Path], *, overwrite: bool) -> No
     """Refuse (one line) raw files that must not be written, and claim them: ``out`` inside a gmp output
     whose directory holds only its own files, ml-100k files already there without ``overwrite``, or what
     :func:`gmp._io.check_output_file` refuses (a link, a directory, a file another run is writing)."""
+    for place in (out, *Path(os.path.abspath(out)).parents):  # as the import says it, before any claim
+        if place.exists():
+            if not place.is_dir():
+                what = f"`out` {out} exists and" if place == out else f"`out` {out}: {place}"
+                raise OutputError(f"{what} is not a directory; choose another `out`.")
+            break
     inside = enclosing_output(targets[0])
     if inside is not None:
         kind, where = KIND_NAMES[inside[0]], inside[1]

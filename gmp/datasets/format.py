@@ -52,7 +52,11 @@ ids, ranges and dense column, the split's method and counts, ``parent``'s
 sha256 and ``num_embeddings``, ``new_id_ranges``), so an edited header is a
 different dataset. Placement manifests, checkpoints and extending datasets
 record it, so none of them can be used with another dataset (or another
-meaning of the same arrays).
+meaning of the same arrays). ``vocab_sha256`` (written by every import since it
+was added; absent before, and from synthetic datasets) is
+:func:`gmp.datasets.extend.vocab_sha256` over ``vocab.npz``'s keys; it is not part
+of ``sha256`` (that would change every dataset's identity), and ``--extend``
+refuses a ``vocab.npz`` that does not match it, or that lists a key twice in a field.
 
 **Validation on read.** :func:`load_dataset` checks the header against the
 schema once (every count a JSON integer, ``fields`` a list of field objects,
@@ -96,7 +100,8 @@ Example ``dataset.json``::
       "bad_lines": [],
       "split": {"method": "tail", "test_fraction": 0.1, "num_train": 900000, "num_test": 100000},
       "arrays_sha256": "5e01...",
-      "sha256": "9f2c..."
+      "sha256": "9f2c...",
+      "vocab_sha256": "0c5c..."
     }
 
 ``bad_lines`` holds the first 10 skipped lines as ``{"line": N, "reason": "..."}``.
@@ -420,6 +425,7 @@ def check_header(meta: Mapping[str, Any], path: Path) -> list[FieldInfo]:
     num_dense = get(meta, "num_dense", "int>=0", optional=True) or 0
     get(meta, "sha256", "str")
     get(meta, "arrays_sha256", "str")
+    get(meta, "vocab_sha256", "str", optional=True)  # an import's vocab.npz (checked by --extend)
     for key, kind in (("source", "dict"), ("label_rate", "number"), ("num_bad_lines", "int>=0"),
                       ("bad_lines", "list")):
         get(meta, key, kind, optional=True)

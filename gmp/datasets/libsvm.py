@@ -45,6 +45,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..errors import ImportDataError
 from ..progress import task
 from .format import DatasetWriter
 from .streaming import BadLines, CommonOptions, check_inputs, finish_import, iter_chunks, total_size
@@ -76,7 +77,10 @@ _MAX_FIELD = 2**31 - 1
 def _index(text: bytes, what: str, tok: bytes, limit: int = _MAX_INDEX) -> int:
     if not text.isdigit():
         raise _BadLine(f"{what} in {tok.decode('utf-8', 'replace')[:24]!r} is not a non-negative integer")
-    v = int(text)
+    # leading zeros do not count; more digits than the limit has is larger, without int() (which refuses
+    # more than 4,300 digits with a ValueError of its own)
+    digits = text.lstrip(b"0") or b"0"
+    v = int(digits) if len(digits) <= len(str(limit)) else limit + 1
     if v > limit:
         raise _BadLine(f"{what} in {tok.decode('utf-8', 'replace')[:24]!r} is larger than {limit}")
     return v
@@ -147,6 +151,11 @@ def import_libsvm(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *
                         fields[f] = vocab.add_field(f"f{f}")
                     pids[group] = vocab.lookup(fields[f], karr[group], np.ones(group.size, bool))
                 writer.add(np.asarray(lengths, np.int32), pids, np.asarray(labels, np.float32))
+        if not fields and writer.num_samples:  # (no line, or none valid: finish_import says so)
+            # as csv refuses an input without categorical columns: a dataset of 0 fields has nothing to embed
+            raise ImportDataError(f"{', '.join(map(str, paths))}: no features to import: every line is a label "
+                                  f"alone or its tokens' values are all 0 (a token of value 0 is absent); pass "
+                                  f"a {fmt} file whose lines hold {expect} tokens with non-zero values.")
         vocab.check_hash_fields()
         for f in multi:
             vocab.set_kind(fields[f], "multi")

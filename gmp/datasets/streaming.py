@@ -63,7 +63,7 @@ import os
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator, Sequence
+from typing import Any, BinaryIO, Iterator, Mapping, Sequence
 
 import numba
 import numpy as np
@@ -186,6 +186,8 @@ def check_inputs(paths: Sequence[str | os.PathLike], *, streams: bool = False, f
             if p.is_symlink():  # exists() is False for a symlink to nowhere and for a loop
                 raise ImportDataError(f"{p} is a symbolic link that points nowhere or loops (to "
                                       f"{os.readlink(p)}); point it at the data file or pass the file itself.")
+            if str(p) == "-":  # the Unix convention for standard input, which gmp does not follow
+                raise ImportDataError(f"-: no such file (gmp takes no '-' for standard input); {_stdin_fix(fmt)}")
             raise ImportDataError(f"{p}: no such file; check the INPUT path.")
         if p.is_dir():
             raise ImportDataError(f"{p} is a directory; pass the data file(s) inside it.")
@@ -196,6 +198,20 @@ def check_inputs(paths: Sequence[str | os.PathLike], *, streams: bool = False, f
                                   f"the header before the data: save the input to a file first.")
         out.append(p)
     return out
+
+
+#: the formats whose importer reads each input once from start to end, so a pipe (/dev/stdin) serves
+PIPE_FORMATS = ("criteo", "libsvm", "libfm", "libffm")
+
+
+def _stdin_fix(fmt: str) -> str:
+    """How to give standard input to the importer of ``fmt`` ("": recognition, which reads ahead)."""
+    if fmt in PIPE_FORMATS:
+        return "read standard input as /dev/stdin."
+    if not fmt:
+        return (f"read standard input as /dev/stdin, with FORMAT one of {', '.join(PIPE_FORMATS)} (the importers "
+                f"that read a pipe).")
+    return f"the {fmt} importer reads the header before the data, so it cannot read a pipe: save the input to a file."
 
 
 #: a UTF-8 byte-order mark (Excel and some exports start files with it)
@@ -876,6 +892,20 @@ class CommonOptions:
             writer.start_test()
 
 
+#: formats read by the same importer, so extending one from the other is extending the same format
+_SAME_IMPORTER = {"libfm": "libsvm"}
+
+
+def _other_format(prev_meta: Mapping[str, Any], fmt: str) -> str:
+    """``"the previous dataset is a criteo import and this input is libfm"`` when the dataset an import
+    extends was imported from another format than ``fmt`` (its ``source.format``); "" when the same."""
+    source = prev_meta.get("source")
+    before = str(source.get("format") or "") if isinstance(source, Mapping) else ""
+    if not before or _SAME_IMPORTER.get(before, before) == _SAME_IMPORTER.get(fmt, fmt):
+        return ""
+    return f"the previous dataset is a{'n' if before[0] in 'aeiou' else ''} {before} import and this input is {fmt}"
+
+
 def finish_import(writer, vocab, bad: BadLines, *, fmt: str, paths: Sequence[Path], lines_read: int,
                   common: CommonOptions, format_options: dict[str, Any], dense_names: Sequence[str] = (),
                   extra: dict[str, Any] | None = None, dedupe: bool | None = None,
@@ -909,19 +939,33 @@ def finish_import(writer, vocab, bad: BadLines, *, fmt: str, paths: Sequence[Pat
         from .extend import parent_link, previous_fields
 
         prev, prev_meta = previous_fields(common.extend)
+        # a refusal below says first that the previous dataset came from another format: its fix (--dense,
+        # the columns) may not apply to this one
+        other = _other_format(prev_meta, fmt)
         prev_dense = [f.get("name") for f in prev_meta.get("fields", []) if f.get("kind") == "dense"]
         if prev_dense != list(dense_names):  # the model trained on the parent takes this many dense inputs
+            if other:
+                raise ImportDataError(f"`extend`: {other}: its dense columns are {prev_dense}, this input's "
+                                      f"{list(dense_names)}; extend a dataset imported from {fmt}, or import "
+                                      f"without `extend`.")
             raise ImportDataError(f"`extend`: the previous dataset's dense columns are {prev_dense}, this input's "
                                   f"{list(dense_names)}; extend with the same dense columns (`dense`).")
-        cat_fields, num_embeddings, remap = vocab.finish(prev, int(prev_meta["num_embeddings"]),
-                                                         discovered=discovered_fields)
+        try:
+            cat_fields, num_embeddings, remap = vocab.finish(prev, int(prev_meta["num_embeddings"]),
+                                                             discovered=discovered_fields)
+        except ImportDataError as exc:
+            if not other:
+                raise
+            raise ImportDataError(f"`extend`: {other}; {str(exc).removeprefix('`extend`: ')}") from None
         extra["parent"] = parent_link(prev_meta, common.extend)
         extra["new_id_ranges"] = vocab.new_id_ranges
     else:
         cat_fields, num_embeddings, remap = vocab.finish()
-    from .extend import VOCAB_FILE, vocab_arrays
+    from .extend import VOCAB_FILE, vocab_arrays, vocab_sha256
 
-    np.savez(writer.tmpdir / VOCAB_FILE, **vocab_arrays(vocab.kept_keys))
+    members = vocab_arrays(vocab.kept_keys)
+    np.savez(writer.tmpdir / VOCAB_FILE, **members)
+    extra["vocab_sha256"] = vocab_sha256(members)  # what `extend` checks the file against
     fields = [FieldInfo(n, "dense", 0, None, column=j) for j, n in enumerate(dense_names)] + cat_fields
     source = {"format": fmt, "inputs": [str(p) for p in paths],
               "options": {**common.to_json(), **format_options}, "num_lines": int(lines_read)}

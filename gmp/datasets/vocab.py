@@ -21,7 +21,11 @@ Final local ids inside a field (see :mod:`gmp.datasets.format`):
 A *hashed* field (``--hash FIELD=SIZE``) skips the vocabulary: value ->
 ``1 + mix(key) % SIZE``, missing -> 0, no rare id; its ``num_values`` is
 ``SIZE + 1``. Hashing bounds memory and the embedding table for fields with
-tens of millions of values at the cost of collisions.
+tens of millions of values at the cost of collisions. Its provisional ids are
+a span of their own above :data:`HASHED_PIDS` that maps to its final ids by an
+offset (:class:`Remap`), so an import holds nothing per bucket: its memory
+follows the data, whatever SIZE (``--hash C1=100000000`` on 500 rows took
+2.5 GB when every bucket had a provisional id and a remap entry).
 
 Key collisions: two distinct token texts share a 64-bit hash with probability
 about ``n^2 / 2^65`` for ``n`` distinct values (~1e-8 for a million values);
@@ -36,7 +40,6 @@ from typing import Mapping
 import numba
 import numpy as np
 
-from .._io import check_memory
 from ..errors import ImportDataError
 from ..kernels.hashing import mix64, mix64_array
 from ..wording import plural
@@ -48,6 +51,10 @@ def _slot(k, mask):  # pragma: no cover - compiled
     # splitmix64 finaliser: keys may be low-entropy (small integers, Criteo's 32-bit hashes)
     return np.int64(mix64(k) & mask)
 
+
+#: the first provisional id of hashed fields: each takes a span of ``1 + SIZE`` from here (no array holds
+#: them), far above the vocabulary fields' provisional ids (which count the distinct values read)
+HASHED_PIDS = 1 << 62
 
 _ONE = np.uint64(1)
 _SHIFT = np.uint64(32)
@@ -147,15 +154,52 @@ class PreviousField:
     """A field of the dataset an import extends (``--extend``; :func:`gmp.datasets.extend.previous_fields`).
 
     ``ids``: int64, the global id of every local id (0 missing, 1 rare, 2.. the kept values; for a
-    hashed field 0 missing, 1.. the buckets). ``keys``: uint64, the keys of local ids 2.. (None for a
-    hashed field).
+    hashed field 0 missing, 1.. the buckets: may be None when ``ranges`` is given, which a hashed field
+    needs instead, so its buckets are never listed one by one). ``keys``: uint64, the keys of local ids
+    2.. (None for a hashed field). ``ranges``: the field's ids as half-open ``(start, stop)`` ranges
+    (:attr:`gmp.datasets.format.FieldInfo.id_ranges`; None: taken from ``ids``).
     """
 
     name: str
     kind: str
-    ids: np.ndarray
+    ids: np.ndarray | None
     keys: np.ndarray | None
     hash_buckets: int | None
+    ranges: tuple[tuple[int, int], ...] | None = None
+
+    def id_ranges(self) -> tuple[tuple[int, int], ...]:
+        return self.ranges if self.ranges is not None else _ranges(self.ids)
+
+
+class Remap:
+    """Provisional -> final ids (``remap[pids]``, as :meth:`gmp.datasets.format.DatasetWriter.finish`
+    applies it): ``table`` for the vocabulary fields' provisional ids, below :data:`HASHED_PIDS`; each
+    hashed field's span ``[first, first + count)`` to the ids of its ``ranges`` in order (local id k ->
+    the k-th id along them). Holds nothing per bucket."""
+
+    def __init__(self, table: np.ndarray, spans: list[tuple[int, int, tuple[tuple[int, int], ...]]]):
+        self.table = table
+        self.spans = []
+        for first, count, ranges in spans:
+            starts = np.array([a for a, _ in ranges], dtype=np.int64)
+            local = np.zeros(len(ranges), dtype=np.int64)  # the local id each range starts at
+            np.cumsum([b - a for a, b in ranges][:-1], out=local[1:])
+            self.spans.append((int(first), int(count), starts, local))
+
+    def __getitem__(self, pids: np.ndarray) -> np.ndarray:
+        pids = np.asarray(pids, dtype=np.int64)
+        low = pids < HASHED_PIDS
+        if low.all():
+            return self.table[pids]
+        out = np.empty(pids.shape, dtype=np.int64)
+        out[low] = self.table[pids[low]]
+        for first, count, starts, local in self.spans:
+            inside = (pids >= first) & (pids < first + count)
+            if inside.any():
+                k = pids[inside] - first
+                r = np.searchsorted(local, k, side="right") - 1
+                out[inside] = starts[r] + (k - local[r])
+        return out
 
 
 class Vocabulary:
@@ -186,12 +230,13 @@ class Vocabulary:
         for name, size in self.hash_sizes.items():
             if int(size) < 1:
                 raise ImportDataError(f"`hash_sizes` {name}={size}: the size must be a positive integer.")
-            # one provisional id per bucket: the id map and the remap hold ~16 bytes each
-            check_memory(16 * int(size), what=f"`hash_sizes` {name}={size}", error=ImportDataError,
-                         fix="choose a smaller SIZE.")
+        if sum(1 + int(size) for size in self.hash_sizes.values()) >= HASHED_PIDS:  # their spans must fit int64
+            raise ImportDataError(f"`hash_sizes` {self.hash_sizes}: more than 2^62 buckets in all; choose smaller "
+                                  f"sizes.")
         self.fields: list[_Field] = []
         self._by_name: dict[str, int] = {}
         self._next = 0
+        self._next_hashed = HASHED_PIDS  # the next hashed field's span starts here (module docstring)
         self._pid_field = np.full(1 << 16, -1, dtype=np.int32)
 
     # -- building ---------------------------------------------------------
@@ -201,7 +246,11 @@ class Vocabulary:
             raise ImportDataError(f"field {name!r} appears twice; field names must be unique.")
         idx = len(self.fields)
         size = self.hash_sizes.get(name)
-        missing = self._alloc(1 + (int(size) if size else 0), idx)
+        if size:  # a span of 1 + SIZE provisional ids, nothing allocated for it
+            missing = self._next_hashed
+            self._next_hashed += 1 + int(size)
+        else:
+            missing = self._alloc(1, idx)
         table = None if size else _Table()
         self.fields.append(_Field(name, kind, missing, int(size) if size else None, table))
         self._by_name[name] = idx
@@ -335,25 +384,27 @@ class Vocabulary:
                 self._align(previous)
             return self._finish_extending(previous, int(previous_num_embeddings), discovered)
         remap = np.full(max(self._next, 1), -1, dtype=np.int64)
+        spans: list = []
         infos: list[FieldInfo] = []
         self.kept_keys = []
         offset = 0
         for f in self.fields:
-            info, keys = self._fresh_field(f, offset, remap)
+            info, keys = self._fresh_field(f, offset, remap, spans)
             infos.append(info)
             self.kept_keys.append(keys)
             offset += info.num_values
         self.new_id_ranges = [[0, offset]] if offset else []
-        return infos, offset, remap
+        return infos, offset, Remap(remap, spans) if spans else remap
 
-    def _fresh_field(self, f: _Field, offset: int, remap: np.ndarray) -> tuple[FieldInfo, np.ndarray | None]:
+    def _fresh_field(self, f: _Field, offset: int, remap: np.ndarray,
+                     spans: list) -> tuple[FieldInfo, np.ndarray | None]:
         """Field ``f`` given ids from ``offset`` on, as no earlier dataset knew it: its missing id, its
         rare id, then its kept values most frequent first (ties: first seen first); a hashed field its
-        missing id and buckets. Fills ``remap``; returns the FieldInfo and the kept values' keys (None
-        for a hashed field)."""
+        missing id and buckets. Fills ``remap`` (a hashed field: its span in ``spans``, :class:`Remap`);
+        returns the FieldInfo and the kept values' keys (None for a hashed field)."""
         if f.hash_size is not None:
             num_values = f.hash_size + 1
-            remap[f.missing_pid: f.missing_pid + num_values] = offset + np.arange(num_values)
+            spans.append((f.missing_pid, num_values, ((offset, offset + num_values),)))
             return FieldInfo(f.name, f.kind, num_values, offset, missing_id=offset, rare_id=None,
                              hash_buckets=f.hash_size), None
         ids, c = f.table.ids_and_counts()
@@ -381,6 +432,7 @@ class Vocabulary:
                 f"{[(p.name, p.kind) for p in previous]}, this input's {[(f.name, f.kind) for f in self.fields]}; "
                 f"extend a dataset imported from the same format and columns.")
         remap = np.full(max(self._next, 1), -1, dtype=np.int64)
+        spans: list = []
         infos: list[FieldInfo] = []
         self.kept_keys = []
         self.new_id_ranges = []
@@ -388,12 +440,12 @@ class Vocabulary:
         for f, prev in zip(self.fields, previous):
             if f.hash_size is not None or prev.hash_buckets is not None:
                 if f.hash_size != prev.hash_buckets:
-                    raise ImportDataError(f"`extend`: field {f.name!r} is hashed into {prev.hash_buckets} buckets in "
-                                          f"the previous dataset and {f.hash_size} here; pass the same `hash_sizes`.")
-                remap[f.missing_pid: f.missing_pid + f.hash_size + 1] = prev.ids
-                infos.append(FieldInfo(f.name, f.kind, int(prev.ids.size), int(prev.ids[0]),
-                                       missing_id=int(prev.ids[0]), rare_id=None, hash_buckets=f.hash_size,
-                                       ranges=_ranges(prev.ids)))
+                    raise ImportDataError(_hash_mismatch(f.name, prev.hash_buckets, f.hash_size))
+                ranges = prev.id_ranges()  # its ids as they were: a hashed field gains none
+                num_values = sum(b - a for a, b in ranges)
+                spans.append((f.missing_pid, num_values, ranges))
+                infos.append(FieldInfo(f.name, f.kind, num_values, int(ranges[0][0]), missing_id=int(ranges[0][0]),
+                                       rare_id=None, hash_buckets=f.hash_size, ranges=tuple(ranges)))
                 self.kept_keys.append(None)
                 continue
             ids, c = f.table.ids_and_counts()
@@ -419,12 +471,23 @@ class Vocabulary:
                                    rare_id=int(prev.ids[1]), ranges=_ranges(all_ids)))
             self.kept_keys.append(np.concatenate([prev.keys, keys[fresh][np.argsort(-c[fresh], kind="stable")]]))
         for f in self.fields[len(previous):]:  # fields the previous dataset never had (_align)
-            info, keys = self._fresh_field(f, cursor, remap)
+            info, keys = self._fresh_field(f, cursor, remap, spans)
             infos.append(info)
             self.kept_keys.append(keys)
             self.new_id_ranges.append([cursor, cursor + info.num_values])
             cursor += info.num_values
-        return infos, cursor, remap
+        return infos, cursor, Remap(remap, spans) if spans else remap
+
+
+def _hash_mismatch(name: str, before: int | None, now: int | None) -> str:
+    """The refusal of an ``extend`` whose field ``name`` is hashed into ``before`` buckets in the previous
+    dataset and ``now`` here (None: not hashed, a vocabulary): what to pass to match the previous one."""
+    if before is None:
+        return (f"`extend`: field {name!r} is not hashed in the previous dataset (a vocabulary) and hashed into "
+                f"{now} buckets here; drop `hash_sizes` {name}={now}.")
+    here = "not hashed here (a vocabulary)" if now is None else f"into {now} here"
+    return (f"`extend`: field {name!r} is hashed into {before} buckets in the previous dataset and {here}; "
+            f"pass `hash_sizes` {name}={before}.")
 
 
 def _shown(names: list[str], most: int = 8) -> str:
