@@ -190,6 +190,15 @@ def test_criteo_malformed_line_fails_strict(tmp_path, bad_line, message):
     assert_nothing_left(tmp_path, "out")
 
 
+def test_malformed_line_counts_have_thousands_separators(tmp_path):
+    p = tmp_path / "in.tsv"
+    bad = "2" + GOOD[1:]
+    p.write_text("\n".join([GOOD] * 1000 + [bad] * 1200) + "\n")
+    with pytest.raises(ImportDataError) as err:
+        import_criteo([p], tmp_path / "out", common=CommonOptions(max_bad_lines=1100))
+    assert "1,200 malformed lines in the first 2,200 lines read, more than `max_bad_lines` 1,100" in str(err.value)
+
+
 def test_criteo_malformed_fixture_lists_every_bad_line(tmp_path):
     with pytest.raises(ImportDataError) as err:
         import_criteo([FIX / "criteo_bad.tsv"], tmp_path / "out")

@@ -142,8 +142,8 @@ class BadLines:
         shown = "; ".join(f"{b['file']} line {b['line']}: {b['reason']}" for b in self.first[:SHOW_BAD_LINES])
         more = f" (first {SHOW_BAD_LINES} shown)" if self.count > SHOW_BAD_LINES else ""
         raise MalformedInputError(
-            f"{name}: {self.count} malformed {plural('line', self.count)} in the first {lines_read} "
-            f"{plural('line', lines_read)} read, more than `max_bad_lines` {self.max_bad_lines}{more}: {shown}; "
+            f"{name}: {self.count:,} malformed {plural('line', self.count)} in the first {lines_read:,} "
+            f"{plural('line', lines_read)} read, more than `max_bad_lines` {self.max_bad_lines:,}{more}: {shown}; "
             f"fix the input or pass `max_bad_lines` N to skip up to N malformed lines.",
             bad=self, lines_read=lines_read)
 
