@@ -586,10 +586,11 @@ def _partition_streamed(spec: Any):
     # every rank refuses a repeated id before the process group starts (the shards index count tables by it)
     check_unique_ids(ds.indptr, ds.indices, where=str(ds.path))
     if distributed:
-        from .comm.distributed import DistributedEngine
+        from .comm.distributed import DistributedEngine, collective_timeout
 
+        timeout_s = collective_timeout()  # a bad GMP_COLLECTIVE_TIMEOUT is a bad setting, not a failed join
         try:
-            engine = DistributedEngine()
+            engine = DistributedEngine(timeout_s=timeout_s)
         except (ValueError, RuntimeError) as exc:  # rendezvous: torch's message, first line
             said = str(exc).strip()
             err = PartitionError(f"`distributed` could not join the process group: "

@@ -454,6 +454,17 @@ def test_cli_distributed_without_torchrun_is_one_line(data, tmp_path):
     assert len(res.stderr.strip().splitlines()) == 1
 
 
+def test_a_bad_collective_timeout_variable_is_a_bad_setting_not_a_failed_join(data, tmp_path):
+    path, _ = data
+    env = dict(os.environ, RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(torchrun_helpers.free_port()),
+               GMP_COLLECTIVE_TIMEOUT="0")
+    res = subprocess.run([sys.executable, "-m", "cli.main", "partition", str(path), "--distributed", "-w", "4",
+                          "--out", str(tmp_path / "x")], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip() == ("error: GMP_COLLECTIVE_TIMEOUT must be a number of seconds in [0.001, 1e+09], got "
+                                  "'0'; set another value or unset it for the default 600 s.")
+
+
 def test_streamed_chunks_equal_in_memory_with_the_multilevel_start(data, monkeypatch):
     """The default start too: the projection visits fixed blocks (here 128 samples), not the chunks."""
     from gmp.partition.distributed import start

@@ -135,9 +135,12 @@ def test_the_collective_timeout_is_validated():
     os.environ["GMP_COLLECTIVE_TIMEOUT"] = "12.5"
     try:
         assert collective_timeout() == 12.5
-        os.environ["GMP_COLLECTIVE_TIMEOUT"] = "soon"
-        with pytest.raises(TrainingError, match="GMP_COLLECTIVE_TIMEOUT must be a number of seconds > 0, got 'soon'"):
-            collective_timeout()
+        for text in ("soon", "0", "-1", "nan", "inf", "1e12", "0.0005"):  # named as the variable, not the flag
+            os.environ["GMP_COLLECTIVE_TIMEOUT"] = text
+            with pytest.raises(TrainingError) as exc:
+                collective_timeout()
+            assert str(exc.value) == (f"GMP_COLLECTIVE_TIMEOUT must be a number of seconds in [0.001, 1e+09], got "
+                                      f"{text!r}; set another value or unset it for the default 600 s.")
     finally:
         del os.environ["GMP_COLLECTIVE_TIMEOUT"]
     assert collective_timeout() == 600.0

@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import gc
+import math
 import os
 import re
 import time
@@ -70,9 +71,14 @@ def collective_timeout(timeout_s: float | None = None) -> float:
         if text is None:
             return float(COLLECTIVE_TIMEOUT_S)
         try:
-            timeout_s = float(text)
+            value = float(text)
         except ValueError:
-            raise TrainingError(f"GMP_COLLECTIVE_TIMEOUT must be a number of seconds > 0, got {text!r}.") from None
+            value = math.nan
+        if not MIN_TIMEOUT_S <= value <= MAX_TIMEOUT_S:  # named as the variable the person set, not as a flag
+            raise TrainingError(f"GMP_COLLECTIVE_TIMEOUT must be a number of seconds in [{MIN_TIMEOUT_S:g}, "
+                                f"{MAX_TIMEOUT_S:g}], got {text!r}; set another value or unset it for the default "
+                                f"{COLLECTIVE_TIMEOUT_S:g} s.")
+        return value
     value = check_float("collective_timeout", timeout_s, minimum=0.0, strict=True, maximum=MAX_TIMEOUT_S,
                         error=TrainingError)
     if value < MIN_TIMEOUT_S:  # torch rounds to milliseconds: 1e-9 became 0, a failure in C++ on the first call
@@ -172,7 +178,7 @@ class DistributedEngine(CommEngine):
         if late:
             msg = (f"rank {self.rank}: the {op} collective did not complete: rank(s) {', '.join(map(str, late))} did "
                    f"not reach it within the collective timeout of {self.timeout_s:g} s (a stopped, hung or dead "
-                   f"process; set the timeout with --collective-timeout or GMP_COLLECTIVE_TIMEOUT).")
+                   f"process; set the timeout with GMP_COLLECTIVE_TIMEOUT, or gmp train's --collective-timeout).")
         else:
             # without gloo's source path, one sentence
             first = re.sub(r"^\[[^\]]*\]\s*", "", _first_line(exc)).split(". ")[0][:160]
