@@ -568,7 +568,7 @@ def _partition_streamed(spec: Any):
     from ._io import check_output_dir
     from .comm import LocalEngine
     from .compare import method_options, peak_rss_bytes
-    from .errors import PartitionError
+    from .errors import GmpError, PartitionError
     from .graph import build_graph, check_unique_ids
     from .manifest import MANIFEST_FILES
     from .partition.distributed import partition_distributed
@@ -591,6 +591,8 @@ def _partition_streamed(spec: Any):
         timeout_s = collective_timeout()  # a bad GMP_COLLECTIVE_TIMEOUT is a bad setting, not a failed join
         try:
             engine = DistributedEngine(timeout_s=timeout_s)
+        except GmpError as exc:  # the engine's own line (the join, the backend): said as it is
+            raise PartitionError(str(exc)) from None
         except (ValueError, RuntimeError) as exc:  # rendezvous: torch's message, first line
             said = str(exc).strip()
             err = PartitionError(f"`distributed` could not join the process group: "

@@ -195,8 +195,10 @@ def test_a_process_that_cannot_join_the_group_is_one_line(setup):
     assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
     assert gmp_errors(res) == ["error: rank 1 of 3 could not join the process group at ?:? (Error initializing "
                                "torch.distributed using env:// rendezvous: environment variable MASTER_ADDR "
-                               "expected, but not set); start every process with torchrun and the same rendezvous "
-                               "endpoint."], res.stderr[-2000:]
+                               "expected, but not set): a peer did not arrive or left before the group formed (it "
+                               "may have refused its own input: see that process's log, on its machine), or the "
+                               "processes were not started by torchrun with the same rendezvous endpoint."], \
+        res.stderr[-2000:]
 
 
 def test_a_checkpoint_dir_is_locked_per_run_not_per_process(setup, tmp_path):

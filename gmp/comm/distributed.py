@@ -137,8 +137,10 @@ class DistributedEngine(CommEngine):
             except (RuntimeError, ValueError) as exc:  # torch's DistNetworkError, a missing MASTER_ADDR, ...
                 first = _first_line(exc)[:200].rstrip(".")
                 where = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
-                raise TrainingError(f"rank {rank} of {world} could not join the process group at {where} ({first}); "
-                                    f"start every process with torchrun and the same rendezvous endpoint.") from None
+                raise TrainingError(f"rank {rank} of {world} could not join the process group at {where} ({first}): "
+                                    f"a peer did not arrive or left before the group formed (it may have refused "
+                                    f"its own input: see that process's log, on its machine), or the processes "
+                                    f"were not started by torchrun with the same rendezvous endpoint.") from None
         if dist.get_world_size() != world or dist.get_rank() != rank:
             raise TrainingError("the process group disagrees with RANK/WORLD_SIZE from the environment.")
         # a second, idle gloo group: after a timeout gloo closes the main group's connections, so
