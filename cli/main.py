@@ -132,8 +132,14 @@ if hasattr(TyperOption, "display_type_rich"):  # typer's own hook, not in every 
 
 def main() -> None:
     """Console-script entry: progress bars when stderr is a terminal, then the app."""
+    import signal
+
     from gmp import progress
 
+    from . import starting_handler
+
+    if starting_handler() is not None:  # the start is over: Ctrl-C is a KeyboardInterrupt again (handle_errors)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     progress.enable(sys.stderr.isatty())
     stop_on_sigterm()
     try:
@@ -143,6 +149,12 @@ def main() -> None:
 
         say_error(to_flags(str(exc)))
         sys.exit(2)
+    except SystemExit as exc:
+        if exc.code in (130, 143) and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            # said "interrupted" already: a second Ctrl-C while the interpreter shuts down (torchrun forwards
+            # one more) ends the process as the signal does, not with a traceback from threading._shutdown
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+        raise
 
 
 if __name__ == "__main__":

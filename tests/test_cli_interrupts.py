@@ -66,3 +66,54 @@ def test_a_system_error_without_an_interrupt_is_not_hidden():
 
     with pytest.raises(SystemError, match="a bug"):
         handle_errors(command)()
+
+
+def _python(code: str) -> "subprocess.CompletedProcess[str]":
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=120)
+
+
+def test_ctrl_c_while_the_console_script_starts_is_one_line_and_130():
+    """A Ctrl-C while `gmp` still imports its modules (seconds under torchrun on a loaded machine) printed a
+    KeyboardInterrupt traceback from inside an import; the package's start handler ends it as one line."""
+    res = _python("import sys; sys.argv = ['/usr/bin/gmp', 'partition']\n"
+                  "import cli, os, signal, time\n"
+                  "os.kill(os.getpid(), signal.SIGINT)\n"
+                  "time.sleep(30)\n"
+                  "print('not stopped')")
+    assert (res.returncode, res.stdout, res.stderr) == (130, "", "error: interrupted.\n")
+
+
+def test_the_start_handler_is_only_the_console_scripts_and_main_gives_ctrl_c_back_to_python():
+    res = _python("import signal, sys\n"
+                  "import cli.main\n"  # argv[0] is '-c' here: a library or test import keeps Python's handler
+                  "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler\n"
+                  "sys.argv = ['gmp', '--version']\n"
+                  "import importlib; importlib.reload(cli)\n"
+                  "assert cli.starting_handler() is not None\n"
+                  "try:\n"
+                  "    cli.main.main()\n"
+                  "except SystemExit as exc:\n"
+                  "    assert exc.code in (0, None), exc.code\n"
+                  "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler\n"
+                  "print('ok')")
+    assert res.returncode == 0 and res.stdout.strip().endswith("ok"), res.stderr
+
+
+def test_after_an_interrupted_command_a_second_ctrl_c_ends_the_process_without_a_traceback():
+    """torchrun forwards a second SIGINT while the interpreter shuts down; it printed a KeyboardInterrupt
+    traceback from threading._shutdown. After exit code 130 or 143 SIGINT is the signal's default action."""
+    res = _python("import signal, sys\n"
+                  "import cli.main\n"
+                  "def app(args):\n"
+                  "    raise SystemExit(130)\n"  # what handle_errors' typer.Exit(130) becomes
+                  "cli.main.app = app\n"
+                  "try:\n"
+                  "    cli.main.main()\n"
+                  "except SystemExit as exc:\n"
+                  "    assert exc.code == 130\n"
+                  "print(signal.getsignal(signal.SIGINT) is signal.SIG_DFL)")
+    assert res.stdout.strip() == "True", res.stderr
