@@ -149,7 +149,15 @@ def _holder(fd: int) -> str:
     if not isinstance(info, dict) or "pid" not in info:
         return "another gmp run"
     return (f"another gmp run (pid {info.get('pid')} on {info.get('host')}, since {info.get('started')}: "
-            f"{str(info.get('command', ''))[:80]})")
+            f"{shorten_command(str(info.get('command', '')))})")
+
+
+def shorten_command(command: str, width: int = 120) -> str:
+    """``command`` up to ``width`` characters, cut at its last space before them (at the width when it has none)
+    and marked " ..." (a long one was cut mid-word, unmarked)."""
+    if len(command) <= width:
+        return command
+    return command[:width - 4].rsplit(" ", 1)[0] + " ..."
 
 
 def _busy_error(fd: int, busy: str) -> OutputError:

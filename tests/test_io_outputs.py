@@ -97,3 +97,12 @@ def test_dash_fix_per_format():
         with pytest.raises(ImportDataError) as err:
             check_inputs(["-"], streams=streams, fmt=fmt)
         assert str(err.value) == f"-: no such file (gmp takes no '-' for standard input); {fix}"
+
+
+def test_a_lock_holders_long_command_is_cut_at_a_word():
+    from gmp._io import shorten_command
+
+    assert shorten_command("gmp partition d --out m") == "gmp partition d --out m"
+    long = "gmp partition data/criteo-day-17 --workers 16 --method hybrid --out runs/criteo-day-17.w16"
+    assert shorten_command(long, width=60) == "gmp partition data/criteo-day-17 --workers 16 --method ..."
+    assert shorten_command("x" * 200, width=10) == "xxxxxx ..."  # no space to cut at: cut at the width
