@@ -473,7 +473,7 @@ def check_output_dir(out: str | os.PathLike, *, kind: str | None, overwrite: boo
     for anc in target.parents:
         if anc.exists() or anc.is_symlink():
             if not anc.is_dir():
-                raise OutputError(f"{flag} {out}: {anc} is not a directory; choose another {flag}.")
+                raise not_a_directory(out, anc, flag)
             if not os.access(anc, os.W_OK | os.X_OK):
                 why = "read-only file system" if read_only_file_system(anc) else "permission denied"
                 raise OutputError(f"{flag} {out}: cannot write in {anc} ({why}); choose another {flag}.")
@@ -489,7 +489,7 @@ def check_output_dir(out: str | os.PathLike, *, kind: str | None, overwrite: boo
             raise _changed(target, flag, "appeared" if held.identity is None else "was replaced")
         if out.exists():
             if not out.is_dir():
-                raise OutputError(f"{flag} {out} exists and is not a directory; choose another {flag}.")
+                raise not_a_directory(out, out, flag)
             if any(out.iterdir()):
                 if not overwrite:
                     raise OutputError(f"{flag} {out} already exists and is not empty; choose another {flag} or "
@@ -1169,6 +1169,13 @@ def npy_problem(exc: BaseException) -> str:
     if "pickle" in text.lower():
         return "garbage or a pickle, which gmp never loads"
     return text.splitlines()[0][:120] if text else type(exc).__name__
+
+
+def not_a_directory(out: Path, place: Path, flag: str) -> OutputError:
+    """The refusal of the output directory ``out`` (named by ``flag``) because ``place``, ``out`` itself or a
+    parent of it, exists and is not a directory."""
+    what = f"{flag} {out} exists and" if place == out else f"{flag} {out}: {place}"
+    return OutputError(f"{what} is not a directory; choose another {flag}.")
 
 
 def not_a_file(path: Path) -> str:

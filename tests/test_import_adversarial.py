@@ -13,19 +13,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from cli.main import app
+import cli_helpers
 from gmp.datasets import load_dataset
 
 from tests.test_formats import criteo_rows
 
-runner = CliRunner()
 FIX = Path(__file__).parent / "data" / "import"
 
 
 def invoke(*args):
-    return runner.invoke(app, ["data", "import", *map(str, args)])
+    """``gmp data import ARGS...`` in this process."""
+    return cli_helpers.invoke("data", "import", *args)
 
 
 def ok(result):

@@ -390,7 +390,7 @@ def recognise_import(fmt: str | None, inputs: Sequence[str | os.PathLike], out: 
 
 def _contradicts(fmt: str, guess) -> bool:
     """The file is recognised as something ``fmt`` does not read."""
-    from .sniff import same_importer
+    from .streaming import same_importer
 
     got = guess.format
     if got in ("unknown", "empty") or same_importer(fmt) == same_importer(got):

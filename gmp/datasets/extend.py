@@ -60,9 +60,10 @@ def previous_fields(path: str | os.PathLike) -> tuple[list[PreviousField], dict[
                               f"kept; re-import it with this gmp (synthetic datasets cannot be extended).")
     stored = _read_vocab(vfile, path)
     want = ds.meta.get("vocab_sha256")  # absent in datasets imported before it was recorded: not checked
-    if want is not None and vocab_sha256(stored) != want:
+    got = vocab_sha256(stored) if want is not None else None
+    if got != want:
         raise ImportDataError(f"`extend` {path}: {VOCAB_FILE} is not the vocabulary the dataset was imported with "
-                              f"(its keys hash to {vocab_sha256(stored)[:12]}…, dataset.json's vocab_sha256 is "
+                              f"(its keys hash to {got[:12]}…, dataset.json's vocab_sha256 is "
                               f"{str(want)[:12]}…), so its ids would not mean the dataset's; restore its "
                               f"{VOCAB_FILE} or re-import the previous dataset.")
     out = []

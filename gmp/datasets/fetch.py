@@ -23,7 +23,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from .._io import KIND_NAMES, check_output_file, enclosing_output, release_claim, write_claimed_file
+from .._io import KIND_NAMES, check_output_file, enclosing_output, not_a_directory, release_claim, write_claimed_file
 from ..errors import ImportDataError, OutputError
 
 log = logging.getLogger(__name__)
@@ -84,8 +84,7 @@ def check_fetch_output(out: Path, targets: list[Path], *, overwrite: bool) -> No
     for place in (out, *Path(os.path.abspath(out)).parents):  # as the import says it, before any claim
         if place.exists():
             if not place.is_dir():
-                what = f"`out` {out} exists and" if place == out else f"`out` {out}: {place}"
-                raise OutputError(f"{what} is not a directory; choose another `out`.")
+                raise not_a_directory(out, place, "`out`")
             break
     inside = enclosing_output(targets[0])
     if inside is not None:

@@ -240,6 +240,8 @@ def advice(path: str | Path, fmt: str, *, bad: int, lines_read: int | None, firs
     """One line for an import where most lines failed, or ``None`` if the file looks like ``fmt`` (or like
     a format the same importer reads). ``lines_read`` None: the count is not known for this file alone (a
     later input of several), so the line gives no count."""
+    from .streaming import same_importer
+
     guess = sniff(path)
     if same_importer(guess.format) == same_importer(fmt) and fmt != "csv":
         return None  # libsvm and libfm are one importer: naming the other would run the same failing import
@@ -249,15 +251,6 @@ def advice(path: str | Path, fmt: str, *, bad: int, lines_read: int | None, firs
                else "most of its lines read are")
     return (f"{path}: {counted} not valid {fmt} (e.g. {first_reason}); "
             f"the file looks like {guess.description}. Read it with: {guess.command(path)}")
-
-
-#: formats read by the same importer (a file recognised as one may be imported as the other)
-SAME_IMPORTER = {"libsvm": "libfm"}
-
-
-def same_importer(fmt: str) -> str:
-    """The name of the importer that reads ``fmt`` (``libsvm`` and ``libfm`` are one)."""
-    return SAME_IMPORTER.get(fmt, fmt)
 
 
 def check_header(path: str | Path, fmt: str, label: str | None = None) -> None:

@@ -892,16 +892,22 @@ class CommonOptions:
             writer.start_test()
 
 
-#: formats read by the same importer, so extending one from the other is extending the same format
-_SAME_IMPORTER = {"libfm": "libsvm"}
+#: formats read by the same importer (a file recognised as one may be imported as the other)
+SAME_IMPORTER = {"libsvm": "libfm"}
+
+
+def same_importer(fmt: str) -> str:
+    """The name of the importer that reads ``fmt`` (``libsvm`` and ``libfm`` are one)."""
+    return SAME_IMPORTER.get(fmt, fmt)
 
 
 def _other_format(prev_meta: Mapping[str, Any], fmt: str) -> str:
     """``"the previous dataset is a criteo import and this input is libfm"`` when the dataset an import
-    extends was imported from another format than ``fmt`` (its ``source.format``); "" when the same."""
+    extends was imported from another format than ``fmt`` (its ``source.format``; formats one importer reads
+    are one, :func:`same_importer`); "" when the same."""
     source = prev_meta.get("source")
     before = str(source.get("format") or "") if isinstance(source, Mapping) else ""
-    if not before or _SAME_IMPORTER.get(before, before) == _SAME_IMPORTER.get(fmt, fmt):
+    if not before or same_importer(before) == same_importer(fmt):
         return ""
     return f"the previous dataset is a{'n' if before[0] in 'aeiou' else ''} {before} import and this input is {fmt}"
 
