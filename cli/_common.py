@@ -19,20 +19,22 @@ import typer
 
 from gmp._io import json_default, release_claims
 from gmp.errors import GmpError, Terminated
+from gmp.launch import LAUNCH, tell_peers
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def stop_on_sigterm() -> None:
+def stop_on_sigterm(*, under_torchrun: bool = False) -> None:
     """Make SIGTERM end a command as Ctrl-C does (:class:`gmp.errors.Terminated`, exit code 143) instead of
     killing the process where it stands, which left the lock files of its outputs behind; ``gmp train``
     stops at its next step and checkpoints. Not under torchrun (``WORLD_SIZE`` set), whose SIGTERM ``gmp
-    train`` holds itself, and not where the process was started ignoring SIGTERM."""
+    train`` holds itself, unless ``under_torchrun`` (``gmp partition --distributed``: a scheduler's stop reaches
+    its ranks through torchrun), and not where the process was started ignoring SIGTERM."""
     import signal
 
     from gmp.errors import raise_terminated
 
-    if "WORLD_SIZE" not in os.environ and signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
+    if ("WORLD_SIZE" not in os.environ or under_torchrun) and signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
         signal.signal(signal.SIGTERM, raise_terminated)
 
 
@@ -51,13 +53,17 @@ def handle_errors(fn: F) -> F:
         except GmpError as exc:
             from ._flags import to_flags  # the library names parameters (`max_bad_lines`); the person typed flags
 
-            say_error(to_flags(str(exc)))
+            line = to_flags(str(exc))
+            say_error(line)
+            tell_peers(line, note=say_note)
             raise typer.Exit(2) from None
         except OSError as exc:
-            say_error(os_error_line(exc))
+            line = os_error_line(exc)
+            say_error(line)
+            tell_peers(line, note=say_note)
             raise typer.Exit(2) from None
         except KeyboardInterrupt as exc:  # Ctrl-C: one line, as for an error (gmp train says where its epochs stopped)
-            say_error(interrupted_line())
+            say_interrupted()
             # 128 + the signal, as a shell reports a command Ctrl-C (SIGINT) or kill (SIGTERM) stopped
             raise typer.Exit(143 if isinstance(exc, Terminated) else 130) from None
         except SystemError as exc:
@@ -66,7 +72,7 @@ def handle_errors(fn: F) -> F:
             interrupt = interrupt_behind(exc)
             if interrupt is None:
                 raise
-            say_error(interrupted_line())
+            say_interrupted()
             raise typer.Exit(143 if isinstance(interrupt, Terminated) else 130) from None
         except MemoryError:
             say_error("out of memory; use a smaller input or settings, or a machine with more memory.")
@@ -80,6 +86,7 @@ def handle_errors(fn: F) -> F:
             raise typer.Exit(2) from None
         finally:
             release_claims()  # the outputs this command claimed (released already when it wrote them)
+            LAUNCH.reset()
 
     return wrapper  # type: ignore[return-value]
 
@@ -114,6 +121,19 @@ def interrupted_line() -> str:
     for out in outs:  # as the person gave it, where it is under the working directory
         shown.append(os.path.relpath(out, here) if here is not None and here in out.parents else str(out))
     return f"interrupted; nothing written to {', '.join(shown)}."
+
+
+def say_note(line: str) -> None:
+    """``note: LINE.`` on stderr (a wait after an error line, :func:`gmp.launch.tell_peers`)."""
+    typer.echo(f"note: {line}.", err=True)
+
+
+def say_interrupted() -> None:
+    """The interrupted line (:func:`interrupted_line`), once per machine under torchrun: by the rank that
+    names the outputs it had claimed, else by the machine's first local rank (each rank said its own)."""
+    line = interrupted_line()
+    if line != "interrupted." or os.environ.get("LOCAL_RANK", "0") == "0" or "TORCHELASTIC_RUN_ID" not in os.environ:
+        say_error(line)
 
 
 def say_error(line: str) -> None:

@@ -15,7 +15,8 @@ from typing import Any
 
 import typer
 
-from ._common import console, handle_errors, summary_table
+from . import console_script
+from ._common import console, handle_errors, stop_on_sigterm, summary_table
 from ._options import options
 
 _UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 10**3, "kib": 2**10, "m": 2**20, "mb": 10**6, "mib": 2**20,
@@ -98,9 +99,15 @@ def partition(dataset, workers, method, topology, topology_file, inter_cost, bat
               distributed, chunk_samples, block_samples) -> None:
     """Partition a dataset's sample-embedding graph and write a placement manifest + report."""
     from gmp.api import run_partition
+    from gmp.launch import expect_join
     from gmp.specs import resolve_partition
 
     from ._flags import flags_for_params, to_flags
+
+    if distributed:  # a refusal before the join is told to the peers (gmp.launch); SIGTERM ends it in one line
+        expect_join()
+        if console_script():
+            stop_on_sigterm(under_torchrun=True)
 
     flags = {"rounds": rounds, "tol": tol, "alpha": alpha, "beta": beta, "gamma": gamma,
              "max_imbalance": max_imbalance, "replication_budget": replication_budget,

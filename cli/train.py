@@ -34,12 +34,13 @@ def _parse_staleness(text: str) -> float:
 def one_rank_speaks():
     """Under torchrun an error every rank finds but words by its own rank (a lost peer) is printed
     once, by rank 0; the other ranks exit with code 2 quietly. (An error worded alike on every rank, such
-    as a worker-count mismatch, is printed once per machine by :func:`say_error` instead.) (When rank 0 itself is the lost
-    process, torchrun's own failure report names it.)"""
+    as a worker-count mismatch, is printed once per machine by :func:`say_error` instead.) A rank that rank 0 did not
+    answer after a failed collective says so, once per machine (``speaks``: rank 0 may be the stopped process, which
+    then prints nothing)."""
     try:
         yield
     except GmpError as exc:
-        if getattr(exc, "rank", None) not in (None, 0):
+        if getattr(exc, "rank", None) not in (None, 0) and not getattr(exc, "speaks", False):
             raise typer.Exit(2) from None
         raise
 
@@ -152,8 +153,12 @@ def register(app: typer.Typer) -> None:
         'torchrun --nproc-per-node N --no-python gmp train DATASET --manifest M' (one worker per process).
         """
         from gmp.api import run_train
+        from gmp.launch import expect_join
         from gmp.specs import resolve_train
         from gmp.train.records import json_line
+
+        if engine != "local":  # under torchrun: a refusal before the join is told to the peers (gmp.launch)
+            expect_join()
 
         with one_rank_speaks(), flags_for_params():
             dataset = dataset_argument(dataset_arg, dataset, "train")

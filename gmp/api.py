@@ -445,16 +445,18 @@ def partition_dataset(dataset: Any, method: str | None = None, out: str | os.Pat
         The written manifest, opened again (validated); None on the ranks other than 0 of ``distributed``.
     """
     from .errors import PartitionError
+    from .launch import refusals_told
     from .specs import resolve_partition
 
-    _check_dataset(dataset)
-    _check_options(options, PartitionError)
-    _check_bools(PartitionError, overwrite=overwrite, plots=plots, distributed=distributed)
-    spec = resolve_partition(dataset, method, out, workers=workers, topology=topology, inter_cost=inter_cost,
-                             seed=seed, batch_size=batch_size, embedding_dim=embedding_dim, options=options,
-                             distributed=distributed, chunk_samples=chunk_samples, block_samples=block_samples,
-                             overwrite=overwrite, plots=plots)
-    return run_partition(spec, dataset=dataset)
+    with refusals_told(distributed is True):  # a refusal before the join reaches the peers (gmp.launch)
+        _check_dataset(dataset)
+        _check_options(options, PartitionError)
+        _check_bools(PartitionError, overwrite=overwrite, plots=plots, distributed=distributed)
+        spec = resolve_partition(dataset, method, out, workers=workers, topology=topology, inter_cost=inter_cost,
+                                 seed=seed, batch_size=batch_size, embedding_dim=embedding_dim, options=options,
+                                 distributed=distributed, chunk_samples=chunk_samples, block_samples=block_samples,
+                                 overwrite=overwrite, plots=plots)
+        return run_partition(spec, dataset=dataset)
 
 
 def run_partition(spec: Any, *, dataset: Any = None):
@@ -1084,18 +1086,20 @@ def train_model(dataset: Any, manifest: Any = None, *, engine: str | None = None
     ``distributed`` under torchrun, a tiered table's cache to the largest step of the run.
     """
     from .errors import TrainingError
+    from .launch import refusals_told
     from .specs import resolve_train
 
-    _check_dataset(dataset)
-    if manifest is not None:
-        _check_manifest(manifest)
-    _check_bools(TrainingError, resume=resume)
-    # gmp.train.train opens both itself (verified, memory-mapped): an opened object gives its path
-    spec = resolve_train(dataset, manifest, engine=engine, workers=workers, checkpoint_dir=checkpoint_dir,
-                         resume=resume, log_json=log_json, **config)
-    for line in spec.warnings:
-        _log.warning("%s", line)
-    return run_train(spec)
+    with refusals_told(engine != "local"):  # under torchrun a refusal before the join reaches the peers
+        _check_dataset(dataset)
+        if manifest is not None:
+            _check_manifest(manifest)
+        _check_bools(TrainingError, resume=resume)
+        # gmp.train.train opens both itself (verified, memory-mapped): an opened object gives its path
+        spec = resolve_train(dataset, manifest, engine=engine, workers=workers, checkpoint_dir=checkpoint_dir,
+                             resume=resume, log_json=log_json, **config)
+        for line in spec.warnings:
+            _log.warning("%s", line)
+        return run_train(spec)
 
 
 def run_train(spec: Any, *, on_record: Any = None) -> list[dict[str, Any]]:

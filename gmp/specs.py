@@ -872,7 +872,7 @@ def resolve_partition(dataset: Any, method: str | None = None, out: str | os.Pat
     block = None
     if mode in ("distributed", "chunked"):
         from .compare import method_options
-        from .partition.distributed import DEFAULT_BLOCK_SAMPLES, check_settings
+        from .partition.distributed import DEFAULT_BLOCK_SAMPLES, check_init, check_settings
         from .partition.hybrid import Options
 
         if block_samples is not None and not distributed:
@@ -880,9 +880,11 @@ def resolve_partition(dataset: Any, method: str | None = None, out: str | os.Pat
                                               f"its samples in order), got `block_samples={block_samples}` without "
                                               f"`distributed`; add `distributed` (under torchrun) or drop "
                                               f"`block_samples`.")
+        check_init(options.get("init", "random"))
         hybrid = Options(**method_options("hybrid", options, batch_size=plan["batch_size"],
                                           embedding_dim=plan["embedding_dim"]))
-        sources["block_samples"] = USER if block_samples is not None else DEFAULT
+        if distributed:  # one process sweeps its samples in order: no blocks to speak of
+            sources["block_samples"] = USER if block_samples is not None else DEFAULT
         block = DEFAULT_BLOCK_SAMPLES if block_samples is None else block_samples
         check_settings(hybrid, topo, block, chunk_samples)
     return PartitionSpec(dataset=ds_path, mode=mode, method=method, out=out, topology=topo,

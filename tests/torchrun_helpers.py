@@ -28,3 +28,27 @@ def torchrun(nproc: int, args: list[str], *, timeout: float = 240, env: dict[str
            "--rdzv-endpoint", f"127.0.0.1:{free_port()}", *args]
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **(env or {})}
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=cwd)
+
+
+def two_machines(args: list[list[str]], *, timeout: float = 240, env: dict[str, str] | None = None,
+                 cwd: Path | None = None) -> list[subprocess.CompletedProcess]:
+    """Two torchrun launches of one process each, as on two machines (``--nnodes 2``, static rendezvous on
+    127.0.0.1), node ``r`` running ``args[r]``; the results in node order."""
+    torchrun_bin = shutil.which("torchrun") or str(Path(sys.executable).parent / "torchrun")
+    port = free_port()
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **(env or {})}
+    procs = [subprocess.Popen([torchrun_bin, "--nnodes", "2", "--node-rank", str(r), "--nproc-per-node", "1",
+                               "--master-addr", "127.0.0.1", "--master-port", str(port), *a],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env, cwd=cwd)
+             for r, a in enumerate(args)]
+    done = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=timeout)
+            done.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return done

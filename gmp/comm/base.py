@@ -22,10 +22,12 @@ from __future__ import annotations
 import abc
 import contextlib
 import time
-from typing import Iterator, Protocol, Sequence
+from typing import Any, Iterator, Protocol, Sequence
 
 import numpy as np
 import torch
+
+from ..wording import first_difference
 
 CATEGORIES = ("embedding_rows", "gradients", "ids_clocks", "dense_allreduce")
 _CAT_INDEX = {c: i for i, c in enumerate(CATEGORIES)}
@@ -153,8 +155,8 @@ class CommEngine(abc.ABC):
     def barrier(self) -> None:
         """Synchronise processes (no-op locally)."""
 
-    def broadcast_object(self, obj):
-        """Worker 0's ``obj`` on every process (identity locally)."""
+    def broadcast_object(self, obj, src: int = 0):
+        """Worker ``src``'s ``obj`` on every process (identity locally)."""
         return obj
 
     def ranks_unlike_rank0(self, fingerprint) -> list[int]:
@@ -164,6 +166,20 @@ class CommEngine(abc.ABC):
         mine = np.zeros(self.world_size)
         mine[list(self.local_workers)] = float(fingerprint != theirs)
         return np.flatnonzero(np.rint(self.sum_across(mine))).tolist()
+
+    def settings_unlike_rank0(self, settings: dict[str, Any]) -> tuple[list[int], str]:
+        """Collective: the workers whose process has other ``settings`` (a dict of picklable values) than
+        worker 0's, and the first setting that differs on the lowest of them, worded as a person fixes it
+        (``"seed=7 on rank 1, seed=0 on rank 0"``; ``""`` when none differ). Every process returns the same."""
+        theirs = self.broadcast_object(settings)
+        differ_here = first_difference(settings, theirs)
+        mine = np.zeros(self.world_size)
+        mine[list(self.local_workers)] = float(differ_here is not None)
+        differ = np.flatnonzero(np.rint(self.sum_across(mine))).tolist()
+        if not differ:
+            return [], ""
+        ours, rank0 = self.broadcast_object(differ_here, src=differ[0])  # the lowest differing rank words it
+        return differ, f"{ours} on rank {differ[0]}, {rank0} on rank 0"
 
     @property
     def is_main(self) -> bool:

@@ -42,6 +42,7 @@ import gc
 import math
 import os
 import re
+import socket
 import time
 from typing import Sequence
 
@@ -107,7 +108,14 @@ def world_from_env() -> tuple[int, int, int]:
 
 
 class DistributedEngine(CommEngine):
-    def __init__(self, *, backend: str | None = None, timeout_s: float | None = None):
+    #: set once a process has joined its process group (:func:`gmp.launch.joined`)
+    joined = False
+
+    def __init__(self, *, backend: str | None = None, timeout_s: float | None = None, refused: str | None = None):
+        """Join the process group of torchrun's launch (rank and world from its environment). The first
+        collective is an exchange of refusals (:mod:`gmp.launch`): ``refused`` is this process's error
+        line when it joins only to tell its peers that it refused its input; a rank whose checks passed
+        raises one line naming the ranks that refused."""
         rank, world, local = world_from_env()
         timeout_s = collective_timeout(timeout_s)
         self.timeout_s = timeout_s
@@ -141,6 +149,7 @@ class DistributedEngine(CommEngine):
                                     f"a peer did not arrive or left before the group formed (it may have refused "
                                     f"its own input: see that process's log, on its machine), or the processes "
                                     f"were not started by torchrun with the same rendezvous endpoint.") from None
+        DistributedEngine.joined = True
         if dist.get_world_size() != world or dist.get_rank() != rank:
             raise TrainingError("the process group disagrees with RANK/WORLD_SIZE from the environment.")
         # a second, idle gloo group: after a timeout gloo closes the main group's connections, so
@@ -153,6 +162,29 @@ class DistributedEngine(CommEngine):
         #: started asynchronous collectives not yet waited for (close() waits for them)
         self._pending: list[_AsyncWork] = []
         super().__init__()
+        self._share_refusals(refused)
+
+    def _share_refusals(self, refused: str | None) -> None:
+        """Collective, the group's first: every rank's refusal before the join (None: its checks passed) and
+        host. A rank that did not refuse, where another did, leaves the group and raises the line naming them:
+        the refusing rank's own line when it is on another machine (this machine's log has not got it), a
+        pointer to it otherwise."""
+        if self._monitor is None:
+            return
+        said: list = [None] * self.world_size
+        with self._collective("start"):
+            dist.all_gather_object(said, (refused, socket.gethostname()), group=self._monitor)
+        ranks = [r for r, (line, _) in enumerate(said) if line is not None]
+        if not ranks or refused is not None:
+            return
+        first, (line, host) = ranks[0], said[ranks[0]]
+        who = (f"rank {first}" if len(ranks) == 1 else
+               f"ranks {', '.join(map(str, ranks[:8]))}{' ...' if len(ranks) > 8 else ''} (first rank {first})")
+        why = ("its error line is in this machine's log" if host == socket.gethostname() else
+               f"on {host}: {line.rstrip('.')}")
+        self.close(clean=False)
+        raise TrainingError(f"{who} refused {'its' if len(ranks) == 1 else 'their'} input before the process group "
+                            f"formed ({why}); nothing was done here: fix that input and start every process again.")
 
     def device_for(self, worker: int) -> torch.device:
         return self._device
@@ -169,18 +201,35 @@ class DistributedEngine(CommEngine):
     @contextlib.contextmanager
     def _collective(self, op: str):
         """Turn a failed collective (a dead, stopped or hung peer) into one TrainingError line."""
+        started = time.monotonic()
         try:
             yield
         except RuntimeError as exc:  # torch.distributed's errors (DistBackendError, gloo timeouts) are RuntimeErrors
-            raise self._failure(op, exc) from None
+            raise self._failure(op, exc, started) from None
 
-    def _failure(self, op: str, exc: BaseException) -> TrainingError:
+    def _failure(self, op: str, exc: BaseException, started: float) -> TrainingError:
+        """The line for collective ``op`` that failed with ``exc`` (it began at ``time.monotonic()``
+        ``started``). Rank 0 names the ranks missing from a monitored barrier: gone before the timeout
+        (a process that ended or closed its connection), or not there after it (stopped or hung). A
+        rank other than 0 learns only whether rank 0 answered; one that did not is named as what it
+        may be, the stopped process (when it is, no other line names it: ``err.speaks``)."""
         self._failed = True
-        late = self._late_ranks()
-        if late:
+        late, rank0_silent = self._late_ranks()
+        timeout = (f"the collective timeout of {self.timeout_s:g} s (a stopped or hung process; set the timeout "
+                   f"with GMP_COLLECTIVE_TIMEOUT, or gmp train's --collective-timeout)")
+        speaks = False
+        waited = time.monotonic() - started >= 0.5 * self.timeout_s  # else a peer ended, none hung
+        if late and not waited:
+            msg = (f"rank {self.rank}: the {op} collective did not complete: rank(s) {', '.join(map(str, late))} "
+                   f"left it (the process ended, or its connection closed).")
+        elif late:
             msg = (f"rank {self.rank}: the {op} collective did not complete: rank(s) {', '.join(map(str, late))} did "
-                   f"not reach it within the collective timeout of {self.timeout_s:g} s (a stopped, hung or dead "
-                   f"process; set the timeout with GMP_COLLECTIVE_TIMEOUT, or gmp train's --collective-timeout).")
+                   f"not reach it within {timeout}.")
+        elif rank0_silent and waited:
+            speaks = True  # said once per machine (the line names no rank of its own)
+            msg = (f"the {op} collective did not complete within {timeout}, and rank 0 did not answer the check of "
+                   f"which ranks are missing: rank 0's line names them; if rank 0 printed none, rank 0 is the "
+                   f"stopped, hung or lost process.")
         else:
             # without gloo's source path, one sentence
             first = re.sub(r"^\[[^\]]*\]\s*", "", _first_line(exc)).split(". ")[0][:160]
@@ -189,13 +238,15 @@ class DistributedEngine(CommEngine):
         err = TrainingError(msg)
         err.rank = self.rank
         err.culprits = late
+        err.speaks = speaks
         return err
 
-    def _late_ranks(self) -> list[int]:
+    def _late_ranks(self) -> tuple[list[int], bool]:
         """After a failed collective: the ranks that do not answer a monitored barrier on the idle
-        monitor group (rank 0 learns them; [] when it cannot tell)."""
+        monitor group (rank 0 learns them; [] when it cannot tell), and whether rank 0 did not answer
+        this rank's part of it (a rank other than 0 learns only that)."""
         if self._monitor is None:
-            return []
+            return [], False
         try:
             dist.monitored_barrier(group=self._monitor, timeout=_dt.timedelta(seconds=min(10.0, self.timeout_s)),
                                    wait_all_ranks=True)
@@ -204,8 +255,10 @@ class DistributedEngine(CommEngine):
             # rank 0 collects the barrier and names the ranks that never came; the others only learn
             # that rank 0 did not answer, which it does not when anyone is missing: they cannot tell
             m = re.search(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier", text)
-            return sorted(int(x) for x in re.findall(r"\d+", m.group(1))) if m else []
-        return []
+            if m:
+                return sorted(int(x) for x in re.findall(r"\d+", m.group(1))), False
+            return [], self.rank != 0 and bool(re.search(r"\bfrom rank 0\b", text))
+        return [], False
 
     def _alltoallv(self, sends: Sequence[Sequence[torch.Tensor]], category: str | None, *,
                   recv_counts: Sequence[Sequence[int]] | None = None) -> list[list[torch.Tensor]]:
@@ -303,9 +356,9 @@ class DistributedEngine(CommEngine):
             else:
                 dist.barrier()
 
-    def broadcast_object(self, obj):
+    def broadcast_object(self, obj, src: int = 0):
         box = [obj]
-        dist.broadcast_object_list(box, src=0)
+        dist.broadcast_object_list(box, src=src)
         return box[0]
 
     def close(self, *, clean: bool = True) -> None:
@@ -341,6 +394,7 @@ class _AsyncWork:
 
     def __init__(self, work, result, engine: DistributedEngine, op: str):
         self.work, self.result, self.engine, self.op = work, result, engine, op
+        self.started = time.monotonic()
         engine._pending.append(self)
 
     def wait(self):
@@ -350,7 +404,7 @@ class _AsyncWork:
             try:
                 self.work.wait()
             except RuntimeError as exc:
-                raise self.engine._failure(self.op, exc) from None
+                raise self.engine._failure(self.op, exc, self.started) from None
             finally:
                 if self.engine.counting:
                     self.engine.seconds += time.perf_counter() - t0

@@ -83,6 +83,7 @@ from .._io import full_disk_error, header_value, read_versioned_json, write_json
 from .._version import __version__
 from ..errors import GmpError, TrainingError
 from ..placement import Placement
+from ..wording import first_difference
 from .checkpoint_safe import first_line, from_safe, refusal_reason, to_safe  # noqa: F401 - re-exported
 from .checkpoint_rows import PrimaryRows, rows_name, upgrade_worker_v2, write_primary_rows
 from .checkpoint_dir import CKPT_DIR, HEADER, LATEST, free_name, link_target, point_latest, prune
@@ -411,16 +412,10 @@ def check_settings(ckpt: Path, head: dict[str, Any], config, keys: Sequence[str]
     ``keys``; both ways (a setting only the checkpoint records counts, with the defaults the config's JSON
     leaves out filled in)."""
     then, now = comparable_settings(head["config"]), comparable_settings(config.to_json())
-    for k in (sorted((set(then) | set(now)) - set(MUTABLE)) if keys is None else keys):
-        a, b = then.get(k), now.get(k)
-        if a == b:
-            continue
-        if isinstance(a, dict) and isinstance(b, dict):  # name the parts that differ, not two whole dicts
-            parts = sorted(p for p in set(a) | set(b) if a.get(p) != b.get(p))
-            made = ", ".join(f"{k}.{p}={a.get(p)!r}" for p in parts)
-            has = ", ".join(f"{k}.{p}={b.get(p)!r}" for p in parts)
-        else:
-            made, has = f"{k}={a!r}", f"{k}={b!r}"
+    keys = sorted((set(then) | set(now)) - set(MUTABLE)) if keys is None else keys
+    differ = first_difference({k: then.get(k) for k in keys}, {k: now.get(k) for k in keys})
+    if differ is not None:
+        made, has = differ
         raise TrainingError(f"{ckpt} was made with {made}, this run has {has}; resume with the same settings or {_FIX}")
 
 

@@ -245,18 +245,25 @@ class SignalStop:
         self.old.clear()
 
 
-def check_same_launch(eng, dataset_sha256: str, placement_sha: str, config: TrainConfig, resume: bool) -> None:
+def check_same_launch(eng, dataset_sha256: str, placement_sha: str, config: TrainConfig, resume: bool, *,
+                      log_json: str | os.PathLike | None = None) -> None:
     """Collective: every process trains the same dataset and placement with the same settings (the
     ``--tier-dir`` aside, a machine's own path). A launch that gave the ranks different flags trained
-    on silently with mixed settings, or aborted in gloo; each rank raises this one line (rank 0 says it)."""
+    on silently with mixed settings, or aborted in gloo; each rank raises this one line (rank 0 says it),
+    which names the first setting that differs. A JSON log given to some ranks only is refused too (rank 0
+    writes it: given to another rank alone it was silently not written); its path may differ (a machine's
+    own), and so may nothing else."""
     settings = comparable_settings(config.to_json())
     if settings.get("tiers"):
         settings["tiers"] = {k: v for k, v in settings["tiers"].items() if k != "tier_dir"}
-    differ = eng.ranks_unlike_rank0((dataset_sha256, placement_sha, settings, bool(resume)))
+    fingerprint = {"dataset": dataset_sha256, "manifest": placement_sha, "resume": bool(resume),
+                   "log_json": log_json is not None,
+                   "collective_timeout": getattr(eng, "timeout_s", None), **settings}
+    differ, said = eng.settings_unlike_rank0(fingerprint)
     if differ:
         exc = TrainingError(f"every process must get the same dataset, manifest and training flags, got rank(s) "
-                            f"{', '.join(map(str, differ[:8]))} differing from rank 0; launch every rank with the "
-                            f"same command.")
+                            f"{', '.join(map(str, differ[:8]))} differing from rank 0 ({said}); launch every rank "
+                            f"with the same command.")
         exc.rank = eng.local_workers[0]
         raise exc
 
@@ -307,7 +314,7 @@ def _train(dataset, manifest, config: TrainConfig, *, engine: str, workers: int 
     try:
         lock = lock_checkpoint_dir(eng, checkpoint_dir)  # one run at a time saves and prunes there
         psha = placement_sha256(placement)
-        check_same_launch(eng, ds.sha256, psha, config, resume)
+        check_same_launch(eng, ds.sha256, psha, config, resume, log_json=log_json)
         check_shared_directory(eng, checkpoint_dir)
         trainer = Trainer(data, placement, config, eng)
         signals.attach(trainer)

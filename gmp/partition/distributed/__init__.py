@@ -14,6 +14,6 @@ disk in chunks). Design, measurements and the Criteo-1TB plan: docs/distributed.
 ==========================  =====================================================
 """
 
-from .core import DEFAULT_BLOCK_SAMPLES, check_settings, partition_distributed
+from .core import DEFAULT_BLOCK_SAMPLES, check_init, check_settings, partition_distributed
 
-__all__ = ["DEFAULT_BLOCK_SAMPLES", "check_settings", "partition_distributed"]
+__all__ = ["DEFAULT_BLOCK_SAMPLES", "check_init", "check_settings", "partition_distributed"]

@@ -27,14 +27,21 @@ log = logging.getLogger(__name__)
 DEFAULT_BLOCK_SAMPLES = 1024
 
 
+def check_init(init) -> None:
+    """Refuse a start other than the streamed hybrid's own (before the options are checked against the
+    in-memory hybrid's list, which offered starts this one refuses)."""
+    if init != "random":
+        raise PartitionError(f"the streamed hybrid (`distributed`, `chunk_samples`) starts from the multilevel "
+                             f"(levels=2) or random (levels=1) start; init={init!r} needs the whole graph in one "
+                             f"process: drop it.")
+
+
 def check_settings(options: Options, topology: Topology, block_samples: int, chunk_samples: int | None) -> None:
     """Refuse what the distributed hybrid does not do, before any work."""
     if topology.num_workers > 64:
         raise PartitionError(f"the distributed hybrid supports up to 64 workers, got {topology.num_workers}; use "
                              f"fewer workers.")
-    if options.init != "random":
-        raise PartitionError(f"the distributed hybrid starts from the multilevel (levels=2) or random (levels=1) "
-                             f"start; init={options.init!r} needs the whole graph in one process: drop it.")
+    check_init(options.init)
     if not is_int(block_samples) or block_samples < 1:
         raise PartitionError(f"`block_samples` must be an integer >= 1, got {block_samples!r}; the default is "
                              f"{DEFAULT_BLOCK_SAMPLES}.")
@@ -50,14 +57,14 @@ def check_same_run(mesh: Mesh, indptr, num_embeddings: int, topology: Topology, 
     alone does not tell two datasets apart (two days of one size): ``dataset_sha256`` does."""
     if mesh.size == 1:
         return
-    mine = (dataset_sha256, int(indptr.size - 1), int(indptr[-1]), int(num_embeddings),
-            np.asarray(topology.cost).round(9).tolist(), int(seed), sorted(asdict(options).items()),
-            int(block_samples), chunk_samples)
-    differ = mesh.engine.ranks_unlike_rank0(mine)
+    mine = {"dataset": dataset_sha256 or "", "samples": int(indptr.size - 1), "edges": int(indptr[-1]),
+            "ids": int(num_embeddings), "topology": np.asarray(topology.cost).round(9).tolist(), "seed": int(seed),
+            "options": dict(sorted(asdict(options).items())), "block_samples": int(block_samples),
+            "chunk_samples": chunk_samples}
+    differ, said = mesh.engine.settings_unlike_rank0(mine)
     if differ:
         raise PartitionError(f"`distributed`: every process must get the same dataset and flags, got ranks "
-                             f"{differ} differing from rank 0 (dataset, samples, edges, ids, topology, seed, "
-                             f"options, `block_samples`, `chunk_samples`); launch every rank with the same command.")
+                             f"{differ} differing from rank 0 ({said}); launch every rank with the same command.")
 
 
 def partition_distributed(indptr: np.ndarray, indices: np.ndarray, num_embeddings: int, topology: Topology, *,
