@@ -365,6 +365,44 @@ def test_a_refused_nested_setting_names_the_part_that_differs(tmp_path):
     assert "was made with herald.extra=None, this run has herald.extra=1;" in one_line(exc)
 
 
+def test_a_herald_lru_checkpoint_at_lookahead_0_resumes_with_the_defaults(setup, tmp_path):
+    """Adversarial pass on formats, F3: a Herald checkpoint made before --cache-policy defaulted to lookahead
+    (config.herald.cache_policy 'lru', lookahead 0) was refused by a resume with the defaults, though with no
+    look-ahead window the two policies evict alike; its run now resumes to the uninterrupted lru run's model."""
+    from gmp.train.herald import HeraldOptions
+
+    path, man = setup
+    lru = dataclasses.replace(CFG, schedule="herald", herald=HeraldOptions(cache_policy="lru", cache_rows=3))
+    whole = train(path, man, dataclasses.replace(lru, epochs=2), checkpoint_dir=tmp_path / "whole")
+    train(path, man, lru, checkpoint_dir=tmp_path / "ck")
+    default = dataclasses.replace(CFG, schedule="herald", herald=HeraldOptions(cache_rows=3), epochs=2)
+    assert default.herald.cache_policy == "lookahead"
+    resumed = train(path, man, default, checkpoint_dir=tmp_path / "ck", resume=True)
+    assert [r["train_loss"] for r in resumed] == [whole[1]["train_loss"]]
+    assert resumed[0]["test_auc"] == whole[1]["test_auc"]
+
+
+def test_a_refused_setting_names_the_value_to_resume_with(setup, tmp_path):
+    """F3: the refusal names the setting and (as `name=value`, which the CLI writes as its flag) what to pass."""
+    from cli._flags import to_flags
+    from gmp.train.herald import HeraldOptions
+
+    path, man = setup
+    window = dataclasses.replace(CFG, schedule="herald", herald=HeraldOptions(cache_policy="lru", lookahead=2))
+    train(path, man, window, checkpoint_dir=tmp_path / "ck")
+    with pytest.raises(TrainingError) as exc:  # at lookahead 2 the policies differ: still refused
+        train(path, man, dataclasses.replace(window, herald=HeraldOptions(lookahead=2), epochs=2),
+              checkpoint_dir=tmp_path / "ck", resume=True)
+    msg = one_line(exc)
+    assert "was made with herald.cache_policy='lru', this run has herald.cache_policy='lookahead'; resume with " \
+           "the same settings (`cache_policy=lru`) or " in msg
+    assert "(--cache-policy lru)" in to_flags(msg)
+    with pytest.raises(TrainingError) as exc:
+        train(path, man, dataclasses.replace(window, lr=0.5, hidden=(3, 2), epochs=2), checkpoint_dir=tmp_path / "ck",
+              resume=True)
+    assert "(--hidden 4)" in to_flags(one_line(exc))  # the first that differs, as the CLI takes it
+
+
 @pytest.mark.parametrize("bad", [-5.0, float("nan"), 0.0])
 def test_a_bad_collective_timeout_is_refused_on_the_local_engine_too(setup, bad):
     with pytest.raises(TrainingError) as exc:

@@ -416,7 +416,27 @@ def check_settings(ckpt: Path, head: dict[str, Any], config, keys: Sequence[str]
     differ = first_difference({k: then.get(k) for k in keys}, {k: now.get(k) for k in keys})
     if differ is not None:
         made, has = differ
-        raise TrainingError(f"{ckpt} was made with {made}, this run has {has}; resume with the same settings or {_FIX}")
+        again = _settings_again(then, now, keys)
+        raise TrainingError(f"{ckpt} was made with {made}, this run has {has}; resume with the same settings"
+                            f"{f' ({again})' if again else ''} or {_FIX}")
+
+
+def _settings_again(then: dict[str, Any], now: dict[str, Any], keys: Sequence[str]) -> str:
+    """The parameters that give this run the checkpoint's setting where they first differ, as ```name=value```
+    (the CLI writes each as its flag: ``--cache-policy lru``); "" when one has no such value (unset there)."""
+    for key in sorted(keys, key=str):
+        a, b = then.get(key), now.get(key)
+        if a == b:
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):  # the parts of a nested setting (herald.cache_policy)
+            pairs = [(p, a.get(p)) for p in sorted(set(a) | set(b), key=str) if a.get(p) != b.get(p)]
+        else:
+            pairs = [(key, a)]
+        if any(v is None or isinstance(v, dict) for _, v in pairs):
+            return ""
+        shown = [(p, ",".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)) for p, v in pairs]
+        return ", ".join(f"`{p}={v}`" for p, v in shown)
+    return ""
 
 
 # --------------------------------------------------------------------------- rows by id
