@@ -93,6 +93,30 @@ def test_resume_falls_back_to_an_older_complete_checkpoint_and_says_so(setup, sa
                for r in caplog.records), [r.message for r in caplog.records]
 
 
+def test_one_checkpoint_is_one_position_in_every_message(setup, saved, caplog):
+    """Adversarial pass on formats, F8: ckpt-00001-00000000 ("epoch": 1, "step": 0: the next step to run, 0-based
+    epoch) was "epoch 2 step 0" in the fall-back warning and "epoch 1 step 0" in the edited-header refusal."""
+    target = saved / os.readlink(saved / "latest")
+    assert json.loads((target / "checkpoint.json").read_text())["epoch"] == 1
+    (saved / "latest").unlink()
+    (saved / "latest").symlink_to("nope")
+    with caplog.at_level(logging.WARNING):
+        with pytest.raises(TrainingError) as exc:  # stop at the refusal below, after the warning
+            _edit_header_of(target, lambda h: h.update(epoch=5))
+            run(setup, saved, epochs=2, resume=True)
+    warned = [r.message for r in caplog.records if "resuming from the complete checkpoint" in r.message]
+    assert warned and warned[0].endswith(f"{target} (epoch 6 step 0) instead"), warned
+    assert f'says epoch 6 step 0 ("epoch": 5, 0-based), but the state in trainer.pt was saved at epoch 2 step 0: ' \
+           f"the header was edited" in one_line(exc)
+
+
+def _edit_header_of(ckpt: Path, fn) -> None:
+    path = ckpt / "checkpoint.json"
+    head = json.loads(path.read_text())
+    fn(head)
+    path.write_text(json.dumps(head))
+
+
 def test_a_latest_without_any_complete_checkpoint_is_one_line(setup, saved):
     target = saved / os.readlink(saved / "latest")
     (target / "trainer.pt").unlink()

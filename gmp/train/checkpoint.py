@@ -401,10 +401,10 @@ def check_position(ckpt: Path, head: dict[str, Any], main: dict[str, Any]) -> No
                                                                   for x in pos)
     if not ok:
         raise TrainingError(f"{ckpt / 'trainer.pt'} holds position {pos!r}, expected [epoch, step]; {_FIX}")
-    if (head["epoch"], head["step"]) != tuple(pos):
-        raise TrainingError(f"{ckpt / HEADER} says epoch {head['epoch']} step {head['step']}, but the state in "
-                            f"trainer.pt was saved at epoch {pos[0]} step {pos[1]}: the header was edited; resume "
-                            f"from an untouched checkpoint or {_FIX}")
+    if (head["epoch"], head["step"]) != tuple(pos):  # epochs counted from 1, as every other message does
+        raise TrainingError(f"{ckpt / HEADER} says epoch {head['epoch'] + 1} step {head['step']} (\"epoch\": "
+                            f"{head['epoch']}, 0-based), but the state in trainer.pt was saved at epoch {pos[0] + 1} "
+                            f"step {pos[1]}: the header was edited; resume from an untouched checkpoint or {_FIX}")
 
 
 def check_settings(ckpt: Path, head: dict[str, Any], config, keys: Sequence[str] | None = None) -> None:
