@@ -427,6 +427,30 @@ def test_a_refused_setting_names_the_value_to_resume_with(setup, tmp_path):
     assert "(--hidden 4)" in to_flags(one_line(exc))  # the first that differs, as the CLI takes it
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("-inf")])
+@pytest.mark.parametrize("location", ["device", "host"])
+def test_a_non_finite_value_in_a_rows_file_is_refused_on_resume(setup, saved, value, location):
+    """Adversarial pass on formats, F9: a NaN in worker-00000.rows (no checksum) resumed and was found at the first
+    step as "The training loss is not finite ... lower the learning rate or check the dataset"."""
+    from gmp.train.tiers import TierOptions
+
+    ckpt = saved / os.readlink(saved / "latest")
+    meta = ck.read_worker_file(ckpt, 1)["primary_rows"]
+    rows = ckpt / meta["file"]
+    assert meta["num_rows"] > 3 and rows.name == "worker-00001.rows"
+    values = np.fromfile(rows, dtype=meta["dtype"]).reshape(meta["num_rows"], meta["width"])
+    values[3, 1] = value
+    values.tofile(rows)  # same size: the checkpoint stays complete
+    tiers = None if location == "device" else TierOptions(table_location=location)  # the rows stream into a tier
+    with pytest.raises(TrainingError) as exc:
+        train(*setup, dataclasses.replace(CFG, epochs=2, tiers=tiers), checkpoint_dir=saved, resume=True)
+    assert one_line(exc) == (f"{rows}: row 3 holds {value!r} (column 1), expected finite values; the checkpoint is "
+                             f"damaged (a .rows file carries no checksum): start without `resume=True` or point "
+                             f"`checkpoint_dir` elsewhere.")
+    with pytest.raises(TrainingError, match=r"row 3 holds"):  # reading rows by id too
+        ck.read_primary_rows(saved, np.arange(int(np.load(setup[1] / "embedding_primary.npy").size)))
+
+
 @pytest.mark.parametrize("bad", [-5.0, float("nan"), 0.0])
 def test_a_bad_collective_timeout_is_refused_on_the_local_engine_too(setup, bad):
     with pytest.raises(TrainingError) as exc:
