@@ -42,6 +42,7 @@ FLAGS = {
     "chunk_mb": "--chunk-mb",
     "chunk_samples": "--chunk-samples",
     "coherence": "--coherence",
+    "comm_dtype": "--comm-dtype",
     "compare_full": "--compare-full",
     "continue_from": "--continue",
     "dataset": "--dataset",
@@ -60,6 +61,7 @@ FLAGS = {
     "gamma": "--gamma",
     "growth": "--growth",
     "hash_sizes": "--hash",
+    "hidden": "--hidden",
     "ignore": "--ignore",
     "inter_cost": "--inter-cost",
     "isolate": "--isolate",
@@ -72,6 +74,7 @@ FLAGS = {
     "locality": "--locality",
     "log_json": "--log-json",
     "lookahead": "--lookahead",
+    "lr": "--lr",
     "manifest": "--manifest",
     "max_bad_lines": "--max-bad-lines",
     "max_imbalance": "--max-imbalance",
@@ -80,6 +83,7 @@ FLAGS = {
     "method": "--method",
     "methods": "--methods",
     "min_count": "--min-count",
+    "model": "--model",
     "multi": "--multi",
     "multi_sep": "--multi-sep",
     "num_communities": "--communities",
@@ -88,6 +92,7 @@ FLAGS = {
     "optimizer": "--optimizer",
     "out": "--out",
     "overwrite": "--overwrite",
+    "pipeline": "--pipeline",
     "preset": "--preset",
     "rating_threshold": "--rating-threshold",
     "read_only_replicas": "--read-only-replicas",
@@ -95,9 +100,11 @@ FLAGS = {
     "resume": "--resume",
     "rounds": "--rounds",
     "scale": "--scale",
+    "schedule": "--schedule",
     "seed": "--seed",
     "segments": "--segments",
     "sep": "--sep",
+    "shuffle": "--shuffle",
     "skew": "--skew",
     "split_hour": "--split-hour",
     "staleness": "--staleness",
@@ -119,7 +126,8 @@ BOOLEAN_FLAGS = {"overwrite": ("--overwrite", None), "resume": ("--resume", None
                  "split_hour": ("--split-hour", "--no-split-hour"),
                  "isolate": ("--isolate", "--no-isolate"),
                  "on_demand": ("--on-demand", "--no-on-demand"),
-                 "read_only_replicas": ("--read-only-replicas", "--writable-replicas")}
+                 "read_only_replicas": ("--read-only-replicas", "--writable-replicas"),
+                 "pipeline": ("--pipeline", "--no-pipeline")}
 
 _NAMED = re.compile(r"`(\w+)(=[^`]*)?`")
 

@@ -178,11 +178,14 @@ def register(app: typer.Typer) -> None:
                 if spec.sources.get("engine") == "torchrun":
                     typer.echo(f"under torchrun (WORLD_SIZE={spec.world_size}): one run on the distributed engine, "
                                f"one worker per process.", err=True)
+
+            def say_settings() -> None:  # once the inputs are accepted: a refusal of them is the only line
                 said = settings_line(spec)
-                if said:
+                if said and os.environ.get("RANK", "0") == "0":
                     typer.echo(said, err=True)
+
             show = record_line if sys.stdout.isatty() else json_line  # a terminal reads lines, a pipe JSON
-            records = run_train(spec, on_record=lambda rec: progress.echo(show(rec)))
+            records = run_train(spec, on_record=lambda rec: progress.echo(show(rec)), on_start=say_settings)
         if os.environ.get("RANK", "0") != "0":
             return  # under torchrun rank 0 speaks for all
         if records:

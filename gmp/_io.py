@@ -997,18 +997,36 @@ def read_versioned_json(
     depth = json_depth(obj)
     if depth > MAX_JSON_DEPTH:
         raise error(f"{path} is nested {depth} levels deep, expected at most {MAX_JSON_DEPTH}; {fix}")
-    if not isinstance(obj, dict) or obj.get("format") != fmt:
-        got = obj.get("format") if isinstance(obj, dict) else type(obj).__name__
-        raise error(f"{path} has format {got!r}, expected {fmt!r}; {fix}")
+    # values are shown as the file holds them (JSON: true, null, "3"), never as Python reprs
+    if not isinstance(obj, dict):
+        raise error(f"{path} holds a JSON {_json_kind(obj)}, expected an object with \"format\": "
+                    f"{shown_value(fmt)}; {fix}")
+    if "format" not in obj:  # worded as header_value words a missing key
+        raise error(f"{path} lacks the key 'format' ({shown_value(fmt)}); {fix}")
+    if obj["format"] != fmt:
+        raise error(f"{path} has format {shown_value(obj['format'])}, expected {shown_value(fmt)}; {fix}")
     version = obj.get("schema_version")
+    if "schema_version" not in obj:
+        raise error(f"{path} lacks the key 'schema_version' (a positive integer); {fix}")
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise error(f"{path} has schema_version {version!r}, expected a positive integer; {fix}")
+        raise error(f"{path} has schema_version {shown_value(version)}, expected a positive integer; {fix}")
     if version > max_version:
         raise error(
             f"{path} has schema_version {version}; this gmp reads up to {max_version}. "
             f"Upgrade gmp or re-create the file with this version."
         )
     return obj
+
+
+def _json_kind(obj: Any) -> str:
+    """What a parsed JSON value is, in JSON's words (``array``, ``string``, ``number``, ``null``, ...)."""
+    if obj is None:
+        return "null"
+    if isinstance(obj, bool):
+        return "boolean"
+    if isinstance(obj, (int, float)):
+        return "number"
+    return {list: "array", str: "string", dict: "object"}.get(type(obj), type(obj).__name__)
 
 
 #: deepest nesting a gmp JSON header may have (free-form sections included)

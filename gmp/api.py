@@ -1102,15 +1102,16 @@ def train_model(dataset: Any, manifest: Any = None, *, engine: str | None = None
         return run_train(spec)
 
 
-def run_train(spec: Any, *, on_record: Any = None) -> list[dict[str, Any]]:
+def run_train(spec: Any, *, on_record: Any = None, on_start: Any = None) -> list[dict[str, Any]]:
     """Run a resolved :class:`gmp.specs.TrainSpec` (what :func:`train_model` and ``gmp train`` do after
-    resolving); ``on_record(record)`` is called with each record on the main process as it is logged."""
+    resolving); ``on_record(record)`` is called with each record on the main process as it is logged, and
+    ``on_start()`` once the inputs are accepted, before the first (:func:`gmp.train.run.train`)."""
     from .train import train
 
     return train(spec.dataset, spec.manifest, spec.config, engine=spec.engine, workers=spec.workers,
                  checkpoint_dir=spec.checkpoint_dir, resume=spec.resume, log_json=spec.log_json,
                  on_record=on_record, collective_timeout=spec.collective_timeout,
-                 settings=spec.to_json() if spec.log_json is not None else None)
+                 settings=spec.to_json() if spec.log_json is not None else None, on_start=on_start)
 
 
 def simulate_epoch(dataset: Any, manifest: Any = None, *, workers: int | None = None,

@@ -32,9 +32,11 @@ Reading (:func:`load_manifest`) checks, each failure a one-line
 :class:`~gmp.errors.ManifestError` naming the file and the fix: the format
 and ``schema_version`` (newer versions are refused; older ones are upgraded
 one step at a time: 1 -> 2 adds ``plan`` and ``dataset_name``, 2 -> 3 ``history``), the dataset hash and
-counts against the dataset it is used with, every array's shape and dtype,
-worker ids in ``[0, num_workers)``, secondaries never on their primary's
-worker, the placement hash, and the topology.
+counts against the dataset it is used with, the header's types (the partitioner's
+``memory_per_worker`` and ``embedding_dim`` options, which the trainer reads, positive
+integers; no NaN or infinity anywhere, free-form ``partitioner.options``/``.info`` included),
+every array's shape and dtype, worker ids in ``[0, num_workers)``, secondaries never on
+their primary's worker, the placement hash, and the topology.
 
 Example ``manifest.json``::
 
@@ -125,8 +127,8 @@ from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 import numpy as np
 
-from ._io import (HeaderCount, atomic_directory, hash_arrays, header_value, load_npy, read_versioned_json, shown_value,
-                  verify_enabled, write_json)
+from ._io import (HeaderCount, atomic_directory, hash_arrays, header_value, load_npy, non_finite_value,
+                  read_versioned_json, shown_value, verify_enabled, write_json)
 from ._version import __version__
 from .errors import GmpError, ManifestError, TopologyError
 from .graph import min_max
@@ -454,8 +456,10 @@ def check_header(meta: Mapping[str, Any], mfile: Path, *, verify_hash: bool = Tr
 
     Counts must be JSON integers (``2.5`` workers is refused, not truncated),
     ``topology`` and ``partitioner`` objects, ``partitioner.options`` and
-    ``.info`` objects; ``placement_sha256`` is required unless hash
-    verification is off.
+    ``.info`` objects (the options' ``memory_per_worker`` and ``embedding_dim``,
+    the budget the trainer checks, positive integers or absent); no number
+    anywhere may be NaN or infinite; ``placement_sha256`` is required unless
+    hash verification is off.
     """
     def get(obj, key, kind, where="", optional=False):
         return header_value(obj, key, kind, path=mfile, error=ManifestError, fix=_FIX, optional=optional,
@@ -469,7 +473,10 @@ def check_header(meta: Mapping[str, Any], mfile: Path, *, verify_hash: bool = Tr
     get(meta, "topology", "dict")
     part = get(meta, "partitioner", "dict")
     get(part, "name", "str", "partitioner.")
-    get(part, "options", "dict", "partitioner.", optional=True)
+    options = get(part, "options", "dict", "partitioner.", optional=True)
+    if options is not None:  # the memory budget the trainer checks the rows against (and version 1's plan)
+        for key in ("memory_per_worker", "embedding_dim"):
+            get(options, key, "int>=1", "partitioner.options.", optional=True)
     get(part, "info", "dict", "partitioner.", optional=True)
     seed = get(part, "seed", "int>=0", "partitioner.", optional=True)  # numpy refuses a negative one later
     if seed is not None and seed >= 2**63:  # gmp.seeds.check_seed's range: manifests store it as int64
@@ -494,6 +501,11 @@ def check_header(meta: Mapping[str, Any], mfile: Path, *, verify_hash: bool = Tr
     if plan:
         for key in ("batch_size", "embedding_dim", "memory_per_worker"):
             get(plan, key, "int>=0", "plan.", optional=True)
+    # gmp writes no NaN or Infinity (write_json(finite=True)); one in a free-form object (partitioner.options,
+    # .info) would be copied into every report.json and refused there by a strict JSON writer
+    found = non_finite_value(meta)
+    if found is not None:
+        raise ManifestError(f"{mfile}: {found[0]} must be a finite number, got {shown_value(found[1])}; {_FIX}")
     if verify_hash:
         if "placement_sha256" not in meta:
             raise ManifestError(f"{mfile} lacks the key 'placement_sha256', so its arrays cannot be checked; "

@@ -1069,7 +1069,7 @@ def resolve_import(format: str | None, inputs: Sequence[str | os.PathLike], out:
     columns = columns if columns is not None else ColumnChoice()
     inputs = tuple(Path(p) for p in inputs)
     # recognition first: a file of another format is named before any option is checked against the format
-    recipe = recognise_import(format, inputs, out, columns=columns, extra_args=extra_args)
+    recipe = recognise_import(format, inputs, out, columns=columns, extra_args=extra_args, extend=extend)
     fmt = recipe.format
     plain = ColumnChoice()
     given = {

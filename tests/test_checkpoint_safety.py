@@ -93,6 +93,30 @@ def test_resume_falls_back_to_an_older_complete_checkpoint_and_says_so(setup, sa
                for r in caplog.records), [r.message for r in caplog.records]
 
 
+def test_one_checkpoint_is_one_position_in_every_message(setup, saved, caplog):
+    """Adversarial pass on formats, F8: ckpt-00001-00000000 ("epoch": 1, "step": 0: the next step to run, 0-based
+    epoch) was "epoch 2 step 0" in the fall-back warning and "epoch 1 step 0" in the edited-header refusal."""
+    target = saved / os.readlink(saved / "latest")
+    assert json.loads((target / "checkpoint.json").read_text())["epoch"] == 1
+    (saved / "latest").unlink()
+    (saved / "latest").symlink_to("nope")
+    with caplog.at_level(logging.WARNING):
+        with pytest.raises(TrainingError) as exc:  # stop at the refusal below, after the warning
+            _edit_header_of(target, lambda h: h.update(epoch=5))
+            run(setup, saved, epochs=2, resume=True)
+    warned = [r.message for r in caplog.records if "resuming from the complete checkpoint" in r.message]
+    assert warned and warned[0].endswith(f"{target} (epoch 6 step 0) instead"), warned
+    assert f'says epoch 6 step 0 ("epoch": 5, 0-based), but the state in trainer.pt was saved at epoch 2 step 0: ' \
+           f"the header was edited" in one_line(exc)
+
+
+def _edit_header_of(ckpt: Path, fn) -> None:
+    path = ckpt / "checkpoint.json"
+    head = json.loads(path.read_text())
+    fn(head)
+    path.write_text(json.dumps(head))
+
+
 def test_a_latest_without_any_complete_checkpoint_is_one_line(setup, saved):
     target = saved / os.readlink(saved / "latest")
     (target / "trainer.pt").unlink()
@@ -363,6 +387,68 @@ def test_a_refused_nested_setting_names_the_part_that_differs(tmp_path):
     with pytest.raises(TrainingError) as exc:  # a part only one side has counts, as a whole setting does
         ck.check_settings(tmp_path, head, Config({"schedule": "herald", "herald": {**herald, "extra": 1}}))
     assert "was made with herald.extra=None, this run has herald.extra=1;" in one_line(exc)
+
+
+def test_a_herald_lru_checkpoint_at_lookahead_0_resumes_with_the_defaults(setup, tmp_path):
+    """Adversarial pass on formats, F3: a Herald checkpoint made before --cache-policy defaulted to lookahead
+    (config.herald.cache_policy 'lru', lookahead 0) was refused by a resume with the defaults, though with no
+    look-ahead window the two policies evict alike; its run now resumes to the uninterrupted lru run's model."""
+    from gmp.train.herald import HeraldOptions
+
+    path, man = setup
+    lru = dataclasses.replace(CFG, schedule="herald", herald=HeraldOptions(cache_policy="lru", cache_rows=3))
+    whole = train(path, man, dataclasses.replace(lru, epochs=2), checkpoint_dir=tmp_path / "whole")
+    train(path, man, lru, checkpoint_dir=tmp_path / "ck")
+    default = dataclasses.replace(CFG, schedule="herald", herald=HeraldOptions(cache_rows=3), epochs=2)
+    assert default.herald.cache_policy == "lookahead"
+    resumed = train(path, man, default, checkpoint_dir=tmp_path / "ck", resume=True)
+    assert [r["train_loss"] for r in resumed] == [whole[1]["train_loss"]]
+    assert resumed[0]["test_auc"] == whole[1]["test_auc"]
+
+
+def test_a_refused_setting_names_the_value_to_resume_with(setup, tmp_path):
+    """F3: the refusal names the setting and (as `name=value`, which the CLI writes as its flag) what to pass."""
+    from cli._flags import to_flags
+    from gmp.train.herald import HeraldOptions
+
+    path, man = setup
+    window = dataclasses.replace(CFG, schedule="herald", herald=HeraldOptions(cache_policy="lru", lookahead=2))
+    train(path, man, window, checkpoint_dir=tmp_path / "ck")
+    with pytest.raises(TrainingError) as exc:  # at lookahead 2 the policies differ: still refused
+        train(path, man, dataclasses.replace(window, herald=HeraldOptions(lookahead=2), epochs=2),
+              checkpoint_dir=tmp_path / "ck", resume=True)
+    msg = one_line(exc)
+    assert "was made with herald.cache_policy='lru', this run has herald.cache_policy='lookahead'; resume with " \
+           "the same settings (`cache_policy=lru`) or " in msg
+    assert "(--cache-policy lru)" in to_flags(msg)
+    with pytest.raises(TrainingError) as exc:
+        train(path, man, dataclasses.replace(window, lr=0.5, hidden=(3, 2), epochs=2), checkpoint_dir=tmp_path / "ck",
+              resume=True)
+    assert "(--hidden 4)" in to_flags(one_line(exc))  # the first that differs, as the CLI takes it
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("-inf")])
+@pytest.mark.parametrize("location", ["device", "host"])
+def test_a_non_finite_value_in_a_rows_file_is_refused_on_resume(setup, saved, value, location):
+    """Adversarial pass on formats, F9: a NaN in worker-00000.rows (no checksum) resumed and was found at the first
+    step as "The training loss is not finite ... lower the learning rate or check the dataset"."""
+    from gmp.train.tiers import TierOptions
+
+    ckpt = saved / os.readlink(saved / "latest")
+    meta = ck.read_worker_file(ckpt, 1)["primary_rows"]
+    rows = ckpt / meta["file"]
+    assert meta["num_rows"] > 3 and rows.name == "worker-00001.rows"
+    values = np.fromfile(rows, dtype=meta["dtype"]).reshape(meta["num_rows"], meta["width"])
+    values[3, 1] = value
+    values.tofile(rows)  # same size: the checkpoint stays complete
+    tiers = None if location == "device" else TierOptions(table_location=location)  # the rows stream into a tier
+    with pytest.raises(TrainingError) as exc:
+        train(*setup, dataclasses.replace(CFG, epochs=2, tiers=tiers), checkpoint_dir=saved, resume=True)
+    assert one_line(exc) == (f"{rows}: row 3 holds {value!r} (column 1), expected finite values; the checkpoint is "
+                             f"damaged (a .rows file carries no checksum): start without `resume=True` or point "
+                             f"`checkpoint_dir` elsewhere.")
+    with pytest.raises(TrainingError, match=r"row 3 holds"):  # reading rows by id too
+        ck.read_primary_rows(saved, np.arange(int(np.load(setup[1] / "embedding_primary.npy").size)))
 
 
 @pytest.mark.parametrize("bad", [-5.0, float("nan"), 0.0])

@@ -330,3 +330,119 @@ def test_newer_export_is_refused(tmp_path):
     (tmp_path / "plan.json").write_text(json.dumps({"format": "gmp.torchrec_export", "schema_version": 3}))
     with pytest.raises(ManifestError, match="schema_version 3; this gmp reads up to 2"):
         load_export(tmp_path)
+
+
+# load_export checks plan.json's keys and the arrays (adversarial pass on formats, F2): each damage was a
+# KeyError/TypeError/IndexError, or a silently wrong batch (a remap of -7 or 1e9 into the KeyedJaggedTensor,
+# a decreasing rank_indptr dropping samples, a float32 remap.npy)
+def _damaged_export(tmp_path, edit, version=2):
+    import shutil
+
+    out = tmp_path / f"x{version}"
+    shutil.copytree(DATA / f"torchrec_export_v{version}", out)
+    plan = json.loads((out / "plan.json").read_text())
+    arrays = {n: np.load(out / f"{n}.npy") for n in ("remap", "rank_indptr", "rank_samples")}
+    edit(plan, arrays)
+    (out / "plan.json").write_text(json.dumps(plan))
+    for name, arr in arrays.items():
+        if arr is None:
+            (out / f"{name}.npy").unlink()
+        else:
+            np.save(out / f"{name}.npy", arr)
+    return out
+
+
+def _set(key, value):
+    return lambda p, a: p.__setitem__(key, value)
+
+
+def _array(name, fn):
+    return lambda p, a: a.__setitem__(name, fn(a[name].copy()))
+
+
+def _at(k, v):
+    def put(arr):
+        arr[k] = v
+        return arr
+    return put
+
+
+# the golden export (tiny_dataset, 2 ranks): table t_A ids 0-2 on rank 0 (rows 0-2), t_B ids 3-5 on rank 1
+# (rows 3-5), block_rows 3; training samples [0, 1 | 2, 3], batch_size 2, one step
+DAMAGED_EXPORTS = {
+    "no_tables": (lambda p, a: p.pop("tables"), r"plan\.json lacks the key 'tables' \(a list\)"),
+    "tables_str": (_set("tables", "x"), r'plan\.json: tables must be a list, got "x"'),
+    "tables_empty": (_set("tables", []), r"plan\.json: tables is empty"),
+    "range_str": (lambda p, a: p["tables"][0].__setitem__("gmp_ranges", [[0, "a"]]),
+                  r"tables\[0\]\.gmp_ranges must be \[start, stop\] pairs of ids .*got \[\[0, \"a\"\]\]"),
+    "range_short": (lambda p, a: p["tables"][0].__setitem__("gmp_ranges", [[0, 2]]),
+                    r"tables\[0\]\.gmp_ranges hold 2 ids, expected num_values 3"),
+    "overlap": (lambda p, a: p["tables"][1].__setitem__("gmp_ranges", [[2, 5]]),
+                r"table \"t_B\"'s ids \[2, 5\) overlap table \"t_A\"'s \[0, 3\)"),
+    "same_feature": (lambda p, a: p["tables"][1].__setitem__("feature", "A"),
+                     r"two tables have the feature \"A\", expected unique ones"),
+    "batch_zero": (_set("batch_size", 0), r"plan\.json: batch_size must be a positive integer, got 0"),
+    "steps_negative": (_set("steps_per_epoch", -1), r"steps_per_epoch must be a non-negative integer, got -1"),
+    "steps_more": (_set("steps_per_epoch", 5), r"steps_per_epoch is 5, expected 1 \(the most samples per rank, 2, "
+                                               r"over batch_size 2, rounded up\)"),
+    "per_rank_sum": (_set("samples_per_rank", [3, 2]), r"samples_per_rank sums to 5, expected num_train 4"),
+    "rows_per_rank": (lambda p, a: p["tables"][0].__setitem__("rows_per_rank", [4, -1]),
+                      r"tables\[0\]\.rows_per_rank must be 2 integers in \[0, block_rows=3\]"),
+    "shards": (lambda p, a: p["tables"][0]["shards"][1].__setitem__("row_offset", 2),
+               r"tables\[0\]\.shards must be the even row-wise split"),
+    "no_constraint": (lambda p, a: p["constraints"].pop("t_B"), r"lacks the key 'constraints\.t_B' \(an object\)"),
+    "indptr_missing": (lambda p, a: a.__setitem__("rank_indptr", None), r"rank_indptr\.npy not found"),
+    "indptr_decreasing": (_array("rank_indptr", _at(1, 3)), r"rank_indptr\.npy holds 3 at 1, expected 2 \(from 0 "
+                                                            r"by plan\.json's samples_per_rank\)"),
+    "sample_too_big": (_array("rank_samples", _at(0, 10**6)), r"rank_samples\.npy holds sample 1000000 at 0, "
+                                                              r"expected each training sample in \[0, num_train=4\)"),
+    "sample_twice": (_array("rank_samples", _at(1, 0)), r"rank_samples\.npy holds sample 1 nowhere \(another twice\)"),
+    "remap_float": (_array("remap", lambda r: r.astype(np.float32)),
+                    r"remap\.npy has dtype float32 and shape \(6,\), expected 1-D int64"),
+    "remap_negative": (_array("remap", _at(0, -7)), r"remap\.npy maps id 0 of table t_A to row -7, expected a row "
+                                                    r"in \[r x 3, r x 3 \+ rows_per_rank\[r\]\)"),
+    "remap_huge": (_array("remap", _at(3, 10**9)), r"maps id 3 of table t_B to row 1000000000"),
+    "remap_padding": (_array("remap", _at(3, 0)), r"maps id 3 of table t_B to row 0,"),  # rank 0 holds no t_B row
+    "remap_twice": (_array("remap", _at(1, 0)), r"remap\.npy maps two ids of table t_A to one row"),
+    "remap_short": (_array("remap", lambda r: r[:5]), r"remap\.npy has shape \(5,\), expected at least \(6,\)"),
+}
+
+
+@pytest.mark.parametrize("case", list(DAMAGED_EXPORTS))
+def test_load_export_refuses_a_damaged_export_in_one_line(tmp_path, case):
+    edit, pattern = DAMAGED_EXPORTS[case]
+    out = _damaged_export(tmp_path, edit)
+    with pytest.raises(ManifestError, match=pattern) as err:
+        load_export(out)
+    assert str(err.value).endswith("re-create it with 'gmp export torchrec MANIFEST --dataset DIR --out DIR'.")
+    assert str(out) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_version_1_export_is_checked_too(tmp_path):
+    """Its order arrays on reading; its remap once torchrec_batch knows the tables are the dataset's fields."""
+    out = _damaged_export(tmp_path, _array("rank_indptr", _at(1, 3)), version=1)
+    with pytest.raises(ManifestError, match=r"rank_indptr\.npy holds 3 at 1, expected 2"):
+        load_export(out)
+
+
+@needs_torchrec
+def test_a_version_1_remap_is_checked_by_torchrec_batch(tiny_dataset, tmp_path):
+    from gmp.export.torchrec import torchrec_batch
+
+    exp = load_export(_damaged_export(tmp_path, _array("remap", _at(0, -7)), version=1))
+    assert not exp.rows_checked
+    with pytest.raises(ManifestError, match=r"remap\.npy maps id 0 of table t_A to row -7"):
+        torchrec_batch(exp, load_dataset(tiny_dataset), [0])
+    good = load_export(DATA / "torchrec_export_v1")
+    kjt = torchrec_batch(good, load_dataset(tiny_dataset), [0, 3]).to_dict()
+    assert good.rows_checked
+    # samples 0 = ids [0, 1] (t_A rows 0, 1), 3 = ids [3, 4] (t_B rows 3, 4): the golden remap is the identity
+    assert kjt["A"].values().tolist() == [0, 1] and kjt["B"].values().tolist() == [3, 4]
+
+
+@needs_torchrec
+def test_torchrec_batch_refuses_sample_ids_outside_the_dataset(tiny_dataset):
+    from gmp.export.torchrec import torchrec_batch
+
+    with pytest.raises(ManifestError, match=r"sample_ids must be in \[0, 6\) \(the dataset's samples\), got 0\.\.6"):
+        torchrec_batch(load_export(DATA / "torchrec_export_v2"), load_dataset(tiny_dataset), [0, 6])

@@ -388,3 +388,77 @@ def _mixed(keys: np.ndarray) -> np.ndarray:
         k = ((k ^ (k >> 27)) * 0x94D049BB133111EB) & m
         out.append(k ^ (k >> 31))
     return np.array(out, dtype=object)
+
+
+# adversarial pass on formats, F4: an extension's recognition takes the roles of the dataset it extends
+def _prices(n: int, seed: int) -> str:
+    """label,user,item,price rows: price a number with many values and one 'nan' cell, which recognition
+    now proposes as dense (a gmp before that read it as categorical)."""
+    rng = np.random.default_rng(seed)
+    lines = ["label,user,item,price"]
+    for i in range(n):
+        price = "nan" if i == 7 else f"{rng.uniform(0, 100):.2f}"
+        lines.append(f"{i % 2},u{rng.integers(0, 5)},i{rng.integers(0, 6)},{price}")
+    return "\n".join(lines) + "\n"
+
+
+def test_recognition_extending_a_dataset_takes_its_dense_columns(tmp_path):
+    """The parent read price as categorical; the recognised extension did --dense price, refused on the nan
+    cell (and with --max-bad-lines, for dense columns the parent lacks)."""
+    d0 = imp(tmp_path, "d0", _prices(40, 0), "--cat", "user,item,price")
+    src = tmp_path / "d1.csv"
+    src.write_text(_prices(30, 1))
+    res = runner.invoke(app, ["data", "import", str(src), "--extend", str(d0), "--out", str(tmp_path / "d1")])
+    assert res.exit_code == 0, res.output
+    assert (f"running: gmp data import csv {src} --label label --extend {d0} --out {tmp_path / 'd1'}"
+            in res.output), res.output
+    assert "warning" not in res.output  # no advice to read price as numbers: the parent's roles hold
+    res = runner.invoke(app, ["data", "import", "csv", str(src), "--label", "label", "--extend", str(d0),
+                              "--out", str(tmp_path / "explicit")])
+    assert res.exit_code == 0, res.output
+    got, want = load_dataset(tmp_path / "d1"), load_dataset(tmp_path / "explicit")
+    assert [f.name for f in got.fields] == ["user", "item", "price"] and got.num_dense == 0
+    assert rows(got) == rows(want) and got.num_embeddings == want.num_embeddings
+
+
+def test_recognition_extending_a_dataset_takes_its_label_and_dense_columns(tmp_path):
+    """The other way: the parent's dense column has few values here (recognition alone would make it
+    categorical), and its label is not the column recognition would pick."""
+    text0 = "click,target,user,age\n" + "".join(f"{i % 2},{(i // 2) % 2},u{i % 3},{i * 1.5}\n" for i in range(20))
+    src0 = tmp_path / "d0.csv"
+    src0.write_text(text0)
+    res = runner.invoke(app, ["data", "import", "csv", str(src0), "--label", "target", "--cat", "click,user",
+                              "--dense", "age", "--out", str(tmp_path / "d0")])
+    assert res.exit_code == 0, res.output
+    src1 = tmp_path / "d1.csv"
+    src1.write_text("click,target,user,age\n1,0,u1,2\n0,1,u4,3\n1,1,u2,2\n")
+    res = runner.invoke(app, ["data", "import", str(src1), "--extend", str(tmp_path / "d0"), "--out",
+                              str(tmp_path / "d1")])
+    assert res.exit_code == 0, res.output
+    assert "--label target --dense age --extend" in res.output, res.output
+    d1 = load_dataset(tmp_path / "d1")
+    assert d1.num_dense == 1 and np.asarray(d1.labels).tolist() == [0.0, 1.0, 1.0]
+    assert np.asarray(d1.dense)[:, 0].tolist() == pytest.approx(np.log1p([2, 3, 2]).tolist())
+
+
+@pytest.mark.parametrize("given, parent_dense, fix", [
+    (["--cat", "user,item", "--dense", "price"], None, "drop --dense."),
+    (["--cat", "user,item"], "price", "pass --dense price."),
+])
+def test_an_extension_with_other_dense_columns_is_told_the_dense_to_pass(tmp_path, given, parent_dense, fix):
+    """"extend with the same dense columns (--dense)" could not be followed for a parent without any: no
+    --dense value says none."""
+    text = "label,user,item,price\n" + "".join(f"{i % 2},u{i % 3},i{i % 4},{i * 2.5}\n" for i in range(12))
+    if parent_dense:
+        d0 = imp(tmp_path, "d0", text, "--dense", parent_dense)
+    else:
+        d0 = imp(tmp_path, "d0", text, "--cat", "user,item,price")
+    src = tmp_path / "d1.csv"
+    src.write_text(text)
+    res = runner.invoke(app, ["data", "import", "csv", str(src), "--label", "label", *given, "--extend", str(d0),
+                              "--out", str(tmp_path / "d1")])
+    assert res.exit_code == 2, res.output
+    have = "['price']" if not parent_dense else "[]"
+    assert res.stderr.strip() == (f"error: --extend: the previous dataset's dense columns are "
+                                  f"{[parent_dense] if parent_dense else []}, this input's {have}; extend with "
+                                  f"the same dense columns: {fix}")

@@ -265,8 +265,8 @@ def test_checkpoint_step_edit_is_refused(trained, tmp_path):
     assert (head["epoch"], head["step"]) == (1, 0)
     head["step"] = 1
     head_path.write_text(json.dumps(head))
-    one_line_error(_resume(root, ds, man, case), r"says epoch 1 step 1, but the state in trainer\.pt was saved at "
-                                                 r"epoch 1 step 0: the header was edited")
+    one_line_error(_resume(root, ds, man, case), r"says epoch 2 step 1 \(\"epoch\": 1, 0-based\), but the state in "
+                                                 r"trainer\.pt was saved at epoch 2 step 0: the header was edited")
 
 
 def test_refused_checkpoint_never_advises_weights_only_false(trained, tmp_path):

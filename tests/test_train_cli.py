@@ -237,6 +237,41 @@ def _one_line_error(res, pattern):
     assert re.search(pattern, err[0]), err[0]
 
 
+def test_a_damaged_manifest_or_checkpoint_is_the_only_line(ctr, tmp_path):
+    """Adversarial pass on formats, F7: the "settings: ... (manifest plan)" line was printed before the refusal of
+    a manifest whose arrays are damaged (its header is read first, its arrays when training opens it), and of a
+    checkpoint. It is now said once the inputs are accepted."""
+    from gmp._io import hash_arrays
+
+    root, path, ds = ctr
+    _, pl = manifest_for(root, ds, 2)
+    planned = tmp_path / "planned"
+    write_manifest(planned, pl, dataset_sha256=ds.sha256, num_samples=ds.num_samples,
+                   num_embeddings=ds.num_embeddings, topology=homogeneous(2), metrics={"batch_size": 16})
+    res = run_cli("--dataset", path, "--manifest", planned, "--epochs", 1, "--embedding-dim", 4, "--hidden", 4,
+                  "--checkpoint-dir", tmp_path / "ck")
+    assert res.exit_code == 0, res.output
+    assert res.stderr.splitlines()[0] == "settings: batch_size 16 (manifest plan)", res.stderr  # accepted: said
+    damaged = tmp_path / "damaged"
+    shutil.copytree(planned, damaged)
+    sw = np.load(damaged / "sample_worker.npy")
+    sw[3] = -1
+    np.save(damaged / "sample_worker.npy", sw)
+    meta = json.loads((damaged / "manifest.json").read_text())  # re-hashed: the range check is reached
+    names = ("sample_worker", "embedding_primary", "secondary_indptr", "secondary_workers")
+    meta["placement_sha256"] = hash_arrays([(n, np.load(damaged / f"{n}.npy")) for n in names])
+    (damaged / "manifest.json").write_text(json.dumps(meta))
+    _one_line_error(run_cli("--dataset", path, "--manifest", damaged, "--epochs", 1),
+                    r"sample_worker\.npy holds worker ids in \[-1, 1\], expected \[0, 2\)")
+    head = tmp_path / "ck" / "latest" / "checkpoint.json"
+    edited = json.loads(head.read_text())
+    edited["placement_sha256"] = "0" * 64
+    head.write_text(json.dumps(edited))
+    _one_line_error(run_cli("--dataset", path, "--manifest", planned, "--epochs", 2, "--embedding-dim", 4,
+                            "--hidden", 4, "--checkpoint-dir", tmp_path / "ck", "--resume"),
+                    r"was made with another manifest")
+
+
 def test_bad_input_is_refused_before_training(ctr, tmp_path):
     root, path, ds = ctr
     man, pl = manifest_for(root, ds, 2)

@@ -62,6 +62,43 @@ def test_a_torn_line_in_the_middle_of_a_log_is_named_on_resume(setup, tmp_path):
     assert log.read_text() == before
 
 
+# --------------------------------------------------------------------------- the log's version
+def test_each_run_of_a_log_says_its_format_and_version_in_its_settings_line(setup, tmp_path):
+    """Adversarial pass on formats, F6: gmp reads its logs back (a resume trims and rewrites them), and their
+    lines changed shape, but no line said which version it was."""
+    log = tmp_path / "log.jsonl"
+    run(setup, tmp_path / "ck", log_json=log, settings={"dataset": "ds"})
+    first = records(log)[0]
+    assert (first["kind"], first["format"], first["schema_version"]) == ("settings", "gmp.train_log", 2)
+    assert [r for r in records(log)[1:] if "schema_version" in r] == []  # a header per run, not per line
+
+
+def test_a_version_1_log_is_resumed_and_a_newer_one_refused(setup, tmp_path):
+    """Lines without a version (an older gmp's, or one without "run" at all, as the first versions wrote them)
+    are read as before; a line of a newer schema_version is refused before the log is rewritten."""
+    log = tmp_path / "log.jsonl"
+    run(setup, tmp_path / "ck", log_json=log, settings={"dataset": "ds"})
+    settings, epoch = records(log)
+    old = {k: v for k, v in settings.items() if k not in ("format", "schema_version")}
+    first = {k: v for k, v in epoch.items() if k != "run"}  # e4e78ab's shape: no run id
+    lines = [json.dumps(first), json.dumps(old), json.dumps(epoch), json.dumps({**epoch, "epoch": 2})]
+    log.write_text("\n".join(lines) + "\n")  # the last line: past the checkpoint, trimmed by the resume
+    run(setup, tmp_path / "ck", epochs=2, resume=True, log_json=log, settings={"dataset": "ds"})
+    got = records(log)
+    assert got[:3] == [first, old, epoch]
+    assert [(r["epoch"], r["kind"], r.get("schema_version")) for r in got[3:]] == [(1, "settings", 2),
+                                                                                  (2, "epoch", None)]
+    newer = tmp_path / "newer.jsonl"
+    newer.write_text(json.dumps({**settings, "schema_version": 3}) + "\n" + json.dumps(epoch) + "\n")
+    before = newer.read_text()
+    for resume in (False, True):
+        with pytest.raises(TrainingError) as err:
+            run(setup, tmp_path / "ck" if resume else None, epochs=2, resume=resume, log_json=newer)
+        assert str(err.value) == (f"`log_json` {newer}: line 1 has schema_version 3; this gmp reads up to 2. Upgrade "
+                                  f"gmp or choose another file.")
+    assert newer.read_text() == before
+
+
 # --------------------------------------------------------------------------- GMP_NO_VERIFY
 def test_gmp_train_honours_gmp_no_verify(setup, tmp_path, monkeypatch):
     ds = tmp_path / "ds"

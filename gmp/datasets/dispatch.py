@@ -317,7 +317,8 @@ class ImportRecipe:
 
 
 def recognise_import(fmt: str | None, inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
-                     columns: ColumnChoice = ColumnChoice(), extra_args: Sequence[str] = ()) -> ImportRecipe:
+                     columns: ColumnChoice = ColumnChoice(), extra_args: Sequence[str] = (),
+                     extend: str | os.PathLike | None = None) -> ImportRecipe:
     """Recognise the first input and decide how to import it, before any option is checked.
 
     Parameters
@@ -330,6 +331,10 @@ def recognise_import(fmt: str | None, inputs: Sequence[str | os.PathLike], out: 
         The csv/Parquet column options as given; recognition fills in what is missing.
     extra_args
         The command's other flags as typed, repeated in the commands this function suggests.
+    extend
+        The dataset this import extends (``--extend``): csv/Parquet columns not given take its roles
+        (its label and dense columns, :func:`parent_roles`), not the ones proposed from this input,
+        which an extension must not change.
 
     Raises
     ------
@@ -381,7 +386,8 @@ def recognise_import(fmt: str | None, inputs: Sequence[str | os.PathLike], out: 
             raise ImportDataError(f"{first} looks like {guess.description}, not {fmt} input. Read it with: {right}")
     if fmt not in ("csv", "parquet"):
         return ImportRecipe(fmt, guess.description, columns, tuple(proposed))
-    cols = _choose_columns(fmt, first, columns, "format" in proposed)
+    cols = _choose_columns(fmt, first, columns, "format" in proposed,
+                           parent=None if extend is None else parent_roles(extend, fmt))
     if cols.problem:
         raise ImportDataError(f"{first}: {cols.problem}. Run: {cmd(fmt, cols.choice)}")
     return ImportRecipe(fmt, guess.description, cols.choice, tuple(proposed + cols.proposed), tuple(cols.numeric),
@@ -404,6 +410,34 @@ def _contradicts(fmt: str, guess) -> bool:
     return True
 
 
+class ParentRoles(NamedTuple):
+    """The column roles of the csv/Parquet dataset an import extends: its label column (None when its header
+    does not say) and its dense columns, in order."""
+
+    label: str | None
+    dense: tuple[str, ...]
+
+
+def parent_roles(path: str | os.PathLike, fmt: str) -> ParentRoles | None:
+    """The roles of the dataset at ``path`` for an import of ``fmt`` extending it; None when it is not a
+    readable dataset, or was imported from another format (the import names either in its own words)."""
+    from ..errors import GmpError
+    from .format import load_dataset
+    from .streaming import same_importer
+
+    try:
+        meta = load_dataset(path, verify=False).meta  # the header; the arrays are mapped, not read
+    except GmpError:
+        return None
+    source = meta.get("source") if isinstance(meta.get("source"), dict) else {}
+    if same_importer(str(source.get("format") or "")) != same_importer(fmt):
+        return None
+    options = source.get("options") if isinstance(source.get("options"), dict) else {}
+    label = options.get("label")
+    return ParentRoles(label if isinstance(label, str) and label else None,
+                       tuple(str(f.get("name")) for f in meta.get("fields", []) if f.get("kind") == "dense"))
+
+
 class _Columns(NamedTuple):
     """What :func:`_choose_columns` decided for a csv/Parquet input."""
 
@@ -415,8 +449,10 @@ class _Columns(NamedTuple):
     header: tuple[str, ...] = ()
 
 
-def _choose_columns(fmt: str, path: Path, given: ColumnChoice, recognised: bool) -> _Columns:
-    """The columns of a csv/Parquet input, from its first rows (:data:`gmp.datasets.sniff.SAMPLE_ROWS`)."""
+def _choose_columns(fmt: str, path: Path, given: ColumnChoice, recognised: bool,
+                    parent: ParentRoles | None = None) -> _Columns:
+    """The columns of a csv/Parquet input, from its first rows (:data:`gmp.datasets.sniff.SAMPLE_ROWS`), or
+    where not given and ``parent`` (the dataset it extends) has them, the parent's roles."""
     import dataclasses
 
     from .sniff import csv_sample, is_number, parquet_sample, positive_label, propose_columns
@@ -435,6 +471,9 @@ def _choose_columns(fmt: str, path: Path, given: ColumnChoice, recognised: bool)
     proposed: list[str] = []
     label, problem = given.label, None
     positive, threshold = given.label_positive, given.label_threshold
+    if label is None and parent is not None and parent.label in header:
+        label = parent.label  # the previous day's label column
+        proposed.append("label")
     if label is None:
         label = roles.label
         if label is None:
@@ -467,10 +506,13 @@ def _choose_columns(fmt: str, path: Path, given: ColumnChoice, recognised: bool)
     taken = {label, *given.multi, *given.ignore, *(given.categorical or ())}
     dense = given.dense
     if dense is None and given.categorical is None and (recognised or given.label is None):
-        dense = tuple(c for c in roles.dense if c not in taken)
+        # extending: the parent's dense columns (a column recognition would read as numbers now, e.g. one with a
+        # few "nan" cells, was categorical there, and the model trained on the parent takes its inputs)
+        dense = parent.dense if parent is not None else tuple(c for c in roles.dense if c not in taken)
         if dense:
             proposed.append("dense")
-    numeric = {c: len(roles.distinct(c)) for c in roles.dense if c not in taken and c not in (dense or ())}
+    numeric = {c: len(roles.distinct(c)) for c in roles.dense if c not in taken and c not in (dense or ())
+               and parent is None}  # an extension keeps the parent's roles: no advice to read them as numbers
     choice = dataclasses.replace(given, label=label, label_positive=positive, label_threshold=threshold, dense=dense)
     return _Columns(choice, proposed, numeric, roles.num_rows, problem, tuple(header))
 

@@ -954,8 +954,10 @@ def finish_import(writer, vocab, bad: BadLines, *, fmt: str, paths: Sequence[Pat
                 raise ImportDataError(f"`extend`: {other}: its dense columns are {prev_dense}, this input's "
                                       f"{list(dense_names)}; extend a dataset imported from {fmt}, or import "
                                       f"without `extend`.")
+            # no `dense` value says "none": for a parent without dense columns the fix is to give none
+            same = f"pass `dense` {','.join(prev_dense)}" if prev_dense else "drop `dense`"
             raise ImportDataError(f"`extend`: the previous dataset's dense columns are {prev_dense}, this input's "
-                                  f"{list(dense_names)}; extend with the same dense columns (`dense`).")
+                                  f"{list(dense_names)}; extend with the same dense columns: {same}.")
         try:
             cat_fields, num_embeddings, remap = vocab.finish(prev, int(prev_meta["num_embeddings"]),
                                                              discovered=discovered_fields)

@@ -61,6 +61,12 @@ training sample is read once, and a step's batch is shorter once ranks run out
 :func:`torchrec_batch` refuses it for a dataset whose fields have more ranges (such a
 version-1 export was wrong: re-export it).
 
+**Reading** (:func:`load_export`) checks what the readers use, each failure one
+:class:`~gmp.errors.ManifestError` naming the file and the fix (:func:`check_export`): every key of
+plan.json they read with its type, the counts agreeing, and the three arrays' dtype (int64), shape
+and contents (``rank_indptr`` from 0 by ``samples_per_rank``, ``rank_samples`` every training sample
+once, ``remap`` each table's ids to distinct rows of their rank's block).
+
 **Planner statistics.** ``pooling_factor`` is the mean number of ids a
 training sample has in the field (TorchRec's ``ParameterConstraints.
 pooling_factors``). ``cache`` gives TorchRec's ``CacheStatistics``: the
@@ -100,7 +106,8 @@ from typing import Any, Mapping, Sequence
 import numba
 import numpy as np
 
-from .._io import atomic_directory, claim_output, read_versioned_json, release_claim_on_error, write_json
+from .._io import (atomic_directory, claim_output, header_value, load_npy, read_versioned_json, release_claim_on_error,
+                   shown_value, write_json)
 from .._version import __version__
 from ..errors import ManifestError, MissingDependencyError
 from ..graph import build_graph
@@ -168,6 +175,9 @@ class TorchRecExport:
 
     path: Path
     plan: dict[str, Any]
+    #: whether remap.npy was checked against the tables (:func:`check_export`); a version-1 plan's tables may
+    #: not be its dataset's fields, so its rows are checked by :func:`torchrec_batch` once the dataset is known
+    rows_checked: bool = True
 
     @property
     def num_ranks(self) -> int:
@@ -613,17 +623,187 @@ def _upgrade_1_to_2(plan: dict[str, Any]) -> dict[str, Any]:
 
 
 def load_export(path: str | os.PathLike) -> TorchRecExport:
-    """Open an export directory (plan.json's format and version checked; older versions upgraded)."""
+    """Open an export directory: plan.json's format and version (older versions upgraded), its keys and
+    types, and the three arrays (dtype, shape, range, :func:`check_export`); each failure one
+    :class:`ManifestError` naming the file and the fix."""
     path = Path(path)
-    plan = read_versioned_json(path / "plan.json", fmt=FORMAT, max_version=SCHEMA_VERSION, error=ManifestError,
-                               fix=_FIX)
+    pfile = path / "plan.json"
+    plan = read_versioned_json(pfile, fmt=FORMAT, max_version=SCHEMA_VERSION, error=ManifestError, fix=_FIX)
+    if plan["schema_version"] < 2:  # what the upgrade reads, typed first
+        for i, t in enumerate(_plan_tables(plan, pfile)):
+            for key in ("gmp_offset", "num_values"):
+                header_value(t, key, "int>=0", path=pfile, error=ManifestError, fix=_FIX, where=f"tables[{i}].")
+    written_as = plan["schema_version"]
     upgrades = {1: _upgrade_1_to_2}  # v -> v + 1
-    try:
-        while plan["schema_version"] < SCHEMA_VERSION:
-            plan = upgrades[plan["schema_version"]](plan)
-    except (KeyError, TypeError, ValueError):
-        raise ManifestError(f"{path / 'plan.json'}: its tables lack gmp_offset or num_values; {_FIX}") from None
-    return TorchRecExport(path, plan)
+    while plan["schema_version"] < SCHEMA_VERSION:
+        plan = upgrades[plan["schema_version"]](plan)
+    # a version-1 table meant one range, which is its field's only when the dataset was not extended
+    # (torchrec_batch tells the two apart, and refuses the other): its ids and rows are checked there
+    export = TorchRecExport(path, plan, rows_checked=written_as >= 2)
+    check_export(export)
+    return export
+
+
+def _plan_tables(plan: Mapping[str, Any], pfile: Path) -> list[dict[str, Any]]:
+    tables = header_value(plan, "tables", "list", path=pfile, error=ManifestError, fix=_FIX)
+    if not tables:
+        raise ManifestError(f"{pfile}: tables is empty, expected one table per categorical field; {_FIX}")
+    for i, t in enumerate(tables):
+        if not isinstance(t, dict):
+            raise ManifestError(f"{pfile}: tables[{i}] must be an object, got {shown_value(t)}; {_FIX}")
+    return tables
+
+
+def check_export(export: TorchRecExport) -> None:
+    """Refuse an export whose plan.json or arrays the readers (:func:`epoch_batches`, :func:`torchrec_batch`,
+    ``torchrec_*``) cannot use as written: every key they read with its type, the counts agreeing
+    (``samples_per_rank`` sums to ``num_train``, ``steps_per_epoch`` is ``ceil(max / batch_size)``, a table's
+    ``gmp_ranges`` hold ``num_values`` ids and no other table's, its ``rows_per_rank`` fit ``block_rows``), and
+    the arrays: int64, their shapes, ``rank_indptr`` running from 0 by ``samples_per_rank``, ``rank_samples``
+    every training sample once, and (unless ``export.rows_checked`` is False: a version-1 plan) ``remap``
+    giving each table's ids distinct rows of their rank's block (never a padding row), and no id in two
+    tables. One :class:`ManifestError` naming the file, the key and the fix."""
+    plan, path = export.plan, export.path
+    pfile = path / "plan.json"
+
+    def get(obj, key, kind, where="", optional=False):
+        return header_value(obj, key, kind, path=pfile, error=ManifestError, fix=_FIX, optional=optional,
+                            where=where)
+
+    def refuse(what: str) -> ManifestError:
+        return ManifestError(f"{pfile}: {what}; {_FIX}")
+
+    ranks = get(plan, "num_ranks", "int>=1")
+    for key in ("embedding_dim", "batch_size"):
+        get(plan, key, "int>=1")
+    num_train = get(plan, "num_train", "int>=0")
+    get(plan, "method", "str")
+    get(plan, "dataset_sha256", "str", optional=True)
+    per_rank = get(plan, "samples_per_rank", "list")
+    if len(per_rank) != ranks or any(not isinstance(n, int) or isinstance(n, bool) or n < 0 for n in per_rank):
+        raise refuse(f"samples_per_rank must be {ranks} non-negative integers (num_ranks), got {shown_value(per_rank)}")
+    if sum(per_rank) != num_train:
+        raise refuse(f"samples_per_rank sums to {sum(per_rank)}, expected num_train {num_train}")
+    steps = get(plan, "steps_per_epoch", "int>=0")
+    want = -(-max(per_rank) // plan["batch_size"]) if num_train else 0
+    if steps != want:
+        raise refuse(f"steps_per_epoch is {steps}, expected {want} (the most samples per rank, "
+                     f"{max(per_rank)}, over batch_size {plan['batch_size']}, rounded up)")
+    constraints = get(plan, "constraints", "dict")
+    spans = []
+    seen: dict[str, set[str]] = {"name": set(), "feature": set()}
+    for i, t in enumerate(_plan_tables(plan, pfile)):
+        where = f"tables[{i}]."
+        for key, names in seen.items():  # a KeyedJaggedTensor's keys and TorchRec's tables are unique
+            value = get(t, key, "str", where)
+            if value in names:
+                raise refuse(f"two tables have the {key} {shown_value(value)}, expected unique ones")
+            names.add(value)
+        name = t["name"]
+        num_values = get(t, "num_values", "int>=0", where)
+        get(t, "gmp_offset", "int>=0", where)
+        ranges = get(t, "gmp_ranges", "list", where)
+        if any(not isinstance(r, list) or len(r) != 2 or not all(isinstance(x, int) and not isinstance(x, bool)
+                                                                 for x in r) or not 0 <= r[0] <= r[1] for r in ranges):
+            raise refuse(f"{where}gmp_ranges must be [start, stop] pairs of ids with 0 <= start <= stop, got "
+                         f"{shown_value(ranges)}")
+        if sum(b - a for a, b in ranges) != num_values:
+            raise refuse(f"{where}gmp_ranges hold {sum(b - a for a, b in ranges)} ids, expected num_values "
+                         f"{num_values}")
+        spans += [(a, b, name) for a, b in ranges if b > a]
+        block = get(t, "block_rows", "int>=1", where)
+        rows = get(t, "rows_per_rank", "list", where)
+        if len(rows) != ranks or any(not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= block
+                                     for n in rows) or sum(rows) != num_values:
+            raise refuse(f"{where}rows_per_rank must be {ranks} integers in [0, block_rows={block}] summing to "
+                         f"num_values {num_values}, got {shown_value(rows)}")
+        if get(t, "num_embeddings", "int>=1", where) != block * ranks:
+            raise refuse(f"{where}num_embeddings is {t['num_embeddings']}, expected block_rows x num_ranks = "
+                         f"{block * ranks}")
+        shards = [{"rank": r, "row_offset": r * block, "num_rows": block} for r in range(ranks)]
+        if get(t, "shards", "list", where) != shards:
+            raise refuse(f"{where}shards must be the even row-wise split {shown_value(shards)}, got "
+                         f"{shown_value(t['shards'])}")
+        cache = get(t, "cache", "dict", where)
+        for key in ("expected_lookups", "cacheability"):
+            get(cache, key, "number", f"{where}cache.")
+        factors, rates = get(cache, "load_factors", "list", f"{where}cache."), get(cache, "miss_rates", "list",
+                                                                                   f"{where}cache.")
+        if len(factors) != len(rates) or any(not _is_fraction(x) for x in [*factors, *rates]):
+            raise refuse(f"{where}cache.load_factors and .miss_rates must be lists of numbers in [0, 1] of one "
+                         f"length, got {shown_value(factors)} and {shown_value(rates)}")
+        c = get(constraints, name, "dict", "constraints.")
+        for key in ("sharding_types", "compute_kernels", "pooling_factors", "feature_names"):
+            get(c, key, "list", f"constraints.{name}.")
+        get(get(c, "cache", "dict", f"constraints.{name}."), "load_factor", "number", f"constraints.{name}.cache.")
+    spans.sort()
+    for (a, b, first), (c, d, second) in zip(spans, spans[1:]):
+        if c < b and export.rows_checked:
+            raise refuse(f"table {shown_value(second)}'s ids [{c}, {d}) overlap table {shown_value(first)}'s "
+                         f"[{a}, {b}), expected every id in one table at most")
+    _check_order(export)
+    remap = _load_ids(path / "remap.npy", None)
+    end = max((b for _, b, _ in spans), default=0)
+    if remap.size < end:
+        raise ManifestError(f"{path / 'remap.npy'} has shape {remap.shape}, expected at least ({end},) for the "
+                            f"tables' ids; {_FIX}")
+    if export.rows_checked:
+        _check_rows(export, remap)
+
+
+def _is_fraction(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= 1
+
+
+def _load_ids(f: Path, shape: tuple[int, ...] | None) -> np.ndarray:
+    """A 1-D int64 array of an export (``shape``: the one plan.json implies; None: any length), read whole."""
+    arr = load_npy(f, error=ManifestError, mmap=True, fix=_FIX)
+    if arr.dtype != np.dtype(np.int64) or arr.ndim != 1:
+        raise ManifestError(f"{f} has dtype {arr.dtype} and shape {arr.shape}, expected 1-D int64; {_FIX}")
+    if shape is not None and arr.shape != shape:
+        raise ManifestError(f"{f} has shape {arr.shape}, expected {shape} from plan.json; {_FIX}")
+    return np.asarray(arr)
+
+
+def _check_order(export: TorchRecExport) -> None:
+    """``rank_indptr.npy`` and ``rank_samples.npy`` against the checked plan (:func:`check_export`)."""
+    plan, path = export.plan, export.path
+    ranks, num_train = int(plan["num_ranks"]), int(plan["num_train"])
+    indptr = _load_ids(path / "rank_indptr.npy", (ranks + 1,))
+    want = np.concatenate([[0], np.cumsum(plan["samples_per_rank"])])
+    if not np.array_equal(indptr, want):
+        r = int(np.flatnonzero(indptr != want)[0])
+        raise ManifestError(f"{path / 'rank_indptr.npy'} holds {int(indptr[r])} at {r}, expected {int(want[r])} "
+                            f"(from 0 by plan.json's samples_per_rank); {_FIX}")
+    samples = _load_ids(path / "rank_samples.npy", (num_train,))
+    seen = np.zeros(num_train, dtype=bool)
+    bad = np.flatnonzero((samples < 0) | (samples >= num_train))
+    if not bad.size:
+        seen[samples] = True
+    if bad.size or not seen.all():
+        what = (f"sample {int(samples[bad[0]])} at {int(bad[0])}" if bad.size else
+                f"sample {int(np.flatnonzero(~seen)[0])} nowhere (another twice)")
+        raise ManifestError(f"{path / 'rank_samples.npy'} holds {what}, expected each training sample in "
+                            f"[0, num_train={num_train}) once; {_FIX}")
+
+
+def _check_rows(export: TorchRecExport, remap: np.ndarray) -> None:
+    """Each table's ids in ``remap`` go to distinct rows of their rank's block (:func:`check_export`)."""
+    path = export.path
+    for t in export.plan["tables"]:
+        ids = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in table_ranges(t)] or
+                             [np.zeros(0, dtype=np.int64)])
+        rows, block = remap[ids], int(t["block_rows"])
+        ok = (rows >= 0) & (rows < int(t["num_embeddings"]))
+        ok[ok] = rows[ok] % block < np.asarray(t["rows_per_rank"], dtype=np.int64)[rows[ok] // block]
+        if not ok.all():
+            k = int(np.flatnonzero(~ok)[0])
+            raise ManifestError(f"{path / 'remap.npy'} maps id {int(ids[k])} of table {t['name']} to row "
+                                f"{int(rows[k])}, expected a row in [r x {block}, r x {block} + rows_per_rank[r]) "
+                                f"for some rank r (plan.json's block_rows and rows_per_rank); {_FIX}")
+        if rows.size and np.unique(rows).size != rows.size:
+            raise ManifestError(f"{path / 'remap.npy'} maps two ids of table {t['name']} to one row, expected "
+                                f"distinct rows; {_FIX}")
 
 
 def epoch_batches(export: TorchRecExport, rank: int) -> list[tuple[np.ndarray, int]]:
@@ -809,6 +989,10 @@ def torchrec_batch(export: TorchRecExport, dataset, sample_ids: np.ndarray, *, p
     _check_dataset(export, dataset)
     sample_ids = np.asarray(sample_ids, dtype=np.int64).ravel()
     num = sample_ids.size
+    if num and (int(sample_ids.min()) < 0 or int(sample_ids.max()) >= dataset.num_samples):
+        raise ManifestError(f"torchrec_batch: sample_ids must be in [0, {dataset.num_samples:,}) (the dataset's "
+                            f"samples), got {int(sample_ids.min())}..{int(sample_ids.max())}; pass the ids "
+                            f"epoch_batches gives.")
     size = num if pad_to is None else int(pad_to)
     if size < num:
         raise ManifestError(f"torchrec_batch: pad_to must be at least the number of sample_ids ({num:,}), got {size}.")
@@ -839,9 +1023,18 @@ def _check_dataset(export: TorchRecExport, dataset) -> None:
     if sha and not made_for(dataset, str(sha)):
         raise ManifestError(f"{export.path} was made for dataset sha256 {str(sha)[:12]}…, but {dataset.path} has "
                             f"sha256 {str(dataset.sha256)[:12]}…; use the dataset it was made for or {_FIX}")
+    remap = np.load(export.path / "remap.npy", mmap_mode="r")
+    for what, have, want in (("remap.npy has", remap.shape[0], dataset.num_embeddings),
+                             ("plan.json's num_train is", int(export.plan["num_train"]), dataset.num_train)):
+        if have != want:  # dataset_sha256 says so too, unless it was removed
+            raise ManifestError(f"{export.path}: {what} {have:,}, but {dataset.path} has {want:,} (num_embeddings, "
+                                f"num_train); use the dataset it was made for or {_FIX}")
     fields = {f.name: [tuple(r) for r in f.id_ranges] for f in dataset.categorical_fields}
     for t in export.tables:
         if fields.get(t["feature"]) != table_ranges(t):
             raise ManifestError(f"{export.path}: table {t['name']} covers gmp ids {table_ranges(t)}, but field "
                                 f"{t['feature']!r} of {dataset.path} has ids {fields.get(t['feature'])} (an export "
                                 f"made before plan.json schema 2 covered each field's first range only); {_FIX}")
+    if not export.rows_checked:  # a version-1 plan whose tables are the dataset's fields: its rows now
+        _check_rows(export, np.asarray(remap))
+        export.rows_checked = True

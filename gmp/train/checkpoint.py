@@ -401,10 +401,10 @@ def check_position(ckpt: Path, head: dict[str, Any], main: dict[str, Any]) -> No
                                                                   for x in pos)
     if not ok:
         raise TrainingError(f"{ckpt / 'trainer.pt'} holds position {pos!r}, expected [epoch, step]; {_FIX}")
-    if (head["epoch"], head["step"]) != tuple(pos):
-        raise TrainingError(f"{ckpt / HEADER} says epoch {head['epoch']} step {head['step']}, but the state in "
-                            f"trainer.pt was saved at epoch {pos[0]} step {pos[1]}: the header was edited; resume "
-                            f"from an untouched checkpoint or {_FIX}")
+    if (head["epoch"], head["step"]) != tuple(pos):  # epochs counted from 1, as every other message does
+        raise TrainingError(f"{ckpt / HEADER} says epoch {head['epoch'] + 1} step {head['step']} (\"epoch\": "
+                            f"{head['epoch']}, 0-based), but the state in trainer.pt was saved at epoch {pos[0] + 1} "
+                            f"step {pos[1]}: the header was edited; resume from an untouched checkpoint or {_FIX}")
 
 
 def check_settings(ckpt: Path, head: dict[str, Any], config, keys: Sequence[str] | None = None) -> None:
@@ -416,7 +416,27 @@ def check_settings(ckpt: Path, head: dict[str, Any], config, keys: Sequence[str]
     differ = first_difference({k: then.get(k) for k in keys}, {k: now.get(k) for k in keys})
     if differ is not None:
         made, has = differ
-        raise TrainingError(f"{ckpt} was made with {made}, this run has {has}; resume with the same settings or {_FIX}")
+        again = _settings_again(then, now, keys)
+        raise TrainingError(f"{ckpt} was made with {made}, this run has {has}; resume with the same settings"
+                            f"{f' ({again})' if again else ''} or {_FIX}")
+
+
+def _settings_again(then: dict[str, Any], now: dict[str, Any], keys: Sequence[str]) -> str:
+    """The parameters that give this run the checkpoint's setting where they first differ, as ```name=value```
+    (the CLI writes each as its flag: ``--cache-policy lru``); "" when one has no such value (unset there)."""
+    for key in sorted(keys, key=str):
+        a, b = then.get(key), now.get(key)
+        if a == b:
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):  # the parts of a nested setting (herald.cache_policy)
+            pairs = [(p, a.get(p)) for p in sorted(set(a) | set(b), key=str) if a.get(p) != b.get(p)]
+        else:
+            pairs = [(key, a)]
+        if any(v is None or isinstance(v, dict) for _, v in pairs):
+            return ""
+        shown = [(p, ",".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)) for p, v in pairs]
+        return ", ".join(f"`{p}={v}`" for p, v in shown)
+    return ""
 
 
 # --------------------------------------------------------------------------- rows by id

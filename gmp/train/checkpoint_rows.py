@@ -13,6 +13,8 @@ store flushes its cache and streams its master), read block by block on resume a
 ``pread`` (:class:`gmp.train.tiers.DiskRows`), so a table larger than RAM is checkpointed and
 resumed without ever being in memory. Schema 2 kept the primaries inside the ``.pt`` file's
 ``table`` (and ``opt_state``); :func:`upgrade_worker_v2` turns that into this shape in memory.
+Rows read back (:class:`PrimaryRows`) must be finite: the file has no checksum, and a NaN or an
+infinity there is refused as it is read, in one line naming the file and the row.
 """
 
 from __future__ import annotations
@@ -60,8 +62,10 @@ class PrimaryRows:
         self.dtype = np.dtype(meta["dtype"])
         self._values = values
         self._file = None
+        self.where = "the primaries of a schema-2 worker file"
         if values is None:
             path = Path(directory) / str(meta["file"])
+            self.where = str(path)
             self._file = DiskRows(path, self.num_rows, self.width, dtype=self.dtype, readonly=True)
 
     def __call__(self, start: int, stop: int) -> np.ndarray:
@@ -71,9 +75,17 @@ class PrimaryRows:
         rows = np.asarray(rows, dtype=np.int64)
         if np.any((rows < 0) | (rows >= self.num_rows)):
             raise TrainingError(f"primary row out of range 0..{self.num_rows - 1}. This is a bug in gmp.")
-        if self._values is not None:
-            return self._values[rows]
-        return self._file.read(rows).astype(self.dtype.newbyteorder("="), copy=False)
+        block = self._values[rows] if self._values is not None else \
+            self._file.read(rows).astype(self.dtype.newbyteorder("="), copy=False)
+        # a .rows file carries no checksum: a NaN there was found at the first step, blamed on the learning
+        # rate and the dataset; checked as it is read (one pass over what is read anyway)
+        bad = ~np.isfinite(block)
+        if bad.any():
+            k, col = (int(x[0]) for x in np.nonzero(bad))
+            raise TrainingError(f"{self.where}: row {int(rows[k])} holds {float(block[k, col])!r} (column {col}), "
+                                f"expected finite values; the checkpoint is damaged (a .rows file carries no "
+                                f"checksum): start without `resume=True` or point `checkpoint_dir` elsewhere.")
+        return block
 
     def close(self) -> None:
         if self._file is not None:

@@ -187,9 +187,15 @@ WRITTEN_WHEN_SET: dict[str, Any] = {"comm_dtype": None, "pipeline": False}
 def comparable_settings(settings: dict[str, Any]) -> dict[str, Any]:
     """A :meth:`TrainConfig.to_json` dict with the settings it leaves out at their defaults filled in, so
     two runs' settings compare key by key (a checkpoint without ``pipeline`` was made with ``False``). A
-    ``comm_dtype`` that is the table's own dtype (``fp32`` on ``float32``) is the default, None: the same run."""
+    ``comm_dtype`` that is the table's own dtype (``fp32`` on ``float32``) is the default, None: the same run.
+    Herald's ``cache_policy`` ``"lru"`` at ``lookahead`` 0 is ``"lookahead"`` (with no window the look-ahead
+    policy evicts in LRU order: :mod:`gmp.train.herald.cache`), so a checkpoint made before the default
+    changed to ``"lookahead"`` resumes with the defaults."""
     out = {**WRITTEN_WHEN_SET, **settings}
     wire = out.get("comm_dtype")
     if wire is not None and COMM_DTYPES.get(wire) == DTYPES.get(out.get("dtype", "float32")):
         out["comm_dtype"] = None
+    herald = out.get("herald")
+    if isinstance(herald, dict) and herald.get("lookahead") == 0 and herald.get("cache_policy") == "lru":
+        out["herald"] = {**herald, "cache_policy": "lookahead"}
     return out

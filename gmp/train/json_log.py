@@ -1,7 +1,15 @@
 """The JSON training log (``--log-json``): what may be appended to, its ``"kind": "settings"`` line, and
 the rewriting a resume does. Every line is one JSON object naming its run (``"run"``), so several runs
 may share a log; a line a killed run tore is dropped before the next run appends (:func:`end_torn_line`).
-The records themselves: :mod:`gmp.train.records`."""
+The records themselves: :mod:`gmp.train.records`.
+
+**Versions.** A log is a file of many runs, each begun by its ``"kind": "settings"`` line, which is the
+run's header: it carries ``"format": "gmp.train_log"`` and ``"schema_version"`` (:data:`SCHEMA_VERSION`),
+and the run's other lines (``"run"`` names it) are of that version. Version 2 added the two keys; lines
+without them are version 1 (a run logged before, or by ``gmp.train.run.train`` without ``settings``),
+read as they are: what a resume reads of a line (``epoch``, ``step``, ``kind``, ``run``, absent ones
+as before) means the same in both, so the upgrade adds nothing. A log holding a line of a newer
+version is refused before anything is appended or rewritten (:func:`read_log`)."""
 
 from __future__ import annotations
 
@@ -11,6 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import TrainingError
+
+FORMAT = "gmp.train_log"
+#: 2: the settings line names the format and its version (1: no line does)
+SCHEMA_VERSION = 2
 
 
 def is_stream(path: str | os.PathLike) -> bool:
@@ -54,6 +66,13 @@ def read_log(path: str | os.PathLike, *, first_only: bool = False) -> list[tuple
         if rec is None and not looks_torn(line):
             raise TrainingError(f"`log_json` {path}: line {k + 1} is not a gmp training record; choose another "
                                 f"file (gmp appends to it and, with `resume=True`, rewrites it).")
+        version = None if rec is None or rec.get("format") != FORMAT else rec.get("schema_version")
+        if version is not None and (not isinstance(version, int) or isinstance(version, bool) or version < 1):
+            raise TrainingError(f"`log_json` {path}: line {k + 1} has schema_version {json.dumps(version)}, "
+                                f"expected a positive integer; choose another file.")
+        if version is not None and version > SCHEMA_VERSION:
+            raise TrainingError(f"`log_json` {path}: line {k + 1} has schema_version {version}; this gmp reads up "
+                                f"to {SCHEMA_VERSION}. Upgrade gmp or choose another file.")
         out.append((line, rec))
     return out
 
@@ -123,8 +142,9 @@ def settings_record(settings: dict[str, Any], epoch: int, step: int, *, run_id: 
     """The JSON log's ``"kind": "settings"`` line: what this start of a run was asked and resolved to
     (``settings``: :meth:`gmp.specs.TrainSpec.to_json`, with ``sources`` saying where each value came from),
     at ``epoch`` completed epochs and ``step`` (0 and 0 for a new run; a resume's checkpoint position), so a
-    resume's log trimming keeps it."""
-    return {"kind": "settings", "epoch": int(epoch), "step": int(step), "run": run_id, "settings": settings}
+    resume's log trimming keeps it. It is the run's header: it names the log's format and version."""
+    return {"kind": "settings", "format": FORMAT, "schema_version": SCHEMA_VERSION, "epoch": int(epoch),
+            "step": int(step), "run": run_id, "settings": settings}
 
 
 def last_run_id(path: str | os.PathLike) -> str | None:

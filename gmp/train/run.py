@@ -273,7 +273,8 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
           resume: bool = False, log_json: str | os.PathLike | None = None,
           on_record: Callable[[dict[str, Any]], None] | None = None,
           stop_after_steps: int | None = None, verify_hash: bool | None = None,
-          collective_timeout: float | None = None, settings: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+          collective_timeout: float | None = None, settings: dict[str, Any] | None = None,
+          on_start: Callable[[], None] | None = None) -> list[dict[str, Any]]:
     """Train and return the epoch records (see :mod:`gmp.train.records` for the keys); a resumed
     run whose checkpoint already finished ``config.epochs`` returns ``[]``. A resume that migrated
     rows to a new day's placement (:mod:`gmp.train.migrate`) returns its ``"kind": "migration"``
@@ -289,6 +290,9 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
     ``stop_after_steps`` simulates an interrupt after that many steps (a
     checkpoint is written when ``checkpoint_dir`` is set) and raises
     :class:`TrainingError` like a real interrupt does.
+    ``on_start()`` is called on the main process once the inputs are accepted (the dataset, the manifest
+    with its arrays, a checkpoint to resume from), before the first record: a command's lines about the run
+    go there, so that a refusal of the inputs is the only line.
 
     A run that fails before its first checkpoint leaves no ``checkpoint_dir`` it created (nor the missing
     parents it made for it); one that existed before is never removed.
@@ -296,12 +300,14 @@ def train(dataset: str | os.PathLike, manifest: str | os.PathLike | None, config
     with removed_if_left_empty(checkpoint_dir):
         return _train(dataset, manifest, config, engine=engine, workers=workers, checkpoint_dir=checkpoint_dir,
                       resume=resume, log_json=log_json, on_record=on_record, stop_after_steps=stop_after_steps,
-                      verify_hash=verify_hash, collective_timeout=collective_timeout, settings=settings)
+                      verify_hash=verify_hash, collective_timeout=collective_timeout, settings=settings,
+                      on_start=on_start)
 
 
 def _train(dataset, manifest, config: TrainConfig, *, engine: str, workers: int | None, checkpoint_dir, resume: bool,
            log_json, on_record, stop_after_steps: int | None, verify_hash: bool | None,
-           collective_timeout: float | None, settings: dict[str, Any] | None) -> list[dict[str, Any]]:
+           collective_timeout: float | None, settings: dict[str, Any] | None,
+           on_start: Callable[[], None] | None = None) -> list[dict[str, Any]]:
     """:func:`train` itself, within the clean-up of the checkpoint directory it may create."""
     check_arguments(config, checkpoint_dir, resume=resume, log_json=log_json, collective_timeout=collective_timeout)
     ds = load_dataset(dataset, verify=verify_hash)
@@ -344,6 +350,8 @@ def _train(dataset, manifest, config: TrainConfig, *, engine: str, workers: int 
                 log_file.write(json_line(settings_record(settings, *trainer.position(), run_id=run_id)) + "\n")
             except OSError as exc:
                 raise OSError(exc.errno, exc.strerror, str(log_json)) from None
+        if on_start is not None and eng.is_main:
+            on_start()
         first = [] if migration is None else [record({"kind": "migration", "epoch": 0, "step": 0, **migration})]
 
         def checkpoint(t: Trainer) -> None:

@@ -157,7 +157,8 @@ class Trainer:
                      mem["primaries"], mem["secondaries"], mem["total_bytes"])
             if budget is None:
                 continue
-            rows_planned = int(budget) // (int(opts.get("embedding_dim", DEFAULT_EMBEDDING_DIM)) * VALUE_BYTES)
+            # both positive integers when read from a manifest (gmp.manifest.check_header); null: the default
+            rows_planned = int(budget) // (int(opts.get("embedding_dim") or DEFAULT_EMBEDDING_DIM) * VALUE_BYTES)
             if mem["secondaries"] and mem["rows"] > max(rows_planned, mem["primaries"]):
                 raise TrainingError(f"worker {store.worker} holds {mem['rows']} rows, more than the manifest's memory "
                                     f"plan of {rows_planned} rows ({budget} bytes); re-run 'gmp partition'.")
