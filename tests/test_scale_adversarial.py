@@ -313,3 +313,21 @@ def test_metis_runs_beside_the_signal_graph_only(monkeypatch):
     assert cand["edges"] == num_edges and got == []
     graph = 8 * (num_vertices + 1) + 2 * 8 * 2 * num_edges + 3 * 8 * num_vertices  # xadj, adjncy, ew; vids, deg, vw
     assert held[0] - base <= graph + (1 << 20), (held[0] - base, graph)
+
+
+# --------------------------------------------------------------------------- F9: every bench script has --help
+#: the bench modules that are libraries of the others (their docstrings say how they are used)
+BENCH_LIBRARIES = {"netns.py", "perf_split.py"}
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in BENCH.glob("*.py") if p.name not in BENCH_LIBRARIES))
+def test_every_bench_script_prints_its_usage(script):
+    """F9: dist_partition_ablation.py took --help for a dataset (DatasetError traceback) and
+    tiered_checkpoint_run.py indexed sys.argv (IndexError)."""
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, str(BENCH / script), "--help"], capture_output=True, text=True,
+                         timeout=300, cwd=BENCH.parent)
+    assert res.returncode == 0 and "usage:" in res.stdout and "Traceback" not in res.stderr, res.stderr[-2000:]
