@@ -331,3 +331,27 @@ def test_every_bench_script_prints_its_usage(script):
     res = subprocess.run([sys.executable, str(BENCH / script), "--help"], capture_output=True, text=True,
                          timeout=300, cwd=BENCH.parent)
     assert res.returncode == 0 and "usage:" in res.stdout and "Traceback" not in res.stderr, res.stderr[-2000:]
+
+
+# --------------------------------------------------------------------------- F10: one sign for "vs random"
+def test_the_bench_tables_sign_vs_random_as_the_docs_do():
+    """F10: partition_bench printed 63.7% and train_bench 51.1% "(positive = less traffic)" where gmp partition,
+    docs/report.md and docs/benchmarks.md say -63.7%."""
+    import importlib
+    import sys
+
+    sys.path.insert(0, str(BENCH))
+    try:
+        partition_bench = importlib.import_module("partition_bench")
+        train_bench = importlib.import_module("train_bench")
+    finally:
+        sys.path.remove(str(BENCH))
+    metrics = {"batch_remote_reads": 2_954_711, "remote_accesses": 10, "epoch_unique_remote": 3,
+               "reduction_vs_random": {"batch_remote_reads": 1 - 2_954_711 / 8_130_116, "remote_accesses": -0.05,
+                                       "epoch_unique_remote": 0.5},
+               "balance": {"samples": 1.0, "rows_held": 1.0}}
+    table = partition_bench.format_table([{"dataset": "criteo-vocab-1m", "label": "hybrid", "result": {
+        "metrics": metrics, "partition_seconds": 1.0, "peak_rss_bytes": 2**30}}])
+    assert "| 2,954,711 | -63.7% | 10 | +5.0% | 3 | -50.0% |" in table, table
+    assert train_bench.traffic_change(0.54 * (1 - 0.511), 0.54) == "-51.1%"
+    assert train_bench.traffic_change(2.0, 1.0) == "+100.0%"
