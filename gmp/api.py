@@ -480,9 +480,26 @@ def run_partition(spec: Any, *, dataset: Any = None):
         raise
 
 
+#: from about this many samples the out-of-core hybrid (``chunk_samples``, one process) peaks below the in-memory
+#: run: criteo-kaggle, 8 workers, ``/usr/bin/time -v``: 1M 2.05 against 1.87 GiB, 5M 3.51 against 3.52 GiB,
+#: full size 14.15 against 17.08 GiB (docs/distributed.md, "Out of core: when it saves memory")
+OUT_OF_CORE_SAVES_FROM = 5_000_000
+
+
 def _chunk_hint(num_samples: int) -> int:
     """The ``chunk_samples`` a refusal of the in-memory hybrid suggests: a quarter of the samples, at most 2M."""
     return max(1, min(2_000_000, int(num_samples) // 4))
+
+
+def _out_of_core_advice(num_samples: int) -> str:
+    """What a refusal of the in-memory hybrid says of the out-of-core path: take it where it saves memory; below
+    :data:`OUT_OF_CORE_SAVES_FROM` samples it needs as much or more, so say that instead of sending people to it."""
+    where = 'docs/distributed.md, "Out of core: when it saves memory"'
+    if num_samples >= OUT_OF_CORE_SAVES_FROM:
+        return (f"partition out of core with `chunk_samples` {_chunk_hint(num_samples)} (the same hybrid streamed "
+                f"in blocks, slower; {where})")
+    return (f"out of core (`chunk_samples`) needs as much memory or more below {OUT_OF_CORE_SAVES_FROM:,} samples "
+            f"({where}): use fewer `workers` or a machine with more memory")
 
 
 def _partition_memory_error(spec: Any, exc: BaseException):
@@ -503,14 +520,12 @@ def _partition_memory_error(spec: Any, exc: BaseException):
             f"{available_memory() / 2**30:,.1f} GiB is available now{memory_note()}")
     if spec.mode == "chunked":
         fix = (f"a smaller `chunk_samples` (now {spec.chunk_samples:,}) bounds only the streamed block, not the "
-               f"per-row state (docs/distributed.md, \"Out of core\"): use fewer `workers`, a smaller dataset or "
-               f"a machine with more memory")
+               f"per-row state (docs/distributed.md, \"Out of core: when it saves memory\"): use fewer `workers`, a "
+               f"smaller dataset or a machine with more memory")
     elif spec.mode == "distributed":
         fix = "start more processes (on more machines), use fewer `workers`, or give each process more memory"
     elif spec.method == "hybrid" and num_samples is not None:
-        fix = (f"partition out of core with `chunk_samples` {_chunk_hint(num_samples)} (docs/distributed.md, "
-               f"\"Out of core\", says when that saves memory), use fewer `workers`, a smaller dataset or a "
-               f"machine with more memory")
+        fix = f"{_out_of_core_advice(num_samples)}, or free memory"
     else:
         fix = "use fewer `workers`, a smaller dataset or a machine with more memory"
     return OutOfMemory(f"{what}; {fix}.")
@@ -577,13 +592,12 @@ def _check_hybrid_memory(ds: Any, num_workers: int, options: Any) -> None:
         # (one pass over the ids; skipped where even no used row would fit) before refusing
         peak = peak_memory_bytes(*header, used_rows=count_used_rows(ds.indices, ds.num_embeddings))
     need = need_of(peak)
-    chunk = _chunk_hint(ds.num_samples)
-    check_memory(need, error=PartitionError, param="chunk_samples",
+    check_memory(need, error=PartitionError,
+                 param="chunk_samples" if ds.num_samples >= OUT_OF_CORE_SAVES_FROM else "workers",
                  what=f"`method` hybrid in memory on {ds.num_samples:,} samples, {ds.num_edges:,} edges, "
                       f"{ds.num_embeddings:,} embeddings and {num_workers} workers (estimated peak "
                       f"{peak / 2**30:,.1f} GiB)",
-                 fix=f"partition out of core with `chunk_samples` {chunk} (the same hybrid streamed in "
-                     f"blocks; docs/distributed.md), or free memory.")
+                 fix=f"{_out_of_core_advice(ds.num_samples)}, or free memory.")
 
 
 def _check_manifest_room(out: Any, ds: Any) -> None:

@@ -274,7 +274,8 @@ def test_an_in_memory_hybrid_that_cannot_fit_is_refused_before_work(tiny_cgroup,
     assert res.exit_code == 2 and len(lines) == 1, res.output
     assert re.match(r"^error: --method hybrid in memory on 40 samples, [\d,]+ edges, 23 embeddings and 2 workers "
                     r"\(estimated peak 0\.\d GiB\) needs about 0\.\d GiB of memory, 0\.1 GiB is available \(the memory "
-                    r"cgroup /tiny limits this process to 1\.0 GiB\); partition out of core with --chunk-samples 10 ",
+                    r"cgroup /tiny limits this process to 1\.0 GiB\); out of core \(--chunk-samples\) needs as much memory or "
+                    r"more below 5,000,000 samples ",
                     lines[0]), lines[0]
     assert not (tmp_path / "m").exists()
     # the same cgroup: a method that holds no graph-sized state is not refused
@@ -377,3 +378,33 @@ def test_the_used_rows_are_counted_before_a_refusal_and_only_then(monkeypatch):
     with pytest.raises(PartitionError, match=rf"\(estimated peak {header / GIB:.1f} GiB\)"):
         _check_hybrid_memory(ds, 8, Options())
     assert passes == [1, 1]
+
+
+def test_the_refusal_sends_small_runs_nowhere_out_of_core_would_not_help(monkeypatch):
+    """Out of core (one process) peaked above the in-memory run below 5M samples (1M: 2.05 against 1.87 GiB,
+    docs/distributed.md); the refusal sent every run there. From 5M it still names ``chunk_samples``."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    import psutil
+    from gmp.api import _check_hybrid_memory
+    from gmp.errors import PartitionError
+    from gmp.partition.hybrid import Options
+
+    monkeypatch.setattr(psutil.Process, "memory_info", lambda self: SimpleNamespace(rss=0))
+    monkeypatch.setattr(mem, "available_memory", lambda: GIB // 4)
+
+    def data(s):
+        return SimpleNamespace(num_samples=s, num_edges=26 * s, num_embeddings=33_762_577,
+                               indices=np.zeros(1, dtype=np.int32),
+                               categorical_fields=[SimpleNamespace(num_values=1_298_560)] * 26)
+
+    with pytest.raises(PartitionError) as err:
+        _check_hybrid_memory(data(1_000_000), 8, Options())
+    assert "out of core (`chunk_samples`) needs as much memory or more below 5,000,000 samples" in str(err.value)
+    assert "partition out of core with" not in str(err.value) and err.value.param == "workers"
+    with pytest.raises(PartitionError) as err:
+        _check_hybrid_memory(data(8_000_000), 8, Options())
+    assert "partition out of core with `chunk_samples` 2000000 (the same hybrid streamed in blocks, slower" in \
+        str(err.value) and err.value.param == "chunk_samples"

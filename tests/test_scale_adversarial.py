@@ -83,9 +83,27 @@ def test_partition_out_of_memory_names_chunk_samples(tiny_dataset, tmp_path, mon
                                 tmp_path / "m"),
                          r"^error: out of memory partitioning 6 samples with hybrid on 2 workers; [\d.,]+ GiB is "
                          r"available now")
-    # a quarter of the 6 samples (at most 2M) per block
-    assert "--chunk-samples 1 " in err and "--workers" in err
+    # 6 samples: below 5M out of core saves nothing (docs/distributed.md), and the line says so
+    assert "out of core (--chunk-samples) needs as much memory or more below 5,000,000 samples" in err
+    assert "use fewer --workers" in err
     assert not (tmp_path / "m").exists()
+
+
+def test_partition_out_of_memory_from_5m_samples_names_the_chunk_size(monkeypatch):
+    """F5 at a size where out of core saves memory: the line names --chunk-samples and its value (a quarter of
+    the samples, at most 2M)."""
+    from types import SimpleNamespace
+
+    from gmp import api
+    from gmp.errors import OutOfMemory
+
+    monkeypatch.setattr(api, "load_dataset", lambda path: SimpleNamespace(num_samples=6_000_000))
+    spec = SimpleNamespace(dataset="d", mode="scratch", method="hybrid", topology=SimpleNamespace(num_workers=8),
+                           chunk_samples=None)
+    err = api._partition_memory_error(spec, MemoryError())
+    assert isinstance(err, OutOfMemory)
+    assert str(err).startswith("out of memory partitioning 6,000,000 samples with hybrid on 8 workers; ")
+    assert "partition out of core with `chunk_samples` 1500000 (the same hybrid streamed in blocks, slower" in str(err)
 
 
 def test_metis_out_of_memory_says_memory(tiny_dataset, tmp_path, monkeypatch):
