@@ -677,9 +677,9 @@ def peak_memory_bytes(num_samples: int, num_edges: int, num_embeddings: int, num
     (``field_sizes``: their ``num_values``, and ``num_edges`` = fields x samples), the sum over the fields
     of ``min(num_values, num_samples)``; tight where most of the vocabulary occurs (full-size
     ``criteo-kaggle``: 31.6M of 33.8M rows), about 2x the used rows on a 5M-sample draw. Calibrated on
-    ``criteo-kaggle`` draws (docs/synth.md, "Memory pre-check"): with the used rows counted, 3% above the
-    measured peak of the command at 1M samples and 22% above at 5M; 4% above the 13.9 GiB measured at
-    full size on the entity model (1.36M rows; docs/benchmarks.md)."""
+    ``criteo-kaggle`` draws (docs/synth.md, "Memory pre-check"): with the used rows counted, 8% above the
+    measured peak of the command at 1M samples, 18% at 5M, 13% at 10M and 10% at 20M; 4% above the 13.9 GiB
+    measured at full size on the entity model (1.36M rows; docs/benchmarks.md)."""
     options = options or Options()
     s, e, v, n = int(num_samples), int(num_edges), int(num_embeddings), int(num_workers)
     used = min(v, e)

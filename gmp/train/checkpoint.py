@@ -34,7 +34,9 @@ directory to ``ckpt-E-S`` and then replaces the ``latest`` link in one
 ``latest`` pointing to a complete checkpoint (the new or the previous one).
 Only then are older checkpoints and temporaries of killed runs removed; the
 previous checkpoint is kept as a fallback. A full device removes the
-temporary and is one line. Under ``torchrun`` across machines ``C`` must be
+temporary and is one line; before the first epoch a run removes the temporaries
+of killed saves and checks the free space for its checkpoints
+(:func:`gmp.train.checkpoint_dir.check_checkpoint_room`). Under ``torchrun`` across machines ``C`` must be
 on a shared filesystem.
 
 **One run at a time.** Rank 0 holds ``C/.gmp-lock`` (``flock``) for the whole run, for all its
