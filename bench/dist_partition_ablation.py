@@ -11,6 +11,7 @@ blocks of 4096 (close to the "decide a block against a snapshot" scheme that was
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -36,9 +37,17 @@ VARIANTS = {
 }
 
 
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                epilog="Run under torchrun, one process per rank (module docstring).")
+    p.add_argument("dataset", help="a prepared dataset directory (gmp data import / gmp data synth)")
+    p.add_argument("--workers", type=int, default=8, help="workers to place for (default 8)")
+    return p.parse_args(argv)
+
+
 def main() -> None:
-    dataset = sys.argv[1]
-    workers = int(sys.argv[sys.argv.index("--workers") + 1]) if "--workers" in sys.argv else 8
+    args = parse_args()
+    dataset, workers = args.dataset, args.workers
     ds = load_dataset(dataset)
     topo = resolve_topology(workers, None, None)
     engine = DistributedEngine()

@@ -9,7 +9,17 @@
 Environment: GMP_BIG_DATA (default data/bench/c500k), GMP_BIG_WORK (default data/bench/tiered-checkpoint,
 beside the data: the phases run as separate processes and share it; WORK above).
 """
-import json, os, resource, sys, time
+import argparse, json, os, resource, sys, time
+
+parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 epilog="GMP_BIG_DATA / GMP_BIG_WORK: see the module docstring.")
+parser.add_argument("phase", choices=["first", "resume", "straight"],
+                    help="first: train and checkpoint; resume: load the checkpoint, train, save; straight: the "
+                         "uninterrupted reference")
+parser.add_argument("steps", type=int, help="steps to train in this phase")
+parser.add_argument("checkpoint_dir", nargs="?", default=None, help="where to checkpoint (default WORK/ck)")
+args = parser.parse_args()
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import torch
 torch.set_num_threads(1)
@@ -20,9 +30,9 @@ from gmp.train.checkpoint import load_checkpoint, save_checkpoint
 from gmp.train.run import load_placement
 from gmp.train.tiers import TierOptions
 
-phase, steps = sys.argv[1], int(sys.argv[2])
+phase, steps = args.phase, args.steps
 root = os.environ.get("GMP_BIG_WORK", "data/bench/tiered-checkpoint")
-CK = sys.argv[3] if len(sys.argv) > 3 else os.path.join(root, "ck")
+CK = args.checkpoint_dir or os.path.join(root, "ck")
 ds = load_dataset(os.environ.get("GMP_BIG_DATA", "data/bench/c500k"))
 data = TrainData(ds)
 pl = load_placement(ds, None, 1)

@@ -17,7 +17,8 @@ from typing import Any, Callable, Mapping, TypeVar
 
 import typer
 
-from gmp._io import json_default, release_claims
+from gmp._io import is_full_disk, json_default, release_claims
+from gmp._memory import is_out_of_memory
 from gmp.errors import GmpError, Terminated
 from gmp.launch import LAUNCH, tell_peers
 
@@ -75,9 +76,15 @@ def handle_errors(fn: F) -> F:
             say_interrupted()
             raise typer.Exit(143 if isinstance(interrupt, Terminated) else 130) from None
         except MemoryError:
-            say_error("out of memory; use a smaller input or settings, or a machine with more memory.")
+            say_error(f"out of memory{memory_left()}; use a smaller input or settings, or a machine with more "
+                      f"memory.")
             raise typer.Exit(2) from None
         except RuntimeError as exc:
+            if is_out_of_memory(exc):  # torch's CPU allocator ("DefaultCPUAllocator: can't allocate memory")
+                said = str(exc).split("DefaultCPUAllocator: ", 1)[-1].split(" (", 1)[0].strip()
+                say_error(f"out of memory ({said}){memory_left()}; use a smaller input or settings, or a machine "
+                          f"with more memory.")
+                raise typer.Exit(2) from None
             if type(exc).__name__ != "OutOfMemoryError":  # torch's (CUDA): not imported here for the name
                 raise
             said = str(exc).split(". ")[:2]
@@ -89,6 +96,16 @@ def handle_errors(fn: F) -> F:
             LAUNCH.reset()
 
     return wrapper  # type: ignore[return-value]
+
+
+def memory_left() -> str:
+    """`` (N GiB available now...)``: the memory this process may still allocate, for an out-of-memory line."""
+    from gmp._memory import available_memory, memory_note
+
+    try:
+        return f" ({available_memory() / 2**30:,.1f} GiB available now{memory_note()})"
+    except Exception:  # noqa: BLE001 - the line must still be said
+        return ""
 
 
 def interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
@@ -183,7 +200,7 @@ def os_error_line(exc: OSError) -> str:
     """One line for an operating-system error that no gmp check caught (neither 'read' nor 'write'
     is assumed: the same errors come from both)."""
     where = exc.filename or "a file"
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) or is_full_disk(exc):
         try:
             free = shutil.disk_usage(os.path.dirname(os.path.abspath(where)) if exc.filename else ".").free
             room = f" ({free / 2**20:,.1f} MiB free)"

@@ -41,6 +41,7 @@ import json
 import logging
 import mmap
 import os
+import re
 import shutil
 import socket
 import stat
@@ -195,7 +196,7 @@ def acquire_lock(path: str | os.PathLike, *, busy: str, flag: str = "") -> Outpu
                 raise OutputError(f"cannot open the lock {path}: {exc.strerror}; check the permissions of "
                                   f"{path.parent}.") from None
         except OSError as exc:
-            if exc.errno in _FULL:
+            if is_full_disk(exc):
                 raise full_disk_error(exc, path) from None
             raise _not_writable(path, busy, exc, flag) from None
         try:
@@ -335,7 +336,7 @@ def claim_output(out: str | os.PathLike, *, flag: str = "`out`") -> Claim:
     try:
         key.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        if exc.errno in _FULL:
+        if is_full_disk(exc):
             raise full_disk_error(exc, key) from None
         raise OutputError(f"cannot create {key.parent}: {exc.strerror}; choose another {flag}.") from None
     try:
@@ -729,7 +730,8 @@ def clean_leftovers(out: Path) -> None:
             log.warning("%s was left by a run on another host or an older gmp; delete it if that run is gone", p)
 
 
-def _tree_bytes(path: Path) -> int:
+def tree_bytes(path: Path) -> int:
+    """Bytes of the files below ``path`` (those that vanish meanwhile not counted)."""
     total = 0
     for root, _, files in os.walk(path):
         for f in files:
@@ -742,21 +744,42 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:,.1f} MiB"
 
 
+#: numpy's words for a full device (``tofile``/``np.save`` preallocate the array's bytes): an OSError without errno
+_NUMPY_FULL = re.compile(r"Not enough free space to write (\d+) bytes")
+
+
+def is_full_disk(exc: OSError) -> bool:
+    """Whether ``exc`` says the device (or a quota) is full: ENOSPC, EDQUOT, EFBIG, or numpy's own OSError
+    ("Not enough free space to write N bytes after offset M"), which carries no errno."""
+    return exc.errno in _FULL or (exc.errno is None and _NUMPY_FULL.search(str(exc)) is not None)
+
+
 def full_disk_error(exc: OSError, out: Path, written: int | None = None) -> OutputError:
-    """The one-line error for a full device while writing ``out``."""
+    """The one-line error for a full device while writing ``out`` (``written``: the bytes of it that were
+    written before the device filled, removed since): what is free now and what the output needs at least
+    (what was written plus the write that failed, where numpy says its size); the rest of the output is not
+    known here, so the need is a lower bound."""
     try:
         free = shutil.disk_usage(out.parent if not out.exists() else out).free
     except OSError:
         free = None
-    what = f"{_mib(written)} were written before it filled; " if written else ""
+    failed = _NUMPY_FULL.search(str(exc))
+    need = (written or 0) + (int(failed.group(1)) if failed else 0)
     room = f"{_mib(free)} free now" if free is not None else "free space unknown"
-    need = f"at least {_mib(written)} more" if written else "more space"
-    return OutputError(f"no space left on the device while writing {out} ({exc.strerror}): {what}{room}; "
-                       f"free {need} or choose another `out` on a larger device.")
+    said = exc.strerror or "No space left on device"
+    if need:
+        parts = " and ".join(p for p, b in (("the part written before it filled", written),
+                                            ("the write that failed", failed)) if b)
+        short = f"; free at least {_mib(need - free)} more" if free is not None and need > free else "; free more"
+        return OutputError(f"no space left on the device while writing {out} ({said}): it needs more than "
+                           f"{_mib(need)} ({parts}), {room}{short} or choose another `out` on a larger device.")
+    return OutputError(f"no space left on the device while writing {out} ({said}): {room}; free space or choose "
+                       f"another `out` on a larger device.")
 
 
 def _gib(n: float) -> str:
-    return f"{n / 2**30:,.1f} GiB"
+    """``n`` bytes in GiB, or in MiB below 1 GiB (50 MiB free read "0.0 GiB")."""
+    return f"{n / 2**30:,.1f} GiB" if abs(n) >= 2**30 else f"{n / 2**20:,.1f} MiB"
 
 
 def check_memory(need_bytes: float, *, what: str, fix: str, error: type[GmpError] = GmpError,
@@ -812,10 +835,10 @@ def atomic_directory(out: str | os.PathLike, *, overwrite: bool = False, kind: s
         _put_in_place(tmp, out, claim, kind=kind, own=own, flag=flag)
         claim.written = True
     except OSError as exc:
-        written = _tree_bytes(tmp) if tmp is not None and tmp.exists() else None
+        written = tree_bytes(tmp) if tmp is not None and tmp.exists() else None
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
-        if exc.errno in _FULL:
+        if is_full_disk(exc):
             raise full_disk_error(exc, out, written) from None
         raise
     except BaseException:
@@ -899,7 +922,7 @@ def write_claimed_file(out: str | os.PathLike, data: bytes, *, flag: str = "`out
         finally:
             tmp.unlink(missing_ok=True)
     except OSError as exc:
-        if exc.errno in _FULL:
+        if is_full_disk(exc):
             raise full_disk_error(exc, out) from None
         raise
     finally:
@@ -930,7 +953,7 @@ def write_json(path: str | os.PathLike, obj: Mapping[str, Any], *, finite: bool 
         raise error(f"{path}: {key} is {value}, which is not a JSON number; nothing was written.") from None
     except OSError as exc:
         tmp.unlink(missing_ok=True)
-        if exc.errno in _FULL:
+        if is_full_disk(exc):
             raise full_disk_error(exc, path) from None
         raise
 

@@ -1,4 +1,5 @@
-"""Memory this process may still allocate: the host's available RAM, capped by its memory cgroup.
+"""Memory this process may still allocate: the host's available RAM, capped by its memory cgroup and
+by its address-space limit (``ulimit -v``, ``prlimit --as``).
 
 A container, a batch job or ``systemd-run -p MemoryMax=`` puts a process in a
 memory cgroup whose limit can be far below the host's RAM; past it the kernel
@@ -23,6 +24,13 @@ The cgroup is found the way the kernel describes it:
   ``memory.max`` (``max``: none), ``memory.current``; both ``memory.stat``.
 
 Anything missing or unreadable means "no cgroup limit known" (never an error).
+
+An address-space limit (``RLIMIT_AS``) makes an allocation past it fail (a
+``MemoryError``, torch's "DefaultCPUAllocator: can't allocate memory") instead
+of a kill; its room is the soft limit less the process's mapped size now
+(``VmSize`` in ``/proc/self/status``), a lower bound of what it may still
+allocate (reserved but untouched mappings count). :func:`is_out_of_memory`
+recognises the errors such an allocation raises.
 Every reader takes ``root`` (default ``/``) so tests run them on a fake tree.
 """
 
@@ -163,16 +171,49 @@ def host_available() -> int | None:
     return int(psutil.virtual_memory().available)
 
 
+def address_space_room(root: str | os.PathLike = "/") -> tuple[int, int] | None:
+    """``(room, limit)`` in bytes under this process's address-space limit (``RLIMIT_AS``, soft): the limit
+    less the size of its mappings now (``VmSize``), or None without a limit (or where it cannot be read)."""
+    import resource  # noqa: PLC0415 - POSIX only
+
+    try:
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (OSError, ValueError):  # pragma: no cover
+        return None
+    if limit == resource.RLIM_INFINITY or limit < 0 or limit >= _UNLIMITED:
+        return None
+    size = None
+    for line in (_read(Path(root) / "proc/self/status") or "").splitlines():
+        if line.startswith("VmSize:"):
+            size = _int(line.split()[1])
+    if size is None:
+        return None
+    return max(0, limit - 1024 * size), int(limit)
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is a failed host allocation: a ``MemoryError`` (numpy, numba, METIS through gmp), or
+    torch's CPU allocator's ``RuntimeError`` ("DefaultCPUAllocator: can't allocate memory" on POSIX, "not
+    enough memory" on Windows). Nothing else: another ``RuntimeError`` is a bug to be seen as one."""
+    if isinstance(exc, MemoryError):
+        return True
+    if type(exc) is not RuntimeError:
+        return False
+    text = str(exc)
+    return "DefaultCPUAllocator: can't allocate memory" in text or "DefaultCPUAllocator: not enough memory" in text
+
+
 #: the root the readers look under (tests point it at a fake tree)
 ROOT = "/"
 
 
 def available_memory() -> int:
-    """Bytes this process may still allocate on the host: the smaller of the host's available memory and
-    its memory cgroup's room (module docstring)."""
+    """Bytes this process may still allocate on the host: the smallest of the host's available memory, its
+    memory cgroup's room and its address-space limit's room (module docstring)."""
     host = host_available()
     group = cgroup_memory(ROOT)
-    values = [v for v in (host, group.available if group else None) if v is not None]
+    space = address_space_room(ROOT)
+    values = [v for v in (host, group.available if group else None, space[0] if space else None) if v is not None]
     return min(values) if values else 1 << 62
 
 
@@ -181,9 +222,14 @@ def _gib(n: float) -> str:
 
 
 def memory_note() -> str:
-    """`` (the memory cgroup PATH limits this process to N GiB)`` when a cgroup limit binds, else ""."""
+    """`` (the memory cgroup PATH limits this process to N GiB)`` when a cgroup limit binds, `` (its
+    address-space limit, ulimit -v, is N GiB)`` when that binds, else ""."""
     group = cgroup_memory(ROOT)
     host = host_available()
+    space = address_space_room(ROOT)
+    others = [v for v in (host, group.available if group else None) if v is not None]
+    if space is not None and (not others or space[0] < min(others)):
+        return f" (its address-space limit, ulimit -v, is {_gib(space[1])})"
     if group is None or (host is not None and group.available >= host):
         return ""
     return f" (the memory cgroup {group.path} limits this process to {_gib(group.limit)})"

@@ -464,6 +464,8 @@ def run_partition(spec: Any, *, dataset: Any = None):
     :func:`repartition_dataset` and ``gmp partition`` do after resolving): the written manifest, opened
     again (None on the ranks other than 0 of a distributed run). ``dataset``: the opened dataset, if the
     caller has it (else ``spec.dataset`` is opened)."""
+    from ._memory import is_out_of_memory
+
     ds = dataset if dataset is not None and not isinstance(dataset, (str, os.PathLike)) else None
     try:
         if spec.mode == "incremental":
@@ -471,9 +473,62 @@ def run_partition(spec: Any, *, dataset: Any = None):
         if spec.mode in ("distributed", "chunked"):
             return _partition_streamed(spec)
         return _partition(spec, ds)
-    except BaseException:  # a failed call leaves out unclaimed: a notebook may call it again
+    except BaseException as exc:  # a failed call leaves out unclaimed: a notebook may call it again
         release_claim(spec.out)
+        if is_out_of_memory(exc):  # past the check before work (an estimate; an address-space limit)
+            raise _partition_memory_error(spec, exc) from None
         raise
+
+
+#: from about this many samples the out-of-core hybrid (``chunk_samples``, one process) peaks below the in-memory
+#: run: criteo-kaggle, 8 workers, ``/usr/bin/time -v``: 1M 2.05 against 1.87 GiB, 5M 3.51 against 3.52 GiB,
+#: full size 14.15 against 17.08 GiB (docs/distributed.md, "Out of core: when it saves memory")
+OUT_OF_CORE_SAVES_FROM = 5_000_000
+
+
+def _chunk_hint(num_samples: int) -> int:
+    """The ``chunk_samples`` a refusal of the in-memory hybrid suggests: a quarter of the samples, at most 2M."""
+    return max(1, min(2_000_000, int(num_samples) // 4))
+
+
+def _out_of_core_advice(num_samples: int) -> str:
+    """What a refusal of the in-memory hybrid says of the out-of-core path: take it where it saves memory; below
+    :data:`OUT_OF_CORE_SAVES_FROM` samples it needs as much or more, so say that instead of sending people to it."""
+    where = 'docs/distributed.md, "Out of core: when it saves memory"'
+    if num_samples >= OUT_OF_CORE_SAVES_FROM:
+        return (f"partition out of core with `chunk_samples` {_chunk_hint(num_samples)} (the same hybrid streamed "
+                f"in blocks, slower; {where})")
+    return (f"out of core (`chunk_samples`) needs as much memory or more below {OUT_OF_CORE_SAVES_FROM:,} samples "
+            f"({where}): use fewer `workers` or a machine with more memory")
+
+
+def _partition_memory_error(spec: Any, exc: BaseException):
+    """The one line for an allocation that failed while partitioning: what ran out (METIS says its own),
+    the memory available now and what to change for this mode."""
+    from ._memory import available_memory, memory_note
+    from .errors import GmpError, OutOfMemory
+
+    cause = f" ({exc})" if isinstance(exc, GmpError) else ""
+    try:
+        num_samples = int(load_dataset(spec.dataset).num_samples)
+    except Exception:  # noqa: BLE001 - the line must still be said
+        num_samples = None
+    samples = f" {num_samples:,} samples" if num_samples is not None else ""
+    workers = getattr(spec.topology, "num_workers", None)
+    on = f" on {workers} workers" if workers else ""
+    what = (f"out of memory partitioning{samples} with {spec.method}{on}{cause}; "
+            f"{available_memory() / 2**30:,.1f} GiB is available now{memory_note()}")
+    if spec.mode == "chunked":
+        fix = (f"a smaller `chunk_samples` (now {spec.chunk_samples:,}) bounds only the streamed block, not the "
+               f"per-row state (docs/distributed.md, \"Out of core: when it saves memory\"): use fewer `workers`, a "
+               f"smaller dataset or a machine with more memory")
+    elif spec.mode == "distributed":
+        fix = "start more processes (on more machines), use fewer `workers`, or give each process more memory"
+    elif spec.method == "hybrid" and num_samples is not None:
+        fix = f"{_out_of_core_advice(num_samples)}, or free memory"
+    else:
+        fix = "use fewer `workers`, a smaller dataset or a machine with more memory"
+    return OutOfMemory(f"{what}; {fix}.")
 
 
 def _partition(spec: Any, ds: Any):
@@ -497,6 +552,7 @@ def _partition(spec: Any, ds: Any):
     opts = make_options(method, with_field_layout(opts, ds))
     if method == "hybrid":
         _check_hybrid_memory(ds, topo.num_workers, opts)
+    _check_manifest_room(out, ds)
     graph = build_graph(ds)
     with task(f"Partitioning {graph.num_samples:,} samples with {method} on {topo.num_workers} workers"):
         t0 = time.perf_counter()
@@ -536,13 +592,23 @@ def _check_hybrid_memory(ds: Any, num_workers: int, options: Any) -> None:
         # (one pass over the ids; skipped where even no used row would fit) before refusing
         peak = peak_memory_bytes(*header, used_rows=count_used_rows(ds.indices, ds.num_embeddings))
     need = need_of(peak)
-    chunk = max(1, min(2_000_000, ds.num_samples // 4))
-    check_memory(need, error=PartitionError, param="chunk_samples",
+    check_memory(need, error=PartitionError,
+                 param="chunk_samples" if ds.num_samples >= OUT_OF_CORE_SAVES_FROM else "workers",
                  what=f"`method` hybrid in memory on {ds.num_samples:,} samples, {ds.num_edges:,} edges, "
                       f"{ds.num_embeddings:,} embeddings and {num_workers} workers (estimated peak "
                       f"{peak / 2**30:,.1f} GiB)",
-                 fix=f"partition out of core with `chunk_samples` {chunk} (the same hybrid streamed in "
-                     f"blocks; docs/distributed.md), or free memory.")
+                 fix=f"{_out_of_core_advice(ds.num_samples)}, or free memory.")
+
+
+def _check_manifest_room(out: Any, ds: Any) -> None:
+    """Refuse before partitioning an `out` whose device cannot hold the manifest's arrays (sized by the
+    samples and the ids of the header: :func:`gmp.manifest.manifest_bytes`), instead of after it."""
+    from ._io import check_disk
+    from .manifest import manifest_bytes
+
+    check_disk(out, manifest_bytes(ds.num_samples, ds.num_embeddings),
+               what=f"the manifest of {ds.num_samples:,} samples and {ds.num_embeddings:,} embedding ids",
+               fix="free space or choose another `out` on a larger device.")
 
 
 def _load_partitioner(method: str) -> None:
@@ -585,6 +651,8 @@ def _partition_streamed(spec: Any):
     options = Options(**method_options("hybrid", dict(spec.options), batch_size=spec.batch_size,
                                        embedding_dim=spec.embedding_dim))
     ds = load_dataset(spec.dataset)
+    if rank == 0:
+        _check_manifest_room(spec.out, ds)
     # every rank refuses a repeated id before the process group starts (the shards index count tables by it)
     check_unique_ids(ds.indptr, ds.indices, where=str(ds.path))
     if distributed:
@@ -1106,12 +1174,24 @@ def run_train(spec: Any, *, on_record: Any = None, on_start: Any = None) -> list
     """Run a resolved :class:`gmp.specs.TrainSpec` (what :func:`train_model` and ``gmp train`` do after
     resolving); ``on_record(record)`` is called with each record on the main process as it is logged, and
     ``on_start()`` once the inputs are accepted, before the first (:func:`gmp.train.run.train`)."""
+    from ._memory import available_memory, is_out_of_memory, memory_note
+    from .errors import GmpError, OutOfMemory
     from .train import train
 
-    return train(spec.dataset, spec.manifest, spec.config, engine=spec.engine, workers=spec.workers,
-                 checkpoint_dir=spec.checkpoint_dir, resume=spec.resume, log_json=spec.log_json,
-                 on_record=on_record, collective_timeout=spec.collective_timeout,
-                 settings=spec.to_json() if spec.log_json is not None else None, on_start=on_start)
+    try:
+        return train(spec.dataset, spec.manifest, spec.config, engine=spec.engine, workers=spec.workers,
+                     checkpoint_dir=spec.checkpoint_dir, resume=spec.resume, log_json=spec.log_json,
+                     on_record=on_record, collective_timeout=spec.collective_timeout,
+                     settings=spec.to_json() if spec.log_json is not None else None, on_start=on_start)
+    except (MemoryError, RuntimeError) as exc:  # past the check before work (an estimate; an address-space limit)
+        if isinstance(exc, GmpError) or not is_out_of_memory(exc):
+            raise
+        said = str(exc).split("DefaultCPUAllocator: ", 1)[-1].split(" (", 1)[0].strip() or "MemoryError"
+        err = OutOfMemory(f"out of memory while training ({said}); {available_memory() / 2**30:,.1f} GiB is "
+                          f"available now{memory_note()}; lower `embedding_dim` or `batch_size`, spread the "
+                          f"workers over more processes or machines, or keep the tables on disk "
+                          f"(`table_location` disk).")
+        raise err from None
 
 
 def simulate_epoch(dataset: Any, manifest: Any = None, *, workers: int | None = None,

@@ -49,6 +49,11 @@ class TrainingError(GmpError, RuntimeError):
     """Training cannot start or continue."""
 
 
+class OutOfMemory(GmpError, MemoryError):
+    """An allocation failed (a ``MemoryError``, torch's CPU allocator, METIS's ``METIS_ERROR_MEMORY``); the
+    message says what was being done and what to change."""
+
+
 class OutputError(GmpError, OSError):
     """An output path cannot or must not be written (it would replace an input, the
     working directory or a foreign directory; a full device; a path below a file)."""

@@ -150,6 +150,13 @@ ARRAYS = {
     "secondary_workers": ("int32", "secondary_workers.npy"),
 }
 
+def manifest_bytes(num_samples: int, num_embeddings: int) -> int:
+    """The bytes of a manifest's arrays before any secondary (a lower bound of what writing one needs): a
+    worker per sample, a primary per id, the secondaries' pointer per id and the trained-rows bits."""
+    s, v = int(num_samples), int(num_embeddings)
+    return 4 * s + 4 * v + 8 * (v + 1) + -(-v // 8)
+
+
 #: the history's arrays (version 3): name -> (dtype, file)
 HISTORY_ARRAYS = {
     "trained_rows": ("uint8", "trained_rows.npy"),

@@ -274,7 +274,8 @@ def test_an_in_memory_hybrid_that_cannot_fit_is_refused_before_work(tiny_cgroup,
     assert res.exit_code == 2 and len(lines) == 1, res.output
     assert re.match(r"^error: --method hybrid in memory on 40 samples, [\d,]+ edges, 23 embeddings and 2 workers "
                     r"\(estimated peak 0\.\d GiB\) needs about 0\.\d GiB of memory, 0\.1 GiB is available \(the memory "
-                    r"cgroup /tiny limits this process to 1\.0 GiB\); partition out of core with --chunk-samples 10 ",
+                    r"cgroup /tiny limits this process to 1\.0 GiB\); out of core \(--chunk-samples\) needs as much memory or "
+                    r"more below 5,000,000 samples ",
                     lines[0]), lines[0]
     assert not (tmp_path / "m").exists()
     # the same cgroup: a method that holds no graph-sized state is not refused
@@ -285,8 +286,11 @@ def test_an_in_memory_hybrid_that_cannot_fit_is_refused_before_work(tiny_cgroup,
 
 #: measured peaks (``/usr/bin/time -v``, maximum resident set size, kB) of ``gmp partition DIR --workers 8
 #: --method hybrid --no-plots`` on ``gmp data synth --preset criteo-kaggle --samples N --scale 1 --seed 0``
-#: and the rows that draw uses (the report's active embeddings; docs/synth.md, "Memory pre-check")
-MEASURED = {1_000_000: (2_027_936, 2_574_753), 5_000_000: (3_164_572, 9_587_552)}
+#: and the rows that draw uses (the report's active embeddings; docs/synth.md, "Memory pre-check"), with two
+#: candidate bands refined 2 at a time (2 cores); the 20M peak was above the estimate before the refined
+#: candidates' sweep states were counted
+MEASURED = {1_000_000: (1_941_076, 2_574_753), 5_000_000: (3_691_484, 9_587_552),
+            10_000_000: (6_504_156, 15_882_734), 20_000_000: (11_078_008, 23_883_882)}
 
 
 @pytest.mark.parametrize("samples", sorted(MEASURED))
@@ -303,6 +307,28 @@ def test_the_hybrid_estimate_bounds_the_measured_peak(samples):
     counted = peak_memory_bytes(samples, 26 * samples, 33_762_577, 8, used_rows=used)
     assert measured <= counted <= 1.25 * measured, (counted / GIB, measured / GIB)
     assert counted <= peak_memory_bytes(samples, 26 * samples, 33_762_577, 8, field_sizes=sizes)
+
+
+def test_the_hybrid_estimate_counts_the_refined_candidates_sweep_states(monkeypatch):
+    """Hand-computed: 10,000 samples, 260,000 edges, 50,000 ids of which 30,000 used, 8 workers (a marginals
+    row of 8 float64), 1,000 row pairs, two candidates at once. Refined (``rounds`` > 0), each candidate
+    frees its pairs and holds a sweep state: the larger phase is the refined one."""
+    from gmp.partition import hybrid
+    from gmp.partition.hybrid import BASE_BYTES, Options, peak_memory_bytes
+
+    monkeypatch.setattr(hybrid.numba, "get_num_threads", lambda: 2)
+    s, e, v, used, pairs = 10_000, 260_000, 50_000, 30_000, 1_000
+    shared = 8 * e + 20 * s + 4 * s + (4 + 4 * 8) * used  # edges, per-sample arrays, one kept placement
+    assert shared == 2_080_000 + 200_000 + 40_000 + 1_080_000
+    building = 24 * s + (4 * 8 + 13) * used + 40 * pairs  # one candidate with its signal graph
+    assert building == 1_630_000
+    refining = 24 * s + (4 * 8 + 13) * used + 64 * used + 8 * s  # its pairs freed, its marginals and order held
+    assert refining == 3_590_000
+    got = peak_memory_bytes(s, e, v, 8, Options(coarse_pairs=pairs), used_rows=used)
+    assert got == BASE_BYTES + shared + 2 * refining == BASE_BYTES + 10_580_000
+    # without rounds nothing is refined: the signal-graph phase
+    assert peak_memory_bytes(s, e, v, 8, Options(coarse_pairs=pairs, rounds=0), used_rows=used) == \
+        BASE_BYTES + shared + 2 * building
 
 
 def test_count_used_rows_reads_the_ids_in_blocks():
@@ -352,3 +378,33 @@ def test_the_used_rows_are_counted_before_a_refusal_and_only_then(monkeypatch):
     with pytest.raises(PartitionError, match=rf"\(estimated peak {header / GIB:.1f} GiB\)"):
         _check_hybrid_memory(ds, 8, Options())
     assert passes == [1, 1]
+
+
+def test_the_refusal_sends_small_runs_nowhere_out_of_core_would_not_help(monkeypatch):
+    """Out of core (one process) peaked above the in-memory run below 5M samples (1M: 2.05 against 1.87 GiB,
+    docs/distributed.md); the refusal sent every run there. From 5M it still names ``chunk_samples``."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    import psutil
+    from gmp.api import _check_hybrid_memory
+    from gmp.errors import PartitionError
+    from gmp.partition.hybrid import Options
+
+    monkeypatch.setattr(psutil.Process, "memory_info", lambda self: SimpleNamespace(rss=0))
+    monkeypatch.setattr(mem, "available_memory", lambda: GIB // 4)
+
+    def data(s):
+        return SimpleNamespace(num_samples=s, num_edges=26 * s, num_embeddings=33_762_577,
+                               indices=np.zeros(1, dtype=np.int32),
+                               categorical_fields=[SimpleNamespace(num_values=1_298_560)] * 26)
+
+    with pytest.raises(PartitionError) as err:
+        _check_hybrid_memory(data(1_000_000), 8, Options())
+    assert "out of core (`chunk_samples`) needs as much memory or more below 5,000,000 samples" in str(err.value)
+    assert "partition out of core with" not in str(err.value) and err.value.param == "workers"
+    with pytest.raises(PartitionError) as err:
+        _check_hybrid_memory(data(8_000_000), 8, Options())
+    assert "partition out of core with `chunk_samples` 2000000 (the same hybrid streamed in blocks, slower" in \
+        str(err.value) and err.value.param == "chunk_samples"

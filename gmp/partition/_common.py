@@ -35,7 +35,7 @@ import threading
 import numba
 import numpy as np
 
-from ..errors import PartitionError
+from ..errors import OutOfMemory, PartitionError
 from ..params import is_real
 from ..topology import Topology
 
@@ -493,6 +493,8 @@ def _metis_entry(pymetis, recursive: bool):
     return _METIS_ENTRIES[name]
 
 
+#: metis.h (METIS 5): the status of a failed allocation (rstatus_et)
+METIS_ERROR_MEMORY = -3
 #: metis.h (METIS 5): METIS_NOPTIONS and the indices of the options gmp sets
 METIS_NOPTIONS, METIS_OPTION_NITER, METIS_OPTION_NCUTS, METIS_OPTION_SEED, METIS_OPTION_UFACTOR = 40, 6, 7, 8, 16
 
@@ -515,6 +517,9 @@ def _call_metis(fn, xadj, adjncy, num_parts, vweights, eweights, *, seed, ufacto
     with _METIS_LOCK:
         status = fn(ctypes.byref(nvtxs), ctypes.byref(ncon), ptr(xadj), ptr(adjncy), ptr(vweights), None, ptr(eweights),
                     ctypes.byref(nparts), None, None, ptr(options), ctypes.byref(edgecut), ptr(part))
+    if status == METIS_ERROR_MEMORY:  # its allocation failed (it printed its own lines about it)
+        raise OutOfMemory(f"METIS ran out of memory (METIS_ERROR_MEMORY, status {status}) on a graph of "
+                          f"{xadj.size - 1:,} vertices")
     if status != 1:  # METIS_OK
         raise PartitionError(f"METIS failed (status {status}) on a graph of {xadj.size - 1} vertices.")
     return part.astype(np.int32)

@@ -666,7 +666,9 @@ def peak_memory_bytes(num_samples: int, num_edges: int, num_embeddings: int, num
       header the compaction map and the placement's arrays;
     * the multilevel start: the edges and samples as above and its candidates
       (``_multilevel.candidate_bytes``, two at once where numba has two threads), one finished
-      candidate's placement kept beside them;
+      candidate's placement kept beside them; a candidate holds first its signal graph (the row pairs),
+      then, refined (``rounds`` > 0), a sweep state instead (its float64 marginals per used row): the
+      larger of the two phases counts;
     * the scoring pass (:func:`gmp.metrics.evaluate`): the mapped edges, per id its degree, primary,
       secondary pointer and ``held`` word and the per-thread stamps (two threads' worth).
 
@@ -675,9 +677,9 @@ def peak_memory_bytes(num_samples: int, num_edges: int, num_embeddings: int, num
     (``field_sizes``: their ``num_values``, and ``num_edges`` = fields x samples), the sum over the fields
     of ``min(num_values, num_samples)``; tight where most of the vocabulary occurs (full-size
     ``criteo-kaggle``: 31.6M of 33.8M rows), about 2x the used rows on a 5M-sample draw. Calibrated on
-    ``criteo-kaggle`` draws (docs/synth.md, "Memory pre-check"): with the used rows counted, 3% above the
-    measured peak of the command at 1M samples and 22% above at 5M; 4% above the 13.9 GiB measured at
-    full size on the entity model (1.36M rows; docs/benchmarks.md)."""
+    ``criteo-kaggle`` draws (docs/synth.md, "Memory pre-check"): with the used rows counted, 8% above the
+    measured peak of the command at 1M samples, 18% at 5M, 13% at 10M and 10% at 20M; 4% above the 13.9 GiB
+    measured at full size on the entity model (1.36M rows; docs/benchmarks.md)."""
     options = options or Options()
     s, e, v, n = int(num_samples), int(num_edges), int(num_embeddings), int(num_workers)
     used = min(v, e)
@@ -693,8 +695,13 @@ def peak_memory_bytes(num_samples: int, num_edges: int, num_embeddings: int, num
     if options.levels > 1:  # the multilevel start: candidates at once (two bands, one per thread) + one kept
         at_once = max(1, min(2, numba.get_num_threads()))
         pairs = options.coarse_pairs or ML.default_coarse_pairs(s)
-        multilevel = (8 * e + (8 + 4 + 8) * s + at_once * ML.candidate_bytes(s, used, n, pairs)
-                      + 4 * s + (4 + 4 * n) * used)
+        # first each candidate holds its signal graph (the pairs); refined candidates (every flat topology;
+        # the estimate does not know the topology, so whenever there are rounds) then free it and hold a sweep
+        # state each (its marginals, a row per used id): whichever phase holds more
+        candidates = at_once * ML.candidate_bytes(s, used, n, pairs)
+        if options.rounds > 0:
+            candidates = max(candidates, at_once * ML.candidate_bytes(s, used, n, 0, refined=True))
+        multilevel = 8 * e + (8 + 4 + 8) * s + candidates + 4 * s + (4 + 4 * n) * used
         partitioner = max(partitioner, multilevel)
     scoring = 4 * e + (8 + 4) * s + (8 + 4 + 8 + 8) * v + 2 * 8 * v
     return BASE_BYTES + max(partitioner, scoring)

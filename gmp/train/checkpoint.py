@@ -34,7 +34,9 @@ directory to ``ckpt-E-S`` and then replaces the ``latest`` link in one
 ``latest`` pointing to a complete checkpoint (the new or the previous one).
 Only then are older checkpoints and temporaries of killed runs removed; the
 previous checkpoint is kept as a fallback. A full device removes the
-temporary and is one line. Under ``torchrun`` across machines ``C`` must be
+temporary and is one line; before the first epoch a run removes the temporaries
+of killed saves and checks the free space for its checkpoints
+(:func:`gmp.train.checkpoint_dir.check_checkpoint_room`). Under ``torchrun`` across machines ``C`` must be
 on a shared filesystem.
 
 **One run at a time.** Rank 0 holds ``C/.gmp-lock`` (``flock``) for the whole run, for all its
@@ -79,14 +81,15 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from .._io import full_disk_error, header_value, read_versioned_json, write_json
+from .._io import header_value, read_versioned_json, tree_bytes, write_json
 from .._version import __version__
 from ..errors import GmpError, TrainingError
 from ..placement import Placement
 from ..wording import first_difference
 from .checkpoint_safe import first_line, from_safe, refusal_reason, to_safe  # noqa: F401 - re-exported
 from .checkpoint_rows import PrimaryRows, rows_name, upgrade_worker_v2, write_primary_rows
-from .checkpoint_dir import CKPT_DIR, HEADER, LATEST, free_name, link_target, point_latest, prune
+from .checkpoint_dir import (CKPT_DIR, HEADER, LATEST, checkpoint_bytes, free_name, link_target, point_latest,
+                             prune, size_text)
 from .config import comparable_settings
 
 log = logging.getLogger(__name__)
@@ -112,10 +115,31 @@ def placement_sha256(placement: Placement) -> str:
 
 def _save(obj: dict, path: Path) -> int:
     # through a Python file: torch's own writer reports a full device as a RuntimeError ("unexpected pos
-    # 704 vs 598"), a traceback naming neither the file nor the cause; this way it is OSError ENOSPC
-    with open(path, "wb") as f:
-        torch.save(to_safe(obj), f)
+    # 704 vs 598"), a traceback naming neither the file nor the cause; this way it is OSError ENOSPC. The
+    # zip writer's close, run while that OSError unwinds, raises the RuntimeError again ("during handling"):
+    # the OSError behind it is what happened
+    try:
+        with open(path, "wb") as f:
+            torch.save(to_safe(obj), f)
+    except RuntimeError as exc:
+        cause = os_error_behind(exc)
+        if cause is None:
+            raise
+        raise cause from None
     return path.stat().st_size
+
+
+def os_error_behind(exc: BaseException) -> OSError | None:
+    """The ``OSError`` that ``exc`` was raised while handling (its ``__context__``/``__cause__`` chain, a few
+    links), if any."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        seen = seen.__cause__ or seen.__context__
+        if seen is None:
+            return None
+        if isinstance(seen, OSError):
+            return seen
+    return None
 
 
 def _load(path: Path, keys: tuple[str, ...]) -> dict:
@@ -176,7 +200,7 @@ def save_checkpoint(trainer, directory: str | os.PathLike, *, dataset_sha256: st
             files[name] = _save({"store": store.state_dict(), "primary_rows": meta, **trainer.worker_state(li)},
                                 tmp / name)
     except OSError as exc:
-        failed = _write_error(exc, directory)
+        failed = _write_error(exc, directory, tmp, checkpoint_bytes(trainer))
     # every process learns whether every part was written (a barrier here let rank 0 commit without them)
     _agree(engine, failed, tmp, "could not write its part of the checkpoint")
     if engine.is_main:
@@ -206,20 +230,21 @@ def save_checkpoint(trainer, directory: str | os.PathLike, *, dataset_sha256: st
             previous = link_target(directory)
             point_latest(directory, final.name)
         except (OSError, GmpError) as exc:
-            failed = exc if isinstance(exc, GmpError) else _write_error(exc, directory)
+            failed = exc if isinstance(exc, GmpError) else _write_error(exc, directory, tmp,
+                                                                          checkpoint_bytes(trainer))
         else:
             prune(directory, keep={final.name, previous})
     _agree(engine, failed, tmp, "could not commit the checkpoint")
     return directory / LATEST
 
 
-def _agree(engine, failed: GmpError | None, tmp: Path, what: str) -> None:
+def _agree(engine, failed: GmpError | None, tmp: Path | None, what: str) -> None:
     """Collective: raise on every process when one failed (``failed``: its error, which it raises; the
     others raise one line that rank 0 prints), after rank 0 removed the unfinished ``tmp``; ``latest``
     is untouched."""
     if not engine.sum_across(np.array([0.0 if failed is None else 1.0]))[0]:
         return
-    if engine.is_main:
+    if engine.is_main and tmp is not None:
         shutil.rmtree(tmp, ignore_errors=True)
     if failed is None:
         failed = TrainingError(f"another process {what}; latest still points to the previous checkpoint (its own "
@@ -229,10 +254,21 @@ def _agree(engine, failed: GmpError | None, tmp: Path, what: str) -> None:
     raise failed
 
 
-def _write_error(exc: OSError, directory: Path) -> GmpError:
+def _write_error(exc: OSError, directory: Path, tmp: Path | None = None, need: int | None = None) -> GmpError:
+    """The one line for a save that failed writing (``tmp``: the unfinished checkpoint, removed after this;
+    ``need``: about the bytes of one checkpoint)."""
     if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-        err = full_disk_error(exc, directory)
-        return TrainingError(str(err).replace("`out`", "`checkpoint_dir`"))
+        written = tree_bytes(tmp) if tmp is not None and tmp.is_dir() else None
+        try:
+            free = shutil.disk_usage(directory).free + (written or 0)  # once the unfinished one is removed
+            room = f"{size_text(free)} free"
+        except OSError:
+            room = "free space unknown"
+        size = f"a checkpoint of this run needs about {size_text(need)}, " if need else ""
+        return TrainingError(f"no space left on the device while writing a checkpoint in {directory} "
+                             f"({exc.strerror}): {size}{room} there (the unfinished one removed); free space or "
+                             f"choose `checkpoint_dir` on a larger device; latest still points to the previous "
+                             f"checkpoint.")
     return TrainingError(f"cannot write a checkpoint in {directory}: {exc.strerror or exc}; "
                          f"check `checkpoint_dir` and its permissions.")
 

@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from ..errors import TrainingError
 
@@ -150,6 +151,76 @@ def _check_writable(directory: Path) -> None:
     except OSError as exc:
         raise TrainingError(f"cannot write a checkpoint in {directory}: {exc.strerror or exc}; check "
                             f"`checkpoint_dir` and its permissions.") from None
+
+
+#: bytes of a checkpoint file beyond its arrays (torch's zip entries and pickled structure), rounded up
+FILE_OVERHEAD = 8192
+
+
+def checkpoint_bytes(trainer) -> int:
+    """About the bytes of one checkpoint of ``trainer``: per worker its rows (value and optimizer state, in
+    the checkpoint's dtype) and per row its id, clock and flag (the workers of other processes taken as the
+    local ones' mean: they hold about as many rows); the dense model twice (its weights and its optimizer's
+    state, ``trainer.pt``); and per file a fixed overhead."""
+    ctx = trainer.context()
+    local = 0
+    for store in ctx.stores:
+        itemsize = 4 if store.dtype == torch.float32 else 8
+        local += int(store.ids.size) * (store.primary_width * itemsize + 8 + 8 + 1) + 2 * FILE_OVERHEAD
+    dense = sum(p.numel() * p.element_size() for p in ctx.model.parameters())
+    return local * ctx.num_workers // max(len(ctx.stores), 1) + 2 * dense + FILE_OVERHEAD
+
+
+def check_checkpoint_room(trainer, directory: str | os.PathLike, *, saves: int) -> None:
+    """Collective, before training: refuse (one line on every process) a run whose checkpoints cannot fit in
+    ``directory``'s free space, instead of failing after its first epoch; temporaries a killed or failed save
+    left there are removed first (this run holds the directory's lock). ``saves``: the checkpoints this run
+    writes at most; up to three are on disk at once (the new one while the latest and the previous one are
+    kept), those already there count."""
+    from .._io import check_disk
+
+    engine = trainer.context().engine
+    directory = Path(directory)
+    failed = None
+    if engine.is_main and saves > 0:
+        remove_temporaries(directory)
+        have = sum(1 for p in directory.iterdir() if CKPT_DIR.match(p.name) and (p / HEADER).is_file()) \
+            if directory.is_dir() else 0
+        each = checkpoint_bytes(trainer)
+        count = max(1, min(have + saves, 3) - have)
+        try:
+            check_disk(directory, count * each, error=TrainingError,
+                       what=f"{'a checkpoint' if count == 1 else f'{count} checkpoints'} of this run (about "
+                            f"{size_text(each)} each)",
+                       fix="free space or choose `checkpoint_dir` on a larger device.")
+        except TrainingError as exc:
+            failed = exc
+    if engine.sum_across(np.array([0.0 if failed is None else 1.0]))[0]:
+        if failed is None:
+            failed = TrainingError(f"rank 0 refused `checkpoint_dir` {directory} (its error says why).")
+        failed.rank = getattr(engine, "rank", 0)  # rank 0 says it for the others
+        failed.together = True  # every process raises here
+        raise failed
+
+
+def size_text(n: float) -> str:
+    """``n`` bytes in GiB, MiB below 1 GiB, bytes below 1 MiB."""
+    if n >= 2**30:
+        return f"{n / 2**30:,.1f} GiB"
+    return f"{n / 2**20:,.1f} MiB" if n >= 2**20 else f"{int(n):,} bytes"
+
+
+def remove_temporaries(directory: Path) -> None:
+    """Remove the temporaries (:data:`TEMP`) a killed or failed save left in ``directory`` (main process, under
+    the run's lock): an unfinished checkpoint kept a full device full, so the next run failed the same way."""
+    if not directory.is_dir():
+        return
+    for p in directory.iterdir():
+        if TEMP.fullmatch(p.name) and not p.name.startswith(f".latest-{os.getpid()}"):
+            if p.is_symlink() or p.is_file():
+                p.unlink(missing_ok=True)
+            else:
+                shutil.rmtree(p, ignore_errors=True)
 
 
 def prune(directory: Path, *, keep: set[str | None]) -> None:

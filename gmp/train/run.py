@@ -27,7 +27,7 @@ from ..placement import Placement
 from ..params import check_int
 from ..manifest import load_manifest
 from .checkpoint import placement_sha256, save_checkpoint
-from .checkpoint_dir import (check_checkpoint_dir, check_shared_directory, lock_checkpoint_dir,
+from .checkpoint_dir import (check_checkpoint_dir, check_checkpoint_room, check_shared_directory, lock_checkpoint_dir,
                              removed_if_left_empty)
 from .config import TrainConfig, comparable_settings
 from .data import TrainData
@@ -329,6 +329,8 @@ def _train(dataset, manifest, config: TrainConfig, *, engine: str, workers: int 
             migration = resume_training(trainer, checkpoint_dir, dataset=ds, placement_sha=psha, created=created)
             if migration is not None:
                 check_migration_source(migration, placed_from, manifest)
+        if checkpoint_dir is not None:  # before the first epoch, not after it
+            check_checkpoint_room(trainer, checkpoint_dir, saves=config.epochs - trainer.position()[0])
         log_file = open_log(log_json, trainer, continued=resume and migration is None)
         run_id = trainer.run_name()
 

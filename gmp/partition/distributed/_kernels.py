@@ -133,7 +133,8 @@ def apply_deltas(rows, deltas, count):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True)
 def overwrite_rows(pos, values, gcount, gdrow, df):  # pragma: no cover - compiled
-    """Ghost rows ``pos`` take the owner's fresh counts ``values`` (int64 [m, N]); drow follows."""
+    """Ghost rows ``pos`` take the owner's fresh counts ``values`` (int32 or int64 [m, N]; ``gcount`` itself
+    recomputes drow alone); drow follows."""
     n = gcount.shape[1]
     for t in range(pos.size):
         g = pos[t]

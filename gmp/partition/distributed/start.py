@@ -164,8 +164,9 @@ def multilevel_start(state: DistState, owner_degree: np.ndarray, options, machin
             del band_best
             score, rounds = refine_bands(state)
             cand["score"], cand["rounds"] = score, len(rounds) - 1
-            if best is None or score < best[0]:
-                best = (score, state.sw.copy(), state.prim.copy(), len(candidates) - 1, state.count.copy(), rounds)
+            if best is None or score < best[0]:  # no copy of the counts ([rows, N]): recounted if this one is
+                # not the last band's (one pass over the shard, the same counts)
+                best = (score, state.sw.copy(), state.prim.copy(), len(candidates) - 1, None, rounds)
     if best is None:
         return None
     _, sw, prim, chosen, counts, rounds = best
@@ -203,23 +204,33 @@ def _partition_band(state, in_band, ghost_degree, my_pairs, options, machine_of,
         buf = np.empty(int(pairs[rows[lo_:hi_]].sum()), dtype=np.int64)
         keys.append(buf[:DK.band_pair_keys(indptr, indices, sel, in_band, state.ghosts.gids, buf)])
         DK.mark_band_rows(indptr, indices, sel, in_band, seen)
-    uniq, cnt = np.unique(np.concatenate(keys) if keys else np.zeros(0, np.int64), return_counts=True)
+    # (memory: every array of the pair keys is dropped once the next is made; METIS runs beside none of them)
+    all_keys = np.concatenate(keys) if keys else np.zeros(0, np.int64)
+    del keys
+    uniq, cnt = np.unique(all_keys, return_counts=True)
+    del all_keys
     vg = np.flatnonzero(seen)
     got = [mesh.to_root(a) for a in (uniq, cnt, state.ghosts.gids[vg], ghost_degree[vg])]
+    del uniq, cnt
     cand = {"rows_sampled": int(mesh.isum(np.array([rows.size]))[0])}
     result = None
     if mesh.rank == 0:
-        result = _root_partition([np.concatenate(g) for g in got], machine_of, seed_rng, options, cand, num_seeds)
+        merged = [np.concatenate(g) for g in got]
+        del got
+        result = _root_partition(merged, machine_of, seed_rng, options, cand, num_seeds)
     vids, parts, info = mesh.broadcast((*result[:2], cand) if result is not None else None) or (None, None, cand)
     cand.update(info)
     return vids, parts, cand
 
 
 def _root_partition(got, machine_of, seed_rng, options, cand, num_seeds):
-    """Rank 0: merge the pair keys, build the signal graph, METIS k-way; ``(vertex ids, parts)`` or None."""
+    """Rank 0: merge the pair keys, build the signal graph, METIS k-way; ``(vertex ids, parts)`` or None.
+    ``got`` (keys, counts, vertex ids, degrees) is emptied: its arrays are freed before METIS runs."""
     keys, cnt, vids, vdeg = got
+    got.clear()
     uniq, inv = np.unique(keys, return_inverse=True)
     weights = np.bincount(inv, weights=cnt).astype(np.int64)
+    del keys, cnt, inv
     vids, first = np.unique(vids, return_index=True)
     vdeg = vdeg[first]
     cand["vertices"], cand["edges"] = int(vids.size), int(uniq.size)
@@ -230,9 +241,11 @@ def _root_partition(got, machine_of, seed_rng, options, cand, num_seeds):
     v = np.searchsorted(vids, uniq & ((1 << 32) - 1))
     a = sp.coo_array((np.concatenate([weights, weights]), (np.concatenate([u, v]), np.concatenate([v, u]))),
                      shape=(vids.size, vids.size)).tocsr()
+    del u, v, weights, uniq
     a.sort_indices()
     xadj, adjncy, ew, vw = (a.indptr.astype(np.int64), a.indices.astype(np.int64), a.data.astype(np.int64),
                             np.maximum(vdeg, 1))
+    del a
     parts = [ML.partition_signal_graph(xadj, adjncy, ew, vw, machine_of, seed=seed + t,
                                        imbalance=options.max_imbalance) for t in range(num_seeds)]
     return vids, parts

@@ -140,9 +140,9 @@ class DistState:
             self.gprim[:] = got[:, 0]
             if counts:
                 self.gcount[:] = got[:, 1:]
-        if counts:
-            DK.overwrite_rows(np.arange(self.gcount.shape[0], dtype=np.int64), self.gcount.astype(np.int64),
-                              self.gcount, self.gdrow, self.df)
+        if counts:  # drow follows the counts, read as they are (an int64 copy of them was 8 B per row and worker)
+            DK.overwrite_rows(np.arange(self.gcount.shape[0], dtype=np.int64), self.gcount, self.gcount, self.gdrow,
+                              self.df)
 
     # -- objective ----------------------------------------------------------
     def mark_stale(self) -> None:
