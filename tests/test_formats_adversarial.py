@@ -135,3 +135,15 @@ def test_a_valid_budget_still_reads(tiny_dataset, tmp_path):
 
     path = _manifest(tmp_path, 3, _set_option("memory_per_worker", 4096))
     assert load_manifest(path).placement.options["memory_per_worker"] == 4096
+
+
+# ---------------------------------------------------------------- F5: docs/train.md describes the checkpoint written
+def test_train_docs_describe_the_checkpoint_schema_the_code_writes():
+    """docs/train.md's checkpoint paragraph said schema 2 (no worker-XXXXX.rows) while the code wrote 3."""
+    from gmp.train.checkpoint import SCHEMA_VERSION
+    from gmp.train.checkpoint_rows import rows_name
+
+    text = (Path(__file__).parent.parent / "docs" / "train.md").read_text(encoding="utf-8")
+    said = re.findall(r"\*\*Checkpoints\*\* \(`gmp/train/checkpoint\.py`, schema (\d+)\)(.{0,200})", text, re.S)
+    assert [int(v) for v, _ in said] == [SCHEMA_VERSION]
+    assert rows_name(0).replace("00000", "XXXXX") in said[0][1]  # worker-XXXXX.rows, in the layout it gives
