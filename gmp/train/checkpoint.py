@@ -85,7 +85,7 @@ from .._io import header_value, read_versioned_json, tree_bytes, write_json
 from .._version import __version__
 from ..errors import GmpError, TrainingError
 from ..placement import Placement
-from ..wording import first_difference
+from ..wording import differing_parts, first_difference
 from .checkpoint_safe import first_line, from_safe, refusal_reason, to_safe  # noqa: F401 - re-exported
 from .checkpoint_rows import PrimaryRows, rows_name, upgrade_worker_v2, write_primary_rows
 from .checkpoint_dir import (CKPT_DIR, HEADER, LATEST, checkpoint_bytes, free_name, link_target, point_latest,
@@ -449,30 +449,18 @@ def check_settings(ckpt: Path, head: dict[str, Any], config, keys: Sequence[str]
     leaves out filled in)."""
     then, now = comparable_settings(head["config"]), comparable_settings(config.to_json())
     keys = sorted((set(then) | set(now)) - set(MUTABLE)) if keys is None else keys
-    differ = first_difference({k: then.get(k) for k in keys}, {k: now.get(k) for k in keys})
+    ours, theirs = {k: then.get(k) for k in keys}, {k: now.get(k) for k in keys}
+    differ = first_difference(ours, theirs)
     if differ is not None:
         made, has = differ
-        again = _settings_again(then, now, keys)
+        # the parameters that give this run the checkpoint's values (the CLI writes `cache_policy=lru` as
+        # --cache-policy lru); none where one is unset there or nested deeper
+        _, _, parts = differing_parts(ours, theirs)
+        shown = [(p, ",".join(map(str, v)) if isinstance(v, (list, tuple)) else v) for p, v, _ in parts]
+        again = "" if any(v is None or isinstance(v, dict) for _, v in shown) else \
+            ", ".join(f"`{p}={v}`" for p, v in shown)
         raise TrainingError(f"{ckpt} was made with {made}, this run has {has}; resume with the same settings"
                             f"{f' ({again})' if again else ''} or {_FIX}")
-
-
-def _settings_again(then: dict[str, Any], now: dict[str, Any], keys: Sequence[str]) -> str:
-    """The parameters that give this run the checkpoint's setting where they first differ, as ```name=value```
-    (the CLI writes each as its flag: ``--cache-policy lru``); "" when one has no such value (unset there)."""
-    for key in sorted(keys, key=str):
-        a, b = then.get(key), now.get(key)
-        if a == b:
-            continue
-        if isinstance(a, dict) and isinstance(b, dict):  # the parts of a nested setting (herald.cache_policy)
-            pairs = [(p, a.get(p)) for p in sorted(set(a) | set(b), key=str) if a.get(p) != b.get(p)]
-        else:
-            pairs = [(key, a)]
-        if any(v is None or isinstance(v, dict) for _, v in pairs):
-            return ""
-        shown = [(p, ",".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)) for p, v in pairs]
-        return ", ".join(f"`{p}={v}`" for p, v in shown)
-    return ""
 
 
 # --------------------------------------------------------------------------- rows by id
