@@ -67,5 +67,33 @@ class Terminated(KeyboardInterrupt):
 def raise_terminated(signum: int, frame: object) -> None:
     """The SIGTERM handler ``gmp``'s commands install (``cli.main``): raise :class:`Terminated`. While it is
     installed, :func:`gmp.train.run.train` holds SIGTERM instead, as it holds Ctrl-C: the run stops at its
-    next step and checkpoints."""
+    next step and checkpoints.
+
+    Inside a callback from C (numba compiling a kernel calls back into Python through ctypes) an exception
+    is printed as "Exception ignored" and dropped: the signal was lost and the command ran to its end (exit
+    0). There the signal is sent again a moment later instead (:func:`in_foreign_callback`)."""
+    if in_foreign_callback(frame):
+        resend_soon(signum)
+        return
     raise Terminated
+
+
+def in_foreign_callback(frame: object) -> bool:
+    """True when ``frame`` (a signal handler's) runs inside a callback from C code that drops exceptions: a
+    ctypes callback of llvmlite, numba's compiler."""
+    while frame is not None:
+        if "llvmlite" in getattr(getattr(frame, "f_code", None), "co_filename", ""):
+            return True
+        frame = getattr(frame, "f_back", None)
+    return False
+
+
+def resend_soon(signum: int, delay_s: float = 0.05) -> None:
+    """Send ``signum`` to this process again after ``delay_s`` (from a timer thread: the handler then runs
+    in the main thread once it is out of the callback)."""
+    import os  # noqa: PLC0415 - only when a signal is deferred
+    import threading  # noqa: PLC0415
+
+    timer = threading.Timer(delay_s, os.kill, (os.getpid(), signum))
+    timer.daemon = True
+    timer.start()

@@ -117,3 +117,31 @@ def test_after_an_interrupted_command_a_second_ctrl_c_ends_the_process_without_a
                   "    assert exc.code == 130\n"
                   "print(signal.getsignal(signal.SIGINT) is signal.SIG_DFL)")
     assert res.stdout.strip() == "True", res.stderr
+
+
+def test_sigterm_inside_a_compile_callback_is_sent_again():
+    """numba compiling a kernel calls back into Python through ctypes, which prints an exception raised there as
+    "Exception ignored" and drops it: a SIGTERM then was lost and the command ran to its end with exit 0 (seen
+    in a fresh clone, where every kernel compiles). The handler sends the signal again a moment later."""
+    import signal
+    import time
+    import types
+
+    from gmp.errors import Terminated, raise_terminated
+
+    got = []
+    old = signal.signal(signal.SIGTERM, lambda signum, frame: got.append(signum))
+    try:
+        code = types.SimpleNamespace(co_filename="/venv/site-packages/llvmlite/binding/executionengine.py")
+        inner = types.SimpleNamespace(f_code=types.SimpleNamespace(co_filename="x.py"),
+                                      f_back=types.SimpleNamespace(f_code=code, f_back=None))
+        raise_terminated(signal.SIGTERM, inner)  # deferred: no exception here
+        deadline = time.monotonic() + 10
+        while not got and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert got == [signal.SIGTERM]
+        with pytest.raises(Terminated):  # anywhere else: at once
+            raise_terminated(signal.SIGTERM, types.SimpleNamespace(f_code=types.SimpleNamespace(co_filename="y.py"),
+                                                                    f_back=None))
+    finally:
+        signal.signal(signal.SIGTERM, old)
