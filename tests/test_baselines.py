@@ -380,7 +380,7 @@ def test_bench_table_has_a_row_per_method_and_says_did_not_run():
             {"dataset": "d", "label": "metis-bipartite", "result": {"error": "needs about 65 GiB"}}]
     lines = bench.format_table(rows).splitlines()
     assert len(lines) == 4 and all(line.count("|") == 14 for line in lines)
-    # cpu (s) is "-" for results without cpu_seconds (older JSON)
+    # cpu (s) is "-" for results without cpu_seconds (older JSON); vs random signed as docs/report.md signs it
     assert lines[2] == "| d | metis | 10 | -50.0% | 20 | -25.0% | 5 | 0.0% | 1.050 | 1.200 | 1.2 | - | 1.00 |"
     assert "did not run: needs about 65 GiB" in lines[3]
 
