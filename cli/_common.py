@@ -18,8 +18,8 @@ from typing import Any, Callable, Mapping, TypeVar
 import typer
 
 from gmp._io import is_full_disk, json_default, release_claims
-from gmp._memory import is_out_of_memory
-from gmp.errors import GmpError, Terminated
+from gmp._memory import allocation_failed, is_out_of_memory
+from gmp.errors import GmpError, Terminated, raised_while
 from gmp.launch import LAUNCH, tell_peers
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -81,9 +81,8 @@ def handle_errors(fn: F) -> F:
             raise typer.Exit(2) from None
         except RuntimeError as exc:
             if is_out_of_memory(exc):  # torch's CPU allocator ("DefaultCPUAllocator: can't allocate memory")
-                said = str(exc).split("DefaultCPUAllocator: ", 1)[-1].split(" (", 1)[0].strip()
-                say_error(f"out of memory ({said}){memory_left()}; use a smaller input or settings, or a machine "
-                          f"with more memory.")
+                say_error(f"out of memory ({allocation_failed(exc)}){memory_left()}; use a smaller input or "
+                          f"settings, or a machine with more memory.")
                 raise typer.Exit(2) from None
             if type(exc).__name__ != "OutOfMemoryError":  # torch's (CUDA): not imported here for the name
                 raise
@@ -100,10 +99,10 @@ def handle_errors(fn: F) -> F:
 
 def memory_left() -> str:
     """`` (N GiB available now...)``: the memory this process may still allocate, for an out-of-memory line."""
-    from gmp._memory import available_memory, memory_note
+    from gmp._memory import available_text
 
     try:
-        return f" ({available_memory() / 2**30:,.1f} GiB available now{memory_note()})"
+        return f" ({available_text()})"
     except Exception:  # noqa: BLE001 - the line must still be said
         return ""
 
@@ -112,14 +111,7 @@ def interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
     """The Ctrl-C (or SIGTERM, :class:`Terminated`) that ``exc`` was raised while handling, if any: the
     ``__cause__``/``__context__`` chain, followed a few links (numba wraps the interrupt of a compiled kernel
     in a SystemError; a caller may wrap that once more)."""
-    seen: BaseException | None = exc
-    for _ in range(8):
-        seen = seen.__cause__ or seen.__context__
-        if seen is None:
-            return None
-        if isinstance(seen, KeyboardInterrupt):
-            return seen
-    return None
+    return raised_while(exc, KeyboardInterrupt)
 
 
 def interrupted_line() -> str:

@@ -203,6 +203,17 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return "DefaultCPUAllocator: can't allocate memory" in text or "DefaultCPUAllocator: not enough memory" in text
 
 
+def allocation_failed(exc: BaseException) -> str:
+    """What an out-of-memory error (:func:`is_out_of_memory`) says failed, without torch's stack: ``can't
+    allocate memory: you tried to allocate 8000000 bytes. Error code 12``; ``MemoryError`` when it says nothing."""
+    return str(exc).split("DefaultCPUAllocator: ", 1)[-1].split(" (", 1)[0].strip() or type(exc).__name__
+
+
+def available_text() -> str:
+    """``N GiB is available now`` (with :func:`memory_note`): the memory left, for an out-of-memory line."""
+    return f"{available_memory() / 2**30:,.1f} GiB is available now{memory_note()}"
+
+
 #: the root the readers look under (tests point it at a fake tree)
 ROOT = "/"
 

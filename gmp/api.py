@@ -505,7 +505,7 @@ def _out_of_core_advice(num_samples: int) -> str:
 def _partition_memory_error(spec: Any, exc: BaseException):
     """The one line for an allocation that failed while partitioning: what ran out (METIS says its own),
     the memory available now and what to change for this mode."""
-    from ._memory import available_memory, memory_note
+    from ._memory import available_text
     from .errors import GmpError, OutOfMemory
 
     cause = f" ({exc})" if isinstance(exc, GmpError) else ""
@@ -516,8 +516,7 @@ def _partition_memory_error(spec: Any, exc: BaseException):
     samples = f" {num_samples:,} samples" if num_samples is not None else ""
     workers = getattr(spec.topology, "num_workers", None)
     on = f" on {workers} workers" if workers else ""
-    what = (f"out of memory partitioning{samples} with {spec.method}{on}{cause}; "
-            f"{available_memory() / 2**30:,.1f} GiB is available now{memory_note()}")
+    what = f"out of memory partitioning{samples} with {spec.method}{on}{cause}; {available_text()}"
     if spec.mode == "chunked":
         fix = (f"a smaller `chunk_samples` (now {spec.chunk_samples:,}) bounds only the streamed block, not the "
                f"per-row state (docs/distributed.md, \"Out of core: when it saves memory\"): use fewer `workers`, a "
@@ -1174,7 +1173,7 @@ def run_train(spec: Any, *, on_record: Any = None, on_start: Any = None) -> list
     """Run a resolved :class:`gmp.specs.TrainSpec` (what :func:`train_model` and ``gmp train`` do after
     resolving); ``on_record(record)`` is called with each record on the main process as it is logged, and
     ``on_start()`` once the inputs are accepted, before the first (:func:`gmp.train.run.train`)."""
-    from ._memory import available_memory, is_out_of_memory, memory_note
+    from ._memory import allocation_failed, available_text, is_out_of_memory
     from .errors import GmpError, OutOfMemory
     from .train import train
 
@@ -1186,11 +1185,9 @@ def run_train(spec: Any, *, on_record: Any = None, on_start: Any = None) -> list
     except (MemoryError, RuntimeError) as exc:  # past the check before work (an estimate; an address-space limit)
         if isinstance(exc, GmpError) or not is_out_of_memory(exc):
             raise
-        said = str(exc).split("DefaultCPUAllocator: ", 1)[-1].split(" (", 1)[0].strip() or "MemoryError"
-        err = OutOfMemory(f"out of memory while training ({said}); {available_memory() / 2**30:,.1f} GiB is "
-                          f"available now{memory_note()}; lower `embedding_dim` or `batch_size`, spread the "
-                          f"workers over more processes or machines, or keep the tables on disk "
-                          f"(`table_location` disk).")
+        err = OutOfMemory(f"out of memory while training ({allocation_failed(exc)}); {available_text()}; lower "
+                          f"`embedding_dim` or `batch_size`, spread the workers over more processes or machines, or "
+                          f"keep the tables on disk (`table_location` disk).")
         raise err from None
 
 

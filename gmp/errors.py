@@ -59,6 +59,20 @@ class OutputError(GmpError, OSError):
     working directory or a foreign directory; a full device; a path below a file)."""
 
 
+def raised_while(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """The exception of type ``kind`` that ``exc`` was raised while handling, if any: its ``__cause__`` /
+    ``__context__`` chain, followed a few links (numba wraps a compiled kernel's interrupt in a SystemError,
+    torch's zip writer a full device's OSError in a RuntimeError; a caller may wrap that once more)."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        seen = seen.__cause__ or seen.__context__
+        if seen is None:
+            return None
+        if isinstance(seen, kind):
+            return seen
+    return None
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM (``kill``, a job scheduler's stop), raised in the main thread by :func:`raise_terminated`: a
     ``gmp`` command then ends as for Ctrl-C, its outputs left as they were and their locks released."""

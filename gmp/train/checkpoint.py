@@ -69,7 +69,6 @@ rows from each worker's rows file; :func:`open_worker_rows` gives one worker's p
 from __future__ import annotations
 
 import datetime as _dt
-import errno
 import logging
 import os
 import re
@@ -81,9 +80,9 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from .._io import header_value, read_versioned_json, tree_bytes, write_json
+from .._io import header_value, is_full_disk, read_versioned_json, tree_bytes, write_json
 from .._version import __version__
-from ..errors import GmpError, TrainingError
+from ..errors import GmpError, TrainingError, raised_while
 from ..placement import Placement
 from ..wording import differing_parts, first_difference
 from .checkpoint_safe import first_line, from_safe, refusal_reason, to_safe  # noqa: F401 - re-exported
@@ -122,24 +121,11 @@ def _save(obj: dict, path: Path) -> int:
         with open(path, "wb") as f:
             torch.save(to_safe(obj), f)
     except RuntimeError as exc:
-        cause = os_error_behind(exc)
+        cause = raised_while(exc, OSError)
         if cause is None:
             raise
         raise cause from None
     return path.stat().st_size
-
-
-def os_error_behind(exc: BaseException) -> OSError | None:
-    """The ``OSError`` that ``exc`` was raised while handling (its ``__context__``/``__cause__`` chain, a few
-    links), if any."""
-    seen: BaseException | None = exc
-    for _ in range(8):
-        seen = seen.__cause__ or seen.__context__
-        if seen is None:
-            return None
-        if isinstance(seen, OSError):
-            return seen
-    return None
 
 
 def _load(path: Path, keys: tuple[str, ...]) -> dict:
@@ -257,7 +243,7 @@ def _agree(engine, failed: GmpError | None, tmp: Path | None, what: str) -> None
 def _write_error(exc: OSError, directory: Path, tmp: Path | None = None, need: int | None = None) -> GmpError:
     """The one line for a save that failed writing (``tmp``: the unfinished checkpoint, removed after this;
     ``need``: about the bytes of one checkpoint)."""
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+    if is_full_disk(exc):
         written = tree_bytes(tmp) if tmp is not None and tmp.is_dir() else None
         try:
             free = shutil.disk_usage(directory).free + (written or 0)  # once the unfinished one is removed

@@ -110,13 +110,19 @@ def lock_checkpoint_dir(engine, directory: str | os.PathLike | None):
         except OSError as exc:
             failed = TrainingError(f"cannot lock {directory / LOCK}: {exc.strerror or exc}; check `checkpoint_dir` "
                                    f"and its permissions.")
+    raise_on_every_rank(engine, failed, f"rank 0 could not lock `checkpoint_dir` {directory} (its error says why).")
+    return lock
+
+
+def raise_on_every_rank(engine, failed: TrainingError | None, others: str) -> None:
+    """Collective: when rank 0 failed (``failed``: its error; None elsewhere), every process raises, rank 0
+    its error and the others ``others``; rank 0 says it for all."""
     if engine.sum_across(np.array([0.0 if failed is None else 1.0]))[0]:
         if failed is None:
-            failed = TrainingError(f"rank 0 could not lock `checkpoint_dir` {directory} (its error says why).")
+            failed = TrainingError(others)
         failed.rank = getattr(engine, "rank", 0)  # rank 0 says it for the others
         failed.together = True  # every process raises here
         raise failed
-    return lock
 
 
 @contextlib.contextmanager
@@ -195,12 +201,7 @@ def check_checkpoint_room(trainer, directory: str | os.PathLike, *, saves: int) 
                        fix="free space or choose `checkpoint_dir` on a larger device.")
         except TrainingError as exc:
             failed = exc
-    if engine.sum_across(np.array([0.0 if failed is None else 1.0]))[0]:
-        if failed is None:
-            failed = TrainingError(f"rank 0 refused `checkpoint_dir` {directory} (its error says why).")
-        failed.rank = getattr(engine, "rank", 0)  # rank 0 says it for the others
-        failed.together = True  # every process raises here
-        raise failed
+    raise_on_every_rank(engine, failed, f"rank 0 refused `checkpoint_dir` {directory} (its error says why).")
 
 
 def size_text(n: float) -> str:
@@ -217,20 +218,22 @@ def remove_temporaries(directory: Path) -> None:
         return
     for p in directory.iterdir():
         if TEMP.fullmatch(p.name) and not p.name.startswith(f".latest-{os.getpid()}"):
-            if p.is_symlink() or p.is_file():
-                p.unlink(missing_ok=True)
-            else:
-                shutil.rmtree(p, ignore_errors=True)
+            remove_entry(p)
+
+
+def remove_entry(p: Path) -> None:
+    """Remove a file, a link or a directory tree of a checkpoint directory (gone already: nothing)."""
+    if p.is_symlink() or p.is_file():
+        p.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(p, ignore_errors=True)
 
 
 def prune(directory: Path, *, keep: set[str | None]) -> None:
     """Remove checkpoints other than ``keep`` and temporaries left by killed runs (main process only)."""
     for p in directory.iterdir():
         if TEMP.fullmatch(p.name) or (CKPT_DIR.match(p.name) and p.name not in keep):
-            if p.is_symlink() or p.is_file():
-                p.unlink(missing_ok=True)
-            else:
-                shutil.rmtree(p, ignore_errors=True)
+            remove_entry(p)
 
 
 def check_shared_directory(engine, directory: str | os.PathLike | None) -> None:
